@@ -1,0 +1,41 @@
+# Two commands on a fresh machine:
+#   make demo   set everything up, then run the guided demo (Airflow + Spark + Delta)
+#   make test   set everything up, then run the test suite (what CI runs)
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.sparkpoint-installed
+PYTEST_ARGS ?=
+
+.PHONY: setup test test-all test-fast demo bench check-java clean
+
+setup: check-java $(STAMP)
+
+# Re-installs only when pyproject.toml changes; safe to run again and again.
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip uv
+	@$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[dev]'
+	@touch $(STAMP)
+
+check-java:
+	@bash scripts/check-java.sh
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -m 'not spark and not s3 and not airflow and not slow' $(PYTEST_ARGS)
+
+test-all: setup
+	$(PY) -m pytest -m '' $(PYTEST_ARGS)
+
+demo: setup
+	$(VENV)/bin/sparkpoint demo --workdir demo-output
+
+bench: setup
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) demo-output .pytest_cache

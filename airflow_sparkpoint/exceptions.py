@@ -1,0 +1,80 @@
+"""The one error tree of airflow-sparkpoint.
+
+::
+
+    SparkpointError
+    ├── ConfigError                 invalid spark.sparkpoint.* value or operator argument
+    ├── StorageError                a store could not be read or written
+    │   ├── ObjectNotFound          the key does not exist
+    │   ├── ObjectExists            put-if-absent lost the race
+    │   └── InvalidPath             a key escapes its root, or a URI is malformed
+    ├── CatalogError                checkpoints / savepoints / generations
+    │   ├── CorruptMetadata         _metadata is truncated, garbled or fails its checksum
+    │   ├── RestoreError            a restore target is missing, foreign or unusable
+    │   └── StaleGeneration         a superseded job tried to act (invariant 5)
+    ├── SinkError                   a sink could not stage, commit or abort
+    │   ├── CommitOutcomeUnknown    the commit may or may not have landed: never clean up
+    │   └── SinkAheadError          a sink already committed past the restore point
+    └── ControlError                a control request failed or timed out
+"""
+
+from __future__ import annotations
+
+
+class SparkpointError(Exception):
+    """Base class of every error raised by airflow-sparkpoint."""
+
+
+class ConfigError(SparkpointError, ValueError):
+    """A configuration value is invalid; the message names the key, value and what is allowed."""
+
+
+class StorageError(SparkpointError):
+    """A store could not be read or written."""
+
+
+class ObjectNotFound(StorageError, KeyError):
+    """The requested key does not exist."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
+        return str(self.args[0]) if self.args else "object not found"
+
+
+class ObjectExists(StorageError):
+    """An atomic create found the key already present."""
+
+
+class InvalidPath(StorageError, ValueError):
+    """A key escapes its root, or a URI is malformed."""
+
+
+class CatalogError(SparkpointError):
+    """Checkpoint, savepoint or generation bookkeeping failed."""
+
+
+class CorruptMetadata(CatalogError):
+    """A `_metadata` file is truncated, garbled, fails its checksum or references missing files."""
+
+
+class RestoreError(CatalogError):
+    """A restore target is missing, foreign, corrupt or incompatible."""
+
+
+class StaleGeneration(CatalogError):
+    """A superseded generation tried to complete a checkpoint or commit."""
+
+
+class SinkError(SparkpointError):
+    """A sink could not stage, commit or abort a transaction."""
+
+
+class CommitOutcomeUnknown(SinkError):
+    """A commit may or may not have landed; the staged data must be kept and the key looked up."""
+
+
+class SinkAheadError(SinkError, RestoreError):
+    """A sink has committed batches beyond the snapshot being restored (invariant 4)."""
+
+
+class ControlError(SparkpointError):
+    """A control request (savepoint, stop, cancel) failed or timed out."""

@@ -1,0 +1,42 @@
+"""Provider metadata for Airflow's ProvidersManager (the ``apache_airflow_provider`` entry point)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_sparkpoint import __version__
+
+
+def get_provider_info() -> dict[str, Any]:
+    """Return the provider description; a plain dict so Airflow can read it without imports."""
+    return {
+        "package-name": "airflow-sparkpoint",
+        "name": "Sparkpoint",
+        "description": "Flink-grade checkpoints, savepoints and exactly-once output for PySpark pipelines.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Sparkpoint",
+                "external-doc-url": "https://github.com/airflow-sparkpoint/airflow-sparkpoint",
+                "tags": ["apache", "spark"],
+            }
+        ],
+        "operators": [
+            {"integration-name": "Sparkpoint", "python-modules": ["airflow_sparkpoint.operators"]},
+        ],
+        "sensors": [
+            {"integration-name": "Sparkpoint", "python-modules": ["airflow_sparkpoint.sensors"]},
+        ],
+        "hooks": [
+            {"integration-name": "Sparkpoint", "python-modules": ["airflow_sparkpoint.hooks"]},
+        ],
+        "triggers": [
+            {"integration-name": "Sparkpoint", "python-modules": ["airflow_sparkpoint.triggers"]},
+        ],
+        "connection-types": [
+            {
+                "connection-type": "sparkpoint",
+                "hook-class-name": "airflow_sparkpoint.hooks.SparkpointHook",
+            }
+        ],
+    }

@@ -1,0 +1,183 @@
+"""Local-filesystem `Storage`: temp file + fsync + `os.replace`, atomic create via `os.link`."""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import os
+import shutil
+import uuid
+from collections.abc import Iterable, Iterator
+
+from airflow_sparkpoint.exceptions import ObjectExists, ObjectNotFound, StorageError
+from airflow_sparkpoint.storage.base import ObjectInfo, Storage, normalize_key, normalize_prefix
+
+_TMP_MARK = ".sparkpoint-tmp-"
+
+
+class LocalStorage(Storage):
+    """Objects are files under `root`. Writes go to a temp file that is fsynced and then
+    renamed into place, so readers never see partial objects; `put_if_absent` links the
+    temp file to the final name, which fails atomically if the name exists — safe across
+    processes on POSIX filesystems."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root)
+        self.uri = "file://" + self.root
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *normalize_key(key).split("/"))
+
+    def _write_tmp(self, path: str, data: bytes) -> str:
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f"{_TMP_MARK}{uuid.uuid4().hex}")
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return tmp
+
+    def _fsync_dir(self, directory: str) -> None:
+        try:
+            fd = os.open(directory, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        try:
+            tmp = self._write_tmp(path, data)
+            os.replace(tmp, path)
+            self._fsync_dir(os.path.dirname(path))
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc}") from exc
+
+    def put_if_absent(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        try:
+            tmp = self._write_tmp(path, data)
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc}") from exc
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise ObjectExists(f"{path} already exists") from None
+        except OSError as exc:
+            raise StorageError(f"cannot create {path}: {exc}") from exc
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        self._fsync_dir(os.path.dirname(path))
+
+    def get(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            with open(path, "rb") as handle:
+                return handle.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise ObjectNotFound(f"{path} does not exist") from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {path}: {exc}") from exc
+
+    def stat(self, key: str) -> ObjectInfo:
+        path = self._path(key)
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectNotFound(f"{path} does not exist") from None
+        if not os.path.isfile(path):
+            raise ObjectNotFound(f"{path} is not a file")
+        return ObjectInfo(key=normalize_key(key), size=st.st_size, mtime=st.st_mtime)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        base = normalize_prefix(prefix)
+        start = os.path.join(self.root, *base.rstrip("/").split("/")) if base else self.root
+        if not os.path.isdir(start):
+            return
+        yield from self._walk(start, base)
+
+    def _walk(self, directory: str, key_prefix: str) -> Iterator[ObjectInfo]:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            if entry.name.startswith(_TMP_MARK):
+                continue
+            key = key_prefix + entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    yield from self._walk(entry.path, key + "/")
+                elif entry.is_file(follow_symlinks=False):
+                    st = entry.stat()
+                    yield ObjectInfo(key=key, size=st.st_size, mtime=st.st_mtime)
+            except FileNotFoundError:  # deleted while we listed
+                continue
+
+    def list_dirs(self, prefix: str = "") -> builtins.list[str]:
+        base = normalize_prefix(prefix)
+        start = os.path.join(self.root, *base.rstrip("/").split("/")) if base else self.root
+        try:
+            return sorted(e.name for e in os.scandir(start) if e.is_dir())
+        except FileNotFoundError:
+            return []
+
+    def delete(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            path = self._path(key)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise StorageError(f"cannot delete {path}: {exc}") from exc
+            self._prune_empty_dirs(os.path.dirname(path))
+
+    def _prune_empty_dirs(self, directory: str) -> None:
+        while directory.startswith(self.root + os.sep):
+            try:
+                os.rmdir(directory)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+                    return
+                return
+            directory = os.path.dirname(directory)
+
+    def copy(self, src: str, dst: str) -> None:
+        src_path, dst_path = self._path(src), self._path(dst)
+        if not os.path.isfile(src_path):
+            raise ObjectNotFound(f"{src_path} does not exist")
+        self.upload_file(src_path, dst)
+        del dst_path
+
+    def upload_file(self, local_path: str, key: str) -> None:
+        path = self._path(key)
+        directory = os.path.dirname(path)
+        try:
+            os.makedirs(directory, exist_ok=True)
+            tmp = os.path.join(directory, f"{_TMP_MARK}{uuid.uuid4().hex}")
+            shutil.copyfile(local_path, tmp)
+            with open(tmp, "rb+") as handle:
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except FileNotFoundError as exc:
+            raise ObjectNotFound(f"{local_path} does not exist") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc}") from exc
+
+    def download_file(self, key: str, local_path: str) -> None:
+        src = self._path(key)
+        os.makedirs(os.path.dirname(local_path) or ".", exist_ok=True)
+        tmp = f"{local_path}{_TMP_MARK}{uuid.uuid4().hex}"
+        try:
+            shutil.copyfile(src, tmp)
+        except FileNotFoundError:
+            raise ObjectNotFound(f"{src} does not exist") from None
+        os.replace(tmp, local_path)

@@ -1,0 +1,80 @@
+"""An in-memory `Storage`: shipped for tests, users' tests and dry runs."""
+
+from __future__ import annotations
+
+import builtins
+import threading
+import time
+from collections.abc import Iterable, Iterator
+
+from airflow_sparkpoint.exceptions import ObjectExists, ObjectNotFound
+from airflow_sparkpoint.storage.base import ObjectInfo, Storage, normalize_key, normalize_prefix
+
+
+class MemoryStorage(Storage):
+    """A thread-safe dict of bytes. Stores with the same `name` share their contents
+    within one process (``memory://name``), like pyiceberg's `InMemoryCatalog`."""
+
+    _registry: dict[str, dict[str, tuple[bytes, float]]] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, name: str = "default") -> None:
+        self.uri = f"memory://{name}"
+        with self._registry_lock:
+            self._objects = self._registry.setdefault(name, {})
+        self._lock = threading.Lock()
+
+    def put(self, key: str, data: bytes) -> None:
+        key = normalize_key(key)
+        with self._lock:
+            self._objects[key] = (bytes(data), time.time())
+
+    def put_if_absent(self, key: str, data: bytes) -> None:
+        key = normalize_key(key)
+        with self._lock:
+            if key in self._objects:
+                raise ObjectExists(f"{self.uri}/{key} already exists")
+            self._objects[key] = (bytes(data), time.time())
+
+    def get(self, key: str) -> bytes:
+        key = normalize_key(key)
+        with self._lock:
+            try:
+                return self._objects[key][0]
+            except KeyError:
+                raise ObjectNotFound(f"{self.uri}/{key} does not exist") from None
+
+    def stat(self, key: str) -> ObjectInfo:
+        key = normalize_key(key)
+        with self._lock:
+            try:
+                data, mtime = self._objects[key]
+            except KeyError:
+                raise ObjectNotFound(f"{self.uri}/{key} does not exist") from None
+        return ObjectInfo(key=key, size=len(data), mtime=mtime)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        base = normalize_prefix(prefix)
+        with self._lock:
+            items = sorted((k, v) for k, v in self._objects.items() if k.startswith(base))
+        for key, (data, mtime) in items:
+            yield ObjectInfo(key=key, size=len(data), mtime=mtime)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        normalized = [normalize_key(k) for k in keys]
+        with self._lock:
+            for key in normalized:
+                self._objects.pop(key, None)
+
+    def copy(self, src: str, dst: str) -> None:
+        self.put(dst, self.get(src))
+
+    @classmethod
+    def reset(cls, name: str | None = None) -> None:
+        """Forget the contents of one named store, or of all of them."""
+        with cls._registry_lock:
+            if name is None:
+                for objects in cls._registry.values():
+                    objects.clear()
+            elif name in cls._registry:
+                cls._registry[name].clear()
