@@ -1,0 +1,454 @@
+"""The checkpoint catalog of one job: completed checkpoints, savepoints, shared files,
+sink transaction records, generations and the status record.
+
+Pure Python over a `Storage`: no Spark, no Airflow. Invariant 1 lives here: a snapshot
+is complete iff its ``_metadata`` exists and validates; anything else is skipped with a
+warning that names the path and the reason.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, SnapshotStats, TransactionRecord
+from airflow_sparkpoint.exceptions import (
+    CorruptMetadata,
+    ObjectExists,
+    ObjectNotFound,
+    RestoreError,
+    StaleGeneration,
+    StorageError,
+)
+from airflow_sparkpoint.storage import Storage, normalize_key, open_storage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SnapshotEntry:
+    """One checkpoint or savepoint directory as seen by a listing: valid or not."""
+
+    kind: str
+    id: int
+    uri: str
+    key: str  # directory key relative to the job root
+    metadata: SnapshotMetadata | None = None
+    error: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.metadata is not None
+
+
+@dataclass(frozen=True)
+class SnapshotHandle:
+    """A readable snapshot: its metadata and the store its file keys resolve against."""
+
+    uri: str
+    metadata: SnapshotMetadata
+    files_store: Storage
+
+
+@dataclass(frozen=True)
+class RetentionResult:
+    deleted_checkpoints: tuple[int, ...] = ()
+    deleted_files: int = 0
+    deleted_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class GenerationInfo:
+    generation: int
+    started_at: float
+    host: str = ""
+    pid: int = 0
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Catalog:
+    """Everything Sparkpoint knows about one job under one storage root."""
+
+    def __init__(self, storage: Storage, job: str) -> None:
+        self.job = layout.validate_job_name(job)
+        self.storage = storage
+        self.store = storage.child(job)
+        self.uri = self.store.uri
+
+    @classmethod
+    def open(cls, uri: str, job: str, **storage_options: Any) -> Catalog:
+        """Open the catalog of `job` under the storage root `uri`."""
+        return cls(open_storage(uri, **storage_options), job)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def checkpoint_ids(self) -> list[int]:
+        """Ids of every ``chk-<id>`` directory, complete or not, ascending."""
+        ids = []
+        for name in self.store.list_dirs(""):
+            match = layout.CHK_RE.match(name)
+            if match:
+                ids.append(int(match.group(1)))
+        return sorted(ids)
+
+    def next_checkpoint_id(self) -> int:
+        ids = self.checkpoint_ids()
+        savepoint_ids = [e.id for e in self._savepoint_dirs()]
+        return max([0, *ids, *savepoint_ids]) + 1
+
+    def _read_entry(
+        self, kind: str, sid: int, key: str, present: Mapping[str, int] | None, base: str
+    ) -> SnapshotEntry:
+        uri = f"{self.uri}/{key}"
+        meta_key = f"{key}/{layout.METADATA}"
+        try:
+            data = self.store.get(meta_key)
+        except ObjectNotFound:
+            return SnapshotEntry(kind, sid, uri, key, error="no _metadata (incomplete or abandoned)")
+        try:
+            meta = SnapshotMetadata.from_bytes(data, where=f"{uri}/{layout.METADATA}")
+            if meta.job != self.job:
+                raise CorruptMetadata(f"{uri}/_metadata belongs to job {meta.job!r}, not {self.job!r}")
+            if meta.kind != kind:
+                raise CorruptMetadata(f"{uri}/_metadata says kind {meta.kind!r}, expected {kind!r}")
+            self._check_files(meta, present, base, uri)
+        except CorruptMetadata as exc:
+            return SnapshotEntry(kind, sid, uri, key, error=str(exc))
+        return SnapshotEntry(kind, sid, uri, key, metadata=meta)
+
+    def _check_files(self, meta: SnapshotMetadata, present: Mapping[str, int] | None, base: str, uri: str) -> None:
+        for ref in meta.files:
+            full = f"{base}{ref.key}"
+            if present is not None:
+                size = present.get(full)
+            else:
+                try:
+                    size = self.store.stat(full).size
+                except ObjectNotFound:
+                    size = None
+            if size is None:
+                raise CorruptMetadata(f"{uri}: referenced file {ref.key} is missing")
+            if size != ref.size:
+                raise CorruptMetadata(f"{uri}: referenced file {ref.key} has {size} bytes, expected {ref.size}")
+
+    def _shared_sizes(self) -> dict[str, int]:
+        # One paginated listing instead of a request per referenced file.
+        return {info.key: info.size for info in self.store.list(layout.SHARED)}
+
+    def list_checkpoints(self) -> list[SnapshotEntry]:
+        """Every ``chk-*`` directory, newest first, each valid or with the reason it is not."""
+        ids = self.checkpoint_ids()
+        if not ids:
+            return []
+        present = self._shared_sizes()
+        return [
+            self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "")
+            for cid in reversed(ids)
+        ]
+
+    def checkpoints(self) -> list[SnapshotMetadata]:
+        """Valid, complete checkpoints, newest first; invalid ones are logged and skipped."""
+        result = []
+        for entry in self.list_checkpoints():
+            if entry.metadata is not None:
+                result.append(entry.metadata)
+            elif entry.error and "no _metadata" not in entry.error:
+                log.warning("skipping invalid checkpoint %s: %s", entry.uri, entry.error)
+        return result
+
+    def latest(self) -> SnapshotMetadata | None:
+        """The newest valid, complete checkpoint, or None.
+
+        Validates newest-first and stops at the first valid one, so the cost grows with
+        the number of retained checkpoints, not with every file ever written.
+        """
+        ids = self.checkpoint_ids()
+        if not ids:
+            return None
+        present = self._shared_sizes()
+        for cid in reversed(ids):
+            entry = self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "")
+            if entry.metadata is not None:
+                return entry.metadata
+            if entry.error and "no _metadata" not in entry.error:
+                log.warning("skipping invalid checkpoint %s: %s; falling back to an older one", entry.uri, entry.error)
+        return None
+
+    def checkpoint_uri(self, checkpoint_id: int) -> str:
+        return f"{self.uri}/{layout.checkpoint_dir(checkpoint_id)}"
+
+    def shared_key(self, lineage: str, path: str, sha256: str) -> str:
+        """Where an immutable file of Spark's checkpoint location is stored, once."""
+        return f"{layout.SHARED}/{normalize_key(lineage)}/{normalize_key(path)}~{sha256[:16]}"
+
+    def complete_checkpoint(self, meta: SnapshotMetadata) -> str:
+        """Write ``chk-<id>/_metadata`` last, after checking the writer's generation.
+
+        :raises StaleGeneration: a newer generation exists (invariant 5).
+        :raises ObjectExists: another writer completed the same checkpoint id.
+        """
+        self.check_generation(meta.generation)
+        key = layout.checkpoint_metadata(meta.id)
+        self.store.put_if_absent(key, meta.to_bytes())
+        return self.checkpoint_uri(meta.id)
+
+    # ------------------------------------------------------------------ retention
+
+    def enforce_retention(self, num_retained: int, *, grace_seconds: float = 0.0) -> RetentionResult:
+        """Keep the newest `num_retained` valid checkpoints; delete older ones and any
+        shared file no retained checkpoint references.
+
+        Incomplete ``chk-*`` directories older than the newest valid checkpoint are
+        garbage. Shared files younger than `grace_seconds` are kept, so a collector run
+        from outside the job never races a checkpoint that is still uploading.
+        """
+        if num_retained < 1:
+            raise ValueError(f"num_retained must be >= 1, got {num_retained}")
+        entries = self.list_checkpoints()
+        valid = [e for e in entries if e.valid]
+        keep = valid[:num_retained]
+        keep_ids = {e.id for e in keep}
+        newest_valid = keep[0].id if keep else None
+        doomed = [
+            e for e in entries
+            if e.id not in keep_ids and (e.valid or (newest_valid is not None and e.id < newest_valid))
+        ]
+        deleted_ids = []
+        for entry in doomed:
+            # _metadata first: from that moment the checkpoint is incomplete, never half-deleted.
+            self.store.delete([f"{entry.key}/{layout.METADATA}"])
+            self.store.delete_prefix(entry.key)
+            deleted_ids.append(entry.id)
+        referenced: set[str] = set()
+        for entry in keep:
+            assert entry.metadata is not None
+            referenced.update(ref.key for ref in entry.metadata.files)
+        now = time.time()
+        orphans = []
+        orphan_bytes = 0
+        for info in self.store.list(layout.SHARED):
+            if info.key in referenced:
+                continue
+            if grace_seconds and now - info.mtime < grace_seconds:
+                continue
+            orphans.append(info.key)
+            orphan_bytes += info.size
+        # Without any valid checkpoint nothing is provably an orphan of a finished one.
+        if keep:
+            self.store.delete(orphans)
+        else:
+            orphans, orphan_bytes = [], 0
+        return RetentionResult(tuple(deleted_ids), len(orphans), orphan_bytes)
+
+    # ------------------------------------------------------------------ savepoints
+
+    def _savepoint_dirs(self) -> list[SnapshotEntry]:
+        entries = []
+        for name in self.store.list_dirs(layout.SAVEPOINTS):
+            match = layout.SAVEPOINT_RE.match(name)
+            if match:
+                key = f"{layout.SAVEPOINTS}/{name}"
+                entries.append(SnapshotEntry("savepoint", int(match.group(1)), f"{self.uri}/{key}", key))
+        return entries
+
+    def list_savepoints(self) -> list[SnapshotEntry]:
+        """Every savepoint directory, newest first, valid or with the reason it is not."""
+        result = []
+        for entry in self._savepoint_dirs():
+            present = {info.key: info.size for info in self.store.list(entry.key)}
+            result.append(self._read_entry("savepoint", entry.id, entry.key, present, f"{entry.key}/"))
+        return sorted(result, key=lambda e: (e.metadata.created_at if e.metadata else 0.0, e.id), reverse=True)
+
+    def create_savepoint(self, source: SnapshotHandle, *, generation: int | None = None) -> SnapshotHandle:
+        """Copy a snapshot into a self-contained, relocatable savepoint of this job.
+
+        Files are copied (server-side within one store), never referenced, so retention
+        and disposal of checkpoints cannot touch the savepoint.
+        """
+        started = time.monotonic()
+        meta = source.metadata
+        suffix = uuid.uuid4().hex[:8]
+        sp_id = meta.id if meta.kind == "checkpoint" else self.next_checkpoint_id()
+        sp_key = layout.savepoint_dir(sp_id, suffix)
+        same_store = source.files_store.uri.rstrip("/") == self.store.uri.rstrip("/")
+        files = []
+        copied = 0
+        for ref in meta.files:
+            dst = f"{sp_key}/files/{normalize_key(ref.path)}"
+            if same_store:
+                self.store.copy(ref.key, dst)
+            else:
+                self.store.put(dst, source.files_store.get(ref.key))
+            files.append(FileRef(path=ref.path, key=f"files/{normalize_key(ref.path)}", size=ref.size,
+                                 sha256=ref.sha256, mtime_ns=ref.mtime_ns))
+            copied += ref.size
+        sp_meta = meta.with_(
+            kind="savepoint",
+            id=sp_id,
+            generation=meta.generation if generation is None else generation,
+            created_at=time.time(),
+            files=tuple(files),
+            source_checkpoint=meta.id if meta.kind == "checkpoint" else meta.source_checkpoint,
+            stats=SnapshotStats(
+                duration_ms=int((time.monotonic() - started) * 1000),
+                bytes_copied=copied,
+                files_copied=len(files),
+                bytes_total=copied,
+                file_count=len(files),
+            ),
+        )
+        self.store.put_if_absent(f"{sp_key}/{layout.METADATA}", sp_meta.to_bytes())
+        uri = f"{self.uri}/{sp_key}"
+        log.info("savepoint %s completed: batch %d, %d files, %d bytes", uri, meta.batch_id, len(files), copied)
+        return SnapshotHandle(uri=uri, metadata=sp_meta, files_store=self.store.child(sp_key))
+
+    def dispose(self, uri: str) -> int:
+        """Delete a savepoint (or a checkpoint) of this job by URI or by its directory key.
+
+        :raises RestoreError: the path is not a snapshot directory of this job.
+        """
+        key = self._key_of(uri)
+        if not (layout.CHK_RE.match(key) or (key.startswith(f"{layout.SAVEPOINTS}/")
+                                             and layout.SAVEPOINT_RE.match(key.split("/", 1)[1]))):
+            raise RestoreError(f"{uri} is not a checkpoint or savepoint directory of job {self.job!r} ({self.uri})")
+        self.store.delete([f"{key}/{layout.METADATA}"])
+        return self.store.delete_prefix(key)
+
+    def _key_of(self, uri: str) -> str:
+        text = uri.rstrip("/")
+        base = self.uri.rstrip("/")
+        if text.startswith(base + "/"):
+            text = text[len(base) + 1:]
+        elif "://" in text or text.startswith("/"):
+            local = base[len("file://"):] if base.startswith("file://") else None
+            if local and text.startswith(local + "/"):
+                text = text[len(local) + 1:]
+            else:
+                raise RestoreError(f"{uri} is outside job {self.job!r} ({self.uri})")
+        return normalize_key(text)
+
+    # ------------------------------------------------------------------ restore targets
+
+    def snapshot(self, checkpoint_id: int) -> SnapshotHandle:
+        """A handle on completed checkpoint `checkpoint_id`.
+
+        :raises RestoreError: it is missing or invalid.
+        """
+        entry = self._read_entry("checkpoint", checkpoint_id, layout.checkpoint_dir(checkpoint_id), None, "")
+        if entry.metadata is None:
+            raise RestoreError(f"checkpoint {entry.uri} is not usable: {entry.error}")
+        return SnapshotHandle(entry.uri, entry.metadata, self.store)
+
+    def handle(self, meta: SnapshotMetadata) -> SnapshotHandle:
+        return SnapshotHandle(self.checkpoint_uri(meta.id), meta, self.store)
+
+    # ------------------------------------------------------------------ generations
+
+    def current_generation(self) -> int:
+        """The newest claimed generation (0 when the job never started)."""
+        names = [info.key.rsplit("/", 1)[-1] for info in self.store.list(layout.GENERATIONS)]
+        numbers = [int(n) for n in names if n.isdigit()]
+        return max(numbers, default=0)
+
+    def claim_generation(self, details: Mapping[str, Any] | None = None) -> GenerationInfo:
+        """Atomically claim generation ``current + 1``; racing starters get distinct ones."""
+        for _ in range(1000):
+            generation = self.current_generation() + 1
+            info = GenerationInfo(generation, time.time(), socket.gethostname(), os.getpid(), dict(details or {}))
+            body = {"generation": generation, "started_at": info.started_at, "host": info.host,
+                    "pid": info.pid, "details": dict(info.details)}
+            try:
+                self.store.put_if_absent(layout.generation_key(generation), json.dumps(body).encode())
+            except ObjectExists:
+                continue
+            return info
+        raise StorageError(f"could not claim a generation for job {self.job!r} after 1000 attempts")
+
+    def check_generation(self, generation: int) -> None:
+        """:raises StaleGeneration: `generation` is no longer the current one."""
+        current = self.current_generation()
+        if current != generation:
+            raise StaleGeneration(
+                f"generation {generation} of job {self.job!r} was superseded by generation {current}; "
+                "this run must stop (another run of the job has started)"
+            )
+
+    # ------------------------------------------------------------------ transactions
+
+    def put_transaction(self, record: TransactionRecord) -> None:
+        self.store.put(layout.txn_key(record.batch_id, record.generation), json.dumps(record.to_json()).encode())
+
+    def transactions(self) -> builtins.list[TransactionRecord]:
+        """Every recorded (not yet cleaned up) sink transaction, in batch order."""
+        records = []
+        for info in self.store.list(layout.TXN):
+            name = info.key.rsplit("/", 1)[-1]
+            if not layout.TXN_RE.match(name):
+                continue
+            try:
+                records.append(TransactionRecord.from_json(json.loads(self.store.get(info.key))))
+            except (ObjectNotFound, ValueError, KeyError, CorruptMetadata) as exc:
+                log.warning("skipping unreadable transaction record %s/%s: %s", self.uri, info.key, exc)
+        return sorted(records, key=lambda r: (r.batch_id, r.generation))
+
+    def delete_transactions(self, records: Iterable[TransactionRecord]) -> None:
+        self.store.delete(layout.txn_key(r.batch_id, r.generation) for r in records)
+
+    # ------------------------------------------------------------------ status
+
+    def write_status(self, status: Mapping[str, Any]) -> None:
+        self.store.put(layout.STATUS, json.dumps(dict(status), sort_keys=True).encode())
+
+    def read_status(self) -> dict[str, Any] | None:
+        try:
+            return dict(json.loads(self.store.get(layout.STATUS)))
+        except ObjectNotFound:
+            return None
+        except ValueError as exc:
+            log.warning("status record %s/%s is unreadable: %s", self.uri, layout.STATUS, exc)
+            return None
+
+
+def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None) -> SnapshotHandle:
+    """Open a checkpoint or savepoint directory given by URI or path (for ``restore=``).
+
+    :raises RestoreError: there is no valid ``_metadata`` there, or a referenced file is missing.
+    """
+    store = open_storage(uri, **dict(storage_options or {}))
+    try:
+        data = store.get(layout.METADATA)
+    except ObjectNotFound:
+        raise RestoreError(
+            f"restore target {uri} has no _metadata; expected a savepoint or checkpoint directory "
+            "(see `sparkpoint list`)"
+        ) from None
+    except StorageError as exc:
+        raise RestoreError(f"restore target {uri} cannot be read: {exc}") from exc
+    try:
+        meta = SnapshotMetadata.from_bytes(data, where=f"{uri.rstrip('/')}/_metadata")
+    except CorruptMetadata as exc:
+        raise RestoreError(f"restore target is corrupt: {exc}") from exc
+    if meta.kind == "checkpoint":
+        # Checkpoint file keys are relative to the job root, the parent of chk-<id>.
+        parent = uri.rstrip("/").rsplit("/", 1)[0]
+        files_store = open_storage(parent, **dict(storage_options or {}))
+    else:
+        files_store = store
+    for ref in meta.files:
+        try:
+            size = files_store.stat(ref.key).size
+        except ObjectNotFound:
+            raise RestoreError(f"restore target {uri} is incomplete: file {ref.key} is missing") from None
+        if size != ref.size:
+            raise RestoreError(f"restore target {uri} is corrupt: file {ref.key} has {size} bytes, expected {ref.size}")
+    return SnapshotHandle(uri.rstrip("/"), meta, files_store)
+

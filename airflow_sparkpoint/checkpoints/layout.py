@@ -1,0 +1,66 @@
+"""Where things live under ``<dir>/<job>/`` (in the spirit of Flink's layout).
+
+::
+
+    <job>/chk-<id>/_metadata                      completed checkpoint (written last)
+    <job>/shared/<lineage>/<path>~<sha12>         immutable files shared by checkpoints
+    <job>/savepoints/savepoint-<id>-<suffix>/_metadata, files/<path>
+    <job>/generations/<generation>                one object per job start (atomic create)
+    <job>/txn/<batch>-g<generation>.json          sink pre-commit records
+    <job>/status.json                             heartbeat and state of the current run
+    <job>/control/<request-id>.{request,ack,result}.json
+"""
+
+from __future__ import annotations
+
+import re
+
+from airflow_sparkpoint.exceptions import ConfigError
+
+METADATA = "_metadata"
+CHK_RE = re.compile(r"^chk-(\d+)$")
+SAVEPOINT_RE = re.compile(r"^savepoint-(\d+)-([0-9a-z]+)$")
+TXN_RE = re.compile(r"^(\d+)-g(\d+)\.json$")
+JOB_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def validate_job_name(job: str) -> str:
+    """Return `job` if it is a valid pipeline name.
+
+    :raises ConfigError: the name is empty, too long, or has characters other than
+        letters, digits, ``_``, ``.`` and ``-`` (it becomes a storage prefix and a Delta app id).
+    """
+    if not isinstance(job, str) or not JOB_RE.match(job) or ".." in job:
+        raise ConfigError(
+            f"job name {job!r} is invalid; expected 1-128 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit"
+        )
+    return job
+
+
+def checkpoint_dir(checkpoint_id: int) -> str:
+    return f"chk-{checkpoint_id}"
+
+
+def checkpoint_metadata(checkpoint_id: int) -> str:
+    return f"chk-{checkpoint_id}/{METADATA}"
+
+
+def savepoint_dir(checkpoint_id: int, suffix: str) -> str:
+    return f"savepoints/savepoint-{checkpoint_id}-{suffix}"
+
+
+def generation_key(generation: int) -> str:
+    return f"generations/{generation:012d}"
+
+
+def txn_key(batch_id: int, generation: int) -> str:
+    return f"txn/{batch_id:012d}-g{generation:06d}.json"
+
+
+STATUS = "status.json"
+SHARED = "shared"
+SAVEPOINTS = "savepoints"
+GENERATIONS = "generations"
+TXN = "txn"
+CONTROL = "control"

@@ -1,0 +1,228 @@
+"""The metadata model: immutable records with versioned JSON and a checksum.
+
+A snapshot (checkpoint or savepoint) is described by one `SnapshotMetadata` written as
+``_metadata``. It lists every file Spark needs to restart after batch ``batch_id`` with
+its size and checksum, the sink transactions that were pending when it was taken, and
+its statistics. ``_metadata`` is written last: it is the completion marker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from airflow_sparkpoint.exceptions import CorruptMetadata
+
+SCHEMA_VERSION = 1
+SnapshotKind = Literal["checkpoint", "savepoint"]
+
+
+def canonical_json(value: Any) -> bytes:
+    """Deterministic JSON bytes (sorted keys, no whitespace) used for checksums."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """One file of Spark's checkpoint location as captured in a snapshot.
+
+    `path` is where the file lives inside Spark's checkpoint location (``state/0/1/3.zip``);
+    `key` is where its bytes are stored, relative to the job root for checkpoints and to
+    the savepoint directory for savepoints.
+    """
+
+    path: str
+    key: str
+    size: int
+    sha256: str
+    mtime_ns: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FileRef:
+        return cls(
+            path=str(data["path"]),
+            key=str(data["key"]),
+            size=int(data["size"]),
+            sha256=str(data["sha256"]),
+            mtime_ns=int(data.get("mtime_ns", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class SnapshotStats:
+    """The fields Flink's checkpoint history shows."""
+
+    duration_ms: int = 0
+    bytes_copied: int = 0
+    files_copied: int = 0
+    bytes_total: int = 0
+    file_count: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SnapshotStats:
+        return cls(**{k: int(data.get(k, 0)) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class TransactionRecord:
+    """A sink transaction's pre-commit record, keyed by (job, batch, generation).
+
+    `payload` is the sink's own JSON description of what was staged (file list, upload
+    ids and ETags, Delta add actions); `sink` names the sink class that can commit it.
+    """
+
+    job: str
+    batch_id: int
+    generation: int
+    sink: str
+    sink_id: str
+    payload: Mapping[str, Any]
+    created_at: float = 0.0
+
+    @property
+    def txn_id(self) -> str:
+        return f"{self.job}-b{self.batch_id}-g{self.generation}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "job": self.job,
+            "batch_id": self.batch_id,
+            "generation": self.generation,
+            "sink": self.sink,
+            "sink_id": self.sink_id,
+            "payload": dict(self.payload),
+            "created_at": self.created_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TransactionRecord:
+        version = int(data.get("schema_version", 0))
+        if version > SCHEMA_VERSION:
+            raise CorruptMetadata(f"transaction record has schema_version {version}; this release reads <= {SCHEMA_VERSION}")
+        return cls(
+            job=str(data["job"]),
+            batch_id=int(data["batch_id"]),
+            generation=int(data["generation"]),
+            sink=str(data["sink"]),
+            sink_id=str(data.get("sink_id", "")),
+            payload=dict(data["payload"]),
+            created_at=float(data.get("created_at", 0.0)),
+        )
+
+
+@dataclass(frozen=True)
+class SnapshotMetadata:
+    """The `_metadata` of a checkpoint or savepoint."""
+
+    kind: SnapshotKind
+    id: int
+    job: str
+    generation: int
+    batch_id: int
+    created_at: float
+    files: tuple[FileRef, ...]
+    live_root: str = ""
+    transactions: tuple[TransactionRecord, ...] = ()
+    sink_positions: Mapping[str, Any] = field(default_factory=dict)
+    stats: SnapshotStats = field(default_factory=SnapshotStats)
+    spark: Mapping[str, Any] = field(default_factory=dict)
+    source_checkpoint: int | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def with_(self, **changes: Any) -> SnapshotMetadata:
+        return replace(self, **changes)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def _body(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "kind": self.kind,
+            "id": self.id,
+            "job": self.job,
+            "generation": self.generation,
+            "batch_id": self.batch_id,
+            "created_at": self.created_at,
+            "files": [f.to_json() for f in self.files],
+            "live_root": self.live_root,
+            "transactions": [t.to_json() for t in self.transactions],
+            "sink_positions": dict(self.sink_positions),
+            "stats": self.stats.to_json(),
+            "spark": dict(self.spark),
+            "source_checkpoint": self.source_checkpoint,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        body = self._body()
+        body["checksum"] = "sha256:" + sha256_hex(canonical_json(body))
+        return body
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_json(), sort_keys=True, indent=1).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, where: str = "_metadata") -> SnapshotMetadata:
+        """Parse and verify `_metadata` bytes.
+
+        :raises CorruptMetadata: not JSON, wrong shape, unknown schema version or bad checksum;
+            the message names `where`.
+        """
+        try:
+            raw = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CorruptMetadata(f"{where}: not valid JSON ({exc.__class__.__name__}: {exc})") from None
+        if not isinstance(raw, dict):
+            raise CorruptMetadata(f"{where}: expected a JSON object, got {type(raw).__name__}")
+        return cls.from_json(raw, where=where)
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any], *, where: str = "_metadata") -> SnapshotMetadata:
+        body = dict(raw)
+        checksum = body.pop("checksum", None)
+        if not isinstance(checksum, str) or not checksum.startswith("sha256:"):
+            raise CorruptMetadata(f"{where}: missing checksum")
+        if "sha256:" + sha256_hex(canonical_json(body)) != checksum:
+            raise CorruptMetadata(f"{where}: checksum mismatch (the file was modified or truncated)")
+        version = body.get("schema_version")
+        if not isinstance(version, int) or version > SCHEMA_VERSION or version < 1:
+            raise CorruptMetadata(
+                f"{where}: schema_version {version!r} is not supported; this release reads 1..{SCHEMA_VERSION}"
+            )
+        try:
+            kind = body["kind"]
+            if kind not in ("checkpoint", "savepoint"):
+                raise ValueError(f"kind {kind!r}")
+            return cls(
+                kind=kind,
+                id=int(body["id"]),
+                job=str(body["job"]),
+                generation=int(body["generation"]),
+                batch_id=int(body["batch_id"]),
+                created_at=float(body["created_at"]),
+                files=tuple(FileRef.from_json(f) for f in body["files"]),
+                live_root=str(body.get("live_root", "")),
+                transactions=tuple(TransactionRecord.from_json(t) for t in body.get("transactions", [])),
+                sink_positions=dict(body.get("sink_positions", {})),
+                stats=SnapshotStats.from_json(body.get("stats", {})),
+                spark=dict(body.get("spark", {})),
+                source_checkpoint=body.get("source_checkpoint"),
+                schema_version=version,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptMetadata(f"{where}: malformed field ({exc.__class__.__name__}: {exc})") from None

@@ -1,0 +1,129 @@
+"""The two-phase-commit sink protocol (Flink's TwoPhaseCommitSinkFunction, per micro-batch).
+
+Lifecycle of the transaction of batch N in generation g, keyed ``(job, N, g)``:
+
+1. ``stage(df, ctx)`` inside ``foreachBatch``: write the batch's rows somewhere invisible
+   to readers and return a JSON payload describing it (the pre-commit record). Safe to
+   repeat for the same batch: staging areas are keyed by the transaction id and reset.
+2. The runtime stores the record durably (`Catalog.put_transaction`) *before* Spark
+   writes ``commits/N``; so a batch Spark considers done always has a record.
+3. ``commit(record)`` once the checkpoint covering N is complete: idempotent; "did it
+   land?" is answered by reading the sink (`is_committed`), never by assuming.
+4. ``abort(record)`` for transactions that can never be confirmed: deletes staged data.
+
+Everything except `stage` is pure Python (no JVM), so an Airflow worker can commit.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a sink needs to know to stage one batch."""
+
+    job: str
+    batch_id: int
+    generation: int
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def txn_id(self) -> str:
+        return f"{self.job}-b{self.batch_id}-g{self.generation}"
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """What `commit` did: ``committed`` now, or found ``already`` committed (a no-op)."""
+
+    txn_id: str
+    status: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Sink(abc.ABC):
+    """A two-phase-commit sink. Subclasses register under `kind` for `sink_from_config`."""
+
+    kind: ClassVar[str] = ""
+    _registry: ClassVar[dict[str, type[Sink]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.kind:
+            Sink._registry[cls.kind] = cls
+
+    # -- identity and (de)serialization for external committers -------------------
+
+    @property
+    @abc.abstractmethod
+    def sink_id(self) -> str:
+        """A stable identity of the destination (its URI), used in records and positions."""
+
+    @abc.abstractmethod
+    def to_config(self) -> dict[str, Any]:
+        """JSON-safe constructor arguments (never credentials) to rebuild this sink."""
+
+    def configure(self, storage_options: Mapping[str, Any]) -> None:  # noqa: B027 - optional
+        """Receive connection options (endpoint, region, credentials) at run time."""
+
+    # -- the protocol -------------------------------------------------------------------
+
+    def validate(self) -> None:  # noqa: B027 - optional
+        """Check the destination before anything is written (reachable, compatible).
+
+        :raises ConfigError: or `SinkError`, with what is wrong and what is expected.
+        """
+
+    @abc.abstractmethod
+    def stage(self, df: DataFrame, ctx: StageContext) -> dict[str, Any]:
+        """Write the batch invisibly; return the pre-commit payload. Must consume `df` fully."""
+
+    @abc.abstractmethod
+    def commit(self, record: TransactionRecord) -> CommitOutcome:
+        """Make the staged batch visible, exactly once.
+
+        :raises CommitOutcomeUnknown: the outcome could not be determined; keep the data.
+        :raises SinkError: the commit certainly failed.
+        """
+
+    @abc.abstractmethod
+    def is_committed(self, record: TransactionRecord) -> bool:
+        """Whether the transaction has landed, read from the sink itself."""
+
+    @abc.abstractmethod
+    def abort(self, record: TransactionRecord) -> None:
+        """Discard the staged data of a transaction that will never commit (idempotent)."""
+
+    @abc.abstractmethod
+    def committed_position(self, job: str) -> int | None:
+        """The highest batch id of `job` committed to this sink, or None (invariant 4)."""
+
+    def cleanup_orphans(self, job: str, keep: set[str]) -> int:
+        """Delete staged data of `job` whose transaction id is not in `keep`; return a count."""
+        return 0
+
+
+def sink_from_config(kind: str, config: Mapping[str, Any]) -> Sink:
+    """Rebuild a sink from a transaction record (for `sparkpoint commit` and the operator).
+
+    :raises ConfigError: unknown sink kind.
+    """
+    # Import the built-in sinks so that they register.
+    from airflow_sparkpoint import sinks as _sinks  # noqa: F401
+
+    try:
+        cls = Sink._registry[kind]
+    except KeyError:
+        known = ", ".join(sorted(Sink._registry)) or "none"
+        raise ConfigError(f"sink kind {kind!r} is unknown; expected one of: {known}") from None
+    return cls(**dict(config))
