@@ -1,0 +1,551 @@
+"""The control channel: savepoint / stop / cancel requests from outside a running job.
+
+A requester (the CLI, the savepoint operator) writes a request; the running job polls
+for pending requests between micro-batches, *acknowledges* one (an atomic create, so
+two jobs never both take it), acts on it and writes the result. Everything is JSON
+under ``<job>/control/``::
+
+    control/<id>.request.json   ControlRequest    written once by the requester
+    control/<id>.ack.json       the claim         put_if_absent: by a job (acknowledged),
+                                                  by a waiter that gave up (expired), or
+                                                  by fail() on an unclaimed request
+    control/<id>.result.json    ControlResult     put_if_absent: completed / failed / expired
+
+The ack file is the single arbitration point: whoever creates it owns the request's
+outcome. A waiter that times out, or sees the job die, claims a still-unacknowledged
+request as expired, so a job started later never acts on a request nobody waits for.
+
+Request ids sort by time: ``<13-digit epoch ms>-<8 hex>``.
+
+States reported by `ControlChannel.result`::
+
+    pending ──acknowledge──> acknowledged ──complete──> completed
+       │                          └────────fail──────> failed
+       └── deadline passed / withdrawn ──────────────> expired
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.exceptions import ConfigError, ControlError, ObjectExists, ObjectNotFound
+
+if TYPE_CHECKING:
+    from airflow_sparkpoint.checkpoints.catalog import Catalog
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+KINDS = ("savepoint", "stop", "cancel")
+STATES = ("pending", "acknowledged", "completed", "failed", "expired")
+REQUEST_ID_RE = re.compile(r"^(\d{13})-([0-9a-f]{8})$")
+_FILE_RE = re.compile(r"^(\d{13}-[0-9a-f]{8})\.(request|ack|result)\.json$")
+
+
+def new_request_id(now: float | None = None) -> str:
+    """A time-sortable request id: ``<epoch ms, 13 digits>-<8 hex>``."""
+    now = time.time() if now is None else now
+    return f"{int(now * 1000):013d}-{uuid.uuid4().hex[:8]}"
+
+
+def _check_request_id(request_id: str) -> str:
+    if not isinstance(request_id, str) or not REQUEST_ID_RE.match(request_id):
+        raise ConfigError(
+            f"control request id {request_id!r} is invalid; expected '<13 digits>-<8 hex>' "
+            "as printed by `sparkpoint savepoint --no-wait`"
+        )
+    return request_id
+
+
+def _check_schema(data: Mapping[str, Any], what: str) -> None:
+    version = data.get("schema_version", 0)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ControlError(f"{what} has schema_version {version!r}; this release reads <= {SCHEMA_VERSION}")
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class ControlRequest:
+    """A request to a running job. Immutable; after `deadline` it is expired."""
+
+    id: str
+    kind: str  # "savepoint" | "stop" | "cancel"
+    job: str
+    created_at: float  # epoch seconds
+    deadline: float  # epoch seconds
+    generation: int | None = None  # the target generation; None = whichever is current
+    requested_by: str = ""
+
+    def expired(self, now: float | None = None) -> bool:
+        return (time.time() if now is None else now) > self.deadline
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ControlRequest:
+        """:raises ControlError: unknown schema version or malformed fields."""
+        _check_schema(data, "control request")
+        try:
+            return cls(
+                id=str(data["id"]),
+                kind=str(data["kind"]),
+                job=str(data["job"]),
+                created_at=float(data["created_at"]),
+                deadline=float(data["deadline"]),
+                generation=_opt_int(data.get("generation")),
+                requested_by=str(data.get("requested_by", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ControlError(f"control request is malformed ({exc.__class__.__name__}: {exc})") from None
+
+
+@dataclass(frozen=True)
+class ControlResult:
+    """Where a request stands. `savepoint` is the savepoint URI once completed."""
+
+    request_id: str
+    state: str  # "pending" | "acknowledged" | "completed" | "failed" | "expired"
+    generation: int | None = None
+    savepoint: str | None = None
+    batch_id: int | None = None
+    error: str | None = None
+    updated_at: float = 0.0
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("completed", "failed", "expired")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ControlResult:
+        """:raises ControlError: unknown schema version or malformed fields."""
+        _check_schema(data, "control result")
+        try:
+            state = str(data["state"])
+            if state not in STATES:
+                raise ValueError(f"state {state!r}")
+            return cls(
+                request_id=str(data["request_id"]),
+                state=state,
+                generation=_opt_int(data.get("generation")),
+                savepoint=None if data.get("savepoint") is None else str(data["savepoint"]),
+                batch_id=_opt_int(data.get("batch_id")),
+                error=None if data.get("error") is None else str(data["error"]),
+                updated_at=float(data.get("updated_at", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ControlError(f"control result is malformed ({exc.__class__.__name__}: {exc})") from None
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """The content of ``<id>.ack.json``: who owns the outcome of a request."""
+
+    state: str  # "acknowledged" (a job took it) | "expired" | "failed"
+    generation: int | None
+    at: float
+    reason: str = ""
+
+    def to_bytes(self, request_id: str) -> bytes:
+        body = {"schema_version": SCHEMA_VERSION, "request_id": request_id, **asdict(self)}
+        return json.dumps(body, sort_keys=True).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> _Claim:
+        try:
+            raw = json.loads(data)
+            _check_schema(raw, "control acknowledgement")
+            return cls(str(raw["state"]), _opt_int(raw.get("generation")), float(raw["at"]), str(raw.get("reason", "")))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ControlError(f"control acknowledgement is malformed ({exc.__class__.__name__}: {exc})") from None
+
+
+def _request_key(request_id: str) -> str:
+    return f"{layout.CONTROL}/{request_id}.request.json"
+
+
+def _ack_key(request_id: str) -> str:
+    return f"{layout.CONTROL}/{request_id}.ack.json"
+
+
+def _result_key(request_id: str) -> str:
+    return f"{layout.CONTROL}/{request_id}.result.json"
+
+
+class ControlChannel:
+    """Submit, take and answer control requests of one job (see the module docstring)."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self.store = catalog.store
+        #: the clock (a seam for tests)
+        self.clock: Callable[[], float] = time.time
+        self._requests: dict[str, ControlRequest] = {}  # immutable once written: cache them
+
+    # ------------------------------------------------------------------ requester side
+
+    def submit(
+        self,
+        kind: str,
+        *,
+        timeout_s: float = 600.0,
+        generation: int | None = None,
+        requested_by: str = "",
+    ) -> ControlRequest:
+        """Write a new request; it expires `timeout_s` seconds from now.
+
+        :raises ConfigError: unknown `kind`, non-positive `timeout_s` or bad `generation`.
+        """
+        if kind not in KINDS:
+            raise ConfigError(f"control request kind {kind!r} is invalid; expected one of {', '.join(KINDS)}")
+        if (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, (int, float))
+            or not math.isfinite(timeout_s)
+            or timeout_s <= 0
+        ):
+            raise ConfigError(f"control request timeout_s={timeout_s!r} is invalid; expected a number of seconds > 0")
+        if generation is not None and (isinstance(generation, bool) or not isinstance(generation, int) or generation < 1):
+            raise ConfigError(f"control request generation={generation!r} is invalid; expected an integer >= 1 or None")
+        now = self.clock()
+        request = ControlRequest(
+            id=new_request_id(now),
+            kind=kind,
+            job=self.catalog.job,
+            created_at=now,
+            deadline=now + float(timeout_s),
+            generation=generation,
+            requested_by=str(requested_by),
+        )
+        self.store.put_if_absent(_request_key(request.id), json.dumps(request.to_json(), sort_keys=True).encode())
+        self._requests[request.id] = request
+        log.info("submitted %s request %s to job %r (deadline in %.0f s)", kind, request.id, self.catalog.job, timeout_s)
+        return request
+
+    def result(self, request_id: str) -> ControlResult:
+        """Where request `request_id` stands.
+
+        :raises ControlError: there is no such request, or its records are unreadable.
+        """
+        _check_request_id(request_id)
+        stored = self._stored_result(request_id)
+        if stored is not None:
+            return stored
+        claim = self._claim(request_id)
+        if claim is not None:
+            return ControlResult(request_id, claim.state, claim.generation, error=claim.reason or None, updated_at=claim.at)
+        request = self._request(request_id)
+        if request.expired(self.clock()):
+            return ControlResult(
+                request_id, "expired", request.generation,
+                error=f"nobody acknowledged it before its deadline {_iso(request.deadline)}",
+                updated_at=request.deadline,
+            )
+        return ControlResult(request_id, "pending", request.generation, updated_at=request.created_at)
+
+    def wait(
+        self,
+        request_id: str,
+        *,
+        timeout_s: float,
+        poll_s: float = 1.0,
+        is_alive: Callable[[], bool] | None = None,
+    ) -> ControlResult:
+        """Block until request `request_id` completes and return its result.
+
+        :raises ControlError: it failed or expired, `timeout_s` passed, or `is_alive()`
+            returned False (the job died); the message names the request, job and why.
+        """
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s >= 0:
+            raise ConfigError(f"wait timeout_s={timeout_s!r} is invalid; expected a number of seconds >= 0")
+        if isinstance(poll_s, bool) or not isinstance(poll_s, (int, float)) or not poll_s > 0:
+            raise ConfigError(f"wait poll_s={poll_s!r} is invalid; expected a number of seconds > 0")
+        request = self._request(request_id)
+        what = f"{request.kind} request {request_id} of job {self.catalog.job!r}"
+        give_up_at = time.monotonic() + timeout_s
+        while True:
+            current = self.result(request_id)
+            if current.finished:
+                return self._outcome(what, current)
+            if current.state == "pending" and request.expired(self.clock()):
+                current = self._withdraw(request, "nobody acknowledged it before its deadline")
+                if current.finished:
+                    return self._outcome(what, current)
+            if is_alive is not None and not is_alive():
+                current = self.result(request_id)  # it may have finished just before the job exited
+                if current.state == "pending":
+                    current = self._withdraw(request, "the job is not running")
+                    if current.state == "expired":
+                        raise ControlError(
+                            f"{what} was not taken: the job is not running (no live run with a fresh "
+                            "heartbeat; see `sparkpoint status`); the request was withdrawn"
+                        )
+                if current.finished:
+                    return self._outcome(what, current)
+                raise ControlError(
+                    f"{what} was acknowledged by generation {current.generation} but the job stopped "
+                    "before finishing it (see `sparkpoint status` and the job's driver log)"
+                )
+            remaining = give_up_at - time.monotonic()
+            if remaining <= 0:
+                if current.state == "pending":
+                    current = self._withdraw(request, f"the requester stopped waiting after {timeout_s:g} s")
+                    if current.state == "expired":
+                        raise ControlError(
+                            f"{what} timed out after {timeout_s:g} s: no job acknowledged it (is the job "
+                            "running and polling for control requests?); the request was withdrawn"
+                        )
+                if current.finished:
+                    return self._outcome(what, current)
+                raise ControlError(
+                    f"{what} timed out after {timeout_s:g} s: acknowledged by generation {current.generation} "
+                    f"but not finished; it may still complete (check `sparkpoint status`)"
+                )
+            time.sleep(min(poll_s, remaining))
+
+    def _outcome(self, what: str, result: ControlResult) -> ControlResult:
+        if result.state == "completed":
+            return result
+        if result.state == "failed":
+            by = f" in generation {result.generation}" if result.generation is not None else ""
+            raise ControlError(f"{what} failed{by}: {result.error or 'no reason given'}")
+        raise ControlError(f"{what} expired: {result.error or 'nobody acknowledged it in time'}")
+
+    def _withdraw(self, request: ControlRequest, reason: str) -> ControlResult:
+        """Claim an unacknowledged request as expired, so no job takes it later."""
+        now = self.clock()
+        try:
+            self.store.put_if_absent(_ack_key(request.id), _Claim("expired", None, now, reason).to_bytes(request.id))
+        except ObjectExists:
+            return self.result(request.id)  # a job took it in the meantime
+        self._put_result(ControlResult(request.id, "expired", request.generation, error=reason, updated_at=now))
+        log.info("withdrew control request %s of job %r: %s", request.id, self.catalog.job, reason)
+        return self.result(request.id)
+
+    # ------------------------------------------------------------------ job side
+
+    def pending(self, generation: int | None = None) -> list[ControlRequest]:
+        """Requests nobody took yet and that have not expired, oldest first.
+
+        With `generation`, only requests addressed to it or to no particular generation.
+        """
+        ids, taken = self._scan()
+        now = self.clock()
+        result = []
+        for request_id in ids:
+            if request_id in taken:
+                continue
+            try:
+                request = self._request(request_id)
+            except ControlError as exc:
+                log.warning("ignoring unreadable control request %s/%s: %s", self.catalog.uri,
+                            _request_key(request_id), exc)
+                continue
+            if request.expired(now) or request.job != self.catalog.job:
+                continue
+            if generation is not None and request.generation not in (None, generation):
+                continue
+            result.append(request)
+        return sorted(result, key=lambda r: (r.created_at, r.id))
+
+    def acknowledge(self, request: ControlRequest, generation: int) -> None:
+        """Take `request` for `generation` (atomic create of the ack).
+
+        :raises ObjectExists: another job (or a waiter that gave up) took it first.
+        :raises ControlError: it is expired or addressed to another generation.
+        """
+        if request.generation is not None and request.generation != generation:
+            raise ControlError(
+                f"{request.kind} request {request.id} of job {self.catalog.job!r} is addressed to generation "
+                f"{request.generation}, not {generation}"
+            )
+        now = self.clock()
+        if request.expired(now):
+            raise ControlError(
+                f"{request.kind} request {request.id} of job {self.catalog.job!r} expired at {_iso(request.deadline)}"
+            )
+        self.store.put_if_absent(_ack_key(request.id), _Claim("acknowledged", generation, now).to_bytes(request.id))
+        log.info("generation %d of job %r acknowledged %s request %s", generation, self.catalog.job,
+                 request.kind, request.id)
+
+    def complete(
+        self,
+        request: ControlRequest,
+        *,
+        generation: int,
+        savepoint: str | None = None,
+        batch_id: int | None = None,
+    ) -> None:
+        """Record success. The request must have been acknowledged by `generation`.
+
+        :raises ControlError: it was not acknowledged by `generation`, or already has
+            a different result.
+        """
+        claim = self._claim(request.id)
+        if claim is None or claim.state != "acknowledged" or claim.generation != generation:
+            owner = "nobody" if claim is None else (
+                f"generation {claim.generation}" if claim.state == "acknowledged" else f"the requester ({claim.state})"
+            )
+            raise ControlError(
+                f"cannot complete {request.kind} request {request.id} of job {self.catalog.job!r} as generation "
+                f"{generation}: it was taken by {owner}"
+            )
+        self._put_result(ControlResult(request.id, "completed", generation, savepoint, batch_id, None, self.clock()))
+
+    def fail(self, request: ControlRequest, *, generation: int | None, error: str) -> None:
+        """Record failure; an unacknowledged request is claimed first so no job takes it.
+
+        :raises ControlError: another generation owns the request, or it already has a
+            different result.
+        """
+        now = self.clock()
+        claim = self._claim(request.id)
+        if claim is None:
+            try:
+                self.store.put_if_absent(_ack_key(request.id), _Claim("failed", generation, now, error).to_bytes(request.id))
+            except ObjectExists:
+                pass
+            claim = self._claim(request.id)
+        if (
+            claim is not None
+            and claim.state == "acknowledged"
+            and generation is not None
+            and claim.generation != generation
+        ):
+            raise ControlError(
+                f"cannot fail {request.kind} request {request.id} of job {self.catalog.job!r} as generation "
+                f"{generation}: it was taken by generation {claim.generation}"
+            )
+        self._put_result(ControlResult(request.id, "failed", generation, None, None, str(error), now))
+
+    # ------------------------------------------------------------------ housekeeping
+
+    def cleanup(self, older_than_s: float = 86400) -> int:
+        """Delete the files of requests that finished (or expired) more than
+        `older_than_s` seconds ago; return how many requests were removed.
+        Pending requests and requests a job is still working on are kept."""
+        if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or not older_than_s >= 0:
+            raise ConfigError(f"cleanup older_than_s={older_than_s!r} is invalid; expected a number of seconds >= 0")
+        now = self.clock()
+        by_id: dict[str, list[str]] = {}
+        for info in self.store.list(layout.CONTROL):
+            match = _FILE_RE.match(info.key.rsplit("/", 1)[-1])
+            if match:
+                by_id.setdefault(match.group(1), []).append(info.key)
+        removed = 0
+        for request_id, keys in sorted(by_id.items()):
+            finished_at = self._finished_at(request_id, keys)
+            if finished_at is not None and now - finished_at >= older_than_s:
+                # The request file last: until it is gone the id stays visible.
+                self.store.delete(sorted(keys, key=lambda k: k.endswith(".request.json")))
+                self._requests.pop(request_id, None)
+                removed += 1
+        if removed:
+            log.info("removed %d finished control requests of job %r", removed, self.catalog.job)
+        return removed
+
+    def _finished_at(self, request_id: str, keys: list[str]) -> float | None:
+        """When the request reached a final state, or None while it is still live."""
+        try:
+            stored = self._stored_result(request_id)
+        except ControlError:
+            stored = None
+        if stored is not None:
+            return stored.updated_at
+        try:
+            request = self._request(request_id)
+        except ControlError:  # an orphaned ack/result, or an unreadable request: age by the id
+            return int(request_id.split("-", 1)[0]) / 1000.0
+        if self.clock() > request.deadline:
+            return request.deadline
+        return None
+
+    # ------------------------------------------------------------------ reading
+
+    def _scan(self) -> tuple[list[str], set[str]]:
+        """(ids of every request file, ids that are acknowledged or have a result)."""
+        ids: list[str] = []
+        taken: set[str] = set()
+        for info in self.store.list(layout.CONTROL):
+            match = _FILE_RE.match(info.key.rsplit("/", 1)[-1])
+            if not match:
+                continue
+            if match.group(2) == "request":
+                ids.append(match.group(1))
+            else:
+                taken.add(match.group(1))
+        return ids, taken
+
+    def _request(self, request_id: str) -> ControlRequest:
+        _check_request_id(request_id)
+        cached = self._requests.get(request_id)
+        if cached is not None:
+            return cached
+        key = _request_key(request_id)
+        try:
+            data = self.store.get(key)
+        except ObjectNotFound:
+            raise ControlError(
+                f"control request {request_id} of job {self.catalog.job!r} does not exist under {self.catalog.uri}"
+            ) from None
+        try:
+            request = ControlRequest.from_json(json.loads(data))
+        except (ValueError, AttributeError) as exc:
+            raise ControlError(f"{self.catalog.uri}/{key} is unreadable: {exc}") from None
+        if request.id != request_id:
+            raise ControlError(f"{self.catalog.uri}/{key} holds request {request.id!r}, not {request_id!r}")
+        self._requests[request_id] = request
+        return request
+
+    def _claim(self, request_id: str) -> _Claim | None:
+        try:
+            return _Claim.from_bytes(self.store.get(_ack_key(request_id)))
+        except ObjectNotFound:
+            return None
+
+    def _stored_result(self, request_id: str) -> ControlResult | None:
+        key = _result_key(request_id)
+        try:
+            data = self.store.get(key)
+        except ObjectNotFound:
+            return None
+        try:
+            return ControlResult.from_json(json.loads(data))
+        except (ValueError, AttributeError) as exc:
+            raise ControlError(f"{self.catalog.uri}/{key} is unreadable: {exc}") from None
+
+    def _put_result(self, result: ControlResult) -> None:
+        """Write the final result once; repeating the same outcome is a no-op."""
+        body = json.dumps(result.to_json(), sort_keys=True).encode("utf-8")
+        try:
+            self.store.put_if_absent(_result_key(result.request_id), body)
+        except ObjectExists:
+            existing = self._stored_result(result.request_id)
+            if existing is not None and (existing.state, existing.generation) == (result.state, result.generation):
+                return
+            shown = "unreadable" if existing is None else existing.state
+            raise ControlError(
+                f"control request {result.request_id} of job {self.catalog.job!r} already has a result "
+                f"({shown}); cannot record {result.state}"
+            ) from None
+
+
+def _iso(epoch: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
