@@ -20,9 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import layout
-from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, SnapshotStats, TransactionRecord
+from airflow_sparkpoint.checkpoints.metadata import (
+    FileRef,
+    SnapshotMetadata,
+    SnapshotStats,
+    TransactionRecord,
+)
 from airflow_sparkpoint.exceptions import (
+    ConfigError,
     CorruptMetadata,
+    InvalidPath,
     ObjectExists,
     ObjectNotFound,
     RestoreError,
@@ -120,17 +127,37 @@ class Catalog:
                 raise CorruptMetadata(f"{uri}/_metadata belongs to job {meta.job!r}, not {self.job!r}")
             if meta.kind != kind:
                 raise CorruptMetadata(f"{uri}/_metadata says kind {meta.kind!r}, expected {kind!r}")
-            self._check_files(meta, present, base, uri)
+            if meta.id != sid:
+                raise CorruptMetadata(f"{uri}/_metadata describes {meta.kind} {meta.id}, not {sid}")
+            self._check_files(meta, present, base, uri, key)
         except CorruptMetadata as exc:
             return SnapshotEntry(kind, sid, uri, key, error=str(exc))
         return SnapshotEntry(kind, sid, uri, key, metadata=meta)
 
-    def _check_files(self, meta: SnapshotMetadata, present: Mapping[str, int] | None, base: str, uri: str) -> None:
+    def _check_files(
+        self, meta: SnapshotMetadata, present: Mapping[str, int] | None, base: str, uri: str, key: str
+    ) -> None:
+        """Every referenced file exists with its recorded size.
+
+        `present` is a listing that covers ``shared/`` (checkpoints) or the snapshot's own
+        directory (savepoints); keys outside it are looked up with one listing of the
+        snapshot directory and, failing that, one stat each.
+        """
+        listed: Mapping[str, int] = present or {}
+        own: dict[str, int] = {}
+        own_dir = f"{key}/"
+        own_listed = False
         for ref in meta.files:
             full = f"{base}{ref.key}"
-            if present is not None:
-                size = present.get(full)
-            else:
+            size = listed.get(full, own.get(full))
+            if size is None and full.startswith(own_dir) and not own_listed:
+                own.update((info.key, info.size) for info in self.store.list(key))
+                own_listed = True
+                size = own.get(full)
+            proven_absent = (present is not None and self._covered(full, base)) or (
+                own_listed and full.startswith(own_dir)
+            )
+            if size is None and not proven_absent:
                 try:
                     size = self.store.stat(full).size
                 except ObjectNotFound:
@@ -139,6 +166,11 @@ class Catalog:
                 raise CorruptMetadata(f"{uri}: referenced file {ref.key} is missing")
             if size != ref.size:
                 raise CorruptMetadata(f"{uri}: referenced file {ref.key} has {size} bytes, expected {ref.size}")
+
+    @staticmethod
+    def _covered(full: str, base: str) -> bool:
+        """Whether the `present` listing for `base` covers `full` (absence there is proof)."""
+        return full.startswith(base) if base else full.startswith(f"{layout.SHARED}/")
 
     def _shared_sizes(self) -> dict[str, int]:
         # One paginated listing instead of a request per referenced file.
@@ -186,9 +218,10 @@ class Catalog:
     def checkpoint_uri(self, checkpoint_id: int) -> str:
         return f"{self.uri}/{layout.checkpoint_dir(checkpoint_id)}"
 
-    def shared_key(self, lineage: str, path: str, sha256: str) -> str:
-        """Where an immutable file of Spark's checkpoint location is stored, once."""
-        return f"{layout.SHARED}/{normalize_key(lineage)}/{normalize_key(path)}~{sha256[:16]}"
+    def shared_key(self, path: str, sha256: str) -> str:
+        """Where a file of Spark's checkpoint location is stored: content-addressed per
+        path, so a re-executed batch that rewrites a file never collides with the old one."""
+        return f"{layout.SHARED}/{normalize_key(path)}~{sha256[:16]}"
 
     def complete_checkpoint(self, meta: SnapshotMetadata) -> str:
         """Write ``chk-<id>/_metadata`` last, after checking the writer's generation.
@@ -211,8 +244,12 @@ class Catalog:
         garbage. Shared files younger than `grace_seconds` are kept, so a collector run
         from outside the job never races a checkpoint that is still uploading.
         """
-        if num_retained < 1:
-            raise ValueError(f"num_retained must be >= 1, got {num_retained}")
+        if isinstance(num_retained, bool) or not isinstance(num_retained, int) or num_retained < 1:
+            raise ConfigError(
+                f"checkpoint numRetained={num_retained!r} is invalid; expected an integer >= 1"
+            )
+        if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float)) or not grace_seconds >= 0:
+            raise ConfigError(f"retention grace_seconds={grace_seconds!r} is invalid; expected seconds >= 0")
         entries = self.list_checkpoints()
         valid = [e for e in entries if e.valid]
         keep = valid[:num_retained]
@@ -279,13 +316,20 @@ class Catalog:
         suffix = uuid.uuid4().hex[:8]
         sp_id = meta.id if meta.kind == "checkpoint" else self.next_checkpoint_id()
         sp_key = layout.savepoint_dir(sp_id, suffix)
-        same_store = source.files_store.uri.rstrip("/") == self.store.uri.rstrip("/")
+        # Within this job's store (a checkpoint, or another savepoint of the job) copy
+        # server-side; from anywhere else, read and write the bytes.
+        src_uri, own_uri = source.files_store.uri.rstrip("/"), self.store.uri.rstrip("/")
+        src_prefix: str | None = None
+        if src_uri == own_uri:
+            src_prefix = ""
+        elif src_uri.startswith(own_uri + "/"):
+            src_prefix = src_uri[len(own_uri) + 1:] + "/"
         files = []
         copied = 0
         for ref in meta.files:
             dst = f"{sp_key}/files/{normalize_key(ref.path)}"
-            if same_store:
-                self.store.copy(ref.key, dst)
+            if src_prefix is not None:
+                self.store.copy(src_prefix + ref.key, dst)
             else:
                 self.store.put(dst, source.files_store.get(ref.key))
             files.append(FileRef(path=ref.path, key=f"files/{normalize_key(ref.path)}", size=ref.size,
@@ -312,29 +356,48 @@ class Catalog:
         return SnapshotHandle(uri=uri, metadata=sp_meta, files_store=self.store.child(sp_key))
 
     def dispose(self, uri: str) -> int:
-        """Delete a savepoint (or a checkpoint) of this job by URI or by its directory key.
+        """Delete a savepoint (or a checkpoint) of this job by URI, path or directory key
+        (``chk-7``, ``savepoints/savepoint-7-ab12cd34``); return how many objects were deleted.
 
         :raises RestoreError: the path is not a snapshot directory of this job.
+        :raises InvalidPath: the path is malformed or contains ``..``.
         """
         key = self._key_of(uri)
         if not (layout.CHK_RE.match(key) or (key.startswith(f"{layout.SAVEPOINTS}/")
                                              and layout.SAVEPOINT_RE.match(key.split("/", 1)[1]))):
-            raise RestoreError(f"{uri} is not a checkpoint or savepoint directory of job {self.job!r} ({self.uri})")
+            raise RestoreError(
+                f"{uri} is not a checkpoint or savepoint directory of job {self.job!r} ({self.uri}); "
+                "expected chk-<id> or savepoints/savepoint-<id>-<suffix> (see `sparkpoint list`)"
+            )
+        keys = [info.key for info in self.store.list(key)]
+        # _metadata first: from that moment the snapshot is incomplete, never half-deleted.
         self.store.delete([f"{key}/{layout.METADATA}"])
-        return self.store.delete_prefix(key)
+        self.store.delete(keys)
+        log.info("disposed %s/%s (%d objects)", self.uri, key, len(keys))
+        return len(keys)
 
     def _key_of(self, uri: str) -> str:
-        text = uri.rstrip("/")
-        base = self.uri.rstrip("/")
-        if text.startswith(base + "/"):
-            text = text[len(base) + 1:]
-        elif "://" in text or text.startswith("/"):
-            local = base[len("file://"):] if base.startswith("file://") else None
-            if local and text.startswith(local + "/"):
-                text = text[len(local) + 1:]
-            else:
-                raise RestoreError(f"{uri} is outside job {self.job!r} ({self.uri})")
-        return normalize_key(text)
+        """The key, relative to the job root, of a URI, path or key naming something inside it.
+
+        :raises InvalidPath: malformed, or contains ``..``/``.`` segments.
+        :raises RestoreError: it points outside this job's root (another bucket, job or directory).
+        """
+        from airflow_sparkpoint.storage import split_uri
+
+        if not isinstance(uri, str) or not uri.strip():
+            raise InvalidPath(f"snapshot path {uri!r} is empty; expected a URI, a path or a key like chk-7")
+        text = uri.strip()
+        body = text.split("://", 1)[1] if "://" in text else text
+        if any(part in (".", "..") for part in body.split("/")):
+            raise InvalidPath(f"snapshot path {uri!r} contains '.' or '..' segments; give the path as listed")
+        if "://" not in text and not text.startswith("/"):
+            return normalize_key(text)  # a key relative to the job root
+        scheme, bucket, path = split_uri(text)
+        own_scheme, own_bucket, own_path = split_uri(self.uri)
+        path, own_path = path.rstrip("/"), own_path.rstrip("/")
+        if (scheme, bucket) != (own_scheme, own_bucket) or not path.startswith(own_path + "/" if own_path else ""):
+            raise RestoreError(f"{uri} is outside job {self.job!r} ({self.uri})")
+        return normalize_key(path[len(own_path):].lstrip("/"))
 
     # ------------------------------------------------------------------ restore targets
 
@@ -343,7 +406,9 @@ class Catalog:
 
         :raises RestoreError: it is missing or invalid.
         """
-        entry = self._read_entry("checkpoint", checkpoint_id, layout.checkpoint_dir(checkpoint_id), None, "")
+        entry = self._read_entry(
+            "checkpoint", checkpoint_id, layout.checkpoint_dir(checkpoint_id), self._shared_sizes(), ""
+        )
         if entry.metadata is None:
             raise RestoreError(f"checkpoint {entry.uri} is not usable: {entry.error}")
         return SnapshotHandle(entry.uri, entry.metadata, self.store)
@@ -396,7 +461,7 @@ class Catalog:
                 continue
             try:
                 records.append(TransactionRecord.from_json(json.loads(self.store.get(info.key))))
-            except (ObjectNotFound, ValueError, KeyError, CorruptMetadata) as exc:
+            except (ObjectNotFound, ValueError, KeyError, TypeError, AttributeError, CorruptMetadata) as exc:
                 log.warning("skipping unreadable transaction record %s/%s: %s", self.uri, info.key, exc)
         return sorted(records, key=lambda r: (r.batch_id, r.generation))
 
@@ -410,12 +475,16 @@ class Catalog:
 
     def read_status(self) -> dict[str, Any] | None:
         try:
-            return dict(json.loads(self.store.get(layout.STATUS)))
+            raw = json.loads(self.store.get(layout.STATUS))
         except ObjectNotFound:
             return None
         except ValueError as exc:
             log.warning("status record %s/%s is unreadable: %s", self.uri, layout.STATUS, exc)
             return None
+        if not isinstance(raw, dict):
+            log.warning("status record %s/%s is not a JSON object", self.uri, layout.STATUS)
+            return None
+        return raw
 
 
 def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None) -> SnapshotHandle:
@@ -443,12 +512,19 @@ def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None)
         files_store = open_storage(parent, **dict(storage_options or {}))
     else:
         files_store = store
+    # One listing per top-level directory the files live in, not one request per file.
+    present: dict[str, int] = {}
+    for top in sorted({ref.key.split("/", 1)[0] for ref in meta.files if "/" in ref.key}):
+        present.update((info.key, info.size) for info in files_store.list(top))
     for ref in meta.files:
-        try:
-            size = files_store.stat(ref.key).size
-        except ObjectNotFound:
-            raise RestoreError(f"restore target {uri} is incomplete: file {ref.key} is missing") from None
+        size = present.get(ref.key)
+        if size is None and "/" not in ref.key:
+            try:
+                size = files_store.stat(ref.key).size
+            except ObjectNotFound:
+                size = None
+        if size is None:
+            raise RestoreError(f"restore target {uri} is incomplete: file {ref.key} is missing")
         if size != ref.size:
             raise RestoreError(f"restore target {uri} is corrupt: file {ref.key} has {size} bytes, expected {ref.size}")
     return SnapshotHandle(uri.rstrip("/"), meta, files_store)
-

@@ -3,7 +3,7 @@
 ::
 
     <job>/chk-<id>/_metadata                      completed checkpoint (written last)
-    <job>/shared/<lineage>/<path>~<sha12>         immutable files shared by checkpoints
+    <job>/shared/<path>~<sha16>                  files shared by checkpoints (content-addressed)
     <job>/savepoints/savepoint-<id>-<suffix>/_metadata, files/<path>
     <job>/generations/<generation>                one object per job start (atomic create)
     <job>/txn/<batch>-g<generation>.json          sink pre-commit records

@@ -46,3 +46,7 @@ class JobStatus:
     def from_json(cls, data: Mapping[str, Any]) -> JobStatus:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
+
+
+def result_key(generation: int) -> str:
+    return f"results/{generation:012d}.json"

@@ -1,0 +1,223 @@
+"""`spark.sparkpoint.*` configuration: parsed and validated before anything is written.
+
+Pure Python (no Spark), so the Airflow operator validates the same way the job does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_sparkpoint.checkpoints.layout import validate_job_name
+from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
+from airflow_sparkpoint.storage import split_uri
+
+PREFIX = "spark.sparkpoint."
+
+KEYS: dict[str, str] = {
+    "dir": "storage root: file:///..., a plain path, or s3://bucket/prefix (required)",
+    "job": "pipeline name (required)",
+    "workDir": "Spark's live checkpoint location (default <dir>/<job>/live for Hadoop-writable dirs)",
+    "restore": "latest, none, or a savepoint/checkpoint path (default latest)",
+    "restore.force": "true to start with empty state although the job has checkpoints (default false)",
+    "restore.allowForeignJob": "true to restore a snapshot of another job (default false)",
+    "restore.sinkAhead": "fail or rewind: what to do when a sink committed past the snapshot (default fail)",
+    "trigger": "availableNow or processingTime:<interval> (default availableNow)",
+    "checkpoint.interval": "min time between retained checkpoints, 0 = every batch (default 0)",
+    "checkpoint.numRetained": "completed checkpoints kept (default 3)",
+    "checkpoint.timeout": "a checkpoint slower than this is abandoned (default 10min)",
+    "checkpoint.tolerableFailures": "consecutive failed checkpoints before the job fails (default 0)",
+    "commit.mode": "checkpoint or external (default checkpoint)",
+    "control.pollInterval": "how often the job looks for savepoint/stop requests (default 2s)",
+    "stateStore": "rocksdb or hdfs (default rocksdb)",
+    "s3.endpoint": "S3-compatible endpoint URL (default: AWS)",
+    "s3.region": "S3 region (default: AWS default chain)",
+}
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)?\s*$", re.I)
+_UNITS = {"ms": 0.001, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60, "min": 60,
+          "mins": 60, "minute": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600}
+
+
+def parse_duration(key: str, value: str) -> float:
+    """Parse ``500ms``, ``2s``, ``10min``, ``1h`` or a bare number of seconds.
+
+    :raises ConfigError: naming the key, the value and the accepted forms.
+    """
+    match = _DURATION_RE.match(str(value))
+    if not match:
+        raise ConfigError(
+            f"{PREFIX}{key}={value!r} is not a duration; expected e.g. '0', '500ms', '2s', '10min' or '1h'"
+        )
+    unit = (match.group(2) or "s").lower()
+    return float(match.group(1)) * _UNITS[unit]
+
+
+def _parse_int(key: str, value: str, minimum: int) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise ConfigError(f"{PREFIX}{key}={value!r} is not an integer; expected an integer >= {minimum}") from None
+    if number < minimum:
+        raise ConfigError(f"{PREFIX}{key}={value!r} is too small; expected an integer >= {minimum}")
+    return number
+
+
+def _parse_bool(key: str, value: str) -> bool:
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"{PREFIX}{key}={value!r} is not a boolean; expected true or false")
+
+
+def _choice(key: str, value: str, allowed: tuple[str, ...]) -> str:
+    for option in allowed:
+        if str(value).strip().lower() == option.lower():
+            return option
+    raise ConfigError(f"{PREFIX}{key}={value!r} is not allowed; expected one of: {', '.join(allowed)}")
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """``availableNow`` (drain then finish) or ``processingTime`` every `interval_s`."""
+
+    kind: str
+    interval_s: float = 0.0
+
+    def spark_kwargs(self) -> dict[str, Any]:
+        if self.kind == "availableNow":
+            return {"availableNow": True}
+        return {"processingTime": f"{int(self.interval_s * 1000)} milliseconds"}
+
+    def __str__(self) -> str:
+        return "availableNow" if self.kind == "availableNow" else f"processingTime:{self.interval_s:g}s"
+
+
+def parse_trigger(value: str) -> Trigger:
+    """:raises ConfigError: not ``availableNow`` nor ``processingTime:<interval>``."""
+    text = str(value).strip()
+    if text.lower() == "availablenow":
+        return Trigger("availableNow")
+    if text.lower().startswith("processingtime:"):
+        interval = parse_duration("trigger", text.split(":", 1)[1])
+        if interval <= 0:
+            raise ConfigError(f"{PREFIX}trigger={value!r} needs a positive interval, e.g. processingTime:10s")
+        return Trigger("processingTime", interval)
+    raise ConfigError(f"{PREFIX}trigger={value!r} is not allowed; expected availableNow or processingTime:<interval>")
+
+
+@dataclass(frozen=True)
+class SparkpointConfig:
+    """Validated `spark.sparkpoint.*` settings."""
+
+    dir: str
+    job: str
+    work_dir: str | None = None
+    restore: str = "latest"
+    restore_force: bool = False
+    restore_allow_foreign_job: bool = False
+    restore_sink_ahead: str = "fail"
+    trigger: Trigger = field(default_factory=lambda: Trigger("availableNow"))
+    checkpoint_interval_s: float = 0.0
+    num_retained: int = 3
+    checkpoint_timeout_s: float = 600.0
+    tolerable_failures: int = 0
+    commit_mode: str = "checkpoint"
+    poll_interval_s: float = 2.0
+    state_store: str = "rocksdb"
+    s3_endpoint: str | None = None
+    s3_region: str | None = None
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """Options for `open_storage` and sinks; credentials come from the environment."""
+        options: dict[str, Any] = {}
+        if self.s3_endpoint:
+            options["endpoint_url"] = self.s3_endpoint
+        if self.s3_region:
+            options["region_name"] = self.s3_region
+        return options
+
+    @property
+    def dir_is_s3(self) -> bool:
+        return split_uri(self.dir)[0] == "s3"
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, str]) -> SparkpointConfig:
+        """Build from a Spark conf mapping (keys with or without the ``spark.sparkpoint.`` prefix).
+
+        :raises ConfigError: an unknown key, a missing required key or a bad value; the
+            message names the key, the value and what is allowed.
+        """
+        values: dict[str, str] = {}
+        for key, value in conf.items():
+            short = key[len(PREFIX):] if key.startswith(PREFIX) else key
+            if key.startswith(PREFIX) or short in KEYS:
+                if short not in KEYS:
+                    known = ", ".join(PREFIX + k for k in KEYS)
+                    raise ConfigError(f"{PREFIX}{short} is not a known setting; known settings: {known}")
+                values[short] = str(value)
+        for required in ("dir", "job"):
+            if not values.get(required, "").strip():
+                raise ConfigError(f"{PREFIX}{required} is required ({KEYS[required]})")
+        try:
+            split_uri(values["dir"])
+        except InvalidPath as exc:
+            raise ConfigError(f"{PREFIX}dir={values['dir']!r} is invalid: {exc}") from None
+        job = validate_job_name(values["job"].strip())
+        restore = values.get("restore", "latest").strip()
+        if not restore:
+            raise ConfigError(f"{PREFIX}restore='' is empty; expected latest, none, or a savepoint/checkpoint path")
+        if restore.lower() in ("latest", "none"):
+            restore = restore.lower()
+        else:
+            try:
+                split_uri(restore)
+            except InvalidPath as exc:
+                raise ConfigError(f"{PREFIX}restore={restore!r} is invalid: {exc}") from None
+        work_dir = values.get("workDir", "").strip() or None
+        if work_dir is not None:
+            scheme = work_dir.split("://", 1)[0].lower() if "://" in work_dir else "file"
+            if scheme not in ("file", "hdfs", "s3a", "abfs", "abfss", "gs", "viewfs", "dbfs"):
+                raise ConfigError(
+                    f"{PREFIX}workDir={work_dir!r} has scheme {scheme!r}; expected a Hadoop filesystem path "
+                    "(a local path, file://, hdfs://, s3a://, abfs://, gs://)"
+                )
+        interval = parse_duration("checkpoint.interval", values.get("checkpoint.interval", "0"))
+        timeout = parse_duration("checkpoint.timeout", values.get("checkpoint.timeout", "10min"))
+        if timeout <= 0:
+            raise ConfigError(f"{PREFIX}checkpoint.timeout={values['checkpoint.timeout']!r} must be positive")
+        poll = parse_duration("control.pollInterval", values.get("control.pollInterval", "2s"))
+        if poll <= 0:
+            raise ConfigError(f"{PREFIX}control.pollInterval={values['control.pollInterval']!r} must be positive")
+        endpoint = values.get("s3.endpoint", "").strip() or None
+        if endpoint is not None and not re.match(r"^https?://[^\s/]+", endpoint):
+            raise ConfigError(f"{PREFIX}s3.endpoint={endpoint!r} is not a URL; expected e.g. http://minio:9000")
+        return cls(
+            dir=values["dir"].strip(),
+            job=job,
+            work_dir=work_dir,
+            restore=restore,
+            restore_force=_parse_bool("restore.force", values.get("restore.force", "false")),
+            restore_allow_foreign_job=_parse_bool(
+                "restore.allowForeignJob", values.get("restore.allowForeignJob", "false")
+            ),
+            restore_sink_ahead=_choice("restore.sinkAhead", values.get("restore.sinkAhead", "fail"),
+                                       ("fail", "rewind")),
+            trigger=parse_trigger(values.get("trigger", "availableNow")),
+            checkpoint_interval_s=interval,
+            num_retained=_parse_int("checkpoint.numRetained", values.get("checkpoint.numRetained", "3"), 1),
+            checkpoint_timeout_s=timeout,
+            tolerable_failures=_parse_int(
+                "checkpoint.tolerableFailures", values.get("checkpoint.tolerableFailures", "0"), 0
+            ),
+            commit_mode=_choice("commit.mode", values.get("commit.mode", "checkpoint"), ("checkpoint", "external")),
+            poll_interval_s=poll,
+            state_store=_choice("stateStore", values.get("stateStore", "rocksdb"), ("rocksdb", "hdfs")),
+            s3_endpoint=endpoint,
+            s3_region=values.get("s3.region", "").strip() or None,
+        )

@@ -1,0 +1,273 @@
+"""The checkpoint coordinator: turns confirmed micro-batches into retained checkpoints
+and sink commits (Flink's CheckpointCoordinator + notifyCheckpointComplete).
+
+Runs in the driver, in one thread, so checkpoints, savepoints and commits never
+interleave. Knows nothing of Spark beyond the files of the live checkpoint location.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_sparkpoint.checkpoints import Catalog, FileRef, SnapshotHandle, SnapshotMetadata, SnapshotStats
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.exceptions import CatalogError, SparkpointError, StaleGeneration, StorageError
+from airflow_sparkpoint.runtime import faults, livedir
+from airflow_sparkpoint.sinks.base import Sink
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 8 * 1024 * 1024
+
+
+class CheckpointAbandoned(SparkpointError):
+    """A checkpoint ran past `checkpoint.timeout` and was abandoned."""
+
+
+@dataclass
+class IndexEntry:
+    size: int
+    mtime_ns: int
+    ref: FileRef
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class Coordinator:
+    """Takes incremental checkpoints of a local live location and commits sink transactions."""
+
+    def __init__(
+        self,
+        *,
+        catalog: Catalog,
+        sink: Sink,
+        generation: int,
+        live_root: str,
+        commit_mode: str,
+        interval_s: float,
+        num_retained: int,
+        timeout_s: float,
+        tolerable_failures: int,
+        spark_info: Mapping[str, Any] | None = None,
+        on_status: Callable[[], None] | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.sink = sink
+        self.generation = generation
+        self.live_root = live_root
+        self.commit_mode = commit_mode
+        self.interval_s = interval_s
+        self.num_retained = num_retained
+        self.timeout_s = timeout_s
+        self.tolerable_failures = tolerable_failures
+        self.spark_info = dict(spark_info or {})
+        self._on_status = on_status
+        self._lock = threading.Lock()
+        self.index: dict[str, IndexEntry] = {}
+        self.pending: dict[tuple[int, int], TransactionRecord] = {}
+        self.last_checkpoint: SnapshotMetadata | None = None
+        self.last_checkpoint_at = 0.0
+        self.confirmed_batch: int | None = None
+        self.consecutive_failures = 0
+        self.checkpoints_completed = 0
+        self.batches_committed: list[int] = []
+        self.sink_positions: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ inputs
+
+    def seed(self, snapshot: SnapshotMetadata | None, index: Mapping[str, IndexEntry]) -> None:
+        """Start from a restored snapshot: reuse its stored files and keep its pending
+        transactions (in ``external`` mode they still wait for the commit step)."""
+        self.index = dict(index)
+        self.last_checkpoint = snapshot if snapshot is not None and snapshot.kind == "checkpoint" else None
+        if snapshot is not None:
+            self.confirmed_batch = snapshot.batch_id
+            self.sink_positions = dict(snapshot.sink_positions)
+
+    def add_pending(self, record: TransactionRecord) -> None:
+        with self._lock:
+            self.pending[(record.batch_id, record.generation)] = record
+
+    def confirm(self, batch_id: int) -> None:
+        with self._lock:
+            if self.confirmed_batch is None or batch_id > self.confirmed_batch:
+                self.confirmed_batch = batch_id
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def due(self) -> bool:
+        """Whether the newest confirmed batch should be checkpointed now."""
+        if self.confirmed_batch is None:
+            return False
+        if self.last_checkpoint is not None and self.last_checkpoint.batch_id >= self.confirmed_batch:
+            return False
+        return self.interval_s <= 0 or time.monotonic() - self.last_checkpoint_at >= self.interval_s
+
+    def checkpoint(self, batch_id: int) -> SnapshotMetadata | None:
+        """Take a retained checkpoint of the restart point after `batch_id`.
+
+        Failures are counted; more than `checkpoint.tolerableFailures` consecutive ones
+        raise. A stale generation raises `StaleGeneration` at once (invariant 5).
+        """
+        try:
+            meta = self._checkpoint(batch_id)
+        except StaleGeneration:
+            raise
+        except (CatalogError, StorageError, OSError, CheckpointAbandoned) as exc:
+            self.consecutive_failures += 1
+            log.warning(
+                "checkpoint of batch %d failed (%d consecutive, %d tolerable): %s",
+                batch_id, self.consecutive_failures, self.tolerable_failures, exc,
+            )
+            if self.consecutive_failures > self.tolerable_failures:
+                raise SparkpointError(
+                    f"checkpoint of batch {batch_id} failed and {self.consecutive_failures} consecutive failures "
+                    f"exceed spark.sparkpoint.checkpoint.tolerableFailures={self.tolerable_failures}: {exc}"
+                ) from exc
+            return None
+        self.consecutive_failures = 0
+        return meta
+
+    def _checkpoint(self, batch_id: int) -> SnapshotMetadata:
+        started = time.monotonic()
+        self.catalog.check_generation(self.generation)
+        files: list[FileRef] = []
+        new: list[tuple[livedir.LiveFile, IndexEntry | None]] = []
+        for live in livedir.walk(self.live_root):
+            if not livedir.needed_for_restart(live.path, batch_id):
+                continue
+            known = self.index.get(live.path)
+            if known is not None and known.size == live.size and known.mtime_ns == live.mtime_ns:
+                files.append(known.ref)
+            else:
+                new.append((live, known))
+        copied = 0
+        for count, (live, _known) in enumerate(new, start=1):
+            if time.monotonic() - started > self.timeout_s:
+                raise CheckpointAbandoned(
+                    f"checkpoint of batch {batch_id} exceeded spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
+                )
+            if count == max(1, len(new) // 2):
+                faults.maybe_kill("copy", batch_id)
+            try:
+                sha = file_sha256(live.abspath)
+                key = self.catalog.shared_key(live.path, sha)
+                self.catalog.store.upload_file(live.abspath, key)
+                st = os.stat(live.abspath)
+            except FileNotFoundError:
+                # Spark's maintenance removed it between listing and copying: an old version.
+                raise CatalogError(f"live file {live.path} vanished while checkpointing batch {batch_id}") from None
+            ref = FileRef(path=live.path, key=key, size=live.size, sha256=sha, mtime_ns=live.mtime_ns)
+            if st.st_size != live.size or st.st_mtime_ns != live.mtime_ns:
+                raise CatalogError(f"live file {live.path} changed while checkpointing batch {batch_id}")
+            self.index[live.path] = IndexEntry(live.size, live.mtime_ns, ref)
+            files.append(ref)
+            copied += live.size
+        faults.maybe_kill("metadata", batch_id)
+        with self._lock:
+            pending = tuple(sorted(
+                (r for (b, _g), r in self.pending.items() if b <= batch_id),
+                key=lambda r: (r.batch_id, r.generation),
+            ))
+        files.sort(key=lambda f: f.path)
+        meta = SnapshotMetadata(
+            kind="checkpoint",
+            id=self.catalog.next_checkpoint_id(),
+            job=self.catalog.job,
+            generation=self.generation,
+            batch_id=batch_id,
+            created_at=time.time(),
+            files=tuple(files),
+            live_root=self.live_root,
+            transactions=pending,
+            sink_positions=dict(self.sink_positions),
+            stats=SnapshotStats(
+                duration_ms=int((time.monotonic() - started) * 1000),
+                bytes_copied=copied,
+                files_copied=len(new),
+                bytes_total=sum(f.size for f in files),
+                file_count=len(files),
+            ),
+            spark=self.spark_info,
+        )
+        uri = self.catalog.complete_checkpoint(meta)
+        self.last_checkpoint = meta
+        self.last_checkpoint_at = time.monotonic()
+        self.checkpoints_completed += 1
+        log.info(
+            "checkpoint %d completed: batch %d, %d ms, %d of %d files copied (%d of %d bytes) -> %s",
+            meta.id, batch_id, meta.stats.duration_ms, meta.stats.files_copied, meta.stats.file_count,
+            meta.stats.bytes_copied, meta.stats.bytes_total, uri,
+        )
+        retention = self.catalog.enforce_retention(self.num_retained)
+        if retention.deleted_checkpoints:
+            log.info("retention removed checkpoints %s and %d shared files",
+                     list(retention.deleted_checkpoints), retention.deleted_files)
+        faults.maybe_kill("checkpointed", batch_id)
+        if self._on_status:
+            self._on_status()
+        return meta
+
+    # ------------------------------------------------------------------ commits
+
+    def commit_confirmed(self) -> list[int]:
+        """Commit, in batch order, every pending transaction covered by the last checkpoint
+        (``checkpoint`` commit mode). Returns the committed batch ids."""
+        if self.commit_mode != "checkpoint" or self.last_checkpoint is None:
+            return []
+        upto = self.last_checkpoint.batch_id
+        with self._lock:
+            ready = sorted((r for (b, _g), r in self.pending.items() if b <= upto),
+                           key=lambda r: (r.batch_id, r.generation))
+        done = []
+        for record in ready:
+            self.catalog.check_generation(self.generation)
+            outcome = self.sink.commit(record)
+            faults.maybe_kill("committed", record.batch_id)
+            self.catalog.delete_transactions([record])
+            with self._lock:
+                self.pending.pop((record.batch_id, record.generation), None)
+            self.sink_positions[self.sink.sink_id] = {"batch": record.batch_id, **dict(outcome.detail)}
+            self.batches_committed.append(record.batch_id)
+            done.append(record.batch_id)
+            log.info("committed batch %d to %s (%s)", record.batch_id, self.sink.sink_id, outcome.status)
+        return done
+
+    def abort_unconfirmed(self, after_batch: int | None) -> list[int]:
+        """Abort pending transactions of batches after `after_batch` (a stop cancelled them)."""
+        with self._lock:
+            doomed = [r for (b, _g), r in self.pending.items() if after_batch is None or b > after_batch]
+            for record in doomed:
+                self.pending.pop((record.batch_id, record.generation), None)
+        for record in doomed:
+            self.sink.abort(record)
+            self.catalog.delete_transactions([record])
+        return [r.batch_id for r in doomed]
+
+    def savepoint(self) -> SnapshotHandle:
+        """A savepoint from the last completed checkpoint (checkpointing first if behind)."""
+        if self.confirmed_batch is not None and (
+            self.last_checkpoint is None or self.last_checkpoint.batch_id < self.confirmed_batch
+        ):
+            meta = self.checkpoint(self.confirmed_batch)
+            if meta is None:
+                raise SparkpointError(f"could not checkpoint batch {self.confirmed_batch} for the savepoint")
+        if self.last_checkpoint is None:
+            raise SparkpointError(
+                f"job {self.catalog.job!r} has no completed batch yet; a savepoint needs at least one"
+            )
+        self.catalog.check_generation(self.generation)
+        return self.catalog.create_savepoint(self.catalog.handle(self.last_checkpoint), generation=self.generation)

@@ -1,0 +1,550 @@
+"""`SparkpointJob`: a checkpointed Structured Streaming run in the Spark driver.
+
+::
+
+    job = SparkpointJob.get_or_create(app_name="orders")   # reads spark.sparkpoint.* conf
+    result = job.run(df, sink=DeltaSink(job.arg("output")), output_mode="update")
+
+Threads in the driver: Spark's stream thread calls `_stage_batch` through
+``foreachBatch``; the listener feeds confirmed batch ids to the coordinator thread,
+which alone takes checkpoints, savepoints and commits, polls the control channel and
+writes the heartbeat; the caller's thread waits for the query and for the coordinator.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import shutil
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest
+from airflow_sparkpoint.checkpoints.status import JobStatus, result_key
+from airflow_sparkpoint.exceptions import ConfigError, SparkpointError, StaleGeneration, StorageError
+from airflow_sparkpoint.runtime import faults, livedir
+from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
+from airflow_sparkpoint.runtime.coordinator import Coordinator
+from airflow_sparkpoint.runtime.restore import (
+    RestorePlan,
+    check_sink_position,
+    materialize,
+    plan_restore,
+    recover_transactions,
+    seed_index_in_place,
+)
+from airflow_sparkpoint.sinks.base import Sink, StageContext
+from airflow_sparkpoint.storage import open_storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended. Returned by `SparkpointJob.run` and pushed to XCom by the operator."""
+
+    status: str  # "finished" | "stopped"
+    job: str
+    generation: int
+    batches_processed: int = 0
+    first_batch: int | None = None
+    last_batch: int | None = None
+    last_checkpoint_id: int | None = None
+    last_checkpoint: str | None = None
+    savepoint: str | None = None
+    restored_from: str | None = None
+    restore_mode: str = ""
+    checkpoints_completed: int = 0
+    committed_batches: tuple[int, ...] = ()
+    recovered: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["committed_batches"] = list(self.committed_batches)
+        return data
+
+
+class _StopRun(Exception):
+    """Raised inside foreachBatch when a stop was requested: the batch must not record."""
+
+
+class SparkpointJob:
+    """A PySpark pipeline with Flink-grade checkpoints (see the module docstring)."""
+
+    def __init__(self, spark: SparkSession, config: SparkpointConfig, argv: Sequence[str] | None = None) -> None:
+        self.spark = spark
+        self.config = config
+        self._argv = list(sys.argv[1:] if argv is None else argv)
+        self._args = _parse_args(self._argv)
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def get_or_create(
+        cls,
+        app_name: str | None = None,
+        *,
+        conf: Mapping[str, str] | None = None,
+        argv: Sequence[str] | None = None,
+    ) -> SparkpointJob:
+        """Get or create the SparkSession with Sparkpoint's defaults and validate every
+        ``spark.sparkpoint.*`` setting (from ``--conf`` or `conf`) before anything is written.
+
+        :raises ConfigError: a setting is missing or invalid.
+        """
+        from pyspark import SparkConf, SparkContext
+        from pyspark.sql import SparkSession
+
+        # Launch (or attach to spark-submit's) JVM first, so that SparkConf() sees the
+        # --conf values spark-submit passed as system properties.
+        SparkContext._ensure_initialized()
+        spark_conf = SparkConf()
+        for key, value in (conf or {}).items():
+            spark_conf.set(key, str(value))
+        settings = {k: v for k, v in spark_conf.getAll() if k.startswith(PREFIX)}
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            for key, value in active.sparkContext.getConf().getAll():
+                if key.startswith(PREFIX):
+                    settings.setdefault(key, value)
+        config = SparkpointConfig.from_conf(settings)
+        provider = ROCKSDB_PROVIDER if config.state_store == "rocksdb" else HDFS_PROVIDER
+        defaults = {
+            "spark.sql.streaming.stateStore.providerClass": provider,
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+            # INT96 timestamps are legacy; Delta readers expect microsecond timestamps.
+            "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+            "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        }
+        for key, value in defaults.items():
+            spark_conf.setIfMissing(key, value)
+        builder = SparkSession.builder.config(conf=spark_conf)
+        if app_name:
+            builder = builder.appName(app_name)
+        spark = builder.getOrCreate()
+        # SQL settings also apply to an already running session (e.g. in tests).
+        user_set = dict(spark_conf.getAll())
+        for key in ("spark.sql.streaming.stateStore.providerClass",
+                    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+                    "spark.sql.parquet.outputTimestampType"):
+            spark.conf.set(key, user_set.get(key, defaults[key]))
+        return cls(spark, config, argv)
+
+    def arg(self, name: str, default: Any = _MISSING) -> str:
+        """The value of the ``--name value`` application argument.
+
+        :raises ConfigError: the argument was not given and there is no default.
+        """
+        if name in self._args:
+            return self._args[name]
+        if default is not _MISSING:
+            return default  # type: ignore[no-any-return]
+        given = ", ".join(f"--{k}" for k in self._args) or "none"
+        raise ConfigError(f"application argument --{name} is required (given: {given})")
+
+    # ------------------------------------------------------------------ run
+
+    def run(
+        self,
+        df: DataFrame,
+        *,
+        sink: Sink,
+        output_mode: str = "append",
+        query_name: str | None = None,
+    ) -> RunResult:
+        """Run `df` into `sink` with checkpoints until the input is drained
+        (``availableNow``) or a stop-with-savepoint request arrives.
+
+        :raises ConfigError: bad arguments, before anything is written.
+        :raises RestoreError: the restore target is unusable, or a sink is ahead of it.
+        :raises SparkpointError: the query or the checkpointing failed (with the cause).
+        """
+        if output_mode not in ("append", "update", "complete"):
+            raise ConfigError(f"output_mode={output_mode!r} is not allowed; expected append, update or complete")
+        if not isinstance(sink, Sink):
+            raise ConfigError(f"sink={sink!r} is not a Sparkpoint sink; expected DeltaSink, S3Sink or DirectorySink")
+        if not df.isStreaming:
+            raise ConfigError("run() needs a streaming DataFrame (spark.readStream...); got a batch DataFrame")
+        return _Run(self, df, sink, output_mode, query_name).execute()
+
+
+def _parse_args(argv: Sequence[str]) -> dict[str, str]:
+    args: dict[str, str] = {}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("--") and len(token) > 2:
+            name, eq, value = token[2:].partition("=")
+            if eq:
+                args[name] = value
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                args[name] = argv[i + 1]
+                i += 1
+            else:
+                args[name] = "true"
+        i += 1
+    return args
+
+
+class _Run:
+    """One execution of `SparkpointJob.run` (one generation)."""
+
+    def __init__(self, job: SparkpointJob, df: DataFrame, sink: Sink, output_mode: str, name: str | None) -> None:
+        self.job = job
+        self.cfg = job.config
+        self.spark = job.spark
+        self.df = df
+        self.sink = sink
+        self.output_mode = output_mode
+        self.query_name = name
+        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+        self.query: StreamingQuery | None = None
+        self.batches: list[int] = []
+        self.savepoint_uri: str | None = None
+        self.stop_request: ControlRequest | None = None
+        self.started_at = time.time()
+
+    # -- preparation: everything that can fail does so before anything is written -----
+
+    def _open(self) -> None:
+        cfg = self.cfg
+        try:
+            storage = open_storage(cfg.dir, **cfg.storage_options)
+        except Exception as exc:
+            raise ConfigError(f"{PREFIX}dir={cfg.dir!r} cannot be opened: {exc}") from exc
+        check = getattr(storage, "check", None)
+        try:
+            if callable(check):
+                check()
+            else:
+                storage.exists("_sparkpoint_probe")
+        except StorageError as exc:
+            raise StorageError(f"{PREFIX}dir={cfg.dir!r} is not reachable: {exc}") from exc
+        self.catalog = Catalog(storage, cfg.job)
+        self.control = ControlChannel(self.catalog)
+        self.sink.configure(cfg.storage_options)
+        self.sink.validate()
+        work = cfg.work_dir
+        if work is None:
+            if cfg.dir_is_s3:
+                raise ConfigError(
+                    f"{PREFIX}workDir is required when {PREFIX}dir={cfg.dir!r} is on S3 (Spark's live checkpoint "
+                    "needs a Hadoop filesystem path, e.g. a local disk path)"
+                )
+            root = livedir.require_local(cfg.dir)
+            work = os.path.join(root, cfg.job, "live")
+        self.work_root = livedir.require_local(work)
+
+    def execute(self) -> RunResult:
+        self._open()
+        status = self.catalog.read_status() or {}
+        plan: RestorePlan = plan_restore(self.cfg, self.catalog, status.get("live_dir"))
+        check_sink_position(plan, self.sink, self.cfg.job, self.cfg.restore_sink_ahead)
+        self.generation = self.catalog.claim_generation(
+            {"restore": self.cfg.restore, "plan": plan.description, "app": self.spark.sparkContext.applicationId}
+        ).generation
+        log.info("job %s generation %d starts from %s", self.cfg.job, self.generation, plan.description)
+        if plan.resume_in_place:
+            self.live = livedir.require_local(plan.resume_in_place)
+        else:
+            self.live = os.path.join(self.work_root, f"g{self.generation}")
+        self.coordinator = Coordinator(
+            catalog=self.catalog, sink=self.sink, generation=self.generation, live_root=self.live,
+            commit_mode=self.cfg.commit_mode, interval_s=self.cfg.checkpoint_interval_s,
+            num_retained=self.cfg.num_retained, timeout_s=self.cfg.checkpoint_timeout_s,
+            tolerable_failures=self.cfg.tolerable_failures, spark_info=self._spark_info(),
+            on_status=self._heartbeat,
+        )
+        snapshot_meta: SnapshotMetadata | None = plan.snapshot.metadata if plan.snapshot else None
+        if plan.snapshot is None:
+            if os.path.exists(self.live):
+                shutil.rmtree(self.live)
+            index = {}
+        elif plan.resume_in_place:
+            index = seed_index_in_place(plan.snapshot.metadata)
+        else:
+            index = materialize(plan.snapshot, self.live)
+        self.coordinator.seed(snapshot_meta, index)
+        pending, recovered = recover_transactions(self.catalog, self.sink, plan, self.cfg.commit_mode)
+        for record in pending:
+            self.coordinator.add_pending(record)
+        self.recovered = recovered
+        self.plan = plan
+        self._write_status("running")
+        return self._run_query()
+
+    def _spark_info(self) -> dict[str, Any]:
+        conf = self.spark.conf
+        return {
+            "version": self.spark.version,
+            "state_store": conf.get("spark.sql.streaming.stateStore.providerClass", ""),
+            "output_mode": self.output_mode,
+            "trigger": str(self.cfg.trigger),
+        }
+
+    # -- the query ----------------------------------------------------------------------
+
+    def _run_query(self) -> RunResult:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        run = self
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                if run.query is not None and str(event.progress.id) == str(run.query.id):
+                    run.events.put(("progress", int(event.progress.batchId)))
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        listener = Listener()
+        self.spark.streams.addListener(listener)
+        coordinator_thread = threading.Thread(target=self._coordinate, name="sparkpoint-coordinator", daemon=True)
+        try:
+            writer = (
+                self.df.writeStream.outputMode(self.output_mode)
+                .foreachBatch(self._stage_batch)
+                .option("checkpointLocation", self.live)
+                .trigger(**self.cfg.trigger.spark_kwargs())
+            )
+            if self.query_name:
+                writer = writer.queryName(self.query_name)
+            self.query = writer.start()
+            coordinator_thread.start()
+            query_error: BaseException | None = None
+            try:
+                self.query.awaitTermination()
+            except Exception as exc:  # noqa: BLE001 - re-raised below with context
+                query_error = exc
+            # Progress events are delivered asynchronously; wait for the last one.
+            self._drain_progress()
+            self.events.put(("final", None))
+            coordinator_thread.join()
+        finally:
+            self.spark.streams.removeListener(listener)
+        if self.error is not None:
+            self._write_status("failed", error=str(self.error))
+            if isinstance(self.error, SparkpointError):
+                raise self.error
+            raise SparkpointError(f"job {self.cfg.job!r} failed: {self.error}") from self.error
+        if query_error is not None and not self.stopping.is_set():
+            self._write_status("failed", error=str(query_error))
+            raise SparkpointError(f"streaming query of job {self.cfg.job!r} failed: {query_error}") from query_error
+        state = "stopped" if self.stopping.is_set() else "finished"
+        result = self._result(state)
+        self._write_status(state)
+        self.catalog.store.put(result_key(self.generation), json.dumps(result.to_json()).encode())
+        self._cleanup_old_live_dirs()
+        log.info("job %s generation %d %s: %s", self.cfg.job, self.generation, state, json.dumps(result.to_json()))
+        return result
+
+    def _drain_progress(self) -> None:
+        last = livedir.last_commit(self.live)
+        deadline = time.monotonic() + 30
+        while last is not None and time.monotonic() < deadline:
+            confirmed = self.coordinator.confirmed_batch
+            if confirmed is not None and confirmed >= last:
+                return
+            time.sleep(0.05)
+        # Missing events are harmless: the final step reads commits/ directly.
+
+    def _stage_batch(self, df: DataFrame, batch_id: int) -> None:
+        """foreachBatch: stage the batch in the sink and record its pre-commit durably."""
+        if self.stopping.is_set():
+            raise _StopRun(f"job {self.cfg.job!r} is stopping; batch {batch_id} is not run")
+        ctx = StageContext(self.cfg.job, int(batch_id), self.generation, self.cfg.storage_options)
+        payload = self.sink.stage(df, ctx)
+        faults.maybe_kill("stage", batch_id)
+        record = TransactionRecord(
+            job=self.cfg.job, batch_id=int(batch_id), generation=self.generation, sink=self.sink.kind,
+            sink_id=self.sink.sink_id, payload={"config": self.sink.to_config(), "staged": payload},
+            created_at=time.time(),
+        )
+        if self.stopping.is_set():
+            self.sink.abort(record)
+            raise _StopRun(f"job {self.cfg.job!r} is stopping; batch {batch_id} is discarded")
+        self.catalog.put_transaction(record)
+        self.coordinator.add_pending(record)
+        self.batches.append(int(batch_id))
+        faults.maybe_kill("record", batch_id)
+
+    # -- the coordinator thread -----------------------------------------------------------
+
+    def _coordinate(self) -> None:
+        next_poll = 0.0
+        try:
+            while True:
+                timeout = max(0.0, next_poll - time.monotonic())
+                try:
+                    kind, value = self.events.get(timeout=timeout)
+                except queue.Empty:
+                    kind, value = "tick", None
+                if kind == "progress":
+                    faults.maybe_kill("confirmed", value)
+                    self.coordinator.confirm(value)
+                    if self.coordinator.due() and self.events.empty():
+                        self._checkpoint_and_commit(self.coordinator.confirmed_batch)
+                elif kind == "final":
+                    self._finish()
+                    return
+                if time.monotonic() >= next_poll:
+                    next_poll = time.monotonic() + self.cfg.poll_interval_s
+                    self._heartbeat()
+                    if not self.stopping.is_set():
+                        self._serve_control()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            self.error = exc
+            log.error("job %s generation %d: %s", self.cfg.job, self.generation, exc)
+            self.stopping.set()
+            self._stop_query()
+            # Keep draining so the caller's final event finds us gone.
+
+    def _checkpoint_and_commit(self, batch_id: int | None) -> None:
+        if batch_id is None:
+            return
+        meta = self.coordinator.checkpoint(batch_id)
+        if meta is not None:
+            self.coordinator.commit_confirmed()
+
+    def _finish(self) -> None:
+        """After the query ended: checkpoint its last confirmed batch, then commit."""
+        if self.error is not None:
+            return
+        last = livedir.last_commit(self.live)
+        if last is not None:
+            self.coordinator.confirm(last)
+        latest = self.coordinator.last_checkpoint
+        if last is not None and (latest is None or latest.batch_id < last):
+            meta = self.coordinator.checkpoint(last)
+            if meta is None:
+                raise SparkpointError(f"final checkpoint of batch {last} failed")
+        self.coordinator.commit_confirmed()
+        if self.stopping.is_set():
+            self.coordinator.abort_unconfirmed(self.coordinator.last_checkpoint.batch_id
+                                               if self.coordinator.last_checkpoint else None)
+            if self.stop_request is not None:
+                self._complete_stop()
+
+    def _serve_control(self) -> None:
+        for request in self.control.pending(self.generation):
+            try:
+                self.control.acknowledge(request, self.generation)
+            except Exception:  # noqa: BLE001 - another run took it
+                continue
+            log.info("control request %s: %s", request.id, request.kind)
+            if request.kind == "savepoint":
+                try:
+                    handle = self.coordinator.savepoint()
+                    self.coordinator.commit_confirmed()
+                except StaleGeneration:
+                    raise
+                except SparkpointError as exc:
+                    self.control.fail(request, generation=self.generation, error=str(exc))
+                    continue
+                self.control.complete(request, generation=self.generation, savepoint=handle.uri,
+                                      batch_id=handle.metadata.batch_id)
+                self.savepoint_uri = handle.uri
+            elif request.kind in ("stop", "cancel"):
+                self.stop_request = request
+                self.stopping.set()
+                self._stop_query()
+                return
+
+    def _complete_stop(self) -> None:
+        request = self.stop_request
+        assert request is not None
+        if request.kind == "cancel":
+            self.control.complete(request, generation=self.generation,
+                                  batch_id=self.coordinator.confirmed_batch)
+            return
+        try:
+            faults.maybe_kill("savepoint", self.coordinator.confirmed_batch or -1)
+            handle = self.coordinator.savepoint()
+        except SparkpointError as exc:
+            self.control.fail(request, generation=self.generation, error=str(exc))
+            raise
+        self.savepoint_uri = handle.uri
+        self.control.complete(request, generation=self.generation, savepoint=handle.uri,
+                              batch_id=handle.metadata.batch_id)
+
+    def _stop_query(self) -> None:
+        if self.query is not None:
+            try:
+                self.query.stop()
+            except Exception as exc:  # noqa: BLE001 - the query may already be gone
+                log.debug("query.stop(): %s", exc)
+
+    # -- status and result ----------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        self._write_status("running")
+
+    def _write_status(self, state: str, error: str | None = None) -> None:
+        last = self.coordinator.last_checkpoint if hasattr(self, "coordinator") else None
+        status = JobStatus(
+            job=self.cfg.job, generation=self.generation, state=state, started_at=self.started_at,
+            heartbeat_at=time.time(), last_batch=self.coordinator.confirmed_batch,
+            last_checkpoint_id=last.id if last else None,
+            last_checkpoint_uri=self.catalog.checkpoint_uri(last.id) if last else None,
+            checkpoints_completed=self.coordinator.checkpoints_completed, savepoint_uri=self.savepoint_uri,
+            error=error, host=socket.gethostname(), pid=os.getpid(),
+            application_id=self.spark.sparkContext.applicationId,
+        ).to_json()
+        status["live_dir"] = self.live
+        try:
+            current = self.catalog.current_generation()
+            if current != self.generation:
+                return  # a newer run owns the status record
+            self.catalog.write_status(status)
+        except StorageError as exc:
+            log.warning("could not write the status of job %s: %s", self.cfg.job, exc)
+
+    def _result(self, state: str) -> RunResult:
+        last = self.coordinator.last_checkpoint
+        return RunResult(
+            status=state, job=self.cfg.job, generation=self.generation,
+            batches_processed=len(self.batches), first_batch=min(self.batches) if self.batches else None,
+            last_batch=self.coordinator.confirmed_batch,
+            last_checkpoint_id=last.id if last else None,
+            last_checkpoint=self.catalog.checkpoint_uri(last.id) if last else None,
+            savepoint=self.savepoint_uri,
+            restored_from=self.plan.snapshot.uri if self.plan.snapshot else None,
+            restore_mode="in-place" if self.plan.resume_in_place else ("snapshot" if self.plan.snapshot else "empty"),
+            checkpoints_completed=self.coordinator.checkpoints_completed,
+            committed_batches=tuple(self.coordinator.batches_committed),
+            recovered=self.recovered,
+        )
+
+    def _cleanup_old_live_dirs(self) -> None:
+        try:
+            names = os.listdir(self.work_root)
+        except FileNotFoundError:
+            return
+        current = os.path.basename(self.live.rstrip("/"))
+        for name in names:
+            if name.startswith("g") and name[1:].isdigit() and name != current and int(name[1:]) < self.generation:
+                shutil.rmtree(os.path.join(self.work_root, name), ignore_errors=True)
