@@ -1,0 +1,412 @@
+"""What only the S3 store has: bucket rules, lazy paging, retries, error mapping, fallbacks.
+
+The behaviour every store shares is in ``test_storage_contract.py``. Faults are injected
+with botocore event hooks: a ``before-send`` handler that returns a response stops the
+request from being sent and hands botocore that response instead.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.awsrequest import AWSResponse
+
+from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, ObjectExists, ObjectNotFound, StorageError
+from airflow_sparkpoint.storage.s3 import S3Storage, validate_bucket_name
+
+SECRET = "wJalrXUtnFEMI-never-in-a-message"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture()
+def store(s3_server: str, s3_bucket: str) -> Iterator[S3Storage]:
+    s = S3Storage(s3_bucket, "unit", endpoint_url=s3_server, region_name="us-east-1")
+    yield s
+    s.close()
+
+
+class _Raw:
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self._body
+
+
+def _response(status: int, body: str = "", code: str = "", message: str = "injected") -> AWSResponse:
+    if code:
+        body = f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code><Message>{message}</Message>"
+        body += "</Error>"
+    headers = {"Content-Type": "application/xml", "Content-Length": str(len(body))}
+    return AWSResponse("http://injected", status, headers, _Raw(body.encode()))
+
+
+@contextmanager
+def _hook(store: S3Storage, event: str, handler: Callable[..., Any]) -> Iterator[None]:
+    events = store.client.meta.events
+    events.register(event, handler)
+    try:
+        yield
+    finally:
+        events.unregister(event, handler)
+
+
+def _counter(store: S3Storage, event: str) -> tuple[list[str], Callable[..., None]]:
+    calls: list[str] = []
+
+    def count(**kwargs: Any) -> None:
+        calls.append(kwargs.get("event_name", event))
+
+    return calls, count
+
+
+# -- construction (no network) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["abc", "my.bucket-1", "a" * 63, "sp-0123456789ab", "b1--x-s3"])
+def test_valid_bucket_names(name: str) -> None:
+    assert validate_bucket_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "ab", "a" * 64, "Upper", "under_score", "-start", "end-", "a..b", "a.-b", "a-.b", "192.168.1.10",
+     "xn--bucket", "sthree-x", "bucket-s3alias", "bucket--ol-s3", "has space", "slash/bucket"],
+)
+def test_invalid_bucket_names_are_rejected(name: str) -> None:
+    with pytest.raises(InvalidPath, match="S3 bucket name"):
+        S3Storage(name)
+
+
+def test_constructor_validates_its_arguments() -> None:
+    for endpoint in ("localhost:9000", "ftp://host", "http://", ""):
+        with pytest.raises(InvalidPath, match="endpoint_url"):
+            S3Storage("bucket", endpoint_url=endpoint)
+    for attempts in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="max_attempts"):
+            S3Storage("bucket", max_attempts=attempts)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="addressing_style"):
+        S3Storage("bucket", addressing_style="sideways")
+    with pytest.raises(InvalidPath, match=r"'\.\./x'"):
+        S3Storage("bucket", "../x")
+
+
+def test_uri_repr_and_pickle_keep_no_secrets_and_no_client() -> None:
+    store = S3Storage(
+        "bucket", "/a/b/", endpoint_url="http://user:pw@127.0.0.1:9", aws_secret_access_key=SECRET
+    )
+    assert store.uri == "s3://bucket/a/b"
+    assert S3Storage("bucket").uri == "s3://bucket"
+    assert SECRET not in repr(store) and "pw" not in repr(store)
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy.uri == store.uri and copy._client is None
+
+
+# -- reachability and error mapping -------------------------------------------------------
+
+
+@pytest.mark.s3
+def test_check_passes_on_a_reachable_bucket(store: S3Storage) -> None:
+    store.check()
+
+
+@pytest.mark.s3
+def test_wrong_bucket_is_a_clear_storage_error(s3_server: str) -> None:
+    store = S3Storage("sp-no-such-bucket", "x", endpoint_url=s3_server, aws_secret_access_key=SECRET,
+                      aws_access_key_id="testing")
+    expected = f"bucket 'sp-no-such-bucket' does not exist or is not accessible at {s3_server}"
+    calls: list[Callable[[], object]] = [
+        store.check,
+        lambda: store.get("k"),
+        lambda: store.stat("k"),
+        lambda: store.exists("k"),  # must not answer "no" for a bucket that is not there
+        lambda: store.put("k", b"1"),
+        lambda: store.put_if_absent("k", b"1"),
+        lambda: list(store.list()),
+        lambda: store.list_dirs(),
+        lambda: store.copy("a", "b"),
+        lambda: store.delete(["k"]),
+    ]
+    for call in calls:
+        with pytest.raises(StorageError) as info:
+            call()
+        assert not isinstance(info.value, (ObjectNotFound, ObjectExists)), info.value
+        assert expected in str(info.value)
+        assert SECRET not in str(info.value)
+
+
+@pytest.mark.s3
+def test_unreachable_endpoint_fails_fast(s3_bucket: str) -> None:
+    endpoint = f"http://127.0.0.1:{_free_port()}"
+    store = S3Storage(s3_bucket, "p", endpoint_url=endpoint, max_attempts=1, connect_timeout=1,
+                      read_timeout=1, aws_secret_access_key=SECRET, aws_access_key_id="testing")
+    started = time.monotonic()
+    for op, call in [
+        ("HeadBucket", store.check),
+        ("PutObject", lambda: store.put("k", b"1")),
+        ("GetObject", lambda: store.get("k")),
+        ("ListObjectsV2", lambda: list(store.list())),
+    ]:
+        with pytest.raises(StorageError) as info:
+            call()
+        message = str(info.value)
+        assert not isinstance(info.value, ObjectNotFound)
+        assert op in message and endpoint in message and "unreachable" in message
+        assert f"s3://{s3_bucket}/p" in message
+        assert SECRET not in message
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.s3
+def test_endpoint_credentials_never_appear_in_messages(s3_bucket: str) -> None:
+    endpoint = f"http://admin:hunter2@127.0.0.1:{_free_port()}"
+    store = S3Storage(s3_bucket, endpoint_url=endpoint, max_attempts=1)
+    with pytest.raises(StorageError) as info:
+        store.get("k")
+    assert "hunter2" not in str(info.value) and "admin" not in str(info.value)
+
+
+# -- lazy listing -------------------------------------------------------------------------
+
+
+@pytest.mark.s3
+def test_list_fetches_pages_lazily(store: S3Storage) -> None:
+    """Paging with small pages (the contract suite covers the real 1,000-key pages)."""
+    for i in range(5):
+        store.put(f"lazy/{i}", b".")
+    calls, count = _counter(store, "ListObjectsV2")
+
+    def small_pages(params: dict[str, Any], **_: Any) -> None:
+        params["MaxKeys"] = 2
+
+    with _hook(store, "provide-client-params.s3.ListObjectsV2", small_pages), _hook(
+        store, "before-call.s3.ListObjectsV2", count
+    ):
+        listing = store.list("lazy")
+        assert calls == []  # nothing is sent before the first item is asked for
+        assert [next(listing).key, next(listing).key] == ["lazy/0", "lazy/1"]
+        assert len(calls) == 1
+        assert next(listing).key == "lazy/2"
+        assert len(calls) == 2
+        assert [i.key for i in listing] == ["lazy/3", "lazy/4"]
+        assert len(calls) == 3
+
+
+@pytest.mark.s3
+def test_folder_markers_are_not_objects(store: S3Storage) -> None:
+    store.client.put_object(Bucket=store.bucket, Key="unit/dir/", Body=b"")
+    store.put("dir/real", b"1")
+    assert [i.key for i in store.list()] == ["dir/real"]
+    assert store.list_dirs() == ["dir"]
+
+
+@pytest.mark.s3
+def test_store_without_prefix_uses_the_bucket_root(s3_server: str, s3_bucket: str) -> None:
+    root = S3Storage(s3_bucket, endpoint_url=s3_server)
+    root.put("top", b"1")
+    assert root.client.get_object(Bucket=s3_bucket, Key="top")["Body"].read() == b"1"
+    assert [i.key for i in root.list()] == ["top"]
+    root.close()
+
+
+# -- retries and conditional-write outcomes ----------------------------------------------
+
+
+@pytest.mark.s3
+def test_5xx_is_retried_until_the_put_succeeds(store: S3Storage) -> None:
+    attempts: list[int] = []
+
+    def flaky(**_: Any) -> AWSResponse | None:
+        attempts.append(1)
+        if len(attempts) <= 2:
+            return _response(503, code="ServiceUnavailable", message="Please reduce your request rate.")
+        return None  # the third attempt goes to the server
+
+    with _hook(store, "before-send.s3.PutObject", flaky):
+        store.put("retried", b"payload")
+    assert len(attempts) == 3
+    assert store.get("retried") == b"payload"
+
+
+@pytest.mark.s3
+def test_retries_give_up_after_max_attempts(s3_server: str, s3_bucket: str) -> None:
+    store = S3Storage(s3_bucket, endpoint_url=s3_server, max_attempts=2)
+    attempts: list[int] = []
+
+    def down(**_: Any) -> AWSResponse:
+        attempts.append(1)
+        return _response(500, code="InternalError", message="We encountered an internal error.")
+
+    with _hook(store, "before-send.s3.PutObject", down), pytest.raises(StorageError) as info:
+        store.put("never", b"1")
+    assert len(attempts) == 2
+    assert "InternalError" in str(info.value) and f"s3://{s3_bucket}/never" in str(info.value)
+    assert not store.exists("never")
+
+
+@pytest.mark.s3
+def test_put_if_absent_retries_a_409_conflict(store: S3Storage) -> None:
+    attempts: list[int] = []
+
+    def conflict_once(**_: Any) -> AWSResponse | None:
+        attempts.append(1)
+        return _response(409, code="ConditionalRequestConflict") if len(attempts) == 1 else None
+
+    with _hook(store, "before-send.s3.PutObject", conflict_once):
+        store.put_if_absent("gen/7", b"mine")
+    assert len(attempts) == 2
+    assert store.get("gen/7") == b"mine"
+
+
+@pytest.mark.s3
+def test_put_if_absent_persistent_conflict_is_not_reported_as_exists(store: S3Storage) -> None:
+    def always_conflict(**_: Any) -> AWSResponse:
+        return _response(409, code="ConditionalRequestConflict")
+
+    with _hook(store, "before-send.s3.PutObject", always_conflict), pytest.raises(StorageError) as info:
+        store.put_if_absent("gen/8", b"mine")
+    assert not isinstance(info.value, ObjectExists)
+    assert "conflict" in str(info.value)
+
+
+@pytest.mark.s3
+def test_put_if_absent_whose_response_was_lost_still_wins(store: S3Storage) -> None:
+    """The first attempt lands but its answer is lost (here: a 503 instead); botocore
+    retries and S3 says 412. Same bytes at the key: it was this call that created it."""
+    other = S3Storage(store.bucket, "unit", endpoint_url=store.endpoint_url)
+    sent: list[int] = []
+
+    def lose_answer(**_: Any) -> AWSResponse | None:
+        sent.append(1)
+        if len(sent) == 1:
+            other.put_if_absent("gen/9", b"mine")  # what the server did with attempt 1
+            return _response(503, code="ServiceUnavailable")
+        return None
+
+    with _hook(store, "before-send.s3.PutObject", lose_answer):
+        store.put_if_absent("gen/9", b"mine")
+    assert len(sent) == 2
+
+    sent.clear()
+
+    def someone_else_won(**_: Any) -> AWSResponse | None:
+        sent.append(1)
+        if len(sent) == 1:
+            other.put_if_absent("gen/10", b"theirs")
+            return _response(503, code="ServiceUnavailable")
+        return None
+
+    with _hook(store, "before-send.s3.PutObject", someone_else_won), pytest.raises(ObjectExists):
+        store.put_if_absent("gen/10", b"mine")
+    assert store.get("gen/10") == b"theirs"
+    other.close()
+
+
+@pytest.mark.s3
+def test_put_if_absent_timeout_says_the_outcome_is_unknown(s3_server: str, s3_bucket: str) -> None:
+    from botocore.exceptions import ReadTimeoutError
+
+    store = S3Storage(s3_bucket, endpoint_url=s3_server, max_attempts=1)
+
+    def time_out(**_: Any) -> None:
+        raise ReadTimeoutError(endpoint_url=s3_server)
+
+    with _hook(store, "before-send.s3.PutObject", time_out), pytest.raises(StorageError) as info:
+        store.put_if_absent("gen/11", b"mine")
+    assert not isinstance(info.value, ObjectExists)
+    assert "may or may not have been created" in str(info.value)
+    store.close()
+
+
+# -- delete and copy ----------------------------------------------------------------------
+
+
+@pytest.mark.s3
+def test_per_key_delete_errors_are_reported(store: S3Storage) -> None:
+    store.put("a", b"1")
+    result = (
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        '<DeleteResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        "<Error><Key>unit/a</Key><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+        "</DeleteResult>"
+    )
+
+    def partial_failure(**_: Any) -> AWSResponse:
+        return _response(200, body=result)
+
+    with _hook(store, "before-send.s3.DeleteObjects", partial_failure), pytest.raises(StorageError) as info:
+        store.delete(["a", "b"])
+    message = str(info.value)
+    assert f"s3://{store.bucket}/unit/a: AccessDenied" in message and "1 key(s)" in message
+
+
+@pytest.mark.s3
+def test_copy_above_the_single_request_limit_uses_multipart(store: S3Storage) -> None:
+    data = os.urandom(11 * 1024 * 1024)
+    store.put("big/src", data)
+    store._max_copy_object_size = 1024 * 1024  # stands in for the real 5 GiB limit
+    store._copy_chunksize = 5 * 1024 * 1024
+    parts, count = _counter(store, "UploadPartCopy")
+
+    def too_large(**_: Any) -> AWSResponse:
+        return _response(
+            400, code="InvalidRequest",
+            message="The specified copy source is larger than the maximum allowable size for a copy source",
+        )
+
+    with _hook(store, "before-send.s3.CopyObject", too_large), _hook(
+        store, "before-call.s3.UploadPartCopy", count
+    ):
+        store.copy("big/src", "big/dst")
+    assert len(parts) == 3
+    assert store.get("big/dst") == data
+
+
+@pytest.mark.s3
+def test_copy_refused_for_another_reason_is_not_retried_as_multipart(store: S3Storage) -> None:
+    store.put("small", b"1")
+
+    def refuse(**_: Any) -> AWSResponse:
+        return _response(400, code="InvalidRequest", message="This copy request is illegal")
+
+    with _hook(store, "before-send.s3.CopyObject", refuse), pytest.raises(StorageError, match="illegal"):
+        store.copy("small", "dst")
+    assert not store.exists("dst")
+
+
+# -- client lifecycle and files -----------------------------------------------------------
+
+
+@pytest.mark.s3
+def test_close_and_reuse_and_shared_clients(store: S3Storage, s3_server: str) -> None:
+    store.put("k", b"1")
+    store.close()
+    assert store._client is None
+    assert store.get("k") == b"1"  # a new client on demand
+    shared = S3Storage(store.bucket, "unit", client=store.client)
+    shared.close()  # not its client: left open
+    assert store.client is shared.client
+    assert store.get("k") == b"1"
+    revived = pickle.loads(pickle.dumps(store))
+    assert revived.get("k") == b"1"
+    revived.close()
+
+
+@pytest.mark.s3
+def test_upload_of_a_missing_local_file(store: S3Storage, tmp_path: Path) -> None:
+    with pytest.raises(ObjectNotFound, match="nope.bin"):
+        store.upload_file(str(tmp_path / "nope.bin"), "k")
+    assert not store.exists("k")
