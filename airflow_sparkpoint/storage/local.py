@@ -105,7 +105,10 @@ class LocalStorage(Storage):
 
     def _walk(self, directory: str, key_prefix: str) -> Iterator[ObjectInfo]:
         try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+            # Sort as full keys sort: a directory "a" lists as "a/...", after "a-b".
+            entries = sorted(
+                os.scandir(directory), key=lambda e: e.name + "/" if e.is_dir(follow_symlinks=False) else e.name
+            )
         except FileNotFoundError:
             return
         for entry in entries:
@@ -130,8 +133,8 @@ class LocalStorage(Storage):
             return []
 
     def delete(self, keys: Iterable[str]) -> None:
-        for key in keys:
-            path = self._path(key)
+        paths = [self._path(key) for key in keys]  # validate every key before deleting any
+        for path in paths:
             try:
                 os.unlink(path)
             except FileNotFoundError:

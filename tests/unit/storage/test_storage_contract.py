@@ -284,13 +284,6 @@ def test_list_past_one_thousand_objects(backend: Backend) -> None:
 
 
 def test_list_is_sorted_by_key(backend: Backend, request: pytest.FixtureRequest) -> None:
-    if backend.kind == "local":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="LocalStorage walks directories name by name, so 'a/x' comes before 'a-b'",
-            )
-        )
     for key in ("a/x", "a-b", "a0", "b"):
         backend.store.put(key, b"1")
     assert [info.key for info in backend.store.list()] == ["a-b", "a/x", "a0", "b"]
@@ -426,10 +419,6 @@ def test_bad_keys_are_rejected_before_any_request(backend: Backend, bad: str, tm
 def test_delete_validates_every_key_before_deleting_any(
     backend: Backend, request: pytest.FixtureRequest
 ) -> None:
-    if backend.kind == "local":
-        request.applymarker(
-            pytest.mark.xfail(strict=True, reason="LocalStorage.delete validates keys one at a time")
-        )
     backend.store.put("keep/a", b"1")
     with pytest.raises(InvalidPath):
         backend.store.delete(["keep/a", "../escape"])
