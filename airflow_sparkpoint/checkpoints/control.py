@@ -242,21 +242,24 @@ class ControlChannel:
 
         :raises ControlError: there is no such request, or its records are unreadable.
         """
+        return self._resolve(request_id)[0]
+
+    def _resolve(self, request_id: str) -> tuple[ControlResult, bool]:
+        """(the result, whether it is only derived from the clock: expired but not yet sealed)."""
         _check_request_id(request_id)
         stored = self._stored_result(request_id)
         if stored is not None:
-            return stored
+            return stored, False
         claim = self._claim(request_id)
         if claim is not None:
-            return ControlResult(request_id, claim.state, claim.generation, error=claim.reason or None, updated_at=claim.at)
+            result = ControlResult(request_id, claim.state, claim.generation, error=claim.reason or None,
+                                   updated_at=claim.at)
+            return result, False
         request = self._request(request_id)
         if request.expired(self.clock()):
-            return ControlResult(
-                request_id, "expired", request.generation,
-                error=f"nobody acknowledged it before its deadline {_iso(request.deadline)}",
-                updated_at=request.deadline,
-            )
-        return ControlResult(request_id, "pending", request.generation, updated_at=request.created_at)
+            return ControlResult(request_id, "expired", request.generation, error=_unacknowledged(request),
+                                 updated_at=request.deadline), True
+        return ControlResult(request_id, "pending", request.generation, updated_at=request.created_at), False
 
     def wait(
         self,
@@ -279,13 +282,11 @@ class ControlChannel:
         what = f"{request.kind} request {request_id} of job {self.catalog.job!r}"
         give_up_at = time.monotonic() + timeout_s
         while True:
-            current = self.result(request_id)
+            current, unsealed = self._resolve(request_id)
+            if unsealed:  # expired by the clock: seal it, so a job with a slow clock cannot take it now
+                current = self._withdraw(request, _unacknowledged(request))
             if current.finished:
                 return self._outcome(what, current)
-            if current.state == "pending" and request.expired(self.clock()):
-                current = self._withdraw(request, "nobody acknowledged it before its deadline")
-                if current.finished:
-                    return self._outcome(what, current)
             if is_alive is not None and not is_alive():
                 current = self.result(request_id)  # it may have finished just before the job exited
                 if current.state == "pending":
@@ -543,6 +544,13 @@ class ControlChannel:
                 f"control request {result.request_id} of job {self.catalog.job!r} already has a result "
                 f"({shown}); cannot record {result.state}"
             ) from None
+
+
+def _unacknowledged(request: ControlRequest) -> str:
+    return (
+        f"nobody acknowledged it within its timeout of {request.deadline - request.created_at:g} s "
+        "(is the job running and polling for control requests?)"
+    )
 
 
 def _iso(epoch: float) -> str:

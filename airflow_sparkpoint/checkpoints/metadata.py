@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from airflow_sparkpoint.exceptions import CorruptMetadata
+from airflow_sparkpoint.storage.base import normalize_key
 
 SCHEMA_VERSION = 1
 SnapshotKind = Literal["checkpoint", "savepoint"]
@@ -27,6 +28,13 @@ def canonical_json(value: Any) -> bytes:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _canonical_key(key: str) -> str:
+    """`key` if it is a plain relative storage key; ValueError (caught as corruption) if not."""
+    if normalize_key(key) != key:  # InvalidPath, a ValueError, on '..', '.', '//' or empty keys
+        raise ValueError(f"file key {key!r} is not a plain relative path")
+    return key
 
 
 @dataclass(frozen=True)
@@ -51,7 +59,7 @@ class FileRef:
     def from_json(cls, data: Mapping[str, Any]) -> FileRef:
         return cls(
             path=str(data["path"]),
-            key=str(data["key"]),
+            key=_canonical_key(str(data["key"])),
             size=int(data["size"]),
             sha256=str(data["sha256"]),
             mtime_ns=int(data.get("mtime_ns", 0)),
@@ -174,7 +182,9 @@ class SnapshotMetadata:
         return body
 
     def to_bytes(self) -> bytes:
-        return json.dumps(self.to_json(), sort_keys=True, indent=1).encode("utf-8")
+        # UTF-8 rather than \u escapes: an escape's hex digits could change case without
+        # changing the content, so every byte of the file then matters to the checksum.
+        return json.dumps(self.to_json(), sort_keys=True, indent=1, ensure_ascii=False).encode("utf-8")
 
     @classmethod
     def from_bytes(cls, data: bytes, *, where: str = "_metadata") -> SnapshotMetadata:
@@ -200,7 +210,7 @@ class SnapshotMetadata:
         if "sha256:" + sha256_hex(canonical_json(body)) != checksum:
             raise CorruptMetadata(f"{where}: checksum mismatch (the file was modified or truncated)")
         version = body.get("schema_version")
-        if not isinstance(version, int) or version > SCHEMA_VERSION or version < 1:
+        if isinstance(version, bool) or not isinstance(version, int) or version > SCHEMA_VERSION or version < 1:
             raise CorruptMetadata(
                 f"{where}: schema_version {version!r} is not supported; this release reads 1..{SCHEMA_VERSION}"
             )
@@ -221,7 +231,7 @@ class SnapshotMetadata:
                 sink_positions=dict(body.get("sink_positions", {})),
                 stats=SnapshotStats.from_json(body.get("stats", {})),
                 spark=dict(body.get("spark", {})),
-                source_checkpoint=body.get("source_checkpoint"),
+                source_checkpoint=None if body.get("source_checkpoint") is None else int(body["source_checkpoint"]),
                 schema_version=version,
             )
         except (KeyError, TypeError, ValueError) as exc:
