@@ -246,6 +246,9 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         try:
             super().execute(context)
         finally:
+            process = getattr(self._hook, "_submit_sp", None)
+            if process is not None and process.stdout is not None:
+                process.stdout.close()  # the Spark hook leaves its log pipe open
             if self._shipped_zip:
                 os.unlink(self._shipped_zip)
                 self._shipped_zip = None
