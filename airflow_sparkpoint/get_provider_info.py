@@ -37,6 +37,23 @@ def get_provider_info() -> dict[str, Any]:
             {
                 "connection-type": "sparkpoint",
                 "hook-class-name": "airflow_sparkpoint.hooks.SparkpointHook",
+                "hook-name": "Sparkpoint",
+                # Declarative form (Airflow >= 3.2 reads it without importing the hook and
+                # without the deprecation warning of SparkpointHook.get_ui_field_behaviour,
+                # which stays for older Airflow 3 releases); keep the two in sync.
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "port"],
+                    "relabeling": {
+                        "host": "Storage URI",
+                        "login": "S3 access key id",
+                        "password": "S3 secret access key",
+                    },
+                    "placeholders": {
+                        "host": "s3://bucket/sparkpoint  or  file:///data/sparkpoint",
+                        "extra": '{"endpoint_url": "http://minio:9000", "region_name": "us-east-1", '
+                        '"aws_conn_id": null}',
+                    },
+                },
             }
         ],
     }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from airflow_sparkpoint.operators.commit import SparkpointCommitOperator
+from airflow_sparkpoint.operators.savepoint import SparkpointSavepointOperator
 from airflow_sparkpoint.operators.submit import SparkpointSubmitOperator
 
-__all__ = ["SparkpointSubmitOperator"]
+__all__ = ["SparkpointCommitOperator", "SparkpointSavepointOperator", "SparkpointSubmitOperator"]

@@ -1,0 +1,103 @@
+"""`SparkpointCommitOperator`: the external two-phase-commit step.
+
+Promotes the staged output of confirmed checkpoints and aborts what can never be
+confirmed (`airflow_sparkpoint.sinks.commit.commit_pending`); or, with
+`abort_generation`, aborts everything a generation staged (blue-green rollback:
+green's output never becomes visible). Idempotent: every commit is keyed and checked
+against the sink first, so a retry after a crash is safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.sinks.commit import abort_generation as abort_staged
+from airflow_sparkpoint.sinks.commit import commit_pending
+from airflow_sparkpoint.triggers.conditions import live_status, optional_int, optional_seconds
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class SparkpointCommitOperator(BaseOperator):
+    """Commit (or, for a generation, abort) a Sparkpoint job's staged output.
+
+    :param job_name: the pipeline (templated).
+    :param checkpoint_dir: storage root (templated); or `sparkpoint_conn_id`, whose
+        S3 endpoint and credentials also reach the sinks.
+    :param sparkpoint_conn_id: a ``sparkpoint`` connection.
+    :param abort_generation: abort every uncommitted transaction staged by this
+        generation instead of committing (templated; e.g. green's generation from XCom).
+        Refused while that generation is still running.
+    :param upto_batch: commit confirmed batches only up to this one (templated;
+        write-audit-publish: the audited range).
+    :param max_heartbeat_age: a generation with a fresher heartbeat is still running.
+
+    Returns (XCom) the transaction ids by outcome: ``committed``, ``already``,
+    ``aborted`` and ``pending``; with `abort_generation`, ``{"aborted": [...]}``.
+    """
+
+    template_fields: Sequence[str] = ("job_name", "checkpoint_dir", "abort_generation", "upto_batch")
+    ui_color = "#e8fde9"
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        checkpoint_dir: str | None = None,
+        sparkpoint_conn_id: str | None = None,
+        abort_generation: int | str | None = None,
+        upto_batch: int | str | None = None,
+        max_heartbeat_age: float = 60,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not checkpoint_dir and not sparkpoint_conn_id:
+            raise ConfigError("SparkpointCommitOperator needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
+        if optional_seconds("max_heartbeat_age", max_heartbeat_age) is None:
+            raise ConfigError("max_heartbeat_age=None is invalid; expected a number of seconds > 0")
+        self.job_name = job_name
+        self.checkpoint_dir = checkpoint_dir
+        self.sparkpoint_conn_id = sparkpoint_conn_id
+        self.abort_generation = abort_generation
+        self.upto_batch = upto_batch
+        self.max_heartbeat_age = float(max_heartbeat_age)
+
+    @cached_property
+    def hook(self) -> SparkpointHook:
+        return SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
+
+    def execute(self, context: Context) -> dict[str, list[str]]:
+        # Parsed after rendering; a non-number (e.g. a rendered "None") fails rather than
+        # silently committing what was meant to be aborted.
+        generation = optional_int("abort_generation", self.abort_generation, minimum=1)
+        upto = optional_int("upto_batch", self.upto_batch, minimum=0)
+        if generation is not None and upto is not None:
+            raise ConfigError("abort_generation and upto_batch exclude each other: abort a generation or commit")
+        catalog = self.hook.get_catalog(self.job_name)
+        options = self.hook.storage_options
+        if generation is not None:
+            live = live_status(catalog, self.max_heartbeat_age)
+            if live is not None and live.generation == generation:
+                raise AirflowException(
+                    f"generation {generation} of job {self.job_name!r} is still running (heartbeat "
+                    f"younger than {self.max_heartbeat_age:g} s); stop it first (SparkpointSavepointOperator "
+                    "with stop=True) before aborting its output"
+                )
+            aborted = abort_staged(catalog, generation, storage_options=options)
+            self.log.info("aborted %d transaction(s) of generation %d of job %s: %s",
+                          len(aborted), generation, self.job_name, aborted)
+            return {"aborted": list(aborted)}
+        result = commit_pending(catalog, storage_options=options, upto_batch=upto)
+        outcome = {key: list(value) for key, value in result.items()}
+        self.log.info("commit step of job %s: committed %s, already %s, aborted %s, pending %s", self.job_name,
+                      outcome.get("committed"), outcome.get("already"), outcome.get("aborted"),
+                      outcome.get("pending"))
+        return outcome

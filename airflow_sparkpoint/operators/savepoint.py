@@ -1,0 +1,204 @@
+"""`SparkpointSavepointOperator`: take a savepoint of a Sparkpoint job.
+
+A running job (state running, fresh heartbeat) gets a control request: ``savepoint``,
+or ``stop`` for stop-with-savepoint (the job stops between micro-batches, takes the
+savepoint, commits and exits 0). A job that is not running gets a savepoint copied from
+its latest completed checkpoint (unless `from_checkpoint_if_not_running` is False).
+Afterwards, savepoint history retention (`max_count` / `max_age`) disposes of older
+savepoints, always keeping the newest. Returns the savepoint URI.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
+from airflow_sparkpoint.exceptions import ConfigError, ControlError, SparkpointError
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
+from airflow_sparkpoint.triggers.conditions import (
+    generation_alive,
+    live_status,
+    optional_int,
+    optional_seconds,
+    read_job_status,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class SparkpointSavepointOperator(BaseOperator):
+    """Savepoint (or stop-with-savepoint) of a Sparkpoint job; returns the savepoint URI.
+
+    :param job_name: the pipeline (templated).
+    :param checkpoint_dir: storage root (templated); or `sparkpoint_conn_id`.
+    :param sparkpoint_conn_id: a ``sparkpoint`` connection.
+    :param stop: stop-with-savepoint: the running job stops after the savepoint.
+    :param timeout: seconds to wait for the running job to complete the request.
+    :param poll_interval: seconds between looks at the request.
+    :param max_heartbeat_age: the job is running iff its state is running and its
+        heartbeat is younger than this.
+    :param from_checkpoint_if_not_running: with no running job, make the savepoint from
+        the latest completed checkpoint; False fails instead.
+    :param max_count: after success keep at most this many savepoints (newest first).
+    :param max_age: after success dispose of savepoints older than this (timedelta or
+        seconds). The newest savepoint is always kept.
+    :param deferrable: wait for the request in the triggerer instead of a worker slot.
+    """
+
+    template_fields: Sequence[str] = ("job_name", "checkpoint_dir")
+    ui_color = "#fdf2e8"
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        checkpoint_dir: str | None = None,
+        sparkpoint_conn_id: str | None = None,
+        stop: bool = False,
+        timeout: float = 600,
+        poll_interval: float = 2,
+        max_heartbeat_age: float = 60,
+        from_checkpoint_if_not_running: bool = True,
+        max_count: int | None = None,
+        max_age: timedelta | float | None = None,
+        deferrable: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if not checkpoint_dir and not sparkpoint_conn_id:
+            raise ConfigError("SparkpointSavepointOperator needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
+        for name, value in (("timeout", timeout), ("poll_interval", poll_interval),
+                            ("max_heartbeat_age", max_heartbeat_age)):
+            if optional_seconds(name, value) is None:
+                raise ConfigError(f"{name}=None is invalid; expected a number of seconds > 0")
+        self.job_name = job_name
+        self.checkpoint_dir = checkpoint_dir
+        self.sparkpoint_conn_id = sparkpoint_conn_id
+        self.stop = bool(stop)
+        self.timeout = float(timeout)
+        self.poll_interval = float(poll_interval)
+        self.max_heartbeat_age = float(max_heartbeat_age)
+        self.from_checkpoint_if_not_running = bool(from_checkpoint_if_not_running)
+        self.max_count = optional_int("max_count", max_count, minimum=1)
+        self.max_age = optional_seconds("max_age", max_age)
+        self.deferrable = deferrable
+
+    @cached_property
+    def hook(self) -> SparkpointHook:
+        return SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
+
+    def _requester(self) -> str:
+        try:
+            user = getpass.getuser()
+        except Exception:  # noqa: BLE001 - informational only
+            user = "?"
+        return f"airflow:{self.dag_id}.{self.task_id}:{user}@{socket.gethostname()}"
+
+    def execute(self, context: Context) -> str:
+        catalog = self.hook.get_catalog(self.job_name)
+        live = live_status(catalog, self.max_heartbeat_age)
+        if live is None:
+            return self._from_checkpoint(catalog)
+        kind = "stop" if self.stop else "savepoint"
+        channel = ControlChannel(catalog)
+        request = channel.submit(kind, timeout_s=self.timeout, generation=live.generation,
+                                 requested_by=self._requester())
+        self.log.info("asked generation %d of job %s for a %s (request %s, timeout %.0f s)",
+                      live.generation, self.job_name, "stop-with-savepoint" if self.stop else "savepoint",
+                      request.id, self.timeout)
+        if self.deferrable:
+            self.defer(
+                trigger=SparkpointCheckpointTrigger(
+                    mode="control_result",
+                    job_name=self.job_name,
+                    checkpoint_dir=self.checkpoint_dir,
+                    sparkpoint_conn_id=self.sparkpoint_conn_id,
+                    request_id=request.id,
+                    generation=live.generation,
+                    max_heartbeat_age=self.max_heartbeat_age,
+                    poll_interval=self.poll_interval,
+                    deadline=time.time() + self.timeout,
+                ),
+                method_name="execute_complete",
+                # The trigger's own deadline withdraws the request; this is the backstop.
+                timeout=timedelta(seconds=self.timeout + 60),
+            )
+        generation = live.generation
+
+        def is_alive() -> bool:
+            return generation_alive(catalog, generation, self.max_heartbeat_age)
+
+        try:
+            result = channel.wait(request.id, timeout_s=self.timeout, poll_s=self.poll_interval, is_alive=is_alive)
+        except ControlError as exc:
+            raise AirflowException(str(exc)) from exc
+        if not result.savepoint:
+            raise AirflowException(f"{kind} request {request.id} of job {self.job_name!r} completed without a "
+                                   "savepoint path")
+        self.log.info("generation %s of job %s completed savepoint %s (batch %s)", result.generation,
+                      self.job_name, result.savepoint, result.batch_id)
+        self._retention(catalog)
+        return result.savepoint
+
+    def execute_complete(self, context: Context, event: Any = None) -> str:
+        """Resume after the trigger: apply retention and return the savepoint URI.
+
+        :raises AirflowException: an error event or a malformed one.
+        """
+        payload = check_event(event, required=("savepoint_uri",))
+        self.log.info("generation %s of job %s completed savepoint %s (batch %s)", payload.get("generation"),
+                      self.job_name, payload["savepoint_uri"], payload.get("batch_id"))
+        self._retention(self.hook.get_catalog(self.job_name))
+        return str(payload["savepoint_uri"])
+
+    def _from_checkpoint(self, catalog: Catalog) -> str:
+        status = read_job_status(catalog)
+        why = "has no status record" if status is None else (
+            f"is not running (state {status.state}, generation {status.generation}, "
+            f"heartbeat {max(0.0, time.time() - status.heartbeat_at):.0f} s old, max {self.max_heartbeat_age:g} s)"
+        )
+        if not self.from_checkpoint_if_not_running:
+            raise AirflowException(
+                f"job {self.job_name!r} {why}: no running job to take a savepoint, and "
+                "from_checkpoint_if_not_running=False refuses to make one from the latest completed checkpoint"
+            )
+        latest = catalog.latest()
+        if latest is None:
+            raise AirflowException(
+                f"job {self.job_name!r} {why} and has no completed checkpoint under {catalog.uri}: "
+                "nothing to savepoint (see `sparkpoint list`)"
+            )
+        self.log.info("job %s %s%s; making a savepoint from its latest completed checkpoint chk-%d (batch %d)",
+                      self.job_name, why, "; nothing to stop" if self.stop else "", latest.id, latest.batch_id)
+        try:
+            handle = catalog.create_savepoint(catalog.handle(latest))
+        except SparkpointError as exc:
+            raise AirflowException(f"savepoint of job {self.job_name!r} from chk-{latest.id} failed: {exc}") from exc
+        self._retention(catalog)
+        return handle.uri
+
+    def _retention(self, catalog: Catalog) -> None:
+        if self.max_count is None and self.max_age is None:
+            return
+        try:
+            disposed = savepoint_history_retention(catalog, max_count=self.max_count, max_age_s=self.max_age)
+        except SparkpointError as exc:
+            # The savepoint itself succeeded; failing (and retrying) would only make another.
+            self.log.warning("savepoint history retention of job %s failed: %s", self.job_name, exc)
+            return
+        if disposed:
+            self.log.info("savepoint history retention (max_count=%s, max_age=%s s) disposed of %s",
+                          self.max_count, self.max_age, disposed)

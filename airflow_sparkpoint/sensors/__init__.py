@@ -1,0 +1,7 @@
+"""Airflow sensors of the Sparkpoint provider."""
+
+from __future__ import annotations
+
+from airflow_sparkpoint.sensors.checkpoint import SparkpointCheckpointSensor
+
+__all__ = ["SparkpointCheckpointSensor"]

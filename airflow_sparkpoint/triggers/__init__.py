@@ -1,0 +1,7 @@
+"""Airflow triggers of the Sparkpoint provider."""
+
+from __future__ import annotations
+
+from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger
+
+__all__ = ["SparkpointCheckpointTrigger"]

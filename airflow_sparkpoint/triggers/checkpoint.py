@@ -1,0 +1,275 @@
+"""`SparkpointCheckpointTrigger`: the deferrable half of the checkpoint sensor and of the
+savepoint operator, run by the triggerer.
+
+Two modes:
+
+``checkpoint``       wait until `conditions.evaluate` says done (a completed checkpoint /
+                     savepoint / healthy progress) or failed
+``control_result``   wait until a control request (savepoint, stop) of a running job
+                     completes, fails, expires, or the job dies
+
+The trigger carries only JSON-safe values and never credentials: it names the
+connection (`sparkpoint_conn_id`) or storage root (`checkpoint_dir`) and resolves the
+hook inside the triggerer. Storage calls block, so they run in a worker thread. It
+yields exactly one event::
+
+    {"status": "success", ...payload}
+    {"status": "error", "message": "...", "reason": "failed" | "timeout"}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.control import REQUEST_ID_RE, ControlChannel, ControlResult
+from airflow_sparkpoint.exceptions import ConfigError, ControlError, StorageError
+from airflow_sparkpoint.triggers.conditions import (
+    CheckpointCondition,
+    evaluate,
+    generation_alive,
+    optional_seconds,
+)
+
+CLASSPATH = "airflow_sparkpoint.triggers.checkpoint.SparkpointCheckpointTrigger"
+MODES = ("checkpoint", "control_result")
+#: consecutive failed polls (an unreachable store) tolerated before the trigger gives up
+MAX_POLL_ERRORS = 3
+
+
+class SparkpointCheckpointTrigger(BaseTrigger):
+    """Poll a Sparkpoint job's catalog until a wait is over (see the module docstring).
+
+    :param job_name: the pipeline.
+    :param mode: ``checkpoint`` or ``control_result``.
+    :param checkpoint_dir: storage root; or `sparkpoint_conn_id` (resolved in the triggerer).
+    :param sparkpoint_conn_id: a ``sparkpoint`` connection.
+    :param request_id: the control request to wait for (``control_result``).
+    :param generation: ``checkpoint``: see `CheckpointCondition`; ``control_result``: the
+        generation the request went to, whose liveness is watched.
+    :param poll_interval: seconds between polls.
+    :param deadline: epoch seconds after which the wait fails with reason ``timeout``
+        (a deadline, not a duration: a triggerer restart does not extend it).
+    The other parameters are those of `CheckpointCondition` (``checkpoint`` mode).
+    """
+
+    def __init__(
+        self,
+        *,
+        job_name: str,
+        mode: str = "checkpoint",
+        checkpoint_dir: str | None = None,
+        sparkpoint_conn_id: str | None = None,
+        request_id: str | None = None,
+        after_checkpoint_id: int | None = None,
+        after_time: float | None = None,
+        generation: int | None = None,
+        min_checkpoints: int = 1,
+        savepoint: bool = False,
+        progress_within: float | None = None,
+        max_heartbeat_age: float = 60.0,
+        poll_interval: float = 5.0,
+        deadline: float | None = None,
+    ) -> None:
+        super().__init__()
+        if mode not in MODES:
+            raise ConfigError(f"trigger mode={mode!r} is invalid; expected one of {', '.join(MODES)}")
+        if not checkpoint_dir and not sparkpoint_conn_id:
+            raise ConfigError("SparkpointCheckpointTrigger needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
+        # Validates job_name, the filters and max_heartbeat_age in one place.
+        self.condition = CheckpointCondition(
+            job_name=job_name,
+            after_checkpoint_id=after_checkpoint_id,
+            after_time=after_time,
+            generation=generation,
+            min_checkpoints=min_checkpoints,
+            savepoint=savepoint,
+            progress_within=progress_within,
+            max_heartbeat_age=max_heartbeat_age,
+        )
+        if mode == "control_result":
+            if not isinstance(request_id, str) or not REQUEST_ID_RE.match(request_id):
+                raise ConfigError(
+                    f"request_id={request_id!r} is invalid for mode 'control_result'; expected "
+                    "'<13 digits>-<8 hex>' as returned by ControlChannel.submit"
+                )
+        elif request_id is not None:
+            raise ConfigError(f"request_id={request_id!r} is only valid with mode 'control_result'")
+        optional_seconds("poll_interval", poll_interval)
+        if poll_interval is None:
+            raise ConfigError("poll_interval=None is invalid; expected a number of seconds > 0")
+        if deadline is not None and (
+            isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not math.isfinite(deadline)
+        ):
+            raise ConfigError(f"deadline={deadline!r} is invalid; expected epoch seconds or None")
+        self.job_name = job_name
+        self.mode = mode
+        self.checkpoint_dir = checkpoint_dir
+        self.sparkpoint_conn_id = sparkpoint_conn_id
+        self.request_id = request_id
+        self.poll_interval = float(poll_interval)
+        self.deadline = None if deadline is None else float(deadline)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        cond = self.condition
+        return (
+            CLASSPATH,
+            {
+                "job_name": self.job_name,
+                "mode": self.mode,
+                "checkpoint_dir": self.checkpoint_dir,
+                "sparkpoint_conn_id": self.sparkpoint_conn_id,
+                "request_id": self.request_id,
+                "after_checkpoint_id": cond.after_checkpoint_id,
+                "after_time": cond.after_time,
+                "generation": cond.generation,
+                "min_checkpoints": cond.min_checkpoints,
+                "savepoint": cond.savepoint,
+                "progress_within": cond.progress_within,
+                "max_heartbeat_age": cond.max_heartbeat_age,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+            },
+        )
+
+    # ------------------------------------------------------------------ running
+
+    def _catalog(self) -> Catalog:
+        from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+
+        return SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir).get_catalog(self.job_name)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        errors = 0
+        catalog: Catalog | None = None
+        while True:
+            try:
+                if catalog is None:
+                    catalog = await asyncio.to_thread(self._catalog)
+                event = await asyncio.to_thread(self.poll, catalog)
+                errors = 0
+            except StorageError as exc:
+                errors += 1
+                if errors >= MAX_POLL_ERRORS:
+                    yield TriggerEvent(_error(f"storage of job {self.job_name!r} unreachable "
+                                              f"({errors} polls in a row): {exc}"))
+                    return
+                self.log.warning("poll %d of job %s failed, retrying: %s", errors, self.job_name, exc)
+                event = None
+            except Exception as exc:  # noqa: BLE001 - reported as the one error event
+                yield TriggerEvent(_error(f"waiting on job {self.job_name!r} failed: {exc}"))
+                return
+            if event is not None:
+                yield TriggerEvent(event)
+                return
+            remaining = None if self.deadline is None else self.deadline - time.time()
+            if remaining is not None and remaining <= 0:
+                try:
+                    event = await asyncio.to_thread(self.give_up, catalog)
+                except Exception as exc:  # noqa: BLE001 - reported as the one error event
+                    event = _error(f"timed out waiting on job {self.job_name!r} ({exc})", reason="timeout")
+                yield TriggerEvent(event)
+                return
+            await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
+
+    def poll(self, catalog: Catalog) -> dict[str, Any] | None:
+        """One look at the job (blocking): the event when the wait is over, else None."""
+        if self.mode == "checkpoint":
+            outcome = evaluate(catalog, self.condition)
+            if outcome.done:
+                return {"status": "success", **outcome.payload}
+            if outcome.error is not None:
+                return _error(outcome.error)
+            self.log.info("waiting for %s", outcome.waiting_for)
+            return None
+        assert self.request_id is not None
+        channel = ControlChannel(catalog)
+        result = channel.result(self.request_id)
+        if result.finished:
+            return self._control_event(channel, result)
+        if not generation_alive(catalog, self.condition.generation, self.condition.max_heartbeat_age):
+            # The channel settles it: a result written just before the job exited, or
+            # an orderly withdrawal of a request nobody will take.
+            return self._settle(channel, is_alive=lambda: False)
+        self.log.info("control request %s of job %s is %s", self.request_id, self.job_name, result.state)
+        return None
+
+    def give_up(self, catalog: Catalog | None) -> dict[str, Any]:
+        """The event at the deadline (blocking): withdraw a request nobody took."""
+        if self.mode == "control_result" and catalog is not None:
+            event = self._settle(ControlChannel(catalog), is_alive=None)
+            if event["status"] == "error":
+                event["reason"] = "timeout"
+            return event
+        waiting = ""
+        if catalog is not None:
+            waiting = evaluate(catalog, self.condition).waiting_for
+        return _error(f"timed out waiting for {waiting or self.condition.describe()}", reason="timeout")
+
+    def _settle(self, channel: ControlChannel, *, is_alive: Any) -> dict[str, Any]:
+        assert self.request_id is not None
+        try:
+            result = channel.wait(self.request_id, timeout_s=0, poll_s=self.poll_interval, is_alive=is_alive)
+        except ControlError as exc:
+            return _error(str(exc))
+        return self._control_event(channel, result)
+
+    def _control_event(self, channel: ControlChannel, result: ControlResult) -> dict[str, Any]:
+        if result.state != "completed":
+            try:
+                channel.wait(result.request_id, timeout_s=0, poll_s=self.poll_interval)
+            except ControlError as exc:
+                return _error(str(exc))
+            return _error(f"control request {result.request_id} of job {self.job_name!r} ended {result.state}")
+        if not result.savepoint:
+            return _error(f"control request {result.request_id} of job {self.job_name!r} completed "
+                          "without a savepoint path")
+        return {
+            "status": "success",
+            "kind": "savepoint",
+            "job": self.job_name,
+            "request_id": result.request_id,
+            "generation": result.generation,
+            "batch_id": result.batch_id,
+            "savepoint_uri": result.savepoint,
+        }
+
+
+def _error(message: str, *, reason: str = "failed") -> dict[str, Any]:
+    return {"status": "error", "message": message, "reason": reason}
+
+
+def check_event(event: Any, *, required: Sequence[str]) -> dict[str, Any]:
+    """The payload of a trigger event for ``execute_complete`` (without ``status``).
+
+    :raises AirflowSensorTimeout: an error event for a timeout.
+    :raises AirflowException: an error event, or a malformed one (not a dict, unknown
+        status, a required key missing or empty).
+    """
+    if not isinstance(event, Mapping):
+        raise AirflowException(
+            f"malformed Sparkpoint trigger event {event!r}: expected a dict with status 'success' or 'error'"
+        )
+    status = event.get("status")
+    if status == "error":
+        message = event.get("message") or "the trigger reported an error without a message"
+        if event.get("reason") == "timeout":
+            raise AirflowSensorTimeout(str(message))
+        raise AirflowException(str(message))
+    if status != "success":
+        raise AirflowException(
+            f"malformed Sparkpoint trigger event {dict(event)!r}: status {status!r}, expected 'success' or 'error'"
+        )
+    missing = [key for key in required if event.get(key) in (None, "")]
+    if missing:
+        raise AirflowException(
+            f"malformed Sparkpoint trigger event {dict(event)!r}: missing {', '.join(missing)}"
+        )
+    return {key: value for key, value in event.items() if key != "status"}

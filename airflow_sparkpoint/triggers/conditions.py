@@ -1,0 +1,323 @@
+"""When a Sparkpoint wait is over: the one condition function shared by
+`SparkpointCheckpointSensor` (poke mode) and `SparkpointCheckpointTrigger` (deferrable).
+
+Pure Python over a `Catalog`: no Airflow, no Spark. `evaluate` answers one of three ways::
+
+    done      the condition holds; `Outcome.payload` describes the snapshot (JSON-safe)
+    failed    it can never hold: the job failed, its generation was superseded, it died
+              (stale heartbeat) or ended before the condition was met; `Outcome.error`
+    waiting   neither yet; `Outcome.waiting_for` says what is missing (for the log)
+
+What "the job" means: the run of `generation` when one is given, else the job's
+current (newest claimed) generation.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
+from airflow_sparkpoint.checkpoints.status import JobStatus
+from airflow_sparkpoint.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from airflow_sparkpoint.checkpoints.catalog import Catalog
+
+
+# ---------------------------------------------------------------------------- values
+
+
+def optional_int(name: str, value: Any, *, minimum: int = 0) -> int | None:
+    """`value` as an int >= `minimum`, or None; strings from templates are parsed.
+
+    :raises ConfigError: anything else (the message names `name` and the value).
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lstrip("-").isdigit():
+            value = int(text)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name}={value!r} is invalid; expected an integer >= {minimum} or None")
+    return value
+
+
+def optional_seconds(name: str, value: Any, *, allow_zero: bool = False) -> float | None:
+    """`value` as a finite number of seconds (> 0, or >= 0 with `allow_zero`), or None.
+
+    :raises ConfigError: anything else.
+    """
+    if value is None:
+        return None
+    if hasattr(value, "total_seconds"):
+        value = value.total_seconds()
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and (value >= 0 if allow_zero else value > 0)
+    )
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigError(f"{name}={value!r} is invalid; expected a number of seconds {bound} (or a timedelta)")
+    return float(value)
+
+
+def epoch_seconds(name: str, value: Any) -> float | None:
+    """A point in time as epoch seconds: a datetime (naive means UTC), a number, or a
+    string holding either (an ISO 8601 timestamp from a template); None stays None.
+
+    :raises ConfigError: anything else.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return epoch_seconds(name, float(text))
+        except ValueError:
+            pass
+        try:
+            value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ConfigError(
+                f"{name}={value!r} is invalid; expected a datetime, epoch seconds or an ISO 8601 timestamp"
+            ) from None
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+        return aware.timestamp()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{name}={value!r} is invalid; expected a datetime, epoch seconds or an ISO 8601 timestamp")
+    return float(value)
+
+
+def _iso(epoch: float | None) -> str:
+    if epoch is None:
+        return "never"
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------------- status
+
+
+def read_job_status(catalog: Catalog) -> JobStatus | None:
+    """The job's status record, or None when there is none (or it is unreadable)."""
+    raw = catalog.read_status()
+    if raw is None:
+        return None
+    try:
+        return JobStatus.from_json(raw)
+    except (TypeError, ValueError):
+        return None
+
+
+def live_status(catalog: Catalog, max_heartbeat_age: float, *, now: float | None = None) -> JobStatus | None:
+    """The status of the job's live run, or None when no run is live.
+
+    Live: state starting/running, heartbeat younger than `max_heartbeat_age` seconds,
+    and not superseded by a newer generation.
+    """
+    status = read_job_status(catalog)
+    if status is None or not status.is_alive(max_heartbeat_age, now):
+        return None
+    if status.generation < catalog.current_generation():
+        return None
+    return status
+
+
+def generation_alive(catalog: Catalog, generation: int | None, max_heartbeat_age: float) -> bool:
+    """Whether the run of `generation` (any, when None) is live (see `live_status`)."""
+    status = live_status(catalog, max_heartbeat_age)
+    return status is not None and (generation is None or status.generation == generation)
+
+
+# ---------------------------------------------------------------------------- the condition
+
+
+@dataclass(frozen=True)
+class CheckpointCondition:
+    """What to wait for. Every filter given must hold (they combine with AND).
+
+    :param job_name: the pipeline.
+    :param after_checkpoint_id: only snapshots with a larger id count.
+    :param after_time: only snapshots completed after this (epoch seconds) count.
+    :param generation: only snapshots of this generation count; the wait fails when a
+        newer generation supersedes it before the condition holds.
+    :param min_checkpoints: how many matching snapshots must exist. Retained checkpoints
+        are counted, and, for `generation`, the run's own count from its status record
+        (so N may exceed ``numRetained``).
+    :param savepoint: wait for completed savepoints instead of checkpoints.
+    :param progress_within: also require healthy progress: the run's heartbeat and its
+        newest matching checkpoint are both younger than this many seconds.
+    :param max_heartbeat_age: a running job whose heartbeat is older has died.
+    """
+
+    job_name: str
+    after_checkpoint_id: int | None = None
+    after_time: float | None = None
+    generation: int | None = None
+    min_checkpoints: int = 1
+    savepoint: bool = False
+    progress_within: float | None = None
+    max_heartbeat_age: float = 60.0
+
+    def __post_init__(self) -> None:
+        layout.validate_job_name(self.job_name)
+        optional_int("after_checkpoint_id", self.after_checkpoint_id, minimum=0)
+        if self.after_time is not None:
+            epoch_seconds("after_time", self.after_time)
+        optional_int("generation", self.generation, minimum=1)
+        if optional_int("min_checkpoints", self.min_checkpoints, minimum=1) is None:
+            raise ConfigError("min_checkpoints=None is invalid; expected an integer >= 1")
+        if not isinstance(self.savepoint, bool):
+            raise ConfigError(f"savepoint={self.savepoint!r} is invalid; expected True or False")
+        optional_seconds("progress_within", self.progress_within)
+        if optional_seconds("max_heartbeat_age", self.max_heartbeat_age) is None:
+            raise ConfigError("max_heartbeat_age=None is invalid; expected a number of seconds > 0")
+        if self.savepoint and self.progress_within is not None:
+            raise ConfigError(
+                f"progress_within={self.progress_within!r} cannot be combined with savepoint=True; "
+                "healthy progress is measured by checkpoints (use two sensors)"
+            )
+
+    @property
+    def kind(self) -> str:
+        return "savepoint" if self.savepoint else "checkpoint"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """E.g. '2 completed checkpoints of generation 3 of job 'orders' newer than chk-5'."""
+        what = f"{self.min_checkpoints} completed {self.kind}s" if self.min_checkpoints > 1 else \
+            f"a completed {self.kind}"
+        parts = [what]
+        if self.generation is not None:
+            parts.append(f"of generation {self.generation}")
+        parts.append(f"of job {self.job_name!r}")
+        if self.after_checkpoint_id is not None:
+            parts.append(f"newer than id {self.after_checkpoint_id}")
+        if self.after_time is not None:
+            parts.append(f"completed after {_iso(self.after_time)}")
+        if self.progress_within is not None:
+            parts.append(f"with heartbeat and last checkpoint younger than {self.progress_within:g} s")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The answer of `evaluate` (see the module docstring)."""
+
+    done: bool
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    waiting_for: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+def _matches(catalog: Catalog, cond: CheckpointCondition) -> list[tuple[str, SnapshotMetadata]]:
+    """(uri, metadata) of every valid snapshot passing the filters, newest first."""
+    if cond.savepoint:
+        snapshots = [(e.uri, e.metadata) for e in catalog.list_savepoints() if e.metadata is not None]
+    else:
+        snapshots = [(catalog.checkpoint_uri(m.id), m) for m in catalog.checkpoints()]
+    result = []
+    for uri, meta in snapshots:
+        if cond.after_checkpoint_id is not None and meta.id <= cond.after_checkpoint_id:
+            continue
+        if cond.after_time is not None and meta.created_at <= cond.after_time:
+            continue
+        if cond.generation is not None and meta.generation != cond.generation:
+            continue
+        result.append((uri, meta))
+    return sorted(result, key=lambda pair: (pair[1].created_at, pair[1].id), reverse=True)
+
+
+def _payload(cond: CheckpointCondition, uri: str, meta: SnapshotMetadata, count: int) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "kind": cond.kind,
+        "job": cond.job_name,
+        "generation": meta.generation,
+        "batch_id": meta.batch_id,
+        "created_at": meta.created_at,
+        "count": count,
+    }
+    if cond.savepoint:
+        payload.update(savepoint_id=meta.id, savepoint_uri=uri, source_checkpoint=meta.source_checkpoint)
+    else:
+        payload.update(checkpoint_id=meta.id, checkpoint_uri=uri)
+    return payload
+
+
+def evaluate(catalog: Catalog, cond: CheckpointCondition, *, now: float | None = None) -> Outcome:
+    """Whether `cond` holds for `catalog`'s job now, can never hold, or may still hold."""
+    now = time.time() if now is None else now
+    current = catalog.current_generation()
+    status = read_job_status(catalog)
+    target = cond.generation if cond.generation is not None else current
+    run = status if status is not None and status.generation == target else None
+
+    matches = _matches(catalog, cond)
+    count = len(matches)
+    if (
+        run is not None
+        and not cond.savepoint
+        and cond.generation is not None
+        and cond.after_checkpoint_id is None
+        and cond.after_time is None
+    ):
+        count = max(count, run.checkpoints_completed)
+    missing: list[str] = []
+    if not matches or count < cond.min_checkpoints:
+        missing.append(f"{count}/{cond.min_checkpoints} matching {cond.kind}s")
+    if cond.progress_within is not None:
+        if run is None or run.state not in ("starting", "running"):
+            missing.append("a running job")
+        else:
+            if now - run.heartbeat_at > cond.progress_within:
+                missing.append(f"a heartbeat younger than {cond.progress_within:g} s "
+                               f"(it is {now - run.heartbeat_at:.0f} s old)")
+            if matches and now - matches[0][1].created_at > cond.progress_within:
+                missing.append(f"a checkpoint younger than {cond.progress_within:g} s "
+                               f"(the newest is {now - matches[0][1].created_at:.0f} s old)")
+    if not missing:
+        uri, meta = matches[0]
+        return Outcome(True, _payload(cond, uri, meta, count))
+
+    waiting_for = f"{cond.describe()}: missing {', '.join(missing)}"
+    what = f"generation {target} of job {cond.job_name!r}"
+    if cond.generation is not None and current > cond.generation:
+        return Outcome(False, error=(
+            f"{what} was superseded by generation {current} before {cond.describe()} completed"
+        ))
+    if status is None or status.generation < target:
+        return Outcome(False, waiting_for=f"{waiting_for} ({what} has not reported a status yet)")
+    if run is None:  # the status belongs to a newer generation than the one waited for
+        return Outcome(False, error=f"{what} was superseded by generation {status.generation}")
+    if run.state == "failed":
+        return Outcome(False, error=f"{what} failed: {run.error or 'no error recorded'} (see its driver log)")
+    if run.state in ("finished", "stopped"):
+        if cond.generation is None and cond.after_time is not None and run.heartbeat_at < cond.after_time:
+            # The final state of an earlier run: wait for the next one to start.
+            return Outcome(False, waiting_for=f"{waiting_for} (the last run {run.state} at {_iso(run.heartbeat_at)})")
+        return Outcome(False, error=(
+            f"{what} {run.state} at {_iso(run.heartbeat_at)} before {cond.describe()} completed "
+            f"(missing {', '.join(missing)})"
+        ))
+    age = now - run.heartbeat_at
+    if age > cond.max_heartbeat_age:
+        return Outcome(False, error=(
+            f"{what} is {run.state} but its heartbeat is {age:.0f} s old (max {cond.max_heartbeat_age:g} s): "
+            f"the driver died or hangs (host {run.host or '?'}, pid {run.pid or '?'})"
+        ))
+    return Outcome(False, waiting_for=waiting_for)
