@@ -6,7 +6,7 @@
     sparkpoint status    --dir URI --job NAME [--max-heartbeat-age S] [--json]
     sparkpoint savepoint --dir URI --job NAME [--stop] [--timeout S] [--no-wait] [--no-from-checkpoint]
     sparkpoint dispose   --dir URI --job NAME PATH
-    sparkpoint commit    --dir URI --job NAME
+    sparkpoint commit    --dir URI --job NAME [--upto-batch N]
     sparkpoint demo      --workdir DIR
 
 ``--dir`` and ``--job`` default to ``$SPARKPOINT_DIR`` and ``$SPARKPOINT_JOB``;
@@ -75,6 +75,16 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _batch_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a batch id") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid; expected a batch id >= 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (defaults are read from the environment when it is built)."""
     common = argparse.ArgumentParser(add_help=False)
@@ -130,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("commit", parents=[common],
                             help="promote staged output of confirmed checkpoints (the two-phase-commit step)")
+    p.add_argument("--upto-batch", type=_batch_id, default=None, metavar="N",
+                   help="commit confirmed batches only up to N (write-audit-publish: the audited range)")
     p.set_defaults(func=cmd_commit)
 
     # Listed for --help only: `main` hands everything after `demo` to the demo unparsed.
@@ -219,9 +231,7 @@ def _open_catalog(args: argparse.Namespace) -> Any:
         raise UsageError("--job is required (or set SPARKPOINT_JOB)")
     validate_job_name(args.job)
     scheme = split_uri(args.dir)[0]
-    options = _storage_options(args) if scheme == "s3" else {}
-    if scheme != "s3" and (args.s3_endpoint or args.s3_region) and not _env("SPARKPOINT_S3_ENDPOINT"):
-        log.warning("--s3-endpoint/--s3-region are ignored for %s (not an s3:// root)", args.dir)
+    options = _storage_options(args) if scheme == "s3" else {}  # S3 options mean nothing to other roots
     storage = open_storage(args.dir, **options)
     if isinstance(storage, LocalStorage) and not os.path.isdir(storage.root):
         raise CommandFailed(f"storage root {args.dir!r} does not exist ({storage.root}); check --dir")
@@ -263,6 +273,13 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: frozens
 def _pairs(pairs: Sequence[tuple[str, Any]]) -> str:
     width = max(len(k) for k, _ in pairs)
     return "\n".join(f"{k.ljust(width)}  {'-' if v is None else v}" for k, v in pairs)
+
+
+def _listing(value: Any) -> Any:
+    """Lists as ``2: a, b`` (``0`` when empty); anything else unchanged."""
+    if isinstance(value, (list, tuple)):
+        return f"{len(value)}: {', '.join(map(str, value))}" if value else "0"
+    return value
 
 
 def _emit_json(document: Mapping[str, Any]) -> None:
@@ -467,6 +484,10 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
             result = channel.wait(request.id, timeout_s=args.timeout, poll_s=args.poll, is_alive=is_alive)
         except ControlError as exc:
             raise CommandFailed(str(exc)) from None
+        try:  # housekeeping: forget requests that finished more than a day ago
+            channel.cleanup()
+        except StorageError as exc:
+            log.warning("could not clean up old control requests: %s", exc)
         if args.json:
             _emit_json({**base, "source": "running-job", "request_id": request.id, "state": result.state,
                         "generation": result.generation, "savepoint": result.savepoint, "batch_id": result.batch_id})
@@ -557,12 +578,13 @@ def _lazy(module: str, name: str, command: str) -> Callable[..., Any]:
 def cmd_commit(args: argparse.Namespace) -> int:
     catalog = _open_catalog(args)
     commit_pending = _lazy("airflow_sparkpoint.sinks.commit", "commit_pending", "commit")
-    result = commit_pending(catalog, storage_options=_storage_options(args))
+    extra = {} if args.upto_batch is None else {"upto_batch": args.upto_batch}
+    result = commit_pending(catalog, storage_options=_storage_options(args), **extra)
     summary = dict(result) if isinstance(result, Mapping) else {"result": result}
     if args.json:
         _emit_json({"job": catalog.job, "root": catalog.uri, "result": summary})
     elif summary:
-        print(_pairs([(str(k), v) for k, v in summary.items()]))
+        print(_pairs([(str(k), _listing(v)) for k, v in summary.items()]))
     else:
         print(f"nothing to commit for job {catalog.job!r}")
     return EXIT_OK

@@ -250,7 +250,14 @@ class Catalog:
             )
         if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float)) or not grace_seconds >= 0:
             raise ConfigError(f"retention grace_seconds={grace_seconds!r} is invalid; expected seconds >= 0")
-        entries = self.list_checkpoints()
+        # One listing of shared/ serves both validation and orphan collection. It is taken
+        # before anything is decided, so a file uploaded after it is never collected.
+        ids = self.checkpoint_ids()
+        shared = list(self.store.list(layout.SHARED)) if ids else []
+        present = {info.key: info.size for info in shared}
+        entries = [
+            self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "") for cid in reversed(ids)
+        ]
         valid = [e for e in entries if e.valid]
         keep = valid[:num_retained]
         keep_ids = {e.id for e in keep}
@@ -272,7 +279,7 @@ class Catalog:
         now = time.time()
         orphans = []
         orphan_bytes = 0
-        for info in self.store.list(layout.SHARED):
+        for info in shared:
             if info.key in referenced:
                 continue
             if grace_seconds and now - info.mtime < grace_seconds:

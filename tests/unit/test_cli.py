@@ -377,9 +377,9 @@ def test_commit_calls_commit_pending(capsys: pytest.CaptureFixture[str], root: P
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[Catalog, dict[str, Any]]] = []
 
-    def commit_pending(catalog: Catalog, *, storage_options: dict[str, Any]) -> dict[str, Any]:
-        calls.append((catalog, storage_options))
-        return {"committed": [3, 4], "aborted": []}
+    def commit_pending(catalog: Catalog, *, storage_options: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        calls.append((catalog, {**storage_options, **kwargs}))
+        return {"committed": ["orders-b3-g1", "orders-b4-g1"], "aborted": []}
 
     fake = types.ModuleType("airflow_sparkpoint.sinks.commit")
     fake.commit_pending = commit_pending  # type: ignore[attr-defined]
@@ -387,10 +387,13 @@ def test_commit_calls_commit_pending(capsys: pytest.CaptureFixture[str], root: P
     code, out, _ = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--json")
     assert code == 0
     assert json.loads(out) == {"job": "orders", "root": f"file://{root}/orders",
-                               "result": {"committed": [3, 4], "aborted": []}}
+                               "result": {"committed": ["orders-b3-g1", "orders-b4-g1"], "aborted": []}}
     assert calls[0][0].job == "orders" and calls[0][1] == {}
-    code, out, _ = run(capsys, "commit", "--dir", str(root), "--job", "orders")
-    assert "committed  [3, 4]" in out
+    code, out, _ = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--upto-batch", "4")
+    assert out.splitlines() == ["committed  2: orders-b3-g1, orders-b4-g1", "aborted    0"]
+    assert calls[1][1] == {"upto_batch": 4}
+    code, _, err = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--upto-batch", "-1")
+    assert code == 2 and "'-1' is invalid" in err
 
 
 def test_demo_passes_its_arguments_through(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
