@@ -30,12 +30,12 @@ class LiveFile:
 
 def local_path_of(location: str) -> str | None:
     """The local filesystem path of a Hadoop location, or None when it is not local."""
-    if "://" not in location:
-        return os.path.abspath(location)
     if location.startswith("file://"):
         return location[len("file://"):] or "/"
     if location.startswith("file:/"):
         return location[len("file:"):]
+    if "://" not in location:
+        return os.path.abspath(location)
     return None
 
 

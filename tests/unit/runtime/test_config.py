@@ -1,0 +1,91 @@
+"""`spark.sparkpoint.*` validation: bad values fail before anything is written, naming
+the key, the value and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.runtime.config import KEYS, PREFIX, SparkpointConfig, parse_duration, parse_trigger
+
+BASE = {f"{PREFIX}dir": "/tmp/sp", f"{PREFIX}job": "orders"}
+
+
+def conf(**extra: str) -> dict[str, str]:
+    return {**BASE, **{PREFIX + k.replace("__", "."): v for k, v in extra.items()}}
+
+
+def test_defaults_match_the_design():
+    cfg = SparkpointConfig.from_conf(BASE)
+    assert cfg.restore == "latest"
+    assert cfg.trigger.kind == "availableNow"
+    assert cfg.checkpoint_interval_s == 0
+    assert cfg.num_retained == 3
+    assert cfg.checkpoint_timeout_s == 600
+    assert cfg.tolerable_failures == 0
+    assert cfg.commit_mode == "checkpoint"
+    assert cfg.poll_interval_s == 2
+    assert cfg.state_store == "rocksdb"
+    assert cfg.storage_options == {}
+
+
+def test_every_documented_key_is_accepted():
+    values = {
+        "workDir": "/tmp/live", "restore": "none", "restore.force": "true", "restore.allowForeignJob": "false",
+        "restore.sinkAhead": "rewind", "trigger": "processingTime:10s", "checkpoint.interval": "30s",
+        "checkpoint.numRetained": "5", "checkpoint.timeout": "1min", "checkpoint.tolerableFailures": "2",
+        "commit.mode": "external", "control.pollInterval": "500ms", "stateStore": "hdfs",
+        "s3.endpoint": "http://127.0.0.1:9000", "s3.region": "eu-west-1",
+    }
+    assert set(values) | {"dir", "job"} == set(KEYS)
+    cfg = SparkpointConfig.from_conf({**BASE, **{PREFIX + k: v for k, v in values.items()}})
+    assert cfg.trigger.interval_s == 10
+    assert cfg.checkpoint_interval_s == 30
+    assert cfg.poll_interval_s == 0.5
+    assert cfg.storage_options == {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({f"{PREFIX}job": "x"}, "spark.sparkpoint.dir is required"),
+        ({f"{PREFIX}dir": "/x"}, "spark.sparkpoint.job is required"),
+        (conf(job="../etc"), "'../etc'"),
+        (conf(job="has space"), "'has space'"),
+        (conf(dir="ftp://host/x"), "'ftp://host/x'"),
+        (conf(dir="s3://"), "'s3://'"),
+        (conf(restore=""), "restore=''"),
+        (conf(restore="gopher://x"), "'gopher://x'"),
+        (conf(trigger="continuous"), "trigger='continuous'"),
+        (conf(trigger="processingTime:0s"), "positive interval"),
+        (conf(checkpoint__interval="soon"), "checkpoint.interval='soon'"),
+        (conf(checkpoint__numRetained="0"), "checkpoint.numRetained='0'"),
+        (conf(checkpoint__numRetained="three"), "checkpoint.numRetained='three'"),
+        (conf(checkpoint__timeout="0"), "checkpoint.timeout"),
+        (conf(checkpoint__tolerableFailures="-1"), "checkpoint.tolerableFailures='-1'"),
+        (conf(commit__mode="eventually"), "commit.mode='eventually'"),
+        (conf(control__pollInterval="0s"), "control.pollInterval"),
+        (conf(stateStore="memory"), "stateStore='memory'"),
+        (conf(s3__endpoint="minio:9000"), "s3.endpoint='minio:9000'"),
+        (conf(restore__force="maybe"), "restore.force='maybe'"),
+        (conf(restore__sinkAhead="ignore"), "restore.sinkAhead='ignore'"),
+        (conf(workDir="ftp://x/live"), "workDir='ftp://x/live'"),
+        ({**BASE, f"{PREFIX}checkpoint.numRetain": "3"}, "spark.sparkpoint.checkpoint.numRetain is not a known"),
+    ],
+)
+def test_bad_values_name_the_key_and_value(settings, named):
+    with pytest.raises(ConfigError) as info:
+        SparkpointConfig.from_conf(settings)
+    assert named in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("0", 0), ("500ms", 0.5), ("2s", 2), ("10min", 600), ("1h", 3600),
+                                                ("1.5", 1.5)])
+def test_durations(text, seconds):
+    assert parse_duration("x", text) == seconds
+
+
+def test_trigger_spark_arguments():
+    assert parse_trigger("availableNow").spark_kwargs() == {"availableNow": True}
+    assert parse_trigger("processingTime:2s").spark_kwargs() == {"processingTime": "2000 milliseconds"}
+    assert str(parse_trigger("processingTime:2s")) == "processingTime:2s"

@@ -1,0 +1,242 @@
+"""The coordinator without Spark: a hand-made live location, an in-memory catalog and a
+recording sink."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
+from airflow_sparkpoint.exceptions import RestoreError, SinkAheadError, SparkpointError, StaleGeneration
+from airflow_sparkpoint.runtime.config import SparkpointConfig
+from airflow_sparkpoint.runtime.coordinator import Coordinator
+from airflow_sparkpoint.runtime.restore import (
+    RestorePlan,
+    check_sink_position,
+    materialize,
+    plan_restore,
+    recover_transactions,
+)
+from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
+from airflow_sparkpoint.storage import MemoryStorage
+
+
+class RecordingSink(Sink):
+    """Remembers what was committed and aborted; commits are idempotent like a real sink."""
+
+    kind = "recording-test"
+
+    def __init__(self, name: str = "rec") -> None:
+        self.name = name
+        self.committed: dict[int, int] = {}  # batch -> generation
+        self.aborted: list[tuple[int, int]] = []
+
+    @property
+    def sink_id(self) -> str:
+        return f"recording:{self.name}"
+
+    def to_config(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def stage(self, df: Any, ctx: StageContext) -> dict[str, Any]:
+        return {"rows": 1}
+
+    def commit(self, record: TransactionRecord) -> CommitOutcome:
+        if record.batch_id in self.committed:
+            return CommitOutcome(record.txn_id, "already")
+        self.committed[record.batch_id] = record.generation
+        return CommitOutcome(record.txn_id, "committed", {"version": record.batch_id})
+
+    def is_committed(self, record: TransactionRecord) -> bool:
+        return self.committed.get(record.batch_id) == record.generation
+
+    def abort(self, record: TransactionRecord) -> None:
+        self.aborted.append((record.batch_id, record.generation))
+
+    def committed_position(self, job: str) -> int | None:
+        return max(self.committed, default=None)
+
+
+def record(batch: int, generation: int, job: str = "job") -> TransactionRecord:
+    return TransactionRecord(job=job, batch_id=batch, generation=generation, sink="recording-test",
+                             sink_id="recording:rec", payload={"config": {}, "staged": {"rows": 1}})
+
+
+def write_live(root: Path, batch: int) -> None:
+    """Files Spark would have after batch `batch` (RocksDB changelog layout)."""
+    (root / "metadata").parent.mkdir(parents=True, exist_ok=True)
+    if not (root / "metadata").exists():
+        (root / "metadata").write_text('{"id":"q"}')
+    for name, text in ((f"offsets/{batch}", f"o{batch}"), (f"commits/{batch}", f"c{batch}"),
+                       (f"state/0/0/{batch + 1}.changelog", "s" * 1000 * (batch + 1))):
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+@pytest.fixture()
+def catalog() -> Catalog:
+    return Catalog(MemoryStorage(uuid.uuid4().hex), "job")
+
+
+def coordinator(catalog: Catalog, live: Path, sink: Sink, generation: int, **kw: Any) -> Coordinator:
+    options = dict(commit_mode="checkpoint", interval_s=0, num_retained=2, timeout_s=60, tolerable_failures=0)
+    options.update(kw)
+    return Coordinator(catalog=catalog, sink=sink, generation=generation, live_root=str(live), **options)
+
+
+def test_checkpoints_are_incremental_and_commit_after_completion(catalog, tmp_path):
+    generation = catalog.claim_generation().generation
+    sink = RecordingSink()
+    coord = coordinator(catalog, tmp_path, sink, generation)
+    write_live(tmp_path, 0)
+    coord.add_pending(record(0, generation))
+    first = coord.checkpoint(0)
+    assert first is not None and first.stats.files_copied == first.stats.file_count == 4
+    assert sink.committed == {}  # nothing is visible before the commit step
+    assert coord.commit_confirmed() == [0]
+    write_live(tmp_path, 1)
+    coord.add_pending(record(1, generation))
+    second = coord.checkpoint(1)
+    assert second is not None
+    # Only the new offsets, commit and state version were copied.
+    assert second.stats.files_copied == 3
+    assert second.stats.bytes_copied < second.stats.bytes_total
+    assert [t.batch_id for t in second.transactions] == [1]
+    coord.commit_confirmed()
+    assert sink.committed == {0: generation, 1: generation}
+    assert catalog.transactions() == []
+
+
+def test_retention_keeps_num_retained_and_never_deletes_referenced_files(catalog, tmp_path):
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation, num_retained=2)
+    for batch in range(5):
+        write_live(tmp_path, batch)
+        assert coord.checkpoint(batch) is not None
+    kept = catalog.checkpoints()
+    assert [c.batch_id for c in kept] == [4, 3]
+    for meta in kept:
+        for ref in meta.files:
+            assert catalog.store.exists(ref.key)
+
+
+def test_stale_generation_cannot_complete_a_checkpoint_or_commit(catalog, tmp_path):
+    old = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), old)
+    write_live(tmp_path, 0)
+    coord.add_pending(record(0, old))
+    catalog.claim_generation()  # a newer run started
+    with pytest.raises(StaleGeneration):
+        coord.checkpoint(0)
+    assert catalog.checkpoints() == []
+
+
+def test_tolerable_failures_then_fail(catalog, tmp_path):
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path / "missing-live", RecordingSink(), generation, tolerable_failures=1)
+    os.makedirs(tmp_path / "missing-live")
+    write_live(tmp_path / "missing-live", 0)
+    # Make the upload fail: the live file disappears between listing and copying.
+    original = coord.catalog.store.upload_file
+
+    def vanish(local_path: str, key: str) -> None:
+        raise FileNotFoundError(local_path)
+
+    coord.catalog.store.upload_file = vanish  # type: ignore[method-assign]
+    assert coord.checkpoint(0) is None  # one failure tolerated
+    with pytest.raises(SparkpointError, match="tolerableFailures=1"):
+        coord.checkpoint(0)
+    coord.catalog.store.upload_file = original  # type: ignore[method-assign]
+
+
+def test_timeout_abandons_a_slow_checkpoint(catalog, tmp_path):
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation, timeout_s=1e-9, tolerable_failures=5)
+    write_live(tmp_path, 0)
+    assert coord.checkpoint(0) is None
+    assert catalog.checkpoints() == []
+
+
+def _cfg(**kw: str) -> SparkpointConfig:
+    return SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/unused", "spark.sparkpoint.job": "job",
+                                       **{f"spark.sparkpoint.{k}": v for k, v in kw.items()}})
+
+
+def test_restore_none_is_refused_when_checkpoints_exist(catalog, tmp_path):
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    write_live(tmp_path, 0)
+    coord.checkpoint(0)
+    with pytest.raises(RestoreError, match="restore.force=true"):
+        plan_restore(_cfg(restore="none"), catalog, None)
+    assert plan_restore(_cfg(restore="none", **{"restore.force": "true"}), catalog, None).snapshot is None
+    assert plan_restore(_cfg(), catalog, None).batch_id == 0
+
+
+def test_restore_target_without_metadata_is_a_clear_error(tmp_path):
+    with pytest.raises(RestoreError, match="has no _metadata"):
+        plan_restore(_cfg(restore=str(tmp_path)), Catalog(MemoryStorage(uuid.uuid4().hex), "job"), None)
+
+
+def test_sink_ahead_of_the_restore_point_is_refused(catalog, tmp_path):
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    write_live(tmp_path, 0)
+    coord.checkpoint(0)
+    plan = plan_restore(_cfg(), catalog, None)
+    sink = RecordingSink()
+    sink.committed = {0: 1, 1: 1, 2: 1}
+    with pytest.raises(SinkAheadError, match="already committed batch 2"):
+        check_sink_position(plan, sink, "job", "fail")
+    sink.committed = {0: 1}
+    check_sink_position(plan, sink, "job", "fail")
+    with pytest.raises(SinkAheadError):
+        check_sink_position(RestorePlan(None, None, "empty"), sink, "job", "fail")
+
+
+def test_recovery_commits_confirmed_and_aborts_the_rest(catalog, tmp_path):
+    gen1 = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), gen1)
+    write_live(tmp_path, 0)
+    for batch in (0, 1):
+        catalog.put_transaction(record(batch, gen1))
+        coord.add_pending(record(batch, gen1))
+    write_live(tmp_path, 1)
+    coord.checkpoint(1)  # covers batches 0 and 1; crash before the commits
+    catalog.put_transaction(record(2, gen1))  # staged, never confirmed
+    gen2 = catalog.claim_generation().generation
+    catalog.put_transaction(record(2, gen2))  # a zombie attempt from another generation
+    sink = RecordingSink()
+    plan = plan_restore(_cfg(), catalog, None)
+    pending, summary = recover_transactions(catalog, sink, plan, "checkpoint")
+    assert pending == []
+    assert sink.committed == {0: gen1, 1: gen1}
+    assert sorted(sink.aborted) == [(2, gen1), (2, gen2)]
+    assert summary["committed"] == [0, 1] and sorted(summary["aborted"]) == [2, 2]
+    assert catalog.transactions() == []
+    # external mode keeps confirmed transactions for the commit step
+    for batch in (0, 1):
+        catalog.put_transaction(record(batch, gen1))
+    pending, summary = recover_transactions(catalog, RecordingSink(), plan, "external")
+    assert [r.batch_id for r in pending] == [0, 1]
+    assert [r.batch_id for r in catalog.transactions()] == [0, 1]
+
+
+def test_materialize_rebuilds_the_location_and_never_modifies_the_snapshot(catalog, tmp_path):
+    generation = catalog.claim_generation().generation
+    live = tmp_path / "live"
+    coord = coordinator(catalog, live, RecordingSink(), generation)
+    write_live(live, 0)
+    coord.checkpoint(0)
+    savepoint = catalog.create_savepoint(catalog.handle(catalog.latest()))
+    before = {i.key: catalog.store.get(i.key) for i in catalog.store.list("savepoints")}
+    index = materialize(savepoint, str(tmp_path / "restored"))
+    assert (tmp_path / "restored" / "commits" / "0").read_text() == "c0"
+    assert (tmp_path / "restored" / "state" / "0" / "0" / "1.changelog").read_text() == "s" * 1000
+    assert set(index) == {f.path for f in savepoint.metadata.files}
+    assert {i.key: catalog.store.get(i.key) for i in catalog.store.list("savepoints")} == before

@@ -1,0 +1,56 @@
+"""The test-only fault hook kills for real, and the Spark side never imports Airflow."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from airflow_sparkpoint.runtime import faults
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **env})
+
+
+def test_armed_fault_sigkills_the_process_once(tmp_path):
+    marker = tmp_path / "fired"
+    code = "from airflow_sparkpoint.runtime import faults; faults.maybe_kill('copy', 2); print('survived')"
+    env = {faults.ENV: "copy:2", faults.ENV_ONCE: str(marker)}
+    first = _run(code, **env)
+    assert first.returncode == -signal.SIGKILL
+    assert "killing driver at copy:2" in first.stdout
+    assert marker.exists()
+    second = _run(code, **env)
+    assert second.returncode == 0 and "survived" in second.stdout
+
+
+def test_other_points_and_batches_do_not_fire(monkeypatch):
+    monkeypatch.setenv(faults.ENV, "copy:2")
+    faults.maybe_kill("copy", 3)
+    faults.maybe_kill("metadata", 2)  # still alive
+
+
+def test_malformed_fault_spec_is_rejected(monkeypatch):
+    monkeypatch.setenv(faults.ENV, "explode:soon")
+    with pytest.raises(ValueError, match="explode:soon"):
+        faults.maybe_kill("copy", 1)
+
+
+def test_spark_side_imports_without_airflow():
+    code = (
+        "import sys; sys.modules['airflow'] = None\n"
+        "import airflow_sparkpoint.runtime, airflow_sparkpoint.sinks, airflow_sparkpoint.checkpoints\n"
+        "import airflow_sparkpoint.storage, airflow_sparkpoint.cli\n"
+        "from airflow_sparkpoint.runtime import SparkpointJob\n"
+        "from airflow_sparkpoint.sinks import DeltaSink, S3Sink, DirectorySink\n"
+        "assert not [m for m in sys.modules if m.startswith('airflow.')]\n"
+        "print('ok')"
+    )
+    result = _run(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
