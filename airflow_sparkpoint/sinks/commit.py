@@ -1,0 +1,155 @@
+"""The external two-phase-commit step (`sparkpoint commit`, `SparkpointCommitOperator`).
+
+Pure Python: reads the job's catalog, rebuilds each sink from its transaction record
+(`sink_from_config`), and drives it. No Spark, no Airflow.
+
+Which records are confirmed comes from the latest valid checkpoint: every checkpoint
+lists the transactions still pending at its batch (the coordinator carries uncommitted
+ones forward), so
+
+==========================================================  ===========================
+record                                                      action
+==========================================================  ===========================
+listed in the latest checkpoint (same batch and generation) commit, in batch order
+batch <= the latest checkpoint's batch, not listed           abort: it can never be
+                                                            confirmed (a dead
+                                                            generation, a re-run)
+batch > the latest checkpoint's batch                       left pending
+no valid checkpoint at all                                  everything left pending
+==========================================================  ===========================
+
+"Did it land?" is asked of the sink first (`Sink.is_committed`), so a record whose
+commit landed but whose deletion did not is only cleaned up. Records are deleted from
+the catalog once committed or aborted; running the step again is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_sparkpoint.checkpoints.catalog import Catalog
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.exceptions import SinkError
+from airflow_sparkpoint.sinks.base import Sink, sink_from_config
+
+log = logging.getLogger(__name__)
+
+__all__ = ["abort_generation", "commit_pending"]
+
+
+class _Sinks:
+    """Sinks rebuilt from records, one per (kind, config), configured once."""
+
+    def __init__(self, storage_options: Mapping[str, Any] | None) -> None:
+        self._options = dict(storage_options or {})
+        self._sinks: dict[tuple[str, str], Sink] = {}
+
+    def of(self, record: TransactionRecord) -> Sink:
+        config = record.payload.get("config") if isinstance(record.payload, Mapping) else None
+        if not isinstance(config, Mapping):
+            raise SinkError(
+                f"transaction record {record.txn_id} has no sink config (payload.config); "
+                "expected a record written by the Sparkpoint runtime"
+            )
+        key = (record.sink, json.dumps(dict(config), sort_keys=True, default=str))
+        sink = self._sinks.get(key)
+        if sink is None:
+            sink = sink_from_config(record.sink, config)
+            sink.configure(self._options)
+            self._sinks[key] = sink
+        return sink
+
+
+def commit_pending(
+    catalog: Catalog,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    upto_batch: int | None = None,
+) -> dict[str, list[str]]:
+    """Commit the confirmed transactions of `catalog`'s job and abort the dead ones.
+
+    :param storage_options: S3 connection options for the sinks (endpoint_url,
+        region_name, aws_access_key_id, aws_secret_access_key, aws_session_token);
+        empty means boto3's default chain.
+    :param upto_batch: commit confirmed batches only up to this one (write-audit-publish:
+        the audited range); later confirmed ones stay pending.
+    :returns: transaction ids by outcome: ``committed``, ``already`` (had landed before),
+        ``aborted`` and ``pending`` (left for a later run).
+    :raises SinkError: a commit failed; batches after it were not committed (order is
+        kept), and the failed record stays for the next run. `CommitOutcomeUnknown` means
+        it may have landed: running the step again finds out.
+    """
+    latest = catalog.latest()
+    records = catalog.transactions()
+    result: dict[str, list[str]] = {"committed": [], "already": [], "aborted": [], "pending": []}
+    confirmed = {(t.batch_id, t.generation) for t in latest.transactions} if latest is not None else set()
+    to_commit: list[TransactionRecord] = []
+    to_abort: list[TransactionRecord] = []
+    for record in records:
+        if (record.batch_id, record.generation) in confirmed:
+            if upto_batch is not None and record.batch_id > upto_batch:
+                result["pending"].append(record.txn_id)
+            else:
+                to_commit.append(record)
+        elif latest is not None and record.batch_id <= latest.batch_id:
+            to_abort.append(record)
+        else:
+            result["pending"].append(record.txn_id)
+    sinks = _Sinks(storage_options)
+    try:
+        for record in sorted(to_commit, key=lambda r: (r.batch_id, r.generation)):
+            sink = sinks.of(record)
+            if sink.is_committed(record):
+                result["already"].append(record.txn_id)
+            else:
+                outcome = sink.commit(record)
+                result["committed" if outcome.status == "committed" else "already"].append(record.txn_id)
+            catalog.delete_transactions([record])
+        for record in to_abort:
+            sink = sinks.of(record)
+            if sink.is_committed(record):  # it landed earlier; only the record was left behind
+                result["already"].append(record.txn_id)
+            else:
+                sink.abort(record)
+                result["aborted"].append(record.txn_id)
+            catalog.delete_transactions([record])
+    finally:
+        log.info(
+            "commit step of job %s (latest checkpoint %s, batch %s): committed %s, already %s, aborted %s, "
+            "pending %s",
+            catalog.job,
+            latest.id if latest else None,
+            latest.batch_id if latest else None,
+            result["committed"], result["already"], result["aborted"], result["pending"],
+        )
+    return result
+
+
+def abort_generation(
+    catalog: Catalog, generation: int, storage_options: Mapping[str, Any] | None = None
+) -> list[str]:
+    """Abort every uncommitted transaction of `generation` and delete its record.
+
+    The blue-green rollback: green's staged output (confirmed by green's checkpoints or
+    not) never becomes visible. Transactions that already committed are left alone and
+    reported in the log. Returns the aborted transaction ids.
+    """
+    sinks = _Sinks(storage_options)
+    aborted: list[str] = []
+    for record in catalog.transactions():
+        if record.generation != generation:
+            continue
+        sink = sinks.of(record)
+        if sink.is_committed(record):
+            log.warning("transaction %s of generation %d has already committed to %s; not aborted",
+                        record.txn_id, generation, record.sink_id)
+            continue
+        sink.abort(record)
+        catalog.delete_transactions([record])
+        aborted.append(record.txn_id)
+    log.info("aborted %d transaction(s) of generation %d of job %s: %s",
+             len(aborted), generation, catalog.job, aborted)
+    return aborted

@@ -1,0 +1,463 @@
+"""`DirectorySink`: Spark's own file writer into a hidden staging area, promoted on commit.
+
+Transaction of batch N in generation g (``txn = <job>-b<N>-g<g>``)::
+
+    stage    df.write.format(fmt).mode("overwrite").save("<dest>/_staging/<txn>")
+             Names starting with "_" are skipped by Spark's and Hadoop's readers, so
+             staged files are invisible. Payload: the staged data files (relative
+             paths, sizes).
+    commit   every staged file moves to "<dest>/<partition dirs>/part-<txn>-<n>.<ext>":
+             os.replace on a local filesystem; server-side CopyObject + delete on S3.
+             Then "_sparkpoint/manifests/<job>/<N>.json" is created, last: the "did it
+             land?" marker. A repeated commit is a no-op; a crashed one is finished.
+    abort    "<dest>/_staging/<txn>" is deleted.
+
+Destinations: local paths (plain or ``file://``; they must be visible to the driver and
+the executors, as in local mode or on a shared mount) and ``s3://``/``s3a://``. For S3,
+Spark writes the staging area directly through ``s3a://`` when the hadoop-aws
+filesystem is on its classpath; without it (as in this project's tests) and with a
+``local[...]`` master, Spark writes to a local temp directory and the driver uploads the
+files to ``<dest>/_staging/<txn>/`` with boto3. Commit and abort are pure Python on both,
+so an Airflow worker without a JVM can run them. Other Hadoop schemes (``hdfs://``,
+``gs://``, ``abfs://``) are refused for now: promoting on them needs a JVM or libhdfs.
+
+Local promotion renames files one at a time: a reader listing the directory during a
+commit can see part of the batch. Readers that need all-or-nothing batches follow the
+manifests (or use `DeltaSink`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.exceptions import (
+    CommitOutcomeUnknown,
+    ConfigError,
+    InvalidPath,
+    ObjectNotFound,
+    SinkError,
+    StorageError,
+)
+from airflow_sparkpoint.sinks import _manifests as manifests
+from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
+from airflow_sparkpoint.storage import LocalStorage, Storage, split_uri
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DirectorySink"]
+
+FORMATS = ("parquet", "json", "csv", "orc", "text")
+COPY_THREADS = 16
+
+
+def _is_hidden(name: str) -> bool:
+    """Spark's rule (InMemoryFileIndex): ``_x`` and ``.x`` are not data, ``_col=v`` is."""
+    return (name.startswith("_") and "=" not in name) or name.startswith(".") or name.endswith("._COPYING_")
+
+
+def _extension(name: str) -> str:
+    """``snappy.parquet`` of ``part-00000-<uuid>-c000.snappy.parquet``."""
+    return name.split(".", 1)[1] if "." in name else ""
+
+
+def _data_files(root: str) -> list[dict[str, Any]]:
+    """Data files under a local directory Spark wrote, as ``{"path", "size"}``, sorted."""
+    found = []
+    for directory, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not _is_hidden(d))
+        for name in files:
+            if _is_hidden(name):
+                continue
+            full = os.path.join(directory, name)
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            found.append({"path": rel, "size": os.path.getsize(full)})
+    return sorted(found, key=lambda f: f["path"])
+
+
+def _spark_can_write(spark: SparkSession, scheme: str) -> bool:
+    """Whether Spark's Hadoop configuration has a filesystem for `scheme` (e.g. s3a)."""
+    jvm: Any = getattr(spark, "_jvm", None)
+    jsc: Any = getattr(spark, "_jsc", None)
+    if jvm is None or jsc is None:  # Spark Connect: no JVM in this process
+        return False
+    try:
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, jsc.hadoopConfiguration())
+    except Exception:  # noqa: BLE001 - py4j reports the missing class as a generic error
+        return False
+    return True
+
+
+class DirectorySink(Sink):
+    """Files written by Spark's own writer (any format it has), exactly once per batch.
+
+    :param uri: destination directory: a local path, ``file:///...`` or ``s3://bucket/prefix``.
+    :param format: ``parquet``, ``json``, ``csv``, ``orc`` or ``text``.
+    :param partition_by: partition columns (Hive-style ``col=value`` directories).
+    :param options: options for Spark's writer (e.g. ``{"compression": "gzip"}``); stored
+        in transaction records, so never put credentials here.
+    """
+
+    kind = "directory"
+
+    def __init__(
+        self,
+        uri: str,
+        format: str = "parquet",
+        *,
+        partition_by: Sequence[str] | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        try:
+            scheme, bucket, path = split_uri(uri)
+        except InvalidPath as exc:
+            raise ConfigError(
+                f"DirectorySink uri {uri!r} is not supported ({exc}); expected a local path, "
+                "file:///path or s3://bucket/prefix"
+            ) from None
+        if scheme not in ("file", "s3"):
+            raise ConfigError(f"DirectorySink uri {uri!r} is not supported; expected a local path, "
+                              "file:///path or s3://bucket/prefix")
+        if format not in FORMATS:
+            raise ConfigError(
+                f"DirectorySink format {format!r} is not supported; expected one of: {', '.join(FORMATS)}"
+            )
+        if partition_by is not None and (
+            isinstance(partition_by, str) or not all(isinstance(c, str) and c for c in partition_by)
+        ):
+            raise ConfigError(f"DirectorySink partition_by {partition_by!r} is invalid; expected a list of column names")
+        writer_options = dict(options or {})
+        bad = {k: v for k, v in writer_options.items()
+               if not isinstance(k, str) or not isinstance(v, (str, int, float, bool))}
+        if bad:
+            raise ConfigError(f"DirectorySink options {bad!r} are invalid; expected string keys and "
+                              "str/int/float/bool values")
+        self.format = format
+        self.partition_by = list(partition_by or [])
+        self.options = writer_options
+        self._local: str | None = None
+        self.bucket = ""
+        self.prefix = ""
+        if scheme == "file":
+            self._local = os.path.abspath(path)
+            self.uri = "file://" + self._local
+        else:
+            from airflow_sparkpoint.storage.s3 import validate_bucket_name
+
+            try:
+                self.bucket = validate_bucket_name(bucket)
+            except InvalidPath as exc:
+                raise ConfigError(f"DirectorySink uri {uri!r}: {exc}") from None
+            self.prefix = path.strip("/") + "/" if path.strip("/") else ""
+            self.uri = f"s3://{bucket}/{self.prefix.rstrip('/')}" if self.prefix else f"s3://{bucket}"
+        self._storage_options: dict[str, Any] = {}
+        self._store: Storage | None = None
+
+    def __repr__(self) -> str:
+        return f"DirectorySink({self.uri!r}, format={self.format!r})"
+
+    # -- identity -------------------------------------------------------------------
+
+    @property
+    def sink_id(self) -> str:
+        return self.uri
+
+    def to_config(self) -> dict[str, Any]:
+        return {"uri": self.uri, "format": self.format, "partition_by": list(self.partition_by),
+                "options": dict(self.options)}
+
+    def configure(self, storage_options: Mapping[str, Any]) -> None:
+        options = manifests.options_from(storage_options)
+        if options != self._storage_options:
+            self._storage_options = options
+            self._store = None
+
+    def _storage(self) -> Storage:
+        """The destination directory as a `Storage` (manifests, listings, S3 copies)."""
+        if self._store is None:
+            if self._local is not None:
+                self._store = LocalStorage(self._local)
+            else:
+                from airflow_sparkpoint.storage.s3 import S3Storage
+
+                self._store = S3Storage(self.bucket, self.prefix, **self._storage_options)
+        return self._store
+
+    def validate(self) -> None:
+        if self._local is not None:
+            if os.path.exists(self._local) and not os.path.isdir(self._local):
+                raise ConfigError(f"DirectorySink destination {self._local} is a file; expected a directory")
+            probe = self._local
+            while not os.path.exists(probe):
+                probe = os.path.dirname(probe)
+            if not os.access(probe, os.W_OK | os.X_OK):
+                raise SinkError(f"DirectorySink destination {self._local} is not writable (checked {probe})")
+            return
+        store = self._storage()
+        try:
+            store.check()  # type: ignore[attr-defined]
+        except StorageError as exc:
+            raise SinkError(f"DirectorySink destination {self.uri} is not usable: {exc}") from None
+
+    def _staging_key(self, txn: str) -> str:
+        return f"{manifests.STAGING}/{txn}"
+
+    # -- stage ----------------------------------------------------------------------
+
+    def stage(self, df: DataFrame, ctx: StageContext) -> dict[str, Any]:
+        if ctx.storage_options:
+            self.configure(ctx.storage_options)
+        txn = ctx.txn_id
+        writer = df.write.format(self.format).mode("overwrite").options(**self.options)
+        if self.partition_by:
+            writer = writer.partitionBy(*self.partition_by)
+        staging = self._staging_key(txn)
+        if self._local is not None:
+            target = os.path.join(self._local, *staging.split("/"))
+            writer.save("file://" + target)
+            files = _data_files(target)
+        else:
+            files = self._stage_s3(df, writer, staging)
+        payload = {
+            "format": self.format,
+            "staging": staging,
+            "files": files,
+            "bytes": sum(f["size"] for f in files),
+        }
+        log.info("staged %s: %d file(s), %d bytes in %s/%s", txn, len(files), payload["bytes"], self.uri, staging)
+        return payload
+
+    def _stage_s3(self, df: DataFrame, writer: Any, staging: str) -> list[dict[str, Any]]:
+        spark = df.sparkSession
+        store = self._storage()
+        if _spark_can_write(spark, "s3a"):
+            writer.save(f"s3a://{self.bucket}/{self.prefix}{staging}")
+            base = f"{staging}/"
+            return sorted(
+                ({"path": info.key[len(base):], "size": info.size} for info in store.list(staging)
+                 if not any(_is_hidden(part) for part in info.key[len(base):].split("/"))),
+                key=lambda f: f["path"],
+            )
+        master = spark.conf.get("spark.master", "") or ""
+        if not master.startswith("local"):
+            raise SinkError(
+                f"DirectorySink to {self.uri} needs Spark's s3a filesystem (hadoop-aws on the classpath) "
+                f"when the master is {master!r}; without it only a local[...] master can stage through a "
+                "local temp directory"
+            )
+        tmp = tempfile.mkdtemp(prefix="sparkpoint-dir-")
+        try:
+            out = os.path.join(tmp, "out")
+            writer.save("file://" + out)
+            if not os.path.exists(os.path.join(out, "_SUCCESS")):
+                raise SinkError(f"Spark's write to the temp directory {out} did not finish (_SUCCESS missing)")
+            files = _data_files(out)
+            store.delete_prefix(staging)  # an earlier attempt of this transaction
+            uploads = [(os.path.join(out, *f["path"].split("/")), f"{staging}/{f['path']}") for f in files]
+            if uploads:
+                with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(uploads))) as pool:
+                    list(pool.map(lambda u: store.upload_file(*u), uploads))
+        except StorageError as exc:
+            raise SinkError(f"cannot upload the staged files to {self.uri}/{staging}: {exc}") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return files
+
+    # -- commit ---------------------------------------------------------------------
+
+    @staticmethod
+    def _files(record: TransactionRecord) -> tuple[str, list[dict[str, Any]]]:
+        try:
+            staged = record.payload["staged"]
+            return str(staged["staging"]), [dict(f) for f in staged["files"]]
+        except (KeyError, TypeError) as exc:
+            raise SinkError(
+                f"transaction {record.txn_id} has no DirectorySink payload ({exc!r}); "
+                "expected payload.staged.staging and .files"
+            ) from None
+
+    @staticmethod
+    def _final_path(txn: str, index: int, staged_path: str) -> str:
+        """``<partition dirs>/part-<txn>-<index>.<ext>`` for a staged relative path."""
+        directory, _, name = staged_path.rpartition("/")
+        final = manifests.final_name(txn, index, _extension(name))
+        return f"{directory}/{final}" if directory else final
+
+    def _plan(self, record: TransactionRecord) -> tuple[str, list[tuple[str, str, int]]]:
+        staging, files = self._files(record)
+        moves = [
+            (f"{staging}/{f['path']}", self._final_path(record.txn_id, i, f["path"]), int(f["size"]))
+            for i, f in enumerate(files)
+        ]
+        return staging, moves
+
+    def commit(self, record: TransactionRecord) -> CommitOutcome:
+        staging, moves = self._plan(record)
+        store = self._storage()
+        detail = {"files": len(moves), "bytes": sum(m[2] for m in moves)}
+        try:
+            if manifests.check_not_taken(store, record):
+                self._drop_staging(staging)
+                return CommitOutcome(record.txn_id, "already", detail)
+        except StorageError as exc:
+            raise SinkError(f"cannot read the commit manifest of {record.txn_id} in {self.uri}: {exc}") from None
+        try:
+            if self._local is not None:
+                states = [self._promote_local(src, dst, size) for src, dst, size in moves]
+                self._fsync_dirs(dst for _src, dst, _size in moves)
+            else:
+                states = self._promote_s3(moves)
+            files = [{"path": dst, "size": size} for _src, dst, size in moves]
+            written = manifests.write_manifest(store, record, sink_id=self.sink_id, fmt=self.format, files=files)
+        except (OSError, StorageError) as exc:
+            raise CommitOutcomeUnknown(
+                f"commit of {record.txn_id} to {self.uri} was interrupted ({exc}); the staged files are "
+                "kept, run the commit again"
+            ) from None
+        self._drop_staging(staging)
+        status = "committed" if written else "already"
+        log.info("%s %s to %s: %d file(s), %d already in place", status, record.txn_id, self.uri,
+                 len(moves), states.count("already"))
+        return CommitOutcome(record.txn_id, status, detail)
+
+    def _promote_local(self, src_key: str, dst_key: str, size: int) -> str:
+        assert self._local is not None
+        src = os.path.join(self._local, *src_key.split("/"))
+        dst = os.path.join(self._local, *dst_key.split("/"))
+        try:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.replace(src, dst)
+            return "moved"
+        except FileNotFoundError:
+            pass
+        if os.path.isfile(dst) and os.path.getsize(dst) == size:
+            return "already"  # an earlier commit moved it
+        raise SinkError(
+            f"staged file {src} is gone and {dst} is {'of another size' if os.path.exists(dst) else 'missing'}: "
+            "the batch's output is lost; restore from an earlier checkpoint so that it is produced again"
+        )
+
+    def _fsync_dirs(self, dst_keys: Any) -> None:
+        assert self._local is not None
+        for directory in sorted({os.path.dirname(os.path.join(self._local, *k.split("/"))) for k in dst_keys}):
+            try:
+                fd = os.open(directory, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def _promote_s3(self, moves: Sequence[tuple[str, str, int]]) -> list[str]:
+        store = self._storage()
+
+        def copy(move: tuple[str, str, int]) -> str:
+            src, dst, size = move
+            try:
+                store.copy(src, dst)
+                return "copied"
+            except ObjectNotFound:
+                pass
+            try:
+                if store.stat(dst).size == size:
+                    return "already"
+            except ObjectNotFound:
+                pass
+            raise SinkError(
+                f"staged object {self.uri}/{src} is gone and {self.uri}/{dst} is not in place: the batch's "
+                "output is lost; restore from an earlier checkpoint so that it is produced again"
+            )
+
+        if not moves:
+            return []
+        with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(moves))) as pool:
+            states = list(pool.map(copy, moves))
+        store.delete(src for src, _dst, _size in moves)
+        return states
+
+    def _drop_staging(self, staging: str) -> None:
+        if self._local is not None:
+            shutil.rmtree(os.path.join(self._local, *staging.split("/")), ignore_errors=True)
+        else:
+            try:
+                self._storage().delete_prefix(staging)
+            except StorageError as exc:  # leftovers are removed by cleanup_orphans
+                log.warning("could not remove %s/%s: %s", self.uri, staging, exc)
+
+    def is_committed(self, record: TransactionRecord) -> bool:
+        return manifests.is_committed(self._storage(), record)
+
+    def committed_position(self, job: str) -> int | None:
+        return manifests.committed_position(self._storage(), job)
+
+    # -- abort and cleanup ------------------------------------------------------------
+
+    def abort(self, record: TransactionRecord) -> None:
+        """Delete the transaction's staging area; files of a commit that was started but
+        never finished (no manifest) are removed from the destination too.
+
+        :raises SinkError: the transaction has committed; it cannot be aborted.
+        """
+        staging, moves = self._plan(record)
+        store = self._storage()
+        if manifests.is_committed(store, record):
+            raise SinkError(f"transaction {record.txn_id} has committed to {self.uri}; it cannot be aborted")
+        promoted = []
+        for _src, dst, _size in moves:
+            try:
+                store.stat(dst)
+            except ObjectNotFound:
+                continue
+            promoted.append(dst)
+        if promoted:
+            log.warning("abort of %s removes %d file(s) of an unfinished commit from %s",
+                        record.txn_id, len(promoted), self.uri)
+        try:
+            store.delete(promoted)
+            if self._local is not None:
+                shutil.rmtree(os.path.join(self._local, *staging.split("/")), ignore_errors=False)
+            else:
+                store.delete_prefix(staging)
+        except FileNotFoundError:
+            pass
+        except (OSError, StorageError) as exc:
+            raise SinkError(f"cannot abort {record.txn_id} in {self.uri}: {exc}") from None
+        log.info("aborted %s in %s", record.txn_id, self.uri)
+
+    def staged_transactions(self, job: str) -> list[str]:
+        """Transaction ids of `job` that have a staging area under ``_staging/``."""
+        if self._local is not None:
+            try:
+                names = os.listdir(os.path.join(self._local, manifests.STAGING))
+            except FileNotFoundError:
+                return []
+        else:
+            names = self._storage().list_dirs(manifests.STAGING)
+        found = []
+        for name in sorted(names):
+            parsed = manifests.parse_txn(name)
+            if parsed is not None and parsed[0] == job:
+                found.append(name)
+        return found
+
+    def cleanup_orphans(self, job: str, keep: set[str]) -> int:
+        """Delete the staging areas of `job` whose transaction is not in `keep`."""
+        removed = 0
+        for txn in self.staged_transactions(job):
+            if txn in keep:
+                continue
+            self._drop_staging(self._staging_key(txn))
+            removed += 1
+        if removed:
+            log.info("removed %d orphaned staging area(s) of job %s in %s", removed, job, self.uri)
+        return removed

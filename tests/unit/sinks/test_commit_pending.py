@@ -1,0 +1,268 @@
+"""`commit_pending` / `abort_generation`: the external two-phase-commit step, driven
+against an in-memory catalog and a fake sink that records what it was asked to do."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import pytest
+
+from airflow_sparkpoint.checkpoints.catalog import Catalog
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.exceptions import CommitOutcomeUnknown, ConfigError, SinkError
+from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
+from airflow_sparkpoint.sinks.commit import abort_generation, commit_pending
+from airflow_sparkpoint.storage import MemoryStorage
+
+JOB = "orders"
+
+
+class FakeSink(Sink):
+    """Keeps its "destination" in a class-level dict keyed by `name`."""
+
+    kind = "test-fake"
+    worlds: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.options: dict[str, Any] = {}
+        self.world = FakeSink.worlds.setdefault(
+            name, {"committed": {}, "aborted": [], "calls": [], "fail": {}, "configured": []}
+        )
+
+    @property
+    def sink_id(self) -> str:
+        return f"fake://{self.name}"
+
+    def to_config(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def configure(self, storage_options: Mapping[str, Any]) -> None:
+        self.options = dict(storage_options)
+        self.world["configured"].append(dict(storage_options))
+
+    def stage(self, df: Any, ctx: StageContext) -> dict[str, Any]:  # pragma: no cover - not used
+        return {}
+
+    def commit(self, record: TransactionRecord) -> CommitOutcome:
+        self.world["calls"].append(("commit", record.txn_id))
+        failure = self.world["fail"].get(record.txn_id)
+        if failure is not None:
+            raise failure
+        if record.batch_id in self.world["committed"]:
+            assert self.world["committed"][record.batch_id] == record.txn_id, "duplicate batch"
+            return CommitOutcome(record.txn_id, "already")
+        self.world["committed"][record.batch_id] = record.txn_id
+        return CommitOutcome(record.txn_id, "committed")
+
+    def is_committed(self, record: TransactionRecord) -> bool:
+        self.world["calls"].append(("is_committed", record.txn_id))
+        return self.world["committed"].get(record.batch_id) == record.txn_id
+
+    def abort(self, record: TransactionRecord) -> None:
+        self.world["calls"].append(("abort", record.txn_id))
+        assert not self.is_committed(record)
+        self.world["aborted"].append(record.txn_id)
+
+    def committed_position(self, job: str) -> int | None:
+        return max(self.world["committed"], default=None)
+
+
+@pytest.fixture()
+def sink_name() -> str:
+    return f"w-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture()
+def world(sink_name: str) -> dict[str, Any]:
+    return FakeSink(sink_name).world
+
+
+@pytest.fixture()
+def catalog() -> Catalog:
+    return Catalog(MemoryStorage(f"commit-{uuid.uuid4().hex[:8]}"), JOB)
+
+
+def record(name: str, batch: int, generation: int, kind: str = "test-fake") -> TransactionRecord:
+    return TransactionRecord(
+        job=JOB, batch_id=batch, generation=generation, sink=kind, sink_id=f"fake://{name}",
+        payload={"config": {"name": name}, "staged": {"rows": batch}}, created_at=time.time(),
+    )
+
+
+def checkpoint(catalog: Catalog, batch: int, generation: int, pending: list[TransactionRecord]) -> None:
+    while catalog.current_generation() < generation:
+        catalog.claim_generation()
+    meta = SnapshotMetadata(
+        kind="checkpoint", id=catalog.next_checkpoint_id(), job=JOB, generation=generation,
+        batch_id=batch, created_at=time.time(), files=(), transactions=tuple(pending),
+    )
+    catalog.complete_checkpoint(meta)
+
+
+def txn_ids(catalog: Catalog) -> list[str]:
+    return [r.txn_id for r in catalog.transactions()]
+
+
+def test_no_checkpoint_leaves_everything_pending(catalog: Catalog, sink_name: str, world: dict[str, Any]) -> None:
+    catalog.put_transaction(record(sink_name, 0, 1))
+
+    result = commit_pending(catalog)
+
+    assert result == {"committed": [], "already": [], "aborted": [], "pending": ["orders-b0-g1"]}
+    assert world["calls"] == []
+    assert txn_ids(catalog) == ["orders-b0-g1"]
+
+
+def test_confirmed_records_commit_in_batch_order_and_are_deleted(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    records = [record(sink_name, b, 1) for b in (2, 0, 1)]
+    for r in records:
+        catalog.put_transaction(r)
+    checkpoint(catalog, 2, 1, list(reversed(records)))
+
+    result = commit_pending(catalog, storage_options={"endpoint_url": "http://x"})
+
+    assert result["committed"] == ["orders-b0-g1", "orders-b1-g1", "orders-b2-g1"]
+    assert [c for c in world["calls"] if c[0] == "commit"] == [
+        ("commit", "orders-b0-g1"), ("commit", "orders-b1-g1"), ("commit", "orders-b2-g1")
+    ]
+    assert world["configured"] == [{"endpoint_url": "http://x"}]  # one sink rebuilt, configured once
+    assert txn_ids(catalog) == []
+
+
+def test_second_run_is_a_no_op(catalog: Catalog, sink_name: str, world: dict[str, Any]) -> None:
+    r = record(sink_name, 0, 1)
+    catalog.put_transaction(r)
+    checkpoint(catalog, 0, 1, [r])
+    assert commit_pending(catalog)["committed"] == ["orders-b0-g1"]
+    calls = len(world["calls"])
+
+    assert commit_pending(catalog) == {"committed": [], "already": [], "aborted": [], "pending": []}
+    assert len(world["calls"]) == calls
+    assert world["committed"] == {0: "orders-b0-g1"}
+
+
+def test_landed_commit_whose_record_survived_is_only_cleaned_up(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    r = record(sink_name, 0, 1)
+    catalog.put_transaction(r)
+    checkpoint(catalog, 0, 1, [r])
+    world["committed"][0] = r.txn_id  # a crash between the sink's commit and the record's deletion
+
+    result = commit_pending(catalog)
+
+    assert result["already"] == ["orders-b0-g1"] and result["committed"] == []
+    assert ("commit", r.txn_id) not in world["calls"]
+    assert txn_ids(catalog) == []
+
+
+def test_unreferenced_records_up_to_the_checkpoint_are_aborted(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    dead = record(sink_name, 1, 1)  # generation 1 died after staging batch 1
+    live = record(sink_name, 1, 2)  # generation 2 re-ran batch 1
+    future = record(sink_name, 2, 2)  # staged, its checkpoint not taken yet
+    for r in (dead, live, future):
+        catalog.put_transaction(r)
+    checkpoint(catalog, 1, 2, [live])
+
+    result = commit_pending(catalog)
+
+    assert result == {
+        "committed": ["orders-b1-g2"], "already": [], "aborted": ["orders-b1-g1"], "pending": ["orders-b2-g2"],
+    }
+    assert world["aborted"] == ["orders-b1-g1"]
+    assert world["committed"] == {1: "orders-b1-g2"}
+    assert txn_ids(catalog) == ["orders-b2-g2"]
+
+
+def test_unreferenced_record_that_landed_is_not_aborted(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    old = record(sink_name, 0, 1)
+    catalog.put_transaction(old)
+    world["committed"][0] = old.txn_id  # committed in the job; record deletion was lost
+    checkpoint(catalog, 1, 1, [])
+
+    result = commit_pending(catalog)
+
+    assert result["already"] == ["orders-b0-g1"] and result["aborted"] == []
+    assert world["aborted"] == []
+    assert txn_ids(catalog) == []
+
+
+def test_upto_batch_holds_later_confirmed_batches(catalog: Catalog, sink_name: str, world: dict[str, Any]) -> None:
+    records = [record(sink_name, b, 1) for b in range(4)]
+    for r in records:
+        catalog.put_transaction(r)
+    checkpoint(catalog, 3, 1, records)
+
+    result = commit_pending(catalog, upto_batch=1)
+    assert result["committed"] == ["orders-b0-g1", "orders-b1-g1"]
+    assert result["pending"] == ["orders-b2-g1", "orders-b3-g1"]
+    assert txn_ids(catalog) == ["orders-b2-g1", "orders-b3-g1"]
+
+    assert commit_pending(catalog)["committed"] == ["orders-b2-g1", "orders-b3-g1"]
+    assert sorted(world["committed"]) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("error", [SinkError("refused"), CommitOutcomeUnknown("timeout")])
+def test_a_failed_commit_stops_later_batches_and_keeps_records(
+    catalog: Catalog, sink_name: str, world: dict[str, Any], error: SinkError
+) -> None:
+    records = [record(sink_name, b, 1) for b in range(3)]
+    for r in records:
+        catalog.put_transaction(r)
+    checkpoint(catalog, 2, 1, records)
+    world["fail"]["orders-b1-g1"] = error
+
+    with pytest.raises(type(error)):
+        commit_pending(catalog)
+
+    assert world["committed"] == {0: "orders-b0-g1"}
+    assert txn_ids(catalog) == ["orders-b1-g1", "orders-b2-g1"]
+
+    del world["fail"]["orders-b1-g1"]
+    assert commit_pending(catalog)["committed"] == ["orders-b1-g1", "orders-b2-g1"]
+
+
+def test_record_without_sink_config_is_an_error(catalog: Catalog) -> None:
+    bad = TransactionRecord(JOB, 0, 1, "test-fake", "fake://x", payload={"staged": {}})
+    catalog.put_transaction(bad)
+    checkpoint(catalog, 0, 1, [bad])
+
+    with pytest.raises(SinkError, match="orders-b0-g1 has no sink config"):
+        commit_pending(catalog)
+    assert txn_ids(catalog) == ["orders-b0-g1"]
+
+
+def test_unknown_sink_kind_names_the_kind(catalog: Catalog, sink_name: str) -> None:
+    r = record(sink_name, 0, 1, kind="no-such-kind")
+    catalog.put_transaction(r)
+    checkpoint(catalog, 0, 1, [r])
+
+    with pytest.raises(ConfigError, match="'no-such-kind'"):
+        commit_pending(catalog)
+
+
+def test_abort_generation_discards_only_that_generations_uncommitted_records(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    blue = record(sink_name, 3, 1)
+    green = [record(sink_name, b, 2) for b in (4, 5, 6)]
+    for r in (blue, *green):
+        catalog.put_transaction(r)
+    world["committed"][4] = green[0].txn_id  # green's first batch had already gone out
+
+    aborted = abort_generation(catalog, 2)
+
+    assert aborted == ["orders-b5-g2", "orders-b6-g2"]
+    assert world["aborted"] == ["orders-b5-g2", "orders-b6-g2"]
+    assert txn_ids(catalog) == ["orders-b3-g1", "orders-b4-g2"]
+    assert abort_generation(catalog, 2) == []
