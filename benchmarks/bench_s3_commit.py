@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import socket
 import statistics
@@ -119,6 +120,7 @@ def run(runs: int, files: int, big: int, small: int, endpoint: str | None = None
     if bucket is None:
         from moto.server import ThreadedMotoServer
 
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")  # moto accepts any
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 
