@@ -127,7 +127,8 @@ class DeltaSink(Sink):
         import pyarrow.parquet as pq
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        schema = to_arrow_schema(df.schema)
+        # Spark TimestampType is an instant (UTC-adjusted), like Delta's timestamp.
+        schema = to_arrow_schema(df.schema, timezone="UTC")
         self._check_schema(schema)
         staging = self._staging_dir(ctx.job, ctx.txn_id)
         writer = df.write.mode("overwrite").option("compression", "snappy")

@@ -1,0 +1,188 @@
+"""Invariant 6 on real Spark: savepoints are relocatable and self-contained for every
+stateful operator type. Each case runs the query once over all input (the reference),
+then again in two halves: the first half, a savepoint, the savepoint moved elsewhere and
+the original checkpoint root deleted, a restore from the moved copy over the rest. The
+two Delta tables must be identical: lost state or duplicated output would differ."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint.checkpoints import Catalog
+
+pytestmark = pytest.mark.spark
+
+BASE_MTIME = 1_700_000_000
+
+
+def write_files(directory: Path, rows_per_file: list[list[dict[str, Any]]], start: int = 0) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, rows in enumerate(rows_per_file, start=start):
+        path = directory / f"part-{i:05d}.json"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.utime(path, (BASE_MTIME + i, BASE_MTIME + i))
+
+
+def run_job(spark: Any, root: Path, job: str, build: Callable[[Any, Path], Any], inputs: Path, table: Path,
+            sink_kwargs: dict[str, Any], output_mode: str, restore: str = "latest") -> Any:
+    from airflow_sparkpoint.runtime import SparkpointJob
+    from airflow_sparkpoint.sinks import DeltaSink
+
+    sp = SparkpointJob.get_or_create(conf={
+        "spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": job, "spark.sparkpoint.restore": restore,
+    }, argv=[])
+    return sp.run(build(spark, inputs), sink=DeltaSink(str(table), **sink_kwargs), output_mode=output_mode)
+
+
+# -- the queries ------------------------------------------------------------------------------
+
+
+def aggregation(spark: Any, inputs: Path) -> Any:
+    from pyspark.sql import functions as F
+
+    events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(str(inputs))
+    return events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("n"))
+
+
+def deduplication(spark: Any, inputs: Path) -> Any:
+    events = (
+        spark.readStream.schema("id string, ts timestamp, v long").option("maxFilesPerTrigger", 1).json(str(inputs))
+    )
+    return events.withWatermark("ts", "1 hour").dropDuplicatesWithinWatermark(["id"])
+
+
+def stream_join(spark: Any, inputs: Path) -> Any:
+    from pyspark.sql import functions as F
+
+    left = (
+        spark.readStream.schema("id string, ts timestamp, side string, v long")
+        .option("maxFilesPerTrigger", 1).json(str(inputs)).where("side = 'L'")
+        .select(F.col("id"), F.col("ts").alias("lts"), F.col("v").alias("lv")).withWatermark("lts", "1 hour")
+    )
+    right = (
+        spark.readStream.schema("id string, ts timestamp, side string, v long")
+        .option("maxFilesPerTrigger", 1).json(str(inputs)).where("side = 'R'")
+        .select(F.col("id").alias("rid"), F.col("ts").alias("rts"), F.col("v").alias("rv"))
+        .withWatermark("rts", "1 hour")
+    )
+    return left.join(right, F.expr("id = rid AND rts BETWEEN lts - interval 1 hour AND lts + interval 1 hour"))
+
+
+def keyed_state(spark: Any, inputs: Path) -> Any:
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class RunningTotals(StatefulProcessor):
+        """ValueState (running total), ListState (last 3 amounts), MapState (count per tag)."""
+
+        def init(self, handle: Any) -> None:
+            self.total = handle.getValueState("total", "total long")
+            self.recent = handle.getListState("recent", "amount long")
+            self.tags = handle.getMapState("tags", "tag string", "count long")
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            total = self.total.get()[0] if self.total.exists() else 0
+            recent = [r[0] for r in self.recent.get()] if self.recent.exists() else []
+            for frame in rows:
+                for amount, tag in zip(frame["amount"], frame["tag"]):
+                    total += int(amount)
+                    recent = (recent + [int(amount)])[-3:]
+                    count = self.tags.getValue((tag,))[0] if self.tags.containsKey((tag,)) else 0
+                    self.tags.updateValue((tag,), (count + 1,))
+            self.total.update((total,))
+            self.recent.put([(a,) for a in recent])
+            tags = ",".join(f"{k[0]}={v[0]}" for k, v in sorted(self.tags.iterator()))
+            yield pd.DataFrame({"user": [key[0]], "total": [total], "recent": [",".join(map(str, recent))],
+                                "tags": [tags]})
+
+        def close(self) -> None:
+            pass
+
+    events = (
+        spark.readStream.schema("user string, amount long, tag string").option("maxFilesPerTrigger", 1)
+        .json(str(inputs))
+    )
+    return events.groupBy("user").transformWithStateInPandas(
+        statefulProcessor=RunningTotals(),
+        outputStructType="user string, total long, recent string, tags string",
+        outputMode="Update", timeMode="None",
+    )
+
+
+def _ts(minute: int) -> str:
+    return f"2026-01-01T00:{minute:02d}:00Z"
+
+
+CASES = {
+    "aggregation": (
+        aggregation,
+        [[{"user": f"u{u}", "amount": i * 10 + u} for u in range(3)] for i in range(6)],
+        {"mode": "merge", "keys": ["user"]}, "update",
+    ),
+    "dropDuplicates": (
+        deduplication,
+        # ids repeat across files, including across the savepoint cut
+        [[{"id": f"e{(i * 2 + j) % 5}", "ts": _ts(i), "v": i * 10 + j} for j in range(2)] for i in range(6)],
+        {"mode": "append"}, "append",
+    ),
+    "stream-stream join": (
+        stream_join,
+        # each left row's partner arrives two files later, so matches span the cut
+        [[{"id": f"k{i}", "ts": _ts(i), "side": "L", "v": i}, {"id": f"k{i - 2}", "ts": _ts(i), "side": "R", "v": -i}]
+         for i in range(6)],
+        {"mode": "append"}, "append",
+    ),
+    "transformWithStateInPandas": (
+        keyed_state,
+        [[{"user": f"u{u}", "amount": i + u, "tag": "ab"[(i + u) % 2]} for u in range(2)] for i in range(6)],
+        {"mode": "merge", "keys": ["user"]}, "update",
+    ),
+}
+
+
+def table_rows(path: Path) -> list[dict[str, Any]]:
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_savepoint_is_relocatable_and_restores_exactly(spark, tmp_path, case):
+    build, files, sink_kwargs, output_mode = CASES[case]
+    half = len(files) // 2
+
+    all_input = tmp_path / "all"
+    write_files(all_input, files)
+    reference = run_job(spark, tmp_path / "ref-root", "ref", build, all_input, tmp_path / "ref-table",
+                        sink_kwargs, output_mode)
+    assert reference.status == "finished"
+
+    inputs = tmp_path / "input"
+    write_files(inputs, files[:half])
+    root = tmp_path / "root"
+    first = run_job(spark, root, "job", build, inputs, tmp_path / "table", sink_kwargs, output_mode)
+    # Watermarked queries may add no-data batches; at least one batch per input file ran.
+    assert first.status == "finished" and first.last_batch >= half - 1
+    catalog = Catalog.open(str(root), "job")
+    savepoint = catalog.create_savepoint(catalog.handle(catalog.latest()))
+
+    moved = tmp_path / "elsewhere" / "my-savepoint"
+    shutil.copytree(savepoint.uri.removeprefix("file://"), moved)
+    shutil.rmtree(root)  # the original checkpoints, savepoints and live location are gone
+
+    write_files(inputs, files[half:], start=half)
+    second = run_job(spark, tmp_path / "new-root", "job", build, inputs, tmp_path / "table", sink_kwargs,
+                     output_mode, restore=str(moved))
+    assert second.status == "finished"
+    assert second.restored_from == str(moved)
+    assert second.first_batch == first.last_batch + 1, "the restored run must continue after the savepoint"
+    assert table_rows(tmp_path / "table") == table_rows(tmp_path / "ref-table")
+    assert os.listdir(moved) == ["_metadata", "files"] or sorted(os.listdir(moved)) == ["_metadata", "files"]
