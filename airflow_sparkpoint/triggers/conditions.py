@@ -40,13 +40,12 @@ def optional_int(name: str, value: Any, *, minimum: int = 0) -> int | None:
     """
     if value is None:
         return None
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lstrip("-").isdigit():
-            value = int(text)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    number = value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        number = int(value.strip())
+    if isinstance(number, bool) or not isinstance(number, int) or number < minimum:
         raise ConfigError(f"{name}={value!r} is invalid; expected an integer >= {minimum} or None")
-    return value
+    return number
 
 
 def optional_seconds(name: str, value: Any, *, allow_zero: bool = False) -> float | None:

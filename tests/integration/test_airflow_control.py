@@ -1,0 +1,327 @@
+"""The Airflow layer against real Spark: `dag.test()` DAGs driving real `spark-submit`
+jobs through the catalog and the control channel, as in production.
+
+* the external commit step: nothing visible in Delta before it, everything exactly
+  once after it, and a second run is a no-op;
+* stop-with-savepoint of a long-running job started as its own ``spark-submit``
+  process, then a restore from that savepoint that continues with exact output;
+* the checkpoint sensor against a running job: N checkpoints of its generation, then
+  a prompt failure once the job is SIGKILLed and its heartbeat goes stale.
+
+Four Spark runs in all (`dag.test()` runs tasks one at a time in this process, so a
+long-running job that must run alongside a DAG is its own process here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.status import result_key
+from airflow_sparkpoint.storage import open_storage
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark]
+
+REPO = Path(__file__).resolve().parents[2]
+JOB_SCRIPT = REPO / "dags" / "jobs" / "quickstart_totals.py"
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", "spark.log.level": "WARN"}
+SECRET = "s3cr3t-value"
+
+
+@pytest.fixture(autouse=True)
+def _airflow(airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    yield
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+class Pipeline:
+    """Input files, a Delta output and a Sparkpoint root of one quickstart job."""
+
+    def __init__(self, base: Path, job: str) -> None:
+        self.job = job
+        self.root = str(base / "sp")
+        self.input = base / "input"
+        self.output = str(base / "output")
+        self.input.mkdir(parents=True)
+        self.batches = 0
+        self.expected: dict[str, dict[str, int]] = {}
+        self._t0 = time.time() - 3600
+
+    @property
+    def catalog(self) -> Catalog:
+        return Catalog(open_storage(self.root), self.job)
+
+    def write_batch(self, rows: list[tuple[str, int]]) -> None:
+        """One file per micro-batch, with increasing mtimes (the file source orders by them)."""
+        path = self.input / f"batch-{self.batches:03d}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps({"user": u, "amount": a}) + "\n" for u, a in rows))
+        mtime = self._t0 + 10 * self.batches
+        os.utime(tmp, (mtime, mtime))
+        tmp.rename(path)
+        self.batches += 1
+        for user, amount in rows:
+            entry = self.expected.setdefault(user, {"total": 0, "events": 0})
+            entry["total"] += amount
+            entry["events"] += 1
+
+    def delta_rows(self) -> dict[str, dict[str, int]]:
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self.output):
+            return {}
+        rows = DeltaTable(self.output).to_pyarrow_table().to_pylist()
+        users = [r["user"] for r in rows]
+        assert len(users) == len(set(users)), f"duplicate keys in the Delta table: {sorted(users)}"
+        return {r["user"]: {"total": r["total"], "events": r["events"]} for r in rows}
+
+    def submit_kwargs(self) -> dict[str, Any]:
+        return {
+            "application": str(JOB_SCRIPT),
+            "job_name": self.job,
+            "application_args": ["--input", str(self.input), "--output", self.output],
+            "conf": dict(SPARK_CONF),
+        }
+
+
+def run_dag(dag: Any) -> Any:
+    """`dag.test()` a DAG built in a test (serialized to the metadata DB first)."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.collection import update_dag_parsing_results_in_db
+    from airflow.serialization.serialized_objects import LazyDeserializedDAG
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        DagBundlesManager().sync_bundles_to_db(session=session)
+        session.commit()
+        update_dag_parsing_results_in_db(
+            "dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(), session=session
+        )
+    return dag.test()
+
+
+def task_states(run: Any) -> dict[str, str]:
+    return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+
+
+def xcom(run: Any, task_id: str) -> Any:
+    [ti] = [t for t in run.get_task_instances() if t.task_id == task_id]
+    return ti.xcom_pull(task_ids=task_id)
+
+
+def new_dag(name: str) -> Any:
+    from airflow.sdk import DAG
+
+    return DAG(dag_id=f"test_{name}_{uuid.uuid4().hex[:6]}", schedule=None, start_date=datetime(2026, 1, 1),
+               catchup=False)
+
+
+@contextmanager
+def streaming_job(pipeline: Pipeline, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The quickstart job as its own long-running spark-submit (processingTime:1s)."""
+    import pyspark
+
+    bindir = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_HOME": os.path.dirname(pyspark.__file__),
+        "PATH": bindir + os.pathsep + os.environ.get("PATH", os.defpath),
+    }
+    submit = shutil.which("spark-submit", path=env["PATH"])
+    assert submit, "spark-submit not found next to the interpreter"
+    conf = {
+        **SPARK_CONF,
+        "spark.sparkpoint.dir": pipeline.root,
+        "spark.sparkpoint.job": pipeline.job,
+        "spark.sparkpoint.trigger": "processingTime:1s",
+        "spark.sparkpoint.control.pollInterval": "0.5s",
+    }
+    cmd = [submit, "--master", "local[2]"]
+    for key, value in conf.items():
+        cmd += ["--conf", f"{key}={value}"]
+    cmd += [str(JOB_SCRIPT), "--input", str(pipeline.input), "--output", pipeline.output]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=60)
+
+
+def wait_until(what: str, predicate: Callable[[], Any], proc: subprocess.Popen[bytes], log: Path,
+               timeout: float = 180) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc.poll() is not None:
+            pytest.fail(f"the job exited with {proc.returncode} while waiting for {what}:\n{_tail(log)}")
+        time.sleep(0.5)
+    pytest.fail(f"timed out after {timeout:g} s waiting for {what}:\n{_tail(log)}")
+
+
+def _tail(log: Path, lines: int = 60) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def running_generation(pipeline: Pipeline, min_checkpoints: int = 1) -> Callable[[], int | None]:
+    def check() -> int | None:
+        catalog = pipeline.catalog
+        status = catalog.read_status()
+        if not status or status.get("state") != "running":
+            return None
+        if int(status.get("checkpoints_completed") or 0) < min_checkpoints:
+            return None
+        return int(status["generation"])
+
+    return check
+
+
+# ---------------------------------------------------------------------------- (a) external commit
+
+
+def test_commit_operator_publishes_external_commits_exactly_once(tmp_path: Path) -> None:
+    from airflow.sdk import task
+
+    from airflow_sparkpoint.operators import SparkpointCommitOperator, SparkpointSubmitOperator
+
+    pipeline = Pipeline(tmp_path, "wap")
+    pipeline.write_batch([("ann", 5), ("bob", 7)])
+    pipeline.write_batch([("ann", 1), ("cid", 2)])
+    pipeline.write_batch([("bob", 10)])
+
+    with new_dag("commit") as dag:
+        submit = SparkpointSubmitOperator(task_id="totals", checkpoint_dir=pipeline.root, commit_mode="external",
+                                          **pipeline.submit_kwargs())
+
+        @task
+        def peek() -> dict[str, Any]:
+            return {"rows": pipeline.delta_rows(), "pending": len(pipeline.catalog.transactions())}
+
+        commit = SparkpointCommitOperator(task_id="commit", job_name=pipeline.job, checkpoint_dir=pipeline.root)
+        again = SparkpointCommitOperator(task_id="commit_again", job_name=pipeline.job,
+                                         checkpoint_dir=pipeline.root)
+        submit >> peek() >> commit >> again
+    run = run_dag(dag)
+
+    assert task_states(run) == {"totals": "success", "peek": "success", "commit": "success",
+                                "commit_again": "success"}
+    result = xcom(run, "totals")
+    assert result["status"] == "finished" and result["committed_batches"] == []
+    before = xcom(run, "peek")
+    assert before == {"rows": {}, "pending": 3}  # staged, recorded, invisible
+    committed = xcom(run, "commit")
+    assert len(committed["committed"]) == 3 and committed["aborted"] == [] and committed["pending"] == []
+    assert xcom(run, "commit_again") == {"committed": [], "already": [], "aborted": [], "pending": []}
+    assert pipeline.delta_rows() == pipeline.expected
+
+
+# ---------------------------------------------------------------------------- (b) stop-with-savepoint, restore
+
+
+def test_stop_with_savepoint_then_restore_continues_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_sparkpoint.operators import SparkpointSavepointOperator, SparkpointSubmitOperator
+
+    pipeline = Pipeline(tmp_path, "blue")
+    pipeline.write_batch([("ann", 3), ("bob", 4)])
+    pipeline.write_batch([("ann", 2)])
+    log = tmp_path / "blue.log"
+    with streaming_job(pipeline, log) as proc:
+        generation = wait_until("the job to checkpoint", running_generation(pipeline), proc, log)
+        pipeline.write_batch([("cid", 9), ("bob", 1)])  # arrives while it runs
+
+        with new_dag("stop") as dag:
+            SparkpointSavepointOperator(task_id="stop_with_savepoint", job_name=pipeline.job,
+                                        checkpoint_dir=pipeline.root, stop=True, deferrable=True,
+                                        poll_interval=0.5, timeout=180, max_count=1)
+        run = run_dag(dag)
+        assert task_states(run) == {"stop_with_savepoint": "success"}, _tail(log)
+        savepoint = xcom(run, "stop_with_savepoint")
+        assert proc.wait(timeout=120) == 0, _tail(log)
+
+    catalog = pipeline.catalog
+    result = json.loads(catalog.store.get(result_key(generation)))
+    assert result["status"] == "stopped" and result["savepoint"] == savepoint
+    assert [e.uri for e in catalog.list_savepoints() if e.valid] == [savepoint]
+    stopped_at = pipeline.delta_rows()  # committed through the savepoint's batch
+
+    # Green restores from the savepoint and drains what arrived since; credentials in
+    # its connection reach the job only through the environment.
+    pipeline.write_batch([("ann", 10), ("dee", 1)])
+    pipeline.write_batch([("bob", 5)])
+    monkeypatch.setenv("AIRFLOW_CONN_SP_LOCAL", json.dumps({
+        "conn_type": "sparkpoint", "host": pipeline.root, "login": "AKIAEXAMPLE", "password": SECRET}))
+    with new_dag("restore") as dag:
+        SparkpointSubmitOperator(task_id="green", sparkpoint_conn_id="sp_local", restore=savepoint,
+                                 **pipeline.submit_kwargs())
+    run = run_dag(dag)
+    assert task_states(run) == {"green": "success"}
+    green = xcom(run, "green")
+    assert SECRET not in json.dumps(green)
+    assert green["status"] == "finished" and green["generation"] == generation + 1
+    assert green["restored_from"].rstrip("/").endswith(savepoint.rstrip("/").rsplit("/", 1)[-1])
+    assert pipeline.delta_rows() == pipeline.expected
+    assert stopped_at and stopped_at != pipeline.expected
+
+
+# ---------------------------------------------------------------------------- (c) sensor on a live job
+
+
+def test_sensor_sees_checkpoints_then_fails_fast_when_the_job_is_killed(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_sparkpoint.sensors import SparkpointCheckpointSensor
+
+    pipeline = Pipeline(tmp_path, "live")
+    for i in range(4):
+        pipeline.write_batch([(f"u{i % 2}", i + 1)])
+    log = tmp_path / "live.log"
+    with streaming_job(pipeline, log) as proc:
+        generation = wait_until("the job to start", running_generation(pipeline, min_checkpoints=0), proc, log)
+        with new_dag("sensor_ok") as dag:
+            SparkpointCheckpointSensor(task_id="three_checkpoints", job_name=pipeline.job,
+                                       checkpoint_dir=pipeline.root, generation=str(generation), min_checkpoints=3,
+                                       poke_interval=1, timeout=240, max_heartbeat_age=5)
+        run = run_dag(dag)
+        assert task_states(run) == {"three_checkpoints": "success"}, _tail(log)
+        seen = xcom(run, "three_checkpoints")
+        assert seen["generation"] == generation and seen["count"] >= 3 and seen["kind"] == "checkpoint"
+
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        killed_at = time.monotonic()
+        with new_dag("sensor_dead") as dag:
+            for deferrable in (False, True):
+                SparkpointCheckpointSensor(task_id=f"many_checkpoints_{'deferred' if deferrable else 'poke'}",
+                                           job_name=pipeline.job, checkpoint_dir=pipeline.root,
+                                           generation=generation, min_checkpoints=1000, poke_interval=1,
+                                           timeout=600, max_heartbeat_age=5, deferrable=deferrable)
+        run = run_dag(dag)
+        elapsed = time.monotonic() - killed_at
+    assert task_states(run) == {"many_checkpoints_poke": "failed", "many_checkpoints_deferred": "failed"}
+    assert elapsed < 90, f"the sensors took {elapsed:.0f} s to notice a dead job (heartbeat max age 5 s)"
+    output = capfd.readouterr()
+    reason = f"generation {generation} of job 'live' is running but its heartbeat is"
+    assert (output.out + output.err).count(reason) >= 2  # both sensors failed for that reason
