@@ -48,12 +48,12 @@ def _write_input(directory: Path) -> dict[str, tuple[int, int]]:
     expected: dict[str, tuple[int, int]] = {}
     for i in range(BATCHES):
         path = directory / f"events-{i:05d}.json"
-        rows = [{"user": f"user-{u}", "amount": (i + 1) * (u + 1)} for u in range(USERS)]
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        rows = [(f"user-{u}", (i + 1) * (u + 1)) for u in range(USERS)]
+        path.write_text("".join(json.dumps({"user": user, "amount": amount}) + "\n" for user, amount in rows))
         os.utime(path, (BASE_MTIME + i, BASE_MTIME + i))  # one file per batch, in order
-        for r in rows:
-            total, events = expected.get(r["user"], (0, 0))
-            expected[r["user"]] = (total + r["amount"], events + 1)
+        for user, amount in rows:
+            total, events = expected.get(user, (0, 0))
+            expected[user] = (total + amount, events + 1)
     return expected
 
 

@@ -13,7 +13,12 @@ from airflow_sparkpoint.checkpoints.catalog import (
     SnapshotHandle,
     open_snapshot,
 )
-from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, SnapshotStats, TransactionRecord
+from airflow_sparkpoint.checkpoints.metadata import (
+    FileRef,
+    SnapshotMetadata,
+    SnapshotStats,
+    TransactionRecord,
+)
 
 __all__ = [
     "Catalog",

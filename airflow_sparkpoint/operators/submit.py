@@ -92,7 +92,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         sparkpoint_conn_id: str | None = None,
         restore: str = "latest",
         trigger: str = "availableNow",
-        checkpoint_interval: str | int | float = "0",
+        checkpoint_interval: str | float = "0",
         num_retained: int = 3,
         commit_mode: str = "checkpoint",
         work_dir: str | None = None,
@@ -288,10 +288,10 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
             request = channel.submit("stop", timeout_s=self.stop_timeout, requested_by=f"on_kill:{self.task_id}")
             deadline = time.monotonic() + self.stop_timeout
             while time.monotonic() < deadline:
-                if self._hook is not None and getattr(self._hook, "_submit_sp", None) is not None:
-                    if self._hook._submit_sp.poll() is not None:
-                        self.log.info("job %s stopped cleanly after stop request %s", self.job_name, request.id)
-                        return
+                process = getattr(self._hook, "_submit_sp", None)
+                if process is not None and process.poll() is not None:
+                    self.log.info("job %s stopped cleanly after stop request %s", self.job_name, request.id)
+                    return
                 time.sleep(1)
             self.log.warning("job %s did not stop within %.0fs; killing spark-submit", self.job_name,
                              self.stop_timeout)

@@ -36,7 +36,7 @@ KEYS: dict[str, str] = {
     "s3.region": "S3 region (default: AWS default chain)",
 }
 
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)?\s*$", re.I)
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)?\s*$", re.IGNORECASE)
 _UNITS = {"ms": 0.001, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60, "min": 60,
           "mins": 60, "minute": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600}
 
@@ -155,7 +155,7 @@ class SparkpointConfig:
         """
         values: dict[str, str] = {}
         for key, value in conf.items():
-            short = key[len(PREFIX):] if key.startswith(PREFIX) else key
+            short = key.removeprefix(PREFIX)
             if key.startswith(PREFIX) or short in KEYS:
                 if short not in KEYS:
                     known = ", ".join(PREFIX + k for k in KEYS)

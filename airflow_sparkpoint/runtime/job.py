@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest
 from airflow_sparkpoint.checkpoints.status import JobStatus, result_key
-from airflow_sparkpoint.exceptions import ConfigError, SparkpointError, StaleGeneration, StorageError
+from airflow_sparkpoint.exceptions import (
+    ConfigError,
+    ObjectExists,
+    SparkpointError,
+    StaleGeneration,
+    StorageError,
+)
 from airflow_sparkpoint.runtime import faults, livedir
 from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
@@ -453,7 +459,8 @@ class _Run:
         for request in self.control.pending(self.generation):
             try:
                 self.control.acknowledge(request, self.generation)
-            except Exception:  # noqa: BLE001 - another run took it
+            except ObjectExists:
+                log.debug("control request %s was taken by another run", request.id)
                 continue
             log.info("control request %s: %s", request.id, request.kind)
             if request.kind == "savepoint":

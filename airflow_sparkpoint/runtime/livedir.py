@@ -55,7 +55,7 @@ def walk(root: str) -> Iterator[LiveFile]:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
         for name in filenames:
-            if name.startswith(".") or name.endswith(".crc") or name.endswith(".tmp") or "sparkpoint-tmp" in name:
+            if name.startswith(".") or name.endswith((".crc", ".tmp")) or "sparkpoint-tmp" in name:
                 continue
             full = os.path.join(dirpath, name)
             try:
@@ -77,7 +77,7 @@ def needed_for_restart(path: str, batch_id: int) -> bool:
     name = parts[-1]
     if parts[0] in ("offsets", "commits") and len(parts) == 2:
         match = _LOG_ENTRY.match(name)
-        return bool(match) and int(match.group(1)) <= batch_id
+        return match is not None and int(match.group(1)) <= batch_id
     if parts[0] == "sources":
         match = _LOG_ENTRY.match(name)
         return not match or int(match.group(1)) <= batch_id

@@ -149,8 +149,8 @@ def _path_forms(root: str) -> list[bytes]:
 
 
 def _rewrite_paths(path: str, old_roots: list[bytes], new_root: str) -> bool:
-    with open(path, "rb") as handle:
-        data = handle.read()
+    with open(path, "rb") as source:
+        data = source.read()
     if not any(old in data for old in old_roots):
         return False
     # One pass over all forms, longest first, so a replacement is never replaced again.

@@ -73,12 +73,12 @@ class Sink(abc.ABC):
     def to_config(self) -> dict[str, Any]:
         """JSON-safe constructor arguments (never credentials) to rebuild this sink."""
 
-    def configure(self, storage_options: Mapping[str, Any]) -> None:  # noqa: B027 - optional
+    def configure(self, storage_options: Mapping[str, Any]) -> None:
         """Receive connection options (endpoint, region, credentials) at run time."""
 
     # -- the protocol -------------------------------------------------------------------
 
-    def validate(self) -> None:  # noqa: B027 - optional
+    def validate(self) -> None:
         """Check the destination before anything is written (reachable, compatible).
 
         :raises ConfigError: or `SinkError`, with what is wrong and what is expected.

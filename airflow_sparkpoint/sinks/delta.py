@@ -250,7 +250,7 @@ class DeltaSink(Sink):
 
     def _append(self, table: DeltaTable | None, staged: Mapping[str, Any], schema: pa.Schema, props: Any) -> None:
         deltalake = _import_deltalake()
-        from deltalake.transaction import AddAction, create_table_with_add_actions
+        from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
         adds = [
             AddAction(
@@ -266,8 +266,9 @@ class DeltaSink(Sink):
                 partition_by=self.partition_by or None, commit_properties=props,
             )
         else:
+            actions: list[AddAction | RemoveAction] = list(adds)
             table.create_write_transaction(
-                adds, mode="append", schema=schema, partition_by=self.partition_by or None, commit_properties=props
+                actions, mode="append", schema=schema, partition_by=self.partition_by or None, commit_properties=props
             )
 
     def _merge(self, table: DeltaTable | None, staged: Mapping[str, Any], schema: pa.Schema, props: Any) -> None:
@@ -390,8 +391,6 @@ def _types_compatible(table_type: pa.DataType, batch_type: pa.DataType) -> bool:
         if check(batch_type):
             return pa.types.is_string(table_type) or pa.types.is_large_string(table_type) or \
                 pa.types.is_string_view(table_type)
-    if pa.types.is_timestamp(table_type) and pa.types.is_timestamp(batch_type):
-        return True
-    return False
+    return bool(pa.types.is_timestamp(table_type) and pa.types.is_timestamp(batch_type))
 
 

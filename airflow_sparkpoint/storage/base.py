@@ -155,7 +155,7 @@ class Storage(abc.ABC):
         """A view of this store rooted at `prefix` (keys are relative to it)."""
         return PrefixedStorage(self, prefix)
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:
         """Release network clients or file handles."""
 
 

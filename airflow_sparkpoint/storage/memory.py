@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import builtins
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from typing import ClassVar
 
 from airflow_sparkpoint.exceptions import ObjectExists, ObjectNotFound
 from airflow_sparkpoint.storage.base import ObjectInfo, Storage, normalize_key, normalize_prefix
@@ -15,8 +15,8 @@ class MemoryStorage(Storage):
     """A thread-safe dict of bytes. Stores with the same `name` share their contents
     within one process (``memory://name``), like pyiceberg's `InMemoryCatalog`."""
 
-    _registry: dict[str, dict[str, tuple[bytes, float]]] = {}
-    _registry_lock = threading.Lock()
+    _registry: ClassVar[dict[str, dict[str, tuple[bytes, float]]]] = {}
+    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, name: str = "default") -> None:
         self.uri = f"memory://{name}"
