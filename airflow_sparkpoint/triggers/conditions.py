@@ -170,8 +170,12 @@ class CheckpointCondition:
     def __post_init__(self) -> None:
         layout.validate_job_name(self.job_name)
         optional_int("after_checkpoint_id", self.after_checkpoint_id, minimum=0)
-        if self.after_time is not None:
-            epoch_seconds("after_time", self.after_time)
+        if self.after_time is not None and (
+            isinstance(self.after_time, bool)
+            or not isinstance(self.after_time, (int, float))
+            or not math.isfinite(self.after_time)
+        ):
+            raise ConfigError(f"after_time={self.after_time!r} is invalid; expected epoch seconds (a number) or None")
         optional_int("generation", self.generation, minimum=1)
         if optional_int("min_checkpoints", self.min_checkpoints, minimum=1) is None:
             raise ConfigError("min_checkpoints=None is invalid; expected an integer >= 1")

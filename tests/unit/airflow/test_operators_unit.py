@@ -292,6 +292,7 @@ def test_trigger_serialize_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"poll_interval": -1}, "poll_interval=-1"),
         ({"max_heartbeat_age": float("nan")}, "max_heartbeat_age=nan"),
         ({"deadline": "soon"}, "deadline='soon'"),
+        ({"after_time": "yesterday"}, "after_time='yesterday'"),
         ({"savepoint": True, "progress_within": 5}, "progress_within=5"),
     ],
 )
@@ -677,6 +678,27 @@ def test_commit_operator_commits_then_rolls_back_green(
 
 
 # ---------------------------------------------------------------------------- connection and secrets
+
+
+def test_provider_declares_the_connection_form() -> None:
+    """Airflow finds the provider, hook and form without importing the hook's deprecated
+    form methods (warnings are errors here); the declared form matches the hook's."""
+    from airflow.providers_manager import ProvidersManager
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    from airflow_sparkpoint.get_provider_info import get_provider_info
+    from airflow_sparkpoint.hooks import SparkpointHook
+
+    [declared] = get_provider_info()["connection-types"]
+    form = SparkpointHook.get_ui_field_behaviour()
+    behaviour = declared["ui-field-behaviour"]
+    assert behaviour["hidden-fields"] == form["hidden_fields"]
+    assert behaviour["relabeling"] == form["relabeling"] and behaviour["placeholders"] == form["placeholders"]
+    manager = ProvidersManager()
+    assert "airflow-sparkpoint" in manager.providers
+    assert manager.field_behaviours["sparkpoint"]["relabeling"]["host"] == "Storage URI"
+    hook = ProvidersManagerTaskRuntime().hooks["sparkpoint"]
+    assert hook is not None and hook.hook_class_name == "airflow_sparkpoint.hooks.SparkpointHook"
 
 
 def test_hook_parses_a_json_connection(monkeypatch: pytest.MonkeyPatch) -> None:
