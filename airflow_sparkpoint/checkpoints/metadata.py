@@ -30,10 +30,10 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _canonical_key(key: str) -> str:
-    """`key` if it is a plain relative storage key; ValueError (caught as corruption) if not."""
+def _canonical_key(key: str, what: str = "file key") -> str:
+    """`key` if it is a plain relative path; ValueError (caught as corruption) if not."""
     if normalize_key(key) != key:  # InvalidPath, a ValueError, on '..', '.', '//' or empty keys
-        raise ValueError(f"file key {key!r} is not a plain relative path")
+        raise ValueError(f"{what} {key!r} is not a plain relative path")
     return key
 
 
@@ -58,7 +58,8 @@ class FileRef:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FileRef:
         return cls(
-            path=str(data["path"]),
+            # `path` is joined to the live location on restore: '..' would write outside it.
+            path=_canonical_key(str(data["path"]), "file path"),
             key=_canonical_key(str(data["key"])),
             size=int(data["size"]),
             sha256=str(data["sha256"]),
