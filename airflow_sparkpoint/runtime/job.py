@@ -227,6 +227,9 @@ class _Run:
         self.savepoint_uri: str | None = None
         self.stop_request: ControlRequest | None = None
         self.started_at = time.time()
+        self._status_lock = threading.Lock()
+        self._final_state = False
+        self._heartbeat_stop = threading.Event()
 
     # -- preparation: everything that can fail does so before anything is written -----
 
@@ -330,6 +333,8 @@ class _Run:
         listener = Listener()
         self.spark.streams.addListener(listener)
         coordinator_thread = threading.Thread(target=self._coordinate, name="sparkpoint-coordinator", daemon=True)
+        # Its own thread, so a long final checkpoint or savepoint never looks like a dead job.
+        heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="sparkpoint-heartbeat", daemon=True)
         try:
             writer = (
                 self.df.writeStream.outputMode(self.output_mode)
@@ -341,6 +346,7 @@ class _Run:
                 writer = writer.queryName(self.query_name)
             self.query = writer.start()
             coordinator_thread.start()
+            heartbeat_thread.start()
             query_error: BaseException | None = None
             try:
                 self.query.awaitTermination()
@@ -351,6 +357,7 @@ class _Run:
             self.events.put(("final", None))
             coordinator_thread.join()
         finally:
+            self._heartbeat_stop.set()
             self.spark.streams.removeListener(listener)
         if self.error is not None:
             self._write_status("failed", error=str(self.error))
@@ -419,7 +426,6 @@ class _Run:
                     return
                 if time.monotonic() >= next_poll:
                     next_poll = time.monotonic() + self.cfg.poll_interval_s
-                    self._heartbeat()
                     if not self.stopping.is_set():
                         self._serve_control()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
@@ -510,6 +516,10 @@ class _Run:
     def _heartbeat(self) -> None:
         self._write_status("running")
 
+    def _heartbeat_loop(self) -> None:
+        while not self._heartbeat_stop.wait(self.cfg.poll_interval_s):
+            self._heartbeat()
+
     def _write_status(self, state: str, error: str | None = None) -> None:
         last = self.coordinator.last_checkpoint if hasattr(self, "coordinator") else None
         status = JobStatus(
@@ -522,13 +532,18 @@ class _Run:
             application_id=self.spark.sparkContext.applicationId,
         ).to_json()
         status["live_dir"] = self.live
-        try:
-            current = self.catalog.current_generation()
-            if current != self.generation:
-                return  # a newer run owns the status record
-            self.catalog.write_status(status)
-        except StorageError as exc:
-            log.warning("could not write the status of job %s: %s", self.cfg.job, exc)
+        with self._status_lock:
+            if self._final_state and state == "running":
+                return  # a late heartbeat must not undo finished/stopped/failed
+            if state != "running":
+                self._final_state = True
+            try:
+                current = self.catalog.current_generation()
+                if current != self.generation:
+                    return  # a newer run owns the status record
+                self.catalog.write_status(status)
+            except StorageError as exc:
+                log.warning("could not write the status of job %s: %s", self.cfg.job, exc)
 
     def _result(self, state: str) -> RunResult:
         last = self.coordinator.last_checkpoint

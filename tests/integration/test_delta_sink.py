@@ -1,0 +1,145 @@
+"""DeltaSink on real Spark and real Delta tables: staging is invisible, one keyed commit
+per batch, repeated commits are no-ops, merge updates are exact, bad batches fail before
+anything is committed, and the rewind policy of invariant 4."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint.checkpoints import SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError
+from airflow_sparkpoint.sinks import DeltaSink, StageContext
+
+pytestmark = pytest.mark.spark
+
+
+def stage(sink: DeltaSink, df: Any, batch: int, generation: int = 1, job: str = "job") -> TransactionRecord:
+    payload = sink.stage(df, StageContext(job, batch, generation))
+    return TransactionRecord(job=job, batch_id=batch, generation=generation, sink=sink.kind, sink_id=sink.sink_id,
+                             payload={"config": sink.to_config(), "staged": payload})
+
+
+def rows(path: Path, *order: str) -> list[dict[str, Any]]:
+    from deltalake import DeltaTable
+
+    return sorted(DeltaTable(str(path)).to_pyarrow_table().to_pylist(), key=lambda r: tuple(r[k] for k in order))
+
+
+def test_append_is_invisible_until_commit_and_commits_once(spark, tmp_path):
+    from deltalake import DeltaTable
+
+    table = tmp_path / "t"
+    sink = DeltaSink(str(table), partition_by=["day"])
+    df = spark.createDataFrame([("a", 1, "d1"), ("b", 2, "d2")], "k string, v long, day string")
+    record = stage(sink, df, 0)
+    assert not DeltaTable.is_deltatable(str(table)), "staged output must not be visible"
+    assert not sink.is_committed(record)
+    assert sink.commit(record).status == "committed"
+    assert sink.commit(record).status == "already"  # idempotent: transaction_version says it landed
+    assert sink.is_committed(record)
+    assert rows(table, "k") == [{"k": "a", "v": 1, "day": "d1"}, {"k": "b", "v": 2, "day": "d2"}]
+    assert DeltaTable(str(table)).metadata().partition_columns == ["day"]
+    assert sink.committed_position("job") == 0
+    # Spark reads the table's files back (partition directories under the staging area).
+    files = DeltaTable(str(table)).file_uris()
+    assert spark.read.parquet(*files).count() == 2
+    # A second attempt of batch 0 from another generation is never committed, and aborting
+    # it must not delete the files the table references.
+    other = stage(sink, df, 0, generation=2)
+    assert sink.commit(other).status == "already"
+    assert not sink.is_committed(other)
+    sink.abort(other)
+    sink.abort(record)  # committed: refused silently, files kept
+    assert rows(table, "k")[0]["k"] == "a"
+    assert sink.cleanup_orphans("job", keep=set()) == 0  # the committed dir is referenced
+    assert DeltaTable(str(table)).version() == 0
+
+
+def test_merge_updates_are_exact_across_batches(spark, tmp_path):
+    table = tmp_path / "t"
+    sink = DeltaSink(str(table), mode="merge", keys=["user"])
+    batches = [[("u1", 10), ("u2", 5)], [("u1", 15)], [("u2", 7), ("u3", 1)]]
+    for batch, data in enumerate(batches):
+        record = stage(sink, spark.createDataFrame(data, "user string, total long"), batch)
+        assert sink.commit(record).status == "committed"
+        assert sink.commit(record).status == "already"
+        assert not os.path.exists(table / record.payload["staged"]["staging"]), "merged staging is removed"
+    assert rows(table, "user") == [{"user": "u1", "total": 15}, {"user": "u2", "total": 7},
+                                   {"user": "u3", "total": 1}]
+    assert sink.committed_position("job") == 2
+
+
+def test_merge_refuses_duplicate_keys_within_a_batch(spark, tmp_path):
+    sink = DeltaSink(str(tmp_path / "t"), mode="merge", keys=["user"])
+    record = stage(sink, spark.createDataFrame([("u1", 1), ("u1", 2)], "user string, total long"), 0)
+    with pytest.raises(SinkError, match="not unique within the batch"):
+        sink.commit(record)
+    assert sink.committed_position("job") is None
+
+
+def test_schema_mismatch_fails_before_staging(spark, tmp_path):
+    table = tmp_path / "t"
+    sink = DeltaSink(str(table))
+    sink.commit(stage(sink, spark.createDataFrame([("a", 1)], "k string, v long"), 0))
+    with pytest.raises(SinkError, match="do not match Delta table"):
+        stage(sink, spark.createDataFrame([("a", 1, 2)], "k string, v long, extra long"), 1)
+    with pytest.raises(SinkError, match="column 'v'"):
+        stage(sink, spark.createDataFrame([("a", "x")], "k string, v string"), 1)
+    assert not os.listdir(table / "_sparkpoint_txn" / "job") or all(
+        "b1" not in n for n in os.listdir(table / "_sparkpoint_txn" / "job"))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"uri": ""}, "uri=''"),
+        ({"uri": "/x", "mode": "upsert"}, "mode='upsert'"),
+        ({"uri": "/x", "mode": "merge"}, "needs keys"),
+        ({"uri": "/x", "keys": ["a"]}, "only used with mode='merge'"),
+        ({"uri": "s3://bucket/t"}, "local or mounted"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        DeltaSink(**kwargs)
+
+
+def _snapshot(sink: DeltaSink, batch: int, version: int | None) -> SnapshotMetadata:
+    positions = {} if version is None else {sink.sink_id: {"batch": batch, "version": version}}
+    return SnapshotMetadata(kind="savepoint", id=1, job="job", generation=1, batch_id=batch, created_at=0.0,
+                            files=(), sink_positions=positions)
+
+
+def test_rewind_restores_the_table_and_lowers_the_transaction_version(spark, tmp_path):
+    from deltalake import DeltaTable
+
+    table = tmp_path / "t"
+    sink = DeltaSink(str(table))
+    for batch in range(3):
+        sink.commit(stage(sink, spark.createDataFrame([(f"r{batch}", batch)], "k string, v long"), batch))
+    sink.rewind("job", _snapshot(sink, batch=0, version=0))
+    assert rows(table, "k") == [{"k": "r0", "v": 0}]
+    assert DeltaTable(str(table)).transaction_version("job") == 0
+    # batch 1 can be committed again after the rewind
+    assert sink.commit(stage(sink, spark.createDataFrame([("again", 1)], "k string, v long"), 1)).status == "committed"
+
+
+def test_rewind_is_refused_when_another_writer_committed(spark, tmp_path):
+    from deltalake import write_deltalake
+
+    table = tmp_path / "t"
+    sink = DeltaSink(str(table))
+    sink.commit(stage(sink, spark.createDataFrame([("r0", 0)], "k string, v long"), 0))
+    sink.commit(stage(sink, spark.createDataFrame([("r1", 1)], "k string, v long"), 1))
+    import pyarrow as pa
+
+    write_deltalake(str(table), pa.table({"k": ["foreign"], "v": [9]}), mode="append")
+    with pytest.raises(SinkAheadError, match="was not written by job 'job'"):
+        sink.rewind("job", _snapshot(sink, batch=0, version=0))
+    with pytest.raises(SinkAheadError, match="recorded no table version"):
+        sink.rewind("job", _snapshot(sink, batch=0, version=None))
+    assert len(rows(table, "k")) == 3
