@@ -210,7 +210,10 @@ class S3Storage(Storage):
                 aws_session_token=token,
                 region_name=self.region_name,
             )
-            return session.client("s3", endpoint_url=self.endpoint_url, config=config)
+            # botocore never uses a URL's user:password (S3 requests are signed) but quotes the
+            # URL in its errors, which then reach tracebacks: the client never sees it.
+            endpoint = _redact_url(self.endpoint_url) if self.endpoint_url else None
+            return session.client("s3", endpoint_url=endpoint, config=config)
         except (BotoCoreError, ValueError) as exc:
             message = f"cannot create an S3 client for {self.uri} at {self._endpoint}: {exc}"
             raise StorageError(self._scrub(message)) from None
