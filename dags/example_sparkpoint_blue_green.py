@@ -1,0 +1,215 @@
+"""
+### Blue-green deploy of a stateful streaming job via a savepoint
+
+The blue job (``jobs/keyed_totals.py --version 1``) is running. This DAG deploys the new
+code (green, ``--version 2``) from a consistent cut of blue's state and either promotes
+green or rolls back to blue. The Delta table never shows green's output unless green
+was healthy and approved; nothing is lost or counted twice either way.
+
+1. **stop_blue** – stop-with-savepoint: blue stops between micro-batches, takes a
+   savepoint, commits its output and exits. (A blue that is not running gets a savepoint
+   from its latest completed checkpoint.)
+2. **start_green** – green restores the savepoint with ``commit_mode="external"``: it
+   processes everything that arrived since (``availableNow``) and *stages* its output.
+3. **green_healthy** – at least ``HEALTHY_CHECKPOINTS`` completed checkpoints of green's
+   generation. **audit_green** – a data-quality check of green's staged rows.
+4. **decide** – publish if green ran, is healthy and the audit approved; else roll back.
+5. Publish: **publish_green** commits green's staged output (two-phase commit).
+   Roll back: **abort_green** discards everything green staged, **restore_blue** starts
+   the old code again from the *same* savepoint, and **rolled_back** fails the run so the
+   failed deploy alerts like any other failure.
+
+Params: ``job_name`` (blue's pipeline name), ``input``, ``output``, ``checkpoint_dir``,
+``blue_trigger`` (``availableNow`` drains and finishes; ``processingTime:<interval>``
+keeps the restored blue running in this task), ``reject_audit`` and
+``green_fail_after_batch`` (exercise the rollback: reject green, or make green raise
+after that batch id).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, Param, TriggerRule, task
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_sparkpoint.hooks import SparkpointHook
+from airflow_sparkpoint.operators import (
+    SparkpointCommitOperator,
+    SparkpointSavepointOperator,
+    SparkpointSubmitOperator,
+)
+from airflow_sparkpoint.sensors import SparkpointCheckpointSensor
+
+JOB_SCRIPT = str(Path(__file__).parent / "jobs" / "keyed_totals.py")
+BASE = "/tmp/sparkpoint-blue-green"
+SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
+HEALTHY_CHECKPOINTS = 2  # completed checkpoints green must reach before it can be published
+log = logging.getLogger(__name__)
+
+SAVEPOINT = "{{ ti.xcom_pull(task_ids='stop_blue') }}"
+
+
+def _job_args(version: int, *extra: str) -> list[str]:
+    return ["--input", "{{ params.input }}", "--output", "{{ params.output }}", "--version", str(version), *extra]
+
+
+def _published(table_path: str) -> dict[str, dict[str, Any]]:
+    """The rows readers see now, by user."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(table_path):
+        return {}
+    return {row["user"]: row for row in DeltaTable(table_path).to_pyarrow_table().to_pylist()}
+
+
+def _staged(catalog: Any, generation: int) -> list[dict[str, Any]]:
+    """Rows green staged but did not publish, read from its pending transaction records
+    (for a DeltaSink: parquet files listed in the record, relative to the table)."""
+    import pyarrow.parquet as pq
+
+    from airflow_sparkpoint.sinks import sink_from_config
+
+    rows: list[dict[str, Any]] = []
+    for record in catalog.transactions():  # in batch order
+        if record.generation != generation:
+            continue
+        table_path = sink_from_config(record.sink, record.payload["config"]).path
+        for staged_file in record.payload["staged"]["files"]:
+            rows += pq.read_table(f"{table_path}/{staged_file['path']}").to_pylist()
+    return rows
+
+
+with DAG(
+    dag_id="example_sparkpoint_blue_green",
+    description="Savepoint blue, start green from it, publish green or roll back to blue",
+    doc_md=__doc__,
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    tags=["sparkpoint", "example", "savepoint", "blue-green"],
+    params={
+        "job_name": Param("blue_green_totals", type="string", description="pipeline name of the running blue job"),
+        "input": Param(f"{BASE}/input", type="string", description="the job's input folder (JSON lines)"),
+        "output": Param(f"{BASE}/totals", type="string", description="the Delta table the job merges into"),
+        "checkpoint_dir": Param(f"{BASE}/checkpoints", type="string", description="Sparkpoint storage root"),
+        "blue_trigger": Param("availableNow", type="string",
+                              description="trigger of blue after a rollback: availableNow or processingTime:<interval>"),
+        "reject_audit": Param(False, type="boolean", description="make the audit reject green (rollback drill)"),
+        "green_fail_after_batch": Param(-1, type="integer",
+                                        description="green raises after this batch id (rollback drill); -1: never"),
+    },
+) as dag:
+    common: dict[str, Any] = {"job_name": "{{ params.job_name }}", "checkpoint_dir": "{{ params.checkpoint_dir }}"}
+
+    stop_blue = SparkpointSavepointOperator(task_id="stop_blue", stop=True, timeout=600, **common)
+
+    start_green = SparkpointSubmitOperator(
+        task_id="start_green",
+        conn_id="spark_default",
+        application=JOB_SCRIPT,
+        application_args=_job_args(2, "--fail-after-batch", "{{ params.green_fail_after_batch }}"),
+        conf=SPARK_CONF,
+        restore=SAVEPOINT,
+        trigger="availableNow",
+        commit_mode="external",  # stage only: nothing is visible before publish_green
+        retries=0,  # an unhealthy green is rolled back, not retried
+        **common,
+    )
+
+    green_healthy = SparkpointCheckpointSensor(
+        task_id="green_healthy",
+        generation="{{ ti.xcom_pull(task_ids='start_green')['generation'] }}",
+        min_checkpoints=HEALTHY_CHECKPOINTS,
+        poke_interval=10,
+        timeout=600,
+        **common,
+    )
+
+    @task
+    def audit_green(params: Any = None, ti: Any = None) -> dict[str, Any]:
+        """Check green's staged rows against what readers see now."""
+        green = ti.xcom_pull(task_ids="start_green")
+        catalog = SparkpointHook(None, storage_uri=params["checkpoint_dir"]).get_catalog(params["job_name"])
+        staged = _staged(catalog, green["generation"])
+        published = _published(params["output"])
+        problems = []
+        if not staged:
+            problems.append("green staged no rows")
+        for row in staged:
+            before = published.get(row["user"])
+            if row["user"] is None or row["total"] is None:
+                problems.append(f"incomplete row {row}")
+            elif before is not None and row["events"] < before["events"]:
+                problems.append(f"user {row['user']}: events went back from {before['events']} to {row['events']}")
+            if row["code_version"] != 2:
+                problems.append(f"user {row['user']}: code_version {row['code_version']}, expected 2")
+        if params["reject_audit"]:
+            problems.append("rejected on request (reject_audit=true)")
+        log.info("audit of green generation %s: %d staged rows, problems: %s", green["generation"], len(staged), problems)
+        return {"approved": not problems, "problems": problems, "rows": len(staged)}
+
+    @task.branch(trigger_rule=TriggerRule.ALL_DONE)
+    def decide(params: Any = None, ti: Any = None) -> str:
+        """Publish only if green ran, is healthy and the audit approved; else roll back.
+        Runs whatever happened upstream (ALL_DONE): a failed task leaves no XCom."""
+        if not ti.xcom_pull(task_ids="stop_blue"):
+            raise AirflowFailException("blue was not stopped with a savepoint (stop_blue failed): nothing to deploy")
+        green = ti.xcom_pull(task_ids="start_green")
+        healthy = ti.xcom_pull(task_ids="green_healthy")
+        audit = ti.xcom_pull(task_ids="audit_green")
+        if green and healthy and audit and audit["approved"]:
+            return "publish_green"
+        if not green:
+            reason = "green failed"
+        elif not healthy:
+            reason = f"green did not reach {HEALTHY_CHECKPOINTS} healthy checkpoints"
+        else:
+            reason = f"the audit rejected green: {audit['problems']}" if audit else "the audit failed"
+        if green:
+            generation = green["generation"]
+        else:
+            # A failed green leaves no result; the generation it claimed is the newest one.
+            # (Had it failed before claiming one, this is stopped blue's, fully committed.)
+            hook = SparkpointHook(None, storage_uri=params["checkpoint_dir"])
+            generation = hook.get_catalog(params["job_name"]).current_generation()
+        ti.xcom_push(key="reason", value=reason)
+        ti.xcom_push(key="green_generation", value=generation)
+        log.warning("rolling back generation %s: %s", generation, reason)
+        return "abort_green"
+
+    publish_green = SparkpointCommitOperator(task_id="publish_green", **common)
+
+    abort_green = SparkpointCommitOperator(
+        task_id="abort_green",
+        abort_generation="{{ ti.xcom_pull(task_ids='decide', key='green_generation') }}",
+        **common,
+    )
+
+    restore_blue = SparkpointSubmitOperator(
+        task_id="restore_blue",
+        conn_id="spark_default",
+        application=JOB_SCRIPT,
+        application_args=_job_args(1),
+        conf=SPARK_CONF,
+        restore=SAVEPOINT,  # the same savepoint green started from
+        trigger="{{ params.blue_trigger }}",
+        # A retry would restore the *latest* checkpoint, which may be green's: retry by hand.
+        retries=0,
+        **common,
+    )
+
+    @task
+    def rolled_back(ti: Any = None) -> None:
+        reason = ti.xcom_pull(task_ids="decide", key="reason")
+        savepoint = ti.xcom_pull(task_ids="stop_blue")
+        raise AirflowFailException(f"deploy rolled back ({reason}); blue was restored from {savepoint}")
+
+    checks = [green_healthy, audit_green()]
+    stop_blue >> start_green >> checks
+    checks >> decide() >> [publish_green, abort_green]
+    abort_green >> restore_blue >> rolled_back()
