@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkpoint-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-all test-fast demo bench check-java clean
+.PHONY: setup test test-all test-fast demo bench chaos check-java clean
 
 setup: check-java $(STAMP)
 
@@ -36,6 +36,12 @@ demo: setup
 
 bench: setup
 	$(PY) benchmarks/run_all.py
+
+# Fault injection: >= 50 SIGKILL trials per sink (SPARKPOINT_CHAOS_TRIALS, _SEED, _WORKERS)
+# plus storage faults, zombies and corrupt metadata; prints the trial table at the end.
+chaos: setup
+	SPARKPOINT_CHAOS_TRIALS=$${SPARKPOINT_CHAOS_TRIALS:-50} $(PY) -m pytest tests/chaos -m '' \
+		-p no:cacheprovider $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache
