@@ -32,10 +32,14 @@ class LocalStorage(Storage):
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
         tmp = os.path.join(directory, f"{_TMP_MARK}{uuid.uuid4().hex}")
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            _discard(tmp)  # a torn temp file on a full disk would only make it fuller
+            raise
         return tmp
 
     def _fsync_dir(self, directory: str) -> None:
@@ -50,12 +54,17 @@ class LocalStorage(Storage):
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
+        tmp = None
         try:
             tmp = self._write_tmp(path, data)
             os.replace(tmp, path)
+            tmp = None
             self._fsync_dir(os.path.dirname(path))
         except OSError as exc:
             raise StorageError(f"cannot write {path}: {exc}") from exc
+        finally:
+            if tmp is not None:
+                _discard(tmp)
 
     def put_if_absent(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -163,6 +172,7 @@ class LocalStorage(Storage):
     def upload_file(self, local_path: str, key: str) -> None:
         path = self._path(key)
         directory = os.path.dirname(path)
+        tmp = None
         try:
             os.makedirs(directory, exist_ok=True)
             tmp = os.path.join(directory, f"{_TMP_MARK}{uuid.uuid4().hex}")
@@ -170,10 +180,14 @@ class LocalStorage(Storage):
             with open(tmp, "rb+") as handle:
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
+            tmp = None
         except FileNotFoundError as exc:
             raise ObjectNotFound(f"{local_path} does not exist") from exc
         except OSError as exc:
             raise StorageError(f"cannot write {path}: {exc}") from exc
+        finally:
+            if tmp is not None:
+                _discard(tmp)
 
     def download_file(self, key: str, local_path: str) -> None:
         src = self._path(key)
@@ -181,6 +195,17 @@ class LocalStorage(Storage):
         tmp = f"{local_path}{_TMP_MARK}{uuid.uuid4().hex}"
         try:
             shutil.copyfile(src, tmp)
+            os.replace(tmp, local_path)
         except FileNotFoundError:
+            _discard(tmp)
             raise ObjectNotFound(f"{src} does not exist") from None
-        os.replace(tmp, local_path)
+        except BaseException:
+            _discard(tmp)
+            raise
+
+
+def _discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
