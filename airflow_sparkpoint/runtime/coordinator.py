@@ -212,10 +212,17 @@ class Coordinator:
             meta.id, batch_id, meta.stats.duration_ms, meta.stats.files_copied, meta.stats.file_count,
             meta.stats.bytes_copied, meta.stats.bytes_total, uri,
         )
-        retention = self.catalog.enforce_retention(self.num_retained)
-        if retention.deleted_checkpoints:
-            log.info("retention removed checkpoints %s and %d shared files",
-                     list(retention.deleted_checkpoints), retention.deleted_files)
+        try:
+            retention = self.catalog.enforce_retention(self.num_retained)
+        except StorageError as exc:
+            # The checkpoint is complete: failing to collect garbage must not fail it (nor
+            # the job); the next checkpoint's retention pass deletes what is left.
+            log.warning("retention after checkpoint %d failed; older checkpoints and unreferenced shared files "
+                        "stay until the next pass: %s", meta.id, exc)
+        else:
+            if retention.deleted_checkpoints:
+                log.info("retention removed checkpoints %s and %d shared files",
+                         list(retention.deleted_checkpoints), retention.deleted_files)
         faults.maybe_kill("checkpointed", batch_id)
         if self._on_status:
             self._on_status()
