@@ -344,41 +344,52 @@ class DeltaSink(Sink):
     # ------------------------------------------------------------------ rewind (invariant 4)
 
     def rewind(self, job: str, snapshot: SnapshotMetadata) -> None:
-        """Restore the table to the version recorded in `snapshot`, lowering the job's
-        transaction version with it.
+        """Restore the table to its state right after the snapshot's batch was committed,
+        lowering the job's transaction version with it.
 
-        :raises SinkAheadError: the snapshot recorded no table version, or a commit after
-            that version is not this job's own (another writer committed since).
+        The target is the commit of batch ``snapshot.batch_id`` by `job` when the table's
+        history has it (the snapshot's pending transactions then count as landed), else
+        the table version recorded in the snapshot (its pending transactions, never
+        committed, are committed again by the restore).
+
+        :raises SinkAheadError: neither is known, or a commit after the target is not this
+            job's own (another writer committed since).
         """
-        position = snapshot.sink_positions.get(self.sink_id)
         table = self._table()
         if table is None:
             return
-        if not isinstance(position, Mapping) or "version" not in position:
-            raise SinkAheadError(
-                f"cannot rewind {self.uri}: snapshot {snapshot.kind} {snapshot.id} recorded no table version "
-                "(it was taken before the first commit)"
-            )
-        target = int(position["version"])
+        history = table.history()
+        target: int | None = None
+        committed_batch = -1
+        for entry in history:  # newest first
+            if (entry.get("sparkpoint.job") == job and entry.get("sparkpoint.batch") == str(snapshot.batch_id)
+                    and entry.get("operation") != "RESTORE"):
+                target, committed_batch = int(entry["version"]), snapshot.batch_id
+                break
+        if target is None:
+            position = snapshot.sink_positions.get(self.sink_id)
+            if not isinstance(position, Mapping) or "version" not in position:
+                raise SinkAheadError(
+                    f"cannot rewind {self.uri}: snapshot {snapshot.kind} {snapshot.id} recorded no table version "
+                    f"and the table has no commit of batch {snapshot.batch_id} of job {job!r}"
+                )
+            target, committed_batch = int(position["version"]), int(position.get("batch", -1))
         current = table.version()
-        for entry in table.history():
+        for entry in history:
             version = int(entry.get("version", -1))
-            if version <= target:
-                continue
-            meta = entry.get("sparkpoint.job") or (entry.get("userMetadata") or "")
-            if meta != job:
+            if version > target and entry.get("sparkpoint.job") != job:
                 raise SinkAheadError(
                     f"cannot rewind {self.uri} to version {target}: version {version} "
                     f"({entry.get('operation')}) was not written by job {job!r}"
                 )
         deltalake = _import_deltalake()
         props = deltalake.CommitProperties(
-            app_transactions=[deltalake.Transaction(app_id=job, version=snapshot.batch_id)],
+            app_transactions=[deltalake.Transaction(app_id=job, version=committed_batch)],
             custom_metadata={"sparkpoint.job": job, "sparkpoint.rewind": str(target)},
         )
         table.restore(target, commit_properties=props)
-        log.warning("rewound Delta table %s from version %d to %d (batch %d)", self.uri, current, target,
-                    snapshot.batch_id)
+        log.warning("rewound Delta table %s from version %d to %d (last committed batch %d)", self.uri, current,
+                    target, committed_batch)
 
 
 def _types_compatible(table_type: pa.DataType, batch_type: pa.DataType) -> bool:

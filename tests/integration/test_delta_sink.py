@@ -109,7 +109,7 @@ def test_bad_arguments(kwargs, message):
 
 
 def _snapshot(sink: DeltaSink, batch: int, version: int | None) -> SnapshotMetadata:
-    positions = {} if version is None else {sink.sink_id: {"batch": batch, "version": version}}
+    positions = {} if version is None else {sink.sink_id: {"batch": version, "version": version}}
     return SnapshotMetadata(kind="savepoint", id=1, job="job", generation=1, batch_id=batch, created_at=0.0,
                             files=(), sink_positions=positions)
 
@@ -121,11 +121,18 @@ def test_rewind_restores_the_table_and_lowers_the_transaction_version(spark, tmp
     sink = DeltaSink(str(table))
     for batch in range(3):
         sink.commit(stage(sink, spark.createDataFrame([(f"r{batch}", batch)], "k string, v long"), batch))
-    sink.rewind("job", _snapshot(sink, batch=0, version=0))
+    # A snapshot at batch 1: the table goes back to right after batch 1's commit.
+    sink.rewind("job", _snapshot(sink, batch=1, version=None))
+    assert rows(table, "k") == [{"k": "r0", "v": 0}, {"k": "r1", "v": 1}]
+    assert DeltaTable(str(table)).transaction_version("job") == 1
+    # batch 2 is committed again after the rewind, exactly once
+    redo = stage(sink, spark.createDataFrame([("r2", 2)], "k string, v long"), 2, generation=2)
+    assert sink.commit(redo).status == "committed"
+    assert [r["k"] for r in rows(table, "k")] == ["r0", "r1", "r2"]
+    # A snapshot whose batch never landed rewinds to the version it recorded.
+    sink.rewind("job", _snapshot(sink, batch=7, version=0))
     assert rows(table, "k") == [{"k": "r0", "v": 0}]
     assert DeltaTable(str(table)).transaction_version("job") == 0
-    # batch 1 can be committed again after the rewind
-    assert sink.commit(stage(sink, spark.createDataFrame([("again", 1)], "k string, v long"), 1)).status == "committed"
 
 
 def test_rewind_is_refused_when_another_writer_committed(spark, tmp_path):
@@ -141,5 +148,5 @@ def test_rewind_is_refused_when_another_writer_committed(spark, tmp_path):
     with pytest.raises(SinkAheadError, match="was not written by job 'job'"):
         sink.rewind("job", _snapshot(sink, batch=0, version=0))
     with pytest.raises(SinkAheadError, match="recorded no table version"):
-        sink.rewind("job", _snapshot(sink, batch=0, version=None))
+        sink.rewind("job", _snapshot(sink, batch=5, version=None))
     assert len(rows(table, "k")) == 3

@@ -186,3 +186,66 @@ def test_savepoint_is_relocatable_and_restores_exactly(spark, tmp_path, case):
     assert second.first_batch == first.last_batch + 1, "the restored run must continue after the savepoint"
     assert table_rows(tmp_path / "table") == table_rows(tmp_path / "ref-table")
     assert os.listdir(moved) == ["_metadata", "files"] or sorted(os.listdir(moved)) == ["_metadata", "files"]
+
+
+def test_rollback_to_an_older_checkpoint_is_refused_unless_the_sink_is_rewound(spark, tmp_path):
+    from airflow_sparkpoint.exceptions import SinkAheadError
+
+    files = CASES["aggregation"][1][:4]
+    kwargs = {"mode": "merge", "keys": ["user"]}
+    write_files(tmp_path / "all", files)
+    run_job(spark, tmp_path / "ref-root", "ref", aggregation, tmp_path / "all", tmp_path / "ref-table", kwargs,
+            "update")
+    inputs, root, table = tmp_path / "input", tmp_path / "root", tmp_path / "table"
+    write_files(inputs, files)
+    run_job(spark, root, "job", aggregation, inputs, table, kwargs, "update")
+    catalog = Catalog.open(str(root), "job")
+    older = catalog.checkpoints()[-1]  # the oldest retained checkpoint
+    assert older.batch_id < 3
+    before = table_rows(table)
+
+    with pytest.raises(SinkAheadError, match="already committed batch 3"):
+        run_job(spark, root, "job", aggregation, inputs, table, kwargs, "update",
+                restore=catalog.checkpoint_uri(older.id))
+    assert table_rows(table) == before, "a refused restore touches nothing"
+
+    from airflow_sparkpoint.runtime import SparkpointJob
+    from airflow_sparkpoint.sinks import DeltaSink
+
+    job = SparkpointJob.get_or_create(conf={
+        "spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": "job",
+        "spark.sparkpoint.restore": catalog.checkpoint_uri(older.id), "spark.sparkpoint.restore.sinkAhead": "rewind",
+    }, argv=[])
+    result = job.run(aggregation(spark, inputs), sink=DeltaSink(str(table), **kwargs), output_mode="update")
+    assert result.first_batch == older.batch_id + 1
+    assert table_rows(table) == table_rows(tmp_path / "ref-table")
+
+
+def test_incompatible_state_schema_fails_without_touching_output_or_savepoint(spark, tmp_path):
+    from pyspark.sql import functions as F
+
+    from airflow_sparkpoint.exceptions import SparkpointError
+
+    files = CASES["aggregation"][1]
+    kwargs = {"mode": "merge", "keys": ["user"]}
+    inputs, root, table = tmp_path / "input", tmp_path / "root", tmp_path / "table"
+    write_files(inputs, files[:2])
+    run_job(spark, root, "job", aggregation, inputs, table, kwargs, "update")
+    catalog = Catalog.open(str(root), "job")
+    savepoint = catalog.create_savepoint(catalog.handle(catalog.latest()))
+    saved = {i.key: i.size for i in catalog.store.list("savepoints")}
+    before = table_rows(table)
+    write_files(inputs, files[2:], start=2)
+
+    def changed(spark: Any, inputs: Path) -> Any:
+        events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(
+            str(inputs))
+        return events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("n"),
+                                          F.max("amount").alias("largest"))
+
+    with pytest.raises(SparkpointError) as info:
+        run_job(spark, root, "job", changed, inputs, table, {"mode": "merge", "keys": ["user"]}, "update",
+                restore=savepoint.uri)
+    assert "schema" in str(info.value).lower()
+    assert table_rows(table) == before
+    assert {i.key: i.size for i in catalog.store.list("savepoints")} == saved
