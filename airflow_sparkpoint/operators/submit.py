@@ -37,6 +37,25 @@ _RUNTIME_PACKAGES = ("checkpoints", "runtime", "sinks", "storage")
 _RUNTIME_MODULES = ("__init__.py", "exceptions.py", "py.typed")
 
 
+def build_runtime_zip() -> str:
+    """Zip the Spark-side runtime (storage, checkpoints, runtime, sinks) for ``--py-files``.
+
+    The archive imports with no Airflow and no install of the provider; the caller
+    deletes the returned temporary file.
+    """
+    package = Path(__file__).resolve().parent.parent
+    handle, path = tempfile.mkstemp(prefix="sparkpoint-runtime-", suffix=".zip")
+    os.close(handle)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in _RUNTIME_MODULES:
+            if (package / name).exists():
+                archive.write(package / name, f"airflow_sparkpoint/{name}")
+        for sub in _RUNTIME_PACKAGES:
+            for file in sorted((package / sub).rglob("*.py")):
+                archive.write(file, f"airflow_sparkpoint/{file.relative_to(package).as_posix()}")
+    return path
+
+
 class _SecretEnvSparkSubmitHook(SparkSubmitHook):
     """A SparkSubmitHook that passes credentials to spark-submit's environment only:
     never on the command line (which is logged) and never in templated fields."""
@@ -199,19 +218,6 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
             env["PYSPARK_PYTHON"] = sys.executable
         return env
 
-    def _zip_runtime(self) -> str:
-        package = Path(__file__).resolve().parent.parent
-        handle, path = tempfile.mkstemp(prefix="sparkpoint-runtime-", suffix=".zip")
-        os.close(handle)
-        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-            for name in _RUNTIME_MODULES:
-                if (package / name).exists():
-                    archive.write(package / name, f"airflow_sparkpoint/{name}")
-            for sub in _RUNTIME_PACKAGES:
-                for file in sorted((package / sub).rglob("*.py")):
-                    archive.write(file, f"airflow_sparkpoint/{file.relative_to(package).as_posix()}")
-        return path
-
     def _get_hook(self) -> SparkSubmitHook:
         base = super()._get_hook()
         hook = _SecretEnvSparkSubmitHook.__new__(_SecretEnvSparkSubmitHook)
@@ -240,7 +246,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         self.env_vars = {**self._local_spark_environment(), **(self.env_vars or {})}
         self._secret_env = self._secret_environment()
         if self.ship_runtime:
-            self._shipped_zip = self._zip_runtime()
+            self._shipped_zip = build_runtime_zip()
             self.py_files = ",".join(p for p in (self.py_files, self._shipped_zip) if p)
         self._hook = None  # rebuilt with the final conf and environment
         try:
