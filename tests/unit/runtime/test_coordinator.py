@@ -84,7 +84,8 @@ def catalog() -> Catalog:
 
 
 def coordinator(catalog: Catalog, live: Path, sink: Sink, generation: int, **kw: Any) -> Coordinator:
-    options = dict(commit_mode="checkpoint", interval_s=0, num_retained=2, timeout_s=60, tolerable_failures=0)
+    options: dict[str, Any] = {"commit_mode": "checkpoint", "interval_s": 0, "num_retained": 2, "timeout_s": 60,
+                               "tolerable_failures": 0}
     options.update(kw)
     return Coordinator(catalog=catalog, sink=sink, generation=generation, live_root=str(live), **options)
 

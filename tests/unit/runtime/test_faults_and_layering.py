@@ -13,7 +13,7 @@ from airflow_sparkpoint.runtime import faults
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+    return subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
                           env={**os.environ, **env})
 
 
