@@ -291,6 +291,10 @@ class _Run:
             index = seed_index_in_place(plan.snapshot.metadata)
         else:
             index = materialize(plan.snapshot, self.live)
+            if plan.snapshot.files_store.uri.rstrip("/") != self.catalog.store.uri.rstrip("/"):
+                # A savepoint's (or another root's) files are not this job's shared files:
+                # checkpoints must not reference them, so the first one copies them (NO_CLAIM).
+                index = {}
         self.coordinator.seed(snapshot_meta, index)
         pending, recovered = recover_transactions(self.catalog, self.sink, plan, self.cfg.commit_mode)
         for record in pending:
