@@ -112,3 +112,42 @@ def _restore_and_finish(spark: Any, root: Path, inputs: Path, table: Path, savep
     events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(str(inputs))
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
     return job.run(totals, sink=DeltaSink(str(table), mode="merge", keys=["user"]), output_mode="update")
+
+
+def test_latest_resumes_in_place_and_losing_the_work_dir_loses_nothing(spark, tmp_path):
+    import shutil
+
+    root, inputs, table = tmp_path / "root", tmp_path / "input", tmp_path / "table"
+    rows = write_event_files(inputs, files=2, users=2)
+    first = _run_latest(spark, root, inputs, table)
+    assert first.restore_mode == "empty" and first.last_batch == 1
+
+    rows += write_event_files(inputs, files=2, users=2, start=2)
+    second = _run_latest(spark, root, inputs, table)
+    assert second.restore_mode == "in-place", "the live location matched the latest checkpoint"
+    assert second.first_batch == 2
+    assert table_totals(table) == expected_totals(rows)
+
+    shutil.rmtree(root / "orders" / "live")  # the fast local disk is gone
+    rows += write_event_files(inputs, files=1, users=2, start=4)
+    third = _run_latest(spark, root, inputs, table)
+    assert third.restore_mode == "snapshot" and third.first_batch == 4
+    assert table_totals(table) == expected_totals(rows)
+    catalog = Catalog.open(str(root), "orders")
+    newest = catalog.latest()
+    assert newest is not None and newest.batch_id == 4
+    # Incremental: the files restored from the store are reused, not copied again.
+    assert newest.stats.bytes_copied < newest.stats.bytes_total / 2
+
+
+def _run_latest(spark: Any, root: Path, inputs: Path, table: Path) -> Any:
+    from pyspark.sql import functions as F
+
+    from airflow_sparkpoint.runtime import SparkpointJob
+    from airflow_sparkpoint.sinks import DeltaSink
+
+    job = SparkpointJob.get_or_create(conf={"spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": "orders"},
+                                      argv=[])
+    events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(str(inputs))
+    totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
+    return job.run(totals, sink=DeltaSink(str(table), mode="merge", keys=["user"]), output_mode="update")
