@@ -244,6 +244,8 @@ def test_savepoint_is_relocatable_and_restores_exactly(spark, tmp_path, case, st
     assert second.status == "finished"
     assert second.restored_from == str(moved)
     assert second.first_batch == first.last_batch + 1, "the restored run must continue after the savepoint"
+    restored = Catalog.open(str(tmp_path / "new-root"), "job").latest()
+    assert restored is not None and restored.batch_id == second.last_batch, "the restored run checkpoints validly"
     expected = table_rows(tmp_path / "ref-table")
     assert expected, "the reference produced no output: the case checks nothing"
     assert table_rows(tmp_path / "table") == expected
