@@ -134,11 +134,13 @@ def abort_generation(
     """Abort every uncommitted transaction of `generation` and delete its record.
 
     The blue-green rollback: green's staged output (confirmed by green's checkpoints or
-    not) never becomes visible. Transactions that already committed are left alone and
-    reported in the log. Returns the aborted transaction ids.
+    not) never becomes visible, and green's checkpoints from the first aborted batch on
+    are retired so that no later restore picks them. Transactions that already committed
+    are left alone and reported in the log. Returns the aborted transaction ids.
     """
     sinks = _Sinks(storage_options)
     aborted: list[str] = []
+    first_aborted: int | None = None
     for record in catalog.transactions():
         if record.generation != generation:
             continue
@@ -150,6 +152,20 @@ def abort_generation(
         sink.abort(record)
         catalog.delete_transactions([record])
         aborted.append(record.txn_id)
+        first_aborted = record.batch_id if first_aborted is None else min(first_aborted, record.batch_id)
     log.info("aborted %d transaction(s) of generation %d of job %s: %s",
              len(aborted), generation, catalog.job, aborted)
+    if first_aborted is not None:
+        _retire_checkpoints(catalog, generation, first_aborted)
     return aborted
+
+
+def _retire_checkpoints(catalog: Catalog, generation: int, first_aborted: int) -> None:
+    """A checkpoint of `generation` at or after an aborted batch holds state whose output
+    is gone: restoring it (say, a later ``restore=latest``) would lose that output. Its
+    ``_metadata`` goes, so it is never restored; retention collects its files."""
+    for meta in catalog.checkpoints():
+        if meta.generation == generation and meta.batch_id >= first_aborted:
+            catalog.dispose(catalog.checkpoint_uri(meta.id))
+            log.warning("retired checkpoint %d (batch %d) of rolled-back generation %d of job %s",
+                        meta.id, meta.batch_id, generation, catalog.job)

@@ -266,3 +266,21 @@ def test_abort_generation_discards_only_that_generations_uncommitted_records(
     assert world["aborted"] == ["orders-b5-g2", "orders-b6-g2"]
     assert txn_ids(catalog) == ["orders-b3-g1", "orders-b4-g2"]
     assert abort_generation(catalog, 2) == []
+
+
+def test_abort_generation_retires_checkpoints_that_hold_aborted_batches(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    blue = record(sink_name, 3, 1)
+    checkpoint(catalog, 3, 1, [blue])
+    catalog.claim_generation()
+    green = [record(sink_name, b, 2) for b in (4, 5)]
+    for r in green:
+        catalog.put_transaction(r)
+    checkpoint(catalog, 4, 2, green[:1])
+    checkpoint(catalog, 5, 2, green)
+
+    abort_generation(catalog, 2)
+
+    # green's checkpoints are gone: a later restore=latest finds blue's, not green's state
+    assert [(m.batch_id, m.generation) for m in catalog.checkpoints()] == [(3, 1)]
