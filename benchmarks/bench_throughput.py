@@ -1,0 +1,140 @@
+"""Throughput of a stateful query under Sparkpoint vs plain Spark (DESIGN.md §6).
+
+The same input (``--batches`` parquet files of ``--rows`` events over ``--keys`` users,
+one file per micro-batch, ``availableNow``) and the same stateful query (running total
+and count per user, update mode, RocksDB state store with changelog checkpointing) run:
+
+* **sparkpoint**: `SparkpointJob.run` with a retained checkpoint after every batch
+  (``checkpoint.interval=0``, local storage root) and `DeltaSink` append with two-phase
+  commit (stage with Spark's writer, record, checkpoint, commit with delta-rs);
+* **plain**: the query with a plain ``checkpointLocation`` and a plain ``foreachBatch``
+  that appends the batch with ``deltalake.write_deltalake``.
+
+Rows/s = input rows ÷ wall time of the whole run (query start to end). Runs alternate,
+after one warm-up run of each; medians over ``--runs``. Target: sparkpoint ÷ plain ≥ 0.90.
+
+    .venv/bin/python benchmarks/bench_throughput.py [--batches 8] [--rows 200000] [--keys 50000] [--runs 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench import EVENT_SCHEMA, emit, fresh, key_name, median, spark_session, write_parquet_batches
+
+TARGET = 0.90
+
+
+def make_input(directory: Path, batches: int, rows: int, keys: int, seed: int = 7) -> int:
+    rng = random.Random(seed)
+    data = [[(key_name(rng.randrange(keys)), rng.randrange(1, 1000)) for _ in range(rows)] for _ in range(batches)]
+    return write_parquet_batches(directory, data)
+
+
+def query(spark: Any, inputs: Path) -> Any:
+    from pyspark.sql import functions as F
+
+    events = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inputs))
+    return events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
+
+
+def run_sparkpoint(spark: Any, inputs: Path, work: Path) -> tuple[float, int]:
+    from airflow_sparkpoint.runtime import SparkpointJob
+    from airflow_sparkpoint.sinks import DeltaSink
+
+    job = SparkpointJob.get_or_create(conf={
+        "spark.sparkpoint.dir": str(work / "sparkpoint"), "spark.sparkpoint.job": "bench",
+        "spark.sparkpoint.restore": "latest", "spark.sparkpoint.checkpoint.interval": "0",
+        "spark.sparkpoint.trigger": "availableNow",
+    }, argv=[])
+    started = time.perf_counter()
+    result = job.run(query(spark, inputs), sink=DeltaSink(str(work / "table"), mode="append"), output_mode="update")
+    elapsed = time.perf_counter() - started
+    assert result.status == "finished" and result.checkpoints_completed >= result.batches_processed, result
+    return elapsed, _table_rows(work / "table")
+
+
+def run_plain(spark: Any, inputs: Path, work: Path) -> tuple[float, int]:
+    from deltalake import write_deltalake
+
+    table = str(work / "table")
+
+    def append(batch: Any, batch_id: int) -> None:
+        write_deltalake(table, batch.toArrow(), mode="append")
+
+    started = time.perf_counter()
+    stream = (
+        query(spark, inputs).writeStream.outputMode("update").foreachBatch(append)
+        .option("checkpointLocation", str(work / "checkpoint")).trigger(availableNow=True).start()
+    )
+    stream.awaitTermination()
+    elapsed = time.perf_counter() - started
+    return elapsed, _table_rows(work / "table")
+
+
+def _table_rows(path: Path) -> int:
+    from deltalake import DeltaTable
+
+    return int(DeltaTable(str(path)).to_pyarrow_dataset().count_rows())
+
+
+def run(batches: int, rows: int, keys: int, runs: int) -> dict[str, Any]:
+    spark = spark_session("bench-throughput")
+    times: dict[str, list[float]] = {"sparkpoint": [], "plain": []}
+    output_rows: dict[str, set[int]] = {"sparkpoint": set(), "plain": set()}
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-bench-") as tmp:
+        base = Path(tmp)
+        total = make_input(base / "input", batches, rows, keys)
+        runners = {"sparkpoint": run_sparkpoint, "plain": run_plain}
+        for attempt in range(runs + 1):  # attempt 0 warms the JVM up and is not counted
+            order = ("sparkpoint", "plain") if attempt % 2 == 0 else ("plain", "sparkpoint")
+            for name in order:
+                elapsed, written = runners[name](spark, base / "input", fresh(base / f"{name}-{attempt}"))
+                output_rows[name].add(written)
+                if attempt:
+                    times[name].append(elapsed)
+                print(f"  {name:<10} run {attempt}{' (warm-up)' if not attempt else ''}: {elapsed:6.2f} s, "
+                      f"{total / elapsed:>9,.0f} rows/s", file=sys.stderr)
+    spark.stop()
+    assert output_rows["sparkpoint"] == output_rows["plain"] and len(output_rows["plain"]) == 1, output_rows
+    med = {name: median(values) for name, values in times.items()}
+    rate = {name: total / seconds for name, seconds in med.items()}
+    ratio = rate["sparkpoint"] / rate["plain"]
+    return {
+        "name": "throughput",
+        "batches": batches, "rows_per_batch": rows, "keys": keys, "runs": runs, "input_rows": total,
+        "output_rows": next(iter(output_rows["plain"])),
+        "median_s": med, "rows_per_s": rate, "all_s": times,
+        "ratio": ratio, "target": f">= {TARGET}", "pass": ratio >= TARGET,
+        "summary": f"throughput sparkpoint / plain = {ratio:.2f} (target >= {TARGET})",
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=200_000, help="input rows per batch")
+    parser.add_argument("--keys", type=int, default=50_000, help="distinct users (state size)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    result = run(args.batches, args.rows, args.keys, args.runs)
+    emit(result, args.json, [
+        f"Throughput, {args.batches} batches x {args.rows:,} rows over {args.keys:,} keys, medians of {args.runs} runs:",
+        (f"  sparkpoint (checkpoint every batch, DeltaSink 2PC)  {result['median_s']['sparkpoint']:7.2f} s  "
+        f"{result['rows_per_s']['sparkpoint']:>10,.0f} rows/s"),
+        (f"  plain (checkpointLocation, foreachBatch append)     {result['median_s']['plain']:7.2f} s  "
+        f"{result['rows_per_s']['plain']:>10,.0f} rows/s"),
+    ])
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main()["pass"] else 1)
