@@ -22,3 +22,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for title, results, seed in REPORTS:
         terminalreporter.write_line(format_report(title, results, seed))
         terminalreporter.write_line("")
+    full = [(results, seed) for title, results, seed in REPORTS if title.startswith("chaos trials:")]
+    if len(full) > 1:
+        combined = [r for results, _seed in full for r in results]
+        terminalreporter.write_line(format_report("chaos trials, all sinks", combined, full[0][1]))

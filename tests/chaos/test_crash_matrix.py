@@ -25,10 +25,13 @@ from tests.chaos.harness import (
     MODES,
     REPORTS,
     SINKS,
+    DeltaAppendCase,
+    DeltaMergeCase,
     S3Context,
     Trial,
     TrialResult,
     chaos_seed,
+    compare,
     format_report,
     plan_trials,
     points_for,
@@ -81,3 +84,19 @@ def test_crash_trials(sink: str, tmp_path: Path, s3_context: S3Context) -> None:
     assert sum(r.fired for r in results) >= 0.9 * len(results), "too few faults fired: " + \
         format_report(title, results, seed)
     assert all(r.ok for r in results), format_report(title, results, seed)
+
+
+def test_the_checks_see_duplicates_losses_and_wrong_rows(tmp_path: Path) -> None:
+    """The harness's own negative control: what a broken sink would produce is caught."""
+    rows = [{"id": i, "user": f"u{i % 3}", "amount": i + 1} for i in range(6)]
+    append = DeltaAppendCase(tmp_path)
+    assert compare(append, rows, list(rows)).exact
+    verdict = compare(append, rows, [*rows[:4], rows[0], {**rows[1], "amount": 99}])
+    assert (verdict.duplicates, verdict.lost) == (2, 2) and not verdict.exact
+    merge = DeltaMergeCase(tmp_path)
+    totals = [{"user": f"u{u}", "total": sum(r["amount"] for r in rows if r["user"] == f"u{u}"), "events": 2}
+              for u in range(3)]
+    assert compare(merge, rows, totals).exact
+    twice = {**totals[0], "total": totals[0]["total"] * 2, "events": 4}
+    verdict = compare(merge, rows, [twice, totals[1]])
+    assert (verdict.duplicates, verdict.lost) == (2, 2) and not verdict.exact
