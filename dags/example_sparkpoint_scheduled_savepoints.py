@@ -61,9 +61,7 @@ with DAG(
     def retained_savepoints(new_savepoint: str, params: Any = None) -> list[str]:
         """The savepoints kept after retention, newest first (the new one is among them)."""
         catalog = SparkpointHook(None, storage_uri=params["checkpoint_dir"]).get_catalog(params["job_name"])
-        entries = sorted((e for e in catalog.list_savepoints() if e.metadata is not None),
-                         key=lambda e: e.metadata.created_at, reverse=True)
-        kept = [e.uri for e in entries]
+        kept = [entry.uri for entry in catalog.list_savepoints() if entry.valid]  # newest first
         if new_savepoint not in kept:
             raise ValueError(f"the new savepoint {new_savepoint} is not among the retained ones: {kept}")
         return kept
