@@ -19,6 +19,9 @@ was healthy and approved; nothing is lost or counted twice either way.
    the old code again from the *same* savepoint, and **rolled_back** fails the run so the
    failed deploy alerts like any other failure.
 
+Green has to prove itself on new input: with nothing new since the savepoint it stages
+nothing, cannot reach the healthy checkpoints, and the deploy rolls back.
+
 Params: ``job_name`` (blue's pipeline name), ``input``, ``output``, ``checkpoint_dir``,
 ``blue_trigger`` (``availableNow`` drains and finishes; ``processingTime:<interval>``
 keeps the restored blue running in this task), ``reject_audit`` and
@@ -54,7 +57,8 @@ SAVEPOINT = "{{ ti.xcom_pull(task_ids='stop_blue') }}"
 
 
 def _job_args(version: int, *extra: str) -> list[str]:
-    return ["--input", "{{ params.input }}", "--output", "{{ params.output }}", "--version", str(version), *extra]
+    paths = ["--input", "{{ params.input }}", "--output", "{{ params.output }}"]
+    return [*paths, "--version", str(version), *extra]
 
 
 def _published(table_path: str) -> dict[str, dict[str, Any]]:
@@ -93,18 +97,21 @@ with DAG(
     max_active_runs=1,
     tags=["sparkpoint", "example", "savepoint", "blue-green"],
     params={
-        "job_name": Param("blue_green_totals", type="string", description="pipeline name of the running blue job"),
-        "input": Param(f"{BASE}/input", type="string", description="the job's input folder (JSON lines)"),
-        "output": Param(f"{BASE}/totals", type="string", description="the Delta table the job merges into"),
+        "job_name": Param("blue_green_totals", type="string", description="pipeline name of the blue job"),
+        "input": Param(f"{BASE}/input", type="string", description="the job's input (JSON lines)"),
+        "output": Param(f"{BASE}/totals", type="string", description="the Delta table it merges into"),
         "checkpoint_dir": Param(f"{BASE}/checkpoints", type="string", description="Sparkpoint storage root"),
         "blue_trigger": Param("availableNow", type="string",
-                              description="trigger of blue after a rollback: availableNow or processingTime:<interval>"),
-        "reject_audit": Param(False, type="boolean", description="make the audit reject green (rollback drill)"),
+                              description="blue's trigger after a rollback (or processingTime:<interval>)"),
+        "reject_audit": Param(False, type="boolean", description="the audit rejects green (rollback drill)"),
         "green_fail_after_batch": Param(-1, type="integer",
-                                        description="green raises after this batch id (rollback drill); -1: never"),
+                                        description="green fails after this batch (drill); -1: never"),
     },
 ) as dag:
-    common: dict[str, Any] = {"job_name": "{{ params.job_name }}", "checkpoint_dir": "{{ params.checkpoint_dir }}"}
+    common: dict[str, Any] = {
+        "job_name": "{{ params.job_name }}",
+        "checkpoint_dir": "{{ params.checkpoint_dir }}",
+    }
 
     stop_blue = SparkpointSavepointOperator(task_id="stop_blue", stop=True, timeout=600, **common)
 
@@ -145,12 +152,14 @@ with DAG(
             if row["user"] is None or row["total"] is None:
                 problems.append(f"incomplete row {row}")
             elif before is not None and row["events"] < before["events"]:
-                problems.append(f"user {row['user']}: events went back from {before['events']} to {row['events']}")
+                problems.append(f"user {row['user']}: events went back from {before['events']} "
+                                f"to {row['events']} (was blue's state restored?)")
             if row["code_version"] != 2:
                 problems.append(f"user {row['user']}: code_version {row['code_version']}, expected 2")
         if params["reject_audit"]:
             problems.append("rejected on request (reject_audit=true)")
-        log.info("audit of green generation %s: %d staged rows, problems: %s", green["generation"], len(staged), problems)
+        log.info("audit of green generation %s: %d staged rows, problems: %s",
+                 green["generation"], len(staged), problems)
         return {"approved": not problems, "problems": problems, "rows": len(staged)}
 
     @task.branch(trigger_rule=TriggerRule.ALL_DONE)
@@ -158,7 +167,7 @@ with DAG(
         """Publish only if green ran, is healthy and the audit approved; else roll back.
         Runs whatever happened upstream (ALL_DONE): a failed task leaves no XCom."""
         if not ti.xcom_pull(task_ids="stop_blue"):
-            raise AirflowFailException("blue was not stopped with a savepoint (stop_blue failed): nothing to deploy")
+            raise AirflowFailException("stop_blue failed: no savepoint to deploy from or to roll back to")
         green = ti.xcom_pull(task_ids="start_green")
         healthy = ti.xcom_pull(task_ids="green_healthy")
         audit = ti.xcom_pull(task_ids="audit_green")
@@ -198,7 +207,8 @@ with DAG(
         conf=SPARK_CONF,
         restore=SAVEPOINT,  # the same savepoint green started from
         trigger="{{ params.blue_trigger }}",
-        # A retry would restore the *latest* checkpoint, which may be green's: retry by hand.
+        # A retry (or a clear) restores the job's *latest* checkpoint, which may be green's,
+        # not the savepoint: roll back again with a new run of a restore from the savepoint.
         retries=0,
         **common,
     )

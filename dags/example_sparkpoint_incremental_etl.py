@@ -41,7 +41,8 @@ with DAG(
     tags=["sparkpoint", "example", "incremental", "delta"],
     params={
         "input": Param(f"{BASE}/input", type="string", description="page views (JSON lines)"),
-        "output": Param(f"{BASE}/views_per_window", type="string", description="Delta table, merged by window and page"),
+        "output": Param(f"{BASE}/views_per_window", type="string",
+                        description="Delta table, merged by window and page"),
         "checkpoint_dir": Param(f"{BASE}/checkpoints", type="string", description="Sparkpoint storage root"),
         "window": Param("10 minutes", type="string", description="tumbling window length"),
         "watermark": Param("30 minutes", type="string", description="how late an event may arrive"),

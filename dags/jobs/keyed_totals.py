@@ -40,13 +40,17 @@ def build_query(spark: Any, input_path: str, *, version: int, files_per_batch: i
             # The state's name and schema are the contract between versions.
             self.totals = handle.getValueState("totals", "total long, events long")
 
-        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
+        def handleInputRows(
+            self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+        ) -> Iterator[pd.DataFrame]:
             total, events = self.totals.get() if self.totals.exists() else (0, 0)
             for frame in rows:
                 total += int(frame["amount"].sum())
                 events += len(frame)
             self.totals.update((total, events))
-            yield pd.DataFrame({"user": [key[0]], "total": [total], "events": [events], "code_version": [version]})
+            yield pd.DataFrame(
+                {"user": [key[0]], "total": [total], "events": [events], "code_version": [version]}
+            )
 
         def close(self) -> None:
             pass

@@ -34,7 +34,9 @@ def build_query(spark: Any, input_path: str, *, limit: float, readings: int, fil
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.over = handle.getListState("over_limit", "ts timestamp, value double")
 
-        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
+        def handleInputRows(
+            self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+        ) -> Iterator[pd.DataFrame]:
             buffer = list(self.over.get()) if self.over.exists() else []
             batch = pd.concat(list(rows)).sort_values("ts", kind="stable")
             alerts = []

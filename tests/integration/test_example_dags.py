@@ -70,7 +70,11 @@ def write_file(directory: Path, index: int, rows: Iterable[dict[str, Any]]) -> N
 
 
 def iso(minute: float) -> str:
-    return (T0 + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return utc(T0 + timedelta(minutes=minute))
+
+
+def utc(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def delta_rows(path: Path | str) -> list[dict[str, Any]]:
@@ -195,7 +199,8 @@ class StreamingJob:
         cmd = [submit, "--master", "local[2]"]
         for key, value in conf.items():
             cmd += ["--conf", f"{key}={value}"]
-        cmd += [str(JOBS / self._script), "--input", str(self.input), "--output", str(self.output), *self._args]
+        cmd += [str(JOBS / self._script), "--input", str(self.input), "--output", str(self.output)]
+        cmd += self._args
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
@@ -251,31 +256,33 @@ class StreamingJob:
 # timing of the test. The stop request still arrives within the control poll interval.
 BLUE_TRIGGER = "processingTime:1000h"
 
-# What each test needs running in the background (started together, once).
+BLUE = ("keyed_totals.py", BLUE_TRIGGER, ["--version", "1", "--files-per-batch", "100"])
+# What each test needs running in the background (started together, once):
+# test -> (job name, (job script, trigger, arguments)).
 BACKGROUND = {
-    "test_blue_green_publishes_a_healthy_green": ("blue-publish", "keyed_totals.py", "bg_publish", BLUE_TRIGGER,
-                                                  ["--version", "1", "--files-per-batch", "100"]),
-    "test_blue_green_rolls_back_a_failing_green": ("blue-failing", "keyed_totals.py", "bg_failing", BLUE_TRIGGER,
-                                                   ["--version", "1", "--files-per-batch", "100"]),
-    "test_blue_green_rolls_back_a_rejected_green": ("blue-rejected", "keyed_totals.py", "bg_rejected", BLUE_TRIGGER,
-                                                    ["--version", "1", "--files-per-batch", "100"]),
-    "test_scheduled_savepoints_of_a_running_job": ("alerts", "threshold_alerts.py", "sensor_alerts",
-                                                   "processingTime:1s", ["--limit", "90", "--readings", "3"]),
+    "test_blue_green_publishes_a_healthy_green": ("bg_publish", BLUE),
+    "test_blue_green_rolls_back_a_failing_green": ("bg_failing", BLUE),
+    "test_blue_green_rolls_back_a_rejected_green": ("bg_rejected", BLUE),
+    "test_scheduled_savepoints_of_a_running_job": (
+        "sensor_alerts", ("threshold_alerts.py", "processingTime:1s", ["--limit", "90", "--readings", "3"])),
 }
 
 
 @pytest.fixture(scope="module", autouse=True)
-def background(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def background(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, StreamingJob]]:
     """The long-running jobs of the selected tests, keyed by test name, with their
     first input written and the processes started when the module starts: their start-up
     overlaps with each other and with the tests that run before them."""
-    selected = {item.originalname for item in request.session.items if getattr(item, "module", None) is request.module}
+    selected = {item.originalname for item in request.session.items
+                if getattr(item, "module", None) is request.module}
     jobs: dict[str, StreamingJob] = {}
     try:
-        for test, (name, script, job_name, trigger, args) in BACKGROUND.items():
+        for test, (job_name, (script, trigger, args)) in BACKGROUND.items():
             if test not in selected:
                 continue
-            job = StreamingJob(tmp_path_factory.mktemp(name), script, job_name, trigger, args)
+            job = StreamingJob(tmp_path_factory.mktemp(job_name), script, job_name, trigger, args)
             if script == "keyed_totals.py":
                 for index, users in enumerate(BLUE_FILES):
                     write_file(job.input, index, totals_rows(index, users))
@@ -304,7 +311,8 @@ def test_every_example_dag_imports_and_job_scripts_are_not_dag_files(dagbag: Any
     parsed = {Path(stat.file).as_posix() for stat in dagbag.dagbag_stats}
     jobs = sorted(p.name for p in JOBS.glob("*.py"))
     assert {"keyed_totals.py", "threshold_alerts.py", "dedup_events.py", "windowed_counts.py"} <= set(jobs)
-    assert not [p for p in parsed if "jobs/" in p or Path(p).name in jobs], f"job scripts parsed as DAG files: {parsed}"
+    wrongly_parsed = [p for p in parsed if "jobs/" in p or Path(p).name in jobs]
+    assert not wrongly_parsed, f"job scripts parsed as DAG files: {wrongly_parsed}"
     for name in jobs:  # they would be parsed (and run) without dags/.airflowignore
         text = (JOBS / name).read_text()
         assert 'if __name__ == "__main__":' in text, f"{name} must only run under spark-submit"
@@ -319,7 +327,8 @@ def test_every_example_dag_imports_and_job_scripts_are_not_dag_files(dagbag: Any
                 assert param.value.startswith("/tmp/sparkpoint-"), f"{dag_id} param {name}={param.value}"
         for task in dag.tasks:
             if isinstance(task, SparkpointSubmitOperator):
-                assert task.conf == SPARK_CONF and task._conn_id == "spark_default", f"{dag_id}.{task.task_id}"
+                where = f"{dag_id}.{task.task_id}"
+                assert task.conf == SPARK_CONF and task._conn_id == "spark_default", where
                 assert Path(task.application).parent == JOBS and Path(task.application).exists()
 
 
@@ -392,7 +401,8 @@ def test_incremental_etl_next_run_reads_only_new_input(dagbag: Any, tmp_path: Pa
     run = run_dag(dagbag, "example_sparkpoint_incremental_etl", **paths)
     assert run.state == "success"
     second = xcom(run, "windowed_counts")
-    assert second["first_batch"] == first["last_batch"] + 1 and second["restore_mode"] in ("in-place", "snapshot")
+    assert second["first_batch"] == first["last_batch"] + 1
+    assert second["restore_mode"] in ("in-place", "snapshot")
     assert window_rows(tmp_path / "views") == expected_windows(5)
     assert_each_batch_committed_once(tmp_path / "views")
 
@@ -403,8 +413,10 @@ def test_incremental_etl_next_run_reads_only_new_input(dagbag: Any, tmp_path: Pa
 def events(index: int, *, bad: bool = False) -> list[dict[str, Any]]:
     """Three events per file; each file repeats one event of the previous file (and one
     of its own): producers retry. `bad` adds an event with a negative amount."""
-    rows = [{"event_id": f"e{index * 3 + j}", "ts": iso(index * 3 + j), "user": f"u{j}", "amount": index * 10 + j}
-            for j in range(3)]
+    rows = [
+        {"event_id": f"e{index * 3 + j}", "ts": iso(index * 3 + j), "user": f"u{j}", "amount": index * 10 + j}
+        for j in range(3)
+    ]
     if index > 0:
         rows.append(events(index - 1)[2])
     rows.append(rows[0])
@@ -422,7 +434,7 @@ def unique_events(files: Iterable[list[dict[str, Any]]]) -> list[dict[str, Any]]
 
 
 def event_rows(table: Path) -> list[dict[str, Any]]:
-    rows = [{**r, "ts": r["ts"].astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")} for r in delta_rows(table)]
+    rows = [{**r, "ts": utc(r["ts"])} for r in delta_rows(table)]
     return sorted(rows, key=lambda r: r["event_id"])
 
 
@@ -495,12 +507,9 @@ def expected_alerts(files: int, limit: float = 90, n: int = 3) -> list[tuple[str
 
 
 def alert_rows(table: Path) -> list[tuple[str, str, str, float]]:
-    def fmt(ts: datetime) -> str:
-        return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
     rows = delta_rows(table)
     assert all(r["readings"] == 3 for r in rows)
-    return sorted((r["sensor"], fmt(r["first_ts"]), fmt(r["last_ts"]), r["peak"]) for r in rows)
+    return sorted((r["sensor"], utc(r["first_ts"]), utc(r["last_ts"]), r["peak"]) for r in rows)
 
 
 @pytest.mark.spark
@@ -608,7 +617,8 @@ def test_blue_green_publishes_a_healthy_green(
     assert blue.wait_exit() == 0, blue.tail()  # stopped with a savepoint
     assert run.state == "success", task_states(run)
     assert task_states(run) == {
-        "stop_blue": "success", "start_green": "success", "green_healthy": "success", "audit_green": "success",
+        "stop_blue": "success", "start_green": "success",
+        "green_healthy": "success", "audit_green": "success",
         "decide": "success", "publish_green": "success", "abort_green": "skipped", "restore_blue": "skipped",
         "rolled_back": "skipped",
     }
@@ -632,7 +642,8 @@ def test_blue_green_rolls_back_a_failing_green(
     blue, blue_generation = start_blue_green(background, request)
 
     # Green stages batch 1 (confirmed by a checkpoint), then raises in batch 2.
-    run = run_dag(dagbag, "example_sparkpoint_blue_green", **blue_green_params(blue, green_fail_after_batch=1))
+    params = blue_green_params(blue, green_fail_after_batch=1)
+    run = run_dag(dagbag, "example_sparkpoint_blue_green", **params)
 
     assert blue.wait_exit() == 0, blue.tail()
     assert run.state == "failed"  # a rolled-back deploy alerts
@@ -657,7 +668,8 @@ def test_blue_green_rolls_back_a_rejected_green(
     assert blue.wait_exit() == 0, blue.tail()
     assert run.state == "failed"
     assert task_states(run) == {
-        "stop_blue": "success", "start_green": "success", "green_healthy": "success", "audit_green": "success",
+        "stop_blue": "success", "start_green": "success",
+        "green_healthy": "success", "audit_green": "success",
         "decide": "success", "publish_green": "skipped", "abort_green": "success", "restore_blue": "success",
         "rolled_back": "failed",
     }
