@@ -472,6 +472,18 @@ class Catalog:
                 log.warning("skipping unreadable transaction record %s/%s: %s", self.uri, info.key, exc)
         return sorted(records, key=lambda r: (r.batch_id, r.generation))
 
+    def transaction_keys(self) -> set[tuple[int, int]]:
+        """``(batch_id, generation)`` of every recorded transaction, from one listing.
+
+        A record is deleted once its transaction committed or aborted, so a key missing
+        here means the transaction is settled."""
+        keys = set()
+        for info in self.store.list(layout.TXN):
+            match = layout.TXN_RE.match(info.key.rsplit("/", 1)[-1])
+            if match:
+                keys.add((int(match.group(1)), int(match.group(2))))
+        return keys
+
     def delete_transactions(self, records: Iterable[TransactionRecord]) -> None:
         self.store.delete(layout.txn_key(r.batch_id, r.generation) for r in records)
 

@@ -177,6 +177,8 @@ class Coordinator:
             files.append(ref)
             copied += live.size
         faults.maybe_kill("metadata", batch_id)
+        if self.commit_mode == "external":
+            self._forget_settled()
         with self._lock:
             pending = tuple(sorted(
                 (r for (b, _g), r in self.pending.items() if b <= batch_id),
@@ -227,6 +229,14 @@ class Coordinator:
         if self._on_status:
             self._on_status()
         return meta
+
+    def _forget_settled(self) -> None:
+        """The external commit step committed or aborted some pending transactions (and
+        deleted their records): later checkpoints must not list them as pending again."""
+        recorded = self.catalog.transaction_keys()
+        with self._lock:
+            for key in [k for k in self.pending if k not in recorded]:
+                del self.pending[key]
 
     # ------------------------------------------------------------------ commits
 

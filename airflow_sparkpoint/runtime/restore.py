@@ -185,7 +185,19 @@ def recover_transactions(
         confirmed = {(r.batch_id, r.generation): r for r in plan.snapshot.metadata.transactions}
     summary: dict[str, list[int]] = {"committed": [], "aborted": [], "kept": []}
     still_pending: list[TransactionRecord] = []
+    recorded = catalog.transaction_keys()
+    # Only this job's own records tell "settled"; a snapshot from another root (a moved
+    # savepoint) has none here, and its sinks refuse transactions whose data is gone.
+    own_root = plan.snapshot is not None and plan.snapshot.uri.startswith(catalog.uri.rstrip("/") + "/")
     for key, record in sorted(confirmed.items()):
+        if own_root and key not in recorded:
+            # Settled after the snapshot was taken: committed (then the sink has it) or
+            # aborted by the commit step (a rejected audit, a rolled-back generation).
+            # Either way it must not be committed again.
+            if not sink.is_committed(record):
+                log.warning("transaction %s listed by %s was aborted since; not committing it",
+                            record.txn_id, plan.snapshot.uri if plan.snapshot else "the snapshot")
+            continue
         if commit_mode == "checkpoint":
             sink.commit(record)
             summary["committed"].append(record.batch_id)

@@ -252,6 +252,13 @@ class DeltaSink(Sink):
         deltalake = _import_deltalake()
         from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
+        missing = [f["path"] for f in staged["files"] if not os.path.exists(os.path.join(self.path, f["path"]))]
+        if missing:
+            # Never reference files that are gone: the transaction was aborted meanwhile.
+            raise SinkError(
+                f"staged files of this transaction are gone from {self.uri} (e.g. {missing[0]}); "
+                "it was aborted and cannot be committed"
+            )
         adds = [
             AddAction(
                 path=f["path"], size=int(f["size"]), partition_values=dict(f["partition_values"]),

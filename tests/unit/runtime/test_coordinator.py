@@ -241,3 +241,32 @@ def test_materialize_rebuilds_the_location_and_never_modifies_the_snapshot(catal
     assert (tmp_path / "restored" / "state" / "0" / "0" / "1.changelog").read_text() == "s" * 1000
     assert set(index) == {f.path for f in savepoint.metadata.files}
     assert {i.key: catalog.store.get(i.key) for i in catalog.store.list("savepoints")} == before
+
+
+def test_settled_transactions_are_never_committed_again(catalog, tmp_path):
+    """External mode: the commit step published batch 0 and aborted batch 1 after the
+    checkpoint listed both; neither the next checkpoint nor a restore may commit them."""
+    generation = catalog.claim_generation().generation
+    live = tmp_path / "live"
+    coord = coordinator(catalog, live, RecordingSink(), generation, commit_mode="external")
+    write_live(live, 0)
+    write_live(live, 1)
+    for batch in (0, 1):
+        catalog.put_transaction(record(batch, generation))
+        coord.add_pending(record(batch, generation))
+    coord.checkpoint(1)
+    published = RecordingSink()
+    published.commit(record(0, generation))
+    catalog.delete_transactions([record(0, generation), record(1, generation)])  # the commit step settled both
+
+    sink = RecordingSink()
+    sink.committed = dict(published.committed)
+    pending, summary = recover_transactions(catalog, sink, plan_restore(_cfg(), catalog, None), "checkpoint")
+    assert pending == [] and summary["committed"] == []
+    assert sink.committed == {0: generation}, "the aborted batch 1 was not committed"
+
+    write_live(live, 2)
+    catalog.put_transaction(record(2, generation))
+    coord.add_pending(record(2, generation))
+    later = coord.checkpoint(2)
+    assert later is not None and [t.batch_id for t in later.transactions] == [2]
