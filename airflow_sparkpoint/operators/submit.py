@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.status import result_key
-from airflow_sparkpoint.exceptions import ConfigError, ObjectNotFound
+from airflow_sparkpoint.exceptions import ConfigError, ObjectNotFound, RestoreError
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
 from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
 
@@ -155,11 +155,27 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
     def _catalog(self) -> Catalog:
         return self.sparkpoint_hook.get_catalog(self.job_name)
 
-    def choose_restore(self, try_number: int) -> str:
-        """``restore`` on the first try; ``latest`` on every retry (resume, never restart)."""
-        if try_number > 1:
+    def choose_restore(self, try_number: int, catalog: Catalog | None = None) -> str:
+        """``restore`` on the first try; on a retry, the latest retained checkpoint (resume,
+        never restart).
+
+        One exception keeps a retry from picking state that is not this task's: when the
+        first try restored a savepoint/checkpoint path and no checkpoint newer than that
+        snapshot exists (the first try died before its first checkpoint), the retry
+        restores the same path again instead of an unrelated older checkpoint.
+        """
+        if try_number <= 1:
+            return self.restore
+        if self.restore in ("latest", "none") or catalog is None:
             return "latest"
-        return self.restore
+        latest = catalog.latest()
+        try:
+            target = open_snapshot(self.restore, storage_options=self.sparkpoint_hook.storage_options).metadata
+        except RestoreError:
+            return "latest"
+        if latest is None or latest.created_at <= target.created_at:
+            return self.restore
+        return "latest"
 
     def build_sparkpoint_conf(self, restore: str) -> dict[str, str]:
         """The ``spark.sparkpoint.*`` settings for this submit, validated like the job does.
@@ -230,11 +246,16 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]
         ti = context["ti"]
         try_number = int(getattr(ti, "try_number", 1) or 1)
-        restore = self.choose_restore(try_number)
-        if try_number > 1:
+        restore = self.choose_restore(try_number, self._catalog())
+        if try_number > 1 and restore == "latest":
             self.log.info(
                 "try %d of %s: resuming job %s from its latest retained checkpoint (restore=latest; "
                 "the first try's restore=%r is not used again)", try_number, self.task_id, self.job_name, self.restore,
+            )
+        elif try_number > 1:
+            self.log.info(
+                "try %d of %s: job %s has no checkpoint newer than %s; restoring it again", try_number,
+                self.task_id, self.job_name, restore,
             )
         else:
             self.log.info("first try: job %s starts with restore=%s", self.job_name, restore)
