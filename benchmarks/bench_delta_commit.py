@@ -59,7 +59,7 @@ def run(counts: list[int], runs: int, rows: int) -> dict[str, Any]:
     from deltalake import DeltaTable
 
     timings: dict[int, list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="sparkpoint-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-bench-", ignore_cleanup_errors=True) as tmp:
         for count in counts:
             table = Path(tmp) / f"table-{count}"
             sink, first = stage(table, 0, 1, rows)

@@ -76,7 +76,7 @@ def run(keys: int, batches: int, change: float, curve: list[int], maintenance: s
     })
     sizes = sorted({*curve, keys})
     runs = {}
-    with tempfile.TemporaryDirectory(prefix="sparkpoint-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-bench-", ignore_cleanup_errors=True) as tmp:
         for size in sizes:
             runs[size] = run_one(spark, fresh(Path(tmp) / f"k{size}"), size, batches, change)
             r = runs[size]

@@ -66,7 +66,7 @@ def run(keys: int, batches: int, change: float, runs: int) -> dict[str, Any]:
                 for _ in range(batches - 1)]
     new_batch = [(key_name(i), rng.randrange(1, 100)) for i in rng.sample(range(keys), changed)]
     times: dict[str, list[float]] = {"restore": [], "cold": []}
-    with tempfile.TemporaryDirectory(prefix="sparkpoint-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-bench-", ignore_cleanup_errors=True) as tmp:
         base = Path(tmp)
         # The job's history, then its savepoint.
         write_parquet_batches(base / "input", history)

@@ -89,7 +89,7 @@ def run(batches: int, rows: int, keys: int, runs: int) -> dict[str, Any]:
     spark = spark_session("bench-throughput")
     times: dict[str, list[float]] = {"sparkpoint": [], "plain": []}
     output_rows: dict[str, set[int]] = {"sparkpoint": set(), "plain": set()}
-    with tempfile.TemporaryDirectory(prefix="sparkpoint-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-bench-", ignore_cleanup_errors=True) as tmp:
         base = Path(tmp)
         total = make_input(base / "input", batches, rows, keys)
         runners = {"sparkpoint": run_sparkpoint, "plain": run_plain}
