@@ -188,7 +188,7 @@ def recover_transactions(
     recorded = catalog.transaction_keys()
     # Only this job's own records tell "settled"; a snapshot from another root (a moved
     # savepoint) has none here, and its sinks refuse transactions whose data is gone.
-    own_root = plan.snapshot is not None and plan.snapshot.uri.startswith(catalog.uri.rstrip("/") + "/")
+    own_root = plan.snapshot is not None and _under(plan.snapshot.uri, catalog.uri)
     for key, record in sorted(confirmed.items()):
         if own_root and key not in recorded:
             # Settled after the snapshot was taken: committed (then the sink has it) or
@@ -224,3 +224,13 @@ def recover_transactions(
     if removed:
         log.info("removed %d orphaned staged item(s) of job %s", removed, catalog.job)
     return still_pending, summary
+
+
+def _under(uri: str, root: str) -> bool:
+    """Whether `uri` lies under `root`; plain paths and ``file://`` URIs compare alike."""
+
+    def canonical(text: str) -> str:
+        local = livedir.local_path_of(text)
+        return (local if local is not None else text).rstrip("/")
+
+    return canonical(uri).startswith(canonical(root) + "/")
