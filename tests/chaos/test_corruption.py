@@ -33,7 +33,7 @@ from tests.chaos.harness import (
     write_inputs,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(3600)]
 
 KINDS = ("truncated", "garbled", "checksum", "missing-file")
 

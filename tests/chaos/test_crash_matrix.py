@@ -70,6 +70,7 @@ def test_crash_ci_subset(tmp_path: Path, s3_context: S3Context) -> None:
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.s3
+@pytest.mark.timeout(12 * 3600)  # 50 trials take 20-40 minutes per sink on 2 cores
 @pytest.mark.parametrize("sink", SINKS)
 def test_crash_trials(sink: str, tmp_path: Path, s3_context: S3Context) -> None:
     seed = chaos_seed()

@@ -18,6 +18,7 @@ import errno
 import hashlib
 import os
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -103,6 +104,7 @@ def test_catalog_rides_through_s3_faults(s3_server: str, s3_bucket: str) -> None
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.s3
+@pytest.mark.timeout(3600)
 def test_job_checkpointing_to_flaky_s3_is_exact_after_restarts(
     s3_server: str, s3_bucket: str, tmp_path: Path
 ) -> None:
@@ -123,7 +125,8 @@ def test_job_checkpointing_to_flaky_s3_is_exact_after_restarts(
         }
         args = ["--input", str(tmp_path / "input"), "--output", case.output()]
 
-        # 1. An outage starts when checkpoint 3 (of batch 2) is about to be completed.
+        # 1. An outage starts when checkpoint 3 is about to be completed (of batch 2, or of a
+        #    later one when the coordinator coalesced batches).
         def outage(method: str, path: str) -> bool:
             return method == "PUT" and "/chk-3/_metadata" in path
 
@@ -135,11 +138,14 @@ def test_job_checkpointing_to_flaky_s3_is_exact_after_restarts(
         first = spark_submit(JOBS / case.script, conf=conf, args=args, log=tmp_path / "try1.log")
         proxy.on_request, proxy.outage = None, False
         assert first.returncode != 0, "the job should fail when the storage root is down"
-        assert "checkpoint of batch 2 failed" in first.output, first.tail()
+        failed = re.search(r"checkpoint of batch (\d+) failed", first.output)
+        assert failed, first.tail()
         assert "Traceback" in first.output  # it failed, it did not hang
         latest = direct.latest()
-        assert latest is not None and latest.batch_id == 1, "the previous checkpoint must stay valid"
-        assert all(r["events"] <= 2 for r in case.rows()), "nothing after the last checkpoint is committed"
+        assert latest is not None and latest.id == 2, "the previous checkpoint must stay valid"
+        assert latest.batch_id < int(failed.group(1))
+        assert all(r["events"] <= latest.batch_id + 1 for r in case.rows()), \
+            "nothing after the last complete checkpoint may be committed"
 
         # 2. Restarts (the Airflow retry: same conf) through random faults until one finishes.
         runs = [first]

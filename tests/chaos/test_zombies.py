@@ -83,6 +83,7 @@ def test_a_superseded_generation_in_process_fails_fast_without_checkpoint_or_com
 
 @pytest.mark.slow
 @pytest.mark.spark
+@pytest.mark.timeout(1800)
 def test_zombie_blue_keeps_running_after_green_starts(tmp_path: Path) -> None:
     case = DeltaMergeCase(tmp_path)
     expected = write_inputs(tmp_path / "input")
