@@ -15,6 +15,7 @@ import shutil
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "SPARKPOINT_TEST_FAULT_ONCE": str(workdir / "fault-fired"),
     })
 
+    # Third-party deprecation noise from Airflow's own imports; not the demo's business.
+    warnings.filterwarnings("ignore", message="GitWildMatchPattern")
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     _step("airflow-sparkpoint demo: a retry that resumes instead of starting over")
     _say(f"   workdir     {workdir}")
     expected = _write_input(base / "input")
