@@ -33,9 +33,17 @@ class CheckpointAbandoned(SparkpointError):
 
 @dataclass
 class IndexEntry:
+    """A live file already stored (``ref``), as long as its size and mtime are unchanged.
+
+    ``stored=False``: the file was materialized from another store (a savepoint, another
+    root): its content and sha256 are known but it is not in this job's shared area yet,
+    so the next checkpoint uploads it without hashing it again (NO_CLAIM).
+    """
+
     size: int
     mtime_ns: int
     ref: FileRef
+    stored: bool = True
 
 
 def file_sha256(path: str) -> str:
@@ -150,12 +158,13 @@ class Coordinator:
             if not livedir.needed_for_restart(live.path, batch_id):
                 continue
             known = self.index.get(live.path)
-            if known is not None and known.size == live.size and known.mtime_ns == live.mtime_ns:
-                files.append(known.ref)
+            unchanged = known is not None and known.size == live.size and known.mtime_ns == live.mtime_ns
+            if unchanged and known.stored:  # type: ignore[union-attr]
+                files.append(known.ref)  # type: ignore[union-attr]
             else:
-                new.append((live, known))
+                new.append((live, known if unchanged else None))
         copied = 0
-        for count, (live, _known) in enumerate(new, start=1):
+        for count, (live, known) in enumerate(new, start=1):
             if time.monotonic() - started > self.timeout_s:
                 raise CheckpointAbandoned(
                     f"checkpoint of batch {batch_id} exceeded spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
@@ -163,7 +172,7 @@ class Coordinator:
             if count == max(1, len(new) // 2):
                 faults.maybe_kill("copy", batch_id)
             try:
-                sha = file_sha256(live.abspath)
+                sha = known.ref.sha256 if known is not None else file_sha256(live.abspath)
                 key = self.catalog.shared_key(live.path, sha)
                 self.catalog.store.upload_file(live.abspath, key)
                 st = os.stat(live.abspath)

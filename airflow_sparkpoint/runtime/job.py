@@ -290,11 +290,10 @@ class _Run:
         elif plan.resume_in_place:
             index = seed_index_in_place(plan.snapshot.metadata)
         else:
-            index = materialize(plan.snapshot, self.live)
-            if plan.snapshot.files_store.uri.rstrip("/") != self.catalog.store.uri.rstrip("/"):
-                # A savepoint's (or another root's) files are not this job's shared files:
-                # checkpoints must not reference them, so the first one copies them (NO_CLAIM).
-                index = {}
+            # A savepoint's (or another root's) files are not this job's shared files:
+            # checkpoints must not reference them, so the first one copies them (NO_CLAIM).
+            own = plan.snapshot.files_store.uri.rstrip("/") == self.catalog.store.uri.rstrip("/")
+            index = materialize(plan.snapshot, self.live, stored=own)
         self.coordinator.seed(snapshot_meta, index)
         pending, recovered = recover_transactions(self.catalog, self.sink, plan, self.cfg.commit_mode)
         for record in pending:

@@ -115,10 +115,11 @@ def check_sink_position(plan: RestorePlan, sink: Sink, job: str, policy: str) ->
     )
 
 
-def materialize(handle: SnapshotHandle, live_path: str) -> dict[str, IndexEntry]:
+def materialize(handle: SnapshotHandle, live_path: str, *, stored: bool = True) -> dict[str, IndexEntry]:
     """Rebuild Spark's checkpoint location at `live_path` from a snapshot (which is never
     modified: NO_CLAIM). Returns the file index that lets the next checkpoint reuse the
-    stored files instead of copying them again."""
+    stored files (`stored`: the snapshot's files are this job's shared files) or at least
+    their known checksums (they live in another store and must be copied once)."""
     if os.path.exists(live_path):
         shutil.rmtree(live_path)
     os.makedirs(live_path)
@@ -134,7 +135,7 @@ def materialize(handle: SnapshotHandle, live_path: str) -> dict[str, IndexEntry]
             rewritten = _rewrite_paths(target, old_roots, new_root)
         if not rewritten:
             st = os.stat(target)
-            index[ref.path] = IndexEntry(st.st_size, st.st_mtime_ns, ref)
+            index[ref.path] = IndexEntry(st.st_size, st.st_mtime_ns, ref, stored=stored)
     log.info("materialized %d files (%d bytes) of %s into %s", len(meta.files), meta.total_bytes, handle.uri, live_path)
     return index
 

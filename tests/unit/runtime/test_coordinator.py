@@ -13,6 +13,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
 from airflow_sparkpoint.exceptions import RestoreError, SinkAheadError, SparkpointError, StaleGeneration
 from airflow_sparkpoint.runtime.config import SparkpointConfig
+from airflow_sparkpoint.runtime import coordinator as coordinator_module
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
     RestorePlan,
@@ -270,3 +271,38 @@ def test_settled_transactions_are_never_committed_again(catalog, tmp_path):
     coord.add_pending(record(2, generation))
     later = coord.checkpoint(2)
     assert later is not None and [t.batch_id for t in later.transactions] == [2]
+
+
+def test_first_checkpoint_after_a_foreign_restore_copies_into_its_own_store_without_rehashing(
+    catalog, tmp_path, monkeypatch
+):
+    """NO_CLAIM: a restored savepoint's files are copied once into the new job's shared
+    area (never referenced where they are), reusing the checksums the savepoint records."""
+    generation = catalog.claim_generation().generation
+    origin_live = tmp_path / "origin"
+    write_live(origin_live, 0)
+    coordinator(catalog, origin_live, RecordingSink(), generation).checkpoint(0)
+    savepoint = catalog.create_savepoint(catalog.handle(catalog.latest()))
+    target = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
+    live = tmp_path / "restored"
+    index = materialize(savepoint, str(live), stored=False)
+    assert index and not any(entry.stored for entry in index.values())
+    coord = coordinator(target, live, RecordingSink(), target.claim_generation().generation)
+    coord.seed(savepoint.metadata, index)
+    hashed: list[str] = []
+    real = coordinator_module.file_sha256
+    monkeypatch.setattr(coordinator_module, "file_sha256", lambda path: hashed.append(path) or real(path))
+
+    first = coord.checkpoint(0)
+
+    assert first is not None and hashed == []
+    assert first.stats.files_copied == first.stats.file_count == len(savepoint.metadata.files)
+    by_path = {ref.path: ref for ref in savepoint.metadata.files}
+    for ref in first.files:
+        assert ref.sha256 == by_path[ref.path].sha256
+        assert ref.key == target.shared_key(ref.path, ref.sha256)
+        assert target.store.get(ref.key) == (live / ref.path).read_bytes()
+    # From then on the files are this job's own: the next checkpoint copies only what changed.
+    write_live(live, 1)
+    second = coord.checkpoint(1)
+    assert second is not None and second.stats.files_copied == 3 and hashed
