@@ -15,7 +15,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -312,11 +312,18 @@ class Catalog:
             result.append(self._read_entry("savepoint", entry.id, entry.key, present, f"{entry.key}/"))
         return sorted(result, key=lambda e: (e.metadata.created_at if e.metadata else 0.0, e.id), reverse=True)
 
-    def create_savepoint(self, source: SnapshotHandle, *, generation: int | None = None) -> SnapshotHandle:
+    def create_savepoint(
+        self,
+        source: SnapshotHandle,
+        *,
+        generation: int | None = None,
+        on_copied: Callable[[int, int], None] | None = None,
+    ) -> SnapshotHandle:
         """Copy a snapshot into a self-contained, relocatable savepoint of this job.
 
         Files are copied (server-side within one store), never referenced, so retention
-        and disposal of checkpoints cannot touch the savepoint.
+        and disposal of checkpoints cannot touch the savepoint. `on_copied(done, total)`
+        is called after each file (progress; the runtime's fault hook).
         """
         started = time.monotonic()
         meta = source.metadata
@@ -342,6 +349,8 @@ class Catalog:
             files.append(FileRef(path=ref.path, key=f"files/{normalize_key(ref.path)}", size=ref.size,
                                  sha256=ref.sha256, mtime_ns=ref.mtime_ns))
             copied += ref.size
+            if on_copied is not None:
+                on_copied(len(files), len(meta.files))
         sp_meta = meta.with_(
             kind="savepoint",
             id=sp_id,

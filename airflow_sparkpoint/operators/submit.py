@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 # Modules a Spark cluster needs; the Airflow layer stays behind.
 _RUNTIME_PACKAGES = ("checkpoints", "runtime", "sinks", "storage")
-_RUNTIME_MODULES = ("__init__.py", "exceptions.py", "py.typed")
+_RUNTIME_MODULES = ("__init__.py", "exceptions.py", "faults.py", "py.typed")
 
 
 def build_runtime_zip() -> str:

@@ -19,7 +19,8 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import Catalog, FileRef, SnapshotHandle, SnapshotMetadata, SnapshotStats
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import CatalogError, SparkpointError, StaleGeneration, StorageError
-from airflow_sparkpoint.runtime import faults, livedir
+from airflow_sparkpoint import faults
+from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.sinks.base import Sink
 
 log = logging.getLogger(__name__)
@@ -296,4 +297,8 @@ class Coordinator:
                 f"job {self.catalog.job!r} has no completed batch yet; a savepoint needs at least one"
             )
         self.catalog.check_generation(self.generation)
-        return self.catalog.create_savepoint(self.catalog.handle(self.last_checkpoint), generation=self.generation)
+        batch = self.last_checkpoint.batch_id
+        return self.catalog.create_savepoint(
+            self.catalog.handle(self.last_checkpoint), generation=self.generation,
+            on_copied=lambda done, total: faults.maybe_kill_halfway("savepoint", batch, done, total),
+        )

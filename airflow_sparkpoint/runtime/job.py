@@ -36,7 +36,8 @@ from airflow_sparkpoint.exceptions import (
     StaleGeneration,
     StorageError,
 )
-from airflow_sparkpoint.runtime import faults, livedir
+from airflow_sparkpoint import faults
+from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
@@ -498,7 +499,6 @@ class _Run:
                                   batch_id=self.coordinator.confirmed_batch)
             return
         try:
-            faults.maybe_kill("savepoint", self.coordinator.confirmed_batch or -1)
             handle = self.coordinator.savepoint()
         except SparkpointError as exc:
             self.control.fail(request, generation=self.generation, error=str(exc))
@@ -506,6 +506,7 @@ class _Run:
         self.savepoint_uri = handle.uri
         self.control.complete(request, generation=self.generation, savepoint=handle.uri,
                               batch_id=handle.metadata.batch_id)
+        faults.maybe_kill("stopped", handle.metadata.batch_id)
 
     def _stop_query(self) -> None:
         if self.query is not None:

@@ -19,6 +19,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
@@ -243,6 +244,7 @@ class DeltaSink(Sink):
                 log.warning("commit of %s raised %s but the table has it", record.txn_id, exc)
             else:
                 raise SinkError(f"Delta commit of batch {record.batch_id} to {self.uri} failed: {exc}") from exc
+        faults.maybe_kill("promoting", record.batch_id)  # landed; the caller does not know yet
         table = deltalake.DeltaTable(self.path)
         if staged.get("mode", self.mode) == "merge":
             shutil.rmtree(os.path.join(self.path, staged["staging"]), ignore_errors=True)

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import (
     CommitOutcomeUnknown,
@@ -312,10 +313,13 @@ class DirectorySink(Sink):
             raise SinkError(f"cannot read the commit manifest of {record.txn_id} in {self.uri}: {exc}") from None
         try:
             if self._local is not None:
-                states = [self._promote_local(src, dst, size) for src, dst, size in moves]
+                states = []
+                for done, (src, dst, size) in enumerate(moves, start=1):
+                    states.append(self._promote_local(src, dst, size))
+                    faults.maybe_kill_halfway("promoting", record.batch_id, done, len(moves))
                 self._fsync_dirs(dst for _src, dst, _size in moves)
             else:
-                states = self._promote_s3(moves)
+                states = self._promote_s3(moves, record.batch_id)
             files = [{"path": dst, "size": size} for _src, dst, size in moves]
             written = manifests.write_manifest(store, record, sink_id=self.sink_id, fmt=self.format, files=files)
         except (OSError, StorageError) as exc:
@@ -358,7 +362,7 @@ class DirectorySink(Sink):
             finally:
                 os.close(fd)
 
-    def _promote_s3(self, moves: Sequence[tuple[str, str, int]]) -> list[str]:
+    def _promote_s3(self, moves: Sequence[tuple[str, str, int]], batch_id: int) -> list[str]:
         store = self._storage()
 
         def copy(move: tuple[str, str, int]) -> str:
@@ -381,7 +385,7 @@ class DirectorySink(Sink):
         if not moves:
             return []
         with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(moves))) as pool:
-            states = list(pool.map(copy, moves))
+            states = faults.map_in_halves(pool, copy, moves, "promoting", batch_id)
         store.delete(src for src, _dst, _size in moves)
         return states
 

@@ -31,6 +31,7 @@ from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import (
     CommitOutcomeUnknown,
@@ -239,7 +240,7 @@ class S3Sink(Sink):
             raise SinkError(f"cannot read the commit manifest of {record.txn_id} in {self.uri}: {exc}") from None
         if uploads:
             with ThreadPoolExecutor(max_workers=min(COMMIT_THREADS, len(uploads))) as pool:
-                states = list(pool.map(self._complete, uploads))
+                states = faults.map_in_halves(pool, self._complete, uploads, "promoting", record.batch_id)
         else:
             states = []
         files = [{"key": u["key"], "size": u["size"], "rows": u.get("rows", 0)} for u in uploads]

@@ -1,5 +1,5 @@
 """The chaos harness: real ``spark-submit`` drivers, SIGKILLed by the runtime's test-only
-fault hook (`airflow_sparkpoint.runtime.faults`), restarted the way an Airflow retry
+fault hook (`airflow_sparkpoint.faults`), restarted the way an Airflow retry
 restarts them (same conf, ``restore=latest``), then checked against the exact expected
 output.
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_sparkpoint.runtime.faults import ENV, ENV_ONCE, POINTS
+from airflow_sparkpoint.faults import ENV, ENV_ONCE, POINTS
 
 HERE = Path(__file__).resolve().parent
 JOBS = HERE / "jobs"
@@ -303,9 +303,19 @@ SINKS = tuple(CASES)
 MODES = ("checkpoint", "external")
 
 
+# Points on the stop-with-savepoint path: those trials run a processingTime job and stop it.
+STOP_POINTS = ("savepoint", "stopped")
+
+
 def points_for(mode: str) -> tuple[str, ...]:
-    """Fault points that exist in `mode`: the job never commits in ``external`` mode."""
+    """Fault points that exist in `mode`: the job never commits in ``external`` mode
+    (there ``promoting`` fires in the commit step, ``sparkpoint commit``)."""
     return tuple(p for p in POINTS if not (mode == "external" and p == "committed"))
+
+
+def batch_for(point: str, rng: Any) -> int:
+    """The batch a fault fires at: a stop-with-savepoint happens after the last batch."""
+    return BATCHES - 1 if point in STOP_POINTS else rng.randrange(BATCHES)
 
 
 # ---------------------------------------------------------------------------- checks
@@ -403,8 +413,7 @@ def plan_trials(sink: str, count: int, rng: Any, start_index: int = 0) -> list[T
         else:
             mode = rng.choice(MODES)
             point = rng.choice(points_for(mode))
-        # A stop-with-savepoint is taken after the last batch; the hook fires with its batch id.
-        batch = BATCHES - 1 if point == "savepoint" else rng.randrange(BATCHES)
+        batch = batch_for(point, rng)
         trials.append(Trial(start_index + i, sink, mode, point, batch))
     return trials
 
@@ -428,6 +437,23 @@ def _stop_when_drained(catalog: Any, generation_before: int) -> Callable[[], Non
     return poll
 
 
+def commit_step(root: Path, storage_options: Mapping[str, Any], *, env: Mapping[str, str], log: Path) -> Run:
+    """``sparkpoint commit`` of the chaos job as its own process (the fault hook armed)."""
+    cmd = [str(Path(sys.executable).parent / "sparkpoint"), "commit", "--dir", str(root), "--job", JOB]
+    if storage_options.get("endpoint_url"):
+        cmd += ["--s3-endpoint", str(storage_options["endpoint_url"])]
+    if storage_options.get("region_name"):
+        cmd += ["--s3-region", str(storage_options["region_name"])]
+    started = time.monotonic()
+    with open(log, "wb") as out:
+        try:
+            proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env},
+                                  timeout=RUN_TIMEOUT_S, check=False)
+            return Run(proc.returncode, log, time.monotonic() - started)
+        except subprocess.TimeoutExpired:
+            return Run(-1, log, time.monotonic() - started, timed_out=True)
+
+
 def run_trial(trial: Trial, base: Path, s3: S3Context | None = None) -> TrialResult:
     """Run one trial in `base` (a fresh directory) and check everything."""
     from airflow_sparkpoint.checkpoints import Catalog
@@ -447,7 +473,7 @@ def run_trial(trial: Trial, base: Path, s3: S3Context | None = None) -> TrialRes
         "spark.sparkpoint.control.pollInterval": "300ms",
         **case.conf(),
     }
-    if trial.point == "savepoint":
+    if trial.point in STOP_POINTS:
         conf["spark.sparkpoint.trigger"] = "processingTime:500ms"
     marker = base / "fault-fired"
     env = {ENV: f"{trial.point}:{trial.batch}", ENV_ONCE: str(marker)}
@@ -455,21 +481,30 @@ def run_trial(trial: Trial, base: Path, s3: S3Context | None = None) -> TrialRes
     catalog = Catalog.open(str(root), JOB)
 
     def attempt(name: str) -> Run:
-        poll = _stop_when_drained(catalog, catalog.current_generation()) if trial.point == "savepoint" else None
+        poll = _stop_when_drained(catalog, catalog.current_generation()) if trial.point in STOP_POINTS else None
         run = spark_submit(JOBS / case.script, conf=conf, args=args, log=base / f"{name}.log", env=env, on_poll=poll)
         outcome.logs.append(run.log)
         if run.timed_out:
             outcome.problems.append(f"{name} timed out after {run.seconds:.0f} s")
         if trial.mode == "external":  # the commit step, after every submit (as the DAG's commit task)
-            try:
-                commit_pending(catalog, storage_options=case.storage_options())
-            except Exception as exc:  # noqa: BLE001 - a finding, reported with the trial
-                outcome.problems.append(f"commit step after {name} failed: {type(exc).__name__}: {exc}")
+            if trial.point == "promoting":
+                # A process of its own, so the fault can kill it halfway through a promotion.
+                step = commit_step(root, case.storage_options(), env=env, log=base / f"commit-{name}.log")
+                outcome.logs.append(step.log)
+                if step.returncode not in (0, -signal.SIGKILL) or step.timed_out:
+                    outcome.problems.append(f"commit step after {name} failed (exit {step.returncode}):\n"
+                                            f"{step.tail()}")
+            else:
+                try:
+                    commit_pending(catalog, storage_options=case.storage_options())
+                except Exception as exc:  # noqa: BLE001 - a finding, reported with the trial
+                    outcome.problems.append(f"commit step after {name} failed: {type(exc).__name__}: {exc}")
         return run
 
     first = attempt("try1")
     outcome.fired = marker.exists()
-    if outcome.fired and first.returncode == 0:
+    in_commit_step = trial.mode == "external" and trial.point == "promoting"
+    if outcome.fired and first.returncode == 0 and not in_commit_step:
         outcome.problems.append("the fault fired but the first try exited 0")
     if not outcome.fired and first.returncode != 0:
         outcome.problems.append(f"the first try failed (exit {first.returncode}) without the fault firing:\n"

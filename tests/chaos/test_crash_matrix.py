@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.harness import (
-    BATCHES,
     MODES,
     REPORTS,
     SINKS,
@@ -30,6 +29,7 @@ from tests.chaos.harness import (
     S3Context,
     Trial,
     TrialResult,
+    batch_for,
     chaos_seed,
     compare,
     format_report,
@@ -58,8 +58,7 @@ def test_crash_ci_subset(tmp_path: Path, s3_context: S3Context) -> None:
     for index, sink in enumerate(SINKS):
         mode = MODES[(index + seed) % len(MODES)]
         point = rng.choice(points_for(mode))
-        batch = BATCHES - 1 if point == "savepoint" else rng.randrange(BATCHES)
-        trials.append(Trial(index, sink, mode, point, batch))
+        trials.append(Trial(index, sink, mode, point, batch_for(point, rng)))
 
     results = run_trials(trials, tmp_path, s3_context, workers=_workers(), progress=_progress)
 

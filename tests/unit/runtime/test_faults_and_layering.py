@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from airflow_sparkpoint.runtime import faults
+from airflow_sparkpoint import faults
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -19,7 +19,7 @@ def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 def test_armed_fault_sigkills_the_process_once(tmp_path):
     marker = tmp_path / "fired"
-    code = "from airflow_sparkpoint.runtime import faults; faults.maybe_kill('copy', 2); print('survived')"
+    code = "from airflow_sparkpoint import faults; faults.maybe_kill('copy', 2); print('survived')"
     env = {faults.ENV: "copy:2", faults.ENV_ONCE: str(marker)}
     first = _run(code, **env)
     assert first.returncode == -signal.SIGKILL
@@ -54,3 +54,14 @@ def test_spark_side_imports_without_airflow():
     result = _run(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_halfway_fires_once_half_the_steps_are_done(monkeypatch):
+    monkeypatch.setenv(faults.ENV, "promoting:4")
+    fired: list[tuple[str, int]] = []
+    monkeypatch.setattr(faults, "kill_driver", lambda: fired.append(("killed", 0)))
+    for done in range(1, 11):
+        faults.maybe_kill_halfway("promoting", 4, done, 10)
+        assert len(fired) == (1 if done >= 5 else 0)
+    faults.maybe_kill_halfway("promoting", 4, 1, 1)  # a one-step commit fires at its only step
+    assert len(fired) == 2

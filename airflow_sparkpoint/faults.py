@@ -16,8 +16,14 @@ Points, in lifecycle order for batch N:
 ``copy``       half of the new files of the checkpoint of N are uploaded
 ``metadata``   all files uploaded; ``_metadata`` not written
 ``checkpointed`` checkpoint of N complete; sink commit not done
+``promoting``  the sink commit of N is half done (half the files promoted or
+               uploads completed; Delta: the log entry is written, the
+               commit call has not returned) — in the job, or in the
+               external commit step (``sparkpoint commit``)
 ``committed``  sink commit of N done; its record not yet cleaned up
-``savepoint``  a savepoint is half copied
+``savepoint``  a savepoint (of confirmed batch N) is half copied
+``stopped``    stop-with-savepoint: the savepoint of N is complete and
+               reported; the run has not ended yet
 =============  ============================================================
 
 The driver dies with SIGKILL — no cleanup, no ``finally`` — like a lost machine. Under
@@ -29,10 +35,17 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
 
-POINTS = ("stage", "record", "confirmed", "copy", "metadata", "checkpointed", "committed", "savepoint")
+T = TypeVar("T")
+R = TypeVar("R")
+
+POINTS = ("stage", "record", "confirmed", "copy", "metadata", "checkpointed", "promoting", "committed", "savepoint",
+          "stopped")
 ENV = "SPARKPOINT_TEST_FAULT"
 ENV_ONCE = "SPARKPOINT_TEST_FAULT_ONCE"
 
@@ -45,6 +58,12 @@ def _armed() -> tuple[str, int] | None:
     if point not in POINTS or not batch.strip().lstrip("-").isdigit():
         raise ValueError(f"{ENV}={spec!r} is invalid; expected <point>:<batch> with point in {', '.join(POINTS)}")
     return point, int(batch)
+
+
+def armed(point: str) -> bool:
+    """Whether a fault is armed at `point` (for any batch)."""
+    spec = _armed()
+    return spec is not None and spec[0] == point
 
 
 def maybe_kill(point: str, batch_id: int) -> None:
@@ -64,6 +83,25 @@ def maybe_kill(point: str, batch_id: int) -> None:
     # Printed before dying so a test log shows where the driver went down.
     print(f"SPARKPOINT_TEST_FAULT: killing driver at {point}:{batch_id}", flush=True)
     kill_driver()
+
+
+def maybe_kill_halfway(point: str, batch_id: int, done: int, total: int) -> None:
+    """`maybe_kill` once half of `total` steps are `done` (the first step when total is 1)."""
+    if done == max(1, total // 2):
+        maybe_kill(point, batch_id)
+
+
+def map_in_halves(pool: Executor, fn: Callable[[T], R], items: Sequence[T], point: str, batch_id: int) -> list[R]:
+    """``list(pool.map(fn, items))``; when `point` is armed, the second half starts only
+    after `maybe_kill` at the halfway mark (so a kill leaves exactly half done)."""
+    if not armed(point) or len(items) < 2:
+        results = list(pool.map(fn, items))
+        maybe_kill(point, batch_id)
+        return results
+    half = len(items) // 2
+    results = list(pool.map(fn, items[:half]))
+    maybe_kill(point, batch_id)
+    return results + list(pool.map(fn, items[half:]))
 
 
 def kill_driver() -> None:
