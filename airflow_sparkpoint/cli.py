@@ -6,7 +6,7 @@
     sparkpoint status    --dir URI --job NAME [--max-heartbeat-age S] [--json]
     sparkpoint savepoint --dir URI --job NAME [--stop] [--timeout S] [--no-wait] [--no-from-checkpoint]
     sparkpoint dispose   --dir URI --job NAME PATH
-    sparkpoint commit    --dir URI --job NAME [--upto-batch N]
+    sparkpoint commit    --dir URI --job NAME [--upto-batch N | --abort-generation G]
     sparkpoint demo      --workdir DIR
 
 ``--dir`` and ``--job`` default to ``$SPARKPOINT_DIR`` and ``$SPARKPOINT_JOB``;
@@ -85,6 +85,16 @@ def _batch_id(text: str) -> int:
     return value
 
 
+def _generation(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a generation number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid; expected a generation >= 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (defaults are read from the environment when it is built)."""
     common = argparse.ArgumentParser(add_help=False)
@@ -140,8 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("commit", parents=[common],
                             help="promote staged output of confirmed checkpoints (the two-phase-commit step)")
-    p.add_argument("--upto-batch", type=_batch_id, default=None, metavar="N",
-                   help="commit confirmed batches only up to N (write-audit-publish: the audited range)")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("--upto-batch", type=_batch_id, default=None, metavar="N",
+                       help="commit confirmed batches only up to N (write-audit-publish: the audited range)")
+    scope.add_argument("--abort-generation", type=_generation, default=None, metavar="G",
+                       help="instead of committing, abort everything generation G staged (blue-green rollback); "
+                            "refused while G is running")
+    p.add_argument("--max-heartbeat-age", type=_positive_seconds, default=60.0, metavar="S",
+                   help="with --abort-generation: a run with a younger heartbeat is still running (default 60)")
     p.set_defaults(func=cmd_commit)
 
     # Listed for --help only: `main` hands everything after `demo` to the demo unparsed.
@@ -577,10 +593,24 @@ def _lazy(module: str, name: str, command: str) -> Callable[..., Any]:
 
 def cmd_commit(args: argparse.Namespace) -> int:
     catalog = _open_catalog(args)
-    commit_pending = _lazy("airflow_sparkpoint.sinks.commit", "commit_pending", "commit")
-    extra = {} if args.upto_batch is None else {"upto_batch": args.upto_batch}
-    result = commit_pending(catalog, storage_options=_storage_options(args), **extra)
-    summary = dict(result) if isinstance(result, Mapping) else {"result": result}
+    if args.abort_generation is not None:
+        generation = args.abort_generation
+        status = _job_status(catalog)
+        alive, _age = _liveness(status, catalog.current_generation(), args.max_heartbeat_age)
+        if alive and status is not None and int(status.generation) == generation:
+            raise CommandFailed(
+                f"generation {generation} of job {catalog.job!r} is still running (heartbeat younger than "
+                f"{args.max_heartbeat_age:g} s); stop it first (`sparkpoint savepoint --stop`) before aborting "
+                "its output"
+            )
+        abort = _lazy("airflow_sparkpoint.sinks.commit", "abort_generation", "commit")
+        summary: dict[str, Any] = {"aborted": list(abort(catalog, generation,
+                                                         storage_options=_storage_options(args)))}
+    else:
+        commit_pending = _lazy("airflow_sparkpoint.sinks.commit", "commit_pending", "commit")
+        extra = {} if args.upto_batch is None else {"upto_batch": args.upto_batch}
+        result = commit_pending(catalog, storage_options=_storage_options(args), **extra)
+        summary = dict(result) if isinstance(result, Mapping) else {"result": result}
     if args.json:
         _emit_json({"job": catalog.job, "root": catalog.uri, "result": summary})
     elif summary:

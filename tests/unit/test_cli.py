@@ -396,6 +396,37 @@ def test_commit_calls_commit_pending(capsys: pytest.CaptureFixture[str], root: P
     assert code == 2 and "'-1' is invalid" in err
 
 
+def test_commit_abort_generation_discards_green_and_is_refused_while_it_runs(
+    capsys: pytest.CaptureFixture[str], root: Path
+) -> None:
+    from tests.unit.sinks.test_commit_pending import FakeSink, record
+
+    name = f"cli-{time.monotonic_ns()}"
+    world = FakeSink(name).world
+    catalog = Catalog(open_storage(str(root)), "orders")
+    catalog.claim_generation()  # blue: generation 1
+    catalog.claim_generation()  # green: generation 2
+    for batch, generation in ((3, 1), (4, 2), (5, 2)):
+        catalog.put_transaction(record(name, batch, generation))
+    write_status(catalog)  # green is running
+
+    code, _, err = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--abort-generation", "2")
+    assert code == 1 and "generation 2 of job 'orders' is still running" in err
+    assert world["aborted"] == []
+
+    write_status(catalog, state="failed")
+    code, out, _ = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--abort-generation", "2", "--json")
+    assert code == 0
+    assert json.loads(out)["result"] == {"aborted": ["orders-b4-g2", "orders-b5-g2"]}
+    assert world["aborted"] == ["orders-b4-g2", "orders-b5-g2"]
+    assert [r.txn_id for r in catalog.transactions()] == ["orders-b3-g1"]  # blue's is untouched
+    code, _, err = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--abort-generation", "0")
+    assert code == 2 and "'0' is invalid; expected a generation >= 1" in err
+    code, _, err = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--abort-generation", "2",
+                       "--upto-batch", "3")
+    assert code == 2 and "not allowed with argument" in err
+
+
 def test_demo_passes_its_arguments_through(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[list[str]] = []
     fake = types.ModuleType("airflow_sparkpoint.demo")
