@@ -1,11 +1,15 @@
 """`DeltaSink`: exactly-once output to a Delta table through delta-rs.
 
-Staging: Spark writes the batch as parquet into ``<table>/_sparkpoint_txn/<job>/<txn>/``
+Staging: the batch is written as parquet into ``<table>/_sparkpoint_txn/<job>/<txn>/``
 (invisible to Delta readers: no log entry references it yet). Commit: ONE Delta commit
 that either adds those files (``append``) or merges their rows by `keys` (``merge``),
 carrying ``Transaction(app_id=<job>, version=<batch>)``. Whether a batch landed is read
 from the table with ``transaction_version(<job>)``; delta-rs does not skip a repeated
 version by itself, so every commit checks it first.
+
+Tables live on a local or mounted filesystem (Spark's own writer stages the files) or on
+S3 (executors write and upload the files themselves, so Spark needs no ``s3a``; the
+commit relies on S3 conditional put). `_delta_location` holds those differences.
 """
 
 from __future__ import annotations
@@ -13,15 +17,14 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
-import shutil
-import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
-from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError
+from airflow_sparkpoint.exceptions import CommitOutcomeUnknown, ConfigError, SinkAheadError, SinkError
+from airflow_sparkpoint.sinks._delta_location import import_deltalake as _import_deltalake
+from airflow_sparkpoint.sinks._delta_location import table_location
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
 
 if TYPE_CHECKING:
@@ -34,29 +37,13 @@ log = logging.getLogger(__name__)
 STAGING = "_sparkpoint_txn"
 
 
-def _import_deltalake() -> Any:
-    try:
-        import deltalake
-    except ImportError as exc:  # pragma: no cover - a core dependency
-        raise ImportError(f"DeltaSink needs deltalake ({exc}); install it with: pip install deltalake") from exc
-    return deltalake
-
-
-def _local_table_path(uri: str) -> str:
-    if "://" not in uri:
-        return os.path.abspath(uri)
-    if uri.startswith("file://"):
-        return urllib.parse.unquote(uri[len("file://"):])
-    raise ConfigError(
-        f"DeltaSink uri={uri!r}: this release stages Delta output on local or mounted filesystems; "
-        "expected a path or file:///path"
-    )
-
-
 class DeltaSink(Sink):
     """Two-phase-commit sink into a Delta table (see the module docstring).
 
-    :param uri: table location (a path or ``file:///path``).
+    :param uri: table location: a path, ``file:///path`` or ``s3://bucket/path/to/table``
+        (``s3a://`` is an alias). S3 connection options (endpoint, region, credentials) come
+        from `configure` (the job's ``spark.sparkpoint.s3.*`` settings, the Airflow
+        connection) and boto3's default chain, never from the URI.
     :param mode: ``append`` adds the batch's rows; ``merge`` upserts them by `keys`.
     :param keys: merge keys (required for ``merge``, not allowed for ``append``).
     :param partition_by: partition columns of the table.
@@ -83,7 +70,9 @@ class DeltaSink(Sink):
         if isinstance(partition_by, str):
             partition_by = [partition_by]
         self.uri = uri
-        self.path = _local_table_path(uri)
+        self._location = table_location(uri)
+        #: the table as delta-rs opens it: an absolute path or ``s3://bucket/prefix``
+        self.path = self._location.uri
         self.mode = mode
         self.keys = keys
         self.partition_by = list(partition_by or [])
@@ -98,18 +87,16 @@ class DeltaSink(Sink):
     def to_config(self) -> dict[str, Any]:
         return {"uri": self.uri, "mode": self.mode, "keys": self.keys, "partition_by": self.partition_by}
 
+    def configure(self, storage_options: Mapping[str, Any]) -> None:
+        self._location.configure(storage_options)
+
     # ------------------------------------------------------------------ table access
 
     def _table(self) -> DeltaTable | None:
-        deltalake = _import_deltalake()
-        if not deltalake.DeltaTable.is_deltatable(self.path):
-            return None
-        return deltalake.DeltaTable(self.path)
+        return self._location.open()
 
     def validate(self) -> None:
-        parent = os.path.dirname(self.path.rstrip("/")) or "/"
-        if not os.path.isdir(parent):
-            raise ConfigError(f"DeltaSink uri={self.uri!r}: parent directory {parent} does not exist")
+        self._location.check()
         table = self._table()
         if table is not None:
             existing = list(table.metadata().partition_columns)
@@ -119,53 +106,29 @@ class DeltaSink(Sink):
                     f"partitioned by {existing!r}"
                 )
 
-    def _staging_dir(self, job: str, txn_id: str) -> str:
-        return os.path.join(self.path, STAGING, job, txn_id)
+    @staticmethod
+    def _staging_dir(job: str, txn_id: str) -> str:
+        """The staging area of a transaction, relative to the table root."""
+        return f"{STAGING}/{job}/{txn_id}"
 
     # ------------------------------------------------------------------ stage
 
     def stage(self, df: DataFrame, ctx: StageContext) -> dict[str, Any]:
-        import pyarrow.parquet as pq
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        if ctx.storage_options:
+            self.configure(ctx.storage_options)
         # Spark TimestampType is an instant (UTC-adjusted), like Delta's timestamp.
         schema = to_arrow_schema(df.schema, timezone="UTC")
         self._check_schema(schema)
         staging = self._staging_dir(ctx.job, ctx.txn_id)
-        writer = df.write.mode("overwrite").option("compression", "snappy")
-        if self.partition_by and self.mode == "append":
-            writer = writer.partitionBy(*self.partition_by)
-        # Spark's writer consumes every partition of the batch, as Spark 4.2 requires.
-        writer.parquet(staging)
-        files = []
-        rows = 0
-        for dirpath, dirnames, filenames in os.walk(staging):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
-            for name in sorted(filenames):
-                if name.startswith((".", "_")) or not name.endswith(".parquet"):
-                    continue
-                full = os.path.join(dirpath, name)
-                num = pq.read_metadata(full).num_rows
-                rel_dir = os.path.relpath(dirpath, staging)
-                partition_values = {}
-                if rel_dir != ".":
-                    for segment in rel_dir.split(os.sep):
-                        col, _, value = segment.partition("=")
-                        value = urllib.parse.unquote(value)
-                        partition_values[col] = None if value == "__HIVE_DEFAULT_PARTITION__" else value
-                files.append({
-                    "path": os.path.relpath(full, self.path).replace(os.sep, "/"),
-                    "size": os.path.getsize(full),
-                    "partition_values": partition_values,
-                    "num_records": num,
-                    "modification_time": int(os.path.getmtime(full) * 1000),
-                })
-                rows += num
+        partition_by = self.partition_by if self.mode == "append" else []
+        files = self._location.stage(df, staging, partition_by)
         return {
             "mode": self.mode,
-            "staging": os.path.relpath(staging, self.path).replace(os.sep, "/"),
+            "staging": staging,
             "files": files,
-            "rows": rows,
+            "rows": sum(int(f["num_records"]) for f in files),
             "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
         }
 
@@ -216,9 +179,13 @@ class DeltaSink(Sink):
 
     @staticmethod
     def _table_paths(table: DeltaTable) -> set[str]:
+        """Paths of the table's files as staged (the log holds them percent-encoded)."""
+        import urllib.parse
+
         import pyarrow as pa
 
-        return set(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
+        paths = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
+        return {urllib.parse.unquote(p) for p in paths}
 
     def commit(self, record: TransactionRecord) -> CommitOutcome:
         deltalake = _import_deltalake()
@@ -239,22 +206,36 @@ class DeltaSink(Sink):
                 self._append(table, staged, schema, props)
         except Exception as exc:
             # Did it land anyway (e.g. a timeout after the log entry was written)?
-            table = self._table()
+            failure = self._scrub(str(exc))
+            try:
+                table = self._table()
+            except Exception as again:  # noqa: BLE001 - the table cannot be read: keep everything
+                raise CommitOutcomeUnknown(
+                    f"Delta commit of batch {record.batch_id} to {self.uri} failed ({failure}) and the table "
+                    f"cannot be read ({self._scrub(str(again))}); the staged files are kept, run the commit again"
+                ) from None
             if table is not None and (table.transaction_version(record.job) or -1) >= record.batch_id:
-                log.warning("commit of %s raised %s but the table has it", record.txn_id, exc)
+                log.warning("commit of %s raised %s but the table has it", record.txn_id, failure)
             else:
-                raise SinkError(f"Delta commit of batch {record.batch_id} to {self.uri} failed: {exc}") from exc
+                raise SinkError(f"Delta commit of batch {record.batch_id} to {self.uri} failed: {failure}") from exc
         faults.maybe_kill("promoting", record.batch_id)  # landed; the caller does not know yet
-        table = deltalake.DeltaTable(self.path)
+        table = deltalake.DeltaTable(self.path, storage_options=self._location.delta_options())
         if staged.get("mode", self.mode) == "merge":
-            shutil.rmtree(os.path.join(self.path, staged["staging"]), ignore_errors=True)
+            try:
+                self._location.remove(staged["staging"])
+            except SinkError as exc:  # leftovers are removed by cleanup_orphans
+                log.warning("merged %s but could not remove its staging area: %s", record.txn_id, exc)
         return CommitOutcome(record.txn_id, "committed", {"version": table.version()})
+
+    def _scrub(self, message: str) -> str:
+        """`message` without credentials (delta-rs errors on S3 may quote its options)."""
+        return self._location.scrub(message)
 
     def _append(self, table: DeltaTable | None, staged: Mapping[str, Any], schema: pa.Schema, props: Any) -> None:
         deltalake = _import_deltalake()
         from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-        missing = [f["path"] for f in staged["files"] if not os.path.exists(os.path.join(self.path, f["path"]))]
+        missing = self._location.missing([f["path"] for f in staged["files"]])
         if missing:
             # Never reference files that are gone: the transaction was aborted meanwhile.
             raise SinkError(
@@ -273,6 +254,7 @@ class DeltaSink(Sink):
             create_table_with_add_actions(
                 self.path, deltalake.Schema.from_arrow(schema), adds, mode="append",
                 partition_by=self.partition_by or None, commit_properties=props,
+                storage_options=self._location.delta_options(),
             )
         else:
             actions: list[AddAction | RemoveAction] = list(adds)
@@ -284,9 +266,8 @@ class DeltaSink(Sink):
         deltalake = _import_deltalake()
         import pyarrow as pa
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
-        parts = [pq.read_table(os.path.join(self.path, f["path"])) for f in staged["files"]]
+        parts = [self._location.read_parquet(f["path"]) for f in staged["files"]]
         rows = pa.concat_tables(parts).select(schema.names).cast(schema) if parts else schema.empty_table()
         if rows.num_rows:
             counts = rows.group_by(self.keys).aggregate([([], "count_all")])
@@ -299,7 +280,7 @@ class DeltaSink(Sink):
                 )
         if table is None:
             deltalake.write_deltalake(self.path, rows, mode="append", partition_by=self.partition_by or None,
-                                      commit_properties=props)
+                                      commit_properties=props, storage_options=self._location.delta_options())
             return
         if rows.num_rows == 0:
             table.create_write_transaction([], mode="append", schema=pa.schema(table.schema().to_arrow()),
@@ -320,18 +301,15 @@ class DeltaSink(Sink):
             if table is not None and staged["files"][0]["path"] in self._table_paths(table):
                 log.warning("not aborting %s: its files are part of table %s", record.txn_id, self.uri)
                 return
-        shutil.rmtree(os.path.join(self.path, staged["staging"]), ignore_errors=True)
+        self._location.remove(staged["staging"])
 
     def committed_position(self, job: str) -> int | None:
         table = self._table()
         return None if table is None else table.transaction_version(job)
 
     def cleanup_orphans(self, job: str, keep: set[str]) -> int:
-        root = os.path.join(self.path, STAGING, job)
-        try:
-            names = sorted(os.listdir(root))
-        except FileNotFoundError:
-            return 0
+        root = f"{STAGING}/{job}"
+        names = self._location.list_dirs(root)
         candidates = [n for n in names if n not in keep]
         if not candidates:
             return 0
@@ -346,7 +324,7 @@ class DeltaSink(Sink):
         for name in candidates:
             if name in referenced_dirs:
                 continue
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+            self._location.remove(f"{root}/{name}")
             removed += 1
         return removed
 

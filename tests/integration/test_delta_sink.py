@@ -100,7 +100,8 @@ def test_schema_mismatch_fails_before_staging(spark, tmp_path):
         ({"uri": "/x", "mode": "upsert"}, "mode='upsert'"),
         ({"uri": "/x", "mode": "merge"}, "needs keys"),
         ({"uri": "/x", "keys": ["a"]}, "only used with mode='merge'"),
-        ({"uri": "s3://bucket/t"}, "local or mounted"),
+        ({"uri": "gs://bucket/t"}, "expected a path, file:///path or s3://bucket/path/to/table"),
+        ({"uri": "s3:///t"}, "has no bucket"),
     ],
 )
 def test_bad_arguments(kwargs, message):

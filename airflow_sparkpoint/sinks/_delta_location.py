@@ -1,0 +1,406 @@
+"""Where a `DeltaSink` table lives: the storage differences behind one small interface,
+so the sink's two-phase-commit logic is written once.
+
+=================  =================================  =========================================
+                   `LocalTable` (path, ``file://``)   `S3Table` (``s3://``, ``s3a://``)
+=================  =================================  =========================================
+stage              Spark's own parquet writer into    executors write parquet with pyarrow and
+                   the staging directory              upload plain objects with boto3
+                                                      (`_delta_stage`): Spark needs no s3a
+delta-rs options   none                               endpoint, region, credentials, conditional
+                                                      put (never unsafe rename)
+staged files       os / shutil                        `S3Storage` (boto3)
+=================  =================================  =========================================
+
+Commits are safe with concurrent writers on S3 because delta-rs (1.x) writes each log
+entry ``_delta_log/<version>.json`` with a conditional put (``If-None-Match: *``): of two
+writers of the same version exactly one wins, the other re-checks for conflicts and
+retries at the next version, or fails. `S3Table` asks for it explicitly
+(``conditional_put=etag``) and pins ``AWS_S3_ALLOW_UNSAFE_RENAME=false`` so that an
+environment variable cannot switch the log store to the unsafe rename-based commit.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import os
+import re
+import shutil
+import urllib.parse
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, SinkError, StorageError
+from airflow_sparkpoint.sinks import _manifests as manifests
+from airflow_sparkpoint.storage import split_uri
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql import DataFrame
+
+    from airflow_sparkpoint.storage.s3 import S3Storage
+
+log = logging.getLogger(__name__)
+
+#: concurrent S3 requests per driver-side existence check
+_CHECK_THREADS = 16
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def import_deltalake() -> Any:
+    try:
+        import deltalake
+    except ImportError as exc:  # pragma: no cover - a core dependency
+        raise ImportError(f"DeltaSink needs deltalake ({exc}); install it with: pip install deltalake") from exc
+    return deltalake
+
+
+def table_location(uri: str) -> TableLocation:
+    """The location of the table at `uri`: a path, ``file:///path`` or ``s3://bucket/prefix``.
+
+    :raises ConfigError: the URI is malformed, has no bucket or another scheme.
+    """
+    expected = "expected a path, file:///path or s3://bucket/path/to/table"
+    try:
+        scheme, bucket, path = split_uri(uri)
+    except InvalidPath as exc:
+        raise ConfigError(f"DeltaSink uri={uri!r} is invalid ({exc}); {expected}") from None
+    if scheme == "file":
+        return LocalTable(uri, path)  # a plain path made absolute; a file:// URI's path, unquoted
+    if scheme != "s3":
+        raise ConfigError(f"DeltaSink uri={uri!r} has scheme {scheme!r}; {expected}")
+    from airflow_sparkpoint.storage.s3 import validate_bucket_name
+
+    try:
+        validate_bucket_name(bucket)
+    except InvalidPath as exc:
+        raise ConfigError(f"DeltaSink uri={uri!r}: {exc}") from None
+    return S3Table(uri, bucket, path.strip("/"))
+
+
+class TableLocation(abc.ABC):
+    """A Delta table root and what `DeltaSink` does with the files under it. Paths are
+    relative to the table root, ``/``-separated (as in Delta add actions)."""
+
+    #: the table as delta-rs opens it; also the sink's identity
+    uri: str
+
+    def __init__(self, label: str) -> None:
+        self.label = label  # the URI the user gave, for messages
+
+    def configure(self, storage_options: Mapping[str, Any]) -> None:
+        """Receive connection options (endpoint, region, credentials) at run time."""
+
+    @abc.abstractmethod
+    def delta_options(self) -> dict[str, str] | None:
+        """``storage_options`` for delta-rs (may hold credentials: never log them)."""
+
+    def scrub(self, message: str) -> str:
+        """`message` without credentials (for errors raised by delta-rs)."""
+        return message
+
+    @abc.abstractmethod
+    def open(self) -> DeltaTable | None:
+        """The table, or None when there is no Delta table at the location yet."""
+
+    @abc.abstractmethod
+    def check(self) -> None:
+        """Fail before anything is written unless the location can hold the table.
+
+        :raises ConfigError: or `SinkError`, naming the value and what is expected.
+        """
+
+    @abc.abstractmethod
+    def stage(self, df: DataFrame, staging: str, partition_by: Sequence[str]) -> list[dict[str, Any]]:
+        """Write every row of `df` as parquet under `staging` (replacing an earlier
+        attempt), split into ``col=value`` directories by `partition_by`; return the files
+        as ``{path, size, partition_values, num_records, modification_time}``."""
+
+    @abc.abstractmethod
+    def missing(self, paths: Sequence[str]) -> list[str]:
+        """The paths of `paths` that do not exist."""
+
+    @abc.abstractmethod
+    def read_parquet(self, path: str) -> pa.Table:
+        """One staged parquet file."""
+
+    @abc.abstractmethod
+    def remove(self, directory: str) -> None:
+        """Delete everything under `directory` (missing is fine)."""
+
+    @abc.abstractmethod
+    def list_dirs(self, directory: str) -> list[str]:
+        """Names directly under `directory`, sorted ([] when it does not exist)."""
+
+
+class LocalTable(TableLocation):
+    """A table on a local or mounted filesystem, visible to the driver and the executors."""
+
+    def __init__(self, label: str, path: str) -> None:
+        super().__init__(label)
+        self.uri = path
+
+    def delta_options(self) -> None:
+        return None
+
+    def open(self) -> DeltaTable | None:
+        deltalake = import_deltalake()
+        if not deltalake.DeltaTable.is_deltatable(self.uri):
+            return None
+        return deltalake.DeltaTable(self.uri)
+
+    def check(self) -> None:
+        parent = os.path.dirname(self.uri.rstrip("/")) or "/"
+        if not os.path.isdir(parent):
+            raise ConfigError(f"DeltaSink uri={self.label!r}: parent directory {parent} does not exist")
+
+    def _full(self, path: str) -> str:
+        return os.path.join(self.uri, *path.split("/"))
+
+    def stage(self, df: DataFrame, staging: str, partition_by: Sequence[str]) -> list[dict[str, Any]]:
+        import pyarrow.parquet as pq
+
+        target = self._full(staging)
+        writer = df.write.mode("overwrite").option("compression", "snappy")
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        # Spark's writer consumes every partition of the batch, as Spark 4.2 requires.
+        writer.parquet(target)
+        files = []
+        for dirpath, dirnames, filenames in os.walk(target):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
+            for name in sorted(filenames):
+                if name.startswith((".", "_")) or not name.endswith(".parquet"):
+                    continue
+                full = os.path.join(dirpath, name)
+                rel_dir = os.path.relpath(dirpath, target)
+                partition_values = {}
+                if rel_dir != ".":
+                    for segment in rel_dir.split(os.sep):
+                        col, _, value = segment.partition("=")
+                        value = urllib.parse.unquote(value)
+                        partition_values[col] = None if value == "__HIVE_DEFAULT_PARTITION__" else value
+                files.append({
+                    "path": os.path.relpath(full, self.uri).replace(os.sep, "/"),
+                    "size": os.path.getsize(full),
+                    "partition_values": partition_values,
+                    "num_records": pq.read_metadata(full).num_rows,
+                    "modification_time": int(os.path.getmtime(full) * 1000),
+                })
+        return files
+
+    def missing(self, paths: Sequence[str]) -> list[str]:
+        return [p for p in paths if not os.path.exists(self._full(p))]
+
+    def read_parquet(self, path: str) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        return pq.read_table(self._full(path))
+
+    def remove(self, directory: str) -> None:
+        shutil.rmtree(self._full(directory), ignore_errors=True)
+
+    def list_dirs(self, directory: str) -> list[str]:
+        try:
+            return sorted(os.listdir(self._full(directory)))
+        except FileNotFoundError:
+            return []
+
+
+class S3Table(TableLocation):
+    """A table under ``s3://bucket/prefix``. Staged files are plain objects written by the
+    executors; the commit is one delta-rs log entry created with a conditional put.
+
+    Credentials are resolved like boto3 does (storage options, then the environment,
+    ``~/.aws``, an instance role) and handed to delta-rs explicitly, so that both always
+    use the same ones; they never reach Spark conf, records, logs or ``repr``.
+    """
+
+    def __init__(self, label: str, bucket: str, prefix: str) -> None:
+        super().__init__(label)
+        self.bucket = bucket
+        self.prefix = f"{prefix}/" if prefix else ""
+        self.uri = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+        self._options: dict[str, Any] = {}
+        self._store: S3Storage | None = None
+        self._credentials: Any = None
+
+    def configure(self, storage_options: Mapping[str, Any]) -> None:
+        options = manifests.options_from(storage_options)
+        if options != self._options:
+            self._options = options
+            self._store = None
+            self._credentials = None
+
+    def _storage(self) -> S3Storage:
+        if self._store is None:
+            from airflow_sparkpoint.storage.s3 import S3Storage
+
+            try:
+                self._store = S3Storage(self.bucket, self.prefix, **self._options)
+            except (InvalidPath, ConfigError) as exc:
+                raise ConfigError(f"DeltaSink uri={self.label!r}: {exc}") from None
+        return self._store
+
+    def _resolve_credentials(self) -> Any:
+        """boto3's credentials for this location (refreshed by botocore when temporary).
+
+        :raises ConfigError: none can be found, or only part of a key pair was given.
+        """
+        if self._credentials is None:
+            import boto3.session
+            from botocore.exceptions import BotoCoreError
+
+            try:
+                session = boto3.session.Session(
+                    aws_access_key_id=self._options.get("aws_access_key_id"),
+                    aws_secret_access_key=self._options.get("aws_secret_access_key"),
+                    aws_session_token=self._options.get("aws_session_token"),
+                    region_name=self._options.get("region_name"),
+                )
+                credentials = session.get_credentials()
+            except BotoCoreError as exc:
+                raise ConfigError(f"DeltaSink uri={self.label!r}: the AWS credentials are unusable ({exc})") from None
+            if credentials is None:
+                raise ConfigError(
+                    f"DeltaSink uri={self.label!r}: no AWS credentials found for bucket {self.bucket!r}; expected "
+                    "aws_access_key_id and aws_secret_access_key in the storage options (the Sparkpoint Airflow "
+                    "connection), the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY environment, ~/.aws or an instance role"
+                )
+            self._credentials = (credentials, session.region_name)
+        return self._credentials
+
+    def delta_options(self) -> dict[str, str]:
+        from airflow_sparkpoint.storage.s3 import _redact_url
+
+        credentials, region = self._resolve_credentials()
+        frozen = credentials.get_frozen_credentials()
+        options = {
+            "AWS_ACCESS_KEY_ID": frozen.access_key,
+            "AWS_SECRET_ACCESS_KEY": frozen.secret_key,
+            # The commit is a PutObject of _delta_log/<version>.json with If-None-Match: *.
+            "conditional_put": "etag",
+            # Overrides the environment: never the rename-based commit that can lose a race.
+            "AWS_S3_ALLOW_UNSAFE_RENAME": "false",
+        }
+        if frozen.token:
+            options["AWS_SESSION_TOKEN"] = frozen.token
+        if region:
+            options["AWS_REGION"] = region
+        endpoint = self._options.get("endpoint_url")
+        if endpoint:
+            options["AWS_ENDPOINT_URL"] = _redact_url(str(endpoint))
+            if str(endpoint).lower().startswith("http://"):
+                options["AWS_ALLOW_HTTP"] = "true"
+        return options
+
+    def open(self) -> DeltaTable | None:
+        deltalake = import_deltalake()
+        from deltalake.exceptions import TableNotFoundError
+
+        options = self.delta_options()
+        try:
+            return deltalake.DeltaTable(self.uri, storage_options=options)
+        except TableNotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - delta-rs reports S3 failures as OSError or DeltaError
+            raise SinkError(f"cannot read Delta table {self.uri}: {self.scrub(str(exc))}") from None
+
+    def scrub(self, message: str) -> str:
+        """`message` on one line, without the secret key or session token (for errors
+        from delta-rs, which draw nested causes over several lines)."""
+        message = " ".join(_ANSI.sub("", line).strip(" \u21b3") for line in message.splitlines() if line.strip())
+        if self._credentials is not None:
+            frozen = self._credentials[0].get_frozen_credentials()
+            for secret in (frozen.secret_key, frozen.token):
+                if secret:
+                    message = message.replace(secret, "***")
+        return self._storage()._scrub(message)
+
+    def check(self) -> None:
+        self._resolve_credentials()
+        try:
+            self._storage().check()
+        except StorageError as exc:
+            raise SinkError(f"DeltaSink destination {self.uri} is not usable: {exc}") from None
+
+    def stage(self, df: DataFrame, staging: str, partition_by: Sequence[str]) -> list[dict[str, Any]]:
+        import json
+
+        from pyspark.sql import functions as F
+
+        from airflow_sparkpoint.sinks._delta_stage import (
+            PARTITION_VALUE_COLUMN,
+            RESULT_DDL,
+            DeltaStageSpec,
+            stage_partition,
+        )
+
+        spec = DeltaStageSpec(self.bucket, self.prefix, staging, uuid.uuid4().hex[:16], tuple(partition_by),
+                              dict(self._options))
+        store = self._storage()
+        try:
+            store.delete_prefix(staging)  # an earlier attempt of this transaction, as Spark's overwrite mode
+        except StorageError as exc:
+            raise SinkError(f"cannot reset the staging area {self.uri}/{staging}: {exc}") from None
+        # Partition values as Spark renders them in directory names (its cast to string).
+        values = [F.col("`" + col.replace("`", "``") + "`").cast("string").alias(f"{PARTITION_VALUE_COLUMN}{i}")
+                  for i, col in enumerate(partition_by)]
+
+        def stage_batches(batches: Any) -> Any:
+            return stage_partition(spec, batches)
+
+        rows = df.select("*", *values).mapInArrow(stage_batches, RESULT_DDL).collect()
+        files = sorted(
+            (
+                {
+                    "path": r["path"],
+                    "size": int(r["size"]),
+                    "partition_values": json.loads(r["partition_values"]),
+                    "num_records": int(r["num_records"]),
+                    "modification_time": int(r["modification_time"]),
+                }
+                for r in rows
+            ),
+            key=lambda f: f["path"],
+        )
+        # A retried or speculative task may have left files the payload does not list.
+        keep = {f["path"] for f in files}
+        try:
+            strays = [info.key for info in store.list(staging) if info.key not in keep]
+            if strays:
+                store.delete(strays)
+                log.info("removed %d stray staged file(s) from %s/%s", len(strays), self.uri, staging)
+        except StorageError as exc:
+            raise SinkError(f"cannot list the staging area {self.uri}/{staging}: {exc}") from None
+        return files
+
+    def missing(self, paths: Sequence[str]) -> list[str]:
+        if not paths:
+            return []
+        store = self._storage()
+        with ThreadPoolExecutor(max_workers=min(_CHECK_THREADS, len(paths))) as pool:
+            present = list(pool.map(store.exists, paths))
+        return [p for p, there in zip(paths, present, strict=True) if not there]
+
+    def read_parquet(self, path: str) -> pa.Table:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        return pq.read_table(pa.BufferReader(self._storage().get(path)))
+
+    def remove(self, directory: str) -> None:
+        try:
+            self._storage().delete_prefix(directory)
+        except StorageError as exc:
+            raise SinkError(f"cannot delete {self.uri}/{directory}: {exc}") from None
+
+    def list_dirs(self, directory: str) -> list[str]:
+        try:
+            return self._storage().list_dirs(directory)
+        except StorageError as exc:
+            raise SinkError(f"cannot list {self.uri}/{directory}: {exc}") from None
