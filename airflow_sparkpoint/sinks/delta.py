@@ -196,6 +196,12 @@ class DeltaSink(Sink):
         if table is not None:
             version = table.transaction_version(record.job)
             if version is not None and version >= record.batch_id:
+                # Landed earlier (a commit step killed after the log entry): what is left
+                # staged for this transaction is no longer needed.
+                if staged.get("mode", self.mode) == "merge" or (
+                    staged["files"] and staged["files"][0]["path"] not in self._table_paths(table)
+                ):
+                    self._drop_staging(record)
                 return CommitOutcome(record.txn_id, "already", {"version": table.version()})
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(staged["schema"])))
         props = self._commit_properties(record)
@@ -221,11 +227,16 @@ class DeltaSink(Sink):
         faults.maybe_kill("promoting", record.batch_id)  # landed; the caller does not know yet
         table = deltalake.DeltaTable(self.path, storage_options=self._location.delta_options())
         if staged.get("mode", self.mode) == "merge":
-            try:
-                self._location.remove(staged["staging"])
-            except SinkError as exc:  # leftovers are removed by cleanup_orphans
-                log.warning("merged %s but could not remove its staging area: %s", record.txn_id, exc)
+            self._drop_staging(record)
         return CommitOutcome(record.txn_id, "committed", {"version": table.version()})
+
+    def _drop_staging(self, record: TransactionRecord) -> None:
+        """Remove a settled transaction's staging area (merged rows, or an attempt that
+        lost to another); a failure only leaves garbage for `cleanup_orphans`."""
+        try:
+            self._location.remove(record.payload["staged"]["staging"])
+        except SinkError as exc:
+            log.warning("could not remove the staging area of %s: %s", record.txn_id, exc)
 
     def _scrub(self, message: str) -> str:
         """`message` without credentials (delta-rs errors on S3 may quote its options)."""

@@ -5,6 +5,7 @@ anything is committed, and the rewind policy of invariant 4."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +53,32 @@ def test_append_is_invisible_until_commit_and_commits_once(spark, tmp_path):
     other = stage(sink, df, 0, generation=2)
     assert sink.commit(other).status == "already"
     assert not sink.is_committed(other)
+    assert not (table / other.payload["staged"]["staging"]).exists()  # the losing attempt's files are dropped
+    assert (table / record.payload["staged"]["staging"]).exists()
     sink.abort(other)
     sink.abort(record)  # committed: refused silently, files kept
     assert rows(table, "k")[0]["k"] == "a"
     assert sink.cleanup_orphans("job", keep=set()) == 0  # the committed dir is referenced
     assert DeltaTable(str(table)).version() == 0
+
+
+def test_merge_commit_that_already_landed_drops_its_staging_area(spark, tmp_path):
+    """A commit step killed after the Delta log entry, before removing the merged rows'
+    staging area: the repeated commit reports "already" and leaves nothing staged."""
+    table = tmp_path / "t"
+    sink = DeltaSink(str(table), mode="merge", keys=["k"])
+    record = stage(sink, spark.createDataFrame([("a", 1)], "k string, v long"), 0)
+    staging = table / record.payload["staged"]["staging"]
+    parked = tmp_path / "parked"
+    shutil.copytree(staging, parked)
+    assert sink.commit(record).status == "committed" and not staging.exists()
+    shutil.copytree(parked, staging)  # what the killed commit step left behind
+
+    assert sink.commit(record).status == "already"
+
+    assert not staging.exists()
+    assert sink.cleanup_orphans("job", keep={record.txn_id}) == 0
+    assert rows(table, "k") == [{"k": "a", "v": 1}]
 
 
 def test_merge_updates_are_exact_across_batches(spark, tmp_path):
