@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, FileRef, SnapshotHandle, SnapshotMetadata, SnapshotStats
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import CatalogError, SparkpointError, StaleGeneration, StorageError
-from airflow_sparkpoint import faults
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.sinks.base import Sink
 

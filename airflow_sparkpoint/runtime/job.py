@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest
 from airflow_sparkpoint.checkpoints.status import JobStatus, result_key
@@ -36,7 +37,6 @@ from airflow_sparkpoint.exceptions import (
     StaleGeneration,
     StorageError,
 )
-from airflow_sparkpoint import faults
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator

@@ -12,8 +12,8 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
 from airflow_sparkpoint.exceptions import RestoreError, SinkAheadError, SparkpointError, StaleGeneration
-from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime import coordinator as coordinator_module
+from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
     RestorePlan,
