@@ -101,16 +101,15 @@ def commit_pending(
     sinks = _Sinks(storage_options)
     try:
         for record in sorted(to_commit, key=lambda r: (r.batch_id, r.generation)):
-            sink = sinks.of(record)
-            if sink.is_committed(record):
-                result["already"].append(record.txn_id)
-            else:
-                outcome = sink.commit(record)
-                result["committed" if outcome.status == "committed" else "already"].append(record.txn_id)
+            # Always through commit(): it is idempotent, and when the batch had landed (a
+            # step killed halfway) it also removes what is left staged.
+            outcome = sinks.of(record).commit(record)
+            result["committed" if outcome.status == "committed" else "already"].append(record.txn_id)
             catalog.delete_transactions([record])
         for record in to_abort:
             sink = sinks.of(record)
-            if sink.is_committed(record):  # it landed earlier; only the record was left behind
+            if sink.is_committed(record):  # it landed earlier; only the record (and staging) was left behind
+                sink.commit(record)
                 result["already"].append(record.txn_id)
             else:
                 sink.abort(record)

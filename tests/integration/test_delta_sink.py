@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError
 from airflow_sparkpoint.sinks import DeltaSink, StageContext
+from airflow_sparkpoint.sinks.commit import commit_pending
+from airflow_sparkpoint.storage import MemoryStorage
 
 pytestmark = pytest.mark.spark
 
@@ -78,6 +80,18 @@ def test_merge_commit_that_already_landed_drops_its_staging_area(spark, tmp_path
 
     assert not staging.exists()
     assert sink.cleanup_orphans("job", keep={record.txn_id}) == 0
+    assert rows(table, "k") == [{"k": "a", "v": 1}]
+
+    # The same through the external commit step, which finds the record still pending.
+    shutil.copytree(parked, staging)
+    catalog = Catalog(MemoryStorage(str(tmp_path)), "job")
+    catalog.claim_generation()
+    catalog.put_transaction(record)
+    catalog.complete_checkpoint(SnapshotMetadata(kind="checkpoint", id=catalog.next_checkpoint_id(), job="job",
+                                                 generation=1, batch_id=0, created_at=0.0, files=(),
+                                                 transactions=(record,)))
+    assert commit_pending(catalog)["already"] == [record.txn_id]
+    assert not staging.exists() and catalog.transactions() == []
     assert rows(table, "k") == [{"k": "a", "v": 1}]
 
 
