@@ -10,19 +10,14 @@ Delta tables are checked exactly against results computed here from the input.
   is rolled back to blue from the same savepoint and never shows in the table.
 
 Long-running jobs (blue, the alerting job) run as their own ``spark-submit`` processes
-(`dag.test()` runs tasks one at a time). They are all started together, once, by the
+(`dag.test()` runs tasks one at a time; `airflow_sparkpoint.demo_support.SubmittedJob`,
+which `sparkpoint demo` uses too). They are all started together, once, by the
 first test that needs one, and are killed at the end of the module at the latest.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -32,6 +27,13 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.demo_support import (
+    SubmittedJob,
+    delta_commits,
+    delta_rows,
+    orphaned_staged_files,
+    write_batch_file,
+)
 from airflow_sparkpoint.storage import open_storage
 
 pytestmark = pytest.mark.airflow
@@ -47,7 +49,6 @@ EXAMPLES = {
     "example_sparkpoint_write_audit_publish",
 }
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
-BASE_MTIME = 1_700_000_000
 
 
 @pytest.fixture(autouse=True)
@@ -58,17 +59,6 @@ def _spark_connection(airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> No
 # ---------------------------------------------------------------------------- helpers
 
 
-def write_file(directory: Path, index: int, rows: Iterable[dict[str, Any]]) -> None:
-    """One JSON-lines file = one micro-batch (maxFilesPerTrigger=1): mtimes increase with
-    `index`, and the file appears atomically."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"part-{index:04d}.json"
-    tmp = directory / f".part-{index:04d}.tmp"
-    tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    os.utime(tmp, (BASE_MTIME + index, BASE_MTIME + index))
-    tmp.rename(path)
-
-
 def iso(minute: float) -> str:
     return utc(T0 + timedelta(minutes=minute))
 
@@ -77,44 +67,11 @@ def utc(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def delta_rows(path: Path | str) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
-
-    if not DeltaTable.is_deltatable(str(path)):
-        return []
-    return DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-
-
-def delta_commits(path: Path | str) -> list[dict[str, Any]]:
-    """The table's commits written by Sparkpoint (job, batch, generation), oldest first."""
-    from deltalake import DeltaTable
-
-    commits = [
-        {"job": e["sparkpoint.job"], "batch": int(e["sparkpoint.batch"]),
-         "generation": int(e["sparkpoint.generation"])}
-        for e in DeltaTable(str(path)).history() if "sparkpoint.batch" in e
-    ]
-    return sorted(commits, key=lambda c: c["batch"])
-
-
 def assert_each_batch_committed_once(path: Path | str) -> list[dict[str, Any]]:
     commits = delta_commits(path)
     batches = [c["batch"] for c in commits]
     assert len(batches) == len(set(batches)), f"a batch was committed twice: {commits}"
     return commits
-
-
-def orphaned_staged_files(table: Path | str, job: str) -> list[str]:
-    """Staged parquet files that are not part of the table: output of an aborted or
-    unfinished transaction left behind. (Committed appends keep their staged files:
-    the Delta commit adds them in place, without a copy.)"""
-    from deltalake import DeltaTable
-
-    staging = Path(table) / "_sparkpoint_txn" / job
-    staged = {str(p) for p in staging.rglob("*.parquet")} if staging.exists() else set()
-    if staged and DeltaTable.is_deltatable(str(table)):
-        staged -= {str(Path(uri)) for uri in DeltaTable(str(table)).file_uris()}
-    return sorted(staged)
 
 
 def catalog(root: Path | str, job: str) -> Catalog:
@@ -155,102 +112,6 @@ def xcom(run: Any, task_id: str, key: str = "return_value") -> Any:
 # ---------------------------------------------------------------------------- long-running jobs
 
 
-class StreamingJob:
-    """A Sparkpoint job as its own long-running ``spark-submit`` (processingTime), the way
-    a production streaming job runs next to Airflow."""
-
-    def __init__(self, base: Path, script: str, job: str, trigger: str, args: list[str]) -> None:
-        self.base = base
-        self.root = base / "checkpoints"
-        self.input = base / "input"
-        self.output = base / "output"
-        self.job = job
-        self.log = base / f"{job}.log"
-        self.input.mkdir(parents=True, exist_ok=True)
-        self._script = script
-        self._trigger = trigger
-        self._args = args
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def catalog(self) -> Catalog:
-        return catalog(self.root, self.job)
-
-    def start(self) -> None:
-        import pyspark
-
-        bindir = str(Path(sys.executable).parent)
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("SPARKPOINT_TEST_FAULT")},
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "SPARK_HOME": os.path.dirname(pyspark.__file__),
-            "PATH": bindir + os.pathsep + os.environ.get("PATH", os.defpath),
-        }
-        submit = shutil.which("spark-submit", path=env["PATH"])
-        assert submit, "spark-submit not found next to the interpreter"
-        conf = {
-            **SPARK_CONF,
-            "spark.sparkpoint.dir": str(self.root),
-            "spark.sparkpoint.job": self.job,
-            "spark.sparkpoint.trigger": self._trigger,
-            "spark.sparkpoint.control.pollInterval": "0.5s",
-        }
-        cmd = [submit, "--master", "local[2]"]
-        for key, value in conf.items():
-            cmd += ["--conf", f"{key}={value}"]
-        cmd += [str(JOBS / self._script), "--input", str(self.input), "--output", str(self.output)]
-        cmd += self._args
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-
-    def status(self) -> dict[str, Any]:
-        return self.catalog.read_status() or {}
-
-    def wait_for(self, what: str, predicate: Any, timeout: float = 300) -> Any:
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            if self.proc.poll() is not None:
-                pytest.fail(f"job {self.job} exited with {self.proc.returncode} while waiting for {what}:\n"
-                            f"{self.tail()}")
-            time.sleep(0.5)
-        pytest.fail(f"timed out after {timeout:g} s waiting for {what} of job {self.job}:\n{self.tail()}")
-
-    def wait_checkpointed(self, batch: int) -> int:
-        """Wait until the running job has a completed checkpoint of `batch` or later;
-        returns its generation."""
-        def check() -> int | None:
-            status = self.status()
-            if status.get("state") != "running" or status.get("last_checkpoint_id") is None:
-                return None
-            last = status.get("last_batch")
-            return int(status["generation"]) if last is not None and last >= batch else None
-
-        return int(self.wait_for(f"a checkpoint of batch {batch}", check))
-
-    def wait_exit(self, timeout: float = 120) -> int:
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"job {self.job} did not exit within {timeout:g} s:\n{self.tail()}")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=60)
-
-    def tail(self, lines: int = 60) -> str:
-        if not self.log.exists():
-            return "(no log)"
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
 # Blue reads its whole backlog in its first micro-batch, then idles until its next
 # trigger (weeks away): the input written afterwards is left for green, whatever the
 # timing of the test. The stop request still arrives within the control poll interval.
@@ -271,24 +132,24 @@ BACKGROUND = {
 @pytest.fixture(scope="module", autouse=True)
 def background(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, StreamingJob]]:
+) -> Iterator[dict[str, SubmittedJob]]:
     """The long-running jobs of the selected tests, keyed by test name, with their
     first input written and the processes started when the module starts: their start-up
     overlaps with each other and with the tests that run before them."""
     selected = {item.originalname for item in request.session.items
                 if getattr(item, "module", None) is request.module}
-    jobs: dict[str, StreamingJob] = {}
+    jobs: dict[str, SubmittedJob] = {}
     try:
         for test, (job_name, (script, trigger, args)) in BACKGROUND.items():
             if test not in selected:
                 continue
-            job = StreamingJob(tmp_path_factory.mktemp(job_name), script, job_name, trigger, args)
+            job = SubmittedJob(tmp_path_factory.mktemp(job_name), JOBS / script, job_name, trigger, args)
             if script == "keyed_totals.py":
                 for index, users in enumerate(BLUE_FILES):
-                    write_file(job.input, index, totals_rows(index, users))
+                    write_batch_file(job.input, index, totals_rows(index, users))
             else:
                 for index in range(2):
-                    write_file(job.input, index, readings(index))
+                    write_batch_file(job.input, index, readings(index))
             job.start()
             jobs[test] = job
         yield jobs
@@ -297,8 +158,8 @@ def background(
             job.kill()
 
 
-def background_job(background: dict[str, Any], request: pytest.FixtureRequest) -> StreamingJob:
-    job: StreamingJob = background[request.node.originalname]
+def background_job(background: dict[str, Any], request: pytest.FixtureRequest) -> SubmittedJob:
+    job: SubmittedJob = background[request.node.originalname]
     return job
 
 
@@ -367,7 +228,7 @@ def test_incremental_etl_retry_resumes_from_the_latest_checkpoint(
 ) -> None:
     files = 4
     for index in range(files):
-        write_file(tmp_path / "input", index, page_views(index))
+        write_batch_file(tmp_path / "input", index, page_views(index))
     paths = {"input": str(tmp_path / "input"), "output": str(tmp_path / "views"),
              "checkpoint_dir": str(tmp_path / "checkpoints")}
     # The first try's driver is SIGKILLed once batch 1 is confirmed, before its checkpoint.
@@ -392,12 +253,12 @@ def test_incremental_etl_next_run_reads_only_new_input(dagbag: Any, tmp_path: Pa
     paths = {"input": str(tmp_path / "input"), "output": str(tmp_path / "views"),
              "checkpoint_dir": str(tmp_path / "checkpoints")}
     for index in range(3):
-        write_file(tmp_path / "input", index, page_views(index))
+        write_batch_file(tmp_path / "input", index, page_views(index))
     first = xcom(run_dag(dagbag, "example_sparkpoint_incremental_etl", **paths), "windowed_counts")
     assert window_rows(tmp_path / "views") == expected_windows(3)
 
     for index in range(3, 5):  # the next hour's input; its first window was already open
-        write_file(tmp_path / "input", index, page_views(index))
+        write_batch_file(tmp_path / "input", index, page_views(index))
     run = run_dag(dagbag, "example_sparkpoint_incremental_etl", **paths)
     assert run.state == "success"
     second = xcom(run, "windowed_counts")
@@ -447,7 +308,7 @@ def test_write_audit_publish_publishes_clean_output_and_discards_rejected_output
     table = tmp_path / "events"
     clean = [events(i) for i in range(3)]
     for index, rows in enumerate(clean):
-        write_file(tmp_path / "input", index, rows)
+        write_batch_file(tmp_path / "input", index, rows)
 
     run = run_dag(dagbag, "example_sparkpoint_write_audit_publish", **paths)
     assert run.state == "success", task_states(run)
@@ -462,7 +323,7 @@ def test_write_audit_publish_publishes_clean_output_and_discards_rejected_output
     # The next run's input repeats a published event and carries a bad row: rejected.
     rejected_files = [events(3, bad=True), events(4)]
     for index, rows in enumerate(rejected_files, start=3):
-        write_file(tmp_path / "input", index, rows)
+        write_batch_file(tmp_path / "input", index, rows)
     run = run_dag(dagbag, "example_sparkpoint_write_audit_publish", **paths)
     assert run.state == "failed"
     assert task_states(run) == {"write": "success", "audit": "success", "publish": "skipped",
@@ -521,7 +382,7 @@ def test_scheduled_savepoints_of_a_running_job(
     generation = job.wait_checkpointed(batch=1)
     savepoints = []
     for index in range(2, 6):  # four scheduled runs, new readings in between
-        write_file(job.input, index, readings(index))
+        write_batch_file(job.input, index, readings(index))
         job.wait_checkpointed(batch=index)
         run = run_dag(dagbag, "example_sparkpoint_scheduled_savepoints", **params)
         assert task_states(run) == {"savepoint": "success", "retained_savepoints": "success"}, job.tail()
@@ -574,22 +435,22 @@ def totals_table(table: Path) -> dict[str, tuple[int, int, int]]:
     return got
 
 
-def start_blue_green(background: dict[str, Any], request: pytest.FixtureRequest) -> tuple[StreamingJob, int]:
+def start_blue_green(background: dict[str, Any], request: pytest.FixtureRequest) -> tuple[SubmittedJob, int]:
     """Blue has processed its backlog (batch 0); then green's input arrives."""
     blue = background_job(background, request)
     generation = blue.wait_checkpointed(batch=0)
     for index, users in enumerate(GREEN_FILES, start=len(BLUE_FILES)):
-        write_file(blue.input, index, totals_rows(index, users))
+        write_batch_file(blue.input, index, totals_rows(index, users))
     blue.wait_for("blue's first commit", lambda: totals_table(blue.output) == expected_totals(None))
     return blue, generation
 
 
-def blue_green_params(blue: StreamingJob, **extra: Any) -> dict[str, Any]:
+def blue_green_params(blue: SubmittedJob, **extra: Any) -> dict[str, Any]:
     return {"job_name": blue.job, "input": str(blue.input), "output": str(blue.output),
             "checkpoint_dir": str(blue.root), **extra}
 
 
-def assert_rolled_back(blue: StreamingJob, run: Any, blue_generation: int) -> None:
+def assert_rolled_back(blue: SubmittedJob, run: Any, blue_generation: int) -> None:
     """Blue is back from the savepoint; nothing of green ever reached the table."""
     savepoint = xcom(run, "stop_blue")
     green_generation = xcom(run, "decide", key="green_generation")

@@ -1,0 +1,233 @@
+"""Run and inspect Sparkpoint jobs on this machine: shared by ``sparkpoint demo`` and the
+example-DAG tests, never imported by the Spark-side runtime.
+
+- `SubmittedJob`: a job as its own long-running ``spark-submit`` process, the way a
+  production streaming job runs next to Airflow (a DAG talks to it only through the
+  control channel).
+- `write_batch_file`: one JSON-lines input file that becomes one micro-batch.
+- `delta_rows`, `delta_history`, `delta_commits`, `orphaned_staged_files`: what a Delta
+  table shows, which Sparkpoint batches it committed, what staged output was left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.storage import open_storage
+
+BASE_MTIME = 1_700_000_000
+SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
+
+T = TypeVar("T")
+
+
+def write_batch_file(directory: Path, index: int, rows: Iterable[Mapping[str, Any]]) -> Path:
+    """Write ``part-<index>.json``: with ``maxFilesPerTrigger=1`` one file is one
+    micro-batch, because Spark's file source orders files by mtime and the mtime grows
+    with `index`. The file appears atomically (written aside, then renamed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"part-{index:04d}.json"
+    tmp = directory / f".part-{index:04d}.tmp"
+    tmp.write_text("".join(json.dumps(dict(row)) + "\n" for row in rows))
+    os.utime(tmp, (BASE_MTIME + index, BASE_MTIME + index))
+    tmp.rename(path)
+    return path
+
+
+class SubmittedJob:
+    """A Sparkpoint job run by its own ``spark-submit`` on ``local[2]``.
+
+    Layout under `base`: ``input/``, ``output/`` (passed as ``--input``/``--output``),
+    ``checkpoints/`` (the storage root) and ``<job>.log`` (the process's output,
+    appended to on every start). `start` may be called again after the process exited:
+    the new run restores the latest checkpoint (``spark.sparkpoint.restore`` default).
+    """
+
+    def __init__(self, base: Path, script: Path | str, job: str, trigger: str, args: Sequence[str]) -> None:
+        self.base = base
+        self.root = base / "checkpoints"
+        self.input = base / "input"
+        self.output = base / "output"
+        self.job = job
+        self.log = base / f"{job}.log"
+        self.input.mkdir(parents=True, exist_ok=True)
+        self.script = Path(script)
+        self.trigger = trigger
+        self.args = list(args)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def catalog(self) -> Catalog:
+        return Catalog(open_storage(str(self.root)), self.job)
+
+    def start(self) -> None:
+        """Start ``spark-submit`` in its own session (a Ctrl-C of the caller does not
+        reach it: `kill` ends it). The test-only fault hook is never passed on.
+
+        :raises RuntimeError: the process is still running, or ``spark-submit`` is not
+            next to the interpreter.
+        """
+        import pyspark
+
+        if self.running:
+            raise RuntimeError(f"job {self.job} is already running (pid {self.proc.pid})")  # type: ignore[union-attr]
+        bindir = str(Path(sys.executable).parent)
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("SPARKPOINT_TEST_FAULT")},
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_HOME": os.path.dirname(pyspark.__file__),
+            "PATH": bindir + os.pathsep + os.environ.get("PATH", os.defpath),
+        }
+        submit = shutil.which("spark-submit", path=env["PATH"])
+        if not submit:
+            raise RuntimeError(f"spark-submit not found on {env['PATH']}")
+        conf = {
+            **SPARK_CONF,
+            "spark.sparkpoint.dir": str(self.root),
+            "spark.sparkpoint.job": self.job,
+            "spark.sparkpoint.trigger": self.trigger,
+            "spark.sparkpoint.control.pollInterval": "0.5s",
+        }
+        cmd = [submit, "--master", "local[2]"]
+        for key, value in conf.items():
+            cmd += ["--conf", f"{key}={value}"]
+        cmd += [str(self.script), "--input", str(self.input), "--output", str(self.output), *self.args]
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def status(self) -> dict[str, Any]:
+        return self.catalog.read_status() or {}
+
+    def wait_for(self, what: str, predicate: Callable[[], T | None], timeout: float = 300) -> T:
+        """Poll `predicate` until it returns a truthy value, and return that.
+
+        :raises RuntimeError: the process exited first (the message has its log's tail).
+        :raises TimeoutError: not within `timeout` seconds.
+        """
+        if self.proc is None:
+            raise RuntimeError(f"job {self.job} was never started")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"job {self.job} exited with {self.proc.returncode} while waiting for "
+                                   f"{what}:\n{self.tail()}")
+            time.sleep(0.5)
+        raise TimeoutError(f"timed out after {timeout:g} s waiting for {what} of job {self.job}:\n{self.tail()}")
+
+    def wait_checkpointed(self, batch: int, *, after_generation: int = 0, timeout: float = 300) -> int:
+        """Wait until the running job (a generation newer than `after_generation`) has a
+        completed checkpoint of `batch` or later; return its generation.
+
+        :raises RuntimeError: the process exited first. :raises TimeoutError: too slow.
+        """
+        def check() -> int | None:
+            status = self.status()
+            if status.get("state") != "running" or status.get("last_checkpoint_id") is None:
+                return None
+            if int(status["generation"]) <= after_generation:
+                return None
+            last = status.get("last_batch")
+            return int(status["generation"]) if last is not None and last >= batch else None
+
+        return self.wait_for(f"a checkpoint of batch {batch}", check, timeout)
+
+    def wait_exit(self, timeout: float = 120) -> int:
+        """Wait for the process to exit; return its exit code.
+
+        :raises TimeoutError: it is still running after `timeout` seconds.
+        """
+        if self.proc is None:
+            raise RuntimeError(f"job {self.job} was never started")
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"job {self.job} did not exit within {timeout:g} s:\n{self.tail()}") from None
+
+    def kill(self, *, wait: bool = True) -> None:
+        """SIGKILL the process group of a running job (spark-submit and its JVM); `wait`
+        for it to exit (not from a signal handler: `Popen.wait` is not reentrant)."""
+        if self.proc is not None and self.proc.returncode is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # exited; not reaped yet
+                pass
+            if wait:
+                self.proc.wait(timeout=60)
+
+    def tail(self, lines: int = 60) -> str:
+        if not self.log.exists():
+            return "(no log)"
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+# ---------------------------------------------------------------------------- Delta tables
+
+
+def delta_rows(path: Path | str, version: int | None = None) -> list[dict[str, Any]]:
+    """The table's rows (at `version`, default the latest); ``[]`` when it is no table yet."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path)):
+        return []
+    return DeltaTable(str(path), version=version).to_pyarrow_table().to_pylist()
+
+
+def delta_history(path: Path | str) -> list[dict[str, Any]]:
+    """Every commit of the table, oldest first: ``version``, ``operation``, ``timestamp``
+    (ms) and, for Sparkpoint's commits, ``job``, ``batch`` and ``generation`` (else None)."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(path)):
+        return []
+    history = []
+    for entry in DeltaTable(str(path)).history():
+        batch = entry.get("sparkpoint.batch")
+        history.append({
+            "version": int(entry["version"]),
+            "operation": str(entry.get("operation", "")),
+            "timestamp": entry.get("timestamp"),
+            "job": entry.get("sparkpoint.job"),
+            "batch": int(batch) if batch is not None else None,
+            "generation": int(entry["sparkpoint.generation"]) if "sparkpoint.generation" in entry else None,
+        })
+    return sorted(history, key=lambda e: e["version"])
+
+
+def delta_commits(path: Path | str) -> list[dict[str, Any]]:
+    """The table's commits written by Sparkpoint (``job``, ``batch``, ``generation``), in
+    batch order."""
+    commits = [{"job": e["job"], "batch": e["batch"], "generation": e["generation"]}
+               for e in delta_history(path) if e["batch"] is not None]
+    return sorted(commits, key=lambda c: c["batch"])
+
+
+def orphaned_staged_files(table: Path | str, job: str) -> list[str]:
+    """Staged parquet files that are not part of the table: output of an aborted or
+    unfinished transaction left behind. (Committed appends keep their staged files: the
+    Delta commit adds them in place, without a copy.)"""
+    from deltalake import DeltaTable
+
+    staging = Path(table) / "_sparkpoint_txn" / job
+    staged = {str(p) for p in staging.rglob("*.parquet")} if staging.exists() else set()
+    if staged and DeltaTable.is_deltatable(str(table)):
+        staged -= {str(Path(uri)) for uri in DeltaTable(str(table)).file_uris()}
+    return sorted(staged)
