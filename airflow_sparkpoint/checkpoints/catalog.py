@@ -108,9 +108,26 @@ class Catalog:
         return sorted(ids)
 
     def next_checkpoint_id(self) -> int:
+        """One more than any id in use or ever disposed: like Flink's, ids are never reused,
+        so "a checkpoint after id N" keeps its meaning after a rollback retires the newest."""
         ids = self.checkpoint_ids()
         savepoint_ids = [e.id for e in self._savepoint_dirs()]
-        return max([0, *ids, *savepoint_ids]) + 1
+        return max([0, *ids, *savepoint_ids, self._id_floor()]) + 1
+
+    def _id_floor(self) -> int:
+        try:
+            return int(self.store.get(layout.ID_FLOOR).decode().strip() or 0)
+        except ObjectNotFound:
+            return 0
+        except ValueError:
+            log.warning("ignoring a malformed %s/%s", self.uri, layout.ID_FLOOR)
+            return 0
+
+    def _raise_id_floor(self, sid: int) -> None:
+        # Not atomic: of two concurrent disposals the lower id may win. Disposals are
+        # operator or rollback actions, one at a time in practice.
+        if sid > self._id_floor():
+            self.store.put(layout.ID_FLOOR, str(sid).encode())
 
     def _read_entry(
         self, kind: str, sid: int, key: str, present: Mapping[str, int] | None, base: str
@@ -386,6 +403,10 @@ class Catalog:
                 "expected chk-<id> or savepoints/savepoint-<id>-<suffix> (see `sparkpoint list`)"
             )
         keys = [info.key for info in self.store.list(key)]
+        name = key.rsplit("/", 1)[-1]
+        match = layout.CHK_RE.match(name) or layout.SAVEPOINT_RE.match(name)
+        if match:
+            self._raise_id_floor(int(match.group(1)))
         # _metadata first: from that moment the snapshot is incomplete, never half-deleted.
         self.store.delete([f"{key}/{layout.METADATA}"])
         self.store.delete(keys)

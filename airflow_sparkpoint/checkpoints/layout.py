@@ -9,6 +9,7 @@
     <job>/txn/<batch>-g<generation>.json          sink pre-commit records
     <job>/status.json                             heartbeat and state of the current run
     <job>/control/<request-id>.{request,ack,result}.json
+    <job>/last-disposed-id                        highest id ever disposed (ids are never reused)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import re
 from airflow_sparkpoint.exceptions import ConfigError
 
 METADATA = "_metadata"
+ID_FLOOR = "last-disposed-id"
 CHK_RE = re.compile(r"^chk-(\d+)$")
 SAVEPOINT_RE = re.compile(r"^savepoint-(\d+)-([0-9a-z]+)$")
 TXN_RE = re.compile(r"^(\d+)-g(\d+)\.json$")

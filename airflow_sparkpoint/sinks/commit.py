@@ -18,8 +18,9 @@ batch > the latest checkpoint's batch                       left pending
 no valid checkpoint at all                                  everything left pending
 ==========================================================  ===========================
 
-"Did it land?" is asked of the sink first (`Sink.is_committed`), so a record whose
-commit landed but whose deletion did not is only cleaned up. Records are deleted from
+Confirmed transactions always go through the sink's idempotent `commit`, which answers
+"already" for a batch that landed before (and removes what a killed step left staged),
+so a record whose commit landed but whose deletion did not is only cleaned up. Records are deleted from
 the catalog once committed or aborted; running the step again is a no-op.
 """
 

@@ -331,6 +331,24 @@ def test_dispose_savepoint(catalog: Catalog, make_checkpoint: MakeCheckpoint) ->
     assert catalog.dispose(handle.uri) == 0  # already gone
 
 
+def test_ids_of_disposed_snapshots_are_never_handed_out_again(catalog: Catalog,
+                                                              make_checkpoint: MakeCheckpoint) -> None:
+    """A rollback retires the newest checkpoint: the next one must not take its id (a
+    sensor waiting for "a checkpoint after id N" would otherwise be misled)."""
+    catalog.claim_generation()
+    make_checkpoint(catalog, state(0))
+    newest = make_checkpoint(catalog, state(1))
+    catalog.dispose(catalog.checkpoint_uri(newest.id))
+    assert catalog.next_checkpoint_id() == newest.id + 1
+    later = make_checkpoint(catalog, state(2))
+    assert later.id == newest.id + 1
+    handle = catalog.create_savepoint(catalog.handle(later))
+    catalog.dispose(catalog.checkpoint_uri(later.id))
+    catalog.dispose(handle.uri)
+    assert catalog.next_checkpoint_id() == later.id + 1
+    assert [m.id for m in catalog.checkpoints()] == [1]
+
+
 def test_dispose_refuses_paths_outside_the_job(root: Any, catalog: Catalog, make_checkpoint: MakeCheckpoint) -> None:
     catalog.claim_generation()
     meta = make_checkpoint(catalog, state(0))
