@@ -75,24 +75,23 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
-def _batch_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a batch id") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid; expected a batch id >= 0")
-    return value
+def _whole_number(what: str, minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `minimum`, errors naming the value and `what`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid; expected a {what} >= {minimum}")
+        return value
+
+    return parse
 
 
-def _generation(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a generation number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid; expected a generation >= 1")
-    return value
+_batch_id = _whole_number("batch id", 0)
+_generation = _whole_number("generation", 1)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -44,6 +44,21 @@ def write_batch_file(directory: Path, index: int, rows: Iterable[Mapping[str, An
     return path
 
 
+def spark_submit_env(base: Mapping[str, str]) -> dict[str, str]:
+    """`base` plus what a local ``spark-submit`` of this venv needs: the venv's Python for
+    the driver and the workers, pyspark's own SPARK_HOME, and the venv's bin/ first on PATH."""
+    import pyspark
+
+    bindir = str(Path(sys.executable).parent)
+    return {
+        **base,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_HOME": os.path.dirname(pyspark.__file__),
+        "PATH": bindir + os.pathsep + base.get("PATH", os.defpath),
+    }
+
+
 class SubmittedJob:
     """A Sparkpoint job run by its own ``spark-submit`` on ``local[2]``.
 
@@ -77,18 +92,9 @@ class SubmittedJob:
         :raises RuntimeError: the process is still running, or ``spark-submit`` is not
             next to the interpreter.
         """
-        import pyspark
-
         if self.running:
             raise RuntimeError(f"job {self.job} is already running (pid {self.proc.pid})")  # type: ignore[union-attr]
-        bindir = str(Path(sys.executable).parent)
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("SPARKPOINT_TEST_FAULT")},
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "SPARK_HOME": os.path.dirname(pyspark.__file__),
-            "PATH": bindir + os.pathsep + os.environ.get("PATH", os.defpath),
-        }
+        env = spark_submit_env({k: v for k, v in os.environ.items() if not k.startswith("SPARKPOINT_TEST_FAULT")})
         submit = shutil.which("spark-submit", path=env["PATH"])
         if not submit:
             raise RuntimeError(f"spark-submit not found on {env['PATH']}")

@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -136,16 +135,9 @@ def new_dag(name: str) -> Any:
 @contextmanager
 def streaming_job(pipeline: Pipeline, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """The quickstart job as its own long-running spark-submit (processingTime:1s)."""
-    import pyspark
+    from airflow_sparkpoint.demo_support import spark_submit_env
 
-    bindir = str(Path(sys.executable).parent)
-    env = {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_HOME": os.path.dirname(pyspark.__file__),
-        "PATH": bindir + os.pathsep + os.environ.get("PATH", os.defpath),
-    }
+    env = spark_submit_env(os.environ)
     submit = shutil.which("spark-submit", path=env["PATH"])
     assert submit, "spark-submit not found next to the interpreter"
     conf = {
