@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, SinkError, StorageError
 from airflow_sparkpoint.sinks import _manifests as manifests
+from airflow_sparkpoint.sinks.base import checked_bucket
 from airflow_sparkpoint.storage import split_uri
 
 if TYPE_CHECKING:
@@ -73,13 +74,7 @@ def table_location(uri: str) -> TableLocation:
         return LocalTable(uri, path)  # a plain path made absolute; a file:// URI's path, unquoted
     if scheme != "s3":
         raise ConfigError(f"DeltaSink uri={uri!r} has scheme {scheme!r}; {expected}")
-    from airflow_sparkpoint.storage.s3 import validate_bucket_name
-
-    try:
-        validate_bucket_name(bucket)
-    except InvalidPath as exc:
-        raise ConfigError(f"DeltaSink uri={uri!r}: {exc}") from None
-    return S3Table(uri, bucket, path.strip("/"))
+    return S3Table(uri, checked_bucket(bucket, f"DeltaSink uri={uri!r}"), path.strip("/"))
 
 
 class TableLocation(abc.ABC):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -127,3 +127,16 @@ def sink_from_config(kind: str, config: Mapping[str, Any]) -> Sink:
         known = ", ".join(sorted(Sink._registry)) or "none"
         raise ConfigError(f"sink kind {kind!r} is unknown; expected one of: {known}") from None
     return cls(**dict(config))
+
+
+def checked_bucket(bucket: str, where: str) -> str:
+    """`bucket` if it can be an S3 bucket name.
+
+    :raises ConfigError: it cannot; the message starts with `where` (the sink and its URI).
+    """
+    from airflow_sparkpoint.storage.s3 import validate_bucket_name
+
+    try:
+        return validate_bucket_name(bucket)
+    except InvalidPath as exc:
+        raise ConfigError(f"{where}: {exc}") from None

@@ -47,7 +47,7 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
 )
 from airflow_sparkpoint.sinks import _manifests as manifests
-from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
+from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext, checked_bucket
 from airflow_sparkpoint.storage import LocalStorage, Storage, split_uri
 
 if TYPE_CHECKING:
@@ -152,12 +152,7 @@ class DirectorySink(Sink):
             self._local = os.path.abspath(path)
             self.uri = "file://" + self._local
         else:
-            from airflow_sparkpoint.storage.s3 import validate_bucket_name
-
-            try:
-                self.bucket = validate_bucket_name(bucket)
-            except InvalidPath as exc:
-                raise ConfigError(f"DirectorySink uri {uri!r}: {exc}") from None
+            self.bucket = checked_bucket(bucket, f"DirectorySink uri {uri!r}")
             self.prefix = path.strip("/") + "/" if path.strip("/") else ""
             self.uri = f"s3://{bucket}/{self.prefix.rstrip('/')}" if self.prefix else f"s3://{bucket}"
         self._storage_options: dict[str, Any] = {}

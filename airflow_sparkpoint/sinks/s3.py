@@ -52,7 +52,7 @@ from airflow_sparkpoint.sinks._s3_stage import (
     choose_part_size,
     stage_partition,
 )
-from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
+from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext, checked_bucket
 from airflow_sparkpoint.storage import split_uri
 
 if TYPE_CHECKING:
@@ -120,12 +120,7 @@ class S3Sink(Sink):
             raise ConfigError(f"S3Sink uri {uri!r} is invalid: {exc}") from None
         if scheme != "s3":
             raise ConfigError(f"S3Sink uri {uri!r} is not an S3 URI; expected s3://bucket/prefix (or s3a://)")
-        from airflow_sparkpoint.storage.s3 import validate_bucket_name
-
-        try:
-            validate_bucket_name(bucket)
-        except InvalidPath as exc:
-            raise ConfigError(f"S3Sink uri {uri!r}: {exc}") from None
+        checked_bucket(bucket, f"S3Sink uri {uri!r}")
         if format not in FORMATS:
             raise ConfigError(f"S3Sink format {format!r} is not supported; expected one of: {', '.join(FORMATS)}")
         if part_size is not None and (
