@@ -745,6 +745,7 @@ def test_secret_reaches_only_the_subprocess_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import subprocess
+    import types
 
     from airflow_sparkpoint.operators import SparkpointSubmitOperator
 
@@ -756,7 +757,14 @@ def test_secret_reaches_only_the_subprocess_environment(
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
     monkeypatch.setattr(_FakePopen, "calls", [])
     monkeypatch.setattr(_FakePopen, "catalog", Catalog(open_storage(root), JOB))
-    monkeypatch.setattr(subprocess, "Popen", _FakePopen)
+    # Only the Spark provider's hook sees the fake: patching subprocess.Popen itself leaks
+    # into modules first imported meanwhile (pyspark's java_gateway binds Popen at import).
+    from airflow.providers.apache.spark.hooks import spark_submit
+
+    fake_subprocess = types.ModuleType("subprocess")
+    fake_subprocess.__dict__.update(vars(subprocess))
+    fake_subprocess.Popen = _FakePopen  # type: ignore[attr-defined]
+    monkeypatch.setattr(spark_submit, "subprocess", fake_subprocess)
     op = SparkpointSubmitOperator(
         task_id="submit", application="/app/job.py", job_name=JOB, sparkpoint_conn_id="sp_secret",
         application_args=["--input", "{{ params.input }}"], conf={"spark.ui.enabled": "false"},
