@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow_sparkpoint.checkpoints.layout import validate_job_name
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
+from airflow_sparkpoint.sinks.base import DRIVER_STAGING_MAX_BYTES
 from airflow_sparkpoint.storage import split_uri
 
 PREFIX = "spark.sparkpoint."
@@ -32,6 +33,10 @@ KEYS: dict[str, str] = {
     "commit.mode": "checkpoint or external (default checkpoint)",
     "control.pollInterval": "how often the job looks for savepoint/stop requests (default 2s)",
     "stateStore": "rocksdb or hdfs (default rocksdb)",
+    "delta.driverStagingMaxBytes": (
+        "DeltaSink batches Spark estimates at most this large are written from the driver, "
+        "larger or unknown ones by the executors; 0 = always the executors (default 32m)"
+    ),
     "s3.endpoint": "S3-compatible endpoint URL (default: AWS)",
     "s3.region": "S3 region (default: AWS default chain)",
 }
@@ -63,6 +68,20 @@ def _parse_int(key: str, value: str, minimum: int) -> int:
     if number < minimum:
         raise ConfigError(f"{PREFIX}{key}={value!r} is too small; expected an integer >= {minimum}")
     return number
+
+
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(key: str, value: str) -> int:
+    """Parse bytes: ``0``, ``1048576``, ``512k``, ``32m``, ``1g`` (binary units, as Spark).
+
+    :raises ConfigError: naming the key, the value and the accepted forms.
+    """
+    match = _SIZE_RE.match(str(value))
+    if not match:
+        raise ConfigError(f"{PREFIX}{key}={value!r} is not a size; expected bytes or e.g. '0', '512k', '32m', '1g'")
+    return int(match.group(1)) * 1024 ** "_kmgt".index((match.group(2) or "_").lower())
 
 
 def _parse_bool(key: str, value: str) -> bool:
@@ -131,6 +150,7 @@ class SparkpointConfig:
     state_store: str = "rocksdb"
     s3_endpoint: str | None = None
     s3_region: str | None = None
+    driver_staging_max_bytes: int = DRIVER_STAGING_MAX_BYTES
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -220,4 +240,7 @@ class SparkpointConfig:
             state_store=_choice("stateStore", values.get("stateStore", "rocksdb"), ("rocksdb", "hdfs")),
             s3_endpoint=endpoint,
             s3_region=values.get("s3.region", "").strip() or None,
+            driver_staging_max_bytes=parse_size(
+                "delta.driverStagingMaxBytes", values.get("delta.driverStagingMaxBytes", str(DRIVER_STAGING_MAX_BYTES))
+            ),
         )

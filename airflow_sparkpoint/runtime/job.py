@@ -356,8 +356,8 @@ class _Run:
                 self.query.awaitTermination()
             except Exception as exc:  # noqa: BLE001 - re-raised below with context
                 query_error = exc
-            # Progress events are delivered asynchronously; wait for the last one.
-            self._drain_progress()
+            # The last batches' progress events may still be on their way: `_finish`
+            # confirms from commits/ directly, so they are not waited for.
             self.events.put(("final", None))
             coordinator_thread.join()
         finally:
@@ -379,21 +379,12 @@ class _Run:
         log.info("job %s generation %d %s: %s", self.cfg.job, self.generation, state, json.dumps(result.to_json()))
         return result
 
-    def _drain_progress(self) -> None:
-        last = livedir.last_commit(self.live)
-        deadline = time.monotonic() + 30
-        while last is not None and time.monotonic() < deadline:
-            confirmed = self.coordinator.confirmed_batch
-            if confirmed is not None and confirmed >= last:
-                return
-            time.sleep(0.05)
-        # Missing events are harmless: the final step reads commits/ directly.
-
     def _stage_batch(self, df: DataFrame, batch_id: int) -> None:
         """foreachBatch: stage the batch in the sink and record its pre-commit durably."""
         if self.stopping.is_set():
             raise _StopRun(f"job {self.cfg.job!r} is stopping; batch {batch_id} is not run")
-        ctx = StageContext(self.cfg.job, int(batch_id), self.generation, self.cfg.storage_options)
+        ctx = StageContext(self.cfg.job, int(batch_id), self.generation, self.cfg.storage_options,
+                           self.cfg.driver_staging_max_bytes)
         payload = self.sink.stage(df, ctx)
         faults.maybe_kill("stage", batch_id)
         record = TransactionRecord(
@@ -452,6 +443,9 @@ class _Run:
             return
         last = livedir.last_commit(self.live)
         if last is not None:
+            confirmed = self.coordinator.confirmed_batch
+            if confirmed is None or last > confirmed:
+                faults.maybe_kill("confirmed", last)  # as if its progress event had arrived
             self.coordinator.confirm(last)
         latest = self.coordinator.last_checkpoint
         if last is not None and (latest is None or latest.batch_id < last):

@@ -4,7 +4,10 @@ so the sink's two-phase-commit logic is written once.
 =================  =================================  =========================================
                    `LocalTable` (path, ``file://``)   `S3Table` (``s3://``, ``s3a://``)
 =================  =================================  =========================================
-stage              Spark's own parquet writer into    executors write parquet with pyarrow and
+stage (small)      the driver collects the batch as Arrow and writes parquet with pyarrow
+                   (`_delta_stage`): into the         uploaded with boto3
+                   staging directory
+stage (large)      Spark's own parquet writer into    executors write parquet with pyarrow and
                    the staging directory              upload plain objects with boto3
                                                       (`_delta_stage`): Spark needs no s3a
 delta-rs options   none                               endpoint, region, credentials, conditional
@@ -27,6 +30,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
@@ -35,6 +39,15 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, SinkError, StorageError
 from airflow_sparkpoint.sinks import _manifests as manifests
+from airflow_sparkpoint.sinks._delta_stage import (
+    RESULT_DDL,
+    DeltaStageSpec,
+    StageLayout,
+    collect_and_write,
+    stage_on_driver,
+    stage_partition,
+    with_partition_values,
+)
 from airflow_sparkpoint.sinks.base import checked_bucket
 from airflow_sparkpoint.storage import split_uri
 
@@ -86,6 +99,7 @@ class TableLocation(abc.ABC):
 
     def __init__(self, label: str) -> None:
         self.label = label  # the URI the user gave, for messages
+        self._driver_staging = True  # off once a batch was too large to collect
 
     def configure(self, storage_options: Mapping[str, Any]) -> None:
         """Receive connection options (endpoint, region, credentials) at run time."""
@@ -109,11 +123,40 @@ class TableLocation(abc.ABC):
         :raises ConfigError: or `SinkError`, naming the value and what is expected.
         """
 
-    @abc.abstractmethod
-    def stage(self, df: DataFrame, staging: str, partition_by: Sequence[str]) -> list[dict[str, Any]]:
+    def stage(self, df: DataFrame, staging: str, partition_by: Sequence[str],
+              driver_max_bytes: int) -> list[dict[str, Any]]:
         """Write every row of `df` as parquet under `staging` (replacing an earlier
         attempt), split into ``col=value`` directories by `partition_by`; return the files
-        as ``{path, size, partition_values, num_records, modification_time}``."""
+        as ``{path, size, partition_values, num_records, modification_time}``.
+
+        A batch Spark estimates at no more than `driver_max_bytes` is written by the
+        driver, any other by the executors (see `_delta_stage`).
+
+        :raises SinkError: the staging area cannot be reset or written.
+        """
+        layout = StageLayout(staging, uuid.uuid4().hex[:16], tuple(partition_by))
+        self.reset(staging)
+        if self._driver_staging:
+            source = with_partition_values(df, partition_by)
+            if stage_on_driver(source, driver_max_bytes):
+                files = self._stage_from_driver(source, layout)
+                if files is not None:
+                    return files
+                self._driver_staging = False  # this sink's batches are too large for the driver
+        return self._stage_on_executors(df, layout)
+
+    @abc.abstractmethod
+    def reset(self, staging: str) -> None:
+        """Delete what an earlier attempt left under `staging`."""
+
+    @abc.abstractmethod
+    def _stage_from_driver(self, df: DataFrame, layout: StageLayout) -> list[dict[str, Any]] | None:
+        """`stage` by collecting `df` (with hidden partition-value columns) to the driver;
+        None when it is too large to collect, with nothing written."""
+
+    @abc.abstractmethod
+    def _stage_on_executors(self, df: DataFrame, layout: StageLayout) -> list[dict[str, Any]]:
+        """`stage` with every executor task writing its own partition."""
 
     @abc.abstractmethod
     def missing(self, paths: Sequence[str]) -> list[str]:
@@ -156,13 +199,30 @@ class LocalTable(TableLocation):
     def _full(self, path: str) -> str:
         return os.path.join(self.uri, *path.split("/"))
 
-    def stage(self, df: DataFrame, staging: str, partition_by: Sequence[str]) -> list[dict[str, Any]]:
+    def reset(self, staging: str) -> None:
+        shutil.rmtree(self._full(staging), ignore_errors=True)
+
+    def _stage_from_driver(self, df: DataFrame, layout: StageLayout) -> list[dict[str, Any]] | None:
+        scratch = os.path.join(self._full(layout.staging), f".tmp-{layout.attempt}")  # same filesystem: renames
+        os.makedirs(scratch)
+
+        def put(local: str, rel: str) -> None:
+            final = self._full(rel)
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            os.replace(local, final)
+
+        try:
+            return collect_and_write(df, layout, scratch, put)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _stage_on_executors(self, df: DataFrame, layout: StageLayout) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq
 
-        target = self._full(staging)
+        target = self._full(layout.staging)
         writer = df.write.mode("overwrite").option("compression", "snappy")
-        if partition_by:
-            writer = writer.partitionBy(*partition_by)
+        if layout.partition_by:
+            writer = writer.partitionBy(*layout.partition_by)
         # Spark's writer consumes every partition of the batch, as Spark 4.2 requires.
         writer.parquet(target)
         files = []
@@ -323,33 +383,33 @@ class S3Table(TableLocation):
         except StorageError as exc:
             raise SinkError(f"DeltaSink destination {self.uri} is not usable: {exc}") from None
 
-    def stage(self, df: DataFrame, staging: str, partition_by: Sequence[str]) -> list[dict[str, Any]]:
-        import json
-
-        from pyspark.sql import functions as F
-
-        from airflow_sparkpoint.sinks._delta_stage import (
-            PARTITION_VALUE_COLUMN,
-            RESULT_DDL,
-            DeltaStageSpec,
-            stage_partition,
-        )
-
-        spec = DeltaStageSpec(self.bucket, self.prefix, staging, uuid.uuid4().hex[:16], tuple(partition_by),
-                              dict(self._options))
-        store = self._storage()
+    def reset(self, staging: str) -> None:
         try:
-            store.delete_prefix(staging)  # an earlier attempt of this transaction, as Spark's overwrite mode
+            self._storage().delete_prefix(staging)  # an earlier attempt of this transaction
         except StorageError as exc:
             raise SinkError(f"cannot reset the staging area {self.uri}/{staging}: {exc}") from None
-        # Partition values as Spark renders them in directory names (its cast to string).
-        values = [F.col("`" + col.replace("`", "``") + "`").cast("string").alias(f"{PARTITION_VALUE_COLUMN}{i}")
-                  for i, col in enumerate(partition_by)]
+
+    def _stage_from_driver(self, df: DataFrame, layout: StageLayout) -> list[dict[str, Any]] | None:
+        store = self._storage()
+        directory = tempfile.mkdtemp(prefix="sparkpoint-delta-")
+        try:
+            return collect_and_write(df, layout, directory, store.upload_file)
+        except StorageError as exc:
+            raise SinkError(f"cannot stage into {self.uri}/{layout.staging}: {exc}") from None
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def _stage_on_executors(self, df: DataFrame, layout: StageLayout) -> list[dict[str, Any]]:
+        import json
+
+        spec = DeltaStageSpec(layout, self.bucket, self.prefix, dict(self._options))
+        staging = layout.staging
+        store = self._storage()
 
         def stage_batches(batches: Any) -> Any:
             return stage_partition(spec, batches)
 
-        rows = df.select("*", *values).mapInArrow(stage_batches, RESULT_DDL).collect()
+        rows = with_partition_values(df, layout.partition_by).mapInArrow(stage_batches, RESULT_DDL).collect()
         files = sorted(
             (
                 {

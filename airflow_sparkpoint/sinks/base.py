@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
+#: default of ``spark.sparkpoint.delta.driverStagingMaxBytes``
+DRIVER_STAGING_MAX_BYTES = 32 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class StageContext:
     """What a sink needs to know to stage one batch."""
@@ -36,6 +40,8 @@ class StageContext:
     batch_id: int
     generation: int
     storage_options: Mapping[str, Any] = field(default_factory=dict)
+    #: a batch Spark estimates at no more than this is written from the driver (DeltaSink)
+    driver_staging_max_bytes: int = DRIVER_STAGING_MAX_BYTES
 
     @property
     def txn_id(self) -> str:

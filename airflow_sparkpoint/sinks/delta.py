@@ -7,9 +7,10 @@ carrying ``Transaction(app_id=<job>, version=<batch>)``. Whether a batch landed 
 from the table with ``transaction_version(<job>)``; delta-rs does not skip a repeated
 version by itself, so every commit checks it first.
 
-Tables live on a local or mounted filesystem (Spark's own writer stages the files) or on
-S3 (executors write and upload the files themselves, so Spark needs no ``s3a``; the
-commit relies on S3 conditional put). `_delta_location` holds those differences.
+Tables live on a local or mounted filesystem or on S3 (files are uploaded with boto3, so
+Spark needs no ``s3a``; the commit relies on S3 conditional put). A small batch is
+collected and written by the driver, a large one by the executors (Spark's own writer
+on a filesystem). `_delta_location` holds those differences.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ class DeltaSink(Sink):
         self._check_schema(schema)
         staging = self._staging_dir(ctx.job, ctx.txn_id)
         partition_by = self.partition_by if self.mode == "append" else []
-        files = self._location.stage(df, staging, partition_by)
+        files = self._location.stage(df, staging, partition_by, ctx.driver_staging_max_bytes)
         return {
             "mode": self.mode,
             "staging": staging,

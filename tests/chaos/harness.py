@@ -301,6 +301,8 @@ class S3Case(SinkCase):
 CASES: dict[str, type[SinkCase]] = {c.name: c for c in (DeltaMergeCase, DeltaAppendCase, S3Case, DirectoryCase)}
 SINKS = tuple(CASES)
 MODES = ("checkpoint", "external")
+#: who stages a DeltaSink batch (spark.sparkpoint.delta.driverStagingMaxBytes 32m or 0)
+STAGING_SIDES = ("driver", "executors")
 
 
 # Points on the stop-with-savepoint path: those trials run a processingTime job and stop it.
@@ -381,10 +383,13 @@ class Trial:
     mode: str
     point: str
     batch: int
+    #: who writes a DeltaSink batch: "driver" (the default for small batches) or "executors"
+    staging: str = "driver"
 
     @property
     def label(self) -> str:
-        return f"#{self.index} {self.sink}/{self.mode} {self.point}:{self.batch}"
+        side = f" staged by {self.staging}" if self.sink.startswith("delta") else ""
+        return f"#{self.index} {self.sink}/{self.mode}{side} {self.point}:{self.batch}"
 
 
 @dataclass
@@ -414,7 +419,7 @@ def plan_trials(sink: str, count: int, rng: Any, start_index: int = 0) -> list[T
             mode = rng.choice(MODES)
             point = rng.choice(points_for(mode))
         batch = batch_for(point, rng)
-        trials.append(Trial(start_index + i, sink, mode, point, batch))
+        trials.append(Trial(start_index + i, sink, mode, point, batch, rng.choice(STAGING_SIDES)))
     return trials
 
 
@@ -475,6 +480,8 @@ def run_trial(trial: Trial, base: Path, s3: S3Context | None = None) -> TrialRes
     }
     if trial.point in STOP_POINTS:
         conf["spark.sparkpoint.trigger"] = "processingTime:500ms"
+    if trial.staging == "executors":
+        conf["spark.sparkpoint.delta.driverStagingMaxBytes"] = "0"
     marker = base / "fault-fired"
     env = {ENV: f"{trial.point}:{trial.batch}", ENV_ONCE: str(marker)}
     args = ["--input", str(base / "input"), "--output", case.output()]
@@ -569,7 +576,8 @@ def format_report(title: str, results: Sequence[TrialResult], seed: int) -> str:
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
     modes = Counter(r.trial.mode for r in results)
-    lines.append(f"commit modes: {dict(sorted(modes.items()))}; "
+    sides = Counter(r.trial.staging for r in results if r.trial.sink.startswith("delta"))
+    lines.append(f"commit modes: {dict(sorted(modes.items()))}; Delta staged by: {dict(sorted(sides.items()))}; "
                  f"wall time per trial: median {sorted(r.seconds for r in results)[len(results) // 2]:.0f} s")
     for r in results:
         if not r.ok:

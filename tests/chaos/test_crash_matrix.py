@@ -24,6 +24,7 @@ from tests.chaos.harness import (
     MODES,
     REPORTS,
     SINKS,
+    STAGING_SIDES,
     DeltaAppendCase,
     DeltaMergeCase,
     S3Context,
@@ -58,7 +59,7 @@ def test_crash_ci_subset(tmp_path: Path, s3_context: S3Context) -> None:
     for index, sink in enumerate(SINKS):
         mode = MODES[(index + seed) % len(MODES)]
         point = rng.choice(points_for(mode))
-        trials.append(Trial(index, sink, mode, point, batch_for(point, rng)))
+        trials.append(Trial(index, sink, mode, point, batch_for(point, rng), STAGING_SIDES[(index + seed) % 2]))
 
     results = run_trials(trials, tmp_path, s3_context, workers=_workers(), progress=_progress)
 

@@ -27,6 +27,7 @@ def test_defaults_match_the_design():
     assert cfg.poll_interval_s == 2
     assert cfg.state_store == "rocksdb"
     assert cfg.storage_options == {}
+    assert cfg.driver_staging_max_bytes == 32 * 1024 * 1024
 
 
 def test_every_documented_key_is_accepted():
@@ -35,7 +36,7 @@ def test_every_documented_key_is_accepted():
         "restore.sinkAhead": "rewind", "trigger": "processingTime:10s", "checkpoint.interval": "30s",
         "checkpoint.numRetained": "5", "checkpoint.timeout": "1min", "checkpoint.tolerableFailures": "2",
         "commit.mode": "external", "control.pollInterval": "500ms", "stateStore": "hdfs",
-        "s3.endpoint": "http://127.0.0.1:9000", "s3.region": "eu-west-1",
+        "s3.endpoint": "http://127.0.0.1:9000", "s3.region": "eu-west-1", "delta.driverStagingMaxBytes": "4m",
     }
     assert set(values) | {"dir", "job"} == set(KEYS)
     cfg = SparkpointConfig.from_conf({**BASE, **{PREFIX + k: v for k, v in values.items()}})
@@ -43,6 +44,15 @@ def test_every_documented_key_is_accepted():
     assert cfg.checkpoint_interval_s == 30
     assert cfg.poll_interval_s == 0.5
     assert cfg.storage_options == {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}
+    assert cfg.driver_staging_max_bytes == 4 * 1024 * 1024
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("0", 0), ("1048576", 1048576), ("512k", 512 * 1024), ("32m", 32 * 1024**2), ("1g", 1024**3),
+    ("2 GiB", 2 * 1024**3), ("64MB", 64 * 1024**2), ("100b", 100),
+])
+def test_driver_staging_sizes(value, expected):
+    assert SparkpointConfig.from_conf(conf(delta__driverStagingMaxBytes=value)).driver_staging_max_bytes == expected
 
 
 @pytest.mark.parametrize(
@@ -70,6 +80,9 @@ def test_every_documented_key_is_accepted():
         (conf(restore__force="maybe"), "restore.force='maybe'"),
         (conf(restore__sinkAhead="ignore"), "restore.sinkAhead='ignore'"),
         (conf(workDir="ftp://x/live"), "workDir='ftp://x/live'"),
+        (conf(delta__driverStagingMaxBytes="-1"), "delta.driverStagingMaxBytes='-1' is not a size"),
+        (conf(delta__driverStagingMaxBytes="lots"), "delta.driverStagingMaxBytes='lots' is not a size"),
+        (conf(delta__driverStagingMaxBytes="1.5g"), "delta.driverStagingMaxBytes='1.5g'"),
         ({**BASE, f"{PREFIX}checkpoint.numRetain": "3"}, "spark.sparkpoint.checkpoint.numRetain is not a known"),
     ],
 )

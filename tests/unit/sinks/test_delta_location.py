@@ -8,7 +8,7 @@ import pytest
 
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.sinks._delta_location import LocalTable, S3Table, table_location
-from airflow_sparkpoint.sinks._delta_stage import DeltaStageSpec, escape_partition_value
+from airflow_sparkpoint.sinks._delta_stage import DeltaStageSpec, StageLayout, escape_partition_value
 from airflow_sparkpoint.sinks.delta import DeltaSink
 
 SECRET = "sp-unit-secret-value"
@@ -99,7 +99,8 @@ def test_partition_directories_are_escaped_as_spark_does():
     assert escape_partition_value("d1") == "d1"
     assert escape_partition_value("a b:c/d=e%") == "a b%3Ac%2Fd%3De%25"
     assert escape_partition_value(None) == escape_partition_value("") == "__HIVE_DEFAULT_PARTITION__"
-    spec = DeltaStageSpec("b", "w/t/", "_sparkpoint_txn/job/job-b0-g1", "abc", ("day", "h"), {"secret": SECRET})
-    assert spec.relative_path(3, ("d1", None), 2) == (
+    layout = StageLayout("_sparkpoint_txn/job/job-b0-g1", "abc", ("day", "h"))
+    spec = DeltaStageSpec(layout, "b", "w/t/", {"secret": SECRET})
+    assert spec.layout.relative_path(3, ("d1", None), 2) == (
         "_sparkpoint_txn/job/job-b0-g1/day=d1/h=__HIVE_DEFAULT_PARTITION__/part-00003-abc-002.snappy.parquet")
     assert SECRET not in repr(spec)
