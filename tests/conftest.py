@@ -68,6 +68,46 @@ def s3_server() -> Iterator[str]:
         server.stop()
 
 
+_MOTO_CHILD = (
+    "import sys\n"
+    "from moto.server import ThreadedMotoServer\n"
+    "ThreadedMotoServer(ip_address='127.0.0.1', port=int(sys.argv[1]), verbose=False).start()\n"
+    "sys.stdin.read()\n"  # until the fixture closes our stdin
+)
+
+
+@pytest.fixture(scope="session")
+def s3_server_process() -> Iterator[str]:
+    """moto's threaded S3 server in a child process; yields its endpoint URL. For tests
+    that call delta-rs in this process: some of its calls hold the GIL while they wait on
+    HTTP, which would starve an in-process server."""
+    import subprocess
+    import time
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", _MOTO_CHILD, str(port)], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto did not start on port {port}") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.fixture()
 def s3_bucket(s3_server: str) -> str:
     """A fresh, empty bucket on the moto endpoint; returns its name."""

@@ -3,6 +3,7 @@ crash trials printed at the end of the session."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -11,8 +12,14 @@ from tests.chaos.harness import REPORTS, S3Context, format_report
 
 
 @pytest.fixture()
-def s3_context(s3_server: str, s3_bucket: str) -> S3Context:
-    return S3Context(s3_server, s3_bucket)
+def s3_context(s3_server_process: str) -> S3Context:
+    """A fresh bucket on moto in a child process: the checks read Delta tables on S3
+    with delta-rs from this process (see `s3_server_process`)."""
+    import boto3
+
+    name = f"sp-chaos-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_server_process, region_name="us-east-1").create_bucket(Bucket=name)
+    return S3Context(s3_server_process, name)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -223,6 +223,66 @@ class DeltaAppendCase(DeltaCase):
     script = "delta_append_job.py"
 
 
+class DeltaS3Case(DeltaMergeCase):
+    """The merge job into a Delta table on S3: staged objects uploaded with boto3, the
+    commit a delta-rs log entry created with a conditional put."""
+
+    name = "delta-s3"
+
+    def __init__(self, root: Path, s3: S3Context | None = None) -> None:
+        super().__init__(root, s3)
+        assert s3 is not None, "the delta-s3 case needs the moto endpoint"
+        self.prefix = f"{root.name}-{uuid.uuid4().hex[:6]}/table"
+
+    def output(self) -> str:
+        assert self.s3 is not None
+        return f"s3://{self.s3.bucket}/{self.prefix}"
+
+    def conf(self) -> dict[str, str]:
+        assert self.s3 is not None
+        return {"spark.sparkpoint.s3.endpoint": self.s3.endpoint, "spark.sparkpoint.s3.region": "us-east-1"}
+
+    def storage_options(self) -> dict[str, Any]:
+        assert self.s3 is not None
+        return {"endpoint_url": self.s3.endpoint, "region_name": "us-east-1"}
+
+    def _table(self) -> Any:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        assert self.s3 is not None
+        options = {"AWS_ENDPOINT_URL": self.s3.endpoint, "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
+                   "AWS_ACCESS_KEY_ID": os.environ["AWS_ACCESS_KEY_ID"],
+                   "AWS_SECRET_ACCESS_KEY": os.environ["AWS_SECRET_ACCESS_KEY"]}
+        try:
+            return DeltaTable(self.output(), storage_options=options)
+        except TableNotFoundError:
+            return None
+
+    def rows(self) -> list[dict[str, Any]]:
+        table = self._table()
+        return [] if table is None else list(table.to_pyarrow_table().to_pylist())
+
+    def leftovers(self, job: str) -> list[str]:
+        import urllib.parse
+
+        import pyarrow as pa
+
+        assert self.s3 is not None
+        staging = f"{self.prefix}/_sparkpoint_txn/{job}/"
+        pages = self.s3.client().get_paginator("list_objects_v2").paginate(Bucket=self.s3.bucket, Prefix=staging)
+        staged = {o["Key"][len(staging):].split("/", 1)[0] for p in pages for o in p.get("Contents", ())}
+        table = self._table()
+        referenced: set[str] = set()
+        if table is not None:
+            prefix = f"_sparkpoint_txn/{job}/"
+            for path in pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist():
+                path = urllib.parse.unquote(path)
+                if path.startswith(prefix):
+                    referenced.add(path[len(prefix):].split("/", 1)[0])
+        return [f"_sparkpoint_txn/{job}/{name}" for name in sorted(staged - referenced)]
+
+
 class DirectoryCase(SinkCase):
     name = "directory"
     script = "directory_job.py"
@@ -298,7 +358,9 @@ class S3Case(SinkCase):
         return [f"pending upload {u['Key']}" for p in pages for u in p.get("Uploads", ())]
 
 
-CASES: dict[str, type[SinkCase]] = {c.name: c for c in (DeltaMergeCase, DeltaAppendCase, S3Case, DirectoryCase)}
+CASES: dict[str, type[SinkCase]] = {
+    c.name: c for c in (DeltaMergeCase, DeltaAppendCase, DeltaS3Case, S3Case, DirectoryCase)
+}
 SINKS = tuple(CASES)
 MODES = ("checkpoint", "external")
 #: who stages a DeltaSink batch (spark.sparkpoint.delta.driverStagingMaxBytes 32m or 0)

@@ -101,6 +101,33 @@ def test_append_is_invisible_until_commit_and_commits_once(spark, tmp_path):
     assert DeltaTable(str(table)).version() == 0
 
 
+def test_every_column_type_reads_back_the_same_from_either_staging_side(spark, tmp_path):
+    import datetime as dt
+    from decimal import Decimal
+
+    from deltalake import DeltaTable
+
+    schema = ("id long, name string, score double, price decimal(12,2), day date, at timestamp, ok boolean, "
+              "raw binary, tags array<string>, attrs map<string,int>, point struct<x:int,y:int>, part string")
+    data = [
+        (1, "a", 1.5, Decimal("10.25"), dt.date(2026, 1, 2), dt.datetime(2026, 1, 2, 3, 4, 5, 6000), True,
+         b"\x00\x01", ["x", "y"], {"k": 1}, (1, 2), "p 1:/"),
+        (2, None, None, None, None, None, None, None, None, None, None, None),
+    ]
+    df = spark.createDataFrame(data, schema)
+    sink = DeltaSink(str(tmp_path / "t"), partition_by=["part"])
+
+    assert sink.commit(stage(sink, df, 0)).status == "committed"
+
+    got = DeltaTable(str(tmp_path / "t")).to_pyarrow_table()
+    want = df.toArrow()
+    assert sorted(got.column_names) == sorted(want.column_names)
+    for name in want.column_names:
+        assert got.schema.field(name).type == want.schema.field(name).type, name
+    by_id = sorted(got.select(want.column_names).to_pylist(), key=lambda r: r["id"])
+    assert by_id == sorted(want.to_pylist(), key=lambda r: r["id"])
+
+
 def test_merge_commit_that_already_landed_drops_its_staging_area(spark, tmp_path):
     """A commit step killed after the Delta log entry, before removing the merged rows'
     staging area: the repeated commit reports "already" and leaves nothing staged."""

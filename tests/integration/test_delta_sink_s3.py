@@ -1,9 +1,9 @@
-"""`DeltaSink` on S3 against real local Spark and moto's S3 server over HTTP: executors
-stage parquet objects under ``_sparkpoint_txn/``, one keyed delta-rs commit per batch
+"""`DeltaSink` on S3 against real local Spark and moto's S3 server over HTTP: the driver
+or the executors stage parquet objects under ``_sparkpoint_txn/``, one keyed delta-rs commit per batch
 (created with a conditional put), restarts that stage a batch again never duplicate it,
 merge is exact, bad input fails before anything is written, and the rewind policy.
 
-moto runs in a child process here, not in the test process (the ``s3_server`` fixture):
+moto runs in a child process here (``s3_server_process``), not in the test process:
 some delta-rs calls (``DeltaTable.history``, ``restore``, ``is_deltatable``) keep the GIL
 while they wait for S3, so a Python S3 server in the same process would never answer
 them. A real deployment never runs its S3 endpoint inside the driver.
@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,41 +28,10 @@ from airflow_sparkpoint.sinks import DeltaSink, StageContext, sink_from_config
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
 SECRET = f"sp-delta-secret-{uuid.uuid4().hex}"
-_MOTO = (
-    "import sys, time\n"
-    "from moto.server import ThreadedMotoServer\n"
-    "ThreadedMotoServer(ip_address='127.0.0.1', port=int(sys.argv[1]), verbose=False).start()\n"
-    "sys.stdin.read()\n"  # until the test closes our stdin
-)
-
-
 @pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
-    """moto's threaded S3 server in a child process; yields its endpoint URL."""
-    from tests.conftest import free_port
-
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", _MOTO, str(port)], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto did not start on port {port}") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+def endpoint(s3_server_process: str) -> str:
+    """moto in a child process (see `s3_server_process`)."""
+    return s3_server_process
 
 
 @pytest.fixture()
