@@ -43,7 +43,8 @@ sys.path.insert(0, str(HERE))
 from _bench import machine
 
 FULL: dict[str, list[str]] = {
-    "throughput": ["bench_throughput.py", "--batches", "8", "--rows", "200000", "--keys", "50000", "--runs", "3"],
+    "throughput": ["bench_throughput.py", "--batches", "8", "--rows", "200000", "--keys", "50000", "--runs", "5",
+                   "--warmup", "2"],
     "incremental": ["bench_incremental.py", "--keys", "200000", "--batches", "12", "--curve", "50000,100000"],
     "s3_commit": ["bench_s3_commit.py", "--server", "seaweedfs", "--runs", "5", "--files", "50", "--size-mib", "16",
                   "--small-mib", "1"],
@@ -53,7 +54,8 @@ FULL: dict[str, list[str]] = {
     "catalog": ["bench_catalog.py", "--sizes", "10,100,1000", "--backends", "local,s3"],
 }
 QUICK: dict[str, list[str]] = {
-    "throughput": ["bench_throughput.py", "--batches", "3", "--rows", "20000", "--keys", "5000", "--runs", "1"],
+    "throughput": ["bench_throughput.py", "--batches", "3", "--rows", "20000", "--keys", "5000", "--runs", "1",
+                   "--warmup", "1"],
     "incremental": ["bench_incremental.py", "--keys", "20000", "--batches", "4", "--curve", "5000"],
     "s3_commit": ["bench_s3_commit.py", "--server", "seaweedfs", "--runs", "1", "--files", "5", "--size-mib", "6",
                   "--small-mib", "1"],
@@ -97,7 +99,9 @@ def summary_rows(r: dict[str, Any]) -> list[list[str]]:
         rows.append(["Throughput, Sparkpoint ÷ plain Spark (rows/s)", f"{t['ratio']:.2f}", "≥ 0.90", _verdict(t["pass"]),
                      (f"Sparkpoint {t['median_s']['sparkpoint']:.2f} s ({t['rows_per_s']['sparkpoint']:,.0f} rows/s); "
                      f"plain {t['median_s']['plain']:.2f} s ({t['rows_per_s']['plain']:,.0f} rows/s); "
-                     f"{t['input_rows']:,} input rows; batches staged from the driver (the default for "
+                     f"{t['input_rows']:,} input rows; ratio = median of {len(t['round_ratios'])} paired rounds "
+                     f"({', '.join(f'{x:.2f}' for x in t['round_ratios'])}) after {t['warmup_rounds']} warm-up rounds; "
+                     f"batches staged from the driver (the default for "
                      f"batches this size). Comparison, not the verdict: staged by the executors "
                      f"({t['median_s']['executors']:.2f} s) = {t['executors_ratio']:.2f}")])
     i = r.get("incremental", {})

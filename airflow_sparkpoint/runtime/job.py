@@ -231,6 +231,8 @@ class _Run:
         self._status_lock = threading.Lock()
         self._final_state = False
         self._heartbeat_stop = threading.Event()
+        self.listener_done = threading.Event()  # the query's termination event was delivered
+        self._application_id = self.spark.sparkContext.applicationId  # asked once: a JVM call
 
     # -- preparation: everything that can fail does so before anything is written -----
 
@@ -269,7 +271,7 @@ class _Run:
         plan: RestorePlan = plan_restore(self.cfg, self.catalog, status.get("live_dir"))
         check_sink_position(plan, self.sink, self.cfg.job, self.cfg.restore_sink_ahead)
         self.generation = self.catalog.claim_generation(
-            {"restore": self.cfg.restore, "plan": plan.description, "app": self.spark.sparkContext.applicationId}
+            {"restore": self.cfg.restore, "plan": plan.description, "app": self._application_id}
         ).generation
         log.info("job %s generation %d starts from %s", self.cfg.job, self.generation, plan.description)
         if plan.resume_in_place:
@@ -332,7 +334,8 @@ class _Run:
                 pass
 
             def onQueryTerminated(self, event: Any) -> None:
-                pass
+                if run.query is not None and str(event.id) == str(run.query.id):
+                    run.listener_done.set()
 
         listener = Listener()
         self.spark.streams.addListener(listener)
@@ -356,13 +359,23 @@ class _Run:
                 self.query.awaitTermination()
             except Exception as exc:  # noqa: BLE001 - re-raised below with context
                 query_error = exc
-            # The last batches' progress events may still be on their way: `_finish`
-            # confirms from commits/ directly, so they are not waited for.
+            # The last progress events may still be on their way: `_finish` confirms
+            # from commits/ itself, so they are not waited for here.
             self.events.put(("final", None))
             coordinator_thread.join()
+            return self._conclude(query_error)
         finally:
             self._heartbeat_stop.set()
+            # The bus delivers this query's events in order, its termination last. Removing
+            # the listener before that arrived could leave a callback in flight into a
+            # Python process that is exiting (an error in the job's log). It arrives
+            # tens of milliseconds after the query ended: meanwhile the final checkpoint,
+            # commit and status were written.
+            self.listener_done.wait(timeout=10)
             self.spark.streams.removeListener(listener)
+
+    def _conclude(self, query_error: BaseException | None) -> RunResult:
+        """Raise the run's failure, or record its result and return it."""
         if self.error is not None:
             self._write_status("failed", error=str(self.error))
             if isinstance(self.error, SparkpointError):
@@ -527,7 +540,7 @@ class _Run:
             last_checkpoint_uri=self.catalog.checkpoint_uri(last.id) if last else None,
             checkpoints_completed=self.coordinator.checkpoints_completed, savepoint_uri=self.savepoint_uri,
             error=error, host=socket.gethostname(), pid=os.getpid(),
-            application_id=self.spark.sparkContext.applicationId,
+            application_id=self._application_id,
         ).to_json()
         status["live_dir"] = self.live
         with self._status_lock:

@@ -226,7 +226,10 @@ class DeltaSink(Sink):
             else:
                 raise SinkError(f"Delta commit of batch {record.batch_id} to {self.uri} failed: {failure}") from exc
         faults.maybe_kill("promoting", record.batch_id)  # landed; the caller does not know yet
-        table = deltalake.DeltaTable(self.path, storage_options=self._location.delta_options())
+        if table is None:
+            table = deltalake.DeltaTable(self.path, storage_options=self._location.delta_options())
+        else:
+            table.update_incremental()  # reads only the new log entries
         if staged.get("mode", self.mode) == "merge":
             self._drop_staging(record)
         return CommitOutcome(record.txn_id, "committed", {"version": table.version()})
