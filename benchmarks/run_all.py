@@ -259,10 +259,14 @@ def notes(r: dict[str, Any]) -> list[str]:
     if "ratio" in t:
         out += [f"- **Throughput.** {t['batches']} micro-batches of {t['rows_per_batch']:,} events over {t['keys']:,} keys",
                 "  (`groupBy(user).agg(sum, count)`, update mode), one parquet file per batch, `availableNow`.",
-                "  Sparkpoint stages each batch with Spark's parallel parquet writer, records it, takes a retained",
-                "  checkpoint (copies the new state files) and commits with delta-rs; the plain query collects each",
-                "  batch to the driver (`toArrow`) and appends it with `write_deltalake`. Wall time of the whole run,",
-                "  medians after a warm-up run of each, runs alternating."]
+                "  Sparkpoint stages each batch (these batches are small enough, by Spark's estimate, to be",
+                "  collected and written by the driver), records it, takes a retained checkpoint (copies the new",
+                "  state files) and commits with delta-rs; the plain query collects each batch to the driver",
+                "  (`toArrow`) and appends it with `write_deltalake`. Wall time of the whole run. A round runs each",
+                f"  variant once, in alternating order; {t.get('warmup_rounds', 1)} warm-up rounds are not counted",
+                "  (the JVM keeps speeding up for several runs); the ratio is the median of the rounds' plain ÷ Sparkpoint times, so the",
+                "  machine's drift cancels out of each. The comparison row forces staging by the executors",
+                "  (`spark.sparkpoint.delta.driverStagingMaxBytes=0`: Spark's parallel parquet writer)."]
     i = r.get("incremental", {})
     if "ratio" in i:
         out += ["- **Incremental checkpoints.** The first checkpoint copies everything (ratio 1.0) and is left out",

@@ -166,6 +166,7 @@ class SinkCase:
     name = ""
     script = ""
     merge = False
+    on_s3 = False  # writes to the moto endpoint
 
     def __init__(self, root: Path, s3: S3Context | None = None) -> None:
         self.root = root
@@ -175,10 +176,16 @@ class SinkCase:
         return str(self.root / "output")
 
     def conf(self) -> dict[str, str]:
-        return {}
+        """The job's S3 settings, when the case writes to the moto endpoint."""
+        if not self.on_s3 or self.s3 is None:
+            return {}
+        return {"spark.sparkpoint.s3.endpoint": self.s3.endpoint, "spark.sparkpoint.s3.region": "us-east-1"}
 
     def storage_options(self) -> dict[str, Any]:
-        return {}
+        """Connection options of the commit step (same endpoint as `conf`)."""
+        if not self.on_s3 or self.s3 is None:
+            return {}
+        return {"endpoint_url": self.s3.endpoint, "region_name": "us-east-1"}
 
     def rows(self) -> list[dict[str, Any]]:
         raise NotImplementedError
@@ -228,6 +235,7 @@ class DeltaS3Case(DeltaMergeCase):
     commit a delta-rs log entry created with a conditional put."""
 
     name = "delta-s3"
+    on_s3 = True
 
     def __init__(self, root: Path, s3: S3Context | None = None) -> None:
         super().__init__(root, s3)
@@ -238,13 +246,6 @@ class DeltaS3Case(DeltaMergeCase):
         assert self.s3 is not None
         return f"s3://{self.s3.bucket}/{self.prefix}"
 
-    def conf(self) -> dict[str, str]:
-        assert self.s3 is not None
-        return {"spark.sparkpoint.s3.endpoint": self.s3.endpoint, "spark.sparkpoint.s3.region": "us-east-1"}
-
-    def storage_options(self) -> dict[str, Any]:
-        assert self.s3 is not None
-        return {"endpoint_url": self.s3.endpoint, "region_name": "us-east-1"}
 
     def _table(self) -> Any:
         from deltalake import DeltaTable
@@ -320,6 +321,7 @@ class S3Context:
 class S3Case(SinkCase):
     name = "s3"
     script = "s3_job.py"
+    on_s3 = True
 
     def __init__(self, root: Path, s3: S3Context | None = None) -> None:
         super().__init__(root, s3)
@@ -330,13 +332,6 @@ class S3Case(SinkCase):
         assert self.s3 is not None
         return f"s3://{self.s3.bucket}/{self.prefix.rstrip('/')}"
 
-    def conf(self) -> dict[str, str]:
-        assert self.s3 is not None
-        return {"spark.sparkpoint.s3.endpoint": self.s3.endpoint, "spark.sparkpoint.s3.region": "us-east-1"}
-
-    def storage_options(self) -> dict[str, Any]:
-        assert self.s3 is not None
-        return {"endpoint_url": self.s3.endpoint, "region_name": "us-east-1"}
 
     def rows(self) -> list[dict[str, Any]]:
         assert self.s3 is not None

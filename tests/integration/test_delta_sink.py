@@ -6,61 +6,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
 from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError
-from airflow_sparkpoint.sinks import DeltaSink, StageContext
+from airflow_sparkpoint.sinks import DeltaSink
 from airflow_sparkpoint.sinks.commit import commit_pending
 from airflow_sparkpoint.storage import MemoryStorage
+from tests.delta_staging import stage, staging_side  # noqa: F401 - staging_side: autouse
 
 pytestmark = pytest.mark.spark
-
-
-SIDE = "driver"  # the staging side of the running test, set by `staging_side`
-DRIVER_MAX_BYTES = {"driver": 32 * 1024 * 1024, "executors": 0}
-
-
-@pytest.fixture(autouse=True, params=["driver", "executors"])
-def staging_side(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every test runs with its batches staged from the driver and by the executors; the
-    sides that actually wrote are recorded, so a test cannot pass on the other one."""
-    from airflow_sparkpoint.sinks._delta_location import TableLocation
-
-    monkeypatch.setattr(sys.modules[__name__], "SIDE", request.param)
-    wrote: list[str] = []
-    for method, label in (("_stage_from_driver", "driver"), ("_stage_on_executors", "executors")):
-        for cls in TableLocation.__subclasses__():
-            original = getattr(cls, method)
-
-            def spy(self: Any, *args: Any, _original: Any = original, _label: str = label) -> Any:
-                wrote.append(_label)
-                return _original(self, *args)
-
-            monkeypatch.setattr(cls, method, spy)
-    yield wrote
-    assert set(wrote) <= {request.param}, f"staged by {wrote} in a {request.param} test"
-
-
-def sized(df: Any) -> Any:
-    """`df` as a local relation, whose size Spark knows (it plans a DataFrame created from
-    a Python list as an RDD of unknown size, which the sink stages on the executors)."""
-    return df.sparkSession.createDataFrame(df.toArrow())
-
-
-def stage(sink: DeltaSink, df: Any, batch: int, generation: int = 1, job: str = "job",
-          side: str | None = None) -> TransactionRecord:
-    side = side or SIDE
-    if side == "driver":
-        df = sized(df)
-    payload = sink.stage(df, StageContext(job, batch, generation, driver_staging_max_bytes=DRIVER_MAX_BYTES[side]))
-    return TransactionRecord(job=job, batch_id=batch, generation=generation, sink=sink.kind, sink_id=sink.sink_id,
-                             payload={"config": sink.to_config(), "staged": payload})
 
 
 def rows(path: Path, *order: str) -> list[dict[str, Any]]:

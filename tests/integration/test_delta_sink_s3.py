@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError
 from airflow_sparkpoint.sinks import DeltaSink, StageContext, sink_from_config
+from tests.delta_staging import DRIVER_MAX_BYTES, for_side, side, stage, staging_side  # noqa: F401 - autouse
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
@@ -64,48 +63,6 @@ def make_sink(bucket: str, options: dict[str, Any], table: str = "t", **kwargs: 
     sink = DeltaSink(f"s3://{bucket}/warehouse/{table}", **kwargs)
     sink.configure(options)
     return sink
-
-
-SIDE = "driver"  # the staging side of the running test, set by `staging_side`
-DRIVER_MAX_BYTES = {"driver": 32 * 1024 * 1024, "executors": 0}
-
-
-@pytest.fixture(autouse=True, params=["driver", "executors"])
-def staging_side(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every test runs with its batches staged from the driver and by the executors; the
-    sides that actually wrote are recorded, so a test cannot pass on the other one."""
-    from airflow_sparkpoint.sinks._delta_location import TableLocation
-
-    monkeypatch.setattr(sys.modules[__name__], "SIDE", request.param)
-    wrote: list[str] = []
-    for method, label in (("_stage_from_driver", "driver"), ("_stage_on_executors", "executors")):
-        for cls in TableLocation.__subclasses__():
-            original = getattr(cls, method)
-
-            def spy(self: Any, *args: Any, _original: Any = original, _label: str = label) -> Any:
-                wrote.append(_label)
-                return _original(self, *args)
-
-            monkeypatch.setattr(cls, method, spy)
-    yield wrote
-    assert set(wrote) <= {request.param}, f"staged by {wrote} in a {request.param} test"
-
-
-def sized(df: Any) -> Any:
-    """`df` as a local relation, whose size Spark knows (it plans a DataFrame created from
-    a Python list as an RDD of unknown size, which the sink stages on the executors)."""
-    return df.sparkSession.createDataFrame(df.toArrow())
-
-
-def stage(sink: DeltaSink, df: Any, batch: int, generation: int = 1, job: str = "job",
-          side: str | None = None) -> TransactionRecord:
-    """What the runtime does in foreachBatch: stage, then record the pre-commit."""
-    side = side or SIDE
-    if side == "driver":
-        df = sized(df)
-    payload = sink.stage(df, StageContext(job, batch, generation, driver_staging_max_bytes=DRIVER_MAX_BYTES[side]))
-    return TransactionRecord(job=job, batch_id=batch, generation=generation, sink=sink.kind, sink_id=sink.sink_id,
-                             payload={"config": sink.to_config(), "staged": payload})
 
 
 def keys(client: Any, bucket: str, prefix: str) -> list[str]:
@@ -374,8 +331,7 @@ def test_credentials_stay_out_of_records_logs_and_the_table(spark, endpoint, cli
     fresh = DeltaSink(f"s3://{bucket}/warehouse/t", mode="merge", keys=["k"])  # options come with the batch
     caplog.set_level("DEBUG", logger="airflow_sparkpoint")
     df = spark.createDataFrame([("a", 1)], "k string, v long")
-    payload = fresh.stage(sized(df) if SIDE == "driver" else df,
-                          StageContext("job", 0, 1, options, DRIVER_MAX_BYTES[SIDE]))
+    payload = fresh.stage(for_side(df), StageContext("job", 0, 1, options, DRIVER_MAX_BYTES[side()]))
     record = TransactionRecord(job="job", batch_id=0, generation=1, sink=fresh.kind, sink_id=fresh.sink_id,
                                payload={"config": fresh.to_config(), "staged": payload})
     outcome = fresh.commit(record)
@@ -454,7 +410,7 @@ def _run(spark: Any, root: Path, endpoint: str, inputs: Path, uri: str) -> Any:
     job = SparkpointJob.get_or_create(conf={
         "spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": "orders",
         "spark.sparkpoint.s3.endpoint": endpoint, "spark.sparkpoint.s3.region": "us-east-1",
-        "spark.sparkpoint.delta.driverStagingMaxBytes": str(DRIVER_MAX_BYTES[SIDE]),
+        "spark.sparkpoint.delta.driverStagingMaxBytes": str(DRIVER_MAX_BYTES[side()]),
     }, argv=[])
     events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(str(inputs))
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"))

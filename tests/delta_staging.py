@@ -1,0 +1,68 @@
+"""The two staging sides of `DeltaSink`, for its test modules: an autouse fixture runs
+every test once with batches staged from the driver and once by the executors, and
+`stage` does what the runtime does in ``foreachBatch`` on the side of the running test.
+
+A test module opts in with ``from tests.delta_staging import staging_side  # noqa: F401``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint.checkpoints import TransactionRecord
+from airflow_sparkpoint.sinks import DeltaSink, StageContext
+
+#: ``spark.sparkpoint.delta.driverStagingMaxBytes`` that selects each side
+DRIVER_MAX_BYTES = {"driver": 32 * 1024 * 1024, "executors": 0}
+SIDE = "driver"  # the side of the running test, set by `staging_side`
+
+
+def side() -> str:
+    """The staging side of the running test."""
+    return SIDE
+
+
+@pytest.fixture(autouse=True, params=["driver", "executors"])
+def staging_side(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Run the test with its batches staged from the driver, then by the executors; the
+    sides that actually wrote are recorded, so a test cannot pass on the other one."""
+    from airflow_sparkpoint.sinks._delta_location import TableLocation
+
+    monkeypatch.setattr(sys.modules[__name__], "SIDE", request.param)
+    wrote: list[str] = []
+    for method, label in (("_stage_from_driver", "driver"), ("_stage_on_executors", "executors")):
+        for cls in TableLocation.__subclasses__():
+            original = getattr(cls, method)
+
+            def spy(self: Any, *args: Any, _original: Any = original, _label: str = label) -> Any:
+                wrote.append(_label)
+                return _original(self, *args)
+
+            monkeypatch.setattr(cls, method, spy)
+    yield wrote
+    assert set(wrote) <= {request.param}, f"staged by {wrote} in a {request.param} test"
+
+
+def sized(df: Any) -> Any:
+    """`df` as a local relation, whose size Spark knows (it plans a DataFrame created from
+    a Python list as an RDD of unknown size, which the sink stages on the executors)."""
+    return df.sparkSession.createDataFrame(df.toArrow())
+
+
+def for_side(df: Any) -> Any:
+    """`df` as the running test's side needs it (sized for the driver)."""
+    return sized(df) if SIDE == "driver" else df
+
+
+def stage(sink: DeltaSink, df: Any, batch: int, generation: int = 1, job: str = "job",
+          options: dict[str, Any] | None = None) -> TransactionRecord:
+    """What the runtime does in foreachBatch: stage on the test's side, then build the
+    pre-commit record."""
+    ctx = StageContext(job, batch, generation, options or {}, DRIVER_MAX_BYTES[SIDE])
+    payload = sink.stage(for_side(df), ctx)
+    return TransactionRecord(job=job, batch_id=batch, generation=generation, sink=sink.kind, sink_id=sink.sink_id,
+                             payload={"config": sink.to_config(), "staged": payload})
