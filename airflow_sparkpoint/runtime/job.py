@@ -231,7 +231,8 @@ class _Run:
         self._status_lock = threading.Lock()
         self._final_state = False
         self._heartbeat_stop = threading.Event()
-        self.listener_done = threading.Event()  # the query's termination event was delivered
+        self._terminated: set[str] = set()  # ids of the queries whose termination event arrived
+        self._terminated_cv = threading.Condition()
         self._application_id = self.spark.sparkContext.applicationId  # asked once: a JVM call
 
     # -- preparation: everything that can fail does so before anything is written -----
@@ -334,8 +335,9 @@ class _Run:
                 pass
 
             def onQueryTerminated(self, event: Any) -> None:
-                if run.query is not None and str(event.id) == str(run.query.id):
-                    run.listener_done.set()
+                with run._terminated_cv:
+                    run._terminated.add(str(event.id))
+                    run._terminated_cv.notify_all()
 
         listener = Listener()
         self.spark.streams.addListener(listener)
@@ -371,7 +373,10 @@ class _Run:
             # Python process that is exiting (an error in the job's log). It arrives
             # tens of milliseconds after the query ended: meanwhile the final checkpoint,
             # commit and status were written.
-            self.listener_done.wait(timeout=10)
+            if self.query is not None:
+                query_id = str(self.query.id)
+                with self._terminated_cv:
+                    self._terminated_cv.wait_for(lambda: query_id in self._terminated, timeout=10)
             self.spark.streams.removeListener(listener)
 
     def _conclude(self, query_error: BaseException | None) -> RunResult:
