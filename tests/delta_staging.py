@@ -53,16 +53,11 @@ def sized(df: Any) -> Any:
     return df.sparkSession.createDataFrame(df.toArrow())
 
 
-def for_side(df: Any) -> Any:
-    """`df` as the running test's side needs it (sized for the driver)."""
-    return sized(df) if SIDE == "driver" else df
-
-
 def stage(sink: DeltaSink, df: Any, batch: int, generation: int = 1, job: str = "job",
           options: dict[str, Any] | None = None) -> TransactionRecord:
     """What the runtime does in foreachBatch: stage on the test's side, then build the
     pre-commit record."""
     ctx = StageContext(job, batch, generation, options or {}, DRIVER_MAX_BYTES[SIDE])
-    payload = sink.stage(for_side(df), ctx)
+    payload = sink.stage(sized(df) if SIDE == "driver" else df, ctx)
     return TransactionRecord(job=job, batch_id=batch, generation=generation, sink=sink.kind, sink_id=sink.sink_id,
                              payload={"config": sink.to_config(), "staged": payload})

@@ -430,8 +430,7 @@ class _Run:
                 except queue.Empty:
                     kind, value = "tick", None
                 if kind == "progress":
-                    faults.maybe_kill("confirmed", value)
-                    self.coordinator.confirm(value)
+                    self._confirm(value)
                     if self.coordinator.due() and self.events.empty():
                         self._checkpoint_and_commit(self.coordinator.confirmed_batch)
                 elif kind == "final":
@@ -448,6 +447,14 @@ class _Run:
             self._stop_query()
             # Keep draining so the caller's final event finds us gone.
 
+    def _confirm(self, batch_id: int) -> None:
+        """Batch `batch_id` is durable in Spark's commits/ (from its progress event, or read
+        from commits/ after the query ended)."""
+        confirmed = self.coordinator.confirmed_batch
+        if confirmed is None or batch_id > confirmed:
+            faults.maybe_kill("confirmed", batch_id)
+        self.coordinator.confirm(batch_id)
+
     def _checkpoint_and_commit(self, batch_id: int | None) -> None:
         if batch_id is None:
             return
@@ -461,10 +468,7 @@ class _Run:
             return
         last = livedir.last_commit(self.live)
         if last is not None:
-            confirmed = self.coordinator.confirmed_batch
-            if confirmed is None or last > confirmed:
-                faults.maybe_kill("confirmed", last)  # as if its progress event had arrived
-            self.coordinator.confirm(last)
+            self._confirm(last)  # its progress event may not have arrived
         latest = self.coordinator.last_checkpoint
         if last is not None and (latest is None or latest.batch_id < last):
             meta = self.coordinator.checkpoint(last)

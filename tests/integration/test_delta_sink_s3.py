@@ -21,8 +21,8 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError
-from airflow_sparkpoint.sinks import DeltaSink, StageContext, sink_from_config
-from tests.delta_staging import DRIVER_MAX_BYTES, for_side, side, stage, staging_side  # noqa: F401 - autouse
+from airflow_sparkpoint.sinks import DeltaSink, sink_from_config
+from tests.delta_staging import DRIVER_MAX_BYTES, side, stage, staging_side  # noqa: F401 - autouse
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
@@ -330,10 +330,7 @@ def test_missing_credentials_or_bucket_fail_before_anything_is_written(spark, en
 def test_credentials_stay_out_of_records_logs_and_the_table(spark, endpoint, client, bucket, options, caplog):
     fresh = DeltaSink(f"s3://{bucket}/warehouse/t", mode="merge", keys=["k"])  # options come with the batch
     caplog.set_level("DEBUG", logger="airflow_sparkpoint")
-    df = spark.createDataFrame([("a", 1)], "k string, v long")
-    payload = fresh.stage(for_side(df), StageContext("job", 0, 1, options, DRIVER_MAX_BYTES[side()]))
-    record = TransactionRecord(job="job", batch_id=0, generation=1, sink=fresh.kind, sink_id=fresh.sink_id,
-                               payload={"config": fresh.to_config(), "staged": payload})
+    record = stage(fresh, spark.createDataFrame([("a", 1)], "k string, v long"), 0, options=options)
     outcome = fresh.commit(record)
 
     assert SECRET not in json.dumps(record.to_json()) and SECRET not in json.dumps(outcome.detail)
