@@ -180,6 +180,21 @@ def test_restore_none_is_refused_when_checkpoints_exist(catalog, tmp_path):
     assert plan_restore(_cfg(), catalog, None).batch_id == 0
 
 
+def test_a_savepoint_of_another_job_is_refused_unless_allowed(tmp_path):
+    other = Catalog.open(str(tmp_path / "root"), "other")
+    live = tmp_path / "live"
+    write_live(live, 0)
+    coordinator(other, live, RecordingSink(), other.claim_generation().generation).checkpoint(0)
+    savepoint = other.create_savepoint(other.handle(other.latest()))
+    mine = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
+
+    with pytest.raises(RestoreError, match=r"belongs to job 'other', not 'job'.*restore.allowForeignJob=true"):
+        plan_restore(_cfg(restore=savepoint.uri), mine, None)
+
+    plan = plan_restore(_cfg(restore=savepoint.uri, **{"restore.allowForeignJob": "true"}), mine, None)
+    assert plan.snapshot is not None and plan.snapshot.metadata.job == "other" and plan.batch_id == 0
+
+
 def test_restore_target_without_metadata_is_a_clear_error(tmp_path):
     with pytest.raises(RestoreError, match="has no _metadata"):
         plan_restore(_cfg(restore=str(tmp_path)), Catalog(MemoryStorage(uuid.uuid4().hex), "job"), None)
