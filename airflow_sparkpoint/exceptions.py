@@ -14,6 +14,8 @@
     │   └── StaleGeneration         a superseded job tried to act (invariant 5)
     ├── SinkError                   a sink could not stage, commit or abort
     │   ├── CommitOutcomeUnknown    the commit may or may not have landed: never clean up
+    │   ├── TransactionConflict     another transaction holds batch N's commit: this one
+    │   │                           was aborted (exclusive promotion, invariant 8)
     │   └── SinkAheadError          a sink already committed past the restore point
     └── ControlError                a control request failed or timed out
 """
@@ -70,6 +72,11 @@ class SinkError(SparkpointError):
 
 class CommitOutcomeUnknown(SinkError):
     """A commit may or may not have landed; the staged data must be kept and the key looked up."""
+
+
+class TransactionConflict(SinkError):
+    """Batch N of the job was committed by another transaction (another generation):
+    exactly one may promote a batch, so this one's staged data was aborted."""
 
 
 class SinkAheadError(SinkError, RestoreError):

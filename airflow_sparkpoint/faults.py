@@ -24,7 +24,27 @@ Points, in lifecycle order for batch N:
 ``savepoint``  a savepoint (of confirmed batch N) is half copied
 ``stopped``    stop-with-savepoint: the savepoint of N is complete and
                reported; the run has not ended yet
+``recovery``   restore-time recovery (recoverAndCommit / recoverAndAbort) has
+               settled half of the recorded transactions; N is the batch of
+               the last one settled (double faults: a kill during recovery)
+``rewind``     ``restore.sinkAhead=rewind`` rewound a sink to batch N; the
+               run has not completed a checkpoint since
+``abort``      half of the transactions being aborted (a stop, a rollback,
+               the commit step) are aborted; N is the last one's batch
+``retention``  retention deleted half of the checkpoints it is removing;
+               N is the batch of the checkpoint that triggered it
 =============  ============================================================
+
+Pause points (deterministic race tests with two real drivers)::
+
+    SPARKPOINT_TEST_PAUSE=<point>[:<batch>][,<point>[:<batch>]...]
+    SPARKPOINT_TEST_PAUSE_DIR=/path/dir
+
+When the driver reaches an armed pause point it creates ``<dir>/<point>.reached``
+(holding the pid, batch and generation) and blocks until ``<dir>/<point>.release``
+exists, then goes on. The Spark conf keys ``spark.sparkpoint.test.pauseAt`` and
+``spark.sparkpoint.test.pauseDir`` set the same two variables for the driver process.
+A test proves its race happened by waiting for the ``.reached`` file.
 
 The driver dies with SIGKILL — no cleanup, no ``finally`` — like a lost machine. Under
 ``spark-submit`` the JVM parent is killed too so nothing of the driver survives.
@@ -32,9 +52,11 @@ The driver dies with SIGKILL — no cleanup, no ``finally`` — like a lost mach
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import TypeVar
@@ -45,9 +67,14 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 POINTS = ("stage", "record", "confirmed", "copy", "metadata", "checkpointed", "promoting", "committed", "savepoint",
-          "stopped")
+          "stopped", "recovery", "rewind", "abort", "retention")
 ENV = "SPARKPOINT_TEST_FAULT"
 ENV_ONCE = "SPARKPOINT_TEST_FAULT_ONCE"
+PAUSE_ENV = "SPARKPOINT_TEST_PAUSE"
+PAUSE_DIR_ENV = "SPARKPOINT_TEST_PAUSE_DIR"
+#: how long a paused driver waits for its release before going on anyway (a test that
+#: forgot to release must not hang CI forever)
+PAUSE_TIMEOUT_S = float(os.environ.get("SPARKPOINT_TEST_PAUSE_TIMEOUT", "600"))
 
 
 def _armed() -> tuple[str, int] | None:
@@ -102,6 +129,59 @@ def map_in_halves(pool: Executor, fn: Callable[[T], R], items: Sequence[T], poin
     results = list(pool.map(fn, items[:half]))
     maybe_kill(point, batch_id)
     return results + list(pool.map(fn, items[half:]))
+
+
+def _pauses() -> dict[str, int | None]:
+    spec = os.environ.get(PAUSE_ENV, "").strip()
+    armed: dict[str, int | None] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        point, _, batch = item.partition(":")
+        if not point or (batch.strip() and not batch.strip().lstrip("-").isdigit()):
+            raise ValueError(f"{PAUSE_ENV}={spec!r} is invalid; expected <point>[:<batch>][,...]")
+        armed[point] = int(batch) if batch.strip() else None
+    return armed
+
+
+def pause(point: str, batch_id: int | None = None, **details: object) -> bool:
+    """Block at pause point `point` until the test releases it (see the module docstring).
+
+    Returns True if it paused. A no-op unless ``SPARKPOINT_TEST_PAUSE`` arms `point`
+    (for `batch_id`, or for any batch when the spec names none). Each point pauses once
+    per process.
+    """
+    armed = _pauses()
+    if point not in armed or (armed[point] is not None and armed[point] != batch_id):
+        return False
+    directory = os.environ.get(PAUSE_DIR_ENV, "").strip()
+    if not directory:
+        raise ValueError(f"{PAUSE_ENV} arms {point!r} but {PAUSE_DIR_ENV} is not set")
+    if point in _paused:
+        return False
+    _paused.add(point)
+    os.makedirs(directory, exist_ok=True)
+    reached = os.path.join(directory, f"{point}.reached")
+    release = os.path.join(directory, f"{point}.release")
+    body = {"pid": os.getpid(), "batch": batch_id, **{k: _plain(v) for k, v in details.items()}}
+    tmp = reached + ".tmp"
+    with open(tmp, "w") as handle:
+        handle.write(json.dumps(body))
+    os.replace(tmp, reached)
+    print(f"SPARKPOINT_TEST_PAUSE: paused at {point}:{batch_id}", flush=True)
+    deadline = time.monotonic() + PAUSE_TIMEOUT_S
+    while not os.path.exists(release):
+        if time.monotonic() > deadline:
+            log.warning("pause point %s was never released; going on after %.0f s", point, PAUSE_TIMEOUT_S)
+            break
+        time.sleep(0.05)
+    print(f"SPARKPOINT_TEST_PAUSE: released at {point}:{batch_id}", flush=True)
+    return True
+
+
+_paused: set[str] = set()
+
+
+def _plain(value: object) -> object:
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 
 
 def kill_driver() -> None:

@@ -51,10 +51,18 @@ class SnapshotEntry:
     key: str  # directory key relative to the job root
     metadata: SnapshotMetadata | None = None
     error: str | None = None
+    #: the generation whose restore of an older snapshot started a new lineage that
+    #: abandoned this checkpoint (invariant 9); None while it is on the current lineage
+    superseded_by: int | None = None
 
     @property
     def valid(self) -> bool:
         return self.metadata is not None
+
+    @property
+    def restorable(self) -> bool:
+        """Valid and not superseded: what ``restore=latest`` may choose."""
+        return self.metadata is not None and self.superseded_by is None
 
 
 @dataclass(frozen=True)
@@ -253,13 +261,20 @@ class Catalog:
 
     # ------------------------------------------------------------------ retention
 
-    def enforce_retention(self, num_retained: int, *, grace_seconds: float = 0.0) -> RetentionResult:
+    def enforce_retention(
+        self,
+        num_retained: int,
+        *,
+        grace_seconds: float = 0.0,
+        on_deleted: Callable[[int, int], None] | None = None,
+    ) -> RetentionResult:
         """Keep the newest `num_retained` valid checkpoints; delete older ones and any
         shared file no retained checkpoint references.
 
         Incomplete ``chk-*`` directories older than the newest valid checkpoint are
         garbage. Shared files younger than `grace_seconds` are kept, so a collector run
         from outside the job never races a checkpoint that is still uploading.
+        `on_deleted(done, total)` is called after each checkpoint deleted.
         """
         if isinstance(num_retained, bool) or not isinstance(num_retained, int) or num_retained < 1:
             raise ConfigError(
@@ -289,6 +304,8 @@ class Catalog:
             self.store.delete([f"{entry.key}/{layout.METADATA}"])
             self.store.delete_prefix(entry.key)
             deleted_ids.append(entry.id)
+            if on_deleted is not None:  # progress; the runtime's fault hook
+                on_deleted(len(deleted_ids), len(doomed))
         referenced: set[str] = set()
         for entry in keep:
             assert entry.metadata is not None

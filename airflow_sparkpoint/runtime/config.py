@@ -25,6 +25,7 @@ KEYS: dict[str, str] = {
     "restore.force": "true to start with empty state although the job has checkpoints (default false)",
     "restore.allowForeignJob": "true to restore a snapshot of another job (default false)",
     "restore.sinkAhead": "fail or rewind: what to do when a sink committed past the snapshot (default fail)",
+    "restore.statePartitions": "restore into this many state partitions instead of the snapshot's (rescale)",
     "trigger": "availableNow or processingTime:<interval> (default availableNow)",
     "checkpoint.interval": "min time between retained checkpoints, 0 = every batch (default 0)",
     "checkpoint.numRetained": "completed checkpoints kept (default 3)",
@@ -39,6 +40,8 @@ KEYS: dict[str, str] = {
     ),
     "s3.endpoint": "S3-compatible endpoint URL (default: AWS)",
     "s3.region": "S3 region (default: AWS default chain)",
+    "test.pauseAt": "TESTS ONLY: pause points <point>[:<batch>],... (see airflow_sparkpoint.faults)",
+    "test.pauseDir": "TESTS ONLY: directory of the pause points' .reached/.release files",
 }
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)?\s*$", re.IGNORECASE)
@@ -151,6 +154,10 @@ class SparkpointConfig:
     s3_endpoint: str | None = None
     s3_region: str | None = None
     driver_staging_max_bytes: int = DRIVER_STAGING_MAX_BYTES
+    #: None: restore into the snapshot's own number of state partitions
+    restore_state_partitions: int | None = None
+    test_pause_at: str = ""
+    test_pause_dir: str = ""
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -217,6 +224,11 @@ class SparkpointConfig:
         endpoint = values.get("s3.endpoint", "").strip() or None
         if endpoint is not None and not re.match(r"^https?://[^\s/]+", endpoint):
             raise ConfigError(f"{PREFIX}s3.endpoint={endpoint!r} is not a URL; expected e.g. http://minio:9000")
+        state_partitions = values.get("restore.statePartitions", "").strip()
+        pause_at = values.get("test.pauseAt", "").strip()
+        pause_dir = values.get("test.pauseDir", "").strip()
+        if pause_at and not pause_dir:
+            raise ConfigError(f"{PREFIX}test.pauseAt={pause_at!r} needs {PREFIX}test.pauseDir (a directory)")
         return cls(
             dir=values["dir"].strip(),
             job=job,
@@ -243,4 +255,9 @@ class SparkpointConfig:
             driver_staging_max_bytes=parse_size(
                 "delta.driverStagingMaxBytes", values.get("delta.driverStagingMaxBytes", str(DRIVER_STAGING_MAX_BYTES))
             ),
+            restore_state_partitions=(
+                _parse_int("restore.statePartitions", state_partitions, 1) if state_partitions else None
+            ),
+            test_pause_at=pause_at,
+            test_pause_dir=pause_dir,
         )

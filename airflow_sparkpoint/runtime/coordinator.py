@@ -225,7 +225,10 @@ class Coordinator:
             meta.stats.bytes_copied, meta.stats.bytes_total, uri,
         )
         try:
-            retention = self.catalog.enforce_retention(self.num_retained)
+            retention = self.catalog.enforce_retention(
+                self.num_retained, on_deleted=lambda done, total: faults.maybe_kill_halfway(
+                    "retention", batch_id, done, total)
+            )
         except StorageError as exc:
             # The checkpoint is complete: failing to collect garbage must not fail it (nor
             # the job); the next checkpoint's retention pass deletes what is left.
@@ -279,9 +282,10 @@ class Coordinator:
             doomed = [r for (b, _g), r in self.pending.items() if after_batch is None or b > after_batch]
             for record in doomed:
                 self.pending.pop((record.batch_id, record.generation), None)
-        for record in doomed:
+        for count, record in enumerate(doomed, start=1):
             self.sink.abort(record)
             self.catalog.delete_transactions([record])
+            faults.maybe_kill_halfway("abort", record.batch_id, count, len(doomed))
         return [r.batch_id for r in doomed]
 
     def savepoint(self) -> SnapshotHandle:

@@ -131,6 +131,9 @@ class SparkpointJob:
                 if key.startswith(PREFIX):
                     settings.setdefault(key, value)
         config = SparkpointConfig.from_conf(settings)
+        if config.test_pause_at:  # test-only pause points (airflow_sparkpoint.faults.pause)
+            os.environ[faults.PAUSE_ENV] = config.test_pause_at
+            os.environ[faults.PAUSE_DIR_ENV] = config.test_pause_dir
         provider = ROCKSDB_PROVIDER if config.state_store == "rocksdb" else HDFS_PROVIDER
         defaults = {
             "spark.sql.streaming.stateStore.providerClass": provider,
@@ -251,6 +254,11 @@ class _Run:
                 storage.exists("_sparkpoint_probe")
         except StorageError as exc:
             raise StorageError(f"{PREFIX}dir={cfg.dir!r} is not reachable: {exc}") from exc
+        if cfg.restore_state_partitions is not None:
+            # Until the rescale on restore lands, refuse it rather than ignore it.
+            raise ConfigError(
+                f"{PREFIX}restore.statePartitions={cfg.restore_state_partitions} is not supported by this build"
+            )
         self.catalog = Catalog(storage, cfg.job)
         self.control = ControlChannel(self.catalog)
         self.sink.configure(cfg.storage_options)

@@ -17,6 +17,7 @@ import re
 import shutil
 from dataclasses import dataclass
 
+from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, open_snapshot
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import RestoreError, SinkAheadError
@@ -107,6 +108,7 @@ def check_sink_position(plan: RestorePlan, sink: Sink, job: str, policy: str) ->
         log.warning("sink %s is at batch %d, past %s: rewinding it (restore.sinkAhead=rewind)",
                     sink.sink_id, position, where)
         sink.rewind(job, plan.snapshot.metadata)
+        faults.maybe_kill("rewind", plan.snapshot.metadata.batch_id)
         return
     raise SinkAheadError(
         f"sink {sink.sink_id} has already committed batch {position} of job {job!r}, past the restore point "
@@ -207,7 +209,7 @@ def recover_transactions(
             summary["kept"].append(record.batch_id)
     records = catalog.transactions()
     done = []
-    for record in records:
+    for count, record in enumerate(records, start=1):
         key = (record.batch_id, record.generation)
         if key in confirmed:
             if commit_mode == "checkpoint":
@@ -219,6 +221,7 @@ def recover_transactions(
         sink.abort(record)
         summary["aborted"].append(record.batch_id)
         done.append(record)
+        faults.maybe_kill_halfway("recovery", record.batch_id, count, len(records))
     catalog.delete_transactions(done)
     keep = {r.txn_id for r in still_pending}
     removed = sink.cleanup_orphans(catalog.job, keep)

@@ -49,6 +49,16 @@ class StageContext:
 
 
 @dataclass(frozen=True)
+class CommittedTxn:
+    """Which transaction holds the commit of batch `batch_id` of `job` in a sink."""
+
+    job: str
+    batch_id: int
+    generation: int | None  # None when the sink cannot tell (e.g. a commit of an old release)
+    txn_id: str | None
+
+
+@dataclass(frozen=True)
 class CommitOutcome:
     """What `commit` did: ``committed`` now, or found ``already`` committed (a no-op)."""
 
@@ -117,6 +127,14 @@ class Sink(abc.ABC):
     def cleanup_orphans(self, job: str, keep: set[str]) -> int:
         """Delete staged data of `job` whose transaction id is not in `keep`; return a count."""
         return 0
+
+    def committed_txn(self, job: str, batch_id: int) -> CommittedTxn | None:
+        """The transaction that holds the commit of batch `batch_id` of `job`, read from
+        the sink itself, or None if the batch has no commit (lineage checks and replay).
+
+        :raises NotImplementedError: the sink cannot tell.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot tell which transaction committed a batch")
 
 
 def sink_from_config(kind: str, config: Mapping[str, Any]) -> Sink:

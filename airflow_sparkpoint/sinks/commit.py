@@ -31,6 +31,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import SinkError
@@ -107,7 +108,7 @@ def commit_pending(
             outcome = sinks.of(record).commit(record)
             result["committed" if outcome.status == "committed" else "already"].append(record.txn_id)
             catalog.delete_transactions([record])
-        for record in to_abort:
+        for count, record in enumerate(to_abort, start=1):
             sink = sinks.of(record)
             if sink.is_committed(record):  # it landed earlier; only the record (and staging) was left behind
                 sink.commit(record)
@@ -116,6 +117,7 @@ def commit_pending(
                 sink.abort(record)
                 result["aborted"].append(record.txn_id)
             catalog.delete_transactions([record])
+            faults.maybe_kill_halfway("abort", record.batch_id, count, len(to_abort))
     finally:
         log.info(
             "commit step of job %s (latest checkpoint %s, batch %s): committed %s, already %s, aborted %s, "

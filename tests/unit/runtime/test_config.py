@@ -3,6 +3,8 @@ the key, the value and what is allowed."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from airflow_sparkpoint.exceptions import ConfigError
@@ -37,6 +39,7 @@ def test_every_documented_key_is_accepted():
         "checkpoint.numRetained": "5", "checkpoint.timeout": "1min", "checkpoint.tolerableFailures": "2",
         "commit.mode": "external", "control.pollInterval": "500ms", "stateStore": "hdfs",
         "s3.endpoint": "http://127.0.0.1:9000", "s3.region": "eu-west-1", "delta.driverStagingMaxBytes": "4m",
+        "restore.statePartitions": "8", "test.pauseAt": "stage:2", "test.pauseDir": "/tmp/pauses",
     }
     assert set(values) | {"dir", "job"} == set(KEYS)
     cfg = SparkpointConfig.from_conf({**BASE, **{PREFIX + k: v for k, v in values.items()}})
@@ -45,6 +48,19 @@ def test_every_documented_key_is_accepted():
     assert cfg.poll_interval_s == 0.5
     assert cfg.storage_options == {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}
     assert cfg.driver_staging_max_bytes == 4 * 1024 * 1024
+    assert cfg.restore_state_partitions == 8
+    assert (cfg.test_pause_at, cfg.test_pause_dir) == ("stage:2", "/tmp/pauses")
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "four", "2.5"])
+def test_state_partitions_must_be_a_positive_integer(value):
+    with pytest.raises(ConfigError, match=rf"spark\.sparkpoint\.restore\.statePartitions='{re.escape(value)}'"):
+        SparkpointConfig.from_conf(conf(restore__statePartitions=value))
+
+
+def test_a_pause_point_needs_a_directory():
+    with pytest.raises(ConfigError, match=r"test\.pauseAt='stage:1' needs spark\.sparkpoint\.test\.pauseDir"):
+        SparkpointConfig.from_conf(conf(test__pauseAt="stage:1"))
 
 
 @pytest.mark.parametrize(("value", "expected"), [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -65,3 +66,33 @@ def test_halfway_fires_once_half_the_steps_are_done(monkeypatch):
         assert len(fired) == (1 if done >= 5 else 0)
     faults.maybe_kill_halfway("promoting", 4, 1, 1)  # a one-step commit fires at its only step
     assert len(fired) == 2
+
+
+def test_pause_point_blocks_until_released_and_reports_where(tmp_path):
+    code = ("from airflow_sparkpoint import faults; "
+            "print('paused' if faults.pause('promoting', 3, generation=7) else 'not paused', flush=True)")
+    env = {**os.environ, faults.PAUSE_ENV: "stage:1,promoting:3", faults.PAUSE_DIR_ENV: str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        reached = tmp_path / "promoting.reached"
+        for _ in range(600):
+            if reached.exists():
+                break
+            assert proc.poll() is None, "the process went past its pause point"
+            import time
+            time.sleep(0.05)
+        assert json.loads(reached.read_text()) == {"pid": proc.pid, "batch": 3, "generation": 7}
+        assert proc.poll() is None  # still held
+        (tmp_path / "promoting.release").touch()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert "paused" in out.split() and proc.returncode == 0
+
+
+def test_pause_points_of_other_batches_or_points_do_not_pause(monkeypatch, tmp_path):
+    monkeypatch.setenv(faults.PAUSE_ENV, "promoting:3")
+    monkeypatch.setenv(faults.PAUSE_DIR_ENV, str(tmp_path))
+    assert faults.pause("promoting", 4) is False
+    assert faults.pause("stage", 3) is False
+    assert not list(tmp_path.iterdir())
