@@ -159,6 +159,23 @@ class SnapshotMetadata:
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
+    @property
+    def partitions_by_operator(self) -> dict[int, int]:
+        """Number of state partitions of each stateful operator, from the snapshot's own
+        files (``state/<operator>/<partition>/...``); empty for a stateless query."""
+        seen: dict[int, set[int]] = {}
+        for ref in self.files:
+            parts = ref.path.split("/")
+            if len(parts) >= 4 and parts[0] == "state" and parts[1].isdigit() and parts[2].isdigit():
+                seen.setdefault(int(parts[1]), set()).add(int(parts[2]))
+        return {op: len(partitions) for op, partitions in sorted(seen.items())}
+
+    @property
+    def state_partitions(self) -> int | None:
+        """The number of state partitions (the largest over operators), or None if stateless."""
+        counts = self.partitions_by_operator
+        return max(counts.values()) if counts else None
+
     def _body(self) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version,

@@ -125,3 +125,18 @@ def test_no_pickle_anywhere() -> None:
     data = sample().to_bytes()
     json.loads(data)  # plain JSON, readable by any tool
     assert data.startswith(b"{")
+
+
+def test_state_partitions_come_from_the_snapshots_own_files():
+    from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata
+
+    def ref(path):
+        return FileRef(path=path, key=f"shared/{path}", size=1, sha256="0" * 64)
+
+    files = (ref("metadata"), ref("offsets/3"), ref("state/0/_metadata/v2/3"),
+             *(ref(f"state/0/{p}/4.changelog") for p in range(4)),
+             *(ref(f"state/1/{p}/left-keyToNumValues/4.delta") for p in range(2)))
+    meta = SnapshotMetadata(kind="checkpoint", id=1, job="j", generation=1, batch_id=3, created_at=0.0, files=files)
+    assert meta.partitions_by_operator == {0: 4, 1: 2}
+    assert meta.state_partitions == 4
+    assert meta.with_(files=(ref("metadata"), ref("offsets/3"))).state_partitions is None
