@@ -29,7 +29,8 @@ from airflow_sparkpoint.sinks.base import CommitOutcome, Sink
 from airflow_sparkpoint.storage import open_storage
 
 ENTRY_KEYS = {"kind", "id", "uri", "valid", "error", "batch_id", "generation", "created_at", "created",
-              "duration_ms", "bytes_copied", "bytes_total", "file_count", "source_checkpoint"}
+              "duration_ms", "bytes_copied", "bytes_total", "file_count", "source_checkpoint",
+              "status", "superseded_by", "state_partitions", "verified_at", "verify_error"}
 SAVEPOINT_KEYS = {"job", "root", "kind", "source", "request_id", "state", "generation", "savepoint", "batch_id"}
 
 
@@ -174,7 +175,9 @@ def test_list_json_shape(capsys: pytest.CaptureFixture[str], root: Path) -> None
         "kind": "checkpoint", "id": 2, "uri": f"{catalog.uri}/chk-2", "valid": True, "error": None, "batch_id": 1,
         "generation": 1, "created_at": metas[1].created_at, "created": valid["created"], "duration_ms": 12,
         "bytes_copied": 100, "bytes_total": metas[1].total_bytes, "file_count": 2, "source_checkpoint": None,
+        "status": "valid", "superseded_by": None, "state_partitions": 1, "verified_at": None, "verify_error": None,
     }
+    assert invalid["status"] == "invalid" and invalid["state_partitions"] is None
     assert valid["created"].endswith("Z") and "T" in valid["created"]
     assert doc["savepoints"][0]["uri"] == sp.uri and doc["savepoints"][0]["source_checkpoint"] == 2
 
@@ -205,7 +208,8 @@ def test_status_json_live_and_dead(capsys: pytest.CaptureFixture[str], root: Pat
     assert code == 0
     assert set(doc) == {"job", "root", "generation", "status_generation", "state", "alive", "heartbeat_age_s",
                         "max_heartbeat_age_s", "started", "last_batch", "last_checkpoint", "latest_checkpoint",
-                        "checkpoints_completed", "savepoint", "error", "host", "pid", "application_id"}
+                        "checkpoints_completed", "savepoint", "error", "host", "pid", "application_id",
+                        "counts", "latest_savepoint", "latest_restore", "airflow_try"}
     assert (doc["generation"], doc["state"], doc["alive"], doc["last_batch"]) == (1, "running", True, 1)
     assert doc["last_checkpoint"] == {"id": 2, "uri": catalog.checkpoint_uri(2)}
     assert doc["latest_checkpoint"]["id"] == 2 and doc["latest_checkpoint"]["batch_id"] == 1
