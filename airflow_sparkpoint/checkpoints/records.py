@@ -49,6 +49,7 @@ AIRFLOW_CONTEXT_ENV = {
     "run_id": "AIRFLOW_CTX_DAG_RUN_ID",
     "try_number": "AIRFLOW_CTX_TRY_NUMBER",
 }
+_UNREAD = object()
 _URI_RE = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s()]+")
 
 
@@ -307,16 +308,17 @@ def generation_records(
     catalog: Catalog,
     *,
     limit: int = GENERATIONS_SHOWN,
-    status: JobStatus | None = None,
+    status: JobStatus | None | object = _UNREAD,
     current: int | None = None,
 ) -> list[GenerationRecord]:
     """The newest `limit` generations, newest first (`status`: the job's status record,
     read when not given; `current`: the newest generation, listed when not given)."""
     current = catalog.current_generation() if current is None else current
-    if status is None:
+    if status is _UNREAD:
         from airflow_sparkpoint.checkpoints.history import read_job_status
 
         status = read_job_status(catalog)
+    assert status is None or isinstance(status, JobStatus)
     records = []
     for generation in range(current, max(0, current - limit), -1):
         claim = _read_json(catalog, layout.generation_key(generation))
