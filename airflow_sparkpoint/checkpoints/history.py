@@ -45,6 +45,7 @@ from airflow_sparkpoint.checkpoints.records import (
     iso,
     open_requests,
     plan_origin,
+    read_generation,
     short_name,
     snapshot_records,
     staged_transactions,
@@ -58,7 +59,7 @@ __all__ = [
     "AIRFLOW_CONTEXT_ENV", "CONFIG_FIELDS", "GENERATIONS_SHOWN", "AirflowTry", "ControlRecord", "Counts",
     "GenerationRecord", "PipelineHistory", "SnapshotRecord", "StagedRecord", "Stat", "generation_alive",
     "generation_details", "generation_records", "iso", "live_status", "liveness", "load_history", "open_requests",
-    "plan_origin", "read_job_status", "short_name", "snapshot_records", "staged_transactions",
+    "plan_origin", "read_generation", "read_job_status", "short_name", "snapshot_records", "staged_transactions",
 ]
 
 log = logging.getLogger(__name__)

@@ -318,43 +318,58 @@ def generation_records(
         from airflow_sparkpoint.checkpoints.history import read_job_status
 
         status = read_job_status(catalog)
+    return [read_generation(catalog, generation, status=status, current=current)
+            for generation in range(current, max(0, current - limit), -1)]
+
+
+def read_generation(
+    catalog: Catalog,
+    generation: int,
+    *,
+    status: JobStatus | None | object = _UNREAD,
+    current: int | None = None,
+) -> GenerationRecord:
+    """The record of one generation (its claim, its run result, the status if it wrote it;
+    missing parts are empty)."""
+    if status is _UNREAD:
+        from airflow_sparkpoint.checkpoints.history import read_job_status
+
+        status = read_job_status(catalog)
     assert status is None or isinstance(status, JobStatus)
-    records = []
-    for generation in range(current, max(0, current - limit), -1):
-        claim = _read_json(catalog, layout.generation_key(generation))
-        raw_details = claim.get("details")
-        details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
-        result = _read_json(catalog, result_key(generation))
-        plan = details.get("plan")
-        origin = details.get("origin")  # a structured origin record, where the runtime writes one
-        restored_from = (origin.get("uri") if isinstance(origin, Mapping) else None) or \
-            result.get("restored_from") or plan_origin(plan)
-        error = None
-        if result.get("status"):
-            outcome = str(result["status"])
-        elif status is not None and status.generation == generation:
-            outcome, error = status.state, status.error
-        elif generation < current:
-            outcome = "superseded"
-        else:
-            outcome = "unknown"
-        pid = claim.get("pid")
-        records.append(GenerationRecord(
-            generation=generation,
-            started_at=float(claim["started_at"]) if isinstance(claim.get("started_at"), (int, float)) else None,
-            host=str(claim.get("host") or ""),
-            pid=int(pid) if isinstance(pid, int) else None,
-            restore=None if details.get("restore") is None else str(details["restore"]),
-            plan=None if plan is None else str(plan),
-            restored_from=None if not restored_from else str(restored_from),
-            application_id=str(details.get("app") or ""),
-            airflow=AirflowTry.from_json(details.get("airflow")),
-            config=dict(details.get("config") or {}),
-            result=result,
-            outcome=outcome,
-            error=error,
-        ))
-    return records
+    current = catalog.current_generation() if current is None else current
+    claim = _read_json(catalog, layout.generation_key(generation))
+    raw_details = claim.get("details")
+    details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
+    result = _read_json(catalog, result_key(generation))
+    plan = details.get("plan")
+    origin = details.get("origin")  # a structured origin record, where the runtime writes one
+    restored_from = (origin.get("uri") if isinstance(origin, Mapping) else None) or \
+        result.get("restored_from") or plan_origin(plan)
+    error = None
+    if result.get("status"):
+        outcome = str(result["status"])
+    elif status is not None and status.generation == generation:
+        outcome, error = status.state, status.error
+    elif generation < current:
+        outcome = "superseded"
+    else:
+        outcome = "unknown"
+    pid = claim.get("pid")
+    return GenerationRecord(
+        generation=generation,
+        started_at=float(claim["started_at"]) if isinstance(claim.get("started_at"), (int, float)) else None,
+        host=str(claim.get("host") or ""),
+        pid=int(pid) if isinstance(pid, int) else None,
+        restore=None if details.get("restore") is None else str(details["restore"]),
+        plan=None if plan is None else str(plan),
+        restored_from=None if not restored_from else str(restored_from),
+        application_id=str(details.get("app") or ""),
+        airflow=AirflowTry.from_json(details.get("airflow")),
+        config=dict(details.get("config") or {}),
+        result=result,
+        outcome=outcome,
+        error=error,
+    )
 
 
 # ---------------------------------------------------------------------------- control and staged output

@@ -513,10 +513,12 @@ def test_list_shows_the_last_restore_drill_and_state_partitions(capsys: pytest.C
     write_verification(catalog.store, "chk-1", VerificationRecord(1795307000.0, "files", 1.0, error="file x"))
     code, out, _ = run(capsys, "list", "--dir", str(root), "--job", "orders", "--json")
     doc = json.loads(out)
+    assert code == 0
     assert [(e["verified_at"], e["verify_error"], e["state_partitions"]) for e in doc["checkpoints"]] == [
         (1795307061.1, None, 1), (1795307000.0, "file x", 1)]
     code, out, _ = run(capsys, "list", "--dir", str(root), "--job", "orders")
     lines = out.splitlines()
+    assert code == 0
     assert lines[1].endswith("valid; verified 2026-11-22T00:24:21Z")
     assert lines[2].endswith("valid; drill FAILED 2026-11-22T00:23:20Z")
 
