@@ -32,11 +32,20 @@ class SparkpointPlugin(AirflowPlugin):
     ]
 
 
+_handed_out = False
+
+
 def __getattr__(name: str) -> Any:
     """``entry_point_plugin``: the plugin for the ``airflow.plugins`` entry point, or None
-    when Airflow loads provider plugins itself (no double registration)."""
+    when Airflow loads provider plugins itself, and None after the first time in this
+    process (a source checkout may expose the distribution twice, from an ``.egg-info``
+    too): never registered twice, which Airflow would list as a plugin import error."""
+    global _handed_out
     if name == "entry_point_plugin":
         from airflow import settings
 
-        return SparkpointPlugin if settings.LAZY_LOAD_PROVIDERS else None
+        if _handed_out or not settings.LAZY_LOAD_PROVIDERS:
+            return None
+        _handed_out = True
+        return SparkpointPlugin
     raise AttributeError(name)
