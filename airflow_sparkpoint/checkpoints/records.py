@@ -157,9 +157,9 @@ class SnapshotRecord:
         }
 
     def short_reason(self) -> str:
-        """``valid``, ``superseded by generation 5`` or ``INVALID: <why>`` (the path stripped)."""
+        """``valid``, ``superseded (generation 5)`` or ``INVALID: <why>`` (the path stripped)."""
         if self.status == "superseded":
-            return f"superseded by generation {self.superseded_by}"
+            return f"superseded (generation {self.superseded_by})"
         if self.metadata is not None:
             return "valid"
         reason = str(self.error or "unknown")

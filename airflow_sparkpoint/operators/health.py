@@ -51,8 +51,8 @@ def emit_checkpoint_metrics(history: PipelineHistory) -> dict[str, float | None]
         for name, value in values.items():
             if value is None:
                 continue
-            Stats.gauge(f"sparkpoint.{name}", float(value), tags={"job": history.job})
-            Stats.gauge(f"sparkpoint.{job}.{name}", float(value))
+            Stats.gauge(f"sparkpoint.{name}", value, tags={"job": history.job})
+            Stats.gauge(f"sparkpoint.{job}.{name}", value)
     except Exception as exc:  # noqa: BLE001 - a metrics backend problem is not the task's
         log.warning("could not emit the checkpoint metrics of job %r: %s", history.job, exc)
     return values

@@ -119,8 +119,7 @@ def test_the_example_dag_alerts_on_a_dead_job(tmp_path: Path, caplog: pytest.Log
 
     catalog = healthy(tmp_path)
     status(catalog, "failed", error="executor lost")
-    dag = DagBag(str(REPO / "dags" / "example_sparkpoint_health.py"), include_examples=False).get_dag(
-        "example_sparkpoint_health")
+    dag = DagBag(str(REPO / "dags" / "example_sparkpoint_health.py")).get_dag("example_sparkpoint_health")
     assert dag is not None
     run = dag.test(run_conf={"job_name": "orders", "checkpoint_dir": str(tmp_path)})
     assert run.state == "failed"
@@ -129,6 +128,7 @@ def test_the_example_dag_alerts_on_a_dead_job(tmp_path: Path, caplog: pytest.Log
 
 def test_metrics_reach_a_statsd_listener_through_airflows_stats(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk._shared.observability.metrics import stats as stats_module
     from airflow.sdk.configuration import conf
     from airflow.sdk.observability.metrics import stats_utils
     from airflow.sdk.observability.stats import initialize
@@ -149,6 +149,9 @@ def test_metrics_reach_a_statsd_listener_through_airflows_stats(tmp_path: Path,
         while not any("lastCheckpointDuration" in p for p in packets) or len(packets) < 4:
             packets.extend(listener.recv(65536).decode().splitlines())
     finally:
+        client = getattr(stats_module._get_backend(), "statsd", None)
+        if client is not None:
+            client.close()  # the StatsD client's UDP socket
         monkeypatch.undo()
         initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)
         listener.close()

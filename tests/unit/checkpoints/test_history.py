@@ -105,7 +105,7 @@ def test_a_superseded_checkpoint_is_valid_but_not_restorable(catalog: Catalog) -
     record = SnapshotRecord.from_entry(entry, catalog)
     assert record.valid and not record.restorable and record.status == "superseded"
     assert record.to_json()["superseded_by"] == 3 and record.to_json()["valid"] is True
-    assert record.short_reason() == "superseded by generation 3"
+    assert record.short_reason() == "superseded (generation 3)"
 
 
 def test_snapshot_kind_is_checked(catalog: Catalog) -> None:
