@@ -96,8 +96,7 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def _errors(request: Request, exc: HTTPException) -> Response:
-        if request.url.path.rstrip("/").split("/")[-3:-2] == ["api"] or "/api/" in request.url.path or \
-                request.url.path.endswith("/metrics"):
+        if "/api/" in request.url.path or request.url.path.endswith("/metrics"):
             return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
         heading = {401: "Not authenticated", 403: "Forbidden", 404: "Not found"}.get(exc.status_code, "Error")
         return HTMLResponse(page.message_page(heading, str(exc.detail), _base(request)), status_code=exc.status_code,
