@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -125,14 +126,25 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory, s3_server_process: str) -
         "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     })
     airflow = str(Path(sys.executable).parent / "airflow")
-    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
     log = base / "api-server.log"
-    with open(log, "wb") as out:
-        server = subprocess.Popen([airflow, "api-server", "-H", "127.0.0.1", "-p", str(port), "-w", "1"], env=env,
-                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start_server() -> None:  # the metadata database, then the server: while Spark runs
+        with open(log, "wb") as out:
+            subprocess.run([airflow, "db", "migrate"], env=env, check=True, stdout=out, stderr=subprocess.STDOUT,
+                           timeout=900)
+            started.append(subprocess.Popen([airflow, "api-server", "-H", "127.0.0.1", "-p", str(port), "-w", "1"],
+                                            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+
+    starter = threading.Thread(target=start_server, name="ui-api-server")
+    starter.start()
     try:
-        _quickstart_history(base / "quickstart")  # runs while the server starts
+        _quickstart_history(base / "quickstart")
         _s3_history(s3_server_process, bucket)
+        starter.join(timeout=900)
+        if not started:
+            raise RuntimeError(f"airflow db migrate failed:\n{log.read_text(errors='replace')[-4000:]}")
+        server = started[0]
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 300
         while True:
@@ -146,10 +158,12 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory, s3_server_process: str) -
             time.sleep(1)
         yield Stack(url, home, root, env, log)
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, 15)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, 9)
-                server.wait()
+        starter.join(timeout=900)
+        for server in started:
+            if server.poll() is None:
+                os.killpg(server.pid, 15)
+                try:
+                    server.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(server.pid, 9)
+                    server.wait()
