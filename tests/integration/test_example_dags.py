@@ -397,7 +397,7 @@ def test_scheduled_savepoints_of_a_running_job(
     assert job.proc is not None and job.proc.poll() is None, "a savepoint must not stop the job"
 
     # The job kept running through every savepoint: its output is exact.
-    ControlChannel(job.catalog).submit("stop", timeout_s=120, requested_by="test")
+    ControlChannel(job.catalog).submit("stop", generation=generation, timeout_s=120, requested_by="test")
     assert job.wait_exit() == 0, job.tail()
     assert alert_rows(job.output) == expected_alerts(6)
     assert_each_batch_committed_once(job.output)
