@@ -16,6 +16,9 @@ from airflow_sparkpoint.sinks.base import DRIVER_STAGING_MAX_BYTES
 from airflow_sparkpoint.storage import split_uri
 
 PREFIX = "spark.sparkpoint."
+#: environment variable naming the submit (an Airflow task try) that started a driver;
+#: the driver records it with its generation claim
+SUBMITTER_ENV = "SPARKPOINT_SUBMITTER"
 
 KEYS: dict[str, str] = {
     "dir": "storage root: file:///..., a plain path, or s3://bucket/prefix (required)",

@@ -38,7 +38,7 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
 )
 from airflow_sparkpoint.runtime import livedir, signals
-from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
+from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
     RestorePlan,
@@ -282,7 +282,9 @@ class _Run:
         plan: RestorePlan = plan_restore(self.cfg, self.catalog, status.get("live_dir"))
         check_sink_position(plan, self.sink, self.cfg.job, self.cfg.restore_sink_ahead)
         self.generation = self.catalog.claim_generation(
-            {"restore": self.cfg.restore, "plan": plan.description, "app": self._application_id}
+            {"restore": self.cfg.restore, "plan": plan.description, "app": self._application_id,
+             # which submit this is (the Airflow operator finds its own run by it) and its UI
+             "submitter": os.environ.get(SUBMITTER_ENV, ""), "ui": self.spark.sparkContext.uiWebUrl}
         ).generation
         log.info("job %s generation %d starts from %s", self.cfg.job, self.generation, plan.description)
         if plan.resume_in_place:

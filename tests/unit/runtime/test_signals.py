@@ -59,21 +59,20 @@ def test_sigterm_while_the_query_runs_records_failed_and_stops_the_query() -> No
 
 def test_sigterm_before_the_query_started_records_failed_and_raises() -> None:
     run = FakeRun(query=False)
-    with pytest.raises(Terminated, match="generation 3: terminated by SIGTERM before its query started"):
-        with sigterm_ends_run(run, exit_grace_s=None):
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(30)  # the handler raises here at the latest
-            raise AssertionError("the handler did not interrupt the run")
+    with (pytest.raises(Terminated, match="generation 3: terminated by SIGTERM before its query started"),
+          sigterm_ends_run(run, exit_grace_s=None)):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)  # the handler raises here at the latest
+        raise AssertionError("the handler did not interrupt the run")
     assert run.statuses == [("failed", "terminated by SIGTERM")]
     assert run.stopping.is_set()
 
 
 def test_sigterm_before_a_generation_was_claimed_records_nothing() -> None:
     run = FakeRun(generation=None, query=False)
-    with pytest.raises(Terminated, match="before it claimed a generation"):
-        with sigterm_ends_run(run, exit_grace_s=None):
-            os.kill(os.getpid(), signal.SIGTERM)
-            time.sleep(30)
+    with pytest.raises(Terminated, match="before it claimed a generation"), sigterm_ends_run(run, exit_grace_s=None):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
     assert run.statuses == []
 
 
