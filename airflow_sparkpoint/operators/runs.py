@@ -74,14 +74,21 @@ def read_result(catalog: Catalog, generation: int) -> dict[str, Any] | None:
 class TaskRecord:
     """What a submit task keeps across its tries (Airflow 3.3+ task state store).
 
-    `since` is the newest generation before the task's first try: every checkpoint of a
-    newer generation was made by one of the task's own tries.
+    `tokens` are the submit tokens of every try so far (the last is the latest try's);
+    `since` is the newest generation before the first try, so a try's generation is
+    looked for among newer ones only.
     """
 
     try_number: int
     restore: str
-    token: str
+    tokens: tuple[str, ...]
     since: int
+
+    def generations(self, catalog: Catalog) -> list[int]:
+        """The generations the task's tries ran (a try that died before its driver claimed
+        one has none), oldest first."""
+        found = (find_claim(catalog, token, after=self.since) for token in self.tokens)
+        return sorted(claim.generation for claim in found if claim is not None)
 
     @classmethod
     def load(cls, store: Any) -> TaskRecord | None:
@@ -93,7 +100,8 @@ class TaskRecord:
                 raw = json.loads(raw)
             if not isinstance(raw, dict):
                 return None
-            return cls(int(raw["try_number"]), str(raw["restore"]), str(raw["token"]), int(raw["since"]))
+            return cls(int(raw["try_number"]), str(raw["restore"]), tuple(str(t) for t in raw["tokens"]),
+                       int(raw["since"]))
         except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
             log.warning("could not read the task state record %r: %s", TASK_STATE_KEY, exc)
             return None
@@ -102,6 +110,6 @@ class TaskRecord:
         if store is None:
             return
         try:
-            store.set(TASK_STATE_KEY, asdict(self))
+            store.set(TASK_STATE_KEY, {**asdict(self), "tokens": list(self.tokens)})
         except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
             log.warning("could not write the task state record %r: %s", TASK_STATE_KEY, exc)

@@ -191,16 +191,17 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
     def _catalog(self) -> Catalog:
         return self.sparkpoint_hook.get_catalog(self.job_name)
 
-    def choose_restore(self, try_number: int, catalog: Catalog | None = None, since: int | None = None) -> str:
-        """``restore`` on the first try; on a retry, the latest retained checkpoint (resume,
-        never restart).
+    def choose_restore(self, try_number: int, catalog: Catalog | None = None,
+                       own_generations: Sequence[int] | None = None) -> str:
+        """``restore`` on the first try; on a retry, the latest retained checkpoint of the
+        task's own tries (resume, never restart).
 
-        One exception keeps a retry from picking state that is not this task's: when the
-        first try restored a savepoint/checkpoint path and none of the task's tries has
-        completed a checkpoint since, the retry restores the same path again instead of
-        an unrelated older checkpoint. `since` (from the task state record) is the newest
-        generation before the task's first try: a checkpoint of a newer generation is the
-        task's own. Without it (Airflow < 3.3), a checkpoint newer than the path counts.
+        ``restore="latest"``/``"none"``: a retry restores ``latest``. A savepoint or
+        checkpoint path: a retry restores the newest checkpoint that one of the task's
+        tries completed (``latest`` when that is the job's newest, else its path), or the
+        same path again while none did — never another run's state. `own_generations`
+        (from the task state record, Airflow 3.3+) are the generations the task's tries
+        ran; without them, a checkpoint newer than the path counts as the task's own.
         """
         if try_number <= 1:
             return self.restore
@@ -209,8 +210,12 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         latest = catalog.latest()
         if latest is None:
             return self.restore
-        if since is not None:
-            return "latest" if latest.generation > since else self.restore
+        if own_generations is not None:
+            own = [meta for meta in catalog.checkpoints() if meta.generation in set(own_generations)]
+            if not own:
+                return self.restore
+            newest = max(own, key=lambda meta: meta.id)
+            return "latest" if newest.id == latest.id else catalog.checkpoint_uri(newest.id)
         try:
             target = open_snapshot(self.restore, storage_options=self.sparkpoint_hook.storage_options).metadata
         except RestoreError:
@@ -323,21 +328,21 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         ti = context["ti"]
         try_number = int(getattr(ti, "try_number", 1) or 1)
         store = context.get("task_state_store")  # Airflow 3.3+
+        self.refuse_cluster_mode(self._get_hook())
         catalog = self._catalog()
         previous = runs.TaskRecord.load(store) if try_number > 1 else None
         generation_before = catalog.current_generation()
-        since = previous.since if previous is not None else None
-        restore = self.choose_restore(try_number, catalog, since)
+        own = previous.generations(catalog) if previous is not None else None
+        restore = self.choose_restore(try_number, catalog, own)
         self._log_decision(catalog, try_number, restore, previous)
         token = runs.new_token()
-        runs.TaskRecord(try_number, restore, token, generation_before if since is None else since).save(store)
+        runs.TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
+                        previous.since if previous else generation_before).save(store)
         sparkpoint_conf = self.build_sparkpoint_conf(restore)
         self.conf = {**(self.conf or {}), **sparkpoint_conf}
         self._secret_env = {**self._secret_environment(), SUBMITTER_ENV: token}
-        self._hook = None
-        hook = self._get_hook()
-        self.refuse_cluster_mode(hook)
-        self.env_vars = {**self.spark_environment(str(hook._connection.get("master") or "")), **(self.env_vars or {})}
+        master = str(self._get_hook()._connection.get("master") or "")
+        self.env_vars = {**self.spark_environment(master), **(self.env_vars or {})}
         if self.ship_runtime:
             self._shipped_zip = build_runtime_zip()
             self.py_files = ",".join(p for p in (self.py_files, self._shipped_zip) if p)
@@ -378,7 +383,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
             self.log.info("first try: job %s starts with restore=%s", self.job_name, restore)
             return
         if previous is not None:
-            run = runs.find_claim(catalog, previous.token, after=previous.since)
+            run = runs.find_claim(catalog, previous.tokens[-1], after=previous.since)
             status = catalog.read_status() or {}
             if run is None:
                 self.log.info("try %d: the previous try (%d) started no run of job %s", try_number,
@@ -391,9 +396,12 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
             self.log.info("try %d of %s: resuming job %s from its latest retained checkpoint (restore=latest; "
                           "the first try's restore=%r is not used again)", try_number, self.task_id, self.job_name,
                           self.restore)
-        else:
+        elif restore == self.restore:
             self.log.info("try %d of %s: no try of this task completed a checkpoint of job %s yet; restoring %s "
                           "again", try_number, self.task_id, self.job_name, restore)
+        else:
+            self.log.info("try %d of %s: resuming job %s from %s, the newest checkpoint of this task's own tries "
+                          "(a newer one is another run's)", try_number, self.task_id, self.job_name, restore)
 
     def _found(self, ti: Any, run: runs.RunClaim | None) -> None:
         """Record the run this try started (once) and publish its generation and links."""
