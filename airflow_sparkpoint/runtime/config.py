@@ -72,8 +72,7 @@ def parse_duration(key: str, value: str) -> float:
     :raises ConfigError: naming the key, the value and the accepted forms.
     """
     text = str(value).strip().lower()
-    if text.startswith("interval "):
-        text = text[len("interval "):]
+    text = text.removeprefix("interval ")
     parts = _PART_RE.findall(text) if _DURATION_RE.match(text) else []
     units = [unit for _, unit in parts]
     if any(unit.startswith(("month", "mon", "year", "yr")) for unit in units):
