@@ -32,7 +32,7 @@ from urllib.parse import quote
 
 from airflow.sdk import BaseHook
 
-from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_sparkpoint.storage import Storage, open_storage, split_uri
@@ -202,6 +202,47 @@ class SparkpointHook(BaseHook):
 
     def get_catalog(self, job_name: str) -> Catalog:
         return Catalog(self.get_storage(), job_name)
+
+    def pending_transactions(self, job_name: str, *, generation: int | None = None) -> list[TransactionRecord]:
+        """Staged, not yet committed transactions of job `job_name` (of one `generation`),
+        in batch order."""
+        records = self.get_catalog(job_name).transactions()
+        return [r for r in records if generation is None or r.generation == generation]
+
+    def staged_rows(self, job_name: str, *, generation: int | None = None) -> list[dict[str, Any]]:
+        """The rows of job `job_name`'s staged, not yet committed output (of one
+        `generation`), in batch order: what a write-audit-publish audit checks. Read
+        through the sink with this connection's storage options, so it works on S3 too.
+
+        :raises ConfigError: a transaction's sink cannot show its staged rows (only
+            ``DeltaSink`` output can be read before it is committed).
+        """
+        rows: list[dict[str, Any]] = []
+        for record in self.pending_transactions(job_name, generation=generation):
+            sink = self._sink(record.sink, record.payload.get("config") or {})
+            read = getattr(sink, "_location", None)
+            if record.sink != "delta" or read is None:
+                raise ConfigError(f"the staged rows of transaction {record.txn_id} ({record.sink} sink) cannot be "
+                                  "read before they are committed; only DeltaSink output can be audited this way")
+            for staged_file in record.payload["staged"]["files"]:
+                rows += read.read_parquet(staged_file["path"]).to_pylist()
+        return rows
+
+    def delta_rows(self, table_uri: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
+        """The rows readers see now in the Delta table at `table_uri` (a path or
+        ``s3://``, with this connection's endpoint and credentials); [] with no table."""
+        sink = self._sink("delta", {"uri": table_uri, "mode": "append"})
+        table = sink._location.open()  # type: ignore[attr-defined]
+        if table is None:
+            return []
+        return list(table.to_pyarrow_table(columns=columns).to_pylist())
+
+    def _sink(self, kind: str, config: Mapping[str, Any]) -> Any:
+        from airflow_sparkpoint.sinks import sink_from_config
+
+        sink = sink_from_config(kind, config)
+        sink.configure(self.storage_options)
+        return sink
 
     def location_url(self, job_name: str) -> str:
         """A URL of job `job_name`'s storage location, for a link: the AWS console for
