@@ -568,3 +568,42 @@ def test_blue_green_rolls_back_a_rejected_green(
     assert audit["approved"] is False and audit["problems"] == ["rejected on request (reject_audit=true)"]
     assert len(xcom(run, "abort_green")["aborted"]) == 3
     assert_rolled_back(blue, run, blue_generation)
+
+
+@pytest.mark.spark
+@pytest.mark.s3
+def test_write_audit_publish_on_s3_through_a_connection(
+    dagbag: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_server_process: str
+) -> None:
+    """The same DAG file on S3: storage, staged output and the table behind the
+    ``sparkpoint_default`` connection (endpoint and credentials), audited through the hook."""
+    import uuid
+
+    import boto3
+
+    from airflow_sparkpoint.hooks import SparkpointHook
+
+    bucket = f"wap-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3", endpoint_url=s3_server_process, region_name="us-east-1").create_bucket(Bucket=bucket)
+    use_storage(monkeypatch, f"s3://{bucket}/sp", login="AKIAWAPTEST", password="wap-secret",
+                extra={"endpoint_url": s3_server_process, "region_name": "us-east-1"})
+    monkeypatch.setenv("SPARKPOINT_WORK_DIR", str(tmp_path / "work"))  # Spark's live checkpoint: local disk
+    output = f"s3://{bucket}/events"
+    clean = [events(i) for i in range(2)]
+    for index, rows in enumerate(clean):
+        write_batch_file(tmp_path / "input", index, rows)
+
+    run = run_dag(dagbag, "example_sparkpoint_write_audit_publish", input=str(tmp_path / "input"), output=output)
+    assert task_states(run) == {"write": "success", "audit": "success", "publish": "success",
+                                "discard": "skipped", "rejected": "skipped"}
+    assert "wap-secret" not in json.dumps(xcom(run, "write"))
+    hook = SparkpointHook("sparkpoint_default")
+    published = sorted(({**r, "ts": utc(r["ts"])} for r in hook.delta_rows(output)), key=lambda r: r["event_id"])
+    assert published == unique_events(clean)
+
+    write_batch_file(tmp_path / "input", 2, events(2, bad=True))
+    run = run_dag(dagbag, "example_sparkpoint_write_audit_publish", input=str(tmp_path / "input"), output=output)
+    assert task_states(run)["discard"] == "success" and task_states(run)["publish"] == "skipped"
+    again = sorted(({**r, "ts": utc(r["ts"])} for r in hook.delta_rows(output)), key=lambda r: r["event_id"])
+    assert again == unique_events(clean), "rejected output became visible"
+    assert hook.pending_transactions("wap_events") == []
