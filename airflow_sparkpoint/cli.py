@@ -329,12 +329,14 @@ def _entry_json(entry: Any) -> dict[str, Any]:
         "bytes_total": meta.total_bytes if meta else None,
         "file_count": len(meta.files) if meta else None,
         "source_checkpoint": meta.source_checkpoint if meta else None,
+        "status": "invalid" if meta is None else ("superseded" if entry.superseded_by is not None else "valid"),
+        "superseded_by": entry.superseded_by,
     }
 
 
 def _short_reason(entry: Any) -> str:
     if entry.metadata is not None:
-        return "valid"
+        return "valid" if entry.superseded_by is None else f"superseded (generation {entry.superseded_by})"
     reason = str(entry.error or "unknown")
     for prefix in (f"{entry.uri}/_metadata: ", f"{entry.uri}: ", f"{entry.uri}/"):
         reason = reason.replace(prefix, "")

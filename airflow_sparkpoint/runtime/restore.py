@@ -63,8 +63,9 @@ class RestorePlan:
         return self.kind == "checkpoint" and self.base_id >= 0 and self.own_files
 
 
-def plan_restore(cfg: SparkpointConfig, catalog: Catalog) -> RestorePlan:
-    """Decide the restart point without changing anything.
+def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | None = None) -> RestorePlan:
+    """Decide the restart point without changing anything. (`previous_live` is accepted
+    for compatibility; the live location is chosen after the claim, by `choose_live`.)
 
     :raises RestoreError: a missing, corrupt or foreign restore target, ``none`` on a job
         that has checkpoints (without ``restore.force``), or checkpoints that are all damaged.

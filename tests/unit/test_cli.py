@@ -29,7 +29,8 @@ from airflow_sparkpoint.sinks.base import CommitOutcome, Sink
 from airflow_sparkpoint.storage import open_storage
 
 ENTRY_KEYS = {"kind", "id", "uri", "valid", "error", "batch_id", "generation", "created_at", "created",
-              "duration_ms", "bytes_copied", "bytes_total", "file_count", "source_checkpoint"}
+              "duration_ms", "bytes_copied", "bytes_total", "file_count", "source_checkpoint", "status",
+              "superseded_by"}
 SAVEPOINT_KEYS = {"job", "root", "kind", "source", "request_id", "state", "generation", "savepoint", "batch_id"}
 
 
@@ -174,6 +175,7 @@ def test_list_json_shape(capsys: pytest.CaptureFixture[str], root: Path) -> None
         "kind": "checkpoint", "id": 2, "uri": f"{catalog.uri}/chk-2", "valid": True, "error": None, "batch_id": 1,
         "generation": 1, "created_at": metas[1].created_at, "created": valid["created"], "duration_ms": 12,
         "bytes_copied": 100, "bytes_total": metas[1].total_bytes, "file_count": 2, "source_checkpoint": None,
+        "status": "valid", "superseded_by": None,
     }
     assert valid["created"].endswith("Z") and "T" in valid["created"]
     assert doc["savepoints"][0]["uri"] == sp.uri and doc["savepoints"][0]["source_checkpoint"] == 2
