@@ -64,10 +64,11 @@ def table_rows(table: Path) -> list[dict[str, Any]]:
     return list(DeltaTable(str(table)).to_pyarrow_table().to_pylist())
 
 
-def delta_version(table: Path) -> int | None:
+def delta_version(table: Path, job: str = JOB) -> int | None:
+    """The last batch of `job` committed to the Delta table (its app transaction version)."""
     from deltalake import DeltaTable
 
-    return DeltaTable(str(table)).transaction_version(JOB) if DeltaTable.is_deltatable(str(table)) else None
+    return DeltaTable(str(table)).transaction_version(job) if DeltaTable.is_deltatable(str(table)) else None
 
 
 def diff(expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> list[str]:
