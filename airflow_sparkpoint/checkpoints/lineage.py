@@ -244,7 +244,8 @@ def resolve_restart_point(
         # Its origin is damaged: like any damaged checkpoint, fall back to an older one of
         # the same lineage (the sink-ahead check still guards the output).
         log.warning("checkpoint %s, where %s started, is not usable: %s", base.uri, lineage, base.error)
-        damaged.append(base)
+        if all(e.id != base.id for e in damaged):
+            damaged.append(base)
         for cid in reversed([i for i in ids if i < newest.base_id]):
             entry = entry_of(cid)
             if entry.metadata is not None and superseded_by(entry.metadata.generation, cid, origins) is None:

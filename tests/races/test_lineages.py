@@ -21,7 +21,16 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from tests.races.drivers import JOB, args, delta_version, diff, expected_rows, job_conf, table_rows, write_inputs
+from tests.races.drivers import (
+    JOB,
+    args,
+    delta_version,
+    diff,
+    expected_rows,
+    job_conf,
+    table_rows,
+    write_inputs,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 

@@ -29,7 +29,6 @@ JOB = "wedge"
 
 def _job(spark: Any, root: Path, inputs: Path, trigger: str) -> tuple[Any, Any]:
     from airflow_sparkpoint.runtime import SparkpointJob
-    from airflow_sparkpoint.sinks import DeltaSink
 
     job = SparkpointJob.get_or_create(conf={
         "spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": JOB, "spark.sparkpoint.restore": "latest",

@@ -258,3 +258,34 @@ def test_old_locations_are_removed_only_when_no_run_holds_them(tmp_path):
     assert removed == [str(work / "g1")] and (work / "g2").exists() and (work / "g3").exists()
     assert held is not None
     held.release()
+
+
+def test_a_retry_finishes_the_rewind_its_lineage_asked_for_and_only_that_one(catalog, tmp_path):
+    """The run that asked for ``sinkAhead=rewind`` to checkpoint 1 died (before or during the
+    rewind): a retry with default settings restores that same checkpoint and may rewind to
+    it; a retry that has to go further back (that checkpoint is damaged) may not."""
+    from airflow_sparkpoint.checkpoints.lineage import new_origin
+
+    gen1 = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), gen1, num_retained=3)
+    metas = []
+    for batch in range(3):
+        write_live(tmp_path, batch)
+        metas.append(coord.checkpoint(batch))
+    gen2 = catalog.claim_generation().generation
+    catalog.write_origin(new_origin(gen2, kind="checkpoint", uri=catalog.checkpoint_uri(metas[1].id),
+                                    base_id=metas[1].id, snapshot_id=metas[1].id, batch_id=1, id_floor=metas[2].id,
+                                    restore={"restore": "x", "sink_ahead": "rewind"}, live_dir=None, host="h", pid=1))
+    sink = RecordingSink()
+    sink.committed = {0: gen1, 1: gen1, 2: gen1}
+
+    plan = plan_restore(_cfg(), catalog)
+    assert plan.batch_id == 1 and plan.sink_ahead == "rewind" and plan.continues is not None
+    catalog.store.put(layout.checkpoint_metadata(metas[1].id), b"damaged")
+    older = plan_restore(_cfg(), catalog)
+    assert older.batch_id == 0 and older.sink_ahead == "fail"
+    from airflow_sparkpoint.exceptions import SinkAheadError
+    from airflow_sparkpoint.runtime.restore import check_sink_position
+
+    with pytest.raises(SinkAheadError):
+        check_sink_position(older, sink, "job", apply=False)
