@@ -114,8 +114,12 @@ class Driver:
         if pause:
             env[PAUSE_ENV] = pause
             env[PAUSE_DIR_ENV] = str(self.pause_dir)
+        # The once-marker is created (fsynced) right before the kill: the proof that the
+        # fault fired (the driver's last printed line may not make it through the JVM).
+        self.fault_marker = base / f"fault-fired-{name}"
         if fault:
             env[ENV] = fault
+            env[ENV_ONCE] = str(self.fault_marker)
         cmd = [SPARK_SUBMIT, "--master", "local[1]", "--driver-java-options", JAVA_OPTS,
                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=1",
                "--conf", "spark.default.parallelism=1", "--conf", f"spark.pyspark.python={sys.executable}"]

@@ -63,7 +63,7 @@ def test_a_retry_after_a_crash_right_after_a_rewind_continues_the_rewound_lineag
     rewind = job_conf(root, {"restore": catalog.checkpoint_uri(oldest.id), "restore.sinkAhead": "rewind"})
     crashed = start_driver("rewind", rewind, args(tmp_path), fault=f"rewind:{oldest.batch_id}")
     assert crashed.wait() != 0
-    assert f"SPARKPOINT_TEST_FAULT: killing driver at rewind:{oldest.batch_id}" in crashed.output, crashed.tail()
+    assert crashed.fault_marker.read_text().strip() == f"rewind:{oldest.batch_id}", crashed.tail()
     assert _restored(table) and delta_version(table) == oldest.batch_id, "the table was rewound"
 
     retry = start_driver("retry", job_conf(root), args(tmp_path))
