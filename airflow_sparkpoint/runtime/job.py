@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest
+from airflow_sparkpoint.checkpoints.history import generation_details
 from airflow_sparkpoint.checkpoints.lineage import new_origin
 from airflow_sparkpoint.checkpoints.status import JobStatus, result_key
 from airflow_sparkpoint.exceptions import (
@@ -257,7 +258,8 @@ class _Run:
         check_sink_position(pre, self.sink, cfg.job, apply=False)
         faults.pause("after_plan", pre.batch_id)
         self.generation = self.catalog.claim_generation(
-            {"restore": cfg.restore, "plan": pre.description, "app": self._application_id}
+            {"restore": cfg.restore, "plan": pre.description, "app": self._application_id,
+             **generation_details(cfg)}  # config in force + Airflow try, for the history model
         ).generation
         try:
             self._prepare()
