@@ -46,6 +46,20 @@ exists, then goes on. The Spark conf keys ``spark.sparkpoint.test.pauseAt`` and
 ``spark.sparkpoint.test.pauseDir`` set the same two variables for the driver process.
 A test proves its race happened by waiting for the ``.reached`` file.
 
+Pause points of the runtime (batch N as noted; details include the generation):
+
+================  ============================================================
+``after_plan``    the read-only pre-check is done (N: the planned restart
+                  batch, None for empty state); the generation is not claimed
+``recovery``      restore-time recovery is about to settle transactions (N:
+                  the restart batch)
+``after_rewind``  ``restore.sinkAhead=rewind`` rewound the sink to N; no
+                  checkpoint since
+``stage``         ``foreachBatch`` of batch N, before the sink stages it
+``after_metadata`` checkpoint of N is complete; retention and the sink commit
+                  of N are not done
+================  ============================================================
+
 The driver dies with SIGKILL — no cleanup, no ``finally`` — like a lost machine. Under
 ``spark-submit`` the JVM parent is killed too so nothing of the driver survives.
 """

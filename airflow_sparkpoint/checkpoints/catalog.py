@@ -20,6 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints.lineage import (
+    Origin,
+    RestartPoint,
+    mark_superseded,
+    resolve_restart_point,
+    superseded_by,
+)
 from airflow_sparkpoint.checkpoints.metadata import (
     FileRef,
     SnapshotMetadata,
@@ -27,7 +34,6 @@ from airflow_sparkpoint.checkpoints.metadata import (
     TransactionRecord,
 )
 from airflow_sparkpoint.exceptions import (
-    ConfigError,
     CorruptMetadata,
     InvalidPath,
     ObjectExists,
@@ -37,6 +43,7 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
 )
 from airflow_sparkpoint.storage import Storage, normalize_key, open_storage
+from airflow_sparkpoint.storage.base import ObjectInfo
 
 log = logging.getLogger(__name__)
 
@@ -202,15 +209,17 @@ class Catalog:
         return {info.key: info.size for info in self.store.list(layout.SHARED)}
 
     def list_checkpoints(self) -> list[SnapshotEntry]:
-        """Every ``chk-*`` directory, newest first, each valid or with the reason it is not."""
+        """Every ``chk-*`` directory, newest first, each valid or with the reason it is not;
+        valid ones on an abandoned lineage carry ``superseded_by`` (invariant 9)."""
         ids = self.checkpoint_ids()
         if not ids:
             return []
         present = self._shared_sizes()
-        return [
+        entries = [
             self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "")
             for cid in reversed(ids)
         ]
+        return mark_superseded(entries, self.origins())
 
     def checkpoints(self) -> list[SnapshotMetadata]:
         """Valid, complete checkpoints, newest first; invalid ones are logged and skipped."""
@@ -223,22 +232,41 @@ class Catalog:
         return result
 
     def latest(self) -> SnapshotMetadata | None:
-        """The newest valid, complete checkpoint, or None.
+        """The newest valid, complete checkpoint that is not superseded (invariant 9), or None.
 
-        Validates newest-first and stops at the first valid one, so the cost grows with
-        the number of retained checkpoints, not with every file ever written.
+        What the external commit step, the sensors and savepoints-from-checkpoint use.
+        Validates newest-first and stops at the first restorable one, so the cost grows
+        with the number of retained checkpoints (and generations), not with every file
+        ever written. ``restore=latest`` uses `restart_point`, which may also answer a
+        lineage's savepoint or empty state.
         """
         ids = self.checkpoint_ids()
         if not ids:
             return None
+        origins = self.origins()
         present = self._shared_sizes()
         for cid in reversed(ids):
             entry = self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "")
             if entry.metadata is not None:
-                return entry.metadata
-            if entry.error and "no _metadata" not in entry.error:
+                if superseded_by(entry.metadata.generation, cid, origins) is None:
+                    return entry.metadata
+            elif entry.error and "no _metadata" not in entry.error:
                 log.warning("skipping invalid checkpoint %s: %s; falling back to an older one", entry.uri, entry.error)
         return None
+
+    def restart_point(self) -> RestartPoint:
+        """What ``restore=latest`` resumes from (see `airflow_sparkpoint.checkpoints.lineage`).
+
+        :raises RestoreError: complete checkpoints exist but none is restorable (they are
+            damaged), or the origin the newest lineage must fall back to is gone; the
+            message names the damage and the way out.
+        """
+        ids = self.checkpoint_ids()
+        present = self._shared_sizes() if ids else {}
+        return resolve_restart_point(
+            self.job, ids, self.origins(),
+            lambda cid: self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, ""),
+        )
 
     def checkpoint_uri(self, checkpoint_id: int) -> str:
         return f"{self.uri}/{layout.checkpoint_dir(checkpoint_id)}"
@@ -249,14 +277,20 @@ class Catalog:
         return f"{layout.SHARED}/{normalize_key(path)}~{sha256[:16]}"
 
     def complete_checkpoint(self, meta: SnapshotMetadata) -> str:
-        """Write ``chk-<id>/_metadata`` last, after checking the writer's generation.
+        """Write ``chk-<id>/_metadata`` last, checking the writer's generation before and after.
 
-        :raises StaleGeneration: a newer generation exists (invariant 5).
+        :raises StaleGeneration: a newer generation exists (invariant 5); raised after the
+            write too, when a newer generation claimed meanwhile (the checkpoint stays,
+            superseded by the newer generation's origin).
         :raises ObjectExists: another writer completed the same checkpoint id.
         """
         self.check_generation(meta.generation)
         key = layout.checkpoint_metadata(meta.id)
         self.store.put_if_absent(key, meta.to_bytes())
+        # A newer generation may have claimed between the check and the write: then this
+        # checkpoint lies above the newer generation's base (superseded, never restored
+        # by `latest`), and the writer must not act on it (no commit).
+        self.check_generation(meta.generation)
         return self.checkpoint_uri(meta.id)
 
     # ------------------------------------------------------------------ retention
@@ -267,65 +301,48 @@ class Catalog:
         *,
         grace_seconds: float = 0.0,
         on_deleted: Callable[[int, int], None] | None = None,
+        generation: int | None = None,
+        shared_listing: Iterable[ObjectInfo] | None = None,
     ) -> RetentionResult:
-        """Keep the newest `num_retained` valid checkpoints; delete older ones and any
-        shared file no retained checkpoint references.
+        """Keep the newest `num_retained` restorable checkpoints; delete older and
+        superseded ones and shared files no kept checkpoint references (see
+        `airflow_sparkpoint.checkpoints.retention.enforce_checkpoint_retention`).
 
-        Incomplete ``chk-*`` directories older than the newest valid checkpoint are
-        garbage. Shared files younger than `grace_seconds` are kept, so a collector run
-        from outside the job never races a checkpoint that is still uploading.
-        `on_deleted(done, total)` is called after each checkpoint deleted.
+        :raises ConfigError: `num_retained` or `grace_seconds` is invalid.
+        :raises StaleGeneration: `generation` was superseded (checked right before deleting).
         """
-        if isinstance(num_retained, bool) or not isinstance(num_retained, int) or num_retained < 1:
-            raise ConfigError(
-                f"checkpoint numRetained={num_retained!r} is invalid; expected an integer >= 1"
-            )
-        if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float)) or not grace_seconds >= 0:
-            raise ConfigError(f"retention grace_seconds={grace_seconds!r} is invalid; expected seconds >= 0")
-        # One listing of shared/ serves both validation and orphan collection. It is taken
-        # before anything is decided, so a file uploaded after it is never collected.
-        ids = self.checkpoint_ids()
-        shared = list(self.store.list(layout.SHARED)) if ids else []
-        present = {info.key: info.size for info in shared}
-        entries = [
-            self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "") for cid in reversed(ids)
-        ]
-        valid = [e for e in entries if e.valid]
-        keep = valid[:num_retained]
-        keep_ids = {e.id for e in keep}
-        newest_valid = keep[0].id if keep else None
-        doomed = [
-            e for e in entries
-            if e.id not in keep_ids and (e.valid or (newest_valid is not None and e.id < newest_valid))
-        ]
-        deleted_ids = []
-        for entry in doomed:
-            # _metadata first: from that moment the checkpoint is incomplete, never half-deleted.
-            self.store.delete([f"{entry.key}/{layout.METADATA}"])
-            self.store.delete_prefix(entry.key)
-            deleted_ids.append(entry.id)
-            if on_deleted is not None:  # progress; the runtime's fault hook
-                on_deleted(len(deleted_ids), len(doomed))
-        referenced: set[str] = set()
-        for entry in keep:
-            assert entry.metadata is not None
-            referenced.update(ref.key for ref in entry.metadata.files)
-        now = time.time()
-        orphans = []
-        orphan_bytes = 0
-        for info in shared:
-            if info.key in referenced:
+        from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
+
+        return enforce_checkpoint_retention(self, num_retained, grace_seconds=grace_seconds, on_deleted=on_deleted,
+                                            generation=generation, shared_listing=shared_listing)
+
+    # ------------------------------------------------------------------ lineages and the deletion journal
+
+    def write_origin(self, origin: Origin) -> None:
+        """Record what generation `origin.generation` started from (once: atomic create).
+
+        :raises ObjectExists: that generation already recorded its origin.
+        """
+        self.store.put_if_absent(layout.lineage_key(origin.generation),
+                                 json.dumps(origin.to_json(), sort_keys=True).encode())
+
+    def origins(self) -> builtins.list[Origin]:
+        """Every origin record, by generation (unreadable ones are skipped with a warning)."""
+        result = []
+        for info in self.store.list(layout.LINEAGE):
+            if not layout.LINEAGE_RE.match(info.key.rsplit("/", 1)[-1]):
                 continue
-            if grace_seconds and now - info.mtime < grace_seconds:
-                continue
-            orphans.append(info.key)
-            orphan_bytes += info.size
-        # Without any valid checkpoint nothing is provably an orphan of a finished one.
-        if keep:
-            self.store.delete(orphans)
-        else:
-            orphans, orphan_bytes = [], 0
-        return RetentionResult(tuple(deleted_ids), len(orphans), orphan_bytes)
+            where = f"{self.uri}/{info.key}"
+            try:
+                result.append(Origin.from_json(json.loads(self.store.get(info.key)), where=where))
+            except ObjectNotFound:
+                continue  # pruned meanwhile
+            except (ValueError, CorruptMetadata) as exc:
+                log.warning("skipping unreadable origin record %s: %s", where, exc)
+        return sorted(result, key=lambda o: o.generation)
+
+    def delete_origins(self, origins: Iterable[Origin]) -> None:
+        self.store.delete(layout.lineage_key(o.generation) for o in origins)
 
     # ------------------------------------------------------------------ savepoints
 

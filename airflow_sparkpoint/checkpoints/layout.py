@@ -6,6 +6,8 @@
     <job>/shared/<path>~<sha16>                  files shared by checkpoints (content-addressed)
     <job>/savepoints/savepoint-<id>-<suffix>/_metadata, files/<path>
     <job>/generations/<generation>                one object per job start (atomic create)
+    <job>/lineage/<generation>.json               what that generation started from (its origin)
+    <job>/gc/<epoch-ms>-<suffix>.json             journal of shared files retention is deleting
     <job>/txn/<batch>-g<generation>.json          sink pre-commit records
     <job>/status.json                             heartbeat and state of the current run
     <job>/control/<request-id>.{request,ack,result}.json
@@ -23,6 +25,8 @@ ID_FLOOR = "last-disposed-id"
 CHK_RE = re.compile(r"^chk-(\d+)$")
 SAVEPOINT_RE = re.compile(r"^savepoint-(\d+)-([0-9a-z]+)$")
 TXN_RE = re.compile(r"^(\d+)-g(\d+)\.json$")
+LINEAGE_RE = re.compile(r"^(\d+)\.json$")
+GC_RE = re.compile(r"^(\d+)-([0-9a-z]+)\.json$")
 JOB_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -56,6 +60,14 @@ def generation_key(generation: int) -> str:
     return f"generations/{generation:012d}"
 
 
+def lineage_key(generation: int) -> str:
+    return f"{LINEAGE}/{generation:012d}.json"
+
+
+def gc_key(epoch_ms: int, suffix: str) -> str:
+    return f"{GC}/{epoch_ms:015d}-{suffix}.json"
+
+
 def txn_key(batch_id: int, generation: int) -> str:
     return f"txn/{batch_id:012d}-g{generation:06d}.json"
 
@@ -64,5 +76,7 @@ STATUS = "status.json"
 SHARED = "shared"
 SAVEPOINTS = "savepoints"
 GENERATIONS = "generations"
+LINEAGE = "lineage"
+GC = "gc"
 TXN = "txn"
 CONTROL = "control"

@@ -1,29 +1,179 @@
-"""Savepoint history retention, like the Flink Kubernetes operator's
-``kubernetes.operator.savepoint.history.max.count`` / ``.max.age``.
+"""Retention: checkpoints (``numRetained``, reference-counted shared files, the deletion
+journal) and savepoint history.
 
-Checkpoint retention (``numRetained`` plus reference-counted shared files) lives in
-`Catalog.enforce_retention`; savepoints are never touched by it. This module is the
-opt-in policy for savepoints: keep at most `max_count` of them and none older than
-`max_age_s`, but always keep the newest valid one, so a deploy can still roll back.
+Checkpoint retention (`enforce_checkpoint_retention`, behind `Catalog.enforce_retention`)
+keeps the newest ``numRetained`` *restorable* checkpoints (valid and not superseded),
+deletes older and superseded ones, and deletes shared files that no kept checkpoint
+references once they are older than a grace period (a checkpoint being written elsewhere,
+say by a newer generation while this one is a zombie, has uploaded files nobody references
+yet). Shared files are journaled before they are deleted (``gc/``) so that a checkpoint
+being completed can see that a file it references went. Savepoints are never touched.
+
+Savepoint history retention is like the Flink Kubernetes operator's
+``kubernetes.operator.savepoint.history.max.count`` / ``.max.age``: keep at most
+`max_count` of them and none older than `max_age_s`, but always keep the newest valid one,
+so a deploy can still roll back.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
+import uuid
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints.lineage import mark_superseded, prunable
+from airflow_sparkpoint.exceptions import ConfigError, ObjectNotFound
 
 if TYPE_CHECKING:
-    from airflow_sparkpoint.checkpoints.catalog import Catalog
+    from airflow_sparkpoint.checkpoints.catalog import Catalog, RetentionResult
+    from airflow_sparkpoint.storage.base import ObjectInfo
 
 log = logging.getLogger(__name__)
 
 #: an incomplete savepoint directory (no ``_metadata``) younger than this may still be
 #: being written; older ones are abandoned copies and are removed
 INCOMPLETE_GRACE_S = 3600.0
+
+
+#: journal entries older than this are pruned; they only need to cover the moment between
+#: a checkpoint's check of its shared files and its ``_metadata`` (bounded by the timeout)
+JOURNAL_MIN_TTL_S = 3600.0
+
+
+def enforce_checkpoint_retention(
+    catalog: Catalog,
+    num_retained: int,
+    *,
+    grace_seconds: float = 0.0,
+    on_deleted: Callable[[int, int], None] | None = None,
+    generation: int | None = None,
+    shared_listing: Iterable[ObjectInfo] | None = None,
+) -> RetentionResult:
+    """Keep the newest `num_retained` restorable checkpoints; delete older and superseded
+    ones, and shared files no kept checkpoint references.
+
+    Incomplete ``chk-*`` directories older than the newest kept checkpoint are garbage;
+    newer ones may be in progress and stay. While the newest lineage has no checkpoint of
+    its own, the checkpoint it started from is kept too. Shared files younger than
+    `grace_seconds` are kept. `shared_listing` is a listing of ``shared/`` taken before
+    (the coordinator's, from its check before ``_metadata``); a file uploaded after the
+    listing is never collected. `generation`, when given, is checked right before
+    anything is deleted. `on_deleted(done, total)` is called after each checkpoint deleted.
+
+    :raises ConfigError: `num_retained` or `grace_seconds` is invalid.
+    :raises StaleGeneration: `generation` is no longer the current one.
+    """
+    from airflow_sparkpoint.checkpoints.catalog import RetentionResult
+
+    if isinstance(num_retained, bool) or not isinstance(num_retained, int) or num_retained < 1:
+        raise ConfigError(f"checkpoint numRetained={num_retained!r} is invalid; expected an integer >= 1")
+    if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float)) or not grace_seconds >= 0:
+        raise ConfigError(f"retention grace_seconds={grace_seconds!r} is invalid; expected seconds >= 0")
+    ids = catalog.checkpoint_ids()
+    if shared_listing is not None:
+        shared = list(shared_listing)
+    else:
+        shared = list(catalog.store.list(layout.SHARED)) if ids else []
+    present = {info.key: info.size for info in shared}
+    origins = catalog.origins()
+    entries = mark_superseded(
+        [catalog._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "") for cid in reversed(ids)],
+        origins,
+    )
+    keep = [e for e in entries if e.restorable][:num_retained]
+    newest = origins[-1] if origins else None
+    if newest is not None and newest.kind == "checkpoint" and newest.base_id >= 0 and not any(
+        e.metadata is not None and e.metadata.generation >= newest.generation for e in keep
+    ):
+        base = next((e for e in entries if e.id == newest.base_id and e.valid), None)
+        if base is not None and base not in keep:
+            keep.append(base)
+    keep_ids = {e.id for e in keep}
+    newest_kept = max(keep_ids, default=None)
+    doomed = [
+        e for e in entries
+        if e.id not in keep_ids and (e.valid or (newest_kept is not None and e.id < newest_kept))
+    ]
+    if doomed and generation is not None:
+        catalog.check_generation(generation)
+    deleted_ids = []
+    for entry in doomed:
+        # _metadata first: from that moment the checkpoint is incomplete, never half-deleted.
+        catalog.store.delete([f"{entry.key}/{layout.METADATA}"])
+        catalog.store.delete_prefix(entry.key)
+        deleted_ids.append(entry.id)
+        if on_deleted is not None:  # progress; the runtime's fault hook
+            on_deleted(len(deleted_ids), len(doomed))
+    referenced: set[str] = set()
+    for entry in keep:
+        assert entry.metadata is not None
+        referenced.update(ref.key for ref in entry.metadata.files)
+    now = time.time()
+    orphans = []
+    orphan_bytes = 0
+    for info in shared:
+        if info.key in referenced or (grace_seconds and now - info.mtime < grace_seconds):
+            continue
+        orphans.append(info.key)
+        orphan_bytes += info.size
+    # Without any kept checkpoint nothing is provably an orphan of a finished one.
+    if keep and orphans:
+        if generation is not None:
+            catalog.check_generation(generation)
+        journal_deletions(catalog, orphans, generation)
+        catalog.store.delete(orphans)
+    elif not keep:
+        orphans, orphan_bytes = [], 0
+    if keep:
+        left = [e.metadata for e in entries if e.id not in set(deleted_ids) and e.metadata is not None]
+        stale = prunable(origins, left)
+        if stale:
+            catalog.delete_origins(stale)
+        prune_journal(catalog, now - max(JOURNAL_MIN_TTL_S, 2 * grace_seconds))
+    return RetentionResult(tuple(deleted_ids), len(orphans), orphan_bytes)
+
+
+def journal_deletions(catalog: Catalog, keys: Iterable[str], generation: int | None) -> None:
+    """Write-ahead record of shared files about to be deleted, so that a checkpoint being
+    completed elsewhere notices that a file it references went (and copies it again)."""
+    keys = sorted(keys)
+    if not keys:
+        return
+    now = time.time()
+    body = {"generation": generation, "at": now, "keys": keys}
+    catalog.store.put(layout.gc_key(int(now * 1000), uuid.uuid4().hex[:8]), json.dumps(body).encode())
+
+
+def deleted_since(catalog: Catalog, since: float) -> set[str]:
+    """Shared keys whose deletion was journaled at or after `since` (epoch seconds)."""
+    keys: set[str] = set()
+    for info in catalog.store.list(layout.GC):
+        match = layout.GC_RE.match(info.key.rsplit("/", 1)[-1])
+        if not match or int(match.group(1)) / 1000 < since:
+            continue
+        try:
+            keys.update(str(k) for k in json.loads(catalog.store.get(info.key)).get("keys", ()))
+        except ObjectNotFound:
+            continue  # pruned meanwhile
+        except (ValueError, AttributeError) as exc:
+            log.warning("unreadable deletion journal entry %s/%s: %s", catalog.uri, info.key, exc)
+    return keys
+
+
+def prune_journal(catalog: Catalog, older_than: float) -> int:
+    """Delete journal entries written before `older_than` (epoch seconds)."""
+    old = []
+    for info in catalog.store.list(layout.GC):
+        match = layout.GC_RE.match(info.key.rsplit("/", 1)[-1])
+        if match and int(match.group(1)) / 1000 < older_than:
+            old.append(info.key)
+    catalog.store.delete(old)
+    return len(old)
 
 
 def _check_args(max_count: int | None, max_age_s: float | None) -> None:

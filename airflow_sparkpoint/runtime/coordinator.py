@@ -3,6 +3,13 @@ and sink commits (Flink's CheckpointCoordinator + notifyCheckpointComplete).
 
 Runs in the driver, in one thread, so checkpoints, savepoints and commits never
 interleave. Knows nothing of Spark beyond the files of the live checkpoint location.
+
+Before a checkpoint's ``_metadata`` is written, every shared file it references is checked
+against one listing of ``shared/`` (the listing retention used to take afterwards, now
+shared with it) and against the deletion journal, and whatever is missing is copied again
+from the live location: one file deleted under the job's feet must not make every later
+checkpoint invalid. Shared files nobody references are only collected after the
+checkpoint timeout (another generation may be uploading them for its checkpoint).
 """
 
 from __future__ import annotations
@@ -17,10 +24,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_sparkpoint import faults
-from airflow_sparkpoint.checkpoints import Catalog, FileRef, SnapshotHandle, SnapshotMetadata, SnapshotStats
+from airflow_sparkpoint.checkpoints import (
+    Catalog,
+    FileRef,
+    SnapshotHandle,
+    SnapshotMetadata,
+    SnapshotStats,
+    layout,
+)
 from airflow_sparkpoint.checkpoints.counters import CounterRecorder
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.exceptions import CatalogError, SparkpointError, StaleGeneration, StorageError
+from airflow_sparkpoint.checkpoints.retention import deleted_since
+from airflow_sparkpoint.exceptions import (
+    CatalogError,
+    ObjectExists,
+    SparkpointError,
+    StaleGeneration,
+    StorageError,
+)
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.sinks.base import Sink
 
@@ -177,20 +198,12 @@ class Coordinator:
                 )
             if count == max(1, len(new) // 2):
                 faults.maybe_kill("copy", batch_id)
-            try:
-                sha = known.ref.sha256 if known is not None else file_sha256(live.abspath)
-                key = self.catalog.shared_key(live.path, sha)
-                self.catalog.store.upload_file(live.abspath, key)
-                st = os.stat(live.abspath)
-            except FileNotFoundError:
-                # Spark's maintenance removed it between listing and copying: an old version.
-                raise CatalogError(f"live file {live.path} vanished while checkpointing batch {batch_id}") from None
-            ref = FileRef(path=live.path, key=key, size=live.size, sha256=sha, mtime_ns=live.mtime_ns)
-            if st.st_size != live.size or st.st_mtime_ns != live.mtime_ns:
-                raise CatalogError(f"live file {live.path} changed while checkpointing batch {batch_id}")
-            self.index[live.path] = IndexEntry(live.size, live.mtime_ns, ref)
+            sha = known.ref.sha256 if known is not None else None
+            ref = self._upload(live, batch_id, sha)
             files.append(ref)
             copied += live.size
+        recopied, listing = self._ensure_stored(files, batch_id, started)
+        copied += recopied
         faults.maybe_kill("metadata", batch_id)
         if self.commit_mode == "external":
             self._forget_settled()
@@ -220,7 +233,7 @@ class Coordinator:
             ),
             spark=self.spark_info,
         )
-        uri = self.catalog.complete_checkpoint(meta)
+        uri, meta = self._complete(meta)
         self.last_checkpoint = meta
         self.last_checkpoint_at = time.monotonic()
         self.checkpoints_completed += 1
@@ -230,10 +243,11 @@ class Coordinator:
             meta.id, batch_id, meta.stats.duration_ms, meta.stats.files_copied, meta.stats.file_count,
             meta.stats.bytes_copied, meta.stats.bytes_total, uri,
         )
+        faults.pause("after_metadata", batch_id, generation=self.generation)
         try:
             retention = self.catalog.enforce_retention(
-                self.num_retained, on_deleted=lambda done, total: faults.maybe_kill_halfway(
-                    "retention", batch_id, done, total)
+                self.num_retained, grace_seconds=self.timeout_s, generation=self.generation, shared_listing=listing,
+                on_deleted=lambda done, total: faults.maybe_kill_halfway("retention", batch_id, done, total),
             )
         except StorageError as exc:
             # The checkpoint is complete: failing to collect garbage must not fail it (nor
@@ -248,6 +262,64 @@ class Coordinator:
         if self._on_status:
             self._on_status()
         return meta
+
+    def _upload(self, live: livedir.LiveFile, batch_id: int, sha: str | None) -> FileRef:
+        """Copy one live file into the shared area (content-addressed) and index it."""
+        try:
+            sha = sha or file_sha256(live.abspath)
+            key = self.catalog.shared_key(live.path, sha)
+            self.catalog.store.upload_file(live.abspath, key)
+            st = os.stat(live.abspath)
+        except FileNotFoundError:
+            # Spark's maintenance removed it between listing and copying: an old version.
+            raise CatalogError(f"live file {live.path} vanished while checkpointing batch {batch_id}") from None
+        if st.st_size != live.size or st.st_mtime_ns != live.mtime_ns:
+            raise CatalogError(f"live file {live.path} changed while checkpointing batch {batch_id}")
+        ref = FileRef(path=live.path, key=key, size=live.size, sha256=sha, mtime_ns=live.mtime_ns)
+        self.index[live.path] = IndexEntry(live.size, live.mtime_ns, ref)
+        return ref
+
+    def _ensure_stored(self, files: list[FileRef], batch_id: int, started: float) -> tuple[int, list[Any]]:
+        """Validate before completing: copy again every referenced shared file that is gone
+        (deleted by hand, by a lifecycle rule, by another process's retention). Returns the
+        bytes copied again and the listing of ``shared/`` (retention reuses it)."""
+        listed_at = time.time()
+        listing = list(self.catalog.store.list(layout.SHARED))
+        present = {info.key: info.size for info in listing}
+        # Deletions journaled since shortly before the listing (clock skew between hosts).
+        gone = deleted_since(self.catalog, listed_at - 60.0)
+        missing = [ref for ref in files if present.get(ref.key) != ref.size or ref.key in gone]
+        copied = 0
+        for ref in missing:
+            if time.monotonic() - started > self.timeout_s:
+                raise CheckpointAbandoned(
+                    f"checkpoint of batch {batch_id} exceeded spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
+                )
+            path = os.path.join(self.live_root, *ref.path.split("/"))
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} is gone") from None
+            live = livedir.LiveFile(ref.path, path, st.st_size, st.st_mtime_ns)
+            if (st.st_size, st.st_mtime_ns) != (ref.size, ref.mtime_ns) and file_sha256(path) != ref.sha256:
+                raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} changed")
+            log.warning("shared file %s referenced by checkpoint of batch %d is missing from %s; copying it again",
+                        ref.key, batch_id, self.catalog.uri)
+            self._upload(live, batch_id, ref.sha256)
+            copied += ref.size
+        return copied, listing
+
+    def _complete(self, meta: SnapshotMetadata) -> tuple[str, SnapshotMetadata]:
+        """Write ``_metadata``; if a zombie took the id meanwhile, take the next one."""
+        for _ in range(5):
+            try:
+                uri = self.catalog.complete_checkpoint(meta)
+            except ObjectExists:
+                log.warning("checkpoint id %d was taken by another writer; using the next one", meta.id)
+                meta = meta.with_(id=self.catalog.next_checkpoint_id())
+                continue
+            return uri, meta
+        raise CatalogError(f"could not find a free checkpoint id for batch {meta.batch_id}")
 
     def _forget_settled(self) -> None:
         """The external commit step committed or aborted some pending transactions (and
@@ -289,7 +361,11 @@ class Coordinator:
             for record in doomed:
                 self.pending.pop((record.batch_id, record.generation), None)
         for count, record in enumerate(doomed, start=1):
-            self.sink.abort(record)
+            self.catalog.check_generation(self.generation)
+            if self.sink.is_committed(record):
+                log.warning("transaction %s holds its batch's commit; not aborting it", record.txn_id)
+            else:
+                self.sink.abort(record)
             self.catalog.delete_transactions([record])
             faults.maybe_kill_halfway("abort", record.batch_id, count, len(doomed))
         return [r.batch_id for r in doomed]

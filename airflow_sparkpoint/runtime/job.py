@@ -17,19 +17,18 @@ import json
 import logging
 import os
 import queue
-import shutil
 import socket
 import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest
 from airflow_sparkpoint.checkpoints.history import generation_details
+from airflow_sparkpoint.checkpoints.lineage import new_origin
 from airflow_sparkpoint.checkpoints.status import JobStatus, result_key
 from airflow_sparkpoint.exceptions import (
     ConfigError,
@@ -42,13 +41,13 @@ from airflow_sparkpoint.runtime import livedir, signals
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
-    RestorePlan,
     check_sink_position,
-    materialize,
+    choose_live,
+    fill_live,
     plan_restore,
     recover_transactions,
-    seed_index_in_place,
 )
+from airflow_sparkpoint.runtime.result import RunResult
 from airflow_sparkpoint.sinks.base import Sink, StageContext
 from airflow_sparkpoint.storage import open_storage
 
@@ -61,31 +60,6 @@ log = logging.getLogger(__name__)
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 _MISSING = object()
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """How a run ended. Returned by `SparkpointJob.run` and pushed to XCom by the operator."""
-
-    status: str  # "finished" | "stopped"
-    job: str
-    generation: int
-    batches_processed: int = 0
-    first_batch: int | None = None
-    last_batch: int | None = None
-    last_checkpoint_id: int | None = None
-    last_checkpoint: str | None = None
-    savepoint: str | None = None
-    restored_from: str | None = None
-    restore_mode: str = ""
-    checkpoints_completed: int = 0
-    committed_batches: tuple[int, ...] = ()
-    recovered: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["committed_batches"] = list(self.committed_batches)
-        return data
 
 
 class _StopRun(Exception):
@@ -279,47 +253,84 @@ class _Run:
 
     def execute(self) -> RunResult:
         self._open()
-        status = self.catalog.read_status() or {}
-        plan: RestorePlan = plan_restore(self.cfg, self.catalog, status.get("live_dir"))
-        check_sink_position(plan, self.sink, self.cfg.job, self.cfg.restore_sink_ahead)
+        cfg = self.cfg
+        # A read-only pre-check: bad input (a missing or foreign snapshot, damaged
+        # checkpoints, a sink ahead) fails before anything is written (invariant 7).
+        pre = plan_restore(cfg, self.catalog)
+        check_sink_position(pre, self.sink, cfg.job, apply=False)
+        faults.pause("after_plan", pre.batch_id)
         self.generation = self.catalog.claim_generation(
-            {"restore": self.cfg.restore, "plan": plan.description, "app": self._application_id,
+            {"restore": cfg.restore, "plan": pre.description, "app": self._application_id,
              # which submit this is (the Airflow operator finds its own run by it) and its UI
              "submitter": os.environ.get(SUBMITTER_ENV, ""), "ui": self.spark.sparkContext.uiWebUrl,
-             **generation_details(self.cfg)}  # config in force + Airflow try, for the history model
+             **generation_details(cfg)}  # config in force + Airflow try, for the history model
         ).generation
-        log.info("job %s generation %d starts from %s", self.cfg.job, self.generation, plan.description)
-        if plan.resume_in_place:
-            self.live = livedir.require_local(plan.resume_in_place)
-        else:
-            self.live = os.path.join(self.work_root, f"g{self.generation}")
+        try:
+            self._prepare()
+        except BaseException as exc:
+            self._write_status("failed", error=str(exc))
+            self._release_live()
+            raise
+        return self._run_query()
+
+    def _prepare(self) -> None:
+        """Claim, then act (invariant 8): everything is read again after the claim, the
+        origin of this generation's lineage is recorded before any effect, and every
+        effect is fenced by the generation."""
+        cfg = self.cfg
+        plan = self.plan = plan_restore(cfg, self.catalog)
+        check_sink_position(plan, self.sink, cfg.job, apply=False)
+        status = self.catalog.read_status() or {}
+        origins = self.catalog.origins()
+        self.choice = choose_live(
+            plan, [origins[-1].live_dir if origins else None, status.get("live_dir")], status,
+            work_root=self.work_root, job=cfg.job, generation=self.generation, jvm_pid=self._jvm_pid(),
+        )
+        self.live = self.choice.path
+        meta: SnapshotMetadata | None = plan.snapshot.metadata if plan.snapshot else None
+        inherited = plan.continues.restore if plan.continues is not None else {}
+        self.catalog.write_origin(new_origin(
+            self.generation, kind=plan.kind, uri=plan.snapshot.uri if plan.snapshot else None, base_id=plan.base_id,
+            snapshot_id=meta.id if meta else None, batch_id=meta.batch_id if meta else None,
+            id_floor=self.catalog.next_checkpoint_id() - 1,
+            restore={"restore": cfg.restore, "sink_ahead": plan.sink_ahead, "force": cfg.restore_force,
+                     "allow_foreign_job": cfg.restore_allow_foreign_job or bool(inherited.get("allow_foreign_job"))},
+            live_dir=self.live, host=socket.gethostname(), pid=os.getpid(),
+        ))
+        log.info("job %s generation %d starts from %s; live location %s (%s)",
+                 cfg.job, self.generation, plan.description, self.live, self.choice.reason)
+
+        def fence() -> None:
+            self.catalog.check_generation(self.generation)
+
+        fence()
+        if check_sink_position(plan, self.sink, cfg.job, fence=fence):
+            faults.pause("after_rewind", plan.batch_id, generation=self.generation)
+        index, self.live_reuse = fill_live(self.choice, plan)
         self.coordinator = Coordinator(
             catalog=self.catalog, sink=self.sink, generation=self.generation, live_root=self.live,
-            commit_mode=self.cfg.commit_mode, interval_s=self.cfg.checkpoint_interval_s,
-            num_retained=self.cfg.num_retained, timeout_s=self.cfg.checkpoint_timeout_s,
-            tolerable_failures=self.cfg.tolerable_failures, spark_info=self._spark_info(),
+            commit_mode=cfg.commit_mode, interval_s=cfg.checkpoint_interval_s,
+            num_retained=cfg.num_retained, timeout_s=cfg.checkpoint_timeout_s,
+            tolerable_failures=cfg.tolerable_failures, spark_info=self._spark_info(),
             on_status=self._heartbeat,
         )
-        snapshot_meta: SnapshotMetadata | None = plan.snapshot.metadata if plan.snapshot else None
-        if plan.snapshot is None:
-            if os.path.exists(self.live):
-                shutil.rmtree(self.live)
-            index = {}
-        elif plan.resume_in_place:
-            index = seed_index_in_place(plan.snapshot.metadata)
-        else:
-            # A savepoint's (or another root's) files are not this job's shared files:
-            # checkpoints must not reference them, so the first one copies them (NO_CLAIM).
-            own = plan.snapshot.files_store.uri.rstrip("/") == self.catalog.store.uri.rstrip("/")
-            index = materialize(plan.snapshot, self.live, stored=own)
-        self.coordinator.seed(snapshot_meta, index)
-        pending, recovered = recover_transactions(self.catalog, self.sink, plan, self.cfg.commit_mode)
+        self.coordinator.seed(meta, index)
+        pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode, self.generation)
         for record in pending:
             self.coordinator.add_pending(record)
         self.recovered = recovered
-        self.plan = plan
         self._write_status("running")
-        return self._run_query()
+
+    def _jvm_pid(self) -> int | None:
+        try:
+            return int(self.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - only used to prove a previous owner gone
+            return None
+
+    def _release_live(self) -> None:
+        choice = getattr(self, "choice", None)
+        if choice is not None:
+            choice.lock.release()
 
     def _spark_info(self) -> dict[str, Any]:
         conf = self.spark.conf
@@ -382,6 +393,7 @@ class _Run:
             return self._conclude(query_error)
         finally:
             self._heartbeat_stop.set()
+            self._release_live()
             # The bus delivers this query's events in order, its termination last. Removing
             # the listener before that arrived could leave a callback in flight into a
             # Python process that is exiting (an error in the job's log). It arrives
@@ -407,7 +419,7 @@ class _Run:
         result = self._result(state)
         self._write_status(state)
         self.catalog.store.put(result_key(self.generation), json.dumps(result.to_json()).encode())
-        self._cleanup_old_live_dirs()
+        livedir.remove_unowned(self.work_root, self.live, self.generation)
         log.info("job %s generation %d %s: %s", self.cfg.job, self.generation, state, json.dumps(result.to_json()))
         return result
 
@@ -415,6 +427,7 @@ class _Run:
         """foreachBatch: stage the batch in the sink and record its pre-commit durably."""
         if self.stopping.is_set():
             raise _StopRun(f"job {self.cfg.job!r} is stopping; batch {batch_id} is not run")
+        faults.pause("stage", batch_id, generation=self.generation)
         ctx = StageContext(self.cfg.job, int(batch_id), self.generation, self.cfg.storage_options,
                            self.cfg.driver_staging_max_bytes)
         payload = self.sink.stage(df, ctx)
@@ -565,17 +578,18 @@ class _Run:
             self._heartbeat()
 
     def _write_status(self, state: str, error: str | None = None) -> None:
-        last = self.coordinator.last_checkpoint if hasattr(self, "coordinator") else None
+        coordinator: Coordinator | None = getattr(self, "coordinator", None)
+        last = coordinator.last_checkpoint if coordinator is not None else None
         status = JobStatus(
             job=self.cfg.job, generation=self.generation, state=state, started_at=self.started_at,
-            heartbeat_at=time.time(), last_batch=self.coordinator.confirmed_batch,
+            heartbeat_at=time.time(), last_batch=coordinator.confirmed_batch if coordinator is not None else None,
             last_checkpoint_id=last.id if last else None,
             last_checkpoint_uri=self.catalog.checkpoint_uri(last.id) if last else None,
-            checkpoints_completed=self.coordinator.checkpoints_completed, savepoint_uri=self.savepoint_uri,
-            error=error, host=socket.gethostname(), pid=os.getpid(),
+            checkpoints_completed=coordinator.checkpoints_completed if coordinator is not None else 0,
+            savepoint_uri=self.savepoint_uri, error=error, host=socket.gethostname(), pid=os.getpid(),
             application_id=self._application_id,
         ).to_json()
-        status["live_dir"] = self.live
+        status["live_dir"] = getattr(self, "live", None)
         with self._status_lock:
             if self._final_state and state == "running":
                 return  # a late heartbeat must not undo finished/stopped/failed
@@ -599,18 +613,10 @@ class _Run:
             last_checkpoint=self.catalog.checkpoint_uri(last.id) if last else None,
             savepoint=self.savepoint_uri,
             restored_from=self.plan.snapshot.uri if self.plan.snapshot else None,
-            restore_mode="in-place" if self.plan.resume_in_place else ("snapshot" if self.plan.snapshot else "empty"),
+            restore_mode="in-place" if self.choice.in_place else ("snapshot" if self.plan.snapshot else "empty"),
             checkpoints_completed=self.coordinator.checkpoints_completed,
             committed_batches=tuple(self.coordinator.batches_committed),
             recovered=self.recovered,
+            live_dir=self.live,
+            live_reuse=self.live_reuse.to_json(),
         )
-
-    def _cleanup_old_live_dirs(self) -> None:
-        try:
-            names = os.listdir(self.work_root)
-        except FileNotFoundError:
-            return
-        current = os.path.basename(self.live.rstrip("/"))
-        for name in names:
-            if name.startswith("g") and name[1:].isdigit() and name != current and int(name[1:]) < self.generation:
-                shutil.rmtree(os.path.join(self.work_root, name), ignore_errors=True)

@@ -1,19 +1,40 @@
-"""Spark's live checkpoint location: what a restart after batch N needs, and how to
-rebuild a location from a snapshot.
+"""Spark's live checkpoint location: what a restart after batch N needs, and who owns it.
 
 Spark writes every file of its checkpoint location atomically (temp file + rename) and
 never changes it afterwards, except when a batch is re-executed; so a file is identified
-by (path, size, mtime) and copied to Sparkpoint storage once.
+by (path, size, mtime) and copied to Sparkpoint storage once (and may be hard-linked into
+another location: a rename there never touches the linked inode).
+
+**Ownership** (invariant 8: a live directory is never shared by two generations that may
+both be running). The run that uses a location holds an exclusive ``flock`` on
+``<location>/.sparkpoint-lock`` for its whole life (the kernel drops it when the process
+dies, even by SIGKILL) and records itself in ``<location>/.sparkpoint-owner.json``
+(generation, host, pids of the Python driver and its JVM with their start times, so a
+reused pid is not mistaken for the owner). Another run may resume in that location only
+when it gets the lock and the previous owner is proven gone: its generation ended (a
+terminal status record written by that generation), or its processes on this host are gone.
 """
 
 from __future__ import annotations
 
+import errno
+import json
+import logging
 import os
 import re
-from collections.abc import Iterator
+import shutil
+import socket
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_sparkpoint.exceptions import ConfigError
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".sparkpoint-lock"
+OWNER_NAME = ".sparkpoint-owner.json"
+TERMINAL_STATES = ("finished", "stopped", "failed")
 
 _VERSIONED_STATE = re.compile(r"^(\d+)(?:_[0-9a-f-]+)?\.(delta|snapshot|changelog|zip)$")
 _LOG_ENTRY = re.compile(r"^(\d+)(\.compact)?$")
@@ -100,3 +121,171 @@ def last_commit(root: str) -> int | None:
         return None
     ids = [int(n) for n in names if n.isdigit()]
     return max(ids) if ids else None
+
+
+# ---------------------------------------------------------------------------- ownership
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of process `pid` (clock ticks since boot, from /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read().decode(errors="replace")
+    except OSError:
+        return None
+    fields = data[data.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def process_alive(pid: int, start: str | None) -> bool:
+    """Whether process `pid` still runs and is the one that started at `start` (when known).
+
+    Without /proc or a recorded start time a live pid counts as alive (it may be reused,
+    but "not proven gone" is the safe answer)."""
+    if pid <= 0:
+        return False
+    current = process_start(pid)
+    if current is not None:
+        return start is None or current == start
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LiveLock:
+    """An exclusive lock on a live location, held until `release` (or the process ends)."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
+def try_lock(location: str) -> LiveLock | None:
+    """Take the exclusive lock of `location` (created if needed) without waiting, or None
+    when another run holds it."""
+    import fcntl
+
+    os.makedirs(location, exist_ok=True)
+    fd = os.open(os.path.join(location, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return LiveLock(location, fd)
+
+
+def read_owner(location: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(location, OWNER_NAME)) as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_owner(location: str, owner: Mapping[str, Any]) -> None:
+    path = os.path.join(location, OWNER_NAME)
+    tmp = path + ".sparkpoint-tmp"
+    with open(tmp, "w") as handle:
+        json.dump(dict(owner), handle)
+    os.replace(tmp, path)
+
+
+def owner_record(job: str, generation: int, jvm_pid: int | None) -> dict[str, Any]:
+    """Who owns a location: this process (and its JVM) for `generation`."""
+    pid = os.getpid()
+    return {"job": job, "generation": generation, "host": socket.gethostname(), "pid": pid,
+            "pid_start": process_start(pid), "jvm_pid": jvm_pid or 0,
+            "jvm_start": process_start(jvm_pid) if jvm_pid else None}
+
+
+def previous_owner_gone(
+    location: str,
+    owner: Mapping[str, Any] | None,
+    status: Mapping[str, Any] | None,
+    *,
+    own: Iterable[tuple[int, str | None]] = (),
+) -> tuple[bool, str]:
+    """Whether the run that last used `location` is proven gone (the caller holds its lock),
+    and why. `status` is the job's status record; `own` lists (pid, start) of this process
+    and its JVM (a previous run in the same process ended when it released the lock)."""
+    mine = set(own)
+    same_dir = status is not None and _same(status.get("live_dir"), location)
+    if owner is None:
+        # A location of an older release, or one never owned: only the status record tells.
+        if same_dir and status is not None and status.get("state") in TERMINAL_STATES:
+            return True, f"generation {status.get('generation')} ended ({status.get('state')})"
+        if same_dir and status is not None and status.get("host") == socket.gethostname():
+            pid = int(status.get("pid") or 0)
+            if pid and not process_alive(pid, None):
+                return True, f"process {pid} of generation {status.get('generation')} is gone"
+        return False, "its previous owner is unknown and not proven gone"
+    generation = owner.get("generation")
+    if (status is not None and status.get("generation") == generation and same_dir
+            and status.get("state") in TERMINAL_STATES):
+        return True, f"generation {generation} ended ({status.get('state')})"
+    if owner.get("host") != socket.gethostname():
+        return False, f"generation {generation} ran on host {owner.get('host')!r} and is not proven gone"
+    for key in ("pid", "jvm_pid"):
+        pid = int(owner.get(key) or 0)
+        start = owner.get("pid_start" if key == "pid" else "jvm_start")
+        if pid and (pid, start) not in mine and process_alive(pid, start):
+            return False, f"process {pid} of generation {generation} is still running"
+    return True, f"the processes of generation {generation} are gone"
+
+
+def clear(location: str) -> None:
+    """Empty `location` (created if missing), keeping its lock and owner files."""
+    os.makedirs(location, exist_ok=True)
+    for name in os.listdir(location):
+        if name in (LOCK_NAME, OWNER_NAME):
+            continue
+        path = os.path.join(location, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+
+
+def remove_unowned(work_root: str, keep: str, below_generation: int) -> list[str]:
+    """Delete ``g<N>`` locations under `work_root` older than `below_generation` whose
+    lock is free (their runs ended); never `keep`, never one a running generation holds."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(work_root)
+    except FileNotFoundError:
+        return removed
+    current = os.path.basename(keep.rstrip("/"))
+    for name in names:
+        if not (name.startswith("g") and name[1:].isdigit()) or name == current or int(name[1:]) >= below_generation:
+            continue
+        path = os.path.join(work_root, name)
+        lock = try_lock(path)
+        if lock is None:
+            log.info("keeping live location %s: a run still holds it", path)
+            continue
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        finally:
+            lock.release()
+    return removed
+
+
+def _same(a: Any, b: str) -> bool:
+    if not isinstance(a, str) or not a:
+        return False
+    pa, pb = local_path_of(a), local_path_of(b)
+    return pa is not None and pb is not None and os.path.realpath(pa) == os.path.realpath(pb)

@@ -1,12 +1,18 @@
 """Choosing and preparing the restart point of a run (``spark.sparkpoint.restore``).
 
-``latest``  resume in place when the live location is exactly at the latest completed
-            checkpoint, otherwise materialize that checkpoint into a fresh location;
+``latest``  the lineage rule of `Catalog.restart_point`: the newest restorable checkpoint
+            of the newest lineage, else the snapshot (or empty state) that lineage started
+            from; complete checkpoints that are all damaged fail with the way out;
 ``none``    empty state (refused when the job already has checkpoints, unless forced);
-a path      a savepoint or retained checkpoint, materialized into a fresh location.
+a path      a savepoint or retained checkpoint.
 
-Before anything is touched, every sink is asked for its committed position
-(invariant 4): restoring a snapshot the sink has already moved past is refused.
+`plan_restore` only reads: the runtime calls it once before claiming its generation (so
+bad input fails before anything is written, invariant 7) and again after the claim (that
+plan is authoritative, invariant 8). Every sink is asked for its committed position
+(invariant 4): restoring a snapshot the sink has already moved past is refused unless the
+policy rewinds it. The live location is resumed in place only when its previous owner is
+proven gone (`airflow_sparkpoint.runtime.livedir`); otherwise the run materializes a fresh
+one, hard-linking what it can from the previous location.
 """
 
 from __future__ import annotations
@@ -14,13 +20,15 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, open_snapshot
+from airflow_sparkpoint.checkpoints.lineage import Origin
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.exceptions import RestoreError, SinkAheadError
+from airflow_sparkpoint.exceptions import RestoreError, SinkAheadError, SparkpointError, TransactionConflict
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import IndexEntry, file_sha256
@@ -38,19 +46,29 @@ class RestorePlan:
     """What the run starts from."""
 
     snapshot: SnapshotHandle | None  # None: empty state
-    resume_in_place: str | None  # the previous live location, when reused as it is
     description: str
+    kind: str = "empty"  # what the origin records: "checkpoint" | "savepoint" | "empty"
+    base_id: int = -1  # the checkpoint of this job it continues (lineage.Origin.base_id)
+    own_files: bool = False  # the snapshot's files are this job's shared files
+    sink_ahead: str = "fail"  # the policy for this restart (a lineage's rewind is inherited)
+    continues: Origin | None = None  # the origin of the lineage whose starting point this is
 
     @property
     def batch_id(self) -> int | None:
         return self.snapshot.metadata.batch_id if self.snapshot else None
 
+    @property
+    def own_checkpoint(self) -> bool:
+        """A checkpoint of this job in this catalog (the only thing resumable in place)."""
+        return self.kind == "checkpoint" and self.base_id >= 0 and self.own_files
 
-def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | None) -> RestorePlan:
-    """Decide the restart point without changing anything.
 
-    :raises RestoreError: a missing, corrupt or foreign restore target, or ``none`` on a
-        job that has checkpoints (without ``restore.force``).
+def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | None = None) -> RestorePlan:
+    """Decide the restart point without changing anything. (`previous_live` is accepted
+    for compatibility; the live location is chosen after the claim, by `choose_live`.)
+
+    :raises RestoreError: a missing, corrupt or foreign restore target, ``none`` on a job
+        that has checkpoints (without ``restore.force``), or checkpoints that are all damaged.
     """
     if cfg.restore == "none":
         latest = catalog.latest()
@@ -60,27 +78,60 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
                 f"(latest: {catalog.checkpoint_uri(latest.id)}); set spark.sparkpoint.restore.force=true to start "
                 "with empty state anyway, or use restore=latest"
             )
-        return RestorePlan(None, None, "empty state (restore=none)")
+        return RestorePlan(None, "empty state (restore=none)", sink_ahead=cfg.restore_sink_ahead)
     if cfg.restore == "latest":
-        latest = catalog.latest()
-        if latest is None:
-            return RestorePlan(None, None, "empty state (no completed checkpoint yet)")
-        handle = catalog.handle(latest)
-        if previous_live and _live_matches(previous_live, latest):
-            return RestorePlan(handle, previous_live, f"resume in place at batch {latest.batch_id} ({handle.uri})")
-        return RestorePlan(handle, None, f"latest checkpoint {handle.uri} (batch {latest.batch_id})")
+        point = catalog.restart_point()
+        origin = point.origin
+        policy = cfg.restore_sink_ahead
+        if origin is not None and origin.restore.get("sink_ahead") == "rewind":
+            # The lineage being continued was started with a rewind to this very snapshot
+            # (its run may have died before or during the rewind): finish what it asked.
+            policy = "rewind"
+        if point.checkpoint is not None:
+            handle = catalog.handle(point.checkpoint)
+            return RestorePlan(handle, point.description, "checkpoint", point.checkpoint.id, True, policy, origin)
+        if point.uri is not None:
+            assert origin is not None
+            try:
+                handle = open_snapshot(point.uri, storage_options=cfg.storage_options)
+            except RestoreError as exc:
+                raise RestoreError(
+                    f"{exc}; it is where the lineage of generation {origin.generation} started, and that lineage "
+                    "has no completed checkpoint of its own. See `sparkpoint list`; restore another savepoint or "
+                    "checkpoint by path, or start with empty state on purpose with spark.sparkpoint.restore=none "
+                    "and spark.sparkpoint.restore.force=true"
+                ) from exc
+            allow = cfg.restore_allow_foreign_job or bool(origin.restore.get("allow_foreign_job"))
+            return _plan_for(handle, catalog, cfg.job, allow, policy, point.description, origin)
+        return RestorePlan(None, point.description, sink_ahead=policy, continues=origin)
     handle = open_snapshot(cfg.restore, storage_options=cfg.storage_options)
     meta = handle.metadata
-    if meta.job != cfg.job and not cfg.restore_allow_foreign_job:
+    return _plan_for(handle, catalog, cfg.job, cfg.restore_allow_foreign_job, cfg.restore_sink_ahead,
+                     f"{meta.kind} {handle.uri} (batch {meta.batch_id})", None)
+
+
+def _plan_for(handle: SnapshotHandle, catalog: Catalog, job: str, allow_foreign: bool, policy: str,
+              description: str, origin: Origin | None) -> RestorePlan:
+    meta = handle.metadata
+    if meta.job != job and not allow_foreign:
         raise RestoreError(
-            f"restore target {handle.uri} belongs to job {meta.job!r}, not {cfg.job!r}; set "
+            f"restore target {handle.uri} belongs to job {meta.job!r}, not {job!r}; set "
             "spark.sparkpoint.restore.allowForeignJob=true to restore it into this job"
         )
-    return RestorePlan(handle, None, f"{meta.kind} {handle.uri} (batch {meta.batch_id})")
+    # A snapshot of this job under this job's root continues its checkpoint ids; anything
+    # else (another job, a moved savepoint) starts a lineage that supersedes every older one.
+    ours = meta.job == job and _under(handle.uri, catalog.uri)
+    base = -1
+    if ours and meta.kind == "checkpoint":
+        base = meta.id
+    elif ours and meta.source_checkpoint is not None:
+        base = meta.source_checkpoint
+    own_files = handle.files_store.uri.rstrip("/") == catalog.store.uri.rstrip("/")
+    return RestorePlan(handle, description, meta.kind, base, own_files, policy, origin)
 
 
 def _live_matches(live: str, latest: SnapshotMetadata) -> bool:
-    """The previous live location is exactly at `latest` and of the same query lineage."""
+    """The live location is exactly at `latest` and of the same query lineage."""
     path = livedir.local_path_of(live)
     if path is None or not os.path.isdir(path):
         return False
@@ -93,23 +144,38 @@ def _live_matches(live: str, latest: SnapshotMetadata) -> bool:
         return False
 
 
-def check_sink_position(plan: RestorePlan, sink: Sink, job: str, policy: str) -> None:
+def check_sink_position(
+    plan: RestorePlan,
+    sink: Sink,
+    job: str,
+    policy: str | None = None,
+    *,
+    apply: bool = True,
+    fence: Callable[[], None] | None = None,
+) -> bool:
     """Invariant 4: refuse (or, with ``restore.sinkAhead=rewind``, rewind the sink) when the
-    sink has committed batches of `job` beyond the restart point.
+    sink has committed batches of `job` beyond the restart point. Returns whether the sink
+    is (with `apply`: was) rewound. Without `apply` nothing is changed (the check before
+    the claim); `fence` is called right before a rewind.
 
     :raises SinkAheadError: the sink is ahead and the policy is ``fail`` (or rewinding is refused).
     """
+    policy = policy or plan.sink_ahead
     position = sink.committed_position(job)
     restart = plan.batch_id
     if position is None or (restart is not None and position <= restart):
-        return
+        return False
     where = f"batch {restart} of {plan.snapshot.uri}" if plan.snapshot else "empty state"
     if policy == "rewind" and plan.snapshot is not None and hasattr(sink, "rewind"):
+        if not apply:
+            return True
+        if fence is not None:
+            fence()
         log.warning("sink %s is at batch %d, past %s: rewinding it (restore.sinkAhead=rewind)",
                     sink.sink_id, position, where)
         sink.rewind(job, plan.snapshot.metadata)
         faults.maybe_kill("rewind", plan.snapshot.metadata.batch_id)
-        return
+        return True
     raise SinkAheadError(
         f"sink {sink.sink_id} has already committed batch {position} of job {job!r}, past the restore point "
         f"({where}); restoring would duplicate or lose output. Restore a newer checkpoint or savepoint, or set "
@@ -117,29 +183,153 @@ def check_sink_position(plan: RestorePlan, sink: Sink, job: str, policy: str) ->
     )
 
 
-def materialize(handle: SnapshotHandle, live_path: str, *, stored: bool = True) -> dict[str, IndexEntry]:
+# ---------------------------------------------------------------------------- the live location
+
+
+@dataclass(frozen=True)
+class LiveReuse:
+    """How the run's live location came to be (part of the run result)."""
+
+    mode: str  # "in-place" | "materialized" | "empty"
+    live_dir: str
+    linked: int = 0  # files hard-linked from the previous location
+    downloaded: int = 0  # files downloaded from the snapshot
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class LiveChoice:
+    """The location a run will use, locked by it; `link_from` is a previous location whose
+    unchanged files may be hard-linked instead of downloaded."""
+
+    path: str
+    lock: livedir.LiveLock
+    in_place: bool
+    link_from: str | None
+    reason: str
+
+
+def choose_live(
+    plan: RestorePlan,
+    candidates: Sequence[str | None],
+    status: Mapping[str, Any] | None,
+    *,
+    work_root: str,
+    job: str,
+    generation: int,
+    jvm_pid: int | None,
+) -> LiveChoice:
+    """Lock the location this generation will use: a previous one (`candidates`: the
+    newest lineage's and the status record's) when the plan restores exactly its state
+    and its owner is proven gone; otherwise a fresh ``g<generation>``."""
+    own = [(os.getpid(), livedir.process_start(os.getpid()))]
+    if jvm_pid:
+        own.append((jvm_pid, livedir.process_start(jvm_pid)))
+    paths: list[str] = []
+    for candidate in candidates:
+        path = livedir.local_path_of(candidate) if candidate else None
+        if path and os.path.isdir(path) and path not in paths:
+            paths.append(path)
+    fresh = os.path.join(work_root, f"g{generation}")
+    paths = [p for p in paths if os.path.realpath(p) != os.path.realpath(fresh)]
+    reason = "no previous live location" if not paths else ""
+    if plan.snapshot is not None and plan.own_checkpoint:
+        for path in paths:
+            lock = livedir.try_lock(path)
+            if lock is None:
+                reason = f"{path} is held by a running generation"
+                continue
+            gone, why = livedir.previous_owner_gone(path, livedir.read_owner(path), status, own=own)
+            if gone and _live_matches(path, plan.snapshot.metadata):
+                livedir.write_owner(path, livedir.owner_record(job, generation, jvm_pid))
+                return LiveChoice(path, lock, True, None, f"resume in place: {why}")
+            lock.release()
+            reason = f"{path}: {why}" if not gone else f"{path} is not at batch {plan.batch_id}"
+    elif plan.snapshot is None:
+        reason = "empty state"
+    lock = livedir.try_lock(fresh)
+    if lock is None:
+        raise SparkpointError(f"live location {fresh} of generation {generation} is locked by another process")
+    livedir.write_owner(fresh, livedir.owner_record(job, generation, jvm_pid))
+    return LiveChoice(fresh, lock, False, paths[0] if paths else None, reason or "a fresh location")
+
+
+def fill_live(choice: LiveChoice, plan: RestorePlan) -> tuple[dict[str, IndexEntry], LiveReuse]:
+    """Bring the chosen location to the restart point; return the coordinator's file index."""
+    if plan.snapshot is None:
+        livedir.clear(choice.path)
+        return {}, LiveReuse("empty", choice.path, reason=choice.reason)
+    if choice.in_place:
+        return seed_index_in_place(plan.snapshot.metadata), LiveReuse("in-place", choice.path, reason=choice.reason)
+    # A savepoint's (or another root's) files are not this job's shared files: checkpoints
+    # must not reference them, so the first one copies them (NO_CLAIM).
+    counts: dict[str, int] = {}
+    index = materialize(plan.snapshot, choice.path, stored=plan.own_files, link_from=choice.link_from, counts=counts)
+    return index, LiveReuse("materialized", choice.path, counts.get("linked", 0), counts.get("downloaded", 0),
+                            choice.reason)
+
+
+def materialize(
+    handle: SnapshotHandle,
+    live_path: str,
+    *,
+    stored: bool = True,
+    link_from: str | None = None,
+    counts: dict[str, int] | None = None,
+) -> dict[str, IndexEntry]:
     """Rebuild Spark's checkpoint location at `live_path` from a snapshot (which is never
     modified: NO_CLAIM). Returns the file index that lets the next checkpoint reuse the
     stored files (`stored`: the snapshot's files are this job's shared files) or at least
-    their known checksums (they live in another store and must be copied once)."""
-    if os.path.exists(live_path):
-        shutil.rmtree(live_path)
-    os.makedirs(live_path)
+    their known checksums (they live in another store and must be copied once).
+
+    Files of `link_from` (a previous live location) with the size and mtime the snapshot
+    recorded are hard-linked instead of downloaded when on the same filesystem; `counts`
+    receives how many were ``linked`` and ``downloaded``.
+    """
+    livedir.clear(live_path)
     meta = handle.metadata
     old_roots = _path_forms(meta.live_root) if meta.live_root else []
     new_root = os.path.abspath(live_path)
     index: dict[str, IndexEntry] = {}
+    linked = 0
     for ref in meta.files:
         target = os.path.join(live_path, *ref.path.split("/"))
-        handle.files_store.download_file(ref.key, target)
+        if link_from and _link(os.path.join(link_from, *ref.path.split("/")), target, ref.size, ref.mtime_ns):
+            linked += 1
+        else:
+            handle.files_store.download_file(ref.key, target)
         rewritten = False
         if old_roots and ref.size <= _REWRITE_MAX_BYTES:
-            rewritten = _rewrite_paths(target, old_roots, new_root)
+            rewritten = _rewrite_paths(target, old_roots, new_root)  # a new file: a link is never modified
         if not rewritten:
             st = os.stat(target)
             index[ref.path] = IndexEntry(st.st_size, st.st_mtime_ns, ref, stored=stored)
-    log.info("materialized %d files (%d bytes) of %s into %s", len(meta.files), meta.total_bytes, handle.uri, live_path)
+    if counts is not None:
+        counts.update(linked=linked, downloaded=len(meta.files) - linked)
+    log.info("materialized %d files (%d bytes) of %s into %s (%d hard-linked from %s, %d downloaded)",
+             len(meta.files), meta.total_bytes, handle.uri, live_path, linked, link_from, len(meta.files) - linked)
     return index
+
+
+def _link(source: str, target: str, size: int, mtime_ns: int) -> bool:
+    """Hard-link `source` to `target` if it is the file the snapshot recorded (same size and
+    mtime: Spark never rewrites a file in place); False when it is not or cannot be linked."""
+    try:
+        st = os.stat(source)
+        if mtime_ns <= 0 or st.st_size != size or st.st_mtime_ns != mtime_ns:
+            return False
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.link(source, target)
+    except OSError:  # gone meanwhile, another filesystem (EXDEV), links not allowed
+        return False
+    st = os.stat(target)
+    if st.st_size == size and st.st_mtime_ns == mtime_ns:
+        return True
+    os.unlink(target)  # replaced between the check and the link
+    return False
 
 
 def seed_index_in_place(meta: SnapshotMetadata) -> dict[str, IndexEntry]:
@@ -173,20 +363,31 @@ def _rewrite_paths(path: str, old_roots: list[bytes], new_root: str) -> bool:
 
 
 def recover_transactions(
-    catalog: Catalog, sink: Sink, plan: RestorePlan, commit_mode: str
+    catalog: Catalog, sink: Sink, plan: RestorePlan, commit_mode: str, generation: int | None = None
 ) -> tuple[list[TransactionRecord], dict[str, list[int]]]:
-    """recoverAndCommit / recoverAndAbort for the restart point.
+    """recoverAndCommit / recoverAndAbort for the restart point, as the owner `generation`.
 
     Transactions the snapshot lists as pending were confirmed: committed now in
     ``checkpoint`` mode, kept for the commit step in ``external`` mode. Every other
-    recorded transaction of this job can never be confirmed and is aborted; staged data
-    without any record is removed. Returns the still-pending records and a summary.
+    recorded transaction is decided by reading the sink: one that holds its batch's commit
+    (possibly unfinished) is finished, never aborted; the rest can never be confirmed and
+    are aborted; staged data without any record is removed. Every commit and abort is
+    fenced: a newer generation makes this one stop. Returns the still-pending records and
+    a summary (batch ids ``committed``, ``finished``, ``aborted``, ``kept``, ``conflicts``).
+
+    :raises StaleGeneration: `generation` was superseded meanwhile; nothing more is touched.
     """
     restart = plan.batch_id
+    faults.pause("recovery", restart, generation=generation)
+
+    def fence() -> None:
+        if generation is not None:
+            catalog.check_generation(generation)
+
     confirmed: dict[tuple[int, int], TransactionRecord] = {}
     if plan.snapshot is not None:
         confirmed = {(r.batch_id, r.generation): r for r in plan.snapshot.metadata.transactions}
-    summary: dict[str, list[int]] = {"committed": [], "aborted": [], "kept": []}
+    summary: dict[str, list[int]] = {"committed": [], "finished": [], "aborted": [], "kept": [], "conflicts": []}
     still_pending: list[TransactionRecord] = []
     recorded = catalog.transaction_keys()
     # Only this job's own records tell "settled"; a snapshot from another root (a moved
@@ -202,8 +403,11 @@ def recover_transactions(
                             record.txn_id, plan.snapshot.uri if plan.snapshot else "the snapshot")
             continue
         if commit_mode == "checkpoint":
-            sink.commit(record)
-            summary["committed"].append(record.batch_id)
+            fence()
+            if _commit(sink, record):
+                summary["committed"].append(record.batch_id)
+            else:
+                summary["conflicts"].append(record.batch_id)
         else:
             still_pending.append(record)
             summary["kept"].append(record.batch_id)
@@ -215,19 +419,35 @@ def recover_transactions(
             if commit_mode == "checkpoint":
                 done.append(record)
             continue
-        if restart is not None and record.batch_id <= restart and sink.is_committed(record):
-            done.append(record)  # landed before the snapshot was taken; only the record is stale
-            continue
-        sink.abort(record)
-        summary["aborted"].append(record.batch_id)
+        fence()
+        if sink.is_committed(record):
+            # It holds its batch's commit (landed, or a promotion killed halfway): finish
+            # it; aborting would delete data the sink already shows.
+            if _commit(sink, record):
+                summary["finished"].append(record.batch_id)
+        else:
+            sink.abort(record)
+            summary["aborted"].append(record.batch_id)
         done.append(record)
         faults.maybe_kill_halfway("recovery", record.batch_id, count, len(records))
     catalog.delete_transactions(done)
     keep = {r.txn_id for r in still_pending}
+    fence()
     removed = sink.cleanup_orphans(catalog.job, keep)
     if removed:
         log.info("removed %d orphaned staged item(s) of job %s", removed, catalog.job)
     return still_pending, summary
+
+
+def _commit(sink: Sink, record: TransactionRecord) -> bool:
+    """Commit (or finish) `record`; False when another transaction holds its batch (the
+    sink aborted this one)."""
+    try:
+        sink.commit(record)
+    except TransactionConflict as exc:
+        log.warning("transaction %s was not committed: %s", record.txn_id, exc)
+        return False
+    return True
 
 
 def _under(uri: str, root: str) -> bool:

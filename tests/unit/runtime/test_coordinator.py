@@ -176,7 +176,7 @@ def test_restore_none_is_refused_when_checkpoints_exist(catalog, tmp_path):
     coord.checkpoint(0)
     with pytest.raises(RestoreError, match="restore.force=true"):
         plan_restore(_cfg(restore="none"), catalog, None)
-    assert plan_restore(_cfg(restore="none", **{"restore.force": "true"}), catalog, None).snapshot is None
+    assert plan_restore(_cfg(restore="none", **{"restore.force": "true"}), catalog).snapshot is None
     assert plan_restore(_cfg(), catalog, None).batch_id == 0
 
 
@@ -213,7 +213,7 @@ def test_sink_ahead_of_the_restore_point_is_refused(catalog, tmp_path):
     sink.committed = {0: 1}
     check_sink_position(plan, sink, "job", "fail")
     with pytest.raises(SinkAheadError):
-        check_sink_position(RestorePlan(None, None, "empty"), sink, "job", "fail")
+        check_sink_position(RestorePlan(None, "empty"), sink, "job", "fail")
 
 
 def test_recovery_commits_confirmed_and_aborts_the_rest(catalog, tmp_path):

@@ -1,0 +1,186 @@
+"""Two real drivers of one job: background ``spark-submit`` processes, the runtime's
+test-only pause points (`airflow_sparkpoint.faults.pause`), input files and the oracle.
+
+A test starts a driver armed with a pause point, waits for ``<point>.reached`` (proof
+that the window was really entered), lets the other driver run, writes the release file
+and checks the Delta table row by row against the input files (plain Python).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow_sparkpoint.faults import ENV, ENV_ONCE, PAUSE_DIR_ENV, PAUSE_ENV
+
+HERE = Path(__file__).resolve().parent
+APPEND_JOB = HERE / "jobs" / "append_job.py"
+SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
+JOB = "race"
+USERS = 3
+BASE_MTIME = 1_700_000_000
+TIMEOUT_S = float(os.environ.get("SPARKPOINT_RACE_TIMEOUT", "420"))
+JAVA_OPTS = (
+    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m "
+    f"-Dlog4j2.configurationFile=file:{HERE / 'jobs' / 'log4j2.properties'}"
+)
+
+
+def write_inputs(directory: Path, files: int, start: int = 0) -> list[dict[str, Any]]:
+    """`files` JSON files of `USERS` events with unique ids and increasing mtimes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for i in range(start, start + files):
+        batch = [{"id": i * 1000 + u, "user": f"u{u}", "amount": i * 10 + u + 1} for u in range(USERS)]
+        tmp = directory / f".events-{i:05d}.json.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in batch))
+        os.utime(tmp, (BASE_MTIME + i, BASE_MTIME + i))
+        os.replace(tmp, directory / f"events-{i:05d}.json")
+        rows.extend(batch)
+    return rows
+
+
+def expected_rows(directory: Path) -> list[dict[str, Any]]:
+    """The oracle: every event of every input file, read back in plain Python."""
+    rows = []
+    for path in sorted(directory.glob("events-*.json")):
+        rows.extend(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return rows
+
+
+def table_rows(table: Path) -> list[dict[str, Any]]:
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(str(table)):
+        return []
+    return list(DeltaTable(str(table)).to_pyarrow_table().to_pylist())
+
+
+def delta_version(table: Path, job: str = JOB) -> int | None:
+    """The last batch of `job` committed to the Delta table (its app transaction version)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(table)).transaction_version(job) if DeltaTable.is_deltatable(str(table)) else None
+
+
+def diff(expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> list[str]:
+    """Row-by-row differences: lost, duplicated or altered events (empty when exact)."""
+    want = {r["id"]: r for r in expected}
+    counts = Counter(int(r["id"]) for r in got)
+    problems = [f"event {i} lost" for i in sorted(want) if i not in counts]
+    problems += [f"event {i} written {n} times" for i, n in sorted(counts.items()) if n > 1]
+    for row in got:
+        ref = want.get(int(row["id"]))
+        if ref is None:
+            problems.append(f"unexpected row {row}")
+        elif (row["user"], int(row["amount"])) != (ref["user"], ref["amount"]):
+            problems.append(f"row {row} differs from the input {ref}")
+    return problems
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float = TIMEOUT_S, driver: Driver | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if driver is not None and driver.proc.poll() is not None:
+            raise AssertionError(f"{driver.name} exited ({driver.proc.returncode}) while waiting for {what}:\n"
+                                 f"{driver.tail()}")
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Driver:
+    """One ``spark-submit`` of the race job in the background (its own process group)."""
+
+    def __init__(self, name: str, base: Path, conf: Mapping[str, str], args: Sequence[str], *,
+                 pause: str | None = None, fault: str | None = None, script: Path = APPEND_JOB) -> None:
+        self.name = name
+        self.log = base / f"{name}.log"
+        self.pause_dir = base / f"pause-{name}"
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        env.pop("SPARK_HOME", None)
+        for key in (ENV, ENV_ONCE, PAUSE_ENV, PAUSE_DIR_ENV):
+            env.pop(key, None)
+        if pause:
+            env[PAUSE_ENV] = pause
+            env[PAUSE_DIR_ENV] = str(self.pause_dir)
+        # The once-marker is created (fsynced) right before the kill: the proof that the
+        # fault fired (the driver's last printed line may not make it through the JVM).
+        self.fault_marker = base / f"fault-fired-{name}"
+        if fault:
+            env[ENV] = fault
+            env[ENV_ONCE] = str(self.fault_marker)
+        cmd = [SPARK_SUBMIT, "--master", "local[1]", "--driver-java-options", JAVA_OPTS,
+               "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=1",
+               "--conf", "spark.default.parallelism=1", "--conf", f"spark.pyspark.python={sys.executable}"]
+        for key, value in conf.items():
+            cmd += ["--conf", f"{key}={value}"]
+        self._out = open(self.log, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen([*cmd, str(script), *args], stdout=self._out, stderr=subprocess.STDOUT,
+                                     env=env, cwd=str(base), start_new_session=True)
+
+    # -- pause points ---------------------------------------------------------------
+
+    def reached(self, point: str, timeout: float = TIMEOUT_S) -> dict[str, Any]:
+        """Wait until the driver is paused at `point`; return what it wrote there."""
+        marker = self.pause_dir / f"{point}.reached"
+        wait_for(marker.exists, f"{self.name} to reach pause point {point}", timeout, driver=self)
+        return dict(json.loads(marker.read_text()))
+
+    def release(self, point: str) -> None:
+        self.pause_dir.mkdir(parents=True, exist_ok=True)
+        (self.pause_dir / f"{point}.release").write_text("go")
+
+    # -- the end --------------------------------------------------------------------
+
+    def wait(self, timeout: float = TIMEOUT_S) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError(f"{self.name} did not end within {timeout:.0f} s:\n{self.tail()}") from None
+
+    def stop(self) -> None:
+        """SIGKILL the whole process group (driver JVM, Python driver, workers)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        self._out.close()
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    @property
+    def result(self) -> dict[str, Any] | None:
+        for line in self.output.splitlines():
+            if line.startswith("SPARKPOINT_RESULT "):
+                return dict(json.loads(line[len("SPARKPOINT_RESULT "):]))
+        return None
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.output.splitlines()[-lines:])
+
+
+def job_conf(root: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The job's settings; `extra` keys are relative to ``spark.sparkpoint.``."""
+    conf = {"spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": JOB, "spark.sparkpoint.restore": "latest",
+            "spark.sparkpoint.control.pollInterval": "300ms"}
+    conf.update({f"spark.sparkpoint.{k}": v for k, v in (extra or {}).items()})
+    return conf
+
+
+def args(base: Path, max_files: int = 1) -> list[str]:
+    return ["--input", str(base / "input"), "--output", str(base / "table"), "--max-files", str(max_files)]

@@ -1,0 +1,291 @@
+"""Claim, then act, without Spark: validate-before-complete, fenced recovery and aborts,
+live-location ownership (a real flock held by another process) and hard-linked
+materialization."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint.checkpoints import Catalog, layout
+from airflow_sparkpoint.checkpoints.retention import journal_deletions
+from airflow_sparkpoint.exceptions import StaleGeneration
+from airflow_sparkpoint.runtime import livedir
+from airflow_sparkpoint.runtime.restore import (
+    RestorePlan,
+    choose_live,
+    fill_live,
+    plan_restore,
+    recover_transactions,
+)
+from airflow_sparkpoint.storage import MemoryStorage
+from tests.unit.runtime.test_coordinator import RecordingSink, _cfg, coordinator, record, write_live
+
+
+@pytest.fixture()
+def catalog() -> Catalog:
+    return Catalog(MemoryStorage(uuid.uuid4().hex), "job")
+
+
+# ---------------------------------------------------------------------------- validate before completing
+
+
+def test_a_shared_file_deleted_under_the_index_is_copied_again_before_metadata(catalog, tmp_path):
+    """Issue #15 hole 4: one missing shared file must not make every later checkpoint invalid."""
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    write_live(tmp_path, 0)
+    first = coord.checkpoint(0)
+    victim = next(ref.key for ref in first.files if ref.path == "metadata")
+    catalog.store.delete([victim])  # by hand, a lifecycle rule, another process
+    assert not catalog.list_checkpoints()[0].valid
+
+    write_live(tmp_path, 1)
+    second = coord.checkpoint(1)
+
+    assert second is not None and catalog.store.exists(victim)
+    assert [e.valid for e in catalog.list_checkpoints()] == [True, True]
+    assert second.stats.bytes_copied >= next(ref.size for ref in second.files if ref.key == victim)
+
+
+def test_a_journaled_deletion_after_the_listing_is_copied_again(catalog, tmp_path, monkeypatch):
+    """Another process's retention deletes a referenced file between this checkpoint's
+    listing of shared/ and its _metadata: the write-ahead journal tells."""
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    write_live(tmp_path, 0)
+    first = coord.checkpoint(0)
+    victim = next(ref.key for ref in first.files if ref.path == "metadata")
+    real_list = catalog.store.list
+
+    def listing_then_delete(prefix: str = "") -> Any:
+        items = list(real_list(prefix))
+        if prefix == layout.SHARED:
+            journal_deletions(catalog, [victim], None)
+            catalog.store.delete([victim])
+        return iter(items)
+
+    monkeypatch.setattr(catalog.store, "list", listing_then_delete)
+    write_live(tmp_path, 1)
+    assert coord.checkpoint(1) is not None
+    monkeypatch.setattr(catalog.store, "list", real_list)
+    assert catalog.store.exists(victim) and all(e.valid for e in catalog.list_checkpoints())
+
+
+def test_the_coordinator_keeps_young_orphans_another_generation_may_be_uploading(catalog, tmp_path):
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation, timeout_s=600)
+    catalog.store.put("shared/state/0/0/9.changelog~feedfacefeedface", b"uploaded by a newer generation")
+    for batch in range(3):
+        write_live(tmp_path, batch)
+        assert coord.checkpoint(batch) is not None
+    assert catalog.store.exists("shared/state/0/0/9.changelog~feedfacefeedface")
+
+
+def test_a_taken_checkpoint_id_moves_to_the_next_one(catalog, tmp_path):
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    write_live(tmp_path, 0)
+    real = catalog.next_checkpoint_id
+    calls: list[int] = []
+
+    def racing() -> int:
+        value = real()
+        if not calls:  # a zombie completes the same id first
+            catalog.store.put(layout.checkpoint_metadata(value), b"someone else's")
+        calls.append(value)
+        return value
+
+    catalog.next_checkpoint_id = racing  # type: ignore[method-assign]
+    meta = coord.checkpoint(0)
+    assert meta is not None and meta.id == calls[0] + 1
+
+
+# ---------------------------------------------------------------------------- fenced recovery and aborts
+
+
+def test_recovery_stops_at_once_when_a_newer_generation_claimed(catalog, tmp_path):
+    gen1 = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), gen1)
+    write_live(tmp_path, 0)
+    coord.checkpoint(0)
+    plan = plan_restore(_cfg(), catalog)
+    mine = catalog.claim_generation().generation
+    newer = catalog.claim_generation().generation
+    catalog.put_transaction(record(1, newer))  # the newer generation's staged batch
+    sink = RecordingSink()
+    with pytest.raises(StaleGeneration):
+        recover_transactions(catalog, sink, plan, "external", mine)
+    assert sink.aborted == [] and [r.generation for r in catalog.transactions()] == [newer]
+
+
+def test_recovery_finishes_a_transaction_that_holds_its_batch_and_never_aborts_it(catalog, tmp_path):
+    gen1 = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), gen1)
+    write_live(tmp_path, 0)
+    coord.checkpoint(0)
+    catalog.put_transaction(record(1, gen1))  # promoted (the sink holds it), killed before the record went
+    catalog.put_transaction(record(2, gen1))  # staged only
+    sink = RecordingSink()
+    sink.committed = {1: gen1}
+    gen2 = catalog.claim_generation().generation
+    _pending, summary = recover_transactions(catalog, sink, plan_restore(_cfg(), catalog), "checkpoint", gen2)
+    assert summary["finished"] == [1] and summary["aborted"] == [2]
+    assert sink.aborted == [(2, gen1)] and catalog.transactions() == []
+
+
+def test_a_superseded_generation_cannot_abort_at_stop(catalog, tmp_path):
+    old = catalog.claim_generation().generation
+    sink = RecordingSink()
+    coord = coordinator(catalog, tmp_path, sink, old)
+    coord.add_pending(record(3, old))
+    catalog.claim_generation()
+    with pytest.raises(StaleGeneration):
+        coord.abort_unconfirmed(None)
+    assert sink.aborted == []
+
+
+# ---------------------------------------------------------------------------- live-location ownership
+
+_HOLD = (
+    "import fcntl, os, sys, time\n"
+    "fd = os.open(os.path.join(sys.argv[1], '.sparkpoint-lock'), os.O_RDWR | os.O_CREAT)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "print('locked', flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+def test_a_location_locked_by_a_live_process_is_never_shared(tmp_path):
+    live = tmp_path / "g1"
+    live.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(live)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"locked"
+        assert livedir.try_lock(str(live)) is None
+    finally:
+        holder.kill()  # SIGKILL: the kernel drops its lock
+        holder.wait()
+        holder.stdin.close()  # type: ignore[union-attr]
+        holder.stdout.close()  # type: ignore[union-attr]
+    lock = livedir.try_lock(str(live))
+    assert lock is not None
+    assert livedir.try_lock(str(live)) is None, "exclusive within one process too"
+    lock.release()
+
+
+def test_the_previous_owner_is_proven_gone_only_by_its_end_or_its_dead_processes(tmp_path):
+    live = str(tmp_path / "g3")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    owner = {"generation": 3, "host": os.uname().nodename, "pid": dead.pid, "pid_start": "1", "jvm_pid": 0}
+    gone, why = livedir.previous_owner_gone(live, owner, None)
+    assert gone, why
+    alive = {**owner, "pid": os.getppid(), "pid_start": livedir.process_start(os.getppid())}
+    assert not livedir.previous_owner_gone(live, alive, None)[0]
+    reused = {**alive, "pid_start": "12345"}  # same pid, another process
+    assert livedir.previous_owner_gone(live, reused, None)[0]
+    finished = {"generation": 3, "state": "finished", "live_dir": live}
+    assert livedir.previous_owner_gone(live, alive, finished)[0]
+    remote = {**owner, "host": "elsewhere"}
+    assert not livedir.previous_owner_gone(live, remote, {"generation": 3, "state": "running", "live_dir": live})[0]
+    assert not livedir.previous_owner_gone(live, None, None)[0]
+
+
+def test_choose_live_resumes_in_place_only_when_the_owner_is_gone_and_links_otherwise(catalog, tmp_path):
+    generation = catalog.claim_generation().generation
+    old = tmp_path / "work" / f"g{generation}"
+    coord = coordinator(catalog, old, RecordingSink(), generation)
+    for batch in range(2):
+        write_live(old, batch)
+        coord.checkpoint(batch)
+    livedir.write_owner(str(old), livedir.owner_record("job", generation, None))
+    plan = plan_restore(_cfg(), catalog)
+    assert plan.own_checkpoint and plan.batch_id == 1
+    status = {"generation": generation, "state": "running", "live_dir": str(old)}
+
+    held = livedir.try_lock(str(old))  # the previous run is still alive
+    assert held is not None
+    before = {p: p.stat().st_mtime_ns for p in old.rglob("*") if p.is_file()}
+    second = catalog.claim_generation().generation
+    choice = choose_live(plan, [str(old)], status, work_root=str(tmp_path / "work"), job="job",
+                         generation=second, jvm_pid=None)
+    assert not choice.in_place and choice.path == str(tmp_path / "work" / f"g{second}")
+    assert "held by a running generation" in choice.reason
+    index, reuse = fill_live(choice, plan)
+    assert reuse.mode == "materialized" and reuse.linked == len(plan.snapshot.metadata.files) and reuse.downloaded == 0
+    assert set(index) == {f.path for f in plan.snapshot.metadata.files}
+    assert (Path(choice.path) / "commits" / "1").read_text() == "c1"
+    after = {p: p.stat().st_mtime_ns for p in old.rglob("*") if p.is_file() and p.name != livedir.OWNER_NAME}
+    assert {p: t for p, t in before.items() if p.name != livedir.OWNER_NAME} == after, "the old location changed"
+    choice.lock.release()
+    held.release()
+
+    # The same process ran it and released the lock: its run is over, resume in place.
+    third = catalog.claim_generation().generation
+    again = choose_live(plan, [str(old)], status, work_root=str(tmp_path / "work"), job="job", generation=third,
+                        jvm_pid=None)
+    assert again.in_place and again.path == str(old)
+    assert livedir.read_owner(str(old))["generation"] == third
+    again.lock.release()
+
+
+def test_an_empty_start_never_reuses_a_location(catalog, tmp_path):
+    old = tmp_path / "elsewhere" / "live"
+    write_live(old, 0)
+    generation = catalog.claim_generation().generation
+    choice = choose_live(RestorePlan(None, "empty"), [str(old)], None, work_root=str(tmp_path / "work"), job="job",
+                         generation=generation, jvm_pid=None)
+    _index, reuse = fill_live(choice, RestorePlan(None, "empty"))
+    assert not choice.in_place and reuse.mode == "empty"
+    assert sorted(os.listdir(choice.path)) == sorted([livedir.LOCK_NAME, livedir.OWNER_NAME])
+    assert (old / "commits" / "0").exists()
+    choice.lock.release()
+
+
+def test_old_locations_are_removed_only_when_no_run_holds_them(tmp_path):
+    work = tmp_path / "work"
+    for name in ("g1", "g2", "g3"):
+        (work / name).mkdir(parents=True)
+    held = livedir.try_lock(str(work / "g2"))
+    removed = livedir.remove_unowned(str(work), str(work / "g3"), 3)
+    assert removed == [str(work / "g1")] and (work / "g2").exists() and (work / "g3").exists()
+    assert held is not None
+    held.release()
+
+
+def test_a_retry_finishes_the_rewind_its_lineage_asked_for_and_only_that_one(catalog, tmp_path):
+    """The run that asked for ``sinkAhead=rewind`` to checkpoint 1 died (before or during the
+    rewind): a retry with default settings restores that same checkpoint and may rewind to
+    it; a retry that has to go further back (that checkpoint is damaged) may not."""
+    from airflow_sparkpoint.checkpoints.lineage import new_origin
+
+    gen1 = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), gen1, num_retained=3)
+    metas = []
+    for batch in range(3):
+        write_live(tmp_path, batch)
+        metas.append(coord.checkpoint(batch))
+    gen2 = catalog.claim_generation().generation
+    catalog.write_origin(new_origin(gen2, kind="checkpoint", uri=catalog.checkpoint_uri(metas[1].id),
+                                    base_id=metas[1].id, snapshot_id=metas[1].id, batch_id=1, id_floor=metas[2].id,
+                                    restore={"restore": "x", "sink_ahead": "rewind"}, live_dir=None, host="h", pid=1))
+    sink = RecordingSink()
+    sink.committed = {0: gen1, 1: gen1, 2: gen1}
+
+    plan = plan_restore(_cfg(), catalog)
+    assert plan.batch_id == 1 and plan.sink_ahead == "rewind" and plan.continues is not None
+    catalog.store.put(layout.checkpoint_metadata(metas[1].id), b"damaged")
+    older = plan_restore(_cfg(), catalog)
+    assert older.batch_id == 0 and older.sink_ahead == "fail"
+    from airflow_sparkpoint.exceptions import SinkAheadError
+    from airflow_sparkpoint.runtime.restore import check_sink_position
+
+    with pytest.raises(SinkAheadError):
+        check_sink_position(older, sink, "job", apply=False)
