@@ -12,7 +12,7 @@ commit's custom metadata (``sparkpoint.batch``, ``sparkpoint.generation``,
 *Within one transaction*, commit and abort race when a stalled driver (a zombie) commits
 while the newer generation's recovery aborts it: the abort deletes the staged files, and
 an append committed after that would reference files that are gone. A decision object
-``<table>/_sparkpoint_txn/_decisions/<job>/<txn>.json`` (promote | abort, created with
+``<table>/_sparkpoint/decisions/<job>/<txn>.json`` (promote | abort, created with
 put_if_absent, like the file sinks' in `_claims`) settles it: the committer decides
 promote before its Delta commit, the aborter decides abort before deleting anything;
 whoever is second defers to the first. An aborter that finds promote, with the batch not
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DECISIONS = "_sparkpoint_txn/_decisions"
+DECISIONS = "_sparkpoint/decisions"
 _FIRST_PAGE = 16
 _UNKNOWN = object()
 
