@@ -46,6 +46,18 @@ exists, then goes on. The Spark conf keys ``spark.sparkpoint.test.pauseAt`` and
 ``spark.sparkpoint.test.pauseDir`` set the same two variables for the driver process.
 A test proves its race happened by waiting for the ``.reached`` file.
 
+Pause points of the sinks (batch N of the transaction at hand; details carry ``txn``):
+
+================  ================================================================
+``staged``        the sink staged batch N (end of ``stage``); nothing recorded yet
+``before_claim``  the commit of N passed the runtime's checks; nothing decided,
+                  claimed or visible yet (Delta: before its decision and log entry)
+``claimed``       the transaction decided to promote and holds N's claim; no file
+                  visible yet (Delta: decided, before its log entry)
+``promoting``     half the files of N are visible (file sinks)
+``promoted``      every file of N is visible; the claim is not marked done yet
+================  ================================================================
+
 The driver dies with SIGKILL — no cleanup, no ``finally`` — like a lost machine. Under
 ``spark-submit`` the JVM parent is killed too so nothing of the driver survives.
 """

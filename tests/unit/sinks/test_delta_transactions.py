@@ -19,7 +19,6 @@ import pytest
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import SinkError, TransactionConflict
 from airflow_sparkpoint.sinks import DeltaSink
-from airflow_sparkpoint.sinks import _delta_txn as delta_txn
 from airflow_sparkpoint.sinks.base import CommittedTxn
 
 JOB = "job"
@@ -145,6 +144,8 @@ def test_cleanup_keeps_a_decided_commit_that_has_not_landed(sink: DeltaSink) -> 
 
 
 def test_the_history_scan_skips_commits_a_restore_undid() -> None:
+    from airflow_sparkpoint.sinks import _delta_txn as delta_txn
+
     def commit(version: int, batch: int, generation: int) -> dict[str, Any]:
         return {"version": version, "operation": "WRITE", "sparkpoint.job": JOB, "sparkpoint.batch": str(batch),
                 "sparkpoint.generation": str(generation)}
