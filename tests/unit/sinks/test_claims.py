@@ -1,5 +1,5 @@
 """The claim protocol of the file sinks (`_claims`) at the storage level, against the
-in-memory store, a local directory and S3 (moto over HTTP): exclusive promotion per
+in-memory store, a local directory and S3 (moto over HTTP; SeaweedFS too, ``slow``): exclusive promotion per
 batch, commit against abort of one transaction, roll-forward of a dead claimant, and the
 readers' view. The sink is a small real one: staged objects under ``_staging/<txn>/``
 are copied to ``part-<txn>-<n>`` on promotion, the way `DirectorySink` promotes on S3.
@@ -117,9 +117,19 @@ def files_of(txn: str, n: int = FILES) -> list[str]:
 # -- stores -----------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["memory", "local", pytest.param("s3", marks=pytest.mark.s3)])
+@pytest.fixture(scope="session")
+def seaweedfs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from tests.races.sink_harness import seaweedfs
+
+    with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(params=["memory", "local", pytest.param("s3", marks=pytest.mark.s3),
+                        pytest.param("seaweedfs", marks=[pytest.mark.s3, pytest.mark.slow])])
 def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Storage]]:
-    """Independent `Storage` instances on one root (S3: each with its own client)."""
+    """Independent `Storage` instances on one root (S3: each with its own client): the
+    in-memory store, a local directory, moto over HTTP, SeaweedFS (``slow``)."""
     request.node.rounds = 3 if request.param == "s3" else 10  # moto in this process is slow
     if request.param == "memory":
         name = f"claims-{uuid.uuid4().hex[:8]}"
@@ -132,7 +142,7 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ca
 
         from airflow_sparkpoint.storage.s3 import S3Storage
 
-        endpoint = request.getfixturevalue("s3_server")
+        endpoint = request.getfixturevalue("s3_server" if request.param == "s3" else "seaweedfs_endpoint")
         bucket = f"sp-{uuid.uuid4().hex[:12]}"
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
         yield lambda: S3Storage(bucket, "dest", endpoint_url=endpoint, region_name="us-east-1")
