@@ -1,5 +1,7 @@
 """Exclusive promotion per batch (invariant 8) with two real drivers of one job.
 
+S3 sinks run against moto over HTTP, and (``slow``) the S3Sink against SeaweedFS too.
+
 A first driver (the *zombie*: a stalled try that Airflow gave up on, an old deploy) is
 held at a pause point of batch 2's transaction; a newer generation starts from the
 checkpoint of batch 1 (an operator's restore of an earlier checkpoint: a new lineage),
@@ -43,6 +45,7 @@ from tests.races.sink_harness import (
     SinkCase,
     differences,
     odd_file,
+    seaweedfs,
     write_inputs,
 )
 
@@ -50,9 +53,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
 
 CASES: dict[str, type[SinkCase]] = {
     "delta-merge": DeltaMergeCase, "delta-append": DeltaCase, "directory": DirectoryCase,
-    "s3": S3Case, "directory-s3": DirectoryS3Case,
+    "s3": S3Case, "directory-s3": DirectoryS3Case, "s3-seaweedfs": S3Case,
 }
-ON_S3 = {"s3", "directory-s3"}
+ON_S3 = {"s3", "directory-s3", "s3-seaweedfs"}
 slow = pytest.mark.slow
 
 
@@ -103,6 +106,12 @@ class Scene:
                 driver.kill()
 
 
+@pytest.fixture(scope="session")
+def seaweedfs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
+        yield endpoint
+
+
 @pytest.fixture()
 def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
     name = request.node.callspec.params["sink"]
@@ -110,7 +119,7 @@ def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
     if name in ON_S3:
         import boto3
 
-        endpoint = request.getfixturevalue("s3_server_process")
+        endpoint = request.getfixturevalue("seaweedfs_endpoint" if "seaweedfs" in name else "s3_server_process")
         bucket = f"sp-race-{uuid.uuid4().hex[:10]}"
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
         s3 = S3Place(endpoint, bucket)
@@ -162,6 +171,7 @@ def window_param(name: str, wakes: str, *, default: bool = False) -> Any:
     window_param("directory", BEFORE), window_param("directory", AFTER),
     window_param("s3", BEFORE), window_param("s3", AFTER),
     window_param("directory-s3", BEFORE), window_param("directory-s3", AFTER),
+    window_param("s3-seaweedfs", AFTER),
 ])
 def test_a_zombie_held_before_its_claim_loses_the_batch_to_the_rerun(scene: Scene, sink: str, wakes: str) -> None:
     expected = write_inputs(scene.inputs, [0, 1, 2])
@@ -194,7 +204,8 @@ def test_a_zombie_held_before_its_claim_loses_the_batch_to_the_rerun(scene: Scen
     assert scene.catalog().transactions() == []
 
 
-@pytest.mark.parametrize("sink", [sink_param("s3", default=True), sink_param("directory"), sink_param("directory-s3")])
+@pytest.mark.parametrize("sink", [sink_param("s3", default=True), sink_param("directory"), sink_param("directory-s3"),
+                                  sink_param("s3-seaweedfs")])
 def test_a_zombie_holding_the_claim_makes_the_restore_refuse_instead_of_losing_the_batch(
     scene: Scene, sink: str
 ) -> None:
