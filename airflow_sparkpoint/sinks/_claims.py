@@ -24,8 +24,8 @@ Abort of T (batch N)::
 
     1. claim(N) names T: T is committed; finish it if unfinished, and refuse (SinkError)
     2. decision(T) := abort                              (put_if_absent)
-       won: discard T's staged data (and any file of T visible: only pre-claim releases
-            promoted without a claim)
+       won: discard T's staged data (and any file of T already visible: only a commit
+            of the previous release, which promoted before its manifest, leaves one)
        promote had won (T's committer passed step 2): help it: claim(N) := T from the
             decision's plan; if that (or an earlier claim) names T, T is committed: finish
             and refuse; if claim(N) names U, T lost: discard T's staged data
@@ -50,13 +50,16 @@ Why it is exclusive and loses nothing:
   re-run. If promote won, no aborter ever deletes T's data while T can still claim: it
   helps T claim instead, so T either holds N (it is committed: the abort is refused) or
   lost N for good (claims are permanent) and then its data is garbage.
-* Hence a claim whose staged data was deleted by an abort cannot exist: "a claimant whose
-  data is gone" never arises from Sparkpoint's own aborts and no claim ever needs
-  releasing. A claim can only be stuck if its data was deleted outside Sparkpoint (an S3
-  lifecycle rule expiring pending uploads, a manual delete): `finish` then raises
-  `SinkError` ("output is lost"), and that batch must be produced again by restoring an
-  earlier checkpoint after removing the claim by hand; nothing does that automatically,
-  since only a person can tell that the deleted data will never come back.
+* Hence the claimant whose staged data is gone — the newer generation's recovery
+  aborted T, then T's stalled committer woke — never claims: its step 2 finds the abort
+  decision. A claim whose data was deleted by a Sparkpoint abort cannot exist, so no
+  claim ever needs releasing, and the legitimate re-run of the batch always finds it
+  free or held by a transaction that can finish. A claim can only be stuck if its data
+  was deleted outside Sparkpoint (an S3 lifecycle rule expiring pending uploads, a
+  manual delete): `finish` raises `SinkError` ("output is lost") and the batch must be
+  produced again. Only a person may then release the claim (delete the object, after
+  checking that no file it names is visible and none of its staged data is left, so it
+  can never finish): nothing can tell automatically that deleted data is not coming back.
 * A claimant that dies halfway (any step) is rolled forward from the claim object alone
   (it holds the plan): by the next `commit` of T (recovery, the commit step), by an
   `abort` of T, or by `cleanup_orphans` when T's record is already gone.
