@@ -119,6 +119,10 @@ class FileSink(Protocol):
         """``(plan, files)``: how to promote the staged data (enough to finish without the
         record) and the files that become visible."""
 
+    def _missing(self, txn: str, plan: Mapping[str, Any]) -> list[str]:
+        """Items of `txn`'s `plan` whose staged data is gone and whose file is not in place (a
+        cheap listing, before the claim: a batch already lost is not claimed)."""
+
     def _promote(self, claim: Mapping[str, Any]) -> list[str]:
         """Make every file of the claim's plan visible, idempotently; one state per file.
 
@@ -257,16 +261,19 @@ def commit(sink: FileSink, record: TransactionRecord) -> CommitOutcome:
             _lose(sink, record, claim)
         faults.pause("before_claim", record.batch_id, txn=record.txn_id)
         plan, files = sink._plan(record)
+        missing = sink._missing(record.txn_id, plan)
+        if missing:
+            decision = _read_json(store, decision_key(record.job, record.txn_id))
+            if decision is not None and decision.get("decision") == ABORT:
+                _aborted(sink, record)
+            raise SinkError(
+                f"the staged data of {record.txn_id} is gone and not in place in {sink.uri} (e.g. {missing[0]}; "
+                f"{len(missing)} item(s)): this batch's output is lost, nothing was claimed; restore from an "
+                "earlier checkpoint so that the batch is produced again"
+            )
         decision = decide(store, decision_key(record.job, record.txn_id), _decision(record, PROMOTE, plan, files))
         if decision.get("decision") != PROMOTE:
-            winner = manifests.read_manifest(store, record.job, record.batch_id)
-            if winner is not None and winner.get("txn_id") != record.txn_id:
-                _lose(sink, record, winner)
-            raise SinkError(
-                f"transaction {record.txn_id} was aborted (decision at {store.uri}/"
-                f"{decision_key(record.job, record.txn_id)}), so its staged data may be gone; it cannot be "
-                f"committed to {sink.uri}. Batch {record.batch_id} is produced again by the run that aborted it"
-            )
+            _aborted(sink, record)
         claim = _take(store, sink, decision)
         if claim.get("txn_id") != record.txn_id:
             _lose(sink, record, claim)
@@ -277,6 +284,19 @@ def commit(sink: FileSink, record: TransactionRecord) -> CommitOutcome:
             f"commit of {record.txn_id} to {sink.uri} was interrupted ({exc}); the staged data is kept, "
             "run the commit again"
         ) from None
+
+
+def _aborted(sink: FileSink, record: TransactionRecord) -> None:
+    """`record` was decided abort: raise (a conflict if another transaction holds the batch)."""
+    store = sink._storage()
+    winner = manifests.read_manifest(store, record.job, record.batch_id)
+    if winner is not None and winner.get("txn_id") != record.txn_id:
+        _lose(sink, record, winner)
+    raise SinkError(
+        f"transaction {record.txn_id} was aborted (decision at {store.uri}/{decision_key(record.job, record.txn_id)}), "
+        f"so its staged data may be gone; it cannot be committed to {sink.uri}. Batch {record.batch_id} is produced "
+        "again by the run that aborted it"
+    )
 
 
 def _finish(sink: FileSink, claim: Mapping[str, Any]) -> CommitOutcome:

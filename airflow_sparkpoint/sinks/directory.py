@@ -317,6 +317,26 @@ class DirectorySink(Sink):
         plan = {"staging": staging, "moves": [list(m) for m in moves]}
         return plan, [{"path": dst, "size": size} for _src, dst, size in moves]
 
+    def _missing(self, txn: str, plan: Mapping[str, Any]) -> list[str]:
+        moves = [(str(src), str(dst), int(size)) for src, dst, size in plan.get("moves", ())]
+        root = self._local
+        if root is not None:
+            def there(key: str, size: int | None = None) -> bool:
+                path = os.path.join(root, *key.split("/"))
+                return os.path.isfile(path) and (size is None or os.path.getsize(path) == size)
+        else:
+            store = self._storage()
+            staged = {info.key for info in store.list(str(plan.get("staging") or self._staging_key(txn)))}
+
+            def there(key: str, size: int | None = None) -> bool:
+                if size is None:
+                    return key in staged
+                try:
+                    return store.stat(key).size == size
+                except ObjectNotFound:
+                    return False
+        return [f"{self.uri}/{src}" for src, dst, size in moves if not there(src) and not there(dst, size)]
+
     def _promote(self, claim: Mapping[str, Any]) -> list[str]:
         moves = [(str(src), str(dst), int(size)) for src, dst, size in claim["plan"].get("moves", ())]
         batch, txn = int(claim["batch_id"]), str(claim["txn_id"])

@@ -249,6 +249,20 @@ class S3Sink(Sink):
         files = [{"key": u["key"], "size": u["size"], "rows": u.get("rows", 0)} for u in uploads]
         return {"uploads": uploads}, files
 
+    def _missing(self, txn: str, plan: Mapping[str, Any]) -> list[str]:
+        uploads = [dict(u) for u in plan.get("uploads", ())]
+        if not uploads:
+            return []
+        parsed = manifests.parse_txn(txn)
+        pending = {(key, upload_id) for _t, key, upload_id in self.pending_uploads(parsed[0] if parsed else txn, txn)}
+        gone = [u for u in uploads if (u["key"], u["upload_id"]) not in pending]
+        if not gone:
+            return []
+        with ThreadPoolExecutor(max_workers=min(COMMIT_THREADS, len(gone))) as pool:
+            landed = list(pool.map(self._landed, gone))
+        return [f"s3://{self.bucket}/{u['key']} (upload {u['upload_id']})"
+                for u, there in zip(gone, landed, strict=True) if not there]
+
     def _promote(self, claim: Mapping[str, Any]) -> list[str]:
         uploads = [dict(u) for u in claim["plan"].get("uploads", ())]
         batch, txn = int(claim["batch_id"]), str(claim["txn_id"])

@@ -63,6 +63,9 @@ class CopySink:
         staged = record.payload["staged"]["files"]
         return {"moves": staged}, [{"path": f["dst"], "size": f["size"]} for f in staged]
 
+    def _missing(self, txn: str, plan: Mapping[str, Any]) -> list[str]:
+        return [m["src"] for m in plan["moves"] if not self.store.exists(m["src"]) and not self.store.exists(m["dst"])]
+
     def _promote(self, claim: Mapping[str, Any]) -> list[str]:
         states = []
         for done, move in enumerate(claim["plan"]["moves"], start=1):
@@ -299,6 +302,20 @@ def test_lost_staged_data_of_a_claim_is_an_error_not_a_silent_release(store: Sto
     with pytest.raises(SinkError, match="lost"):
         CopySink(store).commit(record)
     assert claims.is_committed(store, record)  # the claim stays: only a person may remove it
+
+
+def test_staged_data_lost_before_the_claim_leaves_the_batch_free(store: Storage) -> None:
+    sink = CopySink(store)
+    record = sink.stage(8, 1)
+    store.delete([f"_staging/{record.txn_id}/1"])  # e.g. a lifecycle rule, before the commit
+
+    with pytest.raises(SinkError, match="nothing was claimed"):
+        sink.commit(record)
+
+    assert manifests.read_manifest(store, JOB, 8) is None and sink.visible() == []
+    sink.abort(record)
+    rerun = sink.stage(8, 2)
+    assert sink.commit(rerun).status == "committed" and sink.visible() == files_of(rerun.txn_id)
 
 
 def test_manifests_of_the_previous_release_count_as_done_claims(store: Storage) -> None:
