@@ -471,9 +471,19 @@ class DeltaSink(Sink):
             else:
                 log.warning("%s decided to commit but did not land (a stalled or dead committer): committing it",
                             record.txn_id)
-                self._write(record, table)
-                raise SinkError(f"transaction {record.txn_id} has committed to {self.uri} (its stalled commit "
-                                "was finished); it cannot be aborted")
+                try:
+                    self._write(record, table)
+                except TransactionConflict:
+                    return  # another transaction holds the batch; this one's staging was discarded
+                except CommitOutcomeUnknown:
+                    raise
+                except SinkError as exc:
+                    # It certainly cannot land (e.g. its staged files are gone): nothing of
+                    # it is in the table, and no committer can make it land either.
+                    log.warning("%s cannot be committed (%s); aborting it", record.txn_id, exc)
+                else:
+                    raise SinkError(f"transaction {record.txn_id} has committed to {self.uri} (its stalled commit "
+                                    "was finished); it cannot be aborted")
         self._location.remove(record.payload["staged"]["staging"])
         log.info("aborted %s in %s", record.txn_id, self.uri)
 

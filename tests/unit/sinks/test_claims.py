@@ -423,14 +423,13 @@ def test_commit_against_abort_of_one_transaction_is_all_or_nothing(
         assert [k for k in view.staged() if f"-b{batch}-" in k] == []
 
 
-def _process_racer(root: str, batch: int, generation: int, start_at: float, out: Any) -> None:
+def _process_racer(root: str, record: TransactionRecord, start_at: float, out: Any) -> None:
     sink = CopySink(LocalStorage(root))
-    record = sink.stage(batch, generation)
     time.sleep(max(0.0, start_at - time.time()))
     try:
-        out.put((generation, sink.commit(record).status))
+        out.put((record.generation, sink.commit(record).status))
     except TransactionConflict:
-        out.put((generation, "lost"))
+        out.put((record.generation, "lost"))
 
 
 def test_separate_processes_on_a_local_directory_promote_each_batch_once(tmp_path: Path) -> None:
@@ -438,8 +437,9 @@ def test_separate_processes_on_a_local_directory_promote_each_batch_once(tmp_pat
     root = str(tmp_path / "dest")
     for batch in range(3):
         out = context.Queue()
+        records = [CopySink(LocalStorage(root)).stage(batch, g) for g in (1, 2, 3)]
         start_at = time.time() + 0.5
-        procs = [context.Process(target=_process_racer, args=(root, batch, g, start_at, out)) for g in (1, 2, 3)]
+        procs = [context.Process(target=_process_racer, args=(root, r, start_at, out)) for r in records]
         for p in procs:
             p.start()
         for p in procs:

@@ -159,3 +159,15 @@ def test_the_history_scan_skips_commits_a_restore_undid() -> None:
     assert delta_txn._scan(history[:2], JOB, 0) is delta_txn._UNKNOWN  # look further back
     assert delta_txn._scan([{"version": 5, "operation": "RESTORE", "operationParameters": {"timestamp": "x"}}],
                            JOB, 0) is delta_txn._UNKNOWN
+
+
+def test_a_decided_commit_that_can_never_land_is_aborted(sink: DeltaSink) -> None:
+    import shutil
+
+    record = staged(sink, 0, 1, [("a", 1)])
+    sink._decide(record, "promote")
+    shutil.rmtree(os.path.join(sink.path, record.payload["staged"]["staging"]))  # its staged files are gone
+
+    sink.abort(record)  # helping it land fails for certain: aborted, not a wedge
+
+    assert not sink.is_committed(record) and sink.committed_position(JOB) is None
