@@ -205,7 +205,7 @@ def test_a_zombie_held_before_its_claim_loses_the_batch_to_the_rerun(scene: Scen
     assert scene.catalog().transactions() == []
 
 
-@pytest.mark.parametrize("sink", [sink_param("s3", default=True), sink_param("directory"), sink_param("directory-s3"),
+@pytest.mark.parametrize("sink", [sink_param("s3"), sink_param("directory", default=True), sink_param("directory-s3"),
                                   sink_param("s3-seaweedfs")])
 def test_a_zombie_holding_the_claim_makes_the_restore_refuse_instead_of_losing_the_batch(
     scene: Scene, sink: str
