@@ -331,7 +331,8 @@ def _lose(sink: FileSink, record: TransactionRecord, winner: Mapping[str, Any]) 
     raise _conflict(sink, record, winner)
 
 
-def settle(sink: FileSink, record: TransactionRecord, plan: Mapping[str, Any] | None) -> str:
+def settle(sink: FileSink, record: TransactionRecord, plan: Mapping[str, Any] | None, *,
+           orphan: bool = False) -> str:
     """Abort `record` unless it holds (or, having decided to promote, can take) its
     batch's claim. Returns ``discarded`` or ``committed`` (finished now if needed).
 
@@ -351,7 +352,8 @@ def settle(sink: FileSink, record: TransactionRecord, plan: Mapping[str, Any] | 
             _finish(sink, claim)
             return "committed"
         plan = plan if plan is not None else decision.get("plan")
-    sink._discard(record.txn_id, plan, promoted_too=decision.get("decision") == ABORT)
+    # An orphan's files were never looked for outside its staging (no record names them).
+    sink._discard(record.txn_id, plan, promoted_too=decision.get("decision") == ABORT and not orphan)
     return "discarded"
 
 
@@ -371,10 +373,11 @@ def abort(sink: FileSink, record: TransactionRecord) -> None:
     log.info("aborted %s in %s", record.txn_id, sink.uri)
 
 
-def settle_orphan(sink: FileSink, txn: str) -> str:
+def settle_orphan(sink: FileSink, txn: str, staged: Mapping[str, Any] | None = None) -> str:
     """Settle staged data of `txn` that no record refers to any more (`cleanup_orphans`):
     finish it if it holds its claim (its record was deleted before the promotion was
-    done), else discard it. Returns ``committed`` or ``discarded``.
+    done), else discard it (`staged`: what the caller listed of it, as a plan). Returns
+    ``committed`` or ``discarded``.
 
     :raises SinkError: `txn` is not a transaction id, or the store failed.
     """
@@ -385,7 +388,7 @@ def settle_orphan(sink: FileSink, txn: str) -> str:
     record = TransactionRecord(job=job, batch_id=batch, generation=generation, sink="", sink_id=sink.sink_id,
                                payload={})
     try:
-        return settle(sink, record, None)
+        return settle(sink, record, staged, orphan=True)
     except (StorageError, OSError) as exc:
         raise SinkError(f"cannot clean up {txn} in {sink.uri}: {exc}") from None
 

@@ -276,7 +276,8 @@ class S3Sink(Sink):
         job = parsed[0] if parsed else txn
         uploads = [(u["key"], u["upload_id"]) for u in (plan or {}).get("uploads", ())]
         aborted = self._abort_all(uploads)
-        aborted += self._abort_strays(job, txn)
+        if not (plan or {}).get("listed"):  # else the caller just listed every pending upload of it
+            aborted += self._abort_strays(job, txn)
         if promoted_too:
             partial = self._objects_of(txn)
             if partial:
@@ -461,16 +462,20 @@ class S3Sink(Sink):
         `keep`: a transaction that holds its batch's claim is finished (its record was
         cleaned up before its promotion was), every other one is aborted. Returns how many
         uploads were aborted."""
-        counts: dict[str, int] = {}
-        for txn, _key, _upload in self.pending_uploads(job):
+        listed: dict[str, list[dict[str, str]]] = {}
+        for txn, key, upload_id in self.pending_uploads(job):
             if txn not in keep:
-                counts[txn] = counts.get(txn, 0) + 1
-        txns = sorted(counts)
+                listed.setdefault(txn, []).append({"key": key, "upload_id": upload_id})
+        txns = sorted(listed)
         if not txns:
             return 0
+
+        def settle(txn: str) -> str:
+            return claims.settle_orphan(self, txn, {"uploads": listed[txn], "listed": True})
+
         with ThreadPoolExecutor(max_workers=min(COMMIT_THREADS, len(txns))) as pool:
-            outcomes = list(pool.map(lambda t: claims.settle_orphan(self, t), txns))
-        aborted = sum(counts[t] for t, outcome in zip(txns, outcomes, strict=True) if outcome == "discarded")
+            outcomes = list(pool.map(settle, txns))
+        aborted = sum(len(listed[t]) for t, outcome in zip(txns, outcomes, strict=True) if outcome == "discarded")
         finished = [t for t, outcome in zip(txns, outcomes, strict=True) if outcome == "committed"]
         if finished:
             log.warning("finished the claimed promotion of %s under %s (their records were gone)", finished, self.uri)
