@@ -48,17 +48,29 @@ A test proves its race happened by waiting for the ``.reached`` file.
 
 Pause points of the runtime (batch N as noted; details include the generation):
 
-================  ============================================================
-``after_plan``    the read-only pre-check is done (N: the planned restart
-                  batch, None for empty state); the generation is not claimed
-``recovery``      restore-time recovery is about to settle transactions (N:
-                  the restart batch)
-``after_rewind``  ``restore.sinkAhead=rewind`` rewound the sink to N; no
-                  checkpoint since
-``stage``         ``foreachBatch`` of batch N, before the sink stages it
-``after_metadata`` checkpoint of N is complete; retention and the sink commit
-                  of N are not done
-================  ============================================================
+==================  ============================================================
+``after_plan``      the read-only pre-check is done (N: the planned restart
+                    batch, None for empty state); the generation is not claimed
+``recovery``        restore-time recovery is about to settle transactions (N:
+                    the restart batch)
+``after_rewind``    ``restore.sinkAhead=rewind`` rewound the sink to N; no
+                    checkpoint since
+``stage``           ``foreachBatch`` of batch N, before the sink stages it
+``after_metadata``  checkpoint of N is complete; retention and the sink commit
+                    of N are not done
+==================  ============================================================
+
+Pause points of the sinks (batch N of the transaction at hand; details carry ``txn``):
+
+==================  ============================================================
+``staged``          the sink staged batch N (end of ``stage``); nothing recorded yet
+``before_claim``    the commit of N passed the runtime's checks; nothing decided,
+                    claimed or visible yet (Delta: before its decision and log entry)
+``claimed``         the transaction decided to promote and holds N's claim; no file
+                    visible yet (Delta: decided, before its log entry)
+``promoting``       half the files of N are visible (file sinks)
+``promoted``        every file of N is visible; the claim is not marked done yet
+==================  ============================================================
 
 The driver dies with SIGKILL — no cleanup, no ``finally`` — like a lost machine. Under
 ``spark-submit`` the JVM parent is killed too so nothing of the driver survives.

@@ -49,7 +49,7 @@ from airflow_sparkpoint.sinks._delta_stage import (
     with_partition_values,
 )
 from airflow_sparkpoint.sinks.base import checked_bucket
-from airflow_sparkpoint.storage import split_uri
+from airflow_sparkpoint.storage import LocalStorage, Storage, split_uri
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -163,8 +163,12 @@ class TableLocation(abc.ABC):
         """The paths of `paths` that do not exist."""
 
     @abc.abstractmethod
-    def read_parquet(self, path: str) -> pa.Table:
-        """One staged parquet file."""
+    def read_parquet(self, path: str, columns: Sequence[str] | None = None) -> pa.Table:
+        """One staged parquet file (only `columns`, when given)."""
+
+    @abc.abstractmethod
+    def store(self) -> Storage:
+        """The table root as a `Storage` (for the transactions' decision objects)."""
 
     @abc.abstractmethod
     def remove(self, directory: str) -> None:
@@ -181,6 +185,7 @@ class LocalTable(TableLocation):
     def __init__(self, label: str, path: str) -> None:
         super().__init__(label)
         self.uri = path
+        self._store: LocalStorage | None = None
 
     def delta_options(self) -> None:
         return None
@@ -251,10 +256,15 @@ class LocalTable(TableLocation):
     def missing(self, paths: Sequence[str]) -> list[str]:
         return [p for p in paths if not os.path.exists(self._full(p))]
 
-    def read_parquet(self, path: str) -> pa.Table:
+    def read_parquet(self, path: str, columns: Sequence[str] | None = None) -> pa.Table:
         import pyarrow.parquet as pq
 
-        return pq.read_table(self._full(path))
+        return pq.read_table(self._full(path), columns=list(columns) if columns is not None else None)
+
+    def store(self) -> Storage:
+        if self._store is None:
+            self._store = LocalStorage(self.uri)
+        return self._store
 
     def remove(self, directory: str) -> None:
         shutil.rmtree(self._full(directory), ignore_errors=True)
@@ -442,11 +452,15 @@ class S3Table(TableLocation):
             present = list(pool.map(store.exists, paths))
         return [p for p, there in zip(paths, present, strict=True) if not there]
 
-    def read_parquet(self, path: str) -> pa.Table:
+    def read_parquet(self, path: str, columns: Sequence[str] | None = None) -> pa.Table:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pq.read_table(pa.BufferReader(self._storage().get(path)))
+        return pq.read_table(pa.BufferReader(self._storage().get(path)),
+                             columns=list(columns) if columns is not None else None)
+
+    def store(self) -> Storage:
+        return self._storage()
 
     def remove(self, directory: str) -> None:
         try:

@@ -9,7 +9,13 @@ Lifecycle of the transaction of batch N in generation g, keyed ``(job, N, g)``:
    writes ``commits/N``; so a batch Spark considers done always has a record.
 3. ``commit(record)`` once the checkpoint covering N is complete: idempotent; "did it
    land?" is answered by reading the sink (`is_committed`), never by assuming.
+   Promotion of batch N is exclusive (invariant 8): of two transactions of N (a stalled
+   driver and its replacement, two lineages) exactly one commits, whichever generation
+   wrote it; the other gets `TransactionConflict` and its own staged data is discarded.
+   `committed_txn` tells which one holds N.
 4. ``abort(record)`` for transactions that can never be confirmed: deletes staged data.
+   A transaction that holds its batch's commit is never aborted (an unfinished
+   promotion is finished instead).
 
 Everything except `stage` is pure Python (no JVM), so an Airflow worker can commit.
 """
@@ -109,6 +115,8 @@ class Sink(abc.ABC):
         """Make the staged batch visible, exactly once.
 
         :raises CommitOutcomeUnknown: the outcome could not be determined; keep the data.
+        :raises TransactionConflict: another transaction holds the batch; this one's
+            staged data was discarded.
         :raises SinkError: the commit certainly failed.
         """
 
@@ -118,7 +126,11 @@ class Sink(abc.ABC):
 
     @abc.abstractmethod
     def abort(self, record: TransactionRecord) -> None:
-        """Discard the staged data of a transaction that will never commit (idempotent)."""
+        """Discard the staged data of a transaction that will never commit (idempotent).
+
+        :raises SinkError: the transaction holds its batch's commit (committed; an
+            unfinished promotion of it was finished); it cannot be aborted.
+        """
 
     @abc.abstractmethod
     def committed_position(self, job: str) -> int | None:

@@ -22,6 +22,19 @@ Confirmed transactions always go through the sink's idempotent `commit`, which a
 "already" for a batch that landed before (and removes what a killed step left staged),
 so a record whose commit landed but whose deletion did not is only cleaned up. Records are deleted from
 the catalog once committed or aborted; running the step again is a no-op.
+
+Exclusive promotion (invariant 8) is the sinks' own: each batch has one claim (file
+sinks) or one app-transaction commit (Delta), and the step only follows it. A record
+that holds its batch's claim is finished, never aborted (an abort of it is refused, and
+the step finishes it instead); a record whose batch another transaction holds is aborted
+with its own staged data only. A *confirmed* record that lost its batch to another
+transaction (a stalled driver of an abandoned lineage promoted first) raises
+`TransactionConflict`: the step stops there, since committing the batches after it
+would mix two lineages' output; its staged data is discarded and the record is kept, so
+every later run reports the conflict until a person restores a consistent point.
+
+Which checkpoint is "the latest" is `Catalog.latest`'s answer (checkpoints of abandoned
+lineages are not candidates).
 """
 
 from __future__ import annotations
@@ -109,13 +122,8 @@ def commit_pending(
             result["committed" if outcome.status == "committed" else "already"].append(record.txn_id)
             catalog.delete_transactions([record])
         for count, record in enumerate(to_abort, start=1):
-            sink = sinks.of(record)
-            if sink.is_committed(record):  # it landed earlier; only the record (and staging) was left behind
-                sink.commit(record)
-                result["already"].append(record.txn_id)
-            else:
-                sink.abort(record)
-                result["aborted"].append(record.txn_id)
+            committed = _abort_unless_committed(sinks.of(record), record)
+            result["already" if committed else "aborted"].append(record.txn_id)
             catalog.delete_transactions([record])
             faults.maybe_kill_halfway("abort", record.batch_id, count, len(to_abort))
     finally:
@@ -146,12 +154,10 @@ def abort_generation(
     for record in catalog.transactions():
         if record.generation != generation:
             continue
-        sink = sinks.of(record)
-        if sink.is_committed(record):
+        if _abort_unless_committed(sinks.of(record), record):
             log.warning("transaction %s of generation %d has already committed to %s; not aborted",
                         record.txn_id, generation, record.sink_id)
             continue
-        sink.abort(record)
         catalog.delete_transactions([record])
         aborted.append(record.txn_id)
         first_aborted = record.batch_id if first_aborted is None else min(first_aborted, record.batch_id)
@@ -160,6 +166,26 @@ def abort_generation(
     if first_aborted is not None:
         _retire_checkpoints(catalog, generation, first_aborted)
     return aborted
+
+
+def _abort_unless_committed(sink: Sink, record: TransactionRecord) -> bool:
+    """Abort `record`, or finish it when it holds its batch's commit (a commit that landed,
+    or a promotion decided and left unfinished: the sink's abort refuses those). Returns
+    True when it is committed, False when it was aborted (with its own staged data only).
+
+    :raises SinkError: the abort failed and the transaction is not committed.
+    """
+    if sink.is_committed(record):
+        sink.commit(record)  # idempotent; finishes what a killed step left unfinished
+        return True
+    try:
+        sink.abort(record)
+    except SinkError:
+        if not sink.is_committed(record):
+            raise
+        sink.commit(record)
+        return True
+    return False
 
 
 def _retire_checkpoints(catalog: Catalog, generation: int, first_aborted: int) -> None:

@@ -23,10 +23,18 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
-from airflow_sparkpoint.exceptions import CommitOutcomeUnknown, ConfigError, SinkAheadError, SinkError
+from airflow_sparkpoint.exceptions import (
+    CommitOutcomeUnknown,
+    ConfigError,
+    SinkAheadError,
+    SinkError,
+    StorageError,
+    TransactionConflict,
+)
+from airflow_sparkpoint.sinks import _claims, _delta_txn, _manifests
 from airflow_sparkpoint.sinks._delta_location import import_deltalake as _import_deltalake
 from airflow_sparkpoint.sinks._delta_location import table_location
-from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
+from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, StageContext
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -36,6 +44,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STAGING = "_sparkpoint_txn"
+#: `DeltaSink._landed`: the batch was committed by the transaction asked about
+_OURS = object()
 
 
 class DeltaSink(Sink):
@@ -121,10 +131,18 @@ class DeltaSink(Sink):
             self.configure(ctx.storage_options)
         # Spark TimestampType is an instant (UTC-adjusted), like Delta's timestamp.
         schema = to_arrow_schema(df.schema, timezone="UTC")
+        self._check_columns(schema, ctx)
         self._check_schema(schema)
         staging = self._staging_dir(ctx.job, ctx.txn_id)
         partition_by = self.partition_by if self.mode == "append" else []
         files = self._location.stage(df, staging, partition_by, ctx.driver_staging_max_bytes)
+        if self.mode == "merge":
+            try:
+                self._check_unique_keys(files, ctx)
+            except SinkError:
+                self._location.remove(staging)
+                raise
+        faults.pause("staged", ctx.batch_id, txn=ctx.txn_id)
         return {
             "mode": self.mode,
             "staging": staging,
@@ -132,6 +150,45 @@ class DeltaSink(Sink):
             "rows": sum(int(f["num_records"]) for f in files),
             "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
         }
+
+    def _check_columns(self, schema: pa.Schema, ctx: StageContext) -> None:
+        """Merge keys and partition columns must be columns of the batch (else every
+        commit of it would fail: a batch that can never be committed)."""
+        names = set(schema.names)
+        for what, columns in (("merge keys", self.keys), ("partition_by", self.partition_by)):
+            missing = [c for c in columns if c not in names]
+            if missing:
+                raise SinkError(
+                    f"{self!r}: {what} {missing} are not columns of batch {ctx.batch_id} of job {ctx.job!r} "
+                    f"(columns: {sorted(names)})"
+                )
+
+    def _check_unique_keys(self, files: Sequence[Mapping[str, Any]], ctx: StageContext) -> None:
+        """A merge needs one row per key per batch: a batch with duplicate keys fails while
+        it is staged, before its checkpoint completes, not at every commit after it.
+
+        :raises SinkError: naming the sink, the key columns and a few duplicate keys.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        parts = [self._location.read_parquet(f["path"], columns=self.keys) for f in files]
+        if not parts:
+            return
+        keys = pa.concat_tables(parts, promote_options="permissive")
+        counts = keys.group_by(self.keys).aggregate([([], "count_all")])
+        dupes = counts.filter(pc.greater(counts["count_all"], 1))
+        if dupes.num_rows:
+            sample = dupes.slice(0, 5).to_pylist()
+            examples = ", ".join(
+                "{" + ", ".join(f"{k}={row[k]!r}" for k in self.keys) + f"}} x{row['count_all']}" for row in sample
+            )
+            raise SinkError(
+                f"{self!r}: batch {ctx.batch_id} of job {ctx.job!r} has {dupes.num_rows} merge key(s) "
+                f"{self.keys} with more than one row (e.g. {examples}); a merge needs one row per key per batch. "
+                "Deduplicate or aggregate the rows by the keys in the query; the batch was not recorded and "
+                "runs again when the job restarts"
+            )
 
     def _check_schema(self, schema: pa.Schema) -> None:
         """A batch whose columns or types differ from the table fails before staging."""
@@ -162,21 +219,54 @@ class DeltaSink(Sink):
                 "sparkpoint.job": record.job,
                 "sparkpoint.batch": str(record.batch_id),
                 "sparkpoint.generation": str(record.generation),
+                "sparkpoint.txn": record.txn_id,
             },
         )
 
     def is_committed(self, record: TransactionRecord) -> bool:
+        """Whether batch ``record.batch_id`` was committed to the table by this very
+        transaction (its generation), read from the table's history."""
+        table = self._table()
+        return table is not None and self._landed(table, record) is _OURS
+
+    def committed_txn(self, job: str, batch_id: int) -> CommittedTxn | None:
         table = self._table()
         if table is None:
-            return False
+            return None
+        version = table.transaction_version(job)
+        if version is None or version < batch_id:
+            return None
+        entry = _delta_txn.batch_commit(table, job, batch_id)
+        if entry is None or entry.get("sparkpoint.generation") is None:
+            return CommittedTxn(job=job, batch_id=batch_id, generation=None, txn_id=None)
+        generation = int(entry["sparkpoint.generation"])
+        txn = entry.get("sparkpoint.txn") or f"{job}-b{batch_id}-g{generation}"
+        return CommittedTxn(job=job, batch_id=batch_id, generation=generation, txn_id=str(txn))
+
+    def _landed(self, table: DeltaTable, record: TransactionRecord) -> Any:
+        """`_OURS` when `record` committed its batch, a `CommittedTxn` when another
+        transaction did, None when the batch is not committed."""
         version = table.transaction_version(record.job)
         if version is None or version < record.batch_id:
-            return False
-        staged = record.payload["staged"]
-        if staged.get("mode", self.mode) == "merge" or not staged["files"]:
-            return True
-        # Another attempt of the same batch may have landed instead of this one.
-        return staged["files"][0]["path"] in self._table_paths(table)
+            return None
+        entry = _delta_txn.batch_commit(table, record.job, record.batch_id)
+        if entry is not None and entry.get("sparkpoint.generation") is not None:
+            generation = int(entry["sparkpoint.generation"])
+            if generation == record.generation:
+                return _OURS
+            return CommittedTxn(record.job, record.batch_id, generation,
+                                str(entry.get("sparkpoint.txn") or f"{record.job}-b{record.batch_id}-g{generation}"))
+        # The history does not say (a commit of an old release, or its log entry was
+        # cleaned up): an append is ours iff our files are in the table; for a merge it
+        # cannot be told, and the batch counts as ours (the previous release's answer).
+        staged = record.payload.get("staged") or {}
+        if staged.get("mode", self.mode) == "append" and staged.get("files"):
+            if staged["files"][0]["path"] in self._table_paths(table):
+                return _OURS
+            return CommittedTxn(record.job, record.batch_id, None, None)
+        log.warning("cannot tell which transaction committed batch %d of %s to %s (no commit info); "
+                    "taking it as %s", record.batch_id, record.job, self.uri, record.txn_id)
+        return _OURS
 
     @staticmethod
     def _table_paths(table: DeltaTable) -> set[str]:
@@ -189,21 +279,43 @@ class DeltaSink(Sink):
         return {urllib.parse.unquote(p) for p in paths}
 
     def commit(self, record: TransactionRecord) -> CommitOutcome:
-        deltalake = _import_deltalake()
+        """One Delta commit of the staged batch, keyed by the app transaction (job, batch).
+
+        :raises TransactionConflict: another transaction (generation) committed the batch;
+            this one's staged data was discarded.
+        :raises SinkError: the commit certainly failed, or the transaction was aborted.
+        :raises CommitOutcomeUnknown: the table cannot be read after a failed commit.
+        """
+        table = self._table()
+        if table is not None:
+            landed = self._landed(table, record)
+            if landed is _OURS:
+                # Landed earlier (a commit step killed after the log entry): what is left
+                # staged for this transaction is no longer needed.
+                if record.payload["staged"].get("mode", self.mode) == "merge":
+                    self._drop_staging(record)
+                return CommitOutcome(record.txn_id, "already", {"version": table.version()})
+            if landed is not None:
+                self._lose(record, landed)
+        faults.pause("before_claim", record.batch_id, txn=record.txn_id)
+        decision = self._decide(record, "promote")
+        if decision.get("decision") != "promote":
+            table = self._table()
+            landed = self._landed(table, record) if table is not None else None
+            if landed is not None and landed is not _OURS:
+                self._lose(record, landed)
+            raise SinkError(
+                f"transaction {record.txn_id} was aborted (its staged data may be gone); it cannot be committed "
+                f"to {self.uri}. Batch {record.batch_id} is produced again by the run that aborted it"
+            )
+        faults.pause("claimed", record.batch_id, txn=record.txn_id)
+        return self._write(record, table)
+
+    def _write(self, record: TransactionRecord, table: DeltaTable | None) -> CommitOutcome:
+        """The Delta commit of a transaction decided to promote."""
         import pyarrow as pa
 
         staged = record.payload["staged"]
-        table = self._table()
-        if table is not None:
-            version = table.transaction_version(record.job)
-            if version is not None and version >= record.batch_id:
-                # Landed earlier (a commit step killed after the log entry): what is left
-                # staged for this transaction is no longer needed.
-                if staged.get("mode", self.mode) == "merge" or (
-                    staged["files"] and staged["files"][0]["path"] not in self._table_paths(table)
-                ):
-                    self._drop_staging(record)
-                return CommitOutcome(record.txn_id, "already", {"version": table.version()})
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(staged["schema"])))
         props = self._commit_properties(record)
         try:
@@ -212,27 +324,58 @@ class DeltaSink(Sink):
             else:
                 self._append(table, staged, schema, props)
         except Exception as exc:
-            # Did it land anyway (e.g. a timeout after the log entry was written)?
+            # Did it land anyway (e.g. a timeout after the log entry was written)? Or did
+            # another transaction of the batch land first (delta-rs: concurrent transaction)?
             failure = self._scrub(str(exc))
             try:
                 table = self._table()
+                landed = self._landed(table, record) if table is not None else None
             except Exception as again:  # noqa: BLE001 - the table cannot be read: keep everything
                 raise CommitOutcomeUnknown(
                     f"Delta commit of batch {record.batch_id} to {self.uri} failed ({failure}) and the table "
                     f"cannot be read ({self._scrub(str(again))}); the staged files are kept, run the commit again"
                 ) from None
-            if table is not None and (table.transaction_version(record.job) or -1) >= record.batch_id:
+            if landed is _OURS:
                 log.warning("commit of %s raised %s but the table has it", record.txn_id, failure)
+            elif landed is not None:
+                self._lose(record, landed)
             else:
                 raise SinkError(f"Delta commit of batch {record.batch_id} to {self.uri} failed: {failure}") from exc
         faults.maybe_kill("promoting", record.batch_id)  # landed; the caller does not know yet
         if table is None:
-            table = deltalake.DeltaTable(self.path, storage_options=self._location.delta_options())
+            table = _import_deltalake().DeltaTable(self.path, storage_options=self._location.delta_options())
         else:
             table.update_incremental()  # reads only the new log entries
         if staged.get("mode", self.mode) == "merge":
             self._drop_staging(record)
         return CommitOutcome(record.txn_id, "committed", {"version": table.version()})
+
+    def _decide(self, record: TransactionRecord, decision: str) -> dict[str, Any]:
+        """The decision (promote | abort) that stands for `record` (`_delta_txn`).
+
+        :raises CommitOutcomeUnknown: the store failed; nothing is known.
+        """
+        try:
+            return _claims.decide(self._location.store(), _delta_txn.decision_key(record.job, record.txn_id),
+                                  _delta_txn.decision_body(record, decision))
+        except StorageError as exc:
+            raise CommitOutcomeUnknown(
+                f"cannot record the {decision} decision of {record.txn_id} in {self.uri}: {exc}; nothing was "
+                "committed or deleted, run it again"
+            ) from None
+
+    def _lose(self, record: TransactionRecord, winner: CommittedTxn) -> None:
+        """`record` lost its batch to `winner`: discard its own staged data and raise."""
+        self._decide(record, "abort")  # a no-op if it had decided to promote: it never lands now
+        self._drop_staging(record)
+        log.warning("%s lost batch %d to %s in %s; its staged data was discarded", record.txn_id, record.batch_id,
+                    winner.txn_id or "another transaction", self.uri)
+        raise TransactionConflict(
+            f"batch {record.batch_id} of job {record.job!r} was already committed to {self.uri} by transaction "
+            f"{winner.txn_id or '(unknown)'} (generation {winner.generation if winner.generation is not None else '?'}); "
+            f"transaction {record.txn_id!r} (generation {record.generation}) lost the batch and its staged data was "
+            "discarded (committing it too would duplicate or overwrite the batch)"
+        )
 
     def _drop_staging(self, record: TransactionRecord) -> None:
         """Remove a settled transaction's staging area (merged rows, or an attempt that
@@ -310,13 +453,39 @@ class DeltaSink(Sink):
         )
 
     def abort(self, record: TransactionRecord) -> None:
-        staged = record.payload["staged"]
-        if staged.get("mode", self.mode) == "append" and staged["files"]:
-            table = self._table()
-            if table is not None and staged["files"][0]["path"] in self._table_paths(table):
-                log.warning("not aborting %s: its files are part of table %s", record.txn_id, self.uri)
-                return
-        self._location.remove(staged["staging"])
+        """Delete the transaction's staging area, unless it committed.
+
+        A transaction whose committer decided to promote and stalled or died before its
+        Delta commit is committed for it (`_delta_txn`) and then counts as committed.
+
+        :raises SinkError: the transaction committed its batch; it cannot be aborted.
+        """
+        table = self._table()
+        landed = self._landed(table, record) if table is not None else None
+        if landed is _OURS:
+            raise SinkError(f"transaction {record.txn_id} has committed to {self.uri}; it cannot be aborted")
+        decision = self._decide(record, "abort")
+        if decision.get("decision") == "promote" and landed is None:
+            if table is not None and _delta_txn.ever_committed(table, record):
+                log.info("%s was committed and then rewound; its staged data is discarded", record.txn_id)
+            else:
+                log.warning("%s decided to commit but did not land (a stalled or dead committer): committing it",
+                            record.txn_id)
+                try:
+                    self._write(record, table)
+                except TransactionConflict:
+                    return  # another transaction holds the batch; this one's staging was discarded
+                except CommitOutcomeUnknown:
+                    raise
+                except SinkError as exc:
+                    # It certainly cannot land (e.g. its staged files are gone): nothing of
+                    # it is in the table, and no committer can make it land either.
+                    log.warning("%s cannot be committed (%s); aborting it", record.txn_id, exc)
+                else:
+                    raise SinkError(f"transaction {record.txn_id} has committed to {self.uri} (its stalled commit "
+                                    "was finished); it cannot be aborted")
+        self._location.remove(record.payload["staged"]["staging"])
+        log.info("aborted %s in %s", record.txn_id, self.uri)
 
     def committed_position(self, job: str) -> int | None:
         table = self._table()
@@ -339,9 +508,29 @@ class DeltaSink(Sink):
         for name in candidates:
             if name in referenced_dirs:
                 continue
+            if not self._orphan_is_garbage(table, name):
+                continue
             self._location.remove(f"{root}/{name}")
             removed += 1
         return removed
+
+    def _orphan_is_garbage(self, table: DeltaTable | None, txn: str) -> bool:
+        """Whether a staging area no record refers to may go: its transaction is decided
+        abort now, or was decided promote and landed (merged) or lost its batch. One
+        decided to promote whose commit has not landed is left for its committer."""
+        parsed = _manifests.parse_txn(txn)
+        if parsed is None:
+            return True
+        job, batch, generation = parsed
+        record = TransactionRecord(job=job, batch_id=batch, generation=generation, sink=self.kind,
+                                   sink_id=self.sink_id, payload={})
+        if self._decide(record, "abort").get("decision") != "promote":
+            return True
+        landed = self._landed(table, record) if table is not None else None
+        if landed is None and not (table is not None and _delta_txn.ever_committed(table, record)):
+            log.warning("staging area %s of %s is decided to commit and has not landed; left in place", txn, self.uri)
+            return False
+        return True
 
     # ------------------------------------------------------------------ rewind (invariant 4)
 

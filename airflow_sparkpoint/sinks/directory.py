@@ -6,10 +6,12 @@ Transaction of batch N in generation g (``txn = <job>-b<N>-g<g>``)::
              Names starting with "_" are skipped by Spark's and Hadoop's readers, so
              staged files are invisible. Payload: the staged data files (relative
              paths, sizes).
-    commit   every staged file moves to "<dest>/<partition dirs>/part-<txn>-<n>.<ext>":
-             os.replace on a local filesystem; server-side CopyObject + delete on S3.
-             Then "_sparkpoint/manifests/<job>/<N>.json" is created, last: the "did it
-             land?" marker. A repeated commit is a no-op; a crashed one is finished.
+    commit   the batch's claim "_sparkpoint/manifests/<job>/<N>.json" is created
+             (create-exclusive / If-None-Match: exactly one transaction per batch), then
+             every staged file moves to "<dest>/<partition dirs>/part-<txn>-<n>.<ext>":
+             os.replace on a local filesystem; server-side CopyObject + delete on S3;
+             then the claim is marked done. A repeated commit is a no-op; a crashed one
+             is finished from the claim. See `_claims` for the protocol.
     abort    "<dest>/_staging/<txn>" is deleted.
 
 Destinations: local paths (plain or ``file://``; they must be visible to the driver and
@@ -22,8 +24,8 @@ so an Airflow worker without a JVM can run them. Other Hadoop schemes (``hdfs://
 ``gs://``, ``abfs://``) are refused for now: promoting on them needs a JVM or libhdfs.
 
 Local promotion renames files one at a time: a reader listing the directory during a
-commit can see part of the batch. Readers that need all-or-nothing batches follow the
-manifests (or use `DeltaSink`).
+commit can see part of the batch. Readers that need all-or-nothing batches read the
+files of finished claims, `DirectorySink.committed_files` (or use `DeltaSink`).
 """
 
 from __future__ import annotations
@@ -39,15 +41,15 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import (
-    CommitOutcomeUnknown,
     ConfigError,
     InvalidPath,
     ObjectNotFound,
     SinkError,
     StorageError,
 )
+from airflow_sparkpoint.sinks import _claims as claims
 from airflow_sparkpoint.sinks import _manifests as manifests
-from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext, checked_bucket
+from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, StageContext, checked_bucket
 from airflow_sparkpoint.storage import LocalStorage, Storage, split_uri
 
 if TYPE_CHECKING:
@@ -230,6 +232,7 @@ class DirectorySink(Sink):
             "bytes": sum(f["size"] for f in files),
         }
         log.info("staged %s: %d file(s), %d bytes in %s/%s", txn, len(files), payload["bytes"], self.uri, staging)
+        faults.pause("staged", ctx.batch_id, txn=txn)
         return payload
 
     def _stage_s3(self, df: DataFrame, writer: Any, staging: str) -> list[dict[str, Any]]:
@@ -288,7 +291,7 @@ class DirectorySink(Sink):
         final = manifests.final_name(txn, index, _extension(name))
         return f"{directory}/{final}" if directory else final
 
-    def _plan(self, record: TransactionRecord) -> tuple[str, list[tuple[str, str, int]]]:
+    def _moves(self, record: TransactionRecord) -> tuple[str, list[tuple[str, str, int]]]:
         staging, files = self._files(record)
         moves = [
             (f"{staging}/{f['path']}", self._final_path(record.txn_id, i, f["path"]), int(f["size"]))
@@ -297,36 +300,81 @@ class DirectorySink(Sink):
         return staging, moves
 
     def commit(self, record: TransactionRecord) -> CommitOutcome:
-        staging, moves = self._plan(record)
+        """Claim the batch, then move the staged files into place (`_claims`).
+
+        :raises TransactionConflict: another transaction holds the batch; this one's
+            staging area was deleted.
+        :raises SinkError: the transaction was aborted, or a staged file is lost.
+        :raises CommitOutcomeUnknown: the filesystem or S3 failed midway; run it again.
+        """
+        self._moves(record)  # a malformed record fails before anything is written
+        return claims.commit(self, record)
+
+    # -- what the claim protocol needs (`_claims.FileSink`) -------------------------------
+
+    def _plan(self, record: TransactionRecord) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        staging, moves = self._moves(record)
+        plan = {"staging": staging, "moves": [list(m) for m in moves]}
+        return plan, [{"path": dst, "size": size} for _src, dst, size in moves]
+
+    def _missing(self, txn: str, plan: Mapping[str, Any]) -> list[str]:
+        moves = [(str(src), str(dst), int(size)) for src, dst, size in plan.get("moves", ())]
+        root = self._local
+        if root is not None:
+            def there(key: str, size: int | None = None) -> bool:
+                path = os.path.join(root, *key.split("/"))
+                return os.path.isfile(path) and (size is None or os.path.getsize(path) == size)
+        else:
+            store = self._storage()
+            staged = {info.key for info in store.list(str(plan.get("staging") or self._staging_key(txn)))}
+
+            def there(key: str, size: int | None = None) -> bool:
+                if size is None:
+                    return key in staged
+                try:
+                    return store.stat(key).size == size
+                except ObjectNotFound:
+                    return False
+        return [f"{self.uri}/{src}" for src, dst, size in moves if not there(src) and not there(dst, size)]
+
+    def _promote(self, claim: Mapping[str, Any]) -> list[str]:
+        moves = [(str(src), str(dst), int(size)) for src, dst, size in claim["plan"].get("moves", ())]
+        batch, txn = int(claim["batch_id"]), str(claim["txn_id"])
+        if self._local is not None:
+            states = claims.in_halves(None, lambda m: self._promote_local(*m), moves, batch, txn)
+            self._fsync_dirs(dst for _src, dst, _size in moves)
+            return states
+        return self._promote_s3(moves, batch, txn)
+
+    def _discard(self, txn: str, plan: Mapping[str, Any] | None, *, promoted_too: bool) -> int:
         store = self._storage()
-        detail = {"files": len(moves), "bytes": sum(m[2] for m in moves)}
+        staging = str((plan or {}).get("staging") or self._staging_key(txn))
+        promoted = []
+        if promoted_too:
+            for _src, dst, _size in (plan or {}).get("moves", ()):
+                try:
+                    store.stat(dst)
+                except ObjectNotFound:
+                    continue
+                promoted.append(dst)
+        if promoted:
+            log.warning("abort of %s removes %d file(s) moved without a claim from %s", txn, len(promoted), self.uri)
         try:
-            if manifests.check_not_taken(store, record):
-                self._drop_staging(staging)
-                return CommitOutcome(record.txn_id, "already", detail)
-        except StorageError as exc:
-            raise SinkError(f"cannot read the commit manifest of {record.txn_id} in {self.uri}: {exc}") from None
-        try:
+            store.delete(promoted)
             if self._local is not None:
-                states = []
-                for done, (src, dst, size) in enumerate(moves, start=1):
-                    states.append(self._promote_local(src, dst, size))
-                    faults.maybe_kill_halfway("promoting", record.batch_id, done, len(moves))
-                self._fsync_dirs(dst for _src, dst, _size in moves)
-            else:
-                states = self._promote_s3(moves, record.batch_id)
-            files = [{"path": dst, "size": size} for _src, dst, size in moves]
-            written = manifests.write_manifest(store, record, sink_id=self.sink_id, fmt=self.format, files=files)
+                target = os.path.join(self._local, *staging.split("/"))
+                existed = os.path.isdir(target)
+                shutil.rmtree(target, ignore_errors=False)
+                return int(existed)
+            return int(store.delete_prefix(staging) > 0)
+        except FileNotFoundError:
+            return 0
         except (OSError, StorageError) as exc:
-            raise CommitOutcomeUnknown(
-                f"commit of {record.txn_id} to {self.uri} was interrupted ({exc}); the staged files are "
-                "kept, run the commit again"
-            ) from None
-        self._drop_staging(staging)
-        status = "committed" if written else "already"
-        log.info("%s %s to %s: %d file(s), %d already in place", status, record.txn_id, self.uri,
-                 len(moves), states.count("already"))
-        return CommitOutcome(record.txn_id, status, detail)
+            raise SinkError(f"cannot discard {txn} in {self.uri}: {exc}") from None
+
+    def _after_done(self, claim: Mapping[str, Any]) -> None:
+        staging = (claim.get("plan") or {}).get("staging") or self._staging_key(str(claim.get("txn_id")))
+        self._drop_staging(str(staging))
 
     def _promote_local(self, src_key: str, dst_key: str, size: int) -> str:
         assert self._local is not None
@@ -357,7 +405,7 @@ class DirectorySink(Sink):
             finally:
                 os.close(fd)
 
-    def _promote_s3(self, moves: Sequence[tuple[str, str, int]], batch_id: int) -> list[str]:
+    def _promote_s3(self, moves: Sequence[tuple[str, str, int]], batch_id: int, txn: str) -> list[str]:
         store = self._storage()
 
         def copy(move: tuple[str, str, int]) -> str:
@@ -378,9 +426,9 @@ class DirectorySink(Sink):
             )
 
         if not moves:
-            return []
+            return claims.in_halves(None, copy, moves, batch_id, txn)
         with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(moves))) as pool:
-            states = faults.map_in_halves(pool, copy, moves, "promoting", batch_id)
+            states = claims.in_halves(pool, copy, moves, batch_id, txn)
         store.delete(src for src, _dst, _size in moves)
         return states
 
@@ -394,44 +442,40 @@ class DirectorySink(Sink):
                 log.warning("could not remove %s/%s: %s", self.uri, staging, exc)
 
     def is_committed(self, record: TransactionRecord) -> bool:
-        return manifests.is_committed(self._storage(), record)
+        return claims.is_committed(self._storage(), record)
 
     def committed_position(self, job: str) -> int | None:
         return manifests.committed_position(self._storage(), job)
 
+    def committed_txn(self, job: str, batch_id: int) -> CommittedTxn | None:
+        return claims.committed_txn(self._storage(), job, batch_id)
+
+    def committed_files(self, job: str, *, upto_batch: int | None = None) -> list[str]:
+        """URIs (``file://`` or ``s3://``) of every file of `job`'s batches whose promotion
+        is done (up to `upto_batch`), in batch order: a whole-batch view for readers, where
+        a listing of the directory may show part of a batch being promoted.
+
+        Spark reads them with ``spark.read.option("basePath", sink.uri).format(fmt).load(*uris)``
+        (``basePath`` keeps the partition columns of ``partition_by``).
+        """
+        found = []
+        for claim in claims.committed_batches(self._storage(), job):
+            if claim["state"] == claims.DONE and (upto_batch is None or int(claim["batch_id"]) <= upto_batch):
+                found += [f"{self.uri}/{f['path']}" for f in claim.get("files", ())]
+        return found
+
     # -- abort and cleanup ------------------------------------------------------------
 
     def abort(self, record: TransactionRecord) -> None:
-        """Delete the transaction's staging area; files of a commit that was started but
-        never finished (no manifest) are removed from the destination too.
+        """Delete the transaction's staging area; files it moved without holding the
+        batch's claim (a commit of the previous release that died halfway) are removed
+        from the destination too.
 
-        :raises SinkError: the transaction has committed; it cannot be aborted.
+        :raises SinkError: the transaction holds its batch's claim: it is committed (an
+            unfinished promotion was finished now), it cannot be aborted.
         """
-        staging, moves = self._plan(record)
-        store = self._storage()
-        if manifests.is_committed(store, record):
-            raise SinkError(f"transaction {record.txn_id} has committed to {self.uri}; it cannot be aborted")
-        promoted = []
-        for _src, dst, _size in moves:
-            try:
-                store.stat(dst)
-            except ObjectNotFound:
-                continue
-            promoted.append(dst)
-        if promoted:
-            log.warning("abort of %s removes %d file(s) of an unfinished commit from %s",
-                        record.txn_id, len(promoted), self.uri)
-        try:
-            store.delete(promoted)
-            if self._local is not None:
-                shutil.rmtree(os.path.join(self._local, *staging.split("/")), ignore_errors=False)
-            else:
-                store.delete_prefix(staging)
-        except FileNotFoundError:
-            pass
-        except (OSError, StorageError) as exc:
-            raise SinkError(f"cannot abort {record.txn_id} in {self.uri}: {exc}") from None
-        log.info("aborted %s in %s", record.txn_id, self.uri)
+        self._moves(record)
+        claims.abort(self, record)
 
     def staged_transactions(self, job: str) -> list[str]:
         """Transaction ids of `job` that have a staging area under ``_staging/``."""
@@ -450,13 +494,17 @@ class DirectorySink(Sink):
         return found
 
     def cleanup_orphans(self, job: str, keep: set[str]) -> int:
-        """Delete the staging areas of `job` whose transaction is not in `keep`."""
+        """Settle the staging areas of `job` whose transaction is not in `keep`: one that
+        holds its batch's claim is finished (its record was cleaned up before its promotion
+        was), every other one is deleted. Returns how many were deleted."""
         removed = 0
         for txn in self.staged_transactions(job):
             if txn in keep:
                 continue
-            self._drop_staging(self._staging_key(txn))
-            removed += 1
+            if claims.settle_orphan(self, txn) == "committed":
+                log.warning("finished the claimed promotion of %s in %s (its record was gone)", txn, self.uri)
+            else:
+                removed += 1
         if removed:
             log.info("removed %d orphaned staging area(s) of job %s in %s", removed, job, self.uri)
         return removed

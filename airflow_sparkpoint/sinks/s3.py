@@ -6,10 +6,14 @@ Transaction of batch N in generation g (``txn = <job>-b<N>-g<g>``)::
     stage    every Spark partition becomes one file, written by the executor with pyarrow
              and uploaded as a multipart upload that is NOT completed: invisible to
              readers (and to ListObjects). Payload: keys, upload ids, part ETags, sizes.
-    commit   CompleteMultipartUpload for each file (objects appear atomically, one by
-             one), then the manifest ``_sparkpoint/manifests/<job>/<N>.json`` — written
-             last with an atomic create: it is the "did it land?" marker.
+    commit   the batch's claim ``_sparkpoint/manifests/<job>/<N>.json`` is created (If-None-
+             Match: exactly one transaction per batch), then CompleteMultipartUpload for
+             each file (objects appear atomically, one by one), then the claim is marked
+             done. See `_claims` for the protocol and its hard cases.
     abort    AbortMultipartUpload for each file (the bytes are discarded by S3).
+
+A listing shows a batch's files one by one while they are completed; readers that need
+whole batches read `S3Sink.committed_files` instead.
 
 Object keys are deterministic per (transaction, partition):
 ``<prefix>/part-<txn>-<partition>.<ext>``, so a repeated commit is recognised and a
@@ -40,6 +44,7 @@ from airflow_sparkpoint.exceptions import (
     SinkError,
     StorageError,
 )
+from airflow_sparkpoint.sinks import _claims as claims
 from airflow_sparkpoint.sinks import _manifests as manifests
 from airflow_sparkpoint.sinks._s3_stage import (
     FORMATS,
@@ -52,7 +57,7 @@ from airflow_sparkpoint.sinks._s3_stage import (
     choose_part_size,
     stage_partition,
 )
-from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext, checked_bucket
+from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, StageContext, checked_bucket
 from airflow_sparkpoint.storage import split_uri
 
 if TYPE_CHECKING:
@@ -212,6 +217,7 @@ class S3Sink(Sink):
         }
         log.info("staged %s: %d file(s), %d rows, %d bytes as pending uploads under %s",
                  txn, len(uploads), payload["rows"], payload["bytes"], self.uri)
+        faults.pause("staged", ctx.batch_id, txn=txn)
         return payload
 
     # -- commit ---------------------------------------------------------------------
@@ -226,34 +232,65 @@ class S3Sink(Sink):
             ) from None
 
     def commit(self, record: TransactionRecord) -> CommitOutcome:
-        uploads = self._uploads(record)
-        store = self._storage()
-        try:
-            if manifests.check_not_taken(store, record):
-                return CommitOutcome(record.txn_id, "already", self._detail(uploads))
-        except StorageError as exc:
-            raise SinkError(f"cannot read the commit manifest of {record.txn_id} in {self.uri}: {exc}") from None
-        if uploads:
-            with ThreadPoolExecutor(max_workers=min(COMMIT_THREADS, len(uploads))) as pool:
-                states = faults.map_in_halves(pool, self._complete, uploads, "promoting", record.batch_id)
-        else:
-            states = []
-        files = [{"key": u["key"], "size": u["size"], "rows": u.get("rows", 0)} for u in uploads]
-        try:
-            written = manifests.write_manifest(store, record, sink_id=self.sink_id, fmt=self.format, files=files)
-        except StorageError as exc:
-            raise CommitOutcomeUnknown(
-                f"the files of {record.txn_id} are complete in {self.uri} but its manifest could not be "
-                f"written ({exc}); run the commit again"
-            ) from None
-        status = "committed" if written else "already"
-        log.info("%s %s to %s: %d file(s), %d already complete", status, record.txn_id, self.uri,
-                 len(uploads), states.count("already"))
-        return CommitOutcome(record.txn_id, status, self._detail(uploads))
+        """Claim the batch, then complete the transaction's uploads (`_claims`).
 
-    @staticmethod
-    def _detail(uploads: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return {"files": len(uploads), "bytes": sum(int(u["size"]) for u in uploads)}
+        :raises TransactionConflict: another transaction holds the batch; this one's
+            pending uploads were aborted.
+        :raises SinkError: the transaction was aborted, or an upload is lost.
+        :raises CommitOutcomeUnknown: S3 failed midway; run the commit again.
+        """
+        self._uploads(record)  # a malformed record fails before anything is written
+        return claims.commit(self, record)
+
+    # -- what the claim protocol needs (`_claims.FileSink`) -------------------------------
+
+    def _plan(self, record: TransactionRecord) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        uploads = self._uploads(record)
+        files = [{"key": u["key"], "size": u["size"], "rows": u.get("rows", 0)} for u in uploads]
+        return {"uploads": uploads}, files
+
+    def _missing(self, txn: str, plan: Mapping[str, Any]) -> list[str]:
+        uploads = [dict(u) for u in plan.get("uploads", ())]
+        if not uploads:
+            return []
+        parsed = manifests.parse_txn(txn)
+        pending = {(key, upload_id) for _t, key, upload_id in self.pending_uploads(parsed[0] if parsed else txn, txn)}
+        gone = [u for u in uploads if (u["key"], u["upload_id"]) not in pending]
+        if not gone:
+            return []
+        with ThreadPoolExecutor(max_workers=min(COMMIT_THREADS, len(gone))) as pool:
+            landed = list(pool.map(self._landed, gone))
+        return [f"s3://{self.bucket}/{u['key']} (upload {u['upload_id']})"
+                for u, there in zip(gone, landed, strict=True) if not there]
+
+    def _promote(self, claim: Mapping[str, Any]) -> list[str]:
+        uploads = [dict(u) for u in claim["plan"].get("uploads", ())]
+        batch, txn = int(claim["batch_id"]), str(claim["txn_id"])
+        if not uploads:
+            return claims.in_halves(None, self._complete, uploads, batch, txn)
+        with ThreadPoolExecutor(max_workers=min(COMMIT_THREADS, len(uploads))) as pool:
+            return claims.in_halves(pool, self._complete, uploads, batch, txn)
+
+    def _discard(self, txn: str, plan: Mapping[str, Any] | None, *, promoted_too: bool) -> int:
+        parsed = manifests.parse_txn(txn)
+        job = parsed[0] if parsed else txn
+        uploads = [(u["key"], u["upload_id"]) for u in (plan or {}).get("uploads", ())]
+        aborted = self._abort_all(uploads)
+        if not (plan or {}).get("listed"):  # else the caller just listed every pending upload of it
+            aborted += self._abort_strays(job, txn)
+        if promoted_too:
+            partial = self._objects_of(txn)
+            if partial:
+                log.warning("abort of %s removes %d object(s) completed without a claim from %s",
+                            txn, len(partial), self.uri)
+                try:
+                    self._storage().delete(partial)
+                except StorageError as exc:
+                    raise SinkError(f"cannot delete the partial output of {txn}: {exc}") from None
+        return aborted
+
+    def _after_done(self, claim: Mapping[str, Any]) -> None:
+        """Nothing to clean: completed uploads leave nothing staged."""
 
     def _complete(self, upload: Mapping[str, Any]) -> str:
         """Complete one pending upload: "completed" now, or "already" complete.
@@ -321,34 +358,40 @@ class S3Sink(Sink):
         return True
 
     def is_committed(self, record: TransactionRecord) -> bool:
-        return manifests.is_committed(self._storage(), record)
+        return claims.is_committed(self._storage(), record)
 
     def committed_position(self, job: str) -> int | None:
         return manifests.committed_position(self._storage(), job)
 
+    def committed_txn(self, job: str, batch_id: int) -> CommittedTxn | None:
+        return claims.committed_txn(self._storage(), job, batch_id)
+
+    def committed_files(self, job: str, *, upto_batch: int | None = None) -> list[str]:
+        """``s3://`` URIs of every file of `job`'s batches whose promotion is done (up to
+        `upto_batch`), in batch order: a whole-batch view for readers, where a listing of
+        the prefix may show a batch whose files are still being completed.
+
+        Spark reads them with ``spark.read.parquet(*uris)`` (``s3a://`` instead of
+        ``s3://`` with hadoop-aws).
+        """
+        found = []
+        for claim in claims.committed_batches(self._storage(), job):
+            if claim["state"] == claims.DONE and (upto_batch is None or int(claim["batch_id"]) <= upto_batch):
+                found += [f"s3://{self.bucket}/{f['key']}" for f in claim.get("files", ())]
+        return found
+
     # -- abort and cleanup ------------------------------------------------------------
 
     def abort(self, record: TransactionRecord) -> None:
-        """Abort the transaction's pending uploads (missing ones are fine); objects of a
-        commit that was started but never finished (no manifest) are deleted too.
+        """Abort the transaction's pending uploads (missing ones are fine); objects it
+        completed without holding the batch's claim (a commit of the previous release
+        that died halfway) are deleted too.
 
-        :raises SinkError: the transaction has committed; it cannot be aborted.
+        :raises SinkError: the transaction holds its batch's claim: it is committed (an
+            unfinished promotion was finished now), it cannot be aborted.
         """
-        uploads = self._uploads(record)
-        store = self._storage()
-        if manifests.is_committed(store, record):
-            raise SinkError(f"transaction {record.txn_id} has committed to {self.uri}; it cannot be aborted")
-        self._abort_all([(u["key"], u["upload_id"]) for u in uploads])
-        self._abort_strays(record.job, record.txn_id)
-        partial = self._objects_of(record.txn_id)
-        if partial:
-            log.warning("abort of %s removes %d object(s) of an unfinished commit from %s",
-                        record.txn_id, len(partial), self.uri)
-            try:
-                store.delete(partial)
-            except StorageError as exc:
-                raise SinkError(f"cannot delete the partial output of {record.txn_id}: {exc}") from None
-        log.info("aborted %s under %s (%d upload(s))", record.txn_id, self.uri, len(uploads))
+        self._uploads(record)
+        claims.abort(self, record)
 
     def _objects_of(self, txn: str) -> list[str]:
         """Keys (relative to the prefix) of completed objects of transaction `txn`."""
@@ -415,10 +458,27 @@ class S3Sink(Sink):
         ])
 
     def cleanup_orphans(self, job: str, keep: set[str]) -> int:
-        """Abort every pending upload of `job` under the prefix whose transaction is not in `keep`."""
-        aborted = self._abort_all(
-            [(key, upload_id) for txn, key, upload_id in self.pending_uploads(job) if txn not in keep]
-        )
+        """Settle the pending uploads of `job` under the prefix whose transaction is not in
+        `keep`: a transaction that holds its batch's claim is finished (its record was
+        cleaned up before its promotion was), every other one is aborted. Returns how many
+        uploads were aborted."""
+        listed: dict[str, list[dict[str, str]]] = {}
+        for txn, key, upload_id in self.pending_uploads(job):
+            if txn not in keep:
+                listed.setdefault(txn, []).append({"key": key, "upload_id": upload_id})
+        txns = sorted(listed)
+        if not txns:
+            return 0
+
+        def settle(txn: str) -> str:
+            return claims.settle_orphan(self, txn, {"uploads": listed[txn], "listed": True})
+
+        with ThreadPoolExecutor(max_workers=min(COMMIT_THREADS, len(txns))) as pool:
+            outcomes = list(pool.map(settle, txns))
+        aborted = sum(len(listed[t]) for t, outcome in zip(txns, outcomes, strict=True) if outcome == "discarded")
+        finished = [t for t, outcome in zip(txns, outcomes, strict=True) if outcome == "committed"]
+        if finished:
+            log.warning("finished the claimed promotion of %s under %s (their records were gone)", finished, self.uri)
         if aborted:
             log.info("aborted %d orphaned upload(s) of job %s under %s", aborted, job, self.uri)
         return aborted

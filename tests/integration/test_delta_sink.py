@@ -5,6 +5,7 @@ anything is committed, and the rewind policy of invariant 4."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,9 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
-from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError
+from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError, TransactionConflict
 from airflow_sparkpoint.sinks import DeltaSink
+from airflow_sparkpoint.sinks.base import CommittedTxn
 from airflow_sparkpoint.sinks.commit import commit_pending
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.delta_staging import stage, staging_side  # noqa: F401 - staging_side: autouse
@@ -48,12 +50,15 @@ def test_append_is_invisible_until_commit_and_commits_once(spark, tmp_path):
     # A second attempt of batch 0 from another generation is never committed, and aborting
     # it must not delete the files the table references.
     other = stage(sink, df, 0, generation=2)
-    assert sink.commit(other).status == "already"
+    with pytest.raises(TransactionConflict, match=r"by transaction job-b0-g1 \(generation 1\); transaction 'job-b0-g2'"):
+        sink.commit(other)
     assert not sink.is_committed(other)
     assert not (table / other.payload["staged"]["staging"]).exists()  # the losing attempt's files are dropped
     assert (table / record.payload["staged"]["staging"]).exists()
     sink.abort(other)
-    sink.abort(record)  # committed: refused silently, files kept
+    with pytest.raises(SinkError, match="has committed"):
+        sink.abort(record)  # committed: refused, files kept
+    assert sink.committed_txn("job", 0) == CommittedTxn("job", 0, 1, "job-b0-g1")
     assert rows(table, "k")[0]["k"] == "a"
     assert sink.cleanup_orphans("job", keep=set()) == 0  # the committed dir is referenced
     assert DeltaTable(str(table)).version() == 0
@@ -131,12 +136,27 @@ def test_merge_updates_are_exact_across_batches(spark, tmp_path):
     assert sink.committed_position("job") == 2
 
 
-def test_merge_refuses_duplicate_keys_within_a_batch(spark, tmp_path):
-    sink = DeltaSink(str(tmp_path / "t"), mode="merge", keys=["user"])
-    record = stage(sink, spark.createDataFrame([("u1", 1), ("u1", 2)], "user string, total long"), 0)
-    with pytest.raises(SinkError, match="not unique within the batch"):
-        sink.commit(record)
+def test_merge_refuses_duplicate_keys_while_staging_the_batch(spark, tmp_path):
+    """Before its checkpoint can complete: a batch that could never be merged must not
+    become a poison batch that fails every commit after it."""
+    table = tmp_path / "t"
+    sink = DeltaSink(str(table), mode="merge", keys=["user", "day"])
+    rows_ = [("u1", "d1", 1), ("u1", "d1", 2), ("u2", "d1", 3), ("u2", "d2", 4), ("u3", None, 5), ("u3", None, 6)]
+    with pytest.raises(SinkError) as info:
+        stage(sink, spark.createDataFrame(rows_, "user string, day string, total long"), 0)
+    message = str(info.value)
+    assert f"DeltaSink('{table}', mode='merge'" in message and "merge key(s) ['user', 'day']" in message
+    assert "2 merge key(s)" in message and "{user='u1', day='d1'} x2" in message
+    assert "{user='u3', day=None} x2" in message and "u2" not in message
+    assert not (table / "_sparkpoint_txn" / "job" / "job-b0-g1").exists(), "the refused batch's staging is removed"
     assert sink.committed_position("job") is None
+
+
+def test_merge_keys_and_partition_columns_must_be_columns_of_the_batch(spark, tmp_path):
+    for sink, named in ((DeltaSink(str(tmp_path / "m"), mode="merge", keys=["user"]), "merge keys ['user']"),
+                        (DeltaSink(str(tmp_path / "a"), partition_by=["day"]), "partition_by ['day']")):
+        with pytest.raises(SinkError, match=re.escape(named) + " are not columns of batch 0"):
+            stage(sink, spark.createDataFrame([("u1", 1)], "name string, total long"), 0)
 
 
 def test_schema_mismatch_fails_before_staging(spark, tmp_path):

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import SnapshotMetadata, TransactionRecord
-from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError
+from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError, TransactionConflict
 from airflow_sparkpoint.sinks import DeltaSink, sink_from_config
 from tests.delta_staging import DRIVER_MAX_BYTES, side, stage, staging_side  # noqa: F401 - autouse
 
@@ -136,10 +136,12 @@ def test_append_partitioned_batches_commit_once_across_restarts(spark, endpoint,
     # A restart (generation 2) stages batch 1 again: its commit is a no-op, and aborting
     # it leaves the files the table references alone.
     again = stage(sink, spark.createDataFrame([("d", 5, "d1")], schema), 1, generation=2)
-    assert sink.commit(again).status == "already"
+    with pytest.raises(TransactionConflict, match="by transaction job-b1-g1"):
+        sink.commit(again)
     assert not sink.is_committed(again) and sink.is_committed(second)
     sink.abort(again)
-    sink.abort(second)  # committed: refused with a warning, files kept
+    with pytest.raises(SinkError, match="has committed"):
+        sink.abort(second)  # committed: refused, files kept
     assert not any("/job-b1-g2/" in k for k in staged_keys(client, bucket))
 
     # Batch 2 staged by generation 2, which dies before its commit; generation 3 stages it
@@ -175,7 +177,8 @@ def test_merge_batches_are_exact_and_leave_no_staging(spark, endpoint, client, b
         records.append(record)
     # A restart stages batch 1 again with other (late) values: never merged twice.
     again = stage(sink, spark.createDataFrame([("u1", 999)], schema), 1, generation=2)
-    assert sink.commit(again).status == "already"
+    with pytest.raises(TransactionConflict, match="by transaction job-b1-g1 \\(generation 1\\)"):
+        sink.commit(again)
     sink.abort(again)
 
     assert staged_keys(client, bucket) == []
@@ -246,7 +249,7 @@ def test_abort_and_cleanup_orphans_leave_nothing_under_staging(spark, endpoint, 
     assert sink.cleanup_orphans("other", keep=set()) == 1
     assert staged_keys(client, bucket) == []
     # an aborted transaction can never be committed afterwards
-    with pytest.raises(SinkError, match="are gone"):
+    with pytest.raises(SinkError, match="was aborted"):
         sink.commit(kept)
     assert sink.committed_position("job") is None
 

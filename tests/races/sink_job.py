@@ -1,0 +1,43 @@
+"""The job of the sink race tests: events from JSON files (one file per micro-batch) into
+one of the sinks, chosen by ``--sink``.
+
+    spark-submit sink_job.py --sink s3|directory|delta-append|delta-merge --input DIR --output URI
+
+``delta-merge`` keeps running totals per user (``user``, ``total``, ``events``) merged by
+``user``; the other sinks append every event (``id``, ``user``, ``amount``), spread over
+three Spark partitions so that a batch is several files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+
+def main() -> None:
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("airflow_sparkpoint").setLevel(logging.INFO)
+    from pyspark.sql import functions as F
+
+    from airflow_sparkpoint.runtime import SparkpointJob
+    from airflow_sparkpoint.sinks import DeltaSink, DirectorySink, S3Sink
+
+    job = SparkpointJob.get_or_create(app_name="sink-race")
+    kind, output = job.arg("sink"), job.arg("output")
+    events = (
+        job.spark.readStream.schema("id long, user string, amount long")
+        .option("maxFilesPerTrigger", 1)
+        .json(job.arg("input"))
+    )
+    if kind == "delta-merge":
+        totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
+        result = job.run(totals, sink=DeltaSink(output, mode="merge", keys=["user"]), output_mode="update")
+    else:
+        sinks = {"delta-append": lambda: DeltaSink(output), "s3": lambda: S3Sink(output, format="json"),
+                 "directory": lambda: DirectorySink(output, format="json")}
+        result = job.run(events.repartition(3), sink=sinks[kind](), output_mode="append")
+    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""Exclusive promotion per batch (invariant 8) with two real drivers of one job.
+
+S3 sinks run against moto over HTTP, and (``slow``) the S3Sink against SeaweedFS too.
+
+A first driver (the *zombie*: a stalled try that Airflow gave up on, an old deploy) is
+held at a pause point of batch 2's transaction; a newer generation starts from the
+checkpoint of batch 1 (an operator's restore of an earlier checkpoint: a new lineage),
+so it re-runs batch 2, and the input gained a file that sorts before the one the zombie
+read: the re-run's batch 2 differs from the zombie's. Then the zombie is released. The
+output must hold every input event exactly once (or the exact totals per user), checked
+row by row against the input files; whatever the loser staged must be gone.
+
+Windows:
+
+* ``staged``: the zombie staged batch 2 and has not recorded it (between staging and
+  promotion): the newer generation's recovery aborts the data, the zombie is fenced at
+  its checkpoint;
+* ``before_claim``: the zombie's checkpoint of batch 2 is complete and it passed the
+  runtime's generation check; it is about to promote (between ``_metadata`` and
+  promotion). It wakes before the re-run promotes batch 2, or after;
+* ``promoted`` (file sinks): the zombie claimed batch 2 and its files are visible, the
+  claim is not marked done: the claim is a commit, so the newer generation must not
+  discard the files; it refuses the restore (the sink is ahead of it) instead, and the
+  operator then restores the checkpoint the sink matches.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint.checkpoints import Catalog
+from tests.races.sink_harness import (
+    JOB,
+    DeltaCase,
+    DeltaMergeCase,
+    DirectoryCase,
+    DirectoryS3Case,
+    Driver,
+    S3Case,
+    S3Place,
+    SinkCase,
+    differences,
+    odd_file,
+    seaweedfs,
+    write_inputs,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
+
+CASES: dict[str, type[SinkCase]] = {
+    "delta-merge": DeltaMergeCase, "delta-append": DeltaCase, "directory": DirectoryCase,
+    "s3": S3Case, "directory-s3": DirectoryS3Case, "s3-seaweedfs": S3Case,
+}
+ON_S3 = {"s3", "directory-s3", "s3-seaweedfs"}
+slow = pytest.mark.slow
+
+
+def sink_param(name: str, *, default: bool = False) -> Any:
+    marks = [] if default else [slow]
+    if name in ON_S3:
+        marks.append(pytest.mark.s3)
+    return pytest.param(name, marks=marks, id=name)
+
+
+class Scene:
+    """One job: its input, its catalog, its sink and the drivers started on it."""
+
+    def __init__(self, base: Path, case: SinkCase) -> None:
+        self.base = base
+        self.case = case
+        self.inputs = base / "input"
+        self.root = base / "checkpoints"
+        self.drivers: list[Driver] = []
+
+    def start(self, name: str, *, restore: str = "latest", pause: tuple[str, ...] = ()) -> Driver:
+        conf = {
+            "spark.sparkpoint.dir": str(self.root),
+            "spark.sparkpoint.job": JOB,
+            "spark.sparkpoint.restore": restore,
+            "spark.sparkpoint.workDir": str(self.base / f"work-{name}"),  # as on another machine
+            "spark.sparkpoint.control.pollInterval": "300ms",
+            **self.case.conf(),
+        }
+        driver = Driver(name, self.base, conf=conf, pause=pause,
+                        args=["--sink", self.case.kind, "--input", str(self.inputs), "--output", self.case.output()])
+        self.drivers.append(driver)
+        return driver
+
+    def catalog(self) -> Catalog:
+        return Catalog.open(str(self.root), JOB)
+
+    def checkpoint_of(self, batch: int) -> str:
+        """The newest retained checkpoint of `batch`."""
+        catalog = self.catalog()
+        matching = [m for m in catalog.checkpoints() if m.batch_id == batch]
+        assert matching, f"no checkpoint of batch {batch}: {[m.batch_id for m in catalog.checkpoints()]}"
+        return catalog.checkpoint_uri(max(m.id for m in matching))
+
+    def stop(self) -> None:
+        for driver in self.drivers:
+            if driver.proc.poll() is None or not driver._out.closed:
+                driver.kill()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture()
+def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
+    name = request.node.callspec.params["sink"]
+    s3 = None
+    if name in ON_S3:
+        import boto3
+
+        endpoint = request.getfixturevalue("seaweedfs_endpoint" if "seaweedfs" in name else "s3_server_process")
+        bucket = f"sp-race-{uuid.uuid4().hex[:10]}"
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+        s3 = S3Place(endpoint, bucket)
+    scene = Scene(tmp_path, CASES[name](tmp_path, s3))
+    try:
+        yield scene
+    finally:
+        scene.stop()
+
+
+@pytest.mark.parametrize("sink", [sink_param("delta-append"), sink_param("directory"), sink_param("s3")])
+def test_a_zombie_held_between_staging_and_promotion_is_fenced_and_its_staging_discarded(
+    scene: Scene, sink: str
+) -> None:
+    expected = write_inputs(scene.inputs, [0, 1, 2])
+    zombie = scene.start("zombie", pause=("staged:2",))
+    held = zombie.wait_for("staged")
+    assert held is not None and held["batch"] == 2 and held["txn"] == f"{JOB}-b2-g1"
+
+    expected += odd_file(scene.inputs, after=1) + write_inputs(scene.inputs, [3])
+    rerun = scene.start("rerun", restore=scene.checkpoint_of(1))
+    rerun_rc = rerun.wait()
+    zombie.release("staged")
+    zombie_rc = zombie.wait()
+
+    assert differences(scene.case, expected, scene.case.rows()) == []
+    assert scene.case.leftovers() == [], "the zombie's staged data was not discarded"
+    assert rerun_rc == 0, rerun.tail()
+    assert zombie_rc != 0 and "StaleGeneration" in zombie.output, zombie.tail()
+    sink = scene.case.sink()
+    committed = sink.committed_txn(JOB, 2)
+    assert committed is not None and committed.generation == 2
+    # The zombie recorded its transaction after the re-run had started: that record is
+    # left for the next run, and it can never commit (nothing of it is staged either).
+    assert all(not sink.is_committed(r) for r in scene.catalog().transactions())
+
+
+BEFORE, AFTER = "before-the-rerun-promotes", "after-the-rerun-promoted"
+
+
+def window_param(name: str, wakes: str, *, default: bool = False) -> Any:
+    param = sink_param(name, default=default)
+    return pytest.param(name, wakes, marks=param.marks, id=f"{name}-{wakes}")
+
+
+@pytest.mark.parametrize(("sink", "wakes"), [
+    window_param("delta-merge", BEFORE, default=True), window_param("delta-merge", AFTER),
+    window_param("delta-append", BEFORE), window_param("delta-append", AFTER),
+    window_param("directory", BEFORE), window_param("directory", AFTER),
+    window_param("s3", BEFORE), window_param("s3", AFTER),
+    window_param("directory-s3", BEFORE), window_param("directory-s3", AFTER),
+    window_param("s3-seaweedfs", AFTER),
+])
+def test_a_zombie_held_before_its_claim_loses_the_batch_to_the_rerun(scene: Scene, sink: str, wakes: str) -> None:
+    expected = write_inputs(scene.inputs, [0, 1, 2])
+    zombie = scene.start("zombie", pause=("before_claim:2",))
+    held = zombie.wait_for("before_claim")
+    assert held is not None and held["batch"] == 2 and held["txn"] == f"{JOB}-b2-g1"
+
+    expected += odd_file(scene.inputs, after=1) + write_inputs(scene.inputs, [3])
+    early = wakes == BEFORE
+    rerun = scene.start("rerun", restore=scene.checkpoint_of(1), pause=("before_claim:2",) if early else ())
+    if early:
+        again = rerun.wait_for("before_claim")  # its recovery has aborted the zombie's transaction
+        assert again is not None and again["txn"] == f"{JOB}-b2-g2"
+        zombie.release("before_claim")
+        zombie_rc = zombie.wait()
+        rerun.release("before_claim")
+        rerun_rc = rerun.wait()
+    else:
+        rerun_rc = rerun.wait()
+        zombie.release("before_claim")
+        zombie_rc = zombie.wait()
+
+    assert differences(scene.case, expected, scene.case.rows()) == []
+    assert scene.case.leftovers() == [], "the losing transaction's staged data was not discarded"
+    assert rerun_rc == 0, rerun.tail()
+    assert zombie_rc != 0, zombie.tail()
+    assert ("TransactionConflict" if not early else "was aborted") in zombie.output, zombie.tail()
+    committed = scene.case.sink().committed_txn(JOB, 2)
+    assert committed is not None and committed.generation == 2 and committed.txn_id == f"{JOB}-b2-g2"
+    assert scene.catalog().transactions() == []
+
+
+@pytest.mark.parametrize("sink", [sink_param("s3"), sink_param("directory", default=True), sink_param("directory-s3"),
+                                  sink_param("s3-seaweedfs")])
+def test_a_zombie_holding_the_claim_makes_the_restore_refuse_instead_of_losing_the_batch(
+    scene: Scene, sink: str
+) -> None:
+    expected = write_inputs(scene.inputs, [0, 1, 2])
+    zombie = scene.start("zombie", pause=("promoted:2",))
+    held = zombie.wait_for("promoted")
+    assert held is not None and held["batch"] == 2
+    expected += odd_file(scene.inputs, after=1) + write_inputs(scene.inputs, [3])
+
+    restore = scene.start("restore", restore=scene.checkpoint_of(1), pause=("before_claim:2",))
+    restore_held = restore.wait_for("before_claim", or_exit=True)
+    zombie.release("promoted")
+    zombie.wait()
+    if restore_held is not None:
+        restore.release("before_claim")
+    restore_rc = restore.wait()
+    # The operator's way out: restore the checkpoint that matches what the sink holds.
+    position = scene.case.sink().committed_position(JOB)
+    assert position is not None
+    fixed = scene.start("fixed", restore=scene.checkpoint_of(position))
+    fixed_rc = fixed.wait()
+
+    assert differences(scene.case, expected, scene.case.rows()) == []
+    assert scene.case.leftovers() == []
+    assert restore_held is None and restore_rc != 0, "the restore behind the zombie's claim must be refused"
+    # The claim counts as a commit of batch 2: the sink is ahead of the restore point
+    # (or, had the claim come between that check and the recovery, the zombie's
+    # transaction cannot be aborted).
+    assert ("has already committed batch 2 of job 'race', past the restore point" in restore.output
+            or f"transaction {JOB}-b2-g1 has committed" in restore.output), restore.tail()
+    assert position == 2
+    assert fixed_rc == 0, fixed.tail()
+    committed = scene.case.sink().committed_txn(JOB, 2)
+    assert committed is not None and committed.txn_id == f"{JOB}-b2-g1"

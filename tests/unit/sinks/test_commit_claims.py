@@ -1,0 +1,148 @@
+"""The external commit step (`commit_pending`, `abort_generation`) against a real
+`DirectorySink` on a local directory (batches staged by hand, as Spark's writer leaves
+them under ``_staging/<txn>``): it follows the batches' claims — a record holding its
+batch's claim is finished, one whose batch another transaction holds is aborted with its
+own data only, and a confirmed record that lost is a conflict that stops the step."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints.catalog import Catalog
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.exceptions import TransactionConflict
+from airflow_sparkpoint.sinks.commit import abort_generation, commit_pending
+from airflow_sparkpoint.sinks.directory import DirectorySink
+from airflow_sparkpoint.storage import MemoryStorage
+
+JOB = "orders"
+
+
+class Died(Exception):
+    """The step "dies" at the promoting fault point (a SIGKILL there in production)."""
+
+
+@pytest.fixture()
+def catalog() -> Catalog:
+    return Catalog(MemoryStorage(f"commit-claims-{uuid.uuid4().hex[:8]}"), JOB)
+
+
+@pytest.fixture()
+def sink(tmp_path: Path) -> DirectorySink:
+    return DirectorySink(str(tmp_path / "out"), "json")
+
+
+def staged(sink: DirectorySink, batch: int, generation: int, files: int = 3) -> TransactionRecord:
+    txn = f"{JOB}-b{batch}-g{generation}"
+    staging = Path(sink.uri.removeprefix("file://")) / "_staging" / txn
+    staging.mkdir(parents=True)
+    described = []
+    for i in range(files):
+        body = json.dumps({"id": batch * 100 + i, "txn": txn}) + "\n"
+        (staging / f"part-{i:05d}.json").write_text(body)
+        described.append({"path": f"part-{i:05d}.json", "size": len(body)})
+    payload = {"format": "json", "staging": f"_staging/{txn}", "files": described,
+               "bytes": sum(f["size"] for f in described)}
+    return TransactionRecord(JOB, batch, generation, sink.kind, sink.sink_id,
+                             {"config": sink.to_config(), "staged": payload}, created_at=time.time())
+
+
+def checkpoint(catalog: Catalog, batch: int, generation: int, pending: list[TransactionRecord]) -> None:
+    while catalog.current_generation() < generation:
+        catalog.claim_generation()
+    catalog.complete_checkpoint(SnapshotMetadata(
+        kind="checkpoint", id=catalog.next_checkpoint_id(), job=JOB, generation=generation, batch_id=batch,
+        created_at=time.time(), files=(), transactions=tuple(pending)))
+
+
+def visible(sink: DirectorySink) -> list[dict[str, Any]]:
+    root = Path(sink.uri.removeprefix("file://"))
+    return sorted((json.loads(line) for p in root.glob("part-*") for line in p.read_text().splitlines()),
+                  key=lambda r: r["id"])
+
+
+def leftovers(sink: DirectorySink) -> list[str]:
+    staging = Path(sink.uri.removeprefix("file://")) / "_staging"
+    return sorted(p.name for p in staging.iterdir()) if staging.exists() else []
+
+
+def die_while_promoting(monkeypatch: pytest.MonkeyPatch) -> None:
+    def maybe_kill(point: str, batch_id: int) -> None:
+        if point == "promoting":
+            raise Died(point)
+
+    monkeypatch.setattr(faults, "maybe_kill", maybe_kill)
+
+
+def test_a_record_whose_batch_another_transaction_holds_is_aborted_with_its_own_data_only(
+    catalog: Catalog, sink: DirectorySink
+) -> None:
+    zombie, rerun = staged(sink, 1, 1), staged(sink, 1, 2)
+    catalog.put_transaction(zombie)
+    sink.commit(rerun)  # the newer generation promoted batch 1 first
+    checkpoint(catalog, 1, 2, [])
+
+    result = commit_pending(catalog)
+
+    assert result["aborted"] == [zombie.txn_id] and result["committed"] == []
+    assert {r["txn"] for r in visible(sink)} == {rerun.txn_id} and len(visible(sink)) == 3
+    assert leftovers(sink) == [] and catalog.transactions() == []
+
+
+def test_an_unfinished_claim_is_finished_by_the_step_never_aborted(
+    catalog: Catalog, sink: DirectorySink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = staged(sink, 2, 1)
+    catalog.put_transaction(record)
+    with monkeypatch.context() as patch:
+        die_while_promoting(patch)
+        with pytest.raises(Died):
+            sink.commit(record)  # one file of three moved, the claim not done
+    assert len(visible(sink)) == 1
+    checkpoint(catalog, 3, 2, [])  # a newer generation's checkpoint that does not list it
+
+    result = commit_pending(catalog)
+
+    assert result["already"] == [record.txn_id] and result["aborted"] == []
+    assert [r["id"] for r in visible(sink)] == [200, 201, 202] and leftovers(sink) == []
+
+
+def test_a_confirmed_record_that_lost_its_batch_stops_the_step(catalog: Catalog, sink: DirectorySink) -> None:
+    mine = [staged(sink, b, 2) for b in (4, 5)]
+    for r in mine:
+        catalog.put_transaction(r)
+    checkpoint(catalog, 5, 2, mine)
+    winner = staged(sink, 4, 1)  # a stalled driver of the abandoned lineage promoted batch 4 first
+    sink.commit(winner)
+
+    with pytest.raises(TransactionConflict, match=f"by transaction {winner.txn_id!r}"):
+        commit_pending(catalog)
+
+    assert {r["txn"] for r in visible(sink)} == {winner.txn_id}, "batch 5 must not be committed after the conflict"
+    assert [r.txn_id for r in catalog.transactions()] == [r.txn_id for r in mine]
+    assert leftovers(sink) == [mine[1].txn_id], "the loser's staged data is discarded, batch 5's is kept"
+
+
+def test_abort_generation_finishes_what_a_generation_claimed_and_aborts_the_rest(
+    catalog: Catalog, sink: DirectorySink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claimed, pending = staged(sink, 6, 3), staged(sink, 7, 3)
+    for r in (claimed, pending):
+        catalog.put_transaction(r)
+    with monkeypatch.context() as patch:
+        die_while_promoting(patch)
+        with pytest.raises(Died):
+            sink.commit(claimed)
+
+    assert abort_generation(catalog, 3) == [pending.txn_id]
+
+    assert [r["id"] for r in visible(sink)] == [600, 601, 602]
+    assert leftovers(sink) == []
+    assert [r.txn_id for r in catalog.transactions()] == [claimed.txn_id]
