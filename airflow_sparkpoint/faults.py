@@ -29,8 +29,9 @@ Points, in lifecycle order for batch N:
                the last one settled (double faults: a kill during recovery)
 ``rewind``     ``restore.sinkAhead=rewind`` rewound a sink to batch N; the
                run has not completed a checkpoint since
-``abort``      half of the transactions being aborted (a stop, a rollback,
-               the commit step) are aborted; N is the last one's batch
+``abort``      half of the transactions being aborted (a stop, a rollback
+               ``abort_generation``, the commit step) are aborted; N is the
+               last one's batch
 ``retention``  retention deleted half of the checkpoints it is removing;
                N is the batch of the checkpoint that triggered it
 =============  ============================================================
@@ -45,6 +46,13 @@ When the driver reaches an armed pause point it creates ``<dir>/<point>.reached`
 exists, then goes on. The Spark conf keys ``spark.sparkpoint.test.pauseAt`` and
 ``spark.sparkpoint.test.pauseDir`` set the same two variables for the driver process.
 A test proves its race happened by waiting for the ``.reached`` file.
+
+Pause points in the code (free-form names; add them where a test needs them):
+
+=============  ============================================================
+``recorded``   the pre-commit record of batch N is written; Spark has not
+               written ``commits/N`` (a stop taken here aborts batch N)
+=============  ============================================================
 
 The driver dies with SIGKILL — no cleanup, no ``finally`` — like a lost machine. Under
 ``spark-submit`` the JVM parent is killed too so nothing of the driver survives.
