@@ -136,7 +136,10 @@ def run_process(cmd: Sequence[str], *, log: Path, env: Mapping[str, str] | None 
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     timed_out = False
-    with open(log, "wb") as out:
+    # O_APPEND: the fault hook appends its kill line to the driver JVM's stdout itself
+    # (`airflow_sparkpoint.faults._announce`); no writer may overwrite another's bytes.
+    log.write_bytes(b"")
+    with open(log, "ab") as out:
         proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, env=full_env,
                                 start_new_session=True, cwd=str(log.parent))
         try:
