@@ -73,9 +73,10 @@ def ci_plan() -> list[Trial]:
     trial, each in its own driver), on every sink, both commit modes and both S3 servers."""
     f = Fault
     return [
-        # stage, confirmed, then recovery (a kill during the recovery of the confirmed batch)
-        Trial(0, "delta-merge", "checkpoint", "crash", (f("stage", 1), f("confirmed", 2), f("recovery", 2)),
-              "executors"),
+        # stage, confirmed, then recovery (a kill during the recovery of the confirmed
+        # batch), then a promotion killed after its Delta log entry
+        Trial(0, "delta-merge", "checkpoint", "crash",
+              (f("stage", 1), f("confirmed", 2), f("recovery", 2), f("promoting", 3)), "executors"),
         # a rollback killed halfway through abort_generation, then blue's restore killed at stage
         Trial(1, "delta-append", "external", "rollback", (f("abort", 2, "rollback"), f("stage", 2)), "executors"),
         # restore an older checkpoint with sinkAhead=rewind, killed before its first checkpoint
@@ -84,7 +85,8 @@ def ci_plan() -> list[Trial]:
         Trial(4, "directory", "checkpoint", "crash", (f("copy", 1), f("promoting", 3))),
         Trial(5, "catalog-s3@seaweedfs", "checkpoint", "crash", (f("metadata", 1), f("committed", 2),
                                                                   f("savepoint", LAST))),
-        Trial(6, "directory-s3@moto", "external", "crash", (f("checkpointed", 1), f("stopped", LAST))),
+        Trial(6, "directory-s3@moto", "external", "crash",
+              (f("checkpointed", 1), f("promoting", 2, "commit"), f("stopped", LAST))),
         Trial(7, "delta-append", "checkpoint", "retention", (f("retention", BATCHES),), "driver"),
         Trial(8, "s3@seaweedfs", "checkpoint", "stop-abort", (f("abort", LAST),)),
     ]

@@ -55,6 +55,8 @@ from tests.chaos.harness import (
 STOP_POINTS = ("savepoint", "stopped")
 #: fault points inside a checkpoint: the batch after is held until that checkpoint exists
 PACED_POINTS = ("copy", "metadata", "checkpointed", "retention")
+#: how long the stop-abort scenario holds the batch after the driver took the stop request
+STOP_SETTLE_S = 3.0
 SCENARIOS = ("crash", "rewind", "retention", "stop-abort", "rollback")
 
 
@@ -243,8 +245,15 @@ def _chain(*polls: Callable[[], None] | None) -> Callable[[], None]:
 
 def crash(tr: TrialRun) -> None:
     stop = any(f.point in STOP_POINTS for f in tr.trial.faults)
-    for number, fault in enumerate(tr.trial.faults, start=1):
-        tr.job(f"try{number}", fault, stop_when_drained=stop)
+    faults = tr.trial.faults
+    for number, fault in enumerate(faults, start=1):
+        pace = None
+        if number < len(faults) and faults[number].point == "recovery" and fault.batch:
+            # The recovery then settles exactly this batch's record (every earlier batch
+            # is checkpointed, and committed or left to the commit step), so the kill
+            # halfway through it is at this batch.
+            pace = fault.batch - 1
+        tr.job(f"try{number}", fault, stop_when_drained=stop, pace_after=pace)
     tr.final(f"try{len(tr.trial.faults) + 1}", stop_when_drained=stop)
 
 
@@ -282,12 +291,19 @@ def stop_abort(tr: TrialRun) -> None:
     channel = ControlChannel(tr.catalog)
     state: dict[str, Any] = {}
 
+    log = tr.base / "try1.log"
+
     def poll() -> None:
         if "released" in state or not (pause_dir / "recorded.reached").exists():
             return
         if "request" not in state:
             state["request"] = channel.submit("stop", timeout_s=300, requested_by="chaos").id
-        elif channel.result(state["request"]).state != "pending":
+        elif "taken" not in state:
+            # The driver logs the request right before it stops the query (which interrupts
+            # the held batch); released a little later, the batch is never confirmed.
+            if f"control request {state['request']}: stop" in log.read_text(errors="replace"):
+                state["taken"] = time.monotonic()
+        elif time.monotonic() - state["taken"] > STOP_SETTLE_S:
             (pause_dir / "recorded.release").touch()
             state["released"] = True
 

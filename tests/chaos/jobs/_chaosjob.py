@@ -4,9 +4,11 @@
   file per micro-batch (``maxFilesPerTrigger=1``);
 * every batch is written as 3 files (so a promotion stopped halfway is really partial);
 * ``--pace-after B`` (test pacing, so that a fault armed in the checkpoint of batch B
-  fires): batch B+1 is staged only once a checkpoint of batch B or later is complete.
-  The coordinator checkpoints the newest confirmed batch and skips ones that queued up
-  behind a slow checkpoint; without the pacing, a checkpoint of B may never be taken.
+  fires, or a kill in batch B+1 leaves exactly one transaction record): batch B+1 is
+  staged only once a checkpoint of batch B or later is complete and, in ``checkpoint``
+  commit mode, every batch up to B is committed. The coordinator checkpoints the newest
+  confirmed batch and skips ones that queued up behind a slow checkpoint; without the
+  pacing, a checkpoint of B may never be taken.
 """
 
 from __future__ import annotations
@@ -28,12 +30,17 @@ def pace(job: Any, sink: Any, after: int) -> None:
     catalog = Catalog.open(cfg.dir, cfg.job, **cfg.storage_options)
     stage = sink.stage
 
+    def ready() -> bool:
+        latest = catalog.latest()
+        if latest is None or latest.batch_id < after:
+            return False
+        return cfg.commit_mode != "checkpoint" or all(r.batch_id > after for r in catalog.transactions())
+
     def paced_stage(df: Any, ctx: Any) -> Any:
         if ctx.batch_id == after + 1:
             deadline = time.monotonic() + PACE_TIMEOUT_S
             while time.monotonic() < deadline:
-                latest = catalog.latest()
-                if latest is not None and latest.batch_id >= after:
+                if ready():
                     break
                 time.sleep(0.1)
             else:
