@@ -89,6 +89,10 @@ class SinkCase:
         """(files of `record`'s batch already promoted, files of the batch)."""
         raise NotImplementedError
 
+    def describe_promotion(self, record: Any) -> str:
+        promoted, total = self.promotion(record)
+        return f"{promoted} of the {total} files of batch {record.batch_id} promoted when killed"
+
     def partial_promotion(self, record: Any) -> str | None:
         """None when a kill at ``promoting`` left batch `record` really half promoted;
         otherwise what is wrong (a message)."""
@@ -151,6 +155,11 @@ class DeltaCase(SinkCase):
         files = record.payload["staged"]["files"]
         landed = table is not None and (table.transaction_version(record.job) or -1) >= record.batch_id
         return (len(files) if landed else 0), len(files)
+
+    def describe_promotion(self, record: Any) -> str:
+        _promoted, total = self.promotion(record)
+        return (f"the Delta log entry of batch {record.batch_id} ({total} staged file(s)) landed; its record and "
+                "staging were still there when killed")
 
     def partial_promotion(self, record: Any) -> str | None:
         promoted, total = self.promotion(record)

@@ -193,7 +193,8 @@ class Fault:
         return f"{self.point}:{self.batch}"
 
     def __str__(self) -> str:
-        return self.spec + ("" if self.where == "job" else f" in the {self.where} step")
+        spec = self.spec if self.batch is not None else f"{self.point}:?"
+        return spec + ("" if self.where == "job" else f" in the {self.where} step")
 
 
 @dataclass(frozen=True)

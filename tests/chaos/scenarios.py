@@ -117,8 +117,7 @@ class TrialRun:
         if problem:
             self.result.problems.append(f"after the kill at {fault}: {problem}")
         else:
-            promoted, total = self.case.promotion(records[-1])
-            self.result.notes.append(f"{fault}: {promoted} of {total} files promoted when killed")
+            self.result.notes.append(f"{fault}: {self.case.describe_promotion(records[-1])}")
 
     def job(self, name: str, fault: Fault | None = None, *, conf: Mapping[str, str] | None = None,
             stop_when_drained: bool = False, commit: bool = True, pace_after: int | None = None,
