@@ -179,3 +179,20 @@ def test_a_real_trial_with_a_fault_point_that_is_never_reached_is_failed(tmp_pat
     assert not result.fired and not result.ok
     assert [f.describe() for f in result.firings] == [
         "fault copy:99 did NOT fire in try1.log (no once-marker, no SIGKILL exit, no kill line)"]
+
+
+def test_every_fault_point_is_wired_into_the_code() -> None:
+    """A fast guard next to the evidence rule: each point of `faults.POINTS` appears in a
+    `faults.maybe_kill*` / `map_in_halves` call of the package (the CI plan then proves it
+    is reached)."""
+    import re
+
+    import airflow_sparkpoint
+
+    package = Path(airflow_sparkpoint.__file__).parent
+    calls = re.compile(r"faults\.(?:maybe_kill|maybe_kill_halfway|map_in_halves)\((?:[^()]|\([^()]*\))*\)", re.DOTALL)
+    wired: set[str] = set()
+    for source in package.rglob("*.py"):
+        for call in calls.findall(source.read_text()):
+            wired.update(re.findall(r'"([a-z]+)"', call))
+    assert set(POINTS) <= wired, f"fault points not called anywhere: {sorted(set(POINTS) - wired)}"
