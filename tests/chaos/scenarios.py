@@ -56,7 +56,7 @@ STOP_POINTS = ("savepoint", "stopped")
 #: fault points inside a checkpoint: the batch after is held until that checkpoint exists
 PACED_POINTS = ("copy", "metadata", "checkpointed", "retention")
 #: how long the stop-abort scenario holds the batch after the driver took the stop request
-STOP_SETTLE_S = 3.0
+STOP_SETTLE_S = 5.0
 SCENARIOS = ("crash", "rewind", "retention", "stop-abort", "rollback")
 
 
