@@ -29,8 +29,9 @@ Points, in lifecycle order for batch N:
                the last one settled (double faults: a kill during recovery)
 ``rewind``     ``restore.sinkAhead=rewind`` rewound a sink to batch N; the
                run has not completed a checkpoint since
-``abort``      half of the transactions being aborted (a stop, a rollback,
-               the commit step) are aborted; N is the last one's batch
+``abort``      half of the transactions being aborted (a stop, a rollback
+               ``abort_generation``, the commit step) are aborted; N is the
+               last one's batch
 ``retention``  retention deleted half of the checkpoints it is removing;
                N is the batch of the checkpoint that triggered it
 =============  ============================================================
@@ -56,6 +57,8 @@ Pause points of the runtime (batch N as noted; details include the generation):
 ``after_rewind``    ``restore.sinkAhead=rewind`` rewound the sink to N; no
                     checkpoint since
 ``stage``           ``foreachBatch`` of batch N, before the sink stages it
+``recorded``        the pre-commit record of batch N is written; Spark has not
+                    written ``commits/N`` (a stop taken here aborts batch N)
 ``after_metadata``  checkpoint of N is complete; retention and the sink commit
                     of N are not done
 ==================  ============================================================
@@ -133,8 +136,9 @@ def maybe_kill(point: str, batch_id: int) -> None:
         os.write(fd, f"{point}:{batch_id}\n".encode())
         os.fsync(fd)
         os.close(fd)
-    # Printed before dying so a test log shows where the driver went down.
-    print(f"SPARKPOINT_TEST_FAULT: killing driver at {point}:{batch_id}", flush=True)
+    # Announced before dying so a test log shows where the driver went down (and a test
+    # can prove its fault fired).
+    _announce(f"SPARKPOINT_TEST_FAULT: killing driver at {point}:{batch_id}")
     kill_driver()
 
 
@@ -210,14 +214,35 @@ def _plain(value: object) -> object:
     return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 
 
-def kill_driver() -> None:
-    """SIGKILL the JVM parent (when it is spark-submit's) and then this process."""
+def _spark_submit_parent() -> int | None:
+    """The pid of the parent process when it is spark-submit's JVM."""
     parent = os.getppid()
     try:
         with open(f"/proc/{parent}/cmdline", "rb") as handle:
             cmdline = handle.read()
     except OSError:
-        cmdline = b""
-    if b"org.apache.spark.deploy.SparkSubmit" in cmdline:
+        return None
+    return parent if b"org.apache.spark.deploy.SparkSubmit" in cmdline else None
+
+
+def _announce(line: str) -> None:
+    """Print `line`; under spark-submit also append it to the JVM's own stdout. The Python
+    driver's stdout is a pipe that the JVM relays, and the JVM is killed first: the
+    relayed copy is often lost."""
+    print(line, flush=True)
+    parent = _spark_submit_parent()
+    if parent is None:
+        return
+    try:
+        with open(f"/proc/{parent}/fd/1", "a") as out:
+            out.write(line + "\n")
+    except OSError:
+        pass
+
+
+def kill_driver() -> None:
+    """SIGKILL the JVM parent (when it is spark-submit's) and then this process."""
+    parent = _spark_submit_parent()
+    if parent is not None:
         os.kill(parent, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)

@@ -444,6 +444,7 @@ class _Run:
         self.coordinator.add_pending(record)
         self.batches.append(int(batch_id))
         faults.maybe_kill("record", batch_id)
+        faults.pause("recorded", batch_id)
 
     # -- the coordinator thread -----------------------------------------------------------
 

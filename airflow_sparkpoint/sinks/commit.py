@@ -151,9 +151,8 @@ def abort_generation(
     sinks = _Sinks(storage_options)
     aborted: list[str] = []
     first_aborted: int | None = None
-    for record in catalog.transactions():
-        if record.generation != generation:
-            continue
+    mine = [record for record in catalog.transactions() if record.generation == generation]
+    for count, record in enumerate(mine, start=1):
         if _abort_unless_committed(sinks.of(record), record):
             log.warning("transaction %s of generation %d has already committed to %s; not aborted",
                         record.txn_id, generation, record.sink_id)
@@ -161,6 +160,7 @@ def abort_generation(
         catalog.delete_transactions([record])
         aborted.append(record.txn_id)
         first_aborted = record.batch_id if first_aborted is None else min(first_aborted, record.batch_id)
+        faults.maybe_kill_halfway("abort", record.batch_id, count, len(mine))
     log.info("aborted %d transaction(s) of generation %d of job %s: %s",
              len(aborted), generation, catalog.job, aborted)
     if first_aborted is not None:

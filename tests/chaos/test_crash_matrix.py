@@ -1,15 +1,21 @@
-"""SIGKILL of a real spark-submit driver at every fault point of the runtime, for every
-sink and commit mode, then the Airflow-retry restart (same conf, ``restore=latest``):
-the output is exact (no duplicate, no loss), nothing staged is left behind and no
-transaction record remains. See `tests.chaos.harness` for what one trial does.
+"""SIGKILL of real spark-submit drivers (and commit and rollback steps) at every fault
+point of the runtime, for every sink, both commit modes and both S3 servers, then the
+Airflow-retry restart (same conf, ``restore=latest``): the output is exact (no
+duplicate, no loss, checked against the input files), nothing staged is left behind and
+no transaction record remains. A trial counts only if each of its faults fired (see
+`tests.chaos.harness`). Scenarios: `tests.chaos.scenarios`; plans: `tests.chaos.plan`.
 
-* ``test_crash_ci_subset`` (default run): one seeded trial per sink, two at a time.
-* ``test_crash_trials`` (``slow``; ``make chaos``): ``SPARKPOINT_CHAOS_TRIALS`` trials
-  per sink (default 50): every (commit mode, fault point) pair first, then random pairs,
-  each at a random batch, chosen by ``random.Random`` from ``SPARKPOINT_CHAOS_SEED``.
+* ``test_crash_ci_subset`` (default run): the fixed CI plan, in which all 14 fault
+  points fire (chained faults, the double faults of recovery, rewind, abort and
+  retention), two trials at a time.
+* ``test_crash_trials`` (``slow``; ``make chaos``): ``SPARKPOINT_CHAOS_TRIALS`` trials per
+  sink (default 50; a sink on S3 splits them between moto and SeaweedFS), and at least
+  one per (fault point, commit mode) pair of each case: every pair must fire.
+  ``SPARKPOINT_CHAOS_CASES`` (comma-separated case keys, e.g. ``directory,s3@moto``)
+  narrows the cases.
 
-``SPARKPOINT_CHAOS_WORKERS`` (default 2) trials run at once. The summary table (trials,
-faults injected by kind, duplicates, rows lost, seed) is printed at the end of the run.
+``SPARKPOINT_CHAOS_WORKERS`` (default 2) trials run at once. The table (trials, fired,
+duplicates, lost, failed per case x fault point x mode) is printed at the end.
 """
 
 from __future__ import annotations
@@ -20,24 +26,24 @@ from pathlib import Path
 
 import pytest
 
+from airflow_sparkpoint.faults import POINTS
+from tests.chaos.cases import case_keys
 from tests.chaos.harness import (
-    MODES,
-    REPORTS,
-    SINKS,
-    STAGING_SIDES,
-    DeltaAppendCase,
-    DeltaMergeCase,
-    S3Context,
+    Fault,
+    Firing,
+    Run,
     Trial,
     TrialResult,
-    batch_for,
+    Verdict,
     chaos_seed,
     compare,
-    format_report,
-    plan_trials,
-    points_for,
-    run_trials,
+    evidence,
 )
+from tests.chaos.plan import REPORTS, ci_plan, coverage_gaps, format_report, pairs_for, plan_sweep
+from tests.chaos.scenarios import run_trials
+from tests.chaos.servers import SERVERS, S3Context
+
+CASES = case_keys()
 
 
 def _workers() -> int:
@@ -46,49 +52,61 @@ def _workers() -> int:
 
 def _progress(result: TrialResult) -> None:
     state = "ok" if result.ok else "FAILED"
-    fired = "fired" if result.fired else "did not fire"
-    print(f"chaos {result.trial.label}: fault {fired}, {state} in {result.seconds:.0f} s", flush=True)
+    fired = "; ".join(f.describe() for f in result.firings) or "no fault armed"
+    print(f"chaos {result.trial.label}: {fired}; {state} in {result.seconds:.0f} s", flush=True)
+    for note in result.notes:
+        print(f"    {note}", flush=True)
 
 
 @pytest.mark.spark
-def test_crash_ci_subset(tmp_path: Path, s3_context: S3Context) -> None:
-    seed = chaos_seed()
-    print(f"chaos seed {seed} (SPARKPOINT_CHAOS_SEED)")
-    rng = random.Random(seed)
-    trials = []
-    for index, sink in enumerate(SINKS):
-        mode = MODES[(index + seed) % len(MODES)]
-        point = rng.choice(points_for(mode))
-        trials.append(Trial(index, sink, mode, point, batch_for(point, rng), STAGING_SIDES[(index + seed) % 2]))
+@pytest.mark.s3
+@pytest.mark.timeout(3600)
+def test_crash_ci_subset(tmp_path: Path, s3_servers: dict[str, S3Context]) -> None:
+    trials = ci_plan()
+    assert {p for t in trials for p in t.points} == set(POINTS), "the CI plan must arm every fault point"
 
-    results = run_trials(trials, tmp_path, s3_context, workers=_workers(), progress=_progress)
+    results = run_trials(trials, tmp_path, s3_servers, workers=_workers(), progress=_progress)
 
-    REPORTS.append(("chaos CI subset", results, seed))
-    assert all(r.ok for r in results), format_report("chaos CI subset", results, seed)
+    REPORTS.append(("chaos CI subset", results, "fixed plan"))
+    report = format_report("chaos CI subset", results, "fixed plan")
+    unfired = sorted(set(POINTS) - {p for r in results for p in POINTS if r.fired_point(p)})
+    assert not unfired, f"fault points that never fired: {unfired}\n{report}"
+    assert all(r.ok for r in results), report
 
 
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.s3
-@pytest.mark.timeout(12 * 3600)  # 50 trials take 20-40 minutes per sink on 2 cores
-@pytest.mark.parametrize("sink", SINKS)
-def test_crash_trials(sink: str, tmp_path: Path, s3_context: S3Context) -> None:
+@pytest.mark.timeout(24 * 3600)  # 50 trials take 20-40 minutes per case on 2 cores
+@pytest.mark.parametrize("case", CASES)
+def test_crash_trials(case: str, tmp_path: Path, s3_servers: dict[str, S3Context]) -> None:
+    selected = [c.strip() for c in os.environ.get("SPARKPOINT_CHAOS_CASES", "").split(",") if c.strip()]
+    if selected and case not in selected:
+        pytest.skip(f"SPARKPOINT_CHAOS_CASES={','.join(selected)} leaves {case} out")
     seed = chaos_seed()
-    count = int(os.environ.get("SPARKPOINT_CHAOS_TRIALS", "50"))
-    print(f"chaos seed {seed}, {count} trials of {sink}")
-    trials = plan_trials(sink, count, random.Random(f"{seed}:{sink}"))
+    per_sink = int(os.environ.get("SPARKPOINT_CHAOS_TRIALS", "50"))
+    # A sink on S3 runs on both servers: its trials are split between them, and each
+    # server still gets every (fault point, mode) pair.
+    count = -(-per_sink // len(SERVERS)) if "@" in case else per_sink
+    trials = plan_sweep(case, count, random.Random(f"{seed}:{case}"))
+    print(f"chaos seed {seed}: {len(trials)} trials of {case} ({len(pairs_for(case))} pairs first)")
 
-    results = run_trials(trials, tmp_path, s3_context, workers=_workers(), progress=_progress)
+    results = run_trials(trials, tmp_path, s3_servers, workers=_workers(), progress=_progress)
 
-    title = f"chaos trials: {sink}"
+    title = f"chaos trials: {case}"
     REPORTS.append((title, results, seed))
-    assert sum(r.fired for r in results) >= 0.9 * len(results), "too few faults fired: " + \
-        format_report(title, results, seed)
+    gaps = coverage_gaps(results, [case])
+    assert not gaps, f"(fault point, mode) pairs that never fired: {gaps}\n" + format_report(title, results, seed)
     assert all(r.ok for r in results), format_report(title, results, seed)
 
 
+# ---------------------------------------------------------------------------- the harness's own controls
+
+
 def test_the_checks_see_duplicates_losses_and_wrong_rows(tmp_path: Path) -> None:
-    """The harness's own negative control: what a broken sink would produce is caught."""
+    """What a broken sink would produce is caught."""
+    from tests.chaos.cases import DeltaAppendCase, DeltaMergeCase
+
     rows = [{"id": i, "user": f"u{i % 3}", "amount": i + 1} for i in range(6)]
     append = DeltaAppendCase(tmp_path)
     assert compare(append, rows, list(rows)).exact
@@ -101,3 +119,80 @@ def test_the_checks_see_duplicates_losses_and_wrong_rows(tmp_path: Path) -> None
     twice = {**totals[0], "total": totals[0]["total"] * 2, "events": 4}
     verdict = compare(merge, rows, [twice, totals[1]])
     assert (verdict.duplicates, verdict.lost) == (2, 2) and not verdict.exact
+
+
+def _run(tmp_path: Path, name: str, returncode: int, output: str) -> Run:
+    log = tmp_path / f"{name}.log"
+    log.write_text(output)
+    return Run(returncode, log, 1.0)
+
+
+def test_evidence_needs_the_marker_the_sigkill_and_the_kill_line(tmp_path: Path) -> None:
+    """Each of the three proofs is required, and only the armed point and batch count."""
+    fault = Fault("copy", 2)
+    marker = tmp_path / "fault-1-copy"
+    line = "SPARKPOINT_TEST_FAULT: killing driver at copy:2\n"
+    marker.write_text("copy:2\n")
+    assert evidence(fault, _run(tmp_path, "a", -9, line), marker).fired
+    assert not evidence(fault, _run(tmp_path, "b", 0, line), marker).fired, "a clean exit is no kill"
+    assert not evidence(fault, _run(tmp_path, "c", 1, line), marker).fired, "a failure is no kill"
+    assert not evidence(fault, _run(tmp_path, "d", -9, "killed by the harness"), marker).fired
+    assert not evidence(Fault("copy", 1), _run(tmp_path, "e", -9, line), marker).fired, "another batch"
+    timed_out = _run(tmp_path, "f", -9, line)
+    timed_out.timed_out = True
+    assert not evidence(fault, timed_out, marker).fired, "the harness's timeout kill is no fault"
+    marker.unlink()
+    firing = evidence(fault, _run(tmp_path, "g", -9, line), marker)
+    assert not firing.fired and "no once-marker" in firing.describe()
+
+
+def test_a_trial_whose_fault_never_fires_is_failed(tmp_path: Path) -> None:
+    """Exact output and no problem, but the fault's evidence is missing: FAILED, and
+    counted as not fired in the table and in the coverage check."""
+    trial = Trial(0, "directory", "checkpoint", "crash", (Fault("copy", 1),))
+    clean = Firing(Fault("copy", 1), "try1.log", marker=False, sigkill=False, line=False)
+    result = TrialResult(trial, firings=[clean], verdict=Verdict())
+    assert result.verdict.exact and not result.problems
+    assert not result.fired and not result.ok
+    assert "fault copy:1 did NOT fire in try1.log" in result.failures()[0]
+    assert "FAILED #0 directory/checkpoint crash: copy:1" in format_report("t", [result], 1)
+    assert "directory copy/checkpoint" in coverage_gaps([result], ["directory"])
+    # a chained trial fails when any one of its faults did not fire
+    chained = Trial(1, "directory", "checkpoint", "crash", (Fault("stage", 0), Fault("copy", 1)))
+    fired = Firing(Fault("stage", 0), "try1.log", marker=True, sigkill=True, line=True)
+    assert not TrialResult(chained, firings=[fired, clean]).ok
+    assert not TrialResult(chained, firings=[fired]).ok, "a fault never armed did not fire"
+    assert TrialResult(chained, firings=[fired, Firing(Fault("copy", 1), "try2.log", True, True, True)]).ok
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_a_real_trial_with_a_fault_point_that_is_never_reached_is_failed(tmp_path: Path) -> None:
+    """The whole harness, with real drivers: a fault armed at a batch the job never runs
+    (as if its fault point had been deleted from the code) leaves exact output, and the
+    trial is reported FAILED, not fired."""
+    from tests.chaos.scenarios import run_trial
+
+    trial = Trial(0, "directory", "checkpoint", "crash", (Fault("copy", 99),))
+    result = run_trial(trial, tmp_path / "t", {})
+    assert result.verdict.exact and not result.problems, result.failures()
+    assert not result.fired and not result.ok
+    assert [f.describe() for f in result.firings] == [
+        "fault copy:99 did NOT fire in try1.log (no once-marker, no SIGKILL exit, no kill line)"]
+
+
+def test_every_fault_point_is_wired_into_the_code() -> None:
+    """A fast guard next to the evidence rule: each point of `faults.POINTS` appears in a
+    `faults.maybe_kill*` / `map_in_halves` call of the package (the CI plan then proves it
+    is reached)."""
+    import re
+
+    import airflow_sparkpoint
+
+    package = Path(airflow_sparkpoint.__file__).parent
+    calls = re.compile(r"faults\.(?:maybe_kill|maybe_kill_halfway|map_in_halves)\((?:[^()]|\([^()]*\))*\)", re.DOTALL)
+    wired: set[str] = set()
+    for source in package.rglob("*.py"):
+        for call in calls.findall(source.read_text()):
+            wired.update(re.findall(r'"([a-z]+)"', call))
+    assert set(POINTS) <= wired, f"fault points not called anywhere: {sorted(set(POINTS) - wired)}"

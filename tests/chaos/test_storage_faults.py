@@ -5,8 +5,8 @@ damages the previous one.
 * S3: a seeded fault-injecting proxy (`tests.chaos.faultproxy`) in front of moto's
   server answers 500s, 503 SlowDown, drops connections before or after forwarding, and
   delays responses; catalog operations (fast, default run) and a real spark-submit job
-  whose checkpoints go to S3 through it (``slow``), including an outage that makes the
-  job fail.
+  whose checkpoints go to S3 through it (a headline promise, in the default run),
+  including an outage that makes the job fail.
 * Local disk: a `Storage` wrapper around `LocalStorage` that fails writes with ENOSPC
   ("disk full") and other I/O errors by seeded schedule, under the checkpoint
   coordinator (no Spark; default run).
@@ -101,7 +101,6 @@ def test_catalog_rides_through_s3_faults(s3_server: str, s3_bucket: str) -> None
             assert sha256_hex(clean.store.get(ref.key)) == ref.sha256
 
 
-@pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.s3
 @pytest.mark.timeout(3600)

@@ -4,7 +4,7 @@ not complete a checkpoint nor commit: it fails fast with `StaleGeneration`.
 
 * in-process (default run): the runtime in this test's SparkSession, then a newer
   generation is claimed and new input arrives;
-* two real spark-submit processes (``slow``): blue keeps running, green starts from a
+* two real spark-submit processes (a headline promise, in the default run): blue keeps running, green starts from a
   savepoint of blue (a deploy), new input arrives; blue fails, green's retry is exact.
 """
 
@@ -81,7 +81,6 @@ def test_a_superseded_generation_in_process_fails_fast_without_checkpoint_or_com
     assert (catalog.read_status() or {}).get("state") != "finished"
 
 
-@pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.timeout(1800)
 def test_zombie_blue_keeps_running_after_green_starts(tmp_path: Path) -> None:

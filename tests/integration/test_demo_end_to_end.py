@@ -1,7 +1,8 @@
 """`sparkpoint demo` end to end, as a person runs it: its own process (it sets up its own
 Airflow home and metadata database), real ``spark-submit`` processes, and afterwards no
-process of it left running. The full run takes minutes (slow); the interrupted run
-checks that Ctrl-C kills blue and the task's spark-submit."""
+process of it left running. The full run takes minutes (a headline promise: in the
+default run); the interrupted run checks that Ctrl-C kills blue and the task's
+spark-submit."""
 
 from __future__ import annotations
 
@@ -52,7 +53,6 @@ def progress_gaps(output: str) -> list[int]:
 
 @pytest.mark.spark
 @pytest.mark.airflow
-@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_demo_runs_every_stage_and_its_verdict_is_exactly_once(tmp_path: Path) -> None:
     workdir = tmp_path / "demo-output"

@@ -2,12 +2,12 @@
 local Spark through real ``spark-submit``, including its failure branches, and the
 Delta tables are checked exactly against results computed here from the input.
 
-* incremental ETL: the first try's driver is SIGKILLed, the retry resumes (slow: the
-  next scheduled run only reads the new input);
+* incremental ETL: the first try's driver is SIGKILLed, the retry resumes; the next
+  scheduled run only reads the new input;
 * write-audit-publish: a clean run is published; a run with a bad row is discarded;
 * scheduled savepoints: four runs against a running job, history retention keeps three;
-* blue-green: a healthy green is published; a failing green (and, slow, a rejected one)
-  is rolled back to blue from the same savepoint and never shows in the table;
+* blue-green: a healthy green is published; a failing green and a rejected one are
+  rolled back to blue from the same savepoint and never show in the table;
 * write-audit-publish on S3 (moto's server) through a ``sparkpoint`` connection with an
   endpoint and credentials: the audit reads the staged rows through the hook.
 
@@ -274,7 +274,6 @@ def test_incremental_etl_retry_resumes_from_the_latest_checkpoint(
 
 
 @pytest.mark.spark
-@pytest.mark.slow
 def test_incremental_etl_next_run_reads_only_new_input(
     dagbag: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -548,7 +547,6 @@ def test_blue_green_rolls_back_a_failing_green(
 
 
 @pytest.mark.spark
-@pytest.mark.slow
 def test_blue_green_rolls_back_a_rejected_green(
     dagbag: Any, background: dict[str, Any], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:

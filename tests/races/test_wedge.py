@@ -72,7 +72,8 @@ def test_a_deleted_shared_file_is_copied_again_by_the_next_checkpoint(spark: Any
         newest = catalog.latest()
     finally:
         channel = ControlChannel(catalog)
-        channel.wait(channel.submit("cancel", timeout_s=120).id, timeout_s=120, poll_s=0.3)
+        channel.wait(channel.submit("cancel", generation=catalog.current_generation(), timeout_s=120).id,
+                     timeout_s=120, poll_s=0.3)
         thread.join(120)
     assert "error" not in outcome, outcome
     assert outcome["result"].status == "stopped"

@@ -1,31 +1,21 @@
-"""Chaos job: de-duplicated events as JSON files in a local directory (DirectorySink:
-Spark's writer into hidden ``_staging``, promoted by rename).
+"""Chaos job: de-duplicated events as JSON files (DirectorySink: Spark's writer into a
+hidden ``_staging``, promoted by rename locally or server-side copy on S3), 3 per batch.
 
-    spark-submit ... directory_job.py --input DIR --output DIR
+    spark-submit ... directory_job.py --input DIR --output DIR|s3://bucket/prefix [--pace-after B]
 """
 
 from __future__ import annotations
 
-import json
-import logging
+from typing import Any
+
+from _chaosjob import main, three_files
 
 
-def main() -> None:
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("airflow_sparkpoint").setLevel(logging.INFO)
-    from airflow_sparkpoint.runtime import SparkpointJob
+def build(job: Any, events: Any) -> tuple[Any, Any, str]:
     from airflow_sparkpoint.sinks import DirectorySink
 
-    job = SparkpointJob.get_or_create(app_name="chaos-directory")
-    events = (
-        job.spark.readStream.schema("id long, user string, amount long")
-        .option("maxFilesPerTrigger", 1)
-        .json(job.arg("input"))
-    )
-    result = job.run(events.dropDuplicates(["id"]), sink=DirectorySink(job.arg("output"), format="json"),
-                     output_mode="append")
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    return three_files(events.dropDuplicates(["id"])), DirectorySink(job.arg("output"), format="json"), "append"
 
 
 if __name__ == "__main__":
-    main()
+    main("chaos-directory", build)

@@ -1,0 +1,141 @@
+"""Which trials run: the deterministic CI plan (every fault point fires at least once),
+the randomized sweep of ``make chaos`` (every fault point x commit mode pair of each
+case first, then random ones), the coverage check and the summary table."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_sparkpoint.faults import POINTS
+from tests.chaos.harness import BATCHES, MODES, STAGING_SIDES, Fault, Trial, TrialResult, split_key
+from tests.chaos.scenarios import STOP_POINTS
+
+LAST = BATCHES - 1
+#: (title, results, seed) of every trial run in this session, printed at its end (conftest)
+REPORTS: list[tuple[str, list[TrialResult], Any]] = []
+
+
+def points_for(case: str, mode: str) -> tuple[str, ...]:
+    """Fault points that exist for `case` in `mode`: the job never commits in ``external``
+    mode (there ``promoting`` fires in the commit step); only Delta can be rewound."""
+    case_cls, _server = split_key(case)
+    return tuple(p for p in POINTS
+                 if not (mode == "external" and p == "committed") and not (p == "rewind" and not case_cls.delta))
+
+
+def pairs_for(case: str) -> list[tuple[str, str]]:
+    """Every (fault point, commit mode) pair a full sweep of `case` must fire."""
+    return [(point, mode) for mode in MODES for point in points_for(case, mode)]
+
+
+def trial_for(index: int, case: str, mode: str, point: str, rng: random.Random, *, rollback: bool = False) -> Trial:
+    """One trial whose scenario fires `point` (see `tests.chaos.scenarios`)."""
+    staging = rng.choice(STAGING_SIDES)
+    if point == "recovery":  # a double fault: a kill leaving a record, then a kill during its recovery
+        batch = rng.randrange(BATCHES)
+        first = Fault(rng.choice(("record", "confirmed")), batch)
+        return Trial(index, case, mode, "crash", (first, Fault("recovery", batch)), staging)
+    if point == "rewind":
+        return Trial(index, case, mode, "rewind", (Fault("rewind", None),), staging)
+    if point == "retention":
+        return Trial(index, case, mode, "retention", (Fault("retention", BATCHES),), staging)
+    if point == "abort":
+        if mode == "external" and rollback:
+            return Trial(index, case, mode, "rollback", (Fault("abort", 2, "rollback"), Fault("stage", 2)), staging)
+        return Trial(index, case, mode, "stop-abort", (Fault("abort", LAST),), staging)
+    batch = LAST if point in STOP_POINTS else rng.randrange(BATCHES)
+    where = "commit" if point == "promoting" and mode == "external" else "job"
+    return Trial(index, case, mode, "crash", (Fault(point, batch, where),), staging)
+
+
+def plan_sweep(case: str, count: int, rng: random.Random, start_index: int = 0) -> list[Trial]:
+    """`count` trials of `case`: every (fault point, mode) pair once first, in seeded random
+    order (all of them whatever `count` is), then random pairs."""
+    pairs = pairs_for(case)
+    rng.shuffle(pairs)
+    trials = []
+    for i in range(max(count, len(pairs))):
+        if i < len(pairs):
+            point, mode = pairs[i]
+            rollback = True  # the first external abort trial of a case is the rollback
+        else:
+            mode = rng.choice(MODES)
+            point = rng.choice(points_for(case, mode))
+            rollback = rng.random() < 0.5
+        trials.append(trial_for(start_index + i, case, mode, point, rng, rollback=rollback))
+    return trials
+
+
+def ci_plan() -> list[Trial]:
+    """The default run's trials, fixed: all 14 fault points fire (several chained in one
+    trial, each in its own driver), on every sink, both commit modes and both S3 servers."""
+    f = Fault
+    return [
+        # stage, confirmed, then recovery (a kill during the recovery of the confirmed
+        # batch), then a promotion killed after its Delta log entry
+        Trial(0, "delta-merge", "checkpoint", "crash",
+              (f("stage", 1), f("confirmed", 2), f("recovery", 2), f("promoting", 3)), "executors"),
+        # a rollback killed halfway through abort_generation, then blue's restore killed at stage
+        Trial(1, "delta-append", "external", "rollback", (f("abort", 2, "rollback"), f("stage", 2)), "executors"),
+        # restore an older checkpoint with sinkAhead=rewind, killed before its first checkpoint
+        Trial(2, "delta-s3@seaweedfs", "checkpoint", "rewind", (f("rewind", None),), "driver"),
+        Trial(3, "s3@moto", "external", "crash", (f("record", 1), f("promoting", 2, "commit"))),
+        Trial(4, "directory", "checkpoint", "crash", (f("copy", 1), f("promoting", 3))),
+        Trial(5, "catalog-s3@seaweedfs", "checkpoint", "crash", (f("metadata", 1), f("committed", 2),
+                                                                  f("savepoint", LAST))),
+        Trial(6, "directory-s3@moto", "external", "crash",
+              (f("checkpointed", 1), f("promoting", 2, "commit"), f("stopped", LAST))),
+        Trial(7, "delta-append", "checkpoint", "retention", (f("retention", BATCHES),), "driver"),
+        Trial(8, "s3@seaweedfs", "checkpoint", "stop-abort", (f("abort", LAST),)),
+    ]
+
+
+def coverage_gaps(results: Sequence[TrialResult], cases: Sequence[str]) -> list[str]:
+    """The (case, point, mode) triples that a sweep of `cases` planned but never fired."""
+    gaps = []
+    for case in cases:
+        for point, mode in pairs_for(case):
+            mine = [r for r in results if r.trial.case == case and r.trial.mode == mode]
+            if not any(r.fired_point(point) for r in mine):
+                gaps.append(f"{case} {point}/{mode}")
+    return gaps
+
+
+def format_report(title: str, results: Sequence[TrialResult], seed: Any) -> str:
+    """The summary table: per case x fault point x commit mode, the trials that armed the
+    point, how many of them it fired in, the duplicated and lost rows and failed trials."""
+    header = ["case", "point", "mode", "trials", "fired", "duplicates", "lost", "failed"]
+    rows: list[list[str]] = []
+    cases = list(dict.fromkeys(r.trial.case for r in results))
+    for case in cases:
+        mine = [r for r in results if r.trial.case == case]
+        for point in POINTS:
+            for mode in MODES:
+                armed = [r for r in mine if r.trial.mode == mode and point in r.trial.points]
+                if not armed:
+                    continue
+                rows.append([case, point, mode, str(len(armed)), str(sum(r.fired_point(point) for r in armed)),
+                             str(sum(r.verdict.duplicates for r in armed)), str(sum(r.verdict.lost for r in armed)),
+                             str(sum(not r.ok for r in armed))])
+        rows.append([case, "(all)", "", str(len(mine)), str(sum(r.fired for r in mine)),
+                     str(sum(r.verdict.duplicates for r in mine)), str(sum(r.verdict.lost for r in mine)),
+                     str(sum(not r.ok for r in mine))])
+    rows.append(["total", "", "", str(len(results)), str(sum(r.fired for r in results)),
+                 str(sum(r.verdict.duplicates for r in results)), str(sum(r.verdict.lost for r in results)),
+                 str(sum(not r.ok for r in results))])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    lines = [(f"{title} (seed {seed}; SPARKPOINT_CHAOS_SEED={seed} reproduces it; 'fired' of (all): trials "
+              "whose every fault fired)"),
+             "  ".join(h.ljust(w) if i < 3 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths))),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+              for row in rows]
+    if results:
+        seconds = sorted(r.seconds for r in results)
+        lines.append(f"wall time per trial: median {seconds[len(seconds) // 2]:.0f} s, max {seconds[-1]:.0f} s")
+    for r in results:
+        if not r.ok:
+            lines.append(f"FAILED {r.trial.label}: " + "; ".join(r.failures())[:2500])
+    return "\n".join(lines)
