@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import SparkCluster
-from tests.e2e.stack import AirflowApi, AirflowStack
-from tests.e2e.support import E2E_DAGS, REPO
+from tests.e2e.cluster import SparkCluster, spark_home
+from tests.e2e.stack import VENV_BIN, AirflowApi, AirflowStack
+from tests.e2e.support import E2E_DAGS, FAKES, REPO
 
 TIMINGS: dict[str, float] = {}
 ARTIFACTS: list[Path] = []
@@ -44,7 +44,10 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixt
         extra_env={
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
             "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARKPOINT_E2E_LOGS": str(home / "detached-drivers"),
+            "SPARK_HOME": str(spark_home()),
+            # The fake cluster manager's spark2-submit comes last: nothing real is shadowed.
+            "PATH": os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", os.defpath), str(FAKES)]),
+            "SPARKPOINT_E2E_LOGS": str(home / "e2e-logs"),
         },
     )
     failed_before = request.session.testsfailed
@@ -59,8 +62,8 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixt
         if request.session.testsfailed > failed_before or not stack.started_in:
             target = _artifacts_dir()
             stack.keep_logs(target / "airflow")
-            if (home / "detached-drivers").exists():
-                shutil.copytree(home / "detached-drivers", target / "detached-drivers", dirs_exist_ok=True)
+            if (home / "e2e-logs").exists():
+                shutil.copytree(home / "e2e-logs", target / "e2e-logs", dirs_exist_ok=True)
             ARTIFACTS.append(target)
 
 

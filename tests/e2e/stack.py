@@ -63,6 +63,8 @@ class AirflowStack:
     port: int = 0
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     started_in: float = 0.0
+    #: the log of each component's current process (a restart starts a new file)
+    log_paths: dict[str, Path] = field(default_factory=dict)
     _restarts: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -133,7 +135,7 @@ class AirflowStack:
         self.logs.mkdir(exist_ok=True)
         self.port = self.port or free_port()
         with open(self.logs / "db-migrate.log", "wb") as out:
-            done = subprocess.run(self._airflow("db", "migrate"), env=self.env(), stdout=out,
+            done = subprocess.run(self._airflow("db", "migrate"), check=False, env=self.env(), stdout=out,
                                   stderr=subprocess.STDOUT, timeout=timeout)
         if done.returncode:
             raise StackError(f"airflow db migrate failed ({done.returncode}):\n{self.tail('db-migrate')}")
@@ -146,7 +148,9 @@ class AirflowStack:
         args = {"api-server": ("api-server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"),
                 "scheduler": ("scheduler",), "dag-processor": ("dag-processor",),
                 "triggerer": ("triggerer",)}[name]
-        with open(self.logs / f"{name}.log", "ab") as out:
+        restarts = self._restarts.get(name, 0)
+        self.log_paths[name] = self.logs / (f"{name}.log" if not restarts else f"{name}-restart{restarts}.log")
+        with open(self.log_paths[name], "ab") as out:
             # Its own session: a Ctrl-C of pytest does not reach it; teardown kills it.
             self.procs[name] = subprocess.Popen(self._airflow(*args), env=self.env(), stdout=out,
                                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -210,7 +214,7 @@ class AirflowStack:
         return AirflowApi(self.url, "admin", self.password())
 
     def tail(self, name: str, lines: int = 40) -> str:
-        path = self.logs / f"{name}.log"
+        path = self.log_paths.get(name, self.logs / f"{name}.log")
         if not path.exists():
             return f"({name}: no log)"
         return f"--- {name}.log\n" + "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

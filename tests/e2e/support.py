@@ -17,6 +17,7 @@ from airflow_sparkpoint.storage import open_storage
 REPO = Path(__file__).resolve().parents[2]
 E2E_DAGS = Path(__file__).resolve().parent / "dags"
 E2E_JOB = E2E_DAGS / "jobs" / "e2e_totals.py"
+FAKES = Path(__file__).resolve().parent / "fakes"
 EXAMPLE_JOBS = REPO / "dags" / "jobs"
 
 

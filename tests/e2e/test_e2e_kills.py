@@ -13,13 +13,14 @@ Each test proves its fault happened: the pause point was reached, the pids it ki
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.procs import driver_processes, kill, wait_gone
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from tests.e2e.procs import driver_processes, read, wait_gone
+from tests.e2e.scenarios import driver_sigkill_then_retry
 from tests.e2e.stack import AirflowApi, AirflowStack, wait_for
 from tests.e2e.support import Totals, running_with_checkpoint, subset
 
@@ -29,37 +30,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 def test_retry_after_the_driver_is_sigkilled_resumes_from_the_latest_checkpoint(
     airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path
 ) -> None:
-    dag = "e2e_submit"
-    pipeline = Totals(tmp_path, "killed_driver")
-    pipeline.write_many(5)
-    # The first try pauses while staging batch 2 (batches 0 and 1 are checkpointed).
-    run = airflow_api.trigger(dag, pipeline.params(pause_at="e2e.stage:2"))
-    describe = lambda: airflow_api.describe(dag, run)  # noqa: E731
-    paused = wait_for("the first try to pause in batch 2", lambda: pipeline.reached("e2e.stage"), 600, describe)
-    generation = wait_for("the checkpoint of batch 1", lambda: running_with_checkpoint(pipeline, 1), 120, describe)
-    latest = pipeline.catalog.latest()
-    assert latest is not None and latest.batch_id == 1, latest
-
-    drivers = driver_processes(pipeline.job, airflow_stack.token)
-    assert paused["pid"] in {p.pid for p in drivers}, f"the paused driver {paused} is not among {drivers}"
-    assert any("SparkSubmit" in p.cmdline for p in drivers), drivers
-    killed = kill(drivers, signal.SIGKILL)
-    assert wait_gone(killed, timeout=60) == [], "the SIGKILLed driver is still running"
-
-    ti = airflow_api.wait_task(dag, run, "job", {"success"}, timeout=900)
-    tries = airflow_api.tries(dag, run, "job")
-    assert ti["try_number"] == 2 and [t["state"] for t in tries][-1] == "success", tries
-    assert tries[0]["state"] in ("failed", "up_for_retry"), tries
-    first_log = airflow_api.log(dag, run, "job", 1)
-    assert "Error code is: -9" in first_log or "Error code is: 137" in first_log, first_log[-3000:]
-
-    result = airflow_api.xcom(dag, run, "job")
-    assert result["status"] == "finished" and result["generation"] == generation + 1, result
-    assert result["first_batch"] == latest.batch_id + 1, f"the retry did not resume after batch 1: {result}"
-    assert result["restore_mode"] in ("in-place", "snapshot"), result
-    assert result["last_batch"] == 4, result
-    assert "resuming job" in airflow_api.log(dag, run, "job", 2)
-    pipeline.assert_exact()
+    driver_sigkill_then_retry(airflow_api, airflow_stack, tmp_path, "e2e_submit")
 
 
 def test_task_marked_failed_leaves_no_driver_and_the_next_run_resumes(
@@ -69,7 +40,7 @@ def test_task_marked_failed_leaves_no_driver_and_the_next_run_resumes(
     pipeline = Totals(tmp_path, "marked_failed")
     pipeline.write_many(2)
     run = airflow_api.trigger(dag, pipeline.params(trigger="processingTime:1s"))
-    describe = lambda: airflow_api.describe(dag, run)  # noqa: E731
+    describe = lambda: airflow_api.describe(dag, run)
     generation = wait_for("the streaming job to checkpoint batch 1",
                           lambda: running_with_checkpoint(pipeline, 1), 600, describe)
     running = airflow_api.wait_task(dag, run, "job", {"running"}, timeout=60)
@@ -89,6 +60,10 @@ def test_task_marked_failed_leaves_no_driver_and_the_next_run_resumes(
     log = airflow_api.log(dag, run, "job", 1)
     assert "Server indicated the task shouldn't be running anymore" in log, log[-3000:]
     assert airflow_api.task_instance(dag, run, "job")["state"] == "failed"
+    # Nothing left in the control channel that a later generation would act on: a request
+    # filed for the killed generation must name it (or be withdrawn).
+    stale = ControlChannel(pipeline.catalog).pending(generation=generation + 1)
+    assert stale == [], f"control requests a successor of generation {generation} would serve: {stale}"
     # Whatever was committed when the kill landed is a prefix of the input, exactly.
     committed = pipeline.table()
     assert any(committed == pipeline.expected(files) for files in range(len(pipeline.files) + 1)), committed
@@ -111,6 +86,63 @@ def test_task_marked_failed_leaves_no_driver_and_the_next_run_resumes(
 
 
 def _alive(pid: int) -> bool:
-    from tests.e2e.procs import read
-
     return read(pid) is not None
+
+
+def test_two_overlapping_tries_of_a_cleared_task_stay_exactly_once(
+    airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path
+) -> None:
+    """A streaming task is cleared while its driver is in the middle of a batch, and that
+    driver outlives the task (``e2e_detached``: its own session, as a cluster-mode
+    driver): the second try runs while the first try's driver still holds staged output.
+    The first try's driver is then let go on: as a superseded generation it must neither
+    commit nor disturb the second try; the output stays exact."""
+    dag = "e2e_detached"
+    pipeline = Totals(tmp_path, "overlap")
+    pipeline.write_many(3)
+    run = airflow_api.trigger(dag, pipeline.params(trigger="processingTime:1s", pause_at="e2e.stage:3"))
+    describe = lambda: airflow_api.describe(dag, run)
+    first = wait_for("try 1 to checkpoint batch 2", lambda: running_with_checkpoint(pipeline, 2), 600, describe)
+    try1 = airflow_api.wait_task(dag, run, "job", {"running"}, timeout=60, try_number=1)
+    pipeline.write_many(1)  # batch 3: try 1 pauses while staging it
+    paused = wait_for("try 1 to pause in batch 3", lambda: pipeline.reached("e2e.stage"), 300, describe)
+    assert paused["generation"] == first, paused
+    old_drivers = driver_processes(pipeline.job, airflow_stack.token)
+    assert paused["pid"] in {p.pid for p in old_drivers}, (paused, old_drivers)
+    task_group = read(try1["pid"])
+    assert task_group is not None and all(p.pgid != task_group.pgid for p in old_drivers), (
+        "the detached driver must not be in the task's process group")
+
+    airflow_api.clear(dag, run, ["job"])
+    # Try 1's task process dies (the supervisor's group kill); its driver does not.
+    assert wait_for("try 1's task process to exit", lambda: read(try1["pid"]) is None, 120)
+    airflow_api.wait_task(dag, run, "job", {"running"}, timeout=600, try_number=2)
+    second = wait_for("try 2 to start a new generation", lambda: _running_generation(pipeline, first), 600,
+                      describe)
+    assert all(p.alive() for p in old_drivers), "try 1's driver died: the tries did not overlap"
+    pipeline.write_many(1)  # batch 4, for try 2
+    wait_for("try 2 to checkpoint batch 4", lambda: running_with_checkpoint(pipeline, 4, after_generation=first),
+             600, describe)
+    assert all(p.alive() for p in old_drivers), "try 1's driver died before it was released"
+
+    # Let try 1's driver go on with batch 3 as a superseded generation.
+    pipeline.release("e2e.stage")
+    left = wait_gone(old_drivers, timeout=300)
+    assert left == [], f"try 1's superseded driver kept running: {left}"
+    pipeline.write_many(1)  # batch 5: try 2 is still the one running
+    wait_for("try 2 to checkpoint batch 5", lambda: running_with_checkpoint(pipeline, 5, after_generation=first),
+             600, describe)
+
+    ControlChannel(pipeline.catalog).submit("stop", timeout_s=300, generation=second, requested_by="e2e test")
+    airflow_api.wait_task(dag, run, "job", {"success"}, timeout=300, try_number=2)
+    result = airflow_api.xcom(dag, run, "job")
+    assert result["status"] == "stopped" and result["generation"] == second, result
+    commits = pipeline.assert_exact()
+    late = [c for c in commits if c["generation"] == first and c["batch"] >= 3]
+    assert not late, f"the superseded generation {first} committed: {late}"
+
+
+def _running_generation(pipeline: Totals, after: int) -> int | None:
+    status = pipeline.status()
+    generation = int(status.get("generation") or 0)
+    return generation if status.get("state") == "running" and generation > after else None

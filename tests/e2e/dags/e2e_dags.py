@@ -14,6 +14,8 @@ wrapper are per DAG (they are not templated fields):
   cluster-mode driver (or one on a lost worker host) does.
 - ``e2e_cluster``: on ``spark_cluster`` (a Spark standalone master the test registers
   through the REST API), two retries.
+- ``e2e_cluster_mode``: on ``spark_fake_cluster``, a Spark connection in cluster deploy
+  mode whose ``spark2-submit`` is the fake cluster manager of ``tests/e2e/fakes``.
 - ``e2e_sensor``: a deferrable `SparkpointCheckpointSensor` (3 checkpoints of a generation).
 """
 
@@ -105,6 +107,9 @@ with _dag("e2e_detached", "A job whose driver outlives its task (own session).")
 
 with _dag("e2e_cluster", "A checkpointed job on the Spark standalone cluster.") as cluster_dag:
     _submit("spark_cluster", retries=2)
+
+with _dag("e2e_cluster_mode", "deploy_mode=cluster through a fake cluster manager (tests/e2e/fakes).") as mode_dag:
+    _submit("spark_fake_cluster", retries=0)
 
 with DAG(
     dag_id="e2e_sensor",
