@@ -33,6 +33,7 @@ class Totals:
         self.root = base / "checkpoints"
         self.pauses = base / "pauses"
         self.input.mkdir(parents=True, exist_ok=True)
+        self.pauses.mkdir()
         self.files: list[list[dict[str, Any]]] = []
 
     # ------------------------------------------------------------------ input and oracle

@@ -27,6 +27,7 @@ def pause_on_marker(pause_dir: str) -> Any:
     def run(frames: Iterator[Any]) -> Iterator[Any]:
         for frame in frames:
             if (frame["user"] == MARKER).any():
+                os.makedirs(pause_dir, exist_ok=True)
                 reached = os.path.join(pause_dir, "executor.reached")
                 try:
                     fd = os.open(reached + ".tmp", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
