@@ -23,6 +23,8 @@ from tests.e2e.stack import VENV_BIN, AirflowApi, AirflowStack
 from tests.e2e.support import E2E_DAGS, FAKES, REPO
 
 TIMINGS: dict[str, float] = {}
+SPARK_DEFAULTS = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN",
+                  "spark.driver.host": "127.0.0.1"}
 ARTIFACTS: list[Path] = []
 
 
@@ -38,11 +40,20 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixt
     with the e2e DAGs and the example DAGs (``dags/``) as two bundles; ``spark_default``
     is ``local[2]``."""
     home = tmp_path_factory.mktemp("e2e-airflow")
+    # What a cluster's spark-defaults.conf would say (the example DAGs pass no Spark conf
+    # of their own): small shuffles, no UI, loopback.
+    spark_conf = home / "spark-conf"
+    spark_conf.mkdir()
+    (spark_conf / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in SPARK_DEFAULTS.items()))
     stack = AirflowStack(
         home=home,
         bundles={"e2e": E2E_DAGS, "examples": REPO / "dags"},
         extra_env={
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            # The example DAGs' storage: one root for the whole session (jobs have unique names).
+            "AIRFLOW_CONN_SPARKPOINT_DEFAULT": json.dumps({"conn_type": "sparkpoint",
+                                                           "host": str(home / "sparkpoint")}),
+            "SPARK_CONF_DIR": str(spark_conf),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_HOME": str(spark_home()),
             # The fake cluster manager's spark2-submit comes last: nothing real is shadowed.

@@ -25,12 +25,12 @@ class Totals:
     """Per-user running totals: JSON input files (one a micro-batch), a Delta table
     merged by user, and a Sparkpoint root, all under `base`; the job name is unique."""
 
-    def __init__(self, base: Path, name: str) -> None:
+    def __init__(self, base: Path, name: str, root: Path | None = None) -> None:
         self.base = base
         self.job = f"{name}_{uuid.uuid4().hex[:6]}"
         self.input = base / "input"
         self.output = base / "output"
-        self.root = base / "checkpoints"
+        self.root = root or base / "checkpoints"
         self.pauses = base / "pauses"
         self.input.mkdir(parents=True, exist_ok=True)
         self.pauses.mkdir()

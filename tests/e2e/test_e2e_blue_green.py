@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.demo_support import delta_commits, delta_rows, orphaned_staged_files
-from tests.e2e.stack import AirflowApi, wait_for
+from tests.e2e.stack import AirflowApi, AirflowStack, wait_for
 from tests.e2e.support import EXAMPLE_JOBS, Totals, running_with_checkpoint
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
@@ -60,9 +60,11 @@ def table(pipeline: Totals) -> dict[str, tuple[int, int, int]]:
     return got
 
 
-def start_blue(api: AirflowApi, tmp_path: Path, name: str) -> tuple[Totals, str, int]:
-    """Blue as a streaming task; once it committed its backlog, green's input arrives."""
-    pipeline = Totals(tmp_path, name)
+def start_blue(api: AirflowApi, stack: AirflowStack, tmp_path: Path, name: str) -> tuple[Totals, str, int]:
+    """Blue as a streaming task; once it committed its backlog, green's input arrives.
+    Its storage root is the ``sparkpoint_default`` connection's, which the example DAG
+    may use instead of its ``checkpoint_dir`` param."""
+    pipeline = Totals(tmp_path, name, root=stack.home / "sparkpoint")
     for users in BLUE_FILES:
         index = len(pipeline.files)
         pipeline.write((u, amount(index, u)) for u in users)
@@ -102,9 +104,9 @@ def assert_committed_once(pipeline: Totals) -> list[dict[str, Any]]:
 
 
 def test_blue_green_with_a_streaming_blue_task_publishes_a_healthy_green(
-    airflow_api: AirflowApi, tmp_path: Path
+    airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path
 ) -> None:
-    pipeline, blue, blue_generation = start_blue(airflow_api, tmp_path, "bg_publish")
+    pipeline, blue, blue_generation = start_blue(airflow_api, airflow_stack, tmp_path, "bg_publish")
 
     run = airflow_api.trigger(DAG, bg_params(pipeline))
     state = airflow_api.wait_run(DAG, run, timeout=1200)
@@ -128,9 +130,9 @@ def test_blue_green_with_a_streaming_blue_task_publishes_a_healthy_green(
 
 
 def test_blue_green_with_a_streaming_blue_task_rolls_back_a_failing_green(
-    airflow_api: AirflowApi, tmp_path: Path
+    airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path
 ) -> None:
-    pipeline, blue, blue_generation = start_blue(airflow_api, tmp_path, "bg_rollback")
+    pipeline, blue, blue_generation = start_blue(airflow_api, airflow_stack, tmp_path, "bg_rollback")
 
     run = airflow_api.trigger(DAG, bg_params(pipeline, green_fail_after_batch=1, blue_trigger="availableNow"))
     state = airflow_api.wait_run(DAG, run, timeout=1200)
@@ -142,7 +144,10 @@ def test_blue_green_with_a_streaming_blue_task_rolls_back_a_failing_green(
         "abort_green": "success", "restore_blue": "success", "rolled_back": "failed",
     }, airflow_api.describe(DAG, run)
     savepoint = assert_blue_stopped(airflow_api, blue, run)
-    green_generation = airflow_api.xcom(DAG, run, "decide", key="green_generation")
+    # The generation green claimed: published by green's task (or, by older releases of the
+    # example, by the decide task).
+    green_generation = (airflow_api.xcom(DAG, run, "start_green", key="generation")
+                        or airflow_api.xcom(DAG, run, "decide", key="green_generation"))
     assert green_generation == blue_generation + 1
     assert airflow_api.xcom(DAG, run, "abort_green")["aborted"], "green's staged output must be aborted"
     restored = airflow_api.xcom(DAG, run, "restore_blue")
