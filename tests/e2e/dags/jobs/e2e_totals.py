@@ -29,13 +29,14 @@ def pause_on_marker(pause_dir: str) -> Any:
             if (frame["user"] == MARKER).any():
                 os.makedirs(pause_dir, exist_ok=True)
                 reached = os.path.join(pause_dir, "executor.reached")
-                try:
-                    fd = os.open(reached + ".tmp", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                try:  # the claim is never removed: only the first attempt of the task pauses
+                    fd = os.open(os.path.join(pause_dir, "executor.claimed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
                 except FileExistsError:
-                    fd = -1  # an earlier attempt of this task paused already
+                    fd = -1
                 if fd >= 0:
-                    os.write(fd, json.dumps({"pid": os.getpid(), "ppid": os.getppid()}).encode())
                     os.close(fd)
+                    with open(reached + ".tmp", "w") as handle:
+                        handle.write(json.dumps({"pid": os.getpid(), "ppid": os.getppid()}))
                     os.rename(reached + ".tmp", reached)
                     release = os.path.join(pause_dir, "executor.release")
                     deadline = time.monotonic() + 600
