@@ -129,6 +129,7 @@ def test_blue_green_with_a_streaming_blue_task_publishes_a_healthy_green(
         (0, blue_generation), (1, green["generation"]), (2, green["generation"]), (3, green["generation"])]
 
 
+@pytest.mark.slow  # three Spark runs (blue, green, blue again): `make test-e2e` / `make test-all`
 def test_blue_green_with_a_streaming_blue_task_rolls_back_a_failing_green(
     airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path
 ) -> None:

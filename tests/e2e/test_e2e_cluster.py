@@ -99,6 +99,7 @@ def test_a_worker_killed_mid_batch_is_retried_by_spark_and_the_output_is_exact(
         cluster.wait_workers(2)
 
 
+@pytest.mark.slow  # the local twin (test_e2e_kills.py) runs by default: `make test-e2e` / `make test-all`
 def test_driver_sigkilled_on_the_cluster_then_the_airflow_retry_resumes(
     airflow_api: AirflowApi, airflow_stack: AirflowStack, cluster: SparkCluster, tmp_path: Path
 ) -> None:
