@@ -38,8 +38,10 @@ class _Status(BaseHTTPRequestHandler):
     """``GET /v1/submissions/status/<id>`` of a standalone master's REST server."""
 
     def do_GET(self) -> None:
+        # Pretty-printed like the master's (the provider's curl path parses `"key" : value` lines).
         body = json.dumps({"action": "SubmissionStatusResponse", "driverState": "FINISHED",
-                           "submissionId": self.path.rsplit("/", 1)[-1], "success": True}).encode()
+                           "serverSparkVersion": "4.2.0", "submissionId": self.path.rsplit("/", 1)[-1],
+                           "success": True}, indent=2, separators=(",", " : ")).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

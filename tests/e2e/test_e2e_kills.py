@@ -59,8 +59,9 @@ def test_task_marked_failed_leaves_no_driver_and_the_next_run_resumes(
     assert wait_for("the task process to exit", lambda: not _alive(running["pid"]), 60)
     log = airflow_api.log(dag, run, "job", 1)
     assert "Server indicated the task shouldn't be running anymore" in log, log[-3000:]
-    signals = supervisor_signals(airflow_stack, running["pid"])
-    assert signals and signals[0] == "SIGTERM", f"the supervisor did not signal task pid {running['pid']}"
+    signals = wait_for(f"the supervisor to report how task pid {running['pid']} ended",
+                       lambda: supervisor_signals(airflow_stack, running["pid"]), 60)
+    assert signals[0] == "SIGTERM", f"the supervisor sent {signals} to task pid {running['pid']}"
     assert airflow_api.task_instance(dag, run, "job")["state"] == "failed"
     # Nothing left in the control channel that a later generation would act on: a request
     # filed for the killed generation must name it (or be withdrawn).

@@ -21,11 +21,19 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 TRIGGER = "airflow_sparkpoint.triggers.checkpoint.SparkpointCheckpointTrigger"
 
 
-def _trigger_started(stack: AirflowStack, run_id: str) -> bool:
-    """The current triggerer process logged that it started the sensor's trigger."""
-    path = stack.log_paths["triggerer"]
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return any("starting" in line and "e2e_sensor" in line and run_id in line for line in text.splitlines())
+def trigger_logs(stack: AirflowStack, run_id: str) -> dict[int, str]:
+    """The sensor's trigger log of each triggerer that ran it, by triggerer job id
+    (Airflow writes ``attempt=1.log.trigger.<triggerer job id>.log`` next to the task log)."""
+    folder = stack.home / "logs" / "dag_id=e2e_sensor" / f"run_id={run_id}" / "task_id=wait"
+    logs = {}
+    for path in folder.glob("attempt=1.log.trigger.*.log"):
+        logs[int(path.name.split(".")[-2])] = path.read_text(errors="replace")
+    return logs
+
+
+def started_by(stack: AirflowStack, run_id: str) -> list[int]:
+    """The triggerer jobs that started the sensor's trigger."""
+    return sorted(job for job, text in trigger_logs(stack, run_id).items() if ") starting" in text)
 
 
 def test_deferrable_sensor_completes_through_the_triggerer_across_a_triggerer_crash(
@@ -41,8 +49,8 @@ def test_deferrable_sensor_completes_through_the_triggerer_across_a_triggerer_cr
                                              "generation": generation})
     deferred = airflow_api.wait_task("e2e_sensor", run, "wait", {"deferred"}, timeout=300)
     assert deferred["trigger"] and deferred["trigger"]["classpath"] == TRIGGER, deferred
-    wait_for("the triggerer to start the trigger", lambda: _trigger_started(airflow_stack, run), 120,
-             airflow_stack.tails)
+    [first_job] = wait_for("the triggerer to start the trigger", lambda: started_by(airflow_stack, run), 120,
+                           airflow_stack.tails)
 
     # Crash the triggerer mid-wait. Only one checkpoint exists: the condition (three of
     # this generation) cannot have been met before the crash.
@@ -54,11 +62,13 @@ def test_deferrable_sensor_completes_through_the_triggerer_across_a_triggerer_cr
     assert airflow_api.task_instance("e2e_sensor", run, "wait")["state"] == "deferred"
 
     pipeline.write_many(2)  # two more micro-batches: checkpoints 2 and 3
-    wait_for("the new triggerer to take the trigger over", lambda: _trigger_started(airflow_stack, run), 300,
-             airflow_stack.tails)
+    jobs = wait_for("the new triggerer to take the trigger over",
+                    lambda: [j for j in started_by(airflow_stack, run) if j != first_job], 300, airflow_stack.tails)
+    assert len(jobs) == 1, f"triggerer jobs that started the trigger after the crash: {jobs}"
     airflow_api.wait_task("e2e_sensor", run, "wait", {"success"}, timeout=600)
     seen = airflow_api.xcom("e2e_sensor", run, "wait")
     assert seen["generation"] == generation and seen["count"] >= 3 and seen["kind"] == "checkpoint", seen
+    assert "trigger completed" in trigger_logs(airflow_stack, run)[jobs[0]], "the new triggerer did not complete it"
     tries = airflow_api.tries("e2e_sensor", run, "wait")
     assert [t["state"] for t in tries] == ["success"], tries  # resumed after deferral, not retried
 
