@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from airflow_sparkpoint.operators.commit import SparkpointCommitOperator
+from airflow_sparkpoint.operators.health import SparkpointHealthCheckOperator
 from airflow_sparkpoint.operators.savepoint import SparkpointSavepointOperator
 from airflow_sparkpoint.operators.submit import SparkpointSubmitOperator
 
-__all__ = ["SparkpointCommitOperator", "SparkpointSavepointOperator", "SparkpointSubmitOperator"]
+__all__ = [
+    "SparkpointCommitOperator",
+    "SparkpointHealthCheckOperator",
+    "SparkpointSavepointOperator",
+    "SparkpointSubmitOperator",
+]

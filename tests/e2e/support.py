@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog
-from airflow_sparkpoint.demo_support import delta_commits, delta_rows, orphaned_staged_files, write_batch_file
+from airflow_sparkpoint.demo.support import delta_commits, delta_rows, orphaned_staged_files, write_batch_file
 from airflow_sparkpoint.storage import open_storage
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.demo_support import delta_commits, delta_rows, orphaned_staged_files
+from airflow_sparkpoint.demo.support import delta_commits, delta_rows, orphaned_staged_files
 from tests.e2e.stack import AirflowApi, AirflowStack, wait_for
 from tests.e2e.support import EXAMPLE_JOBS, Totals, running_with_checkpoint
 

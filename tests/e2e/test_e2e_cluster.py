@@ -59,7 +59,7 @@ def test_example_pipeline_runs_on_the_standalone_cluster(
 
 
 def pipeline_rows(pipeline: Totals) -> list[dict]:
-    from airflow_sparkpoint.demo_support import delta_rows
+    from airflow_sparkpoint.demo.support import delta_rows
 
     rows = delta_rows(pipeline.output)
     assert len({r["user"] for r in rows}) == len(rows), rows
