@@ -135,6 +135,9 @@ def test_two_overlapping_tries_of_a_cleared_task_stay_exactly_once(
     airflow_api.clear(dag, run, ["job"])
     # Try 1's task process dies (the supervisor's group kill); its driver does not.
     assert wait_for("try 1's task process to exit", lambda: read(try1["pid"]) is None, 120)
+    # The killed try leaves nothing in the control channel for its successor to act on.
+    stale = ControlChannel(pipeline.catalog).pending(generation=first + 1)
+    assert stale == [], f"control requests the next try would serve: {stale}"
     airflow_api.wait_task(dag, run, "job", {"running"}, timeout=600, try_number=2)
     second = wait_for("try 2 to start a new generation", lambda: _running_generation(pipeline, first), 600,
                       describe)
