@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.demo.support import delta_commits, orphaned_staged_files
 from tests.e2e.procs import driver_processes, read, wait_gone
 from tests.e2e.scenarios import driver_sigkill_then_retry
 from tests.e2e.stack import AirflowApi, AirflowStack, wait_for
@@ -76,7 +77,7 @@ def test_task_marked_failed_leaves_no_driver_and_the_next_run_resumes(
     next_run = airflow_api.trigger(dag, pipeline.params(trigger="availableNow"))
     airflow_api.wait_task(dag, next_run, "job", {"success"}, timeout=900)
     result = airflow_api.xcom(dag, next_run, "job")
-    print(f"drivers gone {stopped_after:.1f} s after the mark (supervisor sent {signals}); next run started "
+    print(f"drivers gone {stopped_after:.1f} s after the mark (supervisor sent {signals}); next run done "
           f"{time.monotonic() - t0:.0f} s after the mark: "
           f"{subset(result, 'status', 'generation', 'first_batch', 'last_batch', 'batches_processed')}")
     assert result["generation"] > generation, result
@@ -159,9 +160,41 @@ def test_two_overlapping_tries_of_a_cleared_task_stay_exactly_once(
     airflow_api.wait_task(dag, run, "job", {"success"}, timeout=300, try_number=2)
     result = airflow_api.xcom(dag, run, "job")
     assert result["status"] == "stopped" and result["generation"] == second, result
-    commits = pipeline.assert_exact()
+
+    # Readers see every input row exactly once, and no batch was committed by the
+    # superseded generation or twice.
+    got, want = pipeline.table(), pipeline.expected()
+    assert got == want, f"table {got}\nexpected {want}"
+    commits = delta_commits(pipeline.output)
+    assert sorted(c["batch"] for c in commits) == list(range(6)), commits
     late = [c for c in commits if c["generation"] == first and c["batch"] >= 3]
     assert not late, f"the superseded generation {first} committed: {late}"
+    # How the superseded driver ended, and what it left: it must have been fenced as a
+    # superseded generation, must not have run in try 2's live checkpoint directory, and
+    # must not leave staged output or pending transactions behind.
+    zombie = detached_log(airflow_stack, "paused at e2e.stage:3", f"spark.sparkpoint.job={pipeline.job}")
+    problems = []
+    if "superseded" not in zombie:
+        problems.append("the first try's driver did not end as a superseded generation")
+    if "CONCURRENT_STREAM_LOG_UPDATE" in zombie or "Multiple streaming jobs detected" in zombie:
+        problems.append("the two tries' drivers shared one live Spark checkpoint directory "
+                        "(Spark: CONCURRENT_STREAM_LOG_UPDATE)")
+    stale_txns = [f"batch {t.batch_id} generation {t.generation}" for t in pipeline.catalog.transactions()]
+    if stale_txns:
+        problems.append(f"transactions left pending: {stale_txns}")
+    orphans = orphaned_staged_files(pipeline.output, pipeline.job)
+    if orphans:
+        problems.append(f"staged output left behind: {[str(Path(o).relative_to(pipeline.output)) for o in orphans]}")
+    assert not problems, "; ".join(problems)
+
+
+def detached_log(stack: AirflowStack, *needles: str) -> str:
+    """The output of the detached driver whose log contains every needle."""
+    logs = sorted((stack.home / "e2e-logs").glob("detached-driver-*.log"))
+    found = [p.read_text(errors="replace") for p in logs]
+    found = [text for text in found if all(n in text for n in needles)]
+    assert len(found) == 1, f"{len(found)} detached driver logs contain {needles}"
+    return found[0]
 
 
 def _running_generation(pipeline: Totals, after: int) -> int | None:
