@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkpoint-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-all test-fast demo bench chaos check-java browser clean
+.PHONY: setup test test-all test-fast test-e2e demo bench chaos check-java browser clean
 
 setup: check-java $(STAMP)
 
@@ -36,6 +36,12 @@ test-fast: setup
 
 test-all: setup browser
 	$(PY) -m pytest -m '' $(PYTEST_ARGS)
+
+# The end-to-end suite alone, slow tests included: a real Airflow (api-server, scheduler,
+# dag-processor, triggerer) and a Spark standalone cluster, started once for the session.
+# Logs of a failed run are kept under test-artifacts/ (or $$SPARKPOINT_E2E_ARTIFACTS).
+test-e2e: setup
+	$(PY) -m pytest tests/e2e -m '' $(PYTEST_ARGS)
 
 demo: setup
 	$(VENV)/bin/sparkpoint demo --workdir demo-output

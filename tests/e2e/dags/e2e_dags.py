@@ -1,0 +1,134 @@
+"""DAGs of the end-to-end tests (``tests/e2e``), parsed by the real dag-processor.
+
+Everything a test varies comes in through the run's conf (DAG params): job name, paths,
+trigger, the job script, pause points. Retries, connections and the detached-driver
+wrapper are per DAG (they are not templated fields):
+
+- ``e2e_submit``: one `SparkpointSubmitOperator` on ``spark_default`` (``local[2]``),
+  two retries one second apart (the driver-kill tests).
+- ``e2e_stream``: the same with no retry (a long-running streaming task that a test
+  marks failed, clears or stops).
+- ``e2e_detached``: like ``e2e_stream``, but ``spark-submit`` is started through a
+  wrapper that puts the driver in a session of its own, out of reach of the task
+  supervisor's process-group kill: a driver that outlives its task the way a
+  cluster-mode driver (or one on a lost worker host) does.
+- ``e2e_cluster``: on ``spark_cluster`` (a Spark standalone master the test registers
+  through the REST API), two retries.
+- ``e2e_cluster_mode``: on ``spark_fake_cluster``, a Spark connection in cluster deploy
+  mode whose ``spark2-submit`` is the fake cluster manager of ``tests/e2e/fakes``.
+- ``e2e_sensor``: a deferrable `SparkpointCheckpointSensor` (3 checkpoints of a generation).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, Param
+
+from airflow_sparkpoint.operators import SparkpointSubmitOperator
+from airflow_sparkpoint.sensors import SparkpointCheckpointSensor
+
+HERE = Path(__file__).resolve().parent
+JOB = str(HERE / "jobs" / "e2e_totals.py")
+WRAPPERS = HERE / "wrappers"
+SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.ui.enabled": "false",
+    "spark.log.level": "WARN",
+    "spark.driver.host": "127.0.0.1",
+    "spark.executor.memory": "512m",
+    # An executor lost with its worker is retried elsewhere; a stage retried too often fails.
+    "spark.task.maxFailures": "4",
+}
+
+
+def _params() -> dict[str, Param]:
+    return {
+        "job_name": Param("e2e", type="string"),
+        "script": Param(JOB, type="string", description="the PySpark job to submit"),
+        "input": Param("/nonexistent/input", type="string"),
+        "output": Param("/nonexistent/output", type="string"),
+        "checkpoint_dir": Param("/nonexistent/checkpoints", type="string"),
+        "trigger": Param("availableNow", type="string"),
+        "restore": Param("latest", type="string"),
+        "files_per_batch": Param(1, type="integer"),
+        "version": Param(1, type="integer", description="keyed_totals.py's --version"),
+        "poll_interval": Param("0.5s", type="string", description="control.pollInterval"),
+        "pause_at": Param("", type="string", description="test.pauseAt of the FIRST try only"),
+        "pause_dir": Param("", type="string"),
+        "executor_pause_dir": Param("", type="string"),
+    }
+
+
+def _submit(conn_id: str, **kwargs: Any) -> SparkpointSubmitOperator:
+    return SparkpointSubmitOperator(
+        task_id="job",
+        conn_id=conn_id,
+        application="{{ params.script }}",
+        application_args=[
+            "--input={{ params.input }}",
+            "--output={{ params.output }}",
+            "--files-per-batch={{ params.files_per_batch }}",
+            "--version={{ params.version }}",
+            "--executor-pause-dir={{ params.executor_pause_dir }}",
+        ],
+        conf=dict(SPARK_CONF),
+        job_name="{{ params.job_name }}",
+        checkpoint_dir="{{ params.checkpoint_dir }}",
+        restore="{{ params.restore }}",
+        trigger="{{ params.trigger }}",
+        sparkpoint_conf={
+            "control.pollInterval": "{{ params.poll_interval }}",
+            "test.pauseAt": "{{ params.pause_at if ti.try_number == 1 else '' }}",
+            "test.pauseDir": "{{ params.pause_dir }}",
+        },
+        retry_delay=timedelta(seconds=1),
+        **kwargs,
+    )
+
+
+def _dag(dag_id: str, doc: str) -> DAG:
+    return DAG(dag_id=dag_id, doc_md=doc, schedule=None, start_date=datetime(2026, 1, 1), catchup=False,
+               params=_params(), tags=["e2e"], max_active_runs=4)
+
+
+with _dag("e2e_submit", "A checkpointed job on local[2]; a killed try is retried twice.") as submit_dag:
+    _submit("spark_default", retries=2)
+
+with _dag("e2e_stream", "A checkpointed (streaming) job on local[2]; no retry.") as stream_dag:
+    _submit("spark_default", retries=0)
+
+with _dag("e2e_detached", "A job whose driver outlives its task (own session).") as detached_dag:
+    _submit("spark_default", retries=0,
+            env_vars={"PATH": f"{WRAPPERS}{os.pathsep}{os.environ.get('PATH', os.defpath)}"})
+
+with _dag("e2e_cluster", "A checkpointed job on the Spark standalone cluster.") as cluster_dag:
+    _submit("spark_cluster", retries=2)
+
+with _dag("e2e_cluster_mode", "deploy_mode=cluster through a fake cluster manager (tests/e2e/fakes).") as mode_dag:
+    _submit("spark_fake_cluster", retries=0)
+
+with DAG(
+    dag_id="e2e_sensor",
+    doc_md="Wait (deferred, in the triggerer) for 3 checkpoints of a generation.",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    tags=["e2e"],
+    params={"job_name": Param("e2e", type="string"), "checkpoint_dir": Param("/nonexistent", type="string"),
+            "generation": Param(1, type="integer")},
+) as sensor_dag:
+    SparkpointCheckpointSensor(
+        task_id="wait",
+        job_name="{{ params.job_name }}",
+        checkpoint_dir="{{ params.checkpoint_dir }}",
+        generation="{{ params.generation }}",
+        min_checkpoints=3,
+        poke_interval=1,
+        timeout=900,
+        max_heartbeat_age=120,
+        deferrable=True,
+    )
