@@ -7,6 +7,8 @@
     sparkpoint savepoint --dir URI --job NAME [--stop] [--timeout S] [--no-wait] [--no-from-checkpoint]
     sparkpoint dispose   --dir URI --job NAME PATH
     sparkpoint commit    --dir URI --job NAME [--upto-batch N | --abort-generation G]
+    sparkpoint inspect   --dir URI --job NAME PATH|latest [--rows [--operator ID] [--store NAME] [--key JSON]]
+    sparkpoint verify    --dir URI --job NAME PATH|latest
     sparkpoint demo      --workdir DIR
 
 ``--dir`` and ``--job`` default to ``$SPARKPOINT_DIR`` and ``$SPARKPOINT_JOB``;
@@ -158,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-heartbeat-age", type=_positive_seconds, default=60.0, metavar="S",
                    help="with --abort-generation: a run with a younger heartbeat is still running (default 60)")
     p.set_defaults(func=cmd_commit)
+
+    from airflow_sparkpoint import cli_state  # inspect, verify: the state inside snapshots
+
+    cli_state.add_commands(commands, common)
 
     # Listed for --help only: `main` hands everything after `demo` to the demo unparsed.
     commands.add_parser("demo", add_help=False, help="run the guided demo (sparkpoint demo --workdir DIR)")
