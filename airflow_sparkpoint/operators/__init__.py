@@ -5,5 +5,7 @@ from __future__ import annotations
 from airflow_sparkpoint.operators.commit import SparkpointCommitOperator
 from airflow_sparkpoint.operators.savepoint import SparkpointSavepointOperator
 from airflow_sparkpoint.operators.submit import SparkpointSubmitOperator
+from airflow_sparkpoint.operators.verify import SparkpointVerifyOperator
 
-__all__ = ["SparkpointCommitOperator", "SparkpointSavepointOperator", "SparkpointSubmitOperator"]
+__all__ = ["SparkpointCommitOperator", "SparkpointSavepointOperator", "SparkpointSubmitOperator",
+           "SparkpointVerifyOperator"]

@@ -26,8 +26,8 @@ Stores as this module names them:
   type ``join``); Spark's four internal stores (``left-keyToNumValues``, ...) can be
   read by name too;
 * transformWithState: one store per state variable, named like the variable, type
-  ``value``, ``list`` or ``map`` (``rows``: values, list elements or map entries), plus
-  ``timers`` for registered timers.
+  ``value``, ``list`` or ``map`` (``rows``: values, list elements or map entries), in
+  name order, then the registered timers (type ``timers``).
 
 Rows come as a DataFrame with columns ``key`` and ``value`` (structs), ``map_key`` for
 map state, ``ttl_expiration_ms`` for state variables with a TTL, and ``partition_id``.
@@ -232,7 +232,8 @@ def read_operator_specs(spark: SparkSession, location: str) -> list[OperatorSpec
         time_mode = None
         if isinstance(variables, list):  # transformWithState: one store per state variable
             time_mode = str(properties.get("timeMode")) if properties.get("timeMode") else None
-            stores = tuple(_variable_spec(v) for v in variables)
+            # Spark lists the variables in no stable order: by name, timers last.
+            stores = tuple(sorted((_variable_spec(v) for v in variables), key=lambda s: (s.type == "timers", s.name)))
             physical = stores
         elif all(n.startswith(("left-", "right-")) for n in store_names):  # stream-stream join
             stores = tuple(StoreSpec(side, "join", {"joinSide": side}) for side in _JOIN_SIDES)

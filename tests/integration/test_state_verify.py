@@ -1,0 +1,156 @@
+"""``sparkpoint verify``: a healthy savepoint (and ``latest``) passes and the outcome is
+recorded next to it; a flipped byte (same size), a truncated state file and a missing
+file each fail with a message naming the file, and the failure is recorded; a state file
+that matches ``_metadata`` but that Spark cannot read fails at the state read, naming
+the operator and store (so the read really happens). Every corrupted snapshot is a copy
+of a real aggregation savepoint, placed among the job's savepoints so that `list` shows
+the outcome too.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint import cli
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
+from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, sha256_hex
+from airflow_sparkpoint.checkpoints.verification import read_verification
+from tests import state_cases
+
+pytestmark = pytest.mark.spark
+
+
+class Job:
+    def __init__(self, root: Path, catalog: Catalog, savepoint: SnapshotHandle, case: state_cases.Case) -> None:
+        self.root, self.catalog, self.savepoint, self.case = root, catalog, savepoint, case
+
+
+@pytest.fixture(scope="module")
+def job(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Job:
+    base = tmp_path_factory.mktemp("verify")
+    case = state_cases.aggregation_case()
+    state_cases.write_files(base / "input", case.files)
+    result = state_cases.run_case(spark, case, str(base / "root"), "orders", base / "input", base / "table")
+    assert result.status == "finished"
+    catalog = Catalog.open(str(base / "root"), "orders")
+    latest = catalog.latest()
+    assert latest is not None
+    return Job(base / "root", catalog, catalog.create_savepoint(catalog.handle(latest)), case)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], job: Job, target: str) -> tuple[int, dict[str, Any], str]:
+    code = cli.main(["verify", "--dir", str(job.root), "--job", "orders", target, "--json"])
+    out, err = capsys.readouterr()
+    return code, json.loads(out), err
+
+
+def listed(capsys: pytest.CaptureFixture[str], job: Job, uri: str) -> dict[str, Any]:
+    assert cli.main(["list", "--dir", str(job.root), "--job", "orders", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    [entry] = [e for e in doc["checkpoints"] + doc["savepoints"] if e["uri"] == uri]
+    return entry
+
+
+def record_of(job: Job, uri: str) -> Any:
+    key = uri[len(job.catalog.uri) + 1:]
+    return read_verification(job.catalog.store, key)
+
+
+def copy_savepoint(job: Job, suffix: str) -> tuple[str, Path]:
+    """A copy of the savepoint among the job's savepoints (same id, another suffix)."""
+    source = Path(job.savepoint.uri.removeprefix("file://"))
+    name = f"savepoint-{job.savepoint.metadata.id}-{suffix}"
+    target = source.parent / name
+    shutil.copytree(source, target)
+    return f"{job.catalog.uri}/savepoints/{name}", target
+
+
+def state_file(meta: SnapshotMetadata, suffix: str) -> FileRef:
+    """The newest state file of operator 0, partition 0, with this suffix."""
+    refs = [r for r in meta.files if r.path.startswith("state/0/0/") and r.path.endswith(suffix)]
+    assert refs, f"no state/0/0/*{suffix} in {[r.path for r in meta.files]}"
+    return max(refs, key=lambda r: int(r.path.rsplit("/", 1)[1].split(".")[0].split("_")[0]))
+
+
+def test_healthy_savepoint_and_latest_pass_and_are_recorded(job, capsys):
+    code, doc, err = run_cli(capsys, job, job.savepoint.uri)
+    assert code == 0, err
+    meta = job.savepoint.metadata
+    assert (doc["ok"], doc["error"], doc["kind"], doc["batch_id"]) == (True, None, "savepoint", meta.batch_id)
+    expected_rows = state_cases.row_count(job.case.expected["default"])
+    assert doc["checks"] == {"files": len(meta.files), "bytes": meta.total_bytes, "operators": 1, "partitions": 2,
+                             "stores": 1, "rows": expected_rows}
+    record = record_of(job, job.savepoint.uri)
+    assert record is not None and record.ok and record.level == "state"
+    assert record.verified_at == doc["verified_at"] and record.checks["rows"] == expected_rows
+    entry = listed(capsys, job, job.savepoint.uri)
+    assert entry["valid"], "the record next to the snapshot must not make it invalid"
+    if "verified_at" in entry:  # list --json fields (history's part of #17)
+        assert (entry["verified_at"], entry["verify_error"]) == (doc["verified_at"], None)
+
+    code, doc, err = run_cli(capsys, job, "latest")
+    assert code == 0, err
+    latest = job.catalog.latest()
+    assert doc["uri"] == job.catalog.checkpoint_uri(latest.id) and doc["kind"] == "checkpoint" and doc["ok"]
+    assert record_of(job, doc["uri"]).ok
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "truncated", "missing"])
+def test_damaged_file_fails_naming_the_file_and_is_recorded(job, capsys, damage):
+    uri, path = copy_savepoint(job, damage.replace(" ", "")[:8])
+    meta = SnapshotMetadata.from_bytes((path / "_metadata").read_bytes())
+    ref = state_file(meta, ".changelog")
+    target = path / ref.key
+    data = target.read_bytes()
+    if damage == "flipped byte":
+        target.write_bytes(data[:-1] + bytes([data[-1] ^ 0x01]))
+        assert target.stat().st_size == ref.size
+        reason = f"{ref.key} is corrupt: its sha256 is"
+    elif damage == "truncated":
+        target.write_bytes(data[: len(data) // 2])
+        reason = f"{ref.key} has {len(data) // 2} bytes, expected {ref.size}"
+    else:
+        target.unlink()
+        reason = f"{ref.key} is missing"
+
+    code, doc, err = run_cli(capsys, job, uri)
+
+    assert code == 1
+    assert doc["ok"] is False and reason in doc["error"] and reason in err
+    record = record_of(job, uri)
+    assert record is not None and record.error == doc["error"] and record.level == "state"
+    entry = listed(capsys, job, uri)
+    if "verify_error" in entry:
+        assert entry["verify_error"] == doc["error"] and entry["verified_at"] == doc["verified_at"]
+
+
+def test_state_spark_cannot_read_fails_at_the_read_naming_the_store(job, capsys):
+    """A changelog cut short *before* the snapshot was taken: its size and checksum are the
+    ones ``_metadata`` records, so only reading the state finds it."""
+    uri, path = copy_savepoint(job, "unreadable")
+    meta = SnapshotMetadata.from_bytes((path / "_metadata").read_bytes())
+    ref = state_file(meta, ".changelog")
+    damaged = (path / ref.key).read_bytes()[:7]
+    (path / ref.key).write_bytes(damaged)
+    files = tuple(r if r is not ref else FileRef(r.path, r.key, len(damaged), sha256_hex(damaged), r.mtime_ns)
+                  for r in meta.files)
+    (path / "_metadata").write_bytes(meta.with_(files=files).to_bytes())
+    assert Catalog.open(str(job.root), "orders").list_savepoints(), "the re-signed copy must list as valid"
+
+    code, doc, err = run_cli(capsys, job, uri)
+
+    assert code == 1 and doc["ok"] is False and doc["error"] in err
+    assert "operator 0 (stateStoreSave) store default cannot be read" in doc["error"], doc["error"]
+    assert doc["checks"]["files"] == len(meta.files), "the file checks passed before the read"
+    assert record_of(job, uri).error == doc["error"]
+
+
+def test_verify_of_nothing_fails_without_recording(job, capsys, tmp_path):
+    code = cli.main(["verify", "--dir", str(job.root), "--job", "orders", str(tmp_path / "nowhere")])
+    assert code == 1 and "has no _metadata" in capsys.readouterr().err
+    assert not (tmp_path / "nowhere").exists()
