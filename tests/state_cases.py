@@ -307,3 +307,24 @@ def row_count(expected: dict[Any, Any]) -> int:
 
 def key_count(expected: dict[Any, Any]) -> int:
     return len({key for key, _ in expected})
+
+
+def threshold_alerts(files: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The alert rows ``threshold_alerts.py`` emits for each file (one batch per file)."""
+    buffers: dict[str, list[tuple[str, float]]] = {}
+    emitted = []
+    for rows in files:
+        alerts = []
+        for r in sorted(rows, key=lambda r: r["ts"]):
+            buffer = buffers.get(r["sensor"], [])
+            if r["value"] <= LIMIT:
+                buffers[r["sensor"]] = []
+                continue
+            buffer = buffer + [(r["ts"], r["value"])]
+            if len(buffer) == READINGS:
+                alerts.append({"sensor": r["sensor"], "first_ts": buffer[0][0], "last_ts": buffer[-1][0],
+                               "readings": READINGS, "peak": max(v for _, v in buffer)})
+                buffer = []
+            buffers[r["sensor"]] = buffer
+        emitted.append(alerts)
+    return emitted

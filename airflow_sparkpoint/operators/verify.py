@@ -61,7 +61,8 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
     :param checkpoint_dir: the production storage root; or `sparkpoint_conn_id` (its S3
         settings and credentials serve the drill too).
     :param snapshot: ``latest`` (what ``restore=latest`` would use), ``latest_savepoint``
-        (the newest valid savepoint), or a snapshot URI, path or key under the job root.
+        (the newest complete savepoint: a damaged one fails the drill rather than being
+        skipped), or a snapshot URI, path or key under the job root.
     :param output_args: application arguments to replace, e.g.
         ``{"--output": "{scratch}/alerts"}``: every argument through which the
         application writes. ``{scratch}`` stands for the drill's own directory. Required;
@@ -201,15 +202,35 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
 
         target = str(self.snapshot).strip()
         if target == LATEST_SAVEPOINT:
-            for entry in catalog.list_savepoints():  # newest first
-                if entry.metadata is not None:
-                    return SnapshotHandle(entry.uri, entry.metadata, catalog.store.child(entry.key))
-            raise _DrillFailed(f"job {self.job_name!r} has no valid savepoint under {catalog.uri}")
+            target = self._newest_savepoint(catalog)
         try:
             return resolve_snapshot(target, catalog=catalog, storage_options=self.production_hook.storage_options)
         except (RestoreError, CorruptMetadata) as exc:
             self._record_unresolvable(catalog, target, str(exc))
             raise _DrillFailed(str(exc)) from exc
+
+    def _newest_savepoint(self, catalog: Catalog) -> str:
+        """The newest complete savepoint (it has ``_metadata``), valid or not: the drill
+        is there to find out whether the savepoint a user would restore restores.
+
+        :raises _DrillFailed: the job has no complete savepoint.
+        """
+        from airflow_sparkpoint.runtime.verify import load_snapshot
+
+        newest: tuple[float, int, str] | None = None
+        options = self.production_hook.storage_options
+        for entry in catalog.list_savepoints():
+            try:
+                created = load_snapshot(entry.uri, storage_options=options).metadata.created_at
+            except RestoreError:
+                continue  # no _metadata: in progress or abandoned, not a savepoint
+            except CorruptMetadata:
+                created = 0.0
+            if newest is None or (created, entry.id) > newest[:2]:
+                newest = (created, entry.id, entry.uri)
+        if newest is None:
+            raise _DrillFailed(f"job {self.job_name!r} has no savepoint under {catalog.uri} (see `sparkpoint list`)")
+        return newest[2]
 
     def _record_unresolvable(self, catalog: Catalog, target: str, error: str) -> None:
         """A named snapshot that cannot even be opened (a file missing or cut short) still

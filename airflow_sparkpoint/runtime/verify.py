@@ -188,7 +188,7 @@ def check_state(spark: SparkSession, handle: SnapshotHandle, location: str) -> d
                         raise _Failed(f"{handle.uri}: {where}: {planned} of {op.partitions} partitions found")
                     # Hash every column so that every value is read and decoded, not just counted.
                     row = df.agg(F.count(F.lit(1)).alias("n"),
-                                 F.sum(F.xxhash64(*df.columns)).alias("h")).first()
+                                 F.bit_xor(F.xxhash64(*df.columns)).alias("h")).first()
                     assert row is not None  # an aggregate without grouping has one row
                 except _Failed:
                     raise

@@ -26,8 +26,9 @@ pytestmark = pytest.mark.spark
 
 
 class Job:
-    def __init__(self, root: Path, catalog: Catalog, savepoint: SnapshotHandle, case: state_cases.Case) -> None:
-        self.root, self.catalog, self.savepoint, self.case = root, catalog, savepoint, case
+    def __init__(self, base: Path, catalog: Catalog, savepoint: SnapshotHandle, case: state_cases.Case) -> None:
+        self.root, self.input, self.table = base / "root", base / "input", base / "table"
+        self.catalog, self.savepoint, self.case = catalog, savepoint, case
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def job(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Job:
     catalog = Catalog.open(str(base / "root"), "orders")
     latest = catalog.latest()
     assert latest is not None
-    return Job(base / "root", catalog, catalog.create_savepoint(catalog.handle(latest)), case)
+    return Job(base, catalog, catalog.create_savepoint(catalog.handle(latest)), case)
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], job: Job, target: str) -> tuple[int, dict[str, Any], str]:
@@ -154,3 +155,28 @@ def test_verify_of_nothing_fails_without_recording(job, capsys, tmp_path):
     code = cli.main(["verify", "--dir", str(job.root), "--job", "orders", str(tmp_path / "nowhere")])
     assert code == 1 and "has no _metadata" in capsys.readouterr().err
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_another_job_restoring_the_savepoint_into_other_output_leaves_its_pending_transactions(spark, job, tmp_path):
+    """What a drill (or a fork of the pipeline) does: restore a snapshot of job A as job B
+    writing to another table. The snapshot lists A's last transaction as pending (it was
+    committed to A's table after the checkpoint): B must neither commit it to its own
+    table (its staged data is in A's) nor fail on it."""
+    from deltalake import DeltaTable
+
+    pending = job.savepoint.metadata.transactions
+    assert [t.job for t in pending] == ["orders"], "the savepoint lists no pending transaction: nothing to check"
+    production = DeltaTable(str(job.table)).to_pyarrow_table().to_pylist()
+    extra = [[{"user": "u0", "amount": 1000}, {"user": "u4", "amount": 7}]]
+    state_cases.write_files(job.input, extra, start=len(job.case.files))
+
+    result = state_cases.run_case(spark, job.case, str(tmp_path / "fork"), "orders-fork", job.input,
+                                  tmp_path / "fork-table", restore=job.savepoint.uri,
+                                  conf={"spark.sparkpoint.restore.allowForeignJob": "true"})
+
+    assert result.status == "finished" and result.first_batch == job.savepoint.metadata.batch_id + 1
+    totals = state_cases.aggregation_case().expected["default"]
+    fork = {r["user"]: (r["total"], r["n"]) for r in DeltaTable(str(tmp_path / "fork-table")).to_pyarrow_table()
+            .to_pylist()}
+    assert fork == {"u0": (totals[(("u0",), None)][0] + 1000, totals[(("u0",), None)][1] + 1), "u4": (7, 1)}
+    assert DeltaTable(str(job.table)).to_pyarrow_table().to_pylist() == production
