@@ -8,7 +8,7 @@ the rows themselves) with the state computed from the input in plain Python
 (`tests/state_cases.py`). Also: the snapshot and the job's root are byte-for-byte
 unchanged and the scratch copy is gone afterwards; ``latest``; the CLI's JSON contract;
 state TTL visible in the row counts; a snapshot on S3 inspected by the real
-``sparkpoint`` console script in a fresh process (a fresh JVM).
+``sparkpoint`` console script in a fresh process (a fresh JVM) and verified there.
 """
 
 from __future__ import annotations
@@ -256,8 +256,9 @@ def test_state_ttl_expired_keys_disappear_from_the_row_counts(spark, tmp_path):
 
 
 @pytest.mark.s3
-def test_snapshot_on_s3_inspected_by_the_console_script_in_a_fresh_process(spark, s3_server, s3_bucket, tmp_path):
-    from airflow_sparkpoint.runtime.verify import verify
+def test_snapshot_on_s3_inspected_by_the_console_script_in_a_fresh_process(spark, s3_server, s3_bucket, tmp_path,
+                                                                            capsys):
+    from airflow_sparkpoint.checkpoints.verification import read_verification
 
     case = state_cases.threshold_case()
     inputs = tmp_path / "input"
@@ -284,6 +285,12 @@ def test_snapshot_on_s3_inspected_by_the_console_script_in_a_fresh_process(spark
         name: state_cases.row_count(rows) for name, rows in case.expected.items()}
     assert state_cases.observed(doc["rows"], "list") == case.expected["over_limit"]
 
-    outcome = verify(savepoint.uri, storage_options=options, spark=spark)
-    assert outcome.ok, outcome.error
-    assert outcome.checks["rows"] == sum(state_cases.row_count(rows) for rows in case.expected.values())
+    code = cli.main(["verify", "--dir", root, "--job", "alerts", savepoint.uri, "--s3-endpoint", s3_server,
+                     "--s3-region", "us-east-1", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    outcome = json.loads(out)
+    assert outcome["ok"] and outcome["checks"]["rows"] == sum(
+        state_cases.row_count(rows) for rows in case.expected.values())
+    record = read_verification(catalog.store, savepoint.uri[len(catalog.uri) + 1:])  # on S3, next to it
+    assert record is not None and record.ok and record.verified_at == outcome["verified_at"]
