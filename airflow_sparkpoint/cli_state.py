@@ -44,6 +44,10 @@ def _operator_id(text: str) -> int:
     return value
 
 
+def _count(n: Any, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``inspect`` and ``verify`` on the ``sparkpoint`` subparsers."""
     p = commands.add_parser(
@@ -170,10 +174,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         _emit_json(document)
     elif result.ok:
-        checks = result.checks
-        print(f"verified {result.uri} (batch {result.batch_id}): {checks.get('files')} files, "
-              f"{checks.get('bytes')} bytes; {checks.get('operators')} operators, {checks.get('partitions')} "
-              f"partitions, {checks.get('stores')} stores, {checks.get('rows')} rows read in {result.duration_s:.1f} s")
+        counted = ", ".join(_count(result.checks.get(k), k[:-1]) for k in ("operators", "partitions", "stores", "rows"))
+        print(f"verified {result.uri} (batch {result.batch_id}): {_count(result.checks.get('files'), 'file')} "
+              f"({result.checks.get('bytes')} bytes) match _metadata; {counted} read in {result.duration_s:.1f} s")
     if not result.ok:
         print(f"sparkpoint verify: error: {result.error}", file=sys.stderr)
     if recorded:
