@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkpoint-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-all test-fast demo bench chaos check-java clean
+.PHONY: setup test test-all test-fast demo bench chaos check-java browser clean
 
 setup: check-java $(STAMP)
 
@@ -22,13 +22,19 @@ $(STAMP): pyproject.toml
 check-java:
 	@bash scripts/check-java.sh
 
-test: setup
+# The UI plugin's browser test drives Debian's chromium through Playwright (the Python
+# package comes with `setup`; Playwright's own browser download cannot be used). Installed
+# once; a no-op when /usr/bin/chromium is there.
+browser:
+	@bash scripts/install-chromium.sh
+
+test: setup browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: setup
 	$(PY) -m pytest -m 'not spark and not s3 and not airflow and not slow' $(PYTEST_ARGS)
 
-test-all: setup
+test-all: setup browser
 	$(PY) -m pytest -m '' $(PYTEST_ARGS)
 
 demo: setup

@@ -9,6 +9,7 @@
     sparkpoint commit    --dir URI --job NAME [--upto-batch N | --abort-generation G]
     sparkpoint inspect   --dir URI --job NAME PATH|latest [--rows [--operator ID] [--store NAME] [--key JSON]]
     sparkpoint verify    --dir URI --job NAME PATH|latest
+    sparkpoint metrics   --dir URI --job NAME [--job NAME ...]
     sparkpoint demo      --workdir DIR
 
 ``--dir`` and ``--job`` default to ``$SPARKPOINT_DIR`` and ``$SPARKPOINT_JOB``;
@@ -30,7 +31,6 @@ import logging
 import os
 import socket
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -96,14 +96,18 @@ _batch_id = _whole_number("batch id", 0)
 _generation = _whole_number("generation", 1)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (defaults are read from the environment when it is built)."""
+def _common_options(*, many_jobs: bool = False) -> argparse.ArgumentParser:
+    """The options every command takes; with `many_jobs`, ``--job`` may be repeated."""
     common = argparse.ArgumentParser(add_help=False)
     where = common.add_argument_group("where the job lives")
     where.add_argument("--dir", default=_env("SPARKPOINT_DIR"), metavar="URI",
                        help="storage root: a path, file:///path or s3://bucket/prefix (default: $SPARKPOINT_DIR)")
-    where.add_argument("--job", default=_env("SPARKPOINT_JOB"), metavar="NAME",
-                       help="pipeline name (default: $SPARKPOINT_JOB)")
+    if many_jobs:
+        where.add_argument("--job", dest="jobs", action="append", default=None, metavar="NAME",
+                           help="pipeline name; repeat for several (default: $SPARKPOINT_JOB)")
+    else:
+        where.add_argument("--job", default=_env("SPARKPOINT_JOB"), metavar="NAME",
+                           help="pipeline name (default: $SPARKPOINT_JOB)")
     where.add_argument("--s3-endpoint", default=_env("SPARKPOINT_S3_ENDPOINT"), metavar="URL",
                        help="S3-compatible endpoint, e.g. http://minio:9000 (default: $SPARKPOINT_S3_ENDPOINT); "
                             "credentials come from the standard AWS environment/config")
@@ -112,7 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     output = common.add_argument_group("output")
     output.add_argument("--json", action="store_true", help="print one JSON document (shapes: docs/CLI.md)")
     output.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
+    return common
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (defaults are read from the environment when it is built)."""
+    common = _common_options()
     parser = argparse.ArgumentParser(
         prog="sparkpoint",
         description="Checkpoints, savepoints and exactly-once output for PySpark jobs.",
@@ -160,6 +169,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-heartbeat-age", type=_positive_seconds, default=60.0, metavar="S",
                    help="with --abort-generation: a run with a younger heartbeat is still running (default 60)")
     p.set_defaults(func=cmd_commit)
+
+    p = commands.add_parser(
+        "metrics", parents=[_common_options(many_jobs=True)],
+        help="checkpoint health metrics in Prometheus text format (Flink's names)",
+        description="Prints each job's checkpoint metrics (docs/CLI.md) in the Prometheus text exposition "
+                    "format, for a scraper outside Airflow (e.g. a textfile collector).",
+    )
+    p.add_argument("--max-heartbeat-age", type=_positive_seconds, default=60.0, metavar="S", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_metrics)
 
     from airflow_sparkpoint import cli_state  # inspect, verify: the state inside snapshots
 
@@ -318,58 +336,33 @@ def _other_jobs_hint(catalog: Any) -> str:
 # --------------------------------------------------------------------------- list
 
 
-def _entry_json(entry: Any) -> dict[str, Any]:
-    meta = entry.metadata
-    return {
-        "kind": entry.kind,
-        "id": entry.id,
-        "uri": entry.uri,
-        "valid": meta is not None,
-        "error": entry.error,
-        "batch_id": meta.batch_id if meta else None,
-        "generation": meta.generation if meta else None,
-        "created_at": meta.created_at if meta else None,
-        "created": _iso(meta.created_at) if meta else None,
-        "duration_ms": meta.stats.duration_ms if meta else None,
-        "bytes_copied": meta.stats.bytes_copied if meta else None,
-        "bytes_total": meta.total_bytes if meta else None,
-        "file_count": len(meta.files) if meta else None,
-        "source_checkpoint": meta.source_checkpoint if meta else None,
-    }
-
-
-def _short_reason(entry: Any) -> str:
-    if entry.metadata is not None:
-        return "valid"
-    reason = str(entry.error or "unknown")
-    for prefix in (f"{entry.uri}/_metadata: ", f"{entry.uri}: ", f"{entry.uri}/"):
-        reason = reason.replace(prefix, "")
-    return f"INVALID: {reason}"
-
-
 def cmd_list(args: argparse.Namespace) -> int:
+    from airflow_sparkpoint.checkpoints.history import snapshot_records
+
     catalog = _open_catalog(args)
-    checkpoints = catalog.list_checkpoints()
-    savepoints = catalog.list_savepoints()
+    checkpoints = snapshot_records(catalog, "checkpoint")
+    savepoints = snapshot_records(catalog, "savepoint")
     if args.json:
         _emit_json({
             "job": catalog.job,
             "root": catalog.uri,
-            "checkpoints": [_entry_json(e) for e in checkpoints],
-            "savepoints": [_entry_json(e) for e in savepoints],
+            "checkpoints": [r.to_json() for r in checkpoints],
+            "savepoints": [r.to_json() for r in savepoints],
         })
         return EXIT_OK
     if not checkpoints and not savepoints:
         print(f"no checkpoints or savepoints for job {catalog.job!r} under {catalog.uri}{_other_jobs_hint(catalog)}")
         return EXIT_OK
     rows = []
-    for entry in [*checkpoints, *savepoints]:
-        data = _entry_json(entry)
+    for r in [*checkpoints, *savepoints]:
+        status = r.short_reason()
+        if r.verified_at is not None:  # the last restore drill (`sparkpoint verify`)
+            status += f"; drill FAILED {_iso(r.verified_at)}" if r.verify_error else f"; verified {_iso(r.verified_at)}"
         rows.append([
-            entry.kind, entry.id, data["batch_id"], data["generation"], data["created"], data["duration_ms"],
-            None if data["bytes_copied"] is None else _size(data["bytes_copied"]),
-            None if data["bytes_total"] is None else _size(data["bytes_total"]),
-            data["file_count"], entry.uri, _short_reason(entry),
+            r.kind, r.id, r.batch_id, r.generation, _iso(r.created_at), r.duration_ms,
+            None if r.bytes_copied is None else _size(r.bytes_copied),
+            None if r.bytes_total is None else _size(r.bytes_total),
+            r.file_count, r.uri, status,
         ])
     headers = ["KIND", "ID", "BATCH", "GEN", "CREATED (UTC)", "DURATION_MS", "COPIED", "TOTAL", "FILES", "URI",
                "STATUS"]
@@ -381,63 +374,71 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _job_status(catalog: Any) -> Any:
-    from airflow_sparkpoint.checkpoints.status import JobStatus
+    from airflow_sparkpoint.checkpoints.history import read_job_status
 
-    raw = catalog.read_status()
-    if raw is None:
-        return None
-    try:
-        return JobStatus.from_json(raw)
-    except (TypeError, ValueError) as exc:
-        log.warning("status record of job %r is incomplete (%s); treating the job as not running", catalog.job, exc)
-        return None
+    return read_job_status(catalog)
 
 
 def _liveness(status: Any, current_generation: int, max_age: float) -> tuple[bool, float | None]:
-    """(alive, heartbeat age): running, fresh heartbeat, and not superseded by a newer generation."""
-    if status is None:
-        return False, None
-    age = max(0.0, time.time() - float(status.heartbeat_at))
-    alive = bool(status.is_alive(max_age)) and int(status.generation) >= current_generation
-    return alive, age
+    from airflow_sparkpoint.checkpoints.history import liveness
+
+    return liveness(status, current_generation, max_age)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    catalog = _open_catalog(args)
-    generation = catalog.current_generation()
-    status = _job_status(catalog)
-    alive, age = _liveness(status, generation, args.max_heartbeat_age)
-    latest = catalog.latest()
-    state = status.state if status is not None else ("never-started" if generation == 0 else "unknown")
+def _status_document(history: Any) -> dict[str, Any]:
+    """`status --json` (docs/CLI.md), from the history model."""
+    status, latest = history.status, history.latest_completed
     last_checkpoint = None
     if status is not None and status.last_checkpoint_id is not None:
         last_checkpoint = {"id": status.last_checkpoint_id, "uri": status.last_checkpoint_uri}
-    document = {
-        "job": catalog.job,
-        "root": catalog.uri,
-        "generation": generation,
-        "status_generation": status.generation if status is not None else None,
-        "state": state,
-        "alive": alive,
-        "heartbeat_age_s": None if age is None else round(age, 3),
-        "max_heartbeat_age_s": args.max_heartbeat_age,
+    view = history.to_json()
+    return {
+        "job": history.job,
+        "root": history.root,
+        "generation": history.generation,
+        "status_generation": view["status_generation"],
+        "state": view["state"],
+        "alive": history.alive,
+        "heartbeat_age_s": view["heartbeat_age_s"],
+        "max_heartbeat_age_s": history.max_heartbeat_age,
         "started": _iso(status.started_at) if status is not None else None,
-        "last_batch": status.last_batch if status is not None else None,
+        "last_batch": view["last_batch"],
         "last_checkpoint": last_checkpoint,
         "latest_checkpoint": None if latest is None else {
-            "id": latest.id, "uri": catalog.checkpoint_uri(latest.id), "batch_id": latest.batch_id,
+            "id": latest.id, "uri": latest.uri, "batch_id": latest.batch_id,
             "generation": latest.generation, "created": _iso(latest.created_at),
         },
         "checkpoints_completed": status.checkpoints_completed if status is not None else None,
         "savepoint": status.savepoint_uri if status is not None else None,
-        "error": status.error if status is not None else None,
+        "error": view["error"],
         "host": status.host if status is not None else None,
         "pid": status.pid if status is not None else None,
         "application_id": (status.application_id or None) if status is not None else None,
+        # added fields (the history model's overview)
+        "counts": view["counts"],
+        "latest_savepoint": None if view["latest_savepoint"] is None else {
+            k: view["latest_savepoint"][k] for k in ("id", "uri", "batch_id", "generation", "created")},
+        "latest_restore": None if view["latest_restore"] is None else {
+            k: view["latest_restore"][k] for k in ("generation", "restored_from", "started", "airflow")},
+        "airflow_try": view["airflow_try"],
     }
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from airflow_sparkpoint.checkpoints.history import load_history
+
+    catalog = _open_catalog(args)
+    history = load_history(catalog, max_heartbeat_age=args.max_heartbeat_age)
+    latest = history.latest_completed
+    for record in history.checkpoints:  # what `restore=latest` skips over, as the catalog warns
+        if record.error and "no _metadata" not in record.error and (latest is None or record.id > latest.id):
+            log.warning("skipping invalid checkpoint %s: %s", record.uri, record.error)
+    document = _status_document(history)
     if args.json:
         _emit_json(document)
         return EXIT_OK
+    status, generation, age, alive = history.status, history.generation, history.heartbeat_age, history.alive
+    state = document["state"]
     if age is None:
         alive_text = "no (no status record)"
     else:
@@ -446,16 +447,25 @@ def cmd_status(args: argparse.Namespace) -> int:
             alive_text += f"; superseded by generation {generation}"
     latest_text = None
     if latest is not None:
-        latest_text = f"chk-{latest.id} (batch {latest.batch_id}, {_iso(latest.created_at)})  " \
-                      f"{catalog.checkpoint_uri(latest.id)}"
+        latest_text = f"chk-{latest.id} (batch {latest.batch_id}, {_iso(latest.created_at)})  {latest.uri}"
+    counts = history.counts
+    counts_text = (f"{counts.completed} completed, {counts.failed} failed, {counts.in_progress} in progress, "
+                   f"{counts.restored} restored" + ("" if counts.lifetime else " (retained history only)"))
+    current = history.current
+    started_by = None if current is None or current.airflow is None else current.airflow.describe()
+    restore = history.latest_restore
     print(_pairs([
         ("job", catalog.job),
         ("root", catalog.uri),
         ("generation", generation if generation else "none claimed yet"),
+        ("started by", started_by),
         ("state", f"{state} (generation {status.generation})" if status is not None else state),
         ("alive", alive_text),
         ("last batch", document["last_batch"]),
         ("last checkpoint", latest_text),
+        ("checkpoints", counts_text),
+        ("last restore", None if restore is None else
+         f"generation {restore.generation} from {restore.origin} ({_iso(restore.started_at)})"),
         ("savepoint", document["savepoint"]),
         ("error", document["error"]),
     ]))
@@ -463,6 +473,27 @@ def cmd_status(args: argparse.Namespace) -> int:
         hint = _other_jobs_hint(catalog)
         if hint:
             print(f"nothing recorded for job {catalog.job!r}{hint}", file=sys.stderr)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from airflow_sparkpoint.checkpoints.health import metric_values, prometheus_text
+    from airflow_sparkpoint.checkpoints.history import load_history
+
+    jobs = list(dict.fromkeys(args.jobs or ([_env("SPARKPOINT_JOB")] if _env("SPARKPOINT_JOB") else [])))
+    if not jobs:
+        raise UsageError("--job is required (or set SPARKPOINT_JOB); repeat --job for several jobs")
+    histories = []
+    for job in jobs:
+        catalog = _open_catalog(argparse.Namespace(**{**vars(args), "job": job}))
+        histories.append(load_history(catalog, max_heartbeat_age=args.max_heartbeat_age))
+    if args.json:  # the same figures as a JSON document
+        _emit_json({"jobs": [{"job": h.job, "root": h.root, "metrics": metric_values(h)} for h in histories]})
+    else:
+        sys.stdout.write(prometheus_text(({"job": h.job}, h) for h in histories))
     return EXIT_OK
 
 

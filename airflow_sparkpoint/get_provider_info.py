@@ -33,6 +33,9 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {"integration-name": "Sparkpoint", "python-modules": ["airflow_sparkpoint.triggers"]},
         ],
+        "plugins": [
+            {"name": "sparkpoint", "plugin-class": "airflow_sparkpoint.plugins.SparkpointPlugin"},
+        ],
         "connection-types": [
             {
                 "connection-type": "sparkpoint",

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from airflow_sparkpoint.operators.commit import SparkpointCommitOperator
+from airflow_sparkpoint.operators.health import SparkpointHealthCheckOperator
 from airflow_sparkpoint.operators.savepoint import SparkpointSavepointOperator
 from airflow_sparkpoint.operators.submit import SparkpointSubmitOperator
 from airflow_sparkpoint.operators.verify import SparkpointVerifyOperator
 
-__all__ = ["SparkpointCommitOperator", "SparkpointSavepointOperator", "SparkpointSubmitOperator",
-           "SparkpointVerifyOperator"]
+__all__ = [
+    "SparkpointCommitOperator",
+    "SparkpointHealthCheckOperator",
+    "SparkpointSavepointOperator",
+    "SparkpointSubmitOperator",
+    "SparkpointVerifyOperator",
+]

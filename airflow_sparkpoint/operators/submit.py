@@ -27,6 +27,7 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.status import result_key
 from airflow_sparkpoint.exceptions import ConfigError, ObjectNotFound, RestoreError
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.operators.health import emit_metrics_for
 from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
 
 if TYPE_CHECKING:
@@ -280,6 +281,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
                 os.unlink(self._shipped_zip)
                 self._shipped_zip = None
         result = self._read_result(catalog, generation_before)
+        emit_metrics_for(catalog, every=0)  # checkpoint metrics through Airflow's Stats (never raises)
         if result is None:
             self.log.warning("job %s ended without a Sparkpoint run result (did it call job.run()?)", self.job_name)
             return None

@@ -18,6 +18,7 @@ from typing import Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, FileRef, SnapshotHandle, SnapshotMetadata, SnapshotStats
+from airflow_sparkpoint.checkpoints.counters import CounterRecorder
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import CatalogError, SparkpointError, StaleGeneration, StorageError
 from airflow_sparkpoint.runtime import livedir
@@ -94,6 +95,8 @@ class Coordinator:
         self.checkpoints_completed = 0
         self.batches_committed: list[int] = []
         self.sink_positions: dict[str, Any] = {}
+        # Lifetime counters for the history model (metrics only: never fails the job).
+        self.counters = CounterRecorder(catalog, generation)
 
     # ------------------------------------------------------------------ inputs
 
@@ -105,6 +108,7 @@ class Coordinator:
         if snapshot is not None:
             self.confirmed_batch = snapshot.batch_id
             self.sink_positions = dict(snapshot.sink_positions)
+            self.counters.restored()
 
     def add_pending(self, record: TransactionRecord) -> None:
         with self._lock:
@@ -137,6 +141,7 @@ class Coordinator:
             raise
         except (CatalogError, StorageError, OSError, CheckpointAbandoned) as exc:
             self.consecutive_failures += 1
+            self.counters.failed()
             log.warning(
                 "checkpoint of batch %d failed (%d consecutive, %d tolerable): %s",
                 batch_id, self.consecutive_failures, self.tolerable_failures, exc,
@@ -219,6 +224,7 @@ class Coordinator:
         self.last_checkpoint = meta
         self.last_checkpoint_at = time.monotonic()
         self.checkpoints_completed += 1
+        self.counters.completed(meta.created_at)
         log.info(
             "checkpoint %d completed: batch %d, %d ms, %d of %d files copied (%d of %d bytes) -> %s",
             meta.id, batch_id, meta.stats.duration_ms, meta.stats.files_copied, meta.stats.file_count,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest
+from airflow_sparkpoint.checkpoints.history import generation_details
 from airflow_sparkpoint.checkpoints.status import JobStatus, result_key
 from airflow_sparkpoint.exceptions import (
     ConfigError,
@@ -280,7 +281,8 @@ class _Run:
         plan: RestorePlan = plan_restore(self.cfg, self.catalog, status.get("live_dir"))
         check_sink_position(plan, self.sink, self.cfg.job, self.cfg.restore_sink_ahead)
         self.generation = self.catalog.claim_generation(
-            {"restore": self.cfg.restore, "plan": plan.description, "app": self._application_id}
+            {"restore": self.cfg.restore, "plan": plan.description, "app": self._application_id,
+             **generation_details(self.cfg)}  # config in force + Airflow try, for the history model
         ).generation
         log.info("job %s generation %d starts from %s", self.cfg.job, self.generation, plan.description)
         if plan.resume_in_place:

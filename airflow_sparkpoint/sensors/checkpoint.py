@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.operators.health import emit_metrics_for
 from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
 from airflow_sparkpoint.triggers.conditions import (
     CheckpointCondition,
@@ -122,7 +123,9 @@ class SparkpointCheckpointSensor(BaseSensorOperator):
         )
 
     def _check(self, condition: CheckpointCondition) -> Outcome:
-        outcome = evaluate(self.hook.get_catalog(condition.job_name), condition)
+        catalog = self.hook.get_catalog(condition.job_name)
+        emit_metrics_for(catalog)  # checkpoint metrics through Airflow's Stats (rate-limited, never raises)
+        outcome = evaluate(catalog, condition)
         if outcome.error is not None:
             raise AirflowException(outcome.error)
         if not outcome.done:

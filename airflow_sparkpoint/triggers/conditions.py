@@ -1,7 +1,8 @@
 """When a Sparkpoint wait is over: the one condition function shared by
 `SparkpointCheckpointSensor` (poke mode) and `SparkpointCheckpointTrigger` (deferrable).
 
-Pure Python over a `Catalog`: no Airflow, no Spark. `evaluate` answers one of three ways::
+Pure Python over a `Catalog`: no Airflow, no Spark. What the store holds is read through
+the history model (`checkpoints.history`). `evaluate` answers one of three ways::
 
     done      the condition holds; `Outcome.payload` describes the snapshot (JSON-safe)
     failed    it can never hold: the job failed, its generation was superseded, it died
@@ -22,9 +23,20 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints.history import (
+    generation_alive,
+    live_status,
+    read_job_status,
+    snapshot_records,
+)
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import ConfigError
+
+# The status reads live in the history model; re-exported for the operators and trigger.
+__all__ = [
+    "CheckpointCondition", "Outcome", "epoch_seconds", "evaluate", "generation_alive", "live_status",
+    "optional_int", "optional_seconds", "read_job_status",
+]
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -101,40 +113,6 @@ def _iso(epoch: float | None) -> str:
     if epoch is None:
         return "never"
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# ---------------------------------------------------------------------------- status
-
-
-def read_job_status(catalog: Catalog) -> JobStatus | None:
-    """The job's status record, or None when there is none (or it is unreadable)."""
-    raw = catalog.read_status()
-    if raw is None:
-        return None
-    try:
-        return JobStatus.from_json(raw)
-    except (TypeError, ValueError):
-        return None
-
-
-def live_status(catalog: Catalog, max_heartbeat_age: float, *, now: float | None = None) -> JobStatus | None:
-    """The status of the job's live run, or None when no run is live.
-
-    Live: state starting/running, heartbeat younger than `max_heartbeat_age` seconds,
-    and not superseded by a newer generation.
-    """
-    status = read_job_status(catalog)
-    if status is None or not status.is_alive(max_heartbeat_age, now):
-        return None
-    if status.generation < catalog.current_generation():
-        return None
-    return status
-
-
-def generation_alive(catalog: Catalog, generation: int | None, max_heartbeat_age: float) -> bool:
-    """Whether the run of `generation` (any, when None) is live (see `live_status`)."""
-    status = live_status(catalog, max_heartbeat_age)
-    return status is not None and (generation is None or status.generation == generation)
 
 
 # ---------------------------------------------------------------------------- the condition
@@ -230,10 +208,8 @@ class Outcome:
 
 def _matches(catalog: Catalog, cond: CheckpointCondition) -> list[tuple[str, SnapshotMetadata]]:
     """(uri, metadata) of every valid snapshot passing the filters, newest first."""
-    if cond.savepoint:
-        snapshots = [(e.uri, e.metadata) for e in catalog.list_savepoints() if e.metadata is not None]
-    else:
-        snapshots = [(catalog.checkpoint_uri(m.id), m) for m in catalog.checkpoints()]
+    records = snapshot_records(catalog, cond.kind, drills=False)
+    snapshots = [(r.uri, r.metadata) for r in records if r.metadata is not None]
     result = []
     for uri, meta in snapshots:
         if cond.after_checkpoint_id is not None and meta.id <= cond.after_checkpoint_id:

@@ -135,7 +135,7 @@ def new_dag(name: str) -> Any:
 @contextmanager
 def streaming_job(pipeline: Pipeline, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """The quickstart job as its own long-running spark-submit (processingTime:1s)."""
-    from airflow_sparkpoint.demo_support import spark_submit_env
+    from airflow_sparkpoint.demo.support import spark_submit_env
 
     env = spark_submit_env(os.environ)
     submit = shutil.which("spark-submit", path=env["PATH"])

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from airflow_sparkpoint.demo_support import spark_submit_env
+from airflow_sparkpoint.demo.support import spark_submit_env
 from airflow_sparkpoint.sinks._delta_stage import estimated_bytes, stage_on_driver
 
 pytestmark = pytest.mark.spark

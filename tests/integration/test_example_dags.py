@@ -10,7 +10,7 @@ Delta tables are checked exactly against results computed here from the input.
   is rolled back to blue from the same savepoint and never shows in the table.
 
 Long-running jobs (blue, the alerting job) run as their own ``spark-submit`` processes
-(`dag.test()` runs tasks one at a time; `airflow_sparkpoint.demo_support.SubmittedJob`,
+(`dag.test()` runs tasks one at a time; `airflow_sparkpoint.demo.support.SubmittedJob`,
 which `sparkpoint demo` uses too). They are all started together, once, by the
 first test that needs one, and are killed at the end of the module at the latest.
 """
@@ -27,7 +27,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.demo_support import (
+from airflow_sparkpoint.demo.support import (
     SubmittedJob,
     delta_commits,
     delta_rows,

@@ -91,8 +91,7 @@ def test_healthy_savepoint_and_latest_pass_and_are_recorded(job, capsys):
     assert record.verified_at == doc["verified_at"] and record.checks["rows"] == expected_rows
     entry = listed(capsys, job, job.savepoint.uri)
     assert entry["valid"], "the record next to the snapshot must not make it invalid"
-    if "verified_at" in entry:  # list --json fields (history's part of #17)
-        assert (entry["verified_at"], entry["verify_error"]) == (doc["verified_at"], None)
+    assert (entry["verified_at"], entry["verify_error"]) == (doc["verified_at"], None)
 
     code, doc, err = run_cli(capsys, job, "latest")
     assert code == 0, err
@@ -126,8 +125,7 @@ def test_damaged_file_fails_naming_the_file_and_is_recorded(job, capsys, damage)
     record = record_of(job, uri)
     assert record is not None and record.error == doc["error"] and record.level == "state"
     entry = listed(capsys, job, uri)
-    if "verify_error" in entry:
-        assert entry["verify_error"] == doc["error"] and entry["verified_at"] == doc["verified_at"]
+    assert entry["verify_error"] == doc["error"] and entry["verified_at"] == doc["verified_at"]
 
 
 def test_state_spark_cannot_read_fails_at_the_read_naming_the_store(job, capsys):

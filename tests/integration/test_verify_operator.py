@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from airflow_sparkpoint import cli
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.storage import open_storage
@@ -145,7 +146,8 @@ def alerts_as_rows(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**a, "first_ts": parse(a["first_ts"]), "last_ts": parse(a["last_ts"])} for a in alerts]
 
 
-def test_drill_restores_the_savepoint_under_a_scratch_identity_and_leaves_production_alone(production, tmp_path):
+def test_drill_restores_the_savepoint_under_a_scratch_identity_and_leaves_production_alone(production, tmp_path,
+                                                                                          capsys):
     from airflow_sparkpoint.operators import SparkpointVerifyOperator
 
     prod = production
@@ -182,6 +184,9 @@ def test_drill_restores_the_savepoint_under_a_scratch_identity_and_leaves_produc
     record = read_verification(prod.catalog.store, savepoint.key)
     assert record is not None and record.ok and record.level == "drill"
     assert record.verified_at == summary["verified_at"] and record.checks["batches_processed"] == 2
+    assert cli.main(["list", "--dir", str(prod.root), "--job", JOB, "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)["savepoints"]
+    assert (listed["uri"], listed["verified_at"], listed["verify_error"]) == (savepoint.uri, record.verified_at, None)
     # production untouched: generations, table, files (but the record)
     assert prod.catalog.current_generation() == generations == 1
     assert delta_rows(prod.output) == table_before

@@ -29,7 +29,8 @@ from airflow_sparkpoint.sinks.base import CommitOutcome, Sink
 from airflow_sparkpoint.storage import open_storage
 
 ENTRY_KEYS = {"kind", "id", "uri", "valid", "error", "batch_id", "generation", "created_at", "created",
-              "duration_ms", "bytes_copied", "bytes_total", "file_count", "source_checkpoint"}
+              "duration_ms", "bytes_copied", "bytes_total", "file_count", "source_checkpoint",
+              "status", "superseded_by", "state_partitions", "verified_at", "verify_error"}
 SAVEPOINT_KEYS = {"job", "root", "kind", "source", "request_id", "state", "generation", "savepoint", "batch_id"}
 
 
@@ -174,7 +175,9 @@ def test_list_json_shape(capsys: pytest.CaptureFixture[str], root: Path) -> None
         "kind": "checkpoint", "id": 2, "uri": f"{catalog.uri}/chk-2", "valid": True, "error": None, "batch_id": 1,
         "generation": 1, "created_at": metas[1].created_at, "created": valid["created"], "duration_ms": 12,
         "bytes_copied": 100, "bytes_total": metas[1].total_bytes, "file_count": 2, "source_checkpoint": None,
+        "status": "valid", "superseded_by": None, "state_partitions": 1, "verified_at": None, "verify_error": None,
     }
+    assert invalid["status"] == "invalid" and invalid["state_partitions"] is None
     assert valid["created"].endswith("Z") and "T" in valid["created"]
     assert doc["savepoints"][0]["uri"] == sp.uri and doc["savepoints"][0]["source_checkpoint"] == 2
 
@@ -205,7 +208,8 @@ def test_status_json_live_and_dead(capsys: pytest.CaptureFixture[str], root: Pat
     assert code == 0
     assert set(doc) == {"job", "root", "generation", "status_generation", "state", "alive", "heartbeat_age_s",
                         "max_heartbeat_age_s", "started", "last_batch", "last_checkpoint", "latest_checkpoint",
-                        "checkpoints_completed", "savepoint", "error", "host", "pid", "application_id"}
+                        "checkpoints_completed", "savepoint", "error", "host", "pid", "application_id",
+                        "counts", "latest_savepoint", "latest_restore", "airflow_try"}
     assert (doc["generation"], doc["state"], doc["alive"], doc["last_batch"]) == (1, "running", True, 1)
     assert doc["last_checkpoint"] == {"id": 2, "uri": catalog.checkpoint_uri(2)}
     assert doc["latest_checkpoint"]["id"] == 2 and doc["latest_checkpoint"]["batch_id"] == 1
@@ -495,3 +499,73 @@ def test_list_and_savepoint_on_s3(capsys: pytest.CaptureFixture[str], s3_server:
     code, _, err = run(capsys, "list", "--dir", "s3://no-such-bucket-here/x", "--job", "orders",
                        "--s3-endpoint", s3_server, "--s3-region", "us-east-1")
     assert code == 1 and "no-such-bucket-here" in err
+
+
+# --------------------------------------------------------------------------- history: list, status, metrics
+
+
+def test_list_shows_the_last_restore_drill_and_state_partitions(capsys: pytest.CaptureFixture[str],
+                                                                  root: Path) -> None:
+    from airflow_sparkpoint.checkpoints.verification import VerificationRecord, write_verification
+
+    catalog, _ = job_with_checkpoints(root, 2)
+    write_verification(catalog.store, "chk-2", VerificationRecord(1795307061.1, "state", 2.0))
+    write_verification(catalog.store, "chk-1", VerificationRecord(1795307000.0, "files", 1.0, error="file x"))
+    code, out, _ = run(capsys, "list", "--dir", str(root), "--job", "orders", "--json")
+    doc = json.loads(out)
+    assert code == 0
+    assert [(e["verified_at"], e["verify_error"], e["state_partitions"]) for e in doc["checkpoints"]] == [
+        (1795307061.1, None, 1), (1795307000.0, "file x", 1)]
+    code, out, _ = run(capsys, "list", "--dir", str(root), "--job", "orders")
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[1].endswith("valid; verified 2026-11-22T00:24:21Z")
+    assert lines[2].endswith("valid; drill FAILED 2026-11-22T00:23:20Z")
+
+
+def test_status_shows_counts_and_the_airflow_try_of_the_generation(capsys: pytest.CaptureFixture[str],
+                                                                  root: Path) -> None:
+    catalog = Catalog(open_storage(str(root)), "orders")
+    catalog.claim_generation({"plan": "empty state", "airflow": {"dag_id": "etl", "task_id": "run",
+                                                                 "try_number": "1"}})
+    checkpoint(catalog, 0)
+    catalog.claim_generation({"plan": f"latest checkpoint {catalog.checkpoint_uri(1)} (batch 0)",
+                              "airflow": {"dag_id": "etl", "task_id": "run", "try_number": "2"}})
+    write_status(catalog)
+    code, out, _ = run(capsys, "status", "--dir", str(root), "--job", "orders")
+    assert code == 0
+    assert "started by       etl.run try 2" in out
+    assert "checkpoints      1 completed, 0 failed, 0 in progress, 1 restored (retained history only)" in out
+    assert "last restore     generation 2 from chk-1" in out
+    code, out, _ = run(capsys, "status", "--dir", str(root), "--job", "orders", "--json")
+    doc = json.loads(out)
+    assert doc["airflow_try"] == {"dag_id": "etl", "task_id": "run", "run_id": "", "try_number": 2}
+    assert doc["counts"]["restored"] == 1 and doc["latest_restore"]["generation"] == 2
+
+
+def test_metrics_prints_prometheus_text_for_each_job(capsys: pytest.CaptureFixture[str], root: Path) -> None:
+    job_with_checkpoints(root, 2)
+    other = Catalog(open_storage(str(root)), "payments")
+    other.claim_generation()
+    code, out, err = run(capsys, "metrics", "--dir", str(root), "--job", "orders", "--job", "payments")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert "# TYPE sparkpoint_numberOfCompletedCheckpoints counter" in lines
+    assert 'sparkpoint_numberOfCompletedCheckpoints{job="orders"} 2' in lines
+    assert 'sparkpoint_numberOfCompletedCheckpoints{job="payments"} 0' in lines
+    assert 'sparkpoint_lastCheckpointDuration{job="orders"} 12' in lines
+    assert 'sparkpoint_generation{job="payments"} 1' in lines
+    assert sum(line.startswith("# HELP sparkpoint_generation ") for line in lines) == 1
+    code, out, _ = run(capsys, "metrics", "--dir", str(root), "--job", "orders", "--json")
+    assert json.loads(out)["jobs"][0]["metrics"]["numberOfCompletedCheckpoints"] == 2
+
+
+def test_metrics_needs_a_job(capsys: pytest.CaptureFixture[str], root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, _, err = run(capsys, "metrics", "--dir", str(root))
+    assert code == 2 and "--job is required" in err
+    job_with_checkpoints(root, 1)
+    monkeypatch.setenv("SPARKPOINT_JOB", "orders")
+    code, out, _ = run(capsys, "metrics", "--dir", str(root))
+    assert code == 0 and 'sparkpoint_generation{job="orders"} 1' in out
+    code, _, err = run(capsys, "metrics", "--dir", str(root), "--job", "../x")
+    assert code == 2 and "job name '../x' is invalid" in err

@@ -4,6 +4,7 @@ and the Delta readers shared with the example-DAG tests (on a real delta-rs tabl
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.history import load_history, snapshot_records
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, SnapshotStats
 from airflow_sparkpoint.checkpoints.status import result_key
 from airflow_sparkpoint.demo import (
@@ -22,21 +24,18 @@ from airflow_sparkpoint.demo import (
     batch_of,
     expected_totals,
 )
-from airflow_sparkpoint.demo_console import (
-    Check,
-    Console,
-    Watcher,
+from airflow_sparkpoint.demo.console import Check, Console, Watcher, gist, verdict_lines
+from airflow_sparkpoint.demo.record import (
     checkpoint_table,
     delta_history_table,
     format_table,
     generation_table,
-    gist,
     human_bytes,
     origin,
     short_name,
-    verdict_lines,
+    summary_lines,
 )
-from airflow_sparkpoint.demo_support import (
+from airflow_sparkpoint.demo.support import (
     delta_commits,
     delta_history,
     orphaned_staged_files,
@@ -174,25 +173,36 @@ def test_watcher_names_generations_by_role_and_remembers_retired_checkpoints(tmp
 def test_record_tables_show_generations_checkpoints_and_delta_history(tmp_path: Path) -> None:
     catalog = Catalog.open(str(tmp_path), "quickstart")
     t0 = time.time()
-    catalog.claim_generation({"plan": "empty state (no completed checkpoint yet)"})
-    catalog.claim_generation({"plan": "latest checkpoint file:///r/quickstart/chk-3 (batch 2)"})
+    catalog.claim_generation({"plan": "empty state (no completed checkpoint yet)",
+                              "airflow": {"dag_id": "quickstart", "task_id": "totals", "try_number": "1"}})
+    catalog.claim_generation({"plan": "latest checkpoint file:///r/quickstart/chk-3 (batch 2)",
+                              "airflow": {"dag_id": "quickstart", "task_id": "totals", "try_number": "2"}})
     catalog.store.put(result_key(2), json.dumps({
         "status": "finished", "first_batch": 3, "last_batch": 7, "committed_batches": [3, 4, 5, 6, 7],
         "restored_from": "file:///r/quickstart/chk-3"}).encode())
     roles = {1: "first try", 2: "retry"}
 
     lines = generation_table(catalog, roles.__getitem__, {("quickstart", 1): "running"}, t0)
+    assert lines[0].split() == ["gen", "role", "started", "restored", "from", "outcome", "started", "by"]
     assert [line.split()[:3] for line in lines[2:]] == [["1", "first", "try"], ["2", "retry", "+0s"]]
-    assert lines[2].endswith("empty state    died while running, no run result")
-    assert lines[3].endswith("chk-3          finished, batches 3..7, committed [3, 4, 5, 6, 7]")
+    assert "empty state    died while running, no run result  " in lines[2]
+    assert lines[2].endswith("quickstart.totals try 1")
+    assert lines[3].endswith("chk-3          finished, batches 3..7, committed [3, 4, 5, 6, 7]  quickstart.totals try 2")
 
     metas = [_checkpoint(catalog, i, i - 1, 2) for i in (4, 5)]
-    reused = metas[1].with_(generation=1, batch_id=1, created_at=metas[0].created_at - 1)  # same id, older
-    lines = checkpoint_table([*metas, reused], [metas[1]], roles.__getitem__)
+    records = {r.id: r for r in snapshot_records(catalog, "checkpoint")}
+    reused = dataclasses.replace(records[5], generation=1, batch_id=1, created_at=metas[0].created_at - 1)
+    lines = checkpoint_table([records[4], records[5], reused], [records[5]], roles.__getitem__)
     assert lines[0].split() == ["chk", "batch", "gen", "role", "ms", "copied", "total", "files", "now"]
     assert [line.split()[:3] for line in lines[2:]] == [["5", "1", "1"], ["4", "3", "2"], ["5", "4", "2"]]
-    assert lines[3].split() == ["4", "3", "2", "retry", "44", "1.3", "KiB", "8.8", "KiB", "0", "retired"]
+    assert lines[3].split() == ["4", "3", "2", "retry", "44", "1.3", "KiB", "0", "B", "0", "retired"]
     assert lines[2].split()[-1] == "retired" and lines[4].split()[-1] == "retained"
+    assert summary_lines(load_history(catalog)) == [
+        "   checkpoints retained: 2 completed, 0 failed, 1 restores",
+        "   duration over the 2 retained: min 44 ms, avg 44 ms, max 45 ms",
+        "   copied over the 2 retained: min 1.3 KiB, avg 1.3 KiB, max 1.3 KiB",
+        "   total over the 2 retained: min 0 B, avg 0 B, max 0 B",
+    ]
 
     history = [{"version": 0, "operation": "CREATE TABLE", "job": None, "batch": None, "generation": None},
                {"version": 1, "operation": "MERGE", "job": "quickstart", "batch": 3, "generation": 2}]

@@ -87,14 +87,18 @@ class SubmittedJob:
 
     def start(self) -> None:
         """Start ``spark-submit`` in its own session (a Ctrl-C of the caller does not
-        reach it: `kill` ends it). The test-only fault hook is never passed on.
+        reach it: `kill` ends it). The test-only fault hook and Airflow's task context are
+        never passed on.
 
         :raises RuntimeError: the process is still running, or ``spark-submit`` is not
             next to the interpreter.
         """
         if self.running:
             raise RuntimeError(f"job {self.job} is already running (pid {self.proc.pid})")  # type: ignore[union-attr]
-        env = spark_submit_env({k: v for k, v in os.environ.items() if not k.startswith("SPARKPOINT_TEST_FAULT")})
+        # Neither the test-only fault hook nor the Airflow task context a `dag.test()` run left
+        # in this process's environment (the job would record a task try that did not start it).
+        env = spark_submit_env({k: v for k, v in os.environ.items()
+                                if not k.startswith(("SPARKPOINT_TEST_FAULT", "AIRFLOW_CTX_"))})
         submit = shutil.which("spark-submit", path=env["PATH"])
         if not submit:
             raise RuntimeError(f"spark-submit not found on {env['PATH']}")

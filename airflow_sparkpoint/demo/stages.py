@@ -1,4 +1,4 @@
-"""The guided demo behind ``make demo`` / ``sparkpoint demo``.
+"""The guided demo's stages, record and verdict (``make demo`` / ``sparkpoint demo``).
 
 Airflow (``dag.test``, SQLite metadata database), local Spark through real
 ``spark-submit`` and local storage, all under ``--workdir``:
@@ -32,24 +32,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from airflow_sparkpoint.demo_console import (
-    Check,
-    Console,
-    Watcher,
+from airflow_sparkpoint.checkpoints.history import load_history, read_generation, short_name, snapshot_records
+from airflow_sparkpoint.demo.console import Check, Console, Watcher, gist, verdict_lines
+from airflow_sparkpoint.demo.record import (
     checkpoint_table,
     delta_history_table,
     format_table,
-    generation_record,
     generation_table,
-    gist,
-    origin,
-    run_result,
     savepoint_table,
-    short_name,
     snapshot_key,
-    verdict_lines,
+    summary_lines,
 )
-from airflow_sparkpoint.demo_support import (
+from airflow_sparkpoint.demo.support import (
     SubmittedJob,
     delta_commits,
     delta_history,
@@ -220,7 +214,7 @@ class Demo:
                    run.state == "success" and ti.try_number == 2, f"{run.state}, try {ti.try_number}")
         self.check("incremental ETL: the first try's driver was killed", fired.exists(),
                    f"SIGKILL once batch {KILL_AFTER} was confirmed" if fired.exists() else "the fault never fired")
-        last = run_result(catalog, catalog.current_generation())
+        last = read_generation(catalog, catalog.current_generation()).result
         first_batch = last.get("first_batch")
         self.check("incremental ETL: the retry resumed instead of starting over",
                    isinstance(first_batch, int) and first_batch > 0,
@@ -292,7 +286,7 @@ class Demo:
             self.watcher.set_role(BLUE_JOB, int(green_gen), "green")
         if restored.get("generation"):
             self.watcher.set_role(BLUE_JOB, int(restored["generation"]), "blue, restored")
-        green_from = generation_record(catalog, int(green_gen)).get("details", {}).get("restore") if green_gen else None
+        green_from = read_generation(catalog, int(green_gen)).restore if green_gen else None
         green_chks = [m.id for m in self.watcher.checkpoints_of(BLUE_JOB) if m.generation == green_gen]
         self.say("")
         did = {
@@ -349,8 +343,8 @@ class Demo:
         self.blue.start()
         self.console.restart_clock()
         blue_gen = self.wait_for_blue(batch_of(first), after_generation=previous)
-        details = generation_record(catalog, blue_gen).get("details", {})
-        self.say(f"   blue (generation {blue_gen}) is running, started from {origin(details.get('plan'))}, "
+        started_from = read_generation(catalog, blue_gen).origin
+        self.say(f"   blue (generation {blue_gen}) is running, started from {started_from}, "
                  f"batch {batch_of(first)} checkpointed and committed")
         first, last = self.write_input(HEALTHY_GREEN_INPUT, 2)
         self.say(f"   new input: files {first}-{last} (batches {batch_of(first)}-{batch_of(last)}); DAG "
@@ -411,9 +405,10 @@ class Demo:
         self.say(f"   generation switches of job {catalog.job} (each start claims a new one; older ones are fenced off):")
         self.lines(generation_table(catalog, role, self.watcher.states, self.t0))
         self.say(f"   checkpoint history of job {catalog.job} (as observed; retention keeps the newest):")
-        current = catalog.checkpoints()
-        observed = {snapshot_key(m): m for m in [*self.watcher.checkpoints_of(catalog.job), *current]}
+        current = [r for r in snapshot_records(catalog, "checkpoint", drills=False) if r.valid]
+        observed = {snapshot_key(r): r for r in [*self.watcher.checkpoints_of(catalog.job), *current]}
         self.lines(checkpoint_table(observed.values(), current, role))
+        self.lines(summary_lines(load_history(catalog)))
         ids = [key[0] for key in observed]
         reused = sorted({i for i in ids if ids.count(i) > 1})
         if reused:
@@ -431,7 +426,7 @@ class Demo:
                    f"batches {commits[0] if commits else '-'}..{commits[-1] if commits else '-'}, "
                    f"{len(commits)} commits, {len(commits) - len(set(commits))} repeated")
         leftovers = orphaned_staged_files(table, job)
-        pending = catalog.transactions()
+        pending = load_history(catalog).staged
         self.check(f"{label}: nothing staged left over", not leftovers and not pending,
                    f"{len(leftovers)} orphaned staged files, {len(pending)} pending transactions")
 
@@ -484,7 +479,7 @@ def _write_quickstart_input(directory: Path) -> dict[str, tuple[int, int]]:
 def _dags_folder(explicit: str | None) -> Path:
     if explicit:
         return Path(explicit).resolve()
-    candidates = [Path(__file__).resolve().parents[1] / "dags", Path.cwd() / "dags"]
+    candidates = [Path(__file__).resolve().parents[2] / "dags", Path.cwd() / "dags"]
     for candidate in candidates:
         if (candidate / "example_sparkpoint_quickstart.py").exists():
             return candidate
@@ -525,7 +520,9 @@ def _exit_on_interrupt(demo: Demo, console: Console) -> dict[int, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sparkpoint demo", description=(__doc__ or "").split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="sparkpoint demo", description="The guided demo: an incremental ETL "
+                                     "resumed by Airflow's retry, a blue-green rollback and a promotion, then the "
+                                     "record and an exactly-once verdict.")
     parser.add_argument("--workdir", default="demo-output", help="where everything is written (wiped first)")
     parser.add_argument("--dags", default=None, help="the repository's dags/ folder")
     args = parser.parse_args(list(argv) if argv is not None else None)
