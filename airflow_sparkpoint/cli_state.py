@@ -94,8 +94,8 @@ def _snapshot_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from airflow_sparkpoint.cli import UsageError, _emit_json, _open_catalog, _table
-    from airflow_sparkpoint.exceptions import ConfigError
+    from airflow_sparkpoint.cli import CommandFailed, UsageError, _emit_json, _open_catalog, _table
+    from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
 
     key = None
     if args.key is not None:
@@ -112,21 +112,26 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError("--operator and --store select the rows to print: they need --rows")
     catalog = _open_catalog(args)
     _needs_pyspark("inspect")
-    from airflow_sparkpoint.runtime.inspect import local_session, open_state, rows_as_json
+    from airflow_sparkpoint.runtime.inspect import first_line, local_session, open_state, rows_as_json
 
     spark = local_session("sparkpoint-inspect")
     with open_state(spark, args.target, catalog=catalog, storage_options=_snapshot_options(args)) as snap:
-        state = snap.state()
-        body = {k: v for k, v in state.to_json().items() if k != "job"}
-        document: dict[str, Any] = {"job": catalog.job, "root": catalog.uri, **body, "snapshot_job": state.job}
-        rows: list[dict[str, Any]] | None = None
-        if args.rows:
-            try:
+        try:
+            state = snap.state()
+            body = {k: v for k, v in state.to_json().items() if k != "job"}
+            document: dict[str, Any] = {"job": catalog.job, "root": catalog.uri, **body, "snapshot_job": state.job}
+            rows: list[dict[str, Any]] | None = None
+            if args.rows:
                 op, spec = snap.store_spec(args.operator, args.store)
                 rows = rows_as_json(snap.rows(op.id, spec.name, key), args.limit)
-            except ConfigError as exc:
-                raise UsageError(str(exc)) from None
-            document.update({"operator": op.id, "store": spec.name, "rows": rows})
+                document.update({"operator": op.id, "store": spec.name, "rows": rows})
+        except ConfigError as exc:  # an unknown operator, store or key field
+            raise UsageError(str(exc)) from None
+        except SparkpointError:
+            raise
+        except Exception as exc:  # Spark's own errors: one line, not a JVM stack trace
+            raise CommandFailed(f"cannot read the state of {snap.handle.uri}: {first_line(exc)} "
+                                "(`sparkpoint verify` checks its files)") from exc
     if args.json:
         _emit_json(document)
         return EXIT_OK

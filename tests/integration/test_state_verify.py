@@ -147,6 +147,11 @@ def test_state_spark_cannot_read_fails_at_the_read_naming_the_store(job, capsys)
     assert "operator 0 (stateStoreSave) store default cannot be read" in doc["error"], doc["error"]
     assert doc["checks"]["files"] == len(meta.files), "the file checks passed before the read"
     assert record_of(job, uri).error == doc["error"]
+    # inspect of the same snapshot fails with one line, not a JVM stack trace
+    code = cli.main(["inspect", "--dir", str(job.root), "--job", "orders", uri])
+    err = capsys.readouterr().err
+    assert code == 1 and f"cannot read the state of {uri}: " in err, err
+    assert "Traceback" not in err and "at org.apache" not in err
 
 
 def test_verify_of_nothing_fails_without_recording(job, capsys, tmp_path):

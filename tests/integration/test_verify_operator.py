@@ -184,6 +184,7 @@ def test_drill_restores_the_savepoint_under_a_scratch_identity_and_leaves_produc
     record = read_verification(prod.catalog.store, savepoint.key)
     assert record is not None and record.ok and record.level == "drill"
     assert record.verified_at == summary["verified_at"] and record.checks["batches_processed"] == 2
+    capsys.readouterr()  # the DAG run's own output
     assert cli.main(["list", "--dir", str(prod.root), "--job", JOB, "--json"]) == 0
     [listed] = json.loads(capsys.readouterr().out)["savepoints"]
     assert (listed["uri"], listed["verified_at"], listed["verify_error"]) == (savepoint.uri, record.verified_at, None)
