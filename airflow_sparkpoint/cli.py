@@ -68,10 +68,13 @@ def _env(name: str) -> str | None:
 
 
 def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    from airflow_sparkpoint.runtime.config import parse_duration
+
+    try:  # seconds, or a duration as Spark writes them ("5 minutes", "30s")
+        value = parse_duration("", text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds nor a duration like '5 minutes'") \
+            from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} is invalid; expected a number of seconds > 0")
     return value

@@ -22,21 +22,31 @@ was healthy and approved; nothing is lost or counted twice either way.
 Green has to prove itself on new input: with nothing new since the savepoint it stages
 nothing, cannot reach the healthy checkpoints, and the deploy rolls back.
 
-Params: ``job_name`` (blue's pipeline name), ``input``, ``output``, ``checkpoint_dir``,
-``blue_trigger`` (``availableNow`` drains and finishes; ``processingTime:<interval>``
-keeps the restored blue running in this task), ``reject_audit`` and
-``green_fail_after_batch`` (exercise the rollback: reject green, or make green raise
-after that batch id).
+Results flow as XComArgs: the savepoint URI (``stop_blue.output``) is what green and
+the rollback restore; green's generation (``start_green.output["generation"]``, also
+published under the XCom key ``generation`` when green fails) is what the health check
+watches and the rollback aborts — never "the newest generation", which another run may
+hold.
+
+Storage: the ``sparkpoint_default`` connection; Spark: ``spark_default`` and the
+cluster's ``spark-defaults.conf``; Spark's live checkpoint under ``$SPARKPOINT_WORK_DIR``
+when set.
+
+Params: ``job_name`` (blue's pipeline name), ``input``, ``output``, ``blue_trigger``
+(``availableNow`` drains and finishes; ``processingTime:<interval>`` keeps the restored
+blue running in this task), ``reject_audit`` and ``green_fail_after_batch`` (exercise
+the rollback: reject green, or make green raise after that batch id).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Param, TriggerRule, task
+from airflow.sdk import DAG, Param, TriggerRule, XComArg, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_sparkpoint.hooks import SparkpointHook
@@ -48,43 +58,15 @@ from airflow_sparkpoint.operators import (
 from airflow_sparkpoint.sensors import SparkpointCheckpointSensor
 
 JOB_SCRIPT = str(Path(__file__).parent / "jobs" / "keyed_totals.py")
-BASE = "/tmp/sparkpoint-blue-green"
-SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
+STORAGE = "sparkpoint_default"  # the sparkpoint connection: storage root, S3 endpoint, credentials
+DATA = "/opt/sparkpoint/data/blue-green"
 HEALTHY_CHECKPOINTS = 2  # completed checkpoints green must reach before it can be published
 log = logging.getLogger(__name__)
-
-SAVEPOINT = "{{ ti.xcom_pull(task_ids='stop_blue') }}"
 
 
 def _job_args(version: int, *extra: str) -> list[str]:
     paths = ["--input", "{{ params.input }}", "--output", "{{ params.output }}"]
     return [*paths, "--version", str(version), *extra]
-
-
-def _published(table_path: str) -> dict[str, dict[str, Any]]:
-    """The rows readers see now, by user."""
-    from deltalake import DeltaTable
-
-    if not DeltaTable.is_deltatable(table_path):
-        return {}
-    return {row["user"]: row for row in DeltaTable(table_path).to_pyarrow_table().to_pylist()}
-
-
-def _staged(catalog: Any, generation: int) -> list[dict[str, Any]]:
-    """Rows green staged but did not publish, read from its pending transaction records
-    (for a DeltaSink: parquet files listed in the record, relative to the table)."""
-    import pyarrow.parquet as pq
-
-    from airflow_sparkpoint.sinks import sink_from_config
-
-    rows: list[dict[str, Any]] = []
-    for record in catalog.transactions():  # in batch order
-        if record.generation != generation:
-            continue
-        table_path = sink_from_config(record.sink, record.payload["config"]).path
-        for staged_file in record.payload["staged"]["files"]:
-            rows += pq.read_table(f"{table_path}/{staged_file['path']}").to_pylist()
-    return rows
 
 
 with DAG(
@@ -98,9 +80,8 @@ with DAG(
     tags=["sparkpoint", "example", "savepoint", "blue-green"],
     params={
         "job_name": Param("blue_green_totals", type="string", description="pipeline name of the blue job"),
-        "input": Param(f"{BASE}/input", type="string", description="the job's input (JSON lines)"),
-        "output": Param(f"{BASE}/totals", type="string", description="the Delta table it merges into"),
-        "checkpoint_dir": Param(f"{BASE}/checkpoints", type="string", description="Sparkpoint storage root"),
+        "input": Param(f"{DATA}/input", type="string", description="the job's input (JSON lines)"),
+        "output": Param(f"{DATA}/totals", type="string", description="the Delta table it merges into"),
         "blue_trigger": Param("availableNow", type="string",
                               description="blue's trigger after a rollback (or processingTime:<interval>)"),
         "reject_audit": Param(False, type="boolean", description="the audit rejects green (rollback drill)"),
@@ -108,29 +89,27 @@ with DAG(
                                         description="green fails after this batch (drill); -1: never"),
     },
 ) as dag:
-    common: dict[str, Any] = {
-        "job_name": "{{ params.job_name }}",
-        "checkpoint_dir": "{{ params.checkpoint_dir }}",
-    }
+    common: dict[str, Any] = {"job_name": "{{ params.job_name }}", "sparkpoint_conn_id": STORAGE}
+    work_dir = os.environ.get("SPARKPOINT_WORK_DIR") or None
 
-    stop_blue = SparkpointSavepointOperator(task_id="stop_blue", stop=True, timeout=600, **common)
+    stop_blue = SparkpointSavepointOperator(task_id="stop_blue", stop=True, timeout="10 minutes", **common)
 
     start_green = SparkpointSubmitOperator(
         task_id="start_green",
         conn_id="spark_default",
         application=JOB_SCRIPT,
         application_args=_job_args(2, "--fail-after-batch", "{{ params.green_fail_after_batch }}"),
-        conf=SPARK_CONF,
-        restore=SAVEPOINT,
+        restore=stop_blue.output,
         trigger="availableNow",
         commit_mode="external",  # stage only: nothing is visible before publish_green
+        work_dir=work_dir,
         retries=0,  # an unhealthy green is rolled back, not retried
         **common,
     )
 
     green_healthy = SparkpointCheckpointSensor(
         task_id="green_healthy",
-        generation="{{ ti.xcom_pull(task_ids='start_green')['generation'] }}",
+        generation=start_green.output["generation"],
         min_checkpoints=HEALTHY_CHECKPOINTS,
         poke_interval=10,
         timeout=600,
@@ -138,12 +117,11 @@ with DAG(
     )
 
     @task
-    def audit_green(params: Any = None, ti: Any = None) -> dict[str, Any]:
+    def audit_green(green: dict[str, Any], params: Any = None) -> dict[str, Any]:
         """Check green's staged rows against what readers see now."""
-        green = ti.xcom_pull(task_ids="start_green")
-        catalog = SparkpointHook(None, storage_uri=params["checkpoint_dir"]).get_catalog(params["job_name"])
-        staged = _staged(catalog, green["generation"])
-        published = _published(params["output"])
+        hook = SparkpointHook(STORAGE)
+        staged = hook.staged_rows(params["job_name"], generation=green["generation"])
+        published = {row["user"]: row for row in hook.delta_rows(params["output"])}
         problems = []
         if not staged:
             problems.append("green staged no rows")
@@ -163,9 +141,9 @@ with DAG(
         return {"approved": not problems, "problems": problems, "rows": len(staged)}
 
     @task.branch(trigger_rule=TriggerRule.ALL_DONE)
-    def decide(params: Any = None, ti: Any = None) -> str:
+    def decide(ti: Any = None) -> str:
         """Publish only if green ran, is healthy and the audit approved; else roll back.
-        Runs whatever happened upstream (ALL_DONE): a failed task leaves no XCom."""
+        Runs whatever happened upstream (ALL_DONE): a failed task leaves no result."""
         if not ti.xcom_pull(task_ids="stop_blue"):
             raise AirflowFailException("stop_blue failed: no savepoint to deploy from or to roll back to")
         green = ti.xcom_pull(task_ids="start_green")
@@ -179,23 +157,20 @@ with DAG(
             reason = f"green did not reach {HEALTHY_CHECKPOINTS} healthy checkpoints"
         else:
             reason = f"the audit rejected green: {audit['problems']}" if audit else "the audit failed"
-        if green:
-            generation = green["generation"]
-        else:
-            # A failed green leaves no result; the generation it claimed is the newest one.
-            # (Had it failed before claiming one, this is stopped blue's, fully committed.)
-            hook = SparkpointHook(None, storage_uri=params["checkpoint_dir"])
-            generation = hook.get_catalog(params["job_name"]).current_generation()
         ti.xcom_push(key="reason", value=reason)
-        ti.xcom_push(key="green_generation", value=generation)
-        log.warning("rolling back generation %s: %s", generation, reason)
+        # The generation green ran, published by its task even when it failed.
+        generation = ti.xcom_pull(task_ids="start_green", key="generation")
+        log.warning("rolling back green (generation %s): %s", generation, reason)
+        if generation is None:
+            return "restore_blue"  # green never started a run: it staged nothing
         return "abort_green"
 
     publish_green = SparkpointCommitOperator(task_id="publish_green", **common)
 
     abort_green = SparkpointCommitOperator(
         task_id="abort_green",
-        abort_generation="{{ ti.xcom_pull(task_ids='decide', key='green_generation') }}",
+        abort_generation=XComArg(start_green, key="generation"),
+        trigger_rule=TriggerRule.ALL_DONE,  # green may have failed; decide() chose this
         **common,
     )
 
@@ -204,22 +179,24 @@ with DAG(
         conn_id="spark_default",
         application=JOB_SCRIPT,
         application_args=_job_args(1),
-        conf=SPARK_CONF,
-        restore=SAVEPOINT,  # the same savepoint green started from
+        restore=stop_blue.output,  # the same savepoint green started from
         trigger="{{ params.blue_trigger }}",
-        # A retry (or a clear) restores the job's *latest* checkpoint, which may be green's,
-        # not the savepoint: roll back again with a new run of a restore from the savepoint.
+        work_dir=work_dir,
+        # On Airflow 3.3+ a retry restores the newest checkpoint of this task's own tries
+        # (none: the savepoint again), never green's (choose_restore). Older releases keep
+        # no task state: there, roll back again with a new run instead of a retry.
         retries=0,
+        trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
         **common,
     )
 
     @task
-    def rolled_back(ti: Any = None) -> None:
+    def rolled_back(savepoint: str, ti: Any = None) -> None:
         reason = ti.xcom_pull(task_ids="decide", key="reason")
-        savepoint = ti.xcom_pull(task_ids="stop_blue")
         raise AirflowFailException(f"deploy rolled back ({reason}); blue was restored from {savepoint}")
 
-    checks = [green_healthy, audit_green()]
-    stop_blue >> start_green >> checks
-    checks >> decide() >> [publish_green, abort_green]
-    abort_green >> restore_blue >> rolled_back()
+    checks = [green_healthy, audit_green(start_green.output)]
+    branch = decide()
+    checks >> branch >> [publish_green, abort_green, restore_blue]
+    abort_green >> restore_blue
+    restore_blue >> rolled_back(stop_blue.output)

@@ -12,13 +12,17 @@ restores the latest completed checkpoint and continues from there: no input is r
 twice into the table, none is skipped, and no batch is committed twice (each Delta
 commit carries the job's batch id and a repeat is a no-op).
 
+Storage: the ``sparkpoint_default`` connection (a path, ``file://`` or ``s3://``); Spark:
+the ``spark_default`` connection and the cluster's ``spark-defaults.conf``; Spark's live
+checkpoint under ``$SPARKPOINT_WORK_DIR`` when set.
+
 Params: ``input`` (JSON lines ``{"page", "ts", "user"}``), ``output`` (the Delta table),
-``checkpoint_dir`` (Sparkpoint storage root: a path, ``file://`` or ``s3://``),
 ``window`` and ``watermark`` (Spark interval strings).
 """
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -27,8 +31,7 @@ from airflow.sdk import DAG, Param
 from airflow_sparkpoint.operators import SparkpointSubmitOperator
 
 JOB_SCRIPT = str(Path(__file__).parent / "jobs" / "windowed_counts.py")
-BASE = "/tmp/sparkpoint-etl"
-SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
+DATA = "/opt/sparkpoint/data/incremental-etl"
 
 with DAG(
     dag_id="example_sparkpoint_incremental_etl",
@@ -40,14 +43,13 @@ with DAG(
     max_active_runs=1,  # one run at a time owns the job's state
     tags=["sparkpoint", "example", "incremental", "delta"],
     params={
-        "input": Param(f"{BASE}/input", type="string", description="page views (JSON lines)"),
-        "output": Param(f"{BASE}/views_per_window", type="string",
+        "input": Param(f"{DATA}/input", type="string", description="page views (JSON lines)"),
+        "output": Param(f"{DATA}/views_per_window", type="string",
                         description="Delta table, merged by window and page"),
-        "checkpoint_dir": Param(f"{BASE}/checkpoints", type="string", description="Sparkpoint storage root"),
         "window": Param("10 minutes", type="string", description="tumbling window length"),
         "watermark": Param("30 minutes", type="string", description="how late an event may arrive"),
     },
-    default_args={"retries": 3, "retry_delay": timedelta(seconds=5)},
+    default_args={"retries": 3, "retry_delay": timedelta(minutes=1)},
 ) as dag:
     SparkpointSubmitOperator(
         task_id="windowed_counts",
@@ -59,9 +61,9 @@ with DAG(
             "--window", "{{ params.window }}",
             "--watermark", "{{ params.watermark }}",
         ],
-        conf=SPARK_CONF,
         job_name="etl_windowed_counts",
-        checkpoint_dir="{{ params.checkpoint_dir }}",
+        sparkpoint_conn_id="sparkpoint_default",
+        work_dir=os.environ.get("SPARKPOINT_WORK_DIR") or None,
         trigger="availableNow",
         checkpoint_interval="0",  # a retained checkpoint after every micro-batch: a retry loses nothing
         num_retained=3,

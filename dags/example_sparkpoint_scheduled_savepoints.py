@@ -14,8 +14,8 @@ is always kept. Checkpoints are not affected (they have their own ``numRetained`
 A job that is not running is not savepointed (``from_checkpoint_if_not_running=False``):
 the run fails, which is the alert that the job is down.
 
-Params: ``job_name`` (the running job's pipeline name) and ``checkpoint_dir`` (its
-Sparkpoint storage root).
+Params: ``job_name`` (the running job's pipeline name); its storage: the
+``sparkpoint_default`` connection.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from airflow.sdk import DAG, Param, task
 from airflow_sparkpoint.hooks import SparkpointHook
 from airflow_sparkpoint.operators import SparkpointSavepointOperator
 
-BASE = "/tmp/sparkpoint-savepoints"
+STORAGE = "sparkpoint_default"  # the sparkpoint connection of the running job's storage
 MAX_COUNT = 3  # savepoints kept (newest first)
 MAX_AGE = timedelta(days=7)  # and none older than this (the newest is always kept)
 
@@ -43,16 +43,15 @@ with DAG(
     tags=["sparkpoint", "example", "savepoint", "retention"],
     params={
         "job_name": Param("sensor_alerts", type="string", description="pipeline name of the running job"),
-        "checkpoint_dir": Param(f"{BASE}/checkpoints", type="string", description="Sparkpoint storage root"),
     },
     default_args={"retries": 1, "retry_delay": timedelta(minutes=1)},
 ) as dag:
     savepoint = SparkpointSavepointOperator(
         task_id="savepoint",
         job_name="{{ params.job_name }}",
-        checkpoint_dir="{{ params.checkpoint_dir }}",
+        sparkpoint_conn_id=STORAGE,
         from_checkpoint_if_not_running=False,
-        timeout=600,  # the job answers between micro-batches
+        timeout="10 minutes",  # the job answers between micro-batches
         max_count=MAX_COUNT,
         max_age=MAX_AGE,
     )
@@ -60,7 +59,7 @@ with DAG(
     @task
     def retained_savepoints(new_savepoint: str, params: Any = None) -> list[str]:
         """The savepoints kept after retention, newest first (the new one is among them)."""
-        catalog = SparkpointHook(None, storage_uri=params["checkpoint_dir"]).get_catalog(params["job_name"])
+        catalog = SparkpointHook(STORAGE).get_catalog(params["job_name"])
         kept = [entry.uri for entry in catalog.list_savepoints() if entry.valid]  # newest first
         if new_savepoint not in kept:
             raise ValueError(f"the new savepoint {new_savepoint} is not among the retained ones: {kept}")

@@ -7,23 +7,32 @@ after a data-quality audit approved them:
 1. **write** – the job runs with ``commit_mode="external"``: every micro-batch is
    *staged* next to the table (invisible to readers) and recorded as a pending
    transaction; its checkpoint confirms it.
-2. **audit** – reads the staged rows through the pending transaction records
-   (``Catalog.transactions()``; for a Delta sink the record lists the staged parquet
-   files, relative to the table) and checks them: required fields present, amounts not
-   negative, no event id already published or staged twice. It picks the next task.
+2. **audit** – reads every staged, not yet published row (what **publish** would
+   publish) through ``SparkpointHook.staged_rows`` (the same connection and credentials
+   as the job, so on S3 too) and checks them: required fields present, amounts not negative, no event
+   id already published (``SparkpointHook.delta_rows``) or staged twice. It picks the
+   next task.
 3. **publish** – `SparkpointCommitOperator`: one idempotent Delta commit per confirmed
-   batch. Or **discard** – the same operator with ``abort_generation``: the run's staged
-   output is deleted and never becomes visible; **rejected** then fails the run so the
-   rejection alerts. The job's checkpoints have moved past the discarded input: to
-   process it again, fix it and restore a savepoint or checkpoint taken before it.
+   batch. Or **discard** – the same operator with ``abort_generation`` (this run's, from
+   the write task's result): the staged output is deleted and never becomes visible;
+   **rejected** then fails the run so the rejection alerts. The job's checkpoints have
+   moved past the discarded input: to process it again, fix it and restore a savepoint
+   or checkpoint taken before it.
 
-Params: ``input``, ``output``, ``checkpoint_dir``. Run it whenever new input landed
-(hourly here); a retry of **write** resumes from the latest checkpoint.
+Storage: the ``sparkpoint_default`` connection (``file://`` or ``s3://``; for S3 also
+the endpoint and credentials, which reach the job through its environment). Spark: the
+``spark_default`` connection and the cluster's ``spark-defaults.conf``. Spark's live
+checkpoint goes to ``$SPARKPOINT_WORK_DIR`` when set (required with an ``s3://`` root).
+
+Params: ``input`` (raw events, JSON lines), ``output`` (the Delta table: a path or
+``s3://``). Run it whenever new input landed (hourly here); a retry of **write**
+resumes from the latest checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,33 +45,10 @@ from airflow_sparkpoint.operators import SparkpointCommitOperator, SparkpointSub
 
 JOB_SCRIPT = str(Path(__file__).parent / "jobs" / "dedup_events.py")
 JOB_NAME = "wap_events"
-BASE = "/tmp/sparkpoint-wap"
-SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
+STORAGE = "sparkpoint_default"  # the sparkpoint connection: storage root, S3 endpoint, credentials
+DATA = "/opt/sparkpoint/data/write-audit-publish"
 
 log = logging.getLogger(__name__)
-
-
-def _staged_rows(checkpoint_dir: str) -> list[dict[str, Any]]:
-    """Every row staged but not yet published, from the pending transaction records."""
-    import pyarrow.parquet as pq
-
-    from airflow_sparkpoint.sinks import sink_from_config
-
-    catalog = SparkpointHook(None, storage_uri=checkpoint_dir).get_catalog(JOB_NAME)
-    rows: list[dict[str, Any]] = []
-    for record in catalog.transactions():  # in batch order
-        table_path = sink_from_config(record.sink, record.payload["config"]).path
-        for staged_file in record.payload["staged"]["files"]:
-            rows += pq.read_table(f"{table_path}/{staged_file['path']}").to_pylist()
-    return rows
-
-
-def _published_ids(table_path: str) -> set[str]:
-    from deltalake import DeltaTable
-
-    if not DeltaTable.is_deltatable(table_path):
-        return set()
-    return set(DeltaTable(table_path).to_pyarrow_table(columns=["event_id"]).column("event_id").to_pylist())
 
 
 with DAG(
@@ -75,29 +61,30 @@ with DAG(
     max_active_runs=1,
     tags=["sparkpoint", "example", "write-audit-publish", "two-phase-commit"],
     params={
-        "input": Param(f"{BASE}/input", type="string", description="raw events (JSON lines)"),
-        "output": Param(f"{BASE}/events", type="string", description="the published Delta table"),
-        "checkpoint_dir": Param(f"{BASE}/checkpoints", type="string", description="Sparkpoint storage root"),
+        "input": Param(f"{DATA}/input", type="string", description="raw events (JSON lines)"),
+        "output": Param(f"{DATA}/events", type="string", description="the published Delta table (path or s3://)"),
     },
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=30)},
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=1)},
 ) as dag:
     write = SparkpointSubmitOperator(
         task_id="write",
         conn_id="spark_default",
         application=JOB_SCRIPT,
         application_args=["--input", "{{ params.input }}", "--output", "{{ params.output }}"],
-        conf=SPARK_CONF,
         job_name=JOB_NAME,
-        checkpoint_dir="{{ params.checkpoint_dir }}",
+        sparkpoint_conn_id=STORAGE,
+        work_dir=os.environ.get("SPARKPOINT_WORK_DIR") or None,
         trigger="availableNow",
         commit_mode="external",  # stage and record; publishing is this DAG's decision
     )
 
     @task.branch(retries=0)
-    def audit(params: Any = None) -> str:
+    def audit(result: dict[str, Any], params: Any = None) -> str:
         """Data-quality rules on the staged rows; returns the task to run next."""
-        rows = _staged_rows(params["checkpoint_dir"])
-        published = _published_ids(params["output"])
+        hook = SparkpointHook(STORAGE)
+        rows = hook.staged_rows(JOB_NAME)  # everything publish would commit, this run's and any earlier try's
+        log.info("auditing generation %s of job %s: %d staged rows", result["generation"], JOB_NAME, len(rows))
+        published = {row["event_id"] for row in hook.delta_rows(params["output"], columns=["event_id"])}
         problems: list[str] = []
         seen: set[str] = set()
         for row in rows:
@@ -114,20 +101,18 @@ with DAG(
         log.info("audit approved %d staged rows", len(rows))
         return "publish"
 
-    publish = SparkpointCommitOperator(task_id="publish", job_name=JOB_NAME,
-                                       checkpoint_dir="{{ params.checkpoint_dir }}")
+    publish = SparkpointCommitOperator(task_id="publish", job_name=JOB_NAME, sparkpoint_conn_id=STORAGE)
 
     discard = SparkpointCommitOperator(
         task_id="discard",
         job_name=JOB_NAME,
-        checkpoint_dir="{{ params.checkpoint_dir }}",
-        abort_generation="{{ ti.xcom_pull(task_ids='write')['generation'] }}",
+        sparkpoint_conn_id=STORAGE,
+        abort_generation=write.output["generation"],
     )
 
     @task(retries=0)
-    def rejected(ti: Any = None) -> None:
-        aborted = ti.xcom_pull(task_ids="discard")["aborted"]
-        raise AirflowFailException(f"the audit rejected the staged output; discarded {aborted}")
+    def rejected(discarded: dict[str, list[str]]) -> None:
+        raise AirflowFailException(f"the audit rejected the staged output; discarded {discarded['aborted']}")
 
-    write >> audit() >> [publish, discard]
-    discard >> rejected()
+    audit(write.output) >> [publish, discard]
+    rejected(discard.output)

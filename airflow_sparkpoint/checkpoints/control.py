@@ -15,6 +15,12 @@ The ack file is the single arbitration point: whoever creates it owns the reques
 outcome. A waiter that times out, or sees the job die, claims a still-unacknowledged
 request as expired, so a job started later never acts on a request nobody waits for.
 
+Every request names the generation it is meant for (the live run's, from its status
+record). A run serves only requests addressed to its own generation, and when it
+starts it withdraws (expires, with the reason) the pending requests addressed to older
+generations or to none (records of earlier releases): a request whose run is gone is
+never served by a successor (a killed try's stop request must not stop the retry).
+
 Request ids sort by time: ``<13-digit epoch ms>-<8 hex>``.
 
 States reported by `ControlChannel.result`::
@@ -203,16 +209,22 @@ class ControlChannel:
         self,
         kind: str,
         *,
+        generation: int,
         timeout_s: float = 600.0,
-        generation: int | None = None,
         requested_by: str = "",
     ) -> ControlRequest:
-        """Write a new request; it expires `timeout_s` seconds from now.
+        """Write a new request for run `generation`; it expires `timeout_s` seconds from now.
 
-        :raises ConfigError: unknown `kind`, non-positive `timeout_s` or bad `generation`.
+        :raises ConfigError: unknown `kind`, non-positive `timeout_s`, or `generation`
+            missing or not an integer >= 1.
         """
         if kind not in KINDS:
             raise ConfigError(f"control request kind {kind!r} is invalid; expected one of {', '.join(KINDS)}")
+        if generation is None:
+            raise ConfigError(
+                f"a {kind} request needs generation=<the live run's generation> (see `sparkpoint status`): "
+                "a request for whichever run is current could be served by a later run it was not meant for"
+            )
         if (
             isinstance(timeout_s, bool)
             or not isinstance(timeout_s, (int, float))
@@ -220,8 +232,8 @@ class ControlChannel:
             or timeout_s <= 0
         ):
             raise ConfigError(f"control request timeout_s={timeout_s!r} is invalid; expected a number of seconds > 0")
-        if generation is not None and (isinstance(generation, bool) or not isinstance(generation, int) or generation < 1):
-            raise ConfigError(f"control request generation={generation!r} is invalid; expected an integer >= 1 or None")
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+            raise ConfigError(f"control request generation={generation!r} is invalid; expected an integer >= 1")
         now = self.clock()
         request = ControlRequest(
             id=new_request_id(now),
@@ -327,6 +339,18 @@ class ControlChannel:
             raise ControlError(f"{what} failed{by}: {result.error or 'no reason given'}")
         raise ControlError(f"{what} expired: {result.error or 'nobody acknowledged it in time'}")
 
+    def withdraw(self, request_id: str, reason: str) -> ControlResult:
+        """Withdraw request `request_id` if no run took it yet (it expires with `reason`);
+        return where it stands. A request a run already acknowledged is left to finish.
+
+        :raises ControlError: there is no such request, or its records are unreadable.
+        """
+        request = self._request(request_id)
+        current = self.result(request_id)
+        if current.state != "pending":
+            return current
+        return self._withdraw(request, reason)
+
     def _withdraw(self, request: ControlRequest, reason: str) -> ControlResult:
         """Claim an unacknowledged request as expired, so no job takes it later."""
         now = self.clock()
@@ -343,7 +367,8 @@ class ControlChannel:
     def pending(self, generation: int | None = None) -> list[ControlRequest]:
         """Requests nobody took yet and that have not expired, oldest first.
 
-        With `generation`, only requests addressed to it or to no particular generation.
+        With `generation`, only the requests addressed to that generation (what its run
+        serves); without, every pending request.
         """
         ids, taken = self._scan()
         now = self.clock()
@@ -359,10 +384,28 @@ class ControlChannel:
                 continue
             if request.expired(now) or request.job != self.catalog.job:
                 continue
-            if generation is not None and request.generation not in (None, generation):
+            if generation is not None and request.generation != generation:
                 continue
             result.append(request)
         return sorted(result, key=lambda r: (r.created_at, r.id))
+
+    def withdraw_superseded(self, generation: int) -> list[str]:
+        """Withdraw every pending request addressed to a generation older than
+        `generation`, or to none; return their ids. Called by run `generation` when it
+        starts: those requests' runs are gone (superseded), and no successor serves them.
+        """
+        withdrawn = []
+        for request in self.pending():
+            if request.generation is not None and request.generation >= generation:
+                continue
+            why = (
+                "addressed to no generation (written by an earlier release)" if request.generation is None
+                else f"addressed to generation {request.generation}, superseded by generation {generation}"
+            )
+            reason = f"{why}: that run is gone, and generation {generation} does not serve it"
+            if self._withdraw(request, reason).state == "expired":
+                withdrawn.append(request.id)
+        return withdrawn
 
     def acknowledge(self, request: ControlRequest, generation: int) -> None:
         """Take `request` for `generation` (atomic create of the ack).
@@ -370,7 +413,12 @@ class ControlChannel:
         :raises ObjectExists: another job (or a waiter that gave up) took it first.
         :raises ControlError: it is expired or addressed to another generation.
         """
-        if request.generation is not None and request.generation != generation:
+        if request.generation is None:
+            raise ControlError(
+                f"{request.kind} request {request.id} of job {self.catalog.job!r} is addressed to no generation; "
+                f"generation {generation} does not serve it"
+            )
+        if request.generation != generation:
             raise ControlError(
                 f"{request.kind} request {request.id} of job {self.catalog.job!r} is addressed to generation "
                 f"{request.generation}, not {generation}"

@@ -1,26 +1,85 @@
 """`SparkpointHook`: Sparkpoint storage from an Airflow connection.
 
-Connection type ``sparkpoint``:
+Connection type ``sparkpoint`` (its form is declared in `airflow_sparkpoint.get_provider_info`):
 
-==============  ======================================================
-field           meaning
-==============  ======================================================
-host            storage root URI (``s3://bucket/prefix``, ``file:///path``)
-login/password  S3 access key id / secret (optional; else ``aws_conn_id`` or
-                the default AWS chain)
-extra           ``endpoint_url``, ``region_name``, ``aws_conn_id``
-==============  ======================================================
+==================  ==========================================================
+field               meaning
+==================  ==========================================================
+host                storage root URI (``s3://bucket/prefix``, ``file:///path``)
+login / password    S3 access key id / secret (optional)
+``endpoint_url``    S3-compatible endpoint (MinIO, SeaweedFS, ...); empty: AWS
+``region_name``     S3 region
+``aws_conn_id``     an Airflow ``aws`` connection for the credentials (roles,
+                    profiles, session tokens), read through the Amazon
+                    provider's ``AwsBaseHook``
+``jobs``            the pipelines stored there, comma-separated (what the UI
+                    lists for this connection)
+``pyspark_python``  the Python interpreter on the Spark cluster's nodes
+==================  ==========================================================
+
+Credentials, in this order: login/password; the ``aws_conn_id`` connection through
+``AwsBaseHook`` (needs ``pip install 'airflow-sparkpoint[amazon]'``); else none are set
+and boto3's default chain applies (environment, profile, instance role) — in this
+process and in the ``spark-submit`` it starts. They are never parsed by hand.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 from airflow.sdk import BaseHook
 
-from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.storage import Storage, open_storage
+from airflow_sparkpoint.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
+from airflow_sparkpoint.storage import Storage, open_storage, split_uri
+
+
+def extra_field(extra: Mapping[str, Any], name: str, conn_type: str = "sparkpoint") -> Any:
+    """A form field from a connection's extra: plain, or as older forms stored it
+    (``extra__<type>__<name>``). Empty strings count as unset."""
+    for key in (name, f"extra__{conn_type}__{name}"):
+        value = extra.get(key)
+        if value not in (None, ""):
+            return value
+    return None
+
+
+def _aws_credentials(aws_connection: Any) -> dict[str, Any]:
+    """Credentials (and endpoint/region) of an ``aws`` connection, through AwsBaseHook.
+
+    :raises ConfigError: the Amazon provider is not installed.
+    """
+    try:
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+    except ImportError:
+        raise ConfigError(
+            f"aws_conn_id={aws_connection.conn_id!r} needs the Amazon provider to read its credentials: "
+            "pip install 'airflow-sparkpoint[amazon]' (apache-airflow-providers-amazon); or leave aws_conn_id "
+            "empty to use boto3's default credential chain"
+        ) from None
+
+    class _Hook(AwsBaseHook):
+        # The connection was already read (asynchronously, in the triggerer): reuse it.
+        def get_connection(self, conn_id: str) -> Any:  # type: ignore[override]
+            return aws_connection
+
+    hook = _Hook(aws_conn_id=aws_connection.conn_id, client_type="s3")
+    credentials = hook.get_credentials()
+    options: dict[str, Any] = {
+        "aws_access_key_id": credentials.access_key,
+        "aws_secret_access_key": credentials.secret_key,
+    }
+    if credentials.token:
+        options["aws_session_token"] = credentials.token
+    if hook.conn_config.endpoint_url:
+        options["endpoint_url"] = hook.conn_config.endpoint_url
+    if hook.conn_config.region_name:
+        options["region_name"] = hook.conn_config.region_name
+    return options
 
 
 class SparkpointHook(BaseHook):
@@ -39,63 +98,83 @@ class SparkpointHook(BaseHook):
         super().__init__()
         self.sparkpoint_conn_id = sparkpoint_conn_id
         self._storage_uri = storage_uri
-        self._resolved: tuple[str, dict[str, Any]] | None = None
+        self._resolved: tuple[str, dict[str, Any], dict[str, Any]] | None = None
+
+    # ------------------------------------------------------------------ the connection form
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """The form's layout (Airflow < 3.2; later releases read the provider info)."""
+        return {key.replace("-", "_"): dict(value) if isinstance(value, dict) else list(value)
+                for key, value in UI_FIELD_BEHAVIOUR.items()}
+
+    @classmethod
+    def get_connection_form_widgets(cls) -> dict[str, Any]:
+        """The form's own fields (Airflow < 3.2; later releases read ``conn-fields``)."""
+        from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+        from flask_babel import lazy_gettext
+        from wtforms import StringField
+        from wtforms.validators import Optional
+
         return {
-            "hidden_fields": ["schema", "port"],
-            "relabeling": {
-                "host": "Storage URI",
-                "login": "S3 access key id",
-                "password": "S3 secret access key",
-            },
-            "placeholders": {
-                "host": "s3://bucket/sparkpoint  or  file:///data/sparkpoint",
-                "extra": '{"endpoint_url": "http://minio:9000", "region_name": "us-east-1", "aws_conn_id": null}',
-            },
+            name: StringField(lazy_gettext(spec["label"]), widget=BS3TextFieldWidget(),
+                              description=spec["description"], validators=[Optional()])
+            for name, spec in CONN_FIELDS.items()
         }
 
-    def _resolve(self) -> tuple[str, dict[str, Any]]:
-        if self._resolved is not None:
-            return self._resolved
+    # ------------------------------------------------------------------ resolving
+
+    def _build(self, conn: Any, aws_conn: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """(storage URI, storage options, the connection's other fields) from connections
+        already read; blocking (an AWS role may be assumed)."""
         options: dict[str, Any] = {}
+        fields: dict[str, Any] = {}
         uri = self._storage_uri
-        if self.sparkpoint_conn_id:
-            conn = self.get_connection(self.sparkpoint_conn_id)
+        if conn is not None:
             extra = conn.extra_dejson or {}
-            uri = uri or (conn.host or "").strip() or extra.get("storage_uri")
-            if extra.get("endpoint_url"):
-                options["endpoint_url"] = extra["endpoint_url"]
-            if extra.get("region_name"):
-                options["region_name"] = extra["region_name"]
+            uri = uri or (conn.host or "").strip() or extra_field(extra, "storage_uri")
+            if aws_conn is not None:
+                options.update(_aws_credentials(aws_conn))
+            for name in ("endpoint_url", "region_name"):  # the connection's own values win
+                if extra_field(extra, name):
+                    options[name] = str(extra_field(extra, name)).strip()
             if conn.login and conn.password:
                 options["aws_access_key_id"] = conn.login
                 options["aws_secret_access_key"] = conn.password
-            elif extra.get("aws_conn_id"):
-                options.update(self._aws_credentials(str(extra["aws_conn_id"])))
+                options.pop("aws_session_token", None)
+            jobs = extra_field(extra, "jobs")
+            fields["jobs"] = [j.strip() for j in str(jobs).split(",") if j.strip()] if jobs else []
+            fields["pyspark_python"] = extra_field(extra, "pyspark_python")
         if not uri:
             raise ConfigError(
                 f"Sparkpoint connection {self.sparkpoint_conn_id!r} has no storage URI in its host field "
                 "(expected e.g. s3://bucket/prefix), and no storage_uri was given"
             )
-        self._resolved = (str(uri), options)
+        return str(uri), options, fields
+
+    def _aws_conn_id(self, conn: Any) -> str | None:
+        if conn is None or (conn.login and conn.password):
+            return None
+        value = extra_field(conn.extra_dejson or {}, "aws_conn_id")
+        return None if value is None else str(value)
+
+    def _resolve(self) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        if self._resolved is None:
+            conn = self.get_connection(self.sparkpoint_conn_id) if self.sparkpoint_conn_id else None
+            aws_conn_id = self._aws_conn_id(conn)
+            aws_conn = self.get_connection(aws_conn_id) if aws_conn_id else None
+            self._resolved = self._build(conn, aws_conn)
         return self._resolved
 
-    def _aws_credentials(self, aws_conn_id: str) -> dict[str, Any]:
-        conn = self.get_connection(aws_conn_id)
-        options: dict[str, Any] = {}
-        if conn.login and conn.password:
-            options["aws_access_key_id"] = conn.login
-            options["aws_secret_access_key"] = conn.password
-        extra = conn.extra_dejson or {}
-        if extra.get("aws_session_token"):
-            options["aws_session_token"] = extra["aws_session_token"]
-        if extra.get("endpoint_url") and "endpoint_url" not in options:
-            options["endpoint_url"] = extra["endpoint_url"]
-        if extra.get("region_name"):
-            options.setdefault("region_name", extra["region_name"])
-        return options
+    async def aresolve(self) -> None:
+        """Read the connection(s) with Airflow's async API (for triggers); the blocking
+        rest (assuming an AWS role) runs in a worker thread."""
+        if self._resolved is not None:
+            return
+        conn = await self.aget_connection(self.sparkpoint_conn_id) if self.sparkpoint_conn_id else None
+        aws_conn_id = self._aws_conn_id(conn)
+        aws_conn = await self.aget_connection(aws_conn_id) if aws_conn_id else None
+        self._resolved = await asyncio.to_thread(self._build, conn, aws_conn)
 
     @property
     def storage_uri(self) -> str:
@@ -106,12 +185,77 @@ class SparkpointHook(BaseHook):
         """Options for `open_storage` and sinks (may hold credentials: never log them)."""
         return dict(self._resolve()[1])
 
+    @property
+    def jobs(self) -> list[str]:
+        """The connection's ``jobs`` field (empty without a connection)."""
+        return list(self._resolve()[2].get("jobs") or [])
+
+    @property
+    def pyspark_python(self) -> str | None:
+        """The connection's ``pyspark_python`` field, or None."""
+        value = self._resolve()[2].get("pyspark_python")
+        return None if value is None else str(value)
+
     def get_storage(self) -> Storage:
-        uri, options = self._resolve()
+        uri, options, _ = self._resolve()
         return open_storage(uri, **options)
 
     def get_catalog(self, job_name: str) -> Catalog:
         return Catalog(self.get_storage(), job_name)
+
+    def pending_transactions(self, job_name: str, *, generation: int | None = None) -> list[TransactionRecord]:
+        """Staged, not yet committed transactions of job `job_name` (of one `generation`),
+        in batch order."""
+        records = self.get_catalog(job_name).transactions()
+        return [r for r in records if generation is None or r.generation == generation]
+
+    def staged_rows(self, job_name: str, *, generation: int | None = None) -> list[dict[str, Any]]:
+        """The rows of job `job_name`'s staged, not yet committed output (of one
+        `generation`), in batch order: what a write-audit-publish audit checks. Read
+        through the sink with this connection's storage options, so it works on S3 too.
+
+        :raises ConfigError: a transaction's sink cannot show its staged rows (only
+            ``DeltaSink`` output can be read before it is committed).
+        """
+        rows: list[dict[str, Any]] = []
+        for record in self.pending_transactions(job_name, generation=generation):
+            sink = self._sink(record.sink, record.payload.get("config") or {})
+            read = getattr(sink, "_location", None)
+            if record.sink != "delta" or read is None:
+                raise ConfigError(f"the staged rows of transaction {record.txn_id} ({record.sink} sink) cannot be "
+                                  "read before they are committed; only DeltaSink output can be audited this way")
+            for staged_file in record.payload["staged"]["files"]:
+                rows += read.read_parquet(staged_file["path"]).to_pylist()
+        return rows
+
+    def delta_rows(self, table_uri: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
+        """The rows readers see now in the Delta table at `table_uri` (a path or
+        ``s3://``, with this connection's endpoint and credentials); [] with no table."""
+        sink = self._sink("delta", {"uri": table_uri, "mode": "append"})
+        table = sink._location.open()  # type: ignore[attr-defined]
+        if table is None:
+            return []
+        return list(table.to_pyarrow_table(columns=columns).to_pylist())
+
+    def _sink(self, kind: str, config: Mapping[str, Any]) -> Any:
+        from airflow_sparkpoint.sinks import sink_from_config
+
+        sink = sink_from_config(kind, config)
+        sink.configure(self.storage_options)
+        return sink
+
+    def location_url(self, job_name: str) -> str:
+        """A URL of job `job_name`'s storage location, for a link: the AWS console for
+        AWS S3, the endpoint's path-style URL for other S3 stores, ``file://`` for paths."""
+        uri, options, _ = self._resolve()
+        scheme, bucket, prefix = split_uri(uri)
+        key = "/".join(p for p in (prefix.strip("/"), job_name) if p) + "/"
+        if scheme == "s3":
+            endpoint = options.get("endpoint_url")
+            if endpoint:
+                return f"{str(endpoint).rstrip('/')}/{bucket}/{quote(key)}"
+            return f"https://s3.console.aws.amazon.com/s3/buckets/{bucket}?prefix={quote(key)}"
+        return self.get_catalog(job_name).uri
 
     def test_connection(self) -> tuple[bool, str]:
         try:

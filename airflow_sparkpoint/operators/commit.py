@@ -18,6 +18,8 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
+from airflow_sparkpoint.runtime.config import duration_value
 from airflow_sparkpoint.sinks.commit import abort_generation as abort_staged
 from airflow_sparkpoint.sinks.commit import commit_pending
 from airflow_sparkpoint.triggers.conditions import live_status, optional_int, optional_seconds
@@ -46,6 +48,7 @@ class SparkpointCommitOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("job_name", "checkpoint_dir", "abort_generation", "upto_batch")
     ui_color = "#e8fde9"
+    operator_extra_links = (SparkpointCheckpointHistoryLink(),)
 
     def __init__(
         self,
@@ -59,6 +62,7 @@ class SparkpointCommitOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        max_heartbeat_age = duration_value("max_heartbeat_age", max_heartbeat_age)
         if not checkpoint_dir and not sparkpoint_conn_id:
             raise ConfigError("SparkpointCommitOperator needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
         if optional_seconds("max_heartbeat_age", max_heartbeat_age) is None:

@@ -6,6 +6,10 @@ savepoint, commits and exits 0). A job that is not running gets a savepoint copi
 its latest completed checkpoint (unless `from_checkpoint_if_not_running` is False).
 Afterwards, savepoint history retention (`max_count` / `max_age`) disposes of older
 savepoints, always keeping the newest. Returns the savepoint URI.
+
+The request names the running generation: only that run serves it. If the task is
+killed while it waits (`on_kill`; deferred: the trigger's `on_kill`), a request no run
+took yet is withdrawn, so no later run acts on it.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.checkpoints import Catalog
@@ -26,6 +30,8 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
 from airflow_sparkpoint.exceptions import ConfigError, ControlError, SparkpointError
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
+from airflow_sparkpoint.runtime.config import duration_value
 from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
 from airflow_sparkpoint.triggers.conditions import (
     generation_alive,
@@ -55,11 +61,15 @@ class SparkpointSavepointOperator(BaseOperator):
     :param max_count: after success keep at most this many savepoints (newest first).
     :param max_age: after success dispose of savepoints older than this (timedelta or
         seconds). The newest savepoint is always kept.
-    :param deferrable: wait for the request in the triggerer instead of a worker slot.
+    :param deferrable: wait for the request in the triggerer instead of a worker slot
+        (default: ``[operators] default_deferrable``).
+
+    Durations are seconds, a timedelta or a duration string (``"10 minutes"``).
     """
 
     template_fields: Sequence[str] = ("job_name", "checkpoint_dir")
     ui_color = "#fdf2e8"
+    operator_extra_links = (SparkpointCheckpointHistoryLink(),)
 
     def __init__(
         self,
@@ -73,11 +83,15 @@ class SparkpointSavepointOperator(BaseOperator):
         max_heartbeat_age: float = 60,
         from_checkpoint_if_not_running: bool = True,
         max_count: int | None = None,
-        max_age: timedelta | float | None = None,
-        deferrable: bool = False,
+        max_age: timedelta | float | str | None = None,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        timeout, poll_interval, max_heartbeat_age, max_age = (
+            duration_value(name, value) for name, value in (
+                ("timeout", timeout), ("poll_interval", poll_interval), ("max_heartbeat_age", max_heartbeat_age),
+                ("max_age", max_age)))
         if not checkpoint_dir and not sparkpoint_conn_id:
             raise ConfigError("SparkpointSavepointOperator needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
         for name, value in (("timeout", timeout), ("poll_interval", poll_interval),
@@ -94,7 +108,11 @@ class SparkpointSavepointOperator(BaseOperator):
         self.from_checkpoint_if_not_running = bool(from_checkpoint_if_not_running)
         self.max_count = optional_int("max_count", max_count, minimum=1)
         self.max_age = optional_seconds("max_age", max_age)
-        self.deferrable = deferrable
+        if deferrable is None:
+            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
+        self.deferrable = bool(deferrable)
+        #: the control request this task filed (withdrawn by `on_kill` if no run took it)
+        self.request_id: str | None = None
 
     @cached_property
     def hook(self) -> SparkpointHook:
@@ -116,6 +134,7 @@ class SparkpointSavepointOperator(BaseOperator):
         channel = ControlChannel(catalog)
         request = channel.submit(kind, timeout_s=self.timeout, generation=live.generation,
                                  requested_by=self._requester())
+        self.request_id = request.id
         self.log.info("asked generation %d of job %s for a %s (request %s, timeout %.0f s)",
                       live.generation, self.job_name, "stop-with-savepoint" if self.stop else "savepoint",
                       request.id, self.timeout)
@@ -152,6 +171,20 @@ class SparkpointSavepointOperator(BaseOperator):
                       self.job_name, result.savepoint, result.batch_id)
         self._retention(catalog)
         return result.savepoint
+
+    def on_kill(self) -> None:
+        """Withdraw this task's control request if no run has taken it yet (a run that
+        took it finishes it: a savepoint completes, a stop stops)."""
+        if self.request_id is None:
+            return
+        try:
+            result = ControlChannel(self.hook.get_catalog(self.job_name)).withdraw(
+                self.request_id, f"task {self.task_id} was killed while waiting")
+        except SparkpointError as exc:
+            self.log.warning("could not withdraw control request %s of job %s: %s", self.request_id,
+                             self.job_name, exc)
+            return
+        self.log.info("control request %s of job %s is %s", self.request_id, self.job_name, result.state)
 
     def execute_complete(self, context: Context, event: Any = None) -> str:
         """Resume after the trigger: apply retention and return the savepoint URI.

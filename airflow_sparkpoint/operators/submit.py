@@ -1,18 +1,28 @@
 """`SparkpointSubmitOperator`: spark-submit a checkpointed PySpark job.
 
-A `SparkSubmitOperator` (all of its parameters keep working) that wires the Sparkpoint
+A `SparkSubmitOperator` (its parameters keep working) that wires the Sparkpoint
 runtime: sets the ``spark.sparkpoint.*`` conf, chooses the restore target (``restore``
-on the first try, the latest retained checkpoint on every retry), optionally ships the
-runtime with ``--py-files``, and returns the run result as XCom.
+on the first try, the latest retained checkpoint of the task's own runs on every retry),
+optionally ships the runtime with ``--py-files``, and returns the run result as XCom.
+
+Client deploy mode only: the driver runs under the task, so a kill of the task reaches
+it (see `on_kill` and `airflow_sparkpoint.runtime.signals`). ``deploy_mode="cluster"``
+is refused before anything is submitted (see `refuse_cluster_mode`).
+
+Each submit carries a token (environment ``SPARKPOINT_SUBMITTER``) that the driver
+records with its generation claim: the operator finds its own run, result and
+application id by it, never by "the newest generation", which another run may hold.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -23,12 +33,17 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
-from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.status import result_key
-from airflow_sparkpoint.exceptions import ConfigError, ObjectNotFound, RestoreError
+from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.operators import runs
 from airflow_sparkpoint.operators.health import emit_metrics_for
-from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
+from airflow_sparkpoint.operators.links import (
+    SparkpointCheckpointHistoryLink,
+    SparkpointSparkUILink,
+    checkpoint_history_url,
+    spark_ui_url,
+)
+from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -58,8 +73,9 @@ def build_runtime_zip() -> str:
 
 
 class _SecretEnvSparkSubmitHook(SparkSubmitHook):
-    """A SparkSubmitHook that passes credentials to spark-submit's environment only:
-    never on the command line (which is logged) and never in templated fields."""
+    """A SparkSubmitHook that passes credentials (and the submit token) to
+    spark-submit's environment only: never on the command line (which is logged) and
+    never in templated fields."""
 
     def __init__(self, *args: Any, secret_env: Mapping[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -78,11 +94,14 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
     :param job_name: pipeline name (``spark.sparkpoint.job``): the identity of its state
         and of its sink transactions.
     :param checkpoint_dir: storage root (``spark.sparkpoint.dir``); or use `sparkpoint_conn_id`.
-    :param sparkpoint_conn_id: a ``sparkpoint`` connection giving the storage root and S3
-        endpoint/credentials (credentials reach spark-submit through its environment).
+    :param sparkpoint_conn_id: a ``sparkpoint`` connection giving the storage root, S3
+        endpoint/credentials (credentials reach spark-submit through its environment) and
+        the cluster's Python.
     :param restore: ``latest``, ``none`` or a savepoint/checkpoint path for the first try
-        (templated: a savepoint path can come from XCom). Retries always restore ``latest``.
-    :param trigger: ``availableNow`` or ``processingTime:<interval>``.
+        (templated: a savepoint path can come from XCom). A retry restores the latest
+        checkpoint of the task's own tries, or this path again while they made none.
+    :param trigger: ``availableNow`` or ``processingTime:<interval>`` (Spark's interval
+        syntax, e.g. ``processingTime:5 seconds``, or ``10s``).
     :param checkpoint_interval: ``spark.sparkpoint.checkpoint.interval`` (e.g. ``"0"``, ``"30s"``).
     :param num_retained: completed checkpoints to keep.
     :param commit_mode: ``checkpoint`` or ``external``.
@@ -90,7 +109,16 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
     :param sparkpoint_conf: further ``spark.sparkpoint.*`` settings (without or with prefix).
     :param ship_runtime: zip the pure-Python runtime and add it with ``--py-files``, so a
         cluster needs no install of the provider.
-    :param stop_timeout: seconds `on_kill` waits for a clean stop before killing.
+    :param stop_timeout: seconds `on_kill` gives the driver to end after SIGTERM (it
+        records its failed status at once) before spark-submit is killed.
+    :param spark_history_server: base URL of a Spark History Server: the "Spark UI" link
+        points there instead of the driver's live UI.
+
+    Returns (XCom) the run result; with key ``generation`` the generation the try ran
+    (pushed also when it failed) and with key ``spark_application`` its claim (application
+    id, UI URL, host, pid).
+
+    :raises ConfigError: bad settings or ``deploy_mode="cluster"``, before anything runs.
     """
 
     template_fields: Sequence[str] = (
@@ -102,7 +130,9 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         "checkpoint_interval",
         "work_dir",
         "sparkpoint_conf",
+        "spark_history_server",
     )
+    operator_extra_links = (SparkpointSparkUILink(), SparkpointCheckpointHistoryLink())
 
     def __init__(
         self,
@@ -118,7 +148,8 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         work_dir: str | None = None,
         sparkpoint_conf: Mapping[str, Any] | None = None,
         ship_runtime: bool = False,
-        stop_timeout: float = 60.0,
+        stop_timeout: float = 3.0,
+        spark_history_server: str | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", f"sparkpoint-{job_name}")
@@ -129,6 +160,8 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
             raise ConfigError(f"commit_mode={commit_mode!r} is not allowed; expected 'checkpoint' or 'external'")
         if not isinstance(num_retained, int) or num_retained < 1:
             raise ConfigError(f"num_retained={num_retained!r} is not allowed; expected an integer >= 1")
+        if isinstance(stop_timeout, bool) or not isinstance(stop_timeout, (int, float)) or not stop_timeout >= 0:
+            raise ConfigError(f"stop_timeout={stop_timeout!r} is invalid; expected a number of seconds >= 0")
         self.job_name = job_name
         self.checkpoint_dir = checkpoint_dir
         self.sparkpoint_conn_id = sparkpoint_conn_id
@@ -140,7 +173,10 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         self.work_dir = work_dir
         self.sparkpoint_conf = dict(sparkpoint_conf or {})
         self.ship_runtime = ship_runtime
-        self.stop_timeout = stop_timeout
+        self.stop_timeout = float(stop_timeout)
+        self.spark_history_server = spark_history_server
+        #: the run this try started (its generation claim), once the driver recorded it
+        self.sparkpoint_run: dict[str, Any] | None = None
         self._sp_hook: SparkpointHook | None = None
         self._secret_env: dict[str, str] = {}
         self._shipped_zip: str | None = None
@@ -156,27 +192,36 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
     def _catalog(self) -> Catalog:
         return self.sparkpoint_hook.get_catalog(self.job_name)
 
-    def choose_restore(self, try_number: int, catalog: Catalog | None = None) -> str:
-        """``restore`` on the first try; on a retry, the latest retained checkpoint (resume,
-        never restart).
+    def choose_restore(self, try_number: int, catalog: Catalog | None = None,
+                       own_generations: Sequence[int] | None = None) -> str:
+        """``restore`` on the first try; on a retry, the latest retained checkpoint of the
+        task's own tries (resume, never restart).
 
-        One exception keeps a retry from picking state that is not this task's: when the
-        first try restored a savepoint/checkpoint path and no checkpoint newer than that
-        snapshot exists (the first try died before its first checkpoint), the retry
-        restores the same path again instead of an unrelated older checkpoint.
+        ``restore="latest"``/``"none"``: a retry restores ``latest``. A savepoint or
+        checkpoint path: a retry restores the newest checkpoint that one of the task's
+        tries completed (``latest`` when that is the job's newest, else its path), or the
+        same path again while none did — never another run's state. `own_generations`
+        (from the task state record, Airflow 3.3+) are the generations the task's tries
+        ran; without them, a checkpoint newer than the path counts as the task's own.
         """
         if try_number <= 1:
             return self.restore
         if self.restore in ("latest", "none") or catalog is None:
             return "latest"
         latest = catalog.latest()
+        if latest is None:
+            return self.restore
+        if own_generations is not None:
+            own = [meta for meta in catalog.checkpoints() if meta.generation in set(own_generations)]
+            if not own:
+                return self.restore
+            newest = max(own, key=lambda meta: meta.id)
+            return "latest" if newest.id == latest.id else catalog.checkpoint_uri(newest.id)
         try:
             target = open_snapshot(self.restore, storage_options=self.sparkpoint_hook.storage_options).metadata
         except RestoreError:
             return "latest"
-        if latest is None or latest.created_at <= target.created_at:
-            return self.restore
-        return "latest"
+        return self.restore if latest.created_at <= target.created_at else "latest"
 
     def build_sparkpoint_conf(self, restore: str) -> dict[str, str]:
         """The ``spark.sparkpoint.*`` settings for this submit, validated like the job does.
@@ -215,8 +260,17 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
                 env[variable] = str(options[option])
         return env
 
-    def _local_spark_environment(self) -> dict[str, str]:
-        """Point spark-submit at this interpreter's PySpark when no Spark install is configured."""
+    def spark_environment(self, master: str) -> dict[str, str]:
+        """spark-submit's environment additions: this interpreter's PySpark when no Spark
+        install is configured, and the Python interpreters.
+
+        The driver runs here (client mode): ``PYSPARK_DRIVER_PYTHON`` defaults to this
+        interpreter. Spark's Python workers run ``spark.pyspark.python`` (conf) or
+        ``PYSPARK_PYTHON`` (`env_vars` or this worker's environment) when given; else the
+        `sparkpoint` connection's ``pyspark_python``; else this interpreter for a
+        ``local[...]`` master (same machine) and ``python3`` (Spark's own default) for a
+        cluster, where this worker's interpreter path means nothing.
+        """
         env: dict[str, str] = {}
         current = {**os.environ, **(self.env_vars or {})}
         if not current.get("SPARK_HOME"):
@@ -231,8 +285,17 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
             os.path.join(bindir, "spark-submit")
         ):
             env["PATH"] = bindir + os.pathsep + current.get("PATH", os.defpath)
-        if not current.get("PYSPARK_PYTHON"):
-            env["PYSPARK_PYTHON"] = sys.executable
+        if not current.get("PYSPARK_DRIVER_PYTHON") and not (self.conf or {}).get("spark.pyspark.driver.python"):
+            env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        if (self.conf or {}).get("spark.pyspark.python") or current.get("PYSPARK_PYTHON"):
+            return env
+        local = master.strip().lower().startswith("local")
+        from_conn = self.sparkpoint_hook.pyspark_python if self.sparkpoint_conn_id else None
+        env["PYSPARK_PYTHON"] = from_conn or (sys.executable if local else "python3")
+        self.log.info("Spark's Python workers run %s (%s)", env["PYSPARK_PYTHON"],
+                      f"connection {self.sparkpoint_conn_id!r}" if from_conn
+                      else "this interpreter: local master" if local else "Spark's default; set "
+                      "spark.pyspark.python, PYSPARK_PYTHON or the connection's Python field for your cluster")
         return env
 
     def _get_hook(self) -> SparkSubmitHook:
@@ -242,88 +305,195 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         hook._secret_env = dict(self._secret_env)
         return hook
 
+    def refuse_cluster_mode(self, hook: SparkSubmitHook) -> None:
+        """Refuse ``deploy_mode="cluster"`` (operator, Spark connection or conf).
+
+        In cluster mode the driver runs on the cluster: a kill of this task would not
+        reach it, and the Spark provider's durable reconnect would make a retry attach
+        to a still running application and return no result. Until both are handled
+        through the cluster manager (and tested against one), only client mode runs.
+
+        :raises ConfigError: cluster mode was asked for.
+        """
+        mode = str(hook._connection.get("deploy_mode") or (self.conf or {}).get("spark.submit.deployMode") or "")
+        if mode.strip().lower() == "cluster":
+            raise ConfigError(
+                f"SparkpointSubmitOperator {self.task_id!r}: deploy_mode='cluster' is not supported (from the "
+                f"operator, the {self._conn_id!r} connection's deploy-mode or spark.submit.deployMode); expected "
+                "client mode, where the driver runs under this task so that a kill or a retry reaches it"
+            )
+
     # ------------------------------------------------------------------ execute
 
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]
         ti = context["ti"]
         try_number = int(getattr(ti, "try_number", 1) or 1)
-        restore = self.choose_restore(try_number, self._catalog())
-        if try_number > 1 and restore == "latest":
-            self.log.info(
-                "try %d of %s: resuming job %s from its latest retained checkpoint (restore=latest; "
-                "the first try's restore=%r is not used again)", try_number, self.task_id, self.job_name, self.restore,
-            )
-        elif try_number > 1:
-            self.log.info(
-                "try %d of %s: job %s has no checkpoint newer than %s; restoring it again", try_number,
-                self.task_id, self.job_name, restore,
-            )
-        else:
-            self.log.info("first try: job %s starts with restore=%s", self.job_name, restore)
-        self._record_decision(context, try_number, restore)
-        sparkpoint_conf = self.build_sparkpoint_conf(restore)
+        store = context.get("task_state_store")  # Airflow 3.3+
+        self.refuse_cluster_mode(self._get_hook())
         catalog = self._catalog()
+        previous = runs.TaskRecord.load(store) if try_number > 1 else None
         generation_before = catalog.current_generation()
+        own = previous.generations(catalog) if previous is not None else None
+        restore = self.choose_restore(try_number, catalog, own)
+        self._log_decision(catalog, try_number, restore, previous)
+        token = runs.new_token()
+        runs.TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
+                        previous.since if previous else generation_before).save(store)
+        sparkpoint_conf = self.build_sparkpoint_conf(restore)
         self.conf = {**(self.conf or {}), **sparkpoint_conf}
-        self.env_vars = {**self._local_spark_environment(), **(self.env_vars or {})}
-        self._secret_env = self._secret_environment()
+        self._secret_env = {**self._secret_environment(), SUBMITTER_ENV: token}
+        master = str(self._get_hook()._connection.get("master") or "")
+        self.env_vars = {**self.spark_environment(master), **(self.env_vars or {})}
         if self.ship_runtime:
             self._shipped_zip = build_runtime_zip()
             self.py_files = ",".join(p for p in (self.py_files, self._shipped_zip) if p)
-        self._hook = None  # rebuilt with the final conf and environment
+        self._hook = None  # rebuilt with the final environment and files
+        self._push(ti, SparkpointCheckpointHistoryLink().xcom_key,
+                   checkpoint_history_url(self.job_name, self.sparkpoint_conn_id, self.checkpoint_dir))
+        watcher = _RunWatcher(catalog, token, generation_before, lambda run: self._found(ti, run))
+        watcher.start()
         try:
             super().execute(context)
         finally:
+            watcher.stop()
+            try:
+                self._found(ti, runs.find_claim(catalog, token, after=generation_before))
+            except SparkpointError as exc:  # keep the run's own error, if any
+                self.log.warning("could not read the generation claims of job %s: %s", self.job_name, exc)
             process = getattr(self._hook, "_submit_sp", None)
             if process is not None and process.stdout is not None:
                 process.stdout.close()  # the Spark hook leaves its log pipe open
             if self._shipped_zip:
                 os.unlink(self._shipped_zip)
                 self._shipped_zip = None
-        result = self._read_result(catalog, generation_before)
+        if self.sparkpoint_run is None:
+            self.log.warning("job %s ended without claiming a generation (did it call job.run()?)", self.job_name)
+            return None
+        generation = int(self.sparkpoint_run["generation"])
+        result = runs.read_result(catalog, generation)
         emit_metrics_for(catalog, every=0)  # checkpoint metrics through Airflow's Stats (never raises)
         if result is None:
-            self.log.warning("job %s ended without a Sparkpoint run result (did it call job.run()?)", self.job_name)
+            self.log.warning("job %s generation %d ended without a Sparkpoint run result", self.job_name, generation)
             return None
         self.log.info("job %s generation %s %s: last batch %s, last checkpoint %s, savepoint %s",
                       self.job_name, result.get("generation"), result.get("status"), result.get("last_batch"),
                       result.get("last_checkpoint"), result.get("savepoint"))
         return result
 
-    def _record_decision(self, context: Context, try_number: int, restore: str) -> None:
-        store = context.get("task_state_store")  # Airflow 3.3+
-        if store is None:
+    def _log_decision(self, catalog: Catalog, try_number: int, restore: str, previous: runs.TaskRecord | None) -> None:
+        if try_number <= 1:
+            self.log.info("first try: job %s starts with restore=%s", self.job_name, restore)
+            return
+        if previous is not None:
+            run = runs.find_claim(catalog, previous.tokens[-1], after=previous.since)
+            status = catalog.read_status() or {}
+            if run is None:
+                self.log.info("try %d: the previous try (%d) started no run of job %s", try_number,
+                              previous.try_number, self.job_name)
+            elif status.get("generation") == run.generation:
+                self.log.info("try %d: the previous try (%d) ran generation %d, which ended %s%s", try_number,
+                              previous.try_number, run.generation, status.get("state"),
+                              f" ({status['error']})" if status.get("error") else "")
+        if restore == "latest":
+            self.log.info("try %d of %s: resuming job %s from its latest retained checkpoint (restore=latest; "
+                          "the first try's restore=%r is not used again)", try_number, self.task_id, self.job_name,
+                          self.restore)
+        elif restore == self.restore:
+            self.log.info("try %d of %s: no try of this task completed a checkpoint of job %s yet; restoring %s "
+                          "again", try_number, self.task_id, self.job_name, restore)
+        else:
+            self.log.info("try %d of %s: resuming job %s from %s, the newest checkpoint of this task's own tries "
+                          "(a newer one is another run's)", try_number, self.task_id, self.job_name, restore)
+
+    def _found(self, ti: Any, run: runs.RunClaim | None) -> None:
+        """Record the run this try started (once) and publish its generation and links."""
+        with _FOUND_LOCK:
+            if run is None or self.sparkpoint_run is not None:
+                return
+            self.sparkpoint_run = run.to_json()
+        self.log.info("job %s runs as generation %d (application %s, UI %s)", self.job_name, run.generation,
+                      run.app or "?", run.ui or "off")
+        self._push(ti, "generation", run.generation)
+        self._push(ti, "spark_application", self.sparkpoint_run)
+        self._push(ti, SparkpointSparkUILink().xcom_key, spark_ui_url(self.sparkpoint_run, self.spark_history_server))
+
+    def _push(self, ti: Any, key: str, value: Any) -> None:
+        if value in (None, ""):
             return
         try:
-            store.set("sparkpoint_restore", json.dumps({"try_number": try_number, "restore": restore}))
+            ti.xcom_push(key=key, value=value)
         except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
-            self.log.debug("could not record the restore decision in the task state store: %s", exc)
-
-    @staticmethod
-    def _read_result(catalog: Catalog, generation_before: int) -> dict[str, Any] | None:
-        current = catalog.current_generation()
-        for generation in range(current, generation_before, -1):
-            try:
-                return dict(json.loads(catalog.store.get(result_key(generation))))
-            except ObjectNotFound:
-                continue
-        return None
+            self.log.debug("could not push XCom %r: %s", key, exc)
 
     def on_kill(self) -> None:
-        """Ask the job to stop cleanly (stop-with-savepoint through the control channel),
-        wait up to `stop_timeout`, then fall back to the Spark hook's kill."""
-        try:
-            channel = ControlChannel(self._catalog())
-            request = channel.submit("stop", timeout_s=self.stop_timeout, requested_by=f"on_kill:{self.task_id}")
+        """End the driver through signals, never through a control request.
+
+        The task supervisor has already sent SIGTERM to the task's process group (the
+        driver records its failed status and stops taking on work) and sends SIGKILL 5 s
+        later; a stop-with-savepoint cannot finish in that time, and a stop request would
+        outlive the driver and stop a later run. So: SIGTERM spark-submit and its
+        children (again, for an execution timeout, where no supervisor signal came),
+        give them `stop_timeout` seconds, then the Spark hook's own kill (SIGKILL).
+        """
+        process = getattr(self._hook, "_submit_sp", None)
+        if process is not None and process.poll() is None:
+            _signal_tree(process.pid, signal.SIGTERM)
             deadline = time.monotonic() + self.stop_timeout
-            while time.monotonic() < deadline:
-                process = getattr(self._hook, "_submit_sp", None)
-                if process is not None and process.poll() is not None:
-                    self.log.info("job %s stopped cleanly after stop request %s", self.job_name, request.id)
-                    return
-                time.sleep(1)
-            self.log.warning("job %s did not stop within %.0fs; killing spark-submit", self.job_name,
-                             self.stop_timeout)
-        except Exception as exc:  # noqa: BLE001 - always fall back to the kill
-            self.log.warning("clean stop of job %s failed (%s); killing spark-submit", self.job_name, exc)
-        super().on_kill()
+            while process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if process.poll() is not None:
+                self.log.info("spark-submit of job %s ended after SIGTERM (exit %s)", self.job_name,
+                              process.returncode)
+        if self._hook is not None:
+            super().on_kill()
+
+
+#: serializes `SparkpointSubmitOperator._found` (the watcher thread and the task's own);
+#: module-level: a lock on the operator would not survive its deep copies
+_FOUND_LOCK = threading.Lock()
+
+
+def _signal_tree(pid: int, sig: signal.Signals) -> None:
+    """Send `sig` to process `pid` and its descendants (spark-submit's JVM and the
+    Python driver it started), ignoring those already gone."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return
+    for proc in processes:
+        try:
+            proc.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+class _RunWatcher:
+    """While spark-submit runs, look for the generation its driver claims (by token),
+    so that the generation and the links are known while a long job runs."""
+
+    def __init__(self, catalog: Catalog, token: str, after: int, found: Any, interval_s: float = 2.0) -> None:
+        self._catalog, self._token, self._after, self._found = catalog, token, after, found
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="sparkpoint-run-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                run = runs.find_claim(self._catalog, self._token, after=self._after)
+            except SparkpointError as exc:
+                logging.getLogger(__name__).debug("looking for the run failed: %s", exc)
+                continue
+            if run is not None:
+                self._found(run)
+                return

@@ -16,6 +16,9 @@ from airflow_sparkpoint.sinks.base import DRIVER_STAGING_MAX_BYTES
 from airflow_sparkpoint.storage import split_uri
 
 PREFIX = "spark.sparkpoint."
+#: environment variable naming the submit (an Airflow task try) that started a driver;
+#: the driver records it with its generation claim
+SUBMITTER_ENV = "SPARKPOINT_SUBMITTER"
 
 KEYS: dict[str, str] = {
     "dir": "storage root: file:///..., a plain path, or s3://bucket/prefix (required)",
@@ -44,23 +47,55 @@ KEYS: dict[str, str] = {
     "test.pauseDir": "TESTS ONLY: directory of the pause points' .reached/.release files",
 }
 
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)?\s*$", re.IGNORECASE)
-_UNITS = {"ms": 0.001, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60, "min": 60,
-          "mins": 60, "minute": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600}
+_UNIT_SECONDS: dict[str, float] = {}
+for _names, _seconds in (
+    (("us", "microsecond", "microseconds"), 1e-6),
+    (("ms", "milli", "millis", "millisecond", "milliseconds"), 1e-3),
+    (("s", "sec", "secs", "second", "seconds"), 1.0),
+    (("m", "min", "mins", "minute", "minutes"), 60.0),
+    (("h", "hr", "hrs", "hour", "hours"), 3600.0),
+    (("d", "day", "days"), 86400.0),
+    (("w", "week", "weeks"), 604800.0),
+):
+    _UNIT_SECONDS.update(dict.fromkeys(_names, _seconds))
+_DURATION_RE = re.compile(r"^(?:\s*\d+(?:\.\d+)?\s*[a-z]*)+\s*$")
+_PART_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+_FORMS = "e.g. '0', '500ms', '2s', '10min', '1h', or Spark's '500 milliseconds', '5 seconds', '1 minute 30 seconds'"
 
 
 def parse_duration(key: str, value: str) -> float:
-    """Parse ``500ms``, ``2s``, ``10min``, ``1h`` or a bare number of seconds.
+    """Parse a duration in seconds: a bare number, Spark's time-conf forms (``500ms``,
+    ``2s``, ``10min``, ``1h``, ``2d``) and Spark's interval syntax as in
+    ``trigger(processingTime=...)`` (``500 milliseconds``, ``5 seconds``, ``1 minute``,
+    ``interval 1 minute 30 seconds``). Months and years are not fixed durations.
 
     :raises ConfigError: naming the key, the value and the accepted forms.
     """
-    match = _DURATION_RE.match(str(value))
-    if not match:
-        raise ConfigError(
-            f"{PREFIX}{key}={value!r} is not a duration; expected e.g. '0', '500ms', '2s', '10min' or '1h'"
-        )
-    unit = (match.group(2) or "s").lower()
-    return float(match.group(1)) * _UNITS[unit]
+    text = str(value).strip().lower()
+    text = text.removeprefix("interval ")
+    parts = _PART_RE.findall(text) if _DURATION_RE.match(text) else []
+    units = [unit for _, unit in parts]
+    if any(unit.startswith(("month", "mon", "year", "yr")) for unit in units):
+        raise ConfigError(f"{PREFIX}{key}={value!r} uses months or years, which are not fixed durations; "
+                          f"expected {_FORMS}")
+    bare = len(parts) == 1 and not units[0]
+    if not parts or (not bare and (not all(unit in _UNIT_SECONDS for unit in units) or len(set(units)) < len(units))):
+        raise ConfigError(f"{PREFIX}{key}={value!r} is not a duration; expected {_FORMS}")
+    return sum(float(number) * (_UNIT_SECONDS[unit] if unit else 1.0) for number, unit in parts)
+
+
+def duration_value(name: str, value: Any) -> Any:
+    """`value` with a duration string (any form `parse_duration` reads) turned into
+    seconds; numbers, timedeltas and None pass through unchanged.
+
+    :raises ConfigError: a string that is not a duration (the message names `name`).
+    """
+    if isinstance(value, str):
+        try:
+            return parse_duration(name, value)
+        except ConfigError:
+            raise ConfigError(f"{name}={value!r} is not a duration; expected seconds or {_FORMS}") from None
+    return value
 
 
 def _parse_int(key: str, value: str, minimum: int) -> int:

@@ -38,8 +38,8 @@ from airflow_sparkpoint.exceptions import (
     StaleGeneration,
     StorageError,
 )
-from airflow_sparkpoint.runtime import livedir
-from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
+from airflow_sparkpoint.runtime import livedir, signals
+from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
     RestorePlan,
@@ -192,7 +192,9 @@ class SparkpointJob:
             raise ConfigError(f"sink={sink!r} is not a Sparkpoint sink; expected DeltaSink, S3Sink or DirectorySink")
         if not df.isStreaming:
             raise ConfigError("run() needs a streaming DataFrame (spark.readStream...); got a batch DataFrame")
-        return _Run(self, df, sink, output_mode, query_name).execute()
+        run = _Run(self, df, sink, output_mode, query_name)
+        with signals.sigterm_ends_run(run):  # a killed task: record the end, act no more
+            return run.execute()
 
 
 def _parse_args(argv: Sequence[str]) -> dict[str, str]:
@@ -282,6 +284,8 @@ class _Run:
         check_sink_position(plan, self.sink, self.cfg.job, self.cfg.restore_sink_ahead)
         self.generation = self.catalog.claim_generation(
             {"restore": self.cfg.restore, "plan": plan.description, "app": self._application_id,
+             # which submit this is (the Airflow operator finds its own run by it) and its UI
+             "submitter": os.environ.get(SUBMITTER_ENV, ""), "ui": self.spark.sparkContext.uiWebUrl,
              **generation_details(self.cfg)}  # config in force + Airflow try, for the history model
         ).generation
         log.info("job %s generation %d starts from %s", self.cfg.job, self.generation, plan.description)
@@ -466,7 +470,7 @@ class _Run:
         self.coordinator.confirm(batch_id)
 
     def _checkpoint_and_commit(self, batch_id: int | None) -> None:
-        if batch_id is None:
+        if batch_id is None or self.error is not None:  # failing or terminating: nothing new
             return
         meta = self.coordinator.checkpoint(batch_id)
         if meta is not None:
@@ -492,6 +496,16 @@ class _Run:
                 self._complete_stop()
 
     def _serve_control(self) -> None:
+        """Serve the control requests addressed to this run's generation; on the first
+        call, withdraw those left for older generations (their runs are gone)."""
+        if self.error is not None:
+            return  # terminating (e.g. SIGTERM): take on nothing new
+        if not getattr(self, "_control_swept", False):
+            withdrawn = self.control.withdraw_superseded(self.generation)
+            if withdrawn:
+                log.warning("job %s generation %d withdrew %d control request(s) addressed to earlier runs: %s",
+                            self.cfg.job, self.generation, len(withdrawn), withdrawn)
+            self._control_swept = True
         for request in self.control.pending(self.generation):
             try:
                 self.control.acknowledge(request, self.generation)

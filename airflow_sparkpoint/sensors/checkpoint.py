@@ -12,12 +12,14 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
 from airflow_sparkpoint.operators.health import emit_metrics_for
+from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
+from airflow_sparkpoint.runtime.config import duration_value
 from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
 from airflow_sparkpoint.triggers.conditions import (
     CheckpointCondition,
@@ -47,11 +49,15 @@ class SparkpointCheckpointSensor(BaseSensorOperator):
     :param progress_within: also require healthy progress: heartbeat and newest checkpoint
         younger than this many seconds.
     :param max_heartbeat_age: a running job with an older heartbeat has died: fail.
-    :param deferrable: wait in the triggerer instead of a worker slot.
+    :param deferrable: wait in the triggerer instead of a worker slot (default:
+        ``[operators] default_deferrable``).
 
-    Fails with `AirflowException` (without waiting out `timeout`) when the job's status
-    says failed, the generation is superseded, the heartbeat is stale, or the job
-    finished / stopped before the condition held. Returns (XCom) the matching snapshot:
+    Durations (`progress_within`, `max_heartbeat_age`) are seconds, a timedelta or a
+    duration string (``"5 minutes"``). Fails with `AirflowException` (without waiting out
+    `timeout`) when the job's status says failed, the generation is superseded, the
+    heartbeat is stale, or the job finished / stopped before the condition held. With
+    ``soft_fail=True`` every one of these, a timeout and a trigger error skip instead,
+    in poke and deferrable mode alike. Returns (XCom) the matching snapshot:
     ``checkpoint_id``/``checkpoint_uri`` or ``savepoint_id``/``savepoint_uri``, with
     ``generation``, ``batch_id``, ``created_at`` and ``count``.
     """
@@ -64,6 +70,7 @@ class SparkpointCheckpointSensor(BaseSensorOperator):
         "after_time",
     )
     ui_color = "#e8f4fd"
+    operator_extra_links = (SparkpointCheckpointHistoryLink(),)
 
     def __init__(
         self,
@@ -78,11 +85,13 @@ class SparkpointCheckpointSensor(BaseSensorOperator):
         savepoint: bool = False,
         progress_within: float | None = None,
         max_heartbeat_age: float = 60.0,
-        deferrable: bool = False,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", 5.0)
         super().__init__(**kwargs)
+        progress_within = duration_value("progress_within", progress_within)
+        max_heartbeat_age = duration_value("max_heartbeat_age", max_heartbeat_age)
         if not checkpoint_dir and not sparkpoint_conn_id:
             raise ConfigError("SparkpointCheckpointSensor needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
         if optional_int("min_checkpoints", min_checkpoints, minimum=1) is None:
@@ -100,7 +109,9 @@ class SparkpointCheckpointSensor(BaseSensorOperator):
         self.savepoint = savepoint
         self.progress_within = progress_within
         self.max_heartbeat_age = max_heartbeat_age
-        self.deferrable = deferrable
+        if deferrable is None:
+            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
+        self.deferrable = bool(deferrable)
 
     @cached_property
     def hook(self) -> SparkpointHook:
@@ -123,10 +134,18 @@ class SparkpointCheckpointSensor(BaseSensorOperator):
         )
 
     def _check(self, condition: CheckpointCondition) -> Outcome:
+        """One look. A condition that can never hold fails the task, or skips it with
+        `soft_fail` / `never_fail` (in poke mode Airflow only does that for timeouts).
+
+        :raises AirflowException: the job failed, was superseded, died or ended early.
+        :raises AirflowSkipException: the same, with `soft_fail` or `never_fail`.
+        """
         catalog = self.hook.get_catalog(condition.job_name)
         emit_metrics_for(catalog)  # checkpoint metrics through Airflow's Stats (rate-limited, never raises)
         outcome = evaluate(catalog, condition)
         if outcome.error is not None:
+            if self.soft_fail or getattr(self, "never_fail", False):
+                raise AirflowSkipException(f"{outcome.error} (skipped: soft_fail)")
             raise AirflowException(outcome.error)
         if not outcome.done:
             self.log.info("waiting for %s", outcome.waiting_for)

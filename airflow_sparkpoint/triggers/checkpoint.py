@@ -9,9 +9,12 @@ Two modes:
                      completes, fails, expires, or the job dies
 
 The trigger carries only JSON-safe values and never credentials: it names the
-connection (`sparkpoint_conn_id`) or storage root (`checkpoint_dir`) and resolves the
-hook inside the triggerer. Storage calls block, so they run in a worker thread. It
-yields exactly one event::
+connection (`sparkpoint_conn_id`) or storage root (`checkpoint_dir`) and reads the
+connection inside the triggerer with Airflow's async API. Storage calls block, so they
+run in a worker thread. When the user acts on the deferred task (mark failed, clear),
+`on_kill` withdraws a control request nobody took yet, so no later run serves it;
+`cleanup` releases the storage client on every exit (a triggerer restart hands the
+trigger over, it does not cancel the request). It yields exactly one event::
 
     {"status": "success", ...payload}
     {"status": "error", "message": "...", "reason": "failed" | "timeout"}
@@ -116,6 +119,7 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         self.request_id = request_id
         self.poll_interval = float(poll_interval)
         self.deadline = None if deadline is None else float(deadline)
+        self._catalog_cache: Catalog | None = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         cond = self.condition
@@ -141,10 +145,15 @@ class SparkpointCheckpointTrigger(BaseTrigger):
 
     # ------------------------------------------------------------------ running
 
-    def _catalog(self) -> Catalog:
+    async def _acatalog(self) -> Catalog:
+        """The job's catalog; the connection is read with Airflow's async API."""
         from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
 
-        return SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir).get_catalog(self.job_name)
+        if self._catalog_cache is None:
+            hook = SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
+            await hook.aresolve()
+            self._catalog_cache = await asyncio.to_thread(hook.get_catalog, self.job_name)
+        return self._catalog_cache
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         errors = 0
@@ -152,7 +161,7 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         while True:
             try:
                 if catalog is None:
-                    catalog = await asyncio.to_thread(self._catalog)
+                    catalog = await self._acatalog()
                 event = await asyncio.to_thread(self.poll, catalog)
                 errors = 0
             except StorageError as exc:
@@ -178,6 +187,24 @@ class SparkpointCheckpointTrigger(BaseTrigger):
                 yield TriggerEvent(event)
                 return
             await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
+
+    async def on_kill(self) -> None:
+        """The user acted on the deferred task (Airflow 3.3+): withdraw its control
+        request if no run took it yet, so that no run serves it later."""
+        if self.mode != "control_result" or self.request_id is None:
+            return
+        catalog = await self._acatalog()
+        result = await asyncio.to_thread(ControlChannel(catalog).withdraw, self.request_id,
+                                         "the waiting task was stopped (marked failed or cleared)")
+        self.log.info("control request %s of job %s is %s", self.request_id, self.job_name, result.state)
+
+    async def cleanup(self) -> None:
+        """Release the storage client (on every exit: an event, a timeout, a triggerer
+        restart or a user action)."""
+        catalog, self._catalog_cache = self._catalog_cache, None
+        close = getattr(getattr(catalog, "storage", None), "close", None)
+        if callable(close):
+            await asyncio.to_thread(close)
 
     def poll(self, catalog: Catalog) -> dict[str, Any] | None:
         """One look at the job (blocking): the event when the wait is over, else None."""

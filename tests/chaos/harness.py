@@ -493,7 +493,8 @@ def _stop_when_drained(catalog: Any, generation_before: int) -> Callable[[], Non
         status = catalog.read_status() or {}
         if (int(status.get("generation") or 0) > generation_before and status.get("state") == "running"
                 and status.get("last_batch") == BATCHES - 1):
-            ControlChannel(catalog).submit("stop", timeout_s=300, requested_by="chaos")
+            ControlChannel(catalog).submit("stop", generation=int(status["generation"]), timeout_s=300,
+                                          requested_by="chaos")
             sent.append(True)
 
     return poll

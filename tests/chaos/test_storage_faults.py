@@ -80,7 +80,7 @@ def test_catalog_rides_through_s3_faults(s3_server: str, s3_bucket: str) -> None
             catalog.delete_transactions([record])
         savepoint = catalog.create_savepoint(catalog.handle(catalog.latest()))  # type: ignore[arg-type]
         channel = ControlChannel(catalog)
-        request = channel.submit("savepoint", timeout_s=60)
+        request = channel.submit("savepoint", generation=generation, timeout_s=60)
         channel.acknowledge(request, generation)
         channel.complete(request, generation=generation, savepoint=savepoint.uri, batch_id=5)
         assert channel.result(request.id).state == "completed"

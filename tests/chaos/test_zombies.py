@@ -101,7 +101,7 @@ def test_zombie_blue_keeps_running_after_green_starts(tmp_path: Path) -> None:
 
     # The deploy: a savepoint of the running blue, green starts from it; blue is not stopped.
     channel = ControlChannel(catalog)
-    savepoint = channel.wait(channel.submit("savepoint", timeout_s=120).id, timeout_s=120, poll_s=0.3).savepoint
+    savepoint = channel.wait(channel.submit("savepoint", generation=int(catalog.read_status()["generation"]), timeout_s=120).id, timeout_s=120, poll_s=0.3).savepoint
     assert savepoint
     # Green runs elsewhere (its own work dir: it must not touch blue's live checkpoint).
     green_conf = {**conf, "spark.sparkpoint.workDir": str(tmp_path / "green-work")}

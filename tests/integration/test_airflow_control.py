@@ -317,3 +317,49 @@ def test_sensor_sees_checkpoints_then_fails_fast_when_the_job_is_killed(
     output = capfd.readouterr()
     reason = f"generation {generation} of job 'live' is running but its heartbeat is"
     assert (output.out + output.err).count(reason) >= 2  # both sensors failed for that reason
+
+
+# ---------------------------------------------------------------------------- (d) a killed try's stop request
+
+
+def test_a_killed_tries_stop_request_does_not_stop_the_next_run(tmp_path: Path) -> None:
+    """Issue #19, as reproduced on `airflow standalone`: a running task is marked failed;
+    the supervisor's signals end spark-submit; a stop request the dying run never served
+    (earlier releases' on_kill filed one for *any* generation) must not stop the next run
+    of the job: it withdraws it and processes all remaining input."""
+    from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest
+    from airflow_sparkpoint.operators import SparkpointSubmitOperator
+
+    pipeline = Pipeline(tmp_path, "killed")
+    pipeline.write_batch([("ann", 3), ("bob", 4)])
+    pipeline.write_batch([("ann", 2)])
+    log = tmp_path / "first-try.log"
+    with streaming_job(pipeline, log) as proc:
+        generation = wait_until("the first try to checkpoint", running_generation(pipeline), proc, log)
+        os.killpg(proc.pid, signal.SIGKILL)  # the supervisor's SIGKILL, 5 s after its SIGTERM
+        proc.wait(timeout=60)
+    catalog = pipeline.catalog
+    channel = ControlChannel(catalog)
+    now = time.time()
+    legacy = ControlRequest(f"{int(now * 1000):013d}-0badc0de", "stop", pipeline.job, now, now + 600, None,
+                            "on_kill:first_try")  # what on_kill of earlier releases wrote: no generation
+    catalog.store.put(f"control/{legacy.id}.request.json", json.dumps(legacy.to_json()).encode())
+    addressed = channel.submit("stop", generation=generation, timeout_s=600, requested_by="killed savepoint task")
+    pipeline.write_batch([("cid", 9), ("bob", 1)])  # input that arrived meanwhile
+    pipeline.write_batch([("dee", 5)])
+
+    with new_dag("next_run") as dag:
+        SparkpointSubmitOperator(task_id="next_run", checkpoint_dir=pipeline.root, **pipeline.submit_kwargs())
+    run = run_dag(dag)
+
+    assert task_states(run) == {"next_run": "success"}
+    result = xcom(run, "next_run")
+    assert result["generation"] == generation + 1
+    assert result["status"] == "finished", f"the next run obeyed a stale stop request: {result}"
+    assert result["last_batch"] == pipeline.batches - 1 and result["batches_processed"] >= 2
+    assert pipeline.delta_rows() == pipeline.expected
+    for request, why in ((legacy, "addressed to no generation"),
+                         (addressed, f"addressed to generation {generation}, superseded by generation")):
+        outcome = channel.result(request.id)
+        assert outcome.state == "expired" and why in (outcome.error or ""), outcome
+    assert channel.pending() == []

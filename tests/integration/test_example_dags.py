@@ -7,7 +7,14 @@ Delta tables are checked exactly against results computed here from the input.
 * write-audit-publish: a clean run is published; a run with a bad row is discarded;
 * scheduled savepoints: four runs against a running job, history retention keeps three;
 * blue-green: a healthy green is published; a failing green (and, slow, a rejected one)
-  is rolled back to blue from the same savepoint and never shows in the table.
+  is rolled back to blue from the same savepoint and never shows in the table;
+* write-audit-publish on S3 (moto's server) through a ``sparkpoint`` connection with an
+  endpoint and credentials: the audit reads the staged rows through the hook.
+
+The DAG files carry production settings only: storage comes from the
+``sparkpoint_default`` connection (pointed at each test's directory or bucket through
+``AIRFLOW_CONN_SPARKPOINT_DEFAULT``), Spark settings from ``spark-defaults.conf``
+(``SPARK_CONF_DIR``: two shuffle partitions, no UI, here), paths from DAG params.
 
 Long-running jobs (blue, the alerting job) run as their own ``spark-submit`` processes
 (`dag.test()` runs tasks one at a time; `airflow_sparkpoint.demo.support.SubmittedJob`,
@@ -41,7 +48,7 @@ pytestmark = pytest.mark.airflow
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
 JOBS = DAGS / "jobs"
-SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
+SPARK_DEFAULTS = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
 EXAMPLES = {
     "example_sparkpoint_incremental_etl",
     "example_sparkpoint_blue_green",
@@ -51,9 +58,25 @@ EXAMPLES = {
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
+@pytest.fixture(scope="module")
+def spark_conf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Test tuning lives in spark-defaults.conf, as a cluster's does, not in the DAGs."""
+    conf_dir = tmp_path_factory.mktemp("spark-conf")
+    (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in SPARK_DEFAULTS.items()))
+    return conf_dir
+
+
 @pytest.fixture(autouse=True)
-def _spark_connection(airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _spark_connection(airflow_home: Path, spark_conf_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    monkeypatch.setenv("SPARK_CONF_DIR", str(spark_conf_dir))
+    monkeypatch.delenv("SPARKPOINT_WORK_DIR", raising=False)
+
+
+def use_storage(monkeypatch: pytest.MonkeyPatch, root: Path | str, **extra: Any) -> None:
+    """Point the DAGs' ``sparkpoint_default`` connection at `root`."""
+    monkeypatch.setenv("AIRFLOW_CONN_SPARKPOINT_DEFAULT",
+                       json.dumps({"conn_type": "sparkpoint", "host": str(root), **extra}))
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -183,13 +206,16 @@ def test_every_example_dag_imports_and_job_scripts_are_not_dag_files(dagbag: Any
     for dag_id in sorted(EXAMPLES):
         dag = dagbag.get_dag(dag_id)
         assert dag.doc_md and "sparkpoint" in dag.tags, dag_id
-        for name, param in dag.params.items():
-            if isinstance(param.value, str) and param.value.startswith("/"):
-                assert param.value.startswith("/tmp/sparkpoint-"), f"{dag_id} param {name}={param.value}"
+        source = Path(dag.fileloc).read_text()
+        for tuning in ("/tmp", "shuffle.partitions", "spark.ui.enabled", "xcom_pull(task_ids='", "{{ ti."):
+            assert tuning not in source, f"{dag_id}: {tuning!r} (test tuning or a Jinja XCom string) in the DAG"
+        assert "current_generation()" not in source, f"{dag_id} races on the newest generation"
         for task in dag.tasks:
+            where = f"{dag_id}.{task.task_id}"
+            if hasattr(task, "job_name"):
+                assert task.sparkpoint_conn_id == "sparkpoint_default" and not task.checkpoint_dir, where
             if isinstance(task, SparkpointSubmitOperator):
-                where = f"{dag_id}.{task.task_id}"
-                assert task.conf == SPARK_CONF and task._conn_id == "spark_default", where
+                assert not task.conf and task._conn_id == "spark_default", where
                 assert Path(task.application).parent == JOBS and Path(task.application).exists()
 
 
@@ -229,8 +255,8 @@ def test_incremental_etl_retry_resumes_from_the_latest_checkpoint(
     files = 4
     for index in range(files):
         write_batch_file(tmp_path / "input", index, page_views(index))
-    paths = {"input": str(tmp_path / "input"), "output": str(tmp_path / "views"),
-             "checkpoint_dir": str(tmp_path / "checkpoints")}
+    use_storage(monkeypatch, tmp_path / "checkpoints")
+    paths = {"input": str(tmp_path / "input"), "output": str(tmp_path / "views")}
     # The first try's driver is SIGKILLed once batch 1 is confirmed, before its checkpoint.
     monkeypatch.setenv("SPARKPOINT_TEST_FAULT", "confirmed:1")
     monkeypatch.setenv("SPARKPOINT_TEST_FAULT_ONCE", str(tmp_path / "fault-fired"))
@@ -249,9 +275,11 @@ def test_incremental_etl_retry_resumes_from_the_latest_checkpoint(
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_incremental_etl_next_run_reads_only_new_input(dagbag: Any, tmp_path: Path) -> None:
-    paths = {"input": str(tmp_path / "input"), "output": str(tmp_path / "views"),
-             "checkpoint_dir": str(tmp_path / "checkpoints")}
+def test_incremental_etl_next_run_reads_only_new_input(
+    dagbag: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_storage(monkeypatch, tmp_path / "checkpoints")
+    paths = {"input": str(tmp_path / "input"), "output": str(tmp_path / "views")}
     for index in range(3):
         write_batch_file(tmp_path / "input", index, page_views(index))
     first = xcom(run_dag(dagbag, "example_sparkpoint_incremental_etl", **paths), "windowed_counts")
@@ -301,10 +329,10 @@ def event_rows(table: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.spark
 def test_write_audit_publish_publishes_clean_output_and_discards_rejected_output(
-    dagbag: Any, tmp_path: Path
+    dagbag: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    paths = {"input": str(tmp_path / "input"), "output": str(tmp_path / "events"),
-             "checkpoint_dir": str(tmp_path / "checkpoints")}
+    use_storage(monkeypatch, tmp_path / "checkpoints")
+    paths = {"input": str(tmp_path / "input"), "output": str(tmp_path / "events")}
     table = tmp_path / "events"
     clean = [events(i) for i in range(3)]
     for index, rows in enumerate(clean):
@@ -375,10 +403,11 @@ def alert_rows(table: Path) -> list[tuple[str, str, str, float]]:
 
 @pytest.mark.spark
 def test_scheduled_savepoints_of_a_running_job(
-    dagbag: Any, background: dict[str, Any], request: pytest.FixtureRequest
+    dagbag: Any, background: dict[str, Any], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = background_job(background, request)
-    params = {"job_name": job.job, "checkpoint_dir": str(job.root)}
+    use_storage(monkeypatch, job.root)
+    params = {"job_name": job.job}
     generation = job.wait_checkpointed(batch=1)
     savepoints = []
     for index in range(2, 6):  # four scheduled runs, new readings in between
@@ -397,7 +426,7 @@ def test_scheduled_savepoints_of_a_running_job(
     assert job.proc is not None and job.proc.poll() is None, "a savepoint must not stop the job"
 
     # The job kept running through every savepoint: its output is exact.
-    ControlChannel(job.catalog).submit("stop", timeout_s=120, requested_by="test")
+    ControlChannel(job.catalog).submit("stop", generation=generation, timeout_s=120, requested_by="test")
     assert job.wait_exit() == 0, job.tail()
     assert alert_rows(job.output) == expected_alerts(6)
     assert_each_batch_committed_once(job.output)
@@ -435,9 +464,11 @@ def totals_table(table: Path) -> dict[str, tuple[int, int, int]]:
     return got
 
 
-def start_blue_green(background: dict[str, Any], request: pytest.FixtureRequest) -> tuple[SubmittedJob, int]:
+def start_blue_green(background: dict[str, Any], request: pytest.FixtureRequest,
+                     monkeypatch: pytest.MonkeyPatch) -> tuple[SubmittedJob, int]:
     """Blue has processed its backlog (batch 0); then green's input arrives."""
     blue = background_job(background, request)
+    use_storage(monkeypatch, blue.root)
     generation = blue.wait_checkpointed(batch=0)
     for index, users in enumerate(GREEN_FILES, start=len(BLUE_FILES)):
         write_batch_file(blue.input, index, totals_rows(index, users))
@@ -446,14 +477,13 @@ def start_blue_green(background: dict[str, Any], request: pytest.FixtureRequest)
 
 
 def blue_green_params(blue: SubmittedJob, **extra: Any) -> dict[str, Any]:
-    return {"job_name": blue.job, "input": str(blue.input), "output": str(blue.output),
-            "checkpoint_dir": str(blue.root), **extra}
+    return {"job_name": blue.job, "input": str(blue.input), "output": str(blue.output), **extra}
 
 
 def assert_rolled_back(blue: SubmittedJob, run: Any, blue_generation: int) -> None:
     """Blue is back from the savepoint; nothing of green ever reached the table."""
     savepoint = xcom(run, "stop_blue")
-    green_generation = xcom(run, "decide", key="green_generation")
+    green_generation = xcom(run, "start_green", key="generation")
     assert green_generation == blue_generation + 1
     assert xcom(run, "abort_green")["aborted"], "green's staged output must be aborted"
     restored = xcom(run, "restore_blue")
@@ -469,9 +499,9 @@ def assert_rolled_back(blue: SubmittedJob, run: Any, blue_generation: int) -> No
 
 @pytest.mark.spark
 def test_blue_green_publishes_a_healthy_green(
-    dagbag: Any, background: dict[str, Any], request: pytest.FixtureRequest
+    dagbag: Any, background: dict[str, Any], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    blue, blue_generation = start_blue_green(background, request)
+    blue, blue_generation = start_blue_green(background, request, monkeypatch)
 
     run = run_dag(dagbag, "example_sparkpoint_blue_green", **blue_green_params(blue))
 
@@ -498,9 +528,9 @@ def test_blue_green_publishes_a_healthy_green(
 
 @pytest.mark.spark
 def test_blue_green_rolls_back_a_failing_green(
-    dagbag: Any, background: dict[str, Any], request: pytest.FixtureRequest
+    dagbag: Any, background: dict[str, Any], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    blue, blue_generation = start_blue_green(background, request)
+    blue, blue_generation = start_blue_green(background, request, monkeypatch)
 
     # Green stages batch 1 (confirmed by a checkpoint), then raises in batch 2.
     params = blue_green_params(blue, green_fail_after_batch=1)
@@ -520,9 +550,9 @@ def test_blue_green_rolls_back_a_failing_green(
 @pytest.mark.spark
 @pytest.mark.slow
 def test_blue_green_rolls_back_a_rejected_green(
-    dagbag: Any, background: dict[str, Any], request: pytest.FixtureRequest
+    dagbag: Any, background: dict[str, Any], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    blue, blue_generation = start_blue_green(background, request)
+    blue, blue_generation = start_blue_green(background, request, monkeypatch)
 
     run = run_dag(dagbag, "example_sparkpoint_blue_green", **blue_green_params(blue, reject_audit=True))
 
@@ -538,3 +568,42 @@ def test_blue_green_rolls_back_a_rejected_green(
     assert audit["approved"] is False and audit["problems"] == ["rejected on request (reject_audit=true)"]
     assert len(xcom(run, "abort_green")["aborted"]) == 3
     assert_rolled_back(blue, run, blue_generation)
+
+
+@pytest.mark.spark
+@pytest.mark.s3
+def test_write_audit_publish_on_s3_through_a_connection(
+    dagbag: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_server_process: str
+) -> None:
+    """The same DAG file on S3: storage, staged output and the table behind the
+    ``sparkpoint_default`` connection (endpoint and credentials), audited through the hook."""
+    import uuid
+
+    import boto3
+
+    from airflow_sparkpoint.hooks import SparkpointHook
+
+    bucket = f"wap-{uuid.uuid4().hex[:10]}"
+    boto3.client("s3", endpoint_url=s3_server_process, region_name="us-east-1").create_bucket(Bucket=bucket)
+    use_storage(monkeypatch, f"s3://{bucket}/sp", login="AKIAWAPTEST", password="wap-secret",
+                extra={"endpoint_url": s3_server_process, "region_name": "us-east-1"})
+    monkeypatch.setenv("SPARKPOINT_WORK_DIR", str(tmp_path / "work"))  # Spark's live checkpoint: local disk
+    output = f"s3://{bucket}/events"
+    clean = [events(i) for i in range(2)]
+    for index, rows in enumerate(clean):
+        write_batch_file(tmp_path / "input", index, rows)
+
+    run = run_dag(dagbag, "example_sparkpoint_write_audit_publish", input=str(tmp_path / "input"), output=output)
+    assert task_states(run) == {"write": "success", "audit": "success", "publish": "success",
+                                "discard": "skipped", "rejected": "skipped"}
+    assert "wap-secret" not in json.dumps(xcom(run, "write"))
+    hook = SparkpointHook("sparkpoint_default")
+    published = sorted(({**r, "ts": utc(r["ts"])} for r in hook.delta_rows(output)), key=lambda r: r["event_id"])
+    assert published == unique_events(clean)
+
+    write_batch_file(tmp_path / "input", 2, events(2, bad=True))
+    run = run_dag(dagbag, "example_sparkpoint_write_audit_publish", input=str(tmp_path / "input"), output=output)
+    assert task_states(run)["discard"] == "success" and task_states(run)["publish"] == "skipped"
+    again = sorted(({**r, "ts": utc(r["ts"])} for r in hook.delta_rows(output)), key=lambda r: r["event_id"])
+    assert again == unique_events(clean), "rejected output became visible"
+    assert hook.pending_transactions("wap_events") == []

@@ -68,7 +68,8 @@ def test_savepoint_while_running_then_stop_with_savepoint_then_restore(spark, tm
     channel = ControlChannel(catalog)
     wait_for(lambda: (catalog.read_status() or {}).get("last_batch") == 2, what="batch 2")
 
-    request = channel.submit("savepoint", timeout_s=60)
+    generation = int(catalog.read_status()["generation"])  # type: ignore[index]
+    request = channel.submit("savepoint", generation=generation, timeout_s=60)
     result = channel.wait(request.id, timeout_s=60, poll_s=0.3)
     assert result.state == "completed" and result.savepoint
     assert thread.is_alive(), "a savepoint must not stop the job"
@@ -76,7 +77,7 @@ def test_savepoint_while_running_then_stop_with_savepoint_then_restore(spark, tm
 
     rows += write_event_files(inputs, files=2, users=3, start=3)
     wait_for(lambda: (catalog.read_status() or {}).get("last_batch") == 4, what="batch 4")
-    stop = channel.submit("stop", timeout_s=60)
+    stop = channel.submit("stop", generation=generation, timeout_s=60)
     stopped = channel.wait(stop.id, timeout_s=60, poll_s=0.3)
     thread.join(60)
     assert not thread.is_alive()

@@ -195,7 +195,8 @@ def test_a_run_keeps_secrets_out_of_every_record_log_and_result(
     root = f"s3://{s3_bucket}/root"
     catalog = Catalog.open(root, JOB, endpoint_url=s3_server, region_name="us-east-1")
     # A control request the job answers (it fails: there is no batch yet) leaves records too.
-    ControlChannel(catalog).submit("savepoint", timeout_s=120, requested_by="security-test")
+    ControlChannel(catalog).submit("savepoint", generation=catalog.current_generation() + 1, timeout_s=120,
+                                   requested_by="security-test")
 
     job = SparkpointJob.get_or_create(conf={
         "spark.sparkpoint.dir": root, "spark.sparkpoint.job": JOB,
@@ -365,7 +366,7 @@ def test_control_requests_cannot_escape_or_cross_jobs(tmp_path: Path) -> None:
     foreign = ControlRequest(id="1700000000000-0123abcd", kind="stop", job="other", created_at=time.time(),
                              deadline=time.time() + 600)
     catalog.store.put(f"control/{foreign.id}.request.json", json.dumps(foreign.to_json()).encode())
-    own = channel.submit("savepoint", timeout_s=600)
+    own = channel.submit("savepoint", generation=1, timeout_s=600)
     assert [r.id for r in channel.pending(1)] == [own.id]
 
 

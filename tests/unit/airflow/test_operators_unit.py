@@ -697,6 +697,15 @@ def test_provider_declares_the_connection_form() -> None:
     manager = ProvidersManager()
     assert "airflow-sparkpoint" in manager.providers
     assert manager.field_behaviours["sparkpoint"]["relabeling"]["host"] == "Storage URI"
+    # The connection's own fields are real form fields (Airflow >= 3.2: conn-fields), not Extra JSON.
+    widgets = manager.connection_form_widgets
+    for name, label in (("endpoint_url", "S3 endpoint URL"), ("region_name", "S3 region"),
+                        ("aws_conn_id", "AWS connection"), ("jobs", "Jobs"),
+                        ("pyspark_python", "Python on the Spark cluster")):
+        widget = widgets[f"extra__sparkpoint__{name}"]
+        assert widget.field["schema"]["title"] == label and widget.field_name == name
+    assert "extra" not in behaviour["placeholders"]
+    assert set(get_provider_info()["extra-links"]) <= set(manager.extra_links_class_names)
     hook = ProvidersManagerTaskRuntime().hooks["sparkpoint"]
     assert hook is not None and hook.hook_class_name == "airflow_sparkpoint.hooks.SparkpointHook"
 
@@ -725,9 +734,12 @@ class _FakePopen:
     catalog: ClassVar[Catalog | None] = None
 
     def __init__(self, cmd: list[str], **kwargs: Any) -> None:
-        type(self).calls.append((list(cmd), dict(kwargs.get("env") or {})))
+        from airflow_sparkpoint.runtime.config import SUBMITTER_ENV
+
+        env = dict(kwargs.get("env") or {})
+        type(self).calls.append((list(cmd), env))
         assert self.catalog is not None
-        generation = self.catalog.claim_generation().generation
+        generation = self.catalog.claim_generation({"submitter": env.get(SUBMITTER_ENV)}).generation
         result = {"status": "finished", "job": JOB, "generation": generation, "last_batch": 0,
                   "last_checkpoint": None, "savepoint": None}
         self.catalog.store.put(result_key(generation), json.dumps(result).encode())

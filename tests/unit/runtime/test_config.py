@@ -118,3 +118,53 @@ def test_trigger_spark_arguments():
     assert parse_trigger("availableNow").spark_kwargs() == {"availableNow": True}
     assert parse_trigger("processingTime:2s").spark_kwargs() == {"processingTime": "2000 milliseconds"}
     assert str(parse_trigger("processingTime:2s")) == "processingTime:2s"
+
+
+# Spark's own interval syntax (what users write in trigger(processingTime=...)), issue #19.
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("500 milliseconds", 0.5), ("5 seconds", 5), ("1 minute", 60), ("2 hours", 7200), ("1 day", 86400),
+        ("1 second", 1), ("10 millisecond", 0.01), ("250 microseconds", 0.00025), ("interval 10 seconds", 10),
+        ("INTERVAL 1 MINUTE", 60), ("1 minute 30 seconds", 90), ("1 hour 2 minutes 3 seconds", 3723),
+        ("2 weeks", 14 * 86400), ("5s", 5), ("100ms", 0.1), ("3m", 180), ("2d", 172800), ("1.5 minutes", 90),
+        ("250us", 0.00025), ("5 sec", 5), ("2 mins", 120), ("4 hrs", 14400), ("1min", 60),
+    ],
+)
+def test_durations_accept_sparks_interval_syntax(text, seconds):
+    assert parse_duration("x", text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["5 seconds", "500 milliseconds", "1 minute", "interval 2 seconds"])
+def test_processing_time_trigger_accepts_sparks_interval_syntax(text):
+    trigger = parse_trigger(f"processingTime:{text}")
+    assert trigger.kind == "processingTime" and trigger.interval_s == pytest.approx(parse_duration("x", text))
+    settings = SparkpointConfig.from_conf({**BASE, f"{PREFIX}trigger": f"processingTime:{text}",
+                                           f"{PREFIX}control.pollInterval": text,
+                                           f"{PREFIX}checkpoint.interval": text, f"{PREFIX}checkpoint.timeout": text})
+    assert settings.poll_interval_s == settings.checkpoint_interval_s == settings.checkpoint_timeout_s > 0
+
+
+@pytest.mark.parametrize("text", ["1 month", "2 years", "5 fortnights", "seconds", "5 seconds ago", "-5 seconds",
+                                  "1 minute minute", "interval", "5 s s", ""])
+def test_bad_durations_name_the_value_and_the_forms(text):
+    with pytest.raises(ConfigError) as info:
+        parse_duration("trigger", text)
+    message = str(info.value)
+    assert f"spark.sparkpoint.trigger={text!r}" in message and "'5 seconds'" in message
+
+
+def test_cli_and_operator_durations_read_sparks_syntax_too():
+    import argparse
+
+    from airflow_sparkpoint.cli import _positive_seconds
+    from airflow_sparkpoint.runtime.config import duration_value
+
+    assert _positive_seconds("5 minutes") == 300 and _positive_seconds("2.5") == 2.5
+    with pytest.raises(argparse.ArgumentTypeError, match="'soon' is not a number of seconds"):
+        _positive_seconds("soon")
+    with pytest.raises(argparse.ArgumentTypeError):
+        _positive_seconds("0")
+    assert duration_value("timeout", "1 minute 30 seconds") == 90 and duration_value("timeout", 7) == 7
+    with pytest.raises(ConfigError, match="timeout='later' is not a duration"):
+        duration_value("timeout", "later")

@@ -1,0 +1,149 @@
+"""A real driver under the Airflow supervisor's kill (issue #19): SIGTERM to the whole
+process group of a client-mode ``spark-submit`` (the JVM and the Python driver), SIGKILL
+5 seconds later if anything is left.
+
+The driver is caught with a batch's output staged but not yet recorded (a pause point
+in the job's sink, ``sigterm-staged``). The test proves that the driver recorded its
+generation as failed ("terminated by SIGTERM") before the SIGKILL deadline, never
+recorded the staged batch, and that the next run resumes from the last checkpoint and
+produces exactly the expected totals, each batch committed once, no staged file left.
+
+Two ``spark-submit`` runs (about a minute).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.demo.support import (
+    delta_commits,
+    orphaned_staged_files,
+    spark_submit_env,
+    write_batch_file,
+)
+from airflow_sparkpoint.storage import open_storage
+
+pytestmark = pytest.mark.spark
+
+HERE = Path(__file__).resolve().parent
+JOB_SCRIPT = HERE / "jobs" / "pausing_totals.py"
+JOB = "sigterm_totals"
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", "spark.log.level": "WARN"}
+SUPERVISOR_ESCALATION_S = 5.0  # airflow/sdk/execution_time/supervisor.py: kill(..., escalation_delay=5.0)
+
+
+def rows(index: int) -> list[dict[str, Any]]:
+    return [{"user": f"u{(index + j) % 3}", "amount": index * 10 + j} for j in range(3)]
+
+
+def expected(files: int) -> dict[str, tuple[int, int]]:
+    totals: dict[str, tuple[int, int]] = {}
+    for index in range(files):
+        for row in rows(index):
+            total, count = totals.get(row["user"], (0, 0))
+            totals[row["user"]] = (total + row["amount"], count + 1)
+    return totals
+
+
+def table(path: Path) -> dict[str, tuple[int, int]]:
+    from deltalake import DeltaTable
+
+    got = [r for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist()]
+    assert len({r["user"] for r in got}) == len(got), f"duplicate users: {got}"
+    return {r["user"]: (r["total"], r["events"]) for r in got}
+
+
+def submit(tmp: Path, conf: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    env = spark_submit_env(os.environ)
+    binary = shutil.which("spark-submit", path=env["PATH"])
+    assert binary, "spark-submit not found next to the interpreter"
+    cmd = [binary, "--master", "local[2]"]
+    for key, value in {**SPARK_CONF, "spark.sparkpoint.dir": str(tmp / "sp"), "spark.sparkpoint.job": JOB,
+                       **conf}.items():
+        cmd += ["--conf", f"{key}={value}"]
+    cmd += [str(JOB_SCRIPT), "--input", str(tmp / "input"), "--output", str(tmp / "out")]
+    with open(log, "ab") as out:
+        # Its own process group, as the task's: the supervisor signals the whole group.
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def wait_for(what: str, predicate: Any, proc: subprocess.Popen[bytes], log: Path, timeout: float = 300) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc.poll() is not None:
+            pytest.fail(f"the job exited ({proc.returncode}) while waiting for {what}:\n{tail(log)}")
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}:\n{tail(log)}")
+
+
+def test_sigterm_to_the_process_group_records_failed_and_the_next_run_resumes_exactly(tmp_path: Path) -> None:
+    catalog = Catalog(open_storage(str(tmp_path / "sp")), JOB)
+    pauses = tmp_path / "pauses"
+    for index in range(2):
+        write_batch_file(tmp_path / "input", index, rows(index))
+    log = tmp_path / "first.log"
+    proc = submit(tmp_path, {"spark.sparkpoint.trigger": "processingTime:1 second",
+                             "spark.sparkpoint.control.pollInterval": "500 milliseconds",
+                             "spark.sparkpoint.test.pauseAt": "sigterm-staged:2",
+                             "spark.sparkpoint.test.pauseDir": str(pauses)}, log)
+    try:
+        wait_for("batch 1 checkpointed", lambda: (latest := catalog.latest()) is not None and latest.batch_id >= 1,
+                 proc, log)
+        write_batch_file(tmp_path / "input", 2, rows(2))
+        reached = wait_for("batch 2 staged (pause point)", lambda: (pauses / "sigterm-staged.reached").exists(),
+                           proc, log)
+        assert reached, "the fault point was not reached"
+        generation = catalog.current_generation()
+
+        # What the task supervisor does: SIGTERM to the group, SIGKILL 5 s later.
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=SUPERVISOR_ESCALATION_S)
+            ended_by = "itself"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+            ended_by = "SIGKILL"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+    status = catalog.read_status() or {}
+    assert (status.get("generation"), status.get("state")) == (generation, "failed"), (ended_by, status, tail(log))
+    assert "terminated by SIGTERM" in (status.get("error") or ""), status
+    assert (2, generation) not in catalog.transaction_keys(), "a batch was recorded after SIGTERM"
+    latest = catalog.latest()
+    assert latest is not None and latest.batch_id == 1, "no checkpoint after SIGTERM"
+    assert table(tmp_path / "out") == expected(2), "only checkpointed batches are visible"
+
+    # The next run (a retry) resumes from the last checkpoint; batch 2 runs again, once.
+    write_batch_file(tmp_path / "input", 3, rows(3))
+    log2 = tmp_path / "retry.log"
+    retry = submit(tmp_path, {"spark.sparkpoint.trigger": "availableNow"}, log2)
+    assert retry.wait(timeout=600) == 0, tail(log2)
+    result = next(json.loads(line.split(" ", 1)[1]) for line in log2.read_text().splitlines()
+                  if line.startswith("SPARKPOINT_RESULT "))
+    assert result["status"] == "finished" and result["generation"] == generation + 1
+    assert result["first_batch"] == 2 and result["last_batch"] == 3
+    assert table(tmp_path / "out") == expected(4)
+    commits = delta_commits(tmp_path / "out")
+    assert [c["batch"] for c in commits] == [0, 1, 2, 3], commits
+    assert orphaned_staged_files(tmp_path / "out", JOB) == []
+    assert catalog.transactions() == []

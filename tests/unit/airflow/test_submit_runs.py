@@ -1,0 +1,382 @@
+"""SparkpointSubmitOperator without Spark (issue #19): it finds its own run by its submit
+token (never "the newest generation"), publishes the generation even when the try
+fails, reads its task state record on a retry, refuses cluster deploy mode, picks the
+Python of Spark's workers, and shows its extra links while the job runs.
+
+spark-submit is replaced at the Spark provider's `subprocess` by a stand-in that does
+what a driver does to the catalog (claim a generation with the token it was given,
+write a result, complete a checkpoint). `on_kill` signals real processes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
+from airflow_sparkpoint.checkpoints.status import result_key
+from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.runtime.config import SUBMITTER_ENV
+from airflow_sparkpoint.storage import open_storage
+
+pytestmark = pytest.mark.airflow
+
+JOB = "orders"
+
+
+@pytest.fixture(autouse=True)
+def _airflow(airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+
+
+class FakeTI:
+    def __init__(self, try_number: int = 1) -> None:
+        self.try_number = try_number
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+class FakeStore:
+    """Airflow 3.3's task state store, kept across the tries of one task."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def set(self, key: str, value: Any, *, retention: Any = None) -> None:
+        json.dumps(value)  # JSON values only
+        self.values[key] = value
+
+
+class Driver:
+    """What `spark-submit` does, seen from the catalog."""
+
+    def __init__(self, root: Path) -> None:
+        self.catalog = Catalog(open_storage(str(root)), JOB)
+        self.commands: list[list[str]] = []
+        self.envs: list[dict[str, str]] = []
+        self.behaviour: Callable[[Driver, dict[str, str]], int] = Driver.finish
+
+    def claim(self, env: dict[str, str]) -> int:
+        return self.catalog.claim_generation({"submitter": env.get(SUBMITTER_ENV), "app": "app-20260101-0001",
+                                              "ui": "http://driver-host:4041"}).generation
+
+    def result(self, generation: int, **fields: Any) -> None:
+        body = {"status": "finished", "job": JOB, "generation": generation, **fields}
+        self.catalog.store.put(result_key(generation), json.dumps(body).encode())
+
+    def checkpoint(self, generation: int) -> SnapshotMetadata:
+        meta = SnapshotMetadata(kind="checkpoint", id=self.catalog.next_checkpoint_id(), job=JOB,
+                                generation=generation, batch_id=generation, created_at=time.time(), files=())
+        self.catalog.complete_checkpoint(meta)
+        return meta
+
+    @staticmethod
+    def finish(driver: Driver, env: dict[str, str]) -> int:
+        driver.result(driver.claim(env), batches_processed=2)
+        return 0
+
+    def conf(self, index: int = -1) -> dict[str, str]:
+        cmd = self.commands[index]
+        return dict(cmd[i + 1].split("=", 1) for i, token in enumerate(cmd) if token == "--conf")
+
+
+@pytest.fixture()
+def driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Driver:
+    from airflow.providers.apache.spark.hooks import spark_submit
+
+    fake = Driver(tmp_path / "sp")
+
+    class Popen:
+        def __init__(self, cmd: list[str], **kwargs: Any) -> None:
+            env = dict(kwargs.get("env") or os.environ)
+            fake.commands.append(list(cmd))
+            fake.envs.append(env)
+            self.returncode = fake.behaviour(fake, env)
+            self.stdout = io.StringIO("INFO fake spark-submit\n")
+            self.pid = os.getpid()
+
+        def wait(self, timeout: float | None = None) -> int:
+            return self.returncode
+
+        def poll(self) -> int:
+            return self.returncode
+
+    fake_subprocess = types.ModuleType("subprocess")
+    fake_subprocess.__dict__.update(vars(subprocess))
+    fake_subprocess.Popen = Popen  # type: ignore[attr-defined]
+    monkeypatch.setattr(spark_submit, "subprocess", fake_subprocess)
+    return fake
+
+
+def operator(root: Path, **kwargs: Any) -> Any:
+    from airflow_sparkpoint.operators import SparkpointSubmitOperator
+
+    kwargs.setdefault("checkpoint_dir", str(root))
+    return SparkpointSubmitOperator(task_id="submit", application="/app/job.py", job_name=JOB, **kwargs)
+
+
+def run(op: Any, ti: FakeTI, store: FakeStore | None = None) -> Any:
+    context: Any = {"ti": ti}
+    if store is not None:
+        context["task_state_store"] = store
+    return op.execute(context)
+
+
+# ---------------------------------------------------------------------------- whose run
+
+
+def test_the_result_is_the_tries_own_run_even_when_a_newer_generation_exists(tmp_path: Path, driver: Driver) -> None:
+    def own_then_another(d: Driver, env: dict[str, str]) -> int:
+        mine = d.claim(env)
+        d.result(mine, batches_processed=3)
+        other = d.catalog.claim_generation({"submitter": "someone-else"}).generation  # e.g. a cleared try
+        d.result(other, status="stopped", batches_processed=0)
+        return 0
+
+    driver.behaviour = own_then_another
+    ti = FakeTI()
+    result = run(operator(tmp_path / "sp"), ti)
+    assert result["generation"] == 1 and result["batches_processed"] == 3
+    assert ti.pushed["generation"] == 1
+    assert ti.pushed["spark_application"]["app"] == "app-20260101-0001"
+
+
+def test_a_failed_try_still_publishes_the_generation_it_ran(tmp_path: Path, driver: Driver) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    def claim_then_die(d: Driver, env: dict[str, str]) -> int:
+        d.claim(env)
+        d.catalog.claim_generation({"submitter": "a later run"})
+        return 1
+
+    driver.behaviour = claim_then_die
+    ti = FakeTI()
+    with pytest.raises(AirflowException, match="Error code is: 1"):
+        run(operator(tmp_path / "sp"), ti)
+    assert ti.pushed["generation"] == 1, "the rollback needs the failed run's generation, not the newest"
+
+
+def test_links_are_published_while_the_job_runs(tmp_path: Path, driver: Driver,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink, SparkpointSparkUILink
+
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/prefix/")
+    monkeypatch.setenv("AIRFLOW_CONN_SP_LINKS", json.dumps({"conn_type": "sparkpoint", "host": str(tmp_path / "sp")}))
+    ti = FakeTI()
+    seen_while_running: dict[str, Any] = {}
+
+    def long_running(d: Driver, env: dict[str, str]) -> int:
+        generation = d.claim(env)
+        deadline = time.monotonic() + 60
+        while "generation" not in ti.pushed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen_while_running.update(ti.pushed)
+        d.result(generation)
+        return 0
+
+    driver.behaviour = long_running
+    op = operator(tmp_path / "sp", checkpoint_dir=None, sparkpoint_conn_id="sp_links")
+    run(op, ti)
+    ui, history = SparkpointSparkUILink(), SparkpointCheckpointHistoryLink()
+    assert seen_while_running[ui.xcom_key] == "http://driver-host:4041"
+    assert seen_while_running[history.xcom_key] == (
+        "https://airflow.example.com/prefix/sparkpoint/pipelines/sp_links/orders")
+    assert ui.get_link(op, ti_key=None) == "http://driver-host:4041"  # type: ignore[arg-type]
+    op.spark_history_server = "http://history:18080/"
+    assert ui.get_link(op, ti_key=None) == "http://history:18080/history/app-20260101-0001/"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("root", "options", "expected"),
+    [
+        ("s3://bucket/sp", {}, "https://s3.console.aws.amazon.com/s3/buckets/bucket?prefix=sp/orders/"),
+        ("s3://bucket/sp", {"endpoint_url": "http://minio:9000"}, "http://minio:9000/bucket/sp/orders/"),
+        ("/data/sp", {}, "file:///data/sp/orders"),
+    ],
+)
+def test_checkpoint_history_link_without_a_connection_is_the_storage_location(
+    root: str, options: dict[str, Any], expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_sparkpoint.hooks import SparkpointHook
+    from airflow_sparkpoint.operators.links import checkpoint_history_url
+
+    if options:
+        monkeypatch.setattr(SparkpointHook, "_resolve", lambda self: (root, dict(options), {}))
+    assert checkpoint_history_url(JOB, None, root).rstrip("/") == expected.rstrip("/")
+    assert checkpoint_history_url("{{ params.job }}", None, root) == ""  # unrendered: no link
+
+
+# ---------------------------------------------------------------------------- retries read the task record
+
+
+def test_a_retry_restores_the_savepoint_again_until_a_try_of_the_task_checkpointed(
+    tmp_path: Path, driver: Driver
+) -> None:
+    root = tmp_path / "sp"
+    blue = driver.catalog.claim_generation().generation
+    savepoint = driver.catalog.create_savepoint(driver.catalog.handle(driver.checkpoint(blue))).uri
+    store = FakeStore()
+
+    def dies_before_its_first_checkpoint(d: Driver, env: dict[str, str]) -> int:
+        d.claim(env)
+        blue_again = d.catalog.claim_generation().generation  # another run of the job checkpoints meanwhile
+        time.sleep(0.01)
+        d.checkpoint(blue_again)
+        return 137
+
+    driver.behaviour = dies_before_its_first_checkpoint
+    with pytest.raises(Exception, match="Error code is: 137"):
+        run(operator(root, restore=savepoint), FakeTI(1), store)
+    assert driver.conf()["spark.sparkpoint.restore"] == savepoint
+
+    def checkpoints_then_dies(d: Driver, env: dict[str, str]) -> int:
+        d.checkpoint(d.claim(env))
+        return 137
+
+    driver.behaviour = checkpoints_then_dies
+    with pytest.raises(Exception, match="Error code is: 137"):
+        run(operator(root, restore=savepoint), FakeTI(2), store)
+    # The newest checkpoint is another run's (newer than the savepoint), not this task's.
+    assert driver.conf()["spark.sparkpoint.restore"] == savepoint
+
+    driver.behaviour = Driver.finish
+    run(operator(root, restore=savepoint), FakeTI(3), store)
+    assert driver.conf()["spark.sparkpoint.restore"] == "latest", "try 2 checkpointed: resume from it"
+    record = store.values["sparkpoint_submit"]
+    assert record["try_number"] == 3 and record["since"] == blue and record["restore"] == "latest"
+    assert len(record["tokens"]) == 3
+
+
+# ---------------------------------------------------------------------------- deploy modes and Python
+
+
+@pytest.mark.parametrize("where", ["operator", "connection", "conf"])
+def test_cluster_deploy_mode_is_refused_before_anything_runs(
+    tmp_path: Path, driver: Driver, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    kwargs: dict[str, Any] = {}
+    if where == "operator":
+        kwargs["deploy_mode"] = "cluster"
+    elif where == "connection":
+        monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+            {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}))
+    else:
+        kwargs["conf"] = {"spark.submit.deployMode": "cluster"}
+    store = FakeStore()
+    with pytest.raises(ConfigError, match="deploy_mode='cluster' is not supported"):
+        run(operator(tmp_path / "sp", **kwargs), FakeTI(), store)
+    assert driver.commands == [] and driver.catalog.current_generation() == 0 and store.values == {}
+
+
+def test_python_of_sparks_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
+    root = tmp_path / "sp"
+    local = operator(root).spark_environment("local[2]")
+    assert local["PYSPARK_PYTHON"] == sys.executable and local["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    cluster = operator(root).spark_environment("spark://10.0.0.1:7077")
+    assert cluster["PYSPARK_PYTHON"] == "python3", "this worker's venv path means nothing on a cluster"
+    assert cluster["PYSPARK_DRIVER_PYTHON"] == sys.executable  # client mode: the driver runs here
+    monkeypatch.setenv("AIRFLOW_CONN_SP_PY", json.dumps(
+        {"conn_type": "sparkpoint", "host": str(root), "extra": {"pyspark_python": "/opt/conda/bin/python"}}))
+    from_conn = operator(root, checkpoint_dir=None, sparkpoint_conn_id="sp_py").spark_environment("yarn")
+    assert from_conn["PYSPARK_PYTHON"] == "/opt/conda/bin/python"
+    assert "PYSPARK_PYTHON" not in operator(root, conf={"spark.pyspark.python": "/x/python"}).spark_environment("yarn")
+    assert "PYSPARK_PYTHON" not in operator(root, env_vars={"PYSPARK_PYTHON": "/y"}).spark_environment("yarn")
+
+
+# ---------------------------------------------------------------------------- on_kill
+
+
+_CHILD = """
+import os, signal, subprocess, sys, time
+def term(signum, frame):
+    open(os.path.join(sys.argv[1], f"{os.getpid()}.term"), "w").close()
+    sys.exit(143)
+signal.signal(signal.SIGTERM, term)
+if sys.argv[2] == "parent":
+    subprocess.Popen([sys.executable, "-c", open(sys.argv[3]).read(), sys.argv[1], "child", sys.argv[3]])
+open(os.path.join(sys.argv[1], sys.argv[2] + ".ready"), "w").close()
+time.sleep(300)
+"""
+
+
+@pytest.fixture()
+def process_tree(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """A stand-in spark-submit (parent) with a driver (child); both note SIGTERM and exit."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(marks), "parent", str(script)])
+    deadline = time.monotonic() + 60
+    while not ((marks / "parent.ready").exists() and (marks / "child.ready").exists()):
+        assert time.monotonic() < deadline, "the process tree did not start"
+        time.sleep(0.05)
+    yield proc, marks
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_on_kill_files_no_control_request_and_signals_the_driver(
+    tmp_path: Path, process_tree: tuple[subprocess.Popen[bytes], Path]
+) -> None:
+    """Issue #19: on_kill used to file a stop request for any generation, which the dying
+    driver never served and the next run obeyed (0 batches, success)."""
+    proc, marks = process_tree
+    op = operator(tmp_path / "sp", stop_timeout=30)
+    op._hook = SimpleNamespace(_submit_sp=proc)
+    killed: list[bool] = []
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    original = SparkSubmitOperator.on_kill
+    SparkSubmitOperator.on_kill = lambda self: killed.append(True)  # type: ignore[method-assign]
+    try:
+        op.on_kill()
+    finally:
+        SparkSubmitOperator.on_kill = original  # type: ignore[method-assign]
+    assert proc.poll() == 143, "spark-submit ended on SIGTERM within stop_timeout"
+    assert len(list(marks.glob("*.term"))) == 2, "spark-submit and the driver under it both got SIGTERM"
+    assert not (tmp_path / "sp" / JOB / "control").exists(), "on_kill must not file a control request"
+    assert killed == [True], "the Spark hook's kill still runs (cluster-side cleanup, post-submit commands)"
+
+
+def test_on_kill_kills_a_driver_that_ignores_sigterm(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c",
+                             "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"])
+    try:
+        time.sleep(0.5)
+        op = operator(tmp_path / "sp", stop_timeout=0.5)
+        hook = SimpleNamespace(_submit_sp=proc, on_kill=lambda: proc.kill(), _run_post_submit_commands=lambda: None)
+        op._hook = hook
+        from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+        original = SparkSubmitOperator.on_kill
+        SparkSubmitOperator.on_kill = lambda self: self._hook.on_kill()  # type: ignore[method-assign]
+        try:
+            op.on_kill()
+        finally:
+            SparkSubmitOperator.on_kill = original  # type: ignore[method-assign]
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
