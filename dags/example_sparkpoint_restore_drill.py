@@ -18,8 +18,13 @@ below writes an alert line to ``params.alert_file`` and an ERROR to the task log
 your deployment's notifier next to it (``SmtpNotifier`` of the SMTP provider, Slack,
 PagerDuty).
 
-Params: ``job_name``, ``checkpoint_dir`` (the production job's), ``input`` (its input
-directory), ``drill_dir`` (scratch root) and ``alert_file``.
+Storage: the ``sparkpoint_default`` connection (the production job's root; its S3
+settings serve the drill too); Spark: the ``spark_default`` connection and the
+cluster's ``spark-defaults.conf``. The drill's own directory is taken under
+``params.drill_dir`` (Spark's live location inside it) and deleted afterwards.
+
+Params: ``job_name``, ``input`` and ``output`` (the production job's own arguments; the
+drill replaces ``--output`` with its scratch table), ``drill_dir`` and ``alert_file``.
 """
 
 from __future__ import annotations
@@ -35,9 +40,9 @@ from airflow.sdk import DAG, BaseNotifier, Param
 
 from airflow_sparkpoint.operators import SparkpointVerifyOperator
 
-JOBS = Path(__file__).resolve().parent / "jobs"
-BASE = "/tmp/sparkpoint-savepoints"  # the scheduled-savepoints example's job
-SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
+JOB_SCRIPT = str(Path(__file__).parent / "jobs" / "threshold_alerts.py")
+STORAGE = "sparkpoint_default"  # the sparkpoint connection: the production job's storage
+DATA = "/opt/sparkpoint/data"
 
 
 class DrillFailed(BaseNotifier):
@@ -70,25 +75,26 @@ with DAG(
     tags=["sparkpoint", "example", "savepoint", "drill"],
     params={
         "job_name": Param("sensor_alerts", type="string", description="pipeline name of the production job"),
-        "checkpoint_dir": Param(f"{BASE}/checkpoints", type="string", description="its Sparkpoint storage root"),
-        "input": Param(f"{BASE}/readings", type="string", description="its input directory (read only)"),
-        "drill_dir": Param("/tmp/sparkpoint-drills", type="string", description="scratch root of the drills"),
-        "alert_file": Param("/tmp/sparkpoint-drills/alerts.jsonl", type="string",
+        "input": Param(f"{DATA}/sensor-alerts/readings", type="string", description="its input (read only)"),
+        "output": Param(f"{DATA}/sensor-alerts/alerts", type="string",
+                        description="its Delta table (the drill writes a scratch table instead)"),
+        "drill_dir": Param(f"{DATA}/drills", type="string", description="scratch root of the drills"),
+        "alert_file": Param(f"{DATA}/drills/alerts.jsonl", type="string",
                             description="where failed drills are reported"),
     },
 ) as dag:
     SparkpointVerifyOperator(
         task_id="restore_drill",
         job_name="{{ params.job_name }}",
-        checkpoint_dir="{{ params.checkpoint_dir }}",
+        sparkpoint_conn_id=STORAGE,
         snapshot="latest_savepoint",
         drill_dir="{{ params.drill_dir }}",
         conn_id="spark_default",
-        application=str(JOBS / "threshold_alerts.py"),
+        application=JOB_SCRIPT,
         # The production job's own arguments; the drill replaces its output.
-        application_args=["--input", "{{ params.input }}", "--output", "/tmp/sparkpoint-savepoints/alerts",
+        application_args=["--input", "{{ params.input }}", "--output", "{{ params.output }}",
                           "--limit", "90", "--readings", "3"],
         output_args={"--output": "{scratch}/alerts"},
-        conf=SPARK_CONF,
+        work_dir=os.environ.get("SPARKPOINT_WORK_DIR") or None,  # only used with an s3:// drill_dir
         on_failure_callback=[DrillFailed(alert_file="{{ params.alert_file }}")],
     )

@@ -69,7 +69,9 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
         each must be among `application_args`.
     :param drill_dir: where drills take their fresh directory (a path or ``s3://`` URI;
         default: the worker's temporary directory). On a cluster use storage the
-        executors see, and set `work_dir` when it is ``s3://``.
+        executors see. Spark's live location of the drill is ``<its directory>/live``,
+        or, with an ``s3://`` `drill_dir`, a fresh directory under `work_dir` (required
+        then): never the production job's.
     :param drill_job: the drill's pipeline name (default ``<job_name>-drill``).
     :param keep_scratch: keep the drill's directory afterwards (default: deleted).
 
@@ -112,6 +114,7 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
         self.keep_scratch = keep_scratch
         self._drill_root: str | None = None
         self._drill_base: str | None = None  # a temporary directory this operator made
+        self._drill_work: str | None = None  # the drill's own Spark live location
         self._snapshot_uri: str | None = None
         self._production_hook: SparkpointHook | None = None
         self._drill_hook: SparkpointHook | None = None
@@ -141,7 +144,8 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
         # stops the drill, never the production job).
         return self.sparkpoint_hook.get_catalog(self.drill_job)
 
-    def choose_restore(self, try_number: int, catalog: Catalog | None = None) -> str:
+    def choose_restore(self, try_number: int, catalog: Catalog | None = None,
+                       own_generations: Sequence[int] | None = None) -> str:
         """Every try restores the drilled snapshot (into a fresh scratch directory)."""
         if self._snapshot_uri is None:
             raise ConfigError("the drilled snapshot is resolved in execute()")
@@ -151,6 +155,9 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
         conf = super().build_sparkpoint_conf(restore)
         conf[f"{PREFIX}job"] = self.drill_job
         conf[f"{PREFIX}restore.allowForeignJob"] = "true"
+        if self._drill_work is not None:
+            # Never the production job's live location: its g<N> directories would collide.
+            conf[f"{PREFIX}workDir"] = self._drill_work
         return conf
 
     # ------------------------------------------------------------------ execute
@@ -262,6 +269,11 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
         self._drill_root = f"{str(base).rstrip('/')}/{drill_id}"
         if split_uri(self._drill_root)[0] == "file":
             os.makedirs(_local(self._drill_root), exist_ok=True)
+            self._drill_work = f"{_local(self._drill_root)}/live"
+        elif self.work_dir:
+            self._drill_work = f"{str(self.work_dir).rstrip('/')}/sparkpoint-drills/{drill_id}"
+        else:
+            self._drill_work = None  # the runtime refuses an s3:// dir without a workDir, naming it
 
     def _remove_scratch(self) -> None:
         root = self._drill_root
@@ -274,6 +286,8 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
                 open_storage(root, **self.sparkpoint_hook.storage_options).delete_prefix("")
         except (SparkpointError, OSError) as exc:
             self.log.warning("could not remove the drill's scratch directory %s: %s", root, exc)
+        if self._drill_work is not None and split_uri(root)[0] != "file":
+            shutil.rmtree(_local(self._drill_work), ignore_errors=True)
         if self._drill_base is not None:
             shutil.rmtree(self._drill_base, ignore_errors=True)
             self._drill_base = None

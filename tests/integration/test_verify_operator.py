@@ -197,9 +197,26 @@ def test_drill_restores_the_savepoint_under_a_scratch_identity_and_leaves_produc
     assert {k: v for k, v in files_after.items() if k != record_key} == files_before
 
 
-def test_example_drill_dag_fails_loudly_when_the_newest_savepoint_does_not_restore(production, tmp_path):
+def run_example(monkeypatch: pytest.MonkeyPatch, prod: Production, tmp_path: Path, alerts: Path) -> Any:
+    """The example DAG as a deployment runs it: storage from ``sparkpoint_default``, Spark
+    settings from ``spark-defaults.conf``, only the params pointed at this test."""
     from airflow.dag_processing.dagbag import DagBag
 
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in SPARK_CONF.items()))
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARKPOINT_DEFAULT", json.dumps({"conn_type": "sparkpoint",
+                                                                      "host": str(prod.root)}))
+    monkeypatch.delenv("SPARKPOINT_WORK_DIR", raising=False)
+    dag = DagBag(str(REPO / "dags" / "example_sparkpoint_restore_drill.py")).get_dag(
+        "example_sparkpoint_restore_drill")
+    return dag.test(run_conf={"job_name": JOB, "input": str(prod.input), "output": str(prod.output),
+                              "drill_dir": str(tmp_path / "drills"), "alert_file": str(alerts)})
+
+
+def test_example_drill_dag_fails_loudly_when_the_newest_savepoint_does_not_restore(production, tmp_path,
+                                                                                     monkeypatch):
     prod = production
     catalog = prod.catalog
     broken = catalog.create_savepoint(catalog.handle(catalog.latest()))  # the newest savepoint
@@ -208,10 +225,7 @@ def test_example_drill_dag_fails_loudly_when_the_newest_savepoint_does_not_resto
     generations = catalog.current_generation()
     alerts = tmp_path / "alerts.jsonl"
 
-    dag = DagBag(str(REPO / "dags" / "example_sparkpoint_restore_drill.py")).get_dag(
-        "example_sparkpoint_restore_drill")
-    run = dag.test(run_conf={"job_name": JOB, "checkpoint_dir": str(prod.root), "input": str(prod.input),
-                             "drill_dir": str(tmp_path / "drills"), "alert_file": str(alerts)})
+    run = run_example(monkeypatch, prod, tmp_path, alerts)
 
     assert run.state == "failed" and task_state(run, "restore_drill") == "failed"
     [alert] = [json.loads(line) for line in alerts.read_text().splitlines()]
@@ -223,15 +237,10 @@ def test_example_drill_dag_fails_loudly_when_the_newest_savepoint_does_not_resto
 
 
 @pytest.mark.slow
-def test_example_drill_dag_passes_on_a_healthy_savepoint(production, tmp_path):
-    from airflow.dag_processing.dagbag import DagBag
-
+def test_example_drill_dag_passes_on_a_healthy_savepoint(production, tmp_path, monkeypatch):
     prod = production
     [savepoint] = prod.catalog.list_savepoints()
-    dag = DagBag(str(REPO / "dags" / "example_sparkpoint_restore_drill.py")).get_dag(
-        "example_sparkpoint_restore_drill")
-    run = dag.test(run_conf={"job_name": JOB, "checkpoint_dir": str(prod.root), "input": str(prod.input),
-                             "drill_dir": str(tmp_path / "drills"), "alert_file": str(tmp_path / "alerts.jsonl")})
+    run = run_example(monkeypatch, prod, tmp_path, tmp_path / "alerts.jsonl")
     assert run.state == "success"
     assert not (tmp_path / "alerts.jsonl").exists()
     assert list((tmp_path / "drills").iterdir()) == [], "the drill's scratch directory was left behind"
