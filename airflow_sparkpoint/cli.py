@@ -7,6 +7,8 @@
     sparkpoint savepoint --dir URI --job NAME [--stop] [--timeout S] [--no-wait] [--no-from-checkpoint]
     sparkpoint dispose   --dir URI --job NAME PATH
     sparkpoint commit    --dir URI --job NAME [--upto-batch N | --abort-generation G]
+    sparkpoint inspect   --dir URI --job NAME PATH|latest [--rows [--operator ID] [--store NAME] [--key JSON]]
+    sparkpoint verify    --dir URI --job NAME PATH|latest
     sparkpoint metrics   --dir URI --job NAME [--job NAME ...]
     sparkpoint demo      --workdir DIR
 
@@ -179,6 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-heartbeat-age", type=_positive_seconds, default=60.0, metavar="S", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_metrics)
+
+    from airflow_sparkpoint import cli_state  # inspect, verify: the state inside snapshots
+
+    cli_state.add_commands(commands, common)
 
     # Listed for --help only: `main` hands everything after `demo` to the demo unparsed.
     commands.add_parser("demo", add_help=False, help="run the guided demo (sparkpoint demo --workdir DIR)")

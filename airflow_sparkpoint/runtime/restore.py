@@ -394,6 +394,14 @@ def recover_transactions(
     # savepoint) has none here, and its sinks refuse transactions whose data is gone.
     own_root = plan.snapshot is not None and _under(plan.snapshot.uri, catalog.uri)
     for key, record in sorted(confirmed.items()):
+        if record.job != catalog.job and record.sink_id and record.sink_id != sink.sink_id:
+            # A snapshot of another job restored into other output (a restore drill, a
+            # fork): the transaction's staged data lives in that job's sink, which commits
+            # it on its own recovery or commit step; this run must neither commit nor abort it.
+            log.warning("transaction %s was pending for sink %s in %s; this run writes to %s: leaving it to job %r",
+                        record.txn_id, record.sink_id, plan.snapshot.uri if plan.snapshot else "the snapshot",
+                        sink.sink_id, record.job)
+            continue
         if own_root and key not in recorded:
             # Settled after the snapshot was taken: committed (then the sink has it) or
             # aborted by the commit step (a rejected audit, a rolled-back generation).

@@ -54,6 +54,7 @@ EXAMPLES = {
     "example_sparkpoint_blue_green",
     "example_sparkpoint_scheduled_savepoints",
     "example_sparkpoint_write_audit_publish",
+    "example_sparkpoint_restore_drill",  # run in test_verify_operator.py
 }
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

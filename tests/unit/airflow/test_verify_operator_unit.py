@@ -1,0 +1,91 @@
+"""`SparkpointVerifyOperator` without Spark: argument validation, the output-argument
+rewrite, and that everything it acts on (its storage, job name, catalog) is the
+drill's, never the production job's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.storage import open_storage
+
+pytestmark = pytest.mark.airflow
+
+
+@pytest.fixture(autouse=True)
+def _airflow(airflow_home: Path) -> Iterator[None]:
+    yield
+
+
+def operator(tmp_path: Path, **overrides: Any) -> Any:
+    from airflow_sparkpoint.operators import SparkpointVerifyOperator
+
+    kwargs: dict[str, Any] = {
+        "task_id": "drill", "job_name": "alerts", "checkpoint_dir": str(tmp_path / "prod"),
+        "application": "job.py", "application_args": ["--input", "/in", "--output", "/prod/out", "--limit", "9"],
+        "output_args": {"--output": "{scratch}/out"}, "drill_dir": str(tmp_path / "drills"),
+    }
+    kwargs.update(overrides)
+    return SparkpointVerifyOperator(**kwargs)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"output_args": {}}, "needs output_args"),
+    ({"restore": "latest"}, "sets restore itself"),
+    ({"trigger": "processingTime:1s"}, "sets trigger itself"),
+    ({"commit_mode": "external"}, "sets commit_mode itself"),
+])
+def test_constructor_refuses_what_would_make_it_not_a_drill(tmp_path, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        operator(tmp_path, **overrides)
+
+
+def test_output_arguments_point_at_the_drill_directory(tmp_path):
+    op = operator(tmp_path, application_args=["--input", "/in", "--output", "/prod/out", "--report=/prod/r"],
+                  output_args={"output": "{scratch}/out", "--report": "/scratch/report"})
+    op._prepare_scratch()
+    root = op._drill_root
+    assert root.startswith(str(tmp_path / "drills") + "/drill-") and Path(root).is_dir()
+    assert op._drill_arguments() == ["--input", "/in", "--output", f"{root}/out", "--report=/scratch/report"]
+    op._remove_scratch()
+    assert not Path(root).exists()
+
+
+def test_an_output_argument_the_application_does_not_take_is_refused(tmp_path):
+    op = operator(tmp_path, output_args={"--out": "{scratch}/x"})
+    op._prepare_scratch()
+    with pytest.raises(ConfigError, match="'--out', which is not among application_args"):
+        op._drill_arguments()
+
+
+def test_drill_identity_conf_and_on_kill_target_the_drill_not_production(tmp_path):
+    op = operator(tmp_path, stop_timeout=0.1, work_dir=str(tmp_path / "production-live"))
+    production = Catalog(open_storage(str(tmp_path / "prod")), "alerts")
+    production.claim_generation()
+    op._prepare_scratch()
+    op._snapshot_uri = f"{production.uri}/savepoints/savepoint-3-abc"
+    conf = op.build_sparkpoint_conf(op.choose_restore(try_number=2))
+    assert conf["spark.sparkpoint.job"] == "alerts-drill"
+    assert conf["spark.sparkpoint.dir"] == op._drill_root
+    assert conf["spark.sparkpoint.restore"] == op._snapshot_uri, "every try restores the drilled snapshot"
+    assert conf["spark.sparkpoint.restore.allowForeignJob"] == "true"
+    assert conf["spark.sparkpoint.trigger"] == "availableNow"
+    assert conf["spark.sparkpoint.workDir"] == f"{op._drill_root}/live", "never the production job's live location"
+    drill_catalog = op._catalog()
+    assert drill_catalog.job == "alerts-drill" and drill_catalog.uri.endswith(f"{op._drill_root}/alerts-drill")
+
+    op.on_kill()  # no spark-submit runs: nothing to signal, and nothing may reach production
+    assert ControlChannel(production)._scan()[0] == [], "on_kill of a drill must never stop the production job"
+    assert production.current_generation() == 1
+
+
+def test_drill_job_must_differ_from_the_production_job(tmp_path):
+    op = operator(tmp_path, drill_job="alerts")
+    with pytest.raises(ConfigError, match="production job's name"):
+        op.execute({"ti": None})
