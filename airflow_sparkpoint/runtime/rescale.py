@@ -236,6 +236,9 @@ def apply_shuffle_partitions(spark: SparkSession, rescale: RescalePlan | None) -
 def _repartitioner(spark: SparkSession) -> Any:
     """Spark's offline state repartitioner (private and experimental in PySpark 4.2: the
     one place that names it)."""
+    # The RocksDB provider registers with the driver's StateStoreCoordinator, which only
+    # exists once the session's StreamingQueryManager does.
+    _ = spark.streams
     manager = getattr(spark, "_streamingCheckpointManager", None)
     if manager is None or not hasattr(manager, "repartition"):
         raise SparkpointError(
@@ -300,7 +303,15 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
+    """The message of Spark's own exception (a Py4J error's first line names only the call)."""
+    java = getattr(exc, "java_exception", None)
+    text = ""
+    if java is not None:
+        try:
+            text = str(java.toString())
+        except Exception:  # noqa: BLE001 - the JVM may be gone; fall back to the Python text
+            text = ""
+    text = (text or str(exc)).strip() or type(exc).__name__
     return text.splitlines()[0]
 
 

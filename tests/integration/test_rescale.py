@@ -84,7 +84,7 @@ class Run:
 
 
 def submit(base: Path, pipeline: str, conf: dict[str, str], env: dict[str, str] | None = None,
-           output: Path | None = None) -> Run:
+           inputs: Path | None = None) -> Run:
     environment = spark_submit_env({**os.environ, **(env or {})})
     binary = shutil.which("spark-submit", path=environment["PATH"])
     assert binary, "spark-submit not found next to the interpreter"
@@ -92,8 +92,8 @@ def submit(base: Path, pipeline: str, conf: dict[str, str], env: dict[str, str] 
     settings = {**SPARK_CONF, "spark.sparkpoint.dir": str(base / "sp"), "spark.sparkpoint.job": JOB, **conf}
     for key, value in settings.items():
         cmd += ["--conf", f"{key}={value}"]
-    cmd += [str(JOB_SCRIPT), "--pipeline", pipeline, "--input", str(base / "input"),
-            "--output", str(output or base / "out")]
+    cmd += [str(JOB_SCRIPT), "--pipeline", pipeline, "--input", str(inputs or base / "input"),
+            "--output", str(base / "out")]
     proc = subprocess.run(cmd, check=False, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=900)
     return Run(proc)
@@ -139,12 +139,25 @@ class Built:
         self.savepoint_dir = Path(self.savepoint.uri.removeprefix("file://"))
         assert self.savepoint_dir.is_dir(), self.savepoint.uri
         assert table(base / "out") == expected(files)
+        self.saved_table = base / "out-at-savepoint"
+        shutil.copytree(base / "out", self.saved_table)
+
+    @property
+    def inputs(self) -> Path:
+        """The input directory (shared: Spark's file source remembers the files it read by
+        path, so a restored query must read the same directory)."""
+        return self.base / "input"
+
+    def add_files(self, count: int) -> int:
+        """Write `count` more input files; return how many there are now."""
+        present = len(list(self.inputs.glob("part-*.json")))
+        for index in range(present, present + count):
+            write_batch_file(self.inputs, index, rows(index))
+        return present + count
 
     def fork(self, base: Path) -> None:
-        """A new job root and a copy of the output table (the savepoint stays where it is)
-        with the input written so far."""
-        shutil.copytree(self.base / "out", base / "out")
-        shutil.copytree(self.base / "input", base / "input")
+        """A new job root with a copy of the output table as the savepoint left it."""
+        shutil.copytree(self.saved_table, base / "out")
 
 
 @pytest.fixture(scope="module")
@@ -162,36 +175,38 @@ def test_aggregation_rescaled_up_then_down_keeps_totals_exact(aggregation, tmp_p
     assert restored == built.files - 1
 
     # Up: the savepoint (2 partitions) restored into 4, with two more input files.
-    for index in (3, 4):
-        write_batch_file(tmp_path / "input", index, rows(index))
+    files = built.add_files(2)
     up = finished(submit(tmp_path, "aggregation", {"spark.sparkpoint.restore": built.savepoint.uri,
-                                                   "spark.sparkpoint.restore.statePartitions": "4"}))
-    assert table(tmp_path / "out") == expected(5)
+                                                   "spark.sparkpoint.restore.statePartitions": "4"}, inputs=built.inputs))
+    assert table(tmp_path / "out") == expected(files)
     synthetic = restored + 1  # the repartitioner's batch: no input, never staged
-    assert (up["first_batch"], up["last_batch"]) == (synthetic + 1, synthetic + 2), up
+    new = files - built.files  # batches after the synthetic one (one file each)
+    assert (up["first_batch"], up["last_batch"]) == (synthetic + 1, synthetic + new), up
     commits = [c["batch"] for c in delta_commits(tmp_path / "out")]
-    assert commits == [0, 1, 2, synthetic + 1, synthetic + 2], commits
+    assert commits == [*range(built.files), *range(synthetic + 1, synthetic + new + 1)], commits
     catalog = catalog_of(tmp_path)
     checkpoints = {e.metadata.batch_id: e.metadata for e in catalog.list_checkpoints() if e.metadata}
     assert checkpoints[synthetic].state_partitions == 4, "the rescaled state is checkpointed right away"
     assert all(not m.transactions or all(t.batch_id != synthetic for t in m.transactions)
                for m in checkpoints.values())
     latest = catalog.latest()
-    assert latest is not None and latest.batch_id == synthetic + 2 and latest.state_partitions == 4
-    assert offsets_conf(up["live_dir"], synthetic + 2)["spark.sql.shuffle.partitions"] == "4"
+    last = synthetic + new
+    assert latest is not None and latest.batch_id == last and latest.state_partitions == 4
+    assert offsets_conf(up["live_dir"], last)["spark.sql.shuffle.partitions"] == "4"
     assert tree_digest(built.savepoint_dir) == before, "the savepoint was modified (NO_CLAIM)"
     listed = {c["batch_id"]: c for c in list_json(capsys, tmp_path)["checkpoints"]}
-    assert listed[synthetic + 2]["state_partitions"] == 4 and listed[synthetic]["state_partitions"] == 4
+    assert listed[last]["state_partitions"] == 4 and listed[synthetic]["state_partitions"] == 4
 
     # Down: the latest checkpoint (4 partitions) restored into 3, two more files.
-    for index in (5, 6):
-        write_batch_file(tmp_path / "input", index, rows(index))
-    down = finished(submit(tmp_path, "aggregation", {"spark.sparkpoint.restore.statePartitions": "3"}))
-    assert table(tmp_path / "out") == expected(7)
-    second = synthetic + 3  # the second rescale's synthetic batch
+    files = built.add_files(2)
+    down = finished(submit(tmp_path, "aggregation", {"spark.sparkpoint.restore.statePartitions": "3"},
+                           inputs=built.inputs))
+    assert table(tmp_path / "out") == expected(files)
+    second = last + 1  # the second rescale's synthetic batch
     assert (down["first_batch"], down["last_batch"]) == (second + 1, second + 2), down
     commits = [c["batch"] for c in delta_commits(tmp_path / "out")]
-    assert commits == [0, 1, 2, synthetic + 1, synthetic + 2, second + 1, second + 2], commits
+    assert commits[-3:] == [last, second + 1, second + 2], commits
+    assert len(commits) == len(set(commits)) and synthetic not in commits and second not in commits
     latest = catalog.latest()
     assert latest is not None and latest.state_partitions == 3
     assert offsets_conf(down["live_dir"], second + 2)["spark.sql.shuffle.partitions"] == "3"
@@ -200,5 +215,5 @@ def test_aggregation_rescaled_up_then_down_keeps_totals_exact(aggregation, tmp_p
     [op] = state.operators
     assert op.partitions == 3 and [s.rows for s in op.stores] == [USERS]
     listed = {c["batch_id"]: c for c in list_json(capsys, tmp_path)["checkpoints"]}
-    assert listed[second + 2]["state_partitions"] == 3
+    assert listed[second + 2]["state_partitions"] == 3 and listed[second]["state_partitions"] == 3
     assert tree_digest(built.savepoint_dir) == before
