@@ -165,35 +165,62 @@ def aggregation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     yield Built(tmp_path_factory.mktemp("rescale-aggregation"), "aggregation", files=3, partitions=2)
 
 
-def test_aggregation_rescaled_up_then_down_keeps_totals_exact(aggregation, tmp_path, capsys, spark):
+def dead_generation_live_dir(catalog: Catalog) -> Path:
+    [origin] = catalog.origins()
+    assert origin.live_dir, origin
+    return Path(origin.live_dir)
+
+
+def test_aggregation_killed_during_rescale_then_rescaled_up_and_down_exactly(aggregation, tmp_path, capsys, spark):
+    """A kill in the middle of the repartition (fault point ``rescale``) leaves the
+    savepoint and the sink untouched; the retry (restore=latest, as the operator's retry)
+    rescales 2 -> 4; a later restore rescales 4 -> 3. Totals exact after each."""
     from airflow_sparkpoint.runtime.inspect import inspect_snapshot
 
     built = aggregation
     built.fork(tmp_path)
-    before = tree_digest(built.savepoint_dir)
+    savepoint_before = tree_digest(built.savepoint_dir)
+    table_before = tree_digest(tmp_path / "out")
     restored = built.savepoint.metadata.batch_id
-    assert restored == built.files - 1
-
-    # Up: the savepoint (2 partitions) restored into 4, with two more input files.
-    files = built.add_files(2)
-    up = finished(submit(tmp_path, "aggregation", {"spark.sparkpoint.restore": built.savepoint.uri,
-                                                   "spark.sparkpoint.restore.statePartitions": "4"}, inputs=built.inputs))
-    assert table(tmp_path / "out") == expected(files)
     synthetic = restored + 1  # the repartitioner's batch: no input, never staged
-    new = files - built.files  # batches after the synthetic one (one file each)
-    assert (up["first_batch"], up["last_batch"]) == (synthetic + 1, synthetic + new), up
-    commits = [c["batch"] for c in delta_commits(tmp_path / "out")]
-    assert commits == [*range(built.files), *range(synthetic + 1, synthetic + new + 1)], commits
     catalog = catalog_of(tmp_path)
+    files = built.add_files(2)
+
+    marker = tmp_path / "fault-fired"
+    killed = submit(tmp_path, "aggregation", {"spark.sparkpoint.restore": built.savepoint.uri,
+                                              "spark.sparkpoint.restore.statePartitions": "4"},
+                    env={"SPARKPOINT_TEST_FAULT": f"rescale:{restored}", "SPARKPOINT_TEST_FAULT_ONCE": str(marker)},
+                    inputs=built.inputs)
+    assert killed.returncode != 0, killed.tail()
+    assert marker.read_text().strip() == f"rescale:{restored}", "the fault point was not reached"
+    live = dead_generation_live_dir(catalog)
+    assert offsets_conf(str(live), synthetic)["spark.sql.shuffle.partitions"] == "4", \
+        "killed before the repartitioner started"
+    from airflow_sparkpoint.runtime.rescale import interrupted
+    if not (live / "commits" / str(synthetic)).exists():  # killed before Spark's commit, as intended
+        assert interrupted(str(live), restored)
+    assert tree_digest(built.savepoint_dir) == savepoint_before, "the killed rescale modified the savepoint"
+    assert tree_digest(tmp_path / "out") == table_before, "the killed rescale touched the sink"
+    assert catalog.latest() is None and catalog.transactions() == []
+
+    # The retry: the lineage the killed try started from the savepoint, rescaled again.
+    up = finished(submit(tmp_path, "aggregation", {"spark.sparkpoint.restore": "latest",
+                                                   "spark.sparkpoint.restore.statePartitions": "4"},
+                         inputs=built.inputs))
+    assert up["restored_from"] == built.savepoint.uri and up["live_dir"] != str(live)
+    assert table(tmp_path / "out") == expected(files)
+    new = files - built.files  # batches after the synthetic one (one file each)
+    last = synthetic + new
+    assert (up["first_batch"], up["last_batch"]) == (synthetic + 1, last), up
+    commits = [c["batch"] for c in delta_commits(tmp_path / "out")]
+    assert commits == [*range(built.files), *range(synthetic + 1, last + 1)], commits
     checkpoints = {e.metadata.batch_id: e.metadata for e in catalog.list_checkpoints() if e.metadata}
     assert checkpoints[synthetic].state_partitions == 4, "the rescaled state is checkpointed right away"
-    assert all(not m.transactions or all(t.batch_id != synthetic for t in m.transactions)
-               for m in checkpoints.values())
+    assert all(t.batch_id != synthetic for m in checkpoints.values() for t in m.transactions)
     latest = catalog.latest()
-    last = synthetic + new
     assert latest is not None and latest.batch_id == last and latest.state_partitions == 4
     assert offsets_conf(up["live_dir"], last)["spark.sql.shuffle.partitions"] == "4"
-    assert tree_digest(built.savepoint_dir) == before, "the savepoint was modified (NO_CLAIM)"
+    assert tree_digest(built.savepoint_dir) == savepoint_before, "the savepoint was modified (NO_CLAIM)"
     listed = {c["batch_id"]: c for c in list_json(capsys, tmp_path)["checkpoints"]}
     assert listed[last]["state_partitions"] == 4 and listed[synthetic]["state_partitions"] == 4
 
@@ -216,4 +243,93 @@ def test_aggregation_rescaled_up_then_down_keeps_totals_exact(aggregation, tmp_p
     assert op.partitions == 3 and [s.rows for s in op.stores] == [USERS]
     listed = {c["batch_id"]: c for c in list_json(capsys, tmp_path)["checkpoints"]}
     assert listed[second + 2]["state_partitions"] == 3 and listed[second]["state_partitions"] == 3
+    assert tree_digest(built.savepoint_dir) == savepoint_before
+
+
+@pytest.mark.slow
+def test_transform_with_state_rescaled_down_then_up_exactly(tmp_path, capsys, spark):
+    """transformWithStateInPandas (a ValueState per user): 3 -> 2 from a savepoint, then
+    2 -> 5 from the latest checkpoint."""
+    from airflow_sparkpoint.runtime.inspect import inspect_snapshot
+
+    built = Built(tmp_path / "build", "tws", files=3, partitions=3)
+    built.fork(tmp_path)
+    before = tree_digest(built.savepoint_dir)
+    catalog = catalog_of(tmp_path)
+    for target, restore in ((2, built.savepoint.uri), (5, "latest")):
+        files = built.add_files(2)
+        run = finished(submit(tmp_path, "tws", {"spark.sparkpoint.restore": restore,
+                                                "spark.sparkpoint.restore.statePartitions": str(target)},
+                              inputs=built.inputs))
+        assert table(tmp_path / "out") == expected(files), target
+        commits = [c["batch"] for c in delta_commits(tmp_path / "out")]
+        assert len(commits) == len(set(commits)) and run["first_batch"] - 1 not in commits, commits
+        latest = catalog.latest()
+        assert latest is not None and latest.state_partitions == target
+        assert offsets_conf(run["live_dir"], run["last_batch"])["spark.sql.shuffle.partitions"] == str(target)
+        state = inspect_snapshot(spark, catalog.checkpoint_uri(latest.id))
+        [op] = state.operators
+        assert op.name == "transformWithStateInPandasExec" and op.partitions == target
+        assert [s.rows for s in op.stores] == [USERS]
+        listed = {c["batch_id"]: c for c in list_json(capsys, tmp_path)["checkpoints"]}
+        assert listed[latest.batch_id]["state_partitions"] == target
     assert tree_digest(built.savepoint_dir) == before
+
+
+# ------------------------------------------------------------------ refused before anything is written
+# In the test session's Spark (the refusal is the driver's pre-check; no query runs).
+
+
+def _job_module() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sparkpoint_rescale_job", JOB_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run_in_process(spark: Any, base: Path, pipeline: str, conf: dict[str, str]) -> Any:
+    from airflow_sparkpoint.runtime import SparkpointJob
+    from airflow_sparkpoint.sinks import DeltaSink
+
+    job = SparkpointJob.get_or_create(conf={"spark.sparkpoint.dir": str(base / "sp"), "spark.sparkpoint.job": JOB,
+                                            **conf}, argv=[])
+    df, sink_args, mode = _job_module().build(spark, pipeline, str(base / "input"))
+    return job.run(df, sink=DeltaSink(str(base / "out"), **sink_args), output_mode=mode)
+
+
+def test_an_unsupported_operator_is_refused_by_name_before_anything_is_written(spark, tmp_path):
+    from airflow_sparkpoint.exceptions import RestoreError
+
+    for index in range(2):
+        write_batch_file(tmp_path / "input", index, rows(index))
+    result = _run_in_process(spark, tmp_path, "limit", {"spark.sparkpoint.restore": "latest"})
+    assert result.status == "finished"
+    catalog = catalog_of(tmp_path)
+    latest = catalog.latest()
+    assert latest is not None
+    savepoint = catalog.create_savepoint(catalog.handle(latest))
+    write_batch_file(tmp_path / "input", 2, rows(2))
+    root_before, table_before = tree_digest(tmp_path / "sp"), tree_digest(tmp_path / "out")
+    generation = catalog.current_generation()
+
+    for restore in (savepoint.uri, "latest"):
+        with pytest.raises(RestoreError, match=r"statePartitions=4: operator 0 \(globalLimit\) of .* cannot be "
+                                               r"repartitioned; Spark's offline state repartitioner supports"):
+            _run_in_process(spark, tmp_path, "limit", {"spark.sparkpoint.restore": restore,
+                                                       "spark.sparkpoint.restore.statePartitions": "4"})
+    assert catalog.current_generation() == generation, "a generation was claimed"
+    assert tree_digest(tmp_path / "sp") == root_before, "the refused restore wrote to the job's root"
+    assert tree_digest(tmp_path / "out") == table_before, "the refused restore touched the sink"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "four", "2.5"])
+def test_bad_state_partitions_are_rejected_before_anything_is_written(spark, tmp_path, value):
+    from airflow_sparkpoint.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"spark\.sparkpoint\.restore\.statePartitions='{value}' is (too small|"
+                                          r"not an integer); expected an integer >= 1"):
+        _run_in_process(spark, tmp_path, "aggregation", {"spark.sparkpoint.restore.statePartitions": value})
+    assert not (tmp_path / "sp").exists() and not (tmp_path / "out").exists()
