@@ -11,7 +11,8 @@ Also: a driver killed during the rescale (fault point ``rescale``) leaves the sa
 and the sink untouched and the retry succeeds; an operator the repartitioner cannot
 handle is refused, by name, before anything is written; bad N is rejected.
 
-About 8 ``spark-submit`` runs (2-3 minutes on 2 busy cores).
+Three ``spark-submit`` runs by default (about 2-3 minutes on 2 busy cores); the
+transformWithState case (two more) is marked slow.
 """
 
 from __future__ import annotations
@@ -124,14 +125,21 @@ def list_json(capsys: pytest.CaptureFixture[str], base: Path) -> dict[str, Any]:
 
 class Built:
     """A finished first run of `pipeline` over `files` input files with `partitions`
-    state partitions, and a savepoint of its last checkpoint."""
+    state partitions, and a savepoint of its last checkpoint. The first run is not what
+    is tested: it runs in the test session's Spark (saves a JVM start); every restore
+    runs in its own ``spark-submit``."""
 
-    def __init__(self, base: Path, pipeline: str, files: int, partitions: int) -> None:
+    def __init__(self, spark: Any, base: Path, pipeline: str, files: int, partitions: int) -> None:
         self.base, self.pipeline, self.files, self.partitions = base, pipeline, files, partitions
         for index in range(files):
             write_batch_file(base / "input", index, rows(index))
-        result = finished(submit(base, pipeline, {"spark.sql.shuffle.partitions": str(partitions)}))
-        assert result["last_batch"] == files - 1
+        shuffle = spark.conf.get("spark.sql.shuffle.partitions")
+        try:  # (the session's value is given back: other tests share the session)
+            result = _run_in_process(spark, base, pipeline, {"spark.sparkpoint.restore": "latest",
+                                                             "spark.sql.shuffle.partitions": str(partitions)})
+        finally:
+            spark.conf.set("spark.sql.shuffle.partitions", shuffle)
+        assert result.status == "finished" and result.last_batch == files - 1
         catalog = catalog_of(base)
         latest = catalog.latest()
         assert latest is not None and latest.state_partitions == partitions
@@ -161,8 +169,8 @@ class Built:
 
 
 @pytest.fixture(scope="module")
-def aggregation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
-    yield Built(tmp_path_factory.mktemp("rescale-aggregation"), "aggregation", files=3, partitions=2)
+def aggregation(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
+    yield Built(spark, tmp_path_factory.mktemp("rescale-aggregation"), "aggregation", files=3, partitions=2)
 
 
 def dead_generation_live_dir(catalog: Catalog) -> Path:
@@ -252,7 +260,7 @@ def test_transform_with_state_rescaled_down_then_up_exactly(tmp_path, capsys, sp
     2 -> 5 from the latest checkpoint."""
     from airflow_sparkpoint.runtime.inspect import inspect_snapshot
 
-    built = Built(tmp_path / "build", "tws", files=3, partitions=3)
+    built = Built(spark, tmp_path / "build", "tws", files=3, partitions=3)
     built.fork(tmp_path)
     before = tree_digest(built.savepoint_dir)
     catalog = catalog_of(tmp_path)
