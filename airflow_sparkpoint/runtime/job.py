@@ -309,6 +309,7 @@ class _Run:
         index, self.live_reuse = fill_live(self.choice, plan)
         rescaled = rescale.rescale_live(self.spark, self.live, self.rescale, fence) if self.rescale and \
             self.rescale.needed else None
+        self.rescaled = rescale.summary(self.rescale, rescaled)
         rescale.apply_shuffle_partitions(self.spark, self.rescale)
         self.coordinator = Coordinator(
             catalog=self.catalog, sink=self.sink, generation=self.generation, live_root=self.live,
@@ -627,4 +628,5 @@ class _Run:
             recovered=self.recovered,
             live_dir=self.live,
             live_reuse=self.live_reuse.to_json(),
+            rescaled=self.rescaled,
         )

@@ -302,6 +302,13 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
     return synthetic
 
 
+def summary(rescale: RescalePlan | None, synthetic: int | None) -> dict[str, Any]:
+    """The run result's ``rescaled`` field: empty unless the repartitioner ran."""
+    if rescale is None or synthetic is None:
+        return {}
+    return {"from": rescale.current, "to": rescale.target, "batch": synthetic}
+
+
 def _first_line(exc: BaseException) -> str:
     """The message of Spark's own exception (a Py4J error's first line names only the call)."""
     java = getattr(exc, "java_exception", None)

@@ -216,6 +216,7 @@ def test_aggregation_killed_during_rescale_then_rescaled_up_and_down_exactly(agg
                                                    "spark.sparkpoint.restore.statePartitions": "4"},
                          inputs=built.inputs))
     assert up["restored_from"] == built.savepoint.uri and up["live_dir"] != str(live)
+    assert up["rescaled"] == {"from": 2, "to": 4, "batch": synthetic}
     assert table(tmp_path / "out") == expected(files)
     new = files - built.files  # batches after the synthetic one (one file each)
     last = synthetic + new
@@ -239,6 +240,7 @@ def test_aggregation_killed_during_rescale_then_rescaled_up_and_down_exactly(agg
     assert table(tmp_path / "out") == expected(files)
     second = last + 1  # the second rescale's synthetic batch
     assert (down["first_batch"], down["last_batch"]) == (second + 1, second + 2), down
+    assert down["rescaled"] == {"from": 4, "to": 3, "batch": second}
     commits = [c["batch"] for c in delta_commits(tmp_path / "out")]
     assert commits[-3:] == [last, second + 1, second + 2], commits
     assert len(commits) == len(set(commits)) and synthetic not in commits and second not in commits
@@ -270,6 +272,7 @@ def test_transform_with_state_rescaled_down_then_up_exactly(tmp_path, capsys, sp
                                                 "spark.sparkpoint.restore.statePartitions": str(target)},
                               inputs=built.inputs))
         assert table(tmp_path / "out") == expected(files), target
+        assert run["rescaled"] == {"from": 3 if target == 2 else 2, "to": target, "batch": run["first_batch"] - 1}
         commits = [c["batch"] for c in delta_commits(tmp_path / "out")]
         assert len(commits) == len(set(commits)) and run["first_batch"] - 1 not in commits, commits
         latest = catalog.latest()
