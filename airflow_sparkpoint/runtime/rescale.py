@@ -8,7 +8,8 @@ How, in the order the runtime does it:
    its offset log for the snapshot's batch (Spark takes it from there on every restart,
    whatever the session says); its stateful operators come from Spark's operator
    metadata (``state/<op>/_metadata``). An operator Spark's repartitioner cannot handle
-   is refused here, by name, before anything is written.
+   is refused here, by name, before anything is written; so is state kept by another
+   provider than RocksDB (the repartitioner refuses HDFS-backed state).
 2. The run materializes a fresh private live location (never in place) from the
    snapshot, which itself is never touched (NO_CLAIM), then `rescale_live` runs Spark's
    offline repartitioner on that copy, fenced by the generation. Spark rewrites the
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 
 KEY = "spark.sparkpoint.restore.statePartitions"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 
 #: operator names (``state-metadata``'s operatorName) Spark 4.2's offline repartitioner
 #: handles (``StatePartitionKeyExtractorFactory``); anything else fails inside Spark
@@ -119,8 +121,20 @@ def plan_rescale(target: int | None, plan: RestorePlan) -> RescalePlan | None:
         return RescalePlan(target)
     handle = plan.snapshot
     meta = handle.metadata
-    current = _snapshot_partitions(handle)
+    conf = _snapshot_conf(handle)
+    value = conf.get(SHUFFLE_PARTITIONS)
+    if value is None or not value.isdigit():
+        raise RestoreError(f"{handle.uri}: offsets/{meta.batch_id} records no {SHUFFLE_PARTITIONS}; "
+                           "it cannot be rescaled")
+    current = int(value)
     operators = _snapshot_operators(handle)
+    provider = conf.get(PROVIDER, "")
+    if operators and current != target and not provider.endswith(".RocksDBStateStoreProvider"):
+        raise RestoreError(
+            f"{KEY}={target}: {handle.uri} keeps its state with {provider or 'an unknown state store provider'}; "
+            "Spark's offline state repartitioner supports RocksDB state only (spark.sparkpoint.stateStore=rocksdb, "
+            f"the default). Restore it with its own {current} state partitions (remove {KEY})"
+        )
     unsupported = [(i, name) for i, name in operators if name not in SUPPORTED_OPERATORS]
     if unsupported and current != target:
         named = ", ".join(f"operator {i} ({name})" for i, name in unsupported)
@@ -142,16 +156,13 @@ def _read(handle: SnapshotHandle, path: str) -> bytes | None:
         raise RestoreError(f"{handle.uri}: cannot read {path} ({ref.key}): {exc}") from exc
 
 
-def _snapshot_partitions(handle: SnapshotHandle) -> int:
-    """``spark.sql.shuffle.partitions`` of the snapshot's batch, from its offset log."""
+def _snapshot_conf(handle: SnapshotHandle) -> dict[str, str]:
+    """The SQL conf Spark recorded in the offset log for the snapshot's batch."""
     batch = handle.metadata.batch_id
     data = _read(handle, f"offsets/{batch}")
     if data is None:
         raise RestoreError(f"{handle.uri} has no offset log entry offsets/{batch}; it cannot be rescaled")
-    value = offset_log_conf(data).get(SHUFFLE_PARTITIONS)
-    if value is None or not str(value).isdigit():
-        raise RestoreError(f"{handle.uri}: offsets/{batch} records no {SHUFFLE_PARTITIONS}; it cannot be rescaled")
-    return int(value)
+    return offset_log_conf(data)
 
 
 def offset_log_conf(data: bytes) -> dict[str, str]:

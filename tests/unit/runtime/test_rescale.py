@@ -17,9 +17,13 @@ from airflow_sparkpoint.runtime import rescale
 from airflow_sparkpoint.runtime.restore import RestorePlan
 from airflow_sparkpoint.storage.memory import MemoryStorage
 
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
-def offsets(partitions: int) -> bytes:
-    meta = {"batchWatermarkMs": 0, "conf": {"spark.sql.shuffle.partitions": str(partitions)}}
+
+def offsets(partitions: int, provider: str = ROCKSDB) -> bytes:
+    meta = {"batchWatermarkMs": 0, "conf": {"spark.sql.shuffle.partitions": str(partitions),
+                                            "spark.sql.streaming.stateStore.providerClass": provider}}
     return ("v1\n" + json.dumps(meta) + '\n{"logOffset":1}').encode()
 
 
@@ -138,3 +142,11 @@ def test_an_interrupted_repartition_is_recognised(tmp_path):
     assert rescale.interrupted(str(live), 2)
     write(live / "commits/3", b"v1\n{}")
     assert not rescale.interrupted(str(live), 2)
+
+
+def test_state_of_another_provider_than_rocksdb_is_refused():
+    files = {**aggregation(2), "offsets/2": offsets(2, HDFS)}
+    with pytest.raises(RestoreError, match="HDFSBackedStateStoreProvider; Spark's offline state repartitioner "
+                                           "supports RocksDB state only"):
+        rescale.plan_rescale(4, snapshot(files))
+    assert not rescale.plan_rescale(2, snapshot(files)).needed  # type: ignore[union-attr]
