@@ -184,6 +184,7 @@ def test_aggregation_killed_during_rescale_then_rescaled_up_and_down_exactly(agg
     savepoint and the sink untouched; the retry (restore=latest, as the operator's retry)
     rescales 2 -> 4; a later restore rescales 4 -> 3. Totals exact after each."""
     from airflow_sparkpoint.runtime.inspect import inspect_snapshot
+    from airflow_sparkpoint.runtime.verify import verify_snapshot
 
     built = aggregation
     built.fork(tmp_path)
@@ -251,6 +252,8 @@ def test_aggregation_killed_during_rescale_then_rescaled_up_and_down_exactly(agg
     state = inspect_snapshot(spark, catalog.checkpoint_uri(latest.id))
     [op] = state.operators
     assert op.partitions == 3 and [s.rows for s in op.stores] == [USERS]
+    drill = verify_snapshot(catalog.handle(latest), spark=spark)  # every partition of every store reads
+    assert drill.ok and drill.checks["partitions"] == 3 and drill.checks["rows"] == USERS, drill
     listed = {c["batch_id"]: c for c in list_json(capsys, tmp_path)["checkpoints"]}
     assert listed[second + 2]["state_partitions"] == 3 and listed[second]["state_partitions"] == 3
     assert tree_digest(built.savepoint_dir) == savepoint_before
