@@ -46,6 +46,7 @@ from airflow_sparkpoint.runtime.restore import (
     fill_live,
     plan_restore,
     recover_transactions,
+    settle_unconfirmed,
 )
 from airflow_sparkpoint.runtime.result import RunResult
 from airflow_sparkpoint.sinks.base import Sink, StageContext
@@ -304,8 +305,12 @@ class _Run:
             self.catalog.check_generation(self.generation)
 
         fence()
+        # Abort what the restart point does not confirm before the sink's position is
+        # checked: a stalled committer past its generation check can land nothing after it.
+        settled = settle_unconfirmed(self.catalog, self.sink, plan, self.generation)
         if check_sink_position(plan, self.sink, cfg.job, fence=fence):
             faults.pause("after_rewind", plan.batch_id, generation=self.generation)
+        faults.pause("before_live", plan.batch_id, generation=self.generation)
         index, self.live_reuse = fill_live(self.choice, plan)
         self.coordinator = Coordinator(
             catalog=self.catalog, sink=self.sink, generation=self.generation, live_root=self.live,
@@ -315,7 +320,8 @@ class _Run:
             on_status=self._heartbeat,
         )
         self.coordinator.seed(meta, index)
-        pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode, self.generation)
+        pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode, self.generation,
+                                                  settled=settled)
         for record in pending:
             self.coordinator.add_pending(record)
         self.recovered = recovered
