@@ -230,6 +230,9 @@ class _Run:
                 check()
             else:
                 storage.exists("_sparkpoint_probe")
+            exclusive = getattr(storage, "check_exclusive_create", None)
+            if callable(exclusive):
+                exclusive()  # generation claims are conditional creates
         except StorageError as exc:
             raise StorageError(f"{PREFIX}dir={cfg.dir!r} is not reachable: {exc}") from exc
         if cfg.restore_state_partitions is not None:
