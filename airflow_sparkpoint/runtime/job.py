@@ -449,6 +449,14 @@ class _Run:
         if self.stopping.is_set():
             self.sink.abort(record)
             raise _StopRun(f"job {self.cfg.job!r} is stopping; batch {batch_id} is discarded")
+        try:
+            # A superseded driver (a cleared try's, a stalled one) that staged after the
+            # newer generation's recovery would leave its staging and record behind: it
+            # takes its own staged data away and stops before recording anything.
+            self.catalog.check_generation(self.generation)
+        except StaleGeneration:
+            self.sink.abort(record)
+            raise
         self.catalog.put_transaction(record)
         self.coordinator.add_pending(record)
         self.batches.append(int(batch_id))
