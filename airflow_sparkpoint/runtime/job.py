@@ -46,6 +46,7 @@ from airflow_sparkpoint.runtime.restore import (
     fill_live,
     plan_restore,
     recover_transactions,
+    settle_unconfirmed,
 )
 from airflow_sparkpoint.runtime.result import RunResult
 from airflow_sparkpoint.sinks.base import Sink, StageContext
@@ -229,6 +230,9 @@ class _Run:
                 check()
             else:
                 storage.exists("_sparkpoint_probe")
+            exclusive = getattr(storage, "check_exclusive_create", None)
+            if callable(exclusive):
+                exclusive()  # generation claims are conditional creates
         except StorageError as exc:
             raise StorageError(f"{PREFIX}dir={cfg.dir!r} is not reachable: {exc}") from exc
         self.catalog = Catalog(storage, cfg.job)
@@ -304,8 +308,12 @@ class _Run:
             self.catalog.check_generation(self.generation)
 
         fence()
+        # Abort what the restart point does not confirm before the sink's position is
+        # checked: a stalled committer past its generation check can land nothing after it.
+        settled = settle_unconfirmed(self.catalog, self.sink, plan, self.generation)
         if check_sink_position(plan, self.sink, cfg.job, fence=fence):
             faults.pause("after_rewind", plan.batch_id, generation=self.generation)
+        faults.pause("before_live", plan.batch_id, generation=self.generation)
         index, self.live_reuse = fill_live(self.choice, plan)
         rescaled = rescale.rescale_live(self.spark, self.live, self.rescale, fence) if self.rescale and \
             self.rescale.needed else None
@@ -319,7 +327,8 @@ class _Run:
             on_status=self._heartbeat,
         )
         self.coordinator.seed(meta, index)
-        pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode, self.generation)
+        pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode, self.generation,
+                                                  settled=settled)
         for record in pending:
             self.coordinator.add_pending(record)
         self.recovered = recovered
@@ -448,6 +457,14 @@ class _Run:
         if self.stopping.is_set():
             self.sink.abort(record)
             raise _StopRun(f"job {self.cfg.job!r} is stopping; batch {batch_id} is discarded")
+        try:
+            # A superseded driver (a cleared try's, a stalled one) that staged after the
+            # newer generation's recovery would leave its staging and record behind: it
+            # takes its own staged data away and stops before recording anything.
+            self.catalog.check_generation(self.generation)
+        except StaleGeneration:
+            self.sink.abort(record)
+            raise
         self.catalog.put_transaction(record)
         self.coordinator.add_pending(record)
         self.batches.append(int(batch_id))
