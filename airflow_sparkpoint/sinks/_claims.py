@@ -177,9 +177,9 @@ def decide(store: Storage, key: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return existing
 
 
-def _decision(record: TransactionRecord, decision: str, plan: Mapping[str, Any] | None,
-              files: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
-    body: dict[str, Any] = {
+def decision_body(record: TransactionRecord, decision: str) -> dict[str, Any]:
+    """The DECISION object of `record` (the file sinks add the promotion plan; Delta uses it as is)."""
+    return {
         "schema_version": DECISION_SCHEMA_VERSION,
         "decision": decision,
         "job": record.job,
@@ -188,6 +188,11 @@ def _decision(record: TransactionRecord, decision: str, plan: Mapping[str, Any] 
         "txn_id": record.txn_id,
         "decided_at": time.time(),
     }
+
+
+def _decision(record: TransactionRecord, decision: str, plan: Mapping[str, Any] | None,
+              files: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    body = decision_body(record, decision)
     if decision == PROMOTE:
         body["plan"] = dict(plan or {})
         body["files"] = [dict(f) for f in files or ()]

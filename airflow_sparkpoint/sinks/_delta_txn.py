@@ -23,7 +23,6 @@ batch was landed by this transaction once and a rewind undid it, the data is gar
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,18 +40,6 @@ _UNKNOWN = object()
 
 def decision_key(job: str, txn: str) -> str:
     return f"{DECISIONS}/{job}/{txn}.json"
-
-
-def decision_body(record: TransactionRecord, decision: str) -> dict[str, Any]:
-    return {
-        "schema_version": 1,
-        "decision": decision,
-        "job": record.job,
-        "batch_id": record.batch_id,
-        "generation": record.generation,
-        "txn_id": record.txn_id,
-        "decided_at": time.time(),
-    }
 
 
 def _scan(history: Sequence[Mapping[str, Any]], job: str, batch: int) -> Any:

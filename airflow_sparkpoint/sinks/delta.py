@@ -357,7 +357,7 @@ class DeltaSink(Sink):
         """
         try:
             return _claims.decide(self._location.store(), _delta_txn.decision_key(record.job, record.txn_id),
-                                  _delta_txn.decision_body(record, decision))
+                                  _claims.decision_body(record, decision))
         except StorageError as exc:
             raise CommitOutcomeUnknown(
                 f"cannot record the {decision} decision of {record.txn_id} in {self.uri}: {exc}; nothing was "
