@@ -147,18 +147,11 @@ def test_a_restart_behind_the_sink_replays_the_committed_batches_and_continues(s
     assert scene.case.leftovers() == []
     catalog = scene.catalog()
     assert catalog.transactions() == []
-    assert catalog.checkpoints()[0].batch_id == 5
-
-    # The next restart is an ordinary one: nothing to replay, nothing lost.
-    expected += write_inputs(scene.inputs, [5])
-    again = scene.run("again")
-    assert again.proc.returncode == 0, again.tail()
-    assert differences(scene.case, expected, scene.case.rows()) == []
-    again_result = again.result()
-    assert again_result is not None and again_result["recovered"].get("replayed", []) == []
+    assert catalog.checkpoints()[0].batch_id == 5, "the new checkpoints continue after the replayed batches"
 
 
-@pytest.mark.parametrize("sink", [sink_param("directory")])
+# slow: the default run has the same refusal for Delta (tests/chaos/test_corruption.py)
+@pytest.mark.parametrize("sink", [sink_param("directory", slow=True)])
 def test_without_recorded_offsets_the_restart_still_refuses_and_says_why(scene: Scene, sink: str) -> None:
     write_inputs(scene.inputs, [0, 1, 2, 3])
     first = scene.run("first")
