@@ -53,6 +53,11 @@ class Scene:
         self.drivers: list[Driver] = []
 
     def run(self, name: str, extra: dict[str, str] | None = None) -> Driver:
+        driver = self.start(name, extra)
+        driver.wait()
+        return driver
+
+    def start(self, name: str, extra: dict[str, str] | None = None, pause: tuple[str, ...] = ()) -> Driver:
         conf = {
             "spark.sparkpoint.dir": str(self.root),
             "spark.sparkpoint.job": JOB,
@@ -60,10 +65,9 @@ class Scene:
             **self.case.conf(),
             **(extra or {}),
         }
-        driver = Driver(name, self.base, conf=conf,
+        driver = Driver(name, self.base, conf=conf, pause=pause,
                         args=["--sink", self.case.kind, "--input", str(self.inputs), "--output", self.case.output()])
         self.drivers.append(driver)
-        driver.wait()
         return driver
 
     def catalog(self) -> Catalog:
@@ -144,6 +148,7 @@ def test_a_restart_behind_the_sink_replays_the_committed_batches_and_continues(s
     for batch in (2, 3):  # still the first run's commits: nothing was committed twice
         held = sink_now.committed_txn(JOB, batch)
         assert held is not None and held.generation == 1, (batch, held)
+        assert 0 < len(sink_now.replay_record(JOB, batch) or "") < 2048, "the replay record is missing or large"
     assert scene.case.leftovers() == []
     catalog = scene.catalog()
     assert catalog.transactions() == []
@@ -174,3 +179,26 @@ def test_without_recorded_offsets_the_restart_still_refuses_and_says_why(scene: 
     assert "batch 3 was committed without a replay record" in refused.output, refused.tail()
     assert scene.catalog().current_generation() == generation, "refused, yet it claimed a generation"
     assert sorted(map(json.dumps, scene.case.rows())) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sink", [sink_param("delta-merge", slow=True)])
+def test_a_driver_killed_halfway_through_the_replay_is_replayed_again(scene: Scene, sink: str) -> None:
+    expected = write_inputs(scene.inputs, [0, 1, 2, 3])
+    first = scene.run("first")
+    assert first.proc.returncode == 0, first.tail()
+    scene.damage_newest(("delete", "truncate"))
+    expected += write_inputs(scene.inputs, [4])
+
+    killed = scene.start("killed", pause=("replay:3",))
+    held = killed.wait_for("replay")  # batch 2 is replayed, batch 3 is next
+    assert held is not None and held["batch"] == 3
+    killed.kill()
+    healed = scene.run("healed")
+
+    assert healed.proc.returncode == 0, healed.tail()
+    assert differences(scene.case, expected, scene.case.rows()) == []
+    result = healed.result()
+    assert result is not None and result["recovered"]["replayed"] == [2, 3]
+    assert result["first_batch"] == 4 and result["generation"] == 3
+    assert scene.case.leftovers() == [] and scene.catalog().transactions() == []

@@ -132,3 +132,26 @@ def test_unknown_offsets_are_refused_with_the_reason(tmp_path: Path) -> None:
     kafka[1] = replay.capture(str(root), 1)
     assert isinstance(replay.plan_replay(snapshot_at(root, 0), FakeSink(kafka), "job", 1),  # type: ignore[arg-type]
                       replay.ReplayPlan)
+
+
+def test_check_sink_position_replays_only_for_restore_latest_and_says_why_not(tmp_path: Path) -> None:
+    import pytest
+
+    from airflow_sparkpoint.exceptions import SinkAheadError
+    from airflow_sparkpoint.runtime.restore import RestorePlan, check_sink_position
+
+    root = live(tmp_path, 2)
+
+    class PositionedSink(FakeSink):
+        def committed_position(self, job: str) -> int | None:
+            return max(self.records)
+
+    sink = PositionedSink({n: replay.capture(str(root), n) for n in range(2)})
+    # restore=latest, empty state (every checkpoint lost): the sink's batches 0..1 replay
+    assert check_sink_position(RestorePlan(None, "empty", latest=True), sink, "job") is False  # type: ignore[arg-type]
+    with pytest.raises(SinkAheadError, match="already committed batch 1") as refused:  # an explicit restore
+        check_sink_position(RestorePlan(None, "empty"), sink, "job")  # type: ignore[arg-type]
+    assert "cannot be replayed" not in str(refused.value)
+    sink.records[1] = None
+    with pytest.raises(SinkAheadError, match="batch 1 was committed without a replay record"):
+        check_sink_position(RestorePlan(None, "empty", latest=True), sink, "job")  # type: ignore[arg-type]
