@@ -319,6 +319,7 @@ class _Run:
         for record in pending:
             self.coordinator.add_pending(record)
         if plan.latest and plan.sink_ahead != "rewind":  # the self-healing fallback (runtime.replay)
+            self._write_status("running")  # a long replay must not look like a dead run
             recovered["replayed"] = replay.replay_committed(
                 self.spark, self.df, self.output_mode, sink=self.sink, catalog=self.catalog, snapshot=plan.snapshot,
                 live_root=self.live, generation=self.generation, job=cfg.job)
