@@ -46,6 +46,7 @@ from airflow_sparkpoint.runtime.restore import (
     fill_live,
     plan_restore,
     recover_transactions,
+    settle_unconfirmed,
 )
 from airflow_sparkpoint.runtime.result import RunResult
 from airflow_sparkpoint.sinks.base import Sink, StageContext
@@ -229,6 +230,9 @@ class _Run:
                 check()
             else:
                 storage.exists("_sparkpoint_probe")
+            exclusive = getattr(storage, "check_exclusive_create", None)
+            if callable(exclusive):
+                exclusive()  # generation claims are conditional creates
         except StorageError as exc:
             raise StorageError(f"{PREFIX}dir={cfg.dir!r} is not reachable: {exc}") from exc
         if cfg.restore_state_partitions is not None:
@@ -304,8 +308,12 @@ class _Run:
             self.catalog.check_generation(self.generation)
 
         fence()
+        # Abort what the restart point does not confirm before the sink's position is
+        # checked: a stalled committer past its generation check can land nothing after it.
+        settled = settle_unconfirmed(self.catalog, self.sink, plan, self.generation)
         if check_sink_position(plan, self.sink, cfg.job, fence=fence):
             faults.pause("after_rewind", plan.batch_id, generation=self.generation)
+        faults.pause("before_live", plan.batch_id, generation=self.generation)
         index, self.live_reuse = fill_live(self.choice, plan)
         self.coordinator = Coordinator(
             catalog=self.catalog, sink=self.sink, generation=self.generation, live_root=self.live,
@@ -315,7 +323,8 @@ class _Run:
             on_status=self._heartbeat,
         )
         self.coordinator.seed(meta, index)
-        pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode, self.generation)
+        pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode, self.generation,
+                                                  settled=settled)
         for record in pending:
             self.coordinator.add_pending(record)
         if plan.latest and plan.sink_ahead != "rewind":  # the self-healing fallback (runtime.replay)
@@ -449,6 +458,14 @@ class _Run:
         if self.stopping.is_set():
             self.sink.abort(record)
             raise _StopRun(f"job {self.cfg.job!r} is stopping; batch {batch_id} is discarded")
+        try:
+            # A superseded driver (a cleared try's, a stalled one) that staged after the
+            # newer generation's recovery would leave its staging and record behind: it
+            # takes its own staged data away and stops before recording anything.
+            self.catalog.check_generation(self.generation)
+        except StaleGeneration:
+            self.sink.abort(record)
+            raise
         self.catalog.put_transaction(record)
         self.coordinator.add_pending(record)
         self.batches.append(int(batch_id))

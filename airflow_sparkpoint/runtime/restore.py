@@ -28,7 +28,13 @@ from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, open_snapshot
 from airflow_sparkpoint.checkpoints.lineage import Origin
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.exceptions import RestoreError, SinkAheadError, SparkpointError, TransactionConflict
+from airflow_sparkpoint.exceptions import (
+    RestoreError,
+    SinkAheadError,
+    SinkError,
+    SparkpointError,
+    TransactionConflict,
+)
 from airflow_sparkpoint.runtime import livedir, replay
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import IndexEntry, file_sha256
@@ -375,37 +381,89 @@ def _rewrite_paths(path: str, old_roots: list[bytes], new_root: str) -> bool:
     return True
 
 
+def _confirmed(plan: RestorePlan) -> dict[tuple[int, int], TransactionRecord]:
+    """The transactions the restart snapshot lists as pending (confirmed by it)."""
+    if plan.snapshot is None:
+        return {}
+    return {(r.batch_id, r.generation): r for r in plan.snapshot.metadata.transactions}
+
+
+def settle_unconfirmed(
+    catalog: Catalog, sink: Sink, plan: RestorePlan, generation: int | None = None
+) -> dict[str, list[int]]:
+    """recoverAndAbort, the first step of restore-time recovery, as the owner `generation`:
+    every recorded transaction the restart snapshot does not list is decided by reading the
+    sink. One that holds its batch's commit (possibly unfinished) is finished, never
+    aborted; the rest can never be confirmed and are aborted, and their records deleted.
+
+    It runs before the sink's position is checked: the abort is a decision a stalled
+    committer of the same transaction (a zombie past its generation check) can no longer
+    overturn, so nothing lands past the restart point after the check. Returns the batch
+    ids ``finished`` and ``aborted``.
+
+    :raises StaleGeneration: `generation` was superseded meanwhile; nothing more is touched.
+    """
+    faults.pause("recovery", plan.batch_id, generation=generation)
+    confirmed = _confirmed(plan)
+    summary: dict[str, list[int]] = {"finished": [], "aborted": []}
+    records = [r for r in catalog.transactions() if (r.batch_id, r.generation) not in confirmed]
+    done = []
+    for count, record in enumerate(records, start=1):
+        if generation is not None:
+            catalog.check_generation(generation)
+        if sink.is_committed(record):
+            # It holds its batch's commit (landed, or a promotion killed halfway): finish
+            # it; aborting would delete data the sink already shows.
+            if _commit(sink, record):
+                summary["finished"].append(record.batch_id)
+        else:
+            try:
+                sink.abort(record)
+            except SinkError:
+                if not sink.is_committed(record):
+                    raise
+                # Its stalled committer had decided to promote: the abort finished it.
+                summary["finished"].append(record.batch_id)
+            else:
+                summary["aborted"].append(record.batch_id)
+        done.append(record)
+        faults.maybe_kill_halfway("recovery", record.batch_id, count, len(records))
+    catalog.delete_transactions(done)
+    return summary
+
+
 def recover_transactions(
-    catalog: Catalog, sink: Sink, plan: RestorePlan, commit_mode: str, generation: int | None = None
+    catalog: Catalog, sink: Sink, plan: RestorePlan, commit_mode: str, generation: int | None = None,
+    *, settled: Mapping[str, list[int]] | None = None,
 ) -> tuple[list[TransactionRecord], dict[str, list[int]]]:
     """recoverAndCommit / recoverAndAbort for the restart point, as the owner `generation`.
 
     Transactions the snapshot lists as pending were confirmed: committed now in
     ``checkpoint`` mode, kept for the commit step in ``external`` mode. Every other
-    recorded transaction is decided by reading the sink: one that holds its batch's commit
-    (possibly unfinished) is finished, never aborted; the rest can never be confirmed and
-    are aborted; staged data without any record is removed. Every commit and abort is
-    fenced: a newer generation makes this one stop. Returns the still-pending records and
-    a summary (batch ids ``committed``, ``finished``, ``aborted``, ``kept``, ``conflicts``).
+    recorded transaction is settled by `settle_unconfirmed` (here, unless the caller did
+    that already and passes its summary as `settled`); staged data without any record is
+    removed. Every commit and abort is fenced: a newer generation makes this one stop.
+    Returns the still-pending records and a summary (batch ids ``committed``,
+    ``finished``, ``aborted``, ``kept``, ``conflicts``).
 
     :raises StaleGeneration: `generation` was superseded meanwhile; nothing more is touched.
     """
-    restart = plan.batch_id
-    faults.pause("recovery", restart, generation=generation)
+    if settled is None:
+        settled = settle_unconfirmed(catalog, sink, plan, generation)
 
     def fence() -> None:
         if generation is not None:
             catalog.check_generation(generation)
 
-    confirmed: dict[tuple[int, int], TransactionRecord] = {}
-    if plan.snapshot is not None:
-        confirmed = {(r.batch_id, r.generation): r for r in plan.snapshot.metadata.transactions}
-    summary: dict[str, list[int]] = {"committed": [], "finished": [], "aborted": [], "kept": [], "conflicts": []}
+    confirmed = _confirmed(plan)
+    summary: dict[str, list[int]] = {"committed": [], "finished": list(settled.get("finished", ())),
+                                     "aborted": list(settled.get("aborted", ())), "kept": [], "conflicts": []}
     still_pending: list[TransactionRecord] = []
     recorded = catalog.transaction_keys()
     # Only this job's own records tell "settled"; a snapshot from another root (a moved
     # savepoint) has none here, and its sinks refuse transactions whose data is gone.
     own_root = plan.snapshot is not None and _under(plan.snapshot.uri, catalog.uri)
+    done = []
     for key, record in sorted(confirmed.items()):
         if record.job != catalog.job and record.sink_id and record.sink_id != sink.sink_id:
             # A snapshot of another job restored into other output (a restore drill, a
@@ -429,28 +487,11 @@ def recover_transactions(
                 summary["committed"].append(record.batch_id)
             else:
                 summary["conflicts"].append(record.batch_id)
+            if key in recorded:
+                done.append(record)
         else:
             still_pending.append(record)
             summary["kept"].append(record.batch_id)
-    records = catalog.transactions()
-    done = []
-    for count, record in enumerate(records, start=1):
-        key = (record.batch_id, record.generation)
-        if key in confirmed:
-            if commit_mode == "checkpoint":
-                done.append(record)
-            continue
-        fence()
-        if sink.is_committed(record):
-            # It holds its batch's commit (landed, or a promotion killed halfway): finish
-            # it; aborting would delete data the sink already shows.
-            if _commit(sink, record):
-                summary["finished"].append(record.batch_id)
-        else:
-            sink.abort(record)
-            summary["aborted"].append(record.batch_id)
-        done.append(record)
-        faults.maybe_kill_halfway("recovery", record.batch_id, count, len(records))
     catalog.delete_transactions(done)
     keep = {r.txn_id for r in still_pending}
     fence()

@@ -390,6 +390,7 @@ class S3Table(TableLocation):
         self._resolve_credentials()
         try:
             self._storage().check()
+            self._storage().check_exclusive_create()  # commit decisions are conditional creates
         except StorageError as exc:
             raise SinkError(f"DeltaSink destination {self.uri} is not usable: {exc}") from None
 

@@ -203,6 +203,7 @@ class DirectorySink(Sink):
         store = self._storage()
         try:
             store.check()  # type: ignore[attr-defined]
+            store.check_exclusive_create()  # type: ignore[attr-defined]  # batch claims are conditional creates
         except StorageError as exc:
             raise SinkError(f"DirectorySink destination {self.uri} is not usable: {exc}") from None
 

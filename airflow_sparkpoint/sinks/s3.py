@@ -176,6 +176,7 @@ class S3Sink(Sink):
     def validate(self) -> None:
         try:
             self._storage().check()
+            self._storage().check_exclusive_create()  # batch claims are conditional creates
         except StorageError as exc:
             raise SinkError(f"S3Sink destination {self.uri} is not usable: {exc}") from None
 

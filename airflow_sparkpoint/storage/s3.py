@@ -26,6 +26,7 @@ import random
 import re
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -50,6 +51,8 @@ _BUCKET_MISSING_CODES = frozenset({"NoSuchBucket"})
 _ACCESS_CODES = frozenset({"AccessDenied", "403", "Forbidden", "AllAccessDisabled"})
 _CONFLICT_RETRIES = 5
 _BODY_RETRIES = 2
+# (endpoint, bucket) pairs whose conditional writes were probed in this process
+_EXCLUSIVE_CREATE_OK: set[tuple[str, str]] = set()
 
 
 def validate_bucket_name(bucket: str) -> str:
@@ -340,6 +343,33 @@ class S3Storage(Storage):
         except BotoCoreError as exc:
             raise self._error(exc, "HeadBucket") from exc
         self._bucket_verified = True
+
+    def check_exclusive_create(self) -> None:
+        """Fail fast unless the endpoint honours ``If-None-Match: *`` on PutObject: a second
+        create of one key must be refused. Generation claims and the sinks' batch claims
+        rest on it; an S3-compatible server that ignores the header would let two drivers
+        both win. Probed once per endpoint and bucket in this process (two PUTs, a DELETE).
+
+        :raises StorageError: the endpoint overwrote the probe instead of refusing it, or
+            the probe could not be written.
+        """
+        where = (self.endpoint_url or "AWS S3", self.bucket)
+        if where in _EXCLUSIVE_CREATE_OK:
+            return
+        probe = f"_sparkpoint_probe/{uuid.uuid4().hex}"
+        self.put_if_absent(probe, b"1")
+        try:
+            self.put_if_absent(probe, b"2")
+        except ObjectExists:
+            _EXCLUSIVE_CREATE_OK.add(where)
+            return
+        finally:
+            self.delete([probe])
+        raise StorageError(
+            f"S3 endpoint {self._endpoint} (bucket {self.bucket!r}) does not honour conditional writes "
+            "(PutObject with If-None-Match: * overwrote an existing object); Sparkpoint's generation and "
+            "batch claims need them (AWS S3, MinIO, SeaweedFS and Ceph RGW recent releases have them)"
+        )
 
     # -- objects ----------------------------------------------------------------------
 

@@ -241,3 +241,35 @@ def test_a_zombie_holding_the_claim_makes_the_restore_refuse_instead_of_losing_t
     assert fixed_rc == 0, fixed.tail()
     committed = scene.case.sink().committed_txn(JOB, 2)
     assert committed is not None and committed.txn_id == f"{JOB}-b2-g1"
+
+
+@pytest.mark.parametrize("sink", [sink_param("delta-merge", default=True), sink_param("directory"),
+                                  sink_param("s3")])
+def test_a_zombie_waking_while_the_rerun_prepares_cannot_land_a_batch_past_the_restart_point(
+    scene: Scene, sink: str
+) -> None:
+    """The zombie passed its generation check and is about to promote batch 2 when the
+    re-run (from the checkpoint of batch 1) has checked the sink's position and is still
+    building its live location: the zombie must not land batch 2 then (the re-run would
+    take the sink's batch 2 as its own, although its batch 2 read other input)."""
+    expected = write_inputs(scene.inputs, [0, 1, 2])
+    zombie = scene.start("zombie", pause=("before_claim:2",))
+    held = zombie.wait_for("before_claim")
+    assert held is not None and held["batch"] == 2 and held["txn"] == f"{JOB}-b2-g1"
+
+    expected += odd_file(scene.inputs, after=1) + write_inputs(scene.inputs, [3])
+    rerun = scene.start("rerun", restore=scene.checkpoint_of(1), pause=("before_live",))
+    prepared = rerun.wait_for("before_live")
+    assert prepared is not None and prepared["batch"] == 1 and prepared["generation"] == 2
+    zombie.release("before_claim")
+    zombie_rc = zombie.wait()
+    rerun.release("before_live")
+    rerun_rc = rerun.wait()
+
+    assert differences(scene.case, expected, scene.case.rows()) == []
+    assert scene.case.leftovers() == [], "the zombie's staged data was not discarded"
+    assert rerun_rc == 0, rerun.tail()
+    assert zombie_rc != 0 and "was aborted" in zombie.output, zombie.tail()
+    committed = scene.case.sink().committed_txn(JOB, 2)
+    assert committed is not None and committed.txn_id == f"{JOB}-b2-g2"
+    assert scene.catalog().transactions() == []

@@ -20,6 +20,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, ObjectExists, ObjectNotFound, StorageError
+from airflow_sparkpoint.storage import s3 as s3_module
 from airflow_sparkpoint.storage.s3 import S3Storage, validate_bucket_name
 
 SECRET = "wJalrXUtnFEMI-never-in-a-message"
@@ -410,3 +411,34 @@ def test_upload_of_a_missing_local_file(store: S3Storage, tmp_path: Path) -> Non
     with pytest.raises(ObjectNotFound, match="nope.bin"):
         store.upload_file(str(tmp_path / "nope.bin"), "k")
     assert not store.exists("k")
+
+
+@pytest.mark.s3
+def test_conditional_writes_are_probed_once_and_leave_nothing(store: S3Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(s3_module, "_EXCLUSIVE_CREATE_OK", set())
+    calls, count = _counter(store, "before-send.s3.PutObject")
+    with _hook(store, "before-send.s3.PutObject", count):
+        store.check_exclusive_create()
+        store.check_exclusive_create()
+    assert len(calls) == 2, "probed once: a create, then a refused second create"
+    assert list(store.list("_sparkpoint_probe/")) == []
+
+
+@pytest.mark.s3
+def test_an_endpoint_that_ignores_if_none_match_is_refused(store: S3Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An S3-compatible server that ignores the header (simulated by dropping it from the
+    request) would let two drivers both claim one generation or batch."""
+    monkeypatch.setattr(s3_module, "_EXCLUSIVE_CREATE_OK", set())
+    dropped: list[str] = []
+
+    def drop(request: Any, **_: Any) -> None:
+        if "If-None-Match" in request.headers:
+            del request.headers["If-None-Match"]
+            dropped.append(request.url)
+
+    with _hook(store, "before-sign.s3.PutObject", drop), \
+            pytest.raises(StorageError, match=r"does not honour conditional writes.*If-None-Match") as info:
+        store.check_exclusive_create()
+    assert len(dropped) == 2, "the fault (the header dropped) was injected on both probe writes"
+    assert store.endpoint_url is not None and store.endpoint_url.split("//")[1] in str(info.value)
+    assert list(store.list("_sparkpoint_probe/")) == []
