@@ -89,7 +89,7 @@ from airflow_sparkpoint.exceptions import (
     TransactionConflict,
 )
 from airflow_sparkpoint.sinks import _manifests as manifests
-from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn
+from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, replay_of
 from airflow_sparkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -196,12 +196,17 @@ def _decision(record: TransactionRecord, decision: str, plan: Mapping[str, Any] 
     if decision == PROMOTE:
         body["plan"] = dict(plan or {})
         body["files"] = [dict(f) for f in files or ()]
+        replay = replay_of(record)
+        if replay is not None:  # kept by the claim: how to replay the batch (runtime.replay)
+            body["replay"] = replay
     return body
 
 
 def _claim(sink: FileSink, decision: Mapping[str, Any]) -> dict[str, Any]:
     files = [dict(f) for f in decision.get("files", ())]
+    extra = {"replay": decision["replay"]} if isinstance(decision.get("replay"), str) else {}
     return {
+        **extra,
         "schema_version": CLAIM_SCHEMA_VERSION,
         "state": PROMOTING,
         "job": decision["job"],
@@ -414,6 +419,13 @@ def committed_txn(store: Storage, job: str, batch_id: int) -> CommittedTxn | Non
     generation = claim.get("generation")
     return CommittedTxn(job=job, batch_id=batch_id, generation=int(generation) if generation is not None else None,
                         txn_id=str(claim["txn_id"]) if claim.get("txn_id") else None)
+
+
+def replay_record(store: Storage, job: str, batch_id: int) -> str | None:
+    """The replay record the claim of batch `batch_id` keeps (None: no claim, or none kept)."""
+    claim = manifests.read_manifest(store, job, batch_id)
+    replay = claim.get("replay") if claim is not None else None
+    return replay if isinstance(replay, str) else None
 
 
 def committed_batches(store: Storage, job: str) -> list[dict[str, Any]]:
