@@ -64,6 +64,8 @@ Pause points of the runtime (batch N as noted; details include the generation):
                     written ``commits/N`` (a stop taken here aborts batch N)
 ``after_metadata``  checkpoint of N is complete; retention and the sink commit
                     of N are not done
+``replay``          the self-healing fallback is about to write batch N's recorded
+                    offsets and re-run it (`runtime.replay`); claimed and recovered
 ==================  ============================================================
 
 Pause points of the sinks (batch N of the transaction at hand; details carry ``txn``):

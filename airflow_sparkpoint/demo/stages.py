@@ -328,8 +328,7 @@ class Demo:
         return [v for v in versions if any(r["code_version"] == 2 for r in delta_rows(self.blue.output, v))]
 
     def params(self, **extra: Any) -> dict[str, Any]:
-        return {"job_name": BLUE_JOB, "input": str(self.blue.input), "output": str(self.blue.output),
-                "checkpoint_dir": str(self.blue.root), **extra}
+        return {"job_name": BLUE_JOB, "input": str(self.blue.input), "output": str(self.blue.output), **extra}
 
     # ------------------------------------------------------------------ stage 3
 
@@ -548,6 +547,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
     console = Console()
     demo = Demo(workdir, dags, console)
+    # The blue-green DAG keeps its storage in the `sparkpoint_default` connection, as in production.
+    os.environ["AIRFLOW_CONN_SPARKPOINT_DEFAULT"] = json.dumps({"conn_type": "sparkpoint", "host": str(demo.blue.root)})
     previous_handlers = _exit_on_interrupt(demo, console)
     console.step("airflow-sparkpoint demo: checkpoints, savepoints and exactly-once output on Spark + Airflow")
     console.say(f"   workdir   {workdir}")

@@ -37,7 +37,7 @@ from airflow_sparkpoint.exceptions import (
     StaleGeneration,
     StorageError,
 )
-from airflow_sparkpoint.runtime import livedir, rescale, signals
+from airflow_sparkpoint.runtime import livedir, replay, rescale, signals
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
@@ -315,10 +315,6 @@ class _Run:
             faults.pause("after_rewind", plan.batch_id, generation=self.generation)
         faults.pause("before_live", plan.batch_id, generation=self.generation)
         index, self.live_reuse = fill_live(self.choice, plan)
-        rescaled = rescale.rescale_live(self.spark, self.live, self.rescale, fence) if self.rescale and \
-            self.rescale.needed else None
-        self.rescaled = rescale.summary(self.rescale, rescaled)
-        rescale.apply_shuffle_partitions(self.spark, self.rescale)
         self.coordinator = Coordinator(
             catalog=self.catalog, sink=self.sink, generation=self.generation, live_root=self.live,
             commit_mode=cfg.commit_mode, interval_s=cfg.checkpoint_interval_s,
@@ -331,7 +327,19 @@ class _Run:
                                                   settled=settled)
         for record in pending:
             self.coordinator.add_pending(record)
+        if plan.latest and plan.sink_ahead != "rewind":  # the self-healing fallback (runtime.replay)
+            self._write_status("running")  # a long replay must not look like a dead run
+            recovered["replayed"] = replay.replay_committed(
+                self.spark, self.df, self.output_mode, sink=self.sink, catalog=self.catalog, snapshot=plan.snapshot,
+                live_root=self.live, generation=self.generation, job=cfg.job)
+            if recovered["replayed"]:  # the snapshot's position of this sink is behind what it holds now
+                self.coordinator.sink_positions.pop(self.sink.sink_id, None)
         self.recovered = recovered
+        # After any replay: the state of the live location's last batch is rescaled.
+        rescaled = rescale.rescale_live(self.spark, self.live, self.rescale, fence) if self.rescale and \
+            self.rescale.needed else None
+        self.rescaled = rescale.summary(self.rescale, rescaled)
+        rescale.apply_shuffle_partitions(self.spark, self.rescale)
         if rescaled is not None:
             # The rescaled state is the restart point from now on (no input, no transaction).
             self.coordinator.confirm(rescaled)
@@ -451,8 +459,10 @@ class _Run:
         faults.maybe_kill("stage", batch_id)
         record = TransactionRecord(
             job=self.cfg.job, batch_id=int(batch_id), generation=self.generation, sink=self.sink.kind,
-            sink_id=self.sink.sink_id, payload={"config": self.sink.to_config(), "staged": payload},
-            created_at=time.time(),
+            sink_id=self.sink.sink_id, created_at=time.time(),
+            # the commit keeps how to replay the batch (the self-healing fallback, runtime.replay)
+            payload={"config": self.sink.to_config(), "staged": payload,
+                     "replay": replay.capture(self.live, int(batch_id))},
         )
         if self.stopping.is_set():
             self.sink.abort(record)

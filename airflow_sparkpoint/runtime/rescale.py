@@ -260,19 +260,20 @@ def _repartitioner(spark: SparkSession) -> Any:
 
 
 def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Callable[[], None]) -> int:
-    """Repartition the private live location `live` (at the snapshot's batch) into
-    ``rescale.target`` partitions; return the synthetic batch id Spark committed.
+    """Repartition the private live location `live` (at its last committed batch: the
+    snapshot's, or the last one replayed) into ``rescale.target`` partitions; return the
+    synthetic batch id Spark committed.
 
     :raises StaleGeneration: (from `fence`) a newer generation took over; nothing was changed.
     :raises SparkpointError: the repartition failed or its result is not what was asked.
     """
     assert rescale.needed and rescale.batch_id is not None
-    batch = rescale.batch_id
     path = livedir.require_local(live)
-    last = livedir.last_commit(path)
-    if last != batch or os.path.exists(os.path.join(path, "offsets", str(batch + 1))):
-        raise SparkpointError(f"live location {live} is not exactly at batch {batch} (last commit {last}); "
-                              "refusing to rescale it")
+    # The snapshot's batch, or a later one when the run replayed what a sink held (runtime.replay).
+    batch = livedir.last_commit(path)
+    if batch is None or batch < rescale.batch_id or os.path.exists(os.path.join(path, "offsets", str(batch + 1))):
+        raise SparkpointError(f"live location {live} is not at a committed batch >= {rescale.batch_id} with nothing "
+                              f"after it (last commit {batch}); refusing to rescale it")
     fence()
     log.info("%s: %s in %s", KEY, rescale.describe(), live)
     manager = _repartitioner(spark)

@@ -21,7 +21,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from airflow_sparkpoint import faults
@@ -35,7 +35,7 @@ from airflow_sparkpoint.exceptions import (
     SparkpointError,
     TransactionConflict,
 )
-from airflow_sparkpoint.runtime import livedir, rescale
+from airflow_sparkpoint.runtime import livedir, replay, rescale
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import IndexEntry, file_sha256
 from airflow_sparkpoint.sinks.base import Sink
@@ -58,6 +58,7 @@ class RestorePlan:
     own_files: bool = False  # the snapshot's files are this job's shared files
     sink_ahead: str = "fail"  # the policy for this restart (a lineage's rewind is inherited)
     continues: Origin | None = None  # the origin of the lineage whose starting point this is
+    latest: bool = False  # chosen by restore=latest: a sink ahead of it may be replayed (runtime.replay)
 
     @property
     def batch_id(self) -> int | None:
@@ -95,7 +96,8 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
             policy = "rewind"
         if point.checkpoint is not None:
             handle = catalog.handle(point.checkpoint)
-            return RestorePlan(handle, point.description, "checkpoint", point.checkpoint.id, True, policy, origin)
+            return RestorePlan(handle, point.description, "checkpoint", point.checkpoint.id, True, policy, origin,
+                               latest=True)
         if point.uri is not None:
             assert origin is not None
             try:
@@ -108,8 +110,8 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
                     "and spark.sparkpoint.restore.force=true"
                 ) from exc
             allow = cfg.restore_allow_foreign_job or bool(origin.restore.get("allow_foreign_job"))
-            return _plan_for(handle, catalog, cfg.job, allow, policy, point.description, origin)
-        return RestorePlan(None, point.description, sink_ahead=policy, continues=origin)
+            return replace(_plan_for(handle, catalog, cfg.job, allow, policy, point.description, origin), latest=True)
+        return RestorePlan(None, point.description, sink_ahead=policy, continues=origin, latest=True)
     handle = open_snapshot(cfg.restore, storage_options=cfg.storage_options)
     meta = handle.metadata
     return _plan_for(handle, catalog, cfg.job, cfg.restore_allow_foreign_job, cfg.restore_sink_ahead,
@@ -164,6 +166,11 @@ def check_sink_position(
     is (with `apply`: was) rewound. Without `apply` nothing is changed (the check before
     the claim); `fence` is called right before a rewind.
 
+    With ``restore=latest`` and the ``fail`` policy, a sink ahead is no error when the
+    batches it holds past the restart point can be replayed exactly (`replay.plan_replay`;
+    the run replays them after the claim, `replay.replay_committed`); the refusal says
+    why they cannot.
+
     :raises SinkAheadError: the sink is ahead and the policy is ``fail`` (or rewinding is refused).
     """
     policy = policy or plan.sink_ahead
@@ -172,6 +179,12 @@ def check_sink_position(
     if position is None or (restart is not None and position <= restart):
         return False
     where = f"batch {restart} of {plan.snapshot.uri}" if plan.snapshot else "empty state"
+    because = ""
+    if policy != "rewind" and plan.latest:
+        found = replay.plan_replay(plan.snapshot, sink, job, position)
+        if not isinstance(found, str):
+            return False
+        because = f" The committed batches cannot be replayed from the restart point: {found}."
     if policy == "rewind" and plan.snapshot is not None and hasattr(sink, "rewind"):
         if not apply:
             return True
@@ -184,8 +197,8 @@ def check_sink_position(
         return True
     raise SinkAheadError(
         f"sink {sink.sink_id} has already committed batch {position} of job {job!r}, past the restore point "
-        f"({where}); restoring would duplicate or lose output. Restore a newer checkpoint or savepoint, or set "
-        "spark.sparkpoint.restore.sinkAhead=rewind to rewind the sink to the snapshot"
+        f"({where}); restoring would duplicate or lose output.{because} Restore a newer checkpoint or savepoint, "
+        "or set spark.sparkpoint.restore.sinkAhead=rewind to rewind the sink to the snapshot"
     )
 
 

@@ -89,7 +89,7 @@ from airflow_sparkpoint.exceptions import (
     TransactionConflict,
 )
 from airflow_sparkpoint.sinks import _manifests as manifests
-from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn
+from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, replay_of
 from airflow_sparkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -177,9 +177,9 @@ def decide(store: Storage, key: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return existing
 
 
-def _decision(record: TransactionRecord, decision: str, plan: Mapping[str, Any] | None,
-              files: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
-    body: dict[str, Any] = {
+def decision_body(record: TransactionRecord, decision: str) -> dict[str, Any]:
+    """The DECISION object of `record` (the file sinks add the promotion plan; Delta uses it as is)."""
+    return {
         "schema_version": DECISION_SCHEMA_VERSION,
         "decision": decision,
         "job": record.job,
@@ -188,15 +188,25 @@ def _decision(record: TransactionRecord, decision: str, plan: Mapping[str, Any] 
         "txn_id": record.txn_id,
         "decided_at": time.time(),
     }
+
+
+def _decision(record: TransactionRecord, decision: str, plan: Mapping[str, Any] | None,
+              files: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    body = decision_body(record, decision)
     if decision == PROMOTE:
         body["plan"] = dict(plan or {})
         body["files"] = [dict(f) for f in files or ()]
+        replay = replay_of(record)
+        if replay is not None:  # kept by the claim: how to replay the batch (runtime.replay)
+            body["replay"] = replay
     return body
 
 
 def _claim(sink: FileSink, decision: Mapping[str, Any]) -> dict[str, Any]:
     files = [dict(f) for f in decision.get("files", ())]
+    extra = {"replay": decision["replay"]} if isinstance(decision.get("replay"), str) else {}
     return {
+        **extra,
         "schema_version": CLAIM_SCHEMA_VERSION,
         "state": PROMOTING,
         "job": decision["job"],
@@ -409,6 +419,13 @@ def committed_txn(store: Storage, job: str, batch_id: int) -> CommittedTxn | Non
     generation = claim.get("generation")
     return CommittedTxn(job=job, batch_id=batch_id, generation=int(generation) if generation is not None else None,
                         txn_id=str(claim["txn_id"]) if claim.get("txn_id") else None)
+
+
+def replay_record(store: Storage, job: str, batch_id: int) -> str | None:
+    """The replay record the claim of batch `batch_id` keeps (None: no claim, or none kept)."""
+    claim = manifests.read_manifest(store, job, batch_id)
+    replay = claim.get("replay") if claim is not None else None
+    return replay if isinstance(replay, str) else None
 
 
 def committed_batches(store: Storage, job: str) -> list[dict[str, Any]]:

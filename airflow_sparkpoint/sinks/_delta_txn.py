@@ -23,11 +23,11 @@ batch was landed by this transaction once and a rewind undid it, the data is gar
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.sinks.base import replay_of
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DECISIONS = "_sparkpoint/decisions"
+REPLAY = "sparkpoint.replay"
 _FIRST_PAGE = 16
 _UNKNOWN = object()
 
@@ -43,16 +44,26 @@ def decision_key(job: str, txn: str) -> str:
     return f"{DECISIONS}/{job}/{txn}.json"
 
 
-def decision_body(record: TransactionRecord, decision: str) -> dict[str, Any]:
-    return {
-        "schema_version": 1,
-        "decision": decision,
-        "job": record.job,
-        "batch_id": record.batch_id,
-        "generation": record.generation,
-        "txn_id": record.txn_id,
-        "decided_at": time.time(),
+def commit_info(record: TransactionRecord) -> dict[str, str]:
+    """The custom commit info of `record`'s Delta commit: its transaction key and, when
+    the runtime captured one, how to replay the batch (``sparkpoint.replay``,
+    `airflow_sparkpoint.runtime.replay`)."""
+    info = {
+        "sparkpoint.job": record.job,
+        "sparkpoint.batch": str(record.batch_id),
+        "sparkpoint.generation": str(record.generation),
+        "sparkpoint.txn": record.txn_id,
     }
+    replay = replay_of(record)
+    if replay is not None:
+        info[REPLAY] = replay
+    return info
+
+
+def replay_in(entry: Mapping[str, Any] | None) -> str | None:
+    """The replay record in a commit's info (None: no commit, or a commit without one)."""
+    replay = entry.get(REPLAY) if entry is not None else None
+    return replay if isinstance(replay, str) else None
 
 
 def _scan(history: Sequence[Mapping[str, Any]], job: str, batch: int) -> Any:

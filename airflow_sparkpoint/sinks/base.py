@@ -149,6 +149,22 @@ class Sink(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} cannot tell which transaction committed a batch")
 
 
+    def replay_record(self, job: str, batch_id: int) -> str | None:
+        """The replay record (`airflow_sparkpoint.runtime.replay`) that the commit of
+        batch `batch_id` of `job` in effect carries, or None: the batch has no commit, its
+        commit carries none (an earlier release), or the sink keeps none.
+
+        :raises SinkError: the sink cannot be read.
+        """
+        return None
+
+
+def replay_of(record: TransactionRecord) -> str | None:
+    """The replay record a transaction's commit must keep (its payload's ``replay``)."""
+    replay = record.payload.get("replay") if isinstance(record.payload, Mapping) else None
+    return replay if isinstance(replay, str) else None
+
+
 def sink_from_config(kind: str, config: Mapping[str, Any]) -> Sink:
     """Rebuild a sink from a transaction record (for `sparkpoint commit` and the operator).
 

@@ -152,6 +152,12 @@ def abort_generation(
     aborted: list[str] = []
     first_aborted: int | None = None
     mine = [record for record in catalog.transactions() if record.generation == generation]
+    # Retire first: a rollback killed after deleting a record but before retiring would
+    # leave its checkpoint restorable by `restore=latest` with its output gone, and the
+    # retried rollback no longer sees that record.
+    uncommitted = [r.batch_id for r in mine if not sinks.of(r).is_committed(r)]
+    if uncommitted:
+        _retire_checkpoints(catalog, generation, min(uncommitted))
     for count, record in enumerate(mine, start=1):
         if _abort_unless_committed(sinks.of(record), record):
             log.warning("transaction %s of generation %d has already committed to %s; not aborted",

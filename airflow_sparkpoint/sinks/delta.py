@@ -215,12 +215,7 @@ class DeltaSink(Sink):
         deltalake = _import_deltalake()
         return deltalake.CommitProperties(
             app_transactions=[deltalake.Transaction(app_id=record.job, version=record.batch_id)],
-            custom_metadata={
-                "sparkpoint.job": record.job,
-                "sparkpoint.batch": str(record.batch_id),
-                "sparkpoint.generation": str(record.generation),
-                "sparkpoint.txn": record.txn_id,
-            },
+            custom_metadata=_delta_txn.commit_info(record),
         )
 
     def is_committed(self, record: TransactionRecord) -> bool:
@@ -242,6 +237,11 @@ class DeltaSink(Sink):
         generation = int(entry["sparkpoint.generation"])
         txn = entry.get("sparkpoint.txn") or f"{job}-b{batch_id}-g{generation}"
         return CommittedTxn(job=job, batch_id=batch_id, generation=generation, txn_id=str(txn))
+
+    def replay_record(self, job: str, batch_id: int) -> str | None:
+        table = self._table()
+        entry = _delta_txn.batch_commit(table, job, batch_id) if table is not None else None
+        return _delta_txn.replay_in(entry)
 
     def _landed(self, table: DeltaTable, record: TransactionRecord) -> Any:
         """`_OURS` when `record` committed its batch, a `CommittedTxn` when another
@@ -357,7 +357,7 @@ class DeltaSink(Sink):
         """
         try:
             return _claims.decide(self._location.store(), _delta_txn.decision_key(record.job, record.txn_id),
-                                  _delta_txn.decision_body(record, decision))
+                                  _claims.decision_body(record, decision))
         except StorageError as exc:
             raise CommitOutcomeUnknown(
                 f"cannot record the {decision} decision of {record.txn_id} in {self.uri}: {exc}; nothing was "

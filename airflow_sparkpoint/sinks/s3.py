@@ -367,6 +367,9 @@ class S3Sink(Sink):
     def committed_txn(self, job: str, batch_id: int) -> CommittedTxn | None:
         return claims.committed_txn(self._storage(), job, batch_id)
 
+    def replay_record(self, job: str, batch_id: int) -> str | None:
+        return claims.replay_record(self._storage(), job, batch_id)
+
     def committed_files(self, job: str, *, upto_batch: int | None = None) -> list[str]:
         """``s3://`` URIs of every file of `job`'s batches whose promotion is done (up to
         `upto_batch`), in batch order: a whole-batch view for readers, where a listing of

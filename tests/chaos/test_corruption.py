@@ -2,8 +2,10 @@
 ``_metadata``, or a referenced file gone missing, makes the latest checkpoint invalid;
 a real spark-submit restart (``restore=latest``) falls back to the previous valid
 checkpoint, says so (the warning names the path, in the driver's output) and the output
-is exact. With the sink already past the fallback (invariant 4) the restart is refused,
-unless ``restore.sinkAhead=rewind``, after which the output is exact again.
+is exact. With the sink already past the fallback (invariant 4) the restart replays the
+batches the table holds with the offsets their commits recorded (the self-healing
+fallback); when a commit carries no such record it is refused, unless
+``restore.sinkAhead=rewind``, after which the output is exact again.
 
 One job lineage (Delta merge sink; a headline promise, in the default run): ``external`` commit mode with the commit
 step publishing only up to the checkpoint before the latest (write-audit-publish), so
@@ -110,10 +112,24 @@ def test_restart_falls_back_from_every_kind_of_corrupt_checkpoint(tmp_path: Path
     assert case.leftovers(JOB) == [] and catalog.transactions() == []
     assert all(entry.valid for entry in catalog.list_checkpoints()), "corrupt checkpoints were not collected"
 
-    # The table is at the latest batch now: falling back would duplicate or lose output.
+    # The table is at the latest batch now: the fallback is behind it. Its commits
+    # recorded their offsets, so the restart replays them (runtime.replay) and goes on.
     conf["spark.sparkpoint.commit.mode"] = "checkpoint"
     latest, previous = two_newest(catalog)
     corrupt(catalog, "truncated", latest, previous, rng)
+    expected += write_inputs(tmp_path / "input", files=1, start=next_file)
+    next_file += 1
+    healed = restart(case, conf, tmp_path, "run-sink-ahead-replayed")
+    assert healed.returncode == 0, healed.tail()
+    assert healed.result is not None and healed.result["recovered"]["replayed"] == [latest.batch_id], healed.result
+    verdict = compare(case, expected, case.rows())
+    assert verdict.exact, verdict.wrong
+
+    # A commit without its offsets (an earlier release's): falling back would duplicate
+    # or lose output, so the restart is refused, and says why.
+    latest, previous = two_newest(catalog)
+    corrupt(catalog, "truncated", latest, previous, rng)
+    assert _strip_replay_records(Path(case.output()), {latest.batch_id}) == 1
     bad_uri = catalog.checkpoint_uri(latest.id)
     generation = catalog.current_generation()
     version = _delta_version(case)
@@ -122,6 +138,7 @@ def test_restart_falls_back_from_every_kind_of_corrupt_checkpoint(tmp_path: Path
     assert refused.returncode != 0
     assert "SinkAheadError" in refused.output and f"already committed batch {latest.batch_id}" in refused.output, \
         refused.tail()
+    assert f"batch {latest.batch_id} was committed without a replay record" in refused.output, refused.tail()
     assert f"skipping invalid checkpoint {bad_uri}" in refused.output
     assert catalog.current_generation() == generation and _delta_version(case) == version, "refused, yet touched"
 
@@ -131,6 +148,24 @@ def test_restart_falls_back_from_every_kind_of_corrupt_checkpoint(tmp_path: Path
     verdict = compare(case, expected, case.rows())
     assert verdict.exact, verdict.wrong
     assert case.leftovers(JOB) == [] and catalog.transactions() == []
+
+
+def _strip_replay_records(table: Path, batches: set[int]) -> int:
+    """Remove the replay record from the commit info of these batches' commits (as an
+    earlier release wrote them); return how many commits were changed."""
+    changed = 0
+    for path in sorted((table / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        hit = False
+        for action in actions:
+            info = action.get("commitInfo") or {}
+            if info.get("sparkpoint.job") == JOB and int(info.get("sparkpoint.batch", -1)) in batches \
+                    and info.pop("sparkpoint.replay", None) is not None:
+                hit = True
+        if hit:
+            path.write_text("".join(json.dumps(a) + "\n" for a in actions))
+            changed += 1
+    return changed
 
 
 def _delta_version(case: DeltaMergeCase) -> Any:

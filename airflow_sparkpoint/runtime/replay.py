@@ -1,0 +1,363 @@
+"""The self-healing fallback: replay the batches a sink already holds (#15).
+
+When the newest checkpoints are damaged or lost after their batches were committed, the
+restart point (the newest valid checkpoint, batch C) is behind the sink (batch K).
+Every commit carries a *replay record* of its batch (`capture`, taken from Spark's live
+checkpoint while the batch is staged, kept by the sink beside its transaction key):
+
+* ``offsets``: the batch's offset log entry ``offsets/N``, verbatim;
+* ``prev``: the sha256 of ``offsets/N-1`` (None for batch 0): the records chain;
+* ``sources``: for file sources (offset ``{"logOffset": n}``, the sources that keep a log
+  of their own) the entries ``sources/<i>/<k>`` the batch covers.
+
+A restart with ``restore=latest`` and ``restore.sinkAhead=fail`` replays instead of
+refusing when `plan_replay` proves it exact: every batch C+1..K has a record in the
+commit in effect, the chain starts at the restart point's own ``offsets/C`` and is
+unbroken, and each source can be read again with those offsets (file sources from their
+recorded log; structured offsets such as Kafka's or a Python data source's by range, as
+Spark's own recovery of an unfinished batch does). Counter offsets (rate, socket and
+memory sources) are refused: their input is not kept. Otherwise the restart is refused
+as before, and the error says why.
+
+`replay_committed` runs after the claim and after recovery, fenced by the generation:
+for each batch it writes the recorded entries into the run's own live location and lets
+Spark execute just that batch (``Trigger.Once`` on an offset log whose last entry has
+no commit: Spark re-runs it with these offsets), consuming its rows without writing them
+(the sink holds that batch already); state is rebuilt from the same input. The run then
+goes on with new input.
+
+The record is opaque text to the sinks: ``1:`` + base64(zlib(JSON)), or ``0:<reason>``
+when the batch cannot be recorded (the reason is what the refusal quotes).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import logging
+import os
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
+from airflow_sparkpoint.exceptions import SinkAheadError, SparkpointError
+from airflow_sparkpoint.runtime import livedir
+from airflow_sparkpoint.sinks.base import Sink
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+#: a record larger than this (encoded) is not kept: the batch is then not replayable
+RECORD_MAX_CHARS = 256 * 1024
+
+
+# ---------------------------------------------------------------------------- capture
+
+
+def capture(live_root: str, batch_id: int) -> str:
+    """The replay record of batch `batch_id`, read from the live checkpoint at
+    `live_root` (Spark wrote ``offsets/N`` and the source log entries before running the
+    batch). Never raises: a batch that cannot be recorded gets ``0:<reason>``."""
+    try:
+        body = _capture(live_root, batch_id)
+    except (OSError, ValueError) as exc:
+        return f"0:its offsets could not be read from the live checkpoint ({exc})"
+    if isinstance(body, str):
+        return "0:" + body
+    data = "1:" + base64.b64encode(zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 9)).decode()
+    if len(data) > RECORD_MAX_CHARS:
+        return f"0:its replay record ({len(data)} characters) was larger than {RECORD_MAX_CHARS}"
+    return data
+
+
+def _capture(root: str, batch: int) -> dict[str, Any] | str:
+    offsets = _read_text(os.path.join(root, "offsets", str(batch)))
+    if offsets is None:
+        return f"offsets/{batch} was not in the live checkpoint"
+    prev: str | None = None
+    if batch > 0:
+        prev = _read_text(os.path.join(root, "offsets", str(batch - 1)))
+        if prev is None:
+            return f"offsets/{batch - 1} was not in the live checkpoint"
+    before = source_offsets(prev) if prev is not None else []
+    sources: dict[str, Any] = {}
+    for index, line in enumerate(source_offsets(offsets)):
+        end = _log_offset(line)
+        if end is None:
+            continue
+        start = _log_offset(before[index]) if index < len(before) else None
+        entries: dict[str, list[str]] = {}
+        compact: list[int] = []
+        for k in range((-1 if start is None else start) + 1, end + 1):
+            found = _log_entries(os.path.join(root, "sources", str(index)), k)
+            if found is None:
+                return f"sources/{index}/{k} was not in the live checkpoint"
+            entries[str(k)] = found[0]
+            if found[1]:
+                compact.append(k)
+        sources[str(index)] = {"entries": entries, "compact": compact}
+    return {"v": SCHEMA_VERSION, "batch": batch, "offsets": offsets, "prev": _sha(prev) if prev is not None else None,
+            "sources": sources}
+
+
+def decode(record: str) -> dict[str, Any] | str:
+    """The body of a replay record, or the reason it has none."""
+    kind, _, data = record.partition(":")
+    if kind == "0":
+        return data
+    if kind != "1":
+        return f"its replay record has an unknown format ({kind[:20]!r})"
+    try:
+        body = json.loads(zlib.decompress(base64.b64decode(data, validate=True)))
+    except (binascii.Error, zlib.error, ValueError) as exc:
+        return f"its replay record is unreadable ({exc})"
+    if not isinstance(body, dict) or body.get("v") != SCHEMA_VERSION or not isinstance(body.get("offsets"), str):
+        return "its replay record has an unknown schema"
+    return body
+
+
+def source_offsets(offset_log_entry: str) -> list[str]:
+    """The per-source lines of an ``offsets/N`` entry (after the version and metadata)."""
+    lines = offset_log_entry.split("\n")
+    return [line for line in lines[2:] if line.strip()]
+
+
+def _log_offset(line: str) -> int | None:
+    """The log offset of a file source's offset line, or None for any other source."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and set(value) == {"logOffset"} and isinstance(value["logOffset"], int):
+        return value["logOffset"]
+    return None
+
+
+def _log_entries(directory: str, k: int) -> tuple[list[str], bool] | None:
+    """The entry lines of batch `k` of a file source log and whether `k` is a compaction
+    batch (``k.compact`` holds every entry up to k); None when neither file exists."""
+    plain = _read_text(os.path.join(directory, str(k)))
+    if plain is not None:
+        return _entry_lines(plain), False
+    compacted = _read_text(os.path.join(directory, f"{k}.compact"))
+    if compacted is None:
+        return None
+    return [line for line in _entry_lines(compacted) if json.loads(line).get("batchId") == k], True
+
+
+def _entry_lines(text: str) -> list[str]:
+    return [line for line in text.split("\n")[1:] if line.strip()]
+
+
+# ---------------------------------------------------------------------------- the proof
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """Batches `first`..`last` replay with `records` (one decoded record each, in order)."""
+
+    first: int
+    last: int
+    records: tuple[Mapping[str, Any], ...]
+
+
+def plan_replay(snapshot: SnapshotHandle | None, sink: Sink, job: str, position: int) -> ReplayPlan | str:
+    """The replay of batches after `snapshot` (empty state: from batch 0) up to the sink's
+    `position`, or why it cannot be proven exact. Only reads."""
+    restart = snapshot.metadata.batch_id if snapshot is not None else -1
+    where = f"the restart point (batch {restart})" if snapshot is not None else "empty state"
+    prev: str | None = None
+    if snapshot is not None:
+        text = snapshot_offsets(snapshot)
+        if text is None:
+            return f"{snapshot.uri} holds no offsets/{restart}"
+        prev = _sha(text)
+    records = []
+    for batch in range(restart + 1, position + 1):
+        try:
+            raw = sink.replay_record(job, batch)
+        except SparkpointError as exc:
+            return f"the replay record of batch {batch} cannot be read from {sink.sink_id} ({exc})"
+        if raw is None:
+            return (f"batch {batch} was committed without a replay record (by an earlier release, or the sink "
+                    "keeps none), so its offsets are unknown")
+        body = decode(raw)
+        if isinstance(body, str):
+            return f"batch {batch} cannot be replayed: {body}"
+        if body.get("batch") != batch:
+            return f"the replay record of batch {batch} names batch {body.get('batch')}"
+        if body.get("prev") != prev:
+            return (f"batch {batch} was committed by a run that did not start from {where} (its previous offsets "
+                    "differ), so replaying it from here would not reproduce it")
+        why = _sources_replayable(body, batch, restart)
+        if why is not None:
+            return why
+        prev = _sha(body["offsets"])
+        records.append(body)
+    return ReplayPlan(restart + 1, position, tuple(records))
+
+
+def _sources_replayable(body: Mapping[str, Any], batch: int, restart: int) -> str | None:
+    recorded = body.get("sources") or {}
+    for index, line in enumerate(source_offsets(body["offsets"])):
+        if line.strip() == "-":
+            continue  # the source had no offset yet
+        try:
+            value = json.loads(line)
+        except ValueError:
+            return f"source {index} of batch {batch} has an offset that is not JSON ({line[:80]!r})"
+        if _log_offset(line) is not None:
+            if str(index) not in recorded:
+                return f"the log entries of file source {index} of batch {batch} were not recorded"
+        elif not isinstance(value, (dict, list)):
+            return (f"source {index} of batch {batch} has a counter offset ({line[:40]}), as the rate, socket and "
+                    "memory sources do: its input is not kept, so the batch cannot be read again identically")
+        elif restart < 0:
+            return (f"source {index} of batch {batch} is not a file source; replaying it from empty state would "
+                    "need its own log, which is not recorded")
+    return None
+
+
+def snapshot_offsets(snapshot: SnapshotHandle) -> str | None:
+    """The text of the snapshot's ``offsets/<its batch>``, or None if it holds none."""
+    name = f"offsets/{snapshot.metadata.batch_id}"
+    ref = next((f for f in snapshot.metadata.files if f.path == name), None)
+    if ref is None:
+        return None
+    return snapshot.files_store.get(ref.key).decode()
+
+
+# ---------------------------------------------------------------------------- the replay
+
+
+def replay_committed(
+    spark: SparkSession,
+    df: DataFrame,
+    output_mode: str,
+    *,
+    sink: Sink,
+    catalog: Catalog,
+    snapshot: SnapshotHandle | None,
+    live_root: str,
+    generation: int,
+    job: str,
+) -> list[int]:
+    """Replay, in `live_root`, the batches `sink` holds past `snapshot`; return their ids.
+
+    :raises SinkAheadError: the sink is ahead and the replay cannot be proven exact.
+    :raises StaleGeneration: `generation` was superseded; nothing more is written.
+    :raises SparkpointError: Spark did not run exactly the replayed batch.
+    """
+    position = sink.committed_position(job)
+    restart = snapshot.metadata.batch_id if snapshot is not None else -1
+    if position is None or position <= restart:
+        return []
+    found = plan_replay(snapshot, sink, job, position)
+    if isinstance(found, str):
+        raise SinkAheadError(f"sink {sink.sink_id} has already committed batch {position} of job {job!r}, past the "
+                             f"restore point; the batches cannot be replayed: {found}")
+    log.warning("sink %s holds batches %d..%d of job %s past the restart point: replaying batches %d..%d with the "
+                "offsets their commits recorded (their output is not written again)", sink.sink_id, found.first,
+                found.last, job, found.first, found.last)
+    for body in found.records:
+        batch = int(body["batch"])
+        catalog.check_generation(generation)
+        faults.pause("replay", batch, generation=generation)
+        write_batch(live_root, body)
+        run_batch(spark, df, output_mode, live_root, batch)
+    return list(range(found.first, found.last + 1))
+
+
+def write_batch(live_root: str, body: Mapping[str, Any]) -> None:
+    """Write batch ``body["batch"]``'s offset log entry and source log entries."""
+    batch = int(body["batch"])
+    _write(os.path.join(live_root, "offsets", str(batch)), body["offsets"])
+    for index, source in (body.get("sources") or {}).items():
+        directory = os.path.join(live_root, "sources", str(index))
+        compact = set(source.get("compact") or ())
+        for key, lines in sorted(source["entries"].items(), key=lambda item: int(item[0])):
+            k = int(key)
+            if k in compact:
+                _write(os.path.join(directory, f"{k}.compact"), "\n".join(["v1", *_entries_upto(directory, k - 1),
+                                                                             *lines]))
+            else:
+                _write(os.path.join(directory, str(k)), "\n".join(["v1", *lines]))
+
+
+def _entries_upto(directory: str, upto: int) -> list[str]:
+    """Every entry of a file source log up to batch `upto` (what a compaction file holds)."""
+    if upto < 0:
+        return []
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    compacts = [int(n[: -len(".compact")]) for n in names if n.endswith(".compact") and n[:-8].isdigit()]
+    base = max((c for c in compacts if c <= upto), default=-1)
+    lines: list[str] = []
+    if base >= 0:
+        lines += _entry_lines(_read_text(os.path.join(directory, f"{base}.compact")) or "")
+    for k in range(base + 1, upto + 1):
+        text = _read_text(os.path.join(directory, str(k)))
+        if text is None:
+            raise SparkpointError(f"cannot rebuild the compacted file source log in {directory}: entry {k} is missing")
+        lines += _entry_lines(text)
+    return lines
+
+
+def run_batch(spark: SparkSession, df: DataFrame, output_mode: str, live_root: str, batch: int) -> None:
+    """Let Spark execute batch `batch` from the offset log (its last entry, no commit),
+    consuming the rows without writing them.
+
+    :raises SparkpointError: Spark ran another batch, or did not commit this one.
+    """
+    seen: list[int] = []
+
+    def consume(frame: DataFrame, batch_id: int) -> None:
+        seen.append(int(batch_id))
+        frame.write.format("noop").mode("overwrite").save()  # every partition: state is committed
+
+    query = (df.writeStream.outputMode(output_mode).foreachBatch(consume)
+             .option("checkpointLocation", live_root).trigger(once=True).start())
+    query.awaitTermination()
+    if seen != [batch] or livedir.last_commit(live_root) != batch:
+        raise SparkpointError(f"replaying batch {batch} in {live_root}: Spark ran batches {seen} and its last "
+                              f"commit is {livedir.last_commit(live_root)}; expected batch {batch} alone")
+    log.info("replayed batch %d in %s", batch, live_root)
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def _write(path: str, text: str) -> None:
+    """Write a Spark log file (atomically), unless it already holds `text`; a stale
+    Hadoop checksum beside it would fail Spark's read, so it goes."""
+    if _read_text(path) == text:
+        return
+    directory, name = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    try:
+        os.unlink(os.path.join(directory, f".{name}.crc"))
+    except FileNotFoundError:
+        pass
+    tmp = os.path.join(directory, f".{name}.sparkpoint-tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,157 @@
+"""`runtime.replay` without Spark: what a commit records, when a replay is proven exact
+(and why not), and the Spark log files it writes back (including a compacted file
+source log)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from airflow_sparkpoint.runtime import replay
+
+META = '{"batchWatermarkMs":0,"batchTimestampMs":%d,"conf":{"spark.sql.shuffle.partitions":"1"}}'
+
+
+def offsets_text(batch: int, *lines: str) -> str:
+    return "\n".join(["v1", META % (1000 + batch), *lines])
+
+
+def entry(path: str, batch: int) -> str:
+    return json.dumps({"path": path, "timestamp": 1, "batchId": batch}, separators=(",", ":"))
+
+
+def live(tmp_path: Path, batches: int, compact_at: int | None = None) -> Path:
+    """A live location after `batches` batches of one file source, one file each."""
+    root = tmp_path / "live"
+    (root / "offsets").mkdir(parents=True)
+    (root / "sources" / "0").mkdir(parents=True)
+    everything: list[str] = []
+    for n in range(batches):
+        (root / "offsets" / str(n)).write_text(offsets_text(n, json.dumps({"logOffset": n})))
+        everything.append(entry(f"file:///in/f{n}.json", n))
+        if n == compact_at:
+            (root / "sources" / "0" / f"{n}.compact").write_text("\n".join(["v1", *everything]))
+        else:
+            (root / "sources" / "0" / str(n)).write_text("\n".join(["v1", everything[-1]]))
+    return root
+
+
+class FakeSink:
+    sink_id = "fake:sink"
+
+    def __init__(self, records: dict[int, str | None]) -> None:
+        self.records = records
+
+    def replay_record(self, job: str, batch_id: int) -> str | None:
+        return self.records.get(batch_id)
+
+
+def snapshot_at(root: Path, batch: int) -> Any:
+    files = [SimpleNamespace(path=f"offsets/{batch}", key=f"k/offsets/{batch}")]
+    store = SimpleNamespace(get=lambda key: (root / "offsets" / key.rsplit("/", 1)[1]).read_bytes())
+    return SimpleNamespace(uri="file:///chk-1", metadata=SimpleNamespace(batch_id=batch, files=files),
+                           files_store=store)
+
+
+def test_a_record_holds_the_offsets_the_previous_hash_and_the_file_source_entries(tmp_path: Path) -> None:
+    root = live(tmp_path, 3)
+    body = replay.decode(replay.capture(str(root), 2))
+    assert isinstance(body, dict)
+    assert body["offsets"] == (root / "offsets" / "2").read_text()
+    assert body["prev"] == replay._sha((root / "offsets" / "1").read_text())
+    assert body["sources"] == {"0": {"entries": {"2": [entry("file:///in/f2.json", 2)]}, "compact": []}}
+
+
+def test_a_batch_that_cannot_be_recorded_says_why(tmp_path: Path) -> None:
+    root = live(tmp_path, 3)
+    os.unlink(root / "sources" / "0" / "2")
+    assert replay.decode(replay.capture(str(root), 2)) == "sources/0/2 was not in the live checkpoint"
+    assert replay.decode(replay.capture(str(root), 7)) == "offsets/7 was not in the live checkpoint"
+
+
+def test_the_replay_is_proven_from_the_restart_point_and_replayed_byte_for_byte(tmp_path: Path) -> None:
+    root = live(tmp_path, 4)
+    records = {n: replay.capture(str(root), n) for n in range(4)}
+    plan = replay.plan_replay(snapshot_at(root, 1), FakeSink(records), "job", 3)  # type: ignore[arg-type]
+    assert isinstance(plan, replay.ReplayPlan) and (plan.first, plan.last) == (2, 3)
+
+    fresh = tmp_path / "fresh"  # the restart point's files only, as materialized
+    for sub in ("offsets", "sources/0"):
+        (fresh / sub).mkdir(parents=True)
+        for n in (0, 1):
+            (fresh / sub / str(n)).write_text((root / sub / str(n)).read_text())
+    (fresh / "offsets" / ".2.crc").write_text("stale")
+    for body in plan.records:
+        replay.write_batch(str(fresh), body)
+    for sub in ("offsets", "sources/0"):
+        for n in (2, 3):
+            assert (fresh / sub / str(n)).read_text() == (root / sub / str(n)).read_text()
+    assert not (fresh / "offsets" / ".2.crc").exists(), "a stale checksum would fail Spark's read"
+
+
+def test_a_compacted_source_log_is_recorded_and_rebuilt(tmp_path: Path) -> None:
+    root = live(tmp_path, 11, compact_at=9)
+    body = replay.decode(replay.capture(str(root), 9))
+    assert isinstance(body, dict) and body["sources"]["0"]["compact"] == [9]
+    fresh = tmp_path / "fresh"
+    (fresh / "sources" / "0").mkdir(parents=True)
+    for n in range(9):
+        (fresh / "sources" / "0" / str(n)).write_text((root / "sources" / "0" / str(n)).read_text())
+    replay.write_batch(str(fresh), body)
+    assert (fresh / "sources" / "0" / "9.compact").read_text() == (root / "sources" / "0" / "9.compact").read_text()
+
+
+def test_unknown_offsets_are_refused_with_the_reason(tmp_path: Path) -> None:
+    root = live(tmp_path, 4)
+    records: dict[int, str | None] = {n: replay.capture(str(root), n) for n in range(4)}
+    snapshot = snapshot_at(root, 1)
+
+    def why(recs: dict[int, str | None], snap: Any = snapshot) -> Any:
+        return replay.plan_replay(snap, FakeSink(recs), "job", 3)  # type: ignore[arg-type]
+
+    assert "batch 3 was committed without a replay record" in why({**records, 3: None})
+    assert "offsets/2 was not in the live checkpoint" in why({**records, 2: "0:offsets/2 was not in the live checkpoint"})
+    other = live(tmp_path / "other", 2)  # another run's batch 1: same source offset, other batch
+    (other / "offsets" / "1").write_text(offsets_text(7, json.dumps({"logOffset": 1})))
+    assert "did not start from the restart point (batch 1)" in why(records, snapshot_at(other, 1))
+
+    # A rate, socket or memory source: a bare counter, its input is not kept.
+    (root / "offsets" / "2").write_text(offsets_text(2, json.dumps({"logOffset": 2}), "17"))
+    counter = {**records, 2: replay.capture(str(root), 2)}
+    assert "source 1 of batch 2 has a counter offset (17)" in why(counter)
+
+    # Structured offsets (Kafka, a Python data source) are re-read by range; from empty
+    # state their own log would be needed.
+    (root / "offsets" / "0").write_text(offsets_text(0, '{"topic":{"0":5}}'))
+    kafka = {0: replay.capture(str(root), 0)}
+    assert "replaying it from empty state" in replay.plan_replay(None, FakeSink(kafka), "job", 0)  # type: ignore[arg-type,operator]
+    (root / "offsets" / "1").write_text(offsets_text(1, '{"topic":{"0":9}}'))
+    kafka[1] = replay.capture(str(root), 1)
+    assert isinstance(replay.plan_replay(snapshot_at(root, 0), FakeSink(kafka), "job", 1),  # type: ignore[arg-type]
+                      replay.ReplayPlan)
+
+
+def test_check_sink_position_replays_only_for_restore_latest_and_says_why_not(tmp_path: Path) -> None:
+    import pytest
+
+    from airflow_sparkpoint.exceptions import SinkAheadError
+    from airflow_sparkpoint.runtime.restore import RestorePlan, check_sink_position
+
+    root = live(tmp_path, 2)
+
+    class PositionedSink(FakeSink):
+        def committed_position(self, job: str) -> int | None:
+            return max(self.records)
+
+    sink = PositionedSink({n: replay.capture(str(root), n) for n in range(2)})
+    # restore=latest, empty state (every checkpoint lost): the sink's batches 0..1 replay
+    assert check_sink_position(RestorePlan(None, "empty", latest=True), sink, "job") is False  # type: ignore[arg-type]
+    with pytest.raises(SinkAheadError, match="already committed batch 1") as refused:  # an explicit restore
+        check_sink_position(RestorePlan(None, "empty"), sink, "job")  # type: ignore[arg-type]
+    assert "cannot be replayed" not in str(refused.value)
+    sink.records[1] = None
+    with pytest.raises(SinkAheadError, match="batch 1 was committed without a replay record"):
+        check_sink_position(RestorePlan(None, "empty", latest=True), sink, "job")  # type: ignore[arg-type]
