@@ -279,7 +279,7 @@ class Demo:
         blue_exit = self.blue.wait_exit()
         catalog = self.blue.catalog
         savepoint = self.xcom(run, "stop_blue")
-        green_gen = self.xcom(run, "decide", key="green_generation")
+        green_gen = self.xcom(run, "start_green", key="generation")  # pushed as soon as green claimed it
         restored = self.xcom(run, "restore_blue") or {}
         aborted = (self.xcom(run, "abort_green") or {}).get("aborted", [])
         if green_gen:
