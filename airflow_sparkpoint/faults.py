@@ -34,6 +34,9 @@ Points, in lifecycle order for batch N:
                last one's batch
 ``retention``  retention deleted half of the checkpoints it is removing;
                N is the batch of the checkpoint that triggered it
+``rescale``    ``restore.statePartitions``: Spark's repartitioner has written
+               the offset log entry of its synthetic batch N+1 in the private
+               live copy and is rewriting the state (N: the restored batch)
 =============  ============================================================
 
 Pause points (deterministic race tests with two real drivers)::
@@ -98,7 +101,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 POINTS = ("stage", "record", "confirmed", "copy", "metadata", "checkpointed", "promoting", "committed", "savepoint",
-          "stopped", "recovery", "rewind", "abort", "retention")
+          "stopped", "recovery", "rewind", "abort", "retention", "rescale")
 ENV = "SPARKPOINT_TEST_FAULT"
 ENV_ONCE = "SPARKPOINT_TEST_FAULT_ONCE"
 PAUSE_ENV = "SPARKPOINT_TEST_PAUSE"

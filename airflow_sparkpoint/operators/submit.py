@@ -113,6 +113,9 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         records its failed status at once) before spark-submit is killed.
     :param spark_history_server: base URL of a Spark History Server: the "Spark UI" link
         points there instead of the driver's live UI.
+    :param state_partitions: restore into this many state partitions instead of the
+        snapshot's (``spark.sparkpoint.restore.statePartitions``: a rescale on restore;
+        every try passes it, a retry of an already rescaled job finds nothing to do).
 
     Returns (XCom) the run result; with key ``generation`` the generation the try ran
     (pushed also when it failed) and with key ``spark_application`` its claim (application
@@ -150,6 +153,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         ship_runtime: bool = False,
         stop_timeout: float = 3.0,
         spark_history_server: str | None = None,
+        state_partitions: int | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", f"sparkpoint-{job_name}")
@@ -162,6 +166,10 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
             raise ConfigError(f"num_retained={num_retained!r} is not allowed; expected an integer >= 1")
         if isinstance(stop_timeout, bool) or not isinstance(stop_timeout, (int, float)) or not stop_timeout >= 0:
             raise ConfigError(f"stop_timeout={stop_timeout!r} is invalid; expected a number of seconds >= 0")
+        if state_partitions is not None and (
+                isinstance(state_partitions, bool) or not isinstance(state_partitions, int) or state_partitions < 1):
+            raise ConfigError(f"state_partitions={state_partitions!r} is invalid; expected an integer >= 1 "
+                              "(or None: the snapshot's own number)")
         self.job_name = job_name
         self.checkpoint_dir = checkpoint_dir
         self.sparkpoint_conn_id = sparkpoint_conn_id
@@ -175,6 +183,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         self.ship_runtime = ship_runtime
         self.stop_timeout = float(stop_timeout)
         self.spark_history_server = spark_history_server
+        self.state_partitions = state_partitions
         #: the run this try started (its generation claim), once the driver recorded it
         self.sparkpoint_run: dict[str, Any] | None = None
         self._sp_hook: SparkpointHook | None = None
@@ -244,10 +253,18 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
             conf[f"{PREFIX}s3.endpoint"] = str(options["endpoint_url"])
         if options.get("region_name"):
             conf[f"{PREFIX}s3.region"] = str(options["region_name"])
+        if self.state_partitions is not None:
+            conf[f"{PREFIX}restore.statePartitions"] = str(self.state_partitions)
         for key, value in self.sparkpoint_conf.items():
             full = key if key.startswith(PREFIX) else PREFIX + key
             conf[full] = str(value)
-        SparkpointConfig.from_conf(conf)
+        parsed = SparkpointConfig.from_conf(conf)
+        shuffle = (self.conf or {}).get("spark.sql.shuffle.partitions")
+        if parsed.restore_state_partitions is not None and shuffle is not None and \
+                str(shuffle).strip() != str(parsed.restore_state_partitions):
+            # The job would refuse it too (after the submit): state partitions are shuffle partitions.
+            raise ConfigError(f"spark.sql.shuffle.partitions={shuffle} contradicts state_partitions="
+                              f"{parsed.restore_state_partitions}; remove it or set it to the same number")
         return conf
 
     def _secret_environment(self) -> dict[str, str]:

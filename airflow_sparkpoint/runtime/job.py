@@ -37,7 +37,7 @@ from airflow_sparkpoint.exceptions import (
     StaleGeneration,
     StorageError,
 )
-from airflow_sparkpoint.runtime import livedir, replay, signals
+from airflow_sparkpoint.runtime import livedir, replay, rescale, signals
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
@@ -235,11 +235,6 @@ class _Run:
                 exclusive()  # generation claims are conditional creates
         except StorageError as exc:
             raise StorageError(f"{PREFIX}dir={cfg.dir!r} is not reachable: {exc}") from exc
-        if cfg.restore_state_partitions is not None:
-            # Until the rescale on restore lands, refuse it rather than ignore it.
-            raise ConfigError(
-                f"{PREFIX}restore.statePartitions={cfg.restore_state_partitions} is not supported by this build"
-            )
         self.catalog = Catalog(storage, cfg.job)
         self.control = ControlChannel(self.catalog)
         self.sink.configure(cfg.storage_options)
@@ -262,6 +257,8 @@ class _Run:
         # checkpoints, a sink ahead) fails before anything is written (invariant 7).
         pre = plan_restore(cfg, self.catalog)
         check_sink_position(pre, self.sink, cfg.job, apply=False)
+        rescale.check_shuffle_partitions(dict(self.spark.sparkContext.getConf().getAll()),
+                                         rescale.plan_rescale(cfg.restore_state_partitions, pre))
         faults.pause("after_plan", pre.batch_id)
         self.generation = self.catalog.claim_generation(
             {"restore": cfg.restore, "plan": pre.description, "app": self._application_id,
@@ -284,11 +281,13 @@ class _Run:
         cfg = self.cfg
         plan = self.plan = plan_restore(cfg, self.catalog)
         check_sink_position(plan, self.sink, cfg.job, apply=False)
+        self.rescale = rescale.plan_rescale(cfg.restore_state_partitions, plan)
         status = self.catalog.read_status() or {}
         origins = self.catalog.origins()
         self.choice = choose_live(
             plan, [origins[-1].live_dir if origins else None, status.get("live_dir")], status,
             work_root=self.work_root, job=cfg.job, generation=self.generation, jvm_pid=self._jvm_pid(),
+            allow_in_place=not (self.rescale and self.rescale.needed),  # rescale a private copy only
         )
         self.live = self.choice.path
         meta: SnapshotMetadata | None = plan.snapshot.metadata if plan.snapshot else None
@@ -298,7 +297,8 @@ class _Run:
             snapshot_id=meta.id if meta else None, batch_id=meta.batch_id if meta else None,
             id_floor=self.catalog.next_checkpoint_id() - 1,
             restore={"restore": cfg.restore, "sink_ahead": plan.sink_ahead, "force": cfg.restore_force,
-                     "allow_foreign_job": cfg.restore_allow_foreign_job or bool(inherited.get("allow_foreign_job"))},
+                     "allow_foreign_job": cfg.restore_allow_foreign_job or bool(inherited.get("allow_foreign_job")),
+                     "state_partitions": cfg.restore_state_partitions},
             live_dir=self.live, host=socket.gethostname(), pid=os.getpid(),
         ))
         log.info("job %s generation %d starts from %s; live location %s (%s)",
@@ -335,6 +335,15 @@ class _Run:
             if recovered["replayed"]:  # the snapshot's position of this sink is behind what it holds now
                 self.coordinator.sink_positions.pop(self.sink.sink_id, None)
         self.recovered = recovered
+        # After any replay: the state of the live location's last batch is rescaled.
+        rescaled = rescale.rescale_live(self.spark, self.live, self.rescale, fence) if self.rescale and \
+            self.rescale.needed else None
+        self.rescaled = rescale.summary(self.rescale, rescaled)
+        rescale.apply_shuffle_partitions(self.spark, self.rescale)
+        if rescaled is not None:
+            # The rescaled state is the restart point from now on (no input, no transaction).
+            self.coordinator.confirm(rescaled)
+            self.coordinator.checkpoint(rescaled)
         self._write_status("running")
 
     def _jvm_pid(self) -> int | None:
@@ -646,4 +655,5 @@ class _Run:
             recovered=self.recovered,
             live_dir=self.live,
             live_reuse=self.live_reuse.to_json(),
+            rescaled=self.rescaled,
         )

@@ -35,7 +35,7 @@ from airflow_sparkpoint.exceptions import (
     SparkpointError,
     TransactionConflict,
 )
-from airflow_sparkpoint.runtime import livedir, replay
+from airflow_sparkpoint.runtime import livedir, replay, rescale
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import IndexEntry, file_sha256
 from airflow_sparkpoint.sinks.base import Sink
@@ -143,7 +143,7 @@ def _live_matches(live: str, latest: SnapshotMetadata) -> bool:
     path = livedir.local_path_of(live)
     if path is None or not os.path.isdir(path):
         return False
-    if livedir.last_commit(path) != latest.batch_id:
+    if livedir.last_commit(path) != latest.batch_id or rescale.interrupted(path, latest.batch_id):
         return False
     meta_ref = next((f for f in latest.files if f.path == "metadata"), None)
     try:
@@ -240,10 +240,11 @@ def choose_live(
     job: str,
     generation: int,
     jvm_pid: int | None,
+    allow_in_place: bool = True,
 ) -> LiveChoice:
     """Lock the location this generation will use: a previous one (`candidates`: the
-    newest lineage's and the status record's) when the plan restores exactly its state
-    and its owner is proven gone; otherwise a fresh ``g<generation>``."""
+    newest lineage's and the status record's) when the plan restores exactly its state,
+    its owner is proven gone and `allow_in_place`; otherwise a fresh ``g<generation>``."""
     own = [(os.getpid(), livedir.process_start(os.getpid()))]
     if jvm_pid:
         own.append((jvm_pid, livedir.process_start(jvm_pid)))
@@ -255,7 +256,9 @@ def choose_live(
     fresh = os.path.join(work_root, f"g{generation}")
     paths = [p for p in paths if os.path.realpath(p) != os.path.realpath(fresh)]
     reason = "no previous live location" if not paths else ""
-    if plan.snapshot is not None and plan.own_checkpoint:
+    if plan.snapshot is not None and plan.own_checkpoint and not allow_in_place:
+        reason = "a rescale works on a fresh copy"
+    elif plan.snapshot is not None and plan.own_checkpoint:
         for path in paths:
             lock = livedir.try_lock(path)
             if lock is None:

@@ -30,6 +30,9 @@ class RunResult:
     #: how it was prepared: mode ("in-place" | "materialized" | "empty"), files ``linked`` from
     #: the previous location and ``downloaded`` from the snapshot, and the reason
     live_reuse: Mapping[str, Any] = field(default_factory=dict)
+    #: ``restore.statePartitions``: ``from`` and ``to`` state partitions and the
+    #: repartitioner's synthetic ``batch`` (never staged); empty when nothing was rescaled
+    rescaled: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
