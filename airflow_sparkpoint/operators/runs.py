@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.status import result_key
-from airflow_sparkpoint.exceptions import ObjectNotFound
+from airflow_sparkpoint.exceptions import ObjectNotFound, SparkpointError
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,21 @@ def find_claim(catalog: Catalog, token: str, *, after: int = 0) -> RunClaim | No
                             host=str(body.get("host") or ""), pid=int(body.get("pid") or 0),
                             started_at=float(body.get("started_at") or 0.0))
     return None
+
+
+def reported_error(catalog: Catalog, token: str, *, after: int = 0) -> str | None:
+    """The error the run of submit `token` recorded when it failed (its status record,
+    while no later run has replaced it), or None."""
+    try:
+        claim = find_claim(catalog, token, after=after)
+        status = catalog.read_status() or {} if claim is not None else {}
+    except SparkpointError as exc:
+        log.debug("cannot read the failed run of job %s: %s", catalog.job, exc)
+        return None
+    if claim is None or status.get("generation") != claim.generation or status.get("state") != "failed":
+        return None
+    error = status.get("error")
+    return str(error) if error else None
 
 
 def read_result(catalog: Catalog, generation: int) -> dict[str, Any] | None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
@@ -371,6 +372,13 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         watcher.start()
         try:
             super().execute(context)
+        except AirflowException as exc:
+            # The hook's message is only the command and its exit code: add what the job
+            # itself recorded when it failed (its error, from the status record).
+            reason = runs.reported_error(catalog, token, after=generation_before)
+            if reason is None:
+                raise
+            raise AirflowException(f"{exc}\njob {self.job_name!r} failed: {reason}") from exc
         finally:
             watcher.stop()
             try:

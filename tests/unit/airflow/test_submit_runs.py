@@ -173,6 +173,34 @@ def test_a_failed_try_still_publishes_the_generation_it_ran(tmp_path: Path, driv
     assert ti.pushed["generation"] == 1, "the rollback needs the failed run's generation, not the newest"
 
 
+def test_a_failed_try_says_what_the_job_reported(tmp_path: Path, driver: Driver) -> None:
+    """The hook's error is only the command and its exit code; the job's own error (from
+    its status record) is added, and only when it is this try's run that failed."""
+    from airflow.sdk.exceptions import AirflowException
+
+    def fail(d: Driver, env: dict[str, str]) -> int:
+        generation = d.claim(env)
+        d.catalog.write_status({"state": "failed", "generation": generation,
+                                "error": "RuntimeError: keyed_totals v2: simulated failure in batch 2"})
+        return 1
+
+    driver.behaviour = fail
+    with pytest.raises(AirflowException, match=r"(?s)Error code is: 1.*job 'orders' failed: RuntimeError: "
+                                               r"keyed_totals v2: simulated failure in batch 2"):
+        run(operator(tmp_path / "sp"), FakeTI())
+
+    def superseded(d: Driver, env: dict[str, str]) -> int:
+        d.claim(env)
+        later = d.catalog.claim_generation({"submitter": "a later run"}).generation
+        d.catalog.write_status({"state": "failed", "generation": later, "error": "not this try's error"})
+        return 1
+
+    driver.behaviour = superseded
+    with pytest.raises(AirflowException) as info:
+        run(operator(tmp_path / "sp"), FakeTI())
+    assert "not this try's error" not in str(info.value)
+
+
 def test_links_are_published_while_the_job_runs(tmp_path: Path, driver: Driver,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink, SparkpointSparkUILink
