@@ -472,8 +472,10 @@ class _Run:
             # newer generation's recovery would leave its staging and record behind: it
             # takes its own staged data away and stops before recording anything.
             self.catalog.check_generation(self.generation)
-        except StaleGeneration:
+        except StaleGeneration as exc:
             self.sink.abort(record)
+            if self.error is None:
+                self.error = exc  # the run ends with it, not with Spark's wrapper of it
             raise
         self.catalog.put_transaction(record)
         self.coordinator.add_pending(record)

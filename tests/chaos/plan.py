@@ -8,11 +8,16 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_sparkpoint.faults import POINTS
+from airflow_sparkpoint.faults import POINTS as ALL_POINTS
 from tests.chaos.harness import BATCHES, MODES, STAGING_SIDES, Fault, Trial, TrialResult, split_key
 from tests.chaos.scenarios import STOP_POINTS
 
 LAST = BATCHES - 1
+#: fault points the chaos job cannot reach, each proved (its once-marker asserted) by the
+#: test named here: the rescale needs RocksDB state and ``restore.statePartitions``.
+ELSEWHERE = {"rescale": "tests/integration/test_rescale.py"}
+#: the fault points of the chaos trials
+POINTS = tuple(p for p in ALL_POINTS if p not in ELSEWHERE)
 #: (title, results, seed) of every trial run in this session, printed at its end (conftest)
 REPORTS: list[tuple[str, list[TrialResult], Any]] = []
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparkpoint.faults import POINTS
+from airflow_sparkpoint.faults import POINTS as ALL_POINTS
 from tests.chaos.cases import case_keys
 from tests.chaos.harness import (
     Fault,
@@ -39,7 +39,16 @@ from tests.chaos.harness import (
     compare,
     evidence,
 )
-from tests.chaos.plan import REPORTS, ci_plan, coverage_gaps, format_report, pairs_for, plan_sweep
+from tests.chaos.plan import (
+    ELSEWHERE,
+    POINTS,
+    REPORTS,
+    ci_plan,
+    coverage_gaps,
+    format_report,
+    pairs_for,
+    plan_sweep,
+)
 from tests.chaos.scenarios import run_trials
 from tests.chaos.servers import SERVERS, S3Context
 
@@ -195,4 +204,15 @@ def test_every_fault_point_is_wired_into_the_code() -> None:
     for source in package.rglob("*.py"):
         for call in calls.findall(source.read_text()):
             wired.update(re.findall(r'"([a-z]+)"', call))
-    assert set(POINTS) <= wired, f"fault points not called anywhere: {sorted(set(POINTS) - wired)}"
+    assert set(ALL_POINTS) <= wired, f"fault points not called anywhere: {sorted(set(ALL_POINTS) - wired)}"
+
+
+def test_fault_points_outside_the_chaos_job_are_armed_and_proved_by_their_tests() -> None:
+    """Every fault point is either in the chaos plan or armed by a named test that asserts
+    its once-marker (the evidence rule holds there too)."""
+    root = Path(__file__).resolve().parents[2]
+    assert set(ALL_POINTS) == set(POINTS) | set(ELSEWHERE)
+    for point, test in ELSEWHERE.items():
+        text = (root / test).read_text()
+        assert f'"SPARKPOINT_TEST_FAULT": f"{point}:' in text, f"{test} does not arm {point}"
+        assert f'== f"{point}:' in text, f"{test} does not assert that {point} fired"
