@@ -482,6 +482,10 @@ class _Run:
         self.batches.append(int(batch_id))
         faults.maybe_kill("record", batch_id)
         faults.pause("recorded", batch_id)
+        if self.stopping.is_set():
+            # A stop taken while this batch ran: fail it, so Spark never commits it and the
+            # stop aborts it (whether Spark's own stop would still commit it is a race).
+            raise _StopRun(f"job {self.cfg.job!r} is stopping; batch {batch_id} is discarded")
 
     # -- the coordinator thread -----------------------------------------------------------
 
