@@ -511,8 +511,11 @@ class Catalog:
 
     def check_generation(self, generation: int) -> None:
         """:raises StaleGeneration: `generation` is no longer the current one."""
-        current = self.current_generation()
-        if current != generation:
+        # Claims are contiguous (current + 1, created exclusively) and never deleted: a
+        # newer generation exists iff generation + 1 does. One existence check, no listing
+        # (this fence runs on every batch and before every effect).
+        if self.store.exists(layout.generation_key(generation + 1)):
+            current = self.current_generation()
             raise StaleGeneration(
                 f"generation {generation} of job {self.job!r} was superseded by generation {current}; "
                 "this run must stop (another run of the job has started)"
