@@ -35,6 +35,7 @@ from airflow_sparkpoint.checkpoints import (
 from airflow_sparkpoint.checkpoints.counters import CounterRecorder
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.retention import deleted_since
+from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     CatalogError,
     ObjectExists,
@@ -190,18 +191,16 @@ class Coordinator:
                 files.append(known.ref)  # type: ignore[union-attr]
             else:
                 new.append((live, known if unchanged else None))
-        copied = 0
-        for count, (live, known) in enumerate(new, start=1):
-            if time.monotonic() - started > self.timeout_s:
-                raise CheckpointAbandoned(
-                    f"checkpoint of batch {batch_id} exceeded spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
-                )
-            if count == max(1, len(new) // 2):
-                faults.maybe_kill("copy", batch_id)
-            sha = known.ref.sha256 if known is not None else None
-            ref = self._upload(live, batch_id, sha)
-            files.append(ref)
-            copied += live.size
+        # Hash and upload the new files a few at a time (`transfer`): one failure fails the
+        # checkpoint before anything below runs, so no _metadata refers to a missing file.
+        refs = transfer_all(
+            lambda item: self._upload(item[0], batch_id, item[1].ref.sha256 if item[1] is not None else None),
+            new, check=lambda: self._check_timeout(batch_id, started), fault=("copy", batch_id),
+        )
+        for (live, _known), ref in zip(new, refs, strict=True):
+            self.index[live.path] = IndexEntry(live.size, live.mtime_ns, ref)
+        files.extend(refs)
+        copied = sum(live.size for live, _known in new)
         recopied, listing = self._ensure_stored(files, batch_id, started)
         copied += recopied
         faults.maybe_kill("metadata", batch_id)
@@ -263,8 +262,15 @@ class Coordinator:
             self._on_status()
         return meta
 
+    def _check_timeout(self, batch_id: int, started: float) -> None:
+        if time.monotonic() - started > self.timeout_s:
+            raise CheckpointAbandoned(
+                f"checkpoint of batch {batch_id} exceeded spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
+            )
+
     def _upload(self, live: livedir.LiveFile, batch_id: int, sha: str | None) -> FileRef:
-        """Copy one live file into the shared area (content-addressed) and index it."""
+        """Copy one live file into the shared area (content-addressed). Runs in transfer
+        threads: it touches nothing shared; the caller indexes the returned ref."""
         try:
             sha = sha or file_sha256(live.abspath)
             key = self.catalog.shared_key(live.path, sha)
@@ -275,9 +281,7 @@ class Coordinator:
             raise CatalogError(f"live file {live.path} vanished while checkpointing batch {batch_id}") from None
         if st.st_size != live.size or st.st_mtime_ns != live.mtime_ns:
             raise CatalogError(f"live file {live.path} changed while checkpointing batch {batch_id}")
-        ref = FileRef(path=live.path, key=key, size=live.size, sha256=sha, mtime_ns=live.mtime_ns)
-        self.index[live.path] = IndexEntry(live.size, live.mtime_ns, ref)
-        return ref
+        return FileRef(path=live.path, key=key, size=live.size, sha256=sha, mtime_ns=live.mtime_ns)
 
     def _ensure_stored(self, files: list[FileRef], batch_id: int, started: float) -> tuple[int, list[Any]]:
         """Validate before completing: copy again every referenced shared file that is gone
@@ -291,10 +295,7 @@ class Coordinator:
         missing = [ref for ref in files if present.get(ref.key) != ref.size or ref.key in gone]
         copied = 0
         for ref in missing:
-            if time.monotonic() - started > self.timeout_s:
-                raise CheckpointAbandoned(
-                    f"checkpoint of batch {batch_id} exceeded spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
-                )
+            self._check_timeout(batch_id, started)
             path = os.path.join(self.live_root, *ref.path.split("/"))
             try:
                 st = os.stat(path)
@@ -305,7 +306,8 @@ class Coordinator:
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} changed")
             log.warning("shared file %s referenced by checkpoint of batch %d is missing from %s; copying it again",
                         ref.key, batch_id, self.catalog.uri)
-            self._upload(live, batch_id, ref.sha256)
+            stored = self._upload(live, batch_id, ref.sha256)
+            self.index[live.path] = IndexEntry(live.size, live.mtime_ns, stored)
             copied += ref.size
         return copied, listing
 
