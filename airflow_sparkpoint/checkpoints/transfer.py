@@ -11,8 +11,10 @@ its wall time without more memory (every transfer streams its file, none is read
   done: when one transfer fails, nothing new starts, the ones under way are waited for,
   and the first failure is raised (so the caller never writes ``_metadata`` after it);
 - `check` (a deadline, a generation fence) runs in the caller's thread before each start;
-- a fault armed for `fault` (point, batch) kills once half the items are done and
-  before the rest start, like the sequential loop's halfway kill;
+- `on_half` (the caller's halfway fault: ``faults.maybe_kill(point, batch)``) runs once
+  half the items are done; with `hold_at_half` (the fault is armed) the second half
+  starts only after it, so a kill there leaves exactly half done, like the sequential
+  loop's halfway kill;
 - `on_done(done, total)` runs in the caller's thread, once per finished item, in order of
   completion.
 """
@@ -22,8 +24,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
-
-from airflow_sparkpoint import faults
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -40,8 +40,9 @@ def transfer_all(
     *,
     threads: int = THREADS,
     check: Callable[[], None] | None = None,
-    fault: tuple[str, int] | None = None,
     on_done: Callable[[int, int], None] | None = None,
+    on_half: Callable[[], None] | None = None,
+    hold_at_half: bool = False,
 ) -> list[R]:
     """``[fn(item) for item in items]`` with up to `threads` calls at a time (see the
     module docstring for what is kept of the sequential loop).
@@ -52,8 +53,8 @@ def transfer_all(
     results: list[R | None] = [None] * total
     if total == 0:
         return []
-    # The second half starts only after the halfway kill, as in the sequential loop.
-    halfway = max(1, total // 2) if fault is not None and faults.armed(fault[0]) else None
+    halfway = max(1, total // 2)
+    hold = halfway if hold_at_half else total  # how many may start before on_half ran
     workers = max(1, min(threads, total))
     done = 0
     failure: BaseException | None = None
@@ -62,7 +63,7 @@ def transfer_all(
     try:
         submitted = 0
         while done < total:
-            limit = total if halfway is None or done >= halfway else halfway
+            limit = total if done >= halfway else hold
             while failure is None and submitted < limit and len(pending) < workers:
                 if check is not None:
                     try:
@@ -86,8 +87,8 @@ def transfer_all(
                 if failure is None:
                     if on_done is not None:
                         on_done(done, total)
-                    if halfway is not None and done == halfway and fault is not None:
-                        faults.maybe_kill(*fault)
+                    if done == halfway and on_half is not None:
+                        on_half()
             if failure is not None and not pending:
                 break
     finally:

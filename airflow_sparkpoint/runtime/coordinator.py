@@ -192,14 +192,13 @@ class Coordinator:
             else:
                 new.append((live, known if unchanged else None))
         # Hash and upload the new files a few at a time (`transfer`): one failure fails the
-        # checkpoint before anything below runs, so no _metadata refers to a missing file.
-        refs = transfer_all(
+        # checkpoint before anything below runs, so no _metadata refers to a missing file
+        # (the files stored meanwhile stay indexed: a retry does not upload them again).
+        files.extend(transfer_all(
             lambda item: self._upload(item[0], batch_id, item[1].ref.sha256 if item[1] is not None else None),
-            new, check=lambda: self._check_timeout(batch_id, started), fault=("copy", batch_id),
-        )
-        for (live, _known), ref in zip(new, refs, strict=True):
-            self.index[live.path] = IndexEntry(live.size, live.mtime_ns, ref)
-        files.extend(refs)
+            new, check=lambda: self._check_timeout(batch_id, started),
+            on_half=lambda: faults.maybe_kill("copy", batch_id), hold_at_half=faults.armed("copy"),
+        ))
         copied = sum(live.size for live, _known in new)
         recopied, listing = self._ensure_stored(files, batch_id, started)
         copied += recopied
@@ -269,8 +268,9 @@ class Coordinator:
             )
 
     def _upload(self, live: livedir.LiveFile, batch_id: int, sha: str | None) -> FileRef:
-        """Copy one live file into the shared area (content-addressed). Runs in transfer
-        threads: it touches nothing shared; the caller indexes the returned ref."""
+        """Copy one live file into the shared area (content-addressed) and index it. Runs
+        in transfer threads; the caller's thread waits meanwhile and each call indexes its
+        own path (one dict store: atomic)."""
         try:
             sha = sha or file_sha256(live.abspath)
             key = self.catalog.shared_key(live.path, sha)
@@ -281,7 +281,9 @@ class Coordinator:
             raise CatalogError(f"live file {live.path} vanished while checkpointing batch {batch_id}") from None
         if st.st_size != live.size or st.st_mtime_ns != live.mtime_ns:
             raise CatalogError(f"live file {live.path} changed while checkpointing batch {batch_id}")
-        return FileRef(path=live.path, key=key, size=live.size, sha256=sha, mtime_ns=live.mtime_ns)
+        ref = FileRef(path=live.path, key=key, size=live.size, sha256=sha, mtime_ns=live.mtime_ns)
+        self.index[live.path] = IndexEntry(live.size, live.mtime_ns, ref)
+        return ref
 
     def _ensure_stored(self, files: list[FileRef], batch_id: int, started: float) -> tuple[int, list[Any]]:
         """Validate before completing: copy again every referenced shared file that is gone
@@ -306,8 +308,7 @@ class Coordinator:
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} changed")
             log.warning("shared file %s referenced by checkpoint of batch %d is missing from %s; copying it again",
                         ref.key, batch_id, self.catalog.uri)
-            stored = self._upload(live, batch_id, ref.sha256)
-            self.index[live.path] = IndexEntry(live.size, live.mtime_ns, stored)
+            self._upload(live, batch_id, ref.sha256)
             copied += ref.size
         return copied, listing
 

@@ -8,7 +8,6 @@ import threading
 
 import pytest
 
-from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import transfer
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 
@@ -99,26 +98,34 @@ def test_on_done_counts_every_item_once():
     assert seen == [(d, 9) for d in range(1, 10)]
 
 
-def test_armed_fault_fires_after_exactly_half_and_before_the_second_half_starts(monkeypatch):
-    monkeypatch.setenv(faults.ENV, "copy:4")
+def test_held_at_half_the_second_half_starts_only_after_on_half():
     tracker = Tracker()
     fired: list[tuple[int, list[int]]] = []
 
-    def kill(point: str, batch_id: int) -> None:
-        if (point, batch_id) == ("copy", 4):
-            fired.append((tracker.running, sorted(tracker.started)))
+    def on_half() -> None:
+        fired.append((tracker.running, sorted(tracker.started)))
 
-    monkeypatch.setattr(faults, "maybe_kill", kill)
-    assert transfer_all(tracker, list(range(10)), threads=8, fault=("copy", 4)) == [i * i for i in range(10)]
-    assert fired == [(0, [0, 1, 2, 3, 4])]
+    assert transfer_all(tracker, list(range(10)), threads=8, on_half=on_half, hold_at_half=True) == [
+        i * i for i in range(10)]
+    assert fired == [(0, [0, 1, 2, 3, 4])]  # exactly half done, nothing of the rest started
 
 
-def test_fault_armed_for_another_batch_does_not_fire(monkeypatch):
-    monkeypatch.setenv(faults.ENV, "copy:9")
+def test_on_half_runs_once_without_holding(monkeypatch):
     fired: list[int] = []
-    monkeypatch.setattr(faults, "kill_driver", lambda: fired.append(1))
-    transfer_all(Tracker(), list(range(6)), fault=("copy", 4))
-    assert fired == []
+    transfer_all(Tracker(), list(range(7)), threads=2, on_half=lambda: fired.append(1))
+    transfer_all(Tracker(), [1], on_half=lambda: fired.append(2), hold_at_half=True)
+    transfer_all(Tracker(), [], on_half=lambda: fired.append(3), hold_at_half=True)
+    assert fired == [1, 2]  # like the sequential loop: no files, no halfway point
+
+
+def test_a_kill_at_half_is_the_coordinators_copy_fault(monkeypatch):
+    """The coordinator wires the ``copy`` fault point through `on_half`."""
+    import inspect
+
+    from airflow_sparkpoint.runtime import coordinator
+
+    source = inspect.getsource(coordinator.Coordinator._checkpoint)
+    assert 'on_half=lambda: faults.maybe_kill("copy", batch_id), hold_at_half=faults.armed("copy")' in source
 
 
 def test_default_is_a_bounded_internal_constant():

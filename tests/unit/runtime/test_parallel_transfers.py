@@ -121,9 +121,12 @@ def test_one_failed_upload_fails_the_checkpoint_and_leaves_no_metadata(tmp_path)
     assert gate.running == 0  # no upload left running behind the failed checkpoint
     assert catalog.checkpoints() == [] and catalog.latest() is None
     assert not [i.key for i in store.list() if i.key.endswith(ck_layout.METADATA)]
-    # The next attempt (the store works again) stores everything, the failed file too.
+    # The next attempt (the store works again) stores what is missing, the failed file
+    # too; what the failed attempt stored is not uploaded again.
     gate.fail = None
+    before = gate.calls
     meta = coord.checkpoint(6)
+    assert meta is not None and 1 <= meta.stats.files_copied == gate.calls - before < len(meta.files)
     assert meta is not None and {f.path for f in meta.files} == {
         str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()}
     assert all(catalog.store.get(f.key) == (tmp_path / f.path).read_bytes() for f in meta.files)
