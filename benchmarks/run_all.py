@@ -67,6 +67,7 @@ LARGE: dict[str, list[str]] = {
                  "--runs", "2"],
     "throughput_large": ["bench_throughput.py", "--batches", "6", "--rows", "1000000", "--keys", "2000000",
                          "--runs", "3", "--warmup", "1"],
+    "transfers": ["bench_transfers.py", "--stores", "local,s3", "--rounds", "7", "--threads", "8"],
 }
 FULL["airflow"] = ["bench_airflow.py", "--rounds", "3", "--warmup", "1", "--sensors", "100", "--seconds", "120"]
 QUICK: dict[str, list[str]] = {

@@ -38,7 +38,7 @@ def transfer_all(
     fn: Callable[[T], R],
     items: Sequence[T],
     *,
-    threads: int = THREADS,
+    threads: int | None = None,
     check: Callable[[], None] | None = None,
     on_done: Callable[[int, int], None] | None = None,
     on_half: Callable[[], None] | None = None,
@@ -55,7 +55,7 @@ def transfer_all(
         return []
     halfway = max(1, total // 2)
     hold = halfway if hold_at_half else total  # how many may start before on_half ran
-    workers = max(1, min(threads, total))
+    workers = max(1, min(threads or THREADS, total))  # THREADS read now: a benchmark may set it
     done = 0
     failure: BaseException | None = None
     pending: dict[Future[R], int] = {}
