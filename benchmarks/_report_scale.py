@@ -88,7 +88,11 @@ def _load_text(r: dict[str, Any]) -> str:
         info = loads.get(name, {})
         start = "snapshot v{}".format(info["snapshot"]) if info.get("snapshot") else "no snapshot"
         return f"{s.get(name + '_load', 0):.1f} s ({start}, {info.get('replayed', '?')} changelogs replayed)"
-    return f"; Spark's state load: restore {one('restore')}, plain restart {one('spark_restart')}"
+    same = ""
+    if "spark_same" in s:
+        same = (f"; plain Spark restart from the savepoint's own files {s['spark_same']:.1f} s (restore ÷ that = "
+                f"{r['restore_vs_spark_same']:.2f}), state load {one('spark_same')}")
+    return f"; Spark's state load: restore {one('restore')}, plain restart {one('spark_restart')}{same}"
 
 
 def scale_sections(results: dict[str, Any]) -> list[str]:

@@ -13,10 +13,14 @@ on 127.0.0.1, started here), one job:
 3. takes a savepoint, then alternates ``--runs`` rounds of *restore* (the job with
    ``restore=<savepoint>`` under a fresh root, one new batch) and *cold* (the same batch,
    empty state) and measures *read once*: reading every savepoint byte once (local: 8 MiB
-   reads; S3: 8 parallel GETs) and *Spark restart*: plain Spark (no Sparkpoint) restarting
-   from a copy of the job's own checkpoint location, the state load any restart pays.
+   reads; S3: 8 parallel GETs), *Spark restart*: plain Spark (no Sparkpoint) restarting
+   from a copy of the job's own checkpoint location, and *Spark restart from the
+   savepoint's files*: plain Spark restarting from the files the restore hands to Spark;
+   for each restart, Spark's own state load from its logs (the RocksDB snapshot version
+   it starts from, the changelogs it replays, how long).
 
-Ratios (restore also ÷ (Spark restart + read once)): bytes copied ÷ changed state bytes (the changed keys' share of the full state, as
+Ratios (restore also ÷ (Spark restart + read once) and ÷ Spark restart from the
+savepoint's files): bytes copied ÷ changed state bytes (the changed keys' share of the full state, as
 Spark's changelog of the first build measured it), restore ÷ (cold + read once), and the
 checkpoint duration's flatness: median of the last third of the update checkpoints ÷ the
 median of the first third (every checkpoint retained, so the retained count grows from
@@ -165,17 +169,27 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
     write_numeric_batches(base / "input", new_batch, start=len(history))
     write_numeric_batches(base / "cold-input", new_batch, start=len(history))
     live = next(p.parent for p in sorted((base / "origin-work").rglob("offsets")) if p.is_dir())
-    times: dict[str, list[float]] = {"restore": [], "cold": [], "spark_restart": [], "read_once": [],
-                                     "materialize": [], "restore_spark": [], "cold_spark": [],
-                                     "spark_restart_spark": [], "restore_load": [], "spark_restart_load": []}
+    # Plain Spark restarts two ways: from a copy of the job's own live location (what a
+    # Spark user restarting in place gets: it may hold a RocksDB snapshot Spark's
+    # maintenance uploaded after the last checkpoint was taken) and from the savepoint's
+    # files materialized by Sparkpoint (the very state the restore hands to Spark).
+    sp_files = base / "savepoint-files"
+    from airflow_sparkpoint.runtime.restore import materialize
+
+    materialize(sp, str(sp_files), stored=False)
+    variants = ("restore", "cold", "spark_restart", "spark_same")
+    times: dict[str, list[float]] = {name: [] for name in (
+        *variants, "read_once", "materialize", *(f"{v}_spark" for v in variants),
+        *(f"{v}_load" for v in variants if v != "cold"))}
     replay: dict[str, Any] = {}
     for attempt in range(runs):
-        for name in (("restore", "cold", "spark_restart") if attempt % 2 == 0 else ("spark_restart", "cold", "restore")):
+        for name in (variants if attempt % 2 == 0 else variants[::-1]):
             work = fresh(base / f"{name}-{attempt}")
             since = len(prof.progress)
             log_from = state_log_offset(state_log)
-            if name == "spark_restart":
-                shutil.copytree(live, work / "chk", ignore=shutil.ignore_patterns(".sparkpoint-*"))
+            if name in ("spark_restart", "spark_same"):
+                shutil.copytree(live if name == "spark_restart" else sp_files, work / "chk",
+                                ignore=shutil.ignore_patterns(".sparkpoint-*"))
                 took = _run_plain(spark, base / "input", work / "out", work / "chk")
             elif name == "restore":
                 shutil.copytree(base / "origin-out", work / "out", copy_function=os.link)
@@ -214,6 +228,7 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
         "savepoint_s": savepoint_s, "restore_s": med, "restore_all_s": times, "restore_ratio": restore_ratio,
         "restore_vs_cold": med["restore"] / med["cold"],
         "restore_vs_spark_restart": med["restore"] / (med["spark_restart"] + med["read_once"]),
+        "restore_vs_spark_same": med["restore"] / med["spark_same"],
         # Spark's state load (first load of each store after the restart, from its logs):
         # the RocksDB snapshot it starts from and the changelogs it replays on top.
         "state_load": replay,
@@ -247,7 +262,8 @@ def run(sizes: list[int], stores: list[str], updates: int, change: float, chunk:
                         Path(os.environ["SPARKPOINT_BENCH_PARTIAL"]).write_text(json.dumps(results, default=str))
                     log(f"  {store} {keys:,} keys: state {r['full_state_bytes']:,} B, bytes ratio "
                         f"{r['bytes_ratio']:.2f}, restore ratio {r['restore_ratio']:.2f} "
-                        f"(vs Spark restart {r['restore_vs_spark_restart']:.2f}), flat {r['flatness']:.2f}")
+                        f"(vs Spark restart {r['restore_vs_spark_restart']:.2f}, vs Spark restart from the savepoint's "
+                        f"files {r['restore_vs_spark_same']:.2f}), flat {r['flatness']:.2f}")
                     shutil.rmtree(base, ignore_errors=True)
         finally:
             if s3cm is not None:
