@@ -43,6 +43,7 @@ def spark_session(app: str, *, cores: int = 2, shuffle_partitions: int = 2, extr
         .config("spark.sql.streaming.stateStore.providerClass",
                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .config("spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows", "false")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     )
     for key, value in (extra or {}).items():

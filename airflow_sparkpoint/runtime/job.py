@@ -61,6 +61,11 @@ log = logging.getLogger(__name__)
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 _MISSING = object()
+#: Spark's RocksDB provider looks every written key up first to count the rows in state
+#: (``numRowsTotal``); a restart replays the changelog since the last RocksDB snapshot
+#: through the same writes, so the count costs a restore about 2.5x its state load
+#: (docs/BENCHMARKS.md, restore at 2,000,000 keys). Off unless the user sets it.
+TRACK_ROWS = "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
 
 
 class _StopRun(Exception):
@@ -114,6 +119,7 @@ class SparkpointJob:
         defaults = {
             "spark.sql.streaming.stateStore.providerClass": provider,
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+            TRACK_ROWS: "false",
             # INT96 timestamps are legacy; Delta readers expect microsecond timestamps.
             "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
             "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
