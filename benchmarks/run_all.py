@@ -67,6 +67,9 @@ LARGE: dict[str, list[str]] = {
                  "--runs", "2"],
     "throughput_large": ["bench_throughput.py", "--batches", "6", "--rows", "1000000", "--keys", "2000000",
                          "--runs", "3", "--warmup", "1"],
+    # executors in their own JVMs (a standalone master and two workers, 1 core each)
+    "throughput_cluster": ["bench_throughput.py", "--cluster", "--batches", "6", "--rows", "200000", "--keys", "200000",
+                           "--runs", "3", "--warmup", "1"],
 }
 FULL["airflow"] = ["bench_airflow.py", "--rounds", "3", "--warmup", "1", "--sensors", "100", "--seconds", "120"]
 QUICK: dict[str, list[str]] = {
