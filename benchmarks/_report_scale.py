@@ -77,6 +77,13 @@ def summary_rows(results: dict[str, Any], verdict: Any) -> list[list[str]]:
                      verdict(o["ratio"] <= 1.05),
                      (f"{o['median_s']['sparkpoint']:.1f} s vs {o['median_s']['plain']:.1f} s; rounds "
                       + ", ".join(f"{x:.3f}" for x in o["round_ratios"]))])
+    sch = results.get("airflow_scheduler", {})
+    if "ratio" in sch:
+        rows.append(["SparkpointSubmitOperator ÷ SparkSubmitOperator, real scheduler (LocalExecutor)",
+                     f"{sch['ratio']:.3f}", "≤ 1.05", verdict(sch["ratio"] <= 1.05),
+                     (f"task {sch['median_s']['sparkpoint']:.1f} s vs {sch['median_s']['plain']:.1f} s (DAG run "
+                      f"{sch['median_run_s']['sparkpoint']:.1f} s vs {sch['median_run_s']['plain']:.1f} s); rounds "
+                      + ", ".join(f"{x:.3f}" for x in sch["round_ratios"]))])
     for s in a.get("sensors", []):
         rows.append([f"Requests per minute per waiting sensor ({s['sensors']} waiting, {s['backend']})",
                      f"{s['requests_per_min_per_sensor']:.1f}", "measured", verdict(None),

@@ -70,6 +70,8 @@ LARGE: dict[str, list[str]] = {
     # executors in their own JVMs (a standalone master and two workers, 1 core each)
     "throughput_cluster": ["bench_throughput.py", "--cluster", "--batches", "6", "--rows", "200000", "--keys", "200000",
                            "--runs", "3", "--warmup", "1"],
+    # the two operators as one-task DAGs under api-server + scheduler (LocalExecutor) + dag-processor + triggerer
+    "airflow_scheduler": ["bench_airflow_scheduler.py", "--rounds", "3", "--warmup", "1"],
 }
 FULL["airflow"] = ["bench_airflow.py", "--rounds", "3", "--warmup", "1", "--sensors", "100", "--seconds", "120"]
 QUICK: dict[str, list[str]] = {
