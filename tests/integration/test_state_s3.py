@@ -15,7 +15,7 @@ input in plain Python (`tests/rescale_runs.py`, `tests/state_cases.py`).
 * ``sparkpoint verify`` records ``verified_at`` next to the snapshot on S3 (``list
   --json`` shows it); a copy with one flipped byte fails, exit 1, ``verify_error`` set;
 * `SparkpointVerifyOperator` (``dag.test()``) drills the newest savepoint of a job on S3
-  with its scratch root on S3 too, as is and rescaled (``state_partitions=3``):
+  with its scratch root on S3 too, as taken and rescaled (``state_partitions=3``):
   the drill's alerts are exactly those the input after the savepoint raises on top of
   its state, the outcome is recorded on the production savepoint, and the production
   job's objects (but that record), generations and sink are untouched.
@@ -353,42 +353,47 @@ def production(s3: S3Context, spark: Any, tmp_path: Path, airflow_home: Path,
 
 
 @pytest.mark.airflow
-@pytest.mark.parametrize("state_partitions", [None, 3], ids=["as-taken", "rescaled"])
-def test_drill_on_s3_records_on_the_production_savepoint_and_leaves_production_alone(production, tmp_path, capsys,
-                                                                                     state_partitions):
+def test_drills_on_s3_as_taken_and_rescaled_record_on_the_savepoint_and_leave_production_alone(production, tmp_path,
+                                                                                               capsys):
+    """The same savepoint drilled twice (one production run for both): as taken, then
+    rescaled from 2 into 3 state partitions (``state_partitions=3``)."""
     prod = production
     root, savepoint = prod.root, prod.savepoint
     generations = root.catalog.current_generation()
     table_before = delta_rows(prod.output)
     objects_before = root.digest(root.uri)
+    record_key = f"{root.key_of(savepoint.uri)[len(root.key_of(root.uri)) + 1:]}/_verification.json"
+    assert record_key not in objects_before
     batch = savepoint.metadata.batch_id
 
-    run = prod.drill(tmp_path, **({"state_partitions": state_partitions} if state_partitions else {}))
+    for state_partitions in (None, 3):
+        base = tmp_path / f"drill-{state_partitions or 'as-taken'}"
+        base.mkdir()
+        run = prod.drill(base, **({"state_partitions": state_partitions} if state_partitions else {}))
 
-    assert run.state == "success", {t.task_id: t.state for t in run.get_task_instances()}
-    [ti] = run.get_task_instances()
-    summary = ti.xcom_pull(task_ids="drill")
-    assert summary["ok"] and (summary["snapshot"], summary["batch_id"]) == (savepoint.uri, batch)
-    result = summary["result"]
-    assert (result["job"], result["generation"], result["restored_from"]) == ("alerts-drill", 1, savepoint.uri)
-    if state_partitions:  # the repartitioner's batch (no input) comes first
-        assert result["rescaled"] == {"from": 2, "to": 3, "batch": batch + 1}
-        assert (result["first_batch"], result["batches_processed"]) == (batch + 2, 2)
-    else:
-        assert not result["rescaled"] and (result["first_batch"], result["batches_processed"]) == (batch + 1, 2)
-    assert delta_rows(tmp_path / "drill-alerts") == alert_rows(prod.files, 2)
-    # recorded next to the production savepoint, on S3
-    record = root.record(savepoint.uri)
-    assert record is not None and record.ok and record.level == "drill"
-    assert record.verified_at == summary["verified_at"] and record.checks["batches_processed"] == 2
-    assert record.checks.get("rescaled") == result["rescaled"] if state_partitions else "rescaled" not in record.checks
-    entry = root.listed(capsys)[savepoint.uri]
-    assert (entry["verified_at"], entry["verify_error"]) == (record.verified_at, None)
-    # production untouched: generations, sink, objects (but the record); no scratch left on S3
-    assert root.catalog.current_generation() == generations == 1
-    assert delta_rows(prod.output) == table_before
-    objects_after = root.digest(root.uri)
-    record_key = f"{root.key_of(savepoint.uri)[len(root.key_of(root.uri)) + 1:]}/_verification.json"
-    assert set(objects_after) - set(objects_before) == {record_key}
-    assert {k: v for k, v in objects_after.items() if k != record_key} == objects_before
-    assert root.digest(f"s3://{root.s3.bucket}/drills") == {}, "the drill's scratch root was left on S3"
+        assert run.state == "success", {t.task_id: t.state for t in run.get_task_instances()}
+        [ti] = run.get_task_instances()
+        summary = ti.xcom_pull(task_ids="drill")
+        assert summary["ok"] and (summary["snapshot"], summary["batch_id"]) == (savepoint.uri, batch)
+        result = summary["result"]
+        assert (result["job"], result["generation"], result["restored_from"]) == ("alerts-drill", 1, savepoint.uri)
+        if state_partitions:  # the repartitioner's batch (no input) comes first
+            assert result["rescaled"] == {"from": 2, "to": 3, "batch": batch + 1}
+            assert (result["first_batch"], result["batches_processed"]) == (batch + 2, 2)
+        else:
+            assert not result["rescaled"] and (result["first_batch"], result["batches_processed"]) == (batch + 1, 2)
+        assert delta_rows(base / "drill-alerts") == alert_rows(prod.files, 2), state_partitions
+        # recorded next to the production savepoint, on S3
+        record = root.record(savepoint.uri)
+        assert record is not None and record.ok and record.level == "drill"
+        assert record.verified_at == summary["verified_at"] and record.checks["batches_processed"] == 2
+        assert record.checks.get("rescaled") == (result["rescaled"] if state_partitions else None)
+        entry = root.listed(capsys)[savepoint.uri]
+        assert (entry["verified_at"], entry["verify_error"]) == (record.verified_at, None)
+        # production untouched: generations, sink, objects (but the record); no scratch left on S3
+        assert root.catalog.current_generation() == generations == 1
+        assert delta_rows(prod.output) == table_before
+        objects_after = root.digest(root.uri)
+        assert set(objects_after) - set(objects_before) == {record_key}
+        assert {k: v for k, v in objects_after.items() if k != record_key} == objects_before
+        assert root.digest(f"s3://{root.s3.bucket}/drills") == {}, "the drill's scratch root was left on S3"
