@@ -51,7 +51,7 @@ def summary_rows(results: dict[str, Any], verdict: Any) -> list[list[str]]:
                      (f"restore {s['restore']:.1f} s, cold {s['cold']:.1f} s, read once {s['read_once']:.2f} s "
                       f"({_mb(r['savepoint_bytes'])}); materialize {s['materialize']:.2f} s; plain Spark restart from "
                       f"its own checkpoint {s['spark_restart']:.1f} s (restore ÷ (that + read once) = "
-                      f"{r['restore_vs_spark_restart']:.2f})")])
+                      f"{r['restore_vs_spark_restart']:.2f}){_load_text(r)}")])
         rows.append([f"Checkpoint duration, last ÷ first third of the run ({where})", f"{r['flatness']:.2f}",
                      "flat (≤ 1.5)", verdict(r["flatness"] <= 1.5),
                      (f"median {r['median_checkpoint_s']:.2f} s per checkpoint; {len(r['checkpoints'])} checkpoints, "
@@ -94,6 +94,22 @@ def summary_rows(results: dict[str, Any], verdict: Any) -> list[list[str]]:
     return rows
 
 
+def _load_text(r: dict[str, Any]) -> str:
+    """Spark's own state load after the restore and after the plain restart (its logs)."""
+    s, loads = r["restore_s"], r.get("state_load", {})
+    if "restore_load" not in s:
+        return ""
+    def one(name: str) -> str:
+        info = loads.get(name, {})
+        start = "snapshot v{}".format(info["snapshot"]) if info.get("snapshot") else "no snapshot"
+        return f"{s.get(name + '_load', 0):.1f} s ({start}, {info.get('replayed', '?')} changelogs replayed)"
+    same = ""
+    if "spark_same" in s:
+        same = (f"; plain Spark restart from the savepoint's own files {s['spark_same']:.1f} s (restore ÷ that = "
+                f"{r['restore_vs_spark_same']:.2f}), state load {one('spark_same')}")
+    return f"; Spark's state load: restore {one('restore')}, plain restart {one('spark_restart')}{same}"
+
+
 def scale_sections(results: dict[str, Any]) -> list[str]:
     runs = scale_runs(results)
     out: list[str] = []
@@ -130,11 +146,26 @@ def scale_sections(results: dict[str, Any]) -> list[str]:
                          f"{med('upload'):.3f}", f"{med('list_shared'):.3f}", f"{med('metadata'):.3f}",
                          f"{med('retention'):.3f}", f"{s3:.1f}" if r["store"] == "s3" else "-",
                          f"{r['restore_s']['materialize']:.2f}",
-                         f"{r['restore_s'].get('restore_spark', 0):.1f} / {r['restore_s'].get('spark_restart_spark', 0):.1f}"])
+                         f"{r['restore_s'].get('restore_spark', 0):.1f} / {r['restore_s'].get('spark_restart_spark', 0):.1f}",
+                         (f"{r['restore_s']['restore_load']:.1f} / {r['restore_s'].get('spark_restart_load', 0):.1f}"
+                          if "restore_load" in r["restore_s"] else "-")])
         out += _table(["store", "keys", "checkpoint s", "hash s", "upload s", "list shared/ s", "metadata s",
                        "retention s", "S3 requests", "restore: materialize s",
-                       "Spark's batch after restore / after plain restart s"], rows)
+                       "Spark's batch after restore / after plain restart s",
+                       "of which Spark's state load (its log) s"], rows)
         out += ["", f"![checkpoint duration over a run]({IMAGES}/checkpoint-duration.png)", ""]
+    x = results.get("transfers", {})
+    if x.get("results"):
+        out += ["### Parallel transfers", "",
+                f"`bench_transfers.py`: the {x['files']} files ({_mb(x['bytes'])}) of the 2,000,000-key state, checkpointed",
+                (f"(every file new), saved as a savepoint and materialized, with {x['threads']} transfers at a time "
+                 f"and with one at a time, in {x['rounds']} paired alternating rounds"),
+                "(ratio = median of the rounds' one-at-a-time ÷ parallel time):", ""]
+        out += _table(["store", "step", "one at a time s", f"{x['threads']} at a time s", "ratio"],
+                      [[r["store"], step, f"{r['median_s']['sequential'][step]:.2f}",
+                        f"{r['median_s']['parallel'][step]:.2f}", f"{ratio:.2f}"]
+                       for r in x["results"] for step, ratio in r["ratios"].items()])
+        out += [""]
     t = results.get("throughput_large", {})
     a = results.get("airflow", {})
     if "ratio" in t or a:

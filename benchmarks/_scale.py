@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -90,6 +91,7 @@ class Profiler:
         self.checkpoints: list[dict[str, float]] = []
         self.restores: list[dict[str, float]] = []
         self._current: dict[str, float] | None = None
+        self._lock = threading.Lock()  # uploads run in transfer threads
         self.progress: list[dict[str, Any]] = []
 
     def listen(self, spark: Any) -> Profiler:
@@ -123,8 +125,9 @@ class Profiler:
                    if p.get("numInputRows", 0) > 0) / 1000
 
     def _add(self, phase: str, seconds: float) -> None:
-        if self._current is not None:
-            self._current[phase] = self._current.get(phase, 0.0) + seconds
+        with self._lock:
+            if self._current is not None:
+                self._current[phase] = self._current.get(phase, 0.0) + seconds
 
     def _timed(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -212,6 +215,80 @@ def read_once_s3(endpoint: str, bucket: str, keys: list[str], threads: int = 8) 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         list(pool.map(get, keys))
     return time.perf_counter() - started
+
+
+# Spark's state store logs (INFO) go to a file of their own: the RocksDB provider logs when
+# it starts and ends loading a version and which changelogs it replays, which is where a
+# restart's first batch spends its time (StreamingQueryProgress does not report the load).
+_LOG4J = """rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n
+appender.state.type = File
+appender.state.name = state
+appender.state.fileName = {path}
+appender.state.layout.type = PatternLayout
+appender.state.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n
+logger.state.name = org.apache.spark.sql.execution.streaming.state
+logger.state.level = info
+logger.state.additivity = false
+logger.state.appenderRef.state.ref = state
+"""
+_STORE = r"partitionId=(\d+), storeName=(\S+) \], queryRunId=([0-9a-f-]+) \]"
+_LOADING = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) .*" + _STORE + r": Loading (\d+) ")
+_LOADED = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) .*" + _STORE + r": Loaded (\d+)$")
+_REPLAY = re.compile(r"^.*" + _STORE + r": Replaying changelog from version (\d+) -> Some\((\d+)\)")
+
+
+def state_log_conf(directory: Path) -> tuple[dict[str, str], Path]:
+    """Spark conf that sends the state store's INFO logs to a file; (conf, log path)."""
+    path = directory / "state-store.log"
+    props = directory / "log4j2-state.properties"
+    props.write_text(_LOG4J.replace("{path}", str(path)))
+    return {"spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{props}"}, path
+
+
+def state_log_offset(path: Path | None) -> int:
+    try:
+        return path.stat().st_size if path else 0
+    except FileNotFoundError:
+        return 0
+
+
+def state_loads(path: Path | None, offset: int, end: int | None = None) -> dict[str, Any]:
+    """Spark's state loads logged between `offset` and `end`: the first load of each store of each
+    query run (a restart's state load). ``load_s``: the longest of them (the stores load in
+    parallel); ``snapshot``: the RocksDB snapshot version it started from; ``replayed``:
+    changelogs replayed after it (summed over stores)."""
+    if path is None or not path.exists():
+        return {}
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        handle.seek(offset)
+        lines = handle.read(None if end is None else max(0, end - offset)).splitlines()
+
+    def seconds(m: re.Match[str]) -> float:
+        return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3)) + int(m.group(4)) / 1000
+
+    started: dict[tuple[str, ...], float] = {}
+    took: dict[tuple[str, ...], float] = {}
+    snapshot: dict[tuple[str, ...], int] = {}
+    replayed: dict[tuple[str, ...], int] = {}
+    for line in lines:
+        if (m := _LOADING.match(line)) and (key := (m.group(7), m.group(5), m.group(6))) not in started:
+            started[key] = seconds(m)
+        elif (m := _LOADED.match(line)) and (key := (m.group(7), m.group(5), m.group(6))) in started \
+                and key not in took:
+            took[key] = (seconds(m) - started[key]) % 86400
+        elif (m := _REPLAY.match(line)) and (key := (m.group(3), m.group(1), m.group(2))) not in snapshot:
+            snapshot[key] = int(m.group(4))
+            replayed[key] = int(m.group(5)) - int(m.group(4))
+    if not took:
+        return {}
+    return {"load_s": max(took.values()), "stores": len(took),
+            "snapshot": min(snapshot.values()) if snapshot else None, "replayed": sum(replayed.values())}
 
 
 def log(message: str) -> None:

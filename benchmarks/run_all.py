@@ -72,6 +72,7 @@ LARGE: dict[str, list[str]] = {
                            "--runs", "3", "--warmup", "1"],
     # the two operators as one-task DAGs under api-server + scheduler (LocalExecutor) + dag-processor + triggerer
     "airflow_scheduler": ["bench_airflow_scheduler.py", "--rounds", "3", "--warmup", "1"],
+    "transfers": ["bench_transfers.py", "--stores", "local,s3", "--rounds", "7", "--threads", "8"],
 }
 FULL["airflow"] = ["bench_airflow.py", "--rounds", "3", "--warmup", "1", "--sensors", "100", "--seconds", "120"]
 QUICK: dict[str, list[str]] = {

@@ -33,6 +33,7 @@ from airflow_sparkpoint.checkpoints.metadata import (
     SnapshotStats,
     TransactionRecord,
 )
+from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     CorruptMetadata,
     InvalidPath,
@@ -389,19 +390,19 @@ class Catalog:
             src_prefix = ""
         elif src_uri.startswith(own_uri + "/"):
             src_prefix = src_uri[len(own_uri) + 1:] + "/"
-        files = []
-        copied = 0
-        for ref in meta.files:
+
+        def copy_one(ref: FileRef) -> FileRef:
             dst = f"{sp_key}/files/{normalize_key(ref.path)}"
             if src_prefix is not None:
                 self.store.copy(src_prefix + ref.key, dst)
             else:
-                self.store.put(dst, source.files_store.get(ref.key))
-            files.append(FileRef(path=ref.path, key=f"files/{normalize_key(ref.path)}", size=ref.size,
-                                 sha256=ref.sha256, mtime_ns=ref.mtime_ns))
-            copied += ref.size
-            if on_copied is not None:
-                on_copied(len(files), len(meta.files))
+                source.files_store.copy_to(ref.key, self.store, dst)  # streamed, never whole in memory
+            return FileRef(path=ref.path, key=f"files/{normalize_key(ref.path)}", size=ref.size,
+                           sha256=ref.sha256, mtime_ns=ref.mtime_ns)
+
+        # A few copies at a time (`transfer`); any failure raises before _metadata is written.
+        files = transfer_all(copy_one, meta.files, on_done=on_copied)
+        copied = sum(ref.size for ref in meta.files)
         sp_meta = meta.with_(
             kind="savepoint",
             id=sp_id,

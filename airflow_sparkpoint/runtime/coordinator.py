@@ -35,6 +35,7 @@ from airflow_sparkpoint.checkpoints import (
 from airflow_sparkpoint.checkpoints.counters import CounterRecorder
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.retention import deleted_since
+from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     CatalogError,
     ObjectExists,
@@ -190,18 +191,15 @@ class Coordinator:
                 files.append(known.ref)  # type: ignore[union-attr]
             else:
                 new.append((live, known if unchanged else None))
-        copied = 0
-        for count, (live, known) in enumerate(new, start=1):
-            if time.monotonic() - started > self.timeout_s:
-                raise CheckpointAbandoned(
-                    f"checkpoint of batch {batch_id} exceeded spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
-                )
-            if count == max(1, len(new) // 2):
-                faults.maybe_kill("copy", batch_id)
-            sha = known.ref.sha256 if known is not None else None
-            ref = self._upload(live, batch_id, sha)
-            files.append(ref)
-            copied += live.size
+        # Hash and upload the new files a few at a time (`transfer`): one failure fails the
+        # checkpoint before anything below runs, so no _metadata refers to a missing file
+        # (the files stored meanwhile stay indexed: a retry does not upload them again).
+        files.extend(transfer_all(
+            lambda item: self._upload(item[0], batch_id, item[1].ref.sha256 if item[1] is not None else None),
+            new, check=lambda: self._check_timeout(batch_id, started),
+            on_half=lambda: faults.maybe_kill("copy", batch_id), hold_at_half=faults.armed("copy"),
+        ))
+        copied = sum(live.size for live, _known in new)
         recopied, listing = self._ensure_stored(files, batch_id, started)
         copied += recopied
         faults.maybe_kill("metadata", batch_id)
@@ -263,8 +261,16 @@ class Coordinator:
             self._on_status()
         return meta
 
+    def _check_timeout(self, batch_id: int, started: float) -> None:
+        if time.monotonic() - started > self.timeout_s:
+            raise CheckpointAbandoned(
+                f"checkpoint of batch {batch_id} exceeded spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
+            )
+
     def _upload(self, live: livedir.LiveFile, batch_id: int, sha: str | None) -> FileRef:
-        """Copy one live file into the shared area (content-addressed) and index it."""
+        """Copy one live file into the shared area (content-addressed) and index it. Runs
+        in transfer threads; the caller's thread waits meanwhile and each call indexes its
+        own path (one dict store: atomic)."""
         try:
             sha = sha or file_sha256(live.abspath)
             key = self.catalog.shared_key(live.path, sha)
@@ -291,10 +297,7 @@ class Coordinator:
         missing = [ref for ref in files if present.get(ref.key) != ref.size or ref.key in gone]
         copied = 0
         for ref in missing:
-            if time.monotonic() - started > self.timeout_s:
-                raise CheckpointAbandoned(
-                    f"checkpoint of batch {batch_id} exceeded spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
-                )
+            self._check_timeout(batch_id, started)
             path = os.path.join(self.live_root, *ref.path.split("/"))
             try:
                 st = os.stat(path)

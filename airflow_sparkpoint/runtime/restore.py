@@ -27,7 +27,8 @@ from typing import Any
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, open_snapshot
 from airflow_sparkpoint.checkpoints.lineage import Origin
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.checkpoints.metadata import FileRef, TransactionRecord
+from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     RestoreError,
     SinkAheadError,
@@ -315,20 +316,24 @@ def materialize(
     meta = handle.metadata
     old_roots = _path_forms(meta.live_root) if meta.live_root else []
     new_root = os.path.abspath(live_path)
-    index: dict[str, IndexEntry] = {}
-    linked = 0
-    for ref in meta.files:
+
+    def place(ref: FileRef) -> tuple[bool, IndexEntry | None]:
+        """Link or download one file (in a transfer thread); (linked, its index entry)."""
         target = os.path.join(live_path, *ref.path.split("/"))
-        if link_from and _link(os.path.join(link_from, *ref.path.split("/")), target, ref.size, ref.mtime_ns):
-            linked += 1
-        else:
+        was_linked = bool(link_from) and _link(
+            os.path.join(link_from, *ref.path.split("/")), target, ref.size, ref.mtime_ns)  # type: ignore[arg-type]
+        if not was_linked:
             handle.files_store.download_file(ref.key, target)
-        rewritten = False
-        if old_roots and ref.size <= _REWRITE_MAX_BYTES:
-            rewritten = _rewrite_paths(target, old_roots, new_root)  # a new file: a link is never modified
-        if not rewritten:
-            st = os.stat(target)
-            index[ref.path] = IndexEntry(st.st_size, st.st_mtime_ns, ref, stored=stored)
+        if old_roots and ref.size <= _REWRITE_MAX_BYTES and _rewrite_paths(target, old_roots, new_root):
+            return was_linked, None  # a new file (a link is never modified): the next checkpoint stores it
+        st = os.stat(target)
+        return was_linked, IndexEntry(st.st_size, st.st_mtime_ns, ref, stored=stored)
+
+    # A few files at a time (`transfer`): each download is a round trip to the store. A
+    # failed download fails the restore before Spark sees the location.
+    placed = transfer_all(place, meta.files)
+    index = {ref.path: entry for ref, (_l, entry) in zip(meta.files, placed, strict=True) if entry is not None}
+    linked = sum(1 for was_linked, _e in placed if was_linked)
     if counts is not None:
         counts.update(linked=linked, downloaded=len(meta.files) - linked)
     log.info("materialized %d files (%d bytes) of %s into %s (%d hard-linked from %s, %d downloaded)",

@@ -151,6 +151,26 @@ class Storage(abc.ABC):
             handle.write(data)
         os.replace(tmp, local_path)
 
+    def copy_to(self, key: str, target: Storage, target_key: str) -> None:
+        """Copy `key` into another store, streamed: through a temporary local file, never
+        the whole object in memory (a store with local files overrides it).
+
+        :raises ObjectNotFound: `key` does not exist.
+        """
+        import os
+        import tempfile
+
+        fd, tmp = tempfile.mkstemp(prefix="sparkpoint-copy-")
+        os.close(fd)
+        try:
+            self.download_file(key, tmp)
+            target.upload_file(tmp, target_key)
+        finally:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
     def child(self, prefix: str) -> Storage:
         """A view of this store rooted at `prefix` (keys are relative to it)."""
         return PrefixedStorage(self, prefix)
@@ -202,6 +222,9 @@ class PrefixedStorage(Storage):
 
     def download_file(self, key: str, local_path: str) -> None:
         self._inner.download_file(self._k(key), local_path)
+
+    def copy_to(self, key: str, target: Storage, target_key: str) -> None:
+        self._inner.copy_to(self._k(key), target, target_key)
 
     def close(self) -> None:
         self._inner.close()

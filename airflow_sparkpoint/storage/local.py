@@ -189,6 +189,13 @@ class LocalStorage(Storage):
             if tmp is not None:
                 _discard(tmp)
 
+    def copy_to(self, key: str, target: Storage, target_key: str) -> None:
+        """Streamed from the file itself (no temporary copy)."""
+        path = self._path(key)
+        if not os.path.isfile(path):
+            raise ObjectNotFound(f"{path} does not exist")
+        target.upload_file(path, target_key)
+
     def download_file(self, key: str, local_path: str) -> None:
         src = self._path(key)
         os.makedirs(os.path.dirname(local_path) or ".", exist_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import tempfile
 import threading
 import time
 import uuid
@@ -440,6 +441,24 @@ def test_upload_and_download_files(backend: Backend, tmp_path: Path) -> None:
     with pytest.raises(ObjectNotFound):
         backend.store.download_file("files/missing.bin", str(tmp_path / "out" / "missing.bin"))
     assert sorted(p.name for p in (tmp_path / "out").rglob("*") if p.is_file()) == ["blob.bin"]
+
+
+def test_copy_to_another_store_and_from_a_child_view(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scratch = tmp_path / "scratch"  # where a streamed copy keeps its temporary file
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    data = os.urandom(2 * 1024 * 1024 + 5)
+    backend.store.put("jobs/a/blob.bin", data)
+    for target in (LocalStorage(str(tmp_path / "other")), MemoryStorage(f"copy-{uuid.uuid4().hex}")):
+        backend.store.copy_to("jobs/a/blob.bin", target, "x/blob.bin")
+        backend.store.child("jobs").copy_to("a/blob.bin", target, "y/blob.bin")
+        assert target.get("x/blob.bin") == data and target.get("y/blob.bin") == data
+        with pytest.raises(ObjectNotFound):
+            backend.store.copy_to("jobs/a/missing.bin", target, "z")
+        assert not target.exists("z")
+    assert list(scratch.iterdir()) == []  # no temporary file left behind, even after a failed copy
 
 
 def test_child_view(backend: Backend) -> None:
