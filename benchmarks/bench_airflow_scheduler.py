@@ -86,6 +86,7 @@ def _run(api: Any, kind: str, work: Path) -> tuple[float, float]:
     from deltalake import DeltaTable
 
     dag_id = f"bench_{kind}"
+    work.mkdir(parents=True)  # the sink refuses a table whose parent directory is missing
     run_id = api.trigger(dag_id, conf={"work": str(work)})
     state = api.wait_run(dag_id, run_id, timeout=900)
     if state != "success":
