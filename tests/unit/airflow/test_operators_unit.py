@@ -350,7 +350,9 @@ def test_trigger_run_yields_one_success_event(catalog: Catalog, root: str) -> No
     set_status(catalog, 1)
     trigger = SparkpointCheckpointTrigger(job_name=JOB, checkpoint_dir=root, generation=1, min_checkpoints=2,
                                           poll_interval=0.05, deadline=time.time() + 30)
-    writer = threading.Timer(0.3, lambda: add_checkpoint(catalog, 1))
+    # As the runtime does: the status record is rewritten after every completed checkpoint
+    # (a waiting trigger reads only the status until it moves).
+    writer = threading.Timer(0.3, lambda: (add_checkpoint(catalog, 1), set_status(catalog, 1, checkpoints_completed=2)))
     writer.start()
     try:
         events = collect(trigger)
