@@ -26,8 +26,9 @@ Load on the triggerer and the store (hundreds of sensors may wait at once):
   (`conditions.status_mark`), and at least every `FULL_LOOK_S` for what moves without
   it (a generation claimed by a run that died before its first status, deletions).
 * Triggers waiting on one store share one storage client (one boto3 client, not one
-  per sensor), and poll intervals are jittered (±`JITTER`), the first one too, so a
-  triggerer restart does not make every sensor hit the store in the same second.
+  per sensor). Poll intervals are jittered (±`JITTER`) and the first poll comes at a
+  random point of the first interval, so a triggerer restart does not make every sensor
+  hit the store in the same second.
 
 When the user acts on the deferred task (mark failed, clear),
 `on_kill` withdraws a control request nobody took yet, so no later run serves it;
@@ -261,9 +262,10 @@ class SparkpointCheckpointTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         errors = 0
         catalog: Catalog | None = None
-        # Spread the first polls of triggers started together (a triggerer restart); the
-        # deferring task has just looked itself.
-        await asyncio.sleep(random.uniform(0, min(self.poll_interval, 1.0) * JITTER))
+        # The deferring task has just looked itself: the first poll comes within one
+        # interval, at a random point, so triggers started together (a triggerer restart
+        # takes over hundreds at once) do not make their first full looks in one burst.
+        await asyncio.sleep(random.uniform(0, self.poll_interval))
         while True:
             try:
                 if catalog is None:
