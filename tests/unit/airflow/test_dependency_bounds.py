@@ -25,8 +25,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
-def _airflow(airflow_home: Path) -> None:
-    """Airflow configured before anything of it is imported."""
+def _airflow(airflow_home: Path) -> None:  # Airflow configured before anything of it is imported
     return None
 
 
