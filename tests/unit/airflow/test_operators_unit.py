@@ -44,16 +44,6 @@ def _airflow(airflow_home: Path) -> Iterator[None]:
 # ---------------------------------------------------------------------------- helpers
 
 
-@pytest.fixture()
-def root(tmp_path: Path) -> str:
-    return str(tmp_path / "sp")
-
-
-@pytest.fixture()
-def catalog(root: str) -> Catalog:
-    return Catalog(open_storage(root), JOB)
-
-
 def claim(catalog: Catalog, generation: int) -> None:
     while catalog.current_generation() < generation:
         catalog.claim_generation()

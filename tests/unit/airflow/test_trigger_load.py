@@ -27,7 +27,6 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, FileRef, SnapshotMetadata, layout
 from airflow_sparkpoint.checkpoints.metadata import sha256_hex
 from airflow_sparkpoint.checkpoints.status import JobStatus
-from airflow_sparkpoint.storage import open_storage
 from airflow_sparkpoint.storage.local import LocalStorage
 
 pytestmark = pytest.mark.airflow
@@ -39,16 +38,6 @@ STORE_CALLS = ("get", "stat", "list", "list_dirs", "exists", "put", "put_if_abse
 @pytest.fixture(autouse=True)
 def _airflow(airflow_home: Path) -> None:
     return None
-
-
-@pytest.fixture()
-def root(tmp_path: Path) -> str:
-    return str(tmp_path / "sp")
-
-
-@pytest.fixture()
-def catalog(root: str) -> Catalog:
-    return Catalog(open_storage(root), JOB)
 
 
 @pytest.fixture()
