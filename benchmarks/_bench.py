@@ -23,15 +23,17 @@ BASE_MTIME = 1_700_000_000
 EVENT_SCHEMA = "user string, amount long"
 
 
-def spark_session(app: str, *, cores: int = 2, shuffle_partitions: int = 2, extra: Mapping[str, str] | None = None) -> Any:
-    """A local SparkSession with Sparkpoint's state store defaults (RocksDB with changelog
+def spark_session(app: str, *, cores: int = 2, shuffle_partitions: int = 2, extra: Mapping[str, str] | None = None,
+                  master: str | None = None) -> Any:
+    """A SparkSession (``local[cores]``, or `master`, e.g. a standalone cluster's
+    ``spark://...``) with Sparkpoint's state store defaults (RocksDB with changelog
     checkpointing), so a plain Spark query and a Sparkpoint query run the same engine."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     builder = (
-        SparkSession.builder.master(f"local[{cores}]")
+        SparkSession.builder.master(master or f"local[{cores}]")
         .appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

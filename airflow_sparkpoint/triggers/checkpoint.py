@@ -10,8 +10,27 @@ Two modes:
 
 The trigger carries only JSON-safe values and never credentials: it names the
 connection (`sparkpoint_conn_id`) or storage root (`checkpoint_dir`) and reads the
-connection inside the triggerer with Airflow's async API. Storage calls block, so they
-run in a worker thread. When the user acts on the deferred task (mark failed, clear),
+connection inside the triggerer with Airflow's async API.
+
+Load on the triggerer and the store (hundreds of sensors may wait at once):
+
+* Storage calls block; they run on a few threads shared by every Sparkpoint trigger of
+  the process (`POOL_THREADS`), never on the event loop and never on its default
+  executor, so a slow or hung store holds neither the loop nor other triggers' threads.
+  Python-heavy S3 calls (signing, parsing) compete with the loop for the GIL: few
+  threads and few calls keep the loop responsive.
+* A waiting ``checkpoint`` trigger reads one small object per poll, the job's status
+  record (plus the savepoint directory listing when it waits for a savepoint). The
+  running job rewrites that record after every completed checkpoint, so the full look
+  (listings and every retained snapshot's metadata) runs only when the record moved
+  (`conditions.status_mark`), and at least every `FULL_LOOK_S` for what moves without
+  it (a generation claimed by a run that died before its first status, deletions).
+* Triggers waiting on one store share one storage client (one boto3 client, not one
+  per sensor). Poll intervals are jittered (±`JITTER`) and the first poll comes at a
+  random point of the first interval, so a triggerer restart does not make every sensor
+  hit the store in the same second.
+
+When the user acts on the deferred task (mark failed, clear),
 `on_kill` withdraws a control request nobody took yet, so no later run serves it;
 `cleanup` releases the storage client on every exit (a triggerer restart hands the
 trigger over, it does not cancel the request). It yields exactly one event::
@@ -23,28 +42,100 @@ trigger over, it does not cancel the request). It yields exactly one event::
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
+import hashlib
+import json
 import math
+import random
+import threading
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.control import REQUEST_ID_RE, ControlChannel, ControlResult
 from airflow_sparkpoint.exceptions import ConfigError, ControlError, StorageError
+from airflow_sparkpoint.storage import Storage, open_storage
 from airflow_sparkpoint.triggers.conditions import (
     CheckpointCondition,
+    Observation,
+    Outcome,
+    decide,
     evaluate,
     generation_alive,
+    observe,
     optional_seconds,
+    read_job_status,
+    status_mark,
 )
 
 CLASSPATH = "airflow_sparkpoint.triggers.checkpoint.SparkpointCheckpointTrigger"
 MODES = ("checkpoint", "control_result")
 #: consecutive failed polls (an unreachable store) tolerated before the trigger gives up
 MAX_POLL_ERRORS = 3
+#: threads for the storage calls of all Sparkpoint triggers of a process (see the module docstring)
+POOL_THREADS = 4
+#: a waiting trigger's full look at the job, at least this often (seconds; see the module docstring)
+FULL_LOOK_S = 300.0
+#: poll intervals vary by this fraction either way
+JITTER = 0.2
+
+T = TypeVar("T")
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
+
+
+async def run_blocking(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` on the Sparkpoint triggers' threads (with the caller's context, as
+    `asyncio.to_thread` does), leaving the event loop and its default executor free."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=POOL_THREADS, thread_name_prefix="sparkpoint-trigger")
+        pool = _pool
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(pool, call)
+
+
+class _SharedStores:
+    """One `Storage` per store (URI and options) for all triggers of the process,
+    counted: the last trigger to release it closes it. Keys are digests: the options
+    may hold credentials."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stores: dict[str, tuple[Storage, int]] = {}
+
+    @staticmethod
+    def key(uri: str, options: Mapping[str, Any]) -> str:
+        return hashlib.sha256(json.dumps([uri, dict(options)], sort_keys=True, default=str).encode()).hexdigest()
+
+    def acquire(self, uri: str, options: Mapping[str, Any]) -> tuple[str, Storage]:
+        """The shared store for `uri` (opened here on first use: cheap, clients are lazy)."""
+        key = self.key(uri, options)
+        with self._lock:
+            storage, users = self._stores.get(key) or (open_storage(uri, **options), 0)
+            self._stores[key] = (storage, users + 1)
+        return key, storage
+
+    def release(self, key: str) -> Storage | None:
+        """Drop one user of `key`; the store to close when it was the last, else None."""
+        with self._lock:
+            storage, users = self._stores[key]
+            if users > 1:
+                self._stores[key] = (storage, users - 1)
+                return None
+            del self._stores[key]
+        return storage
+
+
+SHARED_STORES = _SharedStores()
 
 
 class SparkpointCheckpointTrigger(BaseTrigger):
@@ -120,6 +211,11 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         self.deadline = None if deadline is None else float(deadline)
         self._catalog_cache: Catalog | None = None
+        self._store_key: str | None = None
+        #: the last full look, its gate (status mark, savepoint directories) and when the next is due
+        self._seen: Observation | None = None
+        self._seen_gate: tuple[Any, ...] | None = None
+        self._full_look_at = 0.0
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         cond = self.condition
@@ -146,23 +242,35 @@ class SparkpointCheckpointTrigger(BaseTrigger):
     # ------------------------------------------------------------------ running
 
     async def _acatalog(self) -> Catalog:
-        """The job's catalog; the connection is read with Airflow's async API."""
+        """The job's catalog on the shared store; the connection is read with Airflow's
+        async API."""
         from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
 
         if self._catalog_cache is None:
             hook = SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
             await hook.aresolve()
-            self._catalog_cache = await asyncio.to_thread(hook.get_catalog, self.job_name)
+            key, storage = await run_blocking(SHARED_STORES.acquire, hook.storage_uri, hook.storage_options)
+            self._store_key = key
+            self._catalog_cache = Catalog(storage, self.job_name)
         return self._catalog_cache
+
+    def _sleep_s(self, remaining: float | None) -> float:
+        """The next poll interval, jittered; never past the deadline."""
+        interval = self.poll_interval * random.uniform(1 - JITTER, 1 + JITTER)
+        return interval if remaining is None else max(0.0, min(interval, remaining))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         errors = 0
         catalog: Catalog | None = None
+        # The deferring task has just looked itself: the first poll comes within one
+        # interval, at a random point, so triggers started together (a triggerer restart
+        # takes over hundreds at once) do not make their first full looks in one burst.
+        await asyncio.sleep(random.uniform(0, self.poll_interval))
         while True:
             try:
                 if catalog is None:
                     catalog = await self._acatalog()
-                event = await asyncio.to_thread(self.poll, catalog)
+                event = await run_blocking(self.poll, catalog)
                 errors = 0
             except StorageError as exc:
                 errors += 1
@@ -181,12 +289,12 @@ class SparkpointCheckpointTrigger(BaseTrigger):
             remaining = None if self.deadline is None else self.deadline - time.time()
             if remaining is not None and remaining <= 0:
                 try:
-                    event = await asyncio.to_thread(self.give_up, catalog)
+                    event = await run_blocking(self.give_up, catalog)
                 except Exception as exc:  # noqa: BLE001 - reported as the one error event
                     event = _error(f"timed out waiting on job {self.job_name!r} ({exc})", reason="timeout")
                 yield TriggerEvent(event)
                 return
-            await asyncio.sleep(self.poll_interval if remaining is None else min(self.poll_interval, remaining))
+            await asyncio.sleep(self._sleep_s(remaining))
 
     async def on_kill(self) -> None:
         """The user acted on the deferred task (Airflow 3.3+): withdraw its control
@@ -194,22 +302,23 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         if self.mode != "control_result" or self.request_id is None:
             return
         catalog = await self._acatalog()
-        result = await asyncio.to_thread(ControlChannel(catalog).withdraw, self.request_id,
-                                         "the waiting task was stopped (marked failed or cleared)")
+        result = await run_blocking(ControlChannel(catalog).withdraw, self.request_id,
+                                    "the waiting task was stopped (marked failed or cleared)")
         self.log.info("control request %s of job %s is %s", self.request_id, self.job_name, result.state)
 
     async def cleanup(self) -> None:
-        """Release the storage client (on every exit: an event, a timeout, a triggerer
-        restart or a user action)."""
-        catalog, self._catalog_cache = self._catalog_cache, None
-        close = getattr(getattr(catalog, "storage", None), "close", None)
+        """Release the shared store (on every exit: an event, a timeout, a triggerer
+        restart or a user action); the last trigger using it closes its client."""
+        key, self._store_key, self._catalog_cache = self._store_key, None, None
+        storage = SHARED_STORES.release(key) if key is not None else None
+        close = getattr(storage, "close", None)
         if callable(close):
-            await asyncio.to_thread(close)
+            await run_blocking(close)
 
     def poll(self, catalog: Catalog) -> dict[str, Any] | None:
         """One look at the job (blocking): the event when the wait is over, else None."""
         if self.mode == "checkpoint":
-            outcome = evaluate(catalog, self.condition)
+            outcome = self.look(catalog)
             if outcome.done:
                 return {"status": "success", **outcome.payload}
             if outcome.error is not None:
@@ -227,6 +336,28 @@ class SparkpointCheckpointTrigger(BaseTrigger):
             return self._settle(channel, is_alive=lambda: False)
         self.log.info("control request %s of job %s is %s", self.request_id, self.job_name, result.state)
         return None
+
+    def look(self, catalog: Catalog, *, now: float | None = None) -> Outcome:
+        """`conditions.evaluate`, reading the status record (and, for a savepoint, the
+        savepoint directory listing) and reusing the last full look while they did not
+        move (see the module docstring)."""
+        now = time.time() if now is None else now
+        status = read_job_status(catalog)
+        gate: tuple[Any, ...] = (status_mark(status),)
+        if self.condition.savepoint:
+            gate += (tuple(sorted(catalog.store.list_dirs(layout.SAVEPOINTS))),)
+        seen = self._seen
+        if seen is None or gate != self._seen_gate or now >= self._full_look_at:
+            seen = observe(catalog, self.condition)
+            # The gate read before the look: a change in between is seen at the next poll.
+            self._seen_gate = gate
+            self._full_look_at = now + max(FULL_LOOK_S, self.poll_interval) * random.uniform(1 - JITTER, 1)
+        else:
+            # Only the heartbeat moved; a newer run's status also means its generation exists.
+            current = max(seen.current, status.generation if status is not None else 0)
+            seen = replace(seen, status=status, current=current)
+        self._seen = seen
+        return decide(self.condition, seen, now=now)
 
     def give_up(self, catalog: Catalog | None) -> dict[str, Any]:
         """The event at the deadline (blocking): withdraw a request nobody took."""

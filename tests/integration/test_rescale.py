@@ -18,109 +18,40 @@ transformWithState case (two more) is marked slow.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_sparkpoint import cli
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
-from airflow_sparkpoint.demo.support import (
-    delta_commits,
-    orphaned_staged_files,
-    spark_submit_env,
-    write_batch_file,
-)
+from airflow_sparkpoint.demo.support import delta_commits, orphaned_staged_files
 from airflow_sparkpoint.storage import open_storage
+from tests.rescale_runs import (
+    JOB,
+    USERS,
+    expected,
+    finished,
+    first_run,
+    list_json,
+    offsets_conf,
+    run_in_process,
+    submit,
+    table,
+    write_inputs,
+)
 
 pytestmark = pytest.mark.spark
-
-HERE = Path(__file__).resolve().parent
-JOB_SCRIPT = HERE / "jobs" / "rescale_job.py"
-JOB = "rescale"
-USERS = 7
-SPARK_CONF = {"spark.ui.enabled": "false", "spark.log.level": "WARN"}
-
-
-def rows(index: int) -> list[dict[str, Any]]:
-    return [{"user": f"u{u}", "amount": index * 100 + u * 7 + 1} for u in range(USERS) if (index + u) % 5]
-
-
-def expected(files: int) -> dict[str, tuple[int, int]]:
-    totals: dict[str, tuple[int, int]] = {}
-    for index in range(files):
-        for row in rows(index):
-            total, count = totals.get(row["user"], (0, 0))
-            totals[row["user"]] = (total + row["amount"], count + 1)
-    return totals
-
-
-def table(path: Path) -> dict[str, tuple[int, int]]:
-    from deltalake import DeltaTable
-
-    got = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-    assert len({r["user"] for r in got}) == len(got), f"duplicate users: {got}"
-    return {r["user"]: (r["total"], r["events"]) for r in got}
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-class Run:
-    def __init__(self, proc: subprocess.CompletedProcess[str]) -> None:
-        self.returncode = proc.returncode
-        self.output = proc.stdout
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("SPARKPOINT_RESULT ")]
-        self.result: dict[str, Any] | None = json.loads(lines[-1].split(" ", 1)[1]) if lines else None
-
-    def tail(self, n: int = 60) -> str:
-        return "\n".join(self.output.splitlines()[-n:])
-
-
-def submit(base: Path, pipeline: str, conf: dict[str, str], env: dict[str, str] | None = None,
-           inputs: Path | None = None) -> Run:
-    environment = spark_submit_env({**os.environ, **(env or {})})
-    binary = shutil.which("spark-submit", path=environment["PATH"])
-    assert binary, "spark-submit not found next to the interpreter"
-    cmd = [binary, "--master", "local[2]"]
-    settings = {**SPARK_CONF, "spark.sparkpoint.dir": str(base / "sp"), "spark.sparkpoint.job": JOB, **conf}
-    for key, value in settings.items():
-        cmd += ["--conf", f"{key}={value}"]
-    cmd += [str(JOB_SCRIPT), "--pipeline", pipeline, "--input", str(inputs or base / "input"),
-            "--output", str(base / "out")]
-    proc = subprocess.run(cmd, check=False, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=900)
-    return Run(proc)
-
-
-def finished(run: Run) -> dict[str, Any]:
-    assert run.returncode == 0 and run.result is not None, run.tail()
-    assert run.result["status"] == "finished", run.result
-    return run.result
 
 
 def catalog_of(base: Path) -> Catalog:
     return Catalog(open_storage(str(base / "sp")), JOB)
 
 
-def offsets_conf(live_dir: str, batch: int) -> dict[str, str]:
-    """The SQL conf Spark recorded with batch `batch` in its offset log."""
-    lines = Path(live_dir, "offsets", str(batch)).read_text().splitlines()
-    return dict(json.loads(lines[1])["conf"])
-
-
-def list_json(capsys: pytest.CaptureFixture[str], base: Path) -> dict[str, Any]:
-    code = cli.main(["list", "--dir", str(base / "sp"), "--job", JOB, "--json"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    return json.loads(out)  # type: ignore[no-any-return]
+def tree_digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 class Built:
@@ -131,22 +62,13 @@ class Built:
 
     def __init__(self, spark: Any, base: Path, pipeline: str, files: int, partitions: int) -> None:
         self.base, self.pipeline, self.files, self.partitions = base, pipeline, files, partitions
-        for index in range(files):
-            write_batch_file(base / "input", index, rows(index))
-        shuffle = spark.conf.get("spark.sql.shuffle.partitions")
-        try:  # (the session's value is given back: other tests share the session)
-            result = _run_in_process(spark, base, pipeline, {"spark.sparkpoint.restore": "latest",
-                                                             "spark.sql.shuffle.partitions": str(partitions)})
-        finally:
-            spark.conf.set("spark.sql.shuffle.partitions", shuffle)
-        assert result.status == "finished" and result.last_batch == files - 1
+        first_run(spark, base, pipeline, files, partitions)
         catalog = catalog_of(base)
         latest = catalog.latest()
         assert latest is not None and latest.state_partitions == partitions
         self.savepoint: SnapshotHandle = catalog.create_savepoint(catalog.handle(latest))
         self.savepoint_dir = Path(self.savepoint.uri.removeprefix("file://"))
         assert self.savepoint_dir.is_dir(), self.savepoint.uri
-        assert table(base / "out") == expected(files)
         self.saved_table = base / "out-at-savepoint"
         shutil.copytree(base / "out", self.saved_table)
 
@@ -159,8 +81,7 @@ class Built:
     def add_files(self, count: int) -> int:
         """Write `count` more input files; return how many there are now."""
         present = len(list(self.inputs.glob("part-*.json")))
-        for index in range(present, present + count):
-            write_batch_file(self.inputs, index, rows(index))
+        write_inputs(self.inputs, present, present + count)
         return present + count
 
     def fork(self, base: Path) -> None:
@@ -231,7 +152,7 @@ def test_aggregation_killed_during_rescale_then_rescaled_up_and_down_exactly(agg
     assert latest is not None and latest.batch_id == last and latest.state_partitions == 4
     assert offsets_conf(up["live_dir"], last)["spark.sql.shuffle.partitions"] == "4"
     assert tree_digest(built.savepoint_dir) == savepoint_before, "the savepoint was modified (NO_CLAIM)"
-    listed = {c["batch_id"]: c for c in list_json(capsys, tmp_path)["checkpoints"]}
+    listed = {c["batch_id"]: c for c in list_json(capsys, str(tmp_path / "sp"))["checkpoints"]}
     assert listed[last]["state_partitions"] == 4 and listed[synthetic]["state_partitions"] == 4
 
     # Down: the latest checkpoint (4 partitions) restored into 3, two more files.
@@ -254,7 +175,7 @@ def test_aggregation_killed_during_rescale_then_rescaled_up_and_down_exactly(agg
     assert op.partitions == 3 and [s.rows for s in op.stores] == [USERS]
     drill = verify_snapshot(catalog.handle(latest), spark=spark)  # every partition of every store reads
     assert drill.ok and drill.checks["partitions"] == 3 and drill.checks["rows"] == USERS, drill
-    listed = {c["batch_id"]: c for c in list_json(capsys, tmp_path)["checkpoints"]}
+    listed = {c["batch_id"]: c for c in list_json(capsys, str(tmp_path / "sp"))["checkpoints"]}
     assert listed[second + 2]["state_partitions"] == 3 and listed[second]["state_partitions"] == 3
     assert tree_digest(built.savepoint_dir) == savepoint_before
 
@@ -285,7 +206,7 @@ def test_transform_with_state_rescaled_down_then_up_exactly(tmp_path, capsys, sp
         [op] = state.operators
         assert op.name == "transformWithStateInPandasExec" and op.partitions == target
         assert [s.rows for s in op.stores] == [USERS]
-        listed = {c["batch_id"]: c for c in list_json(capsys, tmp_path)["checkpoints"]}
+        listed = {c["batch_id"]: c for c in list_json(capsys, str(tmp_path / "sp"))["checkpoints"]}
         assert listed[latest.batch_id]["state_partitions"] == target
     assert tree_digest(built.savepoint_dir) == before
 
@@ -294,45 +215,24 @@ def test_transform_with_state_rescaled_down_then_up_exactly(tmp_path, capsys, sp
 # In the test session's Spark (the refusal is the driver's pre-check; no query runs).
 
 
-def _job_module() -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sparkpoint_rescale_job", JOB_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _run_in_process(spark: Any, base: Path, pipeline: str, conf: dict[str, str]) -> Any:
-    from airflow_sparkpoint.runtime import SparkpointJob
-    from airflow_sparkpoint.sinks import DeltaSink
-
-    job = SparkpointJob.get_or_create(conf={"spark.sparkpoint.dir": str(base / "sp"), "spark.sparkpoint.job": JOB,
-                                            **conf}, argv=[])
-    df, sink_args, mode = _job_module().build(spark, pipeline, str(base / "input"))
-    return job.run(df, sink=DeltaSink(str(base / "out"), **sink_args), output_mode=mode)
-
-
 def test_an_unsupported_operator_is_refused_by_name_before_anything_is_written(spark, tmp_path):
     from airflow_sparkpoint.exceptions import RestoreError
 
-    for index in range(2):
-        write_batch_file(tmp_path / "input", index, rows(index))
-    result = _run_in_process(spark, tmp_path, "limit", {"spark.sparkpoint.restore": "latest"})
+    write_inputs(tmp_path / "input", 0, 2)
+    result = run_in_process(spark, tmp_path, "limit", {"spark.sparkpoint.restore": "latest"})
     assert result.status == "finished"
     catalog = catalog_of(tmp_path)
     latest = catalog.latest()
     assert latest is not None
     savepoint = catalog.create_savepoint(catalog.handle(latest))
-    write_batch_file(tmp_path / "input", 2, rows(2))
+    write_inputs(tmp_path / "input", 2, 3)
     root_before, table_before = tree_digest(tmp_path / "sp"), tree_digest(tmp_path / "out")
     generation = catalog.current_generation()
 
     for restore in (savepoint.uri, "latest"):
         with pytest.raises(RestoreError, match=r"statePartitions=4: operator 0 \(globalLimit\) of .* cannot be "
                                                r"repartitioned; Spark's offline state repartitioner supports"):
-            _run_in_process(spark, tmp_path, "limit", {"spark.sparkpoint.restore": restore,
+            run_in_process(spark, tmp_path, "limit", {"spark.sparkpoint.restore": restore,
                                                        "spark.sparkpoint.restore.statePartitions": "4"})
     assert catalog.current_generation() == generation, "a generation was claimed"
     assert tree_digest(tmp_path / "sp") == root_before, "the refused restore wrote to the job's root"
@@ -345,5 +245,5 @@ def test_bad_state_partitions_are_rejected_before_anything_is_written(spark, tmp
 
     with pytest.raises(ConfigError, match=rf"spark\.sparkpoint\.restore\.statePartitions='{value}' is (too small|"
                                           r"not an integer); expected an integer >= 1"):
-        _run_in_process(spark, tmp_path, "aggregation", {"spark.sparkpoint.restore.statePartitions": value})
+        run_in_process(spark, tmp_path, "aggregation", {"spark.sparkpoint.restore.statePartitions": value})
     assert not (tmp_path / "sp").exists() and not (tmp_path / "out").exists()

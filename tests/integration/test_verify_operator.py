@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -32,6 +31,7 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.storage import open_storage
 from tests import state_cases
+from tests.dag_runs import new_dag, run_dag, task_state
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -50,34 +50,6 @@ def drill_files() -> list[list[dict[str, Any]]]:
     }
     return [[{"sensor": s, "ts": state_cases.ts(i * 2 + j), "value": float(v[i * 2 + j])}
              for s, v in values.items() for j in range(2)] for i in range(6)]
-
-
-def run_dag(dag: Any, **conf: Any) -> Any:
-    """`dag.test()` a DAG built in a test (serialized to the metadata DB first)."""
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.collection import update_dag_parsing_results_in_db
-    from airflow.serialization.serialized_objects import LazyDeserializedDAG
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        DagBundlesManager().sync_bundles_to_db(session=session)
-        session.commit()
-        update_dag_parsing_results_in_db(
-            "dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(), session=session
-        )
-    return dag.test(run_conf=conf or None)
-
-
-def new_dag(name: str) -> Any:
-    from airflow.sdk import DAG
-
-    return DAG(dag_id=f"test_{name}_{uuid.uuid4().hex[:6]}", schedule=None, start_date=datetime(2026, 1, 1),
-               catchup=False)
-
-
-def task_state(run: Any, task_id: str) -> str:
-    [ti] = [t for t in run.get_task_instances() if t.task_id == task_id]
-    return str(ti.state)
 
 
 def delta_rows(path: Path | str) -> list[dict[str, Any]]:

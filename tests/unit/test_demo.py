@@ -249,3 +249,39 @@ def test_console_keeps_its_own_lines_on_the_terminal_and_the_rest_in_the_log(
     out, err = capfd.readouterr()
     assert out == "demo line\nafter\n" and err == ""
     assert log.read_text() == "airflow noise\nspark noise\n"
+
+
+ORPHAN_SCRIPT = """
+import subprocess, sys, time
+from airflow_sparkpoint.demo import stages
+getattr(stages, "_adopt_orphans", lambda: None)()
+# A parent that starts a child and exits at once: spark-submit's JVM dying on Ctrl-C
+# before the Python driver it started.
+out = subprocess.run([sys.executable, "-c",
+                      "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', "
+                      "'import time; time.sleep(300)'], "
+                      "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid)"],
+                     capture_output=True, text=True, check=True).stdout
+print(int(out), flush=True)
+stages._kill_children()
+time.sleep(0.5)
+"""
+
+
+def test_kill_children_also_kills_an_orphan_whose_parent_exited_first() -> None:
+    """On Ctrl-C spark-submit's JVM can exit before the Python driver it started; the
+    orphan must still be killed by the demo, not re-parented past it and left running."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    done = subprocess.run([sys.executable, "-c", ORPHAN_SCRIPT], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    orphan = int(done.stdout.split()[0])
+    try:
+        alive = psutil.pid_exists(orphan) and psutil.Process(orphan).status() != psutil.STATUS_ZOMBIE
+        assert not alive, f"orphan {orphan} outlived the demo's _kill_children()"
+    finally:
+        if psutil.pid_exists(orphan):
+            psutil.Process(orphan).kill()

@@ -4,6 +4,7 @@ StatsD listener (UDP on 127.0.0.1) through Airflow's Stats."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -114,14 +115,17 @@ def test_thresholds_are_checked_when_the_dag_is_parsed() -> None:
         SparkpointHealthCheckOperator(task_id="h", job_name="orders", max_heartbeat_age=60)
 
 
-def test_the_example_dag_alerts_on_a_dead_job(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_the_example_dag_alerts_on_a_dead_job(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
     catalog = healthy(tmp_path)
     status(catalog, "failed", error="executor lost")
+    # The DAG reads its storage from the sparkpoint_default connection, as a deployment does.
+    monkeypatch.setenv("AIRFLOW_CONN_SPARKPOINT_DEFAULT", json.dumps({"conn_type": "sparkpoint", "host": str(tmp_path)}))
     dag = DagBag(str(REPO / "dags" / "example_sparkpoint_health.py")).get_dag("example_sparkpoint_health")
     assert dag is not None
-    run = dag.test(run_conf={"job_name": "orders", "checkpoint_dir": str(tmp_path)})
+    run = dag.test(run_conf={"job_name": "orders"})
     assert run.state == "failed"
     assert "Sparkpoint checkpoint alert for orders" in caplog.text and "executor lost" in caplog.text
 

@@ -44,16 +44,6 @@ def _airflow(airflow_home: Path) -> Iterator[None]:
 # ---------------------------------------------------------------------------- helpers
 
 
-@pytest.fixture()
-def root(tmp_path: Path) -> str:
-    return str(tmp_path / "sp")
-
-
-@pytest.fixture()
-def catalog(root: str) -> Catalog:
-    return Catalog(open_storage(root), JOB)
-
-
 def claim(catalog: Catalog, generation: int) -> None:
     while catalog.current_generation() < generation:
         catalog.claim_generation()
@@ -350,7 +340,9 @@ def test_trigger_run_yields_one_success_event(catalog: Catalog, root: str) -> No
     set_status(catalog, 1)
     trigger = SparkpointCheckpointTrigger(job_name=JOB, checkpoint_dir=root, generation=1, min_checkpoints=2,
                                           poll_interval=0.05, deadline=time.time() + 30)
-    writer = threading.Timer(0.3, lambda: add_checkpoint(catalog, 1))
+    # As the runtime does: the status record is rewritten after every completed checkpoint
+    # (a waiting trigger reads only the status until it moves).
+    writer = threading.Timer(0.3, lambda: (add_checkpoint(catalog, 1), set_status(catalog, 1, checkpoints_completed=2)))
     writer.start()
     try:
         events = collect(trigger)
@@ -688,6 +680,8 @@ def test_provider_declares_the_connection_form() -> None:
 
     from airflow_sparkpoint.get_provider_info import get_provider_info
     from airflow_sparkpoint.hooks import SparkpointHook
+    from airflow_sparkpoint.operators import SparkpointSavepointOperator, SparkpointSubmitOperator
+    from airflow_sparkpoint.sensors import SparkpointCheckpointSensor
 
     [declared] = get_provider_info()["connection-types"]
     form = SparkpointHook.get_ui_field_behaviour()
@@ -705,7 +699,13 @@ def test_provider_declares_the_connection_form() -> None:
         widget = widgets[f"extra__sparkpoint__{name}"]
         assert widget.field["schema"]["title"] == label and widget.field_name == name
     assert "extra" not in behaviour["placeholders"]
-    assert set(get_provider_info()["extra-links"]) <= set(manager.extra_links_class_names)
+    # The extra links of every Sparkpoint operator, declared: the UI registers them from here.
+    links = {f"{type(link).__module__}.{type(link).__name__}"
+             for op in (SparkpointSubmitOperator, SparkpointSavepointOperator, SparkpointCheckpointSensor)
+             for link in op.operator_extra_links}
+    assert links == {"airflow_sparkpoint.operators.links.SparkpointSparkUILink",
+                     "airflow_sparkpoint.operators.links.SparkpointCheckpointHistoryLink"}
+    assert links <= set(get_provider_info()["extra-links"]) <= set(manager.extra_links_class_names)
     hook = ProvidersManagerTaskRuntime().hooks["sparkpoint"]
     assert hook is not None and hook.hook_class_name == "airflow_sparkpoint.hooks.SparkpointHook"
 

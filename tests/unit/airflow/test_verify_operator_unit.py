@@ -89,3 +89,29 @@ def test_drill_job_must_differ_from_the_production_job(tmp_path):
     op = operator(tmp_path, drill_job="alerts")
     with pytest.raises(ConfigError, match="production job's name"):
         op.execute({"ti": None})
+
+
+def _result(batch: int, first: int, rescaled: dict[str, int] | None = None) -> dict[str, Any]:
+    """A run result as `SparkpointJob.run` reports it after restoring the savepoint of `batch`."""
+    return {"status": "finished", "restore_mode": "snapshot", "restored_from": "s3://b/sp/alerts/savepoints/sp-7",
+            "first_batch": first, "last_batch": first + 1, "batches_processed": 2, "generation": 1,
+            "rescaled": rescaled or {}}
+
+
+def test_a_rescaled_drill_starts_after_the_repartitioners_batch(tmp_path):
+    """state_partitions=N: Spark's repartitioner commits batch N+1 without input, so the
+    run's first batch is N+2 exactly when the result says it rescaled at N+1; without a
+    rescale (or a rescale at another batch) N+2 still means batches were skipped."""
+    from types import SimpleNamespace
+
+    from airflow_sparkpoint.operators.verify import _DrillFailed
+
+    op = operator(tmp_path, state_partitions=3)
+    handle = SimpleNamespace(uri="s3://b/sp/alerts/savepoints/sp-7", metadata=SimpleNamespace(batch_id=7))
+    checks = op._check_result(_result(7, 9, {"from": 2, "to": 3, "batch": 8}), handle)
+    assert checks["first_batch"] == 9 and checks["rescaled"] == {"from": 2, "to": 3, "batch": 8}
+    assert op._check_result(_result(7, 8), handle)["first_batch"] == 8  # no rescale: right after the snapshot
+    for first, rescaled in ((9, None), (9, {"from": 2, "to": 3, "batch": 9}), (10, {"from": 2, "to": 3, "batch": 8}),
+                            (8, {"from": 2, "to": 3, "batch": 8})):
+        with pytest.raises(_DrillFailed, match=f"first batch was {first}, expected"):
+            op._check_result(_result(7, first, rescaled), handle)

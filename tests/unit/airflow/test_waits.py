@@ -20,7 +20,6 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.status import JobStatus
-from airflow_sparkpoint.storage import open_storage
 
 pytestmark = pytest.mark.airflow
 
@@ -30,16 +29,6 @@ JOB = "orders"
 @pytest.fixture(autouse=True)
 def _airflow(airflow_home: Path) -> None:
     return None
-
-
-@pytest.fixture()
-def root(tmp_path: Path) -> str:
-    return str(tmp_path / "sp")
-
-
-@pytest.fixture()
-def catalog(root: str) -> Catalog:
-    return Catalog(open_storage(root), JOB)
 
 
 def running(catalog: Catalog, generation: int = 1, state: str = "running", error: str | None = None) -> None:
