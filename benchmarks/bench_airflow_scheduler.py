@@ -33,6 +33,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 from _bench import emit, median
+from bench_airflow import _events  # the same input files as the dag.test() benchmark
 
 TARGET = 1.05
 
@@ -65,14 +66,6 @@ with DAG("bench_plain", schedule=None, start_date=datetime(2026, 1, 1), catchup=
         "spark.sparkpoint.trigger": "availableNow",
     }}, **COMMON)
 '''
-
-
-def _events(directory: Path, files: int, users: int) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for i in range(files):
-        path = directory / f"events-{i:05d}.json"
-        path.write_text("".join(json.dumps({"user": f"u{u}", "amount": i * 10 + u}) + "\n" for u in range(users)))
-        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
 
 
 def _seconds(start: str | None, end: str | None) -> float:
