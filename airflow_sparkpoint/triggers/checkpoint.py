@@ -348,7 +348,7 @@ class SparkpointCheckpointTrigger(BaseTrigger):
             gate += (tuple(sorted(catalog.store.list_dirs(layout.SAVEPOINTS))),)
         seen = self._seen
         if seen is None or gate != self._seen_gate or now >= self._full_look_at:
-            seen = observe(catalog, self.condition)
+            seen = observe(catalog, self.condition, status)  # the status just read: no second GET
             # The gate read before the look: a change in between is seen at the next poll.
             self._seen_gate = gate
             self._full_look_at = now + max(FULL_LOOK_S, self.poll_interval) * random.uniform(1 - JITTER, 1)

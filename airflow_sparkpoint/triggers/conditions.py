@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import layout
@@ -252,11 +253,14 @@ class Observation:
     matches: tuple[tuple[str, SnapshotMetadata], ...]
 
 
-def observe(catalog: Catalog, cond: CheckpointCondition) -> Observation:
-    """One full look at the job: two listings, the status record and the metadata of
-    every retained snapshot (cost O(retained snapshots))."""
+def observe(catalog: Catalog, cond: CheckpointCondition,
+            status: JobStatus | None | EllipsisType = ...) -> Observation:
+    """One full look at the job: two listings, the status record (unless the caller
+    just read it: `status`) and the metadata of every retained snapshot (cost
+    O(retained snapshots))."""
     current = catalog.current_generation()
-    status = read_job_status(catalog)
+    if isinstance(status, EllipsisType):
+        status = read_job_status(catalog)
     return Observation(current, status, tuple(_matches(catalog, cond)))
 
 
