@@ -19,6 +19,9 @@ PREFIX = "spark.sparkpoint."
 #: environment variable naming the submit (an Airflow task try) that started a driver;
 #: the driver records it with its generation claim
 SUBMITTER_ENV = "SPARKPOINT_SUBMITTER"
+#: a restart replays changelogs at tens of MB/s: below this, waiting for a snapshot at the
+#: job's end costs more than it saves
+FINAL_SNAPSHOT_MIN_REPLAY = 16 * 1024 * 1024
 
 KEYS: dict[str, str] = {
     "dir": "storage root: file:///..., a plain path, or s3://bucket/prefix (required)",
@@ -34,6 +37,15 @@ KEYS: dict[str, str] = {
     "checkpoint.numRetained": "completed checkpoints kept (default 3)",
     "checkpoint.timeout": "a checkpoint slower than this is abandoned (default 10min)",
     "checkpoint.tolerableFailures": "consecutive failed checkpoints before the job fails (default 0)",
+    "checkpoint.finalSnapshot.timeout": (
+        "at the job's end, how long to wait for the RocksDB snapshot Spark's maintenance uploads "
+        "after the last commits, to checkpoint again with it; 0 = never wait "
+        "(default: Spark's stateStore.maintenanceInterval + 30s)"
+    ),
+    "checkpoint.finalSnapshot.minReplay": (
+        "wait for that snapshot only when a restart would otherwise replay at least this many "
+        "bytes of changelog (default 16m)"
+    ),
     "commit.mode": "checkpoint or external (default checkpoint)",
     "control.pollInterval": "how often the job looks for savepoint/stop requests (default 2s)",
     "stateStore": "rocksdb or hdfs (default rocksdb)",
@@ -183,6 +195,9 @@ class SparkpointConfig:
     num_retained: int = 3
     checkpoint_timeout_s: float = 600.0
     tolerable_failures: int = 0
+    #: None: Spark's maintenance interval + 30 s (`runtime.job`)
+    final_snapshot_timeout_s: float | None = None
+    final_snapshot_min_replay: int = FINAL_SNAPSHOT_MIN_REPLAY
     commit_mode: str = "checkpoint"
     poll_interval_s: float = 2.0
     state_store: str = "rocksdb"
@@ -260,6 +275,7 @@ class SparkpointConfig:
         if endpoint is not None and not re.match(r"^https?://[^\s/]+", endpoint):
             raise ConfigError(f"{PREFIX}s3.endpoint={endpoint!r} is not a URL; expected e.g. http://minio:9000")
         state_partitions = values.get("restore.statePartitions", "").strip()
+        final_wait = values.get("checkpoint.finalSnapshot.timeout", "").strip()
         pause_at = values.get("test.pauseAt", "").strip()
         pause_dir = values.get("test.pauseDir", "").strip()
         if pause_at and not pause_dir:
@@ -281,6 +297,13 @@ class SparkpointConfig:
             checkpoint_timeout_s=timeout,
             tolerable_failures=_parse_int(
                 "checkpoint.tolerableFailures", values.get("checkpoint.tolerableFailures", "0"), 0
+            ),
+            final_snapshot_timeout_s=(
+                parse_duration("checkpoint.finalSnapshot.timeout", final_wait) if final_wait else None
+            ),
+            final_snapshot_min_replay=parse_size(
+                "checkpoint.finalSnapshot.minReplay",
+                values.get("checkpoint.finalSnapshot.minReplay", str(FINAL_SNAPSHOT_MIN_REPLAY)),
             ),
             commit_mode=_choice("commit.mode", values.get("commit.mode", "checkpoint"), ("checkpoint", "external")),
             poll_interval_s=poll,

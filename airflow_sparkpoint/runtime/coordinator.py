@@ -261,6 +261,51 @@ class Coordinator:
             self._on_status()
         return meta
 
+    def checkpoint_final_snapshot(
+        self, *, min_deltas: int, timeout_s: float, min_replay: int, cancelled: Callable[[], bool],
+    ) -> SnapshotMetadata | None:
+        """At the job's end: wait up to `timeout_s` for the RocksDB snapshots Spark created
+        at its last commits (uploaded by its background maintenance, after the last
+        checkpoint was taken), when a restart would otherwise replay at least `min_replay`
+        bytes of changelog; then checkpoint the last batch again if the live location holds
+        a snapshot the last checkpoint lacks. Best effort: the last checkpoint is already
+        complete, so a failure here is logged, never raised (a stale generation is).
+        """
+        last = self.last_checkpoint
+        if last is None or timeout_s <= 0:
+            return None
+        batch = last.batch_id
+        pending = livedir.pending_snapshots(self.live_root, batch, min_deltas)
+        replay = sum(s.replay_bytes for s in pending)
+        if not pending or replay < min_replay:
+            return None
+        log.info("waiting up to %.0f s for Spark to upload the state snapshots of %d stores (a restart from "
+                 "checkpoint %d would replay %d bytes of changelog)", timeout_s, len(pending), last.id, replay)
+        started = time.monotonic()
+        deadline = started + timeout_s
+        while pending and not cancelled() and time.monotonic() < deadline:
+            time.sleep(0.25)
+            pending = livedir.pending_snapshots(self.live_root, batch, min_deltas)
+        if pending:
+            log.warning("%d state stores still have no uploaded snapshot after %.1f s; restarts replay their "
+                        "changelogs", len(pending), time.monotonic() - started)
+        stored = livedir.newest_snapshots(f.path for f in last.files)
+        fresh = [s for s in livedir.state_stores(self.live_root, batch) if s.snapshot > stored.get(s.dir, 0)]
+        if not fresh or cancelled():
+            return None
+        try:
+            meta = self.checkpoint(batch)
+        except StaleGeneration:
+            raise
+        except SparkpointError as exc:
+            log.warning("checkpoint of batch %d with the state snapshots failed; checkpoint %d stays the latest: %s",
+                        batch, last.id, exc)
+            return None
+        if meta is not None:
+            log.info("checkpoint %d holds the state snapshots of %d stores (batch %d): a restart loads them instead "
+                     "of replaying changelogs", meta.id, len(fresh), batch)
+        return meta
+
     def _check_timeout(self, batch_id: int, started: float) -> None:
         if time.monotonic() - started > self.timeout_s:
             raise CheckpointAbandoned(

@@ -38,7 +38,7 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
 )
 from airflow_sparkpoint.runtime import livedir, replay, rescale, signals
-from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
+from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig, parse_duration
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
     check_sink_position,
@@ -550,11 +550,30 @@ class _Run:
             if meta is None:
                 raise SparkpointError(f"final checkpoint of batch {last} failed")
         self.coordinator.commit_confirmed()
+        if not self.stopping.is_set() or (self.stop_request is not None and self.stop_request.kind != "cancel"):
+            self._checkpoint_final_snapshot()
         if self.stopping.is_set():
             self.coordinator.abort_unconfirmed(self.coordinator.last_checkpoint.batch_id
                                                if self.coordinator.last_checkpoint else None)
             if self.stop_request is not None:
                 self._complete_stop()
+
+    def _checkpoint_final_snapshot(self) -> None:
+        """Drained or stopping with a savepoint: let the last checkpoint carry the RocksDB
+        snapshot Spark uploads after its last commits (`Coordinator.checkpoint_final_snapshot`)."""
+        if self.cfg.state_store != "rocksdb":
+            return
+        conf = self.spark.conf
+        timeout = self.cfg.final_snapshot_timeout_s
+        try:  # Spark validated both when the query started
+            interval = parse_duration("", conf.get("spark.sql.streaming.stateStore.maintenanceInterval", "60s") or "60s")
+            min_deltas = int(conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10") or "10")
+        except (ConfigError, ValueError):
+            interval, min_deltas = 60.0, 10
+        self.coordinator.checkpoint_final_snapshot(
+            min_deltas=min_deltas, timeout_s=interval + 30.0 if timeout is None else timeout,
+            min_replay=self.cfg.final_snapshot_min_replay, cancelled=lambda: self.error is not None,
+        )
 
     def _serve_control(self) -> None:
         """Serve the control requests addressed to this run's generation; on the first

@@ -123,6 +123,54 @@ def last_commit(root: str) -> int | None:
     return max(ids) if ids else None
 
 
+@dataclass(frozen=True)
+class StoreVersions:
+    """The versioned files of one state store instance (``state/<op>/<partition>[/<store>]``)."""
+
+    dir: str  # relative, '/'-separated
+    latest: int  # newest version (changelog, delta or snapshot)
+    snapshot: int  # newest snapshot version (.zip / .snapshot), 0 when none
+    replay_bytes: int  # the changelogs a load of `latest` replays after that snapshot
+
+
+def state_stores(root: str, batch_id: int) -> list[StoreVersions]:
+    """Every state store instance of a live location, as of the restart point after `batch_id`."""
+    found: dict[str, list[tuple[int, str, int]]] = {}
+    for live in walk(os.path.join(root, "state")):
+        name = live.path.rsplit("/", 1)[-1]
+        match = _VERSIONED_STATE.match(name)
+        if match and int(match.group(1)) <= batch_id + 1:
+            parent = ("state/" + live.path).rsplit("/", 1)[0]
+            found.setdefault(parent, []).append((int(match.group(1)), match.group(2), live.size))
+    stores = []
+    for directory, files in sorted(found.items()):
+        snapshot = max((v for v, kind, _ in files if kind in ("zip", "snapshot")), default=0)
+        stores.append(StoreVersions(
+            dir=directory, latest=max(v for v, _, _ in files), snapshot=snapshot,
+            replay_bytes=sum(size for v, kind, size in files if kind in ("changelog", "delta") and v > snapshot),
+        ))
+    return stores
+
+
+def newest_snapshots(paths: Iterable[str]) -> dict[str, int]:
+    """The newest snapshot version per state store directory among `paths` (relative)."""
+    newest: dict[str, int] = {}
+    for path in paths:
+        directory, _, name = path.rpartition("/")
+        match = _VERSIONED_STATE.match(name)
+        if path.startswith("state/") and match and match.group(2) in ("zip", "snapshot"):
+            newest[directory] = max(newest.get(directory, 0), int(match.group(1)))
+    return newest
+
+
+def pending_snapshots(root: str, batch_id: int, min_deltas: int) -> list[StoreVersions]:
+    """The RocksDB state stores for which Spark has created a snapshot that its maintenance
+    has not uploaded yet: Spark creates one at a commit that is `min_deltas` (its
+    ``minDeltasForSnapshot``) or more versions past the last, and uploads it later, in the
+    background; until then a load replays every changelog since the previous one."""
+    return [s for s in state_stores(root, batch_id) if s.latest - s.snapshot >= min_deltas]
+
+
 # ---------------------------------------------------------------------------- ownership
 
 

@@ -30,6 +30,8 @@ def test_defaults_match_the_design():
     assert cfg.state_store == "rocksdb"
     assert cfg.storage_options == {}
     assert cfg.driver_staging_max_bytes == 32 * 1024 * 1024
+    assert cfg.final_snapshot_timeout_s is None  # Spark's maintenance interval + 30 s
+    assert cfg.final_snapshot_min_replay == 16 * 1024 * 1024
 
 
 def test_every_documented_key_is_accepted():
@@ -37,6 +39,7 @@ def test_every_documented_key_is_accepted():
         "workDir": "/tmp/live", "restore": "none", "restore.force": "true", "restore.allowForeignJob": "false",
         "restore.sinkAhead": "rewind", "trigger": "processingTime:10s", "checkpoint.interval": "30s",
         "checkpoint.numRetained": "5", "checkpoint.timeout": "1min", "checkpoint.tolerableFailures": "2",
+        "checkpoint.finalSnapshot.timeout": "45s", "checkpoint.finalSnapshot.minReplay": "1m",
         "commit.mode": "external", "control.pollInterval": "500ms", "stateStore": "hdfs",
         "s3.endpoint": "http://127.0.0.1:9000", "s3.region": "eu-west-1", "delta.driverStagingMaxBytes": "4m",
         "restore.statePartitions": "8", "test.pauseAt": "stage:2", "test.pauseDir": "/tmp/pauses",
@@ -49,6 +52,7 @@ def test_every_documented_key_is_accepted():
     assert cfg.storage_options == {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1"}
     assert cfg.driver_staging_max_bytes == 4 * 1024 * 1024
     assert cfg.restore_state_partitions == 8
+    assert (cfg.final_snapshot_timeout_s, cfg.final_snapshot_min_replay) == (45, 1024 * 1024)
     assert (cfg.test_pause_at, cfg.test_pause_dir) == ("stage:2", "/tmp/pauses")
 
 
