@@ -141,7 +141,17 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
     log(f"  {store} {keys:,} keys: built in {elapsed:.0f} s")
     phases = prof.checkpoints[first:]
     catalog = Catalog.open(root, JOB, **opts)
-    metas = sorted(catalog.checkpoints(), key=lambda m: m.batch_id)
+    metas = sorted(catalog.checkpoints(), key=lambda m: (m.batch_id, m.id))
+    # The job's end may add a second checkpoint of its last batch holding the RocksDB
+    # snapshot Spark uploaded after the last commit (checkpoint.finalSnapshot): reported
+    # on its own, outside the per-batch table.
+    final_snapshot = None
+    if len(metas) > 1 and metas[-1].batch_id == metas[-2].batch_id:
+        extra, phases = metas.pop(), phases[:-1]
+        final_snapshot = {"bytes_copied": extra.stats.bytes_copied, "files_copied": extra.stats.files_copied,
+                          "waited_s": extra.created_at - metas[-1].created_at}
+        log(f"  final snapshot checkpoint: {extra.stats.bytes_copied:,} bytes in {extra.stats.files_copied} files "
+            f"after {final_snapshot['waited_s']:.1f} s")
     rows, previous = [], set()
     for meta, phase in zip(metas, phases, strict=True):
         keys_now = {f.key for f in meta.files}
@@ -232,6 +242,7 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
         # Spark's state load (first load of each store after the restart, from its logs):
         # the RocksDB snapshot it starts from and the changelogs it replays on top.
         "state_load": replay,
+        "final_snapshot": final_snapshot,
     }
 
 
