@@ -284,8 +284,8 @@ class Coordinator:
         started = time.monotonic()
         deadline = started + timeout_s
         while pending and not cancelled() and time.monotonic() < deadline:
-            time.sleep(0.25)
-            pending = livedir.pending_snapshots(self.live_root, batch, min_deltas)
+            time.sleep(0.5)
+            pending = livedir.pending_snapshots(self.live_root, batch, min_deltas, [s.dir for s in pending])
         if pending:
             log.warning("%d state stores still have no uploaded snapshot after %.1f s; restarts replay their "
                         "changelogs", len(pending), time.monotonic() - started)
@@ -293,17 +293,16 @@ class Coordinator:
         fresh = [s for s in livedir.state_stores(self.live_root, batch) if s.snapshot > stored.get(s.dir, 0)]
         if not fresh or cancelled():
             return None
-        try:
-            meta = self.checkpoint(batch)
+        try:  # not `checkpoint`: a failure here is no failed checkpoint of the job
+            meta = self._checkpoint(batch)
         except StaleGeneration:
             raise
-        except SparkpointError as exc:
+        except (CatalogError, StorageError, OSError, CheckpointAbandoned) as exc:
             log.warning("checkpoint of batch %d with the state snapshots failed; checkpoint %d stays the latest: %s",
                         batch, last.id, exc)
             return None
-        if meta is not None:
-            log.info("checkpoint %d holds the state snapshots of %d stores (batch %d): a restart loads them instead "
-                     "of replaying changelogs", meta.id, len(fresh), batch)
+        log.info("checkpoint %d holds the state snapshots of %d stores (batch %d): a restart loads them instead "
+                 "of replaying changelogs", meta.id, len(fresh), batch)
         return meta
 
     def _check_timeout(self, batch_id: int, started: float) -> None:

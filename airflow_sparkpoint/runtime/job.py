@@ -214,6 +214,7 @@ class _Run:
         self.batches: list[int] = []
         self.savepoint_uri: str | None = None
         self.stop_request: ControlRequest | None = None
+        self.query_failed = False  # the streaming query ended with an error
         self.started_at = time.time()
         self._status_lock = threading.Lock()
         self._final_state = False
@@ -409,6 +410,7 @@ class _Run:
             )
             if self.query_name:
                 writer = writer.queryName(self.query_name)
+            self._snapshot_settings = self._state_store_settings()  # the JVM may be gone at the end
             self.query = writer.start()
             coordinator_thread.start()
             heartbeat_thread.start()
@@ -419,6 +421,7 @@ class _Run:
                 query_error = exc
             # The last progress events may still be on their way: `_finish` confirms
             # from commits/ itself, so they are not waited for here.
+            self.query_failed = query_error is not None
             self.events.put(("final", None))
             coordinator_thread.join()
             return self._conclude(query_error)
@@ -550,30 +553,54 @@ class _Run:
             if meta is None:
                 raise SparkpointError(f"final checkpoint of batch {last} failed")
         self.coordinator.commit_confirmed()
-        if not self.stopping.is_set() or (self.stop_request is not None and self.stop_request.kind != "cancel"):
-            self._checkpoint_final_snapshot()
+        self._checkpoint_final_snapshot()
+        if self.error is not None:  # e.g. SIGTERM during the wait: take on nothing new
+            return
         if self.stopping.is_set():
             self.coordinator.abort_unconfirmed(self.coordinator.last_checkpoint.batch_id
                                                if self.coordinator.last_checkpoint else None)
             if self.stop_request is not None:
                 self._complete_stop()
 
-    def _checkpoint_final_snapshot(self) -> None:
-        """Drained or stopping with a savepoint: let the last checkpoint carry the RocksDB
-        snapshot Spark uploads after its last commits (`Coordinator.checkpoint_final_snapshot`)."""
-        if self.cfg.state_store != "rocksdb":
-            return
+    def _state_store_settings(self) -> tuple[float, int]:
+        """Spark's ``stateStore.maintenanceInterval`` (seconds) and ``minDeltasForSnapshot``."""
         conf = self.spark.conf
-        timeout = self.cfg.final_snapshot_timeout_s
-        try:  # Spark validated both when the query started
-            interval = parse_duration("", conf.get("spark.sql.streaming.stateStore.maintenanceInterval", "60s") or "60s")
-            min_deltas = int(conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10") or "10")
+        interval = str(conf.get("spark.sql.streaming.stateStore.maintenanceInterval", "60s") or "60s").strip()
+        try:  # Spark reads a bare number as milliseconds
+            seconds = int(interval) / 1000 if interval.isdigit() else parse_duration("", interval)
+            return seconds, int(conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10") or "10")
         except (ConfigError, ValueError):
-            interval, min_deltas = 60.0, 10
-        self.coordinator.checkpoint_final_snapshot(
-            min_deltas=min_deltas, timeout_s=interval + 30.0 if timeout is None else timeout,
-            min_replay=self.cfg.final_snapshot_min_replay, cancelled=lambda: self.error is not None,
-        )
+            return 60.0, 10
+
+    def _checkpoint_final_snapshot(self) -> None:
+        """Drained, or stopping with a savepoint, after this run processed batches: let the
+        last checkpoint carry the RocksDB snapshot Spark uploads after its last commits
+        (`Coordinator.checkpoint_final_snapshot`). Not after a failure, a cancel or SIGTERM;
+        a control request arriving meanwhile ends the wait (nobody serves it during it)."""
+        request = self.stop_request
+        if (self.cfg.state_store != "rocksdb" or self.query_failed or self.error is not None or not self.batches
+                or (self.stopping.is_set() and (request is None or request.kind == "cancel"))):
+            return
+        interval, min_deltas = getattr(self, "_snapshot_settings", (60.0, 10))
+        timeout = interval + 30.0 if self.cfg.final_snapshot_timeout_s is None else self.cfg.final_snapshot_timeout_s
+        if request is not None:  # leave the savepoint half of the time the requester gives the stop
+            timeout = min(timeout, (request.deadline - time.time()) / 2)
+        next_look = [time.monotonic() + self.cfg.poll_interval_s]
+
+        def cancelled() -> bool:
+            if self.error is not None:
+                return True
+            if time.monotonic() < next_look[0]:
+                return False
+            next_look[0] = time.monotonic() + self.cfg.poll_interval_s
+            try:
+                return bool(self.control.pending(self.generation))
+            except StorageError:
+                return False
+
+        self.coordinator.checkpoint_final_snapshot(min_deltas=min_deltas, timeout_s=timeout,
+                                                   min_replay=self.cfg.final_snapshot_min_replay,
+                                                   cancelled=cancelled)
 
     def _serve_control(self) -> None:
         """Serve the control requests addressed to this run's generation; on the first

@@ -133,15 +133,17 @@ class StoreVersions:
     replay_bytes: int  # the changelogs a load of `latest` replays after that snapshot
 
 
-def state_stores(root: str, batch_id: int) -> list[StoreVersions]:
-    """Every state store instance of a live location, as of the restart point after `batch_id`."""
+def state_stores(root: str, batch_id: int, dirs: Iterable[str] | None = None) -> list[StoreVersions]:
+    """Every state store instance of a live location (or those in `dirs`, relative), as of
+    the restart point after `batch_id`."""
     found: dict[str, list[tuple[int, str, int]]] = {}
-    for live in walk(os.path.join(root, "state")):
-        name = live.path.rsplit("/", 1)[-1]
-        match = _VERSIONED_STATE.match(name)
-        if match and int(match.group(1)) <= batch_id + 1:
-            parent = ("state/" + live.path).rsplit("/", 1)[0]
-            found.setdefault(parent, []).append((int(match.group(1)), match.group(2), live.size))
+    for base in ["state"] if dirs is None else dirs:
+        for live in walk(os.path.join(root, *base.split("/"))):
+            name = live.path.rsplit("/", 1)[-1]
+            match = _VERSIONED_STATE.match(name)
+            if match and int(match.group(1)) <= batch_id + 1:
+                parent = f"{base}/{live.path}".rsplit("/", 1)[0]
+                found.setdefault(parent, []).append((int(match.group(1)), match.group(2), live.size))
     stores = []
     for directory, files in sorted(found.items()):
         snapshot = max((v for v, kind, _ in files if kind in ("zip", "snapshot")), default=0)
@@ -163,12 +165,13 @@ def newest_snapshots(paths: Iterable[str]) -> dict[str, int]:
     return newest
 
 
-def pending_snapshots(root: str, batch_id: int, min_deltas: int) -> list[StoreVersions]:
+def pending_snapshots(root: str, batch_id: int, min_deltas: int,
+                      dirs: Iterable[str] | None = None) -> list[StoreVersions]:
     """The RocksDB state stores for which Spark has created a snapshot that its maintenance
     has not uploaded yet: Spark creates one at a commit that is `min_deltas` (its
     ``minDeltasForSnapshot``) or more versions past the last, and uploads it later, in the
     background; until then a load replays every changelog since the previous one."""
-    return [s for s in state_stores(root, batch_id) if s.latest - s.snapshot >= min_deltas]
+    return [s for s in state_stores(root, batch_id, dirs) if s.latest - s.snapshot >= min_deltas]
 
 
 # ---------------------------------------------------------------------------- ownership

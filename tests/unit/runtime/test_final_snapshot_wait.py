@@ -7,9 +7,15 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.control import ControlRequest
 from airflow_sparkpoint.runtime import livedir
+from airflow_sparkpoint.runtime.config import SparkpointConfig
+from airflow_sparkpoint.runtime.job import _Run
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.unit.runtime.test_coordinator import RecordingSink, coordinator, write_live
 
@@ -100,3 +106,88 @@ def test_the_wait_is_bounded_and_ends_on_cancel(tmp_path):
     started = time.monotonic()
     assert coord.checkpoint_final_snapshot(min_deltas=2, timeout_s=60, min_replay=0, cancelled=cancel.is_set) is None
     assert time.monotonic() - started < 10 and catalog.latest().id == latest
+
+
+# ---------------------------------------------------------------------------- when a run waits
+
+
+class _Conf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+
+def _run(**overrides: object) -> SimpleNamespace:
+    """What `_Run._checkpoint_final_snapshot` reads of a run; the coordinator records its call."""
+    calls: list[dict[str, object]] = []
+    coordinator = SimpleNamespace(calls=calls, checkpoint_final_snapshot=lambda **kw: calls.append(kw))
+    run = SimpleNamespace(
+        cfg=SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/x", "spark.sparkpoint.job": "j"}),
+        query_failed=False, error=None, batches=[0, 1], stopping=threading.Event(), stop_request=None,
+        coordinator=coordinator, _snapshot_settings=(20.0, 10), generation=3,
+        control=SimpleNamespace(pending=lambda generation: []),
+    )
+    for key, value in overrides.items():
+        setattr(run, key, value)
+    return run
+
+
+def _request(kind: str, seconds_left: float) -> ControlRequest:
+    now = time.time()
+    return ControlRequest(id="r", kind=kind, job="j", created_at=now, deadline=now + seconds_left, generation=3)
+
+
+def test_a_drained_run_waits_up_to_the_maintenance_interval_plus_30_s():
+    run = _run()
+    _Run._checkpoint_final_snapshot(run)
+    (call,) = run.coordinator.calls
+    assert (call["timeout_s"], call["min_deltas"], call["min_replay"]) == (50.0, 10, 16 * 1024 * 1024)
+    assert call["cancelled"]() is False
+
+
+def test_a_stop_with_savepoint_waits_at_most_half_of_what_the_requester_left():
+    stopping = threading.Event()
+    stopping.set()
+    run = _run(stopping=stopping, stop_request=_request("stop", 40))
+    _Run._checkpoint_final_snapshot(run)
+    assert 15 < run.coordinator.calls[0]["timeout_s"] <= 20
+
+
+@pytest.mark.parametrize("case", ["failed query", "SIGTERM", "cancel", "no batch", "hdfs"])
+def test_no_wait_after_a_failure_a_cancel_sigterm_or_an_empty_run(case):
+    stopping = threading.Event()
+    stopping.set()
+    overrides: dict[str, object] = {
+        "failed query": {"query_failed": True},
+        "SIGTERM": {"error": RuntimeError("terminated by SIGTERM"), "stopping": stopping},
+        "cancel": {"stopping": stopping, "stop_request": _request("cancel", 600)},
+        "no batch": {"batches": []},
+        "hdfs": {"cfg": SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/x", "spark.sparkpoint.job": "j",
+                                                     "spark.sparkpoint.stateStore": "hdfs"})},
+    }[case]
+    run = _run(**overrides)
+    _Run._checkpoint_final_snapshot(run)
+    assert run.coordinator.calls == []
+
+
+def test_a_control_request_ends_the_wait():
+    pending: list[ControlRequest] = []
+    run = _run(control=SimpleNamespace(pending=lambda generation: list(pending)))
+    run.cfg = SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/x", "spark.sparkpoint.job": "j",
+                                          "spark.sparkpoint.control.pollInterval": "100ms"})
+    _Run._checkpoint_final_snapshot(run)
+    cancelled = run.coordinator.calls[0]["cancelled"]
+    assert cancelled() is False
+    pending.append(_request("savepoint", 60))
+    time.sleep(0.15)
+    assert cancelled() is True
+
+
+@pytest.mark.parametrize(("interval", "seconds"), [("60s", 60.0), ("5000", 5.0), ("2min", 120.0), ("junk", 60.0)])
+def test_spark_maintenance_interval_is_read_as_spark_reads_it(interval, seconds):
+    run = SimpleNamespace(spark=SimpleNamespace(conf=_Conf({
+        "spark.sql.streaming.stateStore.maintenanceInterval": interval,
+        "spark.sql.streaming.stateStore.minDeltasForSnapshot": "4"})))
+    assert _Run._state_store_settings(run) == (seconds, 10 if interval == "junk" else 4)
