@@ -182,8 +182,9 @@ class Coordinator:
         self.catalog.check_generation(self.generation)
         files: list[FileRef] = []
         new: list[tuple[livedir.LiveFile, IndexEntry | None]] = []
+        source_ends = livedir.source_log_ends(self.live_root, batch_id)
         for live in livedir.walk(self.live_root):
-            if not livedir.needed_for_restart(live.path, batch_id):
+            if not livedir.needed_for_restart(live.path, batch_id, source_ends):
                 continue
             known = self.index.get(live.path)
             unchanged = known is not None and known.size == live.size and known.mtime_ns == live.mtime_ns

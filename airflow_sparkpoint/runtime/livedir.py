@@ -87,12 +87,14 @@ def walk(root: str) -> Iterator[LiveFile]:
             yield LiveFile(rel, full, st.st_size, st.st_mtime_ns)
 
 
-def needed_for_restart(path: str, batch_id: int) -> bool:
+def needed_for_restart(path: str, batch_id: int, source_ends: Mapping[str, int] | None = None) -> bool:
     """Whether the file at `path` belongs to the restart point after batch `batch_id`.
 
-    Logs (offsets, commits, source logs, operator metadata) up to `batch_id`; state
-    store versions up to ``batch_id + 1`` (the state after batch N is version N+1);
-    everything version-less (SST files, schemas, the query metadata) always.
+    Logs (offsets, commits, operator metadata) up to `batch_id`; a file source's log up to
+    the entry ``offsets/<batch_id>`` names for it (`source_ends`, by source index, from
+    `source_log_ends`), at least up to `batch_id`; state store versions up to
+    ``batch_id + 1`` (the state after batch N is version N+1); everything version-less
+    (SST files, schemas, the query metadata) always.
     """
     parts = path.split("/")
     name = parts[-1]
@@ -101,7 +103,8 @@ def needed_for_restart(path: str, batch_id: int) -> bool:
         return match is not None and int(match.group(1)) <= batch_id
     if parts[0] == "sources":
         match = _LOG_ENTRY.match(name)
-        return not match or int(match.group(1)) <= batch_id
+        end = max(batch_id, (source_ends or {}).get(parts[1], -1)) if len(parts) == 3 else batch_id
+        return not match or int(match.group(1)) <= end
     if parts[0] == "state":
         v2 = _OP_METADATA_V2.match(path)
         if v2:
@@ -111,6 +114,29 @@ def needed_for_restart(path: str, batch_id: int) -> bool:
             return int(match.group(1)) <= batch_id + 1
         return True
     return True
+
+
+def source_log_ends(root: str, batch_id: int) -> dict[str, int]:
+    """The file-source log entry each source's offset in ``offsets/<batch_id>`` names, by
+    source index. It is `batch_id` itself unless Spark folded two source-log batches into
+    one micro-batch: a driver killed after it wrote ``sources/<i>/<k>`` but before
+    ``offsets/<k>`` leaves an entry that the restart's next batch covers together with the
+    new one (``offsets/2`` = ``{"logOffset":3}``); a checkpoint without entry 3 would let a
+    restore assign new files to it and skip them."""
+    try:
+        with open(os.path.join(root, "offsets", str(batch_id)), encoding="utf-8") as handle:
+            lines = handle.read().split("\n")[2:]
+    except (OSError, UnicodeDecodeError):
+        return {}
+    ends: dict[str, int] = {}
+    for index, line in enumerate(line for line in lines if line.strip()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and set(value) == {"logOffset"} and isinstance(value["logOffset"], int):
+            ends[str(index)] = value["logOffset"]
+    return ends
 
 
 def last_commit(root: str) -> int | None:

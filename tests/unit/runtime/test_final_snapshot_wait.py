@@ -3,6 +3,7 @@ a thread plays Spark's maintenance, uploading the snapshot after the last checkp
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -191,3 +192,26 @@ def test_spark_maintenance_interval_is_read_as_spark_reads_it(interval, seconds)
         "spark.sql.streaming.stateStore.maintenanceInterval": interval,
         "spark.sql.streaming.stateStore.minDeltasForSnapshot": "4"})))
     assert _Run._state_store_settings(run) == (seconds, 10 if interval == "junk" else 4)
+
+
+# ---------------------------------------------------------------------------- a folded source-log batch
+
+
+def test_a_checkpoint_keeps_the_source_log_entries_its_offsets_name(tmp_path):
+    """A driver killed between Spark's ``sources/0/2`` and ``offsets/2`` (seen in a CI
+    chaos trial): the restart's batch 2 covers source-log batches 2 and 3
+    (``offsets/2`` = ``{"logOffset":3}``). Without entry 3 a restore from the checkpoint
+    of batch 2 assigns the next new files to source batch 3, which counts as done:
+    those files would be skipped."""
+    catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
+    coord = coordinator(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
+    for batch in range(3):
+        write_live(tmp_path, batch)
+        (tmp_path / "offsets" / str(batch)).write_text(
+            'v1\n{"batchWatermarkMs":0}\n' + json.dumps({"logOffset": 3 if batch == 2 else batch}))
+    for k in range(5):  # entry 4: Spark planning batch 3 when the checkpoint is taken
+        _write(tmp_path, f"sources/0/{k}", 20)
+    assert livedir.source_log_ends(str(tmp_path), 2) == {"0": 3}
+    meta = coord.checkpoint(2)
+    sources = sorted(f.path for f in meta.files if f.path.startswith("sources/"))
+    assert sources == ["sources/0/0", "sources/0/1", "sources/0/2", "sources/0/3"]
