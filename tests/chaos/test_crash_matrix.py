@@ -20,6 +20,7 @@ duplicates, lost, failed per case x fault point x mode) is printed at the end.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -236,3 +237,17 @@ def test_fault_points_outside_the_chaos_job_are_armed_and_proved_by_their_tests(
         text = (root / test).read_text()
         assert f'"SPARKPOINT_TEST_FAULT": f"{point}:' in text, f"{test} does not arm {point}"
         assert f'== f"{point}:' in text, f"{test} does not assert that {point} fired"
+
+
+def test_a_folded_source_batch_is_recognised(tmp_path: Path) -> None:
+    """The rerun rule of `run_trials`: a live location whose ``offsets/2`` names
+    source-log batch 3 is a fold; the shared copies of a checkpoint are not looked at."""
+    from tests.chaos.scenarios import spark_folded
+
+    live = tmp_path / "checkpoints" / "chaos" / "live" / "g1" / "offsets"
+    live.mkdir(parents=True)
+    for batch, log_offset in ((0, 0), (1, 1)):
+        (live / str(batch)).write_text('v1\n{"batchWatermarkMs":0}\n' + json.dumps({"logOffset": log_offset}))
+    assert spark_folded(tmp_path) == []
+    (live / "2").write_text('v1\n{"batchWatermarkMs":0}\n{"logOffset":3}\n')
+    assert spark_folded(tmp_path) == ["checkpoints/chaos/live/g1/offsets/2 = {'0': 3}"]
