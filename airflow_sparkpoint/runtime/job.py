@@ -215,6 +215,7 @@ class _Run:
         self.savepoint_uri: str | None = None
         self.stop_request: ControlRequest | None = None
         self.query_failed = False  # the streaming query ended with an error
+        self._snapshot_settings = (60.0, 10)  # Spark's, read when the query starts
         self.started_at = time.time()
         self._status_lock = threading.Lock()
         self._final_state = False
@@ -581,7 +582,7 @@ class _Run:
         if (self.cfg.state_store != "rocksdb" or self.query_failed or self.error is not None or not self.batches
                 or (self.stopping.is_set() and (request is None or request.kind == "cancel"))):
             return
-        interval, min_deltas = getattr(self, "_snapshot_settings", (60.0, 10))
+        interval, min_deltas = self._snapshot_settings
         timeout = interval + 30.0 if self.cfg.final_snapshot_timeout_s is None else self.cfg.final_snapshot_timeout_s
         if request is not None:  # leave the savepoint half of the time the requester gives the stop
             timeout = min(timeout, (request.deadline - time.time()) / 2)

@@ -125,18 +125,28 @@ def source_log_ends(root: str, batch_id: int) -> dict[str, int]:
     restore assign new files to it and skip them."""
     try:
         with open(os.path.join(root, "offsets", str(batch_id)), encoding="utf-8") as handle:
-            lines = handle.read().split("\n")[2:]
+            lines = source_offsets(handle.read())
     except (OSError, UnicodeDecodeError):
         return {}
-    ends: dict[str, int] = {}
-    for index, line in enumerate(line for line in lines if line.strip()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(value, dict) and set(value) == {"logOffset"} and isinstance(value["logOffset"], int):
-            ends[str(index)] = value["logOffset"]
-    return ends
+    offsets = {str(index): file_source_log_offset(line) for index, line in enumerate(lines)}
+    return {index: end for index, end in offsets.items() if end is not None}
+
+
+def source_offsets(offset_log_entry: str) -> list[str]:
+    """The per-source lines of an ``offsets/N`` entry (after the version and metadata)."""
+    lines = offset_log_entry.split("\n")
+    return [line for line in lines[2:] if line.strip()]
+
+
+def file_source_log_offset(line: str) -> int | None:
+    """The log offset of a file source's offset line, or None for any other source."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and set(value) == {"logOffset"} and isinstance(value["logOffset"], int):
+        return value["logOffset"]
+    return None
 
 
 def last_commit(root: str) -> int | None:

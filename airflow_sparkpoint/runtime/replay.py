@@ -47,6 +47,8 @@ from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.exceptions import SinkAheadError, SparkpointError
 from airflow_sparkpoint.runtime import livedir
+from airflow_sparkpoint.runtime.livedir import file_source_log_offset as _log_offset
+from airflow_sparkpoint.runtime.livedir import source_offsets
 from airflow_sparkpoint.sinks.base import Sink
 
 if TYPE_CHECKING:
@@ -122,23 +124,6 @@ def decode(record: str) -> dict[str, Any] | str:
     if not isinstance(body, dict) or body.get("v") != SCHEMA_VERSION or not isinstance(body.get("offsets"), str):
         return "its replay record has an unknown schema"
     return body
-
-
-def source_offsets(offset_log_entry: str) -> list[str]:
-    """The per-source lines of an ``offsets/N`` entry (after the version and metadata)."""
-    lines = offset_log_entry.split("\n")
-    return [line for line in lines[2:] if line.strip()]
-
-
-def _log_offset(line: str) -> int | None:
-    """The log offset of a file source's offset line, or None for any other source."""
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    if isinstance(value, dict) and set(value) == {"logOffset"} and isinstance(value["logOffset"], int):
-        return value["logOffset"]
-    return None
 
 
 def _log_entries(directory: str, k: int) -> tuple[list[str], bool] | None:
