@@ -51,7 +51,7 @@ EOF
         -master.port="$m" -master.port.grpc="$mg" -volume.port="$v" -volume.port.grpc="$vg" \
         -filer -filer.port="$f" -filer.port.grpc="$fg" \
         -s3 -s3.port="$s" -s3.port.grpc="$sg" -s3.port.iceberg=0 -s3.port.lance=0 \
-        -master.volumeSizeLimitMB=512 -volume.max=0 -volume.preStopSeconds=1 \
+        -master.volumeSizeLimitMB=512 -volume.max=500 -volume.preStopSeconds=1 \
         -master.garbageThreshold=0.05 -master.vacuumIntervalSeconds=60 \
         >"$dir/weed.log" 2>&1 &
     echo $! >"$pidfile"

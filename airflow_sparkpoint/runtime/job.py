@@ -277,6 +277,9 @@ class _Run:
         try:
             self._prepare()
         except BaseException as exc:
+            coordinator: Coordinator | None = getattr(self, "coordinator", None)
+            if coordinator is not None:
+                coordinator.stop_prestore()
             self._write_status("failed", error=str(exc))
             self._release_live()
             raise
@@ -331,6 +334,8 @@ class _Run:
             on_status=self._heartbeat,
         )
         self.coordinator.seed(meta, index)
+        if plan.snapshot is not None and not plan.own_files:
+            self.coordinator.prestore(plan.snapshot.files_store)  # overlaps Spark's first batch
         pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode, self.generation,
                                                   settled=settled)
         for record in pending:
@@ -428,6 +433,7 @@ class _Run:
             return self._conclude(query_error)
         finally:
             self._heartbeat_stop.set()
+            self.coordinator.stop_prestore()
             self._release_live()
             # The bus delivers this query's events in order, its termination last. Removing
             # the listener before that arrived could leave a callback in flight into a

@@ -135,6 +135,21 @@ class Storage(abc.ABC):
         :raises ObjectNotFound: `src` does not exist.
         """
 
+    def locate(self, key: str) -> tuple[Storage, str]:
+        """The store that really holds `key` and its key there (a view resolves to the
+        store it views)."""
+        return self, normalize_key(key)
+
+    def copy_from(self, source: Storage, key: str, target_key: str) -> bool:
+        """Copy `key` of `source` to `target_key` without moving its bytes through this
+        process, when both stores are one place (one filesystem: a hard link; one S3
+        service: a server-side copy). Returns False, having written nothing, when they
+        are not: the caller then transfers the bytes itself.
+
+        :raises ObjectNotFound: `key` does not exist in `source`.
+        """
+        return False
+
     def upload_file(self, local_path: str, key: str) -> None:
         """Upload a local file to `key` (streamed where the store can)."""
         with open(local_path, "rb") as handle:
@@ -225,6 +240,12 @@ class PrefixedStorage(Storage):
 
     def copy_to(self, key: str, target: Storage, target_key: str) -> None:
         self._inner.copy_to(self._k(key), target, target_key)
+
+    def locate(self, key: str) -> tuple[Storage, str]:
+        return self._inner.locate(self._k(key))
+
+    def copy_from(self, source: Storage, key: str, target_key: str) -> bool:
+        return self._inner.copy_from(source, key, self._k(target_key))
 
     def close(self) -> None:
         self._inner.close()

@@ -189,6 +189,33 @@ class LocalStorage(Storage):
             if tmp is not None:
                 _discard(tmp)
 
+    def copy_from(self, source: Storage, key: str, target_key: str) -> bool:
+        """A hard link when `source` is a local store on the same filesystem: stored
+        objects are never written in place (every write is a new file renamed over the
+        name), so two names of one file stay two immutable objects."""
+        store, source_key = source.locate(key)
+        if not isinstance(store, LocalStorage):
+            return False
+        src, path = store._path(source_key), self._path(target_key)
+        directory = os.path.dirname(path)
+        tmp = os.path.join(directory, f"{_TMP_MARK}{uuid.uuid4().hex}")
+        try:
+            os.makedirs(directory, exist_ok=True)
+            os.link(src, tmp)
+        except FileNotFoundError:
+            if not os.path.isfile(src):
+                raise ObjectNotFound(f"{src} does not exist") from None
+            return False
+        except OSError:  # another filesystem (EXDEV), links not allowed here
+            return False
+        try:
+            os.replace(tmp, path)
+            self._fsync_dir(directory)
+        except OSError as exc:
+            _discard(tmp)
+            raise StorageError(f"cannot write {path}: {exc}") from exc
+        return True
+
     def copy_to(self, key: str, target: Storage, target_key: str) -> None:
         """Streamed from the file itself (no temporary copy)."""
         path = self._path(key)

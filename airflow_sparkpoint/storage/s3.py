@@ -40,6 +40,9 @@ __all__ = ["S3Storage", "validate_bucket_name"]
 
 #: the largest object a single CopyObject may copy; bigger ones go through UploadPartCopy
 MAX_COPY_OBJECT_SIZE = 5 * 1024**3
+#: objects up to this size are downloaded with one GET (boto3's multipart threshold here)
+_SINGLE_GET_MAX = 64 * 1024**2
+_READ_CHUNK = 1024**2
 #: DeleteObjects accepts at most this many keys per request
 DELETE_BATCH = 1000
 
@@ -549,29 +552,49 @@ class S3Storage(Storage):
     def copy(self, src: str, dst: str) -> None:
         """Server-side copy: one CopyObject, or a multipart UploadPartCopy (boto3's
         managed copy) when the source is larger than CopyObject allows (5 GiB)."""
+        self._server_copy(self, src, dst)
+
+    def copy_from(self, source: Storage, key: str, target_key: str) -> bool:
+        """A server-side copy when `source` is a bucket of the same S3 service reached
+        with the same credentials (any bucket of it: CopyObject names the source's)."""
+        store, source_key = source.locate(key)
+        if not isinstance(store, S3Storage) or not self._same_service(store):
+            return False
+        self._server_copy(store, source_key, target_key)
+        return True
+
+    def _same_service(self, other: S3Storage) -> bool:
+        if self._owns_client != other._owns_client or (not self._owns_client and self._client is not other._client):
+            return False
+        return (self.endpoint_url, self.region_name, self._credentials) == (
+            other.endpoint_url, other.region_name, other._credentials)
+
+    def _server_copy(self, store: S3Storage, src: str, dst: str) -> None:
+        """Copy `src` of `store` (this store or another bucket of its service) to `dst`;
+        errors name the source object."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        full_src, full_dst = self._full(src), self._full(dst)
-        source = {"Bucket": self.bucket, "Key": full_src}
+        full_src, full_dst = store._full(src), self._full(dst)
+        source = {"Bucket": store.bucket, "Key": full_src}
         try:
             self.client.copy_object(Bucket=self.bucket, Key=full_dst, CopySource=source)
             return
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code not in ("InvalidRequest", "EntityTooLarge"):
-                raise self._missing(exc, "CopyObject", full_src) from exc
+                raise store._missing(exc, "CopyObject", full_src) from exc
             refused = exc
         except BotoCoreError as exc:
-            raise self._error(exc, "CopyObject", full_src) from exc
-        size = self.stat(self._rel(full_src)).size
+            raise store._error(exc, "CopyObject", full_src) from exc
+        size = store.stat(src).size
         if size <= self._max_copy_object_size:  # refused for another reason than its size
-            raise self._error(refused, "CopyObject", full_src) from refused
+            raise store._error(refused, "CopyObject", full_src) from refused
         log.debug("copying %s (%d bytes) to %s with multipart UploadPartCopy", full_src, size, full_dst)
         try:
             config = self._transfer_config(self._max_copy_object_size)
             self.client.copy(source, self.bucket, full_dst, Config=config)
         except Exception as exc:
-            raise self._missing(self._unwrap(exc), "multipart copy", full_src) from exc
+            raise store._missing(self._unwrap(exc), "multipart copy", full_src) from exc
 
     # -- files ------------------------------------------------------------------------
 
@@ -606,13 +629,43 @@ class S3Storage(Storage):
             raise self._error(self._unwrap(exc), "upload", full) from exc
 
     def download_file(self, key: str, local_path: str) -> None:
-        """Streamed download into a temp file renamed into place on success."""
+        """Streamed download into a temp file renamed into place on success: one GET, its
+        body written as it arrives (a read cut short is retried up to `max_attempts`);
+        above the multipart threshold boto3's managed download, whose parallel ranged
+        GETs pay off there but cost a HEAD and a thread pool per file below it."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
         full = self._full(key)
         os.makedirs(os.path.dirname(os.path.abspath(local_path)), exist_ok=True)
-        try:
-            self.client.download_file(self.bucket, full, local_path, Config=self._transfer_config())
-        except Exception as exc:
-            raise self._missing(self._unwrap(exc), "download", full) from exc
+        tmp = f"{local_path}.sparkpoint-tmp-{uuid.uuid4().hex}"
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                response = self.client.get_object(Bucket=self.bucket, Key=full)
+            except ClientError as exc:
+                raise self._missing(exc, "download", full) from exc
+            except BotoCoreError as exc:
+                raise self._error(exc, "download", full) from exc
+            body = response["Body"]
+            if int(response.get("ContentLength") or 0) > _SINGLE_GET_MAX:
+                body.close()
+                try:
+                    self.client.download_file(self.bucket, full, local_path, Config=self._transfer_config())
+                except Exception as exc:
+                    raise self._missing(self._unwrap(exc), "download", full) from exc
+                return
+            try:
+                with open(tmp, "wb") as handle:
+                    handle.writelines(body.iter_chunks(_READ_CHUNK))
+                os.replace(tmp, local_path)
+                return
+            except BotoCoreError as exc:  # the connection broke or stalled mid-body
+                _discard(tmp)
+                if attempt == self._max_attempts:
+                    raise self._error(exc, "download", full) from exc
+                log.debug("download of %s cut short (attempt %d): %s; reading it again", full, attempt, exc)
+            except BaseException:
+                _discard(tmp)
+                raise
 
     def close(self) -> None:
         """Close the connection pool of the client this store created (it is rebuilt on
@@ -621,3 +674,10 @@ class S3Storage(Storage):
             client, self._client = self._client, (None if self._owns_client else self._client)
         if client is not None and self._owns_client:
             client.close()
+
+
+def _discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

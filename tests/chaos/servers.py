@@ -95,7 +95,10 @@ class SeaweedFS:
                f"-master.port={m}", f"-master.port.grpc={mg}", f"-volume.port={v}", f"-volume.port.grpc={vg}",
                "-filer", f"-filer.port={f}", f"-filer.port.grpc={fg}",
                "-s3", f"-s3.port={s}", f"-s3.port.grpc={sg}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-               "-master.volumeSizeLimitMB=64", "-volume.max=0", "-volume.preStopSeconds=1"]
+               # every bucket grows volumes of its own; `-volume.max=0` would size the pool from
+               # the free disk and run out after a few dozen buckets on a fuller disk
+               # ("No writable volumes and no free volumes left"); volumes are sparse files
+               "-master.volumeSizeLimitMB=64", "-volume.max=2000", "-volume.preStopSeconds=1"]
         self.log = self.directory / "weed.log"
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -11,6 +11,7 @@ import os
 import pickle
 import socket
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -442,3 +443,110 @@ def test_an_endpoint_that_ignores_if_none_match_is_refused(store: S3Storage, mon
     assert len(dropped) == 2, "the fault (the header dropped) was injected on both probe writes"
     assert store.endpoint_url is not None and store.endpoint_url.split("//")[1] in str(info.value)
     assert list(store.list("_sparkpoint_probe/")) == []
+
+
+@pytest.mark.s3
+def test_copy_from_another_bucket_of_the_service_is_server_side(store: S3Storage, s3_server: str) -> None:
+    """A savepoint's object copied into a job's shared area in another bucket of the same
+    service: one CopyObject, no byte through this process."""
+    import boto3
+
+    other_bucket = f"sp-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket=other_bucket)
+    source = S3Storage(other_bucket, "savepoints/sp-1", endpoint_url=s3_server, region_name="us-east-1")
+    data = os.urandom(300_000)
+    source.put("state/0/0/1.zip", data)
+    copies, count_copies = _counter(store, "CopyObject")
+    reads, count_reads = _counter(source, "GetObject")
+    with _hook(store, "before-call.s3.CopyObject", count_copies), _hook(source, "before-call.s3.GetObject", count_reads):
+        assert store.copy_from(source.child("state"), "0/0/1.zip", "shared/1.zip~ab") is True
+    assert store.get("shared/1.zip~ab") == data
+    assert len(copies) == 1 and reads == []
+    with pytest.raises(ObjectNotFound, match=other_bucket):
+        store.copy_from(source, "state/0/0/2.zip", "shared/2.zip~cd")
+    source.close()
+
+
+@pytest.mark.s3
+def test_copy_from_another_service_or_identity_is_declined(store: S3Storage, s3_server: str, tmp_path: Path) -> None:
+    """Another endpoint, other credentials or another kind of store: nothing is written and
+    the caller moves the bytes itself."""
+    from airflow_sparkpoint.storage import LocalStorage, MemoryStorage
+
+    other_identity = S3Storage(store.bucket, "unit", endpoint_url=s3_server, region_name="us-east-1",
+                               aws_access_key_id="someone-else", aws_secret_access_key="other")
+    other_endpoint = S3Storage(store.bucket, "unit", endpoint_url=s3_server.replace("127.0.0.1", "localhost"),
+                               region_name="us-east-1")
+    local = LocalStorage(str(tmp_path))
+    local.put("k", b"1")
+    memory = MemoryStorage(uuid.uuid4().hex)
+    memory.put("k", b"1")
+    for source in (other_identity, other_endpoint, local, memory):
+        assert store.copy_from(source, "k", "dst") is False
+    assert not store.exists("dst")
+
+
+class _CutBody:
+    """A GetObject body that breaks after `after` bytes, as a dropped connection does."""
+
+    def __init__(self, body: Any, after: int) -> None:
+        self._body = body
+        self._after = after
+
+    def iter_chunks(self, chunk_size: int) -> Iterator[bytes]:
+        from botocore.exceptions import ResponseStreamingError
+
+        yield self._body.read(self._after)
+        raise ResponseStreamingError(error="connection reset by peer (injected)")
+
+    def close(self) -> None:
+        self._body.close()
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("attempts", [3, 1])
+def test_a_download_cut_short_is_read_again_or_fails_leaving_nothing(
+    s3_server: str, s3_bucket: str, tmp_path: Path, attempts: int
+) -> None:
+    store = S3Storage(s3_bucket, "unit", endpoint_url=s3_server, region_name="us-east-1", max_attempts=attempts)
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    store.put("state/1.zip", data)
+    cut: list[int] = []
+
+    def cut_first(parsed: dict[str, Any], **_: Any) -> None:
+        if not cut:
+            cut.append(1)
+            parsed["Body"] = _CutBody(parsed["Body"], 1024 * 1024)
+
+    target = tmp_path / "live" / "state" / "1.zip"
+    with _hook(store, "after-call.s3.GetObject", cut_first):
+        if attempts == 1:
+            with pytest.raises(StorageError, match="connection reset"):
+                store.download_file("state/1.zip", str(target))
+        else:
+            store.download_file("state/1.zip", str(target))
+    assert cut == [1], "the injected cut did not happen"
+    if attempts == 1:
+        assert not target.exists()
+    else:
+        assert target.read_bytes() == data
+    assert [p.name for p in target.parent.iterdir()] == (["1.zip"] if attempts > 1 else [])
+    store.close()
+
+
+@pytest.mark.s3
+def test_small_objects_download_with_one_get_large_ones_with_ranged_parts(
+    store: S3Storage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = os.urandom(2 * 1024 * 1024)
+    store.put("blob", data)
+    sent, count = _counter(store, "any")
+    with _hook(store, "before-call.s3", count):
+        store.download_file("blob", str(tmp_path / "one"))
+    assert sent == ["before-call.s3.GetObject"]
+    monkeypatch.setattr(s3_module, "_SINGLE_GET_MAX", 1024 * 1024)  # stands in for 64 MiB
+    sent.clear()
+    with _hook(store, "before-call.s3", count):
+        store.download_file("blob", str(tmp_path / "managed"))
+    assert "before-call.s3.HeadObject" in sent and sent.count("before-call.s3.GetObject") >= 2
+    assert (tmp_path / "one").read_bytes() == data == (tmp_path / "managed").read_bytes()

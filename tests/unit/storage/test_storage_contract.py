@@ -461,6 +461,27 @@ def test_copy_to_another_store_and_from_a_child_view(
     assert list(scratch.iterdir()) == []  # no temporary file left behind, even after a failed copy
 
 
+def test_copy_from_a_view_of_itself_or_declined_without_writing(backend: Backend) -> None:
+    """`copy_from` within one store (through child views, as a restore's savepoint store
+    is one) copies where the store can do it in place; where it cannot it writes nothing."""
+    data = os.urandom(70_000)
+    backend.store.put("savepoints/sp-1/state/1.zip", data)
+    source = backend.store.child("savepoints").child("sp-1")
+    target = backend.store.child("job")
+    copied = target.copy_from(source, "state/1.zip", "shared/1.zip~ab")
+    assert copied is (backend.kind != "memory")  # memory keeps no shared place: the caller copies
+    if copied:
+        assert backend.store.get("job/shared/1.zip~ab") == data
+        with pytest.raises(ObjectNotFound):
+            target.copy_from(source, "state/missing.zip", "shared/missing~cd")
+    assert [i.key for i in backend.store.list("job")] == (["job/shared/1.zip~ab"] if copied else [])
+    assert backend.store.get("savepoints/sp-1/state/1.zip") == data  # the source is untouched
+    foreign = MemoryStorage(f"foreign-{uuid.uuid4().hex}")
+    foreign.put("k", b"1")
+    assert target.copy_from(foreign, "k", "shared/k") is False
+    assert not backend.store.exists("job/shared/k")
+
+
 def test_child_view(backend: Backend) -> None:
     child = backend.store.child("jobs/orders")
     child.put("chk-1/_metadata", b"m")
@@ -474,6 +495,21 @@ def test_child_view(backend: Backend) -> None:
 
 def _leftover_temp_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if ".sparkpoint-tmp" in p.name]
+
+
+def test_local_copy_from_is_a_hard_link_and_each_name_stays_immutable(tmp_path: Path) -> None:
+    savepoint = LocalStorage(str(tmp_path / "root" / "savepoints" / "sp-1"))
+    job = LocalStorage(str(tmp_path / "root" / "job"))
+    savepoint.put("state/1.zip", b"v1")
+    assert job.copy_from(savepoint, "state/1.zip", "shared/1.zip~ab") is True
+    linked, original = tmp_path / "root/job/shared/1.zip~ab", tmp_path / "root/savepoints/sp-1/state/1.zip"
+    assert linked.stat().st_ino == original.stat().st_ino and linked.stat().st_nlink == 2
+    # Writes replace a name, never the file: the other name keeps its bytes.
+    job.put("shared/1.zip~ab", b"v2")
+    assert savepoint.get("state/1.zip") == b"v1" and job.get("shared/1.zip~ab") == b"v2"
+    savepoint.delete(["state/1.zip"])
+    assert job.get("shared/1.zip~ab") == b"v2"
+    assert _leftover_temp_files(tmp_path) == []
 
 
 def test_local_put_if_absent_leaves_no_temp_files(tmp_path: Path) -> None:
