@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
 
 pytestmark = pytest.mark.spark
 
@@ -244,8 +244,18 @@ def test_savepoint_is_relocatable_and_restores_exactly(spark, tmp_path, case, st
     assert second.status == "finished"
     assert second.restored_from == str(moved)
     assert second.first_batch == first.last_batch + 1, "the restored run must continue after the savepoint"
-    restored = Catalog.open(str(tmp_path / "new-root"), "job").latest()
+    new_catalog = Catalog.open(str(tmp_path / "new-root"), "job")
+    restored = new_catalog.latest()
     assert restored is not None and restored.batch_id == second.last_batch, "the restored run checkpoints validly"
+    # The savepoint's files went into the new job's shared area as hard links (same disk),
+    # stored while Spark ran.
+    saved = {(ref.path, ref.sha256): moved / ref.key for ref in open_snapshot(str(moved)).metadata.files}
+    oldest = min(new_catalog.checkpoints(), key=lambda meta: meta.id)
+    linked = [ref for ref in oldest.files if (ref.path, ref.sha256) in saved]
+    assert linked, "the restored job's checkpoints reference none of the savepoint's files"
+    for ref in linked:
+        stored = tmp_path / "new-root" / "job" / ref.key
+        assert stored.stat().st_ino == saved[(ref.path, ref.sha256)].stat().st_ino, ref.path
     expected = table_rows(tmp_path / "ref-table")
     assert expected, "the reference produced no output: the case checks nothing"
     assert table_rows(tmp_path / "table") == expected
