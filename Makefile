@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkpoint-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-all test-fast test-e2e demo bench bench-large chaos check-java browser clean
+.PHONY: setup test test-all test-fast test-e2e demo bench bench-deps bench-large chaos check-java browser clean
 
 setup: check-java $(STAMP)
 
@@ -46,13 +46,17 @@ test-e2e: setup
 demo: setup
 	$(VENV)/bin/sparkpoint demo --workdir demo-output
 
-bench: setup
+# The report's pictures need matplotlib (the `bench` extra), installed here only.
+bench-deps: setup
+	@$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[dev,bench]'
+
+bench: bench-deps
 	$(PY) benchmarks/run_all.py
 
 # Production scale (issue 18): 200k / 2M / 20M keys of RocksDB state, checkpoints on local
 # disk and on SeaweedFS, throughput at 2M keys. About an hour on a shared 2-core machine;
 # refreshes its part of docs/BENCHMARKS.md (figures and docs/images/*.png).
-bench-large: setup
+bench-large: bench-deps
 	$(PY) benchmarks/run_all.py --large
 
 # Fault injection: >= 50 SIGKILL trials per sink (sinks on S3: split between moto and
