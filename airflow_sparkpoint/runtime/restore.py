@@ -288,7 +288,7 @@ def fill_live(choice: LiveChoice, plan: RestorePlan) -> tuple[dict[str, IndexEnt
     if choice.in_place:
         return seed_index_in_place(plan.snapshot.metadata), LiveReuse("in-place", choice.path, reason=choice.reason)
     # A savepoint's (or another root's) files are not this job's shared files: checkpoints
-    # must not reference them, so the first one copies them (NO_CLAIM).
+    # must not reference them, so they are copied once (NO_CLAIM; `Coordinator.prestore`).
     counts: dict[str, int] = {}
     index = materialize(plan.snapshot, choice.path, stored=plan.own_files, link_from=choice.link_from, counts=counts)
     return index, LiveReuse("materialized", choice.path, counts.get("linked", 0), counts.get("downloaded", 0),
