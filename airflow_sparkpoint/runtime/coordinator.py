@@ -348,23 +348,25 @@ class Coordinator:
     def checkpoint_final_snapshot(
         self, *, min_deltas: int, timeout_s: float, min_replay: int, cancelled: Callable[[], bool],
     ) -> SnapshotMetadata | None:
-        """At the job's end: wait up to `timeout_s` for the RocksDB snapshots Spark created
-        at its last commits (uploaded by its background maintenance, after the last
-        checkpoint was taken), when a restart would otherwise replay at least `min_replay`
-        bytes of changelog; then checkpoint the last batch again if the live location holds
-        a snapshot the last checkpoint lacks. Best effort: the last checkpoint is already
+        """At the job's end, when a restart from the last checkpoint would replay at least
+        `min_replay` bytes of changelog: wait up to `timeout_s` for the RocksDB snapshots
+        Spark created at its last commits (uploaded by its background maintenance, after the
+        last checkpoint was taken), then checkpoint the last batch again if the live
+        location holds a snapshot the last checkpoint lacks (also one uploaded before the
+        end, with nothing left to wait for). Best effort: the last checkpoint is already
         complete, so a failure here is logged, never raised (a stale generation is).
         """
         last = self.last_checkpoint
         if last is None or timeout_s <= 0:
             return None
         batch = last.batch_id
-        pending = livedir.pending_snapshots(self.live_root, batch, min_deltas)
-        replay = sum(s.replay_bytes for s in pending)
-        if not pending or replay < min_replay:
+        replay = livedir.replay_bytes((f.path, f.size) for f in last.files)
+        if replay < min_replay:
             return None
-        log.info("waiting up to %.0f s for Spark to upload the state snapshots of %d stores (a restart from "
-                 "checkpoint %d would replay %d bytes of changelog)", timeout_s, len(pending), last.id, replay)
+        pending = livedir.pending_snapshots(self.live_root, batch, min_deltas)
+        if pending:
+            log.info("waiting up to %.0f s for Spark to upload the state snapshots of %d stores (a restart from "
+                     "checkpoint %d would replay %d bytes of changelog)", timeout_s, len(pending), last.id, replay)
         started = time.monotonic()
         deadline = started + timeout_s
         while pending and not cancelled() and time.monotonic() < deadline:

@@ -201,6 +201,21 @@ def newest_snapshots(paths: Iterable[str]) -> dict[str, int]:
     return newest
 
 
+def replay_bytes(files: Iterable[tuple[str, int]]) -> int:
+    """The changelog (and HDFS delta) bytes that loading the state in `files` ((relative
+    path, size) of a checkpoint) replays: per store, those newer than its newest snapshot."""
+    files = list(files)
+    newest = newest_snapshots(path for path, _size in files)
+    total = 0
+    for path, size in files:
+        directory, _, name = path.rpartition("/")
+        match = _VERSIONED_STATE.match(name)
+        if path.startswith("state/") and match and match.group(2) in ("changelog", "delta") \
+                and int(match.group(1)) > newest.get(directory, 0):
+            total += size
+    return total
+
+
 def pending_snapshots(root: str, batch_id: int, min_deltas: int,
                       dirs: Iterable[str] | None = None) -> list[StoreVersions]:
     """The RocksDB state stores for which Spark has created a snapshot that its maintenance

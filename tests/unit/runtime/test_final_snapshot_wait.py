@@ -46,6 +46,10 @@ def test_pending_snapshots_are_stores_min_deltas_past_their_last_snapshot(tmp_pa
     assert livedir.pending_snapshots(str(tmp_path), 3, 3) == []
     assert livedir.newest_snapshots(["state/0/0/2.zip", "state/0/0/10.zip", "state/0/0/3.changelog",
                                      "offsets/4"]) == {"state/0/0": 10}
+    # What a load of a checkpoint's files replays: per store, the changelogs after its snapshot.
+    assert livedir.replay_bytes(iter([("state/0/0/2.zip", 7), ("state/0/0/1.changelog", 100),
+                                      ("state/0/0/3.changelog", 300), ("state/0/1/1.changelog", 10),
+                                      ("state/0/1/2.delta", 20), ("offsets/3", 2)])) == 300 + 10 + 20
 
 
 def _four_batches(tmp_path: Path) -> tuple[Catalog, object, Path]:
@@ -82,6 +86,26 @@ def test_the_snapshot_uploaded_after_the_last_checkpoint_gets_a_checkpoint_of_it
     assert "state/0/0/4.zip" not in {f.path for f in first.files}
     assert meta.stats.files_copied == 2  # only the snapshot's files were new
     assert catalog.latest().id == meta.id
+
+
+def test_a_snapshot_uploaded_between_the_last_checkpoint_and_the_end_is_checkpointed(tmp_path):
+    """Spark's maintenance uploaded the snapshot after the last checkpoint but before the
+    job's end: nothing is pending any more, yet the last checkpoint lacks it (seen at 20 M
+    keys on S3: a restore replayed 13 changelogs per store, 53 s instead of 12 s)."""
+    catalog, coord, live = _four_batches(tmp_path)
+    first = coord.last_checkpoint
+    _write(live, "state/0/0/SSTs/000007-9d1c.sst", 64)
+    _write(live, "state/0/0/4.zip", 32)
+    assert livedir.pending_snapshots(str(live), 3, 2) == []
+    replay = sum(f.size for f in first.files if f.path.endswith(".changelog"))
+
+    assert coord.checkpoint_final_snapshot(min_deltas=2, timeout_s=30, min_replay=replay + 1,
+                                           cancelled=lambda: False) is None  # too little to replay
+    meta = coord.checkpoint_final_snapshot(min_deltas=2, timeout_s=30, min_replay=replay,
+                                           cancelled=lambda: False)
+
+    assert meta is not None and meta.batch_id == 3 and meta.id > first.id == catalog.latest().id - 1
+    assert "state/0/0/4.zip" in {f.path for f in meta.files} and meta.stats.files_copied == 2
 
 
 def test_no_wait_when_the_replay_is_small_or_nothing_is_pending(tmp_path):
