@@ -275,14 +275,15 @@ class Coordinator:
         # Hash and upload the new files a few at a time (`transfer`): one failure fails the
         # checkpoint before anything below runs, so no _metadata refers to a missing file
         # (the files stored meanwhile stay indexed: a retry does not upload them again).
-        files.extend(transfer_all(
-            lambda item: self._upload(item[0], batch_id, item[1].ref.sha256 if item[1] is not None else None),
+        uploaded = [ref for ref in transfer_all(
+            lambda item: self._upload(item[0], batch_id, item[1].ref.sha256 if item[1] is not None else None, started),
             new, check=lambda: self._check_timeout(batch_id, started),
             on_half=lambda: faults.maybe_kill("copy", batch_id), hold_at_half=faults.armed("copy"),
-        ))
+        ) if ref is not None]
+        files.extend(uploaded)
         # What `prestore` copied for this checkpoint counts as its copy.
         prestored_files, prestored_bytes = self._prestored
-        copied = sum(live.size for live, _known in new) + prestored_bytes
+        copied = sum(ref.size for ref in uploaded) + prestored_bytes
         recopied, listing = self._ensure_stored(files, batch_id, started)
         copied += recopied
         faults.maybe_kill("metadata", batch_id)
@@ -308,7 +309,7 @@ class Coordinator:
             stats=SnapshotStats(
                 duration_ms=int((time.monotonic() - started) * 1000),
                 bytes_copied=copied,
-                files_copied=len(new) + prestored_files,
+                files_copied=len(uploaded) + prestored_files,
                 bytes_total=sum(f.size for f in files),
                 file_count=len(files),
             ),
@@ -397,20 +398,43 @@ class Coordinator:
                 f"checkpoint of batch {batch_id} exceeded spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
             )
 
-    def _upload(self, live: livedir.LiveFile, batch_id: int, sha: str | None) -> FileRef:
+    def _upload(self, live: livedir.LiveFile, batch_id: int, sha: str | None, started: float) -> FileRef | None:
         """Copy one live file into the shared area (content-addressed) and index it. Runs
         in transfer threads; the caller's thread waits meanwhile and each call indexes its
-        own path (one dict store: atomic)."""
-        try:
-            sha = sha or file_sha256(live.abspath)
-            key = self.catalog.shared_key(live.path, sha)
-            self.catalog.store.upload_file(live.abspath, key)
-            st = os.stat(live.abspath)
-        except FileNotFoundError:
-            # Spark's maintenance removed it between listing and copying: an old version.
-            raise CatalogError(f"live file {live.path} vanished while checkpointing batch {batch_id}") from None
-        if st.st_size != live.size or st.st_mtime_ns != live.mtime_ns:
-            raise CatalogError(f"live file {live.path} changed while checkpointing batch {batch_id}")
+        own path (one dict store: atomic).
+
+        Spark's RocksDB maintenance writes a snapshot's SST files in place, before the
+        ``.zip`` that references them: an SST that changes while it is copied is copied
+        again until a copy saw no change, and one that vanished is left out (None; Spark
+        deletes only SSTs no retained version references). Any other file is written
+        once by Spark, so a change or a disappearance fails the checkpoint.
+
+        :raises CatalogError: a file other than an SST changed or vanished.
+        :raises CheckpointAbandoned: an SST was still being written at the timeout.
+        """
+        sst = livedir.is_rocksdb_sst(live.path)
+        while True:
+            try:
+                sha = sha or file_sha256(live.abspath)
+                key = self.catalog.shared_key(live.path, sha)
+                self.catalog.store.upload_file(live.abspath, key)
+                st = os.stat(live.abspath)
+            except (FileNotFoundError, ObjectNotFound):
+                if sst:
+                    log.info("SST %s went while checkpointing batch %d (Spark's maintenance deleted it); "
+                             "left out", live.path, batch_id)
+                    return None
+                # Spark's maintenance removed it between listing and copying: an old version.
+                raise CatalogError(f"live file {live.path} vanished while checkpointing batch {batch_id}") from None
+            if st.st_size == live.size and st.st_mtime_ns == live.mtime_ns:
+                break
+            if not sst:
+                raise CatalogError(f"live file {live.path} changed while checkpointing batch {batch_id}")
+            log.info("SST %s is still being written (%d -> %d bytes); copying it again", live.path, live.size,
+                     st.st_size)
+            self._check_timeout(batch_id, started)
+            time.sleep(0.2)
+            live, sha = livedir.LiveFile(live.path, live.abspath, st.st_size, st.st_mtime_ns), None
         ref = FileRef(path=live.path, key=key, size=live.size, sha256=sha, mtime_ns=live.mtime_ns)
         self.index[live.path] = IndexEntry(live.size, live.mtime_ns, ref)
         return ref
@@ -438,7 +462,8 @@ class Coordinator:
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} changed")
             log.warning("shared file %s referenced by checkpoint of batch %d is missing from %s; copying it again",
                         ref.key, batch_id, self.catalog.uri)
-            self._upload(live, batch_id, ref.sha256)
+            if self._upload(live, batch_id, ref.sha256, started) is None:
+                raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} is gone")
             copied += ref.size
         return copied, listing
 

@@ -201,6 +201,15 @@ def newest_snapshots(paths: Iterable[str]) -> dict[str, int]:
     return newest
 
 
+_ROCKSDB_SST = re.compile(r"^state/.+/SSTs/[^/]+\.sst$")
+
+
+def is_rocksdb_sst(path: str) -> bool:
+    """Whether `path` (relative) is an SST file of Spark's RocksDB state store, which its
+    maintenance writes in place (not renamed into place) before the snapshot naming it."""
+    return bool(_ROCKSDB_SST.match(path))
+
+
 def replay_bytes(files: Iterable[tuple[str, int]]) -> int:
     """The changelog (and HDFS delta) bytes that loading the state in `files` ((relative
     path, size) of a checkpoint) replays: per store, those newer than its newest snapshot."""
