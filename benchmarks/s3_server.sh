@@ -85,6 +85,8 @@ stop)
         if kill -0 "$pid" 2>/dev/null; then
             kill "$pid"
             for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+            # a server that ignored SIGTERM (seen when it had run out of volumes) must not outlive the test
+            if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid"; fi
         fi
         rm -f "$pidfile"
         echo "stopped"
