@@ -172,20 +172,26 @@ class StoreVersions:
 def state_stores(root: str, batch_id: int, dirs: Iterable[str] | None = None) -> list[StoreVersions]:
     """Every state store instance of a live location (or those in `dirs`, relative), as of
     the restart point after `batch_id`."""
+    files = ((f"{base}/{live.path}", live.size)
+             for base in (["state"] if dirs is None else dirs)
+             for live in walk(os.path.join(root, *base.split("/"))))
+    return _stores(files, max_version=batch_id + 1)
+
+
+def _stores(files: Iterable[tuple[str, int]], max_version: int | None = None) -> list[StoreVersions]:
+    """The state stores among `files` ((relative path, size)), versions up to `max_version`."""
     found: dict[str, list[tuple[int, str, int]]] = {}
-    for base in ["state"] if dirs is None else dirs:
-        for live in walk(os.path.join(root, *base.split("/"))):
-            name = live.path.rsplit("/", 1)[-1]
-            match = _VERSIONED_STATE.match(name)
-            if match and int(match.group(1)) <= batch_id + 1:
-                parent = f"{base}/{live.path}".rsplit("/", 1)[0]
-                found.setdefault(parent, []).append((int(match.group(1)), match.group(2), live.size))
+    for path, size in files:
+        directory, _, name = path.rpartition("/")
+        match = _VERSIONED_STATE.match(name)
+        if path.startswith("state/") and match and (max_version is None or int(match.group(1)) <= max_version):
+            found.setdefault(directory, []).append((int(match.group(1)), match.group(2), size))
     stores = []
-    for directory, files in sorted(found.items()):
-        snapshot = max((v for v, kind, _ in files if kind in ("zip", "snapshot")), default=0)
+    for directory, versions in sorted(found.items()):
+        snapshot = max((v for v, kind, _ in versions if kind in ("zip", "snapshot")), default=0)
         stores.append(StoreVersions(
-            dir=directory, latest=max(v for v, _, _ in files), snapshot=snapshot,
-            replay_bytes=sum(size for v, kind, size in files if kind in ("changelog", "delta") and v > snapshot),
+            dir=directory, latest=max(v for v, _, _ in versions), snapshot=snapshot,
+            replay_bytes=sum(size for v, kind, size in versions if kind in ("changelog", "delta") and v > snapshot),
         ))
     return stores
 
@@ -213,16 +219,7 @@ def is_rocksdb_sst(path: str) -> bool:
 def replay_bytes(files: Iterable[tuple[str, int]]) -> int:
     """The changelog (and HDFS delta) bytes that loading the state in `files` ((relative
     path, size) of a checkpoint) replays: per store, those newer than its newest snapshot."""
-    files = list(files)
-    newest = newest_snapshots(path for path, _size in files)
-    total = 0
-    for path, size in files:
-        directory, _, name = path.rpartition("/")
-        match = _VERSIONED_STATE.match(name)
-        if path.startswith("state/") and match and match.group(2) in ("changelog", "delta") \
-                and int(match.group(1)) > newest.get(directory, 0):
-            total += size
-    return total
+    return sum(store.replay_bytes for store in _stores(files))
 
 
 def pending_snapshots(root: str, batch_id: int, min_deltas: int,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import os
 import posixpath
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -25,6 +26,14 @@ class ObjectInfo:
     size: int
     mtime: float  # seconds since the epoch
     etag: str | None = None
+
+
+def discard_file(path: str) -> None:
+    """Remove a temporary file if it is there (cleanup after a failed write)."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def normalize_key(key: str) -> str:
@@ -157,7 +166,6 @@ class Storage(abc.ABC):
 
     def download_file(self, key: str, local_path: str) -> None:
         """Download `key` into a local file, creating parent directories."""
-        import os
 
         os.makedirs(os.path.dirname(local_path) or ".", exist_ok=True)
         data = self.get(key)
@@ -172,7 +180,6 @@ class Storage(abc.ABC):
 
         :raises ObjectNotFound: `key` does not exist.
         """
-        import os
         import tempfile
 
         fd, tmp = tempfile.mkstemp(prefix="sparkpoint-copy-")

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 
 from airflow_sparkpoint.exceptions import ObjectExists, ObjectNotFound, StorageError
-from airflow_sparkpoint.storage.base import ObjectInfo, Storage, normalize_key, normalize_prefix
+from airflow_sparkpoint.storage.base import ObjectInfo, Storage, discard_file, normalize_key, normalize_prefix
 
 _TMP_MARK = ".sparkpoint-tmp-"
 
@@ -38,7 +38,7 @@ class LocalStorage(Storage):
                 handle.flush()
                 os.fsync(handle.fileno())
         except BaseException:
-            _discard(tmp)  # a torn temp file on a full disk would only make it fuller
+            discard_file(tmp)  # a torn temp file on a full disk would only make it fuller
             raise
         return tmp
 
@@ -64,7 +64,7 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot write {path}: {exc}") from exc
         finally:
             if tmp is not None:
-                _discard(tmp)
+                discard_file(tmp)
 
     def put_if_absent(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -187,7 +187,7 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot write {path}: {exc}") from exc
         finally:
             if tmp is not None:
-                _discard(tmp)
+                discard_file(tmp)
 
     def copy_from(self, source: Storage, key: str, target_key: str) -> bool:
         """A hard link when `source` is a local store on the same filesystem: stored
@@ -212,7 +212,7 @@ class LocalStorage(Storage):
             os.replace(tmp, path)
             self._fsync_dir(directory)
         except OSError as exc:
-            _discard(tmp)
+            discard_file(tmp)
             raise StorageError(f"cannot write {path}: {exc}") from exc
         return True
 
@@ -231,15 +231,9 @@ class LocalStorage(Storage):
             shutil.copyfile(src, tmp)
             os.replace(tmp, local_path)
         except FileNotFoundError:
-            _discard(tmp)
+            discard_file(tmp)
             raise ObjectNotFound(f"{src} does not exist") from None
         except BaseException:
-            _discard(tmp)
+            discard_file(tmp)
             raise
 
-
-def _discard(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, ObjectExists, ObjectNotFound, StorageError
-from airflow_sparkpoint.storage.base import ObjectInfo, Storage, normalize_key, normalize_prefix
+from airflow_sparkpoint.storage.base import ObjectInfo, Storage, discard_file, normalize_key, normalize_prefix
 
 log = logging.getLogger(__name__)
 
@@ -659,12 +659,12 @@ class S3Storage(Storage):
                 os.replace(tmp, local_path)
                 return
             except BotoCoreError as exc:  # the connection broke or stalled mid-body
-                _discard(tmp)
+                discard_file(tmp)
                 if attempt == self._max_attempts:
                     raise self._error(exc, "download", full) from exc
                 log.debug("download of %s cut short (attempt %d): %s; reading it again", full, attempt, exc)
             except BaseException:
-                _discard(tmp)
+                discard_file(tmp)
                 raise
 
     def close(self) -> None:
@@ -675,9 +675,3 @@ class S3Storage(Storage):
         if client is not None and self._owns_client:
             client.close()
 
-
-def _discard(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
