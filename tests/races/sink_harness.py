@@ -317,6 +317,26 @@ class DirectoryS3Case(S3Case):
 # ---------------------------------------------------------------------------- the oracle
 
 
+def explain(drivers: Sequence[Driver], catalog: Any = None) -> str:
+    """What a failed race assertion needs to be understood: each driver's exit code and its
+    Sparkpoint log lines (and tracebacks), and the catalog's checkpoints and transactions."""
+    parts = []
+    for driver in drivers:
+        rc = driver.proc.poll()
+        lines = [line for line in driver.output.splitlines()
+                 if "airflow_sparkpoint" in line or "SPARKPOINT_" in line or "Error" in line
+                 or line.startswith(("Traceback", "  File", "    "))]
+        parts.append(f"--- {driver.name} (exit {rc}):\n" + "\n".join(lines[-80:]))
+    if catalog is not None:
+        try:
+            parts.append("--- checkpoints: " + ", ".join(
+                f"chk-{m.id} batch {m.batch_id} g{m.generation}" for m in catalog.checkpoints()))
+            parts.append("--- transactions: " + ", ".join(r.txn_id for r in catalog.transactions()))
+        except Exception as exc:  # noqa: BLE001 - a diagnostic must not hide the failure
+            parts.append(f"--- catalog unreadable: {exc}")
+    return "\n".join(parts)
+
+
 def differences(case: SinkCase, expected: Sequence[Mapping[str, Any]], got: Sequence[Mapping[str, Any]]) -> list[str]:
     """Every difference between the sink's rows and the input, row by row: duplicated,
     lost or altered events (append), or wrong totals and counts per user (merge)."""

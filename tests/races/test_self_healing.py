@@ -33,6 +33,7 @@ from tests.races.sink_harness import (
     S3Place,
     SinkCase,
     differences,
+    explain,
     odd_file,
     write_inputs,
 )
@@ -137,7 +138,7 @@ def test_a_restart_behind_the_sink_replays_the_committed_batches_and_continues(s
     healed = scene.run("healed")
 
     assert healed.proc.returncode == 0, healed.tail()
-    assert differences(scene.case, expected, scene.case.rows()) == []
+    assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
     result = healed.result()
     assert result is not None
     assert result["restored_from"] == scene.catalog().checkpoint_uri(fallback.id)
@@ -197,7 +198,7 @@ def test_a_driver_killed_halfway_through_the_replay_is_replayed_again(scene: Sce
     healed = scene.run("healed")
 
     assert healed.proc.returncode == 0, healed.tail()
-    assert differences(scene.case, expected, scene.case.rows()) == []
+    assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
     result = healed.result()
     assert result is not None and result["recovered"]["replayed"] == [2, 3]
     assert result["first_batch"] == 4 and result["generation"] == 3

@@ -45,6 +45,7 @@ from tests.races.sink_harness import (
     S3Place,
     SinkCase,
     differences,
+    explain,
     odd_file,
     seaweedfs,
     write_inputs,
@@ -146,7 +147,7 @@ def test_a_zombie_held_between_staging_and_promotion_is_fenced_and_its_staging_d
     zombie.release("staged")
     zombie_rc = zombie.wait()
 
-    assert differences(scene.case, expected, scene.case.rows()) == []
+    assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
     assert scene.case.leftovers() == [], "the zombie's staged data was not discarded"
     assert rerun_rc == 0, rerun.tail()
     assert zombie_rc != 0 and "StaleGeneration" in zombie.output, zombie.tail()
@@ -195,7 +196,7 @@ def test_a_zombie_held_before_its_claim_loses_the_batch_to_the_rerun(scene: Scen
         zombie.release("before_claim")
         zombie_rc = zombie.wait()
 
-    assert differences(scene.case, expected, scene.case.rows()) == []
+    assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
     assert scene.case.leftovers() == [], "the losing transaction's staged data was not discarded"
     assert rerun_rc == 0, rerun.tail()
     assert zombie_rc != 0, zombie.tail()
@@ -229,7 +230,7 @@ def test_a_zombie_holding_the_claim_makes_the_restore_refuse_instead_of_losing_t
     fixed = scene.start("fixed", restore=scene.checkpoint_of(position))
     fixed_rc = fixed.wait()
 
-    assert differences(scene.case, expected, scene.case.rows()) == []
+    assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
     assert scene.case.leftovers() == []
     assert restore_held is None and restore_rc != 0, "the restore behind the zombie's claim must be refused"
     # The claim counts as a commit of batch 2: the sink is ahead of the restore point
@@ -266,7 +267,7 @@ def test_a_zombie_waking_while_the_rerun_prepares_cannot_land_a_batch_past_the_r
     rerun.release("before_live")
     rerun_rc = rerun.wait()
 
-    assert differences(scene.case, expected, scene.case.rows()) == []
+    assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
     assert scene.case.leftovers() == [], "the zombie's staged data was not discarded"
     assert rerun_rc == 0, rerun.tail()
     assert zombie_rc != 0 and "was aborted" in zombie.output, zombie.tail()
