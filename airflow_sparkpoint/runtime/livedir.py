@@ -198,13 +198,7 @@ def _stores(files: Iterable[tuple[str, int]], max_version: int | None = None) ->
 
 def newest_snapshots(paths: Iterable[str]) -> dict[str, int]:
     """The newest snapshot version per state store directory among `paths` (relative)."""
-    newest: dict[str, int] = {}
-    for path in paths:
-        directory, _, name = path.rpartition("/")
-        match = _VERSIONED_STATE.match(name)
-        if path.startswith("state/") and match and match.group(2) in ("zip", "snapshot"):
-            newest[directory] = max(newest.get(directory, 0), int(match.group(1)))
-    return newest
+    return {store.dir: store.snapshot for store in _stores((path, 0) for path in paths) if store.snapshot}
 
 
 _ROCKSDB_SST = re.compile(r"^state/.+/SSTs/[^/]+\.sst$")

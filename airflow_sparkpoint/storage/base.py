@@ -166,7 +166,6 @@ class Storage(abc.ABC):
 
     def download_file(self, key: str, local_path: str) -> None:
         """Download `key` into a local file, creating parent directories."""
-
         os.makedirs(os.path.dirname(local_path) or ".", exist_ok=True)
         data = self.get(key)
         tmp = f"{local_path}.sparkpoint-tmp"
@@ -188,10 +187,7 @@ class Storage(abc.ABC):
             self.download_file(key, tmp)
             target.upload_file(tmp, target_key)
         finally:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            discard_file(tmp)
 
     def child(self, prefix: str) -> Storage:
         """A view of this store rooted at `prefix` (keys are relative to it)."""
