@@ -12,30 +12,45 @@ login / password    S3 access key id / secret (optional)
 ``aws_conn_id``     an Airflow ``aws`` connection for the credentials (roles,
                     profiles, session tokens), read through the Amazon
                     provider's ``AwsBaseHook``
-``jobs``            the pipelines stored there, comma-separated (what the UI
-                    lists for this connection)
+``jobs``            the pipelines stored there (what the UI lists for this
+                    connection): comma-separated names, a list, or a mapping
+                    ``{"orders": {"dags": ["etl_orders"]}}`` declaring the DAGs
+                    that use each (whose readers the UI shows it to)
 ``pyspark_python``  the Python interpreter on the Spark cluster's nodes
 ==================  ==========================================================
 
 Credentials, in this order: login/password; the ``aws_conn_id`` connection through
 ``AwsBaseHook`` (needs ``pip install 'airflow-sparkpoint[amazon]'``); else none are set
 and boto3's default chain applies (environment, profile, instance role) — in this
-process and in the ``spark-submit`` it starts. They are never parsed by hand.
+process and in the ``spark-submit`` it starts. They are never parsed by hand. An endpoint
+URL with ``user:password@`` is refused (`validate_endpoint_url`): it would reach the
+Spark conf, which the Spark UI shows. Messages shown to users go through `scrub`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import logging
+import re
+from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from airflow.sdk import BaseHook
 
 from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
+from airflow_sparkpoint.checkpoints.layout import validate_job_name
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_sparkpoint.storage import Storage, open_storage, split_uri
+from airflow_sparkpoint.storage.s3 import validate_endpoint_url
+
+log = logging.getLogger(__name__)
+
+#: extra fields that hold no secret (every other extra value is scrubbed from messages)
+_PLAIN_EXTRA = frozenset({*CONN_FIELDS, "jobs", "storage_uri"})
+_CREDENTIAL_OPTIONS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]+@")
 
 
 def extra_field(extra: Mapping[str, Any], name: str, conn_type: str = "sparkpoint") -> Any:
@@ -46,6 +61,48 @@ def extra_field(extra: Mapping[str, Any], name: str, conn_type: str = "sparkpoin
         if value not in (None, ""):
             return value
     return None
+
+
+def declared_jobs(extra: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """The jobs a connection's extra ``jobs`` field lists, each with the DAGs it declares
+    (see the module docstring). Malformed job names are skipped with a warning."""
+    raw = extra_field(extra, "jobs")
+    items: Iterable[tuple[Any, Any]]
+    if isinstance(raw, str):
+        items = ((name.strip(), None) for name in raw.split(",") if name.strip())
+    elif isinstance(raw, Mapping):
+        items = raw.items()
+    elif isinstance(raw, (list, tuple)):
+        items = ((name, None) for name in raw)
+    else:
+        return {}
+    jobs: dict[str, tuple[str, ...]] = {}
+    for name, spec in items:
+        try:
+            job = validate_job_name(str(name))
+        except ConfigError as exc:
+            log.warning("ignoring a job listed by a sparkpoint connection: %s", exc)
+            continue
+        dags = spec.get("dags", ()) if isinstance(spec, Mapping) else ()
+        jobs[job] = tuple(str(d) for d in (dags if isinstance(dags, (list, tuple)) else [dags]) if d)
+    return jobs
+
+
+def _userinfo(uri: Any) -> list[str]:
+    """The ``user:password`` of `uri` and its parts (empty when it has none)."""
+    if not isinstance(uri, str) or "@" not in uri:
+        return []
+    netloc = urlsplit(uri.strip()).netloc if "://" in uri else uri.split("/", 1)[0]
+    userinfo = netloc.rpartition("@")[0]
+    return [userinfo, *userinfo.split(":", 1)] if userinfo else []
+
+
+def scrub(text: str, secrets: Iterable[Any]) -> str:
+    """`text` with each of `secrets` (4 characters or more) and every URL's
+    ``user:password@`` removed: for a message that may quote a client's configuration."""
+    for secret in sorted({str(s) for s in secrets if s and len(str(s)) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return _URL_USERINFO.sub(r"\1", text)
 
 
 def _aws_credentials(aws_connection: Any) -> dict[str, Any]:
@@ -135,15 +192,18 @@ class SparkpointHook(BaseHook):
             uri = uri or (conn.host or "").strip() or extra_field(extra, "storage_uri")
             if aws_conn is not None:
                 options.update(_aws_credentials(aws_conn))
+            endpoint_from = f"aws connection {aws_conn.conn_id!r} endpoint_url" if aws_conn is not None else ""
             for name in ("endpoint_url", "region_name"):  # the connection's own values win
                 if extra_field(extra, name):
                     options[name] = str(extra_field(extra, name)).strip()
+                    endpoint_from = f"Sparkpoint connection {conn.conn_id!r} extra endpoint_url"
+            if options.get("endpoint_url"):
+                options["endpoint_url"] = validate_endpoint_url(str(options["endpoint_url"]), endpoint_from)
             if conn.login and conn.password:
                 options["aws_access_key_id"] = conn.login
                 options["aws_secret_access_key"] = conn.password
                 options.pop("aws_session_token", None)
-            jobs = extra_field(extra, "jobs")
-            fields["jobs"] = [j.strip() for j in str(jobs).split(",") if j.strip()] if jobs else []
+            fields["jobs"] = list(declared_jobs(extra))
             fields["pyspark_python"] = extra_field(extra, "pyspark_python")
         if not uri:
             raise ConfigError(
@@ -257,7 +317,37 @@ class SparkpointHook(BaseHook):
             return f"https://s3.console.aws.amazon.com/s3/buckets/{bucket}?prefix={quote(key)}"
         return self.get_catalog(job_name).uri
 
+    def secrets(self) -> list[str]:
+        """What must never appear in a message: the connections' login, password and
+        credentials, every extra value but the plain form fields, and the ``user:password``
+        of the host and endpoint URLs. Read without resolving (which may be what failed)."""
+        found: list[Any] = []
+        conns = []
+        try:
+            conns.append(self.get_connection(self.sparkpoint_conn_id) if self.sparkpoint_conn_id else None)
+            aws_conn_id = self._aws_conn_id(conns[0])
+            conns.append(self.get_connection(aws_conn_id) if aws_conn_id else None)
+        except Exception as exc:  # noqa: BLE001 - what could be read is scrubbed
+            log.debug("scrubbing without a connection: %s", type(exc).__name__)
+        for conn in conns:
+            if conn is None:
+                continue
+            extra = conn.extra_dejson if isinstance(conn.extra_dejson, dict) else {}
+            found += [conn.login, conn.password, *_userinfo(conn.host), *_userinfo(extra_field(extra, "endpoint_url"))]
+            found += [v for k, v in extra.items() if k not in _PLAIN_EXTRA and k.rpartition("__")[2] not in _PLAIN_EXTRA
+                      and isinstance(v, (str, int)) and not isinstance(v, bool)]
+        if self._resolved is not None:
+            found += [self._resolved[1].get(name) for name in _CREDENTIAL_OPTIONS]
+        found += _userinfo(self._storage_uri)
+        return [str(s) for s in found if s]
+
+    def scrub(self, text: str) -> str:
+        """`text` without this hook's `secrets` nor any URL's ``user:password@``."""
+        return scrub(text, self.secrets())
+
     def test_connection(self) -> tuple[bool, str]:
+        """Whether the storage root can be listed, with a message for the connection form
+        (scrubbed: the form shows it to whoever clicks *Test*)."""
         try:
             storage = self.get_storage()
             check = getattr(storage, "check", None)
@@ -266,5 +356,6 @@ class SparkpointHook(BaseHook):
             else:
                 list(storage.list_dirs(""))
         except Exception as exc:  # noqa: BLE001 - reported to the UI
-            return False, str(exc)
-        return True, f"Sparkpoint storage {self.storage_uri} is reachable"
+            return False, self.scrub(f"Sparkpoint connection {self.sparkpoint_conn_id!r} cannot reach its storage: "
+                                     f"{type(exc).__name__}: {exc}")
+        return True, self.scrub(f"Sparkpoint storage {self.storage_uri} is reachable")

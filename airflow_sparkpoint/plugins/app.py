@@ -3,7 +3,8 @@
 Airflow mounts a plugin's app as it is, so every route here depends on Airflow's
 authentication (`airflow.api_fastapi.core_api.security.get_user`: the UI's session cookie
 or a bearer token from ``POST /auth/token``), and each pipeline route on the user's access
-to it (`pipelines.can_read`). There are no docs or OpenAPI routes. Routes::
+to it (`pipelines.can_read`, decided from the connection before anything is read from the
+store). There are no docs or OpenAPI routes. Routes::
 
     GET /pipelines                       HTML list of the pipelines the user may read
     GET /pipelines/{conn_id}/{job}       HTML checkpoints page (operators' extra links)
@@ -12,8 +13,12 @@ to it (`pipelines.can_read`). There are no docs or OpenAPI routes. Routes::
     GET /api/pipelines/{conn_id}/{job}   JSON history (`PipelineHistory.to_json()`)
     GET /metrics                         Prometheus text of every readable pipeline
 
-Errors: 401 without a user, 403 without access, 404 for a pipeline no ``sparkpoint``
-connection lists, 502 when its store cannot be read (the message names no secret).
+Errors: 401 without a user; 404, one and the same answer, for a pipeline no ``sparkpoint``
+connection lists and for one the user may not read (whether a connection or a job exists
+is not told to who may not see it); 502 when the store of a readable pipeline cannot be
+read (the message names no secret). Every response carries `SECURITY_HEADERS`: no caching,
+no MIME sniffing, a content security policy that allows only the page's own style and
+framing by Airflow's own pages.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from airflow_sparkpoint.checkpoints.health import prometheus_text
 from airflow_sparkpoint.checkpoints.history import PipelineHistory, load_history
@@ -31,7 +38,6 @@ from airflow_sparkpoint.plugins.pipelines import (
     Pipeline,
     PipelineNotFound,
     can_read,
-    dags_of,
     list_pipelines,
     open_catalog,
     redact,
@@ -54,27 +60,56 @@ def _base(request: Request) -> str:
     return str(request.scope.get("root_path", "")).rstrip("/")
 
 
-def _readable(user: Any, pipeline: Pipeline) -> tuple[bool, tuple[str, ...]]:
-    dags = dags_of(pipeline)
-    return can_read(user, pipeline, dags), dags
+#: the one answer for a pipeline that does not exist and one the user may not read
+NOT_FOUND = "No such Sparkpoint pipeline, or you may not read it."
+
+SECURITY_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": page.CONTENT_SECURITY_POLICY,
+    "X-Frame-Options": "SAMEORIGIN",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class SecurityHeaders:
+    """ASGI middleware: `SECURITY_HEADERS` on every response of the app (errors too)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 def _load(user: Any, conn_id: str, job: str) -> tuple[Pipeline, PipelineHistory]:
-    """The pipeline's history, after checking that it exists and that `user` may read it.
+    """The pipeline's history, after checking that it exists and that `user` may read it
+    (nothing is read from the store before).
 
-    :raises HTTPException: 404 unknown pipeline, 403 no access, 502 unreadable store.
+    :raises HTTPException: 404 unknown or not readable pipeline (`NOT_FOUND`), 502
+        unreadable store.
     """
     try:
         pipeline = resolve(conn_id, job)
     except PipelineNotFound as exc:
-        raise HTTPException(404, f"not a Sparkpoint pipeline: {exc}") from None
+        log.debug("404 for pipeline %r/%r: %s", conn_id, job, exc)
+        raise HTTPException(404, NOT_FOUND) from None
+    if not can_read(user, pipeline):
+        log.debug("404 for pipeline %s/%s: the user may not read it", conn_id, job)
+        raise HTTPException(404, NOT_FOUND)
     try:
-        catalog = open_catalog(pipeline)
-        if not can_read(user, pipeline, dags_of(pipeline, catalog)):
-            raise HTTPException(403, "Forbidden")
-        return pipeline, load_history(catalog)
-    except HTTPException:
-        raise
+        return pipeline, load_history(open_catalog(pipeline))
     except Exception as exc:  # noqa: BLE001 - a storage client's error; shown without secrets
         log.warning("cannot read pipeline %s/%s: %s", conn_id, job, type(exc).__name__)
         raise HTTPException(502, redact(f"cannot read the store of pipeline {conn_id}/{job}: "
@@ -82,17 +117,15 @@ def _load(user: Any, conn_id: str, job: str) -> tuple[Pipeline, PipelineHistory]
 
 
 def _visible(user: Any, dag_id: str | None = None) -> list[dict[str, Any]]:
-    rows = []
-    for pipeline in list_pipelines():
-        readable, dags = _readable(user, pipeline)
-        if readable and (dag_id is None or dag_id in dags):
-            rows.append({"conn_id": pipeline.conn_id, "job": pipeline.job, "dags": list(dags)})
-    return rows
+    """The pipelines `user` may read (of DAG `dag_id`: those declaring it); reads no store."""
+    return [{"conn_id": p.conn_id, "job": p.job, "dags": list(p.declared_dags)} for p in list_pipelines()
+            if (dag_id is None or dag_id in p.declared_dags) and can_read(user, p)]
 
 
 def create_app() -> FastAPI:
     """The plugin's app (no docs routes: everything it serves needs a user)."""
     app = FastAPI(title="Sparkpoint checkpoints", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(SecurityHeaders)
 
     @app.exception_handler(HTTPException)
     async def _errors(request: Request, exc: HTTPException) -> Response:

@@ -14,6 +14,7 @@ from airflow_sparkpoint.checkpoints.layout import validate_job_name
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
 from airflow_sparkpoint.sinks.base import DRIVER_STAGING_MAX_BYTES
 from airflow_sparkpoint.storage import split_uri
+from airflow_sparkpoint.storage.s3 import validate_endpoint_url
 
 PREFIX = "spark.sparkpoint."
 #: environment variable naming the submit (an Airflow task try) that started a driver;
@@ -272,8 +273,8 @@ class SparkpointConfig:
         if poll <= 0:
             raise ConfigError(f"{PREFIX}control.pollInterval={values['control.pollInterval']!r} must be positive")
         endpoint = values.get("s3.endpoint", "").strip() or None
-        if endpoint is not None and not re.match(r"^https?://[^\s/]+", endpoint):
-            raise ConfigError(f"{PREFIX}s3.endpoint={endpoint!r} is not a URL; expected e.g. http://minio:9000")
+        if endpoint is not None:
+            endpoint = validate_endpoint_url(endpoint, f"{PREFIX}s3.endpoint")
         state_partitions = values.get("restore.statePartitions", "").strip()
         final_wait = values.get("checkpoint.finalSnapshot.timeout", "").strip()
         pause_at = values.get("test.pauseAt", "").strip()

@@ -396,3 +396,81 @@ def test_restore_targets_outside_the_job_are_refused_before_anything_is_touched(
         plan(str(tmp_path / "elsewhere"))
     assert sorted(str(p) for p in root.rglob("*")) == before
     assert catalog.current_generation() == 1  # nothing claimed a generation
+
+
+# ---------------------------------------------------------------------------- endpoint URLs and test_connection
+
+
+def _sparkpoint_conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: Any) -> None:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "sparkpoint", **fields}))
+
+
+@pytest.mark.airflow
+def test_credentials_in_an_endpoint_url_are_refused_before_they_reach_the_spark_conf(
+    airflow_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``user:password@`` in an endpoint URL (the connection's own, an ``aws`` connection's,
+    or ``spark.sparkpoint.s3.endpoint`` set by hand) is refused with an error that names
+    where it came from and quotes no secret: it would otherwise sit in the Spark conf,
+    which the Spark UI shows to anyone who can open it."""
+    from airflow_sparkpoint.hooks import SparkpointHook
+    from airflow_sparkpoint.operators import SparkpointSubmitOperator
+    from airflow_sparkpoint.runtime.config import SparkpointConfig
+
+    endpoint = f"http://{KEY_ID}:{PASSWORD}@127.0.0.1:9"
+    _sparkpoint_conn(monkeypatch, "sp_userinfo", host="s3://bucket/sp", login=KEY_ID, password=SECRET,
+                     extra={"endpoint_url": endpoint})
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_USERINFO", json.dumps({
+        "conn_type": "aws", "login": KEY_ID, "password": SECRET, "extra": {"endpoint_url": endpoint}}))
+    _sparkpoint_conn(monkeypatch, "sp_aws_userinfo", host="s3://bucket/sp", extra={"aws_conn_id": "aws_userinfo"})
+
+    errors: list[BaseException] = []
+    for conn_id in ("sp_userinfo", "sp_aws_userinfo"):
+        with pytest.raises(ConfigError, match="credentials") as info:
+            SparkpointHook(conn_id).storage_options  # noqa: B018 - resolving is the point
+        assert conn_id in str(info.value) or "aws_userinfo" in str(info.value), str(info.value)
+        errors.append(info.value)
+        op = SparkpointSubmitOperator(task_id="submit", application="job.py", job_name=JOB, sparkpoint_conn_id=conn_id)
+        with pytest.raises(ConfigError, match="credentials") as info:
+            op.build_sparkpoint_conf("latest")
+        errors.append(info.value)
+    with pytest.raises(ConfigError, match="credentials") as info:
+        SparkpointConfig.from_conf({"spark.sparkpoint.dir": "s3://bucket/sp", "spark.sparkpoint.job": JOB,
+                                    "spark.sparkpoint.workDir": "/tmp/w", "spark.sparkpoint.s3.endpoint": endpoint})
+    assert "spark.sparkpoint.s3.endpoint" in str(info.value)
+    errors.append(info.value)
+    for exc in errors:
+        assert_clean(full_text(exc), what=f"{type(exc).__name__} {exc}")
+        assert "127.0.0.1:9" in str(exc), f"the error should name the endpoint (without its credentials): {exc}"
+
+
+@pytest.mark.airflow
+def test_test_connection_reports_failures_without_secrets(
+    airflow_home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The connection form's *Test* button shows the message to whoever clicks it: it says
+    what failed, never a secret nor a credential-bearing URL, whatever the storage client's
+    error quoted."""
+    from airflow_sparkpoint.hooks import SparkpointHook
+    from airflow_sparkpoint.storage.local import LocalStorage
+
+    token = f"tok-{uuid.uuid4().hex}"
+    # A storage root URI with credentials typed into it.
+    _sparkpoint_conn(monkeypatch, "sp_bad_host", host=f"s3://{KEY_ID}:{SECRET}@bucket/sp")
+    # A client error quoting its whole configuration (as some do).
+    _sparkpoint_conn(monkeypatch, "sp_chatty", host=str(tmp_path / "sp"), login=KEY_ID, password=SECRET,
+                     extra={"api_token": token, "region_name": "us-east-1"})
+
+    def chatty(self: Any, prefix: str) -> list[str]:
+        raise RuntimeError(f"cannot connect with key={KEY_ID} secret={SECRET} token={token} "
+                           f"via http://{KEY_ID}:{PASSWORD}@proxy:3128")
+
+    monkeypatch.setattr(LocalStorage, "list_dirs", chatty)
+    for conn_id in ("sp_bad_host", "sp_chatty"):
+        ok, message = SparkpointHook(conn_id).test_connection()
+        assert ok is False, message
+        assert_clean(message, what=f"test_connection of {conn_id}")
+        assert token not in message and "@proxy" not in message, message
+        assert conn_id in message, f"the message should name the connection: {message}"
+    ok, message = SparkpointHook("sp_chatty").test_connection()
+    assert "RuntimeError" in message and "proxy:3128" in message, message

@@ -5,11 +5,15 @@ the UI tests (security, JSON, metrics, browser).
   database, the SimpleAuthManager with a per-DAG denial list (`acl_auth_manager`), users
   admin / op / viewer;
 - connections (environment variables) with secrets planted in login, password and extra:
-  ``sp_local`` serves ``ui_totals`` (used by DAG ``open_dag``), ``lonely`` (no DAG known)
+  ``sp_local`` serves ``ui_totals`` (used by DAG ``open_dag``), ``lonely`` (no DAG declared)
   and ``hidden`` (used by ``secret_dag``, denied to non-admins); ``sp_s3`` serves ``s3_job``
-  on a moto S3 endpoint;
+  on a moto S3 endpoint; ``sp_trap`` serves ``trapped`` (used by ``secret_dag``) on an S3
+  endpoint that records every request (`RequestTrap`) and answers each with 403;
 - history from two real ``spark-submit`` runs of ``dags/jobs/quickstart_totals.py`` (the
-  second restores the first's latest checkpoint) and a savepoint taken with the CLI.
+  second restores the first's latest checkpoint) and a savepoint taken with the CLI;
+- forged generation records, as anyone who can write to the store can write them: ``lonely``
+  and ``hidden`` each claim to have been started by a task of ``open_dag`` (which a viewer
+  may read).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -32,6 +37,48 @@ from tests.conftest import REPO, free_port
 SECRETS = ("AKIAPLANTEDLOGIN7", "planted-password-9f3c2b", "planted-extra-token-51d7", "planted-s3-secret-0a8e")
 USERS = {"admin": "admin-pw-1", "op": "op-pw-2", "viewer": "viewer-pw-3"}
 SPARKPOINT = Path(sys.executable).parent / "sparkpoint"
+#: the DAG named by the forged generation records (readable by a viewer)
+FORGED_DAG = "open_dag"
+
+
+class RequestTrap:
+    """An S3 endpoint on 127.0.0.1 that records the path of every request it gets and
+    denies it (403 AccessDenied, which botocore does not retry)."""
+
+    _DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code>'
+               b"<Message>Access Denied</Message></Error>")
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        trap = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _deny(self) -> None:
+                trap.requests.append(f"{self.command} {self.path}")
+                length = int(self.headers.get("Content-Length") or 0)
+                if length:
+                    self.rfile.read(length)
+                self.send_response(403)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(trap._DENIED)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(trap._DENIED)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _deny
+
+            def log_message(self, format: str, *args: object) -> None:
+                return None
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="ui-request-trap", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=30)
 
 
 @dataclass
@@ -41,6 +88,7 @@ class Stack:
     root: Path  # the local storage root of sp_local
     env: dict[str, str]
     log: Path
+    trap: RequestTrap
 
     def token(self, user: str) -> str:
         import httpx
@@ -70,6 +118,17 @@ def _quickstart_history(base: Path) -> None:
         assert code == 0, f"run {run} of ui_totals exited with {code}:\n{job.tail()}"
     subprocess.run([str(SPARKPOINT), "savepoint", "--dir", str(job.root), "--job", "ui_totals"], check=True,
                    capture_output=True, timeout=120)
+
+
+def _forged_generations(root: Path) -> None:
+    """Generation records that claim a start by a task of `FORGED_DAG`: what a driver, or
+    anyone who may write to the store, can put there."""
+    from airflow_sparkpoint.checkpoints import Catalog
+    from airflow_sparkpoint.storage import open_storage
+
+    for job in ("lonely", "hidden"):
+        Catalog(open_storage(str(root)), job).claim_generation(
+            {"airflow": {"dag_id": FORGED_DAG, "task_id": "forged", "run_id": "forged", "try_number": "1"}})
 
 
 def _s3_history(endpoint: str, bucket: str) -> None:
@@ -107,6 +166,10 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory, s3_server_process: str) -
                        "api_token": SECRETS[2]}}
     s3 = {"conn_type": "sparkpoint", "host": f"s3://{bucket}/sp", "login": "testing", "password": SECRETS[3],
           "extra": {"jobs": ["s3_job"], "endpoint_url": s3_server_process, "region_name": "us-east-1"}}
+    trap = RequestTrap()
+    trapped = {"conn_type": "sparkpoint", "host": "s3://trap-bucket/sp", "login": "testing", "password": SECRETS[3],
+               "extra": {"jobs": {"trapped": {"dags": ["secret_dag"]}}, "endpoint_url": trap.url,
+                         "region_name": "us-east-1"}}
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SPARKPOINT_TEST"))}
     env.update({
@@ -122,6 +185,7 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory, s3_server_process: str) -
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
         "AIRFLOW_CONN_SP_LOCAL": json.dumps(local),
         "AIRFLOW_CONN_SP_S3": json.dumps(s3),
+        "AIRFLOW_CONN_SP_TRAP": json.dumps(trapped),
         "SPARKPOINT_TEST_DENIED_DAGS": "secret_dag",
         "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     })
@@ -141,6 +205,7 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory, s3_server_process: str) -
     try:
         _quickstart_history(base / "quickstart")
         _s3_history(s3_server_process, bucket)
+        _forged_generations(root)
         starter.join(timeout=900)
         if not started:
             raise RuntimeError(f"airflow db migrate failed:\n{log.read_text(errors='replace')[-4000:]}")
@@ -156,8 +221,9 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory, s3_server_process: str) -
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the API server did not start:\n{log.read_text(errors='replace')[-4000:]}")
             time.sleep(1)
-        yield Stack(url, home, root, env, log)
+        yield Stack(url, home, root, env, log, trap)
     finally:
+        trap.close()
         starter.join(timeout=900)
         for server in started:
             if server.poll() is None:

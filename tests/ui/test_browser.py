@@ -72,9 +72,9 @@ def test_the_page_shows_exactly_the_checkpoints_the_cli_lists(ui_stack: Stack, a
             assert not any(secret in html for secret in SECRETS)
             page.screenshot(path=str(artifacts / "checkpoints-page.png"), full_page=True)
 
-            # Another user's view of a pipeline used by a DAG they may not read.
+            # A pipeline used by a DAG the viewer may not read: as if it did not exist.
             denied = page.goto(f"{ui_stack.url}/sparkpoint/pipelines/sp_local/hidden")
-            assert denied is not None and denied.status == 403
+            assert denied is not None and denied.status == 404
         finally:
             browser.close()
     for name in ("airflow-nav-pipelines.png", "airflow-checkpoints-in-ui.png", "checkpoints-page.png"):

@@ -1,6 +1,8 @@
 """The plugin's routes on a real Airflow API server: authentication on every route, access
-by the DAGs that use a pipeline (else by the connection), validated path parameters, no
-secret in any response, the JSON equal to `sparkpoint list --json`, Prometheus metrics,
+by the DAGs a connection declares for a pipeline (else by the connection), never by what
+the store says, checked before anything is read from the store; one 404 for "no such
+pipeline" and "not yours"; security headers on every response; validated path parameters,
+no secret in any response, the JSON equal to `sparkpoint list --json`, Prometheus metrics,
 and a pipeline on S3."""
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.ui.conftest import SECRETS, Stack
+from tests.ui.conftest import FORGED_DAG, SECRETS, Stack
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.s3, pytest.mark.timeout(1200)]
 
@@ -43,21 +45,104 @@ def test_every_route_needs_an_authenticated_user(ui_stack: Stack, path: str) -> 
     assert_no_secret(response)
 
 
-def test_access_follows_the_dags_that_use_the_pipeline(ui_stack: Stack) -> None:
+def test_access_follows_the_dags_the_connection_declares(ui_stack: Stack) -> None:
     # ui_totals: used by open_dag (readable by a viewer); hidden: used by secret_dag (denied
-    # to non-admins); lonely: no DAG known, so access to the connection decides (op and up).
+    # to non-admins); lonely: no DAG declared, so access to the connection decides (op and up).
+    # A pipeline a user may not read is answered like one that does not exist (404).
     assert get(ui_stack, "/sparkpoint/pipelines/sp_local/ui_totals", "viewer").status_code == 200
-    assert get(ui_stack, "/sparkpoint/api/pipelines/sp_local/hidden", "viewer").status_code == 403
-    assert get(ui_stack, "/sparkpoint/pipelines/sp_local/hidden", "op").status_code == 403
+    assert get(ui_stack, "/sparkpoint/api/pipelines/sp_local/hidden", "viewer").status_code == 404
+    assert get(ui_stack, "/sparkpoint/pipelines/sp_local/hidden", "op").status_code == 404
     assert get(ui_stack, "/sparkpoint/api/pipelines/sp_local/hidden", "admin").status_code == 200
-    assert get(ui_stack, "/sparkpoint/api/pipelines/sp_local/lonely", "viewer").status_code == 403
+    assert get(ui_stack, "/sparkpoint/api/pipelines/sp_local/lonely", "viewer").status_code == 404
     assert get(ui_stack, "/sparkpoint/api/pipelines/sp_local/lonely", "op").status_code == 200
     listed = {p["job"] for p in get(ui_stack, "/sparkpoint/api/pipelines", "viewer").json()["pipelines"]}
-    assert listed == {"ui_totals"}  # s3_job has no known DAG and viewers cannot read connections
+    assert listed == {"ui_totals"}  # s3_job has no declared DAG and viewers cannot read connections
     every = {p["job"] for p in get(ui_stack, "/sparkpoint/api/pipelines", "admin").json()["pipelines"]}
-    assert every == {"ui_totals", "lonely", "hidden", "s3_job"}
+    assert every == {"ui_totals", "lonely", "hidden", "s3_job", "trapped"}
     metrics = get(ui_stack, "/sparkpoint/metrics", "viewer").text
     assert 'job="ui_totals"' in metrics and 'job="hidden"' not in metrics
+
+
+def test_a_forged_generation_record_grants_nothing(ui_stack: Stack) -> None:
+    """``lonely`` (no DAG declared) and ``hidden`` (declared: secret_dag) carry generation
+    records claiming a start by a task of open_dag, which the viewer may read: the store
+    is written by drivers (and by anyone who can write to it), so it never widens access."""
+    admin = get(ui_stack, "/sparkpoint/api/pipelines/sp_local/lonely", "admin").json()
+    assert FORGED_DAG in admin["dag_ids"], "the forged record is in the store (and shown to who may read it)"
+    for path in ("/sparkpoint/api/pipelines/sp_local/lonely", "/sparkpoint/api/pipelines/sp_local/hidden",
+                 "/sparkpoint/pipelines/sp_local/lonely", "/sparkpoint/pipelines/sp_local/hidden"):
+        response = get(ui_stack, path, "viewer")
+        assert response.status_code == 404, (path, response.status_code, response.text[:300])
+    listed = get(ui_stack, "/sparkpoint/api/pipelines", "viewer").json()["pipelines"]
+    assert [p["job"] for p in listed] == ["ui_totals"]
+    tab = get(ui_stack, f"/sparkpoint/dags/{FORGED_DAG}", "viewer").text
+    assert "lonely" not in tab and "hidden" not in tab and "ui_totals" in tab
+    metrics = get(ui_stack, "/sparkpoint/metrics", "viewer").text
+    assert 'job="lonely"' not in metrics and 'job="hidden"' not in metrics
+
+
+def test_access_is_checked_before_anything_is_read_from_the_store(ui_stack: Stack) -> None:
+    """``trapped`` lives on an S3 endpoint that records every request: nothing a viewer
+    asks for (the pipeline itself, the lists, the DAG tab, the metrics) reaches it, while
+    an admin's request for the same pipeline does (so the trap is on the path)."""
+    trap = ui_stack.trap
+    before = len(trap.requests)
+    for path in ("/sparkpoint/api/pipelines/sp_trap/trapped", "/sparkpoint/pipelines/sp_trap/trapped",
+                 "/sparkpoint/api/pipelines", "/sparkpoint/pipelines", "/sparkpoint/dags/secret_dag",
+                 "/sparkpoint/metrics"):
+        response = get(ui_stack, path, "viewer")
+        assert trap.requests[before:] == [], f"{path} read the store of a pipeline the viewer may not read"
+        assert response.status_code in (200, 404), (path, response.status_code)
+    response = get(ui_stack, "/sparkpoint/api/pipelines/sp_trap/trapped", "admin")
+    assert response.status_code == 502, response.text  # the trap denies every request
+    assert len(trap.requests) > before, "the admin's request never reached the store: the trap proves nothing"
+    assert_no_secret(response)
+
+
+NOT_FOUND = [
+    "/sparkpoint/api/pipelines/no_such_conn/ui_totals",  # no such connection
+    "/sparkpoint/api/pipelines/spark_default/ui_totals",  # not a sparkpoint connection
+    "/sparkpoint/api/pipelines/sp_local/not_listed",  # the connection does not serve the job
+    "/sparkpoint/api/pipelines/sp_local/hidden",  # exists, the viewer may not read it
+    "/sparkpoint/api/pipelines/sp_trap/trapped",  # exists, the viewer may not read it
+    "/sparkpoint/api/pipelines/sp_local/a%20b",  # malformed
+]
+
+
+@pytest.mark.parametrize("api", [True, False], ids=["json", "html"])
+def test_one_404_for_missing_and_forbidden_pipelines(ui_stack: Stack, api: bool) -> None:
+    """Whether a connection or pipeline exists is not told to who may not read it: every
+    such answer is the same status, body and headers (but the date)."""
+    answers = []
+    for path in NOT_FOUND:
+        response = get(ui_stack, path if api else path.replace("/api/", "/"), "viewer")
+        assert response.status_code == 404, (path, response.status_code, response.text[:300])
+        headers = {k: v for k, v in response.headers.items() if k.lower() != "date"}
+        answers.append((path, response.text, headers))
+    for path, body, headers in answers[1:]:
+        assert (body, headers) == answers[0][1:], f"{path} answers unlike {answers[0][0]}"
+    assert "no_such_conn" not in answers[0][1] and "ui_totals" not in answers[0][1]
+
+
+SECURITY_HEADERS = {"cache-control": "no-store", "x-content-type-options": "nosniff"}
+
+
+def assert_security_headers(response: httpx.Response) -> None:
+    where = f"{response.request.url} ({response.status_code})"
+    for name, value in SECURITY_HEADERS.items():
+        assert value in response.headers.get(name, ""), f"{where}: {name}={response.headers.get(name)!r}"
+    assert "frame-ancestors 'self'" in response.headers.get("content-security-policy", ""), where
+
+
+def test_every_response_carries_the_security_headers(ui_stack: Stack) -> None:
+    for user in ("admin", "viewer"):
+        for path in [*ROUTES, *NOT_FOUND, "/sparkpoint/dags/secret_dag", "/sparkpoint/api/pipelines/sp_trap/trapped",
+                     "/sparkpoint/no-such-route"]:
+            assert_security_headers(get(ui_stack, path, user))
+    for path in ROUTES:  # and without a user (401)
+        response = get(ui_stack, path)
+        assert response.status_code == 401, (path, response.status_code)
+        assert_security_headers(response)
 
 
 @pytest.mark.parametrize(
@@ -81,7 +166,7 @@ def test_no_secret_in_any_response(ui_stack: Stack) -> None:
     for user in ("admin", "viewer"):
         for path in [*ROUTES, "/sparkpoint/api/pipelines/sp_s3/s3_job", "/sparkpoint/pipelines/sp_local/hidden"]:
             response = get(ui_stack, path, user)
-            assert response.status_code in (200, 403), (path, user, response.status_code)
+            assert response.status_code in (200, 404), (path, user, response.status_code)
             assert_no_secret(response)
 
 
