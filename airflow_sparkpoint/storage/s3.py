@@ -83,12 +83,13 @@ def _redact_url(url: str) -> str:
     """`url` without any ``user:password@`` part."""
     try:
         parts = urlsplit(url)
-    except ValueError:
+        port = parts.port
+    except ValueError:  # a malformed host or port: nothing of it is shown
         return "<invalid endpoint>"
     if parts.username is None and parts.password is None:
         return url
     host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
+    netloc = f"{host}:{port}" if port else host
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 

@@ -474,3 +474,19 @@ def test_test_connection_reports_failures_without_secrets(
         assert conn_id in message, f"the message should name the connection: {message}"
     ok, message = SparkpointHook("sp_chatty").test_connection()
     assert "RuntimeError" in message and "proxy:3128" in message, message
+
+
+def test_endpoint_url_check_accepts_plain_urls_and_refuses_any_userinfo_without_echoing_it() -> None:
+    from airflow_sparkpoint.storage.s3 import validate_endpoint_url
+
+    for plain in ("http://minio:9000", " https://s3.example.com/base ", "http://127.0.0.1:9", "http://[::1]:9000"):
+        assert validate_endpoint_url(plain, "where") == plain.strip()
+    for carrying in (f"http://{KEY_ID}:{PASSWORD}@minio:9000", f"http://{PASSWORD}@minio:9000",
+                     f"https://:{PASSWORD}@minio", f"http://{KEY_ID}:{PASSWORD}@[bad:9000",
+                     f"ftp://{KEY_ID}:{PASSWORD}@minio", f"http://{KEY_ID}:{PASSWORD}@minio:notaport"):
+        with pytest.raises(ConfigError, match="^where=") as info:
+            validate_endpoint_url(carrying, "where")
+        assert_clean(full_text(info.value), what=f"the error for {carrying!r}")
+    for bad in ("minio:9000", "http://", "http://mi nio:9000", ""):
+        with pytest.raises(ConfigError, match="is not a URL"):
+            validate_endpoint_url(bad, "where")
