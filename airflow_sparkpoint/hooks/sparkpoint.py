@@ -43,7 +43,7 @@ from airflow_sparkpoint.checkpoints.layout import validate_job_name
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_sparkpoint.storage import Storage, open_storage, split_uri
-from airflow_sparkpoint.storage.s3 import validate_endpoint_url
+from airflow_sparkpoint.storage.endpoints import validate_endpoint_url
 
 log = logging.getLogger(__name__)
 

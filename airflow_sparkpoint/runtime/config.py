@@ -14,7 +14,7 @@ from airflow_sparkpoint.checkpoints.layout import validate_job_name
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
 from airflow_sparkpoint.sinks.base import DRIVER_STAGING_MAX_BYTES
 from airflow_sparkpoint.storage import split_uri
-from airflow_sparkpoint.storage.s3 import validate_endpoint_url
+from airflow_sparkpoint.storage.endpoints import validate_endpoint_url
 
 PREFIX = "spark.sparkpoint."
 #: environment variable naming the submit (an Airflow task try) that started a driver;

@@ -29,14 +29,15 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, ObjectExists, ObjectNotFound, StorageError
 from airflow_sparkpoint.storage.base import ObjectInfo, Storage, discard_file, normalize_key, normalize_prefix
+from airflow_sparkpoint.storage.endpoints import redact_url as _redact_url
 
 log = logging.getLogger(__name__)
 
-__all__ = ["S3Storage", "validate_bucket_name", "validate_endpoint_url"]
+__all__ = ["S3Storage", "validate_bucket_name"]
 
 #: the largest object a single CopyObject may copy; bigger ones go through UploadPartCopy
 MAX_COPY_OBJECT_SIZE = 5 * 1024**3
@@ -77,48 +78,6 @@ def validate_bucket_name(bucket: str) -> str:
     if bucket.startswith(_BUCKET_BAD_PREFIXES) or bucket.endswith(_BUCKET_BAD_SUFFIXES):
         raise InvalidPath(f"S3 bucket name {bucket!r} uses a prefix or suffix reserved by AWS; {expected}")
     return bucket
-
-
-def _redact_url(url: str) -> str:
-    """`url` without any ``user:password@`` part."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:  # a malformed host or port: nothing of it is shown
-        return "<invalid endpoint>"
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{port}" if port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
-def validate_endpoint_url(url: str, where: str) -> str:
-    """`url` (stripped) as an S3 endpoint: ``http(s)://host[:port][/path]`` without
-    credentials. The one check of every endpoint that can reach a Spark conf (a
-    connection's, an ``aws`` connection's, ``spark.sparkpoint.s3.endpoint``): the conf is
-    shown by the Spark UI, and S3 requests are signed with the access key, never with a
-    URL's ``user:password@``. `where` names the setting in the error.
-
-    :raises ConfigError: not such a URL, or it carries credentials (the error shows it
-        without them).
-    """
-    value = url.strip()
-    shown = _redact_url(value)
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - parsing the port is the check
-    except ValueError:
-        raise ConfigError(f"{where}={shown!r} is not a URL; expected e.g. http://minio:9000") from None
-    if "@" in parts.netloc:
-        raise ConfigError(
-            f"{where}={shown!r} carries credentials (user:password@ before the host; not shown); S3 requests are "
-            "signed with an access key, so put it in the connection's login/password (or an aws connection) "
-            "and give the endpoint as http(s)://host[:port]"
-        )
-    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
-        raise ConfigError(f"{where}={shown!r} is not a URL; expected e.g. http://minio:9000")
-    return value
 
 
 class S3Storage(Storage):

@@ -477,7 +477,7 @@ def test_test_connection_reports_failures_without_secrets(
 
 
 def test_endpoint_url_check_accepts_plain_urls_and_refuses_any_userinfo_without_echoing_it() -> None:
-    from airflow_sparkpoint.storage.s3 import validate_endpoint_url
+    from airflow_sparkpoint.storage.endpoints import validate_endpoint_url
 
     for plain in ("http://minio:9000", " https://s3.example.com/base ", "http://127.0.0.1:9", "http://[::1]:9000"):
         assert validate_endpoint_url(plain, "where") == plain.strip()

@@ -1,0 +1,52 @@
+"""S3 endpoint URLs: the one check of an endpoint that may reach a Spark conf
+(`validate_endpoint_url`) and the one way to show one (`redact_url`)."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+from airflow_sparkpoint.exceptions import ConfigError
+
+__all__ = ["redact_url", "validate_endpoint_url"]
+
+
+def redact_url(url: str) -> str:
+    """`url` without any ``user:password@`` part."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a malformed host or port: nothing of it is shown
+        return "<invalid endpoint>"
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{port}" if port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def validate_endpoint_url(url: str, where: str) -> str:
+    """`url` (stripped) as an S3 endpoint: ``http(s)://host[:port][/path]`` without
+    credentials. The one check of every endpoint that can reach a Spark conf (a
+    connection's, an ``aws`` connection's, ``spark.sparkpoint.s3.endpoint``): the conf is
+    shown by the Spark UI, and S3 requests are signed with the access key, never with a
+    URL's ``user:password@``. `where` names the setting in the error.
+
+    :raises ConfigError: not such a URL, or it carries credentials (the error shows it
+        without them).
+    """
+    value = url.strip()
+    shown = redact_url(value)
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError:
+        raise ConfigError(f"{where}={shown!r} is not a URL; expected e.g. http://minio:9000") from None
+    if "@" in parts.netloc:
+        raise ConfigError(
+            f"{where}={shown!r} carries credentials (user:password@ before the host; not shown); S3 requests are "
+            "signed with an access key, so put it in the connection's login/password (or an aws connection) "
+            "and give the endpoint as http(s)://host[:port]"
+        )
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
+        raise ConfigError(f"{where}={shown!r} is not a URL; expected e.g. http://minio:9000")
+    return value
