@@ -75,7 +75,10 @@ Pause points of the sinks (batch N of the transaction at hand; details carry ``t
 ``before_claim``    the commit of N passed the runtime's checks; nothing decided,
                     claimed or visible yet (Delta: before its decision and log entry)
 ``claimed``         the transaction decided to promote and holds N's claim; no file
-                    visible yet (Delta: decided, before its log entry)
+                    visible yet (Delta: decided, before its log entry; also where a
+                    Delta abort that found the decision is about to commit it)
+``landed``          Delta: N's log entry is written; a merge's staged files are not
+                    removed yet
 ``promoting``       half the files of N are visible (file sinks)
 ``promoted``        every file of N is visible; the claim is not marked done yet
 ==================  ============================================================

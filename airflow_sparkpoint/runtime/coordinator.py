@@ -481,11 +481,15 @@ class Coordinator:
 
     def _forget_settled(self) -> None:
         """The external commit step committed or aborted some pending transactions (and
-        deleted their records): later checkpoints must not list them as pending again."""
+        deleted their records): later checkpoints must not list them as pending again.
+        Only what was pending before the listing: a batch recorded since (Spark stages on
+        its own thread) is recorded before it is added, so it is never taken for settled."""
+        with self._lock:
+            before = set(self.pending)
         recorded = self.catalog.transaction_keys()
         with self._lock:
-            for key in [k for k in self.pending if k not in recorded]:
-                del self.pending[key]
+            for key in [k for k in before if k not in recorded]:
+                self.pending.pop(key, None)
 
     # ------------------------------------------------------------------ commits
 

@@ -71,12 +71,13 @@ by one). Readers that need whole batches list the files of finished claims
 
 from __future__ import annotations
 
+import abc
 import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
@@ -89,7 +90,7 @@ from airflow_sparkpoint.exceptions import (
     TransactionConflict,
 )
 from airflow_sparkpoint.sinks import _manifests as manifests
-from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, replay_of
+from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, replay_of
 from airflow_sparkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -104,35 +105,87 @@ PROMOTE, ABORT = "promote", "abort"
 PROMOTING, DONE = "promoting", "done"
 
 
-class FileSink(Protocol):
-    """What `S3Sink` and `DirectorySink` give the protocol."""
+class FileSink(Sink):
+    """What `S3Sink` and `DirectorySink` share: the identity and connection options of the
+    destination, the readers of its claims, and (abstract) what the protocol needs."""
 
     uri: str
     format: str
+    #: S3 connection options from `configure` (`_manifests.options_from`)
+    _options: dict[str, Any]
+    _store: Storage | None
 
     @property
-    def sink_id(self) -> str: ...
+    def sink_id(self) -> str:
+        return self.uri
 
-    def _storage(self) -> Storage: ...
+    def configure(self, storage_options: Mapping[str, Any]) -> None:
+        options = manifests.options_from(storage_options)
+        if options != self._options:
+            self._options = options
+            self._store = None
 
+    def is_committed(self, record: TransactionRecord) -> bool:
+        return is_committed(self._storage(), record)
+
+    def committed_position(self, job: str) -> int | None:
+        return manifests.committed_position(self._storage(), job)
+
+    def committed_txn(self, job: str, batch_id: int) -> CommittedTxn | None:
+        return committed_txn(self._storage(), job, batch_id)
+
+    def replay_record(self, job: str, batch_id: int) -> str | None:
+        return replay_record(self._storage(), job, batch_id)
+
+    def committed_files(self, job: str, *, upto_batch: int | None = None) -> list[str]:
+        """URIs of every file of `job`'s batches whose promotion is done (up to
+        `upto_batch`), in batch order: a whole-batch view for readers, where a listing of
+        the destination may show a batch whose files are still being promoted.
+
+        Spark reads an `S3Sink`'s with ``spark.read.parquet(*uris)`` (``s3a://`` instead of
+        ``s3://`` with hadoop-aws), a `DirectorySink`'s with
+        ``spark.read.option("basePath", sink.uri).format(fmt).load(*uris)`` (``basePath``
+        keeps the partition columns of ``partition_by``).
+        """
+        found = []
+        for claim in committed_batches(self._storage(), job):
+            if claim["state"] == DONE and (upto_batch is None or int(claim["batch_id"]) <= upto_batch):
+                found += [self._file_uri(f) for f in claim.get("files", ())]
+        return found
+
+    # -- what the protocol needs ---------------------------------------------------------
+
+    @abc.abstractmethod
+    def _storage(self) -> Storage:
+        """The destination as a `Storage` (claims, decisions, listings)."""
+
+    @abc.abstractmethod
+    def _file_uri(self, file: Mapping[str, Any]) -> str:
+        """The URI of one file a claim names (an item of its ``files``)."""
+
+    @abc.abstractmethod
     def _plan(self, record: TransactionRecord) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """``(plan, files)``: how to promote the staged data (enough to finish without the
         record) and the files that become visible."""
 
+    @abc.abstractmethod
     def _missing(self, txn: str, plan: Mapping[str, Any]) -> list[str]:
         """Items of `txn`'s `plan` whose staged data is gone and whose file is not in place (a
         cheap listing, before the claim: a batch already lost is not claimed)."""
 
+    @abc.abstractmethod
     def _promote(self, claim: Mapping[str, Any]) -> list[str]:
         """Make every file of the claim's plan visible, idempotently; one state per file.
 
         :raises SinkError: staged data is gone and its file is not in place (lost).
         """
 
+    @abc.abstractmethod
     def _discard(self, txn: str, plan: Mapping[str, Any] | None, *, promoted_too: bool) -> int:
         """Delete the staged data of `txn` (the plan's and any other); with `promoted_too`
         also any visible file of it. Returns how many staged items were removed."""
 
+    @abc.abstractmethod
     def _after_done(self, claim: Mapping[str, Any]) -> None:
         """Clean up after a finished promotion (e.g. the empty staging area)."""
 

@@ -4,7 +4,10 @@ keeps a commit and an abort of one transaction apart (`DeltaSink`).
 *Between transactions* the table's app-transaction version is the arbiter: every commit
 carries ``Transaction(app_id=<job>, version=<batch>)``, and delta-rs fails a commit whose
 snapshot is older than a concurrent commit of the same app id (``ConcurrentTransaction``),
-so of two transactions of batch N at most one lands. *Which* one landed is read from the
+so of two transactions of batch N at most one lands. A commit into a table that did not
+exist when it looked has no snapshot to conflict with: it is a create that fails when
+the table exists (version 0 is a conditional put), after which the committer reads the
+table again and settles as below. *Which* one landed is read from the
 commit's custom metadata (``sparkpoint.batch``, ``sparkpoint.generation``,
 ``sparkpoint.txn``) in the table's history, newest first, skipping commits that a later
 ``RESTORE`` undid (``restore.sinkAhead=rewind``).
@@ -103,6 +106,16 @@ def batch_commit(table: DeltaTable, job: str, batch: int) -> dict[str, Any] | No
         if len(history) < limit:
             return None
         limit *= 8
+
+
+def table_paths(table: DeltaTable) -> set[str]:
+    """Paths of the table's files as staged (the log holds them percent-encoded)."""
+    import urllib.parse
+
+    import pyarrow as pa
+
+    paths = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
+    return {urllib.parse.unquote(p) for p in paths}
 
 
 def ever_committed(table: DeltaTable, record: TransactionRecord) -> bool:

@@ -87,6 +87,13 @@ def committed_position(store: Storage, job: str) -> int | None:
     return batches[-1] if batches else None
 
 
+def s3_destination(bucket: str, path: str) -> tuple[str, str]:
+    """``(prefix, uri)`` of the destination ``s3://<bucket>/<path>``: the key prefix with
+    a trailing ``/`` ("" at the bucket root) and the URI without one."""
+    prefix = path.strip("/") + "/" if path.strip("/") else ""
+    return prefix, f"s3://{bucket}/{prefix.rstrip('/')}" if prefix else f"s3://{bucket}"
+
+
 def options_from(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
     """The S3 connection options Sparkpoint passes around, without empty values.
 

@@ -170,14 +170,11 @@ class DeltaSink(Sink):
         :raises SinkError: naming the sink, the key columns and a few duplicate keys.
         """
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         parts = [self._location.read_parquet(f["path"], columns=self.keys) for f in files]
         if not parts:
             return
-        keys = pa.concat_tables(parts, promote_options="permissive")
-        counts = keys.group_by(self.keys).aggregate([([], "count_all")])
-        dupes = counts.filter(pc.greater(counts["count_all"], 1))
+        dupes = _duplicate_keys(pa.concat_tables(parts, promote_options="permissive"), self.keys)
         if dupes.num_rows:
             sample = dupes.slice(0, 5).to_pylist()
             examples = ", ".join(
@@ -261,22 +258,12 @@ class DeltaSink(Sink):
         # cannot be told, and the batch counts as ours (the previous release's answer).
         staged = record.payload.get("staged") or {}
         if staged.get("mode", self.mode) == "append" and staged.get("files"):
-            if staged["files"][0]["path"] in self._table_paths(table):
+            if staged["files"][0]["path"] in _delta_txn.table_paths(table):
                 return _OURS
             return CommittedTxn(record.job, record.batch_id, None, None)
         log.warning("cannot tell which transaction committed batch %d of %s to %s (no commit info); "
                     "taking it as %s", record.batch_id, record.job, self.uri, record.txn_id)
         return _OURS
-
-    @staticmethod
-    def _table_paths(table: DeltaTable) -> set[str]:
-        """Paths of the table's files as staged (the log holds them percent-encoded)."""
-        import urllib.parse
-
-        import pyarrow as pa
-
-        paths = pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist()
-        return {urllib.parse.unquote(p) for p in paths}
 
     def commit(self, record: TransactionRecord) -> CommitOutcome:
         """One Delta commit of the staged batch, keyed by the app transaction (job, batch).
@@ -327,6 +314,7 @@ class DeltaSink(Sink):
             # Did it land anyway (e.g. a timeout after the log entry was written)? Or did
             # another transaction of the batch land first (delta-rs: concurrent transaction)?
             failure = self._scrub(str(exc))
+            created = table is None
             try:
                 table = self._table()
                 landed = self._landed(table, record) if table is not None else None
@@ -339,9 +327,14 @@ class DeltaSink(Sink):
                 log.warning("commit of %s raised %s but the table has it", record.txn_id, failure)
             elif landed is not None:
                 self._lose(record, landed)
+            elif created and table is not None:
+                # Our create found a table created meanwhile without this batch: commit
+                # against its snapshot, where a concurrent commit of the batch conflicts.
+                return self._write(record, table)
             else:
                 raise SinkError(f"Delta commit of batch {record.batch_id} to {self.uri} failed: {failure}") from exc
         faults.maybe_kill("promoting", record.batch_id)  # landed; the caller does not know yet
+        faults.pause("landed", record.batch_id, txn=record.txn_id)
         if table is None:
             table = _import_deltalake().DeltaTable(self.path, storage_options=self._location.delta_options())
         else:
@@ -408,9 +401,9 @@ class DeltaSink(Sink):
             )
             for f in staged["files"]
         ]
-        if table is None:
+        if table is None:  # a create that fails if the table exists (then `_write` looks again)
             create_table_with_add_actions(
-                self.path, deltalake.Schema.from_arrow(schema), adds, mode="append",
+                self.path, deltalake.Schema.from_arrow(schema), adds, mode="error",
                 partition_by=self.partition_by or None, commit_properties=props,
                 storage_options=self._location.delta_options(),
             )
@@ -423,21 +416,18 @@ class DeltaSink(Sink):
     def _merge(self, table: DeltaTable | None, staged: Mapping[str, Any], schema: pa.Schema, props: Any) -> None:
         deltalake = _import_deltalake()
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         parts = [self._location.read_parquet(f["path"]) for f in staged["files"]]
         rows = pa.concat_tables(parts).select(schema.names).cast(schema) if parts else schema.empty_table()
-        if rows.num_rows:
-            counts = rows.group_by(self.keys).aggregate([([], "count_all")])
-            dupes = counts.filter(pc.greater(counts["count_all"], 1))
-            if dupes.num_rows:
-                sample = dupes.slice(0, 3).drop_columns(["count_all"]).to_pylist()
-                raise SinkError(
-                    f"merge keys {self.keys} are not unique within the batch (e.g. {sample}); "
-                    "a merge needs one row per key per batch"
-                )
+        dupes = _duplicate_keys(rows, self.keys)
+        if dupes.num_rows:
+            sample = dupes.slice(0, 3).drop_columns(["count_all"]).to_pylist()
+            raise SinkError(f"merge keys {self.keys} are not unique within the batch (e.g. {sample}); "
+                            "a merge needs one row per key per batch")
         if table is None:
-            deltalake.write_deltalake(self.path, rows, mode="append", partition_by=self.partition_by or None,
+            # Never "append": created meanwhile, the table would get the batch at its
+            # latest version with no conflict (delta-rs does not check the app version).
+            deltalake.write_deltalake(self.path, rows, mode="error", partition_by=self.partition_by or None,
                                       commit_properties=props, storage_options=self._location.delta_options())
             return
         if rows.num_rows == 0:
@@ -471,6 +461,7 @@ class DeltaSink(Sink):
             else:
                 log.warning("%s decided to commit but did not land (a stalled or dead committer): committing it",
                             record.txn_id)
+                faults.pause("claimed", record.batch_id, txn=record.txn_id)
                 try:
                     self._write(record, table)
                 except TransactionConflict:
@@ -501,7 +492,7 @@ class DeltaSink(Sink):
         referenced_dirs: set[str] = set()
         if table is not None and self.mode == "append":
             prefix = f"{STAGING}/{job}/"
-            for path in self._table_paths(table):
+            for path in _delta_txn.table_paths(table):
                 if path.startswith(prefix):
                     referenced_dirs.add(path[len(prefix):].split("/", 1)[0])
         removed = 0
@@ -581,6 +572,14 @@ class DeltaSink(Sink):
         table.restore(target, commit_properties=props)
         log.warning("rewound Delta table %s from version %d to %d (last committed batch %d)", self.uri, current,
                     target, committed_batch)
+
+
+def _duplicate_keys(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """The values of `keys` that have more than one row in `rows` (``count_all``: how many)."""
+    import pyarrow.compute as pc
+
+    counts = rows.group_by(list(keys)).aggregate([([], "count_all")])
+    return counts.filter(pc.greater(counts["count_all"], 1))
 
 
 def _types_compatible(table_type: pa.DataType, batch_type: pa.DataType) -> bool:

@@ -49,7 +49,7 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.sinks import _claims as claims
 from airflow_sparkpoint.sinks import _manifests as manifests
-from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, StageContext, checked_bucket
+from airflow_sparkpoint.sinks.base import CommitOutcome, StageContext, checked_bucket
 from airflow_sparkpoint.storage import LocalStorage, Storage, split_uri
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def _spark_can_write(spark: SparkSession, scheme: str) -> bool:
     return True
 
 
-class DirectorySink(Sink):
+class DirectorySink(claims.FileSink):
     """Files written by Spark's own writer (any format it has), exactly once per batch.
 
     :param uri: destination directory: a local path, ``file:///...`` or ``s3://bucket/prefix``.
@@ -155,9 +155,8 @@ class DirectorySink(Sink):
             self.uri = "file://" + self._local
         else:
             self.bucket = checked_bucket(bucket, f"DirectorySink uri {uri!r}")
-            self.prefix = path.strip("/") + "/" if path.strip("/") else ""
-            self.uri = f"s3://{bucket}/{self.prefix.rstrip('/')}" if self.prefix else f"s3://{bucket}"
-        self._storage_options: dict[str, Any] = {}
+            self.prefix, self.uri = manifests.s3_destination(bucket, path)
+        self._options: dict[str, Any] = {}
         self._store: Storage | None = None
 
     def __repr__(self) -> str:
@@ -165,19 +164,9 @@ class DirectorySink(Sink):
 
     # -- identity -------------------------------------------------------------------
 
-    @property
-    def sink_id(self) -> str:
-        return self.uri
-
     def to_config(self) -> dict[str, Any]:
         return {"uri": self.uri, "format": self.format, "partition_by": list(self.partition_by),
                 "options": dict(self.options)}
-
-    def configure(self, storage_options: Mapping[str, Any]) -> None:
-        options = manifests.options_from(storage_options)
-        if options != self._storage_options:
-            self._storage_options = options
-            self._store = None
 
     def _storage(self) -> Storage:
         """The destination directory as a `Storage` (manifests, listings, S3 copies)."""
@@ -187,7 +176,7 @@ class DirectorySink(Sink):
             else:
                 from airflow_sparkpoint.storage.s3 import S3Storage
 
-                self._store = S3Storage(self.bucket, self.prefix, **self._storage_options)
+                self._store = S3Storage(self.bucket, self.prefix, **self._options)
         return self._store
 
     def validate(self) -> None:
@@ -377,6 +366,9 @@ class DirectorySink(Sink):
         staging = (claim.get("plan") or {}).get("staging") or self._staging_key(str(claim.get("txn_id")))
         self._drop_staging(str(staging))
 
+    def _file_uri(self, file: Mapping[str, Any]) -> str:
+        return f"{self.uri}/{file['path']}"
+
     def _promote_local(self, src_key: str, dst_key: str, size: int) -> str:
         assert self._local is not None
         src = os.path.join(self._local, *src_key.split("/"))
@@ -441,32 +433,6 @@ class DirectorySink(Sink):
                 self._storage().delete_prefix(staging)
             except StorageError as exc:  # leftovers are removed by cleanup_orphans
                 log.warning("could not remove %s/%s: %s", self.uri, staging, exc)
-
-    def is_committed(self, record: TransactionRecord) -> bool:
-        return claims.is_committed(self._storage(), record)
-
-    def committed_position(self, job: str) -> int | None:
-        return manifests.committed_position(self._storage(), job)
-
-    def committed_txn(self, job: str, batch_id: int) -> CommittedTxn | None:
-        return claims.committed_txn(self._storage(), job, batch_id)
-
-    def replay_record(self, job: str, batch_id: int) -> str | None:
-        return claims.replay_record(self._storage(), job, batch_id)
-
-    def committed_files(self, job: str, *, upto_batch: int | None = None) -> list[str]:
-        """URIs (``file://`` or ``s3://``) of every file of `job`'s batches whose promotion
-        is done (up to `upto_batch`), in batch order: a whole-batch view for readers, where
-        a listing of the directory may show part of a batch being promoted.
-
-        Spark reads them with ``spark.read.option("basePath", sink.uri).format(fmt).load(*uris)``
-        (``basePath`` keeps the partition columns of ``partition_by``).
-        """
-        found = []
-        for claim in claims.committed_batches(self._storage(), job):
-            if claim["state"] == claims.DONE and (upto_batch is None or int(claim["batch_id"]) <= upto_batch):
-                found += [f"{self.uri}/{f['path']}" for f in claim.get("files", ())]
-        return found
 
     # -- abort and cleanup ------------------------------------------------------------
 

@@ -57,7 +57,7 @@ from airflow_sparkpoint.sinks._s3_stage import (
     choose_part_size,
     stage_partition,
 )
-from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, StageContext, checked_bucket
+from airflow_sparkpoint.sinks.base import CommitOutcome, StageContext, checked_bucket
 from airflow_sparkpoint.storage import split_uri
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def _is_no_such_upload(exc: BaseException) -> bool:
 # -- the sink --------------------------------------------------------------------------
 
 
-class S3Sink(Sink):
+class S3Sink(claims.FileSink):
     """Files under ``s3://bucket/prefix`` (``s3a://`` is an alias), one per Spark partition
     and batch, committed exactly once by completing their multipart uploads.
 
@@ -137,8 +137,7 @@ class S3Sink(Sink):
                 f"and {MAX_PART_SIZE} (5 GiB), or None to choose it from the data size"
             )
         self.bucket = bucket
-        self.prefix = path.strip("/") + "/" if path.strip("/") else ""
-        self.uri = f"s3://{bucket}/{self.prefix.rstrip('/')}" if self.prefix else f"s3://{bucket}"
+        self.prefix, self.uri = manifests.s3_destination(bucket, path)
         self.format = format
         self.part_size = part_size
         self._options: dict[str, Any] = {}
@@ -149,18 +148,8 @@ class S3Sink(Sink):
 
     # -- identity -------------------------------------------------------------------
 
-    @property
-    def sink_id(self) -> str:
-        return self.uri
-
     def to_config(self) -> dict[str, Any]:
         return {"uri": self.uri, "format": self.format, "part_size": self.part_size}
-
-    def configure(self, storage_options: Mapping[str, Any]) -> None:
-        options = manifests.options_from(storage_options)
-        if options != self._options:
-            self._options = options
-            self._store = None
 
     def _storage(self) -> S3Storage:
         if self._store is None:
@@ -293,6 +282,9 @@ class S3Sink(Sink):
     def _after_done(self, claim: Mapping[str, Any]) -> None:
         """Nothing to clean: completed uploads leave nothing staged."""
 
+    def _file_uri(self, file: Mapping[str, Any]) -> str:
+        return f"s3://{self.bucket}/{file['key']}"
+
     def _complete(self, upload: Mapping[str, Any]) -> str:
         """Complete one pending upload: "completed" now, or "already" complete.
 
@@ -357,32 +349,6 @@ class S3Sink(Sink):
                 return False
             raise
         return True
-
-    def is_committed(self, record: TransactionRecord) -> bool:
-        return claims.is_committed(self._storage(), record)
-
-    def committed_position(self, job: str) -> int | None:
-        return manifests.committed_position(self._storage(), job)
-
-    def committed_txn(self, job: str, batch_id: int) -> CommittedTxn | None:
-        return claims.committed_txn(self._storage(), job, batch_id)
-
-    def replay_record(self, job: str, batch_id: int) -> str | None:
-        return claims.replay_record(self._storage(), job, batch_id)
-
-    def committed_files(self, job: str, *, upto_batch: int | None = None) -> list[str]:
-        """``s3://`` URIs of every file of `job`'s batches whose promotion is done (up to
-        `upto_batch`), in batch order: a whole-batch view for readers, where a listing of
-        the prefix may show a batch whose files are still being completed.
-
-        Spark reads them with ``spark.read.parquet(*uris)`` (``s3a://`` instead of
-        ``s3://`` with hadoop-aws).
-        """
-        found = []
-        for claim in claims.committed_batches(self._storage(), job):
-            if claim["state"] == claims.DONE and (upto_batch is None or int(claim["batch_id"]) <= upto_batch):
-                found += [f"s3://{self.bucket}/{f['key']}" for f in claim.get("files", ())]
-        return found
 
     # -- abort and cleanup ------------------------------------------------------------
 

@@ -423,6 +423,29 @@ def test_commit_against_abort_of_one_transaction_is_all_or_nothing(
         assert [k for k in view.staged() if f"-b{batch}-" in k] == []
 
 
+def test_two_aborts_of_a_decided_first_batch_finish_it_once(
+    store_factory: Callable[[], Storage], request: pytest.FixtureRequest
+) -> None:
+    """Issue #27.1 for the file sinks: the committer of batch 0 decided to promote and
+    died before its claim, on a destination nothing was ever promoted to; two aborters
+    (a recovery and the commit step) race. The claim is one conditional create, so both
+    find the transaction committed and its files are promoted once."""
+    for batch in range(request.node.rounds):
+        one = CopySink(store_factory())
+        record = one.stage(batch, 1)
+        plan, files = one._plan(record)
+        claims.decide(one.store, claims.decision_key(JOB, record.txn_id),
+                      claims._decision(record, claims.PROMOTE, plan, files))
+
+        outcomes = _race(_abort(one, record), _abort(CopySink(store_factory()), record))
+
+        assert outcomes == ["refused", "refused"], outcomes
+        view = CopySink(store_factory())
+        assert claims.is_committed(view.store, record)
+        assert [k for k in view.visible() if f"-b{batch}-" in k] == files_of(record.txn_id)
+        assert [k for k in view.staged() if f"-b{batch}-" in k] == []
+
+
 def _process_racer(root: str, record: TransactionRecord, start_at: float, out: Any) -> None:
     sink = CopySink(LocalStorage(root))
     time.sleep(max(0.0, start_at - time.time()))
