@@ -38,7 +38,7 @@ test-all: setup browser
 	$(PY) -m pytest -m '' $(PYTEST_ARGS)
 
 # The end-to-end suite alone, slow tests included: a real Airflow (api-server, scheduler,
-# dag-processor, triggerer) and a Spark standalone cluster, started once for the session.
+# dag-processor, triggerer) and a Spark standalone cluster, started once for the package.
 # Logs of a failed run are kept under test-artifacts/ (or $$SPARKPOINT_E2E_ARTIFACTS).
 test-e2e: setup
 	$(PY) -m pytest tests/e2e -m '' $(PYTEST_ARGS)
