@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
-from airflow_sparkpoint.checkpoints.status import JobStatus, result_key
+from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status, result_key
 from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.exceptions import ControlError, ObjectNotFound, StorageError
 
@@ -315,8 +315,6 @@ def generation_records(
     read when not given; `current`: the newest generation, listed when not given)."""
     current = catalog.current_generation() if current is None else current
     if status is _UNREAD:
-        from airflow_sparkpoint.checkpoints.history import read_job_status
-
         status = read_job_status(catalog)
     return [read_generation(catalog, generation, status=status, current=current)
             for generation in range(current, max(0, current - limit), -1)]
@@ -332,8 +330,6 @@ def read_generation(
     """The record of one generation (its claim, its run result, the status if it wrote it;
     missing parts are empty)."""
     if status is _UNREAD:
-        from airflow_sparkpoint.checkpoints.history import read_job_status
-
         status = read_job_status(catalog)
     assert status is None or isinstance(status, JobStatus)
     current = catalog.current_generation() if current is None else current
