@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.runtime.config import SparkpointConfig
     from airflow_sparkpoint.runtime.coordinator import Coordinator
     from airflow_sparkpoint.runtime.rescale import RescalePlan
-    from airflow_sparkpoint.runtime.restore import LiveChoice, LiveReuse, RestorePlan
+    from airflow_sparkpoint.runtime.restore import LiveChoice, LiveReuse
+    from airflow_sparkpoint.runtime.restore_plan import RestorePlan
     from airflow_sparkpoint.sinks.base import Sink
 
 log = logging.getLogger(__name__)
