@@ -16,10 +16,15 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints.entries import (  # re-exported: callers import them from here
+    GenerationInfo,
+    RetentionResult,
+    SnapshotEntry,
+    SnapshotHandle,
+)
 from airflow_sparkpoint.checkpoints.lineage import (
     Origin,
     RestartPoint,
@@ -46,56 +51,9 @@ from airflow_sparkpoint.exceptions import (
 from airflow_sparkpoint.storage import Storage, normalize_key, open_storage
 from airflow_sparkpoint.storage.base import ObjectInfo
 
+__all__ = ["Catalog", "GenerationInfo", "RetentionResult", "SnapshotEntry", "SnapshotHandle", "open_snapshot"]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SnapshotEntry:
-    """One checkpoint or savepoint directory as seen by a listing: valid or not."""
-
-    kind: str
-    id: int
-    uri: str
-    key: str  # directory key relative to the job root
-    metadata: SnapshotMetadata | None = None
-    error: str | None = None
-    #: the generation whose restore of an older snapshot started a new lineage that
-    #: abandoned this checkpoint (invariant 9); None while it is on the current lineage
-    superseded_by: int | None = None
-
-    @property
-    def valid(self) -> bool:
-        return self.metadata is not None
-
-    @property
-    def restorable(self) -> bool:
-        """Valid and not superseded: what ``restore=latest`` may choose."""
-        return self.metadata is not None and self.superseded_by is None
-
-
-@dataclass(frozen=True)
-class SnapshotHandle:
-    """A readable snapshot: its metadata and the store its file keys resolve against."""
-
-    uri: str
-    metadata: SnapshotMetadata
-    files_store: Storage
-
-
-@dataclass(frozen=True)
-class RetentionResult:
-    deleted_checkpoints: tuple[int, ...] = ()
-    deleted_files: int = 0
-    deleted_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class GenerationInfo:
-    generation: int
-    started_at: float
-    host: str = ""
-    pid: int = 0
-    details: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Catalog:

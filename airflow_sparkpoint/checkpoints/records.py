@@ -23,7 +23,8 @@ from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.exceptions import ControlError, ObjectNotFound, StorageError
 
 if TYPE_CHECKING:
-    from airflow_sparkpoint.checkpoints.catalog import Catalog, SnapshotEntry
+    from airflow_sparkpoint.checkpoints.catalog import Catalog
+    from airflow_sparkpoint.checkpoints.entries import SnapshotEntry
 
 log = logging.getLogger(__name__)
 
