@@ -21,7 +21,6 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.entries import (  # re-exported: callers import them from here
     GenerationInfo,
-    RetentionResult,
     SnapshotEntry,
     SnapshotHandle,
 )
@@ -49,9 +48,8 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
 )
 from airflow_sparkpoint.storage import Storage, normalize_key, open_storage
-from airflow_sparkpoint.storage.base import ObjectInfo
 
-__all__ = ["Catalog", "GenerationInfo", "RetentionResult", "SnapshotEntry", "SnapshotHandle", "open_snapshot"]
+__all__ = ["Catalog", "GenerationInfo", "SnapshotEntry", "SnapshotHandle", "open_snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -251,29 +249,6 @@ class Catalog:
         # by `latest`), and the writer must not act on it (no commit).
         self.check_generation(meta.generation)
         return self.checkpoint_uri(meta.id)
-
-    # ------------------------------------------------------------------ retention
-
-    def enforce_retention(
-        self,
-        num_retained: int,
-        *,
-        grace_seconds: float = 0.0,
-        on_deleted: Callable[[int, int], None] | None = None,
-        generation: int | None = None,
-        shared_listing: Iterable[ObjectInfo] | None = None,
-    ) -> RetentionResult:
-        """Keep the newest `num_retained` restorable checkpoints; delete older and
-        superseded ones and shared files no kept checkpoint references (see
-        `airflow_sparkpoint.checkpoints.retention.enforce_checkpoint_retention`).
-
-        :raises ConfigError: `num_retained` or `grace_seconds` is invalid.
-        :raises StaleGeneration: `generation` was superseded (checked right before deleting).
-        """
-        from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
-
-        return enforce_checkpoint_retention(self, num_retained, grace_seconds=grace_seconds, on_deleted=on_deleted,
-                                            generation=generation, shared_listing=shared_listing)
 
     # ------------------------------------------------------------------ lineages and the deletion journal
 

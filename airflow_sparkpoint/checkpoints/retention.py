@@ -1,7 +1,7 @@
 """Retention: checkpoints (``numRetained``, reference-counted shared files, the deletion
 journal) and savepoint history.
 
-Checkpoint retention (`enforce_checkpoint_retention`, behind `Catalog.enforce_retention`)
+Checkpoint retention (`enforce_checkpoint_retention`, called by the coordinator after each checkpoint)
 keeps the newest ``numRetained`` *restorable* checkpoints (valid and not superseded),
 deletes older and superseded ones, and deletes shared files that no kept checkpoint
 references once they are older than a grace period (a checkpoint being written elsewhere,
