@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkpoint-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-all test-fast test-e2e demo bench bench-deps bench-large chaos check-java browser clean
+.PHONY: setup lint test test-all test-fast test-e2e demo bench bench-deps bench-large chaos check-java browser clean
 
 setup: check-java $(STAMP)
 
@@ -28,7 +28,16 @@ check-java:
 browser:
 	@bash scripts/install-chromium.sh
 
-test: setup browser
+# Before any test: ruff, mypy on the package, the import-linter contracts of pyproject.toml
+# (layers, no Airflow on the Spark side, no PySpark under checkpoints/storage, no cycles)
+# and scripts/check_structure.py (no module over 600 lines, no import cycle at all).
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy airflow_sparkpoint
+	$(VENV)/bin/lint-imports
+	$(PY) scripts/check_structure.py airflow_sparkpoint
+
+test: setup browser lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: setup
@@ -38,7 +47,7 @@ test-all: setup browser
 	$(PY) -m pytest -m '' $(PYTEST_ARGS)
 
 # The end-to-end suite alone, slow tests included: a real Airflow (api-server, scheduler,
-# dag-processor, triggerer) and a Spark standalone cluster, started once for the session.
+# dag-processor, triggerer) and a Spark standalone cluster, started once for the package.
 # Logs of a failed run are kept under test-artifacts/ (or $$SPARKPOINT_E2E_ARTIFACTS).
 test-e2e: setup
 	$(PY) -m pytest tests/e2e -m '' $(PYTEST_ARGS)

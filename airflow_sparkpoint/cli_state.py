@@ -19,8 +19,17 @@ import json
 import sys
 from typing import Any
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
+from airflow_sparkpoint.cli_common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CommandFailed,
+    UsageError,
+    _emit_json,
+    _open_catalog,
+    _storage_options,
+    _table,
+)
+from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError, StorageError
 
 
 def _limit(text: str) -> int:
@@ -79,8 +88,6 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _needs_pyspark(command: str) -> None:
-    from airflow_sparkpoint.cli import CommandFailed
-
     if importlib.util.find_spec("pyspark") is None:
         raise CommandFailed(f"`sparkpoint {command}` reads state with Spark and needs PySpark; install it with: "
                             "pip install pyspark")
@@ -88,15 +95,10 @@ def _needs_pyspark(command: str) -> None:
 
 def _snapshot_options(args: argparse.Namespace) -> dict[str, Any]:
     """S3 endpoint and region for a snapshot given by URI (local paths ignore them)."""
-    from airflow_sparkpoint.cli import _storage_options
-
     return dict(_storage_options(args))
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from airflow_sparkpoint.cli import CommandFailed, UsageError, _emit_json, _open_catalog, _table
-    from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
-
     key = None
     if args.key is not None:
         if not args.rows:
@@ -157,9 +159,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from airflow_sparkpoint.cli import CommandFailed, _emit_json, _open_catalog
-    from airflow_sparkpoint.exceptions import RestoreError, StorageError
-
     catalog = _open_catalog(args)
     _needs_pyspark("verify")
     from airflow_sparkpoint.runtime.verify import default_verifier, record_verification, verify

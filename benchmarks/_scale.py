@@ -161,7 +161,7 @@ class Profiler:
                             ("_forget_settled", "forget_settled")):
             if hasattr(C, name):
                 setattr(C, name, self._timed(phase, getattr(C, name)))
-        Catalog.enforce_retention = self._timed("retention", Catalog.enforce_retention)  # type: ignore[method-assign]
+        coordinator.enforce_checkpoint_retention = self._timed("retention", coordinator.enforce_checkpoint_retention)
         Catalog.next_checkpoint_id = self._timed("next_id", Catalog.next_checkpoint_id)  # type: ignore[method-assign]
         original_materialize = restore.materialize
 

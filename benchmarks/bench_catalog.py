@@ -1,5 +1,5 @@
 """Catalog cost as state grows: storage requests and wall time of `Catalog.latest()` and
-`Catalog.enforce_retention()` with 10, 100, 1,000 and 10,000 shared files (numRetained=3).
+`enforce_checkpoint_retention(catalog, ...)` with 10, 100, 1,000 and 10,000 shared files (numRetained=3).
 
 For every size the script builds a job whose state has that many files, then takes
 checkpoints that each rewrite 5 % of them (at least one), running retention after each,
@@ -7,7 +7,7 @@ as the runtime does. It then measures:
 
 * ``latest()`` — the newest valid checkpoint, fully validated (every referenced file
   present with its size);
-* ``enforce_retention(3)`` right after one more checkpoint: drop the oldest retained
+* ``enforce_checkpoint_retention(catalog, 3)`` right after one more checkpoint: drop the oldest retained
   checkpoint and collect the shared files nobody references any more.
 
 Requests are counted by a `Storage` proxy wrapped around the store (one per call) and,
@@ -47,6 +47,7 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, sha256_hex
+from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 from airflow_sparkpoint.storage import ObjectInfo, Storage, open_storage
 
 NUM_RETAINED = 3
@@ -171,7 +172,7 @@ def run_size(root_uri: str, options: dict[str, Any], size: int) -> dict[str, Any
     setup_started = time.perf_counter()
     for batch in range(CHECKPOINTS):
         checkpoint(catalog, files, changed, batch)
-        catalog.enforce_retention(NUM_RETAINED)
+        enforce_checkpoint_retention(catalog, NUM_RETAINED)
         changed = []
         for i in range((batch * churn) % size, (batch * churn) % size + churn):
             index = i % size
@@ -189,7 +190,7 @@ def run_size(root_uri: str, options: dict[str, Any], size: int) -> dict[str, Any
     latest_ms = statistics.median(r[3] for r in latest_runs) * 1000
 
     checkpoint(catalog, files, changed, CHECKPOINTS)
-    result, ret_calls, ret_http, ret_s = measure(lambda: catalog.enforce_retention(NUM_RETAINED), counting, http)
+    result, ret_calls, ret_http, ret_s = measure(lambda: enforce_checkpoint_retention(catalog, NUM_RETAINED), counting, http)
     retained = catalog.checkpoints()
     assert len(retained) == NUM_RETAINED
     present = {info.key for info in inner.list(catalog.job)}

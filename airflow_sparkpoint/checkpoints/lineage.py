@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint.exceptions import CorruptMetadata, RestoreError
 
 if TYPE_CHECKING:
-    from airflow_sparkpoint.checkpoints.catalog import SnapshotEntry
+    from airflow_sparkpoint.checkpoints.entries import SnapshotEntry
     from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 
 log = logging.getLogger(__name__)

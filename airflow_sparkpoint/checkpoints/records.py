@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
-from airflow_sparkpoint.checkpoints.status import JobStatus, result_key
+from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status, result_key
 from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.exceptions import ControlError, ObjectNotFound, StorageError
 
 if TYPE_CHECKING:
-    from airflow_sparkpoint.checkpoints.catalog import Catalog, SnapshotEntry
+    from airflow_sparkpoint.checkpoints.catalog import Catalog
+    from airflow_sparkpoint.checkpoints.entries import SnapshotEntry
 
 log = logging.getLogger(__name__)
 
@@ -315,8 +316,6 @@ def generation_records(
     read when not given; `current`: the newest generation, listed when not given)."""
     current = catalog.current_generation() if current is None else current
     if status is _UNREAD:
-        from airflow_sparkpoint.checkpoints.history import read_job_status
-
         status = read_job_status(catalog)
     return [read_generation(catalog, generation, status=status, current=current)
             for generation in range(current, max(0, current - limit), -1)]
@@ -332,8 +331,6 @@ def read_generation(
     """The record of one generation (its claim, its run result, the status if it wrote it;
     missing parts are empty)."""
     if status is _UNREAD:
-        from airflow_sparkpoint.checkpoints.history import read_job_status
-
         status = read_job_status(catalog)
     assert status is None or isinstance(status, JobStatus)
     current = catalog.current_generation() if current is None else current

@@ -1,7 +1,7 @@
 """Retention: checkpoints (``numRetained``, reference-counted shared files, the deletion
 journal) and savepoint history.
 
-Checkpoint retention (`enforce_checkpoint_retention`, behind `Catalog.enforce_retention`)
+Checkpoint retention (`enforce_checkpoint_retention`, called by the coordinator after each checkpoint)
 keeps the newest ``numRetained`` *restorable* checkpoints (valid and not superseded),
 deletes older and superseded ones, and deletes shared files that no kept checkpoint
 references once they are older than a grace period (a checkpoint being written elsewhere,
@@ -26,11 +26,12 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints.entries import RetentionResult
 from airflow_sparkpoint.checkpoints.lineage import mark_superseded, prunable
 from airflow_sparkpoint.exceptions import ConfigError, ObjectNotFound
 
 if TYPE_CHECKING:
-    from airflow_sparkpoint.checkpoints.catalog import Catalog, RetentionResult
+    from airflow_sparkpoint.checkpoints.catalog import Catalog
     from airflow_sparkpoint.storage.base import ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -68,8 +69,6 @@ def enforce_checkpoint_retention(
     :raises ConfigError: `num_retained` or `grace_seconds` is invalid.
     :raises StaleGeneration: `generation` is no longer the current one.
     """
-    from airflow_sparkpoint.checkpoints.catalog import RetentionResult
-
     if isinstance(num_retained, bool) or not isinstance(num_retained, int) or num_retained < 1:
         raise ConfigError(f"checkpoint numRetained={num_retained!r} is invalid; expected an integer >= 1")
     if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float)) or not grace_seconds >= 0:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_sparkpoint.checkpoints.catalog import Catalog
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 STATES = ("starting", "running", "finished", "stopped", "failed")
@@ -50,3 +56,15 @@ class JobStatus:
 
 def result_key(generation: int) -> str:
     return f"results/{generation:012d}.json"
+
+
+def read_job_status(catalog: Catalog) -> JobStatus | None:
+    """The job's status record, or None when there is none (or it is unreadable: logged)."""
+    raw = catalog.read_status()
+    if raw is None:
+        return None
+    try:
+        return JobStatus.from_json(raw)
+    except (TypeError, ValueError) as exc:
+        log.warning("status record of job %r is incomplete (%s); treating the job as not running", catalog.job, exc)
+        return None

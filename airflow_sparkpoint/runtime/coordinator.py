@@ -34,7 +34,7 @@ from airflow_sparkpoint.checkpoints import (
 )
 from airflow_sparkpoint.checkpoints.counters import CounterRecorder
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.checkpoints.retention import deleted_since
+from airflow_sparkpoint.checkpoints.retention import deleted_since, enforce_checkpoint_retention
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     CatalogError,
@@ -328,8 +328,8 @@ class Coordinator:
         )
         faults.pause("after_metadata", batch_id, generation=self.generation)
         try:
-            retention = self.catalog.enforce_retention(
-                self.num_retained, grace_seconds=self.timeout_s, generation=self.generation, shared_listing=listing,
+            retention = enforce_checkpoint_retention(
+                self.catalog, self.num_retained, grace_seconds=self.timeout_s, generation=self.generation, shared_listing=listing,
                 on_deleted=lambda done, total: faults.maybe_kill_halfway("retention", batch_id, done, total),
             )
         except StorageError as exc:

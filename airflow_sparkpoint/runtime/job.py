@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import queue
-import socket
 import sys
 import threading
 import time
@@ -25,32 +24,25 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
-from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest
+from airflow_sparkpoint.checkpoints import TransactionRecord
+from airflow_sparkpoint.checkpoints.control import ControlRequest
 from airflow_sparkpoint.checkpoints.history import generation_details
-from airflow_sparkpoint.checkpoints.lineage import new_origin
-from airflow_sparkpoint.checkpoints.status import JobStatus, result_key
+from airflow_sparkpoint.checkpoints.status import result_key
 from airflow_sparkpoint.exceptions import (
     ConfigError,
-    ObjectExists,
     SparkpointError,
     StaleGeneration,
-    StorageError,
 )
 from airflow_sparkpoint.runtime import livedir, replay, rescale, signals
-from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig, parse_duration
+from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
     check_sink_position,
-    choose_live,
-    fill_live,
     plan_restore,
-    recover_transactions,
-    settle_unconfirmed,
 )
 from airflow_sparkpoint.runtime.result import RunResult
+from airflow_sparkpoint.runtime.run_coordination import _RunCoordination
 from airflow_sparkpoint.sinks.base import Sink, StageContext
-from airflow_sparkpoint.storage import open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -196,8 +188,10 @@ def _parse_args(argv: Sequence[str]) -> dict[str, str]:
     return args
 
 
-class _Run:
-    """One execution of `SparkpointJob.run` (one generation)."""
+class _Run(_RunCoordination):
+    """One execution of `SparkpointJob.run` (one generation): its state, start-up,
+    coordinator thread and status come from the layers in `run_status`, `run_startup`
+    and `run_coordination`; the query and the staging of each batch are here."""
 
     def __init__(self, job: SparkpointJob, df: DataFrame, sink: Sink, output_mode: str, name: str | None) -> None:
         self.job = job
@@ -223,40 +217,6 @@ class _Run:
         self._terminated: set[str] = set()  # ids of the queries whose termination event arrived
         self._terminated_cv = threading.Condition()
         self._application_id = self.spark.sparkContext.applicationId  # asked once: a JVM call
-
-    # -- preparation: everything that can fail does so before anything is written -----
-
-    def _open(self) -> None:
-        cfg = self.cfg
-        try:
-            storage = open_storage(cfg.dir, **cfg.storage_options)
-        except Exception as exc:
-            raise ConfigError(f"{PREFIX}dir={cfg.dir!r} cannot be opened: {exc}") from exc
-        check = getattr(storage, "check", None)
-        try:
-            if callable(check):
-                check()
-            else:
-                storage.exists("_sparkpoint_probe")
-            exclusive = getattr(storage, "check_exclusive_create", None)
-            if callable(exclusive):
-                exclusive()  # generation claims are conditional creates
-        except StorageError as exc:
-            raise StorageError(f"{PREFIX}dir={cfg.dir!r} is not reachable: {exc}") from exc
-        self.catalog = Catalog(storage, cfg.job)
-        self.control = ControlChannel(self.catalog)
-        self.sink.configure(cfg.storage_options)
-        self.sink.validate()
-        work = cfg.work_dir
-        if work is None:
-            if cfg.dir_is_s3:
-                raise ConfigError(
-                    f"{PREFIX}workDir is required when {PREFIX}dir={cfg.dir!r} is on S3 (Spark's live checkpoint "
-                    "needs a Hadoop filesystem path, e.g. a local disk path)"
-                )
-            root = livedir.require_local(cfg.dir)
-            work = os.path.join(root, cfg.job, "live")
-        self.work_root = livedir.require_local(work)
 
     def execute(self) -> RunResult:
         self._open()
@@ -284,100 +244,6 @@ class _Run:
             self._release_live()
             raise
         return self._run_query()
-
-    def _prepare(self) -> None:
-        """Claim, then act (invariant 8): everything is read again after the claim, the
-        origin of this generation's lineage is recorded before any effect, and every
-        effect is fenced by the generation."""
-        cfg = self.cfg
-        plan = self.plan = plan_restore(cfg, self.catalog)
-        check_sink_position(plan, self.sink, cfg.job, apply=False)
-        self.rescale = rescale.plan_rescale(cfg.restore_state_partitions, plan)
-        status = self.catalog.read_status() or {}
-        origins = self.catalog.origins()
-        self.choice = choose_live(
-            plan, [origins[-1].live_dir if origins else None, status.get("live_dir")], status,
-            work_root=self.work_root, job=cfg.job, generation=self.generation, jvm_pid=self._jvm_pid(),
-            allow_in_place=not (self.rescale and self.rescale.needed),  # rescale a private copy only
-        )
-        self.live = self.choice.path
-        meta: SnapshotMetadata | None = plan.snapshot.metadata if plan.snapshot else None
-        inherited = plan.continues.restore if plan.continues is not None else {}
-        self.catalog.write_origin(new_origin(
-            self.generation, kind=plan.kind, uri=plan.snapshot.uri if plan.snapshot else None, base_id=plan.base_id,
-            snapshot_id=meta.id if meta else None, batch_id=meta.batch_id if meta else None,
-            id_floor=self.catalog.next_checkpoint_id() - 1,
-            restore={"restore": cfg.restore, "sink_ahead": plan.sink_ahead, "force": cfg.restore_force,
-                     "allow_foreign_job": cfg.restore_allow_foreign_job or bool(inherited.get("allow_foreign_job")),
-                     "state_partitions": cfg.restore_state_partitions},
-            live_dir=self.live, host=socket.gethostname(), pid=os.getpid(),
-        ))
-        log.info("job %s generation %d starts from %s; live location %s (%s)",
-                 cfg.job, self.generation, plan.description, self.live, self.choice.reason)
-
-        def fence() -> None:
-            self.catalog.check_generation(self.generation)
-
-        fence()
-        # Abort what the restart point does not confirm before the sink's position is
-        # checked: a stalled committer past its generation check can land nothing after it.
-        settled = settle_unconfirmed(self.catalog, self.sink, plan, self.generation)
-        if check_sink_position(plan, self.sink, cfg.job, fence=fence):
-            faults.pause("after_rewind", plan.batch_id, generation=self.generation)
-        faults.pause("before_live", plan.batch_id, generation=self.generation)
-        index, self.live_reuse = fill_live(self.choice, plan)
-        self.coordinator = Coordinator(
-            catalog=self.catalog, sink=self.sink, generation=self.generation, live_root=self.live,
-            commit_mode=cfg.commit_mode, interval_s=cfg.checkpoint_interval_s,
-            num_retained=cfg.num_retained, timeout_s=cfg.checkpoint_timeout_s,
-            tolerable_failures=cfg.tolerable_failures, spark_info=self._spark_info(),
-            on_status=self._heartbeat,
-        )
-        self.coordinator.seed(meta, index)
-        if plan.snapshot is not None and not plan.own_files:
-            self.coordinator.prestore(plan.snapshot.files_store)  # overlaps Spark's first batch
-        pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode, self.generation,
-                                                  settled=settled)
-        for record in pending:
-            self.coordinator.add_pending(record)
-        if plan.latest and plan.sink_ahead != "rewind":  # the self-healing fallback (runtime.replay)
-            self._write_status("running")  # a long replay must not look like a dead run
-            recovered["replayed"] = replay.replay_committed(
-                self.spark, self.df, self.output_mode, sink=self.sink, catalog=self.catalog, snapshot=plan.snapshot,
-                live_root=self.live, generation=self.generation, job=cfg.job)
-            if recovered["replayed"]:  # the snapshot's position of this sink is behind what it holds now
-                self.coordinator.sink_positions.pop(self.sink.sink_id, None)
-        self.recovered = recovered
-        # After any replay: the state of the live location's last batch is rescaled.
-        rescaled = rescale.rescale_live(self.spark, self.live, self.rescale, fence) if self.rescale and \
-            self.rescale.needed else None
-        self.rescaled = rescale.summary(self.rescale, rescaled)
-        rescale.apply_shuffle_partitions(self.spark, self.rescale)
-        if rescaled is not None:
-            # The rescaled state is the restart point from now on (no input, no transaction).
-            self.coordinator.confirm(rescaled)
-            self.coordinator.checkpoint(rescaled)
-        self._write_status("running")
-
-    def _jvm_pid(self) -> int | None:
-        try:
-            return int(self.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
-        except Exception:  # noqa: BLE001 - only used to prove a previous owner gone
-            return None
-
-    def _release_live(self) -> None:
-        choice = getattr(self, "choice", None)
-        if choice is not None:
-            choice.lock.release()
-
-    def _spark_info(self) -> dict[str, Any]:
-        conf = self.spark.conf
-        return {
-            "version": self.spark.version,
-            "state_store": conf.get("spark.sql.streaming.stateStore.providerClass", ""),
-            "output_mode": self.output_mode,
-            "trigger": str(self.cfg.trigger),
-        }
 
     # -- the query ----------------------------------------------------------------------
 
@@ -502,223 +368,3 @@ class _Run:
             # A stop taken while this batch ran: fail it, so Spark never commits it and the
             # stop aborts it (whether Spark's own stop would still commit it is a race).
             raise _StopRun(f"job {self.cfg.job!r} is stopping; batch {batch_id} is discarded")
-
-    # -- the coordinator thread -----------------------------------------------------------
-
-    def _coordinate(self) -> None:
-        next_poll = 0.0
-        try:
-            while True:
-                timeout = max(0.0, next_poll - time.monotonic())
-                try:
-                    kind, value = self.events.get(timeout=timeout)
-                except queue.Empty:
-                    kind, value = "tick", None
-                if kind == "progress":
-                    self._confirm(value)
-                    if self.coordinator.due() and self.events.empty():
-                        self._checkpoint_and_commit(self.coordinator.confirmed_batch)
-                elif kind == "final":
-                    self._finish()
-                    return
-                if time.monotonic() >= next_poll:
-                    next_poll = time.monotonic() + self.cfg.poll_interval_s
-                    if not self.stopping.is_set():
-                        self._serve_control()
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            self.error = exc
-            log.error("job %s generation %d: %s", self.cfg.job, self.generation, exc)
-            self.stopping.set()
-            self._stop_query()
-            # Keep draining so the caller's final event finds us gone.
-
-    def _confirm(self, batch_id: int) -> None:
-        """Batch `batch_id` is durable in Spark's commits/ (from its progress event, or read
-        from commits/ after the query ended)."""
-        confirmed = self.coordinator.confirmed_batch
-        if confirmed is None or batch_id > confirmed:
-            faults.maybe_kill("confirmed", batch_id)
-        self.coordinator.confirm(batch_id)
-
-    def _checkpoint_and_commit(self, batch_id: int | None) -> None:
-        if batch_id is None or self.error is not None:  # failing or terminating: nothing new
-            return
-        meta = self.coordinator.checkpoint(batch_id)
-        if meta is not None:
-            self.coordinator.commit_confirmed()
-
-    def _finish(self) -> None:
-        """After the query ended: checkpoint its last confirmed batch, then commit."""
-        if self.error is not None:
-            return
-        last = livedir.last_commit(self.live)
-        if last is not None:
-            self._confirm(last)  # its progress event may not have arrived
-        latest = self.coordinator.last_checkpoint
-        if last is not None and (latest is None or latest.batch_id < last):
-            meta = self.coordinator.checkpoint(last)
-            if meta is None:
-                raise SparkpointError(f"final checkpoint of batch {last} failed")
-        self.coordinator.commit_confirmed()
-        self._checkpoint_final_snapshot()
-        if self.error is not None:  # e.g. SIGTERM during the wait: take on nothing new
-            return
-        if self.stopping.is_set():
-            self.coordinator.abort_unconfirmed(self.coordinator.last_checkpoint.batch_id
-                                               if self.coordinator.last_checkpoint else None)
-            if self.stop_request is not None:
-                self._complete_stop()
-
-    def _state_store_settings(self) -> tuple[float, int]:
-        """Spark's ``stateStore.maintenanceInterval`` (seconds) and ``minDeltasForSnapshot``."""
-        conf = self.spark.conf
-        interval = str(conf.get("spark.sql.streaming.stateStore.maintenanceInterval", "60s") or "60s").strip()
-        try:  # Spark reads a bare number as milliseconds
-            seconds = int(interval) / 1000 if interval.isdigit() else parse_duration("", interval)
-            return seconds, int(conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10") or "10")
-        except (ConfigError, ValueError):
-            return 60.0, 10
-
-    def _checkpoint_final_snapshot(self) -> None:
-        """Drained, or stopping with a savepoint, after this run processed batches: let the
-        last checkpoint carry the RocksDB snapshot Spark uploads after its last commits
-        (`Coordinator.checkpoint_final_snapshot`). Not after a failure, a cancel or SIGTERM;
-        a control request arriving meanwhile ends the wait (nobody serves it during it)."""
-        request = self.stop_request
-        if (self.cfg.state_store != "rocksdb" or self.query_failed or self.error is not None or not self.batches
-                or (self.stopping.is_set() and (request is None or request.kind == "cancel"))):
-            return
-        interval, min_deltas = self._snapshot_settings
-        timeout = interval + 30.0 if self.cfg.final_snapshot_timeout_s is None else self.cfg.final_snapshot_timeout_s
-        if request is not None:  # leave the savepoint half of the time the requester gives the stop
-            timeout = min(timeout, (request.deadline - time.time()) / 2)
-        next_look = [time.monotonic() + self.cfg.poll_interval_s]
-
-        def cancelled() -> bool:
-            if self.error is not None:
-                return True
-            if time.monotonic() < next_look[0]:
-                return False
-            next_look[0] = time.monotonic() + self.cfg.poll_interval_s
-            try:
-                return bool(self.control.pending(self.generation))
-            except StorageError:
-                return False
-
-        self.coordinator.checkpoint_final_snapshot(min_deltas=min_deltas, timeout_s=timeout,
-                                                   min_replay=self.cfg.final_snapshot_min_replay,
-                                                   cancelled=cancelled)
-
-    def _serve_control(self) -> None:
-        """Serve the control requests addressed to this run's generation; on the first
-        call, withdraw those left for older generations (their runs are gone)."""
-        if self.error is not None:
-            return  # terminating (e.g. SIGTERM): take on nothing new
-        if not getattr(self, "_control_swept", False):
-            withdrawn = self.control.withdraw_superseded(self.generation)
-            if withdrawn:
-                log.warning("job %s generation %d withdrew %d control request(s) addressed to earlier runs: %s",
-                            self.cfg.job, self.generation, len(withdrawn), withdrawn)
-            self._control_swept = True
-        for request in self.control.pending(self.generation):
-            try:
-                self.control.acknowledge(request, self.generation)
-            except ObjectExists:
-                log.debug("control request %s was taken by another run", request.id)
-                continue
-            log.info("control request %s: %s", request.id, request.kind)
-            if request.kind == "savepoint":
-                try:
-                    handle = self.coordinator.savepoint()
-                    self.coordinator.commit_confirmed()
-                except StaleGeneration:
-                    raise
-                except SparkpointError as exc:
-                    self.control.fail(request, generation=self.generation, error=str(exc))
-                    continue
-                self.control.complete(request, generation=self.generation, savepoint=handle.uri,
-                                      batch_id=handle.metadata.batch_id)
-                self.savepoint_uri = handle.uri
-            elif request.kind in ("stop", "cancel"):
-                self.stop_request = request
-                self.stopping.set()
-                self._stop_query()
-                return
-
-    def _complete_stop(self) -> None:
-        request = self.stop_request
-        assert request is not None
-        if request.kind == "cancel":
-            self.control.complete(request, generation=self.generation,
-                                  batch_id=self.coordinator.confirmed_batch)
-            return
-        try:
-            handle = self.coordinator.savepoint()
-        except SparkpointError as exc:
-            self.control.fail(request, generation=self.generation, error=str(exc))
-            raise
-        self.savepoint_uri = handle.uri
-        self.control.complete(request, generation=self.generation, savepoint=handle.uri,
-                              batch_id=handle.metadata.batch_id)
-        faults.maybe_kill("stopped", handle.metadata.batch_id)
-
-    def _stop_query(self) -> None:
-        if self.query is not None:
-            try:
-                self.query.stop()
-            except Exception as exc:  # noqa: BLE001 - the query may already be gone
-                log.debug("query.stop(): %s", exc)
-
-    # -- status and result ----------------------------------------------------------------
-
-    def _heartbeat(self) -> None:
-        self._write_status("running")
-
-    def _heartbeat_loop(self) -> None:
-        while not self._heartbeat_stop.wait(self.cfg.poll_interval_s):
-            self._heartbeat()
-
-    def _write_status(self, state: str, error: str | None = None) -> None:
-        coordinator: Coordinator | None = getattr(self, "coordinator", None)
-        last = coordinator.last_checkpoint if coordinator is not None else None
-        status = JobStatus(
-            job=self.cfg.job, generation=self.generation, state=state, started_at=self.started_at,
-            heartbeat_at=time.time(), last_batch=coordinator.confirmed_batch if coordinator is not None else None,
-            last_checkpoint_id=last.id if last else None,
-            last_checkpoint_uri=self.catalog.checkpoint_uri(last.id) if last else None,
-            checkpoints_completed=coordinator.checkpoints_completed if coordinator is not None else 0,
-            savepoint_uri=self.savepoint_uri, error=error, host=socket.gethostname(), pid=os.getpid(),
-            application_id=self._application_id,
-        ).to_json()
-        status["live_dir"] = getattr(self, "live", None)
-        with self._status_lock:
-            if self._final_state and state == "running":
-                return  # a late heartbeat must not undo finished/stopped/failed
-            if state != "running":
-                self._final_state = True
-            try:
-                current = self.catalog.current_generation()
-                if current != self.generation:
-                    return  # a newer run owns the status record
-                self.catalog.write_status(status)
-            except StorageError as exc:
-                log.warning("could not write the status of job %s: %s", self.cfg.job, exc)
-
-    def _result(self, state: str) -> RunResult:
-        last = self.coordinator.last_checkpoint
-        return RunResult(
-            status=state, job=self.cfg.job, generation=self.generation,
-            batches_processed=len(self.batches), first_batch=min(self.batches) if self.batches else None,
-            last_batch=self.coordinator.confirmed_batch,
-            last_checkpoint_id=last.id if last else None,
-            last_checkpoint=self.catalog.checkpoint_uri(last.id) if last else None,
-            savepoint=self.savepoint_uri,
-            restored_from=self.plan.snapshot.uri if self.plan.snapshot else None,
-            restore_mode="in-place" if self.choice.in_place else ("snapshot" if self.plan.snapshot else "empty"),
-            checkpoints_completed=self.coordinator.checkpoints_completed,
-            committed_batches=tuple(self.coordinator.batches_committed),
-            recovered=self.recovered,
-            live_dir=self.live,
-            live_reuse=self.live_reuse.to_json(),
-            rescaled=self.rescaled,
-        )

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from airflow_sparkpoint.checkpoints import SnapshotHandle
-    from airflow_sparkpoint.runtime.restore import RestorePlan
+    from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 
 log = logging.getLogger(__name__)
 

@@ -39,6 +39,7 @@ from airflow_sparkpoint.exceptions import (
 from airflow_sparkpoint.runtime import livedir, replay, rescale
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import IndexEntry, file_sha256
+from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 from airflow_sparkpoint.sinks.base import Sink
 
 log = logging.getLogger(__name__)
@@ -46,29 +47,6 @@ log = logging.getLogger(__name__)
 # Small text files of Spark's checkpoint that may embed the absolute checkpoint path
 # (transformWithState's operator metadata records its state schema file paths).
 _REWRITE_MAX_BYTES = 4 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class RestorePlan:
-    """What the run starts from."""
-
-    snapshot: SnapshotHandle | None  # None: empty state
-    description: str
-    kind: str = "empty"  # what the origin records: "checkpoint" | "savepoint" | "empty"
-    base_id: int = -1  # the checkpoint of this job it continues (lineage.Origin.base_id)
-    own_files: bool = False  # the snapshot's files are this job's shared files
-    sink_ahead: str = "fail"  # the policy for this restart (a lineage's rewind is inherited)
-    continues: Origin | None = None  # the origin of the lineage whose starting point this is
-    latest: bool = False  # chosen by restore=latest: a sink ahead of it may be replayed (runtime.replay)
-
-    @property
-    def batch_id(self) -> int | None:
-        return self.snapshot.metadata.batch_id if self.snapshot else None
-
-    @property
-    def own_checkpoint(self) -> bool:
-        """A checkpoint of this job in this catalog (the only thing resumable in place)."""
-        return self.kind == "checkpoint" and self.base_id >= 0 and self.own_files
 
 
 def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | None = None) -> RestorePlan:

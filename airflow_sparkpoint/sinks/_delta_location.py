@@ -340,7 +340,7 @@ class S3Table(TableLocation):
         return self._credentials
 
     def delta_options(self) -> dict[str, str]:
-        from airflow_sparkpoint.storage.s3 import _redact_url
+        from airflow_sparkpoint.storage.endpoints import redact_url as _redact_url
 
         credentials, region = self._resolve_credentials()
         frozen = credentials.get_frozen_credentials()

@@ -165,22 +165,6 @@ def replay_of(record: TransactionRecord) -> str | None:
     return replay if isinstance(replay, str) else None
 
 
-def sink_from_config(kind: str, config: Mapping[str, Any]) -> Sink:
-    """Rebuild a sink from a transaction record (for `sparkpoint commit` and the operator).
-
-    :raises ConfigError: unknown sink kind.
-    """
-    # Import the built-in sinks so that they register.
-    from airflow_sparkpoint import sinks as _sinks  # noqa: F401
-
-    try:
-        cls = Sink._registry[kind]
-    except KeyError:
-        known = ", ".join(sorted(Sink._registry)) or "none"
-        raise ConfigError(f"sink kind {kind!r} is unknown; expected one of: {known}") from None
-    return cls(**dict(config))
-
-
 def checked_bucket(bucket: str, where: str) -> str:
     """`bucket` if it can be an S3 bucket name.
 

@@ -48,7 +48,8 @@ from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import SinkError
-from airflow_sparkpoint.sinks.base import Sink, sink_from_config
+from airflow_sparkpoint.sinks.base import Sink
+from airflow_sparkpoint.sinks.kinds import sink_from_config
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Chaos fixtures: a fresh bucket per test on each of the two S3 servers (moto in a child
-process, SeaweedFS: both server fixtures are in ``tests/conftest.py``), and the summary
+process, SeaweedFS: both servers from ``tests/servers.py``, up while this package runs), and the summary
 tables of the crash trials printed at the end of the session."""
 
 from __future__ import annotations
@@ -10,6 +10,10 @@ import pytest
 
 from tests.chaos.plan import REPORTS, format_report
 from tests.chaos.servers import S3Context, new_bucket
+from tests.servers import package_fixtures
+
+spark, s3_server, s3_server_process, seaweedfs_server = package_fixtures(
+    "spark", "s3_server", "s3_server_process", "seaweedfs_server")
 
 
 @pytest.fixture()

@@ -30,6 +30,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, FileRef, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.metadata import sha256_hex
+from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 from airflow_sparkpoint.exceptions import SparkpointError, StorageError
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import materialize
@@ -76,7 +77,7 @@ def test_catalog_rides_through_s3_faults(s3_server: str, s3_bucket: str) -> None
             record = TransactionRecord(JOB, batch, generation, "s3", "s3://x/y", {"staged": {"batch": batch}})
             catalog.put_transaction(record)
             metas.append(_checkpoint_files(catalog, batch))
-            catalog.enforce_retention(3)
+            enforce_checkpoint_retention(catalog, 3)
             catalog.delete_transactions([record])
         savepoint = catalog.create_savepoint(catalog.handle(catalog.latest()))  # type: ignore[arg-type]
         channel = ControlChannel(catalog)

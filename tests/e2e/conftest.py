@@ -1,5 +1,6 @@
 """Fixtures of the end-to-end suite: one real Airflow stack and one Spark standalone
-cluster for the whole session (each started by the first test that needs it).
+cluster for this package (each started by the first test that needs it, stopped
+after the package's last test).
 
 On a failure, the stack's process logs and task logs (and the cluster's logs) are copied
 to ``$SPARKPOINT_E2E_ARTIFACTS`` (default ``test-artifacts/e2e-<time>/`` in the
@@ -34,7 +35,7 @@ def _artifacts_dir() -> Path:
     return base / time.strftime("e2e-%Y%m%d-%H%M%S")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def airflow_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[AirflowStack]:
     """api-server, scheduler (LocalExecutor), dag-processor and triggerer on loopback,
     with the e2e DAGs and the example DAGs (``dags/``) as two bundles; ``spark_default``
@@ -50,7 +51,7 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixt
         bundles={"e2e": E2E_DAGS, "examples": REPO / "dags"},
         extra_env={
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            # The example DAGs' storage: one root for the whole session (jobs have unique names).
+            # The example DAGs' storage: one root for the whole package (jobs have unique names).
             "AIRFLOW_CONN_SPARKPOINT_DEFAULT": json.dumps({"conn_type": "sparkpoint",
                                                            "host": str(home / "sparkpoint")}),
             "SPARK_CONF_DIR": str(spark_conf),
@@ -78,14 +79,14 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixt
             ARTIFACTS.append(target)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def airflow_api(airflow_stack: AirflowStack) -> Iterator[AirflowApi]:
     api = airflow_stack.api()
     yield api
     api.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[SparkCluster]:
     """A standalone master and two workers (1 core, 1 GiB each) on loopback."""
     cluster = SparkCluster(base=tmp_path_factory.mktemp("e2e-spark-cluster"))

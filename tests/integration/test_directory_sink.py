@@ -14,8 +14,9 @@ import pytest
 
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import SinkError
-from airflow_sparkpoint.sinks.base import StageContext, sink_from_config
+from airflow_sparkpoint.sinks.base import StageContext
 from airflow_sparkpoint.sinks.directory import DirectorySink
+from airflow_sparkpoint.sinks.kinds import sink_from_config
 
 pytestmark = pytest.mark.spark
 

@@ -34,7 +34,7 @@ from tests.state_cases import CASES, Case
 
 pytestmark = pytest.mark.spark
 
-SHUFFLE_PARTITIONS = 2  # the session fixture's spark.sql.shuffle.partitions
+SHUFFLE_PARTITIONS = 2  # the spark fixture's spark.sql.shuffle.partitions
 
 
 def tree_digest(root: Path) -> dict[str, str]:

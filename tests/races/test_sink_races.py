@@ -109,7 +109,7 @@ class Scene:
                 driver.kill()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def seaweedfs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
         yield endpoint

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO
+from tests.servers import free_port, package_fixtures
 
 SECRETS = ("AKIAPLANTEDLOGIN7", "planted-password-9f3c2b", "planted-extra-token-51d7", "planted-s3-secret-0a8e")
 USERS = {"admin": "admin-pw-1", "op": "op-pw-2", "viewer": "viewer-pw-3"}
@@ -79,6 +80,8 @@ class RequestTrap:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=30)
+
+(s3_server_process,) = package_fixtures("s3_server_process")
 
 
 @dataclass
@@ -149,7 +152,7 @@ def _s3_history(endpoint: str, bucket: str) -> None:
                                                                                               len(data), 1)))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ui_stack(tmp_path_factory: pytest.TempPathFactory, s3_server_process: str) -> Iterator[Stack]:
     import boto3
     import httpx

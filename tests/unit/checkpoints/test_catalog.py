@@ -22,6 +22,7 @@ from airflow_sparkpoint.checkpoints.metadata import (
     canonical_json,
     sha256_hex,
 )
+from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 from airflow_sparkpoint.exceptions import (
     ConfigError,
     InvalidPath,
@@ -211,7 +212,7 @@ def test_retention_keeps_num_retained_and_every_referenced_file(
     written: list[SnapshotMetadata] = []
     for version in range(12):
         written.append(make_checkpoint(catalog, state(version)))
-        result = catalog.enforce_retention(3)
+        result = enforce_checkpoint_retention(catalog, 3)
         retained = catalog.checkpoints()
         assert [m.id for m in retained] == [m.id for m in written[-3:]][::-1]
         referenced_keys_exist(catalog, retained)
@@ -227,10 +228,10 @@ def test_retention_collects_orphans_and_respects_grace(catalog: Catalog, make_ch
     catalog.claim_generation()
     meta = make_checkpoint(catalog, state(0))
     catalog.store.put("shared/state/9/orphan.zip~0000000000000000", b"12345")
-    kept = catalog.enforce_retention(1, grace_seconds=3600)
+    kept = enforce_checkpoint_retention(catalog, 1, grace_seconds=3600)
     assert kept.deleted_files == 0
     assert catalog.store.exists("shared/state/9/orphan.zip~0000000000000000")
-    gone = catalog.enforce_retention(1)
+    gone = enforce_checkpoint_retention(catalog, 1)
     assert (gone.deleted_files, gone.deleted_bytes) == (1, 5)
     assert not catalog.store.exists("shared/state/9/orphan.zip~0000000000000000")
     referenced_keys_exist(catalog, [meta])
@@ -239,7 +240,7 @@ def test_retention_collects_orphans_and_respects_grace(catalog: Catalog, make_ch
 def test_retention_without_any_valid_checkpoint_deletes_nothing(catalog: Catalog) -> None:
     catalog.store.put("shared/a~0000000000000000", b"1")
     catalog.store.put("chk-1/partial", b"1")
-    assert catalog.enforce_retention(1).deleted_files == 0
+    assert enforce_checkpoint_retention(catalog, 1).deleted_files == 0
     assert catalog.store.exists("shared/a~0000000000000000") and catalog.store.exists("chk-1/partial")
 
 
@@ -251,7 +252,7 @@ def test_retention_removes_old_invalid_and_incomplete_dirs_but_not_newer_ones(
     make_checkpoint(catalog, state(0))  # chk-2
     make_checkpoint(catalog, state(1))  # chk-3
     catalog.store.put("chk-4/in-progress", b"1")
-    result = catalog.enforce_retention(1)
+    result = enforce_checkpoint_retention(catalog, 1)
     assert set(result.deleted_checkpoints) == {1, 2}
     assert catalog.checkpoint_ids() == [3, 4]
 
@@ -259,7 +260,7 @@ def test_retention_removes_old_invalid_and_incomplete_dirs_but_not_newer_ones(
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
 def test_retention_validates_num_retained(catalog: Catalog, bad: Any) -> None:
     with pytest.raises(ConfigError, match=f"numRetained={bad!r} is invalid"):
-        catalog.enforce_retention(bad)
+        enforce_checkpoint_retention(catalog, bad)
 
 
 # --------------------------------------------------------------------------- savepoints
@@ -277,7 +278,7 @@ def test_savepoint_is_self_contained(root: Any, catalog: Catalog, make_checkpoin
 
     # Retention never touches savepoints, nor does disposing of every checkpoint.
     make_checkpoint(catalog, state(3))
-    catalog.enforce_retention(1)
+    enforce_checkpoint_retention(catalog, 1)
     for checkpoint_id in catalog.checkpoint_ids():
         catalog.dispose(f"chk-{checkpoint_id}")
     catalog.store.delete_prefix("shared")

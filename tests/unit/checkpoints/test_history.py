@@ -39,6 +39,7 @@ from airflow_sparkpoint.checkpoints.metadata import (
     TransactionRecord,
     sha256_hex,
 )
+from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 from airflow_sparkpoint.checkpoints.status import JobStatus, result_key
 from airflow_sparkpoint.checkpoints.verification import VerificationRecord, write_verification
 from airflow_sparkpoint.exceptions import StorageError
@@ -295,7 +296,7 @@ def test_the_cost_is_bounded_by_the_retained_history_not_by_every_batch_ever(tmp
         catalog.claim_generation({"plan": "empty state"})
         for batch in range(3):
             checkpoint(catalog, generation * 3 + batch)
-            catalog.enforce_retention(3)
+            enforce_checkpoint_retention(catalog, 3)
     CountingStorage.gets = CountingStorage.lists = 0
     history = load_history(catalog)
     assert len(history.checkpoints) == 3 and len(history.generations) == GENERATIONS_SHOWN

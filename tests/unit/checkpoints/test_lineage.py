@@ -14,7 +14,7 @@ from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, superseded_by
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
-from airflow_sparkpoint.checkpoints.retention import deleted_since
+from airflow_sparkpoint.checkpoints.retention import deleted_since, enforce_checkpoint_retention
 from airflow_sparkpoint.exceptions import ObjectExists, RestoreError, StaleGeneration
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink
 from airflow_sparkpoint.storage import MemoryStorage
@@ -201,10 +201,10 @@ def test_retention_keeps_restorable_deletes_superseded_and_prunes_origins(
     metas = [chk(make_checkpoint, mem, batch) for batch in range(4)]
     start(mem, base=metas[0].id, batch=0)
     # Before the new lineage has a checkpoint, its origin is protected even past numRetained.
-    mem.enforce_retention(1)
+    enforce_checkpoint_retention(mem, 1)
     assert {e.id for e in mem.list_checkpoints()} == {metas[0].id}
     again = chk(make_checkpoint, mem, 1)
-    result = mem.enforce_retention(1)
+    result = enforce_checkpoint_retention(mem, 1)
     assert result.deleted_checkpoints == (metas[0].id,)
     assert [e.id for e in mem.list_checkpoints()] == [again.id]
     assert [o.generation for o in mem.origins()] == [mem.current_generation()], "stale origins are pruned"
@@ -218,10 +218,10 @@ def test_retention_is_fenced_and_journals_before_deleting(mem: Catalog, make_che
     start(mem, base=mem.latest().id)
     before = {i.key for i in mem.store.list("")}
     with pytest.raises(StaleGeneration):
-        mem.enforce_retention(1, generation=generation)
+        enforce_checkpoint_retention(mem, 1, generation=generation)
     assert {i.key for i in mem.store.list("")} == before, "a superseded generation deleted something"
     since = time.time() - 1
-    result = mem.enforce_retention(1, generation=mem.current_generation())
+    result = enforce_checkpoint_retention(mem, 1, generation=mem.current_generation())
     assert result.deleted_files >= 1 and "shared/orphan~00" in deleted_since(mem, since)
 
 
@@ -229,7 +229,7 @@ def test_orphans_younger_than_the_grace_period_survive(mem: Catalog, make_checkp
     start(mem, kind="empty")
     chk(make_checkpoint, mem, 0)
     mem.store.put("shared/being-uploaded~00", b"a newer generation's checkpoint in progress")
-    assert mem.enforce_retention(1, grace_seconds=600).deleted_files == 0
+    assert enforce_checkpoint_retention(mem, 1, grace_seconds=600).deleted_files == 0
     assert mem.store.exists("shared/being-uploaded~00")
 
 

@@ -120,7 +120,7 @@ def files_of(txn: str, n: int = FILES) -> list[str]:
 # -- stores -----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def seaweedfs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from tests.races.sink_harness import seaweedfs
 

@@ -1,0 +1,347 @@
+"""The job commands of ``sparkpoint``: list, status, metrics, savepoint, dispose, commit,
+demo (the parser and the entry point are in `airflow_sparkpoint.cli`)."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import logging
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_sparkpoint.cli_common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    CommandFailed,
+    UsageError,
+    _emit_json,
+    _env,
+    _iso,
+    _lazy,
+    _listing,
+    _open_catalog,
+    _other_jobs_hint,
+    _pairs,
+    _size,
+    _storage_options,
+    _table,
+)
+from airflow_sparkpoint.exceptions import ControlError, RestoreError, StorageError
+
+log = logging.getLogger("airflow_sparkpoint.cli")
+
+
+# --------------------------------------------------------------------------- list
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from airflow_sparkpoint.checkpoints.history import snapshot_records
+
+    catalog = _open_catalog(args)
+    checkpoints = snapshot_records(catalog, "checkpoint")
+    savepoints = snapshot_records(catalog, "savepoint")
+    if args.json:
+        _emit_json({
+            "job": catalog.job,
+            "root": catalog.uri,
+            "checkpoints": [r.to_json() for r in checkpoints],
+            "savepoints": [r.to_json() for r in savepoints],
+        })
+        return EXIT_OK
+    if not checkpoints and not savepoints:
+        print(f"no checkpoints or savepoints for job {catalog.job!r} under {catalog.uri}{_other_jobs_hint(catalog)}")
+        return EXIT_OK
+    rows = []
+    for r in [*checkpoints, *savepoints]:
+        status = r.short_reason()
+        if r.verified_at is not None:  # the last restore drill (`sparkpoint verify`)
+            status += f"; drill FAILED {_iso(r.verified_at)}" if r.verify_error else f"; verified {_iso(r.verified_at)}"
+        rows.append([
+            r.kind, r.id, r.batch_id, r.generation, _iso(r.created_at), r.duration_ms,
+            None if r.bytes_copied is None else _size(r.bytes_copied),
+            None if r.bytes_total is None else _size(r.bytes_total),
+            r.file_count, r.uri, status,
+        ])
+    headers = ["KIND", "ID", "BATCH", "GEN", "CREATED (UTC)", "DURATION_MS", "COPIED", "TOTAL", "FILES", "URI",
+               "STATUS"]
+    print(_table(headers, rows, right=frozenset({1, 2, 3, 5, 6, 7, 8})))
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- status
+
+
+def _job_status(catalog: Any) -> Any:
+    from airflow_sparkpoint.checkpoints.history import read_job_status
+
+    return read_job_status(catalog)
+
+
+def _liveness(status: Any, current_generation: int, max_age: float) -> tuple[bool, float | None]:
+    from airflow_sparkpoint.checkpoints.history import liveness
+
+    return liveness(status, current_generation, max_age)
+
+
+def _status_document(history: Any) -> dict[str, Any]:
+    """`status --json` (docs/CLI.md), from the history model."""
+    status, latest = history.status, history.latest_completed
+    last_checkpoint = None
+    if status is not None and status.last_checkpoint_id is not None:
+        last_checkpoint = {"id": status.last_checkpoint_id, "uri": status.last_checkpoint_uri}
+    view = history.to_json()
+    return {
+        "job": history.job,
+        "root": history.root,
+        "generation": history.generation,
+        "status_generation": view["status_generation"],
+        "state": view["state"],
+        "alive": history.alive,
+        "heartbeat_age_s": view["heartbeat_age_s"],
+        "max_heartbeat_age_s": history.max_heartbeat_age,
+        "started": _iso(status.started_at) if status is not None else None,
+        "last_batch": view["last_batch"],
+        "last_checkpoint": last_checkpoint,
+        "latest_checkpoint": None if latest is None else {
+            "id": latest.id, "uri": latest.uri, "batch_id": latest.batch_id,
+            "generation": latest.generation, "created": _iso(latest.created_at),
+        },
+        "checkpoints_completed": status.checkpoints_completed if status is not None else None,
+        "savepoint": status.savepoint_uri if status is not None else None,
+        "error": view["error"],
+        "host": status.host if status is not None else None,
+        "pid": status.pid if status is not None else None,
+        "application_id": (status.application_id or None) if status is not None else None,
+        # added fields (the history model's overview)
+        "counts": view["counts"],
+        "latest_savepoint": None if view["latest_savepoint"] is None else {
+            k: view["latest_savepoint"][k] for k in ("id", "uri", "batch_id", "generation", "created")},
+        "latest_restore": None if view["latest_restore"] is None else {
+            k: view["latest_restore"][k] for k in ("generation", "restored_from", "started", "airflow")},
+        "airflow_try": view["airflow_try"],
+    }
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from airflow_sparkpoint.checkpoints.history import load_history
+
+    catalog = _open_catalog(args)
+    history = load_history(catalog, max_heartbeat_age=args.max_heartbeat_age)
+    latest = history.latest_completed
+    for record in history.checkpoints:  # what `restore=latest` skips over, as the catalog warns
+        if record.error and "no _metadata" not in record.error and (latest is None or record.id > latest.id):
+            log.warning("skipping invalid checkpoint %s: %s", record.uri, record.error)
+    document = _status_document(history)
+    if args.json:
+        _emit_json(document)
+        return EXIT_OK
+    status, generation, age, alive = history.status, history.generation, history.heartbeat_age, history.alive
+    state = document["state"]
+    if age is None:
+        alive_text = "no (no status record)"
+    else:
+        alive_text = f"{'yes' if alive else 'no'} (heartbeat {age:.0f} s ago; max {args.max_heartbeat_age:g} s)"
+        if status is not None and status.generation < generation:
+            alive_text += f"; superseded by generation {generation}"
+    latest_text = None
+    if latest is not None:
+        latest_text = f"chk-{latest.id} (batch {latest.batch_id}, {_iso(latest.created_at)})  {latest.uri}"
+    counts = history.counts
+    counts_text = (f"{counts.completed} completed, {counts.failed} failed, {counts.in_progress} in progress, "
+                   f"{counts.restored} restored" + ("" if counts.lifetime else " (retained history only)"))
+    current = history.current
+    started_by = None if current is None or current.airflow is None else current.airflow.describe()
+    restore = history.latest_restore
+    print(_pairs([
+        ("job", catalog.job),
+        ("root", catalog.uri),
+        ("generation", generation if generation else "none claimed yet"),
+        ("started by", started_by),
+        ("state", f"{state} (generation {status.generation})" if status is not None else state),
+        ("alive", alive_text),
+        ("last batch", document["last_batch"]),
+        ("last checkpoint", latest_text),
+        ("checkpoints", counts_text),
+        ("last restore", None if restore is None else
+         f"generation {restore.generation} from {restore.origin} ({_iso(restore.started_at)})"),
+        ("savepoint", document["savepoint"]),
+        ("error", document["error"]),
+    ]))
+    if status is None and generation == 0 and latest is None:
+        hint = _other_jobs_hint(catalog)
+        if hint:
+            print(f"nothing recorded for job {catalog.job!r}{hint}", file=sys.stderr)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    from airflow_sparkpoint.checkpoints.health import metric_values, prometheus_text
+    from airflow_sparkpoint.checkpoints.history import load_history
+
+    jobs = list(dict.fromkeys(args.jobs or ([_env("SPARKPOINT_JOB")] if _env("SPARKPOINT_JOB") else [])))
+    if not jobs:
+        raise UsageError("--job is required (or set SPARKPOINT_JOB); repeat --job for several jobs")
+    histories = []
+    for job in jobs:
+        catalog = _open_catalog(argparse.Namespace(**{**vars(args), "job": job}))
+        histories.append(load_history(catalog, max_heartbeat_age=args.max_heartbeat_age))
+    if args.json:  # the same figures as a JSON document
+        _emit_json({"jobs": [{"job": h.job, "root": h.root, "metrics": metric_values(h)} for h in histories]})
+    else:
+        sys.stdout.write(prometheus_text(({"job": h.job}, h) for h in histories))
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- savepoint
+
+
+def cmd_savepoint(args: argparse.Namespace) -> int:
+    from airflow_sparkpoint.checkpoints.control import ControlChannel
+
+    catalog = _open_catalog(args)
+    generation = catalog.current_generation()
+    status = _job_status(catalog)
+    alive, age = _liveness(status, generation, args.max_heartbeat_age)
+    kind = "stop" if args.stop else "savepoint"
+    base = {"job": catalog.job, "root": catalog.uri, "kind": kind}
+    if alive:
+        channel = ControlChannel(catalog)
+        request = channel.submit(kind, timeout_s=args.timeout, generation=status.generation,
+                                 requested_by=_requester())
+        if args.no_wait:
+            if args.json:
+                _emit_json({**base, "source": "running-job", "request_id": request.id, "state": "pending",
+                            "generation": status.generation, "savepoint": None, "batch_id": None})
+            else:
+                print(request.id)
+                print(f"submitted {kind} request {request.id} to generation {status.generation} of job "
+                      f"{catalog.job!r}; it expires in {args.timeout:g} s", file=sys.stderr)
+            return EXIT_OK
+        if not args.json:
+            print(f"waiting for generation {status.generation} of job {catalog.job!r} to take a "
+                  f"{'savepoint and stop' if args.stop else 'savepoint'} (request {request.id}, "
+                  f"timeout {args.timeout:g} s)", file=sys.stderr)
+        target = status.generation
+
+        def is_alive() -> bool:
+            current = _job_status(catalog)
+            return current is not None and current.generation == target and current.is_alive(args.max_heartbeat_age)
+
+        try:
+            result = channel.wait(request.id, timeout_s=args.timeout, poll_s=args.poll, is_alive=is_alive)
+        except ControlError as exc:
+            raise CommandFailed(str(exc)) from None
+        try:  # housekeeping: forget requests that finished more than a day ago
+            channel.cleanup()
+        except StorageError as exc:
+            log.warning("could not clean up old control requests: %s", exc)
+        if args.json:
+            _emit_json({**base, "source": "running-job", "request_id": request.id, "state": result.state,
+                        "generation": result.generation, "savepoint": result.savepoint, "batch_id": result.batch_id})
+        else:
+            print(result.savepoint)
+        return EXIT_OK
+
+    why = "has no live run (no status record)" if status is None else (
+        f"has no live run (last state {status.state}, generation {status.generation}, heartbeat {age:.0f} s old)"
+    )
+    if not args.from_checkpoint:
+        raise CommandFailed(
+            f"job {catalog.job!r} {why}; no running job to take a savepoint, and --no-from-checkpoint refuses "
+            "to make one from the latest completed checkpoint"
+        )
+    latest = catalog.latest()
+    if latest is None:
+        raise CommandFailed(
+            f"job {catalog.job!r} {why} and has no completed checkpoint under {catalog.uri}; nothing to savepoint "
+            "(see `sparkpoint list`)"
+        )
+    if not args.json:
+        note = "; nothing to stop" if args.stop else ""
+        print(f"job {catalog.job!r} {why}{note}; making a savepoint from its latest completed checkpoint "
+              f"chk-{latest.id} (batch {latest.batch_id})", file=sys.stderr)
+    handle = catalog.create_savepoint(catalog.handle(latest))
+    if args.json:
+        _emit_json({**base, "source": "checkpoint", "request_id": None, "state": "completed",
+                    "generation": handle.metadata.generation, "savepoint": handle.uri,
+                    "batch_id": handle.metadata.batch_id, "checkpoint_id": latest.id})
+    else:
+        print(handle.uri)
+    return EXIT_OK
+
+
+def _requester() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers)
+        user = "unknown"
+    return f"sparkpoint-cli:{user}@{socket.gethostname()}:{os.getpid()}"
+
+
+# --------------------------------------------------------------------------- dispose
+
+
+def cmd_dispose(args: argparse.Namespace) -> int:
+    catalog = _open_catalog(args)
+    try:
+        key = catalog._key_of(args.path)
+        count = catalog.dispose(args.path)
+    except RestoreError as exc:  # outside the job, or not a snapshot directory: bad input
+        raise UsageError(str(exc)) from None
+    uri = f"{catalog.uri}/{key}"
+    if count == 0:
+        raise CommandFailed(f"nothing to dispose at {uri}: no such checkpoint or savepoint (see `sparkpoint list`)")
+    if args.json:
+        _emit_json({"job": catalog.job, "root": catalog.uri, "disposed": uri, "objects": count})
+    else:
+        print(f"disposed {uri} ({count} objects)")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- commit, demo
+
+
+def cmd_commit(args: argparse.Namespace) -> int:
+    catalog = _open_catalog(args)
+    if args.abort_generation is not None:
+        generation = args.abort_generation
+        status = _job_status(catalog)
+        alive, _age = _liveness(status, catalog.current_generation(), args.max_heartbeat_age)
+        if alive and status is not None and int(status.generation) == generation:
+            raise CommandFailed(
+                f"generation {generation} of job {catalog.job!r} is still running (heartbeat younger than "
+                f"{args.max_heartbeat_age:g} s); stop it first (`sparkpoint savepoint --stop`) before aborting "
+                "its output"
+            )
+        abort = _lazy("airflow_sparkpoint.sinks.commit", "abort_generation", "commit")
+        summary: dict[str, Any] = {"aborted": list(abort(catalog, generation,
+                                                         storage_options=_storage_options(args)))}
+    else:
+        commit_pending = _lazy("airflow_sparkpoint.sinks.commit", "commit_pending", "commit")
+        extra = {} if args.upto_batch is None else {"upto_batch": args.upto_batch}
+        result = commit_pending(catalog, storage_options=_storage_options(args), **extra)
+        summary = dict(result) if isinstance(result, Mapping) else {"result": result}
+    if args.json:
+        _emit_json({"job": catalog.job, "root": catalog.uri, "result": summary})
+    elif summary:
+        print(_pairs([(str(k), _listing(v)) for k, v in summary.items()]))
+    else:
+        print(f"nothing to commit for job {catalog.job!r}")
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    demo_main = _lazy("airflow_sparkpoint.demo", "main", "demo")
+    try:
+        code = demo_main(list(args.args))
+    except SystemExit as exc:
+        code = exc.code
+    if code is None:
+        return EXIT_OK
+    return code if isinstance(code, int) else EXIT_FAILURE

@@ -1,0 +1,191 @@
+"""The coordinator thread of a run (`job._Run`): it alone confirms batches, takes
+checkpoints and savepoints, commits, serves control requests, and finishes the run after
+the query ended (final checkpoint, final RocksDB snapshot, stop-with-savepoint)."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+
+from airflow_sparkpoint import faults
+from airflow_sparkpoint.exceptions import (
+    ConfigError,
+    ObjectExists,
+    SparkpointError,
+    StaleGeneration,
+    StorageError,
+)
+from airflow_sparkpoint.runtime import livedir
+from airflow_sparkpoint.runtime.config import parse_duration
+from airflow_sparkpoint.runtime.run_startup import _RunStartup
+
+log = logging.getLogger(__name__)
+
+
+class _RunCoordination(_RunStartup):
+    """The coordinator thread's loop and what it does."""
+
+    def _coordinate(self) -> None:
+        next_poll = 0.0
+        try:
+            while True:
+                timeout = max(0.0, next_poll - time.monotonic())
+                try:
+                    kind, value = self.events.get(timeout=timeout)
+                except queue.Empty:
+                    kind, value = "tick", None
+                if kind == "progress":
+                    self._confirm(value)
+                    if self.coordinator.due() and self.events.empty():
+                        self._checkpoint_and_commit(self.coordinator.confirmed_batch)
+                elif kind == "final":
+                    self._finish()
+                    return
+                if time.monotonic() >= next_poll:
+                    next_poll = time.monotonic() + self.cfg.poll_interval_s
+                    if not self.stopping.is_set():
+                        self._serve_control()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            self.error = exc
+            log.error("job %s generation %d: %s", self.cfg.job, self.generation, exc)
+            self.stopping.set()
+            self._stop_query()
+            # Keep draining so the caller's final event finds us gone.
+
+    def _confirm(self, batch_id: int) -> None:
+        """Batch `batch_id` is durable in Spark's commits/ (from its progress event, or read
+        from commits/ after the query ended)."""
+        confirmed = self.coordinator.confirmed_batch
+        if confirmed is None or batch_id > confirmed:
+            faults.maybe_kill("confirmed", batch_id)
+        self.coordinator.confirm(batch_id)
+
+    def _checkpoint_and_commit(self, batch_id: int | None) -> None:
+        if batch_id is None or self.error is not None:  # failing or terminating: nothing new
+            return
+        meta = self.coordinator.checkpoint(batch_id)
+        if meta is not None:
+            self.coordinator.commit_confirmed()
+
+    def _finish(self) -> None:
+        """After the query ended: checkpoint its last confirmed batch, then commit."""
+        if self.error is not None:
+            return
+        last = livedir.last_commit(self.live)
+        if last is not None:
+            self._confirm(last)  # its progress event may not have arrived
+        latest = self.coordinator.last_checkpoint
+        if last is not None and (latest is None or latest.batch_id < last):
+            meta = self.coordinator.checkpoint(last)
+            if meta is None:
+                raise SparkpointError(f"final checkpoint of batch {last} failed")
+        self.coordinator.commit_confirmed()
+        self._checkpoint_final_snapshot()
+        if self.error is not None:  # e.g. SIGTERM during the wait: take on nothing new
+            return
+        if self.stopping.is_set():
+            self.coordinator.abort_unconfirmed(self.coordinator.last_checkpoint.batch_id
+                                               if self.coordinator.last_checkpoint else None)
+            if self.stop_request is not None:
+                self._complete_stop()
+
+    def _state_store_settings(self) -> tuple[float, int]:
+        """Spark's ``stateStore.maintenanceInterval`` (seconds) and ``minDeltasForSnapshot``."""
+        conf = self.spark.conf
+        interval = str(conf.get("spark.sql.streaming.stateStore.maintenanceInterval", "60s") or "60s").strip()
+        try:  # Spark reads a bare number as milliseconds
+            seconds = int(interval) / 1000 if interval.isdigit() else parse_duration("", interval)
+            return seconds, int(conf.get("spark.sql.streaming.stateStore.minDeltasForSnapshot", "10") or "10")
+        except (ConfigError, ValueError):
+            return 60.0, 10
+
+    def _checkpoint_final_snapshot(self) -> None:
+        """Drained, or stopping with a savepoint, after this run processed batches: let the
+        last checkpoint carry the RocksDB snapshot Spark uploads after its last commits
+        (`Coordinator.checkpoint_final_snapshot`). Not after a failure, a cancel or SIGTERM;
+        a control request arriving meanwhile ends the wait (nobody serves it during it)."""
+        request = self.stop_request
+        if (self.cfg.state_store != "rocksdb" or self.query_failed or self.error is not None or not self.batches
+                or (self.stopping.is_set() and (request is None or request.kind == "cancel"))):
+            return
+        interval, min_deltas = self._snapshot_settings
+        timeout = interval + 30.0 if self.cfg.final_snapshot_timeout_s is None else self.cfg.final_snapshot_timeout_s
+        if request is not None:  # leave the savepoint half of the time the requester gives the stop
+            timeout = min(timeout, (request.deadline - time.time()) / 2)
+        next_look = [time.monotonic() + self.cfg.poll_interval_s]
+
+        def cancelled() -> bool:
+            if self.error is not None:
+                return True
+            if time.monotonic() < next_look[0]:
+                return False
+            next_look[0] = time.monotonic() + self.cfg.poll_interval_s
+            try:
+                return bool(self.control.pending(self.generation))
+            except StorageError:
+                return False
+
+        self.coordinator.checkpoint_final_snapshot(min_deltas=min_deltas, timeout_s=timeout,
+                                                   min_replay=self.cfg.final_snapshot_min_replay,
+                                                   cancelled=cancelled)
+
+    def _serve_control(self) -> None:
+        """Serve the control requests addressed to this run's generation; on the first
+        call, withdraw those left for older generations (their runs are gone)."""
+        if self.error is not None:
+            return  # terminating (e.g. SIGTERM): take on nothing new
+        if not getattr(self, "_control_swept", False):
+            withdrawn = self.control.withdraw_superseded(self.generation)
+            if withdrawn:
+                log.warning("job %s generation %d withdrew %d control request(s) addressed to earlier runs: %s",
+                            self.cfg.job, self.generation, len(withdrawn), withdrawn)
+            self._control_swept = True
+        for request in self.control.pending(self.generation):
+            try:
+                self.control.acknowledge(request, self.generation)
+            except ObjectExists:
+                log.debug("control request %s was taken by another run", request.id)
+                continue
+            log.info("control request %s: %s", request.id, request.kind)
+            if request.kind == "savepoint":
+                try:
+                    handle = self.coordinator.savepoint()
+                    self.coordinator.commit_confirmed()
+                except StaleGeneration:
+                    raise
+                except SparkpointError as exc:
+                    self.control.fail(request, generation=self.generation, error=str(exc))
+                    continue
+                self.control.complete(request, generation=self.generation, savepoint=handle.uri,
+                                      batch_id=handle.metadata.batch_id)
+                self.savepoint_uri = handle.uri
+            elif request.kind in ("stop", "cancel"):
+                self.stop_request = request
+                self.stopping.set()
+                self._stop_query()
+                return
+
+    def _complete_stop(self) -> None:
+        request = self.stop_request
+        assert request is not None
+        if request.kind == "cancel":
+            self.control.complete(request, generation=self.generation,
+                                  batch_id=self.coordinator.confirmed_batch)
+            return
+        try:
+            handle = self.coordinator.savepoint()
+        except SparkpointError as exc:
+            self.control.fail(request, generation=self.generation, error=str(exc))
+            raise
+        self.savepoint_uri = handle.uri
+        self.control.complete(request, generation=self.generation, savepoint=handle.uri,
+                              batch_id=handle.metadata.batch_id)
+        faults.maybe_kill("stopped", handle.metadata.batch_id)
+
+    def _stop_query(self) -> None:
+        if self.query is not None:
+            try:
+                self.query.stop()
+            except Exception as exc:  # noqa: BLE001 - the query may already be gone
+                log.debug("query.stop(): %s", exc)

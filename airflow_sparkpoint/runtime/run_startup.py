@@ -1,0 +1,164 @@
+"""The start-up of a run (`job._Run`) before its query starts: open and check the store
+and the sink, claim a generation (in `job._Run.execute`), then read everything again,
+record the lineage origin, settle and recover transactions, fill the live location and
+build the coordinator."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.checkpoints.lineage import new_origin
+from airflow_sparkpoint.exceptions import ConfigError, StorageError
+from airflow_sparkpoint.runtime import livedir, replay, rescale
+from airflow_sparkpoint.runtime.config import PREFIX
+from airflow_sparkpoint.runtime.coordinator import Coordinator
+from airflow_sparkpoint.runtime.restore import (
+    check_sink_position,
+    choose_live,
+    fill_live,
+    plan_restore,
+    recover_transactions,
+    settle_unconfirmed,
+)
+from airflow_sparkpoint.runtime.run_status import _RunStatus
+from airflow_sparkpoint.storage import open_storage
+
+log = logging.getLogger(__name__)
+
+
+class _RunStartup(_RunStatus):
+    """Opening and preparing a run; see `_prepare` for the order (claim, then act)."""
+
+    # -- preparation: everything that can fail does so before anything is written -----
+
+    def _open(self) -> None:
+        cfg = self.cfg
+        try:
+            storage = open_storage(cfg.dir, **cfg.storage_options)
+        except Exception as exc:
+            raise ConfigError(f"{PREFIX}dir={cfg.dir!r} cannot be opened: {exc}") from exc
+        check = getattr(storage, "check", None)
+        try:
+            if callable(check):
+                check()
+            else:
+                storage.exists("_sparkpoint_probe")
+            exclusive = getattr(storage, "check_exclusive_create", None)
+            if callable(exclusive):
+                exclusive()  # generation claims are conditional creates
+        except StorageError as exc:
+            raise StorageError(f"{PREFIX}dir={cfg.dir!r} is not reachable: {exc}") from exc
+        self.catalog = Catalog(storage, cfg.job)
+        self.control = ControlChannel(self.catalog)
+        self.sink.configure(cfg.storage_options)
+        self.sink.validate()
+        work = cfg.work_dir
+        if work is None:
+            if cfg.dir_is_s3:
+                raise ConfigError(
+                    f"{PREFIX}workDir is required when {PREFIX}dir={cfg.dir!r} is on S3 (Spark's live checkpoint "
+                    "needs a Hadoop filesystem path, e.g. a local disk path)"
+                )
+            root = livedir.require_local(cfg.dir)
+            work = os.path.join(root, cfg.job, "live")
+        self.work_root = livedir.require_local(work)
+
+    def _prepare(self) -> None:
+        """Claim, then act (invariant 8): everything is read again after the claim, the
+        origin of this generation's lineage is recorded before any effect, and every
+        effect is fenced by the generation."""
+        cfg = self.cfg
+        plan = self.plan = plan_restore(cfg, self.catalog)
+        check_sink_position(plan, self.sink, cfg.job, apply=False)
+        self.rescale = rescale.plan_rescale(cfg.restore_state_partitions, plan)
+        status = self.catalog.read_status() or {}
+        origins = self.catalog.origins()
+        self.choice = choose_live(
+            plan, [origins[-1].live_dir if origins else None, status.get("live_dir")], status,
+            work_root=self.work_root, job=cfg.job, generation=self.generation, jvm_pid=self._jvm_pid(),
+            allow_in_place=not (self.rescale and self.rescale.needed),  # rescale a private copy only
+        )
+        self.live = self.choice.path
+        meta: SnapshotMetadata | None = plan.snapshot.metadata if plan.snapshot else None
+        inherited = plan.continues.restore if plan.continues is not None else {}
+        self.catalog.write_origin(new_origin(
+            self.generation, kind=plan.kind, uri=plan.snapshot.uri if plan.snapshot else None, base_id=plan.base_id,
+            snapshot_id=meta.id if meta else None, batch_id=meta.batch_id if meta else None,
+            id_floor=self.catalog.next_checkpoint_id() - 1,
+            restore={"restore": cfg.restore, "sink_ahead": plan.sink_ahead, "force": cfg.restore_force,
+                     "allow_foreign_job": cfg.restore_allow_foreign_job or bool(inherited.get("allow_foreign_job")),
+                     "state_partitions": cfg.restore_state_partitions},
+            live_dir=self.live, host=socket.gethostname(), pid=os.getpid(),
+        ))
+        log.info("job %s generation %d starts from %s; live location %s (%s)",
+                 cfg.job, self.generation, plan.description, self.live, self.choice.reason)
+
+        def fence() -> None:
+            self.catalog.check_generation(self.generation)
+
+        fence()
+        # Abort what the restart point does not confirm before the sink's position is
+        # checked: a stalled committer past its generation check can land nothing after it.
+        settled = settle_unconfirmed(self.catalog, self.sink, plan, self.generation)
+        if check_sink_position(plan, self.sink, cfg.job, fence=fence):
+            faults.pause("after_rewind", plan.batch_id, generation=self.generation)
+        faults.pause("before_live", plan.batch_id, generation=self.generation)
+        index, self.live_reuse = fill_live(self.choice, plan)
+        self.coordinator = Coordinator(
+            catalog=self.catalog, sink=self.sink, generation=self.generation, live_root=self.live,
+            commit_mode=cfg.commit_mode, interval_s=cfg.checkpoint_interval_s,
+            num_retained=cfg.num_retained, timeout_s=cfg.checkpoint_timeout_s,
+            tolerable_failures=cfg.tolerable_failures, spark_info=self._spark_info(),
+            on_status=self._heartbeat,
+        )
+        self.coordinator.seed(meta, index)
+        if plan.snapshot is not None and not plan.own_files:
+            self.coordinator.prestore(plan.snapshot.files_store)  # overlaps Spark's first batch
+        pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode, self.generation,
+                                                  settled=settled)
+        for record in pending:
+            self.coordinator.add_pending(record)
+        if plan.latest and plan.sink_ahead != "rewind":  # the self-healing fallback (runtime.replay)
+            self._write_status("running")  # a long replay must not look like a dead run
+            recovered["replayed"] = replay.replay_committed(
+                self.spark, self.df, self.output_mode, sink=self.sink, catalog=self.catalog, snapshot=plan.snapshot,
+                live_root=self.live, generation=self.generation, job=cfg.job)
+            if recovered["replayed"]:  # the snapshot's position of this sink is behind what it holds now
+                self.coordinator.sink_positions.pop(self.sink.sink_id, None)
+        self.recovered = recovered
+        # After any replay: the state of the live location's last batch is rescaled.
+        rescaled = rescale.rescale_live(self.spark, self.live, self.rescale, fence) if self.rescale and \
+            self.rescale.needed else None
+        self.rescaled = rescale.summary(self.rescale, rescaled)
+        rescale.apply_shuffle_partitions(self.spark, self.rescale)
+        if rescaled is not None:
+            # The rescaled state is the restart point from now on (no input, no transaction).
+            self.coordinator.confirm(rescaled)
+            self.coordinator.checkpoint(rescaled)
+        self._write_status("running")
+
+    def _jvm_pid(self) -> int | None:
+        try:
+            return int(self.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001 - only used to prove a previous owner gone
+            return None
+
+    def _release_live(self) -> None:
+        choice = getattr(self, "choice", None)
+        if choice is not None:
+            choice.lock.release()
+
+    def _spark_info(self) -> dict[str, Any]:
+        conf = self.spark.conf
+        return {
+            "version": self.spark.version,
+            "state_store": conf.get("spark.sql.streaming.stateStore.providerClass", ""),
+            "output_mode": self.output_mode,
+            "trigger": str(self.cfg.trigger),
+        }

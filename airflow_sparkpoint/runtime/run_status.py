@@ -1,0 +1,128 @@
+"""The state of one run of `SparkpointJob.run` (`job._Run`) and what it reports: the
+heartbeat, the status record and the run's result.
+
+`_Run` is built in layers, one concern per module: this state and its status
+(`run_status`), the start-up before the query (`run_startup`), the coordinator thread
+(`run_coordination`), the query and staging (`job`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from airflow_sparkpoint.checkpoints.status import JobStatus
+from airflow_sparkpoint.exceptions import StorageError
+from airflow_sparkpoint.runtime.result import RunResult
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from airflow_sparkpoint.checkpoints import Catalog
+    from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest
+    from airflow_sparkpoint.runtime.config import SparkpointConfig
+    from airflow_sparkpoint.runtime.coordinator import Coordinator
+    from airflow_sparkpoint.runtime.rescale import RescalePlan
+    from airflow_sparkpoint.runtime.restore import LiveChoice, LiveReuse
+    from airflow_sparkpoint.runtime.restore_plan import RestorePlan
+    from airflow_sparkpoint.sinks.base import Sink
+
+log = logging.getLogger(__name__)
+
+
+class _RunStatus:
+    """A run's state (set by `job._Run.__init__`, `_open` and `_prepare`), its heartbeat,
+    status record and result."""
+
+    # set by job._Run.__init__
+    cfg: SparkpointConfig
+    spark: SparkSession
+    df: DataFrame
+    sink: Sink
+    output_mode: str
+    query_name: str | None
+    events: queue.Queue[tuple[str, Any]]
+    stopping: threading.Event
+    error: BaseException | None
+    query: StreamingQuery | None
+    batches: list[int]
+    savepoint_uri: str | None
+    stop_request: ControlRequest | None
+    query_failed: bool
+    _snapshot_settings: tuple[float, int]
+    started_at: float
+    _status_lock: threading.Lock
+    _final_state: bool
+    _heartbeat_stop: threading.Event
+    _application_id: str
+    # set by _open, execute and _prepare
+    catalog: Catalog
+    control: ControlChannel
+    work_root: str
+    generation: int
+    plan: RestorePlan
+    rescale: RescalePlan | None
+    choice: LiveChoice
+    live: str
+    live_reuse: LiveReuse
+    coordinator: Coordinator
+    recovered: dict[str, Any]
+    rescaled: dict[str, Any]
+
+    def _heartbeat(self) -> None:
+        self._write_status("running")
+
+    def _heartbeat_loop(self) -> None:
+        while not self._heartbeat_stop.wait(self.cfg.poll_interval_s):
+            self._heartbeat()
+
+    def _write_status(self, state: str, error: str | None = None) -> None:
+        coordinator: Coordinator | None = getattr(self, "coordinator", None)
+        last = coordinator.last_checkpoint if coordinator is not None else None
+        status = JobStatus(
+            job=self.cfg.job, generation=self.generation, state=state, started_at=self.started_at,
+            heartbeat_at=time.time(), last_batch=coordinator.confirmed_batch if coordinator is not None else None,
+            last_checkpoint_id=last.id if last else None,
+            last_checkpoint_uri=self.catalog.checkpoint_uri(last.id) if last else None,
+            checkpoints_completed=coordinator.checkpoints_completed if coordinator is not None else 0,
+            savepoint_uri=self.savepoint_uri, error=error, host=socket.gethostname(), pid=os.getpid(),
+            application_id=self._application_id,
+        ).to_json()
+        status["live_dir"] = getattr(self, "live", None)
+        with self._status_lock:
+            if self._final_state and state == "running":
+                return  # a late heartbeat must not undo finished/stopped/failed
+            if state != "running":
+                self._final_state = True
+            try:
+                current = self.catalog.current_generation()
+                if current != self.generation:
+                    return  # a newer run owns the status record
+                self.catalog.write_status(status)
+            except StorageError as exc:
+                log.warning("could not write the status of job %s: %s", self.cfg.job, exc)
+
+    def _result(self, state: str) -> RunResult:
+        last = self.coordinator.last_checkpoint
+        return RunResult(
+            status=state, job=self.cfg.job, generation=self.generation,
+            batches_processed=len(self.batches), first_batch=min(self.batches) if self.batches else None,
+            last_batch=self.coordinator.confirmed_batch,
+            last_checkpoint_id=last.id if last else None,
+            last_checkpoint=self.catalog.checkpoint_uri(last.id) if last else None,
+            savepoint=self.savepoint_uri,
+            restored_from=self.plan.snapshot.uri if self.plan.snapshot else None,
+            restore_mode="in-place" if self.choice.in_place else ("snapshot" if self.plan.snapshot else "empty"),
+            checkpoints_completed=self.coordinator.checkpoints_completed,
+            committed_batches=tuple(self.coordinator.batches_committed),
+            recovered=self.recovered,
+            live_dir=self.live,
+            live_reuse=self.live_reuse.to_json(),
+            rescaled=self.rescaled,
+        )

@@ -1,0 +1,104 @@
+"""Structure checks of the package that ruff, mypy and import-linter do not make
+(`make lint` runs this; tests/unit/test_structure.py runs it on the package too):
+
+* no module longer than `MAX_LINES` lines (STYLE.md: a longer one is usually two ideas;
+  split it by concern);
+* no import cycle between any two modules, a package's ``__init__`` included (the
+  ``acyclic_siblings`` contract in pyproject.toml looks only at siblings). Imports inside
+  functions and under ``TYPE_CHECKING`` count: a lazy import hides a cycle, it does not
+  break it.
+
+Usage: python scripts/check_structure.py [PACKAGE_DIR]   (default: airflow_sparkpoint)
+Exit 0 when both hold, 1 with one line per problem otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+MAX_LINES = 600
+
+
+def long_modules(package_dir: Path, max_lines: int = MAX_LINES) -> list[tuple[Path, int]]:
+    """The ``.py`` files under `package_dir` with more than `max_lines` lines, with their
+    line counts, in path order."""
+    found = []
+    for path in sorted(package_dir.rglob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > max_lines:
+            found.append((path, lines))
+    return found
+
+
+def import_cycles(package: str) -> list[list[str]]:
+    """Each set of modules of `package` (importable from ``sys.path``) that import each
+    other in a circle, directly or not, as a sorted list; sorted by first module.
+    Function-level and ``TYPE_CHECKING`` imports count."""
+    import grimp  # installed with import-linter (the `dev` extra)
+
+    graph = grimp.build_graph(package, cache_dir=None)
+    modules = sorted(graph.modules)
+    edges = {m: sorted(set(graph.find_modules_directly_imported_by(m))) for m in modules}
+    # Tarjan's strongly connected components, iteratively (no recursion limit to hit).
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for root in modules:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, child = work.pop()
+            if child == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            successors = edges[node]
+            if child < len(successors):
+                work.append((node, child + 1))
+                nxt = successors[child]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return sorted(cycles)
+
+
+def problems(package_dir: Path) -> list[str]:
+    """One line per module over `MAX_LINES` and per import cycle of the package in
+    `package_dir` (its parent directory must be on ``sys.path``)."""
+    found = [f"{path}: {lines} lines; at most {MAX_LINES} (split it by concern)"
+             for path, lines in long_modules(package_dir)]
+    found += [f"import cycle: {' <-> '.join(cycle)} (move the shared piece down to a module both can import)"
+              for cycle in import_cycles(package_dir.name)]
+    return found
+
+
+def main(argv: list[str]) -> int:
+    package_dir = Path(argv[0] if argv else "airflow_sparkpoint").resolve()
+    sys.path.insert(0, str(package_dir.parent))
+    found = problems(package_dir)
+    for line in found:
+        print(line, file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,72 @@
+"""The structure rules of the package (`scripts/check_structure.py`, run by `make lint`):
+no module over 600 lines, no import cycle. Checked on synthetic packages (so the check
+can fail) and on the package itself."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _checker() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("check_structure", REPO / "scripts" / "check_structure.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+check = _checker()
+
+
+def _package(root: Path, name: str, files: dict[str, str]) -> Path:
+    package = root / name
+    for relative, text in files.items():
+        path = package / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return package
+
+
+def test_a_module_over_600_lines_is_reported_with_its_count(tmp_path: Path) -> None:
+    package = _package(tmp_path, "sp_long", {"__init__.py": "", "ok.py": "x = 1\n" * 600,
+                                             "sub/__init__.py": "", "sub/long.py": "x = 1\n" * 601})
+    assert check.long_modules(package) == [(package / "sub" / "long.py", 601)]
+
+
+def test_cycles_through_lazy_type_checking_and_package_imports_are_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = _package(tmp_path, "sp_cycles", {
+        "__init__.py": "",
+        # a lazy import back
+        "a.py": "import sp_cycles.b\n",
+        "b.py": "def f():\n    import sp_cycles.a\n",
+        # a TYPE_CHECKING import back
+        "c.py": "from sp_cycles import d\n",
+        "d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sp_cycles import c\n",
+        # a submodule importing its own package, whose __init__ imports it
+        "pkg/__init__.py": "from sp_cycles.pkg import base\n",
+        "pkg/base.py": "def g():\n    import sp_cycles.pkg\n",
+        "clean.py": "import sp_cycles.a\n",
+    })
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert check.import_cycles("sp_cycles") == [
+        ["sp_cycles.a", "sp_cycles.b"],
+        ["sp_cycles.c", "sp_cycles.d"],
+        ["sp_cycles.pkg", "sp_cycles.pkg.base"],
+    ]
+    problems = check.problems(package)
+    assert len(problems) == 3 and all(p.startswith("import cycle: ") for p in problems)
+
+
+def test_the_package_has_no_long_module_and_no_import_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(REPO))
+    spec = importlib.util.find_spec("airflow_sparkpoint")
+    assert spec is not None and str(spec.origin).startswith(str(REPO)), f"checking another copy: {spec}"
+    assert check.problems(REPO / "airflow_sparkpoint") == []
