@@ -38,7 +38,7 @@ own transactions, which a stale caller therefore never aborts.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -128,11 +128,14 @@ def settle_all(
     confirmed: bool,
     fence: Fence,
     on_settled: Callable[[Settlement, int, int], None] | None = None,
+    recorded: Collection[tuple[int, int]] | None = None,
 ) -> list[Settlement]:
     """Settle `records` in batch order and delete each one's record once settled.
 
     `on_settled(settlement, done, total)` runs after each settle, before the record is
-    deleted (progress, fault hooks). Records the fence does not admit are skipped.
+    deleted (progress, fault hooks). Records the fence does not admit are skipped. With
+    `recorded` (the catalog's ``(batch, generation)`` keys), only records listed there
+    are deleted (a restored snapshot may list transactions this catalog never recorded).
 
     :raises TransactionConflict: a confirmed record lost its batch (the conflict rule):
         it and every later one are left as they are.
@@ -147,6 +150,7 @@ def settle_all(
             raise settlement.conflict
         if on_settled is not None:
             on_settled(settlement, count, len(todo))
-        catalog.delete_transactions([record])
+        if recorded is None or (record.batch_id, record.generation) in recorded:
+            catalog.delete_transactions([record])
         done.append(settlement)
     return done
