@@ -33,6 +33,7 @@ from airflow_sparkpoint.checkpoints.metadata import (
     SnapshotStats,
     TransactionRecord,
 )
+from airflow_sparkpoint.checkpoints.status import read_status, write_status
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     CorruptMetadata,
@@ -558,20 +559,14 @@ class Catalog:
     # ------------------------------------------------------------------ status
 
     def write_status(self, status: Mapping[str, Any]) -> None:
-        self.store.put(layout.STATUS, json.dumps(dict(status), sort_keys=True).encode())
+        """Write the status record of generation ``status["generation"]`` (see
+        `airflow_sparkpoint.checkpoints.status.write_status`)."""
+        write_status(self.store, status)
 
-    def read_status(self) -> dict[str, Any] | None:
-        try:
-            raw = json.loads(self.store.get(layout.STATUS))
-        except ObjectNotFound:
-            return None
-        except ValueError as exc:
-            log.warning("status record %s/%s is unreadable: %s", self.uri, layout.STATUS, exc)
-            return None
-        if not isinstance(raw, dict):
-            log.warning("status record %s/%s is not a JSON object", self.uri, layout.STATUS)
-            return None
-        return raw
+    def read_status(self, generation: int | None = None) -> dict[str, Any] | None:
+        """The status record (the one `generation` wrote, when given), or None when there
+        is none or it is unreadable (logged)."""
+        return read_status(self.store, self.uri, generation)
 
 
 def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None) -> SnapshotHandle:

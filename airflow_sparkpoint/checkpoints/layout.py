@@ -10,6 +10,7 @@
     <job>/gc/<epoch-ms>-<suffix>.json             journal of shared files retention is deleting
     <job>/txn/<batch>-g<generation>.json          sink pre-commit records
     <job>/status.json                             heartbeat and state of the current run
+    <job>/status/<generation>.json                the same record, written only by that generation
     <job>/control/<request-id>.{request,ack,result}.json
     <job>/last-disposed-id                        highest id ever disposed (ids are never reused)
 """
@@ -73,6 +74,11 @@ def txn_key(batch_id: int, generation: int) -> str:
 
 
 STATUS = "status.json"
+
+
+def status_key(generation: int) -> str:
+    return f"status/{generation:012d}.json"
+
 SHARED = "shared"
 SAVEPOINTS = "savepoints"
 GENERATIONS = "generations"
