@@ -305,6 +305,7 @@ class Catalog:
         on_deleted: Callable[[int, int], None] | None = None,
         generation: int | None = None,
         shared_listing: Iterable[ObjectInfo] | None = None,
+        before_delete: Callable[[], object] | None = None,
     ) -> RetentionResult:
         """Keep the newest `num_retained` restorable checkpoints; delete older and
         superseded ones and shared files no kept checkpoint references (see
@@ -316,7 +317,8 @@ class Catalog:
         from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 
         return enforce_checkpoint_retention(self, num_retained, grace_seconds=grace_seconds, on_deleted=on_deleted,
-                                            generation=generation, shared_listing=shared_listing)
+                                            generation=generation, shared_listing=shared_listing,
+                                            before_delete=before_delete)
 
     # ------------------------------------------------------------------ lineages and the deletion journal
 
@@ -344,7 +346,11 @@ class Catalog:
         return sorted(result, key=lambda o: o.generation)
 
     def delete_origins(self, origins: Iterable[Origin]) -> None:
+        """Delete origin records, and the pin each one owns (its origin goes first)."""
+        origins = list(origins)
         self.store.delete(layout.lineage_key(o.generation) for o in origins)
+        for origin in (o for o in origins if o.pin is not None):
+            self.store.delete_prefix(layout.pin_dir(origin.generation))
 
     # ------------------------------------------------------------------ savepoints
 
@@ -371,8 +377,10 @@ class Catalog:
         *,
         generation: int | None = None,
         on_copied: Callable[[int, int], None] | None = None,
+        key: str | None = None,
     ) -> SnapshotHandle:
-        """Copy a snapshot into a self-contained, relocatable savepoint of this job.
+        """Copy a snapshot into a self-contained, relocatable savepoint of this job (at
+        `key`, for a lineage's pin, instead of a new directory under ``savepoints/``).
 
         Files are copied (server-side within one store), never referenced, so retention
         and disposal of checkpoints cannot touch the savepoint. `on_copied(done, total)`
@@ -380,9 +388,8 @@ class Catalog:
         """
         started = time.monotonic()
         meta = source.metadata
-        suffix = uuid.uuid4().hex[:8]
         sp_id = meta.id if meta.kind == "checkpoint" else self.next_checkpoint_id()
-        sp_key = layout.savepoint_dir(sp_id, suffix)
+        sp_key = key or layout.savepoint_dir(sp_id, uuid.uuid4().hex[:8])
         # Within this job's store (a checkpoint, or another savepoint of the job) copy
         # server-side; from anywhere else, read and write the bytes.
         src_uri, own_uri = source.files_store.uri.rstrip("/"), self.store.uri.rstrip("/")

@@ -332,6 +332,7 @@ class Coordinator:
             retention = self.catalog.enforce_retention(
                 self.num_retained, grace_seconds=self.timeout_s, generation=self.generation, shared_listing=listing,
                 on_deleted=lambda done, total: faults.maybe_kill_halfway("retention", batch_id, done, total),
+                before_delete=lambda: faults.pause("retention_delete", batch_id, generation=self.generation),
             )
         except StorageError as exc:
             # The checkpoint is complete: failing to collect garbage must not fail it (nor

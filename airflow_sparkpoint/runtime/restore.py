@@ -25,14 +25,16 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from airflow_sparkpoint import faults
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, open_snapshot
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, layout, open_snapshot
 from airflow_sparkpoint.checkpoints.lineage import Origin
 from airflow_sparkpoint.checkpoints.metadata import FileRef, TransactionRecord
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
+    ObjectNotFound,
     RestoreError,
     SinkAheadError,
     SparkpointError,
+    StorageError,
 )
 from airflow_sparkpoint.runtime import livedir, replay, rescale
 from airflow_sparkpoint.runtime.config import SparkpointConfig
@@ -116,6 +118,29 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
     meta = handle.metadata
     return _plan_for(handle, catalog, cfg.job, cfg.restore_allow_foreign_job, cfg.restore_sink_ahead,
                      f"{meta.kind} {handle.uri} (batch {meta.batch_id})", None)
+
+
+def pin_restart_point(plan: RestorePlan, catalog: Catalog, generation: int) -> str | None:
+    """Own the restart point before relying on it: a checkpoint of this job restored by
+    path is copied to this generation's pin (see `airflow_sparkpoint.checkpoints.lineage`),
+    after the claim and before the origin is written. Returns the pin's URI, or None when
+    nothing needs one (``restore=latest``, which a stale retention pass never deletes;
+    empty state; a savepoint, which checkpoint retention never touches).
+
+    :raises SparkpointError: the checkpoint could not be copied (say, a retention pass
+        deleted it meanwhile); nothing else was written.
+    """
+    if plan.latest or plan.snapshot is None or not plan.own_checkpoint:
+        return None
+    try:
+        pin = catalog.create_savepoint(plan.snapshot, key=layout.pin_dir(generation))
+    except (StorageError, ObjectNotFound) as exc:
+        raise RestoreError(
+            f"could not copy the restore target {plan.snapshot.uri} for generation {generation}: {exc}; it may "
+            "have been deleted meanwhile (see `sparkpoint list`)"
+        ) from exc
+    log.info("generation %d owns a copy of its restart point %s: %s", generation, plan.snapshot.uri, pin.uri)
+    return pin.uri
 
 
 def _plan_for(handle: SnapshotHandle, catalog: Catalog, job: str, allow_foreign: bool, policy: str,
