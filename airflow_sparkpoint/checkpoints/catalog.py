@@ -346,7 +346,7 @@ class Catalog:
         return sorted(result, key=lambda o: o.generation)
 
     def delete_origins(self, origins: Iterable[Origin]) -> None:
-        """Delete origin records, and the pin each one owns (its origin goes first)."""
+        """Delete origin records, then the pin each one owns."""
         origins = list(origins)
         self.store.delete(layout.lineage_key(o.generation) for o in origins)
         for origin in (o for o in origins if o.pin is not None):
@@ -566,13 +566,11 @@ class Catalog:
     # ------------------------------------------------------------------ status
 
     def write_status(self, status: Mapping[str, Any]) -> None:
-        """Write the status record of generation ``status["generation"]`` (see
-        `airflow_sparkpoint.checkpoints.status.write_status`)."""
+        """Write the status record of ``status["generation"]`` (`status.write_status`)."""
         write_status(self.store, status)
 
     def read_status(self, generation: int | None = None) -> dict[str, Any] | None:
-        """The status record (the one `generation` wrote, when given), or None when there
-        is none or it is unreadable (logged)."""
+        """The status record (`generation`'s own, when given), or None (`status.read_status`)."""
         return read_status(self.store, self.uri, generation)
 
 
