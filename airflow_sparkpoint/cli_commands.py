@@ -203,14 +203,15 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 def cmd_savepoint(args: argparse.Namespace) -> int:
     from airflow_sparkpoint.checkpoints.control import ControlChannel
+    from airflow_sparkpoint.checkpoints.history import current_status
 
     catalog = _open_catalog(args)
-    generation = catalog.current_generation()
-    status = _job_status(catalog)
+    status, generation = current_status(catalog)  # status first: a record older than a claim shows as such
     alive, age = _liveness(status, generation, args.max_heartbeat_age)
     kind = "stop" if args.stop else "savepoint"
     base = {"job": catalog.job, "root": catalog.uri, "kind": kind}
     if alive:
+        assert status is not None  # alive implies a record
         channel = ControlChannel(catalog)
         request = channel.submit(kind, timeout_s=args.timeout, generation=status.generation,
                                  requested_by=_requester())

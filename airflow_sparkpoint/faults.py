@@ -64,6 +64,9 @@ Pause points of the runtime (batch N as noted; details include the generation):
                     written ``commits/N`` (a stop taken here aborts batch N)
 ``after_metadata``  checkpoint of N is complete; retention and the sink commit
                     of N are not done
+``retention_delete`` the retention pass after the checkpoint of N has checked the
+                    generation and is about to delete checkpoints (held, it is
+                    the stale deleter of a zombie)
 ``replay``          the self-healing fallback is about to write batch N's recorded
                     offsets and re-run it (`runtime.replay`); claimed and recovered
 ==================  ============================================================

@@ -37,6 +37,7 @@ from airflow_sparkpoint.checkpoints.metadata import (
     SnapshotStats,
     TransactionRecord,
 )
+from airflow_sparkpoint.checkpoints.status import read_status, write_status
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     CorruptMetadata,
@@ -276,7 +277,11 @@ class Catalog:
         return sorted(result, key=lambda o: o.generation)
 
     def delete_origins(self, origins: Iterable[Origin]) -> None:
+        """Delete origin records, then the pin each one owns."""
+        origins = list(origins)
         self.store.delete(layout.lineage_key(o.generation) for o in origins)
+        for origin in (o for o in origins if o.pin is not None):
+            self.store.delete_prefix(layout.pin_dir(origin.generation))
 
     # ------------------------------------------------------------------ savepoints
 
@@ -303,8 +308,10 @@ class Catalog:
         *,
         generation: int | None = None,
         on_copied: Callable[[int, int], None] | None = None,
+        key: str | None = None,
     ) -> SnapshotHandle:
-        """Copy a snapshot into a self-contained, relocatable savepoint of this job.
+        """Copy a snapshot into a self-contained, relocatable savepoint of this job (at
+        `key`, for a lineage's pin, instead of a new directory under ``savepoints/``).
 
         Files are copied (server-side within one store), never referenced, so retention
         and disposal of checkpoints cannot touch the savepoint. `on_copied(done, total)`
@@ -312,9 +319,8 @@ class Catalog:
         """
         started = time.monotonic()
         meta = source.metadata
-        suffix = uuid.uuid4().hex[:8]
         sp_id = meta.id if meta.kind == "checkpoint" else self.next_checkpoint_id()
-        sp_key = layout.savepoint_dir(sp_id, suffix)
+        sp_key = key or layout.savepoint_dir(sp_id, uuid.uuid4().hex[:8])
         # Within this job's store (a checkpoint, or another savepoint of the job) copy
         # server-side; from anywhere else, read and write the bytes.
         src_uri, own_uri = source.files_store.uri.rstrip("/"), self.store.uri.rstrip("/")
@@ -491,20 +497,12 @@ class Catalog:
     # ------------------------------------------------------------------ status
 
     def write_status(self, status: Mapping[str, Any]) -> None:
-        self.store.put(layout.STATUS, json.dumps(dict(status), sort_keys=True).encode())
+        """Write the status record of ``status["generation"]`` (`status.write_status`)."""
+        write_status(self.store, status)
 
-    def read_status(self) -> dict[str, Any] | None:
-        try:
-            raw = json.loads(self.store.get(layout.STATUS))
-        except ObjectNotFound:
-            return None
-        except ValueError as exc:
-            log.warning("status record %s/%s is unreadable: %s", self.uri, layout.STATUS, exc)
-            return None
-        if not isinstance(raw, dict):
-            log.warning("status record %s/%s is not a JSON object", self.uri, layout.STATUS)
-            return None
-        return raw
+    def read_status(self, generation: int | None = None) -> dict[str, Any] | None:
+        """The status record (`generation`'s own, when given), or None (`status.read_status`)."""
+        return read_status(self.store, self.uri, generation)
 
 
 def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None) -> SnapshotHandle:

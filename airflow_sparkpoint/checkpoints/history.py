@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AIRFLOW_CONTEXT_ENV", "CONFIG_FIELDS", "GENERATIONS_SHOWN", "AirflowTry", "ControlRecord", "Counts",
-    "GenerationRecord", "PipelineHistory", "SnapshotRecord", "StagedRecord", "Stat", "generation_alive",
+    "GenerationRecord", "PipelineHistory", "SnapshotRecord", "StagedRecord", "Stat", "current_status", "generation_alive",
     "generation_details", "generation_records", "iso", "live_status", "liveness", "load_history", "open_requests",
     "plan_origin", "read_generation", "read_job_status", "short_name", "snapshot_records", "staged_transactions",
 ]
@@ -65,6 +65,19 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------- status
+
+
+def current_status(catalog: Catalog) -> tuple[JobStatus | None, int]:
+    """(the status record of the current generation, the current generation). Read in
+    this order, so that a record written around a claim is seen as older than the claim:
+    when ``status.json`` is older than the current generation (that run has not written
+    yet, or a zombie's heartbeat replaced its record), that generation's own record is
+    used when it exists (`airflow_sparkpoint.checkpoints.status`)."""
+    status = read_job_status(catalog)
+    current = catalog.current_generation()
+    if status is not None and status.generation < current:
+        status = read_job_status(catalog, current) or status
+    return status, current
 
 
 def liveness(status: JobStatus | None, current_generation: int, max_heartbeat_age: float,
@@ -80,11 +93,11 @@ def liveness(status: JobStatus | None, current_generation: int, max_heartbeat_ag
 
 
 def live_status(catalog: Catalog, max_heartbeat_age: float, *, now: float | None = None) -> JobStatus | None:
-    """The status of the job's live run (see `liveness`), or None when no run is live."""
-    status = read_job_status(catalog)
+    """The status of the job's live run (see `liveness`, `current_status`), or None when no run is live."""
+    status, current = current_status(catalog)
     if status is None or not status.is_alive(max_heartbeat_age, now):
         return None
-    if status.generation < catalog.current_generation():
+    if status.generation < current:
         return None
     return status
 

@@ -7,9 +7,11 @@
     <job>/savepoints/savepoint-<id>-<suffix>/_metadata, files/<path>
     <job>/generations/<generation>                one object per job start (atomic create)
     <job>/lineage/<generation>.json               what that generation started from (its origin)
+    <job>/pins/<generation>/_metadata, files/<path>  a copy of the checkpoint that generation restored by path
     <job>/gc/<epoch-ms>-<suffix>.json             journal of shared files retention is deleting
     <job>/txn/<batch>-g<generation>.json          sink pre-commit records
     <job>/status.json                             heartbeat and state of the current run
+    <job>/status/<generation>.json                the same record, written only by that generation
     <job>/control/<request-id>.{request,ack,result}.json
     <job>/last-disposed-id                        highest id ever disposed (ids are never reused)
 """
@@ -64,6 +66,10 @@ def lineage_key(generation: int) -> str:
     return f"{LINEAGE}/{generation:012d}.json"
 
 
+def pin_dir(generation: int) -> str:
+    return f"{PINS}/{generation:012d}"
+
+
 def gc_key(epoch_ms: int, suffix: str) -> str:
     return f"{GC}/{epoch_ms:015d}-{suffix}.json"
 
@@ -73,10 +79,16 @@ def txn_key(batch_id: int, generation: int) -> str:
 
 
 STATUS = "status.json"
+
+
+def status_key(generation: int) -> str:
+    return f"status/{generation:012d}.json"
+
 SHARED = "shared"
 SAVEPOINTS = "savepoints"
 GENERATIONS = "generations"
 LINEAGE = "lineage"
+PINS = "pins"
 GC = "gc"
 TXN = "txn"
 CONTROL = "control"

@@ -18,6 +18,20 @@ O*'s own origin (its checkpoint, its savepoint, or empty state) while it is stil
 Stores written before lineages existed (no origin at all) resume from the newest valid
 checkpoint, as before.
 
+**A lineage never depends on what a stale deleter may still delete** (issue #27.3).
+Retention checks its generation once and then deletes; storage has no conditional
+delete, so a zombie's pass decided before a newer claim may land after it. What it
+deletes was decided from the origins it read: checkpoints outside the newest
+``numRetained`` restorable ones (and the newest lineage's base) *as it saw them*.
+``restore=latest`` by the newer generation chooses, after its claim, from a superset of
+what the zombie read and by the same rule, so it always lands inside the zombie's keep
+set. A restore *by path* may choose any checkpoint, one the zombie is deleting: so that
+generation owns its base before relying on it. Right after its claim and before its
+origin it copies the checkpoint to ``pins/<generation>/`` (`Origin.pin`; no retention
+pass deletes pins: they go with their origin, when it is pruned). Should the checkpoint
+vanish (during the copy, the generation fails before its origin exists, so the old
+lineage stays in force), the lineage restarts from its pin.
+
 Pure Python: no Spark, no Airflow.
 """
 
@@ -60,6 +74,8 @@ class Origin:
     live_dir: str | None = None
     host: str = ""
     pid: int = 0
+    #: a copy of the restored checkpoint owned by this generation (`Catalog.pin`), or None
+    pin: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -77,6 +93,7 @@ class Origin:
             "live_dir": self.live_dir,
             "host": self.host,
             "pid": self.pid,
+            "pin": self.pin,
         }
 
     @classmethod
@@ -102,6 +119,7 @@ class Origin:
                 live_dir=None if data.get("live_dir") is None else str(data["live_dir"]),
                 host=str(data.get("host", "")),
                 pid=int(data.get("pid", 0)),
+                pin=None if data.get("pin") is None else str(data["pin"]),
                 schema_version=version,
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -126,10 +144,11 @@ def new_origin(
     live_dir: str | None,
     host: str,
     pid: int,
+    pin: str | None = None,
 ) -> Origin:
     return Origin(generation=generation, kind=kind, uri=uri, base_id=base_id, snapshot_id=snapshot_id,
                   batch_id=batch_id, id_floor=id_floor, restore=dict(restore), created_at=time.time(),
-                  live_dir=live_dir, host=host, pid=pid)
+                  live_dir=live_dir, host=host, pid=pid, pin=pin)
 
 
 def superseded_by(generation: int, checkpoint_id: int, origins: Sequence[Origin]) -> int | None:
@@ -241,9 +260,15 @@ def resolve_restart_point(
             return RestartPoint(base.metadata, None, newest,
                                 f"checkpoint {base.uri} (batch {base.metadata.batch_id}: {lineage} started there "
                                 "and has no completed checkpoint yet)", skipped())
+        log.warning("checkpoint %s, where %s started, is not usable: %s", base.uri, lineage, base.error)
+        if newest.pin is not None:
+            # The lineage owns a copy of it (a restore by path; a stale retention pass may
+            # have deleted the checkpoint itself): the same state, never collected.
+            return RestartPoint(None, newest.pin, newest,
+                                f"{newest.pin}, the copy of checkpoint {base.uri} (batch {newest.batch_id}) that "
+                                f"{lineage} started from and owns; it has no completed checkpoint yet", skipped())
         # Its origin is damaged: like any damaged checkpoint, fall back to an older one of
         # the same lineage (the sink-ahead check still guards the output).
-        log.warning("checkpoint %s, where %s started, is not usable: %s", base.uri, lineage, base.error)
         if all(e.id != base.id for e in damaged):
             damaged.append(base)
         for cid in reversed([i for i in ids if i < newest.base_id]):

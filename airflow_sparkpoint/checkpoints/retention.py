@@ -54,6 +54,7 @@ def enforce_checkpoint_retention(
     on_deleted: Callable[[int, int], None] | None = None,
     generation: int | None = None,
     shared_listing: Iterable[ObjectInfo] | None = None,
+    before_delete: Callable[[], object] | None = None,
 ) -> RetentionResult:
     """Keep the newest `num_retained` restorable checkpoints; delete older and superseded
     ones, and shared files no kept checkpoint references.
@@ -64,7 +65,9 @@ def enforce_checkpoint_retention(
     `grace_seconds` are kept. `shared_listing` is a listing of ``shared/`` taken before
     (the coordinator's, from its check before ``_metadata``); a file uploaded after the
     listing is never collected. `generation`, when given, is checked right before
-    anything is deleted. `on_deleted(done, total)` is called after each checkpoint deleted.
+    anything is deleted. `on_deleted(done, total)` is called after each checkpoint deleted,
+    `before_delete()` after that check, before the first checkpoint is deleted (the
+    runtime's pause point).
 
     :raises ConfigError: `num_retained` or `grace_seconds` is invalid.
     :raises StaleGeneration: `generation` is no longer the current one.
@@ -100,6 +103,8 @@ def enforce_checkpoint_retention(
     ]
     if doomed and generation is not None:
         catalog.check_generation(generation)
+    if doomed and before_delete is not None:
+        before_delete()
     deleted_ids = []
     for entry in doomed:
         # _metadata first: from that moment the checkpoint is incomplete, never half-deleted.

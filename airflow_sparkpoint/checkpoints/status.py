@@ -1,15 +1,27 @@
-"""The status record of a job: what the current generation is doing, with a heartbeat."""
+"""The status record of a job: what the current generation is doing, with a heartbeat.
+
+A run writes its record twice: to ``status.json`` (what pollers read, one GET) and to
+``status/<generation>.json``, which no other generation ever writes. A superseded run
+(a zombie) checks that it is current before it writes, but its write may land after a
+newer claim and replace the newer run's ``status.json`` (storage has no conditional
+put); the newer run's own record survives, and readers that find ``status.json`` older
+than the current generation read that one (`airflow_sparkpoint.checkpoints.history.live_status`).
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.exceptions import ObjectNotFound
 
 if TYPE_CHECKING:
-    from airflow_sparkpoint.checkpoints.catalog import Catalog
+    from airflow_sparkpoint.storage.base import Storage
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +70,45 @@ def result_key(generation: int) -> str:
     return f"results/{generation:012d}.json"
 
 
-def read_job_status(catalog: Catalog) -> JobStatus | None:
-    """The job's status record, or None when there is none (or it is unreadable: logged)."""
-    raw = catalog.read_status()
+def write_status(store: Storage, status: Mapping[str, Any]) -> None:
+    """Write `status` as its generation's own record, then as ``status.json``.
+
+    :raises KeyError: or ValueError: `status` names no integer generation.
+    """
+    body = json.dumps(dict(status), sort_keys=True).encode()
+    store.put(layout.status_key(int(status["generation"])), body)
+    store.put(layout.STATUS, body)
+
+
+def read_status(store: Storage, uri: str, generation: int | None = None) -> dict[str, Any] | None:
+    """``status.json``, or with `generation` that generation's own record; None when
+    there is none or it is unreadable (logged, naming the record)."""
+    key = layout.STATUS if generation is None else layout.status_key(generation)
+    try:
+        raw = json.loads(store.get(key))
+    except ObjectNotFound:
+        return None
+    except ValueError as exc:
+        log.warning("status record %s/%s is unreadable: %s", uri, key, exc)
+        return None
+    if not isinstance(raw, dict):
+        log.warning("status record %s/%s is not a JSON object", uri, key)
+        return None
+    return raw
+
+
+class StatusSource(Protocol):
+    """What `read_job_status` needs of a job's catalog (the catalog imports this module)."""
+
+    job: str
+
+    def read_status(self, generation: int | None = None) -> dict[str, Any] | None: ...
+
+
+def read_job_status(catalog: StatusSource, generation: int | None = None) -> JobStatus | None:
+    """The job's status record (the one `generation` wrote, when given), or None when
+    there is none (or it is unreadable: logged)."""
+    raw = catalog.read_status(generation)
     if raw is None:
         return None
     try:

@@ -46,6 +46,7 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.sinks.base import Sink
+from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
 from airflow_sparkpoint.storage.base import Storage
 
 log = logging.getLogger(__name__)
@@ -331,6 +332,7 @@ class Coordinator:
             retention = enforce_checkpoint_retention(
                 self.catalog, self.num_retained, grace_seconds=self.timeout_s, generation=self.generation, shared_listing=listing,
                 on_deleted=lambda done, total: faults.maybe_kill_halfway("retention", batch_id, done, total),
+                before_delete=lambda: faults.pause("retention_delete", batch_id, generation=self.generation),
             )
         except StorageError as exc:
             # The checkpoint is complete: failing to collect garbage must not fail it (nor
@@ -495,41 +497,46 @@ class Coordinator:
 
     def commit_confirmed(self) -> list[int]:
         """Commit, in batch order, every pending transaction covered by the last checkpoint
-        (``checkpoint`` commit mode). Returns the committed batch ids."""
+        (``checkpoint`` commit mode). Returns the committed batch ids.
+
+        :raises TransactionConflict: a confirmed transaction lost its batch (the conflict
+            rule of `airflow_sparkpoint.sinks.transactions`); nothing after it is committed.
+        :raises StaleGeneration: this generation was superseded.
+        """
         if self.commit_mode != "checkpoint" or self.last_checkpoint is None:
             return []
         upto = self.last_checkpoint.batch_id
         with self._lock:
-            ready = sorted((r for (b, _g), r in self.pending.items() if b <= upto),
-                           key=lambda r: (r.batch_id, r.generation))
-        done = []
-        for record in ready:
-            self.catalog.check_generation(self.generation)
-            outcome = self.sink.commit(record)
+            ready = [r for (b, _g), r in self.pending.items() if b <= upto]
+
+        def note(settlement: Settlement, _done: int, _total: int) -> None:
+            record = settlement.record
             faults.maybe_kill("committed", record.batch_id)
-            self.catalog.delete_transactions([record])
             with self._lock:
                 self.pending.pop((record.batch_id, record.generation), None)
-            self.sink_positions[self.sink.sink_id] = {"batch": record.batch_id, **dict(outcome.detail)}
+            self.sink_positions[self.sink.sink_id] = {"batch": record.batch_id, **settlement.detail}
             self.batches_committed.append(record.batch_id)
-            done.append(record.batch_id)
-            log.info("committed batch %d to %s (%s)", record.batch_id, self.sink.sink_id, outcome.status)
-        return done
+            log.info("committed batch %d to %s (%s)", record.batch_id, self.sink.sink_id, settlement.outcome)
+
+        settled = settle_all(self.catalog, ready, lambda _r: self.sink, confirmed=True,
+                             fence=Fence(self.catalog, self.generation), on_settled=note)
+        return [s.record.batch_id for s in settled]
 
     def abort_unconfirmed(self, after_batch: int | None) -> list[int]:
-        """Abort pending transactions of batches after `after_batch` (a stop cancelled them)."""
+        """Settle as unconfirmed the pending transactions of batches after `after_batch` (a
+        stop cancelled them): aborted, or finished when one holds its batch's commit."""
         with self._lock:
             doomed = [r for (b, _g), r in self.pending.items() if after_batch is None or b > after_batch]
             for record in doomed:
                 self.pending.pop((record.batch_id, record.generation), None)
-        for count, record in enumerate(doomed, start=1):
-            self.catalog.check_generation(self.generation)
-            if self.sink.is_committed(record):
-                log.warning("transaction %s holds its batch's commit; not aborting it", record.txn_id)
-            else:
-                self.sink.abort(record)
-            self.catalog.delete_transactions([record])
-            faults.maybe_kill_halfway("abort", record.batch_id, count, len(doomed))
+
+        def note(settlement: Settlement, done: int, total: int) -> None:
+            if settlement.outcome != "aborted":
+                log.warning("transaction %s holds its batch's commit; finished, not aborted", settlement.record.txn_id)
+            faults.maybe_kill_halfway("abort", settlement.record.batch_id, done, total)
+
+        settle_all(self.catalog, doomed, lambda _r: self.sink, confirmed=False,
+                   fence=Fence(self.catalog, self.generation), on_settled=note)
         return [r.batch_id for r in doomed]
 
     def savepoint(self) -> SnapshotHandle:

@@ -25,22 +25,23 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from airflow_sparkpoint import faults
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, open_snapshot
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, layout, open_snapshot
 from airflow_sparkpoint.checkpoints.lineage import Origin
 from airflow_sparkpoint.checkpoints.metadata import FileRef, TransactionRecord
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
+    ObjectNotFound,
     RestoreError,
     SinkAheadError,
-    SinkError,
     SparkpointError,
-    TransactionConflict,
+    StorageError,
 )
 from airflow_sparkpoint.runtime import livedir, replay, rescale
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import IndexEntry, file_sha256
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 from airflow_sparkpoint.sinks.base import Sink
+from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,29 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
     meta = handle.metadata
     return _plan_for(handle, catalog, cfg.job, cfg.restore_allow_foreign_job, cfg.restore_sink_ahead,
                      f"{meta.kind} {handle.uri} (batch {meta.batch_id})", None)
+
+
+def pin_restart_point(plan: RestorePlan, catalog: Catalog, generation: int) -> str | None:
+    """Own the restart point before relying on it: a checkpoint of this job restored by
+    path is copied to this generation's pin (see `airflow_sparkpoint.checkpoints.lineage`),
+    after the claim and before the origin is written. Returns the pin's URI, or None when
+    nothing needs one (``restore=latest``, which a stale retention pass never deletes;
+    empty state; a savepoint, which checkpoint retention never touches).
+
+    :raises SparkpointError: the checkpoint could not be copied (say, a retention pass
+        deleted it meanwhile); nothing else was written.
+    """
+    if plan.latest or plan.snapshot is None or not plan.own_checkpoint:
+        return None
+    try:
+        pin = catalog.create_savepoint(plan.snapshot, key=layout.pin_dir(generation))
+    except (StorageError, ObjectNotFound) as exc:
+        raise RestoreError(
+            f"could not copy the restore target {plan.snapshot.uri} for generation {generation}: {exc}; it may "
+            "have been deleted meanwhile (see `sparkpoint list`)"
+        ) from exc
+    log.info("generation %d owns a copy of its restart point %s: %s", generation, plan.snapshot.uri, pin.uri)
+    return pin.uri
 
 
 def _plan_for(handle: SnapshotHandle, catalog: Catalog, job: str, allow_foreign: bool, policy: str,
@@ -378,9 +402,10 @@ def settle_unconfirmed(
     catalog: Catalog, sink: Sink, plan: RestorePlan, generation: int | None = None
 ) -> dict[str, list[int]]:
     """recoverAndAbort, the first step of restore-time recovery, as the owner `generation`:
-    every recorded transaction the restart snapshot does not list is decided by reading the
-    sink. One that holds its batch's commit (possibly unfinished) is finished, never
-    aborted; the rest can never be confirmed and are aborted, and their records deleted.
+    every recorded transaction the restart snapshot does not list is settled as
+    unconfirmed (`airflow_sparkpoint.sinks.transactions`): one that holds its batch's
+    commit (possibly unfinished) is finished, never aborted; the rest can never be
+    confirmed and are aborted, and their records deleted.
 
     It runs before the sink's position is checked: the abort is a decision a stalled
     committer of the same transaction (a zombie past its generation check) can no longer
@@ -392,29 +417,14 @@ def settle_unconfirmed(
     faults.pause("recovery", plan.batch_id, generation=generation)
     confirmed = _confirmed(plan)
     summary: dict[str, list[int]] = {"finished": [], "aborted": []}
+
+    def note(settlement: Settlement, done: int, total: int) -> None:
+        summary["aborted" if settlement.outcome == "aborted" else "finished"].append(settlement.record.batch_id)
+        faults.maybe_kill_halfway("recovery", settlement.record.batch_id, done, total)
+
     records = [r for r in catalog.transactions() if (r.batch_id, r.generation) not in confirmed]
-    done = []
-    for count, record in enumerate(records, start=1):
-        if generation is not None:
-            catalog.check_generation(generation)
-        if sink.is_committed(record):
-            # It holds its batch's commit (landed, or a promotion killed halfway): finish
-            # it; aborting would delete data the sink already shows.
-            if _commit(sink, record):
-                summary["finished"].append(record.batch_id)
-        else:
-            try:
-                sink.abort(record)
-            except SinkError:
-                if not sink.is_committed(record):
-                    raise
-                # Its stalled committer had decided to promote: the abort finished it.
-                summary["finished"].append(record.batch_id)
-            else:
-                summary["aborted"].append(record.batch_id)
-        done.append(record)
-        faults.maybe_kill_halfway("recovery", record.batch_id, count, len(records))
-    catalog.delete_transactions(done)
+    settle_all(catalog, records, lambda _r: sink, confirmed=False, fence=Fence(catalog, generation),
+               on_settled=note)
     return summary
 
 
@@ -430,26 +440,25 @@ def recover_transactions(
     that already and passes its summary as `settled`); staged data without any record is
     removed. Every commit and abort is fenced: a newer generation makes this one stop.
     Returns the still-pending records and a summary (batch ids ``committed``,
-    ``finished``, ``aborted``, ``kept``, ``conflicts``).
+    ``finished``, ``aborted``, ``kept``; ``conflicts`` stays empty: a conflict raises).
 
     :raises StaleGeneration: `generation` was superseded meanwhile; nothing more is touched.
+    :raises TransactionConflict: a confirmed transaction lost its batch to another one
+        (the conflict rule of `airflow_sparkpoint.sinks.transactions`, the commit step's
+        too): nothing after it is committed and its record is kept.
     """
     if settled is None:
         settled = settle_unconfirmed(catalog, sink, plan, generation)
-
-    def fence() -> None:
-        if generation is not None:
-            catalog.check_generation(generation)
-
+    fence = Fence(catalog, generation)
     confirmed = _confirmed(plan)
     summary: dict[str, list[int]] = {"committed": [], "finished": list(settled.get("finished", ())),
                                      "aborted": list(settled.get("aborted", ())), "kept": [], "conflicts": []}
     still_pending: list[TransactionRecord] = []
+    to_commit: list[TransactionRecord] = []
     recorded = catalog.transaction_keys()
     # Only this job's own records tell "settled"; a snapshot from another root (a moved
     # savepoint) has none here, and its sinks refuse transactions whose data is gone.
     own_root = plan.snapshot is not None and _under(plan.snapshot.uri, catalog.uri)
-    done = []
     for key, record in sorted(confirmed.items()):
         if record.job != catalog.job and record.sink_id and record.sink_id != sink.sink_id:
             # A snapshot of another job restored into other output (a restore drill, a
@@ -468,34 +477,18 @@ def recover_transactions(
                             record.txn_id, plan.snapshot.uri if plan.snapshot else "the snapshot")
             continue
         if commit_mode == "checkpoint":
-            fence()
-            if _commit(sink, record):
-                summary["committed"].append(record.batch_id)
-            else:
-                summary["conflicts"].append(record.batch_id)
-            if key in recorded:
-                done.append(record)
+            to_commit.append(record)
         else:
             still_pending.append(record)
             summary["kept"].append(record.batch_id)
-    catalog.delete_transactions(done)
+    for settlement in settle_all(catalog, to_commit, lambda _r: sink, confirmed=True, fence=fence, recorded=recorded):
+        summary["committed"].append(settlement.record.batch_id)
     keep = {r.txn_id for r in still_pending}
-    fence()
+    fence.check()
     removed = sink.cleanup_orphans(catalog.job, keep)
     if removed:
         log.info("removed %d orphaned staged item(s) of job %s", removed, catalog.job)
     return still_pending, summary
-
-
-def _commit(sink: Sink, record: TransactionRecord) -> bool:
-    """Commit (or finish) `record`; False when another transaction holds its batch (the
-    sink aborted this one)."""
-    try:
-        sink.commit(record)
-    except TransactionConflict as exc:
-        log.warning("transaction %s was not committed: %s", record.txn_id, exc)
-        return False
-    return True
 
 
 def _under(uri: str, root: str) -> bool:

@@ -22,6 +22,7 @@ from airflow_sparkpoint.runtime.restore import (
     check_sink_position,
     choose_live,
     fill_live,
+    pin_restart_point,
     plan_restore,
     recover_transactions,
     settle_unconfirmed,
@@ -87,6 +88,7 @@ class _RunStartup(_RunStatus):
         self.live = self.choice.path
         meta: SnapshotMetadata | None = plan.snapshot.metadata if plan.snapshot else None
         inherited = plan.continues.restore if plan.continues is not None else {}
+        pin = pin_restart_point(plan, self.catalog, self.generation)  # owned before the origin relies on it
         self.catalog.write_origin(new_origin(
             self.generation, kind=plan.kind, uri=plan.snapshot.uri if plan.snapshot else None, base_id=plan.base_id,
             snapshot_id=meta.id if meta else None, batch_id=meta.batch_id if meta else None,
@@ -94,7 +96,7 @@ class _RunStartup(_RunStatus):
             restore={"restore": cfg.restore, "sink_ahead": plan.sink_ahead, "force": cfg.restore_force,
                      "allow_foreign_job": cfg.restore_allow_foreign_job or bool(inherited.get("allow_foreign_job")),
                      "state_partitions": cfg.restore_state_partitions},
-            live_dir=self.live, host=socket.gethostname(), pid=os.getpid(),
+            live_dir=self.live, host=socket.gethostname(), pid=os.getpid(), pin=pin,
         ))
         log.info("job %s generation %d starts from %s; live location %s (%s)",
                  cfg.job, self.generation, plan.description, self.live, self.choice.reason)

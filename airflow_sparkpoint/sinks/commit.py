@@ -24,14 +24,16 @@ so a record whose commit landed but whose deletion did not is only cleaned up. R
 the catalog once committed or aborted; running the step again is a no-op.
 
 Exclusive promotion (invariant 8) is the sinks' own: each batch has one claim (file
-sinks) or one app-transaction commit (Delta), and the step only follows it. A record
-that holds its batch's claim is finished, never aborted (an abort of it is refused, and
-the step finishes it instead); a record whose batch another transaction holds is aborted
-with its own staged data only. A *confirmed* record that lost its batch to another
-transaction (a stalled driver of an abandoned lineage promoted first) raises
-`TransactionConflict`: the step stops there, since committing the batches after it
-would mix two lineages' output; its staged data is discarded and the record is kept, so
-every later run reports the conflict until a person restores a consistent point.
+sinks) or one app-transaction commit (Delta), and the step only follows it. Settling,
+the conflict rule and the generation fence are the transaction service's
+(`airflow_sparkpoint.sinks.transactions`): a record that holds its batch's claim is
+finished, never aborted; a record whose batch another transaction holds is aborted with
+its own staged data only; a *confirmed* record that lost its batch raises
+`TransactionConflict` and stops the step with its record kept. The step acts as the
+generation current when it read the catalog: a newer generation's records are never
+its to abort (a restore with ``sinkAhead=rewind`` between the step's reads re-stages
+batches at or below the checkpoint the step read), and a claim while it runs makes it
+read the catalog again.
 
 Which checkpoint is "the latest" is `Catalog.latest`'s answer (checkpoints of abandoned
 lineages are not candidates).
@@ -47,9 +49,10 @@ from typing import Any
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.exceptions import SinkError
+from airflow_sparkpoint.exceptions import SinkError, StaleGeneration
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.kinds import sink_from_config
+from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle, settle_all
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +90,11 @@ def commit_pending(
 ) -> dict[str, list[str]]:
     """Commit the confirmed transactions of `catalog`'s job and abort the dead ones.
 
+    The step acts as the newest generation claimed when it starts (the fence of
+    `airflow_sparkpoint.sinks.transactions`): records of a newer generation are left
+    pending, and when a newer generation is claimed while the step runs (a restore that
+    may start a new lineage), it reads the catalog again and goes on from there.
+
     :param storage_options: S3 connection options for the sinks (endpoint_url,
         region_name, aws_access_key_id, aws_secret_access_key, aws_session_token);
         empty means boto3's default chain.
@@ -94,49 +102,76 @@ def commit_pending(
         the audited range); later confirmed ones stay pending.
     :returns: transaction ids by outcome: ``committed``, ``already`` (had landed before),
         ``aborted`` and ``pending`` (left for a later run).
+    :raises TransactionConflict: a confirmed transaction lost its batch; nothing after it
+        was committed and its record is kept.
     :raises SinkError: a commit failed; batches after it were not committed (order is
         kept), and the failed record stays for the next run. `CommitOutcomeUnknown` means
         it may have landed: running the step again finds out.
+    :raises StaleGeneration: new generations kept being claimed while the step ran.
     """
+    sinks = _Sinks(storage_options)
+    settled: dict[str, list[str]] = {"committed": [], "already": [], "aborted": []}
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            pending = _commit_as_observed(catalog, sinks, upto_batch, settled)
+        except StaleGeneration as exc:
+            if attempt == _ATTEMPTS:
+                raise
+            log.warning("commit step of job %s: %s; reading the catalog again", catalog.job, exc)
+            continue
+        return {**settled, "pending": pending}
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: how often the commit step reads the catalog again when newer generations are claimed
+_ATTEMPTS = 3
+
+
+def _commit_as_observed(
+    catalog: Catalog, sinks: _Sinks, upto_batch: int | None, settled: dict[str, list[str]]
+) -> list[str]:
+    """One pass of the commit step, fenced by the generation current when it starts;
+    adds what it settled to `settled` and returns the ids left pending."""
+    fence = Fence.observed(catalog)  # before the reads it acts on
     latest = catalog.latest()
     records = catalog.transactions()
-    result: dict[str, list[str]] = {"committed": [], "already": [], "aborted": [], "pending": []}
+    pending: list[str] = []
     confirmed = {(t.batch_id, t.generation) for t in latest.transactions} if latest is not None else set()
     to_commit: list[TransactionRecord] = []
     to_abort: list[TransactionRecord] = []
     for record in records:
-        if (record.batch_id, record.generation) in confirmed:
+        if not fence.admits(record):
+            pending.append(record.txn_id)  # a newer generation's: not read with this checkpoint
+        elif (record.batch_id, record.generation) in confirmed:
             if upto_batch is not None and record.batch_id > upto_batch:
-                result["pending"].append(record.txn_id)
+                pending.append(record.txn_id)
             else:
                 to_commit.append(record)
         elif latest is not None and record.batch_id <= latest.batch_id:
             to_abort.append(record)
         else:
-            result["pending"].append(record.txn_id)
-    sinks = _Sinks(storage_options)
+            pending.append(record.txn_id)
+
+    def note(settlement: Settlement, _done: int, _total: int) -> None:
+        settled[settlement.outcome].append(settlement.record.txn_id)  # a conflict raises instead
+
+    def note_abort(settlement: Settlement, done: int, total: int) -> None:
+        note(settlement, done, total)
+        faults.maybe_kill_halfway("abort", settlement.record.batch_id, done, total)
+
     try:
-        for record in sorted(to_commit, key=lambda r: (r.batch_id, r.generation)):
-            # Always through commit(): it is idempotent, and when the batch had landed (a
-            # step killed halfway) it also removes what is left staged.
-            outcome = sinks.of(record).commit(record)
-            result["committed" if outcome.status == "committed" else "already"].append(record.txn_id)
-            catalog.delete_transactions([record])
-        for count, record in enumerate(to_abort, start=1):
-            committed = _abort_unless_committed(sinks.of(record), record)
-            result["already" if committed else "aborted"].append(record.txn_id)
-            catalog.delete_transactions([record])
-            faults.maybe_kill_halfway("abort", record.batch_id, count, len(to_abort))
+        # Commits always go through commit(): it is idempotent, and when the batch had
+        # landed (a step killed halfway) it also removes what is left staged.
+        settle_all(catalog, to_commit, sinks.of, confirmed=True, fence=fence, on_settled=note)
+        settle_all(catalog, to_abort, sinks.of, confirmed=False, fence=fence, on_settled=note_abort)
     finally:
         log.info(
-            "commit step of job %s (latest checkpoint %s, batch %s): committed %s, already %s, aborted %s, "
-            "pending %s",
-            catalog.job,
-            latest.id if latest else None,
-            latest.batch_id if latest else None,
-            result["committed"], result["already"], result["aborted"], result["pending"],
+            "commit step of job %s as generation %s (latest checkpoint %s, batch %s): committed %s, already %s, "
+            "aborted %s, pending %s",
+            catalog.job, fence.generation, latest.id if latest else None, latest.batch_id if latest else None,
+            settled["committed"], settled["already"], settled["aborted"], pending,
         )
-    return result
+    return pending
 
 
 def abort_generation(
@@ -147,9 +182,15 @@ def abort_generation(
     The blue-green rollback: green's staged output (confirmed by green's checkpoints or
     not) never becomes visible, and green's checkpoints from the first aborted batch on
     are retired so that no later restore picks them. Transactions that already committed
-    are left alone and reported in the log. Returns the aborted transaction ids.
+    (or hold their batch's claim: finished) are left alone and reported in the log.
+    Returns the aborted transaction ids.
+
+    :raises StaleGeneration: a newer generation was claimed while the rollback ran (a
+        restore that reads what the rollback was changing); nothing more is touched, and
+        running it again is safe.
     """
     sinks = _Sinks(storage_options)
+    fence = Fence.observed(catalog)
     aborted: list[str] = []
     first_aborted: int | None = None
     mine = [record for record in catalog.transactions() if record.generation == generation]
@@ -158,9 +199,10 @@ def abort_generation(
     # retried rollback no longer sees that record.
     uncommitted = [r.batch_id for r in mine if not sinks.of(r).is_committed(r)]
     if uncommitted:
+        fence.check()
         _retire_checkpoints(catalog, generation, min(uncommitted))
     for count, record in enumerate(mine, start=1):
-        if _abort_unless_committed(sinks.of(record), record):
+        if settle(sinks.of(record), record, confirmed=False, fence=fence).outcome != "aborted":
             log.warning("transaction %s of generation %d has already committed to %s; not aborted",
                         record.txn_id, generation, record.sink_id)
             continue
@@ -171,28 +213,9 @@ def abort_generation(
     log.info("aborted %d transaction(s) of generation %d of job %s: %s",
              len(aborted), generation, catalog.job, aborted)
     if first_aborted is not None:
+        fence.check()
         _retire_checkpoints(catalog, generation, first_aborted)
     return aborted
-
-
-def _abort_unless_committed(sink: Sink, record: TransactionRecord) -> bool:
-    """Abort `record`, or finish it when it holds its batch's commit (a commit that landed,
-    or a promotion decided and left unfinished: the sink's abort refuses those). Returns
-    True when it is committed, False when it was aborted (with its own staged data only).
-
-    :raises SinkError: the abort failed and the transaction is not committed.
-    """
-    if sink.is_committed(record):
-        sink.commit(record)  # idempotent; finishes what a killed step left unfinished
-        return True
-    try:
-        sink.abort(record)
-    except SinkError:
-        if not sink.is_committed(record):
-            raise
-        sink.commit(record)
-        return True
-    return False
 
 
 def _retire_checkpoints(catalog: Catalog, generation: int, first_aborted: int) -> None:

@@ -301,3 +301,29 @@ class RecordingLineageSink(Sink):
 
     def committed_position(self, job: str) -> int | None:
         return None
+
+
+def test_a_lineage_whose_base_is_gone_restarts_from_its_pin_and_the_pin_goes_with_its_origin(
+    mem: Catalog, make_checkpoint: MakeCheckpoint
+) -> None:
+    """Issue #27.3: a restore by path owns a copy of its base (`Origin.pin`)."""
+    start(mem, kind="empty")
+    metas = [chk(make_checkpoint, mem, batch) for batch in range(3)]
+    generation = mem.claim_generation().generation
+    pin = mem.create_savepoint(mem.handle(metas[0]), key=layout.pin_dir(generation))
+    mem.write_origin(new_origin(
+        generation, kind="checkpoint", uri=mem.checkpoint_uri(metas[0].id), base_id=metas[0].id,
+        snapshot_id=metas[0].id, batch_id=0, id_floor=mem.next_checkpoint_id() - 1, restore={}, live_dir=None,
+        host="h", pid=1, pin=pin.uri,
+    ))
+    assert mem.restart_point().checkpoint == metas[0], "while its base is there, the base"
+    mem.store.delete_prefix(layout.checkpoint_dir(metas[0].id))  # a stale retention pass
+    point = mem.restart_point()
+    assert point.checkpoint is None and point.uri == pin.uri and point.origin is not None
+    assert point.origin.generation == generation
+
+    own = chk(make_checkpoint, mem, 1)
+    start(mem, base=own.id, batch=1)  # a newer lineage from the pinned lineage's checkpoint
+    enforce_checkpoint_retention(mem, 1)
+    assert generation not in [o.generation for o in mem.origins()]
+    assert list(mem.store.list(layout.pin_dir(generation))) == [], "the pin went with its origin"

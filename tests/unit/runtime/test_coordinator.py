@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
-from airflow_sparkpoint.exceptions import RestoreError, SinkAheadError, SparkpointError, StaleGeneration
+from airflow_sparkpoint.exceptions import (
+    RestoreError,
+    SinkAheadError,
+    SparkpointError,
+    StaleGeneration,
+    TransactionConflict,
+)
 from airflow_sparkpoint.runtime import coordinator as coordinator_module
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
@@ -321,3 +327,35 @@ def test_first_checkpoint_after_a_foreign_restore_copies_into_its_own_store_with
     write_live(live, 1)
     second = coord.checkpoint(1)
     assert second is not None and second.stats.files_copied == 3 and hashed
+
+
+class ClaimingSink(RecordingSink):
+    """Exclusive promotion: a batch another generation holds refuses the commit."""
+
+    def commit(self, record: TransactionRecord) -> CommitOutcome:
+        holder = self.committed.get(record.batch_id)
+        if holder is not None and holder != record.generation:
+            raise TransactionConflict(f"batch {record.batch_id} is held by transaction job-b{record.batch_id}-g{holder}")
+        return super().commit(record)
+
+
+def test_recovery_stops_at_a_confirmed_transaction_that_lost_its_batch_like_the_commit_step(catalog, tmp_path):
+    """Issue #27.4: one conflict rule. The restart point lists batches 0 and 1 as confirmed,
+    but a stalled driver of an abandoned lineage promoted batch 0 first: recovery stops
+    there (as the commit step does), commits nothing after it and keeps the record."""
+    gen1 = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), gen1)
+    write_live(tmp_path, 1)
+    for batch in (0, 1):
+        catalog.put_transaction(record(batch, gen1))
+        coord.add_pending(record(batch, gen1))
+    coord.checkpoint(1)
+    gen2 = catalog.claim_generation().generation
+    sink = ClaimingSink()
+    sink.committed[0] = gen1 + 7  # the abandoned lineage's stalled driver won batch 0
+
+    with pytest.raises(TransactionConflict, match="batch 0 is held by transaction job-b0-g8"):
+        recover_transactions(catalog, sink, plan_restore(_cfg(), catalog, None), "checkpoint", gen2)
+
+    assert sink.committed == {0: gen1 + 7}, "batch 1 must not be committed after the conflict"
+    assert [r.batch_id for r in catalog.transactions()] == [0, 1]

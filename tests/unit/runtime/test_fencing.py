@@ -289,3 +289,43 @@ def test_a_retry_finishes_the_rewind_its_lineage_asked_for_and_only_that_one(cat
 
     with pytest.raises(SinkAheadError):
         check_sink_position(older, sink, "job", apply=False)
+
+
+# ---------------------------------------------------------------------------- the status record
+
+
+def test_a_zombies_heartbeat_around_a_new_claim_does_not_hide_the_new_generation(catalog, monkeypatch):
+    """Issue #27.4: the heartbeat of generation 1 checks that it is current, then (held
+    there) generation 2 claims and writes its status, then generation 1's write lands. A
+    control request must still be addressed to generation 2, the live run."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from airflow_sparkpoint.checkpoints.history import live_status
+    from airflow_sparkpoint.checkpoints.status import JobStatus
+    from airflow_sparkpoint.runtime.job import _Run
+
+    zombie = object.__new__(_Run)  # only what _write_status reads: no Spark needed
+    zombie.cfg = SimpleNamespace(job="job")
+    zombie.catalog, zombie.generation = catalog, catalog.claim_generation().generation
+    zombie.started_at, zombie.savepoint_uri, zombie._application_id, zombie.live = time.time(), None, "app-1", "/g1"
+    zombie._status_lock, zombie._final_state = threading.Lock(), False
+    current_generation = catalog.current_generation
+    claimed: list[int] = []
+
+    def checked_then_a_claim() -> int:
+        current = current_generation()
+        if not claimed:  # the zombie's check passed; generation 2 starts before its write
+            claimed.append(0)
+            claimed[0] = catalog.claim_generation().generation
+            catalog.write_status(JobStatus("job", claimed[0], "running", time.time(), time.time()).to_json())
+        return current
+
+    monkeypatch.setattr(catalog, "current_generation", checked_then_a_claim)
+    zombie._write_status("running")
+    monkeypatch.undo()
+
+    assert claimed == [2]
+    live = live_status(catalog, max_heartbeat_age=60)
+    assert live is not None and live.generation == 2, f"control requests would go to {live}"

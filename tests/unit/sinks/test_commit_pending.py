@@ -286,3 +286,80 @@ def test_abort_generation_retires_checkpoints_that_hold_aborted_batches(
 
     # green's checkpoints are gone: a later restore=latest finds blue's, not green's state
     assert [(m.batch_id, m.generation) for m in catalog.checkpoints()] == [(3, 1)]
+
+
+def test_a_generation_claimed_between_the_steps_reads_keeps_its_transaction(
+    catalog: Catalog, sink_name: str, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #27.2: the step read the latest checkpoint (batch 3 of generation 1); before it
+    lists the records, generation 2 restores the checkpoint of batch 1 with
+    ``sinkAhead=rewind``, settles generation 1's unconfirmed records and stages batch 2 in
+    external mode. Batch 2 of generation 2 is at or below what the step read as latest and
+    unlisted there, but it is the newer lineage's live transaction: never the step's to abort."""
+    from airflow_sparkpoint.checkpoints.lineage import new_origin
+
+    base = record(sink_name, 1, 1)
+    catalog.put_transaction(base)
+    checkpoint(catalog, 1, 1, [base])
+    old = [record(sink_name, b, 1) for b in (2, 3)]
+    for r in old:
+        catalog.put_transaction(r)
+    checkpoint(catalog, 3, 1, [base, *old])
+    base_id = catalog.checkpoints()[-1].id  # the checkpoint of batch 1 (oldest last)
+    newer = record(sink_name, 2, 2)
+    read_latest = catalog.latest
+    interleaved = []
+
+    def latest_then_a_new_lineage() -> Any:
+        latest = read_latest()
+        if not interleaved:  # the step's first read; then generation 2 restores batch 1
+            interleaved.append(latest.batch_id if latest else None)
+            generation = catalog.claim_generation().generation
+            catalog.write_origin(new_origin(
+                generation, kind="checkpoint", uri=catalog.checkpoint_uri(base_id), base_id=base_id,
+                snapshot_id=base_id, batch_id=1, id_floor=catalog.next_checkpoint_id() - 1,
+                restore={"restore": "latest", "sink_ahead": "rewind"}, live_dir=None, host="h", pid=1))
+            catalog.delete_transactions(old)  # its recovery aborted generation 1's batches 2 and 3
+            catalog.put_transaction(newer)  # and it staged batch 2 again (external commit mode)
+        return latest
+
+    monkeypatch.setattr(catalog, "latest", latest_then_a_new_lineage)
+
+    result = commit_pending(catalog)
+
+    assert interleaved == [3]  # the new lineage came between the step's two reads
+    assert newer.txn_id not in result["aborted"] and newer.txn_id not in world["aborted"]
+    assert newer.txn_id in txn_ids(catalog)
+    assert world["committed"].get(2) is None
+
+
+def test_a_rollback_stops_when_a_newer_generation_is_claimed_meanwhile(
+    catalog: Catalog, sink_name: str, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`abort_generation` is fenced like every other settler: a generation claimed after
+    the rollback read the records may have restored from what the rollback is retiring."""
+    from airflow_sparkpoint.exceptions import StaleGeneration
+
+    for _ in range(2):
+        catalog.claim_generation()
+    green = [record(sink_name, b, 2) for b in (4, 5)]
+    for r in green:
+        catalog.put_transaction(r)
+    checkpoint(catalog, 4, 2, green[:1])
+    read_records = catalog.transactions
+    claimed = []
+
+    def records_then_a_claim() -> Any:
+        records = read_records()
+        if not claimed:
+            claimed.append(catalog.claim_generation().generation)
+        return records
+
+    monkeypatch.setattr(catalog, "transactions", records_then_a_claim)
+
+    with pytest.raises(StaleGeneration, match="generation 2 of job 'orders' was superseded by generation 3"):
+        abort_generation(catalog, 2)
+
+    assert claimed == [3]
+    assert world["aborted"] == [] and txn_ids(catalog) == ["orders-b4-g2", "orders-b5-g2"]
+    assert [(m.batch_id, m.generation) for m in catalog.checkpoints()] == [(4, 2)]
