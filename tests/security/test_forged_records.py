@@ -24,6 +24,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.metadata import canonical_json, sha256_hex
 from airflow_sparkpoint.exceptions import InvalidPath, SinkError, SparkpointError
+from airflow_sparkpoint.sinks import sink_from_config
 from airflow_sparkpoint.sinks.commit import commit_pending
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import LocalStorage, open_storage
@@ -58,7 +59,8 @@ def assert_survived(victim: Path) -> None:
 
 def forged_record(batch: int, generation: int, config: dict[str, Any], staged: dict[str, Any],
                   sink_kind: str = "directory") -> TransactionRecord:
-    return TransactionRecord(JOB, batch, generation, sink_kind, str(config.get("uri")),
+    sink_id = sink_from_config(sink_kind, config).sink_id  # as consistent as a careful forger makes it
+    return TransactionRecord(JOB, batch, generation, sink_kind, sink_id,
                              {"config": config, "staged": staged}, created_at=time.time())
 
 
