@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -345,8 +346,8 @@ def _link(source: str, target: str, size: int, mtime_ns: int) -> bool:
     """Hard-link `source` to `target` if it is the file the snapshot recorded (same size and
     mtime: Spark never rewrites a file in place); False when it is not or cannot be linked."""
     try:
-        st = os.stat(source)
-        if mtime_ns <= 0 or st.st_size != size or st.st_mtime_ns != mtime_ns:
+        st = os.lstat(source)  # a symbolic link (to anywhere) is never linked in
+        if mtime_ns <= 0 or not stat.S_ISREG(st.st_mode) or st.st_size != size or st.st_mtime_ns != mtime_ns:
             return False
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.link(source, target)

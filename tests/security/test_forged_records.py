@@ -305,3 +305,17 @@ def test_a_metadata_that_overflows_is_skipped_not_raised(tmp_path: Path, field: 
         latest = catalog.latest()
     assert latest is not None and latest.id == good.id
     assert any(f"chk-{good.id + 1}" in r.getMessage() for r in caplog.records), "no warning names the path"
+
+
+def test_materialisation_links_in_no_symlink_from_the_previous_live_location(tmp_path: Path) -> None:
+    from airflow_sparkpoint.runtime.restore import _link
+
+    victim = victim_dir(tmp_path) / "precious.txt"
+    previous = tmp_path / "live-g1" / "state"
+    previous.mkdir(parents=True)
+    (previous / "1.delta").symlink_to(victim)
+    st = victim.stat()
+    target = tmp_path / "live-g2" / "state" / "1.delta"
+    assert not _link(str(previous / "1.delta"), str(target), st.st_size, st.st_mtime_ns), \
+        "a symbolic link planted in the previous live location was linked into the new one"
+    assert not target.exists()
