@@ -104,7 +104,7 @@ class Catalog:
     def __init__(self, storage: Storage, job: str) -> None:
         self.job = layout.validate_job_name(job)
         self.storage = storage
-        self.store = storage.child(job)
+        self.store: Storage = layout.JobStore(storage, job)
         self.uri = self.store.uri
 
     @classmethod
@@ -581,7 +581,7 @@ def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None)
     """
     store = open_storage(uri, **dict(storage_options or {}))
     try:
-        data = store.get(layout.METADATA)
+        data = store.get(layout.METADATA, layout.max_bytes_of(layout.METADATA))
     except ObjectNotFound:
         raise RestoreError(
             f"restore target {uri} has no _metadata; expected a savepoint or checkpoint directory "

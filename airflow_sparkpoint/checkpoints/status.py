@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from airflow_sparkpoint.checkpoints import layout
+
 SCHEMA_VERSION = 1
 STATES = ("starting", "running", "finished", "stopped", "failed")
 
@@ -49,4 +51,4 @@ class JobStatus:
 
 
 def result_key(generation: int) -> str:
-    return f"results/{generation:012d}.json"
+    return f"{layout.RESULTS}/{generation:012d}.json"

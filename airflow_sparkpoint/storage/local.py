@@ -11,7 +11,14 @@ import uuid
 from collections.abc import Iterable, Iterator
 
 from airflow_sparkpoint.exceptions import InvalidPath, ObjectExists, ObjectNotFound, StorageError
-from airflow_sparkpoint.storage.base import ObjectInfo, Storage, discard_file, normalize_key, normalize_prefix
+from airflow_sparkpoint.storage.base import (
+    ObjectInfo,
+    Storage,
+    check_size,
+    discard_file,
+    normalize_key,
+    normalize_prefix,
+)
 
 _TMP_MARK = ".sparkpoint-tmp-"
 
@@ -126,11 +133,14 @@ class LocalStorage(Storage):
                 pass
         self._fsync_dir(os.path.dirname(path))
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
         path = self._read_path(key)
         try:
             with open(path, "rb") as handle:
-                return handle.read()
+                check_size(os.fstat(handle.fileno()).st_size, max_bytes, path)
+                data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
+                check_size(len(data), max_bytes, path)  # grew since the fstat
+                return data
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise ObjectNotFound(f"{path} does not exist") from None
         except OSError as exc:

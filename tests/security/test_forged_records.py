@@ -282,6 +282,30 @@ def test_a_huge_object_is_refused_as_corrupt(tmp_path: Path) -> None:
         store.get(f"{JOB}/status.json", max_bytes=1024 * 1024)
 
 
+def test_a_planted_huge_status_is_an_unreadable_status(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from airflow_sparkpoint.checkpoints.layout import RECORD_MAX_BYTES, STATUS
+
+    catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
+    (tmp_path / "store" / JOB).mkdir(parents=True)
+    with open(tmp_path / "store" / JOB / STATUS, "wb") as handle:  # sparse: no disk used
+        handle.truncate(RECORD_MAX_BYTES[STATUS] * 1024)
+    with caplog.at_level(logging.WARNING):
+        assert catalog.read_status() is None
+    assert any("status.json" in r.getMessage() and "limit" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.s3
+def test_s3_get_refuses_an_object_over_its_limit(s3_server: str, s3_bucket: str) -> None:
+    from airflow_sparkpoint.storage.base import ObjectTooLarge
+
+    store = open_storage(f"s3://{s3_bucket}/sp", endpoint_url=s3_server, region_name="us-east-1",
+                         aws_access_key_id="test", aws_secret_access_key="test")
+    store.put(f"{JOB}/status.json", b"{" + b" " * 4096 + b"}")
+    with pytest.raises(ObjectTooLarge, match="status.json"):
+        store.get(f"{JOB}/status.json", max_bytes=1024)
+    assert store.get(f"{JOB}/status.json", max_bytes=8192).startswith(b"{")
+
+
 def metadata_bytes(body: dict[str, Any]) -> bytes:
     body = dict(body)
     body["checksum"] = "sha256:" + sha256_hex(canonical_json(body))
