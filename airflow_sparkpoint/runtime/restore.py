@@ -41,6 +41,7 @@ from airflow_sparkpoint.runtime import livedir, replay, rescale
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import IndexEntry, file_sha256
 from airflow_sparkpoint.sinks.base import Sink
+from airflow_sparkpoint.sinks.resolve import resolve_sink
 
 log = logging.getLogger(__name__)
 
@@ -420,6 +421,11 @@ def settle_unconfirmed(
     for count, record in enumerate(records, start=1):
         if generation is not None:
             catalog.check_generation(generation)
+        try:
+            resolve_sink(record, sink)  # a record for another sink is not this job's to settle
+        except SinkError as exc:
+            log.warning("%s; left in %s", exc, catalog.uri)
+            continue
         if sink.is_committed(record):
             # It holds its batch's commit (landed, or a promotion killed halfway): finish
             # it; aborting would delete data the sink already shows.

@@ -343,3 +343,22 @@ def test_materialisation_links_in_no_symlink_from_the_previous_live_location(tmp
     assert not _link(str(previous / "1.delta"), str(target), st.st_size, st.st_mtime_ns), \
         "a symbolic link planted in the previous live location was linked into the new one"
     assert not target.exists()
+
+
+def test_restore_time_recovery_leaves_a_record_for_another_sink_alone(tmp_path: Path) -> None:
+    from airflow_sparkpoint.runtime.restore import RestorePlan, settle_unconfirmed
+
+    victim = victim_dir(tmp_path)
+    catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
+    confirmed_nothing(catalog, 3)
+    own = DirectorySink(str(tmp_path / "out"), "json")
+    planted = (tmp_path / "out" / "_staging" / "x")
+    planted.mkdir(parents=True)
+    (planted / "kept.json").write_text("{}")  # what a record for another sink must not reach either
+    catalog.put_transaction(forged_record(1, 1, {"uri": str(tmp_path), "format": "json"},
+                                          {"staging": "_staging/x", "files": []}))
+    summary = settle_unconfirmed(catalog, own, RestorePlan(snapshot=None, description="empty"))
+    assert_survived(victim)
+    assert (planted / "kept.json").exists(), "the job's sink acted on a record written for another sink"
+    assert summary["aborted"] == []
+    assert [r.txn_id for r in catalog.transactions()] == [f"{JOB}-b1-g1"], "the foreign record was deleted"
