@@ -362,3 +362,18 @@ def test_restore_time_recovery_leaves_a_record_for_another_sink_alone(tmp_path: 
     assert (planted / "kept.json").exists(), "the job's sink acted on a record written for another sink"
     assert summary["aborted"] == []
     assert [r.txn_id for r in catalog.transactions()] == [f"{JOB}-b1-g1"], "the foreign record was deleted"
+
+
+def test_cli_commit_with_a_declared_sink_refuses_a_forged_record(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from airflow_sparkpoint.cli import main
+
+    victim = victim_dir(tmp_path)
+    catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
+    confirmed_nothing(catalog, 3)
+    catalog.put_transaction(forged_record(1, 1, {"uri": str(tmp_path), "format": "json"},
+                                          {"staging": "_staging/x", "files": []}))
+    code = main(["commit", "--dir", str(tmp_path / "store"), "--job", JOB,
+                 "--sink", f"directory:{tmp_path / 'out'}", "--sink-option", "format=json"])
+    assert_survived(victim)
+    assert code == 1 and "does not match the declared sink" in capsys.readouterr().err
