@@ -31,6 +31,7 @@ from airflow_sparkpoint.checkpoints.lineage import Origin
 from airflow_sparkpoint.checkpoints.metadata import FileRef, TransactionRecord
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
+    InvalidPath,
     RestoreError,
     SinkAheadError,
     SinkError,
@@ -42,6 +43,7 @@ from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import IndexEntry, file_sha256
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import resolve_sink
+from airflow_sparkpoint.storage.paths import confine
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +257,12 @@ def choose_live(
     for candidate in candidates:
         path = livedir.local_path_of(candidate) if candidate else None
         if path and os.path.isdir(path) and path not in paths:
+            try:  # read from the lineage or status record: only a location of this job's work root
+                confine(os.path.relpath(os.path.realpath(path), os.path.realpath(work_root)),
+                        what=f"previous live location {candidate!r} (read from the store) relative to {work_root}")
+            except InvalidPath as exc:
+                log.warning("%s; not reused", exc)
+                continue
             paths.append(path)
     fresh = os.path.join(work_root, f"g{generation}")
     paths = [p for p in paths if os.path.realpath(p) != os.path.realpath(fresh)]

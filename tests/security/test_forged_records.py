@@ -377,3 +377,18 @@ def test_cli_commit_with_a_declared_sink_refuses_a_forged_record(tmp_path: Path,
                  "--sink", f"directory:{tmp_path / 'out'}", "--sink-option", "format=json"])
     assert_survived(victim)
     assert code == 1 and "does not match the declared sink" in capsys.readouterr().err
+
+
+def test_a_forged_live_dir_outside_the_work_root_is_never_used(tmp_path: Path) -> None:
+    from airflow_sparkpoint.runtime.restore import RestorePlan, choose_live
+
+    victim = victim_dir(tmp_path)
+    work = tmp_path / "work"
+    choice = choose_live(RestorePlan(snapshot=None, description="empty"), [str(victim), f"file://{victim}"],
+                         {"live_dir": str(victim)}, work_root=str(work), job=JOB, generation=2, jvm_pid=None)
+    try:
+        assert choice.path == str(work / "g2")
+        assert choice.link_from is None, f"a live_dir read from the store was used: {choice.link_from}"
+    finally:
+        choice.lock.release()
+    assert sorted(p.name for p in victim.iterdir()) == ["precious.txt"]
