@@ -430,13 +430,7 @@ class Catalog:
         :raises RestoreError: the path is not a snapshot directory of this job.
         :raises InvalidPath: the path is malformed or contains ``..``.
         """
-        key = self._key_of(uri)
-        if not (layout.CHK_RE.match(key) or (key.startswith(f"{layout.SAVEPOINTS}/")
-                                             and layout.SAVEPOINT_RE.match(key.split("/", 1)[1]))):
-            raise RestoreError(
-                f"{uri} is not a checkpoint or savepoint directory of job {self.job!r} ({self.uri}); "
-                "expected chk-<id> or savepoints/savepoint-<id>-<suffix> (see `sparkpoint list`)"
-            )
+        key = self.snapshot_key(uri)
         keys = [info.key for info in self.store.list(key)]
         name = key.rsplit("/", 1)[-1]
         match = layout.CHK_RE.match(name) or layout.SAVEPOINT_RE.match(name)
@@ -447,6 +441,23 @@ class Catalog:
         self.store.delete(keys)
         log.info("disposed %s/%s (%d objects)", self.uri, key, len(keys))
         return len(keys)
+
+    def snapshot_key(self, uri: str, *, savepoint_only: bool = False) -> str:
+        """The key of the checkpoint or savepoint directory (`savepoint_only`: savepoint)
+        of this job that `uri` (a URI, path or key, maybe read from a record) names.
+
+        :raises InvalidPath: malformed, or contains ``..``.
+        :raises RestoreError: outside this job's root, or not such a directory.
+        """
+        key = self._key_of(uri)
+        if not ((layout.CHK_RE.match(key) and not savepoint_only) or (
+                key.startswith(f"{layout.SAVEPOINTS}/") and layout.SAVEPOINT_RE.match(key.split("/", 1)[1]))):
+            raise RestoreError(
+                f"{uri} is not a {'' if savepoint_only else 'checkpoint or '}savepoint directory of job "
+                f"{self.job!r} ({self.uri}); expected {'' if savepoint_only else 'chk-<id> or '}"
+                "savepoints/savepoint-<id>-<suffix> (see `sparkpoint list`)"
+            )
+        return key
 
     def _key_of(self, uri: str) -> str:
         """The key, relative to the job root, of a URI, path or key naming something inside it.

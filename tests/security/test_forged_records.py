@@ -392,3 +392,26 @@ def test_a_forged_live_dir_outside_the_work_root_is_never_used(tmp_path: Path) -
     finally:
         choice.lock.release()
     assert sorted(p.name for p in victim.iterdir()) == ["precious.txt"]
+
+
+@pytest.mark.parametrize("savepoint", ["/etc", "s3://another-bucket/orders/savepoints/savepoint-3-ab12cd34",
+                                       "chk-3", "savepoints/../../other/savepoints/savepoint-3-ab12cd34"])
+def test_a_control_result_naming_a_path_outside_the_jobs_savepoints_is_refused(tmp_path: Path,
+                                                                                savepoint: str) -> None:
+    from airflow_sparkpoint.checkpoints.control import ControlChannel
+    from airflow_sparkpoint.exceptions import ControlError
+
+    catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
+    confirmed_nothing(catalog, 1)
+    channel = ControlChannel(catalog)
+    request = channel.submit("savepoint", generation=1, timeout_s=60)
+    catalog.store.put(f"control/{request.id}.result.json", json.dumps({
+        "schema_version": 1, "request_id": request.id, "state": "completed", "generation": 1,
+        "savepoint": savepoint, "batch_id": 1, "error": None, "updated_at": time.time()}).encode())
+    with pytest.raises(ControlError, match="savepoint"):
+        channel.result(request.id)
+    good = f"{catalog.uri}/savepoints/savepoint-3-ab12cd34"
+    catalog.store.put(f"control/{request.id}.result.json", json.dumps({
+        "schema_version": 1, "request_id": request.id, "state": "completed", "generation": 1,
+        "savepoint": good, "batch_id": 1, "error": None, "updated_at": time.time()}).encode())
+    assert channel.result(request.id).savepoint == good
