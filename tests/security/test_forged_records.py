@@ -415,3 +415,24 @@ def test_a_control_result_naming_a_path_outside_the_jobs_savepoints_is_refused(t
         "schema_version": 1, "request_id": request.id, "state": "completed", "generation": 1,
         "savepoint": good, "batch_id": 1, "error": None, "updated_at": time.time()}).encode())
     assert channel.result(request.id).savepoint == good
+
+
+@pytest.mark.s3
+def test_planted_done_claim_cannot_empty_an_s3_output_location(s3_server: str, s3_bucket: str) -> None:
+    options = {"endpoint_url": s3_server, "region_name": "us-east-1",
+               "aws_access_key_id": "test", "aws_secret_access_key": "test"}
+    open_storage(f"s3://{s3_bucket}", **options).put("victims/precious.txt", b"must survive")
+    sink = DirectorySink(f"s3://{s3_bucket}/out", "json")
+    sink.configure(options)
+    record = forged_record(4, 1, sink.to_config(), {"format": "json", "staging": f"_staging/{JOB}-b4-g1",
+                                                     "files": [], "bytes": 0})
+    store = open_storage(f"s3://{s3_bucket}/out", **options)
+    store.put(f"_sparkpoint/manifests/{JOB}/4.json", json.dumps({
+        "state": "done", "job": JOB, "batch_id": 4, "generation": 1, "txn_id": record.txn_id, "files": [],
+        "plan": {"staging": "/", "moves": []}}).encode())
+    store.put("part-committed-00000.json", b'{"id": 1}\n')  # output of an earlier batch
+    exc = outcome(sink.commit, record)
+    objects = s3_objects(s3_server, s3_bucket)
+    assert "victims/precious.txt" in objects, "a planted claim emptied the bucket"
+    assert "out/part-committed-00000.json" in objects, "a planted claim deleted committed output"
+    assert_refused(exc, SinkError, "staging")
