@@ -6,7 +6,7 @@
     sparkpoint status    --dir URI --job NAME [--max-heartbeat-age S] [--json]
     sparkpoint savepoint --dir URI --job NAME [--stop] [--timeout S] [--no-wait] [--no-from-checkpoint]
     sparkpoint dispose   --dir URI --job NAME PATH
-    sparkpoint commit    --dir URI --job NAME [--upto-batch N | --abort-generation G]
+    sparkpoint commit    --dir URI --job NAME [--upto-batch N | --abort-generation G] [--sink KIND:URI]
     sparkpoint inspect   --dir URI --job NAME PATH|latest [--rows [--operator ID] [--store NAME] [--key JSON]]
     sparkpoint verify    --dir URI --job NAME PATH|latest
     sparkpoint metrics   --dir URI --job NAME [--job NAME ...]
@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "refused while G is running")
     p.add_argument("--max-heartbeat-age", type=_positive_seconds, default=60.0, metavar="S",
                    help="with --abort-generation: a run with a younger heartbeat is still running (default 60)")
+    p.add_argument("--sink", default=None, metavar="KIND:URI",
+                   help="the job's sink (e.g. delta:s3://bucket/table): records for any other sink are refused; "
+                        "without it each record's own sink config is used, confined to its root (a warning)")
+    p.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a constructor argument of --sink (e.g. format=json, mode=merge, keys=id); repeatable")
     p.set_defaults(func=cmd_commit)
 
     p = commands.add_parser(

@@ -310,6 +310,8 @@ def cmd_dispose(args: argparse.Namespace) -> int:
 
 def cmd_commit(args: argparse.Namespace) -> int:
     catalog = _open_catalog(args)
+    declared = {} if args.sink is None else {
+        "sink": _lazy("airflow_sparkpoint.sinks.resolve", "parse_sink_arg", "commit")(args.sink, args.sink_option)}
     if args.abort_generation is not None:
         generation = args.abort_generation
         status = _job_status(catalog)
@@ -322,11 +324,11 @@ def cmd_commit(args: argparse.Namespace) -> int:
             )
         abort = _lazy("airflow_sparkpoint.sinks.commit", "abort_generation", "commit")
         summary: dict[str, Any] = {"aborted": list(abort(catalog, generation,
-                                                         storage_options=_storage_options(args)))}
+                                                         storage_options=_storage_options(args), **declared))}
     else:
         commit_pending = _lazy("airflow_sparkpoint.sinks.commit", "commit_pending", "commit")
         extra = {} if args.upto_batch is None else {"upto_batch": args.upto_batch}
-        result = commit_pending(catalog, storage_options=_storage_options(args), **extra)
+        result = commit_pending(catalog, storage_options=_storage_options(args), **declared, **extra)
         summary = dict(result) if isinstance(result, Mapping) else {"result": result}
     if args.json:
         _emit_json({"job": catalog.job, "root": catalog.uri, "result": summary})

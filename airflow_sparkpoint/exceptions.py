@@ -7,7 +7,8 @@
     ├── StorageError                a store could not be read or written
     │   ├── ObjectNotFound          the key does not exist
     │   ├── ObjectExists            put-if-absent lost the race
-    │   └── InvalidPath             a key escapes its root, or a URI is malformed
+    │   ├── InvalidPath             a key escapes its root, or a URI is malformed
+    │   └── ObjectTooLarge          an object is over the size limit of its kind (corrupt)
     ├── CatalogError                checkpoints / savepoints / generations
     │   ├── CorruptMetadata         _metadata is truncated, garbled or fails its checksum
     │   ├── RestoreError            a restore target is missing, foreign or unusable
@@ -48,6 +49,11 @@ class ObjectExists(StorageError):
 
 class InvalidPath(StorageError, ValueError):
     """A key escapes its root, or a URI is malformed."""
+
+
+class ObjectTooLarge(StorageError, ValueError):
+    """An object read from a store is larger than the limit of its kind of record: it is
+    treated as corrupt (a ValueError, like unparsable JSON), never read whole."""
 
 
 class CatalogError(SparkpointError):

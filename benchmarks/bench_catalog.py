@@ -81,9 +81,9 @@ class CountingStorage(Storage):
         self.calls["put_if_absent"] += 1
         self.inner.put_if_absent(key, data)
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
         self.calls["get"] += 1
-        return self.inner.get(key)
+        return self.inner.get(key, max_bytes)
 
     def stat(self, key: str) -> ObjectInfo:
         self.calls["stat"] += 1

@@ -61,7 +61,7 @@ class Catalog:
     def __init__(self, storage: Storage, job: str) -> None:
         self.job = layout.validate_job_name(job)
         self.storage = storage
-        self.store = storage.child(job)
+        self.store: Storage = layout.JobStore(storage, job)
         self.uri = self.store.uri
 
     @classmethod
@@ -369,13 +369,7 @@ class Catalog:
         :raises RestoreError: the path is not a snapshot directory of this job.
         :raises InvalidPath: the path is malformed or contains ``..``.
         """
-        key = self._key_of(uri)
-        if not (layout.CHK_RE.match(key) or (key.startswith(f"{layout.SAVEPOINTS}/")
-                                             and layout.SAVEPOINT_RE.match(key.split("/", 1)[1]))):
-            raise RestoreError(
-                f"{uri} is not a checkpoint or savepoint directory of job {self.job!r} ({self.uri}); "
-                "expected chk-<id> or savepoints/savepoint-<id>-<suffix> (see `sparkpoint list`)"
-            )
+        key = self.snapshot_key(uri)
         keys = [info.key for info in self.store.list(key)]
         name = key.rsplit("/", 1)[-1]
         match = layout.CHK_RE.match(name) or layout.SAVEPOINT_RE.match(name)
@@ -386,6 +380,23 @@ class Catalog:
         self.store.delete(keys)
         log.info("disposed %s/%s (%d objects)", self.uri, key, len(keys))
         return len(keys)
+
+    def snapshot_key(self, uri: str, *, savepoint_only: bool = False) -> str:
+        """The key of the checkpoint or savepoint directory (`savepoint_only`: savepoint)
+        of this job that `uri` (a URI, path or key, maybe read from a record) names.
+
+        :raises InvalidPath: malformed, or contains ``..``.
+        :raises RestoreError: outside this job's root, or not such a directory.
+        """
+        key = self._key_of(uri)
+        if not ((layout.CHK_RE.match(key) and not savepoint_only) or (
+                key.startswith(f"{layout.SAVEPOINTS}/") and layout.SAVEPOINT_RE.match(key.split("/", 1)[1]))):
+            raise RestoreError(
+                f"{uri} is not a {'' if savepoint_only else 'checkpoint or '}savepoint directory of job "
+                f"{self.job!r} ({self.uri}); expected {'' if savepoint_only else 'chk-<id> or '}"
+                "savepoints/savepoint-<id>-<suffix> (see `sparkpoint list`)"
+            )
+        return key
 
     def _key_of(self, uri: str) -> str:
         """The key, relative to the job root, of a URI, path or key naming something inside it.
@@ -512,7 +523,7 @@ def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None)
     """
     store = open_storage(uri, **dict(storage_options or {}))
     try:
-        data = store.get(layout.METADATA)
+        data = store.get(layout.METADATA, layout.max_bytes_of(layout.METADATA))
     except ObjectNotFound:
         raise RestoreError(
             f"restore target {uri} has no _metadata; expected a savepoint or checkpoint directory "

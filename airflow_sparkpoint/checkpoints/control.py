@@ -55,7 +55,14 @@ from airflow_sparkpoint.checkpoints.control_records import (  # re-exported: cal
     _result_key,
     new_request_id,
 )
-from airflow_sparkpoint.exceptions import ConfigError, ControlError, ObjectExists, ObjectNotFound
+from airflow_sparkpoint.exceptions import (
+    ConfigError,
+    ControlError,
+    InvalidPath,
+    ObjectExists,
+    ObjectNotFound,
+    RestoreError,
+)
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -447,9 +454,16 @@ class ControlChannel:
         except ObjectNotFound:
             return None
         try:
-            return ControlResult.from_json(json.loads(data))
+            result = ControlResult.from_json(json.loads(data))
         except (ValueError, AttributeError) as exc:
             raise ControlError(f"{self.catalog.uri}/{key} is unreadable: {exc}") from None
+        try:  # read from the store: it may only name one of this job's savepoints
+            if result.savepoint is not None:
+                self.catalog.snapshot_key(result.savepoint, savepoint_only=True)
+        except (InvalidPath, RestoreError) as exc:
+            raise ControlError(f"{self.catalog.uri}/{key} names savepoint {result.savepoint!r}, not one of job "
+                               f"{self.catalog.job!r}'s savepoints: {exc}") from None
+        return result
 
     def _put_result(self, result: ControlResult) -> None:
         """Write the final result once; repeating the same outcome is a no-op."""

@@ -13,7 +13,11 @@
     <job>/status.json                             heartbeat and state of the current run
     <job>/status/<generation>.json                the same record, written only by that generation
     <job>/control/<request-id>.{request,ack,result}.json
+    <job>/results/<generation>.json               the run result of a generation
     <job>/last-disposed-id                        highest id ever disposed (ids are never reused)
+
+Every record read from a job's keys is bounded (`max_bytes_of`, `JobStore`): whoever can
+write the store could plant a multi-GB ``status.json`` to take a reader down.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import re
 
 from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.storage.base import PrefixedStorage, Storage
 
 METADATA = "_metadata"
 ID_FLOOR = "last-disposed-id"
@@ -92,3 +97,42 @@ PINS = "pins"
 GC = "gc"
 TXN = "txn"
 CONTROL = "control"
+RESULTS = "results"
+
+_KIB, _MIB = 1024, 1024 * 1024
+#: the largest object of each kind of record (by its first key segment; ``_metadata``
+#: by its name) a reader accepts; beyond it the record is corrupt (`ObjectTooLarge`)
+RECORD_MAX_BYTES = {
+    METADATA: 64 * _MIB,  # lists every file of a snapshot
+    STATUS: 1 * _MIB,
+    GENERATIONS: 1 * _MIB,
+    RESULTS: 4 * _MIB,
+    LINEAGE: 1 * _MIB,
+    GC: 64 * _MIB,  # lists the shared files being deleted
+    TXN: 16 * _MIB,  # lists a batch's staged files
+    CONTROL: 1 * _MIB,
+    ID_FLOOR: 1 * _KIB,
+}
+
+
+def max_bytes_of(key: str) -> int | None:
+    """The size limit of the record at `key` (relative to the job root); None for the
+    files of snapshots (state, offsets: read streamed, never parsed whole)."""
+    parts = key.strip("/").split("/")
+    if parts[-1] == METADATA:
+        return RECORD_MAX_BYTES[METADATA]
+    if parts[0] in (SHARED, SAVEPOINTS) or CHK_RE.match(parts[0]):
+        return None
+    return RECORD_MAX_BYTES.get(parts[0])
+
+
+class JobStore(PrefixedStorage):
+    """A job's keys (``<root>/<job>/``): every `get` is bounded by the limit of its kind
+    of record (`max_bytes_of`) unless the caller gives one, so no reader of a job's
+    records can be made to read a planted multi-GB object whole."""
+
+    def __init__(self, storage: Storage, job: str) -> None:
+        super().__init__(storage, job)
+
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        return super().get(key, max_bytes if max_bytes is not None else max_bytes_of(key))

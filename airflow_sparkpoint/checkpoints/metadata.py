@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
@@ -28,6 +29,14 @@ def canonical_json(value: Any) -> bytes:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def _finite(value: Any, what: str) -> float:
+    """`value` as a finite float; ValueError (caught as corruption) for NaN or Infinity."""
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{what} {value!r} is not a finite number")
+    return number
 
 
 def _canonical_key(key: str, what: str = "file key") -> str:
@@ -242,7 +251,7 @@ class SnapshotMetadata:
                 job=str(body["job"]),
                 generation=int(body["generation"]),
                 batch_id=int(body["batch_id"]),
-                created_at=float(body["created_at"]),
+                created_at=_finite(body["created_at"], "created_at"),
                 files=tuple(FileRef.from_json(f) for f in body["files"]),
                 live_root=str(body.get("live_root", "")),
                 transactions=tuple(TransactionRecord.from_json(t) for t in body.get("transactions", [])),
@@ -252,5 +261,6 @@ class SnapshotMetadata:
                 source_checkpoint=None if body.get("source_checkpoint") is None else int(body["source_checkpoint"]),
                 schema_version=version,
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:
+            # ArithmeticError: int() of an Infinity; AttributeError: a list where an object belongs
             raise CorruptMetadata(f"{where}: malformed field ({exc.__class__.__name__}: {exc})") from None

@@ -67,7 +67,7 @@ class JobStatus:
 
 
 def result_key(generation: int) -> str:
-    return f"results/{generation:012d}.json"
+    return f"{layout.RESULTS}/{generation:012d}.json"
 
 
 def write_status(store: Storage, status: Mapping[str, Any]) -> None:

@@ -22,6 +22,7 @@ from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.runtime.config import duration_value
 from airflow_sparkpoint.sinks.commit import abort_generation as abort_staged
 from airflow_sparkpoint.sinks.commit import commit_pending
+from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
 from airflow_sparkpoint.triggers.conditions import live_status, optional_int, optional_seconds
 
 if TYPE_CHECKING:
@@ -41,6 +42,11 @@ class SparkpointCommitOperator(BaseOperator):
     :param upto_batch: commit confirmed batches only up to this one (templated;
         write-audit-publish: the audited range).
     :param max_heartbeat_age: a generation with a fresher heartbeat is still running.
+    :param sink: the job's sink: a `Sink` (e.g. ``DeltaSink("s3://b/t")``) or its config
+        mapping with ``kind`` (``{"kind": "directory", "uri": "/data/out", "format": "json"}``).
+        Transaction records for any other sink are refused. Without it each record's own
+        sink config is used, confined to that sink's root, and a warning recommends
+        declaring it (README, "Security model").
 
     Returns (XCom) the transaction ids by outcome: ``committed``, ``already``,
     ``aborted`` and ``pending``; with `abort_generation`, ``{"aborted": [...]}``.
@@ -59,6 +65,7 @@ class SparkpointCommitOperator(BaseOperator):
         abort_generation: int | str | None = None,
         upto_batch: int | str | None = None,
         max_heartbeat_age: float = 60,
+        sink: SinkSpec | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -73,6 +80,8 @@ class SparkpointCommitOperator(BaseOperator):
         self.abort_generation = abort_generation
         self.upto_batch = upto_batch
         self.max_heartbeat_age = float(max_heartbeat_age)
+        declared_sink(sink)  # a malformed declaration fails when the DAG is parsed
+        self.sink = sink
 
     @cached_property
     def hook(self) -> SparkpointHook:
@@ -95,11 +104,11 @@ class SparkpointCommitOperator(BaseOperator):
                     f"younger than {self.max_heartbeat_age:g} s); stop it first (SparkpointSavepointOperator "
                     "with stop=True) before aborting its output"
                 )
-            aborted = abort_staged(catalog, generation, storage_options=options)
+            aborted = abort_staged(catalog, generation, storage_options=options, sink=self.sink)
             self.log.info("aborted %d transaction(s) of generation %d of job %s: %s",
                           len(aborted), generation, self.job_name, aborted)
             return {"aborted": list(aborted)}
-        result = commit_pending(catalog, storage_options=options, upto_batch=upto)
+        result = commit_pending(catalog, storage_options=options, upto_batch=upto, sink=self.sink)
         outcome = {key: list(value) for key, value in result.items()}
         self.log.info("commit step of job %s: committed %s, already %s, aborted %s, pending %s", self.job_name,
                       outcome.get("committed"), outcome.get("already"), outcome.get("aborted"),

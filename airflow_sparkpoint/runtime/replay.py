@@ -50,6 +50,7 @@ from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.livedir import file_source_log_offset as _log_offset
 from airflow_sparkpoint.runtime.livedir import source_offsets
 from airflow_sparkpoint.sinks.base import Sink
+from airflow_sparkpoint.storage.paths import confine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -59,6 +60,9 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 #: a record larger than this (encoded) is not kept: the batch is then not replayable
 RECORD_MAX_CHARS = 256 * 1024
+#: a record's JSON is never decompressed past this (a record is read from a sink: a
+#: shared place, whose writer could plant a decompression bomb)
+BODY_MAX_BYTES = 16 * 1024 * 1024
 
 
 # ---------------------------------------------------------------------------- capture
@@ -117,8 +121,14 @@ def decode(record: str) -> dict[str, Any] | str:
         return data
     if kind != "1":
         return f"its replay record has an unknown format ({kind[:20]!r})"
+    if len(data) > RECORD_MAX_CHARS:
+        return f"its replay record is {len(data)} characters, over the limit of {RECORD_MAX_CHARS}"
     try:
-        body = json.loads(zlib.decompress(base64.b64decode(data, validate=True)))
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(base64.b64decode(data, validate=True), BODY_MAX_BYTES)
+        if inflater.unconsumed_tail:
+            return f"its replay record decompresses past the limit of {BODY_MAX_BYTES} bytes"
+        body = json.loads(raw)
     except (binascii.Error, zlib.error, ValueError) as exc:
         return f"its replay record is unreadable ({exc})"
     if not isinstance(body, dict) or body.get("v") != SCHEMA_VERSION or not isinstance(body.get("offsets"), str):
@@ -266,7 +276,8 @@ def write_batch(live_root: str, body: Mapping[str, Any]) -> None:
     batch = int(body["batch"])
     _write(os.path.join(live_root, "offsets", str(batch)), body["offsets"])
     for index, source in (body.get("sources") or {}).items():
-        directory = os.path.join(live_root, "sources", str(index))
+        where = confine(f"sources/{index}", under="sources", what=f"replay record of batch {batch}: source")
+        directory = os.path.join(live_root, *where.split("/"))
         compact = set(source.get("compact") or ())
         for key, lines in sorted(source["entries"].items(), key=lambda item: int(item[0])):
             k = int(key)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -30,9 +31,11 @@ from airflow_sparkpoint.checkpoints.lineage import Origin
 from airflow_sparkpoint.checkpoints.metadata import FileRef, TransactionRecord
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
+    InvalidPath,
     ObjectNotFound,
     RestoreError,
     SinkAheadError,
+    SinkError,
     SparkpointError,
     StorageError,
 )
@@ -41,7 +44,9 @@ from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import IndexEntry, file_sha256
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 from airflow_sparkpoint.sinks.base import Sink
+from airflow_sparkpoint.sinks.resolve import resolve_sink
 from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
+from airflow_sparkpoint.storage.paths import confine
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +260,12 @@ def choose_live(
     for candidate in candidates:
         path = livedir.local_path_of(candidate) if candidate else None
         if path and os.path.isdir(path) and path not in paths:
+            try:  # read from the lineage or status record: only a location of this job's work root
+                confine(os.path.relpath(os.path.realpath(path), os.path.realpath(work_root)),
+                        what=f"previous live location {candidate!r} (read from the store) relative to {work_root}")
+            except InvalidPath as exc:
+                log.warning("%s; not reused", exc)
+                continue
             paths.append(path)
     fresh = os.path.join(work_root, f"g{generation}")
     paths = [p for p in paths if os.path.realpath(p) != os.path.realpath(fresh)]
@@ -347,8 +358,8 @@ def _link(source: str, target: str, size: int, mtime_ns: int) -> bool:
     """Hard-link `source` to `target` if it is the file the snapshot recorded (same size and
     mtime: Spark never rewrites a file in place); False when it is not or cannot be linked."""
     try:
-        st = os.stat(source)
-        if mtime_ns <= 0 or st.st_size != size or st.st_mtime_ns != mtime_ns:
+        st = os.lstat(source)  # a symbolic link (to anywhere) is never linked in
+        if mtime_ns <= 0 or not stat.S_ISREG(st.st_mode) or st.st_size != size or st.st_mtime_ns != mtime_ns:
             return False
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.link(source, target)
@@ -398,6 +409,17 @@ def _confirmed(plan: RestorePlan) -> dict[tuple[int, int], TransactionRecord]:
     return {(r.batch_id, r.generation): r for r in plan.snapshot.metadata.transactions}
 
 
+def _own(catalog: Catalog, record: TransactionRecord, sink: Sink) -> bool:
+    """Whether `record` was written for `sink`: a record for another sink (planted in the
+    store) is not this job's to settle; it is left in place with a warning."""
+    try:
+        resolve_sink(record, sink)
+    except SinkError as exc:
+        log.warning("%s; left in %s", exc, catalog.uri)
+        return False
+    return True
+
+
 def settle_unconfirmed(
     catalog: Catalog, sink: Sink, plan: RestorePlan, generation: int | None = None
 ) -> dict[str, list[int]]:
@@ -423,6 +445,7 @@ def settle_unconfirmed(
         faults.maybe_kill_halfway("recovery", settlement.record.batch_id, done, total)
 
     records = [r for r in catalog.transactions() if (r.batch_id, r.generation) not in confirmed]
+    records = [r for r in records if _own(catalog, r, sink)]
     settle_all(catalog, records, lambda _r: sink, confirmed=False, fence=Fence(catalog, generation),
                on_settled=note)
     return summary

@@ -199,12 +199,10 @@ def decision_key(job: str, txn: str) -> str:
 
 def _read_json(store: Storage, key: str) -> dict[str, Any] | None:
     try:
-        data = store.get(key)
+        body = json.loads(store.get(key, manifests.RECORD_MAX_BYTES))
     except ObjectNotFound:
         return None
-    try:
-        body = json.loads(data)
-    except ValueError as exc:
+    except ValueError as exc:  # not JSON, or over the limit (ObjectTooLarge)
         raise SinkError(f"{store.uri}/{key} is unreadable ({exc}); expected JSON written by a Sparkpoint sink") from None
     if not isinstance(body, dict):
         raise SinkError(f"{store.uri}/{key} is not a JSON object")

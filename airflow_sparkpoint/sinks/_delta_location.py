@@ -50,6 +50,7 @@ from airflow_sparkpoint.sinks._delta_stage import (
 )
 from airflow_sparkpoint.sinks.base import checked_bucket
 from airflow_sparkpoint.storage import LocalStorage, Storage, split_uri
+from airflow_sparkpoint.storage.paths import confine
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,6 +60,9 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.storage.s3 import S3Storage
 
 log = logging.getLogger(__name__)
+
+#: where a `DeltaSink` stages a transaction's files, under the table root
+STAGING = "_sparkpoint_txn"
 
 #: concurrent S3 requests per driver-side existence check
 _CHECK_THREADS = 16
@@ -172,7 +176,16 @@ class TableLocation(abc.ABC):
 
     @abc.abstractmethod
     def remove(self, directory: str) -> None:
-        """Delete everything under `directory` (missing is fine)."""
+        """Delete everything under `directory` (missing is fine): a staging area, which
+        may have been read from a record (`staging_area`)."""
+
+    def staging_area(self, directory: str) -> str:
+        """`directory` confined inside the table's staging area (never the root, never
+        outside it, whatever a record says).
+
+        :raises SinkError: it is not; the message names the path.
+        """
+        return confine(directory, under=STAGING, what=f"a staging area of {self.label}", error=SinkError)
 
     @abc.abstractmethod
     def list_dirs(self, directory: str) -> list[str]:
@@ -202,7 +215,7 @@ class LocalTable(TableLocation):
             raise ConfigError(f"DeltaSink uri={self.label!r}: parent directory {parent} does not exist")
 
     def _full(self, path: str) -> str:
-        return os.path.join(self.uri, *path.split("/"))
+        return os.path.join(self.uri, *confine(path, what=f"a path in {self.label}", error=SinkError).split("/"))
 
     def reset(self, staging: str) -> None:
         shutil.rmtree(self._full(staging), ignore_errors=True)
@@ -267,7 +280,7 @@ class LocalTable(TableLocation):
         return self._store
 
     def remove(self, directory: str) -> None:
-        shutil.rmtree(self._full(directory), ignore_errors=True)
+        shutil.rmtree(self._full(self.staging_area(directory)), ignore_errors=True)
 
     def list_dirs(self, directory: str) -> list[str]:
         try:
@@ -465,7 +478,7 @@ class S3Table(TableLocation):
 
     def remove(self, directory: str) -> None:
         try:
-            self._storage().delete_prefix(directory)
+            self._storage().delete_prefix(self.staging_area(directory))
         except StorageError as exc:
             raise SinkError(f"cannot delete {self.uri}/{directory}: {exc}") from None
 

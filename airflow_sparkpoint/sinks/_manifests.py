@@ -28,6 +28,9 @@ STAGING = "_staging"
 #: so the greedy job group backtracks to the fixed-form suffix.
 TXN_RE = re.compile(r"^(?P<job>.+)-b(?P<batch>\d+)-g(?P<gen>\d+)$")
 _MANIFEST_NAME_RE = re.compile(r"^(\d+)\.json$")
+#: the largest claim or decision object read (they list a batch's files); beyond it the
+#: object is corrupt: the output location is shared, a planted one could be any size
+RECORD_MAX_BYTES = 16 * 1024 * 1024
 
 
 def txn_id(job: str, batch_id: int, generation: int) -> str:
@@ -54,12 +57,10 @@ def manifest_key(job: str, batch_id: int) -> str:
 def read_manifest(store: Storage, job: str, batch_id: int) -> dict[str, Any] | None:
     """The claim (manifest) of batch `batch_id` of `job`, or None when the batch has none."""
     try:
-        data = store.get(manifest_key(job, batch_id))
+        body = json.loads(store.get(manifest_key(job, batch_id), RECORD_MAX_BYTES))
     except ObjectNotFound:
         return None
-    try:
-        body = json.loads(data)
-    except ValueError as exc:
+    except ValueError as exc:  # not JSON, or over the limit (ObjectTooLarge)
         raise SinkError(
             f"commit manifest {store.uri}/{manifest_key(job, batch_id)} is unreadable ({exc}); "
             "expected the JSON written by a Sparkpoint commit"

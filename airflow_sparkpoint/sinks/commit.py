@@ -1,7 +1,8 @@
 """The external two-phase-commit step (`sparkpoint commit`, `SparkpointCommitOperator`).
 
-Pure Python: reads the job's catalog, rebuilds each sink from its transaction record
-(`sink_from_config`), and drives it. No Spark, no Airflow.
+Pure Python: reads the job's catalog, settles each record through the declared sink
+(or, undeclared, one rebuilt from the record, confined: `sinks.resolve`), and drives it.
+No Spark, no Airflow.
 
 Which records are confirmed comes from the latest valid checkpoint: every checkpoint
 lists the transactions still pending at its batch (the coordinator carries uncommitted
@@ -49,9 +50,9 @@ from typing import Any
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.exceptions import SinkError, StaleGeneration
+from airflow_sparkpoint.exceptions import StaleGeneration
 from airflow_sparkpoint.sinks.base import Sink
-from airflow_sparkpoint.sinks.kinds import sink_from_config
+from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink, resolve_sink, warn_undeclared
 from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle, settle_all
 
 log = logging.getLogger(__name__)
@@ -60,23 +61,29 @@ __all__ = ["abort_generation", "commit_pending"]
 
 
 class _Sinks:
-    """Sinks rebuilt from records, one per (kind, config), configured once."""
+    """The sinks that settle the step's records (`resolve_sink`: the declared one, or
+    one rebuilt per record config), each configured once."""
 
-    def __init__(self, storage_options: Mapping[str, Any] | None) -> None:
+    def __init__(self, storage_options: Mapping[str, Any] | None, sink: SinkSpec | None = None,
+                 job: str = "") -> None:
         self._options = dict(storage_options or {})
+        self._declared = declared_sink(sink)
+        if self._declared is not None:
+            self._declared.configure(self._options)
+        self._job = job
         self._sinks: dict[tuple[str, str], Sink] = {}
 
     def of(self, record: TransactionRecord) -> Sink:
+        if self._declared is not None:
+            return resolve_sink(record, self._declared)
+        if not self._sinks:
+            warn_undeclared(self._job)
         config = record.payload.get("config") if isinstance(record.payload, Mapping) else None
-        if not isinstance(config, Mapping):
-            raise SinkError(
-                f"transaction record {record.txn_id} has no sink config (payload.config); "
-                "expected a record written by the Sparkpoint runtime"
-            )
-        key = (record.sink, json.dumps(dict(config), sort_keys=True, default=str))
+        key = (record.sink, json.dumps(dict(config) if isinstance(config, Mapping) else None, sort_keys=True,
+                                       default=str))
         sink = self._sinks.get(key)
         if sink is None:
-            sink = sink_from_config(record.sink, config)
+            sink = resolve_sink(record, None)
             sink.configure(self._options)
             self._sinks[key] = sink
         return sink
@@ -87,6 +94,7 @@ def commit_pending(
     *,
     storage_options: Mapping[str, Any] | None = None,
     upto_batch: int | None = None,
+    sink: SinkSpec | None = None,
 ) -> dict[str, list[str]]:
     """Commit the confirmed transactions of `catalog`'s job and abort the dead ones.
 
@@ -100,6 +108,9 @@ def commit_pending(
         empty means boto3's default chain.
     :param upto_batch: commit confirmed batches only up to this one (write-audit-publish:
         the audited range); later confirmed ones stay pending.
+    :param sink: the job's sink (a `Sink` or its config mapping with ``kind``): records
+        for any other sink are refused (`resolve_sink`). None rebuilds each record's sink
+        from the record itself, confined to its root, with a warning.
     :returns: transaction ids by outcome: ``committed``, ``already`` (had landed before),
         ``aborted`` and ``pending`` (left for a later run).
     :raises TransactionConflict: a confirmed transaction lost its batch; nothing after it
@@ -109,7 +120,7 @@ def commit_pending(
         it may have landed: running the step again finds out.
     :raises StaleGeneration: new generations kept being claimed while the step ran.
     """
-    sinks = _Sinks(storage_options)
+    sinks = _Sinks(storage_options, sink, catalog.job)
     settled: dict[str, list[str]] = {"committed": [], "already": [], "aborted": []}
     for attempt in range(1, _ATTEMPTS + 1):
         try:
@@ -175,7 +186,8 @@ def _commit_as_observed(
 
 
 def abort_generation(
-    catalog: Catalog, generation: int, storage_options: Mapping[str, Any] | None = None
+    catalog: Catalog, generation: int, storage_options: Mapping[str, Any] | None = None,
+    sink: SinkSpec | None = None,
 ) -> list[str]:
     """Abort every uncommitted transaction of `generation` and delete its record.
 
@@ -183,13 +195,13 @@ def abort_generation(
     not) never becomes visible, and green's checkpoints from the first aborted batch on
     are retired so that no later restore picks them. Transactions that already committed
     (or hold their batch's claim: finished) are left alone and reported in the log.
-    Returns the aborted transaction ids.
+    Returns the aborted transaction ids. `sink` is the job's sink, as for `commit_pending`.
 
     :raises StaleGeneration: a newer generation was claimed while the rollback ran (a
         restore that reads what the rollback was changing); nothing more is touched, and
         running it again is safe.
     """
-    sinks = _Sinks(storage_options)
+    sinks = _Sinks(storage_options, sink, catalog.job)
     fence = Fence.observed(catalog)
     aborted: list[str] = []
     first_aborted: int | None = None

@@ -32,8 +32,8 @@ from airflow_sparkpoint.exceptions import (
     TransactionConflict,
 )
 from airflow_sparkpoint.sinks import _claims, _delta_txn, _manifests
+from airflow_sparkpoint.sinks._delta_location import STAGING, table_location
 from airflow_sparkpoint.sinks._delta_location import import_deltalake as _import_deltalake
-from airflow_sparkpoint.sinks._delta_location import table_location
 from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, StageContext
 
 if TYPE_CHECKING:
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STAGING = "_sparkpoint_txn"
 #: `DeltaSink._landed`: the batch was committed by the transaction asked about
 _OURS = object()
 

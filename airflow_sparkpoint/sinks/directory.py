@@ -51,6 +51,7 @@ from airflow_sparkpoint.sinks import _claims as claims
 from airflow_sparkpoint.sinks import _manifests as manifests
 from airflow_sparkpoint.sinks.base import CommitOutcome, StageContext, checked_bucket
 from airflow_sparkpoint.storage import LocalStorage, Storage, split_uri
+from airflow_sparkpoint.storage.paths import confine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -265,9 +266,12 @@ class DirectorySink(claims.FileSink):
 
     @staticmethod
     def _files(record: TransactionRecord) -> tuple[str, list[dict[str, Any]]]:
+        what = f"transaction {record.txn_id} payload.staged"
         try:
             staged = record.payload["staged"]
-            return str(staged["staging"]), [dict(f) for f in staged["files"]]
+            staging = confine(staged["staging"], under=manifests.STAGING, what=f"{what}.staging", error=SinkError)
+            return staging, [{**f, "path": confine(f["path"], what=f"{what}.files[].path", error=SinkError)}
+                             for f in staged["files"]]
         except (KeyError, TypeError) as exc:
             raise SinkError(
                 f"transaction {record.txn_id} has no DirectorySink payload ({exc!r}); "
@@ -327,8 +331,26 @@ class DirectorySink(claims.FileSink):
                     return False
         return [f"{self.uri}/{src}" for src, dst, size in moves if not there(src) and not there(dst, size)]
 
+    def _planned(self, txn: str, plan: Mapping[str, Any] | None) -> tuple[str, list[tuple[str, str, int]]]:
+        """The staging area and moves of a promotion plan read from a claim or decision
+        (planted ones too): staging inside ``_staging/``, every move from inside it to
+        inside the destination.
+
+        :raises SinkError: a path escapes; the message names the claim and the path.
+        """
+        what = f"the promotion plan of {txn} in {self.uri}"
+        staging = confine((plan or {}).get("staging") or self._staging_key(txn), under=manifests.STAGING,
+                          what=f"{what}: staging", error=SinkError)
+        try:
+            moves = [(confine(src, under=staging, what=f"{what}: a move from", error=SinkError),
+                      confine(dst, what=f"{what}: a move to", error=SinkError), int(size))
+                     for src, dst, size in (plan or {}).get("moves", ())]
+        except (TypeError, ValueError) as exc:
+            raise SinkError(f"{what} has malformed moves ({exc}); expected [source, target, size] lists") from None
+        return staging, moves
+
     def _promote(self, claim: Mapping[str, Any]) -> list[str]:
-        moves = [(str(src), str(dst), int(size)) for src, dst, size in claim["plan"].get("moves", ())]
+        _staging, moves = self._planned(str(claim.get("txn_id")), claim["plan"])
         batch, txn = int(claim["batch_id"]), str(claim["txn_id"])
         if self._local is not None:
             states = claims.in_halves(None, lambda m: self._promote_local(*m), moves, batch, txn)
@@ -338,10 +360,10 @@ class DirectorySink(claims.FileSink):
 
     def _discard(self, txn: str, plan: Mapping[str, Any] | None, *, promoted_too: bool) -> int:
         store = self._storage()
-        staging = str((plan or {}).get("staging") or self._staging_key(txn))
+        staging, moves = self._planned(txn, plan)
         promoted = []
         if promoted_too:
-            for _src, dst, _size in (plan or {}).get("moves", ()):
+            for _src, dst, _size in moves:
                 try:
                     store.stat(dst)
                 except ObjectNotFound:
@@ -363,8 +385,7 @@ class DirectorySink(claims.FileSink):
             raise SinkError(f"cannot discard {txn} in {self.uri}: {exc}") from None
 
     def _after_done(self, claim: Mapping[str, Any]) -> None:
-        staging = (claim.get("plan") or {}).get("staging") or self._staging_key(str(claim.get("txn_id")))
-        self._drop_staging(str(staging))
+        self._drop_staging(self._planned(str(claim.get("txn_id")), claim.get("plan"))[0])
 
     def _file_uri(self, file: Mapping[str, Any]) -> str:
         return f"{self.uri}/{file['path']}"

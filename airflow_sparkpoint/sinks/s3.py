@@ -59,6 +59,7 @@ from airflow_sparkpoint.sinks._s3_stage import (
 )
 from airflow_sparkpoint.sinks.base import CommitOutcome, StageContext, checked_bucket
 from airflow_sparkpoint.storage import split_uri
+from airflow_sparkpoint.storage.paths import confine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -212,10 +213,11 @@ class S3Sink(claims.FileSink):
 
     # -- commit ---------------------------------------------------------------------
 
-    @staticmethod
-    def _uploads(record: TransactionRecord) -> list[dict[str, Any]]:
+    def _uploads(self, record: TransactionRecord) -> list[dict[str, Any]]:
+        what = f"transaction {record.txn_id} payload.staged.uploads[].key"
         try:
-            return [dict(u) for u in record.payload["staged"]["uploads"]]
+            return [{**u, "key": confine(u["key"], under=self.prefix, what=what, error=SinkError)}
+                    for u in record.payload["staged"]["uploads"]]
         except (KeyError, TypeError) as exc:
             raise SinkError(
                 f"transaction {record.txn_id} has no S3Sink payload ({exc!r}); expected payload.staged.uploads"

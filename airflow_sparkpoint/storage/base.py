@@ -15,7 +15,10 @@ import posixpath
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from airflow_sparkpoint.exceptions import InvalidPath
+from airflow_sparkpoint.exceptions import InvalidPath, ObjectTooLarge
+
+__all__ = ["ObjectInfo", "ObjectTooLarge", "PrefixedStorage", "Storage", "check_size", "discard_file", "join_key",
+           "normalize_key", "normalize_prefix"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,16 @@ def discard_file(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def check_size(size: int, max_bytes: int | None, where: str) -> None:
+    """Refuse an object of `size` bytes over `max_bytes` (None: no limit).
+
+    :raises ObjectTooLarge: naming `where` (the object's path), its size and the limit.
+    """
+    if max_bytes is not None and size > max_bytes:
+        raise ObjectTooLarge(f"{where} is {size} bytes, over the limit of {max_bytes} bytes for its kind of "
+                             "record; treated as corrupt")
 
 
 def normalize_key(key: str) -> str:
@@ -87,10 +100,12 @@ class Storage(abc.ABC):
         """
 
     @abc.abstractmethod
-    def get(self, key: str) -> bytes:
-        """Return the whole object.
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        """Return the whole object; one larger than `max_bytes` is never read whole.
 
         :raises ObjectNotFound: no object at `key`.
+        :raises ObjectTooLarge: it is larger than `max_bytes` (a ValueError: callers that
+            treat unparsable records as corrupt treat it so too).
         """
 
     @abc.abstractmethod
@@ -214,8 +229,8 @@ class PrefixedStorage(Storage):
     def put_if_absent(self, key: str, data: bytes) -> None:
         self._inner.put_if_absent(self._k(key), data)
 
-    def get(self, key: str) -> bytes:
-        return self._inner.get(self._k(key))
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        return self._inner.get(self._k(key), max_bytes)
 
     def stat(self, key: str) -> ObjectInfo:
         info = self._inner.stat(self._k(key))

@@ -6,11 +6,19 @@ import builtins
 import errno
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Iterable, Iterator
 
-from airflow_sparkpoint.exceptions import ObjectExists, ObjectNotFound, StorageError
-from airflow_sparkpoint.storage.base import ObjectInfo, Storage, discard_file, normalize_key, normalize_prefix
+from airflow_sparkpoint.exceptions import InvalidPath, ObjectExists, ObjectNotFound, StorageError
+from airflow_sparkpoint.storage.base import (
+    ObjectInfo,
+    Storage,
+    check_size,
+    discard_file,
+    normalize_key,
+    normalize_prefix,
+)
 
 _TMP_MARK = ".sparkpoint-tmp-"
 
@@ -19,7 +27,11 @@ class LocalStorage(Storage):
     """Objects are files under `root`. Writes go to a temp file that is fsynced and then
     renamed into place, so readers never see partial objects; `put_if_absent` links the
     temp file to the final name, which fails atomically if the name exists — safe across
-    processes on POSIX filesystems."""
+    processes on POSIX filesystems.
+
+    No symbolic link below `root` is followed (a writer of the store could plant one to
+    anywhere): an object behind one does not exist for reads, listings and deletes, and
+    a write through one is refused."""
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
@@ -27,6 +39,42 @@ class LocalStorage(Storage):
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *normalize_key(key).split("/"))
+
+    def _link_in(self, path: str) -> str | None:
+        """The first symbolic link on `path` below the root (`path` itself included), or None."""
+        current = self.root
+        for part in os.path.relpath(path, self.root).split(os.sep):
+            if part in ("", "."):
+                continue
+            current = os.path.join(current, part)
+            try:
+                if stat.S_ISLNK(os.lstat(current).st_mode):
+                    return current
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+        return None
+
+    def _read_path(self, key: str) -> str:
+        """The file of `key` for reading.
+
+        :raises ObjectNotFound: it is behind a symbolic link (not an object of this store).
+        """
+        path = self._path(key)
+        link = self._link_in(path)
+        if link is not None:
+            raise ObjectNotFound(f"{path} is behind the symbolic link {link}; the store follows none")
+        return path
+
+    def _write_path(self, key: str) -> str:
+        """The file of `key` for writing.
+
+        :raises InvalidPath: it is behind a symbolic link (the write would land elsewhere).
+        """
+        path = self._path(key)
+        link = self._link_in(path)
+        if link is not None:
+            raise InvalidPath(f"cannot write {path}: it is behind the symbolic link {link}; the store follows none")
+        return path
 
     def _write_tmp(self, path: str, data: bytes) -> str:
         directory = os.path.dirname(path)
@@ -53,7 +101,7 @@ class LocalStorage(Storage):
             os.close(fd)
 
     def put(self, key: str, data: bytes) -> None:
-        path = self._path(key)
+        path = self._write_path(key)
         tmp = None
         try:
             tmp = self._write_tmp(path, data)
@@ -67,7 +115,7 @@ class LocalStorage(Storage):
                 discard_file(tmp)
 
     def put_if_absent(self, key: str, data: bytes) -> None:
-        path = self._path(key)
+        path = self._write_path(key)
         try:
             tmp = self._write_tmp(path, data)
         except OSError as exc:
@@ -85,18 +133,21 @@ class LocalStorage(Storage):
                 pass
         self._fsync_dir(os.path.dirname(path))
 
-    def get(self, key: str) -> bytes:
-        path = self._path(key)
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        path = self._read_path(key)
         try:
             with open(path, "rb") as handle:
-                return handle.read()
+                check_size(os.fstat(handle.fileno()).st_size, max_bytes, path)
+                data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
+                check_size(len(data), max_bytes, path)  # grew since the fstat
+                return data
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise ObjectNotFound(f"{path} does not exist") from None
         except OSError as exc:
             raise StorageError(f"cannot read {path}: {exc}") from exc
 
     def stat(self, key: str) -> ObjectInfo:
-        path = self._path(key)
+        path = self._read_path(key)
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
@@ -108,7 +159,7 @@ class LocalStorage(Storage):
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         base = normalize_prefix(prefix)
         start = os.path.join(self.root, *base.rstrip("/").split("/")) if base else self.root
-        if not os.path.isdir(start):
+        if not os.path.isdir(start) or self._link_in(start) is not None:
             return
         yield from self._walk(start, base)
 
@@ -136,14 +187,18 @@ class LocalStorage(Storage):
     def list_dirs(self, prefix: str = "") -> builtins.list[str]:
         base = normalize_prefix(prefix)
         start = os.path.join(self.root, *base.rstrip("/").split("/")) if base else self.root
+        if self._link_in(start) is not None:
+            return []
         try:
-            return sorted(e.name for e in os.scandir(start) if e.is_dir())
+            return sorted(e.name for e in os.scandir(start) if e.is_dir(follow_symlinks=False))
         except FileNotFoundError:
             return []
 
     def delete(self, keys: Iterable[str]) -> None:
         paths = [self._path(key) for key in keys]  # validate every key before deleting any
         for path in paths:
+            if self._link_in(os.path.dirname(path)) is not None:
+                continue  # an object behind a link is not this store's (the link itself is)
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -163,14 +218,14 @@ class LocalStorage(Storage):
             directory = os.path.dirname(directory)
 
     def copy(self, src: str, dst: str) -> None:
-        src_path, dst_path = self._path(src), self._path(dst)
+        src_path, dst_path = self._read_path(src), self._write_path(dst)
         if not os.path.isfile(src_path):
             raise ObjectNotFound(f"{src_path} does not exist")
         self.upload_file(src_path, dst)
         del dst_path
 
     def upload_file(self, local_path: str, key: str) -> None:
-        path = self._path(key)
+        path = self._write_path(key)
         directory = os.path.dirname(path)
         tmp = None
         try:
@@ -196,7 +251,7 @@ class LocalStorage(Storage):
         store, source_key = source.locate(key)
         if not isinstance(store, LocalStorage):
             return False
-        src, path = store._path(source_key), self._path(target_key)
+        src, path = store._read_path(source_key), self._write_path(target_key)
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f"{_TMP_MARK}{uuid.uuid4().hex}")
         try:
@@ -218,13 +273,13 @@ class LocalStorage(Storage):
 
     def copy_to(self, key: str, target: Storage, target_key: str) -> None:
         """Streamed from the file itself (no temporary copy)."""
-        path = self._path(key)
+        path = self._read_path(key)
         if not os.path.isfile(path):
             raise ObjectNotFound(f"{path} does not exist")
         target.upload_file(path, target_key)
 
     def download_file(self, key: str, local_path: str) -> None:
-        src = self._path(key)
+        src = self._read_path(key)
         os.makedirs(os.path.dirname(local_path) or ".", exist_ok=True)
         tmp = f"{local_path}{_TMP_MARK}{uuid.uuid4().hex}"
         try:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import ClassVar
 
 from airflow_sparkpoint.exceptions import ObjectExists, ObjectNotFound
-from airflow_sparkpoint.storage.base import ObjectInfo, Storage, normalize_key, normalize_prefix
+from airflow_sparkpoint.storage.base import ObjectInfo, Storage, check_size, normalize_key, normalize_prefix
 
 
 class MemoryStorage(Storage):
@@ -36,13 +36,15 @@ class MemoryStorage(Storage):
                 raise ObjectExists(f"{self.uri}/{key} already exists")
             self._objects[key] = (bytes(data), time.time())
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
         key = normalize_key(key)
         with self._lock:
             try:
-                return self._objects[key][0]
+                data = self._objects[key][0]
             except KeyError:
                 raise ObjectNotFound(f"{self.uri}/{key} does not exist") from None
+        check_size(len(data), max_bytes, f"{self.uri}/{key}")
+        return data
 
     def stat(self, key: str) -> ObjectInfo:
         key = normalize_key(key)

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from airflow_sparkpoint.exceptions import ObjectExists, ObjectNotFound, StorageError
-from airflow_sparkpoint.storage.base import ObjectInfo, Storage, discard_file, normalize_prefix
+from airflow_sparkpoint.storage.base import ObjectInfo, Storage, check_size, discard_file, normalize_prefix
 from airflow_sparkpoint.storage.s3_client import (  # re-exported: callers import them from here
     MAX_COPY_OBJECT_SIZE,
     S3Connection,
@@ -164,10 +164,10 @@ class S3Storage(S3Connection):
         except ObjectNotFound:
             return False
 
-    def get(self, key: str) -> bytes:
-        return self._get_full(self._full(key))
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        return self._get_full(self._full(key), max_bytes)
 
-    def _get_full(self, full: str) -> bytes:
+    def _get_full(self, full: str, max_bytes: int | None = None) -> bytes:
         from botocore.exceptions import BotoCoreError, ClientError
 
         for attempt in range(_BODY_RETRIES + 1):
@@ -176,9 +176,12 @@ class S3Storage(S3Connection):
             except (ClientError, BotoCoreError) as exc:
                 raise self._error(exc, "GetObject", full) from exc
             self._bucket_verified = True
+            where = f"s3://{self.bucket}/{full}"
             try:
-                with response["Body"] as body:
-                    data: bytes = body.read()
+                with response["Body"] as body:  # over the limit: closed unread
+                    check_size(int(response.get("ContentLength") or 0), max_bytes, where)
+                    data: bytes = body.read() if max_bytes is None else body.read(max_bytes + 1)
+                check_size(len(data), max_bytes, where)
                 return data
             except BotoCoreError as exc:  # the connection broke mid-body: botocore does not retry that
                 if attempt == _BODY_RETRIES:

@@ -198,8 +198,8 @@ class FaultyStorage(Storage):
         self._maybe_fail("put_if_absent", key)
         self.inner.put_if_absent(key, data)
 
-    def get(self, key: str) -> bytes:
-        return self.inner.get(key)
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
+        return self.inner.get(key, max_bytes)
 
     def stat(self, key: str) -> ObjectInfo:
         return self.inner.stat(key)

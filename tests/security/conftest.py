@@ -4,4 +4,4 @@ from __future__ import annotations
 
 from tests.servers import package_fixtures
 
-spark, s3_server = package_fixtures("spark", "s3_server")
+spark, s3_server, seaweedfs_server = package_fixtures("spark", "s3_server", "seaweedfs_server")

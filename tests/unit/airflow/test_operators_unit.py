@@ -593,6 +593,26 @@ def test_commit_operator_with_nothing_staged_is_a_noop(catalog: Catalog, root: s
                                     abort_generation="1").execute({}) == {"aborted": []}  # type: ignore[arg-type]
 
 
+def test_commit_operator_with_a_declared_sink_refuses_a_record_for_another_sink(
+        catalog: Catalog, root: str, tmp_path: Path) -> None:
+    from airflow_sparkpoint.exceptions import SinkError
+    from airflow_sparkpoint.operators import SparkpointCommitOperator
+    from airflow_sparkpoint.sinks.directory import DirectorySink
+
+    add_checkpoint(catalog, 1, batch_id=3)
+    other = DirectorySink(str(tmp_path / "elsewhere"), "json")
+    catalog.put_transaction(TransactionRecord(JOB, 1, 1, other.kind, other.sink_id, {
+        "config": other.to_config(), "staged": {"staging": "_staging/x", "files": []}}, created_at=time.time()))
+    with pytest.raises(ConfigError, match="is not a sink"):
+        SparkpointCommitOperator(task_id="bad", job_name=JOB, checkpoint_dir=root, sink={"uri": "/x"})
+    for declared in (DirectorySink(str(tmp_path / "out"), "json"),
+                     {"kind": "directory", "uri": str(tmp_path / "out"), "format": "json"}):
+        op = SparkpointCommitOperator(task_id="c", job_name=JOB, checkpoint_dir=root, sink=declared)
+        with pytest.raises(SinkError, match="does not match the declared sink"):
+            op.execute({})  # type: ignore[arg-type]
+    assert [r.txn_id for r in catalog.transactions()] == [f"{JOB}-b1-g1"]
+
+
 class RecordingSink(Sink):
     """A sink whose destination is a class-level dict: what was committed and aborted."""
 

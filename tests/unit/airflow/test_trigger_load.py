@@ -164,10 +164,10 @@ def test_a_hung_store_holds_neither_the_event_loop_nor_its_default_executor(
     hung, blocked = threading.Event(), []
     original_get = LocalStorage.get
 
-    def hanging_get(self: LocalStorage, key: str) -> bytes:
+    def hanging_get(self: LocalStorage, key: str, max_bytes: int | None = None) -> bytes:
         blocked.append(key)
         hung.wait(60)
-        return original_get(self, key)
+        return original_get(self, key, max_bytes)
 
     monkeypatch.setattr(LocalStorage, "get", hanging_get)
     default_threads = min(32, (os.cpu_count() or 1) + 4)  # ThreadPoolExecutor's default

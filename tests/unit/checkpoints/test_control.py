@@ -11,6 +11,9 @@ from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest, ControlResult
 from airflow_sparkpoint.exceptions import ConfigError, ControlError, ObjectExists
 
+#: a savepoint of the job (a control result may name nothing else)
+SP = "savepoints/savepoint-3-ab12cd34"
+
 
 def test_request_and_result_json_round_trip() -> None:
     request = ControlRequest("0001700000000-abcdef01", "stop", "orders", 1.5, 2.5, 3, "me")
@@ -43,10 +46,10 @@ def test_lifecycle_savepoint(catalog: Catalog) -> None:
     assert channel.result(request.id).state == "acknowledged"
     assert channel.result(request.id).generation == 4
 
-    job_side.complete(taken, generation=4, savepoint="memory://x/sp", batch_id=12)
-    job_side.complete(taken, generation=4, savepoint="memory://x/sp", batch_id=12)  # repeat: no-op
+    job_side.complete(taken, generation=4, savepoint=SP, batch_id=12)
+    job_side.complete(taken, generation=4, savepoint=SP, batch_id=12)  # repeat: no-op
     result = channel.wait(request.id, timeout_s=5, poll_s=0.01)
-    assert (result.state, result.generation, result.savepoint, result.batch_id) == ("completed", 4, "memory://x/sp", 12)
+    assert (result.state, result.generation, result.savepoint, result.batch_id) == ("completed", 4, SP, 12)
 
 
 def test_pending_is_oldest_first_and_filters_generation(catalog: Catalog) -> None:
@@ -71,7 +74,7 @@ def test_fail_makes_wait_raise(catalog: Catalog) -> None:
                                            "state store commit failed"):
         channel.wait(request.id, timeout_s=5, poll_s=0.01)
     with pytest.raises(ControlError, match="already has a result"):
-        channel.complete(request, generation=1, savepoint="x")
+        channel.complete(request, generation=1, savepoint=SP)
 
 
 def test_fail_without_ack_claims_the_request(catalog: Catalog) -> None:
@@ -130,8 +133,8 @@ def test_result_written_before_the_job_exits_wins_over_liveness(catalog: Catalog
     channel = ControlChannel(catalog)
     request = channel.submit("stop", generation=1)
     channel.acknowledge(request, 1)
-    channel.complete(request, generation=1, savepoint="file:///sp")
-    assert channel.wait(request.id, timeout_s=1, is_alive=lambda: False).savepoint == "file:///sp"
+    channel.complete(request, generation=1, savepoint=SP)
+    assert channel.wait(request.id, timeout_s=1, is_alive=lambda: False).savepoint == SP
 
 
 def test_wait_timeout_withdraws_an_untaken_request(catalog: Catalog) -> None:
@@ -160,7 +163,7 @@ def test_wait_sees_completion_by_another_thread(catalog: Catalog) -> None:
             time.sleep(0.01)
         taken = worker.pending(1)[0]
         worker.acknowledge(taken, 1)
-        worker.complete(taken, generation=1, savepoint="memory://sp", batch_id=3)
+        worker.complete(taken, generation=1, savepoint=SP, batch_id=3)
 
     thread = threading.Thread(target=job)
     thread.start()
@@ -214,7 +217,7 @@ def test_cleanup_removes_finished_and_expired_only(catalog: Catalog) -> None:
     channel = ControlChannel(catalog)
     done = channel.submit("savepoint", generation=1)
     channel.acknowledge(done, 1)
-    channel.complete(done, generation=1, savepoint="x")
+    channel.complete(done, generation=1, savepoint=SP)
     expired = channel.submit("stop", generation=1, timeout_s=0.01)
     live = channel.submit("savepoint", generation=1)
     working = channel.submit("savepoint", generation=1)

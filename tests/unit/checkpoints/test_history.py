@@ -281,9 +281,9 @@ class CountingStorage(LocalStorage):
     gets = 0
     lists = 0
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
         type(self).gets += 1
-        return super().get(key)
+        return super().get(key, max_bytes)
 
     def list(self, prefix: str = "") -> Iterator[Any]:
         type(self).lists += 1

@@ -76,9 +76,9 @@ class GatedMemory(MemoryStorage):
         finally:
             self.gate.leave()
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
         self.gets += 1
-        return super().get(key)
+        return super().get(key, max_bytes)
 
 
 def write_many(root: Path, batch: int = 0) -> dict[str, bytes]:
@@ -168,9 +168,9 @@ def test_a_failed_download_fails_the_restore(tmp_path):
 class CountingLocal(LocalStorage):
     gets = 0
 
-    def get(self, key: str) -> bytes:
+    def get(self, key: str, max_bytes: int | None = None) -> bytes:
         type(self).gets += 1
-        return super().get(key)
+        return super().get(key, max_bytes)
 
 
 def _local_checkpoint(tmp_path: Path) -> tuple[Catalog, dict[str, bytes]]:

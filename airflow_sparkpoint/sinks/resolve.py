@@ -1,0 +1,108 @@
+"""Which sink settles a transaction record (issue #28: a sink's configuration never
+comes from a record).
+
+A transaction record lives in the checkpoint store, which is a shared place: whoever
+can write it can forge a record naming any destination. So the commit step, the
+rollback and restore-time recovery act through the sink the job or the operator
+*declared*, and refuse a record whose sink does not match it (`resolve_sink`).
+
+When no sink is declared (the commit step run with no ``sink=``, as releases before
+this one did), the sink is rebuilt from the record: residual trust, logged as a warning
+once per step. Even then the record can only reach its own sink root: every path it
+names is confined (`airflow_sparkpoint.storage.paths.confine`) to that root, staging
+only inside the root's Sparkpoint staging area, by the sinks themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.exceptions import ConfigError, SinkError
+from airflow_sparkpoint.sinks.base import Sink
+from airflow_sparkpoint.sinks.kinds import sink_from_config
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SinkSpec", "declared_sink", "parse_sink_arg", "resolve_sink", "warn_undeclared"]
+
+#: a declared sink: a `Sink`, or its config mapping with its ``kind``
+#: (``{"kind": "delta", "uri": "s3://b/t", "mode": "merge", "keys": ["id"]}``)
+SinkSpec = Sink | Mapping[str, Any]
+
+
+def declared_sink(spec: SinkSpec | None) -> Sink | None:
+    """The `Sink` a job or an operator declared (None when `spec` is None).
+
+    :raises ConfigError: `spec` is neither a Sink nor a mapping with a known ``kind``
+        and that sink's constructor arguments.
+    """
+    if spec is None or isinstance(spec, Sink):
+        return spec
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("kind"), str):
+        raise ConfigError(f"sink {spec!r} is not a sink; expected a Sink (e.g. DeltaSink(...)) or a mapping "
+                          "like {'kind': 'directory', 'uri': '/data/out'}")
+    config = {k: v for k, v in spec.items() if k != "kind"}
+    try:
+        return sink_from_config(str(spec["kind"]), config)
+    except TypeError as exc:
+        raise ConfigError(f"sink {spec!r} has arguments its kind does not take ({exc})") from None
+
+
+def parse_sink_arg(text: str, options: Sequence[str] = ()) -> dict[str, Any]:
+    """The sink mapping of ``sparkpoint commit --sink KIND:URI [--sink-option KEY=VALUE ...]``.
+
+    Values of ``keys`` and ``partition_by`` are comma-separated lists.
+
+    :raises ConfigError: `text` is not ``KIND:URI`` or an option is not ``KEY=VALUE``.
+    """
+    kind, sep, uri = text.partition(":")
+    if not sep or not kind or not uri:
+        raise ConfigError(f"--sink {text!r} is invalid; expected KIND:URI, e.g. delta:s3://bucket/table")
+    spec: dict[str, Any] = {"kind": kind, "uri": uri}
+    for option in options:
+        key, sep, value = option.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--sink-option {option!r} is invalid; expected KEY=VALUE, e.g. mode=merge")
+        spec[key] = [v for v in value.split(",") if v] if key in ("keys", "partition_by") else value
+    return spec
+
+
+def resolve_sink(record: TransactionRecord, declared: Sink | None) -> Sink:
+    """The sink that settles `record`: `declared` when there is one, else one rebuilt
+    from the record (residual trust; its paths are confined by the sink).
+
+    :raises SinkError: the record names another sink than `declared` (kind or
+        destination), or, undeclared, its config is missing or unusable.
+    :raises ConfigError: undeclared, the record's sink kind is unknown.
+    """
+    if declared is not None:
+        if record.sink != declared.kind or record.sink_id != declared.sink_id:
+            raise SinkError(
+                f"transaction record {record.txn_id} names sink {record.sink}:{record.sink_id}, which does not "
+                f"match the declared sink {declared.kind}:{declared.sink_id}; refused (a record for another "
+                "destination is forged or belongs to another deployment)"
+            )
+        return declared
+    config = record.payload.get("config") if isinstance(record.payload, Mapping) else None
+    if not isinstance(config, Mapping):
+        raise SinkError(
+            f"transaction record {record.txn_id} has no sink config (payload.config); "
+            "expected a record written by the Sparkpoint runtime, or declare the job's sink"
+        )
+    try:
+        return sink_from_config(record.sink, config)  # ConfigError: an unknown kind
+    except TypeError as exc:
+        raise SinkError(f"transaction record {record.txn_id} has an unusable sink config ({exc}); "
+                        "declare the job's sink") from None
+
+
+def warn_undeclared(job: str) -> None:
+    """The warning of a step that trusts its records' sink configs."""
+    log.warning(
+        "no sink declared for the commit step of job %s: its sinks are rebuilt from the transaction records "
+        "in the checkpoint store (every path confined to the record's own sink root). Declare the job's sink "
+        "(SparkpointCommitOperator(sink=...), `sparkpoint commit --sink KIND:URI`) so that a record for any "
+        "other destination is refused", job)
