@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.runtime.config import duration_value
-from airflow_sparkpoint.sinks.commit import abort_generation as abort_staged
 from airflow_sparkpoint.sinks.commit import commit_pending
-from airflow_sparkpoint.triggers.conditions import live_status, optional_int, optional_seconds
+from airflow_sparkpoint.sinks.rollback import abort_stopped_generation
+from airflow_sparkpoint.triggers.conditions import optional_int, optional_seconds
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -88,14 +88,12 @@ class SparkpointCommitOperator(BaseOperator):
         catalog = self.hook.get_catalog(self.job_name)
         options = self.hook.storage_options
         if generation is not None:
-            live = live_status(catalog, self.max_heartbeat_age)
-            if live is not None and live.generation == generation:
-                raise AirflowException(
-                    f"generation {generation} of job {self.job_name!r} is still running (heartbeat "
-                    f"younger than {self.max_heartbeat_age:g} s); stop it first (SparkpointSavepointOperator "
-                    "with stop=True) before aborting its output"
-                )
-            aborted = abort_staged(catalog, generation, storage_options=options)
+            try:
+                aborted = abort_stopped_generation(
+                    catalog, generation, max_heartbeat_age=self.max_heartbeat_age,
+                    how_to_stop="SparkpointSavepointOperator with stop=True", storage_options=options)
+            except GenerationRunning as exc:  # the generation is still running
+                raise AirflowException(str(exc)) from exc
             self.log.info("aborted %d transaction(s) of generation %d of job %s: %s",
                           len(aborted), generation, self.job_name, aborted)
             return {"aborted": list(aborted)}
