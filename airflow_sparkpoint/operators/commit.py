@@ -10,25 +10,23 @@ against the sink first, so a retry after a crash is safe.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
-from airflow_sparkpoint.runtime.config import duration_value
 from airflow_sparkpoint.sinks.commit import commit_pending
 from airflow_sparkpoint.sinks.rollback import abort_stopped_generation
-from airflow_sparkpoint.triggers.conditions import optional_int, optional_seconds
+from airflow_sparkpoint.triggers.conditions import optional_int
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class SparkpointCommitOperator(BaseOperator):
+class SparkpointCommitOperator(SparkpointJobMixin, BaseOperator):
     """Commit (or, for a generation, abort) a Sparkpoint job's staged output.
 
     :param job_name: the pipeline (templated).
@@ -62,21 +60,10 @@ class SparkpointCommitOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        max_heartbeat_age = duration_value("max_heartbeat_age", max_heartbeat_age)
-        if not checkpoint_dir and not sparkpoint_conn_id:
-            raise ConfigError("SparkpointCommitOperator needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
-        if optional_seconds("max_heartbeat_age", max_heartbeat_age) is None:
-            raise ConfigError("max_heartbeat_age=None is invalid; expected a number of seconds > 0")
-        self.job_name = job_name
-        self.checkpoint_dir = checkpoint_dir
-        self.sparkpoint_conn_id = sparkpoint_conn_id
+        self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
         self.abort_generation = abort_generation
         self.upto_batch = upto_batch
-        self.max_heartbeat_age = float(max_heartbeat_age)
-
-    @cached_property
-    def hook(self) -> SparkpointHook:
-        return SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
+        self.max_heartbeat_age = positive_seconds("max_heartbeat_age", max_heartbeat_age)
 
     def execute(self, context: Context) -> dict[str, list[str]]:
         # Parsed after rendering; a non-number (e.g. a rendered "None") fails rather than

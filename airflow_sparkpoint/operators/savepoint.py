@@ -19,10 +19,9 @@ import socket
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, conf
+from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.checkpoints import Catalog
@@ -35,8 +34,8 @@ from airflow_sparkpoint.checkpoints.savepoints import (
     savepoint_source,
     wait_for_savepoint,
 )
-from airflow_sparkpoint.exceptions import ConfigError, ControlError, SparkpointError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.exceptions import ControlError, SparkpointError
+from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.runtime.config import duration_value
 from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
@@ -46,7 +45,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class SparkpointSavepointOperator(BaseOperator):
+class SparkpointSavepointOperator(SparkpointJobMixin, BaseOperator):
     """Savepoint (or stop-with-savepoint) of a Sparkpoint job; returns the savepoint URI.
 
     :param job_name: the pipeline (templated).
@@ -89,35 +88,17 @@ class SparkpointSavepointOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        timeout, poll_interval, max_heartbeat_age, max_age = (
-            duration_value(name, value) for name, value in (
-                ("timeout", timeout), ("poll_interval", poll_interval), ("max_heartbeat_age", max_heartbeat_age),
-                ("max_age", max_age)))
-        if not checkpoint_dir and not sparkpoint_conn_id:
-            raise ConfigError("SparkpointSavepointOperator needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
-        for name, value in (("timeout", timeout), ("poll_interval", poll_interval),
-                            ("max_heartbeat_age", max_heartbeat_age)):
-            if optional_seconds(name, value) is None:
-                raise ConfigError(f"{name}=None is invalid; expected a number of seconds > 0")
-        self.job_name = job_name
-        self.checkpoint_dir = checkpoint_dir
-        self.sparkpoint_conn_id = sparkpoint_conn_id
+        self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
         self.stop = bool(stop)
-        self.timeout = float(timeout)
-        self.poll_interval = float(poll_interval)
-        self.max_heartbeat_age = float(max_heartbeat_age)
+        self.timeout = positive_seconds("timeout", timeout)
+        self.poll_interval = positive_seconds("poll_interval", poll_interval)
+        self.max_heartbeat_age = positive_seconds("max_heartbeat_age", max_heartbeat_age)
         self.from_checkpoint_if_not_running = bool(from_checkpoint_if_not_running)
         self.max_count = optional_int("max_count", max_count, minimum=1)
-        self.max_age = optional_seconds("max_age", max_age)
-        if deferrable is None:
-            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
-        self.deferrable = bool(deferrable)
+        self.max_age = optional_seconds("max_age", duration_value("max_age", max_age))
+        self.deferrable = default_deferrable(deferrable)
         #: the control request this task filed (withdrawn by `on_kill` if no run took it)
         self.request_id: str | None = None
-
-    @cached_property
-    def hook(self) -> SparkpointHook:
-        return SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
 
     def _requester(self) -> str:
         try:
