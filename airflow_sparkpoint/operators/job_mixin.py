@@ -10,7 +10,7 @@ from typing import Any
 from airflow.sdk import conf
 
 from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, require_storage
 from airflow_sparkpoint.runtime.config import duration_value
 from airflow_sparkpoint.triggers.conditions import optional_seconds
 
@@ -31,8 +31,7 @@ class SparkpointJobMixin:
 
         :raises ConfigError: neither `checkpoint_dir` nor `sparkpoint_conn_id` is given.
         """
-        if not checkpoint_dir and not sparkpoint_conn_id:
-            raise ConfigError(f"{type(self).__name__} needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
+        require_storage(type(self).__name__, checkpoint_dir, sparkpoint_conn_id)
         self.job_name = job_name
         self.checkpoint_dir = checkpoint_dir
         self.sparkpoint_conn_id = sparkpoint_conn_id
