@@ -74,18 +74,6 @@ def cmd_list(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- status
 
 
-def _job_status(catalog: Any) -> Any:
-    from airflow_sparkpoint.checkpoints.history import read_job_status
-
-    return read_job_status(catalog)
-
-
-def _liveness(status: Any, current_generation: int, max_age: float) -> tuple[bool, float | None]:
-    from airflow_sparkpoint.checkpoints.history import liveness
-
-    return liveness(status, current_generation, max_age)
-
-
 def _status_document(history: Any) -> dict[str, Any]:
     """`status --json` (docs/CLI.md), from the history model."""
     status, latest = history.status, history.latest_completed
@@ -203,43 +191,41 @@ def cmd_metrics(args: argparse.Namespace) -> int:
 
 def cmd_savepoint(args: argparse.Namespace) -> int:
     from airflow_sparkpoint.checkpoints.control import ControlChannel
-    from airflow_sparkpoint.checkpoints.history import current_status
+    from airflow_sparkpoint.checkpoints.savepoints import (
+        request_savepoint,
+        savepoint_from_latest_checkpoint,
+        savepoint_source,
+        wait_for_savepoint,
+    )
 
     catalog = _open_catalog(args)
-    status, generation = current_status(catalog)  # status first: a record older than a claim shows as such
-    alive, age = _liveness(status, generation, args.max_heartbeat_age)
+    source = savepoint_source(catalog, args.max_heartbeat_age)
     kind = "stop" if args.stop else "savepoint"
     base = {"job": catalog.job, "root": catalog.uri, "kind": kind}
-    if alive:
-        assert status is not None  # alive implies a record
-        channel = ControlChannel(catalog)
-        request = channel.submit(kind, timeout_s=args.timeout, generation=status.generation,
-                                 requested_by=_requester())
+    if source.run is not None:
+        request = request_savepoint(catalog, source.run, stop=args.stop, timeout_s=args.timeout,
+                                    requested_by=_requester())
+        generation = source.run.generation
         if args.no_wait:
             if args.json:
                 _emit_json({**base, "source": "running-job", "request_id": request.id, "state": "pending",
-                            "generation": status.generation, "savepoint": None, "batch_id": None})
+                            "generation": generation, "savepoint": None, "batch_id": None})
             else:
                 print(request.id)
-                print(f"submitted {kind} request {request.id} to generation {status.generation} of job "
+                print(f"submitted {kind} request {request.id} to generation {generation} of job "
                       f"{catalog.job!r}; it expires in {args.timeout:g} s", file=sys.stderr)
             return EXIT_OK
         if not args.json:
-            print(f"waiting for generation {status.generation} of job {catalog.job!r} to take a "
+            print(f"waiting for generation {generation} of job {catalog.job!r} to take a "
                   f"{'savepoint and stop' if args.stop else 'savepoint'} (request {request.id}, "
                   f"timeout {args.timeout:g} s)", file=sys.stderr)
-        target = status.generation
-
-        def is_alive() -> bool:
-            current = _job_status(catalog)
-            return current is not None and current.generation == target and current.is_alive(args.max_heartbeat_age)
-
         try:
-            result = channel.wait(request.id, timeout_s=args.timeout, poll_s=args.poll, is_alive=is_alive)
+            result = wait_for_savepoint(catalog, request, timeout_s=args.timeout, poll_s=args.poll,
+                                        max_heartbeat_age=args.max_heartbeat_age)
         except ControlError as exc:
             raise CommandFailed(str(exc)) from None
         try:  # housekeeping: forget requests that finished more than a day ago
-            channel.cleanup()
+            ControlChannel(catalog).cleanup()
         except StorageError as exc:
             log.warning("could not clean up old control requests: %s", exc)
         if args.json:
@@ -249,25 +235,13 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
             print(result.savepoint)
         return EXIT_OK
 
-    why = "has no live run (no status record)" if status is None else (
-        f"has no live run (last state {status.state}, generation {status.generation}, heartbeat {age:.0f} s old)"
-    )
-    if not args.from_checkpoint:
-        raise CommandFailed(
-            f"job {catalog.job!r} {why}; no running job to take a savepoint, and --no-from-checkpoint refuses "
-            "to make one from the latest completed checkpoint"
-        )
-    latest = catalog.latest()
-    if latest is None:
-        raise CommandFailed(
-            f"job {catalog.job!r} {why} and has no completed checkpoint under {catalog.uri}; nothing to savepoint "
-            "(see `sparkpoint list`)"
-        )
-    if not args.json:
-        note = "; nothing to stop" if args.stop else ""
-        print(f"job {catalog.job!r} {why}{note}; making a savepoint from its latest completed checkpoint "
-              f"chk-{latest.id} (batch {latest.batch_id})", file=sys.stderr)
-    handle = catalog.create_savepoint(catalog.handle(latest))
+    def announce(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    # Refused, or no completed checkpoint: a CatalogError, exit 1 like any SparkpointError.
+    latest, handle = savepoint_from_latest_checkpoint(
+        catalog, source, refused_by=None if args.from_checkpoint else "--no-from-checkpoint", stop=args.stop,
+        announce=None if args.json else announce)
     if args.json:
         _emit_json({**base, "source": "checkpoint", "request_id": None, "state": "completed",
                     "generation": handle.metadata.generation, "savepoint": handle.uri,
@@ -313,18 +287,12 @@ def cmd_commit(args: argparse.Namespace) -> int:
     declared = {} if args.sink is None else {
         "sink": _lazy("airflow_sparkpoint.sinks.resolve", "parse_sink_arg", "commit")(args.sink, args.sink_option)}
     if args.abort_generation is not None:
-        generation = args.abort_generation
-        status = _job_status(catalog)
-        alive, _age = _liveness(status, catalog.current_generation(), args.max_heartbeat_age)
-        if alive and status is not None and int(status.generation) == generation:
-            raise CommandFailed(
-                f"generation {generation} of job {catalog.job!r} is still running (heartbeat younger than "
-                f"{args.max_heartbeat_age:g} s); stop it first (`sparkpoint savepoint --stop`) before aborting "
-                "its output"
-            )
-        abort = _lazy("airflow_sparkpoint.sinks.commit", "abort_generation", "commit")
-        summary: dict[str, Any] = {"aborted": list(abort(catalog, generation,
-                                                         storage_options=_storage_options(args), **declared))}
+        abort = _lazy("airflow_sparkpoint.sinks.rollback", "abort_stopped_generation", "commit")
+        # Refused while the generation runs: a GenerationRunning, exit 1 like any SparkpointError.
+        aborted = abort(catalog, args.abort_generation, max_heartbeat_age=args.max_heartbeat_age,
+                        how_to_stop="`sparkpoint savepoint --stop`", storage_options=_storage_options(args),
+                        **declared)
+        summary: dict[str, Any] = {"aborted": list(aborted)}
     else:
         commit_pending = _lazy("airflow_sparkpoint.sinks.commit", "commit_pending", "commit")
         extra = {} if args.upto_batch is None else {"upto_batch": args.upto_batch}

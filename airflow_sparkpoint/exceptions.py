@@ -12,7 +12,8 @@
     ├── CatalogError                checkpoints / savepoints / generations
     │   ├── CorruptMetadata         _metadata is truncated, garbled or fails its checksum
     │   ├── RestoreError            a restore target is missing, foreign or unusable
-    │   └── StaleGeneration         a superseded job tried to act (invariant 5)
+    │   ├── StaleGeneration         a superseded job tried to act (invariant 5)
+    │   └── GenerationRunning       an action for a stopped generation found it running
     ├── SinkError                   a sink could not stage, commit or abort
     │   ├── CommitOutcomeUnknown    the commit may or may not have landed: never clean up
     │   ├── TransactionConflict     another transaction holds batch N's commit: this one
@@ -70,6 +71,10 @@ class RestoreError(CatalogError):
 
 class StaleGeneration(CatalogError):
     """A superseded generation tried to complete a checkpoint or commit."""
+
+
+class GenerationRunning(CatalogError):
+    """An action that needs a stopped generation (aborting its output) found it still running."""
 
 
 class SinkError(SparkpointError):

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,8 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint import cli
-from airflow_sparkpoint.demo.support import spark_submit_env, write_batch_file
+from airflow_sparkpoint.demo.support import write_batch_file
+from tests.support.submit import spark_submit_command, submit_env
 
 JOB_SCRIPT = Path(__file__).resolve().parent / "integration" / "jobs" / "rescale_job.py"
 JOB = "rescale"
@@ -70,15 +69,10 @@ def submit(base: Path, pipeline: str, conf: dict[str, str], env: dict[str, str] 
            inputs: Path | None = None) -> Run:
     """`pipeline` in its own ``spark-submit`` (local[2]): job root ``base/sp`` unless `conf`
     names another ``spark.sparkpoint.dir``, output table ``base/out``."""
-    environment = spark_submit_env({**os.environ, **(env or {})})
-    binary = shutil.which("spark-submit", path=environment["PATH"])
-    assert binary, "spark-submit not found next to the interpreter"
-    cmd = [binary, "--master", "local[2]"]
+    environment = submit_env(env)
     settings = {**SPARK_CONF, "spark.sparkpoint.dir": str(base / "sp"), "spark.sparkpoint.job": JOB, **conf}
-    for key, value in settings.items():
-        cmd += ["--conf", f"{key}={value}"]
-    cmd += [str(JOB_SCRIPT), "--pipeline", pipeline, "--input", str(inputs or base / "input"),
-            "--output", str(base / "out")]
+    cmd = spark_submit_command(JOB_SCRIPT, settings, ["--pipeline", pipeline, "--input", str(inputs or base / "input"),
+                                                      "--output", str(base / "out")], env=environment)
     proc = subprocess.run(cmd, check=False, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=900)
     return Run(proc)

@@ -1,7 +1,7 @@
 """Stateful pipelines on known input, and the state each must hold afterwards computed
 from that input in plain Python (the oracles of the inspect / verify tests).
 
-Every case writes one JSON file per micro-batch (increasing mtimes, maxFilesPerTrigger=1)
+Every case writes one JSON file per micro-batch (`tests.support.inputs.write_json_batches`)
 and runs through `SparkpointJob` into a Delta table. `expected` maps the store names that
 `airflow_sparkpoint.runtime.inspect` reports to the rows as JSON would show them:
 ``{(key tuple, map key tuple or None): value tuple}`` (list state: a sorted list of
@@ -11,8 +11,6 @@ element tuples per key).
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -20,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-BASE_MTIME = 1_700_000_000
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
@@ -35,14 +32,6 @@ def json_ts(minute: float) -> str:
 
 def micros(minute: float) -> int:
     return int((T0 + timedelta(minutes=minute)).timestamp() * 1_000_000)
-
-
-def write_files(directory: Path, files: list[list[dict[str, Any]]], start: int = 0) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for i, rows in enumerate(files, start=start):
-        path = directory / f"part-{i:05d}.json"
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        os.utime(path, (BASE_MTIME + i, BASE_MTIME + i))
 
 
 def threshold_module() -> Any:

@@ -53,6 +53,15 @@ _CREDENTIAL_OPTIONS = ("aws_access_key_id", "aws_secret_access_key", "aws_sessio
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]+@")
 
 
+def require_storage(owner: str, checkpoint_dir: str | None, sparkpoint_conn_id: str | None) -> None:
+    """A task or trigger (`owner`) names where the job's store is: a storage root or a connection.
+
+    :raises ConfigError: neither is given.
+    """
+    if not checkpoint_dir and not sparkpoint_conn_id:
+        raise ConfigError(f"{owner} needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
+
+
 def extra_field(extra: Mapping[str, Any], name: str, conn_type: str = "sparkpoint") -> Any:
     """A form field from a connection's extra: plain, or as older forms stored it
     (``extra__<type>__<name>``). Empty strings count as unset."""

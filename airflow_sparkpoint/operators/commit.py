@@ -10,26 +10,24 @@ against the sink first, so a retry after a crash is safe.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning
+from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
-from airflow_sparkpoint.runtime.config import duration_value
-from airflow_sparkpoint.sinks.commit import abort_generation as abort_staged
 from airflow_sparkpoint.sinks.commit import commit_pending
 from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
-from airflow_sparkpoint.triggers.conditions import live_status, optional_int, optional_seconds
+from airflow_sparkpoint.sinks.rollback import abort_stopped_generation
+from airflow_sparkpoint.triggers.conditions import optional_int
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class SparkpointCommitOperator(BaseOperator):
+class SparkpointCommitOperator(SparkpointJobMixin, BaseOperator):
     """Commit (or, for a generation, abort) a Sparkpoint job's staged output.
 
     :param job_name: the pipeline (templated).
@@ -69,23 +67,12 @@ class SparkpointCommitOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        max_heartbeat_age = duration_value("max_heartbeat_age", max_heartbeat_age)
-        if not checkpoint_dir and not sparkpoint_conn_id:
-            raise ConfigError("SparkpointCommitOperator needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
-        if optional_seconds("max_heartbeat_age", max_heartbeat_age) is None:
-            raise ConfigError("max_heartbeat_age=None is invalid; expected a number of seconds > 0")
-        self.job_name = job_name
-        self.checkpoint_dir = checkpoint_dir
-        self.sparkpoint_conn_id = sparkpoint_conn_id
+        self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
         self.abort_generation = abort_generation
         self.upto_batch = upto_batch
-        self.max_heartbeat_age = float(max_heartbeat_age)
+        self.max_heartbeat_age = positive_seconds("max_heartbeat_age", max_heartbeat_age)
         declared_sink(sink)  # a malformed declaration fails when the DAG is parsed
         self.sink = sink
-
-    @cached_property
-    def hook(self) -> SparkpointHook:
-        return SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
 
     def execute(self, context: Context) -> dict[str, list[str]]:
         # Parsed after rendering; a non-number (e.g. a rendered "None") fails rather than
@@ -97,14 +84,13 @@ class SparkpointCommitOperator(BaseOperator):
         catalog = self.hook.get_catalog(self.job_name)
         options = self.hook.storage_options
         if generation is not None:
-            live = live_status(catalog, self.max_heartbeat_age)
-            if live is not None and live.generation == generation:
-                raise AirflowException(
-                    f"generation {generation} of job {self.job_name!r} is still running (heartbeat "
-                    f"younger than {self.max_heartbeat_age:g} s); stop it first (SparkpointSavepointOperator "
-                    "with stop=True) before aborting its output"
-                )
-            aborted = abort_staged(catalog, generation, storage_options=options, sink=self.sink)
+            try:
+                aborted = abort_stopped_generation(
+                    catalog, generation, max_heartbeat_age=self.max_heartbeat_age,
+                    how_to_stop="SparkpointSavepointOperator with stop=True", storage_options=options,
+                    sink=self.sink)
+            except GenerationRunning as exc:  # the generation is still running
+                raise AirflowException(str(exc)) from exc
             self.log.info("aborted %d transaction(s) of generation %d of job %s: %s",
                           len(aborted), generation, self.job_name, aborted)
             return {"aborted": list(aborted)}

@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -22,8 +21,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.checkpoints.health import check_health, metric_values, validate_thresholds
 from airflow_sparkpoint.checkpoints.history import PipelineHistory, load_history
-from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -73,7 +71,7 @@ def emit_metrics_for(catalog: Catalog, *, every: float = EMIT_EVERY) -> None:
         log.warning("could not read the checkpoint metrics of job %r: %s", catalog.job, exc)
 
 
-class SparkpointHealthCheckOperator(BaseOperator):
+class SparkpointHealthCheckOperator(SparkpointJobMixin, BaseOperator):
     """Fail when a Sparkpoint job's checkpoints are unhealthy; give at least one threshold.
 
     :param job_name: the pipeline (templated).
@@ -109,21 +107,13 @@ class SparkpointHealthCheckOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if not checkpoint_dir and not sparkpoint_conn_id:
-            raise ConfigError("SparkpointHealthCheckOperator needs checkpoint_dir or sparkpoint_conn_id")
+        self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
         validate_thresholds(max_checkpoint_age=max_checkpoint_age, max_failure_ratio=max_failure_ratio,
                             failure_window=failure_window, max_heartbeat_age=max_heartbeat_age)
-        self.job_name = job_name
-        self.checkpoint_dir = checkpoint_dir
-        self.sparkpoint_conn_id = sparkpoint_conn_id
         self.max_checkpoint_age = max_checkpoint_age
         self.max_failure_ratio = max_failure_ratio
         self.failure_window = failure_window
         self.max_heartbeat_age = max_heartbeat_age
-
-    @cached_property
-    def hook(self) -> SparkpointHook:
-        return SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
 
     def execute(self, context: Context) -> dict[str, Any]:
         heartbeat = self.max_heartbeat_age

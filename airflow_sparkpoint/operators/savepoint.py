@@ -19,33 +19,33 @@ import socket
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, conf
+from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
-from airflow_sparkpoint.exceptions import ConfigError, ControlError, SparkpointError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.checkpoints.savepoints import (
+    SavepointSource,
+    request_savepoint,
+    savepoint_from_latest_checkpoint,
+    savepoint_source,
+    wait_for_savepoint,
+)
+from airflow_sparkpoint.exceptions import ControlError, SparkpointError
+from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.runtime.config import duration_value
 from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
-from airflow_sparkpoint.triggers.conditions import (
-    generation_alive,
-    live_status,
-    optional_int,
-    optional_seconds,
-    read_job_status,
-)
+from airflow_sparkpoint.triggers.conditions import optional_int, optional_seconds
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class SparkpointSavepointOperator(BaseOperator):
+class SparkpointSavepointOperator(SparkpointJobMixin, BaseOperator):
     """Savepoint (or stop-with-savepoint) of a Sparkpoint job; returns the savepoint URI.
 
     :param job_name: the pipeline (templated).
@@ -88,35 +88,17 @@ class SparkpointSavepointOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        timeout, poll_interval, max_heartbeat_age, max_age = (
-            duration_value(name, value) for name, value in (
-                ("timeout", timeout), ("poll_interval", poll_interval), ("max_heartbeat_age", max_heartbeat_age),
-                ("max_age", max_age)))
-        if not checkpoint_dir and not sparkpoint_conn_id:
-            raise ConfigError("SparkpointSavepointOperator needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
-        for name, value in (("timeout", timeout), ("poll_interval", poll_interval),
-                            ("max_heartbeat_age", max_heartbeat_age)):
-            if optional_seconds(name, value) is None:
-                raise ConfigError(f"{name}=None is invalid; expected a number of seconds > 0")
-        self.job_name = job_name
-        self.checkpoint_dir = checkpoint_dir
-        self.sparkpoint_conn_id = sparkpoint_conn_id
+        self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
         self.stop = bool(stop)
-        self.timeout = float(timeout)
-        self.poll_interval = float(poll_interval)
-        self.max_heartbeat_age = float(max_heartbeat_age)
+        self.timeout = positive_seconds("timeout", timeout)
+        self.poll_interval = positive_seconds("poll_interval", poll_interval)
+        self.max_heartbeat_age = positive_seconds("max_heartbeat_age", max_heartbeat_age)
         self.from_checkpoint_if_not_running = bool(from_checkpoint_if_not_running)
         self.max_count = optional_int("max_count", max_count, minimum=1)
-        self.max_age = optional_seconds("max_age", max_age)
-        if deferrable is None:
-            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
-        self.deferrable = bool(deferrable)
+        self.max_age = optional_seconds("max_age", duration_value("max_age", max_age))
+        self.deferrable = default_deferrable(deferrable)
         #: the control request this task filed (withdrawn by `on_kill` if no run took it)
         self.request_id: str | None = None
-
-    @cached_property
-    def hook(self) -> SparkpointHook:
-        return SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
 
     def _requester(self) -> str:
         try:
@@ -127,16 +109,15 @@ class SparkpointSavepointOperator(BaseOperator):
 
     def execute(self, context: Context) -> str:
         catalog = self.hook.get_catalog(self.job_name)
-        live = live_status(catalog, self.max_heartbeat_age)
-        if live is None:
-            return self._from_checkpoint(catalog)
-        kind = "stop" if self.stop else "savepoint"
-        channel = ControlChannel(catalog)
-        request = channel.submit(kind, timeout_s=self.timeout, generation=live.generation,
-                                 requested_by=self._requester())
+        source = savepoint_source(catalog, self.max_heartbeat_age)
+        if source.run is None:
+            return self._from_checkpoint(catalog, source)
+        request = request_savepoint(catalog, source.run, stop=self.stop, timeout_s=self.timeout,
+                                    requested_by=self._requester())
         self.request_id = request.id
+        generation = source.run.generation
         self.log.info("asked generation %d of job %s for a %s (request %s, timeout %.0f s)",
-                      live.generation, self.job_name, "stop-with-savepoint" if self.stop else "savepoint",
+                      generation, self.job_name, "stop-with-savepoint" if self.stop else "savepoint",
                       request.id, self.timeout)
         if self.deferrable:
             self.defer(
@@ -146,7 +127,7 @@ class SparkpointSavepointOperator(BaseOperator):
                     checkpoint_dir=self.checkpoint_dir,
                     sparkpoint_conn_id=self.sparkpoint_conn_id,
                     request_id=request.id,
-                    generation=live.generation,
+                    generation=generation,
                     max_heartbeat_age=self.max_heartbeat_age,
                     poll_interval=self.poll_interval,
                     deadline=time.time() + self.timeout,
@@ -155,22 +136,15 @@ class SparkpointSavepointOperator(BaseOperator):
                 # The trigger's own deadline withdraws the request; this is the backstop.
                 timeout=timedelta(seconds=self.timeout + 60),
             )
-        generation = live.generation
-
-        def is_alive() -> bool:
-            return generation_alive(catalog, generation, self.max_heartbeat_age)
-
         try:
-            result = channel.wait(request.id, timeout_s=self.timeout, poll_s=self.poll_interval, is_alive=is_alive)
+            result = wait_for_savepoint(catalog, request, timeout_s=self.timeout, poll_s=self.poll_interval,
+                                        max_heartbeat_age=self.max_heartbeat_age)
         except ControlError as exc:
             raise AirflowException(str(exc)) from exc
-        if not result.savepoint:
-            raise AirflowException(f"{kind} request {request.id} of job {self.job_name!r} completed without a "
-                                   "savepoint path")
         self.log.info("generation %s of job %s completed savepoint %s (batch %s)", result.generation,
                       self.job_name, result.savepoint, result.batch_id)
         self._retention(catalog)
-        return result.savepoint
+        return str(result.savepoint)
 
     def on_kill(self) -> None:
         """Withdraw this task's control request if no run has taken it yet (a run that
@@ -197,29 +171,13 @@ class SparkpointSavepointOperator(BaseOperator):
         self._retention(self.hook.get_catalog(self.job_name))
         return str(payload["savepoint_uri"])
 
-    def _from_checkpoint(self, catalog: Catalog) -> str:
-        status = read_job_status(catalog)
-        why = "has no status record" if status is None else (
-            f"is not running (state {status.state}, generation {status.generation}, "
-            f"heartbeat {max(0.0, time.time() - status.heartbeat_at):.0f} s old, max {self.max_heartbeat_age:g} s)"
-        )
-        if not self.from_checkpoint_if_not_running:
-            raise AirflowException(
-                f"job {self.job_name!r} {why}: no running job to take a savepoint, and "
-                "from_checkpoint_if_not_running=False refuses to make one from the latest completed checkpoint"
-            )
-        latest = catalog.latest()
-        if latest is None:
-            raise AirflowException(
-                f"job {self.job_name!r} {why} and has no completed checkpoint under {catalog.uri}: "
-                "nothing to savepoint (see `sparkpoint list`)"
-            )
-        self.log.info("job %s %s%s; making a savepoint from its latest completed checkpoint chk-%d (batch %d)",
-                      self.job_name, why, "; nothing to stop" if self.stop else "", latest.id, latest.batch_id)
+    def _from_checkpoint(self, catalog: Catalog, source: SavepointSource) -> str:
+        refused_by = None if self.from_checkpoint_if_not_running else "from_checkpoint_if_not_running=False"
         try:
-            handle = catalog.create_savepoint(catalog.handle(latest))
+            _latest, handle = savepoint_from_latest_checkpoint(catalog, source, refused_by=refused_by,
+                                                               stop=self.stop, announce=self.log.info)
         except SparkpointError as exc:
-            raise AirflowException(f"savepoint of job {self.job_name!r} from chk-{latest.id} failed: {exc}") from exc
+            raise AirflowException(str(exc)) from exc
         self._retention(catalog)
         return handle.uri
 

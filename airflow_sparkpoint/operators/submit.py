@@ -35,9 +35,9 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
 from airflow_sparkpoint.operators import runs
 from airflow_sparkpoint.operators.health import emit_metrics_for
+from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin
 from airflow_sparkpoint.operators.links import (
     SparkpointCheckpointHistoryLink,
     SparkpointSparkUILink,
@@ -99,7 +99,7 @@ class _SecretEnvSparkSubmitHook(SparkSubmitHook):
         return command
 
 
-class SparkpointSubmitOperator(SparkSubmitOperator):
+class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
     """Submit a Sparkpoint PySpark job and return its run result.
 
     :param job_name: pipeline name (``spark.sparkpoint.job``): the identity of its state
@@ -169,8 +169,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
     ) -> None:
         kwargs.setdefault("name", f"sparkpoint-{job_name}")
         super().__init__(**kwargs)
-        if not checkpoint_dir and not sparkpoint_conn_id:
-            raise ConfigError("SparkpointSubmitOperator needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
+        self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
         if commit_mode not in ("checkpoint", "external"):
             raise ConfigError(f"commit_mode={commit_mode!r} is not allowed; expected 'checkpoint' or 'external'")
         if not isinstance(num_retained, int) or num_retained < 1:
@@ -181,9 +180,6 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
                 isinstance(state_partitions, bool) or not isinstance(state_partitions, int) or state_partitions < 1):
             raise ConfigError(f"state_partitions={state_partitions!r} is invalid; expected an integer >= 1 "
                               "(or None: the snapshot's own number)")
-        self.job_name = job_name
-        self.checkpoint_dir = checkpoint_dir
-        self.sparkpoint_conn_id = sparkpoint_conn_id
         self.restore = restore
         self.trigger = trigger
         self.checkpoint_interval = str(checkpoint_interval)
@@ -197,17 +193,10 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         self.state_partitions = state_partitions
         #: the run this try started (its generation claim), once the driver recorded it
         self.sparkpoint_run: dict[str, Any] | None = None
-        self._sp_hook: SparkpointHook | None = None
         self._secret_env: dict[str, str] = {}
         self._shipped_zip: str | None = None
 
     # ------------------------------------------------------------------ helpers
-
-    @property
-    def sparkpoint_hook(self) -> SparkpointHook:
-        if self._sp_hook is None:
-            self._sp_hook = SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
-        return self._sp_hook
 
     def _catalog(self) -> Catalog:
         return self.sparkpoint_hook.get_catalog(self.job_name)

@@ -9,15 +9,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseSensorOperator, PokeReturnValue, conf
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
 from airflow_sparkpoint.operators.health import emit_metrics_for
+from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.runtime.config import duration_value
 from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class SparkpointCheckpointSensor(BaseSensorOperator):
+class SparkpointCheckpointSensor(SparkpointJobMixin, BaseSensorOperator):
     """Wait until a Sparkpoint job reaches a checkpoint condition.
 
     :param job_name: the pipeline (templated).
@@ -91,31 +90,18 @@ class SparkpointCheckpointSensor(BaseSensorOperator):
         kwargs.setdefault("poke_interval", 5.0)
         super().__init__(**kwargs)
         progress_within = duration_value("progress_within", progress_within)
-        max_heartbeat_age = duration_value("max_heartbeat_age", max_heartbeat_age)
-        if not checkpoint_dir and not sparkpoint_conn_id:
-            raise ConfigError("SparkpointCheckpointSensor needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
+        self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
         if optional_int("min_checkpoints", min_checkpoints, minimum=1) is None:
             raise ConfigError("min_checkpoints=None is invalid; expected an integer >= 1")
         optional_seconds("progress_within", progress_within)
-        if optional_seconds("max_heartbeat_age", max_heartbeat_age) is None:
-            raise ConfigError("max_heartbeat_age=None is invalid; expected a number of seconds > 0")
-        self.job_name = job_name
-        self.checkpoint_dir = checkpoint_dir
-        self.sparkpoint_conn_id = sparkpoint_conn_id
+        self.max_heartbeat_age = positive_seconds("max_heartbeat_age", max_heartbeat_age)
         self.after_checkpoint_id = after_checkpoint_id
         self.after_time = after_time
         self.generation = generation
         self.min_checkpoints = min_checkpoints
         self.savepoint = savepoint
         self.progress_within = progress_within
-        self.max_heartbeat_age = max_heartbeat_age
-        if deferrable is None:
-            deferrable = conf.getboolean("operators", "default_deferrable", fallback=False)
-        self.deferrable = bool(deferrable)
-
-    @cached_property
-    def hook(self) -> SparkpointHook:
-        return SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
+        self.deferrable = default_deferrable(deferrable)
 
     def condition(self) -> CheckpointCondition:
         """The condition from the (rendered) fields.

@@ -61,6 +61,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.control import REQUEST_ID_RE, ControlChannel, ControlResult
 from airflow_sparkpoint.exceptions import ConfigError, ControlError, StorageError
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, require_storage
 from airflow_sparkpoint.storage import Storage, open_storage
 from airflow_sparkpoint.triggers.conditions import (
     CheckpointCondition,
@@ -175,8 +176,7 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         super().__init__()
         if mode not in MODES:
             raise ConfigError(f"trigger mode={mode!r} is invalid; expected one of {', '.join(MODES)}")
-        if not checkpoint_dir and not sparkpoint_conn_id:
-            raise ConfigError("SparkpointCheckpointTrigger needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
+        require_storage("SparkpointCheckpointTrigger", checkpoint_dir, sparkpoint_conn_id)
         # Validates job_name, the filters and max_heartbeat_age in one place.
         self.condition = CheckpointCondition(
             job_name=job_name,
@@ -244,8 +244,6 @@ class SparkpointCheckpointTrigger(BaseTrigger):
     async def _acatalog(self) -> Catalog:
         """The job's catalog on the shared store; the connection is read with Airflow's
         async API."""
-        from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
-
         if self._catalog_cache is None:
             hook = SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
             await hook.aresolve()

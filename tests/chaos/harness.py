@@ -53,6 +53,7 @@ from tests.chaos.cases import (  # noqa: F401 - re-exported for the other chaos 
     split_key,
 )
 from tests.chaos.servers import S3Context  # noqa: F401 - re-exported
+from tests.support.inputs import write_json_batches
 
 HERE = Path(__file__).resolve().parent
 JOBS = HERE / "jobs"
@@ -60,7 +61,6 @@ SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 SPARKPOINT = str(Path(sys.executable).parent / "sparkpoint")
 BATCHES = 4
 USERS = 3
-BASE_MTIME = 1_700_000_000
 RUN_TIMEOUT_S = float(os.environ.get("SPARKPOINT_CHAOS_RUN_TIMEOUT", "420"))
 DEFAULT_SEED = 20240611
 JAVA_OPTS = (
@@ -80,17 +80,10 @@ def chaos_seed() -> int:
 def write_inputs(directory: Path, files: int = BATCHES, start: int = 0) -> list[dict[str, Any]]:
     """`files` JSON files of `USERS` events, with ids unique over all files and
     increasing mtimes (one file = one micro-batch with ``maxFilesPerTrigger=1``)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
-    for i in range(start, start + files):
-        batch = [{"id": i * 1000 + u, "user": f"u{u}", "amount": i * 10 + u + 1} for u in range(USERS)]
-        path = directory / f"events-{i:05d}.json"
-        tmp = directory / f".events-{i:05d}.json.tmp"
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in batch))
-        os.utime(tmp, (BASE_MTIME + i, BASE_MTIME + i))
-        os.replace(tmp, path)
-        rows.extend(batch)
-    return rows
+    batches = [[{"id": i * 1000 + u, "user": f"u{u}", "amount": i * 10 + u + 1} for u in range(USERS)]
+               for i in range(start, start + files)]
+    write_json_batches(directory, batches, start=start, name="events-{:05d}.json")
+    return [row for batch in batches for row in batch]
 
 
 # ---------------------------------------------------------------------------- processes

@@ -11,7 +11,6 @@ not complete a checkpoint nor commit: it fails fast with `StaleGeneration`.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +20,7 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.exceptions import StaleGeneration
 from tests.chaos.harness import BATCHES, JOB, JOBS, DeltaMergeCase, compare, spark_submit, write_inputs
-
-
-def wait_for(predicate: Any, what: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.support.waits import wait_for
 
 
 def delta_version(table: Path) -> int | None:
@@ -66,7 +57,7 @@ def test_a_superseded_generation_in_process_fails_fast_without_checkpoint_or_com
     thread = threading.Thread(target=body, daemon=True)
     thread.start()
     catalog = Catalog.open(str(root), JOB)
-    wait_for(lambda: delta_version(table) == 1, "batch 1 committed")
+    wait_for("batch 1 committed", lambda: delta_version(table) == 1, 180)
     checkpoints_before = [m.id for m in catalog.checkpoints()]
 
     newer = catalog.claim_generation({"by": "test: a newer run started"}).generation
@@ -96,7 +87,7 @@ def test_zombie_blue_keeps_running_after_green_starts(tmp_path: Path) -> None:
     blue = threading.Thread(target=lambda: blue_run.update(run=spark_submit(
         JOBS / case.script, conf=blue_conf, args=args, log=tmp_path / "blue.log")), daemon=True)
     blue.start()
-    wait_for(lambda: delta_version(tmp_path / "output") == BATCHES - 1, "blue committed every batch")
+    wait_for("blue committed every batch", lambda: delta_version(tmp_path / "output") == BATCHES - 1, 180)
 
     # The deploy: a savepoint of the running blue, green starts from it; blue is not stopped.
     channel = ControlChannel(catalog)

@@ -23,6 +23,7 @@ import httpx
 
 from tests.e2e.procs import Proc, descendants, kill_marked, read, wait_gone
 from tests.e2e.stack import StackError, free_port
+from tests.support.waits import wait_for
 
 WORKER_MEMORY = "1g"
 
@@ -100,15 +101,9 @@ class SparkCluster:
             return []
 
     def wait_workers(self, count: int, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.master is not None and self.master.poll() is not None:
-                raise StackError(f"the Spark master exited with {self.master.returncode}:\n{self.tail('master')}")
-            if len(self.alive_workers()) >= count:
-                return
-            time.sleep(0.5)
-        raise StackError(f"{count} Spark workers not alive after {timeout:g} s: {self.alive_workers()}\n"
-                         + "\n".join(self.tail(n) for n in ("master", *self.worker_procs)))
+        wait_for(f"{count} Spark workers to be alive", lambda: len(self.alive_workers()) >= count, timeout,
+                 lambda: "\n".join(self.tail(n) for n in ("master", *self.worker_procs)), proc=self.master,
+                 interval=0.5, error=StackError)
 
     def worker_tree(self, name: str) -> list[Proc]:
         """The worker JVM and everything under it (executor JVMs, Python workers)."""

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.procs import driver_processes, kill, wait_gone
-from tests.e2e.stack import AirflowApi, AirflowStack, wait_for
+from tests.e2e.stack import AirflowApi, AirflowStack
 from tests.e2e.support import Totals, running_with_checkpoint
+from tests.support.waits import wait_for
 
 
 def driver_sigkill_then_retry(api: AirflowApi, stack: AirflowStack, tmp_path: Path, dag: str) -> dict[str, Any]:

@@ -23,16 +23,15 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 
 from tests.e2e.procs import kill_marked, wait_gone
-
-T = TypeVar("T")
+from tests.support.waits import wait_for
 
 VENV_BIN = Path(sys.executable).parent
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
@@ -277,7 +276,8 @@ class AirflowApi:
 
     def wait_dag(self, dag_id: str, timeout: float = 180) -> dict[str, Any]:
         """Wait until the dag-processor has serialized `dag_id`; return the DAG."""
-        return wait_for(f"DAG {dag_id} to be parsed", lambda: self._dag_or_none(dag_id), timeout)
+        return wait_for(f"DAG {dag_id} to be parsed", lambda: self._dag_or_none(dag_id), timeout, interval=0.5,
+                        error=StackError)
 
     def _dag_or_none(self, dag_id: str) -> dict[str, Any] | None:
         response = self._client.get(f"/dags/{dag_id}")
@@ -304,7 +304,8 @@ class AirflowApi:
             state = self.run(dag_id, run_id)["state"]
             return state if state in ("success", "failed") else None
 
-        return wait_for(f"run {dag_id}/{run_id} to end", done, timeout, lambda: self.describe(dag_id, run_id))
+        return wait_for(f"run {dag_id}/{run_id} to end", done, timeout, lambda: self.describe(dag_id, run_id),
+                        interval=0.5, error=StackError)
 
     # ------------------------------------------------------------------ task instances
 
@@ -333,7 +334,8 @@ class AirflowApi:
                                  f"expected {sorted(wanted)}:\n{self.describe(dag_id, run_id)}")
             return None
 
-        return wait_for(f"{task_id} to be {sorted(wanted)}", check, timeout, lambda: self.describe(dag_id, run_id))
+        return wait_for(f"{task_id} to be {sorted(wanted)}", check, timeout, lambda: self.describe(dag_id, run_id),
+                        interval=0.5, error=StackError)
 
     def tries(self, dag_id: str, run_id: str, task_id: str) -> list[dict[str, Any]]:
         """Every try of a task instance, oldest first (``try_number``, ``state``, ``pid``...)."""
@@ -401,20 +403,3 @@ class AirflowApi:
 
 _LOG_FIELDS = {"event", "timestamp", "level", "logger", "ti_id", "task_id", "map_index", "run_id", "try_number",
                "dag_id", "filename", "lineno"}
-
-
-def wait_for(what: str, predicate: Callable[[], T | None], timeout: float,
-             context: Callable[[], str] | None = None, interval: float = 0.5) -> T:
-    """Poll `predicate` until it returns a truthy value; return it.
-
-    :raises StackError: not within `timeout` seconds (with `context()` in the message).
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            extra = context() if context else ""
-            raise StackError(f"timed out after {timeout:g} s waiting for {what}\n{extra}")
-        time.sleep(interval)

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.demo.support import delta_commits, delta_rows, orphaned_staged_files
-from tests.e2e.stack import AirflowApi, AirflowStack, wait_for
+from tests.e2e.stack import AirflowApi, AirflowStack
 from tests.e2e.support import EXAMPLE_JOBS, Totals, running_with_checkpoint
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 

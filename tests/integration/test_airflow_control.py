@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -31,6 +30,9 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.status import result_key
 from airflow_sparkpoint.storage import open_storage
 from tests.dag_runs import new_dag, run_dag, task_states
+from tests.support.inputs import write_json_batches
+from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -68,12 +70,8 @@ class Pipeline:
 
     def write_batch(self, rows: list[tuple[str, int]]) -> None:
         """One file per micro-batch, with increasing mtimes (the file source orders by them)."""
-        path = self.input / f"batch-{self.batches:03d}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps({"user": u, "amount": a}) + "\n" for u, a in rows))
-        mtime = self._t0 + 10 * self.batches
-        os.utime(tmp, (mtime, mtime))
-        tmp.rename(path)
+        write_json_batches(self.input, [[{"user": u, "amount": a} for u, a in rows]], start=self.batches,
+                           name="batch-{:03d}.json", base_mtime=self._t0, mtime_step=10)
         self.batches += 1
         for user, amount in rows:
             entry = self.expected.setdefault(user, {"total": 0, "events": 0})
@@ -107,11 +105,7 @@ def xcom(run: Any, task_id: str) -> Any:
 @contextmanager
 def streaming_job(pipeline: Pipeline, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """The quickstart job as its own long-running spark-submit (processingTime:1s)."""
-    from airflow_sparkpoint.demo.support import spark_submit_env
-
-    env = spark_submit_env(os.environ)
-    submit = shutil.which("spark-submit", path=env["PATH"])
-    assert submit, "spark-submit not found next to the interpreter"
+    env = submit_env()
     conf = {
         **SPARK_CONF,
         "spark.sparkpoint.dir": pipeline.root,
@@ -119,31 +113,15 @@ def streaming_job(pipeline: Pipeline, log: Path) -> Iterator[subprocess.Popen[by
         "spark.sparkpoint.trigger": "processingTime:1s",
         "spark.sparkpoint.control.pollInterval": "0.5s",
     }
-    cmd = [submit, "--master", "local[2]"]
-    for key, value in conf.items():
-        cmd += ["--conf", f"{key}={value}"]
-    cmd += [str(JOB_SCRIPT), "--input", str(pipeline.input), "--output", pipeline.output]
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            yield proc
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=60)
-
-
-def wait_until(what: str, predicate: Callable[[], Any], proc: subprocess.Popen[bytes], log: Path,
-               timeout: float = 180) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if proc.poll() is not None:
-            pytest.fail(f"the job exited with {proc.returncode} while waiting for {what}:\n{_tail(log)}")
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout:g} s waiting for {what}:\n{_tail(log)}")
+    cmd = spark_submit_command(JOB_SCRIPT, conf, ["--input", str(pipeline.input), "--output", pipeline.output],
+                               env=env)
+    proc = start_spark_submit(cmd, env=env, log=log, append=False)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
 
 
 def _tail(log: Path, lines: int = 60) -> str:
@@ -213,7 +191,8 @@ def test_stop_with_savepoint_then_restore_continues_exactly(tmp_path: Path, monk
     pipeline.write_batch([("ann", 2)])
     log = tmp_path / "blue.log"
     with streaming_job(pipeline, log) as proc:
-        generation = wait_until("the job to checkpoint", running_generation(pipeline), proc, log)
+        generation = wait_for("the job to checkpoint", running_generation(pipeline), 180, lambda: _tail(log),
+                              proc=proc, interval=0.5)
         pipeline.write_batch([("cid", 9), ("bob", 1)])  # arrives while it runs
 
         with new_dag("stop") as dag:
@@ -263,7 +242,8 @@ def test_sensor_sees_checkpoints_then_fails_fast_when_the_job_is_killed(
         pipeline.write_batch([(f"u{i % 2}", i + 1)])
     log = tmp_path / "live.log"
     with streaming_job(pipeline, log) as proc:
-        generation = wait_until("the job to start", running_generation(pipeline, min_checkpoints=0), proc, log)
+        generation = wait_for("the job to start", running_generation(pipeline, min_checkpoints=0), 180, lambda: _tail(log),
+                              proc=proc, interval=0.5)
         with new_dag("sensor_ok") as dag:
             SparkpointCheckpointSensor(task_id="three_checkpoints", job_name=pipeline.job,
                                        checkpoint_dir=pipeline.root, generation=str(generation), min_checkpoints=3,
@@ -307,7 +287,8 @@ def test_a_killed_tries_stop_request_does_not_stop_the_next_run(tmp_path: Path) 
     pipeline.write_batch([("ann", 2)])
     log = tmp_path / "first-try.log"
     with streaming_job(pipeline, log) as proc:
-        generation = wait_until("the first try to checkpoint", running_generation(pipeline), proc, log)
+        generation = wait_for("the first try to checkpoint", running_generation(pipeline), 180, lambda: _tail(log),
+                              proc=proc, interval=0.5)
         os.killpg(proc.pid, signal.SIGKILL)  # the supervisor's SIGKILL, 5 s after its SIGTERM
         proc.wait(timeout=60)
     catalog = pipeline.catalog

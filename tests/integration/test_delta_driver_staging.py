@@ -4,16 +4,15 @@ collect (``spark.driver.maxResultSize``) — with the output still exact."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import textwrap
 from collections import Counter
 
 import pytest
 
-from airflow_sparkpoint.demo.support import spark_submit_env
 from airflow_sparkpoint.sinks._delta_stage import estimated_bytes, stage_on_driver
+from tests.support.inputs import write_json_batches
+from tests.support.submit import spark_submit_command, submit_env
 
 pytestmark = pytest.mark.spark
 
@@ -61,26 +60,20 @@ def test_a_batch_too_large_to_collect_is_staged_by_the_executors_exactly_once(tm
 
     fanout = 100_000  # 3 users x 100,000 rows: several MiB of Arrow, over a 1 MiB maxResultSize
     inputs = tmp_path / "input"
-    inputs.mkdir()
     batches = [[("a", 1), ("b", 2), ("c", 3)], [("a", 10), ("b", 20)]]
-    for index, rows in enumerate(batches):
-        path = inputs / f"part-{index}.json"
-        path.write_text("".join(json.dumps({"user": u, "amount": a}) + "\n" for u, a in rows))
-        os.utime(path, (1_700_000_000 + index, 1_700_000_000 + index))
+    write_json_batches(inputs, [[{"user": u, "amount": a} for u, a in rows] for rows in batches], name="part-{}.json")
     script = tmp_path / "job.py"
     script.write_text(JOB)
     output = tmp_path / "table"
-    command = [
-        "spark-submit", "--master", "local[2]",
-        "--conf", "spark.driver.maxResultSize=1m",
-        "--conf", "spark.sql.shuffle.partitions=2",
-        "--conf", "spark.ui.enabled=false",
-        "--conf", f"spark.sparkpoint.dir={tmp_path / 'checkpoints'}",
-        "--conf", "spark.sparkpoint.job=fallback",
-        str(script), "--input", str(inputs), "--output", str(output), "--fanout", str(fanout),
-    ]
-    done = subprocess.run(command, env=spark_submit_env(os.environ), capture_output=True, text=True, timeout=300,
-                          check=False)
+    env = submit_env()
+    command = spark_submit_command(script, {
+        "spark.driver.maxResultSize": "1m",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+        "spark.sparkpoint.dir": str(tmp_path / "checkpoints"),
+        "spark.sparkpoint.job": "fallback",
+    }, ["--input", str(inputs), "--output", str(output), "--fanout", str(fanout)], env=env)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-4000:]
     assert "SPARKPOINT_RESULT finished (0, 1)" in done.stdout, log[-4000:]

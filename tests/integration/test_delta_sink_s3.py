@@ -12,7 +12,6 @@ them. A real deployment never runs its S3 endpoint inside the driver.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from airflow_sparkpoint.checkpoints import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError, TransactionConflict
 from airflow_sparkpoint.sinks import DeltaSink, sink_from_config
 from tests.delta_staging import DRIVER_MAX_BYTES, side, stage, staging_side  # noqa: F401 - autouse
+from tests.support.inputs import write_json_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
@@ -394,14 +394,6 @@ def test_errors_hide_the_secret_and_the_endpoint_password(endpoint, bucket):
 # -- a whole job ---------------------------------------------------------------------------
 
 
-def _write_inputs(directory: Path, files: list[list[dict[str, Any]]], start: int) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for i, data in enumerate(files, start=start):
-        path = directory / f"part-{i:05d}.json"
-        path.write_text("".join(json.dumps(r) + "\n" for r in data))
-        os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
-
-
 def _run(spark: Any, root: Path, endpoint: str, inputs: Path, uri: str) -> Any:
     from pyspark.sql import functions as F
 
@@ -422,12 +414,12 @@ def test_a_sparkpoint_job_writes_exactly_once_to_delta_on_s3(spark, endpoint, cl
     spark.sparkpoint.s3.*; a second run resumes from the latest checkpoint."""
     files = [[{"user": f"u{i % 3}", "amount": 10 * b + i} for i in range(6)] for b in range(5)]
     inputs, root, uri = tmp_path / "in", tmp_path / "root", f"s3://{bucket}/warehouse/orders"
-    _write_inputs(inputs, files[:3], 0)
+    write_json_batches(inputs, files[:3])
 
     first = _run(spark, root, endpoint, inputs, uri)
 
     assert first.status == "finished"
-    _write_inputs(inputs, files[3:], 3)
+    write_json_batches(inputs, files[3:], start=3)
     second = _run(spark, root, endpoint, inputs, uri)
 
     assert second.status == "finished" and second.first_batch == 3

@@ -17,6 +17,7 @@ from airflow_sparkpoint.exceptions import SinkError
 from airflow_sparkpoint.sinks.base import StageContext
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.sinks.kinds import sink_from_config
+from tests.support.inputs import write_json_batches
 
 pytestmark = pytest.mark.spark
 
@@ -220,11 +221,8 @@ def test_stages_every_batch_of_a_stateful_stream(spark: Any, tmp_path: Path) -> 
     from pyspark.sql import functions as F
 
     source = tmp_path / "in"
-    source.mkdir()
-    for batch in range(3):
-        path = source / f"{batch}.json"
-        path.write_text("".join(json.dumps({"country": f"c{i % 4}", "amount": i}) + "\n" for i in range(12)))
-        os.utime(path, (1_000 + batch, 1_000 + batch))
+    write_json_batches(source, [[{"country": f"c{i % 4}", "amount": i} for i in range(12)]] * 3, name="{}.json",
+                       base_mtime=1_000)
     dest = tmp_path / "out"
     sink = DirectorySink(str(dest))
     records: list[TransactionRecord] = []

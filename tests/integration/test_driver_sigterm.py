@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +26,11 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.demo.support import (
     delta_commits,
     orphaned_staged_files,
-    spark_submit_env,
     write_batch_file,
 )
 from airflow_sparkpoint.storage import open_storage
+from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -64,33 +63,15 @@ def table(path: Path) -> dict[str, tuple[int, int]]:
 
 
 def submit(tmp: Path, conf: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    env = spark_submit_env(os.environ)
-    binary = shutil.which("spark-submit", path=env["PATH"])
-    assert binary, "spark-submit not found next to the interpreter"
-    cmd = [binary, "--master", "local[2]"]
-    for key, value in {**SPARK_CONF, "spark.sparkpoint.dir": str(tmp / "sp"), "spark.sparkpoint.job": JOB,
-                       **conf}.items():
-        cmd += ["--conf", f"{key}={value}"]
-    cmd += [str(JOB_SCRIPT), "--input", str(tmp / "input"), "--output", str(tmp / "out")]
-    with open(log, "ab") as out:
-        # Its own process group, as the task's: the supervisor signals the whole group.
-        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    env = submit_env()
+    settings = {**SPARK_CONF, "spark.sparkpoint.dir": str(tmp / "sp"), "spark.sparkpoint.job": JOB, **conf}
+    cmd = spark_submit_command(JOB_SCRIPT, settings, ["--input", str(tmp / "input"), "--output", str(tmp / "out")],
+                               env=env)
+    return start_spark_submit(cmd, env=env, log=log)
 
 
 def tail(log: Path, lines: int = 40) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-
-
-def wait_for(what: str, predicate: Any, proc: subprocess.Popen[bytes], log: Path, timeout: float = 300) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if proc.poll() is not None:
-            pytest.fail(f"the job exited ({proc.returncode}) while waiting for {what}:\n{tail(log)}")
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}:\n{tail(log)}")
 
 
 def test_sigterm_to_the_process_group_records_failed_and_the_next_run_resumes_exactly(tmp_path: Path) -> None:
@@ -105,10 +86,10 @@ def test_sigterm_to_the_process_group_records_failed_and_the_next_run_resumes_ex
                              "spark.sparkpoint.test.pauseDir": str(pauses)}, log)
     try:
         wait_for("batch 1 checkpointed", lambda: (latest := catalog.latest()) is not None and latest.batch_id >= 1,
-                 proc, log)
+                 300, lambda: tail(log), proc=proc)
         write_batch_file(tmp_path / "input", 2, rows(2))
         reached = wait_for("batch 2 staged (pause point)", lambda: (pauses / "sigterm-staged.reached").exists(),
-                           proc, log)
+                           300, lambda: tail(log), proc=proc)
         assert reached, "the fault point was not reached"
         generation = catalog.current_generation()
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_runtime_restore import run_job, write_files
+from tests.integration.test_runtime_restore import run_job
+from tests.support.inputs import write_json_batches
 
 pytestmark = pytest.mark.spark
 
@@ -39,18 +40,18 @@ def test_a_folded_source_batch_survives_a_restore_from_its_checkpoint(spark: Any
     from deltalake import DeltaTable
 
     root, inputs, table = tmp_path / "sp", tmp_path / "in", tmp_path / "out"
-    write_files(inputs, [_file(0), _file(1)])
+    write_json_batches(inputs, [_file(0), _file(1)])
     first = run_job(spark, root, JOB, ids_query, inputs, table, {"mode": "append"}, "append")
     assert first.last_batch == 1
 
     # Spark planned batch 2 (its source log entry for file 2) and the driver died before offsets/2.
-    write_files(inputs, [_file(2)], start=2)
+    write_json_batches(inputs, [_file(2)], start=2)
     live = _live(root)
     entry = json.loads((live / "sources" / "0" / "1").read_text().split("\n")[1])
     entry.update(path=entry["path"].replace("part-00001", "part-00002"), timestamp=entry["timestamp"] + 1000,
                  batchId=2)
     (live / "sources" / "0" / "2").write_text("v1\n" + json.dumps(entry))
-    write_files(inputs, [_file(3)], start=3)
+    write_json_batches(inputs, [_file(3)], start=3)
     second = run_job(spark, root, JOB, ids_query, inputs, table, {"mode": "append"}, "append")
     offsets_2 = (live / "offsets" / "2").read_text().strip().split("\n")[-1]
     assert json.loads(offsets_2) == {"logOffset": 3}, "Spark did not fold source batches 2 and 3: no fault"
@@ -58,7 +59,7 @@ def test_a_folded_source_batch_survives_a_restore_from_its_checkpoint(spark: Any
 
     # Restore from the retained checkpoint in a fresh location, with one more file.
     shutil.rmtree(live)
-    write_files(inputs, [_file(4)], start=4)
+    write_json_batches(inputs, [_file(4)], start=4)
     third = run_job(spark, root, JOB, ids_query, inputs, table, {"mode": "append"}, "append")
     assert third.restore_mode == "snapshot", third
 

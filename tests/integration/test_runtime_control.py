@@ -5,7 +5,6 @@ output. Driven through the control channel, as the CLI and the operators do."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from tests.helpers import expected_totals, write_event_files
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -45,15 +45,6 @@ def start_job(spark: Any, root: Path, inputs: Path, table: Path, **conf: str) ->
     return thread, outcome
 
 
-def wait_for(predicate: Any, timeout: float = 90, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def table_totals(table: Path) -> dict[str, tuple[int, int]]:
     from deltalake import DeltaTable
 
@@ -66,7 +57,7 @@ def test_savepoint_while_running_then_stop_with_savepoint_then_restore(spark, tm
     thread, outcome = start_job(spark, root, inputs, table)
     catalog = Catalog.open(str(root), "orders")
     channel = ControlChannel(catalog)
-    wait_for(lambda: (catalog.read_status() or {}).get("last_batch") == 2, what="batch 2")
+    wait_for("batch 2", lambda: (catalog.read_status() or {}).get("last_batch") == 2, 90)
 
     generation = int(catalog.read_status()["generation"])  # type: ignore[index]
     request = channel.submit("savepoint", generation=generation, timeout_s=60)
@@ -76,7 +67,7 @@ def test_savepoint_while_running_then_stop_with_savepoint_then_restore(spark, tm
     running_savepoint = result.savepoint
 
     rows += write_event_files(inputs, files=2, users=3, start=3)
-    wait_for(lambda: (catalog.read_status() or {}).get("last_batch") == 4, what="batch 4")
+    wait_for("batch 4", lambda: (catalog.read_status() or {}).get("last_batch") == 4, 90)
     stop = channel.submit("stop", generation=generation, timeout_s=60)
     stopped = channel.wait(stop.id, timeout_s=60, poll_s=0.3)
     thread.join(60)

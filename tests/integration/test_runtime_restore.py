@@ -16,18 +16,10 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
+from tests.support.inputs import write_json_batches
 
 pytestmark = pytest.mark.spark
 
-BASE_MTIME = 1_700_000_000
-
-
-def write_files(directory: Path, rows_per_file: list[list[dict[str, Any]]], start: int = 0) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for i, rows in enumerate(rows_per_file, start=start):
-        path = directory / f"part-{i:05d}.json"
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        os.utime(path, (BASE_MTIME + i, BASE_MTIME + i))
 
 
 def run_job(spark: Any, root: Path, job: str, build: Callable[[Any, Path], Any], inputs: Path, table: Path,
@@ -219,13 +211,13 @@ def test_savepoint_is_relocatable_and_restores_exactly(spark, tmp_path, case, st
     half = len(files) // 2
 
     all_input = tmp_path / "all"
-    write_files(all_input, files)
+    write_json_batches(all_input, files)
     reference = run_job(spark, tmp_path / "ref-root", "ref", build, all_input, tmp_path / "ref-table",
                         sink_kwargs, output_mode, state_store=state_store)
     assert reference.status == "finished"
 
     inputs = tmp_path / "input"
-    write_files(inputs, files[:half])
+    write_json_batches(inputs, files[:half])
     root = tmp_path / "root"
     first = run_job(spark, root, "job", build, inputs, tmp_path / "table", sink_kwargs, output_mode,
                     state_store=state_store)
@@ -238,7 +230,7 @@ def test_savepoint_is_relocatable_and_restores_exactly(spark, tmp_path, case, st
     shutil.copytree(savepoint.uri.removeprefix("file://"), moved)
     shutil.rmtree(root)  # the original checkpoints, savepoints and live location are gone
 
-    write_files(inputs, files[half:], start=half)
+    write_json_batches(inputs, files[half:], start=half)
     second = run_job(spark, tmp_path / "new-root", "job", build, inputs, tmp_path / "table", sink_kwargs,
                      output_mode, restore=str(moved), state_store=state_store)
     assert second.status == "finished"
@@ -267,11 +259,11 @@ def test_rollback_to_an_older_checkpoint_is_refused_unless_the_sink_is_rewound(s
 
     files = CASES["aggregation"][1][:4]
     kwargs = {"mode": "merge", "keys": ["user"]}
-    write_files(tmp_path / "all", files)
+    write_json_batches(tmp_path / "all", files)
     run_job(spark, tmp_path / "ref-root", "ref", aggregation, tmp_path / "all", tmp_path / "ref-table", kwargs,
             "update")
     inputs, root, table = tmp_path / "input", tmp_path / "root", tmp_path / "table"
-    write_files(inputs, files)
+    write_json_batches(inputs, files)
     run_job(spark, root, "job", aggregation, inputs, table, kwargs, "update")
     catalog = Catalog.open(str(root), "job")
     older = catalog.checkpoints()[-1]  # the oldest retained checkpoint
@@ -303,13 +295,13 @@ def test_incompatible_state_schema_fails_without_touching_output_or_savepoint(sp
     files = CASES["aggregation"][1]
     kwargs = {"mode": "merge", "keys": ["user"]}
     inputs, root, table = tmp_path / "input", tmp_path / "root", tmp_path / "table"
-    write_files(inputs, files[:2])
+    write_json_batches(inputs, files[:2])
     run_job(spark, root, "job", aggregation, inputs, table, kwargs, "update")
     catalog = Catalog.open(str(root), "job")
     savepoint = catalog.create_savepoint(catalog.handle(catalog.latest()))
     saved = {i.key: i.size for i in catalog.store.list("savepoints")}
     before = table_rows(table)
-    write_files(inputs, files[2:], start=2)
+    write_json_batches(inputs, files[2:], start=2)
 
     def changed(spark: Any, inputs: Path) -> Any:
         events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(

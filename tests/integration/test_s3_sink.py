@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +17,7 @@ from airflow_sparkpoint.exceptions import SinkError
 from airflow_sparkpoint.sinks.base import StageContext
 from airflow_sparkpoint.sinks.kinds import sink_from_config
 from airflow_sparkpoint.sinks.s3 import MIN_PART_SIZE, S3Sink, multipart_etag
+from tests.support.inputs import write_json_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
@@ -282,11 +282,8 @@ def test_stages_every_batch_of_a_stateful_stream(spark: Any, sink: S3Sink, clien
     from pyspark.sql import functions as F
 
     source = tmp_path / "in"
-    source.mkdir()
-    for batch in range(3):
-        path = source / f"{batch}.json"
-        path.write_text("".join(json.dumps({"user": f"u{i % 4}", "amount": i}) + "\n" for i in range(12)))
-        os.utime(path, (1_000 + batch, 1_000 + batch))
+    write_json_batches(source, [[{"user": f"u{i % 4}", "amount": i} for i in range(12)]] * 3, name="{}.json",
+                       base_mtime=1_000)
     records: list[TransactionRecord] = []
     events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(str(source))
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"))

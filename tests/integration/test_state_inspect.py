@@ -31,6 +31,7 @@ from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.inspect import inspect_snapshot, open_state, rows_as_json, state_rows
 from tests import state_cases
 from tests.state_cases import CASES, Case
+from tests.support.inputs import write_json_batches
 
 pytestmark = pytest.mark.spark
 
@@ -60,7 +61,7 @@ def built(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str
         if name not in cache:
             case = CASES[name]()
             base = tmp_path_factory.mktemp("state-" + "".join(c if c.isalnum() else "-" for c in name))
-            state_cases.write_files(base / "input", case.files)
+            write_json_batches(base / "input", case.files)
             result = state_cases.run_case(spark, case, str(base / "root"), "job", base / "input", base / "table")
             assert result.status == "finished" and result.last_batch >= len(case.files) - 1
             catalog = Catalog.open(str(base / "root"), "job")
@@ -216,7 +217,7 @@ def test_state_ttl_expired_keys_disappear_from_the_row_counts(spark, tmp_path):
     case = Case(state_cases.threshold_query(state_ttl_ms=ttl_ms, files_per_batch=10), [first, second],
                 {"mode": "append"}, "append", "transformWithStateInPandasExec")
     root, inputs, table = str(tmp_path / "root"), tmp_path / "input", tmp_path / "table"
-    state_cases.write_files(inputs, [first])
+    write_json_batches(inputs, [first])
     key = "spark.sql.streaming.noDataMicroBatches.enabled"
     previous = spark.conf.get(key)
     spark.conf.set(key, "false")  # as threshold_alerts.py does under availableNow with a TTL
@@ -232,7 +233,7 @@ def test_state_ttl_expired_keys_disappear_from_the_row_counts(spark, tmp_path):
         assert (stores["over_limit"].keys, stores["alerts"].keys) == (len(over), len(alerts))
 
         time.sleep(ttl_ms / 1000 + 1)  # the next batch's processing time is past every expiry
-        state_cases.write_files(inputs, [second], start=1)
+        write_json_batches(inputs, [second], start=1)
         started_ms = time.time() * 1000
         state_cases.run_case(spark, case, root, "job", inputs, table)
         ended_ms = time.time() * 1000
@@ -262,7 +263,7 @@ def test_snapshot_on_s3_inspected_by_the_console_script_in_a_fresh_process(spark
 
     case = state_cases.threshold_case()
     inputs = tmp_path / "input"
-    state_cases.write_files(inputs, case.files)
+    write_json_batches(inputs, case.files)
     root = f"s3://{s3_bucket}/sp"
     result = state_cases.run_case(spark, case, root, "alerts", inputs, tmp_path / "table", conf={
         "spark.sparkpoint.s3.endpoint": s3_server, "spark.sparkpoint.s3.region": "us-east-1",

@@ -45,6 +45,7 @@ from tests import state_cases
 from tests.chaos.servers import S3Context, new_bucket
 from tests.dag_runs import new_dag, run_dag
 from tests.rescale_runs import JOB, expected, finished, first_run, offsets_conf, submit, table, write_inputs
+from tests.support.inputs import write_json_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
@@ -226,7 +227,7 @@ def keyed_state(server: tuple[str, str], spark: Any, tmp_path_factory: pytest.Te
     case = state_cases.keyed_state_case()
     tmp_path = tmp_path_factory.mktemp("keyed-state-s3")
     root = Root(new_bucket(server[1], server[0]), tmp_path / "work", "totals")
-    state_cases.write_files(tmp_path / "input", case.files)
+    write_json_batches(tmp_path / "input", case.files)
     result = state_cases.run_case(spark, case, root.uri, root.job, tmp_path / "input", tmp_path / "table",
                                   conf=root.conf)
     assert result.status == "finished"
@@ -315,13 +316,13 @@ class Production:
         self.base, self.files = base, state_cases.threshold_files()
         self.root = Root(s3, base / "work", "alerts")
         self.input, self.output = base / "readings", base / "alerts"
-        state_cases.write_files(self.input, self.files[:2])
+        write_json_batches(self.input, self.files[:2])
         case = state_cases.threshold_case()
         result = state_cases.run_case(spark, case, self.root.uri, self.root.job, self.input, self.output,
                                       conf=self.root.conf)
         assert result.status == "finished" and result.last_batch == 1
         self.savepoint = savepoint_of_latest(self.root)
-        state_cases.write_files(self.input, self.files[2:], start=2)
+        write_json_batches(self.input, self.files[2:], start=2)
         # s0's streak (98 | 99, 91) spans the savepoint: it alerts only if the state was restored
         assert any(a["sensor"] == "s0" and a["first_ts"] < state_cases.ts(4)  # (file 2 starts at minute 4)
                    for a in state_cases.threshold_alerts(self.files)[2])

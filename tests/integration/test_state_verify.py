@@ -21,6 +21,7 @@ from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, sha256_hex
 from airflow_sparkpoint.checkpoints.verification import read_verification
 from tests import state_cases
+from tests.support.inputs import write_json_batches
 
 pytestmark = pytest.mark.spark
 
@@ -35,7 +36,7 @@ class Job:
 def job(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Job:
     base = tmp_path_factory.mktemp("verify")
     case = state_cases.aggregation_case()
-    state_cases.write_files(base / "input", case.files)
+    write_json_batches(base / "input", case.files)
     result = state_cases.run_case(spark, case, str(base / "root"), "orders", base / "input", base / "table")
     assert result.status == "finished"
     catalog = Catalog.open(str(base / "root"), "orders")
@@ -171,7 +172,7 @@ def test_another_job_restoring_the_savepoint_into_other_output_leaves_its_pendin
     assert [t.job for t in pending] == ["orders"], "the savepoint lists no pending transaction: nothing to check"
     production = DeltaTable(str(job.table)).to_pyarrow_table().to_pylist()
     extra = [[{"user": "u0", "amount": 1000}, {"user": "u4", "amount": 7}]]
-    state_cases.write_files(job.input, extra, start=len(job.case.files))
+    write_json_batches(job.input, extra, start=len(job.case.files))
 
     result = state_cases.run_case(spark, job.case, str(tmp_path / "fork"), "orders-fork", job.input,
                                   tmp_path / "fork-table", restore=job.savepoint.uri,

@@ -32,6 +32,7 @@ from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.storage import open_storage
 from tests import state_cases
 from tests.dag_runs import new_dag, run_dag, task_state
+from tests.support.inputs import write_json_batches
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -89,7 +90,7 @@ def production(airflow_home: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     previous = os.environ.get("AIRFLOW_CONN_SPARK_DEFAULT")
     os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
     prod = Production(tmp_path_factory.mktemp("drill-production"))
-    state_cases.write_files(prod.input, prod.files[:4])
+    write_json_batches(prod.input, prod.files[:4])
     with new_dag("drill_production") as dag:
         run = SparkpointSubmitOperator(task_id="run", job_name=JOB, checkpoint_dir=str(prod.root),
                                        application=str(JOB_SCRIPT), application_args=prod.application_args(),
@@ -124,7 +125,7 @@ def test_drill_restores_the_savepoint_under_a_scratch_identity_and_leaves_produc
 
     prod = production
     [savepoint] = prod.catalog.list_savepoints()
-    state_cases.write_files(prod.input, prod.files[4:], start=4)  # arrived since the savepoint
+    write_json_batches(prod.input, prod.files[4:], start=4)  # arrived since the savepoint
     generations = prod.catalog.current_generation()
     table_before = delta_rows(prod.output)
     files_before = tree_digest(prod.root)

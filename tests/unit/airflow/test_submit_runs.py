@@ -30,6 +30,7 @@ from airflow_sparkpoint.checkpoints.status import result_key
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.config import SUBMITTER_ENV
 from airflow_sparkpoint.storage import open_storage
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.airflow
 
@@ -354,10 +355,8 @@ def process_tree(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path
     script = tmp_path / "child.py"
     script.write_text(_CHILD)
     proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(marks), "parent", str(script)])
-    deadline = time.monotonic() + 60
-    while not ((marks / "parent.ready").exists() and (marks / "child.ready").exists()):
-        assert time.monotonic() < deadline, "the process tree did not start"
-        time.sleep(0.05)
+    wait_for("the process tree to start",
+             lambda: (marks / "parent.ready").exists() and (marks / "child.ready").exists(), 60, interval=0.05)
     yield proc, marks
     if proc.poll() is None:
         proc.kill()

@@ -20,6 +20,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.status import JobStatus
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.airflow
 
@@ -115,11 +116,12 @@ def test_savepoint_operator_on_kill_withdraws_its_untaken_request(catalog: Catal
 
     thread = threading.Thread(target=waiting)
     thread.start()
-    deadline = time.monotonic() + 60
-    while op.request_id is None and time.monotonic() < deadline:
+
+    def filed() -> str | None:
         running(catalog, generation=2)  # heartbeat: the job looks alive, but never answers
-        time.sleep(0.05)
-    assert op.request_id is not None, "the operator filed no request"
+        return op.request_id
+
+    wait_for("the operator to file a request", filed, 60, interval=0.05)
     op.on_kill()
     thread.join(60)
     channel = ControlChannel(catalog)

@@ -1,0 +1,65 @@
+"""The prologue every Sparkpoint operator and sensor shares: which job, where its store
+is (a storage root or a ``sparkpoint`` connection), the hook that opens it, and the
+checks of the arguments they have in common."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import conf
+
+from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, require_storage
+from airflow_sparkpoint.runtime.config import duration_value
+from airflow_sparkpoint.triggers.conditions import optional_seconds
+
+__all__ = ["SparkpointJobMixin", "default_deferrable", "positive_seconds"]
+
+
+class SparkpointJobMixin:
+    """The job an Airflow task acts on: `job_name`, and its storage root
+    (`checkpoint_dir`) or a ``sparkpoint`` connection (`sparkpoint_conn_id`).
+    `sparkpoint_hook` (also `hook`) opens it."""
+
+    job_name: str
+    checkpoint_dir: str | None
+    sparkpoint_conn_id: str | None
+
+    def _init_job(self, job_name: str, checkpoint_dir: str | None, sparkpoint_conn_id: str | None) -> None:
+        """Set the job and where its store is.
+
+        :raises ConfigError: neither `checkpoint_dir` nor `sparkpoint_conn_id` is given.
+        """
+        require_storage(type(self).__name__, checkpoint_dir, sparkpoint_conn_id)
+        self.job_name = job_name
+        self.checkpoint_dir = checkpoint_dir
+        self.sparkpoint_conn_id = sparkpoint_conn_id
+
+    @cached_property
+    def sparkpoint_hook(self) -> SparkpointHook:
+        return SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
+
+    @property
+    def hook(self) -> SparkpointHook:
+        """The job's hook (`sparkpoint_hook`), under the name thin operators use."""
+        return self.sparkpoint_hook
+
+
+def positive_seconds(name: str, value: Any) -> float:
+    """A duration argument (seconds, a timedelta or a string like ``"10 minutes"``) as
+    seconds > 0.
+
+    :raises ConfigError: anything else, None included (the message names `name`).
+    """
+    seconds = optional_seconds(name, duration_value(name, value))
+    if seconds is None:
+        raise ConfigError(f"{name}=None is invalid; expected a number of seconds > 0")
+    return seconds
+
+
+def default_deferrable(deferrable: bool | None) -> bool:
+    """`deferrable`, or when None Airflow's ``[operators] default_deferrable``."""
+    if deferrable is None:
+        return conf.getboolean("operators", "default_deferrable", fallback=False)
+    return bool(deferrable)

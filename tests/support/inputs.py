@@ -1,0 +1,41 @@
+"""A job's input in tests: JSON-lines files, one per micro-batch.
+
+Spark's file source orders files by modification time, so with ``maxFilesPerTrigger=1``
+one file is one micro-batch when the mtimes increase with the batch (DESIGN.md §7).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+BASE_MTIME = 1_700_000_000
+
+
+def write_json_batches(
+    directory: Path,
+    batches: Iterable[Sequence[Mapping[str, Any]]],
+    *,
+    start: int = 0,
+    name: str = "part-{:05d}.json",
+    base_mtime: float = BASE_MTIME,
+    mtime_step: float = 1,
+) -> list[Path]:
+    """Write one file per batch of rows: batch ``start + i`` as ``name.format(start + i)``
+    with mtime ``base_mtime + (start + i) * mtime_step``. Each file is written under a
+    hidden name and renamed into place, so a running stream never reads half a file.
+    Returns the paths, in batch order."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index, rows in enumerate(batches, start=start):
+        path = directory / name.format(index)
+        tmp = directory / f".{path.name}.tmp"
+        tmp.write_text("".join(json.dumps(dict(row)) + "\n" for row in rows))
+        mtime = base_mtime + index * mtime_step
+        os.utime(tmp, (mtime, mtime))
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths
