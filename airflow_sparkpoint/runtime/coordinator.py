@@ -116,6 +116,9 @@ class Coordinator:
         self.last_checkpoint: SnapshotMetadata | None = None
         self.last_checkpoint_at = 0.0
         self.confirmed_batch: int | None = None
+        # The newest batch a checkpoint was tried for (or restored): with interval 0 the
+        # batches after it are due, the ones before it are done or their failure tolerated.
+        self.last_attempted: int | None = None
         self.consecutive_failures = 0
         self.checkpoints_completed = 0
         self.batches_committed: list[int] = []
@@ -134,7 +137,7 @@ class Coordinator:
         self.index = dict(index)
         self.last_checkpoint = snapshot if snapshot is not None and snapshot.kind == "checkpoint" else None
         if snapshot is not None:
-            self.confirmed_batch = snapshot.batch_id
+            self.confirmed_batch = self.last_attempted = snapshot.batch_id
             self.sink_positions = dict(snapshot.sink_positions)
             self.counters.restored()
 
@@ -223,13 +226,25 @@ class Coordinator:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def due(self) -> bool:
-        """Whether the newest confirmed batch should be checkpointed now."""
-        if self.confirmed_batch is None:
-            return False
-        if self.last_checkpoint is not None and self.last_checkpoint.batch_id >= self.confirmed_batch:
-            return False
-        return self.interval_s <= 0 or time.monotonic() - self.last_checkpoint_at >= self.interval_s
+    def due_batches(self, *, final: bool = False) -> list[int]:
+        """The batches to checkpoint now, oldest first.
+
+        ``checkpoint.interval`` 0 (every batch): each batch Spark committed (``commits/<id>``
+        in the live location) after the newest one a checkpoint was tried for, up to the
+        newest confirmed one, so progress events queued behind each other while a checkpoint
+        ran, or still on the listener bus when the query ended, skip no batch. With an
+        interval: the newest confirmed batch once the interval has passed (at the run's end,
+        `final`, at once); the batches between get no checkpoint. The newest confirmed batch
+        stays due while it has no completed checkpoint (its last try failed).
+        """
+        confirmed = self.confirmed_batch
+        if confirmed is None:
+            return []
+        newest = [confirmed] if self.last_checkpoint is None or self.last_checkpoint.batch_id < confirmed else []
+        if self.interval_s > 0:
+            return newest if final or time.monotonic() - self.last_checkpoint_at >= self.interval_s else []
+        floor = -1 if self.last_attempted is None else self.last_attempted
+        return [b for b in livedir.committed_batches(self.live_root) if floor < b < confirmed] + newest
 
     def checkpoint(self, batch_id: int) -> SnapshotMetadata | None:
         """Take a retained checkpoint of the restart point after `batch_id`.
@@ -237,6 +252,7 @@ class Coordinator:
         Failures are counted; more than `checkpoint.tolerableFailures` consecutive ones
         raise. A stale generation raises `StaleGeneration` at once (invariant 5).
         """
+        self.last_attempted = batch_id if self.last_attempted is None else max(self.last_attempted, batch_id)
         try:
             meta = self._checkpoint(batch_id)
         except StaleGeneration:

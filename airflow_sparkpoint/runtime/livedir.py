@@ -149,14 +149,19 @@ def file_source_log_offset(line: str) -> int | None:
     return None
 
 
-def last_commit(root: str) -> int | None:
-    """The highest batch id with a ``commits/<id>`` file in a live location, or None."""
+def committed_batches(root: str) -> list[int]:
+    """The batch ids with a ``commits/<id>`` file in a live location, in order."""
     try:
         names = os.listdir(os.path.join(root, "commits"))
     except FileNotFoundError:
-        return None
-    ids = [int(n) for n in names if n.isdigit()]
-    return max(ids) if ids else None
+        return []
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def last_commit(root: str) -> int | None:
+    """The highest batch id with a ``commits/<id>`` file in a live location, or None."""
+    ids = committed_batches(root)
+    return ids[-1] if ids else None
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,9 @@ class _RunCoordination(_RunStartup):
                     kind, value = "tick", None
                 if kind == "progress":
                     self._confirm(value)
-                    if self.coordinator.due() and self.events.empty():
-                        self._checkpoint_and_commit(self.coordinator.confirmed_batch)
+                    if self.events.empty():  # else the next event's turn takes this batch too
+                        for batch in self.coordinator.due_batches():
+                            self._checkpoint_and_commit(batch)
                 elif kind == "final":
                     self._finish()
                     return
@@ -69,17 +70,20 @@ class _RunCoordination(_RunStartup):
             self.coordinator.commit_confirmed()
 
     def _finish(self) -> None:
-        """After the query ended: checkpoint its last confirmed batch, then commit."""
+        """After the query ended: checkpoint its last batch (and, with interval 0, the ones
+        before it that have none yet), then commit.
+
+        :raises SparkpointError: the checkpoint of the last batch failed.
+        """
         if self.error is not None:
             return
         last = livedir.last_commit(self.live)
         if last is not None:
-            self._confirm(last)  # its progress event may not have arrived
-        latest = self.coordinator.last_checkpoint
-        if last is not None and (latest is None or latest.batch_id < last):
-            meta = self.coordinator.checkpoint(last)
-            if meta is None:
-                raise SparkpointError(f"final checkpoint of batch {last} failed")
+            self._confirm(last)  # its progress event (and earlier ones) may not have arrived
+            due = self.coordinator.due_batches(final=True)
+            for batch in due:
+                if self.coordinator.checkpoint(batch) is None and batch == due[-1]:
+                    raise SparkpointError(f"final checkpoint of batch {batch} failed")
         self.coordinator.commit_confirmed()
         self._checkpoint_final_snapshot()
         if self.error is not None:  # e.g. SIGTERM during the wait: take on nothing new
