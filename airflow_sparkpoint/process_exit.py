@@ -1,0 +1,42 @@
+"""Ending a process Sparkpoint owns once its work is done, without native teardown.
+
+Why: a pyarrow dataset read through a filesystem implemented in Python (deltalake's
+``to_pyarrow_table()`` wraps delta-rs' object store in ``pyarrow.fs.PyFileSystem``, with
+``pre_buffer=True``) leaves read-ahead work on Arrow's I/O threads that still holds
+Python-owned buffers (``arrow::py::PyBuffer``) after the read returned. When such a
+thread drops the last reference while the interpreter finalizes, ``~PyBuffer`` asks for
+the GIL; CPython up to 3.13 ends a thread that does so after finalization began with
+``pthread_exit``, whose forced unwind through that ``noexcept`` destructor calls
+``std::terminate``: "terminate called without an active exception", exit 134 (SIGABRT),
+after the output was written and committed. Seen with deltalake 1.6 and pyarrow 26 on
+Python 3.11; ``DeltaTable.version()`` alone never does it (no Arrow I/O threads).
+
+Sparkpoint's own reads avoid that path (`sinks._delta_location.read_table`); the
+processes it owns end through `exit_process`, so no library it loaded can turn a
+finished command into a failed one at exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import NoReturn
+
+
+def exit_process(code: int) -> NoReturn:
+    """Flush logging, stdout and stderr, then end the process with `code` at once:
+    no atexit hooks, no interpreter finalization, no native static destructors.
+
+    Only for a process whose exit belongs to Sparkpoint (the ``sparkpoint`` command),
+    after everything it had to do is done and durable.
+    """
+    try:
+        logging.shutdown()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):  # closed or replaced by None
+                pass
+        os._exit(code)
