@@ -12,8 +12,14 @@ after the output was written and committed. Seen with deltalake 1.6 and pyarrow 
 Python 3.11; ``DeltaTable.version()`` alone never does it (no Arrow I/O threads).
 
 Sparkpoint's own reads avoid that path (`sinks._delta_location.read_table`); the
-processes it owns end through `exit_process`, so no library it loaded can turn a
-finished command into a failed one at exit.
+processes it owns end through `exit_process`, so no library they loaded can turn a
+finished command into a failed one at exit: the ``sparkpoint`` command, and the job
+scripts under ``dags/jobs`` once their run returned (a job script's exit is its
+author's; a failed run raises before it and exits through the usual path)::
+
+    if __name__ == "__main__":
+        main()
+        exit_process(0)
 """
 
 from __future__ import annotations
@@ -28,8 +34,8 @@ def exit_process(code: int) -> NoReturn:
     """Flush logging, stdout and stderr, then end the process with `code` at once:
     no atexit hooks, no interpreter finalization, no native static destructors.
 
-    Only for a process whose exit belongs to Sparkpoint (the ``sparkpoint`` command),
-    after everything it had to do is done and durable.
+    Only where the caller owns the process's exit, after everything it had to do is
+    done and durable: atexit hooks of other libraries do not run.
     """
     try:
         logging.shutdown()
