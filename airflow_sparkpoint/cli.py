@@ -51,6 +51,7 @@ from airflow_sparkpoint.cli_common import (  # re-exported: callers import them 
     _positive_seconds,
 )
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, SparkpointError
+from airflow_sparkpoint.process_exit import exit_process
 
 __all__ = ["EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "CommandFailed", "UsageError", "_positive_seconds",
            "build_parser", "main"]
@@ -132,8 +133,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; return its exit code (the console script exits with it)."""
-    arguments = list(sys.argv[1:] if argv is None else argv)
+    """Run the command given by `argv` and return its exit code; with `argv` None (the
+    ``sparkpoint`` command itself) end the process with it instead.
+
+    The command's process is ours: it ends without interpreter teardown once its output
+    is flushed, because a native library's teardown can abort a command that succeeded
+    (`airflow_sparkpoint.process_exit`).
+    """
+    code = _run(sys.argv[1:] if argv is None else argv)
+    if argv is None:  # an unexpected exception skips this: it fails with or without teardown
+        exit_process(code)
+    return code
+
+
+def _run(argv: Sequence[str]) -> int:
+    arguments = list(argv)
     parser = build_parser()
     try:
         if arguments[:1] == ["demo"]:  # everything after `demo` belongs to the demo's own parser

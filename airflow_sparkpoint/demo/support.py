@@ -196,9 +196,11 @@ def delta_rows(path: Path | str, version: int | None = None) -> list[dict[str, A
     """The table's rows (at `version`, default the latest); ``[]`` when it is no table yet."""
     from deltalake import DeltaTable
 
+    from airflow_sparkpoint.sinks._delta_location import read_table
+
     if not DeltaTable.is_deltatable(str(path)):
         return []
-    return DeltaTable(str(path), version=version).to_pyarrow_table().to_pylist()
+    return read_table(DeltaTable(str(path), version=version)).to_pylist()
 
 
 def delta_history(path: Path | str) -> list[dict[str, Any]]:

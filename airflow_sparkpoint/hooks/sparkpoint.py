@@ -300,11 +300,13 @@ class SparkpointHook(BaseHook):
     def delta_rows(self, table_uri: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
         """The rows readers see now in the Delta table at `table_uri` (a path or
         ``s3://``, with this connection's endpoint and credentials); [] with no table."""
+        from airflow_sparkpoint.sinks._delta_location import read_table
+
         sink = self._sink("delta", {"uri": table_uri, "mode": "append"})
         table = sink._location.open()  # type: ignore[attr-defined]
         if table is None:
             return []
-        return list(table.to_pyarrow_table(columns=columns).to_pylist())
+        return list(read_table(table, columns).to_pylist())
 
     def _sink(self, kind: str, config: Mapping[str, Any]) -> Any:
         from airflow_sparkpoint.sinks import sink_from_config

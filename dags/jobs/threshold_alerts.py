@@ -122,4 +122,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from airflow_sparkpoint.process_exit import exit_process
+
     main()
+    exit_process(0)  # finished and reported: no native library's teardown can fail the run now

@@ -104,3 +104,29 @@ def test_partition_directories_are_escaped_as_spark_does():
     assert spec.layout.relative_path(3, ("d1", None), 2) == (
         "_sparkpoint_txn/job/job-b0-g1/day=d1/h=__HIVE_DEFAULT_PARTITION__/part-00003-abc-002.snappy.parquet")
     assert SECRET not in repr(spec)
+
+
+def test_read_table_returns_the_rows_with_the_tables_own_types(tmp_path):
+    import datetime
+
+    import deltalake
+    import pyarrow as pa
+
+    from airflow_sparkpoint.sinks._delta_location import read_table
+
+    ts = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    first = pa.table({"user": ["a", "b"], "total": pa.array([1, 2], pa.int64()),
+                      "ts": pa.array([ts, ts], pa.timestamp("us", "UTC")), "day": ["d1", "d2"]})
+    deltalake.write_deltalake(str(tmp_path), first, partition_by=["day"])
+    deltalake.write_deltalake(str(tmp_path), first.slice(0, 1).set_column(0, "user", pa.array(["c"])), mode="append")
+    table = deltalake.DeltaTable(str(tmp_path))
+
+    got = read_table(table)
+    assert got.schema == pa.schema(table.schema().to_arrow())  # strings, not delta-rs' string views
+    assert sorted((r["user"], r["total"], r["ts"], r["day"]) for r in got.to_pylist()) == [
+        ("a", 1, ts, "d1"), ("b", 2, ts, "d2"), ("c", 1, ts, "d1")]
+    assert read_table(table, ["total", "user"]).column_names == ["total", "user"]
+    assert sorted(r["user"] for r in read_table(deltalake.DeltaTable(str(tmp_path), version=0)).to_pylist()) == \
+        ["a", "b"]
+    with pytest.raises(ValueError, match=r"columns \['nope'\] are not in the Delta table .* it has \['user'"):
+        read_table(table, ["nope"])
