@@ -12,6 +12,9 @@
     <job>/status.json                             heartbeat and state of the current run
     <job>/control/<request-id>.{request,ack,result}.json
     <job>/last-disposed-id                        highest id ever disposed (ids are never reused)
+
+A sink transaction is named ``<job>-b<batch>-g<generation>`` (`txn_id`, `parse_txn_id`):
+its staging areas, committed file names and claims carry that name.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ TXN_RE = re.compile(r"^(\d+)-g(\d+)\.json$")
 LINEAGE_RE = re.compile(r"^(\d+)\.json$")
 GC_RE = re.compile(r"^(\d+)-([0-9a-z]+)\.json$")
 JOB_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+#: ``<job>-b<batch>-g<generation>``; job names may contain ``-``, so the greedy job group
+#: backtracks to the fixed-form suffix.
+TXN_ID_RE = re.compile(r"^(?P<job>.+)-b(?P<batch>\d+)-g(?P<gen>\d+)$")
 
 
 def validate_job_name(job: str) -> str:
@@ -66,6 +72,19 @@ def lineage_key(generation: int) -> str:
 
 def gc_key(epoch_ms: int, suffix: str) -> str:
     return f"{GC}/{epoch_ms:015d}-{suffix}.json"
+
+
+def txn_id(job: str, batch_id: int, generation: int) -> str:
+    """The id of the sink transaction of batch `batch_id` staged by `generation` of `job`."""
+    return f"{job}-b{batch_id}-g{generation}"
+
+
+def parse_txn_id(name: str) -> tuple[str, int, int] | None:
+    """``(job, batch, generation)`` of a transaction id, or None if `name` is not one."""
+    match = TXN_ID_RE.match(name)
+    if not match:
+        return None
+    return match.group("job"), int(match.group("batch")), int(match.group("gen"))
 
 
 def txn_key(batch_id: int, generation: int) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from airflow_sparkpoint.checkpoints.layout import txn_id
 from airflow_sparkpoint.exceptions import CorruptMetadata
 from airflow_sparkpoint.storage.base import normalize_key
 
@@ -103,7 +104,7 @@ class TransactionRecord:
 
     @property
     def txn_id(self) -> str:
-        return f"{self.job}-b{self.batch_id}-g{self.generation}"
+        return txn_id(self.job, self.batch_id, self.generation)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -24,22 +24,7 @@ log = logging.getLogger(__name__)
 
 MANIFESTS = "_sparkpoint/manifests"
 STAGING = "_staging"
-#: ``<job>-b<batch>-g<generation>`` (`StageContext.txn_id`); job names may contain ``-``,
-#: so the greedy job group backtracks to the fixed-form suffix.
-TXN_RE = re.compile(r"^(?P<job>.+)-b(?P<batch>\d+)-g(?P<gen>\d+)$")
 _MANIFEST_NAME_RE = re.compile(r"^(\d+)\.json$")
-
-
-def txn_id(job: str, batch_id: int, generation: int) -> str:
-    return f"{job}-b{batch_id}-g{generation}"
-
-
-def parse_txn(name: str) -> tuple[str, int, int] | None:
-    """``(job, batch, generation)`` of a transaction id, or None if `name` is not one."""
-    match = TXN_RE.match(name)
-    if not match:
-        return None
-    return match.group("job"), int(match.group("batch")), int(match.group("gen"))
 
 
 def final_name(txn: str, index: int, ext: str) -> str:

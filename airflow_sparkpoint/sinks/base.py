@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from airflow_sparkpoint.checkpoints.layout import txn_id
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
 
@@ -51,7 +52,7 @@ class StageContext:
 
     @property
     def txn_id(self) -> str:
-        return f"{self.job}-b{self.batch_id}-g{self.generation}"
+        return txn_id(self.job, self.batch_id, self.generation)
 
 
 @dataclass(frozen=True)

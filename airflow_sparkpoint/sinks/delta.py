@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import (
     CommitOutcomeUnknown,
@@ -31,7 +32,7 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
     TransactionConflict,
 )
-from airflow_sparkpoint.sinks import _claims, _delta_txn, _manifests
+from airflow_sparkpoint.sinks import _claims, _delta_txn
 from airflow_sparkpoint.sinks._delta_location import import_deltalake as _import_deltalake
 from airflow_sparkpoint.sinks._delta_location import table_location
 from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, StageContext
@@ -232,7 +233,7 @@ class DeltaSink(Sink):
         if entry is None or entry.get("sparkpoint.generation") is None:
             return CommittedTxn(job=job, batch_id=batch_id, generation=None, txn_id=None)
         generation = int(entry["sparkpoint.generation"])
-        txn = entry.get("sparkpoint.txn") or f"{job}-b{batch_id}-g{generation}"
+        txn = entry.get("sparkpoint.txn") or layout.txn_id(job, batch_id, generation)
         return CommittedTxn(job=job, batch_id=batch_id, generation=generation, txn_id=str(txn))
 
     def replay_record(self, job: str, batch_id: int) -> str | None:
@@ -252,7 +253,7 @@ class DeltaSink(Sink):
             if generation == record.generation:
                 return _OURS
             return CommittedTxn(record.job, record.batch_id, generation,
-                                str(entry.get("sparkpoint.txn") or f"{record.job}-b{record.batch_id}-g{generation}"))
+                                str(entry.get("sparkpoint.txn") or layout.txn_id(record.job, record.batch_id, generation)))
         # The history does not say (a commit of an old release, or its log entry was
         # cleaned up): an append is ours iff our files are in the table; for a merge it
         # cannot be told, and the batch counts as ours (the previous release's answer).
@@ -509,7 +510,7 @@ class DeltaSink(Sink):
         """Whether a staging area no record refers to may go: its transaction is decided
         abort now, or was decided promote and landed (merged) or lost its batch. One
         decided to promote whose commit has not landed is left for its committer."""
-        parsed = _manifests.parse_txn(txn)
+        parsed = layout.parse_txn_id(txn)
         if parsed is None:
             return True
         job, batch, generation = parsed

@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import (
     CommitOutcomeUnknown,
@@ -243,7 +244,7 @@ class S3Sink(claims.FileSink):
         uploads = [dict(u) for u in plan.get("uploads", ())]
         if not uploads:
             return []
-        parsed = manifests.parse_txn(txn)
+        parsed = layout.parse_txn_id(txn)
         pending = {(key, upload_id) for _t, key, upload_id in self.pending_uploads(parsed[0] if parsed else txn, txn)}
         gone = [u for u in uploads if (u["key"], u["upload_id"]) not in pending]
         if not gone:
@@ -262,7 +263,7 @@ class S3Sink(claims.FileSink):
             return claims.in_halves(pool, self._complete, uploads, batch, txn)
 
     def _discard(self, txn: str, plan: Mapping[str, Any] | None, *, promoted_too: bool) -> int:
-        parsed = manifests.parse_txn(txn)
+        parsed = layout.parse_txn_id(txn)
         job = parsed[0] if parsed else txn
         uploads = [(u["key"], u["upload_id"]) for u in (plan or {}).get("uploads", ())]
         aborted = self._abort_all(uploads)
@@ -407,7 +408,7 @@ class S3Sink(claims.FileSink):
                     match = _KEY_RE.match(item["Key"][len(self.prefix):])
                     if match is None:
                         continue
-                    parsed = manifests.parse_txn(match.group("txn"))
+                    parsed = layout.parse_txn_id(match.group("txn"))
                     if parsed is not None and parsed[0] == job and txn in (None, match.group("txn")):
                         found.append((match.group("txn"), item["Key"], item["UploadId"]))
         except (ClientError, BotoCoreError) as exc:

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.exceptions import CommitOutcomeUnknown, ConfigError, SinkError
-from airflow_sparkpoint.sinks import _manifests as manifests
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.sinks.s3 import (
     MAX_PARTS,
@@ -73,12 +72,6 @@ def test_part_size_grows_to_stay_within_10000_parts() -> None:
     assert part % MiB == 0 and -(-big // part) <= MAX_PARTS
     with pytest.raises(SinkError, match="5 TiB"):
         choose_part_size(6 * 1024 * 1024 * MiB)
-
-
-def test_transaction_ids_parse_even_when_the_job_name_looks_like_one() -> None:
-    assert manifests.parse_txn("orders-b12-g3") == ("orders", 12, 3)
-    assert manifests.parse_txn("orders-b7-g1-b12-g3") == ("orders-b7-g1", 12, 3)
-    assert manifests.parse_txn("orders") is None
 
 
 @pytest.fixture()
