@@ -195,6 +195,7 @@ class FileSink(Sink):
 
 
 def decision_key(job: str, txn: str) -> str:
+    """Where the promote/abort decision of transaction `txn` lives (every sink's, Delta's too)."""
     return f"{DECISIONS}/{job}/{txn}.json"
 
 

@@ -350,7 +350,7 @@ class DeltaSink(Sink):
         :raises CommitOutcomeUnknown: the store failed; nothing is known.
         """
         try:
-            return _claims.decide(self._location.store(), _delta_txn.decision_key(record.job, record.txn_id),
+            return _claims.decide(self._location.store(), _claims.decision_key(record.job, record.txn_id),
                                   _claims.decision_body(record, decision))
         except StorageError as exc:
             raise CommitOutcomeUnknown(
