@@ -41,6 +41,11 @@ def commits_entry(batch_id: int) -> str:
     return f"{COMMITS}/{batch_id}"
 
 
+def operator_metadata_v1(operator: str) -> str:
+    """The unversioned (v1) operator metadata file of `operator`."""
+    return f"{STATE}/{operator}/_metadata/metadata"
+
+
 def compact_name(batch_id: int) -> str:
     """The name of a compacted source log entry (it holds every entry up to `batch_id`)."""
     return f"{batch_id}{COMPACT}"

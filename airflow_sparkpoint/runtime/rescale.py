@@ -338,7 +338,7 @@ def _fix_v1_metadata(path: str, partitions: int) -> None:
     renamed over the old one: a hard-linked original is never changed)."""
     state = os.path.join(path, spark_layout.STATE)
     for op in sorted(os.listdir(state)) if os.path.isdir(state) else []:
-        target = os.path.join(state, op, "_metadata", "metadata")
+        target = os.path.join(path, spark_layout.operator_metadata_v1(op))
         if not os.path.isfile(target):
             continue
         with open(target, encoding="utf-8") as handle:
@@ -355,7 +355,8 @@ def _fix_v1_metadata(path: str, partitions: int) -> None:
         with open(tmp, "w", encoding="utf-8") as handle:
             handle.write("v1\n" + json.dumps(body, separators=(",", ":")))
         os.replace(tmp, target)
-        crc = os.path.join(state, op, "_metadata", ".metadata.crc")
+        directory, name = os.path.split(target)
+        crc = os.path.join(directory, f".{name}.crc")
         if os.path.exists(crc):  # Hadoop would check the old checksum against the new bytes
             os.unlink(crc)
 

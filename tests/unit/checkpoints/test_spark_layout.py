@@ -21,7 +21,7 @@ def test_state_versions() -> None:
 
 
 def test_both_operator_metadata_forms() -> None:
-    assert spark_layout.operator_metadata("state/0/_metadata/metadata") == ("0", None)
+    assert spark_layout.operator_metadata(spark_layout.operator_metadata_v1("0")) == ("0", None)
     assert spark_layout.operator_metadata("state/1/_metadata/v2/5") == ("1", 5)
     assert spark_layout.operator_metadata("state/1/0/_metadata/v2/5") is None
     assert spark_layout.operator_metadata("state/0/0/1.zip") is None
