@@ -54,10 +54,6 @@ class JobStatus:
         return cls(**known)
 
 
-def result_key(generation: int) -> str:
-    return f"results/{generation:012d}.json"
-
-
 def read_job_status(catalog: Catalog) -> JobStatus | None:
     """The job's status record, or None when there is none (or it is unreadable: logged)."""
     raw = catalog.read_status()
