@@ -350,11 +350,7 @@ class SparkpointHook(BaseHook):
         (scrubbed: the form shows it to whoever clicks *Test*)."""
         try:
             storage = self.get_storage()
-            check = getattr(storage, "check", None)
-            if callable(check):
-                check()
-            else:
-                list(storage.list_dirs(""))
+            storage.check()
         except Exception as exc:  # noqa: BLE001 - reported to the UI
             return False, self.scrub(f"Sparkpoint connection {self.sparkpoint_conn_id!r} cannot reach its storage: "
                                      f"{type(exc).__name__}: {exc}")

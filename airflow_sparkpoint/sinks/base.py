@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_sparkpoint.checkpoints.layout import txn_id
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
 
 if TYPE_CHECKING:
@@ -78,6 +78,8 @@ class Sink(abc.ABC):
     """A two-phase-commit sink. Subclasses register under `kind` for `sink_from_config`."""
 
     kind: ClassVar[str] = ""
+    #: whether `rewind` can move the sink back to a snapshot (``restore.sinkAhead=rewind``)
+    can_rewind: ClassVar[bool] = False
     _registry: ClassVar[dict[str, type[Sink]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -136,6 +138,15 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def committed_position(self, job: str) -> int | None:
         """The highest batch id of `job` committed to this sink, or None (invariant 4)."""
+
+    def rewind(self, job: str, snapshot: SnapshotMetadata) -> None:
+        """Move the sink back to its state right after `snapshot`'s batch (only when
+        `can_rewind`).
+
+        :raises NotImplementedError: the sink cannot rewind.
+        :raises SinkAheadError: the sink cannot be rewound to that point.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot be rewound (restore.sinkAhead=rewind)")
 
     def cleanup_orphans(self, job: str, keep: set[str]) -> int:
         """Delete staged data of `job` whose transaction id is not in `keep`; return a count."""

@@ -62,6 +62,7 @@ class DeltaSink(Sink):
     """
 
     kind = "delta"
+    can_rewind = True
 
     def __init__(
         self,
