@@ -195,12 +195,12 @@ class Storage(abc.ABC):
 
     def check(self) -> None:
         """Fail fast unless the store can be used (S3: the bucket exists and these
-        credentials may use it). The default reads one key, which a local or in-memory
-        store answers without a network.
+        credentials may use it). The default lists the root's top level.
 
-        :raises StorageError: the store cannot be reached or read.
+        :raises StorageError: the store cannot be reached or read (a local store may
+            raise `OSError`).
         """
-        self.exists("_sparkpoint_probe")
+        self.list_dirs("")
 
     def check_exclusive_create(self) -> None:
         """Fail fast unless `put_if_absent` refuses a second create of one key (generation
