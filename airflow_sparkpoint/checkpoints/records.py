@@ -405,14 +405,13 @@ def open_requests(catalog: Catalog) -> list[ControlRecord]:
     from airflow_sparkpoint.checkpoints.control import ControlChannel
 
     channel = ControlChannel(catalog)
-    ids, _taken = channel._scan()  # the channel's own listing of its prefix
     records = []
-    for request_id in ids:
+    for request_id in channel.request_ids():
         try:
             result = channel.result(request_id)
             if result.finished:
                 continue
-            request = channel._request(request_id)  # cached by result()
+            request = channel.read_request(request_id)  # cached by result()
         except (ControlError, StorageError) as exc:
             log.warning("ignoring unreadable control request %s of job %r: %s", request_id, catalog.job, exc)
             continue

@@ -280,19 +280,18 @@ class SparkpointHook(BaseHook):
         rows: list[dict[str, Any]] = []
         for record in self.pending_transactions(job_name, generation=generation):
             sink = self._sink(record.sink, record.payload.get("config") or {})
-            read = getattr(sink, "_location", None)
-            if record.sink != "delta" or read is None:
+            if record.sink != "delta":
                 raise ConfigError(f"the staged rows of transaction {record.txn_id} ({record.sink} sink) cannot be "
                                   "read before they are committed; only DeltaSink output can be audited this way")
             for staged_file in record.payload["staged"]["files"]:
-                rows += read.read_parquet(staged_file["path"]).to_pylist()
+                rows += sink.location.read_parquet(staged_file["path"]).to_pylist()
         return rows
 
     def delta_rows(self, table_uri: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
         """The rows readers see now in the Delta table at `table_uri` (a path or
         ``s3://``, with this connection's endpoint and credentials); [] with no table."""
         sink = self._sink("delta", {"uri": table_uri, "mode": "append"})
-        table = sink._location.open()  # type: ignore[attr-defined]
+        table = sink.location.open()
         if table is None:
             return []
         return list(table.to_pyarrow_table(columns=columns).to_pylist())

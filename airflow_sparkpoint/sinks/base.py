@@ -87,6 +87,11 @@ class Sink(abc.ABC):
         if cls.kind:
             Sink._registry[cls.kind] = cls
 
+    @staticmethod
+    def registered() -> Mapping[str, type[Sink]]:
+        """Every sink class imported so far, by `kind` (`sinks.kinds.sink_from_config`)."""
+        return dict(Sink._registry)
+
     # -- identity and (de)serialization for external committers -------------------
 
     @property
