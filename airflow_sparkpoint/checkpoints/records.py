@@ -116,7 +116,7 @@ class SnapshotRecord:
     def from_entry(cls, entry: SnapshotEntry, catalog: Catalog | None = None) -> SnapshotRecord:
         """The record of a catalog listing entry; with `catalog`, also its last drill."""
         meta = entry.metadata
-        superseded_by = getattr(entry, "superseded_by", None)
+        superseded_by = entry.superseded_by
         status = "invalid" if meta is None else ("superseded" if superseded_by is not None else "valid")
         drill = read_verification(catalog.store, entry.key) if catalog is not None else None
         common: dict[str, Any] = {
