@@ -271,8 +271,8 @@ def write_batch(live_root: str, body: Mapping[str, Any]) -> None:
         for key, lines in sorted(source["entries"].items(), key=lambda item: int(item[0])):
             k = int(key)
             if k in compact:
-                _write(os.path.join(directory, spark_layout.compact_name(k)), "\n".join(["v1", *_entries_upto(directory, k - 1),
-                                                                             *lines]))
+                everything = ["v1", *_entries_upto(directory, k - 1), *lines]
+                _write(os.path.join(directory, spark_layout.compact_name(k)), "\n".join(everything))
             else:
                 _write(os.path.join(directory, str(k)), "\n".join(["v1", *lines]))
 

@@ -77,7 +77,6 @@ SUPPORTED_OPERATORS = frozenset({
 })
 
 
-
 @dataclass(frozen=True)
 class RescalePlan:
     """What ``restore.statePartitions`` asks of this restore."""
