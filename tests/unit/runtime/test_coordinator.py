@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import RestoreError, SinkAheadError, SparkpointError, StaleGeneration
 from airflow_sparkpoint.runtime import coordinator as coordinator_module
 from airflow_sparkpoint.runtime.config import SparkpointConfig
@@ -321,3 +321,29 @@ def test_first_checkpoint_after_a_foreign_restore_copies_into_its_own_store_with
     write_live(live, 1)
     second = coord.checkpoint(1)
     assert second is not None and second.stats.files_copied == 3 and hashed
+
+
+def test_only_a_sink_that_declares_it_can_rewind_is_rewound(catalog, tmp_path):
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    write_live(tmp_path, 0)
+    coord.checkpoint(0)
+    plan = plan_restore(_cfg(), catalog, None)
+    assert plan.snapshot is not None
+    rewound: list[int] = []
+
+    class RewindingSink(RecordingSink):
+        can_rewind = True
+
+        def rewind(self, job: str, snapshot: SnapshotMetadata) -> None:
+            rewound.append(snapshot.batch_id)
+
+    ahead = {0: 1, 1: 1, 2: 1}
+    plain = RecordingSink()
+    plain.committed = dict(ahead)
+    with pytest.raises(SinkAheadError, match="already committed batch 2"):
+        check_sink_position(plan, plain, "job", "rewind")
+    able = RewindingSink()
+    able.committed = dict(ahead)
+    assert check_sink_position(plan, able, "job", "rewind") is True
+    assert rewound == [0]
