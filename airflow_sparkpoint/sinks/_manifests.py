@@ -25,11 +25,24 @@ log = logging.getLogger(__name__)
 MANIFESTS = "_sparkpoint/manifests"
 STAGING = "_staging"
 _MANIFEST_NAME_RE = re.compile(r"^(\d+)\.json$")
+_PART_RE = re.compile(r"^part-(?P<txn>.+)-(?P<index>\d+)\.(?P<ext>[a-z]+)$")
+
+
+def part_prefix(txn: str) -> str:
+    """What the names of transaction `txn`'s files start with (given a job name instead:
+    the files of every transaction of that job, and possibly of a job named like it)."""
+    return f"part-{txn}-"
 
 
 def final_name(txn: str, index: int, ext: str) -> str:
     """The deterministic name of the `index`-th file of transaction `txn` once committed."""
-    return f"part-{txn}-{index:05d}" + (f".{ext}" if ext else "")
+    return f"{part_prefix(txn)}{index:05d}" + (f".{ext}" if ext else "")
+
+
+def part_txn(name: str) -> str | None:
+    """The transaction id in a file name ``part-<txn>-<index>.<ext>``, or None."""
+    match = _PART_RE.match(name)
+    return match.group("txn") if match else None
 
 
 def manifest_key(job: str, batch_id: int) -> str:

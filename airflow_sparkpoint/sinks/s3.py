@@ -72,7 +72,6 @@ __all__ = ["MAX_PARTS", "MIN_PART_SIZE", "MiB", "S3Sink", "choose_part_size", "m
 
 #: concurrent S3 requests per driver commit or abort
 COMMIT_THREADS = 16
-_KEY_RE = re.compile(r"^part-(?P<txn>.+)-(?P<partition>\d+)\.(?P<ext>[a-z]+)$")
 _MD5_HEX = re.compile(r"^[0-9a-f]{32}$")
 _CLIENT_ERRORS_CERTAIN = frozenset({"InvalidPart", "InvalidPartOrder", "EntityTooSmall", "MalformedXML",
                                     "AccessDenied", "InvalidRequest", "NoSuchBucket"})
@@ -176,7 +175,7 @@ class S3Sink(claims.FileSink):
         if ctx.storage_options:
             self.configure(ctx.storage_options)
         txn = ctx.txn_id
-        spec = UploadSpec(self.bucket, f"{self.prefix}part-{txn}-", self.format, self.part_size, dict(self._options))
+        spec = UploadSpec(self.bucket, self.prefix + manifests.part_prefix(txn), self.format, self.part_size, dict(self._options))
 
         def stage_batches(batches: Iterator[Any]) -> Iterator[Any]:
             return stage_partition(spec, batches)
@@ -371,11 +370,10 @@ class S3Sink(claims.FileSink):
         paginator = self._client.get_paginator("list_objects_v2")
         keys = []
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}part-{txn}-"):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + manifests.part_prefix(txn)):
                 for item in page.get("Contents", ()):
                     rel = item["Key"][len(self.prefix):]
-                    match = _KEY_RE.match(rel)
-                    if match and match.group("txn") == txn:
+                    if manifests.part_txn(rel) == txn:
                         keys.append(rel)
         except (ClientError, BotoCoreError) as exc:
             raise SinkError(f"cannot list s3://{self.bucket}/{self.prefix}part-{txn}-*: {exc}") from None
@@ -403,14 +401,14 @@ class S3Sink(claims.FileSink):
         paginator = self._client.get_paginator("list_multipart_uploads")
         found = []
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}part-{txn or job}-"):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + manifests.part_prefix(txn or job)):
                 for item in page.get("Uploads", ()):
-                    match = _KEY_RE.match(item["Key"][len(self.prefix):])
-                    if match is None:
+                    found_txn = manifests.part_txn(item["Key"][len(self.prefix):])
+                    if found_txn is None:
                         continue
-                    parsed = layout.parse_txn_id(match.group("txn"))
-                    if parsed is not None and parsed[0] == job and txn in (None, match.group("txn")):
-                        found.append((match.group("txn"), item["Key"], item["UploadId"]))
+                    parsed = layout.parse_txn_id(found_txn)
+                    if parsed is not None and parsed[0] == job and txn in (None, found_txn):
+                        found.append((found_txn, item["Key"], item["UploadId"]))
         except (ClientError, BotoCoreError) as exc:
             raise SinkError(f"cannot list pending uploads under {self.uri}: {exc}") from None
         return found

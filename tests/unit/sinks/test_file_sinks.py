@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.exceptions import CommitOutcomeUnknown, ConfigError, SinkError
+from airflow_sparkpoint.sinks import _manifests as manifests
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.sinks.s3 import (
     MAX_PARTS,
@@ -72,6 +74,13 @@ def test_part_size_grows_to_stay_within_10000_parts() -> None:
     assert part % MiB == 0 and -(-big // part) <= MAX_PARTS
     with pytest.raises(SinkError, match="5 TiB"):
         choose_part_size(6 * 1024 * 1024 * MiB)
+
+
+def test_a_committed_file_name_names_its_transaction() -> None:
+    txn = layout.txn_id("orders-b7-g1", 12, 3)
+    assert manifests.part_txn(manifests.final_name(txn, 4, "parquet")) == txn
+    assert manifests.final_name(txn, 4, "parquet").startswith(manifests.part_prefix(txn))
+    assert manifests.part_txn(f"{manifests.part_prefix(txn)}00004") is None  # no extension: not a part file
 
 
 @pytest.fixture()
