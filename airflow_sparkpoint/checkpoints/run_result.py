@@ -59,6 +59,25 @@ class RunResult:
         return cls(**known)
 
 
+#: how a job script hands its result to the process that started it: one stdout line
+RESULT_LINE = "SPARKPOINT_RESULT "
+
+
+def result_line(result: RunResult) -> str:
+    """The stdout line that carries `result` (`parse_result_line` reads it back)."""
+    return RESULT_LINE + json.dumps(result.to_json())
+
+
+def parse_result_line(output: str) -> RunResult | None:
+    """The result the last `result_line` in `output` carries, or None when it has none.
+
+    :raises ValueError: that line is not a run result's JSON.
+    :raises TypeError: it lacks status, job or generation.
+    """
+    lines = [line for line in output.splitlines() if line.startswith(RESULT_LINE)]
+    return RunResult.from_json(json.loads(lines[-1][len(RESULT_LINE):])) if lines else None
+
+
 def result_key(generation: int) -> str:
     return f"results/{generation:012d}.json"
 

@@ -29,3 +29,13 @@ def test_an_unreadable_result_is_named() -> None:
     catalog.store.put(result_key(2), b'{"job": "orders"}')
     with pytest.raises(CorruptMetadata, match="status"):
         read_run_result(catalog, 2)
+
+
+def test_the_result_line_a_job_script_prints_reads_back() -> None:
+    from airflow_sparkpoint.checkpoints.run_result import parse_result_line, result_line
+
+    result = RunResult(status="finished", job="orders", generation=1, committed_batches=(0, 1))
+    output = f"INFO starting\n{result_line(result)}\nINFO stopped\n"
+    assert result_line(result).startswith("SPARKPOINT_RESULT {")
+    assert parse_result_line(output) == result
+    assert parse_result_line("INFO no result\n") is None
