@@ -265,7 +265,7 @@ def _requester() -> str:
 def cmd_dispose(args: argparse.Namespace) -> int:
     catalog = _open_catalog(args)
     try:
-        key = catalog._key_of(args.path)
+        key = catalog.key_of(args.path)
         count = catalog.dispose(args.path)
     except RestoreError as exc:  # outside the job, or not a snapshot directory: bad input
         raise UsageError(str(exc)) from None

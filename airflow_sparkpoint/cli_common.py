@@ -116,9 +116,7 @@ def _open_catalog(args: argparse.Namespace) -> Any:
     storage = open_storage(args.dir, **options)
     if isinstance(storage, LocalStorage) and not os.path.isdir(storage.root):
         raise CommandFailed(f"storage root {args.dir!r} does not exist ({storage.root}); check --dir")
-    check = getattr(storage, "check", None)
-    if callable(check):
-        check()
+    storage.check()
     return Catalog(storage, args.job)
 
 

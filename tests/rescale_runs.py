@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint import cli
+from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from airflow_sparkpoint.demo.support import write_batch_file
 from tests.support.submit import spark_submit_command, submit_env
 
@@ -58,8 +59,8 @@ class Run:
     def __init__(self, proc: subprocess.CompletedProcess[str]) -> None:
         self.returncode = proc.returncode
         self.output = proc.stdout
-        lines = [line for line in proc.stdout.splitlines() if line.startswith("SPARKPOINT_RESULT ")]
-        self.result: dict[str, Any] | None = json.loads(lines[-1].split(" ", 1)[1]) if lines else None
+        result = parse_result_line(proc.stdout)
+        self.result: dict[str, Any] | None = None if result is None else result.to_json()
 
     def tail(self, n: int = 60) -> str:
         return "\n".join(self.output.splitlines()[-n:])

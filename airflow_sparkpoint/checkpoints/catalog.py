@@ -102,6 +102,12 @@ class Catalog:
         if sid > self._id_floor():
             self.store.put(layout.ID_FLOOR, str(sid).encode())
 
+    def checkpoint_entry(self, checkpoint_id: int, present: Mapping[str, int] | None = None) -> SnapshotEntry:
+        """Checkpoint `checkpoint_id` as listed: with its metadata when its ``_metadata``
+        validates and every file it references is in `present` (shared key -> size; None:
+        look each up), else with the error that makes it unusable (invariant 1)."""
+        return self._read_entry("checkpoint", checkpoint_id, layout.checkpoint_dir(checkpoint_id), present, "")
+
     def _read_entry(
         self, kind: str, sid: int, key: str, present: Mapping[str, int] | None, base: str
     ) -> SnapshotEntry:
@@ -388,7 +394,7 @@ class Catalog:
         :raises InvalidPath: malformed, or contains ``..``.
         :raises RestoreError: outside this job's root, or not such a directory.
         """
-        key = self._key_of(uri)
+        key = self.key_of(uri)
         if not ((layout.CHK_RE.match(key) and not savepoint_only) or (
                 key.startswith(f"{layout.SAVEPOINTS}/") and layout.SAVEPOINT_RE.match(key.split("/", 1)[1]))):
             raise RestoreError(
@@ -398,7 +404,7 @@ class Catalog:
             )
         return key
 
-    def _key_of(self, uri: str) -> str:
+    def key_of(self, uri: str) -> str:
         """The key, relative to the job root, of a URI, path or key naming something inside it.
 
         :raises InvalidPath: malformed, or contains ``..``/``.`` segments.

@@ -406,6 +406,17 @@ class ControlChannel:
 
     # ------------------------------------------------------------------ reading
 
+    def request_ids(self) -> list[str]:
+        """Ids of every stored request, answered or not."""
+        return self._scan()[0]
+
+    def read_request(self, request_id: str) -> ControlRequest:
+        """Request `request_id` (cached once read).
+
+        :raises ControlError: it does not exist or is unreadable.
+        """
+        return self._request(request_id)
+
     def _scan(self) -> tuple[list[str], set[str]]:
         """(ids of every request file, ids that are acknowledged or have a result)."""
         ids: list[str] = []

@@ -18,6 +18,9 @@
 
 Every record read from a job's keys is bounded (`max_bytes_of`, `JobStore`): whoever can
 write the store could plant a multi-GB ``status.json`` to take a reader down.
+
+A sink transaction is named ``<job>-b<batch>-g<generation>`` (`txn_id`, `parse_txn_id`):
+its staging areas, committed file names and claims carry that name.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ TXN_RE = re.compile(r"^(\d+)-g(\d+)\.json$")
 LINEAGE_RE = re.compile(r"^(\d+)\.json$")
 GC_RE = re.compile(r"^(\d+)-([0-9a-z]+)\.json$")
 JOB_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+#: ``<job>-b<batch>-g<generation>``; job names may contain ``-``, so the greedy job group
+#: backtracks to the fixed-form suffix.
+TXN_ID_RE = re.compile(r"^(?P<job>.+)-b(?P<batch>\d+)-g(?P<gen>\d+)$")
 
 
 def validate_job_name(job: str) -> str:
@@ -77,6 +83,19 @@ def pin_dir(generation: int) -> str:
 
 def gc_key(epoch_ms: int, suffix: str) -> str:
     return f"{GC}/{epoch_ms:015d}-{suffix}.json"
+
+
+def txn_id(job: str, batch_id: int, generation: int) -> str:
+    """The id of the sink transaction of batch `batch_id` staged by `generation` of `job`."""
+    return f"{job}-b{batch_id}-g{generation}"
+
+
+def parse_txn_id(name: str) -> tuple[str, int, int] | None:
+    """``(job, batch, generation)`` of a transaction id, or None if `name` is not one."""
+    match = TXN_ID_RE.match(name)
+    if not match:
+        return None
+    return match.group("job"), int(match.group("batch")), int(match.group("gen"))
 
 
 def txn_key(batch_id: int, generation: int) -> str:

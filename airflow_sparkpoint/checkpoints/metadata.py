@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+from airflow_sparkpoint.checkpoints import spark_layout
+from airflow_sparkpoint.checkpoints.layout import txn_id
 from airflow_sparkpoint.exceptions import CorruptMetadata
 from airflow_sparkpoint.storage.base import normalize_key
 
@@ -112,7 +114,7 @@ class TransactionRecord:
 
     @property
     def txn_id(self) -> str:
-        return f"{self.job}-b{self.batch_id}-g{self.generation}"
+        return txn_id(self.job, self.batch_id, self.generation)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -174,9 +176,9 @@ class SnapshotMetadata:
         files (``state/<operator>/<partition>/...``); empty for a stateless query."""
         seen: dict[int, set[int]] = {}
         for ref in self.files:
-            parts = ref.path.split("/")
-            if len(parts) >= 4 and parts[0] == "state" and parts[1].isdigit() and parts[2].isdigit():
-                seen.setdefault(int(parts[1]), set()).add(int(parts[2]))
+            in_state = spark_layout.state_partition(ref.path)
+            if in_state is not None and in_state[1] is not None:
+                seen.setdefault(in_state[0], set()).add(in_state[1])
         return {op: len(partitions) for op, partitions in sorted(seen.items())}
 
     @property

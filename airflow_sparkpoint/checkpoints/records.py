@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
-from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status, result_key
+from airflow_sparkpoint.checkpoints.run_result import RunResult, read_run_result
+from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
 from airflow_sparkpoint.checkpoints.verification import read_verification
-from airflow_sparkpoint.exceptions import ControlError, ObjectNotFound, StorageError
+from airflow_sparkpoint.exceptions import ControlError, CorruptMetadata, ObjectNotFound, StorageError
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -115,7 +116,7 @@ class SnapshotRecord:
     def from_entry(cls, entry: SnapshotEntry, catalog: Catalog | None = None) -> SnapshotRecord:
         """The record of a catalog listing entry; with `catalog`, also its last drill."""
         meta = entry.metadata
-        superseded_by = getattr(entry, "superseded_by", None)
+        superseded_by = entry.superseded_by
         status = "invalid" if meta is None else ("superseded" if superseded_by is not None else "valid")
         drill = read_verification(catalog.store, entry.key) if catalog is not None else None
         common: dict[str, Any] = {
@@ -243,7 +244,7 @@ class GenerationRecord:
     application_id: str = ""
     airflow: AirflowTry | None = None
     config: Mapping[str, Any] = field(default_factory=dict)
-    result: Mapping[str, Any] = field(default_factory=dict)
+    result: RunResult | None = None
     outcome: str = "unknown"
     error: str | None = None
 
@@ -279,10 +280,10 @@ class GenerationRecord:
             },
             "outcome": self.outcome,
             "error": self.error,
-            "first_batch": self.result.get("first_batch"),
-            "last_batch": self.result.get("last_batch"),
-            "committed_batches": list(self.result.get("committed_batches") or []),
-            "savepoint": self.result.get("savepoint"),
+            "first_batch": self.result.first_batch if self.result else None,
+            "last_batch": self.result.last_batch if self.result else None,
+            "committed_batches": list(self.result.committed_batches) if self.result else [],
+            "savepoint": self.result.savepoint if self.result else None,
         }
 
 
@@ -292,6 +293,14 @@ def plan_origin(plan: str | None) -> str | None:
         return None
     match = _URI_RE.search(plan)
     return match.group(0).rstrip(".,") if match else None
+
+
+def _read_result(catalog: Catalog, generation: int) -> RunResult | None:
+    try:
+        return read_run_result(catalog, generation)
+    except (StorageError, CorruptMetadata) as exc:
+        log.warning("ignoring the unreadable run result of generation %d of %s: %s", generation, catalog.uri, exc)
+        return None
 
 
 def _read_json(catalog: Catalog, key: str) -> dict[str, Any]:
@@ -337,14 +346,14 @@ def read_generation(
     claim = _read_json(catalog, layout.generation_key(generation))
     raw_details = claim.get("details")
     details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
-    result = _read_json(catalog, result_key(generation))
+    result = _read_result(catalog, generation)
     plan = details.get("plan")
     origin = details.get("origin")  # a structured origin record, where the runtime writes one
     restored_from = (origin.get("uri") if isinstance(origin, Mapping) else None) or \
-        result.get("restored_from") or plan_origin(plan)
+        (result.restored_from if result else None) or plan_origin(plan)
     error = None
-    if result.get("status"):
-        outcome = str(result["status"])
+    if result is not None and result.status:
+        outcome = result.status
     elif status is not None and status.generation == generation:
         outcome, error = status.state, status.error
     elif generation < current:
@@ -396,14 +405,13 @@ def open_requests(catalog: Catalog) -> list[ControlRecord]:
     from airflow_sparkpoint.checkpoints.control import ControlChannel
 
     channel = ControlChannel(catalog)
-    ids, _taken = channel._scan()  # the channel's own listing of its prefix
     records = []
-    for request_id in ids:
+    for request_id in channel.request_ids():
         try:
             result = channel.result(request_id)
             if result.finished:
                 continue
-            request = channel._request(request_id)  # cached by result()
+            request = channel.read_request(request_id)  # cached by result()
         except (ControlError, StorageError) as exc:
             log.warning("ignoring unreadable control request %s of job %r: %s", request_id, catalog.job, exc)
             continue

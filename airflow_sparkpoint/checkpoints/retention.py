@@ -84,7 +84,7 @@ def enforce_checkpoint_retention(
     present = {info.key: info.size for info in shared}
     origins = catalog.origins()
     entries = mark_superseded(
-        [catalog._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "") for cid in reversed(ids)],
+        [catalog.checkpoint_entry(cid, present) for cid in reversed(ids)],
         origins,
     )
     keep = [e for e in entries if e.restorable][:num_retained]

@@ -66,10 +66,6 @@ class JobStatus:
         return cls(**known)
 
 
-def result_key(generation: int) -> str:
-    return f"{layout.RESULTS}/{generation:012d}.json"
-
-
 def write_status(store: Storage, status: Mapping[str, Any]) -> None:
     """Write `status` as its generation's own record, then as ``status.json``.
 

@@ -73,10 +73,10 @@ def generation_table(catalog: Any, role: Callable[[int], str], last_states: Mapp
     current = catalog.current_generation()
     for record in reversed(generation_records(catalog, limit=current, current=current)):
         result = record.result
-        if result.get("status"):
-            outcome = f"{result['status']}, batches {result.get('first_batch')}..{result.get('last_batch')}"
-            if result.get("committed_batches"):
-                outcome += f", committed {result['committed_batches']}"
+        if result is not None and result.status:
+            outcome = f"{result.status}, batches {result.first_batch}..{result.last_batch}"
+            if result.committed_batches:
+                outcome += f", committed {list(result.committed_batches)}"
         else:  # a generation that failed, or died (SIGKILL) with its status still "running"
             state = last_states.get((catalog.job, record.generation)) or \
                 (record.outcome if record.outcome not in ("superseded", "unknown") else None)

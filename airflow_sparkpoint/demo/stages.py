@@ -215,10 +215,10 @@ class Demo:
         self.check("incremental ETL: the first try's driver was killed", fired.exists(),
                    f"SIGKILL once batch {KILL_AFTER} was confirmed" if fired.exists() else "the fault never fired")
         last = read_generation(catalog, catalog.current_generation()).result
-        first_batch = last.get("first_batch")
+        first_batch = last.first_batch if last else None
         self.check("incremental ETL: the retry resumed instead of starting over",
                    isinstance(first_batch, int) and first_batch > 0,
-                   f"it restored {short_name(last.get('restored_from'))} and started at batch {first_batch}, not 0")
+                   f"it restored {short_name(last.restored_from if last else None)} and started at batch {first_batch}, not 0")
 
         self.say("")
         self.record_of(catalog)

@@ -289,12 +289,11 @@ class SparkpointHook(BaseHook):
         rows: list[dict[str, Any]] = []
         for record in self.pending_transactions(job_name, generation=generation):
             sink = self._sink(record.sink, record.payload.get("config") or {})
-            read = getattr(sink, "_location", None)
-            if record.sink != "delta" or read is None:
+            if record.sink != "delta":
                 raise ConfigError(f"the staged rows of transaction {record.txn_id} ({record.sink} sink) cannot be "
                                   "read before they are committed; only DeltaSink output can be audited this way")
             for staged_file in record.payload["staged"]["files"]:
-                rows += read.read_parquet(staged_file["path"]).to_pylist()
+                rows += sink.location.read_parquet(staged_file["path"]).to_pylist()
         return rows
 
     def delta_rows(self, table_uri: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
@@ -303,7 +302,7 @@ class SparkpointHook(BaseHook):
         from airflow_sparkpoint.sinks._delta_location import read_table
 
         sink = self._sink("delta", {"uri": table_uri, "mode": "append"})
-        table = sink._location.open()  # type: ignore[attr-defined]
+        table = sink.location.open()
         if table is None:
             return []
         return list(read_table(table, columns).to_pylist())
@@ -361,11 +360,7 @@ class SparkpointHook(BaseHook):
         (scrubbed: the form shows it to whoever clicks *Test*)."""
         try:
             storage = self.get_storage()
-            check = getattr(storage, "check", None)
-            if callable(check):
-                check()
-            else:
-                list(storage.list_dirs(""))
+            storage.check()
         except Exception as exc:  # noqa: BLE001 - reported to the UI
             return False, self.scrub(f"Sparkpoint connection {self.sparkpoint_conn_id!r} cannot reach its storage: "
                                      f"{type(exc).__name__}: {exc}")

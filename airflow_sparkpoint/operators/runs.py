@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, layout
-from airflow_sparkpoint.checkpoints.status import result_key
+from airflow_sparkpoint.checkpoints.run_result import read_run_result
 from airflow_sparkpoint.exceptions import ObjectNotFound, SparkpointError
 
 log = logging.getLogger(__name__)
@@ -78,11 +78,12 @@ def reported_error(catalog: Catalog, token: str, *, after: int = 0) -> str | Non
 
 
 def read_result(catalog: Catalog, generation: int) -> dict[str, Any] | None:
-    """The run result generation `generation` recorded when it ended, or None."""
-    try:
-        return dict(json.loads(catalog.store.get(result_key(generation))))
-    except ObjectNotFound:
-        return None
+    """The run result generation `generation` recorded when it ended (its XCom form), or None.
+
+    :raises CorruptMetadata: the record is unreadable.
+    """
+    result = read_run_result(catalog, generation)
+    return None if result is None else result.to_json()
 
 
 @dataclass(frozen=True)

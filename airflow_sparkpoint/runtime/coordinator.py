@@ -31,6 +31,7 @@ from airflow_sparkpoint.checkpoints import (
     SnapshotMetadata,
     SnapshotStats,
     layout,
+    spark_layout,
 )
 from airflow_sparkpoint.checkpoints.counters import CounterRecorder
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
@@ -430,7 +431,7 @@ class Coordinator:
         :raises CatalogError: a file other than an SST changed or vanished.
         :raises CheckpointAbandoned: an SST was still being written at the timeout.
         """
-        sst = livedir.is_rocksdb_sst(live.path)
+        sst = spark_layout.is_rocksdb_sst(live.path)
         while True:
             try:
                 sha = sha or file_sha256(live.abspath)

@@ -27,7 +27,7 @@ from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import TransactionRecord
 from airflow_sparkpoint.checkpoints.control import ControlRequest
 from airflow_sparkpoint.checkpoints.history import generation_details
-from airflow_sparkpoint.checkpoints.status import result_key
+from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
 from airflow_sparkpoint.exceptions import (
     ConfigError,
     SparkpointError,
@@ -40,7 +40,6 @@ from airflow_sparkpoint.runtime.restore import (
     check_sink_position,
     plan_restore,
 )
-from airflow_sparkpoint.runtime.result import RunResult
 from airflow_sparkpoint.runtime.run_coordination import _RunCoordination
 from airflow_sparkpoint.sinks.base import Sink, StageContext
 
@@ -325,7 +324,7 @@ class _Run(_RunCoordination):
         state = "stopped" if self.stopping.is_set() else "finished"
         result = self._result(state)
         self._write_status(state)
-        self.catalog.store.put(result_key(self.generation), json.dumps(result.to_json()).encode())
+        write_run_result(self.catalog, result)
         livedir.remove_unowned(self.work_root, self.live, self.generation)
         log.info("job %s generation %d %s: %s", self.cfg.job, self.generation, state, json.dumps(result.to_json()))
         return result

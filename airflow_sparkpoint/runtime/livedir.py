@@ -21,13 +21,13 @@ import errno
 import json
 import logging
 import os
-import re
 import shutil
 import socket
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_sparkpoint.checkpoints import spark_layout
 from airflow_sparkpoint.exceptions import ConfigError
 
 log = logging.getLogger(__name__)
@@ -35,10 +35,6 @@ log = logging.getLogger(__name__)
 LOCK_NAME = ".sparkpoint-lock"
 OWNER_NAME = ".sparkpoint-owner.json"
 TERMINAL_STATES = ("finished", "stopped", "failed")
-
-_VERSIONED_STATE = re.compile(r"^(\d+)(?:_[0-9a-f-]+)?\.(delta|snapshot|changelog|zip)$")
-_LOG_ENTRY = re.compile(r"^(\d+)(\.compact)?$")
-_OP_METADATA_V2 = re.compile(r"^state/[^/]+/_metadata/v2/(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -98,20 +94,20 @@ def needed_for_restart(path: str, batch_id: int, source_ends: Mapping[str, int] 
     """
     parts = path.split("/")
     name = parts[-1]
-    if parts[0] in ("offsets", "commits") and len(parts) == 2:
-        match = _LOG_ENTRY.match(name)
-        return match is not None and int(match.group(1)) <= batch_id
-    if parts[0] == "sources":
-        match = _LOG_ENTRY.match(name)
+    if parts[0] in (spark_layout.OFFSETS, spark_layout.COMMITS) and len(parts) == 2:
+        entry = spark_layout.log_entry(name)
+        return entry is not None and entry[0] <= batch_id
+    if parts[0] == spark_layout.SOURCES:
+        entry = spark_layout.log_entry(name)
         end = max(batch_id, (source_ends or {}).get(parts[1], -1)) if len(parts) == 3 else batch_id
-        return not match or int(match.group(1)) <= end
-    if parts[0] == "state":
-        v2 = _OP_METADATA_V2.match(path)
-        if v2:
-            return int(v2.group(1)) <= batch_id
-        match = _VERSIONED_STATE.match(name)
-        if match:
-            return int(match.group(1)) <= batch_id + 1
+        return not entry or entry[0] <= end
+    if parts[0] == spark_layout.STATE:
+        metadata = spark_layout.operator_metadata(path)
+        if metadata is not None and metadata[1] is not None:
+            return metadata[1] <= batch_id
+        version = spark_layout.state_version(name)
+        if version:
+            return version[0] <= batch_id + 1
         return True
     return True
 
@@ -124,7 +120,7 @@ def source_log_ends(root: str, batch_id: int) -> dict[str, int]:
     new one (``offsets/2`` = ``{"logOffset":3}``); a checkpoint without entry 3 would let a
     restore assign new files to it and skip them."""
     try:
-        with open(os.path.join(root, "offsets", str(batch_id)), encoding="utf-8") as handle:
+        with open(os.path.join(root, spark_layout.offsets_entry(batch_id)), encoding="utf-8") as handle:
             lines = source_offsets(handle.read())
     except (OSError, UnicodeDecodeError):
         return {}
@@ -152,7 +148,7 @@ def file_source_log_offset(line: str) -> int | None:
 def committed_batches(root: str) -> list[int]:
     """The batch ids with a ``commits/<id>`` file in a live location, in order."""
     try:
-        names = os.listdir(os.path.join(root, "commits"))
+        names = os.listdir(os.path.join(root, spark_layout.COMMITS))
     except FileNotFoundError:
         return []
     return sorted(int(n) for n in names if n.isdigit())
@@ -178,7 +174,7 @@ def state_stores(root: str, batch_id: int, dirs: Iterable[str] | None = None) ->
     """Every state store instance of a live location (or those in `dirs`, relative), as of
     the restart point after `batch_id`."""
     files = ((f"{base}/{live.path}", live.size)
-             for base in (["state"] if dirs is None else dirs)
+             for base in ([spark_layout.STATE] if dirs is None else dirs)
              for live in walk(os.path.join(root, *base.split("/"))))
     return _stores(files, max_version=batch_id + 1)
 
@@ -188,12 +184,12 @@ def _stores(files: Iterable[tuple[str, int]], max_version: int | None = None) ->
     found: dict[str, list[tuple[int, str, int]]] = {}
     for path, size in files:
         directory, _, name = path.rpartition("/")
-        match = _VERSIONED_STATE.match(name)
-        if path.startswith("state/") and match and (max_version is None or int(match.group(1)) <= max_version):
-            found.setdefault(directory, []).append((int(match.group(1)), match.group(2), size))
+        version = spark_layout.state_version(name)
+        if path.startswith("state/") and version and (max_version is None or version[0] <= max_version):
+            found.setdefault(directory, []).append((version[0], version[1], size))
     stores = []
     for directory, versions in sorted(found.items()):
-        snapshot = max((v for v, kind, _ in versions if kind in ("zip", "snapshot")), default=0)
+        snapshot = max((v for v, kind, _ in versions if kind in spark_layout.SNAPSHOT_KINDS), default=0)
         stores.append(StoreVersions(
             dir=directory, latest=max(v for v, _, _ in versions), snapshot=snapshot,
             replay_bytes=sum(size for v, kind, size in versions if kind in ("changelog", "delta") and v > snapshot),
@@ -204,15 +200,6 @@ def _stores(files: Iterable[tuple[str, int]], max_version: int | None = None) ->
 def newest_snapshots(paths: Iterable[str]) -> dict[str, int]:
     """The newest snapshot version per state store directory among `paths` (relative)."""
     return {store.dir: store.snapshot for store in _stores((path, 0) for path in paths) if store.snapshot}
-
-
-_ROCKSDB_SST = re.compile(r"^state/.+/SSTs/[^/]+\.sst$")
-
-
-def is_rocksdb_sst(path: str) -> bool:
-    """Whether `path` (relative) is an SST file of Spark's RocksDB state store, which its
-    maintenance writes in place (not renamed into place) before the snapshot naming it."""
-    return bool(_ROCKSDB_SST.match(path))
 
 
 def replay_bytes(files: Iterable[tuple[str, int]]) -> int:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, spark_layout
 from airflow_sparkpoint.exceptions import SinkAheadError, SparkpointError
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.livedir import file_source_log_offset as _log_offset
@@ -85,12 +85,12 @@ def capture(live_root: str, batch_id: int) -> str:
 
 
 def _capture(root: str, batch: int) -> dict[str, Any] | str:
-    offsets = _read_text(os.path.join(root, "offsets", str(batch)))
+    offsets = _read_text(os.path.join(root, spark_layout.offsets_entry(batch)))
     if offsets is None:
         return f"offsets/{batch} was not in the live checkpoint"
     prev: str | None = None
     if batch > 0:
-        prev = _read_text(os.path.join(root, "offsets", str(batch - 1)))
+        prev = _read_text(os.path.join(root, spark_layout.offsets_entry(batch - 1)))
         if prev is None:
             return f"offsets/{batch - 1} was not in the live checkpoint"
     before = source_offsets(prev) if prev is not None else []
@@ -103,7 +103,7 @@ def _capture(root: str, batch: int) -> dict[str, Any] | str:
         entries: dict[str, list[str]] = {}
         compact: list[int] = []
         for k in range((-1 if start is None else start) + 1, end + 1):
-            found = _log_entries(os.path.join(root, "sources", str(index)), k)
+            found = _log_entries(os.path.join(root, spark_layout.SOURCES, str(index)), k)
             if found is None:
                 return f"sources/{index}/{k} was not in the live checkpoint"
             entries[str(k)] = found[0]
@@ -142,7 +142,7 @@ def _log_entries(directory: str, k: int) -> tuple[list[str], bool] | None:
     plain = _read_text(os.path.join(directory, str(k)))
     if plain is not None:
         return _entry_lines(plain), False
-    compacted = _read_text(os.path.join(directory, f"{k}.compact"))
+    compacted = _read_text(os.path.join(directory, spark_layout.compact_name(k)))
     if compacted is None:
         return None
     return [line for line in _entry_lines(compacted) if json.loads(line).get("batchId") == k], True
@@ -223,7 +223,7 @@ def _sources_replayable(body: Mapping[str, Any], batch: int, restart: int) -> st
 
 def snapshot_offsets(snapshot: SnapshotHandle) -> str | None:
     """The text of the snapshot's ``offsets/<its batch>``, or None if it holds none."""
-    name = f"offsets/{snapshot.metadata.batch_id}"
+    name = spark_layout.offsets_entry(snapshot.metadata.batch_id)
     ref = next((f for f in snapshot.metadata.files if f.path == name), None)
     if ref is None:
         return None
@@ -274,16 +274,16 @@ def replay_committed(
 def write_batch(live_root: str, body: Mapping[str, Any]) -> None:
     """Write batch ``body["batch"]``'s offset log entry and source log entries."""
     batch = int(body["batch"])
-    _write(os.path.join(live_root, "offsets", str(batch)), body["offsets"])
+    _write(os.path.join(live_root, spark_layout.offsets_entry(batch)), body["offsets"])
     for index, source in (body.get("sources") or {}).items():
-        where = confine(f"sources/{index}", under="sources", what=f"replay record of batch {batch}: source")
+        where = confine(f"{spark_layout.SOURCES}/{index}", under=spark_layout.SOURCES, what=f"replay record of batch {batch}: source")
         directory = os.path.join(live_root, *where.split("/"))
         compact = set(source.get("compact") or ())
         for key, lines in sorted(source["entries"].items(), key=lambda item: int(item[0])):
             k = int(key)
             if k in compact:
-                _write(os.path.join(directory, f"{k}.compact"), "\n".join(["v1", *_entries_upto(directory, k - 1),
-                                                                             *lines]))
+                everything = ["v1", *_entries_upto(directory, k - 1), *lines]
+                _write(os.path.join(directory, spark_layout.compact_name(k)), "\n".join(everything))
             else:
                 _write(os.path.join(directory, str(k)), "\n".join(["v1", *lines]))
 
@@ -293,11 +293,12 @@ def _entries_upto(directory: str, upto: int) -> list[str]:
     if upto < 0:
         return []
     names = os.listdir(directory) if os.path.isdir(directory) else []
-    compacts = [int(n[: -len(".compact")]) for n in names if n.endswith(".compact") and n[:-8].isdigit()]
+    entries = (spark_layout.log_entry(n) for n in names)
+    compacts = [entry[0] for entry in entries if entry is not None and entry[1]]
     base = max((c for c in compacts if c <= upto), default=-1)
     lines: list[str] = []
     if base >= 0:
-        lines += _entry_lines(_read_text(os.path.join(directory, f"{base}.compact")) or "")
+        lines += _entry_lines(_read_text(os.path.join(directory, spark_layout.compact_name(base))) or "")
     for k in range(base + 1, upto + 1):
         text = _read_text(os.path.join(directory, str(k)))
         if text is None:

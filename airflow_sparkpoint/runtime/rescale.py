@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import threading
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints import spark_layout
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError, StorageError
 from airflow_sparkpoint.runtime import livedir
 
@@ -75,9 +75,6 @@ SUPPORTED_OPERATORS = frozenset({
     "transformWithStateInPandasExec",
     "transformWithStateInPySparkExec",
 })
-
-_OP_METADATA = re.compile(r"^state/(\d+)/_metadata/(?:metadata|v2/(\d+))$")
-_PARTITION_DIR = re.compile(r"^\d+$")
 
 
 @dataclass(frozen=True)
@@ -159,7 +156,7 @@ def _read(handle: SnapshotHandle, path: str) -> bytes | None:
 def _snapshot_conf(handle: SnapshotHandle) -> dict[str, str]:
     """The SQL conf Spark recorded in the offset log for the snapshot's batch."""
     batch = handle.metadata.batch_id
-    data = _read(handle, f"offsets/{batch}")
+    data = _read(handle, spark_layout.offsets_entry(batch))
     if data is None:
         raise RestoreError(f"{handle.uri} has no offset log entry offsets/{batch}; it cannot be rescaled")
     return offset_log_conf(data)
@@ -182,13 +179,13 @@ def _snapshot_operators(handle: SnapshotHandle) -> list[tuple[int, str]]:
     chosen: dict[int, tuple[int, str]] = {}  # op -> (v2 batch or -1 for v1, path)
     state_ops: set[int] = set()
     for ref in handle.metadata.files:
-        parts = ref.path.split("/")
-        if len(parts) >= 3 and parts[0] == "state" and parts[1].isdigit():
-            state_ops.add(int(parts[1]))
-        match = _OP_METADATA.match(ref.path)
-        if not match:
+        in_state = spark_layout.state_partition(ref.path)
+        if in_state is not None:
+            state_ops.add(in_state[0])
+        metadata = spark_layout.operator_metadata(ref.path)
+        if metadata is None or not metadata[0].isdigit():
             continue
-        op, version = int(match.group(1)), int(match.group(2)) if match.group(2) else -1
+        op, version = int(metadata[0]), -1 if metadata[1] is None else metadata[1]
         if version > batch:
             continue
         if op not in chosen or version > chosen[op][0]:
@@ -271,7 +268,7 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
     path = livedir.require_local(live)
     # The snapshot's batch, or a later one when the run replayed what a sink held (runtime.replay).
     batch = livedir.last_commit(path)
-    if batch is None or batch < rescale.batch_id or os.path.exists(os.path.join(path, "offsets", str(batch + 1))):
+    if batch is None or batch < rescale.batch_id or os.path.exists(os.path.join(path, spark_layout.offsets_entry(batch + 1))):
         raise SparkpointError(f"live location {live} is not at a committed batch >= {rescale.batch_id} with nothing "
                               f"after it (last commit {batch}); refusing to rescale it")
     fence()
@@ -290,7 +287,7 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
     worker.start()
     if faults.armed("rescale"):
         # Kill while Spark rewrites the state: its offset log entry of N+1 exists, its commit not yet.
-        pending = os.path.join(path, "offsets", str(synthetic))
+        pending = os.path.join(path, spark_layout.offsets_entry(synthetic))
         while worker.is_alive() and not os.path.exists(pending):
             worker.join(0.01)
         faults.maybe_kill("rescale", batch)
@@ -300,7 +297,7 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
                               f"{_first_line(error[0])}") from error[0]
     if livedir.last_commit(path) != synthetic:
         raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner did not commit batch {synthetic} in {live}")
-    with open(os.path.join(path, "offsets", str(synthetic)), "rb") as handle:
+    with open(os.path.join(path, spark_layout.offsets_entry(synthetic)), "rb") as handle:
         recorded = offset_log_conf(handle.read()).get(SHUFFLE_PARTITIONS)
     if recorded != str(rescale.target):
         raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner recorded {SHUFFLE_PARTITIONS}={recorded} "
@@ -338,9 +335,9 @@ def _fix_v1_metadata(path: str, partitions: int) -> None:
     """Spark's unversioned operator metadata (``state/<op>/_metadata/metadata``, v1) keeps
     the old partition count; ``state-metadata`` reports it. Rewrite it (a new file
     renamed over the old one: a hard-linked original is never changed)."""
-    state = os.path.join(path, "state")
+    state = os.path.join(path, spark_layout.STATE)
     for op in sorted(os.listdir(state)) if os.path.isdir(state) else []:
-        target = os.path.join(state, op, "_metadata", "metadata")
+        target = os.path.join(path, spark_layout.operator_metadata_v1(op))
         if not os.path.isfile(target):
             continue
         with open(target, encoding="utf-8") as handle:
@@ -357,7 +354,8 @@ def _fix_v1_metadata(path: str, partitions: int) -> None:
         with open(tmp, "w", encoding="utf-8") as handle:
             handle.write("v1\n" + json.dumps(body, separators=(",", ":")))
         os.replace(tmp, target)
-        crc = os.path.join(state, op, "_metadata", ".metadata.crc")
+        directory, name = os.path.split(target)
+        crc = os.path.join(directory, f".{name}.crc")
         if os.path.exists(crc):  # Hadoop would check the old checksum against the new bytes
             os.unlink(crc)
 
@@ -366,13 +364,13 @@ def _remove_dropped_partitions(path: str, partitions: int) -> int:
     """Scaling down: delete ``state/<op>/<p>`` for p >= `partitions` (Spark reads only the
     new ones; the old state stays in the snapshot the run restored)."""
     removed = 0
-    state = os.path.join(path, "state")
+    state = os.path.join(path, spark_layout.STATE)
     for op in os.listdir(state) if os.path.isdir(state) else []:
         op_dir = os.path.join(state, op)
         if not op.isdigit() or not os.path.isdir(op_dir):
             continue
         for name in os.listdir(op_dir):
-            if _PARTITION_DIR.match(name) and int(name) >= partitions:
+            if spark_layout.is_partition_dir(name) and int(name) >= partitions:
                 shutil.rmtree(os.path.join(op_dir, name))
                 removed += 1
     return removed
@@ -383,10 +381,10 @@ def interrupted(path: str, batch: int) -> bool:
     not complete (offset log entry N+1 with another partition count, no commit N+1): it
     must not be resumed in place, whatever is restored."""
     try:
-        with open(os.path.join(path, "offsets", str(batch)), "rb") as handle:
+        with open(os.path.join(path, spark_layout.offsets_entry(batch)), "rb") as handle:
             before = offset_log_conf(handle.read()).get(SHUFFLE_PARTITIONS)
-        with open(os.path.join(path, "offsets", str(batch + 1)), "rb") as handle:
+        with open(os.path.join(path, spark_layout.offsets_entry(batch + 1)), "rb") as handle:
             after = offset_log_conf(handle.read()).get(SHUFFLE_PARTITIONS)
     except FileNotFoundError:
         return False
-    return before != after and not os.path.exists(os.path.join(path, "commits", str(batch + 1)))
+    return before != after and not os.path.exists(os.path.join(path, spark_layout.commits_entry(batch + 1)))

@@ -193,7 +193,7 @@ def check_sink_position(
         if not isinstance(found, str):
             return False
         because = f" The committed batches cannot be replayed from the restart point: {found}."
-    if policy == "rewind" and plan.snapshot is not None and hasattr(sink, "rewind"):
+    if policy == "rewind" and plan.snapshot is not None and sink.can_rewind:
         if not apply:
             return True
         if fence is not None:

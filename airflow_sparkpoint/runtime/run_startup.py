@@ -44,15 +44,9 @@ class _RunStartup(_RunStatus):
             storage = open_storage(cfg.dir, **cfg.storage_options)
         except Exception as exc:
             raise ConfigError(f"{PREFIX}dir={cfg.dir!r} cannot be opened: {exc}") from exc
-        check = getattr(storage, "check", None)
         try:
-            if callable(check):
-                check()
-            else:
-                storage.exists("_sparkpoint_probe")
-            exclusive = getattr(storage, "check_exclusive_create", None)
-            if callable(exclusive):
-                exclusive()  # generation claims are conditional creates
+            storage.check()
+            storage.check_exclusive_create()  # generation claims are conditional creates
         except StorageError as exc:
             raise StorageError(f"{PREFIX}dir={cfg.dir!r} is not reachable: {exc}") from exc
         self.catalog = Catalog(storage, cfg.job)

@@ -16,9 +16,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparkpoint.checkpoints.run_result import RunResult
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import StorageError
-from airflow_sparkpoint.runtime.result import RunResult
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

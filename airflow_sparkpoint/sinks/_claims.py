@@ -80,6 +80,7 @@ from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import (
     CommitOutcomeUnknown,
@@ -194,6 +195,7 @@ class FileSink(Sink):
 
 
 def decision_key(job: str, txn: str) -> str:
+    """Where the promote/abort decision of transaction `txn` lives (every sink's, Delta's too)."""
     return f"{DECISIONS}/{job}/{txn}.json"
 
 
@@ -442,7 +444,7 @@ def settle_orphan(sink: FileSink, txn: str, staged: Mapping[str, Any] | None = N
 
     :raises SinkError: `txn` is not a transaction id, or the store failed.
     """
-    parsed = manifests.parse_txn(txn)
+    parsed = layout.parse_txn_id(txn)
     if parsed is None:
         raise SinkError(f"{txn!r} is not a Sparkpoint transaction id")
     job, batch, generation = parsed

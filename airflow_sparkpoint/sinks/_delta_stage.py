@@ -156,7 +156,7 @@ def stage_partition(spec: DeltaStageSpec, batches: Iterator[Any]) -> Iterator[An
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from airflow_sparkpoint.sinks._s3_stage import _client
+    from airflow_sparkpoint.sinks._s3_stage import executor_client
     from airflow_sparkpoint.storage.s3 import S3Storage
 
     context = TaskContext.get()
@@ -172,7 +172,7 @@ def stage_partition(spec: DeltaStageSpec, batches: Iterator[Any]) -> Iterator[An
             writer.close()
         if not writer.writers:
             return
-        store = S3Storage(spec.bucket, spec.table_prefix, client=_client(spec.bucket, spec.options))
+        store = S3Storage(spec.bucket, spec.table_prefix, client=executor_client(spec.bucket, spec.options))
         files = writer.place(spec.layout, partition, store.upload_file)
     finally:
         shutil.rmtree(directory, ignore_errors=True)

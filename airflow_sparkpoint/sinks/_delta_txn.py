@@ -16,8 +16,8 @@ commit's custom metadata (``sparkpoint.batch``, ``sparkpoint.generation``,
 while the newer generation's recovery aborts it: the abort deletes the staged files, and
 an append committed after that would reference files that are gone. A decision object
 ``<table>/_sparkpoint/decisions/<job>/<txn>.json`` (promote | abort, created with
-put_if_absent, like the file sinks' in `_claims`) settles it: the committer decides
-promote before its Delta commit, the aborter decides abort before deleting anything;
+put_if_absent by `_claims.decide` at `_claims.decision_key`, like the file sinks')
+settles it: the committer decides promote before its Delta commit, the aborter decides abort before deleting anything;
 whoever is second defers to the first. An aborter that finds promote, with the batch not
 landed, commits the transaction for its stalled or dead committer (it is decided); if the
 batch was landed by this transaction once and a rewind undid it, the data is garbage.
@@ -37,14 +37,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DECISIONS = "_sparkpoint/decisions"
 REPLAY = "sparkpoint.replay"
 _FIRST_PAGE = 16
 _UNKNOWN = object()
-
-
-def decision_key(job: str, txn: str) -> str:
-    return f"{DECISIONS}/{job}/{txn}.json"
 
 
 def commit_info(record: TransactionRecord) -> dict[str, str]:

@@ -24,30 +24,28 @@ log = logging.getLogger(__name__)
 
 MANIFESTS = "_sparkpoint/manifests"
 STAGING = "_staging"
-#: ``<job>-b<batch>-g<generation>`` (`StageContext.txn_id`); job names may contain ``-``,
-#: so the greedy job group backtracks to the fixed-form suffix.
-TXN_RE = re.compile(r"^(?P<job>.+)-b(?P<batch>\d+)-g(?P<gen>\d+)$")
 _MANIFEST_NAME_RE = re.compile(r"^(\d+)\.json$")
 #: the largest claim or decision object read (they list a batch's files); beyond it the
 #: object is corrupt: the output location is shared, a planted one could be any size
 RECORD_MAX_BYTES = 16 * 1024 * 1024
+_PART_RE = re.compile(r"^part-(?P<txn>.+)-(?P<index>\d+)\.(?P<ext>[a-z]+)$")
 
 
-def txn_id(job: str, batch_id: int, generation: int) -> str:
-    return f"{job}-b{batch_id}-g{generation}"
-
-
-def parse_txn(name: str) -> tuple[str, int, int] | None:
-    """``(job, batch, generation)`` of a transaction id, or None if `name` is not one."""
-    match = TXN_RE.match(name)
-    if not match:
-        return None
-    return match.group("job"), int(match.group("batch")), int(match.group("gen"))
+def part_prefix(txn: str) -> str:
+    """What the names of transaction `txn`'s files start with (given a job name instead:
+    the files of every transaction of that job, and possibly of a job named like it)."""
+    return f"part-{txn}-"
 
 
 def final_name(txn: str, index: int, ext: str) -> str:
     """The deterministic name of the `index`-th file of transaction `txn` once committed."""
-    return f"part-{txn}-{index:05d}" + (f".{ext}" if ext else "")
+    return f"{part_prefix(txn)}{index:05d}" + (f".{ext}" if ext else "")
+
+
+def part_txn(name: str) -> str | None:
+    """The transaction id in a file name ``part-<txn>-<index>.<ext>``, or None."""
+    match = _PART_RE.match(name)
+    return match.group("txn") if match else None
 
 
 def manifest_key(job: str, batch_id: int) -> str:

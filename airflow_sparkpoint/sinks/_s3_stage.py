@@ -71,7 +71,7 @@ _EXECUTOR_CLIENTS: dict[tuple[Any, ...], Any] = {}
 _EXECUTOR_CLIENTS_LOCK = threading.Lock()
 
 
-def _client(bucket: str, options: Mapping[str, Any]) -> Any:
+def executor_client(bucket: str, options: Mapping[str, Any]) -> Any:
     """A boto3 client for an executor task, shared by the tasks of a reused Python worker
     (creating one costs tens of milliseconds)."""
     from airflow_sparkpoint.storage.s3 import S3Storage
@@ -208,7 +208,7 @@ def stage_partition(spec: UploadSpec, batches: Iterator[Any]) -> Iterator[Any]:
         size = os.path.getsize(path)
         key = spec.key(partition)
         part_size = choose_part_size(size, spec.part_size)
-        upload_id, parts = _upload_parts(_client(spec.bucket, spec.options), spec.bucket, key, path, size, part_size)
+        upload_id, parts = _upload_parts(executor_client(spec.bucket, spec.options), spec.bucket, key, path, size, part_size)
     finally:
         os.unlink(path)
     row = {

@@ -27,7 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.checkpoints.layout import txn_id
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class StageContext:
 
     @property
     def txn_id(self) -> str:
-        return f"{self.job}-b{self.batch_id}-g{self.generation}"
+        return txn_id(self.job, self.batch_id, self.generation)
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,19 @@ class Sink(abc.ABC):
     """A two-phase-commit sink. Subclasses register under `kind` for `sink_from_config`."""
 
     kind: ClassVar[str] = ""
+    #: whether `rewind` can move the sink back to a snapshot (``restore.sinkAhead=rewind``)
+    can_rewind: ClassVar[bool] = False
     _registry: ClassVar[dict[str, type[Sink]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.kind:
             Sink._registry[cls.kind] = cls
+
+    @staticmethod
+    def registered() -> Mapping[str, type[Sink]]:
+        """Every sink class imported so far, by `kind` (`sinks.kinds.sink_from_config`)."""
+        return dict(Sink._registry)
 
     # -- identity and (de)serialization for external committers -------------------
 
@@ -135,6 +143,15 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def committed_position(self, job: str) -> int | None:
         """The highest batch id of `job` committed to this sink, or None (invariant 4)."""
+
+    def rewind(self, job: str, snapshot: SnapshotMetadata) -> None:
+        """Move the sink back to its state right after `snapshot`'s batch (only when
+        `can_rewind`).
+
+        :raises NotImplementedError: the sink cannot rewind.
+        :raises SinkAheadError: the sink cannot be rewound to that point.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot be rewound (restore.sinkAhead=rewind)")
 
     def cleanup_orphans(self, job: str, keep: set[str]) -> int:
         """Delete staged data of `job` whose transaction id is not in `keep`; return a count."""

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import (
     CommitOutcomeUnknown,
@@ -31,7 +32,7 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
     TransactionConflict,
 )
-from airflow_sparkpoint.sinks import _claims, _delta_txn, _manifests
+from airflow_sparkpoint.sinks import _claims, _delta_txn
 from airflow_sparkpoint.sinks._delta_location import STAGING, table_location
 from airflow_sparkpoint.sinks._delta_location import import_deltalake as _import_deltalake
 from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, StageContext
@@ -60,6 +61,7 @@ class DeltaSink(Sink):
     """
 
     kind = "delta"
+    can_rewind = True
 
     def __init__(
         self,
@@ -80,9 +82,9 @@ class DeltaSink(Sink):
         if isinstance(partition_by, str):
             partition_by = [partition_by]
         self.uri = uri
-        self._location = table_location(uri)
+        self.location = table_location(uri)  # opens the table, reads staged files (local or S3)
         #: the table as delta-rs opens it: an absolute path or ``s3://bucket/prefix``
-        self.path = self._location.uri
+        self.path = self.location.uri
         self.mode = mode
         self.keys = keys
         self.partition_by = list(partition_by or [])
@@ -98,15 +100,15 @@ class DeltaSink(Sink):
         return {"uri": self.uri, "mode": self.mode, "keys": self.keys, "partition_by": self.partition_by}
 
     def configure(self, storage_options: Mapping[str, Any]) -> None:
-        self._location.configure(storage_options)
+        self.location.configure(storage_options)
 
     # ------------------------------------------------------------------ table access
 
     def _table(self) -> DeltaTable | None:
-        return self._location.open()
+        return self.location.open()
 
     def validate(self) -> None:
-        self._location.check()
+        self.location.check()
         table = self._table()
         if table is not None:
             existing = list(table.metadata().partition_columns)
@@ -134,12 +136,12 @@ class DeltaSink(Sink):
         self._check_schema(schema)
         staging = self._staging_dir(ctx.job, ctx.txn_id)
         partition_by = self.partition_by if self.mode == "append" else []
-        files = self._location.stage(df, staging, partition_by, ctx.driver_staging_max_bytes)
+        files = self.location.stage(df, staging, partition_by, ctx.driver_staging_max_bytes)
         if self.mode == "merge":
             try:
                 self._check_unique_keys(files, ctx)
             except SinkError:
-                self._location.remove(staging)
+                self.location.remove(staging)
                 raise
         faults.pause("staged", ctx.batch_id, txn=ctx.txn_id)
         return {
@@ -170,7 +172,7 @@ class DeltaSink(Sink):
         """
         import pyarrow as pa
 
-        parts = [self._location.read_parquet(f["path"], columns=self.keys) for f in files]
+        parts = [self.location.read_parquet(f["path"], columns=self.keys) for f in files]
         if not parts:
             return
         dupes = _duplicate_keys(pa.concat_tables(parts, promote_options="permissive"), self.keys)
@@ -231,7 +233,7 @@ class DeltaSink(Sink):
         if entry is None or entry.get("sparkpoint.generation") is None:
             return CommittedTxn(job=job, batch_id=batch_id, generation=None, txn_id=None)
         generation = int(entry["sparkpoint.generation"])
-        txn = entry.get("sparkpoint.txn") or f"{job}-b{batch_id}-g{generation}"
+        txn = entry.get("sparkpoint.txn") or layout.txn_id(job, batch_id, generation)
         return CommittedTxn(job=job, batch_id=batch_id, generation=generation, txn_id=str(txn))
 
     def replay_record(self, job: str, batch_id: int) -> str | None:
@@ -251,7 +253,7 @@ class DeltaSink(Sink):
             if generation == record.generation:
                 return _OURS
             return CommittedTxn(record.job, record.batch_id, generation,
-                                str(entry.get("sparkpoint.txn") or f"{record.job}-b{record.batch_id}-g{generation}"))
+                                str(entry.get("sparkpoint.txn") or layout.txn_id(record.job, record.batch_id, generation)))
         # The history does not say (a commit of an old release, or its log entry was
         # cleaned up): an append is ours iff our files are in the table; for a merge it
         # cannot be told, and the batch counts as ours (the previous release's answer).
@@ -335,7 +337,7 @@ class DeltaSink(Sink):
         faults.maybe_kill("promoting", record.batch_id)  # landed; the caller does not know yet
         faults.pause("landed", record.batch_id, txn=record.txn_id)
         if table is None:
-            table = _import_deltalake().DeltaTable(self.path, storage_options=self._location.delta_options())
+            table = _import_deltalake().DeltaTable(self.path, storage_options=self.location.delta_options())
         else:
             table.update_incremental()  # reads only the new log entries
         if staged.get("mode", self.mode) == "merge":
@@ -348,7 +350,7 @@ class DeltaSink(Sink):
         :raises CommitOutcomeUnknown: the store failed; nothing is known.
         """
         try:
-            return _claims.decide(self._location.store(), _delta_txn.decision_key(record.job, record.txn_id),
+            return _claims.decide(self.location.store(), _claims.decision_key(record.job, record.txn_id),
                                   _claims.decision_body(record, decision))
         except StorageError as exc:
             raise CommitOutcomeUnknown(
@@ -373,19 +375,19 @@ class DeltaSink(Sink):
         """Remove a settled transaction's staging area (merged rows, or an attempt that
         lost to another); a failure only leaves garbage for `cleanup_orphans`."""
         try:
-            self._location.remove(record.payload["staged"]["staging"])
+            self.location.remove(record.payload["staged"]["staging"])
         except SinkError as exc:
             log.warning("could not remove the staging area of %s: %s", record.txn_id, exc)
 
     def _scrub(self, message: str) -> str:
         """`message` without credentials (delta-rs errors on S3 may quote its options)."""
-        return self._location.scrub(message)
+        return self.location.scrub(message)
 
     def _append(self, table: DeltaTable | None, staged: Mapping[str, Any], schema: pa.Schema, props: Any) -> None:
         deltalake = _import_deltalake()
         from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
-        missing = self._location.missing([f["path"] for f in staged["files"]])
+        missing = self.location.missing([f["path"] for f in staged["files"]])
         if missing:
             # Never reference files that are gone: the transaction was aborted meanwhile.
             raise SinkError(
@@ -404,7 +406,7 @@ class DeltaSink(Sink):
             create_table_with_add_actions(
                 self.path, deltalake.Schema.from_arrow(schema), adds, mode="error",
                 partition_by=self.partition_by or None, commit_properties=props,
-                storage_options=self._location.delta_options(),
+                storage_options=self.location.delta_options(),
             )
         else:
             actions: list[AddAction | RemoveAction] = list(adds)
@@ -416,7 +418,7 @@ class DeltaSink(Sink):
         deltalake = _import_deltalake()
         import pyarrow as pa
 
-        parts = [self._location.read_parquet(f["path"]) for f in staged["files"]]
+        parts = [self.location.read_parquet(f["path"]) for f in staged["files"]]
         rows = pa.concat_tables(parts).select(schema.names).cast(schema) if parts else schema.empty_table()
         dupes = _duplicate_keys(rows, self.keys)
         if dupes.num_rows:
@@ -427,7 +429,7 @@ class DeltaSink(Sink):
             # Never "append": created meanwhile, the table would get the batch at its
             # latest version with no conflict (delta-rs does not check the app version).
             deltalake.write_deltalake(self.path, rows, mode="error", partition_by=self.partition_by or None,
-                                      commit_properties=props, storage_options=self._location.delta_options())
+                                      commit_properties=props, storage_options=self.location.delta_options())
             return
         if rows.num_rows == 0:
             table.create_write_transaction([], mode="append", schema=pa.schema(table.schema().to_arrow()),
@@ -474,7 +476,7 @@ class DeltaSink(Sink):
                 else:
                     raise SinkError(f"transaction {record.txn_id} has committed to {self.uri} (its stalled commit "
                                     "was finished); it cannot be aborted")
-        self._location.remove(record.payload["staged"]["staging"])
+        self.location.remove(record.payload["staged"]["staging"])
         log.info("aborted %s in %s", record.txn_id, self.uri)
 
     def committed_position(self, job: str) -> int | None:
@@ -483,7 +485,7 @@ class DeltaSink(Sink):
 
     def cleanup_orphans(self, job: str, keep: set[str]) -> int:
         root = f"{STAGING}/{job}"
-        names = self._location.list_dirs(root)
+        names = self.location.list_dirs(root)
         candidates = [n for n in names if n not in keep]
         if not candidates:
             return 0
@@ -500,7 +502,7 @@ class DeltaSink(Sink):
                 continue
             if not self._orphan_is_garbage(table, name):
                 continue
-            self._location.remove(f"{root}/{name}")
+            self.location.remove(f"{root}/{name}")
             removed += 1
         return removed
 
@@ -508,7 +510,7 @@ class DeltaSink(Sink):
         """Whether a staging area no record refers to may go: its transaction is decided
         abort now, or was decided promote and landed (merged) or lost its batch. One
         decided to promote whose commit has not landed is left for its committer."""
-        parsed = _manifests.parse_txn(txn)
+        parsed = layout.parse_txn_id(txn)
         if parsed is None:
             return True
         job, batch, generation = parsed

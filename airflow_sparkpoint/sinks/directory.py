@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import (
     ConfigError,
@@ -479,7 +480,7 @@ class DirectorySink(claims.FileSink):
             names = self._storage().list_dirs(manifests.STAGING)
         found = []
         for name in sorted(names):
-            parsed = manifests.parse_txn(name)
+            parsed = layout.parse_txn_id(name)
             if parsed is not None and parsed[0] == job:
                 found.append(name)
         return found

@@ -1,5 +1,5 @@
 """Rebuilding a sink from its transaction record: the built-in sinks are imported here,
-so that they are registered (`Sink._registry`) before a kind is looked up."""
+so that they are registered (`Sink.registered`) before a kind is looked up."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ def sink_from_config(kind: str, config: Mapping[str, Any]) -> Sink:
 
     :raises ConfigError: unknown sink kind.
     """
+    registered = Sink.registered()
     try:
-        cls = Sink._registry[kind]
+        cls = registered[kind]
     except KeyError:
-        known = ", ".join(sorted(Sink._registry)) or "none"
+        known = ", ".join(sorted(registered)) or "none"
         raise ConfigError(f"sink kind {kind!r} is unknown; expected one of: {known}") from None
     return cls(**dict(config))

@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import (
     CommitOutcomeUnknown,
@@ -72,7 +73,6 @@ __all__ = ["MAX_PARTS", "MIN_PART_SIZE", "MiB", "S3Sink", "choose_part_size", "m
 
 #: concurrent S3 requests per driver commit or abort
 COMMIT_THREADS = 16
-_KEY_RE = re.compile(r"^part-(?P<txn>.+)-(?P<partition>\d+)\.(?P<ext>[a-z]+)$")
 _MD5_HEX = re.compile(r"^[0-9a-f]{32}$")
 _CLIENT_ERRORS_CERTAIN = frozenset({"InvalidPart", "InvalidPartOrder", "EntityTooSmall", "MalformedXML",
                                     "AccessDenied", "InvalidRequest", "NoSuchBucket"})
@@ -176,7 +176,7 @@ class S3Sink(claims.FileSink):
         if ctx.storage_options:
             self.configure(ctx.storage_options)
         txn = ctx.txn_id
-        spec = UploadSpec(self.bucket, f"{self.prefix}part-{txn}-", self.format, self.part_size, dict(self._options))
+        spec = UploadSpec(self.bucket, self.prefix + manifests.part_prefix(txn), self.format, self.part_size, dict(self._options))
 
         def stage_batches(batches: Iterator[Any]) -> Iterator[Any]:
             return stage_partition(spec, batches)
@@ -245,7 +245,7 @@ class S3Sink(claims.FileSink):
         uploads = [dict(u) for u in plan.get("uploads", ())]
         if not uploads:
             return []
-        parsed = manifests.parse_txn(txn)
+        parsed = layout.parse_txn_id(txn)
         pending = {(key, upload_id) for _t, key, upload_id in self.pending_uploads(parsed[0] if parsed else txn, txn)}
         gone = [u for u in uploads if (u["key"], u["upload_id"]) not in pending]
         if not gone:
@@ -264,7 +264,7 @@ class S3Sink(claims.FileSink):
             return claims.in_halves(pool, self._complete, uploads, batch, txn)
 
     def _discard(self, txn: str, plan: Mapping[str, Any] | None, *, promoted_too: bool) -> int:
-        parsed = manifests.parse_txn(txn)
+        parsed = layout.parse_txn_id(txn)
         job = parsed[0] if parsed else txn
         uploads = [(u["key"], u["upload_id"]) for u in (plan or {}).get("uploads", ())]
         aborted = self._abort_all(uploads)
@@ -372,11 +372,10 @@ class S3Sink(claims.FileSink):
         paginator = self._client.get_paginator("list_objects_v2")
         keys = []
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}part-{txn}-"):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + manifests.part_prefix(txn)):
                 for item in page.get("Contents", ()):
                     rel = item["Key"][len(self.prefix):]
-                    match = _KEY_RE.match(rel)
-                    if match and match.group("txn") == txn:
+                    if manifests.part_txn(rel) == txn:
                         keys.append(rel)
         except (ClientError, BotoCoreError) as exc:
             raise SinkError(f"cannot list s3://{self.bucket}/{self.prefix}part-{txn}-*: {exc}") from None
@@ -404,14 +403,14 @@ class S3Sink(claims.FileSink):
         paginator = self._client.get_paginator("list_multipart_uploads")
         found = []
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}part-{txn or job}-"):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + manifests.part_prefix(txn or job)):
                 for item in page.get("Uploads", ()):
-                    match = _KEY_RE.match(item["Key"][len(self.prefix):])
-                    if match is None:
+                    found_txn = manifests.part_txn(item["Key"][len(self.prefix):])
+                    if found_txn is None:
                         continue
-                    parsed = manifests.parse_txn(match.group("txn"))
-                    if parsed is not None and parsed[0] == job and txn in (None, match.group("txn")):
-                        found.append((match.group("txn"), item["Key"], item["UploadId"]))
+                    parsed = layout.parse_txn_id(found_txn)
+                    if parsed is not None and parsed[0] == job and txn in (None, found_txn):
+                        found.append((found_txn, item["Key"], item["UploadId"]))
         except (ClientError, BotoCoreError) as exc:
             raise SinkError(f"cannot list pending uploads under {self.uri}: {exc}") from None
         return found

@@ -208,6 +208,23 @@ class Storage(abc.ABC):
         """A view of this store rooted at `prefix` (keys are relative to it)."""
         return PrefixedStorage(self, prefix)
 
+    def check(self) -> None:
+        """Fail fast unless the store can be used (S3: the bucket exists and these
+        credentials may use it). The default lists the root's top level.
+
+        :raises StorageError: the store cannot be reached or read (a local store may
+            raise `OSError`).
+        """
+        self.list_dirs("")
+
+    def check_exclusive_create(self) -> None:
+        """Fail fast unless `put_if_absent` refuses a second create of one key (generation
+        and batch claims rest on it). The default trusts the store: local and in-memory
+        stores create exclusively by construction.
+
+        :raises StorageError: the store would let two creates of one key both succeed.
+        """
+
     def close(self) -> None:
         """Release network clients or file handles."""
 
@@ -264,6 +281,12 @@ class PrefixedStorage(Storage):
 
     def copy_from(self, source: Storage, key: str, target_key: str) -> bool:
         return self._inner.copy_from(source, key, self._k(target_key))
+
+    def check(self) -> None:
+        self._inner.check()
+
+    def check_exclusive_create(self) -> None:
+        self._inner.check_exclusive_create()
 
     def close(self) -> None:
         self._inner.close()

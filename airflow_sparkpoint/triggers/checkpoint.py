@@ -309,9 +309,8 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         restart or a user action); the last trigger using it closes its client."""
         key, self._store_key, self._catalog_cache = self._store_key, None, None
         storage = SHARED_STORES.release(key) if key is not None else None
-        close = getattr(storage, "close", None)
-        if callable(close):
-            await run_blocking(close)
+        if storage is not None:
+            await run_blocking(storage.close)
 
     def poll(self, catalog: Catalog) -> dict[str, Any] | None:
         """One look at the job (blocking): the event when the wait is over, else None."""

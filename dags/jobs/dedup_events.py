@@ -14,7 +14,6 @@ Run by hand::
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 
@@ -29,6 +28,7 @@ def build_query(spark: Any, input_path: str, *, watermark: str, files_per_batch:
 
 
 def main() -> None:
+    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
@@ -36,7 +36,7 @@ def main() -> None:
     query = build_query(job.spark, job.arg("input"), watermark=job.arg("watermark", "1 hour"),
                         files_per_batch=int(job.arg("files-per-batch", "1")))
     result = job.run(query, sink=DeltaSink(job.arg("output"), mode="append"), output_mode="append")
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    print(result_line(result), flush=True)
 
 
 if __name__ == "__main__":

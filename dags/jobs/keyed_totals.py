@@ -20,7 +20,6 @@ Run by hand::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -69,6 +68,7 @@ def build_query(spark: Any, input_path: str, *, version: int, files_per_batch: i
 
 
 def main() -> None:
+    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink, StageContext
 
@@ -100,7 +100,7 @@ def main() -> None:
                         files_per_batch=int(job.arg("files-per-batch", "1")))
     sink = FailAfterBatch(job.arg("output"), mode="merge", keys=["user"], fail_after_batch=fail_after)
     result = job.run(query, sink=sink, output_mode="update")
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    print(result_line(result), flush=True)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,11 @@ runnable by hand as well::
 
 from __future__ import annotations
 
-import json
-
 
 def main() -> None:
     from pyspark.sql import functions as F
 
+    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
@@ -28,7 +27,7 @@ def main() -> None:
     )
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
     result = job.run(totals, sink=DeltaSink(job.arg("output"), mode="merge", keys=["user"]), output_mode="update")
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    print(result_line(result), flush=True)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ Run by hand (a long-running job; stop it with ``sparkpoint savepoint --stop``)::
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -103,6 +102,7 @@ def build_query(
 
 
 def main() -> None:
+    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
@@ -118,7 +118,7 @@ def main() -> None:
     query = build_query(job.spark, job.arg("input"), limit=float(job.arg("limit", "90")), readings=readings,
                         files_per_batch=int(job.arg("files-per-batch", "1")), state_ttl_ms=state_ttl_ms)
     result = job.run(query, sink=DeltaSink(job.arg("output"), mode="append"), output_mode="append")
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    print(result_line(result), flush=True)
 
 
 if __name__ == "__main__":

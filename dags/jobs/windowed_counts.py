@@ -19,7 +19,6 @@ Run by hand::
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 
@@ -46,6 +45,7 @@ def build_query(spark: Any, input_path: str, *, window: str, watermark: str, fil
 
 
 def main() -> None:
+    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
@@ -55,7 +55,7 @@ def main() -> None:
                         files_per_batch=int(job.arg("files-per-batch", "1")))
     sink = DeltaSink(job.arg("output"), mode="merge", keys=["window_start", "page"])
     result = job.run(query, sink=sink, output_mode="update")
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    print(result_line(result), flush=True)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ JIT (a short-lived driver spends most of its time compiling otherwise).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from tests.chaos.cases import (  # noqa: F401 - re-exported for the other chaos modules
     CASES,
     JOB,
@@ -154,9 +154,9 @@ def run_process(cmd: Sequence[str], *, log: Path, env: Mapping[str, str] | None 
                 pass
             proc.wait()
     run = Run(proc.returncode, log, time.monotonic() - started, timed_out=timed_out)
-    for line in run.output.splitlines():
-        if line.startswith("SPARKPOINT_RESULT "):
-            run.result = json.loads(line[len("SPARKPOINT_RESULT "):])
+    result = parse_result_line(run.output)
+    if result is not None:
+        run.result = result.to_json()
     return run
 
 

@@ -120,13 +120,10 @@ def running_with_checkpoint(pipeline: Totals, batch: int, after_generation: int 
 
 def result_of(pipeline: Totals, generation: int) -> dict[str, Any] | None:
     """The run result a generation wrote at its end (None if it wrote none)."""
-    from airflow_sparkpoint.checkpoints.status import result_key
-    from airflow_sparkpoint.exceptions import ObjectNotFound
+    from airflow_sparkpoint.checkpoints.run_result import read_run_result
 
-    try:
-        return dict(json.loads(pipeline.catalog.store.get(result_key(generation))))
-    except ObjectNotFound:
-        return None
+    result = read_run_result(pipeline.catalog, generation)
+    return None if result is None else result.to_json()
 
 
 def since(t0: float) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from airflow_sparkpoint.checkpoints.status import result_key
+from airflow_sparkpoint.checkpoints.run_result import read_run_result
 from airflow_sparkpoint.storage import open_storage
 from tests.dag_runs import new_dag, run_dag, task_states
 from tests.support.inputs import write_json_batches
@@ -205,8 +205,8 @@ def test_stop_with_savepoint_then_restore_continues_exactly(tmp_path: Path, monk
         assert proc.wait(timeout=120) == 0, _tail(log)
 
     catalog = pipeline.catalog
-    result = json.loads(catalog.store.get(result_key(generation)))
-    assert result["status"] == "stopped" and result["savepoint"] == savepoint
+    result = read_run_result(catalog, generation)
+    assert result is not None and result.status == "stopped" and result.savepoint == savepoint
     assert [e.uri for e in catalog.list_savepoints() if e.valid] == [savepoint]
     stopped_at = pipeline.delta_rows()  # committed through the savepoint's batch
 

@@ -200,7 +200,7 @@ def test_a_stale_writer_never_overwrites_a_commit(spark, endpoint, client, bucke
     sink = make_sink(bucket, options)
     schema = "k string, v long"
     sink.commit(stage(sink, spark.createDataFrame([("a", 0)], schema), 0))
-    opts = sink._location.delta_options()
+    opts = sink.location.delta_options()
     assert opts["conditional_put"] == "etag" and opts["AWS_S3_ALLOW_UNSAFE_RENAME"] == "false"
     stale = deltalake.DeltaTable(sink.path, storage_options=opts)  # sees version 0
 

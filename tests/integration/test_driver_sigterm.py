@@ -13,7 +13,6 @@ Two ``spark-submit`` runs (about a minute).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from airflow_sparkpoint.demo.support import (
     delta_commits,
     orphaned_staged_files,
@@ -119,8 +119,9 @@ def test_sigterm_to_the_process_group_records_failed_and_the_next_run_resumes_ex
     log2 = tmp_path / "retry.log"
     retry = submit(tmp_path, {"spark.sparkpoint.trigger": "availableNow"}, log2)
     assert retry.wait(timeout=600) == 0, tail(log2)
-    result = next(json.loads(line.split(" ", 1)[1]) for line in log2.read_text().splitlines()
-                  if line.startswith("SPARKPOINT_RESULT "))
+    parsed = parse_result_line(log2.read_text())
+    assert parsed is not None, tail(log2)
+    result = parsed.to_json()
     assert result["status"] == "finished" and result["generation"] == generation + 1
     assert result["first_batch"] == 2 and result["last_batch"] == 3
     assert table(tmp_path / "out") == expected(4)

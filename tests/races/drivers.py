@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from airflow_sparkpoint.faults import ENV, ENV_ONCE, PAUSE_DIR_ENV, PAUSE_ENV
 
 HERE = Path(__file__).resolve().parent
@@ -165,10 +166,8 @@ class Driver:
 
     @property
     def result(self) -> dict[str, Any] | None:
-        for line in self.output.splitlines():
-            if line.startswith("SPARKPOINT_RESULT "):
-                return dict(json.loads(line[len("SPARKPOINT_RESULT "):]))
-        return None
+        result = parse_result_line(self.output)
+        return None if result is None else result.to_json()
 
     def tail(self, lines: int = 60) -> str:
         return "\n".join(self.output.splitlines()[-lines:])

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_sparkpoint.checkpoints.run_result import parse_result_line
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 JOB_SCRIPT = HERE / "sink_job.py"
@@ -144,10 +146,8 @@ class Driver:
         self._out.close()
 
     def result(self) -> dict[str, Any] | None:
-        for line in self.output.splitlines():
-            if line.startswith("SPARKPOINT_RESULT "):
-                return json.loads(line[len("SPARKPOINT_RESULT "):])  # type: ignore[no-any-return]
-        return None
+        result = parse_result_line(self.output)
+        return None if result is None else result.to_json()
 
 
 # ---------------------------------------------------------------------------- S3 servers

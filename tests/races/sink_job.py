@@ -10,7 +10,6 @@ three Spark partitions so that a batch is several files.
 
 from __future__ import annotations
 
-import json
 import logging
 
 
@@ -19,6 +18,7 @@ def main() -> None:
     logging.getLogger("airflow_sparkpoint").setLevel(logging.INFO)
     from pyspark.sql import functions as F
 
+    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink, DirectorySink, S3Sink
 
@@ -36,7 +36,7 @@ def main() -> None:
         sinks = {"delta-append": lambda: DeltaSink(output), "s3": lambda: S3Sink(output, format="json"),
                  "directory": lambda: DirectorySink(output, format="json")}
         result = job.run(events.repartition(3), sink=sinks[kind](), output_mode="append")
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    print(result_line(result), flush=True)
 
 
 if __name__ == "__main__":

@@ -158,7 +158,7 @@ def test_s3_and_directory_sinks_hide_credentials(s3_server: str, s3_bucket: str)
     for exc in errors:
         assert_clean(full_text(exc), what=f"{type(exc).__name__} {exc}")
 
-    from airflow_sparkpoint.sinks._s3_stage import _client as executor_client
+    from airflow_sparkpoint.sinks._s3_stage import executor_client
 
     for client in (sinks[0]._client, sinks[1]._storage().client, executor_client(s3_bucket, options)):  # type: ignore[attr-defined]
         assert_clean(str(client.meta.endpoint_url), what="a boto3 client's endpoint")

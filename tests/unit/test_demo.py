@@ -15,7 +15,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.history import load_history, snapshot_records
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, SnapshotStats
-from airflow_sparkpoint.checkpoints.status import result_key
+from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
 from airflow_sparkpoint.demo import (
     BLUE_AGAIN_INPUT,
     BLUE_BACKLOG,
@@ -177,9 +177,9 @@ def test_record_tables_show_generations_checkpoints_and_delta_history(tmp_path: 
                               "airflow": {"dag_id": "quickstart", "task_id": "totals", "try_number": "1"}})
     catalog.claim_generation({"plan": "latest checkpoint file:///r/quickstart/chk-3 (batch 2)",
                               "airflow": {"dag_id": "quickstart", "task_id": "totals", "try_number": "2"}})
-    catalog.store.put(result_key(2), json.dumps({
-        "status": "finished", "first_batch": 3, "last_batch": 7, "committed_batches": [3, 4, 5, 6, 7],
-        "restored_from": "file:///r/quickstart/chk-3"}).encode())
+    write_run_result(catalog, RunResult(status="finished", job="quickstart", generation=2, first_batch=3, last_batch=7,
+                                        committed_batches=(3, 4, 5, 6, 7),
+                                        restored_from="file:///r/quickstart/chk-3"))
     roles = {1: "first try", 2: "retry"}
 
     lines = generation_table(catalog, roles.__getitem__, {("quickstart", 1): "running"}, t0)

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -55,6 +54,7 @@ def main(app_name: str, build: Callable[[Any, Any], tuple[Any, Any, str]]) -> No
     """Run the query `build(job, events)` returns as ``(df, sink, output_mode)``."""
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("airflow_sparkpoint").setLevel(logging.INFO)
+    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
 
     job = SparkpointJob.get_or_create(app_name=app_name)
@@ -68,7 +68,7 @@ def main(app_name: str, build: Callable[[Any, Any], tuple[Any, Any, str]]) -> No
     if after:
         pace(job, sink, int(after))
     result = job.run(df, sink=sink, output_mode=output_mode)
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    print(result_line(result), flush=True)
 
 
 def three_files(df: Any) -> Any:

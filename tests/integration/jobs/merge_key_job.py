@@ -10,7 +10,6 @@ of the buggy one.
 
 from __future__ import annotations
 
-import json
 import logging
 
 
@@ -19,6 +18,7 @@ def main() -> None:
     logging.getLogger("airflow_sparkpoint").setLevel(logging.INFO)
     from pyspark.sql import functions as F
 
+    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
@@ -32,7 +32,7 @@ def main() -> None:
     key = F.lower("user") if job.arg("key") == "lower" else F.col("user")
     keyed = totals.select(key.alias("key"), "total", "events")
     result = job.run(keyed, sink=DeltaSink(job.arg("output"), mode="merge", keys=["key"]), output_mode="update")
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    print(result_line(result), flush=True)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ driver while a batch's output is staged but not yet recorded.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 
@@ -14,6 +13,7 @@ def main() -> None:
     from pyspark.sql import functions as F
 
     from airflow_sparkpoint import faults
+    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
@@ -29,7 +29,7 @@ def main() -> None:
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
     sink = PausingDeltaSink(job.arg("output"), mode="merge", keys=["user"])
     result = job.run(totals, sink=sink, output_mode="update")
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    print(result_line(result), flush=True)
 
 
 if __name__ == "__main__":

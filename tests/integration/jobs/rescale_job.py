@@ -11,7 +11,6 @@ Arguments: ``--pipeline NAME --input DIR --output TABLE``. Prints the run result
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 
@@ -56,13 +55,14 @@ def _running_totals() -> Any:
 
 
 def main() -> None:
+    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
     job = SparkpointJob.get_or_create(app_name="sparkpoint-rescale-test")
     df, sink_args, mode = build(job.spark, job.arg("pipeline"), job.arg("input"))
     result = job.run(df, sink=DeltaSink(job.arg("output"), **sink_args), output_mode=mode)
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    print(result_line(result), flush=True)
 
 
 if __name__ == "__main__":

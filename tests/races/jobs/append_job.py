@@ -9,13 +9,13 @@ runs that plan from different restart points build different batches).
 
 from __future__ import annotations
 
-import json
 import logging
 
 
 def main() -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("airflow_sparkpoint").setLevel(logging.INFO)
+    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
@@ -27,7 +27,7 @@ def main() -> None:
     events = reader.json(job.arg("input"))
     result = job.run(events.dropDuplicates(["id"]), sink=DeltaSink(job.arg("output"), mode="append"),
                      output_mode="append")
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    print(result_line(result), flush=True)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import sys
 
 
 def main() -> None:
+    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DirectorySink
 
@@ -28,7 +29,7 @@ def main() -> None:
         json.dump(dump, handle)
     events = spark.readStream.schema("id long, user string").option("maxFilesPerTrigger", 1).json(job.arg("input"))
     result = job.run(events, sink=DirectorySink(job.arg("output"), format="json"), output_mode="append")
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    print(result_line(result), flush=True)
 
 
 if __name__ == "__main__":

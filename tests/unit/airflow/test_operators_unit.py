@@ -25,7 +25,8 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, FileRef, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.metadata import sha256_hex
-from airflow_sparkpoint.checkpoints.status import JobStatus, result_key
+from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
+from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
 from airflow_sparkpoint.storage import open_storage
@@ -760,9 +761,7 @@ class _FakePopen:
         type(self).calls.append((list(cmd), env))
         assert self.catalog is not None
         generation = self.catalog.claim_generation({"submitter": env.get(SUBMITTER_ENV)}).generation
-        result = {"status": "finished", "job": JOB, "generation": generation, "last_batch": 0,
-                  "last_checkpoint": None, "savepoint": None}
-        self.catalog.store.put(result_key(generation), json.dumps(result).encode())
+        write_run_result(self.catalog, RunResult(status="finished", job=JOB, generation=generation, last_batch=0))
         self.stdout = io.StringIO("INFO spark-submit fake\n")
         self.returncode = 0
 

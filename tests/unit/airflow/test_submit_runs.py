@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
-from airflow_sparkpoint.checkpoints.status import result_key
+from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.config import SUBMITTER_ENV
 from airflow_sparkpoint.storage import open_storage
@@ -79,8 +79,7 @@ class Driver:
                                               "ui": "http://driver-host:4041"}).generation
 
     def result(self, generation: int, **fields: Any) -> None:
-        body = {"status": "finished", "job": JOB, "generation": generation, **fields}
-        self.catalog.store.put(result_key(generation), json.dumps(body).encode())
+        write_run_result(self.catalog, RunResult(**{"status": "finished", "job": JOB, "generation": generation, **fields}))
 
     def checkpoint(self, generation: int) -> SnapshotMetadata:
         meta = SnapshotMetadata(kind="checkpoint", id=self.catalog.next_checkpoint_id(), job=JOB,

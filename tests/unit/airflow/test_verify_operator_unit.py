@@ -81,7 +81,7 @@ def test_drill_identity_conf_and_on_kill_target_the_drill_not_production(tmp_pat
     assert drill_catalog.job == "alerts-drill" and drill_catalog.uri.endswith(f"{op._drill_root}/alerts-drill")
 
     op.on_kill()  # no spark-submit runs: nothing to signal, and nothing may reach production
-    assert ControlChannel(production)._scan()[0] == [], "on_kill of a drill must never stop the production job"
+    assert ControlChannel(production).request_ids() == [], "on_kill of a drill must never stop the production job"
     assert production.current_generation() == 1
 
 

@@ -40,7 +40,8 @@ from airflow_sparkpoint.checkpoints.metadata import (
     sha256_hex,
 )
 from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
-from airflow_sparkpoint.checkpoints.status import JobStatus, result_key
+from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
+from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.checkpoints.verification import VerificationRecord, write_verification
 from airflow_sparkpoint.exceptions import StorageError
 from airflow_sparkpoint.runtime.config import SparkpointConfig
@@ -138,8 +139,8 @@ def test_generation_records_say_what_each_start_restored_who_started_it_and_how_
     catalog.claim_generation({"plan": f"latest checkpoint {chk} (batch 2)", "app": "local-1",
                               "airflow": {"dag_id": "etl", "task_id": "run", "try_number": "2"},
                               "config": {"commit.mode": "checkpoint"}})
-    catalog.store.put(result_key(2), json.dumps({"status": "finished", "first_batch": 3, "last_batch": 7,
-                                                 "committed_batches": [3], "restored_from": chk}).encode())
+    write_run_result(catalog, RunResult(status="finished", job=catalog.job, generation=2, first_batch=3, last_batch=7,
+                                        committed_batches=(3,), restored_from=chk))
     sp = f"{catalog.uri}/savepoints/savepoint-4-ab12cd34"
     catalog.claim_generation({"plan": f"savepoint {sp} (batch 7)"})
     status(catalog, "failed", error="boom")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import (
     RestoreError,
     SinkAheadError,
@@ -359,3 +359,29 @@ def test_recovery_stops_at_a_confirmed_transaction_that_lost_its_batch_like_the_
 
     assert sink.committed == {0: gen1 + 7}, "batch 1 must not be committed after the conflict"
     assert [r.batch_id for r in catalog.transactions()] == [0, 1]
+
+
+def test_only_a_sink_that_declares_it_can_rewind_is_rewound(catalog, tmp_path):
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    write_live(tmp_path, 0)
+    coord.checkpoint(0)
+    plan = plan_restore(_cfg(), catalog, None)
+    assert plan.snapshot is not None
+    rewound: list[int] = []
+
+    class RewindingSink(RecordingSink):
+        can_rewind = True
+
+        def rewind(self, job: str, snapshot: SnapshotMetadata) -> None:
+            rewound.append(snapshot.batch_id)
+
+    ahead = {0: 1, 1: 1, 2: 1}
+    plain = RecordingSink()
+    plain.committed = dict(ahead)
+    with pytest.raises(SinkAheadError, match="already committed batch 2"):
+        check_sink_position(plan, plain, "job", "rewind")
+    able = RewindingSink()
+    able.committed = dict(ahead)
+    assert check_sink_position(plan, able, "job", "rewind") is True
+    assert rewound == [0]

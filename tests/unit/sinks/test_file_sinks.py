@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.exceptions import CommitOutcomeUnknown, ConfigError, SinkError
 from airflow_sparkpoint.sinks import _manifests as manifests
 from airflow_sparkpoint.sinks.directory import DirectorySink
@@ -75,10 +76,11 @@ def test_part_size_grows_to_stay_within_10000_parts() -> None:
         choose_part_size(6 * 1024 * 1024 * MiB)
 
 
-def test_transaction_ids_parse_even_when_the_job_name_looks_like_one() -> None:
-    assert manifests.parse_txn("orders-b12-g3") == ("orders", 12, 3)
-    assert manifests.parse_txn("orders-b7-g1-b12-g3") == ("orders-b7-g1", 12, 3)
-    assert manifests.parse_txn("orders") is None
+def test_a_committed_file_name_names_its_transaction() -> None:
+    txn = layout.txn_id("orders-b7-g1", 12, 3)
+    assert manifests.part_txn(manifests.final_name(txn, 4, "parquet")) == txn
+    assert manifests.final_name(txn, 4, "parquet").startswith(manifests.part_prefix(txn))
+    assert manifests.part_txn(f"{manifests.part_prefix(txn)}00004") is None  # no extension: not a part file
 
 
 @pytest.fixture()

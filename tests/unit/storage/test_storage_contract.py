@@ -608,3 +608,10 @@ def test_open_storage_rejects_malformed_uris(uri: str, named: str) -> None:
 def test_storage_errors_form_one_tree() -> None:
     assert issubclass(ObjectNotFound, StorageError) and issubclass(ObjectExists, StorageError)
     assert issubclass(InvalidPath, StorageError) and issubclass(InvalidPath, ValueError)
+
+
+def test_a_usable_store_passes_its_declared_checks_and_so_does_a_view_of_it(backend: Backend) -> None:
+    for store in (backend.store, backend.store.child("view")):
+        store.check()
+        store.check_exclusive_create()
+        assert not store.exists("_sparkpoint_probe")  # the checks leave nothing behind

@@ -51,6 +51,7 @@ def main() -> None:
     from pyspark.sql import functions as F
 
     from airflow_sparkpoint import faults
+    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink, StageContext
 
@@ -74,7 +75,7 @@ def main() -> None:
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
     result = job.run(totals, sink=PausingDeltaSink(job.arg("output"), mode="merge", keys=["user"]),
                      output_mode="update")
-    print("SPARKPOINT_RESULT " + json.dumps(result.to_json()), flush=True)
+    print(result_line(result), flush=True)
 
 
 if __name__ == "__main__":

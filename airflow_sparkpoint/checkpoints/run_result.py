@@ -1,0 +1,115 @@
+"""`RunResult`: how a run of `SparkpointJob.run` ended, and its record
+``<job>/results/<generation>.json`` (written by the run, read by the operator's XCom and
+the job's read model); `write_run_result` and `read_run_result` are its one store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.exceptions import CorruptMetadata, ObjectNotFound
+
+if TYPE_CHECKING:
+    from airflow_sparkpoint.checkpoints.catalog import Catalog
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended. Returned by `SparkpointJob.run` and pushed to XCom by the operator."""
+
+    status: str  # "finished" | "stopped"
+    job: str
+    generation: int
+    batches_processed: int = 0
+    first_batch: int | None = None
+    last_batch: int | None = None
+    last_checkpoint_id: int | None = None
+    last_checkpoint: str | None = None
+    savepoint: str | None = None
+    restored_from: str | None = None
+    restore_mode: str = ""  # "in-place" | "snapshot" | "empty"
+    checkpoints_completed: int = 0
+    committed_batches: tuple[int, ...] = ()
+    recovered: Mapping[str, Any] = field(default_factory=dict)
+    #: Spark's live checkpoint location this run used (never shared with a running generation)
+    live_dir: str = ""
+    #: how it was prepared: mode ("in-place" | "materialized" | "empty"), files ``linked`` from
+    #: the previous location and ``downloaded`` from the snapshot, and the reason
+    live_reuse: Mapping[str, Any] = field(default_factory=dict)
+    #: ``restore.statePartitions``: ``from`` and ``to`` state partitions and the
+    #: repartitioner's synthetic ``batch`` (never staged); empty when nothing was rescaled
+    rescaled: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["committed_batches"] = list(self.committed_batches)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunResult:
+        """The result `data` (`to_json`'s shape) holds; keys it does not know are ignored.
+
+        :raises TypeError: `status`, `job` or `generation` is missing.
+        """
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        if "committed_batches" in known:
+            known["committed_batches"] = tuple(known["committed_batches"] or ())
+        return cls(**known)
+
+
+#: how a job script hands its result to the process that started it: one stdout line
+RESULT_LINE = "SPARKPOINT_RESULT "
+
+
+def result_line(result: RunResult) -> str:
+    """The stdout line that carries `result` (`parse_result_line` reads it back)."""
+    return RESULT_LINE + json.dumps(result.to_json())
+
+
+def parse_result_line(output: str) -> RunResult | None:
+    """The result the last `result_line` in `output` carries, or None when it has none.
+
+    :raises ValueError: that line is not a run result's JSON.
+    :raises TypeError: it lacks status, job or generation.
+    """
+    lines = [line for line in output.splitlines() if line.startswith(RESULT_LINE)]
+    return RunResult.from_json(json.loads(lines[-1][len(RESULT_LINE):])) if lines else None
+
+
+def result_key(generation: int) -> str:
+    return f"{layout.RESULTS}/{generation:012d}.json"
+
+
+def write_run_result(catalog: Catalog, result: RunResult) -> None:
+    """Record how generation `result.generation` ended (replacing an earlier record).
+
+    :raises StorageError: the record could not be written.
+    """
+    catalog.store.put(result_key(result.generation), json.dumps(result.to_json()).encode())
+
+
+def read_run_result(catalog: Catalog, generation: int) -> RunResult | None:
+    """The result generation `generation` recorded when it ended, or None when it recorded
+    none. A record without its job or generation takes them from the catalog and the key.
+
+    :raises CorruptMetadata: the record is not a JSON object with a ``status``.
+    :raises StorageError: it could not be read.
+    """
+    key = result_key(generation)
+    try:
+        data = catalog.store.get(key)
+    except ObjectNotFound:
+        return None
+    try:
+        raw = json.loads(data)
+        if not isinstance(raw, dict):
+            raise TypeError(f"a JSON {type(raw).__name__}")
+        return RunResult.from_json({"job": catalog.job, "generation": generation, **raw})
+    except (TypeError, ValueError) as exc:
+        raise CorruptMetadata(
+            f"run result {catalog.uri}/{key} is unreadable ({exc}); expected a JSON object with status, "
+            "job and generation"
+        ) from exc
