@@ -63,15 +63,18 @@ class Timeline:
 
     def install(self) -> Timeline:
         from airflow_sparkpoint.checkpoints import catalog
-        from airflow_sparkpoint.runtime import coordinator, job
+        from airflow_sparkpoint.runtime import coordinator, job, run_startup
         from airflow_sparkpoint.storage import s3
 
+        # run_startup imports the restore steps by name: wrap them where they are looked up
         for name in ("plan_restore", "settle_unconfirmed", "fill_live", "recover_transactions", "choose_live"):
-            self.wrap(job, name)
+            self.wrap(run_startup, name)
         for name in ("_open", "_prepare", "_finish", "_conclude", "_run_query"):
             self.wrap(job._Run, name, f"run.{name}")
-        for name in ("claim_generation", "write_origin", "enforce_retention", "complete_checkpoint"):
+        for name in ("claim_generation", "write_origin", "complete_checkpoint"):
             self.wrap(catalog.Catalog, name, f"catalog.{name}")
+        # the coordinator looks retention up on the module it imported
+        self.wrap(coordinator, "enforce_checkpoint_retention", "retention.enforce_checkpoint_retention")
         for name in ("_checkpoint", "_await_prestore", "commit_confirmed"):
             self.wrap(coordinator.Coordinator, name, f"coordinator.{name}")
         make_client = s3.S3Storage._make_client
