@@ -302,7 +302,8 @@ class S3Sink(claims.FileSink):
         """Nothing to clean: completed uploads leave nothing staged."""
 
     def _file_uri(self, file: Mapping[str, Any]) -> str:
-        return f"s3://{self.bucket}/{file['key']}"
+        key = confine(file.get("key"), under=self.prefix, what=f"a claim's file in {self.uri}", error=SinkError)
+        return f"s3://{self.bucket}/{key}"
 
     def _complete(self, upload: Mapping[str, Any]) -> str:
         """Complete one pending upload: "completed" now, or "already" complete.

@@ -461,3 +461,14 @@ def test_a_run_result_naming_a_path_outside_the_jobs_savepoints_loses_that_field
     catalog.store.put(result_key(1), json.dumps({"status": "stopped", "job": JOB, "generation": 1,
                                                  "savepoint": good}).encode())
     assert (read_run_result(catalog, 1) or result).savepoint == good
+
+
+def test_a_planted_done_claim_cannot_point_readers_outside_the_output(tmp_path: Path) -> None:
+    victim_dir(tmp_path)
+    sink = DirectorySink(str(tmp_path / "out"), "json")
+    record = staged_record(sink, 7, 1)
+    plant_claim(sink, record, "done", {"staging": f"_staging/{record.txn_id}", "moves": []})
+    claim = tmp_path / "out" / "_sparkpoint" / "manifests" / JOB / "7.json"
+    claim.write_text(json.dumps({**json.loads(claim.read_text()), "files": [{"path": "../victim/precious.txt"}]}))
+    exc = outcome(sink.committed_files, JOB)
+    assert_refused(exc, (SinkError, InvalidPath), "victim")

@@ -146,3 +146,15 @@ def test_planted_promoting_claim_cannot_move_an_object_out_moto(s3_server: str, 
 
 def test_planted_promoting_claim_cannot_move_an_object_out_seaweedfs(seaweedfs_server: str) -> None:
     planted_moves_cannot_move_an_object_out(seaweedfs_server, fresh_bucket(seaweedfs_server))
+
+
+# ------------------------------------------------------------------- readers: committed_files
+
+
+def test_a_planted_done_claim_cannot_point_readers_outside_the_prefix(s3_server: str, s3_bucket: str) -> None:
+    sink = s3_sink(s3_server, s3_bucket)
+    sink._storage().put(f"_sparkpoint/manifests/{JOB}/7.json", json.dumps({
+        "state": "done", "job": JOB, "batch_id": 7, "generation": 1, "txn_id": f"{JOB}-b7-g1",
+        "files": [{"key": VICTIM, "size": 1}], "plan": {"uploads": []}}).encode())
+    exc = outcome(sink.committed_files, JOB)
+    assert_refused(exc, (SinkError, InvalidPath), VICTIM)
