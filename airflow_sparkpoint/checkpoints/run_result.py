@@ -5,15 +5,18 @@ the job's read model); `write_run_result` and `read_run_result` are its one stor
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import layout
-from airflow_sparkpoint.exceptions import CorruptMetadata, ObjectNotFound
+from airflow_sparkpoint.exceptions import CorruptMetadata, InvalidPath, ObjectNotFound, RestoreError
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,11 @@ def read_run_result(catalog: Catalog, generation: int) -> RunResult | None:
     """The result generation `generation` recorded when it ended, or None when it recorded
     none. A record without its job or generation takes them from the catalog and the key.
 
+    Its ``savepoint`` is read from the store, so it is kept only when it names one of this
+    job's savepoints (`Catalog.snapshot_key`, the rule control results follow); any other
+    is dropped with a warning: the rest of the record (how the run ended) stays readable
+    for the operator's XCom, the history and the CLI, and no caller is handed the path.
+
     :raises CorruptMetadata: the record is not a JSON object with a ``status``.
     :raises StorageError: it could not be read.
     """
@@ -107,9 +115,17 @@ def read_run_result(catalog: Catalog, generation: int) -> RunResult | None:
         raw = json.loads(data)
         if not isinstance(raw, dict):
             raise TypeError(f"a JSON {type(raw).__name__}")
-        return RunResult.from_json({"job": catalog.job, "generation": generation, **raw})
+        result = RunResult.from_json({"job": catalog.job, "generation": generation, **raw})
     except (TypeError, ValueError) as exc:
         raise CorruptMetadata(
             f"run result {catalog.uri}/{key} is unreadable ({exc}); expected a JSON object with status, "
             "job and generation"
         ) from exc
+    if result.savepoint is not None:
+        try:
+            catalog.snapshot_key(result.savepoint, savepoint_only=True)
+        except (InvalidPath, RestoreError) as exc:
+            log.warning("run result %s/%s names savepoint %r, not one of job %r's savepoints (%s); ignoring "
+                        "that field", catalog.uri, key, result.savepoint, catalog.job, exc)
+            result = replace(result, savepoint=None)
+    return result

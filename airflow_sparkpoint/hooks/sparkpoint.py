@@ -15,7 +15,9 @@ login / password    S3 access key id / secret (optional)
 ``jobs``            the pipelines stored there (what the UI lists for this
                     connection): comma-separated names, a list, or a mapping
                     ``{"orders": {"dags": ["etl_orders"]}}`` declaring the DAGs
-                    that use each (whose readers the UI shows it to)
+                    that use each (whose readers the UI shows it to) and, with
+                    ``"sink": {"kind": "delta", "uri": "s3://b/t", ...}``, the
+                    job's sink (the commit step's when its operator declares none)
 ``pyspark_python``  the Python interpreter on the Spark cluster's nodes
 ==================  ==========================================================
 
@@ -33,6 +35,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -42,6 +45,8 @@ from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
 from airflow_sparkpoint.checkpoints.layout import validate_job_name
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
+from airflow_sparkpoint.sinks.base import Sink
+from airflow_sparkpoint.sinks.resolve import declared_sink
 from airflow_sparkpoint.storage import Storage, open_storage, split_uri
 from airflow_sparkpoint.storage.endpoints import validate_endpoint_url
 
@@ -72,9 +77,25 @@ def extra_field(extra: Mapping[str, Any], name: str, conn_type: str = "sparkpoin
     return None
 
 
-def declared_jobs(extra: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-    """The jobs a connection's extra ``jobs`` field lists, each with the DAGs it declares
-    (see the module docstring). Malformed job names are skipped with a warning."""
+@dataclass(frozen=True)
+class DeclaredJob:
+    """A job a connection's extra ``jobs`` field lists: the DAGs it declares, and its sink
+    as declared (validated by `sink`, when it is used)."""
+
+    dags: tuple[str, ...] = ()
+    sink_spec: Any = None
+
+    def sink(self) -> Sink | None:
+        """The declared sink (None: none declared).
+
+        :raises ConfigError: the declaration is not a sink (`sinks.resolve.declared_sink`).
+        """
+        return declared_sink(self.sink_spec)
+
+
+def declared_jobs(extra: Mapping[str, Any]) -> dict[str, DeclaredJob]:
+    """The jobs a connection's extra ``jobs`` field lists, each with the DAGs and the sink
+    it declares (see the module docstring). Malformed job names are skipped with a warning."""
     raw = extra_field(extra, "jobs")
     items: Iterable[tuple[Any, Any]]
     if isinstance(raw, str):
@@ -85,7 +106,7 @@ def declared_jobs(extra: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
         items = ((name, None) for name in raw)
     else:
         return {}
-    jobs: dict[str, tuple[str, ...]] = {}
+    jobs: dict[str, DeclaredJob] = {}
     for name, spec in items:
         try:
             job = validate_job_name(str(name))
@@ -93,7 +114,9 @@ def declared_jobs(extra: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
             log.warning("ignoring a job listed by a sparkpoint connection: %s", exc)
             continue
         dags = spec.get("dags", ()) if isinstance(spec, Mapping) else ()
-        jobs[job] = tuple(str(d) for d in (dags if isinstance(dags, (list, tuple)) else [dags]) if d)
+        jobs[job] = DeclaredJob(
+            dags=tuple(str(d) for d in (dags if isinstance(dags, (list, tuple)) else [dags]) if d),
+            sink_spec=spec.get("sink") if isinstance(spec, Mapping) else None)
     return jobs
 
 
@@ -212,7 +235,7 @@ class SparkpointHook(BaseHook):
                 options["aws_access_key_id"] = conn.login
                 options["aws_secret_access_key"] = conn.password
                 options.pop("aws_session_token", None)
-            fields["jobs"] = list(declared_jobs(extra))
+            fields["jobs"] = declared_jobs(extra)
             fields["pyspark_python"] = extra_field(extra, "pyspark_python")
         if not uri:
             raise ConfigError(
@@ -258,6 +281,22 @@ class SparkpointHook(BaseHook):
     def jobs(self) -> list[str]:
         """The connection's ``jobs`` field (empty without a connection)."""
         return list(self._resolve()[2].get("jobs") or [])
+
+    def declared_sink(self, job_name: str) -> Sink | None:
+        """The sink the connection's ``jobs`` field declares for `job_name` (None: no
+        connection, the job is not listed, or it declares no sink).
+
+        :raises ConfigError: the declaration is not a sink; the message names the
+            connection and the job.
+        """
+        job = (self._resolve()[2].get("jobs") or {}).get(job_name)
+        if job is None:
+            return None
+        try:
+            return job.sink()
+        except ConfigError as exc:
+            raise ConfigError(f"Sparkpoint connection {self.sparkpoint_conn_id!r}, extra jobs.{job_name}.sink: "
+                              f"{exc}") from None
 
     @property
     def pyspark_python(self) -> str | None:

@@ -42,7 +42,9 @@ class SparkpointCommitOperator(SparkpointJobMixin, BaseOperator):
     :param max_heartbeat_age: a generation with a fresher heartbeat is still running.
     :param sink: the job's sink: a `Sink` (e.g. ``DeltaSink("s3://b/t")``) or its config
         mapping with ``kind`` (``{"kind": "directory", "uri": "/data/out", "format": "json"}``).
-        Transaction records for any other sink are refused. Without it each record's own
+        Transaction records for any other sink are refused. Without it, the sink the
+        `sparkpoint_conn_id` connection declares for the job (extra
+        ``{"jobs": {"<job>": {"sink": {...}}}}``) is used; without either, each record's own
         sink config is used, confined to that sink's root, and a warning recommends
         declaring it (README, "Security model").
 
@@ -83,18 +85,20 @@ class SparkpointCommitOperator(SparkpointJobMixin, BaseOperator):
             raise ConfigError("abort_generation and upto_batch exclude each other: abort a generation or commit")
         catalog = self.hook.get_catalog(self.job_name)
         options = self.hook.storage_options
+        # The operator's declaration wins; else the connection's (`jobs.<job>.sink`).
+        sink = self.sink if self.sink is not None else self.hook.declared_sink(self.job_name)
         if generation is not None:
             try:
                 aborted = abort_stopped_generation(
                     catalog, generation, max_heartbeat_age=self.max_heartbeat_age,
                     how_to_stop="SparkpointSavepointOperator with stop=True", storage_options=options,
-                    sink=self.sink)
+                    sink=sink)
             except GenerationRunning as exc:  # the generation is still running
                 raise AirflowException(str(exc)) from exc
             self.log.info("aborted %d transaction(s) of generation %d of job %s: %s",
                           len(aborted), generation, self.job_name, aborted)
             return {"aborted": list(aborted)}
-        result = commit_pending(catalog, storage_options=options, upto_batch=upto, sink=self.sink)
+        result = commit_pending(catalog, storage_options=options, upto_batch=upto, sink=sink)
         outcome = {key: list(value) for key, value in result.items()}
         self.log.info("commit step of job %s: committed %s, already %s, aborted %s, pending %s", self.job_name,
                       outcome.get("committed"), outcome.get("already"), outcome.get("aborted"),

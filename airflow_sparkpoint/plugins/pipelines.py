@@ -57,7 +57,7 @@ def _jobs(conn: Any) -> dict[str, tuple[str, ...]]:
     # the hook (airflow.sdk) is imported when first needed, not when Airflow loads plugins
     from airflow_sparkpoint.hooks.sparkpoint import declared_jobs
 
-    return declared_jobs(_extra(conn))
+    return {job: declared.dags for job, declared in declared_jobs(_extra(conn)).items()}
 
 
 def _extra(conn: Any) -> dict[str, Any]:

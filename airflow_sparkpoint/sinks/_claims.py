@@ -147,6 +147,8 @@ class FileSink(Sink):
         ``s3://`` with hadoop-aws), a `DirectorySink`'s with
         ``spark.read.option("basePath", sink.uri).format(fmt).load(*uris)`` (``basePath``
         keeps the partition columns of ``partition_by``).
+
+        :raises SinkError: a claim names a file outside the destination.
         """
         found = []
         for claim in committed_batches(self._storage(), job):
@@ -162,7 +164,12 @@ class FileSink(Sink):
 
     @abc.abstractmethod
     def _file_uri(self, file: Mapping[str, Any]) -> str:
-        """The URI of one file a claim names (an item of its ``files``)."""
+        """The URI of one file a claim names (an item of its ``files``), confined to the
+        destination (a claim is read from the output location: readers are never pointed
+        outside it).
+
+        :raises SinkError: the file's path is malformed or outside the destination.
+        """
 
     @abc.abstractmethod
     def _plan(self, record: TransactionRecord) -> tuple[dict[str, Any], list[dict[str, Any]]]:

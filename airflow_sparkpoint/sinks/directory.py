@@ -389,7 +389,7 @@ class DirectorySink(claims.FileSink):
         self._drop_staging(self._planned(str(claim.get("txn_id")), claim.get("plan"))[0])
 
     def _file_uri(self, file: Mapping[str, Any]) -> str:
-        return f"{self.uri}/{file['path']}"
+        return f"{self.uri}/{confine(file.get('path'), what=f'a claim file in {self.uri}', error=SinkError)}"
 
     def _promote_local(self, src_key: str, dst_key: str, size: int) -> str:
         assert self._local is not None

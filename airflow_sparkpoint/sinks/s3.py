@@ -214,14 +214,31 @@ class S3Sink(claims.FileSink):
     # -- commit ---------------------------------------------------------------------
 
     def _uploads(self, record: TransactionRecord) -> list[dict[str, Any]]:
-        what = f"transaction {record.txn_id} payload.staged.uploads[].key"
         try:
-            return [{**u, "key": confine(u["key"], under=self.prefix, what=what, error=SinkError)}
-                    for u in record.payload["staged"]["uploads"]]
+            uploads = record.payload["staged"]["uploads"]
         except (KeyError, TypeError) as exc:
             raise SinkError(
                 f"transaction {record.txn_id} has no S3Sink payload ({exc!r}); expected payload.staged.uploads"
             ) from None
+        return self._confined(uploads, f"transaction {record.txn_id} payload.staged.uploads")
+
+    def _plan_uploads(self, txn: str, plan: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+        """The uploads of `txn`'s promotion `plan`, read from a claim or decision in the
+        output location (as untrusted as a record): every key confined under the prefix."""
+        return self._confined((plan or {}).get("uploads", ()), f"the promotion plan of {txn} in {self.uri}: uploads")
+
+    def _confined(self, uploads: Any, what: str) -> list[dict[str, Any]]:
+        """`uploads` (``{key, upload_id, ...}`` items read from `what`) with each key confined
+        under the prefix: a completed, aborted or deleted upload never lands outside it.
+
+        :raises SinkError: `uploads` is malformed, or a key is outside the prefix (the
+            message names `what` and the key).
+        """
+        try:
+            return [{**u, "key": confine(u["key"], under=self.prefix, what=f"{what}[].key", error=SinkError)}
+                    for u in uploads]
+        except (KeyError, TypeError) as exc:
+            raise SinkError(f"{what} are malformed ({exc!r}); expected a list of {{key, upload_id, ...}}") from None
 
     def commit(self, record: TransactionRecord) -> CommitOutcome:
         """Claim the batch, then complete the transaction's uploads (`_claims`).
@@ -242,7 +259,7 @@ class S3Sink(claims.FileSink):
         return {"uploads": uploads}, files
 
     def _missing(self, txn: str, plan: Mapping[str, Any]) -> list[str]:
-        uploads = [dict(u) for u in plan.get("uploads", ())]
+        uploads = self._plan_uploads(txn, plan)
         if not uploads:
             return []
         parsed = layout.parse_txn_id(txn)
@@ -256,8 +273,8 @@ class S3Sink(claims.FileSink):
                 for u, there in zip(gone, landed, strict=True) if not there]
 
     def _promote(self, claim: Mapping[str, Any]) -> list[str]:
-        uploads = [dict(u) for u in claim["plan"].get("uploads", ())]
         batch, txn = int(claim["batch_id"]), str(claim["txn_id"])
+        uploads = self._plan_uploads(txn, claim["plan"])
         if not uploads:
             return claims.in_halves(None, self._complete, uploads, batch, txn)
         with ThreadPoolExecutor(max_workers=min(COMMIT_THREADS, len(uploads))) as pool:
@@ -266,7 +283,7 @@ class S3Sink(claims.FileSink):
     def _discard(self, txn: str, plan: Mapping[str, Any] | None, *, promoted_too: bool) -> int:
         parsed = layout.parse_txn_id(txn)
         job = parsed[0] if parsed else txn
-        uploads = [(u["key"], u["upload_id"]) for u in (plan or {}).get("uploads", ())]
+        uploads = [(u["key"], u["upload_id"]) for u in self._plan_uploads(txn, plan)]
         aborted = self._abort_all(uploads)
         if not (plan or {}).get("listed"):  # else the caller just listed every pending upload of it
             aborted += self._abort_strays(job, txn)
@@ -285,7 +302,8 @@ class S3Sink(claims.FileSink):
         """Nothing to clean: completed uploads leave nothing staged."""
 
     def _file_uri(self, file: Mapping[str, Any]) -> str:
-        return f"s3://{self.bucket}/{file['key']}"
+        key = confine(file.get("key"), under=self.prefix, what=f"a claim's file in {self.uri}", error=SinkError)
+        return f"s3://{self.bucket}/{key}"
 
     def _complete(self, upload: Mapping[str, Any]) -> str:
         """Complete one pending upload: "completed" now, or "already" complete.

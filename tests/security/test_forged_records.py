@@ -436,3 +436,39 @@ def test_planted_done_claim_cannot_empty_an_s3_output_location(s3_server: str, s
     assert "victims/precious.txt" in objects, "a planted claim emptied the bucket"
     assert "out/part-committed-00000.json" in objects, "a planted claim deleted committed output"
     assert_refused(exc, SinkError, "staging")
+
+
+@pytest.mark.parametrize("savepoint", ["/etc", "s3://another-bucket/orders/savepoints/savepoint-3-ab12cd34",
+                                       "chk-3", "savepoints/../../other/savepoints/savepoint-3-ab12cd34", 7])
+def test_a_run_result_naming_a_path_outside_the_jobs_savepoints_loses_that_field(
+        tmp_path: Path, savepoint: Any, caplog: pytest.LogCaptureFixture) -> None:
+    from airflow_sparkpoint.checkpoints.history import read_generation
+    from airflow_sparkpoint.checkpoints.run_result import read_run_result, result_key
+
+    catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
+    confirmed_nothing(catalog, 1)
+    catalog.store.put(result_key(1), json.dumps({"status": "stopped", "job": JOB, "generation": 1,
+                                                 "last_batch": 9, "savepoint": savepoint}).encode())
+    with caplog.at_level(logging.WARNING):
+        result = read_run_result(catalog, 1)
+    assert result is not None and result.savepoint is None, f"a forged savepoint was kept: {result}"
+    assert result.last_batch == 9, "the rest of the record was lost"
+    assert any(result_key(1) in r.getMessage() and "savepoint" in r.getMessage() for r in caplog.records), \
+        "the dropped savepoint was not reported"
+    generation = read_generation(catalog, 1)
+    assert generation.result is not None and generation.result.savepoint is None
+    good = f"{catalog.uri}/savepoints/savepoint-3-ab12cd34"
+    catalog.store.put(result_key(1), json.dumps({"status": "stopped", "job": JOB, "generation": 1,
+                                                 "savepoint": good}).encode())
+    assert (read_run_result(catalog, 1) or result).savepoint == good
+
+
+def test_a_planted_done_claim_cannot_point_readers_outside_the_output(tmp_path: Path) -> None:
+    victim_dir(tmp_path)
+    sink = DirectorySink(str(tmp_path / "out"), "json")
+    record = staged_record(sink, 7, 1)
+    plant_claim(sink, record, "done", {"staging": f"_staging/{record.txn_id}", "moves": []})
+    claim = tmp_path / "out" / "_sparkpoint" / "manifests" / JOB / "7.json"
+    claim.write_text(json.dumps({**json.loads(claim.read_text()), "files": [{"path": "../victim/precious.txt"}]}))
+    exc = outcome(sink.committed_files, JOB)
+    assert_refused(exc, (SinkError, InvalidPath), "victim")

@@ -122,3 +122,58 @@ def test_form_widgets_for_airflow_before_3_2(monkeypatch: pytest.MonkeyPatch) ->
     assert list(widgets) == list(CONN_FIELDS)
     assert widgets["endpoint_url"].label == "S3 endpoint URL"
     assert widgets["aws_conn_id"].kwargs["widget"] == "text-widget"
+
+
+def test_the_commit_step_uses_the_sink_the_connection_declares_unless_the_operator_declares_one(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import time
+
+    from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord, layout
+    from airflow_sparkpoint.exceptions import SinkError
+    from airflow_sparkpoint.hooks import SparkpointHook
+    from airflow_sparkpoint.operators import SparkpointCommitOperator
+    from airflow_sparkpoint.sinks.directory import DirectorySink
+    from airflow_sparkpoint.storage import open_storage
+    from tests.security.test_forged_records import JOB, confirmed_nothing
+
+    root = str(tmp_path / "sp")
+    declared = {"kind": "directory", "uri": str(tmp_path / "out"), "format": "json"}
+    conn(monkeypatch, "sp_declared", conn_type="sparkpoint", host=root,
+         extra={"jobs": {JOB: {"dags": ["etl_orders"], "sink": declared}, "payments": {"dags": ["etl_pay"]}}})
+    catalog = Catalog(open_storage(root), JOB)
+    confirmed_nothing(catalog, 3)
+    other = DirectorySink(str(tmp_path / "elsewhere"), "json")
+    record = TransactionRecord(JOB, 1, 1, other.kind, other.sink_id, {
+        "config": other.to_config(), "staged": {"staging": f"_staging/{layout.txn_id(JOB, 1, 1)}", "files": []}},
+        created_at=time.time())
+    catalog.put_transaction(record)
+
+    commit = SparkpointCommitOperator(task_id="commit", job_name=JOB, sparkpoint_conn_id="sp_declared")
+    with pytest.raises(SinkError, match="does not match the declared sink directory:"):
+        commit.execute({})  # type: ignore[arg-type]
+    assert [r.txn_id for r in catalog.transactions()] == [record.txn_id], "the refused record was settled"
+    # the operator's own sink wins over the connection's
+    own = SparkpointCommitOperator(task_id="own", job_name=JOB, sparkpoint_conn_id="sp_declared", sink=other)
+    assert own.execute({}) == {"committed": [], "already": [], "aborted": [record.txn_id],  # type: ignore[arg-type]
+                               "pending": []}
+
+    hook = SparkpointHook("sp_declared")
+    assert hook.jobs == [JOB, "payments"]
+    sink = hook.declared_sink(JOB)
+    assert sink is not None and sink.sink_id == DirectorySink(declared["uri"], "json").sink_id
+    assert hook.declared_sink("payments") is None and hook.declared_sink("unlisted") is None
+    assert SparkpointHook(None, storage_uri=root).declared_sink(JOB) is None
+
+
+def test_a_malformed_connection_declared_sink_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    from airflow_sparkpoint.hooks import SparkpointHook
+    from airflow_sparkpoint.operators import SparkpointCommitOperator
+
+    conn(monkeypatch, "sp_bad_sink", conn_type="sparkpoint", host=str(tmp_path / "sp"),
+         extra={"jobs": {"orders": {"sink": {"uri": "/data/out"}}}})
+    with pytest.raises(ConfigError, match=r"sp_bad_sink.*orders.*is not a sink"):
+        SparkpointHook("sp_bad_sink").declared_sink("orders")
+    commit = SparkpointCommitOperator(task_id="commit", job_name="orders", sparkpoint_conn_id="sp_bad_sink")
+    with pytest.raises(ConfigError, match="is not a sink"):  # never falls back to the records' own sinks
+        commit.execute({})  # type: ignore[arg-type]

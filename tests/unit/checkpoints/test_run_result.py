@@ -13,7 +13,8 @@ from airflow_sparkpoint.storage import MemoryStorage
 def test_a_written_result_reads_back_equal() -> None:
     catalog = Catalog(MemoryStorage(), "orders")
     result = RunResult(status="stopped", job="orders", generation=3, batches_processed=2, first_batch=4,
-                       last_batch=5, committed_batches=(4, 5), savepoint="memory://x/savepoints/sp",
+                       last_batch=5, committed_batches=(4, 5),
+                       savepoint=f"{catalog.uri}/savepoints/savepoint-3-ab12cd34",
                        recovered={"committed": [3]}, rescaled={"from": 2, "to": 4, "batch": 6})
     assert read_run_result(catalog, 3) is None
     write_run_result(catalog, result)
