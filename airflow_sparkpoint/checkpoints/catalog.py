@@ -44,6 +44,7 @@ from airflow_sparkpoint.exceptions import (
     InvalidPath,
     ObjectExists,
     ObjectNotFound,
+    ObjectTooLarge,
     RestoreError,
     StaleGeneration,
     StorageError,
@@ -117,6 +118,8 @@ class Catalog:
             data = self.store.get(meta_key)
         except ObjectNotFound:
             return SnapshotEntry(kind, sid, uri, key, error="no _metadata (incomplete or abandoned)")
+        except ObjectTooLarge as exc:  # planted or garbled: corrupt, never a reason to fail a listing
+            return SnapshotEntry(kind, sid, uri, key, error=str(exc))
         try:
             meta = SnapshotMetadata.from_bytes(data, where=f"{uri}/{layout.METADATA}")
             if meta.job != self.job:
@@ -247,10 +250,14 @@ class Catalog:
             write too, when a newer generation claimed meanwhile (the checkpoint stays,
             superseded by the newer generation's origin).
         :raises ObjectExists: another writer completed the same checkpoint id.
+        :raises CatalogError: the ``_metadata`` would be over the limit readers accept
+            (`layout.check_metadata_size`); the checkpoint is not completed.
         """
         self.check_generation(meta.generation)
         key = layout.checkpoint_metadata(meta.id)
-        self.store.put_if_absent(key, meta.to_bytes())
+        body = meta.to_bytes()
+        layout.check_metadata_size(body, f"{self.uri}/{key}")
+        self.store.put_if_absent(key, body)
         # A newer generation may have claimed between the check and the write: then this
         # checkpoint lies above the newer generation's base (superseded, never restored
         # by `latest`), and the writer must not act on it (no commit).
@@ -322,6 +329,9 @@ class Catalog:
         Files are copied (server-side within one store), never referenced, so retention
         and disposal of checkpoints cannot touch the savepoint. `on_copied(done, total)`
         is called after each file (progress; the runtime's fault hook).
+
+        :raises CatalogError: its ``_metadata`` would be over the limit readers accept
+            (`layout.check_metadata_size`); nothing is completed.
         """
         started = time.monotonic()
         meta = source.metadata
@@ -336,34 +346,48 @@ class Catalog:
         elif src_uri.startswith(own_uri + "/"):
             src_prefix = src_uri[len(own_uri) + 1:] + "/"
 
+        def savepoint_ref(ref: FileRef) -> FileRef:
+            return FileRef(path=ref.path, key=f"files/{normalize_key(ref.path)}", size=ref.size,
+                           sha256=ref.sha256, mtime_ns=ref.mtime_ns)
+
+        copied = sum(ref.size for ref in meta.files)
+
+        def savepoint_meta(files: tuple[FileRef, ...]) -> SnapshotMetadata:
+            return meta.with_(
+                kind="savepoint",
+                id=sp_id,
+                generation=meta.generation if generation is None else generation,
+                created_at=time.time(),
+                files=files,
+                source_checkpoint=meta.id if meta.kind == "checkpoint" else meta.source_checkpoint,
+                stats=SnapshotStats(
+                    duration_ms=int((time.monotonic() - started) * 1000),
+                    bytes_copied=copied,
+                    files_copied=len(files),
+                    bytes_total=copied,
+                    file_count=len(files),
+                ),
+            )
+
+        where = f"{self.uri}/{sp_key}/{layout.METADATA}"
+        # Refused before copying anything (a savepoint no reader accepts is not worth a
+        # copy), and again on the final bytes below.
+        layout.check_metadata_size(savepoint_meta(tuple(map(savepoint_ref, meta.files))).to_bytes(), where)
+
         def copy_one(ref: FileRef) -> FileRef:
-            dst = f"{sp_key}/files/{normalize_key(ref.path)}"
+            dst = f"{sp_key}/{savepoint_ref(ref).key}"
             if src_prefix is not None:
                 self.store.copy(src_prefix + ref.key, dst)
             else:
                 source.files_store.copy_to(ref.key, self.store, dst)  # streamed, never whole in memory
-            return FileRef(path=ref.path, key=f"files/{normalize_key(ref.path)}", size=ref.size,
-                           sha256=ref.sha256, mtime_ns=ref.mtime_ns)
+            return savepoint_ref(ref)
 
         # A few copies at a time (`transfer`); any failure raises before _metadata is written.
         files = transfer_all(copy_one, meta.files, on_done=on_copied)
-        copied = sum(ref.size for ref in meta.files)
-        sp_meta = meta.with_(
-            kind="savepoint",
-            id=sp_id,
-            generation=meta.generation if generation is None else generation,
-            created_at=time.time(),
-            files=tuple(files),
-            source_checkpoint=meta.id if meta.kind == "checkpoint" else meta.source_checkpoint,
-            stats=SnapshotStats(
-                duration_ms=int((time.monotonic() - started) * 1000),
-                bytes_copied=copied,
-                files_copied=len(files),
-                bytes_total=copied,
-                file_count=len(files),
-            ),
-        )
-        self.store.put_if_absent(f"{sp_key}/{layout.METADATA}", sp_meta.to_bytes())
+        sp_meta = savepoint_meta(tuple(files))
+        body = sp_meta.to_bytes()
+        layout.check_metadata_size(body, where)
+        self.store.put_if_absent(f"{sp_key}/{layout.METADATA}", body)
         uri = f"{self.uri}/{sp_key}"
         log.info("savepoint %s completed: batch %d, %d files, %d bytes", uri, meta.batch_id, len(files), copied)
         return SnapshotHandle(uri=uri, metadata=sp_meta, files_store=self.store.child(sp_key))

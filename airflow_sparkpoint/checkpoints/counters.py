@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparkpoint.checkpoints.layout import COUNTERS
 from airflow_sparkpoint.exceptions import ObjectNotFound, StorageError
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-COUNTERS = "checkpoint-counters.json"
 #: how many of the newest checkpoint attempts the record remembers (failure ratio windows)
 RECENT_LIMIT = 100
 

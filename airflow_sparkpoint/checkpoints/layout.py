@@ -15,6 +15,8 @@
     <job>/control/<request-id>.{request,ack,result}.json
     <job>/results/<generation>.json               the run result of a generation
     <job>/last-disposed-id                        highest id ever disposed (ids are never reused)
+    <job>/checkpoint-counters.json                lifetime checkpoint counts and recent outcomes
+    <job>/chk-<id>/_verification.json, savepoints/<name>/_verification.json  last restore drill
 
 Every record read from a job's keys is bounded (`max_bytes_of`, `JobStore`): whoever can
 write the store could plant a multi-GB ``status.json`` to take a reader down.
@@ -27,11 +29,14 @@ from __future__ import annotations
 
 import re
 
-from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.exceptions import CatalogError, ConfigError
 from airflow_sparkpoint.storage.base import PrefixedStorage, Storage
 
 METADATA = "_metadata"
+#: ``<snapshot dir>/_verification.json``: the last restore drill of that snapshot
+VERIFICATION = "_verification.json"
 ID_FLOOR = "last-disposed-id"
+COUNTERS = "checkpoint-counters.json"
 CHK_RE = re.compile(r"^chk-(\d+)$")
 SAVEPOINT_RE = re.compile(r"^savepoint-(\d+)-([0-9a-z]+)$")
 TXN_RE = re.compile(r"^(\d+)-g(\d+)\.json$")
@@ -103,10 +108,12 @@ def txn_key(batch_id: int, generation: int) -> str:
 
 
 STATUS = "status.json"
+STATUS_DIR = "status"
 
 
 def status_key(generation: int) -> str:
-    return f"status/{generation:012d}.json"
+    return f"{STATUS_DIR}/{generation:012d}.json"
+
 
 SHARED = "shared"
 SAVEPOINTS = "savepoints"
@@ -119,11 +126,17 @@ CONTROL = "control"
 RESULTS = "results"
 
 _KIB, _MIB = 1024, 1024 * 1024
-#: the largest object of each kind of record (by its first key segment; ``_metadata``
-#: by its name) a reader accepts; beyond it the record is corrupt (`ObjectTooLarge`)
+#: the largest object of each kind of record (by its first key segment; ``_metadata`` and
+#: ``_verification.json`` by their name) a reader accepts; beyond it the record is corrupt
+#: (`ObjectTooLarge`), and a ``_metadata`` over it is refused at write time
 RECORD_MAX_BYTES = {
-    METADATA: 64 * _MIB,  # lists every file of a snapshot
+    # Lists every file of a snapshot, ~250 bytes of JSON each: 512 MiB is ~2 million
+    # files (a big job has tens of thousands), and still a bounded read.
+    METADATA: 512 * _MIB,
+    VERIFICATION: 4 * _MIB,
     STATUS: 1 * _MIB,
+    STATUS_DIR: 1 * _MIB,
+    COUNTERS: 1 * _MIB,  # at most RECENT_LIMIT outcomes
     GENERATIONS: 1 * _MIB,
     RESULTS: 4 * _MIB,
     LINEAGE: 1 * _MIB,
@@ -138,11 +151,23 @@ def max_bytes_of(key: str) -> int | None:
     """The size limit of the record at `key` (relative to the job root); None for the
     files of snapshots (state, offsets: read streamed, never parsed whole)."""
     parts = key.strip("/").split("/")
-    if parts[-1] == METADATA:
-        return RECORD_MAX_BYTES[METADATA]
-    if parts[0] in (SHARED, SAVEPOINTS) or CHK_RE.match(parts[0]):
+    if parts[-1] in (METADATA, VERIFICATION):
+        return RECORD_MAX_BYTES[parts[-1]]
+    if parts[0] in (SHARED, SAVEPOINTS, PINS) or CHK_RE.match(parts[0]):
         return None
     return RECORD_MAX_BYTES.get(parts[0])
+
+
+def check_metadata_size(data: bytes, where: str) -> None:
+    """Refuse to write a ``_metadata`` that no reader would accept.
+
+    :raises CatalogError: `data` is over the ``_metadata`` limit (the snapshot is not
+        completed: a failed checkpoint, never an unreadable completed one).
+    """
+    limit = RECORD_MAX_BYTES[METADATA]
+    if len(data) > limit:
+        raise CatalogError(f"{where} would be {len(data)} bytes, over the limit of {limit} bytes readers accept; "
+                           "the snapshot is not completed (too many files referenced)")
 
 
 class JobStore(PrefixedStorage):

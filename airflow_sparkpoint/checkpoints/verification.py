@@ -17,13 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_sparkpoint.checkpoints.layout import VERIFICATION
 from airflow_sparkpoint.exceptions import ConfigError, ObjectNotFound, StorageError
 from airflow_sparkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-VERIFICATION = "_verification.json"
 LEVELS = ("files", "state", "drill")
 
 

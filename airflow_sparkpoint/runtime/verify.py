@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata
-from airflow_sparkpoint.checkpoints.layout import METADATA
+from airflow_sparkpoint.checkpoints.layout import METADATA, max_bytes_of
 from airflow_sparkpoint.checkpoints.verification import VerificationRecord, write_verification
 from airflow_sparkpoint.exceptions import (
     CorruptMetadata,
     ObjectNotFound,
+    ObjectTooLarge,
     RestoreError,
     SparkpointError,
     StorageError,
@@ -275,16 +276,19 @@ def load_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None)
     checking the files it references (`verify_snapshot` does, naming every bad one).
 
     :raises RestoreError: there is no ``_metadata`` at `uri` (not a snapshot).
-    :raises CorruptMetadata: ``_metadata`` is there but fails its checksum or schema.
+    :raises CorruptMetadata: ``_metadata`` is there but fails its checksum or schema, or
+        is over its size limit.
     """
     options = dict(storage_options or {})
     text = uri.rstrip("/")
     store = open_storage(text, **options)
     try:
-        data = store.get(METADATA)
+        data = store.get(METADATA, max_bytes_of(METADATA))
     except ObjectNotFound:
         raise RestoreError(f"{text} has no _metadata; expected a savepoint or checkpoint directory "
                            "(see `sparkpoint list`)") from None
+    except ObjectTooLarge as exc:
+        raise CorruptMetadata(str(exc)) from exc
     meta = SnapshotMetadata.from_bytes(data, where=f"{text}/{METADATA}")
     # Checkpoint file keys are relative to the job root, the parent of chk-<id>.
     files_store = open_storage(text.rsplit("/", 1)[0], **options) if meta.kind == "checkpoint" else store
