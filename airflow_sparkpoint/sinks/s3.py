@@ -216,7 +216,8 @@ class S3Sink(claims.FileSink):
     def _uploads(self, record: TransactionRecord) -> list[dict[str, Any]]:
         what = f"transaction {record.txn_id} payload.staged.uploads[].key"
         try:
-            return [{**u, "key": confine(u["key"], under=self.prefix, what=what, error=SinkError)}
+            # An S3 key is literal: checked as it is (`exact`), never rewritten.
+            return [{**u, "key": confine(u["key"], under=self.prefix, what=what, error=SinkError, exact=True)}
                     for u in record.payload["staged"]["uploads"]]
         except (KeyError, TypeError) as exc:
             raise SinkError(
