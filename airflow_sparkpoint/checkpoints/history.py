@@ -9,7 +9,7 @@ compute it differently::
                                       the last restore drill
     generation_records(catalog)       the newest generations: what each restored, its
                                       Airflow task try, the configuration in force, how it ended
-    read_job_status / live_status     the status record and whether its run is live
+    current_status / live_status      the current run's status record and whether it is live
     load_history(catalog)             all of it, with counts, latest completed / failed /
                                       savepoint / restore, min-avg-max summary, pending
                                       control requests and staged transactions
@@ -50,7 +50,7 @@ from airflow_sparkpoint.checkpoints.records import (
     snapshot_records,
     staged_transactions,
 )
-from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
+from airflow_sparkpoint.checkpoints.status import JobStatus, current_status, read_job_status
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -65,19 +65,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------- status
-
-
-def current_status(catalog: Catalog) -> tuple[JobStatus | None, int]:
-    """(the status record of the current generation, the current generation). Read in
-    this order, so that a record written around a claim is seen as older than the claim:
-    when ``status.json`` is older than the current generation (that run has not written
-    yet, or a zombie's heartbeat replaced its record), that generation's own record is
-    used when it exists (`airflow_sparkpoint.checkpoints.status`)."""
-    status = read_job_status(catalog)
-    current = catalog.current_generation()
-    if status is not None and status.generation < current:
-        status = read_job_status(catalog, current) or status
-    return status, current
 
 
 def liveness(status: JobStatus | None, current_generation: int, max_heartbeat_age: float,
@@ -304,8 +291,7 @@ def load_history(
     :raises StorageError: the store cannot be listed.
     """
     now = time.time() if now is None else now
-    current = catalog.current_generation()
-    status = read_job_status(catalog)
+    status, current = current_status(catalog)
     alive, age = liveness(status, current, max_heartbeat_age, now=now)
     return PipelineHistory(
         job=catalog.job,

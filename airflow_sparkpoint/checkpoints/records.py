@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.run_result import RunResult, read_run_result
-from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
+from airflow_sparkpoint.checkpoints.status import JobStatus, current_status
 from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.exceptions import ControlError, CorruptMetadata, ObjectNotFound, StorageError
 
@@ -323,9 +323,10 @@ def generation_records(
 ) -> list[GenerationRecord]:
     """The newest `limit` generations, newest first (`status`: the job's status record,
     read when not given; `current`: the newest generation, listed when not given)."""
-    current = catalog.current_generation() if current is None else current
     if status is _UNREAD:
-        status = read_job_status(catalog)
+        status, listed = current_status(catalog)
+        current = listed if current is None else current
+    current = catalog.current_generation() if current is None else current
     return [read_generation(catalog, generation, status=status, current=current)
             for generation in range(current, max(0, current - limit), -1)]
 
@@ -340,7 +341,8 @@ def read_generation(
     """The record of one generation (its claim, its run result, the status if it wrote it;
     missing parts are empty)."""
     if status is _UNREAD:
-        status = read_job_status(catalog)
+        status, listed = current_status(catalog)
+        current = listed if current is None else current
     assert status is None or isinstance(status, JobStatus)
     current = catalog.current_generation() if current is None else current
     claim = _read_json(catalog, layout.generation_key(generation))

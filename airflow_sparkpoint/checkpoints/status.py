@@ -5,7 +5,7 @@ A run writes its record twice: to ``status.json`` (what pollers read, one GET) a
 (a zombie) checks that it is current before it writes, but its write may land after a
 newer claim and replace the newer run's ``status.json`` (storage has no conditional
 put); the newer run's own record survives, and readers that find ``status.json`` older
-than the current generation read that one (`airflow_sparkpoint.checkpoints.history.live_status`).
+than the current generation read that one (`current_status`, `current_of`).
 """
 
 from __future__ import annotations
@@ -94,11 +94,13 @@ def read_status(store: Storage, uri: str, generation: int | None = None) -> dict
 
 
 class StatusSource(Protocol):
-    """What `read_job_status` needs of a job's catalog (the catalog imports this module)."""
+    """What `read_job_status` and `current_status` need of a job's catalog (the catalog imports this module)."""
 
     job: str
 
     def read_status(self, generation: int | None = None) -> dict[str, Any] | None: ...
+
+    def current_generation(self) -> int: ...
 
 
 def read_job_status(catalog: StatusSource, generation: int | None = None) -> JobStatus | None:
@@ -112,3 +114,22 @@ def read_job_status(catalog: StatusSource, generation: int | None = None) -> Job
     except (TypeError, ValueError) as exc:
         log.warning("status record of job %r is incomplete (%s); treating the job as not running", catalog.job, exc)
         return None
+
+
+def current_of(catalog: StatusSource, status: JobStatus | None, current: int) -> JobStatus | None:
+    """The status record of generation `current`, given `status` read from ``status.json``
+    before `current` was listed: when `status` is older than `current` (that run has not
+    written yet, or a zombie's heartbeat replaced its record), that generation's own
+    record when it exists (one GET, only then), else `status`."""
+    if status is not None and status.generation < current:
+        return read_job_status(catalog, current) or status
+    return status
+
+
+def current_status(catalog: StatusSource) -> tuple[JobStatus | None, int]:
+    """(the status record of the current generation, the current generation). Read in
+    this order, so that a record written around a claim is seen as older than the claim
+    (`current_of`)."""
+    status = read_job_status(catalog)
+    current = catalog.current_generation()
+    return current_of(catalog, status, current), current

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow_sparkpoint.checkpoints.history import (
+    current_status,
     liveness,
     read_generation,
-    read_job_status,
     short_name,
     snapshot_records,
 )
@@ -157,7 +157,7 @@ class Watcher(threading.Thread):
             return self._poll(catalog)
 
     def _poll(self, catalog: Any) -> tuple[str, str]:
-        status = read_job_status(catalog)
+        status, _current = current_status(catalog)  # a zombie's late heartbeat does not hide the live run
         seen = self.seen.setdefault(catalog.job, {})
         for record in snapshot_records(catalog, "checkpoint", drills=False):
             if record.valid:

@@ -62,12 +62,22 @@ def find_claim(catalog: Catalog, token: str, *, after: int = 0) -> RunClaim | No
     return None
 
 
+def run_status(catalog: Catalog, generation: int) -> dict[str, Any]:
+    """The status record generation `generation` wrote (its own record; ``status.json``
+    while it has none, a store written before per-generation records), or {}; the caller
+    checks the record's generation.
+
+    :raises StorageError: the store cannot be read.
+    """
+    return catalog.read_status(generation) or catalog.read_status() or {}
+
+
 def reported_error(catalog: Catalog, token: str, *, after: int = 0) -> str | None:
-    """The error the run of submit `token` recorded when it failed (its status record,
-    while no later run has replaced it), or None."""
+    """The error the run of submit `token` recorded when it failed (its own status
+    record, `run_status`), or None."""
     try:
         claim = find_claim(catalog, token, after=after)
-        status = catalog.read_status() or {} if claim is not None else {}
+        status = run_status(catalog, claim.generation) if claim is not None else {}
     except SparkpointError as exc:
         log.debug("cannot read the failed run of job %s: %s", catalog.job, exc)
         return None

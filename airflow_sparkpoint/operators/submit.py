@@ -410,7 +410,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
             return
         if previous is not None:
             run = runs.find_claim(catalog, previous.tokens[-1], after=previous.since)
-            status = catalog.read_status() or {}
+            status = runs.run_status(catalog, run.generation) if run is not None else {}
             if run is None:
                 self.log.info("try %d: the previous try (%d) started no run of job %s", try_number,
                               previous.try_number, self.job_name)

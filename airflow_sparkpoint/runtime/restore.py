@@ -460,8 +460,9 @@ def recover_transactions(
     Transactions the snapshot lists as pending were confirmed: committed now in
     ``checkpoint`` mode, kept for the commit step in ``external`` mode. Every other
     recorded transaction is settled by `settle_unconfirmed` (here, unless the caller did
-    that already and passes its summary as `settled`); staged data without any record is
-    removed. Every commit and abort is fenced: a newer generation makes this one stop.
+    that already and passes its summary as `settled`); a confirmed record naming another
+    sink is left alone with a warning (`_own`), like an unconfirmed one; staged data
+    without any record is removed. Every commit and abort is fenced: a newer generation makes this one stop.
     Returns the still-pending records and a summary (batch ids ``committed``,
     ``finished``, ``aborted``, ``kept``; ``conflicts`` stays empty: a conflict raises).
 
@@ -490,6 +491,8 @@ def recover_transactions(
             log.warning("transaction %s was pending for sink %s in %s; this run writes to %s: leaving it to job %r",
                         record.txn_id, record.sink_id, plan.snapshot.uri if plan.snapshot else "the snapshot",
                         sink.sink_id, record.job)
+            continue
+        if not _own(catalog, record, sink):  # the rule of `settle_unconfirmed`: another sink's record stays
             continue
         if own_root and key not in recorded:
             # Settled after the snapshot was taken: committed (then the sink has it) or

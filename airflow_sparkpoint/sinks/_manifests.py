@@ -17,8 +17,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_sparkpoint.exceptions import ObjectNotFound, SinkError
+from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, ObjectNotFound, SinkError
 from airflow_sparkpoint.storage import Storage
+from airflow_sparkpoint.storage.base import normalize_prefix
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,16 @@ def committed_position(store: Storage, job: str) -> int | None:
 
 def s3_destination(bucket: str, path: str) -> tuple[str, str]:
     """``(prefix, uri)`` of the destination ``s3://<bucket>/<path>``: the key prefix with
-    a trailing ``/`` ("" at the bucket root) and the URI without one."""
-    prefix = path.strip("/") + "/" if path.strip("/") else ""
+    a trailing ``/`` ("" at the bucket root) and the URI without one. Slashes at the ends
+    of `path` go; nothing else is rewritten (S3 keys are literal).
+
+    :raises ConfigError: `path` is not a canonical key prefix (the storage's rule,
+        `normalize_prefix`: an empty, ``.`` or ``..`` segment).
+    """
+    try:
+        prefix = normalize_prefix(path.strip("/"))
+    except InvalidPath as exc:
+        raise ConfigError(f"S3 destination s3://{bucket}/{path} is not a canonical key prefix ({exc})") from None
     return prefix, f"s3://{bucket}/{prefix.rstrip('/')}" if prefix else f"s3://{bucket}"
 
 

@@ -235,7 +235,9 @@ class S3Sink(claims.FileSink):
             message names `what` and the key).
         """
         try:
-            return [{**u, "key": confine(u["key"], under=self.prefix, what=f"{what}[].key", error=SinkError)}
+            # An S3 key is literal: checked as it is (`exact`), never rewritten.
+            return [{**u, "key": confine(u["key"], under=self.prefix, what=f"{what}[].key", error=SinkError,
+                                         exact=True)}
                     for u in uploads]
         except (KeyError, TypeError) as exc:
             raise SinkError(f"{what} are malformed ({exc!r}); expected a list of {{key, upload_id, ...}}") from None

@@ -67,6 +67,7 @@ from airflow_sparkpoint.triggers.conditions import (
     CheckpointCondition,
     Observation,
     Outcome,
+    current_of,
     decide,
     evaluate,
     generation_alive,
@@ -340,12 +341,15 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         move (see the module docstring)."""
         now = time.time() if now is None else now
         status = read_job_status(catalog)
+        seen = self._seen
+        if seen is not None:
+            # A GET more only when status.json is older than the run last seen (a zombie's late heartbeat).
+            status = current_of(catalog, status, seen.current)
         gate: tuple[Any, ...] = (status_mark(status),)
         if self.condition.savepoint:
             gate += (tuple(sorted(catalog.store.list_dirs(layout.SAVEPOINTS))),)
-        seen = self._seen
         if seen is None or gate != self._seen_gate or now >= self._full_look_at:
-            seen = observe(catalog, self.condition, status)  # the status just read: no second GET
+            seen = observe(catalog, self.condition, status)  # the status just read: no second GET of status.json
             # The gate read before the look: a change in between is seen at the next poll.
             self._seen_gate = gate
             self._full_look_at = now + max(FULL_LOOK_S, self.poll_interval) * random.uniform(1 - JITTER, 1)

@@ -31,13 +31,13 @@ from airflow_sparkpoint.checkpoints.history import (
     snapshot_records,
 )
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
-from airflow_sparkpoint.checkpoints.status import JobStatus
+from airflow_sparkpoint.checkpoints.status import JobStatus, current_of, current_status
 from airflow_sparkpoint.exceptions import ConfigError
 
 # The status reads live in the history model; re-exported for the operators and trigger.
 __all__ = [
-    "CheckpointCondition", "Observation", "Outcome", "decide", "epoch_seconds", "evaluate", "generation_alive",
-    "live_status", "observe", "optional_int", "optional_seconds", "read_job_status", "status_mark",
+    "CheckpointCondition", "Observation", "Outcome", "current_of", "decide", "epoch_seconds", "evaluate",
+    "generation_alive", "live_status", "observe", "optional_int", "optional_seconds", "read_job_status", "status_mark",
 ]
 
 if TYPE_CHECKING:
@@ -256,11 +256,14 @@ class Observation:
 def observe(catalog: Catalog, cond: CheckpointCondition,
             status: JobStatus | None | EllipsisType = ...) -> Observation:
     """One full look at the job: two listings, the status record (unless the caller
-    just read it: `status`) and the metadata of every retained snapshot (cost
+    just read ``status.json``: `status`; the current generation's own record when
+    ``status.json`` is older, `current_of`) and the metadata of every retained snapshot (cost
     O(retained snapshots))."""
-    current = catalog.current_generation()
     if isinstance(status, EllipsisType):
-        status = read_job_status(catalog)
+        status, current = current_status(catalog)
+    else:
+        current = catalog.current_generation()
+        status = current_of(catalog, status, current)
     return Observation(current, status, tuple(_matches(catalog, cond)))
 
 

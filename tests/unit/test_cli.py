@@ -220,11 +220,16 @@ def test_status_json_live_and_dead(capsys: pytest.CaptureFixture[str], root: Pat
     code, out, _ = run(capsys, "status", "--dir", str(root), "--job", "orders", "--max-heartbeat-age", "600")
     assert "alive            yes (heartbeat 120 s ago; max 600 s)" in out
 
-    Catalog(open_storage(str(root)), "orders").claim_generation()  # a newer run started
-    write_status(catalog, heartbeat_age=0)
-    catalog.write_status({**catalog.read_status(), "generation": 1})  # type: ignore[dict-item]
+    Catalog(open_storage(str(root)), "orders").claim_generation()  # a newer run started, has not written yet
+    catalog.write_status({**catalog.read_status(), "heartbeat_at": time.time()})  # type: ignore[dict-item]
     code, out, _ = run(capsys, "status", "--dir", str(root), "--job", "orders")
     assert "superseded by generation 2" in out and "alive            no" in out
+
+    write_status(catalog, heartbeat_age=0)  # generation 2 runs; then generation 1's late heartbeat lands
+    catalog.write_status({**catalog.read_status(), "generation": 1})  # type: ignore[dict-item]
+    code, out, _ = run(capsys, "status", "--dir", str(root), "--job", "orders", "--json")
+    doc = json.loads(out)
+    assert (doc["generation"], doc["status_generation"], doc["alive"]) == (2, 2, True), doc
 
 
 def test_status_of_a_job_that_never_ran(capsys: pytest.CaptureFixture[str], root: Path) -> None:

@@ -3,6 +3,8 @@ recording sink."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import uuid
 from pathlib import Path
@@ -385,3 +387,31 @@ def test_only_a_sink_that_declares_it_can_rewind_is_rewound(catalog, tmp_path):
     able.committed = dict(ahead)
     assert check_sink_position(plan, able, "job", "rewind") is True
     assert rewound == [0]
+
+
+def test_recovery_leaves_a_confirmed_record_for_another_sink_alone(catalog, tmp_path, caplog):
+    """Like `settle_unconfirmed`, the commit of confirmed records skips (with a warning) a
+    record of this job that names another sink kind or sink id: it is not committed
+    through the job's sink, and it is left in the store."""
+    gen1 = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), gen1)
+    write_live(tmp_path, 0)
+    write_live(tmp_path, 2)
+    foreign = [dataclasses.replace(record(0, gen1), sink_id="recording:other"),
+               dataclasses.replace(record(1, gen1), sink="delta")]
+    for txn in (*foreign, record(2, gen1)):
+        catalog.put_transaction(txn)
+        coord.add_pending(txn)
+    coord.checkpoint(2)  # confirms all three; crash before the commits
+    for mode in ("checkpoint", "external"):
+        sink = RecordingSink()
+        with caplog.at_level(logging.WARNING):
+            pending, summary = recover_transactions(catalog, sink, plan_restore(_cfg(), catalog, None), mode)
+        assert sink.committed == ({2: gen1} if mode == "checkpoint" else {}), mode
+        assert [r.batch_id for r in pending] == ([] if mode == "checkpoint" else [2]), mode
+        assert summary["committed"] == ([2] if mode == "checkpoint" else []), mode
+        assert {(r.batch_id, r.sink, r.sink_id) for r in catalog.transactions()} >= {
+            (r.batch_id, r.sink, r.sink_id) for r in foreign}, f"{mode}: a foreign record was removed"
+        assert sum("does not match the declared sink" in m for m in caplog.messages) == 2, caplog.messages
+        caplog.clear()
+        catalog.put_transaction(record(2, gen1))  # back for the next mode
