@@ -84,7 +84,7 @@ class _RunCoordination(_RunStartup):
 
     def _finish(self) -> None:
         """After the query ended: checkpoint its last batch (and, with interval 0, the ones
-        before it that have none yet), then commit.
+        before it that have none yet, within `Coordinator.due_batches`' bound), then commit.
 
         :raises SparkpointError: the checkpoint of the last batch failed.
         """
