@@ -53,6 +53,11 @@ from airflow_sparkpoint.storage.base import Storage
 log = logging.getLogger(__name__)
 
 _CHUNK = 8 * 1024 * 1024
+# checkpoint.interval=0: every committed batch is checkpointed while at most this many are
+# due at once; beyond, only the newest. A backlog worked through while checkpoints stay
+# slower than batches would delay output (commit.mode=checkpoint) and control requests
+# without bound, and Spark deletes its oldest batches' files (minBatchesToRetain, 100).
+MAX_CHECKPOINT_BACKLOG = 5
 
 
 class CheckpointAbandoned(SparkpointError):
@@ -117,7 +122,7 @@ class Coordinator:
         self.last_checkpoint: SnapshotMetadata | None = None
         self.last_checkpoint_at = 0.0
         self.confirmed_batch: int | None = None
-        # The newest batch a checkpoint was tried for (or restored): with interval 0 the
+        # The newest batch a checkpoint was tried for (or restored, or replayed): with interval 0 the
         # batches after it are due, the ones before it are done or their failure tolerated.
         self.last_attempted: int | None = None
         self.consecutive_failures = 0
@@ -233,7 +238,8 @@ class Coordinator:
         ``checkpoint.interval`` 0 (every batch): each batch Spark committed (``commits/<id>``
         in the live location) after the newest one a checkpoint was tried for, up to the
         newest confirmed one, so progress events queued behind each other while a checkpoint
-        ran, or still on the listener bus when the query ended, skip no batch. With an
+        ran, or still on the listener bus when the query ended, skip no batch; when more
+        than `MAX_CHECKPOINT_BACKLOG` are due, only the newest (a warning names the rest). With an
         interval: the newest confirmed batch once the interval has passed (at the run's end,
         `final`, at once); the batches between get no checkpoint. The newest confirmed batch
         stays due while it has no completed checkpoint (its last try failed).
@@ -245,7 +251,18 @@ class Coordinator:
         if self.interval_s > 0:
             return newest if final or time.monotonic() - self.last_checkpoint_at >= self.interval_s else []
         floor = -1 if self.last_attempted is None else self.last_attempted
-        return [b for b in livedir.committed_batches(self.live_root) if floor < b < confirmed] + newest
+        between = [b for b in livedir.committed_batches(self.live_root) if floor < b < confirmed]
+        if len(between) + len(newest) > MAX_CHECKPOINT_BACKLOG:
+            log.warning("checkpoints are slower than batches: %d batches are due, more than %d; checkpointing only "
+                        "batch %d, batches %d..%d get no checkpoint of their own", len(between) + len(newest),
+                        MAX_CHECKPOINT_BACKLOG, confirmed, between[0], between[-1])
+            return newest
+        return between + newest
+
+    def replayed(self, last: int) -> None:
+        """The batches up to `last` were replayed (`runtime.replay`): the sink holds them and
+        they get no checkpoint of their own; the next checkpoint covers them."""
+        self.last_attempted = last if self.last_attempted is None else max(self.last_attempted, last)
 
     def checkpoint(self, batch_id: int) -> SnapshotMetadata | None:
         """Take a retained checkpoint of the restart point after `batch_id`.

@@ -38,8 +38,7 @@ class _RunCoordination(_RunStartup):
                 if kind == "progress":
                     self._confirm(value)
                     if self.events.empty():  # else the next event's turn takes this batch too
-                        for batch in self.coordinator.due_batches():
-                            self._checkpoint_and_commit(batch)
+                        self._checkpoint_due()
                 elif kind == "final":
                     self._finish()
                     return
@@ -62,6 +61,20 @@ class _RunCoordination(_RunStartup):
             faults.maybe_kill("confirmed", batch_id)
         self.coordinator.confirm(batch_id)
 
+    def _checkpoint_due(self) -> None:
+        """Checkpoint (and commit) the due batches, oldest first; between two checkpoints
+        serve the control requests, so a savepoint or stop waits for one checkpoint, not for
+        the backlog. Stopping ends the round (`_finish` takes what is left); a savepoint
+        taken meanwhile covers the newest batch, and no older one is checkpointed after it."""
+        for i, batch in enumerate(self.coordinator.due_batches()):
+            if i:
+                if not self.stopping.is_set():
+                    self._serve_control()
+                last = self.coordinator.last_attempted
+                if self.stopping.is_set() or self.error is not None or (last is not None and batch <= last):
+                    return
+            self._checkpoint_and_commit(batch)
+
     def _checkpoint_and_commit(self, batch_id: int | None) -> None:
         if batch_id is None or self.error is not None:  # failing or terminating: nothing new
             return
@@ -71,7 +84,7 @@ class _RunCoordination(_RunStartup):
 
     def _finish(self) -> None:
         """After the query ended: checkpoint its last batch (and, with interval 0, the ones
-        before it that have none yet), then commit.
+        before it that have none yet, within `Coordinator.due_batches`' bound), then commit.
 
         :raises SparkpointError: the checkpoint of the last batch failed.
         """

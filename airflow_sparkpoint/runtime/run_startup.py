@@ -127,6 +127,7 @@ class _RunStartup(_RunStatus):
                 live_root=self.live, generation=self.generation, job=cfg.job)
             if recovered["replayed"]:  # the snapshot's position of this sink is behind what it holds now
                 self.coordinator.sink_positions.pop(self.sink.sink_id, None)
+                self.coordinator.replayed(recovered["replayed"][-1])
         self.recovered = recovered
         # After any replay: the state of the live location's last batch is rescaled.
         rescaled = rescale.rescale_live(self.spark, self.live, self.rescale, fence) if self.rescale and \
