@@ -20,6 +20,7 @@ import pytest
 from airflow_sparkpoint import cli
 from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from airflow_sparkpoint.demo.support import write_batch_file
+from tests.support.inputs import expected_totals
 from tests.support.submit import spark_submit_command, submit_env
 
 JOB_SCRIPT = Path(__file__).resolve().parent / "integration" / "jobs" / "rescale_job.py"
@@ -33,12 +34,7 @@ def rows(index: int) -> list[dict[str, Any]]:
 
 
 def expected(files: int) -> dict[str, tuple[int, int]]:
-    totals: dict[str, tuple[int, int]] = {}
-    for index in range(files):
-        for row in rows(index):
-            total, count = totals.get(row["user"], (0, 0))
-            totals[row["user"]] = (total + row["amount"], count + 1)
-    return totals
+    return expected_totals(rows, files)
 
 
 def write_inputs(directory: Path, start: int, stop: int) -> None:

@@ -29,6 +29,7 @@ from airflow_sparkpoint.demo.support import (
     write_batch_file,
 )
 from airflow_sparkpoint.storage import open_storage
+from tests.support.inputs import expected_totals
 from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
 from tests.support.waits import wait_for
 
@@ -46,12 +47,7 @@ def rows(index: int) -> list[dict[str, Any]]:
 
 
 def expected(files: int) -> dict[str, tuple[int, int]]:
-    totals: dict[str, tuple[int, int]] = {}
-    for index in range(files):
-        for row in rows(index):
-            total, count = totals.get(row["user"], (0, 0))
-            totals[row["user"]] = (total + row["amount"], count + 1)
-    return totals
+    return expected_totals(rows, files)
 
 
 def table(path: Path) -> dict[str, tuple[int, int]]:

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.demo.support import delta_commits, delta_rows, spark_submit_env, write_batch_file
+from tests.support.inputs import expected_totals
 
 pytestmark = pytest.mark.spark
 
@@ -42,12 +43,7 @@ def rows(index: int) -> list[dict[str, Any]]:
 
 
 def expected(files: int) -> dict[str, tuple[int, int]]:
-    totals: dict[str, tuple[int, int]] = {}
-    for index in range(files):
-        for row in rows(index):
-            total, count = totals.get(row["user"], (0, 0))
-            totals[row["user"]] = (total + row["amount"], count + 1)
-    return totals
+    return expected_totals(rows, files)
 
 
 class Runs:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +39,16 @@ def write_json_batches(
         os.replace(tmp, path)
         paths.append(path)
     return paths
+
+
+def expected_totals(rows: Callable[[int], Iterable[Mapping[str, Any]]], files: int,
+                    key: str = "user", value: str = "amount") -> dict[str, tuple[int, int]]:
+    """The oracle of a keyed-totals job, in plain Python from the input: per `key`, the
+    sum of `value` and the row count over the first `files` input files (`rows(i)` gives
+    file i's rows)."""
+    totals: dict[str, tuple[int, int]] = {}
+    for index in range(files):
+        for row in rows(index):
+            total, count = totals.get(row[key], (0, 0))
+            totals[row[key]] = (total + row[value], count + 1)
+    return totals
