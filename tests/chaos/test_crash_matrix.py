@@ -251,3 +251,23 @@ def test_a_folded_source_batch_is_recognised(tmp_path: Path) -> None:
     assert spark_folded(tmp_path) == []
     (live / "2").write_text('v1\n{"batchWatermarkMs":0}\n{"logOffset":3}\n')
     assert spark_folded(tmp_path) == ["checkpoints/chaos/live/g1/offsets/2 = {'0': 3}"]
+
+
+def test_a_stop_waits_for_the_last_input_not_a_batch_number_a_fold_removed(tmp_path: Path) -> None:
+    """`_drained`: a run whose batch 2 covers source-log batches 2 and 3 (Spark folded them
+    after a kill) has drained 4 input files although batch 3 never comes; a run at batch 2
+    without the fold, or whose batch 2 is not committed yet, has not."""
+    from tests.chaos.scenarios import _drained
+
+    live = tmp_path / "live"
+    (live / "offsets").mkdir(parents=True)
+    (live / "commits").mkdir()
+    (live / "offsets" / "2").write_text('v1\n{"batchWatermarkMs":0}\n{"logOffset":2}')
+    status = {"last_batch": 2, "live_dir": str(live)}
+    assert not _drained(status, 3), "batch 2 is not committed"
+    (live / "commits" / "2").write_text("v1\n{}")
+    assert not _drained(status, 3), "no fold: batch 3 is still to come"
+    (live / "offsets" / "2").write_text('v1\n{"batchWatermarkMs":0}\n{"logOffset":3}')
+    assert _drained(status, 3), "batch 2 covers the last input file"
+    assert _drained({"last_batch": 3, "live_dir": None}, 3)
+    assert not _drained({"last_batch": None}, 3)
