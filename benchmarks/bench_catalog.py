@@ -12,7 +12,7 @@ as the runtime does. It then measures:
 
 Requests are counted by a `Storage` proxy wrapped around the store (one per call) and,
 on S3, also as the HTTP requests botocore sends (a listing of 10,000 keys is 10 pages).
-The target (DESIGN.md: incremental checkpoints + shared registry): requests grow with
+The target (incremental checkpoints + shared registry, docs/concepts.md): requests grow with
 retained checkpoints and listing pages, not with every file ever written — a per-file
 check would make requests(10,000) / requests(10) about 1,000; PASS needs <= 20.
 

@@ -1,5 +1,5 @@
 """Incremental checkpoints: bytes a retained checkpoint copies ÷ the total size of the
-state it describes, when ≤ 5 % of the keys change per batch (DESIGN.md §6).
+state it describes, when ≤ 5 % of the keys change per batch (a target of docs/BENCHMARKS.md).
 
 A stateful query (running total per key, RocksDB with changelog checkpointing, Spark's
 state store maintenance every ``--maintenance`` so that RocksDB snapshots and their SST

@@ -1,5 +1,5 @@
 """Restore-from-savepoint wall time ÷ a cold start of the same job with empty state
-(DESIGN.md §6).
+(a target of docs/BENCHMARKS.md).
 
 A stateful job (running total per key, RocksDB with changelog checkpointing) builds
 ``--keys`` keys of state over ``--batches`` batches; a savepoint is taken from its

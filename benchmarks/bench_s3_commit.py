@@ -1,5 +1,5 @@
 """S3 commit time of staged output: multipart completion (`S3Sink`) vs server-side copy
-(`DirectorySink` on S3), DESIGN.md §6.
+(`DirectorySink` on S3), a target of docs/BENCHMARKS.md.
 
 Against a moto S3 server this script starts on 127.0.0.1 (and stops at the end):
 

@@ -1,4 +1,4 @@
-"""Throughput of a stateful query under Sparkpoint vs plain Spark (DESIGN.md §6).
+"""Throughput of a stateful query under Sparkpoint vs plain Spark (a target of docs/BENCHMARKS.md).
 
 The same input (``--batches`` parquet files of ``--rows`` events over ``--keys`` users,
 one file per micro-batch, ``availableNow``) and the same stateful query (running total

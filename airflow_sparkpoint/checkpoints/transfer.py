@@ -28,7 +28,7 @@ from typing import TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-#: files transferred at once. Not a configuration key (DESIGN's table is the contract):
+#: files transferred at once. Not a configuration key (docs/reference/config.md lists the public ones):
 #: 8 round trips in flight hide S3 latency on a few cores; local disk gains from
 #: overlapping fsyncs and is not slowed by it.
 THREADS = 8

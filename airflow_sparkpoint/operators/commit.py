@@ -46,7 +46,7 @@ class SparkpointCommitOperator(SparkpointJobMixin, BaseOperator):
         `sparkpoint_conn_id` connection declares for the job (extra
         ``{"jobs": {"<job>": {"sink": {...}}}}``) is used; without either, each record's own
         sink config is used, confined to that sink's root, and a warning recommends
-        declaring it (README, "Security model").
+        declaring it (docs/security.md, "The commit step's sink").
 
     Returns (XCom) the transaction ids by outcome: ``committed``, ``already``,
     ``aborted`` and ``pending``; with `abort_generation`, ``{"aborted": [...]}``.

@@ -16,7 +16,7 @@ State retention: without ``--state-ttl`` every sensor that ever alerted keeps it
 transformWithState's TTL (processing time): a sensor's state expires that long after
 its last update and Spark removes it at the end of a later micro-batch. A buffered
 streak of a sensor that went quiet for longer than the TTL starts over. ``sparkpoint
-inspect`` shows the row counts of ``over_limit`` and ``alerts`` (see the README).
+inspect`` shows the row counts of ``over_limit`` and ``alerts`` (see docs/howto/state-ttl.md).
 
 Run by hand (a long-running job; stop it with ``sparkpoint savepoint --stop``)::
 

@@ -1,7 +1,7 @@
 """A job's input in tests: JSON-lines files, one per micro-batch.
 
 Spark's file source orders files by modification time, so with ``maxFilesPerTrigger=1``
-one file is one micro-batch when the mtimes increase with the batch (DESIGN.md §7).
+one file is one micro-batch when the mtimes increase with the batch (docs/howto/write-a-job.md).
 """
 
 from __future__ import annotations

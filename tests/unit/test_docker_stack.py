@@ -2,7 +2,7 @@
 
 No Docker engine is needed: the compose file, the Dockerfile, ``.env.example`` and the
 Spark defaults are read as text/YAML and checked against each other, against
-``pyproject.toml``, against DESIGN §4's public configuration keys and against the Hadoop
+``pyproject.toml``, against the public configuration keys (docs/reference/config.md) and against the Hadoop
 jars inside the installed PySpark. Everything here runs on the real files of the
 repository, so a drifted version, a dangling path or an unknown ``spark.sparkpoint.*`` key
 fails the suite.
@@ -29,7 +29,7 @@ COMPOSE_FILE = DOCKER / "compose.yaml"
 DOCKERFILE = DOCKER / "Dockerfile"
 ENV_EXAMPLE = DOCKER / ".env.example"
 
-#: the public Spark configuration keys of DESIGN.md §4 (the product contract)
+#: the public Spark configuration keys (docs/reference/config.md)
 PUBLIC_SPARKPOINT_KEYS = frozenset(
     {
         "spark.sparkpoint.dir",
@@ -474,7 +474,7 @@ def test_sparkpoint_conf_keys_are_public_keys() -> None:
                 found.setdefault(key.rstrip("."), set()).add(str(path.relative_to(REPO)))
     assert found, "no spark.sparkpoint.* key in docker/: the S3 endpoint conf is missing"
     unknown = {key: sorted(paths) for key, paths in found.items() if key not in PUBLIC_SPARKPOINT_KEYS}
-    assert not unknown, f"keys that DESIGN §4 does not define: {unknown}"
+    assert not unknown, f"keys that docs/reference/config.md does not list: {unknown}"
     defaults = (DOCKER / "spark-conf" / "spark-defaults.conf").read_text(encoding="utf-8")
     assert "spark.sparkpoint.s3.endpoint" in defaults
 

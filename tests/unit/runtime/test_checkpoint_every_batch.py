@@ -1,4 +1,4 @@
-"""``checkpoint.interval=0`` means a retained checkpoint of every batch (README, DESIGN §4),
+"""``checkpoint.interval=0`` means a retained checkpoint of every batch (docs/reference/config.md),
 also when the coordinator thread falls behind Spark: progress events queued while a
 checkpoint ran, or still on the listener bus when the query ended, must not make it skip
 the batches between (the flaky ``_first_run`` of tests/races/test_lineages.py retained

@@ -1,0 +1,94 @@
+"""The reference pages say what the code does: every parameter of every operator and of
+the sensor is in its table with the code's default, and every ``spark.sparkpoint.*`` key
+is in the configuration table."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "reference"
+_EMPTY = inspect.Parameter.empty
+
+
+def _tables(page: str) -> dict[str, list[dict[str, str]]]:
+    """The ``| parameter | default | meaning |`` tables of `page`, by the ``## `Name` ``
+    section they are in."""
+    out: dict[str, list[dict[str, str]]] = {}
+    section = ""
+    for line in page.splitlines():
+        heading = re.match(r"^##\s+`([^`]+)`", line)
+        if heading:
+            section = heading.group(1)
+        elif line.startswith("| `"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            for name in re.findall(r"`([a-z_]+)`", cells[0]):
+                out.setdefault(section, []).append({"name": name, "default": cells[1]})
+    return out
+
+
+def _documented_default(cell: str) -> str | None:
+    """The literal default a cell states (``None`` when it says it in words)."""
+    match = re.match(r"^`([^`]*)`", cell)
+    return match.group(1).strip("\"'") if match else None
+
+
+def _same(code: Any, documented: str) -> bool:
+    if isinstance(code, float) and code.is_integer():
+        return documented in (str(code), str(int(code)))
+    return documented == str(code)
+
+
+def _own_parameters(cls: type) -> dict[str, Any]:
+    params = inspect.signature(cls.__init__).parameters.values()
+    return {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}
+
+
+def _classes() -> list[tuple[str, type]]:
+    from airflow_sparkpoint.operators import (
+        SparkpointCommitOperator,
+        SparkpointHealthCheckOperator,
+        SparkpointSavepointOperator,
+        SparkpointSubmitOperator,
+        SparkpointVerifyOperator,
+    )
+    from airflow_sparkpoint.sensors import SparkpointCheckpointSensor
+
+    return [("operators.md", c) for c in (SparkpointSubmitOperator, SparkpointSavepointOperator,
+                                           SparkpointCommitOperator, SparkpointHealthCheckOperator,
+                                           SparkpointVerifyOperator)] + [("sensor.md", SparkpointCheckpointSensor)]
+
+
+@pytest.mark.parametrize("page,cls", _classes(), ids=lambda v: getattr(v, "__name__", v))
+def test_every_parameter_is_documented_with_its_default(page: str, cls: type) -> None:
+    rows = {r["name"]: r["default"] for r in _tables((DOCS / page).read_text()).get(cls.__name__, [])}
+    problems = []
+    for name, default in _own_parameters(cls).items():
+        if name not in rows:
+            problems.append(f"{name}: not in the table")
+            continue
+        documented = _documented_default(rows[name])
+        if default is _EMPTY:
+            if rows[name] != "required":
+                problems.append(f"{name}: required in the code, the table says {rows[name]!r}")
+        elif documented is not None and not _same(default, documented):
+            problems.append(f"{name}: default {default!r} in the code, the table says {rows[name]!r}")
+    assert not problems, f"{cls.__name__} in docs/reference/{page}:\n" + "\n".join(problems)
+
+
+def test_every_configuration_key_is_documented() -> None:
+    from airflow_sparkpoint.runtime.config import KEYS, PREFIX
+
+    page = (DOCS / "config.md").read_text()
+    documented = set()
+    for first_cell in re.findall(r"^\| (`spark\.sparkpoint\.[^|]*)\|", page, flags=re.MULTILINE):
+        names = re.findall(r"`([^`]+)`", first_cell)
+        base = names[0]
+        documented.add(base)
+        for suffix in names[1:]:  # `spark.sparkpoint.s3.endpoint` / `.region`
+            documented.add(base.rsplit(".", 1)[0] + suffix)
+    assert {PREFIX + k for k in KEYS} == documented
