@@ -48,10 +48,6 @@ def _facet_class() -> type:
         savepoint: str | None = None
         committed_batches: list[int] = attrs.field(factory=list)
 
-        @staticmethod
-        def _get_schema() -> str:
-            return "https://github.com/airflow-sparkpoint/airflow-sparkpoint/blob/main/docs/assets.md#lineage"
-
     return SparkpointRunFacet
 
 
