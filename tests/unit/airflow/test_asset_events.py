@@ -12,6 +12,7 @@ import pytest
 
 from airflow_sparkpoint import assets
 from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.operators import SparkpointCommitOperator, SparkpointSavepointOperator
 from tests.dag_runs import new_dag, run_dag, task_state
 from tests.unit.airflow.test_assets import VersionedSink, confirm, record
@@ -88,3 +89,21 @@ def test_a_savepoint_emits_an_event_of_the_jobs_savepoints_asset(catalog: Catalo
     events = asset_events(assets.savepoints_asset_uri(JOB, checkpoint_dir=root))
     assert events == [{"job": JOB, "generation": 1, "savepoint": savepoint.uri, "batch": checkpoint.batch_id,
                        "source": "savepoint"}], events
+
+
+def test_the_operators_declare_their_alias_outlet_and_a_drill_declares_none(root: str) -> None:
+    from airflow.sdk import AssetAlias
+
+    from airflow_sparkpoint.operators import SparkpointSubmitOperator, SparkpointVerifyOperator
+
+    with new_dag("outlets") as dag:
+        submit = SparkpointSubmitOperator(task_id="submit", application="job.py", job_name=JOB, checkpoint_dir=root,
+                                          sink={"kind": "delta", "uri": "s3://lake-bucket/t"})
+        quiet = SparkpointCommitOperator(task_id="quiet", job_name=JOB, checkpoint_dir=root, emit_asset_events=False)
+        drill = SparkpointVerifyOperator(task_id="drill", application="job.py", job_name=JOB, checkpoint_dir=root,
+                                         output_args={"--output": "{scratch}/out"})
+    assert submit.outlets == [AssetAlias(f"sparkpoint:{dag.dag_id}.submit")]
+    assert quiet.outlets == [] and drill.outlets == [] and drill.declared_output() is None
+    with pytest.raises(ConfigError, match="sets sink itself"):
+        SparkpointVerifyOperator(task_id="x", application="job.py", job_name=JOB, checkpoint_dir=root,
+                                 output_args={"--output": "{scratch}/out"}, sink={"kind": "delta", "uri": "/t"})
