@@ -1,4 +1,4 @@
-"""Run by `test_lineage.py` in a process of its own (OpenLineage reads its configuration
+"""Run by `test_openlineage.py` in a process of its own (OpenLineage reads its configuration
 once per process): `dag.test()` of a DAG with a commit step and a submit task whose
 ``spark-submit`` is a stand-in recording its arguments (argv[2]), with the job store at
 argv[1]. OpenLineage's listener writes its events to the file transport the caller set."""
