@@ -80,6 +80,8 @@ class SparkpointAssetsMixin:
                      batches: Iterable[int], txn_ids: Iterable[str] = (), source: str) -> dict[str, Any] | None:
         """Emit the output asset event of `batches` (none when nothing was committed);
         returns its extra."""
+        if not self.emit_asset_events:
+            return None
         event = output_event(catalog, sink, generation=generation, batches=batches, txn_ids=txn_ids,
                              source=source, log=self.log)
         if event is None:
