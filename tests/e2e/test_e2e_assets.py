@@ -7,6 +7,9 @@ the next run aborts that transaction at restore and commits batch 1 again as its
 
 from __future__ import annotations
 
+import contextlib
+import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,14 @@ def payloads(api: AirflowApi) -> dict[str, list[dict[str, Any]]]:
     return seen
 
 
+def watcher_cursor(stack: AirflowStack) -> dict[str, Any] | None:
+    """The commit watcher's cursor in Airflow's asset state store (the stack's database)."""
+    with contextlib.closing(sqlite3.connect(f"file:{stack.home}/airflow.db?mode=ro", uri=True, timeout=30)) as db:
+        row = db.execute("SELECT value FROM asset_state_store WHERE key LIKE ?",
+                         (f"sparkpoint.commits.{JOB}.%",)).fetchone()
+    return dict(json.loads(row[0])) if row else None
+
+
 def batches_seen(api: AirflowApi) -> list[tuple[int, int]]:
     """(generation, last batch) of every commit event the watching DAG's runs saw."""
     return sorted((p["generation"], p["last_batch"]) for seen in payloads(api).values() for p in seen)
@@ -47,9 +58,9 @@ def test_a_dag_on_the_output_asset_runs_after_each_commit_and_never_for_an_abort
     pipeline.job, pipeline.output = JOB, airflow_stack.home / "watched-table"
     airflow_api.wait_dag(WATCHER)
     airflow_api.unpause(WATCHER)  # Airflow runs the watchers of unpaused DAGs only
-    wait_for("the triggerer to start the commit watcher",
-             lambda: f"commits watcher of job {JOB} starts" in airflow_stack.log_paths["triggerer"].read_text(
-                 errors="replace"), 300, airflow_stack.tails)
+    start = wait_for("the commit watcher's start in Airflow's asset state store",
+                     lambda: watcher_cursor(airflow_stack), 300, airflow_stack.tails)
+    assert start["seq"] == 0 and start["txn_id"] is None, start  # nothing committed yet
 
     pipeline.write_many(1)  # batch 0
     stream = airflow_api.trigger("e2e_stream", pipeline.params(trigger="processingTime:1s", pause_at="recorded:1"))
@@ -90,3 +101,7 @@ def test_a_dag_on_the_output_asset_runs_after_each_commit_and_never_for_an_abort
     assert set(seen) == {(first, 0), (second, 1)}, seen
     every = [p for runs in payloads(airflow_api).values() for p in runs]
     assert all(p["job"] == JOB and p["kind"] == "commit" and p["sink_version"] is not None for p in every), every
+    # The watcher's position is kept by Airflow (a restarted triggerer resumes from it).
+    newest = max(p["seq"] for p in every)
+    wait_for("the watcher to save its cursor", lambda: (watcher_cursor(airflow_stack) or {}).get("seq") == newest,
+             120, airflow_stack.tails)
