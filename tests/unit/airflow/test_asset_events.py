@@ -10,10 +10,8 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint import assets
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.operators import SparkpointCommitOperator, SparkpointSavepointOperator
 from tests.dag_runs import new_dag, run_dag, task_state
 from tests.unit.airflow.test_assets import VersionedSink, confirm, record
 from tests.unit.airflow.test_trigger_load import add_checkpoint
@@ -53,6 +51,9 @@ def asset_events(uri: str) -> list[dict[str, Any]]:
 def test_the_commit_step_emits_one_event_when_it_committed_and_none_when_it_did_not(
     catalog: Catalog, root: str, tmp_path: Path
 ) -> None:
+    from airflow_sparkpoint import assets
+    from airflow_sparkpoint.operators import SparkpointCommitOperator
+
     sink = LocatedSink(f"w-{tmp_path.name}")
     catalog.claim_generation()
     confirm(catalog, record(sink, 0), record(sink, 1))
@@ -79,6 +80,9 @@ def test_the_commit_step_emits_one_event_when_it_committed_and_none_when_it_did_
 
 
 def test_a_savepoint_emits_an_event_of_the_jobs_savepoints_asset(catalog: Catalog, root: str) -> None:
+    from airflow_sparkpoint import assets
+    from airflow_sparkpoint.operators import SparkpointSavepointOperator
+
     catalog.claim_generation()
     checkpoint = add_checkpoint(catalog, 1)
     with new_dag("savepoint_assets") as dag:
@@ -94,7 +98,11 @@ def test_a_savepoint_emits_an_event_of_the_jobs_savepoints_asset(catalog: Catalo
 def test_the_operators_declare_their_alias_outlet_and_a_drill_declares_none(root: str) -> None:
     from airflow.sdk import AssetAlias
 
-    from airflow_sparkpoint.operators import SparkpointSubmitOperator, SparkpointVerifyOperator
+    from airflow_sparkpoint.operators import (
+        SparkpointCommitOperator,
+        SparkpointSubmitOperator,
+        SparkpointVerifyOperator,
+    )
 
     with new_dag("outlets") as dag:
         submit = SparkpointSubmitOperator(task_id="submit", application="job.py", job_name=JOB, checkpoint_dir=root,

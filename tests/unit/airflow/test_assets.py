@@ -1,6 +1,8 @@
 """Assets of Sparkpoint jobs: the URI rule (`airflow_sparkpoint.assets`), the commit head
 the transaction service writes, and the watchers' event triggers polling a real local
-catalog (records settled by the real commit step, savepoints made by the real catalog)."""
+catalog (records settled by the real commit step, savepoints made by the real catalog).
+
+Airflow is imported inside the tests only, after the ``airflow_home`` fixture set it up."""
 
 from __future__ import annotations
 
@@ -12,14 +14,12 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint import assets
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.sinks import DeltaSink, DirectorySink, S3Sink
 from airflow_sparkpoint.sinks.base import CommitOutcome
 from airflow_sparkpoint.sinks.commit import commit_pending
-from airflow_sparkpoint.triggers.assets import SparkpointCommitTrigger, SparkpointSavepointTrigger
 from tests.unit.airflow.test_trigger_load import add_checkpoint
 from tests.unit.sinks.test_commit_pending import FakeSink
 
@@ -47,12 +47,16 @@ def _airflow(airflow_home: Path) -> None:
     ({"kind": "directory", "uri": "s3://lake-bucket/d", "format": "json"}, "s3://lake-bucket/d"),
 ])
 def test_a_sinks_asset_is_named_after_its_location_and_airflow_keeps_the_uri(sink: Any, uri: str) -> None:
+    from airflow_sparkpoint import assets
+
     assert assets.sink_asset_uri(sink) == uri
     asset = assets.sink_asset(sink)
     assert (asset.name, asset.uri) == (uri, uri)  # Airflow's sanitizer left it as it is
 
 
 def test_savepoint_assets_by_connection_or_by_storage_root(tmp_path: Path) -> None:
+    from airflow_sparkpoint import assets
+
     by_conn = assets.savepoints_asset("orders", sparkpoint_conn_id="sparkpoint_default")
     assert by_conn.uri == "sparkpoint://sparkpoint_default/orders/savepoints"
     assert assets.savepoints_asset_uri("orders", checkpoint_dir=str(tmp_path / "sp") + "/") == \
@@ -66,6 +70,8 @@ def test_savepoint_assets_by_connection_or_by_storage_root(tmp_path: Path) -> No
 
 
 def test_a_sink_without_a_location_or_no_sink_has_no_asset() -> None:
+    from airflow_sparkpoint import assets
+
     with pytest.raises(NotImplementedError, match="FakeSink names no location"):
         assets.sink_asset_uri(FakeSink("w-none"))
     with pytest.raises(ConfigError, match="sink=None"):
@@ -202,6 +208,8 @@ class Watch:
 def test_the_commit_watcher_reports_new_commits_never_staged_ones_and_resumes_after_a_restart(
     catalog: Catalog, root: str, sink: VersionedSink
 ) -> None:
+    from airflow_sparkpoint.triggers.assets import SparkpointCommitTrigger
+
     catalog.claim_generation()
     confirm(catalog, record(sink, 0))
     commit_pending(catalog, sink=sink)  # history before the watcher: not reported
@@ -245,6 +253,8 @@ def test_the_commit_watcher_reports_new_commits_never_staged_ones_and_resumes_af
 
 
 def test_the_savepoint_watcher_reports_each_completed_savepoint_once(catalog: Catalog, root: str) -> None:
+    from airflow_sparkpoint.triggers.assets import SparkpointSavepointTrigger
+
     catalog.claim_generation()
     old = add_checkpoint(catalog, 1)
     catalog.create_savepoint(catalog.handle(old), generation=1)  # before the watcher
@@ -266,6 +276,8 @@ def test_the_savepoint_watcher_reports_each_completed_savepoint_once(catalog: Ca
 
 
 def test_watchers_validate_their_arguments_and_serialize_to_their_class_path(root: str) -> None:
+    from airflow_sparkpoint.triggers.assets import SparkpointCommitTrigger, SparkpointSavepointTrigger
+
     with pytest.raises(ConfigError, match="checkpoint_dir"):
         SparkpointCommitTrigger(job_name=JOB)
     with pytest.raises(ConfigError, match="poll_interval"):

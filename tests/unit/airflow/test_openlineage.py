@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.operators import lineage
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.airflow
 
 
-def test_dataset_names_follow_airflows_asset_converters() -> None:
+def test_dataset_names_follow_airflows_asset_converters(airflow_home: Path) -> None:
+    from airflow_sparkpoint.operators import lineage
+
     assert lineage.dataset_name("s3://lake-bucket/tables/orders") == ("s3://lake-bucket", "tables/orders")
     assert lineage.dataset_name("file:///data/out") == ("file", "/data/out")
     assert lineage.dataset_name("sparkpoint://sp/orders/savepoints") == ("sparkpoint://sp", "/orders/savepoints")

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint import assets
 from airflow_sparkpoint.checkpoints import SnapshotMetadata
 from airflow_sparkpoint.sinks.transactions import Fence, settle_all
 from tests.unit.airflow.test_asset_events import LocatedSink
@@ -37,6 +36,8 @@ def events_of(op: Any) -> list[Any]:
 
 def test_a_run_that_committed_emits_one_event_and_one_that_did_not_emits_none(tmp_path: Path,
                                                                               driver: Driver) -> None:  # noqa: F811
+    from airflow_sparkpoint import assets
+
     sink = LocatedSink(f"w-{tmp_path.name}")
 
     def commits_two(d: Driver, env: dict[str, str]) -> int:
