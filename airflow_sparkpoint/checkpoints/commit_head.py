@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints.layout import COMMITTED
-from airflow_sparkpoint.exceptions import ObjectNotFound, StorageError
+from airflow_sparkpoint.exceptions import ObjectNotFound, ObjectTooLarge, StorageError
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -77,13 +77,17 @@ class CommitHead:
 
 def read_commit_head(catalog: Catalog) -> CommitHead | None:
     """The job's commit head; None when nothing was committed since this record exists
-    (or it is unreadable: logged).
+    (or it is unreadable or oversized: logged; the next commit replaces it, its `seq`
+    starting over at 1).
 
     :raises StorageError: the store cannot be read (a watcher retries).
     """
     try:
         data = catalog.store.get(COMMITTED)
     except ObjectNotFound:
+        return None
+    except ObjectTooLarge as exc:  # planted or garbled: unreadable, replaced by the next commit
+        log.warning("ignoring oversized commit head %s/%s: %s", catalog.uri, COMMITTED, exc)
         return None
     try:
         raw = json.loads(data)

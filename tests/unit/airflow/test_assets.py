@@ -139,6 +139,27 @@ def test_the_head_moves_for_committed_batches_only_and_not_again_for_a_repeated_
     assert head is not None and head.seq == 3, head
 
 
+def test_an_unreadable_or_oversized_head_is_replaced_by_the_next_commit(
+    catalog: Catalog, sink: VersionedSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_sparkpoint.checkpoints import layout
+
+    catalog.claim_generation()
+    monkeypatch.setitem(layout.RECORD_MAX_BYTES, layout.COMMITTED, 1024)
+    catalog.store.put(layout.COMMITTED, b"{" + b" " * 4096 + b"}")  # planted: over the limit
+    assert read_commit_head(catalog) is None
+    confirm(catalog, record(sink, 0))
+    commit_pending(catalog, sink=sink)
+    head = read_commit_head(catalog)
+    assert head is not None and (head.seq, head.batch) == (1, 0), head
+    catalog.store.put(layout.COMMITTED, b"not json")
+    assert read_commit_head(catalog) is None
+    confirm(catalog, record(sink, 1))
+    commit_pending(catalog, sink=sink)
+    head = read_commit_head(catalog)
+    assert head is not None and (head.seq, head.batch) == (1, 1), head
+
+
 # ---------------------------------------------------------------------------- the watchers
 
 
