@@ -97,26 +97,35 @@ class _CatalogWatchTrigger(BaseEventTrigger):
 
     # ------------------------------------------------------------------ cursor
 
+    @property
+    def _state_store(self) -> Any:
+        # Airflow 3.3 sets it before run() (3.2 has no such attribute); aget/aset came in 3.3.2.
+        return getattr(self, "asset_state_store", None)
+
     async def load_cursor(self) -> dict[str, Any] | None:
-        store = self.asset_state_store
+        store = self._state_store
         if store is None:
+            self._warn_state("Airflow gave the trigger no asset state store (Airflow 3.3+)")
             return None
         try:
             value = await store.aget(self.cursor_key, default=None)
         except ValueError as exc:  # several watched assets: no single accessor
             self._warn_state(f"no single watched asset ({exc})")
             return None
+        except AttributeError:
+            self._warn_state("this Airflow's asset state store has no async API (Airflow 3.3.2+)")
+            return None
         return dict(value) if isinstance(value, dict) else None
 
     async def save_cursor(self, cursor: dict[str, Any]) -> None:
-        store = self.asset_state_store
+        store = self._state_store
         if store is None:
-            self._warn_state("Airflow gave the trigger no asset state store")
+            self._warn_state("Airflow gave the trigger no asset state store (Airflow 3.3+)")
             return
         try:
             await store.aset(self.cursor_key, cursor)
-        except ValueError as exc:
-            self._warn_state(f"no single watched asset ({exc})")
+        except (ValueError, AttributeError) as exc:
+            self._warn_state(f"no usable asset state store ({exc})")
         except Exception as exc:  # noqa: BLE001 - the next poll saves again
             self.log.warning("could not save the cursor of the %s watcher of job %s: %s", self.kind, self.job_name, exc)
 

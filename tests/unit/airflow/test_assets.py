@@ -296,6 +296,25 @@ def test_the_savepoint_watcher_reports_each_completed_savepoint_once(catalog: Ca
     assert event["job"] == JOB and event["generation"] == 1 and event["kind"] == "savepoint", event
 
 
+def test_without_an_asset_state_store_the_cursor_is_in_memory(catalog: Catalog, root: str,
+                                                              sink: VersionedSink) -> None:
+    from airflow_sparkpoint.triggers.assets import SparkpointCommitTrigger
+
+    catalog.claim_generation()
+
+    async def scenario() -> Mapping[str, Any]:
+        watch = Watch(SparkpointCommitTrigger, root, None)
+        await watch.quiet()
+        confirm(catalog, record(sink, 0))
+        commit_pending(catalog, sink=sink)
+        event = await watch.next()
+        await watch.stop()
+        return event
+
+    event = asyncio.run(scenario())
+    assert (event["after_batch"], event["last_batch"], event["seq"]) == (None, 0, 1), event
+
+
 def test_watchers_validate_their_arguments_and_serialize_to_their_class_path(root: str) -> None:
     from airflow_sparkpoint.triggers.assets import SparkpointCommitTrigger, SparkpointSavepointTrigger
 
