@@ -22,7 +22,8 @@ from tests.e2e.stack import AirflowApi, AirflowStack
 from tests.e2e.support import Totals, running_with_checkpoint
 from tests.support.waits import wait_for
 
-pytestmark = [pytest.mark.airflow, pytest.mark.spark]
+# Two driver starts and a kill: about 3 minutes on a loaded machine (make test-all).
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 
 WATCHER = "e2e_on_commits"
 JOB = "e2e_watched"  # fixed in tests/e2e/dags/e2e_dags.py, as the table's path
