@@ -16,6 +16,7 @@
     <job>/results/<generation>.json               the run result of a generation
     <job>/last-disposed-id                        highest id ever disposed (ids are never reused)
     <job>/checkpoint-counters.json                lifetime checkpoint counts and recent outcomes
+    <job>/committed.json                          the newest sink commit (`commit_head`: asset watchers)
     <job>/chk-<id>/_verification.json, savepoints/<name>/_verification.json  last restore drill
 
 Every record read from a job's keys is bounded (`max_bytes_of`, `JobStore`): whoever can
@@ -37,6 +38,7 @@ METADATA = "_metadata"
 VERIFICATION = "_verification.json"
 ID_FLOOR = "last-disposed-id"
 COUNTERS = "checkpoint-counters.json"
+COMMITTED = "committed.json"
 CHK_RE = re.compile(r"^chk-(\d+)$")
 SAVEPOINT_RE = re.compile(r"^savepoint-(\d+)-([0-9a-z]+)$")
 TXN_RE = re.compile(r"^(\d+)-g(\d+)\.json$")
@@ -137,6 +139,7 @@ RECORD_MAX_BYTES = {
     STATUS: 1 * _MIB,
     STATUS_DIR: 1 * _MIB,
     COUNTERS: 1 * _MIB,  # at most RECENT_LIMIT outcomes
+    COMMITTED: 64 * _KIB,
     GENERATIONS: 1 * _MIB,
     RESULTS: 4 * _MIB,
     LINEAGE: 1 * _MIB,

@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_sparkpoint.checkpoints.layout import parse_txn_id
 from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning
+from airflow_sparkpoint.operators import lineage
+from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.sinks.commit import commit_pending
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class SparkpointCommitOperator(SparkpointJobMixin, BaseOperator):
+class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOperator):
     """Commit (or, for a generation, abort) a Sparkpoint job's staged output.
 
     :param job_name: the pipeline (templated).
@@ -46,7 +49,11 @@ class SparkpointCommitOperator(SparkpointJobMixin, BaseOperator):
         `sparkpoint_conn_id` connection declares for the job (extra
         ``{"jobs": {"<job>": {"sink": {...}}}}``) is used; without either, each record's own
         sink config is used, confined to that sink's root, and a warning recommends
-        declaring it (docs/security.md, "The commit step's sink").
+        declaring it (docs/security.md, "The commit step's sink"). The declared sink also names the output
+        asset and the OpenLineage output dataset.
+    :param emit_asset_events: when the step committed batches, emit one event of the
+        output asset (extra: job, generation, committed batches, sink version); a step that
+        committed nothing (or aborted) emits none.
 
     Returns (XCom) the transaction ids by outcome: ``committed``, ``already``,
     ``aborted`` and ``pending``; with `abort_generation`, ``{"aborted": [...]}``.
@@ -66,10 +73,14 @@ class SparkpointCommitOperator(SparkpointJobMixin, BaseOperator):
         upto_batch: int | str | None = None,
         max_heartbeat_age: float = 60,
         sink: SinkSpec | None = None,
+        emit_asset_events: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
+        self._init_assets(emit_asset_events)
+        #: what the step made visible (OpenLineage facets), once it ran
+        self.sparkpoint_outcome: dict[str, Any] | None = None
         self.abort_generation = abort_generation
         self.upto_batch = upto_batch
         self.max_heartbeat_age = positive_seconds("max_heartbeat_age", max_heartbeat_age)
@@ -103,4 +114,16 @@ class SparkpointCommitOperator(SparkpointJobMixin, BaseOperator):
         self.log.info("commit step of job %s: committed %s, already %s, aborted %s, pending %s", self.job_name,
                       outcome.get("committed"), outcome.get("already"), outcome.get("aborted"),
                       outcome.get("pending"))
+        landed = [*outcome.get("committed", ()), *outcome.get("already", ())]
+        parsed = [p for p in map(parse_txn_id, landed) if p is not None]
+        generation = max((g for _job, _batch, g in parsed), default=None)
+        latest = catalog.latest()
+        self.sparkpoint_outcome = {"generation": generation, "committed_batches": sorted({b for _j, b, _g in parsed}),
+                                   "last_checkpoint": catalog.checkpoint_uri(latest.id) if latest else None}
+        self._emit_output(context, catalog, declared_sink(sink), generation=generation,
+                          batches=self.sparkpoint_outcome["committed_batches"], txn_ids=landed, source="commit")
         return outcome
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the output dataset (the declared sink) and the ``sparkpoint`` run facet."""
+        return lineage.commit_lineage(self)

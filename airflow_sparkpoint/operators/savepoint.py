@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_sparkpoint import assets
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
@@ -35,6 +36,8 @@ from airflow_sparkpoint.checkpoints.savepoints import (
     wait_for_savepoint,
 )
 from airflow_sparkpoint.exceptions import ControlError, SparkpointError
+from airflow_sparkpoint.operators import lineage
+from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.runtime.config import duration_value
@@ -45,7 +48,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class SparkpointSavepointOperator(SparkpointJobMixin, BaseOperator):
+class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOperator):
     """Savepoint (or stop-with-savepoint) of a Sparkpoint job; returns the savepoint URI.
 
     :param job_name: the pipeline (templated).
@@ -63,6 +66,9 @@ class SparkpointSavepointOperator(SparkpointJobMixin, BaseOperator):
         seconds). The newest savepoint is always kept.
     :param deferrable: wait for the request in the triggerer instead of a worker slot
         (default: ``[operators] default_deferrable``).
+    :param emit_asset_events: emit one event of the job's savepoints asset
+        (`airflow_sparkpoint.assets.savepoints_asset`; extra: job, generation, savepoint
+        URI, batch) once the savepoint is complete.
 
     Durations are seconds, a timedelta or a duration string (``"10 minutes"``).
     """
@@ -85,10 +91,14 @@ class SparkpointSavepointOperator(SparkpointJobMixin, BaseOperator):
         max_count: int | None = None,
         max_age: timedelta | float | str | None = None,
         deferrable: bool | None = None,
+        emit_asset_events: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
+        self._init_assets(emit_asset_events)
+        #: the completed savepoint (asset event, OpenLineage facets)
+        self.sparkpoint_savepoint: dict[str, Any] | None = None
         self.stop = bool(stop)
         self.timeout = positive_seconds("timeout", timeout)
         self.poll_interval = positive_seconds("poll_interval", poll_interval)
@@ -111,7 +121,7 @@ class SparkpointSavepointOperator(SparkpointJobMixin, BaseOperator):
         catalog = self.hook.get_catalog(self.job_name)
         source = savepoint_source(catalog, self.max_heartbeat_age)
         if source.run is None:
-            return self._from_checkpoint(catalog, source)
+            return self._from_checkpoint(context, catalog, source)
         request = request_savepoint(catalog, source.run, stop=self.stop, timeout_s=self.timeout,
                                     requested_by=self._requester())
         self.request_id = request.id
@@ -143,6 +153,7 @@ class SparkpointSavepointOperator(SparkpointJobMixin, BaseOperator):
             raise AirflowException(str(exc)) from exc
         self.log.info("generation %s of job %s completed savepoint %s (batch %s)", result.generation,
                       self.job_name, result.savepoint, result.batch_id)
+        self._completed(context, result.generation, str(result.savepoint), result.batch_id)
         self._retention(catalog)
         return str(result.savepoint)
 
@@ -168,18 +179,38 @@ class SparkpointSavepointOperator(SparkpointJobMixin, BaseOperator):
         payload = check_event(event, required=("savepoint_uri",))
         self.log.info("generation %s of job %s completed savepoint %s (batch %s)", payload.get("generation"),
                       self.job_name, payload["savepoint_uri"], payload.get("batch_id"))
+        self._completed(context, payload.get("generation"), str(payload["savepoint_uri"]), payload.get("batch_id"))
         self._retention(self.hook.get_catalog(self.job_name))
         return str(payload["savepoint_uri"])
 
-    def _from_checkpoint(self, catalog: Catalog, source: SavepointSource) -> str:
+    def _from_checkpoint(self, context: Context, catalog: Catalog, source: SavepointSource) -> str:
         refused_by = None if self.from_checkpoint_if_not_running else "from_checkpoint_if_not_running=False"
         try:
-            _latest, handle = savepoint_from_latest_checkpoint(catalog, source, refused_by=refused_by,
-                                                               stop=self.stop, announce=self.log.info)
+            latest, handle = savepoint_from_latest_checkpoint(catalog, source, refused_by=refused_by,
+                                                              stop=self.stop, announce=self.log.info)
         except SparkpointError as exc:
             raise AirflowException(str(exc)) from exc
+        self._completed(context, handle.metadata.generation, handle.uri, handle.metadata.batch_id,
+                        last_checkpoint=catalog.checkpoint_uri(latest.id))
         self._retention(catalog)
         return handle.uri
+
+    def _completed(self, context: Context, generation: Any, savepoint: str, batch_id: Any,
+                   last_checkpoint: str | None = None) -> None:
+        """Record the savepoint (OpenLineage) and emit the savepoints asset's event."""
+        generation = int(generation) if isinstance(generation, int) else None
+        batch = int(batch_id) if isinstance(batch_id, int) else None
+        self.sparkpoint_savepoint = {"generation": generation, "savepoint": savepoint, "batch": batch,
+                                     "last_checkpoint": last_checkpoint}
+        asset = assets.savepoints_asset(self.job_name, sparkpoint_conn_id=self.sparkpoint_conn_id,
+                                        checkpoint_dir=self.checkpoint_dir)
+        self._emit(context, asset, assets.savepoint_extra(job=self.job_name, generation=generation,
+                                                          savepoint_uri=savepoint, batch_id=batch,
+                                                          source="savepoint"))
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the savepoints dataset and the ``sparkpoint`` run facet."""
+        return lineage.savepoint_lineage(self)
 
     def _retention(self, catalog: Catalog) -> None:
         if self.max_count is None and self.max_age is None:

@@ -35,7 +35,8 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
-from airflow_sparkpoint.operators import runs
+from airflow_sparkpoint.operators import lineage, runs
+from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
 from airflow_sparkpoint.operators.health import emit_metrics_for
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin
 from airflow_sparkpoint.operators.links import (
@@ -45,6 +46,7 @@ from airflow_sparkpoint.operators.links import (
     spark_ui_url,
 )
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
+from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -99,7 +101,7 @@ class _SecretEnvSparkSubmitHook(SparkSubmitHook):
         return command
 
 
-class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
+class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkSubmitOperator):
     """Submit a Sparkpoint PySpark job and return its run result.
 
     :param job_name: pipeline name (``spark.sparkpoint.job``): the identity of its state
@@ -127,6 +129,12 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
     :param state_partitions: restore into this many state partitions instead of the
         snapshot's (``spark.sparkpoint.restore.statePartitions``: a rescale on restore;
         every try passes it, a retry of an already rescaled job finds nothing to do).
+    :param sink: the job's sink as the job script declares it (a `Sink` or its config
+        mapping with ``kind``), or the `sparkpoint_conn_id` connection's declaration: names
+        the output asset (`airflow_sparkpoint.assets`) and the OpenLineage output dataset.
+    :param emit_asset_events: when the run committed batches, emit one event of the output
+        asset (extra: job, generation, committed batches, sink version); a run that
+        committed nothing emits none.
 
     Returns (XCom) the run result; with key ``generation`` the generation the try ran
     (pushed also when it failed) and with key ``spark_application`` its claim (application
@@ -165,11 +173,16 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         stop_timeout: float = 3.0,
         spark_history_server: str | None = None,
         state_partitions: int | None = None,
+        sink: SinkSpec | None = None,
+        emit_asset_events: bool = True,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", f"sparkpoint-{job_name}")
         super().__init__(**kwargs)
         self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
+        declared_sink(sink)  # a malformed declaration fails when the DAG is parsed
+        self.sink = sink
+        self._init_assets(emit_asset_events)
         if commit_mode not in ("checkpoint", "external"):
             raise ConfigError(f"commit_mode={commit_mode!r} is not allowed; expected 'checkpoint' or 'external'")
         if not isinstance(num_retained, int) or num_retained < 1:
@@ -193,6 +206,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         self.state_partitions = state_partitions
         #: the run this try started (its generation claim), once the driver recorded it
         self.sparkpoint_run: dict[str, Any] | None = None
+        #: the run result of this try (OpenLineage facets), once it ended
+        self.sparkpoint_result: dict[str, Any] | None = None
         self._secret_env: dict[str, str] = {}
         self._shipped_zip: str | None = None
 
@@ -402,7 +417,15 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         self.log.info("job %s generation %s %s: last batch %s, last checkpoint %s, savepoint %s",
                       self.job_name, result.get("generation"), result.get("status"), result.get("last_batch"),
                       result.get("last_checkpoint"), result.get("savepoint"))
+        self.sparkpoint_result = result
+        committed = [*(result.get("recovered") or {}).get("committed", ()), *result.get("committed_batches", ())]
+        self._emit_output(context, catalog, self.declared_output(), generation=generation, batches=committed,
+                          source="submit")
         return result
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the output dataset (the declared sink) and the ``sparkpoint`` run facet."""
+        return lineage.submit_lineage(self)
 
     def _log_decision(self, catalog: Catalog, try_number: int, restore: str, previous: runs.TaskRecord | None) -> None:
         if try_number <= 1:

@@ -47,9 +47,11 @@ from airflow_sparkpoint.storage import open_storage, split_uri
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_sparkpoint.sinks.base import Sink
+
 SCRATCH = "{scratch}"
 LATEST_SAVEPOINT = "latest_savepoint"
-_FIXED = ("restore", "trigger", "commit_mode")
+_FIXED = ("restore", "trigger", "commit_mode", "sink", "emit_asset_events")
 
 
 class SparkpointVerifyOperator(SparkpointSubmitOperator):
@@ -101,14 +103,15 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
         fixed = sorted(set(_FIXED) & set(kwargs))
         if fixed:
             raise ConfigError(f"SparkpointVerifyOperator sets {', '.join(fixed)} itself (a drill restores `snapshot` "
-                              "with trigger availableNow and commits in the job); remove the argument")
+                              "with trigger availableNow, commits in the job and writes only scratch output, which "
+                              "is no asset); remove the argument")
         if not isinstance(output_args, Mapping) or not output_args:
             raise ConfigError("SparkpointVerifyOperator needs output_args: the application arguments through which "
                               "it writes, mapped to scratch locations (e.g. {'--output': '{scratch}/out'}); without "
                               "them a drill would write to the production sinks")
         kwargs.setdefault("name", f"sparkpoint-drill-{job_name}")
         super().__init__(job_name=job_name, restore="latest", trigger="availableNow", commit_mode="checkpoint",
-                         **kwargs)
+                         emit_asset_events=False, **kwargs)
         self.output_args = dict(output_args)
         self.snapshot = snapshot
         self.drill_dir = drill_dir
@@ -121,6 +124,10 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
         self._production_hook: SparkpointHook | None = None
         self._drill_hook: SparkpointHook | None = None
         self._drill_hook_root: str | None = None
+
+    def declared_output(self) -> Sink | None:
+        """A drill writes to scratch locations only: no output asset, no OpenLineage output."""
+        return None
 
     # ------------------------------------------------------------------ identities
 

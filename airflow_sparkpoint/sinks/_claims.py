@@ -120,6 +120,10 @@ class FileSink(Sink):
     def sink_id(self) -> str:
         return self.uri
 
+    @property
+    def location_uri(self) -> str:
+        return self.uri  # already ``file:///abs`` or ``s3://bucket/prefix``
+
     def configure(self, storage_options: Mapping[str, Any]) -> None:
         options = manifests.options_from(storage_options)
         if options != self._options:

@@ -35,6 +35,7 @@ import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, SinkError, StorageError
@@ -129,6 +130,11 @@ class TableLocation(abc.ABC):
     def __init__(self, label: str) -> None:
         self.label = label  # the URI the user gave, for messages
         self._driver_staging = True  # off once a batch was too large to collect
+
+    @property
+    def location_uri(self) -> str:
+        """The table root as a URI with a scheme (`Sink.location_uri`)."""
+        return self.uri if "://" in self.uri else Path(self.uri).as_uri()
 
     def configure(self, storage_options: Mapping[str, Any]) -> None:
         """Receive connection options (endpoint, region, credentials) at run time."""

@@ -99,6 +99,16 @@ class Sink(abc.ABC):
     def sink_id(self) -> str:
         """A stable identity of the destination (its URI), used in records and positions."""
 
+    @property
+    def location_uri(self) -> str:
+        """The destination as a URI with a scheme (``file:///abs/path``, ``s3://bucket/prefix``):
+        what Airflow assets and OpenLineage datasets of the sink's output are named after.
+
+        :raises NotImplementedError: the sink names no location (a custom sink that does
+            not override it): declare its assets yourself.
+        """
+        raise NotImplementedError(f"{type(self).__name__} names no location URI; override Sink.location_uri")
+
     @abc.abstractmethod
     def to_config(self) -> dict[str, Any]:
         """JSON-safe constructor arguments (never credentials) to rebuild this sink."""

@@ -96,6 +96,8 @@ class DeltaSink(Sink):
     def sink_id(self) -> str:
         return f"delta:{self.path}"
 
+    location_uri = property(lambda self: self.location.location_uri, doc="`Sink.location_uri`")
+
     def to_config(self) -> dict[str, Any]:
         return {"uri": self.uri, "mode": self.mode, "keys": self.keys, "partition_by": self.partition_by}
 

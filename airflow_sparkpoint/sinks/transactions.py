@@ -42,6 +42,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from airflow_sparkpoint.checkpoints.commit_head import record_commit
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import SinkError, TransactionConflict
 from airflow_sparkpoint.sinks.base import Sink
@@ -133,7 +134,9 @@ def settle_all(
     """Settle `records` in batch order and delete each one's record once settled.
 
     `on_settled(settlement, done, total)` runs after each settle, before the record is
-    deleted (progress, fault hooks). Records the fence does not admit are skipped. With
+    deleted (progress, fault hooks). A settlement that left the batch visible
+    (``committed``, ``already``) moves the job's commit head (`record_commit`: what asset
+    watchers poll) before the record is deleted. Records the fence does not admit are skipped. With
     `recorded` (the catalog's ``(batch, generation)`` keys), only records listed there
     are deleted (a restored snapshot may list transactions this catalog never recorded).
 
@@ -150,6 +153,8 @@ def settle_all(
             raise settlement.conflict
         if on_settled is not None:
             on_settled(settlement, count, len(todo))
+        if settlement.outcome in ("committed", "already"):
+            record_commit(catalog, record, settlement.detail, landed_before=settlement.outcome == "already")
         if recorded is None or (record.batch_id, record.generation) in recorded:
             catalog.delete_transactions([record])
         done.append(settlement)

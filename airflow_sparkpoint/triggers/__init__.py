@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from airflow_sparkpoint.triggers.assets import SparkpointCommitTrigger, SparkpointSavepointTrigger
 from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger
 
-__all__ = ["SparkpointCheckpointTrigger"]
+__all__ = ["SparkpointCheckpointTrigger", "SparkpointCommitTrigger", "SparkpointSavepointTrigger"]

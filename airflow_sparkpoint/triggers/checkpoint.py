@@ -140,6 +140,23 @@ class _SharedStores:
 SHARED_STORES = _SharedStores()
 
 
+async def open_catalog(job_name: str, checkpoint_dir: str | None, sparkpoint_conn_id: str | None
+                       ) -> tuple[str, Catalog]:
+    """(the shared store's key for `release_catalog`, the job's catalog on it); the
+    connection is read with Airflow's async API."""
+    hook = SparkpointHook(sparkpoint_conn_id, storage_uri=checkpoint_dir)
+    await hook.aresolve()
+    key, storage = await run_blocking(SHARED_STORES.acquire, hook.storage_uri, hook.storage_options)
+    return key, Catalog(storage, job_name)
+
+
+async def release_catalog(key: str | None) -> None:
+    """Release a store `open_catalog` acquired (the last user closes its client)."""
+    storage = SHARED_STORES.release(key) if key is not None else None
+    if storage is not None:
+        await run_blocking(storage.close)
+
+
 class SparkpointCheckpointTrigger(BaseTrigger):
     """Poll a Sparkpoint job's catalog until a wait is over (see the module docstring).
 
@@ -246,11 +263,8 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         """The job's catalog on the shared store; the connection is read with Airflow's
         async API."""
         if self._catalog_cache is None:
-            hook = SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
-            await hook.aresolve()
-            key, storage = await run_blocking(SHARED_STORES.acquire, hook.storage_uri, hook.storage_options)
-            self._store_key = key
-            self._catalog_cache = Catalog(storage, self.job_name)
+            self._store_key, self._catalog_cache = await open_catalog(
+                self.job_name, self.checkpoint_dir, self.sparkpoint_conn_id)
         return self._catalog_cache
 
     def _sleep_s(self, remaining: float | None) -> float:
@@ -309,9 +323,7 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         """Release the shared store (on every exit: an event, a timeout, a triggerer
         restart or a user action); the last trigger using it closes its client."""
         key, self._store_key, self._catalog_cache = self._store_key, None, None
-        storage = SHARED_STORES.release(key) if key is not None else None
-        if storage is not None:
-            await run_blocking(storage.close)
+        await release_catalog(key)
 
     def poll(self, catalog: Catalog) -> dict[str, Any] | None:
         """One look at the job (blocking): the event when the wait is over, else None."""

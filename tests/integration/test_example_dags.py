@@ -56,6 +56,8 @@ EXAMPLES = {
     "example_sparkpoint_write_audit_publish",
     "example_sparkpoint_restore_drill",  # run in test_verify_operator.py
     "example_sparkpoint_health",  # run in tests/unit/airflow/test_health_operator.py
+    "example_sparkpoint_on_committed_alerts",  # watchers: tests/e2e/test_e2e_assets.py
+    "example_sparkpoint_on_savepoint",
 }
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

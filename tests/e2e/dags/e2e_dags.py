@@ -17,6 +17,10 @@ wrapper are per DAG (they are not templated fields):
 - ``e2e_cluster_mode``: on ``spark_fake_cluster``, a Spark connection in cluster deploy
   mode whose ``spark2-submit`` is the fake cluster manager of ``tests/e2e/fakes``.
 - ``e2e_sensor``: a deferrable `SparkpointCheckpointSensor` (3 checkpoints of a generation).
+- ``e2e_on_commits``: scheduled on the Delta table of job ``e2e_watched`` (in the
+  ``sparkpoint_default`` store, the table at ``<stack home>/watched-table``) through an
+  `AssetWatcher` with `SparkpointCommitTrigger`; its task returns the payloads of the
+  events that triggered its run.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, AssetWatcher, Param, task
 
+from airflow_sparkpoint.assets import sink_asset
 from airflow_sparkpoint.operators import SparkpointSubmitOperator
 from airflow_sparkpoint.sensors import SparkpointCheckpointSensor
+from airflow_sparkpoint.triggers import SparkpointCommitTrigger
 
 HERE = Path(__file__).resolve().parent
 JOB = str(HERE / "jobs" / "e2e_totals.py")
@@ -132,3 +138,26 @@ with DAG(
         max_heartbeat_age=120,
         deferrable=True,
     )
+
+WATCHED_JOB = "e2e_watched"
+#: the watched job's table: fixed per stack (the DAG file is parsed with the stack's environment)
+WATCHED_TABLE = Path(os.environ.get("SPARKPOINT_E2E_LOGS", "/nonexistent/e2e-logs")).parent / "watched-table"
+watched_table = sink_asset({"kind": "delta", "uri": str(WATCHED_TABLE), "mode": "merge", "keys": ["user"]}, watchers=[
+    AssetWatcher(name="e2e_watched_commits", trigger=SparkpointCommitTrigger(
+        job_name=WATCHED_JOB, sparkpoint_conn_id="sparkpoint_default", poll_interval=1)),
+])
+
+with DAG(
+    dag_id="e2e_on_commits",
+    doc_md="Runs after job e2e_watched committed new batches to its table.",
+    schedule=[watched_table],
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    tags=["e2e"],
+) as on_commits_dag:
+
+    @task
+    def seen(triggering_asset_events: Any = None) -> list[dict[str, Any]]:
+        return [dict(event.extra) for events in triggering_asset_events.values() for event in events]
+
+    seen()
