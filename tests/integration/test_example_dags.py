@@ -252,6 +252,8 @@ def window_rows(table: Path) -> dict[tuple[str, str], int]:
     return got
 
 
+# slow: about 1.5 minutes; a retry that resumes is in the default run (test_quickstart_dag, tests/e2e)
+@pytest.mark.slow
 @pytest.mark.spark
 def test_incremental_etl_retry_resumes_from_the_latest_checkpoint(
     dagbag: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -500,6 +502,8 @@ def assert_rolled_back(blue: SubmittedJob, run: Any, blue_generation: int) -> No
     assert blue.catalog.transactions() == []
 
 
+# slow: a published green is in the default run with a real Airflow (tests/e2e/test_e2e_blue_green)
+@pytest.mark.slow
 @pytest.mark.spark
 def test_blue_green_publishes_a_healthy_green(
     dagbag: Any, background: dict[str, Any], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
@@ -529,6 +533,8 @@ def test_blue_green_publishes_a_healthy_green(
     assert orphaned_staged_files(blue.output, blue.job) == []
 
 
+# slow: the rollback path is in the default run (test_blue_green_rolls_back_a_rejected_green)
+@pytest.mark.slow
 @pytest.mark.spark
 def test_blue_green_rolls_back_a_failing_green(
     dagbag: Any, background: dict[str, Any], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch

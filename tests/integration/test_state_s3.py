@@ -143,6 +143,8 @@ def inspected_totals(root: Root, capsys: pytest.CaptureFixture[str], target: str
     return op["partitions"], {r["key"]["user"]: (r["value"]["sum"], r["value"]["count"]) for r in doc["rows"]}
 
 
+# slow: about a minute; the rescale and its kill are in the default run on local storage (test_rescale)
+@pytest.mark.slow
 def test_rescale_on_s3_killed_then_up_and_down_exactly(s3, spark, tmp_path, capsys):
     """4 -> 8 from a savepoint (the first try killed during the repartition), then 8 -> 2
     from the latest checkpoint: exact totals, the savepoint's objects never change."""
@@ -353,6 +355,8 @@ def production(s3: S3Context, spark: Any, tmp_path: Path, airflow_home: Path,
     yield Production(s3, spark, tmp_path / "production")
 
 
+# slow: about a minute; the drill is in the default run on local storage (test_verify_operator)
+@pytest.mark.slow
 @pytest.mark.airflow
 def test_drills_on_s3_as_taken_and_rescaled_record_on_the_savepoint_and_leave_production_alone(production, tmp_path,
                                                                                                capsys):
