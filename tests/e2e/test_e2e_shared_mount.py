@@ -99,6 +99,7 @@ def in_own_namespace(pid: int, path: Path) -> bool:
         not Path(f"/proc/{pid}/root{path}").exists()
 
 
+@pytest.mark.slow  # two drivers on the cluster (~1.5 min here): `make test-all` / `make test-e2e`
 def test_workers_in_their_own_mount_namespaces_share_the_live_location_and_a_sigkilled_job_restarts_exactly(
     hosts: Hosts, tmp_path: Path, request: Any
 ) -> None:
