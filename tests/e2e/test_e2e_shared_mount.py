@@ -72,6 +72,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosts]:
     assert mountns.TMP in base.parents, f"{base} must be under /tmp for a private /tmp to hide it"
     for name in ("input", "table", "live"):
         (base / "shared" / name).mkdir(parents=True)
+    write_inputs(base / "shared" / "input", FILES)  # either test alone has input to write out
     stash = Path(tempfile.mkdtemp(prefix="sparkpoint-mountns-", dir="/var/tmp"))
     cluster = SparkCluster(base=base / "cluster", workers=0)
     try:
@@ -106,7 +107,6 @@ def test_workers_in_their_own_mount_namespaces_share_the_live_location_and_a_sig
     for name, proc in hosts.cluster.worker_procs.items():
         assert in_own_namespace(proc.pid, tmp_path), f"{name} sees the test's /tmp"
         assert Path(f"/proc/{proc.pid}/root{hosts.live}").is_dir()
-    write_inputs(hosts.shared / "input", FILES)
     drivers: list[Driver] = []
     request.addfinalizer(lambda: [driver.stop() for driver in drivers])
 
