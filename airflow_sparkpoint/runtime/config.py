@@ -5,6 +5,7 @@ Pure Python (no Spark), so the Airflow operator validates the same way the job d
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -180,6 +181,59 @@ def parse_trigger(value: str) -> Trigger:
     raise ConfigError(f"{PREFIX}trigger={value!r} is not allowed; expected availableNow or processingTime:<interval>")
 
 
+#: what a live location may be, in messages
+LIVE_LOCATIONS = (
+    "a local path or file:// URI that the driver and every executor see at the same path "
+    "(local disk in local mode; a shared mount such as NFS or EFS on a cluster)"
+)
+
+
+def local_path_of(location: str) -> str | None:
+    """The local filesystem path of a Hadoop location, or None when it is not local."""
+    if location.startswith("file://"):
+        return location[len("file://"):] or "/"
+    if location.startswith("file:/"):
+        return location[len("file:"):]
+    if "://" not in location:
+        return os.path.abspath(location)
+    return None
+
+
+def require_local(location: str) -> str:
+    """The rule for a live location (``spark.sparkpoint.workDir``), shared by the operator
+    (before spark-submit) and the runtime: the runtime captures Spark's live checkpoint by
+    reading its files, so it must be a filesystem path. Hadoop-only schemes (hdfs://,
+    s3a://, abfs://, gs://, ...) are refused: their files cannot be read from Python here.
+
+    :raises ConfigError: `location` is not a local filesystem path.
+    """
+    path = local_path_of(location)
+    if path is None:
+        scheme = location.split("://", 1)[0]
+        raise ConfigError(
+            f"{PREFIX}workDir={location!r}: the runtime cannot capture a live checkpoint from a "
+            f"{scheme}:// location; expected {LIVE_LOCATIONS}. Retained checkpoints and savepoints "
+            f"still go to {PREFIX}dir (s3:// works there)"
+        )
+    return path
+
+
+def work_root(dir: str, job: str, work_dir: str | None) -> str:
+    """The local path of the live location's root: `work_dir`, else ``<dir>/<job>/live``.
+
+    :raises ConfigError: `work_dir` is not a filesystem path (`require_local`), or it is
+        missing while `dir` is on S3.
+    """
+    if work_dir is not None:
+        return require_local(work_dir)
+    if split_uri(dir)[0] == "s3":
+        raise ConfigError(
+            f"{PREFIX}workDir is required when {PREFIX}dir={dir!r} is on S3 (Spark's live checkpoint "
+            f"needs a filesystem path: {LIVE_LOCATIONS})"
+        )
+    return os.path.join(require_local(dir), job, "live")
+
+
 @dataclass(frozen=True)
 class SparkpointConfig:
     """Validated `spark.sparkpoint.*` settings."""
@@ -258,13 +312,7 @@ class SparkpointConfig:
             except InvalidPath as exc:
                 raise ConfigError(f"{PREFIX}restore={restore!r} is invalid: {exc}") from None
         work_dir = values.get("workDir", "").strip() or None
-        if work_dir is not None:
-            scheme = work_dir.split("://", 1)[0].lower() if "://" in work_dir else "file"
-            if scheme not in ("file", "hdfs", "s3a", "abfs", "abfss", "gs", "viewfs", "dbfs"):
-                raise ConfigError(
-                    f"{PREFIX}workDir={work_dir!r} has scheme {scheme!r}; expected a Hadoop filesystem path "
-                    "(a local path, file://, hdfs://, s3a://, abfs://, gs://)"
-                )
+        work_root(values["dir"].strip(), job, work_dir)
         interval = parse_duration("checkpoint.interval", values.get("checkpoint.interval", "0"))
         timeout = parse_duration("checkpoint.timeout", values.get("checkpoint.timeout", "10min"))
         if timeout <= 0:

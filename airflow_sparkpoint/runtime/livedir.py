@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import spark_layout
-from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.runtime.config import local_path_of, require_local
+
+__all__ = ["local_path_of", "require_local"]  # the live-location rule lives in runtime.config
 
 log = logging.getLogger(__name__)
 
@@ -43,28 +45,6 @@ class LiveFile:
     abspath: str
     size: int
     mtime_ns: int
-
-
-def local_path_of(location: str) -> str | None:
-    """The local filesystem path of a Hadoop location, or None when it is not local."""
-    if location.startswith("file://"):
-        return location[len("file://"):] or "/"
-    if location.startswith("file:/"):
-        return location[len("file:"):]
-    if "://" not in location:
-        return os.path.abspath(location)
-    return None
-
-
-def require_local(location: str) -> str:
-    """:raises ConfigError: the live location is not on a local filesystem."""
-    path = local_path_of(location)
-    if path is None:
-        raise ConfigError(
-            f"spark.sparkpoint.workDir={location!r}: this release captures live checkpoints from local "
-            "filesystem paths only; use a local path (retained checkpoints still go to spark.sparkpoint.dir)"
-        )
-    return path
 
 
 def walk(root: str) -> Iterator[LiveFile]:

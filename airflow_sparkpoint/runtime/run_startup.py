@@ -15,8 +15,8 @@ from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.lineage import new_origin
 from airflow_sparkpoint.exceptions import ConfigError, StorageError
-from airflow_sparkpoint.runtime import livedir, replay, rescale
-from airflow_sparkpoint.runtime.config import PREFIX
+from airflow_sparkpoint.runtime import reach, replay, rescale
+from airflow_sparkpoint.runtime.config import PREFIX, work_root
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
     check_sink_position,
@@ -53,16 +53,8 @@ class _RunStartup(_RunStatus):
         self.control = ControlChannel(self.catalog)
         self.sink.configure(cfg.storage_options)
         self.sink.validate()
-        work = cfg.work_dir
-        if work is None:
-            if cfg.dir_is_s3:
-                raise ConfigError(
-                    f"{PREFIX}workDir is required when {PREFIX}dir={cfg.dir!r} is on S3 (Spark's live checkpoint "
-                    "needs a Hadoop filesystem path, e.g. a local disk path)"
-                )
-            root = livedir.require_local(cfg.dir)
-            work = os.path.join(root, cfg.job, "live")
-        self.work_root = livedir.require_local(work)
+        self.work_root = work_root(cfg.dir, cfg.job, cfg.work_dir)
+        reach.check_executors_reach(self.spark, self.work_root)  # a cluster: one path, one filesystem
 
     def _prepare(self) -> None:
         """Claim, then act (invariant 8): everything is read again after the claim, the

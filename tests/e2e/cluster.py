@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,9 +63,9 @@ class SparkCluster:
             "SPARKPOINT_E2E_CLUSTER": self.token,
         }
 
-    def _spark_class(self, *args: str, log: Path) -> subprocess.Popen[bytes]:
+    def _spark_class(self, *args: str, log: Path, prefix: Sequence[str] = ()) -> subprocess.Popen[bytes]:
         with open(log, "ab") as out:
-            return subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args], env=self.env(),
+            return subprocess.Popen([*prefix, str(spark_home() / "bin" / "spark-class"), *args], env=self.env(),
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     def start(self, timeout: float = 180) -> None:
@@ -80,13 +81,14 @@ class SparkCluster:
         self.wait_workers(self.workers, timeout)
         self.started_in = time.monotonic() - started
 
-    def start_worker(self, name: str) -> None:
+    def start_worker(self, name: str, prefix: Sequence[str] = ()) -> None:
+        """Start worker `name`; `prefix` is a command that runs it (e.g. `mountns.private_tmp`)."""
         work = self.base / name
         work.mkdir(parents=True, exist_ok=True)
         self.worker_procs[name] = self._spark_class(
             "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1", "--cores", "1",
             "--memory", WORKER_MEMORY, "--webui-port", str(free_port()), "--work-dir", str(work),
-            log=self.base / "logs" / f"{name}.log")
+            log=self.base / "logs" / f"{name}.log", prefix=prefix)
 
     def state(self) -> dict[str, Any]:
         """The master's JSON status (``workers``, ``activeapps``, ``completedapps``...)."""

@@ -104,7 +104,8 @@ class Driver:
     """One ``spark-submit`` of the race job in the background (its own process group)."""
 
     def __init__(self, name: str, base: Path, conf: Mapping[str, str], args: Sequence[str], *,
-                 pause: str | None = None, fault: str | None = None, script: Path = APPEND_JOB) -> None:
+                 pause: str | None = None, fault: str | None = None, script: Path = APPEND_JOB,
+                 master: str = "local[1]", options: Sequence[str] = ()) -> None:
         self.name = name
         self.log = base / f"{name}.log"
         self.pause_dir = base / f"pause-{name}"
@@ -121,7 +122,7 @@ class Driver:
         if fault:
             env[ENV] = fault
             env[ENV_ONCE] = str(self.fault_marker)
-        cmd = [SPARK_SUBMIT, "--master", "local[1]", "--driver-java-options", JAVA_OPTS,
+        cmd = [SPARK_SUBMIT, "--master", master, *options, "--driver-java-options", JAVA_OPTS,
                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=1",
                "--conf", "spark.default.parallelism=1", "--conf", f"spark.pyspark.python={sys.executable}"]
         for key, value in conf.items():

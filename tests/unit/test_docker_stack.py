@@ -426,11 +426,35 @@ def test_storage_environment_for_dags_driver_and_executors(services: dict[str, d
     for name in ("airflow-scheduler", "airflow-triggerer", "spark-worker"):
         env = environment_of(services[name])
         assert env.get("SPARKPOINT_DIR") == "s3://sparkpoint/checkpoints", name
-        assert env.get("SPARKPOINT_WORK_DIR") == "s3a://sparkpoint/live", name
         for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
             assert env.get(key, "").startswith("${SPARKPOINT_S3_"), f"{name}: {key} not from docker/.env"
     init_script = "\n".join(walk_strings(services["minio-init"]))
     assert "mc mb --ignore-existing local/sparkpoint" in init_script
+
+
+#: services that run a Spark driver (Airflow tasks, LocalExecutor) or executors
+DRIVERS_AND_EXECUTORS = ("airflow-scheduler", "spark-worker")
+
+
+def test_the_live_location_is_one_volume_at_the_same_path_for_drivers_and_executors(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    from airflow_sparkpoint.runtime.config import require_local
+
+    work_dirs = {name: environment_of(services[name]).get("SPARKPOINT_WORK_DIR") for name in DRIVERS_AND_EXECUTORS}
+    assert len(set(work_dirs.values())) == 1, f"services see different work dirs: {work_dirs}"
+    work_dir = require_local(str(work_dirs["airflow-scheduler"]))  # the operator's own rule: capturable
+    named_volumes = set(compose.get("volumes") or {})
+    for name in DRIVERS_AND_EXECUTORS:
+        mounts = []
+        for entry in services[name].get("volumes") or []:
+            source, _, rest = str(entry).partition(":")
+            target = rest.split(":")[0]
+            if source in named_volumes and (work_dir == target or work_dir.startswith(target.rstrip("/") + "/")):
+                mounts.append((source, target))
+        assert len(mounts) == 1, f"{name}: {work_dir} is not on exactly one named volume: {mounts}"
+        work_dirs[name] = str(mounts[0])
+    assert len(set(work_dirs.values())) == 1, f"the work dir is on different volumes or paths: {work_dirs}"
 
 
 def test_compose_variables_come_from_env_example(

@@ -313,6 +313,16 @@ def test_cluster_deploy_mode_is_refused_before_anything_runs(
     assert driver.commands == [] and driver.catalog.current_generation() == 0 and store.values == {}
 
 
+@pytest.mark.parametrize("work_dir", ["hdfs://nn:8020/live", "s3a://sparkpoint/live", "gs://b/live"])
+def test_a_work_dir_the_runtime_cannot_capture_is_refused_before_spark_submit(
+    tmp_path: Path, driver: Driver, work_dir: str
+) -> None:
+    store = FakeStore()
+    with pytest.raises(ConfigError, match=f"workDir='{work_dir}': the runtime cannot capture"):
+        run(operator(tmp_path / "sp", work_dir=work_dir), FakeTI(), store)
+    assert driver.commands == [] and driver.catalog.current_generation() == 0
+
+
 def test_python_of_sparks_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)

@@ -172,3 +172,22 @@ def test_cli_and_operator_durations_read_sparks_syntax_too():
     assert duration_value("timeout", "1 minute 30 seconds") == 90 and duration_value("timeout", 7) == 7
     with pytest.raises(ConfigError, match="timeout='later' is not a duration"):
         duration_value("timeout", "later")
+
+
+@pytest.mark.parametrize("work_dir", ["hdfs://nn:8020/live", "s3a://bucket/live", "abfs://c@a.dfs.core.windows.net/l",
+                                      "gs://bucket/live", "viewfs://cluster/live"])
+def test_a_work_dir_the_runtime_cannot_capture_is_refused_naming_it_and_what_works(work_dir):
+    with pytest.raises(ConfigError) as info:
+        SparkpointConfig.from_conf(conf(workDir=work_dir))
+    message = str(info.value)
+    assert f"workDir={work_dir!r}" in message and "shared mount" in message and "file://" in message
+
+
+@pytest.mark.parametrize("work_dir", ["/mnt/shared/live", "file:///mnt/shared/live", "file:/mnt/shared/live", "live"])
+def test_a_filesystem_work_dir_is_accepted(work_dir):
+    assert SparkpointConfig.from_conf(conf(workDir=work_dir)).work_dir == work_dir
+
+
+def test_an_s3_dir_without_a_work_dir_is_refused_by_the_configuration_itself():
+    with pytest.raises(ConfigError, match=r"workDir is required when spark.sparkpoint.dir='s3://b/p' is on S3"):
+        SparkpointConfig.from_conf({**BASE, f"{PREFIX}dir": "s3://b/p"})
