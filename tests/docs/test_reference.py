@@ -57,12 +57,12 @@ _CLASSES = [("operators.md", "operators", name) for name in (
     ("sensor.md", "sensors", "SparkpointCheckpointSensor")]
 
 
-@pytest.mark.parametrize("page,module,name", _CLASSES, ids=[c[2] for c in _CLASSES])
-def test_every_parameter_is_documented_with_its_default(page: str, module: str, name: str,
+@pytest.mark.parametrize("page,module,class_name", _CLASSES, ids=[c[2] for c in _CLASSES])
+def test_every_parameter_is_documented_with_its_default(page: str, module: str, class_name: str,
                                                         airflow_home: Path) -> None:
     import importlib
 
-    cls = getattr(importlib.import_module(f"airflow_sparkpoint.{module}"), name)
+    cls = getattr(importlib.import_module(f"airflow_sparkpoint.{module}"), class_name)
     rows = {r["name"]: r["default"] for r in _tables((DOCS / page).read_text()).get(cls.__name__, [])}
     problems = []
     for name, default in _own_parameters(cls).items():
