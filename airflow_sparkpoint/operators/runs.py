@@ -15,9 +15,9 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_sparkpoint.checkpoints import Catalog, layout
+from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo
 from airflow_sparkpoint.checkpoints.run_result import read_run_result
-from airflow_sparkpoint.exceptions import ObjectNotFound, SparkpointError
+from airflow_sparkpoint.exceptions import CorruptMetadata, SparkpointError
 
 log = logging.getLogger(__name__)
 
@@ -29,36 +29,32 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-@dataclass(frozen=True)
-class RunClaim:
-    """A generation's claim record, as the driver wrote it when it started."""
-
-    generation: int
-    app: str = ""
-    ui: str = ""
-    host: str = ""
-    pid: int = 0
-    started_at: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+#: a generation's claim record, as the driver wrote it when it started (the one type of
+#: that record, `GenerationInfo`; this name is kept for callers of `find_claim`)
+RunClaim = GenerationInfo
 
 
-def find_claim(catalog: Catalog, token: str, *, after: int = 0) -> RunClaim | None:
-    """The generation newer than `after` whose driver recorded `token`, or None."""
-    numbers = sorted(int(name) for info in catalog.store.list(layout.GENERATIONS)
-                     if (name := info.key.rsplit("/", 1)[-1]).isdigit() and int(name) > after)
-    for generation in numbers:
+def claim_json(claim: GenerationInfo) -> dict[str, Any]:
+    """The run a submit task publishes (XCom ``spark_application``): generation,
+    application id, UI URL, host, pid and start time."""
+    return {"generation": claim.generation, "app": claim.app, "ui": claim.ui, "host": claim.host,
+            "pid": claim.pid, "started_at": claim.started_at}
+
+
+def find_claim(catalog: Catalog, token: str, *, after: int = 0) -> GenerationInfo | None:
+    """The generation newer than `after` whose driver recorded `token`, or None (an
+    unreadable claim is skipped).
+
+    :raises StorageError: the store cannot be listed or read.
+    """
+    for generation in (g for g in catalog.generations() if g > after):
         try:
-            body = json.loads(catalog.store.get(layout.generation_key(generation)))
-        except (ObjectNotFound, ValueError) as exc:
+            claim = catalog.generation_claim(generation)
+        except CorruptMetadata as exc:
             log.debug("generation %d of job %s: unreadable claim (%s)", generation, catalog.job, exc)
             continue
-        details = body.get("details") if isinstance(body, dict) else None
-        if isinstance(details, dict) and details.get("submitter") == token:
-            return RunClaim(generation=generation, app=str(details.get("app") or ""), ui=str(details.get("ui") or ""),
-                            host=str(body.get("host") or ""), pid=int(body.get("pid") or 0),
-                            started_at=float(body.get("started_at") or 0.0))
+        if claim is not None and claim.submitter == token:
+            return claim
     return None
 
 

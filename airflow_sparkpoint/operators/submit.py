@@ -33,7 +33,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
+from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo, open_snapshot
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
 from airflow_sparkpoint.operators import runs
 from airflow_sparkpoint.operators.health import emit_metrics_for
@@ -429,12 +429,12 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
             self.log.info("try %d of %s: resuming job %s from %s, the newest checkpoint of this task's own tries "
                           "(a newer one is another run's)", try_number, self.task_id, self.job_name, restore)
 
-    def _found(self, ti: Any, run: runs.RunClaim | None) -> None:
+    def _found(self, ti: Any, run: GenerationInfo | None) -> None:
         """Record the run this try started (once) and publish its generation and links."""
         with _FOUND_LOCK:
             if run is None or self.sparkpoint_run is not None:
                 return
-            self.sparkpoint_run = run.to_json()
+            self.sparkpoint_run = runs.claim_json(run)
         self.log.info("job %s runs as generation %d (application %s, UI %s)", self.job_name, run.generation,
                       run.app or "?", run.ui or "off")
         self._push(ti, "generation", run.generation)
