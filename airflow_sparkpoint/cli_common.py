@@ -92,12 +92,9 @@ def _common_options(*, many_jobs: bool = False) -> argparse.ArgumentParser:
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if args.s3_endpoint:
-        options["endpoint_url"] = args.s3_endpoint
-    if args.s3_region:
-        options["region_name"] = args.s3_region
-    return options
+    from airflow_sparkpoint.storage.endpoints import s3_options
+
+    return s3_options(args.s3_endpoint, args.s3_region)
 
 
 def _open_catalog(args: argparse.Namespace) -> Any:

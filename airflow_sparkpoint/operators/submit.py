@@ -45,6 +45,7 @@ from airflow_sparkpoint.operators.links import (
     spark_ui_url,
 )
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
+from airflow_sparkpoint.storage.endpoints import ENDPOINT_URL, REGION_NAME
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -249,10 +250,10 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         }
         if self.work_dir:
             conf[f"{PREFIX}workDir"] = self.work_dir
-        if options.get("endpoint_url"):
-            conf[f"{PREFIX}s3.endpoint"] = str(options["endpoint_url"])
-        if options.get("region_name"):
-            conf[f"{PREFIX}s3.region"] = str(options["region_name"])
+        if options.get(ENDPOINT_URL):
+            conf[f"{PREFIX}s3.endpoint"] = str(options[ENDPOINT_URL])
+        if options.get(REGION_NAME):
+            conf[f"{PREFIX}s3.region"] = str(options[REGION_NAME])
         if self.state_partitions is not None:
             conf[f"{PREFIX}restore.statePartitions"] = str(self.state_partitions)
         for key, value in self.sparkpoint_conf.items():
