@@ -12,9 +12,9 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparkpoint.checkpoints.display import iso  # re-exported (history.iso)
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.run_result import RunResult, read_run_result
 from airflow_sparkpoint.checkpoints.status import JobStatus, current_status
@@ -51,13 +51,6 @@ AIRFLOW_CONTEXT_ENV = {
 }
 _UNREAD = object()
 _URI_RE = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s()]+")
-
-
-def iso(epoch: float | None) -> str | None:
-    """``2026-11-22T00:24:21Z`` (UTC), or None."""
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def short_name(uri: str | None) -> str:
