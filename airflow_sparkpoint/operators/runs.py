@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo
 from airflow_sparkpoint.checkpoints.run_result import read_run_result
+from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
 from airflow_sparkpoint.exceptions import CorruptMetadata, SparkpointError
 
 log = logging.getLogger(__name__)
@@ -58,14 +59,15 @@ def find_claim(catalog: Catalog, token: str, *, after: int = 0) -> GenerationInf
     return None
 
 
-def run_status(catalog: Catalog, generation: int) -> dict[str, Any]:
+def run_status(catalog: Catalog, generation: int) -> JobStatus | None:
     """The status record generation `generation` wrote (its own record; ``status.json``
-    while it has none, a store written before per-generation records), or {}; the caller
-    checks the record's generation.
+    while it has none, a store written before per-generation records), or None when it
+    wrote none.
 
     :raises StorageError: the store cannot be read.
     """
-    return catalog.read_status(generation) or catalog.read_status() or {}
+    status = read_job_status(catalog, generation) or read_job_status(catalog)
+    return status if status is not None and status.generation == generation else None
 
 
 def reported_error(catalog: Catalog, token: str, *, after: int = 0) -> str | None:
@@ -73,14 +75,13 @@ def reported_error(catalog: Catalog, token: str, *, after: int = 0) -> str | Non
     record, `run_status`), or None."""
     try:
         claim = find_claim(catalog, token, after=after)
-        status = run_status(catalog, claim.generation) if claim is not None else {}
+        status = run_status(catalog, claim.generation) if claim is not None else None
     except SparkpointError as exc:
         log.debug("cannot read the failed run of job %s: %s", catalog.job, exc)
         return None
-    if claim is None or status.get("generation") != claim.generation or status.get("state") != "failed":
+    if status is None or status.state != "failed":
         return None
-    error = status.get("error")
-    return str(error) if error else None
+    return str(status.error) if status.error else None
 
 
 def read_result(catalog: Catalog, generation: int) -> dict[str, Any] | None:

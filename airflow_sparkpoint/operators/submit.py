@@ -411,14 +411,14 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
             return
         if previous is not None:
             run = runs.find_claim(catalog, previous.tokens[-1], after=previous.since)
-            status = runs.run_status(catalog, run.generation) if run is not None else {}
+            status = runs.run_status(catalog, run.generation) if run is not None else None
             if run is None:
                 self.log.info("try %d: the previous try (%d) started no run of job %s", try_number,
                               previous.try_number, self.job_name)
-            elif status.get("generation") == run.generation:
+            elif status is not None:
                 self.log.info("try %d: the previous try (%d) ran generation %d, which ended %s%s", try_number,
-                              previous.try_number, run.generation, status.get("state"),
-                              f" ({status['error']})" if status.get("error") else "")
+                              previous.try_number, run.generation, status.state,
+                              f" ({status.error})" if status.error else "")
         if restore == "latest":
             self.log.info("try %d of %s: resuming job %s from its latest retained checkpoint (restore=latest; "
                           "the first try's restore=%r is not used again)", try_number, self.task_id, self.job_name,
