@@ -195,6 +195,14 @@ def test_a_failed_try_still_publishes_the_generation_it_ran(tmp_path: Path, driv
     assert ti.pushed["generation"] == 1, "the rollback needs the failed run's generation, not the newest"
 
 
+def failed_status(generation: int, error: str) -> dict[str, Any]:
+    """The status record a driver writes when its run failed (a whole `JobStatus`)."""
+    from airflow_sparkpoint.checkpoints.status import JobStatus
+
+    now = time.time()
+    return JobStatus(JOB, generation, "failed", now, now, error=error).to_json()
+
+
 def test_a_failed_try_says_what_the_job_reported(tmp_path: Path, driver: Driver) -> None:
     """The hook's error is only the command and its exit code; the job's own error (from
     its status record) is added, and only when it is this try's run that failed."""
@@ -202,8 +210,7 @@ def test_a_failed_try_says_what_the_job_reported(tmp_path: Path, driver: Driver)
 
     def fail(d: Driver, env: dict[str, str]) -> int:
         generation = d.claim(env)
-        d.catalog.write_status({"state": "failed", "generation": generation,
-                                "error": "RuntimeError: keyed_totals v2: simulated failure in batch 2"})
+        d.catalog.write_status(failed_status(generation, "RuntimeError: keyed_totals v2: simulated failure in batch 2"))
         return 1
 
     driver.behaviour = fail
@@ -214,7 +221,7 @@ def test_a_failed_try_says_what_the_job_reported(tmp_path: Path, driver: Driver)
     def superseded(d: Driver, env: dict[str, str]) -> int:
         d.claim(env)
         later = d.catalog.claim_generation({"submitter": "a later run"}).generation
-        d.catalog.write_status({"state": "failed", "generation": later, "error": "not this try's error"})
+        d.catalog.write_status(failed_status(later, "not this try's error"))
         return 1
 
     driver.behaviour = superseded
