@@ -9,7 +9,6 @@ import importlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError, StorageError
@@ -92,12 +91,9 @@ def _common_options(*, many_jobs: bool = False) -> argparse.ArgumentParser:
 
 
 def _storage_options(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if args.s3_endpoint:
-        options["endpoint_url"] = args.s3_endpoint
-    if args.s3_region:
-        options["region_name"] = args.s3_region
-    return options
+    from airflow_sparkpoint.storage.endpoints import s3_options
+
+    return s3_options(args.s3_endpoint, args.s3_region)
 
 
 def _open_catalog(args: argparse.Namespace) -> Any:
@@ -121,20 +117,15 @@ def _open_catalog(args: argparse.Namespace) -> Any:
 
 
 def _iso(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    from airflow_sparkpoint.checkpoints.display import iso
+
+    return iso(epoch)
 
 
 def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
+    from airflow_sparkpoint.checkpoints.display import size
+
+    return size(n)
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: frozenset[int] = frozenset()) -> str:

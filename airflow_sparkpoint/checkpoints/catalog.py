@@ -11,8 +11,6 @@ from __future__ import annotations
 import builtins
 import json
 import logging
-import os
-import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -23,6 +21,12 @@ from airflow_sparkpoint.checkpoints.entries import (  # re-exported: callers imp
     GenerationInfo,
     SnapshotEntry,
     SnapshotHandle,
+)
+from airflow_sparkpoint.checkpoints.generations import (
+    check_generation,
+    claim_generation,
+    claimed_generations,
+    read_claim,
 )
 from airflow_sparkpoint.checkpoints.lineage import (
     Origin,
@@ -42,11 +46,9 @@ from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     CorruptMetadata,
     InvalidPath,
-    ObjectExists,
     ObjectNotFound,
     ObjectTooLarge,
     RestoreError,
-    StaleGeneration,
     StorageError,
 )
 from airflow_sparkpoint.storage import Storage, normalize_key, open_storage
@@ -472,35 +474,23 @@ class Catalog:
 
     def current_generation(self) -> int:
         """The newest claimed generation (0 when the job never started)."""
-        names = [info.key.rsplit("/", 1)[-1] for info in self.store.list(layout.GENERATIONS)]
-        numbers = [int(n) for n in names if n.isdigit()]
-        return max(numbers, default=0)
+        return max(self.generations(), default=0)
+
+    def generations(self) -> builtins.list[int]:
+        """Every claimed generation, in order (`generations.claimed_generations`)."""
+        return claimed_generations(self.store)
 
     def claim_generation(self, details: Mapping[str, Any] | None = None) -> GenerationInfo:
-        """Atomically claim generation ``current + 1``; racing starters get distinct ones."""
-        for _ in range(1000):
-            generation = self.current_generation() + 1
-            info = GenerationInfo(generation, time.time(), socket.gethostname(), os.getpid(), dict(details or {}))
-            body = {"generation": generation, "started_at": info.started_at, "host": info.host,
-                    "pid": info.pid, "details": dict(info.details)}
-            try:
-                self.store.put_if_absent(layout.generation_key(generation), json.dumps(body).encode())
-            except ObjectExists:
-                continue
-            return info
-        raise StorageError(f"could not claim a generation for job {self.job!r} after 1000 attempts")
+        """Atomically claim generation ``current + 1`` (`generations.claim_generation`)."""
+        return claim_generation(self.store, self.job, details)
+
+    def generation_claim(self, generation: int) -> GenerationInfo | None:
+        """The claim of `generation`, or None (`generations.read_claim`, which says what it raises)."""
+        return read_claim(self.store, self.uri, generation)
 
     def check_generation(self, generation: int) -> None:
-        """:raises StaleGeneration: `generation` is no longer the current one."""
-        # Claims are contiguous (current + 1, created exclusively) and never deleted: a
-        # newer generation exists iff generation + 1 does. One existence check, no listing
-        # (this fence runs on every batch and before every effect).
-        if self.store.exists(layout.generation_key(generation + 1)):
-            current = self.current_generation()
-            raise StaleGeneration(
-                f"generation {generation} of job {self.job!r} was superseded by generation {current}; "
-                "this run must stop (another run of the job has started)"
-            )
+        """:raises StaleGeneration: `generation` is no longer the current one (`generations.check_generation`)."""
+        check_generation(self.store, self.job, generation)
 
     # ------------------------------------------------------------------ transactions
 

@@ -55,6 +55,7 @@ from airflow_sparkpoint.checkpoints.control_records import (  # re-exported: cal
     _result_key,
     new_request_id,
 )
+from airflow_sparkpoint.checkpoints.display import iso
 from airflow_sparkpoint.exceptions import (
     ConfigError,
     ControlError,
@@ -500,6 +501,4 @@ def _unacknowledged(request: ControlRequest) -> str:
 
 
 def _iso(epoch: float) -> str:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso(epoch) or ""

@@ -1,17 +1,19 @@
 """The records the catalog (`airflow_sparkpoint.checkpoints.catalog`) hands out: a
 listed snapshot directory, a readable snapshot, the outcome of a retention pass, a
-claimed generation. Below the catalog so that lineage and retention can use them too."""
+generation's claim. Below the catalog so that lineage and retention can use them too."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
+from airflow_sparkpoint.exceptions import CorruptMetadata
 from airflow_sparkpoint.storage import Storage
 
-__all__ = ["GenerationInfo", "RetentionResult", "SnapshotEntry", "SnapshotHandle"]
+__all__ = ["GenerationInfo", "RetentionResult", "SnapshotEntry", "SnapshotHandle", "claim_details"]
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,86 @@ class RetentionResult:
 
 @dataclass(frozen=True)
 class GenerationInfo:
+    """A generation's claim (``generations/<g>``), as its driver wrote it when it started.
+
+    The one type of that record: `Catalog.claim_generation` writes it (`to_json`), and
+    every reader (the history model, the submit operator finding its run, the CLI and the
+    UI through the history) parses it with `from_json`. `details` is what the driver
+    recorded about itself (`claim_details`); the properties read its well-known fields.
+    """
+
     generation: int
     started_at: float
     host: str = ""
     pid: int = 0
     details: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def app(self) -> str:
+        """The Spark application id ("" when not recorded)."""
+        return _text(self.details.get("app"))
+
+    @property
+    def ui(self) -> str:
+        """The Spark UI URL ("" when the UI is off or not recorded)."""
+        return _text(self.details.get("ui"))
+
+    @property
+    def submitter(self) -> str:
+        """The token of the submit that started the run ("" when not started by one)."""
+        return _text(self.details.get("submitter"))
+
+    @property
+    def restore(self) -> str | None:
+        """The ``restore`` setting the run started with."""
+        value = self.details.get("restore")
+        return None if value is None else str(value)
+
+    @property
+    def plan(self) -> str | None:
+        """The description of the restore plan the run started from."""
+        value = self.details.get("plan")
+        return None if value is None else str(value)
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The settings in force (`records.generation_details`); empty when not recorded."""
+        value = self.details.get("config")
+        return value if isinstance(value, Mapping) else {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"generation": self.generation, "started_at": self.started_at, "host": self.host,
+                "pid": self.pid, "details": dict(self.details)}
+
+    @classmethod
+    def from_json(cls, data: Any, generation: int | None = None) -> GenerationInfo:
+        """Parse a claim; `generation`, when given, is the one its key names.
+
+        :raises CorruptMetadata: `data` is not a claim object, a field has the wrong type,
+            or it names another generation than its key.
+        """
+        if not isinstance(data, Mapping):
+            raise CorruptMetadata(f"generation claim {data!r:.80} is not a JSON object")
+        number, started = data.get("generation"), data.get("started_at")
+        if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+            raise CorruptMetadata(f"generation claim names generation {number!r}; expected a positive integer")
+        if generation is not None and number != generation:
+            raise CorruptMetadata(f"the claim of generation {generation} names generation {number}")
+        if not isinstance(started, (int, float)) or isinstance(started, bool) or not math.isfinite(started):
+            raise CorruptMetadata(f"generation {number} claim has started_at {started!r}; expected seconds since the epoch")
+        host, pid, details = data.get("host", ""), data.get("pid", 0), data.get("details", {})
+        if not isinstance(host, str) or not isinstance(pid, int) or isinstance(pid, bool) \
+                or not isinstance(details, Mapping):
+            raise CorruptMetadata(f"generation {number} claim has host {host!r:.80}, pid {pid!r:.80}, details "
+                                  f"{type(details).__name__}; expected a string, an integer and an object")
+        return cls(number, float(started), host, pid, dict(details))
+
+
+def claim_details(*, restore: str, plan: str, app: str, submitter: str, ui: str | None,
+                  **more: Any) -> dict[str, Any]:
+    """The `GenerationInfo.details` a starting driver records (the names its properties read)."""
+    return {"restore": restore, "plan": plan, "app": app, "submitter": submitter, "ui": ui, **more}
+
+
+def _text(value: Any) -> str:
+    return str(value) if value else ""

@@ -77,7 +77,13 @@ def savepoint_dir(checkpoint_id: int, suffix: str) -> str:
 
 
 def generation_key(generation: int) -> str:
-    return f"generations/{generation:012d}"
+    return f"{GENERATIONS}/{generation:012d}"
+
+
+def generation_of(key: str) -> int | None:
+    """The generation whose claim is at `key` (``generations/<g>``), or None."""
+    name = key.rsplit("/", 1)[-1]
+    return int(name) if name.isdigit() else None
 
 
 def lineage_key(generation: int) -> str:

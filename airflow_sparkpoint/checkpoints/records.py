@@ -7,25 +7,23 @@ Pure Python over a `Catalog`: no Spark, no Airflow.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints.display import iso  # re-exported (history.iso)
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.run_result import RunResult, read_run_result
 from airflow_sparkpoint.checkpoints.status import JobStatus, current_status
 from airflow_sparkpoint.checkpoints.verification import read_verification
-from airflow_sparkpoint.exceptions import ControlError, CorruptMetadata, ObjectNotFound, StorageError
+from airflow_sparkpoint.exceptions import ControlError, CorruptMetadata, StorageError
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
-    from airflow_sparkpoint.checkpoints.entries import SnapshotEntry
+    from airflow_sparkpoint.checkpoints.entries import GenerationInfo, SnapshotEntry
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +51,6 @@ AIRFLOW_CONTEXT_ENV = {
 }
 _UNREAD = object()
 _URI_RE = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s()]+")
-
-
-def iso(epoch: float | None) -> str | None:
-    """``2026-11-22T00:24:21Z`` (UTC), or None."""
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def short_name(uri: str | None) -> str:
@@ -303,15 +294,12 @@ def _read_result(catalog: Catalog, generation: int) -> RunResult | None:
         return None
 
 
-def _read_json(catalog: Catalog, key: str) -> dict[str, Any]:
+def _read_claim(catalog: Catalog, generation: int) -> GenerationInfo | None:
     try:
-        raw = json.loads(catalog.store.get(key))
-    except ObjectNotFound:
-        return {}
-    except (StorageError, ValueError) as exc:
-        log.warning("ignoring unreadable %s/%s: %s", catalog.uri, key, exc)
-        return {}
-    return raw if isinstance(raw, dict) else {}
+        return catalog.generation_claim(generation)
+    except (StorageError, CorruptMetadata) as exc:
+        log.warning("ignoring the unreadable claim of generation %d of %s: %s", generation, catalog.uri, exc)
+        return None
 
 
 def generation_records(
@@ -345,11 +333,10 @@ def read_generation(
         current = listed if current is None else current
     assert status is None or isinstance(status, JobStatus)
     current = catalog.current_generation() if current is None else current
-    claim = _read_json(catalog, layout.generation_key(generation))
-    raw_details = claim.get("details")
-    details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
+    claim = _read_claim(catalog, generation)
+    details = claim.details if claim is not None else {}
     result = _read_result(catalog, generation)
-    plan = details.get("plan")
+    plan = claim.plan if claim is not None else None
     origin = details.get("origin")  # a structured origin record, where the runtime writes one
     restored_from = (origin.get("uri") if isinstance(origin, Mapping) else None) or \
         (result.restored_from if result else None) or plan_origin(plan)
@@ -362,18 +349,17 @@ def read_generation(
         outcome = "superseded"
     else:
         outcome = "unknown"
-    pid = claim.get("pid")
     return GenerationRecord(
         generation=generation,
-        started_at=float(claim["started_at"]) if isinstance(claim.get("started_at"), (int, float)) else None,
-        host=str(claim.get("host") or ""),
-        pid=int(pid) if isinstance(pid, int) else None,
-        restore=None if details.get("restore") is None else str(details["restore"]),
-        plan=None if plan is None else str(plan),
+        started_at=claim.started_at if claim is not None else None,
+        host=claim.host if claim is not None else "",
+        pid=claim.pid if claim is not None else None,
+        restore=claim.restore if claim is not None else None,
+        plan=plan,
         restored_from=None if not restored_from else str(restored_from),
-        application_id=str(details.get("app") or ""),
+        application_id=claim.app if claim is not None else "",
         airflow=AirflowTry.from_json(details.get("airflow")),
-        config=dict(details.get("config") or {}),
+        config=dict(claim.config) if claim is not None else {},
         result=result,
         outcome=outcome,
         error=error,

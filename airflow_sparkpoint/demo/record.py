@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from airflow_sparkpoint.checkpoints import display
 from airflow_sparkpoint.checkpoints.history import (
     PipelineHistory,
     SnapshotRecord,
@@ -31,13 +32,8 @@ def origin(plan: str | None) -> str:
 
 
 def human_bytes(size: float) -> str:
-    """``512 B``, ``1.4 KiB``, ``3.0 MiB`` ..."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    """``512 B``, ``1.4 KiB``, ``3.0 MiB`` ... (`checkpoints.display.size`)."""
+    return display.size(size)
 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "   ") -> list[str]:

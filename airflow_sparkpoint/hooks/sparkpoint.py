@@ -48,7 +48,7 @@ from airflow_sparkpoint.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import declared_sink
 from airflow_sparkpoint.storage import Storage, open_storage, split_uri
-from airflow_sparkpoint.storage.endpoints import validate_endpoint_url
+from airflow_sparkpoint.storage.endpoints import ENDPOINT_URL, REGION_NAME, s3_options, validate_endpoint_url
 
 log = logging.getLogger(__name__)
 
@@ -164,11 +164,7 @@ def _aws_credentials(aws_connection: Any) -> dict[str, Any]:
     }
     if credentials.token:
         options["aws_session_token"] = credentials.token
-    if hook.conn_config.endpoint_url:
-        options["endpoint_url"] = hook.conn_config.endpoint_url
-    if hook.conn_config.region_name:
-        options["region_name"] = hook.conn_config.region_name
-    return options
+    return {**options, **s3_options(hook.conn_config.endpoint_url, hook.conn_config.region_name)}
 
 
 class SparkpointHook(BaseHook):
@@ -225,12 +221,12 @@ class SparkpointHook(BaseHook):
             if aws_conn is not None:
                 options.update(_aws_credentials(aws_conn))
             endpoint_from = f"aws connection {aws_conn.conn_id!r} endpoint_url" if aws_conn is not None else ""
-            for name in ("endpoint_url", "region_name"):  # the connection's own values win
-                if extra_field(extra, name):
-                    options[name] = str(extra_field(extra, name)).strip()
-                    endpoint_from = f"Sparkpoint connection {conn.conn_id!r} extra endpoint_url"
-            if options.get("endpoint_url"):
-                options["endpoint_url"] = validate_endpoint_url(str(options["endpoint_url"]), endpoint_from)
+            own = s3_options(extra_field(extra, ENDPOINT_URL), extra_field(extra, REGION_NAME))
+            if own:
+                endpoint_from = f"Sparkpoint connection {conn.conn_id!r} extra endpoint_url"
+            options.update(own)  # the connection's own values win
+            if options.get(ENDPOINT_URL):
+                options[ENDPOINT_URL] = validate_endpoint_url(str(options[ENDPOINT_URL]), endpoint_from)
             if conn.login and conn.password:
                 options["aws_access_key_id"] = conn.login
                 options["aws_secret_access_key"] = conn.password

@@ -15,9 +15,10 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from airflow_sparkpoint.checkpoints import Catalog, layout
+from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo
 from airflow_sparkpoint.checkpoints.run_result import read_run_result
-from airflow_sparkpoint.exceptions import ObjectNotFound, SparkpointError
+from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
+from airflow_sparkpoint.exceptions import CorruptMetadata, SparkpointError
 
 log = logging.getLogger(__name__)
 
@@ -29,47 +30,44 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-@dataclass(frozen=True)
-class RunClaim:
-    """A generation's claim record, as the driver wrote it when it started."""
-
-    generation: int
-    app: str = ""
-    ui: str = ""
-    host: str = ""
-    pid: int = 0
-    started_at: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+#: a generation's claim record, as the driver wrote it when it started (the one type of
+#: that record, `GenerationInfo`; this name is kept for callers of `find_claim`)
+RunClaim = GenerationInfo
 
 
-def find_claim(catalog: Catalog, token: str, *, after: int = 0) -> RunClaim | None:
-    """The generation newer than `after` whose driver recorded `token`, or None."""
-    numbers = sorted(int(name) for info in catalog.store.list(layout.GENERATIONS)
-                     if (name := info.key.rsplit("/", 1)[-1]).isdigit() and int(name) > after)
-    for generation in numbers:
+def claim_json(claim: GenerationInfo) -> dict[str, Any]:
+    """The run a submit task publishes (XCom ``spark_application``): generation,
+    application id, UI URL, host, pid and start time."""
+    return {"generation": claim.generation, "app": claim.app, "ui": claim.ui, "host": claim.host,
+            "pid": claim.pid, "started_at": claim.started_at}
+
+
+def find_claim(catalog: Catalog, token: str, *, after: int = 0) -> GenerationInfo | None:
+    """The generation newer than `after` whose driver recorded `token`, or None (an
+    unreadable claim is skipped).
+
+    :raises StorageError: the store cannot be listed or read.
+    """
+    for generation in (g for g in catalog.generations() if g > after):
         try:
-            body = json.loads(catalog.store.get(layout.generation_key(generation)))
-        except (ObjectNotFound, ValueError) as exc:
+            claim = catalog.generation_claim(generation)
+        except CorruptMetadata as exc:
             log.debug("generation %d of job %s: unreadable claim (%s)", generation, catalog.job, exc)
             continue
-        details = body.get("details") if isinstance(body, dict) else None
-        if isinstance(details, dict) and details.get("submitter") == token:
-            return RunClaim(generation=generation, app=str(details.get("app") or ""), ui=str(details.get("ui") or ""),
-                            host=str(body.get("host") or ""), pid=int(body.get("pid") or 0),
-                            started_at=float(body.get("started_at") or 0.0))
+        if claim is not None and claim.submitter == token:
+            return claim
     return None
 
 
-def run_status(catalog: Catalog, generation: int) -> dict[str, Any]:
+def run_status(catalog: Catalog, generation: int) -> JobStatus | None:
     """The status record generation `generation` wrote (its own record; ``status.json``
-    while it has none, a store written before per-generation records), or {}; the caller
-    checks the record's generation.
+    while it has none, a store written before per-generation records), or None when it
+    wrote none.
 
     :raises StorageError: the store cannot be read.
     """
-    return catalog.read_status(generation) or catalog.read_status() or {}
+    status = read_job_status(catalog, generation) or read_job_status(catalog)
+    return status if status is not None and status.generation == generation else None
 
 
 def reported_error(catalog: Catalog, token: str, *, after: int = 0) -> str | None:
@@ -77,14 +75,13 @@ def reported_error(catalog: Catalog, token: str, *, after: int = 0) -> str | Non
     record, `run_status`), or None."""
     try:
         claim = find_claim(catalog, token, after=after)
-        status = run_status(catalog, claim.generation) if claim is not None else {}
+        status = run_status(catalog, claim.generation) if claim is not None else None
     except SparkpointError as exc:
         log.debug("cannot read the failed run of job %s: %s", catalog.job, exc)
         return None
-    if claim is None or status.get("generation") != claim.generation or status.get("state") != "failed":
+    if status is None or status.state != "failed":
         return None
-    error = status.get("error")
-    return str(error) if error else None
+    return str(status.error) if status.error else None
 
 
 def read_result(catalog: Catalog, generation: int) -> dict[str, Any] | None:

@@ -33,7 +33,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
+from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo, open_snapshot
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
 from airflow_sparkpoint.operators import lineage, runs
 from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
@@ -47,6 +47,7 @@ from airflow_sparkpoint.operators.links import (
 )
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
+from airflow_sparkpoint.storage.endpoints import ENDPOINT_URL, REGION_NAME
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -264,10 +265,10 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         }
         if self.work_dir:
             conf[f"{PREFIX}workDir"] = self.work_dir
-        if options.get("endpoint_url"):
-            conf[f"{PREFIX}s3.endpoint"] = str(options["endpoint_url"])
-        if options.get("region_name"):
-            conf[f"{PREFIX}s3.region"] = str(options["region_name"])
+        if options.get(ENDPOINT_URL):
+            conf[f"{PREFIX}s3.endpoint"] = str(options[ENDPOINT_URL])
+        if options.get(REGION_NAME):
+            conf[f"{PREFIX}s3.region"] = str(options[REGION_NAME])
         if self.state_partitions is not None:
             conf[f"{PREFIX}restore.statePartitions"] = str(self.state_partitions)
         for key, value in self.sparkpoint_conf.items():
@@ -433,14 +434,14 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             return
         if previous is not None:
             run = runs.find_claim(catalog, previous.tokens[-1], after=previous.since)
-            status = runs.run_status(catalog, run.generation) if run is not None else {}
+            status = runs.run_status(catalog, run.generation) if run is not None else None
             if run is None:
                 self.log.info("try %d: the previous try (%d) started no run of job %s", try_number,
                               previous.try_number, self.job_name)
-            elif status.get("generation") == run.generation:
+            elif status is not None:
                 self.log.info("try %d: the previous try (%d) ran generation %d, which ended %s%s", try_number,
-                              previous.try_number, run.generation, status.get("state"),
-                              f" ({status['error']})" if status.get("error") else "")
+                              previous.try_number, run.generation, status.state,
+                              f" ({status.error})" if status.error else "")
         if restore == "latest":
             self.log.info("try %d of %s: resuming job %s from its latest retained checkpoint (restore=latest; "
                           "the first try's restore=%r is not used again)", try_number, self.task_id, self.job_name,
@@ -452,12 +453,12 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             self.log.info("try %d of %s: resuming job %s from %s, the newest checkpoint of this task's own tries "
                           "(a newer one is another run's)", try_number, self.task_id, self.job_name, restore)
 
-    def _found(self, ti: Any, run: runs.RunClaim | None) -> None:
+    def _found(self, ti: Any, run: GenerationInfo | None) -> None:
         """Record the run this try started (once) and publish its generation and links."""
         with _FOUND_LOCK:
             if run is None or self.sparkpoint_run is not None:
                 return
-            self.sparkpoint_run = run.to_json()
+            self.sparkpoint_run = runs.claim_json(run)
         self.log.info("job %s runs as generation %d (application %s, UI %s)", self.job_name, run.generation,
                       run.app or "?", run.ui or "off")
         self._push(ti, "generation", run.generation)

@@ -15,6 +15,8 @@ from typing import Any
 
 from jinja2 import Environment
 
+from airflow_sparkpoint.checkpoints.display import size
+
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px;color:#1f2933;background:#fff}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:15px;margin:22px 0 8px;color:#334e68}
@@ -135,14 +137,7 @@ def _when(epoch: float | None) -> str:
 
 
 def _size(n: float | None) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    return size(n)
 
 
 def _ms(n: float | None) -> str:

@@ -15,7 +15,7 @@ from airflow_sparkpoint.checkpoints.layout import validate_job_name
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
 from airflow_sparkpoint.sinks.base import DRIVER_STAGING_MAX_BYTES
 from airflow_sparkpoint.storage import split_uri
-from airflow_sparkpoint.storage.endpoints import validate_endpoint_url
+from airflow_sparkpoint.storage.endpoints import s3_options, validate_endpoint_url
 
 PREFIX = "spark.sparkpoint."
 #: environment variable naming the submit (an Airflow task try) that started a driver;
@@ -267,12 +267,7 @@ class SparkpointConfig:
     @property
     def storage_options(self) -> dict[str, Any]:
         """Options for `open_storage` and sinks; credentials come from the environment."""
-        options: dict[str, Any] = {}
-        if self.s3_endpoint:
-            options["endpoint_url"] = self.s3_endpoint
-        if self.s3_region:
-            options["region_name"] = self.s3_region
-        return options
+        return s3_options(self.s3_endpoint, self.s3_region)
 
     @property
     def dir_is_s3(self) -> bool:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import TransactionRecord
 from airflow_sparkpoint.checkpoints.control import ControlRequest
+from airflow_sparkpoint.checkpoints.entries import claim_details
 from airflow_sparkpoint.checkpoints.history import generation_details
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
 from airflow_sparkpoint.exceptions import (
@@ -227,12 +228,12 @@ class _Run(_RunCoordination):
         rescale.check_shuffle_partitions(dict(self.spark.sparkContext.getConf().getAll()),
                                          rescale.plan_rescale(cfg.restore_state_partitions, pre))
         faults.pause("after_plan", pre.batch_id)
-        self.generation = self.catalog.claim_generation(
-            {"restore": cfg.restore, "plan": pre.description, "app": self._application_id,
-             # which submit this is (the Airflow operator finds its own run by it) and its UI
-             "submitter": os.environ.get(SUBMITTER_ENV, ""), "ui": self.spark.sparkContext.uiWebUrl,
-             **generation_details(cfg)}  # config in force + Airflow try, for the history model
-        ).generation
+        self.generation = self.catalog.claim_generation(claim_details(
+            restore=cfg.restore, plan=pre.description, app=self._application_id,
+            # which submit this is (the Airflow operator finds its own run by it) and its UI
+            submitter=os.environ.get(SUBMITTER_ENV, ""), ui=self.spark.sparkContext.uiWebUrl,
+            **generation_details(cfg),  # config in force + Airflow try, for the history model
+        )).generation
         try:
             self._prepare()
         except BaseException as exc:

@@ -20,6 +20,7 @@ from typing import Any
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, ObjectNotFound, SinkError
 from airflow_sparkpoint.storage import Storage
 from airflow_sparkpoint.storage.base import normalize_prefix
+from airflow_sparkpoint.storage.endpoints import S3_OPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +108,8 @@ def options_from(storage_options: Mapping[str, Any] | None) -> dict[str, Any]:
 
     Empty means "use boto3's default chain": environment, ``~/.aws``, instance role.
     """
-    known = ("endpoint_url", "region_name", "aws_access_key_id", "aws_secret_access_key", "aws_session_token")
     options = dict(storage_options or {})
-    unknown = sorted(set(options) - set(known))
+    unknown = sorted(set(options) - set(S3_OPTIONS))
     if unknown:
         log.debug("ignoring unknown storage options %s", unknown)
-    return {k: options[k] for k in known if options.get(k) not in (None, "")}
+    return {k: options[k] for k in S3_OPTIONS if options.get(k) not in (None, "")}

@@ -1,13 +1,33 @@
-"""S3 endpoint URLs: the one check of an endpoint that may reach a Spark conf
+"""S3 endpoints and connection options: the storage options of an endpoint and a
+region (`s3_options`, the one builder the CLI, the runtime's configuration and the
+hook use), the one check of an endpoint that may reach a Spark conf
 (`validate_endpoint_url`) and the one way to show one (`redact_url`)."""
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from airflow_sparkpoint.exceptions import ConfigError
 
-__all__ = ["redact_url", "validate_endpoint_url"]
+__all__ = ["ENDPOINT_URL", "REGION_NAME", "S3_OPTIONS", "redact_url", "s3_options", "validate_endpoint_url"]
+
+#: the storage options (`open_storage` keyword arguments for an ``s3://`` root, passed
+#: on to sinks) that name the endpoint and the region
+ENDPOINT_URL, REGION_NAME = "endpoint_url", "region_name"
+#: every S3 connection option Sparkpoint passes around (credentials: never logged)
+S3_OPTIONS = (ENDPOINT_URL, REGION_NAME, "aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+
+
+def s3_options(endpoint: Any = None, region: Any = None) -> dict[str, Any]:
+    """The storage options of an S3 `endpoint` and `region` (for `open_storage` and
+    sinks): only those given, stripped; none means boto3's defaults."""
+    options: dict[str, Any] = {}
+    for name, value in ((ENDPOINT_URL, endpoint), (REGION_NAME, region)):
+        text = "" if value is None else str(value).strip()
+        if text:
+            options[name] = text
+    return options
 
 
 def redact_url(url: str) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.history import (
     generation_alive,
+    iso,
     live_status,
     read_job_status,
     snapshot_records,
@@ -112,9 +113,7 @@ def epoch_seconds(name: str, value: Any) -> float | None:
 
 
 def _iso(epoch: float | None) -> str:
-    if epoch is None:
-        return "never"
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso(epoch) or "never"
 
 
 # ---------------------------------------------------------------------------- the condition

@@ -13,14 +13,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from airflow_sparkpoint.faults import ENV, ENV_ONCE, PAUSE_DIR_ENV, PAUSE_ENV
+from tests.support.waits import wait_for
 
 HERE = Path(__file__).resolve().parent
 APPEND_JOB = HERE / "jobs" / "append_job.py"
@@ -87,19 +87,6 @@ def diff(expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> list[str]
     return problems
 
 
-def wait_for(predicate: Callable[[], Any], what: str, timeout: float = TIMEOUT_S, driver: Driver | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if driver is not None and driver.proc.poll() is not None:
-            raise AssertionError(f"{driver.name} exited ({driver.proc.returncode}) while waiting for {what}:\n"
-                                 f"{driver.tail()}")
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 class Driver:
     """One ``spark-submit`` of the race job in the background (its own process group)."""
 
@@ -136,7 +123,7 @@ class Driver:
     def reached(self, point: str, timeout: float = TIMEOUT_S) -> dict[str, Any]:
         """Wait until the driver is paused at `point`; return what it wrote there."""
         marker = self.pause_dir / f"{point}.reached"
-        wait_for(marker.exists, f"{self.name} to reach pause point {point}", timeout, driver=self)
+        wait_for(f"{self.name} to reach pause point {point}", marker.exists, timeout, self.tail, proc=self.proc)
         return dict(json.loads(marker.read_text()))
 
     def release(self, point: str) -> None:

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_sparkpoint.checkpoints.run_result import parse_result_line
+from tests.support.waits import wait_for
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -109,19 +109,17 @@ class Driver:
     def wait_for(self, point: str, *, or_exit: bool = False) -> dict[str, Any] | None:
         """The details of `point` once this driver is held there. With `or_exit`, None if
         the driver ended first; without, a driver that ends first fails the test."""
-        deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
+        def held_or_ended() -> tuple[dict[str, Any] | None] | None:
             details = self.reached(point)
-            if details is not None:
-                return details
-            if self.proc.poll() is not None:
-                details = self.reached(point)
-                if details is not None or or_exit:
-                    return details
-                raise AssertionError(f"{self.name} ended (exit {self.proc.returncode}) before pause point "
-                                     f"{point}:\n{self.tail()}")
-            time.sleep(0.25)
-        raise AssertionError(f"{self.name} did not reach pause point {point} in {WAIT_S:.0f} s:\n{self.tail()}")
+            if details is None and self.proc.poll() is not None:
+                return (self.reached(point),)  # read again: it may have reached the point, then ended
+            return None if details is None else (details,)
+
+        (details,) = wait_for(f"{self.name} to reach pause point {point}", held_or_ended, WAIT_S, self.tail)
+        if details is None and not or_exit:
+            raise AssertionError(f"{self.name} ended (exit {self.proc.returncode}) before pause point "
+                                 f"{point}:\n{self.tail()}")
+        return details
 
     def release(self, point: str) -> None:
         self.pause_dir.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from tests.races.drivers import JOB, args, diff, expected_rows, job_conf, table_rows, wait_for, write_inputs
+from tests.races.drivers import JOB, TIMEOUT_S, args, diff, expected_rows, job_conf, table_rows, write_inputs
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 
@@ -31,7 +32,8 @@ def test_a_coordinator_behind_spark_still_checkpoints_every_batch(tmp_path: Path
     assert driver.reached("after_metadata")["batch"] == 1
     catalog = Catalog.open(str(root), JOB)
     live = Path((catalog.read_status() or {})["live_dir"])
-    wait_for((live / "commits" / str(BATCHES - 1)).exists, "Spark to commit the last batch", driver=driver)
+    wait_for("Spark to commit the last batch", (live / "commits" / str(BATCHES - 1)).exists, TIMEOUT_S, driver.tail,
+             proc=driver.proc)
     assert [m.batch_id for m in catalog.checkpoints()] == [1, 0], "the coordinator was held while Spark went on"
 
     driver.release("after_metadata")

@@ -20,15 +20,16 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from tests.races.drivers import (
     JOB,
+    TIMEOUT_S,
     args,
     delta_version,
     diff,
     expected_rows,
     job_conf,
     table_rows,
-    wait_for,
     write_inputs,
 )
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 
@@ -38,8 +39,9 @@ def test_a_new_generation_never_resumes_in_the_directory_of_a_running_one(tmp_pa
     write_inputs(inputs, files=4)
     catalog = Catalog.open(str(root), JOB)
     running = start_driver("A", job_conf(root, {"trigger": "processingTime:500ms"}), args(tmp_path), pause="stage:4")
-    wait_for(lambda: delta_version(table) == 3 and (catalog.latest() or None) and catalog.latest().batch_id == 3,
-             "A to checkpoint and commit batch 3", driver=running)
+    wait_for("A to checkpoint and commit batch 3",
+             lambda: delta_version(table) == 3 and (catalog.latest() or None) and catalog.latest().batch_id == 3,
+             TIMEOUT_S, running.tail, proc=running.proc)
     a_live = (catalog.read_status() or {}).get("live_dir")
     assert a_live and os.path.isdir(a_live)
 

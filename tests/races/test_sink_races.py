@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from tests.races.drivers import wait_for
+from tests.races.drivers import TIMEOUT_S
 from tests.races.sink_harness import (
     JOB,
     DeltaCase,
@@ -51,6 +51,7 @@ from tests.races.sink_harness import (
     seaweedfs,
     write_inputs,
 )
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
 
@@ -343,7 +344,7 @@ def test_a_rerun_held_before_its_last_batch_while_the_one_before_commits_ends_wi
         return sink_now.committed_position(JOB) == 3 and any(m.batch_id == 3 for m in scene.catalog().checkpoints())
 
     # The coordinator goes on while Spark is held in batch 4.
-    wait_for(batch_3_done, "the re-run to checkpoint and commit batch 3", driver=rerun)
+    wait_for("the re-run to checkpoint and commit batch 3", batch_3_done, TIMEOUT_S, rerun.tail, proc=rerun.proc)
     rerun.release(point)
     rerun_rc = rerun.wait()
 

@@ -20,7 +20,8 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from tests.races.drivers import delta_version, diff, expected_rows, table_rows, wait_for, write_inputs
+from tests.races.drivers import delta_version, diff, expected_rows, table_rows, write_inputs
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -57,16 +58,17 @@ def test_a_deleted_shared_file_is_copied_again_by_the_next_checkpoint(spark: Any
     thread = threading.Thread(target=body, daemon=True)
     thread.start()
     try:
-        wait_for(lambda: delta_version(table, JOB) == 1 and (catalog.latest() or None) and catalog.latest().batch_id == 1,
-                 "batch 1 checkpointed and committed", timeout=300)
+        wait_for("batch 1 checkpointed and committed",
+                 lambda: delta_version(table, JOB) == 1 and (catalog.latest() or None) and catalog.latest().batch_id == 1,
+                 300)
         latest = catalog.latest()
         victim = next(ref.key for ref in latest.files if ref.path == "metadata")
         catalog.store.delete([victim])
         assert catalog.latest() is None, "every checkpoint references the deleted file"
 
         write_inputs(inputs, files=1, start=2)
-        wait_for(lambda: (catalog.latest() or None) and catalog.latest().batch_id == 2,
-                 "a valid checkpoint of batch 2", timeout=180)
+        wait_for("a valid checkpoint of batch 2", lambda: (catalog.latest() or None) and catalog.latest().batch_id == 2,
+                 180)
         assert catalog.store.exists(victim), "the next checkpoint copied the missing file again"
         assert all(e.valid for e in catalog.list_checkpoints() if e.id >= catalog.latest().id)
         newest = catalog.latest()

@@ -21,13 +21,14 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
 from airflow_sparkpoint.checkpoints.metadata import canonical_json, sha256_hex
 from airflow_sparkpoint.exceptions import InvalidPath, SinkError, SparkpointError
 from airflow_sparkpoint.sinks import sink_from_config
 from airflow_sparkpoint.sinks.commit import commit_pending
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import LocalStorage, open_storage
+from tests.support.catalogs import checkpoint_at
 
 JOB = "orders"
 
@@ -64,16 +65,6 @@ def forged_record(batch: int, generation: int, config: dict[str, Any], staged: d
                              {"config": config, "staged": staged}, created_at=time.time())
 
 
-def confirmed_nothing(catalog: Catalog, batch: int) -> None:
-    """A completed checkpoint at `batch` that lists no pending transaction: every record
-    of an earlier batch is aborted by the commit step."""
-    if catalog.current_generation() == 0:
-        catalog.claim_generation()
-    catalog.complete_checkpoint(SnapshotMetadata(
-        kind="checkpoint", id=catalog.next_checkpoint_id(), job=JOB, generation=catalog.current_generation(),
-        batch_id=batch, created_at=time.time(), files=()))
-
-
 # ------------------------------------------------------------------- 1. a forged transaction record
 
 
@@ -81,7 +72,7 @@ def test_forged_record_cannot_make_the_commit_step_delete_a_directory(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     victim = victim_dir(tmp_path)
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
-    confirmed_nothing(catalog, 3)
+    checkpoint_at(catalog, 3)
     # The record names the victim's parent as the sink and the victim as its staging.
     catalog.put_transaction(forged_record(1, 1, {"uri": str(tmp_path), "format": "json"},
                                           {"staging": "victim", "files": []}))
@@ -95,7 +86,7 @@ def test_forged_record_cannot_make_the_commit_step_delete_a_directory(
 def test_forged_record_for_another_sink_is_refused_by_a_declared_sink(tmp_path: Path) -> None:
     victim = victim_dir(tmp_path)
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
-    confirmed_nothing(catalog, 3)
+    checkpoint_at(catalog, 3)
     catalog.put_transaction(forged_record(1, 1, {"uri": str(tmp_path), "format": "json"},
                                           {"staging": "victim", "files": []}))
     declared = DirectorySink(str(tmp_path / "out"), "json")
@@ -118,7 +109,7 @@ def s3_forged_staging_root(endpoint: str, bucket: str, tmp_path: Path) -> None:
     store = open_storage(f"s3://{bucket}", **options)
     store.put("victims/precious.txt", b"must survive")
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
-    confirmed_nothing(catalog, 3)
+    checkpoint_at(catalog, 3)
     catalog.put_transaction(forged_record(1, 1, {"uri": f"s3://{bucket}", "format": "json"},
                                           {"staging": "/", "files": []}))
     exc = outcome(commit_pending, catalog, storage_options=options)
@@ -242,7 +233,7 @@ def test_a_symlinked_checkpoint_is_not_followed_by_dispose(tmp_path: Path) -> No
     victim = victim_dir(tmp_path)
     store = LocalStorage(str(tmp_path / "store"))
     catalog = Catalog(store, JOB)
-    confirmed_nothing(catalog, 1)
+    checkpoint_at(catalog, 1)
     (tmp_path / "store" / JOB / "chk-9").symlink_to(victim, target_is_directory=True)
     try:
         catalog.dispose("chk-9")
@@ -317,7 +308,7 @@ def metadata_bytes(body: dict[str, Any]) -> bytes:
 def test_a_metadata_that_overflows_is_skipped_not_raised(tmp_path: Path, field: str, value: Any,
                                                           caplog: pytest.LogCaptureFixture) -> None:
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
-    confirmed_nothing(catalog, 1)
+    checkpoint_at(catalog, 1)
     good = catalog.latest()
     assert good is not None
     body = json.loads(catalog.store.get(f"chk-{good.id}/_metadata"))
@@ -350,7 +341,7 @@ def test_restore_time_recovery_leaves_a_record_for_another_sink_alone(tmp_path: 
 
     victim = victim_dir(tmp_path)
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
-    confirmed_nothing(catalog, 3)
+    checkpoint_at(catalog, 3)
     own = DirectorySink(str(tmp_path / "out"), "json")
     planted = (tmp_path / "out" / "_staging" / "x")
     planted.mkdir(parents=True)
@@ -370,7 +361,7 @@ def test_cli_commit_with_a_declared_sink_refuses_a_forged_record(tmp_path: Path,
 
     victim = victim_dir(tmp_path)
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
-    confirmed_nothing(catalog, 3)
+    checkpoint_at(catalog, 3)
     catalog.put_transaction(forged_record(1, 1, {"uri": str(tmp_path), "format": "json"},
                                           {"staging": "_staging/x", "files": []}))
     code = main(["commit", "--dir", str(tmp_path / "store"), "--job", JOB,
@@ -402,7 +393,7 @@ def test_a_control_result_naming_a_path_outside_the_jobs_savepoints_is_refused(t
     from airflow_sparkpoint.exceptions import ControlError
 
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
-    confirmed_nothing(catalog, 1)
+    checkpoint_at(catalog, 1)
     channel = ControlChannel(catalog)
     request = channel.submit("savepoint", generation=1, timeout_s=60)
     catalog.store.put(f"control/{request.id}.result.json", json.dumps({
@@ -446,7 +437,7 @@ def test_a_run_result_naming_a_path_outside_the_jobs_savepoints_loses_that_field
     from airflow_sparkpoint.checkpoints.run_result import read_run_result, result_key
 
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
-    confirmed_nothing(catalog, 1)
+    checkpoint_at(catalog, 1)
     catalog.store.put(result_key(1), json.dumps({"status": "stopped", "job": JOB, "generation": 1,
                                                  "last_batch": 9, "savepoint": savepoint}).encode())
     with caplog.at_level(logging.WARNING):

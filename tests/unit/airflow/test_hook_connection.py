@@ -134,14 +134,15 @@ def test_the_commit_step_uses_the_sink_the_connection_declares_unless_the_operat
     from airflow_sparkpoint.operators import SparkpointCommitOperator
     from airflow_sparkpoint.sinks.directory import DirectorySink
     from airflow_sparkpoint.storage import open_storage
-    from tests.security.test_forged_records import JOB, confirmed_nothing
+    from tests.support.catalogs import checkpoint_at
 
+    JOB = "orders"
     root = str(tmp_path / "sp")
     declared = {"kind": "directory", "uri": str(tmp_path / "out"), "format": "json"}
     conn(monkeypatch, "sp_declared", conn_type="sparkpoint", host=root,
          extra={"jobs": {JOB: {"dags": ["etl_orders"], "sink": declared}, "payments": {"dags": ["etl_pay"]}}})
     catalog = Catalog(open_storage(root), JOB)
-    confirmed_nothing(catalog, 3)
+    checkpoint_at(catalog, 3)
     other = DirectorySink(str(tmp_path / "elsewhere"), "json")
     record = TransactionRecord(JOB, 1, 1, other.kind, other.sink_id, {
         "config": other.to_config(), "staged": {"staging": f"_staging/{layout.txn_id(JOB, 1, 1)}", "files": []}},

@@ -158,6 +158,28 @@ def test_the_result_is_the_tries_own_run_even_when_a_newer_generation_exists(tmp
     assert ti.pushed["spark_application"]["app"] == "app-20260101-0001"
 
 
+def test_a_garbled_claim_of_another_generation_does_not_hide_the_tries_own_run(
+        tmp_path: Path, driver: Driver) -> None:
+    from airflow_sparkpoint.checkpoints import layout
+
+    def garbled_then_own(d: Driver, env: dict[str, str]) -> int:
+        # generation 1: a claim whose fields are not the types a driver writes (a damaged
+        # object, or one planted by whoever can write the store)
+        d.catalog.store.put(layout.generation_key(1), json.dumps(
+            {"generation": 1, "started_at": 1.0, "host": "h", "pid": "not-a-pid", "details": {}}).encode())
+        d.result(d.claim(env), batches_processed=3)
+        return 0
+
+    driver.behaviour = garbled_then_own
+    ti = FakeTI()
+    result = run(operator(tmp_path / "sp"), ti)
+    assert result["generation"] == 2 and result["batches_processed"] == 3
+    published = ti.pushed["spark_application"]
+    assert set(published) == {"generation", "app", "ui", "host", "pid", "started_at"}, published
+    assert published["generation"] == 2 and published["ui"] == "http://driver-host:4041"
+    assert published["pid"] == os.getpid() and published["started_at"] > 0
+
+
 def test_a_failed_try_still_publishes_the_generation_it_ran(tmp_path: Path, driver: Driver) -> None:
     from airflow.sdk.exceptions import AirflowException
 
@@ -173,6 +195,14 @@ def test_a_failed_try_still_publishes_the_generation_it_ran(tmp_path: Path, driv
     assert ti.pushed["generation"] == 1, "the rollback needs the failed run's generation, not the newest"
 
 
+def failed_status(generation: int, error: str) -> dict[str, Any]:
+    """The status record a driver writes when its run failed (a whole `JobStatus`)."""
+    from airflow_sparkpoint.checkpoints.status import JobStatus
+
+    now = time.time()
+    return JobStatus(JOB, generation, "failed", now, now, error=error).to_json()
+
+
 def test_a_failed_try_says_what_the_job_reported(tmp_path: Path, driver: Driver) -> None:
     """The hook's error is only the command and its exit code; the job's own error (from
     its status record) is added, and only when it is this try's run that failed."""
@@ -180,8 +210,7 @@ def test_a_failed_try_says_what_the_job_reported(tmp_path: Path, driver: Driver)
 
     def fail(d: Driver, env: dict[str, str]) -> int:
         generation = d.claim(env)
-        d.catalog.write_status({"state": "failed", "generation": generation,
-                                "error": "RuntimeError: keyed_totals v2: simulated failure in batch 2"})
+        d.catalog.write_status(failed_status(generation, "RuntimeError: keyed_totals v2: simulated failure in batch 2"))
         return 1
 
     driver.behaviour = fail
@@ -192,7 +221,7 @@ def test_a_failed_try_says_what_the_job_reported(tmp_path: Path, driver: Driver)
     def superseded(d: Driver, env: dict[str, str]) -> int:
         d.claim(env)
         later = d.catalog.claim_generation({"submitter": "a later run"}).generation
-        d.catalog.write_status({"state": "failed", "generation": later, "error": "not this try's error"})
+        d.catalog.write_status(failed_status(later, "not this try's error"))
         return 1
 
     driver.behaviour = superseded

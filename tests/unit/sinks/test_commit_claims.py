@@ -16,11 +16,12 @@ import pytest
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
-from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import TransactionConflict
 from airflow_sparkpoint.sinks.commit import abort_generation, commit_pending
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import MemoryStorage
+from tests.support.catalogs import checkpoint_at
 
 JOB = "orders"
 
@@ -54,14 +55,6 @@ def staged(sink: DirectorySink, batch: int, generation: int, files: int = 3) -> 
                              {"config": sink.to_config(), "staged": payload}, created_at=time.time())
 
 
-def checkpoint(catalog: Catalog, batch: int, generation: int, pending: list[TransactionRecord]) -> None:
-    while catalog.current_generation() < generation:
-        catalog.claim_generation()
-    catalog.complete_checkpoint(SnapshotMetadata(
-        kind="checkpoint", id=catalog.next_checkpoint_id(), job=JOB, generation=generation, batch_id=batch,
-        created_at=time.time(), files=(), transactions=tuple(pending)))
-
-
 def visible(sink: DirectorySink) -> list[dict[str, Any]]:
     root = Path(sink.uri.removeprefix("file://"))
     return sorted((json.loads(line) for p in root.glob("part-*") for line in p.read_text().splitlines()),
@@ -87,7 +80,7 @@ def test_a_record_whose_batch_another_transaction_holds_is_aborted_with_its_own_
     zombie, rerun = staged(sink, 1, 1), staged(sink, 1, 2)
     catalog.put_transaction(zombie)
     sink.commit(rerun)  # the newer generation promoted batch 1 first
-    checkpoint(catalog, 1, 2, [])
+    checkpoint_at(catalog, 1, generation=2, pending=[])
 
     result = commit_pending(catalog)
 
@@ -106,7 +99,7 @@ def test_an_unfinished_claim_is_finished_by_the_step_never_aborted(
         with pytest.raises(Died):
             sink.commit(record)  # one file of three moved, the claim not done
     assert len(visible(sink)) == 1
-    checkpoint(catalog, 3, 2, [])  # a newer generation's checkpoint that does not list it
+    checkpoint_at(catalog, 3, generation=2, pending=[])  # a newer generation's checkpoint that does not list it
 
     result = commit_pending(catalog)
 
@@ -118,7 +111,7 @@ def test_a_confirmed_record_that_lost_its_batch_stops_the_step(catalog: Catalog,
     mine = [staged(sink, b, 2) for b in (4, 5)]
     for r in mine:
         catalog.put_transaction(r)
-    checkpoint(catalog, 5, 2, mine)
+    checkpoint_at(catalog, 5, generation=2, pending=mine)
     winner = staged(sink, 4, 1)  # a stalled driver of the abandoned lineage promoted batch 4 first
     sink.commit(winner)
 

@@ -1,0 +1,82 @@
+"""The generation claims of a job (``generations/<g>``): one object per start, created
+exclusively (racing starters get distinct generations), never deleted. The one writer
+and reader of the `GenerationInfo` record; `Catalog` exposes them as methods.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints.entries import GenerationInfo
+from airflow_sparkpoint.exceptions import (
+    CorruptMetadata,
+    ObjectExists,
+    ObjectNotFound,
+    StaleGeneration,
+    StorageError,
+)
+from airflow_sparkpoint.storage import Storage
+
+__all__ = ["check_generation", "claim_generation", "claimed_generations", "read_claim"]
+
+
+def claimed_generations(store: Storage) -> list[int]:
+    """Every claimed generation of the job whose keys `store` holds, in order (one listing)."""
+    numbers = (layout.generation_of(info.key) for info in store.list(layout.GENERATIONS))
+    return sorted(g for g in numbers if g is not None)
+
+
+def claim_generation(store: Storage, job: str, details: Mapping[str, Any] | None = None) -> GenerationInfo:
+    """Atomically claim generation ``current + 1`` and record `details` with it.
+
+    :raises StorageError: no generation could be claimed after 1000 attempts.
+    """
+    for _ in range(1000):
+        info = GenerationInfo(max(claimed_generations(store), default=0) + 1, time.time(), socket.gethostname(),
+                              os.getpid(), dict(details or {}))
+        try:
+            store.put_if_absent(layout.generation_key(info.generation), json.dumps(info.to_json()).encode())
+        except ObjectExists:
+            continue
+        return info
+    raise StorageError(f"could not claim a generation for job {job!r} after 1000 attempts")
+
+
+def read_claim(store: Storage, where: str, generation: int) -> GenerationInfo | None:
+    """The claim of `generation`, or None when it was never claimed (`where`: the job's
+    URI, for messages).
+
+    :raises CorruptMetadata: the claim is unreadable (not JSON, over its size limit, wrong
+        fields, another generation's).
+    :raises StorageError: the store cannot be read.
+    """
+    key = layout.generation_key(generation)
+    try:
+        data = json.loads(store.get(key))
+    except ObjectNotFound:
+        return None
+    except ValueError as exc:  # not JSON, or over its size limit (ObjectTooLarge)
+        raise CorruptMetadata(f"{where}/{key} is unreadable: {exc}") from exc
+    try:
+        return GenerationInfo.from_json(data, generation)
+    except CorruptMetadata as exc:
+        raise CorruptMetadata(f"{where}/{key}: {exc}") from exc
+
+
+def check_generation(store: Storage, job: str, generation: int) -> None:
+    """:raises StaleGeneration: `generation` is no longer the current one."""
+    # Claims are contiguous (current + 1, created exclusively) and never deleted: a newer
+    # generation exists iff generation + 1 does. One existence check, no listing (this
+    # fence runs on every batch and before every effect).
+    if store.exists(layout.generation_key(generation + 1)):
+        current = max(claimed_generations(store), default=0)
+        raise StaleGeneration(
+            f"generation {generation} of job {job!r} was superseded by generation {current}; "
+            "this run must stop (another run of the job has started)"
+        )
