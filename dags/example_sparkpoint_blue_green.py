@@ -6,6 +6,12 @@ code (green, ``--version 2``) from a consistent cut of blue's state and either p
 green or rolls back to blue. The Delta table never shows green's output unless green
 was healthy and approved; nothing is lost or counted twice either way.
 
+0. **preflight_green** – before anything touches blue: green's application is restored
+   from blue's newest completed checkpoint under a scratch identity (its own storage
+   root, job name and output table) and runs a batch; if Spark cannot restore blue's
+   state with green's code (a changed state schema, changed operators, a refused
+   rescale) the task fails with Spark's error and the deploy ends there, blue still
+   running, untouched (`SparkpointPreflightOperator`; see docs/blue-green.md).
 1. **stop_blue** – stop-with-savepoint: blue stops between micro-batches, takes a
    savepoint, commits its output and exits. (A blue that is not running gets a savepoint
    from its latest completed checkpoint.)
@@ -52,6 +58,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_sparkpoint.hooks import SparkpointHook
 from airflow_sparkpoint.operators import (
     SparkpointCommitOperator,
+    SparkpointPreflightOperator,
     SparkpointSavepointOperator,
     SparkpointSubmitOperator,
 )
@@ -92,7 +99,21 @@ with DAG(
     common: dict[str, Any] = {"job_name": "{{ params.job_name }}", "sparkpoint_conn_id": STORAGE}
     work_dir = os.environ.get("SPARKPOINT_WORK_DIR") or None
 
+    preflight_green = SparkpointPreflightOperator(
+        task_id="preflight_green",
+        conn_id="spark_default",
+        application=JOB_SCRIPT,
+        # green's code and arguments, without the simulated runtime fault: the pre-flight
+        # asks whether green can read blue's state, the health gate whether green runs well
+        application_args=_job_args(2),
+        output_args={"--output": "{scratch}/totals"},  # never blue's table
+        work_dir=work_dir,
+        retries=0,
+        **common,
+    )
+
     stop_blue = SparkpointSavepointOperator(task_id="stop_blue", stop=True, timeout="10 minutes", **common)
+    preflight_green >> stop_blue  # a refused pre-flight leaves blue running
 
     start_green = SparkpointSubmitOperator(
         task_id="start_green",
@@ -144,6 +165,9 @@ with DAG(
     def decide(ti: Any = None) -> str:
         """Publish only if green ran, is healthy and the audit approved; else roll back.
         Runs whatever happened upstream (ALL_DONE): a failed task leaves no result."""
+        if not ti.xcom_pull(task_ids="preflight_green"):
+            raise AirflowFailException("the pre-flight refused green (see preflight_green's log): blue was not "
+                                       "stopped and keeps running; nothing to publish or roll back")
         if not ti.xcom_pull(task_ids="stop_blue"):
             raise AirflowFailException("stop_blue failed: no savepoint to deploy from or to roll back to")
         green = ti.xcom_pull(task_ids="start_green")
@@ -170,7 +194,10 @@ with DAG(
     abort_green = SparkpointCommitOperator(
         task_id="abort_green",
         abort_generation=XComArg(start_green, key="generation"),
-        trigger_rule=TriggerRule.ALL_DONE,  # green may have failed; decide() chose this
+        # green may have failed (decide() chose this); but never after a failed decide()
+        # (a refused pre-flight, a failed stop_blue): then green never ran and blue's job
+        # must not be touched
+        trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS,
         **common,
     )
 
