@@ -41,7 +41,8 @@ when set.
 Params: ``job_name`` (blue's pipeline name), ``input``, ``output``, ``blue_trigger``
 (``availableNow`` drains and finishes; ``processingTime:<interval>`` keeps the restored
 blue running in this task), ``reject_audit`` and ``green_fail_after_batch`` (exercise
-the rollback: reject green, or make green raise after that batch id).
+the rollback: reject green, or make green raise after that batch id), ``preflight``
+(default true; false skips step 0, e.g. to rehearse only the rollback).
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ with DAG(
         "reject_audit": Param(False, type="boolean", description="the audit rejects green (rollback drill)"),
         "green_fail_after_batch": Param(-1, type="integer",
                                         description="green fails after this batch (drill); -1: never"),
+        "preflight": Param(True, type="boolean",
+                           description="restore green from blue's newest checkpoint in scratch before stopping blue"),
     },
 ) as dag:
     common: dict[str, Any] = {"job_name": "{{ params.job_name }}", "sparkpoint_conn_id": STORAGE}
@@ -112,8 +115,15 @@ with DAG(
         **common,
     )
 
-    stop_blue = SparkpointSavepointOperator(task_id="stop_blue", stop=True, timeout="10 minutes", **common)
-    preflight_green >> stop_blue  # a refused pre-flight leaves blue running
+    @task.short_circuit(ignore_downstream_trigger_rules=False)  # skips preflight_green only
+    def preflight_wanted(params: Any = None) -> bool:
+        return bool(params["preflight"])
+
+    # NONE_FAILED: after a passed or a skipped pre-flight; never after a refused one, which
+    # leaves blue running
+    stop_blue = SparkpointSavepointOperator(task_id="stop_blue", stop=True, timeout="10 minutes",
+                                            trigger_rule=TriggerRule.NONE_FAILED, **common)
+    preflight_wanted() >> preflight_green >> stop_blue
 
     start_green = SparkpointSubmitOperator(
         task_id="start_green",
@@ -162,10 +172,10 @@ with DAG(
         return {"approved": not problems, "problems": problems, "rows": len(staged)}
 
     @task.branch(trigger_rule=TriggerRule.ALL_DONE)
-    def decide(ti: Any = None) -> str:
+    def decide(ti: Any = None, params: Any = None) -> str:
         """Publish only if green ran, is healthy and the audit approved; else roll back.
         Runs whatever happened upstream (ALL_DONE): a failed task leaves no result."""
-        if not ti.xcom_pull(task_ids="preflight_green"):
+        if params["preflight"] and not ti.xcom_pull(task_ids="preflight_green"):
             raise AirflowFailException("the pre-flight refused green (see preflight_green's log): blue was not "
                                        "stopped and keeps running; nothing to publish or roll back")
         if not ti.xcom_pull(task_ids="stop_blue"):

@@ -114,7 +114,7 @@ def test_blue_green_with_a_streaming_blue_task_publishes_a_healthy_green(
     state = airflow_api.wait_run(DAG, run, timeout=1200)
     assert state == "success", airflow_api.describe(DAG, run)
     assert airflow_api.task_states(DAG, run) == {
-        "preflight_green": "success", "stop_blue": "success", "start_green": "success", "green_healthy": "success", "audit_green": "success",
+        "preflight_wanted": "success", "preflight_green": "success", "stop_blue": "success", "start_green": "success", "green_healthy": "success", "audit_green": "success",
         "decide": "success", "publish_green": "success", "abort_green": "skipped", "restore_blue": "skipped",
         "rolled_back": "skipped",
     }
@@ -144,7 +144,7 @@ def test_blue_green_with_a_streaming_blue_task_rolls_back_a_failing_green(
     assert state == "failed", airflow_api.describe(DAG, run)  # a rolled-back deploy alerts
     states = airflow_api.task_states(DAG, run)
     assert states == {
-        "preflight_green": "success", "stop_blue": "success", "start_green": "failed", "green_healthy": "upstream_failed",
+        "preflight_wanted": "success", "preflight_green": "success", "stop_blue": "success", "start_green": "failed", "green_healthy": "upstream_failed",
         "audit_green": "upstream_failed", "decide": "success", "publish_green": "skipped",
         "abort_green": "success", "restore_blue": "success", "rolled_back": "failed",
     }, airflow_api.describe(DAG, run)
