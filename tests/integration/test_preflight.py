@@ -56,6 +56,15 @@ def expected(files: list[tuple[str, ...]], green_from: int) -> dict[str, tuple[i
     return table
 
 
+def store_files(blue: SubmittedJob) -> dict[str, bytes]:
+    """Everything under blue's job root but its heartbeat records (which a running blue
+    rewrites): a pre-flight adds, changes and removes nothing there."""
+    root = blue.root / blue.job
+    files = {str(p.relative_to(root)): p for p in sorted(root.rglob("*")) if p.is_file()}
+    return {key: path.read_bytes() for key, path in files.items()
+            if key != "status.json" and not key.startswith("status/")}
+
+
 def table(path: Path) -> dict[str, tuple[int, int, int]]:
     rows = delta_rows(path)
     got = {r["user"]: (int(r["total"]), int(r["events"]), int(r["code_version"])) for r in rows}
@@ -114,6 +123,7 @@ def test_an_incompatible_green_is_refused_before_blue_stops_and_a_compatible_one
             write_batch_file(blue.input, len(files), rows_of(len(files), users))
             files.append(users)
         checkpoints = [m.id for m in blue.catalog.checkpoints()]
+        stored = store_files(blue)
 
         # 1. green with an added aggregate: refused by the pre-flight, blue untouched
         refused = run_dag(deploy_dag(blue, "added_aggregate", tmp_path / "drills-refused"))
@@ -129,6 +139,7 @@ def test_an_incompatible_green_is_refused_before_blue_stops_and_a_compatible_one
         assert blue.catalog.current_generation() == generation
         assert ControlChannel(blue.catalog).request_ids() == []
         assert [m.id for m in blue.catalog.checkpoints()] == checkpoints
+        assert store_files(blue) == stored, "the pre-flight wrote to blue's store"
         assert table(blue.output) == expected(files[:len(BLUE_FILES)], green_from=len(BLUE_FILES))
 
         # 2. a compatible green: the pre-flight passes, blue stops, green deploys
