@@ -6,6 +6,12 @@ code (green, ``--version 2``) from a consistent cut of blue's state and either p
 green or rolls back to blue. The Delta table never shows green's output unless green
 was healthy and approved; nothing is lost or counted twice either way.
 
+0. **preflight_green** – before anything touches blue: green's application is restored
+   from blue's newest completed checkpoint under a scratch identity (its own storage
+   root, job name and output table) and runs a batch; if Spark cannot restore blue's
+   state with green's code (a changed state schema, changed operators, a refused
+   rescale) the task fails with Spark's error and the deploy ends there, blue still
+   running, untouched (`SparkpointPreflightOperator`; see docs/blue-green.md).
 1. **stop_blue** – stop-with-savepoint: blue stops between micro-batches, takes a
    savepoint, commits its output and exits. (A blue that is not running gets a savepoint
    from its latest completed checkpoint.)
@@ -35,7 +41,8 @@ when set.
 Params: ``job_name`` (blue's pipeline name), ``input``, ``output``, ``blue_trigger``
 (``availableNow`` drains and finishes; ``processingTime:<interval>`` keeps the restored
 blue running in this task), ``reject_audit`` and ``green_fail_after_batch`` (exercise
-the rollback: reject green, or make green raise after that batch id).
+the rollback: reject green, or make green raise after that batch id), ``preflight``
+(default true; false skips step 0, e.g. to rehearse only the rollback).
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_sparkpoint.hooks import SparkpointHook
 from airflow_sparkpoint.operators import (
     SparkpointCommitOperator,
+    SparkpointPreflightOperator,
     SparkpointSavepointOperator,
     SparkpointSubmitOperator,
 )
@@ -87,12 +95,35 @@ with DAG(
         "reject_audit": Param(False, type="boolean", description="the audit rejects green (rollback drill)"),
         "green_fail_after_batch": Param(-1, type="integer",
                                         description="green fails after this batch (drill); -1: never"),
+        "preflight": Param(True, type="boolean",
+                           description="restore green from blue's newest checkpoint in scratch before stopping blue"),
     },
 ) as dag:
     common: dict[str, Any] = {"job_name": "{{ params.job_name }}", "sparkpoint_conn_id": STORAGE}
     work_dir = os.environ.get("SPARKPOINT_WORK_DIR") or None
 
-    stop_blue = SparkpointSavepointOperator(task_id="stop_blue", stop=True, timeout="10 minutes", **common)
+    preflight_green = SparkpointPreflightOperator(
+        task_id="preflight_green",
+        conn_id="spark_default",
+        application=JOB_SCRIPT,
+        # green's code and arguments, without the simulated runtime fault: the pre-flight
+        # asks whether green can read blue's state, the health gate whether green runs well
+        application_args=_job_args(2),
+        output_args={"--output": "{scratch}/totals"},  # never blue's table
+        work_dir=work_dir,
+        retries=0,
+        **common,
+    )
+
+    @task.short_circuit(ignore_downstream_trigger_rules=False)  # skips preflight_green only
+    def preflight_wanted(params: Any = None) -> bool:
+        return bool(params["preflight"])
+
+    # NONE_FAILED: after a passed or a skipped pre-flight; never after a refused one, which
+    # leaves blue running
+    stop_blue = SparkpointSavepointOperator(task_id="stop_blue", stop=True, timeout="10 minutes",
+                                            trigger_rule=TriggerRule.NONE_FAILED, **common)
+    preflight_wanted() >> preflight_green >> stop_blue
 
     start_green = SparkpointSubmitOperator(
         task_id="start_green",
@@ -141,9 +172,12 @@ with DAG(
         return {"approved": not problems, "problems": problems, "rows": len(staged)}
 
     @task.branch(trigger_rule=TriggerRule.ALL_DONE)
-    def decide(ti: Any = None) -> str:
+    def decide(ti: Any = None, params: Any = None) -> str:
         """Publish only if green ran, is healthy and the audit approved; else roll back.
         Runs whatever happened upstream (ALL_DONE): a failed task leaves no result."""
+        if params["preflight"] and not ti.xcom_pull(task_ids="preflight_green"):
+            raise AirflowFailException("the pre-flight refused green (see preflight_green's log): blue was not "
+                                       "stopped and keeps running; nothing to publish or roll back")
         if not ti.xcom_pull(task_ids="stop_blue"):
             raise AirflowFailException("stop_blue failed: no savepoint to deploy from or to roll back to")
         green = ti.xcom_pull(task_ids="start_green")
@@ -170,7 +204,10 @@ with DAG(
     abort_green = SparkpointCommitOperator(
         task_id="abort_green",
         abort_generation=XComArg(start_green, key="generation"),
-        trigger_rule=TriggerRule.ALL_DONE,  # green may have failed; decide() chose this
+        # green may have failed (decide() chose this); but never after a failed decide()
+        # (a refused pre-flight, a failed stop_blue): then green never ran and blue's job
+        # must not be touched
+        trigger_rule=TriggerRule.ALL_DONE_MIN_ONE_SUCCESS,
         **common,
     )
 

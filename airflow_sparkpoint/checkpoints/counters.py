@@ -7,7 +7,13 @@ O(all batches ever). So the running generation keeps ``<job>/checkpoint-counters
 
     {"schema_version": 1, "completed": 412, "failed": 3, "restored": 7,
      "recent": [[1795307061.1, true], [1795307064.9, false], ...],   # last RECENT_LIMIT attempts
+     "trend": [[412, 880, 1795307061.1, 734, 20931, 5120044], ...],  # last TREND_LIMIT checkpoints
      "generation": 9, "updated_at": 1795307064.9}
+
+``trend`` is the rolling history the UI charts (`CheckpointPoint`: id, batch, completed
+at, duration ms, bytes copied, bytes total), oldest first; it carries over restarts and
+restores like the counts (each generation appends to its base), so the record stays
+bounded (``layout.RECORD_MAX_BYTES``) whatever the job's age.
 
 Only the current generation writes it (invariant 5 fences the others out of checkpointing),
 as *its base + its own counts*, so every write is idempotent. A write failure is logged and
@@ -38,6 +44,36 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 #: how many of the newest checkpoint attempts the record remembers (failure ratio windows)
 RECENT_LIMIT = 100
+#: how many of the newest completed checkpoints the trend keeps (~40 KiB of JSON)
+TREND_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class CheckpointPoint:
+    """One completed checkpoint in the trend: what the UI charts over time."""
+
+    id: int
+    batch_id: int
+    completed_at: float
+    duration_ms: int
+    bytes_copied: int
+    bytes_total: int
+
+    def to_json(self) -> list[float | int]:
+        return [self.id, self.batch_id, self.completed_at, self.duration_ms, self.bytes_copied, self.bytes_total]
+
+    def as_dict(self) -> dict[str, float | int]:
+        """The point with its field names (the UI's JSON)."""
+        return {"id": self.id, "batch_id": self.batch_id, "completed_at": self.completed_at,
+                "duration_ms": self.duration_ms, "bytes_copied": self.bytes_copied, "bytes_total": self.bytes_total}
+
+    @classmethod
+    def from_json(cls, data: Any) -> CheckpointPoint:
+        """:raises ValueError: not a list of six numbers."""
+        if not isinstance(data, (list, tuple)) or len(data) != 6:
+            raise ValueError(f"trend point {data!r} is not [id, batch, completed_at, duration_ms, copied, total]")
+        cid, batch, at, duration, copied, total = data
+        return cls(int(cid), int(batch), float(at), int(duration), int(copied), int(total))
 
 
 @dataclass(frozen=True)
@@ -50,6 +86,7 @@ class CheckpointCounters:
     recent: tuple[tuple[float, bool], ...] = ()
     generation: int = 0
     updated_at: float = 0.0
+    trend: tuple[CheckpointPoint, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +95,7 @@ class CheckpointCounters:
             "failed": self.failed,
             "restored": self.restored,
             "recent": [[at, ok] for at, ok in self.recent],
+            "trend": [point.to_json() for point in self.trend],
             "generation": self.generation,
             "updated_at": self.updated_at,
         }
@@ -70,6 +108,7 @@ class CheckpointCounters:
             raise ValueError(f"counters record has schema_version {version!r}; this release reads <= {SCHEMA_VERSION}")
         try:
             recent = tuple((float(at), bool(ok)) for at, ok in data.get("recent", []))
+            trend = tuple(CheckpointPoint.from_json(point) for point in data.get("trend", []))
             return cls(
                 completed=int(data.get("completed", 0)),
                 failed=int(data.get("failed", 0)),
@@ -77,6 +116,7 @@ class CheckpointCounters:
                 recent=recent[-RECENT_LIMIT:],
                 generation=int(data.get("generation", 0)),
                 updated_at=float(data.get("updated_at", 0.0)),
+                trend=trend[-TREND_LIMIT:],
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"counters record is malformed ({exc.__class__.__name__}: {exc})") from None
@@ -123,10 +163,16 @@ class CounterRecorder:
         self._failed = 0
         self._restored = 0
         self._recent: list[tuple[float, bool]] = []
-        self._lock = threading.Lock()
+        self._trend: list[CheckpointPoint] = []
+        self._lock = threading.RLock()
 
-    def completed(self, at: float | None = None) -> None:
-        self._record(at, ok=True)
+    def completed(self, at: float | None = None, point: CheckpointPoint | None = None) -> None:
+        """Count a completed checkpoint (at `at`); `point` adds it to the trend."""
+        with self._lock:
+            if point is not None:
+                self._trend.append(point)
+                del self._trend[:-TREND_LIMIT]
+            self._record(at, ok=True)
 
     def failed(self, at: float | None = None) -> None:
         self._record(at, ok=False)
@@ -158,6 +204,7 @@ class CounterRecorder:
                 recent=(*base.recent, *self._recent)[-RECENT_LIMIT:],
                 generation=self.generation,
                 updated_at=time.time(),
+                trend=(*base.trend, *self._trend)[-TREND_LIMIT:],
             )
             self.catalog.store.put(COUNTERS, json.dumps(record.to_json(), sort_keys=True).encode())
         except (StorageError, OSError) as exc:  # metrics never fail the job

@@ -276,6 +276,7 @@ class PipelineHistory:
             "requests": [r.to_json() for r in self.requests],
             "staged": [t.to_json() for t in self.staged],
             "dag_ids": self.dag_ids,
+            "trend": [p.as_dict() for p in (self.counters.trend if self.counters is not None else ())],
         }
 
 

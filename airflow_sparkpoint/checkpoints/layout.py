@@ -144,7 +144,7 @@ RECORD_MAX_BYTES = {
     VERIFICATION: 4 * _MIB,
     STATUS: 1 * _MIB,
     STATUS_DIR: 1 * _MIB,
-    COUNTERS: 1 * _MIB,  # at most RECENT_LIMIT outcomes
+    COUNTERS: 1 * _MIB,  # at most RECENT_LIMIT outcomes and TREND_LIMIT points (~40 KiB)
     COMMITTED: 64 * _KIB,
     GENERATIONS: 1 * _MIB,
     RESULTS: 4 * _MIB,

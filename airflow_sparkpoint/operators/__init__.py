@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from airflow_sparkpoint.operators.commit import SparkpointCommitOperator
 from airflow_sparkpoint.operators.health import SparkpointHealthCheckOperator
+from airflow_sparkpoint.operators.preflight import SparkpointPreflightOperator
 from airflow_sparkpoint.operators.savepoint import SparkpointSavepointOperator
 from airflow_sparkpoint.operators.submit import SparkpointSubmitOperator
 from airflow_sparkpoint.operators.verify import SparkpointVerifyOperator
@@ -11,6 +12,7 @@ from airflow_sparkpoint.operators.verify import SparkpointVerifyOperator
 __all__ = [
     "SparkpointCommitOperator",
     "SparkpointHealthCheckOperator",
+    "SparkpointPreflightOperator",
     "SparkpointSavepointOperator",
     "SparkpointSubmitOperator",
     "SparkpointVerifyOperator",

@@ -172,10 +172,7 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
     # ------------------------------------------------------------------ execute
 
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
-        validate_job_name(self.drill_job)
-        if self.drill_job == self.job_name:
-            raise ConfigError(f"drill_job={self.drill_job!r} is the production job's name; a drill needs its own")
-        catalog = self.production_hook.get_catalog(self.job_name)
+        catalog = self._production_catalog()
         started = time.monotonic()
         verified_at = time.time()
         snapshot_uri: str | None = None
@@ -185,23 +182,13 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
         try:
             handle = self._resolve(catalog)
             snapshot_uri = handle.uri
-            self._snapshot_uri = handle.uri
             checks["snapshot_batch"] = handle.metadata.batch_id
-            self._prepare_scratch()
-            self.application_args = self._drill_arguments()
-            self.log.info("restore drill of %s (batch %d) as job %s under %s", handle.uri, handle.metadata.batch_id,
-                          self.drill_job, self._drill_root)
-            try:
-                result = super().execute(context)
-            except AirflowException as exc:
-                raise _DrillFailed(f"the application failed: {exc}") from exc
-            checks.update(self._check_result(result, handle))
-        except _DrillFailed as exc:
+            drilled, result = self.drill(context, handle)
+            checks.update(drilled)
+        except DrillFailed as exc:
             error = f"restore drill of {snapshot_uri or self.snapshot!r} failed: {exc}"
         except (SparkpointError, OSError) as exc:
             error = f"restore drill of {snapshot_uri or self.snapshot!r} failed: {exc}"
-        finally:
-            self._remove_scratch()
         duration = time.monotonic() - started
         if snapshot_uri is not None:
             self._record(snapshot_uri, VerificationRecord(
@@ -213,6 +200,40 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
         return {"ok": True, "snapshot": snapshot_uri, "batch_id": checks.get("snapshot_batch"),
                 "verified_at": verified_at, "drill_job": self.drill_job, "result": result}
 
+    def _production_catalog(self) -> Catalog:
+        validate_job_name(self.drill_job)
+        if self.drill_job == self.job_name:
+            raise ConfigError(f"drill_job={self.drill_job!r} is the production job's name; a drill needs its own")
+        return self.production_hook.get_catalog(self.job_name)
+
+    def drill(self, context: Context, handle: SnapshotHandle) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Run the application from `handle` once, in a fresh scratch directory (removed
+        afterwards unless `keep_scratch`); returns the checks and the run result.
+
+        Leaves the operator's own settings as they were, so a caller may drill again.
+
+        :raises DrillFailed: the application failed or did not finish from `handle`
+            (the message carries the job's own error when it recorded one).
+        """
+        saved = (self.application_args, self.conf, self.env_vars, self.py_files)
+        self._snapshot_uri = handle.uri
+        checks: dict[str, Any] = {"snapshot_batch": handle.metadata.batch_id}
+        try:
+            self._prepare_scratch()
+            self.application_args = self._drill_arguments()
+            self.log.info("restore drill of %s (batch %d) as job %s under %s", handle.uri, handle.metadata.batch_id,
+                          self.drill_job, self._drill_root)
+            try:
+                result = super().execute(context)
+            except AirflowException as exc:
+                raise DrillFailed(f"the application failed: {exc}") from exc
+            checks.update(self._check_result(result, handle))
+            return checks, result
+        finally:
+            self._remove_scratch()
+            self.application_args, self.conf, self.env_vars, self.py_files = saved
+            self.sparkpoint_run = None  # the next drill finds its own run
+
     def _resolve(self, catalog: Catalog) -> SnapshotHandle:
         from airflow_sparkpoint.runtime.inspect import resolve_snapshot
 
@@ -223,13 +244,13 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
             return resolve_snapshot(target, catalog=catalog, storage_options=self.production_hook.storage_options)
         except (RestoreError, CorruptMetadata) as exc:
             self._record_unresolvable(catalog, target, str(exc))
-            raise _DrillFailed(str(exc)) from exc
+            raise DrillFailed(str(exc)) from exc
 
     def _newest_savepoint(self, catalog: Catalog) -> str:
         """The newest complete savepoint (it has ``_metadata``), valid or not: the drill
         is there to find out whether the savepoint a user would restore restores.
 
-        :raises _DrillFailed: the job has no complete savepoint.
+        :raises DrillFailed: the job has no complete savepoint.
         """
         from airflow_sparkpoint.runtime.verify import load_snapshot
 
@@ -245,7 +266,7 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
             if newest is None or (created, entry.id) > newest[:2]:
                 newest = (created, entry.id, entry.uri)
         if newest is None:
-            raise _DrillFailed(f"job {self.job_name!r} has no savepoint under {catalog.uri} (see `sparkpoint list`)")
+            raise DrillFailed(f"job {self.job_name!r} has no savepoint under {catalog.uri} (see `sparkpoint list`)")
         return newest[2]
 
     def _record_unresolvable(self, catalog: Catalog, target: str, error: str) -> None:
@@ -325,16 +346,16 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
         return args
 
     def _check_result(self, result: dict[str, Any] | None, handle: SnapshotHandle) -> dict[str, Any]:
-        """:raises _DrillFailed: the run did not finish from `handle` after its batch."""
+        """:raises DrillFailed: the run did not finish from `handle` after its batch."""
         if result is None:
-            raise _DrillFailed("the application ended without a Sparkpoint run result (did it call job.run()?)")
+            raise DrillFailed("the application ended without a Sparkpoint run result (did it call job.run()?)")
         batch = handle.metadata.batch_id
         checks = {key: result.get(key) for key in ("status", "restore_mode", "first_batch", "last_batch",
                                                    "batches_processed", "generation")}
         if result.get("status") != "finished":
-            raise _DrillFailed(f"the run ended {result.get('status')!r}, expected 'finished' (availableNow)")
+            raise DrillFailed(f"the run ended {result.get('status')!r}, expected 'finished' (availableNow)")
         if result.get("restore_mode") != "snapshot" or result.get("restored_from") != handle.uri:
-            raise _DrillFailed(f"the run restored {result.get('restored_from')!r} ({result.get('restore_mode')}), "
+            raise DrillFailed(f"the run restored {result.get('restored_from')!r} ({result.get('restore_mode')}), "
                                f"not the snapshot {handle.uri}")
         first, last = result.get("first_batch"), result.get("last_batch")
         rescaled = result.get("rescaled") or {}
@@ -347,14 +368,14 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
                 expected = batch + 2
         if first is not None and first != expected:
             after = "right after the repartitioner's batch" if expected == batch + 2 else "right after the snapshot"
-            raise _DrillFailed(f"the run's first batch was {first}, expected {expected} ({after})")
+            raise DrillFailed(f"the run's first batch was {first}, expected {expected} ({after})")
         if last is not None and last < batch:
-            raise _DrillFailed(f"the run's last batch {last} is before the snapshot's batch {batch}")
+            raise DrillFailed(f"the run's last batch {last} is before the snapshot's batch {batch}")
         return checks
 
 
-class _DrillFailed(Exception):
-    """The drill failed; the message says why."""
+class DrillFailed(Exception):
+    """The drill failed; the message says why (internal to the drill operators)."""
 
 
 def _local(uri: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from jinja2 import Environment
 
 from airflow_sparkpoint.checkpoints.display import size
+from airflow_sparkpoint.plugins import charts
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px;color:#1f2933;background:#fff}
@@ -30,6 +31,9 @@ th{background:#f0f4f8;font-weight:600}td.num{text-align:right;font-variant-numer
 .card .t{font-size:11px;color:#829ab1}
 .valid{color:#0b7a3e}.invalid{color:#b42318}.superseded{color:#9a6700}.muted{color:#829ab1}
 a{color:#2563eb;text-decoration:none}a:hover{text-decoration:underline}
+.trends{display:flex;flex-wrap:wrap;gap:14px}.trend{border:1px solid #d9e2ec;border-radius:6px;background:#fff}
+.trend .axis{stroke:#bcccdc;stroke-width:1}.trend .line{fill:none;stroke:#2563eb;stroke-width:1.5}
+.trend .dot{fill:#2563eb}.trend text{font-size:10px;fill:#627d98}.trend .ttl{font-size:11px;fill:#334e68;font-weight:600}
 """
 
 #: the policy of every response: nothing loads but the page's own style; only Airflow's
@@ -81,6 +85,23 @@ _PAGE = """
   <div class="t">{% if h.latest_restore %}from {{ h.latest_restore.origin }}, {{ when(h.latest_restore.started_at) }}{% endif %}</div></div>
 </div>
 {% if h.error %}<p class="invalid">last error: {{ h.error }}</p>{% endif %}
+
+<h2>Trends <span class="muted">(last {{ h.trend|length }} completed checkpoints, kept across restarts)</span></h2>
+{% if h.trend %}<div class="trends" id="trends">{% for c in charts %}
+<svg class="trend" id="trend-{{ c.key }}" data-points="{{ c.points|length }}" role="img" aria-labelledby="trend-{{ c.key }}-title"
+ width="{{ geo.width }}" height="{{ geo.height }}" viewBox="0 0 {{ geo.width }} {{ geo.height }}" xmlns="http://www.w3.org/2000/svg">
+<title id="trend-{{ c.key }}-title">{{ c.title }}: last {{ c.last_label }}, max {{ c.y_max_label }}</title>
+<text class="ttl" x="{{ geo.left }}" y="{{ geo.top - 7 }}">{{ c.title }} · last {{ c.last_label }}</text>
+<line class="axis" x1="{{ geo.left }}" y1="{{ geo.top }}" x2="{{ geo.left }}" y2="{{ geo.bottom }}"/>
+<line class="axis" x1="{{ geo.left }}" y1="{{ geo.bottom }}" x2="{{ geo.right }}" y2="{{ geo.bottom }}"/>
+<text x="{{ geo.left - 4 }}" y="{{ geo.top + 10 }}" text-anchor="end">{{ c.y_max_label }}</text>
+<text x="{{ geo.left - 4 }}" y="{{ geo.bottom }}" text-anchor="end">{{ c.y_min_label }}</text>
+<text x="{{ geo.left }}" y="{{ geo.height - 6 }}">{{ c.x_first_label }}</text>
+<text x="{{ geo.right }}" y="{{ geo.height - 6 }}" text-anchor="end">{{ c.x_last_label }}</text>
+{% if c.points|length > 1 %}<polyline class="line" points="{{ c.polyline }}"/>{% endif %}
+{% if c.points|length <= 60 %}{% for x, y in c.points %}<circle class="dot" cx="{{ "%.1f"|format(x) }}" cy="{{ "%.1f"|format(y) }}" r="2"/>{% endfor %}{% endif %}
+</svg>{% endfor %}</div>
+{% else %}<p class="muted">no completed checkpoint recorded yet (the trend starts with this release's runtime)</p>{% endif %}
 
 <h2>History</h2>
 <table id="history"><tr><th>kind</th><th>id</th><th>status</th><th>batch</th><th>gen</th><th>completed (UTC)</th>
@@ -157,9 +178,16 @@ def _document(title: str, template: str, **values: Any) -> str:
     return _env.from_string(_BASE).render(title=title, style=Markup(_STYLE), body=Markup(body))
 
 
+_GEOMETRY = {"width": charts.WIDTH, "height": charts.HEIGHT, "left": charts.LEFT, "right": charts.WIDTH - charts.RIGHT,
+             "top": charts.TOP, "bottom": charts.HEIGHT - charts.BOTTOM}
+
+
 def pipeline_page(history: Mapping[str, Any], conn_id: str, base: str) -> str:
     """The checkpoints page of one pipeline (`history`: `PipelineHistory.to_json()`)."""
-    return _document(f"{history['job']} · Sparkpoint checkpoints", _PAGE, h=history, conn_id=conn_id, base=base)
+    trend_charts = charts.charts(history.get("trend") or [], {"duration_ms": _ms, "bytes_copied": _size,
+                                                              "bytes_total": _size}, _when)
+    return _document(f"{history['job']} · Sparkpoint checkpoints", _PAGE, h=history, conn_id=conn_id, base=base,
+                     charts=trend_charts, geo=_GEOMETRY)
 
 
 def pipeline_list(rows: Sequence[Mapping[str, Any]], base: str, dag_id: str | None = None) -> str:

@@ -33,7 +33,7 @@ from airflow_sparkpoint.checkpoints import (
     layout,
     spark_layout,
 )
-from airflow_sparkpoint.checkpoints.counters import CounterRecorder
+from airflow_sparkpoint.checkpoints.counters import CheckpointPoint, CounterRecorder
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.retention import deleted_since, enforce_checkpoint_retention
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
@@ -355,7 +355,9 @@ class Coordinator:
         self.last_checkpoint = meta
         self.last_checkpoint_at = time.monotonic()
         self.checkpoints_completed += 1
-        self.counters.completed(meta.created_at)
+        self.counters.completed(meta.created_at, CheckpointPoint(
+            meta.id, batch_id, meta.created_at, meta.stats.duration_ms, meta.stats.bytes_copied,
+            meta.stats.bytes_total))
         log.info(
             "checkpoint %d completed: batch %d, %d ms, %d of %d files copied (%d of %d bytes) -> %s",
             meta.id, batch_id, meta.stats.duration_ms, meta.stats.files_copied, meta.stats.file_count,

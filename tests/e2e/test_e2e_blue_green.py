@@ -3,7 +3,8 @@ test sets only its params) under a real Airflow, with blue as a real long-runnin
 streaming *task* of the same Airflow (``dags/jobs/keyed_totals.py --version 1`` with a
 ``processingTime`` trigger, in the ``e2e_stream`` test DAG), not a process on the side.
 
-* publish: stop-with-savepoint ends the blue task (success, status ``stopped``), green
+* publish: the pre-flight restores green from blue's newest checkpoint in scratch, then
+  stop-with-savepoint ends the blue task (success, status ``stopped``), green
   restores the savepoint, passes the health gate and the audit, and is published;
 * rollback: green fails after its first batch, its staged output is aborted and blue
   is restored from the same savepoint; green's output never reaches the table.
@@ -113,11 +114,13 @@ def test_blue_green_with_a_streaming_blue_task_publishes_a_healthy_green(
     state = airflow_api.wait_run(DAG, run, timeout=1200)
     assert state == "success", airflow_api.describe(DAG, run)
     assert airflow_api.task_states(DAG, run) == {
-        "stop_blue": "success", "start_green": "success", "green_healthy": "success", "audit_green": "success",
+        "preflight_wanted": "success", "preflight_green": "success", "stop_blue": "success", "start_green": "success", "green_healthy": "success", "audit_green": "success",
         "decide": "success", "publish_green": "success", "abort_green": "skipped", "restore_blue": "skipped",
         "rolled_back": "skipped",
     }
     savepoint = assert_blue_stopped(airflow_api, blue, run)
+    preflight = airflow_api.xcom(DAG, run, "preflight_green")  # green's code read blue's state, in scratch
+    assert preflight["ok"] and preflight["result"]["batches_processed"] >= 1, preflight
     green = airflow_api.xcom(DAG, run, "start_green")
     assert green["generation"] == blue_generation + 1 and green["restored_from"] == savepoint, green
     assert green["first_batch"] == 1 and green["committed_batches"] == [], green  # staged only
@@ -141,7 +144,7 @@ def test_blue_green_with_a_streaming_blue_task_rolls_back_a_failing_green(
     assert state == "failed", airflow_api.describe(DAG, run)  # a rolled-back deploy alerts
     states = airflow_api.task_states(DAG, run)
     assert states == {
-        "stop_blue": "success", "start_green": "failed", "green_healthy": "upstream_failed",
+        "preflight_wanted": "success", "preflight_green": "success", "stop_blue": "success", "start_green": "failed", "green_healthy": "upstream_failed",
         "audit_green": "upstream_failed", "decide": "success", "publish_green": "skipped",
         "abort_green": "success", "restore_blue": "success", "rolled_back": "failed",
     }, airflow_api.describe(DAG, run)

@@ -6,8 +6,9 @@ Delta tables are checked exactly against results computed here from the input.
   scheduled run only reads the new input;
 * write-audit-publish: a clean run is published; a run with a bad row is discarded;
 * scheduled savepoints: four runs against a running job, history retention keeps three;
-* blue-green: a healthy green is published; a failing green and a rejected one are
-  rolled back to blue from the same savepoint and never show in the table;
+* blue-green: a healthy green passes the pre-flight and is published; a failing green
+  and a rejected one (pre-flight skipped by its param) are rolled back to blue from the
+  same savepoint and never show in the table;
 * write-audit-publish on S3 (moto's server) through a ``sparkpoint`` connection with an
   endpoint and credentials: the audit reads the staged rows through the hook.
 
@@ -502,8 +503,6 @@ def assert_rolled_back(blue: SubmittedJob, run: Any, blue_generation: int) -> No
     assert blue.catalog.transactions() == []
 
 
-# slow: a published green is in the default run with a real Airflow (tests/e2e/test_e2e_blue_green)
-@pytest.mark.slow
 @pytest.mark.spark
 def test_blue_green_publishes_a_healthy_green(
     dagbag: Any, background: dict[str, Any], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
@@ -515,11 +514,14 @@ def test_blue_green_publishes_a_healthy_green(
     assert blue.wait_exit() == 0, blue.tail()  # stopped with a savepoint
     assert run.state == "success", task_states(run)
     assert task_states(run) == {
-        "stop_blue": "success", "start_green": "success",
+        "preflight_wanted": "success", "preflight_green": "success", "stop_blue": "success", "start_green": "success",
         "green_healthy": "success", "audit_green": "success",
         "decide": "success", "publish_green": "success", "abort_green": "skipped", "restore_blue": "skipped",
         "rolled_back": "skipped",
     }
+    preflight = xcom(run, "preflight_green")  # green read blue's newest checkpoint, in scratch, before the stop
+    assert preflight["ok"] and preflight["batch_id"] == 0 and preflight["result"]["batches_processed"] == 3
+    assert preflight["result"]["job"] == f"{blue.job}-preflight"
     green = xcom(run, "start_green")
     assert green["generation"] == blue_generation + 1 and green["restored_from"] == xcom(run, "stop_blue")
     assert green["committed_batches"] == [] and green["first_batch"] == 1  # staged only
@@ -533,6 +535,31 @@ def test_blue_green_publishes_a_healthy_green(
     assert orphaned_staged_files(blue.output, blue.job) == []
 
 
+def test_blue_green_ends_at_a_refused_preflight_and_never_touches_blue(
+    dagbag: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The DAG's wiring when the pre-flight fails (here before any Spark: blue has no
+    completed checkpoint yet; tests/integration/test_preflight.py refuses a real
+    incompatible green): nothing after it acts on blue's job, and the run fails."""
+    root = tmp_path / "sp"
+    catalog = Catalog(open_storage(str(root)), "bg_refused")
+    catalog.claim_generation()  # blue started, not yet checkpointed
+    use_storage(monkeypatch, root)
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+    run = run_dag(dagbag, "example_sparkpoint_blue_green", job_name="bg_refused", input=str(tmp_path / "in"),
+                  output=str(tmp_path / "out"))
+
+    assert run.state == "failed"
+    states = task_states(run)
+    assert states["preflight_green"] == "failed" and states["decide"] == "failed", states
+    assert {states[t] for t in ("stop_blue", "start_green", "publish_green", "restore_blue", "rolled_back")} == {
+        "upstream_failed"}, states
+    assert states["abort_green"] in ("skipped", "upstream_failed"), states  # never ran
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before, "something wrote to blue's store"
+    assert ControlChannel(catalog).request_ids() == [] and catalog.current_generation() == 1
+
+
 # slow: the rollback path is in the default run (test_blue_green_rolls_back_a_rejected_green)
 @pytest.mark.slow
 @pytest.mark.spark
@@ -542,12 +569,13 @@ def test_blue_green_rolls_back_a_failing_green(
     blue, blue_generation = start_blue_green(background, request, monkeypatch)
 
     # Green stages batch 1 (confirmed by a checkpoint), then raises in batch 2.
-    params = blue_green_params(blue, green_fail_after_batch=1)
+    params = blue_green_params(blue, green_fail_after_batch=1, preflight=False)  # the publish test runs it
     run = run_dag(dagbag, "example_sparkpoint_blue_green", **params)
 
     assert blue.wait_exit() == 0, blue.tail()
     assert run.state == "failed"  # a rolled-back deploy alerts
     assert task_states(run) == {
+        "preflight_wanted": "success", "preflight_green": "skipped",
         "stop_blue": "success", "start_green": "failed", "green_healthy": "upstream_failed",
         "audit_green": "upstream_failed", "decide": "success", "publish_green": "skipped",
         "abort_green": "success", "restore_blue": "success", "rolled_back": "failed",
@@ -562,11 +590,13 @@ def test_blue_green_rolls_back_a_rejected_green(
 ) -> None:
     blue, blue_generation = start_blue_green(background, request, monkeypatch)
 
-    run = run_dag(dagbag, "example_sparkpoint_blue_green", **blue_green_params(blue, reject_audit=True))
+    run = run_dag(dagbag, "example_sparkpoint_blue_green", **blue_green_params(blue, reject_audit=True,
+                                                                               preflight=False))
 
     assert blue.wait_exit() == 0, blue.tail()
     assert run.state == "failed"
     assert task_states(run) == {
+        "preflight_wanted": "success", "preflight_green": "skipped",
         "stop_blue": "success", "start_green": "success",
         "green_healthy": "success", "audit_green": "success",
         "decide": "success", "publish_green": "skipped", "abort_green": "success", "restore_blue": "success",

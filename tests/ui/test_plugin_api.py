@@ -205,3 +205,25 @@ def test_a_pipeline_on_s3_is_served_with_the_connections_credentials(ui_stack: S
     assert doc["root"].startswith("s3://") and [c["id"] for c in doc["checkpoints"]] == [2, 1]
     assert doc["checkpoints"][0]["state_partitions"] == 1
     assert_no_secret(response)
+
+
+def test_the_page_charts_the_trend_of_every_checkpoint_the_runs_completed(ui_stack: Stack) -> None:
+    """Two runs of two checkpoints each: four points per chart (retention kept three
+    checkpoints; the trend keeps all four, across the restart), in the JSON as on the page,
+    as inline SVG under the unchanged content security policy (no script, no style attribute)."""
+    import re
+
+    from airflow_sparkpoint.plugins.page import CONTENT_SECURITY_POLICY
+
+    api = get(ui_stack, "/sparkpoint/api/pipelines/sp_local/ui_totals", "viewer").json()
+    assert [p["id"] for p in api["trend"]] == [1, 2, 3, 4]
+    assert [p["batch_id"] for p in api["trend"]] == [0, 1, 2, 3]
+    response = get(ui_stack, "/sparkpoint/pipelines/sp_local/ui_totals", "viewer")
+    html = response.text
+    svgs = re.findall(r'<svg class="trend" id="trend-([a-z_]+)" data-points="(\d+)"', html)
+    assert svgs == [("duration_ms", "4"), ("bytes_copied", "4"), ("bytes_total", "4")], svgs
+    polylines = re.findall(r'<polyline class="line" points="([^"]*)"', html)
+    assert [len(p.split()) for p in polylines] == [4, 4, 4]
+    assert len(re.findall(r'<circle class="dot"', html)) == 12
+    assert "<script" not in html and "style=" not in html
+    assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY

@@ -104,7 +104,7 @@ def test_a_rescaled_drill_starts_after_the_repartitioners_batch(tmp_path):
     rescale (or a rescale at another batch) N+2 still means batches were skipped."""
     from types import SimpleNamespace
 
-    from airflow_sparkpoint.operators.verify import _DrillFailed
+    from airflow_sparkpoint.operators.verify import DrillFailed
 
     op = operator(tmp_path, state_partitions=3)
     handle = SimpleNamespace(uri="s3://b/sp/alerts/savepoints/sp-7", metadata=SimpleNamespace(batch_id=7))
@@ -113,5 +113,5 @@ def test_a_rescaled_drill_starts_after_the_repartitioners_batch(tmp_path):
     assert op._check_result(_result(7, 8), handle)["first_batch"] == 8  # no rescale: right after the snapshot
     for first, rescaled in ((9, None), (9, {"from": 2, "to": 3, "batch": 9}), (10, {"from": 2, "to": 3, "batch": 8}),
                             (8, {"from": 2, "to": 3, "batch": 8})):
-        with pytest.raises(_DrillFailed, match=f"first batch was {first}, expected"):
+        with pytest.raises(DrillFailed, match=f"first batch was {first}, expected"):
             op._check_result(_result(7, first, rescaled), handle)

@@ -415,3 +415,21 @@ def test_recovery_leaves_a_confirmed_record_for_another_sink_alone(catalog, tmp_
         assert sum("does not match the declared sink" in m for m in caplog.messages) == 2, caplog.messages
         caplog.clear()
         catalog.put_transaction(record(2, gen1))  # back for the next mode
+
+
+def test_every_completed_checkpoint_lands_in_the_trend_with_its_own_figures(catalog, tmp_path):
+    """The trend outlives retention (two checkpoints kept, five charted) and carries the
+    figures of the checkpoint's own ``_metadata``."""
+    from airflow_sparkpoint.checkpoints.counters import read_counters
+
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation, num_retained=2)
+    completed = []
+    for batch in range(5):
+        write_live(tmp_path, batch)
+        completed.append(coord.checkpoint(batch))
+    counters = read_counters(catalog)
+    assert counters is not None and len(catalog.checkpoints()) == 2
+    assert [(p.id, p.batch_id, p.completed_at, p.duration_ms, p.bytes_copied, p.bytes_total) for p in counters.trend] == [
+        (m.id, m.batch_id, m.created_at, m.stats.duration_ms, m.stats.bytes_copied, m.stats.bytes_total)
+        for m in completed]

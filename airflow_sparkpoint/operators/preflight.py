@@ -1,0 +1,130 @@
+"""`SparkpointPreflightOperator`: before blue stops, can green read blue's state?
+
+The restore drill of `SparkpointVerifyOperator` (one home: same scratch identity, same
+replaced output arguments, same checks) run with *green's* application against *blue's*
+newest completed checkpoint, while blue keeps running. Spark validates a stateful
+operator's state schema when the restored query plans its first batch; so the drill
+must run one: when nothing arrived since blue's newest checkpoint, the pre-flight drills
+the checkpoint before it (green then replays blue's last batch, into scratch sinks).
+
+Blue is never touched: no generation claim, no control request, no fence, and, unlike
+a verify drill, no ``_verification.json`` next to blue's checkpoint (the outcome says
+something about green's code, not about the checkpoint). A checkpoint that blue's
+retention removes while the drill reads it is not green's fault: the pre-flight drills
+blue's new newest one instead (at most `MAX_RETIRED` times).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
+from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
+from airflow_sparkpoint.operators.verify import DrillFailed, SparkpointVerifyOperator
+from airflow_sparkpoint.storage import open_storage
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: checkpoints retired under a running drill before the pre-flight gives up
+MAX_RETIRED = 3
+
+
+class SparkpointPreflightOperator(SparkpointVerifyOperator):
+    """Restore green's application from blue's newest completed checkpoint under a
+    scratch identity; fail (with Spark's error) if it cannot, before anything stops blue.
+
+    Put it upstream of the task that stops blue (``preflight >> stop_blue``): a failed
+    pre-flight leaves blue running and the deploy ends there.
+
+    :param job_name: blue's pipeline name (whose newest completed checkpoint is read).
+    :param application: green's application; `application_args` green's arguments.
+    :param output_args: green's output arguments, mapped to scratch locations (as for
+        `SparkpointVerifyOperator`: ``{"--output": "{scratch}/out"}``).
+    :param drill_job: the scratch pipeline name (default ``<job_name>-preflight``).
+
+    Everything else as for `SparkpointVerifyOperator` (``drill_dir``, ``keep_scratch``,
+    ``state_partitions`` to rehearse a rescale, ``conf``, ``conn_id``, ...), except
+    ``snapshot``: always blue's newest completed checkpoint. Returns ``ok``, ``snapshot``,
+    ``batch_id``, ``drill_job``, ``result`` (green's drill run) and ``tried`` (every
+    checkpoint drilled, with why the pre-flight went on).
+
+    :raises AirflowException: green could not restore the state ("pre-flight refused"),
+        or no drill ran a batch, so the state was never read ("inconclusive").
+    """
+
+    ui_color = "#fdf3e8"
+
+    def __init__(self, *, job_name: str, output_args: Mapping[str, str], drill_job: str | None = None,
+                 **kwargs: Any) -> None:
+        if "snapshot" in kwargs:
+            raise ConfigError("SparkpointPreflightOperator always drills blue's newest completed checkpoint; "
+                              "remove snapshot= (SparkpointVerifyOperator drills a chosen snapshot)")
+        kwargs.setdefault("name", f"sparkpoint-preflight-{job_name}")
+        super().__init__(job_name=job_name, output_args=output_args, snapshot="latest",
+                         drill_job=drill_job or f"{job_name}-preflight", **kwargs)
+
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
+        catalog = self._production_catalog()
+        started = time.monotonic()
+        tried: list[dict[str, Any]] = []
+        handle = self._newest(catalog)
+        retired = 0
+        while True:
+            try:
+                checks, result = self.drill(context, handle)
+            except DrillFailed as exc:
+                if not self._still_there(handle) and retired < MAX_RETIRED:
+                    retired += 1
+                    tried.append({"snapshot": handle.uri, "outcome": "retired by blue during the drill"})
+                    self.log.warning("blue retired %s while the pre-flight read it; drilling its newest "
+                                     "checkpoint again", handle.uri)
+                    handle = self._newest(catalog)
+                    continue
+                raise AirflowException(
+                    f"pre-flight refused: green ({self.application}) cannot restore job {self.job_name!r}'s "
+                    f"checkpoint {handle.uri} (batch {handle.metadata.batch_id}); blue was left running. "
+                    f"{exc}") from exc
+            if result is not None and result.get("batches_processed"):
+                break
+            tried.append({"snapshot": handle.uri, "outcome": "no batch ran: the state was not read"})
+            older = self._before(catalog, handle)
+            if older is None:
+                raise AirflowException(
+                    f"pre-flight inconclusive: green restored job {self.job_name!r}'s checkpoint {handle.uri} "
+                    "but ran no batch (no input since it, and no older retained checkpoint to replay from), "
+                    "so Spark never checked the state against green's operators; retry when input arrived")
+            self.log.info("no input since %s: drilling the checkpoint before it (%s), so that green replays a "
+                          "batch", handle.uri, older.uri)
+            handle = older
+        tried.append({"snapshot": handle.uri, "outcome": "restored", **checks})
+        self.log.info("pre-flight passed in %.1f s: green restores %s (%s)", time.monotonic() - started,
+                      handle.uri, checks)
+        return {"ok": True, "snapshot": handle.uri, "batch_id": handle.metadata.batch_id,
+                "drill_job": self.drill_job, "result": result, "tried": tried}
+
+    def _newest(self, catalog: Catalog) -> SnapshotHandle:
+        """:raises AirflowException: blue has no completed checkpoint to drill."""
+        latest = catalog.latest()
+        if latest is None:
+            raise AirflowException(f"pre-flight: job {self.job_name!r} has no completed checkpoint under "
+                                   f"{catalog.uri}; expected a running blue (see `sparkpoint list`)")
+        return catalog.handle(latest)
+
+    @staticmethod
+    def _before(catalog: Catalog, handle: SnapshotHandle) -> SnapshotHandle | None:
+        """The newest restorable checkpoint older than `handle`, in its lineage."""
+        for entry in catalog.list_checkpoints():  # newest first
+            if entry.restorable and entry.id < handle.metadata.id and entry.metadata is not None:
+                return catalog.handle(entry.metadata)
+        return None
+
+    def _still_there(self, handle: SnapshotHandle) -> bool:
+        try:
+            return open_storage(handle.uri, **self.production_hook.storage_options).exists("_metadata")
+        except SparkpointError:
+            return True  # unknown: blame nothing on retention, refuse with the drill's error
