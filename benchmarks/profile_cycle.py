@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 import tempfile
 import threading
@@ -71,9 +72,12 @@ def profile(store: str, batches: int, cycle: int, work: Path) -> list[tuple[int,
             import boto3
             from moto.server import ThreadedMotoServer
 
-            server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
             server.start()
-            endpoint = f"http://127.0.0.1:{server._server.server_port}"
+            endpoint = f"http://127.0.0.1:{port}"
             for name, value in (("AWS_ACCESS_KEY_ID", "x"), ("AWS_SECRET_ACCESS_KEY", "x"),
                                 ("AWS_DEFAULT_REGION", "us-east-1")):
                 os.environ.setdefault(name, value)
