@@ -9,8 +9,8 @@ input arriving continuously (one small parquet file a second), for ``--minutes``
 The job runs in its own driver process (this script with ``--driver``). It records, per
 checkpoint: duration, bytes copied, and the storage requests sent while it ran, by kind
 (GET, PUT, LIST, DELETE, HEAD, COPY, counted at botocore for S3 and by a `CountingStorage`
-around the job's store on local disk; the control channel's polls between checkpoints are
-not in them). This process records, per minute: the driver's RSS (the Python driver and its
+around the job's store on local disk, from the coordinator's and transfer threads only: the
+heartbeat, the control polls between checkpoints and Spark's staging thread are left out). This process records, per minute: the driver's RSS (the Python driver and its
 JVM), the JVM heap after a full GC (``jcmd GC.run`` + ``GC.heap_info``, when jcmd exists),
 open files and threads of both, and the objects in the job's store. Writes
 ``<out>/soak.json`` and a plot (``soak.png`` with matplotlib, else ``soak.svg``), and prints
@@ -58,18 +58,27 @@ S3_KIND = {"GetObject": "GET", "HeadObject": "HEAD", "PutObject": "PUT", "Create
 # ---------------------------------------------------------------------------- the driver process
 
 
+#: the threads a checkpoint's requests come from (the heartbeat and Spark's foreachBatch
+#: thread write on their own clock and are left out)
+CHECKPOINT_THREADS = ("sparkpoint-coordinator", "sparkpoint-transfer", "sparkpoint-prestore")
+
+
 def _count_requests(conf: dict[str, str]) -> tuple[Counter[str], Any]:
-    """Count every storage request of this process by kind; returns the counter and a lock."""
+    """Count the storage requests of the checkpoint threads by kind; returns the counter and a lock."""
     counts: Counter[str] = Counter()
     lock = threading.Lock()
+
+    def mine() -> bool:
+        return threading.current_thread().name.startswith(CHECKPOINT_THREADS)
     if conf["spark.sparkpoint.dir"].startswith("s3://"):
         from botocore.client import BaseClient
 
         original = BaseClient._make_api_call
 
         def counting(client: Any, operation: str, params: Any) -> Any:
-            with lock:
-                counts[S3_KIND.get(operation, operation)] += 1
+            if mine():
+                with lock:
+                    counts[S3_KIND.get(operation, operation)] += 1
             return original(client, operation, params)
 
         BaseClient._make_api_call = counting  # type: ignore[method-assign]
@@ -81,8 +90,9 @@ def _count_requests(conf: dict[str, str]) -> tuple[Counter[str], Any]:
             def _note(self, op: str, key: str) -> None:
                 from airflow_sparkpoint.storage.counting import KIND_OF
 
-                with lock:
-                    counts[KIND_OF[op]] += 1
+                if mine():
+                    with lock:
+                        counts[KIND_OF[op]] += 1
 
         real_init = catalog_module.Catalog.__init__
 
