@@ -69,6 +69,9 @@ class KnownRecords:
     origins: dict[str, Origin] = field(default_factory=dict)
     #: journal key -> the shared keys it lists
     journal: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: checkpoint ids this writer deleted whose (empty) directory a store may go on listing
+    #: (SeaweedFS keeps empty folders for a while): not read, listed or deleted again
+    deleted: set[int] = field(default_factory=set)
 
 
 def enforce_checkpoint_retention(
@@ -109,6 +112,9 @@ def enforce_checkpoint_retention(
     if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float)) or not grace_seconds >= 0:
         raise ConfigError(f"retention grace_seconds={grace_seconds!r} is invalid; expected seconds >= 0")
     ids = catalog.checkpoint_ids() if checkpoint_ids is None else sorted(set(checkpoint_ids))
+    if known is not None:  # ids are never reused: a deleted one listed again is an empty directory
+        known.deleted &= set(ids)
+        ids = [cid for cid in ids if cid not in known.deleted]
     if shared_listing is not None:
         shared = list(shared_listing)
     else:
@@ -150,6 +156,7 @@ def enforce_checkpoint_retention(
         deleted_ids.append(entry.id)
         if known is not None:
             known.checkpoints.pop(entry.id, None)
+            known.deleted.add(entry.id)
         if on_deleted is not None:  # progress; the runtime's fault hook
             on_deleted(len(deleted_ids), len(doomed))
     referenced: set[str] = set()

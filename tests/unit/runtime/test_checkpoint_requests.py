@@ -31,13 +31,26 @@ def _spark_cleanup(live: Path, batch: int) -> None:
         old.unlink(missing_ok=True)
 
 
-def run_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, num_retained: int,
-                    batches: int) -> tuple[list[Counter[str]], list[list[tuple[str, str]]], Catalog]:
+class EmptyFoldersStay(MemoryStorage):
+    """Lists a "directory" after its last object went, like SeaweedFS's S3 gateway does."""
+
+    def __init__(self) -> None:
+        super().__init__(uuid.uuid4().hex)
+        self.seen: dict[str, set[str]] = {}
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        names = self.seen.setdefault(prefix, set())
+        names.update(super().list_dirs(prefix))
+        return sorted(names)
+
+
+def run_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, num_retained: int, batches: int,
+                    inner: MemoryStorage | None = None) -> tuple[list[Counter[str]], list[list[tuple[str, str]]], Catalog]:
     """Checkpoint and commit `batches` batches; the requests of each cycle by kind and in order."""
     real = time.time
     offset = [0.0]
     monkeypatch.setattr(time, "time", lambda: real() + offset[0])
-    store = CountingStorage(MemoryStorage(uuid.uuid4().hex))
+    store = CountingStorage(inner or MemoryStorage(uuid.uuid4().hex))
     catalog = Catalog(store, "job")
     generation = catalog.claim_generation().generation
     catalog.write_origin(new_origin(generation, kind="empty", uri=None, base_id=-1, snapshot_id=None,
@@ -74,3 +87,14 @@ def test_requests_per_checkpoint_do_not_grow_with_the_number_retained(tmp_path, 
 
     assert len(catalog.checkpoint_ids()) == 20
     assert many[30] == few[30], (few[30], many[30], logs[30])
+
+
+def test_requests_per_checkpoint_do_not_grow_when_deleted_checkpoints_stay_listed(tmp_path, monkeypatch):
+    """SeaweedFS keeps listing a deleted checkpoint's empty directory (seen in the soak):
+    each pass must not read, list and delete every checkpoint ever deleted again."""
+    kinds, logs, catalog = run_checkpoints(tmp_path, monkeypatch, num_retained=3, batches=51,
+                                           inner=EmptyFoldersStay())
+
+    assert len(catalog.checkpoint_ids()) == 51  # the store lists them all
+    assert [m.id for m in catalog.checkpoints()] == [51, 50, 49]
+    assert kinds[50] == kinds[5], (kinds[5], kinds[50], logs[50])

@@ -193,7 +193,7 @@ def test_the_first_checkpoint_after_a_restore_on_s3_copies_server_side(tmp_path,
     coord = _restored(target, savepoint, live)
     requests: list[tuple[str, str]] = []
     store.client.meta.events.register(  # type: ignore[attr-defined]
-        "before-call.s3", lambda model, params, **_: requests.append((model.name, str(params.get("Key", "")))))
+        "before-parameter-build.s3", lambda model, params, **_: requests.append((model.name, str(params.get("Key", "")))))
 
     coord.prestore(savepoint.files_store)
     first = coord.checkpoint(2)
