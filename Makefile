@@ -79,3 +79,10 @@ chaos: setup
 
 clean:
 	rm -rf $(VENV) demo-output .pytest_cache
+
+# Soak (issue 32; not part of `make test`): a stateful job checkpointing every batch to
+# SeaweedFS for SOAK_ARGS (default two hours), savepoints every 10 minutes; writes
+# soak-output/soak.json and a plot, prints last/first quarter ratios. See docs/BENCHMARKS.md.
+.PHONY: soak
+soak: bench-deps
+	$(PY) benchmarks/soak.py $${SOAK_ARGS:---minutes 120}

@@ -26,7 +26,6 @@ takes about a minute.
 from __future__ import annotations
 
 import argparse
-import builtins
 import json
 import logging
 import os
@@ -36,8 +35,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -48,7 +46,8 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, sha256_hex
 from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
-from airflow_sparkpoint.storage import ObjectInfo, Storage, open_storage
+from airflow_sparkpoint.storage import Storage, open_storage
+from airflow_sparkpoint.storage.counting import CountingStorage
 
 NUM_RETAINED = 3
 CHECKPOINTS = 5  # taken before the measured one
@@ -56,57 +55,6 @@ CHURN = 0.05  # fraction of state files rewritten per checkpoint
 THREADS = 16
 RATIO_LIMIT = 20.0
 DEFAULT_SIZES = (10, 100, 1_000, 10_000)
-
-
-class CountingStorage(Storage):
-    """A `Storage` proxy that counts calls per operation (a listing counts once)."""
-
-    def __init__(self, inner: Storage) -> None:
-        self.inner = inner
-        self.uri = inner.uri
-        self.calls: Counter[str] = Counter()
-
-    def reset(self) -> None:
-        self.calls.clear()
-
-    @property
-    def total(self) -> int:
-        return sum(self.calls.values())
-
-    def put(self, key: str, data: bytes) -> None:
-        self.calls["put"] += 1
-        self.inner.put(key, data)
-
-    def put_if_absent(self, key: str, data: bytes) -> None:
-        self.calls["put_if_absent"] += 1
-        self.inner.put_if_absent(key, data)
-
-    def get(self, key: str, max_bytes: int | None = None) -> bytes:
-        self.calls["get"] += 1
-        return self.inner.get(key, max_bytes)
-
-    def stat(self, key: str) -> ObjectInfo:
-        self.calls["stat"] += 1
-        return self.inner.stat(key)
-
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        self.calls["list"] += 1
-        return self.inner.list(prefix)
-
-    def list_dirs(self, prefix: str = "") -> builtins.list[str]:
-        self.calls["list_dirs"] += 1
-        return self.inner.list_dirs(prefix)
-
-    def delete(self, keys: Iterable[str]) -> None:
-        self.calls["delete"] += 1
-        self.inner.delete(keys)
-
-    def copy(self, src: str, dst: str) -> None:
-        self.calls["copy"] += 1
-        self.inner.copy(src, dst)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 class HttpCounter:

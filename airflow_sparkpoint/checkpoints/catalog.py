@@ -42,6 +42,7 @@ from airflow_sparkpoint.checkpoints.metadata import (
     TransactionRecord,
 )
 from airflow_sparkpoint.checkpoints.status import read_status, write_status
+from airflow_sparkpoint.checkpoints.targets import open_snapshot  # re-exported: callers import it from here
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     CorruptMetadata,
@@ -83,10 +84,11 @@ class Catalog:
                 ids.append(int(match.group(1)))
         return sorted(ids)
 
-    def next_checkpoint_id(self) -> int:
+    def next_checkpoint_id(self, ids: Iterable[int] | None = None) -> int:
         """One more than any id in use or ever disposed: like Flink's, ids are never reused,
-        so "a checkpoint after id N" keeps its meaning after a rollback retires the newest."""
-        ids = self.checkpoint_ids()
+        so "a checkpoint after id N" keeps its meaning after a rollback retires the newest.
+        `ids`: the caller's `checkpoint_ids` listing, taken just before (else one is taken)."""
+        ids = self.checkpoint_ids() if ids is None else list(ids)
         savepoint_ids = [e.id for e in self._savepoint_dirs()]
         return max([0, *ids, *savepoint_ids, self._id_floor()]) + 1
 
@@ -105,25 +107,34 @@ class Catalog:
         if sid > self._id_floor():
             self.store.put(layout.ID_FLOOR, str(sid).encode())
 
-    def checkpoint_entry(self, checkpoint_id: int, present: Mapping[str, int] | None = None) -> SnapshotEntry:
+    def checkpoint_entry(
+        self, checkpoint_id: int, present: Mapping[str, int] | None = None, known: SnapshotMetadata | None = None
+    ) -> SnapshotEntry:
         """Checkpoint `checkpoint_id` as listed: with its metadata when its ``_metadata``
         validates and every file it references is in `present` (shared key -> size; None:
-        look each up), else with the error that makes it unusable (invariant 1)."""
-        return self._read_entry("checkpoint", checkpoint_id, layout.checkpoint_dir(checkpoint_id), present, "")
+        look each up), else with the error that makes it unusable (invariant 1).
+
+        `known`: its ``_metadata`` as this process wrote or read it before (written once,
+        ids never reused), used instead of reading it again; its files are still checked."""
+        return self._read_entry("checkpoint", checkpoint_id, layout.checkpoint_dir(checkpoint_id), present, "",
+                                known)
 
     def _read_entry(
-        self, kind: str, sid: int, key: str, present: Mapping[str, int] | None, base: str
+        self, kind: str, sid: int, key: str, present: Mapping[str, int] | None, base: str,
+        known: SnapshotMetadata | None = None,
     ) -> SnapshotEntry:
         uri = f"{self.uri}/{key}"
         meta_key = f"{key}/{layout.METADATA}"
+        data = b""
+        if known is None:
+            try:
+                data = self.store.get(meta_key)
+            except ObjectNotFound:
+                return SnapshotEntry(kind, sid, uri, key, error="no _metadata (incomplete or abandoned)")
+            except ObjectTooLarge as exc:  # planted or garbled: corrupt, never a reason to fail a listing
+                return SnapshotEntry(kind, sid, uri, key, error=str(exc))
         try:
-            data = self.store.get(meta_key)
-        except ObjectNotFound:
-            return SnapshotEntry(kind, sid, uri, key, error="no _metadata (incomplete or abandoned)")
-        except ObjectTooLarge as exc:  # planted or garbled: corrupt, never a reason to fail a listing
-            return SnapshotEntry(kind, sid, uri, key, error=str(exc))
-        try:
-            meta = SnapshotMetadata.from_bytes(data, where=f"{uri}/{layout.METADATA}")
+            meta = known or SnapshotMetadata.from_bytes(data, where=f"{uri}/{layout.METADATA}")
             if meta.job != self.job:
                 raise CorruptMetadata(f"{uri}/_metadata belongs to job {meta.job!r}, not {self.job!r}")
             if meta.kind != kind:
@@ -276,19 +287,33 @@ class Catalog:
         self.store.put_if_absent(layout.lineage_key(origin.generation),
                                  json.dumps(origin.to_json(), sort_keys=True).encode())
 
-    def origins(self) -> builtins.list[Origin]:
-        """Every origin record, by generation (unreadable ones are skipped with a warning)."""
+    def origins(self, known: dict[str, Origin] | None = None) -> builtins.list[Origin]:
+        """Every origin record, by generation (unreadable ones are skipped with a warning).
+
+        `known` (key -> origin, updated here): records read before, not read again (an
+        origin is created once and never rewritten); the listing decides which exist."""
         result = []
+        listed = set()
         for info in self.store.list(layout.LINEAGE):
             if not layout.LINEAGE_RE.match(info.key.rsplit("/", 1)[-1]):
                 continue
+            listed.add(info.key)
+            if known is not None and info.key in known:
+                result.append(known[info.key])
+                continue
             where = f"{self.uri}/{info.key}"
             try:
-                result.append(Origin.from_json(json.loads(self.store.get(info.key)), where=where))
+                origin = Origin.from_json(json.loads(self.store.get(info.key)), where=where)
+                result.append(origin)
+                if known is not None:
+                    known[info.key] = origin
             except ObjectNotFound:
                 continue  # pruned meanwhile
             except (ValueError, CorruptMetadata) as exc:
                 log.warning("skipping unreadable origin record %s: %s", where, exc)
+        if known is not None:
+            for gone in set(known) - listed:
+                del known[gone]
         return sorted(result, key=lambda o: o.generation)
 
     def delete_origins(self, origins: Iterable[Origin]) -> None:
@@ -534,46 +559,3 @@ class Catalog:
     def read_status(self, generation: int | None = None) -> dict[str, Any] | None:
         """The status record (`generation`'s own, when given), or None (`status.read_status`)."""
         return read_status(self.store, self.uri, generation)
-
-
-def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None) -> SnapshotHandle:
-    """Open a checkpoint or savepoint directory given by URI or path (for ``restore=``).
-
-    :raises RestoreError: there is no valid ``_metadata`` there, or a referenced file is missing.
-    """
-    store = open_storage(uri, **dict(storage_options or {}))
-    try:
-        data = store.get(layout.METADATA, layout.max_bytes_of(layout.METADATA))
-    except ObjectNotFound:
-        raise RestoreError(
-            f"restore target {uri} has no _metadata; expected a savepoint or checkpoint directory "
-            "(see `sparkpoint list`)"
-        ) from None
-    except StorageError as exc:
-        raise RestoreError(f"restore target {uri} cannot be read: {exc}") from exc
-    try:
-        meta = SnapshotMetadata.from_bytes(data, where=f"{uri.rstrip('/')}/_metadata")
-    except CorruptMetadata as exc:
-        raise RestoreError(f"restore target is corrupt: {exc}") from exc
-    if meta.kind == "checkpoint":
-        # Checkpoint file keys are relative to the job root, the parent of chk-<id>.
-        parent = uri.rstrip("/").rsplit("/", 1)[0]
-        files_store = open_storage(parent, **dict(storage_options or {}))
-    else:
-        files_store = store
-    # One listing per top-level directory the files live in, not one request per file.
-    present: dict[str, int] = {}
-    for top in sorted({ref.key.split("/", 1)[0] for ref in meta.files if "/" in ref.key}):
-        present.update((info.key, info.size) for info in files_store.list(top))
-    for ref in meta.files:
-        size = present.get(ref.key)
-        if size is None and "/" not in ref.key:
-            try:
-                size = files_store.stat(ref.key).size
-            except ObjectNotFound:
-                size = None
-        if size is None:
-            raise RestoreError(f"restore target {uri} is incomplete: file {ref.key} is missing")
-        if size != ref.size:
-            raise RestoreError(f"restore target {uri} is corrupt: file {ref.key} has {size} bytes, expected {ref.size}")
-    return SnapshotHandle(uri.rstrip("/"), meta, files_store)

@@ -23,6 +23,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from airflow_sparkpoint.checkpoints import layout
@@ -32,6 +33,8 @@ from airflow_sparkpoint.exceptions import ConfigError, ObjectNotFound
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
+    from airflow_sparkpoint.checkpoints.lineage import Origin
+    from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
     from airflow_sparkpoint.storage.base import ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -46,6 +49,31 @@ INCOMPLETE_GRACE_S = 3600.0
 JOURNAL_MIN_TTL_S = 3600.0
 
 
+@dataclass
+class KnownRecords:
+    """Records one writer (the coordinator) already holds, so that a retention pass and the
+    check before ``_metadata`` cost the same requests at the 50th checkpoint as at the 5th,
+    and with 20 checkpoints retained as with 3 (issue 32).
+
+    Each is created once and never rewritten (``_metadata`` and origins by atomic create,
+    checkpoint ids never reused; journal entries under unique keys), so a copy read or
+    written before is still what the store holds *if it still exists*: every pass lists
+    first and uses a remembered record only for a key the listing shows (never trusting
+    more than the listing) and forgets the rest. Shared files are still checked against
+    each pass's listing. Lives in memory only: a restarted driver reads each record once.
+    """
+
+    #: checkpoint id -> its ``_metadata``, written by this writer or read and parsed before
+    checkpoints: dict[int, SnapshotMetadata] = field(default_factory=dict)
+    #: lineage key -> origin record
+    origins: dict[str, Origin] = field(default_factory=dict)
+    #: journal key -> the shared keys it lists
+    journal: dict[str, frozenset[str]] = field(default_factory=dict)
+    #: checkpoint ids this writer deleted whose (empty) directory a store may go on listing
+    #: (SeaweedFS keeps empty folders for a while): not read, listed or deleted again
+    deleted: set[int] = field(default_factory=set)
+
+
 def enforce_checkpoint_retention(
     catalog: Catalog,
     num_retained: int,
@@ -55,6 +83,9 @@ def enforce_checkpoint_retention(
     generation: int | None = None,
     shared_listing: Iterable[ObjectInfo] | None = None,
     before_delete: Callable[[], object] | None = None,
+    known: KnownRecords | None = None,
+    journal_listing: Iterable[ObjectInfo] | None = None,
+    checkpoint_ids: Iterable[int] | None = None,
 ) -> RetentionResult:
     """Keep the newest `num_retained` restorable checkpoints; delete older and superseded
     ones, and shared files no kept checkpoint references.
@@ -67,7 +98,11 @@ def enforce_checkpoint_retention(
     listing is never collected. `generation`, when given, is checked right before
     anything is deleted. `on_deleted(done, total)` is called after each checkpoint deleted,
     `before_delete()` after that check, before the first checkpoint is deleted (the
-    runtime's pause point).
+    runtime's pause point). `known` (updated here): records held from before, not read
+    again (`KnownRecords`); `journal_listing`: a listing of ``gc/`` taken before, used to
+    prune the journal (an entry written after it is pruned by a later pass);
+    `checkpoint_ids`: the ``chk-*`` ids listed before plus those the caller completed
+    since (a directory created after that listing waits for a later pass).
 
     :raises ConfigError: `num_retained` or `grace_seconds` is invalid.
     :raises StaleGeneration: `generation` is no longer the current one.
@@ -76,17 +111,23 @@ def enforce_checkpoint_retention(
         raise ConfigError(f"checkpoint numRetained={num_retained!r} is invalid; expected an integer >= 1")
     if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float)) or not grace_seconds >= 0:
         raise ConfigError(f"retention grace_seconds={grace_seconds!r} is invalid; expected seconds >= 0")
-    ids = catalog.checkpoint_ids()
+    ids = catalog.checkpoint_ids() if checkpoint_ids is None else sorted(set(checkpoint_ids))
+    if known is not None:  # ids are never reused: a deleted one listed again is an empty directory
+        known.deleted &= set(ids)
+        ids = [cid for cid in ids if cid not in known.deleted]
     if shared_listing is not None:
         shared = list(shared_listing)
     else:
         shared = list(catalog.store.list(layout.SHARED)) if ids else []
     present = {info.key: info.size for info in shared}
-    origins = catalog.origins()
+    origins = catalog.origins(known.origins if known is not None else None)
+    cached = known.checkpoints if known is not None else {}
     entries = mark_superseded(
-        [catalog.checkpoint_entry(cid, present) for cid in reversed(ids)],
+        [catalog.checkpoint_entry(cid, present, cached.get(cid)) for cid in reversed(ids)],
         origins,
     )
+    if known is not None:  # only what this listing shows, parsed: a pass never trusts more
+        known.checkpoints = {e.id: e.metadata for e in entries if e.metadata is not None}
     keep = [e for e in entries if e.restorable][:num_retained]
     newest = origins[-1] if origins else None
     if newest is not None and newest.kind == "checkpoint" and newest.base_id >= 0 and not any(
@@ -101,8 +142,10 @@ def enforce_checkpoint_retention(
         e for e in entries
         if e.id not in keep_ids and (e.valid or (newest_kept is not None and e.id < newest_kept))
     ]
+    fenced = False
     if doomed and generation is not None:
         catalog.check_generation(generation)
+        fenced = True  # once per pass, before its first deletion (see `lineage`)
     if doomed and before_delete is not None:
         before_delete()
     deleted_ids = []
@@ -111,6 +154,9 @@ def enforce_checkpoint_retention(
         catalog.store.delete([f"{entry.key}/{layout.METADATA}"])
         catalog.store.delete_prefix(entry.key)
         deleted_ids.append(entry.id)
+        if known is not None:
+            known.checkpoints.pop(entry.id, None)
+            known.deleted.add(entry.id)
         if on_deleted is not None:  # progress; the runtime's fault hook
             on_deleted(len(deleted_ids), len(doomed))
     referenced: set[str] = set()
@@ -127,9 +173,9 @@ def enforce_checkpoint_retention(
         orphan_bytes += info.size
     # Without any kept checkpoint nothing is provably an orphan of a finished one.
     if keep and orphans:
-        if generation is not None:
+        if generation is not None and not fenced:
             catalog.check_generation(generation)
-        journal_deletions(catalog, orphans, generation)
+        journal_deletions(catalog, orphans, generation, known)
         catalog.store.delete(orphans)
     elif not keep:
         orphans, orphan_bytes = [], 0
@@ -138,11 +184,12 @@ def enforce_checkpoint_retention(
         stale = prunable(origins, left)
         if stale:
             catalog.delete_origins(stale)
-        prune_journal(catalog, now - max(JOURNAL_MIN_TTL_S, 2 * grace_seconds))
+        prune_journal(catalog, now - max(JOURNAL_MIN_TTL_S, 2 * grace_seconds), journal_listing, known)
     return RetentionResult(tuple(deleted_ids), len(orphans), orphan_bytes)
 
 
-def journal_deletions(catalog: Catalog, keys: Iterable[str], generation: int | None) -> None:
+def journal_deletions(catalog: Catalog, keys: Iterable[str], generation: int | None,
+                      known: KnownRecords | None = None) -> None:
     """Write-ahead record of shared files about to be deleted, so that a checkpoint being
     completed elsewhere notices that a file it references went (and copies it again)."""
     keys = sorted(keys)
@@ -150,33 +197,61 @@ def journal_deletions(catalog: Catalog, keys: Iterable[str], generation: int | N
         return
     now = time.time()
     body = {"generation": generation, "at": now, "keys": keys}
-    catalog.store.put(layout.gc_key(int(now * 1000), uuid.uuid4().hex[:8]), json.dumps(body).encode())
+    key = layout.gc_key(int(now * 1000), uuid.uuid4().hex[:8])
+    catalog.store.put(key, json.dumps(body).encode())
+    if known is not None:
+        known.journal[key] = frozenset(keys)
 
 
-def deleted_since(catalog: Catalog, since: float) -> set[str]:
-    """Shared keys whose deletion was journaled at or after `since` (epoch seconds)."""
+def _journal_time(key: str) -> float | None:
+    """When the journal entry at `key` was written (epoch seconds), None if not one."""
+    match = layout.GC_RE.match(key.rsplit("/", 1)[-1])
+    return int(match.group(1)) / 1000 if match else None
+
+
+def deleted_since(catalog: Catalog, since: float, known: KnownRecords | None = None,
+                  listing: Iterable[ObjectInfo] | None = None) -> set[str]:
+    """Shared keys whose deletion was journaled at or after `since` (epoch seconds).
+
+    `listing`: a listing of ``gc/`` taken by the caller (else one is taken). `known`
+    (updated here): entries read or written before are not read again."""
     keys: set[str] = set()
-    for info in catalog.store.list(layout.GC):
-        match = layout.GC_RE.match(info.key.rsplit("/", 1)[-1])
-        if not match or int(match.group(1)) / 1000 < since:
+    for info in catalog.store.list(layout.GC) if listing is None else listing:
+        at = _journal_time(info.key)
+        if at is None or at < since:
+            continue
+        if known is not None and info.key in known.journal:
+            keys.update(known.journal[info.key])
             continue
         try:
-            keys.update(str(k) for k in json.loads(catalog.store.get(info.key)).get("keys", ()))
+            entry = frozenset(str(k) for k in json.loads(catalog.store.get(info.key)).get("keys", ()))
         except ObjectNotFound:
             continue  # pruned meanwhile
-        except (ValueError, AttributeError) as exc:
+        except (ValueError, AttributeError, TypeError) as exc:
             log.warning("unreadable deletion journal entry %s/%s: %s", catalog.uri, info.key, exc)
+            continue
+        keys.update(entry)
+        if known is not None:
+            known.journal[info.key] = entry
+    if known is not None:  # `since` only moves on: older entries are never needed again
+        for old in [k for k in known.journal if (_journal_time(k) or 0.0) < since]:
+            del known.journal[old]
     return keys
 
 
-def prune_journal(catalog: Catalog, older_than: float) -> int:
-    """Delete journal entries written before `older_than` (epoch seconds)."""
+def prune_journal(catalog: Catalog, older_than: float, listing: Iterable[ObjectInfo] | None = None,
+                  known: KnownRecords | None = None) -> int:
+    """Delete journal entries written before `older_than` (epoch seconds), of `listing`
+    (a listing of ``gc/`` taken before) or of a new listing."""
     old = []
-    for info in catalog.store.list(layout.GC):
-        match = layout.GC_RE.match(info.key.rsplit("/", 1)[-1])
-        if match and int(match.group(1)) / 1000 < older_than:
+    for info in catalog.store.list(layout.GC) if listing is None else listing:
+        at = _journal_time(info.key)
+        if at is not None and at < older_than:
             old.append(info.key)
     catalog.store.delete(old)
+    if known is not None:
+        for key in old:
+            known.journal.pop(key, None)
     return len(old)
 
 

@@ -35,7 +35,7 @@ from airflow_sparkpoint.checkpoints import (
 )
 from airflow_sparkpoint.checkpoints.counters import CheckpointPoint, CounterRecorder
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.checkpoints.retention import deleted_since, enforce_checkpoint_retention
+from airflow_sparkpoint.checkpoints.retention import KnownRecords, deleted_since, enforce_checkpoint_retention
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     CatalogError,
@@ -134,6 +134,7 @@ class Coordinator:
         self._prestore: threading.Thread | None = None
         self._prestore_stop = threading.Event()
         self._prestored = [0, 0]  # files, bytes stored ahead of the next checkpoint
+        self.known = KnownRecords()  # so a checkpoint's requests do not grow with the job's age
 
     # ------------------------------------------------------------------ inputs
 
@@ -319,7 +320,7 @@ class Coordinator:
         # What `prestore` copied for this checkpoint counts as its copy.
         prestored_files, prestored_bytes = self._prestored
         copied = sum(ref.size for ref in uploaded) + prestored_bytes
-        recopied, listing = self._ensure_stored(files, batch_id, started)
+        recopied, listing, journal = self._ensure_stored(files, batch_id, started)
         copied += recopied
         faults.maybe_kill("metadata", batch_id)
         if self.commit_mode == "external":
@@ -330,9 +331,10 @@ class Coordinator:
                 key=lambda r: (r.batch_id, r.generation),
             ))
         files.sort(key=lambda f: f.path)
+        ids = self.catalog.checkpoint_ids()  # one listing for the new id and for retention
         meta = SnapshotMetadata(
             kind="checkpoint",
-            id=self.catalog.next_checkpoint_id(),
+            id=self.catalog.next_checkpoint_id(ids),
             job=self.catalog.job,
             generation=self.generation,
             batch_id=batch_id,
@@ -351,6 +353,7 @@ class Coordinator:
             spark=self.spark_info,
         )
         uri, meta = self._complete(meta)
+        self.known.checkpoints[meta.id] = meta
         self._prestored = [0, 0]
         self.last_checkpoint = meta
         self.last_checkpoint_at = time.monotonic()
@@ -369,6 +372,7 @@ class Coordinator:
                 self.catalog, self.num_retained, grace_seconds=self.timeout_s, generation=self.generation, shared_listing=listing,
                 on_deleted=lambda done, total: faults.maybe_kill_halfway("retention", batch_id, done, total),
                 before_delete=lambda: faults.pause("retention_delete", batch_id, generation=self.generation),
+                known=self.known, journal_listing=journal, checkpoint_ids=[*ids, meta.id],
             )
         except StorageError as exc:
             # The checkpoint is complete: failing to collect garbage must not fail it (nor
@@ -477,15 +481,17 @@ class Coordinator:
         self.index[live.path] = IndexEntry(live.size, live.mtime_ns, ref)
         return ref
 
-    def _ensure_stored(self, files: list[FileRef], batch_id: int, started: float) -> tuple[int, list[Any]]:
+    def _ensure_stored(self, files: list[FileRef], batch_id: int, started: float) -> tuple[int, list[Any], list[Any]]:
         """Validate before completing: copy again every referenced shared file that is gone
         (deleted by hand, by a lifecycle rule, by another process's retention). Returns the
-        bytes copied again and the listing of ``shared/`` (retention reuses it)."""
+        bytes copied again and the listings of ``shared/`` and of the journal (retention
+        reuses them)."""
         listed_at = time.time()
         listing = list(self.catalog.store.list(layout.SHARED))
         present = {info.key: info.size for info in listing}
         # Deletions journaled since shortly before the listing (clock skew between hosts).
-        gone = deleted_since(self.catalog, listed_at - 60.0)
+        journal = list(self.catalog.store.list(layout.GC))
+        gone = deleted_since(self.catalog, listed_at - 60.0, self.known, journal)
         missing = [ref for ref in files if present.get(ref.key) != ref.size or ref.key in gone]
         copied = 0
         for ref in missing:
@@ -503,7 +509,7 @@ class Coordinator:
             if self._upload(live, batch_id, ref.sha256, started) is None:
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} is gone")
             copied += ref.size
-        return copied, listing
+        return copied, listing, journal
 
     def _complete(self, meta: SnapshotMetadata) -> tuple[str, SnapshotMetadata]:
         """Write ``_metadata``; if a zombie took the id meanwhile, take the next one."""

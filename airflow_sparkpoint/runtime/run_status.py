@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints.run_result import RunResult
 from airflow_sparkpoint.checkpoints.status import JobStatus
-from airflow_sparkpoint.exceptions import StorageError
+from airflow_sparkpoint.exceptions import StaleGeneration, StorageError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -101,10 +101,11 @@ class _RunStatus:
             if state != "running":
                 self._final_state = True
             try:
-                current = self.catalog.current_generation()
-                if current != self.generation:
-                    return  # a newer run owns the status record
+                # One existence check (claims are contiguous), not a listing of every generation.
+                self.catalog.check_generation(self.generation)
                 self.catalog.write_status(status)
+            except StaleGeneration:
+                return  # a newer run owns the status record
             except StorageError as exc:
                 log.warning("could not write the status of job %s: %s", self.cfg.job, exc)
 

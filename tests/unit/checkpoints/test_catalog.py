@@ -479,3 +479,29 @@ def test_invalid_job_names(job: str) -> None:
 def test_malformed_uris(uri: str, message: str) -> None:
     with pytest.raises(InvalidPath, match=message):
         Catalog.open(uri, "orders")
+
+
+def test_remembered_checkpoints_never_outrank_the_listing_or_the_file_check(
+    catalog: Catalog, make_checkpoint: MakeCheckpoint
+) -> None:
+    """`KnownRecords` saves the ``_metadata`` reads of each pass (issue 32), but a checkpoint
+    whose directory the listing no longer shows is not kept on memory alone, and one whose
+    shared file went is invalid like before: the older valid one is kept instead."""
+    from airflow_sparkpoint.checkpoints.retention import KnownRecords
+
+    catalog.claim_generation()
+    known = KnownRecords()
+    written = [make_checkpoint(catalog, state(v)) for v in range(3)]
+    enforce_checkpoint_retention(catalog, 2, known=known)
+    assert sorted(known.checkpoints) == [written[1].id, written[2].id]
+    # The newest loses a file it alone references (deleted by hand): not restorable.
+    only_newest = {r.key for r in written[2].files} - {r.key for r in written[1].files}
+    assert only_newest
+    catalog.store.delete(only_newest)
+    result = enforce_checkpoint_retention(catalog, 1, known=known, grace_seconds=3600)
+    assert result.deleted_checkpoints == ()  # trusting memory would keep the newest and delete chk-2
+    assert [m.id for m in catalog.checkpoints()] == [written[1].id]  # chk-1 deleted in the first pass
+    # A remembered checkpoint disposed by hand is forgotten, not counted among the kept.
+    catalog.dispose(layout.checkpoint_dir(written[1].id))
+    enforce_checkpoint_retention(catalog, 2, known=known)
+    assert written[1].id not in known.checkpoints

@@ -174,3 +174,37 @@ def test_a_stopped_copy_ahead_starts_nothing_and_the_checkpoint_copies_all(tmp_p
 
     assert first is not None and len(uploads) == first.stats.files_copied == first.stats.file_count
     _assert_complete(target, first, live)
+
+
+@pytest.mark.s3
+def test_the_first_checkpoint_after_a_restore_on_s3_copies_server_side(tmp_path, s3_server, s3_bucket):
+    """Issue 32: restoring a savepoint of the same S3 service stores its files in the job's
+    shared area with CopyObject (the request log has no PutObject of them) and the bytes
+    stay exact; the first checkpoint then uploads none of them."""
+    from airflow_sparkpoint.storage import open_storage
+
+    options = {"endpoint_url": s3_server, "region_name": "us-east-1"}
+    root = f"s3://{s3_bucket}/root"
+    savepoint = _savepoint(Catalog(open_storage(root, **options), "blue"), tmp_path / "blue-live")
+    savepoint = open_snapshot(savepoint.uri, storage_options=options)  # as a restore opens it
+    store = open_storage(root, **options)
+    target = Catalog(store, "green")
+    live = tmp_path / "green-live"
+    coord = _restored(target, savepoint, live)
+    requests: list[tuple[str, str]] = []
+    store.client.meta.events.register(  # type: ignore[attr-defined]
+        "before-parameter-build.s3", lambda model, params, **_: requests.append((model.name, str(params.get("Key", "")))))
+
+    coord.prestore(savepoint.files_store)
+    first = coord.checkpoint(2)
+
+    assert first is not None
+    shared = {ref.key for ref in first.files}
+    assert len(shared) == len(savepoint.metadata.files)
+    copied = {key.split("/green/", 1)[1] for op, key in requests if op == "CopyObject"}
+    written = {key.split("/green/", 1)[1] for op, key in requests
+               if op in ("PutObject", "CreateMultipartUpload", "UploadPart") and "/green/shared/" in key}
+    assert copied == shared, requests
+    assert written == set(), requests
+    assert (first.stats.files_copied, first.stats.bytes_copied) == (len(shared), first.stats.bytes_total)
+    _assert_complete(target, first, live)

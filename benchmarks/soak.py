@@ -1,0 +1,384 @@
+"""Soak: a stateful streaming job under Sparkpoint for a long time (issue 32).
+
+A running-totals query (``groupBy(user).sum``) with a ``processingTime`` trigger of a few
+seconds, a retained checkpoint after every batch (``checkpoint.interval=0``) to SeaweedFS
+(``--store s3``, `s3_server.sh`) or local disk (``--store local``), retention on, a
+savepoint requested through the control channel every ``--savepoint-every`` seconds,
+input arriving continuously (one small parquet file a second), for ``--minutes``.
+
+The job runs in its own driver process (this script with ``--driver``). It records, per
+checkpoint: duration, bytes copied, and the storage requests sent while it ran, by kind
+(GET, PUT, LIST, DELETE, HEAD, COPY, counted at botocore for S3 and by a `CountingStorage`
+around the job's store on local disk, from the coordinator's and transfer threads only: the
+heartbeat, the control polls between checkpoints and Spark's staging thread are left out). This process records, per minute: the driver's RSS (the Python driver and its
+JVM), the JVM heap after a full GC (``jcmd GC.run`` + ``GC.heap_info``, when jcmd exists),
+open files and threads of both, and the objects in the job's store. Writes
+``<out>/soak.json`` and a plot (``soak.png`` with matplotlib, else ``soak.svg``), and prints
+last ÷ first quarter of the run for checkpoint duration, requests per checkpoint, RSS and
+heap (goals: ≤ 1.2, ≤ 1.2, growth ≤ 10 %, ≤ 10 %).
+
+    .venv/bin/python benchmarks/soak.py [--minutes 120] [--store s3|local] [--trigger 3s]
+        [--savepoint-every 600] [--out soak-output]
+
+A measurement, not a test (``make soak``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _bench import EVENT_SCHEMA, machine, spark_session
+
+JOB = "soak"
+KEYS = 5_000
+ROWS_PER_FILE = 2_000
+#: botocore operation -> request kind
+S3_KIND = {"GetObject": "GET", "HeadObject": "HEAD", "PutObject": "PUT", "CreateMultipartUpload": "PUT",
+           "UploadPart": "PUT", "CompleteMultipartUpload": "PUT", "ListObjectsV2": "LIST", "ListObjects": "LIST",
+           "DeleteObject": "DELETE", "DeleteObjects": "DELETE", "CopyObject": "COPY", "UploadPartCopy": "COPY"}
+
+
+# ---------------------------------------------------------------------------- the driver process
+
+
+#: the threads a checkpoint's requests come from (the heartbeat and Spark's foreachBatch
+#: thread write on their own clock and are left out)
+CHECKPOINT_THREADS = ("sparkpoint-coordinator", "sparkpoint-transfer", "sparkpoint-prestore")
+
+
+def _count_requests(conf: dict[str, str]) -> tuple[Counter[str], Any]:
+    """Count the storage requests of the checkpoint threads by kind; returns the counter and a lock."""
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def mine() -> bool:
+        return threading.current_thread().name.startswith(CHECKPOINT_THREADS)
+    if conf["spark.sparkpoint.dir"].startswith("s3://"):
+        from botocore.client import BaseClient
+
+        original = BaseClient._make_api_call
+
+        def counting(client: Any, operation: str, params: Any) -> Any:
+            if mine():
+                with lock:
+                    counts[S3_KIND.get(operation, operation)] += 1
+            return original(client, operation, params)
+
+        BaseClient._make_api_call = counting  # type: ignore[method-assign]
+    else:
+        import airflow_sparkpoint.checkpoints.catalog as catalog_module
+        from airflow_sparkpoint.storage.counting import CountingStorage
+
+        class Counted(CountingStorage):
+            def _note(self, op: str, key: str) -> None:
+                from airflow_sparkpoint.storage.counting import KIND_OF
+
+                if mine():
+                    with lock:
+                        counts[KIND_OF[op]] += 1
+
+        real_init = catalog_module.Catalog.__init__
+
+        def init(self: Any, storage: Any, job: str) -> None:
+            real_init(self, storage if isinstance(storage, CountingStorage) else Counted(storage), job)
+
+        catalog_module.Catalog.__init__ = init  # type: ignore[method-assign]
+    return counts, lock
+
+
+def driver(config_path: str) -> int:
+    config = json.loads(Path(config_path).read_text())
+    conf: dict[str, str] = config["conf"]
+    counts, lock = _count_requests(conf)
+    from pyspark.sql import functions as F
+
+    from airflow_sparkpoint.runtime import SparkpointJob
+    from airflow_sparkpoint.runtime.coordinator import Coordinator
+    from airflow_sparkpoint.sinks import DeltaSink
+
+    records = open(config["records"], "a", buffering=1)  # noqa: SIM115 - one line per checkpoint
+    real = Coordinator._checkpoint
+
+    def measured(self: Any, batch_id: int) -> Any:
+        with lock:
+            before = Counter(counts)
+        started = time.perf_counter()
+        meta = real(self, batch_id)
+        elapsed = time.perf_counter() - started
+        with lock:
+            requests = dict(Counter(counts) - before)
+        records.write(json.dumps({"at": time.time(), "batch": batch_id, "id": meta.id, "seconds": elapsed,
+                                  "bytes_copied": meta.stats.bytes_copied, "bytes_total": meta.stats.bytes_total,
+                                  "files": meta.stats.file_count, "requests": requests}) + "\n")
+        return meta
+
+    Coordinator._checkpoint = measured  # type: ignore[method-assign]
+    spark = spark_session("sparkpoint-soak", cores=2)
+    job = SparkpointJob.get_or_create(conf=conf, argv=[])
+    events = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 4).parquet(config["input"])
+    totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
+    result = job.run(totals, sink=DeltaSink(config["table"], mode="merge", keys=["user"]), output_mode="update")
+    print(f"soak driver ended: {result.status}", flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------- this process
+
+
+def _write_input(directory: Path, stop: threading.Event) -> None:
+    """One small parquet file a second, with increasing mtimes, until `stop`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory.mkdir(parents=True, exist_ok=True)
+    index = 0
+    while not stop.is_set():
+        users = [f"user-{(index * ROWS_PER_FILE + i) % KEYS:07d}" for i in range(ROWS_PER_FILE)]
+        table = pa.table({"user": pa.array(users, pa.string()), "amount": pa.array([1] * ROWS_PER_FILE, pa.int64())})
+        tmp = directory / f".part-{index:07d}.parquet.tmp"
+        pq.write_table(table, tmp)
+        os.replace(tmp, directory / f"part-{index:07d}.parquet")
+        index += 1
+        stop.wait(1.0)
+
+
+def _proc(pid: int) -> dict[str, Any]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    rss = int(re.search(r"^VmRSS:\s+(\d+) kB", status, re.MULTILINE).group(1)) * 1024  # type: ignore[union-attr]
+    threads = int(re.search(r"^Threads:\s+(\d+)", status, re.MULTILINE).group(1))  # type: ignore[union-attr]
+    return {"rss": rss, "threads": threads, "open_files": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+def _jvm_pid(driver_pid: int) -> int | None:
+    """The JVM py4j started for the driver: a java child process of it."""
+    import psutil
+
+    for child in psutil.Process(driver_pid).children(recursive=True):
+        if "java" in child.name():
+            return child.pid
+    return None
+
+
+def _heap_after_gc(pid: int) -> int | None:
+    """Used heap (bytes) right after a full GC, from jcmd; None when jcmd is not there."""
+    if shutil.which("jcmd") is None:
+        return None
+    subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60, check=False)
+    out = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, timeout=60,
+                         check=False).stdout
+    found = re.search(r"used (\d+)K", out)
+    return int(found.group(1)) * 1024 if found else None
+
+
+def _sample(driver_pid: int, catalog: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {"at": time.time()}
+    row["driver"] = _proc(driver_pid)
+    jvm = _jvm_pid(driver_pid)
+    if jvm is not None:
+        row["jvm"] = _proc(jvm)
+        row["heap_after_gc"] = _heap_after_gc(jvm)
+    row["store_objects"] = sum(1 for _ in catalog.store.list(""))
+    row["retained_checkpoints"] = len(catalog.checkpoint_ids())
+    row["shared_objects"] = sum(1 for _ in catalog.store.list("shared"))
+    return row
+
+
+def quarter_ratio(values: Sequence[float]) -> float | None:
+    """Median of the last quarter ÷ median of the first (None with fewer than 4 values)."""
+    if len(values) < 4:
+        return None
+    q = len(values) // 4
+    first = statistics.median(values[:q])
+    return statistics.median(values[-q:]) / first if first else None
+
+
+def summarize(checkpoints: list[dict[str, Any]], samples: list[dict[str, Any]],
+              savepoints: list[dict[str, Any]]) -> dict[str, Any]:
+    steady = checkpoints[2:]  # the first ones upload the initial state
+    rss = [s["driver"]["rss"] + s.get("jvm", {}).get("rss", 0) for s in samples]
+    heap = [s["heap_after_gc"] for s in samples if s.get("heap_after_gc")]
+    return {
+        "checkpoints": len(checkpoints),
+        "checkpoint_seconds_ratio": quarter_ratio([c["seconds"] for c in steady]),
+        "requests_per_checkpoint_ratio": quarter_ratio([sum(c["requests"].values()) for c in steady]),
+        "requests_per_checkpoint_first_last": [dict(steady[0]["requests"]), dict(steady[-1]["requests"])]
+        if steady else None,
+        "rss_ratio": quarter_ratio(rss),
+        "heap_after_gc_ratio": quarter_ratio(heap),
+        "store_objects_max": max((s["store_objects"] for s in samples), default=None),
+        "store_objects_last": samples[-1]["store_objects"] if samples else None,
+        "savepoint_seconds": [s["seconds"] for s in savepoints],
+    }
+
+
+@contextmanager
+def _store(kind: str, base: Path) -> Iterator[tuple[str, dict[str, str], dict[str, Any]]]:
+    if kind == "local":
+        yield str(base / "store"), {}, {}
+        return
+    from _scale import seaweedfs
+
+    with seaweedfs("soak") as (endpoint, bucket, _version):
+        yield f"s3://{bucket}/root", {"spark.sparkpoint.s3.endpoint": endpoint}, {"endpoint_url": endpoint}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from airflow_sparkpoint.checkpoints import Catalog
+    from airflow_sparkpoint.checkpoints.control import ControlChannel
+    from airflow_sparkpoint.storage import open_storage
+
+    out = Path(args.out).resolve()
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    stop_input = threading.Event()
+    with _store(args.store, out) as (root, extra_conf, options):
+        conf = {"spark.sparkpoint.dir": root, "spark.sparkpoint.job": JOB, "spark.sparkpoint.restore": "none",
+                "spark.sparkpoint.workDir": str(out / "live"), "spark.sparkpoint.trigger": f"processingTime:{args.trigger}",
+                "spark.sparkpoint.checkpoint.interval": "0", "spark.sparkpoint.checkpoint.numRetained": "3",
+                **extra_conf}
+        config = {"conf": conf, "input": str(out / "input"), "table": str(out / "table"),
+                  "records": str(out / "checkpoints.jsonl")}
+        (out / "driver.json").write_text(json.dumps(config))
+        writer = threading.Thread(target=_write_input, args=(out / "input", stop_input), daemon=True)
+        writer.start()
+        log = open(out / "driver.log", "w")  # noqa: SIM115 - closed below
+        proc = subprocess.Popen([sys.executable, __file__, "--driver", str(out / "driver.json")],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        catalog = Catalog(open_storage(root, **options), JOB)
+        channel = ControlChannel(catalog)
+        samples: list[dict[str, Any]] = []
+        savepoints: list[dict[str, Any]] = []
+        started = time.monotonic()
+        end = started + args.minutes * 60
+        next_sample, next_savepoint = started + 30, started + args.savepoint_every
+        try:
+            while time.monotonic() < end and proc.poll() is None:
+                now = time.monotonic()
+                if now >= next_sample:
+                    samples.append(_sample(proc.pid, catalog))
+                    next_sample += 60
+                if now >= next_savepoint and catalog.current_generation():
+                    began = time.monotonic()
+                    request = channel.submit("savepoint", generation=catalog.current_generation(), timeout_s=600)
+                    result = channel.wait(request.id, timeout_s=600, is_alive=lambda: proc.poll() is None)
+                    savepoints.append({"at": time.time(), "seconds": time.monotonic() - began,
+                                       "uri": result.savepoint})
+                    next_savepoint += args.savepoint_every
+                time.sleep(1.0)
+            if proc.poll() is None:
+                request = channel.submit("stop", generation=catalog.current_generation(), timeout_s=600)
+                channel.wait(request.id, timeout_s=600, is_alive=lambda: proc.poll() is None)
+                proc.wait(timeout=600)
+        finally:
+            stop_input.set()
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=60)
+            log.close()
+    checkpoints = [json.loads(line) for line in (out / "checkpoints.jsonl").read_text().splitlines() if line]
+    result = {"benchmark": "soak", "store": args.store, "minutes": args.minutes, "trigger": args.trigger,
+              "driver_exit": proc.returncode, "machine": machine(),
+              "summary": summarize(checkpoints, samples, savepoints),
+              "checkpoints": checkpoints, "samples": samples, "savepoints": savepoints}
+    (out / "soak.json").write_text(json.dumps(result, indent=1, default=str))
+    result["plot"] = str(plot(result, out))
+    return result
+
+
+def plot(result: dict[str, Any], out: Path) -> Path:
+    """Checkpoint duration and requests per checkpoint, RSS and heap over the run."""
+    cps, samples = result["checkpoints"], result["samples"]
+    t0 = cps[0]["at"] if cps else time.time()
+    series = [
+        ("checkpoint duration (s)", [(c["at"] - t0, c["seconds"]) for c in cps]),
+        ("storage requests per checkpoint", [(c["at"] - t0, sum(c["requests"].values())) for c in cps]),
+        ("driver RSS, Python + JVM (MiB)",
+         [(s["at"] - t0, (s["driver"]["rss"] + s.get("jvm", {}).get("rss", 0)) / 2**20) for s in samples]),
+        ("JVM heap after GC (MiB)", [(s["at"] - t0, s["heap_after_gc"] / 2**20) for s in samples
+                                     if s.get("heap_after_gc")]),
+    ]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return _svg(series, out / "soak.svg")
+    fig, axes = plt.subplots(len(series), 1, figsize=(8, 2.2 * len(series)), sharex=True)
+    for ax, (title, points) in zip(axes, series):
+        ax.plot([p[0] / 60 for p in points], [p[1] for p in points], lw=1)
+        ax.set_title(title, fontsize=9)
+        ax.set_ylim(bottom=0)
+    axes[-1].set_xlabel("minutes")
+    fig.tight_layout()
+    path = out / "soak.png"
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def _svg(series: list[tuple[str, list[tuple[float, float]]]], path: Path) -> Path:
+    """The same panels as polylines in a hand-written SVG (no matplotlib)."""
+    width, height, parts = 640, 140, []
+    for i, (title, points) in enumerate(series):
+        top = i * (height + 20)
+        parts.append(f'<text x="5" y="{top + 14}" font-size="12">{title}</text>')
+        if points:
+            xmax = max(p[0] for p in points) or 1
+            ymax = max(p[1] for p in points) or 1
+            coords = " ".join(f"{40 + p[0] / xmax * (width - 50):.1f},{top + height - p[1] / ymax * (height - 30):.1f}"
+                              for p in points)
+            parts.append(f'<polyline fill="none" stroke="steelblue" points="{coords}"/>')
+            parts.append(f'<text x="5" y="{top + 30}" font-size="10">max {ymax:.3g}</text>')
+    total = len(series) * (height + 20)
+    path.write_text(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total}">{"".join(parts)}</svg>')
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--driver", help=argparse.SUPPRESS)
+    parser.add_argument("--minutes", type=float, default=120.0)
+    parser.add_argument("--store", choices=("s3", "local"), default="s3")
+    parser.add_argument("--trigger", default="3s")
+    parser.add_argument("--savepoint-every", type=float, default=600.0, help="seconds between savepoints")
+    parser.add_argument("--out", default="soak-output")
+    args = parser.parse_args(argv)
+    if args.driver:
+        return driver(args.driver)
+    result = run(args)
+    s = result["summary"]
+
+    def fmt(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.2f}"
+
+    print(f"soak on {args.store}: {args.minutes:g} min, {s['checkpoints']} checkpoints, "
+          f"{len(result['savepoints'])} savepoints, driver exit {result['driver_exit']}")
+    print(f"  last/first quarter: checkpoint duration {fmt(s['checkpoint_seconds_ratio'])} (goal <= 1.2), "
+          f"requests per checkpoint {fmt(s['requests_per_checkpoint_ratio'])} (goal <= 1.2), "
+          f"RSS {fmt(s['rss_ratio'])}, heap after GC {fmt(s['heap_after_gc_ratio'])} (goal <= 1.10)")
+    print(f"  requests per checkpoint, first and last: {s['requests_per_checkpoint_first_last']}")
+    print(f"  store objects: max {s['store_objects_max']}, last {s['store_objects_last']}; "
+          f"savepoint seconds {[round(x, 2) for x in s['savepoint_seconds']]}")
+    print(f"  {Path(args.out) / 'soak.json'}, {result['plot']}")
+    return 0 if result["driver_exit"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Storage requests per checkpoint stay the same however old the job is and however many
+checkpoints are retained (issue 32): counted by a `CountingStorage`, not timed.
+
+A fake clock advances 5 s per batch (a processingTime trigger of a few seconds), and the
+live location is cleaned like Spark's maintenance does, so every checkpoint deletes one
+old checkpoint, journals and deletes the shared files nobody references any more.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from airflow_sparkpoint.checkpoints import Catalog, layout
+from airflow_sparkpoint.checkpoints.lineage import new_origin
+from airflow_sparkpoint.storage import MemoryStorage
+from airflow_sparkpoint.storage.counting import CountingStorage
+from tests.unit.runtime.test_coordinator import RecordingSink, coordinator, record, write_live
+
+BATCH_SECONDS = 5.0
+
+
+def _spark_cleanup(live: Path, batch: int) -> None:
+    """What Spark's maintenance removes after batch `batch` (old logs and state versions)."""
+    for old in (live / "offsets" / str(batch - 3), live / "commits" / str(batch - 3),
+                live / "state" / "0" / "0" / f"{batch - 2}.changelog"):
+        old.unlink(missing_ok=True)
+
+
+class EmptyFoldersStay(MemoryStorage):
+    """Lists a "directory" after its last object went, like SeaweedFS's S3 gateway does."""
+
+    def __init__(self) -> None:
+        super().__init__(uuid.uuid4().hex)
+        self.seen: dict[str, set[str]] = {}
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        names = self.seen.setdefault(prefix, set())
+        names.update(super().list_dirs(prefix))
+        return sorted(names)
+
+
+def run_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, num_retained: int, batches: int,
+                    inner: MemoryStorage | None = None) -> tuple[list[Counter[str]], list[list[tuple[str, str]]], Catalog]:
+    """Checkpoint and commit `batches` batches; the requests of each cycle by kind and in order."""
+    real = time.time
+    offset = [0.0]
+    monkeypatch.setattr(time, "time", lambda: real() + offset[0])
+    store = CountingStorage(inner or MemoryStorage(uuid.uuid4().hex))
+    catalog = Catalog(store, "job")
+    generation = catalog.claim_generation().generation
+    catalog.write_origin(new_origin(generation, kind="empty", uri=None, base_id=-1, snapshot_id=None,
+                                    batch_id=None, id_floor=0, restore={}, live_dir=None, host="h", pid=1))
+    live = tmp_path / f"live-{num_retained}"
+    coord = coordinator(catalog, live, RecordingSink(), generation, num_retained=num_retained, timeout_s=10)
+    kinds, logs = [], []
+    for batch in range(batches):
+        write_live(live, batch)
+        _spark_cleanup(live, batch)
+        coord.add_pending(record(batch, generation))
+        offset[0] += BATCH_SECONDS
+        store.reset()
+        assert coord.checkpoint(batch) is not None
+        assert coord.commit_confirmed() == [batch]
+        kinds.append(store.kinds)
+        logs.append(list(store.log))
+    return kinds, logs, catalog
+
+
+def test_requests_per_checkpoint_do_not_grow_with_the_jobs_age(tmp_path, monkeypatch):
+    kinds, logs, catalog = run_checkpoints(tmp_path, monkeypatch, num_retained=3, batches=51)
+
+    # Retention really worked on every cycle: old checkpoints deleted, orphans journaled.
+    assert len(catalog.checkpoint_ids()) == 3
+    assert sum(1 for op, key in logs[50] if op == "put" and key.startswith(f"job/{layout.GC}/")) == 1
+    assert any(op == "delete" and "/shared/" in key for op, key in logs[50])
+    assert kinds[50] == kinds[5], (kinds[5], kinds[50], logs[50])
+
+
+def test_requests_per_checkpoint_do_not_grow_with_the_number_retained(tmp_path, monkeypatch):
+    few, _, _ = run_checkpoints(tmp_path, monkeypatch, num_retained=3, batches=31)
+    many, logs, catalog = run_checkpoints(tmp_path, monkeypatch, num_retained=20, batches=31)
+
+    assert len(catalog.checkpoint_ids()) == 20
+    assert many[30] == few[30], (few[30], many[30], logs[30])
+
+
+def test_requests_per_checkpoint_do_not_grow_when_deleted_checkpoints_stay_listed(tmp_path, monkeypatch):
+    """SeaweedFS keeps listing a deleted checkpoint's empty directory (seen in the soak):
+    each pass must not read, list and delete every checkpoint ever deleted again."""
+    kinds, logs, catalog = run_checkpoints(tmp_path, monkeypatch, num_retained=3, batches=51,
+                                           inner=EmptyFoldersStay())
+
+    assert len(catalog.checkpoint_ids()) == 51  # the store lists them all
+    assert [m.id for m in catalog.checkpoints()] == [51, 50, 49]
+    assert kinds[50] == kinds[5], (kinds[5], kinds[50], logs[50])
