@@ -50,7 +50,6 @@ from airflow_sparkpoint.exceptions import (
     ObjectNotFound,
     ObjectTooLarge,
     RestoreError,
-    StorageError,
 )
 from airflow_sparkpoint.storage import Storage, normalize_key, open_storage
 

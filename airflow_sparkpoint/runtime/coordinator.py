@@ -37,14 +37,8 @@ from airflow_sparkpoint.checkpoints.counters import CheckpointPoint, CounterReco
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.retention import KnownRecords, deleted_since, enforce_checkpoint_retention
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
-from airflow_sparkpoint.exceptions import (
-    CatalogError,
-    ObjectExists,
-    ObjectNotFound,
-    SparkpointError,
-    StaleGeneration,
-    StorageError,
-)
+from airflow_sparkpoint.exceptions import (CatalogError, ObjectExists, ObjectNotFound, SparkpointError,
+                                           StaleGeneration, StorageError)
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
