@@ -37,8 +37,14 @@ from airflow_sparkpoint.checkpoints.counters import CheckpointPoint, CounterReco
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.retention import KnownRecords, deleted_since, enforce_checkpoint_retention
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
-from airflow_sparkpoint.exceptions import (CatalogError, ObjectExists, ObjectNotFound, SparkpointError,
-                                           StaleGeneration, StorageError)
+from airflow_sparkpoint.exceptions import (
+    CatalogError,
+    ObjectExists,
+    ObjectNotFound,
+    SparkpointError,
+    StaleGeneration,
+    StorageError,
+)
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
@@ -478,8 +484,7 @@ class Coordinator:
     def _ensure_stored(self, files: list[FileRef], batch_id: int, started: float) -> tuple[int, list[Any], list[Any]]:
         """Validate before completing: copy again every referenced shared file that is gone
         (deleted by hand, by a lifecycle rule, by another process's retention). Returns the
-        bytes copied again and the listings of ``shared/`` and of the journal (retention
-        reuses them)."""
+        bytes copied again and the listings of ``shared/`` and of the journal (for retention)."""
         listed_at = time.time()
         listing = list(self.catalog.store.list(layout.SHARED))
         present = {info.key: info.size for info in listing}
