@@ -9,10 +9,8 @@ from typing import Any
 
 from airflow.sdk import conf
 
-from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint import durations
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, require_storage
-from airflow_sparkpoint.runtime.config import duration_value
-from airflow_sparkpoint.triggers.conditions import optional_seconds
 
 __all__ = ["SparkpointJobMixin", "default_deferrable", "positive_seconds"]
 
@@ -52,10 +50,7 @@ def positive_seconds(name: str, value: Any) -> float:
 
     :raises ConfigError: anything else, None included (the message names `name`).
     """
-    seconds = optional_seconds(name, duration_value(name, value))
-    if seconds is None:
-        raise ConfigError(f"{name}=None is invalid; expected a number of seconds > 0")
-    return seconds
+    return durations.seconds(name, value)
 
 
 def default_deferrable(deferrable: bool | None) -> bool:

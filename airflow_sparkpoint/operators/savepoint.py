@@ -37,7 +37,6 @@ from airflow_sparkpoint.checkpoints.savepoints import (
 from airflow_sparkpoint.exceptions import ControlError, SparkpointError
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
-from airflow_sparkpoint.runtime.config import duration_value
 from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
 from airflow_sparkpoint.triggers.conditions import optional_int, optional_seconds
 
@@ -95,7 +94,7 @@ class SparkpointSavepointOperator(SparkpointJobMixin, BaseOperator):
         self.max_heartbeat_age = positive_seconds("max_heartbeat_age", max_heartbeat_age)
         self.from_checkpoint_if_not_running = bool(from_checkpoint_if_not_running)
         self.max_count = optional_int("max_count", max_count, minimum=1)
-        self.max_age = optional_seconds("max_age", duration_value("max_age", max_age))
+        self.max_age = optional_seconds("max_age", max_age)
         self.deferrable = default_deferrable(deferrable)
         #: the control request this task filed (withdrawn by `on_kill` if no run took it)
         self.request_id: str | None = None

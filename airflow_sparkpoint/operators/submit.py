@@ -26,6 +26,7 @@ import threading
 import time
 import zipfile
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_sparkpoint import durations
 from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
 from airflow_sparkpoint.operators import runs
@@ -61,7 +63,7 @@ SPARK_CONNECTION_KEYS = ("master", "deploy_mode")
 
 # Modules a Spark cluster needs; the Airflow layer stays behind.
 _RUNTIME_PACKAGES = ("checkpoints", "runtime", "sinks", "storage")
-_RUNTIME_MODULES = ("__init__.py", "exceptions.py", "faults.py", "py.typed")
+_RUNTIME_MODULES = ("__init__.py", "durations.py", "exceptions.py", "faults.py", "py.typed")
 
 
 def build_runtime_zip() -> str:
@@ -81,6 +83,20 @@ def build_runtime_zip() -> str:
             for file in sorted((package / sub).rglob("*.py")):
                 archive.write(file, f"airflow_sparkpoint/{file.relative_to(package).as_posix()}")
     return path
+
+
+def _interval_text(value: Any, *, rendered: bool = False) -> str:
+    """`checkpoint_interval` as the conf string the job reads: a timedelta or a number
+    becomes seconds (``30s``); a string is checked and kept (a template is checked once
+    `rendered`).
+
+    :raises ConfigError: not a duration >= 0 (the message names the parameter and value).
+    """
+    if isinstance(value, str):
+        if rendered or "{{" not in value and "{%" not in value:
+            durations.seconds("checkpoint_interval", value, allow_zero=True)
+        return value
+    return durations.conf_text(durations.seconds("checkpoint_interval", value, allow_zero=True))
 
 
 class _SecretEnvSparkSubmitHook(SparkSubmitHook):
@@ -113,15 +129,17 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         checkpoint of the task's own tries, or this path again while they made none.
     :param trigger: ``availableNow`` or ``processingTime:<interval>`` (Spark's interval
         syntax, e.g. ``processingTime:5 seconds``, or ``10s``).
-    :param checkpoint_interval: ``spark.sparkpoint.checkpoint.interval`` (e.g. ``"0"``, ``"30s"``).
+    :param checkpoint_interval: ``spark.sparkpoint.checkpoint.interval``: a duration (seconds,
+        a timedelta or a string such as ``"30s"``, ``"5 minutes"``); ``0`` = every batch.
     :param num_retained: completed checkpoints to keep.
     :param commit_mode: ``checkpoint`` or ``external``.
     :param work_dir: ``spark.sparkpoint.workDir`` (Spark's live checkpoint location).
     :param sparkpoint_conf: further ``spark.sparkpoint.*`` settings (without or with prefix).
     :param ship_runtime: zip the pure-Python runtime and add it with ``--py-files``, so a
         cluster needs no install of the provider.
-    :param stop_timeout: seconds `on_kill` gives the driver to end after SIGTERM (it
-        records its failed status at once) before spark-submit is killed.
+    :param stop_timeout: how long `on_kill` gives the driver to end after SIGTERM (it
+        records its failed status at once) before spark-submit is killed (a duration:
+        seconds, a timedelta or a string such as ``"3s"``).
     :param spark_history_server: base URL of a Spark History Server: the "Spark UI" link
         points there instead of the driver's live UI.
     :param state_partitions: restore into this many state partitions instead of the
@@ -156,13 +174,13 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         sparkpoint_conn_id: str | None = None,
         restore: str = "latest",
         trigger: str = "availableNow",
-        checkpoint_interval: str | float = "0",
+        checkpoint_interval: str | float | timedelta = "0",
         num_retained: int = 3,
         commit_mode: str = "checkpoint",
         work_dir: str | None = None,
         sparkpoint_conf: Mapping[str, Any] | None = None,
         ship_runtime: bool = False,
-        stop_timeout: float = 3.0,
+        stop_timeout: float | timedelta | str = 3.0,
         spark_history_server: str | None = None,
         state_partitions: int | None = None,
         **kwargs: Any,
@@ -174,21 +192,19 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
             raise ConfigError(f"commit_mode={commit_mode!r} is not allowed; expected 'checkpoint' or 'external'")
         if not isinstance(num_retained, int) or num_retained < 1:
             raise ConfigError(f"num_retained={num_retained!r} is not allowed; expected an integer >= 1")
-        if isinstance(stop_timeout, bool) or not isinstance(stop_timeout, (int, float)) or not stop_timeout >= 0:
-            raise ConfigError(f"stop_timeout={stop_timeout!r} is invalid; expected a number of seconds >= 0")
         if state_partitions is not None and (
                 isinstance(state_partitions, bool) or not isinstance(state_partitions, int) or state_partitions < 1):
             raise ConfigError(f"state_partitions={state_partitions!r} is invalid; expected an integer >= 1 "
                               "(or None: the snapshot's own number)")
         self.restore = restore
         self.trigger = trigger
-        self.checkpoint_interval = str(checkpoint_interval)
+        self.checkpoint_interval = _interval_text(checkpoint_interval)
         self.num_retained = num_retained
         self.commit_mode = commit_mode
         self.work_dir = work_dir
         self.sparkpoint_conf = dict(sparkpoint_conf or {})
         self.ship_runtime = ship_runtime
-        self.stop_timeout = float(stop_timeout)
+        self.stop_timeout = durations.seconds("stop_timeout", stop_timeout, allow_zero=True)
         self.spark_history_server = spark_history_server
         self.state_partitions = state_partitions
         #: the run this try started (its generation claim), once the driver recorded it
@@ -243,7 +259,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
             f"{PREFIX}job": self.job_name,
             f"{PREFIX}restore": restore,
             f"{PREFIX}trigger": self.trigger,
-            f"{PREFIX}checkpoint.interval": self.checkpoint_interval,
+            f"{PREFIX}checkpoint.interval": _interval_text(self.checkpoint_interval, rendered=True),
             f"{PREFIX}checkpoint.numRetained": str(self.num_retained),
             f"{PREFIX}commit.mode": self.commit_mode,
         }
@@ -353,10 +369,10 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         own = previous.generations(catalog) if previous is not None else None
         restore = self.choose_restore(try_number, catalog, own)
         self._log_decision(catalog, try_number, restore, previous)
+        sparkpoint_conf = self.build_sparkpoint_conf(restore)  # bad settings fail before anything is recorded
         token = runs.new_token()
         runs.TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
                         previous.since if previous else generation_before).save(store)
-        sparkpoint_conf = self.build_sparkpoint_conf(restore)
         self.conf = {**(self.conf or {}), **sparkpoint_conf}
         self._secret_env = {**self._secret_environment(), SUBMITTER_ENV: token}
         master = str(self._get_hook()._connection.get("master") or "")
