@@ -36,6 +36,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
+from airflow_sparkpoint.checkpoints.records import AIRFLOW_CONTEXT_ENV, AirflowTry
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
 from airflow_sparkpoint.operators import runs
 from airflow_sparkpoint.operators.health import emit_metrics_for
@@ -47,6 +48,7 @@ from airflow_sparkpoint.operators.links import (
     spark_ui_url,
 )
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
+from airflow_sparkpoint.runtime.takeover import check_start
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -142,6 +144,11 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         seconds, a timedelta or a string such as ``"3s"``).
     :param spark_history_server: base URL of a Spark History Server: the "Spark UI" link
         points there instead of the driver's live UI.
+    :param takeover: start even when the job's live run was started by another task
+        instance (another DAG, task or DAG run) or by none (a manual start): that run is
+        fenced. Without it such a start is refused before anything is submitted
+        (`JobAlreadyRunning`, naming the running generation); a retry or a clear of the
+        same task instance always takes its own run over.
     :param state_partitions: restore into this many state partitions instead of the
         snapshot's (``spark.sparkpoint.restore.statePartitions``: a rescale on restore;
         every try passes it, a retry of an already rescaled job finds nothing to do).
@@ -151,6 +158,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
     id, UI URL, host, pid).
 
     :raises ConfigError: bad settings or ``deploy_mode="cluster"``, before anything runs.
+    :raises JobAlreadyRunning: another task's run of the job is live and not `takeover`.
     """
 
     template_fields: Sequence[str] = (
@@ -183,6 +191,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         stop_timeout: float | timedelta | str = 3.0,
         spark_history_server: str | None = None,
         state_partitions: int | None = None,
+        takeover: bool = False,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", f"sparkpoint-{job_name}")
@@ -207,6 +216,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         self.stop_timeout = durations.seconds("stop_timeout", stop_timeout, allow_zero=True)
         self.spark_history_server = spark_history_server
         self.state_partitions = state_partitions
+        if not isinstance(takeover, bool):
+            raise ConfigError(f"takeover={takeover!r} is invalid; expected True or False")
+        self.takeover = takeover
         #: the run this try started (its generation claim), once the driver recorded it
         self.sparkpoint_run: dict[str, Any] | None = None
         self._secret_env: dict[str, str] = {}
@@ -271,6 +283,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
             conf[f"{PREFIX}s3.region"] = str(options["region_name"])
         if self.state_partitions is not None:
             conf[f"{PREFIX}restore.statePartitions"] = str(self.state_partitions)
+        if self.takeover:
+            conf[f"{PREFIX}takeover"] = "true"
         for key, value in self.sparkpoint_conf.items():
             full = key if key.startswith(PREFIX) else PREFIX + key
             conf[full] = str(value)
@@ -370,11 +384,14 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         restore = self.choose_restore(try_number, catalog, own)
         self._log_decision(catalog, try_number, restore, previous)
         sparkpoint_conf = self.build_sparkpoint_conf(restore)  # bad settings fail before anything is recorded
+        starter = task_try(context, self.dag_id, self.task_id)
+        # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
+        check_start(catalog, starter, takeover=self.takeover)
         token = runs.new_token()
         runs.TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
                         previous.since if previous else generation_before).save(store)
         self.conf = {**(self.conf or {}), **sparkpoint_conf}
-        self._secret_env = {**self._secret_environment(), SUBMITTER_ENV: token}
+        self._secret_env = {**self._secret_environment(), **starter_environment(starter), SUBMITTER_ENV: token}
         master = str(self._get_hook()._connection.get("master") or "")
         self.env_vars = {**self.spark_environment(master), **(self.env_vars or {})}
         if self.ship_runtime:
@@ -486,6 +503,26 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
                               process.returncode)
         if self._hook is not None:
             super().on_kill()
+
+
+def task_try(context: Any, dag_id: str, task_id: str) -> AirflowTry:
+    """The task try `context` runs (its map index only when the task is mapped);
+    `dag_id`/`task_id`: the operator's, where the task instance does not say."""
+    ti = context["ti"]
+    index = getattr(ti, "map_index", None)
+    return AirflowTry(str(getattr(ti, "dag_id", None) or dag_id), str(getattr(ti, "task_id", None) or task_id),
+                      str(context.get("run_id") or getattr(ti, "run_id", "") or ""),
+                      int(getattr(ti, "try_number", 1) or 1),
+                      int(index) if isinstance(index, int) and index >= 0 else None)
+
+
+def starter_environment(starter: AirflowTry) -> dict[str, str]:
+    """The driver's view of `starter` (`records.AIRFLOW_CONTEXT_ENV`): what Airflow exports
+    to the task's environment, set here explicitly, plus the map index it does not export."""
+    values = {"dag_id": starter.dag_id, "task_id": starter.task_id, "run_id": starter.run_id,
+              "try_number": "" if starter.try_number is None else str(starter.try_number),
+              "map_index": "" if starter.map_index is None else str(starter.map_index)}
+    return {AIRFLOW_CONTEXT_ENV[name]: value for name, value in values.items() if value}
 
 
 #: serializes `SparkpointSubmitOperator._found` (the watcher thread and the task's own);

@@ -30,6 +30,10 @@ KEYS: dict[str, str] = {
     "job": "pipeline name (required)",
     "workDir": "Spark's live checkpoint location (default <dir>/<job>/live for Hadoop-writable dirs)",
     "restore": "latest, none, or a savepoint/checkpoint path (default latest)",
+    "takeover": (
+        "true to start although a run that another Airflow task (or a manual start) began is live: "
+        "it is fenced (default false: such a start is refused)"
+    ),
     "restore.force": "true to start with empty state although the job has checkpoints (default false)",
     "restore.allowForeignJob": "true to restore a snapshot of another job (default false)",
     "restore.sinkAhead": "fail or rewind: what to do when a sink committed past the snapshot (default fail)",
@@ -166,6 +170,7 @@ class SparkpointConfig:
     work_dir: str | None = None
     restore: str = "latest"
     restore_force: bool = False
+    takeover: bool = False
     restore_allow_foreign_job: bool = False
     restore_sink_ahead: str = "fail"
     trigger: Trigger = field(default_factory=lambda: Trigger("availableNow"))
@@ -264,6 +269,7 @@ class SparkpointConfig:
             work_dir=work_dir,
             restore=restore,
             restore_force=_parse_bool("restore.force", values.get("restore.force", "false")),
+            takeover=_parse_bool("takeover", values.get("takeover", "false")),
             restore_allow_foreign_job=_parse_bool(
                 "restore.allowForeignJob", values.get("restore.allowForeignJob", "false")
             ),

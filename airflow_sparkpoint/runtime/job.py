@@ -27,6 +27,7 @@ from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import TransactionRecord
 from airflow_sparkpoint.checkpoints.control import ControlRequest
 from airflow_sparkpoint.checkpoints.history import generation_details
+from airflow_sparkpoint.checkpoints.records import AirflowTry
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
 from airflow_sparkpoint.exceptions import (
     ConfigError,
@@ -41,6 +42,7 @@ from airflow_sparkpoint.runtime.restore import (
     plan_restore,
 )
 from airflow_sparkpoint.runtime.run_coordination import _RunCoordination
+from airflow_sparkpoint.runtime.takeover import check_start
 from airflow_sparkpoint.sinks.base import Sink, StageContext
 
 if TYPE_CHECKING:
@@ -220,6 +222,8 @@ class _Run(_RunCoordination):
     def execute(self) -> RunResult:
         self._open()
         cfg = self.cfg
+        # Never fence a live run another task started, unless asked to (before any write).
+        check_start(self.catalog, AirflowTry.from_environ(), takeover=cfg.takeover)
         # A read-only pre-check: bad input (a missing or foreign snapshot, damaged
         # checkpoints, a sink ahead) fails before anything is written (invariant 7).
         pre = plan_restore(cfg, self.catalog)
