@@ -87,6 +87,19 @@ def build_runtime_zip() -> str:
     return path
 
 
+def chosen_snapshot(value: Any) -> str | None:
+    """`restore_snapshot` as a path, or None when not set (None or blank).
+
+    :raises ConfigError: ``latest``/``none`` or not a string (those are `restore` values).
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str) or value.strip().lower() in ("latest", "none"):
+        raise ConfigError(f"restore_snapshot={value!r} is invalid; expected a savepoint or checkpoint path (see "
+                          "`sparkpoint list`), or empty; 'latest' and 'none' are values of restore=")
+    return value.strip()
+
+
 def _interval_text(value: Any, *, rendered: bool = False) -> str:
     """`checkpoint_interval` as the conf string the job reads: a timedelta or a number
     becomes seconds (``30s``); a string is checked and kept (a template is checked once
@@ -129,6 +142,11 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
     :param restore: ``latest``, ``none`` or a savepoint/checkpoint path for the first try
         (templated: a savepoint path can come from XCom). A retry restores the latest
         checkpoint of the task's own tries, or this path again while they made none.
+    :param restore_snapshot: a savepoint or checkpoint path chosen by hand, restored on
+        **every** try of this task (a retry or a clear too), where `restore` is used on the
+        first try only; empty or None: not set (templated: ``"{{ params.restore }}"``). If
+        a try committed output past it, the next try is refused (sink ahead) unless
+        ``sparkpoint_conf={"restore.sinkAhead": "rewind"}`` (Delta only).
     :param trigger: ``availableNow`` or ``processingTime:<interval>`` (Spark's interval
         syntax, e.g. ``processingTime:5 seconds``, or ``10s``).
     :param checkpoint_interval: ``spark.sparkpoint.checkpoint.interval``: a duration (seconds,
@@ -166,6 +184,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         "job_name",
         "checkpoint_dir",
         "restore",
+        "restore_snapshot",
         "trigger",
         "checkpoint_interval",
         "work_dir",
@@ -181,6 +200,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         checkpoint_dir: str | None = None,
         sparkpoint_conn_id: str | None = None,
         restore: str = "latest",
+        restore_snapshot: str | None = None,
         trigger: str = "availableNow",
         checkpoint_interval: str | float | timedelta = "0",
         num_retained: int = 3,
@@ -206,6 +226,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
             raise ConfigError(f"state_partitions={state_partitions!r} is invalid; expected an integer >= 1 "
                               "(or None: the snapshot's own number)")
         self.restore = restore
+        self.restore_snapshot = restore_snapshot
         self.trigger = trigger
         self.checkpoint_interval = _interval_text(checkpoint_interval)
         self.num_retained = num_retained
@@ -234,6 +255,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         """``restore`` on the first try; on a retry, the latest retained checkpoint of the
         task's own tries (resume, never restart).
 
+        `restore_snapshot`, when set, on every try (a hand-chosen restore).
+
         ``restore="latest"``/``"none"``: a retry restores ``latest``. A savepoint or
         checkpoint path: a retry restores the newest checkpoint that one of the task's
         tries completed (``latest`` when that is the job's newest, else its path), or the
@@ -241,6 +264,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         (from the task state record, Airflow 3.3+) are the generations the task's tries
         ran; without them, a checkpoint newer than the path counts as the task's own.
         """
+        chosen = chosen_snapshot(self.restore_snapshot)
+        if chosen is not None:
+            return chosen
         if try_number <= 1:
             return self.restore
         if self.restore in ("latest", "none") or catalog is None:
@@ -438,6 +464,10 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         return result
 
     def _log_decision(self, catalog: Catalog, try_number: int, restore: str, previous: runs.TaskRecord | None) -> None:
+        if chosen_snapshot(self.restore_snapshot) is not None:
+            self.log.info("try %d: job %s restores %s (restore_snapshot: a hand-chosen restore, honoured on every "
+                          "try)", try_number, self.job_name, restore)
+            return
         if try_number <= 1:
             self.log.info("first try: job %s starts with restore=%s", self.job_name, restore)
             return

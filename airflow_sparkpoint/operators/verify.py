@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 SCRATCH = "{scratch}"
 LATEST_SAVEPOINT = "latest_savepoint"
-_FIXED = ("restore", "trigger", "commit_mode")
+_FIXED = ("restore", "restore_snapshot", "trigger", "commit_mode")
 
 
 class SparkpointVerifyOperator(SparkpointSubmitOperator):

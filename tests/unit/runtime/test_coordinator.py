@@ -415,3 +415,22 @@ def test_recovery_leaves_a_confirmed_record_for_another_sink_alone(catalog, tmp_
         assert sum("does not match the declared sink" in m for m in caplog.messages) == 2, caplog.messages
         caplog.clear()
         catalog.put_transaction(record(2, gen1))  # back for the next mode
+
+
+@pytest.mark.parametrize("policy", ["fail", "rewind"])
+def test_the_sink_ahead_refusal_says_whether_the_sink_can_rewind(catalog, tmp_path, policy):
+    """S3Sink and DirectorySink cannot rewind: the refusal must say so and never suggest
+    restore.sinkAhead=rewind for them (with it already set, that advice is a dead end)."""
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    write_live(tmp_path, 0)
+    coord.checkpoint(0)
+    plan = plan_restore(_cfg(restore=catalog.checkpoint_uri(1), **{"restore.sinkAhead": policy}), catalog, None)
+    plain = RecordingSink()
+    plain.committed = {0: 1, 1: 1, 2: 1}
+    with pytest.raises(SinkAheadError) as info:
+        check_sink_position(plan, plain, "job")
+    message = str(info.value)
+    assert "RecordingSink cannot rewind" in message and "DeltaSink" in message, message
+    assert "sinkAhead=rewind to rewind" not in message, message
+    assert "a checkpoint or savepoint at or after batch 2" in message and "new output location" in message
