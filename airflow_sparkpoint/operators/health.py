@@ -77,7 +77,8 @@ class SparkpointHealthCheckOperator(SparkpointJobMixin, BaseOperator):
 
     :param job_name: the pipeline (templated).
     :param checkpoint_dir: storage root (templated); or `sparkpoint_conn_id`.
-    :param sparkpoint_conn_id: a ``sparkpoint`` connection.
+    :param sparkpoint_conn_id: a ``sparkpoint`` connection (default ``sparkpoint_default`` when no
+        `checkpoint_dir` is given).
     :param max_checkpoint_age: the latest completed checkpoint must be younger (seconds or
         a timedelta); no completed checkpoint at all fails.
     :param max_failure_ratio: at most this share of the newest `failure_window` checkpoint

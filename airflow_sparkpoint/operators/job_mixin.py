@@ -10,7 +10,7 @@ from typing import Any
 from airflow.sdk import conf
 
 from airflow_sparkpoint import durations
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, require_storage
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
 
 __all__ = ["SparkpointJobMixin", "default_deferrable", "positive_seconds"]
 
@@ -25,14 +25,12 @@ class SparkpointJobMixin:
     sparkpoint_conn_id: str | None
 
     def _init_job(self, job_name: str, checkpoint_dir: str | None, sparkpoint_conn_id: str | None) -> None:
-        """Set the job and where its store is.
-
-        :raises ConfigError: neither `checkpoint_dir` nor `sparkpoint_conn_id` is given.
-        """
-        require_storage(type(self).__name__, checkpoint_dir, sparkpoint_conn_id)
+        """Set the job and where its store is: the connection `sparkpoint_conn_id`, the
+        storage root `checkpoint_dir` (its URI wins over the connection's), or, with
+        neither, the ``sparkpoint_default`` connection (`storage_connection`)."""
         self.job_name = job_name
         self.checkpoint_dir = checkpoint_dir
-        self.sparkpoint_conn_id = sparkpoint_conn_id
+        self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
 
     @cached_property
     def sparkpoint_hook(self) -> SparkpointHook:

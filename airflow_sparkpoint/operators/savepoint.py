@@ -49,7 +49,8 @@ class SparkpointSavepointOperator(SparkpointJobMixin, BaseOperator):
 
     :param job_name: the pipeline (templated).
     :param checkpoint_dir: storage root (templated); or `sparkpoint_conn_id`.
-    :param sparkpoint_conn_id: a ``sparkpoint`` connection.
+    :param sparkpoint_conn_id: a ``sparkpoint`` connection (default ``sparkpoint_default`` when no
+        `checkpoint_dir` is given).
     :param stop: stop-with-savepoint: the running job stops after the savepoint.
     :param timeout: seconds to wait for the running job to complete the request.
     :param poll_interval: seconds between looks at the request.

@@ -138,7 +138,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
     :param checkpoint_dir: storage root (``spark.sparkpoint.dir``); or use `sparkpoint_conn_id`.
     :param sparkpoint_conn_id: a ``sparkpoint`` connection giving the storage root, S3
         endpoint/credentials (credentials reach spark-submit through its environment) and
-        the cluster's Python.
+        the cluster's Python (default ``sparkpoint_default`` when no `checkpoint_dir` is given).
     :param restore: ``latest``, ``none`` or a savepoint/checkpoint path for the first try
         (templated: a savepoint path can come from XCom). A retry restores the latest
         checkpoint of the task's own tries, or this path again while they made none.

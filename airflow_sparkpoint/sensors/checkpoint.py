@@ -37,7 +37,8 @@ class SparkpointCheckpointSensor(SparkpointJobMixin, BaseSensorOperator):
 
     :param job_name: the pipeline (templated).
     :param checkpoint_dir: storage root (templated); or `sparkpoint_conn_id`.
-    :param sparkpoint_conn_id: a ``sparkpoint`` connection.
+    :param sparkpoint_conn_id: a ``sparkpoint`` connection (default ``sparkpoint_default`` when no
+        `checkpoint_dir` is given).
     :param after_checkpoint_id: a completed checkpoint with a larger id (templated).
     :param after_time: completed after this datetime / epoch seconds / ISO timestamp (templated).
     :param generation: of this job generation (templated); fails when it is superseded.

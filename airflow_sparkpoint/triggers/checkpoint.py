@@ -63,7 +63,7 @@ from airflow_sparkpoint import durations
 from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.control import REQUEST_ID_RE, ControlChannel, ControlResult
 from airflow_sparkpoint.exceptions import ConfigError, ControlError, StorageError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, require_storage
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
 from airflow_sparkpoint.storage import Storage, open_storage
 from airflow_sparkpoint.triggers.conditions import (
     CheckpointCondition,
@@ -147,7 +147,8 @@ class SparkpointCheckpointTrigger(BaseTrigger):
     :param job_name: the pipeline.
     :param mode: ``checkpoint`` or ``control_result``.
     :param checkpoint_dir: storage root; or `sparkpoint_conn_id` (resolved in the triggerer).
-    :param sparkpoint_conn_id: a ``sparkpoint`` connection.
+    :param sparkpoint_conn_id: a ``sparkpoint`` connection (default ``sparkpoint_default``
+        when no `checkpoint_dir` is given).
     :param request_id: the control request to wait for (``control_result``).
     :param generation: ``checkpoint``: see `CheckpointCondition`; ``control_result``: the
         generation the request went to, whose liveness is watched.
@@ -178,7 +179,6 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         super().__init__()
         if mode not in MODES:
             raise ConfigError(f"trigger mode={mode!r} is invalid; expected one of {', '.join(MODES)}")
-        require_storage("SparkpointCheckpointTrigger", checkpoint_dir, sparkpoint_conn_id)
         # Validates job_name, the filters and max_heartbeat_age in one place.
         self.condition = CheckpointCondition(
             job_name=job_name,
@@ -206,7 +206,7 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         self.job_name = job_name
         self.mode = mode
         self.checkpoint_dir = checkpoint_dir
-        self.sparkpoint_conn_id = sparkpoint_conn_id
+        self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
         self.request_id = request_id
         self.poll_interval = float(poll_interval)
         self.deadline = None if deadline is None else float(deadline)
