@@ -43,7 +43,7 @@ from airflow_sparkpoint.runtime.restore import (
 )
 from airflow_sparkpoint.runtime.run_coordination import _RunCoordination
 from airflow_sparkpoint.runtime.takeover import check_start
-from airflow_sparkpoint.sinks.base import Sink, StageContext
+from airflow_sparkpoint.sinks.base import Sink, StageContext, settler
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -347,7 +347,8 @@ class _Run(_RunCoordination):
             sink_id=self.sink.sink_id, created_at=time.time(),
             # the commit keeps how to replay the batch (the self-healing fallback, runtime.replay)
             payload={"config": self.sink.to_config(), "staged": payload,
-                     "replay": replay.capture(self.live, int(batch_id))},
+                     "replay": replay.capture(self.live, int(batch_id)),
+                     **settler(self.sink)},  # a subclass that settles differently: never the base
         )
         if self.stopping.is_set():
             self.sink.abort(record)
