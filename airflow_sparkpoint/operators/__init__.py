@@ -6,10 +6,11 @@ from airflow_sparkpoint.operators.commit import SparkpointCommitOperator
 from airflow_sparkpoint.operators.health import SparkpointHealthCheckOperator
 from airflow_sparkpoint.operators.savepoint import SparkpointSavepointOperator
 from airflow_sparkpoint.operators.submit import SparkpointSubmitOperator
-from airflow_sparkpoint.operators.verify import SparkpointVerifyOperator
+from airflow_sparkpoint.operators.verify import SparkpointDrillOperator, SparkpointVerifyOperator
 
 __all__ = [
     "SparkpointCommitOperator",
+    "SparkpointDrillOperator",
     "SparkpointHealthCheckOperator",
     "SparkpointSavepointOperator",
     "SparkpointSubmitOperator",
