@@ -8,7 +8,9 @@ do silently. So a start is refused when the job's live generation was started by
 another task instance (or by none: a manual or CLI start), unless it asks to take over
 (``takeover=True``, ``spark.sparkpoint.takeover=true``). A generation is live while
 its status is starting/running with a heartbeat younger than `LIVE_HEARTBEAT_AGE_S`,
-and not superseded; one whose driver ran on this host and is gone does not count.
+and not superseded; one whose driver ran on this host and is gone does not count, nor
+one whose stop (or cancel) request completed: after a stop-with-savepoint it only writes
+its final status, and the next deploy step (a blue-green green) must not wait for that.
 
 The check is not atomic with the claim: two starts racing within moments of each other
 can still fence one another (the later claim wins, as before).
@@ -20,6 +22,7 @@ import socket
 import time
 
 from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.records import AirflowTry, read_generation
 from airflow_sparkpoint.exceptions import JobAlreadyRunning
@@ -49,6 +52,8 @@ def check_start(catalog: Catalog, starter: AirflowTry | None, *, takeover: bool,
         return
     if status.host == socket.gethostname() and status.pid and not process_alive(int(status.pid), None):
         return  # its driver ran here and is gone (killed): its heartbeat is merely recent
+    if ControlChannel(catalog).stopped(status.generation):
+        return  # stopped with a savepoint (or cancelled): ending, its final status follows
     running = read_generation(catalog, status.generation, status=status, current=status.generation).airflow
     if starter is not None and starter.same_task(running):
         return  # a retry or a clear of the task that runs it: takes over, as always

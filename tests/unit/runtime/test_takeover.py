@@ -107,3 +107,24 @@ def test_the_airflow_try_round_trips_with_its_map_index() -> None:
                                  "map_index": "0"}) == task
     assert task.same_task(AirflowTry("etl", "run", "r1", 4, map_index=0))
     assert not task.same_task(AirflowTry("etl", "run", "r1", 4))
+
+
+def test_a_run_whose_stop_completed_does_not_block(catalog: Catalog) -> None:
+    """A stop-with-savepoint completes its request before it writes its final status:
+    the next deploy step (blue-green's green) starts at once, as before."""
+    from airflow_sparkpoint.checkpoints.control import ControlChannel
+
+    generation = start(catalog, RUNNING)
+    channel = ControlChannel(catalog)
+    request = channel.submit("stop", generation=generation, timeout_s=60)
+    channel.acknowledge(request, generation)
+    with pytest.raises(JobAlreadyRunning):  # acknowledged, still taking its savepoint
+        check_start(catalog, None, takeover=False)
+    channel.complete(request, generation=generation, savepoint=f"{catalog.uri}/savepoints/savepoint-1-0a1b2c3d", batch_id=3)
+    check_start(catalog, None, takeover=False)
+    other = channel.submit("savepoint", generation=generation, timeout_s=60)  # a plain savepoint does not end it
+    channel.acknowledge(other, generation)
+    channel.complete(other, generation=generation, savepoint=f"{catalog.uri}/savepoints/savepoint-2-0a1b2c3d", batch_id=3)
+    generation = start(catalog, RUNNING)
+    with pytest.raises(JobAlreadyRunning):
+        check_start(catalog, None, takeover=False)
