@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, layout
+from airflow_sparkpoint.checkpoints.records import AIRFLOW_CONTEXT_ENV, AirflowTry
 from airflow_sparkpoint.checkpoints.run_result import read_run_result
 from airflow_sparkpoint.exceptions import ObjectNotFound, SparkpointError
 
@@ -139,3 +140,23 @@ class TaskRecord:
             store.set(TASK_STATE_KEY, {**asdict(self), "tokens": list(self.tokens)})
         except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
             log.warning("could not write the task state record %r: %s", TASK_STATE_KEY, exc)
+
+
+def task_try(context: Any, dag_id: str, task_id: str) -> AirflowTry:
+    """The task try `context` runs (its map index only when the task is mapped);
+    `dag_id`/`task_id`: the operator's, where the task instance does not say."""
+    ti = context["ti"]
+    index = getattr(ti, "map_index", None)
+    return AirflowTry(str(getattr(ti, "dag_id", None) or dag_id), str(getattr(ti, "task_id", None) or task_id),
+                      str(context.get("run_id") or getattr(ti, "run_id", "") or ""),
+                      int(getattr(ti, "try_number", 1) or 1),
+                      int(index) if isinstance(index, int) and index >= 0 else None)
+
+
+def starter_environment(starter: AirflowTry) -> dict[str, str]:
+    """The driver's view of `starter` (`records.AIRFLOW_CONTEXT_ENV`): what Airflow exports
+    to the task's environment, set here explicitly, plus the map index it does not export."""
+    values = {"dag_id": starter.dag_id, "task_id": starter.task_id, "run_id": starter.run_id,
+              "try_number": "" if starter.try_number is None else str(starter.try_number),
+              "map_index": "" if starter.map_index is None else str(starter.map_index)}
+    return {AIRFLOW_CONTEXT_ENV[name]: value for name, value in values.items() if value}

@@ -36,7 +36,6 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
-from airflow_sparkpoint.checkpoints.records import AIRFLOW_CONTEXT_ENV, AirflowTry
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
 from airflow_sparkpoint.operators import runs
 from airflow_sparkpoint.operators.health import emit_metrics_for
@@ -410,14 +409,14 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
         restore = self.choose_restore(try_number, catalog, own)
         self._log_decision(catalog, try_number, restore, previous)
         sparkpoint_conf = self.build_sparkpoint_conf(restore)  # bad settings fail before anything is recorded
-        starter = task_try(context, self.dag_id, self.task_id)
+        starter = runs.task_try(context, self.dag_id, self.task_id)
         # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
         check_start(catalog, starter, takeover=self.takeover)
         token = runs.new_token()
         runs.TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
                         previous.since if previous else generation_before).save(store)
         self.conf = {**(self.conf or {}), **sparkpoint_conf}
-        self._secret_env = {**self._secret_environment(), **starter_environment(starter), SUBMITTER_ENV: token}
+        self._secret_env = {**self._secret_environment(), **runs.starter_environment(starter), SUBMITTER_ENV: token}
         master = str(self._get_hook()._connection.get("master") or "")
         self.env_vars = {**self.spark_environment(master), **(self.env_vars or {})}
         if self.ship_runtime:
@@ -533,26 +532,6 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkSubmitOperator):
                               process.returncode)
         if self._hook is not None:
             super().on_kill()
-
-
-def task_try(context: Any, dag_id: str, task_id: str) -> AirflowTry:
-    """The task try `context` runs (its map index only when the task is mapped);
-    `dag_id`/`task_id`: the operator's, where the task instance does not say."""
-    ti = context["ti"]
-    index = getattr(ti, "map_index", None)
-    return AirflowTry(str(getattr(ti, "dag_id", None) or dag_id), str(getattr(ti, "task_id", None) or task_id),
-                      str(context.get("run_id") or getattr(ti, "run_id", "") or ""),
-                      int(getattr(ti, "try_number", 1) or 1),
-                      int(index) if isinstance(index, int) and index >= 0 else None)
-
-
-def starter_environment(starter: AirflowTry) -> dict[str, str]:
-    """The driver's view of `starter` (`records.AIRFLOW_CONTEXT_ENV`): what Airflow exports
-    to the task's environment, set here explicitly, plus the map index it does not export."""
-    values = {"dag_id": starter.dag_id, "task_id": starter.task_id, "run_id": starter.run_id,
-              "try_number": "" if starter.try_number is None else str(starter.try_number),
-              "map_index": "" if starter.map_index is None else str(starter.map_index)}
-    return {AIRFLOW_CONTEXT_ENV[name]: value for name, value in values.items() if value}
 
 
 #: serializes `SparkpointSubmitOperator._found` (the watcher thread and the task's own);
