@@ -5,7 +5,8 @@
     sparkpoint list      --dir URI --job NAME [--json]
     sparkpoint status    --dir URI --job NAME [--max-heartbeat-age S] [--json]
     sparkpoint savepoint --dir URI --job NAME [--stop] [--timeout S] [--no-wait] [--no-from-checkpoint]
-    sparkpoint dispose   --dir URI --job NAME PATH
+    sparkpoint dispose   --dir URI --job NAME PATH | [--older-than DURATION] [--keep N]
+    sparkpoint requests  list|withdraw ID  --dir URI --job NAME [--reason TEXT]
     sparkpoint commit    --dir URI --job NAME [--upto-batch N | --abort-generation G] [--sink KIND:URI]
     sparkpoint inspect   --dir URI --job NAME PATH|latest [--rows [--operator ID] [--store NAME] [--key JSON]]
     sparkpoint verify    --dir URI --job NAME PATH|latest
@@ -36,6 +37,8 @@ from airflow_sparkpoint.cli_commands import (
     cmd_dispose,
     cmd_list,
     cmd_metrics,
+    cmd_requests_list,
+    cmd_requests_withdraw,
     cmd_savepoint,
     cmd_status,
 )
@@ -49,6 +52,7 @@ from airflow_sparkpoint.cli_common import (  # re-exported: callers import them 
     _common_options,
     _generation,
     _positive_seconds,
+    _whole_number,
 )
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, SparkpointError
 from airflow_sparkpoint.process_exit import exit_process
@@ -92,9 +96,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll", type=_positive_seconds, default=1.0, metavar="S", help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_savepoint)
 
-    p = commands.add_parser("dispose", parents=[common], help="delete a savepoint (or checkpoint) of the job")
-    p.add_argument("path", metavar="PATH", help="its URI, path, or key (as shown by `sparkpoint list`)")
+    p = commands.add_parser(
+        "dispose", parents=[common], help="delete a savepoint (or checkpoint), or old savepoints by age or count",
+        description="Delete PATH; or, with --older-than and/or --keep, the savepoints beyond those limits. The "
+                    "newest savepoint and the one the job's newest lineage started from are always kept.",
+    )
+    p.add_argument("path", metavar="PATH", nargs="?", default=None,
+                   help="its URI, path, or key (as shown by `sparkpoint list`)")
+    p.add_argument("--older-than", type=_positive_seconds, default=None, metavar="DURATION",
+                   help="dispose of savepoints older than this (seconds, or e.g. '7d', '30 days')")
+    p.add_argument("--keep", type=_whole_number("number of savepoints", 1), default=None, metavar="N",
+                   help="keep at most the N newest savepoints")
     p.set_defaults(func=cmd_dispose)
+
+    p = commands.add_parser(
+        "requests", help="control requests (savepoint, stop) nobody answered yet: list or withdraw",
+        description="A request a running job has not taken yet can be withdrawn (it expires, and no job takes it "
+                    "later); one a job already acknowledged runs to its end.",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    a = actions.add_parser("list", parents=[common], help="pending and acknowledged requests, oldest first")
+    a.set_defaults(func=cmd_requests_list)
+    a = actions.add_parser("withdraw", parents=[common], help="withdraw a pending request (its id, as printed by "
+                           "`sparkpoint savepoint --no-wait` or `sparkpoint requests list`)")
+    a.add_argument("request_id", metavar="ID")
+    a.add_argument("--reason", default=None, help="recorded as the request's error (default: who withdrew it)")
+    a.set_defaults(func=cmd_requests_withdraw)
 
     p = commands.add_parser("commit", parents=[common],
                             help="promote staged output of confirmed checkpoints (the two-phase-commit step)")

@@ -263,7 +263,13 @@ def _requester() -> str:
 
 
 def cmd_dispose(args: argparse.Namespace) -> int:
+    by_policy = args.older_than is not None or args.keep is not None
+    if by_policy == (args.path is not None):
+        raise UsageError("give either PATH or --older-than/--keep (not both)" if by_policy else
+                         "give PATH (a savepoint or checkpoint), or --older-than DURATION and/or --keep N")
     catalog = _open_catalog(args)
+    if by_policy:
+        return _dispose_savepoints(args, catalog)
     try:
         key = catalog.key_of(args.path)
         count = catalog.dispose(args.path)
@@ -276,6 +282,67 @@ def cmd_dispose(args: argparse.Namespace) -> int:
         _emit_json({"job": catalog.job, "root": catalog.uri, "disposed": uri, "objects": count})
     else:
         print(f"disposed {uri} ({count} objects)")
+    return EXIT_OK
+
+
+def _dispose_savepoints(args: argparse.Namespace, catalog: Any) -> int:
+    from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
+
+    disposed = savepoint_history_retention(catalog, max_count=args.keep, max_age_s=args.older_than)
+    kept = [entry.uri for entry in catalog.list_savepoints()]
+    if args.json:
+        _emit_json({"job": catalog.job, "root": catalog.uri, "keep": args.keep, "older_than_s": args.older_than,
+                    "disposed_savepoints": disposed, "kept_savepoints": kept})
+    else:
+        for uri in disposed:
+            print(f"disposed {uri}")
+        print(f"{len(disposed)} savepoint(s) disposed, {len(kept)} kept")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def cmd_requests_list(args: argparse.Namespace) -> int:
+    from airflow_sparkpoint.checkpoints.history import open_requests
+
+    catalog = _open_catalog(args)
+    records = open_requests(catalog)
+    if args.json:
+        _emit_json({"job": catalog.job, "root": catalog.uri, "requests": [r.to_json() for r in records]})
+        return EXIT_OK
+    if not records:
+        print(f"no open control requests for job {catalog.job!r}")
+        return EXIT_OK
+    print(_table(["ID", "KIND", "STATE", "GENERATION", "CREATED", "EXPIRES", "BY"],
+                 [[r.id, r.kind, r.state, r.generation, _iso(r.created_at), _iso(r.deadline), r.requested_by]
+                  for r in records]))
+    return EXIT_OK
+
+
+def cmd_requests_withdraw(args: argparse.Namespace) -> int:
+    from airflow_sparkpoint.checkpoints.control import REQUEST_ID_RE, ControlChannel
+
+    if not REQUEST_ID_RE.match(args.request_id):
+        raise UsageError(f"request id {args.request_id!r} is malformed; expected '<13 digits>-<8 hex>' as printed "
+                         "by `sparkpoint savepoint --no-wait` or `sparkpoint requests list`")
+    catalog = _open_catalog(args)
+    reason = args.reason or f"withdrawn by {_requester()}"
+    try:
+        result = ControlChannel(catalog).withdraw(args.request_id, reason)
+    except ControlError as exc:
+        raise CommandFailed(f"{exc} (see `sparkpoint requests list`)") from None
+    withdrawn = result.state == "expired" and result.error == reason
+    if args.json:
+        _emit_json({"job": catalog.job, "root": catalog.uri, "request_id": args.request_id,
+                    "withdrawn": withdrawn, "state": result.state, "generation": result.generation,
+                    "error": result.error})
+    elif withdrawn:
+        print(f"withdrew request {args.request_id} of job {catalog.job!r}")
+    if not withdrawn:
+        why = (f"generation {result.generation} already took it; it runs to its end" if result.state == "acknowledged"
+               else f"it already ended ({result.state}{': ' + result.error if result.error else ''})")
+        raise CommandFailed(f"request {args.request_id} of job {catalog.job!r} was not withdrawn: {why}")
     return EXIT_OK
 
 

@@ -35,16 +35,17 @@ def _env(name: str) -> str | None:
 
 
 def _positive_seconds(text: str) -> float:
-    from airflow_sparkpoint.runtime.config import parse_duration
+    from airflow_sparkpoint import durations
 
     try:  # seconds, or a duration as Spark writes them ("5 minutes", "30s")
-        value = parse_duration("", text)
-    except ConfigError:
+        value = durations.parse_text(text)
+    except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds nor a duration like '5 minutes'") \
             from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is invalid; expected a number of seconds > 0")
-    return value
+    try:
+        return durations.seconds("value", value)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid; expected a number of seconds > 0") from None
 
 
 def _whole_number(what: str, minimum: int) -> Callable[[str], int]:

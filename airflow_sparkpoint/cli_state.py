@@ -80,7 +80,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
         "verify", parents=[common], help="restore drill without the application: files and every state store",
         description="Materialize the snapshot into a scratch location, check every referenced file's size and "
                     "sha256, open every state store of every operator and partition and read all of it. Exit 0 "
-                    "only when all of it reads. The outcome is recorded next to the snapshot.",
+                    "only when all of it reads. The outcome is recorded next to the snapshot. The application "
+                    "itself does not run: the full drill, which runs it from the snapshot under a scratch identity, "
+                    "is the Airflow operator SparkpointDrillOperator.",
     )
     p.add_argument("target", metavar="PATH|latest",
                    help="a snapshot URI, path or key (as `sparkpoint list` shows), or latest (what restore=latest uses)")

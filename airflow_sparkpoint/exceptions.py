@@ -14,6 +14,8 @@
     │   ├── RestoreError            a restore target is missing, foreign or unusable
     │   ├── StaleGeneration         a superseded job tried to act (invariant 5)
     │   └── GenerationRunning       an action for a stopped generation found it running
+    │       └── JobAlreadyRunning   a start found a live run another task started
+    │                               (refused unless takeover)
     ├── SinkError                   a sink could not stage, commit or abort
     │   ├── CommitOutcomeUnknown    the commit may or may not have landed: never clean up
     │   ├── TransactionConflict     another transaction holds batch N's commit: this one
@@ -75,6 +77,11 @@ class StaleGeneration(CatalogError):
 
 class GenerationRunning(CatalogError):
     """An action that needs a stopped generation (aborting its output) found it still running."""
+
+
+class JobAlreadyRunning(GenerationRunning):
+    """A start found a live generation that another Airflow task (or no task: a manual
+    start) started; starting would fence it. Refused unless the start takes it over."""
 
 
 class SinkError(SparkpointError):

@@ -17,7 +17,10 @@ the ``spark_default`` connection and the cluster's ``spark-defaults.conf``; Spar
 checkpoint under ``$SPARKPOINT_WORK_DIR`` when set.
 
 Params: ``input`` (JSON lines ``{"page", "ts", "user"}``), ``output`` (the Delta table),
-``window`` and ``watermark`` (Spark interval strings).
+``window`` and ``watermark`` (Spark interval strings), ``restore`` (restore a chosen
+savepoint or checkpoint by hand: trigger a run with its path, as ``sparkpoint list``
+shows it; every try of that run restores it. A sink that already committed past it is
+refused unless ``restore.sinkAhead=rewind``; empty, the default: resume).
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ with DAG(
                         description="Delta table, merged by window and page"),
         "window": Param("10 minutes", type="string", description="tumbling window length"),
         "watermark": Param("30 minutes", type="string", description="how late an event may arrive"),
+        "restore": Param("", type="string",
+                         description="restore this savepoint or checkpoint (a path from `sparkpoint list`) on every "
+                                     "try of this run; empty: resume from the job's latest checkpoint"),
     },
     default_args={"retries": 3, "retry_delay": timedelta(minutes=1)},
 ) as dag:
@@ -64,6 +70,7 @@ with DAG(
         job_name="etl_windowed_counts",
         sparkpoint_conn_id="sparkpoint_default",
         work_dir=os.environ.get("SPARKPOINT_WORK_DIR") or None,
+        restore_snapshot="{{ params.restore }}",  # a hand-chosen restore; empty: not set
         trigger="availableNow",
         checkpoint_interval="0",  # a retained checkpoint after every micro-batch: a retry loses nothing
         num_retained=3,

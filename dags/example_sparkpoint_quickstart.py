@@ -5,7 +5,9 @@ Trigger with a run conf to point it elsewhere::
 
     {"base_dir": "/tmp/sparkpoint-quickstart"}
 
-(``input``/``output``/``checkpoints`` live under it). Spark runs where the ``spark_default``
+(``input``/``output``/``checkpoints`` live under it), or ``{"restore": "<path>"}`` to
+restore a savepoint or checkpoint chosen by hand (``sparkpoint list`` shows them) on
+every try of that run. Spark runs where the ``spark_default``
 connection points (``local[2]`` in `make demo`). `make demo` runs this DAG.
 """
 
@@ -29,7 +31,12 @@ with DAG(
     start_date=datetime(2026, 1, 1),
     catchup=False,
     tags=["sparkpoint", "example"],
-    params={"base_dir": Param(BASE, type="string", description="folder with input/, output/, checkpoints/")},
+    params={
+        "base_dir": Param(BASE, type="string", description="folder with input/, output/, checkpoints/"),
+        "restore": Param("", type="string",
+                         description="restore this savepoint or checkpoint (a path from `sparkpoint list`) on every "
+                                      "try of this run; empty: resume from the job's latest checkpoint"),
+    },
     default_args={"retries": 1, "retry_delay": timedelta(seconds=2)},
 ) as dag:
     SparkpointSubmitOperator(
@@ -37,6 +44,7 @@ with DAG(
         application=str(JOBS / "quickstart_totals.py"),
         job_name="quickstart",
         checkpoint_dir="{{ params.base_dir }}/checkpoints",
+        restore_snapshot="{{ params.restore }}",  # a hand-chosen restore; empty: resume
         application_args=["--input", "{{ params.base_dir }}/input", "--output", "{{ params.base_dir }}/output"],
         conf={
             "spark.sql.shuffle.partitions": "2",

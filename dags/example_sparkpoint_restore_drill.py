@@ -4,7 +4,7 @@
 A savepoint that was never restored is a hope, not a backup. Every week this DAG takes
 the newest savepoint of the alerting job (``jobs/threshold_alerts.py``, e.g. the ones
 ``example_sparkpoint_scheduled_savepoints`` takes) and restores it for real:
-`SparkpointVerifyOperator` submits the same application, with the same parameters, from
+`SparkpointDrillOperator` submits the same application, with the same parameters, from
 that savepoint under a scratch identity (its own Sparkpoint directory and job name, its
 output table under a scratch directory), lets it catch up on the input that arrived
 since (``availableNow``) and checks that it finished from that savepoint. The outcome is
@@ -38,7 +38,7 @@ from typing import Any
 
 from airflow.sdk import DAG, BaseNotifier, Param
 
-from airflow_sparkpoint.operators import SparkpointVerifyOperator
+from airflow_sparkpoint.operators import SparkpointDrillOperator
 
 JOB_SCRIPT = str(Path(__file__).parent / "jobs" / "threshold_alerts.py")
 STORAGE = "sparkpoint_default"  # the sparkpoint connection: the production job's storage
@@ -83,7 +83,7 @@ with DAG(
                             description="where failed drills are reported"),
     },
 ) as dag:
-    SparkpointVerifyOperator(
+    SparkpointDrillOperator(
         task_id="restore_drill",
         job_name="{{ params.job_name }}",
         sparkpoint_conn_id=STORAGE,

@@ -411,6 +411,21 @@ class ControlChannel:
         """Ids of every stored request, answered or not."""
         return self._scan()[0]
 
+    def stopped(self, generation: int) -> bool:
+        """Whether a stop or cancel request addressed to `generation` completed: that run
+        is ending (a stop-with-savepoint took its savepoint; it writes its final status
+        moments later). Unreadable requests are skipped."""
+        ids, taken = self._scan()
+        for request_id in (i for i in ids if i in taken):
+            try:
+                request = self._request(request_id)
+                if request.kind in ("stop", "cancel") and request.generation == generation and \
+                        self.result(request_id).state == "completed":
+                    return True
+            except ControlError as exc:
+                log.debug("skipping control request %s of job %r: %s", request_id, self.catalog.job, exc)
+        return False
+
     def read_request(self, request_id: str) -> ControlRequest:
         """Request `request_id` (cached once read).
 

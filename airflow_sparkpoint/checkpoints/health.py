@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_sparkpoint import durations
 from airflow_sparkpoint.checkpoints.history import PipelineHistory
 from airflow_sparkpoint.exceptions import ConfigError
 
@@ -118,12 +119,10 @@ class HealthReport:
 def _positive(name: str, value: Any, *, allow_zero: bool = False) -> float | None:
     if value is None:
         return None
-    if hasattr(value, "total_seconds"):
-        value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
             (value < 0 if allow_zero else value <= 0):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"{name}={value!r} is invalid; expected a number {bound} (seconds may be a timedelta)")
+        raise ConfigError(f"{name}={value!r} is invalid; expected a number {bound}")
     return float(value)
 
 
@@ -138,13 +137,13 @@ def validate_thresholds(
 
     :raises ConfigError: a value is out of range (the message names it), or none is given.
     """
-    age = _positive("max_checkpoint_age", max_checkpoint_age)
+    age = durations.optional_seconds("max_checkpoint_age", max_checkpoint_age)
     ratio = _positive("max_failure_ratio", max_failure_ratio, allow_zero=True)
     if ratio is not None and ratio >= 1:
         raise ConfigError(f"max_failure_ratio={max_failure_ratio!r} is invalid; expected a ratio in [0, 1)")
     if isinstance(failure_window, bool) or not isinstance(failure_window, int) or failure_window < 1:
         raise ConfigError(f"failure_window={failure_window!r} is invalid; expected an integer >= 1 (attempts)")
-    heartbeat = _positive("max_heartbeat_age", max_heartbeat_age)
+    heartbeat = durations.optional_seconds("max_heartbeat_age", max_heartbeat_age)
     if age is None and ratio is None and heartbeat is None:
         raise ConfigError("a health check needs at least one of max_checkpoint_age, max_failure_ratio, "
                           "max_heartbeat_age")

@@ -48,6 +48,8 @@ AIRFLOW_CONTEXT_ENV = {
     "task_id": "AIRFLOW_CTX_TASK_ID",
     "run_id": "AIRFLOW_CTX_DAG_RUN_ID",
     "try_number": "AIRFLOW_CTX_TRY_NUMBER",
+    # not exported by Airflow: the submit operator sets it for a mapped task
+    "map_index": "SPARKPOINT_AIRFLOW_MAP_INDEX",
 }
 _UNREAD = object()
 _URI_RE = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s()]+")
@@ -182,18 +184,41 @@ class AirflowTry:
     task_id: str = ""
     run_id: str = ""
     try_number: int | None = None
+    map_index: int | None = None
 
     def describe(self) -> str:
+        task = f"{self.dag_id}.{self.task_id}" if self.task_id else self.dag_id
+        mapped = f"[{self.map_index}]" if self.map_index is not None else ""
         try_text = f" try {self.try_number}" if self.try_number is not None else ""
-        return f"{self.dag_id}.{self.task_id}{try_text}" if self.task_id else self.dag_id + try_text
+        return f"{task}{mapped}{try_text}"
+
+    def same_task(self, other: AirflowTry | None) -> bool:
+        """Whether `other` is a try of the same task instance (same DAG, task, DAG run and
+        map index): a retry or a clear of it, which takes over its run as it always did."""
+        return other is not None and (self.dag_id, self.task_id, self.run_id, self.map_index) == \
+            (other.dag_id, other.task_id, other.run_id, other.map_index)
 
     @classmethod
     def from_json(cls, data: Any) -> AirflowTry | None:
         if not isinstance(data, Mapping) or not data.get("dag_id"):
             return None
         number = str(data.get("try_number") or "")
+        index = str(data.get("map_index") if data.get("map_index") is not None else "")
         return cls(str(data["dag_id"]), str(data.get("task_id") or ""), str(data.get("run_id") or ""),
-                   int(number) if number.isdigit() else None)
+                   int(number) if number.isdigit() else None, int(index) if index.isdigit() else None)
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> AirflowTry | None:
+        """The task try that started this process (Airflow exports its context to the
+        environment of the task and so of a client-mode spark-submit), or None."""
+        return cls.from_json(airflow_context(environ))
+
+
+def airflow_context(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Airflow's task context from the environment (`AIRFLOW_CONTEXT_ENV`); {} outside a task."""
+    env = os.environ if environ is None else environ
+    context = {name: env[var] for name, var in AIRFLOW_CONTEXT_ENV.items() if env.get(var)}
+    return context if context.get("dag_id") else {}
 
 
 def generation_details(config: Any = None, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -208,9 +233,8 @@ def generation_details(config: Any = None, environ: Mapping[str, str] | None = N
             if value is not None:
                 settings[name] = value if isinstance(value, (int, float, bool)) else str(value)
         details["config"] = settings
-    env = os.environ if environ is None else environ
-    context = {name: env[var] for name, var in AIRFLOW_CONTEXT_ENV.items() if env.get(var)}
-    if context.get("dag_id"):
+    context = airflow_context(environ)
+    if context:
         details["airflow"] = context
     return details
 
@@ -267,7 +291,7 @@ class GenerationRecord:
             "application_id": self.application_id or None,
             "airflow": None if self.airflow is None else {
                 "dag_id": self.airflow.dag_id, "task_id": self.airflow.task_id, "run_id": self.airflow.run_id,
-                "try_number": self.airflow.try_number,
+                "try_number": self.airflow.try_number, "map_index": self.airflow.map_index,
             },
             "outcome": self.outcome,
             "error": self.error,

@@ -12,7 +12,9 @@ being completed can see that a file it references went. Savepoints are never tou
 Savepoint history retention is like the Flink Kubernetes operator's
 ``kubernetes.operator.savepoint.history.max.count`` / ``.max.age``: keep at most
 `max_count` of them and none older than `max_age_s`, but always keep the newest valid one,
-so a deploy can still roll back.
+so a deploy can still roll back, and the one the job's newest lineage started from (a
+``restore=latest`` may restart there: `relied_on_savepoints`). The operator's history
+retention and ``sparkpoint dispose --keep/--older-than`` both use it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.entries import RetentionResult
 from airflow_sparkpoint.checkpoints.lineage import mark_superseded, prunable
-from airflow_sparkpoint.exceptions import ConfigError, ObjectNotFound
+from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, ObjectNotFound, RestoreError
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -271,6 +273,22 @@ def _check_args(max_count: int | None, max_age_s: float | None) -> None:
         )
 
 
+def relied_on_savepoints(catalog: Catalog) -> set[str]:
+    """Keys of the savepoints of this job that the newest lineage started from: with no
+    completed checkpoint of its own yet, ``restore=latest`` restarts there; after that it
+    is the lineage's documented origin (and a rollback target). Never disposed by retention."""
+    origins = catalog.origins()
+    if not origins:
+        return set()
+    newest = max(origins, key=lambda o: o.generation)
+    if newest.kind != "savepoint" or not newest.uri:
+        return set()
+    try:
+        return {catalog.key_of(newest.uri)}
+    except (RestoreError, InvalidPath):  # another job's savepoint (allowForeignJob): not ours to dispose
+        return set()
+
+
 def savepoint_history_retention(
     catalog: Catalog,
     *,
@@ -281,7 +299,8 @@ def savepoint_history_retention(
     """Dispose of savepoints beyond the `max_count` newest or older than `max_age_s`;
     return the URIs disposed of, newest first.
 
-    The newest valid savepoint is always kept. Incomplete savepoint directories (no
+    The newest valid savepoint is always kept, and so is the one the newest lineage
+    started from (`relied_on_savepoints`). Incomplete savepoint directories (no
     ``_metadata``) untouched for more than an hour are removed too. A savepoint whose
     ``_metadata`` exists but does not validate is left alone and reported in a warning:
     it may be evidence, and `sparkpoint dispose` removes it on purpose.
@@ -294,10 +313,11 @@ def savepoint_history_retention(
     valid = sorted((e for e in entries if e.metadata is not None),
                    key=lambda e: (e.metadata.created_at if e.metadata else 0.0, e.id), reverse=True)
     disposed: list[str] = []
+    relied_on = relied_on_savepoints(catalog)
     for index, entry in enumerate(valid):
         assert entry.metadata is not None
-        if index == 0:
-            continue  # always keep the newest valid savepoint
+        if index == 0 or entry.key in relied_on:
+            continue  # always keep the newest valid savepoint, and the newest lineage's origin
         age = now - entry.metadata.created_at
         reason = None
         if max_count is not None and index >= max_count:

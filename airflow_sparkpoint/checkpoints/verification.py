@@ -2,7 +2,7 @@
 
 ``<snapshot dir>/_verification.json`` holds the outcome of the last drill of that
 checkpoint or savepoint (``sparkpoint verify``: the files and every state store read
-back; `SparkpointVerifyOperator`: the whole application restored under a scratch
+back; `SparkpointDrillOperator`: the whole application restored under a scratch
 identity). It is not part of the snapshot: ``_metadata`` does not list it, restoring
 ignores it, and disposing of the snapshot deletes it with the directory.
 
@@ -33,7 +33,7 @@ class VerificationRecord:
 
     `level`: ``files`` (sizes and checksums), ``state`` (also every state store of every
     operator and partition read back: `sparkpoint verify`) or ``drill`` (the application
-    itself restored and run to the end: `SparkpointVerifyOperator`). `error` is None iff
+    itself restored and run to the end: `SparkpointDrillOperator`). `error` is None iff
     the drill passed.
     """
 

@@ -58,13 +58,17 @@ _CREDENTIAL_OPTIONS = ("aws_access_key_id", "aws_secret_access_key", "aws_sessio
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]+@")
 
 
-def require_storage(owner: str, checkpoint_dir: str | None, sparkpoint_conn_id: str | None) -> None:
-    """A task or trigger (`owner`) names where the job's store is: a storage root or a connection.
+#: the connection every operator, sensor, trigger and the hook read when none is named
+DEFAULT_CONN_ID = "sparkpoint_default"
 
-    :raises ConfigError: neither is given.
-    """
-    if not checkpoint_dir and not sparkpoint_conn_id:
-        raise ConfigError(f"{owner} needs checkpoint_dir or sparkpoint_conn_id (the storage root)")
+
+def storage_connection(checkpoint_dir: str | None, sparkpoint_conn_id: str | None) -> str | None:
+    """The connection a task or trigger reads for the job's store: `sparkpoint_conn_id`
+    when named; none when only a storage root (`checkpoint_dir`) is given; else
+    ``sparkpoint_default``, the hook's default."""
+    if sparkpoint_conn_id:
+        return sparkpoint_conn_id
+    return None if checkpoint_dir else DEFAULT_CONN_ID
 
 
 def extra_field(extra: Mapping[str, Any], name: str, conn_type: str = "sparkpoint") -> Any:
@@ -175,7 +179,7 @@ class SparkpointHook(BaseHook):
     """
 
     conn_name_attr = "sparkpoint_conn_id"
-    default_conn_name = "sparkpoint_default"
+    default_conn_name = DEFAULT_CONN_ID
     conn_type = "sparkpoint"
     hook_name = "Sparkpoint"
 

@@ -7,10 +7,11 @@ from airflow_sparkpoint.operators.health import SparkpointHealthCheckOperator
 from airflow_sparkpoint.operators.preflight import SparkpointPreflightOperator
 from airflow_sparkpoint.operators.savepoint import SparkpointSavepointOperator
 from airflow_sparkpoint.operators.submit import SparkpointSubmitOperator
-from airflow_sparkpoint.operators.verify import SparkpointVerifyOperator
+from airflow_sparkpoint.operators.verify import SparkpointDrillOperator, SparkpointVerifyOperator
 
 __all__ = [
     "SparkpointCommitOperator",
+    "SparkpointDrillOperator",
     "SparkpointHealthCheckOperator",
     "SparkpointPreflightOperator",
     "SparkpointSavepointOperator",

@@ -36,7 +36,8 @@ class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOp
     :param job_name: the pipeline (templated).
     :param checkpoint_dir: storage root (templated); or `sparkpoint_conn_id`, whose
         S3 endpoint and credentials also reach the sinks.
-    :param sparkpoint_conn_id: a ``sparkpoint`` connection.
+    :param sparkpoint_conn_id: a ``sparkpoint`` connection (default ``sparkpoint_default`` when no
+        `checkpoint_dir` is given).
     :param abort_generation: abort every uncommitted transaction staged by this
         generation instead of committing (templated; e.g. green's generation from XCom).
         Refused while that generation is still running.

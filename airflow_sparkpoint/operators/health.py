@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_sparkpoint import durations
 from airflow_sparkpoint.checkpoints.health import check_health, metric_values, validate_thresholds
 from airflow_sparkpoint.checkpoints.history import PipelineHistory, load_history
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin
@@ -76,7 +77,8 @@ class SparkpointHealthCheckOperator(SparkpointJobMixin, BaseOperator):
 
     :param job_name: the pipeline (templated).
     :param checkpoint_dir: storage root (templated); or `sparkpoint_conn_id`.
-    :param sparkpoint_conn_id: a ``sparkpoint`` connection.
+    :param sparkpoint_conn_id: a ``sparkpoint`` connection (default ``sparkpoint_default`` when no
+        `checkpoint_dir` is given).
     :param max_checkpoint_age: the latest completed checkpoint must be younger (seconds or
         a timedelta); no completed checkpoint at all fails.
     :param max_failure_ratio: at most this share of the newest `failure_window` checkpoint
@@ -100,10 +102,10 @@ class SparkpointHealthCheckOperator(SparkpointJobMixin, BaseOperator):
         job_name: str,
         checkpoint_dir: str | None = None,
         sparkpoint_conn_id: str | None = None,
-        max_checkpoint_age: float | timedelta | None = None,
+        max_checkpoint_age: float | timedelta | str | None = None,
         max_failure_ratio: float | None = None,
         failure_window: int = 10,
-        max_heartbeat_age: float | timedelta | None = None,
+        max_heartbeat_age: float | timedelta | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -116,9 +118,8 @@ class SparkpointHealthCheckOperator(SparkpointJobMixin, BaseOperator):
         self.max_heartbeat_age = max_heartbeat_age
 
     def execute(self, context: Context) -> dict[str, Any]:
-        heartbeat = self.max_heartbeat_age
-        seconds = heartbeat.total_seconds() if isinstance(heartbeat, timedelta) else heartbeat
-        history = load_history(self.hook.get_catalog(self.job_name), max_heartbeat_age=float(seconds or 60.0))
+        seconds = durations.optional_seconds("max_heartbeat_age", self.max_heartbeat_age)
+        history = load_history(self.hook.get_catalog(self.job_name), max_heartbeat_age=seconds or 60.0)
         emit_checkpoint_metrics(history)
         report = check_health(history, max_checkpoint_age=self.max_checkpoint_age,
                               max_failure_ratio=self.max_failure_ratio, failure_window=self.failure_window,

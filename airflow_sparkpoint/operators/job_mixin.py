@@ -9,10 +9,8 @@ from typing import Any
 
 from airflow.sdk import conf
 
-from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, require_storage
-from airflow_sparkpoint.runtime.config import duration_value
-from airflow_sparkpoint.triggers.conditions import optional_seconds
+from airflow_sparkpoint import durations
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
 
 __all__ = ["SparkpointJobMixin", "default_deferrable", "positive_seconds"]
 
@@ -27,14 +25,12 @@ class SparkpointJobMixin:
     sparkpoint_conn_id: str | None
 
     def _init_job(self, job_name: str, checkpoint_dir: str | None, sparkpoint_conn_id: str | None) -> None:
-        """Set the job and where its store is.
-
-        :raises ConfigError: neither `checkpoint_dir` nor `sparkpoint_conn_id` is given.
-        """
-        require_storage(type(self).__name__, checkpoint_dir, sparkpoint_conn_id)
+        """Set the job and where its store is: the connection `sparkpoint_conn_id`, the
+        storage root `checkpoint_dir` (its URI wins over the connection's), or, with
+        neither, the ``sparkpoint_default`` connection (`storage_connection`)."""
         self.job_name = job_name
         self.checkpoint_dir = checkpoint_dir
-        self.sparkpoint_conn_id = sparkpoint_conn_id
+        self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
 
     @cached_property
     def sparkpoint_hook(self) -> SparkpointHook:
@@ -52,10 +48,7 @@ def positive_seconds(name: str, value: Any) -> float:
 
     :raises ConfigError: anything else, None included (the message names `name`).
     """
-    seconds = optional_seconds(name, duration_value(name, value))
-    if seconds is None:
-        raise ConfigError(f"{name}=None is invalid; expected a number of seconds > 0")
-    return seconds
+    return durations.seconds(name, value)
 
 
 def default_deferrable(deferrable: bool | None) -> bool:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import threading
 import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo
+from airflow_sparkpoint.checkpoints.records import AIRFLOW_CONTEXT_ENV, AirflowTry
 from airflow_sparkpoint.checkpoints.run_result import read_run_result
 from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
 from airflow_sparkpoint.exceptions import CorruptMetadata, SparkpointError
@@ -136,3 +139,69 @@ class TaskRecord:
             store.set(TASK_STATE_KEY, {**asdict(self), "tokens": list(self.tokens)})
         except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
             log.warning("could not write the task state record %r: %s", TASK_STATE_KEY, exc)
+
+
+def task_try(context: Any, dag_id: str, task_id: str) -> AirflowTry:
+    """The task try `context` runs (its map index only when the task is mapped);
+    `dag_id`/`task_id`: the operator's, where the task instance does not say."""
+    ti = context["ti"]
+    index = getattr(ti, "map_index", None)
+    return AirflowTry(str(getattr(ti, "dag_id", None) or dag_id), str(getattr(ti, "task_id", None) or task_id),
+                      str(context.get("run_id") or getattr(ti, "run_id", "") or ""),
+                      int(getattr(ti, "try_number", 1) or 1),
+                      int(index) if isinstance(index, int) and index >= 0 else None)
+
+
+def starter_environment(starter: AirflowTry) -> dict[str, str]:
+    """The driver's view of `starter` (`records.AIRFLOW_CONTEXT_ENV`): what Airflow exports
+    to the task's environment, set here explicitly, plus the map index it does not export."""
+    values = {"dag_id": starter.dag_id, "task_id": starter.task_id, "run_id": starter.run_id,
+              "try_number": "" if starter.try_number is None else str(starter.try_number),
+              "map_index": "" if starter.map_index is None else str(starter.map_index)}
+    return {AIRFLOW_CONTEXT_ENV[name]: value for name, value in values.items() if value}
+
+
+def signal_tree(pid: int, sig: signal.Signals) -> None:
+    """Send `sig` to process `pid` and its descendants (spark-submit's JVM and the
+    Python driver it started), ignoring those already gone."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return
+    for proc in processes:
+        try:
+            proc.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+class RunWatcher:
+    """While spark-submit runs, look for the generation its driver claims (by token),
+    so that the generation and the links are known while a long job runs."""
+
+    def __init__(self, catalog: Catalog, token: str, after: int, found: Any, interval_s: float = 2.0) -> None:
+        self._catalog, self._token, self._after, self._found = catalog, token, after, found
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="sparkpoint-run-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                run = find_claim(self._catalog, self._token, after=self._after)
+            except SparkpointError as exc:
+                logging.getLogger(__name__).debug("looking for the run failed: %s", exc)
+                continue
+            if run is not None:
+                self._found(run)
+                return

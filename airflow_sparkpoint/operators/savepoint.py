@@ -40,7 +40,6 @@ from airflow_sparkpoint.operators import lineage
 from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
-from airflow_sparkpoint.runtime.config import duration_value
 from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
 from airflow_sparkpoint.triggers.conditions import optional_int, optional_seconds
 
@@ -53,7 +52,8 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
 
     :param job_name: the pipeline (templated).
     :param checkpoint_dir: storage root (templated); or `sparkpoint_conn_id`.
-    :param sparkpoint_conn_id: a ``sparkpoint`` connection.
+    :param sparkpoint_conn_id: a ``sparkpoint`` connection (default ``sparkpoint_default`` when no
+        `checkpoint_dir` is given).
     :param stop: stop-with-savepoint: the running job stops after the savepoint.
     :param timeout: seconds to wait for the running job to complete the request.
     :param poll_interval: seconds between looks at the request.
@@ -105,7 +105,7 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
         self.max_heartbeat_age = positive_seconds("max_heartbeat_age", max_heartbeat_age)
         self.from_checkpoint_if_not_running = bool(from_checkpoint_if_not_running)
         self.max_count = optional_int("max_count", max_count, minimum=1)
-        self.max_age = optional_seconds("max_age", duration_value("max_age", max_age))
+        self.max_age = optional_seconds("max_age", max_age)
         self.deferrable = default_deferrable(deferrable)
         #: the control request this task filed (withdrawn by `on_kill` if no run took it)
         self.request_id: str | None = None

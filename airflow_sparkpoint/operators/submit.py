@@ -16,7 +16,6 @@ application id by it, never by "the newest generation", which another run may ho
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import signal
@@ -26,6 +25,7 @@ import threading
 import time
 import zipfile
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException
 
+from airflow_sparkpoint import durations
 from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo, open_snapshot
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
 from airflow_sparkpoint.operators import lineage, runs
@@ -46,6 +47,7 @@ from airflow_sparkpoint.operators.links import (
     spark_ui_url,
 )
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
+from airflow_sparkpoint.runtime.takeover import check_start
 from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
 from airflow_sparkpoint.storage.endpoints import ENDPOINT_URL, REGION_NAME
 
@@ -64,7 +66,7 @@ SPARK_CONNECTION_KEYS = ("master", "deploy_mode")
 
 # Modules a Spark cluster needs; the Airflow layer stays behind.
 _RUNTIME_PACKAGES = ("checkpoints", "runtime", "sinks", "storage")
-_RUNTIME_MODULES = ("__init__.py", "exceptions.py", "faults.py", "py.typed")
+_RUNTIME_MODULES = ("__init__.py", "durations.py", "exceptions.py", "faults.py", "py.typed")
 
 
 def build_runtime_zip() -> str:
@@ -84,6 +86,33 @@ def build_runtime_zip() -> str:
             for file in sorted((package / sub).rglob("*.py")):
                 archive.write(file, f"airflow_sparkpoint/{file.relative_to(package).as_posix()}")
     return path
+
+
+def chosen_snapshot(value: Any) -> str | None:
+    """`restore_snapshot` as a path, or None when not set (None or blank).
+
+    :raises ConfigError: ``latest``/``none`` or not a string (those are `restore` values).
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if not isinstance(value, str) or value.strip().lower() in ("latest", "none"):
+        raise ConfigError(f"restore_snapshot={value!r} is invalid; expected a savepoint or checkpoint path (see "
+                          "`sparkpoint list`), or empty; 'latest' and 'none' are values of restore=")
+    return value.strip()
+
+
+def _interval_text(value: Any, *, rendered: bool = False) -> str:
+    """`checkpoint_interval` as the conf string the job reads: a timedelta or a number
+    becomes seconds (``30s``); a string is checked and kept (a template is checked once
+    `rendered`).
+
+    :raises ConfigError: not a duration >= 0 (the message names the parameter and value).
+    """
+    if isinstance(value, str):
+        if rendered or "{{" not in value and "{%" not in value:
+            durations.seconds("checkpoint_interval", value, allow_zero=True)
+        return value
+    return durations.conf_text(durations.seconds("checkpoint_interval", value, allow_zero=True))
 
 
 class _SecretEnvSparkSubmitHook(SparkSubmitHook):
@@ -110,23 +139,35 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
     :param checkpoint_dir: storage root (``spark.sparkpoint.dir``); or use `sparkpoint_conn_id`.
     :param sparkpoint_conn_id: a ``sparkpoint`` connection giving the storage root, S3
         endpoint/credentials (credentials reach spark-submit through its environment) and
-        the cluster's Python.
+        the cluster's Python (default ``sparkpoint_default`` when no `checkpoint_dir` is given).
     :param restore: ``latest``, ``none`` or a savepoint/checkpoint path for the first try
         (templated: a savepoint path can come from XCom). A retry restores the latest
         checkpoint of the task's own tries, or this path again while they made none.
+    :param restore_snapshot: a savepoint or checkpoint path chosen by hand, restored on
+        **every** try of this task (a retry or a clear too), where `restore` is used on the
+        first try only; empty or None: not set (templated: ``"{{ params.restore }}"``). If
+        a try committed output past it, the next try is refused (sink ahead) unless
+        ``sparkpoint_conf={"restore.sinkAhead": "rewind"}`` (Delta only).
     :param trigger: ``availableNow`` or ``processingTime:<interval>`` (Spark's interval
         syntax, e.g. ``processingTime:5 seconds``, or ``10s``).
-    :param checkpoint_interval: ``spark.sparkpoint.checkpoint.interval`` (e.g. ``"0"``, ``"30s"``).
+    :param checkpoint_interval: ``spark.sparkpoint.checkpoint.interval``: a duration (seconds,
+        a timedelta or a string such as ``"30s"``, ``"5 minutes"``); ``0`` = every batch.
     :param num_retained: completed checkpoints to keep.
     :param commit_mode: ``checkpoint`` or ``external``.
     :param work_dir: ``spark.sparkpoint.workDir`` (Spark's live checkpoint location).
     :param sparkpoint_conf: further ``spark.sparkpoint.*`` settings (without or with prefix).
     :param ship_runtime: zip the pure-Python runtime and add it with ``--py-files``, so a
         cluster needs no install of the provider.
-    :param stop_timeout: seconds `on_kill` gives the driver to end after SIGTERM (it
-        records its failed status at once) before spark-submit is killed.
+    :param stop_timeout: how long `on_kill` gives the driver to end after SIGTERM (it
+        records its failed status at once) before spark-submit is killed (a duration:
+        seconds, a timedelta or a string such as ``"3s"``).
     :param spark_history_server: base URL of a Spark History Server: the "Spark UI" link
         points there instead of the driver's live UI.
+    :param takeover: start even when the job's live run was started by another task
+        instance (another DAG, task or DAG run) or by none (a manual start): that run is
+        fenced. Without it such a start is refused before anything is submitted
+        (`JobAlreadyRunning`, naming the running generation); a retry or a clear of the
+        same task instance always takes its own run over.
     :param state_partitions: restore into this many state partitions instead of the
         snapshot's (``spark.sparkpoint.restore.statePartitions``: a rescale on restore;
         every try passes it, a retry of an already rescaled job finds nothing to do).
@@ -142,6 +183,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
     id, UI URL, host, pid).
 
     :raises ConfigError: bad settings or ``deploy_mode="cluster"``, before anything runs.
+    :raises JobAlreadyRunning: another task's run of the job is live and not `takeover`.
     """
 
     template_fields: Sequence[str] = (
@@ -149,6 +191,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         "job_name",
         "checkpoint_dir",
         "restore",
+        "restore_snapshot",
         "trigger",
         "checkpoint_interval",
         "work_dir",
@@ -164,18 +207,20 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         checkpoint_dir: str | None = None,
         sparkpoint_conn_id: str | None = None,
         restore: str = "latest",
+        restore_snapshot: str | None = None,
         trigger: str = "availableNow",
-        checkpoint_interval: str | float = "0",
+        checkpoint_interval: str | float | timedelta = "0",
         num_retained: int = 3,
         commit_mode: str = "checkpoint",
         work_dir: str | None = None,
         sparkpoint_conf: Mapping[str, Any] | None = None,
         ship_runtime: bool = False,
-        stop_timeout: float = 3.0,
+        stop_timeout: float | timedelta | str = 3.0,
         spark_history_server: str | None = None,
         state_partitions: int | None = None,
         sink: SinkSpec | None = None,
         emit_asset_events: bool = True,
+        takeover: bool = False,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", f"sparkpoint-{job_name}")
@@ -188,23 +233,25 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             raise ConfigError(f"commit_mode={commit_mode!r} is not allowed; expected 'checkpoint' or 'external'")
         if not isinstance(num_retained, int) or num_retained < 1:
             raise ConfigError(f"num_retained={num_retained!r} is not allowed; expected an integer >= 1")
-        if isinstance(stop_timeout, bool) or not isinstance(stop_timeout, (int, float)) or not stop_timeout >= 0:
-            raise ConfigError(f"stop_timeout={stop_timeout!r} is invalid; expected a number of seconds >= 0")
         if state_partitions is not None and (
                 isinstance(state_partitions, bool) or not isinstance(state_partitions, int) or state_partitions < 1):
             raise ConfigError(f"state_partitions={state_partitions!r} is invalid; expected an integer >= 1 "
                               "(or None: the snapshot's own number)")
         self.restore = restore
+        self.restore_snapshot = restore_snapshot
         self.trigger = trigger
-        self.checkpoint_interval = str(checkpoint_interval)
+        self.checkpoint_interval = _interval_text(checkpoint_interval)
         self.num_retained = num_retained
         self.commit_mode = commit_mode
         self.work_dir = work_dir
         self.sparkpoint_conf = dict(sparkpoint_conf or {})
         self.ship_runtime = ship_runtime
-        self.stop_timeout = float(stop_timeout)
+        self.stop_timeout = durations.seconds("stop_timeout", stop_timeout, allow_zero=True)
         self.spark_history_server = spark_history_server
         self.state_partitions = state_partitions
+        if not isinstance(takeover, bool):
+            raise ConfigError(f"takeover={takeover!r} is invalid; expected True or False")
+        self.takeover = takeover
         #: the run this try started (its generation claim), once the driver recorded it
         self.sparkpoint_run: dict[str, Any] | None = None
         #: the run result of this try (OpenLineage facets), once it ended
@@ -222,6 +269,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         """``restore`` on the first try; on a retry, the latest retained checkpoint of the
         task's own tries (resume, never restart).
 
+        `restore_snapshot`, when set, on every try (a hand-chosen restore).
+
         ``restore="latest"``/``"none"``: a retry restores ``latest``. A savepoint or
         checkpoint path: a retry restores the newest checkpoint that one of the task's
         tries completed (``latest`` when that is the job's newest, else its path), or the
@@ -229,6 +278,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         (from the task state record, Airflow 3.3+) are the generations the task's tries
         ran; without them, a checkpoint newer than the path counts as the task's own.
         """
+        chosen = chosen_snapshot(self.restore_snapshot)
+        if chosen is not None:
+            return chosen
         if try_number <= 1:
             return self.restore
         if self.restore in ("latest", "none") or catalog is None:
@@ -259,7 +311,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             f"{PREFIX}job": self.job_name,
             f"{PREFIX}restore": restore,
             f"{PREFIX}trigger": self.trigger,
-            f"{PREFIX}checkpoint.interval": self.checkpoint_interval,
+            f"{PREFIX}checkpoint.interval": _interval_text(self.checkpoint_interval, rendered=True),
             f"{PREFIX}checkpoint.numRetained": str(self.num_retained),
             f"{PREFIX}commit.mode": self.commit_mode,
         }
@@ -271,6 +323,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             conf[f"{PREFIX}s3.region"] = str(options[REGION_NAME])
         if self.state_partitions is not None:
             conf[f"{PREFIX}restore.statePartitions"] = str(self.state_partitions)
+        if self.takeover:
+            conf[f"{PREFIX}takeover"] = "true"
         for key, value in self.sparkpoint_conf.items():
             full = key if key.startswith(PREFIX) else PREFIX + key
             conf[full] = str(value)
@@ -369,12 +423,15 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         own = previous.generations(catalog) if previous is not None else None
         restore = self.choose_restore(try_number, catalog, own)
         self._log_decision(catalog, try_number, restore, previous)
+        sparkpoint_conf = self.build_sparkpoint_conf(restore)  # bad settings fail before anything is recorded
+        starter = runs.task_try(context, self.dag_id, self.task_id)
+        # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
+        check_start(catalog, starter, takeover=self.takeover)
         token = runs.new_token()
         runs.TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
                         previous.since if previous else generation_before).save(store)
-        sparkpoint_conf = self.build_sparkpoint_conf(restore)
         self.conf = {**(self.conf or {}), **sparkpoint_conf}
-        self._secret_env = {**self._secret_environment(), SUBMITTER_ENV: token}
+        self._secret_env = {**self._secret_environment(), **runs.starter_environment(starter), SUBMITTER_ENV: token}
         master = str(self._get_hook()._connection.get("master") or "")
         self.env_vars = {**self.spark_environment(master), **(self.env_vars or {})}
         if self.ship_runtime:
@@ -383,7 +440,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         self._hook = None  # rebuilt with the final environment and files
         self._push(ti, SparkpointCheckpointHistoryLink().xcom_key,
                    checkpoint_history_url(self.job_name, self.sparkpoint_conn_id, self.checkpoint_dir))
-        watcher = _RunWatcher(catalog, token, generation_before, lambda run: self._found(ti, run))
+        watcher = runs.RunWatcher(catalog, token, generation_before, lambda run: self._found(ti, run))
         watcher.start()
         try:
             super().execute(context)
@@ -429,6 +486,10 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         return lineage.submit_lineage(self)
 
     def _log_decision(self, catalog: Catalog, try_number: int, restore: str, previous: runs.TaskRecord | None) -> None:
+        if chosen_snapshot(self.restore_snapshot) is not None:
+            self.log.info("try %d: job %s restores %s (restore_snapshot: a hand-chosen restore, honoured on every "
+                          "try)", try_number, self.job_name, restore)
+            return
         if try_number <= 1:
             self.log.info("first try: job %s starts with restore=%s", self.job_name, restore)
             return
@@ -485,7 +546,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         """
         process = getattr(self._hook, "_submit_sp", None)
         if process is not None and process.poll() is None:
-            _signal_tree(process.pid, signal.SIGTERM)
+            runs.signal_tree(process.pid, signal.SIGTERM)
             deadline = time.monotonic() + self.stop_timeout
             while process.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
@@ -499,49 +560,3 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
 #: serializes `SparkpointSubmitOperator._found` (the watcher thread and the task's own);
 #: module-level: a lock on the operator would not survive its deep copies
 _FOUND_LOCK = threading.Lock()
-
-
-def _signal_tree(pid: int, sig: signal.Signals) -> None:
-    """Send `sig` to process `pid` and its descendants (spark-submit's JVM and the
-    Python driver it started), ignoring those already gone."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return
-    for proc in processes:
-        try:
-            proc.send_signal(sig)
-        except psutil.Error:
-            pass
-
-
-class _RunWatcher:
-    """While spark-submit runs, look for the generation its driver claims (by token),
-    so that the generation and the links are known while a long job runs."""
-
-    def __init__(self, catalog: Catalog, token: str, after: int, found: Any, interval_s: float = 2.0) -> None:
-        self._catalog, self._token, self._after, self._found = catalog, token, after, found
-        self._interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="sparkpoint-run-watcher", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            try:
-                run = runs.find_claim(self._catalog, self._token, after=self._after)
-            except SparkpointError as exc:
-                logging.getLogger(__name__).debug("looking for the run failed: %s", exc)
-                continue
-            if run is not None:
-                self._found(run)
-                return

@@ -1,4 +1,6 @@
-"""`SparkpointVerifyOperator`: a full restore drill of a production snapshot.
+"""`SparkpointDrillOperator` (earlier name `SparkpointVerifyOperator`, kept working): a
+full restore drill of a production snapshot — the application itself runs. (``sparkpoint
+verify`` restores a snapshot's state *without* the application: a lighter check.)
 
 Submits the pipeline's own application (a `SparkpointSubmitOperator`: same parameters,
 same spark-submit) restored from a snapshot of the production job, under a scratch
@@ -51,10 +53,10 @@ if TYPE_CHECKING:
 
 SCRATCH = "{scratch}"
 LATEST_SAVEPOINT = "latest_savepoint"
-_FIXED = ("restore", "trigger", "commit_mode", "sink", "emit_asset_events")
+_FIXED = ("restore", "restore_snapshot", "trigger", "commit_mode", "sink", "emit_asset_events")
 
 
-class SparkpointVerifyOperator(SparkpointSubmitOperator):
+class SparkpointDrillOperator(SparkpointSubmitOperator):
     """Restore drill: run the application from a production snapshot under a scratch
     identity and record whether it restored (see the module docstring). Returns a summary
     (``ok``, ``snapshot``, ``batch_id``, ``verified_at``, ``drill_job``, ``result``).
@@ -102,11 +104,11 @@ class SparkpointVerifyOperator(SparkpointSubmitOperator):
     ) -> None:
         fixed = sorted(set(_FIXED) & set(kwargs))
         if fixed:
-            raise ConfigError(f"SparkpointVerifyOperator sets {', '.join(fixed)} itself (a drill restores `snapshot` "
+            raise ConfigError(f"{type(self).__name__} sets {', '.join(fixed)} itself (a drill restores `snapshot` "
                               "with trigger availableNow, commits in the job and writes only scratch output, which "
                               "is no asset); remove the argument")
         if not isinstance(output_args, Mapping) or not output_args:
-            raise ConfigError("SparkpointVerifyOperator needs output_args: the application arguments through which "
+            raise ConfigError(f"{type(self).__name__} needs output_args: the application arguments through which "
                               "it writes, mapped to scratch locations (e.g. {'--output': '{scratch}/out'}); without "
                               "them a drill would write to the production sinks")
         kwargs.setdefault("name", f"sparkpoint-drill-{job_name}")
@@ -380,3 +382,11 @@ class DrillFailed(Exception):
 
 def _local(uri: str) -> str:
     return re.sub(r"^file://", "", uri)
+
+
+class SparkpointVerifyOperator(SparkpointDrillOperator):
+    """The earlier name of `SparkpointDrillOperator`: the same operator, kept working.
+
+    It runs the whole application (a drill), which the CLI's ``sparkpoint verify`` does
+    not; new DAGs use `SparkpointDrillOperator`, whose name says so.
+    """

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_sparkpoint import durations
 from airflow_sparkpoint.checkpoints.layout import validate_job_name
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
 from airflow_sparkpoint.sinks.base import DRIVER_STAGING_MAX_BYTES
@@ -30,6 +31,10 @@ KEYS: dict[str, str] = {
     "job": "pipeline name (required)",
     "workDir": "Spark's live checkpoint location (default <dir>/<job>/live for Hadoop-writable dirs)",
     "restore": "latest, none, or a savepoint/checkpoint path (default latest)",
+    "takeover": (
+        "true to start although a run that another Airflow task (or a manual start) began is live: "
+        "it is fenced (default false: such a start is refused)"
+    ),
     "restore.force": "true to start with empty state although the job has checkpoints (default false)",
     "restore.allowForeignJob": "true to restore a snapshot of another job (default false)",
     "restore.sinkAhead": "fail or rewind: what to do when a sink committed past the snapshot (default fail)",
@@ -61,54 +66,30 @@ KEYS: dict[str, str] = {
     "test.pauseDir": "TESTS ONLY: directory of the pause points' .reached/.release files",
 }
 
-_UNIT_SECONDS: dict[str, float] = {}
-for _names, _seconds in (
-    (("us", "microsecond", "microseconds"), 1e-6),
-    (("ms", "milli", "millis", "millisecond", "milliseconds"), 1e-3),
-    (("s", "sec", "secs", "second", "seconds"), 1.0),
-    (("m", "min", "mins", "minute", "minutes"), 60.0),
-    (("h", "hr", "hrs", "hour", "hours"), 3600.0),
-    (("d", "day", "days"), 86400.0),
-    (("w", "week", "weeks"), 604800.0),
-):
-    _UNIT_SECONDS.update(dict.fromkeys(_names, _seconds))
-_DURATION_RE = re.compile(r"^(?:\s*\d+(?:\.\d+)?\s*[a-z]*)+\s*$")
-_PART_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
-_FORMS = "e.g. '0', '500ms', '2s', '10min', '1h', or Spark's '500 milliseconds', '5 seconds', '1 minute 30 seconds'"
-
 
 def parse_duration(key: str, value: str) -> float:
-    """Parse a duration in seconds: a bare number, Spark's time-conf forms (``500ms``,
-    ``2s``, ``10min``, ``1h``, ``2d``) and Spark's interval syntax as in
-    ``trigger(processingTime=...)`` (``500 milliseconds``, ``5 seconds``, ``1 minute``,
-    ``interval 1 minute 30 seconds``). Months and years are not fixed durations.
+    """Parse the duration of conf key `key` in seconds (`airflow_sparkpoint.durations`
+    reads it: a bare number, ``500ms``, ``2s``, ``10min``, Spark's ``5 seconds``, ...).
 
     :raises ConfigError: naming the key, the value and the accepted forms.
     """
-    text = str(value).strip().lower()
-    text = text.removeprefix("interval ")
-    parts = _PART_RE.findall(text) if _DURATION_RE.match(text) else []
-    units = [unit for _, unit in parts]
-    if any(unit.startswith(("month", "mon", "year", "yr")) for unit in units):
-        raise ConfigError(f"{PREFIX}{key}={value!r} uses months or years, which are not fixed durations; "
-                          f"expected {_FORMS}")
-    bare = len(parts) == 1 and not units[0]
-    if not parts or (not bare and (not all(unit in _UNIT_SECONDS for unit in units) or len(set(units)) < len(units))):
-        raise ConfigError(f"{PREFIX}{key}={value!r} is not a duration; expected {_FORMS}")
-    return sum(float(number) * (_UNIT_SECONDS[unit] if unit else 1.0) for number, unit in parts)
+    try:
+        return durations.parse_text(value)
+    except ValueError as exc:
+        raise ConfigError(f"{PREFIX}{key}={value!r} {exc}") from None
 
 
 def duration_value(name: str, value: Any) -> Any:
-    """`value` with a duration string (any form `parse_duration` reads) turned into
-    seconds; numbers, timedeltas and None pass through unchanged.
+    """`value` with a duration string turned into seconds; numbers, timedeltas and None
+    pass through unchanged (`airflow_sparkpoint.durations` checks them).
 
     :raises ConfigError: a string that is not a duration (the message names `name`).
     """
     if isinstance(value, str):
         try:
-            return parse_duration(name, value)
-        except ConfigError:
-            raise ConfigError(f"{name}={value!r} is not a duration; expected seconds or {_FORMS}") from None
+            return durations.parse_text(value)
+        except ValueError as exc:
+            raise ConfigError(f"{name}={value!r} {exc}") from None
     return value
 
 
@@ -243,6 +224,7 @@ class SparkpointConfig:
     work_dir: str | None = None
     restore: str = "latest"
     restore_force: bool = False
+    takeover: bool = False
     restore_allow_foreign_job: bool = False
     restore_sink_ahead: str = "fail"
     trigger: Trigger = field(default_factory=lambda: Trigger("availableNow"))
@@ -330,6 +312,7 @@ class SparkpointConfig:
             work_dir=work_dir,
             restore=restore,
             restore_force=_parse_bool("restore.force", values.get("restore.force", "false")),
+            takeover=_parse_bool("takeover", values.get("takeover", "false")),
             restore_allow_foreign_job=_parse_bool(
                 "restore.allowForeignJob", values.get("restore.allowForeignJob", "false")
             ),

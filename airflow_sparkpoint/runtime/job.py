@@ -28,6 +28,7 @@ from airflow_sparkpoint.checkpoints import TransactionRecord
 from airflow_sparkpoint.checkpoints.control import ControlRequest
 from airflow_sparkpoint.checkpoints.entries import claim_details
 from airflow_sparkpoint.checkpoints.history import generation_details
+from airflow_sparkpoint.checkpoints.records import AirflowTry
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
 from airflow_sparkpoint.exceptions import (
     ConfigError,
@@ -42,7 +43,8 @@ from airflow_sparkpoint.runtime.restore import (
     plan_restore,
 )
 from airflow_sparkpoint.runtime.run_coordination import _RunCoordination
-from airflow_sparkpoint.sinks.base import Sink, StageContext
+from airflow_sparkpoint.runtime.takeover import check_start
+from airflow_sparkpoint.sinks.base import Sink, StageContext, settler
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -221,6 +223,8 @@ class _Run(_RunCoordination):
     def execute(self) -> RunResult:
         self._open()
         cfg = self.cfg
+        # Never fence a live run another task started, unless asked to (before any write).
+        check_start(self.catalog, AirflowTry.from_environ(), takeover=cfg.takeover)
         # A read-only pre-check: bad input (a missing or foreign snapshot, damaged
         # checkpoints, a sink ahead) fails before anything is written (invariant 7).
         pre = plan_restore(cfg, self.catalog)
@@ -344,7 +348,8 @@ class _Run(_RunCoordination):
             sink_id=self.sink.sink_id, created_at=time.time(),
             # the commit keeps how to replay the batch (the self-healing fallback, runtime.replay)
             payload={"config": self.sink.to_config(), "staged": payload,
-                     "replay": replay.capture(self.live, int(batch_id))},
+                     "replay": replay.capture(self.live, int(batch_id)),
+                     **settler(self.sink)},  # a subclass that settles differently: never the base
         )
         if self.stopping.is_set():
             self.sink.abort(record)

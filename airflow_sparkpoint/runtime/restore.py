@@ -40,7 +40,7 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
 )
 from airflow_sparkpoint.runtime import livedir, replay, rescale
-from airflow_sparkpoint.runtime.config import SparkpointConfig
+from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import IndexEntry, file_sha256
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 from airflow_sparkpoint.sinks.base import Sink
@@ -203,10 +203,18 @@ def check_sink_position(
         sink.rewind(job, plan.snapshot.metadata)
         faults.maybe_kill("rewind", plan.snapshot.metadata.batch_id)
         return True
+    newer = f"Restore a checkpoint or savepoint at or after batch {position} (see `sparkpoint list`)"
+    if not sink.can_rewind:
+        # S3Sink, DirectorySink: committed objects cannot be taken back, whatever the policy.
+        remedy = (f"{newer}, or write to a new output location. {type(sink).__name__} cannot rewind: "
+                  "committed output cannot be taken back (restore.sinkAhead=rewind works with DeltaSink only)")
+    elif plan.snapshot is None:
+        remedy = f"{newer}; a rewind needs a snapshot to rewind to, and this restore starts from empty state"
+    else:
+        remedy = f"{newer}, or set {PREFIX}restore.sinkAhead=rewind to rewind the sink to the snapshot"
     raise SinkAheadError(
         f"sink {sink.sink_id} has already committed batch {position} of job {job!r}, past the restore point "
-        f"({where}); restoring would duplicate or lose output.{because} Restore a newer checkpoint or savepoint, "
-        "or set spark.sparkpoint.restore.sinkAhead=rewind to rewind the sink to the snapshot"
+        f"({where}); restoring would duplicate or lose output.{because} {remedy}"
     )
 
 

@@ -18,7 +18,6 @@ from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.operators.health import emit_metrics_for
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
-from airflow_sparkpoint.runtime.config import duration_value
 from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
 from airflow_sparkpoint.triggers.conditions import (
     CheckpointCondition,
@@ -38,7 +37,8 @@ class SparkpointCheckpointSensor(SparkpointJobMixin, BaseSensorOperator):
 
     :param job_name: the pipeline (templated).
     :param checkpoint_dir: storage root (templated); or `sparkpoint_conn_id`.
-    :param sparkpoint_conn_id: a ``sparkpoint`` connection.
+    :param sparkpoint_conn_id: a ``sparkpoint`` connection (default ``sparkpoint_default`` when no
+        `checkpoint_dir` is given).
     :param after_checkpoint_id: a completed checkpoint with a larger id (templated).
     :param after_time: completed after this datetime / epoch seconds / ISO timestamp (templated).
     :param generation: of this job generation (templated); fails when it is superseded.
@@ -82,18 +82,17 @@ class SparkpointCheckpointSensor(SparkpointJobMixin, BaseSensorOperator):
         generation: int | str | None = None,
         min_checkpoints: int = 1,
         savepoint: bool = False,
-        progress_within: float | None = None,
-        max_heartbeat_age: float = 60.0,
+        progress_within: float | timedelta | str | None = None,
+        max_heartbeat_age: float | timedelta | str = 60.0,
         deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", 5.0)
         super().__init__(**kwargs)
-        progress_within = duration_value("progress_within", progress_within)
         self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
         if optional_int("min_checkpoints", min_checkpoints, minimum=1) is None:
             raise ConfigError("min_checkpoints=None is invalid; expected an integer >= 1")
-        optional_seconds("progress_within", progress_within)
+        progress_within = optional_seconds("progress_within", progress_within)
         self.max_heartbeat_age = positive_seconds("max_heartbeat_age", max_heartbeat_age)
         self.after_checkpoint_id = after_checkpoint_id
         self.after_time = after_time

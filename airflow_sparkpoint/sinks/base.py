@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_sparkpoint.checkpoints.layout import txn_id
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
-from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
+from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, SinkError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -74,8 +74,16 @@ class CommitOutcome:
     detail: Mapping[str, Any] = field(default_factory=dict)
 
 
+#: what a commit step calls on a sink it rebuilt from a transaction record: a subclass
+#: that overrides one of them cannot be settled by the class registered under its kind
+SETTLE_METHODS = ("configure", "commit", "is_committed", "abort", "committed_position", "rewind",
+                  "cleanup_orphans", "committed_txn", "replay_record")
+
+
 class Sink(abc.ABC):
-    """A two-phase-commit sink. Subclasses register under `kind` for `sink_from_config`."""
+    """A two-phase-commit sink. A class that sets its own `kind` registers under it for
+    `sink_from_config`; a subclass that inherits its kind does not (it never replaces
+    the class a commit step rebuilds; see `settler`)."""
 
     kind: ClassVar[str] = ""
     #: whether `rewind` can move the sink back to a snapshot (``restore.sinkAhead=rewind``)
@@ -84,13 +92,18 @@ class Sink(abc.ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.kind:
+        if cls.kind and "kind" in cls.__dict__:
             Sink._registry[cls.kind] = cls
 
     @staticmethod
     def registered() -> Mapping[str, type[Sink]]:
         """Every sink class imported so far, by `kind` (`sinks.kinds.sink_from_config`)."""
         return dict(Sink._registry)
+
+    @classmethod
+    def class_path(cls) -> str:
+        """``module.QualName`` of the class (names it in records and messages)."""
+        return f"{cls.__module__}.{cls.__qualname__}"
 
     # -- identity and (de)serialization for external committers -------------------
 
@@ -184,6 +197,54 @@ class Sink(abc.ABC):
         :raises SinkError: the sink cannot be read.
         """
         return None
+
+
+def column_names(owner: str, name: str, value: Any) -> list[str]:
+    """A sink argument naming columns (`partition_by`, `keys`): None, one column name or
+    a sequence of them, as a list; the same for every sink.
+
+    :raises ConfigError: anything else, or an empty name (the message names `owner`,
+        `name` and the value).
+    """
+    if value is None:
+        return []
+    names = [value] if isinstance(value, str) else value
+    if isinstance(names, (bytes, Mapping)) or not isinstance(names, (list, tuple)) or \
+            not all(isinstance(n, str) and n.strip() for n in names):
+        raise ConfigError(f"{owner} {name}={value!r} is invalid; expected a column name or a list of column names")
+    return [str(n) for n in names]
+
+
+def settler(sink: Sink) -> dict[str, str]:
+    """What a transaction record keeps about the class that must settle it:
+    ``{"settled_by": "<module.Class>"}`` when `sink` is a subclass of the class
+    registered under its kind that overrides a `SETTLE_METHODS` method (a commit step
+    that rebuilt the registered class would commit or abort differently), else {} (a
+    subclass that only changes staging is settled by its base class, as before)."""
+    cls = type(sink)
+    registered = Sink.registered().get(cls.kind)
+    if registered is None or registered is cls:
+        return {}
+    if any(getattr(cls, name) is not getattr(registered, name) for name in SETTLE_METHODS):
+        return {"settled_by": cls.class_path()}
+    return {}
+
+
+def check_settler(record: TransactionRecord, sink: Sink) -> None:
+    """Refuse to settle `record` through `sink` when the record says another class must.
+
+    :raises SinkError: the record was staged by a subclass that settles differently
+        (`settler`) and `sink` is not an instance of exactly that class.
+    """
+    wanted = record.payload.get("settled_by") if isinstance(record.payload, Mapping) else None
+    if not isinstance(wanted, str) or wanted == type(sink).class_path():
+        return
+    raise SinkError(
+        f"transaction record {record.txn_id} was staged by sink class {wanted} (kind {record.sink!r}), which "
+        f"commits or aborts differently from {type(sink).class_path()}; refused rather than settled by the "
+        "wrong class. Declare the job's sink to the commit step (SparkpointCommitOperator(sink=<an instance of "
+        f"{wanted}>)), or give that class its own `kind` and import it where the commit step runs"
+    )
 
 
 def replay_of(record: TransactionRecord) -> str | None:

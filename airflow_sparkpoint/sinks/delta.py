@@ -35,7 +35,7 @@ from airflow_sparkpoint.exceptions import (
 from airflow_sparkpoint.sinks import _claims, _delta_txn
 from airflow_sparkpoint.sinks._delta_location import STAGING, table_location
 from airflow_sparkpoint.sinks._delta_location import import_deltalake as _import_deltalake
-from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, StageContext
+from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, StageContext, column_names
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,8 +56,9 @@ class DeltaSink(Sink):
         from `configure` (the job's ``spark.sparkpoint.s3.*`` settings, the Airflow
         connection) and boto3's default chain, never from the URI.
     :param mode: ``append`` adds the batch's rows; ``merge`` upserts them by `keys`.
-    :param keys: merge keys (required for ``merge``, not allowed for ``append``).
-    :param partition_by: partition columns of the table.
+    :param keys: merge keys: a column name or a list (required for ``merge``, not allowed for
+        ``append``).
+    :param partition_by: partition columns of the table: a column name or a list.
     """
 
     kind = "delta"
@@ -67,27 +68,25 @@ class DeltaSink(Sink):
         self,
         uri: str,
         mode: str = "append",
-        keys: Sequence[str] | None = None,
-        partition_by: Sequence[str] | None = None,
+        keys: str | Sequence[str] | None = None,
+        partition_by: str | Sequence[str] | None = None,
     ) -> None:
         if not isinstance(uri, str) or not uri.strip():
             raise ConfigError(f"DeltaSink uri={uri!r} is empty; expected a table path")
         if mode not in ("append", "merge"):
             raise ConfigError(f"DeltaSink mode={mode!r} is not allowed; expected 'append' or 'merge'")
-        keys = list(keys or [])
+        keys = column_names("DeltaSink", "keys", keys)
         if mode == "merge" and not keys:
             raise ConfigError("DeltaSink mode='merge' needs keys=[...] (the columns that identify a row)")
         if mode == "append" and keys:
             raise ConfigError(f"DeltaSink keys={keys!r} are only used with mode='merge'")
-        if isinstance(partition_by, str):
-            partition_by = [partition_by]
         self.uri = uri
         self.location = table_location(uri)  # opens the table, reads staged files (local or S3)
         #: the table as delta-rs opens it: an absolute path or ``s3://bucket/prefix``
         self.path = self.location.uri
         self.mode = mode
         self.keys = keys
-        self.partition_by = list(partition_by or [])
+        self.partition_by = column_names("DeltaSink", "partition_by", partition_by)
 
     def __repr__(self) -> str:
         return f"DeltaSink({self.uri!r}, mode={self.mode!r}, keys={self.keys!r}, partition_by={self.partition_by!r})"

@@ -50,7 +50,7 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.sinks import _claims as claims
 from airflow_sparkpoint.sinks import _manifests as manifests
-from airflow_sparkpoint.sinks.base import CommitOutcome, StageContext, checked_bucket
+from airflow_sparkpoint.sinks.base import CommitOutcome, StageContext, checked_bucket, column_names
 from airflow_sparkpoint.storage import LocalStorage, Storage, split_uri
 from airflow_sparkpoint.storage.paths import confine
 
@@ -107,7 +107,8 @@ class DirectorySink(claims.FileSink):
 
     :param uri: destination directory: a local path, ``file:///...`` or ``s3://bucket/prefix``.
     :param format: ``parquet``, ``json``, ``csv``, ``orc`` or ``text``.
-    :param partition_by: partition columns (Hive-style ``col=value`` directories).
+    :param partition_by: partition columns (Hive-style ``col=value`` directories): a column
+        name or a list; positional (third) or keyword, as in `DeltaSink`.
     :param options: options for Spark's writer (e.g. ``{"compression": "gzip"}``); stored
         in transaction records, so never put credentials here.
     """
@@ -118,8 +119,8 @@ class DirectorySink(claims.FileSink):
         self,
         uri: str,
         format: str = "parquet",
+        partition_by: str | Sequence[str] | None = None,
         *,
-        partition_by: Sequence[str] | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> None:
         try:
@@ -136,10 +137,7 @@ class DirectorySink(claims.FileSink):
             raise ConfigError(
                 f"DirectorySink format {format!r} is not supported; expected one of: {', '.join(FORMATS)}"
             )
-        if partition_by is not None and (
-            isinstance(partition_by, str) or not all(isinstance(c, str) and c for c in partition_by)
-        ):
-            raise ConfigError(f"DirectorySink partition_by {partition_by!r} is invalid; expected a list of column names")
+        columns = column_names("DirectorySink", "partition_by", partition_by)
         writer_options = dict(options or {})
         bad = {k: v for k, v in writer_options.items()
                if not isinstance(k, str) or not isinstance(v, (str, int, float, bool))}
@@ -147,7 +145,7 @@ class DirectorySink(claims.FileSink):
             raise ConfigError(f"DirectorySink options {bad!r} are invalid; expected string keys and "
                               "str/int/float/bool values")
         self.format = format
-        self.partition_by = list(partition_by or [])
+        self.partition_by = columns
         self.options = writer_options
         self._local: str | None = None
         self.bucket = ""

@@ -21,7 +21,7 @@ from typing import Any
 
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError, SinkError
-from airflow_sparkpoint.sinks.base import Sink
+from airflow_sparkpoint.sinks.base import Sink, check_settler
 from airflow_sparkpoint.sinks.kinds import sink_from_config
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,8 @@ def resolve_sink(record: TransactionRecord, declared: Sink | None) -> Sink:
     from the record (residual trust; its paths are confined by the sink).
 
     :raises SinkError: the record names another sink than `declared` (kind or
-        destination), or, undeclared, its config is missing or unusable.
+        destination), or a sink class that settles differently from the one at hand
+        (`check_settler`), or, undeclared, its config is missing or unusable.
     :raises ConfigError: undeclared, the record's sink kind is unknown.
     """
     if declared is not None:
@@ -85,6 +86,7 @@ def resolve_sink(record: TransactionRecord, declared: Sink | None) -> Sink:
                 f"match the declared sink {declared.kind}:{declared.sink_id}; refused (a record for another "
                 "destination is forged or belongs to another deployment)"
             )
+        check_settler(record, declared)
         return declared
     config = record.payload.get("config") if isinstance(record.payload, Mapping) else None
     if not isinstance(config, Mapping):
@@ -93,10 +95,12 @@ def resolve_sink(record: TransactionRecord, declared: Sink | None) -> Sink:
             "expected a record written by the Sparkpoint runtime, or declare the job's sink"
         )
     try:
-        return sink_from_config(record.sink, config)  # ConfigError: an unknown kind
+        sink = sink_from_config(record.sink, config)  # ConfigError: an unknown kind
     except TypeError as exc:
         raise SinkError(f"transaction record {record.txn_id} has an unusable sink config ({exc}); "
                         "declare the job's sink") from None
+    check_settler(record, sink)
+    return sink
 
 
 def warn_undeclared(job: str) -> None:

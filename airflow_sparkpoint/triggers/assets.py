@@ -33,16 +33,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from airflow_sparkpoint import durations
 from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
-from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
-from airflow_sparkpoint.hooks.sparkpoint import require_storage
+from airflow_sparkpoint.exceptions import SparkpointError
+from airflow_sparkpoint.hooks.sparkpoint import storage_connection
 from airflow_sparkpoint.triggers.checkpoint import open_catalog, release_catalog, run_blocking
-from airflow_sparkpoint.triggers.conditions import optional_seconds
 
 __all__ = ["SparkpointCommitTrigger", "SparkpointSavepointTrigger"]
 
@@ -57,16 +58,13 @@ class _CatalogWatchTrigger(BaseEventTrigger):
     kind: ClassVar[str] = ""
 
     def __init__(self, *, job_name: str, checkpoint_dir: str | None = None, sparkpoint_conn_id: str | None = None,
-                 poll_interval: float = 10.0) -> None:
+                 poll_interval: float | timedelta | str = 10.0) -> None:
         super().__init__()
-        require_storage(type(self).__name__, checkpoint_dir, sparkpoint_conn_id)
         layout.validate_job_name(job_name)
-        if optional_seconds("poll_interval", poll_interval) is None:
-            raise ConfigError("poll_interval=None is invalid; expected a number of seconds > 0")
         self.job_name = job_name
         self.checkpoint_dir = checkpoint_dir
-        self.sparkpoint_conn_id = sparkpoint_conn_id
-        self.poll_interval = float(poll_interval)
+        self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
+        self.poll_interval = durations.seconds("poll_interval", poll_interval)
         self._store_key: str | None = None
         self._state_warned = False
 

@@ -53,15 +53,17 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_sparkpoint import durations
 from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.control import REQUEST_ID_RE, ControlChannel, ControlResult
 from airflow_sparkpoint.exceptions import ConfigError, ControlError, StorageError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, require_storage
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
 from airflow_sparkpoint.storage import Storage, open_storage
 from airflow_sparkpoint.triggers.conditions import (
     CheckpointCondition,
@@ -72,7 +74,6 @@ from airflow_sparkpoint.triggers.conditions import (
     evaluate,
     generation_alive,
     observe,
-    optional_seconds,
     read_job_status,
     status_mark,
 )
@@ -163,11 +164,12 @@ class SparkpointCheckpointTrigger(BaseTrigger):
     :param job_name: the pipeline.
     :param mode: ``checkpoint`` or ``control_result``.
     :param checkpoint_dir: storage root; or `sparkpoint_conn_id` (resolved in the triggerer).
-    :param sparkpoint_conn_id: a ``sparkpoint`` connection.
+    :param sparkpoint_conn_id: a ``sparkpoint`` connection (default ``sparkpoint_default``
+        when no `checkpoint_dir` is given).
     :param request_id: the control request to wait for (``control_result``).
     :param generation: ``checkpoint``: see `CheckpointCondition`; ``control_result``: the
         generation the request went to, whose liveness is watched.
-    :param poll_interval: seconds between polls.
+    :param poll_interval: time between polls (a duration: seconds, a timedelta or ``"5s"``).
     :param deadline: epoch seconds after which the wait fails with reason ``timeout``
         (a deadline, not a duration: a triggerer restart does not extend it).
     The other parameters are those of `CheckpointCondition` (``checkpoint`` mode).
@@ -186,15 +188,14 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         generation: int | None = None,
         min_checkpoints: int = 1,
         savepoint: bool = False,
-        progress_within: float | None = None,
-        max_heartbeat_age: float = 60.0,
-        poll_interval: float = 5.0,
+        progress_within: float | timedelta | str | None = None,
+        max_heartbeat_age: float | timedelta | str = 60.0,
+        poll_interval: float | timedelta | str = 5.0,
         deadline: float | None = None,
     ) -> None:
         super().__init__()
         if mode not in MODES:
             raise ConfigError(f"trigger mode={mode!r} is invalid; expected one of {', '.join(MODES)}")
-        require_storage("SparkpointCheckpointTrigger", checkpoint_dir, sparkpoint_conn_id)
         # Validates job_name, the filters and max_heartbeat_age in one place.
         self.condition = CheckpointCondition(
             job_name=job_name,
@@ -203,8 +204,8 @@ class SparkpointCheckpointTrigger(BaseTrigger):
             generation=generation,
             min_checkpoints=min_checkpoints,
             savepoint=savepoint,
-            progress_within=progress_within,
-            max_heartbeat_age=max_heartbeat_age,
+            progress_within=durations.optional_seconds("progress_within", progress_within),
+            max_heartbeat_age=durations.seconds("max_heartbeat_age", max_heartbeat_age),
         )
         if mode == "control_result":
             if not isinstance(request_id, str) or not REQUEST_ID_RE.match(request_id):
@@ -214,9 +215,7 @@ class SparkpointCheckpointTrigger(BaseTrigger):
                 )
         elif request_id is not None:
             raise ConfigError(f"request_id={request_id!r} is only valid with mode 'control_result'")
-        optional_seconds("poll_interval", poll_interval)
-        if poll_interval is None:
-            raise ConfigError("poll_interval=None is invalid; expected a number of seconds > 0")
+        poll_interval = durations.seconds("poll_interval", poll_interval)
         if deadline is not None and (
             isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not math.isfinite(deadline)
         ):
@@ -224,7 +223,7 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         self.job_name = job_name
         self.mode = mode
         self.checkpoint_dir = checkpoint_dir
-        self.sparkpoint_conn_id = sparkpoint_conn_id
+        self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
         self.request_id = request_id
         self.poll_interval = float(poll_interval)
         self.deadline = None if deadline is None else float(deadline)

@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparkpoint import durations
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.history import (
     generation_alive,
@@ -64,24 +65,12 @@ def optional_int(name: str, value: Any, *, minimum: int = 0) -> int | None:
 
 
 def optional_seconds(name: str, value: Any, *, allow_zero: bool = False) -> float | None:
-    """`value` as a finite number of seconds (> 0, or >= 0 with `allow_zero`), or None.
+    """`value` as finite seconds > 0 (>= 0 with `allow_zero`), or None: a timedelta, a
+    number or a duration string (`airflow_sparkpoint.durations`, the one parser).
 
     :raises ConfigError: anything else.
     """
-    if value is None:
-        return None
-    if hasattr(value, "total_seconds"):
-        value = value.total_seconds()
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, (int, float))
-        and math.isfinite(value)
-        and (value >= 0 if allow_zero else value > 0)
-    )
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"{name}={value!r} is invalid; expected a number of seconds {bound} (or a timedelta)")
-    return float(value)
+    return durations.optional_seconds(name, value, allow_zero=allow_zero)
 
 
 def epoch_seconds(name: str, value: Any) -> float | None:
@@ -160,9 +149,9 @@ class CheckpointCondition:
             raise ConfigError("min_checkpoints=None is invalid; expected an integer >= 1")
         if not isinstance(self.savepoint, bool):
             raise ConfigError(f"savepoint={self.savepoint!r} is invalid; expected True or False")
-        optional_seconds("progress_within", self.progress_within)
-        if optional_seconds("max_heartbeat_age", self.max_heartbeat_age) is None:
-            raise ConfigError("max_heartbeat_age=None is invalid; expected a number of seconds > 0")
+        # Any duration form, kept as seconds (the trigger serializes the condition's fields).
+        object.__setattr__(self, "progress_within", optional_seconds("progress_within", self.progress_within))
+        object.__setattr__(self, "max_heartbeat_age", durations.seconds("max_heartbeat_age", self.max_heartbeat_age))
         if self.savepoint and self.progress_within is not None:
             raise ConfigError(
                 f"progress_within={self.progress_within!r} cannot be combined with savepoint=True; "

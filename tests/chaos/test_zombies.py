@@ -94,7 +94,8 @@ def test_zombie_blue_keeps_running_after_green_starts(tmp_path: Path) -> None:
     savepoint = channel.wait(channel.submit("savepoint", generation=int(catalog.read_status()["generation"]), timeout_s=120).id, timeout_s=120, poll_s=0.3).savepoint
     assert savepoint
     # Green runs elsewhere (its own work dir: it must not touch blue's live checkpoint).
-    green_conf = {**conf, "spark.sparkpoint.workDir": str(tmp_path / "green-work")}
+    green_conf = {**conf, "spark.sparkpoint.workDir": str(tmp_path / "green-work"),
+                  "spark.sparkpoint.takeover": "true"}  # green fences the running blue on purpose
     green = spark_submit(JOBS / case.script, conf={**green_conf, "spark.sparkpoint.restore": savepoint}, args=args,
                          log=tmp_path / "green.log")
     assert green.returncode == 0, green.tail()

@@ -112,7 +112,9 @@ class Driver:
         cmd = [SPARK_SUBMIT, "--master", master, *options, "--driver-java-options", JAVA_OPTS,
                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=1",
                "--conf", "spark.default.parallelism=1", "--conf", f"spark.pyspark.python={sys.executable}"]
-        for key, value in conf.items():
+        # These races start a second driver while the first is live on purpose: a
+        # takeover (runtime.takeover refuses it otherwise); a test may say "false".
+        for key, value in {"spark.sparkpoint.takeover": "true", **conf}.items():
             cmd += ["--conf", f"{key}={value}"]
         self._out = open(self.log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen([*cmd, str(script), *args], stdout=self._out, stderr=subprocess.STDOUT,

@@ -544,7 +544,8 @@ def test_status_shows_counts_and_the_airflow_try_of_the_generation(capsys: pytes
     assert "last restore     generation 2 from chk-1" in out
     code, out, _ = run(capsys, "status", "--dir", str(root), "--job", "orders", "--json")
     doc = json.loads(out)
-    assert doc["airflow_try"] == {"dag_id": "etl", "task_id": "run", "run_id": "", "try_number": 2}
+    assert doc["airflow_try"] == {"dag_id": "etl", "task_id": "run", "run_id": "", "try_number": 2,
+                                "map_index": None}
     assert doc["counts"]["restored"] == 1 and doc["latest_restore"]["generation"] == 2
 
 

@@ -111,8 +111,9 @@ def test_thresholds_are_checked_when_the_dag_is_parsed() -> None:
 
     with pytest.raises(ConfigError, match="needs at least one of"):
         SparkpointHealthCheckOperator(task_id="h", job_name="orders", checkpoint_dir="/x")
-    with pytest.raises(ConfigError, match="needs checkpoint_dir or sparkpoint_conn_id"):
-        SparkpointHealthCheckOperator(task_id="h", job_name="orders", max_heartbeat_age=60)
+    # Neither checkpoint_dir nor a connection: the default connection (tests/unit/airflow/test_api_defaults.py).
+    assert SparkpointHealthCheckOperator(task_id="h", job_name="orders", max_heartbeat_age=60).sparkpoint_conn_id \
+        == "sparkpoint_default"
 
 
 def test_the_example_dag_alerts_on_a_dead_job(tmp_path: Path, caplog: pytest.LogCaptureFixture,

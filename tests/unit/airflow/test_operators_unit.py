@@ -178,8 +178,8 @@ def test_constructor_validation() -> None:
     from airflow_sparkpoint.operators import SparkpointSavepointOperator
     from airflow_sparkpoint.sensors import SparkpointCheckpointSensor
 
-    with pytest.raises(ConfigError, match="checkpoint_dir or sparkpoint_conn_id"):
-        SparkpointSavepointOperator(task_id="a", job_name=JOB)
+    # Neither a storage root nor a connection: the default connection (test_api_defaults.py).
+    assert SparkpointSavepointOperator(task_id="a", job_name=JOB).sparkpoint_conn_id == "sparkpoint_default"
     with pytest.raises(ConfigError, match="max_count=0"):
         SparkpointSavepointOperator(task_id="b", job_name=JOB, checkpoint_dir="/x", max_count=0)
     with pytest.raises(ConfigError, match="min_checkpoints=0"):
@@ -275,7 +275,6 @@ def test_trigger_serialize_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ({"mode": "poll"}, "mode='poll'"),
         ({"job_name": "bad name"}, "job name 'bad name'"),
-        ({"checkpoint_dir": None}, "checkpoint_dir or sparkpoint_conn_id"),
         ({"mode": "control_result", "request_id": "nope"}, "request_id='nope'"),
         ({"request_id": "1700000000000-0123abcd"}, "only valid with mode 'control_result'"),
         ({"generation": 0}, "generation=0"),

@@ -445,3 +445,46 @@ def test_on_kill_kills_a_driver_that_ignores_sigterm(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# ---------------------------------------------------------------------------- a start of a running job
+
+
+def _live_run(catalog: Catalog, dag_id: str, run_id: str) -> int:
+    from airflow_sparkpoint.checkpoints.records import generation_details
+    from airflow_sparkpoint.checkpoints.status import JobStatus
+
+    env = {"AIRFLOW_CTX_DAG_ID": dag_id, "AIRFLOW_CTX_TASK_ID": "submit", "AIRFLOW_CTX_DAG_RUN_ID": run_id,
+           "AIRFLOW_CTX_TRY_NUMBER": "1"}
+    generation = catalog.claim_generation(generation_details(environ=env)).generation
+    now = time.time()
+    catalog.write_status(JobStatus(JOB, generation, "running", now, now, host="worker-9", pid=4242).to_json())
+    return generation
+
+
+def test_a_start_of_a_job_another_task_runs_is_refused_before_spark_submit(tmp_path: Path, driver: Driver) -> None:
+    from airflow_sparkpoint.exceptions import JobAlreadyRunning
+
+    running = _live_run(driver.catalog, "production", "scheduled__1")
+    store = FakeStore()
+    with pytest.raises(JobAlreadyRunning, match=r"generation 1 .*production\.submit try 1.*worker-9"):
+        run(operator(tmp_path / "sp"), FakeTI(), store)
+    assert driver.commands == [] and store.values == {}  # nothing submitted, nothing recorded
+    assert driver.catalog.current_generation() == running
+
+
+def test_takeover_true_submits_and_tells_the_driver(tmp_path: Path, driver: Driver) -> None:
+    _live_run(driver.catalog, "production", "scheduled__1")
+    run(operator(tmp_path / "sp", takeover=True), FakeTI())
+    assert driver.conf()["spark.sparkpoint.takeover"] == "true"
+
+
+def test_a_retry_of_the_same_task_takes_over_and_the_driver_knows_its_task(tmp_path: Path, driver: Driver) -> None:
+    op = operator(tmp_path / "sp")
+    _live_run(driver.catalog, op.dag_id, "manual__7")
+    ti = FakeTI(try_number=2)
+    op.execute({"ti": ti, "run_id": "manual__7"})
+    env = driver.envs[-1]
+    assert (env["AIRFLOW_CTX_DAG_ID"], env["AIRFLOW_CTX_TASK_ID"], env["AIRFLOW_CTX_DAG_RUN_ID"],
+            env["AIRFLOW_CTX_TRY_NUMBER"]) == (op.dag_id, "submit", "manual__7", "2")
+    assert "spark.sparkpoint.takeover" not in driver.conf()

@@ -115,3 +115,16 @@ def test_a_rescaled_drill_starts_after_the_repartitioners_batch(tmp_path):
                             (8, {"from": 2, "to": 3, "batch": 8})):
         with pytest.raises(DrillFailed, match=f"first batch was {first}, expected"):
             op._check_result(_result(7, first, rescaled), handle)
+
+
+def test_the_drill_operator_has_a_name_that_says_so_and_the_old_name_works() -> None:
+    """`sparkpoint verify` restores state without the application; the operator runs the
+    application (a drill): SparkpointDrillOperator, with SparkpointVerifyOperator kept."""
+    from airflow_sparkpoint import operators
+    from airflow_sparkpoint.operators import SparkpointDrillOperator, SparkpointVerifyOperator
+
+    assert issubclass(SparkpointVerifyOperator, SparkpointDrillOperator)
+    assert {"SparkpointDrillOperator", "SparkpointVerifyOperator"} <= set(operators.__all__)
+    for cls in (SparkpointDrillOperator, SparkpointVerifyOperator):
+        with pytest.raises(ConfigError, match=f"{cls.__name__} needs output_args"):
+            cls(task_id="d", job_name="orders", checkpoint_dir="/x", application="/app.py", output_args={})

@@ -42,7 +42,7 @@ def test_every_documented_key_is_accepted():
         "checkpoint.finalSnapshot.timeout": "45s", "checkpoint.finalSnapshot.minReplay": "1m",
         "commit.mode": "external", "control.pollInterval": "500ms", "stateStore": "hdfs",
         "s3.endpoint": "http://127.0.0.1:9000", "s3.region": "eu-west-1", "delta.driverStagingMaxBytes": "4m",
-        "restore.statePartitions": "8", "test.pauseAt": "stage:2", "test.pauseDir": "/tmp/pauses",
+        "restore.statePartitions": "8", "test.pauseAt": "stage:2", "test.pauseDir": "/tmp/pauses", "takeover": "true",
     }
     assert set(values) | {"dir", "job"} == set(KEYS)
     cfg = SparkpointConfig.from_conf({**BASE, **{PREFIX + k: v for k, v in values.items()}})

@@ -433,3 +433,22 @@ def test_every_completed_checkpoint_lands_in_the_trend_with_its_own_figures(cata
     assert [(p.id, p.batch_id, p.completed_at, p.duration_ms, p.bytes_copied, p.bytes_total) for p in counters.trend] == [
         (m.id, m.batch_id, m.created_at, m.stats.duration_ms, m.stats.bytes_copied, m.stats.bytes_total)
         for m in completed]
+
+
+@pytest.mark.parametrize("policy", ["fail", "rewind"])
+def test_the_sink_ahead_refusal_says_whether_the_sink_can_rewind(catalog, tmp_path, policy):
+    """S3Sink and DirectorySink cannot rewind: the refusal must say so and never suggest
+    restore.sinkAhead=rewind for them (with it already set, that advice is a dead end)."""
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    write_live(tmp_path, 0)
+    coord.checkpoint(0)
+    plan = plan_restore(_cfg(restore=catalog.checkpoint_uri(1), **{"restore.sinkAhead": policy}), catalog, None)
+    plain = RecordingSink()
+    plain.committed = {0: 1, 1: 1, 2: 1}
+    with pytest.raises(SinkAheadError) as info:
+        check_sink_position(plan, plain, "job")
+    message = str(info.value)
+    assert "RecordingSink cannot rewind" in message and "DeltaSink" in message, message
+    assert "sinkAhead=rewind to rewind" not in message, message
+    assert "a checkpoint or savepoint at or after batch 2" in message and "new output location" in message

@@ -41,6 +41,7 @@ def live(tmp_path: Path, batches: int, compact_at: int | None = None) -> Path:
 
 class FakeSink:
     sink_id = "fake:sink"
+    can_rewind = False  # as `Sink` declares (the sink-ahead refusal reads it)
 
     def __init__(self, records: dict[int, str | None]) -> None:
         self.records = records

@@ -47,7 +47,7 @@ def test_s3_sink_rejects_bad_configuration_naming_the_value(args: tuple[Any, ...
         (("/tmp/out", "xml"), {}, "'xml'"),
         (("hdfs://nn/out",), {}, "hdfs://nn/out"),
         (("memory://x/out",), {}, "memory://x/out"),
-        (("/tmp/out",), {"partition_by": "country"}, "'country'"),
+        (("/tmp/out",), {"partition_by": ["country", ""]}, "['country', '']"),
         (("/tmp/out",), {"options": {"compression": ["gzip"]}}, "compression"),
     ],
 )
