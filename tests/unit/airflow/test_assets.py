@@ -318,8 +318,9 @@ def test_without_an_asset_state_store_the_cursor_is_in_memory(catalog: Catalog, 
 def test_watchers_validate_their_arguments_and_serialize_to_their_class_path(root: str) -> None:
     from airflow_sparkpoint.triggers.assets import SparkpointCommitTrigger, SparkpointSavepointTrigger
 
-    with pytest.raises(ConfigError, match="checkpoint_dir"):
-        SparkpointCommitTrigger(job_name=JOB)
+    # no storage named: the default connection, as every operator, sensor and trigger
+    assert SparkpointCommitTrigger(job_name=JOB).sparkpoint_conn_id == "sparkpoint_default"
+    assert SparkpointCommitTrigger(job_name=JOB, checkpoint_dir=root).sparkpoint_conn_id is None
     with pytest.raises(ConfigError, match="poll_interval"):
         SparkpointCommitTrigger(job_name=JOB, checkpoint_dir=root, poll_interval=0)
     path, kwargs = SparkpointSavepointTrigger(job_name=JOB, sparkpoint_conn_id="sp").serialize()
