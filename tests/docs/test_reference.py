@@ -53,7 +53,7 @@ def _own_parameters(cls: type) -> dict[str, Any]:
 # dag.test() in the same run would use another metadata database.
 _CLASSES = [("operators.md", "operators", name) for name in (
     "SparkpointSubmitOperator", "SparkpointSavepointOperator", "SparkpointCommitOperator",
-    "SparkpointHealthCheckOperator", "SparkpointVerifyOperator")] + [
+    "SparkpointHealthCheckOperator", "SparkpointDrillOperator", "SparkpointPreflightOperator")] + [
     ("sensor.md", "sensors", "SparkpointCheckpointSensor")]
 
 
@@ -90,3 +90,23 @@ def test_every_configuration_key_is_documented() -> None:
         for suffix in names[1:]:  # `spark.sparkpoint.s3.endpoint` / `.region`
             documented.add(base.rsplit(".", 1)[0] + suffix)
     assert {PREFIX + k for k in KEYS} == documented
+
+
+def test_every_exception_class_is_in_the_error_catalog_and_the_tree() -> None:
+    """Each public exception class of `airflow_sparkpoint.exceptions` has a row of the
+    error catalog (docs/operations.md) and a line of the tree (reference/exceptions.md)."""
+    import airflow_sparkpoint.exceptions as module
+
+    classes = sorted(name for name, obj in vars(module).items()
+                     if isinstance(obj, type) and issubclass(obj, BaseException)
+                     and obj.__module__ == module.__name__ and not name.startswith("_"))
+    assert "JobAlreadyRunning" in classes  # the scan found the module's classes
+    operations = (DOCS.parent / "operations.md").read_text()
+    catalog = operations[operations.index("## Error catalog"):]
+    rows = {m for cell in re.findall(r"^\| (`[^|]*)\|", catalog, flags=re.MULTILINE)
+            for m in re.findall(r"`([A-Za-z]+)`", cell)}
+    tree = (DOCS / "exceptions.md").read_text()
+    problems = [f"{name}: no row of the error catalog (docs/operations.md)" for name in classes if name not in rows]
+    problems += [f"{name}: not in the tree (docs/reference/exceptions.md)" for name in classes
+                 if not re.search(rf"^[│├└─ ]*{name}\b", tree, flags=re.MULTILINE)]
+    assert not problems, "\n".join(problems)
