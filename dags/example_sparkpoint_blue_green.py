@@ -11,7 +11,7 @@ was healthy and approved; nothing is lost or counted twice either way.
    root, job name and output table) and runs a batch; if Spark cannot restore blue's
    state with green's code (a changed state schema, changed operators, a refused
    rescale) the task fails with Spark's error and the deploy ends there, blue still
-   running, untouched (`SparkpointPreflightOperator`; see docs/blue-green.md).
+   running, untouched (`SparkpointPreflightOperator`; see docs/howto/blue-green.md).
 1. **stop_blue** – stop-with-savepoint: blue stops between micro-batches, takes a
    savepoint, commits its output and exits. (A blue that is not running gets a savepoint
    from its latest completed checkpoint.)
