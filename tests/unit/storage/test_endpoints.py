@@ -24,7 +24,8 @@ def test_the_cli_and_the_runtime_build_the_same_storage_options(
         endpoint: str | None, region: str | None, expected: dict[str, str]) -> None:
     assert s3_options(endpoint, region) == expected
     assert _storage_options(argparse.Namespace(s3_endpoint=endpoint, s3_region=region)) == expected
-    conf = {"spark.sparkpoint.dir": "s3://bucket/sp", "spark.sparkpoint.job": "orders"}
+    conf = {"spark.sparkpoint.dir": "s3://bucket/sp", "spark.sparkpoint.job": "orders",
+            "spark.sparkpoint.workDir": "/tmp/sp-live"}
     if endpoint is not None:
         conf["spark.sparkpoint.s3.endpoint"] = endpoint
     if region is not None:
