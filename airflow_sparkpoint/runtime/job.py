@@ -126,7 +126,7 @@ class SparkpointJob:
         spark = builder.getOrCreate()
         spark_support.check_spark_version(spark.version)
         spark_support.check_requested_features(
-            {**settings, spark_support.CHECKPOINT_FORMAT_KEY: spark.conf.get(spark_support.CHECKPOINT_FORMAT_KEY, "1")},
+            {**settings, spark_support.CHECKPOINT_FORMAT_KEY: spark.conf.get(spark_support.CHECKPOINT_FORMAT_KEY, "1") or "1"},
             spark.version)
         # SQL settings also apply to an already running session (e.g. in tests).
         user_set = dict(spark_conf.getAll())
