@@ -13,12 +13,14 @@ restore target is chosen (`runtime.run_startup`). docs/install.md says the same 
 from __future__ import annotations
 
 import importlib.util
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError
+from airflow_sparkpoint.sinks.spark_compat import spark_line
+
+__all__ = ["FEATURES", "RUNTIME_REQUIREMENTS", "SPARK_RANGE", "Feature", "spark_line"]
 
 # The Spark lines the runtime runs on: [lowest, highest) as (major, minor).
 SPARK_RANGE: tuple[tuple[int, int], tuple[int, int]] = ((3, 5), (4, 4))
@@ -57,17 +59,6 @@ FEATURES: Mapping[str, Feature] = {f.name: f for f in (
     Feature("checkpoint format v2", (4, 0), f"{CHECKPOINT_FORMAT_KEY}=2"),
     Feature("state inspect and verify", (4, 0), "the state-metadata and statestore data sources"),
 )}
-
-
-def spark_line(version: str) -> tuple[int, int]:
-    """(major, minor) of a Spark version string such as ``3.5.9`` or ``4.3.0-SNAPSHOT``.
-
-    :raises ConfigError: `version` does not start with ``<major>.<minor>``.
-    """
-    match = re.match(r"\s*(\d+)\.(\d+)", version or "")
-    if match is None:
-        raise ConfigError(f"Spark version {version!r} is not of the form <major>.<minor>[.<patch>]")
-    return int(match.group(1)), int(match.group(2))
 
 
 def _line_text(line: tuple[int, int]) -> str:

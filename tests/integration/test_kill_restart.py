@@ -45,8 +45,9 @@ def test_sigkill_with_a_batch_staged_then_restart_is_exact(tmp_path: Path) -> No
         assert reached, "the fault point was not reached"
         generation = catalog.current_generation()
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, tail(log))
     assert (2, generation) not in catalog.transaction_keys(), "batch 2 was recorded before the kill"
     latest = catalog.latest()
