@@ -204,7 +204,9 @@ def table_rows(path: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(
     ("case", "state_store"),
-    [(case, "rocksdb") for case in CASES] + [("aggregation", "hdfs"), ("dropDuplicates", "hdfs")],
+    [pytest.param(case, "rocksdb", marks=[pytest.mark.spark_feature("transformWithState")] if
+                  case.startswith("transformWithState") else []) for case in CASES]
+    + [("aggregation", "hdfs"), ("dropDuplicates", "hdfs")],
 )
 def test_savepoint_is_relocatable_and_restores_exactly(spark, tmp_path, case, state_store):
     build, files, sink_kwargs, output_mode = CASES[case]
