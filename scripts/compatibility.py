@@ -1,5 +1,5 @@
 """Write docs/compatibility.md, the support table (Spark line x feature), from the JUnit
-results of `make test-matrix` (`.venvs/results/spark-<line>.xml`) and the feature table of
+results of `make test-matrix` (`.venvs/results/spark-<line>/*.xml`) and the feature table of
 the runtime (`airflow_sparkpoint.runtime.spark_support.FEATURES`).
 
 A matrix feature is "works" when every test of it passed on the line, "fails" (with the
@@ -38,10 +38,12 @@ def lines() -> list[tuple[str, str]]:
     return [tuple(r.split()[:2]) for r in rows if r.strip() and not r.startswith("#")]  # type: ignore[misc]
 
 
-def outcomes(xml: Path) -> dict[str, list[tuple[str, str]]]:
-    """classname.name -> outcome ('passed', 'failed', 'skipped: reason') per test case."""
+def outcomes(results: Path) -> dict[str, list[tuple[str, str]]]:
+    """classname.name -> outcome ('passed', 'failed', 'skipped: reason') of every test
+    case in the JUnit files of `results` (one directory per line)."""
     found: dict[str, list[tuple[str, str]]] = {}
-    for case in ET.parse(xml).iter("testcase"):
+    cases = [case for xml in sorted(results.glob("*.xml")) for case in ET.parse(xml).iter("testcase")]
+    for case in cases:
         name = f"{case.get('classname')}.{case.get('name')}"
         outcome = "passed"
         for child in case:
@@ -70,7 +72,7 @@ def cell(results: dict[str, list[tuple[str, str]]] | None, prefixes: tuple[str, 
 
 def main(results_dir: Path, out: Path) -> None:
     versions = lines()
-    results = {line: outcomes(results_dir / f"spark-{line}.xml") if (results_dir / f"spark-{line}.xml").exists()
+    results = {line: outcomes(results_dir / f"spark-{line}") if (results_dir / f"spark-{line}").is_dir()
                else None for line, _ in versions}
     head = ["feature", *[f"Spark {line} ({version})" for line, version in versions]]
     body = [[feature, *[cell(results[line], prefixes) for line, _ in versions]] for feature, prefixes in MATRIX.items()]

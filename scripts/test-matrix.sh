@@ -24,9 +24,15 @@ for line in "${lines[@]}"; do
   python=$PWD/.venvs/spark-$line/bin/python
   echo "== Spark $line: $("$python" -c 'import pyspark; print(pyspark.__version__)')"
   # -m 'not airflow': the Spark side only (no Airflow in this venv); slow tests included.
-  env PYTHONPATH="$PWD" PYSPARK_PYTHON="$python" PYSPARK_DRIVER_PYTHON="$python" \
-    "$python" -m pytest -p no:cacheprovider -m 'not airflow' -rfEs \
-    --junitxml=".venvs/results/spark-$line.xml" ${MATRIX_PYTEST_ARGS:-} "${tests[@]}" || status=1
+  # One pytest per file (each one JUnit file): MATRIX_WRAPPER (e.g. a CPU-slot wrapper)
+  # is put in front of each.
+  results=.venvs/results/spark-$line
+  rm -rf "$results" && mkdir -p "$results"
+  for test in "${tests[@]}"; do
+    ${MATRIX_WRAPPER:-} env PYTHONPATH="$PWD" PYSPARK_PYTHON="$python" PYSPARK_DRIVER_PYTHON="$python" \
+      "$python" -m pytest -p no:cacheprovider -m 'not airflow' -rfEs \
+      --junitxml="$results/$(basename "$test" .py).xml" ${MATRIX_PYTEST_ARGS:-} "$test" || status=1
+  done
 done
 python3 scripts/compatibility.py .venvs/results docs/compatibility.md
 exit $status

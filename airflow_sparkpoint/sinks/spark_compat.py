@@ -11,6 +11,7 @@ from airflow_sparkpoint.exceptions import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
 
@@ -35,3 +36,23 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     if spark_line(pyspark.__version__) >= (4, 2):
         return to_arrow_schema(schema, timezone="UTC")
     return to_arrow_schema(schema)
+
+
+def collect_arrow(df: DataFrame) -> pa.Table:
+    """All rows of `df` on the driver as an Arrow table. ``DataFrame.toArrow`` came in 4.0;
+    on 3.5 this does what 4.0's does, through the same private collector
+    (``_collect_as_arrow``, there since 2.3), cast to the UTC schema of `arrow_schema`.
+
+    :raises Exception: whatever Spark raised (e.g. the result exceeds ``spark.driver.maxResultSize``).
+    """
+    import pyspark
+
+    if spark_line(pyspark.__version__) >= (4, 0):
+        return df.toArrow()
+    schema = arrow_schema(df.schema)
+    batches = df._collect_as_arrow()  # type: ignore[operator]  # 3.5: [] for no rows; typed as a Column on 4.x
+    if not batches:
+        return schema.empty_table()
+    import pyarrow as pa
+
+    return pa.Table.from_batches(batches).cast(schema)

@@ -1,6 +1,8 @@
 """`sinks.spark_compat`: the Arrow schema of a Spark schema is the same on every Spark
 line (4.2 renamed the UTC argument of pyspark's converter; issue #29). Runs without a
-JVM, in the default environment and in each `make test-matrix` environment."""
+JVM, in the default environment and in each `make test-matrix` environment. `collect_arrow`
+(driver staging) is exercised on every line by tests/integration/test_delta_sink.py
+(`test_every_column_type_reads_back_the_same_from_either_staging_side`)."""
 
 from __future__ import annotations
 
@@ -25,3 +27,4 @@ def test_spark_line() -> None:
     assert spark_line("3.5.9") == (3, 5) and spark_line("4.3.0-SNAPSHOT") == (4, 3)
     with pytest.raises(ConfigError, match="'x.y' is not of the form"):
         spark_line("x.y")
+
