@@ -3,15 +3,12 @@
 # runtime's libraries (the `runtime` extra of pyproject.toml) and the test tools of the
 # Spark-side subset (the `spark-test` extra). No Airflow, and not the package itself: the
 # runtime runs from the source tree (PYTHONPATH). uv when there is one, else venv + pip.
-# Re-installs only when the pinned version or pyproject.toml changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 line=${1:?usage: spark-env.sh LINE (e.g. 3.5)}
 version=$(awk -v l="$line" '$1 == l { print $2 }' scripts/spark-lines.txt)
 [[ -n "$version" ]] || { echo "Spark line $line is not in scripts/spark-lines.txt" >&2; exit 2; }
 env=.venvs/spark-$line
-stamp="$env/.sparkpoint-$version-$(sha1sum pyproject.toml | cut -c1-12)"
-[[ -f "$stamp" ]] && exit 0
 python=${PYTHON:-python3}
 mapfile -t reqs < <("$python" - <<'PY'
 import tomllib
@@ -19,6 +16,9 @@ extras = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-depende
 print("\n".join(extras["runtime"] + extras["spark-test"]))
 PY
 )
+# Re-installs only when the pinned version or the requirement lists changed.
+stamp="$env/.sparkpoint-$version-$(printf '%s\n' "${reqs[@]}" | sha1sum | cut -c1-12)"
+[[ -f "$stamp" ]] && exit 0
 uv=${UV:-$(command -v uv || echo .venv/bin/uv)}
 rm -rf "$env"
 if [[ -x "$uv" ]]; then
