@@ -31,6 +31,8 @@ MATRIX = {
     "S3 sink": ("tests.integration.test_s3_sink",),
     "self-healing replay": ("tests.races.test_self_healing",),
 }
+# gated feature -> the matrix tests of it (a test id contains this), marked spark_feature
+GATED_TESTS = {"transformWithState": "transformWithState"}
 
 
 def lines() -> list[tuple[str, str]]:
@@ -55,10 +57,10 @@ def outcomes(results: Path) -> dict[str, list[tuple[str, str]]]:
     return found
 
 
-def cell(results: dict[str, list[tuple[str, str]]] | None, prefixes: tuple[str, ...]) -> str:
+def cell(results: dict[str, list[tuple[str, str]]] | None, prefixes: tuple[str, ...], contains: str = "") -> str:
     if results is None:
         return "not run"
-    cases = [o for name, items in results.items() if name.startswith(prefixes) for o in items]
+    cases = [o for name, items in results.items() if name.startswith(prefixes) and contains in name for o in items]
     if not cases:
         return "not run"
     failed = [name.rsplit(".", 1)[-1] for name, o in cases if o == "failed"]
@@ -66,7 +68,7 @@ def cell(results: dict[str, list[tuple[str, str]]] | None, prefixes: tuple[str, 
     skipped = sorted({o.removeprefix("skipped: ") for _, o in cases if o.startswith("skipped")})
     if failed:
         return f"**fails** ({len(failed)} of {len(cases)}: {', '.join(failed[:3])}{' …' if len(failed) > 3 else ''})"
-    text = f"works ({passed} tests)"
+    text = f"works ({passed} test{'' if passed == 1 else 's'})"
     return text + (f"; skipped: {'; '.join(skipped)}" if skipped else "")
 
 
@@ -79,8 +81,12 @@ def main(results_dir: Path, out: Path) -> None:
     for feature in FEATURES.values():
         row = [f"{feature.name} (needs {feature.needs})"]
         for line, version in versions:
-            row.append(f"refused: needs Spark ≥ {feature.min_text}" if spark_line(version) < feature.min_version
-                       else "available")
+            tested = cell(results[line], ("tests.",), GATED_TESTS[feature.name]) if feature.name in GATED_TESTS \
+                else "not run"
+            absent = (f"refused: needs Spark ≥ {feature.min_text}" if feature.refused_by_runtime
+                      else f"not in PySpark < {feature.min_text}: the query cannot be built")
+            row.append(absent if spark_line(version) < feature.min_version
+                       else tested if tested != "not run" else "available")
         body.append(row)
     table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
     ran = [line for line, _ in versions if results[line] is not None]
@@ -95,7 +101,8 @@ def main(results_dir: Path, out: Path) -> None:
          "(no Airflow); the runtime comes from the source tree. \"works\": every test of the feature passed on "
          "the line. \"refused\": the runtime refuses the feature on that line before anything is written, with "
          "a message naming the feature and the minimum Spark version "
-         "(`airflow_sparkpoint/runtime/spark_support.py`, `FEATURES`). \"available\": the line has the API; "
+         "(`airflow_sparkpoint/runtime/spark_support.py`, `FEATURES`). \"not in PySpark\": the line's PySpark "
+         "has no API for it, so a job using it fails while building its query, before anything is written. \"available\": the line has the API; "
          "the feature's own tests run in the default suite (Spark 4.2), not in the matrix."),
         "",
         *table,

@@ -45,6 +45,10 @@ class Feature:
     name: str
     min_version: tuple[int, int]
     needs: str  # the Spark API that sets the minimum
+    # True: the runtime refuses it from the job's settings (`check_requested_features`,
+    # `require`). False: a job builds it with a PySpark API that older lines do not have,
+    # so the query cannot be built there (AttributeError/ImportError before anything is written).
+    refused_by_runtime: bool = True
 
     @property
     def min_text(self) -> str:
@@ -54,8 +58,9 @@ class Feature:
 FEATURES: Mapping[str, Feature] = {f.name: f for f in (
     Feature("rescale on restore", (4, 2),
             f"{STATE_PARTITIONS_KEY}: Spark's offline state repartitioner (SparkSession._streamingCheckpointManager)"),
-    Feature("transformWithState", (4, 0), "GroupedData.transformWithStateInPandas"),
-    Feature("Python data sources", (4, 0), "pyspark.sql.datasource (spark.dataSource.register)"),
+    Feature("transformWithState", (4, 0), "GroupedData.transformWithStateInPandas", refused_by_runtime=False),
+    Feature("Python data sources", (4, 0), "pyspark.sql.datasource (spark.dataSource.register)",
+            refused_by_runtime=False),
     Feature("checkpoint format v2", (4, 0), f"{CHECKPOINT_FORMAT_KEY}=2"),
     Feature("state inspect and verify", (4, 0), "the state-metadata and statestore data sources"),
 )}
