@@ -28,13 +28,9 @@ for line in "${lines[@]}"; do
   # is put in front of each.
   results=.venvs/results/spark-$line
   rm -rf "$results" && mkdir -p "$results"
-  # PySpark 3.5's py4j (0.10.9.7) leaves its callback sockets to the garbage collector:
-  # an unraisable ResourceWarning at an arbitrary later test, not this project's leak.
-  warn=()
-  [[ $line == 3.5 ]] && warn=(-W "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning")
   for test in "${tests[@]}"; do
     ${MATRIX_WRAPPER:-} env PYTHONPATH="$PWD" PYSPARK_PYTHON="$python" PYSPARK_DRIVER_PYTHON="$python" \
-      "$python" -m pytest -p no:cacheprovider -m 'not airflow' -rfEs "${warn[@]}" \
+      "$python" -m pytest -p no:cacheprovider -m 'not airflow' -rfEs \
       --junitxml="$results/$(basename "$test" .py).xml" ${MATRIX_PYTEST_ARGS:-} "$test" || status=1
   done
 done
