@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkpoint-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup lint test test-all test-fast test-e2e demo bench bench-deps bench-large chaos check-java browser clean
+.PHONY: setup lint test test-all test-fast test-e2e test-matrix spark-envs demo bench bench-deps bench-large chaos check-java browser clean
 
 setup: check-java $(STAMP)
 
@@ -52,6 +52,19 @@ test-all: setup browser
 test-e2e: setup
 	$(PY) -m pytest tests/e2e -m '' $(PYTEST_ARGS)
 
+# Every maintained Spark line (scripts/spark-lines.txt): .venvs/spark-<line> holds that
+# line's pyspark and the runtime's libraries only (no Airflow); the Spark-side integration
+# subset runs there from the source tree, and docs/compatibility.md is written from the
+# results. Not part of `make test`. One line: make test-matrix SPARK_LINES=3.5
+SPARK_LINES ?=
+UV ?= $(shell command -v uv || echo $(VENV)/bin/uv)
+spark-envs:
+	@for line in $${SPARK_LINES:-$$(awk '!/^#/ && NF { print $$1 }' scripts/spark-lines.txt)}; do \
+		UV=$(UV) bash scripts/spark-env.sh $$line || exit 1; done
+
+test-matrix: check-java
+	UV=$(UV) bash scripts/test-matrix.sh $(SPARK_LINES)
+
 demo: setup
 	$(VENV)/bin/sparkpoint demo --workdir demo-output
 
@@ -78,7 +91,7 @@ chaos: setup
 		-p no:cacheprovider $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) demo-output .pytest_cache
+	rm -rf $(VENV) .venvs demo-output .pytest_cache
 
 # Soak (issue 32; not part of `make test`): a stateful job checkpointing every batch to
 # SeaweedFS for SOAK_ARGS (default two hours), savepoints every 10 minutes; writes

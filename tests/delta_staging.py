@@ -49,8 +49,16 @@ def staging_side(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 
 def sized(df: Any) -> Any:
     """`df` as a local relation, whose size Spark knows (it plans a DataFrame created from
-    a Python list as an RDD of unknown size, which the sink stages on the executors)."""
-    return df.sparkSession.createDataFrame(df.toArrow())
+    a Python list as an RDD of unknown size, which the sink stages on the executors).
+    PySpark 3.5 cannot create a DataFrame from an Arrow table: there a materialized cache,
+    whose size Spark knows too."""
+    from airflow_sparkpoint.sinks.spark_compat import collect_arrow, spark_line
+
+    if spark_line(df.sparkSession.version) >= (4, 0):
+        return df.sparkSession.createDataFrame(collect_arrow(df))
+    cached = df.cache()
+    cached.count()
+    return cached
 
 
 def stage(sink: DeltaSink, df: Any, batch: int, generation: int = 1, job: str = "job",

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, open_snapshot
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
+from airflow_sparkpoint.runtime import spark_support
 from airflow_sparkpoint.runtime.restore import materialize
 
 if TYPE_CHECKING:
@@ -349,6 +350,7 @@ class SnapshotReader:
 
     def __init__(self, spark: SparkSession, handle: SnapshotHandle, *, location: str | None = None,
                  scratch_dir: str | None = None) -> None:
+        spark_support.require("state inspect and verify", spark.version)  # before any scratch copy
         self.spark = spark
         self.handle = handle
         self._given_location = location

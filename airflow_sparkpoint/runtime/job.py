@@ -35,7 +35,7 @@ from airflow_sparkpoint.exceptions import (
     SparkpointError,
     StaleGeneration,
 )
-from airflow_sparkpoint.runtime import livedir, replay, rescale, signals
+from airflow_sparkpoint.runtime import livedir, replay, rescale, signals, spark_support
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
@@ -88,8 +88,11 @@ class SparkpointJob:
         """Get or create the SparkSession with Sparkpoint's defaults and validate every
         ``spark.sparkpoint.*`` setting (from ``--conf`` or `conf`) before anything is written.
 
-        :raises ConfigError: a setting is missing or invalid.
+        :raises ConfigError: a setting is missing or invalid; a library of the runtime is
+            missing; this Spark is outside the supported range or lacks a feature the
+            settings ask for (`runtime.spark_support`).
         """
+        spark_support.check_runtime_libraries()  # before pyspark, whose import would fail first
         from pyspark import SparkConf, SparkContext
         from pyspark.sql import SparkSession
 
@@ -124,6 +127,10 @@ class SparkpointJob:
         if app_name:
             builder = builder.appName(app_name)
         spark = builder.getOrCreate()
+        spark_support.check_spark_version(spark.version)
+        spark_support.check_requested_features(
+            {**settings, spark_support.CHECKPOINT_FORMAT_KEY: spark.conf.get(spark_support.CHECKPOINT_FORMAT_KEY, "1") or "1"},
+            spark.version)
         # SQL settings also apply to an already running session (e.g. in tests).
         user_set = dict(spark_conf.getAll())
         for key in ("spark.sql.streaming.stateStore.providerClass",

@@ -15,7 +15,7 @@ from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.lineage import new_origin
 from airflow_sparkpoint.exceptions import ConfigError, StorageError
-from airflow_sparkpoint.runtime import reach, replay, rescale
+from airflow_sparkpoint.runtime import reach, replay, rescale, spark_support
 from airflow_sparkpoint.runtime.config import PREFIX, work_root
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
@@ -62,6 +62,9 @@ class _RunStartup(_RunStatus):
         effect is fenced by the generation."""
         cfg = self.cfg
         plan = self.plan = plan_restore(cfg, self.catalog)
+        if plan.snapshot is not None:
+            spark_support.check_restore_line(plan.snapshot.metadata.spark.get("version"), self.spark.version,
+                                             plan.snapshot.uri)
         check_sink_position(plan, self.sink, cfg.job, apply=False)
         self.rescale = rescale.plan_rescale(cfg.restore_state_partitions, plan)
         status = self.catalog.read_status() or {}

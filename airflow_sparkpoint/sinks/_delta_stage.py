@@ -235,8 +235,10 @@ def collect_and_write(df: DataFrame, layout: StageLayout, directory: str,
 
     :raises Exception: whatever Spark raised for any other failure of the batch.
     """
+    from airflow_sparkpoint.sinks import spark_compat  # the driver half only (see the module docstring)
+
     try:
-        table = df.toArrow()
+        table = spark_compat.collect_arrow(df)
     except Exception as exc:
         if not result_too_large(exc):
             raise

@@ -32,7 +32,7 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
     TransactionConflict,
 )
-from airflow_sparkpoint.sinks import _claims, _delta_txn
+from airflow_sparkpoint.sinks import _claims, _delta_txn, spark_compat
 from airflow_sparkpoint.sinks._delta_location import STAGING, table_location
 from airflow_sparkpoint.sinks._delta_location import import_deltalake as _import_deltalake
 from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, StageContext, column_names
@@ -127,12 +127,9 @@ class DeltaSink(Sink):
     # ------------------------------------------------------------------ stage
 
     def stage(self, df: DataFrame, ctx: StageContext) -> dict[str, Any]:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         if ctx.storage_options:
             self.configure(ctx.storage_options)
-        # Spark TimestampType is an instant (UTC-adjusted), like Delta's timestamp.
-        schema = to_arrow_schema(df.schema, timezone="UTC")
+        schema = spark_compat.arrow_schema(df.schema)
         self._check_columns(schema, ctx)
         self._check_schema(schema)
         staging = self._staging_dir(ctx.job, ctx.txn_id)

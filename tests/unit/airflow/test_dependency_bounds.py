@@ -6,7 +6,8 @@
   Task SDK 1.1 has none of them (checked in the published wheels). So 3.1 is refused.
 * The Spark provider: the submit operator uses private names of it; every one exists on
   the installed provider, and the bound stops before the next major, which may move them.
-* The environment the suite runs in satisfies every bound.
+* The environment the suite runs in satisfies every bound, the Spark side's (the
+  ``runtime`` extra, pyspark's supported range in the ``spark`` extra) included.
 """
 
 from __future__ import annotations
@@ -30,14 +31,17 @@ def _airflow(airflow_home: Path) -> None:  # Airflow configured before anything 
 
 
 def requirements() -> dict[str, Requirement]:
-    """The core dependencies and the ``amazon`` extra of pyproject.toml, by name."""
+    """The core dependencies and the ``amazon``, ``runtime`` and ``spark`` extras of
+    pyproject.toml, by name."""
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
         tomllib = pytest.importorskip("tomli")
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    found = [Requirement(text) for text in [*project["dependencies"], *project["optional-dependencies"]["amazon"]]]
+    extras = project["optional-dependencies"]
+    found = [Requirement(text) for text in [*project["dependencies"], *extras["amazon"], *extras["runtime"],
+                                            *extras["spark"]]]
     return {req.name: req for req in found}
 
 
