@@ -39,7 +39,6 @@ from airflow_sparkpoint.runtime import livedir, replay, rescale, signals, spark_
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
-    check_sink_position,
     plan_restore,
 )
 from airflow_sparkpoint.runtime.run_coordination import _RunCoordination
@@ -235,7 +234,7 @@ class _Run(_RunCoordination):
         # A read-only pre-check: bad input (a missing or foreign snapshot, damaged
         # checkpoints, a sink ahead) fails before anything is written (invariant 7).
         pre = plan_restore(cfg, self.catalog)
-        check_sink_position(pre, self.sink, cfg.job, apply=False)
+        self._check_plan(pre)
         rescale.check_shuffle_partitions(dict(self.spark.sparkContext.getConf().getAll()),
                                          rescale.plan_rescale(cfg.restore_state_partitions, pre))
         faults.pause("after_plan", pre.batch_id)

@@ -27,6 +27,7 @@ from airflow_sparkpoint.runtime.restore import (
     recover_transactions,
     settle_unconfirmed,
 )
+from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 from airflow_sparkpoint.runtime.run_status import _RunStatus
 from airflow_sparkpoint.storage import open_storage
 
@@ -56,16 +57,25 @@ class _RunStartup(_RunStatus):
         self.work_root = work_root(cfg.dir, cfg.job, cfg.work_dir)
         reach.check_executors_reach(self.spark, self.work_root)  # a cluster: one path, one filesystem
 
+    def _check_plan(self, plan: RestorePlan) -> None:
+        """The read-only refusals of a restore plan: run before the claim (bad input fences
+        no running generation, invariant 7) and again on the plan read after it.
+
+        :raises RestoreError: the snapshot was taken on a newer Spark line.
+        :raises SinkAheadError: the sink is ahead of the snapshot and cannot be handled.
+        """
+        if plan.snapshot is not None:
+            spark_support.check_restore_line(plan.snapshot.metadata.spark.get("version"), self.spark.version,
+                                             plan.snapshot.uri)
+        check_sink_position(plan, self.sink, self.cfg.job, apply=False)
+
     def _prepare(self) -> None:
         """Claim, then act (invariant 8): everything is read again after the claim, the
         origin of this generation's lineage is recorded before any effect, and every
         effect is fenced by the generation."""
         cfg = self.cfg
         plan = self.plan = plan_restore(cfg, self.catalog)
-        if plan.snapshot is not None:
-            spark_support.check_restore_line(plan.snapshot.metadata.spark.get("version"), self.spark.version,
-                                             plan.snapshot.uri)
-        check_sink_position(plan, self.sink, cfg.job, apply=False)
+        self._check_plan(plan)
         self.rescale = rescale.plan_rescale(cfg.restore_state_partitions, plan)
         status = self.catalog.read_status() or {}
         origins = self.catalog.origins()

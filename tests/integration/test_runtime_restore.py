@@ -341,9 +341,12 @@ def test_a_savepoint_of_a_newer_spark_line_is_refused_before_anything_is_written
     metadata.write_bytes(meta.with_(spark={**meta.spark, "version": newer}).to_bytes())
     saved = {i.key: (i.size, i.mtime) for i in catalog.store.list("savepoints")}
     before = table_rows(table)
+    generation = catalog.current_generation()
     write_json_batches(inputs, files[2:], start=2)
 
     with pytest.raises(RestoreError, match=rf"was taken on Spark {newer}; this Spark {spark.version} is an older line"):
         run_job(spark, root, "job", aggregation, inputs, table, kwargs, "update", restore=savepoint.uri)
+    # refused before the claim: a running generation of the job would not have been fenced
+    assert catalog.current_generation() == generation
     assert table_rows(table) == before
     assert {i.key: (i.size, i.mtime) for i in catalog.store.list("savepoints")} == saved
