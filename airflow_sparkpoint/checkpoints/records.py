@@ -185,6 +185,8 @@ class AirflowTry:
     run_id: str = ""
     try_number: int | None = None
     map_index: int | None = None
+    #: False for a record of a release before the map index was recorded: any index matches
+    map_index_known: bool = field(default=True, compare=False)
 
     def describe(self) -> str:
         task = f"{self.dag_id}.{self.task_id}" if self.task_id else self.dag_id
@@ -195,8 +197,9 @@ class AirflowTry:
     def same_task(self, other: AirflowTry | None) -> bool:
         """Whether `other` is a try of the same task instance (same DAG, task, DAG run and
         map index): a retry or a clear of it, which takes over its run as it always did."""
-        return other is not None and (self.dag_id, self.task_id, self.run_id, self.map_index) == \
-            (other.dag_id, other.task_id, other.run_id, other.map_index)
+        if other is None or (self.dag_id, self.task_id, self.run_id) != (other.dag_id, other.task_id, other.run_id):
+            return False
+        return not (self.map_index_known and other.map_index_known) or self.map_index == other.map_index
 
     @classmethod
     def from_json(cls, data: Any) -> AirflowTry | None:
@@ -205,7 +208,8 @@ class AirflowTry:
         number = str(data.get("try_number") or "")
         index = str(data.get("map_index") if data.get("map_index") is not None else "")
         return cls(str(data["dag_id"]), str(data.get("task_id") or ""), str(data.get("run_id") or ""),
-                   int(number) if number.isdigit() else None, int(index) if index.isdigit() else None)
+                   int(number) if number.isdigit() else None, int(index) if index.isdigit() else None,
+                   map_index_known="map_index" in data)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> AirflowTry | None:
@@ -218,7 +222,10 @@ def airflow_context(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """Airflow's task context from the environment (`AIRFLOW_CONTEXT_ENV`); {} outside a task."""
     env = os.environ if environ is None else environ
     context = {name: env[var] for name, var in AIRFLOW_CONTEXT_ENV.items() if env.get(var)}
-    return context if context.get("dag_id") else {}
+    if not context.get("dag_id"):
+        return {}
+    # recorded even when unmapped (""), so a record without it is known to predate it
+    return {**context, "map_index": context.get("map_index", "")}
 
 
 def generation_details(config: Any = None, environ: Mapping[str, str] | None = None) -> dict[str, Any]:

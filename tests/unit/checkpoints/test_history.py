@@ -125,7 +125,8 @@ def test_generation_details_record_the_config_and_the_airflow_try() -> None:
     env = {"AIRFLOW_CTX_DAG_ID": "etl", "AIRFLOW_CTX_TASK_ID": "run", "AIRFLOW_CTX_TRY_NUMBER": "2",
            "AIRFLOW_CTX_DAG_RUN_ID": "manual__1", "AWS_SECRET_ACCESS_KEY": "never-recorded"}
     details = generation_details(cfg, env)
-    assert details["airflow"] == {"dag_id": "etl", "task_id": "run", "try_number": "2", "run_id": "manual__1"}
+    assert details["airflow"] == {"dag_id": "etl", "task_id": "run", "try_number": "2", "run_id": "manual__1",
+                                  "map_index": ""}  # unmapped, recorded so a claim without it is known to be older
     assert details["config"]["checkpoint.numRetained"] == 5 and details["config"]["commit.mode"] == "external"
     assert details["config"]["restore"] == "latest" and details["config"]["trigger"] == "availableNow"
     assert "never-recorded" not in json.dumps(details)

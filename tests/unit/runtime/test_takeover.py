@@ -128,3 +128,14 @@ def test_a_run_whose_stop_completed_does_not_block(catalog: Catalog) -> None:
     generation = start(catalog, RUNNING)
     with pytest.raises(JobAlreadyRunning):
         check_start(catalog, None, takeover=False)
+
+
+def test_a_claim_from_before_map_indexes_were_recorded_matches_any_index() -> None:
+    """A driver of the previous release recorded no map index: a retry of its mapped task
+    after the upgrade is still the same task (it was refused as another one)."""
+    retry = AirflowTry("etl", "run", "r1", 2, map_index=3)
+    old_claim = AirflowTry.from_json({"dag_id": "etl", "task_id": "run", "run_id": "r1", "try_number": "1"})
+    assert retry.same_task(old_claim)
+    assert not retry.same_task(AirflowTry.from_json(
+        {"dag_id": "etl", "task_id": "run", "run_id": "r1", "try_number": "1", "map_index": "2"}))
+    assert not retry.same_task(AirflowTry.from_json({"dag_id": "etl", "task_id": "run", "run_id": "r2"}))
