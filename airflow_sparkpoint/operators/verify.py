@@ -73,9 +73,10 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         each must be among `application_args`.
     :param drill_dir: where drills take their fresh directory (a path or ``s3://`` URI;
         default: the worker's temporary directory). On a cluster use storage the
-        executors see. Spark's live location of the drill is ``<its directory>/live``,
-        or, with an ``s3://`` `drill_dir`, a fresh directory under `work_dir` (required
-        then): never the production job's.
+        executors see. Spark's live location of the drill is a fresh directory under
+        `work_dir` when it is set (the location every executor sees), else
+        ``<its directory>/live`` (an ``s3://`` `drill_dir` then needs `work_dir`): never
+        the production job's.
     :param drill_job: the drill's pipeline name (default ``<job_name>-drill``).
     :param keep_scratch: keep the drill's directory afterwards (default: deleted).
 
@@ -301,9 +302,10 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         self._drill_root = f"{str(base).rstrip('/')}/{drill_id}"
         if split_uri(self._drill_root)[0] == "file":
             os.makedirs(_local(self._drill_root), exist_ok=True)
-            self._drill_work = f"{_local(self._drill_root)}/live"
-        elif self.work_dir:
+        if self.work_dir:  # the location every executor sees (a worker's tmp would be refused)
             self._drill_work = f"{str(self.work_dir).rstrip('/')}/sparkpoint-drills/{drill_id}"
+        elif split_uri(self._drill_root)[0] == "file":
+            self._drill_work = f"{_local(self._drill_root)}/live"
         else:
             self._drill_work = None  # the runtime refuses an s3:// dir without a workDir, naming it
 
@@ -318,7 +320,7 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
                 open_storage(root, **self.sparkpoint_hook.storage_options).delete_prefix("")
         except (SparkpointError, OSError) as exc:
             self.log.warning("could not remove the drill's scratch directory %s: %s", root, exc)
-        if self._drill_work is not None and split_uri(root)[0] != "file":
+        if self._drill_work is not None and self.work_dir:
             shutil.rmtree(_local(self._drill_work), ignore_errors=True)
         if self._drill_base is not None:
             shutil.rmtree(self._drill_base, ignore_errors=True)

@@ -53,6 +53,7 @@ def test_output_arguments_point_at_the_drill_directory(tmp_path):
     root = op._drill_root
     assert root.startswith(str(tmp_path / "drills") + "/drill-") and Path(root).is_dir()
     assert op._drill_arguments() == ["--input", "/in", "--output", f"{root}/out", "--report=/scratch/report"]
+    assert op._drill_work == f"{root}/live"  # no work_dir: the drill's own directory
     op._remove_scratch()
     assert not Path(root).exists()
 
@@ -76,7 +77,10 @@ def test_drill_identity_conf_and_on_kill_target_the_drill_not_production(tmp_pat
     assert conf["spark.sparkpoint.restore"] == op._snapshot_uri, "every try restores the drilled snapshot"
     assert conf["spark.sparkpoint.restore.allowForeignJob"] == "true"
     assert conf["spark.sparkpoint.trigger"] == "availableNow"
-    assert conf["spark.sparkpoint.workDir"] == f"{op._drill_root}/live", "never the production job's live location"
+    # under the shared work_dir every executor sees (a worker's tmp would be refused on a
+    # cluster), in the drill's own directory: never the production job's live location
+    drill_id = op._drill_root.rsplit("/", 1)[1]
+    assert conf["spark.sparkpoint.workDir"] == f"{tmp_path / 'production-live'}/sparkpoint-drills/{drill_id}"
     drill_catalog = op._catalog()
     assert drill_catalog.job == "alerts-drill" and drill_catalog.uri.endswith(f"{op._drill_root}/alerts-drill")
 
