@@ -26,6 +26,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.config import PREFIX
 
@@ -37,8 +38,21 @@ log = logging.getLogger(__name__)
 PROBE_PREFIX = ".sparkpoint-probe-"  # hidden: never captured (`livedir.walk` skips it)
 DRIVER_FILE = "driver"
 #: how long to wait for the executors the application asked for (``spark.executor.instances``
-#: / ``spark.cores.max``), or for a first one
+#: / ``spark.cores.max``), or for a first one; longer when Spark's own
+#: ``spark.scheduler.maxRegisteredResourcesWaitingTime`` is (queued YARN or autoscaled pods)
 DEFAULT_WAIT_S = 60.0
+SPARK_WAIT_KEY = "spark.scheduler.maxRegisteredResourcesWaitingTime"
+
+
+def wait_seconds(conf: Any) -> float:
+    """How long the check waits for executors: `DEFAULT_WAIT_S`, or Spark's
+    `SPARK_WAIT_KEY` of `conf` (a SparkConf or mapping) when that is longer."""
+    value = conf.get(SPARK_WAIT_KEY, None)
+    try:
+        spark_s = durations.parse_text(value) if value else 0.0
+    except ValueError:
+        spark_s = 0.0  # Spark itself refuses a malformed value at start-up
+    return max(DEFAULT_WAIT_S, spark_s)
 
 
 @dataclass(frozen=True)
@@ -131,11 +145,12 @@ def check_executors_reach(spark: SparkSession, location: str, *, timeout_s: floa
         log.warning("live location %s: executors are started on demand (dynamic allocation), so the check that "
                     "every executor sees it at the same path does not run; use a shared mount on every host", location)
         return []
-    timeout_s = DEFAULT_WAIT_S if timeout_s is None else timeout_s
+    timeout_s = wait_seconds(sc.getConf()) if timeout_s is None else timeout_s
     found = _wait_executors(spark, timeout_s)
     if not found:
-        raise ConfigError(f"no Spark executor registered within {timeout_s:.0f} s (master {sc.master}); "
-                          f"cannot check that the executors see {PREFIX}workDir {location}")
+        raise ConfigError(f"no Spark executor registered within {timeout_s:.0f} s (master {sc.master}; a "
+                          f"longer {SPARK_WAIT_KEY} waits longer); cannot check that the executors see "
+                          f"{PREFIX}workDir {location}")
     task_cpus = int(sc.getConf().get("spark.task.cpus", "1"))
     slots = max(1, sum(e.cores // task_cpus for e in found))  # as Spark counts them: all launched at once
     os.makedirs(location, exist_ok=True)

@@ -46,3 +46,13 @@ def test_an_executor_host_without_a_probe_task_is_a_problem(tmp_path: Path) -> N
     probe_dir = probe(tmp_path, (0, "10.0.0.1:40001"))
     reports = [{"partition": 0, "address": "10.0.0.1:40001", "error": None}]
     assert _problems(reports, EXECUTORS, probe_dir, TOKEN) == ["executor 1 on host 10.0.0.2 ran no probe task"]
+
+
+def test_the_wait_for_executors_follows_sparks_own_longer_wait() -> None:
+    """A queued YARN application or autoscaled pods take longer than a minute: Spark's own
+    spark.scheduler.maxRegisteredResourcesWaitingTime, when longer, is the wait."""
+    from airflow_sparkpoint.runtime.reach import DEFAULT_WAIT_S, wait_seconds
+
+    assert wait_seconds({}) == DEFAULT_WAIT_S
+    assert wait_seconds({"spark.scheduler.maxRegisteredResourcesWaitingTime": "30s"}) == DEFAULT_WAIT_S
+    assert wait_seconds({"spark.scheduler.maxRegisteredResourcesWaitingTime": "5min"}) == 300.0
