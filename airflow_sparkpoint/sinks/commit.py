@@ -49,6 +49,7 @@ from typing import Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
+from airflow_sparkpoint.checkpoints.commit_head import record_commit
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import StaleGeneration
 from airflow_sparkpoint.sinks.base import Sink
@@ -214,7 +215,10 @@ def abort_generation(
         fence.check()
         _retire_checkpoints(catalog, generation, min(uncommitted))
     for count, record in enumerate(mine, start=1):
-        if settle(sinks.of(record), record, confirmed=False, fence=fence).outcome != "aborted":
+        settlement = settle(sinks.of(record), record, confirmed=False, fence=fence)
+        if settlement.outcome != "aborted":
+            # visible (a promotion the abort had to finish): the commit head says so
+            record_commit(catalog, record, settlement.detail, landed_before=settlement.outcome == "already")
             log.warning("transaction %s of generation %d has already committed to %s; not aborted",
                         record.txn_id, generation, record.sink_id)
             continue

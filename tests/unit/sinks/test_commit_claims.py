@@ -139,3 +139,8 @@ def test_abort_generation_finishes_what_a_generation_claimed_and_aborts_the_rest
     assert [r["id"] for r in visible(sink)] == [600, 601, 602]
     assert leftovers(sink) == []
     assert [r.txn_id for r in catalog.transactions()] == [claimed.txn_id]
+    # batch 6 became visible here: the commit head (what asset watchers poll) says so
+    from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
+
+    head = read_commit_head(catalog)
+    assert head is not None and (head.batch, head.txn_id) == (6, claimed.txn_id)
