@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,6 +30,18 @@ def available() -> str | None:
     return None
 
 
+def installed_software() -> list[Path]:
+    """The directories every host of a real cluster has installed (this checkout, the
+    Python environment, Spark) that lie under /tmp (a fresh clone in /tmp, as CI makes):
+    a private /tmp must see them again, or the worker cannot even start."""
+    import pyspark
+
+    found = {Path(__file__).resolve().parents[2], Path(sys.prefix).resolve(),
+             Path(pyspark.__file__).resolve().parent}
+    under_tmp = sorted(p for p in found if TMP in p.parents)
+    return [p for p in under_tmp if not any(other in p.parents for other in under_tmp)]
+
+
 def private_tmp(stash: Path, shared: Sequence[Path], private: Sequence[Path] = ()) -> list[str]:
     """The command prefix: run the command with a private /tmp where the `shared`
     directories (under /tmp) are bind mounts of the real ones and the `private` ones are
@@ -42,7 +55,7 @@ def private_tmp(stash: Path, shared: Sequence[Path], private: Sequence[Path] = (
     if TMP in stash.parents or stash == TMP:
         raise ValueError(f"stash {stash} must be outside {TMP}")
     lines = ["set -e", f"mount --bind /tmp {shlex.quote(str(stash))}", "mount -t tmpfs sparkpoint-private-tmp /tmp"]
-    for path in shared:
+    for path in [*installed_software(), *shared]:
         source = stash / Path(path).relative_to(TMP)
         lines += [f"mkdir -p {shlex.quote(str(path))}", f"mount --bind {shlex.quote(str(source))} {shlex.quote(str(path))}"]
     lines += [f"mkdir -p {shlex.quote(str(path))}" for path in private]
