@@ -139,3 +139,27 @@ def test_a_claim_from_before_map_indexes_were_recorded_matches_any_index() -> No
     assert not retry.same_task(AirflowTry.from_json(
         {"dag_id": "etl", "task_id": "run", "run_id": "r1", "try_number": "1", "map_index": "2"}))
     assert not retry.same_task(AirflowTry.from_json({"dag_id": "etl", "task_id": "run", "run_id": "r2"}))
+
+
+def test_a_killed_driver_not_yet_reaped_counts_as_gone() -> None:
+    """A SIGKILLed driver stays a zombie until its parent (or an init that reaps late)
+    collects it: it runs nothing, so it must not block the next start of its job."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from airflow_sparkpoint.runtime.livedir import process_alive
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        assert process_alive(child.pid, None)
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.time() + 10  # not reaped: no wait() until the end
+        stat = Path(f"/proc/{child.pid}/stat")
+        while time.time() < deadline and stat.read_text().split(") ")[1][0] != "Z":
+            time.sleep(0.05)
+        assert not process_alive(child.pid, None), "a zombie was taken for a running driver"
+    finally:
+        child.kill()
+        child.wait()
