@@ -96,3 +96,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     version = importlib.metadata.version("pyspark")
     if spark_line(version) < feature.min_version:
         pytest.skip(f"refused on Spark {version}: {feature.name} needs Spark >= {feature.min_text}")
+
+
+@pytest.fixture(autouse=True)
+def _no_task_context_left() -> Iterator[None]:
+    """dag.test() exports its task's ``AIRFLOW_CTX_*`` into this process's environment and
+    leaves them there: a driver a later test starts would record itself as started by that
+    task (and a takeover check would then see another task's run)."""
+    yield
+    for name in [n for n in os.environ if n.startswith("AIRFLOW_CTX_")]:
+        del os.environ[name]

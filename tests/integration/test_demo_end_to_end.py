@@ -51,6 +51,8 @@ def progress_gaps(output: str) -> list[int]:
     return [b - a for a, b in itertools.pairwise(stamps) if b >= a]
 
 
+# slow: about 4 minutes (the README's `make demo`); each of its stages runs in the default suite on its own (e2e kills and retries, e2e and example-DAG blue-green)
+@pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.airflow
 @pytest.mark.timeout(1800)

@@ -280,6 +280,8 @@ def test_incremental_etl_retry_resumes_from_the_latest_checkpoint(
     assert orphaned_staged_files(tmp_path / "views", "etl_windowed_counts") == []
 
 
+# slow: about 1.5 minutes; availableNow runs that read only new input are in the default run (quickstart DAG, e2e)
+@pytest.mark.slow
 @pytest.mark.spark
 def test_incremental_etl_next_run_reads_only_new_input(
     dagbag: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -503,6 +505,8 @@ def assert_rolled_back(blue: SubmittedJob, run: Any, blue_generation: int) -> No
     assert blue.catalog.transactions() == []
 
 
+# slow: the example DAG's publish path with its pre-flight runs in the default suite through a real Airflow (tests/e2e/test_e2e_blue_green)
+@pytest.mark.slow
 @pytest.mark.spark
 def test_blue_green_publishes_a_healthy_green(
     dagbag: Any, background: dict[str, Any], request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
@@ -608,6 +612,8 @@ def test_blue_green_rolls_back_a_rejected_green(
     assert_rolled_back(blue, run, blue_generation)
 
 
+# slow: write-audit-publish runs in the default suite on local storage; S3 sinks and connections in their own tests
+@pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.s3
 def test_write_audit_publish_on_s3_through_a_connection(
