@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparkpoint.checkpoints.layout import COMMITTED
+from airflow_sparkpoint.checkpoints.layout import COMMITTED, decode_object
 from airflow_sparkpoint.exceptions import ObjectNotFound, ObjectTooLarge, StorageError
 
 if TYPE_CHECKING:
@@ -90,8 +90,7 @@ def read_commit_head(catalog: Catalog) -> CommitHead | None:
         log.warning("ignoring oversized commit head %s/%s: %s", catalog.uri, COMMITTED, exc)
         return None
     try:
-        raw = json.loads(data)
-        return CommitHead.from_json(raw if isinstance(raw, dict) else {"schema_version": "not an object"})
+        return decode_object(data, CommitHead.from_json)
     except ValueError as exc:
         log.warning("ignoring unreadable commit head %s/%s: %s", catalog.uri, COMMITTED, exc)
         return None

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparkpoint.checkpoints.layout import COUNTERS
+from airflow_sparkpoint.checkpoints.layout import COUNTERS, decode_object
 from airflow_sparkpoint.exceptions import ObjectNotFound, StorageError
 
 if TYPE_CHECKING:
@@ -141,8 +141,7 @@ def read_counters(catalog: Catalog) -> CheckpointCounters | None:
         log.warning("cannot read %s/%s: %s", catalog.uri, COUNTERS, exc)
         return None
     try:
-        raw = json.loads(data)
-        return CheckpointCounters.from_json(raw if isinstance(raw, dict) else {"schema_version": "not an object"})
+        return decode_object(data, CheckpointCounters.from_json)
     except ValueError as exc:
         log.warning("ignoring unreadable counters record %s/%s: %s", catalog.uri, COUNTERS, exc)
         return None

@@ -28,10 +28,15 @@ its staging areas, committed file names and claims carry that name.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from airflow_sparkpoint.exceptions import CatalogError, ConfigError
 from airflow_sparkpoint.storage.base import PrefixedStorage, Storage
+
+T = TypeVar("T")
 
 METADATA = "_metadata"
 #: ``<snapshot dir>/_verification.json``: the last restore drill of that snapshot
@@ -189,3 +194,12 @@ class JobStore(PrefixedStorage):
 
     def get(self, key: str, max_bytes: int | None = None) -> bytes:
         return super().get(key, max_bytes if max_bytes is not None else max_bytes_of(key))
+
+
+def decode_object(data: bytes, from_json: Callable[[Mapping[str, Any]], T]) -> T:
+    """A JSON-object record read from the store, parsed by `from_json`.
+
+    :raises ValueError: not JSON, not an object, or refused by `from_json`.
+    """
+    raw = json.loads(data)
+    return from_json(raw if isinstance(raw, dict) else {"schema_version": "not an object"})
