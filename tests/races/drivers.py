@@ -26,6 +26,9 @@ HERE = Path(__file__).resolve().parent
 APPEND_JOB = HERE / "jobs" / "append_job.py"
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 JOB = "race"
+# These races start a second driver while the first is live on purpose: a takeover
+# (runtime.takeover refuses it otherwise). A test may pass "false" to see the refusal.
+TAKEOVER_CONF = {"spark.sparkpoint.takeover": "true"}
 USERS = 3
 BASE_MTIME = 1_700_000_000
 TIMEOUT_S = float(os.environ.get("SPARKPOINT_RACE_TIMEOUT", "420"))
@@ -112,9 +115,7 @@ class Driver:
         cmd = [SPARK_SUBMIT, "--master", master, *options, "--driver-java-options", JAVA_OPTS,
                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=1",
                "--conf", "spark.default.parallelism=1", "--conf", f"spark.pyspark.python={sys.executable}"]
-        # These races start a second driver while the first is live on purpose: a
-        # takeover (runtime.takeover refuses it otherwise); a test may say "false".
-        for key, value in {"spark.sparkpoint.takeover": "true", **conf}.items():
+        for key, value in {**TAKEOVER_CONF, **conf}.items():
             cmd += ["--conf", f"{key}={value}"]
         self._out = open(self.log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen([*cmd, str(script), *args], stdout=self._out, stderr=subprocess.STDOUT,

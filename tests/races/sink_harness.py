@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_sparkpoint.checkpoints.run_result import parse_result_line
+from tests.races.drivers import TAKEOVER_CONF
 from tests.support.waits import wait_for
 
 HERE = Path(__file__).resolve().parent
@@ -88,7 +89,7 @@ class Driver:
                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=1",
                "--conf", "spark.default.parallelism=1", "--conf", "spark.sql.session.timeZone=UTC",
                "--conf", f"spark.pyspark.python={sys.executable}"]
-        for key, value in conf.items():
+        for key, value in {**TAKEOVER_CONF, **conf}.items():
             cmd += ["--conf", f"{key}={value}"]
         base.mkdir(parents=True, exist_ok=True)
         self._out = open(self.log, "wb")  # noqa: SIM115 - closed in wait()/kill()
