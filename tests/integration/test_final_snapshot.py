@@ -20,7 +20,8 @@ from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.storage import open_storage
 from tests.rescale_runs import JOB, expected, finished, submit, table, write_inputs
 
-pytestmark = pytest.mark.spark
+# slow: the default run is at its 40-minute budget; `make test-all` runs it
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 CONF = {
     "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",

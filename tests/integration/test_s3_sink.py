@@ -227,6 +227,7 @@ def test_a_large_partition_is_uploaded_in_several_parts(spark: Any, sink: S3Sink
     assert table.num_rows == 400_000 and table.column("id").to_pylist()[-1] == 399_999
 
 
+@pytest.mark.slow  # 1,000+ uploads; the default run is at its 40-minute budget
 def test_cleanup_orphans_pages_past_1000_pending_uploads(sink: S3Sink, client: Any, s3_bucket: str) -> None:
     def create(key: str) -> None:
         client.create_multipart_upload(Bucket=s3_bucket, Key=key)

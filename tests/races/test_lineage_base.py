@@ -23,7 +23,8 @@ from airflow_sparkpoint.checkpoints import layout
 from tests.races.drivers import args, delta_version, diff, expected_rows, job_conf, table_rows, write_inputs
 from tests.races.test_lineages import BATCHES, _first_run
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
+# slow: the default run is at its 40-minute budget; `make test-all` runs it
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def test_a_zombies_retention_cannot_wedge_the_lineage_restored_meanwhile(tmp_path: Path, start_driver: Any) -> None:

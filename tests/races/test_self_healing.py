@@ -123,7 +123,8 @@ def sink_param(name: str, *, slow: bool = False) -> Any:
 
 
 @pytest.mark.parametrize("sink", [sink_param("delta-merge"), sink_param("delta-append", slow=True),
-                                  sink_param("directory"), sink_param("s3")])
+                                  # slow: the default run is at its 40-minute budget
+                                  sink_param("directory", slow=True), sink_param("s3", slow=True)])
 def test_a_restart_behind_the_sink_replays_the_committed_batches_and_continues(scene: Scene, sink: str) -> None:
     expected = write_inputs(scene.inputs, [0, 1, 2, 3])
     first = scene.run("first")

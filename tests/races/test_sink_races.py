@@ -315,7 +315,8 @@ def test_a_stalled_first_commit_does_not_write_batch_0_again_into_the_table_the_
 
 
 @pytest.mark.parametrize("sink", [sink_param("delta-merge", default=True), sink_param("directory")])
-@pytest.mark.parametrize("point", ["stage", "recorded"])
+# "stage" is slow: the default run is at its 40-minute budget
+@pytest.mark.parametrize("point", [pytest.param("stage", marks=slow), "recorded"])
 def test_a_rerun_held_before_its_last_batch_while_the_one_before_commits_ends_with_every_batch(
     scene: Scene, sink: str, point: str
 ) -> None:
