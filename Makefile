@@ -85,9 +85,11 @@ bench-large: bench-deps
 # SeaweedFS), every (fault point x commit mode) pair of each must fire; plus storage faults,
 # zombies and corrupt metadata. Prints the table (trials, fired, duplicates, lost, failed
 # per sink x point x mode) at the end. SPARKPOINT_CHAOS_TRIALS, _SEED, _WORKERS (default 2),
-# _CASES (e.g. SPARKPOINT_CHAOS_CASES=directory,s3@moto). Hours on 2 cores: see docs/development.md "Fault injection".
+# _CASES (e.g. SPARKPOINT_CHAOS_CASES=directory,s3@moto). Every trial is appended to the
+# cumulative record docs/chaos/ (SPARKPOINT_CHAOS_RECORD= turns that off). Hours on 2 cores: see docs/development.md "Fault injection".
 chaos: setup
-	SPARKPOINT_CHAOS_TRIALS=$${SPARKPOINT_CHAOS_TRIALS:-50} $(PY) -m pytest tests/chaos -m '' \
+	SPARKPOINT_CHAOS_TRIALS=$${SPARKPOINT_CHAOS_TRIALS:-50} \
+	SPARKPOINT_CHAOS_RECORD=$${SPARKPOINT_CHAOS_RECORD-docs/chaos/trials.jsonl} $(PY) -m pytest tests/chaos -m '' \
 		-p no:cacheprovider $(PYTEST_ARGS)
 
 clean:

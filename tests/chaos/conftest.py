@@ -1,13 +1,17 @@
 """Chaos fixtures: a fresh bucket per test on each of the two S3 servers (moto in a child
 process, SeaweedFS: both servers from ``tests/servers.py``, up while this package runs), and the summary
-tables of the crash trials printed at the end of the session."""
+tables of the crash trials printed at the end of the session (and appended to the
+cumulative record when ``SPARKPOINT_CHAOS_RECORD`` names it: `tests.chaos.record`)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.chaos import record
 from tests.chaos.plan import REPORTS, format_report
 from tests.chaos.servers import S3Context, new_bucket
 from tests.servers import package_fixtures
@@ -36,3 +40,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     for title, results, seed in REPORTS:
         terminalreporter.write_line(format_report(title, results, seed))
         terminalreporter.write_line("")
+    if os.environ.get(record.ENV):  # make chaos: the cumulative record (docs/chaos/)
+        path = Path(os.environ[record.ENV])
+        count = record.append(path, REPORTS, record.run_id())
+        terminalreporter.write_line(f"appended {count} trials to {path}; table: {record.write_table(path)}")
