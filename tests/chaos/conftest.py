@@ -16,6 +16,9 @@ from tests.chaos.plan import REPORTS, format_report
 from tests.chaos.servers import S3Context, new_bucket
 from tests.servers import package_fixtures
 
+#: this session's name in the record: taken at the start, before any commit made meanwhile
+RUN = record.run_id()
+
 spark, s3_server, s3_server_process, seaweedfs_server = package_fixtures(
     "spark", "s3_server", "s3_server_process", "seaweedfs_server")
 
@@ -42,5 +45,5 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line("")
     if os.environ.get(record.ENV):  # make chaos: the cumulative record (docs/chaos/)
         path = Path(os.environ[record.ENV])
-        count = record.append(path, REPORTS, record.run_id())
+        count = record.append(path, REPORTS, RUN)
         terminalreporter.write_line(f"appended {count} trials to {path}; table: {record.write_table(path)}")
