@@ -47,6 +47,8 @@ class JobStatus:
     host: str = ""
     pid: int = 0
     application_id: str = ""
+    #: the run's live location; read back only to resume in place (confined to the work root)
+    live_dir: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     def with_(self, **changes: Any) -> JobStatus:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
 from airflow_sparkpoint.storage import open_storage
 
 BASE_MTIME = 1_700_000_000
@@ -121,8 +122,9 @@ class SubmittedJob:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def status(self) -> dict[str, Any]:
-        return self.catalog.read_status() or {}
+    def status(self) -> JobStatus | None:
+        """The job's status record (`read_job_status`), None before the first write."""
+        return read_job_status(self.catalog)
 
     def wait_for(self, what: str, predicate: Callable[[], T | None], timeout: float = 300) -> T:
         """Poll `predicate` until it returns a truthy value, and return that.
@@ -151,12 +153,12 @@ class SubmittedJob:
         """
         def check() -> int | None:
             status = self.status()
-            if status.get("state") != "running" or status.get("last_checkpoint_id") is None:
+            if status is None or status.state != "running" or status.last_checkpoint_id is None:
                 return None
-            if int(status["generation"]) <= after_generation:
+            if status.generation <= after_generation:
                 return None
-            last = status.get("last_batch")
-            return int(status["generation"]) if last is not None and last >= batch else None
+            last = status.last_batch
+            return status.generation if last is not None and last >= batch else None
 
         return self.wait_for(f"a checkpoint of batch {batch}", check, timeout)
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import spark_layout
+from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.runtime.config import local_path_of, require_local
 
 __all__ = ["local_path_of", "require_local"]  # the live-location rule lives in runtime.config
@@ -296,7 +297,7 @@ def owner_record(job: str, generation: int, jvm_pid: int | None) -> dict[str, An
 def previous_owner_gone(
     location: str,
     owner: Mapping[str, Any] | None,
-    status: Mapping[str, Any] | None,
+    status: JobStatus | None,
     *,
     own: Iterable[tuple[int, str | None]] = (),
 ) -> tuple[bool, str]:
@@ -304,20 +305,20 @@ def previous_owner_gone(
     and why. `status` is the job's status record; `own` lists (pid, start) of this process
     and its JVM (a previous run in the same process ended when it released the lock)."""
     mine = set(own)
-    same_dir = status is not None and _same(status.get("live_dir"), location)
+    same_dir = status is not None and _same(status.live_dir, location)
     if owner is None:
         # A location of an older release, or one never owned: only the status record tells.
-        if same_dir and status is not None and status.get("state") in TERMINAL_STATES:
-            return True, f"generation {status.get('generation')} ended ({status.get('state')})"
-        if same_dir and status is not None and status.get("host") == socket.gethostname():
-            pid = int(status.get("pid") or 0)
+        if same_dir and status is not None and status.state in TERMINAL_STATES:
+            return True, f"generation {status.generation} ended ({status.state})"
+        if same_dir and status is not None and status.host == socket.gethostname():
+            pid = int(status.pid or 0)
             if pid and not process_alive(pid, None):
-                return True, f"process {pid} of generation {status.get('generation')} is gone"
+                return True, f"process {pid} of generation {status.generation} is gone"
         return False, "its previous owner is unknown and not proven gone"
     generation = owner.get("generation")
-    if (status is not None and status.get("generation") == generation and same_dir
-            and status.get("state") in TERMINAL_STATES):
-        return True, f"generation {generation} ended ({status.get('state')})"
+    if (status is not None and status.generation == generation and same_dir
+            and status.state in TERMINAL_STATES):
+        return True, f"generation {generation} ended ({status.state})"
     if owner.get("host") != socket.gethostname():
         return False, f"generation {generation} ran on host {owner.get('host')!r} and is not proven gone"
     for key in ("pid", "jvm_pid"):

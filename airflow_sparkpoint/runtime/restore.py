@@ -29,6 +29,7 @@ from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, layout, open_snapshot
 from airflow_sparkpoint.checkpoints.lineage import Origin
 from airflow_sparkpoint.checkpoints.metadata import FileRef, TransactionRecord
+from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     InvalidPath,
@@ -250,7 +251,7 @@ class LiveChoice:
 def choose_live(
     plan: RestorePlan,
     candidates: Sequence[str | None],
-    status: Mapping[str, Any] | None,
+    status: JobStatus | None,
     *,
     work_root: str,
     job: str,

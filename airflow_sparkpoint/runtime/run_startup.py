@@ -14,6 +14,7 @@ from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.lineage import new_origin
+from airflow_sparkpoint.checkpoints.status import read_job_status
 from airflow_sparkpoint.exceptions import ConfigError, StorageError
 from airflow_sparkpoint.runtime import reach, replay, rescale, spark_support
 from airflow_sparkpoint.runtime.config import PREFIX, work_root
@@ -77,10 +78,10 @@ class _RunStartup(_RunStatus):
         plan = self.plan = plan_restore(cfg, self.catalog)
         self._check_plan(plan)
         self.rescale = rescale.plan_rescale(cfg.restore_state_partitions, plan)
-        status = self.catalog.read_status() or {}
+        status = read_job_status(self.catalog)
         origins = self.catalog.origins()
         self.choice = choose_live(
-            plan, [origins[-1].live_dir if origins else None, status.get("live_dir")], status,
+            plan, [origins[-1].live_dir if origins else None, status.live_dir if status else None], status,
             work_root=self.work_root, job=cfg.job, generation=self.generation, jvm_pid=self._jvm_pid(),
             allow_in_place=not (self.rescale and self.rescale.needed),  # rescale a private copy only
         )

@@ -92,9 +92,8 @@ class _RunStatus:
             last_checkpoint_uri=self.catalog.checkpoint_uri(last.id) if last else None,
             checkpoints_completed=coordinator.checkpoints_completed if coordinator is not None else 0,
             savepoint_uri=self.savepoint_uri, error=error, host=socket.gethostname(), pid=os.getpid(),
-            application_id=self._application_id,
+            application_id=self._application_id, live_dir=getattr(self, "live", None),
         ).to_json()
-        status["live_dir"] = getattr(self, "live", None)
         with self._status_lock:
             if self._final_state and state == "running":
                 return  # a late heartbeat must not undo finished/stopped/failed

@@ -135,7 +135,7 @@ def test_an_incompatible_green_is_refused_before_blue_stops_and_a_compatible_one
         assert "pre-flight refused" in error and "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in error, error[-3000:]
         assert blue.running, blue.tail()
         status = blue.status()
-        assert (status["state"], status["generation"]) == ("running", generation), status
+        assert status is not None and (status.state, status.generation) == ("running", generation), status
         assert blue.catalog.current_generation() == generation
         assert ControlChannel(blue.catalog).request_ids() == []
         assert [m.id for m in blue.catalog.checkpoints()] == checkpoints

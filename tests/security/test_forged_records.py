@@ -371,12 +371,15 @@ def test_cli_commit_with_a_declared_sink_refuses_a_forged_record(tmp_path: Path,
 
 
 def test_a_forged_live_dir_outside_the_work_root_is_never_used(tmp_path: Path) -> None:
+    from airflow_sparkpoint.checkpoints.status import JobStatus
     from airflow_sparkpoint.runtime.restore import RestorePlan, choose_live
 
     victim = victim_dir(tmp_path)
     work = tmp_path / "work"
     choice = choose_live(RestorePlan(snapshot=None, description="empty"), [str(victim), f"file://{victim}"],
-                         {"live_dir": str(victim)}, work_root=str(work), job=JOB, generation=2, jvm_pid=None)
+                         JobStatus(job=JOB, generation=1, state="failed", started_at=0.0, heartbeat_at=0.0,
+                                   live_dir=str(victim)),
+                         work_root=str(work), job=JOB, generation=2, jvm_pid=None)
     try:
         assert choice.path == str(work / "g2")
         assert choice.link_from is None, f"a live_dir read from the store was used: {choice.link_from}"

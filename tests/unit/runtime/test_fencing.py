@@ -15,6 +15,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.retention import journal_deletions
+from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import StaleGeneration
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.restore import (
@@ -180,6 +181,11 @@ def test_a_location_locked_by_a_live_process_is_never_shared(tmp_path):
     lock.release()
 
 
+def status_of(generation: int, state: str, live_dir: str) -> JobStatus:
+    return JobStatus(job="job", generation=generation, state=state, started_at=0.0, heartbeat_at=0.0,
+                     live_dir=live_dir)
+
+
 def test_the_previous_owner_is_proven_gone_only_by_its_end_or_its_dead_processes(tmp_path):
     live = str(tmp_path / "g3")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -191,10 +197,10 @@ def test_the_previous_owner_is_proven_gone_only_by_its_end_or_its_dead_processes
     assert not livedir.previous_owner_gone(live, alive, None)[0]
     reused = {**alive, "pid_start": "12345"}  # same pid, another process
     assert livedir.previous_owner_gone(live, reused, None)[0]
-    finished = {"generation": 3, "state": "finished", "live_dir": live}
+    finished = status_of(3, "finished", live)
     assert livedir.previous_owner_gone(live, alive, finished)[0]
     remote = {**owner, "host": "elsewhere"}
-    assert not livedir.previous_owner_gone(live, remote, {"generation": 3, "state": "running", "live_dir": live})[0]
+    assert not livedir.previous_owner_gone(live, remote, status_of(3, "running", live))[0]
     assert not livedir.previous_owner_gone(live, None, None)[0]
 
 
@@ -208,7 +214,7 @@ def test_choose_live_resumes_in_place_only_when_the_owner_is_gone_and_links_othe
     livedir.write_owner(str(old), livedir.owner_record("job", generation, None))
     plan = plan_restore(_cfg(), catalog)
     assert plan.own_checkpoint and plan.batch_id == 1
-    status = {"generation": generation, "state": "running", "live_dir": str(old)}
+    status = status_of(generation, "running", str(old))
 
     held = livedir.try_lock(str(old))  # the previous run is still alive
     assert held is not None
