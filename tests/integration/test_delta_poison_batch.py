@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from tests.races.sink_harness import Driver, write_input
+from tests.races.sink_harness import Driver, start_sink_driver, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 
@@ -45,7 +45,7 @@ def test_duplicate_merge_keys_fail_the_batch_before_its_checkpoint_and_the_fixed
     conf = {"spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": JOB}
 
     def run(name: str, key: str) -> Driver:
-        driver = Driver(name, tmp_path, conf=conf, script=SCRIPT,
+        driver = start_sink_driver(name, tmp_path, conf=conf, script=SCRIPT,
                         args=["--input", str(inputs), "--output", str(table), "--key", key])
         driver.wait()
         return driver
@@ -65,7 +65,7 @@ def test_duplicate_merge_keys_fail_the_batch_before_its_checkpoint_and_the_fixed
     fixed = run("fixed", "exact")
 
     assert fixed.proc.returncode == 0, fixed.tail()
-    result = fixed.result()
+    result = fixed.result
     assert result is not None and result["committed_batches"] == [2, 3] and result["first_batch"] == 2
     got = {r["key"]: (r["total"], r["events"]) for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()}
     assert got == totals(expected)

@@ -91,20 +91,25 @@ def diff(expected: list[dict[str, Any]], got: list[dict[str, Any]]) -> list[str]
 
 
 class Driver:
-    """One ``spark-submit`` of the race job in the background (its own process group)."""
+    """One ``spark-submit`` of a race job (`script`) in the background, in its own process
+    group, optionally held at pause points (`pause`: ``point`` or ``point:batch``, one or
+    several) or armed with a fault (`fault`). `timeout` bounds every wait on it."""
 
     def __init__(self, name: str, base: Path, conf: Mapping[str, str], args: Sequence[str], *,
-                 pause: str | None = None, fault: str | None = None, script: Path = APPEND_JOB,
-                 master: str = "local[1]", options: Sequence[str] = ()) -> None:
+                 pause: str | Sequence[str] | None = None, fault: str | None = None, script: Path = APPEND_JOB,
+                 master: str = "local[1]", options: Sequence[str] = (), java_opts: str = JAVA_OPTS,
+                 timeout: float = TIMEOUT_S) -> None:
         self.name = name
+        self.timeout = timeout
         self.log = base / f"{name}.log"
         self.pause_dir = base / f"pause-{name}"
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+               "SPARKPOINT_TEST_PAUSE_TIMEOUT": str(2 * timeout)}  # a held driver outlives no test
         env.pop("SPARK_HOME", None)
         for key in (ENV, ENV_ONCE, PAUSE_ENV, PAUSE_DIR_ENV):
             env.pop(key, None)
         if pause:
-            env[PAUSE_ENV] = pause
+            env[PAUSE_ENV] = pause if isinstance(pause, str) else ",".join(pause)
             env[PAUSE_DIR_ENV] = str(self.pause_dir)
         # The once-marker is created (fsynced) right before the kill: the proof that the
         # fault fired (the driver's last printed line may not make it through the JVM).
@@ -112,22 +117,46 @@ class Driver:
         if fault:
             env[ENV] = fault
             env[ENV_ONCE] = str(self.fault_marker)
-        cmd = [SPARK_SUBMIT, "--master", master, *options, "--driver-java-options", JAVA_OPTS,
+        cmd = [SPARK_SUBMIT, "--master", master, *options, "--driver-java-options", java_opts,
                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=1",
-               "--conf", "spark.default.parallelism=1", "--conf", f"spark.pyspark.python={sys.executable}"]
+               "--conf", "spark.default.parallelism=1", "--conf", "spark.sql.session.timeZone=UTC",
+               "--conf", f"spark.pyspark.python={sys.executable}"]
         for key, value in {**TAKEOVER_CONF, **conf}.items():
             cmd += ["--conf", f"{key}={value}"]
+        base.mkdir(parents=True, exist_ok=True)
         self._out = open(self.log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen([*cmd, str(script), *args], stdout=self._out, stderr=subprocess.STDOUT,
                                      env=env, cwd=str(base), start_new_session=True)
 
     # -- pause points ---------------------------------------------------------------
 
-    def reached(self, point: str, timeout: float = TIMEOUT_S) -> dict[str, Any]:
-        """Wait until the driver is paused at `point`; return what it wrote there."""
+    def held(self, point: str) -> dict[str, Any] | None:
+        """What the driver wrote at `point` if it is (or was) held there, else None; no wait."""
         marker = self.pause_dir / f"{point}.reached"
-        wait_for(f"{self.name} to reach pause point {point}", marker.exists, timeout, self.tail, proc=self.proc)
+        return dict(json.loads(marker.read_text())) if marker.exists() else None
+
+    def reached(self, point: str, timeout: float | None = None) -> dict[str, Any]:
+        """Wait until the driver is paused at `point`; return what it wrote there. A driver
+        that ends first fails the test."""
+        marker = self.pause_dir / f"{point}.reached"
+        wait_for(f"{self.name} to reach pause point {point}", marker.exists, timeout or self.timeout, self.tail,
+                 proc=self.proc)
         return dict(json.loads(marker.read_text()))
+
+    def wait_for(self, point: str, *, or_exit: bool = False) -> dict[str, Any] | None:
+        """The details of `point` once this driver is held there. With `or_exit`, None if
+        the driver ended first; without, a driver that ends first fails the test."""
+        def held_or_ended() -> tuple[dict[str, Any] | None] | None:
+            details = self.held(point)
+            if details is None and self.proc.poll() is not None:
+                return (self.held(point),)  # read again: it may have reached the point, then ended
+            return None if details is None else (details,)
+
+        (details,) = wait_for(f"{self.name} to reach pause point {point}", held_or_ended, self.timeout, self.tail)
+        if details is None and not or_exit:
+            raise AssertionError(f"{self.name} ended (exit {self.proc.returncode}) before pause point "
+                                 f"{point}:\n{self.tail()}")
+        return details
 
     def release(self, point: str) -> None:
         self.pause_dir.mkdir(parents=True, exist_ok=True)
@@ -135,12 +164,17 @@ class Driver:
 
     # -- the end --------------------------------------------------------------------
 
-    def wait(self, timeout: float = TIMEOUT_S) -> int:
+    def wait(self, timeout: float | None = None) -> int:
+        """The driver's exit code once it ended; what it left in its process group (Python
+        workers) is killed then."""
         try:
-            return self.proc.wait(timeout=timeout)
+            self.proc.wait(timeout=timeout or self.timeout)
         except subprocess.TimeoutExpired:
             self.stop()
-            raise AssertionError(f"{self.name} did not end within {timeout:.0f} s:\n{self.tail()}") from None
+            raise AssertionError(f"{self.name} did not end within {timeout or self.timeout:.0f} s:\n"
+                                 f"{self.tail()}") from None
+        self.stop()
+        return self.proc.returncode
 
     def stop(self) -> None:
         """SIGKILL the whole process group (driver JVM, Python driver, workers)."""

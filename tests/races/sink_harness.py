@@ -9,9 +9,7 @@ import contextlib
 import io
 import json
 import os
-import signal
 import subprocess
-import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -19,14 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_sparkpoint.checkpoints.run_result import parse_result_line
-from tests.races.drivers import TAKEOVER_CONF
-from tests.support.waits import wait_for
+from tests.races.drivers import Driver
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 JOB_SCRIPT = HERE / "sink_job.py"
-SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 JOB = "race"
 USERS = 3
 BASE_MTIME = 1_700_000_000
@@ -71,82 +66,10 @@ def odd_file(directory: Path, after: int) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------- drivers
 
 
-class Driver:
-    """One ``spark-submit`` of `script` (`JOB_SCRIPT`), in its own process group, optionally held at
-    pause points (``SPARKPOINT_TEST_PAUSE``)."""
-
-    def __init__(self, name: str, base: Path, *, conf: Mapping[str, str], args: Sequence[str],
-                 pause: Sequence[str] = (), script: Path = JOB_SCRIPT) -> None:
-        self.name = name
-        self.pause_dir = base / f"pauses-{name}"
-        self.log = base / f"{name}.log"
-        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-               "SPARKPOINT_TEST_PAUSE_TIMEOUT": str(2 * WAIT_S)}
-        env.pop("SPARK_HOME", None)
-        if pause:
-            env.update({"SPARKPOINT_TEST_PAUSE": ",".join(pause), "SPARKPOINT_TEST_PAUSE_DIR": str(self.pause_dir)})
-        cmd = [SPARK_SUBMIT, "--master", "local[1]", "--driver-java-options", JAVA_OPTS,
-               "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=1",
-               "--conf", "spark.default.parallelism=1", "--conf", "spark.sql.session.timeZone=UTC",
-               "--conf", f"spark.pyspark.python={sys.executable}"]
-        for key, value in {**TAKEOVER_CONF, **conf}.items():
-            cmd += ["--conf", f"{key}={value}"]
-        base.mkdir(parents=True, exist_ok=True)
-        self._out = open(self.log, "wb")  # noqa: SIM115 - closed in wait()/kill()
-        self.proc = subprocess.Popen([*cmd, str(script), *args], stdout=self._out, stderr=subprocess.STDOUT,
-                                     env=env, start_new_session=True, cwd=str(base))
-
-    @property
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-    def tail(self, lines: int = 60) -> str:
-        return "\n".join(self.output.splitlines()[-lines:])
-
-    def reached(self, point: str) -> dict[str, Any] | None:
-        path = self.pause_dir / f"{point}.reached"
-        return json.loads(path.read_text()) if path.exists() else None
-
-    def wait_for(self, point: str, *, or_exit: bool = False) -> dict[str, Any] | None:
-        """The details of `point` once this driver is held there. With `or_exit`, None if
-        the driver ended first; without, a driver that ends first fails the test."""
-        def held_or_ended() -> tuple[dict[str, Any] | None] | None:
-            details = self.reached(point)
-            if details is None and self.proc.poll() is not None:
-                return (self.reached(point),)  # read again: it may have reached the point, then ended
-            return None if details is None else (details,)
-
-        (details,) = wait_for(f"{self.name} to reach pause point {point}", held_or_ended, WAIT_S, self.tail)
-        if details is None and not or_exit:
-            raise AssertionError(f"{self.name} ended (exit {self.proc.returncode}) before pause point "
-                                 f"{point}:\n{self.tail()}")
-        return details
-
-    def release(self, point: str) -> None:
-        self.pause_dir.mkdir(parents=True, exist_ok=True)
-        (self.pause_dir / f"{point}.release").touch()
-
-    def wait(self) -> int:
-        try:
-            self.proc.wait(timeout=WAIT_S)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"{self.name} did not end in {WAIT_S:.0f} s:\n{self.tail()}") from None
-        self.kill()
-        return self.proc.returncode
-
-    def kill(self) -> None:
-        """End the whole process group (driver JVM, Python driver and workers)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self.proc.wait()
-        self._out.close()
-
-    def result(self) -> dict[str, Any] | None:
-        result = parse_result_line(self.output)
-        return None if result is None else result.to_json()
+def start_sink_driver(name: str, base: Path, *, conf: Mapping[str, str], args: Sequence[str],
+                      pause: Sequence[str] = (), script: Path = JOB_SCRIPT) -> Driver:
+    """A `Driver` of `script` (`JOB_SCRIPT`) with the sink races' log settings and waits."""
+    return Driver(name, base, conf, args, pause=pause, script=script, java_opts=JAVA_OPTS, timeout=WAIT_S)
 
 
 # ---------------------------------------------------------------------------- S3 servers

@@ -35,6 +35,7 @@ from tests.races.sink_harness import (
     differences,
     explain,
     odd_file,
+    start_sink_driver,
     write_inputs,
 )
 
@@ -66,7 +67,7 @@ class Scene:
             **self.case.conf(),
             **(extra or {}),
         }
-        driver = Driver(name, self.base, conf=conf, pause=pause,
+        driver = start_sink_driver(name, self.base, conf=conf, pause=pause,
                         args=["--sink", self.case.kind, "--input", str(self.inputs), "--output", self.case.output()])
         self.drivers.append(driver)
         return driver
@@ -94,7 +95,7 @@ class Scene:
     def stop(self) -> None:
         for driver in self.drivers:
             if driver.proc.poll() is None or not driver._out.closed:
-                driver.kill()
+                driver.stop()
 
 
 @pytest.fixture()
@@ -140,7 +141,7 @@ def test_a_restart_behind_the_sink_replays_the_committed_batches_and_continues(s
 
     assert healed.proc.returncode == 0, healed.tail()
     assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
-    result = healed.result()
+    result = healed.result
     assert result is not None
     assert result["restored_from"] == scene.catalog().checkpoint_uri(fallback.id)
     assert result["recovered"].get("replayed") == [2, 3], result["recovered"]
@@ -195,12 +196,12 @@ def test_a_driver_killed_halfway_through_the_replay_is_replayed_again(scene: Sce
     killed = scene.start("killed", pause=("replay:3",))
     held = killed.wait_for("replay")  # batch 2 is replayed, batch 3 is next
     assert held is not None and held["batch"] == 3
-    killed.kill()
+    killed.stop()
     healed = scene.run("healed")
 
     assert healed.proc.returncode == 0, healed.tail()
     assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
-    result = healed.result()
+    result = healed.result
     assert result is not None and result["recovered"]["replayed"] == [2, 3]
     assert result["first_batch"] == 4 and result["generation"] == 3
     assert scene.case.leftovers() == [] and scene.catalog().transactions() == []

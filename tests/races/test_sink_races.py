@@ -49,6 +49,7 @@ from tests.races.sink_harness import (
     explain,
     odd_file,
     seaweedfs,
+    start_sink_driver,
     write_inputs,
 )
 from tests.support.waits import wait_for
@@ -89,7 +90,7 @@ class Scene:
             "spark.sparkpoint.control.pollInterval": "300ms",
             **self.case.conf(),
         }
-        driver = Driver(name, self.base, conf=conf, pause=pause,
+        driver = start_sink_driver(name, self.base, conf=conf, pause=pause,
                         args=["--sink", self.case.kind, "--input", str(self.inputs), "--output", self.case.output()])
         self.drivers.append(driver)
         return driver
@@ -107,7 +108,7 @@ class Scene:
     def stop(self) -> None:
         for driver in self.drivers:
             if driver.proc.poll() is None or not driver._out.closed:
-                driver.kill()
+                driver.stop()
 
 
 @pytest.fixture(scope="module")
@@ -351,7 +352,7 @@ def test_a_rerun_held_before_its_last_batch_while_the_one_before_commits_ends_wi
 
     assert zombie_rc != 0 and "was aborted" in zombie.output, zombie.tail()
     assert rerun_rc == 0, explain(scene.drivers, scene.catalog())
-    result = rerun.result()
+    result = rerun.result
     assert result is not None and result["status"] == "finished" and result["last_batch"] == 4, result
     assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
     assert scene.case.leftovers() == []
