@@ -3,16 +3,41 @@ every referenced file checked by listing. Pure Python: no Spark, no Airflow."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.entries import SnapshotHandle
-from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
+from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata
 from airflow_sparkpoint.exceptions import CorruptMetadata, ObjectNotFound, RestoreError, StorageError
-from airflow_sparkpoint.storage import open_storage
+from airflow_sparkpoint.storage import Storage, open_storage
 
-__all__ = ["open_snapshot"]
+__all__ = ["open_snapshot", "stored_sizes"]
+
+
+def stored_sizes(
+    store: Storage, files: Iterable[FileRef], *, missing_on: tuple[type[Exception], ...] = (ObjectNotFound,)
+) -> list[tuple[FileRef, int | None]]:
+    """Each of `files` with the size `store` holds for it (None: missing), found with one
+    listing per top-level directory of the keys, not one request per file; a key at the
+    top level is stat'ed. A stat that raises one of `missing_on` counts as missing.
+
+    :raises StorageError: a listing failed, or a stat failed otherwise.
+    """
+    refs = list(files)
+    present: dict[str, int] = {}
+    for top in sorted({ref.key.split("/", 1)[0] for ref in refs if "/" in ref.key}):
+        present.update((info.key, info.size) for info in store.list(top))
+    sizes: list[tuple[FileRef, int | None]] = []
+    for ref in refs:
+        size = present.get(ref.key)
+        if size is None and "/" not in ref.key:
+            try:
+                size = store.stat(ref.key).size
+            except missing_on:
+                size = None
+        sizes.append((ref, size))
+    return sizes
 
 
 def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None) -> SnapshotHandle:
@@ -40,17 +65,7 @@ def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None)
         files_store = open_storage(parent, **dict(storage_options or {}))
     else:
         files_store = store
-    # One listing per top-level directory the files live in, not one request per file.
-    present: dict[str, int] = {}
-    for top in sorted({ref.key.split("/", 1)[0] for ref in meta.files if "/" in ref.key}):
-        present.update((info.key, info.size) for info in files_store.list(top))
-    for ref in meta.files:
-        size = present.get(ref.key)
-        if size is None and "/" not in ref.key:
-            try:
-                size = files_store.stat(ref.key).size
-            except ObjectNotFound:
-                size = None
+    for ref, size in stored_sizes(files_store, meta.files):
         if size is None:
             raise RestoreError(f"restore target {uri} is incomplete: file {ref.key} is missing")
         if size != ref.size:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata
 from airflow_sparkpoint.checkpoints.layout import METADATA, max_bytes_of
+from airflow_sparkpoint.checkpoints.targets import stored_sizes
 from airflow_sparkpoint.checkpoints.verification import VerificationRecord, write_verification
 from airflow_sparkpoint.exceptions import (
     CorruptMetadata,
@@ -100,18 +101,8 @@ def check_presence(handle: SnapshotHandle) -> None:
 
     :raises _Failed: naming every file (up to a few) that is missing or has another size.
     """
-    store = handle.files_store
-    present: dict[str, int] = {}
-    for top in sorted({ref.key.split("/", 1)[0] for ref in handle.metadata.files if "/" in ref.key}):
-        present.update((info.key, info.size) for info in store.list(top))
     problems = []
-    for ref in handle.metadata.files:
-        size = present.get(ref.key)
-        if size is None and "/" not in ref.key:
-            try:
-                size = store.stat(ref.key).size
-            except StorageError:
-                size = None
+    for ref, size in stored_sizes(handle.files_store, handle.metadata.files, missing_on=(StorageError,)):
         if size is None:
             problems.append(f"{ref.key} is missing")
         elif size != ref.size:
