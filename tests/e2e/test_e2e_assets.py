@@ -3,7 +3,12 @@ the Delta table of a streaming job through an `AssetWatcher` whose
 `SparkpointCommitTrigger` runs in the ``airflow triggerer`` process. It runs after each
 commit, and never for a batch that was staged and recorded but then aborted: the driver
 is held after recording batch 1 and its task is marked failed (the supervisor kills it);
-the next run aborts that transaction at restore and commits batch 1 again as its own."""
+the next run aborts that transaction at restore and commits batch 1 again as its own.
+
+A second job, ``e2e_deployed``, goes through a SIGKILLed driver and its retry, a
+savepoint killed half-copied, and a blue-green deploy (the example DAG) whose green is
+rolled back: ``e2e_on_deployed_commits`` hears of every commit once and of no staged or
+aborted batch, and ``e2e_deploy_on_savepoint`` runs once, for the completed savepoint."""
 
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from tests.e2e.stack import AirflowApi, AirflowStack
 from tests.e2e.support import EXAMPLE_JOBS, Totals, running_with_checkpoint
 from tests.support.waits import wait_for
 
-# Two driver starts and a kill: about 3 minutes on a loaded machine (make test-all).
+# The first test: two driver starts and a kill, about 3 minutes on a loaded machine (make test-all).
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
 
 WATCHER = "e2e_on_commits"
@@ -127,6 +132,7 @@ def covered_batches(events: list[dict[str, Any]]) -> list[int]:
     return covered
 
 
+@pytest.mark.timeout(2400)  # five driver starts, one after the other: about 20 minutes on a loaded machine
 def test_commit_and_savepoint_watchers_through_a_killed_driver_a_failed_savepoint_and_a_rolled_back_green(
     airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path
 ) -> None:
@@ -200,7 +206,7 @@ def test_commit_and_savepoint_watchers_through_a_killed_driver_a_failed_savepoin
     pipeline.write_many(3)  # batches 3, 4, 5
     deploy = airflow_api.trigger(BLUE_GREEN, {"job_name": DEPLOYED, "input": str(pipeline.input),
                                               "output": str(pipeline.output), "green_fail_after_batch": 3,
-                                              "blue_trigger": "availableNow"})
+                                              "blue_trigger": "availableNow", "preflight": False})
     assert airflow_api.wait_run(BLUE_GREEN, deploy, timeout=1200) == "failed", airflow_api.describe(BLUE_GREEN, deploy)
     states = airflow_api.task_states(BLUE_GREEN, deploy)
     assert {k: states[k] for k in ("stop_blue", "start_green", "abort_green", "restore_blue", "rolled_back")} == {
