@@ -26,7 +26,7 @@ job, the generation and what became durable, so a consumer can tell repeated eve
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
 
 __all__ = [
-    "SAVEPOINT_SCHEME", "commit_extra", "output_alias", "savepoint_extra", "savepoints_asset",
+    "SAVEPOINT_SCHEME", "commit_extra", "event_details", "output_alias", "savepoint_extra", "savepoints_asset",
     "savepoints_asset_uri", "sink_asset", "sink_asset_uri",
 ]
 
@@ -112,3 +112,14 @@ def savepoint_extra(*, job: str, generation: int | None, savepoint_uri: str, bat
     """The ``extra`` of a savepoint asset event."""
     return {"job": job, "generation": generation, "savepoint": savepoint_uri, "batch": batch_id, "source": source}
 
+
+
+def event_details(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """What an asset event of a Sparkpoint asset says, whoever emitted it: a watcher's
+    trigger (Airflow keeps its payload under ``extra["payload"]``, with ``from_trigger``)
+    or an operator (`commit_extra`, `savepoint_extra`: the extra itself). Both name the
+    ``job`` and the ``generation``, and ``last_batch`` (output) or ``savepoint``; a
+    watcher's also ``after_batch`` and ``seq``. One asset can get both kinds (a watcher
+    and an operator's events on one job), so a consumer reads every event through this."""
+    payload = extra.get("payload")
+    return dict(payload) if extra.get("from_trigger") and isinstance(payload, Mapping) else dict(extra)

@@ -22,6 +22,10 @@ The assets are named by `airflow_sparkpoint.assets`: the table's URI, and
 the job, the generation, the batches (``after_batch`` .. ``last_batch``), the commit's
 ``seq`` and the Delta table version, or the savepoint URI: a consumer that must not act
 twice on one commit dedupes on ``seq`` (a triggerer restart may repeat the last event).
+``example_sparkpoint_scheduled_savepoints`` savepoints this job with
+`SparkpointSavepointOperator`, which emits its own event on the same asset: the tasks
+read every event through `event_details` (either kind), and one savepoint may start the
+drill twice (a second drill of a proven savepoint is redundant, not harmful).
 
 Storage: the ``sparkpoint_default`` connection.
 """
@@ -34,7 +38,7 @@ from typing import Any
 
 from airflow.sdk import DAG, AssetWatcher, task
 
-from airflow_sparkpoint.assets import savepoints_asset, sink_asset
+from airflow_sparkpoint.assets import event_details, savepoints_asset, sink_asset
 from airflow_sparkpoint.operators import SparkpointVerifyOperator
 from airflow_sparkpoint.triggers import SparkpointCommitTrigger, SparkpointSavepointTrigger
 
@@ -56,8 +60,10 @@ alerts_savepoints = savepoints_asset(JOB, sparkpoint_conn_id=STORAGE, watchers=[
 
 
 def payloads(events: Any) -> list[dict[str, Any]]:
-    """The trigger payloads of an asset-triggered run's events, oldest first."""
-    return [dict(event.extra.get("payload") or {}) for batch in events.values() for event in batch]
+    """What the events of an asset-triggered run say, oldest first: the watcher's, and
+    those of an operator on the same asset (``example_sparkpoint_scheduled_savepoints``
+    savepoints this job with `SparkpointSavepointOperator`, which emits its own event)."""
+    return [event_details(event.extra) for batch in events.values() for event in batch]
 
 
 with DAG(
@@ -76,7 +82,7 @@ with DAG(
         seen = payloads(triggering_asset_events)
         for payload in seen:
             print(f"job {payload['job']} generation {payload['generation']} committed batches "
-                  f"{payload['after_batch']}..{payload['last_batch']} (Delta version {payload['sink_version']})")
+                  f"{payload.get('after_batch')}..{payload['last_batch']} (Delta version {payload['sink_version']})")
         return seen
 
     new_alerts()

@@ -5,7 +5,9 @@ trigger, the job script, pause points. Retries, connections and the detached-dri
 wrapper are per DAG (they are not templated fields):
 
 - ``e2e_submit``: one `SparkpointSubmitOperator` on ``spark_default`` (``local[2]``),
-  two retries one second apart (the driver-kill tests).
+  two retries one second apart (the driver-kill tests); its ``fault`` param arms
+  ``SPARKPOINT_TEST_FAULT`` (`airflow_sparkpoint.faults`) in the driver of try
+  ``fault_try`` only.
 - ``e2e_stream``: the same with no retry (a long-running streaming task that a test
   marks failed, clears or stops).
 - ``e2e_detached``: like ``e2e_stream``, but ``spark-submit`` is started through a
@@ -21,6 +23,11 @@ wrapper are per DAG (they are not templated fields):
   ``sparkpoint_default`` store, the table at ``<stack home>/watched-table``) through an
   `AssetWatcher` with `SparkpointCommitTrigger`; its task returns the payloads of the
   events that triggered its run.
+- ``e2e_on_deployed_commits`` and ``e2e_deploy_on_savepoint``: the same for job
+  ``e2e_deployed`` (its table at ``<stack home>/deployed-table``), and a DAG scheduled on
+  that job's savepoints (`SparkpointSavepointTrigger`, the store named by its root
+  ``<stack home>/sparkpoint``) whose task returns the events' extras (the savepoint URI a
+  deploy would restore).
 """
 
 from __future__ import annotations
@@ -32,10 +39,10 @@ from typing import Any
 
 from airflow.sdk import DAG, AssetWatcher, Param, task
 
-from airflow_sparkpoint.assets import sink_asset
+from airflow_sparkpoint.assets import savepoints_asset, sink_asset
 from airflow_sparkpoint.operators import SparkpointSubmitOperator
 from airflow_sparkpoint.sensors import SparkpointCheckpointSensor
-from airflow_sparkpoint.triggers import SparkpointCommitTrigger
+from airflow_sparkpoint.triggers import SparkpointCommitTrigger, SparkpointSavepointTrigger
 
 HERE = Path(__file__).resolve().parent
 JOB = str(HERE / "jobs" / "e2e_totals.py")
@@ -59,6 +66,7 @@ def _params() -> dict[str, Param]:
         "output": Param("/nonexistent/output", type="string"),
         "checkpoint_dir": Param("/nonexistent/checkpoints", type="string"),
         "trigger": Param("availableNow", type="string"),
+        "retry_trigger": Param("", type="string", description="the trigger of tries after the first (default: trigger)"),
         "restore": Param("latest", type="string"),
         "files_per_batch": Param(1, type="integer"),
         "version": Param(1, type="integer", description="keyed_totals.py's --version"),
@@ -66,6 +74,8 @@ def _params() -> dict[str, Param]:
         "pause_at": Param("", type="string", description="test.pauseAt of the FIRST try only"),
         "pause_dir": Param("", type="string"),
         "executor_pause_dir": Param("", type="string"),
+        "fault": Param("", type="string", description="SPARKPOINT_TEST_FAULT of try fault_try (e2e_submit)"),
+        "fault_try": Param(0, type="integer"),
     }
 
 
@@ -85,7 +95,7 @@ def _submit(conn_id: str, **kwargs: Any) -> SparkpointSubmitOperator:
         job_name="{{ params.job_name }}",
         checkpoint_dir="{{ params.checkpoint_dir }}",
         restore="{{ params.restore }}",
-        trigger="{{ params.trigger }}",
+        trigger="{{ params.retry_trigger if ti.try_number > 1 and params.retry_trigger else params.trigger }}",
         sparkpoint_conf={
             "control.pollInterval": "{{ params.poll_interval }}",
             "test.pauseAt": "{{ params.pause_at if ti.try_number == 1 else '' }}",
@@ -102,7 +112,8 @@ def _dag(dag_id: str, doc: str) -> DAG:
 
 
 with _dag("e2e_submit", "A checkpointed job on local[2]; a killed try is retried twice.") as submit_dag:
-    _submit("spark_default", retries=2)
+    _submit("spark_default", retries=2,
+            env_vars={"SPARKPOINT_TEST_FAULT": "{{ params.fault if ti.try_number == params.fault_try else '' }}"})
 
 with _dag("e2e_stream", "A checkpointed (streaming) job on local[2]; no retry.") as stream_dag:
     _submit("spark_default", retries=0)
@@ -141,7 +152,8 @@ with DAG(
 
 WATCHED_JOB = "e2e_watched"
 #: the watched job's table: fixed per stack (the DAG file is parsed with the stack's environment)
-WATCHED_TABLE = Path(os.environ.get("SPARKPOINT_E2E_LOGS", "/nonexistent/e2e-logs")).parent / "watched-table"
+STACK_HOME = Path(os.environ.get("SPARKPOINT_E2E_LOGS", "/nonexistent/e2e-logs")).parent
+WATCHED_TABLE = STACK_HOME / "watched-table"
 watched_table = sink_asset({"kind": "delta", "uri": str(WATCHED_TABLE), "mode": "merge", "keys": ["user"]}, watchers=[
     AssetWatcher(name="e2e_watched_commits", trigger=SparkpointCommitTrigger(
         job_name=WATCHED_JOB, sparkpoint_conn_id="sparkpoint_default", poll_interval=1)),
@@ -161,3 +173,47 @@ with DAG(
         return [dict(event.extra) for events in triggering_asset_events.values() for event in events]
 
     seen()
+
+
+DEPLOYED_JOB = "e2e_deployed"
+deployed_table = sink_asset({"kind": "delta", "uri": str(STACK_HOME / "deployed-table"), "mode": "merge",
+                             "keys": ["user"]}, watchers=[
+    AssetWatcher(name="e2e_deployed_commits", trigger=SparkpointCommitTrigger(
+        job_name=DEPLOYED_JOB, sparkpoint_conn_id="sparkpoint_default", poll_interval=1)),
+])
+# Named by the storage root (not the connection): the blue-green DAG's savepoint operator
+# emits its own event on the connection-named asset; this DAG hears of the watcher's only.
+deployed_savepoints = savepoints_asset(DEPLOYED_JOB, checkpoint_dir=str(STACK_HOME / "sparkpoint"), watchers=[
+    AssetWatcher(name="e2e_deployed_savepoints", trigger=SparkpointSavepointTrigger(
+        job_name=DEPLOYED_JOB, checkpoint_dir=str(STACK_HOME / "sparkpoint"), poll_interval=1)),
+])
+
+with DAG(
+    dag_id="e2e_on_deployed_commits",
+    doc_md="Runs after job e2e_deployed committed new batches to its table.",
+    schedule=[deployed_table],
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    tags=["e2e"],
+) as on_deployed_commits_dag:
+
+    @task(task_id="seen")
+    def seen_deployed(triggering_asset_events: Any = None) -> list[dict[str, Any]]:
+        return [dict(event.extra) for events in triggering_asset_events.values() for event in events]
+
+    seen_deployed()
+
+with DAG(
+    dag_id="e2e_deploy_on_savepoint",
+    doc_md="Runs after job e2e_deployed completed a new savepoint; returns what a deploy would restore.",
+    schedule=[deployed_savepoints],
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    tags=["e2e"],
+) as deploy_on_savepoint_dag:
+
+    @task(task_id="seen")
+    def savepoints_seen(triggering_asset_events: Any = None) -> list[dict[str, Any]]:
+        return [dict(event.extra) for events in triggering_asset_events.values() for event in events]
+
+    savepoints_seen()

@@ -326,3 +326,32 @@ def test_watchers_validate_their_arguments_and_serialize_to_their_class_path(roo
     path, kwargs = SparkpointSavepointTrigger(job_name=JOB, sparkpoint_conn_id="sp").serialize()
     assert path == "airflow_sparkpoint.triggers.assets.SparkpointSavepointTrigger"
     assert SparkpointSavepointTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+# ---------------------------------------------------------------------------- consumers
+
+
+def test_the_example_savepoint_dag_takes_the_savepoint_of_an_operators_event_as_of_a_watchers() -> None:
+    """``example_sparkpoint_scheduled_savepoints`` takes savepoints of the job that
+    ``example_sparkpoint_on_savepoint`` watches, on the same asset: its operator's event
+    (the savepoint at the top of ``extra``) can trigger a run alone, as the watcher's
+    (under ``extra["payload"]``) can."""
+    import runpy
+
+    from airflow_sparkpoint.assets import savepoint_extra
+
+    example = runpy.run_path(str(Path(__file__).resolve().parents[3] / "dags" / "example_sparkpoint_assets.py"))
+    newest = example["on_savepoint"].task_dict["newest_savepoint"].python_callable
+
+    class Event:
+        def __init__(self, extra: dict[str, Any]) -> None:
+            self.extra = extra
+
+    operator = Event(savepoint_extra(job="sensor_alerts", generation=3, savepoint_uri="file:///sp/savepoint-7-a",
+                                     batch_id=9, source="savepoint"))
+    watcher = Event({"from_trigger": True, "payload": {
+        "kind": "savepoint", "job": "sensor_alerts", "generation": 3, "batch": 9, "checkpoint_id": 7,
+        "savepoint": "file:///sp/savepoint-7-a", "created_at": 1.0}})
+    assert newest(triggering_asset_events={"a": [operator]}) == "file:///sp/savepoint-7-a"
+    assert newest(triggering_asset_events={"a": [watcher, operator]}) == "file:///sp/savepoint-7-a"
+    assert newest(triggering_asset_events={"a": [operator, watcher]}) == "file:///sp/savepoint-7-a"
