@@ -3,8 +3,8 @@ the same S3 service stores the savepoint's files in its own shared area by serve
 copy (CopyObject), never by uploading their bytes again from the driver; its output is
 exact; its retention never touches the savepoint, which still restores afterwards.
 
-On moto (default suite: three short jobs, about 20 s on the package's warm Spark session,
-48 s when it is the session's first test) and SeaweedFS (``slow``). One job writes 2
+On moto and SeaweedFS, both ``slow`` (three short jobs, 20 to 48 s each: the default run is
+at its 40-minute budget; there `tests/unit/runtime/test_prestore.py` guards the copy). One job writes 2
 batches and a savepoint of its latest checkpoint; a second root restores it
 (`numRetained=1`, so retention deletes every checkpoint but the last and, after the grace
 period, the copies of the savepoint's files the newest no longer references) over 3 more
@@ -29,13 +29,13 @@ from tests.chaos.servers import S3Context, new_bucket
 from tests.helpers import expected_totals, write_event_files
 from tests.integration.test_runtime_restore import aggregation, table_rows
 
-pytestmark = [pytest.mark.spark, pytest.mark.s3]
+pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.slow]
 
 JOB = "totals"
 USERS = 4
 
 
-@pytest.fixture(params=["moto", pytest.param("seaweedfs", marks=pytest.mark.slow)])
+@pytest.fixture(params=["moto", "seaweedfs"])
 def s3(request: pytest.FixtureRequest) -> S3Context:
     """A fresh bucket on moto (in a child process: this process runs Spark and delta-rs
     too) or on SeaweedFS, whose CopyObject is its own implementation."""
