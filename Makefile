@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkpoint-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup lint test test-all test-fast test-e2e test-matrix spark-envs demo bench bench-deps bench-large chaos check-java browser clean
+.PHONY: setup lint test test-all test-fast test-e2e test-matrix spark-envs airflow-env demo bench bench-deps bench-large chaos check-java browser clean
 
 setup: check-java $(STAMP)
 
@@ -64,6 +64,13 @@ spark-envs:
 
 test-matrix: check-java
 	UV=$(UV) bash scripts/test-matrix.sh $(SPARK_LINES)
+
+# An Airflow worker's environment with the provider and no pyspark (scripts/airflow-env.sh):
+# .venvs/airflow-nospark, or .venvs/airflow-<v>-nospark with AIRFLOW_VERSION=<v>. The
+# cross-environment test (tests/e2e/test_e2e_cross_env.py) builds it with spark-envs.
+AIRFLOW_VERSION ?=
+airflow-env:
+	@UV=$(UV) bash scripts/airflow-env.sh $(AIRFLOW_VERSION)
 
 demo: setup
 	$(VENV)/bin/sparkpoint demo --workdir demo-output
