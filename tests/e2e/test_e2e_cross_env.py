@@ -93,7 +93,7 @@ def envs(tmp_path_factory: pytest.TempPathFactory) -> Envs:
     env = clean_environment()
 
     # The Airflow side's environment has no pyspark (nor pyspark-client's `pyspark`).
-    probe = subprocess.run([str(AIRFLOW_ENV / "bin" / "python"), "-c", "import pyspark"], env=env,
+    probe = subprocess.run([str(AIRFLOW_ENV / "bin" / "python"), "-c", "import pyspark"], env=env, cwd="/",
                            capture_output=True, text=True, check=False)
     assert probe.returncode != 0 and "No module named 'pyspark'" in probe.stderr, probe
     # The Spark side's environment has the line's pyspark, and neither Airflow nor this package.
@@ -102,7 +102,8 @@ def envs(tmp_path_factory: pytest.TempPathFactory) -> Envs:
     spark_home, version = check([spark_python, "-c", where], env).split()
     assert version.startswith(f"{LINE}."), version
     for name in ("airflow", "airflow_sparkpoint"):
-        probe = subprocess.run([spark_python, "-c", f"import {name}"], env=env, capture_output=True, check=False)
+        probe = subprocess.run([spark_python, "-c", f"import {name}"], env=env, cwd="/", capture_output=True,
+                               check=False)
         assert probe.returncode != 0, f"{SPARK_ENV} can import {name}"
 
     home = tmp_path_factory.mktemp("xenv-airflow-home")
