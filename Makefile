@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkpoint-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup lint test test-all test-fast test-e2e test-matrix spark-envs demo bench bench-deps bench-large chaos check-java browser clean
+.PHONY: setup lint test test-all test-fast test-e2e test-matrix spark-envs airflow-env airflow-test-env test-airflow demo bench bench-deps bench-large chaos check-java browser clean
 
 setup: check-java $(STAMP)
 
@@ -64,6 +64,22 @@ spark-envs:
 
 test-matrix: check-java
 	UV=$(UV) bash scripts/test-matrix.sh $(SPARK_LINES)
+
+# An Airflow worker's environment with the provider and no pyspark (scripts/airflow-env.sh):
+# .venvs/airflow-nospark, or .venvs/airflow-<v>-nospark with AIRFLOW_VERSION=<v>. The
+# cross-environment test (tests/e2e/test_e2e_cross_env.py) builds it with spark-envs.
+AIRFLOW_VERSION ?=
+airflow-env:
+	@UV=$(UV) bash scripts/airflow-env.sh $(AIRFLOW_VERSION)
+
+# The Airflow-side tests on another Airflow (e.g. AIRFLOW_VERSION=3.2.0): .venvs/airflow-<v>-test
+# holds `.[test]` on that Airflow; the tests run there from the source tree.
+AIRFLOW_TESTS ?= tests/unit/airflow
+airflow-test-env:
+	@UV=$(UV) bash scripts/airflow-env.sh "$(AIRFLOW_VERSION)" test
+test-airflow: airflow-test-env
+	PYTHONPATH=$(CURDIR) .venvs/airflow$(if $(AIRFLOW_VERSION),-$(AIRFLOW_VERSION))-test/bin/python -m pytest \
+		-p no:cacheprovider -m 'not slow' $(PYTEST_ARGS) $(AIRFLOW_TESTS)
 
 demo: setup
 	$(VENV)/bin/sparkpoint demo --workdir demo-output

@@ -88,6 +88,19 @@ def build_runtime_zip() -> str:
     return path
 
 
+def local_spark_home() -> str | None:
+    """The Spark distribution that this interpreter's PySpark carries (pip's ``pyspark``
+    has ``bin/spark-submit`` and the jars), or None: no pyspark, or only the Spark
+    provider's ``pyspark-client`` (the Spark Connect client: a ``pyspark`` package with
+    neither), which can run no driver and is no ``SPARK_HOME``."""
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    home = Path(pyspark.__file__ or "/nonexistent").parent  # None for a namespace package
+    return str(home) if (home / "bin" / "spark-submit").is_file() else None
+
+
 def chosen_snapshot(value: Any) -> str | None:
     """`restore_snapshot` as a path, or None when not set (None or blank).
 
@@ -348,35 +361,38 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         return env
 
     def spark_environment(self, master: str) -> dict[str, str]:
-        """spark-submit's environment additions: this interpreter's PySpark when no Spark
+        """spark-submit's environment additions: this interpreter's Spark when no Spark
         install is configured, and the Python interpreters.
 
         The driver runs here (client mode): ``PYSPARK_DRIVER_PYTHON`` defaults to this
-        interpreter. Spark's Python workers run ``spark.pyspark.python`` (conf) or
-        ``PYSPARK_PYTHON`` (`env_vars` or this worker's environment) when given; else the
-        `sparkpoint` connection's ``pyspark_python``; else this interpreter for a
-        ``local[...]`` master (same machine) and ``python3`` (Spark's own default) for a
-        cluster, where this worker's interpreter path means nothing.
+        interpreter when it has a PySpark with its Spark distribution (`local_spark_home`);
+        an Airflow worker without one (no pyspark, or the Spark provider's pyspark-client)
+        leaves it to Spark, which then runs the driver with ``PYSPARK_PYTHON``. Spark's
+        Python workers run ``spark.pyspark.python`` (conf) or ``PYSPARK_PYTHON``
+        (`env_vars` or this worker's environment) when given; else the `sparkpoint`
+        connection's ``pyspark_python``; else this interpreter for a ``local[...]`` master
+        (same machine) when it has that PySpark, and ``python3`` (Spark's own default)
+        otherwise, as on a cluster, where this worker's interpreter path means nothing.
         """
         env: dict[str, str] = {}
         current = {**os.environ, **(self.env_vars or {})}
-        if not current.get("SPARK_HOME"):
-            try:
-                import pyspark
-
-                env["SPARK_HOME"] = str(Path(pyspark.__file__).parent)
-            except ImportError:
-                pass
+        spark_here = local_spark_home()
+        if not current.get("SPARK_HOME") and spark_here:
+            env["SPARK_HOME"] = spark_here
         bindir = str(Path(sys.executable).parent)
         if shutil.which("spark-submit", path=current.get("PATH")) is None and os.path.exists(
             os.path.join(bindir, "spark-submit")
         ):
             env["PATH"] = bindir + os.pathsep + current.get("PATH", os.defpath)
         if not current.get("PYSPARK_DRIVER_PYTHON") and not (self.conf or {}).get("spark.pyspark.driver.python"):
-            env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+            if spark_here:
+                env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+            else:
+                self.log.info("this worker's Python %s has no PySpark to run the driver: Spark runs it with "
+                              "spark.pyspark.python / PYSPARK_PYTHON", sys.executable)
         if (self.conf or {}).get("spark.pyspark.python") or current.get("PYSPARK_PYTHON"):
             return env
-        local = master.strip().lower().startswith("local")
+        local = master.strip().lower().startswith("local") and spark_here is not None
         from_conn = self.sparkpoint_hook.pyspark_python if self.sparkpoint_conn_id else None
         env["PYSPARK_PYTHON"] = from_conn or (sys.executable if local else "python3")
         self.log.info("Spark's Python workers run %s (%s)", env["PYSPARK_PYTHON"],

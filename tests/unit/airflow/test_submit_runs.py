@@ -369,6 +369,37 @@ def test_python_of_sparks_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "PYSPARK_PYTHON" not in operator(root, env_vars={"PYSPARK_PYTHON": "/y"}).spark_environment("yarn")
 
 
+@pytest.mark.parametrize("pyspark_here", ["none", "pyspark-client"])
+def test_a_worker_without_a_spark_distribution_leaves_spark_home_and_the_drivers_python_to_the_spark_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pyspark_here: str
+) -> None:
+    """An Airflow worker as docs/install.md installs it: no pyspark, or only the Spark
+    provider's pyspark-client (a ``pyspark`` package with no ``bin/spark-submit``, no jars).
+    Its interpreter cannot run a driver and its pyspark is no SPARK_HOME: the driver runs
+    the Spark environment's Python (the connection's, through PYSPARK_PYTHON)."""
+    if pyspark_here == "none":
+        monkeypatch.setitem(sys.modules, "pyspark", None)  # `import pyspark` raises ImportError
+    else:
+        client = tmp_path / "site" / "pyspark"
+        client.mkdir(parents=True)
+        (client / "__init__.py").write_text("")
+        monkeypatch.setitem(sys.modules, "pyspark", types.SimpleNamespace(__file__=str(client / "__init__.py")))
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    root = tmp_path / "sp"
+    monkeypatch.setenv("AIRFLOW_CONN_SP_PY", json.dumps(
+        {"conn_type": "sparkpoint", "host": str(root), "extra": {"pyspark_python": "/spark-env/bin/python"}}))
+    from_conn = operator(root, checkpoint_dir=None, sparkpoint_conn_id="sp_py").spark_environment("local[2]")
+    assert "SPARK_HOME" not in from_conn, f"SPARK_HOME set to a pyspark that is no Spark distribution: {from_conn}"
+    assert "PYSPARK_DRIVER_PYTHON" not in from_conn, \
+        f"the driver would run this worker's interpreter, which has no pyspark to run it: {from_conn}"
+    assert from_conn["PYSPARK_PYTHON"] == "/spark-env/bin/python"  # Spark runs the driver with it too
+    local = operator(root).spark_environment("local[2]")
+    assert "PYSPARK_DRIVER_PYTHON" not in local and local["PYSPARK_PYTHON"] == "python3", local
+    given = operator(root, env_vars={"PYSPARK_DRIVER_PYTHON": "/d"}).spark_environment("local[2]")
+    assert "PYSPARK_DRIVER_PYTHON" not in given and given["PYSPARK_PYTHON"] == "python3", given
+
+
 # ---------------------------------------------------------------------------- on_kill
 
 
