@@ -27,6 +27,7 @@ from airflow_sparkpoint.demo.support import delta_commits, delta_history, delta_
 from tests.e2e.procs import driver_processes, kill, wait_gone
 from tests.e2e.stack import AirflowApi, AirflowStack
 from tests.e2e.support import EXAMPLE_JOBS, Totals, running_with_checkpoint
+from tests.support.triggers import idle_trigger
 from tests.support.waits import wait_for
 
 # The first test: two driver starts and a kill, about 3 minutes on a loaded machine (make test-all).
@@ -160,13 +161,14 @@ def test_commit_and_savepoint_watchers_through_a_killed_driver_a_failed_savepoin
                     300, airflow_stack.tails) == {"known": []}
     seen = lambda: batches_seen(airflow_api, ON_DEPLOYED)
 
-    # Try 1 runs every second; tries 2 and 3 every ten minutes, so that (once they ran
-    # their first micro-batch) they leave new input alone: blue must not read green's.
+    # Try 1 runs every second; tries 2 and 3 fire once, then not for weeks (`idle_trigger`),
+    # so that (once they ran their first micro-batch) they leave new input alone: blue
+    # must not read green's.
     dag = "e2e_submit"
     pipeline.write_many(1)  # batch 0
     run = airflow_api.trigger(dag, pipeline.params(
         script=str(EXAMPLE_JOBS / "keyed_totals.py"), version=1, trigger="processingTime:1s",
-        retry_trigger="processingTime:10min", pause_at="recorded:1", fault="savepoint:1", fault_try=2))
+        retry_trigger=idle_trigger(), pause_at="recorded:1", fault="savepoint:1", fault_try=2))
     describe = lambda: airflow_api.describe(dag, run)
     first = wait_for("try 1 to checkpoint batch 0", lambda: running_with_checkpoint(pipeline, 0), 600, describe)
     assert wait_for("a run on the commit of batch 0", seen, 300, airflow_stack.tails) == [(first, 0)]

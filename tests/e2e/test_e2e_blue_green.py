@@ -23,6 +23,7 @@ import pytest
 from airflow_sparkpoint.demo.support import delta_commits, delta_rows, orphaned_staged_files
 from tests.e2e.stack import AirflowApi, AirflowStack
 from tests.e2e.support import EXAMPLE_JOBS, Totals, running_with_checkpoint
+from tests.support.triggers import idle_trigger
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
@@ -31,10 +32,11 @@ DAG = "example_sparkpoint_blue_green"
 # Blue's backlog (blue's first micro-batch) and the input that arrives for green.
 BLUE_FILES = [("u0", "u1", "u2"), ("u0", "u1", "u2")]
 GREEN_FILES = [("u1", "u2", "u3"), ("u1", "u3"), ("u2", "u3")]
-# Blue reads its backlog at once, then its next trigger is ten minutes away: what
-# arrives afterwards is green's, whatever the timing (the stop request is polled every
-# 0.5 s regardless of the trigger).
-BLUE_TRIGGER = "processingTime:10min"
+# Blue reads its backlog at once, then its next trigger is weeks away (`idle_trigger`):
+# what arrives afterwards is green's, whatever the timing (the stop request is polled
+# every 0.5 s regardless of the trigger). It was a 10-minute trigger, which fires at the
+# clock's next round ten minutes: a slow run saw blue read green's input.
+BLUE_TRIGGER = idle_trigger()
 
 
 def amount(index: int, user: str) -> int:

@@ -43,6 +43,7 @@ from airflow_sparkpoint.demo.support import (
     write_batch_file,
 )
 from airflow_sparkpoint.storage import open_storage
+from tests.support.triggers import idle_trigger
 
 pytestmark = pytest.mark.airflow
 
@@ -141,9 +142,9 @@ def xcom(run: Any, task_id: str, key: str = "return_value") -> Any:
 
 
 # Blue reads its whole backlog in its first micro-batch, then idles until its next
-# trigger (weeks away): the input written afterwards is left for green, whatever the
-# timing of the test. The stop request still arrives within the control poll interval.
-BLUE_TRIGGER = "processingTime:1000h"
+# trigger (weeks away, `idle_trigger`): the input written afterwards is left for green,
+# whatever the timing of the test. The stop request still arrives within the control poll interval.
+BLUE_TRIGGER = idle_trigger()
 
 BLUE = ("keyed_totals.py", BLUE_TRIGGER, ["--version", "1", "--files-per-batch", "100"])
 # What each test needs running in the background (started together, once):

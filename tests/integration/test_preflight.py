@@ -32,6 +32,7 @@ from airflow_sparkpoint.demo.support import (
     write_batch_file,
 )
 from tests.dag_runs import new_dag, run_dag, task_states
+from tests.support.triggers import idle_trigger
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark,
               pytest.mark.slow]  # blue, two drills and green: four drivers, about three minutes
@@ -108,7 +109,7 @@ def deploy_dag(blue: SubmittedJob, green_state: str, drills: Path) -> Any:
 
 def test_an_incompatible_green_is_refused_before_blue_stops_and_a_compatible_one_deploys(
         airflow_home: Path, spark_default: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    blue = SubmittedJob(tmp_path / "pipeline", JOB_SCRIPT, "preflight_totals", "processingTime:10min",
+    blue = SubmittedJob(tmp_path / "pipeline", JOB_SCRIPT, "preflight_totals", idle_trigger(),
                         ["--state", "v1"])
     files: list[tuple[str, ...]] = []
     for users in BLUE_FILES:
