@@ -159,20 +159,22 @@ watched_table = sink_asset({"kind": "delta", "uri": str(WATCHED_TABLE), "mode": 
         job_name=WATCHED_JOB, sparkpoint_conn_id="sparkpoint_default", poll_interval=1)),
 ])
 
-with DAG(
-    dag_id="e2e_on_commits",
-    doc_md="Runs after job e2e_watched committed new batches to its table.",
-    schedule=[watched_table],
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    tags=["e2e"],
-) as on_commits_dag:
+def _on_asset(dag_id: str, doc: str, asset: Any) -> DAG:
+    """A DAG scheduled on `asset` whose task ``seen`` returns the extras of the asset
+    events that triggered the run (what the tests read back through XCom)."""
+    with DAG(dag_id=dag_id, doc_md=doc, schedule=[asset], start_date=datetime(2026, 1, 1), catchup=False,
+             tags=["e2e"]) as dag:
 
-    @task
-    def seen(triggering_asset_events: Any = None) -> list[dict[str, Any]]:
-        return [dict(event.extra) for events in triggering_asset_events.values() for event in events]
+        @task
+        def seen(triggering_asset_events: Any = None) -> list[dict[str, Any]]:
+            return [dict(event.extra) for events in triggering_asset_events.values() for event in events]
 
-    seen()
+        seen()
+    return dag
+
+
+on_commits_dag = _on_asset("e2e_on_commits", "Runs after job e2e_watched committed new batches to its table.",
+                           watched_table)
 
 
 DEPLOYED_JOB = "e2e_deployed"
@@ -188,32 +190,9 @@ deployed_savepoints = savepoints_asset(DEPLOYED_JOB, checkpoint_dir=str(STACK_HO
         job_name=DEPLOYED_JOB, checkpoint_dir=str(STACK_HOME / "sparkpoint"), poll_interval=1)),
 ])
 
-with DAG(
-    dag_id="e2e_on_deployed_commits",
-    doc_md="Runs after job e2e_deployed committed new batches to its table.",
-    schedule=[deployed_table],
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    tags=["e2e"],
-) as on_deployed_commits_dag:
-
-    @task(task_id="seen")
-    def seen_deployed(triggering_asset_events: Any = None) -> list[dict[str, Any]]:
-        return [dict(event.extra) for events in triggering_asset_events.values() for event in events]
-
-    seen_deployed()
-
-with DAG(
-    dag_id="e2e_deploy_on_savepoint",
-    doc_md="Runs after job e2e_deployed completed a new savepoint; returns what a deploy would restore.",
-    schedule=[deployed_savepoints],
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    tags=["e2e"],
-) as deploy_on_savepoint_dag:
-
-    @task(task_id="seen")
-    def savepoints_seen(triggering_asset_events: Any = None) -> list[dict[str, Any]]:
-        return [dict(event.extra) for events in triggering_asset_events.values() for event in events]
-
-    savepoints_seen()
+on_deployed_commits_dag = _on_asset(
+    "e2e_on_deployed_commits", "Runs after job e2e_deployed committed new batches to its table.", deployed_table)
+deploy_on_savepoint_dag = _on_asset(
+    "e2e_deploy_on_savepoint",
+    "Runs after job e2e_deployed completed a new savepoint; returns what a deploy would restore.",
+    deployed_savepoints)
