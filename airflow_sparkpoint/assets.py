@@ -113,7 +113,6 @@ def savepoint_extra(*, job: str, generation: int | None, savepoint_uri: str, bat
     return {"job": job, "generation": generation, "savepoint": savepoint_uri, "batch": batch_id, "source": source}
 
 
-
 def event_details(extra: Mapping[str, Any]) -> dict[str, Any]:
     """What an asset event of a Sparkpoint asset says, whoever emitted it: a watcher's
     trigger (Airflow keeps its payload under ``extra["payload"]``, with ``from_trigger``)
