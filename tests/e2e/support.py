@@ -13,6 +13,7 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.demo.support import delta_commits, delta_rows, orphaned_staged_files, write_batch_file
 from airflow_sparkpoint.storage import open_storage
+from tests.support.inputs import expected_totals
 
 REPO = Path(__file__).resolve().parents[2]
 E2E_DAGS = Path(__file__).resolve().parent / "dags"
@@ -53,12 +54,7 @@ class Totals:
 
     def expected(self, files: int | None = None) -> dict[str, tuple[int, int]]:
         """(total, events) by user over the first `files` input files (default all)."""
-        totals: dict[str, tuple[int, int]] = {}
-        for batch in self.files[:files]:
-            for row in batch:
-                total, events = totals.get(row["user"], (0, 0))
-                totals[row["user"]] = (total + row["amount"], events + 1)
-        return totals
+        return expected_totals(lambda i: self.files[i], len(self.files[:files]))
 
     # ------------------------------------------------------------------ output
 

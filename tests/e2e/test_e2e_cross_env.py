@@ -32,7 +32,6 @@ from typing import Any
 import pytest
 
 from tests.e2e.support import Totals, result_of, running_with_checkpoint
-from tests.support.inputs import expected_totals
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.airflow]
@@ -160,13 +159,6 @@ class DagRun:
         return "\n".join(self.output.splitlines()[-lines:])
 
 
-def assert_exact(pipeline: Totals) -> None:
-    """The Delta table against the oracle computed from the input files in plain Python."""
-    want = expected_totals(lambda i: pipeline.files[i], len(pipeline.files))
-    assert pipeline.table() == want
-    pipeline.assert_exact()  # and no batch committed twice, no staged output left
-
-
 def test_a_sigkilled_driver_in_the_spark_environment_is_resumed_by_airflows_retry_with_exact_totals(
     envs: Envs, tmp_path: Path, request: Any
 ) -> None:
@@ -191,7 +183,7 @@ def test_a_sigkilled_driver_in_the_spark_environment_is_resumed_by_airflows_retr
     assert result["first_batch"] == 2 and result["last_batch"] == 4, f"the retry did not resume: {result}"
     latest = pipeline.catalog.latest()
     assert latest is not None and str(latest.spark.get("version")).startswith(f"{LINE}."), latest
-    assert_exact(pipeline)
+    pipeline.assert_exact()  # the oracle from the input, no batch twice, no staged output left
 
 
 def test_a_stop_with_savepoint_and_a_restore_from_it_across_environments_are_exact(
@@ -214,7 +206,7 @@ def test_a_stop_with_savepoint_and_a_restore_from_it_across_environments_are_exa
     assert stream.wait() == {"run": "success", "task": "success", "try_number": 1}, stream.tail()
     first = result_of(pipeline, 1)
     assert first is not None and first["status"] == "stopped" and first["savepoint"] == stopped["savepoint"], first
-    assert_exact(pipeline)
+    pipeline.assert_exact()  # the oracle from the input, no batch twice, no staged output left
 
     pipeline.write_many(3)
     restored = DagRun(envs, env, {**conf, "restore": stopped["savepoint"]}, tmp_path / "restored.log")
@@ -224,4 +216,4 @@ def test_a_stop_with_savepoint_and_a_restore_from_it_across_environments_are_exa
     assert result is not None and result["status"] == "finished", result
     assert result["restored_from"] == stopped["savepoint"], result
     assert result["first_batch"] == 3 and result["last_batch"] == 5, result
-    assert_exact(pipeline)
+    pipeline.assert_exact()  # the oracle from the input, no batch twice, no staged output left
