@@ -173,10 +173,9 @@ class Catalog:
                     size = self.store.stat(full).size
                 except ObjectNotFound:
                     size = None
-            if size is None:
-                raise CorruptMetadata(f"{uri}: referenced file {ref.key} is missing")
-            if size != ref.size:
-                raise CorruptMetadata(f"{uri}: referenced file {ref.key} has {size} bytes, expected {ref.size}")
+            problem = ref.stored_problem(size)
+            if problem is not None:
+                raise CorruptMetadata(f"{uri}: referenced file {problem}")
 
     @staticmethod
     def _covered(full: str, base: str) -> bool:

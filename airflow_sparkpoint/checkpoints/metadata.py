@@ -66,6 +66,15 @@ class FileRef:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def stored_problem(self, stored: int | None) -> str | None:
+        """What is wrong with this file as a store holds it with `stored` bytes (None: not
+        there): ``"<key> is missing"``, ``"<key> has N bytes, expected M"``, or None."""
+        if stored is None:
+            return f"{self.key} is missing"
+        if stored != self.size:
+            return f"{self.key} has {stored} bytes, expected {self.size}"
+        return None
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FileRef:
         return cls(

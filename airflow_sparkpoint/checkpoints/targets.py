@@ -66,8 +66,7 @@ def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None)
     else:
         files_store = store
     for ref, size in stored_sizes(files_store, meta.files):
-        if size is None:
-            raise RestoreError(f"restore target {uri} is incomplete: file {ref.key} is missing")
-        if size != ref.size:
-            raise RestoreError(f"restore target {uri} is corrupt: file {ref.key} has {size} bytes, expected {ref.size}")
+        problem = ref.stored_problem(size)
+        if problem is not None:
+            raise RestoreError(f"restore target {uri} is {'incomplete' if size is None else 'corrupt'}: file {problem}")
     return SnapshotHandle(uri.rstrip("/"), meta, files_store)

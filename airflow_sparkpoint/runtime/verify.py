@@ -101,12 +101,8 @@ def check_presence(handle: SnapshotHandle) -> None:
 
     :raises _Failed: naming every file (up to a few) that is missing or has another size.
     """
-    problems = []
-    for ref, size in stored_sizes(handle.files_store, handle.metadata.files, missing_on=(StorageError,)):
-        if size is None:
-            problems.append(f"{ref.key} is missing")
-        elif size != ref.size:
-            problems.append(f"{ref.key} has {size} bytes, expected {ref.size}")
+    found = stored_sizes(handle.files_store, handle.metadata.files, missing_on=(StorageError,))
+    problems = [problem for ref, size in found if (problem := ref.stored_problem(size)) is not None]
     _fail_listing(handle, problems)
 
 
