@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkpoint-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup lint test test-all test-fast test-e2e test-matrix spark-envs airflow-env airflow-test-env test-airflow demo bench bench-deps bench-large chaos check-java browser clean
+.PHONY: setup lint test test-all test-fast test-e2e test-matrix test-matrix-ci spark-envs airflow-env airflow-test-env test-airflow demo bench bench-deps bench-large chaos check-java browser clean
 
 setup: check-java $(STAMP)
 
@@ -64,6 +64,14 @@ spark-envs:
 
 test-matrix: check-java
 	UV=$(UV) bash scripts/test-matrix.sh $(SPARK_LINES)
+
+# CI's Spark-line check (.ci/run, after `make test`): on the oldest and the newest line of
+# scripts/spark-lines.txt, a checkpointed Delta merge job SIGKILLed and restarted, exact.
+# Minutes: two environments (about 1 GB each, downloaded once) and one test per line.
+MATRIX_CI_TESTS ?= tests/integration/test_kill_restart.py
+test-matrix-ci: check-java setup
+	MATRIX_TESTS="$(MATRIX_CI_TESTS)" UV=$(UV) bash scripts/test-matrix.sh \
+		$$(awk '!/^#/ && NF { print $$1 }' scripts/spark-lines.txt | sed -n '1p;$$p')
 
 # An Airflow worker's environment with the provider and no pyspark (scripts/airflow-env.sh):
 # .venvs/airflow-nospark, or .venvs/airflow-<v>-nospark with AIRFLOW_VERSION=<v>. The
