@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_sparkpoint.checkpoints import Catalog
 from tests.races.drivers import Driver
 
 HERE = Path(__file__).resolve().parent
@@ -234,6 +235,66 @@ class DirectoryS3Case(S3Case):
         pages = self.s3.client().get_paginator("list_objects_v2").paginate(Bucket=self.s3.bucket,
                                                                              Prefix=f"{self.prefix}_staging/")
         return [f"staged {o['Key']}" for p in pages for o in p.get("Contents", ())]
+
+
+# ---------------------------------------------------------------------------- a scene
+
+
+class Scene:
+    """The drivers of one job (`JOB_SCRIPT` into `case`'s sink) over the input under
+    ``<base>/input`` and the catalog under ``<base>/checkpoints``, and the checkpoints'
+    damage a self-healing test inflicts; `args` are further arguments of the job."""
+
+    def __init__(self, base: Path, case: SinkCase, args: Sequence[str] = ()) -> None:
+        self.base = base
+        self.case = case
+        self.args = list(args)
+        self.inputs = base / "input"
+        self.root = base / "checkpoints"
+        self.drivers: list[Driver] = []
+
+    def run(self, name: str, extra: dict[str, str] | None = None) -> Driver:
+        driver = self.start(name, extra)
+        driver.wait()
+        return driver
+
+    def start(self, name: str, extra: dict[str, str] | None = None, pause: tuple[str, ...] = ()) -> Driver:
+        conf = {
+            "spark.sparkpoint.dir": str(self.root),
+            "spark.sparkpoint.job": JOB,
+            "spark.sparkpoint.control.pollInterval": "300ms",
+            **self.case.conf(),
+            **(extra or {}),
+        }
+        args = ["--sink", self.case.kind, "--input", str(self.inputs), "--output", self.case.output(), *self.args]
+        driver = start_sink_driver(name, self.base, conf=conf, pause=pause, args=args)
+        self.drivers.append(driver)
+        return driver
+
+    def catalog(self) -> Catalog:
+        return Catalog.open(str(self.root), JOB)
+
+    def damage_newest(self, how: tuple[str, ...]) -> list[int]:
+        """Damage the ``_metadata`` of the newest checkpoints (``truncate`` or ``delete``,
+        newest first); return their batch ids."""
+        catalog = self.catalog()
+        newest = catalog.checkpoints()
+        assert len(newest) > len(how), [m.batch_id for m in newest]
+        batches = []
+        for meta, kind in zip(newest, how, strict=False):
+            key = f"chk-{meta.id}/_metadata"
+            if kind == "truncate":
+                data = catalog.store.get(key)
+                catalog.store.put(key, data[: len(data) // 2])
+            else:
+                catalog.store.delete([key])
+            batches.append(meta.batch_id)
+        return batches
+
+    def stop(self) -> None:
+        for driver in self.drivers:
+            if driver.proc.poll() is None or not driver._out.closed:
+                driver.stop()
 
 
 # ---------------------------------------------------------------------------- the oracle

@@ -1,7 +1,12 @@
-"""The job of the sink race tests: events from JSON files (one file per micro-batch) into
-one of the sinks, chosen by ``--sink``.
+"""The job of the sink race tests: events into one of the sinks, chosen by ``--sink``.
 
     spark-submit sink_job.py --sink s3|directory|delta-append|delta-merge --input DIR --output URI
+                             [--source files|partitioned]
+
+The events come from JSON files, one per micro-batch, or with ``--source partitioned``
+from the partition files of topic ``events`` under DIR, read by a Python data source with
+Kafka's offset shape (`tests.races.partitioned_source`, at most two records per partition
+and batch).
 
 ``delta-merge`` keeps running totals per user (``user``, ``total``, ``events``) merged by
 ``user``; the other sinks append every event (``id``, ``user``, ``amount``), spread over
@@ -24,11 +29,18 @@ def main() -> None:
 
     job = SparkpointJob.get_or_create(app_name="sink-race")
     kind, output = job.arg("sink"), job.arg("output")
-    events = (
-        job.spark.readStream.schema("id long, user string, amount long")
-        .option("maxFilesPerTrigger", 1)
-        .json(job.arg("input"))
-    )
+    if job.arg("source", "files") == "partitioned":
+        from tests.races.partitioned_source import TOPIC, PartitionedSource
+
+        job.spark.dataSource.register(PartitionedSource)
+        events = (job.spark.readStream.format(PartitionedSource.name()).option("path", job.arg("input"))
+                  .option("topic", TOPIC).option("maxPerPartition", "2").load())
+    else:
+        events = (
+            job.spark.readStream.schema("id long, user string, amount long")
+            .option("maxFilesPerTrigger", 1)
+            .json(job.arg("input"))
+        )
     if kind == "delta-merge":
         totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
         result = job.run(totals, sink=DeltaSink(output, mode="merge", keys=["user"]), output_mode="update")

@@ -22,20 +22,18 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog
 from tests.races.sink_harness import (
     JOB,
     DeltaCase,
     DeltaMergeCase,
     DirectoryCase,
-    Driver,
     S3Case,
     S3Place,
+    Scene,
     SinkCase,
     differences,
     explain,
     odd_file,
-    start_sink_driver,
     write_inputs,
 )
 
@@ -44,58 +42,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 CASES: dict[str, type[SinkCase]] = {
     "delta-merge": DeltaMergeCase, "delta-append": DeltaCase, "directory": DirectoryCase, "s3": S3Case,
 }
-
-
-class Scene:
-    def __init__(self, base: Path, case: SinkCase) -> None:
-        self.base = base
-        self.case = case
-        self.inputs = base / "input"
-        self.root = base / "checkpoints"
-        self.drivers: list[Driver] = []
-
-    def run(self, name: str, extra: dict[str, str] | None = None) -> Driver:
-        driver = self.start(name, extra)
-        driver.wait()
-        return driver
-
-    def start(self, name: str, extra: dict[str, str] | None = None, pause: tuple[str, ...] = ()) -> Driver:
-        conf = {
-            "spark.sparkpoint.dir": str(self.root),
-            "spark.sparkpoint.job": JOB,
-            "spark.sparkpoint.control.pollInterval": "300ms",
-            **self.case.conf(),
-            **(extra or {}),
-        }
-        driver = start_sink_driver(name, self.base, conf=conf, pause=pause,
-                        args=["--sink", self.case.kind, "--input", str(self.inputs), "--output", self.case.output()])
-        self.drivers.append(driver)
-        return driver
-
-    def catalog(self) -> Catalog:
-        return Catalog.open(str(self.root), JOB)
-
-    def damage_newest(self, how: tuple[str, ...]) -> list[int]:
-        """Damage the ``_metadata`` of the newest checkpoints (``truncate`` or ``delete``,
-        newest first); return their batch ids."""
-        catalog = self.catalog()
-        newest = catalog.checkpoints()
-        assert len(newest) > len(how), [m.batch_id for m in newest]
-        batches = []
-        for meta, kind in zip(newest, how, strict=False):
-            key = f"chk-{meta.id}/_metadata"
-            if kind == "truncate":
-                data = catalog.store.get(key)
-                catalog.store.put(key, data[: len(data) // 2])
-            else:
-                catalog.store.delete([key])
-            batches.append(meta.batch_id)
-        return batches
-
-    def stop(self) -> None:
-        for driver in self.drivers:
-            if driver.proc.poll() is None or not driver._out.closed:
-                driver.stop()
 
 
 @pytest.fixture()

@@ -135,6 +135,33 @@ def test_unknown_offsets_are_refused_with_the_reason(tmp_path: Path) -> None:
                       replay.ReplayPlan)
 
 
+def test_kafka_offsets_of_several_partitions_replay_also_when_a_partition_appears_between_batches(
+    tmp_path: Path,
+) -> None:
+    # {"topic": {"<partition>": offset}}: partition 2 first appears in batch 2; the file
+    # source beside it keeps its own log, recorded as before.
+    root = live(tmp_path, 4)
+    kafka = ['{"events":{"0":2,"1":2}}', '{"events":{"0":4,"1":3}}', '{"events":{"0":4,"1":3,"2":1}}',
+             '{"events":{"0":5,"1":3,"2":3}}']
+    for n, offsets in enumerate(kafka):
+        (root / "offsets" / str(n)).write_text(offsets_text(n, json.dumps({"logOffset": n}), offsets))
+    records = {n: replay.capture(str(root), n) for n in range(4)}
+    plan = replay.plan_replay(snapshot_at(root, 1), FakeSink(records), "job", 3)  # type: ignore[arg-type]
+
+    assert isinstance(plan, replay.ReplayPlan), plan
+    assert (plan.first, plan.last) == (2, 3)
+    assert [body["offsets"].splitlines()[-1] for body in plan.records] == kafka[2:]
+    assert [sorted(body["sources"]) for body in plan.records] == [["0"], ["0"]]  # the file source alone
+    fresh = tmp_path / "fresh"
+    for body in plan.records:
+        replay.write_batch(str(fresh), body)
+    assert [(fresh / "offsets" / str(n)).read_text() for n in (2, 3)] == [(root / "offsets" / str(n)).read_text()
+                                                                          for n in (2, 3)]
+    # from empty state the structured offsets have no log to start from
+    assert "source 1 of batch 0 is not a file source" in replay.plan_replay(  # type: ignore[operator]
+        None, FakeSink(records), "job", 3)  # type: ignore[arg-type]
+
+
 def test_check_sink_position_replays_only_for_restore_latest_and_says_why_not(tmp_path: Path) -> None:
     import pytest
 
