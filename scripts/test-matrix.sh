@@ -17,10 +17,12 @@ tests=(
   tests/races/test_self_healing.py            # self-healing replay
 )
 # MATRIX_TESTS (space-separated files) narrows the subset, e.g. CI's oldest-and-newest smoke
-# (`make test-matrix-ci`); a narrowed run leaves docs/compatibility.md alone.
-if [[ -n "${MATRIX_TESTS:-}" ]]; then read -r -a tests <<<"$MATRIX_TESTS"; fi
+# (`make test-matrix-ci`); a narrowed run keeps its results apart (.venvs/results-subset)
+# and leaves docs/compatibility.md alone.
+root=.venvs/results
+if [[ -n "${MATRIX_TESTS:-}" ]]; then read -r -a tests <<<"$MATRIX_TESTS"; root=.venvs/results-subset; fi
 if [[ $# -gt 0 ]]; then lines=("$@"); else mapfile -t lines < <(awk '!/^#/ && NF { print $1 }' scripts/spark-lines.txt); fi
-mkdir -p .venvs/results
+mkdir -p "$root"
 status=0
 for line in "${lines[@]}"; do
   bash scripts/spark-env.sh "$line" || { status=1; continue; }
@@ -29,7 +31,7 @@ for line in "${lines[@]}"; do
   # -m 'not airflow': the Spark side only (no Airflow in this venv); slow tests included.
   # One pytest per file (each one JUnit file): MATRIX_WRAPPER (e.g. a CPU-slot wrapper)
   # is put in front of each.
-  results=.venvs/results/spark-$line
+  results=$root/spark-$line
   rm -rf "$results" && mkdir -p "$results"
   for test in "${tests[@]}"; do
     ${MATRIX_WRAPPER:-} env PYTHONPATH="$PWD" PYSPARK_PYTHON="$python" PYSPARK_DRIVER_PYTHON="$python" \
