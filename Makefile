@@ -71,7 +71,7 @@ test-matrix: check-java
 MATRIX_CI_TESTS ?= tests/integration/test_kill_restart.py
 test-matrix-ci: check-java setup
 	MATRIX_TESTS="$(MATRIX_CI_TESTS)" UV=$(UV) bash scripts/test-matrix.sh \
-		$$(awk '!/^#/ && NF { print $$1 }' scripts/spark-lines.txt | sed -n '1p;$$p')
+		$$(awk '!/^#/ && NF { l = $$1; if (!f) f = l } END { print f; if (l != f) print l }' scripts/spark-lines.txt)
 
 # An Airflow worker's environment with the provider and no pyspark (scripts/airflow-env.sh):
 # .venvs/airflow-nospark, or .venvs/airflow-<v>-nospark with AIRFLOW_VERSION=<v>. The

@@ -20,7 +20,10 @@ tests=(
 # (`make test-matrix-ci`); a narrowed run keeps its results apart (.venvs/results-subset)
 # and leaves docs/compatibility.md alone.
 root=.venvs/results
-if [[ -n "${MATRIX_TESTS:-}" ]]; then read -r -a tests <<<"$MATRIX_TESTS"; root=.venvs/results-subset; fi
+if [[ -n "${MATRIX_TESTS:-}" ]]; then
+  read -r -a tests <<<"$MATRIX_TESTS"; root=.venvs/results-subset
+  [[ ${#tests[@]} -gt 0 ]] || { echo "MATRIX_TESTS names no test file" >&2; exit 2; }
+fi
 if [[ $# -gt 0 ]]; then lines=("$@"); else mapfile -t lines < <(awk '!/^#/ && NF { print $1 }' scripts/spark-lines.txt); fi
 mkdir -p "$root"
 status=0
