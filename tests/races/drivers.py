@@ -23,6 +23,7 @@ from airflow_sparkpoint.faults import ENV, ENV_ONCE, PAUSE_DIR_ENV, PAUSE_ENV
 from tests.support.waits import wait_for
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
 APPEND_JOB = HERE / "jobs" / "append_job.py"
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 JOB = "race"
@@ -105,6 +106,9 @@ class Driver:
         self.pause_dir = base / f"pause-{name}"
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
                "SPARKPOINT_TEST_PAUSE_TIMEOUT": str(2 * timeout)}  # a held driver outlives no test
+        # Jobs may import test modules (a test data source); the driver's and the Python
+        # workers' path starts at the script's directory, not at the checkout.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
         env.pop("SPARK_HOME", None)
         for key in (ENV, ENV_ONCE, PAUSE_ENV, PAUSE_DIR_ENV):
             env.pop(key, None)
