@@ -197,6 +197,9 @@ def test_a_trial_whose_fault_never_fires_is_failed(tmp_path: Path) -> None:
 
 @pytest.mark.spark
 @pytest.mark.timeout(900)
+# slow (23 s): the rule (an unfired trial is failed) is tested without Spark above
+# (test_a_trial_whose_fault_never_fires_is_failed); `make chaos` / `make test-all` run it
+@pytest.mark.slow
 def test_a_real_trial_with_a_fault_point_that_is_never_reached_is_failed(tmp_path: Path) -> None:
     """The whole harness, with real drivers: a fault armed at a batch the job never runs
     (as if its fault point had been deleted from the code) leaves exact output, and the

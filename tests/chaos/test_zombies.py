@@ -74,6 +74,9 @@ def test_a_superseded_generation_in_process_fails_fast_without_checkpoint_or_com
 
 @pytest.mark.spark
 @pytest.mark.timeout(1800)
+# slow (42 s): the default run fences zombies with real drivers in tests/races (sink races,
+# takeover) and in-process above; `make test-all` runs it
+@pytest.mark.slow
 def test_zombie_blue_keeps_running_after_green_starts(tmp_path: Path) -> None:
     case = DeltaMergeCase(tmp_path)
     expected = write_inputs(tmp_path / "input")

@@ -42,6 +42,9 @@ def executor_dirs(cluster: SparkCluster, application_id: str) -> list[Path]:
     return sorted(p for worker in cluster.worker_procs for p in (cluster.base / worker / application_id).glob("*"))
 
 
+# slow (64 s): the default run has the same pipeline on this cluster through Airflow, exact, in
+# test_a_worker_killed_mid_batch_is_retried_by_spark_and_the_output_is_exact
+@pytest.mark.slow
 def test_example_pipeline_runs_on_the_standalone_cluster(
     airflow_api: AirflowApi, cluster: SparkCluster, tmp_path: Path
 ) -> None:

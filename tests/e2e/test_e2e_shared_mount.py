@@ -127,6 +127,9 @@ def test_workers_in_their_own_mount_namespaces_share_the_live_location_and_a_sig
     assert not problems, problems
 
 
+# slow (51 s with its namespaced cluster): the default run checks the same refusal without a
+# cluster (tests/unit/runtime/test_reach.py); `make test-e2e` / `make test-all` run it
+@pytest.mark.slow
 def test_a_worker_without_the_shared_mount_fails_the_job_before_anything_is_written(
     hosts: Hosts, tmp_path: Path
 ) -> None:
