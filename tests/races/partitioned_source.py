@@ -15,7 +15,8 @@ partition from the earliest offset). A range that is no longer there fails the r
 
 ``maxPerPartition`` caps each partition's records per batch (the default read limit).
 
-The test side writes the partitions (`append`) and reads them back for its oracle (`records`).
+The test writes the partitions with `append` (whose returned rows are its oracle's input);
+the reader reads them with `records`.
 """
 
 from __future__ import annotations
