@@ -64,7 +64,11 @@ class FileRef:
     mtime_ns: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        # Not `asdict` (a deep copy of every field): a checkpoint lists every file of the
+        # live location, hundreds, and `_metadata` is written on the coordinator's thread
+        # while Spark's Python thread waits for the GIL.
+        return {"path": self.path, "key": self.key, "size": self.size, "sha256": self.sha256,
+                "mtime_ns": self.mtime_ns}
 
     def stored_problem(self, stored: int | None) -> str | None:
         """What is wrong with this file as a store holds it with `stored` bytes (None: not

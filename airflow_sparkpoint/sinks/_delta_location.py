@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
@@ -130,6 +131,10 @@ class TableLocation(abc.ABC):
     def __init__(self, label: str) -> None:
         self.label = label  # the URI the user gave, for messages
         self._driver_staging = True  # off once a batch was too large to collect
+        # Each thread's last handle, (options, table): Spark's stream thread and the
+        # coordinator both open the table every batch, and a delta-rs handle is not
+        # shared between threads.
+        self._handles = threading.local()
 
     @property
     def location_uri(self) -> str:
@@ -147,9 +152,41 @@ class TableLocation(abc.ABC):
         """`message` without credentials (for errors raised by delta-rs)."""
         return message
 
-    @abc.abstractmethod
     def open(self) -> DeltaTable | None:
-        """The table, or None when there is no Delta table at the location yet."""
+        """The table at its newest version, or None when there is no Delta table at the
+        location yet.
+
+        This thread's handle from the last call is brought up to date instead (delta-rs
+        reads only the commits since): a fresh handle replays the log from its last
+        checkpoint, up to 99 commits, which grew to ~50 ms per open here and ran twice
+        per batch. The handle is reused only while its newest commit is still in the log
+        (a table deleted under the job reads as None again, as a fresh open would) and
+        the connection options are the ones it was opened with.
+
+        :raises SinkError: the table cannot be read (on S3).
+        """
+        options = self.delta_options()
+        cached = getattr(self._handles, "table", None)
+        self._handles.table = None
+        if cached is not None and cached[0] == options:
+            table = cached[1]
+            try:
+                table.update_incremental()
+                current = self.store().exists(f"_delta_log/{table.version():020d}.json")
+            except Exception as exc:  # noqa: BLE001 - a fresh open below decides, and reports
+                log.debug("reopening Delta table %s: %s", self.label, self.scrub(str(exc)))
+                current = False
+            if current:
+                self._handles.table = cached
+                return table
+        table = self._load(options)
+        if table is not None:
+            self._handles.table = (options, table)
+        return table
+
+    @abc.abstractmethod
+    def _load(self, options: dict[str, str] | None) -> DeltaTable | None:
+        """A fresh handle of the table at its newest version, or None when there is none."""
 
     @abc.abstractmethod
     def check(self) -> None:
@@ -234,7 +271,7 @@ class LocalTable(TableLocation):
     def delta_options(self) -> None:
         return None
 
-    def open(self) -> DeltaTable | None:
+    def _load(self, options: dict[str, str] | None) -> DeltaTable | None:
         deltalake = import_deltalake()
         if not deltalake.DeltaTable.is_deltatable(self.uri):
             return None
@@ -407,11 +444,10 @@ class S3Table(TableLocation):
                 options["AWS_ALLOW_HTTP"] = "true"
         return options
 
-    def open(self) -> DeltaTable | None:
+    def _load(self, options: dict[str, str] | None) -> DeltaTable | None:
         deltalake = import_deltalake()
         from deltalake.exceptions import TableNotFoundError
 
-        options = self.delta_options()
         try:
             return deltalake.DeltaTable(self.uri, storage_options=options)
         except TableNotFoundError:

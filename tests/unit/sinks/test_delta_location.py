@@ -130,3 +130,49 @@ def test_read_table_returns_the_rows_with_the_tables_own_types(tmp_path):
         ["a", "b"]
     with pytest.raises(ValueError, match=r"columns \['nope'\] are not in the Delta table .* it has \['user'"):
         read_table(table, ["nope"])
+
+
+def test_open_brings_this_threads_handle_up_to_date(tmp_path):
+    """The handle is reused and sees another writer's commit; another thread has its own."""
+    import threading
+
+    import deltalake
+    import pyarrow as pa
+
+    path = str(tmp_path / "t")
+    deltalake.write_deltalake(path, pa.table({"k": [1]}))
+    location = table_location(path)
+    first = location.open()
+    deltalake.write_deltalake(path, pa.table({"k": [2]}), mode="append")  # another writer
+    again = location.open()
+    assert again is first and again.version() == 1
+    assert sorted(again.to_pyarrow_table()["k"].to_pylist()) == [1, 2]
+    other: list = []
+    thread = threading.Thread(target=lambda: other.append(location.open()))
+    thread.start()
+    thread.join()
+    assert other[0] is not first and other[0].version() == 1
+
+
+def test_open_after_the_table_was_deleted_or_replaced_reads_the_location_again(tmp_path):
+    """A handle whose newest commit left the log is not trusted: a deleted table is None,
+    a table recreated with fewer commits is read afresh (its own schema and rows)."""
+    import shutil
+
+    import deltalake
+    import pyarrow as pa
+
+    path = str(tmp_path / "t")
+    deltalake.write_deltalake(path, pa.table({"k": [1]}))
+    deltalake.write_deltalake(path, pa.table({"k": [2]}), mode="append")
+    location = table_location(path)
+    assert location.open().version() == 1
+    shutil.rmtree(path)
+    assert location.open() is None
+    deltalake.write_deltalake(path, pa.table({"k": [1]}))
+    deltalake.write_deltalake(path, pa.table({"k": [2]}), mode="append")
+    assert location.open().version() == 1
+    shutil.rmtree(path)
+    deltalake.write_deltalake(path, pa.table({"other": ["x"]}))  # replaced, with one commit
+    replaced = location.open()
+    assert replaced.version() == 0 and replaced.schema().to_arrow().names == ["other"]
