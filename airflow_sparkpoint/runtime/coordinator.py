@@ -239,7 +239,7 @@ class Coordinator:
         ``checkpoint.interval`` 0 (every batch): each batch Spark committed (``commits/<id>``
         in the live location) after the newest one a checkpoint was tried for, up to the
         newest confirmed one, so progress events queued behind each other while a checkpoint
-        ran, or still on the listener bus when the query ended, skip no batch; when more
+        ran, or not yet seen when the query ended, skip no batch; when more
         than `MAX_CHECKPOINT_BACKLOG` are due, only the newest (a warning names the rest). With an
         interval: the newest confirmed batch once the interval has passed (at the run's end,
         `final`, at once); the batches between get no checkpoint. The newest confirmed batch

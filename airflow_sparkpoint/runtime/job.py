@@ -6,7 +6,7 @@
     result = job.run(df, sink=DeltaSink(job.arg("output")), output_mode="update")
 
 Threads in the driver: Spark's stream thread calls `_stage_batch` through
-``foreachBatch``; the listener feeds confirmed batch ids to the coordinator thread,
+``foreachBatch``; the commit watcher feeds committed batch ids to the coordinator thread,
 which alone takes checkpoints, savepoints and commits, polls the control channel and
 writes the heartbeat; the caller's thread waits for the query and for the coordinator.
 """
@@ -59,6 +59,12 @@ _MISSING = object()
 #: through the same writes, so the count costs a restore about 2.5x its state load
 #: (docs/BENCHMARKS.md, restore at 2,000,000 keys). Off unless the user sets it.
 TRACK_ROWS = "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
+
+
+#: how often the commit watcher looks for Spark's next ``commits/<N>`` (one stat)
+COMMIT_WATCH_INTERVAL_S = 0.05
+#: how often it lists ``commits/`` whole
+COMMIT_LISTING_INTERVAL_S = 2.0
 
 
 class _StopRun(Exception):
@@ -222,8 +228,7 @@ class _Run(_RunCoordination):
         self._status_lock = threading.Lock()
         self._final_state = False
         self._heartbeat_stop = threading.Event()
-        self._terminated: set[str] = set()  # ids of the queries whose termination event arrived
-        self._terminated_cv = threading.Condition()
+        self._watch_stop = threading.Event()
         self._application_id = self.spark.sparkContext.applicationId  # asked once: a JVM call
 
     def execute(self) -> RunResult:
@@ -258,28 +263,6 @@ class _Run(_RunCoordination):
     # -- the query ----------------------------------------------------------------------
 
     def _run_query(self) -> RunResult:
-        from pyspark.sql.streaming import StreamingQueryListener
-
-        run = self
-
-        class Listener(StreamingQueryListener):
-            def onQueryStarted(self, event: Any) -> None:
-                pass
-
-            def onQueryProgress(self, event: Any) -> None:
-                if run.query is not None and str(event.progress.id) == str(run.query.id):
-                    run.events.put(("progress", int(event.progress.batchId)))
-
-            def onQueryIdle(self, event: Any) -> None:
-                pass
-
-            def onQueryTerminated(self, event: Any) -> None:
-                with run._terminated_cv:
-                    run._terminated.add(str(event.id))
-                    run._terminated_cv.notify_all()
-
-        listener = Listener()
-        self.spark.streams.addListener(listener)
         coordinator_thread = threading.Thread(target=self._coordinate, name="sparkpoint-coordinator", daemon=True)
         # Its own thread, so a long final checkpoint or savepoint never looks like a dead job.
         heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="sparkpoint-heartbeat", daemon=True)
@@ -293,7 +276,10 @@ class _Run(_RunCoordination):
             if self.query_name:
                 writer = writer.queryName(self.query_name)
             self._snapshot_settings = self._state_store_settings()  # the JVM may be gone at the end
+            watcher = threading.Thread(target=self._watch_commits, args=(livedir.last_commit(self.live),),
+                                       name="sparkpoint-commits", daemon=True)
             self.query = writer.start()
+            watcher.start()
             coordinator_thread.start()
             heartbeat_thread.start()
             query_error: BaseException | None = None
@@ -301,7 +287,7 @@ class _Run(_RunCoordination):
                 self.query.awaitTermination()
             except Exception as exc:  # noqa: BLE001 - re-raised below with context
                 query_error = exc
-            # The last progress events may still be on their way: `_finish` confirms
+            # The watcher may not have seen the last commits yet: `_finish` confirms
             # from commits/ itself, so they are not waited for here.
             self.query_failed = query_error is not None
             self.events.put(("final", None))
@@ -309,18 +295,34 @@ class _Run(_RunCoordination):
             return self._conclude(query_error)
         finally:
             self._heartbeat_stop.set()
+            self._watch_stop.set()
             self.coordinator.stop_prestore()
             self._release_live()
-            # The bus delivers this query's events in order, its termination last. Removing
-            # the listener before that arrived could leave a callback in flight into a
-            # Python process that is exiting (an error in the job's log). It arrives
-            # tens of milliseconds after the query ended: meanwhile the final checkpoint,
-            # commit and status were written.
-            if self.query is not None:
-                query_id = str(self.query.id)
-                with self._terminated_cv:
-                    self._terminated_cv.wait_for(lambda: query_id in self._terminated, timeout=10)
-            self.spark.streams.removeListener(listener)
+
+    def _watch_commits(self, seen: int | None) -> None:
+        """Feed the coordinator each batch Spark commits (its ``commits/<N>`` file, written
+        atomically), in order, from the batch after `seen` (the restored restart point).
+
+        Not a streaming query listener: PySpark converts every progress event into Python
+        with one JVM call per field (every source, state operator and metric), ~40 ms of
+        CPU per batch in the driver's two processes (docs/BENCHMARKS.md), for a batch id
+        that the commit log has first. A stat of the next ``commits/`` file per
+        `COMMIT_WATCH_INTERVAL_S`; a full listing now and then in case one was skipped."""
+        next_listing = time.monotonic() + COMMIT_LISTING_INTERVAL_S
+        while not self._watch_stop.wait(COMMIT_WATCH_INTERVAL_S):
+            found: list[int] = []
+            batch = 0 if seen is None else seen + 1
+            while livedir.is_committed(self.live, batch):
+                found.append(batch)
+                batch += 1
+            if time.monotonic() >= next_listing:
+                next_listing = time.monotonic() + COMMIT_LISTING_INTERVAL_S
+                found = sorted(set(found).union(
+                    b for b in livedir.committed_batches(self.live) if seen is None or b > seen))
+            for batch in found:
+                self.events.put(("progress", batch))
+            if found:
+                seen = found[-1]
 
     def _conclude(self, query_error: BaseException | None) -> RunResult:
         """Raise the run's failure, or record its result and return it."""

@@ -135,6 +135,12 @@ def committed_batches(root: str) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
 
 
+def is_committed(root: str, batch_id: int) -> bool:
+    """Whether Spark committed batch `batch_id` in a live location (its ``commits/<id>``
+    file, which Spark writes atomically)."""
+    return os.path.isfile(os.path.join(root, spark_layout.COMMITS, str(batch_id)))
+
+
 def last_commit(root: str) -> int | None:
     """The highest batch id with a ``commits/<id>`` file in a live location, or None."""
     ids = committed_batches(root)

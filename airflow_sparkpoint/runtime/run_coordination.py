@@ -54,7 +54,7 @@ class _RunCoordination(_RunStartup):
             # Keep draining so the caller's final event finds us gone.
 
     def _confirm(self, batch_id: int) -> None:
-        """Batch `batch_id` is durable in Spark's commits/ (from its progress event, or read
+        """Batch `batch_id` is durable in Spark's commits/ (seen by the commit watcher, or read
         from commits/ after the query ended)."""
         confirmed = self.coordinator.confirmed_batch
         if confirmed is None or batch_id > confirmed:
@@ -92,7 +92,7 @@ class _RunCoordination(_RunStartup):
             return
         last = livedir.last_commit(self.live)
         if last is not None:
-            self._confirm(last)  # its progress event (and earlier ones) may not have arrived
+            self._confirm(last)  # the watcher may not have seen it (and earlier ones) yet
             due = self.coordinator.due_batches(final=True)
             for batch in due:
                 if self.coordinator.checkpoint(batch) is None and batch == due[-1]:
