@@ -81,7 +81,7 @@ def test_a_batch_too_large_to_collect_is_staged_by_the_executors_exactly_once(tm
     # batch 1 went straight to the executors (the sink remembers).
     assert log.count("too large to stage from the driver") == 1, log[-4000:]
     assert "maxResultSize" in log
-    assert "threw an exception" not in log, log[-4000:]  # no listener callback raced the exit
+    assert "threw an exception" not in log, log[-4000:]  # no callback into Python raced the exit
 
     table = DeltaTable(str(output))
     assert [h.get("sparkpoint.batch") for h in table.history() if "sparkpoint.batch" in h] == ["1", "0"]

@@ -1,6 +1,6 @@
 """``checkpoint.interval=0`` means a retained checkpoint of every batch (docs/reference/config.md),
 also when the coordinator thread falls behind Spark: progress events queued while a
-checkpoint ran, or still on the listener bus when the query ended, must not make it skip
+checkpoint ran, or not yet seen by the commit watcher when the query ended, must not make it skip
 the batches between (the flaky ``_first_run`` of tests/races/test_lineages.py retained
 ``[7, 5, 4]``: batch 6's progress event was queued behind 7's, or arrived after the end).
 
@@ -75,7 +75,7 @@ def test_progress_events_queued_behind_each_other_still_checkpoint_every_batch(c
 
 def test_batches_whose_progress_events_arrive_after_the_end_are_checkpointed_at_the_end(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
-    run = _run(catalog, live, sink, [("progress", 0), ("final", None)])  # 1 and 2: still on the listener bus
+    run = _run(catalog, live, sink, [("progress", 0), ("final", None)])  # 1 and 2: not yet seen by the watcher
     _staged(catalog, run, live, range(3))
 
     run._coordinate()
