@@ -310,15 +310,15 @@ class _Run(_RunCoordination):
         `COMMIT_WATCH_INTERVAL_S`; a full listing now and then in case one was skipped."""
         next_listing = time.monotonic() + COMMIT_LISTING_INTERVAL_S
         while not self._watch_stop.wait(COMMIT_WATCH_INTERVAL_S):
-            found: list[int] = []
-            batch = 0 if seen is None else seen + 1
-            while livedir.is_committed(self.live, batch):
-                found.append(batch)
-                batch += 1
-            if time.monotonic() >= next_listing:
+            if time.monotonic() >= next_listing:  # the listing holds whatever the stats would find
                 next_listing = time.monotonic() + COMMIT_LISTING_INTERVAL_S
-                found = sorted(set(found).union(
-                    b for b in livedir.committed_batches(self.live) if seen is None or b > seen))
+                found = [b for b in livedir.committed_batches(self.live) if seen is None or b > seen]
+            else:
+                found = []
+                batch = 0 if seen is None else seen + 1
+                while livedir.is_committed(self.live, batch):
+                    found.append(batch)
+                    batch += 1
             for batch in found:
                 self.events.put(("progress", batch))
             if found:
