@@ -176,15 +176,39 @@ def _jvm_pid(driver_pid: int) -> int | None:
     return None
 
 
-def _heap_after_gc(pid: int) -> int | None:
-    """Used heap (bytes) right after a full GC, from jcmd; None when jcmd is not there."""
+def _heap_after_gc(pid: int) -> tuple[int | None, int | None]:
+    """(used, committed) heap in bytes right after a full GC, from jcmd; Nones without jcmd.
+
+    Committed heap is what the JVM holds from the OS for its heap: RSS growth that is
+    not in it is native memory (RocksDB, threads, code cache)."""
     if shutil.which("jcmd") is None:
-        return None
+        return None, None
     subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60, check=False)
     out = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, timeout=60,
                          check=False).stdout
-    found = re.search(r"used (\d+)K", out)
-    return int(found.group(1)) * 1024 if found else None
+    found = re.search(r"total (\d+)K, used (\d+)K", out)
+    return (int(found.group(2)) * 1024, int(found.group(1)) * 1024) if found else (None, None)
+
+
+def _class_histogram(pid: int, top: int = 400) -> dict[str, list[int]] | None:
+    """The `top` classes by bytes of live objects: {class: [instances, bytes]} (jcmd's
+    GC.class_histogram, which runs a full GC first); None without jcmd."""
+    if shutil.which("jcmd") is None:
+        return None
+    out = subprocess.run(["jcmd", str(pid), "GC.class_histogram"], capture_output=True, text=True,
+                         timeout=120, check=False).stdout
+    rows = [(m.group(3), int(m.group(1)), int(m.group(2)))
+            for m in re.finditer(r"^\s*\d+:\s+(\d+)\s+(\d+)\s+(\S+)", out, re.MULTILINE)]
+    return {name: [count, size] for name, count, size in sorted(rows, key=lambda r: -r[2])[:top]}
+
+
+def heap_growth(first: dict[str, list[int]], last: dict[str, list[int]], top: int = 12) -> list[dict[str, Any]]:
+    """The classes whose live bytes grew most between two histograms."""
+    grown: list[dict[str, Any]] = [
+        {"class": name, "bytes_first": first.get(name, [0, 0])[1], "bytes_last": size,
+         "instances_first": first.get(name, [0, 0])[0], "instances_last": count}
+        for name, (count, size) in last.items()]
+    return sorted(grown, key=lambda g: g["bytes_first"] - g["bytes_last"])[:top]
 
 
 def _sample(driver_pid: int, catalog: Any) -> dict[str, Any]:
@@ -193,7 +217,7 @@ def _sample(driver_pid: int, catalog: Any) -> dict[str, Any]:
     jvm = _jvm_pid(driver_pid)
     if jvm is not None:
         row["jvm"] = _proc(jvm)
-        row["heap_after_gc"] = _heap_after_gc(jvm)
+        row["heap_after_gc"], row["heap_committed"] = _heap_after_gc(jvm)
     row["store_objects"] = sum(1 for _ in catalog.store.list(""))
     row["retained_checkpoints"] = len(catalog.checkpoint_ids())
     row["shared_objects"] = sum(1 for _ in catalog.store.list("shared"))
@@ -209,11 +233,17 @@ def quarter_ratio(values: Sequence[float]) -> float | None:
     return statistics.median(values[-q:]) / first if first else None
 
 
+def _histogram_of(driver_pid: int) -> dict[str, Any]:
+    jvm = _jvm_pid(driver_pid)
+    return {"at": time.time(), "classes": _class_histogram(jvm) if jvm is not None else None}
+
+
 def summarize(checkpoints: list[dict[str, Any]], samples: list[dict[str, Any]],
-              savepoints: list[dict[str, Any]]) -> dict[str, Any]:
+              savepoints: list[dict[str, Any]], histograms: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     steady = checkpoints[2:]  # the first ones upload the initial state
     rss = [s["driver"]["rss"] + s.get("jvm", {}).get("rss", 0) for s in samples]
     heap = [s["heap_after_gc"] for s in samples if s.get("heap_after_gc")]
+    classes = [h["classes"] for h in histograms if h.get("classes")]
     return {
         "checkpoints": len(checkpoints),
         "checkpoint_seconds_ratio": quarter_ratio([c["seconds"] for c in steady]),
@@ -222,6 +252,10 @@ def summarize(checkpoints: list[dict[str, Any]], samples: list[dict[str, Any]],
         if steady else None,
         "rss_ratio": quarter_ratio(rss),
         "heap_after_gc_ratio": quarter_ratio(heap),
+        "python_rss_ratio": quarter_ratio([s["driver"]["rss"] for s in samples]),
+        "jvm_rss_ratio": quarter_ratio([s["jvm"]["rss"] for s in samples if "jvm" in s]),
+        "heap_committed_ratio": quarter_ratio([s["heap_committed"] for s in samples if s.get("heap_committed")]),
+        "heap_growth_by_class": heap_growth(classes[0], classes[-1]) if len(classes) >= 2 else None,
         "store_objects_max": max((s["store_objects"] for s in samples), default=None),
         "store_objects_last": samples[-1]["store_objects"] if samples else None,
         "savepoint_seconds": [s["seconds"] for s in savepoints],
@@ -242,6 +276,7 @@ def _store(kind: str, base: Path) -> Iterator[tuple[str, dict[str, str], dict[st
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from airflow_sparkpoint.checkpoints import Catalog
     from airflow_sparkpoint.checkpoints.control import ControlChannel
+    from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
     from airflow_sparkpoint.storage import open_storage
 
     out = Path(args.out).resolve()
@@ -265,24 +300,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         channel = ControlChannel(catalog)
         samples: list[dict[str, Any]] = []
         savepoints: list[dict[str, Any]] = []
+        histograms: list[dict[str, Any]] = []
+        disposed: list[str] = []
         started = time.monotonic()
         end = started + args.minutes * 60
         next_sample, next_savepoint = started + 30, started + args.savepoint_every
+        next_histogram = started + min(600.0, args.minutes * 15)
         try:
             while time.monotonic() < end and proc.poll() is None:
                 now = time.monotonic()
                 if now >= next_sample:
                     samples.append(_sample(proc.pid, catalog))
                     next_sample += 60
+                if now >= next_histogram:
+                    histograms.append(_histogram_of(proc.pid))
+                    next_histogram += args.histogram_every
                 if now >= next_savepoint and catalog.current_generation():
                     began = time.monotonic()
                     request = channel.submit("savepoint", generation=catalog.current_generation(), timeout_s=600)
-                    result = channel.wait(request.id, timeout_s=600, is_alive=lambda: proc.poll() is None)
+                    done = channel.wait(request.id, timeout_s=600, is_alive=lambda: proc.poll() is None)
                     savepoints.append({"at": time.time(), "seconds": time.monotonic() - began,
-                                       "uri": result.savepoint})
+                                       "uri": done.savepoint})
                     next_savepoint += args.savepoint_every
+                    if args.keep_savepoints:  # what a platform's schedule does beside the savepoints
+                        disposed += savepoint_history_retention(catalog, max_count=args.keep_savepoints,
+                                                                max_age_s=None)
                 time.sleep(1.0)
             if proc.poll() is None:
+                histograms.append(_histogram_of(proc.pid))
                 request = channel.submit("stop", generation=catalog.current_generation(), timeout_s=600)
                 channel.wait(request.id, timeout_s=600, is_alive=lambda: proc.poll() is None)
                 proc.wait(timeout=600)
@@ -295,7 +340,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     checkpoints = [json.loads(line) for line in (out / "checkpoints.jsonl").read_text().splitlines() if line]
     result = {"benchmark": "soak", "store": args.store, "minutes": args.minutes, "trigger": args.trigger,
               "driver_exit": proc.returncode, "machine": machine(),
-              "summary": summarize(checkpoints, samples, savepoints),
+              "summary": summarize(checkpoints, samples, savepoints, histograms),
+              "disposed_savepoints": disposed, "histograms": histograms,
               "checkpoints": checkpoints, "samples": samples, "savepoints": savepoints}
     (out / "soak.json").write_text(json.dumps(result, indent=1, default=str))
     result["plot"] = str(plot(result, out))
@@ -358,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", choices=("s3", "local"), default="s3")
     parser.add_argument("--trigger", default="3s")
     parser.add_argument("--savepoint-every", type=float, default=600.0, help="seconds between savepoints")
+    parser.add_argument("--keep-savepoints", type=int, default=3,
+                        help="dispose of savepoints beyond the N newest after each one (0: keep all)")
+    parser.add_argument("--histogram-every", type=float, default=1800.0,
+                        help="seconds between JVM class histograms (the first after 10 minutes)")
     parser.add_argument("--out", default="soak-output")
     args = parser.parse_args(argv)
     if args.driver:
@@ -376,6 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  requests per checkpoint, first and last: {s['requests_per_checkpoint_first_last']}")
     print(f"  store objects: max {s['store_objects_max']}, last {s['store_objects_last']}; "
           f"savepoint seconds {[round(x, 2) for x in s['savepoint_seconds']]}")
+    print(f"  RSS Python {fmt(s['python_rss_ratio'])}, JVM {fmt(s['jvm_rss_ratio'])}, "
+          f"JVM heap committed {fmt(s['heap_committed_ratio'])}; savepoints disposed: {len(result['disposed_savepoints'])}")
+    for grown in s["heap_growth_by_class"] or []:
+        print(f"  heap {grown['class']}: {grown['bytes_first'] / 2**20:.1f} -> {grown['bytes_last'] / 2**20:.1f} MiB "
+              f"({grown['instances_first']} -> {grown['instances_last']} objects)")
     print(f"  {Path(args.out) / 'soak.json'}, {result['plot']}")
     return 0 if result["driver_exit"] == 0 else 1
 
