@@ -349,7 +349,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def plot(result: dict[str, Any], out: Path) -> Path:
-    """Checkpoint duration and requests per checkpoint, RSS and heap over the run."""
+    """Checkpoint duration and requests per checkpoint, RSS, heap and the store's objects over the run."""
     cps, samples = result["checkpoints"], result["samples"]
     t0 = cps[0]["at"] if cps else time.time()
     series = [
@@ -359,6 +359,7 @@ def plot(result: dict[str, Any], out: Path) -> Path:
          [(s["at"] - t0, (s["driver"]["rss"] + s.get("jvm", {}).get("rss", 0)) / 2**20) for s in samples]),
         ("JVM heap after GC (MiB)", [(s["at"] - t0, s["heap_after_gc"] / 2**20) for s in samples
                                      if s.get("heap_after_gc")]),
+        ("objects in the store", [(s["at"] - t0, s["store_objects"]) for s in samples]),
     ]
     try:
         import matplotlib
@@ -397,6 +398,47 @@ def _svg(series: list[tuple[str, list[tuple[float, float]]]], path: Path) -> Pat
     return path
 
 
+def quarters(values: Sequence[float]) -> list[float]:
+    """Medians of the four quarters of `values` (empty with fewer than 4)."""
+    if len(values) < 4:
+        return []
+    q = len(values) // 4
+    parts = [values[:q], values[q:2 * q], values[2 * q:len(values) - q], values[-q:]]
+    return [statistics.median(part) for part in parts]
+
+
+def quarter_table(result: dict[str, Any]) -> str:
+    """The report's table: medians per quarter of the run and last ÷ first, as Markdown."""
+    steady = result["checkpoints"][2:]
+    samples = result["samples"]
+    jvm = [s for s in samples if "jvm" in s]
+    rows: list[tuple[str, list[float], str, str]] = [
+        ("storage requests per checkpoint", [sum(c["requests"].values()) for c in steady], "{:.0f}", "≤ 1.2"),
+        ("bytes copied per checkpoint (KB)", [c["bytes_copied"] / 1e3 for c in steady], "{:.1f}", "flat"),
+        ("files referenced per checkpoint", [c["files"] for c in steady], "{:.0f}", "flat"),
+        ("checkpoint duration (s)", [c["seconds"] for c in steady], "{:.3f}", "≤ 1.2"),
+        ("driver RSS, Python (MB)", [s["driver"]["rss"] / 1e6 for s in samples], "{:.0f}", "≤ 1.10"),
+        ("driver RSS, JVM (MB)", [s["jvm"]["rss"] / 1e6 for s in jvm], "{:,.0f}", "≤ 1.10"),
+        ("JVM heap after a full GC (MB)", [s["heap_after_gc"] / 1e6 for s in samples if s.get("heap_after_gc")],
+         "{:.0f}", "≤ 1.10"),
+        ("JVM heap committed (MB)", [s["heap_committed"] / 1e6 for s in samples if s.get("heap_committed")],
+         "{:.0f}", ""),
+        ("JVM threads", [s["jvm"]["threads"] for s in jvm], "{:.0f}", "flat"),
+        ("JVM open files", [s["jvm"]["open_files"] for s in jvm], "{:.0f}", "flat"),
+        ("objects under `shared/`", [s["shared_objects"] for s in samples], "{:,.0f}", "bounded"),
+        ("objects in the store", [s["store_objects"] for s in samples], "{:,.0f}", "bounded"),
+    ]
+    lines = ["| per quarter of the run (medians) | Q1 | Q2 | Q3 | Q4 | last ÷ first | goal |",
+             "|---|---|---|---|---|---|---|"]
+    for name, values, fmt, goal in rows:
+        medians = quarters(values)
+        if not medians:
+            continue
+        ratio = f"{medians[-1] / medians[0]:.2f}" if medians[0] else "n/a"
+        lines.append(f"| {name} | {' | '.join(fmt.format(m) for m in medians)} | {ratio} | {goal} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--driver", help=argparse.SUPPRESS)
@@ -409,9 +451,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--histogram-every", type=float, default=1800.0,
                         help="seconds between JVM class histograms (the first after 10 minutes)")
     parser.add_argument("--out", default="soak-output")
+    parser.add_argument("--table", metavar="SOAK_JSON", help="print the per-quarter table of a finished run and exit")
     args = parser.parse_args(argv)
     if args.driver:
         return driver(args.driver)
+    if args.table:
+        print(quarter_table(json.loads(Path(args.table).read_text())))
+        return 0
     result = run(args)
     s = result["summary"]
 
