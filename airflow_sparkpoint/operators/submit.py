@@ -46,6 +46,7 @@ from airflow_sparkpoint.operators.links import (
     checkpoint_history_url,
     spark_ui_url,
 )
+from airflow_sparkpoint.operators.submit_dir import ROCKSDB_LIBRARY_DIR_ENV, open_submit_dir
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.takeover import check_start
 from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
@@ -69,14 +70,15 @@ _RUNTIME_PACKAGES = ("checkpoints", "runtime", "sinks", "storage")
 _RUNTIME_MODULES = ("__init__.py", "durations.py", "exceptions.py", "faults.py", "py.typed")
 
 
-def build_runtime_zip() -> str:
-    """Zip the Spark-side runtime (storage, checkpoints, runtime, sinks) for ``--py-files``.
+def build_runtime_zip(directory: str | None = None) -> str:
+    """Zip the Spark-side runtime (storage, checkpoints, runtime, sinks) for ``--py-files``
+    into a new file in `directory` (the temporary directory by default).
 
     The archive imports with no Airflow and no install of the provider; the caller
-    deletes the returned temporary file.
+    deletes the returned file.
     """
     package = Path(__file__).resolve().parent.parent
-    handle, path = tempfile.mkstemp(prefix="sparkpoint-runtime-", suffix=".zip")
+    handle, path = tempfile.mkstemp(prefix="sparkpoint-runtime-", suffix=".zip", dir=directory)
     os.close(handle)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         for name in _RUNTIME_MODULES:
@@ -270,7 +272,6 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         #: the run result of this try (OpenLineage facets), once it ended
         self.sparkpoint_result: dict[str, Any] | None = None
         self._secret_env: dict[str, str] = {}
-        self._shipped_zip: str | None = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -360,9 +361,10 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
                 env[variable] = str(options[option])
         return env
 
-    def spark_environment(self, master: str) -> dict[str, str]:
+    def spark_environment(self, master: str, *, native_dir: str | None = None) -> dict[str, str]:
         """spark-submit's environment additions: this interpreter's Spark when no Spark
-        install is configured, and the Python interpreters.
+        install is configured, the Python interpreters, and `native_dir` as the driver's
+        RocksDB library directory unless one is set (`airflow_sparkpoint.operators.submit_dir`).
 
         The driver runs here (client mode): ``PYSPARK_DRIVER_PYTHON`` defaults to this
         interpreter when it has a PySpark with its Spark distribution (`local_spark_home`);
@@ -376,6 +378,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         """
         env: dict[str, str] = {}
         current = {**os.environ, **(self.env_vars or {})}
+        if native_dir and not current.get(ROCKSDB_LIBRARY_DIR_ENV):
+            env[ROCKSDB_LIBRARY_DIR_ENV] = native_dir
         spark_here = local_spark_home()
         if not current.get("SPARK_HOME") and spark_here:
             env["SPARK_HOME"] = spark_here
@@ -449,15 +453,19 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         self.conf = {**(self.conf or {}), **sparkpoint_conf}
         self._secret_env = {**self._secret_environment(), **runs.starter_environment(starter), SUBMITTER_ENV: token}
         master = str(self._get_hook()._connection.get("master") or "")
-        self.env_vars = {**self.spark_environment(master), **(self.env_vars or {})}
-        if self.ship_runtime:
-            self._shipped_zip = build_runtime_zip()
-            self.py_files = ",".join(p for p in (self.py_files, self._shipped_zip) if p)
-        self._hook = None  # rebuilt with the final environment and files
-        self._push(ti, SparkpointCheckpointHistoryLink().xcom_key,
-                   checkpoint_history_url(self.job_name, self.sparkpoint_conn_id, self.checkpoint_dir))
-        watcher = runs.RunWatcher(catalog, token, generation_before, lambda run: self._found(ti, run))
-        watcher.start()
+        submit_dir = open_submit_dir()  # removed when spark-submit has ended (else by a later sweep)
+        try:
+            self.env_vars = {**self.spark_environment(master, native_dir=submit_dir.native_dir), **(self.env_vars or {})}
+            if self.ship_runtime:
+                self.py_files = ",".join(p for p in (self.py_files, build_runtime_zip(submit_dir.path)) if p)
+            self._hook = None  # rebuilt with the final environment and files
+            self._push(ti, SparkpointCheckpointHistoryLink().xcom_key,
+                       checkpoint_history_url(self.job_name, self.sparkpoint_conn_id, self.checkpoint_dir))
+            watcher = runs.RunWatcher(catalog, token, generation_before, lambda run: self._found(ti, run))
+            watcher.start()
+        except BaseException:
+            submit_dir.close()
+            raise
         try:
             super().execute(context)
         except AirflowException as exc:
@@ -476,9 +484,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             process = getattr(self._hook, "_submit_sp", None)
             if process is not None and process.stdout is not None:
                 process.stdout.close()  # the Spark hook leaves its log pipe open
-            if self._shipped_zip:
-                os.unlink(self._shipped_zip)
-                self._shipped_zip = None
+            submit_dir.close()
         if self.sparkpoint_run is None:
             self.log.warning("job %s ended without claiming a generation (did it call job.run()?)", self.job_name)
             return None

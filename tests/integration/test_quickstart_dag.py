@@ -1,6 +1,8 @@
 """The walking skeleton's proof: the quickstart DAG, through real spark-submit, loses
 its driver to SIGKILL after K of M micro-batches; Airflow's retry resumes from the
-latest completed checkpoint and the Delta table ends exactly right."""
+latest completed checkpoint and the Delta table ends exactly right. The killed driver's
+RocksDB native library was extracted into its submission directory, which the task
+removed (`airflow_sparkpoint.operators.submit_dir`), not left in ``/tmp``."""
 
 from __future__ import annotations
 
@@ -24,7 +26,17 @@ def test_retry_resumes_from_latest_checkpoint_with_exact_output(airflow_home, tm
     from deltalake import DeltaTable
 
     from airflow_sparkpoint.checkpoints import Catalog
+    from airflow_sparkpoint.operators.submit_dir import SubmitDir
 
+    closed: list[tuple[str, list[str]]] = []  # (submission directory, its native directory) at close
+    real_close = SubmitDir.close
+
+    def close(self: SubmitDir) -> None:
+        closed.append((self.path, sorted(os.listdir(self.native_dir)) if os.path.isdir(self.native_dir) else []))
+        real_close(self)
+
+    monkeypatch.setattr(SubmitDir, "close", close)
+    monkeypatch.delenv("ROCKSDB_SHAREDLIB_DIR", raising=False)
     base = tmp_path / "quickstart"
     rows = write_event_files(base / "input", files=M, users=3)
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
@@ -54,3 +66,9 @@ def test_retry_resumes_from_latest_checkpoint_with_exact_output(airflow_home, tm
     assert result["first_batch"] == K
     assert result["batches_processed"] == M - K < M
     assert not os.listdir(base / "output" / "_sparkpoint_txn" / "quickstart"), "staged output left behind"
+
+    # Each try had its own submission directory; the SIGKILLed JVM's library was in the
+    # first (a clean exit deletes its own), and the task removed both.
+    assert len(closed) == 2 and closed[0][0] != closed[1][0], closed
+    assert [n for n in closed[0][1] if n.startswith("librocksdbjni")], f"not extracted there: {closed[0]}"
+    assert not any(os.path.exists(path) for path, _names in closed)

@@ -369,6 +369,53 @@ def test_python_of_sparks_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "PYSPARK_PYTHON" not in operator(root, env_vars={"PYSPARK_PYTHON": "/y"}).spark_environment("yarn")
 
 
+def test_the_drivers_rocksdb_library_goes_to_the_submission_directory_unless_one_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ROCKSDB_SHAREDLIB_DIR", raising=False)
+    root = tmp_path / "sp"
+    assert operator(root).spark_environment("local[2]", native_dir="/t/d/native")["ROCKSDB_SHAREDLIB_DIR"] == \
+        "/t/d/native"
+    assert "ROCKSDB_SHAREDLIB_DIR" not in operator(root).spark_environment("local[2]")
+    given = operator(root, env_vars={"ROCKSDB_SHAREDLIB_DIR": "/mine"}).spark_environment("local[2]", native_dir="/x")
+    assert "ROCKSDB_SHAREDLIB_DIR" not in given  # the task's env_vars keep theirs
+    monkeypatch.setenv("ROCKSDB_SHAREDLIB_DIR", "/workers")
+    assert "ROCKSDB_SHAREDLIB_DIR" not in operator(root).spark_environment("local[2]", native_dir="/x")
+
+
+@pytest.mark.parametrize("exit_code", [0, 1])
+def test_each_submit_has_its_own_directory_for_the_drivers_native_library_removed_when_spark_submit_ends(
+    tmp_path: Path, driver: Driver, monkeypatch: pytest.MonkeyPatch, exit_code: int
+) -> None:
+    import tempfile
+
+    from airflow.sdk.exceptions import AirflowException
+
+    monkeypatch.delenv("ROCKSDB_SHAREDLIB_DIR", raising=False)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    seen: list[tuple[str, bool]] = []
+
+    def driver_run(d: Driver, env: dict[str, str]) -> int:
+        native = env["ROCKSDB_SHAREDLIB_DIR"]
+        seen.append((native, os.path.isdir(native)))
+        Path(native, "librocksdbjni-linux64.so").write_bytes(b"x")  # what RocksJava extracts there
+        Driver.finish(d, env)
+        return exit_code
+
+    driver.behaviour = driver_run
+    if exit_code:
+        with pytest.raises(AirflowException):
+            run(operator(tmp_path / "sp", ship_runtime=True), FakeTI())
+    else:
+        run(operator(tmp_path / "sp", ship_runtime=True), FakeTI())
+    [(native, existed)] = seen
+    assert existed and Path(native).parent.parent == tmp_path / "tmp"
+    assert list((tmp_path / "tmp").iterdir()) == [], "the submission directory is removed when spark-submit ended"
+    shipped = [a for a in driver.commands[0] if a.endswith(".zip")]
+    assert shipped and Path(native).parent.as_posix() in shipped[0], "the runtime archive is in it too"
+
+
 @pytest.mark.parametrize("pyspark_here", ["none", "pyspark-client"])
 def test_a_worker_without_a_spark_distribution_leaves_spark_home_and_the_drivers_python_to_the_spark_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pyspark_here: str
