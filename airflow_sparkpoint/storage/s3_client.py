@@ -31,6 +31,25 @@ _BUCKET_MISSING_CODES = frozenset({"NoSuchBucket"})
 _ACCESS_CODES = frozenset({"AccessDenied", "403", "Forbidden", "AllAccessDisabled"})
 
 
+def parse_timestamp(value: Any) -> Any:
+    """botocore's timestamp parser for this store's client: the ISO 8601 form S3 uses in
+    listings (``2026-11-27T08:53:39.000Z``) by `datetime.fromisoformat`, anything else
+    (the HTTP date of a HEAD) by botocore's own parser. botocore's takes ≈ 100 µs per
+    timestamp, which was most of the CPU of listing ``shared/`` at every checkpoint
+    (1,000 objects: 0.11 s, 0.045 s with this); the result is the same aware datetime."""
+    from datetime import datetime, timezone
+
+    from botocore.utils import parse_timestamp as botocore_parse
+
+    if isinstance(value, str) and "T" in value:
+        try:
+            parsed = datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith("Z") else value)
+        except ValueError:
+            return botocore_parse(value)
+        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=timezone.utc)
+    return botocore_parse(value)
+
+
 def validate_bucket_name(bucket: str) -> str:
     """Return `bucket` if it follows the S3 bucket naming rules.
 
@@ -138,6 +157,7 @@ class S3Connection(Storage):
 
     def _make_client(self) -> Any:
         import boto3.session
+        import botocore.session
         from botocore.config import Config
         from botocore.exceptions import BotoCoreError
 
@@ -154,7 +174,10 @@ class S3Connection(Storage):
             config = config.merge(self._extra_config)
         key_id, secret, token = self._credentials
         try:
+            core = botocore.session.Session()
+            core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_timestamp)
             session = boto3.session.Session(
+                botocore_session=core,
                 aws_access_key_id=key_id,
                 aws_secret_access_key=secret,
                 aws_session_token=token,

@@ -207,6 +207,55 @@ def test_list_fetches_pages_lazily(store: S3Storage) -> None:
         assert len(calls) == 3
 
 
+@pytest.mark.parametrize("value", [
+    "2026-11-27T08:53:39.000Z",  # AWS S3's listings
+    "2026-11-27T08:53:39Z",  # SeaweedFS's
+    "2026-11-27T08:53:39.123456+02:00",
+    "2026-11-27T08:53:39",  # no zone: UTC, as botocore reads it
+    "Fri, 27 Nov 2026 08:53:39 GMT",  # an HTTP date (HeadObject's Last-Modified)
+    "1795769619",  # epoch seconds
+    "2026-11-27 not a time T",  # neither: botocore's parser decides (and raises)
+])
+def test_the_stores_timestamp_parser_reads_what_botocores_reads(value: str) -> None:
+    from botocore.utils import parse_timestamp as botocore_parse
+
+    from airflow_sparkpoint.storage.s3_client import parse_timestamp
+
+    try:
+        expected = botocore_parse(value)
+    except ValueError:
+        with pytest.raises(ValueError):
+            parse_timestamp(value)
+        return
+    got = parse_timestamp(value)
+    assert got.timestamp() == expected.timestamp() and got.tzinfo is not None
+
+
+@pytest.mark.s3
+def test_listings_read_modification_times_with_the_stores_parser(store: S3Storage) -> None:
+    """The store's client parses listing timestamps with `parse_timestamp` (botocore's
+    own parser was most of the CPU of a checkpoint's listing), to the times HEAD reports."""
+    from airflow_sparkpoint.storage import s3_client
+
+    store.put("times/a", b"1")
+    calls: list[Any] = []
+    real = s3_client.parse_timestamp
+
+    def counted(value: Any) -> Any:
+        calls.append(value)
+        return real(value)
+
+    store._client = None  # a new client, built with the wrapped parser
+    original = s3_client.parse_timestamp
+    s3_client.parse_timestamp = counted  # type: ignore[assignment]
+    try:
+        [listed] = list(store.list("times"))
+    finally:
+        s3_client.parse_timestamp = original  # type: ignore[assignment]
+    assert calls and all(isinstance(c, str) for c in calls)
+    assert abs(listed.mtime - store.stat("times/a").mtime) < 1.0
+
+
 @pytest.mark.s3
 def test_folder_markers_are_not_objects(store: S3Storage) -> None:
     store.client.put_object(Bucket=store.bucket, Key="unit/dir/", Body=b"")
