@@ -49,6 +49,11 @@ INCOMPLETE_GRACE_S = 3600.0
 #: journal entries older than this are pruned; they only need to cover the moment between
 #: a checkpoint's check of its shared files and its ``_metadata`` (bounded by the timeout)
 JOURNAL_MIN_TTL_S = 3600.0
+#: a writer's passes (`KnownRecords`) collect orphaned shared files at most once per this
+#: fraction of the grace period, not at every checkpoint: each collection writes a journal
+#: entry that every checkpoint lists until it is pruned (one an hour at a 3 s trigger made
+#: 1,200 entries to list); an orphan then waits at most 1.1 × the grace period
+ORPHAN_COLLECTION_FRACTION = 0.1
 
 
 @dataclass
@@ -74,6 +79,8 @@ class KnownRecords:
     #: checkpoint ids this writer deleted whose (empty) directory a store may go on listing
     #: (SeaweedFS keeps empty folders for a while): not read, listed or deleted again
     deleted: set[int] = field(default_factory=set)
+    #: when this writer's passes last collected orphaned shared files (epoch seconds)
+    orphans_collected_at: float = 0.0
 
 
 def enforce_checkpoint_retention(
@@ -95,7 +102,8 @@ def enforce_checkpoint_retention(
     Incomplete ``chk-*`` directories older than the newest kept checkpoint are garbage;
     newer ones may be in progress and stay. While the newest lineage has no checkpoint of
     its own, the checkpoint it started from is kept too. Shared files younger than
-    `grace_seconds` are kept. `shared_listing` is a listing of ``shared/`` taken before
+    `grace_seconds` are kept; with `known` (one writer's passes), orphans are collected
+    at most once per `ORPHAN_COLLECTION_FRACTION` of `grace_seconds`. `shared_listing` is a listing of ``shared/`` taken before
     (the coordinator's, from its check before ``_metadata``); a file uploaded after the
     listing is never collected. `generation`, when given, is checked right before
     anything is deleted. `on_deleted(done, total)` is called after each checkpoint deleted,
@@ -168,7 +176,8 @@ def enforce_checkpoint_retention(
     now = time.time()
     orphans = []
     orphan_bytes = 0
-    for info in shared:
+    collect = known is None or now - known.orphans_collected_at >= grace_seconds * ORPHAN_COLLECTION_FRACTION
+    for info in shared if collect else ():
         if info.key in referenced or (grace_seconds and now - info.mtime < grace_seconds):
             continue
         orphans.append(info.key)
@@ -179,6 +188,8 @@ def enforce_checkpoint_retention(
             catalog.check_generation(generation)
         journal_deletions(catalog, orphans, generation, known)
         catalog.store.delete(orphans)
+        if known is not None:
+            known.orphans_collected_at = now
     elif not keep:
         orphans, orphan_bytes = [], 0
     if keep:

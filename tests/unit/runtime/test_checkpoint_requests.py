@@ -45,7 +45,8 @@ class EmptyFoldersStay(MemoryStorage):
 
 
 def run_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, num_retained: int, batches: int,
-                    inner: MemoryStorage | None = None) -> tuple[list[Counter[str]], list[list[tuple[str, str]]], Catalog]:
+                    inner: MemoryStorage | None = None, timeout_s: float = 10,
+                    ) -> tuple[list[Counter[str]], list[list[tuple[str, str]]], Catalog]:
     """Checkpoint and commit `batches` batches; the requests of each cycle by kind and in order."""
     real = time.time
     offset = [0.0]
@@ -56,7 +57,7 @@ def run_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, num_reta
     catalog.write_origin(new_origin(generation, kind="empty", uri=None, base_id=-1, snapshot_id=None,
                                     batch_id=None, id_floor=0, restore={}, live_dir=None, host="h", pid=1))
     live = tmp_path / f"live-{num_retained}"
-    coord = coordinator(catalog, live, RecordingSink(), generation, num_retained=num_retained, timeout_s=10)
+    coord = coordinator(catalog, live, RecordingSink(), generation, num_retained=num_retained, timeout_s=timeout_s)
     kinds, logs = [], []
     for batch in range(batches):
         write_live(live, batch)
@@ -98,3 +99,25 @@ def test_requests_per_checkpoint_do_not_grow_when_deleted_checkpoints_stay_liste
     assert len(catalog.checkpoint_ids()) == 51  # the store lists them all
     assert [m.id for m in catalog.checkpoints()] == [51, 50, 49]
     assert kinds[50] == kinds[5], (kinds[5], kinds[50], logs[50])
+
+
+def test_orphans_are_collected_once_per_tenth_of_the_grace_period_not_at_every_checkpoint(tmp_path, monkeypatch):
+    """Each collection writes a deletion-journal entry, and every checkpoint lists the
+    journal until entries are an hour old: collected at every checkpoint (every 3 s in the
+    soak), the journal grew to 1,200 entries listed per checkpoint. With a grace period of
+    100 s (the checkpoint timeout) and a batch every 5 s: once per 10 s, every 2nd batch."""
+    kinds, logs, catalog = run_checkpoints(tmp_path, monkeypatch, num_retained=3, batches=61, timeout_s=100)
+
+    def journal_puts(log: list[tuple[str, str]]) -> int:
+        return sum(1 for op, key in log if op == "put" and key.startswith(f"job/{layout.GC}/"))
+
+    def shared_deletes(log: list[tuple[str, str]]) -> int:
+        return sum(1 for op, key in log if op == "delete" and "/shared/" in key)
+
+    late = logs[30:]  # orphans exist once files are older than the 100 s grace (20 batches)
+    assert all(journal_puts(log) <= 1 for log in logs)
+    assert sum(shared_deletes(log) for log in late) > 0, "orphans are still collected"
+    collecting = [i for i, log in enumerate(logs) if journal_puts(log)]
+    assert collecting and all(b - a >= 2 for a, b in zip(collecting, collecting[1:])), collecting
+    assert sum(journal_puts(log) for log in late) <= 16, collecting
+    assert len(list(catalog.store.list(layout.GC))) == len(collecting)
