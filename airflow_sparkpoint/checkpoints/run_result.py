@@ -4,9 +4,10 @@ the job's read model); `write_run_result` and `read_run_result` are its one stor
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -19,9 +20,62 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: how many batch ids a run result lists in ``committed_batches`` (the newest); its
+#: ``committed_ranges`` holds all of them
+COMMITTED_BATCHES_LISTED = 1000
+
+
+class BatchRanges:
+    """A set of batch ids as sorted, disjoint, inclusive ``[first, last]`` ranges.
+
+    What a run keeps of the batches it committed: a job that commits one every few
+    seconds for weeks commits hundreds of thousands, nearly always one range (a list of
+    their ids grew without bound in the driver, its run result, XCom and asset events)."""
+
+    def __init__(self, ids: Iterable[int] = ()) -> None:
+        self._ranges: list[list[int]] = []
+        for batch in ids:
+            self.add(batch)
+
+    def add(self, batch: int) -> None:
+        batch = int(batch)
+        ranges = self._ranges
+        if ranges and ranges[-1][0] <= batch <= ranges[-1][1] + 1:  # the usual case: the next batch
+            ranges[-1][1] = max(ranges[-1][1], batch)
+            return
+        i = bisect.bisect_right(ranges, batch, key=lambda r: r[0])  # ranges[:i] start at or before it
+        if i and ranges[i - 1][1] >= batch:
+            return
+        ranges.insert(i, [batch, batch])
+        if i + 1 < len(ranges) and ranges[i + 1][0] == batch + 1:
+            ranges[i][1] = ranges.pop(i + 1)[1]
+        if i and ranges[i - 1][1] == batch - 1:
+            ranges[i - 1][1] = ranges.pop(i)[1]
+
+    def __len__(self) -> int:
+        return sum(last - first + 1 for first, last in self._ranges)
+
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        return tuple((first, last) for first, last in self._ranges)
+
+    def newest(self, limit: int = COMMITTED_BATCHES_LISTED) -> tuple[int, ...]:
+        """The `limit` highest ids, ascending."""
+        out: list[int] = []
+        for first, last in reversed(self._ranges):
+            take = min(limit - len(out), last - first + 1)
+            out.extend(range(last, last - take, -1))
+            if len(out) >= limit:
+                break
+        return tuple(reversed(out))
+
+
 @dataclass(frozen=True)
 class RunResult:
-    """How a run ended. Returned by `SparkpointJob.run` and pushed to XCom by the operator."""
+    """How a run ended. Returned by `SparkpointJob.run` and pushed to XCom by the operator.
+
+    ``committed_batches``: the batches the run committed, the newest
+    `COMMITTED_BATCHES_LISTED` of them when there were more; ``committed_ranges``: all
+    of them as ``[first, last]`` ranges."""
 
     status: str  # "finished" | "stopped"
     job: str
@@ -45,10 +99,17 @@ class RunResult:
     #: ``restore.statePartitions``: ``from`` and ``to`` state partitions and the
     #: repartitioner's synthetic ``batch`` (never staged); empty when nothing was rescaled
     rescaled: Mapping[str, Any] = field(default_factory=dict)
+    committed_ranges: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def committed(cls, batches: BatchRanges) -> dict[str, Any]:
+        """The ``committed_batches`` and ``committed_ranges`` fields of `batches`."""
+        return {"committed_batches": batches.newest(), "committed_ranges": batches.ranges()}
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["committed_batches"] = list(self.committed_batches)
+        data["committed_ranges"] = [list(r) for r in self.committed_ranges]
         return data
 
     @classmethod
@@ -60,6 +121,8 @@ class RunResult:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         if "committed_batches" in known:
             known["committed_batches"] = tuple(known["committed_batches"] or ())
+        if "committed_ranges" in known:
+            known["committed_ranges"] = tuple((int(r[0]), int(r[1])) for r in known["committed_ranges"] or ())
         return cls(**known)
 
 

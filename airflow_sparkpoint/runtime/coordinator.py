@@ -36,6 +36,7 @@ from airflow_sparkpoint.checkpoints import (
 from airflow_sparkpoint.checkpoints.counters import CheckpointPoint, CounterRecorder
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.retention import KnownRecords, deleted_since, enforce_checkpoint_retention
+from airflow_sparkpoint.checkpoints.run_result import BatchRanges
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     CatalogError,
@@ -53,10 +54,9 @@ from airflow_sparkpoint.storage.base import Storage
 log = logging.getLogger(__name__)
 
 _CHUNK = 8 * 1024 * 1024
-# checkpoint.interval=0: every committed batch is checkpointed while at most this many are
-# due at once; beyond, only the newest. A backlog worked through while checkpoints stay
-# slower than batches would delay output (commit.mode=checkpoint) and control requests
-# without bound, and Spark deletes its oldest batches' files (minBatchesToRetain, 100).
+# checkpoint.interval=0: every committed batch is checkpointed while at most this many are due
+# at once; beyond, only the newest. A backlog worked through while checkpoints stay slower than
+# batches would delay output (commit.mode=checkpoint) and control requests without bound.
 MAX_CHECKPOINT_BACKLOG = 5
 
 
@@ -127,7 +127,7 @@ class Coordinator:
         self.last_attempted: int | None = None
         self.consecutive_failures = 0
         self.checkpoints_completed = 0
-        self.batches_committed: list[int] = []
+        self.batches_committed = BatchRanges()
         self.sink_positions: dict[str, Any] = {}
         # Lifetime counters for the history model (metrics only: never fails the job).
         self.counters = CounterRecorder(catalog, generation)
@@ -556,7 +556,7 @@ class Coordinator:
             with self._lock:
                 self.pending.pop((record.batch_id, record.generation), None)
             self.sink_positions[self.sink.sink_id] = {"batch": record.batch_id, **settlement.detail}
-            self.batches_committed.append(record.batch_id)
+            self.batches_committed.add(record.batch_id)
             log.info("committed batch %d to %s (%s)", record.batch_id, self.sink.sink_id, settlement.outcome)
 
         settled = settle_all(self.catalog, ready, lambda _r: self.sink, confirmed=True,

@@ -219,7 +219,8 @@ class _Run(_RunCoordination):
         self.stopping = threading.Event()
         self.error: BaseException | None = None
         self.query: StreamingQuery | None = None
-        self.batches: list[int] = []
+        self.batches_staged = 0  # foreachBatch calls
+        self.first_batch: int | None = None  # the lowest batch id staged
         self.savepoint_uri: str | None = None
         self.stop_request: ControlRequest | None = None
         self.query_failed = False  # the streaming query ended with an error
@@ -374,7 +375,8 @@ class _Run(_RunCoordination):
             raise
         self.catalog.put_transaction(record)
         self.coordinator.add_pending(record)
-        self.batches.append(int(batch_id))
+        self.batches_staged += 1
+        self.first_batch = int(batch_id) if self.first_batch is None else min(self.first_batch, int(batch_id))
         faults.maybe_kill("record", batch_id)
         faults.pause("recorded", batch_id)
         if self.stopping.is_set():

@@ -51,7 +51,8 @@ class _RunStatus:
     stopping: threading.Event
     error: BaseException | None
     query: StreamingQuery | None
-    batches: list[int]
+    batches_staged: int
+    first_batch: int | None
     savepoint_uri: str | None
     stop_request: ControlRequest | None
     query_failed: bool
@@ -112,7 +113,7 @@ class _RunStatus:
         last = self.coordinator.last_checkpoint
         return RunResult(
             status=state, job=self.cfg.job, generation=self.generation,
-            batches_processed=len(self.batches), first_batch=min(self.batches) if self.batches else None,
+            batches_processed=self.batches_staged, first_batch=self.first_batch,
             last_batch=self.coordinator.confirmed_batch,
             last_checkpoint_id=last.id if last else None,
             last_checkpoint=self.catalog.checkpoint_uri(last.id) if last else None,
@@ -120,7 +121,7 @@ class _RunStatus:
             restored_from=self.plan.snapshot.uri if self.plan.snapshot else None,
             restore_mode="in-place" if self.choice.in_place else ("snapshot" if self.plan.snapshot else "empty"),
             checkpoints_completed=self.coordinator.checkpoints_completed,
-            committed_batches=tuple(self.coordinator.batches_committed),
+            **RunResult.committed(self.coordinator.batches_committed),
             recovered=self.recovered,
             live_dir=self.live,
             live_reuse=self.live_reuse.to_json(),

@@ -50,7 +50,7 @@ def _run(catalog: Catalog, live: Path, sink: RecordingSink, events: list[tuple[s
     run.query = None
     run.query_failed = False
     run.stop_request = None
-    run.batches = []
+    run.batches_staged, run.first_batch = 0, None
     return run
 
 

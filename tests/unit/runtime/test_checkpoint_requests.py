@@ -8,6 +8,7 @@ old checkpoint, journals and deletes the shared files nobody references any more
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections import Counter
@@ -106,7 +107,7 @@ def test_orphans_are_collected_once_per_tenth_of_the_grace_period_not_at_every_c
     journal until entries are an hour old: collected at every checkpoint (every 3 s in the
     soak), the journal grew to 1,200 entries listed per checkpoint. With a grace period of
     100 s (the checkpoint timeout) and a batch every 5 s: once per 10 s, every 2nd batch."""
-    kinds, logs, catalog = run_checkpoints(tmp_path, monkeypatch, num_retained=3, batches=61, timeout_s=100)
+    _kinds, logs, catalog = run_checkpoints(tmp_path, monkeypatch, num_retained=3, batches=61, timeout_s=100)
 
     def journal_puts(log: list[tuple[str, str]]) -> int:
         return sum(1 for op, key in log if op == "put" and key.startswith(f"job/{layout.GC}/"))
@@ -118,6 +119,6 @@ def test_orphans_are_collected_once_per_tenth_of_the_grace_period_not_at_every_c
     assert all(journal_puts(log) <= 1 for log in logs)
     assert sum(shared_deletes(log) for log in late) > 0, "orphans are still collected"
     collecting = [i for i, log in enumerate(logs) if journal_puts(log)]
-    assert collecting and all(b - a >= 2 for a, b in zip(collecting, collecting[1:])), collecting
+    assert collecting and all(b - a >= 2 for a, b in itertools.pairwise(collecting)), collecting
     assert sum(journal_puts(log) for log in late) <= 16, collecting
     assert len(list(catalog.store.list(layout.GC))) == len(collecting)

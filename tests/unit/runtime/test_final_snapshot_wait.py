@@ -150,7 +150,7 @@ def _run(**overrides: object) -> SimpleNamespace:
     coordinator = SimpleNamespace(calls=calls, checkpoint_final_snapshot=lambda **kw: calls.append(kw))
     run = SimpleNamespace(
         cfg=SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/x", "spark.sparkpoint.job": "j"}),
-        query_failed=False, error=None, batches=[0, 1], stopping=threading.Event(), stop_request=None,
+        query_failed=False, error=None, batches_staged=2, stopping=threading.Event(), stop_request=None,
         coordinator=coordinator, _snapshot_settings=(20.0, 10), generation=3,
         control=SimpleNamespace(pending=lambda generation: []),
     )
@@ -188,7 +188,7 @@ def test_no_wait_after_a_failure_a_cancel_sigterm_or_an_empty_run(case):
         "failed query": {"query_failed": True},
         "SIGTERM": {"error": RuntimeError("terminated by SIGTERM"), "stopping": stopping},
         "cancel": {"stopping": stopping, "stop_request": _request("cancel", 600)},
-        "no batch": {"batches": []},
+        "no batch": {"batches_staged": 0},
         "hdfs": {"cfg": SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/x", "spark.sparkpoint.job": "j",
                                                      "spark.sparkpoint.stateStore": "hdfs"})},
     }[case]
