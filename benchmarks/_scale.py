@@ -140,7 +140,7 @@ class Profiler:
 
     def install(self) -> Profiler:
         from airflow_sparkpoint.checkpoints.catalog import Catalog
-        from airflow_sparkpoint.runtime import coordinator, restore
+        from airflow_sparkpoint.runtime import coordinator, livedir, restore
 
         C = coordinator.Coordinator
         original_checkpoint = C._checkpoint
@@ -156,7 +156,7 @@ class Profiler:
                 self._current = None
 
         C._checkpoint = checkpoint  # type: ignore[method-assign]
-        coordinator.file_sha256 = self._timed("hash", coordinator.file_sha256)
+        livedir.file_sha256 = self._timed("hash", livedir.file_sha256)
         for name, phase in (("_upload", "upload"), ("_ensure_stored", "list_shared"), ("_complete", "metadata"),
                             ("_forget_settled", "forget_settled")):
             if hasattr(C, name):

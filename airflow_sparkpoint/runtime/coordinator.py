@@ -14,7 +14,6 @@ checkpoint timeout (another generation may be uploading them for its checkpoint)
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -53,7 +52,6 @@ from airflow_sparkpoint.storage.base import Storage
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 8 * 1024 * 1024
 # checkpoint.interval=0: every committed batch is checkpointed while at most this many are due
 # at once; beyond, only the newest. A backlog worked through while checkpoints stay slower than
 # batches would delay output (commit.mode=checkpoint) and control requests without bound.
@@ -77,14 +75,6 @@ class IndexEntry:
     mtime_ns: int
     ref: FileRef
     stored: bool = True
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 class Coordinator:
@@ -299,7 +289,9 @@ class Coordinator:
         files: list[FileRef] = []
         new: list[tuple[livedir.LiveFile, IndexEntry | None]] = []
         source_ends = livedir.source_log_ends(self.live_root, batch_id)
+        walked = set()
         for live in livedir.walk(self.live_root):
+            walked.add(live.path)
             if not livedir.needed_for_restart(live.path, batch_id, source_ends):
                 continue
             known = self.index.get(live.path)
@@ -308,6 +300,8 @@ class Coordinator:
                 files.append(known.ref)  # type: ignore[union-attr]
             else:
                 new.append((live, known if unchanged else None))
+        for gone in self.index.keys() - walked:  # Spark deleted it: an index of every file ever grew without bound
+            del self.index[gone]
         # Hash and upload the new files a few at a time (`transfer`): one failure fails the
         # checkpoint before anything below runs, so no _metadata refers to a missing file
         # (the files stored meanwhile stay indexed: a retry does not upload them again).
@@ -457,7 +451,7 @@ class Coordinator:
         sst = spark_layout.is_rocksdb_sst(live.path)
         while True:
             try:
-                sha = sha or file_sha256(live.abspath)
+                sha = sha or livedir.file_sha256(live.abspath)
                 key = self.catalog.shared_key(live.path, sha)
                 self.catalog.store.upload_file(live.abspath, key)
                 st = os.stat(live.abspath)
@@ -501,7 +495,7 @@ class Coordinator:
             except FileNotFoundError:
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} is gone") from None
             live = livedir.LiveFile(ref.path, path, st.st_size, st.st_mtime_ns)
-            if (st.st_size, st.st_mtime_ns) != (ref.size, ref.mtime_ns) and file_sha256(path) != ref.sha256:
+            if (st.st_size, st.st_mtime_ns) != (ref.size, ref.mtime_ns) and livedir.file_sha256(path) != ref.sha256:
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} changed")
             log.warning("shared file %s referenced by checkpoint of batch %d is missing from %s; copying it again",
                         ref.key, batch_id, self.catalog.uri)

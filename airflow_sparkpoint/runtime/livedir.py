@@ -18,6 +18,7 @@ terminal status record written by that generation), or its processes on this hos
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -46,6 +47,15 @@ class LiveFile:
     abspath: str
     size: int
     mtime_ns: int
+
+
+def file_sha256(path: str) -> str:
+    """The sha256 of the file at `path` (read in 8 MiB chunks), as hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(8 * 1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def walk(root: str) -> Iterator[LiveFile]:

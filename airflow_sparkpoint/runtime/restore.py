@@ -42,7 +42,7 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.runtime import livedir, replay, rescale
 from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
-from airflow_sparkpoint.runtime.coordinator import IndexEntry, file_sha256
+from airflow_sparkpoint.runtime.coordinator import IndexEntry
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import resolve_sink
@@ -156,7 +156,7 @@ def _live_matches(live: str, latest: SnapshotMetadata) -> bool:
         return False
     meta_ref = next((f for f in latest.files if f.path == "metadata"), None)
     try:
-        return meta_ref is not None and file_sha256(os.path.join(path, "metadata")) == meta_ref.sha256
+        return meta_ref is not None and livedir.file_sha256(os.path.join(path, "metadata")) == meta_ref.sha256
     except FileNotFoundError:
         return False
 

@@ -20,7 +20,7 @@ from airflow_sparkpoint.exceptions import (
     StaleGeneration,
     TransactionConflict,
 )
-from airflow_sparkpoint.runtime import coordinator as coordinator_module
+from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
@@ -313,8 +313,8 @@ def test_first_checkpoint_after_a_foreign_restore_copies_into_its_own_store_with
     coord = coordinator(target, live, RecordingSink(), target.claim_generation().generation)
     coord.seed(savepoint.metadata, index)
     hashed: list[str] = []
-    real = coordinator_module.file_sha256
-    monkeypatch.setattr(coordinator_module, "file_sha256", lambda path: hashed.append(path) or real(path))
+    real = livedir.file_sha256
+    monkeypatch.setattr(livedir, "file_sha256", lambda path: hashed.append(path) or real(path))
 
     first = coord.checkpoint(0)
 
