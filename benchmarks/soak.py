@@ -49,6 +49,8 @@ from _bench import EVENT_SCHEMA, machine, spark_session
 JOB = "soak"
 KEYS = 5_000
 ROWS_PER_FILE = 2_000
+#: the counter key of the objects the checkpoint threads' listings returned (S3 only)
+LISTED = "_listed"
 #: botocore operation -> request kind
 S3_KIND = {"GetObject": "GET", "HeadObject": "HEAD", "PutObject": "PUT", "CreateMultipartUpload": "PUT",
            "UploadPart": "PUT", "CompleteMultipartUpload": "PUT", "ListObjectsV2": "LIST", "ListObjects": "LIST",
@@ -79,7 +81,11 @@ def _count_requests(conf: dict[str, str]) -> tuple[Counter[str], Any]:
             if mine():
                 with lock:
                     counts[S3_KIND.get(operation, operation)] += 1
-            return original(client, operation, params)
+            response = original(client, operation, params)
+            if mine() and operation == "ListObjectsV2":
+                with lock:
+                    counts[LISTED] += len(response.get("Contents", ()))
+            return response
 
         BaseClient._make_api_call = counting  # type: ignore[method-assign]
     else:
@@ -124,9 +130,11 @@ def driver(config_path: str) -> int:
         elapsed = time.perf_counter() - started
         with lock:
             requests = dict(Counter(counts) - before)
+        listed = requests.pop(LISTED, 0)
         records.write(json.dumps({"at": time.time(), "batch": batch_id, "id": meta.id, "seconds": elapsed,
                                   "bytes_copied": meta.stats.bytes_copied, "bytes_total": meta.stats.bytes_total,
-                                  "files": meta.stats.file_count, "requests": requests}) + "\n")
+                                  "files": meta.stats.file_count, "requests": requests,
+                                  "objects_listed": listed}) + "\n")
         return meta
 
     Coordinator._checkpoint = measured  # type: ignore[method-assign]
@@ -416,6 +424,8 @@ def quarter_table(result: dict[str, Any]) -> str:
         ("storage requests per checkpoint", [sum(c["requests"].values()) for c in steady], "{:.0f}", "≤ 1.2"),
         ("bytes copied per checkpoint (KB)", [c["bytes_copied"] / 1e3 for c in steady], "{:.1f}", "flat"),
         ("files referenced per checkpoint", [c["files"] for c in steady], "{:.0f}", "flat"),
+        ("objects listed per checkpoint", [c["objects_listed"] for c in steady if "objects_listed" in c], "{:,.0f}",
+         "flat"),
         ("checkpoint duration (s)", [c["seconds"] for c in steady], "{:.3f}", "≤ 1.2"),
         ("driver RSS, Python (MB)", [s["driver"]["rss"] / 1e6 for s in samples], "{:.0f}", "≤ 1.10"),
         ("driver RSS, JVM (MB)", [s["jvm"]["rss"] / 1e6 for s in jvm], "{:,.0f}", "≤ 1.10"),
@@ -452,11 +462,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds between JVM class histograms (the first after 10 minutes)")
     parser.add_argument("--out", default="soak-output")
     parser.add_argument("--table", metavar="SOAK_JSON", help="print the per-quarter table of a finished run and exit")
+    parser.add_argument("--first-minutes", type=float, help="with --table: only the run's first N minutes "
+                        "(to compare runs of different lengths)")
     args = parser.parse_args(argv)
     if args.driver:
         return driver(args.driver)
     if args.table:
-        print(quarter_table(json.loads(Path(args.table).read_text())))
+        result = json.loads(Path(args.table).read_text())
+        if args.first_minutes:
+            start = result["checkpoints"][0]["at"] if result["checkpoints"] else 0.0
+            end = start + args.first_minutes * 60
+            result = {**result, "checkpoints": [c for c in result["checkpoints"] if c["at"] < end],
+                      "samples": [s for s in result["samples"] if s["at"] < end]}
+        print(quarter_table(result))
         return 0
     result = run(args)
     s = result["summary"]
