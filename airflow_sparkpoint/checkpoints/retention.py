@@ -103,9 +103,9 @@ def enforce_checkpoint_retention(
     newer ones may be in progress and stay. While the newest lineage has no checkpoint of
     its own, the checkpoint it started from is kept too. Shared files younger than
     `grace_seconds` are kept; with `known` (one writer's passes), orphans are collected
-    at most once per `ORPHAN_COLLECTION_FRACTION` of `grace_seconds`. `shared_listing` is a listing of ``shared/`` taken before
-    (the coordinator's, from its check before ``_metadata``); a file uploaded after the
-    listing is never collected. `generation`, when given, is checked right before
+    at most once per `ORPHAN_COLLECTION_FRACTION` of `grace_seconds`. `shared_listing` is
+    a listing of ``shared/`` taken before (the coordinator's, from its check before
+    ``_metadata``); a file uploaded after the listing is never collected. `generation`, when given, is checked right before
     anything is deleted. `on_deleted(done, total)` is called after each checkpoint deleted,
     `before_delete()` after that check, before the first checkpoint is deleted (the
     runtime's pause point). `known` (updated here): records held from before, not read

@@ -272,6 +272,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         #: the run result of this try (OpenLineage facets), once it ended
         self.sparkpoint_result: dict[str, Any] | None = None
         self._secret_env: dict[str, str] = {}
+        self._native_dir: str | None = None  # the ROCKSDB_SHAREDLIB_DIR this object set, if any
 
     # ------------------------------------------------------------------ helpers
 
@@ -455,7 +456,11 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         master = str(self._get_hook()._connection.get("master") or "")
         submit_dir = open_submit_dir()  # removed when spark-submit has ended (else by a later sweep)
         try:
-            self.env_vars = {**self.spark_environment(master, native_dir=submit_dir.native_dir), **(self.env_vars or {})}
+            # An earlier execute of this object set its own (now removed) directory: not the user's.
+            self.env_vars = {k: v for k, v in (self.env_vars or {}).items()
+                             if not (k == ROCKSDB_LIBRARY_DIR_ENV and v == self._native_dir)}
+            self._native_dir = submit_dir.native_dir
+            self.env_vars = {**self.spark_environment(master, native_dir=submit_dir.native_dir), **self.env_vars}
             if self.ship_runtime:
                 self.py_files = ",".join(p for p in (self.py_files, build_runtime_zip(submit_dir.path)) if p)
             self._hook = None  # rebuilt with the final environment and files

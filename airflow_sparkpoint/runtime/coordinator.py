@@ -52,9 +52,10 @@ from airflow_sparkpoint.storage.base import Storage
 
 log = logging.getLogger(__name__)
 
-# checkpoint.interval=0: every committed batch is checkpointed while at most this many are due
-# at once; beyond, only the newest. A backlog worked through while checkpoints stay slower than
-# batches would delay output (commit.mode=checkpoint) and control requests without bound.
+# checkpoint.interval=0: every committed batch is checkpointed while at most this many are
+# due at once; beyond, only the newest. A backlog worked through while checkpoints stay
+# slower than batches would delay output (commit.mode=checkpoint) and control requests
+# without bound, and Spark deletes its oldest batches' files (minBatchesToRetain, 100).
 MAX_CHECKPOINT_BACKLOG = 5
 
 
@@ -300,7 +301,7 @@ class Coordinator:
                 files.append(known.ref)  # type: ignore[union-attr]
             else:
                 new.append((live, known if unchanged else None))
-        for gone in self.index.keys() - walked:  # Spark deleted it: an index of every file ever grew without bound
+        for gone in self.index.keys() - walked:  # Spark deleted it (an index of every file ever written grows)
             del self.index[gone]
         # Hash and upload the new files a few at a time (`transfer`): one failure fails the
         # checkpoint before anything below runs, so no _metadata refers to a missing file

@@ -409,7 +409,15 @@ def test_each_submit_has_its_own_directory_for_the_drivers_native_library_remove
             run(operator(tmp_path / "sp", ship_runtime=True), FakeTI())
     else:
         run(operator(tmp_path / "sp", ship_runtime=True), FakeTI())
-    [(native, existed)] = seen
+    op = operator(tmp_path / "sp2", ship_runtime=True)
+    for _ in range(2):  # the same operator object again (a retry that reuses it): a directory of its own
+        try:
+            run(op, FakeTI())
+        except AirflowException:
+            pass
+    assert len(seen) == 3 and len({native for native, _e in seen}) == 3, seen
+    assert all(existed for _n, existed in seen), seen
+    native, existed = seen[0]
     assert existed and Path(native).parent.parent == tmp_path / "tmp"
     assert list((tmp_path / "tmp").iterdir()) == [], "the submission directory is removed when spark-submit ended"
     shipped = [a for a in driver.commands[0] if a.endswith(".zip")]
