@@ -7,7 +7,9 @@ savepoint requested through the control channel every ``--savepoint-every`` seco
 input arriving continuously (one small parquet file a second), for ``--minutes``.
 
 The job runs in its own driver process (this script with ``--driver``). It records, per
-checkpoint: duration, bytes copied, and the storage requests sent while it ran, by kind
+checkpoint: duration and its steps (hashing, uploads, the listing of ``shared/``, the new
+id, ``_metadata``, retention), bytes copied, and the storage requests sent while it ran, by
+kind and, on S3, the seconds they took
 (GET, PUT, LIST, DELETE, HEAD, COPY, counted at botocore for S3 and by a `CountingStorage`
 around the job's store on local disk, from the coordinator's and transfer threads only: the
 heartbeat, the control polls between checkpoints and Spark's staging thread are left out). This process records, per minute: the driver's RSS (the Python driver and its
@@ -51,6 +53,8 @@ KEYS = 5_000
 ROWS_PER_FILE = 2_000
 #: the counter key of the objects the checkpoint threads' listings returned (S3 only)
 LISTED = "_listed"
+#: the prefix of the counter keys that sum the seconds the requests of a kind took (S3 only)
+SECONDS = "s:"
 #: botocore operation -> request kind
 S3_KIND = {"GetObject": "GET", "HeadObject": "HEAD", "PutObject": "PUT", "CreateMultipartUpload": "PUT",
            "UploadPart": "PUT", "CompleteMultipartUpload": "PUT", "ListObjectsV2": "LIST", "ListObjects": "LIST",
@@ -78,12 +82,16 @@ def _count_requests(conf: dict[str, str]) -> tuple[Counter[str], Any]:
         original = BaseClient._make_api_call
 
         def counting(client: Any, operation: str, params: Any) -> Any:
-            if mine():
-                with lock:
-                    counts[S3_KIND.get(operation, operation)] += 1
+            if not mine():
+                return original(client, operation, params)
+            kind = S3_KIND.get(operation, operation)
+            started = time.perf_counter()
             response = original(client, operation, params)
-            if mine() and operation == "ListObjectsV2":
-                with lock:
+            elapsed = time.perf_counter() - started
+            with lock:
+                counts[kind] += 1
+                counts[SECONDS + kind] += elapsed  # type: ignore[assignment]
+                if operation == "ListObjectsV2":
                     counts[LISTED] += len(response.get("Contents", ()))
             return response
 
@@ -120,6 +128,9 @@ def driver(config_path: str) -> int:
     from airflow_sparkpoint.sinks import DeltaSink
 
     records = open(config["records"], "a", buffering=1)  # noqa: SIM115 - one line per checkpoint
+    from _scale import Profiler
+
+    phases = Profiler().install()  # the checkpoint's steps (hash, upload, listing, metadata, retention)
     real = Coordinator._checkpoint
 
     def measured(self: Any, batch_id: int) -> Any:
@@ -131,10 +142,15 @@ def driver(config_path: str) -> int:
         with lock:
             requests = dict(Counter(counts) - before)
         listed = requests.pop(LISTED, 0)
+        request_seconds = {k[len(SECONDS):]: round(requests.pop(k), 4) for k in list(requests) if k.startswith(SECONDS)}
+        steps = {k: round(v, 4) for k, v in phases.checkpoints[-1].items() if k not in ("batch", "total")
+                 and not k.startswith("s3:")} if phases.checkpoints else {}
+        phases.checkpoints.clear()  # kept, they would grow the driver's RSS the soak measures
         records.write(json.dumps({"at": time.time(), "batch": batch_id, "id": meta.id, "seconds": elapsed,
                                   "bytes_copied": meta.stats.bytes_copied, "bytes_total": meta.stats.bytes_total,
                                   "files": meta.stats.file_count, "requests": requests,
-                                  "objects_listed": listed}) + "\n")
+                                  "objects_listed": listed, "request_seconds": request_seconds,
+                                  "steps": steps}) + "\n")
         return meta
 
     Coordinator._checkpoint = measured  # type: ignore[method-assign]
@@ -415,6 +431,10 @@ def quarters(values: Sequence[float]) -> list[float]:
     return [statistics.median(part) for part in parts]
 
 
+#: uploads run in parallel: their seconds can add up to more than the checkpoint's
+UPLOAD_NOTE = ", summed over the transfer threads"
+
+
 def quarter_table(result: dict[str, Any]) -> str:
     """The report's table: medians per quarter of the run and last ÷ first, as Markdown."""
     steady = result["checkpoints"][2:]
@@ -427,6 +447,14 @@ def quarter_table(result: dict[str, Any]) -> str:
         ("objects listed per checkpoint", [c["objects_listed"] for c in steady if "objects_listed" in c], "{:,.0f}",
          "flat"),
         ("checkpoint duration (s)", [c["seconds"] for c in steady], "{:.3f}", "≤ 1.2"),
+        ("of which in storage requests (s)", [sum(c["request_seconds"].values()) for c in steady
+                                              if "request_seconds" in c], "{:.3f}", ""),
+        *((f"of which {step} (s{UPLOAD_NOTE if step == 'upload' else ''})",
+           [c["steps"].get(step, 0.0) for c in steady if "steps" in c], "{:.3f}", "")
+          for step in ("hash", "upload", "list_shared", "next_id", "metadata", "retention")),
+        *((f"seconds per {kind} request", [c["request_seconds"][kind] / c["requests"][kind] for c in steady
+                                           if c.get("requests", {}).get(kind) and kind in c.get("request_seconds", {})],
+           "{:.4f}", "") for kind in ("GET", "HEAD", "PUT", "LIST", "DELETE")),
         ("driver RSS, Python (MB)", [s["driver"]["rss"] / 1e6 for s in samples], "{:.0f}", "≤ 1.10"),
         ("driver RSS, JVM (MB)", [s["jvm"]["rss"] / 1e6 for s in jvm], "{:,.0f}", "≤ 1.10"),
         ("JVM heap after a full GC (MB)", [s["heap_after_gc"] / 1e6 for s in samples if s.get("heap_after_gc")],
