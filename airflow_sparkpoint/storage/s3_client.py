@@ -12,8 +12,10 @@ bucket check, and the translation of botocore errors into the project's error tr
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import threading
+from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +32,35 @@ _BUCKET_BAD_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--table-s3")
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
 _BUCKET_MISSING_CODES = frozenset({"NoSuchBucket"})
 _ACCESS_CODES = frozenset({"AccessDenied", "403", "Forbidden", "AllAccessDisabled"})
+
+
+#: boto3 sessions by configuration (`_session`), the most recently used last
+_SESSIONS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_SESSIONS_LOCK = threading.Lock()
+#: the sessions kept: a process talks to a few configurations; rotated credentials make new ones
+MAX_SESSIONS = 8
+
+
+def _session(credentials: tuple[str | None, str | None, str | None], region_name: str | None) -> Any:
+    """The boto3 session for these credentials and region (and the ``AWS_*`` environment
+    they may come from), shared by the process's clients; call with `_SESSIONS_LOCK` held.
+    A new session reads botocore's service models again (≈ 0.1 s a client, several per
+    job start); a client of a shared one takes ≈ 10 ms."""
+    import boto3.session
+    import botocore.session
+
+    key = (credentials, region_name, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
+    session = _SESSIONS.get(key)
+    if session is None:
+        key_id, secret, token = credentials
+        session = boto3.session.Session(botocore_session=botocore.session.Session(), aws_access_key_id=key_id,
+                                        aws_secret_access_key=secret, aws_session_token=token,
+                                        region_name=region_name)
+        _SESSIONS[key] = session
+        while len(_SESSIONS) > MAX_SESSIONS:
+            _SESSIONS.popitem(last=False)
+    _SESSIONS.move_to_end(key)
+    return session
 
 
 def parse_timestamp(value: Any) -> Any:
@@ -156,8 +187,6 @@ class S3Connection(Storage):
         return client
 
     def _make_client(self) -> Any:
-        import boto3.session
-        import botocore.session
         from botocore.config import Config
         from botocore.exceptions import BotoCoreError
 
@@ -172,21 +201,15 @@ class S3Connection(Storage):
         )
         if self._extra_config is not None:
             config = config.merge(self._extra_config)
-        key_id, secret, token = self._credentials
         try:
-            core = botocore.session.Session()
-            core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_timestamp)
-            session = boto3.session.Session(
-                botocore_session=core,
-                aws_access_key_id=key_id,
-                aws_secret_access_key=secret,
-                aws_session_token=token,
-                region_name=self.region_name,
-            )
             # botocore never uses a URL's user:password (S3 requests are signed) but quotes the
             # URL in its errors, which then reach tracebacks: the client never sees it.
             endpoint = _redact_url(self.endpoint_url) if self.endpoint_url else None
-            return session.client("s3", endpoint_url=endpoint, config=config)
+            with _SESSIONS_LOCK:  # a boto3 session is not thread-safe; its clients are
+                session = _session(self._credentials, self.region_name)
+                session._session.get_component("response_parser_factory").set_parser_defaults(
+                    timestamp_parser=parse_timestamp)
+                return session.client("s3", endpoint_url=endpoint, config=config)
         except (BotoCoreError, ValueError) as exc:
             message = f"cannot create an S3 client for {self.uri} at {self._endpoint}: {exc}"
             raise StorageError(self._scrub(message)) from None

@@ -256,6 +256,51 @@ def test_listings_read_modification_times_with_the_stores_parser(store: S3Storag
     assert abs(listed.mtime - store.stat("times/a").mtime) < 1.0
 
 
+def _access_key(store: S3Storage) -> str:
+    return str(store.client._request_signer._credentials.access_key)
+
+
+def test_clients_of_one_configuration_share_a_session_and_its_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new boto3 session reads botocore's service models again (≈ 0.1 s per client, several
+    clients per job start): stores with the same settings build their clients from one
+    session, and each client still signs with its own store's credentials."""
+    from airflow_sparkpoint.storage import s3_client
+
+    monkeypatch.setattr(s3_client, "_SESSIONS", type(s3_client._SESSIONS)())
+    endpoint = "http://127.0.0.1:9"
+    a = S3Storage("bucket-a", endpoint_url=endpoint, aws_access_key_id="k1", aws_secret_access_key="s1")
+    b = S3Storage("bucket-b", "p", endpoint_url=endpoint, aws_access_key_id="k1", aws_secret_access_key="s1")
+    c = S3Storage("bucket-a", endpoint_url=endpoint, aws_access_key_id="k2", aws_secret_access_key="s2")
+    assert a.client is not b.client and a.client._loader is b.client._loader
+    assert len(s3_client._SESSIONS) == 1
+    assert c.client._loader is not a.client._loader and len(s3_client._SESSIONS) == 2
+    assert (_access_key(a), _access_key(b), _access_key(c)) == ("k1", "k1", "k2")
+
+
+def test_credentials_from_the_environment_are_read_again_when_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_sparkpoint.storage import s3_client
+
+    monkeypatch.setattr(s3_client, "_SESSIONS", type(s3_client._SESSIONS)())
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env-1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-1")
+    assert _access_key(S3Storage("bucket-a", endpoint_url="http://127.0.0.1:9")) == "from-env-1"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env-2")
+    assert _access_key(S3Storage("bucket-a", endpoint_url="http://127.0.0.1:9")) == "from-env-2"
+
+
+def test_the_shared_sessions_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rotated credentials make new sessions; only the most recently used are kept."""
+    from airflow_sparkpoint.storage import s3_client
+
+    monkeypatch.setattr(s3_client, "_SESSIONS", type(s3_client._SESSIONS)())
+    stores = [S3Storage("bucket-a", endpoint_url="http://127.0.0.1:9", aws_access_key_id=f"k{i}",
+                        aws_secret_access_key="s") for i in range(s3_client.MAX_SESSIONS + 3)]
+    for store in stores:
+        assert store.client is not None
+    assert len(s3_client._SESSIONS) == s3_client.MAX_SESSIONS
+    assert [key[0][0] for key in s3_client._SESSIONS] == [f"k{i}" for i in range(3, s3_client.MAX_SESSIONS + 3)]
+
+
 @pytest.mark.s3
 def test_folder_markers_are_not_objects(store: S3Storage) -> None:
     store.client.put_object(Bucket=store.bucket, Key="unit/dir/", Body=b"")
