@@ -186,7 +186,7 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
     sp_files = base / "savepoint-files"
     from airflow_sparkpoint.runtime.restore import materialize
 
-    materialize(sp, str(sp_files), stored=False)
+    materialize(sp, str(sp_files), stored=False, only_read=True)
     variants = ("restore", "cold", "spark_restart", "spark_same")
     times: dict[str, list[float]] = {name: [] for name in (
         *variants, "read_once", "materialize", *(f"{v}_spark" for v in variants),

@@ -68,6 +68,12 @@ def state_version(name: str) -> tuple[int, str] | None:
     return int(match.group(1)), match.group(2)
 
 
+def has_unique_id(name: str) -> bool:
+    """Whether a state store file name carries a unique id (``4_<uuid>.changelog``: Spark's
+    checkpoint format v2, where the commit log's lineage, not the newest name, picks the file)."""
+    return "_" in name.partition(".")[0]
+
+
 def operator_metadata(path: str) -> tuple[str, int | None] | None:
     """``(operator, batch)`` of an operator metadata file (`path` relative): batch is the
     v2 version, None for the unversioned v1 ``metadata``; None for any other path."""

@@ -199,6 +199,34 @@ def newest_snapshots(paths: Iterable[str]) -> dict[str, int]:
     return {store.dir: store.snapshot for store in _stores((path, 0) for path in paths) if store.snapshot}
 
 
+def unread_at_restart(paths: Iterable[str], batch_id: int) -> set[str]:
+    """The state files among `paths` (relative: a snapshot of batch `batch_id`) that a
+    restart from it never reads: in each state store directory, every version older than
+    its newest snapshot (``.zip``, ``.snapshot``) at or below the version the restart loads
+    (`batch_id` + 1). Spark loads that snapshot and replays only the changelogs (or deltas)
+    after it, and its maintenance deletes the older versions in time anyway. A directory
+    with unique-id names (checkpoint format v2) is read whole."""
+    restart = batch_id + 1
+    found: dict[str, list[tuple[int, str, str]]] = {}
+    unique_ids: set[str] = set()
+    for path in paths:
+        directory, _, name = path.rpartition("/")
+        version = spark_layout.state_version(name)
+        if not path.startswith(f"{spark_layout.STATE}/") or version is None:
+            continue
+        if spark_layout.has_unique_id(name):
+            unique_ids.add(directory)
+        found.setdefault(directory, []).append((version[0], version[1], path))
+    unread: set[str] = set()
+    for directory, versions in found.items():
+        if directory in unique_ids:
+            continue
+        snapshot = max((v for v, kind, _ in versions if kind in spark_layout.SNAPSHOT_KINDS and v <= restart),
+                       default=0)
+        unread.update(path for v, _, path in versions if v < snapshot)
+    return unread
+
+
 def replay_bytes(files: Iterable[tuple[str, int]]) -> int:
     """The changelog (and HDFS delta) bytes that loading the state in `files` ((relative
     path, size) of a checkpoint) replays: per store, those newer than its newest snapshot."""

@@ -231,6 +231,7 @@ class LiveReuse:
     linked: int = 0  # files hard-linked from the previous location
     downloaded: int = 0  # files downloaded from the snapshot
     reason: str = ""
+    skipped: int = 0  # the snapshot's older state versions a restart does not read, not materialized
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -312,9 +313,10 @@ def fill_live(choice: LiveChoice, plan: RestorePlan) -> tuple[dict[str, IndexEnt
     # A savepoint's (or another root's) files are not this job's shared files: checkpoints
     # must not reference them, so they are copied once (NO_CLAIM; `Coordinator.prestore`).
     counts: dict[str, int] = {}
-    index = materialize(plan.snapshot, choice.path, stored=plan.own_files, link_from=choice.link_from, counts=counts)
+    index = materialize(plan.snapshot, choice.path, stored=plan.own_files, link_from=choice.link_from, counts=counts,
+                        only_read=True)
     return index, LiveReuse("materialized", choice.path, counts.get("linked", 0), counts.get("downloaded", 0),
-                            choice.reason)
+                            choice.reason, counts.get("skipped", 0))
 
 
 def materialize(
@@ -324,6 +326,7 @@ def materialize(
     stored: bool = True,
     link_from: str | None = None,
     counts: dict[str, int] | None = None,
+    only_read: bool = False,
 ) -> dict[str, IndexEntry]:
     """Rebuild Spark's checkpoint location at `live_path` from a snapshot (which is never
     modified: NO_CLAIM). Returns the file index that lets the next checkpoint reuse the
@@ -332,10 +335,15 @@ def materialize(
 
     Files of `link_from` (a previous live location) with the size and mtime the snapshot
     recorded are hard-linked instead of downloaded when on the same filesystem; `counts`
-    receives how many were ``linked`` and ``downloaded``.
+    receives how many were ``linked``, ``downloaded`` and ``skipped``. With `only_read`,
+    the state versions a restart never reads (`livedir.unread_at_restart`: those before
+    each store's newest snapshot, up to ~100 versions of changelogs in a long-running
+    job) stay in the snapshot: a restore reads only what Spark loads.
     """
     livedir.clear(live_path)
     meta = handle.metadata
+    unread = livedir.unread_at_restart((ref.path for ref in meta.files), meta.batch_id) if only_read else set()
+    files = [ref for ref in meta.files if ref.path not in unread]
     old_roots = _path_forms(meta.live_root) if meta.live_root else []
     new_root = os.path.abspath(live_path)
 
@@ -353,13 +361,15 @@ def materialize(
 
     # A few files at a time (`transfer`): each download is a round trip to the store. A
     # failed download fails the restore before Spark sees the location.
-    placed = transfer_all(place, meta.files)
-    index = {ref.path: entry for ref, (_l, entry) in zip(meta.files, placed, strict=True) if entry is not None}
+    placed = transfer_all(place, files)
+    index = {ref.path: entry for ref, (_l, entry) in zip(files, placed, strict=True) if entry is not None}
     linked = sum(1 for was_linked, _e in placed if was_linked)
     if counts is not None:
-        counts.update(linked=linked, downloaded=len(meta.files) - linked)
-    log.info("materialized %d files (%d bytes) of %s into %s (%d hard-linked from %s, %d downloaded)",
-             len(meta.files), meta.total_bytes, handle.uri, live_path, linked, link_from, len(meta.files) - linked)
+        counts.update(linked=linked, downloaded=len(files) - linked, skipped=len(unread))
+    log.info("materialized %d files (%d bytes) of %s into %s (%d hard-linked from %s, %d downloaded; %d older "
+             "state versions a restart does not read, %d bytes, left in the snapshot)",
+             len(files), sum(ref.size for ref in files), handle.uri, live_path, linked, link_from, len(files) - linked,
+             len(unread), sum(ref.size for ref in meta.files if ref.path in unread))
     return index
 
 

@@ -67,3 +67,56 @@ def test_rewrite_paths_replaces_every_form_once(tmp_path):
     assert not _rewrite_paths(str(other), _path_forms("/work/live/g1"), "/x")
     assert os.listdir(tmp_path) == sorted(os.listdir(tmp_path))  # no temp files left behind
     assert not [n for n in os.listdir(tmp_path) if "tmp" in n]
+
+
+def test_a_restart_reads_each_stores_newest_snapshot_and_the_versions_after_it():
+    """Spark loads the newest snapshot at or below the restart version (batch + 1) and
+    replays the changelogs (deltas) after it: the versions before it are never read."""
+    paths = [
+        "metadata", "offsets/5", "commits/5", "state/0/_metadata/schema",
+        # RocksDB with changelogs: snapshot 3, restart version 6
+        *(f"state/0/0/{v}.changelog" for v in range(1, 7)), "state/0/0/3.zip", "state/0/0/SSTs/000008-a.sst",
+        # a snapshot past the restart version (an in-flight batch's) is not the one loaded
+        *(f"state/0/1/{v}.changelog" for v in range(1, 7)), "state/0/1/2.zip", "state/0/1/7.zip",
+        # HDFS: deltas and a snapshot; a store without any snapshot is read whole
+        *(f"state/1/0/{v}.delta" for v in range(1, 7)), "state/1/0/4.snapshot",
+        *(f"state/1/1/{v}.delta" for v in range(1, 7)),
+        # checkpoint format v2: the lineage picks the files, the directory is read whole
+        "state/2/0/1_0a1b.changelog", "state/2/0/2_0a1b.zip", "state/2/0/3_0a1b.changelog",
+    ]
+    unread = livedir.unread_at_restart(paths, batch_id=5)
+    assert unread == {"state/0/0/1.changelog", "state/0/0/2.changelog", "state/0/1/1.changelog",
+                      *(f"state/1/0/{v}.delta" for v in range(1, 4))}
+    # the snapshot a restart at batch 1 loads is 2.zip at most: 7.zip does not count
+    assert livedir.unread_at_restart(paths, batch_id=1) >= {"state/0/1/1.changelog"}
+    assert "state/0/1/2.changelog" not in livedir.unread_at_restart(paths, batch_id=1)
+
+
+def test_materialize_for_a_restore_leaves_the_unread_versions_in_the_snapshot(tmp_path):
+    """A restore downloads what Spark loads (`only_read`): a long-running job's snapshot
+    holds up to ~100 versions of changelogs before its newest RocksDB snapshot."""
+    import uuid
+
+    from airflow_sparkpoint.checkpoints import Catalog
+    from airflow_sparkpoint.runtime.restore import materialize
+    from airflow_sparkpoint.storage import MemoryStorage
+    from tests.unit.runtime.test_coordinator import RecordingSink, coordinator, write_live
+
+    catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
+    live = tmp_path / "live"
+    coord = coordinator(catalog, live, RecordingSink(), catalog.claim_generation().generation)
+    for batch in range(4):
+        write_live(live, batch)
+        if batch == 2:
+            (live / "state/0/0/3.zip").write_bytes(b"snapshot of version 3")
+        assert coord.checkpoint(batch) is not None
+    handle = catalog.handle(catalog.latest())  # type: ignore[arg-type]
+    counts: dict[str, int] = {}
+    index = materialize(handle, str(tmp_path / "restored"), counts=counts, only_read=True)
+    state = sorted(p.name for p in (tmp_path / "restored/state/0/0").iterdir())
+    assert state == ["3.changelog", "3.zip", "4.changelog"]
+    assert counts["skipped"] == 2 and counts["downloaded"] == len(handle.metadata.files) - 2
+    assert set(index) == {ref.path for ref in handle.metadata.files} - {"state/0/0/1.changelog",
+                                                                         "state/0/0/2.changelog"}
+    materialize(handle, str(tmp_path / "whole"))  # inspection and verification read every file
+    assert len(list((tmp_path / "whole/state/0/0").iterdir())) == 5
