@@ -25,6 +25,8 @@ STATE = "state"
 COMPACT = ".compact"
 #: snapshot kinds of a state store version (the others, changelog and delta, replay onto one)
 SNAPSHOT_KINDS = ("zip", "snapshot")
+#: the kinds the RocksDB provider writes (the HDFS provider: delta, snapshot)
+ROCKSDB_KINDS = ("zip", "changelog")
 
 _LOG_ENTRY = re.compile(r"^(\d+)(\.compact)?$")
 _STATE_VERSION = re.compile(r"^(\d+)(?:_[0-9a-f-]+)?\.(delta|snapshot|changelog|zip)$")

@@ -199,31 +199,39 @@ def newest_snapshots(paths: Iterable[str]) -> dict[str, int]:
     return {store.dir: store.snapshot for store in _stores((path, 0) for path in paths) if store.snapshot}
 
 
-def unread_at_restart(paths: Iterable[str], batch_id: int) -> set[str]:
-    """The state files among `paths` (relative: a snapshot of batch `batch_id`) that a
-    restart from it never reads: in each state store directory, every version older than
-    its newest snapshot (``.zip``, ``.snapshot``) at or below the version the restart loads
-    (`batch_id` + 1). Spark loads that snapshot and replays only the changelogs (or deltas)
-    after it, and its maintenance deletes the older versions in time anyway. A directory
-    with unique-id names (checkpoint format v2) is read whole."""
+def unread_at_restart(paths: Iterable[str], batch_id: int, *, repair: bool = False) -> set[str]:
+    """The RocksDB state files among `paths` (relative: a snapshot of batch `batch_id`) that
+    a restart from it never reads: in each store directory, every version older than its
+    newest snapshot (``.zip``) at or below the version the restart loads (`batch_id` + 1).
+    Spark loads that snapshot and replays only the changelogs after it, and its maintenance
+    deletes the older versions in time anyway.
+
+    With `repair` (`spark_support.snapshot_repair`: Spark falls back to an older snapshot
+    when the newest fails to load, and replays more changelogs), a store that has
+    changelogs keeps everything from its second-newest snapshot, or everything when it has
+    only one. Kept whole: stores with unique-id names (checkpoint format v2, whose commit
+    log picks the files) and the HDFS provider's (its cleanup requires the file of the
+    oldest version it retains)."""
     restart = batch_id + 1
     found: dict[str, list[tuple[int, str, str]]] = {}
-    unique_ids: set[str] = set()
+    whole: set[str] = set()
     for path in paths:
         directory, _, name = path.rpartition("/")
         version = spark_layout.state_version(name)
         if not path.startswith(f"{spark_layout.STATE}/") or version is None:
             continue
-        if spark_layout.has_unique_id(name):
-            unique_ids.add(directory)
+        if spark_layout.has_unique_id(name) or version[1] not in spark_layout.ROCKSDB_KINDS:
+            whole.add(directory)
         found.setdefault(directory, []).append((version[0], version[1], path))
     unread: set[str] = set()
     for directory, versions in found.items():
-        if directory in unique_ids:
+        if directory in whole:
             continue
-        snapshot = max((v for v, kind, _ in versions if kind in spark_layout.SNAPSHOT_KINDS and v <= restart),
-                       default=0)
-        unread.update(path for v, _, path in versions if v < snapshot)
+        snapshots = sorted({v for v, kind, _ in versions if kind == "zip" and v <= restart}, reverse=True)
+        if repair and any(kind == "changelog" for _, kind, _ in versions):
+            snapshots = snapshots[1:]  # the snapshot Spark falls back to when the newest fails to load
+        cut = snapshots[0] if snapshots else 0
+        unread.update(path for v, _, path in versions if v < cut)
     return unread
 
 

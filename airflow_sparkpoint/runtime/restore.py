@@ -303,8 +303,10 @@ def choose_live(
     return LiveChoice(fresh, lock, False, paths[0] if paths else None, reason or "a fresh location")
 
 
-def fill_live(choice: LiveChoice, plan: RestorePlan) -> tuple[dict[str, IndexEntry], LiveReuse]:
-    """Bring the chosen location to the restart point; return the coordinator's file index."""
+def fill_live(choice: LiveChoice, plan: RestorePlan, *, repair: bool = True) -> tuple[dict[str, IndexEntry], LiveReuse]:
+    """Bring the chosen location to the restart point; return the coordinator's file index.
+    `repair`: Spark falls back to an older snapshot when a store's newest fails to load
+    (`spark_support.snapshot_repair`), so a fresh location keeps what that needs."""
     if plan.snapshot is None:
         livedir.clear(choice.path)
         return {}, LiveReuse("empty", choice.path, reason=choice.reason)
@@ -314,7 +316,7 @@ def fill_live(choice: LiveChoice, plan: RestorePlan) -> tuple[dict[str, IndexEnt
     # must not reference them, so they are copied once (NO_CLAIM; `Coordinator.prestore`).
     counts: dict[str, int] = {}
     index = materialize(plan.snapshot, choice.path, stored=plan.own_files, link_from=choice.link_from, counts=counts,
-                        only_read=True)
+                        only_read=True, repair=repair)
     return index, LiveReuse("materialized", choice.path, counts.get("linked", 0), counts.get("downloaded", 0),
                             choice.reason, counts.get("skipped", 0))
 
@@ -327,6 +329,7 @@ def materialize(
     link_from: str | None = None,
     counts: dict[str, int] | None = None,
     only_read: bool = False,
+    repair: bool = True,
 ) -> dict[str, IndexEntry]:
     """Rebuild Spark's checkpoint location at `live_path` from a snapshot (which is never
     modified: NO_CLAIM). Returns the file index that lets the next checkpoint reuse the
@@ -336,13 +339,15 @@ def materialize(
     Files of `link_from` (a previous live location) with the size and mtime the snapshot
     recorded are hard-linked instead of downloaded when on the same filesystem; `counts`
     receives how many were ``linked``, ``downloaded`` and ``skipped``. With `only_read`,
-    the state versions a restart never reads (`livedir.unread_at_restart`: those before
-    each store's newest snapshot, up to ~100 versions of changelogs in a long-running
-    job) stay in the snapshot: a restore reads only what Spark loads.
+    the RocksDB state versions a restart never reads (`livedir.unread_at_restart`: those
+    before each store's newest snapshot, or with `repair` before the one Spark falls back
+    to; up to ~100 versions of changelogs in a long-running job) stay in the snapshot: a
+    restore reads what Spark loads.
     """
     livedir.clear(live_path)
     meta = handle.metadata
-    unread = livedir.unread_at_restart((ref.path for ref in meta.files), meta.batch_id) if only_read else set()
+    unread = livedir.unread_at_restart((ref.path for ref in meta.files), meta.batch_id,
+                                       repair=repair) if only_read else set()
     files = [ref for ref in meta.files if ref.path not in unread]
     old_roots = _path_forms(meta.live_root) if meta.live_root else []
     new_root = os.path.abspath(live_path)

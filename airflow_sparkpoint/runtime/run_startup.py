@@ -111,7 +111,9 @@ class _RunStartup(_RunStatus):
         if check_sink_position(plan, self.sink, cfg.job, fence=fence):
             faults.pause("after_rewind", plan.batch_id, generation=self.generation)
         faults.pause("before_live", plan.batch_id, generation=self.generation)
-        index, self.live_reuse = fill_live(self.choice, plan)
+        repair = spark_support.snapshot_repair(self.spark.version,
+                                               self.spark.conf.get(spark_support.SNAPSHOT_REPAIR_KEY, None))
+        index, self.live_reuse = fill_live(self.choice, plan, repair=repair)
         self.coordinator = Coordinator(
             catalog=self.catalog, sink=self.sink, generation=self.generation, live_root=self.live,
             commit_mode=cfg.commit_mode, interval_s=cfg.checkpoint_interval_s,

@@ -36,6 +36,9 @@ RUNTIME_REQUIREMENTS: Mapping[str, str] = {
 
 STATE_PARTITIONS_KEY = "spark.sparkpoint.restore.statePartitions"
 CHECKPOINT_FORMAT_KEY = "spark.sql.streaming.stateStore.checkpointFormatVersion"
+SNAPSHOT_REPAIR_KEY = "spark.sql.streaming.stateStore.autoSnapshotRepair.enabled"
+#: the first line whose state stores fall back to an older snapshot when the newest fails to load
+SNAPSHOT_REPAIR_SINCE = (4, 1)
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,14 @@ def check_requested_features(conf: Mapping[str, str], version: str) -> None:
         require("rescale on restore", version)
     if str(conf.get(CHECKPOINT_FORMAT_KEY, "1")).strip() not in ("", "1"):
         require("checkpoint format v2", version)
+
+
+def snapshot_repair(version: str, enabled: str | None) -> bool:
+    """Whether Spark `version` repairs a state store whose newest snapshot fails to load, by
+    loading an older one and replaying more changelogs (4.1 and newer, unless
+    `SNAPSHOT_REPAIR_KEY`, whose value is `enabled`, is false): a restore then keeps the
+    versions that fallback reads (`livedir.unread_at_restart`)."""
+    return spark_line(version) >= SNAPSHOT_REPAIR_SINCE and str(enabled or "true").strip().lower() != "false"
 
 
 def check_restore_line(snapshot_version: str | None, running_version: str, uri: str) -> None:

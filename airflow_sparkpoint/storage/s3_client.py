@@ -15,7 +15,6 @@ import ipaddress
 import os
 import re
 import threading
-from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,33 +33,42 @@ _BUCKET_MISSING_CODES = frozenset({"NoSuchBucket"})
 _ACCESS_CODES = frozenset({"AccessDenied", "403", "Forbidden", "AllAccessDisabled"})
 
 
-#: boto3 sessions by configuration (`_session`), the most recently used last
-_SESSIONS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
-_SESSIONS_LOCK = threading.Lock()
-#: the sessions kept: a process talks to a few configurations; rotated credentials make new ones
-MAX_SESSIONS = 8
+#: botocore's loader of its service models, shared by every store's session (`_new_session`)
+_LOADER: Any = None
+_LOADER_LOCK = threading.Lock()
 
 
-def _session(credentials: tuple[str | None, str | None, str | None], region_name: str | None) -> Any:
-    """The boto3 session for these credentials and region (and the ``AWS_*`` environment
-    they may come from), shared by the process's clients; call with `_SESSIONS_LOCK` held.
-    A new session reads botocore's service models again (≈ 0.1 s a client, several per
-    job start); a client of a shared one takes ≈ 10 ms."""
+def _new_session(credentials: tuple[str | None, str | None, str | None], region_name: str | None) -> Any:
+    """A boto3 session of its own for one store (credentials resolved as botocore does, from
+    the arguments, the environment or its files, at the first client) that reads botocore's
+    service models through a loader shared by the process: a loader of its own reads them
+    again, ≈ 0.1 s for every store's first client, several per job start and restore."""
+    global _LOADER
     import boto3.session
+    import botocore.loaders
     import botocore.session
 
-    key = (credentials, region_name, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_"))))
-    session = _SESSIONS.get(key)
-    if session is None:
-        key_id, secret, token = credentials
-        session = boto3.session.Session(botocore_session=botocore.session.Session(), aws_access_key_id=key_id,
+    core = botocore.session.Session()
+    core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_timestamp)
+    key_id, secret, token = credentials
+    with _LOADER_LOCK:
+        if _LOADER is None:
+            _LOADER = botocore.loaders.create_loader()
+        core.register_component("data_loader", _LOADER)
+        session = boto3.session.Session(botocore_session=core, aws_access_key_id=key_id,
                                         aws_secret_access_key=secret, aws_session_token=token,
                                         region_name=region_name)
-        _SESSIONS[key] = session
-        while len(_SESSIONS) > MAX_SESSIONS:
-            _SESSIONS.popitem(last=False)
-    _SESSIONS.move_to_end(key)
+        # boto3 adds its own data path to the loader at every session: once is enough
+        _LOADER.search_paths[:] = list(dict.fromkeys(_LOADER.search_paths))
     return session
+
+
+def _forget_loader() -> None:
+    global _LOADER, _LOADER_LOCK
+    _LOADER, _LOADER_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_loader)  # a lock held by another thread at fork stays held
 
 
 def parse_timestamp(value: Any) -> Any:
@@ -205,10 +213,9 @@ class S3Connection(Storage):
             # botocore never uses a URL's user:password (S3 requests are signed) but quotes the
             # URL in its errors, which then reach tracebacks: the client never sees it.
             endpoint = _redact_url(self.endpoint_url) if self.endpoint_url else None
-            with _SESSIONS_LOCK:  # a boto3 session is not thread-safe; its clients are
-                session = _session(self._credentials, self.region_name)
-                session._session.get_component("response_parser_factory").set_parser_defaults(
-                    timestamp_parser=parse_timestamp)
+            session = _new_session(self._credentials, self.region_name)
+            session.get_credentials()  # resolved (maybe over the network) before the lock; cached
+            with _LOADER_LOCK:  # the shared loader's caches are filled by one client at a time
                 return session.client("s3", endpoint_url=endpoint, config=config)
         except (BotoCoreError, ValueError) as exc:
             message = f"cannot create an S3 client for {self.uri} at {self._endpoint}: {exc}"

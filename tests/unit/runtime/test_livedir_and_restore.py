@@ -69,27 +69,47 @@ def test_rewrite_paths_replaces_every_form_once(tmp_path):
     assert not [n for n in os.listdir(tmp_path) if "tmp" in n]
 
 
+PATHS = [
+    "metadata", "offsets/5", "commits/5", "state/0/_metadata/schema",
+    # RocksDB with changelogs: snapshots 2 and 4, restart version 6
+    *(f"state/0/0/{v}.changelog" for v in range(1, 7)), "state/0/0/2.zip", "state/0/0/4.zip",
+    "state/0/0/SSTs/000008-a.sst",
+    # one snapshot at or below the restart version; 7.zip (an in-flight batch's) is not loaded
+    *(f"state/0/1/{v}.changelog" for v in range(1, 7)), "state/0/1/3.zip", "state/0/1/7.zip",
+    # RocksDB without changelogs (a snapshot at every commit): nothing to replay, no fallback
+    *(f"state/1/0/{v}.zip" for v in range(1, 7)),
+    # HDFS provider: deltas and a snapshot; kept whole (its cleanup needs its oldest kept version)
+    *(f"state/2/0/{v}.delta" for v in range(1, 7)), "state/2/0/4.snapshot",
+    # checkpoint format v2: the commit log's lineage picks the files, kept whole
+    "state/3/0/1_0a1b.changelog", "state/3/0/2_0a1b.zip", "state/3/0/3_0a1b.changelog",
+]
+
+
 def test_a_restart_reads_each_stores_newest_snapshot_and_the_versions_after_it():
     """Spark loads the newest snapshot at or below the restart version (batch + 1) and
-    replays the changelogs (deltas) after it: the versions before it are never read."""
-    paths = [
-        "metadata", "offsets/5", "commits/5", "state/0/_metadata/schema",
-        # RocksDB with changelogs: snapshot 3, restart version 6
-        *(f"state/0/0/{v}.changelog" for v in range(1, 7)), "state/0/0/3.zip", "state/0/0/SSTs/000008-a.sst",
-        # a snapshot past the restart version (an in-flight batch's) is not the one loaded
-        *(f"state/0/1/{v}.changelog" for v in range(1, 7)), "state/0/1/2.zip", "state/0/1/7.zip",
-        # HDFS: deltas and a snapshot; a store without any snapshot is read whole
-        *(f"state/1/0/{v}.delta" for v in range(1, 7)), "state/1/0/4.snapshot",
-        *(f"state/1/1/{v}.delta" for v in range(1, 7)),
-        # checkpoint format v2: the lineage picks the files, the directory is read whole
-        "state/2/0/1_0a1b.changelog", "state/2/0/2_0a1b.zip", "state/2/0/3_0a1b.changelog",
-    ]
-    unread = livedir.unread_at_restart(paths, batch_id=5)
-    assert unread == {"state/0/0/1.changelog", "state/0/0/2.changelog", "state/0/1/1.changelog",
-                      *(f"state/1/0/{v}.delta" for v in range(1, 4))}
-    # the snapshot a restart at batch 1 loads is 2.zip at most: 7.zip does not count
-    assert livedir.unread_at_restart(paths, batch_id=1) >= {"state/0/1/1.changelog"}
-    assert "state/0/1/2.changelog" not in livedir.unread_at_restart(paths, batch_id=1)
+    replays the changelogs after it: the versions before it are never read."""
+    assert livedir.unread_at_restart(PATHS, batch_id=5, repair=False) == {
+        "state/0/0/1.changelog", "state/0/0/2.changelog", "state/0/0/2.zip", "state/0/0/3.changelog",
+        "state/0/1/1.changelog", "state/0/1/2.changelog",
+        *(f"state/1/0/{v}.zip" for v in range(1, 6)),
+    }
+    # at batch 1 (version 2) no snapshot of state/0/1 is at or below it: read whole
+    assert not {p for p in livedir.unread_at_restart(PATHS, batch_id=1, repair=False) if p.startswith("state/0/1/")}
+
+
+def test_with_snapshot_repair_a_restart_keeps_what_the_fallback_snapshot_needs():
+    """Spark 4.1+ loads an older snapshot (and replays more) when the newest fails to load:
+    a store with changelogs keeps everything from its second-newest snapshot, or all of it."""
+    assert livedir.unread_at_restart(PATHS, batch_id=5, repair=True) == {
+        "state/0/0/1.changelog", *(f"state/1/0/{v}.zip" for v in range(1, 6))}
+
+
+def test_snapshot_repair_is_on_from_spark_4_1_unless_turned_off():
+    from airflow_sparkpoint.runtime.spark_support import snapshot_repair
+
+    assert not snapshot_repair("3.5.3", None) and not snapshot_repair("4.0.1", "true")
+    assert snapshot_repair("4.1.0", None) and snapshot_repair("4.2.0", " True ")
+    assert not snapshot_repair("4.2.0", "false")
 
 
 def test_materialize_for_a_restore_leaves_the_unread_versions_in_the_snapshot(tmp_path):
@@ -112,7 +132,7 @@ def test_materialize_for_a_restore_leaves_the_unread_versions_in_the_snapshot(tm
         assert coord.checkpoint(batch) is not None
     handle = catalog.handle(catalog.latest())  # type: ignore[arg-type]
     counts: dict[str, int] = {}
-    index = materialize(handle, str(tmp_path / "restored"), counts=counts, only_read=True)
+    index = materialize(handle, str(tmp_path / "restored"), counts=counts, only_read=True, repair=False)
     state = sorted(p.name for p in (tmp_path / "restored/state/0/0").iterdir())
     assert state == ["3.changelog", "3.zip", "4.changelog"]
     assert counts["skipped"] == 2 and counts["downloaded"] == len(handle.metadata.files) - 2
@@ -120,3 +140,7 @@ def test_materialize_for_a_restore_leaves_the_unread_versions_in_the_snapshot(tm
                                                                          "state/0/0/2.changelog"}
     materialize(handle, str(tmp_path / "whole"))  # inspection and verification read every file
     assert len(list((tmp_path / "whole/state/0/0").iterdir())) == 5
+    # Spark 4.1+ repair falls back to version 0 here (the only snapshot is 3): nothing skipped
+    counts.clear()
+    materialize(handle, str(tmp_path / "repairable"), counts=counts, only_read=True, repair=True)
+    assert counts["skipped"] == 0 and len(list((tmp_path / "repairable/state/0/0").iterdir())) == 5

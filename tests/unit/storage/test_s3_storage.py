@@ -260,45 +260,34 @@ def _access_key(store: S3Storage) -> str:
     return str(store.client._request_signer._credentials.access_key)
 
 
-def test_clients_of_one_configuration_share_a_session_and_its_models(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A new boto3 session reads botocore's service models again (≈ 0.1 s per client, several
-    clients per job start): stores with the same settings build their clients from one
-    session, and each client still signs with its own store's credentials."""
-    from airflow_sparkpoint.storage import s3_client
-
-    monkeypatch.setattr(s3_client, "_SESSIONS", type(s3_client._SESSIONS)())
+def test_every_stores_client_reads_botocores_models_through_one_loader() -> None:
+    """A loader of its own reads botocore's service models again (≈ 0.1 s for every store's
+    first client, several per job start): the stores' sessions share one, and nothing else,
+    so each client still signs with its own store's credentials."""
     endpoint = "http://127.0.0.1:9"
     a = S3Storage("bucket-a", endpoint_url=endpoint, aws_access_key_id="k1", aws_secret_access_key="s1")
-    b = S3Storage("bucket-b", "p", endpoint_url=endpoint, aws_access_key_id="k1", aws_secret_access_key="s1")
-    c = S3Storage("bucket-a", endpoint_url=endpoint, aws_access_key_id="k2", aws_secret_access_key="s2")
+    b = S3Storage("bucket-b", "p", endpoint_url=endpoint, aws_access_key_id="k2", aws_secret_access_key="s2")
     assert a.client is not b.client and a.client._loader is b.client._loader
-    assert len(s3_client._SESSIONS) == 1
-    assert c.client._loader is not a.client._loader and len(s3_client._SESSIONS) == 2
-    assert (_access_key(a), _access_key(b), _access_key(c)) == ("k1", "k1", "k2")
+    assert (_access_key(a), _access_key(b)) == ("k1", "k2")
+    paths = a.client._loader.search_paths
+    assert len(paths) == len(set(paths)), "boto3's data path is added to the shared loader at every session"
 
 
-def test_credentials_from_the_environment_are_read_again_when_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_sparkpoint.storage import s3_client
-
-    monkeypatch.setattr(s3_client, "_SESSIONS", type(s3_client._SESSIONS)())
+def test_credentials_are_resolved_again_for_every_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Rotated credentials (the environment, a credentials file) reach the next store."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env-1")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-1")
     assert _access_key(S3Storage("bucket-a", endpoint_url="http://127.0.0.1:9")) == "from-env-1"
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env-2")
     assert _access_key(S3Storage("bucket-a", endpoint_url="http://127.0.0.1:9")) == "from-env-2"
-
-
-def test_the_shared_sessions_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rotated credentials make new sessions; only the most recently used are kept."""
-    from airflow_sparkpoint.storage import s3_client
-
-    monkeypatch.setattr(s3_client, "_SESSIONS", type(s3_client._SESSIONS)())
-    stores = [S3Storage("bucket-a", endpoint_url="http://127.0.0.1:9", aws_access_key_id=f"k{i}",
-                        aws_secret_access_key="s") for i in range(s3_client.MAX_SESSIONS + 3)]
-    for store in stores:
-        assert store.client is not None
-    assert len(s3_client._SESSIONS) == s3_client.MAX_SESSIONS
-    assert [key[0][0] for key in s3_client._SESSIONS] == [f"k{i}" for i in range(3, s3_client.MAX_SESSIONS + 3)]
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    credentials = tmp_path / "credentials"
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    for key in ("from-file-1", "from-file-2"):
+        credentials.write_text(f"[default]\naws_access_key_id = {key}\naws_secret_access_key = s\n")
+        assert _access_key(S3Storage("bucket-a", endpoint_url="http://127.0.0.1:9")) == key
 
 
 @pytest.mark.s3
