@@ -86,14 +86,17 @@ def _count_requests(conf: dict[str, str]) -> tuple[Counter[str], Any]:
                 return original(client, operation, params)
             kind = S3_KIND.get(operation, operation)
             started = time.perf_counter()
-            response = original(client, operation, params)
-            elapsed = time.perf_counter() - started
-            with lock:
-                counts[kind] += 1
-                counts[SECONDS + kind] += elapsed  # type: ignore[assignment]
-                if operation == "ListObjectsV2":
-                    counts[LISTED] += len(response.get("Contents", ()))
-            return response
+            response: Any = {}
+            try:  # a request that fails counts too (the fence's HEAD of a missing key is a 404)
+                response = original(client, operation, params)
+                return response
+            finally:
+                elapsed = time.perf_counter() - started
+                with lock:
+                    counts[kind] += 1
+                    counts[SECONDS + kind] += elapsed  # type: ignore[assignment]
+                    if operation == "ListObjectsV2":
+                        counts[LISTED] += len(response.get("Contents", ()))
 
         BaseClient._make_api_call = counting  # type: ignore[method-assign]
     else:
