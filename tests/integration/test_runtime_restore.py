@@ -354,14 +354,13 @@ def test_a_savepoint_of_a_newer_spark_line_is_refused_before_anything_is_written
 
 def test_a_restore_hands_spark_only_the_state_versions_it_loads(spark, tmp_path):
     """With changelog checkpointing off, RocksDB writes a snapshot (``<v>.zip``) at every
-    commit. A restore from the savepoint of batch 2 materializes version 3's snapshot and
-    the SST files, never versions 1 and 2 (which Spark would not read); the new job's
-    checkpoints therefore hold none of them, and the totals are exact (computed here from
-    the input)."""
+    commit. A restore from the savepoint of batch 1 materializes version 2's snapshot and
+    the SST files, never version 1 (which Spark would not read); the new job's checkpoints
+    therefore hold none of it, and the totals are exact (computed here from the input)."""
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
-    files = [[{"user": f"u{u}", "amount": i * 10 + u} for u in range(3)] for i in range(6)]
+    files = [[{"user": f"u{u}", "amount": i * 10 + u} for u in range(3)] for i in range(4)]
     inputs, table = tmp_path / "input", tmp_path / "table"
 
     def run(root: Path, restore: str) -> Any:
@@ -372,21 +371,21 @@ def test_a_restore_hands_spark_only_the_state_versions_it_loads(spark, tmp_path)
         return job.run(aggregation(spark, inputs), sink=DeltaSink(str(table), mode="merge", keys=["user"]),
                        output_mode="update")
 
-    write_json_batches(inputs, files[:3])
+    write_json_batches(inputs, files[:2])
     first = run(tmp_path / "root", "latest")
-    assert first.status == "finished" and first.last_batch == 2
+    assert first.status == "finished" and first.last_batch == 1
     catalog = Catalog.open(str(tmp_path / "root"), "job")
     savepoint = catalog.create_savepoint(catalog.handle(catalog.latest()))
     zips = sorted(ref.path for ref in savepoint.metadata.files if ref.path.endswith(".zip"))
     stores = {path.rpartition("/")[0] for path in zips}
-    assert zips == sorted(f"{store}/{v}.zip" for store in stores for v in (1, 2, 3)), zips
+    assert zips == sorted(f"{store}/{v}.zip" for store in stores for v in (1, 2)), zips
 
-    write_json_batches(inputs, files[3:], start=3)
+    write_json_batches(inputs, files[2:], start=2)
     second = run(tmp_path / "new-root", savepoint.uri)
-    assert second.status == "finished" and (second.first_batch, second.last_batch) == (3, 5)
-    assert second.live_reuse["mode"] == "materialized" and second.live_reuse["skipped"] == 2 * len(stores)
+    assert second.status == "finished" and (second.first_batch, second.last_batch) == (2, 3)
+    assert second.live_reuse["mode"] == "materialized" and second.live_reuse["skipped"] == len(stores)
     for meta in Catalog.open(str(tmp_path / "new-root"), "job").checkpoints():
         versions = {ref.path for ref in meta.files if ref.path.endswith(".zip")}
-        assert not versions & {f"{store}/{v}.zip" for store in stores for v in (1, 2)}, (meta.id, sorted(versions))
-    totals = {f"u{u}": sum(i * 10 + u for i in range(6)) for u in range(3)}
-    assert {r["user"]: (r["total"], r["n"]) for r in table_rows(table)} == {u: (t, 6) for u, t in totals.items()}
+        assert not versions & {f"{store}/1.zip" for store in stores}, (meta.id, sorted(versions))
+    totals = {f"u{u}": sum(i * 10 + u for i in range(4)) for u in range(3)}
+    assert {r["user"]: (r["total"], r["n"]) for r in table_rows(table)} == {u: (t, 4) for u, t in totals.items()}
