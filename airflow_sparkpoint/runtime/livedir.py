@@ -176,16 +176,26 @@ def state_stores(root: str, batch_id: int, dirs: Iterable[str] | None = None) ->
     return _stores(files, max_version=batch_id + 1)
 
 
-def _stores(files: Iterable[tuple[str, int]], max_version: int | None = None) -> list[StoreVersions]:
-    """The state stores among `files` ((relative path, size)), versions up to `max_version`."""
-    found: dict[str, list[tuple[int, str, int]]] = {}
-    for path, size in files:
+def _versioned(paths: Iterable[str]) -> dict[str, list[tuple[int, str, str]]]:
+    """The versioned state files among `paths` (relative), by store directory:
+    ``(version, kind, path)`` each."""
+    found: dict[str, list[tuple[int, str, str]]] = {}
+    for path in paths:
         directory, _, name = path.rpartition("/")
         version = spark_layout.state_version(name)
-        if path.startswith("state/") and version and (max_version is None or version[0] <= max_version):
-            found.setdefault(directory, []).append((version[0], version[1], size))
+        if path.startswith(f"{spark_layout.STATE}/") and version:
+            found.setdefault(directory, []).append((version[0], version[1], path))
+    return found
+
+
+def _stores(files: Iterable[tuple[str, int]], max_version: int | None = None) -> list[StoreVersions]:
+    """The state stores among `files` ((relative path, size)), versions up to `max_version`."""
+    sizes = dict(files)
     stores = []
-    for directory, versions in sorted(found.items()):
+    for directory, found in sorted(_versioned(sizes).items()):
+        versions = [(v, kind, sizes[path]) for v, kind, path in found if max_version is None or v <= max_version]
+        if not versions:
+            continue
         snapshot = max((v for v, kind, _ in versions if kind in spark_layout.SNAPSHOT_KINDS), default=0)
         stores.append(StoreVersions(
             dir=directory, latest=max(v for v, _, _ in versions), snapshot=snapshot,
@@ -213,19 +223,10 @@ def unread_at_restart(paths: Iterable[str], batch_id: int, *, repair: bool = Fal
     log picks the files) and the HDFS provider's (its cleanup requires the file of the
     oldest version it retains)."""
     restart = batch_id + 1
-    found: dict[str, list[tuple[int, str, str]]] = {}
-    whole: set[str] = set()
-    for path in paths:
-        directory, _, name = path.rpartition("/")
-        version = spark_layout.state_version(name)
-        if not path.startswith(f"{spark_layout.STATE}/") or version is None:
-            continue
-        if spark_layout.has_unique_id(name) or version[1] not in spark_layout.ROCKSDB_KINDS:
-            whole.add(directory)
-        found.setdefault(directory, []).append((version[0], version[1], path))
     unread: set[str] = set()
-    for directory, versions in found.items():
-        if directory in whole:
+    for versions in _versioned(paths).values():
+        if any(kind not in spark_layout.ROCKSDB_KINDS or spark_layout.has_unique_id(path.rpartition("/")[2])
+               for _, kind, path in versions):
             continue
         snapshots = sorted({v for v, kind, _ in versions if kind == "zip" and v <= restart}, reverse=True)
         if repair and any(kind == "changelog" for _, kind, _ in versions):
