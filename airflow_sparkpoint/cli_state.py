@@ -172,8 +172,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise CommandFailed(str(exc)) from None
     recorded: str | None = None
     try:
-        record_verification(result.uri, result.record("state", f"sparkpoint verify ({default_verifier()})"),
-                            storage_options=options)
+        if result.found:
+            record_verification(result.uri, result.record("state", f"sparkpoint verify ({default_verifier()})"),
+                                storage_options=options)
     except StorageError as exc:
         recorded = f"the outcome could not be recorded next to the snapshot: {exc}"
     document = {"job": catalog.job, "root": catalog.uri, **result.to_json()}

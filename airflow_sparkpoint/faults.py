@@ -59,6 +59,8 @@ Pause points of the runtime (batch N as noted; details include the generation):
                     the restart batch)
 ``after_rewind``    ``restore.sinkAhead=rewind`` rewound the sink to N; no
                     checkpoint since
+``before_live``     claimed, recovered and the sink's position checked (N: the
+                    restart batch); the live location is not filled yet
 ``stage``           ``foreachBatch`` of batch N, before the sink stages it
 ``recorded``        the pre-commit record of batch N is written; Spark has not
                     written ``commits/N`` (a stop taken here aborts batch N)

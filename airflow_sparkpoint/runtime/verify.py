@@ -59,6 +59,9 @@ class VerifyResult:
     verified_at: float
     duration_s: float
     checks: Mapping[str, Any] = field(default_factory=dict)
+    # False: no _metadata at `uri` (an incomplete or abandoned directory, or nothing):
+    # there is no snapshot to record the outcome next to.
+    found: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return {"uri": self.uri, "kind": self.kind, "batch_id": self.batch_id, "ok": self.ok, "error": self.error,
@@ -293,8 +296,10 @@ def verify(
     """Resolve `target` like `airflow_sparkpoint.runtime.inspect.resolve_snapshot`
     (``latest``, a URI or path, or a key under the catalog's job root) and verify it.
 
-    :raises RestoreError: there is no snapshot there at all (no ``_metadata``; ``latest``
-        of a job without a valid checkpoint): nothing to verify and nowhere to record.
+    A path or key with no ``_metadata`` (an incomplete or abandoned checkpoint, or
+    nothing at all) is a failed verification with ``found`` false: not recorded.
+
+    :raises RestoreError: ``latest`` of a job without a valid checkpoint (no path to name).
     """
     if isinstance(target, SnapshotHandle) or str(target).strip() == "latest":
         handle = resolve_snapshot(target, catalog=catalog, storage_options=storage_options)
@@ -306,4 +311,6 @@ def verify(
             handle = load_snapshot(text, storage_options=storage_options)
         except CorruptMetadata as exc:
             return VerifyResult(text.rstrip("/"), None, None, False, str(exc), time.time(), 0.0, {})
+        except RestoreError as exc:  # no _metadata
+            return VerifyResult(text.rstrip("/"), None, None, False, str(exc), time.time(), 0.0, {}, found=False)
     return verify_snapshot(handle, spark=spark, scratch_dir=scratch_dir)

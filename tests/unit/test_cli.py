@@ -575,3 +575,25 @@ def test_metrics_needs_a_job(capsys: pytest.CaptureFixture[str], root: Path, mon
     assert code == 0 and 'sparkpoint_generation{job="orders"} 1' in out
     code, _, err = run(capsys, "metrics", "--dir", str(root), "--job", "../x")
     assert code == 2 and "job name '../x' is invalid" in err
+
+
+# --------------------------------------------------------------------------- verify without a snapshot
+
+
+def test_verify_json_of_an_incomplete_checkpoint_prints_the_failure_and_records_nothing(
+        capsys: pytest.CaptureFixture[str], root: Path) -> None:
+    """A directory `list` shows as INVALID (no _metadata): `verify --json` still prints its
+    document (docs/CLI.md), exits 1, and writes no record into the directory."""
+    catalog, _ = job_with_checkpoints(root, 1)
+    catalog.store.put("chk-9/state/0/0/1.delta", b"partial")
+    code, out, err = run(capsys, "list", "--dir", str(root), "--job", "orders", "--json")
+    [entry] = [e for e in json.loads(out)["checkpoints"] if e["uri"].endswith("/chk-9")]
+    assert code == 0 and not entry["valid"] and "no _metadata" in entry["error"]
+
+    code, out, err = run(capsys, "verify", "--dir", str(root), "--job", "orders", "chk-9", "--json")
+
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False, (code, doc)
+    assert doc["uri"] == entry["uri"] and doc["kind"] is None and doc["batch_id"] is None and doc["checks"] == {}
+    assert "has no _metadata" in doc["error"] and doc["error"] in err
+    assert sorted(p.name for p in (root / "orders" / "chk-9").iterdir()) == ["state"], "nothing recorded"
