@@ -54,6 +54,7 @@ from airflow_sparkpoint.checkpoints.control_records import (  # re-exported: cal
     _request_key,
     _result_key,
     new_request_id,
+    request_created_at,
 )
 from airflow_sparkpoint.checkpoints.display import iso
 from airflow_sparkpoint.exceptions import (
@@ -365,12 +366,19 @@ class ControlChannel:
 
     # ------------------------------------------------------------------ housekeeping
 
-    def cleanup(self, older_than_s: float = 86400) -> int:
+    def cleanup(self, older_than_s: float = 86400, *, limit: int | None = None) -> int:
         """Delete the files of requests that finished (or expired) more than
-        `older_than_s` seconds ago; return how many requests were removed.
-        Pending requests and requests a job is still working on are kept."""
+        `older_than_s` seconds ago, the oldest first and at most `limit` of them; return
+        how many requests were removed. Pending requests and requests a job is still
+        working on are kept. A request created less than `older_than_s` ago is skipped
+        without reading it (it cannot have finished earlier than it was made).
+
+        :raises ConfigError: `older_than_s` < 0 or `limit` < 1.
+        """
         if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or not older_than_s >= 0:
             raise ConfigError(f"cleanup older_than_s={older_than_s!r} is invalid; expected a number of seconds >= 0")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ConfigError(f"cleanup limit={limit!r} is invalid; expected an integer >= 1 or None")
         now = self.clock()
         by_id: dict[str, list[str]] = {}
         for info in self.store.list(layout.CONTROL):
@@ -378,7 +386,11 @@ class ControlChannel:
             if match:
                 by_id.setdefault(match.group(1), []).append(info.key)
         removed = 0
-        for request_id, keys in sorted(by_id.items()):
+        for request_id, keys in sorted(by_id.items()):  # ids sort by creation time
+            if limit is not None and removed >= limit:
+                break
+            if now - request_created_at(request_id) < older_than_s:
+                break  # ordered by creation: every later one is younger still
             finished_at = self._finished_at(request_id, keys)
             if finished_at is not None and now - finished_at >= older_than_s:
                 # The request file last: until it is gone the id stays visible.
@@ -400,7 +412,7 @@ class ControlChannel:
         try:
             request = self._request(request_id)
         except ControlError:  # an orphaned ack/result, or an unreadable request: age by the id
-            return int(request_id.split("-", 1)[0]) / 1000.0
+            return request_created_at(request_id)
         if self.clock() > request.deadline:
             return request.deadline
         return None

@@ -29,6 +29,11 @@ def new_request_id(now: float | None = None) -> str:
     return f"{int(now * 1000):013d}-{uuid.uuid4().hex[:8]}"
 
 
+def request_created_at(request_id: str) -> float:
+    """When request `request_id` (a `new_request_id`) was made, in epoch seconds."""
+    return int(request_id.split("-", 1)[0]) / 1000.0
+
+
 def _check_request_id(request_id: str) -> str:
     if not isinstance(request_id, str) or not REQUEST_ID_RE.match(request_id):
         raise ConfigError(

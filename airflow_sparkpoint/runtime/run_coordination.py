@@ -22,6 +22,14 @@ from airflow_sparkpoint.runtime.run_startup import _RunStartup
 
 log = logging.getLogger(__name__)
 
+#: How often a run deletes the control requests that finished over a day ago (the
+#: requester's side, e.g. the savepoint operator, never does): the run lists `control/`
+#: at every poll, so what is never deleted would grow that listing with the job's age.
+CONTROL_CLEANUP_EVERY_S = 3600.0
+#: Requests deleted per pass; a pass that hits it runs again at the next poll (a backlog
+#: of an earlier release drains in steps instead of holding up a checkpoint).
+CONTROL_CLEANUP_BATCH = 100
+
 
 class _RunCoordination(_RunStartup):
     """The coordinator thread's loop and what it does."""
@@ -182,6 +190,22 @@ class _RunCoordination(_RunStartup):
                 self.stopping.set()
                 self._stop_query()
                 return
+        self._tidy_control()
+
+    def _tidy_control(self) -> None:
+        """Delete the control requests that finished over a day ago, at most
+        `CONTROL_CLEANUP_BATCH` a pass, a pass an hour (the next poll while a backlog
+        lasts). Housekeeping: a storage error is logged and tried again next time."""
+        now = time.monotonic()
+        if now < getattr(self, "_control_tidy_at", 0.0):
+            return
+        try:
+            removed = self.control.cleanup(limit=CONTROL_CLEANUP_BATCH)
+        except StorageError as exc:
+            log.warning("job %s: could not remove finished control requests (tried again in %.0f s): %s",
+                        self.cfg.job, CONTROL_CLEANUP_EVERY_S, exc)
+            removed = 0
+        self._control_tidy_at = now + (0.0 if removed >= CONTROL_CLEANUP_BATCH else CONTROL_CLEANUP_EVERY_S)
 
     def _complete_stop(self) -> None:
         request = self.stop_request

@@ -211,6 +211,8 @@ def test_bad_input(catalog: Catalog) -> None:
         channel.result("0001700000000-abcdef01")
     with pytest.raises(ConfigError, match="older_than_s=-1"):
         channel.cleanup(-1)
+    with pytest.raises(ConfigError, match="limit=0 is invalid"):
+        channel.cleanup(limit=0)
 
 
 def test_cleanup_removes_finished_and_expired_only(catalog: Catalog) -> None:
@@ -229,6 +231,37 @@ def test_cleanup_removes_finished_and_expired_only(catalog: Catalog) -> None:
     assert remaining == {live.id, working.id}
     assert expired.id not in remaining
     assert [r.id for r in channel.pending()] == [live.id]
+
+
+def test_cleanup_takes_the_oldest_first_up_to_its_limit_and_reads_no_young_request(catalog: Catalog) -> None:
+    """What a long-running job's hourly pass relies on: a backlog goes in bounded steps,
+    oldest first, and requests made within the window cost no read at all."""
+    clock = [1_800_000_000.0]
+    channel = ControlChannel(catalog)
+    channel.clock = lambda: clock[0]
+    old = []
+    for _ in range(5):
+        request = channel.submit("savepoint", generation=1)
+        channel.acknowledge(request, 1)
+        channel.complete(request, generation=1, savepoint=SP)
+        old.append(request.id)
+        clock[0] += 10
+    clock[0] += 2 * 86400
+    young = [channel.submit("savepoint", generation=1).id for _ in range(3)]
+    reader = ControlChannel(Catalog(catalog.storage, "orders"))  # no cache: every read is a GET
+    reader.clock = channel.clock
+    reads: list[str] = []
+    get = reader.store.get
+    reader.store.get = lambda key, *a, **kw: reads.append(key) or get(key, *a, **kw)  # type: ignore[method-assign]
+
+    assert reader.cleanup(limit=2) == 2
+    assert sorted(reader.request_ids()) == sorted(old[2:] + young), "the oldest two go first"
+    assert reader.cleanup(limit=2) == 2
+    assert reader.cleanup(limit=2) == 1
+    assert reader.cleanup(limit=2) == 0
+
+    assert sorted(reader.request_ids()) == sorted(young), "the young (pending) requests stay"
+    assert not [key for key in reads if any(y in key for y in young)], "a young request was read"
 
 
 # ---------------------------------------------------------------------------- generations (issue #19)

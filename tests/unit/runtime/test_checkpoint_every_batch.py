@@ -30,6 +30,9 @@ class _Control:
     def pending(self, generation: int) -> list[Any]:
         return []
 
+    def cleanup(self, older_than_s: float = 86400, *, limit: int | None = None) -> int:
+        return 0
+
 
 def _run(catalog: Catalog, live: Path, sink: RecordingSink, events: list[tuple[str, Any]], **kw: Any) -> _Run:
     """A run whose query already processed batches (`write_live`, staged `record`s) and

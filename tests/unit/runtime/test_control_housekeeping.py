@@ -1,0 +1,104 @@
+"""A run deletes the control requests that finished over a day ago (issue 32: a job that
+runs for weeks lists ``control/`` at every poll; a savepoint every 10 minutes from the
+operator, which never cleans up, left 3 objects each, ≈ 13,000 after a month). Once an
+hour, in bounded steps while a backlog lasts, and never failing the run.
+
+The real `_Run._serve_control` on a stand-in run: a real control channel over an
+in-memory store, the clocks under the test's control.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.exceptions import StorageError
+from airflow_sparkpoint.runtime import run_coordination
+from airflow_sparkpoint.runtime.job import _Run
+from airflow_sparkpoint.storage.memory import MemoryStorage
+
+DAY = 86400.0
+
+
+class Clocks:
+    def __init__(self) -> None:
+        self.wall = 1_800_000_000.0
+        self.mono = 1000.0
+
+
+@pytest.fixture()
+def clocks(monkeypatch: pytest.MonkeyPatch) -> Clocks:
+    clocks = Clocks()
+    monkeypatch.setattr(run_coordination.time, "monotonic", lambda: clocks.mono)
+    return clocks
+
+
+def finished(channel: ControlChannel, count: int, generation: int = 1) -> list[str]:
+    ids = []
+    for _ in range(count):
+        request = channel.submit("savepoint", generation=generation)
+        channel.acknowledge(request, generation)
+        channel.complete(request, generation=generation, savepoint="savepoints/savepoint-3-ab12cd34")
+        ids.append(request.id)
+    return ids
+
+
+def stand_in_run(catalog: Catalog, clocks: Clocks, generation: int = 2) -> Any:
+    run: Any = object.__new__(_Run)  # only what serving control requests reads
+    run.cfg = SimpleNamespace(job=catalog.job)
+    run.generation = generation
+    run.error = None
+    run.stopping = threading.Event()
+    run.control = ControlChannel(catalog)
+    run.control.clock = lambda: clocks.wall
+    return run
+
+
+def test_a_run_removes_requests_finished_over_a_day_ago_hourly_and_a_backlog_in_steps(clocks: Clocks) -> None:
+    catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "orders")
+    requester = ControlChannel(catalog)
+    requester.clock = lambda: clocks.wall
+    backlog = finished(requester, run_coordination.CONTROL_CLEANUP_BATCH + 50)
+    clocks.wall += 2 * DAY
+    recent = finished(requester, 3)
+    run = stand_in_run(catalog, clocks)
+
+    _Run._serve_control(run)
+    assert len(requester.request_ids()) == 50 + 3, "a full batch goes at the first poll"
+    _Run._serve_control(run)  # the backlog is not gone: the next poll takes the rest
+    assert sorted(requester.request_ids()) == sorted(recent)
+
+    clocks.wall += DAY + 1  # the recent ones are now over a day old too ...
+    clocks.mono += 60
+    _Run._serve_control(run)
+    assert sorted(requester.request_ids()) == sorted(recent), "... but the next pass is an hour after the last"
+    clocks.mono += run_coordination.CONTROL_CLEANUP_EVERY_S
+    _Run._serve_control(run)
+    assert requester.request_ids() == []
+    assert backlog  # (the stand-in served none of them: all were finished)
+
+
+def test_a_storage_error_while_tidying_is_logged_and_the_run_goes_on(clocks: Clocks,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "orders")
+    run = stand_in_run(catalog, clocks)
+    calls = []
+
+    def failing_cleanup(**kw: Any) -> int:
+        calls.append(kw)
+        raise StorageError("the store is unreachable")
+
+    run.control.cleanup = failing_cleanup
+    _Run._serve_control(run)
+    _Run._serve_control(run)
+    assert len(calls) == 1, "tried again an hour later, not at every poll"
+    assert "could not remove finished control requests" in caplog.text
+    clocks.mono += run_coordination.CONTROL_CLEANUP_EVERY_S
+    _Run._serve_control(run)
+    assert len(calls) == 2
