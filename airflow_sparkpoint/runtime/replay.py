@@ -145,11 +145,32 @@ def _log_entries(directory: str, k: int) -> tuple[list[str], bool] | None:
     compacted = _read_text(os.path.join(directory, spark_layout.compact_name(k)))
     if compacted is None:
         return None
-    return [line for line in _entry_lines(compacted) if json.loads(line).get("batchId") == k], True
+    return _compacted_lines(compacted, k), True
 
 
 def _entry_lines(text: str) -> list[str]:
     return [line for line in text.split("\n")[1:] if line.strip()]
+
+
+def _compacted_lines(text: str, k: int) -> list[str]:
+    """The entry lines of batch `k` in ``k.compact``, which holds every entry of the
+    source up to `k` (a job of some weeks: millions of lines, each parsed at every
+    compaction would cost seconds). The lines that hold ``"batchId":k`` as Spark writes
+    it, each confirmed by parsing (inside a JSON string a quote is escaped, so the text
+    occurs nowhere else; a larger id that starts with `k` fails the check); when no line
+    holds it, every line is parsed (another writer's spacing, or a batch of no file)."""
+    needle = f'"batchId":{k}'
+    lines = []
+    at = text.find(needle)
+    while at != -1:
+        start = text.rfind("\n", 0, at) + 1
+        end = text.find("\n", at)
+        end = len(text) if end == -1 else end
+        line = text[start:end]
+        if start > 0 and json.loads(line).get("batchId") == k:  # the first line is the version
+            lines.append(line)
+        at = text.find(needle, end)
+    return lines or [line for line in _entry_lines(text) if json.loads(line).get("batchId") == k]
 
 
 # ---------------------------------------------------------------------------- the proof

@@ -183,3 +183,23 @@ def test_check_sink_position_replays_only_for_restore_latest_and_says_why_not(tm
     sink.records[1] = None
     with pytest.raises(SinkAheadError, match="batch 1 was committed without a replay record"):
         check_sink_position(RestorePlan(None, "empty", latest=True), sink, "job")  # type: ignore[arg-type]
+
+
+def test_the_entries_of_a_compaction_batch_are_found_without_parsing_the_whole_log(tmp_path: Path,
+                                                                                    monkeypatch: Any) -> None:
+    """A file source's compact file holds every entry since the job began (issue 32: a job of
+    weeks, millions of lines): a compaction batch's record parses only its own lines."""
+    history = [entry(f"file:///in/old-{n}.json", n % 5) for n in range(20_000)]
+    mine = [entry("file:///in/a.json", 5), entry('file:///in/"batchId":5.json', 5)]
+    tricky = entry("file:///in/later.json", 55)  # starts like batch 5's id; not one of its entries
+    text = "\n".join(["v1", *history, mine[0], tricky, mine[1]])
+    parsed: list[str] = []
+    loads = json.loads
+    monkeypatch.setattr(replay.json, "loads", lambda s, *a, **kw: parsed.append(s) or loads(s, *a, **kw))
+
+    assert replay._compacted_lines(text, 5) == mine
+    assert len(parsed) == 3, "only the lines holding the batch's id are parsed"
+
+    spaced = "\n".join(["v1", *(json.dumps(json.loads(line)) for line in [*history[:50], *mine])])
+    assert [json.loads(line) for line in replay._compacted_lines(spaced, 5)] == [json.loads(m) for m in mine], \
+        "another writer's spacing: every line is parsed"
