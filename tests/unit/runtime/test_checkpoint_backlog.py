@@ -68,6 +68,9 @@ class _Control:
     def withdraw_superseded(self, generation: int) -> list[str]:
         return []
 
+    def cleanup(self, older_than_s: float = 86400, *, limit: int | None = None) -> int:
+        return 0
+
     def pending(self, generation: int) -> list[ControlRequest]:
         self.looks += 1
         return [self.request] if self.looks >= self.after and self.checkpoints_when_taken is None else []
