@@ -368,7 +368,8 @@ class ControlChannel:
 
     def cleanup(self, older_than_s: float = 86400, *, limit: int | None = None) -> int:
         """Delete the files of requests that finished (or expired) more than
-        `older_than_s` seconds ago, the oldest first and at most `limit` of them; return
+        `older_than_s` seconds ago and whose deadline passed as long ago, the oldest first
+        and at most `limit` of them; return
         how many requests were removed. Pending requests and requests a job is still
         working on are kept. A request created less than `older_than_s` ago is skipped
         without reading it (it cannot have finished earlier than it was made).
@@ -402,17 +403,19 @@ class ControlChannel:
         return removed
 
     def _finished_at(self, request_id: str, keys: list[str]) -> float | None:
-        """When the request reached a final state, or None while it is still live."""
+        """When the request reached a final state and its deadline passed, or None while it
+        is still live. Not before the deadline: a removal cut short leaves the request file
+        last, and an unexpired request file without its ack would be served again."""
         try:
             stored = self._stored_result(request_id)
         except ControlError:
             stored = None
-        if stored is not None:
-            return stored.updated_at
         try:
             request = self._request(request_id)
         except ControlError:  # an orphaned ack/result, or an unreadable request: age by the id
-            return request_created_at(request_id)
+            return stored.updated_at if stored is not None else request_created_at(request_id)
+        if stored is not None:
+            return max(stored.updated_at, request.deadline)
         if self.clock() > request.deadline:
             return request.deadline
         return None

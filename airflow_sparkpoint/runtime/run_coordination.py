@@ -26,9 +26,11 @@ log = logging.getLogger(__name__)
 #: requester's side, e.g. the savepoint operator, never does): the run lists `control/`
 #: at every poll, so what is never deleted would grow that listing with the job's age.
 CONTROL_CLEANUP_EVERY_S = 3600.0
-#: Requests deleted per pass; a pass that hits it runs again at the next poll (a backlog
-#: of an earlier release drains in steps instead of holding up a checkpoint).
+#: Requests deleted per pass, and the pause before the next pass while a backlog (of an
+#: earlier release) lasts: a pass runs between checkpoints on the coordinator thread, so
+#: a backlog drains in bounded steps (100 every 30 s) instead of holding up checkpoints.
 CONTROL_CLEANUP_BATCH = 100
+CONTROL_CLEANUP_BACKLOG_S = 30.0
 
 
 class _RunCoordination(_RunStartup):
@@ -54,6 +56,8 @@ class _RunCoordination(_RunStartup):
                     next_poll = time.monotonic() + self.cfg.poll_interval_s
                     if not self.stopping.is_set():
                         self._serve_control()
+                    if not self.stopping.is_set() and self.error is None:
+                        self._tidy_control()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             self.error = exc
             log.error("job %s generation %d: %s", self.cfg.job, self.generation, exc)
@@ -190,22 +194,23 @@ class _RunCoordination(_RunStartup):
                 self.stopping.set()
                 self._stop_query()
                 return
-        self._tidy_control()
 
     def _tidy_control(self) -> None:
         """Delete the control requests that finished over a day ago, at most
-        `CONTROL_CLEANUP_BATCH` a pass, a pass an hour (the next poll while a backlog
-        lasts). Housekeeping: a storage error is logged and tried again next time."""
+        `CONTROL_CLEANUP_BATCH` a pass, a pass an hour (every `CONTROL_CLEANUP_BACKLOG_S`
+        while a backlog lasts). Housekeeping never fails the run: an error (the store, an
+        unreadable record) is logged and the pass tried again an hour later."""
         now = time.monotonic()
         if now < getattr(self, "_control_tidy_at", 0.0):
             return
         try:
             removed = self.control.cleanup(limit=CONTROL_CLEANUP_BATCH)
-        except StorageError as exc:
+        except Exception as exc:  # noqa: BLE001 - see the docstring
             log.warning("job %s: could not remove finished control requests (tried again in %.0f s): %s",
                         self.cfg.job, CONTROL_CLEANUP_EVERY_S, exc)
             removed = 0
-        self._control_tidy_at = now + (0.0 if removed >= CONTROL_CLEANUP_BATCH else CONTROL_CLEANUP_EVERY_S)
+        backlog = removed >= CONTROL_CLEANUP_BATCH
+        self._control_tidy_at = now + (CONTROL_CLEANUP_BACKLOG_S if backlog else CONTROL_CLEANUP_EVERY_S)
 
     def _complete_stop(self) -> None:
         request = self.stop_request

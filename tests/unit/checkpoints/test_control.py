@@ -216,15 +216,17 @@ def test_bad_input(catalog: Catalog) -> None:
 
 
 def test_cleanup_removes_finished_and_expired_only(catalog: Catalog) -> None:
+    clock = [1_800_000_000.0]
     channel = ControlChannel(catalog)
-    done = channel.submit("savepoint", generation=1)
+    channel.clock = lambda: clock[0]
+    done = channel.submit("savepoint", generation=1, timeout_s=60)
     channel.acknowledge(done, 1)
     channel.complete(done, generation=1, savepoint=SP)
-    expired = channel.submit("stop", generation=1, timeout_s=0.01)
-    live = channel.submit("savepoint", generation=1)
-    working = channel.submit("savepoint", generation=1)
+    expired = channel.submit("stop", generation=1, timeout_s=10)
+    live = channel.submit("savepoint", generation=1, timeout_s=3600)
+    working = channel.submit("savepoint", generation=1, timeout_s=3600)
     channel.acknowledge(working, 1)
-    time.sleep(0.05)
+    clock[0] += 100
     assert channel.cleanup(older_than_s=3600) == 0
     assert channel.cleanup(older_than_s=0) == 2
     remaining = {info.key.split("/")[-1].split(".")[0] for info in catalog.store.list("control")}
@@ -262,6 +264,22 @@ def test_cleanup_takes_the_oldest_first_up_to_its_limit_and_reads_no_young_reque
 
     assert sorted(reader.request_ids()) == sorted(young), "the young (pending) requests stay"
     assert not [key for key in reads if any(y in key for y in young)], "a young request was read"
+
+
+def test_cleanup_keeps_a_finished_request_until_its_deadline_is_as_long_past(catalog: Catalog) -> None:
+    """A removal cut short leaves the request file (deleted last): were its deadline still
+    ahead, `pending` would offer it again. So a request answered early but with a long
+    timeout stays until the deadline is `older_than_s` past too."""
+    clock = [1_800_000_000.0]
+    channel = ControlChannel(catalog)
+    channel.clock = lambda: clock[0]
+    request = channel.submit("savepoint", generation=1, timeout_s=3 * 86400)
+    channel.acknowledge(request, 1)
+    channel.complete(request, generation=1, savepoint=SP)
+    clock[0] += 2 * 86400
+    assert channel.cleanup() == 0, "answered two days ago, but its deadline is a day ahead"
+    clock[0] += 2 * 86400
+    assert channel.cleanup() == 1
 
 
 # ---------------------------------------------------------------------------- generations (issue #19)

@@ -114,10 +114,8 @@ def test_a_terminating_run_starts_no_checkpoint_commit_or_control_request() -> N
         coordinator=SimpleNamespace(checkpoint=lambda batch: calls.append(f"checkpoint {batch}"),
                                     commit_confirmed=lambda: calls.append("commit")),
         control=SimpleNamespace(withdraw_superseded=lambda g: calls.append("sweep"),
-                                pending=lambda g: calls.append("pending") or [],
-                                cleanup=lambda **kw: calls.append("cleanup") or 0),
+                                pending=lambda g: calls.append("pending") or []),
     )
-    run._tidy_control = lambda: _Run._tidy_control(run)
     _Run._checkpoint_and_commit(run, 4)
     _Run._serve_control(run)
     assert calls == []
@@ -125,8 +123,7 @@ def test_a_terminating_run_starts_no_checkpoint_commit_or_control_request() -> N
     run.generation, run.cfg = 2, SimpleNamespace(job="orders")
     _Run._serve_control(run)
     _Run._serve_control(run)
-    assert calls == ["sweep", "pending", "cleanup", "pending"], \
-        "older generations' requests are withdrawn once, at start; finished ones removed at most hourly"
+    assert calls == ["sweep", "pending", "pending"], "older generations' requests are withdrawn once, at start"
 
 
 def test_exit_grace_default_fits_no_supervisor_but_bounds_the_driver() -> None:
