@@ -57,6 +57,13 @@ __all__ = ["Catalog", "GenerationInfo", "SnapshotEntry", "SnapshotHandle", "open
 
 log = logging.getLogger(__name__)
 
+#: How long a running job's numbering of its checkpoints trusts its last listing of
+#: ``savepoints/`` (it numbers one every few seconds, and the listing grows with the
+#: savepoints a job keeps). The savepoints it makes itself count at once; another process
+#: makes a savepoint of a new id only from a savepoint (one of a checkpoint takes the
+#: checkpoint's id), and the job sees it within this time.
+SAVEPOINT_IDS_TTL_S = 60.0
+
 
 class Catalog:
     """Everything Sparkpoint knows about one job under one storage root."""
@@ -66,6 +73,7 @@ class Catalog:
         self.storage = storage
         self.store: Storage = layout.JobStore(storage, job)
         self.uri = self.store.uri
+        self._newest_savepoint: tuple[float, int] | None = None  # (monotonic time listed, id)
 
     @classmethod
     def open(cls, uri: str, job: str, **storage_options: Any) -> Catalog:
@@ -83,13 +91,23 @@ class Catalog:
                 ids.append(int(match.group(1)))
         return sorted(ids)
 
-    def next_checkpoint_id(self, ids: Iterable[int] | None = None) -> int:
+    def next_checkpoint_id(self, ids: Iterable[int] | None = None, *, recent_savepoints: bool = False) -> int:
         """One more than any id in use or ever disposed: like Flink's, ids are never reused,
         so "a checkpoint after id N" keeps its meaning after a rollback retires the newest.
-        `ids`: the caller's `checkpoint_ids` listing, taken just before (else one is taken)."""
+        `ids`: the caller's `checkpoint_ids` listing, taken just before (else one is taken).
+        `recent_savepoints`: a listing of ``savepoints/`` up to `SAVEPOINT_IDS_TTL_S` old
+        will do (a running job numbering its checkpoints)."""
         ids = self.checkpoint_ids() if ids is None else list(ids)
-        savepoint_ids = [e.id for e in self._savepoint_dirs()]
-        return max([0, *ids, *savepoint_ids, self._id_floor()]) + 1
+        return max([0, *ids, self._newest_savepoint_id(recent_savepoints), self._id_floor()]) + 1
+
+    def _newest_savepoint_id(self, recent: bool) -> int:
+        now = time.monotonic()
+        known = self._newest_savepoint
+        if recent and known is not None and now - known[0] < SAVEPOINT_IDS_TTL_S:
+            return known[1]
+        newest = max((e.id for e in self._savepoint_dirs()), default=0)
+        self._newest_savepoint = (now, newest)
+        return newest
 
     def _id_floor(self) -> int:
         try:
@@ -361,6 +379,8 @@ class Catalog:
         started = time.monotonic()
         meta = source.metadata
         sp_id = meta.id if meta.kind == "checkpoint" else self.next_checkpoint_id()
+        if self._newest_savepoint is not None and sp_id > self._newest_savepoint[1]:
+            self._newest_savepoint = (self._newest_savepoint[0], sp_id)
         sp_key = key or layout.savepoint_dir(sp_id, uuid.uuid4().hex[:8])
         # Within this job's store (a checkpoint, or another savepoint of the job) copy
         # server-side; from anywhere else, read and write the bytes.

@@ -329,7 +329,7 @@ class Coordinator:
         ids = self.catalog.checkpoint_ids()  # one listing for the new id and for retention
         meta = SnapshotMetadata(
             kind="checkpoint",
-            id=self.catalog.next_checkpoint_id(ids),
+            id=self.catalog.next_checkpoint_id(ids, recent_savepoints=True),
             job=self.catalog.job,
             generation=self.generation,
             batch_id=batch_id,

@@ -505,3 +505,37 @@ def test_remembered_checkpoints_never_outrank_the_listing_or_the_file_check(
     catalog.dispose(layout.checkpoint_dir(written[1].id))
     enforce_checkpoint_retention(catalog, 2, known=known)
     assert written[1].id not in known.checkpoints
+
+
+def test_a_running_job_numbers_checkpoints_from_a_recent_listing_of_its_savepoints(
+        root: Any, catalog: Catalog, make_checkpoint: MakeCheckpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32: a job that keeps its savepoints listed ``savepoints/`` at every checkpoint
+    (a listing that grows with them). With `recent_savepoints` one listing serves for
+    `SAVEPOINT_IDS_TTL_S`; the savepoints the catalog makes count at once, and one made by
+    another process (of a savepoint: a new id) is seen once the listing is that old."""
+    from airflow_sparkpoint.checkpoints import catalog as catalog_module
+    from airflow_sparkpoint.storage.counting import CountingStorage
+
+    clock = [1000.0]
+    monkeypatch.setattr(catalog_module.time, "monotonic", lambda: clock[0])
+    catalog.claim_generation()
+    first = make_checkpoint(catalog, state(0))
+    counted = CountingStorage(root.open())
+    job = Catalog(counted, catalog.job)
+
+    def savepoint_listings() -> int:
+        return sum(1 for op, key in counted.log if op == "list_dirs" and key.rstrip("/").endswith(layout.SAVEPOINTS))
+
+    assert job.next_checkpoint_id(recent_savepoints=True) == first.id + 1
+    assert job.next_checkpoint_id(recent_savepoints=True) == first.id + 1
+    assert savepoint_listings() == 1, "the second numbering used the first listing"
+    assert job.next_checkpoint_id() == first.id + 1 and savepoint_listings() == 2, "exact by default"
+
+    own = job.create_savepoint(job.create_savepoint(job.handle(first)))  # a savepoint of a savepoint: a new id
+    assert job.next_checkpoint_id(recent_savepoints=True) == own.metadata.id + 1, "its own savepoints count at once"
+
+    other = catalog.create_savepoint(own)  # another process
+    clock[0] += catalog_module.SAVEPOINT_IDS_TTL_S
+    listed = savepoint_listings()
+    assert job.next_checkpoint_id(recent_savepoints=True) == other.metadata.id + 1
+    assert savepoint_listings() == listed + 1

@@ -96,8 +96,8 @@ def test_a_taken_checkpoint_id_moves_to_the_next_one(catalog, tmp_path):
     real = catalog.next_checkpoint_id
     calls: list[int] = []
 
-    def racing(ids: object = None) -> int:
-        value = real(ids)  # type: ignore[arg-type]
+    def racing(ids: object = None, **kw: bool) -> int:
+        value = real(ids, **kw)  # type: ignore[arg-type]
         if not calls:  # a zombie completes the same id first
             catalog.store.put(layout.checkpoint_metadata(value), b"someone else's")
         calls.append(value)
