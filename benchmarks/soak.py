@@ -157,6 +157,8 @@ def driver(config_path: str) -> int:
         return meta
 
     Coordinator._checkpoint = measured  # type: ignore[method-assign]
+    if config.get("tracemalloc"):
+        _trace_python_growth(float(config["tracemalloc"]), Path(config["records"]).with_name("tracemalloc.jsonl"))
     spark = spark_session("sparkpoint-soak", cores=2)
     job = SparkpointJob.get_or_create(conf=conf, argv=[])
     events = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 4).parquet(config["input"])
@@ -164,6 +166,31 @@ def driver(config_path: str) -> int:
     result = job.run(totals, sink=DeltaSink(config["table"], mode="merge", keys=["user"]), output_mode="update")
     print(f"soak driver ended: {result.status}", flush=True)
     return 0
+
+
+def _trace_python_growth(every_s: float, path: Path) -> None:
+    """Where the driver's Python heap grows (`--tracemalloc`): a snapshot every `every_s`
+    seconds, its 25 largest differences from the first (after warm-up) by allocating line,
+    one JSON line each. It slows allocations and adds memory: a diagnosis run, not a report."""
+    import tracemalloc
+
+    tracemalloc.start(5)
+
+    def loop() -> None:
+        first = None
+        with path.open("a", buffering=1) as out:
+            while True:
+                time.sleep(every_s)
+                snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+                if first is None:
+                    first = snapshot
+                    continue
+                top = snapshot.compare_to(first, "lineno")[:25]
+                out.write(json.dumps({"at": time.time(), "traced_mb": tracemalloc.get_traced_memory()[0] / 1e6,
+                                      "growth": [{"where": str(d.traceback[0]), "kb": round(d.size_diff / 1e3, 1),
+                                                  "count": d.count_diff} for d in top]}) + "\n")
+
+    threading.Thread(target=loop, name="soak-tracemalloc", daemon=True).start()
 
 
 # ---------------------------------------------------------------------------- this process
@@ -316,7 +343,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "spark.sparkpoint.checkpoint.interval": "0", "spark.sparkpoint.checkpoint.numRetained": "3",
                 **extra_conf}
         config = {"conf": conf, "input": str(out / "input"), "table": str(out / "table"),
-                  "records": str(out / "checkpoints.jsonl")}
+                  "records": str(out / "checkpoints.jsonl"), "tracemalloc": args.tracemalloc}
         (out / "driver.json").write_text(json.dumps(config))
         writer = threading.Thread(target=_write_input, args=(out / "input", stop_input), daemon=True)
         writer.start()
@@ -365,10 +392,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 proc.wait(timeout=60)
             log.close()
     checkpoints = [json.loads(line) for line in (out / "checkpoints.jsonl").read_text().splitlines() if line]
+    traced = out / "tracemalloc.jsonl"
+    growth = [json.loads(line) for line in traced.read_text().splitlines() if line] if traced.exists() else []
     result = {"benchmark": "soak", "store": args.store, "minutes": args.minutes, "trigger": args.trigger,
               "driver_exit": proc.returncode, "machine": machine(),
               "summary": summarize(checkpoints, samples, savepoints, histograms),
-              "disposed_savepoints": disposed, "histograms": histograms,
+              "disposed_savepoints": disposed, "histograms": histograms, "python_growth": growth,
               "checkpoints": checkpoints, "samples": samples, "savepoints": savepoints}
     (out / "soak.json").write_text(json.dumps(result, indent=1, default=str))
     result["plot"] = str(plot(result, out))
@@ -489,6 +518,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--savepoint-every", type=float, default=600.0, help="seconds between savepoints")
     parser.add_argument("--keep-savepoints", type=int, default=3,
                         help="dispose of savepoints beyond the N newest after each one (0: keep all)")
+    parser.add_argument("--tracemalloc", type=float, default=0.0, metavar="SECONDS",
+                        help="diagnosis: trace the driver's Python allocations, write their growth every SECONDS "
+                             "to tracemalloc.jsonl (slows the driver: not for a report run)")
     parser.add_argument("--histogram-every", type=float, default=1800.0,
                         help="seconds between JVM class histograms (the first after 10 minutes)")
     parser.add_argument("--out", default="soak-output")
