@@ -369,10 +369,10 @@ class ControlChannel:
     def cleanup(self, older_than_s: float = 86400, *, limit: int | None = None) -> int:
         """Delete the files of requests that finished (or expired) more than
         `older_than_s` seconds ago and whose deadline passed as long ago, the oldest first
-        and at most `limit` of them; return
-        how many requests were removed. Pending requests and requests a job is still
-        working on are kept. A request created less than `older_than_s` ago is skipped
-        without reading it (it cannot have finished earlier than it was made).
+        and at most `limit` of them; return how many requests were removed. Pending
+        requests and requests a job is still working on are kept. A request created less
+        than `older_than_s` ago is skipped without reading it (it cannot have finished
+        earlier than it was made).
 
         :raises ConfigError: `older_than_s` < 0 or `limit` < 1.
         """
