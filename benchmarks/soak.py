@@ -174,7 +174,7 @@ def _trace_python_growth(every_s: float, path: Path) -> None:
     one JSON line each. It slows allocations and adds memory: a diagnosis run, not a report."""
     import tracemalloc
 
-    tracemalloc.start(5)
+    tracemalloc.start(30)  # deep enough to reach the caller that keeps what a library allocated
 
     def loop() -> None:
         first = None
@@ -186,11 +186,22 @@ def _trace_python_growth(every_s: float, path: Path) -> None:
                     first = snapshot
                     continue
                 top = snapshot.compare_to(first, "lineno")[:25]
+                # The allocating line often names a library (botocore, json): its callers say who keeps it.
+                stacks = snapshot.compare_to(first, "traceback")[:8]
                 out.write(json.dumps({"at": time.time(), "traced_mb": tracemalloc.get_traced_memory()[0] / 1e6,
                                       "growth": [{"where": str(d.traceback[0]), "kb": round(d.size_diff / 1e3, 1),
-                                                  "count": d.count_diff} for d in top]}) + "\n")
+                                                  "count": d.count_diff} for d in top],
+                                      "stacks": [{"kb": round(d.size_diff / 1e3, 1), "count": d.count_diff,
+                                                  "stack": _own_frames(d.traceback)} for d in stacks]}) + "\n")
 
     threading.Thread(target=loop, name="soak-tracemalloc", daemon=True).start()
+
+
+def _own_frames(traceback: Any) -> list[str]:
+    """The allocating frame and the Sparkpoint or benchmark frames above it, innermost first."""
+    frames = [str(f) for f in reversed(traceback)]  # tracemalloc keeps the innermost frame last
+    own = [f for f in frames[1:] if "airflow_sparkpoint" in f or "benchmarks" in f]
+    return frames[:1] + own[:8]
 
 
 # ---------------------------------------------------------------------------- this process
@@ -539,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
                       "samples": [s for s in result["samples"] if s["at"] < end]}
         print(quarter_table(result))
         return 0
+    # A `kill` of this process runs the cleanup of `run` too: the driver and the S3 server stop with it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     result = run(args)
     s = result["summary"]
 
