@@ -157,6 +157,9 @@ def driver(config_path: str) -> int:
         return meta
 
     Coordinator._checkpoint = measured  # type: ignore[method-assign]
+    if config.get("census"):
+        _census(float(config["census"]), Path(config["records"]).with_name("census.jsonl"),
+                trim_after_s=config.get("census_trim_after"))
     if config.get("tracemalloc"):
         _trace_python_growth(float(config["tracemalloc"]), Path(config["records"]).with_name("tracemalloc.jsonl"))
     spark = spark_session("sparkpoint-soak", cores=2)
@@ -195,6 +198,62 @@ def _trace_python_growth(every_s: float, path: Path) -> None:
                                                   "stack": _own_frames(d.traceback)} for d in stacks]}) + "\n")
 
     threading.Thread(target=loop, name="soak-tracemalloc", daemon=True).start()
+
+
+def _census(every_s: float, path: Path, trim_after_s: float | None = None) -> None:
+    """Which part of the driver's memory grows (`--census`), cheaply enough for a run at full
+    speed: every `every_s` seconds the process's RSS beside what Python's allocator holds
+    (blocks), what malloc hands out (Python's large objects, botocore's C parts, delta-rs'
+    Rust heap), pyarrow's pool, the live objects, and the 15 types whose count grew most
+    since the first census. One JSON line each. After `trim_after_s` seconds each census
+    also asks malloc to return its free memory (``malloc_trim``) and records the RSS after:
+    what the RSS held that nothing used."""
+    import ctypes
+    import gc
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                         "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = MallInfo2
+    except (OSError, AttributeError):  # not glibc 2.33+: the other figures still say a lot
+        libc = None
+
+    def types() -> Counter[str]:
+        return Counter(type(o).__qualname__ for o in gc.get_objects())
+
+    def loop() -> None:
+        import pyarrow as pa
+
+        first: Counter[str] | None = None
+        page = os.sysconf("SC_PAGE_SIZE")
+        began = time.monotonic()
+
+        def rss() -> int:
+            return int(Path("/proc/self/statm").read_text().split()[1]) * page
+
+        with path.open("a", buffering=1) as out:
+            while True:
+                time.sleep(every_s)
+                now = types()
+                first = first if first is not None else now
+                grew = sorted(((n - first.get(t, 0), t) for t, n in now.items()), reverse=True)[:15]
+                info = libc.mallinfo2() if libc is not None else None
+                record: dict[str, Any] = {}
+                if libc is not None and trim_after_s is not None and time.monotonic() - began >= trim_after_s:
+                    before = rss()
+                    libc.malloc_trim(0)
+                    record = {"rss_before_trim": before}
+                out.write(json.dumps({
+                    "at": time.time(), "rss": rss(), **record, "python_blocks": sys.getallocatedblocks(),
+                    "malloc_in_use": info.uordblks + info.hblkhd if info else None,
+                    "malloc_free": info.fordblks if info else None, "arrow_bytes": pa.total_allocated_bytes(),
+                    "objects": sum(now.values()), "threads": threading.active_count(),
+                    "types_grown": [{"type": t, "count": n} for n, t in grew if n > 0]}) + "\n")
+
+    threading.Thread(target=loop, name="soak-census", daemon=True).start()
 
 
 def _own_frames(traceback: Any) -> list[str]:
@@ -354,7 +413,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "spark.sparkpoint.checkpoint.interval": "0", "spark.sparkpoint.checkpoint.numRetained": "3",
                 **extra_conf}
         config = {"conf": conf, "input": str(out / "input"), "table": str(out / "table"),
-                  "records": str(out / "checkpoints.jsonl"), "tracemalloc": args.tracemalloc}
+                  "records": str(out / "checkpoints.jsonl"), "tracemalloc": args.tracemalloc,
+                  "census": args.census, "census_trim_after": args.census_trim_after}
         (out / "driver.json").write_text(json.dumps(config))
         writer = threading.Thread(target=_write_input, args=(out / "input", stop_input), daemon=True)
         writer.start()
@@ -405,10 +465,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     checkpoints = [json.loads(line) for line in (out / "checkpoints.jsonl").read_text().splitlines() if line]
     traced = out / "tracemalloc.jsonl"
     growth = [json.loads(line) for line in traced.read_text().splitlines() if line] if traced.exists() else []
+    counted = out / "census.jsonl"
+    census = [json.loads(line) for line in counted.read_text().splitlines() if line] if counted.exists() else []
     result = {"benchmark": "soak", "store": args.store, "minutes": args.minutes, "trigger": args.trigger,
               "driver_exit": proc.returncode, "machine": machine(),
               "summary": summarize(checkpoints, samples, savepoints, histograms),
-              "disposed_savepoints": disposed, "histograms": histograms, "python_growth": growth,
+              "disposed_savepoints": disposed, "histograms": histograms, "python_growth": growth, "census": census,
               "checkpoints": checkpoints, "samples": samples, "savepoints": savepoints}
     (out / "soak.json").write_text(json.dumps(result, indent=1, default=str))
     result["plot"] = str(plot(result, out))
@@ -532,6 +594,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracemalloc", type=float, default=0.0, metavar="SECONDS",
                         help="diagnosis: trace the driver's Python allocations, write their growth every SECONDS "
                              "to tracemalloc.jsonl (slows the driver: not for a report run)")
+    parser.add_argument("--census", type=float, default=0.0, metavar="SECONDS",
+                        help="diagnosis at full speed: every SECONDS the driver's RSS beside Python's, malloc's "
+                             "and pyarrow's share and the object types that grew, to census.jsonl")
+    parser.add_argument("--census-trim-after", type=float, metavar="SECONDS",
+                        help="with --census: from SECONDS into the run, each census first returns malloc's free "
+                             "memory to the system (malloc_trim) and records the RSS before and after")
     parser.add_argument("--histogram-every", type=float, default=1800.0,
                         help="seconds between JVM class histograms (the first after 10 minutes)")
     parser.add_argument("--out", default="soak-output")
