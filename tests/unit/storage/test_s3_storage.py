@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pickle
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -627,9 +628,60 @@ def test_small_objects_download_with_one_get_large_ones_with_ranged_parts(
     with _hook(store, "before-call.s3", count):
         store.download_file("blob", str(tmp_path / "one"))
     assert sent == ["before-call.s3.GetObject"]
-    monkeypatch.setattr(s3_module, "_SINGLE_GET_MAX", 1024 * 1024)  # stands in for 64 MiB
+    monkeypatch.setattr(s3_module, "_SINGLE_REQUEST_MAX", 1024 * 1024)  # stands in for 64 MiB
     sent.clear()
     with _hook(store, "before-call.s3", count):
         store.download_file("blob", str(tmp_path / "managed"))
     assert "before-call.s3.HeadObject" in sent and sent.count("before-call.s3.GetObject") >= 2
     assert (tmp_path / "one").read_bytes() == data == (tmp_path / "managed").read_bytes()
+
+
+@pytest.mark.s3
+def test_small_files_upload_with_one_put_and_no_thread_large_ones_in_parts(
+    store: S3Storage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = os.urandom(2 * 1024 * 1024)
+    src = tmp_path / "blob"
+    src.write_bytes(data)
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    sent, count = _counter(store, "any")
+    with _hook(store, "before-call.s3", count):
+        store.upload_file(str(src), "one")
+    assert sent == ["before-call.s3.PutObject"]
+    # a managed transfer starts a thread pool per file (the in-process moto server starts
+    # one thread per request: not ours)
+    assert [name for name in started if "process_request" not in name] == []
+    monkeypatch.setattr(s3_module, "_SINGLE_REQUEST_MAX", 1024 * 1024)  # stands in for 64 MiB
+    sent.clear()
+    with _hook(store, "before-call.s3", count):
+        store.upload_file(str(src), "managed")
+    # s3transfer raises the part size to S3's 5 MiB minimum: one part here
+    assert sent == [f"before-call.s3.{op}" for op in ("CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload")]
+    assert store.get("one") == data == store.get("managed")
+
+
+@pytest.mark.s3
+def test_an_upload_cut_off_mid_file_is_retried_from_the_first_byte(store: S3Storage, tmp_path: Path) -> None:
+    data = os.urandom(300_000)
+    src = tmp_path / "blob"
+    src.write_bytes(data)
+    attempts: list[int] = []
+
+    def torn(request: Any, **_: Any) -> AWSResponse | None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            request.body.read(100_000)  # part of the file went out before the connection broke
+            return _response(500, code="InternalError", message="We encountered an internal error.")
+        return None
+
+    with _hook(store, "before-send.s3.PutObject", torn):
+        store.upload_file(str(src), "retried")
+    assert len(attempts) == 2
+    assert store.get("retried") == data
