@@ -348,6 +348,36 @@ def _sample(driver_pid: int, catalog: Any) -> dict[str, Any]:
     return row
 
 
+def _fresh_client_probe(root: str, options: dict[str, Any]) -> dict[str, float] | None:
+    """A new client's time for the checkpoint's kinds of request against the soak's store
+    (median ms of 5 LISTs of ``shared/`` and 10 GETs of the counters record), beside the
+    driver's long-lived one: if the driver's requests slow down and these do not, the
+    cause is on the driver's side, not the server's. None for a local store."""
+    if not root.startswith("s3://"):
+        return None
+    from airflow_sparkpoint.checkpoints import Catalog, layout
+    from airflow_sparkpoint.storage import open_storage
+
+    store = Catalog(open_storage(root, **options), JOB).store
+
+    def ms(op: Any, times: int) -> float:
+        taken = []
+        for _ in range(times):
+            began = time.perf_counter()
+            op()
+            taken.append((time.perf_counter() - began) * 1000)
+        return statistics.median(taken)
+
+    try:
+        store.get(layout.COUNTERS)  # the connection and credentials, not timed
+        return {"list_shared_ms": ms(lambda: sum(1 for _ in store.list(layout.SHARED)), 5),
+                "get_ms": ms(lambda: store.get(layout.COUNTERS), 10)}
+    except Exception:  # noqa: BLE001 - no counters yet: no probe this minute
+        return None
+    finally:
+        store.close()
+
+
 def quarter_ratio(values: Sequence[float]) -> float | None:
     """Median of the last quarter ÷ median of the first (None with fewer than 4 values)."""
     if len(values) < 4:
@@ -435,7 +465,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             while time.monotonic() < end and proc.poll() is None:
                 now = time.monotonic()
                 if now >= next_sample:
-                    samples.append(_sample(proc.pid, catalog))
+                    samples.append({**_sample(proc.pid, catalog), "probe": _fresh_client_probe(root, options)})
                     next_sample += 60
                 if now >= next_histogram:
                     histograms.append(_histogram_of(proc.pid))
@@ -560,8 +590,16 @@ def quarter_table(result: dict[str, Any]) -> str:
         *((f"seconds per {kind} request", [c["request_seconds"][kind] / c["requests"][kind] for c in steady
                                            if c.get("requests", {}).get(kind) and kind in c.get("request_seconds", {})],
            "{:.4f}", "") for kind in ("GET", "HEAD", "PUT", "LIST", "DELETE")),
+        ("a new client's LIST of `shared/` (ms)", [s["probe"]["list_shared_ms"] for s in samples if s.get("probe")],
+         "{:.1f}", ""),
+        ("a new client's GET (ms)", [s["probe"]["get_ms"] for s in samples if s.get("probe")], "{:.2f}", ""),
         ("driver RSS, Python (MB)", [s["driver"]["rss"] / 1e6 for s in samples], "{:.0f}", "≤ 1.10"),
         ("driver RSS, JVM (MB)", [s["jvm"]["rss"] / 1e6 for s in jvm], "{:,.0f}", "≤ 1.10"),
+        *((f"driver, Python: {name}", [c[key] / scale for c in result.get("census", ()) if c.get(key) is not None],
+           fmt, "") for name, key, scale, fmt in (
+            ("objects", "objects", 1, "{:,.0f}"), ("allocator blocks", "python_blocks", 1, "{:,.0f}"),
+            ("malloc in use (MB)", "malloc_in_use", 1e6, "{:.1f}"), ("malloc free, kept (MB)", "malloc_free", 1e6,
+                                                                     "{:.1f}"))),
         ("JVM heap after a full GC (MB)", [s["heap_after_gc"] / 1e6 for s in samples if s.get("heap_after_gc")],
          "{:.0f}", "≤ 1.10"),
         ("JVM heap committed (MB)", [s["heap_committed"] / 1e6 for s in samples if s.get("heap_committed")],
