@@ -17,12 +17,15 @@ its wall time without more memory (every transfer streams its file, none is read
   loop's halfway kill;
 - `on_done(done, total)` runs in the caller's thread, once per finished item, in order of
   completion.
+
+A caller that transfers every few seconds (the checkpoint) passes a `pool` it keeps:
+starting and stopping a pool's threads each time costs about a millisecond.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -43,9 +46,11 @@ def transfer_all(
     on_done: Callable[[int, int], None] | None = None,
     on_half: Callable[[], None] | None = None,
     hold_at_half: bool = False,
+    pool: Executor | None = None,
 ) -> list[R]:
     """``[fn(item) for item in items]`` with up to `threads` calls at a time (see the
-    module docstring for what is kept of the sequential loop).
+    module docstring for what is kept of the sequential loop), on `pool` if given (it
+    must not be one `fn` itself waits on), else on a pool of this call's own.
 
     :raises Exception: the first exception raised by `fn` or `check`.
     """
@@ -59,7 +64,8 @@ def transfer_all(
     done = 0
     failure: BaseException | None = None
     pending: dict[Future[R], int] = {}
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sparkpoint-transfer")
+    executor = pool if pool is not None else ThreadPoolExecutor(max_workers=workers,
+                                                               thread_name_prefix="sparkpoint-transfer")
     try:
         submitted = 0
         while done < total:
@@ -71,7 +77,7 @@ def transfer_all(
                     except BaseException as exc:  # noqa: BLE001 - re-raised after the pool drains
                         failure = exc
                         break
-                pending[pool.submit(fn, items[submitted])] = submitted
+                pending[executor.submit(fn, items[submitted])] = submitted
                 submitted += 1
             if not pending:
                 break
@@ -94,7 +100,11 @@ def transfer_all(
     finally:
         # Never leave a transfer running behind the caller's back (it would write after
         # the caller reported the failure): wait for those under way.
-        pool.shutdown(wait=True, cancel_futures=True)
+        for future in pending:
+            future.cancel()
+        wait(pending)
+        if pool is None:
+            executor.shutdown(wait=True)
     if failure is not None:
         raise failure
     return results  # type: ignore[return-value]

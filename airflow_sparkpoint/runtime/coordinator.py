@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from airflow_sparkpoint import faults
@@ -31,6 +31,7 @@ from airflow_sparkpoint.checkpoints import (
     SnapshotStats,
     layout,
     spark_layout,
+    transfer,
 )
 from airflow_sparkpoint.checkpoints.counters import CheckpointPoint, CounterRecorder
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
@@ -46,9 +47,9 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
 )
 from airflow_sparkpoint.runtime import livedir
+from airflow_sparkpoint.runtime.prestore import CheckpointAbandoned, IndexEntry, Prestore
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
-from airflow_sparkpoint.storage.base import Storage
 
 log = logging.getLogger(__name__)
 
@@ -59,26 +60,7 @@ log = logging.getLogger(__name__)
 MAX_CHECKPOINT_BACKLOG = 5
 
 
-class CheckpointAbandoned(SparkpointError):
-    """A checkpoint ran past `checkpoint.timeout` and was abandoned."""
-
-
-@dataclass
-class IndexEntry:
-    """A live file already stored (``ref``), as long as its size and mtime are unchanged.
-
-    ``stored=False``: the file was materialized from another store (a savepoint, another
-    root): its content and sha256 are known but it is not in this job's shared area yet,
-    so the next checkpoint uploads it without hashing it again (NO_CLAIM).
-    """
-
-    size: int
-    mtime_ns: int
-    ref: FileRef
-    stored: bool = True
-
-
-class Coordinator:
+class Coordinator(Prestore):
     """Takes incremental checkpoints of a local live location and commits sink transactions."""
 
     def __init__(
@@ -126,6 +108,7 @@ class Coordinator:
         self._prestore_stop = threading.Event()
         self._prestored = [0, 0]  # files, bytes stored ahead of the next checkpoint
         self.known = KnownRecords()  # so a checkpoint's requests do not grow with the job's age
+        self._uploads: ThreadPoolExecutor | None = None  # the checkpoints' transfer threads, kept
 
     # ------------------------------------------------------------------ inputs
 
@@ -139,79 +122,22 @@ class Coordinator:
             self.sink_positions = dict(snapshot.sink_positions)
             self.counters.restored()
 
-    def prestore(self, source: Storage) -> None:
-        """Start storing the restored snapshot's files that are not yet this job's shared
-        files (index entries ``stored=False``, whose objects are in `source`: a savepoint,
-        another job) in the background, while Spark runs its first batch, instead of in the
-        first checkpoint (which waits for it and copies only what is left). A file already
-        in the shared area (the job restores its own savepoint) is not copied again; within
-        one filesystem or one S3 service the copy does not pass through this process
-        (`Storage.copy_from`). Nothing refers to these files until a checkpoint does, so a
-        failure or a kill leaves only unreferenced files for retention."""
-        todo = sorted((path, entry) for path, entry in self.index.items() if not entry.stored)
-        if not todo or self._prestore is not None:
-            return
-        self._prestore = threading.Thread(
-            target=self._prestore_all, args=(source, todo), name="sparkpoint-prestore", daemon=True)
-        self._prestore.start()
-
-    def stop_prestore(self) -> None:
-        """Let the background copy of `prestore` start nothing new (the run is ending)."""
-        self._prestore_stop.set()
-
-    def _prestore_all(self, source: Storage, todo: list[tuple[str, IndexEntry]]) -> None:
-        started = time.monotonic()
-
-        def stopped() -> None:
-            if self._prestore_stop.is_set():
-                raise CheckpointAbandoned("the run is ending")
-
-        try:
-            present = {info.key: info.size for info in self.catalog.store.list(layout.SHARED)}
-            transfer_all(lambda item: self._prestore_one(source, present, *item), todo, check=stopped)
-        except (SparkpointError, OSError) as exc:
-            log.warning("storing the restored files ahead of the first checkpoint stopped (it copies what is "
-                        "left itself): %s", exc)
-            return
-        log.info("stored %d of the restored snapshot's %d files (%d bytes) in %s ahead of the first checkpoint "
-                 "in %.2f s", self._prestored[0], len(todo), self._prestored[1], self.catalog.uri,
-                 time.monotonic() - started)
-
-    def _prestore_one(self, source: Storage, present: Mapping[str, int], path: str, entry: IndexEntry) -> None:
-        """Store one restored file under its content-addressed key and mark it stored.
-        Runs in transfer threads."""
-        key = self.catalog.shared_key(path, entry.ref.sha256)
-        copied = 0
-        if present.get(key) != entry.size:
-            try:
-                if not self.catalog.store.copy_from(source, entry.ref.key, key):
-                    local = os.path.join(self.live_root, *path.split("/"))
-                    self.catalog.store.upload_file(local, key)
-                    st = os.stat(local)
-                    if (st.st_size, st.st_mtime_ns) != (entry.size, entry.mtime_ns):
-                        return  # rewritten meanwhile: the checkpoint decides what it needs
-            except (ObjectNotFound, FileNotFoundError):
-                return  # removed by Spark's maintenance meanwhile (or from the source): not needed
-            copied = entry.size
-        ref = FileRef(path=path, key=key, size=entry.size, sha256=entry.ref.sha256, mtime_ns=entry.mtime_ns)
+    def close(self) -> None:
+        """The run has ended: stop the background copy and the checkpoints' transfer threads."""
+        self.stop_prestore()
         with self._lock:
-            if self.index.get(path) is entry:
-                self.index[path] = IndexEntry(entry.size, entry.mtime_ns, ref)
-                if copied:
-                    self._prestored[0] += 1
-                    self._prestored[1] += copied
+            uploads, self._uploads = self._uploads, None
+        if uploads is not None:
+            uploads.shutdown(wait=False)
 
-    def _await_prestore(self, batch_id: int, started: float) -> None:
-        thread = self._prestore
-        if thread is None:
-            return
-        thread.join(max(0.0, self.timeout_s - (time.monotonic() - started)))
-        if thread.is_alive():
-            raise CheckpointAbandoned(
-                f"checkpoint of batch {batch_id} exceeded spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s "
-                "waiting for the restored files to be stored"
-            )
-        self._prestore = None
+    def _upload_pool(self) -> ThreadPoolExecutor:
+        """The checkpoints' transfer threads, started once: a checkpoint every few seconds
+        would otherwise start and stop them each time. The prestore has its own (it would
+        hold a checkpoint's uploads behind its backlog)."""
+        with self._lock:
+            if self._uploads is None:
+                self._uploads = ThreadPoolExecutor(max_workers=transfer.THREADS, thread_name_prefix="sparkpoint-upload")
+            return self._uploads
 
     def add_pending(self, record: TransactionRecord) -> None:
         with self._lock:
@@ -310,6 +236,7 @@ class Coordinator:
             lambda item: self._upload(item[0], batch_id, item[1].ref.sha256 if item[1] is not None else None, started),
             new, check=lambda: self._check_timeout(batch_id, started),
             on_half=lambda: faults.maybe_kill("copy", batch_id), hold_at_half=faults.armed("copy"),
+            pool=self._upload_pool(),
         ) if ref is not None]
         files.extend(uploaded)
         # What `prestore` copied for this checkpoint counts as its copy.

@@ -255,7 +255,7 @@ class _Run(_RunCoordination):
         except BaseException as exc:
             coordinator: Coordinator | None = getattr(self, "coordinator", None)
             if coordinator is not None:
-                coordinator.stop_prestore()
+                coordinator.close()
             self._write_status("failed", error=str(exc))
             self._release_live()
             raise
@@ -297,7 +297,7 @@ class _Run(_RunCoordination):
         finally:
             self._heartbeat_stop.set()
             self._watch_stop.set()
-            self.coordinator.stop_prestore()
+            self.coordinator.close()
             self._release_live()
 
     def _watch_commits(self, seen: int | None) -> None:

@@ -42,7 +42,7 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.runtime import livedir, replay, rescale
 from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
-from airflow_sparkpoint.runtime.coordinator import IndexEntry
+from airflow_sparkpoint.runtime.prestore import IndexEntry
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import resolve_sink

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
+from airflow_sparkpoint.checkpoints import Catalog, open_snapshot, transfer
 from airflow_sparkpoint.checkpoints import layout as ck_layout
 from airflow_sparkpoint.exceptions import SparkpointError, StorageError
 from airflow_sparkpoint.runtime.restore import materialize
@@ -130,6 +130,32 @@ def test_one_failed_upload_fails_the_checkpoint_and_leaves_no_metadata(tmp_path)
     assert meta is not None and {f.path for f in meta.files} == {
         str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()}
     assert all(catalog.store.get(f.key) == (tmp_path / f.path).read_bytes() for f in meta.files)
+
+
+def test_checkpoints_keep_their_transfer_threads_until_the_run_closes(tmp_path, monkeypatch):
+    catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
+    coord = coordinator(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
+    started: list[threading.Thread] = []
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        started.append(thread)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    for batch in range(4):
+        write_many(tmp_path, batch=batch)
+        meta = coord.checkpoint(batch)
+        assert meta is not None and meta.stats.files_copied >= FILES  # each uploaded new files
+    # The pool grows to its size once (a pool per checkpoint started and stopped up to
+    # 8 threads every time: 32 here).
+    assert 1 <= len(started) <= transfer.THREADS
+    assert all(thread.name.startswith("sparkpoint-upload") for thread in started)
+    monkeypatch.undo()
+    coord.close()
+    for thread in started:
+        thread.join(timeout=10)
+    assert not [thread.name for thread in started if thread.is_alive()]
 
 
 def test_materialize_downloads_at_once_into_the_same_bytes(tmp_path):
