@@ -16,7 +16,7 @@ from airflow_sparkpoint.exceptions import (
     StaleGeneration,
     StorageError,
 )
-from airflow_sparkpoint.runtime import livedir
+from airflow_sparkpoint.runtime import heap, livedir
 from airflow_sparkpoint.runtime.config import parse_duration
 from airflow_sparkpoint.runtime.run_startup import _RunStartup
 
@@ -58,6 +58,7 @@ class _RunCoordination(_RunStartup):
                         self._serve_control()
                     if not self.stopping.is_set() and self.error is None:
                         self._tidy_control()
+                        self._trim_heap()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             self.error = exc
             log.error("job %s generation %d: %s", self.cfg.job, self.generation, exc)
@@ -211,6 +212,14 @@ class _RunCoordination(_RunStartup):
             removed = 0
         backlog = removed >= CONTROL_CLEANUP_BATCH
         self._control_tidy_at = now + (CONTROL_CLEANUP_BACKLOG_S if backlog else CONTROL_CLEANUP_EVERY_S)
+
+    def _trim_heap(self) -> None:
+        """Give the driver's free heap memory back to the system, once an hour (`heap`)."""
+        now = time.monotonic()
+        if now < getattr(self, "_heap_trim_at", 0.0):
+            return
+        self._heap_trim_at = now + heap.TRIM_EVERY_S
+        heap.trim()
 
     def _complete_stop(self) -> None:
         request = self.stop_request

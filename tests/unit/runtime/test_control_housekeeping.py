@@ -112,3 +112,28 @@ def test_an_error_while_tidying_is_logged_and_the_run_goes_on(clocks: Clocks, ca
     clocks.mono += run_coordination.CONTROL_CLEANUP_EVERY_S
     _Run._tidy_control(run)
     assert len(calls) == 2
+
+
+def test_a_run_gives_its_free_heap_back_to_the_system_once_an_hour(clocks, monkeypatch):
+    from airflow_sparkpoint.runtime import heap
+
+    trims: list[float] = []
+    monkeypatch.setattr(heap, "trim", lambda: trims.append(clocks.mono) or True)
+    run = stand_in_run(Catalog(MemoryStorage(uuid.uuid4().hex), "job"), clocks)
+    run._trim_heap()
+    clocks.mono += heap.TRIM_EVERY_S - 1
+    run._trim_heap()
+    assert trims == [1000.0]  # once at the first poll, not again within the hour
+    clocks.mono += 1
+    run._trim_heap()
+    assert trims == [1000.0, 1000.0 + heap.TRIM_EVERY_S]
+
+
+def test_the_heap_trim_runs_where_the_c_library_is_glibc_and_never_raises():
+    import platform
+
+    from airflow_sparkpoint.runtime import heap
+
+    glibc = platform.libc_ver()[0] == "glibc"
+    assert heap.trim() is glibc
+    assert heap.trim() is glibc  # twice: nothing left to give back is no error
