@@ -206,10 +206,12 @@ def _census(every_s: float, path: Path, trim_after_s: float | None = None) -> No
     (blocks), what malloc hands out (Python's large objects, botocore's C parts, delta-rs'
     Rust heap), pyarrow's pool, the live objects, and the 15 types whose count grew most
     since the first census. One JSON line each. After `trim_after_s` seconds each census
-    also asks malloc to return its free memory (``malloc_trim``) and records the RSS after:
-    what the RSS held that nothing used."""
+    also asks malloc to return its free memory (`heap.trim`) and records the RSS after:
+    what the RSS held that nothing used. (A running job also trims once an hour itself.)"""
     import ctypes
     import gc
+
+    from airflow_sparkpoint.runtime import heap
 
     class MallInfo2(ctypes.Structure):
         _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
@@ -242,10 +244,10 @@ def _census(every_s: float, path: Path, trim_after_s: float | None = None) -> No
                 grew = sorted(((n - first.get(t, 0), t) for t, n in now.items()), reverse=True)[:15]
                 info = libc.mallinfo2() if libc is not None else None
                 record: dict[str, Any] = {}
-                if libc is not None and trim_after_s is not None and time.monotonic() - began >= trim_after_s:
+                if trim_after_s is not None and time.monotonic() - began >= trim_after_s:
                     before = rss()
-                    libc.malloc_trim(0)
-                    record = {"rss_before_trim": before}
+                    if heap.trim():
+                        record = {"rss_before_trim": before}
                 out.write(json.dumps({
                     "at": time.time(), "rss": rss(), **record, "python_blocks": sys.getallocatedblocks(),
                     "malloc_in_use": info.uordblks + info.hblkhd if info else None,
@@ -372,7 +374,8 @@ def _fresh_client_probe(root: str, options: dict[str, Any]) -> dict[str, float] 
         store.get(layout.COUNTERS)  # the connection and credentials, not timed
         return {"list_shared_ms": ms(lambda: sum(1 for _ in store.list(layout.SHARED)), 5),
                 "get_ms": ms(lambda: store.get(layout.COUNTERS), 10)}
-    except Exception:  # noqa: BLE001 - no counters yet: no probe this minute
+    except Exception as exc:  # noqa: BLE001 - no counters yet (or the server is busy): no probe this minute
+        print(f"soak: no probe this minute: {exc}", file=sys.stderr)
         return None
     finally:
         store.close()
@@ -653,11 +656,16 @@ def main(argv: list[str] | None = None) -> int:
             start = result["checkpoints"][0]["at"] if result["checkpoints"] else 0.0
             end = start + args.first_minutes * 60
             result = {**result, "checkpoints": [c for c in result["checkpoints"] if c["at"] < end],
-                      "samples": [s for s in result["samples"] if s["at"] < end]}
+                      "samples": [s for s in result["samples"] if s["at"] < end],
+                      "census": [c for c in result.get("census", ()) if c["at"] < end]}
         print(quarter_table(result))
         return 0
     # A `kill` of this process runs the cleanup of `run` too: the driver and the S3 server stop with it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    def terminated(*_: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second kill must not cut the cleanup short
+        sys.exit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, terminated)
     result = run(args)
     s = result["summary"]
 

@@ -64,8 +64,7 @@ def transfer_all(
     done = 0
     failure: BaseException | None = None
     pending: dict[Future[R], int] = {}
-    executor = pool if pool is not None else ThreadPoolExecutor(max_workers=workers,
-                                                               thread_name_prefix="sparkpoint-transfer")
+    executor = pool or ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sparkpoint-transfer")
     try:
         submitted = 0
         while done < total:
@@ -100,9 +99,9 @@ def transfer_all(
     finally:
         # Never leave a transfer running behind the caller's back (it would write after
         # the caller reported the failure): wait for those under way.
-        for future in pending:
-            future.cancel()
-        wait(pending)
+        # A cancelled future counts as done only once a worker takes it off the queue: on
+        # a shared pool that can be behind other work, so only the running ones are waited for.
+        wait([future for future in pending if not future.cancel()])
         if pool is None:
             executor.shutdown(wait=True)
     if failure is not None:

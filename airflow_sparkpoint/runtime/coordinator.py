@@ -109,6 +109,7 @@ class Coordinator(Prestore):
         self._prestored = [0, 0]  # files, bytes stored ahead of the next checkpoint
         self.known = KnownRecords()  # so a checkpoint's requests do not grow with the job's age
         self._uploads: ThreadPoolExecutor | None = None  # the checkpoints' transfer threads, kept
+        self._closed = False
 
     # ------------------------------------------------------------------ inputs
 
@@ -126,6 +127,7 @@ class Coordinator(Prestore):
         """The run has ended: stop the background copy and the checkpoints' transfer threads."""
         self.stop_prestore()
         with self._lock:
+            self._closed = True
             uploads, self._uploads = self._uploads, None
         if uploads is not None:
             uploads.shutdown(wait=False)
@@ -133,8 +135,13 @@ class Coordinator(Prestore):
     def _upload_pool(self) -> ThreadPoolExecutor:
         """The checkpoints' transfer threads, started once: a checkpoint every few seconds
         would otherwise start and stop them each time. The prestore has its own (it would
-        hold a checkpoint's uploads behind its backlog)."""
+        hold a checkpoint's uploads behind its backlog).
+
+        :raises CheckpointAbandoned: the run has ended (`close`).
+        """
         with self._lock:
+            if self._closed:
+                raise CheckpointAbandoned("the run is ending")
             if self._uploads is None:
                 self._uploads = ThreadPoolExecutor(max_workers=transfer.THREADS, thread_name_prefix="sparkpoint-upload")
             return self._uploads

@@ -11,7 +11,6 @@ the driver's memory is made of"). The coordinator calls `trim` once an hour.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 from typing import Any
 
@@ -29,14 +28,13 @@ def _trim_function() -> Any:
     global _malloc_trim
     if _malloc_trim is _UNLOADED:
         _malloc_trim = None
-        name = ctypes.util.find_library("c")
-        try:
-            function = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-        except OSError:
-            function = None
-        if function is not None:
-            function.argtypes, function.restype = [ctypes.c_size_t], ctypes.c_int
-            _malloc_trim = function
+        try:  # the C library the process already has loaded: no search, no child process
+            function = getattr(ctypes.CDLL(None), "malloc_trim", None)
+            if function is not None:
+                function.argtypes, function.restype = [ctypes.c_size_t], ctypes.c_int
+                _malloc_trim = function
+        except Exception as exc:  # noqa: BLE001 - housekeeping: `trim` never raises
+            log.debug("no malloc_trim: %s", exc)
     return _malloc_trim
 
 

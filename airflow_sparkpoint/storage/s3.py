@@ -52,6 +52,38 @@ _BODY_RETRIES = 2
 _EXCLUSIVE_CREATE_OK: set[tuple[str, str]] = set()
 
 
+class _FirstBytes:
+    """The first `size` bytes of an open file as a seekable PUT body. The request
+    announces `size` (botocore measures a body by seeking to its end); a file that grew
+    meanwhile (Spark writes some in place) must not send more than that, which would
+    leave the kept-alive connection out of step. botocore rewinds it to retry."""
+
+    def __init__(self, handle: Any, size: int) -> None:
+        self._handle = handle
+        self._size = size
+        self._pos = 0
+        handle.seek(0)
+
+    def read(self, amount: int | None = -1) -> bytes:
+        left = self._size - self._pos
+        amount = left if amount is None or amount < 0 else min(amount, left)
+        data = self._handle.read(amount) if amount else b""
+        self._pos += len(data)
+        return bytes(data)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._size}[whence]
+        self._pos = max(0, min(base + offset, self._size))
+        self._handle.seek(self._pos)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def __len__(self) -> int:
+        return self._size
+
+
 class S3Storage(S3Connection):
     """Objects under ``s3://bucket/prefix``.
 
@@ -348,26 +380,32 @@ class S3Storage(S3Connection):
         return inner if inner is not None else exc
 
     def upload_file(self, local_path: str, key: str) -> None:
-        """Streamed upload: one PutObject of the open file up to 64 MiB, boto3's managed
-        multipart upload above; the object appears only when complete. A managed upload
-        starts a thread pool per file, ≈ 3 ms more than the PUT for each of the few small
-        files of a checkpoint, and thread churn the driver pays for weeks.
+        """Streamed upload: one PutObject of the file's bytes when it is opened, up to 64
+        MiB, boto3's managed multipart upload above; the object appears only when
+        complete. A managed upload starts a thread pool per file, ≈ 3 ms more than the
+        PUT for each of the few small files of a checkpoint.
 
         :raises ObjectNotFound: `local_path` is not a file.
-        :raises StorageError: the upload failed.
+        :raises StorageError: the file cannot be read or the upload failed.
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
         full = self._full(key)
         if not os.path.isfile(local_path):
             raise ObjectNotFound(f"{local_path} does not exist or is not a file")
-        if os.path.getsize(local_path) <= _SINGLE_REQUEST_MAX:
-            try:
-                with open(local_path, "rb") as body:  # botocore rewinds a seekable body to retry
-                    self.client.put_object(Bucket=self.bucket, Key=full, Body=body)
-            except (ClientError, BotoCoreError) as exc:
-                raise self._error(exc, "PutObject", full) from exc
-            return
+        try:
+            with open(local_path, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                if size <= _SINGLE_REQUEST_MAX:
+                    try:
+                        self.client.put_object(Bucket=self.bucket, Key=full, Body=_FirstBytes(handle, size))
+                    except (ClientError, BotoCoreError) as exc:
+                        raise self._error(exc, "PutObject", full) from exc
+                    return
+        except FileNotFoundError:
+            raise ObjectNotFound(f"{local_path} does not exist or is not a file") from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {local_path} to upload it to {self._uri(full)}: {exc}") from None
         try:
             self.client.upload_file(local_path, self.bucket, full, Config=self._transfer_config())
         except Exception as exc:

@@ -156,6 +156,12 @@ def test_checkpoints_keep_their_transfer_threads_until_the_run_closes(tmp_path, 
     for thread in started:
         thread.join(timeout=10)
     assert not [thread.name for thread in started if thread.is_alive()]
+    # A checkpoint after the run ended (a coordinator thread still at work when the run
+    # is torn down) fails like an abandoned one and starts no threads again.
+    write_many(tmp_path, batch=4)
+    with pytest.raises(SparkpointError, match="the run is ending"):  # no failure tolerated here
+        coord.checkpoint(4)
+    assert coord._uploads is None
 
 
 def test_materialize_downloads_at_once_into_the_same_bytes(tmp_path):

@@ -685,3 +685,24 @@ def test_an_upload_cut_off_mid_file_is_retried_from_the_first_byte(store: S3Stor
         store.upload_file(str(src), "retried")
     assert len(attempts) == 2
     assert store.get("retried") == data
+
+
+@pytest.mark.s3
+def test_a_file_that_grows_during_its_upload_stores_the_bytes_it_had_when_opened(
+    store: S3Storage, tmp_path: Path
+) -> None:
+    first, more = os.urandom(50_000), os.urandom(30_000)
+    src = tmp_path / "000008.sst"
+    src.write_bytes(first)
+
+    def grow(**_: Any) -> None:  # the request is built; Spark goes on writing the file
+        with src.open("ab") as handle:
+            handle.write(more)
+
+    with _hook(store, "before-send.s3.PutObject", grow):
+        store.upload_file(str(src), "grown")
+    assert store.get("grown") == first
+    # The connection the PUT used is still in step: the next requests on it work.
+    store.put("after", b"next")
+    assert store.get("after") == b"next" and store.get("grown") == first
+
