@@ -230,6 +230,9 @@ class _Run(_RunCoordination):
         self._final_state = False
         self._heartbeat_stop = threading.Event()
         self._watch_stop = threading.Event()
+        # The coordinator thread's housekeeping (`run_coordination`): when it next runs (monotonic).
+        self._control_tidy_at = 0.0
+        self._heap_trim_at = 0.0
         self._application_id = self.spark.sparkContext.applicationId  # asked once: a JVM call
 
     def execute(self) -> RunResult:

@@ -202,7 +202,7 @@ class _RunCoordination(_RunStartup):
         while a backlog lasts). Housekeeping never fails the run: an error (the store, an
         unreadable record) is logged and the pass tried again an hour later."""
         now = time.monotonic()
-        if now < getattr(self, "_control_tidy_at", 0.0):
+        if now < self._control_tidy_at:
             return
         try:
             removed = self.control.cleanup(limit=CONTROL_CLEANUP_BATCH)
@@ -216,7 +216,7 @@ class _RunCoordination(_RunStartup):
     def _trim_heap(self) -> None:
         """Give the driver's free heap memory back to the system, once an hour (`heap`)."""
         now = time.monotonic()
-        if now < getattr(self, "_heap_trim_at", 0.0):
+        if now < self._heap_trim_at:
             return
         self._heap_trim_at = now + heap.TRIM_EVERY_S
         heap.trim()

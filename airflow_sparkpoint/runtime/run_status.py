@@ -61,6 +61,8 @@ class _RunStatus:
     _status_lock: threading.Lock
     _final_state: bool
     _heartbeat_stop: threading.Event
+    _control_tidy_at: float
+    _heap_trim_at: float
     _application_id: str
     # set by _open, execute and _prepare
     catalog: Catalog

@@ -54,6 +54,7 @@ def _run(catalog: Catalog, live: Path, sink: RecordingSink, events: list[tuple[s
     run.query_failed = False
     run.stop_request = None
     run.batches_staged, run.first_batch = 0, None
+    run._control_tidy_at = run._heap_trim_at = 0.0
     return run
 
 

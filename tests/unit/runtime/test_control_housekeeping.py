@@ -58,6 +58,7 @@ def stand_in_run(catalog: Catalog, clocks: Clocks, generation: int = 2) -> Any:
     run.stopping = threading.Event()
     run.control = ControlChannel(catalog)
     run.control.clock = lambda: clocks.wall
+    run._control_tidy_at = run._heap_trim_at = 0.0
     return run
 
 
