@@ -243,8 +243,9 @@ def test_fault_points_outside_the_chaos_job_are_armed_and_proved_by_their_tests(
 
 
 def test_a_folded_source_batch_is_recognised(tmp_path: Path) -> None:
-    """The rerun rule of `run_trials`: a live location whose ``offsets/2`` names
-    source-log batch 3 is a fold; the shared copies of a checkpoint are not looked at."""
+    """The diagnosis `run_trials` adds to a failed trial: a live location whose
+    ``offsets/2`` names source-log batch 3 is a fold; the shared copies of a checkpoint are
+    not looked at."""
     from tests.chaos.scenarios import spark_folded
 
     live = tmp_path / "checkpoints" / "chaos" / "live" / "g1" / "offsets"
@@ -254,6 +255,26 @@ def test_a_folded_source_batch_is_recognised(tmp_path: Path) -> None:
     assert spark_folded(tmp_path) == []
     (live / "2").write_text('v1\n{"batchWatermarkMs":0}\n{"logOffset":3}\n')
     assert spark_folded(tmp_path) == ["checkpoints/chaos/live/g1/offsets/2 = {'0': 3}"]
+
+
+def test_no_planned_fault_waits_for_a_batch_number_a_fold_can_remove() -> None:
+    """A kill after Spark confirmed batch N can leave batch N+1's source-log entry without
+    its offsets entry; the restart then folds two input files into one batch and batch
+    `LAST` never comes. No trial of the CI plan or of a sweep arms a later fault there (the
+    CI plan did, and its ``stopped:3`` did not fire in about half the runs)."""
+    from tests.chaos.plan import LAST, fold_hazards
+
+    old = Trial(6, "directory-s3@moto", "external", "crash",
+                (Fault("checkpointed", 1), Fault("promoting", 2, "commit"), Fault("stopped", LAST)))
+    assert fold_hazards(old) == [f"stopped:{LAST} after checkpointed:1"]
+    assert fold_hazards(Trial(0, "directory", "checkpoint", "crash", (Fault("stage", 1), Fault("promoting", LAST)))) \
+        == [], "a kill before commits/1 cannot fold"
+    planned = list(ci_plan())
+    for seed in range(20):
+        rng = random.Random(seed)
+        for case in CASES:
+            planned += plan_sweep(case, 30, rng)
+    assert [(t.label, fold_hazards(t)) for t in planned if fold_hazards(t)] == []
 
 
 def test_a_stop_waits_for_the_last_input_not_a_batch_number_a_fold_removed(tmp_path: Path) -> None:
