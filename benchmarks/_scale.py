@@ -157,8 +157,8 @@ class Profiler:
 
         C._checkpoint = checkpoint  # type: ignore[method-assign]
         livedir.file_sha256 = self._timed("hash", livedir.file_sha256)
-        for name, phase in (("_upload", "upload"), ("_ensure_stored", "list_shared"), ("_complete", "metadata"),
-                            ("_forget_settled", "forget_settled")):
+        for name, phase in (("_upload", "upload"), ("_list_stored", "list_shared"), ("_ensure_stored", "validate"),
+                            ("_complete", "metadata"), ("_forget_settled", "forget_settled")):
             if hasattr(C, name):
                 setattr(C, name, self._timed(phase, getattr(C, name)))
         coordinator.enforce_checkpoint_retention = self._timed("retention", coordinator.enforce_checkpoint_retention)

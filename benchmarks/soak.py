@@ -571,6 +571,9 @@ def quarters(values: Sequence[float]) -> list[float]:
 
 #: uploads run in parallel: their seconds can add up to more than the checkpoint's
 UPLOAD_NOTE = ", summed over the transfer threads"
+#: the steps of a checkpoint the profiler times, with what their figure means
+STEP_NOTES = {"hash": "", "upload": UPLOAD_NOTE, "list_shared": ", beside the uploads", "validate": "",
+              "next_id": "", "metadata": "", "retention": ""}
 
 
 def quarter_table(result: dict[str, Any]) -> str:
@@ -587,9 +590,8 @@ def quarter_table(result: dict[str, Any]) -> str:
         ("checkpoint duration (s)", [c["seconds"] for c in steady], "{:.3f}", "≤ 1.2"),
         ("of which in storage requests (s)", [sum(c["request_seconds"].values()) for c in steady
                                               if "request_seconds" in c], "{:.3f}", ""),
-        *((f"of which {step} (s{UPLOAD_NOTE if step == 'upload' else ''})",
-           [c["steps"].get(step, 0.0) for c in steady if "steps" in c], "{:.3f}", "")
-          for step in ("hash", "upload", "list_shared", "next_id", "metadata", "retention")),
+        *((f"of which {step} (s{note})", [c["steps"].get(step, 0.0) for c in steady if "steps" in c], "{:.3f}", "")
+          for step, note in STEP_NOTES.items()),
         *((f"seconds per {kind} request", [c["request_seconds"][kind] / c["requests"][kind] for c in steady
                                            if c.get("requests", {}).get(kind) and kind in c.get("request_seconds", {})],
            "{:.4f}", "") for kind in ("GET", "HEAD", "PUT", "LIST", "DELETE")),

@@ -5,8 +5,8 @@ Runs in the driver, in one thread, so checkpoints, savepoints and commits never
 interleave. Knows nothing of Spark beyond the files of the live checkpoint location.
 
 Before a checkpoint's ``_metadata`` is written, every shared file it references is checked
-against one listing of ``shared/`` (the listing retention used to take afterwards, now
-shared with it) and against the deletion journal, and whatever is missing is copied again
+against one listing of ``shared/`` (taken beside the checkpoint's uploads, and shared with
+retention) and against the deletion journal, and whatever is missing is copied again
 from the live location: one file deleted under the job's feet must not make every later
 checkpoint invalid. Shared files nobody references are only collected after the
 checkpoint timeout (another generation may be uploading them for its checkpoint).
@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from airflow_sparkpoint import faults
@@ -50,6 +50,7 @@ from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.prestore import CheckpointAbandoned, IndexEntry, Prestore
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
+from airflow_sparkpoint.storage import ObjectInfo
 
 log = logging.getLogger(__name__)
 
@@ -236,20 +237,30 @@ class Coordinator(Prestore):
                 new.append((live, known if unchanged else None))
         for gone in self.index.keys() - walked:  # Spark deleted it (an index of every file ever written grows)
             del self.index[gone]
-        # Hash and upload the new files a few at a time (`transfer`): one failure fails the
-        # checkpoint before anything below runs, so no _metadata refers to a missing file
-        # (the files stored meanwhile stay indexed: a retry does not upload them again).
-        uploaded = [ref for ref in transfer_all(
-            lambda item: self._upload(item[0], batch_id, item[1].ref.sha256 if item[1] is not None else None, started),
-            new, check=lambda: self._check_timeout(batch_id, started),
-            on_half=lambda: faults.maybe_kill("copy", batch_id), hold_at_half=faults.armed("copy"),
-            pool=self._upload_pool(),
-        ) if ref is not None]
+        # The listing that validates the checkpoint (`_ensure_stored`) runs beside the
+        # uploads: on a store whose prefix has seen many deletions it takes longest.
+        pool = self._upload_pool()
+        listed = pool.submit(self._list_stored)
+        try:
+            # Hash and upload the new files a few at a time (`transfer`): one failure fails
+            # the checkpoint before anything below runs, so no _metadata refers to a missing
+            # file (the files stored meanwhile stay indexed: a retry does not upload them again).
+            uploaded = [ref for ref in transfer_all(
+                lambda item: self._upload(item[0], batch_id, item[1].ref.sha256 if item[1] is not None else None,
+                                          started),
+                new, check=lambda: self._check_timeout(batch_id, started),
+                on_half=lambda: faults.maybe_kill("copy", batch_id), hold_at_half=faults.armed("copy"),
+                pool=pool,
+            ) if ref is not None]
+        finally:
+            wait([listed])  # also after a failed upload: no listing outlives its checkpoint
+        stored = listed.result()
         files.extend(uploaded)
         # What `prestore` copied for this checkpoint counts as its copy.
         prestored_files, prestored_bytes = self._prestored
         copied = sum(ref.size for ref in uploaded) + prestored_bytes
-        recopied, listing, journal = self._ensure_stored(files, batch_id, started)
+        recopied, listing, journal = self._ensure_stored(files, batch_id, started, stored,
+                                                         uploaded={ref.key for ref in uploaded})
         copied += recopied
         faults.maybe_kill("metadata", batch_id)
         if self.commit_mode == "external":
@@ -410,17 +421,28 @@ class Coordinator(Prestore):
         self.index[live.path] = IndexEntry(live.size, live.mtime_ns, ref)
         return ref
 
-    def _ensure_stored(self, files: list[FileRef], batch_id: int, started: float) -> tuple[int, list[Any], list[Any]]:
-        """Validate before completing: copy again every referenced shared file that is gone
-        (deleted by hand, by a lifecycle rule, by another process's retention). Returns the
-        bytes copied again and the listings of ``shared/`` and of the journal (for retention)."""
+    def _list_stored(self) -> tuple[float, list[Any]]:
+        """When the listing of ``shared/`` began, and the listing."""
         listed_at = time.time()
-        listing = list(self.catalog.store.list(layout.SHARED))
+        return listed_at, list(self.catalog.store.list(layout.SHARED))
+
+    def _ensure_stored(self, files: list[FileRef], batch_id: int, started: float,
+                       stored: tuple[float, list[Any]], *, uploaded: set[str]) -> tuple[int, list[Any], list[Any]]:
+        """Validate before completing: copy again every referenced shared file that is gone
+        (deleted by hand, by a lifecycle rule, by another process's retention). `stored`
+        is `_list_stored`'s answer; the keys this checkpoint `uploaded` may be missing from
+        it (it ran beside their uploads). The deletion journal is listed now, after the
+        uploads: another process's retention journals before it deletes, so every deletion
+        since shortly before the listing of ``shared/`` that it may have missed is there.
+        Returns the bytes copied again and the listings of ``shared/`` (with what was
+        stored since) and of the journal (for retention)."""
+        listed_at, listing = stored
         present = {info.key: info.size for info in listing}
         # Deletions journaled since shortly before the listing (clock skew between hosts).
         journal = list(self.catalog.store.list(layout.GC))
         gone = deleted_since(self.catalog, listed_at - 60.0, self.known, journal)
-        missing = [ref for ref in files if present.get(ref.key) != ref.size or ref.key in gone]
+        missing = [ref for ref in files
+                   if (ref.key not in uploaded and present.get(ref.key) != ref.size) or ref.key in gone]
         copied = 0
         for ref in missing:
             self._check_timeout(batch_id, started)
@@ -437,6 +459,10 @@ class Coordinator(Prestore):
             if self._upload(live, batch_id, ref.sha256, started) is None:
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} is gone")
             copied += ref.size
+        # Retention judges the new checkpoint by this listing: what was stored since counts.
+        stored_since = {ref.key for ref in missing} | (uploaded - present.keys())
+        now = time.time()
+        listing = listing + [ObjectInfo(ref.key, ref.size, now) for ref in files if ref.key in stored_since]
         return copied, listing, journal
 
     def _complete(self, meta: SnapshotMetadata) -> tuple[str, SnapshotMetadata]:

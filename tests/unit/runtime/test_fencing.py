@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,40 @@ def test_a_journaled_deletion_after_the_listing_is_copied_again(catalog, tmp_pat
     assert coord.checkpoint(1) is not None
     monkeypatch.setattr(catalog.store, "list", real_list)
     assert catalog.store.exists(victim) and all(e.valid for e in catalog.list_checkpoints())
+
+
+def test_a_file_the_checkpoint_uploaded_then_another_process_deleted_is_copied_again(catalog, tmp_path, monkeypatch):
+    """The listing of shared/ runs beside the uploads, so it cannot show that a file the
+    checkpoint uploaded was deleted after; the journal, listed after the uploads, does."""
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    write_live(tmp_path, 0)
+    listed = threading.Event()
+    real_list, real_upload = catalog.store.list, catalog.store.upload_file
+    victims: list[str] = []
+
+    def listing(prefix: str = "") -> Any:
+        items = list(real_list(prefix))
+        if prefix == layout.SHARED:
+            listed.set()
+        return iter(items)
+
+    def upload_then_delete(local_path: str, key: str) -> None:
+        real_upload(local_path, key)
+        if not victims and key.startswith(f"{layout.SHARED}/metadata~"):
+            assert listed.wait(10), "the listing of shared/ did not run beside the uploads"
+            time.sleep(0.2)  # whatever else the listing thread does, it has done by now
+            journal_deletions(catalog, [key], None)
+            catalog.store.delete([key])
+            victims.append(key)
+
+    monkeypatch.setattr(catalog.store, "list", listing)
+    monkeypatch.setattr(catalog.store, "upload_file", upload_then_delete)
+    first = coord.checkpoint(0)
+    monkeypatch.undo()
+
+    assert first is not None and victims, "the deletion did not happen"
+    assert catalog.store.exists(victims[0]) and all(e.valid for e in catalog.list_checkpoints())
 
 
 def test_the_coordinator_keeps_young_orphans_another_generation_may_be_uploading(catalog, tmp_path):

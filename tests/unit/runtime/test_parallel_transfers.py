@@ -8,6 +8,7 @@ import hashlib
 import os
 import threading
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from airflow_sparkpoint.checkpoints import Catalog, open_snapshot, transfer
 from airflow_sparkpoint.checkpoints import layout as ck_layout
 from airflow_sparkpoint.exceptions import SparkpointError, StorageError
 from airflow_sparkpoint.runtime.restore import materialize
-from airflow_sparkpoint.storage import LocalStorage, MemoryStorage
+from airflow_sparkpoint.storage import LocalStorage, MemoryStorage, ObjectInfo
 from tests.unit.runtime.test_coordinator import RecordingSink, coordinator
 
 FILES = 24
@@ -252,3 +253,44 @@ def test_a_failed_savepoint_copy_writes_no_metadata(tmp_path):
     assert [e for e in target.list_savepoints() if e.metadata is not None] == []  # listed only as incomplete
     assert not [i.key for i in target_store.list() if i.key.endswith(ck_layout.METADATA)]
 
+
+
+class ListingMeetsUploads(MemoryStorage):
+    """Each upload waits (up to `WAIT_S`) for the checkpoint's listing of ``shared/`` to
+    have started, and notes whether it had."""
+
+    WAIT_S = 2.0
+
+    def __init__(self) -> None:
+        super().__init__(uuid.uuid4().hex)
+        self.listing = threading.Event()
+        self.uploads_that_met_it = 0
+        self.uploads = 0
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        if prefix.rstrip("/").endswith(ck_layout.SHARED):
+            self.listing.set()
+        return super().list(prefix)
+
+    def upload_file(self, local_path: str, key: str) -> None:
+        met = self.listing.wait(self.WAIT_S)
+        self.uploads += 1
+        self.uploads_that_met_it += met
+        super().upload_file(local_path, key)
+
+
+def test_the_listing_that_validates_a_checkpoint_runs_beside_its_uploads(tmp_path):
+    """The listing of ``shared/`` (what takes longest on a store whose prefix has seen many
+    deletions) no longer waits for the uploads; what the checkpoint uploaded itself, the
+    listing may miss, and it is not copied a second time."""
+    store = ListingMeetsUploads()
+    catalog = Catalog(store, "job")
+    coord = coordinator(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
+    live = write_many(tmp_path)
+
+    meta = coord.checkpoint(0)
+
+    assert meta is not None and store.uploads == meta.stats.files_copied == len(live)
+    assert store.uploads_that_met_it == len(live), "the uploads ran before the listing started"
+    assert all(catalog.store.get(f.key) == live[f.path] for f in meta.files)
+    assert catalog.list_checkpoints()[0].valid
