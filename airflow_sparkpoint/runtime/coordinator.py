@@ -59,6 +59,11 @@ log = logging.getLogger(__name__)
 # slower than batches would delay output (commit.mode=checkpoint) and control requests
 # without bound, and Spark deletes its oldest batches' files (minBatchesToRetain, 100).
 MAX_CHECKPOINT_BACKLOG = 5
+#: a checkpoint lists ``shared/`` beside its uploads; uploads that end later than this after
+#: the listing began are followed by a second listing, so that a deletion nobody journals
+#: (by hand, a lifecycle rule) goes unseen at most this much longer than with the
+#: listing after the uploads
+RELIST_AFTER_S = 1.0
 
 
 class Coordinator(Prestore):
@@ -240,7 +245,10 @@ class Coordinator(Prestore):
         # The listing that validates the checkpoint (`_ensure_stored`) runs beside the
         # uploads: on a store whose prefix has seen many deletions it takes longest.
         pool = self._upload_pool()
-        listed = pool.submit(self._list_stored)
+        try:
+            listed = pool.submit(self._list_stored)
+        except RuntimeError:  # `close` shut the pool down since
+            raise CheckpointAbandoned("the run is ending") from None
         try:
             # Hash and upload the new files a few at a time (`transfer`): one failure fails
             # the checkpoint before anything below runs, so no _metadata refers to a missing
@@ -255,6 +263,8 @@ class Coordinator(Prestore):
         finally:
             wait([listed])  # also after a failed upload: no listing outlives its checkpoint
         stored = listed.result()
+        if time.time() - stored[0] > RELIST_AFTER_S:
+            stored = self._list_stored()
         files.extend(uploaded)
         # What `prestore` copied for this checkpoint counts as its copy.
         prestored_files, prestored_bytes = self._prestored
@@ -459,8 +469,9 @@ class Coordinator(Prestore):
             if self._upload(live, batch_id, ref.sha256, started) is None:
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} is gone")
             copied += ref.size
-        # Retention judges the new checkpoint by this listing: what was stored since counts.
-        stored_since = {ref.key for ref in missing} | (uploaded - present.keys())
+        # Retention judges the new checkpoint by this listing: what was stored since counts
+        # (appended: the later entry of a key wins, e.g. over a damaged copy stored again).
+        stored_since = {ref.key for ref in missing} | uploaded
         now = time.time()
         listing = listing + [ObjectInfo(ref.key, ref.size, now) for ref in files if ref.key in stored_since]
         return copied, listing, journal

@@ -16,7 +16,10 @@ LAST = BATCHES - 1
 #: driver fault points reached after Spark wrote ``commits/N``: Spark may be planning batch
 #: N+1 already, and a kill between its source-log entry and its ``offsets`` entry makes the
 #: restart fold input files N+1 and N+2 into batch N+1 (`runtime.livedir.source_log_ends`),
-#: so every later batch number shifts down by one and batch `LAST` may never come
+#: so every later batch number shifts down by one and batch `LAST` may never come. Only a
+#: restart that resumes the killed run's live location folds (after ``checkpointed``,
+#: ``retention``, ``promoting``/``committed``; a kill before checkpoint N completes restarts
+#: from a location materialized from N-1, without the entry): deliberately more than that
 AFTER_CONFIRM = ("confirmed", "copy", "metadata", "checkpointed", "promoting", "committed", "retention")
 #: fault points the chaos job cannot reach, each proved (its once-marker asserted) by the
 #: test named here: the rescale needs RocksDB state and ``restore.statePartitions``.

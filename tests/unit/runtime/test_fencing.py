@@ -115,6 +115,65 @@ def test_a_file_the_checkpoint_uploaded_then_another_process_deleted_is_copied_a
     assert catalog.store.exists(victims[0]) and all(e.valid for e in catalog.list_checkpoints())
 
 
+def test_a_damaged_copy_the_checkpoint_uploads_again_counts_with_its_new_size(catalog, tmp_path):
+    """A shared file stored with another size (damaged by hand) that the checkpoint uploads
+    again: retention judges the new checkpoint by the new size (it is valid, so the older
+    checkpoint goes), not by the listing taken beside the upload."""
+    import hashlib
+
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation, num_retained=1)
+    write_live(tmp_path, 0)
+    assert coord.checkpoint(0) is not None
+    write_live(tmp_path, 1)
+    damaged = catalog.shared_key("offsets/1", hashlib.sha256(b"o1").hexdigest())
+    catalog.store.put(damaged, b"o1 and more")
+
+    second = coord.checkpoint(1)
+
+    assert second is not None and catalog.store.get(damaged) == b"o1"
+    assert [m.batch_id for m in catalog.checkpoints()] == [1]
+
+
+def test_a_deletion_nobody_journals_during_long_uploads_is_still_caught(catalog, tmp_path, monkeypatch):
+    """Uploads that outlast `RELIST_AFTER_S` are followed by a second listing of shared/, so
+    a file deleted by hand while they ran is copied again, as when the listing came after."""
+    from airflow_sparkpoint.runtime import coordinator as coordinator_module
+
+    monkeypatch.setattr(coordinator_module, "RELIST_AFTER_S", 0.2, raising=False)
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    write_live(tmp_path, 0)
+    first = coord.checkpoint(0)
+    victim = next(ref.key for ref in first.files if ref.path == "metadata")
+    listed = threading.Event()
+    real_list, real_upload = catalog.store.list, catalog.store.upload_file
+    deleted: list[str] = []
+
+    def listing(prefix: str = "") -> Any:
+        items = list(real_list(prefix))
+        if prefix == layout.SHARED:
+            listed.set()
+        return iter(items)
+
+    def slow_upload(local_path: str, key: str) -> None:
+        assert listed.wait(10)
+        if not deleted:
+            catalog.store.delete([victim])  # by hand: no journal entry
+            deleted.append(victim)
+        time.sleep(0.3)
+        real_upload(local_path, key)
+
+    monkeypatch.setattr(catalog.store, "list", listing)
+    monkeypatch.setattr(catalog.store, "upload_file", slow_upload)
+    write_live(tmp_path, 1)
+    second = coord.checkpoint(1)
+    monkeypatch.undo()
+
+    assert second is not None and deleted and catalog.store.exists(victim)
+    assert all(e.valid for e in catalog.list_checkpoints())
+
+
 def test_the_coordinator_keeps_young_orphans_another_generation_may_be_uploading(catalog, tmp_path):
     generation = catalog.claim_generation().generation
     coord = coordinator(catalog, tmp_path, RecordingSink(), generation, timeout_s=600)

@@ -294,3 +294,19 @@ def test_the_listing_that_validates_a_checkpoint_runs_beside_its_uploads(tmp_pat
     assert store.uploads_that_met_it == len(live), "the uploads ran before the listing started"
     assert all(catalog.store.get(f.key) == live[f.path] for f in meta.files)
     assert catalog.list_checkpoints()[0].valid
+
+
+def test_a_run_closing_between_taking_the_pool_and_using_it_abandons_the_checkpoint(tmp_path, monkeypatch):
+    """`close` may shut the pool down right after a checkpoint took it: the checkpoint ends
+    as abandoned (the run is ending), not with the pool's RuntimeError."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
+    coord = coordinator(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
+    closed = ThreadPoolExecutor(max_workers=1)
+    closed.shutdown()
+    monkeypatch.setattr(coord, "_upload_pool", lambda: closed)
+    write_many(tmp_path)
+    with pytest.raises(SparkpointError, match="the run is ending"):
+        coord.checkpoint(0)
+    assert catalog.latest() is None
