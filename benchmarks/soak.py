@@ -66,7 +66,7 @@ S3_KIND = {"GetObject": "GET", "HeadObject": "HEAD", "PutObject": "PUT", "Create
 
 #: the threads a checkpoint's requests come from (the heartbeat and Spark's foreachBatch
 #: thread write on their own clock and are left out)
-CHECKPOINT_THREADS = ("sparkpoint-coordinator", "sparkpoint-transfer", "sparkpoint-prestore")
+CHECKPOINT_THREADS = ("sparkpoint-coordinator", "sparkpoint-upload", "sparkpoint-transfer", "sparkpoint-prestore")
 
 
 def _count_requests(conf: dict[str, str]) -> tuple[Counter[str], Any]:
