@@ -81,21 +81,29 @@ def test_a_journaled_deletion_after_the_listing_is_copied_again(catalog, tmp_pat
     assert catalog.store.exists(victim) and all(e.valid for e in catalog.list_checkpoints())
 
 
-def test_a_file_the_checkpoint_uploaded_then_another_process_deleted_is_copied_again(catalog, tmp_path, monkeypatch):
-    """The listing of shared/ runs beside the uploads, so it cannot show that a file the
-    checkpoint uploaded was deleted after; the journal, listed after the uploads, does."""
-    generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
-    write_live(tmp_path, 0)
+def _watch_shared_listing(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set once a listing of shared/ has returned (the store's `list` patched)."""
     listed = threading.Event()
-    real_list, real_upload = catalog.store.list, catalog.store.upload_file
-    victims: list[str] = []
+    real_list = catalog.store.list
 
     def listing(prefix: str = "") -> Any:
         items = list(real_list(prefix))
         if prefix == layout.SHARED:
             listed.set()
         return iter(items)
+
+    monkeypatch.setattr(catalog.store, "list", listing)
+    return listed
+
+
+def test_a_file_the_checkpoint_uploaded_then_another_process_deleted_is_copied_again(catalog, tmp_path, monkeypatch):
+    """The listing of shared/ runs beside the uploads, so it cannot show that a file the
+    checkpoint uploaded was deleted after; the journal, listed after the uploads, does."""
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    write_live(tmp_path, 0)
+    real_upload = catalog.store.upload_file
+    victims: list[str] = []
 
     def upload_then_delete(local_path: str, key: str) -> None:
         real_upload(local_path, key)
@@ -106,7 +114,7 @@ def test_a_file_the_checkpoint_uploaded_then_another_process_deleted_is_copied_a
             catalog.store.delete([key])
             victims.append(key)
 
-    monkeypatch.setattr(catalog.store, "list", listing)
+    listed = _watch_shared_listing(catalog, monkeypatch)
     monkeypatch.setattr(catalog.store, "upload_file", upload_then_delete)
     first = coord.checkpoint(0)
     monkeypatch.undo()
@@ -146,15 +154,9 @@ def test_a_deletion_nobody_journals_during_long_uploads_is_still_caught(catalog,
     write_live(tmp_path, 0)
     first = coord.checkpoint(0)
     victim = next(ref.key for ref in first.files if ref.path == "metadata")
-    listed = threading.Event()
-    real_list, real_upload = catalog.store.list, catalog.store.upload_file
+    listed = _watch_shared_listing(catalog, monkeypatch)
+    real_upload = catalog.store.upload_file
     deleted: list[str] = []
-
-    def listing(prefix: str = "") -> Any:
-        items = list(real_list(prefix))
-        if prefix == layout.SHARED:
-            listed.set()
-        return iter(items)
 
     def slow_upload(local_path: str, key: str) -> None:
         assert listed.wait(10)
@@ -164,7 +166,6 @@ def test_a_deletion_nobody_journals_during_long_uploads_is_still_caught(catalog,
         time.sleep(0.3)
         real_upload(local_path, key)
 
-    monkeypatch.setattr(catalog.store, "list", listing)
     monkeypatch.setattr(catalog.store, "upload_file", slow_upload)
     write_live(tmp_path, 1)
     second = coord.checkpoint(1)
