@@ -262,15 +262,14 @@ class Coordinator(Prestore):
             ) if ref is not None]
         finally:
             wait([listed])  # also after a failed upload: no listing outlives its checkpoint
-        stored = listed.result()
+        stored, fresh = listed.result(), {ref.key for ref in uploaded}
         if time.time() - stored[0] > RELIST_AFTER_S:
-            stored = self._list_stored()
+            stored, fresh = self._list_stored(), set()  # taken after the uploads: it shows them
         files.extend(uploaded)
         # What `prestore` copied for this checkpoint counts as its copy.
         prestored_files, prestored_bytes = self._prestored
         copied = sum(ref.size for ref in uploaded) + prestored_bytes
-        recopied, listing, journal = self._ensure_stored(files, batch_id, started, stored,
-                                                         uploaded={ref.key for ref in uploaded})
+        recopied, listing, journal = self._ensure_stored(files, batch_id, started, stored, uploaded=fresh)
         copied += recopied
         faults.maybe_kill("metadata", batch_id)
         if self.commit_mode == "external":

@@ -145,7 +145,8 @@ def test_a_damaged_copy_the_checkpoint_uploads_again_counts_with_its_new_size(ca
 
 def test_a_deletion_nobody_journals_during_long_uploads_is_still_caught(catalog, tmp_path, monkeypatch):
     """Uploads that outlast `RELIST_AFTER_S` are followed by a second listing of shared/, so
-    a file deleted by hand while they ran is copied again, as when the listing came after."""
+    a file deleted by hand while they ran is copied again, as when the listing came after:
+    one an older checkpoint stored, and one this checkpoint has just uploaded."""
     from airflow_sparkpoint.runtime import coordinator as coordinator_module
 
     monkeypatch.setattr(coordinator_module, "RELIST_AFTER_S", 0.2, raising=False)
@@ -165,13 +166,17 @@ def test_a_deletion_nobody_journals_during_long_uploads_is_still_caught(catalog,
             deleted.append(victim)
         time.sleep(0.3)
         real_upload(local_path, key)
+        if key.startswith(f"{layout.SHARED}/commits/1~") and len(deleted) == 1:
+            catalog.store.delete([key])  # by hand, right after this checkpoint stored it
+            deleted.append(key)
 
     monkeypatch.setattr(catalog.store, "upload_file", slow_upload)
     write_live(tmp_path, 1)
     second = coord.checkpoint(1)
     monkeypatch.undo()
 
-    assert second is not None and deleted and catalog.store.exists(victim)
+    assert second is not None and len(deleted) == 2, deleted
+    assert all(catalog.store.exists(key) for key in deleted)
     assert all(e.valid for e in catalog.list_checkpoints())
 
 
