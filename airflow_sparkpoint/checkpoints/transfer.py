@@ -52,7 +52,8 @@ def transfer_all(
     module docstring for what is kept of the sequential loop), on `pool` if given (it
     must not be one `fn` itself waits on), else on a pool of this call's own.
 
-    :raises Exception: the first exception raised by `fn` or `check`.
+    :raises Exception: the first exception raised by `fn` or `check`, or by `pool`'s
+        ``submit`` (the transfers under way are waited for first).
     """
     total = len(items)
     results: list[R | None] = [None] * total

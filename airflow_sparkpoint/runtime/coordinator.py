@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from airflow_sparkpoint import faults
@@ -64,6 +64,25 @@ MAX_CHECKPOINT_BACKLOG = 5
 #: (by hand, a lifecycle rule) goes unseen at most this much longer than with the
 #: listing after the uploads
 RELIST_AFTER_S = 1.0
+
+
+class _RunPool(Executor):
+    """The run's transfer threads as one checkpoint uses them. `close` may shut them down
+    at any point of a checkpoint: every submit after that (its listing, any upload handed
+    over by `transfer_all`) abandons the checkpoint instead of raising the pool's
+    RuntimeError.
+
+    :raises CheckpointAbandoned: from `submit`, once the pool is shut down.
+    """
+
+    def __init__(self, pool: Executor) -> None:
+        self._pool = pool
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        try:
+            return self._pool.submit(fn, *args, **kwargs)
+        except RuntimeError:  # "cannot schedule new futures after shutdown"
+            raise CheckpointAbandoned("the run is ending") from None
 
 
 class Coordinator(Prestore):
@@ -244,11 +263,8 @@ class Coordinator(Prestore):
             del self.index[gone]
         # The listing that validates the checkpoint (`_ensure_stored`) runs beside the
         # uploads: on a store whose prefix has seen many deletions it takes longest.
-        pool = self._upload_pool()
-        try:
-            listed = pool.submit(self._list_stored)
-        except RuntimeError:  # `close` shut the pool down since
-            raise CheckpointAbandoned("the run is ending") from None
+        pool = _RunPool(self._upload_pool())
+        listed = pool.submit(self._list_stored)
         try:
             # Hash and upload the new files a few at a time (`transfer`): one failure fails
             # the checkpoint before anything below runs, so no _metadata refers to a missing

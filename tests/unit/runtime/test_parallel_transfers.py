@@ -310,3 +310,29 @@ def test_a_run_closing_between_taking_the_pool_and_using_it_abandons_the_checkpo
     with pytest.raises(SparkpointError, match="the run is ending"):
         coord.checkpoint(0)
     assert catalog.latest() is None
+
+
+def test_a_run_closing_after_the_listing_started_abandons_the_checkpoint_at_its_uploads(tmp_path, monkeypatch):
+    """`close` may shut the pool down after the checkpoint's listing started and before its
+    uploads are handed to the pool: the checkpoint ends as abandoned there too, not with
+    the pool's RuntimeError from inside `transfer_all`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    class ClosedAfterFirstSubmit(ThreadPoolExecutor):
+        submits = 0
+
+        def submit(self, fn, /, *args, **kwargs):
+            ClosedAfterFirstSubmit.submits += 1
+            future = super().submit(fn, *args, **kwargs)
+            self.shutdown(wait=False)  # `close`, right after the listing was handed over
+            return future
+
+    catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
+    coord = coordinator(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
+    pool = ClosedAfterFirstSubmit(max_workers=2)
+    monkeypatch.setattr(coord, "_upload_pool", lambda: pool)
+    write_many(tmp_path)
+    with pytest.raises(SparkpointError, match="the run is ending"):
+        coord.checkpoint(0)
+    assert ClosedAfterFirstSubmit.submits == 2  # the listing, then the first upload, refused
+    assert catalog.latest() is None
