@@ -63,6 +63,9 @@ RECORD_MAX_CHARS = 256 * 1024
 #: a record's JSON is never decompressed past this (a record is read from a sink: a
 #: shared place, whose writer could plant a decompression bomb)
 BODY_MAX_BYTES = 16 * 1024 * 1024
+#: the end of a compact file read first for a compaction batch's entries (grown until they
+#: are all in it): a batch's entries are a few lines
+_TAIL_WINDOW = 64 * 1024
 
 
 # ---------------------------------------------------------------------------- capture
@@ -142,10 +145,49 @@ def _log_entries(directory: str, k: int) -> tuple[list[str], bool] | None:
     plain = _read_text(os.path.join(directory, str(k)))
     if plain is not None:
         return _entry_lines(plain), False
-    compacted = _read_text(os.path.join(directory, spark_layout.compact_name(k)))
+    path = os.path.join(directory, spark_layout.compact_name(k))
+    tail = _compacted_tail(path, k)
+    if tail is not None:
+        return tail, True
+    compacted = _read_text(path)
     if compacted is None:
         return None
     return _compacted_lines(compacted, k), True
+
+
+def _compacted_tail(path: str, k: int) -> list[str] | None:
+    """The entry lines of batch `k` read backwards from the end of ``k.compact`` up to the
+    first entry of an earlier batch: Spark writes a compaction batch's own entries after
+    every earlier one, and a job of weeks has millions of lines before them. None when the
+    file is missing or does not end that way (another writer's order: a later batch's
+    entry among them, a line without a batch id); the caller then reads it whole."""
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed below, whatever the window loop returns
+    except FileNotFoundError:
+        return None
+    with handle:
+        size = handle.seek(0, os.SEEK_END)
+        window = _TAIL_WINDOW
+        while True:
+            start = max(0, size - window)
+            handle.seek(start)
+            # The first line is cut (or, at the start of the file, the version line).
+            lines = handle.read(size - start).split(b"\n")[1:]
+            mine = []
+            for raw in reversed(lines):
+                if not raw.strip():
+                    continue
+                body = json.loads(raw)
+                batch = body.get("batchId") if isinstance(body, dict) else None
+                if batch == k and type(batch) is int:
+                    mine.append(raw.decode("utf-8"))
+                elif type(batch) is int and batch < k:
+                    return mine[::-1]
+                else:
+                    return None
+            if start == 0:
+                return mine[::-1]
+            window *= 4
 
 
 def _entry_lines(text: str) -> list[str]:

@@ -203,3 +203,52 @@ def test_the_entries_of_a_compaction_batch_are_found_without_parsing_the_whole_l
     spaced = "\n".join(["v1", *(json.dumps(json.loads(line)) for line in [*history[:50], *mine])])
     assert [json.loads(line) for line in replay._compacted_lines(spaced, 5)] == [json.loads(m) for m in mine], \
         "another writer's spacing: every line is parsed"
+
+
+def test_a_compaction_batch_reads_only_the_end_of_the_compact_file(tmp_path: Path, monkeypatch: Any) -> None:
+    """Spark appends a compaction batch's own entries after every earlier one, so its record
+    reads ``k.compact`` backwards from the end to the first entry of an earlier batch (issue
+    32: a job of weeks has millions of lines before them); a compaction batch of no file
+    parses no more than one line either."""
+    directory = tmp_path / "sources" / "0"
+    directory.mkdir(parents=True)
+    history = [entry(f"file:///in/old-{n:06d}.json", n // 3) for n in range(60_000)]  # batches 0..19999
+    mine = [entry("file:///in/a.json", 20_000), entry("file:///in/é.json", 20_000)]
+    (directory / "20000.compact").write_text("\n".join(["v1", *history, *mine]) + "\n", encoding="utf-8")
+    (directory / "20001.compact").write_text("\n".join(["v1", *history]), encoding="utf-8")  # no file of its own
+    read_whole: list[str] = []
+    read_text = replay._read_text
+    monkeypatch.setattr(replay, "_read_text", lambda path: read_whole.append(path) or read_text(path))
+    parsed: list[Any] = []
+    loads = json.loads
+    monkeypatch.setattr(replay.json, "loads", lambda s, *a, **kw: parsed.append(s) or loads(s, *a, **kw))
+
+    assert replay._log_entries(str(directory), 20_000) == (mine, True)
+    assert replay._log_entries(str(directory), 20_001) == ([], True)
+    assert [p for p in read_whole if p.endswith(".compact")] == [], "no compact file is read whole"
+    assert len(parsed) == 4, "the batch's own lines and the one before them, in each file"
+
+
+def test_a_compact_file_that_does_not_end_with_its_batch_is_read_whole(tmp_path: Path) -> None:
+    """Another writer's order (a later batch's entry among the last lines): the record falls
+    back to reading the whole file, and still holds exactly the batch's entries."""
+    directory = tmp_path / "sources" / "0"
+    directory.mkdir(parents=True)
+    lines = [entry("file:///in/x.json", 4), entry("file:///in/a.json", 5), entry("file:///in/later.json", 6),
+             entry("file:///in/b.json", 5)]
+    (directory / "5.compact").write_text("\n".join(["v1", *lines]), encoding="utf-8")
+    assert replay._log_entries(str(directory), 5) == ([lines[1], lines[3]], True)
+
+
+def test_a_compaction_batch_of_many_files_is_read_back_past_the_first_window(tmp_path: Path) -> None:
+    """A batch whose entries take more than the first window read from the end: the window
+    grows until an entry of an earlier batch is in it."""
+    directory = tmp_path / "sources" / "0"
+    directory.mkdir(parents=True)
+    history = [entry(f"file:///in/old-{n}.json", n) for n in range(9)]
+    mine = [entry(f"file:///in/many-{n:05d}-{'x' * 40}.json", 9) for n in range(3_000)]  # ≈ 270 KB
+    (directory / "9.compact").write_text("\n".join(["v1", *history, *mine]), encoding="utf-8")
+    assert replay._compacted_tail(str(directory / "9.compact"), 9) == mine
+    assert replay._compacted_tail(str(directory / "9.compact"), 8) is None, "batch 9's entries follow batch 8's"
+    (directory / "10.compact").write_text("\n".join(["v1", *mine]), encoding="utf-8")
+    assert replay._compacted_tail(str(directory / "10.compact"), 9) == mine, "the whole file is the batch's"
