@@ -352,11 +352,22 @@ class Catalog:
 
     def list_savepoints(self) -> list[SnapshotEntry]:
         """Every savepoint directory, newest first, valid or with the reason it is not."""
-        result = []
-        for entry in self._savepoint_dirs():
-            present = {info.key: info.size for info in self.store.list(entry.key)}
-            result.append(self._read_entry("savepoint", entry.id, entry.key, present, f"{entry.key}/"))
+        result = [self._read_savepoint(entry) for entry in self._savepoint_dirs()]
         return sorted(result, key=lambda e: (e.metadata.created_at if e.metadata else 0.0, e.id), reverse=True)
+
+    def savepoint_entry(self, name: str) -> SnapshotEntry | None:
+        """The savepoint directory `name` (under ``savepoints/``, as `list_dirs` gives it),
+        valid or with the reason it is not (one listing of it, then its ``_metadata``);
+        None when `name` is not a savepoint directory's name."""
+        match = layout.SAVEPOINT_RE.match(name)
+        if match is None:
+            return None
+        key = f"{layout.SAVEPOINTS}/{name}"
+        return self._read_savepoint(SnapshotEntry("savepoint", int(match.group(1)), f"{self.uri}/{key}", key))
+
+    def _read_savepoint(self, entry: SnapshotEntry) -> SnapshotEntry:
+        present = {info.key: info.size for info in self.store.list(entry.key)}
+        return self._read_entry("savepoint", entry.id, entry.key, present, f"{entry.key}/")
 
     def create_savepoint(
         self,

@@ -5,8 +5,8 @@ its new savepoints, read from the job's catalog by the triggerer.
                                 (`checkpoints.commit_head`: written after a sink confirmed a
                                 commit, never for staged or aborted batches); one GET a poll
 ``SparkpointSavepointTrigger``  one event per new completed savepoint (``_metadata``
-                                present); one LIST a poll, the savepoints' metadata only when
-                                the listing shows a new one
+                                present); one LIST a poll, then only the directories the
+                                listing shows that were not seen yet (never all of them)
 
 Both run for as long as the asset is watched: a store error is logged and polled again,
 never the end of the trigger.
@@ -47,7 +47,8 @@ from airflow_sparkpoint.triggers.checkpoint import open_catalog, release_catalog
 
 __all__ = ["SparkpointCommitTrigger", "SparkpointSavepointTrigger"]
 
-#: savepoint names a savepoint watcher's cursor keeps (the newest; retention keeps fewer)
+#: savepoint names a savepoint watcher's cursor keeps (the newest; retention keeps fewer);
+#: the older ones are summed up by a checkpoint id (`_trim`)
 MAX_KNOWN_SAVEPOINTS = 500
 
 
@@ -224,25 +225,68 @@ class SparkpointSavepointTrigger(_CatalogWatchTrigger):
     kind = "savepoints"
 
     def position(self, catalog: Catalog, cursor: dict[str, Any] | None) -> dict[str, Any]:
+        """One listing of ``savepoints/``; then only the directories not seen yet are read
+        (one listing and the ``_metadata`` each): a directory still being copied, or left
+        by a copy that died, is read again at each poll, never the savepoints already seen."""
         known = list((cursor or {}).get("known", ()))
-        names = set(catalog.store.list_dirs(layout.SAVEPOINTS))
-        if cursor is not None and names <= set(known):
-            return cursor  # nothing new listed: no metadata read
-        entries = [e for e in catalog.list_savepoints() if e.metadata is not None]
+        floor = (cursor or {}).get("floor")
+        seen = set(known)
+        listed = catalog.store.list_dirs(layout.SAVEPOINTS)
+        unseen = [name for name in listed if name not in seen and not _below(name, floor)]
+        entries = [e for e in map(catalog.savepoint_entry, unseen) if e is not None and e.metadata is not None]
+        if cursor is not None and not entries:
+            return cursor  # nothing new completed: no metadata of a seen savepoint read
         entries.sort(key=lambda e: (e.metadata.created_at if e.metadata else 0.0, e.id))
         fresh = [e.key.rsplit("/", 1)[-1] for e in entries]
-        kept = [n for n in known if n in names and n not in fresh] + fresh
+        present = set(listed)
+        kept, floor = _trim([n for n in known if n in present] + fresh, floor)
         details = {e.key.rsplit("/", 1)[-1]: {"savepoint": e.uri, "generation": e.metadata.generation,
                                               "batch": e.metadata.batch_id, "checkpoint_id": e.id,
                                               "created_at": e.metadata.created_at}
                    for e in entries if e.metadata is not None}
-        return {"known": kept[-MAX_KNOWN_SAVEPOINTS:], "details": details}
+        return {"known": kept, "floor": floor, "fresh": fresh, "details": details}
 
     def cursor_of(self, position: dict[str, Any]) -> dict[str, Any]:
-        return {"known": list(position.get("known", ()))}
+        cursor: dict[str, Any] = {"known": list(position.get("known", ()))}
+        if position.get("floor") is not None:
+            cursor["floor"] = position["floor"]
+        return cursor
 
     def events(self, before: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:
         seen = set(before.get("known", ()))
         details = now.get("details") or {}
         return [{"kind": "savepoint", "job": self.job_name, **details[name]}
-                for name in now.get("known", ()) if name not in seen and name in details]
+                for name in now.get("fresh", ()) if name not in seen and name in details]
+
+
+def _checkpoint_of(name: str) -> int | None:
+    match = layout.SAVEPOINT_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def _below(name: str, floor: int | None) -> bool:
+    """Whether savepoint directory `name` is of a checkpoint at or before `floor` (the
+    cursor's record of the savepoints it stopped naming: seen, see `_trim`)."""
+    checkpoint = _checkpoint_of(name)
+    return floor is not None and checkpoint is not None and checkpoint <= floor
+
+
+def _trim(names: list[str], floor: int | None) -> tuple[list[str], int | None]:
+    """At most `MAX_KNOWN_SAVEPOINTS` of `names` (oldest first) and the new floor: the
+    savepoints of the oldest checkpoints are dropped a whole checkpoint at a time, never
+    the newest checkpoint's (an idle job takes every savepoint of one checkpoint), and
+    the floor says they were seen. A new savepoint is of a retained checkpoint, newer
+    than those of the savepoints seen this long ago, so the floor hides none."""
+    by_checkpoint: dict[int, list[str]] = {}
+    for name in names:
+        by_checkpoint.setdefault(_checkpoint_of(name) or 0, []).append(name)
+    order = sorted(by_checkpoint)
+    count = len(names)
+    dropped: set[str] = set()
+    for checkpoint in order[:-1]:
+        if count <= MAX_KNOWN_SAVEPOINTS:
+            break
+        dropped.update(by_checkpoint[checkpoint])
+        count -= len(by_checkpoint[checkpoint])
+        floor = checkpoint if floor is None else max(floor, checkpoint)
+    return [n for n in names if n not in dropped], floor

@@ -355,3 +355,74 @@ def test_the_example_savepoint_dag_takes_the_savepoint_of_an_operators_event_as_
     assert newest(triggering_asset_events={"a": [operator]}) == "file:///sp/savepoint-7-a"
     assert newest(triggering_asset_events={"a": [watcher, operator]}) == "file:///sp/savepoint-7-a"
     assert newest(triggering_asset_events={"a": [operator, watcher]}) == "file:///sp/savepoint-7-a"
+
+
+# ------------------------------------------------ the savepoint watcher's reads per poll
+
+
+def _savepoint_poll(catalog: Catalog, cursor: Mapping[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+    """One look of the savepoint watcher at `catalog`: the position, and the ``_metadata``
+    of which savepoints it read."""
+    from airflow_sparkpoint.storage.counting import CountingStorage
+    from airflow_sparkpoint.triggers.assets import SparkpointSavepointTrigger
+
+    counting = CountingStorage(catalog.storage)
+    position = SparkpointSavepointTrigger(job_name=JOB, checkpoint_dir="unused").position(
+        Catalog(counting, catalog.job), dict(cursor) if cursor is not None else None)
+    return position, [key.split("/")[-2] for op, key in counting.log if op == "get" and key.endswith("/_metadata")]
+
+
+def test_a_savepoint_directory_without_metadata_does_not_make_every_poll_read_every_savepoint(
+    catalog: Catalog,
+) -> None:
+    """A savepoint being copied, or one whose copy died: each poll reads that one directory
+    again (it may complete), never the metadata of the savepoints already seen."""
+    from airflow_sparkpoint.triggers.assets import SparkpointSavepointTrigger
+
+    catalog.claim_generation()
+    for _ in range(6):
+        catalog.create_savepoint(catalog.handle(add_checkpoint(catalog, 1)), generation=1)
+    catalog.store.put("savepoints/savepoint-99-unfinished/files/offsets/0", b"half a copy")
+    watcher = SparkpointSavepointTrigger(job_name=JOB, checkpoint_dir="unused")
+    start, _ = _savepoint_poll(catalog, None)
+    cursor = watcher.cursor_of(start)
+
+    position, read = _savepoint_poll(catalog, cursor)
+    assert read == ["savepoint-99-unfinished"], read
+    assert watcher.events(cursor, position) == []
+
+    newer = catalog.create_savepoint(catalog.handle(add_checkpoint(catalog, 1)), generation=1)
+    position, read = _savepoint_poll(catalog, cursor)
+    assert sorted(read) == sorted(["savepoint-99-unfinished", newer.uri.rsplit("/", 1)[-1]]), read
+    assert [e["savepoint"] for e in watcher.events(cursor, position)] == [newer.uri]
+
+
+def test_more_savepoints_than_the_cursor_keeps_are_not_read_again_at_every_poll(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the names a cursor keeps (retention off: one savepoint every 10 minutes is 144
+    a day), a poll reads no savepoint it has seen, and a new one is still reported; an idle
+    job's savepoints (all of one checkpoint) too."""
+    from airflow_sparkpoint.triggers import assets
+
+    monkeypatch.setattr(assets, "MAX_KNOWN_SAVEPOINTS", 4)
+    watcher = assets.SparkpointSavepointTrigger(job_name=JOB, checkpoint_dir="unused")
+    catalog.claim_generation()
+    for _ in range(7):
+        catalog.create_savepoint(catalog.handle(add_checkpoint(catalog, 1)), generation=1)
+    idle = add_checkpoint(catalog, 1)
+    for _ in range(6):  # no new batch between them: every one of checkpoint `idle`
+        catalog.create_savepoint(catalog.handle(idle), generation=1)
+    start, _ = _savepoint_poll(catalog, None)
+    cursor = watcher.cursor_of(start)
+
+    position, read = _savepoint_poll(catalog, cursor)
+    assert read == [], read
+    assert watcher.events(cursor, position) == []
+
+    for source in (idle, add_checkpoint(catalog, 1)):
+        made = catalog.create_savepoint(catalog.handle(source), generation=1)
+        position, read = _savepoint_poll(catalog, cursor)
+        assert read == [made.uri.rsplit("/", 1)[-1]], read
+        assert [e["savepoint"] for e in watcher.events(cursor, position)] == [made.uri]
+        cursor = watcher.cursor_of(position)
