@@ -169,8 +169,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from airflow_sparkpoint.checkpoints.health import metric_values, prometheus_text
-    from airflow_sparkpoint.checkpoints.history import load_history
+    from airflow_sparkpoint.checkpoints.health import load_for_metrics, metric_values, prometheus_text
 
     jobs = list(dict.fromkeys(args.jobs or ([_env("SPARKPOINT_JOB")] if _env("SPARKPOINT_JOB") else [])))
     if not jobs:
@@ -178,7 +177,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     histories = []
     for job in jobs:
         catalog = _open_catalog(argparse.Namespace(**{**vars(args), "job": job}))
-        histories.append(load_history(catalog, max_heartbeat_age=args.max_heartbeat_age))
+        histories.append(load_for_metrics(catalog, max_heartbeat_age=args.max_heartbeat_age))
     if args.json:  # the same figures as a JSON document
         _emit_json({"jobs": [{"job": h.job, "root": h.root, "metrics": metric_values(h)} for h in histories]})
     else:

@@ -11,11 +11,14 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import durations
-from airflow_sparkpoint.checkpoints.history import PipelineHistory
+from airflow_sparkpoint.checkpoints.history import PipelineHistory, load_history
 from airflow_sparkpoint.exceptions import ConfigError
+
+if TYPE_CHECKING:
+    from airflow_sparkpoint.checkpoints.catalog import Catalog
 
 PREFIX = "sparkpoint_"
 
@@ -38,6 +41,16 @@ METRICS: tuple[Metric, ...] = (
     Metric("heartbeatAgeSeconds", "gauge", "seconds since the running generation's last heartbeat"),
     Metric("generation", "gauge", "current generation"),
 )
+
+
+def load_for_metrics(catalog: Catalog, *, max_heartbeat_age: float = 60.0) -> PipelineHistory:
+    """The history `metric_values` and `check_health` need: all of it but the savepoints,
+    which neither reads (a job that takes one every 10 minutes and keeps them has thousands: every
+    scrape or emission would read each one's listing, ``_metadata`` and drill record).
+
+    :raises StorageError: the store cannot be listed.
+    """
+    return load_history(catalog, max_heartbeat_age=max_heartbeat_age, savepoints=False)
 
 
 def metric_values(history: PipelineHistory) -> dict[str, float | None]:

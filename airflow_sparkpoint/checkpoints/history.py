@@ -286,8 +286,12 @@ def load_history(
     max_heartbeat_age: float = 60.0,
     generations: int = GENERATIONS_SHOWN,
     now: float | None = None,
+    savepoints: bool = True,
 ) -> PipelineHistory:
-    """Read the whole history of `catalog`'s job (see the module docstring for the cost).
+    """Read the whole history of `catalog`'s job (see the module docstring for the cost);
+    without `savepoints`, every part but the savepoints (kept until deleted by hand or by
+    `SparkpointSavepointOperator`'s retention: the one part that grows with a job's age
+    unless told otherwise), for `checkpoints.health.load_for_metrics`.
 
     :raises StorageError: the store cannot be listed.
     """
@@ -304,7 +308,7 @@ def load_history(
         heartbeat_age=age,
         max_heartbeat_age=max_heartbeat_age,
         checkpoints=tuple(snapshot_records(catalog, "checkpoint")),
-        savepoints=tuple(snapshot_records(catalog, "savepoint")),
+        savepoints=tuple(snapshot_records(catalog, "savepoint")) if savepoints else (),
         generations=tuple(generation_records(catalog, limit=generations, status=status, current=current)),
         counters=read_counters(catalog),
         requests=tuple(open_requests(catalog)),

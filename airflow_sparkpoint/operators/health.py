@@ -20,8 +20,13 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint import durations
-from airflow_sparkpoint.checkpoints.health import check_health, metric_values, validate_thresholds
-from airflow_sparkpoint.checkpoints.history import PipelineHistory, load_history
+from airflow_sparkpoint.checkpoints.health import (
+    check_health,
+    load_for_metrics,
+    metric_values,
+    validate_thresholds,
+)
+from airflow_sparkpoint.checkpoints.history import PipelineHistory
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin
 
 if TYPE_CHECKING:
@@ -67,7 +72,7 @@ def emit_metrics_for(catalog: Catalog, *, every: float = EMIT_EVERY) -> None:
             return
         _last_emit[key] = now
     try:
-        emit_checkpoint_metrics(load_history(catalog))
+        emit_checkpoint_metrics(load_for_metrics(catalog))
     except Exception as exc:  # noqa: BLE001 - never fail a task for its metrics
         log.warning("could not read the checkpoint metrics of job %r: %s", catalog.job, exc)
 
@@ -119,7 +124,7 @@ class SparkpointHealthCheckOperator(SparkpointJobMixin, BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         seconds = durations.optional_seconds("max_heartbeat_age", self.max_heartbeat_age)
-        history = load_history(self.hook.get_catalog(self.job_name), max_heartbeat_age=seconds or 60.0)
+        history = load_for_metrics(self.hook.get_catalog(self.job_name), max_heartbeat_age=seconds or 60.0)
         emit_checkpoint_metrics(history)
         report = check_health(history, max_checkpoint_age=self.max_checkpoint_age,
                               max_failure_ratio=self.max_failure_ratio, failure_window=self.failure_window,

@@ -31,7 +31,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from airflow_sparkpoint.checkpoints.health import prometheus_text
+from airflow_sparkpoint.checkpoints.health import load_for_metrics, prometheus_text
 from airflow_sparkpoint.checkpoints.history import PipelineHistory, load_history
 from airflow_sparkpoint.plugins import page
 from airflow_sparkpoint.plugins.pipelines import (
@@ -93,9 +93,10 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def _load(user: Any, conn_id: str, job: str) -> tuple[Pipeline, PipelineHistory]:
-    """The pipeline's history, after checking that it exists and that `user` may read it
-    (nothing is read from the store before).
+def _load(user: Any, conn_id: str, job: str, *, metrics: bool = False) -> tuple[Pipeline, PipelineHistory]:
+    """The pipeline's history (with `metrics`, what the metrics need: `load_for_metrics`),
+    after checking that it exists and that `user` may read it (nothing is read from the
+    store before).
 
     :raises HTTPException: 404 unknown or not readable pipeline (`NOT_FOUND`), 502
         unreadable store.
@@ -109,7 +110,8 @@ def _load(user: Any, conn_id: str, job: str) -> tuple[Pipeline, PipelineHistory]
         log.debug("404 for pipeline %s/%s: the user may not read it", conn_id, job)
         raise HTTPException(404, NOT_FOUND)
     try:
-        return pipeline, load_history(open_catalog(pipeline))
+        catalog = open_catalog(pipeline)
+        return pipeline, load_for_metrics(catalog) if metrics else load_history(catalog)
     except Exception as exc:  # noqa: BLE001 - a storage client's error; shown without secrets
         log.warning("cannot read pipeline %s/%s: %s", conn_id, job, type(exc).__name__)
         raise HTTPException(502, redact(f"cannot read the store of pipeline {conn_id}/{job}: "
@@ -162,7 +164,7 @@ def create_app() -> FastAPI:
         samples = []
         for row in _visible(user):
             try:
-                _pipeline, history = _load(user, row["conn_id"], row["job"])
+                _pipeline, history = _load(user, row["conn_id"], row["job"], metrics=True)
             except HTTPException as exc:
                 log.warning("metrics: skipping pipeline %s/%s (%s)", row["conn_id"], row["job"], exc.status_code)
                 continue

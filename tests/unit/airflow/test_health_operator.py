@@ -163,3 +163,31 @@ def test_metrics_reach_a_statsd_listener_through_airflows_stats(tmp_path: Path,
     assert "airflow.sparkpoint.numberOfCompletedCheckpoints:3|g" in packets
     assert "airflow.sparkpoint.orders.numberOfCompletedCheckpoints:3|g" in packets
     assert f"airflow.sparkpoint.lastCheckpointDuration:{values['lastCheckpointDuration']}|g" in packets
+
+
+def test_the_metrics_and_the_health_check_read_no_savepoint(tmp_path: Path) -> None:
+    """Savepoints are kept until deleted (one every 10 minutes is 144 a day): the metrics
+    every sensor emits, every scrape and `sparkpoint metrics` read none of them, and their
+    figures are those of the whole history."""
+    from airflow_sparkpoint.operators.health import emit_metrics_for
+    from airflow_sparkpoint.storage.counting import CountingStorage
+
+    catalog = healthy(tmp_path)
+    for _ in range(5):
+        catalog.create_savepoint(catalog.handle(catalog.latest()), generation=1)  # type: ignore[arg-type]
+    counting = CountingStorage(catalog.storage)
+    counted = Catalog(counting, catalog.job)
+
+    emit_metrics_for(counted, every=0)
+    assert counting.log and not [key for _op, key in counting.log if "/savepoints" in key], counting.log
+    from airflow_sparkpoint.checkpoints.health import check_health, load_for_metrics, metric_values
+
+    whole = load_history(catalog)
+    assert len(whole.savepoints) == 5
+    light = load_for_metrics(catalog)
+    ages = ("lastCompletedCheckpointAgeSeconds", "heartbeatAgeSeconds")  # read a moment apart
+    assert {k: v for k, v in metric_values(light).items() if k not in ages} == \
+        {k: v for k, v in metric_values(whole).items() if k not in ages}
+    assert light.savepoints == () and light.checkpoints == whole.checkpoints
+    report, whole_report = check_health(light, max_checkpoint_age=600), check_health(whole, max_checkpoint_age=600)
+    assert (report.healthy, report.problems) == (whole_report.healthy, whole_report.problems)
