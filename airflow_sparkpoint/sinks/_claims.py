@@ -8,13 +8,17 @@ Spark's and Hadoop's readers)::
     _sparkpoint/manifests/<job>/<batch>.json   CLAIM of batch N: the one transaction that
                                                promotes N, and what it makes visible
     _sparkpoint/decisions/<job>/<txn>.json     DECISION of one transaction: promote | abort
+    _sparkpoint/claimed/<job>/<10^19-1-N>      MARKER of batch N, written before its claim:
+                                               the newest one tells the committed position
+                                               without listing every claim (older ones are
+                                               deleted in steps; `_manifests`)
 
 Commit of transaction T (batch N)::
 
     1. claim(N) exists?  names T: finish it (below).  names U: T lost (step 5).
     2. decision(T) := promote, with T's promotion plan   (put_if_absent; the winner stands)
        the decision is abort: T was aborted, nothing of it may become visible -> SinkError
-    3. claim(N) := T, state "promoting", plan + files   (put_if_absent, BEFORE any file is visible)
+    3. marker(N); claim(N) := T, state "promoting", plan + files   (put_if_absent, BEFORE any file is visible)
        it names U: T lost (step 5)
     4. finish: promote every file of the plan (idempotent), then rewrite claim(N) with
        state "done" (only T's promoters write a claim that names T)
@@ -296,14 +300,21 @@ def _take(store: Storage, sink: FileSink, decision: Mapping[str, Any]) -> dict[s
     claimed; return the claim that stands."""
     job, batch = str(decision["job"]), int(decision["batch_id"])
     body = _claim(sink, decision)
+    store.put(manifests.marker_key(job, batch), b"")  # before the claim: `committed_position`
     try:
         store.put_if_absent(manifests.manifest_key(job, batch), _dumps(body))
-        return body
     except ObjectExists:
         existing = manifests.read_manifest(store, job, batch)
         if existing is None:  # claims are never deleted
             raise StorageError(f"the claim of batch {batch} of {job!r} in {store.uri} exists and does not") from None
         return existing
+    stale = manifests.stale_markers(job, batch)
+    if stale:
+        try:
+            store.delete(stale)
+        except (StorageError, OSError) as exc:  # left for the next step: the claim stands
+            log.warning("could not delete %d stale claim markers of %s in %s: %s", len(stale), job, store.uri, exc)
+    return body
 
 
 # -- the protocol ----------------------------------------------------------------------

@@ -25,6 +25,13 @@ from airflow_sparkpoint.storage.endpoints import S3_OPTIONS
 log = logging.getLogger(__name__)
 
 MANIFESTS = "_sparkpoint/manifests"
+#: markers of claimed batches, newest first (`marker_key`): what `committed_position` reads
+MARKERS = "_sparkpoint/claimed"
+#: markers kept below a new claim's batch; older ones go in steps (`stale_markers`)
+MARKERS_KEPT = 64
+# Spark's batch ids are longs: 19 digits hold them all
+_MARKER_SPAN = 10**19
+_MARKER_NAME_RE = re.compile(r"^\d{19}$")
 STAGING = "_staging"
 _MANIFEST_NAME_RE = re.compile(r"^(\d+)\.json$")
 #: the largest claim or decision object read (they list a batch's files); beyond it the
@@ -80,12 +87,54 @@ def claimed_batches(store: Storage, job: str) -> list[int]:
     return sorted(batches)
 
 
+def marker_key(job: str, batch_id: int) -> str:
+    """The marker a claimer writes before it claims batch `batch_id` (`_claims._take`); keys
+    sort the newest batch first, so the newest is the first key a listing returns."""
+    return f"{MARKERS}/{job}/{_MARKER_SPAN - 1 - batch_id:019d}"
+
+
+def stale_markers(job: str, batch_id: int) -> list[str]:
+    """The markers a claim of `batch_id` makes stale, deleted after it (one step of
+    `MARKERS_KEPT` every `MARKERS_KEPT` batches): only the newest claimed batch's marker
+    is ever read, and a claim is never released, so one below a claim is never needed."""
+    if batch_id % MARKERS_KEPT or batch_id < 2 * MARKERS_KEPT:
+        return []
+    return [marker_key(job, b) for b in range(batch_id - 2 * MARKERS_KEPT, batch_id - MARKERS_KEPT)]
+
+
 def committed_position(store: Storage, job: str) -> int | None:
     """The highest batch of `job` with a claim in `store`, or None. A claim is a commit
     (`_claims`): it is written only for a transaction that decided to promote, and is
-    never released, so its batch counts even while its promotion is being finished."""
-    batches = claimed_batches(store, job)
-    return batches[-1] if batches else None
+    never released, so its batch counts even while its promotion is being finished.
+
+    Claims are kept for ever (one per batch), so they are not listed: the newest marker
+    whose claim exists names the newest claim of this release (each claim is preceded by
+    its marker; a marker alone is a claimer that died before claiming), then the batches
+    right after it are looked at, claimed by a process of an earlier release (which writes
+    no marker). With no such marker (a job whose claims are all an earlier release's),
+    every claim is listed. Reads only."""
+    prefix = f"{MARKERS}/{job}/"
+    newest = None
+    looked = 0
+    for info in store.list(prefix):
+        name = info.key[len(prefix):]
+        if not _MARKER_NAME_RE.match(name):
+            continue  # another job's, named like this one and a slash more
+        batch = _MARKER_SPAN - 1 - int(name)
+        if store.exists(manifest_key(job, batch)):
+            newest = batch
+            break
+        looked += 1
+        if looked > MARKERS_KEPT:  # that many dead claimers do not happen: planted; list the claims
+            break
+    if newest is None:
+        batches = claimed_batches(store, job)
+        if not batches:
+            return None
+        newest = batches[-1]
+    while store.exists(manifest_key(job, newest + 1)):
+        newest += 1
+    return newest
 
 
 def s3_destination(bucket: str, path: str) -> tuple[str, str]:
