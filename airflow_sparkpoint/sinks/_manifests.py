@@ -132,9 +132,11 @@ def committed_position(store: Storage, job: str) -> int | None:
         if not batches:
             return None
         newest = batches[-1]
-    while store.exists(manifest_key(job, newest + 1)):
+    for _ in range(MARKERS_KEPT):
+        if not store.exists(manifest_key(job, newest + 1)):
+            return newest
         newest += 1
-    return newest
+    return claimed_batches(store, job)[-1]  # an earlier release claimed many: one listing finds its newest
 
 
 def s3_destination(bucket: str, path: str) -> tuple[str, str]:

@@ -149,3 +149,12 @@ def test_planted_markers_without_claims_cost_a_bounded_number_of_looks(sink: Dir
     found, requests = position(sink)
     assert found == 2
     assert len([key for op, key in requests if op == "exists"]) <= manifests.MARKERS_KEPT + 2, requests
+
+
+def test_many_claims_of_an_earlier_release_after_the_newest_marker_are_listed_once(sink: DirectorySink) -> None:
+    commit(sink, 0)
+    for batch in range(1, manifests.MARKERS_KEPT + 20):
+        old_release_claim(sink, batch)
+    found, requests = position(sink)
+    assert found == manifests.MARKERS_KEPT + 19
+    assert len([key for op, key in requests if op == "exists"]) <= manifests.MARKERS_KEPT + 1, requests
