@@ -64,6 +64,9 @@ MAX_CHECKPOINT_BACKLOG = 5
 #: (by hand, a lifecycle rule) goes unseen at most this much longer than with the
 #: listing after the uploads
 RELIST_AFTER_S = 1.0
+#: pending transactions (commit.mode=external) past which a checkpoint warns: each one's
+#: _metadata carries them all until the commit step commits them
+PENDING_WARN = 1000
 
 
 class _RunPool(Executor):
@@ -117,6 +120,7 @@ class Coordinator(Prestore):
         self._lock = threading.Lock()
         self.index: dict[str, IndexEntry] = {}
         self.pending: dict[tuple[int, int], TransactionRecord] = {}
+        self._pending_warn_at = PENDING_WARN
         self.last_checkpoint: SnapshotMetadata | None = None
         self.last_checkpoint_at = 0.0
         self.confirmed_batch: int | None = None
@@ -156,6 +160,16 @@ class Coordinator(Prestore):
             uploads, self._uploads = self._uploads, None
         if uploads is not None:
             uploads.shutdown(wait=False)
+
+    def _warn_pending(self, count: int) -> None:
+        """Say so when many transactions await the commit step (once per doubling)."""
+        if count < PENDING_WARN:
+            self._pending_warn_at = PENDING_WARN
+        elif count >= self._pending_warn_at:
+            self._pending_warn_at = 2 * count
+            log.warning("%d transactions are pending commit (commit.mode=external): each checkpoint's _metadata "
+                        "carries all of them until the commit step (SparkpointCommitOperator, `sparkpoint commit`) "
+                        "commits them; run it more often", count)
 
     def _upload_pool(self) -> ThreadPoolExecutor:
         """The checkpoints' transfer threads, started once: a checkpoint every few seconds
@@ -295,6 +309,7 @@ class Coordinator(Prestore):
                 (r for (b, _g), r in self.pending.items() if b <= batch_id),
                 key=lambda r: (r.batch_id, r.generation),
             ))
+        self._warn_pending(len(pending))
         files.sort(key=lambda f: f.path)
         ids = self.catalog.checkpoint_ids()  # one listing for the new id and for retention
         meta = SnapshotMetadata(

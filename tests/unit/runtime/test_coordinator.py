@@ -452,3 +452,23 @@ def test_the_sink_ahead_refusal_says_whether_the_sink_can_rewind(catalog, tmp_pa
     assert "RecordingSink cannot rewind" in message and "DeltaSink" in message, message
     assert "sinkAhead=rewind to rewind" not in message, message
     assert "a checkpoint or savepoint at or after batch 2" in message and "new output location" in message
+
+
+def test_many_transactions_pending_an_external_commit_step_are_warned_about(catalog, tmp_path, caplog):
+    """commit.mode=external: every checkpoint's _metadata carries every transaction the
+    commit step has not committed yet (a daily step at a batch every 3 s: ≈ 29,000). Past
+    `PENDING_WARN`, the run says so (once per doubling), naming the remedy."""
+    from airflow_sparkpoint.runtime import coordinator as coordinator_module
+
+    generation = catalog.claim_generation().generation
+    coord = coordinator(catalog, tmp_path, RecordingSink(), generation, commit_mode="external")
+    write_live(tmp_path, 0)
+    warn = coordinator_module.PENDING_WARN
+    for batch in range(warn):
+        catalog.put_transaction(record(batch, generation))  # what the commit step has not settled
+        coord.add_pending(record(batch, generation))
+    with caplog.at_level("WARNING", logger=coordinator_module.__name__):
+        assert coord.checkpoint(warn - 1) is not None
+        assert coord.checkpoint(warn - 1) is not None
+    warned = [r.getMessage() for r in caplog.records if "pending" in r.getMessage()]
+    assert len(warned) == 1 and f"{warn} transactions" in warned[0] and "SparkpointCommitOperator" in warned[0], warned
