@@ -5,8 +5,9 @@ its new savepoints, read from the job's catalog by the triggerer.
                                 (`checkpoints.commit_head`: written after a sink confirmed a
                                 commit, never for staged or aborted batches); one GET a poll
 ``SparkpointSavepointTrigger``  one event per new completed savepoint (``_metadata``
-                                present); one LIST a poll, then only the directories the
-                                listing shows that were not seen yet (never all of them)
+                                present); one LIST a poll, then the listing and ``_metadata``
+                                of each directory not seen yet (all of them only when a
+                                watcher starts without a cursor)
 
 Both run for as long as the asset is watched: a store error is logged and polled again,
 never the end of the trigger.
@@ -230,6 +231,11 @@ class SparkpointSavepointTrigger(_CatalogWatchTrigger):
         by a copy that died, is read again at each poll, never the savepoints already seen."""
         known = list((cursor or {}).get("known", ()))
         floor = (cursor or {}).get("floor")
+        if cursor is not None and "floor" not in cursor and len(known) >= MAX_KNOWN_SAVEPOINTS:
+            # The previous release's cursor: it kept the newest names and forgot the rest.
+            # Below the oldest checkpoint it names, those are seen; at it, one may be
+            # reported again (at least once: consumers dedupe by URI), none is missed.
+            floor = min((c for c in map(_checkpoint_of, known) if c is not None), default=0) - 1
         seen = set(known)
         listed = catalog.store.list_dirs(layout.SAVEPOINTS)
         unseen = [name for name in listed if name not in seen and not _below(name, floor)]
@@ -247,6 +253,7 @@ class SparkpointSavepointTrigger(_CatalogWatchTrigger):
         return {"known": kept, "floor": floor, "fresh": fresh, "details": details}
 
     def cursor_of(self, position: dict[str, Any]) -> dict[str, Any]:
+        # About MAX_KNOWN_SAVEPOINTS names (more while an idle job takes savepoints: `_trim`)
         cursor: dict[str, Any] = {"known": list(position.get("known", ()))}
         if position.get("floor") is not None:
             cursor["floor"] = position["floor"]
@@ -272,11 +279,14 @@ def _below(name: str, floor: int | None) -> bool:
 
 
 def _trim(names: list[str], floor: int | None) -> tuple[list[str], int | None]:
-    """At most `MAX_KNOWN_SAVEPOINTS` of `names` (oldest first) and the new floor: the
-    savepoints of the oldest checkpoints are dropped a whole checkpoint at a time, never
-    the newest checkpoint's (an idle job takes every savepoint of one checkpoint), and
-    the floor says they were seen. A new savepoint is of a retained checkpoint, newer
-    than those of the savepoints seen this long ago, so the floor hides none."""
+    """`names` (oldest first) cut to `MAX_KNOWN_SAVEPOINTS`, and the new floor: the
+    savepoints of the oldest checkpoints are dropped a whole checkpoint at a time, and the
+    floor says they were seen. The newest checkpoint's are never dropped: an idle job (no
+    new batch) takes every savepoint of one checkpoint, and the cursor names them all
+    until it checkpoints again. A savepoint is taken of the newest completed checkpoint,
+    whose id is above those of savepoints seen `MAX_KNOWN_SAVEPOINTS` savepoints ago; only
+    one taken after the newest checkpoints were disposed of by hand could fall under the
+    floor and go unreported."""
     by_checkpoint: dict[int, list[str]] = {}
     for name in names:
         by_checkpoint.setdefault(_checkpoint_of(name) or 0, []).append(name)

@@ -426,3 +426,23 @@ def test_more_savepoints_than_the_cursor_keeps_are_not_read_again_at_every_poll(
         assert read == [made.uri.rsplit("/", 1)[-1]], read
         assert [e["savepoint"] for e in watcher.events(cursor, position)] == [made.uri]
         cursor = watcher.cursor_of(position)
+
+
+def test_a_cursor_of_the_previous_release_does_not_announce_old_savepoints_again(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The previous release's cursor kept the newest `MAX_KNOWN_SAVEPOINTS` names and no
+    floor: after the upgrade, the older savepoints it had stopped naming are not new."""
+    from airflow_sparkpoint.triggers import assets
+
+    monkeypatch.setattr(assets, "MAX_KNOWN_SAVEPOINTS", 4)
+    watcher = assets.SparkpointSavepointTrigger(job_name=JOB, checkpoint_dir="unused")
+    catalog.claim_generation()
+    made = [catalog.create_savepoint(catalog.handle(add_checkpoint(catalog, 1)), generation=1) for _ in range(7)]
+    old_cursor = {"known": [handle.uri.rsplit("/", 1)[-1] for handle in made[-4:]]}
+
+    position, _ = _savepoint_poll(catalog, old_cursor)
+    assert watcher.events(old_cursor, position) == []
+    newer = catalog.create_savepoint(catalog.handle(add_checkpoint(catalog, 1)), generation=1)
+    position, _ = _savepoint_poll(catalog, old_cursor)
+    assert [e["savepoint"] for e in watcher.events(old_cursor, position)] == [newer.uri]
