@@ -312,7 +312,7 @@ def _take(store: Storage, sink: FileSink, decision: Mapping[str, Any]) -> dict[s
     if stale:
         try:
             store.delete(stale)
-        except (StorageError, OSError) as exc:  # left for the next step: the claim stands
+        except (StorageError, OSError) as exc:  # left behind (empty objects): the claim stands
             log.warning("could not delete %d stale claim markers of %s in %s: %s", len(stale), job, store.uri, exc)
     return body
 

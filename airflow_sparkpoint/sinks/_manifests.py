@@ -95,8 +95,10 @@ def marker_key(job: str, batch_id: int) -> str:
 
 def stale_markers(job: str, batch_id: int) -> list[str]:
     """The markers a claim of `batch_id` makes stale, deleted after it (one step of
-    `MARKERS_KEPT` every `MARKERS_KEPT` batches): only the newest claimed batch's marker
-    is ever read, and a claim is never released, so one below a claim is never needed."""
+    `MARKERS_KEPT` every `MARKERS_KEPT` batches): `committed_position` reads markers from
+    the newest down to the first whose claim exists, and a claim is never released by
+    Sparkpoint, so markers well below a claim are never needed. One a step misses (a
+    failed delete; a step's batch claimed by an earlier release) stays: an empty object."""
     if batch_id % MARKERS_KEPT or batch_id < 2 * MARKERS_KEPT:
         return []
     return [marker_key(job, b) for b in range(batch_id - 2 * MARKERS_KEPT, batch_id - MARKERS_KEPT)]
@@ -109,17 +111,17 @@ def committed_position(store: Storage, job: str) -> int | None:
 
     Claims are kept for ever (one per batch), so they are not listed: the newest marker
     whose claim exists names the newest claim of this release (each claim is preceded by
-    its marker; a marker alone is a claimer that died before claiming), then the batches
-    right after it are looked at, claimed by a process of an earlier release (which writes
-    no marker). With no such marker (a job whose claims are all an earlier release's),
-    every claim is listed. Reads only."""
+    its marker; a marker alone is a claimer that died before claiming), and the batch
+    right after it is looked at. Every claim is listed when that batch is claimed (by a
+    process of an earlier release, which writes no marker) or when no marker names a
+    claim (a job whose claims are all an earlier release's). Reads only."""
     prefix = f"{MARKERS}/{job}/"
     newest = None
     looked = 0
     for info in store.list(prefix):
         name = info.key[len(prefix):]
         if not _MARKER_NAME_RE.match(name):
-            continue  # another job's, named like this one and a slash more
+            continue  # not a marker's name: planted
         batch = _MARKER_SPAN - 1 - int(name)
         if store.exists(manifest_key(job, batch)):
             newest = batch
@@ -132,11 +134,11 @@ def committed_position(store: Storage, job: str) -> int | None:
         if not batches:
             return None
         newest = batches[-1]
-    for _ in range(MARKERS_KEPT):
-        if not store.exists(manifest_key(job, newest + 1)):
-            return newest
-        newest += 1
-    return claimed_batches(store, job)[-1]  # an earlier release claimed many: one listing finds its newest
+    if not store.exists(manifest_key(job, newest + 1)):
+        return newest
+    # A claim without a marker: a process of an earlier release commits to this job, and
+    # may have left a gap (a stuck claim released by hand). Only a listing finds its newest.
+    return claimed_batches(store, job)[-1]
 
 
 def s3_destination(bucket: str, path: str) -> tuple[str, str]:
