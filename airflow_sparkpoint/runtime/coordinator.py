@@ -309,7 +309,8 @@ class Coordinator(Prestore):
                 (r for (b, _g), r in self.pending.items() if b <= batch_id),
                 key=lambda r: (r.batch_id, r.generation),
             ))
-        self._warn_pending(len(pending))
+        if self.commit_mode == "external":
+            self._warn_pending(len(pending))
         files.sort(key=lambda f: f.path)
         ids = self.catalog.checkpoint_ids()  # one listing for the new id and for retention
         meta = SnapshotMetadata(
