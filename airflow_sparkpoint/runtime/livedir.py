@@ -24,6 +24,7 @@ import logging
 import os
 import shutil
 import socket
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,8 @@ __all__ = ["local_path_of", "require_local"]  # the live-location rule lives in 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".sparkpoint-lock"
+#: what a live location being deleted is renamed to first (`remove_unowned`)
+TRASH_PREFIX = ".removing-"
 OWNER_NAME = ".sparkpoint-owner.json"
 TERMINAL_STATES = ("finished", "stopped", "failed")
 
@@ -397,7 +400,12 @@ def clear(location: str) -> None:
 
 def remove_unowned(work_root: str, keep: str, below_generation: int) -> list[str]:
     """Delete ``g<N>`` locations under `work_root` older than `below_generation` whose
-    lock is free (their runs ended); never `keep`, never one a running generation holds."""
+    lock is free (their runs ended); never `keep`, never one a running generation holds.
+
+    Deleting a tree removes its lock file before the rest: another run could then lock
+    the half-deleted location and resume in place on it. So each is first renamed, under
+    its lock, out of the ``g<N>`` names (`TRASH_PREFIX`), then deleted; what a deletion
+    killed halfway left is deleted by the next call."""
     removed: list[str] = []
     try:
         names = os.listdir(work_root)
@@ -405,6 +413,9 @@ def remove_unowned(work_root: str, keep: str, below_generation: int) -> list[str
         return removed
     current = os.path.basename(keep.rstrip("/"))
     for name in names:
+        if name.startswith(TRASH_PREFIX):
+            shutil.rmtree(os.path.join(work_root, name), ignore_errors=True)
+            continue
         if not (name.startswith("g") and name[1:].isdigit()) or name == current or int(name[1:]) >= below_generation:
             continue
         path = os.path.join(work_root, name)
@@ -412,11 +423,16 @@ def remove_unowned(work_root: str, keep: str, below_generation: int) -> list[str
         if lock is None:
             log.info("keeping live location %s: a run still holds it", path)
             continue
+        trash = os.path.join(work_root, f"{TRASH_PREFIX}{name}-{uuid.uuid4().hex}")
         try:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+            os.rename(path, trash)
+        except OSError as exc:
+            log.warning("could not remove live location %s: %s", path, exc)
+            continue
         finally:
             lock.release()
+        shutil.rmtree(trash, ignore_errors=True)
+        removed.append(path)
     return removed
 
 

@@ -5,6 +5,7 @@ materialization."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -365,6 +366,33 @@ def test_old_locations_are_removed_only_when_no_run_holds_them(tmp_path):
     assert removed == [str(work / "g1")] and (work / "g2").exists() and (work / "g3").exists()
     assert held is not None
     held.release()
+
+
+def test_an_old_location_is_out_of_every_runs_reach_before_its_files_are_deleted(tmp_path, monkeypatch):
+    """Deleting a tree removes its lock file early: another run could then lock the half-deleted
+    location and resume in place on it. It is moved out of the ``g<N>`` names under its lock
+    first, and what a killed deletion left is deleted by the next pass."""
+    work = tmp_path / "work"
+    (work / "g1" / "state").mkdir(parents=True)
+    (work / "g1" / "state" / "1.changelog").write_bytes(b"x")
+    (work / "g3").mkdir()
+    seen: list[tuple[str, bool]] = []
+    rmtree = shutil.rmtree
+
+    def watching(path, *args, **kwargs):
+        seen.append((os.path.basename(str(path)), (work / "g1").exists()))
+        rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(livedir.shutil, "rmtree", watching)
+    assert livedir.remove_unowned(str(work), str(work / "g3"), 3) == [str(work / "g1")]
+    assert seen and all(not still for _name, still in seen), seen
+    assert all(not name.startswith("g") for name, _still in seen), seen
+    assert sorted(os.listdir(work)) == ["g3"]
+
+    left = work / f"{livedir.TRASH_PREFIX}g2-0"  # a deletion killed halfway
+    (left / "state").mkdir(parents=True)
+    livedir.remove_unowned(str(work), str(work / "g3"), 3)
+    assert sorted(os.listdir(work)) == ["g3"]
 
 
 def test_a_retry_finishes_the_rewind_its_lineage_asked_for_and_only_that_one(catalog, tmp_path):
