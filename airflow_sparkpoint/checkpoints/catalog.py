@@ -26,6 +26,7 @@ from airflow_sparkpoint.checkpoints.generations import (
     check_generation,
     claim_generation,
     claimed_generations,
+    newest_generation,
     read_claim,
 )
 from airflow_sparkpoint.checkpoints.lineage import (
@@ -74,6 +75,7 @@ class Catalog:
         self.store: Storage = layout.JobStore(storage, job)
         self.uri = self.store.uri
         self._newest_savepoint: tuple[float, int] | None = None  # (monotonic time listed, id)
+        self._generation_seen = 0  # the newest generation seen claimed (claims are never deleted)
 
     @classmethod
     def open(cls, uri: str, job: str, **storage_options: Any) -> Catalog:
@@ -527,8 +529,11 @@ class Catalog:
     # ------------------------------------------------------------------ generations
 
     def current_generation(self) -> int:
-        """The newest claimed generation (0 when the job never started)."""
-        return max(self.generations(), default=0)
+        """The newest claimed generation (0 when the job never started): from the newest this
+        catalog has seen (generations are never deleted), `generations.newest_generation`."""
+        newest = newest_generation(self.store, self._generation_seen)
+        self._generation_seen = newest
+        return newest
 
     def generations(self) -> builtins.list[int]:
         """Every claimed generation, in order (`generations.claimed_generations`)."""
@@ -536,7 +541,9 @@ class Catalog:
 
     def claim_generation(self, details: Mapping[str, Any] | None = None) -> GenerationInfo:
         """Atomically claim generation ``current + 1`` (`generations.claim_generation`)."""
-        return claim_generation(self.store, self.job, details)
+        info = claim_generation(self.store, self.job, details)
+        self._generation_seen = max(self._generation_seen, info.generation)
+        return info
 
     def generation_claim(self, generation: int) -> GenerationInfo | None:
         """The claim of `generation`, or None (`generations.read_claim`, which says what it raises)."""

@@ -85,6 +85,10 @@ def generation_key(generation: int) -> str:
     return f"{GENERATIONS}/{generation:012d}"
 
 
+#: generation claims listed, at most, to find the newest (`generations.newest_generation`)
+GENERATIONS_LISTED = 1000
+
+
 def generation_of(key: str) -> int | None:
     """The generation whose claim is at `key` (``generations/<g>``), or None."""
     name = key.rsplit("/", 1)[-1]
