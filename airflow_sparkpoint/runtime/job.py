@@ -283,6 +283,8 @@ class _Run(_RunCoordination):
             watcher = threading.Thread(target=self._watch_commits, args=(livedir.last_commit(self.live),),
                                        name="sparkpoint-commits", daemon=True)
             self.query = writer.start()
+            self._cleanup = threading.Thread(target=self._remove_earlier_live, name="sparkpoint-cleanup", daemon=True)
+            self._cleanup.start()
             watcher.start()
             coordinator_thread.start()
             heartbeat_thread.start()
@@ -302,6 +304,19 @@ class _Run(_RunCoordination):
             self._watch_stop.set()
             self.coordinator.close()
             self._release_live()
+
+    def _remove_earlier_live(self) -> None:
+        """Delete the live locations of earlier generations that no run holds, once the
+        query runs on this one (no restore links from them any more): a run killed or
+        failed before its end (`_conclude`) left its own, a copy of the state each, and
+        a job whose retries cannot resume in place would pile them up."""
+        try:
+            removed = livedir.remove_unowned(self.work_root, self.live, self.generation)
+        except OSError as exc:  # the next run's start, or this one's end, tries again
+            log.warning("could not remove the live locations of earlier runs under %s: %s", self.work_root, exc)
+            return
+        if removed:
+            log.info("removed the live locations of earlier runs: %s", ", ".join(removed))
 
     def _watch_commits(self, seen: int | None) -> None:
         """Feed the coordinator each batch Spark commits (its ``commits/<N>`` file, written
@@ -342,6 +357,9 @@ class _Run(_RunCoordination):
         result = self._result(state)
         self._write_status(state)
         write_run_result(self.catalog, result)
+        cleanup: threading.Thread | None = getattr(self, "_cleanup", None)
+        if cleanup is not None:
+            cleanup.join()  # one pass at a time in this process (`livedir.remove_unowned`)
         livedir.remove_unowned(self.work_root, self.live, self.generation)
         log.info("job %s generation %d %s: %s", self.cfg.job, self.generation, state, json.dumps(result.to_json()))
         return result
