@@ -344,13 +344,15 @@ class Catalog:
     # ------------------------------------------------------------------ savepoints
 
     def _savepoint_dirs(self) -> list[SnapshotEntry]:
-        entries = []
-        for name in self.store.list_dirs(layout.SAVEPOINTS):
-            match = layout.SAVEPOINT_RE.match(name)
-            if match:
-                key = f"{layout.SAVEPOINTS}/{name}"
-                entries.append(SnapshotEntry("savepoint", int(match.group(1)), f"{self.uri}/{key}", key))
-        return entries
+        return [entry for entry in map(self._savepoint_dir, self.store.list_dirs(layout.SAVEPOINTS))
+                if entry is not None]
+
+    def _savepoint_dir(self, name: str) -> SnapshotEntry | None:
+        checkpoint = layout.savepoint_checkpoint(name)
+        if checkpoint is None:
+            return None
+        key = f"{layout.SAVEPOINTS}/{name}"
+        return SnapshotEntry("savepoint", checkpoint, f"{self.uri}/{key}", key)
 
     def list_savepoints(self) -> list[SnapshotEntry]:
         """Every savepoint directory, newest first, valid or with the reason it is not."""
@@ -361,11 +363,8 @@ class Catalog:
         """The savepoint directory `name` (under ``savepoints/``, as `list_dirs` gives it),
         valid or with the reason it is not (one listing of it, then its ``_metadata``);
         None when `name` is not a savepoint directory's name."""
-        match = layout.SAVEPOINT_RE.match(name)
-        if match is None:
-            return None
-        key = f"{layout.SAVEPOINTS}/{name}"
-        return self._read_savepoint(SnapshotEntry("savepoint", int(match.group(1)), f"{self.uri}/{key}", key))
+        entry = self._savepoint_dir(name)
+        return self._read_savepoint(entry) if entry is not None else None
 
     def _read_savepoint(self, entry: SnapshotEntry) -> SnapshotEntry:
         present = {info.key: info.size for info in self.store.list(entry.key)}

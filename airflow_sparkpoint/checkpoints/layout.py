@@ -81,6 +81,13 @@ def savepoint_dir(checkpoint_id: int, suffix: str) -> str:
     return f"savepoints/savepoint-{checkpoint_id}-{suffix}"
 
 
+def savepoint_checkpoint(name: str) -> int | None:
+    """The checkpoint id in a savepoint directory's name (``savepoint-<id>-<suffix>``), or
+    None when `name` is not one."""
+    match = SAVEPOINT_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
 def generation_key(generation: int) -> str:
     return f"{GENERATIONS}/{generation:012d}"
 

@@ -235,7 +235,7 @@ class SparkpointSavepointTrigger(_CatalogWatchTrigger):
             # The previous release's cursor: it kept the newest names and forgot the rest.
             # Below the oldest checkpoint it names, those are seen; at it, one may be
             # reported again (at least once: consumers dedupe by URI), none is missed.
-            floor = min((c for c in map(_checkpoint_of, known) if c is not None), default=0) - 1
+            floor = min((c for c in map(layout.savepoint_checkpoint, known) if c is not None), default=0) - 1
         seen = set(known)
         listed = catalog.store.list_dirs(layout.SAVEPOINTS)
         unseen = [name for name in listed if name not in seen and not _below(name, floor)]
@@ -266,15 +266,10 @@ class SparkpointSavepointTrigger(_CatalogWatchTrigger):
                 for name in now.get("fresh", ()) if name not in seen and name in details]
 
 
-def _checkpoint_of(name: str) -> int | None:
-    match = layout.SAVEPOINT_RE.match(name)
-    return int(match.group(1)) if match else None
-
-
 def _below(name: str, floor: int | None) -> bool:
     """Whether savepoint directory `name` is of a checkpoint at or before `floor` (the
     cursor's record of the savepoints it stopped naming: seen, see `_trim`)."""
-    checkpoint = _checkpoint_of(name)
+    checkpoint = layout.savepoint_checkpoint(name)
     return floor is not None and checkpoint is not None and checkpoint <= floor
 
 
@@ -289,7 +284,7 @@ def _trim(names: list[str], floor: int | None) -> tuple[list[str], int | None]:
     floor and go unreported."""
     by_checkpoint: dict[int, list[str]] = {}
     for name in names:
-        by_checkpoint.setdefault(_checkpoint_of(name) or 0, []).append(name)
+        by_checkpoint.setdefault(layout.savepoint_checkpoint(name) or 0, []).append(name)
     order = sorted(by_checkpoint)
     count = len(names)
     dropped: set[str] = set()
