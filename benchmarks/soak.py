@@ -162,7 +162,8 @@ def driver(config_path: str) -> int:
                 trim_after_s=config.get("census_trim_after"))
     if config.get("tracemalloc"):
         _trace_python_growth(float(config["tracemalloc"]), Path(config["records"]).with_name("tracemalloc.jsonl"))
-    spark = spark_session("sparkpoint-soak", cores=2)
+    extra = {"spark.driver.extraJavaOptions": "-XX:NativeMemoryTracking=summary"} if config.get("nmt") else None
+    spark = spark_session("sparkpoint-soak", cores=2, extra=extra)
     job = SparkpointJob.get_or_create(conf=conf, argv=[])
     events = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 4).parquet(config["input"])
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
@@ -316,6 +317,24 @@ def _heap_after_gc(pid: int) -> tuple[int | None, int | None]:
     return (int(found.group(2)) * 1024, int(found.group(1)) * 1024) if found else (None, None)
 
 
+#: NMT's summary lines: "Total: reserved=..KB, committed=..KB" and "-  Java Heap (reserved=..KB, committed=..KB)"
+_NMT_LINE = re.compile(r"^(?:Total|-\s*(?P<name>[A-Za-z][\w .-]*?))\s*[:(]\s*reserved=(\d+)KB, committed=(\d+)KB",
+                       re.MULTILINE)
+
+
+def _native_memory(pid: int) -> dict[str, int] | None:
+    """The JVM's native memory by NMT category, committed bytes ({"total": .., "Java Heap": ..,
+    "Thread": .., ...}), when the JVM runs with ``-XX:NativeMemoryTracking`` (`--nmt`); None
+    without it or jcmd. What the RSS holds beyond NMT's total is memory the JVM does not
+    track: native libraries' malloc (RocksDB) and the free memory malloc keeps."""
+    if shutil.which("jcmd") is None:
+        return None
+    out = subprocess.run(["jcmd", str(pid), "VM.native_memory", "summary", "scale=KB"], capture_output=True, text=True,
+                         timeout=60, check=False).stdout
+    found = {(m.group("name") or "total").strip(): int(m.group(3)) * 1024 for m in _NMT_LINE.finditer(out)}
+    return found if "total" in found else None
+
+
 def _class_histogram(pid: int, top: int = 400) -> dict[str, list[int]] | None:
     """The `top` classes by bytes of live objects: {class: [instances, bytes]} (jcmd's
     GC.class_histogram, which runs a full GC first); None without jcmd."""
@@ -337,13 +356,15 @@ def heap_growth(first: dict[str, list[int]], last: dict[str, list[int]], top: in
     return sorted(grown, key=lambda g: g["bytes_first"] - g["bytes_last"])[:top]
 
 
-def _sample(driver_pid: int, catalog: Any) -> dict[str, Any]:
+def _sample(driver_pid: int, catalog: Any, nmt: bool = False) -> dict[str, Any]:
     row: dict[str, Any] = {"at": time.time()}
     row["driver"] = _proc(driver_pid)
     jvm = _jvm_pid(driver_pid)
     if jvm is not None:
         row["jvm"] = _proc(jvm)
         row["heap_after_gc"], row["heap_committed"] = _heap_after_gc(jvm)
+        if nmt:
+            row["nmt"] = _native_memory(jvm)
     row["store_objects"] = sum(1 for _ in catalog.store.list(""))
     row["retained_checkpoints"] = len(catalog.checkpoint_ids())
     row["shared_objects"] = sum(1 for _ in catalog.store.list("shared"))
@@ -447,13 +468,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 **extra_conf}
         config = {"conf": conf, "input": str(out / "input"), "table": str(out / "table"),
                   "records": str(out / "checkpoints.jsonl"), "tracemalloc": args.tracemalloc,
-                  "census": args.census, "census_trim_after": args.census_trim_after}
+                  "census": args.census, "census_trim_after": args.census_trim_after, "nmt": args.nmt}
         (out / "driver.json").write_text(json.dumps(config))
         writer = threading.Thread(target=_write_input, args=(out / "input", stop_input), daemon=True)
         writer.start()
         log = open(out / "driver.log", "w")  # noqa: SIM115 - closed below
+        env = dict(os.environ)
+        if args.malloc_arena_max:  # glibc's arenas for the driver's Python and its JVM (RocksDB's malloc)
+            env["MALLOC_ARENA_MAX"] = str(args.malloc_arena_max)
         proc = subprocess.Popen([sys.executable, __file__, "--driver", str(out / "driver.json")],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         catalog = Catalog(open_storage(root, **options), JOB)
         channel = ControlChannel(catalog)
         samples: list[dict[str, Any]] = []
@@ -468,7 +492,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             while time.monotonic() < end and proc.poll() is None:
                 now = time.monotonic()
                 if now >= next_sample:
-                    samples.append({**_sample(proc.pid, catalog), "probe": _fresh_client_probe(root, options)})
+                    samples.append({**_sample(proc.pid, catalog, args.nmt), "probe": _fresh_client_probe(root, options)})
                     next_sample += 60
                 if now >= next_histogram:
                     histograms.append(_histogram_of(proc.pid))
@@ -501,6 +525,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     counted = out / "census.jsonl"
     census = [json.loads(line) for line in counted.read_text().splitlines() if line] if counted.exists() else []
     result = {"benchmark": "soak", "store": args.store, "minutes": args.minutes, "trigger": args.trigger,
+              "nmt": args.nmt, "malloc_arena_max": args.malloc_arena_max,
               "driver_exit": proc.returncode, "machine": machine(),
               "summary": summarize(checkpoints, samples, savepoints, histograms),
               "disposed_savepoints": disposed, "histograms": histograms, "python_growth": growth, "census": census,
@@ -576,6 +601,11 @@ STEP_NOTES = {"hash": "", "upload": UPLOAD_NOTE, "list_shared": ", beside the up
               "next_id": "", "metadata": "", "retention": ""}
 
 
+#: the NMT categories the quarter table shows (the rest are small and flat)
+NMT_SHOWN = ("total", "Java Heap", "Class", "Metaspace", "Thread", "Code", "GC", "Internal", "Other", "Symbol",
+             "Native Memory Tracking", "Arena Chunk")
+
+
 def quarter_table(result: dict[str, Any]) -> str:
     """The report's table: medians per quarter of the run and last ÷ first, as Markdown."""
     steady = result["checkpoints"][2:]
@@ -609,6 +639,11 @@ def quarter_table(result: dict[str, Any]) -> str:
          "{:.0f}", "≤ 1.10"),
         ("JVM heap committed (MB)", [s["heap_committed"] / 1e6 for s in samples if s.get("heap_committed")],
          "{:.0f}", ""),
+        *((f"JVM native memory (NMT committed): {name} (MB)", [s["nmt"].get(name, 0) / 1e6 for s in samples
+                                                            if s.get("nmt")], "{:.1f}", "")
+          for name in NMT_SHOWN),
+        ("JVM RSS beyond NMT's total: untracked malloc (MB)", [(s["jvm"]["rss"] - s["nmt"]["total"]) / 1e6
+                                                              for s in jvm if s.get("nmt")], "{:.0f}", ""),
         ("JVM threads", [s["jvm"]["threads"] for s in jvm], "{:.0f}", "flat"),
         ("JVM open files", [s["jvm"]["open_files"] for s in jvm], "{:.0f}", "flat"),
         ("objects under `shared/`", [s["shared_objects"] for s in samples], "{:,.0f}", "bounded"),
@@ -643,6 +678,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--census-trim-after", type=float, metavar="SECONDS",
                         help="with --census: from SECONDS into the run, each census first returns malloc's free "
                              "memory to the system (malloc_trim) and records the RSS before and after")
+    parser.add_argument("--nmt", action="store_true",
+                        help="diagnosis: run the driver's JVM with native memory tracking and record its summary "
+                             "every minute, to tell the JVM's own memory from RocksDB's and malloc's")
+    parser.add_argument("--malloc-arena-max", type=int, default=0, metavar="N",
+                        help="run the driver (Python and its JVM) with MALLOC_ARENA_MAX=N (0: glibc's default)")
     parser.add_argument("--histogram-every", type=float, default=1800.0,
                         help="seconds between JVM class histograms (the first after 10 minutes)")
     parser.add_argument("--out", default="soak-output")
