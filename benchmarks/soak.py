@@ -303,18 +303,38 @@ def _jvm_pid(driver_pid: int) -> int | None:
     return None
 
 
-def _heap_after_gc(pid: int) -> tuple[int | None, int | None]:
-    """(used, committed) heap in bytes right after a full GC, from jcmd; Nones without jcmd.
+def _heap_after_gc(pid: int) -> tuple[int | None, int | None, int | None]:
+    """(used, committed, resident) heap in bytes right after a full GC, from jcmd; Nones
+    without jcmd.
 
-    Committed heap is what the JVM holds from the OS for its heap: RSS growth that is
-    not in it is native memory (RocksDB, threads, code cache)."""
+    Committed heap is what the JVM holds from the OS for its heap, resident what of it is
+    in RAM (the RSS of the heap's address range in /proc/<pid>/smaps): RSS growth that is
+    not in it is native memory (RocksDB, threads, code cache, metaspace)."""
     if shutil.which("jcmd") is None:
-        return None, None
+        return None, None, None
     subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60, check=False)
     out = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, timeout=60,
                          check=False).stdout
     found = re.search(r"total (\d+)K, used (\d+)K", out)
-    return (int(found.group(2)) * 1024, int(found.group(1)) * 1024) if found else (None, None)
+    bounds = re.search(r"\[(0x[0-9a-f]+), (0x[0-9a-f]+)\)", out)
+    resident = _resident_in(pid, int(bounds.group(1), 16), int(bounds.group(2), 16)) if bounds else None
+    return (int(found.group(2)) * 1024, int(found.group(1)) * 1024, resident) if found else (None, None, None)
+
+
+def _resident_in(pid: int, start: int, end: int) -> int | None:
+    """Bytes of `pid`'s RSS in the mappings inside [start, end) (/proc/<pid>/smaps)."""
+    try:
+        text = Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return None
+    total, inside = 0, False
+    for line in text.splitlines():
+        head = re.match(r"^([0-9a-f]+)-([0-9a-f]+) ", line)
+        if head:
+            inside = start <= int(head.group(1), 16) and int(head.group(2), 16) <= end
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1]) * 1024
+    return total
 
 
 #: NMT's summary lines: "Total: reserved=..KB, committed=..KB" and "-  Java Heap (reserved=..KB, committed=..KB)"
@@ -362,7 +382,7 @@ def _sample(driver_pid: int, catalog: Any, nmt: bool = False) -> dict[str, Any]:
     jvm = _jvm_pid(driver_pid)
     if jvm is not None:
         row["jvm"] = _proc(jvm)
-        row["heap_after_gc"], row["heap_committed"] = _heap_after_gc(jvm)
+        row["heap_after_gc"], row["heap_committed"], row["heap_resident"] = _heap_after_gc(jvm)
         if nmt:
             row["nmt"] = _native_memory(jvm)
     row["store_objects"] = sum(1 for _ in catalog.store.list(""))
@@ -642,8 +662,13 @@ def quarter_table(result: dict[str, Any]) -> str:
         *((f"JVM native memory (NMT committed): {name} (MB)", [s["nmt"].get(name, 0) / 1e6 for s in samples
                                                             if s.get("nmt")], "{:.1f}", "")
           for name in NMT_SHOWN),
-        ("JVM RSS beyond NMT's total: untracked malloc (MB)", [(s["jvm"]["rss"] - s["nmt"]["total"]) / 1e6
-                                                              for s in jvm if s.get("nmt")], "{:.0f}", ""),
+        ("JVM heap resident (MB)", [s["heap_resident"] / 1e6 for s in samples if s.get("heap_resident")],
+         "{:.0f}", ""),
+        ("JVM RSS beyond the resident heap (MB)", [(s["jvm"]["rss"] - s["heap_resident"]) / 1e6
+                                                   for s in jvm if s.get("heap_resident")], "{:.0f}", ""),
+        ("JVM RSS beyond the resident heap and NMT's other categories: untracked malloc, RocksDB (MB)",
+         [(s["jvm"]["rss"] - s["heap_resident"] - (s["nmt"]["total"] - s["nmt"].get("Java Heap", 0))) / 1e6
+          for s in jvm if s.get("nmt") and s.get("heap_resident")], "{:.0f}", ""),
         ("JVM threads", [s["jvm"]["threads"] for s in jvm], "{:.0f}", "flat"),
         ("JVM open files", [s["jvm"]["open_files"] for s in jvm], "{:.0f}", "flat"),
         ("objects under `shared/`", [s["shared_objects"] for s in samples], "{:,.0f}", "bounded"),
