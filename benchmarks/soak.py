@@ -303,6 +303,12 @@ def _jvm_pid(driver_pid: int) -> int | None:
     return None
 
 
+def _jcmd(pid: int, *command: str, timeout: float = 60) -> str:
+    """What ``jcmd <pid> <command>`` printed (its failures print nothing we parse)."""
+    return subprocess.run(["jcmd", str(pid), *command], capture_output=True, text=True, timeout=timeout,
+                          check=False).stdout
+
+
 def _heap_after_gc(pid: int) -> tuple[int | None, int | None, int | None]:
     """(used, committed, resident) heap in bytes right after a full GC, from jcmd; Nones
     without jcmd.
@@ -312,9 +318,8 @@ def _heap_after_gc(pid: int) -> tuple[int | None, int | None, int | None]:
     not in it is native memory (RocksDB, threads, code cache, metaspace)."""
     if shutil.which("jcmd") is None:
         return None, None, None
-    subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60, check=False)
-    out = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, timeout=60,
-                         check=False).stdout
+    _jcmd(pid, "GC.run")
+    out = _jcmd(pid, "GC.heap_info")
     found = re.search(r"total (\d+)K, used (\d+)K", out)
     bounds = re.search(r"\[(0x[0-9a-f]+), (0x[0-9a-f]+)\)", out)
     resident = _resident_in(pid, int(bounds.group(1), 16), int(bounds.group(2), 16)) if bounds else None
@@ -349,8 +354,7 @@ def _native_memory(pid: int) -> dict[str, int] | None:
     track: native libraries' malloc (RocksDB) and the free memory malloc keeps."""
     if shutil.which("jcmd") is None:
         return None
-    out = subprocess.run(["jcmd", str(pid), "VM.native_memory", "summary", "scale=KB"], capture_output=True, text=True,
-                         timeout=60, check=False).stdout
+    out = _jcmd(pid, "VM.native_memory", "summary", "scale=KB")
     found = {(m.group("name") or "total").strip(): int(m.group(3)) * 1024 for m in _NMT_LINE.finditer(out)}
     return found if "total" in found else None
 
@@ -360,8 +364,7 @@ def _class_histogram(pid: int, top: int = 400) -> dict[str, list[int]] | None:
     GC.class_histogram, which runs a full GC first); None without jcmd."""
     if shutil.which("jcmd") is None:
         return None
-    out = subprocess.run(["jcmd", str(pid), "GC.class_histogram"], capture_output=True, text=True,
-                         timeout=120, check=False).stdout
+    out = _jcmd(pid, "GC.class_histogram", timeout=120)
     rows = [(m.group(3), int(m.group(1)), int(m.group(2)))
             for m in re.finditer(r"^\s*\d+:\s+(\d+)\s+(\d+)\s+(\S+)", out, re.MULTILINE)]
     return {name: [count, size] for name, count, size in sorted(rows, key=lambda r: -r[2])[:top]}
