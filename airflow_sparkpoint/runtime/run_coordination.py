@@ -45,26 +45,40 @@ class _RunCoordination(_RunStartup):
                     kind, value = self.events.get(timeout=timeout)
                 except queue.Empty:
                     kind, value = "tick", None
-                if kind == "progress":
-                    self._confirm(value)
-                    if self.events.empty():  # else the next event's turn takes this batch too
-                        self._checkpoint_due()
-                elif kind == "final":
-                    self._finish()
+                next_poll = self._handle(kind, value, next_poll)
+                if kind == "final":
                     return
-                if time.monotonic() >= next_poll:
-                    next_poll = time.monotonic() + self.cfg.poll_interval_s
-                    if not self.stopping.is_set():
-                        self._serve_control()
-                    if not self.stopping.is_set() and self.error is None:
-                        self._tidy_control()
-                        self._trim_heap()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            self.error = exc
-            log.error("job %s generation %d: %s", self.cfg.job, self.generation, exc)
-            self.stopping.set()
-            self._stop_query()
+            self._coordination_failed(exc)
             # Keep draining so the caller's final event finds us gone.
+
+    def _handle(self, kind: str, value: object, next_poll: float) -> float:
+        """One event of the coordinator thread: ``progress`` (Spark committed batch
+        `value`), ``tick`` (no event for a poll interval) or ``final`` (the query ended);
+        serve the control channel when `next_poll` (monotonic) has come. Returns the next
+        poll time."""
+        if kind == "progress":
+            self._confirm(int(value))  # type: ignore[call-overload]
+            if self.events.empty():  # else the next event's turn takes this batch too
+                self._checkpoint_due()
+        elif kind == "final":
+            self._finish()
+            return next_poll
+        if time.monotonic() >= next_poll:
+            next_poll = time.monotonic() + self.cfg.poll_interval_s
+            if not self.stopping.is_set():
+                self._serve_control()
+            if not self.stopping.is_set() and self.error is None:
+                self._tidy_control()
+                self._trim_heap()
+        return next_poll
+
+    def _coordination_failed(self, exc: BaseException) -> None:
+        """The coordinator thread failed: the run ends with `exc`."""
+        self.error = exc
+        log.error("job %s generation %d: %s", self.cfg.job, self.generation, exc)
+        self.stopping.set()
+        self._stop_query()
 
     def _confirm(self, batch_id: int) -> None:
         """Batch `batch_id` is durable in Spark's commits/ (seen by the commit watcher, or read

@@ -1,0 +1,207 @@
+"""The actors of the simulation: each runs the product's real code for one use case.
+
+* `Driver`: a real `runtime.job._Run` (claim, restore planning and recovery, the
+  coordinator's checkpoints, retention and commits, control requests, the status and
+  the result) whose streaming query is the model's (`model.ModelQuery`) instead of Spark's;
+* `commit_step`, `savepoint`, `savepoint_retention`, `rollback`: the use cases the CLI and
+  the operators run, called as they call them.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_sparkpoint.checkpoints import savepoints
+from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
+from airflow_sparkpoint.exceptions import StaleGeneration
+from airflow_sparkpoint.runtime.config import SparkpointConfig
+from airflow_sparkpoint.runtime.job import _Run, _StopRun
+from airflow_sparkpoint.sinks.commit import commit_pending
+from airflow_sparkpoint.sinks.rollback import abort_stopped_generation
+from tests.simulation.model import ModelQuery
+from tests.simulation.scheduler import Crash
+from tests.simulation.world import JOB, World
+
+#: the heartbeat age past which a run counts as gone (the operators' default)
+MAX_HEARTBEAT_AGE_S = 60.0
+
+
+@dataclass(frozen=True)
+class DriverSpec:
+    """One start of the job (a task try, a deploy, a restore by hand)."""
+
+    restore: str = "latest"  # latest | none | path (a snapshot chosen when it starts)
+    sink_ahead: str = "fail"
+    commit_mode: str = "checkpoint"
+    version: int = 1  # the job code's version (a deploy changes it)
+    budget: int = 3  # batches it finds input for before it ends (availableNow)
+    num_retained: int = 2
+    interval_s: float = 0.0
+    timeout_s: float = 600.0  # checkpoint.timeout: also the grace before orphaned shared files go
+
+    def describe(self) -> str:
+        parts = [f"restore={self.restore}", f"v{self.version}", f"{self.budget} batches"]
+        if self.sink_ahead != "fail":
+            parts.append(f"sinkAhead={self.sink_ahead}")
+        if self.commit_mode != "checkpoint":
+            parts.append(self.commit_mode)
+        if self.interval_s:
+            parts.append(f"interval={self.interval_s:g}s")
+        if self.timeout_s != 600.0:
+            parts.append(f"timeout={self.timeout_s:g}s")
+        parts.append(f"numRetained={self.num_retained}")
+        return ", ".join(parts)
+
+
+class _FakeSpark:
+    """What `_Run` asks of its SparkSession outside the query (the model has no JVM)."""
+
+    version = "4.2.0"
+
+    def __init__(self, name: str) -> None:
+        conf = types.SimpleNamespace(getAll=list)
+        self.sparkContext = types.SimpleNamespace(applicationId=f"sim-{name}", uiWebUrl=None,
+                                                  getConf=lambda: conf)
+        self.conf = types.SimpleNamespace(get=lambda key, default=None: default)
+
+
+class SimRun(_Run):
+    """`_Run` with the model's query: staging, the coordinator's events and the end of
+    the run are `_Run`'s own code, in the order its threads run them."""
+
+    def __init__(self, world: World, spec: DriverSpec, name: str, restore: str) -> None:
+        settings = {
+            "spark.sparkpoint.dir": world.root,
+            "spark.sparkpoint.job": JOB,
+            "spark.sparkpoint.workDir": world.work,
+            "spark.sparkpoint.restore": restore,
+            "spark.sparkpoint.restore.force": "true",
+            "spark.sparkpoint.restore.sinkAhead": spec.sink_ahead,
+            "spark.sparkpoint.commit.mode": spec.commit_mode,
+            "spark.sparkpoint.checkpoint.interval": f"{spec.interval_s:g}s",
+            "spark.sparkpoint.checkpoint.numRetained": str(spec.num_retained),
+            "spark.sparkpoint.checkpoint.timeout": f"{spec.timeout_s:g}s",
+            "spark.sparkpoint.takeover": "true",
+            "spark.sparkpoint.stateStore": "hdfs",
+            "spark.sparkpoint.control.pollInterval": "1s",
+        }
+        config = SparkpointConfig.from_conf(settings)
+        self.world = world
+        self.spec = spec
+        self.name = name
+        job = types.SimpleNamespace(config=config, spark=_FakeSpark(name))
+        self.model = ModelQuery(live="", inputs=world.inputs, version=spec.version, generation=0,
+                                point=world.scheduler.point)
+        super().__init__(job, self.model, world.sink(), "append", None)  # type: ignore[arg-type]
+
+    def _run_query(self) -> Any:
+        model = self.model
+        model.live, model.generation = self.live, self.generation
+        self.query = model  # type: ignore[assignment]
+        next_poll = 0.0
+        done = False
+
+        def event(kind: str, value: int | None) -> None:
+            nonlocal next_poll, done
+            if done:
+                return
+            try:
+                next_poll = self._handle(kind, value, next_poll)
+            except Crash:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - `_coordinate`'s own handling
+                self._coordination_failed(exc)
+                done = True
+
+        query_error: BaseException | None = None
+        try:
+            try:
+                for count in range(self.spec.budget):
+                    if self.stopping.is_set() or self.error is not None or model.stopped:
+                        break
+                    batch = model.next_batch()
+                    if batch is None:
+                        break
+                    try:
+                        self._stage_batch(model.frame(batch), batch)  # type: ignore[arg-type]
+                    except _StopRun:
+                        break
+                    model.commit(batch)
+                    if count == 0:
+                        self._remove_earlier_live()  # the cleanup thread, once the query runs
+                    event("progress", batch)
+                    event("tick", None)
+            except Crash:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the query failed (foreachBatch raised)
+                query_error = exc
+            self.query_failed = query_error is not None
+            event("final", None)
+            return self._conclude(query_error)
+        finally:
+            self.coordinator.close()
+            self._release_live()
+
+
+def driver(world: World, spec: DriverSpec, name: str) -> Any:
+    """Start the job as `spec` says; the result is the run's `RunResult` (or it raises)."""
+    restore = spec.restore
+    if restore == "path":
+        snapshots = _snapshots(world)
+        restore = world.scheduler.choose("restore target", snapshots) if snapshots else "latest"
+    run = SimRun(world, spec, name, restore)
+    actor = world.scheduler.current()
+    if actor is not None:
+        actor.on_crash.append(run._release_live)  # the OS drops a dead process's locks
+    return run.execute()
+
+
+def _snapshots(world: World) -> list[str]:
+    """Every complete checkpoint and savepoint of the job now, by URI (a person reading
+    `sparkpoint list`), valid or not: the restore refuses what it must."""
+    catalog = world.raw_catalog()
+    found = [f"{catalog.uri}/chk-{cid}" for cid in catalog.checkpoint_ids()
+             if catalog.store.exists(f"chk-{cid}/_metadata")]
+    found += [entry.uri for entry in catalog.list_savepoints() if entry.metadata is not None]
+    return found
+
+
+def commit_step(world: World, upto: int | None = None) -> Any:
+    """`sparkpoint commit` / `SparkpointCommitOperator` with the job's sink declared."""
+    return commit_pending(world.catalog(), sink=world.sink(), upto_batch=upto)
+
+
+def savepoint(world: World, stop: bool) -> Any:
+    """`sparkpoint savepoint [--stop]` / `SparkpointSavepointOperator`: ask the live run,
+    else copy the latest completed checkpoint."""
+    catalog = world.catalog()
+    source = savepoints.savepoint_source(catalog, MAX_HEARTBEAT_AGE_S)
+    if source.run is not None:
+        request = savepoints.request_savepoint(catalog, source.run, stop=stop, timeout_s=300.0,
+                                               requested_by="simulation")
+        result = savepoints.wait_for_savepoint(catalog, request, timeout_s=300.0, poll_s=2.0,
+                                               max_heartbeat_age=MAX_HEARTBEAT_AGE_S)
+        return result.savepoint
+    _latest, handle = savepoints.savepoint_from_latest_checkpoint(catalog, source, refused_by=None, stop=stop)
+    return handle.uri
+
+
+def savepoint_retention(world: World, keep: int) -> Any:
+    """`sparkpoint dispose --keep N` / the savepoint operator's history retention."""
+    return savepoint_history_retention(world.catalog(), max_count=keep, max_age_s=None)
+
+
+def rollback(world: World) -> Any:
+    """`sparkpoint commit --abort-generation G` (a blue-green rollback) of a generation
+    chosen among those claimed now."""
+    generations = world.raw_catalog().generations()
+    if not generations:
+        return []
+    generation = world.scheduler.choose("generation to roll back", generations)
+    try:
+        return abort_stopped_generation(world.catalog(), generation, max_heartbeat_age=MAX_HEARTBEAT_AGE_S,
+                                        how_to_stop="stop it", sink=world.sink())
+    except StaleGeneration:
+        return "superseded"

@@ -1,0 +1,166 @@
+"""Schedules to explore: drawn by Hypothesis (the CI test, shrinking) or by a seeded
+`random.Random` (the long exploration). One description of the space for both."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from tests.simulation.actors import DriverSpec
+from tests.simulation.simulate import ActorSpec, Schedule
+
+RESTORES = ("latest", "latest", "path", "path", "none")
+SINK_AHEAD = ("fail", "rewind")
+COMMIT_MODES = ("checkpoint", "external")
+KINDS = ("driver", "driver", "driver", "commit", "savepoint", "stop", "retention", "rollback")
+#: the share of schedules on the Delta sink (slower: delta-rs commits and reads)
+DELTA_SHARE = 0.25
+
+
+def _driver(pick: Any) -> DriverSpec:
+    return DriverSpec(
+        restore=pick(RESTORES), sink_ahead=pick(SINK_AHEAD), commit_mode=pick(COMMIT_MODES),
+        version=pick((1, 2, 3)), budget=pick((1, 2, 3, 4, 5, 6)), num_retained=pick((1, 2, 3, 6)),
+        interval_s=pick((0.0, 0.0, 5.0)), timeout_s=pick((600.0, 30.0)),
+    )
+
+
+def _actor(pick: Any) -> ActorSpec:
+    kind = pick(KINDS)
+    if kind == "driver":
+        return ActorSpec("driver", _driver(pick))
+    if kind == "retention":
+        return ActorSpec("retention", keep=pick((1, 2)))
+    return ActorSpec(kind)
+
+
+def random_schedule(rng: random.Random) -> Schedule:
+    def pick(options: Any) -> Any:
+        return options[rng.randrange(len(options))]
+
+    first = ActorSpec("driver", _driver(pick))  # something to restore, roll back, commit
+    count = rng.randrange(1, 6)
+    sink = "delta" if rng.random() < DELTA_SHARE else "directory"
+    return Schedule(sink, rng.randrange(3, 9), (first, *(_actor(pick) for _ in range(count))))
+
+
+def schedules() -> Any:
+    """The Hypothesis strategy of schedules (shrinks towards fewer, simpler actors)."""
+    from hypothesis import strategies as st
+
+    drivers = st.builds(
+        DriverSpec,
+        restore=st.sampled_from(("latest", "path", "none")),
+        sink_ahead=st.sampled_from(SINK_AHEAD),
+        commit_mode=st.sampled_from(COMMIT_MODES),
+        version=st.integers(1, 3),
+        budget=st.integers(1, 6),
+        num_retained=st.sampled_from((1, 2, 3, 6)),
+        interval_s=st.sampled_from((0.0, 5.0)),
+        timeout_s=st.sampled_from((600.0, 30.0)),
+    )
+    actor = st.one_of(
+        drivers.map(lambda d: ActorSpec("driver", d)),
+        st.sampled_from(("commit", "savepoint", "stop", "rollback")).map(ActorSpec),
+        st.integers(1, 2).map(lambda keep: ActorSpec("retention", keep=keep)),
+    )
+    return st.builds(
+        lambda sink, inputs, first, rest: Schedule(sink, inputs, (ActorSpec("driver", first), *rest)),
+        st.sampled_from(("directory", "directory", "directory", "delta")),
+        st.integers(3, 8),
+        drivers,
+        st.lists(actor, min_size=1, max_size=5),
+    )
+
+
+# ---------------------------------------------------------------------------- families
+# Shapes of schedule around one part of the protocol: the generic space reaches them
+# too, but rarely; each family spends its schedules where its windows are.
+
+
+def _family(first: Any, rest: Any, sinks: Any = None) -> Any:
+    from hypothesis import strategies as st
+
+    return st.builds(
+        lambda sink, inputs, head, tail: Schedule(sink, inputs, (ActorSpec("driver", head), *tail)),
+        sinks if sinks is not None else st.sampled_from(("directory", "delta")),
+        st.integers(4, 7),
+        first,
+        rest,
+    )
+
+
+def _drain(**fixed: Any) -> Any:
+    """The first run: drains most of the input and keeps every checkpoint."""
+    from hypothesis import strategies as st
+
+    settings: dict[str, Any] = {"budget": st.integers(3, 6), "num_retained": st.just(6),
+                                "commit_mode": st.sampled_from(COMMIT_MODES)}
+    settings.update({k: st.just(v) for k, v in fixed.items()})
+    return st.builds(DriverSpec, **settings)
+
+
+def _start(**fixed: Any) -> Any:
+    """A later start (a retry, a deploy, a restore by hand)."""
+    from hypothesis import strategies as st
+
+    settings: dict[str, Any] = {
+        "restore": st.sampled_from(("path", "latest")), "sink_ahead": st.sampled_from(SINK_AHEAD),
+        "commit_mode": st.sampled_from(COMMIT_MODES), "version": st.integers(1, 3), "budget": st.integers(1, 3),
+        "num_retained": st.just(6)}
+    settings.update({k: st.just(v) for k, v in fixed.items()})
+    return st.builds(DriverSpec, **settings).map(lambda d: ActorSpec("driver", d))
+
+
+def _shape(sinks: Any, first: Any, *rest: Any, races: tuple[str, ...] = (),
+           directed: tuple[int, ...] | None = None) -> Any:
+    from hypothesis import strategies as st
+
+    return st.builds(lambda sink, inputs, head, *tail: Schedule(sink, inputs, (ActorSpec("driver", head), *tail),
+                                                                races, directed),
+                     sinks, st.integers(5, 7), first, *rest)
+
+
+def across_lineages() -> Any:
+    """A run drains and keeps its checkpoints, a savepoint is taken, then two restores
+    by path of snapshots of any lineage, with each policy (invariants 4, 9, 12)."""
+    from hypothesis import strategies as st
+
+    return _shape(st.sampled_from(("directory", "delta")), _drain(), st.just(ActorSpec("savepoint")),
+                  _start(restore="path"), _start(restore="path"))
+
+
+def commit_step_races() -> Any:
+    """The external commit step beside the start of a new lineage (a restore by path)."""
+    from hypothesis import strategies as st
+
+    return _shape(st.sampled_from(("directory", "delta")), _drain(commit_mode="external"),
+                  _start(restore="path", commit_mode="external"), st.just(ActorSpec("commit")),
+                  races=("generations", "lineage", "txn", "checkpoints", "sink"), directed=(1, 2))
+
+
+def savepoint_retention_races() -> Any:
+    """Savepoint history retention beside a restore by path of a savepoint."""
+    from hypothesis import strategies as st
+
+    return _shape(st.just("directory"), _drain(commit_mode="checkpoint"), st.just(ActorSpec("savepoint")),
+                  st.just(ActorSpec("savepoint")), _start(restore="path"),
+                  st.integers(1, 2).map(lambda keep: ActorSpec("retention", keep=keep)),
+                  races=("lineage", "savepoints", "pins", "checkpoints"), directed=(3, 4))
+
+
+def checkpoint_retention_races() -> Any:
+    """Checkpoint retention of runs that stall (a short checkpoint timeout, so orphaned
+    shared files go within a stall) beside restores and retries; pins of restores by path."""
+    from hypothesis import strategies as st
+
+    retry = st.builds(DriverSpec, restore=st.sampled_from(("path", "latest", "latest")), budget=st.integers(1, 3),
+                      num_retained=st.integers(1, 2), timeout_s=st.just(30.0)).map(lambda d: ActorSpec("driver", d))
+    first = st.builds(DriverSpec, budget=st.integers(2, 5), num_retained=st.integers(1, 2), timeout_s=st.just(30.0))
+    return _shape(st.just("directory"), first, retry, retry, retry,
+                  races=("shared", "journal", "checkpoints", "lineage", "pins"))
+
+
+FAMILIES = {"generic": schedules, "across_lineages": across_lineages, "commit_step_races": commit_step_races,
+            "savepoint_retention_races": savepoint_retention_races,
+            "checkpoint_retention_races": checkpoint_retention_races}

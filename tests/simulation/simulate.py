@@ -1,0 +1,278 @@
+"""Run one schedule and check the invariants (docs/PROTOCOL.md), after every step and at
+the end.
+
+A *schedule* is the actors that start together (drivers with their restore settings,
+the commit step, savepoints, savepoint retention, rollbacks), the sink, the input, and
+the scheduler's choices. At the end a clean driver resumes the job (``restore=latest``,
+as a retry would) until the input is drained, and the commit step runs once more; then
+
+* every input batch is visible exactly once, all of a batch from one generation, and the
+  rows equal the oracle computed from the input files for that chain of batches (each
+  batch's running sum continues the batches before it: nothing of an abandoned lineage
+  is mixed in, nothing is lost or repeated);
+* no transaction record and no staged data is left;
+* nothing outside the roots changed;
+* a start that was refused changed nothing but its own generation claim and status.
+
+After every step: no batch is visible from two generations and no row twice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_sparkpoint.exceptions import (
+    ConfigError,
+    JobAlreadyRunning,
+    RestoreError,
+    SinkAheadError,
+)
+from tests.simulation import actors
+from tests.simulation.actors import DriverSpec
+from tests.simulation.model import expected_rows, visible_rows
+from tests.simulation.scheduler import Chooser, Scheduler
+from tests.simulation.world import JOB, World
+
+#: errors with which a start is refused (bad input, a sink it must not touch)
+REFUSALS = (RestoreError, SinkAheadError, ConfigError, JobAlreadyRunning)
+#: what a refused start may have written: its own claim and status
+REFUSED_MAY_WRITE = (f"store:put_if_absent {JOB}/generations/", f"store:put {JOB}/status")
+
+
+class Violation(AssertionError):
+    """An invariant failed; the message has the schedule and its trace."""
+
+
+@dataclass(frozen=True)
+class ActorSpec:
+    kind: str  # driver | commit | savepoint | stop | retention | rollback
+    driver: DriverSpec | None = None
+    keep: int = 1
+
+    def describe(self) -> str:
+        if self.kind == "driver":
+            assert self.driver is not None
+            return f"driver({self.driver.describe()})"
+        if self.kind == "retention":
+            return f"savepoint-retention(keep={self.keep})"
+        return self.kind
+
+
+@dataclass(frozen=True)
+class Schedule:
+    sink: str  # directory | delta
+    inputs: int
+    actors: tuple[ActorSpec, ...]
+    #: what a `DirectedChooser` races on: kinds of records (`scheduler.ACCESSES`) and actors
+    races: tuple[str, ...] = ()
+    directed: tuple[int, ...] | None = None
+
+    def describe(self) -> str:
+        return f"{self.sink} sink, {self.inputs} input files; " + "; ".join(
+            f"a{i} {a.describe()}" for i, a in enumerate(self.actors))
+
+
+@dataclass
+class Outcome:
+    steps: int
+    trace: list[str] = field(default_factory=list)
+
+
+class CalmChooser(Chooser):
+    """The end of a schedule: one actor at a time, nothing dies."""
+
+    def pick(self, ready: list[Any]) -> int:
+        return 0
+
+    def event(self, actor: Any) -> int:
+        return 0
+
+    def option(self, count: int) -> int:
+        return 0
+
+
+def run_schedule(schedule: Schedule, chooser: Chooser, *, max_steps: int = 1500,
+                 step_checks: bool = True) -> Outcome:
+    """Run `schedule` with `chooser`'s choices and check it.
+
+    :raises Violation: an invariant failed (the message holds the trace).
+    """
+    scheduler = Scheduler(chooser, max_steps=max_steps)
+    world = World(scheduler, sink_kind=schedule.sink, inputs=schedule.inputs)
+    try:
+        with world.patched():
+            before = world.outside_digest()
+            if step_checks:
+                scheduler.check = lambda: _check_step(world, scheduler, schedule)
+            spawned = []
+            for index, spec in enumerate(schedule.actors):
+                name = f"a{index}-{spec.kind}"
+                spawned.append((spec, scheduler.spawn(name, _body(world, spec, name))))
+            scheduler.run()
+            for spec, actor in spawned:
+                if spec.kind == "driver" and isinstance(actor.error, REFUSALS):
+                    _check_refused(world, scheduler, schedule, actor.name)
+                elif actor.error is not None and not _acceptable(spec, actor.error):
+                    _fail(schedule, scheduler, f"{actor.name} failed unexpectedly: "
+                                               f"{type(actor.error).__name__}: {actor.error}")
+            # The end: a retry resumes the job and drains the input; the commit step runs.
+            scheduler.explored = scheduler.chooser
+            scheduler.chooser = CalmChooser()
+            scheduler.check = None
+            scheduler.clock.advance(300.0)  # every dead run's heartbeat is old now
+            final = scheduler.spawn("final-driver", lambda: actors.driver(
+                world, DriverSpec(budget=schedule.inputs + 1), "final-driver"))
+            scheduler.run()
+            if final.error is not None or final.crashed:
+                _fail(schedule, scheduler, "a retry with restore=latest after this schedule did not resume the job: "
+                                           f"{type(final.error).__name__}: {final.error}")
+            step = scheduler.spawn("final-commit", lambda: actors.commit_step(world))
+            scheduler.run()
+            if step.error is not None:
+                _fail(schedule, scheduler, f"the final commit step failed: {type(step.error).__name__}: {step.error}")
+            if step.result.get("pending") or step.result.get("aborted"):
+                _fail(schedule, scheduler, f"the final commit step found work left: {step.result}")
+            _check_end(world, scheduler, schedule)
+            if world.outside_digest() != before:
+                _fail(schedule, scheduler, "a file outside every root changed")
+        return Outcome(scheduler.steps, scheduler.trace)
+    finally:
+        world.close()
+
+
+def _body(world: World, spec: ActorSpec, name: str) -> Callable[[], Any]:
+    if spec.kind == "driver":
+        assert spec.driver is not None
+        driver_spec = spec.driver
+        return lambda: actors.driver(world, driver_spec, name)
+    if spec.kind == "commit":
+        return lambda: actors.commit_step(world)
+    if spec.kind in ("savepoint", "stop"):
+        return lambda: actors.savepoint(world, stop=spec.kind == "stop")
+    if spec.kind == "retention":
+        return lambda: actors.savepoint_retention(world, spec.keep)
+    if spec.kind == "rollback":
+        return lambda: actors.rollback(world)
+    raise ValueError(spec.kind)
+
+
+def _acceptable(spec: ActorSpec, error: BaseException) -> bool:
+    """Errors an actor may end with in a healthy system: a driver superseded or refused,
+    a savepoint with nothing to copy or whose run went away, a commit step or rollback
+    that met a newer generation or a live run."""
+    from airflow_sparkpoint.exceptions import (
+        CatalogError,
+        ControlError,
+        GenerationRunning,
+        SparkpointError,
+        StaleGeneration,
+    )
+
+    if spec.kind == "driver":
+        return isinstance(error, (StaleGeneration, SparkpointError)) and not _is_loss(error)
+    if spec.kind in ("savepoint", "stop"):
+        return isinstance(error, (CatalogError, ControlError, StaleGeneration))
+    if spec.kind == "commit":
+        return isinstance(error, StaleGeneration)
+    if spec.kind == "rollback":
+        return isinstance(error, (GenerationRunning, StaleGeneration))
+    return False
+
+
+def _is_loss(error: BaseException) -> bool:
+    """A failure that says output was lost or could not be committed (never healthy)."""
+    from airflow_sparkpoint.exceptions import TransactionConflict
+
+    text = str(error)
+    return isinstance(error, TransactionConflict) or "output is lost" in text or "was aborted" in text
+
+
+# ---------------------------------------------------------------------------- checks
+
+
+def _rows_by_batch(world: World, sink: Any) -> dict[int, list[dict[str, Any]]]:
+    by_batch: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in visible_rows(sink):
+        by_batch[int(row["batch"])].append(row)
+    return by_batch
+
+
+def _check_step(world: World, scheduler: Scheduler, schedule: Schedule) -> None:
+    """After every step: no batch from two generations, no row twice."""
+    if schedule.sink != "directory":
+        return  # reading a Delta table at every step costs more than a schedule; checked at the end
+    for batch, rows in _rows_by_batch(world, world.raw_sink()).items():
+        generations = {row["generation"] for row in rows}
+        if len(generations) > 1:
+            _fail(schedule, scheduler, f"batch {batch} is visible from generations {sorted(generations)}")
+        dupes = [line for line, n in Counter(row["line"] for row in rows).items() if n > 1]
+        if dupes:
+            _fail(schedule, scheduler, f"batch {batch} shows line(s) {dupes} more than once")
+
+
+def _check_refused(world: World, scheduler: Scheduler, schedule: Schedule, name: str) -> None:
+    wrote = [w for w in world.writes.by_actor.get(name, []) if not w.startswith(REFUSED_MAY_WRITE)]
+    if wrote:
+        _fail(schedule, scheduler, f"{name} was refused but changed {wrote[:8]}")
+
+
+def _check_end(world: World, scheduler: Scheduler, schedule: Schedule) -> None:
+    sink = world.raw_sink()
+    by_batch = _rows_by_batch(world, sink)
+    want = list(range(schedule.inputs))
+    if sorted(by_batch) != want:
+        missing = sorted(set(want) - set(by_batch))
+        extra = sorted(set(by_batch) - set(want))
+        _fail(schedule, scheduler, f"the sink holds batches {sorted(by_batch)}; expected {want} "
+                                   f"(missing {missing}, unexpected {extra})")
+    versions: dict[int, int] = {}
+    for batch, rows in sorted(by_batch.items()):
+        generations = {row["generation"] for row in rows}
+        found = {row["version"] for row in rows}
+        if len(generations) != 1 or len(found) != 1:
+            _fail(schedule, scheduler, f"batch {batch} mixes generations {sorted(generations)} / versions {found}")
+        versions[batch] = found.pop()
+    expected = sorted(tuple(sorted(r.items())) for r in expected_rows(versions))
+    got = sorted(tuple(sorted((k, v) for k, v in r.items() if k != "generation")) for r in visible_rows(sink))
+    if got != expected:
+        diff = sorted(set(got) ^ set(expected))[:6]
+        _fail(schedule, scheduler, "the sink's rows are not one lineage's output of the input (a batch lost, "
+                                   f"repeated or from another lineage's state); first differences: {diff}")
+    catalog = world.raw_catalog()
+    left = catalog.transactions()
+    if left:
+        _fail(schedule, scheduler, f"transaction records left after the end: {[r.txn_id for r in left]}")
+    staged = _staged_left(world)
+    if staged:
+        _fail(schedule, scheduler, f"staged data left after the end: {staged[:6]}")
+
+
+def _staged_left(world: World) -> list[str]:
+    """Staging areas no committed batch uses (a Delta append's files stay where they
+    were staged: the table references them)."""
+    in_use: set[str] = set()
+    if world.sink_kind == "delta":
+        from airflow_sparkpoint.sinks import _delta_txn
+
+        root = os.path.join(world.output, "_sparkpoint_txn", JOB)
+        table = world.raw_sink()._table()  # type: ignore[attr-defined]
+        prefix = f"_sparkpoint_txn/{JOB}/"
+        if table is not None:
+            in_use = {p[len(prefix):].split("/", 1)[0] for p in _delta_txn.table_paths(table) if p.startswith(prefix)}
+    else:
+        root = os.path.join(world.output, "_staging")
+    try:
+        return sorted(set(os.listdir(root)) - in_use)
+    except FileNotFoundError:
+        return []
+
+
+def _fail(schedule: Schedule, scheduler: Scheduler, message: str) -> None:
+    chooser = getattr(scheduler, "explored", scheduler.chooser)
+    directives = "".join(f"\n  {line}" for line in getattr(chooser, "describe", list)())
+    raise Violation(f"{message}\n\nschedule: {schedule.describe()}{directives}\n\ntrace ({scheduler.steps} steps):\n"
+                    + scheduler.format_trace(last=400))
