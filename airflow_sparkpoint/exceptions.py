@@ -21,6 +21,8 @@
     │   ├── TransactionConflict     another transaction holds batch N's commit: this one
     │   │                           was aborted (exclusive promotion, invariant 8)
     │   └── SinkAheadError          a sink already committed past the restore point
+    │       └── SinkLineageError    the sink does not hold what the restore point's
+    │                               lineage committed (invariant 12)
     └── ControlError                a control request failed or timed out
 """
 
@@ -99,6 +101,13 @@ class TransactionConflict(SinkError):
 
 class SinkAheadError(SinkError, RestoreError):
     """A sink has committed batches beyond the snapshot being restored (invariant 4)."""
+
+
+class SinkLineageError(SinkAheadError):
+    """A sink does not hold exactly what the snapshot being restored, and its lineage,
+    committed: another lineage's commit of a batch, a batch that lineage committed and
+    the sink no longer holds, or a confirmed transaction that was aborted since
+    (invariant 12). Refused before anything is written, unless a rewind can fix it."""
 
 
 class ControlError(SparkpointError):

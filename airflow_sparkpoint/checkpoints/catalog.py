@@ -42,6 +42,7 @@ from airflow_sparkpoint.checkpoints.metadata import (
     SnapshotStats,
     TransactionRecord,
 )
+from airflow_sparkpoint.checkpoints.origins import delete_origins, has_origin, read_origins, write_origin
 from airflow_sparkpoint.checkpoints.status import read_status, write_status
 from airflow_sparkpoint.checkpoints.targets import open_snapshot  # re-exported: callers import it from here
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
@@ -298,48 +299,20 @@ class Catalog:
     # ------------------------------------------------------------------ lineages and the deletion journal
 
     def write_origin(self, origin: Origin) -> None:
-        """Record what generation `origin.generation` started from (once: atomic create).
+        """Record what generation `origin.generation` started from (`origins.write_origin`)."""
+        write_origin(self.store, origin)
 
-        :raises ObjectExists: that generation already recorded its origin.
-        """
-        self.store.put_if_absent(layout.lineage_key(origin.generation),
-                                 json.dumps(origin.to_json(), sort_keys=True).encode())
+    def has_origin(self, generation: int) -> bool:
+        """Whether `generation` recorded its origin (`origins.has_origin`)."""
+        return has_origin(self.store, generation)
 
     def origins(self, known: dict[str, Origin] | None = None) -> builtins.list[Origin]:
-        """Every origin record, by generation (unreadable ones are skipped with a warning).
+        """Every origin record, by generation (`origins.read_origins`)."""
+        return read_origins(self.store, self.uri, known)
 
-        `known` (key -> origin, updated here): records read before, not read again (an
-        origin is created once and never rewritten); the listing decides which exist."""
-        result = []
-        listed = set()
-        for info in self.store.list(layout.LINEAGE):
-            if not layout.LINEAGE_RE.match(info.key.rsplit("/", 1)[-1]):
-                continue
-            listed.add(info.key)
-            if known is not None and info.key in known:
-                result.append(known[info.key])
-                continue
-            where = f"{self.uri}/{info.key}"
-            try:
-                origin = Origin.from_json(json.loads(self.store.get(info.key)), where=where)
-                result.append(origin)
-                if known is not None:
-                    known[info.key] = origin
-            except ObjectNotFound:
-                continue  # pruned meanwhile
-            except (ValueError, CorruptMetadata) as exc:
-                log.warning("skipping unreadable origin record %s: %s", where, exc)
-        if known is not None:
-            for gone in set(known) - listed:
-                del known[gone]
-        return sorted(result, key=lambda o: o.generation)
-
-    def delete_origins(self, origins: Iterable[Origin]) -> None:
-        """Delete origin records, then the pin each one owns."""
-        origins = list(origins)
-        self.store.delete(layout.lineage_key(o.generation) for o in origins)
-        for origin in (o for o in origins if o.pin is not None):
-            self.store.delete_prefix(layout.pin_dir(origin.generation))
+    def delete_origins(self, origins: Iterable[Origin], kept: Iterable[Origin] = ()) -> None:
+        """Delete origin records and the pins nothing keeps (`origins.delete_origins`)."""
+        delete_origins(self.store, origins, kept, self.key_of)
 
     # ------------------------------------------------------------------ savepoints
 

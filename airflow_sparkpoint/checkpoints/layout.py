@@ -110,6 +110,12 @@ def pin_dir(generation: int) -> str:
     return f"{PINS}/{generation:012d}"
 
 
+def parse_pin_dir(key: str) -> int | None:
+    """The generation of a pin directory's key (``pins/<generation>``), or None."""
+    match = re.match(rf"^{PINS}/(\d{{12}})$", key.rstrip("/"))
+    return int(match.group(1)) if match else None
+
+
 def gc_key(epoch_ms: int, suffix: str) -> str:
     return f"{GC}/{epoch_ms:015d}-{suffix}.json"
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from airflow_sparkpoint.checkpoints import spark_layout
+from airflow_sparkpoint.checkpoints.batch_owners import BatchOwners
 from airflow_sparkpoint.checkpoints.layout import txn_id
 from airflow_sparkpoint.exceptions import CorruptMetadata
 from airflow_sparkpoint.storage.base import normalize_key
@@ -174,6 +175,9 @@ class SnapshotMetadata:
     stats: SnapshotStats = field(default_factory=SnapshotStats)
     spark: Mapping[str, Any] = field(default_factory=dict)
     source_checkpoint: int | None = None
+    #: which generation staged each batch of its lineage (`batch_owners`; empty from an
+    #: earlier release)
+    batch_owners: BatchOwners = field(default_factory=BatchOwners)
     schema_version: int = SCHEMA_VERSION
 
     def with_(self, **changes: Any) -> SnapshotMetadata:
@@ -216,6 +220,7 @@ class SnapshotMetadata:
             "stats": self.stats.to_json(),
             "spark": dict(self.spark),
             "source_checkpoint": self.source_checkpoint,
+            **({"batch_owners": self.batch_owners.to_json()} if self.batch_owners.ranges else {}),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -274,6 +279,7 @@ class SnapshotMetadata:
                 stats=SnapshotStats.from_json(body.get("stats", {})),
                 spark=dict(body.get("spark", {})),
                 source_checkpoint=None if body.get("source_checkpoint") is None else int(body["source_checkpoint"]),
+                batch_owners=BatchOwners.from_json(body.get("batch_owners"), where=f"{where}: batch_owners"),
                 schema_version=version,
             )
         except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError) as exc:

@@ -49,6 +49,12 @@ INCOMPLETE_GRACE_S = 3600.0
 #: journal entries older than this are pruned; they only need to cover the moment between
 #: a checkpoint's check of its shared files and its ``_metadata`` (bounded by the timeout)
 JOURNAL_MIN_TTL_S = 3600.0
+#: how far back a checkpoint being completed reads the deletion journal (seconds before
+#: its listing of ``shared/``), and how soon after its entry a pass must delete: a pass
+#: whose deletion would come later deletes nothing (`enforce_checkpoint_retention`), so a
+#: deletion the reader missed in the journal was in its listing's absence
+JOURNAL_LOOKBACK_S = 60.0
+JOURNAL_DELETE_WITHIN_S = 30.0
 #: a writer's passes (`KnownRecords`) collect orphaned shared files at most once per this
 #: fraction of the grace period, not at every checkpoint: each collection writes a journal
 #: entry that every checkpoint lists until it is pruned (one an hour at a 3 s trigger made
@@ -186,17 +192,28 @@ def enforce_checkpoint_retention(
     if keep and orphans:
         if generation is not None and not fenced:
             catalog.check_generation(generation)
+        journaled = time.monotonic()
         journal_deletions(catalog, orphans, generation, known)
-        catalog.store.delete(orphans)
-        if known is not None:
-            known.orphans_collected_at = now
+        # A checkpoint being completed reads the journal `JOURNAL_LOOKBACK_S` back: a pass
+        # that stalled longer since its entry deletes nothing (the next pass journals
+        # again), and a superseded one never (the generation is checked right before).
+        if time.monotonic() - journaled > JOURNAL_DELETE_WITHIN_S:
+            log.warning("retention of job %s stalled %.0f s after journaling %d shared files; not deleting them "
+                        "now (the next pass does)", catalog.job, time.monotonic() - journaled, len(orphans))
+            orphans, orphan_bytes = [], 0
+        else:
+            if generation is not None:
+                catalog.check_generation(generation)
+            catalog.store.delete(orphans)
+            if known is not None:
+                known.orphans_collected_at = now
     elif not keep:
         orphans, orphan_bytes = [], 0
     if keep:
         left = [e.metadata for e in entries if e.id not in set(deleted_ids) and e.metadata is not None]
         stale = prunable(origins, left)
         if stale:
-            catalog.delete_origins(stale)
+            catalog.delete_origins(stale, kept=[o for o in origins if o not in stale])
         prune_journal(catalog, now - max(JOURNAL_MIN_TTL_S, 2 * grace_seconds), journal_listing, known)
     return RetentionResult(tuple(deleted_ids), len(orphans), orphan_bytes)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -35,6 +35,25 @@ R = TypeVar("R")
 #: 8 round trips in flight hide S3 latency on a few cores; local disk gains from
 #: overlapping fsyncs and is not slowed by it.
 THREADS = 8
+
+
+class ClosingPool(Executor):
+    """`pool` as one transfer run uses it, where the pool's owner may shut it down at any
+    point: every submit after that raises ``closed()`` (say, "the run is ending")
+    instead of the pool's RuntimeError.
+
+    :raises Exception: ``closed()`` from `submit`, once the pool is shut down.
+    """
+
+    def __init__(self, pool: Executor, closed: Callable[[], Exception]) -> None:
+        self._pool = pool
+        self._closed = closed
+
+    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
+        try:
+            return self._pool.submit(fn, *args, **kwargs)
+        except RuntimeError:  # "cannot schedule new futures after shutdown"
+            raise self._closed() from None
 
 
 def transfer_all(

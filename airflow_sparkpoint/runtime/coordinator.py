@@ -18,8 +18,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from airflow_sparkpoint import faults
@@ -33,9 +33,15 @@ from airflow_sparkpoint.checkpoints import (
     spark_layout,
     transfer,
 )
+from airflow_sparkpoint.checkpoints.batch_owners import BatchOwners
 from airflow_sparkpoint.checkpoints.counters import CheckpointPoint, CounterRecorder
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.checkpoints.retention import KnownRecords, deleted_since, enforce_checkpoint_retention
+from airflow_sparkpoint.checkpoints.retention import (
+    JOURNAL_LOOKBACK_S,
+    KnownRecords,
+    deleted_since,
+    enforce_checkpoint_retention,
+)
 from airflow_sparkpoint.checkpoints.run_result import BatchRanges
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
@@ -67,25 +73,6 @@ RELIST_AFTER_S = 1.0
 #: pending transactions (commit.mode=external) past which a checkpoint warns: each one's
 #: _metadata carries them all until the commit step commits them
 PENDING_WARN = 1000
-
-
-class _RunPool(Executor):
-    """The run's transfer threads as one checkpoint uses them. `close` may shut them down
-    at any point of a checkpoint: every submit after that (its listing, any upload handed
-    over by `transfer_all`) abandons the checkpoint instead of raising the pool's
-    RuntimeError.
-
-    :raises CheckpointAbandoned: from `submit`, once the pool is shut down.
-    """
-
-    def __init__(self, pool: Executor) -> None:
-        self._pool = pool
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        try:
-            return self._pool.submit(fn, *args, **kwargs)
-        except RuntimeError:  # "cannot schedule new futures after shutdown"
-            raise CheckpointAbandoned("the run is ending") from None
 
 
 class Coordinator(Prestore):
@@ -131,6 +118,8 @@ class Coordinator(Prestore):
         self.checkpoints_completed = 0
         self.batches_committed = BatchRanges()
         self.sink_positions: dict[str, Any] = {}
+        #: which generation staged each batch of this run's lineage (carried into every snapshot)
+        self.batch_owners = BatchOwners()
         # Lifetime counters for the history model (metrics only: never fails the job).
         self.counters = CounterRecorder(catalog, generation)
         self._prestore: threading.Thread | None = None
@@ -150,6 +139,7 @@ class Coordinator(Prestore):
         if snapshot is not None:
             self.confirmed_batch = self.last_attempted = snapshot.batch_id
             self.sink_positions = dict(snapshot.sink_positions)
+            self.batch_owners = snapshot.batch_owners.upto(snapshot.batch_id)
             self.counters.restored()
 
     def close(self) -> None:
@@ -186,8 +176,12 @@ class Coordinator(Prestore):
             return self._uploads
 
     def add_pending(self, record: TransactionRecord) -> None:
+        """A transaction awaits its commit: one this run staged (its batch is this
+        generation's from now on), or one the restart point lists as pending."""
         with self._lock:
             self.pending[(record.batch_id, record.generation)] = record
+            if record.generation == self.generation:
+                self.batch_owners = self.batch_owners.with_batch(record.batch_id, record.generation)
 
     def confirm(self, batch_id: int) -> None:
         with self._lock:
@@ -223,10 +217,13 @@ class Coordinator(Prestore):
             return newest
         return between + newest
 
-    def replayed(self, last: int) -> None:
+    def replayed(self, last: int, owners: Iterable[tuple[int, int]] = ()) -> None:
         """The batches up to `last` were replayed (`runtime.replay`): the sink holds them and
-        they get no checkpoint of their own; the next checkpoint covers them."""
+        they get no checkpoint of their own; the next checkpoint covers them. `owners`:
+        ``(batch, generation)`` of the commits the sink holds for them."""
         self.last_attempted = last if self.last_attempted is None else max(self.last_attempted, last)
+        with self._lock:
+            self.batch_owners = self.batch_owners.with_batches(owners)
 
     def checkpoint(self, batch_id: int) -> SnapshotMetadata | None:
         """Take a retained checkpoint of the restart point after `batch_id`.
@@ -277,7 +274,7 @@ class Coordinator(Prestore):
             del self.index[gone]
         # The listing that validates the checkpoint (`_ensure_stored`) runs beside the
         # uploads: on a store whose prefix has seen many deletions it takes longest.
-        pool = _RunPool(self._upload_pool())
+        pool = transfer.ClosingPool(self._upload_pool(), lambda: CheckpointAbandoned("the run is ending"))
         listed = pool.submit(self._list_stored)
         try:
             # Hash and upload the new files a few at a time (`transfer`): one failure fails
@@ -309,6 +306,7 @@ class Coordinator(Prestore):
                 (r for (b, _g), r in self.pending.items() if b <= batch_id),
                 key=lambda r: (r.batch_id, r.generation),
             ))
+            owners = self.batch_owners.upto(batch_id)
         if self.commit_mode == "external":
             self._warn_pending(len(pending))
         files.sort(key=lambda f: f.path)
@@ -324,6 +322,7 @@ class Coordinator(Prestore):
             live_root=self.live_root,
             transactions=pending,
             sink_positions=dict(self.sink_positions),
+            batch_owners=owners,
             stats=SnapshotStats(
                 duration_ms=int((time.monotonic() - started) * 1000),
                 bytes_copied=copied,
@@ -481,7 +480,7 @@ class Coordinator(Prestore):
         present = {info.key: info.size for info in listing}
         # Deletions journaled since shortly before the listing (clock skew between hosts).
         journal = list(self.catalog.store.list(layout.GC))
-        gone = deleted_since(self.catalog, listed_at - 60.0, self.known, journal)
+        gone = deleted_since(self.catalog, listed_at - JOURNAL_LOOKBACK_S, self.known, journal)
         missing = [ref for ref in files
                    if (ref.key not in uploaded and present.get(ref.key) != ref.size) or ref.key in gone]
         copied = 0

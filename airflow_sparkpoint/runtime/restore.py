@@ -21,14 +21,14 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, layout, open_snapshot
 from airflow_sparkpoint.checkpoints.lineage import Origin
-from airflow_sparkpoint.checkpoints.metadata import FileRef, TransactionRecord
+from airflow_sparkpoint.checkpoints.metadata import FileRef
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
@@ -36,17 +36,16 @@ from airflow_sparkpoint.exceptions import (
     ObjectNotFound,
     RestoreError,
     SinkAheadError,
-    SinkError,
+    SinkLineageError,
     SparkpointError,
     StorageError,
 )
 from airflow_sparkpoint.runtime import livedir, replay, rescale
 from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
 from airflow_sparkpoint.runtime.prestore import IndexEntry
-from airflow_sparkpoint.runtime.restore_plan import RestorePlan
+from airflow_sparkpoint.runtime.restore_plan import RestorePlan, under_root
+from airflow_sparkpoint.runtime.sink_lineage import divergence
 from airflow_sparkpoint.sinks.base import Sink
-from airflow_sparkpoint.sinks.resolve import resolve_sink
-from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
 from airflow_sparkpoint.storage.paths import confine
 
 log = logging.getLogger(__name__)
@@ -86,15 +85,7 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
                                latest=True)
         if point.uri is not None:
             assert origin is not None
-            try:
-                handle = open_snapshot(point.uri, storage_options=cfg.storage_options)
-            except RestoreError as exc:
-                raise RestoreError(
-                    f"{exc}; it is where the lineage of generation {origin.generation} started, and that lineage "
-                    "has no completed checkpoint of its own. See `sparkpoint list`; restore another savepoint or "
-                    "checkpoint by path, or start with empty state on purpose with spark.sparkpoint.restore=none "
-                    "and spark.sparkpoint.restore.force=true"
-                ) from exc
+            handle = _open_origin(point.uri, origin, cfg)
             allow = cfg.restore_allow_foreign_job or bool(origin.restore.get("allow_foreign_job"))
             return replace(_plan_for(handle, catalog, cfg.job, allow, policy, point.description, origin), latest=True)
         return RestorePlan(None, point.description, sink_ahead=policy, continues=origin, latest=True)
@@ -104,26 +95,67 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
                      f"{meta.kind} {handle.uri} (batch {meta.batch_id})", None)
 
 
-def pin_restart_point(plan: RestorePlan, catalog: Catalog, generation: int) -> str | None:
-    """Own the restart point before relying on it: a checkpoint of this job restored by
-    path is copied to this generation's pin (see `airflow_sparkpoint.checkpoints.lineage`),
-    after the claim and before the origin is written. Returns the pin's URI, or None when
-    nothing needs one (``restore=latest``, which a stale retention pass never deletes;
-    empty state; a savepoint, which checkpoint retention never touches).
+def _open_origin(uri: str, origin: Origin, cfg: SparkpointConfig) -> SnapshotHandle:
+    """The snapshot a lineage without a checkpoint of its own restarts from: `uri`, else
+    the copy its generation owns (`Origin.pin`), when `uri` is gone or damaged.
 
-    :raises SparkpointError: the checkpoint could not be copied (say, a retention pass
-        deleted it meanwhile); nothing else was written.
+    :raises RestoreError: neither can be opened.
     """
-    if plan.latest or plan.snapshot is None or not plan.own_checkpoint:
-        return None
     try:
-        pin = catalog.create_savepoint(plan.snapshot, key=layout.pin_dir(generation))
-    except (StorageError, ObjectNotFound) as exc:
+        return open_snapshot(uri, storage_options=cfg.storage_options)
+    except RestoreError as exc:
+        if origin.pin is not None and origin.pin != uri:
+            try:
+                handle = open_snapshot(origin.pin, storage_options=cfg.storage_options)
+            except RestoreError:
+                pass
+            else:
+                log.warning("%s; restarting from %s, the copy of it that generation %d owns", exc, origin.pin,
+                            origin.generation)
+                return handle
         raise RestoreError(
-            f"could not copy the restore target {plan.snapshot.uri} for generation {generation}: {exc}; it may "
+            f"{exc}; it is where the lineage of generation {origin.generation} started, and that lineage "
+            "has no completed checkpoint of its own. See `sparkpoint list`; restore another savepoint or "
+            "checkpoint by path, or start with empty state on purpose with spark.sparkpoint.restore=none "
+            "and spark.sparkpoint.restore.force=true"
+        ) from exc
+
+
+def pin_restart_point(plan: RestorePlan, catalog: Catalog, generation: int) -> str | None:
+    """Own the restart point before relying on it, after the claim and before the origin
+    is written (see `airflow_sparkpoint.checkpoints.lineage`): a snapshot of this job in
+    its own root restored by path (a checkpoint a stale retention pass may delete, a
+    savepoint savepoint retention may dispose of before the lineage's first checkpoint),
+    and an earlier generation's pin that ``restore=latest`` restarts from (pruned with
+    its origin), are copied to this generation's pin. Returns the pin's URI, or None when
+    nothing needs one (``restore=latest`` of a checkpoint, which a stale retention pass
+    never deletes, or of a savepoint the newest lineage relies on, which retention keeps;
+    empty state; another job's or another root's snapshot, which no retention of this
+    job touches).
+
+    :raises SparkpointError: the snapshot could not be copied (say, a retention pass
+        deleted it meanwhile); nothing else was written (a partial copy is removed).
+    """
+    snapshot = plan.snapshot
+    if snapshot is None or snapshot.metadata.job != catalog.job or not under_root(snapshot.uri, catalog.uri):
+        return None
+    pinned = plan.continues is not None and plan.continues.pin is not None and (
+        snapshot.uri.rstrip("/") == plan.continues.pin.rstrip("/"))
+    if plan.latest and not pinned:
+        return None
+    key = layout.pin_dir(generation)
+    try:
+        pin = catalog.create_savepoint(snapshot, key=key)
+    except (StorageError, ObjectNotFound) as exc:
+        try:
+            catalog.store.delete_prefix(key)
+        except StorageError:
+            pass  # an unfinished pin without _metadata is never read; its origin never names it
+        raise RestoreError(
+            f"could not copy the restore target {snapshot.uri} for generation {generation}: {exc}; it may "
             "have been deleted meanwhile (see `sparkpoint list`)"
         ) from exc
-    log.info("generation %d owns a copy of its restart point %s: %s", generation, plan.snapshot.uri, pin.uri)
+    log.info("generation %d owns a copy of its restart point %s: %s", generation, snapshot.uri, pin.uri)
     return pin.uri
 
 
@@ -137,7 +169,7 @@ def _plan_for(handle: SnapshotHandle, catalog: Catalog, job: str, allow_foreign:
         )
     # A snapshot of this job under this job's root continues its checkpoint ids; anything
     # else (another job, a moved savepoint) starts a lineage that supersedes every older one.
-    ours = meta.job == job and _under(handle.uri, catalog.uri)
+    ours = meta.job == job and under_root(handle.uri, catalog.uri)
     base = -1
     if ours and meta.kind == "checkpoint":
         base = meta.id
@@ -169,41 +201,52 @@ def check_sink_position(
     *,
     apply: bool = True,
     fence: Callable[[], None] | None = None,
+    catalog: Catalog | None = None,
 ) -> bool:
-    """Invariant 4: refuse (or, with ``restore.sinkAhead=rewind``, rewind the sink) when the
-    sink has committed batches of `job` beyond the restart point. Returns whether the sink
-    is (with `apply`: was) rewound. Without `apply` nothing is changed (the check before
-    the claim); `fence` is called right before a rewind.
+    """Invariants 4 and 12: refuse (or, with ``restore.sinkAhead=rewind``, rewind the sink)
+    when the sink has committed batches of `job` beyond the restart point, or does not
+    hold exactly what the restart point's lineage committed (`runtime.sink_lineage`, when
+    `catalog` is given). Returns whether the sink is (with `apply`: was) rewound. Without
+    `apply` nothing is changed (the checks before and right after the claim, before the
+    origin is written); `fence` is called right before a rewind.
 
     With ``restore=latest`` and the ``fail`` policy, a sink ahead is no error when the
     batches it holds past the restart point can be replayed exactly (`replay.plan_replay`;
     the run replays them after the claim, `replay.replay_committed`); the refusal says
     why they cannot.
 
+    :raises SinkLineageError: the sink holds another lineage's output, lost the
+        lineage's, or a confirmed transaction was aborted since; not fixable by the policy.
     :raises SinkAheadError: the sink is ahead and the policy is ``fail`` (or rewinding is refused).
     """
     policy = policy or plan.sink_ahead
-    position = sink.committed_position(job)
     restart = plan.batch_id
+    where = f"batch {restart} of {plan.snapshot.uri}" if plan.snapshot else "empty state"
+    if catalog is not None and plan.snapshot is not None:
+        found = divergence(plan.snapshot, sink, catalog, job, own_root=under_root(plan.snapshot.uri, catalog.uri))
+        if found is not None:
+            if found.rewindable and policy == "rewind" and sink.can_rewind:
+                return _rewind(plan, sink, job, where, found.describe(sink, plan.snapshot.uri), apply, fence)
+            raise SinkLineageError(
+                f"{found.describe(sink, plan.snapshot.uri)}; restoring {where} would lose or mix output. "
+                + ("Nothing was changed. Restore a snapshot of the lineage the sink holds (see `sparkpoint list` and "
+                   "`sparkpoint history`)"
+                   + (f", or set {PREFIX}restore.sinkAhead=rewind to rewind the sink to that lineage's own commit"
+                      if found.rewindable and sink.can_rewind else "")
+                   + (f" ({type(sink).__name__} cannot rewind)" if found.rewindable and not sink.can_rewind else ""))
+            )
+    position = sink.committed_position(job)
     if position is None or (restart is not None and position <= restart):
         return False
-    where = f"batch {restart} of {plan.snapshot.uri}" if plan.snapshot else "empty state"
     because = ""
     if policy != "rewind" and plan.latest:
-        found = replay.plan_replay(plan.snapshot, sink, job, position)
-        if not isinstance(found, str):
+        found_replay = replay.plan_replay(plan.snapshot, sink, job, position)
+        if not isinstance(found_replay, str):
             return False
-        because = f" The committed batches cannot be replayed from the restart point: {found}."
+        because = f" The committed batches cannot be replayed from the restart point: {found_replay}."
     if policy == "rewind" and plan.snapshot is not None and sink.can_rewind:
-        if not apply:
-            return True
-        if fence is not None:
-            fence()
-        log.warning("sink %s is at batch %d, past %s: rewinding it (restore.sinkAhead=rewind)",
-                    sink.sink_id, position, where)
-        sink.rewind(job, plan.snapshot.metadata)
-        faults.maybe_kill("rewind", plan.snapshot.metadata.batch_id)
-        return True
+        return _rewind(plan, sink, job, where, f"sink {sink.sink_id} is at batch {position}, past {where}", apply,
+                       fence)
     newer = f"Restore a checkpoint or savepoint at or after batch {position} (see `sparkpoint list`)"
     if not sink.can_rewind:
         # S3Sink, DirectorySink: committed objects cannot be taken back, whatever the policy.
@@ -217,6 +260,20 @@ def check_sink_position(
         f"sink {sink.sink_id} has already committed batch {position} of job {job!r}, past the restore point "
         f"({where}); restoring would duplicate or lose output.{because} {remedy}"
     )
+
+
+def _rewind(plan: RestorePlan, sink: Sink, job: str, where: str, why: str, apply: bool,
+            fence: Callable[[], None] | None) -> bool:
+    """Rewind `sink` to the restart point's lineage (``restore.sinkAhead=rewind``)."""
+    assert plan.snapshot is not None
+    if not apply:
+        return True
+    if fence is not None:
+        fence()
+    log.warning("%s: rewinding it to %s (restore.sinkAhead=rewind)", why, where)
+    sink.rewind(job, plan.snapshot.metadata)
+    faults.maybe_kill("rewind", plan.snapshot.metadata.batch_id)
+    return True
 
 
 # ---------------------------------------------------------------------------- the live location
@@ -424,128 +481,3 @@ def _rewrite_paths(path: str, old_roots: list[bytes], new_root: str) -> bool:
         handle.write(data)
     os.replace(tmp, path)
     return True
-
-
-def _confirmed(plan: RestorePlan) -> dict[tuple[int, int], TransactionRecord]:
-    """The transactions the restart snapshot lists as pending (confirmed by it)."""
-    if plan.snapshot is None:
-        return {}
-    return {(r.batch_id, r.generation): r for r in plan.snapshot.metadata.transactions}
-
-
-def _own(catalog: Catalog, record: TransactionRecord, sink: Sink) -> bool:
-    """Whether `record` was written for `sink`: a record for another sink (planted in the
-    store) is not this job's to settle; it is left in place with a warning."""
-    try:
-        resolve_sink(record, sink)
-    except SinkError as exc:
-        log.warning("%s; left in %s", exc, catalog.uri)
-        return False
-    return True
-
-
-def settle_unconfirmed(
-    catalog: Catalog, sink: Sink, plan: RestorePlan, generation: int | None = None
-) -> dict[str, list[int]]:
-    """recoverAndAbort, the first step of restore-time recovery, as the owner `generation`:
-    every recorded transaction the restart snapshot does not list is settled as
-    unconfirmed (`airflow_sparkpoint.sinks.transactions`): one that holds its batch's
-    commit (possibly unfinished) is finished, never aborted; the rest can never be
-    confirmed and are aborted, and their records deleted.
-
-    It runs before the sink's position is checked: the abort is a decision a stalled
-    committer of the same transaction (a zombie past its generation check) can no longer
-    overturn, so nothing lands past the restart point after the check. Returns the batch
-    ids ``finished`` and ``aborted``.
-
-    :raises StaleGeneration: `generation` was superseded meanwhile; nothing more is touched.
-    """
-    faults.pause("recovery", plan.batch_id, generation=generation)
-    confirmed = _confirmed(plan)
-    summary: dict[str, list[int]] = {"finished": [], "aborted": []}
-
-    def note(settlement: Settlement, done: int, total: int) -> None:
-        summary["aborted" if settlement.outcome == "aborted" else "finished"].append(settlement.record.batch_id)
-        faults.maybe_kill_halfway("recovery", settlement.record.batch_id, done, total)
-
-    records = [r for r in catalog.transactions() if (r.batch_id, r.generation) not in confirmed]
-    records = [r for r in records if _own(catalog, r, sink)]
-    settle_all(catalog, records, lambda _r: sink, confirmed=False, fence=Fence(catalog, generation),
-               on_settled=note)
-    return summary
-
-
-def recover_transactions(
-    catalog: Catalog, sink: Sink, plan: RestorePlan, commit_mode: str, generation: int | None = None,
-    *, settled: Mapping[str, list[int]] | None = None,
-) -> tuple[list[TransactionRecord], dict[str, list[int]]]:
-    """recoverAndCommit / recoverAndAbort for the restart point, as the owner `generation`.
-
-    Transactions the snapshot lists as pending were confirmed: committed now in
-    ``checkpoint`` mode, kept for the commit step in ``external`` mode. Every other
-    recorded transaction is settled by `settle_unconfirmed` (here, unless the caller did
-    that already and passes its summary as `settled`); a confirmed record naming another
-    sink is left alone with a warning (`_own`), like an unconfirmed one; staged data
-    without any record is removed. Every commit and abort is fenced: a newer generation makes this one stop.
-    Returns the still-pending records and a summary (batch ids ``committed``,
-    ``finished``, ``aborted``, ``kept``; ``conflicts`` stays empty: a conflict raises).
-
-    :raises StaleGeneration: `generation` was superseded meanwhile; nothing more is touched.
-    :raises TransactionConflict: a confirmed transaction lost its batch to another one
-        (the conflict rule of `airflow_sparkpoint.sinks.transactions`, the commit step's
-        too): nothing after it is committed and its record is kept.
-    """
-    if settled is None:
-        settled = settle_unconfirmed(catalog, sink, plan, generation)
-    fence = Fence(catalog, generation)
-    confirmed = _confirmed(plan)
-    summary: dict[str, list[int]] = {"committed": [], "finished": list(settled.get("finished", ())),
-                                     "aborted": list(settled.get("aborted", ())), "kept": [], "conflicts": []}
-    still_pending: list[TransactionRecord] = []
-    to_commit: list[TransactionRecord] = []
-    recorded = catalog.transaction_keys()
-    # Only this job's own records tell "settled"; a snapshot from another root (a moved
-    # savepoint) has none here, and its sinks refuse transactions whose data is gone.
-    own_root = plan.snapshot is not None and _under(plan.snapshot.uri, catalog.uri)
-    for key, record in sorted(confirmed.items()):
-        if record.job != catalog.job and record.sink_id and record.sink_id != sink.sink_id:
-            # A snapshot of another job restored into other output (a restore drill, a
-            # fork): the transaction's staged data lives in that job's sink, which commits
-            # it on its own recovery or commit step; this run must neither commit nor abort it.
-            log.warning("transaction %s was pending for sink %s in %s; this run writes to %s: leaving it to job %r",
-                        record.txn_id, record.sink_id, plan.snapshot.uri if plan.snapshot else "the snapshot",
-                        sink.sink_id, record.job)
-            continue
-        if not _own(catalog, record, sink):  # the rule of `settle_unconfirmed`: another sink's record stays
-            continue
-        if own_root and key not in recorded:
-            # Settled after the snapshot was taken: committed (then the sink has it) or
-            # aborted by the commit step (a rejected audit, a rolled-back generation).
-            # Either way it must not be committed again.
-            if not sink.is_committed(record):
-                log.warning("transaction %s listed by %s was aborted since; not committing it",
-                            record.txn_id, plan.snapshot.uri if plan.snapshot else "the snapshot")
-            continue
-        if commit_mode == "checkpoint":
-            to_commit.append(record)
-        else:
-            still_pending.append(record)
-            summary["kept"].append(record.batch_id)
-    for settlement in settle_all(catalog, to_commit, lambda _r: sink, confirmed=True, fence=fence, recorded=recorded):
-        summary["committed"].append(settlement.record.batch_id)
-    keep = {r.txn_id for r in still_pending}
-    fence.check()
-    removed = sink.cleanup_orphans(catalog.job, keep)
-    if removed:
-        log.info("removed %d orphaned staged item(s) of job %s", removed, catalog.job)
-    return still_pending, summary
-
-
-def _under(uri: str, root: str) -> bool:
-    """Whether `uri` lies under `root`; plain paths and ``file://`` URIs compare alike."""
-
-    def canonical(text: str) -> str:
-        local = livedir.local_path_of(text)
-        return (local if local is not None else text).rstrip("/")
-
-    return canonical(uri).startswith(canonical(root) + "/")

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from airflow_sparkpoint.checkpoints import SnapshotHandle
 from airflow_sparkpoint.checkpoints.lineage import Origin
+from airflow_sparkpoint.runtime.livedir import local_path_of
 
-__all__ = ["RestorePlan"]
+__all__ = ["RestorePlan", "under_root"]
 
 
 @dataclass(frozen=True)
@@ -32,3 +33,13 @@ class RestorePlan:
     def own_checkpoint(self) -> bool:
         """A checkpoint of this job in this catalog (the only thing resumable in place)."""
         return self.kind == "checkpoint" and self.base_id >= 0 and self.own_files
+
+
+def under_root(uri: str, root: str) -> bool:
+    """Whether `uri` lies under `root` (a snapshot in a job's own root); plain paths and
+    ``file://`` URIs compare alike."""
+    def canonical(text: str) -> str:
+        local = local_path_of(text)
+        return (local if local is not None else text).rstrip("/")
+
+    return canonical(uri).startswith(canonical(root) + "/")

@@ -61,6 +61,10 @@ class _RunCoordination(_RunStartup):
             self._confirm(int(value))  # type: ignore[call-overload]
             if self.events.empty():  # else the next event's turn takes this batch too
                 self._checkpoint_due()
+        elif kind == "tick" and self.cfg.checkpoint_interval_s > 0:
+            # An idle stream: its newest batch is checkpointed (and committed) once the
+            # interval has passed, not when more input arrives.
+            self._checkpoint_due()
         elif kind == "final":
             self._finish()
             return next_poll

@@ -19,14 +19,13 @@ from airflow_sparkpoint.exceptions import ConfigError, StorageError
 from airflow_sparkpoint.runtime import reach, replay, rescale, spark_support
 from airflow_sparkpoint.runtime.config import PREFIX, work_root
 from airflow_sparkpoint.runtime.coordinator import Coordinator
+from airflow_sparkpoint.runtime.recovery import recover_transactions, settle_unconfirmed
 from airflow_sparkpoint.runtime.restore import (
     check_sink_position,
     choose_live,
     fill_live,
     pin_restart_point,
     plan_restore,
-    recover_transactions,
-    settle_unconfirmed,
 )
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 from airflow_sparkpoint.runtime.run_status import _RunStatus
@@ -63,12 +62,13 @@ class _RunStartup(_RunStatus):
         no running generation, invariant 7) and again on the plan read after it.
 
         :raises RestoreError: the snapshot was taken on a newer Spark line.
-        :raises SinkAheadError: the sink is ahead of the snapshot and cannot be handled.
+        :raises SinkAheadError: the sink is ahead of the snapshot and cannot be handled, or
+            (`SinkLineageError`) does not hold what the snapshot's lineage committed.
         """
         if plan.snapshot is not None:
             spark_support.check_restore_line(plan.snapshot.metadata.spark.get("version"), self.spark.version,
                                              plan.snapshot.uri)
-        check_sink_position(plan, self.sink, self.cfg.job, apply=False)
+        check_sink_position(plan, self.sink, self.cfg.job, apply=False, catalog=self.catalog)
 
     def _prepare(self) -> None:
         """Claim, then act (invariant 8): everything is read again after the claim, the
@@ -108,7 +108,7 @@ class _RunStartup(_RunStatus):
         # Abort what the restart point does not confirm before the sink's position is
         # checked: a stalled committer past its generation check can land nothing after it.
         settled = settle_unconfirmed(self.catalog, self.sink, plan, self.generation)
-        if check_sink_position(plan, self.sink, cfg.job, fence=fence):
+        if check_sink_position(plan, self.sink, cfg.job, fence=fence, catalog=self.catalog):
             faults.pause("after_rewind", plan.batch_id, generation=self.generation)
         faults.pause("before_live", plan.batch_id, generation=self.generation)
         repair = spark_support.snapshot_repair(self.spark.version,
@@ -135,7 +135,7 @@ class _RunStartup(_RunStatus):
                 live_root=self.live, generation=self.generation, job=cfg.job)
             if recovered["replayed"]:  # the snapshot's position of this sink is behind what it holds now
                 self.coordinator.sink_positions.pop(self.sink.sink_id, None)
-                self.coordinator.replayed(recovered["replayed"][-1])
+                self.coordinator.replayed(recovered["replayed"][-1], self._committers(recovered["replayed"]))
         self.recovered = recovered
         # After any replay: the state of the live location's last batch is rescaled.
         rescaled = rescale.rescale_live(self.spark, self.live, self.rescale, fence) if self.rescale and \
@@ -147,6 +147,19 @@ class _RunStartup(_RunStatus):
             self.coordinator.confirm(rescaled)
             self.coordinator.checkpoint(rescaled)
         self._write_status("running")
+
+    def _committers(self, batches: list[int]) -> list[tuple[int, int]]:
+        """``(batch, generation)`` of the commits the sink holds for replayed `batches`: the
+        lineage's owners of them (`Coordinator.batch_owners`)."""
+        found = []
+        for batch in batches:
+            try:
+                held = self.sink.committed_txn(self.cfg.job, batch)
+            except NotImplementedError:
+                return []
+            if held is not None and held.generation is not None:
+                found.append((batch, held.generation))
+        return found
 
     def _jvm_pid(self) -> int | None:
         try:

@@ -29,7 +29,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.exceptions import SinkAheadError
 from airflow_sparkpoint.sinks.base import replay_of
 
 if TYPE_CHECKING:
@@ -101,6 +102,69 @@ def batch_commit(table: DeltaTable, job: str, batch: int) -> dict[str, Any] | No
         if len(history) < limit:
             return None
         limit *= 8
+
+
+def lineage_commit(history: Sequence[Mapping[str, Any]], job: str, batch: int, generation: int) -> int | None:
+    """The table version of the commit of batch `batch` of `job` by `generation` in
+    `history` (newest first), whether a later ``RESTORE`` undid it or not (a rewind to
+    that lineage restores the table to it); None when the history has none."""
+    for entry in history:
+        if (entry.get("operation") != "RESTORE" and entry.get("sparkpoint.job") == job
+                and entry.get("sparkpoint.batch") == str(batch) and entry.get("sparkpoint.generation") == str(generation)):
+            return int(entry["version"])
+    return None
+
+
+def first_commit(history: Sequence[Mapping[str, Any]], job: str) -> int | None:
+    """The table version of the oldest commit of `job` in `history` (newest first)."""
+    versions = [int(e["version"]) for e in history
+                if e.get("operation") != "RESTORE" and e.get("sparkpoint.job") == job and "version" in e]
+    return min(versions) if versions else None
+
+
+def rewind_target(history: Sequence[Mapping[str, Any]], job: str, snapshot: SnapshotMetadata, sink_id: str,
+                  where: str) -> tuple[int, int]:
+    """``(table version, last committed batch)`` a rewind of the table at `where` (whose
+    `history`, newest first, is given) to `snapshot` restores (`DeltaSink.rewind`).
+
+    :raises SinkAheadError: the history holds no such version.
+    """
+    owners = snapshot.batch_owners
+    if owners.ranges:
+        # The lineage's newest batch with a commit in the history: a pending one may have
+        # been committed after the snapshot (then undone by another lineage's rewind).
+        pending = {t.batch_id: t.generation for t in snapshot.transactions if t.job == job}
+        for batch in range(snapshot.batch_id, -1, -1):
+            generation = pending.get(batch, owners.of(batch))
+            if generation is None:
+                continue
+            version = lineage_commit(history, job, batch, generation)
+            if version is not None:
+                return version, batch
+            if batch not in pending:
+                raise SinkAheadError(
+                    f"cannot rewind {where}: its history has no commit of batch {batch} of job {job!r} by "
+                    f"generation {generation}, the lineage of {snapshot.kind} {snapshot.id} (its log may have been "
+                    "cleaned up)"
+                )
+        first = first_commit(history, job)
+        if first is None or first == 0:
+            raise SinkAheadError(
+                f"cannot rewind {where} to before the first commit of job {job!r} "
+                f"({'no commit of the job is in its history' if first is None else 'the table was created by it'})"
+            )
+        return first - 1, -1
+    for entry in history:  # newest first
+        if (entry.get("sparkpoint.job") == job and entry.get("sparkpoint.batch") == str(snapshot.batch_id)
+                and entry.get("operation") != "RESTORE"):
+            return int(entry["version"]), snapshot.batch_id
+    position = snapshot.sink_positions.get(sink_id)
+    if not isinstance(position, Mapping) or "version" not in position:
+        raise SinkAheadError(
+            f"cannot rewind {where}: snapshot {snapshot.kind} {snapshot.id} recorded no table version "
+            f"and the table has no commit of batch {snapshot.batch_id} of job {job!r}"
+        )
+    return int(position["version"]), int(position.get("batch", -1))
 
 
 def table_paths(table: DeltaTable) -> set[str]:

@@ -76,7 +76,7 @@ class CommitOutcome:
 
 #: what a commit step calls on a sink it rebuilt from a transaction record: a subclass
 #: that overrides one of them cannot be settled by the class registered under its kind
-SETTLE_METHODS = ("configure", "commit", "is_committed", "abort", "committed_position", "rewind",
+SETTLE_METHODS = ("configure", "commit", "is_committed", "was_committed", "abort", "committed_position", "rewind",
                   "cleanup_orphans", "committed_txn", "replay_record")
 
 
@@ -154,6 +154,11 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def is_committed(self, record: TransactionRecord) -> bool:
         """Whether the transaction has landed, read from the sink itself."""
+
+    def was_committed(self, record: TransactionRecord) -> bool:
+        """Whether the transaction landed at some time, even if a rewind undid it since
+        (a sink that cannot rewind: `is_committed`)."""
+        return self.is_committed(record)
 
     @abc.abstractmethod
     def abort(self, record: TransactionRecord) -> None:

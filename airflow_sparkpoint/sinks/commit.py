@@ -44,14 +44,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
+import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.commit_head import record_commit
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.exceptions import StaleGeneration
+from airflow_sparkpoint.exceptions import ConfigError, RestoreError, StaleGeneration
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink, resolve_sink, warn_undeclared
 from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle, settle_all
@@ -145,8 +149,19 @@ def _commit_as_observed(
     """One pass of the commit step, fenced by the generation current when it starts;
     adds what it settled to `settled` and returns the ids left pending."""
     fence = Fence.observed(catalog)  # before the reads it acts on
-    latest = catalog.latest()
+    # The records before the origins (`latest`): a generation writes its origin before any
+    # record, so every record read here belongs to a lineage `latest` then knows.
     records = catalog.transactions()
+    if fence.generation and not catalog.has_origin(fence.generation):
+        # Generation G is starting (claimed, its origin not yet written): it may restore an
+        # older point, abort what that point does not confirm and check the sink's
+        # position; the newest checkpoint `latest` would show now is of the lineage it may
+        # abandon. Settle nothing until G's lineage is known (a start that died before its
+        # origin is followed by the next one).
+        log.warning("commit step of job %s: generation %d has no lineage origin yet (it is starting); nothing "
+                    "is committed or aborted now, run the step again", catalog.job, fence.generation)
+        return [record.txn_id for record in records]
+    latest = catalog.latest()
     pending: list[str] = []
     confirmed = {(t.batch_id, t.generation) for t in latest.transactions} if latest is not None else set()
     to_commit: list[TransactionRecord] = []
@@ -192,28 +207,34 @@ def abort_generation(
 ) -> list[str]:
     """Abort every uncommitted transaction of `generation` and delete its record.
 
-    The blue-green rollback: green's staged output (confirmed by green's checkpoints or
-    not) never becomes visible, and green's checkpoints from the first aborted batch on
-    are retired so that no later restore picks them. Transactions that already committed
-    (or hold their batch's claim: finished) are left alone and reported in the log.
-    Returns the aborted transaction ids. `sink` is the job's sink, as for `commit_pending`.
+    The blue-green rollback and the write-audit-publish discard: `generation`'s staged
+    output (confirmed by its checkpoints or not) never becomes visible, and its lineage
+    is abandoned, so that no later restore continues from state past output that is
+    gone:
 
+    * `generation` is the newest one: the rollback first claims the next generation,
+      which fences it (a stalled driver of it fails at its next checkpoint or commit,
+      and its heartbeat's age proves nothing), and records as that generation's origin
+      the point `generation` started from, which supersedes every checkpoint of it
+      (``restore=latest`` then starts where it started);
+    * a newer generation exists: the rollback is refused while any checkpoint of
+      `generation` is still restorable (a newer run continues its lineage: roll that one
+      back), and otherwise only aborts its leftovers.
+
+    Transactions that already committed (or hold their batch's claim: finished) are left
+    alone and reported in the log. Returns the aborted transaction ids. `sink` is the
+    job's sink, as for `commit_pending`.
+
+    :raises ConfigError: `generation` was never claimed.
+    :raises RestoreError: a newer generation continues `generation`'s lineage.
     :raises StaleGeneration: a newer generation was claimed while the rollback ran (a
         restore that reads what the rollback was changing); nothing more is touched, and
         running it again is safe.
     """
     sinks = _Sinks(storage_options, sink, catalog.job)
-    fence = Fence.observed(catalog)
+    fence = _rollback_fence(catalog, generation)
     aborted: list[str] = []
-    first_aborted: int | None = None
     mine = [record for record in catalog.transactions() if record.generation == generation]
-    # Retire first: a rollback killed after deleting a record but before retiring would
-    # leave its checkpoint restorable by `restore=latest` with its output gone, and the
-    # retried rollback no longer sees that record.
-    uncommitted = [r.batch_id for r in mine if not sinks.of(r).is_committed(r)]
-    if uncommitted:
-        fence.check()
-        _retire_checkpoints(catalog, generation, min(uncommitted))
     for count, record in enumerate(mine, start=1):
         settlement = settle(sinks.of(record), record, confirmed=False, fence=fence)
         if settlement.outcome != "aborted":
@@ -224,22 +245,54 @@ def abort_generation(
             continue
         catalog.delete_transactions([record])
         aborted.append(record.txn_id)
-        first_aborted = record.batch_id if first_aborted is None else min(first_aborted, record.batch_id)
         faults.maybe_kill_halfway("abort", record.batch_id, count, len(mine))
     log.info("aborted %d transaction(s) of generation %d of job %s: %s",
              len(aborted), generation, catalog.job, aborted)
-    if first_aborted is not None:
-        fence.check()
-        _retire_checkpoints(catalog, generation, first_aborted)
     return aborted
 
 
-def _retire_checkpoints(catalog: Catalog, generation: int, first_aborted: int) -> None:
-    """A checkpoint of `generation` at or after an aborted batch holds state whose output
-    is gone: restoring it (say, a later ``restore=latest``) would lose that output. Its
-    ``_metadata`` goes, so it is never restored; retention collects its files."""
+def _rollback_fence(catalog: Catalog, generation: int) -> Fence:
+    """The fence a rollback of `generation` acts as (see `abort_generation`), after
+    fencing `generation` itself when it is the newest.
+
+    :raises ConfigError: `generation` was never claimed.
+    :raises RestoreError: a newer generation continues `generation`'s lineage.
+    """
+    current = catalog.current_generation()
+    if not 1 <= generation <= current:
+        raise ConfigError(f"generation {generation} of job {catalog.job!r} was never claimed (the newest is "
+                          f"{current}); see `sparkpoint history`")
+    if generation == current:
+        origin = next((o for o in catalog.origins() if o.generation == generation), None)
+        claim = catalog.claim_generation({"rollback_of": generation, "plan": f"rollback of generation {generation}"})
+        if origin is not None:
+            catalog.write_origin(replace(
+                origin, generation=claim.generation, created_at=time.time(), live_dir=None,
+                host=socket.gethostname(), pid=os.getpid(), restore={**origin.restore, "rollback_of": generation}))
+        else:  # a store of a release before lineages: no origin to return to, its checkpoints go
+            _retire_checkpoints(catalog, generation, Fence(catalog, claim.generation))
+        log.warning("rollback of generation %d of job %s: claimed generation %d to fence it; the job restarts from %s",
+                    generation, catalog.job, claim.generation,
+                    origin.describe() if origin is not None else "where the generation before it left off")
+        return Fence(catalog, claim.generation)
+    continued = [entry for entry in catalog.list_checkpoints()
+                 if entry.restorable and entry.metadata is not None and entry.metadata.generation == generation]
+    if continued:
+        raise RestoreError(
+            f"generation {generation} of job {catalog.job!r} is not the newest ({current}) and its checkpoint "
+            f"{continued[0].uri} is still restorable: a newer run continues its lineage. Roll back the newest "
+            f"generation instead (see `sparkpoint history`); nothing was aborted"
+        )
+    return Fence.observed(catalog)
+
+
+def _retire_checkpoints(catalog: Catalog, generation: int, fence: Fence) -> None:
+    """Without lineages (a store of an earlier release), a rolled-back generation's
+    checkpoints hold state whose output is gone: their ``_metadata`` goes, so that no
+    restore picks them; retention collects their files."""
     for meta in catalog.checkpoints():
-        if meta.generation == generation and meta.batch_id >= first_aborted:
+        if meta.generation == generation:
+            fence.check()
             catalog.dispose(catalog.checkpoint_uri(meta.id))
             log.warning("retired checkpoint %d (batch %d) of rolled-back generation %d of job %s",
                         meta.id, meta.batch_id, generation, catalog.job)

@@ -220,6 +220,10 @@ class DeltaSink(Sink):
         table = self._table()
         return table is not None and self._landed(table, record) is _OURS
 
+    def was_committed(self, record: TransactionRecord) -> bool:
+        table = self._table()
+        return table is not None and _delta_txn.ever_committed(table, record)
+
     def committed_txn(self, job: str, batch_id: int) -> CommittedTxn | None:
         table = self._table()
         if table is None:
@@ -525,36 +529,26 @@ class DeltaSink(Sink):
     # ------------------------------------------------------------------ rewind (invariant 4)
 
     def rewind(self, job: str, snapshot: SnapshotMetadata) -> None:
-        """Restore the table to its state right after the snapshot's batch was committed,
-        lowering the job's transaction version with it.
+        """Restore the table to its state right after the snapshot's lineage committed its
+        last batch at or before the snapshot's batch, lowering the job's transaction
+        version with it (the snapshot's pending transactions are committed again by the
+        restore).
 
-        The target is the commit of batch ``snapshot.batch_id`` by `job` when the table's
-        history has it (the snapshot's pending transactions then count as landed), else
-        the table version recorded in the snapshot (its pending transactions, never
-        committed, are committed again by the restore).
+        The target is that lineage's own commit (`SnapshotMetadata.batch_owners`): the
+        commit of its newest batch the snapshot does not list as pending, by the
+        generation that staged it, even when another lineage's restore undid it since;
+        before the job's first commit when the lineage had committed nothing. A snapshot
+        of an earlier release (no batch owners) rewinds to the newest commit of its batch,
+        else to the table version it recorded.
 
-        :raises SinkAheadError: neither is known, or a commit after the target is not this
-            job's own (another writer committed since).
+        :raises SinkAheadError: the target is not in the table's history, or a commit
+            after it is not this job's own (another writer committed since).
         """
         table = self._table()
         if table is None:
             return
         history = table.history()
-        target: int | None = None
-        committed_batch = -1
-        for entry in history:  # newest first
-            if (entry.get("sparkpoint.job") == job and entry.get("sparkpoint.batch") == str(snapshot.batch_id)
-                    and entry.get("operation") != "RESTORE"):
-                target, committed_batch = int(entry["version"]), snapshot.batch_id
-                break
-        if target is None:
-            position = snapshot.sink_positions.get(self.sink_id)
-            if not isinstance(position, Mapping) or "version" not in position:
-                raise SinkAheadError(
-                    f"cannot rewind {self.uri}: snapshot {snapshot.kind} {snapshot.id} recorded no table version "
-                    f"and the table has no commit of batch {snapshot.batch_id} of job {job!r}"
-                )
-            target, committed_batch = int(position["version"]), int(position.get("batch", -1))
+        target, committed_batch = _delta_txn.rewind_target(history, job, snapshot, self.sink_id, self.uri)
         current = table.version()
         for entry in history:
             version = int(entry.get("version", -1))
@@ -571,7 +565,6 @@ class DeltaSink(Sink):
         table.restore(target, commit_properties=props)
         log.warning("rewound Delta table %s from version %d to %d (last committed batch %d)", self.uri, current,
                     target, committed_batch)
-
 
 def _duplicate_keys(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
     """The values of `keys` that have more than one row in `rows` (``count_all``: how many)."""

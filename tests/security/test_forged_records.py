@@ -337,7 +337,8 @@ def test_materialisation_links_in_no_symlink_from_the_previous_live_location(tmp
 
 
 def test_restore_time_recovery_leaves_a_record_for_another_sink_alone(tmp_path: Path) -> None:
-    from airflow_sparkpoint.runtime.restore import RestorePlan, settle_unconfirmed
+    from airflow_sparkpoint.runtime.recovery import settle_unconfirmed
+    from airflow_sparkpoint.runtime.restore import RestorePlan
 
     victim = victim_dir(tmp_path)
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)

@@ -155,7 +155,13 @@ def driver(world: World, spec: DriverSpec, name: str) -> Any:
     actor = world.scheduler.current()
     if actor is not None:
         actor.on_crash.append(run._release_live)  # the OS drops a dead process's locks
-    return run.execute()
+    try:
+        return run.execute()
+    except Exception as exc:
+        generation = getattr(run, "generation", None)
+        # read unscheduled: was this run superseded when it failed (a zombie's failure is its fence)?
+        exc.superseded = generation is not None and world.raw_catalog().current_generation() > generation  # type: ignore[attr-defined]
+        raise
 
 
 def _snapshots(world: World) -> list[str]:

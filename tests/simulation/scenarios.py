@@ -96,7 +96,7 @@ def _drain(**fixed: Any) -> Any:
 
     settings: dict[str, Any] = {"budget": st.integers(3, 6), "num_retained": st.just(6),
                                 "commit_mode": st.sampled_from(COMMIT_MODES)}
-    settings.update({k: st.just(v) for k, v in fixed.items()})
+    settings.update({k: v if isinstance(v, st.SearchStrategy) else st.just(v) for k, v in fixed.items()})
     return st.builds(DriverSpec, **settings)
 
 
@@ -108,7 +108,7 @@ def _start(**fixed: Any) -> Any:
         "restore": st.sampled_from(("path", "latest")), "sink_ahead": st.sampled_from(SINK_AHEAD),
         "commit_mode": st.sampled_from(COMMIT_MODES), "version": st.integers(1, 3), "budget": st.integers(1, 3),
         "num_retained": st.just(6)}
-    settings.update({k: st.just(v) for k, v in fixed.items()})
+    settings.update({k: v if isinstance(v, st.SearchStrategy) else st.just(v) for k, v in fixed.items()})
     return st.builds(DriverSpec, **settings).map(lambda d: ActorSpec("driver", d))
 
 
@@ -128,6 +128,16 @@ def across_lineages() -> Any:
 
     return _shape(st.sampled_from(("directory", "delta")), _drain(), st.just(ActorSpec("savepoint")),
                   _start(restore="path"), _start(restore="path"))
+
+
+def rewinds() -> Any:
+    """`across_lineages` on a Delta table with rewinding restores: a rewind must land on
+    the restored lineage's own commit (invariant 12)."""
+    from hypothesis import strategies as st
+
+    return _shape(st.just("delta"), _drain(commit_mode="checkpoint"), st.just(ActorSpec("savepoint")),
+                  _start(restore="path", sink_ahead="rewind", budget=st.integers(1, 4)),
+                  _start(restore="path", sink_ahead="rewind"))
 
 
 def commit_step_races() -> Any:
@@ -161,6 +171,7 @@ def checkpoint_retention_races() -> Any:
                   races=("shared", "journal", "checkpoints", "lineage", "pins"))
 
 
-FAMILIES = {"generic": schedules, "across_lineages": across_lineages, "commit_step_races": commit_step_races,
+FAMILIES = {"generic": schedules, "across_lineages": across_lineages, "rewinds": rewinds,
+            "commit_step_races": commit_step_races,
             "savepoint_retention_races": savepoint_retention_races,
             "checkpoint_retention_races": checkpoint_retention_races}

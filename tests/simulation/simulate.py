@@ -173,7 +173,11 @@ def _acceptable(spec: ActorSpec, error: BaseException) -> bool:
     )
 
     if spec.kind == "driver":
-        return isinstance(error, (StaleGeneration, SparkpointError)) and not _is_loss(error)
+        # A superseded run fails at its next act, however it meets the newer one; the
+        # current generation fails only for reasons that lose nothing.
+        if isinstance(error, StaleGeneration) or getattr(error, "superseded", False):
+            return True
+        return isinstance(error, SparkpointError) and not _is_loss(error)
     if spec.kind in ("savepoint", "stop"):
         return isinstance(error, (CatalogError, ControlError, StaleGeneration))
     if spec.kind == "commit":

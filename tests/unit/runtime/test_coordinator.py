@@ -16,6 +16,7 @@ from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, Transactio
 from airflow_sparkpoint.exceptions import (
     RestoreError,
     SinkAheadError,
+    SinkLineageError,
     SparkpointError,
     StaleGeneration,
     TransactionConflict,
@@ -23,12 +24,12 @@ from airflow_sparkpoint.exceptions import (
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.coordinator import Coordinator
+from airflow_sparkpoint.runtime.recovery import recover_transactions
 from airflow_sparkpoint.runtime.restore import (
     RestorePlan,
     check_sink_position,
     materialize,
     plan_restore,
-    recover_transactions,
 )
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
 from airflow_sparkpoint.storage import MemoryStorage
@@ -269,7 +270,9 @@ def test_materialize_rebuilds_the_location_and_never_modifies_the_snapshot(catal
 
 def test_settled_transactions_are_never_committed_again(catalog, tmp_path):
     """External mode: the commit step published batch 0 and aborted batch 1 after the
-    checkpoint listed both; neither the next checkpoint nor a restore may commit them."""
+    checkpoint listed both; neither the next checkpoint nor a restore may commit them, and
+    a restore of that checkpoint is refused: its state is past batch 1, whose output is
+    gone (issue #45 item 3: it was a warning, and the batch was lost)."""
     generation = catalog.claim_generation().generation
     live = tmp_path / "live"
     coord = coordinator(catalog, live, RecordingSink(), generation, commit_mode="external")
@@ -285,8 +288,8 @@ def test_settled_transactions_are_never_committed_again(catalog, tmp_path):
 
     sink = RecordingSink()
     sink.committed = dict(published.committed)
-    pending, summary = recover_transactions(catalog, sink, plan_restore(_cfg(), catalog, None), "checkpoint")
-    assert pending == [] and summary["committed"] == []
+    with pytest.raises(SinkLineageError, match=r"job-b1-g1 \(batch 1\).*was aborted since: its output is gone"):
+        recover_transactions(catalog, sink, plan_restore(_cfg(), catalog, None), "checkpoint")
     assert sink.committed == {0: generation}, "the aborted batch 1 was not committed"
 
     write_live(live, 2)

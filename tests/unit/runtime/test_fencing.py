@@ -21,12 +21,12 @@ from airflow_sparkpoint.checkpoints.retention import journal_deletions
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import StaleGeneration
 from airflow_sparkpoint.runtime import livedir
+from airflow_sparkpoint.runtime.recovery import recover_transactions
 from airflow_sparkpoint.runtime.restore import (
     RestorePlan,
     choose_live,
     fill_live,
     plan_restore,
-    recover_transactions,
 )
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.unit.runtime.test_coordinator import RecordingSink, _cfg, coordinator, record, write_live

@@ -127,6 +127,8 @@ def test_abort_generation_finishes_what_a_generation_claimed_and_aborts_the_rest
     catalog: Catalog, sink: DirectorySink, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     claimed, pending = staged(sink, 6, 3), staged(sink, 7, 3)
+    for _ in range(3):
+        catalog.claim_generation()
     for r in (claimed, pending):
         catalog.put_transaction(r)
     with monkeypatch.context() as patch:

@@ -12,7 +12,13 @@ import pytest
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
-from airflow_sparkpoint.exceptions import CommitOutcomeUnknown, ConfigError, SinkError
+from airflow_sparkpoint.exceptions import (
+    CommitOutcomeUnknown,
+    ConfigError,
+    RestoreError,
+    SinkError,
+    StaleGeneration,
+)
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
 from airflow_sparkpoint.sinks.commit import abort_generation, commit_pending
 from airflow_sparkpoint.storage import MemoryStorage
@@ -258,6 +264,8 @@ def test_abort_generation_discards_only_that_generations_uncommitted_records(
 ) -> None:
     blue = record(sink_name, 3, 1)
     green = [record(sink_name, b, 2) for b in (4, 5, 6)]
+    for _ in range(2):
+        catalog.claim_generation()
     for r in (blue, *green):
         catalog.put_transaction(r)
     world["committed"][4] = green[0].txn_id  # green's first batch had already gone out
@@ -270,7 +278,42 @@ def test_abort_generation_discards_only_that_generations_uncommitted_records(
     assert abort_generation(catalog, 2) == []
 
 
-def test_abort_generation_retires_checkpoints_that_hold_aborted_batches(
+def test_abort_generation_returns_the_lineage_to_where_the_generation_started(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    """The rollback of the newest generation claims the next one (a stalled driver of
+    green fails at its next act, whatever its heartbeat's age) and records green's own
+    starting point as that generation's origin: green's checkpoints are superseded and
+    `restore=latest` restarts where green started (issue #45: the simulation found a
+    rollback of a stalled, live green whose next checkpoint confirmed an aborted batch)."""
+    from airflow_sparkpoint.checkpoints.lineage import new_origin
+
+    blue = record(sink_name, 3, 1)
+    checkpoint(catalog, 3, 1, [blue])
+    base = catalog.latest()
+    assert base is not None
+    catalog.claim_generation()
+    catalog.write_origin(new_origin(2, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
+                                    snapshot_id=base.id, batch_id=3, id_floor=base.id, restore={"restore": "x"},
+                                    live_dir=None, host="h", pid=1))
+    green = [record(sink_name, b, 2) for b in (4, 5)]
+    for r in green:
+        catalog.put_transaction(r)
+    checkpoint(catalog, 4, 2, green[:1])
+    checkpoint(catalog, 5, 2, green)
+
+    abort_generation(catalog, 2)
+
+    assert catalog.current_generation() == 3, "the rollback fenced green by claiming the next generation"
+    point = catalog.restart_point()
+    assert point.checkpoint is not None and (point.checkpoint.batch_id, point.checkpoint.generation) == (3, 1)
+    assert {e.metadata.batch_id: e.superseded_by for e in catalog.list_checkpoints() if e.metadata} == {
+        5: 3, 4: 3, 3: None}
+    with pytest.raises(StaleGeneration):
+        catalog.check_generation(2)
+
+
+def test_abort_generation_of_a_store_without_lineages_retires_its_checkpoints(
     catalog: Catalog, sink_name: str, world: dict[str, Any]
 ) -> None:
     blue = record(sink_name, 3, 1)
@@ -286,6 +329,19 @@ def test_abort_generation_retires_checkpoints_that_hold_aborted_batches(
 
     # green's checkpoints are gone: a later restore=latest finds blue's, not green's state
     assert [(m.batch_id, m.generation) for m in catalog.checkpoints()] == [(3, 1)]
+
+
+def test_abort_generation_is_refused_while_a_newer_generation_continues_it(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    green = record(sink_name, 4, 2)
+    catalog.put_transaction(green)
+    checkpoint(catalog, 4, 2, [green])
+    catalog.claim_generation()  # generation 3 (say, a retry of green) restores green's checkpoint
+
+    with pytest.raises(RestoreError, match="a newer run continues its lineage"):
+        abort_generation(catalog, 2)
+    assert world["aborted"] == [] and txn_ids(catalog) == ["orders-b4-g2"]
 
 
 def test_a_generation_claimed_between_the_steps_reads_keeps_its_transaction(
@@ -338,10 +394,13 @@ def test_a_rollback_stops_when_a_newer_generation_is_claimed_meanwhile(
 ) -> None:
     """`abort_generation` is fenced like every other settler: a generation claimed after
     the rollback read the records may have restored from what the rollback is retiring."""
-    from airflow_sparkpoint.exceptions import StaleGeneration
+
+    from airflow_sparkpoint.checkpoints.lineage import new_origin
 
     for _ in range(2):
         catalog.claim_generation()
+    catalog.write_origin(new_origin(2, kind="empty", uri=None, base_id=-1, snapshot_id=None, batch_id=None,
+                                    id_floor=0, restore={}, live_dir=None, host="h", pid=1))
     green = [record(sink_name, b, 2) for b in (4, 5)]
     for r in green:
         catalog.put_transaction(r)
@@ -357,9 +416,9 @@ def test_a_rollback_stops_when_a_newer_generation_is_claimed_meanwhile(
 
     monkeypatch.setattr(catalog, "transactions", records_then_a_claim)
 
-    with pytest.raises(StaleGeneration, match="generation 2 of job 'orders' was superseded by generation 3"):
-        abort_generation(catalog, 2)
+    with pytest.raises(StaleGeneration, match="generation 3 of job 'orders' was superseded by generation 4"):
+        abort_generation(catalog, 2)  # it fenced green as generation 3
 
-    assert claimed == [3]
+    assert claimed == [4]
     assert world["aborted"] == [] and txn_ids(catalog) == ["orders-b4-g2", "orders-b5-g2"]
     assert [(m.batch_id, m.generation) for m in catalog.checkpoints()] == [(4, 2)]
