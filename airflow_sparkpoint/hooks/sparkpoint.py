@@ -12,10 +12,11 @@ login / password    S3 access key id / secret (optional)
 ``aws_conn_id``     an Airflow ``aws`` connection for the credentials (roles,
                     profiles, session tokens), read through the Amazon
                     provider's ``AwsBaseHook``
-``jobs``            the pipelines stored there (what the UI lists for this
-                    connection): comma-separated names, a list, or a mapping
+``jobs``            optional, pipelines stored there (the UI lists every job
+                    under the root to who may read the connection):
+                    comma-separated names, a list, or a mapping
                     ``{"orders": {"dags": ["etl_orders"]}}`` declaring the DAGs
-                    that use each (whose readers the UI shows it to) and, with
+                    that use each (only their readers see it in the UI) and, with
                     ``"sink": {"kind": "delta", "uri": "s3://b/t", ...}``, the
                     job's sink (the commit step's when its operator declares none)
 ``pyspark_python``  the Python interpreter on the Spark cluster's nodes
