@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkpoint-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup lint test test-all test-fast test-e2e test-matrix test-matrix-ci spark-envs airflow-env airflow-test-env test-airflow demo bench bench-deps bench-large chaos check-java browser clean
+.PHONY: setup lint test test-all test-fast test-e2e test-matrix test-matrix-ci spark-envs airflow-env airflow-test-env test-airflow demo bench bench-deps bench-large chaos check-java browser clean dist test-install
 
 setup: check-java $(STAMP)
 
@@ -88,6 +88,25 @@ airflow-test-env:
 test-airflow: airflow-test-env
 	PYTHONPATH=$(CURDIR) .venvs/airflow$(if $(AIRFLOW_VERSION),-$(AIRFLOW_VERSION))-test/bin/python -m pytest \
 		-p no:cacheprovider -m 'not slow' $(PYTEST_ARGS) $(AIRFLOW_TESTS)
+
+# A release a user installs (docs/install.md): the wheel and the sdist in dist/, built from
+# the version in airflow_sparkpoint/__init__.py (its one home), checked against CHANGELOG.md
+# (a section per version; ".devN": Unreleased) and by `twine check --strict` (the metadata
+# and the README that PyPI renders). Publishing: docs/development.md "Releasing".
+dist: setup
+	$(PY) scripts/check_release.py
+	rm -rf dist
+	$(VENV)/bin/uv build --quiet --out-dir dist
+	$(VENV)/bin/twine check --strict dist/*
+	$(PY) scripts/check_release.py dist/*
+
+# The built wheel as a user installs it (tests/install/test_wheel_install.py): a fresh venv
+# with Airflow, its constraints file and the wheel, no pyspark; Airflow sees the provider,
+# the example DAGs import, and the tutorial's DAG runs against .venvs/spark-<line>.
+# Minutes (a venv of Airflow, a Spark environment, one spark-submit): .ci/run calls it after
+# `make test`, outside `make test`'s budget. INSTALL_SPARK_LINE=4.2 by default.
+test-install: dist
+	$(PY) -m pytest tests/install -m '' -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: setup
 	$(VENV)/bin/sparkpoint demo --workdir demo-output
