@@ -463,7 +463,10 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             super().execute(context)
         except AirflowException as exc:
             # The hook's message is only the command and its exit code: the run's own error first.
-            raise self._run_failure(catalog, token, generation_before) or exc from exc
+            reported = self._run_failure(catalog, token, generation_before)
+            if reported is None:
+                raise
+            raise reported from exc
         finally:
             watcher.stop()
             try:
