@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkpoint-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup lint test test-all test-fast test-e2e test-matrix test-matrix-ci spark-envs airflow-env airflow-test-env test-airflow demo bench bench-deps bench-large chaos check-java browser clean
+.PHONY: setup lint test test-all test-fast test-e2e test-matrix test-matrix-ci spark-envs airflow-env airflow-test-env test-airflow demo bench bench-deps bench-large chaos check-java browser clean dist test-install
 
 setup: check-java $(STAMP)
 
@@ -88,6 +88,27 @@ airflow-test-env:
 test-airflow: airflow-test-env
 	PYTHONPATH=$(CURDIR) .venvs/airflow$(if $(AIRFLOW_VERSION),-$(AIRFLOW_VERSION))-test/bin/python -m pytest \
 		-p no:cacheprovider -m 'not slow' $(PYTEST_ARGS) $(AIRFLOW_TESTS)
+
+# A release a user installs (docs/install.md): the wheel and the sdist in dist/, built from
+# the version in airflow_sparkpoint/__init__.py (its one home), checked against CHANGELOG.md
+# (a section per version; ".devN": Unreleased) and by `twine check --strict` (the metadata
+# and the README that PyPI renders). Publishing: docs/development.md "Releasing".
+dist: setup
+	$(PY) scripts/check_release.py
+	rm -rf dist
+	$(VENV)/bin/uv build --quiet --out-dir dist
+	$(VENV)/bin/twine check --strict dist/*
+	$(PY) scripts/check_release.py dist/*
+
+# The built wheel as a user installs it (tests/install/test_wheel_install.py): a fresh venv
+# with Airflow, its constraints file and the wheel, no pyspark; Airflow sees the provider,
+# the example DAGs import, and the tutorial's DAG runs against .venvs/spark-<line>.
+# 1.5 to 3.5 minutes here with uv's cache warm and the Spark environment built (a venv of
+# Airflow, one tutorial run); it builds environments from the package index, so it is not
+# part of `make test` (40-minute budget): .ci/run calls it after the Spark-line check,
+# whose newest line it reuses (INSTALL_SPARK_LINE=<line> for another).
+test-install: dist
+	$(PY) -m pytest tests/install -m '' -p no:cacheprovider $(PYTEST_ARGS)
 
 demo: setup
 	$(VENV)/bin/sparkpoint demo --workdir demo-output

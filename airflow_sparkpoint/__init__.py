@@ -6,4 +6,4 @@ shipped to a cluster without the Airflow dependencies.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"

@@ -288,15 +288,42 @@ def _dispose_savepoints(args: argparse.Namespace, catalog: Any) -> int:
     from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
 
     disposed = savepoint_history_retention(catalog, max_count=args.keep, max_age_s=args.older_than)
-    kept = [entry.uri for entry in catalog.list_savepoints()]
+    entries = catalog.list_savepoints()
+    kept = [entry.uri for entry in entries]
     if args.json:
         _emit_json({"job": catalog.job, "root": catalog.uri, "keep": args.keep, "older_than_s": args.older_than,
                     "disposed_savepoints": disposed, "kept_savepoints": kept})
     else:
         for uri in disposed:
             print(f"disposed {uri}")
-        print(f"{len(disposed)} savepoint(s) disposed, {len(kept)} kept")
+        print(f"{len(disposed)} savepoint(s) disposed, {len(kept)} kept" + (":" if kept else ""))
+        for entry, why in _why_kept(catalog, entries):
+            print(f"kept {entry.uri} ({why})")
     return EXIT_OK
+
+
+def _why_kept(catalog: Any, entries: list[Any]) -> list[tuple[Any, str]]:
+    """Each savepoint retention left, newest first, with why (the rules of
+    `retention.savepoint_history_retention`)."""
+    from airflow_sparkpoint.checkpoints.retention import relied_on_savepoints
+
+    relied_on = relied_on_savepoints(catalog)
+    valid = sorted((e for e in entries if e.metadata is not None),
+                   key=lambda e: (e.metadata.created_at, e.id), reverse=True)
+    reasons = []
+    for index, entry in enumerate(valid):
+        if index == 0:
+            why = "the newest"
+        elif entry.key in relied_on:
+            why = "the job's newest lineage starts from it: restore=latest may restart there"
+        else:
+            why = "within the limits"
+        reasons.append((entry, why))
+    for entry in entries:
+        if entry.metadata is None:
+            reasons.append((entry, "incomplete, untouched for less than an hour" if "no _metadata" in (entry.error or "")
+                            else f"invalid, kept for inspection: {entry.error}"))
+    return reasons
 
 
 # --------------------------------------------------------------------------- requests

@@ -28,7 +28,8 @@ CONN_FIELDS: dict[str, Any] = {
     },
     "jobs": {
         "label": "Jobs",
-        "description": "The pipelines (spark.sparkpoint.job names) stored under this root, comma-separated.",
+        "description": "Optional: pipelines (spark.sparkpoint.job names) stored under this root, comma-separated. "
+        "The UI lists every job under the root to who may read this connection.",
         "schema": {"type": ["string", "null"]},
     },
     "pyspark_python": {

@@ -145,6 +145,36 @@ def parse_result_line(output: str) -> RunResult | None:
     return RunResult.from_json(json.loads(lines[-1][len(RESULT_LINE):])) if lines else None
 
 
+#: how a job script's failure reaches the process that started it: one output line with
+#: the error's class and message (the Python traceback above it is for people)
+ERROR_LINE = "SPARKPOINT_ERROR "
+#: the longest message an error line carries (a failed query's holds Spark's whole trace)
+ERROR_MESSAGE_MAX = 4000
+
+
+def error_line(error: BaseException) -> str:
+    """The output line that reports `error` (`parse_error_line` reads it back): its class
+    name and message, the message cut at `ERROR_MESSAGE_MAX` characters."""
+    message = str(error)
+    if len(message) > ERROR_MESSAGE_MAX:
+        message = message[:ERROR_MESSAGE_MAX] + " [...]"
+    return ERROR_LINE + json.dumps({"type": type(error).__name__, "message": message})
+
+
+def parse_error_line(line: str) -> tuple[str, str] | None:
+    """The (class name, message) an `error_line` carries, or None when `line` is none
+    (or is malformed: a line of the driver's output is not trusted to be well formed)."""
+    if not line.startswith(ERROR_LINE) or len(line) > 8 * ERROR_MESSAGE_MAX:
+        return None
+    try:
+        data = json.loads(line[len(ERROR_LINE):])
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str) or not isinstance(data.get("message"), str):
+        return None
+    return data["type"], data["message"]
+
+
 def result_key(generation: int) -> str:
     return f"{layout.RESULTS}/{generation:012d}.json"
 

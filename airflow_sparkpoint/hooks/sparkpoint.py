@@ -12,10 +12,11 @@ login / password    S3 access key id / secret (optional)
 ``aws_conn_id``     an Airflow ``aws`` connection for the credentials (roles,
                     profiles, session tokens), read through the Amazon
                     provider's ``AwsBaseHook``
-``jobs``            the pipelines stored there (what the UI lists for this
-                    connection): comma-separated names, a list, or a mapping
+``jobs``            optional, pipelines stored there (the UI lists every job
+                    under the root to who may read the connection):
+                    comma-separated names, a list, or a mapping
                     ``{"orders": {"dags": ["etl_orders"]}}`` declaring the DAGs
-                    that use each (whose readers the UI shows it to) and, with
+                    that use each (only their readers see it in the UI) and, with
                     ``"sink": {"kind": "delta", "uri": "s3://b/t", ...}``, the
                     job's sink (the commit step's when its operator declares none)
 ``pyspark_python``  the Python interpreter on the Spark cluster's nodes
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -241,6 +243,16 @@ class SparkpointHook(BaseHook):
             raise ConfigError(
                 f"Sparkpoint connection {self.sparkpoint_conn_id!r} has no storage URI in its host field "
                 "(expected e.g. s3://bucket/prefix), and no storage_uri was given"
+            )
+        if "://" not in str(uri) and not os.path.isabs(str(uri)):
+            # Each process would resolve it against its own working directory (a task's is
+            # a temporary one): a retry on another worker, the UI or a sensor would not find it.
+            given = (f"Sparkpoint connection {self.sparkpoint_conn_id!r}: its storage root" if uri != self._storage_uri
+                     else "storage root")
+            raise ConfigError(
+                f"{given} {str(uri)!r} (checkpoint_dir, storage_uri or the connection's host) is a relative path, "
+                "which each process would resolve against its own working directory; expected an absolute path, "
+                "file:///absolute/path or s3://bucket/prefix"
             )
         return str(uri), options, fields
 

@@ -17,13 +17,10 @@ application id by it, never by "the newest generation", which another run may ho
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
-import zipfile
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -31,13 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo, open_snapshot
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
 from airflow_sparkpoint.operators import lineage, runs
 from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
+from airflow_sparkpoint.operators.driver_errors import DriverError, SparkpointRunFailed, failure
 from airflow_sparkpoint.operators.health import emit_metrics_for
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin
 from airflow_sparkpoint.operators.links import (
@@ -46,7 +44,20 @@ from airflow_sparkpoint.operators.links import (
     checkpoint_history_url,
     spark_ui_url,
 )
-from airflow_sparkpoint.operators.submit_dir import ROCKSDB_LIBRARY_DIR_ENV, open_submit_dir
+from airflow_sparkpoint.operators.submit_checks import (
+    SparkpointConfigFailure,
+    path_with_local_spark,
+    require_spark_binary,
+    require_spark_connection,
+    resolve_application,
+    sparkpoint_settings,
+)
+from airflow_sparkpoint.operators.submit_dir import (
+    ROCKSDB_LIBRARY_DIR_ENV,
+    build_runtime_zip,
+    open_submit_dir,
+)
+from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.takeover import check_start
 from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
@@ -61,34 +72,9 @@ if TYPE_CHECKING:
 SPARK_PROVIDER_PRIVATE_NAMES = (
     (SparkSubmitOperator, "_get_hook"), (SparkSubmitOperator, "_hook"), (SparkSubmitOperator, "_conn_id"),
     (SparkSubmitHook, "_connection"), (SparkSubmitHook, "_env"), (SparkSubmitHook, "_submit_sp"),
-    (SparkSubmitHook, "_build_spark_submit_command"),
+    (SparkSubmitHook, "_build_spark_submit_command"), (SparkSubmitHook, "_process_spark_submit_log"),
 )
 SPARK_CONNECTION_KEYS = ("master", "deploy_mode")
-
-# Modules a Spark cluster needs; the Airflow layer stays behind.
-_RUNTIME_PACKAGES = ("checkpoints", "runtime", "sinks", "storage")
-_RUNTIME_MODULES = ("__init__.py", "durations.py", "exceptions.py", "faults.py", "py.typed")
-
-
-def build_runtime_zip(directory: str | None = None) -> str:
-    """Zip the Spark-side runtime (storage, checkpoints, runtime, sinks) for ``--py-files``
-    into a new file in `directory` (the temporary directory by default).
-
-    The archive imports with no Airflow and no install of the provider; the caller
-    deletes the returned file.
-    """
-    package = Path(__file__).resolve().parent.parent
-    handle, path = tempfile.mkstemp(prefix="sparkpoint-runtime-", suffix=".zip", dir=directory)
-    os.close(handle)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name in _RUNTIME_MODULES:
-            if (package / name).exists():
-                archive.write(package / name, f"airflow_sparkpoint/{name}")
-        for sub in _RUNTIME_PACKAGES:
-            for file in sorted((package / sub).rglob("*.py")):
-                archive.write(file, f"airflow_sparkpoint/{file.relative_to(package).as_posix()}")
-    return path
-
 
 def local_spark_home() -> str | None:
     """The Spark distribution that this interpreter's PySpark carries (pip's ``pyspark``
@@ -128,22 +114,6 @@ def _interval_text(value: Any, *, rendered: bool = False) -> str:
             durations.seconds("checkpoint_interval", value, allow_zero=True)
         return value
     return durations.conf_text(durations.seconds("checkpoint_interval", value, allow_zero=True))
-
-
-class _SecretEnvSparkSubmitHook(SparkSubmitHook):
-    """A SparkSubmitHook that passes credentials (and the submit token) to
-    spark-submit's environment only: never on the command line (which is logged) and
-    never in templated fields."""
-
-    def __init__(self, *args: Any, secret_env: Mapping[str, str] | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._secret_env = dict(secret_env or {})
-
-    def _build_spark_submit_command(self, application: str) -> list[str]:
-        command = super()._build_spark_submit_command(application)
-        if self._secret_env:
-            self._env = {**(self._env or {}), **self._secret_env}
-        return command
 
 
 class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkSubmitOperator):
@@ -273,6 +243,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         self.sparkpoint_result: dict[str, Any] | None = None
         self._secret_env: dict[str, str] = {}
         self._native_dir: str | None = None  # the ROCKSDB_SHAREDLIB_DIR this object set, if any
+        self._conf_given: tuple[dict[str, Any], dict[str, Any]] | None = None  # (user's conf, what execute set)
 
     # ------------------------------------------------------------------ helpers
 
@@ -340,9 +311,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             conf[f"{PREFIX}restore.statePartitions"] = str(self.state_partitions)
         if self.takeover:
             conf[f"{PREFIX}takeover"] = "true"
-        for key, value in self.sparkpoint_conf.items():
-            full = key if key.startswith(PREFIX) else PREFIX + key
-            conf[full] = str(value)
+        # spark.sparkpoint.* keys in conf too: validated here, not by the driver 20 s later
+        conf.update(sparkpoint_settings(self.conf, self.sparkpoint_conf))
         parsed = SparkpointConfig.from_conf(conf)
         shuffle = (self.conf or {}).get("spark.sql.shuffle.partitions")
         if parsed.restore_state_partitions is not None and shuffle is not None and \
@@ -384,11 +354,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         spark_here = local_spark_home()
         if not current.get("SPARK_HOME") and spark_here:
             env["SPARK_HOME"] = spark_here
-        bindir = str(Path(sys.executable).parent)
-        if shutil.which("spark-submit", path=current.get("PATH")) is None and os.path.exists(
-            os.path.join(bindir, "spark-submit")
-        ):
-            env["PATH"] = bindir + os.pathsep + current.get("PATH", os.defpath)
+        path = path_with_local_spark(current)
+        if path is not None:
+            env["PATH"] = path
         if not current.get("PYSPARK_DRIVER_PYTHON") and not (self.conf or {}).get("spark.pyspark.driver.python"):
             if spark_here:
                 env["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -406,12 +374,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
                       "spark.pyspark.python, PYSPARK_PYTHON or the connection's Python field for your cluster")
         return env
 
-    def _get_hook(self) -> SparkSubmitHook:
-        base = super()._get_hook()
-        hook = _SecretEnvSparkSubmitHook.__new__(_SecretEnvSparkSubmitHook)
-        hook.__dict__.update(base.__dict__)
-        hook._secret_env = dict(self._secret_env)
-        return hook
+    def _get_hook(self) -> SparkpointSubmitHook:
+        return SparkpointSubmitHook.of(super()._get_hook(), self._secret_env)
 
     def refuse_cluster_mode(self, hook: SparkSubmitHook) -> None:
         """Refuse ``deploy_mode="cluster"`` (operator, Spark connection or conf).
@@ -433,25 +397,49 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
 
     # ------------------------------------------------------------------ execute
 
+    def check_spark(self) -> SparkSubmitHook:
+        """The Spark provider's hook, once its connection, deploy mode and ``spark-submit``
+        are known to be usable; the relative `application` resolved (`submit_checks`).
+
+        :raises ConfigError: naming what is missing or refused.
+        """
+        require_spark_connection(self._conn_id)  # else the provider falls back to master yarn
+        hook = self._get_hook()
+        self.refuse_cluster_mode(hook)
+        path = path_with_local_spark({**os.environ, **(self.env_vars or {})})
+        require_spark_binary(str(hook._connection.get("spark_binary") or "spark-submit"),
+                             path or {**os.environ, **(self.env_vars or {})}.get("PATH", os.defpath))
+        self.application = resolve_application(self.application, self.dag.fileloc if self.has_dag() else None)
+        return hook
+
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]
         ti = context["ti"]
         try_number = int(getattr(ti, "try_number", 1) or 1)
         store = context.get("task_state_store")  # Airflow 3.3+
-        self.refuse_cluster_mode(self._get_hook())
-        catalog = self._catalog()
-        previous = runs.TaskRecord.load(store) if try_number > 1 else None
-        generation_before = catalog.current_generation()
-        own = previous.generations(catalog) if previous is not None else None
-        restore = self.choose_restore(try_number, catalog, own)
-        self._log_decision(catalog, try_number, restore, previous)
-        sparkpoint_conf = self.build_sparkpoint_conf(restore)  # bad settings fail before anything is recorded
+        if self._conf_given is not None and self.conf == self._conf_given[1]:
+            self.conf = dict(self._conf_given[0])  # an earlier execute of this object set it: the user's again
+        try:  # bad input fails before anything is recorded or submitted, and is not retried
+            self.check_spark()
+            catalog = self._catalog()
+            previous = runs.TaskRecord.load(store) if try_number > 1 else None
+            generation_before = catalog.current_generation()
+            own = previous.generations(catalog) if previous is not None else None
+            restore = self.choose_restore(try_number, catalog, own)
+            self._log_decision(catalog, try_number, restore, previous)
+            sparkpoint_conf = self.build_sparkpoint_conf(restore)
+        except SparkpointConfigFailure:
+            raise
+        except (ConfigError, AirflowNotFoundException) as exc:  # the latter: a missing sparkpoint connection
+            raise SparkpointConfigFailure(str(exc)) from exc
         starter = runs.task_try(context, self.dag_id, self.task_id)
         # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
         check_start(catalog, starter, takeover=self.takeover)
         token = runs.new_token()
         runs.TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
                         previous.since if previous else generation_before).save(store)
-        self.conf = {**(self.conf or {}), **sparkpoint_conf}
+        given = dict(self.conf or {})
+        self.conf = {**given, **sparkpoint_conf}
+        self._conf_given = (given, dict(self.conf))
         self._secret_env = {**self._secret_environment(), **runs.starter_environment(starter), SUBMITTER_ENV: token}
         master = str(self._get_hook()._connection.get("master") or "")
         submit_dir = open_submit_dir()  # removed when spark-submit has ended (else by a later sweep)
@@ -474,12 +462,11 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         try:
             super().execute(context)
         except AirflowException as exc:
-            # The hook's message is only the command and its exit code: add what the job
-            # itself recorded when it failed (its error, from the status record).
-            reason = runs.reported_error(catalog, token, after=generation_before)
-            if reason is None:
+            # The hook's message is only the command and its exit code: the run's own error first.
+            reported = self._run_failure(catalog, token, generation_before)
+            if reported is None:
                 raise
-            raise AirflowException(f"{exc}\njob {self.job_name!r} failed: {reason}") from exc
+            raise reported from exc
         finally:
             watcher.stop()
             try:
@@ -511,6 +498,23 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage: the output dataset (the declared sink) and the ``sparkpoint`` run facet."""
         return lineage.submit_lineage(self)
+
+    def _run_failure(self, catalog: Catalog, token: str, after: int) -> AirflowException | None:
+        """The task's exception for the failed run of submit `token`: its driver's error
+        line; else the error its status record holds; else its output's last Python
+        traceback (`driver_errors`); None when none says anything. A driver's
+        `ConfigError` is not retried (`SparkpointConfigFailure`)."""
+        hook = self._hook if isinstance(self._hook, SparkpointSubmitHook) else None
+        output = hook.driver_output if hook is not None else None
+        recorded = runs.reported_error(catalog, token, after=after)
+        error = (output.reported if output else None) or (DriverError("", recorded) if recorded else None) or (
+            output.traceback if output else None)
+        if error is None:
+            return None
+        error = DriverError(error.type, self.sparkpoint_hook.scrub(error.message))
+        process = getattr(hook, "_submit_sp", None)
+        message = failure(self.job_name, error, exit_code=getattr(process, "returncode", None))
+        return SparkpointConfigFailure(message) if error.type == "ConfigError" else SparkpointRunFailed(message, error)
 
     def _log_decision(self, catalog: Catalog, try_number: int, restore: str, previous: runs.TaskRecord | None) -> None:
         if chosen_snapshot(self.restore_snapshot) is not None:

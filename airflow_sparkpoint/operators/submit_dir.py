@@ -23,6 +23,8 @@ import os
 import shutil
 import tempfile
 import time
+import zipfile
+from pathlib import Path
 
 from airflow_sparkpoint.runtime.livedir import LiveLock, try_lock
 
@@ -34,6 +36,31 @@ ROCKSDB_LIBRARY_DIR_ENV = "ROCKSDB_SHAREDLIB_DIR"
 #: a directory younger than this is never swept: its creator may be between creating and
 #: locking it
 SWEEP_MIN_AGE_S = 60.0
+
+
+# Modules a Spark cluster needs; the Airflow layer stays behind.
+_RUNTIME_PACKAGES = ("checkpoints", "runtime", "sinks", "storage")
+_RUNTIME_MODULES = ("__init__.py", "durations.py", "exceptions.py", "faults.py", "process_exit.py", "py.typed")
+
+
+def build_runtime_zip(directory: str | None = None) -> str:
+    """Zip the Spark-side runtime (storage, checkpoints, runtime, sinks) for ``--py-files``
+    into a new file in `directory` (the temporary directory by default).
+
+    The archive imports with no Airflow and no install of the provider; the caller
+    deletes the returned file.
+    """
+    package = Path(__file__).resolve().parent.parent
+    handle, path = tempfile.mkstemp(prefix="sparkpoint-runtime-", suffix=".zip", dir=directory)
+    os.close(handle)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in _RUNTIME_MODULES:
+            if (package / name).exists():
+                archive.write(package / name, f"airflow_sparkpoint/{name}")
+        for sub in _RUNTIME_PACKAGES:
+            for file in sorted((package / sub).rglob("*.py")):
+                archive.write(file, f"airflow_sparkpoint/{file.relative_to(package).as_posix()}")
+    return path
 
 
 class SubmitDir:

@@ -14,9 +14,9 @@ store). There are no docs or OpenAPI routes. Routes::
     GET /metrics                         Prometheus text of every readable pipeline
 
 Errors: 401 without a user; 404, one and the same answer, for a pipeline no ``sparkpoint``
-connection lists and for one the user may not read (whether a connection or a job exists
-is not told to who may not see it); 502 when the store of a readable pipeline cannot be
-read (the message names no secret). Every response carries `SECURITY_HEADERS`: no caching,
+connection declares or holds under its root and for one the user may not read (whether a
+connection or a job exists is not told to who may not see it); 502 when the store of a
+readable pipeline cannot be read (the message names no secret). Every response carries `SECURITY_HEADERS`: no caching,
 no MIME sniffing, a content security policy that allows only the page's own style and
 framing by Airflow's own pages.
 """
@@ -111,7 +111,12 @@ def _load(user: Any, conn_id: str, job: str, *, metrics: bool = False) -> tuple[
         raise HTTPException(404, NOT_FOUND)
     try:
         catalog = open_catalog(pipeline)
+        if not pipeline.declared and next(iter(catalog.store.list("")), None) is None:
+            log.debug("404 for pipeline %s/%s: not declared, nothing stored", conn_id, job)
+            raise HTTPException(404, NOT_FOUND)
         return pipeline, load_for_metrics(catalog) if metrics else load_history(catalog)
+    except HTTPException:
+        raise
     except Exception as exc:  # noqa: BLE001 - a storage client's error; shown without secrets
         log.warning("cannot read pipeline %s/%s: %s", conn_id, job, type(exc).__name__)
         raise HTTPException(502, redact(f"cannot read the store of pipeline {conn_id}/{job}: "
@@ -119,9 +124,10 @@ def _load(user: Any, conn_id: str, job: str, *, metrics: bool = False) -> tuple[
 
 
 def _visible(user: Any, dag_id: str | None = None) -> list[dict[str, Any]]:
-    """The pipelines `user` may read (of DAG `dag_id`: those declaring it); reads no store."""
-    return [{"conn_id": p.conn_id, "job": p.job, "dags": list(p.declared_dags)} for p in list_pipelines()
-            if (dag_id is None or dag_id in p.declared_dags) and can_read(user, p)]
+    """The pipelines `user` may read (of DAG `dag_id`: those declaring it); lists only the
+    roots of connections `user` may read (`pipelines.list_pipelines`)."""
+    return [{"conn_id": p.conn_id, "job": p.job, "dags": list(p.declared_dags), "declared": p.declared}
+            for p in list_pipelines(user, stored=dag_id is None) if dag_id is None or dag_id in p.declared_dags]
 
 
 def create_app() -> FastAPI:

@@ -50,8 +50,8 @@ _BASE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
 
 _LIST = """
 <h1>Sparkpoint pipelines</h1>
-<div class="sub">Checkpointed Spark jobs served by <code>sparkpoint</code> connections that list them
-(extra <code>{"jobs": [...]}</code>); only pipelines you may read are shown.</div>
+<div class="sub">Checkpointed Spark jobs under the storage root of each <code>sparkpoint</code> connection you
+may read, and those a connection declares for DAGs you may read (extra <code>{"jobs": {"orders": {"dags": [...]}}}</code>).</div>
 {% if rows %}
 <table id="pipelines"><tr><th>connection</th><th>job</th><th>DAGs</th></tr>
 {% for p in rows %}<tr><td>{{ p.conn_id }}</td><td><a href="{{ base }}/pipelines/{{ p.conn_id }}/{{ p.job }}">{{ p.job }}</a></td>

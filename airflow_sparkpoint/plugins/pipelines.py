@@ -1,23 +1,28 @@
 """Which pipelines the UI plugin serves, and who may see each one.
 
-A pipeline is a job served by a ``sparkpoint`` connection that lists it in its extra
-(`airflow_sparkpoint.hooks.sparkpoint.declared_jobs`)::
+A pipeline is a job under the storage root of a ``sparkpoint`` connection: one its extra
+declares (`airflow_sparkpoint.hooks.sparkpoint.declared_jobs`)::
 
     {"jobs": ["orders", "payments"]}                       # names only
     {"jobs": {"orders": {"dags": ["etl_orders"]}}}        # with the DAGs that use it
 
-so the plugin reads only storage roots an administrator configured (never a path or bucket
-from a request), with the connection's own credentials, which never leave the server.
+or one the store holds (a top-level directory with a job's name), declared or not. The
+plugin reads only storage roots an administrator configured (never a path or bucket from a
+request), with the connection's own credentials, which never leave the server.
 
-Access (`can_read`) comes from declarations only, never from the store (its records are
-written by drivers, and can be by anyone who may write to it). The user must be
-authenticated, and
+Access (`can_read`) comes from the connection and Airflow, never from the store (its
+records are written by drivers, and can be by anyone who may write to it). The user must
+be authenticated, and
 
 - when the connection declares DAGs for the pipeline, be allowed to read at least one of
-  them (Airflow's auth manager, ``is_authorized_dag(GET)``);
-- when it declares none, be allowed to read the connection itself.
+  them that Airflow knows (a DAG in its metadata database, not stale; Airflow's auth
+  manager, ``is_authorized_dag(GET)``): a declaration narrows access to those DAGs' readers;
+- else (declared without DAGs, or not declared at all), be allowed to read the connection.
 
-It is decided from the connection alone, before anything is read from the store.
+It is decided before anything is read from the store. Listing the job names under a root
+is a store read: it is done only for a user who may read the connection, who may see every
+undeclared job there (`stored_jobs`); a writer of the store can add names to that list, and
+so show a pipeline to those users only, never to anyone else.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +42,9 @@ log = logging.getLogger(__name__)
 
 CONN_TYPE = "sparkpoint"
 CONN_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}$")
+#: the most job names listed under one root (the first, by name): a store holds what its
+#: writers put there
+MAX_STORED_JOBS = 1000
 
 
 class PipelineNotFound(SparkpointError):
@@ -44,9 +53,13 @@ class PipelineNotFound(SparkpointError):
 
 @dataclass(frozen=True)
 class Pipeline:
+    """A job of connection `conn_id`: `declared` by its extra (with `declared_dags`), or
+    found in its store only."""
+
     conn_id: str
     job: str
     declared_dags: tuple[str, ...] = ()
+    declared: bool = True
 
     @property
     def path(self) -> str:
@@ -101,17 +114,55 @@ def sparkpoint_connections() -> list[Any]:
     return [found[k] for k in sorted(found)]
 
 
-def list_pipelines() -> list[Pipeline]:
-    """Every pipeline of every listable ``sparkpoint`` connection."""
-    return [Pipeline(conn.conn_id, job, dags) for conn in sparkpoint_connections()
-            for job, dags in sorted(_jobs(conn).items())]
+def stored_jobs(conn_id: str) -> list[str]:
+    """The job names under connection `conn_id`'s storage root (its top-level directories
+    with a valid job name; at most `MAX_STORED_JOBS`, the first by name). A store read:
+    call it only for a user who may read the connection (`may_read_connection`).
+
+    :raises StorageError: the root cannot be listed.
+    """
+    from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+
+    names = []
+    for name in SparkpointHook(conn_id).get_storage().list_dirs(""):
+        try:
+            names.append(validate_job_name(name))
+        except ConfigError:
+            continue  # not a job's directory
+        if len(names) >= MAX_STORED_JOBS:
+            log.warning("connection %s: listing only the first %d jobs under its root", conn_id, MAX_STORED_JOBS)
+            break
+    return names
+
+
+def list_pipelines(user: Any, *, stored: bool = True) -> list[Pipeline]:
+    """Every pipeline `user` may read (`can_read`), of every listable ``sparkpoint``
+    connection: its declared jobs, and with `stored`, for a user who may read the
+    connection, also the jobs its store holds (a root that cannot be listed adds none,
+    with a warning)."""
+    conns = sparkpoint_connections()
+    declared = {conn.conn_id: _jobs(conn) for conn in conns}
+    known = known_dags(d for jobs in declared.values() for dags in jobs.values() for d in dags)
+    found = []
+    for conn in conns:
+        jobs = {job: Pipeline(conn.conn_id, job, dags) for job, dags in declared[conn.conn_id].items()}
+        connection = may_read_connection(user, conn.conn_id)
+        if connection and stored:
+            try:
+                for job in stored_jobs(conn.conn_id):
+                    jobs.setdefault(job, Pipeline(conn.conn_id, job, declared=False))
+            except Exception as exc:  # noqa: BLE001 - a storage client's error; the declared ones still show
+                log.warning("cannot list the jobs under the root of connection %s: %s", conn.conn_id,
+                            type(exc).__name__)
+        found += [p for _job, p in sorted(jobs.items()) if _may_read(user, p, connection, known)]
+    return found
 
 
 def resolve(conn_id: str, job: str) -> Pipeline:
-    """The pipeline `job` of connection `conn_id`.
+    """The pipeline `job` of connection `conn_id`: declared, or else (whether its store
+    holds it is for the caller to check, after `can_read`) undeclared.
 
-    :raises PipelineNotFound: malformed names, no such ``sparkpoint`` connection, or the
-        connection does not list the job.
+    :raises PipelineNotFound: malformed names or no such ``sparkpoint`` connection.
     """
     if not isinstance(conn_id, str) or not CONN_ID_RE.match(conn_id):
         raise PipelineNotFound(f"connection id {conn_id!r} is malformed")
@@ -126,9 +177,7 @@ def resolve(conn_id: str, job: str) -> Pipeline:
     if conn.conn_type != CONN_TYPE:
         raise PipelineNotFound(f"connection {conn_id!r} is not a {CONN_TYPE} connection")
     jobs = _jobs(conn)
-    if job not in jobs:
-        raise PipelineNotFound(f"connection {conn_id!r} does not list job {job!r} in its extra 'jobs'")
-    return Pipeline(conn_id, job, jobs[job])
+    return Pipeline(conn_id, job, jobs[job]) if job in jobs else Pipeline(conn_id, job, declared=False)
 
 
 def open_catalog(pipeline: Pipeline) -> Catalog:
@@ -139,21 +188,50 @@ def open_catalog(pipeline: Pipeline) -> Catalog:
     return SparkpointHook(pipeline.conn_id).get_catalog(pipeline.job)
 
 
-def can_read(user: Any, pipeline: Pipeline) -> bool:
-    """Whether `user` may see `pipeline` (see the module docstring); reads no store."""
+def known_dags(dag_ids: Iterable[str]) -> set[str]:
+    """Those of `dag_ids` that Airflow knows: in its metadata database and not stale (a
+    DAG whose file is gone may be claimed by whoever adds a DAG with its id)."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    wanted = sorted(set(dag_ids))
+    if not wanted:
+        return set()
+    with create_session() as session:
+        return set(session.scalars(select(DagModel.dag_id).where(DagModel.dag_id.in_(wanted),
+                                                                 DagModel.is_stale.is_(False))))
+
+
+def may_read_connection(user: Any, conn_id: str) -> bool:
+    """Whether the auth manager lets `user` read connection `conn_id`."""
     from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails, DagDetails
+    from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails
+
+    return bool(get_auth_manager().is_authorized_connection(method="GET", details=ConnectionDetails(conn_id=conn_id),
+                                                            user=user))
+
+
+def _may_read(user: Any, pipeline: Pipeline, connection: bool, known: set[str]) -> bool:
+    """`can_read`, with the answer for the connection and the DAGs Airflow knows at hand."""
+    if not pipeline.declared_dags:
+        return connection
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
     from airflow.models.dag import DagModel
 
     manager = get_auth_manager()
-    if pipeline.declared_dags:
-        return any(
-            manager.is_authorized_dag(method="GET", details=DagDetails(id=d, team_name=DagModel.get_team_name(d)),
-                                      user=user)
-            for d in pipeline.declared_dags
-        )
-    return bool(manager.is_authorized_connection(method="GET", details=ConnectionDetails(conn_id=pipeline.conn_id),
-                                                 user=user))
+    return any(
+        manager.is_authorized_dag(method="GET", details=DagDetails(id=d, team_name=DagModel.get_team_name(d)),
+                                  user=user)
+        for d in pipeline.declared_dags if d in known
+    )
+
+
+def can_read(user: Any, pipeline: Pipeline) -> bool:
+    """Whether `user` may see `pipeline` (see the module docstring); reads no store."""
+    connection = not pipeline.declared_dags and may_read_connection(user, pipeline.conn_id)
+    return _may_read(user, pipeline, connection, known_dags(pipeline.declared_dags))
 
 
 def redact(text: str, pipeline: Pipeline) -> str:

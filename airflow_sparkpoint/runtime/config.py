@@ -5,6 +5,7 @@ Pure Python (no Spark), so the Airflow operator validates the same way the job d
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -65,6 +66,16 @@ KEYS: dict[str, str] = {
     "test.pauseAt": "TESTS ONLY: pause points <point>[:<batch>],... (see airflow_sparkpoint.faults)",
     "test.pauseDir": "TESTS ONLY: directory of the pause points' .reached/.release files",
 }
+
+
+def unknown_key(short: str) -> ConfigError:
+    """The error for ``spark.sparkpoint.<short>``, which is not in `KEYS`: the closest known
+    key as "did you mean" (case-insensitive), else every known key."""
+    by_lower = {key.lower(): key for key in KEYS}
+    close = difflib.get_close_matches(short.lower(), list(by_lower), n=1, cutoff=0.75)
+    hint = (f"did you mean {PREFIX}{by_lower[close[0]]}?" if close
+            else f"known settings: {', '.join(PREFIX + k for k in KEYS)}")
+    return ConfigError(f"{PREFIX}{short} is not a known setting; {hint} (docs/reference/config.md)")
 
 
 def parse_duration(key: str, value: str) -> float:
@@ -267,8 +278,7 @@ class SparkpointConfig:
             short = key.removeprefix(PREFIX)
             if key.startswith(PREFIX) or short in KEYS:
                 if short not in KEYS:
-                    known = ", ".join(PREFIX + k for k in KEYS)
-                    raise ConfigError(f"{PREFIX}{short} is not a known setting; known settings: {known}")
+                    raise unknown_key(short)
                 values[short] = str(value)
         for required in ("dir", "job"):
             if not values.get(required, "").strip():

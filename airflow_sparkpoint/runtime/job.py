@@ -5,6 +5,9 @@
     job = SparkpointJob.get_or_create(app_name="orders")   # reads spark.sparkpoint.* conf
     result = job.run(df, sink=DeltaSink(job.arg("output")), output_mode="update")
 
+or, in a job script, `SparkpointJob.main` around a function that does the same: it reports
+the run's result (or its error) on the output and ends the process.
+
 Threads in the driver: Spark's stream thread calls `_stage_batch` through
 ``foreachBatch``; the commit watcher feeds committed batch ids to the coordinator thread,
 which alone takes checkpoints, savepoints and commits, polls the control channel and
@@ -20,8 +23,9 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import TransactionRecord
@@ -29,7 +33,7 @@ from airflow_sparkpoint.checkpoints.control import ControlRequest
 from airflow_sparkpoint.checkpoints.entries import claim_details
 from airflow_sparkpoint.checkpoints.history import generation_details
 from airflow_sparkpoint.checkpoints.records import AirflowTry
-from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
+from airflow_sparkpoint.checkpoints.run_result import RunResult, error_line, result_line, write_run_result
 from airflow_sparkpoint.exceptions import (
     ConfigError,
     SparkpointError,
@@ -71,6 +75,22 @@ class _StopRun(Exception):
     """Raised inside foreachBatch when a stop was requested: the batch must not record."""
 
 
+@contextmanager
+def _reported() -> Iterator[None]:
+    """Print the error line (`run_result.error_line`) of an error raised inside, once, so
+    that the operator shows the driver's own error as the task's (then re-raise it)."""
+    try:
+        yield
+    except Exception as exc:
+        if not getattr(exc, "_sparkpoint_reported", False):
+            print(error_line(exc), file=sys.stderr, flush=True)
+            try:
+                exc._sparkpoint_reported = True  # type: ignore[attr-defined]
+            except AttributeError:  # an exception type without a __dict__: reported again at worst
+                pass
+        raise
+
+
 class SparkpointJob:
     """A PySpark pipeline with Flink-grade checkpoints (see the module docstring)."""
 
@@ -79,6 +99,44 @@ class SparkpointJob:
         self.config = config
         self._argv = list(sys.argv[1:] if argv is None else argv)
         self._args = _parse_args(self._argv)
+        #: what the last `run` returned (None before one ended)
+        self.last_result: RunResult | None = None
+
+    @classmethod
+    def main(
+        cls,
+        pipeline: Callable[[SparkpointJob], Any],
+        app_name: str | None = None,
+        *,
+        conf: Mapping[str, str] | None = None,
+        argv: Sequence[str] | None = None,
+    ) -> NoReturn:
+        """Run a job script: `get_or_create` the job, call ``pipeline(job)`` (which calls
+        `run`), print the run's result line (``SPARKPOINT_RESULT {...}``,
+        `run_result.result_line`) and end the process with exit code 0 at once, so that no
+        library's teardown can fail a run that finished (`process_exit.exit_process`).
+        Call it under ``if __name__ == "__main__":``::
+
+            def orders(job: SparkpointJob) -> None:
+                ...
+                job.run(totals, sink=DeltaSink(job.arg("output")), output_mode="update")
+
+            if __name__ == "__main__":
+                SparkpointJob.main(orders, app_name="orders")
+
+        On an error, its error line (``SPARKPOINT_ERROR {...}``: class and message, what
+        `SparkpointSubmitOperator` raises as the task's error) is printed and the error
+        is raised: the process exits non-zero with its traceback.
+        """
+        from airflow_sparkpoint.process_exit import exit_process
+
+        job = cls.get_or_create(app_name, conf=conf, argv=argv)
+        with _reported():
+            returned = pipeline(job)
+        result = returned if isinstance(returned, RunResult) else job.last_result
+        if result is not None:
+            print(result_line(result), flush=True)
+        exit_process(0)
 
     # ------------------------------------------------------------------ construction
 
@@ -97,6 +155,12 @@ class SparkpointJob:
             missing; this Spark is outside the supported range or lacks a feature the
             settings ask for (`runtime.spark_support`).
         """
+        with _reported():
+            return cls._create(app_name, conf, argv)
+
+    @classmethod
+    def _create(cls, app_name: str | None, conf: Mapping[str, str] | None,
+                argv: Sequence[str] | None) -> SparkpointJob:
         spark_support.check_runtime_libraries()  # before pyspark, whose import would fail first
         from pyspark import SparkConf, SparkContext
         from pyspark.sql import SparkSession
@@ -173,15 +237,18 @@ class SparkpointJob:
         :raises RestoreError: the restore target is unusable, or a sink is ahead of it.
         :raises SparkpointError: the query or the checkpointing failed (with the cause).
         """
-        if output_mode not in ("append", "update", "complete"):
-            raise ConfigError(f"output_mode={output_mode!r} is not allowed; expected append, update or complete")
-        if not isinstance(sink, Sink):
-            raise ConfigError(f"sink={sink!r} is not a Sparkpoint sink; expected DeltaSink, S3Sink or DirectorySink")
-        if not df.isStreaming:
-            raise ConfigError("run() needs a streaming DataFrame (spark.readStream...); got a batch DataFrame")
-        run = _Run(self, df, sink, output_mode, query_name)
-        with signals.sigterm_ends_run(run):  # a killed task: record the end, act no more
-            return run.execute()
+        with _reported():  # the operator shows the error as the task's own
+            if output_mode not in ("append", "update", "complete"):
+                raise ConfigError(f"output_mode={output_mode!r} is not allowed; expected append, update or complete")
+            if not isinstance(sink, Sink):
+                raise ConfigError(f"sink={sink!r} is not a Sparkpoint sink; expected DeltaSink, S3Sink or "
+                                  "DirectorySink")
+            if not df.isStreaming:
+                raise ConfigError("run() needs a streaming DataFrame (spark.readStream...); got a batch DataFrame")
+            run = _Run(self, df, sink, output_mode, query_name)
+            with signals.sigterm_ends_run(run):  # a killed task: record the end, act no more
+                self.last_result = run.execute()
+        return self.last_result
 
 
 def _parse_args(argv: Sequence[str]) -> dict[str, str]:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_sparkpoint.runtime import SparkpointJob
+
 
 def build_query(spark: Any, input_path: str, *, watermark: str, files_per_batch: int) -> Any:
     """The streaming query: the first copy of every event id."""
@@ -27,20 +29,14 @@ def build_query(spark: Any, input_path: str, *, watermark: str, files_per_batch:
     return events.withWatermark("ts", watermark).dropDuplicatesWithinWatermark(["event_id"])
 
 
-def main() -> None:
-    from airflow_sparkpoint.checkpoints.run_result import result_line
-    from airflow_sparkpoint.runtime import SparkpointJob
+def main(job: SparkpointJob) -> None:
+    """The pipeline (`SparkpointJob.main` builds the job, reports the run and exits)."""
     from airflow_sparkpoint.sinks import DeltaSink
 
-    job = SparkpointJob.get_or_create(app_name="sparkpoint-dedup-events")
     query = build_query(job.spark, job.arg("input"), watermark=job.arg("watermark", "1 hour"),
                         files_per_batch=int(job.arg("files-per-batch", "1")))
-    result = job.run(query, sink=DeltaSink(job.arg("output"), mode="append"), output_mode="append")
-    print(result_line(result), flush=True)
+    job.run(query, sink=DeltaSink(job.arg("output"), mode="append"), output_mode="append")
 
 
 if __name__ == "__main__":
-    from airflow_sparkpoint.process_exit import exit_process
-
-    main()
-    exit_process(0)  # finished and reported: no native library's teardown can fail the run now
+    SparkpointJob.main(main, app_name="sparkpoint-dedup-events")

@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from airflow_sparkpoint.runtime import SparkpointJob
+
 OUTPUT_SCHEMA = "user string, total long, events long, code_version int"
 
 
@@ -67,9 +69,8 @@ def build_query(spark: Any, input_path: str, *, version: int, files_per_batch: i
     )
 
 
-def main() -> None:
-    from airflow_sparkpoint.checkpoints.run_result import result_line
-    from airflow_sparkpoint.runtime import SparkpointJob
+def main(job: SparkpointJob) -> None:
+    """The pipeline (`SparkpointJob.main` builds the job, reports the run and exits)."""
     from airflow_sparkpoint.sinks import DeltaSink, StageContext
 
     class FailAfterBatch(DeltaSink):
@@ -89,7 +90,6 @@ def main() -> None:
                 )
             return super().stage(df, ctx)
 
-    job = SparkpointJob.get_or_create(app_name="sparkpoint-keyed-totals")
     version = int(job.arg("version", "1"))
     if version not in (1, 2):
         raise SystemExit(f"--version {version} is not supported; expected 1 or 2")
@@ -99,12 +99,8 @@ def main() -> None:
     query = build_query(job.spark, job.arg("input"), version=version,
                         files_per_batch=int(job.arg("files-per-batch", "1")))
     sink = FailAfterBatch(job.arg("output"), mode="merge", keys=["user"], fail_after_batch=fail_after)
-    result = job.run(query, sink=sink, output_mode="update")
-    print(result_line(result), flush=True)
+    job.run(query, sink=sink, output_mode="update")
 
 
 if __name__ == "__main__":
-    from airflow_sparkpoint.process_exit import exit_process
-
-    main()
-    exit_process(0)  # finished and reported: no native library's teardown can fail the run now
+    SparkpointJob.main(main, app_name="sparkpoint-keyed-totals")

@@ -9,15 +9,15 @@ runnable by hand as well::
 
 from __future__ import annotations
 
+from airflow_sparkpoint.runtime import SparkpointJob
 
-def main() -> None:
+
+def main(job: SparkpointJob) -> None:
+    """The pipeline (`SparkpointJob.main` builds the job, reports the run and exits)."""
     from pyspark.sql import functions as F
 
-    from airflow_sparkpoint.checkpoints.run_result import result_line
-    from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
-    job = SparkpointJob.get_or_create(app_name="sparkpoint-quickstart")
     spark = job.spark
     events = (
         spark.readStream.schema("user string, amount long")
@@ -26,12 +26,8 @@ def main() -> None:
         .json(job.arg("input"))
     )
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
-    result = job.run(totals, sink=DeltaSink(job.arg("output"), mode="merge", keys=["user"]), output_mode="update")
-    print(result_line(result), flush=True)
+    job.run(totals, sink=DeltaSink(job.arg("output"), mode="merge", keys=["user"]), output_mode="update")
 
 
 if __name__ == "__main__":
-    from airflow_sparkpoint.process_exit import exit_process
-
-    main()
-    exit_process(0)  # finished and reported: no native library's teardown can fail the run now
+    SparkpointJob.main(main, app_name="sparkpoint-quickstart")

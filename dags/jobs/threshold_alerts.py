@@ -31,6 +31,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from airflow_sparkpoint.runtime import SparkpointJob
+
 OUTPUT_SCHEMA = "sensor string, first_ts timestamp, last_ts timestamp, readings int, peak double"
 _TTL_UNITS_MS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -101,12 +103,10 @@ def build_query(
     )
 
 
-def main() -> None:
-    from airflow_sparkpoint.checkpoints.run_result import result_line
-    from airflow_sparkpoint.runtime import SparkpointJob
+def main(job: SparkpointJob) -> None:
+    """The pipeline (`SparkpointJob.main` builds the job, reports the run and exits)."""
     from airflow_sparkpoint.sinks import DeltaSink
 
-    job = SparkpointJob.get_or_create(app_name="sparkpoint-threshold-alerts")
     readings = int(job.arg("readings", "3"))
     if readings < 1:
         raise SystemExit(f"--readings {readings} is invalid; expected an integer >= 1")
@@ -117,12 +117,8 @@ def main() -> None:
         job.spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     query = build_query(job.spark, job.arg("input"), limit=float(job.arg("limit", "90")), readings=readings,
                         files_per_batch=int(job.arg("files-per-batch", "1")), state_ttl_ms=state_ttl_ms)
-    result = job.run(query, sink=DeltaSink(job.arg("output"), mode="append"), output_mode="append")
-    print(result_line(result), flush=True)
+    job.run(query, sink=DeltaSink(job.arg("output"), mode="append"), output_mode="append")
 
 
 if __name__ == "__main__":
-    from airflow_sparkpoint.process_exit import exit_process
-
-    main()
-    exit_process(0)  # finished and reported: no native library's teardown can fail the run now
+    SparkpointJob.main(main, app_name="sparkpoint-threshold-alerts")

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_sparkpoint.runtime import SparkpointJob
+
 
 def build_query(spark: Any, input_path: str, *, window: str, watermark: str, files_per_batch: int) -> Any:
     """The streaming query: views per (tumbling window, page)."""
@@ -44,22 +46,16 @@ def build_query(spark: Any, input_path: str, *, window: str, watermark: str, fil
     )
 
 
-def main() -> None:
-    from airflow_sparkpoint.checkpoints.run_result import result_line
-    from airflow_sparkpoint.runtime import SparkpointJob
+def main(job: SparkpointJob) -> None:
+    """The pipeline (`SparkpointJob.main` builds the job, reports the run and exits)."""
     from airflow_sparkpoint.sinks import DeltaSink
 
-    job = SparkpointJob.get_or_create(app_name="sparkpoint-windowed-counts")
     query = build_query(job.spark, job.arg("input"), window=job.arg("window", "10 minutes"),
                         watermark=job.arg("watermark", "30 minutes"),
                         files_per_batch=int(job.arg("files-per-batch", "1")))
     sink = DeltaSink(job.arg("output"), mode="merge", keys=["window_start", "page"])
-    result = job.run(query, sink=sink, output_mode="update")
-    print(result_line(result), flush=True)
+    job.run(query, sink=sink, output_mode="update")
 
 
 if __name__ == "__main__":
-    from airflow_sparkpoint.process_exit import exit_process
-
-    main()
-    exit_process(0)  # finished and reported: no native library's teardown can fail the run now
+    SparkpointJob.main(main, app_name="sparkpoint-windowed-counts")

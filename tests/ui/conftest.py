@@ -5,10 +5,14 @@ the UI tests (security, JSON, metrics, browser).
   database, the SimpleAuthManager with a per-DAG denial list (`acl_auth_manager`), users
   admin / op / viewer;
 - connections (environment variables) with secrets planted in login, password and extra:
-  ``sp_local`` serves ``ui_totals`` (used by DAG ``open_dag``), ``lonely`` (no DAG declared)
-  and ``hidden`` (used by ``secret_dag``, denied to non-admins); ``sp_s3`` serves ``s3_job``
-  on a moto S3 endpoint; ``sp_trap`` serves ``trapped`` (used by ``secret_dag``) on an S3
-  endpoint that records every request (`RequestTrap`) and answers each with 403;
+  ``sp_local`` serves ``ui_totals`` (used by DAG ``open_dag``), ``lonely`` (no DAG declared),
+  ``hidden`` (used by ``secret_dag``, denied to non-admins) and ``ghost`` (declared for
+  ``ghost_dag``, which Airflow does not know); ``sp_s3`` serves ``s3_job`` on a moto S3
+  endpoint; ``sp_trap`` serves ``trapped`` (used by ``secret_dag``) on an S3 endpoint that
+  records every request (`RequestTrap`) and answers each with 403; ``sp_plain`` declares no
+  job (as the tutorial's connection) and its root holds ``plain_job``;
+- the DAGs ``open_dag`` and ``secret_dag`` in the DAGs folder, serialized into the metadata
+  database (`airflow dags reserialize`): Airflow knows them;
 - history from two real ``spark-submit`` runs of ``dags/jobs/quickstart_totals.py`` (the
   second restores the first's latest checkpoint) and a savepoint taken with the CLI;
 - forged generation records, as anyone who can write to the store can write them: ``lonely``
@@ -129,9 +133,30 @@ def _forged_generations(root: Path) -> None:
     from airflow_sparkpoint.checkpoints import Catalog
     from airflow_sparkpoint.storage import open_storage
 
-    for job in ("lonely", "hidden"):
+    for job in ("lonely", "hidden", "ghost"):
         Catalog(open_storage(str(root)), job).claim_generation(
             {"airflow": {"dag_id": FORGED_DAG, "task_id": "forged", "run_id": "forged", "try_number": "1"}})
+
+
+#: the DAGs Airflow knows in the UI tests (the ids the connections declare, but ghost_dag)
+UI_DAGS = """from datetime import datetime
+
+from airflow.sdk import DAG
+
+for dag_id in ("open_dag", "secret_dag"):
+    with DAG(dag_id=dag_id, schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
+        pass
+"""
+
+
+def _plain_job(root: Path) -> None:
+    """A job no connection declares: a claimed generation under `root` (``sp_plain``'s), and
+    a directory that is no job's (a name a job cannot have)."""
+    from airflow_sparkpoint.checkpoints import Catalog
+    from airflow_sparkpoint.storage import open_storage
+
+    Catalog(open_storage(str(root)), "plain_job").claim_generation({"plan": "empty state"})
+    (root / "not a job").mkdir()
 
 
 def _s3_history(endpoint: str, bucket: str) -> None:
@@ -160,12 +185,15 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory, s3_server_process: str) -
     base = tmp_path_factory.mktemp("ui")
     home = base / "airflow-home"
     (home / "dags").mkdir(parents=True)
+    (home / "dags" / "ui_dags.py").write_text(UI_DAGS)
+    plain = base / "plain"
     (home / "simple_auth_manager_passwords.json").write_text(json.dumps(USERS))
     root = base / "quickstart" / "checkpoints"
     bucket = f"ui-{uuid.uuid4().hex[:10]}"
     boto3.client("s3", endpoint_url=s3_server_process, region_name="us-east-1").create_bucket(Bucket=bucket)
     local = {"conn_type": "sparkpoint", "host": f"file://{root}", "login": SECRETS[0], "password": SECRETS[1],
-             "extra": {"jobs": {"ui_totals": {"dags": ["open_dag"]}, "lonely": {}, "hidden": {"dags": ["secret_dag"]}},
+             "extra": {"jobs": {"ui_totals": {"dags": ["open_dag"]}, "lonely": {}, "hidden": {"dags": ["secret_dag"]},
+                                "ghost": {"dags": ["ghost_dag"]}},
                        "api_token": SECRETS[2]}}
     s3 = {"conn_type": "sparkpoint", "host": f"s3://{bucket}/sp", "login": "testing", "password": SECRETS[3],
           "extra": {"jobs": ["s3_job"], "endpoint_url": s3_server_process, "region_name": "us-east-1"}}
@@ -189,6 +217,7 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory, s3_server_process: str) -
         "AIRFLOW_CONN_SP_LOCAL": json.dumps(local),
         "AIRFLOW_CONN_SP_S3": json.dumps(s3),
         "AIRFLOW_CONN_SP_TRAP": json.dumps(trapped),
+        "AIRFLOW_CONN_SP_PLAIN": json.dumps({"conn_type": "sparkpoint", "host": f"file://{plain}"}),
         "SPARKPOINT_TEST_DENIED_DAGS": "secret_dag",
         "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     })
@@ -200,6 +229,8 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory, s3_server_process: str) -
         with open(log, "wb") as out:
             subprocess.run([airflow, "db", "migrate"], env=env, check=True, stdout=out, stderr=subprocess.STDOUT,
                            timeout=900)
+            subprocess.run([airflow, "dags", "reserialize"], env=env, check=True, stdout=out,
+                           stderr=subprocess.STDOUT, timeout=900)
             started.append(subprocess.Popen([airflow, "api-server", "-H", "127.0.0.1", "-p", str(port), "-w", "1"],
                                             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
 
@@ -209,6 +240,7 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory, s3_server_process: str) -
         _quickstart_history(base / "quickstart")
         _s3_history(s3_server_process, bucket)
         _forged_generations(root)
+        _plain_job(plain)
         starter.join(timeout=900)
         if not started:
             raise RuntimeError(f"airflow db migrate failed:\n{log.read_text(errors='replace')[-4000:]}")

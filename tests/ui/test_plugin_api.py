@@ -1,9 +1,10 @@
 """The plugin's routes on a real Airflow API server: authentication on every route, access
-by the DAGs a connection declares for a pipeline (else by the connection), never by what
-the store says, checked before anything is read from the store; one 404 for "no such
-pipeline" and "not yours"; security headers on every response; validated path parameters,
-no secret in any response, the JSON equal to `sparkpoint list --json`, Prometheus metrics,
-and a pipeline on S3."""
+by the DAGs a connection declares for a pipeline (DAGs Airflow knows), else by the
+connection, never by what the store says, checked before anything is read from the store;
+every job under a connection's root shown to who may read the connection; one 404 for "no
+such pipeline" and "not yours"; security headers on every response; validated path
+parameters, no secret in any response, the JSON equal to `sparkpoint list --json`,
+Prometheus metrics, and a pipeline on S3."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_access_follows_the_dags_the_connection_declares(ui_stack: Stack) -> Non
     listed = {p["job"] for p in get(ui_stack, "/sparkpoint/api/pipelines", "viewer").json()["pipelines"]}
     assert listed == {"ui_totals"}  # s3_job has no declared DAG and viewers cannot read connections
     every = {p["job"] for p in get(ui_stack, "/sparkpoint/api/pipelines", "admin").json()["pipelines"]}
-    assert every == {"ui_totals", "lonely", "hidden", "s3_job", "trapped"}
+    assert every == {"ui_totals", "lonely", "hidden", "s3_job", "trapped", "plain_job"}  # not ghost: see below
     metrics = get(ui_stack, "/sparkpoint/metrics", "viewer").text
     assert 'job="ui_totals"' in metrics and 'job="hidden"' not in metrics
 
@@ -99,10 +100,41 @@ def test_access_is_checked_before_anything_is_read_from_the_store(ui_stack: Stac
     assert_no_secret(response)
 
 
+def test_every_job_under_a_connections_root_is_shown_to_who_may_read_the_connection(ui_stack: Stack) -> None:
+    """``sp_plain`` declares no job, as the tutorial's connection: its root's jobs are
+    listed and served to a user who may read the connection (op), after that check, and to
+    no one else (viewer); the operator's Checkpoint history link (this route) opens."""
+    listed = get(ui_stack, "/sparkpoint/api/pipelines", "op").json()["pipelines"]
+    plain = [p for p in listed if p["conn_id"] == "sp_plain"]
+    assert plain == [{"conn_id": "sp_plain", "job": "plain_job", "dags": [], "declared": False}], listed
+    assert "hidden" not in {p["job"] for p in listed}, "a declaration for DAGs narrows, also for connection readers"
+    page = get(ui_stack, "/sparkpoint/pipelines", "op").text
+    assert "plain_job" in page and "No pipeline to show" not in page
+    history = get(ui_stack, "/sparkpoint/api/pipelines/sp_plain/plain_job", "op")
+    assert history.status_code == 200 and history.json()["generation"] == 1, history.text
+    assert get(ui_stack, "/sparkpoint/pipelines/sp_plain/plain_job", "op").status_code == 200
+    assert "plain_job" not in get(ui_stack, "/sparkpoint/api/pipelines", "viewer").text
+    assert get(ui_stack, "/sparkpoint/api/pipelines/sp_plain/plain_job", "viewer").status_code == 404
+    assert get(ui_stack, "/sparkpoint/api/pipelines/sp_plain/not_there", "op").status_code == 404
+
+
+def test_a_declared_dag_grants_access_only_when_airflow_knows_it(ui_stack: Stack) -> None:
+    """``ghost`` is declared for ``ghost_dag``, which no DAG file defines: whoever could
+    later add a DAG with that id must not inherit the pipeline, so no one sees it now (not
+    even an admin, whom the auth manager would let read any DAG id)."""
+    for user in ("viewer", "op", "admin"):
+        listed = {p["job"] for p in get(ui_stack, "/sparkpoint/api/pipelines", user).json()["pipelines"]}
+        assert "ghost" not in listed, (user, listed)
+        assert get(ui_stack, "/sparkpoint/api/pipelines/sp_local/ghost", user).status_code == 404, user
+    assert get(ui_stack, "/sparkpoint/api/pipelines/sp_local/ui_totals", "viewer").status_code == 200  # open_dag known
+
+
 NOT_FOUND = [
     "/sparkpoint/api/pipelines/no_such_conn/ui_totals",  # no such connection
     "/sparkpoint/api/pipelines/spark_default/ui_totals",  # not a sparkpoint connection
     "/sparkpoint/api/pipelines/sp_local/not_listed",  # the connection does not serve the job
+    "/sparkpoint/api/pipelines/sp_local/ghost",  # declared for a DAG Airflow does not know
+    "/sparkpoint/api/pipelines/sp_plain/plain_job",  # stored, the viewer may not read the connection
     "/sparkpoint/api/pipelines/sp_local/hidden",  # exists, the viewer may not read it
     "/sparkpoint/api/pipelines/sp_trap/trapped",  # exists, the viewer may not read it
     "/sparkpoint/api/pipelines/sp_local/a%20b",  # malformed

@@ -106,6 +106,22 @@ def test_dispose_keep_never_the_newest_nor_the_lineages_origin(capsys: pytest.Ca
     assert sorted(e.uri for e in catalog.list_savepoints()) == sorted([oldest, newest])
 
 
+def test_dispose_keep_says_why_each_savepoint_beyond_the_limit_is_kept(capsys: pytest.CaptureFixture[str],
+                                                                       root: Path) -> None:
+    catalog, _ = job_with_checkpoints(root, 1)
+    oldest, second, newest = _savepoints(catalog, 3)
+    catalog.claim_generation()
+    catalog.write_origin(new_origin(2, kind="savepoint", uri=oldest, base_id=-1, snapshot_id=1, batch_id=0,
+                                    id_floor=1, restore={}, live_dir=None, host="h", pid=1))
+    code, out, err = cli(capsys, root, "dispose", "--keep", "1")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"disposed {second}"
+    assert lines[1] == "1 savepoint(s) disposed, 2 kept:", out
+    assert f"kept {newest} (the newest)" in lines, out
+    assert f"kept {oldest} (the job's newest lineage starts from it: restore=latest may restart there)" in lines, out
+
+
 def test_dispose_older_than(capsys: pytest.CaptureFixture[str], root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     catalog, _ = job_with_checkpoints(root, 1)
     *old, newest = _savepoints(catalog, 3)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_sparkpoint.runtime import SparkpointJob
 
-def main() -> None:
+
+def main(job: SparkpointJob) -> None:
     from pyspark.sql import functions as F
 
     from airflow_sparkpoint import faults
-    from airflow_sparkpoint.checkpoints.run_result import result_line
-    from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
     class PausingDeltaSink(DeltaSink):
@@ -23,17 +23,12 @@ def main() -> None:
             faults.pause("sigterm-staged", ctx.batch_id)
             return payload
 
-    job = SparkpointJob.get_or_create(app_name="sparkpoint-pausing-totals")
     events = job.spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(
         job.arg("input"))
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
     sink = PausingDeltaSink(job.arg("output"), mode="merge", keys=["user"])
-    result = job.run(totals, sink=sink, output_mode="update")
-    print(result_line(result), flush=True)
+    job.run(totals, sink=sink, output_mode="update")
 
 
 if __name__ == "__main__":
-    from airflow_sparkpoint.process_exit import exit_process
-
-    main()
-    exit_process(0)  # finished and reported: no native library's teardown can fail the run now
+    SparkpointJob.main(main, app_name="sparkpoint-pausing-totals")

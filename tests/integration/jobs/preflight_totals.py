@@ -12,15 +12,14 @@ Output columns: ``user``, ``total``, ``events``, ``code_version`` (and ``top`` f
 
 from __future__ import annotations
 
+from airflow_sparkpoint.runtime import SparkpointJob
 
-def main() -> None:
+
+def main(job: SparkpointJob) -> None:
     from pyspark.sql import functions as F
 
-    from airflow_sparkpoint.checkpoints.run_result import result_line
-    from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
-    job = SparkpointJob.get_or_create(app_name="sparkpoint-preflight-totals")
     variant = job.arg("state", "v1")
     aggregates = [F.sum("amount").alias("total"), F.count("*").alias("events")]
     if variant == "added_aggregate":
@@ -31,12 +30,8 @@ def main() -> None:
         job.arg("input"))
     code_version = 1 if variant == "v1" else 2
     totals = events.groupBy("user").agg(*aggregates).withColumn("code_version", F.lit(code_version))
-    result = job.run(totals, sink=DeltaSink(job.arg("output"), mode="merge", keys=["user"]), output_mode="update")
-    print(result_line(result), flush=True)
+    job.run(totals, sink=DeltaSink(job.arg("output"), mode="merge", keys=["user"]), output_mode="update")
 
 
 if __name__ == "__main__":
-    from airflow_sparkpoint.process_exit import exit_process
-
-    main()
-    exit_process(0)  # finished and reported: no native library's teardown can fail the run now
+    SparkpointJob.main(main, app_name="sparkpoint-preflight-totals")

@@ -73,6 +73,7 @@ class Driver:
         self.commands: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
         self.behaviour: Callable[[Driver, dict[str, str]], int] = Driver.finish
+        self.output = "INFO fake spark-submit\n"  # what spark-submit prints (the driver's output too)
 
     def claim(self, env: dict[str, str]) -> int:
         return self.catalog.claim_generation({"submitter": env.get(SUBMITTER_ENV), "app": "app-20260101-0001",
@@ -109,7 +110,7 @@ def driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Driver:
             fake.commands.append(list(cmd))
             fake.envs.append(env)
             self.returncode = fake.behaviour(fake, env)
-            self.stdout = io.StringIO("INFO fake spark-submit\n")
+            self.stdout = io.StringIO(fake.output)
             self.pid = os.getpid()
 
         def wait(self, timeout: float | None = None) -> int:
@@ -204,8 +205,9 @@ def failed_status(generation: int, error: str) -> dict[str, Any]:
 
 
 def test_a_failed_try_says_what_the_job_reported(tmp_path: Path, driver: Driver) -> None:
-    """The hook's error is only the command and its exit code; the job's own error (from
-    its status record) is added, and only when it is this try's run that failed."""
+    """The hook's error is only the command and its exit code; the task's exception is the
+    job's own error (from its status record) with the log pointer after it, and only when
+    it is this try's run that failed."""
     from airflow.sdk.exceptions import AirflowException
 
     def fail(d: Driver, env: dict[str, str]) -> int:
@@ -214,8 +216,9 @@ def test_a_failed_try_says_what_the_job_reported(tmp_path: Path, driver: Driver)
         return 1
 
     driver.behaviour = fail
-    with pytest.raises(AirflowException, match=r"(?s)Error code is: 1.*job 'orders' failed: RuntimeError: "
-                                               r"keyed_totals v2: simulated failure in batch 2"):
+    with pytest.raises(AirflowException, match=r"^job 'orders' failed: RuntimeError: keyed_totals v2: simulated "
+                                               r"failure in batch 2\n\(spark-submit exited with code 1; the driver's "
+                                               r"output is in this task's log"):
         run(operator(tmp_path / "sp"), FakeTI())
 
     def superseded(d: Driver, env: dict[str, str]) -> int:
@@ -574,3 +577,72 @@ def test_a_retry_of_the_same_task_takes_over_and_the_driver_knows_its_task(tmp_p
     assert (env["AIRFLOW_CTX_DAG_ID"], env["AIRFLOW_CTX_TASK_ID"], env["AIRFLOW_CTX_DAG_RUN_ID"],
             env["AIRFLOW_CTX_TRY_NUMBER"]) == (op.dag_id, "submit", "manual__7", "2")
     assert "spark.sparkpoint.takeover" not in driver.conf()
+
+
+# ------------------------------------------------------------------ the driver's error is the task's (issue #48)
+
+_SINK_AHEAD = ("Traceback (most recent call last):\n"
+               '  File "/jobs/orders.py", line 9, in <module>\n'
+               "    job.run(totals, sink=sink)\n"
+               "airflow_sparkpoint.exceptions.SinkAheadError: sink delta:/out committed batch 7, past the restore "
+               "target's batch 3\n")
+
+
+def test_the_drivers_error_line_is_the_tasks_error_with_the_log_pointer_after_it(
+        tmp_path: Path, driver: Driver) -> None:
+    from airflow_sparkpoint.checkpoints.run_result import error_line
+    from airflow_sparkpoint.exceptions import SinkAheadError
+    from airflow_sparkpoint.operators.driver_errors import SparkpointRunFailed
+
+    # Refused before the driver claimed a generation: no status record, only its output.
+    error = SinkAheadError("sink delta:/out committed batch 7, past the restore target's batch 3")
+    driver.output = f"INFO SparkContext: Running Spark\n{_SINK_AHEAD}{error_line(error)}\nINFO ShutdownHookManager\n"
+    driver.behaviour = lambda d, env: 1
+    with pytest.raises(SparkpointRunFailed) as info:
+        run(operator(tmp_path / "sp"), FakeTI())
+    message = str(info.value)
+    assert message.startswith("job 'orders' failed: SinkAheadError: sink delta:/out committed batch 7, past the "
+                              "restore target's batch 3\n"), message
+    assert message.splitlines()[1] == ("(spark-submit exited with code 1; the driver's output is in this task's "
+                                       "log above)"), message
+    assert info.value.error is not None and info.value.error.type == "SinkAheadError"
+    assert "Cannot execute" in str(info.value.__cause__), "the Spark hook's exception is the cause"
+
+
+def test_a_scripts_own_python_error_is_the_tasks_error(tmp_path: Path, driver: Driver) -> None:
+    from airflow_sparkpoint.operators.driver_errors import SparkpointRunFailed
+
+    driver.output = ("INFO starting\nTraceback (most recent call last):\n  File \"/jobs/x.py\", line 3, in <module>\n"
+                     "    main()\nValueError: no input under /data/in\nINFO ShutdownHookManager: deleting\n")
+    driver.behaviour = lambda d, env: 1
+    with pytest.raises(SparkpointRunFailed, match=r"^job 'orders' failed: ValueError: no input under /data/in\n"):
+        run(operator(tmp_path / "sp"), FakeTI())
+
+
+def test_a_configuration_error_of_the_driver_is_not_retried_and_its_message_carries_no_secret(
+        tmp_path: Path, driver: Driver, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_sparkpoint.checkpoints.run_result import error_line
+
+    monkeypatch.setenv("AIRFLOW_CONN_SP_ERR", json.dumps({"conn_type": "sparkpoint", "host": str(tmp_path / "sp"),
+                                                          "login": "AKIAEXAMPLE", "password": "pw-9f3c2b7e"}))
+    leaked = ConfigError("the Sparkpoint runtime is missing deltalake>=1.2,<2 (key AKIAEXAMPLE, secret pw-9f3c2b7e)")
+    driver.output = f"{error_line(leaked)}\n"
+    driver.behaviour = lambda d, env: 1
+    with pytest.raises(ConfigError) as info:
+        run(operator(tmp_path / "sp", checkpoint_dir=None, sparkpoint_conn_id="sp_err"), FakeTI())
+    assert isinstance(info.value, AirflowFailException)
+    message = str(info.value)
+    assert message.startswith("job 'orders' failed: ConfigError: the Sparkpoint runtime is missing deltalake"), message
+    assert "pw-9f3c2b7e" not in message and "AKIAEXAMPLE" not in message, message
+
+
+def test_a_failed_spark_submit_that_says_nothing_keeps_the_spark_providers_exception(
+        tmp_path: Path, driver: Driver) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    driver.output = "Error: JAVA_HOME is not set\n"
+    driver.behaviour = lambda d, env: 1
+    with pytest.raises(AirflowException, match="Cannot execute.*Error code is: 1"):
+        run(operator(tmp_path / "sp"), FakeTI())

@@ -191,3 +191,24 @@ def test_a_filesystem_work_dir_is_accepted(work_dir):
 def test_an_s3_dir_without_a_work_dir_is_refused_by_the_configuration_itself():
     with pytest.raises(ConfigError, match=r"workDir is required when spark.sparkpoint.dir='s3://b/p' is on S3"):
         SparkpointConfig.from_conf({**BASE, f"{PREFIX}dir": "s3://b/p"})
+
+
+@pytest.mark.parametrize(("key", "suggestion"), [
+    ("checkpoint.numRetain", "checkpoint.numRetained"),
+    ("checkpoint.intervall", "checkpoint.interval"),
+    ("restore.sinkahead", "restore.sinkAhead"),
+    ("workdir", "workDir"),
+])
+def test_an_unknown_key_suggests_the_closest_known_one(key, suggestion):
+    with pytest.raises(ConfigError) as info:
+        SparkpointConfig.from_conf({**BASE, PREFIX + key: "3"})
+    message = str(info.value)
+    assert f"did you mean {PREFIX}{suggestion}?" in message, message
+    assert "reference/config.md" in message, message
+
+
+def test_an_unknown_key_like_no_other_lists_what_is_known():
+    with pytest.raises(ConfigError) as info:
+        SparkpointConfig.from_conf({**BASE, f"{PREFIX}zzzzzz": "1"})
+    message = str(info.value)
+    assert "did you mean" not in message and f"{PREFIX}checkpoint.numRetained" in message, message
