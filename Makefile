@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.sparkpoint-installed
 PYTEST_ARGS ?=
 
-.PHONY: setup lint test test-all test-fast test-e2e test-matrix test-matrix-ci spark-envs airflow-env airflow-test-env test-airflow demo bench bench-deps bench-large chaos check-java browser clean dist test-install
+.PHONY: explore setup lint test test-all test-fast test-e2e test-matrix test-matrix-ci spark-envs airflow-env airflow-test-env test-airflow demo bench bench-deps bench-large chaos check-java browser clean dist test-install
 
 setup: check-java $(STAMP)
 
@@ -146,3 +146,12 @@ clean:
 .PHONY: soak
 soak: bench-deps
 	$(PY) benchmarks/soak.py $${SOAK_ARGS:---minutes 120}
+
+# The protocol explored by simulation (issue 45; not part of `make test`, which runs 2,000
+# Hypothesis schedules): EXPLORE_SCHEDULES seeded random schedules (default 100,000, about
+# two hours on one core), appended to docs/simulation/runs.jsonl and its README table.
+# EXPLORE_SEED repeats a run; a violation prints the SEED:INDEX that repeats it
+# (`python -m tests.simulation.explore --repeat SEED:INDEX`).
+EXPLORE_SCHEDULES ?= 100000
+explore: setup
+	$(PY) -m tests.simulation.explore --schedules $(EXPLORE_SCHEDULES) $(if $(EXPLORE_SEED),--seed $(EXPLORE_SEED))

@@ -226,7 +226,8 @@ def check_sink_position(
         found = divergence(plan.snapshot, sink, catalog, job, own_root=under_root(plan.snapshot.uri, catalog.uri))
         if found is not None:
             if found.rewindable and policy == "rewind" and sink.can_rewind:
-                return _rewind(plan, sink, job, where, found.describe(sink, plan.snapshot.uri), apply, fence)
+                return _rewind(plan, sink, job, where, found.describe(sink, plan.snapshot.uri), apply, fence,
+                               error=SinkLineageError)
             raise SinkLineageError(
                 f"{found.describe(sink, plan.snapshot.uri)}; restoring {where} would lose or mix output. "
                 + ("Nothing was changed. Restore a snapshot of the lineage the sink holds (see `sparkpoint list` and "
@@ -236,6 +237,8 @@ def check_sink_position(
                    + (f" ({type(sink).__name__} cannot rewind)" if found.rewindable and not sink.can_rewind else ""))
             )
     position = sink.committed_position(job)
+    if not apply and catalog is not None:
+        position = _decided_position(plan, sink, catalog, job, position)
     if position is None or (restart is not None and position <= restart):
         return False
     because = ""
@@ -262,10 +265,35 @@ def check_sink_position(
     )
 
 
+def _decided_position(plan: RestorePlan, sink: Sink, catalog: Catalog, job: str, position: int | None) -> int | None:
+    """The sink's position once the transactions recovery will finish have landed: a
+    recorded transaction the restart point does not confirm whose committer decided to
+    promote it (a run stalled in its commit) is finished by `settle_unconfirmed`, never
+    aborted. The check before the origin counts it, so that its landing cannot refuse the
+    start after the origin is written (the window left: a committer that decides after
+    this read, see docs/PROTOCOL.md)."""
+    confirmed = {(t.batch_id, t.generation) for t in plan.snapshot.metadata.transactions} if plan.snapshot else set()
+    restart = -1 if plan.batch_id is None else plan.batch_id
+    for record in catalog.transactions():
+        if record.job != job or record.batch_id <= restart or (record.batch_id, record.generation) in confirmed:
+            continue
+        if (position is None or record.batch_id > position) and sink.promotion_decided(record):
+            position = record.batch_id
+    return position
+
+
 def _rewind(plan: RestorePlan, sink: Sink, job: str, where: str, why: str, apply: bool,
-            fence: Callable[[], None] | None) -> bool:
-    """Rewind `sink` to the restart point's lineage (``restore.sinkAhead=rewind``)."""
+            fence: Callable[[], None] | None, *, error: type[SinkAheadError] = SinkAheadError) -> bool:
+    """Rewind `sink` to the restart point's lineage (``restore.sinkAhead=rewind``).
+
+    :raises SinkAheadError: (`error`) the rewind cannot be done (`Sink.rewind_problem`),
+        checked before anything is written.
+    """
     assert plan.snapshot is not None
+    problem = sink.rewind_problem(job, plan.snapshot.metadata)
+    if problem is not None:
+        raise error(f"{why}, and {problem}. Nothing was changed. Restore a snapshot of the lineage the sink holds "
+                    "(see `sparkpoint list`), or write to a new output location")
     if not apply:
         return True
     if fence is not None:

@@ -137,6 +137,9 @@ class FileSink(Sink):
     def is_committed(self, record: TransactionRecord) -> bool:
         return is_committed(self._storage(), record)
 
+    def promotion_decided(self, record: TransactionRecord) -> bool:
+        return decided(self._storage(), record) == PROMOTE
+
     def committed_position(self, job: str) -> int | None:
         return manifests.committed_position(self._storage(), job)
 
@@ -243,6 +246,15 @@ def decide(store: Storage, key: str, body: Mapping[str, Any]) -> dict[str, Any]:
         if existing is None:  # decisions are never deleted
             raise StorageError(f"{store.uri}/{key} exists and does not: the store is inconsistent") from None
         return existing
+
+
+def decided(store: Storage, record: TransactionRecord) -> str | None:
+    """The decision that stands for `record` (``promote`` or ``abort``), or None; reads only.
+
+    :raises SinkError: the decision object is unreadable.
+    """
+    found = _read_json(store, decision_key(record.job, record.txn_id))
+    return None if found is None else str(found.get("decision"))
 
 
 def decision_body(record: TransactionRecord, decision: str) -> dict[str, Any]:

@@ -76,8 +76,8 @@ class CommitOutcome:
 
 #: what a commit step calls on a sink it rebuilt from a transaction record: a subclass
 #: that overrides one of them cannot be settled by the class registered under its kind
-SETTLE_METHODS = ("configure", "commit", "is_committed", "was_committed", "abort", "committed_position", "rewind",
-                  "cleanup_orphans", "committed_txn", "replay_record")
+SETTLE_METHODS = ("configure", "commit", "is_committed", "promotion_decided", "was_committed", "abort", "committed_position", "rewind",
+                  "rewind_problem", "cleanup_orphans", "committed_txn", "replay_record")
 
 
 class Sink(abc.ABC):
@@ -155,6 +155,11 @@ class Sink(abc.ABC):
     def is_committed(self, record: TransactionRecord) -> bool:
         """Whether the transaction has landed, read from the sink itself."""
 
+    def promotion_decided(self, record: TransactionRecord) -> bool:
+        """Whether the transaction's committer decided to promote it: it holds its batch's
+        commit or will (an abort finishes it instead); reads only."""
+        return self.is_committed(record)
+
     def was_committed(self, record: TransactionRecord) -> bool:
         """Whether the transaction landed at some time, even if a rewind undid it since
         (a sink that cannot rewind: `is_committed`)."""
@@ -180,6 +185,11 @@ class Sink(abc.ABC):
         :raises SinkAheadError: the sink cannot be rewound to that point.
         """
         raise NotImplementedError(f"{type(self).__name__} cannot be rewound (restore.sinkAhead=rewind)")
+
+    def rewind_problem(self, job: str, snapshot: SnapshotMetadata) -> str | None:
+        """Why `rewind` to `snapshot` cannot succeed (read only; the check before anything
+        is written), or None when it can."""
+        return None if self.can_rewind else f"{type(self).__name__} cannot be rewound"
 
     def cleanup_orphans(self, job: str, keep: set[str]) -> int:
         """Delete staged data of `job` whose transaction id is not in `keep`; return a count."""

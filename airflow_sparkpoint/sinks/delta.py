@@ -32,7 +32,7 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
     TransactionConflict,
 )
-from airflow_sparkpoint.sinks import _claims, _delta_txn, spark_compat
+from airflow_sparkpoint.sinks import _claims, _delta_schema, _delta_txn, spark_compat
 from airflow_sparkpoint.sinks._delta_location import STAGING, table_location
 from airflow_sparkpoint.sinks._delta_location import import_deltalake as _import_deltalake
 from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, StageContext, column_names
@@ -130,14 +130,14 @@ class DeltaSink(Sink):
         if ctx.storage_options:
             self.configure(ctx.storage_options)
         schema = spark_compat.arrow_schema(df.schema)
-        self._check_columns(schema, ctx)
-        self._check_schema(schema)
+        _delta_schema.check_columns(self, schema, ctx, self.keys, self.partition_by)
+        _delta_schema.check_schema(self._table(), schema, self.uri)
         staging = self._staging_dir(ctx.job, ctx.txn_id)
         partition_by = self.partition_by if self.mode == "append" else []
         files = self.location.stage(df, staging, partition_by, ctx.driver_staging_max_bytes)
         if self.mode == "merge":
             try:
-                self._check_unique_keys(files, ctx)
+                _delta_schema.check_unique_keys(self, files, ctx, self.keys, self.location.read_parquet)
             except SinkError:
                 self.location.remove(staging)
                 raise
@@ -149,61 +149,6 @@ class DeltaSink(Sink):
             "rows": sum(int(f["num_records"]) for f in files),
             "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
         }
-
-    def _check_columns(self, schema: pa.Schema, ctx: StageContext) -> None:
-        """Merge keys and partition columns must be columns of the batch (else every
-        commit of it would fail: a batch that can never be committed)."""
-        names = set(schema.names)
-        for what, columns in (("merge keys", self.keys), ("partition_by", self.partition_by)):
-            missing = [c for c in columns if c not in names]
-            if missing:
-                raise SinkError(
-                    f"{self!r}: {what} {missing} are not columns of batch {ctx.batch_id} of job {ctx.job!r} "
-                    f"(columns: {sorted(names)})"
-                )
-
-    def _check_unique_keys(self, files: Sequence[Mapping[str, Any]], ctx: StageContext) -> None:
-        """A merge needs one row per key per batch: a batch with duplicate keys fails while
-        it is staged, before its checkpoint completes, not at every commit after it.
-
-        :raises SinkError: naming the sink, the key columns and a few duplicate keys.
-        """
-        import pyarrow as pa
-
-        parts = [self.location.read_parquet(f["path"], columns=self.keys) for f in files]
-        if not parts:
-            return
-        dupes = _duplicate_keys(pa.concat_tables(parts, promote_options="permissive"), self.keys)
-        if dupes.num_rows:
-            sample = dupes.slice(0, 5).to_pylist()
-            examples = ", ".join(
-                "{" + ", ".join(f"{k}={row[k]!r}" for k in self.keys) + f"}} x{row['count_all']}" for row in sample
-            )
-            raise SinkError(
-                f"{self!r}: batch {ctx.batch_id} of job {ctx.job!r} has {dupes.num_rows} merge key(s) "
-                f"{self.keys} with more than one row (e.g. {examples}); a merge needs one row per key per batch. "
-                "Deduplicate or aggregate the rows by the keys in the query; the batch was not recorded and "
-                "runs again when the job restarts"
-            )
-
-    def _check_schema(self, schema: pa.Schema) -> None:
-        """A batch whose columns or types differ from the table fails before staging."""
-        import pyarrow as pa
-
-        table = self._table()
-        if table is None:
-            return
-        existing = pa.schema(table.schema().to_arrow())
-        want = {f.name: f.type for f in existing}
-        got = {f.name: f.type for f in schema}
-        if set(want) != set(got):
-            raise SinkError(
-                f"batch columns {sorted(got)} do not match Delta table {self.uri} columns {sorted(want)}; "
-                "schema evolution is not automatic"
-            )
-        for name, typ in got.items():
-            if not _types_compatible(want[name], typ):
-                raise SinkError(f"column {name!r} is {typ} in the batch but {want[name]} in Delta table {self.uri}")
 
     # ------------------------------------------------------------------ commit / abort
 
@@ -219,6 +164,9 @@ class DeltaSink(Sink):
         transaction (its generation), read from the table's history."""
         table = self._table()
         return table is not None and self._landed(table, record) is _OURS
+
+    def promotion_decided(self, record: TransactionRecord) -> bool:
+        return _claims.decided(self.location.store(), record) == _claims.PROMOTE
 
     def was_committed(self, record: TransactionRecord) -> bool:
         table = self._table()
@@ -422,7 +370,7 @@ class DeltaSink(Sink):
 
         parts = [self.location.read_parquet(f["path"]) for f in staged["files"]]
         rows = pa.concat_tables(parts).select(schema.names).cast(schema) if parts else schema.empty_table()
-        dupes = _duplicate_keys(rows, self.keys)
+        dupes = _delta_schema.duplicate_keys(rows, self.keys)
         if dupes.num_rows:
             sample = dupes.slice(0, 3).drop_columns(["count_all"]).to_pylist()
             raise SinkError(f"merge keys {self.keys} are not unique within the batch (e.g. {sample}); "
@@ -480,6 +428,41 @@ class DeltaSink(Sink):
                                     "was finished); it cannot be aborted")
         self.location.remove(record.payload["staged"]["staging"])
         log.info("aborted %s in %s", record.txn_id, self.uri)
+
+    def rewind_problem(self, job: str, snapshot: SnapshotMetadata) -> str | None:
+        table = self._table()
+        if table is None:
+            return None
+        try:
+            self._checked_target(table.history(), job, snapshot)
+        except SinkAheadError as exc:
+            return str(exc)
+        return None
+
+    def _checked_target(self, history: list[dict[str, Any]], job: str, snapshot: SnapshotMetadata) -> tuple[int, int]:
+        """`_delta_txn.rewind_target`, refused when a later version is not the job's own or a
+        file of the target version is gone (a rewound lineage's staged files are
+        discarded: its own rewind, or a vacuum, took them).
+
+        :raises SinkAheadError: the rewind cannot be done.
+        """
+        target, committed_batch = _delta_txn.rewind_target(history, job, snapshot, self.sink_id, self.uri)
+        for entry in history:
+            version = int(entry.get("version", -1))
+            if version > target and entry.get("sparkpoint.job") != job:
+                raise SinkAheadError(
+                    f"cannot rewind {self.uri} to version {target}: version {version} "
+                    f"({entry.get('operation')}) was not written by job {job!r}"
+                )
+        if target >= 0:
+            past = _import_deltalake().DeltaTable(self.path, version=target, storage_options=self.location.delta_options())
+            missing = self.location.missing(sorted(_delta_txn.table_paths(past)))
+            if missing:
+                raise SinkAheadError(
+                    f"cannot rewind {self.uri} to version {target}: {len(missing)} of its files are gone (e.g. "
+                    f"{missing[0]}); the lineage that committed them was rewound away and its data discarded"
+                )
+        return target, committed_batch
 
     def committed_position(self, job: str) -> int | None:
         table = self._table()
@@ -548,15 +531,8 @@ class DeltaSink(Sink):
         if table is None:
             return
         history = table.history()
-        target, committed_batch = _delta_txn.rewind_target(history, job, snapshot, self.sink_id, self.uri)
+        target, committed_batch = self._checked_target(history, job, snapshot)
         current = table.version()
-        for entry in history:
-            version = int(entry.get("version", -1))
-            if version > target and entry.get("sparkpoint.job") != job:
-                raise SinkAheadError(
-                    f"cannot rewind {self.uri} to version {target}: version {version} "
-                    f"({entry.get('operation')}) was not written by job {job!r}"
-                )
         deltalake = _import_deltalake()
         props = deltalake.CommitProperties(
             app_transactions=[deltalake.Transaction(app_id=job, version=committed_batch)],
@@ -565,25 +541,3 @@ class DeltaSink(Sink):
         table.restore(target, commit_properties=props)
         log.warning("rewound Delta table %s from version %d to %d (last committed batch %d)", self.uri, current,
                     target, committed_batch)
-
-def _duplicate_keys(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """The values of `keys` that have more than one row in `rows` (``count_all``: how many)."""
-    import pyarrow.compute as pc
-
-    counts = rows.group_by(list(keys)).aggregate([([], "count_all")])
-    return counts.filter(pc.greater(counts["count_all"], 1))
-
-
-def _types_compatible(table_type: pa.DataType, batch_type: pa.DataType) -> bool:
-    import pyarrow as pa
-
-    if table_type == batch_type:
-        return True
-    # Delta stores strings as large_string/string_view and timestamps without zone info.
-    for check in (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view):
-        if check(batch_type):
-            return pa.types.is_string(table_type) or pa.types.is_large_string(table_type) or \
-                pa.types.is_string_view(table_type)
-    return bool(pa.types.is_timestamp(table_type) and pa.types.is_timestamp(batch_type))
-
-

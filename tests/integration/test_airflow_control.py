@@ -309,8 +309,13 @@ def test_a_killed_tries_stop_request_does_not_stop_the_next_run(tmp_path: Path) 
     result = xcom(run, "next_run")
     assert result["generation"] == generation + 1
     assert result["status"] == "finished", f"the next run obeyed a stale stop request: {result}"
-    assert result["last_batch"] == pipeline.batches - 1 and result["batches_processed"] >= 2
-    assert pipeline.delta_rows() == pipeline.expected
+    # All remaining input, whatever the batches: the killed try may have died after Spark's
+    # file source logged its next batch's file (sources/0/N) and before offsets/N, and the
+    # restart then plans that entry and the next new file as one batch although
+    # maxFilesPerTrigger=1 (`livedir.source_log_ends`); a batch count is not what this
+    # test names (issue #45 item 7: it failed on a fresh clone with 2 batches for 3 files).
+    assert result["batches_processed"] >= 1
+    assert pipeline.delta_rows() == pipeline.expected, "the next run did not process all remaining input"
     for request, why in ((legacy, "addressed to no generation"),
                          (addressed, f"addressed to generation {generation}, superseded by generation")):
         outcome = channel.result(request.id)

@@ -68,9 +68,10 @@ def odd_file(directory: Path, after: int) -> list[dict[str, Any]]:
 
 
 def start_sink_driver(name: str, base: Path, *, conf: Mapping[str, str], args: Sequence[str],
-                      pause: Sequence[str] = (), script: Path = JOB_SCRIPT) -> Driver:
+                      pause: Sequence[str] = (), script: Path = JOB_SCRIPT, fault: str | None = None) -> Driver:
     """A `Driver` of `script` (`JOB_SCRIPT`) with the sink races' log settings and waits."""
-    return Driver(name, base, conf, args, pause=pause, script=script, java_opts=JAVA_OPTS, timeout=WAIT_S)
+    return Driver(name, base, conf, args, pause=pause, script=script, java_opts=JAVA_OPTS, timeout=WAIT_S,
+                  fault=fault)
 
 
 # ---------------------------------------------------------------------------- S3 servers
@@ -253,12 +254,14 @@ class Scene:
         self.root = base / "checkpoints"
         self.drivers: list[Driver] = []
 
-    def run(self, name: str, extra: dict[str, str] | None = None) -> Driver:
-        driver = self.start(name, extra)
+    def run(self, name: str, extra: dict[str, str] | None = None, *, fault: str | None = None,
+            args: Sequence[str] = ()) -> Driver:
+        driver = self.start(name, extra, fault=fault, args=args)
         driver.wait()
         return driver
 
-    def start(self, name: str, extra: dict[str, str] | None = None, pause: tuple[str, ...] = ()) -> Driver:
+    def start(self, name: str, extra: dict[str, str] | None = None, pause: tuple[str, ...] = (), *,
+              fault: str | None = None, args: Sequence[str] = ()) -> Driver:
         conf = {
             "spark.sparkpoint.dir": str(self.root),
             "spark.sparkpoint.job": JOB,
@@ -266,8 +269,9 @@ class Scene:
             **self.case.conf(),
             **(extra or {}),
         }
-        args = ["--sink", self.case.kind, "--input", str(self.inputs), "--output", self.case.output(), *self.args]
-        driver = start_sink_driver(name, self.base, conf=conf, pause=pause, args=args)
+        every = ["--sink", self.case.kind, "--input", str(self.inputs), "--output", self.case.output(), *self.args,
+                 *args]
+        driver = start_sink_driver(name, self.base, conf=conf, pause=pause, args=every, fault=fault)
         self.drivers.append(driver)
         return driver
 

@@ -1,9 +1,9 @@
 """The job of the sink race tests: events into one of the sinks, chosen by ``--sink``.
 
     spark-submit sink_job.py --sink s3|directory|delta-append|delta-merge --input DIR --output URI
-                             [--source files|partitioned]
+                             [--source files|partitioned] [--max-files N]
 
-The events come from JSON files, one per micro-batch, or with ``--source partitioned``
+The events come from JSON files, one per micro-batch (``--max-files N``: N), or with ``--source partitioned``
 from the partition files of topic ``events`` under DIR, read by a Python data source with
 Kafka's offset shape (`tests.races.partitioned_source`, at most two records per partition
 and batch).
@@ -38,7 +38,7 @@ def main() -> None:
     else:
         events = (
             job.spark.readStream.schema("id long, user string, amount long")
-            .option("maxFilesPerTrigger", 1)
+            .option("maxFilesPerTrigger", int(job.arg("max-files", "1")))
             .json(job.arg("input"))
         )
     if kind == "delta-merge":

@@ -25,6 +25,7 @@ from tests.simulation.scheduler import RACES, DirectedChooser, StepChooser, hypo
 from tests.simulation.simulate import Violation, run_schedule
 
 RECORD = os.path.join("docs", "simulation", "runs.jsonl")
+README = os.path.join("docs", "simulation", "README.md")
 
 
 def run_hypothesis(seed: int, examples: int, family: str = "generic", ignore: tuple[str, ...] = ()) -> int:
@@ -139,7 +140,37 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(os.path.dirname(args.record) or ".", exist_ok=True)
         with open(args.record, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(summary, sort_keys=True) + "\n")
+        write_readme(args.record, os.path.join(os.path.dirname(args.record), "README.md"))
     return 1 if summary["violations"] else 0
+
+
+def write_readme(record: str, readme: str) -> None:
+    """The record's table (`docs/simulation/README.md`), made anew from every run in it."""
+    with open(record, encoding="utf-8") as handle:
+        runs = [json.loads(line) for line in handle if line.strip()]
+    total = sum(r["schedules"] for r in runs)
+    violations = sum(r["violations"] for r in runs)
+    lines = [
+        "# The simulation's record",
+        "",
+        "Every run of `make explore` (`python -m tests.simulation.explore`) is appended to",
+        "[runs.jsonl](runs.jsonl) and this table is written anew from it. A run explores seeded",
+        "random schedules of the protocol ([PROTOCOL.md](../PROTOCOL.md#the-simulation)); each",
+        "violation names the seed and index that repeat it (`--repeat SEED:INDEX`).",
+        "",
+        f"**{total:,} schedules, {violations} violations** in {len(runs)} runs.",
+        "",
+        "| finished | commit | seed | schedules | schedules/s | steps | violations |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        lines.append(f"| {r.get('finished_at', '')} | {r.get('commit', '')} | {r['seed']} | {r['schedules']:,} | "
+                     f"{r.get('per_second', '')} | {r.get('steps', 0):,} | {r['violations']} |")
+    kinds = [(k, v) for r in runs for k, v in r.get("kinds", {}).items()]
+    if kinds:
+        lines += ["", "## Violations", ""] + [f"- `{v['first']}` ({v['count']}x): {k}" for k, v in kinds]
+    with open(readme, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

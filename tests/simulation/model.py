@@ -30,7 +30,7 @@ from typing import Any
 
 from airflow_sparkpoint.checkpoints import spark_layout
 from airflow_sparkpoint.runtime import livedir
-from airflow_sparkpoint.sinks import DeltaSink, DirectorySink
+from airflow_sparkpoint.sinks import DeltaSink, DirectorySink, _delta_schema
 from airflow_sparkpoint.sinks import directory as directory_module
 from airflow_sparkpoint.sinks.base import StageContext
 
@@ -236,7 +236,7 @@ class SimDeltaSink(DeltaSink):
         rows = df.consume()
         schema = pa.schema([(c, pa.int64()) for c in COLUMNS])
         table = pa.Table.from_pylist(rows, schema=schema)
-        self._check_schema(schema)
+        _delta_schema.check_schema(self._table(), schema, self.uri)
         staging = self._staging_dir(ctx.job, ctx.txn_id)
         _stage_point(self, f"sink.stage {staging}")
         self.location.reset(staging)

@@ -21,7 +21,7 @@ import random
 import sys
 import threading
 import time as real_time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -220,6 +220,11 @@ class DirectedChooser(Chooser):
             if hit.ending == Event.CRASH:
                 hit.state, self._crash = "done", actor
                 return ready.index(actor)
+            if hit.until is actor:  # no wait: only what happens there (a stall)
+                hit.state = "done"
+                if hit.ending in (Event.STALL, Event.LONG_STALL):
+                    self._stall = (actor, hit.ending)
+                return ready.index(actor)
             hit.state = "active"
             if hit.ending in (Event.STALL, Event.LONG_STALL):  # it stalls while paused: time passes
                 self._stall = (actor, hit.ending)
@@ -238,6 +243,40 @@ class DirectedChooser(Chooser):
 
     def option(self, count: int) -> int:
         return 0 if count <= 1 else self.draw(count)
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A directive of a `ScriptedChooser`, by actor names (see `Directive`): `release`
+    empty waits for `until`'s end, no `until` waits for nobody; `crash` makes `actor` die
+    there instead, `stall` makes time jump there by `STALL_S`."""
+
+    actor: str
+    before: tuple[str, ...]
+    until: str = ""
+    release: tuple[str, ...] = ()
+    occurrence: int = 1
+    crash: bool = False
+    stall: bool = False
+
+
+class ScriptedChooser(DirectedChooser):
+    """A `DirectedChooser` whose directives and options are given: a schedule the
+    exploration found, pinned as an example test."""
+
+    def __init__(self, pauses: Sequence[Pause], options: Sequence[int] = ()) -> None:
+        super().__init__(lambda count: 0)
+        self.pauses = list(pauses)
+        self.options = list(options)
+
+    def _draw_directives(self) -> list[Directive]:
+        by_name = {a.name.split("-", 1)[0]: a for a in self.actors}
+        return [Directive(by_name[p.actor], p.before, p.occurrence, by_name[p.until or p.actor], p.release,
+                          Event.CRASH if p.crash else Event.STALL if p.stall else Event.NOTHING)
+                for p in self.pauses]
+
+    def option(self, count: int) -> int:
+        return (self.options.pop(0) if self.options else 0) % max(1, count)
 
 
 def random_draw(seed: int) -> Callable[[int], int]:

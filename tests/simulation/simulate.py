@@ -115,10 +115,11 @@ def run_schedule(schedule: Schedule, chooser: Chooser, *, max_steps: int = 1500,
             scheduler.run()
             for spec, actor in spawned:
                 if spec.kind == "driver" and isinstance(actor.error, REFUSALS):
-                    _check_refused(world, scheduler, schedule, actor.name)
+                    _check_refused(world, scheduler, schedule, actor.name, actor.error)
                 elif actor.error is not None and not _acceptable(spec, actor.error):
                     _fail(schedule, scheduler, f"{actor.name} failed unexpectedly: "
                                                f"{type(actor.error).__name__}: {actor.error}")
+            _check_checkpoints(world, scheduler, schedule)
             # The end: a retry resumes the job and drains the input; the commit step runs.
             scheduler.explored = scheduler.chooser
             scheduler.chooser = CalmChooser()
@@ -218,10 +219,29 @@ def _check_step(world: World, scheduler: Scheduler, schedule: Schedule) -> None:
             _fail(schedule, scheduler, f"batch {batch} shows line(s) {dupes} more than once")
 
 
-def _check_refused(world: World, scheduler: Scheduler, schedule: Schedule, name: str) -> None:
-    wrote = [w for w in world.writes.by_actor.get(name, []) if not w.startswith(REFUSED_MAY_WRITE)]
+def _check_refused(world: World, scheduler: Scheduler, schedule: Schedule, name: str,
+                   error: BaseException) -> None:
+    """A refused start changed nothing but its claim and status. Past its origin, one
+    refusal remains possible (docs/PROTOCOL.md, "A start refused after its origin"): a
+    superseded run's commit in flight landed past the restart point after the start's
+    checks (`SinkAheadError`, never a lineage mismatch). Its lineage is the job's from its
+    origin on, and what its recovery did before the refusal is that lineage's; the end
+    of the schedule checks that the job resumes exactly."""
+    writes = world.writes.by_actor.get(name, [])
+    if type(error) is SinkAheadError and any(w.startswith(f"store:put_if_absent {JOB}/lineage/") for w in writes):
+        return
+    wrote = [w for w in writes if not w.startswith(REFUSED_MAY_WRITE)]
     if wrote:
         _fail(schedule, scheduler, f"{name} was refused but changed {wrote[:8]}")
+
+
+def _check_checkpoints(world: World, scheduler: Scheduler, schedule: Schedule) -> None:
+    """Every completed checkpoint still has its files (a deletion never breaks one: the
+    journal, the grace period and the fence of retention, invariant 1)."""
+    catalog = world.raw_catalog()
+    for entry in catalog.list_checkpoints():
+        if entry.metadata is None and entry.error and "referenced file" in entry.error:
+            _fail(schedule, scheduler, f"completed checkpoint {entry.uri} lost a file: {entry.error}")
 
 
 def _check_end(world: World, scheduler: Scheduler, schedule: Schedule) -> None:

@@ -100,3 +100,33 @@ def test_with_an_interval_only_the_newest_batch_is_checkpointed_when_it_is_due(c
     assert run.error is None, run.error
     assert [m.batch_id for m in catalog.checkpoints()] == [2], "the interval lets the batches between go"
     assert sorted(sink.committed) == [0, 1, 2]
+
+
+def test_an_idle_stream_checkpoints_and_commits_its_last_batch_once_the_interval_passed(catalog, tmp_path,
+                                                                                       monkeypatch):
+    """Issue #45 item 5: with ``checkpoint.interval`` above zero, the last batch before the
+    input pauses was checkpointed and committed only when more input arrived (the
+    coordinator thread's ticks did nothing); its output waited. A tick after the interval
+    now checkpoints it. The clock is the coordinator module's, moved by hand."""
+    from airflow_sparkpoint.runtime import coordinator as coordinator_module
+
+    now = [1000.0]
+    monkeypatch.setattr(coordinator_module.time, "monotonic", lambda: now[0])
+    live, sink = tmp_path / "live", RecordingSink()
+    run = _run(catalog, live, sink, [], interval_s=60)
+    run.cfg = SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/unused", "spark.sparkpoint.job": "job",
+                                          "spark.sparkpoint.stateStore": "hdfs",
+                                          "spark.sparkpoint.checkpoint.interval": "60s"})
+    _staged(catalog, run, live, range(2))
+    next_poll = run._handle("progress", 0, 0.0)  # the first batch: checkpointed (the first is due at once)
+    next_poll = run._handle("progress", 1, next_poll)  # within the interval: not yet
+    assert [m.batch_id for m in catalog.checkpoints()] == [0]
+
+    next_poll = run._handle("tick", None, next_poll)  # the input paused; the interval has not passed
+    assert [m.batch_id for m in catalog.checkpoints()] == [0]
+    now[0] += 61
+    run._handle("tick", None, next_poll)  # no new input, the interval has passed
+
+    assert run.error is None, run.error
+    assert [m.batch_id for m in catalog.checkpoints()] == [1, 0], "the idle stream's last batch waits for input"
+    assert sorted(sink.committed) == [0, 1]

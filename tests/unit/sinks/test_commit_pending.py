@@ -389,6 +389,55 @@ def test_a_generation_claimed_between_the_steps_reads_keeps_its_transaction(
     assert world["committed"].get(2) is None
 
 
+def test_a_generation_claimed_before_the_step_whose_origin_comes_between_its_reads_keeps_its_transaction(
+    catalog: Catalog, sink_name: str, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #45 item 4: generation 2 is claimed *before* the step reads the fence (so the
+    fence admits its records), and writes its origin, aborts generation 1's batches 2 and 3
+    and stages batch 2 again right after the step's first read of the catalog. The step
+    must not abort generation 2's batch 2 (the earlier fence test claimed generation 2
+    after the fence was read, and passed on the broken order: the step read `latest` first
+    and the records after). Whichever of the two reads comes first, generation 2 acts
+    right after it."""
+    from airflow_sparkpoint.checkpoints.lineage import new_origin
+
+    base = record(sink_name, 1, 1)
+    catalog.put_transaction(base)
+    checkpoint(catalog, 1, 1, [base])
+    old = [record(sink_name, b, 1) for b in (2, 3)]
+    for r in old:
+        catalog.put_transaction(r)
+    checkpoint(catalog, 3, 1, [base, *old])
+    base_id = catalog.checkpoints()[-1].id  # the checkpoint of batch 1 (oldest last)
+    generation = catalog.claim_generation().generation  # claimed, its origin not yet written
+    newer = record(sink_name, 2, generation)
+    interleaved: list[str] = []
+
+    def then_the_new_lineage(name: str, read: Any) -> Any:
+        def first_read_then_act() -> Any:
+            value = read()
+            if not interleaved:
+                interleaved.append(name)
+                catalog.write_origin(new_origin(
+                    generation, kind="checkpoint", uri=catalog.checkpoint_uri(base_id), base_id=base_id,
+                    snapshot_id=base_id, batch_id=1, id_floor=catalog.next_checkpoint_id() - 1,
+                    restore={"restore": "x", "sink_ahead": "rewind"}, live_dir=None, host="h", pid=1))
+                catalog.delete_transactions(old)  # its recovery aborted generation 1's batches 2 and 3
+                catalog.put_transaction(newer)  # and it staged batch 2 again (external commit mode)
+            return value
+        return first_read_then_act
+
+    monkeypatch.setattr(catalog, "latest", then_the_new_lineage("latest", catalog.latest))
+    monkeypatch.setattr(catalog, "transactions", then_the_new_lineage("transactions", catalog.transactions))
+
+    result = commit_pending(catalog)
+
+    assert interleaved, "the new lineage did not come between the step's reads"
+    assert newer.txn_id not in result["aborted"] and newer.txn_id not in world["aborted"], (interleaved, result)
+    assert newer.txn_id in txn_ids(catalog)
+    assert world["committed"].get(2) is None
+
+
 def test_a_rollback_stops_when_a_newer_generation_is_claimed_meanwhile(
     catalog: Catalog, sink_name: str, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

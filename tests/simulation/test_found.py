@@ -1,0 +1,90 @@
+"""What the exploration found (issue #45), pinned: each schedule below is the shrunk
+schedule of a violation on the code before its fix, replayed step for step by a
+`ScriptedChooser` (the directives and restore choices the exploration drew). On the fixed
+code each one ends without a violation; on the code before, each one failed with the
+message quoted in its docstring.
+
+Restore choices index `actors._snapshots`: the complete checkpoints in id order (chk-1 is
+the first batch's), then the savepoints.
+"""
+
+from __future__ import annotations
+
+from tests.simulation.actors import DriverSpec
+from tests.simulation.scheduler import Pause, ScriptedChooser
+from tests.simulation.simulate import ActorSpec, Schedule, run_schedule
+
+
+def _driver(**settings: object) -> ActorSpec:
+    return ActorSpec("driver", DriverSpec(**settings))  # type: ignore[arg-type]
+
+
+def test_item_1_and_3_a_restore_of_the_abandoned_lineage_whose_confirmed_batches_were_aborted() -> None:
+    """Found by the family `across_lineages` (directory sink): "the sink holds batches
+    [0, 2, 3, 4]; expected [0, 1, 2, 3, 4] (missing [1])" with "transaction sim-b1-g1
+    listed by …/chk-2 was aborted since; not committing it". a2 restores the checkpoint of
+    batch 0 by path, its recovery aborts the first lineage's batches 1 and 2 (external
+    mode: confirmed, not committed), and it dies before staging its own batch 1; a3
+    restores the first lineage's checkpoint of batch 1 by path. Fixed: a3 is refused
+    before anything is written; the retry continues a2's lineage."""
+    schedule = Schedule("directory", 5, (
+        _driver(budget=3, num_retained=6, commit_mode="external"),
+        ActorSpec("savepoint"),
+        _driver(restore="path", budget=1, num_retained=6),
+        _driver(restore="path", budget=1, num_retained=6),
+    ))
+    run_schedule(schedule, ScriptedChooser([Pause("a2", ("sink.stage",), crash=True)], options=[0, 1]))
+
+
+def test_item_2_a_rewind_to_the_savepoint_of_an_abandoned_lineage() -> None:
+    """Found by the family `rewinds` (Delta): "the sink's rows are not one lineage's
+    output of the input … batch 3 … sum 166" after "rewound Delta table … from version 7
+    to 5 (last committed batch 2)": version 5 was a2's commit of batch 2, not the first
+    lineage's, whose savepoint a3 restored. Fixed: the rewind targets the first lineage's
+    own commit, whose files a2's recovery discarded, so a3 is refused before anything is
+    written; the retry continues a2's lineage."""
+    schedule = Schedule("delta", 5, (
+        _driver(budget=3, num_retained=6),
+        ActorSpec("savepoint"),
+        _driver(restore="path", sink_ahead="rewind", version=2, budget=4, num_retained=6),
+        _driver(restore="path", sink_ahead="rewind", budget=1, num_retained=6),
+    ))
+    run_schedule(schedule, ScriptedChooser([], options=[0, -1]))
+
+
+def test_item_4_the_commit_step_between_a_claim_and_its_origin() -> None:
+    """Found by the family `commit_step_races`: "the sink holds batches [0, 1, 3, 4, 5];
+    expected [0, 1, 2, 3, 4, 5] (missing [2])". a1 claimed its generation (a restore by
+    path of the checkpoint of batch 1) and the step read the fence, then the origins
+    (without a1's), then a1 wrote its origin, aborted the first lineage's batches 2 and 3
+    and recorded its own batch 2, then the step read the records: a1's batch 2 was at or
+    below the old lineage's latest and unlisted there, and the step aborted it. Fixed:
+    the step reads the records first, and settles nothing while the newest generation
+    has no origin."""
+    schedule = Schedule("directory", 6, (
+        _driver(budget=4, num_retained=6, commit_mode="external"),
+        _driver(restore="path", budget=2, num_retained=6, commit_mode="external"),
+        ActorSpec("commit"),
+    ))
+    run_schedule(schedule, ScriptedChooser(
+        [Pause("a1", ("put_if_absent sim/lineage/",), "a2", ("list sim/lineage/",)),
+         Pause("a1", ("put_if_absent sim/chk-",), "a2")],  # a1 has recorded batch 2; the step goes on
+        options=[1]))
+
+
+def test_a_rollback_of_a_stalled_live_generation() -> None:
+    """Found by the generic exploration: "the sink holds batches [1, 2, 3]; expected
+    [0, 1, 2, 3] (missing [0])". a0's heartbeat was 91 s old (it stalled), so the rollback
+    took it for stopped, aborted its recorded batch 0 and retired its checkpoints; a0 went
+    on, checkpointed batch 0 without it (in external mode the aborted record had left the
+    pending set) and the batch was lost. Fixed: the rollback of the newest generation
+    claims the next one (a0 fails at its next act) and returns the lineage to where a0
+    started."""
+    schedule = Schedule("delta", 4, (
+        _driver(restore="none", version=2, budget=2, sink_ahead="rewind", commit_mode="external"),
+        ActorSpec("rollback"),
+    ))
+    run_schedule(schedule, ScriptedChooser(
+        [Pause("a0", ("fault record",), "a1"),  # a0 recorded batch 0; the rollback runs now
+         Pause("a1", ("get sim/status",), stall=True)],  # ... 90 s after a0's last heartbeat
+        options=[0]))
