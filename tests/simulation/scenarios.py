@@ -159,6 +159,22 @@ def savepoint_retention_races() -> Any:
                   races=("lineage", "savepoints", "pins", "checkpoints"), directed=(3, 4))
 
 
+def lineage_starts() -> Any:
+    """A restore by path of one of two savepoints of a drained job (its lineage has no
+    checkpoint of its own: nothing is left to read) beside savepoint history retention:
+    the lineage's starting point must outlive the retention (item 6)."""
+    from hypothesis import strategies as st
+
+    def shape(inputs: int, first: DriverSpec, start: ActorSpec, keep: int) -> Schedule:
+        return Schedule("directory", inputs, (ActorSpec("driver", first), ActorSpec("savepoint"),
+                                              ActorSpec("savepoint"), start, ActorSpec("retention", keep=keep)),
+                        ("lineage",), (3, 4))
+
+    return st.builds(shape, st.integers(2, 4).flatmap(lambda n: st.just(n)),
+                     st.builds(DriverSpec, budget=st.just(8), num_retained=st.just(6)),
+                     _start(restore="path", budget=st.integers(1, 2)), st.just(1))
+
+
 def checkpoint_retention_races() -> Any:
     """Checkpoint retention of runs that stall (a short checkpoint timeout, so orphaned
     shared files go within a stall) beside restores and retries; pins of restores by path."""
@@ -173,5 +189,5 @@ def checkpoint_retention_races() -> Any:
 
 FAMILIES = {"generic": schedules, "across_lineages": across_lineages, "rewinds": rewinds,
             "commit_step_races": commit_step_races,
-            "savepoint_retention_races": savepoint_retention_races,
+            "savepoint_retention_races": savepoint_retention_races, "lineage_starts": lineage_starts,
             "checkpoint_retention_races": checkpoint_retention_races}

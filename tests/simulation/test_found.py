@@ -88,3 +88,21 @@ def test_a_rollback_of_a_stalled_live_generation() -> None:
         [Pause("a0", ("fault record",), "a1"),  # a0 recorded batch 0; the rollback runs now
          Pause("a1", ("get sim/status",), stall=True)],  # ... 90 s after a0's last heartbeat
         options=[0]))
+
+
+def test_item_6_savepoint_retention_beside_a_restore_of_a_savepoint() -> None:
+    """Savepoint history retention read the origins (a3's was not written yet), so it did
+    not count a3's savepoint as relied on, and disposed of it after a3 wrote its origin;
+    a3 died before a checkpoint of its own (nothing was left to read): "a retry with
+    restore=latest after this schedule did not resume the job: RestoreError: restore
+    target …/savepoint-3-… has no _metadata; … it is where the lineage of generation 2
+    started". Fixed: a savepoint of the job restored by path is pinned before the origin,
+    and a lineage whose origin snapshot is gone restarts from its pin."""
+    schedule = Schedule("directory", 5, (
+        _driver(budget=3, num_retained=6), ActorSpec("savepoint"), ActorSpec("savepoint"),
+        _driver(restore="path", budget=1, num_retained=6), ActorSpec("retention", keep=1),
+    ))
+    run_schedule(schedule, ScriptedChooser(
+        [Pause("a3", ("put_if_absent sim/lineage/",), "a4", ("list sim/lineage/",)),
+         Pause("a3", ("put_if_absent sim/chk-",), crash=True)],
+        options=[4]))  # the older of the two savepoints (retention keeps the newest)

@@ -327,3 +327,72 @@ def test_a_lineage_whose_base_is_gone_restarts_from_its_pin_and_the_pin_goes_wit
     enforce_checkpoint_retention(mem, 1)
     assert generation not in [o.generation for o in mem.origins()]
     assert list(mem.store.list(layout.pin_dir(generation))) == [], "the pin went with its origin"
+
+
+def test_a_pin_a_newer_lineage_restarts_from_stays_when_its_origin_is_pruned(
+    mem: Catalog, make_checkpoint: MakeCheckpoint
+) -> None:
+    """Issue #45 item 6: generation 2 restored a checkpoint by path (its pin) and died
+    before its first checkpoint; its base went (a stale retention pass), so generation 3's
+    `restore=latest` restarted from generation 2's pin (its origin's URI), and it died
+    before its first checkpoint too. A retention pass then pruned generation 2's origin
+    (it supersedes none of the checkpoints left) and deleted its pin: generation 3's
+    lineage had lost its starting point."""
+    start(mem, kind="empty")
+    early = chk(make_checkpoint, mem, 0)  # older than every base below: kept, so retention prunes
+    metas = [chk(make_checkpoint, mem, batch) for batch in range(1, 4)]
+    second = mem.claim_generation().generation
+    pin = mem.create_savepoint(mem.handle(metas[0]), key=layout.pin_dir(second))
+    mem.write_origin(new_origin(
+        second, kind="checkpoint", uri=mem.checkpoint_uri(metas[0].id), base_id=metas[0].id,
+        snapshot_id=metas[0].id, batch_id=0, id_floor=mem.next_checkpoint_id() - 1, restore={}, live_dir=None,
+        host="h", pid=1, pin=pin.uri,
+    ))
+    mem.store.delete_prefix(layout.checkpoint_dir(metas[0].id))
+    third = start(mem, kind="savepoint", uri=pin.uri, base=metas[0].id, batch=1)
+    assert mem.restart_point().uri == pin.uri
+    for meta in metas[1:]:  # generation 2's origin now supersedes none of the checkpoints left
+        mem.store.delete_prefix(layout.checkpoint_dir(meta.id))
+
+    enforce_checkpoint_retention(mem, 1)
+    assert [e.id for e in mem.list_checkpoints()] == [early.id]
+
+    assert second not in [o.generation for o in mem.origins()], "generation 2's origin supersedes nothing: pruned"
+    point = mem.restart_point()
+    assert point.origin is not None and point.origin.generation == third
+    assert mem.store.exists(f"{layout.pin_dir(second)}/{layout.METADATA}"), (
+        "generation 3 restarts from generation 2's pin: it must stay")
+
+
+@pytest.mark.parametrize("stall", ["long", "superseded"])
+def test_retention_deletes_journaled_files_only_right_after_the_journal_and_fenced(
+    mem: Catalog, make_checkpoint: MakeCheckpoint, monkeypatch: pytest.MonkeyPatch, stall: str
+) -> None:
+    """Issue #45 item 6: a checkpoint being completed reads the deletion journal 60 s back
+    from its listing of ``shared/``; a retention pass that stalled longer between its
+    journal entry and its deletion (or was superseded meanwhile) deleted a file that a
+    newer checkpoint, completed in the stall, referenced. Now the pass deletes only within
+    `JOURNAL_DELETE_WITHIN_S` of its entry, and after a fence check."""
+    from airflow_sparkpoint.checkpoints import retention
+
+    generation = start(mem, kind="empty")
+    chk(make_checkpoint, mem, 0)
+    mem.store.put("shared/orphan~00", b"left by an abandoned checkpoint")
+    clock = [1000.0]
+    monkeypatch.setattr(retention.time, "monotonic", lambda: clock[0])
+    journal = retention.journal_deletions
+
+    def journal_then_stall(*args: Any, **kwargs: Any) -> None:
+        journal(*args, **kwargs)
+        if stall == "long":
+            clock[0] += 61  # a GC pause, a partition
+        else:
+            mem.claim_generation()  # a newer generation started meanwhile
+
+    monkeypatch.setattr(retention, "journal_deletions", journal_then_stall)
+    if stall == "long":
+        enforce_checkpoint_retention(mem, 1, generation=generation)
+    else:
+        with pytest.raises(StaleGeneration):
+            enforce_checkpoint_retention(mem, 1, generation=generation)
+    assert mem.store.exists("shared/orphan~00"), "a pass that stalled after its journal entry deleted the file"
