@@ -495,6 +495,24 @@ class Catalog:
             raise RestoreError(f"checkpoint {entry.uri} is not usable: {entry.error}")
         return SnapshotHandle(entry.uri, entry.metadata, self.store)
 
+    def own_snapshot(self, uri: str) -> SnapshotHandle | None:
+        """A handle on the checkpoint or savepoint of this job `uri` names, or None when
+        `uri` is not a snapshot directory of this job's root (another root, a pin).
+
+        :raises RestoreError: it is this job's and missing or invalid.
+        """
+        try:
+            key = self.snapshot_key(uri)
+        except (RestoreError, InvalidPath):
+            return None
+        match = layout.CHK_RE.match(key)
+        if match:
+            return self.snapshot(int(match.group(1)))
+        entry = self.savepoint_entry(key.split("/", 1)[1])
+        if entry is None or entry.metadata is None:
+            raise RestoreError(f"savepoint {self.uri}/{key} is not usable: {entry.error if entry else 'not found'}")
+        return SnapshotHandle(entry.uri, entry.metadata, self.store.child(entry.key))
+
     def handle(self, meta: SnapshotMetadata) -> SnapshotHandle:
         return SnapshotHandle(self.checkpoint_uri(meta.id), meta, self.store)
 

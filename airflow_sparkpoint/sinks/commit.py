@@ -44,28 +44,23 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
-import time
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
-from airflow_sparkpoint.checkpoints.commit_head import record_commit
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.exceptions import ConfigError, RestoreError, StaleGeneration
+from airflow_sparkpoint.exceptions import StaleGeneration
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink, resolve_sink, warn_undeclared
-from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle, settle_all
+from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
 
 log = logging.getLogger(__name__)
 
-__all__ = ["abort_generation", "commit_pending"]
+__all__ = ["Sinks", "commit_pending"]
 
 
-class _Sinks:
+class Sinks:
     """The sinks that settle the step's records (`resolve_sink`: the declared one, or
     one rebuilt per record config), each configured once."""
 
@@ -125,7 +120,7 @@ def commit_pending(
         it may have landed: running the step again finds out.
     :raises StaleGeneration: new generations kept being claimed while the step ran.
     """
-    sinks = _Sinks(storage_options, sink, catalog.job)
+    sinks = Sinks(storage_options, sink, catalog.job)
     settled: dict[str, list[str]] = {"committed": [], "already": [], "aborted": []}
     for attempt in range(1, _ATTEMPTS + 1):
         try:
@@ -144,7 +139,7 @@ _ATTEMPTS = 3
 
 
 def _commit_as_observed(
-    catalog: Catalog, sinks: _Sinks, upto_batch: int | None, settled: dict[str, list[str]]
+    catalog: Catalog, sinks: Sinks, upto_batch: int | None, settled: dict[str, list[str]]
 ) -> list[str]:
     """One pass of the commit step, fenced by the generation current when it starts;
     adds what it settled to `settled` and returns the ids left pending."""
@@ -199,100 +194,3 @@ def _commit_as_observed(
             settled["committed"], settled["already"], settled["aborted"], pending,
         )
     return pending
-
-
-def abort_generation(
-    catalog: Catalog, generation: int, storage_options: Mapping[str, Any] | None = None,
-    sink: SinkSpec | None = None,
-) -> list[str]:
-    """Abort every uncommitted transaction of `generation` and delete its record.
-
-    The blue-green rollback and the write-audit-publish discard: `generation`'s staged
-    output (confirmed by its checkpoints or not) never becomes visible, and its lineage
-    is abandoned, so that no later restore continues from state past output that is
-    gone:
-
-    * `generation` is the newest one: the rollback first claims the next generation,
-      which fences it (a stalled driver of it fails at its next checkpoint or commit,
-      and its heartbeat's age proves nothing), and records as that generation's origin
-      the point `generation` started from, which supersedes every checkpoint of it
-      (``restore=latest`` then starts where it started);
-    * a newer generation exists: the rollback is refused while any checkpoint of
-      `generation` is still restorable (a newer run continues its lineage: roll that one
-      back), and otherwise only aborts its leftovers.
-
-    Transactions that already committed (or hold their batch's claim: finished) are left
-    alone and reported in the log. Returns the aborted transaction ids. `sink` is the
-    job's sink, as for `commit_pending`.
-
-    :raises ConfigError: `generation` was never claimed.
-    :raises RestoreError: a newer generation continues `generation`'s lineage.
-    :raises StaleGeneration: a newer generation was claimed while the rollback ran (a
-        restore that reads what the rollback was changing); nothing more is touched, and
-        running it again is safe.
-    """
-    sinks = _Sinks(storage_options, sink, catalog.job)
-    fence = _rollback_fence(catalog, generation)
-    aborted: list[str] = []
-    mine = [record for record in catalog.transactions() if record.generation == generation]
-    for count, record in enumerate(mine, start=1):
-        settlement = settle(sinks.of(record), record, confirmed=False, fence=fence)
-        if settlement.outcome != "aborted":
-            # visible (a promotion the abort had to finish): the commit head says so
-            record_commit(catalog, record, settlement.detail, landed_before=settlement.outcome == "already")
-            log.warning("transaction %s of generation %d has already committed to %s; not aborted",
-                        record.txn_id, generation, record.sink_id)
-            continue
-        catalog.delete_transactions([record])
-        aborted.append(record.txn_id)
-        faults.maybe_kill_halfway("abort", record.batch_id, count, len(mine))
-    log.info("aborted %d transaction(s) of generation %d of job %s: %s",
-             len(aborted), generation, catalog.job, aborted)
-    return aborted
-
-
-def _rollback_fence(catalog: Catalog, generation: int) -> Fence:
-    """The fence a rollback of `generation` acts as (see `abort_generation`), after
-    fencing `generation` itself when it is the newest.
-
-    :raises ConfigError: `generation` was never claimed.
-    :raises RestoreError: a newer generation continues `generation`'s lineage.
-    """
-    current = catalog.current_generation()
-    if not 1 <= generation <= current:
-        raise ConfigError(f"generation {generation} of job {catalog.job!r} was never claimed (the newest is "
-                          f"{current}); see `sparkpoint history`")
-    if generation == current:
-        origin = next((o for o in catalog.origins() if o.generation == generation), None)
-        claim = catalog.claim_generation({"rollback_of": generation, "plan": f"rollback of generation {generation}"})
-        if origin is not None:
-            catalog.write_origin(replace(
-                origin, generation=claim.generation, created_at=time.time(), live_dir=None,
-                host=socket.gethostname(), pid=os.getpid(), restore={**origin.restore, "rollback_of": generation}))
-        else:  # a store of a release before lineages: no origin to return to, its checkpoints go
-            _retire_checkpoints(catalog, generation, Fence(catalog, claim.generation))
-        log.warning("rollback of generation %d of job %s: claimed generation %d to fence it; the job restarts from %s",
-                    generation, catalog.job, claim.generation,
-                    origin.describe() if origin is not None else "where the generation before it left off")
-        return Fence(catalog, claim.generation)
-    continued = [entry for entry in catalog.list_checkpoints()
-                 if entry.restorable and entry.metadata is not None and entry.metadata.generation == generation]
-    if continued:
-        raise RestoreError(
-            f"generation {generation} of job {catalog.job!r} is not the newest ({current}) and its checkpoint "
-            f"{continued[0].uri} is still restorable: a newer run continues its lineage. Roll back the newest "
-            f"generation instead (see `sparkpoint history`); nothing was aborted"
-        )
-    return Fence.observed(catalog)
-
-
-def _retire_checkpoints(catalog: Catalog, generation: int, fence: Fence) -> None:
-    """Without lineages (a store of an earlier release), a rolled-back generation's
-    checkpoints hold state whose output is gone: their ``_metadata`` goes, so that no
-    restore picks them; retention collects their files."""
-    for meta in catalog.checkpoints():
-        if meta.generation == generation:
-            fence.check()
-            catalog.dispose(catalog.checkpoint_uri(meta.id))
-            log.warning("retired checkpoint %d (batch %d) of rolled-back generation %d of job %s",
-                        meta.id, meta.batch_id, generation, catalog.job)

@@ -1,25 +1,51 @@
-"""Abort a stopped generation's output: the one home of this use case (blue-green
-rollback), for `sparkpoint commit --abort-generation` and `SparkpointCommitOperator`.
+"""Abort a generation's output: the one home of this use case (the blue-green rollback,
+the write-audit-publish discard), for `sparkpoint commit --abort-generation` and
+`SparkpointCommitOperator(abort_generation=...)`.
 
-A generation that is still live (`checkpoints.history.live_status`) is refused: its
-driver would go on staging and committing. Otherwise everything it staged and did not
-commit is aborted by `sinks.commit.abort_generation`. Pure Python: no Spark, no Airflow.
+Every uncommitted transaction the generation staged (confirmed by its checkpoints or
+not) is aborted and its record deleted, so its output never becomes visible, and the
+lineage returns to before its first aborted batch, so that no later restore continues
+from state past output that is gone (docs/PROTOCOL.md, "The rollback"):
+
+* the generation *g* is the newest one: the rollback first claims *g+1*, which fences *g*
+  (a stalled driver of *g* fails at its next checkpoint or commit: its heartbeat's age
+  proves nothing), and writes as *g+1*'s origin the newest checkpoint of *g* before its
+  first aborted batch (where *g*'s committed output ends), else the point *g* started
+  from: *g*'s later checkpoints are superseded and ``restore=latest`` restarts there;
+* a newer generation exists: the rollback is refused while a checkpoint of *g* is still
+  restorable (a newer run continues its lineage: roll that one back), and otherwise only
+  aborts its leftovers.
+
+`abort_stopped_generation` also refuses while *g*'s heartbeat is fresh. Pure Python: no
+Spark, no Airflow.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints.commit_head import record_commit
 from airflow_sparkpoint.checkpoints.history import live_status
-from airflow_sparkpoint.exceptions import GenerationRunning
-from airflow_sparkpoint.sinks.commit import abort_generation
+from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin
+from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning, RestoreError
+from airflow_sparkpoint.sinks.commit import Sinks
 from airflow_sparkpoint.sinks.resolve import SinkSpec
+from airflow_sparkpoint.sinks.transactions import Fence, settle
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
 
-__all__ = ["abort_stopped_generation"]
+log = logging.getLogger(__name__)
+
+__all__ = ["abort_generation", "abort_stopped_generation"]
 
 
 def abort_stopped_generation(
@@ -36,7 +62,7 @@ def abort_stopped_generation(
 
     :param max_heartbeat_age: a run with a younger heartbeat is still live.
     :param how_to_stop: how the caller's user stops the run (named in the refusal).
-    :param sink: the job's declared sink (see `commit_pending`).
+    :param sink: the job's declared sink (see `sinks.commit.commit_pending`).
     :raises GenerationRunning: `generation` is still live; nothing was aborted.
     :raises SinkError: an abort failed (see `abort_generation`).
     """
@@ -47,3 +73,132 @@ def abort_stopped_generation(
             f"{max_heartbeat_age:g} s); stop it first ({how_to_stop}) before aborting its output"
         )
     return abort_generation(catalog, generation, storage_options=storage_options, sink=sink)
+
+
+def abort_generation(
+    catalog: Catalog, generation: int, storage_options: Mapping[str, Any] | None = None,
+    sink: SinkSpec | None = None,
+) -> list[str]:
+    """Abort every uncommitted transaction of `generation` and delete its record (see the
+    module docstring). Transactions that already committed (or hold their batch's claim:
+    finished) are left alone and reported in the log. Returns the aborted transaction
+    ids. `sink` is the job's sink, as for `sinks.commit.commit_pending`.
+
+    :raises ConfigError: `generation` was never claimed.
+    :raises RestoreError: a newer generation continues `generation`'s lineage.
+    :raises StaleGeneration: a newer generation was claimed while the rollback ran (a
+        restore that reads what the rollback was changing); nothing more is touched, and
+        running it again is safe.
+    """
+    sinks = Sinks(storage_options, sink, catalog.job)
+    fence = _fence(catalog, generation, sinks)
+    aborted: list[str] = []
+    mine = [record for record in catalog.transactions() if record.generation == generation]
+    for count, record in enumerate(mine, start=1):
+        settlement = settle(sinks.of(record), record, confirmed=False, fence=fence)
+        if settlement.outcome != "aborted":
+            # visible (a promotion the abort had to finish): the commit head says so
+            record_commit(catalog, record, settlement.detail, landed_before=settlement.outcome == "already")
+            log.warning("transaction %s of generation %d has already committed to %s; not aborted",
+                        record.txn_id, generation, record.sink_id)
+            continue
+        catalog.delete_transactions([record])
+        aborted.append(record.txn_id)
+        faults.maybe_kill_halfway("abort", record.batch_id, count, len(mine))
+    log.info("aborted %d transaction(s) of generation %d of job %s: %s",
+             len(aborted), generation, catalog.job, aborted)
+    return aborted
+
+
+def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
+    """The fence the rollback of `generation` acts as, after fencing `generation` and
+    moving the lineage back when it is the newest (see the module docstring).
+
+    :raises ConfigError: `generation` was never claimed.
+    :raises RestoreError: a newer generation continues `generation`'s lineage.
+    """
+    current = catalog.current_generation()
+    if not 1 <= generation <= current:
+        raise ConfigError(f"generation {generation} of job {catalog.job!r} was never claimed (the newest is "
+                          f"{current}); see `sparkpoint history`")
+    if generation < current:
+        continued = [entry for entry in catalog.list_checkpoints()
+                     if entry.restorable and entry.metadata is not None and entry.metadata.generation == generation]
+        if continued:
+            raise RestoreError(
+                f"generation {generation} of job {catalog.job!r} is not the newest ({current}) and its checkpoint "
+                f"{continued[0].uri} is still restorable: a newer run continues its lineage. Roll back the newest "
+                f"generation instead (see `sparkpoint history`); nothing was aborted"
+            )
+        return Fence.observed(catalog)
+    claim = catalog.claim_generation({"rollback_of": generation, "plan": f"rollback of generation {generation}"})
+    fence = Fence(catalog, claim.generation)
+    mine = [r for r in catalog.transactions() if r.generation == generation]  # after the fence: final
+    uncommitted = [r.batch_id for r in mine if not sinks.of(r).is_committed(r)]
+    if not uncommitted:
+        log.warning("rollback of generation %d of job %s: claimed generation %d to fence it; nothing of it is "
+                    "left to abort", generation, catalog.job, claim.generation)
+        return fence
+    origin = _restart_before(catalog, generation, min(uncommitted), claim.generation)
+    if origin is None:  # a store of a release before lineages: no origin to return to
+        _retire_checkpoints(catalog, generation, fence)
+    else:
+        catalog.write_origin(origin)
+    log.warning("rollback of generation %d of job %s: claimed generation %d to fence it; the job restarts from %s",
+                generation, catalog.job, claim.generation,
+                origin.describe() if origin is not None else "where the generation before it left off")
+    return fence
+
+
+def _restart_before(catalog: Catalog, generation: int, first_aborted: int, claimed: int) -> Origin | None:
+    """The origin of `claimed` that returns the lineage of `generation` to before its batch
+    `first_aborted`: its newest restorable checkpoint before that batch, else the point it
+    started from; owned by `claimed` like a restore by path (a copy in its pin), unless
+    that point is already a pin, empty state, or another root's. None when `generation`
+    recorded no origin (a store of an earlier release).
+
+    :raises RestoreError: that point is gone (its base checkpoint was removed once the
+        generation had checkpoints of its own); nothing was aborted.
+    """
+    own = next((o for o in catalog.origins() if o.generation == generation), None)
+    if own is None:
+        return None
+    restore = {**own.restore, "rollback_of": generation}
+    host, pid = socket.gethostname(), os.getpid()
+    before = [e.metadata for e in catalog.list_checkpoints() if e.restorable and e.metadata is not None
+              and e.metadata.generation == generation and e.metadata.batch_id < first_aborted]
+    if before:
+        base = before[0]  # newest first
+        pin = catalog.create_savepoint(catalog.handle(base), key=layout.pin_dir(claimed))
+        return new_origin(claimed, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
+                          snapshot_id=base.id, batch_id=base.batch_id, id_floor=catalog.next_checkpoint_id() - 1,
+                          restore=restore, pin=pin.uri, live_dir=None, host=host, pid=pid)
+    origin = replace(own, generation=claimed, created_at=time.time(), restore=restore, live_dir=None, host=host,
+                     pid=pid)
+    if own.uri is None or own.pin is not None:
+        return origin
+    try:
+        handle = catalog.own_snapshot(own.uri)
+    except RestoreError as exc:
+        raise RestoreError(
+            f"cannot roll back generation {generation} of job {catalog.job!r}: it has no checkpoint before its "
+            f"first uncommitted batch {first_aborted}, and {own.describe()}, where it started, is gone ({exc}); "
+            "nothing was aborted. Restore an earlier savepoint or checkpoint by path instead: its recovery aborts "
+            "what that point does not confirm"
+        ) from exc
+    if handle is None:
+        return origin  # another root's snapshot: no retention of this job deletes it
+    pin = catalog.create_savepoint(handle, key=layout.pin_dir(claimed))
+    return replace(origin, pin=pin.uri)
+
+
+def _retire_checkpoints(catalog: Catalog, generation: int, fence: Fence) -> None:
+    """Without lineages (a store of an earlier release), a rolled-back generation's
+    checkpoints hold state whose output is gone: their ``_metadata`` goes, so that no
+    restore picks them; retention collects their files."""
+    for meta in catalog.checkpoints():
+        if meta.generation == generation:
+            fence.check()
+            catalog.dispose(catalog.checkpoint_uri(meta.id))
+            log.warning("retired checkpoint %d (batch %d) of rolled-back generation %d of job %s",
+                        meta.id, meta.batch_id, generation, catalog.job)

@@ -183,8 +183,8 @@ def _acceptable(spec: ActorSpec, error: BaseException) -> bool:
         return isinstance(error, (CatalogError, ControlError, StaleGeneration))
     if spec.kind == "commit":
         return isinstance(error, StaleGeneration)
-    if spec.kind == "rollback":
-        return isinstance(error, (GenerationRunning, StaleGeneration))
+    if spec.kind == "rollback":  # refused while the generation runs or a newer one continues it
+        return isinstance(error, (GenerationRunning, StaleGeneration, RestoreError))
     return False
 
 

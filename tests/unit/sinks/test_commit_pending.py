@@ -20,7 +20,8 @@ from airflow_sparkpoint.exceptions import (
     StaleGeneration,
 )
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
-from airflow_sparkpoint.sinks.commit import abort_generation, commit_pending
+from airflow_sparkpoint.sinks.commit import commit_pending
+from airflow_sparkpoint.sinks.rollback import abort_generation
 from airflow_sparkpoint.storage import MemoryStorage
 
 JOB = "orders"
