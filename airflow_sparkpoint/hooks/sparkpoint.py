@@ -343,7 +343,7 @@ class SparkpointHook(BaseHook):
             if record.sink != "delta":
                 raise ConfigError(f"the staged rows of transaction {record.txn_id} ({record.sink} sink) cannot be "
                                   "read before they are committed; only DeltaSink output can be audited this way")
-            for staged_file in record.payload["staged"]["files"]:
+            for staged_file in sink.staged(record)["files"]:  # confined to its own staging area
                 rows += sink.location.read_parquet(staged_file["path"]).to_pylist()
         return rows
 
