@@ -100,9 +100,10 @@ def scrub(text: str, secrets: Iterable[Any] = ()) -> str:
     with _lock:
         known = set(_registered)
     known.update(str(s) for s in secrets if s is not None and not isinstance(s, bool) and len(str(s)) >= MIN_SECRET_CHARS)
+    text = _BARE.sub("", _SCHEMED.sub(r"\1", text))  # first: a masked password would hide its "user:"
     for secret in sorted(known, key=len, reverse=True):
         text = text.replace(secret, MASK)
-    return _BARE.sub("", _SCHEMED.sub(r"\1", text))
+    return text
 
 
 def scrub_value(value: Any, secrets: Iterable[Any] = ()) -> Any:

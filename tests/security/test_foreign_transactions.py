@@ -205,10 +205,10 @@ def delta_rows(uri: str, options: dict[str, str] | None) -> list[int]:
 
 @pytest.mark.parametrize("outside", ["table data", "another job's staging", "climbing"])
 def test_a_delta_commit_adds_files_only_from_the_transactions_own_staging(tmp_path: Path, outside: str) -> None:
-    from airflow_sparkpoint.sinks.delta import DeltaSink
-
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from airflow_sparkpoint.sinks.delta import DeltaSink
 
     uri = str(tmp_path / "table")
     schema, data_file, data_size = delta_table(uri, None)

@@ -128,7 +128,6 @@ def _snapshot_with_a_costly_metadata(store: Store) -> None:
 def test_sparkpoint_list_does_not_parse_a_costly_metadata(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
     _snapshot_with_a_costly_metadata(store)
     code, peak = peak_of(lambda: cli(capsys, store, "list", "--json")[0])
-    out, _err = capsys.readouterr()
     assert code == 0
     assert peak < 40 * MIB, f"sparkpoint list took {peak / MIB:.0f} MiB for an 8 MiB _metadata"
 

@@ -23,7 +23,13 @@ from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.retention import deleted_since
 from airflow_sparkpoint.checkpoints.run_result import read_run_result, result_key
 from airflow_sparkpoint.checkpoints.verification import read_verification, verification_key
-from airflow_sparkpoint.exceptions import CatalogError, ControlError, CorruptMetadata, CorruptRecord, SinkError
+from airflow_sparkpoint.exceptions import (
+    CatalogError,
+    ControlError,
+    CorruptMetadata,
+    CorruptRecord,
+    SinkError,
+)
 from airflow_sparkpoint.sinks import _manifests as manifests
 
 # Shapes that parse to many times their size (an empty dict is 3 bytes of JSON and 72 of
@@ -35,7 +41,7 @@ SHAPES: dict[str, Callable[[int], bytes]] = {
     "floats": lambda n: b"[" + b",".join([b"1.5"] * n) + b"]",
     "distinct keys": lambda n: b"{" + b",".join(b'"k%d":1.5' % i for i in range(n)) + b"}",
     "one-key objects": lambda n: b"[" + b",".join([b'{"a":1.5}'] * n) + b"]",
-    "non-ascii strings": lambda n: ("[" + ",".join('"\U0001f600%d"' % (i % 100) for i in range(n)) + "]").encode(),
+    "non-ascii strings": lambda n: ("[" + ",".join(f'"\U0001f600{i % 100}"' for i in range(n)) + "]").encode(),
 }
 
 
