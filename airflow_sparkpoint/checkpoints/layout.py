@@ -178,16 +178,17 @@ RECORD_MAX_BYTES = {
     ID_FLOOR: 1 * _KIB,
 }
 #: the most memory the parse of each kind of record may take (`bounded.parse_cost`, an
-#: upper bound estimated before parsing); a snapshot's files parse to ~8 times their JSON
+#: upper bound estimated before parsing); a snapshot's files parse to ~6.5 times their JSON
+#: (`_metadata`: its bytes and its parse together stay under 200 MiB)
 RECORD_MAX_COST = {
-    METADATA: 192 * _MIB,
+    METADATA: 160 * _MIB,
     VERIFICATION: 1 * _MIB,
     STATUS: 1 * _MIB,
     STATUS_DIR: 1 * _MIB,
     COUNTERS: 8 * _MIB,
     COMMITTED: 1 * _MIB,
     GENERATIONS: 1 * _MIB,
-    RESULTS: 4 * _MIB,
+    RESULTS: 2 * _MIB,  # a reader holds the newest GENERATIONS_SHOWN (20) of them
     LINEAGE: 1 * _MIB,
     GC: 160 * _MIB,
     TXN: 160 * _MIB,

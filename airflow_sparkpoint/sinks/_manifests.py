@@ -39,7 +39,7 @@ _MANIFEST_NAME_RE = re.compile(r"^(\d+)\.json$")
 #: transaction record does, `checkpoints.layout` ``txn``, and the files it makes visible),
 #: and the memory its parse may take (`checkpoints.bounded`); beyond either the object is
 #: corrupt: the output location is shared, a planted one could be any size or shape
-RECORD_LIMITS = Limits(max_bytes=24 * 1024 * 1024, max_cost=192 * 1024 * 1024)
+RECORD_LIMITS = Limits(max_bytes=24 * 1024 * 1024, max_cost=160 * 1024 * 1024)
 RECORD_MAX_BYTES = RECORD_LIMITS.max_bytes
 _PART_RE = re.compile(r"^part-(?P<txn>.+)-(?P<index>\d+)\.(?P<ext>[a-z]+)$")
 
