@@ -49,9 +49,12 @@ MAX_DEPTH = 32
 # short or distinct keys, floats, dicts just grown): a dict (184 bytes with its first
 # keys), a list (56), a string object without its characters (49), and one value (its
 # slot in a list or dict, grown, its number object, and a distinct key's entry in the
-# parser's memo). Characters cost 1 byte each in an ASCII document (4 otherwise), once
-# as the decoded document and once in its strings.
+# parser's memo). Characters cost 1 to 4 bytes each, once as the decoded document and
+# once in its strings (`_bytes_per_char`).
 _DICT, _LIST, _STRING, _VALUE = 184, 56, 49, 150
+# `_bytes_per_char`: escapes of a character wider than Latin-1, and of a surrogate (astral)
+_WIDE_ESCAPE = re.compile(rb"\\u(?:0[1-9a-fA-F]|[1-9a-fA-F])")
+_ASTRAL_ESCAPE = re.compile(rb"\\u[dD][89abAB]")
 # `_depth`: every bracket as [ or ], all but brackets and quotes deleted, then strings
 _BRACKETS = bytes.maketrans(b"{}", b"[]")
 _NOT_MARKS = bytes(c for c in range(256) if c not in b'[]{}"')
@@ -72,11 +75,20 @@ def parse_cost(data: bytes) -> int:
     text, every object of the result, the parser's memo of keys), from counts of its
     tokens: cheap next to parsing, and never below what the parse takes (tested on the
     shapes that cost most per byte)."""
-    per_char = 2 if data.isascii() else 8
+    per_char = _bytes_per_char(data)
     objects, arrays = data.count(b"{"), data.count(b"[")
     values = data.count(b",") + objects + arrays + 1
     return (len(data) * per_char + _DICT * objects + _LIST * arrays + _VALUE * values
             + _STRING * (data.count(b'"') // 2))
+
+
+def _bytes_per_char(data: bytes) -> int:
+    """What a character of `data` may cost: once in the decoded document, once in a string.
+    A string takes 1, 2 or 4 bytes per character after its widest one, which an ASCII
+    document names with an escape (``\\u00e9``, ``\\ud83d\\ude00``)."""
+    if not data.isascii() or _ASTRAL_ESCAPE.search(data):
+        return 8
+    return 4 if _WIDE_ESCAPE.search(data) else 2
 
 
 def _depth(data: bytes, limit: int) -> int:
