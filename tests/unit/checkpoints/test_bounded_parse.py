@@ -245,7 +245,12 @@ def test_a_listing_keeps_summaries_not_every_snapshots_files(catalog: Catalog) -
 
 def test_the_largest_records_sparkpoints_writers_produce_are_readable(catalog: Catalog) -> None:
     from airflow_sparkpoint.checkpoints.control import ControlResult
-    from airflow_sparkpoint.checkpoints.counters import RECENT_LIMIT, TREND_LIMIT, CheckpointCounters, CheckpointPoint
+    from airflow_sparkpoint.checkpoints.counters import (
+        RECENT_LIMIT,
+        TREND_LIMIT,
+        CheckpointCounters,
+        CheckpointPoint,
+    )
     from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
     from airflow_sparkpoint.checkpoints.retention import JOURNAL_KEYS_PER_ENTRY, journal_deletions
     from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
