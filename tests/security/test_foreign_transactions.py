@@ -27,7 +27,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
 from airflow_sparkpoint.exceptions import SinkError
-from airflow_sparkpoint.runtime.restore import settle_unconfirmed
+from airflow_sparkpoint.runtime.recovery import settle_unconfirmed
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 from airflow_sparkpoint.sinks.commit import abort_generation, commit_pending
 from airflow_sparkpoint.sinks.directory import DirectorySink
@@ -81,7 +81,7 @@ def test_a_record_of_another_job_cannot_abort_its_staging_in_a_shared_directory_
 
 
 def test_a_snapshot_cannot_make_recovery_settle_another_jobs_transaction(tmp_path: Path) -> None:
-    from airflow_sparkpoint.runtime.restore import recover_transactions
+    from airflow_sparkpoint.runtime.recovery import recover_transactions
 
     sink, forged, staged_file = other_jobs_directory_staging(tmp_path / "shared-out")
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
