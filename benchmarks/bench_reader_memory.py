@@ -249,9 +249,12 @@ def backend(name: str, tmp: str) -> tuple[str, dict[str, Any], Any]:
     """(storage root, options, a stop function) of one backend."""
     if name == "local":
         return os.path.join(tmp, "store"), {}, lambda: None
+    import logging
+
     import boto3
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
