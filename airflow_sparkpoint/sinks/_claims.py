@@ -240,7 +240,7 @@ def decided(store: Storage, record: TransactionRecord) -> str | None:
 
     :raises SinkError: the decision object is unreadable.
     """
-    found = _read_json(store, decision_key(record.job, record.txn_id))
+    found = manifests.read_record(store, decision_key(record.job, record.txn_id))
     return None if found is None else str(found.get("decision"))
 
 
