@@ -200,7 +200,9 @@ def _run(argv: Sequence[str]) -> int:
 
 
 def _error(args: argparse.Namespace, exc: BaseException) -> None:
-    print(f"sparkpoint {args.command}: error: {exc}", file=sys.stderr)
+    from airflow_sparkpoint.storage.redact import scrub
+
+    print(f"sparkpoint {args.command}: error: {scrub(str(exc))}", file=sys.stderr)
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

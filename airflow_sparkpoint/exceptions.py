@@ -11,6 +11,8 @@
     │   └── ObjectTooLarge          an object is over the size limit of its kind (corrupt)
     ├── CatalogError                checkpoints / savepoints / generations
     │   ├── CorruptMetadata         _metadata is truncated, garbled or fails its checksum
+    │   │   └── CorruptRecord       a stored record is over its size, memory or nesting
+    │   │                           limit, or unparsable (also a ValueError)
     │   ├── RestoreError            a restore target is missing, foreign or unusable
     │   ├── StaleGeneration         a superseded job tried to act (invariant 5)
     │   └── GenerationRunning       an action for a stopped generation found it running
@@ -67,6 +69,13 @@ class CatalogError(SparkpointError):
 
 class CorruptMetadata(CatalogError):
     """A `_metadata` file is truncated, garbled, fails its checksum or references missing files."""
+
+
+class CorruptRecord(CorruptMetadata, ValueError):
+    """A record read from a shared place (the store, a sink's output location) is over
+    the limits of its kind (bytes, the memory its parse would take, nesting depth) or is
+    not parsable: treated as corrupt, never read whole (`checkpoints.bounded`). A
+    ValueError, like unparsable JSON, for callers that treat both alike."""
 
 
 class RestoreError(CatalogError):

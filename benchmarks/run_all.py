@@ -16,6 +16,8 @@ bench_s3_commit.py       S3 commit: multipart completion / server-side copy,  <=
 bench_restore.py         restore from savepoint / cold start, wall time       <= 1.5
 bench_delta_commit.py    DeltaSink commit, 1 / 100 / 1,000 staged files       roughly flat
 bench_catalog.py         catalog requests and time vs shared files            grows with pages
+bench_reader_memory.py   peak RSS of `sparkpoint list`, the UI page, a sensor  <= 256 MiB
+                         poke over a store of the largest records allowed
 =======================  ===================================================  ===========
 
     .venv/bin/python benchmarks/run_all.py [--out docs/BENCHMARKS.md] [--quick]
@@ -60,6 +62,7 @@ FULL: dict[str, list[str]] = {
     "restore": ["bench_restore.py", "--keys", "200000", "--batches", "4", "--runs", "5"],
     "delta_commit": ["bench_delta_commit.py", "--files", "1,100,1000", "--runs", "5"],
     "catalog": ["bench_catalog.py", "--sizes", "10,100,1000", "--backends", "local,s3"],
+    "reader_memory": ["bench_reader_memory.py", "--backends", "local,s3"],
 }
 # `make bench-large`: production-scale sizes (about an hour on a shared 2-core machine).
 LARGE: dict[str, list[str]] = {
@@ -87,6 +90,8 @@ QUICK: dict[str, list[str]] = {
     "restore": ["bench_restore.py", "--keys", "20000", "--batches", "2", "--runs", "1"],
     "delta_commit": ["bench_delta_commit.py", "--files", "1,10", "--runs", "2"],
     "catalog": ["bench_catalog.py", "--sizes", "10,100", "--backends", "local"],
+    "reader_memory": ["bench_reader_memory.py", "--backends", "local", "--checkpoints", "3", "--savepoints", "2",
+                      "--generations", "3", "--transactions", "1", "--requests", "2"],
     "airflow": ["bench_airflow.py", "--rounds", "1", "--warmup", "0", "--sensors", "10", "--seconds", "10"],
 }
 
@@ -174,6 +179,17 @@ def summary_rows(r: dict[str, Any]) -> list[list[str]]:
                          _verdict(backend["pass"]),
                          (f"latest() {last['latest']['ms']:.1f} ms, retention {last['retention']['ms']:.1f} ms at "
                          f"{last['shared_files']:,} files ({backend['counted'].replace('_', ' ')})")])
+    m = r.get("reader_memory")
+    if isinstance(m, dict) and "results" in m:
+        for name, figures in m["results"].items():
+            readers = [(mode, figures.get(mode, {})) for mode in ("list", "page", "sensor")]
+            worst = max((f.get("ratio", float("inf")) for _mode, f in readers), default=float("inf"))
+            rows.append([f"Reader memory, peak above baseline ÷ {m['target_mib']} MiB ({name})", f"{worst:.2f}",
+                         "≤ 1.0", _verdict(worst <= 1.0),
+                         "; ".join(f"{mode} {f['peak_above_mib']:.0f} MiB" if "peak_above_mib" in f else f"{mode} error"
+                                   for mode, f in readers)
+                         + f" (a store of the largest record of each kind: {figures['planted']['files_per_metadata']:,}"
+                           " files per big _metadata)"])
     return rows + scale_rows(r, _verdict)
 
 

@@ -9,11 +9,10 @@ warning that names the path and the reason.
 from __future__ import annotations
 
 import builtins
-import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import layout
@@ -46,6 +45,7 @@ from airflow_sparkpoint.checkpoints.origins import delete_origins, has_origin, r
 from airflow_sparkpoint.checkpoints.status import read_status, write_status
 from airflow_sparkpoint.checkpoints.targets import open_snapshot  # re-exported: callers import it from here
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
+from airflow_sparkpoint.checkpoints.txn_records import iter_transactions, put_transaction, transaction_keys
 from airflow_sparkpoint.exceptions import (
     CorruptMetadata,
     InvalidPath,
@@ -207,18 +207,22 @@ class Catalog:
         # One paginated listing instead of a request per referenced file.
         return {info.key: info.size for info in self.store.list(layout.SHARED)}
 
-    def list_checkpoints(self) -> list[SnapshotEntry]:
+    def list_checkpoints(self, *, slim: bool = False) -> list[SnapshotEntry]:
         """Every ``chk-*`` directory, newest first, each valid or with the reason it is not;
-        valid ones on an abandoned lineage carry ``superseded_by`` (invariant 9)."""
+        valid ones on an abandoned lineage carry ``superseded_by`` (invariant 9). `slim`:
+        each with its summary instead of its metadata (`SnapshotEntry.slim`), for readers
+        that show them: one snapshot's files are held at a time."""
         ids = self.checkpoint_ids()
         if not ids:
             return []
         present = self._shared_sizes()
-        entries = [
-            self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "")
-            for cid in reversed(ids)
-        ]
-        return mark_superseded(entries, self.origins())
+        if not slim:
+            entries = [self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "")
+                       for cid in reversed(ids)]
+            return mark_superseded(entries, self.origins())
+        origins = self.origins()  # before: each entry is marked, then slimmed, as it is read
+        return [mark_superseded([self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "")],
+                                origins)[0].slim() for cid in reversed(ids)]
 
     def checkpoints(self) -> list[SnapshotMetadata]:
         """Valid, complete checkpoints, newest first; invalid ones are logged and skipped."""
@@ -327,10 +331,11 @@ class Catalog:
         key = f"{layout.SAVEPOINTS}/{name}"
         return SnapshotEntry("savepoint", checkpoint, f"{self.uri}/{key}", key)
 
-    def list_savepoints(self) -> list[SnapshotEntry]:
-        """Every savepoint directory, newest first, valid or with the reason it is not."""
-        result = [self._read_savepoint(entry) for entry in self._savepoint_dirs()]
-        return sorted(result, key=lambda e: (e.metadata.created_at if e.metadata else 0.0, e.id), reverse=True)
+    def list_savepoints(self, *, slim: bool = False) -> list[SnapshotEntry]:
+        """Every savepoint directory, newest first, valid or with the reason it is not
+        (`slim`: see `list_checkpoints`)."""
+        result = [entry.slim() if slim else entry for entry in map(self._read_savepoint, self._savepoint_dirs())]
+        return sorted(result, key=lambda e: (e.created_at, e.id), reverse=True)
 
     def savepoint_entry(self, name: str) -> SnapshotEntry | None:
         """The savepoint directory `name` (under ``savepoints/``, as `list_dirs` gives it),
@@ -546,32 +551,22 @@ class Catalog:
     # ------------------------------------------------------------------ transactions
 
     def put_transaction(self, record: TransactionRecord) -> None:
-        self.store.put(layout.txn_key(record.batch_id, record.generation), json.dumps(record.to_json()).encode())
+        """Record a staged transaction (`txn_records.put_transaction`, which says what it raises)."""
+        put_transaction(self.store, self.uri, record)
 
     def transactions(self) -> builtins.list[TransactionRecord]:
-        """Every recorded (not yet cleaned up) sink transaction, in batch order."""
-        records = []
-        for info in self.store.list(layout.TXN):
-            name = info.key.rsplit("/", 1)[-1]
-            if not layout.TXN_RE.match(name):
-                continue
-            try:
-                records.append(TransactionRecord.from_json(json.loads(self.store.get(info.key))))
-            except (ObjectNotFound, ValueError, KeyError, TypeError, AttributeError, CorruptMetadata) as exc:
-                log.warning("skipping unreadable transaction record %s/%s: %s", self.uri, info.key, exc)
-        return sorted(records, key=lambda r: (r.batch_id, r.generation))
+        """Every recorded (not yet cleaned up) sink transaction of this job, in batch order."""
+        return sorted(self.iter_transactions(), key=lambda r: (r.batch_id, r.generation))
+
+    def iter_transactions(self) -> Iterator[TransactionRecord]:
+        """The recorded transactions of this job, one at a time (`txn_records.iter_transactions`:
+        another job's, or an unreadable one, is skipped with a warning)."""
+        return iter_transactions(self.store, self.uri, self.job)
 
     def transaction_keys(self) -> set[tuple[int, int]]:
-        """``(batch_id, generation)`` of every recorded transaction, from one listing.
-
-        A record is deleted once its transaction committed or aborted, so a key missing
-        here means the transaction is settled."""
-        keys = set()
-        for info in self.store.list(layout.TXN):
-            match = layout.TXN_RE.match(info.key.rsplit("/", 1)[-1])
-            if match:
-                keys.add((int(match.group(1)), int(match.group(2))))
-        return keys
+        """``(batch_id, generation)`` of every recorded transaction, from one listing
+        (`txn_records.transaction_keys`)."""
+        return transaction_keys(self.store)
 
     def delete_transactions(self, records: Iterable[TransactionRecord]) -> None:
         self.store.delete(layout.txn_key(r.batch_id, r.generation) for r in records)

@@ -29,8 +29,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparkpoint.checkpoints.layout import COMMITTED, decode_object
-from airflow_sparkpoint.exceptions import ObjectNotFound, ObjectTooLarge, StorageError
+from airflow_sparkpoint.checkpoints import bounded
+from airflow_sparkpoint.checkpoints.layout import COMMITTED, limits_of
+from airflow_sparkpoint.exceptions import StorageError
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -82,18 +83,14 @@ def read_commit_head(catalog: Catalog) -> CommitHead | None:
 
     :raises StorageError: the store cannot be read (a watcher retries).
     """
-    try:
-        data = catalog.store.get(COMMITTED)
-    except ObjectNotFound:
-        return None
-    except ObjectTooLarge as exc:  # planted or garbled: unreadable, replaced by the next commit
-        log.warning("ignoring oversized commit head %s/%s: %s", catalog.uri, COMMITTED, exc)
-        return None
-    try:
-        return decode_object(data, CommitHead.from_json)
-    except ValueError as exc:
-        log.warning("ignoring unreadable commit head %s/%s: %s", catalog.uri, COMMITTED, exc)
-        return None
+    return bounded.read_record_or_warn(catalog.store, COMMITTED, _head, limits=limits_of(COMMITTED),
+                                       where=f"{catalog.uri}/{COMMITTED}", what="commit head")
+
+
+def _head(raw: Any) -> CommitHead:
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"a JSON {type(raw).__name__}, not an object")
+    return CommitHead.from_json(raw)
 
 
 def record_commit(catalog: Catalog, record: TransactionRecord, detail: Mapping[str, Any], *, landed_before: bool) -> None:

@@ -37,9 +37,9 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints import bounded, layout
 from airflow_sparkpoint.checkpoints.control_records import (  # re-exported: callers import them from here
     _FILE_RE,
     KINDS,
@@ -60,9 +60,9 @@ from airflow_sparkpoint.checkpoints.display import iso
 from airflow_sparkpoint.exceptions import (
     ConfigError,
     ControlError,
+    CorruptRecord,
     InvalidPath,
     ObjectExists,
-    ObjectNotFound,
     RestoreError,
 )
 
@@ -73,6 +73,8 @@ __all__ = ["KINDS", "REQUEST_ID_RE", "SCHEMA_VERSION", "STATES", "ControlChannel
            "new_request_id"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class ControlChannel:
@@ -261,8 +263,7 @@ class ControlChannel:
             try:
                 request = self._request(request_id)
             except ControlError as exc:
-                log.warning("ignoring unreadable control request %s/%s: %s", self.catalog.uri,
-                            _request_key(request_id), exc)
+                log.warning("ignoring control request %s of job %r: %s", request_id, self.catalog.job, exc)
                 continue
             if request.expired(now) or request.job != self.catalog.job:
                 continue
@@ -468,37 +469,35 @@ class ControlChannel:
         if cached is not None:
             return cached
         key = _request_key(request_id)
-        try:
-            data = self.store.get(key)
-        except ObjectNotFound:
+        request = self._read(key, ControlRequest.from_json)
+        if request is None:
             raise ControlError(
                 f"control request {request_id} of job {self.catalog.job!r} does not exist under {self.catalog.uri}"
-            ) from None
-        try:
-            request = ControlRequest.from_json(json.loads(data))
-        except (ValueError, AttributeError) as exc:
-            raise ControlError(f"{self.catalog.uri}/{key} is unreadable: {exc}") from None
+            )
         if request.id != request_id:
             raise ControlError(f"{self.catalog.uri}/{key} holds request {request.id!r}, not {request_id!r}")
         self._requests[request_id] = request
         return request
 
     def _claim(self, request_id: str) -> _Claim | None:
+        return self._read(_ack_key(request_id), _Claim.from_json)
+
+    def _read(self, key: str, parse: Callable[[Any], T]) -> T | None:
+        """The control record at `key` as `parse` makes it (None: there is none).
+
+        :raises ControlError: it is unreadable or over its limits; the message names it.
+        """
         try:
-            return _Claim.from_bytes(self.store.get(_ack_key(request_id)))
-        except ObjectNotFound:
-            return None
+            return bounded.read_record(self.store, key, parse, limits=layout.limits_of(key),
+                                       where=f"{self.catalog.uri}/{key}")
+        except CorruptRecord as exc:
+            raise ControlError(f"unreadable control record {exc}") from None
 
     def _stored_result(self, request_id: str) -> ControlResult | None:
         key = _result_key(request_id)
-        try:
-            data = self.store.get(key)
-        except ObjectNotFound:
+        result = self._read(key, ControlResult.from_json)
+        if result is None:
             return None
-        try:
-            result = ControlResult.from_json(json.loads(data))
-        except (ValueError, AttributeError) as exc:
-            raise ControlError(f"{self.catalog.uri}/{key} is unreadable: {exc}") from None
         try:  # read from the store: it may only name one of this job's savepoints
             if result.savepoint is not None:
                 self.catalog.snapshot_key(result.savepoint, savepoint_only=True)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints.bounded import clip
 from airflow_sparkpoint.exceptions import ConfigError, ControlError
 
 SCHEMA_VERSION = 1
@@ -21,6 +22,8 @@ KINDS = ("savepoint", "stop", "cancel")
 STATES = ("pending", "acknowledged", "completed", "failed", "expired")
 REQUEST_ID_RE = re.compile(r"^(\d{13})-([0-9a-f]{8})$")
 _FILE_RE = re.compile(r"^(\d{13}-[0-9a-f]{8})\.(request|ack|result)\.json$")
+#: the longest error or reason a control record carries (clipped: the records are bounded)
+TEXT_MAX_CHARS = 16 * 1024
 
 
 def new_request_id(now: float | None = None) -> str:
@@ -69,7 +72,7 @@ class ControlRequest:
         return (time.time() if now is None else now) > self.deadline
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
+        return {"schema_version": SCHEMA_VERSION, **asdict(self), "requested_by": clip(self.requested_by, 1024)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ControlRequest:
@@ -106,7 +109,8 @@ class ControlResult:
         return self.state in ("completed", "failed", "expired")
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, **asdict(self)}
+        return {"schema_version": SCHEMA_VERSION, **asdict(self),
+                "error": None if self.error is None else clip(self.error, TEXT_MAX_CHARS)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ControlResult:
@@ -139,13 +143,14 @@ class _Claim:
     reason: str = ""
 
     def to_bytes(self, request_id: str) -> bytes:
-        body = {"schema_version": SCHEMA_VERSION, "request_id": request_id, **asdict(self)}
+        body = {"schema_version": SCHEMA_VERSION, "request_id": request_id, **asdict(self),
+                "reason": clip(self.reason, TEXT_MAX_CHARS)}
         return json.dumps(body, sort_keys=True).encode("utf-8")
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> _Claim:
+    def from_json(cls, raw: Mapping[str, Any]) -> _Claim:
+        """:raises ControlError: unknown schema version or malformed fields."""
         try:
-            raw = json.loads(data)
             _check_schema(raw, "control acknowledgement")
             return cls(str(raw["state"]), _opt_int(raw.get("generation")), float(raw["at"]), str(raw.get("reason", "")))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

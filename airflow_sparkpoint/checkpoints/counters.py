@@ -33,8 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparkpoint.checkpoints.layout import COUNTERS, decode_object
-from airflow_sparkpoint.exceptions import ObjectNotFound, StorageError
+from airflow_sparkpoint.checkpoints import bounded
+from airflow_sparkpoint.checkpoints.layout import COUNTERS, limits_of
+from airflow_sparkpoint.exceptions import StorageError
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -134,17 +135,17 @@ def read_counters(catalog: Catalog) -> CheckpointCounters | None:
     """The job's counters record; None when there is none (a job of an earlier release,
     or one that never checkpointed) or it is unreadable (logged)."""
     try:
-        data = catalog.store.get(COUNTERS)
-    except ObjectNotFound:
-        return None
+        return bounded.read_record_or_warn(catalog.store, COUNTERS, _counters, limits=limits_of(COUNTERS),
+                                           where=f"{catalog.uri}/{COUNTERS}", what="counters record")
     except StorageError as exc:
         log.warning("cannot read %s/%s: %s", catalog.uri, COUNTERS, exc)
         return None
-    try:
-        return decode_object(data, CheckpointCounters.from_json)
-    except ValueError as exc:
-        log.warning("ignoring unreadable counters record %s/%s: %s", catalog.uri, COUNTERS, exc)
-        return None
+
+
+def _counters(raw: Any) -> CheckpointCounters:
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"a JSON {type(raw).__name__}, not an object")
+    return CheckpointCounters.from_json(raw)
 
 
 class CounterRecorder:

@@ -6,19 +6,47 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
+from airflow_sparkpoint.checkpoints.layout import SNAPSHOT_LOG_MAX_BYTES
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, SnapshotStats
 from airflow_sparkpoint.exceptions import CorruptMetadata
 from airflow_sparkpoint.storage import Storage
+from airflow_sparkpoint.storage.base import check_size
 
-__all__ = ["GenerationInfo", "RetentionResult", "SnapshotEntry", "SnapshotHandle", "claim_details"]
+__all__ = ["GenerationInfo", "RetentionResult", "SnapshotEntry", "SnapshotHandle", "SnapshotSummary",
+           "claim_details"]
+
+
+@dataclass(frozen=True)
+class SnapshotSummary:
+    """What a listing shows of a valid snapshot: its metadata without the list of its
+    files and pending transactions (those are what make a ``_metadata`` big), so that a
+    reader of every retained snapshot (`sparkpoint list`, the UI page, a sensor) holds one
+    snapshot's files at a time, never all of them."""
+
+    generation: int
+    batch_id: int
+    created_at: float
+    stats: SnapshotStats
+    file_count: int
+    total_bytes: int
+    state_partitions: int | None
+    source_checkpoint: int | None
+
+    @classmethod
+    def of(cls, meta: SnapshotMetadata) -> SnapshotSummary:
+        return cls(meta.generation, meta.batch_id, meta.created_at, meta.stats, len(meta.files), meta.total_bytes,
+                   meta.state_partitions, meta.source_checkpoint)
 
 
 @dataclass(frozen=True)
 class SnapshotEntry:
-    """One checkpoint or savepoint directory as seen by a listing: valid or not."""
+    """One checkpoint or savepoint directory as seen by a listing: valid or not.
+
+    A valid one carries its `metadata`, or, listed for showing only (``slim``), its
+    `summary` and no metadata: such an entry is never a restore target."""
 
     kind: str
     id: int
@@ -29,15 +57,29 @@ class SnapshotEntry:
     #: the generation whose restore of an older snapshot started a new lineage that
     #: abandoned this checkpoint (invariant 9); None while it is on the current lineage
     superseded_by: int | None = None
+    summary: SnapshotSummary | None = None
 
     @property
     def valid(self) -> bool:
-        return self.metadata is not None
+        return self.metadata is not None or self.summary is not None
 
     @property
     def restorable(self) -> bool:
         """Valid and not superseded: what ``restore=latest`` may choose."""
-        return self.metadata is not None and self.superseded_by is None
+        return self.valid and self.superseded_by is None
+
+    @property
+    def created_at(self) -> float:
+        """When a valid snapshot was taken (0.0 for an invalid one: sorts oldest)."""
+        if self.metadata is not None:
+            return self.metadata.created_at
+        return self.summary.created_at if self.summary is not None else 0.0
+
+    def slim(self) -> SnapshotEntry:
+        """This entry with its metadata replaced by its `summary`."""
+        if self.metadata is None:
+            return self
+        return replace(self, metadata=None, summary=SnapshotSummary.of(self.metadata))
 
 
 @dataclass(frozen=True)
@@ -47,6 +89,21 @@ class SnapshotHandle:
     uri: str
     metadata: SnapshotMetadata
     files_store: Storage
+
+    def read_log(self, path: str) -> bytes | None:
+        """The bytes of the snapshot's file at `path` (in Spark's checkpoint location: an
+        offset or commit log entry), read whole only within
+        `layout.SNAPSHOT_LOG_MAX_BYTES`; None when the snapshot holds no such file.
+
+        :raises ObjectTooLarge: the file is recorded or stored larger (the snapshot is
+            corrupt; whoever can write the store could plant a file of any size).
+        :raises StorageError: it cannot be read.
+        """
+        ref = next((f for f in self.metadata.files if f.path == path), None)
+        if ref is None:
+            return None
+        check_size(ref.size, SNAPSHOT_LOG_MAX_BYTES, f"{self.uri}: {path} ({ref.key})")
+        return self.files_store.get(ref.key, SNAPSHOT_LOG_MAX_BYTES)
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints import bounded, layout
 from airflow_sparkpoint.checkpoints.entries import GenerationInfo
 from airflow_sparkpoint.exceptions import (
-    CorruptMetadata,
     ObjectExists,
-    ObjectNotFound,
     StaleGeneration,
     StorageError,
 )
@@ -65,13 +63,18 @@ def claim_generation(store: Storage, job: str, details: Mapping[str, Any] | None
     """Atomically claim generation ``current + 1`` and record `details` with it.
 
     :raises StorageError: no generation could be claimed after 1000 attempts.
+    :raises CatalogError: the claim would be over its limits (`layout.limits_of`): its
+        details are too big; nothing is claimed.
     """
     newest = 0
     for _ in range(1000):
         newest = newest_generation(store, newest)
         info = GenerationInfo(newest + 1, time.time(), socket.gethostname(), os.getpid(), dict(details or {}))
+        key = layout.generation_key(info.generation)
+        body = json.dumps(info.to_json()).encode()
+        bounded.check_writable(body, layout.limits_of(key), f"{store.uri}/{key}")
         try:
-            store.put_if_absent(layout.generation_key(info.generation), json.dumps(info.to_json()).encode())
+            store.put_if_absent(key, body)
         except ObjectExists:
             continue
         return info
@@ -82,21 +85,13 @@ def read_claim(store: Storage, where: str, generation: int) -> GenerationInfo | 
     """The claim of `generation`, or None when it was never claimed (`where`: the job's
     URI, for messages).
 
-    :raises CorruptMetadata: the claim is unreadable (not JSON, over its size limit, wrong
-        fields, another generation's).
+    :raises CorruptMetadata: the claim is unreadable (`CorruptRecord`: not JSON, over its
+        limits, wrong fields, another generation's).
     :raises StorageError: the store cannot be read.
     """
     key = layout.generation_key(generation)
-    try:
-        data = json.loads(store.get(key))
-    except ObjectNotFound:
-        return None
-    except ValueError as exc:  # not JSON, or over its size limit (ObjectTooLarge)
-        raise CorruptMetadata(f"{where}/{key} is unreadable: {exc}") from exc
-    try:
-        return GenerationInfo.from_json(data, generation)
-    except CorruptMetadata as exc:
-        raise CorruptMetadata(f"{where}/{key}: {exc}") from exc
+    return bounded.read_record(store, key, lambda raw: GenerationInfo.from_json(raw, generation),
+                               limits=layout.limits_of(key), where=f"{where}/{key}")
 
 
 def check_generation(store: Storage, job: str, generation: int) -> None:

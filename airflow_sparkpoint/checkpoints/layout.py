@@ -19,8 +19,9 @@
     <job>/committed.json                          the newest sink commit (`commit_head`: asset watchers)
     <job>/chk-<id>/_verification.json, savepoints/<name>/_verification.json  last restore drill
 
-Every record read from a job's keys is bounded (`max_bytes_of`, `JobStore`): whoever can
-write the store could plant a multi-GB ``status.json`` to take a reader down.
+Every record read from a job's keys is bounded (`limits_of`, `JobStore`, read through
+`checkpoints.bounded`): whoever can write the store could plant a multi-GB
+``status.json``, or a small one that parses to gigabytes, to take a reader down.
 
 A sink transaction is named ``<job>-b<batch>-g<generation>`` (`txn_id`, `parse_txn_id`):
 its staging areas, committed file names and claims carry that name.
@@ -28,15 +29,11 @@ its staging areas, committed file names and claims carry that name.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
 
-from airflow_sparkpoint.exceptions import CatalogError, ConfigError
+from airflow_sparkpoint.checkpoints.bounded import Limits, check_writable
+from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage.base import PrefixedStorage, Storage
-
-T = TypeVar("T")
 
 METADATA = "_metadata"
 #: ``<snapshot dir>/_verification.json``: the last restore drill of that snapshot
@@ -158,47 +155,86 @@ RESULTS = "results"
 _KIB, _MIB = 1024, 1024 * 1024
 #: the largest object of each kind of record (by its first key segment; ``_metadata`` and
 #: ``_verification.json`` by their name) a reader accepts; beyond it the record is corrupt
-#: (`ObjectTooLarge`), and a ``_metadata`` over it is refused at write time
+#: (`ObjectTooLarge`, `CorruptRecord`), and writers refuse to write one (`limits_of`,
+#: `bounded.check_writable`). Each is sized to what Sparkpoint's writers produce, and with
+#: `RECORD_MAX_COST` so that the largest record parses within a reader's memory target
+#: (256 MiB above its baseline, `benchmarks/bench_reader_memory.py`).
 RECORD_MAX_BYTES = {
-    # Lists every file of a snapshot, ~250 bytes of JSON each: 512 MiB is ~2 million
-    # files (a big job has tens of thousands), and still a bounded read.
-    METADATA: 512 * _MIB,
-    VERIFICATION: 4 * _MIB,
-    STATUS: 1 * _MIB,
-    STATUS_DIR: 1 * _MIB,
-    COUNTERS: 1 * _MIB,  # at most RECENT_LIMIT outcomes and TREND_LIMIT points (~40 KiB)
+    # Lists every file of a snapshot, ~240 bytes of JSON each, and the transactions still
+    # pending: 24 MiB is ~100,000 files (a big job has tens of thousands). The coordinator
+    # fails a checkpoint that would be larger (`check_metadata_size`), never completes it.
+    METADATA: 24 * _MIB,
+    VERIFICATION: 64 * _KIB,  # counts per check and an error clipped to 16 KiB
+    STATUS: 64 * _KIB,  # a dozen fields and an error clipped to 16 KiB
+    STATUS_DIR: 64 * _KIB,
+    COUNTERS: 512 * _KIB,  # at most RECENT_LIMIT outcomes and TREND_LIMIT points (~40 KiB)
     COMMITTED: 64 * _KIB,
-    GENERATIONS: 1 * _MIB,
-    RESULTS: 4 * _MIB,
-    LINEAGE: 1 * _MIB,
-    GC: 64 * _MIB,  # lists the shared files being deleted
-    TXN: 16 * _MIB,  # lists a batch's staged files
-    CONTROL: 1 * _MIB,
+    GENERATIONS: 64 * _KIB,  # the driver's details: settings, plan, Airflow try (~2 KiB)
+    RESULTS: 256 * _KIB,  # the newest 1,000 committed batch ids and ranges (~30 KiB)
+    LINEAGE: 64 * _KIB,
+    GC: 16 * _MIB,  # one entry lists at most JOURNAL_KEYS_PER_ENTRY shared keys (~5 MiB)
+    TXN: 16 * _MIB,  # lists a batch's staged files (S3: each upload's part ETags)
+    CONTROL: 64 * _KIB,
     ID_FLOOR: 1 * _KIB,
 }
+#: the most memory the parse of each kind of record may take (`bounded.parse_cost`, an
+#: upper bound estimated before parsing); a snapshot's files parse to ~6.5 times their JSON
+#: (`_metadata`: its bytes and its parse together stay under 200 MiB)
+RECORD_MAX_COST = {
+    METADATA: 160 * _MIB,
+    VERIFICATION: 1 * _MIB,
+    STATUS: 1 * _MIB,
+    STATUS_DIR: 1 * _MIB,
+    COUNTERS: 8 * _MIB,
+    COMMITTED: 1 * _MIB,
+    GENERATIONS: 1 * _MIB,
+    RESULTS: 2 * _MIB,  # a reader holds the newest GENERATIONS_SHOWN (20) of them
+    LINEAGE: 1 * _MIB,
+    GC: 160 * _MIB,
+    TXN: 160 * _MIB,
+    CONTROL: 1 * _MIB,
+    ID_FLOOR: 64 * _KIB,
+}
+#: a file of a snapshot that restore-time checks read from the store (the offset log entry
+#: of the restart batch): one line per source, ~30 bytes per Kafka partition
+SNAPSHOT_LOG_MAX_BYTES = 4 * _MIB
+
+
+def _kind(key: str) -> str | None:
+    parts = key.strip("/").split("/")
+    if parts[-1] in (METADATA, VERIFICATION):
+        return parts[-1]
+    if parts[0] in (SHARED, SAVEPOINTS, PINS) or CHK_RE.match(parts[0]):
+        return None
+    return parts[0] if parts[0] in RECORD_MAX_BYTES else None
 
 
 def max_bytes_of(key: str) -> int | None:
     """The size limit of the record at `key` (relative to the job root); None for the
     files of snapshots (state, offsets: read streamed, never parsed whole)."""
-    parts = key.strip("/").split("/")
-    if parts[-1] in (METADATA, VERIFICATION):
-        return RECORD_MAX_BYTES[parts[-1]]
-    if parts[0] in (SHARED, SAVEPOINTS, PINS) or CHK_RE.match(parts[0]):
-        return None
-    return RECORD_MAX_BYTES.get(parts[0])
+    kind = _kind(key)
+    return None if kind is None else RECORD_MAX_BYTES[kind]
+
+
+def limits_of(key: str) -> Limits:
+    """The limits of the record at `key` (relative to the job root), read and written
+    (`bounded.read_record`, `bounded.check_writable`).
+
+    :raises ValueError: `key` is not a record's (a snapshot's file, an unknown name).
+    """
+    kind = _kind(key)
+    if kind is None:
+        raise ValueError(f"{key!r} is not the key of a record of a job")
+    return Limits(RECORD_MAX_BYTES[kind], RECORD_MAX_COST[kind])
 
 
 def check_metadata_size(data: bytes, where: str) -> None:
     """Refuse to write a ``_metadata`` that no reader would accept.
 
-    :raises CatalogError: `data` is over the ``_metadata`` limit (the snapshot is not
+    :raises CatalogError: `data` is over the ``_metadata`` limits (the snapshot is not
         completed: a failed checkpoint, never an unreadable completed one).
     """
-    limit = RECORD_MAX_BYTES[METADATA]
-    if len(data) > limit:
-        raise CatalogError(f"{where} would be {len(data)} bytes, over the limit of {limit} bytes readers accept; "
-                           "the snapshot is not completed (too many files referenced)")
+    check_writable(data, limits_of(METADATA), where, "the snapshot is not completed (too many files referenced)")
 
 
 class JobStore(PrefixedStorage):
@@ -211,12 +247,3 @@ class JobStore(PrefixedStorage):
 
     def get(self, key: str, max_bytes: int | None = None) -> bytes:
         return super().get(key, max_bytes if max_bytes is not None else max_bytes_of(key))
-
-
-def decode_object(data: bytes, from_json: Callable[[Mapping[str, Any]], T]) -> T:
-    """A JSON-object record read from the store, parsed by `from_json`.
-
-    :raises ValueError: not JSON, not an object, or refused by `from_json`.
-    """
-    raw = json.loads(data)
-    return from_json(raw if isinstance(raw, dict) else {"schema_version": "not an object"})

@@ -15,19 +15,41 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from airflow_sparkpoint.checkpoints import spark_layout
+from airflow_sparkpoint.checkpoints import bounded, spark_layout
 from airflow_sparkpoint.checkpoints.batch_owners import BatchOwners
-from airflow_sparkpoint.checkpoints.layout import txn_id
+from airflow_sparkpoint.checkpoints.layout import METADATA, limits_of, txn_id
 from airflow_sparkpoint.exceptions import CorruptMetadata
 from airflow_sparkpoint.storage.base import normalize_key
 
 SCHEMA_VERSION = 1
+#: list elements encoded at a time for a checksum (`_canonical_sha256`)
+_CHECKSUM_SLICE = 1024
 SnapshotKind = Literal["checkpoint", "savepoint"]
 
 
 def canonical_json(value: Any) -> bytes:
     """Deterministic JSON bytes (sorted keys, no whitespace) used for checksums."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _canonical_sha256(body: Mapping[str, Any]) -> str:
+    """``sha256_hex(canonical_json(body))`` without the whole canonical text in memory: the
+    lists at its top level (a snapshot's files) are encoded a slice at a time."""
+    digest = hashlib.sha256()
+    digest.update(b"{")
+    for index, key in enumerate(sorted(body)):
+        value = body[key]
+        digest.update((b"," if index else b"") + canonical_json(key) + b":")
+        if isinstance(value, list):
+            digest.update(b"[")
+            for start in range(0, len(value), _CHECKSUM_SLICE):
+                # "[a,b]" without its brackets is the slice's part of the list's text
+                digest.update((b"," if start else b"") + canonical_json(value[start:start + _CHECKSUM_SLICE])[1:-1])
+            digest.update(b"]")
+        else:
+            digest.update(canonical_json(value))
+    digest.update(b"}")
+    return digest.hexdigest()
 
 
 def sha256_hex(data: bytes) -> str:
@@ -49,7 +71,7 @@ def _canonical_key(key: str, what: str = "file key") -> str:
     return key
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FileRef:
     """One file of Spark's checkpoint location as captured in a snapshot.
 
@@ -158,6 +180,20 @@ class TransactionRecord:
         )
 
 
+def foreign_to(record: TransactionRecord, job: str, *, restored_job: str | None = None) -> str | None:
+    """Why `record` is not job `job`'s to settle, or None when it is: the one rule of who
+    settles a transaction (every path that commits or aborts one applies it: the catalog's
+    reader of records, `sinks.resolve.resolve_sink`). A record names the job whose
+    transaction it is; any other job's is that job's alone (its staging lives in a sink
+    both may share, so one job's store writer could otherwise abort another's). A restore
+    of another job's snapshot (``restore.allowForeignJob``) also takes the transactions
+    that snapshot lists for its job, `restored_job`, as its predecessor would have."""
+    if record.job == job or (restored_job is not None and record.job == restored_job):
+        return None
+    return (f"transaction record {record.txn_id} belongs to job {record.job!r}, not {job!r}; refused (a record "
+            "of another job is forged, or that job's to settle)")
+
+
 @dataclass(frozen=True)
 class SnapshotMetadata:
     """The `_metadata` of a checkpoint or savepoint."""
@@ -237,13 +273,11 @@ class SnapshotMetadata:
     def from_bytes(cls, data: bytes, *, where: str = "_metadata") -> SnapshotMetadata:
         """Parse and verify `_metadata` bytes.
 
-        :raises CorruptMetadata: not JSON, wrong shape, unknown schema version or bad checksum;
-            the message names `where`.
+        :raises CorruptMetadata: not JSON, over the limits of a ``_metadata``
+            (`CorruptRecord`: bytes, memory, nesting), wrong shape, unknown schema version or
+            bad checksum; the message names `where`.
         """
-        try:
-            raw = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CorruptMetadata(f"{where}: not valid JSON ({exc.__class__.__name__}: {exc})") from None
+        raw = bounded.decode(data, limits_of(METADATA), where)
         if not isinstance(raw, dict):
             raise CorruptMetadata(f"{where}: expected a JSON object, got {type(raw).__name__}")
         return cls.from_json(raw, where=where)
@@ -254,7 +288,7 @@ class SnapshotMetadata:
         checksum = body.pop("checksum", None)
         if not isinstance(checksum, str) or not checksum.startswith("sha256:"):
             raise CorruptMetadata(f"{where}: missing checksum")
-        if "sha256:" + sha256_hex(canonical_json(body)) != checksum:
+        if "sha256:" + _canonical_sha256(body) != checksum:
             raise CorruptMetadata(f"{where}: checksum mismatch (the file was modified or truncated)")
         version = body.get("schema_version")
         if isinstance(version, bool) or not isinstance(version, int) or version > SCHEMA_VERSION or version < 1:

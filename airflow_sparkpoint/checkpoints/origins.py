@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
+from functools import partial
 
-from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints import bounded, layout
 from airflow_sparkpoint.checkpoints.lineage import Origin
-from airflow_sparkpoint.exceptions import CorruptMetadata, InvalidPath, ObjectNotFound, RestoreError
+from airflow_sparkpoint.exceptions import CorruptRecord, InvalidPath, RestoreError
 from airflow_sparkpoint.storage import Storage
 
 __all__ = ["delete_origins", "has_origin", "read_origins", "write_origin"]
@@ -50,14 +51,16 @@ def read_origins(store: Storage, uri: str, known: dict[str, Origin] | None = Non
             continue
         where = f"{uri}/{info.key}"
         try:
-            origin = Origin.from_json(json.loads(store.get(info.key)), where=where)
-            result.append(origin)
-            if known is not None:
-                known[info.key] = origin
-        except ObjectNotFound:
+            origin = bounded.read_record(store, info.key, partial(Origin.from_json, where=where),
+                                         limits=layout.limits_of(info.key), where=where)
+        except CorruptRecord as exc:
+            log.warning("skipping unreadable origin record %s", exc)
+            continue
+        if origin is None:
             continue  # pruned meanwhile
-        except (ValueError, CorruptMetadata) as exc:
-            log.warning("skipping unreadable origin record %s: %s", where, exc)
+        result.append(origin)
+        if known is not None:
+            known[info.key] = origin
     if known is not None:
         for gone in set(known) - listed:
             del known[gone]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints.display import iso  # re-exported (history.iso)
-from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
+from airflow_sparkpoint.checkpoints.entries import SnapshotSummary
 from airflow_sparkpoint.checkpoints.run_result import RunResult, read_run_result
 from airflow_sparkpoint.checkpoints.status import JobStatus, current_status
 from airflow_sparkpoint.checkpoints.verification import read_verification
@@ -94,11 +94,10 @@ class SnapshotRecord:
     verified_at: float | None = None
     verify_error: str | None = None
     verify_level: str | None = None
-    metadata: SnapshotMetadata | None = field(default=None, repr=False, compare=False)
 
     @property
     def valid(self) -> bool:
-        return self.metadata is not None
+        return self.status != "invalid"
 
     @property
     def restorable(self) -> bool:
@@ -107,14 +106,15 @@ class SnapshotRecord:
 
     @classmethod
     def from_entry(cls, entry: SnapshotEntry, catalog: Catalog | None = None) -> SnapshotRecord:
-        """The record of a catalog listing entry; with `catalog`, also its last drill."""
-        meta = entry.metadata
+        """The record of a catalog listing entry (with its metadata, or slim: its summary);
+        with `catalog`, also its last drill. It keeps figures, never the file list."""
+        meta = entry.summary if entry.metadata is None else SnapshotSummary.of(entry.metadata)
         superseded_by = entry.superseded_by
         status = "invalid" if meta is None else ("superseded" if superseded_by is not None else "valid")
         drill = read_verification(catalog.store, entry.key) if catalog is not None else None
         common: dict[str, Any] = {
             "kind": entry.kind, "id": entry.id, "uri": entry.uri, "key": entry.key, "status": status,
-            "error": entry.error, "superseded_by": superseded_by, "metadata": meta,
+            "error": entry.error, "superseded_by": superseded_by,
             "verified_at": drill.verified_at if drill else None, "verify_error": drill.error if drill else None,
             "verify_level": drill.level if drill else None,
         }
@@ -123,7 +123,7 @@ class SnapshotRecord:
         return cls(
             **common, batch_id=meta.batch_id, generation=meta.generation, created_at=meta.created_at,
             duration_ms=meta.stats.duration_ms, bytes_copied=meta.stats.bytes_copied, bytes_total=meta.total_bytes,
-            file_count=len(meta.files), files_copied=meta.stats.files_copied,
+            file_count=meta.file_count, files_copied=meta.stats.files_copied,
             source_checkpoint=meta.source_checkpoint, state_partitions=meta.state_partitions,
         )
 
@@ -155,7 +155,7 @@ class SnapshotRecord:
         """``valid``, ``superseded (generation 5)`` or ``INVALID: <why>`` (the path stripped)."""
         if self.status == "superseded":
             return f"superseded (generation {self.superseded_by})"
-        if self.metadata is not None:
+        if self.valid:
             return "valid"
         reason = str(self.error or "unknown")
         for prefix in (f"{self.uri}/_metadata: ", f"{self.uri}: ", f"{self.uri}/"):
@@ -168,7 +168,7 @@ def snapshot_records(catalog: Catalog, kind: str = "checkpoint", *, drills: bool
     catalog lists them); with `drills`, each with its last restore drill."""
     if kind not in ("checkpoint", "savepoint"):
         raise ValueError(f"snapshot kind {kind!r} is invalid; expected 'checkpoint' or 'savepoint'")
-    entries = catalog.list_checkpoints() if kind == "checkpoint" else catalog.list_savepoints()
+    entries = catalog.list_checkpoints(slim=True) if kind == "checkpoint" else catalog.list_savepoints(slim=True)
     return [SnapshotRecord.from_entry(e, catalog if drills else None) for e in entries]
 
 
@@ -457,6 +457,8 @@ class StagedRecord:
 
 
 def staged_transactions(catalog: Catalog) -> list[StagedRecord]:
-    """Recorded sink transactions (a record is deleted once committed or aborted), in batch order."""
-    return [StagedRecord(r.txn_id, r.batch_id, r.generation, r.sink, r.sink_id, r.created_at)
-            for r in catalog.transactions()]
+    """Recorded sink transactions (a record is deleted once committed or aborted), in batch
+    order; read one at a time, each payload (its file list) dropped once read."""
+    staged = [StagedRecord(r.txn_id, r.batch_id, r.generation, r.sink, r.sink_id, r.created_at)
+              for r in catalog.iter_transactions()]
+    return sorted(staged, key=lambda r: (r.batch_id, r.generation))

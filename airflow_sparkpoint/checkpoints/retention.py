@@ -24,14 +24,19 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints import bounded, layout
 from airflow_sparkpoint.checkpoints.entries import RetentionResult
 from airflow_sparkpoint.checkpoints.lineage import mark_superseded, prunable
-from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, ObjectNotFound, RestoreError
+from airflow_sparkpoint.exceptions import (
+    ConfigError,
+    CorruptRecord,
+    InvalidPath,
+    RestoreError,
+)
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -60,6 +65,8 @@ JOURNAL_DELETE_WITHIN_S = 30.0
 #: entry that every checkpoint lists until it is pruned (one an hour at a 3 s trigger made
 #: 1,200 entries to list); an orphan then waits at most 1.1 × the grace period
 ORPHAN_COLLECTION_FRACTION = 0.1
+#: shared keys one deletion journal entry lists at most (~100 bytes each: a few MiB)
+JOURNAL_KEYS_PER_ENTRY = 50_000
 
 
 @dataclass
@@ -221,16 +228,28 @@ def enforce_checkpoint_retention(
 def journal_deletions(catalog: Catalog, keys: Iterable[str], generation: int | None,
                       known: KnownRecords | None = None) -> None:
     """Write-ahead record of shared files about to be deleted, so that a checkpoint being
-    completed elsewhere notices that a file it references went (and copies it again)."""
+    completed elsewhere notices that a file it references went (and copies it again).
+    One entry per `JOURNAL_KEYS_PER_ENTRY` keys: every entry stays within the limits its
+    readers accept (`layout.limits_of`).
+
+    :raises CatalogError: an entry would still be over its limits (keys of absurd length).
+    """
     keys = sorted(keys)
-    if not keys:
-        return
-    now = time.time()
-    body = {"generation": generation, "at": now, "keys": keys}
-    key = layout.gc_key(int(now * 1000), uuid.uuid4().hex[:8])
-    catalog.store.put(key, json.dumps(body).encode())
-    if known is not None:
-        known.journal[key] = frozenset(keys)
+    for start in range(0, len(keys), JOURNAL_KEYS_PER_ENTRY):
+        chunk = keys[start:start + JOURNAL_KEYS_PER_ENTRY]
+        now = time.time()
+        body = json.dumps({"generation": generation, "at": now, "keys": chunk}).encode()
+        key = layout.gc_key(int(now * 1000), uuid.uuid4().hex[:8])
+        bounded.check_writable(body, layout.limits_of(key), f"{catalog.uri}/{key}")
+        catalog.store.put(key, body)
+        if known is not None:
+            known.journal[key] = frozenset(chunk)
+
+
+def _journal_keys(raw: Any) -> frozenset[str]:
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"a JSON {type(raw).__name__}, not an object")
+    return frozenset(str(k) for k in raw.get("keys", ()))
 
 
 def _journal_time(key: str) -> float | None:
@@ -254,12 +273,13 @@ def deleted_since(catalog: Catalog, since: float, known: KnownRecords | None = N
             keys.update(known.journal[info.key])
             continue
         try:
-            entry = frozenset(str(k) for k in json.loads(catalog.store.get(info.key)).get("keys", ()))
-        except ObjectNotFound:
-            continue  # pruned meanwhile
-        except (ValueError, AttributeError, TypeError) as exc:
-            log.warning("unreadable deletion journal entry %s/%s: %s", catalog.uri, info.key, exc)
+            entry = bounded.read_record(catalog.store, info.key, _journal_keys, limits=layout.limits_of(info.key),
+                                        where=f"{catalog.uri}/{info.key}")
+        except CorruptRecord as exc:
+            log.warning("skipping unreadable deletion journal entry %s", exc)
             continue
+        if entry is None:
+            continue  # pruned meanwhile
         keys.update(entry)
         if known is not None:
             known.journal[info.key] = entry

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparkpoint.checkpoints import layout
-from airflow_sparkpoint.exceptions import CorruptMetadata, InvalidPath, ObjectNotFound, RestoreError
+from airflow_sparkpoint.checkpoints import bounded, layout
+from airflow_sparkpoint.exceptions import InvalidPath, RestoreError
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -21,8 +21,11 @@ log = logging.getLogger(__name__)
 
 
 #: how many batch ids a run result lists in ``committed_batches`` (the newest); its
-#: ``committed_ranges`` holds all of them
+#: ``committed_ranges`` holds all of them, in at most `RANGES_LISTED` ranges
 COMMITTED_BATCHES_LISTED = 1000
+#: the most ranges (the newest) a stored result keeps in ``committed_ranges``, and batch
+#: ids in each list of ``recovered``: a stored result is bounded (`layout.limits_of`)
+RANGES_LISTED = 1000
 
 
 class BatchRanges:
@@ -180,11 +183,19 @@ def result_key(generation: int) -> str:
 
 
 def write_run_result(catalog: Catalog, result: RunResult) -> None:
-    """Record how generation `result.generation` ended (replacing an earlier record).
+    """Record how generation `result.generation` ended (replacing an earlier record): its
+    ranges and the batch lists of its recovery cut to the newest `RANGES_LISTED`.
 
     :raises StorageError: the record could not be written.
+    :raises CatalogError: it would still be over its limits (`layout.limits_of`).
     """
-    catalog.store.put(result_key(result.generation), json.dumps(result.to_json()).encode())
+    recovered = {name: value[-RANGES_LISTED:] if isinstance(value, (list, tuple)) else value
+                 for name, value in result.recovered.items()}
+    stored = replace(result, committed_ranges=result.committed_ranges[-RANGES_LISTED:], recovered=recovered)
+    key = result_key(result.generation)
+    body = json.dumps(stored.to_json()).encode()
+    bounded.check_writable(body, layout.limits_of(key), f"{catalog.uri}/{key}")
+    catalog.store.put(key, body)
 
 
 def read_run_result(catalog: Catalog, generation: int) -> RunResult | None:
@@ -196,24 +207,21 @@ def read_run_result(catalog: Catalog, generation: int) -> RunResult | None:
     is dropped with a warning: the rest of the record (how the run ended) stays readable
     for the operator's XCom, the history and the CLI, and no caller is handed the path.
 
-    :raises CorruptMetadata: the record is not a JSON object with a ``status``.
+    :raises CorruptMetadata: the record is not a JSON object with a ``status``, or is over
+        its limits (`CorruptRecord`).
     :raises StorageError: it could not be read.
     """
     key = result_key(generation)
-    try:
-        data = catalog.store.get(key)
-    except ObjectNotFound:
-        return None
-    try:
-        raw = json.loads(data)
+
+    def parse(raw: Any) -> RunResult:
         if not isinstance(raw, dict):
             raise TypeError(f"a JSON {type(raw).__name__}")
-        result = RunResult.from_json({"job": catalog.job, "generation": generation, **raw})
-    except (TypeError, ValueError) as exc:
-        raise CorruptMetadata(
-            f"run result {catalog.uri}/{key} is unreadable ({exc}); expected a JSON object with status, "
-            "job and generation"
-        ) from exc
+        return RunResult.from_json({"job": catalog.job, "generation": generation, **raw})
+
+    result = bounded.read_record(catalog.store, key, parse, limits=layout.limits_of(key),
+                                 where=f"run result {catalog.uri}/{key}")  # CorruptRecord: a CorruptMetadata
+    if result is None:
+        return None
     if result.savepoint is not None:
         try:
             catalog.snapshot_key(result.savepoint, savepoint_only=True)

@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from airflow_sparkpoint.checkpoints import layout
-from airflow_sparkpoint.exceptions import ObjectNotFound
+from airflow_sparkpoint.checkpoints import bounded, layout
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.storage.base import Storage
@@ -27,6 +26,8 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 STATES = ("starting", "running", "finished", "stopped", "failed")
+#: the longest error a status record carries (a longer one is clipped: the record is bounded)
+ERROR_MAX_CHARS = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -69,30 +70,37 @@ class JobStatus:
 
 
 def write_status(store: Storage, status: Mapping[str, Any]) -> None:
-    """Write `status` as its generation's own record, then as ``status.json``.
+    """Write `status` as its generation's own record, then as ``status.json`` (its error
+    clipped to `ERROR_MAX_CHARS`).
 
     :raises KeyError: or ValueError: `status` names no integer generation.
+    :raises CatalogError: the record would still be over its limits (`layout.limits_of`).
     """
-    body = json.dumps(dict(status), sort_keys=True).encode()
-    store.put(layout.status_key(int(status["generation"])), body)
+    fields = dict(status)
+    if isinstance(fields.get("error"), str):
+        fields["error"] = bounded.clip(fields["error"], ERROR_MAX_CHARS)
+    key = layout.status_key(int(fields["generation"]))
+    body = json.dumps(fields, sort_keys=True).encode()
+    bounded.check_writable(body, layout.limits_of(key), key)
+    store.put(key, body)
     store.put(layout.STATUS, body)
+
+
+def _object(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise TypeError(f"a JSON {type(raw).__name__}, not an object")
+    return raw
 
 
 def read_status(store: Storage, uri: str, generation: int | None = None) -> dict[str, Any] | None:
     """``status.json``, or with `generation` that generation's own record; None when
-    there is none or it is unreadable (logged, naming the record)."""
+    there is none or it is unreadable (logged, naming the record).
+
+    :raises StorageError: the store cannot be read.
+    """
     key = layout.STATUS if generation is None else layout.status_key(generation)
-    try:
-        raw = json.loads(store.get(key))
-    except ObjectNotFound:
-        return None
-    except ValueError as exc:
-        log.warning("status record %s/%s is unreadable: %s", uri, key, exc)
-        return None
-    if not isinstance(raw, dict):
-        log.warning("status record %s/%s is not a JSON object", uri, key)
-        return None
-    return raw
+    return bounded.read_record_or_warn(store, key, _object, limits=layout.limits_of(key), where=f"{uri}/{key}",
+                                       what="status record")
 
 
 class StatusSource(Protocol):

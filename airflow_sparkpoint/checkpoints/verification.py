@@ -14,17 +14,20 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from airflow_sparkpoint.checkpoints.layout import VERIFICATION
-from airflow_sparkpoint.exceptions import ConfigError, ObjectNotFound, StorageError
+from airflow_sparkpoint.checkpoints import bounded
+from airflow_sparkpoint.checkpoints.layout import VERIFICATION, limits_of
+from airflow_sparkpoint.exceptions import ConfigError, StorageError
 from airflow_sparkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 LEVELS = ("files", "state", "drill")
+#: the longest error a drill record carries (a longer one is clipped: the record is bounded)
+ERROR_MAX_CHARS = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -91,8 +94,23 @@ def verification_key(snapshot_key: str) -> str:
 
 
 def write_verification(store: Storage, snapshot_key: str, record: VerificationRecord) -> None:
-    """Record `record` for the snapshot at `snapshot_key` (replacing an earlier one)."""
-    store.put(verification_key(snapshot_key), json.dumps(record.to_json(), sort_keys=True).encode())
+    """Record `record` for the snapshot at `snapshot_key` (replacing an earlier one), its
+    error clipped to `ERROR_MAX_CHARS`.
+
+    :raises CatalogError: it would still be over its limits (`layout.limits_of`).
+    """
+    if record.error is not None:
+        record = replace(record, error=bounded.clip(record.error, ERROR_MAX_CHARS))
+    key = verification_key(snapshot_key)
+    body = json.dumps(record.to_json(), sort_keys=True).encode()
+    bounded.check_writable(body, limits_of(key), f"{store.uri}/{key}")
+    store.put(key, body)
+
+
+def _record(raw: Any) -> VerificationRecord:
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"a JSON {type(raw).__name__}, not an object")
+    return VerificationRecord.from_json(raw)
 
 
 def read_verification(store: Storage, snapshot_key: str) -> VerificationRecord | None:
@@ -100,16 +118,10 @@ def read_verification(store: Storage, snapshot_key: str) -> VerificationRecord |
     (or the record is unreadable: logged, never raised, a listing must not fail on it)."""
     key = verification_key(snapshot_key)
     try:
-        data = store.get(key)
-    except ObjectNotFound:
-        return None
+        return bounded.read_record_or_warn(store, key, _record, limits=limits_of(key), where=f"{store.uri}/{key}",
+                                           what="verification record")
     except StorageError as exc:
         log.warning("cannot read %s/%s: %s", store.uri, key, exc)
-        return None
-    try:
-        return VerificationRecord.from_json(json.loads(data))
-    except ValueError as exc:
-        log.warning("ignoring unreadable verification record %s/%s: %s", store.uri, key, exc)
         return None
 
 

@@ -35,11 +35,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from airflow.sdk import BaseHook
 
@@ -49,15 +48,15 @@ from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import declared_sink
-from airflow_sparkpoint.storage import Storage, open_storage, split_uri
+from airflow_sparkpoint.storage import Storage, open_storage, redact, split_uri
 from airflow_sparkpoint.storage.endpoints import ENDPOINT_URL, REGION_NAME, s3_options, validate_endpoint_url
 
 log = logging.getLogger(__name__)
 
-#: extra fields that hold no secret (every other extra value is scrubbed from messages)
+#: extra fields that hold no secret (every other extra value, nested ones too, is scrubbed
+#: from messages; of ``storage_uri`` and ``endpoint_url``, their ``user:password``)
 _PLAIN_EXTRA = frozenset({*CONN_FIELDS, "jobs", "storage_uri"})
 _CREDENTIAL_OPTIONS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"]+@")
 
 
 #: the connection every operator, sensor, trigger and the hook read when none is named
@@ -126,21 +125,10 @@ def declared_jobs(extra: Mapping[str, Any]) -> dict[str, DeclaredJob]:
     return jobs
 
 
-def _userinfo(uri: Any) -> list[str]:
-    """The ``user:password`` of `uri` and its parts (empty when it has none)."""
-    if not isinstance(uri, str) or "@" not in uri:
-        return []
-    netloc = urlsplit(uri.strip()).netloc if "://" in uri else uri.split("/", 1)[0]
-    userinfo = netloc.rpartition("@")[0]
-    return [userinfo, *userinfo.split(":", 1)] if userinfo else []
-
-
 def scrub(text: str, secrets: Iterable[Any]) -> str:
-    """`text` with each of `secrets` (4 characters or more) and every URL's
-    ``user:password@`` removed: for a message that may quote a client's configuration."""
-    for secret in sorted({str(s) for s in secrets if s and len(str(s)) >= 4}, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return _URL_USERINFO.sub(r"\1", text)
+    """`text` without `secrets` and every secret this process registered, nor any
+    ``user:password@`` (`storage.redact.scrub`, the one scrubber)."""
+    return redact.scrub(text, secrets)
 
 
 def _aws_credentials(aws_connection: Any) -> dict[str, Any]:
@@ -171,6 +159,20 @@ def _aws_credentials(aws_connection: Any) -> dict[str, Any]:
     if credentials.token:
         options["aws_session_token"] = credentials.token
     return {**options, **s3_options(hook.conn_config.endpoint_url, hook.conn_config.region_name)}
+
+
+def _mask(*secrets: Any) -> None:
+    """Keep `secrets` out of every message of this process (`storage.redact.register`: a
+    hook made later to scrub an error knows the credentials an ``aws`` connection yielded
+    here) and out of Airflow's task logs (its secrets masker)."""
+    redact.register(*secrets)
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # pragma: no cover - an Airflow without the task SDK's masker
+        return
+    for secret in secrets:
+        if secret:
+            mask_secret(str(secret))
 
 
 class SparkpointHook(BaseHook):
@@ -239,6 +241,7 @@ class SparkpointHook(BaseHook):
                 options.pop("aws_session_token", None)
             fields["jobs"] = declared_jobs(extra)
             fields["pyspark_python"] = extra_field(extra, "pyspark_python")
+        _mask(*(options.get(name) for name in _CREDENTIAL_OPTIONS), *redact.userinfo(uri))
         if not uri:
             raise ConfigError(
                 f"Sparkpoint connection {self.sparkpoint_conn_id!r} has no storage URI in its host field "
@@ -343,7 +346,7 @@ class SparkpointHook(BaseHook):
             if record.sink != "delta":
                 raise ConfigError(f"the staged rows of transaction {record.txn_id} ({record.sink} sink) cannot be "
                                   "read before they are committed; only DeltaSink output can be audited this way")
-            for staged_file in record.payload["staged"]["files"]:
+            for staged_file in sink.staged(record)["files"]:  # confined to its own staging area
                 rows += sink.location.read_parquet(staged_file["path"]).to_pylist()
         return rows
 
@@ -394,17 +397,23 @@ class SparkpointHook(BaseHook):
             if conn is None:
                 continue
             extra = conn.extra_dejson if isinstance(conn.extra_dejson, dict) else {}
-            found += [conn.login, conn.password, *_userinfo(conn.host), *_userinfo(extra_field(extra, "endpoint_url"))]
-            found += [v for k, v in extra.items() if k not in _PLAIN_EXTRA and k.rpartition("__")[2] not in _PLAIN_EXTRA
-                      and isinstance(v, (str, int)) and not isinstance(v, bool)]
+            found += [conn.login, conn.password, *redact.userinfo(conn.host)]
+            found += [part for name in ("endpoint_url", "storage_uri") for part in redact.userinfo(extra_field(extra, name))]
+            plain = [k for k in extra if k in _PLAIN_EXTRA or k.rpartition("__")[2] in _PLAIN_EXTRA]
+            found += redact.secret_values(extra, plain)
         if self._resolved is not None:
             found += [self._resolved[1].get(name) for name in _CREDENTIAL_OPTIONS]
-        found += _userinfo(self._storage_uri)
+        found += redact.userinfo(self._storage_uri)
         return [str(s) for s in found if s]
 
     def scrub(self, text: str) -> str:
-        """`text` without this hook's `secrets` nor any URL's ``user:password@``."""
-        return scrub(text, self.secrets())
+        """`text` without this hook's `secrets`, those this process registered (the
+        credentials an ``aws`` connection yielded to any hook), nor any ``user:password@``."""
+        return redact.scrub(text, self.secrets())
+
+    def scrub_value(self, value: Any) -> Any:
+        """`value` (an XCom value, an event) with every string in it scrubbed (`scrub`)."""
+        return redact.scrub_value(value, self.secrets())
 
     def test_connection(self) -> tuple[bool, str]:
         """Whether the storage root can be listed, with a message for the connection form

@@ -106,7 +106,7 @@ class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOp
                     how_to_stop="SparkpointSavepointOperator with stop=True", storage_options=options,
                     sink=sink)
             except GenerationRunning as exc:  # the generation is still running
-                raise AirflowException(str(exc)) from exc
+                raise AirflowException(self.hook.scrub(str(exc))) from exc
             self.log.info("aborted %d transaction(s) of generation %d of job %s: %s",
                           len(aborted), generation, self.job_name, aborted)
             return {"aborted": list(aborted)}

@@ -150,7 +150,7 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
             result = wait_for_savepoint(catalog, request, timeout_s=self.timeout, poll_s=self.poll_interval,
                                         max_heartbeat_age=self.max_heartbeat_age)
         except ControlError as exc:
-            raise AirflowException(str(exc)) from exc
+            raise AirflowException(self.hook.scrub(str(exc))) from exc
         self.log.info("generation %s of job %s completed savepoint %s (batch %s)", result.generation,
                       self.job_name, result.savepoint, result.batch_id)
         self._completed(context, result.generation, str(result.savepoint), result.batch_id)
@@ -189,7 +189,7 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
             latest, handle = savepoint_from_latest_checkpoint(catalog, source, refused_by=refused_by,
                                                               stop=self.stop, announce=self.log.info)
         except SparkpointError as exc:
-            raise AirflowException(str(exc)) from exc
+            raise AirflowException(self.hook.scrub(str(exc))) from exc
         self._completed(context, handle.metadata.generation, handle.uri, handle.metadata.batch_id,
                         last_checkpoint=catalog.checkpoint_uri(latest.id))
         self._retention(catalog)

@@ -246,8 +246,9 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         try:
             return resolve_snapshot(target, catalog=catalog, storage_options=self.production_hook.storage_options)
         except (RestoreError, CorruptMetadata) as exc:
-            self._record_unresolvable(catalog, target, str(exc))
-            raise DrillFailed(str(exc)) from exc
+            message = self.production_hook.scrub(str(exc))
+            self._record_unresolvable(catalog, target, message)
+            raise DrillFailed(message) from exc
 
     def _newest_savepoint(self, catalog: Catalog) -> str:
         """The newest complete savepoint (it has ``_metadata``), valid or not: the drill

@@ -30,11 +30,12 @@ def _confirmed(plan: RestorePlan) -> dict[tuple[int, int], TransactionRecord]:
     return {(r.batch_id, r.generation): r for r in plan.snapshot.metadata.transactions}
 
 
-def _own(catalog: Catalog, record: TransactionRecord, sink: Sink) -> bool:
-    """Whether `record` was written for `sink`: a record for another sink (planted in the
-    store) is not this job's to settle; it is left in place with a warning."""
+def _own(catalog: Catalog, record: TransactionRecord, sink: Sink, restored_job: str | None = None) -> bool:
+    """Whether `record` was written for `sink` by this job (or by `restored_job`, whose
+    snapshot this restore took): a record for another sink or of another job (planted in
+    the store) is not this job's to settle; it is left in place with a warning."""
     try:
-        resolve_sink(record, sink)
+        resolve_sink(record, sink, job=catalog.job, restored_job=restored_job)
     except SinkError as exc:
         log.warning("%s; left in %s", exc, catalog.uri)
         return False
@@ -113,7 +114,8 @@ def recover_transactions(
                         record.txn_id, record.sink_id, plan.snapshot.uri if plan.snapshot else "the snapshot",
                         sink.sink_id, record.job)
             continue
-        if not _own(catalog, record, sink):  # the rule of `settle_unconfirmed`: another sink's record stays
+        if not _own(catalog, record, sink, plan.snapshot.metadata.job if plan.snapshot else None):
+            # the rule of `settle_unconfirmed`: another sink's or job's record stays
             continue
         if own_root and key not in recorded:
             # Settled after the snapshot was taken: committed (then the sink has it) or

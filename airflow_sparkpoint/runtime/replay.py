@@ -44,7 +44,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, spark_layout
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, bounded, spark_layout
+from airflow_sparkpoint.checkpoints.bounded import Limits
 from airflow_sparkpoint.exceptions import SinkAheadError, SparkpointError
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.livedir import file_source_log_offset as _log_offset
@@ -63,6 +64,8 @@ RECORD_MAX_CHARS = 256 * 1024
 #: a record's JSON is never decompressed past this (a record is read from a sink: a
 #: shared place, whose writer could plant a decompression bomb)
 BODY_MAX_BYTES = 16 * 1024 * 1024
+#: nor parsed to more memory than this (`checkpoints.bounded`)
+BODY_MAX_COST = 64 * 1024 * 1024
 #: the end of a compact file read first for a compaction batch's entries (grown until they
 #: are all in it): a batch's entries are a few lines
 _TAIL_WINDOW = 64 * 1024
@@ -131,7 +134,7 @@ def decode(record: str) -> dict[str, Any] | str:
         raw = inflater.decompress(base64.b64decode(data, validate=True), BODY_MAX_BYTES)
         if inflater.unconsumed_tail:
             return f"its replay record decompresses past the limit of {BODY_MAX_BYTES} bytes"
-        body = json.loads(raw)
+        body = bounded.decode(raw, Limits(BODY_MAX_BYTES, BODY_MAX_COST), "the record")  # CorruptRecord: a ValueError
     except (binascii.Error, zlib.error, ValueError) as exc:
         return f"its replay record is unreadable ({exc})"
     if not isinstance(body, dict) or body.get("v") != SCHEMA_VERSION or not isinstance(body.get("offsets"), str):
@@ -286,11 +289,8 @@ def _sources_replayable(body: Mapping[str, Any], batch: int, restart: int) -> st
 
 def snapshot_offsets(snapshot: SnapshotHandle) -> str | None:
     """The text of the snapshot's ``offsets/<its batch>``, or None if it holds none."""
-    name = spark_layout.offsets_entry(snapshot.metadata.batch_id)
-    ref = next((f for f in snapshot.metadata.files if f.path == name), None)
-    if ref is None:
-        return None
-    return snapshot.files_store.get(ref.key).decode()
+    data = snapshot.read_log(spark_layout.offsets_entry(snapshot.metadata.batch_id))  # bounded
+    return None if data is None else data.decode()
 
 
 # ---------------------------------------------------------------------------- the replay

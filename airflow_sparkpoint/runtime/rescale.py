@@ -144,13 +144,10 @@ def plan_rescale(target: int | None, plan: RestorePlan) -> RescalePlan | None:
 
 
 def _read(handle: SnapshotHandle, path: str) -> bytes | None:
-    ref = next((f for f in handle.metadata.files if f.path == path), None)
-    if ref is None:
-        return None
     try:
-        return handle.files_store.get(ref.key)
+        return handle.read_log(path)  # bounded: a planted offset log of any size is refused
     except StorageError as exc:
-        raise RestoreError(f"{handle.uri}: cannot read {path} ({ref.key}): {exc}") from exc
+        raise RestoreError(f"{handle.uri}: cannot read {path}: {exc}") from exc
 
 
 def _snapshot_conf(handle: SnapshotHandle) -> dict[str, str]:

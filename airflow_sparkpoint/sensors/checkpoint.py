@@ -129,9 +129,10 @@ class SparkpointCheckpointSensor(SparkpointJobMixin, BaseSensorOperator):
         emit_metrics_for(catalog)  # checkpoint metrics through Airflow's Stats (rate-limited, never raises)
         outcome = evaluate(catalog, condition)
         if outcome.error is not None:
+            error = self.hook.scrub(outcome.error)  # it may quote a record's error text
             if self.soft_fail or getattr(self, "never_fail", False):
-                raise AirflowSkipException(f"{outcome.error} (skipped: soft_fail)")
-            raise AirflowException(outcome.error)
+                raise AirflowSkipException(f"{error} (skipped: soft_fail)")
+            raise AirflowException(error)
         if not outcome.done:
             self.log.info("waiting for %s", outcome.waiting_for)
         return outcome

@@ -89,7 +89,6 @@ from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import (
     CommitOutcomeUnknown,
     ObjectExists,
-    ObjectNotFound,
     SinkError,
     StorageError,
     TransactionConflict,
@@ -217,18 +216,6 @@ def decision_key(job: str, txn: str) -> str:
     return f"{DECISIONS}/{job}/{txn}.json"
 
 
-def _read_json(store: Storage, key: str) -> dict[str, Any] | None:
-    try:
-        body = json.loads(store.get(key, manifests.RECORD_MAX_BYTES))
-    except ObjectNotFound:
-        return None
-    except ValueError as exc:  # not JSON, or over the limit (ObjectTooLarge)
-        raise SinkError(f"{store.uri}/{key} is unreadable ({exc}); expected JSON written by a Sparkpoint sink") from None
-    if not isinstance(body, dict):
-        raise SinkError(f"{store.uri}/{key} is not a JSON object")
-    return body
-
-
 def _dumps(body: Mapping[str, Any]) -> bytes:
     return json.dumps(dict(body), sort_keys=True).encode()
 
@@ -242,7 +229,7 @@ def decide(store: Storage, key: str, body: Mapping[str, Any]) -> dict[str, Any]:
         store.put_if_absent(key, _dumps(body))
         return dict(body)
     except ObjectExists:
-        existing = _read_json(store, key)
+        existing = manifests.read_record(store, key)
         if existing is None:  # decisions are never deleted
             raise StorageError(f"{store.uri}/{key} exists and does not: the store is inconsistent") from None
         return existing
@@ -253,7 +240,7 @@ def decided(store: Storage, record: TransactionRecord) -> str | None:
 
     :raises SinkError: the decision object is unreadable.
     """
-    found = _read_json(store, decision_key(record.job, record.txn_id))
+    found = manifests.read_record(store, decision_key(record.job, record.txn_id))
     return None if found is None else str(found.get("decision"))
 
 
@@ -360,7 +347,7 @@ def commit(sink: FileSink, record: TransactionRecord) -> CommitOutcome:
         plan, files = sink._plan(record)
         missing = sink._missing(record.txn_id, plan)
         if missing:
-            decision = _read_json(store, decision_key(record.job, record.txn_id))
+            decision = manifests.read_record(store, decision_key(record.job, record.txn_id))
             if decision is not None and decision.get("decision") == ABORT:
                 _aborted(sink, record)
             raise SinkError(

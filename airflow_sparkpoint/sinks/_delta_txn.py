@@ -30,8 +30,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
-from airflow_sparkpoint.exceptions import SinkAheadError
+from airflow_sparkpoint.exceptions import SinkAheadError, SinkError
+from airflow_sparkpoint.sinks._delta_location import STAGING
 from airflow_sparkpoint.sinks.base import replay_of
+from airflow_sparkpoint.storage.paths import confine
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -41,6 +43,36 @@ log = logging.getLogger(__name__)
 REPLAY = "sparkpoint.replay"
 _FIRST_PAGE = 16
 _UNKNOWN = object()
+
+
+def staging_dir(job: str, txn: str) -> str:
+    """The staging area of transaction `txn` of `job`, relative to the table root."""
+    return f"{STAGING}/{job}/{txn}"
+
+
+def staged(record: TransactionRecord) -> dict[str, Any]:
+    """The staged batch `record` describes (``payload.staged``), its staging area and every
+    file confined to the transaction's own staging area ``_sparkpoint_txn/<job>/<txn>/``:
+    a record is read from the store, and a commit adds its files to the table, a merge
+    reads them and an abort deletes the area, so none may name anything else (another
+    transaction's staging, the table's data, another table).
+
+    :raises SinkError: the payload is malformed, or names another staging area or a file
+        outside it (the message names the path).
+    """
+    what = f"transaction {record.txn_id} payload.staged"
+    try:
+        batch = dict(record.payload["staged"])
+        files = [dict(f) for f in batch["files"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SinkError(f"{what} is malformed ({exc!r}); expected the staged files of a DeltaSink") from None
+    own = staging_dir(record.job, record.txn_id)
+    if batch.get("staging") != own:
+        raise SinkError(f"{what}.staging {batch.get('staging')!r} is not the transaction's own staging area "
+                        f"{own!r}; refused")
+    for file in files:
+        file["path"] = confine(file.get("path"), under=own, what=f"{what}.files[].path", error=SinkError, exact=True)
+    return {**batch, "files": files}
 
 
 def commit_info(record: TransactionRecord) -> dict[str, str]:

@@ -11,13 +11,14 @@ done claims. The leading ``_`` keeps Spark and Hadoop readers from listing it as
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, ObjectNotFound, SinkError
+from airflow_sparkpoint.checkpoints import bounded
+from airflow_sparkpoint.checkpoints.bounded import Limits
+from airflow_sparkpoint.exceptions import ConfigError, CorruptRecord, InvalidPath, SinkError
 from airflow_sparkpoint.storage import Storage
 from airflow_sparkpoint.storage.base import normalize_prefix
 from airflow_sparkpoint.storage.endpoints import S3_OPTIONS
@@ -34,9 +35,12 @@ _MARKER_SPAN = 10**19
 _MARKER_NAME_RE = re.compile(r"^\d{19}$")
 STAGING = "_staging"
 _MANIFEST_NAME_RE = re.compile(r"^(\d+)\.json$")
-#: the largest claim or decision object read (they list a batch's files); beyond it the
-#: object is corrupt: the output location is shared, a planted one could be any size
-RECORD_MAX_BYTES = 16 * 1024 * 1024
+#: the largest claim or decision object read (they list a batch's files, as its
+#: transaction record does, `checkpoints.layout` ``txn``, and the files it makes visible),
+#: and the memory its parse may take (`checkpoints.bounded`); beyond either the object is
+#: corrupt: the output location is shared, a planted one could be any size or shape
+RECORD_LIMITS = Limits(max_bytes=24 * 1024 * 1024, max_cost=160 * 1024 * 1024)
+RECORD_MAX_BYTES = RECORD_LIMITS.max_bytes
 _PART_RE = re.compile(r"^part-(?P<txn>.+)-(?P<index>\d+)\.(?P<ext>[a-z]+)$")
 
 
@@ -61,20 +65,30 @@ def manifest_key(job: str, batch_id: int) -> str:
     return f"{MANIFESTS}/{job}/{batch_id}.json"
 
 
-def read_manifest(store: Storage, job: str, batch_id: int) -> dict[str, Any] | None:
-    """The claim (manifest) of batch `batch_id` of `job`, or None when the batch has none."""
+def read_record(store: Storage, key: str) -> dict[str, Any] | None:
+    """The claim or decision object at `key` of a sink's output location (None: none),
+    read within `RECORD_LIMITS`.
+
+    :raises SinkError: it is over its limits, not JSON or not a JSON object (the message
+        names it).
+    """
+    def parse(raw: Any) -> dict[str, Any]:
+        if not isinstance(raw, dict):
+            raise TypeError(f"a JSON {type(raw).__name__}, not an object")
+        return raw
+
     try:
-        body = json.loads(store.get(manifest_key(job, batch_id), RECORD_MAX_BYTES))
-    except ObjectNotFound:
-        return None
-    except ValueError as exc:  # not JSON, or over the limit (ObjectTooLarge)
-        raise SinkError(
-            f"commit manifest {store.uri}/{manifest_key(job, batch_id)} is unreadable ({exc}); "
-            "expected the JSON written by a Sparkpoint commit"
-        ) from None
-    if not isinstance(body, dict):
-        raise SinkError(f"commit manifest {store.uri}/{manifest_key(job, batch_id)} is not a JSON object")
-    return body
+        return bounded.read_record(store, key, parse, limits=RECORD_LIMITS, where=f"{store.uri}/{key}")
+    except CorruptRecord as exc:
+        raise SinkError(f"unreadable sink record {exc}; expected the JSON written by a Sparkpoint sink") from None
+
+
+def read_manifest(store: Storage, job: str, batch_id: int) -> dict[str, Any] | None:
+    """The claim (manifest) of batch `batch_id` of `job`, or None when the batch has none.
+
+    :raises SinkError: it is unreadable (`read_record`).
+    """
+    return read_record(store, manifest_key(job, batch_id))
 
 
 def claimed_batches(store: Storage, job: str) -> list[int]:

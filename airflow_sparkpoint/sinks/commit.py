@@ -52,7 +52,7 @@ from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import StaleGeneration
 from airflow_sparkpoint.sinks.base import Sink
-from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink, resolve_sink, warn_undeclared
+from airflow_sparkpoint.sinks.resolve import SinkSpec, check_job, declared_sink, resolve_sink, warn_undeclared
 from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
 
 log = logging.getLogger(__name__)
@@ -64,8 +64,7 @@ class Sinks:
     """The sinks that settle the step's records (`resolve_sink`: the declared one, or
     one rebuilt per record config), each configured once."""
 
-    def __init__(self, storage_options: Mapping[str, Any] | None, sink: SinkSpec | None = None,
-                 job: str = "") -> None:
+    def __init__(self, storage_options: Mapping[str, Any] | None, sink: SinkSpec | None, job: str) -> None:
         self._options = dict(storage_options or {})
         self._declared = declared_sink(sink)
         if self._declared is not None:
@@ -74,6 +73,7 @@ class Sinks:
         self._sinks: dict[tuple[str, str], Sink] = {}
 
     def of(self, record: TransactionRecord) -> Sink:
+        check_job(record, self._job)  # another job's record is never this step's to settle
         if self._declared is not None:
             return resolve_sink(record, self._declared)
         if not self._sinks:

@@ -121,8 +121,13 @@ class DeltaSink(Sink):
 
     @staticmethod
     def _staging_dir(job: str, txn_id: str) -> str:
-        """The staging area of a transaction, relative to the table root."""
-        return f"{STAGING}/{job}/{txn_id}"
+        """The staging area of a transaction, relative to the table root (`_delta_txn.staging_dir`)."""
+        return _delta_txn.staging_dir(job, txn_id)
+
+    def staged(self, record: TransactionRecord) -> dict[str, Any]:
+        """The staged batch `record` describes, confined to its own staging area
+        (`_delta_txn.staged`, which says what it raises)."""
+        return _delta_txn.staged(record)
 
     # ------------------------------------------------------------------ stage
 
@@ -224,13 +229,14 @@ class DeltaSink(Sink):
         :raises SinkError: the commit certainly failed, or the transaction was aborted.
         :raises CommitOutcomeUnknown: the table cannot be read after a failed commit.
         """
+        self.staged(record)  # a malformed or forged record fails before anything is written
         table = self._table()
         if table is not None:
             landed = self._landed(table, record)
             if landed is _OURS:
                 # Landed earlier (a commit step killed after the log entry): what is left
                 # staged for this transaction is no longer needed.
-                if record.payload["staged"].get("mode", self.mode) == "merge":
+                if self.staged(record).get("mode", self.mode) == "merge":
                     self._drop_staging(record)
                 return CommitOutcome(record.txn_id, "already", {"version": table.version()})
             if landed is not None:
@@ -253,7 +259,7 @@ class DeltaSink(Sink):
         """The Delta commit of a transaction decided to promote."""
         import pyarrow as pa
 
-        staged = record.payload["staged"]
+        staged = self.staged(record)
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(staged["schema"])))
         props = self._commit_properties(record)
         try:
@@ -325,7 +331,7 @@ class DeltaSink(Sink):
         """Remove a settled transaction's staging area (merged rows, or an attempt that
         lost to another); a failure only leaves garbage for `cleanup_orphans`."""
         try:
-            self.location.remove(record.payload["staged"]["staging"])
+            self.location.remove(self.staged(record)["staging"])
         except SinkError as exc:
             log.warning("could not remove the staging area of %s: %s", record.txn_id, exc)
 
@@ -399,8 +405,10 @@ class DeltaSink(Sink):
         A transaction whose committer decided to promote and stalled or died before its
         Delta commit is committed for it (`_delta_txn`) and then counts as committed.
 
-        :raises SinkError: the transaction committed its batch; it cannot be aborted.
+        :raises SinkError: the transaction committed its batch; it cannot be aborted, or its
+            record is malformed or forged (`staged`: nothing is touched).
         """
+        self.staged(record)
         table = self._table()
         landed = self._landed(table, record) if table is not None else None
         if landed is _OURS:
@@ -426,7 +434,7 @@ class DeltaSink(Sink):
                 else:
                     raise SinkError(f"transaction {record.txn_id} has committed to {self.uri} (its stalled commit "
                                     "was finished); it cannot be aborted")
-        self.location.remove(record.payload["staged"]["staging"])
+        self.location.remove(self.staged(record)["staging"])
         log.info("aborted %s in %s", record.txn_id, self.uri)
 
     def rewind_problem(self, job: str, snapshot: SnapshotMetadata) -> str | None:

@@ -19,14 +19,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord, foreign_to
 from airflow_sparkpoint.exceptions import ConfigError, SinkError
 from airflow_sparkpoint.sinks.base import Sink, check_settler
 from airflow_sparkpoint.sinks.kinds import sink_from_config
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SinkSpec", "declared_sink", "parse_sink_arg", "resolve_sink", "warn_undeclared"]
+__all__ = ["SinkSpec", "check_job", "declared_sink", "parse_sink_arg", "resolve_sink", "warn_undeclared"]
 
 #: a declared sink: a `Sink`, or its config mapping with its ``kind``
 #: (``{"kind": "delta", "uri": "s3://b/t", "mode": "merge", "keys": ["id"]}``)
@@ -70,15 +70,30 @@ def parse_sink_arg(text: str, options: Sequence[str] = ()) -> dict[str, Any]:
     return spec
 
 
-def resolve_sink(record: TransactionRecord, declared: Sink | None) -> Sink:
-    """The sink that settles `record`: `declared` when there is one, else one rebuilt
-    from the record (residual trust; its paths are confined by the sink).
+def check_job(record: TransactionRecord, job: str, *, restored_job: str | None = None) -> None:
+    """Refuse a record that is not `job`'s to settle (`metadata.foreign_to`, the one rule;
+    `restored_job`: the job whose snapshot a restore with ``allowForeignJob`` took).
 
-    :raises SinkError: the record names another sink than `declared` (kind or
-        destination), or a sink class that settles differently from the one at hand
-        (`check_settler`), or, undeclared, its config is missing or unusable.
+    :raises SinkError: it names another job; nothing of its sink is touched.
+    """
+    problem = foreign_to(record, job, restored_job=restored_job)
+    if problem is not None:
+        raise SinkError(problem)
+
+
+def resolve_sink(record: TransactionRecord, declared: Sink | None, *, job: str | None = None,
+                 restored_job: str | None = None) -> Sink:
+    """The sink that settles `record`: `declared` when there is one, else one rebuilt
+    from the record (residual trust; its paths are confined by the sink). With `job` (the
+    settling job), a record of another job is refused first (`check_job`).
+
+    :raises SinkError: the record is another job's, names another sink than `declared`
+        (kind or destination), or a sink class that settles differently from the one at
+        hand (`check_settler`), or, undeclared, its config is missing or unusable.
     :raises ConfigError: undeclared, the record's sink kind is unknown.
     """
+    if job is not None:
+        check_job(record, job, restored_job=restored_job)
     if declared is not None:
         if record.sink != declared.kind or record.sink_id != declared.sink_id:
             raise SinkError(

@@ -220,25 +220,32 @@ class S3Sink(claims.FileSink):
             raise SinkError(
                 f"transaction {record.txn_id} has no S3Sink payload ({exc!r}); expected payload.staged.uploads"
             ) from None
-        return self._confined(uploads, f"transaction {record.txn_id} payload.staged.uploads")
+        return self._confined(uploads, record.txn_id, f"transaction {record.txn_id} payload.staged.uploads")
 
     def _plan_uploads(self, txn: str, plan: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         """The uploads of `txn`'s promotion `plan`, read from a claim or decision in the
-        output location (as untrusted as a record): every key confined under the prefix."""
-        return self._confined((plan or {}).get("uploads", ()), f"the promotion plan of {txn} in {self.uri}: uploads")
+        output location (as untrusted as a record): every key one of `txn`'s files."""
+        return self._confined((plan or {}).get("uploads", ()), txn, f"the promotion plan of {txn} in {self.uri}: uploads")
 
-    def _confined(self, uploads: Any, what: str) -> list[dict[str, Any]]:
-        """`uploads` (``{key, upload_id, ...}`` items read from `what`) with each key confined
-        under the prefix: a completed, aborted or deleted upload never lands outside it.
+    def _confined(self, uploads: Any, txn: str, what: str) -> list[dict[str, Any]]:
+        """`uploads` (``{key, upload_id, ...}`` items read from `what`), each key checked to be
+        one of transaction `txn`'s files (``<prefix>part-<txn>-<n>.<ext>``, the names its
+        executors upload to): a completed or aborted upload is always this transaction's,
+        never another one's nor another application's under the prefix or the bucket.
 
-        :raises SinkError: `uploads` is malformed, or a key is outside the prefix (the
+        :raises SinkError: `uploads` is malformed, or a key is not one of `txn`'s files (the
             message names `what` and the key).
         """
         try:
-            # An S3 key is literal: checked as it is (`exact`), never rewritten.
-            return [{**u, "key": confine(u["key"], under=self.prefix, what=f"{what}[].key", error=SinkError,
-                                         exact=True)}
-                    for u in uploads]
+            confined = []
+            for upload in uploads:
+                # An S3 key is literal: checked as it is (`exact`), never rewritten.
+                key = confine(upload["key"], under=self.prefix, what=f"{what}[].key", error=SinkError, exact=True)
+                if manifests.part_txn(key[len(self.prefix):]) != txn:
+                    raise SinkError(f"{what}[].key {key!r} is not a file of transaction {txn} (expected "
+                                    f"{self.prefix}{manifests.part_prefix(txn)}<n>.<ext>); refused")
+                confined.append({**upload, "key": key})
+            return confined
         except (KeyError, TypeError) as exc:
             raise SinkError(f"{what} are malformed ({exc!r}); expected a list of {{key, upload_id, ...}}") from None
 
@@ -285,10 +292,13 @@ class S3Sink(claims.FileSink):
     def _discard(self, txn: str, plan: Mapping[str, Any] | None, *, promoted_too: bool) -> int:
         parsed = layout.parse_txn_id(txn)
         job = parsed[0] if parsed else txn
-        uploads = [(u["key"], u["upload_id"]) for u in self._plan_uploads(txn, plan)]
-        aborted = self._abort_all(uploads)
-        if not (plan or {}).get("listed"):  # else the caller just listed every pending upload of it
-            aborted += self._abort_strays(job, txn)
+        self._plan_uploads(txn, plan)  # a plan naming anything but txn's files is refused
+        if (plan or {}).get("listed"):  # the caller just listed every pending upload of it
+            aborted = self._abort_all([(u["key"], u["upload_id"]) for u in self._plan_uploads(txn, plan)])
+        else:
+            # Only uploads proven to be txn's: listed by S3 as pending under txn's own file
+            # names (the plan's are among them), never an upload id a record or claim names.
+            aborted = self._abort_strays(job, txn)
         if promoted_too:
             partial = self._objects_of(txn)
             if partial:

@@ -1,14 +1,16 @@
 """S3 endpoints and connection options: the storage options of an endpoint and a
 region (`s3_options`, the one builder the CLI, the runtime's configuration and the
 hook use), the one check of an endpoint that may reach a Spark conf
-(`validate_endpoint_url`) and the one way to show one (`redact_url`)."""
+(`validate_endpoint_url`) and the one way to show one (`redact_url`, from
+`storage.redact`, the scrubber of every message)."""
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.storage.redact import redact_url  # re-exported: the one way to show an endpoint
 
 __all__ = ["ENDPOINT_URL", "REGION_NAME", "S3_OPTIONS", "redact_url", "s3_options", "validate_endpoint_url"]
 
@@ -28,20 +30,6 @@ def s3_options(endpoint: Any = None, region: Any = None) -> dict[str, Any]:
         if text:
             options[name] = text
     return options
-
-
-def redact_url(url: str) -> str:
-    """`url` without any ``user:password@`` part."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:  # a malformed host or port: nothing of it is shown
-        return "<invalid endpoint>"
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{port}" if port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def validate_endpoint_url(url: str, where: str) -> str:

@@ -21,7 +21,8 @@ from urllib.parse import urlsplit
 
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, ObjectNotFound, StorageError
 from airflow_sparkpoint.storage.base import Storage, normalize_key, normalize_prefix
-from airflow_sparkpoint.storage.endpoints import redact_url as _redact_url
+from airflow_sparkpoint.storage.redact import redact_url as _redact_url
+from airflow_sparkpoint.storage.redact import register, scrub, userinfo
 
 #: the largest object a single CopyObject may copy; bigger ones go through UploadPartCopy
 MAX_COPY_OBJECT_SIZE = 5 * 1024**3
@@ -150,6 +151,7 @@ class S3Connection(Storage):
         self.endpoint_url = endpoint_url
         self.region_name = region_name
         self._credentials = (aws_access_key_id, aws_secret_access_key, aws_session_token)
+        register(aws_secret_access_key, aws_session_token, *userinfo(endpoint_url))  # out of every message
         self._max_attempts = max_attempts
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
@@ -243,18 +245,11 @@ class S3Connection(Storage):
         return f"s3://{self.bucket}/{full_key}" if full_key else self.uri
 
     def _scrub(self, message: str) -> str:
-        """Remove secrets from `message`: the secret key and session token (botocore never
-        puts them in errors, but a server message might echo them) and any
-        ``user:password@`` of the endpoint URL (botocore's connection errors quote it)."""
-        if self.endpoint_url:
-            userinfo = urlsplit(self.endpoint_url).netloc.rpartition("@")[0]
-            if userinfo:
-                message = message.replace(userinfo + "@", "")
-                message = message.replace(userinfo, "***")
-        for secret in self._credentials[1:]:
-            if secret:
-                message = message.replace(secret, "***")
-        return message
+        """`message` without secrets (`storage.redact.scrub`): the secret key and session
+        token (botocore never puts them in errors, but a server message might echo them),
+        the endpoint URL's ``user:password`` (botocore's connection errors quote it) and any
+        other secret this process registered."""
+        return scrub(message, [*self._credentials[1:], *userinfo(self.endpoint_url)])
 
     def _error(self, exc: BaseException, op: str, full_key: str | None = None) -> StorageError:
         """Translate a botocore/boto3 exception into the project's error tree."""

@@ -239,17 +239,18 @@ class SparkpointSavepointTrigger(_CatalogWatchTrigger):
         seen = set(known)
         listed = catalog.store.list_dirs(layout.SAVEPOINTS)
         unseen = [name for name in listed if name not in seen and not _below(name, floor)]
-        entries = [e for e in map(catalog.savepoint_entry, unseen) if e is not None and e.metadata is not None]
+        # Each kept as its summary once read: one savepoint's file list in memory at a time.
+        entries = [e.slim() for e in map(catalog.savepoint_entry, unseen) if e is not None and e.valid]
         if cursor is not None and not entries:
             return cursor  # nothing new completed: no metadata of a seen savepoint read
-        entries.sort(key=lambda e: (e.metadata.created_at if e.metadata else 0.0, e.id))
+        entries.sort(key=lambda e: (e.created_at, e.id))
         fresh = [e.key.rsplit("/", 1)[-1] for e in entries]
         present = set(listed)
         kept, floor = _trim([n for n in known if n in present] + fresh, floor)
-        details = {e.key.rsplit("/", 1)[-1]: {"savepoint": e.uri, "generation": e.metadata.generation,
-                                              "batch": e.metadata.batch_id, "checkpoint_id": e.id,
-                                              "created_at": e.metadata.created_at}
-                   for e in entries if e.metadata is not None}
+        details = {e.key.rsplit("/", 1)[-1]: {"savepoint": e.uri, "generation": e.summary.generation,
+                                              "batch": e.summary.batch_id, "checkpoint_id": e.id,
+                                              "created_at": e.summary.created_at}
+                   for e in entries if e.summary is not None}
         return {"known": kept, "floor": floor, "fresh": fresh, "details": details}
 
     def cursor_of(self, position: dict[str, Any]) -> dict[str, Any]:

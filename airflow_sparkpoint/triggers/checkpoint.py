@@ -64,7 +64,7 @@ from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.control import REQUEST_ID_RE, ControlChannel, ControlResult
 from airflow_sparkpoint.exceptions import ConfigError, ControlError, StorageError
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
-from airflow_sparkpoint.storage import Storage, open_storage
+from airflow_sparkpoint.storage import Storage, open_storage, redact
 from airflow_sparkpoint.triggers.conditions import (
     CheckpointCondition,
     Observation,
@@ -413,7 +413,9 @@ class SparkpointCheckpointTrigger(BaseTrigger):
 
 
 def _error(message: str, *, reason: str = "failed") -> dict[str, Any]:
-    return {"status": "error", "message": message, "reason": reason}
+    """An error event; its message scrubbed (`storage.redact`: the credentials the
+    trigger's hook resolved are registered there)."""
+    return {"status": "error", "message": redact.scrub(message), "reason": reason}
 
 
 def check_event(event: Any, *, required: Sequence[str]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.history import (
+    SnapshotRecord,
     generation_alive,
     iso,
     live_status,
@@ -196,23 +197,46 @@ class Outcome:
         return self.error is not None
 
 
-def _matches(catalog: Catalog, cond: CheckpointCondition) -> list[tuple[str, SnapshotMetadata]]:
-    """(uri, metadata) of every valid snapshot passing the filters, newest first."""
-    records = snapshot_records(catalog, cond.kind, drills=False)
-    snapshots = [(r.uri, r.metadata) for r in records if r.metadata is not None]
+def _matches(catalog: Catalog, cond: CheckpointCondition) -> list[tuple[str, Snapshot]]:
+    """(uri, figures) of every valid snapshot passing the filters, newest first (the
+    figures of a listing, `snapshot_records`: never every snapshot's files at once)."""
     result = []
-    for uri, meta in snapshots:
+    for record in snapshot_records(catalog, cond.kind, drills=False):
+        meta = _Figures.of(record)
+        if meta is None:
+            continue
         if cond.after_checkpoint_id is not None and meta.id <= cond.after_checkpoint_id:
             continue
         if cond.after_time is not None and meta.created_at <= cond.after_time:
             continue
         if cond.generation is not None and meta.generation != cond.generation:
             continue
-        result.append((uri, meta))
+        result.append((record.uri, meta))
     return sorted(result, key=lambda pair: (pair[1].created_at, pair[1].id), reverse=True)
 
 
-def _payload(cond: CheckpointCondition, uri: str, meta: SnapshotMetadata, count: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Figures:
+    """What a condition reads of a valid snapshot (the fields of its metadata it names)."""
+
+    id: int
+    generation: int
+    batch_id: int
+    created_at: float
+    source_checkpoint: int | None
+
+    @classmethod
+    def of(cls, record: SnapshotRecord) -> _Figures | None:
+        if not record.valid or record.generation is None or record.batch_id is None or record.created_at is None:
+            return None
+        return cls(record.id, record.generation, record.batch_id, record.created_at, record.source_checkpoint)
+
+
+#: a matching snapshot's figures: `_Figures`, or its `SnapshotMetadata` (same fields)
+Snapshot = _Figures | SnapshotMetadata
+
+
+def _payload(cond: CheckpointCondition, uri: str, meta: Snapshot, count: int) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "kind": cond.kind,
         "job": cond.job_name,
@@ -238,7 +262,7 @@ class Observation:
 
     current: int
     status: JobStatus | None
-    matches: tuple[tuple[str, SnapshotMetadata], ...]
+    matches: tuple[tuple[str, Snapshot], ...]
 
 
 def observe(catalog: Catalog, cond: CheckpointCondition,

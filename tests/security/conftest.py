@@ -4,4 +4,5 @@ from __future__ import annotations
 
 from tests.servers import package_fixtures
 
-spark, s3_server, seaweedfs_server = package_fixtures("spark", "s3_server", "seaweedfs_server")
+spark, s3_server, s3_server_process, seaweedfs_server = package_fixtures(
+    "spark", "s3_server", "s3_server_process", "seaweedfs_server")

@@ -12,7 +12,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.counters import read_counters
-from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
+from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata
 from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 from airflow_sparkpoint.checkpoints.run_result import result_key
 from airflow_sparkpoint.checkpoints.verification import read_verification, verification_key
@@ -75,9 +75,25 @@ def test_a_savepoint_whose_metadata_is_over_the_limit_is_refused(
     assert not any(info.key.endswith(f"/{layout.METADATA}") for info in catalog.store.list(layout.SAVEPOINTS))
 
 
-def test_the_metadata_limit_is_far_above_a_big_job() -> None:
-    # A file reference is ~250 bytes of JSON: a million files must fit.
-    assert layout.RECORD_MAX_BYTES[layout.METADATA] >= 1_000_000 * 250
+def big_job_metadata(files: int) -> bytes:
+    """The ``_metadata`` of a RocksDB job with `files` SST files (names as Spark writes them)."""
+    import uuid
+
+    refs = []
+    for i in range(files):
+        path = f"state/{i % 4}/{i // 4 % 200}/SSTs/{i:06d}-{uuid.UUID(int=i)}.sst"
+        refs.append(FileRef(path, f"shared/{path}~{i:016x}", 64 << 20, f"{i:064x}", 1_790_000_000_123_456_789))
+    return SnapshotMetadata("checkpoint", 12345, "orders", 42, 987654, 1.79e9, tuple(refs)).to_bytes()
+
+
+def test_the_metadata_limits_admit_a_big_job_and_refuse_what_no_reader_can_hold() -> None:
+    # A big job has tens of thousands of files (200 partitions x 4 operators x ~60 files):
+    # written and read back. Twice that is refused at write time, never left unreadable.
+    data = big_job_metadata(60_000)
+    layout.check_metadata_size(data, "chk-1/_metadata")
+    assert len(SnapshotMetadata.from_bytes(data).files) == 60_000
+    with pytest.raises(CatalogError, match="limit"):
+        layout.check_metadata_size(big_job_metadata(120_000), "chk-1/_metadata")
 
 
 @pytest.mark.parametrize("key", [

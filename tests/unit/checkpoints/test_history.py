@@ -263,7 +263,7 @@ def test_latest_completed_skips_superseded_checkpoints(catalog: Catalog, monkeyp
     entries = catalog.list_checkpoints()
     marked = [SnapshotEntry(e.kind, e.id, e.uri, e.key, e.metadata, e.error,
                             superseded_by=2 if e.id == abandoned.id else None) for e in entries]
-    monkeypatch.setattr(catalog, "list_checkpoints", lambda: marked)
+    monkeypatch.setattr(catalog, "list_checkpoints", lambda **_: marked)
     history = load_history(catalog)
     assert history.latest_completed is not None and history.latest_completed.id == old.id
     assert [r.status for r in history.checkpoints] == ["superseded", "valid"]

@@ -51,10 +51,13 @@ class FakeSink:
 
 
 def snapshot_at(root: Path, batch: int) -> Any:
-    files = [SimpleNamespace(path=f"offsets/{batch}", key=f"k/offsets/{batch}")]
-    store = SimpleNamespace(get=lambda key: (root / "offsets" / key.rsplit("/", 1)[1]).read_bytes())
-    return SimpleNamespace(uri="file:///chk-1", metadata=SimpleNamespace(batch_id=batch, files=files),
-                           files_store=store)
+    from airflow_sparkpoint.checkpoints import FileRef, SnapshotHandle
+    from airflow_sparkpoint.storage import LocalStorage
+
+    offsets = root / "offsets" / str(batch)
+    files = [FileRef(f"offsets/{batch}", f"offsets/{batch}", offsets.stat().st_size, "0" * 64)]
+    return SnapshotHandle("file:///chk-1", SimpleNamespace(batch_id=batch, files=files),  # type: ignore[arg-type]
+                          LocalStorage(str(root)))
 
 
 def test_a_record_holds_the_offsets_the_previous_hash_and_the_file_source_entries(tmp_path: Path) -> None:
