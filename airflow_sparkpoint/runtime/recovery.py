@@ -138,9 +138,11 @@ def recover_transactions(
             summary["kept"].append(record.batch_id)
     for settlement in settle_all(catalog, to_commit, lambda _r: sink, confirmed=True, fence=fence, recorded=recorded):
         summary["committed"].append(settlement.record.batch_id)
-    keep = {r.txn_id for r in still_pending}
+    # Staged data no record names is garbage; what a record names now (read again: a
+    # newer generation may have recorded meanwhile) and any newer generation's is not ours.
+    keep = {r.txn_id for r in still_pending} | {r.txn_id for r in catalog.transactions()}
     fence.check()
-    removed = sink.cleanup_orphans(catalog.job, keep)
+    removed = sink.cleanup_orphans(catalog.job, keep, upto_generation=generation)
     if removed:
         log.info("removed %d orphaned staged item(s) of job %s", removed, catalog.job)
     return still_pending, summary

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from airflow_sparkpoint.checkpoints.layout import txn_id
+from airflow_sparkpoint.checkpoints.layout import parse_txn_id, txn_id
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, SinkError
 
@@ -191,8 +191,9 @@ class Sink(abc.ABC):
         is written), or None when it can."""
         return None if self.can_rewind else f"{type(self).__name__} cannot be rewound"
 
-    def cleanup_orphans(self, job: str, keep: set[str]) -> int:
-        """Delete staged data of `job` whose transaction id is not in `keep`; return a count."""
+    def cleanup_orphans(self, job: str, keep: set[str], *, upto_generation: int | None = None) -> int:
+        """Delete staged data of `job` whose transaction id is not in `keep` (`is_orphan`:
+        never a generation newer than `upto_generation`, the caller's); return a count."""
         return 0
 
     def committed_txn(self, job: str, batch_id: int) -> CommittedTxn | None:
@@ -212,6 +213,20 @@ class Sink(abc.ABC):
         :raises SinkError: the sink cannot be read.
         """
         return None
+
+
+def is_orphan(txn: str, keep: set[str], upto_generation: int | None) -> bool:
+    """Whether staged data of transaction `txn` is the caller's to clean up: not in
+    `keep`, and not staged by a generation newer than `upto_generation` (a newer
+    generation's staging is never an older one's to settle, whatever it knows: the
+    `Fence.admits` rule; a stalled recovery met it in the simulation)."""
+    if txn in keep:
+        return False
+    if upto_generation is not None:
+        parsed = parse_txn_id(txn)
+        if parsed is not None and parsed[2] > upto_generation:
+            return False
+    return True
 
 
 def column_names(owner: str, name: str, value: Any) -> list[str]:

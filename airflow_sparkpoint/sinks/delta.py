@@ -35,7 +35,14 @@ from airflow_sparkpoint.exceptions import (
 from airflow_sparkpoint.sinks import _claims, _delta_schema, _delta_txn, spark_compat
 from airflow_sparkpoint.sinks._delta_location import STAGING, table_location
 from airflow_sparkpoint.sinks._delta_location import import_deltalake as _import_deltalake
-from airflow_sparkpoint.sinks.base import CommitOutcome, CommittedTxn, Sink, StageContext, column_names
+from airflow_sparkpoint.sinks.base import (
+    CommitOutcome,
+    CommittedTxn,
+    Sink,
+    StageContext,
+    column_names,
+    is_orphan,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -476,10 +483,10 @@ class DeltaSink(Sink):
         table = self._table()
         return None if table is None else table.transaction_version(job)
 
-    def cleanup_orphans(self, job: str, keep: set[str]) -> int:
+    def cleanup_orphans(self, job: str, keep: set[str], *, upto_generation: int | None = None) -> int:
         root = f"{STAGING}/{job}"
         names = self.location.list_dirs(root)
-        candidates = [n for n in names if n not in keep]
+        candidates = [n for n in names if is_orphan(n, keep, upto_generation)]
         if not candidates:
             return 0
         table = self._table()

@@ -50,7 +50,7 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.sinks import _claims as claims
 from airflow_sparkpoint.sinks import _manifests as manifests
-from airflow_sparkpoint.sinks.base import CommitOutcome, StageContext, checked_bucket, column_names
+from airflow_sparkpoint.sinks.base import CommitOutcome, StageContext, checked_bucket, column_names, is_orphan
 from airflow_sparkpoint.storage import LocalStorage, Storage, split_uri
 from airflow_sparkpoint.storage.paths import confine
 
@@ -483,13 +483,13 @@ class DirectorySink(claims.FileSink):
                 found.append(name)
         return found
 
-    def cleanup_orphans(self, job: str, keep: set[str]) -> int:
+    def cleanup_orphans(self, job: str, keep: set[str], *, upto_generation: int | None = None) -> int:
         """Settle the staging areas of `job` whose transaction is not in `keep`: one that
         holds its batch's claim is finished (its record was cleaned up before its promotion
         was), every other one is deleted. Returns how many were deleted."""
         removed = 0
         for txn in self.staged_transactions(job):
-            if txn in keep:
+            if not is_orphan(txn, keep, upto_generation):
                 continue
             if claims.settle_orphan(self, txn) == "committed":
                 log.warning("finished the claimed promotion of %s in %s (its record was gone)", txn, self.uri)

@@ -58,7 +58,7 @@ from airflow_sparkpoint.sinks._s3_stage import (
     choose_part_size,
     stage_partition,
 )
-from airflow_sparkpoint.sinks.base import CommitOutcome, StageContext, checked_bucket
+from airflow_sparkpoint.sinks.base import CommitOutcome, StageContext, checked_bucket, is_orphan
 from airflow_sparkpoint.storage import split_uri
 from airflow_sparkpoint.storage.paths import confine
 
@@ -458,14 +458,14 @@ class S3Sink(claims.FileSink):
             (key, upload_id) for _txn, key, upload_id in self.pending_uploads(job, txn) if (key, upload_id) not in keep
         ])
 
-    def cleanup_orphans(self, job: str, keep: set[str]) -> int:
+    def cleanup_orphans(self, job: str, keep: set[str], *, upto_generation: int | None = None) -> int:
         """Settle the pending uploads of `job` under the prefix whose transaction is not in
         `keep`: a transaction that holds its batch's claim is finished (its record was
         cleaned up before its promotion was), every other one is aborted. Returns how many
         uploads were aborted."""
         listed: dict[str, list[dict[str, str]]] = {}
         for txn, key, upload_id in self.pending_uploads(job):
-            if txn not in keep:
+            if is_orphan(txn, keep, upto_generation):
                 listed.setdefault(txn, []).append({"key": key, "upload_id": upload_id})
         txns = sorted(listed)
         if not txns:

@@ -106,3 +106,18 @@ def test_item_6_savepoint_retention_beside_a_restore_of_a_savepoint() -> None:
         [Pause("a3", ("put_if_absent sim/lineage/",), "a4", ("list sim/lineage/",)),
          Pause("a3", ("put_if_absent sim/chk-",), crash=True)],
         options=[4]))  # the older of the two savepoints (retention keeps the newest)
+
+
+def test_a_stalled_recovery_never_cleans_up_a_newer_generations_staging() -> None:
+    """Found by the family `savepoint_retention_races`: "a retry with restore=latest after
+    this schedule did not resume the job: SinkError: transaction sim-b0-g2 was aborted".
+    a0's start stalled in its recovery's clean-up of staged data no record names (its
+    fence check had passed); a1 started, staged and recorded batch 0 (external mode) and
+    checkpointed it; a0's clean-up then went on, took a1's staging for an orphan, decided
+    its abort and deleted it: a1's confirmed batch 0 was lost. Fixed: the clean-up keeps
+    everything recorded when it runs and never touches a newer generation's staging."""
+    schedule = Schedule("directory", 4, (
+        _driver(budget=3, num_retained=6),
+        _driver(budget=1, num_retained=6, commit_mode="external"),
+    ))
+    run_schedule(schedule, ScriptedChooser([Pause("a0", ("sink.cleanup_orphans",), "a1")]))
