@@ -277,7 +277,7 @@ def _decided_position(plan: RestorePlan, sink: Sink, catalog: Catalog, job: str,
     for record in catalog.transactions():
         if record.job != job or record.batch_id <= restart or (record.batch_id, record.generation) in confirmed:
             continue
-        if (position is None or record.batch_id > position) and sink.promotion_decided(record):
+        if (position is None or record.batch_id > position) and sink.decision(record) == "promote":
             position = record.batch_id
     return position
 

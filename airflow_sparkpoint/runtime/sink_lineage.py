@@ -12,8 +12,9 @@ before it commits anything, so it is enough to look at:
    an older snapshot, a rewind, a stalled driver of an abandoned lineage);
 2. every batch of the snapshot after j: it must be pending in the snapshot (else the
    lineage committed it and the sink no longer holds it: another lineage rewound it);
-3. every pending transaction of the snapshot after j: its record must still be there (a
-   later recovery of another lineage aborted it otherwise, and its output is gone);
+3. every pending transaction of the snapshot after j: its record must still be there and
+   its abort not decided (a later recovery of another lineage aborted it otherwise, and
+   its output is gone; the decision comes first, and stands);
 4. every pending transaction at or below j: the sink must hold exactly it (the commit
    step committed it since).
 
@@ -96,11 +97,17 @@ def divergence(snapshot: SnapshotHandle | None, sink: Sink, catalog: Catalog, jo
         if owner is not None and batch not in pending:
             return Divergence("behind", batch, txn_id(job, batch, owner))
     recorded = catalog.transaction_keys() if own_root else None
+    first = True
     for batch, record in sorted(pending.items()):
         if batch > top:
             if recorded is not None and (batch, record.generation) not in recorded and not sink.is_committed(record):
                 # settled since: committed and then undone by another lineage's rewind, or aborted
                 return Divergence("behind" if sink.was_committed(record) else "aborted", batch, record.txn_id)
+            # Aborted, its record not yet deleted: an abort decides before it deletes, and
+            # aborts go in batch order (every settler's), so the first one tells.
+            if first and sink.decision(record) == "abort":
+                return Divergence("aborted", batch, record.txn_id)
+            first = False
         elif batch < top:
             held = _held(sink, job, batch)
             if held is not None and held.generation is not None and held.generation != record.generation:

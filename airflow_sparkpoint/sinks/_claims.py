@@ -136,8 +136,8 @@ class FileSink(Sink):
     def is_committed(self, record: TransactionRecord) -> bool:
         return is_committed(self._storage(), record)
 
-    def promotion_decided(self, record: TransactionRecord) -> bool:
-        return decided(self._storage(), record) == PROMOTE
+    def decision(self, record: TransactionRecord) -> str | None:
+        return decided(self._storage(), record)
 
     def committed_position(self, job: str) -> int | None:
         return manifests.committed_position(self._storage(), job)

@@ -76,7 +76,7 @@ class CommitOutcome:
 
 #: what a commit step calls on a sink it rebuilt from a transaction record: a subclass
 #: that overrides one of them cannot be settled by the class registered under its kind
-SETTLE_METHODS = ("configure", "commit", "is_committed", "promotion_decided", "was_committed", "abort", "committed_position", "rewind",
+SETTLE_METHODS = ("configure", "commit", "is_committed", "decision", "was_committed", "abort", "committed_position", "rewind",
                   "rewind_problem", "cleanup_orphans", "committed_txn", "replay_record")
 
 
@@ -155,10 +155,11 @@ class Sink(abc.ABC):
     def is_committed(self, record: TransactionRecord) -> bool:
         """Whether the transaction has landed, read from the sink itself."""
 
-    def promotion_decided(self, record: TransactionRecord) -> bool:
-        """Whether the transaction's committer decided to promote it: it holds its batch's
-        commit or will (an abort finishes it instead); reads only."""
-        return self.is_committed(record)
+    def decision(self, record: TransactionRecord) -> str | None:
+        """The decision that stands for the transaction: ``promote`` (it holds its batch's
+        commit or will: an abort finishes it instead), ``abort`` (it never will), or None
+        (undecided); reads only."""
+        return "promote" if self.is_committed(record) else None
 
     def was_committed(self, record: TransactionRecord) -> bool:
         """Whether the transaction landed at some time, even if a rewind undid it since

@@ -177,8 +177,8 @@ class DeltaSink(Sink):
         table = self._table()
         return table is not None and self._landed(table, record) is _OURS
 
-    def promotion_decided(self, record: TransactionRecord) -> bool:
-        return _claims.decided(self.location.store(), record) == _claims.PROMOTE
+    def decision(self, record: TransactionRecord) -> str | None:
+        return _claims.decided(self.location.store(), record)
 
     def was_committed(self, record: TransactionRecord) -> bool:
         table = self._table()

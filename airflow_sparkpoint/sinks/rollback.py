@@ -122,13 +122,18 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
         raise ConfigError(f"generation {generation} of job {catalog.job!r} was never claimed (the newest is "
                           f"{current}); see `sparkpoint history`")
     if generation < current:
-        continued = [entry for entry in catalog.list_checkpoints()
-                     if entry.restorable and entry.metadata is not None and entry.metadata.generation == generation]
+        # A newer run continues the lineage when a restorable checkpoint is the generation's
+        # own, or confirms one of its transactions (a retry restored its checkpoint).
+        continued = [meta for meta in (e.metadata for e in catalog.list_checkpoints() if e.restorable)
+                     if meta is not None and (meta.generation == generation
+                                              or any(t.generation == generation for t in meta.transactions))]
         if continued:
             raise RestoreError(
-                f"generation {generation} of job {catalog.job!r} is not the newest ({current}) and its checkpoint "
-                f"{continued[0].uri} is still restorable: a newer run continues its lineage. Roll back the newest "
-                f"generation instead (see `sparkpoint history`); nothing was aborted"
+                f"generation {generation} of job {catalog.job!r} is not the newest ({current}) and checkpoint "
+                f"{catalog.checkpoint_uri(continued[0].id)} (generation {continued[0].generation}) still restores "
+                "its lineage: a "
+                "newer run continues it. Roll back the newest generation instead (see `sparkpoint history`); nothing "
+                "was aborted"
             )
         return Fence.observed(catalog)
     claim = catalog.claim_generation({"rollback_of": generation, "plan": f"rollback of generation {generation}"})

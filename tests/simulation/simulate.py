@@ -30,6 +30,7 @@ from airflow_sparkpoint.exceptions import (
     JobAlreadyRunning,
     RestoreError,
     SinkAheadError,
+    SinkLineageError,
 )
 from tests.simulation import actors
 from tests.simulation.actors import DriverSpec
@@ -128,6 +129,8 @@ def run_schedule(schedule: Schedule, chooser: Chooser, *, max_steps: int = 1500,
             final = scheduler.spawn("final-driver", lambda: actors.driver(
                 world, DriverSpec(budget=schedule.inputs + 1), "final-driver"))
             scheduler.run()
+            if isinstance(final.error, SinkLineageError) and world.repair_allowed:
+                final = _repair(world, scheduler, schedule)
             if final.error is not None or final.crashed:
                 _fail(schedule, scheduler, "a retry with restore=latest after this schedule did not resume the job: "
                                            f"{type(final.error).__name__}: {final.error}")
@@ -228,7 +231,11 @@ def _check_refused(world: World, scheduler: Scheduler, schedule: Schedule, name:
     origin on, and what its recovery did before the refusal is that lineage's; the end
     of the schedule checks that the job resumes exactly."""
     writes = world.writes.by_actor.get(name, [])
-    if type(error) is SinkAheadError and any(w.startswith(f"store:put_if_absent {JOB}/lineage/") for w in writes):
+    past_origin = any(w.startswith(f"store:put_if_absent {JOB}/lineage/") for w in writes)
+    if past_origin and type(error) is SinkAheadError:
+        return
+    if past_origin and _aborted_after_claim(world, name, error):
+        world.repair_allowed = True  # the lineage it started is refused until a person restores another point
         return
     wrote = [w for w in writes if not w.startswith(REFUSED_MAY_WRITE)]
     if wrote:
@@ -242,6 +249,42 @@ def _check_checkpoints(world: World, scheduler: Scheduler, schedule: Schedule) -
     for entry in catalog.list_checkpoints():
         if entry.metadata is None and entry.error and "referenced file" in entry.error:
             _fail(schedule, scheduler, f"completed checkpoint {entry.uri} lost a file: {entry.error}")
+
+
+def _repair(world: World, scheduler: Scheduler, schedule: Schedule) -> Any:
+    """What the refusal tells a person to do: restore a snapshot of the lineage the sink
+    holds, by path; the snapshots are tried newest first until one starts, and then the
+    job is resumed as a retry would. Returns the last driver's actor."""
+    candidates = list(reversed(actors._snapshots(world)))
+    actor = None
+    for index, uri in enumerate(candidates):
+        name = f"repair-{index}"
+        spec = DriverSpec(restore=uri, budget=schedule.inputs + 1)
+        actor = scheduler.spawn(name, lambda spec=spec, name=name: actors.driver(world, spec, name))
+        scheduler.run()
+        if actor.error is None and not actor.crashed:
+            break
+    if actor is None or actor.error is not None:
+        return actor
+    resumed = scheduler.spawn("repaired-driver", lambda: actors.driver(
+        world, DriverSpec(budget=schedule.inputs + 1), "repaired-driver"))
+    scheduler.run()
+    return resumed
+
+
+def _aborted_after_claim(world: World, name: str, error: BaseException) -> bool:
+    """Whether `error` refuses `name`'s start because a confirmed transaction of its
+    restart point was aborted *after* `name` claimed its generation: by an actor fenced
+    then, in the one act its fence check allowed (docs/PROTOCOL.md, "The windows left")."""
+    import re
+
+    found = re.search(r"transaction (\S+) \(batch \d+\), which .* was aborted since", str(error))
+    if not isinstance(error, SinkLineageError) or found is None:
+        return False
+    claim = world.writes.index(name, f"store:put_if_absent {JOB}/generations/")
+    decided = next((i for i, (_a, w) in enumerate(world.writes.ordered)
+                    if w.startswith("sink:put_if_absent _sparkpoint/decisions/") and found.group(1) in w), None)
+    return claim is not None and decided is not None and decided > claim
 
 
 def _check_end(world: World, scheduler: Scheduler, schedule: Schedule) -> None:

@@ -41,10 +41,17 @@ class Writes:
     nothing"."""
 
     by_actor: dict[str, list[str]] = field(default_factory=dict)
+    #: every write in order: (actor, what)
+    ordered: list[tuple[str, str]] = field(default_factory=list)
 
     def note(self, actor: str | None, what: str) -> None:
         if actor is not None:
             self.by_actor.setdefault(actor, []).append(what)
+            self.ordered.append((actor, what))
+
+    def index(self, actor: str, prefix: str) -> int | None:
+        """The position of `actor`'s first write starting with `prefix`, or None."""
+        return next((i for i, (a, w) in enumerate(self.ordered) if a == actor and w.startswith(prefix)), None)
 
 
 class World:
@@ -65,6 +72,9 @@ class World:
             handle.write("outside every root\n")
         self.inputs = write_inputs(os.path.join(self.tmp, "input"), inputs)
         self.writes = Writes()
+        #: a start was refused after its origin in the documented window: the end may need
+        #: a person's restore of another snapshot (`simulate._repair`)
+        self.repair_allowed = False
 
     # -- the places ----------------------------------------------------------------------
 
@@ -153,6 +163,7 @@ class World:
             return False
 
         def run_batch(spark: Any, df: Any, output_mode: str, live_root: str, batch: int) -> None:
+            df.live = live_root  # the replay runs during the start, before the query does
             df.replay(batch)
 
         threads = types.SimpleNamespace(Thread=InlineThread, Event=threading.Event, Lock=threading.Lock)
