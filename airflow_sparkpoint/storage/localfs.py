@@ -1,0 +1,647 @@
+"""Every local filesystem operation on a place Sparkpoint shares with others (issue #46).
+
+A sink's output location, the work directory with its live locations and a local store
+can be written by someone else: whoever can write there can replace any entry with a
+symbolic link to anywhere, a FIFO or a sparse file of any size. So below a root no path
+is resolved by the kernel: a `Dir` is an open directory descriptor, and every path below
+it is reached from that descriptor one component at a time with ``O_NOFOLLOW`` (a link
+anywhere on the way is refused, never followed). Files are opened with ``O_NOFOLLOW |
+O_NONBLOCK`` and checked on the open descriptor to be regular files before any read (a
+FIFO cannot block the reader, nothing can change between check and read); reads are
+bounded. Deletes work from descriptors too (a link met inside a tree is unlinked, never
+descended), renames and hard links take both ends as descriptors of Sparkpoint's own
+directories, writes are a temp file renamed over the name.
+
+The root itself is the operator's choice: a configured path (a store root, a sink's
+location, ``workDir``) is opened as given, links in it included (a mount point, a
+``/data`` link to a larger disk). A root derived from another (``<dir>/<job>/live``) is
+opened below its anchor without following (`Dir.open`'s `anchor`).
+
+Nothing outside this module calls ``shutil.rmtree``, ``os.replace``, ``os.listdir`` and
+their kind on such a place: ``scripts/check_local_fs.py`` (in ``make lint``) keeps it so.
+
+Errors: a missing entry is the `OSError` the system reports (`FileNotFoundError`,
+`NotADirectoryError`); a link, a non-regular file or a path that climbs out is
+`InvalidPath` naming the path; a read over its limit is `ObjectTooLarge` naming it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import uuid
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import BinaryIO
+
+from airflow_sparkpoint.exceptions import InvalidPath, ObjectTooLarge
+
+__all__ = ["TMP_MARK", "Dir", "open_path", "parts", "remove_tree_at"]
+
+#: the mark of a temp file this module writes (readers of a directory skip such names)
+TMP_MARK = ".sparkpoint-tmp-"
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_CHUNK = 1024 * 1024
+
+
+def parts(rel: str) -> list[str]:
+    """The components of `rel`, a relative ``/``-separated path (``""`` and ``.`` are the
+    directory itself; empty and ``.`` segments are dropped).
+
+    :raises InvalidPath: `rel` is absolute, has a ``..`` segment or a NUL.
+    """
+    if rel.startswith("/") or "\x00" in rel:
+        raise InvalidPath(f"path {rel!r} is absolute or has a NUL; expected a relative path")
+    found = [part for part in rel.split("/") if part not in ("", ".")]
+    if ".." in found:
+        raise InvalidPath(f"path {rel!r} climbs out with '..'; expected a path inside its directory")
+    return found
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+class Dir:
+    """An open directory of Sparkpoint's; every path below it is reached from its
+    descriptor without following a link. Close it (or use it as a context manager)."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd = fd
+        #: the directory's path, for messages only (never used to reach a file)
+        self.path = path
+
+    # -- opening ------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str, *, create: bool = False, anchor: str | None = None) -> Dir:
+        """The directory at `path` (absolute). The path up to `anchor` (default: `path`
+        itself: a configured root) is resolved by the system; every component after it
+        is opened without following a link.
+
+        :raises FileNotFoundError: it does not exist (and not `create`).
+        :raises InvalidPath: a component after `anchor` is a symbolic link.
+        """
+        path = os.path.abspath(path)
+        base = os.path.abspath(anchor) if anchor is not None else path
+        rel = os.path.relpath(path, base)
+        if rel == ".." or rel.startswith("../"):
+            raise InvalidPath(f"{path} is not below {base}")
+        if create:
+            os.makedirs(base, exist_ok=True)
+        top = cls(os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), base)
+        if rel == ".":
+            return top
+        try:
+            return top.sub(rel.replace(os.sep, "/"), create=create)
+        finally:
+            top.close()
+
+    def sub(self, rel: str, *, create: bool = False) -> Dir:
+        """The directory `rel` below this one (created with its parents when `create`).
+
+        :raises FileNotFoundError: or `NotADirectoryError`: it is missing or a file.
+        :raises InvalidPath: a component is a symbolic link.
+        """
+        names = parts(rel)
+        return Dir(self._walk(names, create), self._join(names))
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            _close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> Dir:  # noqa: PYI034 - not subclassed
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Dir({self.path!r})"
+
+    def _join(self, names: list[str]) -> str:
+        return "/".join([self.path.rstrip("/") or "", *names]) if names else self.path
+
+    def _refused(self, exc: OSError, names: list[str]) -> BaseException:
+        """`exc` from opening `names` without following: a link is `InvalidPath`."""
+        if exc.errno == errno.ELOOP:
+            return InvalidPath(f"{self._join(names)} is a symbolic link; Sparkpoint follows no link in {self.path}")
+        return exc
+
+    def _walk(self, names: list[str], create: bool) -> int:
+        """A new descriptor of the directory `names` below this one (the caller closes it)."""
+        fd = os.dup(self.fd)
+        for index, name in enumerate(names):
+            try:
+                try:
+                    child = os.open(name, _DIR, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    try:
+                        os.mkdir(name, 0o777, dir_fd=fd)
+                    except FileExistsError:
+                        pass  # made meanwhile (or a link planted meanwhile: the open refuses it)
+                    child = os.open(name, _DIR, dir_fd=fd)
+            except OSError as exc:
+                _close(fd)
+                raise self._refused(exc, names[:index + 1]) from None
+            _close(fd)
+            fd = child
+        return fd
+
+    def _parent(self, rel: str, create: bool = False) -> tuple[int, str, list[str]]:
+        """(a new descriptor of the parent of `rel`, its last component, all components).
+
+        :raises InvalidPath: `rel` names this directory itself, or climbs out.
+        """
+        names = parts(rel)
+        if not names:
+            raise InvalidPath(f"{rel!r} names the directory {self.path} itself; expected a path below it")
+        return self._walk(names[:-1], create), names[-1], names
+
+    # -- reading ------------------------------------------------------------------
+
+    def _open_regular(self, dir_fd: int, name: str, names: list[str]) -> tuple[int, os.stat_result]:
+        try:
+            fd = os.open(name, _READ, dir_fd=dir_fd)
+        except OSError as exc:
+            raise self._refused(exc, names) from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            _close(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a directory", self._join(names))
+            raise InvalidPath(f"{self._join(names)} is not a regular file (a FIFO, socket or device); "
+                              "Sparkpoint reads regular files only")
+        return fd, st
+
+    def open_file(self, rel: str) -> tuple[BinaryIO, os.stat_result]:
+        """The regular file `rel` open for reading, and its status (of the open file).
+
+        :raises FileNotFoundError: it is missing.
+        :raises InvalidPath: it or a directory on its way is a link, or it is not a
+            regular file.
+        """
+        dir_fd, name, names = self._parent(rel)
+        try:
+            fd, st = self._open_regular(dir_fd, name, names)
+        finally:
+            _close(dir_fd)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), st
+
+    def read(self, rel: str, max_bytes: int) -> bytes:
+        """The bytes of the regular file `rel`, read in chunks.
+
+        :raises ObjectTooLarge: it holds more than `max_bytes` (treated as corrupt).
+        :raises FileNotFoundError: it is missing.
+        :raises InvalidPath: see `open_file`.
+        """
+        handle, st = self.open_file(rel)
+        with handle:
+            where = self._join(parts(rel))
+            if st.st_size > max_bytes:
+                raise ObjectTooLarge(f"{where} is {st.st_size} bytes, over the limit of {max_bytes} bytes for "
+                                     "its kind of file; treated as corrupt")
+            chunks = []
+            total = 0
+            while chunk := handle.read(min(_CHUNK, max_bytes + 1 - total)):
+                chunks.append(chunk)
+                total += len(chunk)
+                if total > max_bytes:  # grew since the fstat
+                    raise ObjectTooLarge(f"{where} grew past the limit of {max_bytes} bytes while it was read; "
+                                         "treated as corrupt")
+            return b"".join(chunks)
+
+    def read_text(self, rel: str, max_bytes: int) -> str | None:
+        """`read` decoded as UTF-8, or None when `rel` (or a directory on its way) is missing."""
+        try:
+            return self.read(rel, max_bytes).decode("utf-8")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def stat(self, rel: str) -> os.stat_result | None:
+        """The status of `rel` itself (a link is reported as a link), or None when it or
+        a directory on its way is missing.
+
+        :raises InvalidPath: a directory on its way is a link.
+        """
+        try:
+            dir_fd, name, _names = self._parent(rel)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        finally:
+            _close(dir_fd)
+
+    def is_file(self, rel: str) -> bool:
+        """Whether `rel` is a regular file (False behind a link or when missing)."""
+        try:
+            st = self.stat(rel)
+        except InvalidPath:
+            return False
+        return st is not None and stat.S_ISREG(st.st_mode)
+
+    def is_dir(self, rel: str) -> bool:
+        """Whether `rel` is a directory reached without a link."""
+        try:
+            st = self.stat(rel)
+        except InvalidPath:
+            return False
+        return st is not None and stat.S_ISDIR(st.st_mode)
+
+    def entries(self) -> list[os.DirEntry[str]]:
+        """The entries of this directory (unsorted). An entry's
+        ``is_dir(follow_symlinks=False)``, ``is_file(...)`` and ``stat(...)`` work from this
+        directory's descriptor: use them while it is open."""
+        with os.scandir(self.fd) as found:
+            return list(found)
+
+    def names(self, rel: str = "") -> list[str]:
+        """The names in the directory `rel`, sorted (``[]`` when it is missing).
+
+        :raises InvalidPath: `rel` or a directory on its way is a link.
+        """
+        try:
+            fd = self._walk(parts(rel), False)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        try:
+            return sorted(os.listdir(fd))
+        finally:
+            _close(fd)
+
+    def subdirs(self, rel: str = "") -> list[str]:
+        """The names of the directories (not links) in the directory `rel`, sorted (``[]``
+        when it is missing).
+
+        :raises InvalidPath: `rel` or a directory on its way is a link.
+        """
+        try:
+            with self.sub(rel) as directory:
+                return sorted(e.name for e in directory.entries() if e.is_dir(follow_symlinks=False))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def walk_files(self, rel: str = "", *, skip: Callable[[str], bool] | None = None
+                   ) -> Iterator[tuple[str, os.stat_result]]:
+        """Every regular file below the directory `rel`, as (path relative to `rel`,
+        status), in no particular order; links, FIFOs and the names `skip` accepts (files
+        and directories alike) are left out, a link to a directory is never descended.
+        Nothing when `rel` is missing.
+
+        :raises InvalidPath: `rel` or a directory on its way is a link.
+        """
+        try:
+            top = self._walk(parts(rel), False)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        stack: list[tuple[int, str]] = [(top, "")]
+        try:
+            while stack:
+                fd, prefix = stack.pop()
+                try:
+                    with os.scandir(fd) as found:
+                        listed = list(found)
+                    for entry in listed:
+                        if skip is not None and skip(entry.name):
+                            continue
+                        try:
+                            if entry.is_dir(follow_symlinks=False):
+                                child = os.open(entry.name, _DIR, dir_fd=fd)
+                                stack.append((child, f"{prefix}{entry.name}/"))
+                            elif entry.is_file(follow_symlinks=False):
+                                yield f"{prefix}{entry.name}", entry.stat(follow_symlinks=False)
+                        except (FileNotFoundError, NotADirectoryError):
+                            continue  # deleted meanwhile
+                        except OSError as exc:
+                            if exc.errno != errno.ELOOP:
+                                raise
+                            continue  # a directory replaced by a link meanwhile: not descended
+                finally:
+                    _close(fd)
+        finally:
+            for fd, _prefix in stack:
+                _close(fd)
+
+    # -- writing ------------------------------------------------------------------
+
+    def _write_tmp(self, dir_fd: int, data: bytes | BinaryIO, fsync: bool) -> str:
+        tmp = f"{TMP_MARK}{uuid.uuid4().hex}"
+        fd = os.open(tmp, _CREATE, 0o644, dir_fd=dir_fd)
+        try:
+            if isinstance(data, bytes | bytearray | memoryview):
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            else:
+                _copy(data.fileno(), fd)
+            if fsync:
+                os.fsync(fd)
+        except BaseException:
+            _close(fd)
+            _unlink_quietly(tmp, dir_fd)
+            raise
+        os.close(fd)
+        return tmp
+
+    def write(self, rel: str, data: bytes | BinaryIO, *, fsync: bool = True, sync_dir: bool | None = None,
+              create_dirs: bool = True) -> None:
+        """Write `rel` atomically (a temp file beside it, renamed over it): `data`, or
+        everything an open file (`BinaryIO`) holds from its position on. A link at
+        `rel` is replaced, never followed. With `fsync` the file is synced before the
+        rename, with `sync_dir` (default: `fsync`) its directory after it.
+
+        :raises InvalidPath: a directory on its way is a link.
+        :raises OSError: the write failed (nothing is left behind but the old file).
+        """
+        dir_fd, name, names = self._parent(rel, create_dirs)
+        try:
+            tmp = self._write_tmp(dir_fd, data, fsync)
+            try:
+                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                _unlink_quietly(tmp, dir_fd)
+                raise
+            if fsync if sync_dir is None else sync_dir:
+                os.fsync(dir_fd)
+        except OSError as exc:
+            raise self._refused(exc, names) from None
+        finally:
+            _close(dir_fd)
+
+    def create(self, rel: str, data: bytes) -> None:
+        """Create `rel` with `data` unless a name `rel` exists (a hard link of a synced
+        temp file: atomic across processes on POSIX filesystems).
+
+        :raises FileExistsError: `rel` exists (a link or a file of any kind).
+        :raises InvalidPath: a directory on its way is a link.
+        """
+        dir_fd, name, names = self._parent(rel, True)
+        try:
+            tmp = self._write_tmp(dir_fd, data, True)
+            try:
+                os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+            finally:
+                _unlink_quietly(tmp, dir_fd)
+            os.fsync(dir_fd)
+        except FileExistsError:
+            raise
+        except OSError as exc:
+            raise self._refused(exc, names) from None
+        finally:
+            _close(dir_fd)
+
+    def makedirs(self, rel: str) -> None:
+        """Create the directory `rel` with its parents (existing ones are fine).
+
+        :raises InvalidPath: a component is a link.
+        :raises NotADirectoryError: a component is a file.
+        """
+        _close(self._walk(parts(rel), True))
+
+    def fsync(self, rel: str = "") -> None:
+        """Sync the directory `rel` (a rename or unlink in it is durable); missing is fine."""
+        try:
+            fd = self._walk(parts(rel), False)
+        except (FileNotFoundError, NotADirectoryError, InvalidPath):
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            _close(fd)
+
+    # -- moving -------------------------------------------------------------------
+
+    def rename(self, rel: str, target: Dir, target_rel: str, *, create_dirs: bool = True) -> None:
+        """Rename `rel` to `target_rel` under `target` (another `Dir` of Sparkpoint's, or
+        this one), replacing a file there. Neither end is reached through a link; an
+        entry that is itself a link is moved as the link, never followed.
+
+        :raises FileNotFoundError: `rel` is missing.
+        :raises InvalidPath: a directory on the way of either end is a link.
+        """
+        src_fd, src_name, src_names = self._parent(rel)
+        try:
+            dst_fd, dst_name, dst_names = target._parent(target_rel, create_dirs)
+        except BaseException:
+            _close(src_fd)
+            raise
+        try:
+            os.replace(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+        finally:
+            _close(src_fd)
+            _close(dst_fd)
+        del src_names, dst_names
+
+    def link_to(self, rel: str, target: Dir, target_rel: str) -> os.stat_result | None:
+        """Hard-link the regular file `rel` to `target_rel` under `target`; its status, or
+        None when it is not a regular file reached without a link, or cannot be linked
+        (missing, another filesystem, links not allowed). The new name never holds a link.
+        """
+        try:
+            src_fd, src_name, _names = self._parent(rel)
+        except (OSError, InvalidPath):
+            return None
+        try:
+            dst_fd, dst_name, _dst_names = target._parent(target_rel, True)
+        except (OSError, InvalidPath):
+            _close(src_fd)
+            return None
+        try:
+            st = os.stat(src_name, dir_fd=src_fd, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            os.link(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+            linked = os.stat(dst_name, dir_fd=dst_fd, follow_symlinks=False)
+            if not stat.S_ISREG(linked.st_mode):  # replaced by a link between the check and the link
+                _unlink_quietly(dst_name, dst_fd)
+                return None
+            return linked
+        except OSError:
+            return None
+        finally:
+            _close(src_fd)
+            _close(dst_fd)
+
+    # -- deleting -----------------------------------------------------------------
+
+    def unlink(self, rel: str, *, prune_to: str | None = None) -> bool:
+        """Remove the file (or link) `rel`; whether it was there. With `prune_to` (a
+        directory on `rel`'s way, ``""``: this one), the directories between it and `rel`
+        that are left empty are removed too.
+
+        :raises IsADirectoryError: `rel` is a directory.
+        :raises InvalidPath: a directory on its way is a link.
+        """
+        names = parts(rel)
+        if not names:
+            raise InvalidPath(f"{rel!r} names the directory {self.path} itself; expected a path below it")
+        keep = len(parts(prune_to)) if prune_to is not None else len(names) - 1
+        chain = [os.dup(self.fd)]
+        try:
+            for index, name in enumerate(names[:-1]):
+                try:
+                    chain.append(os.open(name, _DIR, dir_fd=chain[-1]))
+                except (FileNotFoundError, NotADirectoryError):
+                    return False
+                except OSError as exc:
+                    raise self._refused(exc, names[:index + 1]) from None
+            try:
+                os.unlink(names[-1], dir_fd=chain[-1])
+            except (FileNotFoundError, NotADirectoryError):
+                return False
+            except OSError as exc:
+                if exc.errno in (errno.EISDIR, errno.EPERM) and self.is_dir(rel):
+                    raise IsADirectoryError(errno.EISDIR, "is a directory", self._join(names)) from None
+                raise
+            for depth in range(len(names) - 1, keep, -1):
+                try:
+                    os.rmdir(names[depth - 1], dir_fd=chain[depth - 1])
+                except OSError:
+                    break  # not empty (or gone): the ones above are not empty either
+            return True
+        finally:
+            for fd in chain:
+                _close(fd)
+
+    def remove_tree(self, rel: str) -> bool:
+        """Delete `rel` and everything below it, from descriptors: a link met inside is
+        unlinked, never descended; `rel` itself being a link is unlinked. Whether it was
+        there.
+
+        :raises InvalidPath: a directory on the way to `rel` is a link (nothing is deleted).
+        """
+        try:
+            dir_fd, name, names = self._parent(rel)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        try:
+            try:
+                child = os.open(name, _DIR, dir_fd=dir_fd)
+            except (FileNotFoundError, NotADirectoryError):
+                return _unlink_quietly(name, dir_fd)  # missing, or a file
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                return _unlink_quietly(name, dir_fd)  # a link: unlinked, never followed
+            try:
+                _remove_contents(child)
+            finally:
+                _close(child)
+            try:
+                os.rmdir(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                pass
+            del names
+            return True
+        finally:
+            _close(dir_fd)
+
+    def clear(self, keep: tuple[str, ...] = ()) -> None:
+        """Delete everything in this directory but the names in `keep` (as `remove_tree`)."""
+        for entry in self.entries():
+            if entry.name not in keep:
+                self.remove_tree(entry.name)
+
+
+def _unlink_quietly(name: str, dir_fd: int) -> bool:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return True
+
+
+def _remove_contents(top: int) -> None:
+    """Empty the directory open as `top`, depth first without recursion (a planted tree
+    may be deeper than Python's stack)."""
+    with os.scandir(top) as found:
+        stack: list[tuple[int, str | None, list[os.DirEntry[str]]]] = [(top, None, list(found))]
+    try:
+        while stack:
+            fd, name, pending = stack[-1]
+            if not pending:
+                stack.pop()
+                if name is not None:
+                    _close(fd)
+                    try:
+                        os.rmdir(name, dir_fd=stack[-1][0])
+                    except FileNotFoundError:
+                        pass
+                continue
+            entry = pending.pop()
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    child = os.open(entry.name, _DIR, dir_fd=fd)
+                    try:
+                        with os.scandir(child) as found:
+                            stack.append((child, entry.name, list(found)))
+                    except BaseException:
+                        _close(child)
+                        raise
+                else:
+                    os.unlink(entry.name, dir_fd=fd)
+            except (FileNotFoundError, NotADirectoryError):
+                _unlink_quietly(entry.name, fd)  # gone, or a directory replaced by a file meanwhile
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+                _unlink_quietly(entry.name, fd)  # replaced by a link meanwhile: the link goes
+    finally:
+        for fd, name, _pending in stack:
+            if name is not None:
+                _close(fd)
+
+
+def _copy(src: int, dst: int) -> None:
+    """Copy everything from `src` (at its position) to `dst`: in the kernel when it can."""
+    try:
+        while os.sendfile(dst, src, None, 64 * _CHUNK):
+            pass
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP, errno.EXDEV):
+            raise
+    while chunk := os.read(src, _CHUNK):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view):]
+
+
+def open_path(path: str) -> tuple[BinaryIO, os.stat_result]:
+    """The regular file at `path`, a path a caller made or just listed itself (a temp file,
+    a live file): its directories are resolved by the system, the file itself is not
+    followed if it is a link, and anything but a regular file is refused before a read.
+
+    :raises FileNotFoundError: it is missing.
+    :raises InvalidPath: it is a link or not a regular file.
+    """
+    directory, name = os.path.split(os.path.abspath(path))
+    with Dir(os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), directory) as parent:
+        return parent.open_file(name)
+
+
+def remove_tree_at(path: str) -> bool:
+    """`Dir.remove_tree` of the tree at `path` (its directories resolved by the system: a
+    temp directory this process made, or a root of Sparkpoint's); whether it was there."""
+    directory, name = os.path.split(os.path.abspath(path))
+    try:
+        parent = Dir(os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    with parent:
+        return parent.remove_tree(name)
