@@ -27,12 +27,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from airflow_sparkpoint.storage.localfs import remove_tree_at
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -175,7 +176,7 @@ def stage_partition(spec: DeltaStageSpec, batches: Iterator[Any]) -> Iterator[An
         store = S3Storage(spec.bucket, spec.table_prefix, client=executor_client(spec.bucket, spec.options))
         files = writer.place(spec.layout, partition, store.upload_file)
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        remove_tree_at(directory)
     schema = pa.schema([
         ("path", pa.string()),
         ("size", pa.int64()),
