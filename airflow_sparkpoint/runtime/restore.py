@@ -17,6 +17,7 @@ one, hard-linking what it can from the previous location.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -46,6 +47,7 @@ from airflow_sparkpoint.runtime.prestore import IndexEntry
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan, under_root
 from airflow_sparkpoint.runtime.sink_lineage import divergence
 from airflow_sparkpoint.sinks.base import Sink
+from airflow_sparkpoint.storage.localfs import Dir
 from airflow_sparkpoint.storage.paths import confine
 
 log = logging.getLogger(__name__)
@@ -189,7 +191,7 @@ def _live_matches(live: str, latest: SnapshotMetadata) -> bool:
     meta_ref = next((f for f in latest.files if f.path == "metadata"), None)
     try:
         return meta_ref is not None and livedir.file_sha256(os.path.join(path, "metadata")) == meta_ref.sha256
-    except FileNotFoundError:
+    except (FileNotFoundError, InvalidPath):  # a link or a FIFO planted as the metadata: not resumed
         return False
 
 
@@ -364,18 +366,24 @@ def choose_live(
             paths.append(path)
     fresh = os.path.join(work_root, f"g{generation}")
     paths = [p for p in paths if os.path.realpath(p) != os.path.realpath(fresh)]
+    livedir.unlink_planted(fresh)
     reason = "no previous live location" if not paths else ""
     if plan.snapshot is not None and plan.own_checkpoint and not allow_in_place:
         reason = "a rescale works on a fresh copy"
     elif plan.snapshot is not None and plan.own_checkpoint:
         for path in paths:
-            lock = livedir.try_lock(path)
+            try:
+                lock = livedir.try_lock(path)
+            except InvalidPath as exc:  # replaced by a link since it was confined
+                reason = f"{path} is not usable ({exc})"
+                continue
             if lock is None:
                 reason = f"{path} is held by a running generation"
                 continue
-            gone, why = livedir.previous_owner_gone(path, livedir.read_owner(path), status, own=own)
+            assert lock.dir is not None
+            gone, why = livedir.previous_owner_gone(path, livedir.read_owner(lock.dir), status, own=own)
             if gone and _live_matches(path, plan.snapshot.metadata):
-                livedir.write_owner(path, livedir.owner_record(job, generation, jvm_pid))
+                livedir.write_owner(lock.dir, livedir.owner_record(job, generation, jvm_pid))
                 return LiveChoice(path, lock, True, None, f"resume in place: {why}")
             lock.release()
             reason = f"{path}: {why}" if not gone else f"{path} is not at batch {plan.batch_id}"
@@ -384,8 +392,10 @@ def choose_live(
     lock = livedir.try_lock(fresh)
     if lock is None:
         raise SparkpointError(f"live location {fresh} of generation {generation} is locked by another process")
-    livedir.write_owner(fresh, livedir.owner_record(job, generation, jvm_pid))
+    assert lock.dir is not None
+    livedir.write_owner(lock.dir, livedir.owner_record(job, generation, jvm_pid))
     return LiveChoice(fresh, lock, False, paths[0] if paths else None, reason or "a fresh location")
+
 
 
 def fill_live(choice: LiveChoice, plan: RestorePlan, *, repair: bool = True) -> tuple[dict[str, IndexEntry], LiveReuse]:
@@ -393,7 +403,7 @@ def fill_live(choice: LiveChoice, plan: RestorePlan, *, repair: bool = True) -> 
     `repair`: Spark falls back to an older snapshot when a store's newest fails to load
     (`spark_support.snapshot_repair`), so a fresh location keeps what that needs."""
     if plan.snapshot is None:
-        livedir.clear(choice.path)
+        livedir.clear(choice.lock.dir or choice.path)
         return {}, LiveReuse("empty", choice.path, reason=choice.reason)
     if choice.in_place:
         return seed_index_in_place(plan.snapshot.metadata), LiveReuse("in-place", choice.path, reason=choice.reason)
@@ -401,7 +411,7 @@ def fill_live(choice: LiveChoice, plan: RestorePlan, *, repair: bool = True) -> 
     # must not reference them, so they are copied once (NO_CLAIM; `Coordinator.prestore`).
     counts: dict[str, int] = {}
     index = materialize(plan.snapshot, choice.path, stored=plan.own_files, link_from=choice.link_from, counts=counts,
-                        only_read=True, repair=repair)
+                        only_read=True, repair=repair, live=choice.lock.dir)
     return index, LiveReuse("materialized", choice.path, counts.get("linked", 0), counts.get("downloaded", 0),
                             choice.reason, counts.get("skipped", 0))
 
@@ -415,6 +425,7 @@ def materialize(
     counts: dict[str, int] | None = None,
     only_read: bool = False,
     repair: bool = True,
+    live: Dir | None = None,
 ) -> dict[str, IndexEntry]:
     """Rebuild Spark's checkpoint location at `live_path` from a snapshot (which is never
     modified: NO_CLAIM). Returns the file index that lets the next checkpoint reuse the
@@ -428,8 +439,26 @@ def materialize(
     before each store's newest snapshot, or with `repair` before the one Spark falls back
     to; up to ~100 versions of changelogs in a long-running job) stay in the snapshot: a
     restore reads what Spark loads.
+
+    `live` is `live_path` already open (the chosen location's `LiveLock.dir`). Every path
+    in both locations is reached without following a link (`storage.localfs`): a link in
+    `link_from` is never hard-linked in, whatever it points to.
     """
-    livedir.clear(live_path)
+    with contextlib.ExitStack() as stack:
+        target = live if live is not None else stack.enter_context(livedir.open_location(live_path, create=True))
+        previous = None
+        if link_from:
+            try:
+                previous = stack.enter_context(livedir.open_location(link_from))
+            except (OSError, InvalidPath) as exc:
+                log.warning("not linking files from %s: %s", link_from, exc)
+        return _materialize(handle, live_path, target, previous, stored=stored, counts=counts,
+                            only_read=only_read, repair=repair)
+
+
+def _materialize(handle: SnapshotHandle, live_path: str, live: Dir, previous: Dir | None, *, stored: bool,
+                 counts: dict[str, int] | None, only_read: bool, repair: bool) -> dict[str, IndexEntry]:
+    livedir.clear(live)
     meta = handle.metadata
     unread = livedir.unread_at_restart((ref.path for ref in meta.files), meta.batch_id,
                                        repair=repair) if only_read else set()
@@ -439,14 +468,16 @@ def materialize(
 
     def place(ref: FileRef) -> tuple[bool, IndexEntry | None]:
         """Link or download one file (in a transfer thread); (linked, its index entry)."""
-        target = os.path.join(live_path, *ref.path.split("/"))
-        was_linked = bool(link_from) and _link(
-            os.path.join(link_from, *ref.path.split("/")), target, ref.size, ref.mtime_ns)  # type: ignore[arg-type]
+        was_linked = previous is not None and _link(previous, live, ref.path, ref.size, ref.mtime_ns)
         if not was_linked:
-            handle.files_store.download_file(ref.key, target)
-        if old_roots and ref.size <= _REWRITE_MAX_BYTES and _rewrite_paths(target, old_roots, new_root):
+            directory = ref.path.rpartition("/")[0]
+            live.makedirs(directory)  # real directories (a link planted on the way is refused)
+            handle.files_store.download_file(ref.key, os.path.join(live_path, *ref.path.split("/")))
+        if old_roots and ref.size <= _REWRITE_MAX_BYTES and _rewrite_paths(live, ref.path, old_roots, new_root):
             return was_linked, None  # a new file (a link is never modified): the next checkpoint stores it
-        st = os.stat(target)
+        st = live.stat(ref.path)
+        if st is None or not stat.S_ISREG(st.st_mode):
+            raise RestoreError(f"{live_path}/{ref.path} is not the file just placed there (it was replaced)")
         return was_linked, IndexEntry(st.st_size, st.st_mtime_ns, ref, stored=stored)
 
     # A few files at a time (`transfer`): each download is a round trip to the store. A
@@ -458,26 +489,30 @@ def materialize(
         counts.update(linked=linked, downloaded=len(files) - linked, skipped=len(unread))
     log.info("materialized %d files (%d bytes) of %s into %s (%d hard-linked from %s, %d downloaded; %d older "
              "state versions a restart does not read, %d bytes, left in the snapshot)",
-             len(files), sum(ref.size for ref in files), handle.uri, live_path, linked, link_from, len(files) - linked,
+             len(files), sum(ref.size for ref in files), handle.uri, live_path, linked, previous, len(files) - linked,
              len(unread), sum(ref.size for ref in meta.files if ref.path in unread))
     return index
 
 
-def _link(source: str, target: str, size: int, mtime_ns: int) -> bool:
-    """Hard-link `source` to `target` if it is the file the snapshot recorded (same size and
-    mtime: Spark never rewrites a file in place); False when it is not or cannot be linked."""
-    try:
-        st = os.lstat(source)  # a symbolic link (to anywhere) is never linked in
-        if mtime_ns <= 0 or not stat.S_ISREG(st.st_mode) or st.st_size != size or st.st_mtime_ns != mtime_ns:
-            return False
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.link(source, target)
-    except OSError:  # gone meanwhile, another filesystem (EXDEV), links not allowed
+def _link(previous: Dir, live: Dir, rel: str, size: int, mtime_ns: int) -> bool:
+    """Hard-link `rel` of the previous live location to `rel` of the new one if it is the
+    file the snapshot recorded (same size and mtime: Spark never rewrites a file in place);
+    False when it is not or cannot be linked. Neither end is reached through a link
+    (`storage.localfs`): a link anywhere on the way (to anywhere) is never linked in."""
+    if mtime_ns <= 0:
         return False
-    st = os.stat(target)
-    if st.st_size == size and st.st_mtime_ns == mtime_ns:
+    try:
+        st = previous.stat(rel)
+    except InvalidPath:
+        return False
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_size != size or st.st_mtime_ns != mtime_ns:
+        return False
+    linked = previous.link_to(rel, live, rel)  # gone meanwhile, another filesystem (EXDEV): None
+    if linked is None:
+        return False
+    if linked.st_size == size and linked.st_mtime_ns == mtime_ns:
         return True
-    os.unlink(target)  # replaced between the check and the link
+    live.unlink(rel)  # replaced between the check and the link
     return False
 
 
@@ -490,9 +525,14 @@ def _path_forms(root: str) -> list[bytes]:
     return sorted({f"file:{root}".encode(), f"file://{root}".encode(), root.encode()}, key=len, reverse=True)
 
 
-def _rewrite_paths(path: str, old_roots: list[bytes], new_root: str) -> bool:
-    with open(path, "rb") as source:
-        data = source.read()
+def _rewrite_paths(live: Dir, rel: str, old_roots: list[bytes], new_root: str) -> bool:
+    """Rewrite the absolute paths of the old live location in the small file `rel` of
+    `live` (a new file renamed over it: a hard-linked original is never changed); whether
+    it held any.
+
+    :raises ObjectTooLarge: it is larger than the small files this applies to.
+    """
+    data = live.read(rel, _REWRITE_MAX_BYTES)
     if not any(old in data for old in old_roots):
         return False
     # One pass over all forms, longest first, so a replacement is never replaced again.
@@ -503,9 +543,5 @@ def _rewrite_paths(path: str, old_roots: list[bytes], new_root: str) -> bool:
         scheme = b"file://" if old.startswith(b"file://") else b"file:" if old.startswith(b"file:") else b""
         return scheme + new_root.encode()
 
-    data = pattern.sub(swap, data)
-    tmp = path + ".sparkpoint-tmp"
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
+    live.write(rel, pattern.sub(swap, data), fsync=False)
     return True

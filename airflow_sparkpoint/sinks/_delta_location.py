@@ -335,7 +335,7 @@ class LocalTable(TableLocation):
         files = []
         try:
             with self._root() as root:
-                found = sorted(root.walk_files(layout.staging, skip=lambda name: name.startswith((".", "_"))))
+                found = sorted(root.walk_files(layout.staging, skip=lambda name, _dir: name.startswith((".", "_"))))
                 for rel, st in found:
                     if not rel.endswith(".parquet"):
                         continue

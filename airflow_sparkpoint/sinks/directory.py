@@ -84,7 +84,7 @@ def _extension(name: str) -> str:
 def _data_files(root: Dir, rel: str = "") -> list[dict[str, Any]]:
     """Data files under the directory `rel` of `root` that Spark wrote, as ``{"path",
     "size"}``, sorted (regular files only: a link is not data)."""
-    return sorted(({"path": path, "size": st.st_size} for path, st in root.walk_files(rel, skip=_is_hidden)),
+    return sorted(({"path": path, "size": st.st_size} for path, st in root.walk_files(rel, skip=lambda name, _dir: _is_hidden(name))),
                   key=lambda f: f["path"])
 
 

@@ -31,9 +31,9 @@ import errno
 import os
 import stat
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
-from typing import BinaryIO
+from typing import BinaryIO, TypeAlias
 
 from airflow_sparkpoint.exceptions import InvalidPath, ObjectTooLarge
 
@@ -46,6 +46,9 @@ _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1024 * 1024
+
+#: what `Dir.write` writes: bytes, the chunks an iterable yields, or an open file's rest
+Data: TypeAlias = "bytes | bytearray | memoryview | BinaryIO | Iterable[bytes]"
 
 
 def parts(rel: str) -> list[str]:
@@ -131,11 +134,20 @@ class Dir:
     def _join(self, names: list[str]) -> str:
         return "/".join([self.path.rstrip("/") or "", *names]) if names else self.path
 
-    def _refused(self, exc: OSError, names: list[str]) -> BaseException:
-        """`exc` from opening `names` without following: a link is `InvalidPath`."""
-        if exc.errno == errno.ELOOP:
-            return InvalidPath(f"{self._join(names)} is a symbolic link; Sparkpoint follows no link in {self.path}")
-        return exc
+    def _refused(self, exc: OSError, names: list[str], dir_fd: int | None = None) -> BaseException:
+        """`exc` from opening `names` (the last one in `dir_fd`) without following: a link
+        is `InvalidPath` (``O_NOFOLLOW`` reports one as ``ELOOP``, or as ``ENOTDIR`` with
+        ``O_DIRECTORY``)."""
+        if exc.errno == errno.ENOTDIR and dir_fd is not None:
+            try:
+                link = stat.S_ISLNK(os.stat(names[-1], dir_fd=dir_fd, follow_symlinks=False).st_mode)
+            except OSError:
+                link = False
+            if not link:
+                return exc
+        elif exc.errno != errno.ELOOP:
+            return exc
+        return InvalidPath(f"{self._join(names)} is a symbolic link; Sparkpoint follows no link in {self.path}")
 
     def _walk(self, names: list[str], create: bool) -> int:
         """A new descriptor of the directory `names` below this one (the caller closes it)."""
@@ -153,8 +165,9 @@ class Dir:
                         pass  # made meanwhile (or a link planted meanwhile: the open refuses it)
                     child = os.open(name, _DIR, dir_fd=fd)
             except OSError as exc:
+                error = self._refused(exc, names[:index + 1], fd)
                 _close(fd)
-                raise self._refused(exc, names[:index + 1]) from None
+                raise error from None
             _close(fd)
             fd = child
         return fd
@@ -230,6 +243,22 @@ class Dir:
         except (FileNotFoundError, NotADirectoryError):
             return None
 
+    def lines(self, rel: str, max_line: int) -> Iterator[bytes]:
+        """The lines of the regular file `rel` without their line breaks, read in chunks
+        (memory bounded by `max_line`, whatever the file's size).
+
+        :raises ObjectTooLarge: a line is longer than `max_line` (treated as corrupt).
+        :raises FileNotFoundError: it is missing.
+        :raises InvalidPath: see `open_file`.
+        """
+        handle, _st = self.open_file(rel)
+        with handle:
+            while line := handle.readline(max_line + 1):
+                if len(line) > max_line and not line.endswith(b"\n"):
+                    raise ObjectTooLarge(f"{self._join(parts(rel))} has a line longer than {max_line} bytes; "
+                                         "treated as corrupt")
+                yield line.rstrip(b"\n")
+
     def stat(self, rel: str) -> os.stat_result | None:
         """The status of `rel` itself (a link is reported as a link), or None when it or
         a directory on its way is missing.
@@ -296,12 +325,12 @@ class Dir:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def walk_files(self, rel: str = "", *, skip: Callable[[str], bool] | None = None
+    def walk_files(self, rel: str = "", *, skip: Callable[[str, bool], bool] | None = None
                    ) -> Iterator[tuple[str, os.stat_result]]:
         """Every regular file below the directory `rel`, as (path relative to `rel`,
-        status), in no particular order; links, FIFOs and the names `skip` accepts (files
-        and directories alike) are left out, a link to a directory is never descended.
-        Nothing when `rel` is missing.
+        status), in no particular order; links, FIFOs and the entries `skip` accepts
+        (called with the name and whether it is a directory) are left out, a link to a
+        directory is never descended. Nothing when `rel` is missing.
 
         :raises InvalidPath: `rel` or a directory on its way is a link.
         """
@@ -317,13 +346,11 @@ class Dir:
                     with os.scandir(fd) as found:
                         listed = list(found)
                     for entry in listed:
-                        if skip is not None and skip(entry.name):
-                            continue
                         try:
                             if entry.is_dir(follow_symlinks=False):
-                                child = os.open(entry.name, _DIR, dir_fd=fd)
-                                stack.append((child, f"{prefix}{entry.name}/"))
-                            elif entry.is_file(follow_symlinks=False):
+                                if skip is None or not skip(entry.name, True):
+                                    stack.append((os.open(entry.name, _DIR, dir_fd=fd), f"{prefix}{entry.name}/"))
+                            elif entry.is_file(follow_symlinks=False) and (skip is None or not skip(entry.name, False)):
                                 yield f"{prefix}{entry.name}", entry.stat(follow_symlinks=False)
                         except (FileNotFoundError, NotADirectoryError):
                             continue  # deleted meanwhile
@@ -339,16 +366,31 @@ class Dir:
 
     # -- writing ------------------------------------------------------------------
 
-    def _write_tmp(self, dir_fd: int, data: bytes | BinaryIO, fsync: bool) -> str:
+    def open_fd(self, rel: str, flags: int, mode: int = 0o644) -> int:
+        """A raw descriptor of the file `rel` opened with `flags` (``O_NOFOLLOW`` added:
+        a link there is refused), for what needs one (a lock file). The caller closes it.
+
+        :raises InvalidPath: it or a directory on its way is a link.
+        """
+        dir_fd, name, names = self._parent(rel, bool(flags & os.O_CREAT))
+        try:
+            return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+        except OSError as exc:
+            raise self._refused(exc, names) from None
+        finally:
+            _close(dir_fd)
+
+    def _write_tmp(self, dir_fd: int, data: Data, fsync: bool) -> str:
         tmp = f"{TMP_MARK}{uuid.uuid4().hex}"
         fd = os.open(tmp, _CREATE, 0o644, dir_fd=dir_fd)
         try:
             if isinstance(data, bytes | bytearray | memoryview):
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-            else:
+                _write_all(fd, data)
+            elif hasattr(data, "fileno"):
                 _copy(data.fileno(), fd)
+            else:
+                for chunk in data:
+                    _write_all(fd, chunk)
             if fsync:
                 os.fsync(fd)
         except BaseException:
@@ -358,12 +400,14 @@ class Dir:
         os.close(fd)
         return tmp
 
-    def write(self, rel: str, data: bytes | BinaryIO, *, fsync: bool = True, sync_dir: bool | None = None,
-              create_dirs: bool = True) -> None:
-        """Write `rel` atomically (a temp file beside it, renamed over it): `data`, or
-        everything an open file (`BinaryIO`) holds from its position on. A link at
-        `rel` is replaced, never followed. With `fsync` the file is synced before the
-        rename, with `sync_dir` (default: `fsync`) its directory after it.
+    def write(self, rel: str, data: Data, *, fsync: bool = True, sync_dir: bool | None = None,
+              create_dirs: bool = True, if_changed: bool = False) -> bool:
+        """Write `rel` atomically (a temp file beside it, renamed over it): `data`, the
+        chunks it yields, or everything an open file (`BinaryIO`) holds from its position
+        on. A link at `rel` is replaced, never followed. With `fsync` the file is synced
+        before the rename, with `sync_dir` (default: `fsync`) its directory after it. With
+        `if_changed`, a regular file `rel` that already holds these bytes is left as it is
+        (compared in chunks). Returns whether `rel` was written.
 
         :raises InvalidPath: a directory on its way is a link.
         :raises OSError: the write failed (nothing is left behind but the old file).
@@ -371,6 +415,9 @@ class Dir:
         dir_fd, name, names = self._parent(rel, create_dirs)
         try:
             tmp = self._write_tmp(dir_fd, data, fsync)
+            if if_changed and _same_file(dir_fd, tmp, name):
+                _unlink_quietly(tmp, dir_fd)
+                return False
             try:
                 os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             except BaseException:
@@ -378,6 +425,7 @@ class Dir:
                 raise
             if fsync if sync_dir is None else sync_dir:
                 os.fsync(dir_fd)
+            return True
         except OSError as exc:
             raise self._refused(exc, names) from None
         finally:
@@ -496,10 +544,11 @@ class Dir:
             for index, name in enumerate(names[:-1]):
                 try:
                     chain.append(os.open(name, _DIR, dir_fd=chain[-1]))
-                except (FileNotFoundError, NotADirectoryError):
-                    return False
                 except OSError as exc:
-                    raise self._refused(exc, names[:index + 1]) from None
+                    error = self._refused(exc, names[:index + 1], chain[-1])
+                    if isinstance(error, (FileNotFoundError, NotADirectoryError)):
+                        return False
+                    raise error from None
             try:
                 os.unlink(names[-1], dir_fd=chain[-1])
             except (FileNotFoundError, NotADirectoryError):
@@ -556,6 +605,36 @@ class Dir:
         for entry in self.entries():
             if entry.name not in keep:
                 self.remove_tree(entry.name)
+
+
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _same_file(dir_fd: int, tmp: str, name: str) -> bool:
+    """Whether the regular file `name` holds the bytes of `tmp` (both in `dir_fd`)."""
+    try:
+        old = os.open(name, _READ, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        new = os.open(tmp, _READ, dir_fd=dir_fd)
+        try:
+            a, b = os.fstat(old), os.fstat(new)
+            if not stat.S_ISREG(a.st_mode) or a.st_size != b.st_size:
+                return False
+            while True:
+                chunk = os.read(new, _CHUNK)
+                if chunk != os.read(old, len(chunk) or 1):
+                    return False
+                if not chunk:
+                    return True
+        finally:
+            _close(new)
+    finally:
+        _close(old)
 
 
 def _unlink_quietly(name: str, dir_fd: int) -> bool:
