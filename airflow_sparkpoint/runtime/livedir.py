@@ -372,13 +372,20 @@ def try_lock(location: str) -> LiveLock | None:
     """Take the exclusive lock of `location` (created if needed) without waiting, or None
     when another run holds it.
 
-    :raises InvalidPath: `location` (or its lock file) is a link: never locked through.
+    :raises OSError: `location` (or its lock file) is a link (``ELOOP``: never locked
+        through), or cannot be created.
     """
     import fcntl
 
-    directory = open_location(location, create=True)
+    try:
+        directory = open_location(location, create=True)
+    except InvalidPath as exc:
+        raise OSError(errno.ELOOP, str(exc), location) from None
     try:
         fd = directory.open_fd(LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    except InvalidPath as exc:
+        directory.close()
+        raise OSError(errno.ELOOP, str(exc), location) from None
     except BaseException:
         directory.close()
         raise
@@ -535,7 +542,7 @@ def remove_unowned(work_root: str, keep: str, below_generation: int) -> list[str
                 continue
             try:
                 lock = try_lock(path)
-            except (OSError, InvalidPath) as exc:  # replaced meanwhile: the next call looks again
+            except OSError as exc:  # replaced by a link meanwhile: the next call looks again
                 log.warning("could not remove live location %s: %s", path, exc)
                 continue
             if lock is None:

@@ -374,7 +374,7 @@ def choose_live(
         for path in paths:
             try:
                 lock = livedir.try_lock(path)
-            except InvalidPath as exc:  # replaced by a link since it was confined
+            except OSError as exc:  # replaced by a link since it was confined
                 reason = f"{path} is not usable ({exc})"
                 continue
             if lock is None:
