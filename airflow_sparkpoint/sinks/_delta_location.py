@@ -30,10 +30,8 @@ import abc
 import logging
 import os
 import re
-import stat
 import tempfile
 import threading
-import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +45,7 @@ from airflow_sparkpoint.sinks._delta_stage import (
     DeltaStageSpec,
     StageLayout,
     collect_and_write,
+    describe_spark_files,
     stage_on_driver,
     stage_partition,
     with_partition_values,
@@ -324,59 +323,25 @@ class LocalTable(TableLocation):
                 raise self._refused(f"staging into {layout.staging}", exc) from None
 
     def _stage_on_executors(self, df: DataFrame, layout: StageLayout) -> list[dict[str, Any]]:
-        import pyarrow.parquet as pq
-
         target = self._full(layout.staging)
         writer = df.write.mode("overwrite").option("compression", "snappy")
         if layout.partition_by:
             writer = writer.partitionBy(*layout.partition_by)
         # Spark's writer consumes every partition of the batch, as Spark 4.2 requires.
         writer.parquet(target)
-        files = []
         try:
             with self._root() as root:
-                found = sorted(root.walk_files(layout.staging, skip=lambda name, _dir: name.startswith((".", "_"))))
-                for rel, st in found:
-                    if not rel.endswith(".parquet"):
-                        continue
-                    partition_values = {}
-                    for segment in rel.split("/")[:-1]:
-                        col, _, value = segment.partition("=")
-                        value = urllib.parse.unquote(value)
-                        partition_values[col] = None if value == "__HIVE_DEFAULT_PARTITION__" else value
-                    path = f"{layout.staging}/{rel}"
-                    handle, _st = root.open_file(path)
-                    with handle:
-                        num_records = pq.read_metadata(handle).num_rows
-                    files.append({
-                        "path": path,
-                        "size": st.st_size,
-                        "partition_values": partition_values,
-                        "num_records": num_records,
-                        "modification_time": int(st.st_mtime * 1000),
-                    })
+                return describe_spark_files(root, layout.staging)
         except InvalidPath as exc:
             raise self._refused(f"staging into {layout.staging}", exc) from None
-        return files
 
     def missing(self, paths: Sequence[str]) -> list[str]:
-        if not paths:
-            return []
         try:
             root = self._root()
         except FileNotFoundError:
             return list(paths)
-        found = []
-        with root:
-            for path in paths:
-                try:
-                    st = root.stat(path)
-                except InvalidPath as exc:  # behind a link: not staged data of this table
-                    found.append(f"{path} ({exc})")
-                    continue
-                if st is None or not stat.S_ISREG(st.st_mode):
-                    found.append(path)
-        return found
+        with root:  # one behind a link is not staged data of this table
+            return [f"{path} ({problem})" for path in paths if (problem := root.file_problem(path)) is not None]
 
     def read_parquet(self, path: str, columns: Sequence[str] | None = None) -> pa.Table:
         import pyarrow as pa

@@ -1,26 +1,24 @@
 """Every local filesystem operation on a place Sparkpoint shares with others (issue #46).
 
-A sink's output location, the work directory with its live locations and a local store
-can be written by someone else: whoever can write there can replace any entry with a
-symbolic link to anywhere, a FIFO or a sparse file of any size. So below a root no path
-is resolved by the kernel: a `Dir` is an open directory descriptor, and every path below
-it is reached from that descriptor one component at a time with ``O_NOFOLLOW`` (a link
-anywhere on the way is refused, never followed). Files are opened with ``O_NOFOLLOW |
-O_NONBLOCK`` and checked on the open descriptor to be regular files before any read (a
-FIFO cannot block the reader, nothing can change between check and read); reads are
-bounded. Deletes work from descriptors too (a link met inside a tree is unlinked, never
-descended), renames and hard links take both ends as descriptors of Sparkpoint's own
-directories, writes are a temp file renamed over the name.
+Whoever can write a sink's output location, the work directory (live locations) or a
+local store can replace any entry there with a symbolic link to anywhere, a FIFO or a
+sparse file of any size. So below a root no path is resolved by the kernel: a `Dir` is an
+open directory descriptor, every path below it is reached one component at a time with
+``O_NOFOLLOW`` (a link on the way is refused, never followed); files are opened with
+``O_NOFOLLOW | O_NONBLOCK`` and checked on the descriptor to be regular before a read
+(a FIFO cannot block, nothing changes between check and read); reads are bounded;
+deletes work from descriptors (a link inside a tree is unlinked, never descended);
+renames and hard links take both ends as descriptors of Sparkpoint's own directories;
+writes are a temp file renamed over the name.
 
-The root itself is the operator's choice: a configured path (a store root, a sink's
-location, ``workDir``) is opened as given, links in it included (a mount point, a
-``/data`` link to a larger disk). A root derived from another (``<dir>/<job>/live``) is
-opened below its anchor without following (`Dir.open`'s `anchor`).
+A configured root (a store, a sink location, ``workDir``) is the operator's choice and
+opened as given, links in its path included (a mount point); a root derived from another
+(``<dir>/<job>/live``, a ``g<N>``) is opened below its anchor (`Dir.open`'s `anchor`).
+Nothing outside this module and its descriptor routines (`_localfs_fd`) calls
+``shutil.rmtree``, ``os.replace``, ``os.listdir`` and their kind: ``make lint`` checks it
+(``scripts/check_local_fs.py``).
 
-Nothing outside this module calls ``shutil.rmtree``, ``os.replace``, ``os.listdir`` and
-their kind on such a place: ``scripts/check_local_fs.py`` (in ``make lint``) keeps it so.
-
-Errors: a missing entry is the `OSError` the system reports (`FileNotFoundError`,
+Errors: a missing entry is the system's `OSError` (`FileNotFoundError`,
 `NotADirectoryError`); a link, a non-regular file or a path that climbs out is
 `InvalidPath` naming the path; a read over its limit is `ObjectTooLarge` naming it.
 """
@@ -36,16 +34,12 @@ from types import TracebackType
 from typing import BinaryIO, TypeAlias
 
 from airflow_sparkpoint.exceptions import InvalidPath, ObjectTooLarge
+from airflow_sparkpoint.storage import _localfs_fd as _fdops
 
 __all__ = ["TMP_MARK", "Dir", "open_path", "parts", "remove_tree_at"]
 
 #: the mark of a temp file this module writes (readers of a directory skip such names)
 TMP_MARK = ".sparkpoint-tmp-"
-
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_CHUNK = 1024 * 1024
 
 #: what `Dir.write` writes: bytes, the chunks an iterable yields, or an open file's rest
 Data: TypeAlias = "bytes | bytearray | memoryview | BinaryIO | Iterable[bytes]"
@@ -63,13 +57,6 @@ def parts(rel: str) -> list[str]:
     if ".." in found:
         raise InvalidPath(f"path {rel!r} climbs out with '..'; expected a path inside its directory")
     return found
-
-
-def _close(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
 
 
 class Dir:
@@ -118,7 +105,7 @@ class Dir:
 
     def close(self) -> None:
         if self.fd >= 0:
-            _close(self.fd)
+            _fdops.close_quietly(self.fd)
             self.fd = -1
 
     def __enter__(self) -> Dir:  # noqa: PYI034 - not subclassed
@@ -155,7 +142,7 @@ class Dir:
         for index, name in enumerate(names):
             try:
                 try:
-                    child = os.open(name, _DIR, dir_fd=fd)
+                    child = os.open(name, _fdops.DIR, dir_fd=fd)
                 except FileNotFoundError:
                     if not create:
                         raise
@@ -163,12 +150,12 @@ class Dir:
                         os.mkdir(name, 0o777, dir_fd=fd)
                     except FileExistsError:
                         pass  # made meanwhile (or a link planted meanwhile: the open refuses it)
-                    child = os.open(name, _DIR, dir_fd=fd)
+                    child = os.open(name, _fdops.DIR, dir_fd=fd)
             except OSError as exc:
                 error = self._refused(exc, names[:index + 1], fd)
-                _close(fd)
+                _fdops.close_quietly(fd)
                 raise error from None
-            _close(fd)
+            _fdops.close_quietly(fd)
             fd = child
         return fd
 
@@ -186,12 +173,12 @@ class Dir:
 
     def _open_regular(self, dir_fd: int, name: str, names: list[str]) -> tuple[int, os.stat_result]:
         try:
-            fd = os.open(name, _READ, dir_fd=dir_fd)
+            fd = os.open(name, _fdops.READ, dir_fd=dir_fd)
         except OSError as exc:
             raise self._refused(exc, names) from None
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            _close(fd)
+            _fdops.close_quietly(fd)
             if stat.S_ISDIR(st.st_mode):
                 raise IsADirectoryError(errno.EISDIR, "is a directory", self._join(names))
             raise InvalidPath(f"{self._join(names)} is not a regular file (a FIFO, socket or device); "
@@ -209,7 +196,7 @@ class Dir:
         try:
             fd, st = self._open_regular(dir_fd, name, names)
         finally:
-            _close(dir_fd)
+            _fdops.close_quietly(dir_fd)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb"), st
 
@@ -228,7 +215,7 @@ class Dir:
                                      "its kind of file; treated as corrupt")
             chunks = []
             total = 0
-            while chunk := handle.read(min(_CHUNK, max_bytes + 1 - total)):
+            while chunk := handle.read(min(_fdops.CHUNK, max_bytes + 1 - total)):
                 chunks.append(chunk)
                 total += len(chunk)
                 if total > max_bytes:  # grew since the fstat
@@ -274,23 +261,34 @@ class Dir:
         except (FileNotFoundError, NotADirectoryError):
             return None
         finally:
-            _close(dir_fd)
+            _fdops.close_quietly(dir_fd)
 
-    def is_file(self, rel: str) -> bool:
-        """Whether `rel` is a regular file (False behind a link or when missing)."""
+    def _type(self, rel: str) -> int:
+        """The file type of `rel` (``stat.S_IFMT``), 0 when missing or behind a link."""
         try:
             st = self.stat(rel)
         except InvalidPath:
-            return False
-        return st is not None and stat.S_ISREG(st.st_mode)
+            return 0
+        return 0 if st is None else stat.S_IFMT(st.st_mode)
+
+    def is_file(self, rel: str) -> bool:
+        """Whether `rel` is a regular file reached without a link."""
+        return self._type(rel) == stat.S_IFREG
 
     def is_dir(self, rel: str) -> bool:
         """Whether `rel` is a directory reached without a link."""
+        return self._type(rel) == stat.S_IFDIR
+
+    def file_problem(self, rel: str) -> str | None:
+        """None when `rel` is a regular file reached without a link; otherwise why it is
+        not one (missing, a link on the way, not a regular file), for a message."""
         try:
             st = self.stat(rel)
-        except InvalidPath:
-            return False
-        return st is not None and stat.S_ISDIR(st.st_mode)
+        except InvalidPath as exc:
+            return str(exc)
+        if st is None:
+            return "missing"
+        return None if stat.S_ISREG(st.st_mode) else f"{self._join(parts(rel))} is not a regular file"
 
     def entries(self) -> list[os.DirEntry[str]]:
         """The entries of this directory (unsorted). An entry's
@@ -311,7 +309,7 @@ class Dir:
         try:
             return sorted(os.listdir(fd))
         finally:
-            _close(fd)
+            _fdops.close_quietly(fd)
 
     def subdirs(self, rel: str = "") -> list[str]:
         """The names of the directories (not links) in the directory `rel`, sorted (``[]``
@@ -338,31 +336,7 @@ class Dir:
             top = self._walk(parts(rel), False)
         except (FileNotFoundError, NotADirectoryError):
             return
-        stack: list[tuple[int, str]] = [(top, "")]
-        try:
-            while stack:
-                fd, prefix = stack.pop()
-                try:
-                    with os.scandir(fd) as found:
-                        listed = list(found)
-                    for entry in listed:
-                        try:
-                            if entry.is_dir(follow_symlinks=False):
-                                if skip is None or not skip(entry.name, True):
-                                    stack.append((os.open(entry.name, _DIR, dir_fd=fd), f"{prefix}{entry.name}/"))
-                            elif entry.is_file(follow_symlinks=False) and (skip is None or not skip(entry.name, False)):
-                                yield f"{prefix}{entry.name}", entry.stat(follow_symlinks=False)
-                        except (FileNotFoundError, NotADirectoryError):
-                            continue  # deleted meanwhile
-                        except OSError as exc:
-                            if exc.errno != errno.ELOOP:
-                                raise
-                            continue  # a directory replaced by a link meanwhile: not descended
-                finally:
-                    _close(fd)
-        finally:
-            for fd, _prefix in stack:
-                _close(fd)
+        yield from _fdops.walk_tree(top, skip)
 
     # -- writing ------------------------------------------------------------------
 
@@ -378,24 +352,24 @@ class Dir:
         except OSError as exc:
             raise self._refused(exc, names) from None
         finally:
-            _close(dir_fd)
+            _fdops.close_quietly(dir_fd)
 
     def _write_tmp(self, dir_fd: int, data: Data, fsync: bool) -> str:
         tmp = f"{TMP_MARK}{uuid.uuid4().hex}"
-        fd = os.open(tmp, _CREATE, 0o644, dir_fd=dir_fd)
+        fd = os.open(tmp, _fdops.CREATE, 0o644, dir_fd=dir_fd)
         try:
             if isinstance(data, bytes | bytearray | memoryview):
-                _write_all(fd, data)
+                _fdops.write_all(fd, data)
             elif hasattr(data, "fileno"):
-                _copy(data.fileno(), fd)
+                _fdops.copy(data.fileno(), fd)
             else:
                 for chunk in data:
-                    _write_all(fd, chunk)
+                    _fdops.write_all(fd, chunk)
             if fsync:
                 os.fsync(fd)
         except BaseException:
-            _close(fd)
-            _unlink_quietly(tmp, dir_fd)
+            _fdops.close_quietly(fd)
+            _fdops.unlink_quietly(tmp, dir_fd)
             raise
         os.close(fd)
         return tmp
@@ -415,13 +389,13 @@ class Dir:
         dir_fd, name, names = self._parent(rel, create_dirs)
         try:
             tmp = self._write_tmp(dir_fd, data, fsync)
-            if if_changed and _same_file(dir_fd, tmp, name):
-                _unlink_quietly(tmp, dir_fd)
+            if if_changed and _fdops.same_file(dir_fd, tmp, name):
+                _fdops.unlink_quietly(tmp, dir_fd)
                 return False
             try:
                 os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             except BaseException:
-                _unlink_quietly(tmp, dir_fd)
+                _fdops.unlink_quietly(tmp, dir_fd)
                 raise
             if fsync if sync_dir is None else sync_dir:
                 os.fsync(dir_fd)
@@ -429,7 +403,7 @@ class Dir:
         except OSError as exc:
             raise self._refused(exc, names) from None
         finally:
-            _close(dir_fd)
+            _fdops.close_quietly(dir_fd)
 
     def create(self, rel: str, data: bytes) -> None:
         """Create `rel` with `data` unless a name `rel` exists (a hard link of a synced
@@ -444,14 +418,14 @@ class Dir:
             try:
                 os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
             finally:
-                _unlink_quietly(tmp, dir_fd)
+                _fdops.unlink_quietly(tmp, dir_fd)
             os.fsync(dir_fd)
         except FileExistsError:
             raise
         except OSError as exc:
             raise self._refused(exc, names) from None
         finally:
-            _close(dir_fd)
+            _fdops.close_quietly(dir_fd)
 
     def makedirs(self, rel: str) -> None:
         """Create the directory `rel` with its parents (existing ones are fine).
@@ -459,7 +433,7 @@ class Dir:
         :raises InvalidPath: a component is a link.
         :raises NotADirectoryError: a component is a file.
         """
-        _close(self._walk(parts(rel), True))
+        _fdops.close_quietly(self._walk(parts(rel), True))
 
     def fsync(self, rel: str = "") -> None:
         """Sync the directory `rel` (a rename or unlink in it is durable); missing is fine."""
@@ -470,7 +444,7 @@ class Dir:
         try:
             os.fsync(fd)
         finally:
-            _close(fd)
+            _fdops.close_quietly(fd)
 
     # -- moving -------------------------------------------------------------------
 
@@ -482,18 +456,17 @@ class Dir:
         :raises FileNotFoundError: `rel` is missing.
         :raises InvalidPath: a directory on the way of either end is a link.
         """
-        src_fd, src_name, src_names = self._parent(rel)
+        src_fd, src_name, _src_names = self._parent(rel)
         try:
-            dst_fd, dst_name, dst_names = target._parent(target_rel, create_dirs)
+            dst_fd, dst_name, _dst_names = target._parent(target_rel, create_dirs)
         except BaseException:
-            _close(src_fd)
+            _fdops.close_quietly(src_fd)
             raise
         try:
             os.replace(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
         finally:
-            _close(src_fd)
-            _close(dst_fd)
-        del src_names, dst_names
+            _fdops.close_quietly(src_fd)
+            _fdops.close_quietly(dst_fd)
 
     def link_to(self, rel: str, target: Dir, target_rel: str) -> os.stat_result | None:
         """Hard-link the regular file `rel` to `target_rel` under `target`; its status, or
@@ -507,7 +480,7 @@ class Dir:
         try:
             dst_fd, dst_name, _dst_names = target._parent(target_rel, True)
         except (OSError, InvalidPath):
-            _close(src_fd)
+            _fdops.close_quietly(src_fd)
             return None
         try:
             st = os.stat(src_name, dir_fd=src_fd, follow_symlinks=False)
@@ -516,14 +489,14 @@ class Dir:
             os.link(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
             linked = os.stat(dst_name, dir_fd=dst_fd, follow_symlinks=False)
             if not stat.S_ISREG(linked.st_mode):  # replaced by a link between the check and the link
-                _unlink_quietly(dst_name, dst_fd)
+                _fdops.unlink_quietly(dst_name, dst_fd)
                 return None
             return linked
         except OSError:
             return None
         finally:
-            _close(src_fd)
-            _close(dst_fd)
+            _fdops.close_quietly(src_fd)
+            _fdops.close_quietly(dst_fd)
 
     # -- deleting -----------------------------------------------------------------
 
@@ -543,7 +516,7 @@ class Dir:
         try:
             for index, name in enumerate(names[:-1]):
                 try:
-                    chain.append(os.open(name, _DIR, dir_fd=chain[-1]))
+                    chain.append(os.open(name, _fdops.DIR, dir_fd=chain[-1]))
                 except OSError as exc:
                     error = self._refused(exc, names[:index + 1], chain[-1])
                     if isinstance(error, (FileNotFoundError, NotADirectoryError)):
@@ -565,7 +538,7 @@ class Dir:
             return True
         finally:
             for fd in chain:
-                _close(fd)
+                _fdops.close_quietly(fd)
 
     def remove_tree(self, rel: str) -> bool:
         """Delete `rel` and everything below it, from descriptors: a link met inside is
@@ -575,130 +548,19 @@ class Dir:
         :raises InvalidPath: a directory on the way to `rel` is a link (nothing is deleted).
         """
         try:
-            dir_fd, name, names = self._parent(rel)
+            dir_fd, name, _names = self._parent(rel)
         except (FileNotFoundError, NotADirectoryError):
             return False
         try:
-            try:
-                child = os.open(name, _DIR, dir_fd=dir_fd)
-            except (FileNotFoundError, NotADirectoryError):
-                return _unlink_quietly(name, dir_fd)  # missing, or a file
-            except OSError as exc:
-                if exc.errno != errno.ELOOP:
-                    raise
-                return _unlink_quietly(name, dir_fd)  # a link: unlinked, never followed
-            try:
-                _remove_contents(child)
-            finally:
-                _close(child)
-            try:
-                os.rmdir(name, dir_fd=dir_fd)
-            except FileNotFoundError:
-                pass
-            del names
-            return True
+            return _fdops.remove_entry(dir_fd, name)
         finally:
-            _close(dir_fd)
+            _fdops.close_quietly(dir_fd)
 
     def clear(self, keep: tuple[str, ...] = ()) -> None:
         """Delete everything in this directory but the names in `keep` (as `remove_tree`)."""
         for entry in self.entries():
             if entry.name not in keep:
                 self.remove_tree(entry.name)
-
-
-def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _same_file(dir_fd: int, tmp: str, name: str) -> bool:
-    """Whether the regular file `name` holds the bytes of `tmp` (both in `dir_fd`)."""
-    try:
-        old = os.open(name, _READ, dir_fd=dir_fd)
-    except OSError:
-        return False
-    try:
-        new = os.open(tmp, _READ, dir_fd=dir_fd)
-        try:
-            a, b = os.fstat(old), os.fstat(new)
-            if not stat.S_ISREG(a.st_mode) or a.st_size != b.st_size:
-                return False
-            while True:
-                chunk = os.read(new, _CHUNK)
-                if chunk != os.read(old, len(chunk) or 1):
-                    return False
-                if not chunk:
-                    return True
-        finally:
-            _close(new)
-    finally:
-        _close(old)
-
-
-def _unlink_quietly(name: str, dir_fd: int) -> bool:
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    return True
-
-
-def _remove_contents(top: int) -> None:
-    """Empty the directory open as `top`, depth first without recursion (a planted tree
-    may be deeper than Python's stack)."""
-    with os.scandir(top) as found:
-        stack: list[tuple[int, str | None, list[os.DirEntry[str]]]] = [(top, None, list(found))]
-    try:
-        while stack:
-            fd, name, pending = stack[-1]
-            if not pending:
-                stack.pop()
-                if name is not None:
-                    _close(fd)
-                    try:
-                        os.rmdir(name, dir_fd=stack[-1][0])
-                    except FileNotFoundError:
-                        pass
-                continue
-            entry = pending.pop()
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    child = os.open(entry.name, _DIR, dir_fd=fd)
-                    try:
-                        with os.scandir(child) as found:
-                            stack.append((child, entry.name, list(found)))
-                    except BaseException:
-                        _close(child)
-                        raise
-                else:
-                    os.unlink(entry.name, dir_fd=fd)
-            except (FileNotFoundError, NotADirectoryError):
-                _unlink_quietly(entry.name, fd)  # gone, or a directory replaced by a file meanwhile
-            except OSError as exc:
-                if exc.errno != errno.ELOOP:
-                    raise
-                _unlink_quietly(entry.name, fd)  # replaced by a link meanwhile: the link goes
-    finally:
-        for fd, name, _pending in stack:
-            if name is not None:
-                _close(fd)
-
-
-def _copy(src: int, dst: int) -> None:
-    """Copy everything from `src` (at its position) to `dst`: in the kernel when it can."""
-    try:
-        while os.sendfile(dst, src, None, 64 * _CHUNK):
-            pass
-        return
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSOCK, errno.EOPNOTSUPP, errno.EXDEV):
-            raise
-    while chunk := os.read(src, _CHUNK):
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(dst, view):]
 
 
 def open_path(path: str) -> tuple[BinaryIO, os.stat_result]:
