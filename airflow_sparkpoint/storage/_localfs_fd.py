@@ -1,6 +1,7 @@
 """The descriptor routines of `storage.localfs` (no paths here: every argument is an open
-descriptor or a name in one): a tree walked and emptied without following a link, bytes
-copied and compared between descriptors. Only `localfs` uses them."""
+descriptor, an open file or a name in an open directory): a tree walked and emptied
+without following a link, bytes read bounded, copied and compared. Only `localfs` uses
+them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import errno
 import os
 import stat
 from collections.abc import Callable, Iterator
+from typing import BinaryIO
+
+from airflow_sparkpoint.exceptions import ObjectTooLarge
 
 #: a directory below an open one, never through a link
 DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -54,6 +58,32 @@ def walk_tree(top: int, skip: Callable[[str, bool], bool] | None) -> Iterator[tu
     finally:
         for fd, _prefix in stack:
             close_quietly(fd)
+
+
+def read_bounded(handle: BinaryIO, size: int, max_bytes: int, where: str) -> bytes:
+    """Everything `handle` (a regular file of `size` bytes, as its fstat said) holds, read
+    in chunks; over `max_bytes` (now or grown while read) is `ObjectTooLarge` naming `where`."""
+    if size > max_bytes:
+        raise ObjectTooLarge(f"{where} is {size} bytes, over the limit of {max_bytes} bytes for its kind of file; "
+                             "treated as corrupt")
+    chunks = []
+    total = 0
+    while chunk := handle.read(min(CHUNK, max_bytes + 1 - total)):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > max_bytes:
+            raise ObjectTooLarge(f"{where} grew past the limit of {max_bytes} bytes while it was read; treated as "
+                                 "corrupt")
+    return b"".join(chunks)
+
+
+def bounded_lines(handle: BinaryIO, max_line: int, where: str) -> Iterator[bytes]:
+    """The lines of `handle` without their line breaks; a line longer than `max_line` is
+    `ObjectTooLarge` naming `where` (memory bounded, whatever the file's size)."""
+    while line := handle.readline(max_line + 1):
+        if len(line) > max_line and not line.endswith(b"\n"):
+            raise ObjectTooLarge(f"{where} has a line longer than {max_line} bytes; treated as corrupt")
+        yield line.rstrip(b"\n")
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:

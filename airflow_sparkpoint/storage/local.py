@@ -7,7 +7,6 @@ import builtins
 import os
 import stat
 import sys
-import uuid
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
@@ -203,8 +202,6 @@ class LocalStorage(Storage):
         if not isinstance(store, LocalStorage):
             return False
         source_key, target_key = normalize_key(source_key), normalize_key(target_key)
-        directory, _, _name = target_key.rpartition("/")
-        tmp = f"{directory}/{TMP_MARK}{uuid.uuid4().hex}" if directory else f"{TMP_MARK}{uuid.uuid4().hex}"
         try:
             src_root = store._dir()
         except FileNotFoundError:
@@ -212,16 +209,10 @@ class LocalStorage(Storage):
         with src_root:
             try:
                 with self._dir(create=True) as root:
-                    if src_root.link_to(source_key, root, tmp) is None:
+                    if src_root.link_to(source_key, root, target_key, replace=True, sync=True) is None:
                         if not src_root.is_file(source_key):
                             raise ObjectNotFound(f"{store._path(source_key)} does not exist")
                         return False  # another filesystem (EXDEV), links not allowed here
-                    try:
-                        root.rename(tmp, root, target_key)
-                    except BaseException:
-                        root.unlink(tmp)
-                        raise
-                    root.fsync(directory)
             except InvalidPath as exc:
                 raise self._refused_write(target_key, exc) from None
             except OSError as exc:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import BinaryIO, TypeAlias
 
-from airflow_sparkpoint.exceptions import InvalidPath, ObjectTooLarge
+from airflow_sparkpoint.exceptions import InvalidPath
 from airflow_sparkpoint.storage import _localfs_fd as _fdops
 
 __all__ = ["TMP_MARK", "Dir", "open_path", "parts", "remove_tree_at"]
@@ -209,19 +209,7 @@ class Dir:
         """
         handle, st = self.open_file(rel)
         with handle:
-            where = self._join(parts(rel))
-            if st.st_size > max_bytes:
-                raise ObjectTooLarge(f"{where} is {st.st_size} bytes, over the limit of {max_bytes} bytes for "
-                                     "its kind of file; treated as corrupt")
-            chunks = []
-            total = 0
-            while chunk := handle.read(min(_fdops.CHUNK, max_bytes + 1 - total)):
-                chunks.append(chunk)
-                total += len(chunk)
-                if total > max_bytes:  # grew since the fstat
-                    raise ObjectTooLarge(f"{where} grew past the limit of {max_bytes} bytes while it was read; "
-                                         "treated as corrupt")
-            return b"".join(chunks)
+            return _fdops.read_bounded(handle, st.st_size, max_bytes, self._join(parts(rel)))
 
     def read_text(self, rel: str, max_bytes: int) -> str | None:
         """`read` decoded as UTF-8, or None when `rel` (or a directory on its way) is missing."""
@@ -240,11 +228,7 @@ class Dir:
         """
         handle, _st = self.open_file(rel)
         with handle:
-            while line := handle.readline(max_line + 1):
-                if len(line) > max_line and not line.endswith(b"\n"):
-                    raise ObjectTooLarge(f"{self._join(parts(rel))} has a line longer than {max_line} bytes; "
-                                         "treated as corrupt")
-                yield line.rstrip(b"\n")
+            yield from _fdops.bounded_lines(handle, max_line, self._join(parts(rel)))
 
     def stat(self, rel: str) -> os.stat_result | None:
         """The status of `rel` itself (a link is reported as a link), or None when it or
@@ -468,10 +452,13 @@ class Dir:
             _fdops.close_quietly(src_fd)
             _fdops.close_quietly(dst_fd)
 
-    def link_to(self, rel: str, target: Dir, target_rel: str) -> os.stat_result | None:
+    def link_to(self, rel: str, target: Dir, target_rel: str, *, replace: bool = False,
+                sync: bool = False) -> os.stat_result | None:
         """Hard-link the regular file `rel` to `target_rel` under `target`; its status, or
         None when it is not a regular file reached without a link, or cannot be linked
         (missing, another filesystem, links not allowed). The new name never holds a link.
+        With `replace` an existing `target_rel` is replaced (a linked temp name renamed
+        over it), with `sync` its directory is synced.
         """
         try:
             src_fd, src_name, _names = self._parent(rel)
@@ -482,15 +469,24 @@ class Dir:
         except (OSError, InvalidPath):
             _fdops.close_quietly(src_fd)
             return None
+        name = f"{TMP_MARK}{uuid.uuid4().hex}" if replace else dst_name
         try:
             st = os.stat(src_name, dir_fd=src_fd, follow_symlinks=False)
             if not stat.S_ISREG(st.st_mode):
                 return None
-            os.link(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
-            linked = os.stat(dst_name, dir_fd=dst_fd, follow_symlinks=False)
+            os.link(src_name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+            linked = os.stat(name, dir_fd=dst_fd, follow_symlinks=False)
             if not stat.S_ISREG(linked.st_mode):  # replaced by a link between the check and the link
-                _fdops.unlink_quietly(dst_name, dst_fd)
+                _fdops.unlink_quietly(name, dst_fd)
                 return None
+            if replace:
+                try:
+                    os.replace(name, dst_name, src_dir_fd=dst_fd, dst_dir_fd=dst_fd)
+                except OSError:
+                    _fdops.unlink_quietly(name, dst_fd)
+                    raise
+            if sync:
+                os.fsync(dst_fd)
             return linked
         except OSError:
             return None
