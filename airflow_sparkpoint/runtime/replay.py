@@ -153,12 +153,9 @@ def _log_entries(root: Dir, directory: str, k: int) -> tuple[list[str], bool] | 
     """The entry lines of batch `k` of the file source log `directory` (relative to the
     live location `root`) and whether `k` is a compaction batch (``k.compact`` holds every
     entry up to k); None when neither file exists."""
-    try:
-        plain = _lines(root, f"{directory}/{k}")
-        if plain is not None:
-            return [line for line in plain if line.strip()], False
-    except FileNotFoundError:
-        pass
+    plain = _lines(root, f"{directory}/{k}")
+    if plain is not None:
+        return plain, False
     path = f"{directory}/{spark_layout.compact_name(k)}"
     try:
         tail = _compacted_tail(root, path, k)

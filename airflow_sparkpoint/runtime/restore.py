@@ -17,11 +17,8 @@ one, hard-linking what it can from the previous location.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import re
-import stat
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -29,9 +26,7 @@ from typing import Any
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, layout, open_snapshot
 from airflow_sparkpoint.checkpoints.lineage import Origin
-from airflow_sparkpoint.checkpoints.metadata import FileRef
 from airflow_sparkpoint.checkpoints.status import JobStatus
-from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     InvalidPath,
     ObjectNotFound,
@@ -43,19 +38,14 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.runtime import livedir, replay, rescale
 from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
+from airflow_sparkpoint.runtime.materialize import materialize
 from airflow_sparkpoint.runtime.prestore import IndexEntry
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan, under_root
 from airflow_sparkpoint.runtime.sink_lineage import divergence
 from airflow_sparkpoint.sinks.base import Sink
-from airflow_sparkpoint.storage.localfs import Dir
 from airflow_sparkpoint.storage.paths import confine
 
 log = logging.getLogger(__name__)
-
-# Small text files of Spark's checkpoint that may embed the absolute checkpoint path
-# (transformWithState's operator metadata records its state schema file paths).
-_REWRITE_MAX_BYTES = 4 * 1024 * 1024
-
 
 def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | None = None) -> RestorePlan:
     """Decide the restart point without changing anything. (`previous_live` is accepted
@@ -397,7 +387,6 @@ def choose_live(
     return LiveChoice(fresh, lock, False, paths[0] if paths else None, reason or "a fresh location")
 
 
-
 def fill_live(choice: LiveChoice, plan: RestorePlan, *, repair: bool = True) -> tuple[dict[str, IndexEntry], LiveReuse]:
     """Bring the chosen location to the restart point; return the coordinator's file index.
     `repair`: Spark falls back to an older snapshot when a store's newest fails to load
@@ -416,132 +405,5 @@ def fill_live(choice: LiveChoice, plan: RestorePlan, *, repair: bool = True) -> 
                             choice.reason, counts.get("skipped", 0))
 
 
-def materialize(
-    handle: SnapshotHandle,
-    live_path: str,
-    *,
-    stored: bool = True,
-    link_from: str | None = None,
-    counts: dict[str, int] | None = None,
-    only_read: bool = False,
-    repair: bool = True,
-    live: Dir | None = None,
-) -> dict[str, IndexEntry]:
-    """Rebuild Spark's checkpoint location at `live_path` from a snapshot (which is never
-    modified: NO_CLAIM). Returns the file index that lets the next checkpoint reuse the
-    stored files (`stored`: the snapshot's files are this job's shared files) or at least
-    their known checksums (they live in another store and must be copied once).
-
-    Files of `link_from` (a previous live location) with the size and mtime the snapshot
-    recorded are hard-linked instead of downloaded when on the same filesystem; `counts`
-    receives how many were ``linked``, ``downloaded`` and ``skipped``. With `only_read`,
-    the RocksDB state versions a restart never reads (`livedir.unread_at_restart`: those
-    before each store's newest snapshot, or with `repair` before the one Spark falls back
-    to; up to ~100 versions of changelogs in a long-running job) stay in the snapshot: a
-    restore reads what Spark loads.
-
-    `live` is `live_path` already open (the chosen location's `LiveLock.dir`). Every path
-    in both locations is reached without following a link (`storage.localfs`): a link in
-    `link_from` is never hard-linked in, whatever it points to.
-    """
-    with contextlib.ExitStack() as stack:
-        target = live if live is not None else stack.enter_context(livedir.open_location(live_path, create=True))
-        previous = None
-        if link_from:
-            try:
-                previous = stack.enter_context(livedir.open_location(link_from))
-            except (OSError, InvalidPath) as exc:
-                log.warning("not linking files from %s: %s", link_from, exc)
-        return _materialize(handle, live_path, target, previous, stored=stored, counts=counts,
-                            only_read=only_read, repair=repair)
-
-
-def _materialize(handle: SnapshotHandle, live_path: str, live: Dir, previous: Dir | None, *, stored: bool,
-                 counts: dict[str, int] | None, only_read: bool, repair: bool) -> dict[str, IndexEntry]:
-    livedir.clear(live)
-    meta = handle.metadata
-    unread = livedir.unread_at_restart((ref.path for ref in meta.files), meta.batch_id,
-                                       repair=repair) if only_read else set()
-    files = [ref for ref in meta.files if ref.path not in unread]
-    old_roots = _path_forms(meta.live_root) if meta.live_root else []
-    new_root = os.path.abspath(live_path)
-
-    def place(ref: FileRef) -> tuple[bool, IndexEntry | None]:
-        """Link or download one file (in a transfer thread); (linked, its index entry)."""
-        was_linked = previous is not None and _link(previous, live, ref.path, ref.size, ref.mtime_ns)
-        if not was_linked:
-            directory = ref.path.rpartition("/")[0]
-            live.makedirs(directory)  # real directories (a link planted on the way is refused)
-            handle.files_store.download_file(ref.key, os.path.join(live_path, *ref.path.split("/")))
-        if old_roots and ref.size <= _REWRITE_MAX_BYTES and _rewrite_paths(live, ref.path, old_roots, new_root):
-            return was_linked, None  # a new file (a link is never modified): the next checkpoint stores it
-        st = live.stat(ref.path)
-        if st is None or not stat.S_ISREG(st.st_mode):
-            raise RestoreError(f"{live_path}/{ref.path} is not the file just placed there (it was replaced)")
-        return was_linked, IndexEntry(st.st_size, st.st_mtime_ns, ref, stored=stored)
-
-    # A few files at a time (`transfer`): each download is a round trip to the store. A
-    # failed download fails the restore before Spark sees the location.
-    placed = transfer_all(place, files)
-    index = {ref.path: entry for ref, (_l, entry) in zip(files, placed, strict=True) if entry is not None}
-    linked = sum(1 for was_linked, _e in placed if was_linked)
-    if counts is not None:
-        counts.update(linked=linked, downloaded=len(files) - linked, skipped=len(unread))
-    log.info("materialized %d files (%d bytes) of %s into %s (%d hard-linked from %s, %d downloaded; %d older "
-             "state versions a restart does not read, %d bytes, left in the snapshot)",
-             len(files), sum(ref.size for ref in files), handle.uri, live_path, linked, previous, len(files) - linked,
-             len(unread), sum(ref.size for ref in meta.files if ref.path in unread))
-    return index
-
-
-def _link(previous: Dir, live: Dir, rel: str, size: int, mtime_ns: int) -> bool:
-    """Hard-link `rel` of the previous live location to `rel` of the new one if it is the
-    file the snapshot recorded (same size and mtime: Spark never rewrites a file in place);
-    False when it is not or cannot be linked. Neither end is reached through a link
-    (`storage.localfs`): a link anywhere on the way (to anywhere) is never linked in."""
-    if mtime_ns <= 0:
-        return False
-    try:
-        st = previous.stat(rel)
-    except InvalidPath:
-        return False
-    if st is None or not stat.S_ISREG(st.st_mode) or st.st_size != size or st.st_mtime_ns != mtime_ns:
-        return False
-    linked = previous.link_to(rel, live, rel)  # gone meanwhile, another filesystem (EXDEV): None
-    if linked is None:
-        return False
-    if linked.st_size == size and linked.st_mtime_ns == mtime_ns:
-        return True
-    live.unlink(rel)  # replaced between the check and the link
-    return False
-
-
 def seed_index_in_place(meta: SnapshotMetadata) -> dict[str, IndexEntry]:
     return {ref.path: IndexEntry(ref.size, ref.mtime_ns, ref) for ref in meta.files}
-
-
-def _path_forms(root: str) -> list[bytes]:
-    root = root.rstrip("/")
-    return sorted({f"file:{root}".encode(), f"file://{root}".encode(), root.encode()}, key=len, reverse=True)
-
-
-def _rewrite_paths(live: Dir, rel: str, old_roots: list[bytes], new_root: str) -> bool:
-    """Rewrite the absolute paths of the old live location in the small file `rel` of
-    `live` (a new file renamed over it: a hard-linked original is never changed); whether
-    it held any.
-
-    :raises ObjectTooLarge: it is larger than the small files this applies to.
-    """
-    data = live.read(rel, _REWRITE_MAX_BYTES)
-    if not any(old in data for old in old_roots):
-        return False
-    # One pass over all forms, longest first, so a replacement is never replaced again.
-    pattern = re.compile(b"|".join(re.escape(old) for old in old_roots))
-
-    def swap(match: re.Match[bytes]) -> bytes:
-        old = match.group(0)
-        scheme = b"file://" if old.startswith(b"file://") else b"file:" if old.startswith(b"file:") else b""
-        return scheme + new_root.encode()
-
-    live.write(rel, pattern.sub(swap, data), fsync=False)
-    return True

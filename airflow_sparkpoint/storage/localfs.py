@@ -84,9 +84,13 @@ class Dir:
         rel = os.path.relpath(path, base)
         if rel == ".." or rel.startswith("../"):
             raise InvalidPath(f"{path} is not below {base}")
-        if create:
+        try:
+            top = cls(os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), base)
+        except FileNotFoundError:
+            if not create:
+                raise
             os.makedirs(base, exist_ok=True)
-        top = cls(os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), base)
+            top = cls(os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), base)
         if rel == ".":
             return top
         try:
@@ -101,7 +105,8 @@ class Dir:
         :raises InvalidPath: a component is a symbolic link.
         """
         names = parts(rel)
-        return Dir(self._walk(names, create), self._join(names))
+        fd = self._walk(names, create)
+        return Dir(os.dup(fd) if fd == self.fd else fd, self._join(names))
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -137,8 +142,9 @@ class Dir:
         return InvalidPath(f"{self._join(names)} is a symbolic link; Sparkpoint follows no link in {self.path}")
 
     def _walk(self, names: list[str], create: bool) -> int:
-        """A new descriptor of the directory `names` below this one (the caller closes it)."""
-        fd = os.dup(self.fd)
+        """A descriptor of the directory `names` below this one: this one's own for no
+        names, else a new one; the caller hands it back to `_release`."""
+        fd = self.fd
         for index, name in enumerate(names):
             try:
                 try:
@@ -153,14 +159,20 @@ class Dir:
                     child = os.open(name, _fdops.DIR, dir_fd=fd)
             except OSError as exc:
                 error = self._refused(exc, names[:index + 1], fd)
-                _fdops.close_quietly(fd)
+                self._release(fd)
                 raise error from None
-            _fdops.close_quietly(fd)
+            self._release(fd)
             fd = child
         return fd
 
+    def _release(self, fd: int) -> None:
+        """Close `fd` from `_walk` or `_parent` unless it is this directory's own."""
+        if fd != self.fd:
+            _fdops.close_quietly(fd)
+
     def _parent(self, rel: str, create: bool = False) -> tuple[int, str, list[str]]:
-        """(a new descriptor of the parent of `rel`, its last component, all components).
+        """(a descriptor of the parent of `rel` for `_release`, its last component, all
+        components).
 
         :raises InvalidPath: `rel` names this directory itself, or climbs out.
         """
@@ -196,9 +208,8 @@ class Dir:
         try:
             fd, st = self._open_regular(dir_fd, name, names)
         finally:
-            _fdops.close_quietly(dir_fd)
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb"), st
+            self._release(dir_fd)
+        return os.fdopen(fd, "rb"), st  # O_NONBLOCK does nothing to a regular file's reads
 
     def read(self, rel: str, max_bytes: int) -> bytes:
         """The bytes of the regular file `rel`, read in chunks.
@@ -245,7 +256,7 @@ class Dir:
         except (FileNotFoundError, NotADirectoryError):
             return None
         finally:
-            _fdops.close_quietly(dir_fd)
+            self._release(dir_fd)
 
     def _type(self, rel: str) -> int:
         """The file type of `rel` (``stat.S_IFMT``), 0 when missing or behind a link."""
@@ -293,7 +304,7 @@ class Dir:
         try:
             return sorted(os.listdir(fd))
         finally:
-            _fdops.close_quietly(fd)
+            self._release(fd)
 
     def subdirs(self, rel: str = "") -> list[str]:
         """The names of the directories (not links) in the directory `rel`, sorted (``[]``
@@ -318,6 +329,7 @@ class Dir:
         """
         try:
             top = self._walk(parts(rel), False)
+            top = os.dup(top) if top == self.fd else top  # walk_tree closes it
         except (FileNotFoundError, NotADirectoryError):
             return
         yield from _fdops.walk_tree(top, skip)
@@ -336,7 +348,7 @@ class Dir:
         except OSError as exc:
             raise self._refused(exc, names) from None
         finally:
-            _fdops.close_quietly(dir_fd)
+            self._release(dir_fd)
 
     def _write_tmp(self, dir_fd: int, data: Data, fsync: bool) -> str:
         tmp = f"{TMP_MARK}{uuid.uuid4().hex}"
@@ -387,7 +399,7 @@ class Dir:
         except OSError as exc:
             raise self._refused(exc, names) from None
         finally:
-            _fdops.close_quietly(dir_fd)
+            self._release(dir_fd)
 
     def create(self, rel: str, data: bytes) -> None:
         """Create `rel` with `data` unless a name `rel` exists (a hard link of a synced
@@ -409,7 +421,7 @@ class Dir:
         except OSError as exc:
             raise self._refused(exc, names) from None
         finally:
-            _fdops.close_quietly(dir_fd)
+            self._release(dir_fd)
 
     def makedirs(self, rel: str) -> None:
         """Create the directory `rel` with its parents (existing ones are fine).
@@ -417,7 +429,7 @@ class Dir:
         :raises InvalidPath: a component is a link.
         :raises NotADirectoryError: a component is a file.
         """
-        _fdops.close_quietly(self._walk(parts(rel), True))
+        self._release(self._walk(parts(rel), True))
 
     def fsync(self, rel: str = "") -> None:
         """Sync the directory `rel` (a rename or unlink in it is durable); missing is fine."""
@@ -428,7 +440,7 @@ class Dir:
         try:
             os.fsync(fd)
         finally:
-            _fdops.close_quietly(fd)
+            self._release(fd)
 
     # -- moving -------------------------------------------------------------------
 
@@ -444,13 +456,13 @@ class Dir:
         try:
             dst_fd, dst_name, _dst_names = target._parent(target_rel, create_dirs)
         except BaseException:
-            _fdops.close_quietly(src_fd)
+            self._release(src_fd)
             raise
         try:
             os.replace(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
         finally:
-            _fdops.close_quietly(src_fd)
-            _fdops.close_quietly(dst_fd)
+            self._release(src_fd)
+            target._release(dst_fd)
 
     def link_to(self, rel: str, target: Dir, target_rel: str, *, replace: bool = False,
                 sync: bool = False) -> os.stat_result | None:
@@ -467,7 +479,7 @@ class Dir:
         try:
             dst_fd, dst_name, _dst_names = target._parent(target_rel, True)
         except (OSError, InvalidPath):
-            _fdops.close_quietly(src_fd)
+            self._release(src_fd)
             return None
         name = f"{TMP_MARK}{uuid.uuid4().hex}" if replace else dst_name
         try:
@@ -491,8 +503,8 @@ class Dir:
         except OSError:
             return None
         finally:
-            _fdops.close_quietly(src_fd)
-            _fdops.close_quietly(dst_fd)
+            self._release(src_fd)
+            target._release(dst_fd)
 
     # -- deleting -----------------------------------------------------------------
 
@@ -508,7 +520,7 @@ class Dir:
         if not names:
             raise InvalidPath(f"{rel!r} names the directory {self.path} itself; expected a path below it")
         keep = len(parts(prune_to)) if prune_to is not None else len(names) - 1
-        chain = [os.dup(self.fd)]
+        chain = [self.fd]
         try:
             for index, name in enumerate(names[:-1]):
                 try:
@@ -533,7 +545,7 @@ class Dir:
                     break  # not empty (or gone): the ones above are not empty either
             return True
         finally:
-            for fd in chain:
+            for fd in chain[1:]:
                 _fdops.close_quietly(fd)
 
     def remove_tree(self, rel: str) -> bool:
@@ -550,7 +562,7 @@ class Dir:
         try:
             return _fdops.remove_entry(dir_fd, name)
         finally:
-            _fdops.close_quietly(dir_fd)
+            self._release(dir_fd)
 
     def clear(self, keep: tuple[str, ...] = ()) -> None:
         """Delete everything in this directory but the names in `keep` (as `remove_tree`)."""

@@ -323,7 +323,7 @@ def test_a_metadata_that_overflows_is_skipped_not_raised(tmp_path: Path, field: 
 
 
 def test_materialisation_links_in_no_symlink_from_the_previous_live_location(tmp_path: Path) -> None:
-    from airflow_sparkpoint.runtime.restore import _link
+    from airflow_sparkpoint.runtime.materialize import _link
     from airflow_sparkpoint.storage.localfs import Dir
 
     victim = victim_dir(tmp_path) / "precious.txt"

@@ -223,6 +223,32 @@ def test_a_huge_offsets_file_in_the_snapshot_is_refused_not_read_whole(tmp_path:
     assert exc is None and isinstance(reason, str) and ref.key in reason, f"not refused naming the file: {reason!r}"
 
 
+@pytest.mark.s3
+def test_a_huge_offsets_object_in_an_s3_snapshot_is_refused_not_read_whole(s3_server: str, s3_bucket: str,
+                                                                          tmp_path: Path) -> None:
+    """The same class on an S3 store: an object over the log-file limit is refused by its
+    length, never downloaded."""
+    from airflow_sparkpoint.checkpoints.spark_layout import LOG_FILE_MAX_BYTES
+    from airflow_sparkpoint.runtime import replay
+    from airflow_sparkpoint.storage import open_storage
+    from tests.unit.runtime.test_coordinator import RecordingSink, coordinator, write_live
+
+    store = open_storage(f"s3://{s3_bucket}/sp", endpoint_url=s3_server, region_name="us-east-1",
+                         aws_access_key_id="test", aws_secret_access_key="test")
+    catalog = Catalog(store, JOB)
+    live = tmp_path / "live"
+    coord = coordinator(catalog, live, RecordingSink(), catalog.claim_generation().generation)
+    write_live(live, 0)
+    assert coord.checkpoint(0) is not None
+    handle = catalog.handle(catalog.latest())  # type: ignore[arg-type]
+    ref = next(f for f in handle.metadata.files if f.path == "offsets/0")
+    handle.files_store.put(ref.key, b"v1\n" + b" " * LOG_FILE_MAX_BYTES)
+    peak, reason, exc = peak_bytes(lambda: replay.plan_replay(handle, RecordingSink(), JOB, 1))
+    assert handle.files_store.stat(ref.key).size > LOG_FILE_MAX_BYTES
+    assert peak < LOG_FILE_MAX_BYTES, f"plan_replay allocated {peak} bytes for a planted offsets object"
+    assert exc is None and isinstance(reason, str) and ref.key in reason, f"not refused naming the object: {reason!r}"
+
+
 @pytest.mark.parametrize("reader", ["capture", "source_log_ends", "interrupted"])
 def test_a_huge_offsets_file_in_the_live_location_is_not_read_whole(tmp_path: Path, reader: str) -> None:
     from airflow_sparkpoint.runtime import livedir, replay, rescale

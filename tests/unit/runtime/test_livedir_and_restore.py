@@ -7,7 +7,7 @@ import os
 import pytest
 
 from airflow_sparkpoint.runtime import livedir
-from airflow_sparkpoint.runtime.restore import _path_forms, _rewrite_paths
+from airflow_sparkpoint.runtime.materialize import _path_forms, _rewrite_paths
 from airflow_sparkpoint.storage.localfs import Dir
 
 
