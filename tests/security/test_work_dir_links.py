@@ -224,16 +224,22 @@ def test_a_huge_offsets_file_in_the_snapshot_is_refused_not_read_whole(tmp_path:
 
 
 @pytest.mark.s3
-def test_a_huge_offsets_object_in_an_s3_snapshot_is_refused_not_read_whole(s3_server: str, s3_bucket: str,
+def test_a_huge_offsets_object_in_an_s3_snapshot_is_refused_not_read_whole(seaweedfs_server: str,
                                                                           tmp_path: Path) -> None:
-    """The same class on an S3 store: an object over the log-file limit is refused by its
-    length, never downloaded."""
+    """The same class on an S3 store (SeaweedFS: a server in its own process, so that
+    the memory measured is the reader's alone): an object over the log-file limit is
+    refused by its length, never downloaded."""
+    import boto3
+
     from airflow_sparkpoint.checkpoints.spark_layout import LOG_FILE_MAX_BYTES
     from airflow_sparkpoint.runtime import replay
     from airflow_sparkpoint.storage import open_storage
     from tests.unit.runtime.test_coordinator import RecordingSink, coordinator, write_live
 
-    store = open_storage(f"s3://{s3_bucket}/sp", endpoint_url=s3_server, region_name="us-east-1",
+    s3_bucket = f"sp-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=seaweedfs_server, region_name="us-east-1", aws_access_key_id="test",
+                 aws_secret_access_key="test").create_bucket(Bucket=s3_bucket)
+    store = open_storage(f"s3://{s3_bucket}/sp", endpoint_url=seaweedfs_server, region_name="us-east-1",
                          aws_access_key_id="test", aws_secret_access_key="test")
     catalog = Catalog(store, JOB)
     live = tmp_path / "live"
