@@ -84,8 +84,8 @@ def _extension(name: str) -> str:
 def _data_files(root: Dir, rel: str = "") -> list[dict[str, Any]]:
     """Data files under the directory `rel` of `root` that Spark wrote, as ``{"path",
     "size"}``, sorted (regular files only: a link is not data)."""
-    return sorted(({"path": path, "size": st.st_size} for path, st in root.walk_files(rel, skip=lambda name, _dir: _is_hidden(name))),
-                  key=lambda f: f["path"])
+    found = root.walk_files(rel, skip=lambda name, _dir: _is_hidden(name))
+    return sorted(({"path": path, "size": st.st_size} for path, st in found), key=lambda f: f["path"])
 
 
 def _spark_can_write(spark: SparkSession, scheme: str) -> bool:
@@ -347,23 +347,25 @@ class DirectorySink(claims.FileSink):
         return [f"{self.uri}/{src}" for src, dst, size in moves if not there(src) and not there(dst, size)]
 
     def _missing_local(self, moves: Sequence[tuple[str, str, int]]) -> list[str]:
-        refused: dict[str, str] = {}
-
-        def there(root: Dir, key: str, size: int | None = None) -> bool:
-            try:
-                st = root.stat(key)
-            except InvalidPath as exc:  # behind a link: not staged data of this sink
-                refused[key] = str(exc)
-                return False
-            return st is not None and stat.S_ISREG(st.st_mode) and (size is None or st.st_size == size)
-
+        """The sources of `moves` neither staged nor already in place (one behind a link is
+        not staged data of this sink: the entry says why)."""
         try:
             root = self._root()
         except FileNotFoundError:
             return [f"{self.uri}/{src}" for src, _dst, _size in moves]
+        found = []
         with root:
-            return [f"{self.uri}/{src}" + (f" ({refused[src]})" if src in refused else "")
-                    for src, dst, size in moves if not there(root, src) and not there(root, dst, size)]
+            for src, dst, size in moves:
+                problem = root.file_problem(src)
+                if problem is None:
+                    continue
+                try:
+                    st = root.stat(dst)
+                except InvalidPath:
+                    st = None
+                if st is None or not stat.S_ISREG(st.st_mode) or st.st_size != size:
+                    found.append(f"{self.uri}/{src} ({problem})")
+        return found
 
     def _planned(self, txn: str, plan: Mapping[str, Any] | None) -> tuple[str, list[tuple[str, str, int]]]:
         """The staging area and moves of a promotion plan read from a claim or decision
