@@ -27,11 +27,6 @@ COMPACT = ".compact"
 SNAPSHOT_KINDS = ("zip", "snapshot")
 #: the kinds the RocksDB provider writes (the HDFS provider: delta, snapshot)
 ROCKSDB_KINDS = ("zip", "changelog")
-#: the most a log file Sparkpoint reads whole may hold (``offsets/N``, ``commits/N``,
-#: operator metadata): Spark writes a few KiB there, a few MiB with thousands of Kafka
-#: partitions; a larger one (a sparse file planted in a live location or a store) is
-#: treated as corrupt, never read whole
-LOG_FILE_MAX_BYTES = 16 * 1024 * 1024
 #: the longest line read from a file source log (one input file's entry; the files are
 #: read line by line, a compact file of a job of weeks holds millions of them)
 LOG_LINE_MAX_BYTES = 1024 * 1024

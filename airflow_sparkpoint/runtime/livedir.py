@@ -17,7 +17,7 @@ terminal status record written by that generation), or its processes on this hos
 The work directory is a shared place: every path in it is reached through
 `storage.localfs`, a live location's own name included (`open_location`): a ``g<N>``
 planted as a link is never locked, written or cleared through, a link inside a location
-is never followed, a Spark log file is read bounded (`spark_layout.LOG_FILE_MAX_BYTES`).
+is never followed, a Spark log file is read bounded (`layout.SNAPSHOT_LOG_MAX_BYTES`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_sparkpoint.checkpoints import spark_layout
+from airflow_sparkpoint.checkpoints import layout, spark_layout
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import InvalidPath, StorageError
 from airflow_sparkpoint.runtime.config import local_path_of, require_local
@@ -112,7 +112,7 @@ def read_log_file(root: str, rel: str) -> str | None:
     """The text of the Spark log file `rel` of the live location `root` (``offsets/N``),
     or None when it is missing.
 
-    :raises ObjectTooLarge: it is over `spark_layout.LOG_FILE_MAX_BYTES` (corrupt, never
+    :raises ObjectTooLarge: it is over `layout.SNAPSHOT_LOG_MAX_BYTES` (corrupt, never
         read whole); the message names it.
     :raises InvalidPath: it (or a directory on its way) is a link or not a regular file.
     :raises UnicodeDecodeError: it is not UTF-8.
@@ -122,7 +122,7 @@ def read_log_file(root: str, rel: str) -> str | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     with location:
-        return location.read_text(rel, spark_layout.LOG_FILE_MAX_BYTES)
+        return location.read_text(rel, layout.SNAPSHOT_LOG_MAX_BYTES)
 
 
 def needed_for_restart(path: str, batch_id: int, source_ends: Mapping[str, int] | None = None) -> bool:

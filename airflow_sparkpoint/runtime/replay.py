@@ -32,7 +32,7 @@ when the batch cannot be recorded (the reason is what the refusal quotes).
 The live location is a shared place (the work directory's writers): it is read and
 written through `storage.localfs` (no link followed: an ``offsets`` or ``sources``
 directory planted as a link is refused), log files whole only up to
-`spark_layout.LOG_FILE_MAX_BYTES`, file source logs line by line.
+`layout.SNAPSHOT_LOG_MAX_BYTES`, file source logs line by line.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, bounded, spark_layout
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, bounded, layout, spark_layout
 from airflow_sparkpoint.checkpoints.bounded import Limits
 from airflow_sparkpoint.exceptions import InvalidPath, SinkAheadError, SparkpointError
 from airflow_sparkpoint.runtime import livedir
@@ -427,7 +427,7 @@ def run_batch(spark: SparkSession, df: DataFrame, output_mode: str, live_root: s
 
 def _read_text(root: Dir, path: str) -> str | None:
     """A log file of the live location (bounded), or None when it is missing."""
-    return root.read_text(path, spark_layout.LOG_FILE_MAX_BYTES)
+    return root.read_text(path, layout.SNAPSHOT_LOG_MAX_BYTES)
 
 
 def _lines(root: Dir, path: str) -> list[str] | None:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
-from airflow_sparkpoint.checkpoints import spark_layout
+from airflow_sparkpoint.checkpoints import layout, spark_layout
 from airflow_sparkpoint.exceptions import (
     ConfigError,
     InvalidPath,
@@ -355,7 +355,7 @@ def _fix_v1_metadata(location: Dir, partitions: int) -> None:
         target = spark_layout.operator_metadata_v1(op)
         if not location.is_file(target):
             continue
-        lines = location.read(target, spark_layout.LOG_FILE_MAX_BYTES).decode("utf-8").splitlines()
+        lines = location.read(target, layout.SNAPSHOT_LOG_MAX_BYTES).decode("utf-8").splitlines()
         if len(lines) < 2 or lines[0].strip() != "v1":
             continue
         body = json.loads(lines[1])

@@ -231,7 +231,7 @@ def test_a_huge_offsets_object_in_an_s3_snapshot_is_refused_not_read_whole(seawe
     refused by its length, never downloaded."""
     import boto3
 
-    from airflow_sparkpoint.checkpoints.spark_layout import LOG_FILE_MAX_BYTES
+    from airflow_sparkpoint.checkpoints.layout import SNAPSHOT_LOG_MAX_BYTES as LOG_FILE_MAX_BYTES
     from airflow_sparkpoint.runtime import replay
     from airflow_sparkpoint.storage import open_storage
     from tests.unit.runtime.test_coordinator import RecordingSink, coordinator, write_live
