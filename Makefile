@@ -30,12 +30,15 @@ browser:
 
 # Before any test: ruff, mypy on the package, the import-linter contracts of pyproject.toml
 # (layers, no Airflow on the Spark side, no PySpark under checkpoints/storage, no cycles)
-# and scripts/check_structure.py (no module over 600 lines, no import cycle at all).
+# scripts/check_structure.py (no module over 600 lines, no import cycle at all) and
+# scripts/check_local_fs.py (no raw shutil.rmtree, os.replace, os.listdir... outside
+# storage/localfs.py, the one layer that follows no symbolic link).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy airflow_sparkpoint
 	$(VENV)/bin/lint-imports
 	$(PY) scripts/check_structure.py airflow_sparkpoint
+	$(PY) scripts/check_local_fs.py airflow_sparkpoint
 
 test: setup browser lint
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -196,7 +196,8 @@ RECORD_MAX_COST = {
     ID_FLOOR: 64 * _KIB,
 }
 #: a file of a snapshot that restore-time checks read from the store (the offset log entry
-#: of the restart batch): one line per source, ~30 bytes per Kafka partition
+#: of the restart batch): one line per source, ~30 bytes per Kafka partition; the same
+#: limit for a Spark log file read whole in a live location (`runtime.livedir.read_log_file`)
 SNAPSHOT_LOG_MAX_BYTES = 4 * _MIB
 
 

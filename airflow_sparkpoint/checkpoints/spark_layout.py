@@ -27,6 +27,9 @@ COMPACT = ".compact"
 SNAPSHOT_KINDS = ("zip", "snapshot")
 #: the kinds the RocksDB provider writes (the HDFS provider: delta, snapshot)
 ROCKSDB_KINDS = ("zip", "changelog")
+#: the longest line read from a file source log (one input file's entry; the files are
+#: read line by line, a compact file of a job of weeks holds millions of them)
+LOG_LINE_MAX_BYTES = 1024 * 1024
 
 _LOG_ENTRY = re.compile(r"^(\d+)(\.compact)?$")
 _STATE_VERSION = re.compile(r"^(\d+)(?:_[0-9a-f-]+)?\.(delta|snapshot|changelog|zip)$")

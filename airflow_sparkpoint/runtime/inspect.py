@@ -39,7 +39,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -50,6 +49,7 @@ from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, open_snapsho
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
 from airflow_sparkpoint.runtime import spark_support
 from airflow_sparkpoint.runtime.restore import materialize
+from airflow_sparkpoint.storage.localfs import remove_tree_at
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -376,7 +376,7 @@ class SnapshotReader:
 
     def close(self) -> None:
         if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            remove_tree_at(self._scratch)
             self._scratch = None
 
     @property

@@ -13,6 +13,11 @@ dies, even by SIGKILL) and records itself in ``<location>/.sparkpoint-owner.json
 reused pid is not mistaken for the owner). Another run may resume in that location only
 when it gets the lock and the previous owner is proven gone: its generation ended (a
 terminal status record written by that generation), or its processes on this host are gone.
+
+The work directory is a shared place: every path in it is reached through
+`storage.localfs`, a live location's own name included (`open_location`): a ``g<N>``
+planted as a link is never locked, written or cleared through, a link inside a location
+is never followed, a Spark log file is read bounded (`layout.SNAPSHOT_LOG_MAX_BYTES`).
 """
 
 from __future__ import annotations
@@ -22,16 +27,18 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import socket
+import stat
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_sparkpoint.checkpoints import spark_layout
+from airflow_sparkpoint.checkpoints import layout, spark_layout
 from airflow_sparkpoint.checkpoints.status import JobStatus
+from airflow_sparkpoint.exceptions import InvalidPath, StorageError
 from airflow_sparkpoint.runtime.config import local_path_of, require_local
+from airflow_sparkpoint.storage.localfs import Dir, open_path
 
 __all__ = ["local_path_of", "require_local"]  # the live-location rule lives in runtime.config
 
@@ -41,6 +48,8 @@ LOCK_NAME = ".sparkpoint-lock"
 #: what a live location being deleted is renamed to first (`remove_unowned`)
 TRASH_PREFIX = ".removing-"
 OWNER_NAME = ".sparkpoint-owner.json"
+#: an owner record is a few hundred bytes
+_OWNER_MAX_BYTES = 64 * 1024
 TERMINAL_STATES = ("finished", "stopped", "failed")
 
 
@@ -52,29 +61,68 @@ class LiveFile:
     mtime_ns: int
 
 
+def open_location(path: str, *, create: bool = False) -> Dir:
+    """The live location (or a directory of the work root) at `path`, open: its own name
+    is not followed (a ``g<N>`` planted as a link is refused), nor anything below it.
+
+    :raises FileNotFoundError: it does not exist (and not `create`).
+    :raises InvalidPath: it is a link.
+    """
+    path = os.path.abspath(path)
+    return Dir.open(path, create=create, anchor=os.path.dirname(path))
+
+
 def file_sha256(path: str) -> str:
-    """The sha256 of the file at `path` (read in 8 MiB chunks), as hex."""
+    """The sha256 of the regular file at `path` (read in 8 MiB chunks), as hex.
+
+    :raises FileNotFoundError: it is missing.
+    :raises InvalidPath: it is a link or not a regular file (never read).
+    """
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    handle, _st = open_path(path)
+    with handle:
         while chunk := handle.read(8 * 1024 * 1024):
             digest.update(chunk)
     return digest.hexdigest()
 
 
-def walk(root: str) -> Iterator[LiveFile]:
-    """Every regular file under `root`, skipping Hadoop checksums and temp files."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        for name in filenames:
-            if name.startswith(".") or name.endswith((".crc", ".tmp")) or "sparkpoint-tmp" in name:
-                continue
-            full = os.path.join(dirpath, name)
-            try:
-                st = os.stat(full)
-            except FileNotFoundError:
-                continue
-            rel = os.path.relpath(full, root).replace(os.sep, "/")
-            yield LiveFile(rel, full, st.st_size, st.st_mtime_ns)
+def _skipped(name: str, is_dir: bool) -> bool:
+    """Hidden directories, Hadoop checksums and temp files are not part of a checkpoint."""
+    return name.startswith(".") or (not is_dir and (name.endswith((".crc", ".tmp")) or "sparkpoint-tmp" in name))
+
+
+def walk(root: str, rel: str = "") -> Iterator[LiveFile]:
+    """Every regular file under the directory `rel` of the live location `root` (paths
+    relative to `rel`), skipping Hadoop checksums and temp files; links are neither
+    listed nor followed. Nothing when it is missing or behind a link."""
+    try:
+        location = open_location(root)
+    except (FileNotFoundError, NotADirectoryError, InvalidPath):
+        return
+    base = os.path.join(root, *rel.split("/")) if rel else root
+    with location:
+        try:
+            for path, st in location.walk_files(rel, skip=_skipped):
+                yield LiveFile(path, os.path.join(base, *path.split("/")), st.st_size, st.st_mtime_ns)
+        except InvalidPath as exc:
+            log.warning("not reading %s: %s", base, exc)
+
+
+def read_log_file(root: str, rel: str) -> str | None:
+    """The text of the Spark log file `rel` of the live location `root` (``offsets/N``),
+    or None when it is missing.
+
+    :raises ObjectTooLarge: it is over `layout.SNAPSHOT_LOG_MAX_BYTES` (corrupt, never
+        read whole); the message names it.
+    :raises InvalidPath: it (or a directory on its way) is a link or not a regular file.
+    :raises UnicodeDecodeError: it is not UTF-8.
+    """
+    try:
+        location = open_location(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    with location:
+        return location.read_text(rel, layout.SNAPSHOT_LOG_MAX_BYTES)
 
 
 def needed_for_restart(path: str, batch_id: int, source_ends: Mapping[str, int] | None = None) -> bool:
@@ -114,10 +162,11 @@ def source_log_ends(root: str, batch_id: int) -> dict[str, int]:
     new one (``offsets/2`` = ``{"logOffset":3}``); a checkpoint without entry 3 would let a
     restore assign new files to it and skip them."""
     try:
-        with open(os.path.join(root, spark_layout.offsets_entry(batch_id)), encoding="utf-8") as handle:
-            lines = source_offsets(handle.read())
-    except (OSError, UnicodeDecodeError):
+        text = read_log_file(root, spark_layout.offsets_entry(batch_id))
+    except (OSError, UnicodeDecodeError, StorageError) as exc:
+        log.warning("cannot read offsets/%d in %s: %s", batch_id, root, exc)
         return {}
+    lines = source_offsets(text or "")
     offsets = {str(index): file_source_log_offset(line) for index, line in enumerate(lines)}
     return {index: end for index, end in offsets.items() if end is not None}
 
@@ -140,10 +189,12 @@ def file_source_log_offset(line: str) -> int | None:
 
 
 def committed_batches(root: str) -> list[int]:
-    """The batch ids with a ``commits/<id>`` file in a live location, in order."""
+    """The batch ids with a ``commits/<id>`` file in a live location, in order (none
+    when ``commits`` or the location is a link)."""
     try:
-        names = os.listdir(os.path.join(root, spark_layout.COMMITS))
-    except FileNotFoundError:
+        with open_location(root) as location:
+            names = location.names(spark_layout.COMMITS)
+    except (FileNotFoundError, NotADirectoryError, InvalidPath):
         return []
     return sorted(int(n) for n in names if n.isdigit())
 
@@ -151,7 +202,11 @@ def committed_batches(root: str) -> list[int]:
 def is_committed(root: str, batch_id: int) -> bool:
     """Whether Spark committed batch `batch_id` in a live location (its ``commits/<id>``
     file, which Spark writes atomically)."""
-    return os.path.isfile(os.path.join(root, spark_layout.COMMITS, str(batch_id)))
+    try:
+        with open_location(root) as location:
+            return location.is_file(spark_layout.commits_entry(batch_id))
+    except (FileNotFoundError, NotADirectoryError, InvalidPath):
+        return False
 
 
 def last_commit(root: str) -> int | None:
@@ -175,7 +230,7 @@ def state_stores(root: str, batch_id: int, dirs: Iterable[str] | None = None) ->
     the restart point after `batch_id`."""
     files = ((f"{base}/{live.path}", live.size)
              for base in ([spark_layout.STATE] if dirs is None else dirs)
-             for live in walk(os.path.join(root, *base.split("/"))))
+             for live in walk(root, base))
     return _stores(files, max_version=batch_id + 1)
 
 
@@ -296,50 +351,107 @@ def process_alive(pid: int, start: str | None) -> bool:
 
 
 class LiveLock:
-    """An exclusive lock on a live location, held until `release` (or the process ends)."""
+    """An exclusive lock on a live location, held until `release` (or the process ends);
+    `dir` is the location, open (`open_location`) while the lock is held."""
 
-    def __init__(self, path: str, fd: int) -> None:
+    def __init__(self, path: str, fd: int, location: Dir | None = None) -> None:
         self.path = path
         self._fd: int | None = fd
+        self.dir = location
 
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
+        if self.dir is not None:
+            self.dir.close()
+            self.dir = None
 
 
 def try_lock(location: str) -> LiveLock | None:
     """Take the exclusive lock of `location` (created if needed) without waiting, or None
-    when another run holds it."""
+    when another run holds it.
+
+    :raises OSError: `location` (or its lock file) is a link (``ELOOP``: never locked
+        through), or cannot be created.
+    """
     import fcntl
 
-    os.makedirs(location, exist_ok=True)
-    fd = os.open(os.path.join(location, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        directory = open_location(location, create=True)
+    except InvalidPath as exc:
+        raise OSError(errno.ELOOP, str(exc), location) from None
+    try:
+        fd = directory.open_fd(LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    except InvalidPath as exc:
+        directory.close()
+        raise OSError(errno.ELOOP, str(exc), location) from None
+    except BaseException:
+        directory.close()
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
         os.close(fd)
+        directory.close()
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             return None
         raise
-    return LiveLock(location, fd)
+    return LiveLock(location, fd, directory)
 
 
-def read_owner(location: str) -> dict[str, Any] | None:
+def unlink_planted(location: str) -> None:
+    """Remove a link at `location` (where a new live location goes: Sparkpoint makes
+    directories there, never links, so one was planted), with a warning: the location is
+    then made anew, nothing is locked, written or cleared through the link."""
+    parent, name = os.path.split(os.path.abspath(location))
     try:
-        with open(os.path.join(location, OWNER_NAME)) as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+        with Dir.open(parent) as directory:
+            st = directory.stat(name)
+            if st is not None and stat.S_ISLNK(st.st_mode):
+                log.warning("removing the link %s planted where a live location goes; a new directory is made there",
+                            location)
+                directory.unlink(name)
+    except FileNotFoundError:
+        return
+
+
+def _opened(location: str | Dir, create: bool = False) -> tuple[Dir, bool]:
+    """(`location` open, whether the caller must close it)."""
+    if isinstance(location, Dir):
+        return location, False
+    return open_location(location, create=create), True
+
+
+def read_owner(location: str | Dir) -> dict[str, Any] | None:
+    """The owner record of `location` (a path, or the `LiveLock.dir` of it), or None
+    when it is missing, unreadable, too large or behind a link."""
+    try:
+        directory, close = _opened(location)
+    except (OSError, InvalidPath):
         return None
+    try:
+        data = json.loads(directory.read(OWNER_NAME, _OWNER_MAX_BYTES))
+    except (OSError, ValueError):  # ObjectTooLarge and InvalidPath are ValueErrors
+        return None
+    finally:
+        if close:
+            directory.close()
     return data if isinstance(data, dict) else None
 
 
-def write_owner(location: str, owner: Mapping[str, Any]) -> None:
-    path = os.path.join(location, OWNER_NAME)
-    tmp = path + ".sparkpoint-tmp"
-    with open(tmp, "w") as handle:
-        json.dump(dict(owner), handle)
-    os.replace(tmp, path)
+def write_owner(location: str | Dir, owner: Mapping[str, Any]) -> None:
+    """Record `owner` in `location` (a path, or the `LiveLock.dir` of it: the location
+    that was locked, whatever its name points to now).
+
+    :raises InvalidPath: the location is a link.
+    """
+    directory, close = _opened(location, create=True)
+    try:
+        directory.write(OWNER_NAME, json.dumps(dict(owner)).encode(), fsync=False)
+    finally:
+        if close:
+            directory.close()
 
 
 def owner_record(job: str, generation: int, jvm_pid: int | None) -> dict[str, Any]:
@@ -385,17 +497,18 @@ def previous_owner_gone(
     return True, f"the processes of generation {generation} are gone"
 
 
-def clear(location: str) -> None:
-    """Empty `location` (created if missing), keeping its lock and owner files."""
-    os.makedirs(location, exist_ok=True)
-    for name in os.listdir(location):
-        if name in (LOCK_NAME, OWNER_NAME):
-            continue
-        path = os.path.join(location, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
-            os.unlink(path)
+def clear(location: str | Dir) -> None:
+    """Empty `location` (a path, created if missing, or the `LiveLock.dir` of it), keeping
+    its lock and owner files; a link in it is unlinked, never followed.
+
+    :raises InvalidPath: the location is a link.
+    """
+    directory, close = _opened(location, create=True)
+    try:
+        directory.clear(keep=(LOCK_NAME, OWNER_NAME))
+    finally:
+        if close:
+            directory.close()
 
 
 def remove_unowned(work_root: str, keep: str, below_generation: int) -> list[str]:
@@ -405,34 +518,46 @@ def remove_unowned(work_root: str, keep: str, below_generation: int) -> list[str
     Deleting a tree removes its lock file before the rest: another run could then lock
     the half-deleted location and resume in place on it. So each is first renamed, under
     its lock, out of the ``g<N>`` names (`TRASH_PREFIX`), then deleted; what a deletion
-    killed halfway left is deleted by the next call."""
+    killed halfway left is deleted by the next call. A ``g<N>`` that is a link (planted:
+    Sparkpoint makes directories) is unlinked, never locked or deleted through."""
     removed: list[str] = []
     try:
-        names = os.listdir(work_root)
-    except FileNotFoundError:
+        root = Dir.open(work_root)
+    except (FileNotFoundError, NotADirectoryError):
         return removed
     current = os.path.basename(keep.rstrip("/"))
-    for name in names:
-        if name.startswith(TRASH_PREFIX):
-            shutil.rmtree(os.path.join(work_root, name), ignore_errors=True)
-            continue
-        if not (name.startswith("g") and name[1:].isdigit()) or name == current or int(name[1:]) >= below_generation:
-            continue
-        path = os.path.join(work_root, name)
-        lock = try_lock(path)
-        if lock is None:
-            log.info("keeping live location %s: a run still holds it", path)
-            continue
-        trash = os.path.join(work_root, f"{TRASH_PREFIX}{name}-{uuid.uuid4().hex}")
-        try:
-            os.rename(path, trash)
-        except OSError as exc:
-            log.warning("could not remove live location %s: %s", path, exc)
-            continue
-        finally:
-            lock.release()
-        shutil.rmtree(trash, ignore_errors=True)
-        removed.append(path)
+    with root:
+        for entry in root.entries():
+            name = entry.name
+            if name.startswith(TRASH_PREFIX):
+                root.remove_tree(name)
+                continue
+            if not (name.startswith("g") and name[1:].isdigit()) or name == current or int(name[1:]) >= below_generation:
+                continue
+            path = os.path.join(work_root, name)
+            if not entry.is_dir(follow_symlinks=False):
+                log.warning("removing %s from the work root: a %s where Sparkpoint keeps live locations", path,
+                            "link" if entry.is_symlink() else "file")
+                root.unlink(name)
+                continue
+            try:
+                lock = try_lock(path)
+            except OSError as exc:  # replaced by a link meanwhile: the next call looks again
+                log.warning("could not remove live location %s: %s", path, exc)
+                continue
+            if lock is None:
+                log.info("keeping live location %s: a run still holds it", path)
+                continue
+            trash = f"{TRASH_PREFIX}{name}-{uuid.uuid4().hex}"
+            try:
+                root.rename(name, root, trash)
+            except OSError as exc:
+                log.warning("could not remove live location %s: %s", path, exc)
+                continue
+            finally:
+                lock.release()
+            root.remove_tree(trash)
+            removed.append(path)
     return removed
 
 

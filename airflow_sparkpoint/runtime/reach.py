@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.config import PREFIX
+from airflow_sparkpoint.storage.localfs import Dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 PROBE_PREFIX = ".sparkpoint-probe-"  # hidden: never captured (`livedir.walk` skips it)
 DRIVER_FILE = "driver"
+#: a probe holds a token and an address (read bounded: the work directory is shared)
+_PROBE_MAX_BYTES = 4096
 #: how long to wait for the executors the application asked for (``spark.executor.instances``
 #: / ``spark.cores.max``), or for a first one; longer when Spark's own
 #: ``spark.scheduler.maxRegisteredResourcesWaitingTime`` is (queued YARN or autoscaled pods)
@@ -101,6 +103,11 @@ def _wait_executors(spark: SparkSession, timeout_s: float) -> list[Executor]:
         time.sleep(0.2)
 
 
+def _open_probe(probe_dir: str) -> Dir:
+    """The probe directory, open (its own name not followed: it is in the shared work root)."""
+    return Dir.open(probe_dir, anchor=os.path.dirname(probe_dir))
+
+
 def _probe_task(probe_dir: str, token: str):  # type: ignore[no-untyped-def]
     """The function each barrier task runs on its executor: read the driver's probe, write
     its own (named by its partition), report what it saw."""
@@ -113,16 +120,13 @@ def _probe_task(probe_dir: str, token: str):  # type: ignore[no-untyped-def]
         address = context.getTaskInfos()[partition].address
         report = {"partition": partition, "address": address, "error": None}
         try:
-            with open(os.path.join(probe_dir, DRIVER_FILE), encoding="utf-8") as handle:
-                seen = handle.read()
-            if seen != token:
-                report["error"] = f"it reads {seen!r} in the driver's probe file, the driver wrote {token!r}"
-            else:
-                path = os.path.join(probe_dir, f"task-{partition}")
-                with open(path + ".tmp", "w", encoding="utf-8") as handle:
-                    handle.write(f"{token} {address}")
-                os.replace(path + ".tmp", path)
-        except OSError as exc:
+            with _open_probe(probe_dir) as probe:
+                seen = probe.read(DRIVER_FILE, _PROBE_MAX_BYTES).decode("utf-8", errors="replace")
+                if seen != token:
+                    report["error"] = f"it reads {seen!r} in the driver's probe file, the driver wrote {token!r}"
+                else:
+                    probe.write(f"task-{partition}", f"{token} {address}".encode(), fsync=False)
+        except (OSError, ValueError) as exc:  # a link or a FIFO planted there is refused (ValueError)
             report["error"] = f"{type(exc).__name__}: {exc}"
         yield json.dumps(report)
 
@@ -153,13 +157,14 @@ def check_executors_reach(spark: SparkSession, location: str, *, timeout_s: floa
                           f"{PREFIX}workDir {location}")
     task_cpus = int(sc.getConf().get("spark.task.cpus", "1"))
     slots = max(1, sum(e.cores // task_cpus for e in found))  # as Spark counts them: all launched at once
-    os.makedirs(location, exist_ok=True)
-    probe_dir = os.path.join(location, PROBE_PREFIX + uuid.uuid4().hex)
+    name = PROBE_PREFIX + uuid.uuid4().hex
+    probe_dir = os.path.join(location, name)
     token = uuid.uuid4().hex
-    os.makedirs(probe_dir)
+    root = Dir.open(location, create=True)
     try:
-        with open(os.path.join(probe_dir, DRIVER_FILE), "w", encoding="utf-8") as handle:
-            handle.write(token)
+        root.makedirs(name)
+        with root.sub(name) as probe:
+            probe.write(DRIVER_FILE, token.encode(), fsync=False)
         previous = sc.getLocalProperty("spark.job.description")
         sc.setJobDescription(f"sparkpoint: do the executors see {location}?")
         try:
@@ -169,7 +174,8 @@ def check_executors_reach(spark: SparkSession, location: str, *, timeout_s: floa
             sc.setJobDescription(previous)  # type: ignore[arg-type]
         problems = _problems(reports, found, probe_dir, token)
     finally:
-        shutil.rmtree(probe_dir, ignore_errors=True)
+        root.remove_tree(name)
+        root.close()
     if problems:
         raise ConfigError(
             f"{PREFIX}workDir {location} is not the same directory on the driver and every executor: "
@@ -198,9 +204,9 @@ def _problems(reports: list[dict[str, Any]], found: list[Executor], probe_dir: s
             continue
         path = os.path.join(probe_dir, f"task-{report['partition']}")
         try:
-            with open(path, encoding="utf-8") as handle:
-                seen = handle.read()
-        except OSError:
+            with _open_probe(probe_dir) as probe:
+                seen = probe.read(f"task-{report['partition']}", _PROBE_MAX_BYTES).decode("utf-8", errors="replace")
+        except (OSError, ValueError):
             seen = None
         if seen != f"{token} {report['address']}":
             problems.append(f"the driver does not see the probe {path} that {name(report['address'])} wrote")

@@ -28,6 +28,11 @@ goes on with new input.
 
 The record is opaque text to the sinks: ``1:`` + base64(zlib(JSON)), or ``0:<reason>``
 when the batch cannot be recorded (the reason is what the refusal quotes).
+
+The live location is a shared place (the work directory's writers): it is read and
+written through `storage.localfs` (no link followed: an ``offsets`` or ``sources``
+directory planted as a link is refused), log files whole only up to
+`layout.SNAPSHOT_LOG_MAX_BYTES`, file source logs line by line.
 """
 
 from __future__ import annotations
@@ -37,20 +42,20 @@ import binascii
 import hashlib
 import json
 import logging
-import os
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, bounded, spark_layout
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, bounded, layout, spark_layout
 from airflow_sparkpoint.checkpoints.bounded import Limits
-from airflow_sparkpoint.exceptions import SinkAheadError, SparkpointError
+from airflow_sparkpoint.exceptions import InvalidPath, SinkAheadError, SparkpointError
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.livedir import file_source_log_offset as _log_offset
 from airflow_sparkpoint.runtime.livedir import source_offsets
 from airflow_sparkpoint.sinks.base import Sink
+from airflow_sparkpoint.storage.localfs import Dir
 from airflow_sparkpoint.storage.paths import confine
 
 if TYPE_CHECKING:
@@ -67,7 +72,8 @@ BODY_MAX_BYTES = 16 * 1024 * 1024
 #: nor parsed to more memory than this (`checkpoints.bounded`)
 BODY_MAX_COST = 64 * 1024 * 1024
 #: the end of a compact file read first for a compaction batch's entries (grown until they
-#: are all in it): a batch's entries are a few lines
+#: are all in it, up to `BODY_MAX_BYTES`: more would not fit in a record): a batch's
+#: entries are a few lines
 _TAIL_WINDOW = 64 * 1024
 
 
@@ -79,8 +85,9 @@ def capture(live_root: str, batch_id: int) -> str:
     `live_root` (Spark wrote ``offsets/N`` and the source log entries before running the
     batch). Never raises: a batch that cannot be recorded gets ``0:<reason>``."""
     try:
-        body = _capture(live_root, batch_id)
-    except (OSError, ValueError) as exc:
+        with livedir.open_location(live_root) as root:
+            body = _capture(root, batch_id)
+    except (OSError, ValueError) as exc:  # ObjectTooLarge and InvalidPath are ValueErrors
         return f"0:its offsets could not be read from the live checkpoint ({exc})"
     if isinstance(body, str):
         return "0:" + body
@@ -90,13 +97,13 @@ def capture(live_root: str, batch_id: int) -> str:
     return data
 
 
-def _capture(root: str, batch: int) -> dict[str, Any] | str:
-    offsets = _read_text(os.path.join(root, spark_layout.offsets_entry(batch)))
+def _capture(root: Dir, batch: int) -> dict[str, Any] | str:
+    offsets = _read_text(root, spark_layout.offsets_entry(batch))
     if offsets is None:
         return f"offsets/{batch} was not in the live checkpoint"
     prev: str | None = None
     if batch > 0:
-        prev = _read_text(os.path.join(root, spark_layout.offsets_entry(batch - 1)))
+        prev = _read_text(root, spark_layout.offsets_entry(batch - 1))
         if prev is None:
             return f"offsets/{batch - 1} was not in the live checkpoint"
     before = source_offsets(prev) if prev is not None else []
@@ -109,7 +116,7 @@ def _capture(root: str, batch: int) -> dict[str, Any] | str:
         entries: dict[str, list[str]] = {}
         compact: list[int] = []
         for k in range((-1 if start is None else start) + 1, end + 1):
-            found = _log_entries(os.path.join(root, spark_layout.SOURCES, str(index)), k)
+            found = _log_entries(root, f"{spark_layout.SOURCES}/{index}", k)
             if found is None:
                 return f"sources/{index}/{k} was not in the live checkpoint"
             entries[str(k)] = found[0]
@@ -142,34 +149,36 @@ def decode(record: str) -> dict[str, Any] | str:
     return body
 
 
-def _log_entries(directory: str, k: int) -> tuple[list[str], bool] | None:
-    """The entry lines of batch `k` of a file source log and whether `k` is a compaction
-    batch (``k.compact`` holds every entry up to k); None when neither file exists."""
-    plain = _read_text(os.path.join(directory, str(k)))
+def _log_entries(root: Dir, directory: str, k: int) -> tuple[list[str], bool] | None:
+    """The entry lines of batch `k` of the file source log `directory` (relative to the
+    live location `root`) and whether `k` is a compaction batch (``k.compact`` holds every
+    entry up to k); None when neither file exists."""
+    plain = _lines(root, f"{directory}/{k}")
     if plain is not None:
-        return _entry_lines(plain), False
-    path = os.path.join(directory, spark_layout.compact_name(k))
-    tail = _compacted_tail(path, k)
-    if tail is not None:
-        return tail, True
-    compacted = _read_text(path)
-    if compacted is None:
+        return plain, False
+    path = f"{directory}/{spark_layout.compact_name(k)}"
+    try:
+        tail = _compacted_tail(root, path, k)
+        if tail is not None:
+            return tail, True
+        return _compacted_lines(root, path, k), True
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    return _compacted_lines(compacted, k), True
 
 
-def _compacted_tail(path: str, k: int) -> list[str] | None:
+def _compacted_tail(root: Dir, path: str, k: int) -> list[str] | None:
     """The entry lines of batch `k` read backwards from the end of ``k.compact`` up to the
     first entry of an earlier batch: Spark writes a compaction batch's own entries after
     every earlier one, and a job of weeks has millions of lines before them. None when the
-    file is missing or does not end that way (another writer's order: a later batch's
-    entry among them, a line without a batch id); the caller then reads it whole."""
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below, whatever the window loop returns
-    except FileNotFoundError:
-        return None
+    file does not end that way (another writer's order: a later batch's entry among them,
+    a line without a batch id); the caller then reads it line by line.
+
+    :raises FileNotFoundError: the file is missing.
+    :raises ValueError: the batch's entries are larger than a record can hold.
+    """
+    handle, _st = root.open_file(path)
     with handle:
-        size = handle.seek(0, os.SEEK_END)
+        size = handle.seek(0, 2)
         window = _TAIL_WINDOW
         while True:
             start = max(0, size - window)
@@ -190,32 +199,37 @@ def _compacted_tail(path: str, k: int) -> list[str] | None:
                     return None
             if start == 0:
                 return mine[::-1]
+            if window >= BODY_MAX_BYTES:
+                raise ValueError(f"the entries of batch {k} at the end of {root.path}/{path} are larger than "
+                                 f"{BODY_MAX_BYTES} bytes")
             window *= 4
 
 
-def _entry_lines(text: str) -> list[str]:
-    return [line for line in text.split("\n")[1:] if line.strip()]
-
-
-def _compacted_lines(text: str, k: int) -> list[str]:
+def _compacted_lines(root: Dir, path: str, k: int) -> list[str]:
     """The entry lines of batch `k` in ``k.compact``, which holds every entry of the
-    source up to `k` (a job of some weeks: millions of lines, each parsed at every
-    compaction would cost seconds). The lines that hold ``"batchId":k`` as Spark writes
-    it, each confirmed by parsing (inside a JSON string a quote is escaped, so the text
-    occurs nowhere else; a larger id that starts with `k` fails the check); when no line
-    holds it, every line is parsed (another writer's spacing, or a batch of no file)."""
-    needle = f'"batchId":{k}'
-    lines = []
-    at = text.find(needle)
-    while at != -1:
-        start = text.rfind("\n", 0, at) + 1
-        end = text.find("\n", at)
-        end = len(text) if end == -1 else end
-        line = text[start:end]
-        if start > 0 and json.loads(line).get("batchId") == k:  # the first line is the version
-            lines.append(line)
-        at = text.find(needle, end)
-    return lines or [line for line in _entry_lines(text) if json.loads(line).get("batchId") == k]
+    source up to `k` (a job of some weeks: millions of lines), read line by line: the lines
+    that hold ``"batchId":k`` as Spark writes it, each confirmed by parsing (inside a JSON
+    string a quote is escaped, so the text occurs nowhere else; a larger id that starts
+    with `k` fails the check); when no line holds it, every line is parsed (another
+    writer's spacing, or a batch of no file).
+
+    :raises FileNotFoundError: the file is missing.
+    """
+    needle = f'"batchId":{k}'.encode()
+    lines = [line.decode("utf-8") for line in _entries(root, path)
+             if needle in line and json.loads(line).get("batchId") == k]
+    return lines or [line.decode("utf-8") for line in _entries(root, path) if json.loads(line).get("batchId") == k]
+
+
+def _entries(root: Dir, path: str) -> Iterator[bytes]:
+    """The entry lines of a log file (after its version line), read line by line.
+
+    :raises FileNotFoundError: it is missing.
+    :raises ObjectTooLarge: a line is longer than `spark_layout.LOG_LINE_MAX_BYTES`.
+    """
+    lines = root.lines(path, spark_layout.LOG_LINE_MAX_BYTES)
+    next(lines, None)  # the version
+    return (line for line in lines if line.strip())
 
 
 # ---------------------------------------------------------------------------- the proof
@@ -237,7 +251,10 @@ def plan_replay(snapshot: SnapshotHandle | None, sink: Sink, job: str, position:
     where = f"the restart point (batch {restart})" if snapshot is not None else "empty state"
     prev: str | None = None
     if snapshot is not None:
-        text = snapshot_offsets(snapshot)
+        try:
+            text = snapshot_offsets(snapshot)
+        except (SparkpointError, UnicodeDecodeError) as exc:  # over the limit of a log file: corrupt
+            return f"the offsets of {snapshot.uri} cannot be read ({exc})"
         if text is None:
             return f"{snapshot.uri} holds no offsets/{restart}"
         prev = _sha(text)
@@ -335,39 +352,53 @@ def replay_committed(
 
 
 def write_batch(live_root: str, body: Mapping[str, Any]) -> None:
-    """Write batch ``body["batch"]``'s offset log entry and source log entries."""
+    """Write batch ``body["batch"]``'s offset log entry and source log entries.
+
+    :raises SparkpointError: the live location (or a directory in it) is a link, or a
+        source log to rebuild a compact file from is incomplete; nothing is written
+        through a link.
+    """
     batch = int(body["batch"])
-    _write(os.path.join(live_root, spark_layout.offsets_entry(batch)), body["offsets"])
-    for index, source in (body.get("sources") or {}).items():
-        where = confine(f"{spark_layout.SOURCES}/{index}", under=spark_layout.SOURCES, what=f"replay record of batch {batch}: source")
-        directory = os.path.join(live_root, *where.split("/"))
-        compact = set(source.get("compact") or ())
-        for key, lines in sorted(source["entries"].items(), key=lambda item: int(item[0])):
-            k = int(key)
-            if k in compact:
-                everything = ["v1", *_entries_upto(directory, k - 1), *lines]
-                _write(os.path.join(directory, spark_layout.compact_name(k)), "\n".join(everything))
-            else:
-                _write(os.path.join(directory, str(k)), "\n".join(["v1", *lines]))
+    try:
+        with livedir.open_location(live_root, create=True) as root:
+            _write(root, spark_layout.offsets_entry(batch), [body["offsets"].encode()])
+            for index, source in (body.get("sources") or {}).items():
+                where = confine(f"{spark_layout.SOURCES}/{index}", under=spark_layout.SOURCES,
+                                what=f"replay record of batch {batch}: source")
+                compact = set(source.get("compact") or ())
+                for key, lines in sorted(source["entries"].items(), key=lambda item: int(item[0])):
+                    k = int(key)
+                    if k in compact:
+                        everything = ["v1", *_entries_upto(root, where, k - 1), *lines]
+                        _write(root, f"{where}/{spark_layout.compact_name(k)}", _joined(everything))
+                    else:
+                        _write(root, f"{where}/{k}", _joined(["v1", *lines]))
+    except InvalidPath as exc:
+        raise SparkpointError(f"replaying batch {batch} in {live_root} refused: {exc}") from None
 
 
-def _entries_upto(directory: str, upto: int) -> list[str]:
-    """Every entry of a file source log up to batch `upto` (what a compaction file holds)."""
+def _joined(lines: Any) -> Iterator[bytes]:
+    """`lines` (str or bytes) joined by line breaks, as chunks."""
+    for index, line in enumerate(lines):
+        yield (b"\n" if index else b"") + (line if isinstance(line, bytes) else line.encode())
+
+
+def _entries_upto(root: Dir, directory: str, upto: int) -> Iterator[bytes]:
+    """Every entry of a file source log up to batch `upto` (what a compaction file holds),
+    read line by line."""
     if upto < 0:
-        return []
-    names = os.listdir(directory) if os.path.isdir(directory) else []
-    entries = (spark_layout.log_entry(n) for n in names)
+        return
+    entries = (spark_layout.log_entry(n) for n in root.names(directory))
     compacts = [entry[0] for entry in entries if entry is not None and entry[1]]
     base = max((c for c in compacts if c <= upto), default=-1)
-    lines: list[str] = []
     if base >= 0:
-        lines += _entry_lines(_read_text(os.path.join(directory, spark_layout.compact_name(base))) or "")
+        yield from _entries(root, f"{directory}/{spark_layout.compact_name(base)}")
     for k in range(base + 1, upto + 1):
-        text = _read_text(os.path.join(directory, str(k)))
-        if text is None:
-            raise SparkpointError(f"cannot rebuild the compacted file source log in {directory}: entry {k} is missing")
-        lines += _entry_lines(text)
-    return lines
+        try:
+            yield from _entries(root, f"{directory}/{k}")
+        except FileNotFoundError:
+            raise SparkpointError(f"cannot rebuild the compacted file source log in {root.path}/{directory}: entry "
+                                  f"{k} is missing") from None
 
 
 def run_batch(spark: SparkSession, df: DataFrame, output_mode: str, live_root: str, batch: int) -> None:
@@ -394,29 +425,26 @@ def run_batch(spark: SparkSession, df: DataFrame, output_mode: str, live_root: s
 # ---------------------------------------------------------------------------- files
 
 
-def _read_text(path: str) -> str | None:
+def _read_text(root: Dir, path: str) -> str | None:
+    """A log file of the live location (bounded), or None when it is missing."""
+    return root.read_text(path, layout.SNAPSHOT_LOG_MAX_BYTES)
+
+
+def _lines(root: Dir, path: str) -> list[str] | None:
+    """The entry lines of a plain source log entry, or None when it is missing."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
+        return [line.decode("utf-8") for line in _entries(root, path)]
+    except (FileNotFoundError, NotADirectoryError):
         return None
 
 
-def _write(path: str, text: str) -> None:
-    """Write a Spark log file (atomically), unless it already holds `text`; a stale
-    Hadoop checksum beside it would fail Spark's read, so it goes."""
-    if _read_text(path) == text:
-        return
-    directory, name = os.path.split(path)
-    os.makedirs(directory, exist_ok=True)
-    try:
-        os.unlink(os.path.join(directory, f".{name}.crc"))
-    except FileNotFoundError:
-        pass
-    tmp = os.path.join(directory, f".{name}.sparkpoint-tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+def _write(root: Dir, path: str, chunks: Any) -> None:
+    """Write a Spark log file (atomically, streamed), unless it already holds those bytes;
+    a stale Hadoop checksum beside it would fail Spark's read, so it goes."""
+    directory, _, name = path.rpartition("/")
+    crc = f"{directory}/.{name}.crc"
+    if root.write(path, chunks, fsync=False, if_changed=True):
+        root.unlink(crc)
 
 
 def _sha(text: str) -> str:

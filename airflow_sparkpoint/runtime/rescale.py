@@ -36,17 +36,22 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
-from airflow_sparkpoint.checkpoints import spark_layout
-from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError, StorageError
+from airflow_sparkpoint.checkpoints import layout, spark_layout
+from airflow_sparkpoint.exceptions import (
+    ConfigError,
+    InvalidPath,
+    RestoreError,
+    SparkpointError,
+    StorageError,
+)
 from airflow_sparkpoint.runtime import livedir
+from airflow_sparkpoint.storage.localfs import Dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -265,7 +270,7 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
     path = livedir.require_local(live)
     # The snapshot's batch, or a later one when the run replayed what a sink held (runtime.replay).
     batch = livedir.last_commit(path)
-    if batch is None or batch < rescale.batch_id or os.path.exists(os.path.join(path, spark_layout.offsets_entry(batch + 1))):
+    if batch is None or batch < rescale.batch_id or _exists(path, spark_layout.offsets_entry(batch + 1)):
         raise SparkpointError(f"live location {live} is not at a committed batch >= {rescale.batch_id} with nothing "
                               f"after it (last commit {batch}); refusing to rescale it")
     fence()
@@ -284,8 +289,7 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
     worker.start()
     if faults.armed("rescale"):
         # Kill while Spark rewrites the state: its offset log entry of N+1 exists, its commit not yet.
-        pending = os.path.join(path, spark_layout.offsets_entry(synthetic))
-        while worker.is_alive() and not os.path.exists(pending):
+        while worker.is_alive() and not _exists(path, spark_layout.offsets_entry(synthetic)):
             worker.join(0.01)
         faults.maybe_kill("rescale", batch)
     worker.join()
@@ -294,14 +298,21 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
                               f"{_first_line(error[0])}") from error[0]
     if livedir.last_commit(path) != synthetic:
         raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner did not commit batch {synthetic} in {live}")
-    with open(os.path.join(path, spark_layout.offsets_entry(synthetic)), "rb") as handle:
-        recorded = offset_log_conf(handle.read()).get(SHUFFLE_PARTITIONS)
+    try:
+        recorded = offset_log_conf((livedir.read_log_file(path, spark_layout.offsets_entry(synthetic)) or "").encode()
+                                   ).get(SHUFFLE_PARTITIONS)
+    except (OSError, ValueError) as exc:  # a link, or over the limit of a log file
+        raise SparkpointError(f"{KEY}={rescale.target}: cannot read offsets/{synthetic} in {live}: {exc}") from None
     if recorded != str(rescale.target):
         raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner recorded {SHUFFLE_PARTITIONS}={recorded} "
                               f"for batch {synthetic} in {live}")
     fence()
-    _fix_v1_metadata(path, rescale.target)
-    removed = _remove_dropped_partitions(path, rescale.target)
+    try:
+        with livedir.open_location(path) as location:
+            _fix_v1_metadata(location, rescale.target)
+            removed = _remove_dropped_partitions(location, rescale.target)
+    except (OSError, ValueError) as exc:  # a link planted in the location, metadata over its limit
+        raise SparkpointError(f"{KEY}={rescale.target}: cannot update the state metadata in {live}: {exc}") from None
     log.info("%s: state of batch %d repartitioned from %d to %d partitions as batch %d%s", KEY, batch,
              rescale.current, rescale.target, synthetic,
              f" ({removed} dropped partition directories removed)" if removed else "")
@@ -328,17 +339,23 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _fix_v1_metadata(path: str, partitions: int) -> None:
+def _exists(path: str, rel: str) -> bool:
+    try:
+        with livedir.open_location(path) as location:
+            return location.stat(rel) is not None
+    except (FileNotFoundError, InvalidPath):
+        return False
+
+
+def _fix_v1_metadata(location: Dir, partitions: int) -> None:
     """Spark's unversioned operator metadata (``state/<op>/_metadata/metadata``, v1) keeps
     the old partition count; ``state-metadata`` reports it. Rewrite it (a new file
     renamed over the old one: a hard-linked original is never changed)."""
-    state = os.path.join(path, spark_layout.STATE)
-    for op in sorted(os.listdir(state)) if os.path.isdir(state) else []:
-        target = os.path.join(path, spark_layout.operator_metadata_v1(op))
-        if not os.path.isfile(target):
+    for op in location.subdirs(spark_layout.STATE):
+        target = spark_layout.operator_metadata_v1(op)
+        if not location.is_file(target):
             continue
-        with open(target, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
+        lines = location.read(target, layout.SNAPSHOT_LOG_MAX_BYTES).decode("utf-8").splitlines()
         if len(lines) < 2 or lines[0].strip() != "v1":
             continue
         body = json.loads(lines[1])
@@ -347,28 +364,21 @@ def _fix_v1_metadata(path: str, partitions: int) -> None:
             continue
         for store in stores:
             store["numPartitions"] = partitions
-        tmp = target + ".sparkpoint-tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write("v1\n" + json.dumps(body, separators=(",", ":")))
-        os.replace(tmp, target)
-        directory, name = os.path.split(target)
-        crc = os.path.join(directory, f".{name}.crc")
-        if os.path.exists(crc):  # Hadoop would check the old checksum against the new bytes
-            os.unlink(crc)
+        location.write(target, ("v1\n" + json.dumps(body, separators=(",", ":"))).encode(), fsync=False)
+        directory, _, name = target.rpartition("/")
+        location.unlink(f"{directory}/.{name}.crc")  # Hadoop would check the old checksum against the new bytes
 
 
-def _remove_dropped_partitions(path: str, partitions: int) -> int:
+def _remove_dropped_partitions(location: Dir, partitions: int) -> int:
     """Scaling down: delete ``state/<op>/<p>`` for p >= `partitions` (Spark reads only the
     new ones; the old state stays in the snapshot the run restored)."""
     removed = 0
-    state = os.path.join(path, spark_layout.STATE)
-    for op in os.listdir(state) if os.path.isdir(state) else []:
-        op_dir = os.path.join(state, op)
-        if not op.isdigit() or not os.path.isdir(op_dir):
+    for op in location.subdirs(spark_layout.STATE):
+        if not op.isdigit():
             continue
-        for name in os.listdir(op_dir):
+        for name in location.subdirs(f"{spark_layout.STATE}/{op}"):
             if spark_layout.is_partition_dir(name) and int(name) >= partitions:
-                shutil.rmtree(os.path.join(op_dir, name))
+                location.remove_tree(f"{spark_layout.STATE}/{op}/{name}")
                 removed += 1
     return removed
 
@@ -376,12 +386,16 @@ def _remove_dropped_partitions(path: str, partitions: int) -> int:
 def interrupted(path: str, batch: int) -> bool:
     """Whether the live location at `path` holds a repartition of batch `batch` that did
     not complete (offset log entry N+1 with another partition count, no commit N+1): it
-    must not be resumed in place, whatever is restored."""
+    must not be resumed in place, whatever is restored. An offsets entry that cannot be
+    read (a link, over the limit of a log file) counts as one: never resumed in place."""
     try:
-        with open(os.path.join(path, spark_layout.offsets_entry(batch)), "rb") as handle:
-            before = offset_log_conf(handle.read()).get(SHUFFLE_PARTITIONS)
-        with open(os.path.join(path, spark_layout.offsets_entry(batch + 1)), "rb") as handle:
-            after = offset_log_conf(handle.read()).get(SHUFFLE_PARTITIONS)
-    except FileNotFoundError:
+        before_text = livedir.read_log_file(path, spark_layout.offsets_entry(batch))
+        after_text = livedir.read_log_file(path, spark_layout.offsets_entry(batch + 1))
+    except (OSError, ValueError) as exc:
+        log.warning("live location %s is not resumed in place: %s", path, exc)
+        return True
+    if before_text is None or after_text is None:
         return False
-    return before != after and not os.path.exists(os.path.join(path, spark_layout.commits_entry(batch + 1)))
+    before = offset_log_conf(before_text.encode()).get(SHUFFLE_PARTITIONS)
+    after = offset_log_conf(after_text.encode()).get(SHUFFLE_PARTITIONS)
+    return before != after and not _exists(path, spark_layout.commits_entry(batch + 1))

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import stat
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -28,9 +26,7 @@ from typing import Any
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, layout, open_snapshot
 from airflow_sparkpoint.checkpoints.lineage import Origin
-from airflow_sparkpoint.checkpoints.metadata import FileRef
 from airflow_sparkpoint.checkpoints.status import JobStatus
-from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     InvalidPath,
     ObjectNotFound,
@@ -42,6 +38,7 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.runtime import livedir, replay, rescale
 from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
+from airflow_sparkpoint.runtime.materialize import materialize
 from airflow_sparkpoint.runtime.prestore import IndexEntry
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan, under_root
 from airflow_sparkpoint.runtime.sink_lineage import divergence
@@ -49,11 +46,6 @@ from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.storage.paths import confine
 
 log = logging.getLogger(__name__)
-
-# Small text files of Spark's checkpoint that may embed the absolute checkpoint path
-# (transformWithState's operator metadata records its state schema file paths).
-_REWRITE_MAX_BYTES = 4 * 1024 * 1024
-
 
 def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | None = None) -> RestorePlan:
     """Decide the restart point without changing anything. (`previous_live` is accepted
@@ -189,7 +181,7 @@ def _live_matches(live: str, latest: SnapshotMetadata) -> bool:
     meta_ref = next((f for f in latest.files if f.path == "metadata"), None)
     try:
         return meta_ref is not None and livedir.file_sha256(os.path.join(path, "metadata")) == meta_ref.sha256
-    except FileNotFoundError:
+    except (FileNotFoundError, InvalidPath):  # a link or a FIFO planted as the metadata: not resumed
         return False
 
 
@@ -364,18 +356,24 @@ def choose_live(
             paths.append(path)
     fresh = os.path.join(work_root, f"g{generation}")
     paths = [p for p in paths if os.path.realpath(p) != os.path.realpath(fresh)]
+    livedir.unlink_planted(fresh)
     reason = "no previous live location" if not paths else ""
     if plan.snapshot is not None and plan.own_checkpoint and not allow_in_place:
         reason = "a rescale works on a fresh copy"
     elif plan.snapshot is not None and plan.own_checkpoint:
         for path in paths:
-            lock = livedir.try_lock(path)
+            try:
+                lock = livedir.try_lock(path)
+            except OSError as exc:  # replaced by a link since it was confined
+                reason = f"{path} is not usable ({exc})"
+                continue
             if lock is None:
                 reason = f"{path} is held by a running generation"
                 continue
-            gone, why = livedir.previous_owner_gone(path, livedir.read_owner(path), status, own=own)
+            assert lock.dir is not None
+            gone, why = livedir.previous_owner_gone(path, livedir.read_owner(lock.dir), status, own=own)
             if gone and _live_matches(path, plan.snapshot.metadata):
-                livedir.write_owner(path, livedir.owner_record(job, generation, jvm_pid))
+                livedir.write_owner(lock.dir, livedir.owner_record(job, generation, jvm_pid))
                 return LiveChoice(path, lock, True, None, f"resume in place: {why}")
             lock.release()
             reason = f"{path}: {why}" if not gone else f"{path} is not at batch {plan.batch_id}"
@@ -384,7 +382,8 @@ def choose_live(
     lock = livedir.try_lock(fresh)
     if lock is None:
         raise SparkpointError(f"live location {fresh} of generation {generation} is locked by another process")
-    livedir.write_owner(fresh, livedir.owner_record(job, generation, jvm_pid))
+    assert lock.dir is not None
+    livedir.write_owner(lock.dir, livedir.owner_record(job, generation, jvm_pid))
     return LiveChoice(fresh, lock, False, paths[0] if paths else None, reason or "a fresh location")
 
 
@@ -393,7 +392,7 @@ def fill_live(choice: LiveChoice, plan: RestorePlan, *, repair: bool = True) -> 
     `repair`: Spark falls back to an older snapshot when a store's newest fails to load
     (`spark_support.snapshot_repair`), so a fresh location keeps what that needs."""
     if plan.snapshot is None:
-        livedir.clear(choice.path)
+        livedir.clear(choice.lock.dir or choice.path)
         return {}, LiveReuse("empty", choice.path, reason=choice.reason)
     if choice.in_place:
         return seed_index_in_place(plan.snapshot.metadata), LiveReuse("in-place", choice.path, reason=choice.reason)
@@ -401,111 +400,10 @@ def fill_live(choice: LiveChoice, plan: RestorePlan, *, repair: bool = True) -> 
     # must not reference them, so they are copied once (NO_CLAIM; `Coordinator.prestore`).
     counts: dict[str, int] = {}
     index = materialize(plan.snapshot, choice.path, stored=plan.own_files, link_from=choice.link_from, counts=counts,
-                        only_read=True, repair=repair)
+                        only_read=True, repair=repair, live=choice.lock.dir)
     return index, LiveReuse("materialized", choice.path, counts.get("linked", 0), counts.get("downloaded", 0),
                             choice.reason, counts.get("skipped", 0))
 
 
-def materialize(
-    handle: SnapshotHandle,
-    live_path: str,
-    *,
-    stored: bool = True,
-    link_from: str | None = None,
-    counts: dict[str, int] | None = None,
-    only_read: bool = False,
-    repair: bool = True,
-) -> dict[str, IndexEntry]:
-    """Rebuild Spark's checkpoint location at `live_path` from a snapshot (which is never
-    modified: NO_CLAIM). Returns the file index that lets the next checkpoint reuse the
-    stored files (`stored`: the snapshot's files are this job's shared files) or at least
-    their known checksums (they live in another store and must be copied once).
-
-    Files of `link_from` (a previous live location) with the size and mtime the snapshot
-    recorded are hard-linked instead of downloaded when on the same filesystem; `counts`
-    receives how many were ``linked``, ``downloaded`` and ``skipped``. With `only_read`,
-    the RocksDB state versions a restart never reads (`livedir.unread_at_restart`: those
-    before each store's newest snapshot, or with `repair` before the one Spark falls back
-    to; up to ~100 versions of changelogs in a long-running job) stay in the snapshot: a
-    restore reads what Spark loads.
-    """
-    livedir.clear(live_path)
-    meta = handle.metadata
-    unread = livedir.unread_at_restart((ref.path for ref in meta.files), meta.batch_id,
-                                       repair=repair) if only_read else set()
-    files = [ref for ref in meta.files if ref.path not in unread]
-    old_roots = _path_forms(meta.live_root) if meta.live_root else []
-    new_root = os.path.abspath(live_path)
-
-    def place(ref: FileRef) -> tuple[bool, IndexEntry | None]:
-        """Link or download one file (in a transfer thread); (linked, its index entry)."""
-        target = os.path.join(live_path, *ref.path.split("/"))
-        was_linked = bool(link_from) and _link(
-            os.path.join(link_from, *ref.path.split("/")), target, ref.size, ref.mtime_ns)  # type: ignore[arg-type]
-        if not was_linked:
-            handle.files_store.download_file(ref.key, target)
-        if old_roots and ref.size <= _REWRITE_MAX_BYTES and _rewrite_paths(target, old_roots, new_root):
-            return was_linked, None  # a new file (a link is never modified): the next checkpoint stores it
-        st = os.stat(target)
-        return was_linked, IndexEntry(st.st_size, st.st_mtime_ns, ref, stored=stored)
-
-    # A few files at a time (`transfer`): each download is a round trip to the store. A
-    # failed download fails the restore before Spark sees the location.
-    placed = transfer_all(place, files)
-    index = {ref.path: entry for ref, (_l, entry) in zip(files, placed, strict=True) if entry is not None}
-    linked = sum(1 for was_linked, _e in placed if was_linked)
-    if counts is not None:
-        counts.update(linked=linked, downloaded=len(files) - linked, skipped=len(unread))
-    log.info("materialized %d files (%d bytes) of %s into %s (%d hard-linked from %s, %d downloaded; %d older "
-             "state versions a restart does not read, %d bytes, left in the snapshot)",
-             len(files), sum(ref.size for ref in files), handle.uri, live_path, linked, link_from, len(files) - linked,
-             len(unread), sum(ref.size for ref in meta.files if ref.path in unread))
-    return index
-
-
-def _link(source: str, target: str, size: int, mtime_ns: int) -> bool:
-    """Hard-link `source` to `target` if it is the file the snapshot recorded (same size and
-    mtime: Spark never rewrites a file in place); False when it is not or cannot be linked."""
-    try:
-        st = os.lstat(source)  # a symbolic link (to anywhere) is never linked in
-        if mtime_ns <= 0 or not stat.S_ISREG(st.st_mode) or st.st_size != size or st.st_mtime_ns != mtime_ns:
-            return False
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.link(source, target)
-    except OSError:  # gone meanwhile, another filesystem (EXDEV), links not allowed
-        return False
-    st = os.stat(target)
-    if st.st_size == size and st.st_mtime_ns == mtime_ns:
-        return True
-    os.unlink(target)  # replaced between the check and the link
-    return False
-
-
 def seed_index_in_place(meta: SnapshotMetadata) -> dict[str, IndexEntry]:
     return {ref.path: IndexEntry(ref.size, ref.mtime_ns, ref) for ref in meta.files}
-
-
-def _path_forms(root: str) -> list[bytes]:
-    root = root.rstrip("/")
-    return sorted({f"file:{root}".encode(), f"file://{root}".encode(), root.encode()}, key=len, reverse=True)
-
-
-def _rewrite_paths(path: str, old_roots: list[bytes], new_root: str) -> bool:
-    with open(path, "rb") as source:
-        data = source.read()
-    if not any(old in data for old in old_roots):
-        return False
-    # One pass over all forms, longest first, so a replacement is never replaced again.
-    pattern = re.compile(b"|".join(re.escape(old) for old in old_roots))
-
-    def swap(match: re.Match[bytes]) -> bytes:
-        old = match.group(0)
-        scheme = b"file://" if old.startswith(b"file://") else b"file:" if old.startswith(b"file:") else b""
-        return scheme + new_root.encode()
-
-    data = pattern.sub(swap, data)
-    tmp = path + ".sparkpoint-tmp"
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
-    return True

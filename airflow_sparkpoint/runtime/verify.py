@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import socket
 import tempfile
 import time
@@ -28,6 +27,7 @@ from airflow_sparkpoint.checkpoints.targets import stored_sizes
 from airflow_sparkpoint.checkpoints.verification import VerificationRecord, write_verification
 from airflow_sparkpoint.exceptions import (
     CorruptMetadata,
+    InvalidPath,
     ObjectNotFound,
     ObjectTooLarge,
     RestoreError,
@@ -37,6 +37,7 @@ from airflow_sparkpoint.exceptions import (
 from airflow_sparkpoint.runtime.inspect import SnapshotReader, first_line, read_store, resolve_snapshot
 from airflow_sparkpoint.runtime.restore import materialize
 from airflow_sparkpoint.storage import Storage, open_storage
+from airflow_sparkpoint.storage.localfs import open_path, remove_tree_at
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,7 +85,8 @@ class _Failed(Exception):
 def _sha256_and_size(path: str) -> tuple[str, int]:
     digest = hashlib.sha256()
     size = 0
-    with open(path, "rb") as handle:
+    handle, _st = open_path(path)  # the scratch copy: a regular file, or refused
+    with handle:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
             size += len(chunk)
@@ -125,13 +127,13 @@ def check_files(handle: SnapshotHandle, location: str) -> tuple[int, int]:
         local = os.path.join(location, *ref.path.split("/"))
         try:
             digest, size = _sha256_and_size(local)
-        except FileNotFoundError:
+        except (FileNotFoundError, InvalidPath):
             digest, size = "", -1
         if size == ref.size and digest == ref.sha256:
             total += size
             continue
         try:
-            data = handle.files_store.get(ref.key)
+            data = handle.files_store.get(ref.key, ref.size)  # one larger than recorded is wrong: never read whole
         except StorageError as exc:
             problems.append(f"{ref.key} cannot be read ({exc})")
             continue
@@ -225,7 +227,7 @@ def verify_snapshot(
     except _Failed as exc:
         error = str(exc)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_tree_at(scratch)
     duration = time.monotonic() - started
     if error:
         log.warning("verification of %s failed: %s", handle.uri, error)

@@ -12,7 +12,8 @@ stage (large)      Spark's own parquet writer into    executors write parquet wi
                                                       (`_delta_stage`): Spark needs no s3a
 delta-rs options   none                               endpoint, region, credentials, conditional
                                                       put (never unsafe rename)
-staged files       os / shutil                        `S3Storage` (boto3)
+staged files       `storage.localfs` (no link         `S3Storage` (boto3)
+                   followed)
 =================  =================================  =========================================
 
 Commits are safe with concurrent writers on S3 because delta-rs (1.x) writes each log
@@ -29,10 +30,8 @@ import abc
 import logging
 import os
 import re
-import shutil
 import tempfile
 import threading
-import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,12 +45,14 @@ from airflow_sparkpoint.sinks._delta_stage import (
     DeltaStageSpec,
     StageLayout,
     collect_and_write,
+    describe_spark_files,
     stage_on_driver,
     stage_partition,
     with_partition_values,
 )
 from airflow_sparkpoint.sinks.base import checked_bucket
 from airflow_sparkpoint.storage import LocalStorage, Storage, split_uri
+from airflow_sparkpoint.storage.localfs import Dir, remove_tree_at
 from airflow_sparkpoint.storage.paths import confine
 
 if TYPE_CHECKING:
@@ -285,62 +286,81 @@ class LocalTable(TableLocation):
     def _full(self, path: str) -> str:
         return os.path.join(self.uri, *confine(path, what=f"a path in {self.label}", error=SinkError).split("/"))
 
+    def _root(self, create: bool = False) -> Dir:
+        """The table root, open (`storage.localfs`: nothing below it is followed).
+
+        :raises FileNotFoundError: it does not exist (and not `create`).
+        """
+        return Dir.open(self.uri, create=create)
+
+    def _refused(self, what: str, exc: InvalidPath) -> SinkError:
+        return SinkError(f"{what} in {self.label} refused: {exc}; a link in the table directory is never followed "
+                         "(remove it)")
+
     def reset(self, staging: str) -> None:
-        shutil.rmtree(self._full(staging), ignore_errors=True)
+        staging = self.staging_area(staging)
+        try:
+            with self._root(create=True) as root:
+                root.makedirs(staging.rpartition("/")[0])  # real directories: Spark and pyarrow write through them
+                root.remove_tree(staging)  # an earlier attempt, or a link planted in its place
+        except InvalidPath as exc:
+            raise self._refused(f"staging into {staging}", exc) from None
 
     def _stage_from_driver(self, df: DataFrame, layout: StageLayout) -> list[dict[str, Any]] | None:
-        scratch = os.path.join(self._full(layout.staging), f".tmp-{layout.attempt}")  # same filesystem: renames
-        os.makedirs(scratch)
+        scratch = f"{layout.staging}/.tmp-{layout.attempt}"  # same filesystem: renames
+        with self._root() as root:
+            try:
+                root.makedirs(scratch)
 
-        def put(local: str, rel: str) -> None:
-            final = self._full(rel)
-            os.makedirs(os.path.dirname(final), exist_ok=True)
-            os.replace(local, final)
+                def put(local: str, rel: str) -> None:
+                    root.rename(f"{scratch}/{os.path.basename(local)}", root, rel)
 
-        try:
-            return collect_and_write(df, layout, scratch, put)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+                try:
+                    return collect_and_write(df, layout, self._full(scratch), put)
+                finally:
+                    root.remove_tree(scratch)
+            except InvalidPath as exc:
+                raise self._refused(f"staging into {layout.staging}", exc) from None
 
     def _stage_on_executors(self, df: DataFrame, layout: StageLayout) -> list[dict[str, Any]]:
-        import pyarrow.parquet as pq
-
         target = self._full(layout.staging)
         writer = df.write.mode("overwrite").option("compression", "snappy")
         if layout.partition_by:
             writer = writer.partitionBy(*layout.partition_by)
         # Spark's writer consumes every partition of the batch, as Spark 4.2 requires.
         writer.parquet(target)
-        files = []
-        for dirpath, dirnames, filenames in os.walk(target):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "_")))
-            for name in sorted(filenames):
-                if name.startswith((".", "_")) or not name.endswith(".parquet"):
-                    continue
-                full = os.path.join(dirpath, name)
-                rel_dir = os.path.relpath(dirpath, target)
-                partition_values = {}
-                if rel_dir != ".":
-                    for segment in rel_dir.split(os.sep):
-                        col, _, value = segment.partition("=")
-                        value = urllib.parse.unquote(value)
-                        partition_values[col] = None if value == "__HIVE_DEFAULT_PARTITION__" else value
-                files.append({
-                    "path": os.path.relpath(full, self.uri).replace(os.sep, "/"),
-                    "size": os.path.getsize(full),
-                    "partition_values": partition_values,
-                    "num_records": pq.read_metadata(full).num_rows,
-                    "modification_time": int(os.path.getmtime(full) * 1000),
-                })
-        return files
+        try:
+            with self._root() as root:
+                return describe_spark_files(root, layout.staging)
+        except InvalidPath as exc:
+            raise self._refused(f"staging into {layout.staging}", exc) from None
 
     def missing(self, paths: Sequence[str]) -> list[str]:
-        return [p for p in paths if not os.path.exists(self._full(p))]
+        try:
+            root = self._root()
+        except FileNotFoundError:
+            return list(paths)
+        with root:  # one behind a link is not staged data of this table
+            return [f"{path} ({problem})" for path in paths if (problem := root.file_problem(path)) is not None]
 
     def read_parquet(self, path: str, columns: Sequence[str] | None = None) -> pa.Table:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pq.read_table(self._full(path), columns=list(columns) if columns is not None else None)
+        # Through the open file (no link followed), into Arrow-owned memory as on S3.
+        data = pa.BufferOutputStream()
+        try:
+            with self._root() as root:
+                handle, _st = root.open_file(path)
+        except InvalidPath as exc:
+            raise self._refused(f"reading {path}", exc) from None
+        except OSError as exc:
+            raise SinkError(f"cannot read the staged file {self.uri}/{path}: {exc}") from None
+        with handle:
+            while chunk := handle.read(8 * 1024 * 1024):
+                data.write(chunk)
+        return pq.read_table(pa.BufferReader(data.getvalue()),
+                             columns=list(columns) if columns is not None else None)
 
     def store(self) -> Storage:
         if self._store is None:
@@ -348,12 +368,25 @@ class LocalTable(TableLocation):
         return self._store
 
     def remove(self, directory: str) -> None:
-        shutil.rmtree(self._full(self.staging_area(directory)), ignore_errors=True)
+        staging = self.staging_area(directory)
+        try:
+            with self._root() as root:
+                root.remove_tree(staging)
+        except FileNotFoundError:
+            return
+        except InvalidPath as exc:
+            log.warning("not deleting %s/%s: %s; a link in the table directory is never followed", self.uri,
+                        staging, exc)
 
     def list_dirs(self, directory: str) -> list[str]:
         try:
-            return sorted(os.listdir(self._full(directory)))
+            with self._root() as root:
+                return root.subdirs(directory)  # directories, never links
         except FileNotFoundError:
+            return []
+        except InvalidPath as exc:
+            log.warning("not listing %s/%s: %s; a link in the table directory is never followed", self.uri,
+                        directory, exc)
             return []
 
 
@@ -488,7 +521,7 @@ class S3Table(TableLocation):
         except StorageError as exc:
             raise SinkError(f"cannot stage into {self.uri}/{layout.staging}: {exc}") from None
         finally:
-            shutil.rmtree(directory, ignore_errors=True)
+            remove_tree_at(directory)
 
     def _stage_on_executors(self, df: DataFrame, layout: StageLayout) -> list[dict[str, Any]]:
         import json

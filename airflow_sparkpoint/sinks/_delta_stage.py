@@ -27,12 +27,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from airflow_sparkpoint.storage.localfs import Dir, remove_tree_at
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -175,7 +177,7 @@ def stage_partition(spec: DeltaStageSpec, batches: Iterator[Any]) -> Iterator[An
         store = S3Storage(spec.bucket, spec.table_prefix, client=executor_client(spec.bucket, spec.options))
         files = writer.place(spec.layout, partition, store.upload_file)
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        remove_tree_at(directory)
     schema = pa.schema([
         ("path", pa.string()),
         ("size", pa.int64()),
@@ -252,3 +254,29 @@ def collect_and_write(df: DataFrame, layout: StageLayout, directory: str,
         writer.close()
     del table
     return sorted(writer.place(layout, 0, put), key=lambda f: f["path"])
+
+
+def describe_spark_files(root: Dir, staging: str) -> list[dict[str, Any]]:
+    """The parquet files Spark's writer left under `staging` of the table `root`, as
+    ``{path, size, partition_values, num_records, modification_time}`` sorted by path
+    (regular files only, never through a link; hidden names skipped).
+
+    :raises InvalidPath: `staging` or a directory on its way is a link.
+    """
+    import pyarrow.parquet as pq
+
+    files = []
+    for rel, st in sorted(root.walk_files(staging, skip=lambda name, _dir: name.startswith((".", "_")))):
+        if not rel.endswith(".parquet"):
+            continue
+        partition_values = {}
+        for segment in rel.split("/")[:-1]:
+            col, _, value = segment.partition("=")
+            value = urllib.parse.unquote(value)
+            partition_values[col] = None if value == "__HIVE_DEFAULT_PARTITION__" else value
+        handle, _st = root.open_file(f"{staging}/{rel}")
+        with handle:
+            num_records = pq.read_metadata(handle).num_rows
+        files.append({"path": f"{staging}/{rel}", "size": st.st_size, "partition_values": partition_values,
+                      "num_records": num_records, "modification_time": int(st.st_mtime * 1000)})
+    return files

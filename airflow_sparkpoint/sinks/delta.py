@@ -484,9 +484,13 @@ class DeltaSink(Sink):
         return None if table is None else table.transaction_version(job)
 
     def cleanup_orphans(self, job: str, keep: set[str], *, upto_generation: int | None = None) -> int:
+        """Delete the staging areas of `job` no record refers to (`is_orphan`,
+        `_orphan_is_garbage`): only directories named as a transaction id of `job`
+        (anything else there, a link included, is not this job's to delete)."""
         root = f"{STAGING}/{job}"
         names = self.location.list_dirs(root)
-        candidates = [n for n in names if is_orphan(n, keep, upto_generation)]
+        candidates = [n for n in names if is_orphan(n, keep, upto_generation)
+                      and (layout.parse_txn_id(n) or ("",))[0] == job]
         if not candidates:
             return 0
         table = self._table()
@@ -512,7 +516,7 @@ class DeltaSink(Sink):
         decided to promote whose commit has not landed is left for its committer."""
         parsed = layout.parse_txn_id(txn)
         if parsed is None:
-            return True
+            return False  # not a transaction's staging area: not this sink's to delete
         job, batch, generation = parsed
         record = TransactionRecord(job=job, batch_id=batch, generation=generation, sink=self.kind,
                                    sink_id=self.sink_id, payload={})

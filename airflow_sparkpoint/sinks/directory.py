@@ -9,7 +9,7 @@ Transaction of batch N in generation g (``txn = <job>-b<N>-g<g>``)::
     commit   the batch's claim "_sparkpoint/manifests/<job>/<N>.json" is created
              (create-exclusive / If-None-Match: exactly one transaction per batch), then
              every staged file moves to "<dest>/<partition dirs>/part-<txn>-<n>.<ext>":
-             os.replace on a local filesystem; server-side CopyObject + delete on S3;
+             a rename on a local filesystem; server-side CopyObject + delete on S3;
              then the claim is marked done. A repeated commit is a no-op; a crashed one
              is finished from the claim. See `_claims` for the protocol.
     abort    "<dest>/_staging/<txn>" is deleted.
@@ -26,13 +26,18 @@ so an Airflow worker without a JVM can run them. Other Hadoop schemes (``hdfs://
 Local promotion renames files one at a time: a reader listing the directory during a
 commit can see part of the batch. Readers that need all-or-nothing batches read the
 files of finished claims, `DirectorySink.committed_files` (or use `DeltaSink`).
+
+A local destination is a shared place (whoever writes it can plant links): every path
+below it is reached through `storage.localfs` (no link followed: a staging area or a
+promotion through a link is refused, a link met while deleting is unlinked, never
+descended).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +57,7 @@ from airflow_sparkpoint.sinks import _claims as claims
 from airflow_sparkpoint.sinks import _manifests as manifests
 from airflow_sparkpoint.sinks.base import CommitOutcome, StageContext, checked_bucket, column_names, is_orphan
 from airflow_sparkpoint.storage import LocalStorage, Storage, split_uri
+from airflow_sparkpoint.storage.localfs import Dir, remove_tree_at
 from airflow_sparkpoint.storage.paths import confine
 
 if TYPE_CHECKING:
@@ -75,18 +81,11 @@ def _extension(name: str) -> str:
     return name.split(".", 1)[1] if "." in name else ""
 
 
-def _data_files(root: str) -> list[dict[str, Any]]:
-    """Data files under a local directory Spark wrote, as ``{"path", "size"}``, sorted."""
-    found = []
-    for directory, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not _is_hidden(d))
-        for name in files:
-            if _is_hidden(name):
-                continue
-            full = os.path.join(directory, name)
-            rel = os.path.relpath(full, root).replace(os.sep, "/")
-            found.append({"path": rel, "size": os.path.getsize(full)})
-    return sorted(found, key=lambda f: f["path"])
+def _data_files(root: Dir, rel: str = "") -> list[dict[str, Any]]:
+    """Data files under the directory `rel` of `root` that Spark wrote, as ``{"path",
+    "size"}``, sorted (regular files only: a link is not data)."""
+    found = root.walk_files(rel, skip=lambda name, _dir: _is_hidden(name))
+    return sorted(({"path": path, "size": st.st_size} for path, st in found), key=lambda f: f["path"])
 
 
 def _spark_can_write(spark: SparkSession, scheme: str) -> bool:
@@ -199,6 +198,18 @@ class DirectorySink(claims.FileSink):
     def _staging_key(self, txn: str) -> str:
         return f"{manifests.STAGING}/{txn}"
 
+    def _root(self, create: bool = False) -> Dir:
+        """The local destination, open (`storage.localfs`: nothing below it is followed).
+
+        :raises FileNotFoundError: it does not exist (and not `create`).
+        """
+        assert self._local is not None
+        return Dir.open(self._local, create=create)
+
+    def _refused(self, what: str, exc: InvalidPath) -> SinkError:
+        return SinkError(f"{what} in {self.uri} refused: {exc}; a link in the output location is never followed "
+                         "(remove it)")
+
     # -- stage ----------------------------------------------------------------------
 
     def stage(self, df: DataFrame, ctx: StageContext) -> dict[str, Any]:
@@ -211,8 +222,15 @@ class DirectorySink(claims.FileSink):
         staging = self._staging_key(txn)
         if self._local is not None:
             target = os.path.join(self._local, *staging.split("/"))
-            writer.save("file://" + target)
-            files = _data_files(target)
+            try:
+                with self._root(create=True) as root:
+                    root.makedirs(manifests.STAGING)  # a real directory, not a link Spark would write through
+                    root.remove_tree(staging)  # an earlier attempt (or a link planted in its place)
+                writer.save("file://" + target)
+                with self._root() as root:
+                    files = _data_files(root, staging)
+            except InvalidPath as exc:
+                raise self._refused(f"staging {txn}", exc) from None
         else:
             files = self._stage_s3(df, writer, staging)
         payload = {
@@ -247,9 +265,10 @@ class DirectorySink(claims.FileSink):
         try:
             out = os.path.join(tmp, "out")
             writer.save("file://" + out)
-            if not os.path.exists(os.path.join(out, "_SUCCESS")):
-                raise SinkError(f"Spark's write to the temp directory {out} did not finish (_SUCCESS missing)")
-            files = _data_files(out)
+            with Dir.open(out) as written:
+                if not written.is_file("_SUCCESS"):
+                    raise SinkError(f"Spark's write to the temp directory {out} did not finish (_SUCCESS missing)")
+                files = _data_files(written)
             store.delete_prefix(staging)  # an earlier attempt of this transaction
             uploads = [(os.path.join(out, *f["path"].split("/")), f"{staging}/{f['path']}") for f in files]
             if uploads:
@@ -258,7 +277,7 @@ class DirectorySink(claims.FileSink):
         except StorageError as exc:
             raise SinkError(f"cannot upload the staged files to {self.uri}/{staging}: {exc}") from None
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_tree_at(tmp)
         return files
 
     # -- commit ---------------------------------------------------------------------
@@ -312,23 +331,41 @@ class DirectorySink(claims.FileSink):
 
     def _missing(self, txn: str, plan: Mapping[str, Any]) -> list[str]:
         moves = [(str(src), str(dst), int(size)) for src, dst, size in plan.get("moves", ())]
-        root = self._local
-        if root is not None:
-            def there(key: str, size: int | None = None) -> bool:
-                path = os.path.join(root, *key.split("/"))
-                return os.path.isfile(path) and (size is None or os.path.getsize(path) == size)
-        else:
-            store = self._storage()
-            staged = {info.key for info in store.list(str(plan.get("staging") or self._staging_key(txn)))}
+        if self._local is not None:
+            return self._missing_local(moves)
+        store = self._storage()
+        staged = {info.key for info in store.list(str(plan.get("staging") or self._staging_key(txn)))}
 
-            def there(key: str, size: int | None = None) -> bool:
-                if size is None:
-                    return key in staged
-                try:
-                    return store.stat(key).size == size
-                except ObjectNotFound:
-                    return False
+        def there(key: str, size: int | None = None) -> bool:
+            if size is None:
+                return key in staged
+            try:
+                return store.stat(key).size == size
+            except ObjectNotFound:
+                return False
+
         return [f"{self.uri}/{src}" for src, dst, size in moves if not there(src) and not there(dst, size)]
+
+    def _missing_local(self, moves: Sequence[tuple[str, str, int]]) -> list[str]:
+        """The sources of `moves` neither staged nor already in place (one behind a link is
+        not staged data of this sink: the entry says why)."""
+        try:
+            root = self._root()
+        except FileNotFoundError:
+            return [f"{self.uri}/{src}" for src, _dst, _size in moves]
+        found = []
+        with root:
+            for src, dst, size in moves:
+                problem = root.file_problem(src)
+                if problem is None:
+                    continue
+                try:
+                    st = root.stat(dst)
+                except InvalidPath:
+                    st = None
+                if st is None or not stat.S_ISREG(st.st_mode) or st.st_size != size:
+                    found.append(f"{self.uri}/{src} ({problem})")
+        return found
 
     def _planned(self, txn: str, plan: Mapping[str, Any] | None) -> tuple[str, list[tuple[str, str, int]]]:
         """The staging area and moves of a promotion plan read from a claim or decision
@@ -352,8 +389,10 @@ class DirectorySink(claims.FileSink):
         _staging, moves = self._planned(str(claim.get("txn_id")), claim["plan"])
         batch, txn = int(claim["batch_id"]), str(claim["txn_id"])
         if self._local is not None:
-            states = claims.in_halves(None, lambda m: self._promote_local(*m), moves, batch, txn)
-            self._fsync_dirs(dst for _src, dst, _size in moves)
+            with self._root(create=True) as root:
+                states = claims.in_halves(None, lambda m: self._promote_local(root, *m), moves, batch, txn)
+                for directory in sorted({dst.rpartition("/")[0] for _src, dst, _size in moves}):
+                    root.fsync(directory)
             return states
         return self._promote_s3(moves, batch, txn)
 
@@ -373,10 +412,7 @@ class DirectorySink(claims.FileSink):
         try:
             store.delete(promoted)
             if self._local is not None:
-                target = os.path.join(self._local, *staging.split("/"))
-                existed = os.path.isdir(target)
-                shutil.rmtree(target, ignore_errors=False)
-                return int(existed)
+                return int(self._remove_local(staging))
             return int(store.delete_prefix(staging) > 0)
         except FileNotFoundError:
             return 0
@@ -389,34 +425,35 @@ class DirectorySink(claims.FileSink):
     def _file_uri(self, file: Mapping[str, Any]) -> str:
         return f"{self.uri}/{confine(file.get('path'), what=f'a claim file in {self.uri}', error=SinkError)}"
 
-    def _promote_local(self, src_key: str, dst_key: str, size: int) -> str:
-        assert self._local is not None
-        src = os.path.join(self._local, *src_key.split("/"))
-        dst = os.path.join(self._local, *dst_key.split("/"))
+    def _remove_local(self, staging: str) -> bool:
+        """Delete a staging area of the local destination (a link in its place is
+        unlinked, never followed); whether it was there. One behind a link (``_staging``
+        itself a link) is not this sink's: nothing is deleted, with a warning."""
         try:
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            os.replace(src, dst)
-            return "moved"
-        except FileNotFoundError:
-            pass
-        if os.path.isfile(dst) and os.path.getsize(dst) == size:
+            with self._root() as root:
+                return root.remove_tree(staging)
+        except InvalidPath as exc:
+            log.warning("not deleting %s/%s: %s; a link in the output location is never followed", self.uri,
+                        staging, exc)
+            return False
+
+    def _promote_local(self, root: Dir, src_key: str, dst_key: str, size: int) -> str:
+        try:
+            try:
+                root.rename(src_key, root, dst_key)
+                return "moved"
+            except FileNotFoundError:
+                pass
+            st = root.stat(dst_key)
+        except InvalidPath as exc:
+            raise self._refused(f"moving {src_key} to {dst_key}", exc) from None
+        if st is not None and stat.S_ISREG(st.st_mode) and st.st_size == size:
             return "already"  # an earlier commit moved it
         raise SinkError(
-            f"staged file {src} is gone and {dst} is {'of another size' if os.path.exists(dst) else 'missing'}: "
-            "the batch's output is lost; restore from an earlier checkpoint so that it is produced again"
+            f"staged file {self.uri}/{src_key} is gone and {self.uri}/{dst_key} is "
+            f"{'of another size' if st is not None else 'missing'}: the batch's output is lost; restore from an "
+            "earlier checkpoint so that it is produced again"
         )
-
-    def _fsync_dirs(self, dst_keys: Any) -> None:
-        assert self._local is not None
-        for directory in sorted({os.path.dirname(os.path.join(self._local, *k.split("/"))) for k in dst_keys}):
-            try:
-                fd = os.open(directory, os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
 
     def _promote_s3(self, moves: Sequence[tuple[str, str, int]], batch_id: int, txn: str) -> list[str]:
         store = self._storage()
@@ -447,7 +484,10 @@ class DirectorySink(claims.FileSink):
 
     def _drop_staging(self, staging: str) -> None:
         if self._local is not None:
-            shutil.rmtree(os.path.join(self._local, *staging.split("/")), ignore_errors=True)
+            try:
+                self._remove_local(staging)
+            except OSError as exc:  # leftovers are removed by cleanup_orphans
+                log.warning("could not remove %s/%s: %s", self.uri, staging, exc)
         else:
             try:
                 self._storage().delete_prefix(staging)
@@ -471,8 +511,13 @@ class DirectorySink(claims.FileSink):
         """Transaction ids of `job` that have a staging area under ``_staging/``."""
         if self._local is not None:
             try:
-                names = os.listdir(os.path.join(self._local, manifests.STAGING))
+                with self._root() as root:
+                    names = root.subdirs(manifests.STAGING)  # staging areas: directories, never links
             except FileNotFoundError:
+                return []
+            except InvalidPath as exc:
+                log.warning("not looking for staging areas in %s: %s; a link in the output location is never "
+                            "followed", self.uri, exc)
                 return []
         else:
             names = self._storage().list_dirs(manifests.STAGING)

@@ -1,26 +1,18 @@
-"""Local-filesystem `Storage`: temp file + fsync + `os.replace`, atomic create via `os.link`."""
+"""Local-filesystem `Storage`: temp file + fsync + rename, atomic create by a hard link;
+every path below the root reached through `localfs` (no link followed, no FIFO read)."""
 
 from __future__ import annotations
 
 import builtins
-import errno
 import os
-import shutil
 import stat
-import uuid
+import sys
 from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
 from airflow_sparkpoint.exceptions import InvalidPath, ObjectExists, ObjectNotFound, StorageError
-from airflow_sparkpoint.storage.base import (
-    ObjectInfo,
-    Storage,
-    check_size,
-    discard_file,
-    normalize_key,
-    normalize_prefix,
-)
-
-_TMP_MARK = ".sparkpoint-tmp-"
+from airflow_sparkpoint.storage.base import ObjectInfo, Storage, normalize_key, normalize_prefix
+from airflow_sparkpoint.storage.localfs import TMP_MARK, Dir, open_path
 
 
 class LocalStorage(Storage):
@@ -31,7 +23,10 @@ class LocalStorage(Storage):
 
     No symbolic link below `root` is followed (a writer of the store could plant one to
     anywhere): an object behind one does not exist for reads, listings and deletes, and
-    a write through one is refused."""
+    a write through one is refused. Only regular files are objects: a FIFO planted under
+    a key is not read (it cannot block the reader). Every path is reached from the root's
+    descriptor (`localfs.Dir`), so nothing can be swapped between a check and the open.
+    """
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
@@ -40,209 +35,164 @@ class LocalStorage(Storage):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *normalize_key(key).split("/"))
 
-    def _link_in(self, path: str) -> str | None:
-        """The first symbolic link on `path` below the root (`path` itself included), or None."""
-        current = self.root
-        for part in os.path.relpath(path, self.root).split(os.sep):
-            if part in ("", "."):
-                continue
-            current = os.path.join(current, part)
-            try:
-                if stat.S_ISLNK(os.lstat(current).st_mode):
-                    return current
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-        return None
+    def _dir(self, create: bool = False) -> Dir:
+        """The root, open (created when `create`).
 
-    def _read_path(self, key: str) -> str:
-        """The file of `key` for reading.
-
-        :raises ObjectNotFound: it is behind a symbolic link (not an object of this store).
+        :raises FileNotFoundError: it does not exist.
         """
-        path = self._path(key)
-        link = self._link_in(path)
-        if link is not None:
-            raise ObjectNotFound(f"{path} is behind the symbolic link {link}; the store follows none")
-        return path
+        return Dir.open(self.root, create=create)
 
-    def _write_path(self, key: str) -> str:
-        """The file of `key` for writing.
-
-        :raises InvalidPath: it is behind a symbolic link (the write would land elsewhere).
-        """
-        path = self._path(key)
-        link = self._link_in(path)
-        if link is not None:
-            raise InvalidPath(f"cannot write {path}: it is behind the symbolic link {link}; the store follows none")
-        return path
-
-    def _write_tmp(self, path: str, data: bytes) -> str:
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f"{_TMP_MARK}{uuid.uuid4().hex}")
-        try:
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-        except BaseException:
-            discard_file(tmp)  # a torn temp file on a full disk would only make it fuller
-            raise
-        return tmp
-
-    def _fsync_dir(self, directory: str) -> None:
-        try:
-            fd = os.open(directory, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    def _refused_write(self, key: str, exc: InvalidPath) -> InvalidPath:
+        return InvalidPath(f"cannot write {self._path(key)}: {exc}; the store follows none")
 
     def put(self, key: str, data: bytes) -> None:
-        path = self._write_path(key)
-        tmp = None
+        key = normalize_key(key)
         try:
-            tmp = self._write_tmp(path, data)
-            os.replace(tmp, path)
-            tmp = None
-            self._fsync_dir(os.path.dirname(path))
+            with self._dir(create=True) as root:
+                root.write(key, data)
+        except InvalidPath as exc:
+            raise self._refused_write(key, exc) from None
         except OSError as exc:
-            raise StorageError(f"cannot write {path}: {exc}") from exc
-        finally:
-            if tmp is not None:
-                discard_file(tmp)
+            raise StorageError(f"cannot write {self._path(key)}: {exc}") from exc
 
     def put_if_absent(self, key: str, data: bytes) -> None:
-        path = self._write_path(key)
+        key = normalize_key(key)
         try:
-            tmp = self._write_tmp(path, data)
-        except OSError as exc:
-            raise StorageError(f"cannot write {path}: {exc}") from exc
-        try:
-            os.link(tmp, path)
+            with self._dir(create=True) as root:
+                root.create(key, data)
         except FileExistsError:
-            raise ObjectExists(f"{path} already exists") from None
+            raise ObjectExists(f"{self._path(key)} already exists") from None
+        except InvalidPath as exc:
+            raise self._refused_write(key, exc) from None
         except OSError as exc:
-            raise StorageError(f"cannot create {path}: {exc}") from exc
-        finally:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-        self._fsync_dir(os.path.dirname(path))
+            raise StorageError(f"cannot create {self._path(key)}: {exc}") from exc
 
     def get(self, key: str, max_bytes: int | None = None) -> bytes:
-        path = self._read_path(key)
+        key = normalize_key(key)
+        path = self._path(key)
         try:
-            with open(path, "rb") as handle:
-                check_size(os.fstat(handle.fileno()).st_size, max_bytes, path)
-                data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
-                check_size(len(data), max_bytes, path)  # grew since the fstat
-                return data
+            with self._dir() as root:
+                return root.read(key, sys.maxsize if max_bytes is None else max_bytes)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise ObjectNotFound(f"{path} does not exist") from None
+        except InvalidPath as exc:  # a link or a FIFO: not an object of this store
+            raise ObjectNotFound(f"{path} is not an object: {exc}") from None
         except OSError as exc:
             raise StorageError(f"cannot read {path}: {exc}") from exc
 
     def stat(self, key: str) -> ObjectInfo:
-        path = self._read_path(key)
+        key = normalize_key(key)
+        path = self._path(key)
         try:
-            st = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            raise ObjectNotFound(f"{path} does not exist") from None
-        if not os.path.isfile(path):
+            with self._dir() as root:
+                st = root.stat(key)
+        except FileNotFoundError:
+            st = None
+        except InvalidPath as exc:
+            raise ObjectNotFound(f"{path} is not an object: {exc}") from None
+        if st is None:
+            raise ObjectNotFound(f"{path} does not exist")
+        if not stat.S_ISREG(st.st_mode):
             raise ObjectNotFound(f"{path} is not a file")
-        return ObjectInfo(key=normalize_key(key), size=st.st_size, mtime=st.st_mtime)
+        return ObjectInfo(key=key, size=st.st_size, mtime=st.st_mtime)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         base = normalize_prefix(prefix)
-        start = os.path.join(self.root, *base.rstrip("/").split("/")) if base else self.root
-        if not os.path.isdir(start) or self._link_in(start) is not None:
-            return
-        yield from self._walk(start, base)
-
-    def _walk(self, directory: str, key_prefix: str) -> Iterator[ObjectInfo]:
         try:
-            # Sort as full keys sort: a directory "a" lists as "a/...", after "a-b".
-            entries = sorted(
-                os.scandir(directory), key=lambda e: e.name + "/" if e.is_dir(follow_symlinks=False) else e.name
-            )
+            root = self._dir()
         except FileNotFoundError:
             return
+        with root:
+            try:
+                start = root.sub(base.rstrip("/")) if base else root.sub("")
+            except (FileNotFoundError, NotADirectoryError, InvalidPath):
+                return
+            with start:
+                yield from self._walk(start, base)
+
+    def _walk(self, directory: Dir, key_prefix: str) -> Iterator[ObjectInfo]:
+        # Sort as full keys sort: a directory "a" lists as "a/...", after "a-b".
+        entries = sorted(directory.entries(),
+                         key=lambda e: e.name + "/" if e.is_dir(follow_symlinks=False) else e.name)
         for entry in entries:
-            if entry.name.startswith(_TMP_MARK):
+            if entry.name.startswith(TMP_MARK):
                 continue
             key = key_prefix + entry.name
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    yield from self._walk(entry.path, key + "/")
+                    with directory.sub(entry.name) as child:
+                        yield from self._walk(child, key + "/")
                 elif entry.is_file(follow_symlinks=False):
-                    st = entry.stat()
+                    st = entry.stat(follow_symlinks=False)
                     yield ObjectInfo(key=key, size=st.st_size, mtime=st.st_mtime)
-            except FileNotFoundError:  # deleted while we listed
+            except (FileNotFoundError, NotADirectoryError, InvalidPath):  # changed while we listed
                 continue
 
     def list_dirs(self, prefix: str = "") -> builtins.list[str]:
         base = normalize_prefix(prefix)
-        start = os.path.join(self.root, *base.rstrip("/").split("/")) if base else self.root
-        if self._link_in(start) is not None:
-            return []
         try:
-            return sorted(e.name for e in os.scandir(start) if e.is_dir(follow_symlinks=False))
-        except FileNotFoundError:
+            with self._dir() as root:
+                return root.subdirs(base.rstrip("/"))
+        except (FileNotFoundError, InvalidPath):
             return []
 
     def delete(self, keys: Iterable[str]) -> None:
-        paths = [self._path(key) for key in keys]  # validate every key before deleting any
-        for path in paths:
-            if self._link_in(os.path.dirname(path)) is not None:
-                continue  # an object behind a link is not this store's (the link itself is)
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise StorageError(f"cannot delete {path}: {exc}") from exc
-            self._prune_empty_dirs(os.path.dirname(path))
-
-    def _prune_empty_dirs(self, directory: str) -> None:
-        while directory.startswith(self.root + os.sep):
-            try:
-                os.rmdir(directory)
-            except OSError as exc:
-                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
-                    return
-                return
-            directory = os.path.dirname(directory)
+        wanted = [normalize_key(key) for key in keys]  # validate every key before deleting any
+        if not wanted:
+            return
+        try:
+            root = self._dir()
+        except FileNotFoundError:
+            return
+        with root:
+            for key in wanted:
+                try:
+                    root.unlink(key, prune_to="")
+                except InvalidPath:
+                    continue  # an object behind a link is not this store's (the link itself is)
+                except OSError as exc:
+                    raise StorageError(f"cannot delete {self._path(key)}: {exc}") from exc
 
     def copy(self, src: str, dst: str) -> None:
-        src_path, dst_path = self._read_path(src), self._write_path(dst)
-        if not os.path.isfile(src_path):
-            raise ObjectNotFound(f"{src_path} does not exist")
-        self.upload_file(src_path, dst)
-        del dst_path
+        src, dst = normalize_key(src), normalize_key(dst)
+        try:
+            with self._dir(create=True) as root:
+                handle, _st = self._open(root, src)
+                with handle:
+                    root.write(dst, handle, sync_dir=False)
+        except InvalidPath as exc:
+            raise self._refused_write(dst, exc) from None
+        except OSError as exc:
+            raise StorageError(f"cannot write {self._path(dst)}: {exc}") from exc
+
+    def _open(self, root: Dir, key: str) -> tuple[BinaryIO, os.stat_result]:
+        """The object `key` open for reading.
+
+        :raises ObjectNotFound: it is missing, behind a link or not a regular file.
+        """
+        try:
+            return root.open_file(key)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise ObjectNotFound(f"{self._path(key)} does not exist") from None
+        except InvalidPath as exc:
+            raise ObjectNotFound(f"{self._path(key)} is not an object: {exc}") from None
 
     def upload_file(self, local_path: str, key: str) -> None:
-        path = self._write_path(key)
-        directory = os.path.dirname(path)
-        tmp = None
+        key = normalize_key(key)
         try:
-            os.makedirs(directory, exist_ok=True)
-            tmp = os.path.join(directory, f"{_TMP_MARK}{uuid.uuid4().hex}")
-            shutil.copyfile(local_path, tmp)
-            with open(tmp, "rb+") as handle:
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-            tmp = None
-        except FileNotFoundError as exc:
+            handle, _st = open_path(local_path)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
             raise ObjectNotFound(f"{local_path} does not exist") from exc
-        except OSError as exc:
-            raise StorageError(f"cannot write {path}: {exc}") from exc
-        finally:
-            if tmp is not None:
-                discard_file(tmp)
+        except InvalidPath as exc:
+            raise ObjectNotFound(f"{local_path} is not a file to upload: {exc}") from None
+        with handle:
+            try:
+                with self._dir(create=True) as root:
+                    root.write(key, handle, sync_dir=False)
+            except InvalidPath as exc:
+                raise self._refused_write(key, exc) from None
+            except OSError as exc:
+                raise StorageError(f"cannot write {self._path(key)}: {exc}") from exc
 
     def copy_from(self, source: Storage, key: str, target_key: str) -> bool:
         """A hard link when `source` is a local store on the same filesystem: stored
@@ -251,44 +201,61 @@ class LocalStorage(Storage):
         store, source_key = source.locate(key)
         if not isinstance(store, LocalStorage):
             return False
-        src, path = store._read_path(source_key), self._write_path(target_key)
-        directory = os.path.dirname(path)
-        tmp = os.path.join(directory, f"{_TMP_MARK}{uuid.uuid4().hex}")
+        source_key, target_key = normalize_key(source_key), normalize_key(target_key)
         try:
-            os.makedirs(directory, exist_ok=True)
-            os.link(src, tmp)
+            src_root = store._dir()
         except FileNotFoundError:
-            if not os.path.isfile(src):
-                raise ObjectNotFound(f"{src} does not exist") from None
-            return False
-        except OSError:  # another filesystem (EXDEV), links not allowed here
-            return False
-        try:
-            os.replace(tmp, path)
-            self._fsync_dir(directory)
-        except OSError as exc:
-            discard_file(tmp)
-            raise StorageError(f"cannot write {path}: {exc}") from exc
+            raise ObjectNotFound(f"{store._path(source_key)} does not exist") from None
+        with src_root:
+            try:
+                with self._dir(create=True) as root:
+                    if src_root.link_to(source_key, root, target_key, replace=True, sync=True) is None:
+                        if not src_root.is_file(source_key):
+                            raise ObjectNotFound(f"{store._path(source_key)} does not exist")
+                        return False  # another filesystem (EXDEV), links not allowed here
+            except InvalidPath as exc:
+                raise self._refused_write(target_key, exc) from None
+            except OSError as exc:
+                raise StorageError(f"cannot write {self._path(target_key)}: {exc}") from exc
         return True
 
     def copy_to(self, key: str, target: Storage, target_key: str) -> None:
-        """Streamed from the file itself (no temporary copy)."""
-        path = self._read_path(key)
-        if not os.path.isfile(path):
-            raise ObjectNotFound(f"{path} does not exist")
-        target.upload_file(path, target_key)
+        """Streamed from the file itself (no temporary copy); into a local store through
+        the open file."""
+        key = normalize_key(key)
+        try:
+            root = self._dir()
+        except FileNotFoundError:
+            raise ObjectNotFound(f"{self._path(key)} does not exist") from None
+        with root:
+            if isinstance(target, LocalStorage):
+                handle, _st = self._open(root, key)
+                with handle:
+                    target._write_from(handle, target_key)
+                return
+            if not root.is_file(key):
+                raise ObjectNotFound(f"{self._path(key)} does not exist (or is not a regular file reached "
+                                     "without a link)")
+        target.upload_file(self._path(key), target_key)
+
+    def _write_from(self, handle: BinaryIO, key: str) -> None:
+        key = normalize_key(key)
+        try:
+            with self._dir(create=True) as root:
+                root.write(key, handle, sync_dir=False)
+        except InvalidPath as exc:
+            raise self._refused_write(key, exc) from None
+        except OSError as exc:
+            raise StorageError(f"cannot write {self._path(key)}: {exc}") from exc
 
     def download_file(self, key: str, local_path: str) -> None:
-        src = self._read_path(key)
-        os.makedirs(os.path.dirname(local_path) or ".", exist_ok=True)
-        tmp = f"{local_path}{_TMP_MARK}{uuid.uuid4().hex}"
+        key = normalize_key(key)
+        directory, name = os.path.split(os.path.abspath(local_path))
         try:
-            shutil.copyfile(src, tmp)
-            os.replace(tmp, local_path)
+            root = self._dir()
         except FileNotFoundError:
-            discard_file(tmp)
-            raise ObjectNotFound(f"{src} does not exist") from None
-        except BaseException:
-            discard_file(tmp)
-            raise
-
+            raise ObjectNotFound(f"{self._path(key)} does not exist") from None
+        with root:
+            handle, _st = self._open(root, key)
+            with handle, Dir.open(directory, create=True) as target:
+                target.write(name, handle, fsync=False)

@@ -323,7 +323,8 @@ def test_a_metadata_that_overflows_is_skipped_not_raised(tmp_path: Path, field: 
 
 
 def test_materialisation_links_in_no_symlink_from_the_previous_live_location(tmp_path: Path) -> None:
-    from airflow_sparkpoint.runtime.restore import _link
+    from airflow_sparkpoint.runtime.materialize import _link
+    from airflow_sparkpoint.storage.localfs import Dir
 
     victim = victim_dir(tmp_path) / "precious.txt"
     previous = tmp_path / "live-g1" / "state"
@@ -331,8 +332,9 @@ def test_materialisation_links_in_no_symlink_from_the_previous_live_location(tmp
     (previous / "1.delta").symlink_to(victim)
     st = victim.stat()
     target = tmp_path / "live-g2" / "state" / "1.delta"
-    assert not _link(str(previous / "1.delta"), str(target), st.st_size, st.st_mtime_ns), \
-        "a symbolic link planted in the previous live location was linked into the new one"
+    with Dir.open(str(tmp_path / "live-g1")) as old, Dir.open(str(tmp_path / "live-g2"), create=True) as new:
+        assert not _link(old, new, "state/1.delta", st.st_size, st.st_mtime_ns), \
+            "a symbolic link planted in the previous live location was linked into the new one"
     assert not target.exists()
 
 

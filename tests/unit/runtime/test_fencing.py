@@ -5,7 +5,6 @@ materialization."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -29,6 +28,7 @@ from airflow_sparkpoint.runtime.restore import (
     plan_restore,
 )
 from airflow_sparkpoint.storage import MemoryStorage
+from airflow_sparkpoint.storage.localfs import Dir
 from tests.unit.runtime.test_coordinator import RecordingSink, _cfg, coordinator, record, write_live
 
 
@@ -377,13 +377,13 @@ def test_an_old_location_is_out_of_every_runs_reach_before_its_files_are_deleted
     (work / "g1" / "state" / "1.changelog").write_bytes(b"x")
     (work / "g3").mkdir()
     seen: list[tuple[str, bool]] = []
-    rmtree = shutil.rmtree
+    remove_tree = Dir.remove_tree
 
-    def watching(path, *args, **kwargs):
-        seen.append((os.path.basename(str(path)), (work / "g1").exists()))
-        rmtree(path, *args, **kwargs)
+    def watching(self, rel):
+        seen.append((os.path.basename(rel), (work / "g1").exists()))
+        return remove_tree(self, rel)
 
-    monkeypatch.setattr(livedir.shutil, "rmtree", watching)
+    monkeypatch.setattr(Dir, "remove_tree", watching)
     assert livedir.remove_unowned(str(work), str(work / "g3"), 3) == [str(work / "g1")]
     assert seen and all(not still for _name, still in seen), seen
     assert all(not name.startswith("g") for name, _still in seen), seen

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from airflow_sparkpoint.runtime import livedir
-from airflow_sparkpoint.runtime.restore import _path_forms, _rewrite_paths
+from airflow_sparkpoint.runtime.materialize import _path_forms, _rewrite_paths
+from airflow_sparkpoint.storage.localfs import Dir
 
 
 @pytest.mark.parametrize(
@@ -58,13 +59,15 @@ def test_rewrite_paths_replaces_every_form_once(tmp_path):
     # g1 is a prefix of g10: a naive sequence of replaces would produce g100.
     target = tmp_path / "meta"
     target.write_bytes(b'{"a":"file:/work/live/g1/state/x","b":"file:///work/live/g1/y","c":"/work/live/g1/z"}')
-    assert _rewrite_paths(str(target), _path_forms("/work/live/g1"), "/work/live/g10")
+    root = Dir.open(str(tmp_path))
+    assert _rewrite_paths(root, "meta", _path_forms("/work/live/g1"), "/work/live/g10")
     assert target.read_bytes() == (
         b'{"a":"file:/work/live/g10/state/x","b":"file:///work/live/g10/y","c":"/work/live/g10/z"}'
     )
     other = tmp_path / "other"
     other.write_bytes(b"no paths here")
-    assert not _rewrite_paths(str(other), _path_forms("/work/live/g1"), "/x")
+    assert not _rewrite_paths(root, "other", _path_forms("/work/live/g1"), "/x")
+    root.close()
     assert os.listdir(tmp_path) == sorted(os.listdir(tmp_path))  # no temp files left behind
     assert not [n for n in os.listdir(tmp_path) if "tmp" in n]
 

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from airflow_sparkpoint.runtime import replay
+from airflow_sparkpoint.storage.localfs import Dir
 
 META = '{"batchWatermarkMs":0,"batchTimestampMs":%d,"conf":{"spark.sql.shuffle.partitions":"1"}}'
 
@@ -200,12 +201,15 @@ def test_the_entries_of_a_compaction_batch_are_found_without_parsing_the_whole_l
     loads = json.loads
     monkeypatch.setattr(replay.json, "loads", lambda s, *a, **kw: parsed.append(s) or loads(s, *a, **kw))
 
-    assert replay._compacted_lines(text, 5) == mine
-    assert len(parsed) == 3, "only the lines holding the batch's id are parsed"
+    (tmp_path / "5.compact").write_text(text)
+    with Dir.open(str(tmp_path)) as root:
+        assert replay._compacted_lines(root, "5.compact", 5) == mine
+        assert len(parsed) == 3, "only the lines holding the batch's id are parsed"
 
-    spaced = "\n".join(["v1", *(json.dumps(json.loads(line)) for line in [*history[:50], *mine])])
-    assert [json.loads(line) for line in replay._compacted_lines(spaced, 5)] == [json.loads(m) for m in mine], \
-        "another writer's spacing: every line is parsed"
+        spaced = "\n".join(["v1", *(json.dumps(json.loads(line)) for line in [*history[:50], *mine])])
+        (tmp_path / "spaced.compact").write_text(spaced)
+        assert [json.loads(line) for line in replay._compacted_lines(root, "spaced.compact", 5)] == \
+            [json.loads(m) for m in mine], "another writer's spacing: every line is parsed"
 
 
 def test_a_compaction_batch_reads_only_the_end_of_the_compact_file(tmp_path: Path, monkeypatch: Any) -> None:
@@ -221,13 +225,14 @@ def test_a_compaction_batch_reads_only_the_end_of_the_compact_file(tmp_path: Pat
     (directory / "20001.compact").write_text("\n".join(["v1", *history]), encoding="utf-8")  # no file of its own
     read_whole: list[str] = []
     read_text = replay._read_text
-    monkeypatch.setattr(replay, "_read_text", lambda path: read_whole.append(path) or read_text(path))
+    monkeypatch.setattr(replay, "_read_text", lambda root, path: read_whole.append(path) or read_text(root, path))
     parsed: list[Any] = []
     loads = json.loads
     monkeypatch.setattr(replay.json, "loads", lambda s, *a, **kw: parsed.append(s) or loads(s, *a, **kw))
 
-    assert replay._log_entries(str(directory), 20_000) == (mine, True)
-    assert replay._log_entries(str(directory), 20_001) == ([], True)
+    with Dir.open(str(tmp_path)) as root:
+        assert replay._log_entries(root, "sources/0", 20_000) == (mine, True)
+        assert replay._log_entries(root, "sources/0", 20_001) == ([], True)
     assert [p for p in read_whole if p.endswith(".compact")] == [], "no compact file is read whole"
     assert len(parsed) == 4, "the batch's own lines and the one before them, in each file"
 
@@ -240,7 +245,8 @@ def test_a_compact_file_that_does_not_end_with_its_batch_is_read_whole(tmp_path:
     lines = [entry("file:///in/x.json", 4), entry("file:///in/a.json", 5), entry("file:///in/later.json", 6),
              entry("file:///in/b.json", 5)]
     (directory / "5.compact").write_text("\n".join(["v1", *lines]), encoding="utf-8")
-    assert replay._log_entries(str(directory), 5) == ([lines[1], lines[3]], True)
+    with Dir.open(str(tmp_path)) as root:
+        assert replay._log_entries(root, "sources/0", 5) == ([lines[1], lines[3]], True)
 
 
 def test_a_compaction_batch_of_many_files_is_read_back_past_the_first_window(tmp_path: Path) -> None:
@@ -251,7 +257,8 @@ def test_a_compaction_batch_of_many_files_is_read_back_past_the_first_window(tmp
     history = [entry(f"file:///in/old-{n}.json", n) for n in range(9)]
     mine = [entry(f"file:///in/many-{n:05d}-{'x' * 40}.json", 9) for n in range(3_000)]  # ≈ 270 KB
     (directory / "9.compact").write_text("\n".join(["v1", *history, *mine]), encoding="utf-8")
-    assert replay._compacted_tail(str(directory / "9.compact"), 9) == mine
-    assert replay._compacted_tail(str(directory / "9.compact"), 8) is None, "batch 9's entries follow batch 8's"
     (directory / "10.compact").write_text("\n".join(["v1", *mine]), encoding="utf-8")
-    assert replay._compacted_tail(str(directory / "10.compact"), 9) == mine, "the whole file is the batch's"
+    with Dir.open(str(directory)) as root:
+        assert replay._compacted_tail(root, "9.compact", 9) == mine
+        assert replay._compacted_tail(root, "9.compact", 8) is None, "batch 9's entries follow batch 8's"
+        assert replay._compacted_tail(root, "10.compact", 9) == mine, "the whole file is the batch's"

@@ -15,6 +15,7 @@ from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError
 from airflow_sparkpoint.runtime import rescale
 from airflow_sparkpoint.runtime.restore import RestorePlan
+from airflow_sparkpoint.storage.localfs import Dir
 from airflow_sparkpoint.storage.memory import MemoryStorage
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -122,8 +123,9 @@ def test_a_rescaled_copy_gets_its_v1_metadata_and_dropped_partitions_corrected(t
     write(tmp_path / "live/state/0/_metadata/.metadata.crc", b"old")
     for p in range(4):
         write(tmp_path / f"live/state/0/{p}/5.zip", b"x")
-    rescale._fix_v1_metadata(str(tmp_path / "live"), 2)
-    assert rescale._remove_dropped_partitions(str(tmp_path / "live"), 2) == 2
+    with Dir.open(str(tmp_path / "live")) as location:
+        rescale._fix_v1_metadata(location, 2)
+        assert rescale._remove_dropped_partitions(location, 2) == 2
     body = json.loads(target.read_text().splitlines()[1])
     assert [s["numPartitions"] for s in body["stateStoreInfo"]] == [2]
     assert json.loads(original.read_text().splitlines()[1])["stateStoreInfo"][0]["numPartitions"] == 4
