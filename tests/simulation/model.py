@@ -216,7 +216,8 @@ class SimDirectorySink(DirectorySink):
         os.makedirs(target, exist_ok=True)
         with open(os.path.join(target, f"part-00000-{uuid.uuid4()}-c000.json"), "w", encoding="utf-8") as handle:
             handle.write("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
-        files = directory_module._data_files(target)
+        with self._root() as root:
+            files = directory_module._data_files(root, staging)
         return {"format": self.format, "staging": staging, "files": files, "bytes": sum(f["size"] for f in files)}
 
 

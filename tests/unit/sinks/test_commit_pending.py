@@ -340,7 +340,7 @@ def test_abort_generation_is_refused_while_a_newer_generation_continues_it(
     checkpoint(catalog, 4, 2, [green])
     catalog.claim_generation()  # generation 3 (say, a retry of green) restores green's checkpoint
 
-    with pytest.raises(RestoreError, match="a newer run continues its lineage"):
+    with pytest.raises(RestoreError, match="still restores its lineage: a newer run continues it"):
         abort_generation(catalog, 2)
     assert world["aborted"] == [] and txn_ids(catalog) == ["orders-b4-g2"]
 
