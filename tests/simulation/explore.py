@@ -92,7 +92,9 @@ def explore(seed: int, schedules: int, *, report_every: float = 60.0) -> dict[st
         except Violation as exc:
             key = str(exc).split("\n", 1)[0][:160]
             violations[key] += 1
-            first.setdefault(key, f"{seed}:{index}")
+            if key not in first:  # each new kind at once, with what repeats it
+                first[key] = f"{seed}:{index}"
+                print(f"  violation at {seed}:{index} (--repeat {seed}:{index}): {key}", flush=True)
         if time.monotonic() >= next_report:
             next_report += report_every
             elapsed = time.monotonic() - started
