@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -170,6 +170,18 @@ def mark_superseded(entries: Sequence[SnapshotEntry], origins: Sequence[Origin])
                 entry = replace(entry, superseded_by=by)
         result.append(entry)
     return result
+
+
+def rollback_base(entries: Iterable[SnapshotEntry], generation: int, first_uncommitted: int) -> SnapshotEntry | None:
+    """The checkpoint a rollback of `generation` returns to (`sinks.rollback`): its newest
+    restorable checkpoint before its batch `first_uncommitted`, whose output all stays.
+    None when it has none: the rollback returns to where the generation started. Checkpoint
+    retention keeps it (`retention.enforce_checkpoint_retention`)."""
+    return max(
+        (e for e in entries if e.restorable and e.metadata is not None and e.metadata.generation == generation
+         and e.metadata.batch_id < first_uncommitted),
+        key=lambda e: e.id, default=None,
+    )
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import bounded, layout
-from airflow_sparkpoint.checkpoints.entries import RetentionResult
-from airflow_sparkpoint.checkpoints.lineage import mark_superseded, prunable
+from airflow_sparkpoint.checkpoints.entries import RetentionResult, SnapshotEntry
+from airflow_sparkpoint.checkpoints.lineage import mark_superseded, prunable, rollback_base
 from airflow_sparkpoint.exceptions import (
     ConfigError,
     CorruptRecord,
@@ -152,13 +152,9 @@ def enforce_checkpoint_retention(
     if known is not None:  # only what this listing shows, parsed: a pass never trusts more
         known.checkpoints = {e.id: e.metadata for e in entries if e.metadata is not None}
     keep = [e for e in entries if e.restorable][:num_retained]
-    newest = origins[-1] if origins else None
-    if newest is not None and newest.kind == "checkpoint" and newest.base_id >= 0 and not any(
-        e.metadata is not None and e.metadata.generation >= newest.generation for e in keep
-    ):
-        base = next((e for e in entries if e.id == newest.base_id and e.valid), None)
-        if base is not None and base not in keep:
-            keep.append(base)
+    for point in _lineage_points(catalog, entries, keep, origins[-1] if origins else None):
+        if point not in keep:
+            keep.append(point)
     keep_ids = {e.id for e in keep}
     newest_kept = max(keep_ids, default=None)
     doomed = [
@@ -223,6 +219,30 @@ def enforce_checkpoint_retention(
             catalog.delete_origins(stale, kept=[o for o in origins if o not in stale])
         prune_journal(catalog, now - max(JOURNAL_MIN_TTL_S, 2 * grace_seconds), journal_listing, known)
     return RetentionResult(tuple(deleted_ids), len(orphans), orphan_bytes)
+
+
+def _lineage_points(catalog: Catalog, entries: list[SnapshotEntry], keep: list[SnapshotEntry],
+                    newest: Origin | None) -> list[SnapshotEntry]:
+    """Checkpoints kept beyond the newest ``numRetained``: where the newest lineage
+    restarts while it has no checkpoint of its own, and where a rollback of its generation
+    returns to while that generation has recorded transactions (`lineage.rollback_base`;
+    in external commit mode all of its checkpoints may hold uncommitted batches)."""
+    if newest is None:
+        return []
+    base = None
+    if newest.kind == "checkpoint" and newest.base_id >= 0:
+        base = next((e for e in entries if e.id == newest.base_id and e.valid), None)
+    points = []
+    if base is not None and not any(
+        e.metadata is not None and e.metadata.generation >= newest.generation for e in keep
+    ):
+        points.append(base)
+    pending = [batch for batch, generation in catalog.transaction_keys() if generation == newest.generation]
+    if pending:
+        point = rollback_base(entries, newest.generation, min(pending)) or base
+        if point is not None:
+            points.append(point)
+    return points
 
 
 def journal_deletions(catalog: Catalog, keys: Iterable[str], generation: int | None,

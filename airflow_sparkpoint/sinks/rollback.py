@@ -34,7 +34,7 @@ from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.commit_head import record_commit
 from airflow_sparkpoint.checkpoints.history import live_status
-from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin
+from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, rollback_base
 from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning, RestoreError
 from airflow_sparkpoint.sinks.commit import Sinks
 from airflow_sparkpoint.sinks.resolve import SinkSpec
@@ -170,10 +170,9 @@ def _restart_before(catalog: Catalog, generation: int, first_aborted: int, claim
         return None
     restore = {**own.restore, "rollback_of": generation}
     host, pid = socket.gethostname(), os.getpid()
-    before = [e.metadata for e in catalog.list_checkpoints() if e.restorable and e.metadata is not None
-              and e.metadata.generation == generation and e.metadata.batch_id < first_aborted]
-    if before:
-        base = before[0]  # newest first
+    point = rollback_base(catalog.list_checkpoints(), generation, first_aborted)
+    if point is not None and point.metadata is not None:
+        base = point.metadata
         pin = catalog.create_savepoint(catalog.handle(base), key=layout.pin_dir(claimed))
         return new_origin(claimed, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
                           snapshot_id=base.id, batch_id=base.batch_id, id_floor=catalog.next_checkpoint_id() - 1,

@@ -383,25 +383,26 @@ def test_random_write_faults_never_damage_the_latest_valid_checkpoint(tmp_path: 
 def test_a_real_disk_full_leaves_no_torn_or_temporary_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ENOSPC in the middle of LocalStorage's own copy: the object never appears, torn,
     under its key, and no temp file is left to fill the disk further."""
-    import shutil
+    from airflow_sparkpoint.storage import _localfs_fd
 
-    from airflow_sparkpoint.storage import local
+    real_copy = _localfs_fd.copy
+    fired = []
 
-    real_copyfile = shutil.copyfile
-
-    def copy_half(src: str, dst: str, **kwargs: Any) -> str:
-        data = Path(src).read_bytes()
-        Path(dst).write_bytes(data[: len(data) // 2])
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), dst)
+    def copy_half(src: int, dst: int) -> None:
+        data = os.read(src, 1 << 20)
+        os.write(dst, data[: len(data) // 2])
+        fired.append(dst)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     source = tmp_path / "big.bin"
     source.write_bytes(os.urandom(100_000))
     store = open_storage(str(tmp_path / "root"))
     store.put("keep", b"previous")
-    monkeypatch.setattr(local.shutil, "copyfile", copy_half)
+    monkeypatch.setattr(_localfs_fd, "copy", copy_half)
     with pytest.raises(StorageError, match="No space left on device"):
         store.upload_file(str(source), "shared/big.bin")
-    monkeypatch.setattr(local.shutil, "copyfile", real_copyfile)
+    monkeypatch.setattr(_localfs_fd, "copy", real_copy)
+    assert fired, "the disk-full fault never fired: the copy no longer goes through _localfs_fd.copy"
     assert not store.exists("shared/big.bin")
     leftovers = [p.name for p in (tmp_path / "root").rglob("*") if p.is_file() and p.name != "keep"]
     assert leftovers == [], f"temporary files left behind after ENOSPC: {leftovers}"

@@ -220,7 +220,8 @@ def test_commit_and_savepoint_watchers_through_a_killed_driver_a_failed_savepoin
     aborted = airflow_api.xcom(BLUE_GREEN, deploy, "abort_green")["aborted"]
     assert aborted, "green's staged batch was not aborted"
     restored = airflow_api.xcom(BLUE_GREEN, deploy, "restore_blue")
-    assert restored["restored_from"] == savepoint and restored["generation"] == green + 1, restored
+    # the rollback claimed green + 1 to fence green; blue's restore is the next one
+    assert restored["restored_from"] == savepoint and restored["generation"] == green + 2, restored
     assert restored["status"] == "finished" and restored["last_batch"] == 5, restored
     airflow_api.wait_task(dag, run, "job", {"success"}, timeout=300, try_number=3)
     assert airflow_api.xcom(dag, run, "job")["status"] == "stopped"

@@ -159,7 +159,8 @@ def test_blue_green_with_a_streaming_blue_task_rolls_back_a_failing_green(
     assert airflow_api.xcom(DAG, run, "abort_green")["aborted"], "green's staged output must be aborted"
     restored = airflow_api.xcom(DAG, run, "restore_blue")
     assert restored["status"] == "finished" and restored["restored_from"] == savepoint, restored
-    assert restored["generation"] == green_generation + 1 and restored["first_batch"] == 1, restored
+    # the rollback claimed green + 1 to fence green; blue's restore is the next one
+    assert restored["generation"] == green_generation + 2 and restored["first_batch"] == 1, restored
     assert table(pipeline) == expected(green_version=1)
     commits = assert_committed_once(pipeline)
     assert green_generation not in {c["generation"] for c in commits}, f"green committed: {commits}"

@@ -497,7 +497,8 @@ def assert_rolled_back(blue: SubmittedJob, run: Any, blue_generation: int) -> No
     assert xcom(run, "abort_green")["aborted"], "green's staged output must be aborted"
     restored = xcom(run, "restore_blue")
     assert restored["status"] == "finished" and restored["restored_from"] == savepoint
-    assert restored["generation"] == green_generation + 1 and restored["first_batch"] == 1
+    # the rollback claimed green + 1 to fence green; blue's restore is the next one
+    assert restored["generation"] == green_generation + 2 and restored["first_batch"] == 1
     assert totals_table(blue.output) == expected_totals(green_version=1)
     commits = assert_each_batch_committed_once(blue.output)
     assert green_generation not in {c["generation"] for c in commits}, f"green committed: {commits}"

@@ -314,6 +314,70 @@ def test_abort_generation_returns_the_lineage_to_where_the_generation_started(
         catalog.check_generation(2)
 
 
+def test_retention_keeps_where_a_rollback_of_the_newest_generation_returns(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    """Checkpoint retention never removes the checkpoint a rollback of the newest
+    generation returns to while that generation has recorded transactions: in external
+    commit mode green's checkpoints hold only uncommitted batches, so the rollback
+    returns to blue's checkpoint green started from. Found by CI: write-audit-publish's
+    discard and blue-green's rollback failed with "chk-4 is not usable" once green had
+    more checkpoints than `numRetained`."""
+    from airflow_sparkpoint.checkpoints.lineage import new_origin
+    from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
+
+    blue = record(sink_name, 3, 1)
+    checkpoint(catalog, 3, 1, [blue])
+    base = catalog.latest()
+    assert base is not None
+    catalog.claim_generation()
+    catalog.write_origin(new_origin(2, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
+                                    snapshot_id=base.id, batch_id=3, id_floor=base.id, restore={"restore": "x"},
+                                    live_dir=None, host="h", pid=1))
+    green = [record(sink_name, b, 2) for b in (4, 5, 6)]
+    for index, r in enumerate(green):
+        catalog.put_transaction(r)
+        checkpoint(catalog, r.batch_id, 2, green[: index + 1])
+        enforce_checkpoint_retention(catalog, 1, generation=2)
+    kept = sorted((m.batch_id, m.generation) for m in catalog.checkpoints())
+    assert kept == [(3, 1), (6, 2)], "retention kept green's newest and the checkpoint green started from"
+
+    abort_generation(catalog, 2)
+
+    point = catalog.restart_point()
+    assert point.checkpoint is not None and (point.checkpoint.batch_id, point.checkpoint.generation) == (3, 1)
+
+
+def test_retention_keeps_a_rollback_point_of_the_newest_generation_older_than_numretained(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    """Once green's batch 4 is committed (its record settled), a rollback returns to
+    green's checkpoint of batch 4 (its committed output stays): retention keeps that one,
+    however many newer checkpoints green has, and lets blue's go."""
+    from airflow_sparkpoint.checkpoints.lineage import new_origin
+    from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
+
+    checkpoint(catalog, 3, 1, [])
+    base = catalog.latest()
+    assert base is not None
+    catalog.claim_generation()
+    catalog.write_origin(new_origin(2, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
+                                    snapshot_id=base.id, batch_id=3, id_floor=base.id, restore={"restore": "x"},
+                                    live_dir=None, host="h", pid=1))
+    checkpoint(catalog, 4, 2, [])  # batch 4 committed: no record left
+    green = [record(sink_name, b, 2) for b in (5, 6, 7)]
+    for index, r in enumerate(green):
+        catalog.put_transaction(r)
+        checkpoint(catalog, r.batch_id, 2, green[: index + 1])
+        enforce_checkpoint_retention(catalog, 1, generation=2)
+    assert sorted((m.batch_id, m.generation) for m in catalog.checkpoints()) == [(4, 2), (7, 2)]
+
+    abort_generation(catalog, 2)
+
+    point = catalog.restart_point()
+    assert point.checkpoint is not None and (point.checkpoint.batch_id, point.checkpoint.generation) == (4, 2)
+
+
 def test_abort_generation_of_a_store_without_lineages_retires_its_checkpoints(
     catalog: Catalog, sink_name: str, world: dict[str, Any]
 ) -> None:
