@@ -1,8 +1,10 @@
 """Structure checks of the package that ruff, mypy and import-linter do not make
 (`make lint` runs this; tests/unit/test_structure.py runs it on the package too):
 
-* no module longer than `MAX_LINES` lines (STYLE.md: a longer one is usually two ideas;
-  split it by concern);
+* no module longer than `MAX_LINES` lines: a backstop, not the rule. The rule is one
+  concern per module and per class (docs/ARCHITECTURE.md's concept table names each
+  module's), split by concern and never to fit a count; a module this long has
+  certainly grown a second one;
 * no import cycle between any two modules, a package's ``__init__`` included (the
   ``acyclic_siblings`` contract in pyproject.toml looks only at siblings). Imports inside
   functions and under ``TYPE_CHECKING`` count: a lazy import hides a cycle, it does not
@@ -17,7 +19,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-MAX_LINES = 600
+MAX_LINES = 1000
 
 
 def long_modules(package_dir: Path, max_lines: int = MAX_LINES) -> list[tuple[Path, int]]:
