@@ -40,8 +40,8 @@ from airflow_sparkpoint.exceptions import (
     StaleGeneration,
 )
 from airflow_sparkpoint.runtime import livedir, replay, rescale, signals, spark_support
+from airflow_sparkpoint.runtime.checkpointer import Checkpointer
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
-from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
     plan_restore,
 )
@@ -323,9 +323,9 @@ class _Run(_RunCoordination):
         try:
             self._prepare()
         except BaseException as exc:
-            coordinator: Coordinator | None = getattr(self, "coordinator", None)
-            if coordinator is not None:
-                coordinator.close()
+            checkpointer: Checkpointer | None = getattr(self, "checkpointer", None)
+            if checkpointer is not None:
+                checkpointer.close()
             self._write_status("failed", error=str(exc))
             self._release_live()
             raise
@@ -369,7 +369,7 @@ class _Run(_RunCoordination):
         finally:
             self._heartbeat_stop.set()
             self._watch_stop.set()
-            self.coordinator.close()
+            self.checkpointer.close()
             self._release_live()
 
     def _remove_earlier_live(self) -> None:
@@ -462,7 +462,7 @@ class _Run(_RunCoordination):
                 self.error = exc  # the run ends with it, not with Spark's wrapper of it
             raise
         self.catalog.put_transaction(record)
-        self.coordinator.add_pending(record)
+        self.committer.add_pending(record)
         self.batches_staged += 1
         self.first_batch = int(batch_id) if self.first_batch is None else min(self.first_batch, int(batch_id))
         faults.maybe_kill("record", batch_id)

@@ -141,7 +141,7 @@ class SimRun(_Run):
             event("final", None)
             return self._conclude(query_error)
         finally:
-            self.coordinator.close()
+            self.checkpointer.close()
             self._release_live()
 
 

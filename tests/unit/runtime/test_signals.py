@@ -111,8 +111,8 @@ def test_a_terminating_run_starts_no_checkpoint_commit_or_control_request() -> N
     calls: list[str] = []
     run: Any = SimpleNamespace(
         error=Terminated("terminated by SIGTERM"),
-        coordinator=SimpleNamespace(checkpoint=lambda batch: calls.append(f"checkpoint {batch}"),
-                                    commit_confirmed=lambda: calls.append("commit")),
+        checkpointer=SimpleNamespace(checkpoint=lambda batch: calls.append(f"checkpoint {batch}"), last_checkpoint=None),
+        committer=SimpleNamespace(commit_confirmed=lambda checkpoint: calls.append("commit")),
         control=SimpleNamespace(withdraw_superseded=lambda g: calls.append("sweep"),
                                 pending=lambda g: calls.append("pending") or []),
     )
