@@ -133,8 +133,8 @@ class _RunStartup(_RunStatus):
         if plan.latest and plan.sink_ahead != "rewind":  # the self-healing fallback (runtime.replay)
             self._write_status("running")  # a long replay must not look like a dead run
             recovered["replayed"] = replay.replay_committed(
-                self.spark, self.df, self.output_mode, sink=self.sink, catalog=self.catalog, snapshot=plan.snapshot,
-                live_root=self.live, generation=self.generation, job=cfg.job)
+                self.spark, self.df, self.output_mode, sink=self.sink, fence=run_fence, snapshot=plan.snapshot,
+                live_root=self.live, job=cfg.job)
             if recovered["replayed"]:  # the snapshot's position of this sink is behind what it holds now
                 self.committer.sink_positions.pop(self.sink.sink_id, None)
                 owners = self._committers(recovered["replayed"])
