@@ -36,6 +36,9 @@ CONTROL_CLEANUP_BACKLOG_S = 30.0
 class _RunCoordination(_RunStartup):
     """The coordinator thread's loop and what it does."""
 
+    #: whether the control requests left for older generations were withdrawn (`_serve_control`)
+    _control_swept = False
+
     def _coordinate(self) -> None:
         next_poll = 0.0
         try:
@@ -82,7 +85,7 @@ class _RunCoordination(_RunStartup):
         self.error = exc
         log.error("job %s generation %d: %s", self.cfg.job, self.generation, exc)
         self.stopping.set()
-        self._stop_query()
+        self.stop_query()
 
     def _confirm(self, batch_id: int) -> None:
         """Batch `batch_id` is durable in Spark's commits/ (seen by the commit watcher, or read
@@ -183,7 +186,7 @@ class _RunCoordination(_RunStartup):
         call, withdraw those left for older generations (their runs are gone)."""
         if self.error is not None:
             return  # terminating (e.g. SIGTERM): take on nothing new
-        if not getattr(self, "_control_swept", False):
+        if not self._control_swept:
             withdrawn = self.control.withdraw_superseded(self.generation)
             if withdrawn:
                 log.warning("job %s generation %d withdrew %d control request(s) addressed to earlier runs: %s",
@@ -211,7 +214,7 @@ class _RunCoordination(_RunStartup):
             elif request.kind in ("stop", "cancel"):
                 self.stop_request = request
                 self.stopping.set()
-                self._stop_query()
+                self.stop_query()
                 return
 
     def _tidy_control(self) -> None:
@@ -256,7 +259,7 @@ class _RunCoordination(_RunStartup):
                               batch_id=handle.metadata.batch_id)
         faults.maybe_kill("stopped", handle.metadata.batch_id)
 
-    def _stop_query(self) -> None:
+    def stop_query(self) -> None:
         if self.query is not None:
             try:
                 self.query.stop()

@@ -69,16 +69,46 @@ class _RunStatus:
     catalog: Catalog
     control: ControlChannel
     work_root: str
-    generation: int
+    #: the generation claimed by `job._Run.execute` (`generation`); None before the claim
+    _generation: int | None = None
+    #: the checkpointer built by `_prepare` (`checkpointer`); None before
+    _checkpointer: Checkpointer | None = None
     plan: RestorePlan
     rescale: RescalePlan | None
     choice: LiveChoice
     live: str
     live_reuse: LiveReuse
-    checkpointer: Checkpointer
     committer: Committer
     recovered: dict[str, Any]
     rescaled: dict[str, Any]
+
+    @property
+    def generation(self) -> int:
+        """The generation this run claimed.
+
+        :raises AttributeError: it has claimed none yet.
+        """
+        if self._generation is None:
+            raise AttributeError("the run has claimed no generation yet")
+        return self._generation
+
+    @generation.setter
+    def generation(self, generation: int) -> None:
+        self._generation = generation
+
+    @property
+    def checkpointer(self) -> Checkpointer:
+        """The run's checkpointer (built by the start-up).
+
+        :raises AttributeError: the start-up has not built it yet.
+        """
+        if self._checkpointer is None:
+            raise AttributeError("the run's start-up has not built its checkpointer yet")
+        return self._checkpointer
+
+    @checkpointer.setter
+    def checkpointer(self, checkpointer: Checkpointer) -> None:
+        self._checkpointer = checkpointer
 
     def _heartbeat(self) -> None:
         self._write_status("running")
@@ -88,7 +118,7 @@ class _RunStatus:
             self._heartbeat()
 
     def _write_status(self, state: str, error: str | None = None) -> None:
-        checkpointer: Checkpointer | None = getattr(self, "checkpointer", None)
+        checkpointer = self._checkpointer
         last = checkpointer.last_checkpoint if checkpointer is not None else None
         status = JobStatus(
             job=self.cfg.job, generation=self.generation, state=state, started_at=self.started_at,
