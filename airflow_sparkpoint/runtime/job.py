@@ -475,7 +475,7 @@ class _Run(_RunCoordination):
             # A superseded driver (a cleared try's, a stalled one) that staged after the
             # newer generation's recovery would leave its staging and record behind: it
             # takes its own staged data away and stops before recording anything.
-            self.catalog.check_generation(self.generation)
+            self.fence.check()
         except StaleGeneration as exc:
             self.sink.abort(record)
             if self.error is None:

@@ -30,7 +30,6 @@ from airflow_sparkpoint.runtime.restore import (
 )
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 from airflow_sparkpoint.runtime.run_status import _RunStatus
-from airflow_sparkpoint.sinks.transactions import Fence
 from airflow_sparkpoint.storage import open_storage
 
 log = logging.getLogger(__name__)
@@ -103,7 +102,7 @@ class _RunStartup(_RunStatus):
         log.info("job %s generation %d starts from %s; live location %s (%s)",
                  cfg.job, self.generation, plan.description, self.live, self.choice.reason)
 
-        run_fence = Fence(self.catalog, self.generation)
+        run_fence = self.fence
         fence = run_fence.check
         fence()
         # Abort what the restart point does not confirm before the sink's position is

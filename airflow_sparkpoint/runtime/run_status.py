@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint.checkpoints.run_result import RunResult
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import StaleGeneration, StorageError
+from airflow_sparkpoint.sinks.transactions import Fence
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -97,6 +98,14 @@ class _RunStatus:
         self._generation = generation
 
     @property
+    def fence(self) -> Fence:
+        """The fence of this run's generation: every effect of the run checks it first.
+
+        :raises AttributeError: the run has claimed no generation yet.
+        """
+        return Fence(self.catalog, self.generation)
+
+    @property
     def checkpointer(self) -> Checkpointer:
         """The run's checkpointer (built by the start-up).
 
@@ -136,7 +145,7 @@ class _RunStatus:
                 self._final_state = True
             try:
                 # One existence check (claims are contiguous), not a listing of every generation.
-                self.catalog.check_generation(self.generation)
+                self.fence.check()
                 self.catalog.write_status(status)
             except StaleGeneration:
                 return  # a newer run owns the status record
