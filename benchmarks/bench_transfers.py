@@ -51,12 +51,11 @@ def write_live(root: Path) -> int:
 
 
 def one_round(live: Path, root: str, work: Path, opts: dict[str, Any]) -> dict[str, float]:
+    from airflow_sparkpoint.checkpoints import Catalog
     from airflow_sparkpoint.runtime.checkpointer import Checkpointer
     from airflow_sparkpoint.runtime.committer import Committer
-    from airflow_sparkpoint.sinks.transactions import Fence
-
-    from airflow_sparkpoint.checkpoints import Catalog
     from airflow_sparkpoint.runtime.restore import materialize
+    from airflow_sparkpoint.sinks.transactions import Fence
 
     catalog = Catalog.open(root, "bench", **opts)
     generation = catalog.claim_generation().generation

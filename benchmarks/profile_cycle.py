@@ -31,10 +31,9 @@ from _bench import EVENT_SCHEMA, key_name, spark_session, write_parquet_batches
 
 def profile(store: str, batches: int, cycle: int, work: Path) -> list[tuple[int, str, str, str]]:
     """Run the job once; return ``(cycle, thread, operation, key)`` of every call."""
-    from airflow_sparkpoint.runtime.committer import Committer
-
     import airflow_sparkpoint.checkpoints.catalog as catalog_module
     from airflow_sparkpoint.runtime import SparkpointJob
+    from airflow_sparkpoint.runtime.committer import Committer
     from airflow_sparkpoint.runtime.run_coordination import _RunCoordination
     from airflow_sparkpoint.sinks import DeltaSink
     from airflow_sparkpoint.storage.counting import CountingStorage

@@ -124,10 +124,10 @@ def driver(config_path: str) -> int:
     config = json.loads(Path(config_path).read_text())
     conf: dict[str, str] = config["conf"]
     counts, lock = _count_requests(conf)
-    from airflow_sparkpoint.runtime.checkpointer import Checkpointer
     from pyspark.sql import functions as F
 
     from airflow_sparkpoint.runtime import SparkpointJob
+    from airflow_sparkpoint.runtime.checkpointer import Checkpointer
     from airflow_sparkpoint.sinks import DeltaSink
 
     records = open(config["records"], "a", buffering=1)  # noqa: SIM115 - one line per checkpoint
