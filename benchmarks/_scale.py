@@ -140,9 +140,10 @@ class Profiler:
 
     def install(self) -> Profiler:
         from airflow_sparkpoint.checkpoints.catalog import Catalog
-        from airflow_sparkpoint.runtime import coordinator, livedir, restore
+        from airflow_sparkpoint.runtime import checkpointer, livedir, restore
+        from airflow_sparkpoint.runtime.committer import Committer
 
-        C = coordinator.Coordinator
+        C = checkpointer.Checkpointer
         original_checkpoint = C._checkpoint
 
         def checkpoint(this: Any, batch_id: int) -> Any:
@@ -157,11 +158,11 @@ class Profiler:
 
         C._checkpoint = checkpoint  # type: ignore[method-assign]
         livedir.file_sha256 = self._timed("hash", livedir.file_sha256)
-        for name, phase in (("_upload", "upload"), ("_list_stored", "list_shared"), ("_ensure_stored", "validate"),
-                            ("_complete", "metadata"), ("_forget_settled", "forget_settled")):
-            if hasattr(C, name):
-                setattr(C, name, self._timed(phase, getattr(C, name)))
-        coordinator.enforce_checkpoint_retention = self._timed("retention", coordinator.enforce_checkpoint_retention)
+        for cls, name, phase in ((C, "_upload", "upload"), (C, "_list_stored", "list_shared"),
+                                 (C, "_ensure_stored", "validate"), (C, "_complete", "metadata"),
+                                 (Committer, "_forget_settled", "forget_settled")):
+            setattr(cls, name, self._timed(phase, getattr(cls, name)))
+        checkpointer.enforce_checkpoint_retention = self._timed("retention", checkpointer.enforce_checkpoint_retention)
         Catalog.next_checkpoint_id = self._timed("next_id", Catalog.next_checkpoint_id)  # type: ignore[method-assign]
         original_materialize = restore.materialize
 

@@ -52,14 +52,17 @@ def write_live(root: Path) -> int:
 
 def one_round(live: Path, root: str, work: Path, opts: dict[str, Any]) -> dict[str, float]:
     from airflow_sparkpoint.checkpoints import Catalog
-    from airflow_sparkpoint.runtime.coordinator import Coordinator
+    from airflow_sparkpoint.runtime.checkpointer import Checkpointer
+    from airflow_sparkpoint.runtime.committer import Committer
     from airflow_sparkpoint.runtime.restore import materialize
+    from airflow_sparkpoint.sinks.transactions import Fence
 
     catalog = Catalog.open(root, "bench", **opts)
     generation = catalog.claim_generation().generation
-    coordinator = Coordinator(catalog=catalog, sink=None, generation=generation, live_root=str(live),  # type: ignore[arg-type]
-                              commit_mode="checkpoint", interval_s=0, num_retained=3, timeout_s=600,
-                              tolerable_failures=0)
+    fence = Fence(catalog, generation)
+    committer = Committer(catalog=catalog, sink=None, fence=fence, commit_mode="checkpoint")  # type: ignore[arg-type]
+    coordinator = Checkpointer(catalog=catalog, fence=fence, live_root=str(live), transactions=committer,
+                               interval_s=0, num_retained=3, timeout_s=600, tolerable_failures=0)
     times = {}
     started = time.perf_counter()
     meta = coordinator.checkpoint(BATCHES - 1)

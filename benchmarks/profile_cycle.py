@@ -33,7 +33,7 @@ def profile(store: str, batches: int, cycle: int, work: Path) -> list[tuple[int,
     """Run the job once; return ``(cycle, thread, operation, key)`` of every call."""
     import airflow_sparkpoint.checkpoints.catalog as catalog_module
     from airflow_sparkpoint.runtime import SparkpointJob
-    from airflow_sparkpoint.runtime.coordinator import Coordinator
+    from airflow_sparkpoint.runtime.committer import Committer
     from airflow_sparkpoint.runtime.run_coordination import _RunCoordination
     from airflow_sparkpoint.sinks import DeltaSink
     from airflow_sparkpoint.storage.counting import CountingStorage
@@ -46,7 +46,7 @@ def profile(store: str, batches: int, cycle: int, work: Path) -> list[tuple[int,
             calls.append((current[0], threading.current_thread().name, op, key))
 
     real_init, real_confirm, real_commit = (catalog_module.Catalog.__init__, _RunCoordination._confirm,
-                                            Coordinator.commit_confirmed)
+                                            Committer.commit_confirmed)
 
     def init(self: Any, storage: Any, job: str) -> None:
         real_init(self, storage if isinstance(storage, CountingStorage) else Logged(storage), job)
@@ -55,14 +55,14 @@ def profile(store: str, batches: int, cycle: int, work: Path) -> list[tuple[int,
         current[0] = batch_id
         real_confirm(self, batch_id)
 
-    def commit(self: Any) -> list[int]:
-        done = real_commit(self)
+    def commit(self: Any, checkpoint: Any) -> list[int]:
+        done = real_commit(self, checkpoint)
         calls.append((current[0], threading.current_thread().name, "-- committed", ",".join(map(str, done))))
         return done
 
     catalog_module.Catalog.__init__ = init  # type: ignore[method-assign]
     _RunCoordination._confirm = confirm  # type: ignore[method-assign]
-    Coordinator.commit_confirmed = commit  # type: ignore[method-assign]
+    Committer.commit_confirmed = commit  # type: ignore[method-assign]
     server = None
     try:
         conf = {"spark.sparkpoint.job": "cycle", "spark.sparkpoint.restore": "none",
@@ -98,7 +98,7 @@ def profile(store: str, batches: int, cycle: int, work: Path) -> list[tuple[int,
     finally:
         catalog_module.Catalog.__init__ = real_init  # type: ignore[method-assign]
         _RunCoordination._confirm = real_confirm  # type: ignore[method-assign]
-        Coordinator.commit_confirmed = real_commit  # type: ignore[method-assign]
+        Committer.commit_confirmed = real_commit  # type: ignore[method-assign]
         if server is not None:
             server.stop()
     return calls

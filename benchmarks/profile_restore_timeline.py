@@ -63,7 +63,7 @@ class Timeline:
 
     def install(self) -> Timeline:
         from airflow_sparkpoint.checkpoints import catalog
-        from airflow_sparkpoint.runtime import coordinator, job, run_startup
+        from airflow_sparkpoint.runtime import checkpointer, committer, job, prestore, run_startup
         from airflow_sparkpoint.storage import s3
 
         # run_startup imports the restore steps by name: wrap them where they are looked up
@@ -73,10 +73,11 @@ class Timeline:
             self.wrap(job._Run, name, f"run.{name}")
         for name in ("claim_generation", "write_origin", "complete_checkpoint"):
             self.wrap(catalog.Catalog, name, f"catalog.{name}")
-        # the coordinator looks retention up on the module it imported
-        self.wrap(coordinator, "enforce_checkpoint_retention", "retention.enforce_checkpoint_retention")
-        for name in ("_checkpoint", "_await_prestore", "commit_confirmed"):
-            self.wrap(coordinator.Coordinator, name, f"coordinator.{name}")
+        # the checkpointer looks retention up on the module it imported
+        self.wrap(checkpointer, "enforce_checkpoint_retention", "retention.enforce_checkpoint_retention")
+        self.wrap(checkpointer.Checkpointer, "_checkpoint", "checkpointer._checkpoint")
+        self.wrap(prestore.Prestore, "wait", "prestore.wait")
+        self.wrap(committer.Committer, "commit_confirmed", "committer.commit_confirmed")
         make_client = s3.S3Storage._make_client
         requests = self.requests
 

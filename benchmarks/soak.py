@@ -127,14 +127,14 @@ def driver(config_path: str) -> int:
     from pyspark.sql import functions as F
 
     from airflow_sparkpoint.runtime import SparkpointJob
-    from airflow_sparkpoint.runtime.coordinator import Coordinator
+    from airflow_sparkpoint.runtime.checkpointer import Checkpointer
     from airflow_sparkpoint.sinks import DeltaSink
 
     records = open(config["records"], "a", buffering=1)  # noqa: SIM115 - one line per checkpoint
     from _scale import Profiler
 
     phases = Profiler().install()  # the checkpoint's steps (hash, upload, listing, metadata, retention)
-    real = Coordinator._checkpoint
+    real = Checkpointer._checkpoint
 
     def measured(self: Any, batch_id: int) -> Any:
         with lock:
@@ -156,7 +156,7 @@ def driver(config_path: str) -> int:
                                   "steps": steps}) + "\n")
         return meta
 
-    Coordinator._checkpoint = measured  # type: ignore[method-assign]
+    Checkpointer._checkpoint = measured  # type: ignore[method-assign]
     if config.get("census"):
         _census(float(config["census"]), Path(config["records"]).with_name("census.jsonl"),
                 trim_after_s=config.get("census_trim_after"))

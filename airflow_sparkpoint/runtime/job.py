@@ -41,7 +41,6 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.runtime import livedir, replay, rescale, signals, spark_support
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
-from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.restore import (
     plan_restore,
 )
@@ -274,6 +273,9 @@ class _Run(_RunCoordination):
     coordinator thread and status come from the layers in `run_status`, `run_startup`
     and `run_coordination`; the query and the staging of each batch are here."""
 
+    #: the thread removing earlier runs' live locations, once the query started
+    _cleanup: threading.Thread | None = None
+
     def __init__(self, job: SparkpointJob, df: DataFrame, sink: Sink, output_mode: str, name: str | None) -> None:
         self.job = job
         self.cfg = job.config
@@ -323,13 +325,32 @@ class _Run(_RunCoordination):
         try:
             self._prepare()
         except BaseException as exc:
-            coordinator: Coordinator | None = getattr(self, "coordinator", None)
-            if coordinator is not None:
-                coordinator.close()
+            if self._checkpointer is not None:
+                self._checkpointer.close()
             self._write_status("failed", error=str(exc))
             self._release_live()
             raise
         return self._run_query()
+
+    # -- what SIGTERM asks of a run (signals.Terminable) --------------------------------
+
+    @property
+    def job_name(self) -> str:
+        return self.cfg.job
+
+    @property
+    def claimed_generation(self) -> int | None:
+        return self._generation
+
+    @property
+    def query_started(self) -> bool:
+        return self.query is not None
+
+    def record_terminated(self, reason: str) -> bool:
+        if self._checkpointer is None:  # the start-up's failure path records the status
+            return False
+        self._write_status("failed", error=reason)
+        return True
 
     # -- the query ----------------------------------------------------------------------
 
@@ -369,7 +390,7 @@ class _Run(_RunCoordination):
         finally:
             self._heartbeat_stop.set()
             self._watch_stop.set()
-            self.coordinator.close()
+            self.checkpointer.close()
             self._release_live()
 
     def _remove_earlier_live(self) -> None:
@@ -424,9 +445,8 @@ class _Run(_RunCoordination):
         result = self._result(state)
         self._write_status(state)
         write_run_result(self.catalog, result)
-        cleanup: threading.Thread | None = getattr(self, "_cleanup", None)
-        if cleanup is not None:
-            cleanup.join()  # one pass at a time in this process (`livedir.remove_unowned`)
+        if self._cleanup is not None:
+            self._cleanup.join()  # one pass at a time in this process (`livedir.remove_unowned`)
         livedir.remove_unowned(self.work_root, self.live, self.generation)
         log.info("job %s generation %d %s: %s", self.cfg.job, self.generation, state, json.dumps(result.to_json()))
         return result
@@ -455,14 +475,14 @@ class _Run(_RunCoordination):
             # A superseded driver (a cleared try's, a stalled one) that staged after the
             # newer generation's recovery would leave its staging and record behind: it
             # takes its own staged data away and stops before recording anything.
-            self.catalog.check_generation(self.generation)
+            self.fence.check()
         except StaleGeneration as exc:
             self.sink.abort(record)
             if self.error is None:
                 self.error = exc  # the run ends with it, not with Spark's wrapper of it
             raise
         self.catalog.put_transaction(record)
-        self.coordinator.add_pending(record)
+        self.committer.add_pending(record)
         self.batches_staged += 1
         self.first_batch = int(batch_id) if self.first_batch is None else min(self.first_batch, int(batch_id))
         faults.maybe_kill("record", batch_id)

@@ -48,13 +48,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, bounded, layout, spark_layout
+from airflow_sparkpoint.checkpoints import SnapshotHandle, bounded, layout, spark_layout
 from airflow_sparkpoint.checkpoints.bounded import Limits
 from airflow_sparkpoint.exceptions import InvalidPath, SinkAheadError, SparkpointError
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.livedir import file_source_log_offset as _log_offset
 from airflow_sparkpoint.runtime.livedir import source_offsets
 from airflow_sparkpoint.sinks.base import Sink
+from airflow_sparkpoint.sinks.transactions import Fence
 from airflow_sparkpoint.storage.localfs import Dir
 from airflow_sparkpoint.storage.paths import confine
 
@@ -319,16 +320,16 @@ def replay_committed(
     output_mode: str,
     *,
     sink: Sink,
-    catalog: Catalog,
+    fence: Fence,
     snapshot: SnapshotHandle | None,
     live_root: str,
-    generation: int,
     job: str,
 ) -> list[int]:
     """Replay, in `live_root`, the batches `sink` holds past `snapshot`; return their ids.
+    Each batch is fenced by the run's generation (`fence`) before it is written.
 
     :raises SinkAheadError: the sink is ahead and the replay cannot be proven exact.
-    :raises StaleGeneration: `generation` was superseded; nothing more is written.
+    :raises StaleGeneration: the fence's generation was superseded; nothing more is written.
     :raises SparkpointError: Spark did not run exactly the replayed batch.
     """
     position = sink.committed_position(job)
@@ -344,8 +345,8 @@ def replay_committed(
                 found.last, job, found.first, found.last)
     for body in found.records:
         batch = int(body["batch"])
-        catalog.check_generation(generation)
-        faults.pause("replay", batch, generation=generation)
+        fence.check()
+        faults.pause("replay", batch, generation=fence.generation)
         write_batch(live_root, body)
         run_batch(spark, df, output_mode, live_root, batch)
     return list(range(found.first, found.last + 1))

@@ -36,6 +36,9 @@ CONTROL_CLEANUP_BACKLOG_S = 30.0
 class _RunCoordination(_RunStartup):
     """The coordinator thread's loop and what it does."""
 
+    #: whether the control requests left for older generations were withdrawn (`_serve_control`)
+    _control_swept = False
+
     def _coordinate(self) -> None:
         next_poll = 0.0
         try:
@@ -82,26 +85,26 @@ class _RunCoordination(_RunStartup):
         self.error = exc
         log.error("job %s generation %d: %s", self.cfg.job, self.generation, exc)
         self.stopping.set()
-        self._stop_query()
+        self.stop_query()
 
     def _confirm(self, batch_id: int) -> None:
         """Batch `batch_id` is durable in Spark's commits/ (seen by the commit watcher, or read
         from commits/ after the query ended)."""
-        confirmed = self.coordinator.confirmed_batch
+        confirmed = self.checkpointer.confirmed_batch
         if confirmed is None or batch_id > confirmed:
             faults.maybe_kill("confirmed", batch_id)
-        self.coordinator.confirm(batch_id)
+        self.checkpointer.confirm(batch_id)
 
     def _checkpoint_due(self) -> None:
         """Checkpoint (and commit) the due batches, oldest first; between two checkpoints
         serve the control requests, so a savepoint or stop waits for one checkpoint, not for
         the backlog. Stopping ends the round (`_finish` takes what is left); a savepoint
         taken meanwhile covers the newest batch, and no older one is checkpointed after it."""
-        for i, batch in enumerate(self.coordinator.due_batches()):
+        for i, batch in enumerate(self.checkpointer.due_batches()):
             if i:
                 if not self.stopping.is_set():
                     self._serve_control()
-                last = self.coordinator.last_attempted
+                last = self.checkpointer.last_attempted
                 if self.stopping.is_set() or self.error is not None or (last is not None and batch <= last):
                     return
             self._checkpoint_and_commit(batch)
@@ -109,9 +112,9 @@ class _RunCoordination(_RunStartup):
     def _checkpoint_and_commit(self, batch_id: int | None) -> None:
         if batch_id is None or self.error is not None:  # failing or terminating: nothing new
             return
-        meta = self.coordinator.checkpoint(batch_id)
+        meta = self.checkpointer.checkpoint(batch_id)
         if meta is not None:
-            self.coordinator.commit_confirmed()
+            self.committer.commit_confirmed(self.checkpointer.last_checkpoint)
 
     def _finish(self) -> None:
         """After the query ended: checkpoint its last batch (and, with interval 0, the ones
@@ -124,17 +127,17 @@ class _RunCoordination(_RunStartup):
         last = livedir.last_commit(self.live)
         if last is not None:
             self._confirm(last)  # the watcher may not have seen it (and earlier ones) yet
-            due = self.coordinator.due_batches(final=True)
+            due = self.checkpointer.due_batches(final=True)
             for batch in due:
-                if self.coordinator.checkpoint(batch) is None and batch == due[-1]:
+                if self.checkpointer.checkpoint(batch) is None and batch == due[-1]:
                     raise SparkpointError(f"final checkpoint of batch {batch} failed")
-        self.coordinator.commit_confirmed()
+        self.committer.commit_confirmed(self.checkpointer.last_checkpoint)
         self._checkpoint_final_snapshot()
         if self.error is not None:  # e.g. SIGTERM during the wait: take on nothing new
             return
         if self.stopping.is_set():
-            self.coordinator.abort_unconfirmed(self.coordinator.last_checkpoint.batch_id
-                                               if self.coordinator.last_checkpoint else None)
+            last_checkpoint = self.checkpointer.last_checkpoint
+            self.committer.abort_unconfirmed(last_checkpoint.batch_id if last_checkpoint else None)
             if self.stop_request is not None:
                 self._complete_stop()
 
@@ -174,16 +177,16 @@ class _RunCoordination(_RunStartup):
             except StorageError:
                 return False
 
-        self.coordinator.checkpoint_final_snapshot(min_deltas=min_deltas, timeout_s=timeout,
-                                                   min_replay=self.cfg.final_snapshot_min_replay,
-                                                   cancelled=cancelled)
+        self.checkpointer.checkpoint_final_snapshot(min_deltas=min_deltas, timeout_s=timeout,
+                                                    min_replay=self.cfg.final_snapshot_min_replay,
+                                                    cancelled=cancelled)
 
     def _serve_control(self) -> None:
         """Serve the control requests addressed to this run's generation; on the first
         call, withdraw those left for older generations (their runs are gone)."""
         if self.error is not None:
             return  # terminating (e.g. SIGTERM): take on nothing new
-        if not getattr(self, "_control_swept", False):
+        if not self._control_swept:
             withdrawn = self.control.withdraw_superseded(self.generation)
             if withdrawn:
                 log.warning("job %s generation %d withdrew %d control request(s) addressed to earlier runs: %s",
@@ -198,8 +201,8 @@ class _RunCoordination(_RunStartup):
             log.info("control request %s: %s", request.id, request.kind)
             if request.kind == "savepoint":
                 try:
-                    handle = self.coordinator.savepoint()
-                    self.coordinator.commit_confirmed()
+                    handle = self.checkpointer.savepoint()
+                    self.committer.commit_confirmed(self.checkpointer.last_checkpoint)
                 except StaleGeneration:
                     raise
                 except SparkpointError as exc:
@@ -211,7 +214,7 @@ class _RunCoordination(_RunStartup):
             elif request.kind in ("stop", "cancel"):
                 self.stop_request = request
                 self.stopping.set()
-                self._stop_query()
+                self.stop_query()
                 return
 
     def _tidy_control(self) -> None:
@@ -244,10 +247,10 @@ class _RunCoordination(_RunStartup):
         assert request is not None
         if request.kind == "cancel":
             self.control.complete(request, generation=self.generation,
-                                  batch_id=self.coordinator.confirmed_batch)
+                                  batch_id=self.checkpointer.confirmed_batch)
             return
         try:
-            handle = self.coordinator.savepoint()
+            handle = self.checkpointer.savepoint()
         except SparkpointError as exc:
             self.control.fail(request, generation=self.generation, error=str(exc))
             raise
@@ -256,7 +259,7 @@ class _RunCoordination(_RunStartup):
                               batch_id=handle.metadata.batch_id)
         faults.maybe_kill("stopped", handle.metadata.batch_id)
 
-    def _stop_query(self) -> None:
+    def stop_query(self) -> None:
         if self.query is not None:
             try:
                 self.query.stop()

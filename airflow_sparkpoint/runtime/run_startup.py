@@ -17,8 +17,9 @@ from airflow_sparkpoint.checkpoints.lineage import new_origin
 from airflow_sparkpoint.checkpoints.status import read_job_status
 from airflow_sparkpoint.exceptions import ConfigError, StorageError
 from airflow_sparkpoint.runtime import reach, replay, rescale, spark_support
+from airflow_sparkpoint.runtime.checkpointer import Checkpointer
+from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.config import PREFIX, work_root
-from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.recovery import recover_transactions, settle_unconfirmed
 from airflow_sparkpoint.runtime.restore import (
     check_sink_position,
@@ -101,9 +102,8 @@ class _RunStartup(_RunStatus):
         log.info("job %s generation %d starts from %s; live location %s (%s)",
                  cfg.job, self.generation, plan.description, self.live, self.choice.reason)
 
-        def fence() -> None:
-            self.catalog.check_generation(self.generation)
-
+        run_fence = self.fence
+        fence = run_fence.check
         fence()
         # Abort what the restart point does not confirm before the sink's position is
         # checked: a stalled committer past its generation check can land nothing after it.
@@ -114,28 +114,31 @@ class _RunStartup(_RunStatus):
         repair = spark_support.snapshot_repair(self.spark.version,
                                                self.spark.conf.get(spark_support.SNAPSHOT_REPAIR_KEY, None))
         index, self.live_reuse = fill_live(self.choice, plan, repair=repair)
-        self.coordinator = Coordinator(
-            catalog=self.catalog, sink=self.sink, generation=self.generation, live_root=self.live,
-            commit_mode=cfg.commit_mode, interval_s=cfg.checkpoint_interval_s,
-            num_retained=cfg.num_retained, timeout_s=cfg.checkpoint_timeout_s,
-            tolerable_failures=cfg.tolerable_failures, spark_info=self._spark_info(),
-            on_status=self._heartbeat,
+        self.committer = Committer(catalog=self.catalog, sink=self.sink, fence=run_fence,
+                                   commit_mode=cfg.commit_mode)
+        self.checkpointer = Checkpointer(
+            catalog=self.catalog, fence=run_fence, live_root=self.live, transactions=self.committer,
+            interval_s=cfg.checkpoint_interval_s, num_retained=cfg.num_retained, timeout_s=cfg.checkpoint_timeout_s,
+            tolerable_failures=cfg.tolerable_failures, spark_info=self._spark_info(), on_status=self._heartbeat,
         )
-        self.coordinator.seed(meta, index)
+        self.committer.seed(meta)
+        self.checkpointer.seed(meta, index)
         if plan.snapshot is not None and not plan.own_files:
-            self.coordinator.prestore(plan.snapshot.files_store)  # overlaps Spark's first batch
+            self.checkpointer.store_ahead(plan.snapshot.files_store)  # overlaps Spark's first batch
         pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode, self.generation,
                                                   settled=settled)
         for record in pending:
-            self.coordinator.add_pending(record)
+            self.committer.add_pending(record)
         if plan.latest and plan.sink_ahead != "rewind":  # the self-healing fallback (runtime.replay)
             self._write_status("running")  # a long replay must not look like a dead run
             recovered["replayed"] = replay.replay_committed(
-                self.spark, self.df, self.output_mode, sink=self.sink, catalog=self.catalog, snapshot=plan.snapshot,
-                live_root=self.live, generation=self.generation, job=cfg.job)
+                self.spark, self.df, self.output_mode, sink=self.sink, fence=run_fence, snapshot=plan.snapshot,
+                live_root=self.live, job=cfg.job)
             if recovered["replayed"]:  # the snapshot's position of this sink is behind what it holds now
-                self.coordinator.sink_positions.pop(self.sink.sink_id, None)
-                self.coordinator.replayed(recovered["replayed"][-1], self._committers(recovered["replayed"]))
+                self.committer.sink_positions.pop(self.sink.sink_id, None)
+                owners = self._committers(recovered["replayed"])
+                self.checkpointer.replayed(recovered["replayed"][-1])
+                self.committer.add_owners(owners)
         self.recovered = recovered
         # After any replay: the state of the live location's last batch is rescaled.
         rescaled = rescale.rescale_live(self.spark, self.live, self.rescale, fence) if self.rescale and \
@@ -144,8 +147,8 @@ class _RunStartup(_RunStatus):
         rescale.apply_shuffle_partitions(self.spark, self.rescale)
         if rescaled is not None:
             # The rescaled state is the restart point from now on (no input, no transaction).
-            self.coordinator.confirm(rescaled)
-            self.coordinator.checkpoint(rescaled)
+            self.checkpointer.confirm(rescaled)
+            self.checkpointer.checkpoint(rescaled)
         self._write_status("running")
 
     def _committers(self, batches: list[int]) -> list[tuple[int, int]]:

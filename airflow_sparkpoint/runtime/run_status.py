@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint.checkpoints.run_result import RunResult
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import StaleGeneration, StorageError
+from airflow_sparkpoint.sinks.transactions import Fence
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -26,8 +27,9 @@ if TYPE_CHECKING:
 
     from airflow_sparkpoint.checkpoints import Catalog
     from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest
+    from airflow_sparkpoint.runtime.checkpointer import Checkpointer
+    from airflow_sparkpoint.runtime.committer import Committer
     from airflow_sparkpoint.runtime.config import SparkpointConfig
-    from airflow_sparkpoint.runtime.coordinator import Coordinator
     from airflow_sparkpoint.runtime.rescale import RescalePlan
     from airflow_sparkpoint.runtime.restore import LiveChoice, LiveReuse
     from airflow_sparkpoint.runtime.restore_plan import RestorePlan
@@ -68,15 +70,54 @@ class _RunStatus:
     catalog: Catalog
     control: ControlChannel
     work_root: str
-    generation: int
+    #: the generation claimed by `job._Run.execute` (`generation`); None before the claim
+    _generation: int | None = None
+    #: the checkpointer built by `_prepare` (`checkpointer`); None before
+    _checkpointer: Checkpointer | None = None
     plan: RestorePlan
     rescale: RescalePlan | None
     choice: LiveChoice
     live: str
     live_reuse: LiveReuse
-    coordinator: Coordinator
+    committer: Committer
     recovered: dict[str, Any]
     rescaled: dict[str, Any]
+
+    @property
+    def generation(self) -> int:
+        """The generation this run claimed.
+
+        :raises AttributeError: it has claimed none yet.
+        """
+        if self._generation is None:
+            raise AttributeError("the run has claimed no generation yet")
+        return self._generation
+
+    @generation.setter
+    def generation(self, generation: int) -> None:
+        self._generation = generation
+
+    @property
+    def fence(self) -> Fence:
+        """The fence of this run's generation: every effect of the run checks it first.
+
+        :raises AttributeError: the run has claimed no generation yet.
+        """
+        return Fence(self.catalog, self.generation)
+
+    @property
+    def checkpointer(self) -> Checkpointer:
+        """The run's checkpointer (built by the start-up).
+
+        :raises AttributeError: the start-up has not built it yet.
+        """
+        if self._checkpointer is None:
+            raise AttributeError("the run's start-up has not built its checkpointer yet")
+        return self._checkpointer
+
+    @checkpointer.setter
+    def checkpointer(self, checkpointer: Checkpointer) -> None:
+        self._checkpointer = checkpointer
 
     def _heartbeat(self) -> None:
         self._write_status("running")
@@ -86,14 +127,14 @@ class _RunStatus:
             self._heartbeat()
 
     def _write_status(self, state: str, error: str | None = None) -> None:
-        coordinator: Coordinator | None = getattr(self, "coordinator", None)
-        last = coordinator.last_checkpoint if coordinator is not None else None
+        checkpointer = self._checkpointer
+        last = checkpointer.last_checkpoint if checkpointer is not None else None
         status = JobStatus(
             job=self.cfg.job, generation=self.generation, state=state, started_at=self.started_at,
-            heartbeat_at=time.time(), last_batch=coordinator.confirmed_batch if coordinator is not None else None,
+            heartbeat_at=time.time(), last_batch=checkpointer.confirmed_batch if checkpointer is not None else None,
             last_checkpoint_id=last.id if last else None,
             last_checkpoint_uri=self.catalog.checkpoint_uri(last.id) if last else None,
-            checkpoints_completed=coordinator.checkpoints_completed if coordinator is not None else 0,
+            checkpoints_completed=checkpointer.checkpoints_completed if checkpointer is not None else 0,
             savepoint_uri=self.savepoint_uri, error=error, host=socket.gethostname(), pid=os.getpid(),
             application_id=self._application_id, live_dir=getattr(self, "live", None),
         ).to_json()
@@ -104,7 +145,7 @@ class _RunStatus:
                 self._final_state = True
             try:
                 # One existence check (claims are contiguous), not a listing of every generation.
-                self.catalog.check_generation(self.generation)
+                self.fence.check()
                 self.catalog.write_status(status)
             except StaleGeneration:
                 return  # a newer run owns the status record
@@ -112,18 +153,18 @@ class _RunStatus:
                 log.warning("could not write the status of job %s: %s", self.cfg.job, exc)
 
     def _result(self, state: str) -> RunResult:
-        last = self.coordinator.last_checkpoint
+        last = self.checkpointer.last_checkpoint
         return RunResult(
             status=state, job=self.cfg.job, generation=self.generation,
             batches_processed=self.batches_staged, first_batch=self.first_batch,
-            last_batch=self.coordinator.confirmed_batch,
+            last_batch=self.checkpointer.confirmed_batch,
             last_checkpoint_id=last.id if last else None,
             last_checkpoint=self.catalog.checkpoint_uri(last.id) if last else None,
             savepoint=self.savepoint_uri,
             restored_from=self.plan.snapshot.uri if self.plan.snapshot else None,
             restore_mode="in-place" if self.choice.in_place else ("snapshot" if self.plan.snapshot else "empty"),
-            checkpoints_completed=self.coordinator.checkpoints_completed,
-            **RunResult.committed(self.coordinator.batches_committed),
+            checkpoints_completed=self.checkpointer.checkpoints_completed,
+            **RunResult.committed(self.committer.batches_committed),
             recovered=self.recovered,
             live_dir=self.live,
             live_reuse=self.live_reuse.to_json(),

@@ -31,9 +31,11 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from airflow_sparkpoint.exceptions import SparkpointError
+
+__all__ = ["EXIT_GRACE_S", "REASON", "Terminable", "Terminated", "sigterm_ends_run", "terminate"]
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +48,52 @@ class Terminated(SparkpointError):
     """The driver received SIGTERM; the run ended without finishing."""
 
 
-def terminate(run: Any, reason: str = REASON, *, exit_grace_s: float | None = EXIT_GRACE_S) -> bool:
-    """End `run` (a ``runtime.job._Run``) because the process is being terminated.
+class Terminable(Protocol):
+    """What SIGTERM needs of a run (`runtime.job._Run` is one)."""
+
+    #: the run's failure; set here, read by its coordinator and ``foreachBatch``
+    error: BaseException | None
+    #: set here: the run takes on nothing new
+    stopping: threading.Event
+
+    @property
+    def job_name(self) -> str:
+        """The job's name, for the messages."""
+        ...
+
+    @property
+    def claimed_generation(self) -> int | None:
+        """The generation the run claimed; None before its claim."""
+        ...
+
+    @property
+    def query_started(self) -> bool:
+        """Whether the run's streaming query was started."""
+        ...
+
+    def record_terminated(self, reason: str) -> bool:
+        """Record the failed status (error `reason`) of the run's generation once its
+        start-up has built what the status reports (before, the start-up's own failure
+        path records it); return whether it did."""
+        ...
+
+    def stop_query(self) -> None:
+        """Ask the streaming query, if any, to stop; never raise for a query already gone."""
+        ...
+
+
+def terminate(run: Terminable, reason: str = REASON, *, exit_grace_s: float | None = EXIT_GRACE_S) -> bool:
+    """End `run` because the process is being terminated.
 
     Marks it so it takes on nothing new, and (in a thread, so this returns at once)
     records its failed status and stops its query; `exit_grace_s` later the process
     exits with 143 unless it ended by itself (None: never force). Returns False when
     the run was already terminating.
     """
-    if isinstance(getattr(run, "error", None), Terminated):
+    if isinstance(run.error, Terminated):
         return False
-    run.error = Terminated(f"job {run.cfg.job!r} generation {getattr(run, 'generation', '?')}: {reason}")
+    generation = run.claimed_generation
+    run.error = Terminated(f"job {run.job_name!r} generation {'?' if generation is None else generation}: {reason}")
     run.stopping.set()
     worker = threading.Thread(target=_record_and_stop, args=(run, reason, exit_grace_s),
                               name="sparkpoint-sigterm", daemon=True)
@@ -64,17 +101,16 @@ def terminate(run: Any, reason: str = REASON, *, exit_grace_s: float | None = EX
     return True
 
 
-def _record_and_stop(run: Any, reason: str, exit_grace_s: float | None) -> None:
+def _record_and_stop(run: Terminable, reason: str, exit_grace_s: float | None) -> None:
     try:
-        if hasattr(run, "coordinator"):  # a generation was claimed: its status is ours to end
-            run._write_status("failed", error=reason)
-            log.warning("job %s generation %d: %s; recorded state failed, taking on nothing new",
-                        run.cfg.job, run.generation, reason)
-        run._stop_query()
+        if run.record_terminated(reason):  # a generation was claimed: its status is ours to end
+            log.warning("job %s generation %s: %s; recorded state failed, taking on nothing new",
+                        run.job_name, run.claimed_generation, reason)
+        run.stop_query()
     except Exception as exc:  # noqa: BLE001 - the process is going away: log, never raise
-        log.warning("job %s: recording %r failed: %s", run.cfg.job, reason, exc)
+        log.warning("job %s: recording %r failed: %s", run.job_name, reason, exc)
     if exit_grace_s is not None and not _exited.wait(exit_grace_s):
-        log.error("job %s did not end %.0f s after %s; exiting", run.cfg.job, exit_grace_s, reason)
+        log.error("job %s did not end %.0f s after %s; exiting", run.job_name, exit_grace_s, reason)
         logging.shutdown()
         os._exit(128 + signal.SIGTERM)
 
@@ -84,7 +120,7 @@ _exited = threading.Event()
 
 
 @contextmanager
-def sigterm_ends_run(run: Any, *, exit_grace_s: float | None = EXIT_GRACE_S) -> Iterator[None]:
+def sigterm_ends_run(run: Terminable, *, exit_grace_s: float | None = EXIT_GRACE_S) -> Iterator[None]:
     """While the block runs, SIGTERM ends `run` (see the module docstring).
 
     Before its streaming query started (restore, recovery) the run is cut short where
@@ -97,15 +133,17 @@ def sigterm_ends_run(run: Any, *, exit_grace_s: float | None = EXIT_GRACE_S) -> 
         return
 
     def handler(signum: int, frame: Any) -> None:
-        if getattr(run, "query", None) is not None:
+        if run.query_started:
             terminate(run, exit_grace_s=exit_grace_s)
             return
-        if not hasattr(run, "generation"):
-            raise Terminated(f"job {run.cfg.job!r}: {REASON} before it claimed a generation")
-        run.error = Terminated(f"job {run.cfg.job!r} generation {run.generation}: {REASON} before its query started")
+        generation = run.claimed_generation
+        if generation is None:
+            raise Terminated(f"job {run.job_name!r}: {REASON} before it claimed a generation")
+        error = Terminated(f"job {run.job_name!r} generation {generation}: {REASON} before its query started")
+        run.error = error
         run.stopping.set()
         _record_and_stop(run, REASON, None)  # no query and no heartbeat yet: nothing to race with
-        raise run.error
+        raise error
 
     _exited.clear()
     previous = signal.signal(signal.SIGTERM, handler)

@@ -32,8 +32,10 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.metadata import sha256_hex
 from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 from airflow_sparkpoint.exceptions import SparkpointError, StorageError
-from airflow_sparkpoint.runtime.coordinator import Coordinator
+from airflow_sparkpoint.runtime.checkpointer import Checkpointer
+from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.restore import materialize
+from airflow_sparkpoint.sinks.transactions import Fence
 from airflow_sparkpoint.storage import LocalStorage, ObjectInfo, Storage, open_storage
 from tests.chaos.faultproxy import KINDS, FaultProxy
 from tests.chaos.harness import (
@@ -257,11 +259,11 @@ class LiveDir:
                 for f in livedir.walk(str(self.root)) if livedir.needed_for_restart(f.path, upto_batch)}
 
 
-def _coordinator(catalog: Catalog, live: Path, tolerable: int = 0) -> Coordinator:
-    generation = catalog.claim_generation().generation
-    return Coordinator(catalog=catalog, sink=None, generation=generation, live_root=str(live),  # type: ignore[arg-type]
-                       commit_mode="checkpoint", interval_s=0, num_retained=2, timeout_s=600,
-                       tolerable_failures=tolerable)
+def _coordinator(catalog: Catalog, live: Path, tolerable: int = 0) -> Checkpointer:
+    fence = Fence(catalog, catalog.claim_generation().generation)
+    committer = Committer(catalog=catalog, sink=None, fence=fence, commit_mode="checkpoint")  # type: ignore[arg-type]
+    return Checkpointer(catalog=catalog, fence=fence, live_root=str(live), transactions=committer, interval_s=0,
+                        num_retained=2, timeout_s=600, tolerable_failures=tolerable)
 
 
 def _restores_exactly(catalog: Catalog, live: LiveDir, batch_id: int, where: Path) -> None:

@@ -141,7 +141,7 @@ class SimRun(_Run):
             event("final", None)
             return self._conclude(query_error)
         finally:
-            self.coordinator.close()
+            self.checkpointer.close()
             self._release_live()
 
 
@@ -158,7 +158,7 @@ def driver(world: World, spec: DriverSpec, name: str) -> Any:
     try:
         return run.execute()
     except Exception as exc:
-        generation = getattr(run, "generation", None)
+        generation = run.claimed_generation
         # read unscheduled: was this run superseded when it failed (a zombie's failure is its fence)?
         exc.superseded = generation is not None and world.raw_catalog().current_generation() > generation  # type: ignore[attr-defined]
         raise

@@ -22,7 +22,7 @@ from unittest import mock
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, transfer
 from airflow_sparkpoint.checkpoints import targets as targets_module
-from airflow_sparkpoint.runtime import coordinator as coordinator_module
+from airflow_sparkpoint.runtime import checkpointer as checkpointer_module
 from airflow_sparkpoint.runtime import prestore as prestore_module
 from airflow_sparkpoint.runtime import reach, replay, run_startup
 from airflow_sparkpoint.sinks.base import Sink
@@ -180,7 +180,7 @@ class World:
                 (reach, "check_executors_reach", lambda spark, root: None),
                 (replay, "run_batch", run_batch),
                 (transfer, "ThreadPoolExecutor", InlineExecutor),
-                (coordinator_module, "ThreadPoolExecutor", InlineExecutor),
+                (checkpointer_module, "ThreadPoolExecutor", InlineExecutor),
                 (prestore_module, "threading", threads),
             ):
                 stack.enter_context(mock.patch.object(target, name, value))

@@ -122,9 +122,9 @@ def test_a_kill_at_half_is_the_coordinators_copy_fault(monkeypatch):
     """The coordinator wires the ``copy`` fault point through `on_half`."""
     import inspect
 
-    from airflow_sparkpoint.runtime import coordinator
+    from airflow_sparkpoint.runtime import checkpointer
 
-    source = inspect.getsource(coordinator.Coordinator._checkpoint)
+    source = inspect.getsource(checkpointer.Checkpointer._checkpoint)
     assert 'on_half=lambda: faults.maybe_kill("copy", batch_id), hold_at_half=faults.armed("copy")' in source
 
 

@@ -1,5 +1,5 @@
 """``checkpoint.interval=0`` while checkpoints are slower than batches: the backlog of due
-checkpoints is bounded (`coordinator.MAX_CHECKPOINT_BACKLOG`), control requests are served
+checkpoints is bounded (`checkpointer.MAX_CHECKPOINT_BACKLOG`), control requests are served
 between the checkpoints of a backlog, and the batches a restart replayed get no checkpoint
 each. The real coordinator thread loop on the stand-in run of test_checkpoint_every_batch.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control_records import ControlRequest
-from airflow_sparkpoint.runtime.coordinator import MAX_CHECKPOINT_BACKLOG
+from airflow_sparkpoint.runtime.checkpointer import MAX_CHECKPOINT_BACKLOG
 from tests.unit.runtime.test_checkpoint_every_batch import _run, _staged
 from tests.unit.runtime.test_coordinator import RecordingSink, catalog, write_live
 
@@ -43,7 +43,7 @@ def test_beyond_the_bound_only_the_newest_batch_is_checkpointed_and_the_skipped_
     run = _run(catalog, live, sink, [*_progress(batches), ("final", None)])
     _staged(catalog, run, live, batches)
 
-    with caplog.at_level(logging.WARNING, logger="airflow_sparkpoint.runtime.coordinator"):
+    with caplog.at_level(logging.WARNING, logger="airflow_sparkpoint.runtime.checkpointer"):
         run._coordinate()
 
     assert run.error is None, run.error
@@ -128,7 +128,7 @@ def test_the_batches_a_restart_replayed_get_no_checkpoint_each(catalog, tmp_path
     run = _run(catalog, live, sink, [("progress", 3), ("final", None)])
     for batch in range(3):  # replayed (runtime.replay): in commits/, the sink holds them, no transaction
         write_live(live, batch)
-    run.coordinator.replayed(2)
+    run.checkpointer.replayed(2)
     _staged(catalog, run, live, range(3, 4))
 
     run._coordinate()

@@ -18,7 +18,7 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.job import _Run
-from tests.unit.runtime.test_coordinator import RecordingSink, catalog, coordinator, record, write_live
+from tests.unit.runtime.test_coordinator import RecordingSink, catalog, checkpointer, record, write_live
 
 __all__ = ["catalog"]  # the fixture
 
@@ -42,7 +42,8 @@ def _run(catalog: Catalog, live: Path, sink: RecordingSink, events: list[tuple[s
     run.cfg = SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/unused", "spark.sparkpoint.job": "job",
                                           "spark.sparkpoint.stateStore": "hdfs"})
     run.generation = generation
-    run.coordinator = coordinator(catalog, live, sink, generation, num_retained=10, **kw)
+    run.checkpointer = checkpointer(catalog, live, sink, generation, num_retained=10, **kw)
+    run.committer = run.checkpointer.transactions
     run.live = str(live)
     run.control = _Control()  # type: ignore[assignment]
     run.events = queue.Queue()
@@ -62,7 +63,7 @@ def _staged(catalog: Catalog, run: _Run, live: Path, batches: range) -> None:
     for batch in batches:
         write_live(live, batch)
         catalog.put_transaction(record(batch, run.generation))
-        run.coordinator.add_pending(record(batch, run.generation))
+        run.committer.add_pending(record(batch, run.generation))
 
 
 def test_progress_events_queued_behind_each_other_still_checkpoint_every_batch(catalog, tmp_path):
@@ -108,10 +109,10 @@ def test_an_idle_stream_checkpoints_and_commits_its_last_batch_once_the_interval
     input pauses was checkpointed and committed only when more input arrived (the
     coordinator thread's ticks did nothing); its output waited. A tick after the interval
     now checkpoints it. The clock is the coordinator module's, moved by hand."""
-    from airflow_sparkpoint.runtime import coordinator as coordinator_module
+    from airflow_sparkpoint.runtime import checkpointer as checkpointer_module
 
     now = [1000.0]
-    monkeypatch.setattr(coordinator_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(checkpointer_module.time, "monotonic", lambda: now[0])
     live, sink = tmp_path / "live", RecordingSink()
     run = _run(catalog, live, sink, [], interval_s=60)
     run.cfg = SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/unused", "spark.sparkpoint.job": "job",

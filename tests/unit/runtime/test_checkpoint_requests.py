@@ -20,7 +20,7 @@ from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.lineage import new_origin
 from airflow_sparkpoint.storage import MemoryStorage
 from airflow_sparkpoint.storage.counting import CountingStorage
-from tests.unit.runtime.test_coordinator import RecordingSink, coordinator, record, write_live
+from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, commit, record, write_live
 
 BATCH_SECONDS = 5.0
 
@@ -59,16 +59,16 @@ def run_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, num_reta
     catalog.write_origin(new_origin(generation, kind="empty", uri=None, base_id=-1, snapshot_id=None,
                                     batch_id=None, id_floor=0, restore={}, live_dir=None, host="h", pid=1))
     live = tmp_path / f"live-{num_retained}"
-    coord = coordinator(catalog, live, RecordingSink(), generation, num_retained=num_retained, timeout_s=timeout_s)
+    coord = checkpointer(catalog, live, RecordingSink(), generation, num_retained=num_retained, timeout_s=timeout_s)
     kinds, logs = [], []
     for batch in range(batches):
         write_live(live, batch)
         _spark_cleanup(live, batch)
-        coord.add_pending(record(batch, generation))
+        coord.transactions.add_pending(record(batch, generation))
         offset[0] += BATCH_SECONDS
         store.reset()
         assert coord.checkpoint(batch) is not None
-        assert coord.commit_confirmed() == [batch]
+        assert commit(coord) == [batch]
         kinds.append(store.kinds)
         logs.append(list(store.log))
         if index_sizes is not None:

@@ -22,8 +22,9 @@ from airflow_sparkpoint.exceptions import (
     TransactionConflict,
 )
 from airflow_sparkpoint.runtime import livedir
+from airflow_sparkpoint.runtime.checkpointer import Checkpointer
+from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.config import SparkpointConfig
-from airflow_sparkpoint.runtime.coordinator import Coordinator
 from airflow_sparkpoint.runtime.recovery import recover_transactions
 from airflow_sparkpoint.runtime.restore import (
     RestorePlan,
@@ -32,6 +33,7 @@ from airflow_sparkpoint.runtime.restore import (
     plan_restore,
 )
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
+from airflow_sparkpoint.sinks.transactions import Fence
 from airflow_sparkpoint.storage import MemoryStorage
 
 
@@ -93,39 +95,48 @@ def catalog() -> Catalog:
     return Catalog(MemoryStorage(uuid.uuid4().hex), "job")
 
 
-def coordinator(catalog: Catalog, live: Path, sink: Sink, generation: int, **kw: Any) -> Coordinator:
-    options: dict[str, Any] = {"commit_mode": "checkpoint", "interval_s": 0, "num_retained": 2, "timeout_s": 60,
-                               "tolerable_failures": 0}
+def checkpointer(catalog: Catalog, live: Path, sink: Sink, generation: int, *, commit_mode: str = "checkpoint",
+                 **kw: Any) -> Checkpointer:
+    """A run's checkpointer and its committer (`Checkpointer.transactions`), fenced by
+    `generation`, as the run's start-up builds them."""
+    options: dict[str, Any] = {"interval_s": 0, "num_retained": 2, "timeout_s": 60, "tolerable_failures": 0}
     options.update(kw)
-    return Coordinator(catalog=catalog, sink=sink, generation=generation, live_root=str(live), **options)
+    fence = Fence(catalog, generation)
+    committer = Committer(catalog=catalog, sink=sink, fence=fence, commit_mode=commit_mode)
+    return Checkpointer(catalog=catalog, fence=fence, live_root=str(live), transactions=committer, **options)
+
+
+def commit(coord: Checkpointer) -> list[int]:
+    """Commit what the last checkpoint confirmed, as the coordinator thread does after it."""
+    return coord.transactions.commit_confirmed(coord.last_checkpoint)
 
 
 def test_checkpoints_are_incremental_and_commit_after_completion(catalog, tmp_path):
     generation = catalog.claim_generation().generation
     sink = RecordingSink()
-    coord = coordinator(catalog, tmp_path, sink, generation)
+    coord = checkpointer(catalog, tmp_path, sink, generation)
     write_live(tmp_path, 0)
-    coord.add_pending(record(0, generation))
+    coord.transactions.add_pending(record(0, generation))
     first = coord.checkpoint(0)
     assert first is not None and first.stats.files_copied == first.stats.file_count == 4
     assert sink.committed == {}  # nothing is visible before the commit step
-    assert coord.commit_confirmed() == [0]
+    assert commit(coord) == [0]
     write_live(tmp_path, 1)
-    coord.add_pending(record(1, generation))
+    coord.transactions.add_pending(record(1, generation))
     second = coord.checkpoint(1)
     assert second is not None
     # Only the new offsets, commit and state version were copied.
     assert second.stats.files_copied == 3
     assert second.stats.bytes_copied < second.stats.bytes_total
     assert [t.batch_id for t in second.transactions] == [1]
-    coord.commit_confirmed()
+    commit(coord)
     assert sink.committed == {0: generation, 1: generation}
     assert catalog.transactions() == []
 
 
 def test_retention_keeps_num_retained_and_never_deletes_referenced_files(catalog, tmp_path):
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation, num_retained=2)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation, num_retained=2)
     for batch in range(5):
         write_live(tmp_path, batch)
         assert coord.checkpoint(batch) is not None
@@ -138,9 +149,9 @@ def test_retention_keeps_num_retained_and_never_deletes_referenced_files(catalog
 
 def test_stale_generation_cannot_complete_a_checkpoint_or_commit(catalog, tmp_path):
     old = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), old)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), old)
     write_live(tmp_path, 0)
-    coord.add_pending(record(0, old))
+    coord.transactions.add_pending(record(0, old))
     catalog.claim_generation()  # a newer run started
     with pytest.raises(StaleGeneration):
         coord.checkpoint(0)
@@ -149,7 +160,7 @@ def test_stale_generation_cannot_complete_a_checkpoint_or_commit(catalog, tmp_pa
 
 def test_tolerable_failures_then_fail(catalog, tmp_path):
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path / "missing-live", RecordingSink(), generation, tolerable_failures=1)
+    coord = checkpointer(catalog, tmp_path / "missing-live", RecordingSink(), generation, tolerable_failures=1)
     os.makedirs(tmp_path / "missing-live")
     write_live(tmp_path / "missing-live", 0)
     # Make the upload fail: the live file disappears between listing and copying.
@@ -167,7 +178,7 @@ def test_tolerable_failures_then_fail(catalog, tmp_path):
 
 def test_timeout_abandons_a_slow_checkpoint(catalog, tmp_path):
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation, timeout_s=1e-9, tolerable_failures=5)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation, timeout_s=1e-9, tolerable_failures=5)
     write_live(tmp_path, 0)
     assert coord.checkpoint(0) is None
     assert catalog.checkpoints() == []
@@ -180,7 +191,7 @@ def _cfg(**kw: str) -> SparkpointConfig:
 
 def test_restore_none_is_refused_when_checkpoints_exist(catalog, tmp_path):
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
     with pytest.raises(RestoreError, match="restore.force=true"):
@@ -193,7 +204,7 @@ def test_a_savepoint_of_another_job_is_refused_unless_allowed(tmp_path):
     other = Catalog.open(str(tmp_path / "root"), "other")
     live = tmp_path / "live"
     write_live(live, 0)
-    coordinator(other, live, RecordingSink(), other.claim_generation().generation).checkpoint(0)
+    checkpointer(other, live, RecordingSink(), other.claim_generation().generation).checkpoint(0)
     savepoint = other.create_savepoint(other.handle(other.latest()))
     mine = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
 
@@ -211,7 +222,7 @@ def test_restore_target_without_metadata_is_a_clear_error(tmp_path):
 
 def test_sink_ahead_of_the_restore_point_is_refused(catalog, tmp_path):
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
     plan = plan_restore(_cfg(), catalog, None)
@@ -227,11 +238,11 @@ def test_sink_ahead_of_the_restore_point_is_refused(catalog, tmp_path):
 
 def test_recovery_commits_confirmed_and_aborts_the_rest(catalog, tmp_path):
     gen1 = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), gen1)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), gen1)
     write_live(tmp_path, 0)
     for batch in (0, 1):
         catalog.put_transaction(record(batch, gen1))
-        coord.add_pending(record(batch, gen1))
+        coord.transactions.add_pending(record(batch, gen1))
     write_live(tmp_path, 1)
     coord.checkpoint(1)  # covers batches 0 and 1; crash before the commits
     catalog.put_transaction(record(2, gen1))  # staged, never confirmed
@@ -256,7 +267,7 @@ def test_recovery_commits_confirmed_and_aborts_the_rest(catalog, tmp_path):
 def test_materialize_rebuilds_the_location_and_never_modifies_the_snapshot(catalog, tmp_path):
     generation = catalog.claim_generation().generation
     live = tmp_path / "live"
-    coord = coordinator(catalog, live, RecordingSink(), generation)
+    coord = checkpointer(catalog, live, RecordingSink(), generation)
     write_live(live, 0)
     coord.checkpoint(0)
     savepoint = catalog.create_savepoint(catalog.handle(catalog.latest()))
@@ -275,12 +286,12 @@ def test_settled_transactions_are_never_committed_again(catalog, tmp_path):
     gone (issue #45 item 3: it was a warning, and the batch was lost)."""
     generation = catalog.claim_generation().generation
     live = tmp_path / "live"
-    coord = coordinator(catalog, live, RecordingSink(), generation, commit_mode="external")
+    coord = checkpointer(catalog, live, RecordingSink(), generation, commit_mode="external")
     write_live(live, 0)
     write_live(live, 1)
     for batch in (0, 1):
         catalog.put_transaction(record(batch, generation))
-        coord.add_pending(record(batch, generation))
+        coord.transactions.add_pending(record(batch, generation))
     coord.checkpoint(1)
     published = RecordingSink()
     published.commit(record(0, generation))
@@ -294,7 +305,7 @@ def test_settled_transactions_are_never_committed_again(catalog, tmp_path):
 
     write_live(live, 2)
     catalog.put_transaction(record(2, generation))
-    coord.add_pending(record(2, generation))
+    coord.transactions.add_pending(record(2, generation))
     later = coord.checkpoint(2)
     assert later is not None and [t.batch_id for t in later.transactions] == [2]
 
@@ -307,14 +318,15 @@ def test_first_checkpoint_after_a_foreign_restore_copies_into_its_own_store_with
     generation = catalog.claim_generation().generation
     origin_live = tmp_path / "origin"
     write_live(origin_live, 0)
-    coordinator(catalog, origin_live, RecordingSink(), generation).checkpoint(0)
+    checkpointer(catalog, origin_live, RecordingSink(), generation).checkpoint(0)
     savepoint = catalog.create_savepoint(catalog.handle(catalog.latest()))
     target = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
     live = tmp_path / "restored"
     index = materialize(savepoint, str(live), stored=False)
     assert index and not any(entry.stored for entry in index.values())
-    coord = coordinator(target, live, RecordingSink(), target.claim_generation().generation)
+    coord = checkpointer(target, live, RecordingSink(), target.claim_generation().generation)
     coord.seed(savepoint.metadata, index)
+    coord.transactions.seed(savepoint.metadata)
     hashed: list[str] = []
     real = livedir.file_sha256
     monkeypatch.setattr(livedir, "file_sha256", lambda path: hashed.append(path) or real(path))
@@ -349,11 +361,11 @@ def test_recovery_stops_at_a_confirmed_transaction_that_lost_its_batch_like_the_
     but a stalled driver of an abandoned lineage promoted batch 0 first: recovery stops
     there (as the commit step does), commits nothing after it and keeps the record."""
     gen1 = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), gen1)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), gen1)
     write_live(tmp_path, 1)
     for batch in (0, 1):
         catalog.put_transaction(record(batch, gen1))
-        coord.add_pending(record(batch, gen1))
+        coord.transactions.add_pending(record(batch, gen1))
     coord.checkpoint(1)
     gen2 = catalog.claim_generation().generation
     sink = ClaimingSink()
@@ -368,7 +380,7 @@ def test_recovery_stops_at_a_confirmed_transaction_that_lost_its_batch_like_the_
 
 def test_only_a_sink_that_declares_it_can_rewind_is_rewound(catalog, tmp_path):
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
     plan = plan_restore(_cfg(), catalog, None)
@@ -397,14 +409,14 @@ def test_recovery_leaves_a_confirmed_record_for_another_sink_alone(catalog, tmp_
     record of this job that names another sink kind or sink id: it is not committed
     through the job's sink, and it is left in the store."""
     gen1 = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), gen1)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), gen1)
     write_live(tmp_path, 0)
     write_live(tmp_path, 2)
     foreign = [dataclasses.replace(record(0, gen1), sink_id="recording:other"),
                dataclasses.replace(record(1, gen1), sink="delta")]
     for txn in (*foreign, record(2, gen1)):
         catalog.put_transaction(txn)
-        coord.add_pending(txn)
+        coord.transactions.add_pending(txn)
     coord.checkpoint(2)  # confirms all three; crash before the commits
     for mode in ("checkpoint", "external"):
         sink = RecordingSink()
@@ -426,7 +438,7 @@ def test_every_completed_checkpoint_lands_in_the_trend_with_its_own_figures(cata
     from airflow_sparkpoint.checkpoints.counters import read_counters
 
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation, num_retained=2)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation, num_retained=2)
     completed = []
     for batch in range(5):
         write_live(tmp_path, batch)
@@ -443,7 +455,7 @@ def test_the_sink_ahead_refusal_says_whether_the_sink_can_rewind(catalog, tmp_pa
     """S3Sink and DirectorySink cannot rewind: the refusal must say so and never suggest
     restore.sinkAhead=rewind for them (with it already set, that advice is a dead end)."""
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
     plan = plan_restore(_cfg(restore=catalog.checkpoint_uri(1), **{"restore.sinkAhead": policy}), catalog, None)
@@ -461,16 +473,16 @@ def test_many_transactions_pending_an_external_commit_step_are_warned_about(cata
     """commit.mode=external: every checkpoint's _metadata carries every transaction the
     commit step has not committed yet (a daily step at a batch every 3 s: ≈ 29,000). Past
     `PENDING_WARN`, the run says so (once per doubling), naming the remedy."""
-    from airflow_sparkpoint.runtime import coordinator as coordinator_module
+    from airflow_sparkpoint.runtime import committer as committer_module
 
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation, commit_mode="external")
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation, commit_mode="external")
     write_live(tmp_path, 0)
-    warn = coordinator_module.PENDING_WARN
+    warn = committer_module.PENDING_WARN
     for batch in range(warn):
         catalog.put_transaction(record(batch, generation))  # what the commit step has not settled
-        coord.add_pending(record(batch, generation))
-    with caplog.at_level("WARNING", logger=coordinator_module.__name__):
+        coord.transactions.add_pending(record(batch, generation))
+    with caplog.at_level("WARNING", logger=committer_module.__name__):
         assert coord.checkpoint(warn - 1) is not None
         assert coord.checkpoint(warn - 1) is not None
     warned = [r.getMessage() for r in caplog.records if "pending" in r.getMessage()]

@@ -9,13 +9,13 @@ from pathlib import Path
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.counters import read_counters
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.unit.runtime.test_coordinator import RecordingSink, coordinator, write_live
+from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, write_live
 
 
 def test_completed_failed_and_restored_are_counted_across_generations(tmp_path: Path) -> None:
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation, tolerable_failures=5)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation, tolerable_failures=5)
     for batch in range(2):
         write_live(tmp_path, batch)
         assert coord.checkpoint(batch) is not None
@@ -34,8 +34,9 @@ def test_completed_failed_and_restored_are_counted_across_generations(tmp_path: 
 
     # The next run restores the latest checkpoint and completes one more.
     latest = catalog.latest()
-    nxt = coordinator(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
+    nxt = checkpointer(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
     nxt.seed(latest, {})
+    nxt.transactions.seed(latest)
     assert nxt.checkpoint(2) is not None
     counters = read_counters(catalog)
     assert counters is not None and (counters.completed, counters.failed, counters.restored) == (3, 1, 1)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.sinks.commit import commit_pending
-from tests.unit.runtime.test_coordinator import RecordingSink, catalog, coordinator, record, write_live
+from tests.unit.runtime.test_coordinator import RecordingSink, catalog, checkpointer, record, write_live
 
 __all__ = ["catalog"]  # the fixture
 
@@ -20,10 +20,10 @@ def test_a_batch_recorded_while_a_checkpoint_lists_the_settled_ones_stays_pendin
 ) -> None:
     generation = catalog.claim_generation().generation
     live = tmp_path / "live"
-    coord = coordinator(catalog, live, RecordingSink(), generation, commit_mode="external")
+    coord = checkpointer(catalog, live, RecordingSink(), generation, commit_mode="external")
     write_live(live, 0)
     catalog.put_transaction(record(0, generation))
-    coord.add_pending(record(0, generation))
+    coord.transactions.add_pending(record(0, generation))
     listed = catalog.transaction_keys
     staged_meanwhile: list[int] = []
 
@@ -31,7 +31,7 @@ def test_a_batch_recorded_while_a_checkpoint_lists_the_settled_ones_stays_pendin
         keys = listed()
         if not staged_meanwhile:  # Spark's foreachBatch of batch 1, right after the listing
             catalog.put_transaction(record(1, generation))
-            coord.add_pending(record(1, generation))
+            coord.transactions.add_pending(record(1, generation))
             staged_meanwhile.append(1)
         return keys
 

@@ -29,7 +29,7 @@ from airflow_sparkpoint.runtime.restore import (
 )
 from airflow_sparkpoint.storage import MemoryStorage
 from airflow_sparkpoint.storage.localfs import Dir
-from tests.unit.runtime.test_coordinator import RecordingSink, _cfg, coordinator, record, write_live
+from tests.unit.runtime.test_coordinator import RecordingSink, _cfg, checkpointer, record, write_live
 
 
 @pytest.fixture()
@@ -43,7 +43,7 @@ def catalog() -> Catalog:
 def test_a_shared_file_deleted_under_the_index_is_copied_again_before_metadata(catalog, tmp_path):
     """Issue #15 hole 4: one missing shared file must not make every later checkpoint invalid."""
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     first = coord.checkpoint(0)
     victim = next(ref.key for ref in first.files if ref.path == "metadata")
@@ -62,7 +62,7 @@ def test_a_journaled_deletion_after_the_listing_is_copied_again(catalog, tmp_pat
     """Another process's retention deletes a referenced file between this checkpoint's
     listing of shared/ and its _metadata: the write-ahead journal tells."""
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     first = coord.checkpoint(0)
     victim = next(ref.key for ref in first.files if ref.path == "metadata")
@@ -101,7 +101,7 @@ def test_a_file_the_checkpoint_uploaded_then_another_process_deleted_is_copied_a
     """The listing of shared/ runs beside the uploads, so it cannot show that a file the
     checkpoint uploaded was deleted after; the journal, listed after the uploads, does."""
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     real_upload = catalog.store.upload_file
     victims: list[str] = []
@@ -131,7 +131,7 @@ def test_a_damaged_copy_the_checkpoint_uploads_again_counts_with_its_new_size(ca
     import hashlib
 
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation, num_retained=1)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation, num_retained=1)
     write_live(tmp_path, 0)
     assert coord.checkpoint(0) is not None
     write_live(tmp_path, 1)
@@ -148,11 +148,11 @@ def test_a_deletion_nobody_journals_during_long_uploads_is_still_caught(catalog,
     """Uploads that outlast `RELIST_AFTER_S` are followed by a second listing of shared/, so
     a file deleted by hand while they ran is copied again, as when the listing came after:
     one an older checkpoint stored, and one this checkpoint has just uploaded."""
-    from airflow_sparkpoint.runtime import coordinator as coordinator_module
+    from airflow_sparkpoint.runtime import checkpointer as checkpointer_module
 
-    monkeypatch.setattr(coordinator_module, "RELIST_AFTER_S", 0.2, raising=False)
+    monkeypatch.setattr(checkpointer_module, "RELIST_AFTER_S", 0.2, raising=False)
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     first = coord.checkpoint(0)
     victim = next(ref.key for ref in first.files if ref.path == "metadata")
@@ -183,7 +183,7 @@ def test_a_deletion_nobody_journals_during_long_uploads_is_still_caught(catalog,
 
 def test_the_coordinator_keeps_young_orphans_another_generation_may_be_uploading(catalog, tmp_path):
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation, timeout_s=600)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation, timeout_s=600)
     catalog.store.put("shared/state/0/0/9.changelog~feedfacefeedface", b"uploaded by a newer generation")
     for batch in range(3):
         write_live(tmp_path, batch)
@@ -193,7 +193,7 @@ def test_the_coordinator_keeps_young_orphans_another_generation_may_be_uploading
 
 def test_a_taken_checkpoint_id_moves_to_the_next_one(catalog, tmp_path):
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     real = catalog.next_checkpoint_id
     calls: list[int] = []
@@ -215,7 +215,7 @@ def test_a_taken_checkpoint_id_moves_to_the_next_one(catalog, tmp_path):
 
 def test_recovery_stops_at_once_when_a_newer_generation_claimed(catalog, tmp_path):
     gen1 = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), gen1)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), gen1)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
     plan = plan_restore(_cfg(), catalog)
@@ -230,7 +230,7 @@ def test_recovery_stops_at_once_when_a_newer_generation_claimed(catalog, tmp_pat
 
 def test_recovery_finishes_a_transaction_that_holds_its_batch_and_never_aborts_it(catalog, tmp_path):
     gen1 = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), gen1)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), gen1)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
     catalog.put_transaction(record(1, gen1))  # promoted (the sink holds it), killed before the record went
@@ -246,11 +246,11 @@ def test_recovery_finishes_a_transaction_that_holds_its_batch_and_never_aborts_i
 def test_a_superseded_generation_cannot_abort_at_stop(catalog, tmp_path):
     old = catalog.claim_generation().generation
     sink = RecordingSink()
-    coord = coordinator(catalog, tmp_path, sink, old)
-    coord.add_pending(record(3, old))
+    coord = checkpointer(catalog, tmp_path, sink, old)
+    coord.transactions.add_pending(record(3, old))
     catalog.claim_generation()
     with pytest.raises(StaleGeneration):
-        coord.abort_unconfirmed(None)
+        coord.transactions.abort_unconfirmed(None)
     assert sink.aborted == []
 
 
@@ -309,7 +309,7 @@ def test_the_previous_owner_is_proven_gone_only_by_its_end_or_its_dead_processes
 def test_choose_live_resumes_in_place_only_when_the_owner_is_gone_and_links_otherwise(catalog, tmp_path):
     generation = catalog.claim_generation().generation
     old = tmp_path / "work" / f"g{generation}"
-    coord = coordinator(catalog, old, RecordingSink(), generation)
+    coord = checkpointer(catalog, old, RecordingSink(), generation)
     for batch in range(2):
         write_live(old, batch)
         coord.checkpoint(batch)
@@ -402,7 +402,7 @@ def test_a_retry_finishes_the_rewind_its_lineage_asked_for_and_only_that_one(cat
     from airflow_sparkpoint.checkpoints.lineage import new_origin
 
     gen1 = catalog.claim_generation().generation
-    coord = coordinator(catalog, tmp_path, RecordingSink(), gen1, num_retained=3)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), gen1, num_retained=3)
     metas = []
     for batch in range(3):
         write_live(tmp_path, batch)

@@ -18,7 +18,7 @@ from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.job import _Run
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.unit.runtime.test_coordinator import RecordingSink, coordinator, write_live
+from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, write_live
 
 
 def _write(root: Path, rel: str, size: int) -> None:
@@ -56,7 +56,7 @@ def _four_batches(tmp_path: Path) -> tuple[Catalog, object, Path]:
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
     generation = catalog.claim_generation().generation
     live = tmp_path / "live"
-    coord = coordinator(catalog, live, RecordingSink(), generation)
+    coord = checkpointer(catalog, live, RecordingSink(), generation)
     for batch in range(4):  # state versions 1..4, changelogs only
         write_live(live, batch)
     assert coord.checkpoint(3) is not None
@@ -151,7 +151,7 @@ def _run(**overrides: object) -> SimpleNamespace:
     run = SimpleNamespace(
         cfg=SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/x", "spark.sparkpoint.job": "j"}),
         query_failed=False, error=None, batches_staged=2, stopping=threading.Event(), stop_request=None,
-        coordinator=coordinator, _snapshot_settings=(20.0, 10), generation=3,
+        checkpointer=coordinator, _snapshot_settings=(20.0, 10), generation=3,
         control=SimpleNamespace(pending=lambda generation: []),
     )
     for key, value in overrides.items():
@@ -167,7 +167,7 @@ def _request(kind: str, seconds_left: float) -> ControlRequest:
 def test_a_drained_run_waits_up_to_the_maintenance_interval_plus_30_s():
     run = _run()
     _Run._checkpoint_final_snapshot(run)
-    (call,) = run.coordinator.calls
+    (call,) = run.checkpointer.calls
     assert (call["timeout_s"], call["min_deltas"], call["min_replay"]) == (50.0, 10, 16 * 1024 * 1024)
     assert call["cancelled"]() is False
 
@@ -177,7 +177,7 @@ def test_a_stop_with_savepoint_waits_at_most_half_of_what_the_requester_left():
     stopping.set()
     run = _run(stopping=stopping, stop_request=_request("stop", 40))
     _Run._checkpoint_final_snapshot(run)
-    assert 15 < run.coordinator.calls[0]["timeout_s"] <= 20
+    assert 15 < run.checkpointer.calls[0]["timeout_s"] <= 20
 
 
 @pytest.mark.parametrize("case", ["failed query", "SIGTERM", "cancel", "no batch", "hdfs"])
@@ -194,7 +194,7 @@ def test_no_wait_after_a_failure_a_cancel_sigterm_or_an_empty_run(case):
     }[case]
     run = _run(**overrides)
     _Run._checkpoint_final_snapshot(run)
-    assert run.coordinator.calls == []
+    assert run.checkpointer.calls == []
 
 
 def test_a_control_request_ends_the_wait():
@@ -203,7 +203,7 @@ def test_a_control_request_ends_the_wait():
     run.cfg = SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/x", "spark.sparkpoint.job": "j",
                                           "spark.sparkpoint.control.pollInterval": "100ms"})
     _Run._checkpoint_final_snapshot(run)
-    cancelled = run.coordinator.calls[0]["cancelled"]
+    cancelled = run.checkpointer.calls[0]["cancelled"]
     assert cancelled() is False
     pending.append(_request("savepoint", 60))
     time.sleep(0.15)
@@ -228,7 +228,7 @@ def test_a_checkpoint_keeps_the_source_log_entries_its_offsets_name(tmp_path):
     of batch 2 assigns the next new files to source batch 3, which counts as done:
     those files would be skipped."""
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
-    coord = coordinator(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
     for batch in range(3):
         write_live(tmp_path, batch)
         (tmp_path / "offsets" / str(batch)).write_text(

@@ -123,11 +123,11 @@ def test_materialize_for_a_restore_leaves_the_unread_versions_in_the_snapshot(tm
     from airflow_sparkpoint.checkpoints import Catalog
     from airflow_sparkpoint.runtime.restore import materialize
     from airflow_sparkpoint.storage import MemoryStorage
-    from tests.unit.runtime.test_coordinator import RecordingSink, coordinator, write_live
+    from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, write_live
 
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
     live = tmp_path / "live"
-    coord = coordinator(catalog, live, RecordingSink(), catalog.claim_generation().generation)
+    coord = checkpointer(catalog, live, RecordingSink(), catalog.claim_generation().generation)
     for batch in range(4):
         write_live(live, batch)
         if batch == 2:

@@ -18,7 +18,7 @@ from airflow_sparkpoint.checkpoints import layout as ck_layout
 from airflow_sparkpoint.exceptions import SparkpointError, StorageError
 from airflow_sparkpoint.runtime.restore import materialize
 from airflow_sparkpoint.storage import LocalStorage, MemoryStorage, ObjectInfo
-from tests.unit.runtime.test_coordinator import RecordingSink, coordinator
+from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer
 
 FILES = 24
 
@@ -99,7 +99,7 @@ def test_checkpoint_uploads_run_at_once_and_store_the_live_bytes(tmp_path):
     catalog = Catalog(GatedMemory(gate), "job")
     generation = catalog.claim_generation().generation
     live = write_many(tmp_path)
-    meta = coordinator(catalog, tmp_path, RecordingSink(), generation).checkpoint(0)
+    meta = checkpointer(catalog, tmp_path, RecordingSink(), generation).checkpoint(0)
     assert meta is not None and meta.stats.files_copied == len(live)
     assert {f.path for f in meta.files} == set(live)
     for ref in meta.files:
@@ -115,7 +115,7 @@ def test_one_failed_upload_fails_the_checkpoint_and_leaves_no_metadata(tmp_path)
     catalog = Catalog(store, "job")
     generation = catalog.claim_generation().generation
     write_many(tmp_path, batch=6)
-    coord = coordinator(catalog, tmp_path, RecordingSink(), generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     with pytest.raises(SparkpointError, match="injected failure"):
         coord.checkpoint(6)
     assert gate.failed  # the fault fired
@@ -135,7 +135,7 @@ def test_one_failed_upload_fails_the_checkpoint_and_leaves_no_metadata(tmp_path)
 
 def test_checkpoints_keep_their_transfer_threads_until_the_run_closes(tmp_path, monkeypatch):
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
-    coord = coordinator(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
     started: list[threading.Thread] = []
     real_start = threading.Thread.start
 
@@ -169,7 +169,7 @@ def test_materialize_downloads_at_once_into_the_same_bytes(tmp_path):
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
     generation = catalog.claim_generation().generation
     live = write_many(tmp_path / "live")
-    coordinator(catalog, tmp_path / "live", RecordingSink(), generation).checkpoint(0)
+    checkpointer(catalog, tmp_path / "live", RecordingSink(), generation).checkpoint(0)
     handle = catalog.handle(catalog.latest())  # type: ignore[arg-type]
     gate = Gate(meet=3)
     gated = GatedMemory(gate)
@@ -186,7 +186,7 @@ def test_a_failed_download_fails_the_restore(tmp_path):
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
     generation = catalog.claim_generation().generation
     write_many(tmp_path / "live")
-    coordinator(catalog, tmp_path / "live", RecordingSink(), generation).checkpoint(0)
+    checkpointer(catalog, tmp_path / "live", RecordingSink(), generation).checkpoint(0)
     handle = catalog.handle(catalog.latest())  # type: ignore[arg-type]
     gate = Gate(meet=2, fail="shared")
     gated = GatedMemory(gate)
@@ -210,7 +210,7 @@ def _local_checkpoint(tmp_path: Path) -> tuple[Catalog, dict[str, bytes]]:
     catalog = Catalog(CountingLocal(str(tmp_path / "origin")), "job")
     generation = catalog.claim_generation().generation
     live = write_many(tmp_path / "live")
-    coordinator(catalog, tmp_path / "live", RecordingSink(), generation).checkpoint(0)
+    checkpointer(catalog, tmp_path / "live", RecordingSink(), generation).checkpoint(0)
     return catalog, live
 
 
@@ -233,7 +233,7 @@ def test_savepoint_from_a_memory_checkpoint_to_local_disk_holds_the_same_bytes(t
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
     generation = catalog.claim_generation().generation
     live = write_many(tmp_path / "live")
-    coordinator(catalog, tmp_path / "live", RecordingSink(), generation).checkpoint(0)
+    checkpointer(catalog, tmp_path / "live", RecordingSink(), generation).checkpoint(0)
     target = Catalog(LocalStorage(str(tmp_path / "sp")), "job")
     handle = target.create_savepoint(catalog.handle(catalog.latest()))  # type: ignore[arg-type]
     reopened = open_snapshot(handle.uri)
@@ -285,7 +285,7 @@ def test_the_listing_that_validates_a_checkpoint_runs_beside_its_uploads(tmp_pat
     listing may miss, and it is not copied a second time."""
     store = ListingMeetsUploads()
     catalog = Catalog(store, "job")
-    coord = coordinator(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
     live = write_many(tmp_path)
 
     meta = coord.checkpoint(0)
@@ -302,7 +302,7 @@ def test_a_run_closing_between_taking_the_pool_and_using_it_abandons_the_checkpo
     from concurrent.futures import ThreadPoolExecutor
 
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
-    coord = coordinator(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
     closed = ThreadPoolExecutor(max_workers=1)
     closed.shutdown()
     monkeypatch.setattr(coord, "_upload_pool", lambda: closed)
@@ -328,7 +328,7 @@ def test_a_run_closing_after_the_listing_started_abandons_the_checkpoint_at_its_
             return future
 
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
-    coord = coordinator(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
+    coord = checkpointer(catalog, tmp_path, RecordingSink(), catalog.claim_generation().generation)
     pool = ClosedAfterFirstSubmit(max_workers=2)
     monkeypatch.setattr(coord, "_upload_pool", lambda: pool)
     write_many(tmp_path)

@@ -16,26 +16,27 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.checkpoints.catalog import open_snapshot
 from airflow_sparkpoint.exceptions import StorageError
-from airflow_sparkpoint.runtime.coordinator import Coordinator
+from airflow_sparkpoint.runtime.checkpointer import Checkpointer
 from airflow_sparkpoint.runtime.restore import materialize
 from airflow_sparkpoint.storage import LocalStorage, MemoryStorage
-from tests.unit.runtime.test_coordinator import RecordingSink, coordinator, write_live
+from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, write_live
 
 
 def _savepoint(catalog: Catalog, live: Path, batches: int = 3) -> SnapshotHandle:
     generation = catalog.claim_generation().generation
-    coord = coordinator(catalog, live, RecordingSink(), generation)
+    coord = checkpointer(catalog, live, RecordingSink(), generation)
     for batch in range(batches):
         write_live(live, batch)
         assert coord.checkpoint(batch) is not None
     return catalog.create_savepoint(catalog.handle(catalog.latest()))  # type: ignore[arg-type]
 
 
-def _restored(target: Catalog, savepoint: SnapshotHandle, live: Path) -> Coordinator:
+def _restored(target: Catalog, savepoint: SnapshotHandle, live: Path) -> Checkpointer:
     index = materialize(savepoint, str(live), stored=False)
     assert index and not any(entry.stored for entry in index.values())
-    coord = coordinator(target, live, RecordingSink(), target.claim_generation().generation)
+    coord = checkpointer(target, live, RecordingSink(), target.claim_generation().generation)
     coord.seed(savepoint.metadata, index)
+    coord.transactions.seed(savepoint.metadata)
     return coord
 
 
@@ -60,7 +61,7 @@ def test_a_savepoint_on_the_same_disk_is_hard_linked_before_the_first_checkpoint
     coord = _restored(target, savepoint, live)
     uploads = _count_uploads(target.store, monkeypatch)
 
-    coord.prestore(savepoint.files_store)
+    coord.store_ahead(savepoint.files_store)
     first = coord.checkpoint(2)
 
     assert first is not None and uploads == []  # nothing passed through the driver
@@ -89,7 +90,7 @@ def test_restoring_the_jobs_own_savepoint_copies_nothing_that_is_stored(tmp_path
     coord = _restored(catalog, savepoint, live)
     uploads = _count_uploads(catalog.store, monkeypatch)
 
-    coord.prestore(savepoint.files_store)
+    coord.store_ahead(savepoint.files_store)
     first = coord.checkpoint(2)
 
     assert first is not None and uploads == []
@@ -126,8 +127,8 @@ def test_a_failed_copy_ahead_leaves_the_rest_to_the_first_checkpoint(tmp_path):
     live = tmp_path / "green-live"
     coord = _restored(target, savepoint, live)
 
-    coord.prestore(savepoint.files_store)  # memory to memory: uploads from the live files
-    coord._prestore.join(30)  # type: ignore[union-attr]
+    coord.store_ahead(savepoint.files_store)  # memory to memory: uploads from the live files
+    coord.prestore._thread.join(30)  # type: ignore[union-attr]
     assert store.failed >= 1, "the injected failure did not happen"
     stored_ahead = sum(1 for entry in coord.index.values() if entry.stored)
     assert 1 <= stored_ahead < len(savepoint.metadata.files)
@@ -147,8 +148,8 @@ def test_a_file_copied_ahead_and_deleted_before_the_checkpoint_is_copied_again(t
     target = Catalog(MemoryStorage(uuid.uuid4().hex), "green")
     live = tmp_path / "green-live"
     coord = _restored(target, savepoint, live)
-    coord.prestore(savepoint.files_store)
-    coord._prestore.join(30)  # type: ignore[union-attr]
+    coord.store_ahead(savepoint.files_store)
+    coord.prestore._thread.join(30)  # type: ignore[union-attr]
     victim = next(entry.ref.key for entry in coord.index.values() if entry.stored)
     target.store.delete([victim])
 
@@ -166,9 +167,9 @@ def test_a_stopped_copy_ahead_starts_nothing_and_the_checkpoint_copies_all(tmp_p
     coord = _restored(target, savepoint, live)
     uploads = _count_uploads(target.store, monkeypatch)
 
-    coord.stop_prestore()
-    coord.prestore(savepoint.files_store)
-    coord._prestore.join(30)  # type: ignore[union-attr]
+    coord.prestore.stop()
+    coord.store_ahead(savepoint.files_store)
+    coord.prestore._thread.join(30)  # type: ignore[union-attr]
     assert uploads == [] and not any(entry.stored for entry in coord.index.values())
     first = coord.checkpoint(2)
 
@@ -195,7 +196,7 @@ def test_the_first_checkpoint_after_a_restore_on_s3_copies_server_side(tmp_path,
     store.client.meta.events.register(  # type: ignore[attr-defined]
         "before-parameter-build.s3", lambda model, params, **_: requests.append((model.name, str(params.get("Key", "")))))
 
-    coord.prestore(savepoint.files_store)
+    coord.store_ahead(savepoint.files_store)
     first = coord.checkpoint(2)
 
     assert first is not None

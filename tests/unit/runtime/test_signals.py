@@ -14,32 +14,38 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.status import read_job_status
 from airflow_sparkpoint.runtime import signals
+from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.job import _Run
 from airflow_sparkpoint.runtime.signals import Terminated, sigterm_ends_run
+from airflow_sparkpoint.storage import MemoryStorage
 
 
 class FakeRun:
+    """A `signals.Terminable` that records what the handler asks of it."""
+
     def __init__(self, *, generation: int | None = 3, query: bool = True) -> None:
-        self.cfg = SimpleNamespace(job="orders")
-        if generation is not None:
-            self.generation = generation
-            self.coordinator = object()
-        self.query = object() if query else None
+        self.job_name = "orders"
+        self.claimed_generation = generation
+        self.query_started = query
         self.stopping = threading.Event()
         self.error: BaseException | None = None
         self.statuses: list[tuple[str, str | None]] = []
         self.stopped = threading.Event()
 
-    def _write_status(self, state: str, error: str | None = None) -> None:
-        self.statuses.append((state, error))
+    def record_terminated(self, reason: str) -> bool:
+        self.statuses.append(("failed", reason))
+        return True
 
-    def _stop_query(self) -> None:
+    def stop_query(self) -> None:
         self.stopped.set()
 
 
@@ -111,10 +117,11 @@ def test_a_terminating_run_starts_no_checkpoint_commit_or_control_request() -> N
     calls: list[str] = []
     run: Any = SimpleNamespace(
         error=Terminated("terminated by SIGTERM"),
-        coordinator=SimpleNamespace(checkpoint=lambda batch: calls.append(f"checkpoint {batch}"),
-                                    commit_confirmed=lambda: calls.append("commit")),
+        checkpointer=SimpleNamespace(checkpoint=lambda batch: calls.append(f"checkpoint {batch}"), last_checkpoint=None),
+        committer=SimpleNamespace(commit_confirmed=lambda checkpoint: calls.append("commit")),
         control=SimpleNamespace(withdraw_superseded=lambda g: calls.append("sweep"),
                                 pending=lambda g: calls.append("pending") or []),
+        _control_swept=False,
     )
     _Run._checkpoint_and_commit(run, 4)
     _Run._serve_control(run)
@@ -129,3 +136,51 @@ def test_a_terminating_run_starts_no_checkpoint_commit_or_control_request() -> N
 def test_exit_grace_default_fits_no_supervisor_but_bounds_the_driver() -> None:
     # Airflow SIGKILLs 5 s after SIGTERM; elsewhere (Kubernetes: 30 s) the driver ends by itself.
     assert 5 < signals.EXIT_GRACE_S <= 30
+
+
+def _real_run(catalog: Catalog) -> _Run:
+    """A real `_Run` in the state its start-up leaves before the query (no Spark)."""
+    config = SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/unused", "spark.sparkpoint.job": "orders"})
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(applicationId="app-1"))
+    run = _Run(SimpleNamespace(config=config, spark=spark), None, None, "append", None)  # type: ignore[arg-type]
+    run.catalog, run.generation = catalog, catalog.claim_generation().generation
+    return run
+
+
+def test_sigterm_to_a_real_run_records_its_failed_status() -> None:
+    """The handler ends the status of a real `_Run` (not a stand-in shaped like the one
+    the handler probes): once its start-up built the checkpointer, SIGTERM records
+    ``failed`` for its generation, while the query runs and before it started."""
+    catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "orders")
+    run = _real_run(catalog)
+    run.checkpointer = SimpleNamespace(last_checkpoint=None, confirmed_batch=None,  # type: ignore[assignment]
+                                       checkpoints_completed=0)
+    stopped = threading.Event()
+    run.query = SimpleNamespace(stop=stopped.set)  # type: ignore[assignment]
+    assert signals.terminate(run, exit_grace_s=None)
+    assert stopped.wait(30), "the query was not asked to stop"
+    status = read_job_status(catalog)
+    assert status is not None and (status.generation, status.state, status.error) == (
+        run.generation, "failed", "terminated by SIGTERM")
+
+    catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "orders")
+    run = _real_run(catalog)
+    run.checkpointer = SimpleNamespace(last_checkpoint=None, confirmed_batch=None,  # type: ignore[assignment]
+                                       checkpoints_completed=0)
+    with (pytest.raises(Terminated, match="before its query started"), sigterm_ends_run(run, exit_grace_s=None)):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+    status = read_job_status(catalog)
+    assert status is not None and (status.state, status.error) == ("failed", "terminated by SIGTERM")
+
+
+def test_sigterm_to_a_real_run_before_its_checkpointer_leaves_the_status_to_the_start_up() -> None:
+    """Between the claim and the checkpointer, the handler raises in the start-up, whose
+    failure path writes the status (`_Run.execute`): the handler itself writes none."""
+    catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "orders")
+    run = _real_run(catalog)
+    with (pytest.raises(Terminated, match=f"generation {run.generation}: terminated by SIGTERM before its query started"),
+          sigterm_ends_run(run, exit_grace_s=None)):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+    assert read_job_status(catalog) is None

@@ -16,7 +16,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.exceptions import SparkpointError
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.unit.runtime.test_coordinator import RecordingSink, coordinator, write_live
+from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, write_live
 
 SST = "state/0/0/SSTs/000023-218f2722-c298-4756-aaed-682191a90ea3.sst"
 
@@ -45,7 +45,7 @@ def _run(tmp_path: Path, target: str, meddle) -> tuple[Catalog, Meddling, object
     sst = live / SST
     sst.parent.mkdir(parents=True)
     sst.write_bytes(b"a" * 1000)  # the part written so far
-    coord = coordinator(catalog, live, RecordingSink(), catalog.claim_generation().generation)
+    coord = checkpointer(catalog, live, RecordingSink(), catalog.claim_generation().generation)
     return catalog, store, coord, live
 
 

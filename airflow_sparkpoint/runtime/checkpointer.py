@@ -1,7 +1,8 @@
-"""The checkpoint coordinator: turns confirmed micro-batches into retained checkpoints
-and sink commits (Flink's CheckpointCoordinator + notifyCheckpointComplete).
+"""The checkpointer: turns a run's confirmed micro-batches into retained checkpoints
+(Flink's CheckpointCoordinator, without the commit: `runtime.committer`), and takes the
+run's savepoints.
 
-Runs in the driver, in one thread, so checkpoints, savepoints and commits never
+Runs in the driver, on the coordinator thread, so checkpoints and savepoints never
 interleave. Knows nothing of Spark beyond the files of the live checkpoint location.
 
 Before a checkpoint's ``_metadata`` is written, every shared file it references is checked
@@ -18,7 +19,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
@@ -33,16 +34,13 @@ from airflow_sparkpoint.checkpoints import (
     spark_layout,
     transfer,
 )
-from airflow_sparkpoint.checkpoints.batch_owners import BatchOwners
 from airflow_sparkpoint.checkpoints.counters import CheckpointPoint, CounterRecorder
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.retention import (
     JOURNAL_LOOKBACK_S,
     KnownRecords,
     deleted_since,
     enforce_checkpoint_retention,
 )
-from airflow_sparkpoint.checkpoints.run_result import BatchRanges
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     CatalogError,
@@ -53,12 +51,15 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
 )
 from airflow_sparkpoint.runtime import livedir
+from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.prestore import CheckpointAbandoned, IndexEntry, Prestore
-from airflow_sparkpoint.sinks.base import Sink
-from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
+from airflow_sparkpoint.sinks.transactions import Fence
 from airflow_sparkpoint.storage import ObjectInfo
+from airflow_sparkpoint.storage.base import Storage
 
 log = logging.getLogger(__name__)
+
+__all__ = ["MAX_CHECKPOINT_BACKLOG", "RELIST_AFTER_S", "Checkpointer"]
 
 # checkpoint.interval=0: every committed batch is checkpointed while at most this many are
 # due at once; beyond, only the newest. A backlog worked through while checkpoints stay
@@ -70,22 +71,19 @@ MAX_CHECKPOINT_BACKLOG = 5
 #: (by hand, a lifecycle rule) goes unseen at most this much longer than with the
 #: listing after the uploads
 RELIST_AFTER_S = 1.0
-#: pending transactions (commit.mode=external) past which a checkpoint warns: each one's
-#: _metadata carries them all until the commit step commits them
-PENDING_WARN = 1000
 
 
-class Coordinator(Prestore):
-    """Takes incremental checkpoints of a local live location and commits sink transactions."""
+class Checkpointer:
+    """Takes incremental checkpoints of a local live location, and savepoints; what a
+    checkpoint records of the run's transactions it asks `transactions` (the committer)."""
 
     def __init__(
         self,
         *,
         catalog: Catalog,
-        sink: Sink,
-        generation: int,
+        fence: Fence,
         live_root: str,
-        commit_mode: str,
+        transactions: Committer,
         interval_s: float,
         num_retained: int,
         timeout_s: float,
@@ -93,11 +91,12 @@ class Coordinator(Prestore):
         spark_info: Mapping[str, Any] | None = None,
         on_status: Callable[[], None] | None = None,
     ) -> None:
+        assert fence.generation is not None, "a run checkpoints as its own generation"
         self.catalog = catalog
-        self.sink = sink
-        self.generation = generation
+        self.fence = fence
+        self.generation: int = fence.generation
         self.live_root = live_root
-        self.commit_mode = commit_mode
+        self.transactions = transactions
         self.interval_s = interval_s
         self.num_retained = num_retained
         self.timeout_s = timeout_s
@@ -106,8 +105,6 @@ class Coordinator(Prestore):
         self._on_status = on_status
         self._lock = threading.Lock()
         self.index: dict[str, IndexEntry] = {}
-        self.pending: dict[tuple[int, int], TransactionRecord] = {}
-        self._pending_warn_at = PENDING_WARN
         self.last_checkpoint: SnapshotMetadata | None = None
         self.last_checkpoint_at = 0.0
         self.confirmed_batch: int | None = None
@@ -116,15 +113,9 @@ class Coordinator(Prestore):
         self.last_attempted: int | None = None
         self.consecutive_failures = 0
         self.checkpoints_completed = 0
-        self.batches_committed = BatchRanges()
-        self.sink_positions: dict[str, Any] = {}
-        #: which generation staged each batch of this run's lineage (carried into every snapshot)
-        self.batch_owners = BatchOwners()
         # Lifetime counters for the history model (metrics only: never fails the job).
-        self.counters = CounterRecorder(catalog, generation)
-        self._prestore: threading.Thread | None = None
-        self._prestore_stop = threading.Event()
-        self._prestored = [0, 0]  # files, bytes stored ahead of the next checkpoint
+        self.counters = CounterRecorder(catalog, self.generation)
+        self.prestore = Prestore(catalog, live_root)
         self.known = KnownRecords()  # so a checkpoint's requests do not grow with the job's age
         self._uploads: ThreadPoolExecutor | None = None  # the checkpoints' transfer threads, kept
         self._closed = False
@@ -132,34 +123,26 @@ class Coordinator(Prestore):
     # ------------------------------------------------------------------ inputs
 
     def seed(self, snapshot: SnapshotMetadata | None, index: Mapping[str, IndexEntry]) -> None:
-        """Start from a restored snapshot: reuse its stored files and keep its pending
-        transactions (in ``external`` mode they still wait for the commit step)."""
+        """Start from a restored snapshot: reuse its stored files."""
         self.index = dict(index)
         self.last_checkpoint = snapshot if snapshot is not None and snapshot.kind == "checkpoint" else None
         if snapshot is not None:
             self.confirmed_batch = self.last_attempted = snapshot.batch_id
-            self.sink_positions = dict(snapshot.sink_positions)
-            self.batch_owners = snapshot.batch_owners.upto(snapshot.batch_id)
             self.counters.restored()
+
+    def store_ahead(self, source: Storage) -> None:
+        """Store the restored files not yet in the shared area while Spark runs its first
+        batch (`Prestore.start`)."""
+        self.prestore.start(source, self.index)
 
     def close(self) -> None:
         """The run has ended: stop the background copy and the checkpoints' transfer threads."""
-        self.stop_prestore()
+        self.prestore.stop()
         with self._lock:
             self._closed = True
             uploads, self._uploads = self._uploads, None
         if uploads is not None:
             uploads.shutdown(wait=False)
-
-    def _warn_pending(self, count: int) -> None:
-        """Say so when many transactions await the commit step (once per doubling)."""
-        if count < PENDING_WARN:
-            self._pending_warn_at = PENDING_WARN
-        elif count >= self._pending_warn_at:
-            self._pending_warn_at = 2 * count
-            log.warning("%d transactions are pending commit (commit.mode=external): each checkpoint's _metadata "
-                        "carries all of them until the commit step (SparkpointCommitOperator, `sparkpoint commit`) "
-                        "commits them; run it more often", count)
 
     def _upload_pool(self) -> ThreadPoolExecutor:
         """The checkpoints' transfer threads, started once: a checkpoint every few seconds
@@ -174,14 +157,6 @@ class Coordinator(Prestore):
             if self._uploads is None:
                 self._uploads = ThreadPoolExecutor(max_workers=transfer.THREADS, thread_name_prefix="sparkpoint-upload")
             return self._uploads
-
-    def add_pending(self, record: TransactionRecord) -> None:
-        """A transaction awaits its commit: one this run staged (its batch is this
-        generation's from now on), or one the restart point lists as pending."""
-        with self._lock:
-            self.pending[(record.batch_id, record.generation)] = record
-            if record.generation == self.generation:
-                self.batch_owners = self.batch_owners.with_batch(record.batch_id, record.generation)
 
     def confirm(self, batch_id: int) -> None:
         with self._lock:
@@ -217,13 +192,10 @@ class Coordinator(Prestore):
             return newest
         return between + newest
 
-    def replayed(self, last: int, owners: Iterable[tuple[int, int]] = ()) -> None:
+    def replayed(self, last: int) -> None:
         """The batches up to `last` were replayed (`runtime.replay`): the sink holds them and
-        they get no checkpoint of their own; the next checkpoint covers them. `owners`:
-        ``(batch, generation)`` of the commits the sink holds for them."""
+        they get no checkpoint of their own; the next checkpoint covers them."""
         self.last_attempted = last if self.last_attempted is None else max(self.last_attempted, last)
-        with self._lock:
-            self.batch_owners = self.batch_owners.with_batches(owners)
 
     def checkpoint(self, batch_id: int) -> SnapshotMetadata | None:
         """Take a retained checkpoint of the restart point after `batch_id`.
@@ -254,8 +226,8 @@ class Coordinator(Prestore):
 
     def _checkpoint(self, batch_id: int) -> SnapshotMetadata:
         started = time.monotonic()
-        self.catalog.check_generation(self.generation)
-        self._await_prestore(batch_id, started)
+        self.fence.check()
+        self.prestore.wait(batch_id, started, self.timeout_s)
         files: list[FileRef] = []
         new: list[tuple[livedir.LiveFile, IndexEntry | None]] = []
         source_ends = livedir.source_log_ends(self.live_root, batch_id)
@@ -294,21 +266,12 @@ class Coordinator(Prestore):
             stored, fresh = self._list_stored(), set()  # taken after the uploads: it shows them
         files.extend(uploaded)
         # What `prestore` copied for this checkpoint counts as its copy.
-        prestored_files, prestored_bytes = self._prestored
+        prestored_files, prestored_bytes = self.prestore.stored
         copied = sum(ref.size for ref in uploaded) + prestored_bytes
         recopied, listing, journal = self._ensure_stored(files, batch_id, started, stored, uploaded=fresh)
         copied += recopied
         faults.maybe_kill("metadata", batch_id)
-        if self.commit_mode == "external":
-            self._forget_settled()
-        with self._lock:
-            pending = tuple(sorted(
-                (r for (b, _g), r in self.pending.items() if b <= batch_id),
-                key=lambda r: (r.batch_id, r.generation),
-            ))
-            owners = self.batch_owners.upto(batch_id)
-        if self.commit_mode == "external":
-            self._warn_pending(len(pending))
+        recorded = self.transactions.recorded_at(batch_id)
         files.sort(key=lambda f: f.path)
         ids = self.catalog.checkpoint_ids()  # one listing for the new id and for retention
         meta = SnapshotMetadata(
@@ -320,9 +283,9 @@ class Coordinator(Prestore):
             created_at=time.time(),
             files=tuple(files),
             live_root=self.live_root,
-            transactions=pending,
-            sink_positions=dict(self.sink_positions),
-            batch_owners=owners,
+            transactions=recorded.transactions,
+            sink_positions=recorded.sink_positions,
+            batch_owners=recorded.batch_owners,
             stats=SnapshotStats(
                 duration_ms=int((time.monotonic() - started) * 1000),
                 bytes_copied=copied,
@@ -334,7 +297,7 @@ class Coordinator(Prestore):
         )
         uri, meta = self._complete(meta)
         self.known.checkpoints[meta.id] = meta
-        self._prestored = [0, 0]
+        self.prestore.reset_stored()
         self.last_checkpoint = meta
         self.last_checkpoint_at = time.monotonic()
         self.checkpoints_completed += 1
@@ -518,64 +481,6 @@ class Coordinator(Prestore):
             return uri, meta
         raise CatalogError(f"could not find a free checkpoint id for batch {meta.batch_id}")
 
-    def _forget_settled(self) -> None:
-        """The external commit step committed or aborted some pending transactions (and
-        deleted their records): later checkpoints must not list them as pending again.
-        Only what was pending before the listing: a batch recorded since (Spark stages on
-        its own thread) is recorded before it is added, so it is never taken for settled."""
-        with self._lock:
-            before = set(self.pending)
-        recorded = self.catalog.transaction_keys()
-        with self._lock:
-            for key in [k for k in before if k not in recorded]:
-                self.pending.pop(key, None)
-
-    # ------------------------------------------------------------------ commits
-
-    def commit_confirmed(self) -> list[int]:
-        """Commit, in batch order, every pending transaction covered by the last checkpoint
-        (``checkpoint`` commit mode). Returns the committed batch ids.
-
-        :raises TransactionConflict: a confirmed transaction lost its batch (the conflict
-            rule of `airflow_sparkpoint.sinks.transactions`); nothing after it is committed.
-        :raises StaleGeneration: this generation was superseded.
-        """
-        if self.commit_mode != "checkpoint" or self.last_checkpoint is None:
-            return []
-        upto = self.last_checkpoint.batch_id
-        with self._lock:
-            ready = [r for (b, _g), r in self.pending.items() if b <= upto]
-
-        def note(settlement: Settlement, _done: int, _total: int) -> None:
-            record = settlement.record
-            faults.maybe_kill("committed", record.batch_id)
-            with self._lock:
-                self.pending.pop((record.batch_id, record.generation), None)
-            self.sink_positions[self.sink.sink_id] = {"batch": record.batch_id, **settlement.detail}
-            self.batches_committed.add(record.batch_id)
-            log.info("committed batch %d to %s (%s)", record.batch_id, self.sink.sink_id, settlement.outcome)
-
-        settled = settle_all(self.catalog, ready, lambda _r: self.sink, confirmed=True,
-                             fence=Fence(self.catalog, self.generation), on_settled=note)
-        return [s.record.batch_id for s in settled]
-
-    def abort_unconfirmed(self, after_batch: int | None) -> list[int]:
-        """Settle as unconfirmed the pending transactions of batches after `after_batch` (a
-        stop cancelled them): aborted, or finished when one holds its batch's commit."""
-        with self._lock:
-            doomed = [r for (b, _g), r in self.pending.items() if after_batch is None or b > after_batch]
-            for record in doomed:
-                self.pending.pop((record.batch_id, record.generation), None)
-
-        def note(settlement: Settlement, done: int, total: int) -> None:
-            if settlement.outcome != "aborted":
-                log.warning("transaction %s holds its batch's commit; finished, not aborted", settlement.record.txn_id)
-            faults.maybe_kill_halfway("abort", settlement.record.batch_id, done, total)
-
-        settle_all(self.catalog, doomed, lambda _r: self.sink, confirmed=False,
-                   fence=Fence(self.catalog, self.generation), on_settled=note)
-        return [r.batch_id for r in doomed]
-
     def savepoint(self) -> SnapshotHandle:
         """A savepoint from the last completed checkpoint (checkpointing first if behind)."""
         if self.confirmed_batch is not None and (
@@ -588,7 +493,7 @@ class Coordinator(Prestore):
             raise SparkpointError(
                 f"job {self.catalog.job!r} has no completed batch yet; a savepoint needs at least one"
             )
-        self.catalog.check_generation(self.generation)
+        self.fence.check()
         batch = self.last_checkpoint.batch_id
         return self.catalog.create_savepoint(
             self.catalog.handle(self.last_checkpoint), generation=self.generation,
