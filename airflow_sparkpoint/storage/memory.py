@@ -13,16 +13,16 @@ from airflow_sparkpoint.storage.base import ObjectInfo, Storage, check_size, nor
 
 class MemoryStorage(Storage):
     """A thread-safe dict of bytes. Stores with the same `name` share their contents
-    within one process (``memory://name``), like pyiceberg's `InMemoryCatalog`."""
+    within one process (``memory://name``), like pyiceberg's `InMemoryCatalog`, and the
+    one lock that guards them (so `put_if_absent` is atomic across instances)."""
 
-    _registry: ClassVar[dict[str, dict[str, tuple[bytes, float]]]] = {}
+    _registry: ClassVar[dict[str, tuple[dict[str, tuple[bytes, float]], threading.Lock]]] = {}
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, name: str = "default") -> None:
         self.uri = f"memory://{name}"
         with self._registry_lock:
-            self._objects = self._registry.setdefault(name, {})
-        self._lock = threading.Lock()
+            self._objects, self._lock = self._registry.setdefault(name, ({}, threading.Lock()))
 
     def put(self, key: str, data: bytes) -> None:
         key = normalize_key(key)
@@ -75,8 +75,7 @@ class MemoryStorage(Storage):
     def reset(cls, name: str | None = None) -> None:
         """Forget the contents of one named store, or of all of them."""
         with cls._registry_lock:
-            if name is None:
-                for objects in cls._registry.values():
-                    objects.clear()
-            elif name in cls._registry:
-                cls._registry[name].clear()
+            for key, (objects, lock) in cls._registry.items():
+                if name is None or key == name:
+                    with lock:
+                        objects.clear()
