@@ -144,7 +144,9 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
         log.warning("rollback of generation %d of job %s: claimed generation %d to fence it; nothing of it is "
                     "left to abort", generation, catalog.job, claim.generation)
         return fence
-    origin = _restart_before(catalog, generation, min(uncommitted), claim.generation)
+    committed = max((p for p in (sinks.of(r).committed_position(catalog.job) for r in {r.sink_id: r for r in mine}
+                                  .values()) if p is not None), default=None)
+    origin = _restart_before(catalog, generation, min(uncommitted), claim.generation, committed)
     if origin is None:  # a store of a release before lineages: no origin to return to
         _retire_checkpoints(catalog, generation, fence)
     else:
@@ -155,15 +157,18 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
     return fence
 
 
-def _restart_before(catalog: Catalog, generation: int, first_aborted: int, claimed: int) -> Origin | None:
+def _restart_before(catalog: Catalog, generation: int, first_aborted: int, claimed: int,
+                    committed: int | None) -> Origin | None:
     """The origin of `claimed` that returns the lineage of `generation` to before its batch
     `first_aborted`: its newest restorable checkpoint before that batch, else the point it
     started from; owned by `claimed` like a restore by path (a copy in its pin), unless
     that point is already a pin, empty state, or another root's. None when `generation`
-    recorded no origin (a store of an earlier release).
+    recorded no origin (a store of an earlier release). `committed`: the newest batch the
+    generation's sinks have committed.
 
     :raises RestoreError: that point is gone (its base checkpoint was removed once the
-        generation had checkpoints of its own); nothing was aborted.
+        generation had checkpoints of its own), or it is behind batch `committed` (every
+        restart from it would find the sink ahead); nothing was aborted.
     """
     own = next((o for o in catalog.origins() if o.generation == generation), None)
     if own is None:
@@ -171,6 +176,16 @@ def _restart_before(catalog: Catalog, generation: int, first_aborted: int, claim
     restore = {**own.restore, "rollback_of": generation}
     host, pid = socket.gethostname(), os.getpid()
     point = rollback_base(catalog.list_checkpoints(), generation, first_aborted)
+    after = point.metadata.batch_id if point is not None and point.metadata is not None else own.batch_id
+    if committed is not None and committed > (-1 if after is None else after):
+        where = f"batch {after}" if after is not None else "empty state"
+        raise RestoreError(
+            f"cannot roll back generation {generation} of job {catalog.job!r}: its sink has committed up to batch "
+            f"{committed}, and the newest point it can return to is {where} (no restorable checkpoint of it at a "
+            "committed batch is left: retention may have removed them before the commit step ran); a restart there "
+            "would find the sink ahead. Nothing was aborted: restore=latest resumes the generation and the "
+            "commit step publishes what its checkpoints confirm"
+        )
     if point is not None and point.metadata is not None:
         base = point.metadata
         pin = catalog.create_savepoint(catalog.handle(base), key=layout.pin_dir(claimed))

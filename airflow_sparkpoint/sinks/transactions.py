@@ -23,7 +23,9 @@ the same way. Outcomes (`Outcome`):
 
 **The conflict rule.** A conflict stops its caller (`TransactionConflict`) and its record
 is kept: committing the batches after it would mix two lineages' output, so every later
-attempt reports it until a person restores a consistent point.
+attempt reports it until a person restores a consistent point. A conflict met after a
+newer generation was claimed is that generation's doing (its lineage abandoned this one):
+the caller gets `StaleGeneration` and reads the catalog again.
 
 **The fence.** A caller acts *as* a generation (`Fence`): a driver as its own; the commit
 step and the rollback as the newest generation claimed when they started
@@ -95,7 +97,8 @@ def settle(sink: Sink, record: TransactionRecord, *, confirmed: bool, fence: Fen
     """Commit `record` if `confirmed`, else abort it unless it holds its batch's commit
     (then finish it); the fence is checked first.
 
-    :raises StaleGeneration: the fence's generation was superseded; nothing was done.
+    :raises StaleGeneration: the fence's generation was superseded; nothing was done (or
+        the commit lost its batch to the newer generation: its staged data is discarded).
     :raises SinkError: the commit or abort failed (`CommitOutcomeUnknown`: it may have
         landed, keep the record and look again).
     """
@@ -104,6 +107,9 @@ def settle(sink: Sink, record: TransactionRecord, *, confirmed: bool, fence: Fen
         try:
             outcome = sink.commit(record)
         except TransactionConflict as exc:
+            # Lost to a generation claimed since the check above: its lineage abandoned
+            # this one (a batch lost by design); the caller's view is stale, not a loss.
+            fence.check()
             log.warning("transaction %s was not committed: %s", record.txn_id, exc)
             return Settlement(record, "conflict", conflict=exc)
         return Settlement(record, "committed" if outcome.status == "committed" else "already", dict(outcome.detail))

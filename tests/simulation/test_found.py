@@ -121,3 +121,24 @@ def test_a_stalled_recovery_never_cleans_up_a_newer_generations_staging() -> Non
         _driver(budget=1, num_retained=6, commit_mode="external"),
     ))
     run_schedule(schedule, ScriptedChooser([Pause("a0", ("sink.cleanup_orphans",), "a1")]))
+
+
+def test_a_commit_step_whose_claim_lost_to_a_newer_lineage_reads_again() -> None:
+    """Found by the long exploration (seed 20261129, schedule 6061): "a1-commit failed
+    unexpectedly: TransactionConflict: batch 0 of job 'sim' was already committed … by
+    transaction 'sim-b0-g2'". The step checked its fence and stalled before its sink
+    commit of the first run's batch 0 (external mode); a second run with restore=none
+    claimed generation 2 and committed its own batch 0; the step's commit then lost the
+    batch. Nothing was lost (the first lineage was abandoned), but the step failed with the
+    loss error. Fixed: a conflict met after a newer generation was claimed is that
+    generation's, not a loss: the step reads the catalog again."""
+    schedule = Schedule("directory", 5, (
+        _driver(budget=3, sink_ahead="rewind", commit_mode="external", num_retained=6),
+        ActorSpec("commit"),
+        _driver(restore="none", version=2, budget=4, interval_s=5.0, num_retained=2),
+    ))
+    run_schedule(schedule, ScriptedChooser([
+        Pause("a2", ("put_if_absent sim/chk-",), "a1", ("delete sim/chk-",)),
+        Pause("a1", ("sink.commit", "sink.rewind", "_sparkpoint/decisions/"), "a2", occurrence=2, stall=True),
+        Pause("a2", ("put_if_absent sim/chk-",), "a1", ("put_if_absent sim/chk-",), occurrence=2, crash=True),
+    ]))

@@ -378,6 +378,41 @@ def test_retention_keeps_a_rollback_point_of_the_newest_generation_older_than_nu
     assert point.checkpoint is not None and (point.checkpoint.batch_id, point.checkpoint.generation) == (4, 2)
 
 
+def test_a_rollback_whose_point_is_behind_the_generations_committed_output_is_refused(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    """Found by the simulation (seed 20261129, schedule 4746): green (external commit
+    mode, numRetained=1) checkpointed batches 0-3 and died; the commit step committed
+    batches 0 and 1; green's checkpoints of them were gone (retention kept the newest
+    only, while batch 0 was still pending). The rollback returned the lineage to where
+    green started, behind its committed batch 1: every restart after it failed with
+    SinkAheadError. Now it is refused after its fence, nothing aborted, no origin
+    written: the job still resumes green's lineage."""
+    from airflow_sparkpoint.checkpoints.lineage import new_origin
+
+    catalog.claim_generation()
+    catalog.claim_generation()
+    catalog.write_origin(new_origin(2, kind="empty", uri=None, base_id=-1, snapshot_id=None, batch_id=None,
+                                    id_floor=0, restore={"restore": "none"}, live_dir=None, host="h", pid=1))
+    green = [record(sink_name, b, 2) for b in range(4)]
+    for r in green:
+        catalog.put_transaction(r)
+    checkpoint(catalog, 3, 2, green)  # the only checkpoint left
+    sink = FakeSink(sink_name)
+    for r in green[:2]:  # the commit step committed batches 0 and 1
+        sink.commit(r)
+    catalog.delete_transactions(green[:1])
+
+    with pytest.raises(RestoreError, match=r"committed up to batch 1, .*empty state.*Nothing was aborted"):
+        abort_generation(catalog, 2)
+
+    assert world["aborted"] == [], "nothing aborted"
+    assert catalog.current_generation() == 3, "green is fenced"
+    assert [o.generation for o in catalog.origins()] == [2], "no origin behind the committed output"
+    point = catalog.restart_point()
+    assert point.checkpoint is not None and point.checkpoint.batch_id == 3, "restore=latest resumes green"
+
+
 def test_abort_generation_of_a_store_without_lineages_retires_its_checkpoints(
     catalog: Catalog, sink_name: str, world: dict[str, Any]
 ) -> None:
