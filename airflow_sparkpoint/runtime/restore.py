@@ -234,7 +234,7 @@ def check_sink_position(
     if position is None or (restart is not None and position <= restart):
         return False
     because = ""
-    if policy != "rewind" and plan.latest:
+    if plan.replays_ahead(sink, policy):
         found_replay = replay.plan_replay(plan.snapshot, sink, job, position)
         if not isinstance(found_replay, str):
             return False

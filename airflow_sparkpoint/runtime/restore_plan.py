@@ -4,10 +4,14 @@ restore steps and by `rescale`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from airflow_sparkpoint.checkpoints import SnapshotHandle
 from airflow_sparkpoint.checkpoints.lineage import Origin
 from airflow_sparkpoint.runtime.livedir import local_path_of
+
+if TYPE_CHECKING:
+    from airflow_sparkpoint.sinks.base import Sink
 
 __all__ = ["RestorePlan", "under_root"]
 
@@ -28,6 +32,14 @@ class RestorePlan:
     @property
     def batch_id(self) -> int | None:
         return self.snapshot.metadata.batch_id if self.snapshot else None
+
+    def replays_ahead(self, sink: Sink, policy: str | None = None) -> bool:
+        """Whether a sink ahead of the restart point is replayed exactly (`runtime.replay`)
+        rather than rewound or refused: with ``restore=latest``, wherever the policy
+        (`policy`, else the plan's) does not rewind, or no rewind can happen (the sink
+        cannot rewind, or empty state has nothing to rewind to)."""
+        rewinds = (policy or self.sink_ahead) == "rewind" and self.snapshot is not None and sink.can_rewind
+        return self.latest and not rewinds
 
     @property
     def own_checkpoint(self) -> bool:

@@ -129,7 +129,7 @@ class _RunStartup(_RunStatus):
                                                   settled=settled)
         for record in pending:
             self.committer.add_pending(record)
-        if plan.latest and plan.sink_ahead != "rewind":  # the self-healing fallback (runtime.replay)
+        if plan.replays_ahead(self.sink):  # the self-healing fallback (runtime.replay)
             self._write_status("running")  # a long replay must not look like a dead run
             recovered["replayed"] = replay.replay_committed(
                 self.spark, self.df, self.output_mode, sink=self.sink, fence=run_fence, snapshot=plan.snapshot,

@@ -189,6 +189,35 @@ def test_check_sink_position_replays_only_for_restore_latest_and_says_why_not(tm
         check_sink_position(RestorePlan(None, "empty", latest=True), sink, "job")  # type: ignore[arg-type]
 
 
+def test_a_lineage_with_the_rewind_policy_replays_where_the_sink_cannot_be_rewound(tmp_path: Path) -> None:
+    """Found by the long exploration (seed 20261129, schedule 7394): a start with
+    restore=none and sinkAhead=rewind wrote its origin, then a superseded run's commit in
+    flight landed batch 0; the start was refused, and so was every restore=latest after it:
+    the lineage's inherited rewind policy skipped the exact replay, and a directory sink
+    (or empty state) cannot be rewound. A replay is tried wherever no rewind can happen."""
+    import pytest
+
+    from airflow_sparkpoint.exceptions import SinkAheadError
+    from airflow_sparkpoint.runtime.restore import RestorePlan, check_sink_position
+
+    root = live(tmp_path, 2)
+
+    class PositionedSink(FakeSink):
+        def committed_position(self, job: str) -> int | None:
+            return max(self.records)
+
+    sink = PositionedSink({n: replay.capture(str(root), n) for n in range(2)})
+    plan = RestorePlan(None, "empty", sink_ahead="rewind", latest=True)
+    assert plan.replays_ahead(sink)
+    assert check_sink_position(plan, sink, "job") is False  # type: ignore[arg-type]
+    with pytest.raises(SinkAheadError, match="cannot rewind"):  # an explicit restore is still refused
+        check_sink_position(RestorePlan(None, "empty", sink_ahead="rewind"), sink, "job")  # type: ignore[arg-type]
+    sink.can_rewind = True
+    assert plan.replays_ahead(sink), "empty state: nothing to rewind to"
+    assert not RestorePlan(snapshot_at(root, 0), "chk", sink_ahead="rewind", latest=True).replays_ahead(
+        sink), "a rewindable sink and a snapshot: the rewind the policy asks for"
+
+
 def test_the_entries_of_a_compaction_batch_are_found_without_parsing_the_whole_log(tmp_path: Path,
                                                                                     monkeypatch: Any) -> None:
     """A file source's compact file holds every entry since the job began (issue 32: a job of
