@@ -40,6 +40,10 @@ KEYS: dict[str, str] = {
     "restore.allowForeignJob": "true to restore a snapshot of another job (default false)",
     "restore.sinkAhead": "fail or rewind: what to do when a sink committed past the snapshot (default fail)",
     "restore.statePartitions": "restore into this many state partitions instead of the snapshot's (rescale)",
+    "codeVersion": (
+        "the version of the job's code, recorded with every commit: committed batches are replayed only by the "
+        "version that committed them (default: none; set it on every deploy that changes what the job computes)"
+    ),
     "trigger": "availableNow or processingTime:<interval> (default availableNow)",
     "checkpoint.interval": "min time between retained checkpoints, 0 = every batch (default 0)",
     "checkpoint.numRetained": "completed checkpoints kept (default 3)",
@@ -135,6 +139,18 @@ def _parse_bool(key: str, value: str) -> bool:
     if text in ("false", "0", "no"):
         return False
     raise ConfigError(f"{PREFIX}{key}={value!r} is not a boolean; expected true or false")
+
+
+def _code_version(value: str) -> str | None:
+    """`codeVersion`: None when empty.
+
+    :raises ConfigError: longer than 128 characters or not printable.
+    """
+    text = value.strip()
+    if len(text) > 128 or not text.isprintable():
+        raise ConfigError(f"{PREFIX}codeVersion={value!r} is invalid; expected up to 128 printable characters "
+                          "(a release tag or commit hash)")
+    return text or None
 
 
 def _choice(key: str, value: str, allowed: tuple[str, ...]) -> str:
@@ -238,6 +254,8 @@ class SparkpointConfig:
     takeover: bool = False
     restore_allow_foreign_job: bool = False
     restore_sink_ahead: str = "fail"
+    #: recorded with each commit's replay record; a replay needs the same (`runtime.replay`)
+    code_version: str | None = None
     trigger: Trigger = field(default_factory=lambda: Trigger("availableNow"))
     checkpoint_interval_s: float = 0.0
     num_retained: int = 3
@@ -328,6 +346,7 @@ class SparkpointConfig:
             ),
             restore_sink_ahead=_choice("restore.sinkAhead", values.get("restore.sinkAhead", "fail"),
                                        ("fail", "rewind")),
+            code_version=_code_version(values.get("codeVersion", "")),
             trigger=parse_trigger(values.get("trigger", "availableNow")),
             checkpoint_interval_s=interval,
             num_retained=_parse_int("checkpoint.numRetained", values.get("checkpoint.numRetained", "3"), 1),

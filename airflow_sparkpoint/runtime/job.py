@@ -465,7 +465,7 @@ class _Run(_RunCoordination):
             sink_id=self.sink.sink_id, created_at=time.time(),
             # the commit keeps how to replay the batch (the self-healing fallback, runtime.replay)
             payload={"config": self.sink.to_config(), "staged": payload,
-                     "replay": replay.capture(self.live, int(batch_id)),
+                     "replay": replay.capture(self.live, int(batch_id), self.cfg.code_version),
                      **settler(self.sink)},  # a subclass that settles differently: never the base
         )
         if self.stopping.is_set():

@@ -81,10 +81,11 @@ _TAIL_WINDOW = 64 * 1024
 # ---------------------------------------------------------------------------- capture
 
 
-def capture(live_root: str, batch_id: int) -> str:
+def capture(live_root: str, batch_id: int, code_version: str | None = None) -> str:
     """The replay record of batch `batch_id`, read from the live checkpoint at
     `live_root` (Spark wrote ``offsets/N`` and the source log entries before running the
-    batch). Never raises: a batch that cannot be recorded gets ``0:<reason>``."""
+    batch), with the job's `code_version` when it declares one. Never raises: a batch
+    that cannot be recorded gets ``0:<reason>``."""
     try:
         with livedir.open_location(live_root) as root:
             body = _capture(root, batch_id)
@@ -92,6 +93,8 @@ def capture(live_root: str, batch_id: int) -> str:
         return f"0:its offsets could not be read from the live checkpoint ({exc})"
     if isinstance(body, str):
         return "0:" + body
+    if code_version is not None:
+        body["code"] = code_version
     data = "1:" + base64.b64encode(zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 9)).decode()
     if len(data) > RECORD_MAX_CHARS:
         return f"0:its replay record ({len(data)} characters) was larger than {RECORD_MAX_CHARS}"
@@ -245,9 +248,12 @@ class ReplayPlan:
     records: tuple[Mapping[str, Any], ...]
 
 
-def plan_replay(snapshot: SnapshotHandle | None, sink: Sink, job: str, position: int) -> ReplayPlan | str:
+def plan_replay(snapshot: SnapshotHandle | None, sink: Sink, job: str, position: int,
+                code_version: str | None = None) -> ReplayPlan | str:
     """The replay of batches after `snapshot` (empty state: from batch 0) up to the sink's
-    `position`, or why it cannot be proven exact. Only reads."""
+    `position` by job code `code_version`, or why it cannot be proven exact: every batch
+    was committed by the same declared code version (other code would rebuild other state
+    than the one its output came from). Only reads."""
     restart = snapshot.metadata.batch_id if snapshot is not None else -1
     where = f"the restart point (batch {restart})" if snapshot is not None else "empty state"
     prev: str | None = None
@@ -273,6 +279,10 @@ def plan_replay(snapshot: SnapshotHandle | None, sink: Sink, job: str, position:
             return f"batch {batch} cannot be replayed: {body}"
         if body.get("batch") != batch:
             return f"the replay record of batch {batch} names batch {body.get('batch')}"
+        if body.get("code") != code_version:
+            return (f"batch {batch} was committed by job code version {body.get('code') or '(none declared)'} and "
+                    f"this run is version {code_version or '(none declared)'} (spark.sparkpoint.codeVersion): "
+                    "replaying it would not rebuild the state its output came from")
         if body.get("prev") != prev:
             return (f"batch {batch} was committed by a run that did not start from {where} (its previous offsets "
                     "differ), so replaying it from here would not reproduce it")
@@ -324,9 +334,11 @@ def replay_committed(
     snapshot: SnapshotHandle | None,
     live_root: str,
     job: str,
+    code_version: str | None = None,
 ) -> list[int]:
-    """Replay, in `live_root`, the batches `sink` holds past `snapshot`; return their ids.
-    Each batch is fenced by the run's generation (`fence`) before it is written.
+    """Replay, in `live_root`, the batches `sink` holds past `snapshot` with job code
+    `code_version`; return their ids. Each batch is fenced by the run's generation
+    (`fence`) before it is written.
 
     :raises SinkAheadError: the sink is ahead and the replay cannot be proven exact.
     :raises StaleGeneration: the fence's generation was superseded; nothing more is written.
@@ -336,7 +348,7 @@ def replay_committed(
     restart = snapshot.metadata.batch_id if snapshot is not None else -1
     if position is None or position <= restart:
         return []
-    found = plan_replay(snapshot, sink, job, position)
+    found = plan_replay(snapshot, sink, job, position, code_version)
     if isinstance(found, str):
         raise SinkAheadError(f"sink {sink.sink_id} has already committed batch {position} of job {job!r}, past the "
                              f"restore point; the batches cannot be replayed: {found}")

@@ -74,13 +74,15 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
         if point.checkpoint is not None:
             handle = catalog.handle(point.checkpoint)
             return RestorePlan(handle, point.description, "checkpoint", point.checkpoint.id, True, policy, origin,
-                               latest=True)
+                               latest=True, code_version=cfg.code_version)
         if point.uri is not None:
             assert origin is not None
             handle = _open_origin(point.uri, origin, cfg)
             allow = cfg.restore_allow_foreign_job or bool(origin.restore.get("allow_foreign_job"))
-            return replace(_plan_for(handle, catalog, cfg.job, allow, policy, point.description, origin), latest=True)
-        return RestorePlan(None, point.description, sink_ahead=policy, continues=origin, latest=True)
+            return replace(_plan_for(handle, catalog, cfg.job, allow, policy, point.description, origin), latest=True,
+                           code_version=cfg.code_version)
+        return RestorePlan(None, point.description, sink_ahead=policy, continues=origin, latest=True,
+                           code_version=cfg.code_version)
     handle = open_snapshot(cfg.restore, storage_options=cfg.storage_options)
     meta = handle.metadata
     return _plan_for(handle, catalog, cfg.job, cfg.restore_allow_foreign_job, cfg.restore_sink_ahead,
@@ -235,7 +237,7 @@ def check_sink_position(
         return False
     because = ""
     if plan.replays_ahead(sink, policy):
-        found_replay = replay.plan_replay(plan.snapshot, sink, job, position)
+        found_replay = replay.plan_replay(plan.snapshot, sink, job, position, plan.code_version)
         if not isinstance(found_replay, str):
             return False
         because = f" The committed batches cannot be replayed from the restart point: {found_replay}."

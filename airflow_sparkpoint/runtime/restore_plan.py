@@ -28,6 +28,7 @@ class RestorePlan:
     sink_ahead: str = "fail"  # the policy for this restart (a lineage's rewind is inherited)
     continues: Origin | None = None  # the origin of the lineage whose starting point this is
     latest: bool = False  # chosen by restore=latest: a sink ahead of it may be replayed (runtime.replay)
+    code_version: str | None = None  # the run's job code: only batches it committed are replayed
 
     @property
     def batch_id(self) -> int | None:

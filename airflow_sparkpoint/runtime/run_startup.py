@@ -133,7 +133,7 @@ class _RunStartup(_RunStatus):
             self._write_status("running")  # a long replay must not look like a dead run
             recovered["replayed"] = replay.replay_committed(
                 self.spark, self.df, self.output_mode, sink=self.sink, fence=run_fence, snapshot=plan.snapshot,
-                live_root=self.live, job=cfg.job)
+                live_root=self.live, job=cfg.job, code_version=plan.code_version)
             if recovered["replayed"]:  # the snapshot's position of this sink is behind what it holds now
                 self.committer.sink_positions.pop(self.sink.sink_id, None)
                 owners = self._committers(recovered["replayed"])

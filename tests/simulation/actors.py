@@ -86,6 +86,7 @@ class SimRun(_Run):
             "spark.sparkpoint.takeover": "true",
             "spark.sparkpoint.stateStore": "hdfs",
             "spark.sparkpoint.control.pollInterval": "1s",
+            "spark.sparkpoint.codeVersion": f"v{spec.version}",
         }
         config = SparkpointConfig.from_conf(settings)
         self.world = world

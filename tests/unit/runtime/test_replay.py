@@ -218,6 +218,40 @@ def test_a_lineage_with_the_rewind_policy_replays_where_the_sink_cannot_be_rewou
         sink), "a rewindable sink and a snapshot: the rewind the policy asks for"
 
 
+def test_batches_are_replayed_only_by_the_code_version_that_committed_them(tmp_path: Path) -> None:
+    """Found by the long exploration (seed 20261130, schedule 74): a retry of other job code
+    (v1) replayed batch 1, committed by v3, so its state (a running sum of amount * version)
+    was not the one the committed output came from, and every later row was wrong. With
+    `spark.sparkpoint.codeVersion` each commit records its code, and a replay by another
+    version is refused with the reason."""
+    from airflow_sparkpoint.runtime.config import SparkpointConfig
+
+    root = live(tmp_path, 2)
+
+    class PositionedSink(FakeSink):
+        def committed_position(self, job: str) -> int | None:
+            return max(self.records)
+
+    sink = PositionedSink({n: replay.capture(str(root), n, "v3") for n in range(2)})
+    assert isinstance(replay.plan_replay(None, sink, "job", 1, "v3"), replay.ReplayPlan)
+    refused = replay.plan_replay(None, sink, "job", 1, "v1")
+    assert isinstance(refused, str) and "batch 0 was committed by job code version v3" in refused
+    assert "this run is version v1" in refused
+    undeclared = replay.plan_replay(None, sink, "job", 1)
+    assert isinstance(undeclared, str) and "(none declared)" in undeclared
+
+    config = SparkpointConfig.from_conf({"spark.sparkpoint.dir": str(tmp_path), "spark.sparkpoint.job": "job",
+                                         "spark.sparkpoint.codeVersion": " 2026.11-abc "})
+    assert config.code_version == "2026.11-abc"
+    import pytest
+
+    from airflow_sparkpoint.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match=r"codeVersion='a\\nb' is invalid; expected up to 128 printable"):
+        SparkpointConfig.from_conf({"spark.sparkpoint.dir": str(tmp_path), "spark.sparkpoint.job": "job",
+                                    "spark.sparkpoint.codeVersion": "a\nb"})
+
+
 def test_the_entries_of_a_compaction_batch_are_found_without_parsing_the_whole_log(tmp_path: Path,
                                                                                     monkeypatch: Any) -> None:
     """A file source's compact file holds every entry since the job began (issue 32: a job of
