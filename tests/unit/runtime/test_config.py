@@ -43,6 +43,7 @@ def test_every_documented_key_is_accepted():
         "commit.mode": "external", "control.pollInterval": "500ms", "stateStore": "hdfs",
         "s3.endpoint": "http://127.0.0.1:9000", "s3.region": "eu-west-1", "delta.driverStagingMaxBytes": "4m",
         "restore.statePartitions": "8", "test.pauseAt": "stage:2", "test.pauseDir": "/tmp/pauses", "takeover": "true",
+        "codeVersion": "v2",
     }
     assert set(values) | {"dir", "job"} == set(KEYS)
     cfg = SparkpointConfig.from_conf({**BASE, **{PREFIX + k: v for k, v in values.items()}})
@@ -54,6 +55,7 @@ def test_every_documented_key_is_accepted():
     assert cfg.restore_state_partitions == 8
     assert (cfg.final_snapshot_timeout_s, cfg.final_snapshot_min_replay) == (45, 1024 * 1024)
     assert (cfg.test_pause_at, cfg.test_pause_dir) == ("stage:2", "/tmp/pauses")
+    assert cfg.code_version == "v2"
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "four", "2.5"])
