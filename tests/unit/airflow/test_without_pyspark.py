@@ -13,14 +13,13 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-AIRFLOW_SIDE = ("operators", "sensors", "triggers", "hooks", "plugins")
+AIRFLOW_SIDE = ("operators", "sensors", "triggers", "hooks", "plugins", "cli")
 
 CODE = f"""
 import importlib, pkgutil, runpy, sys
 sys.modules["pyspark"] = None  # `import pyspark` and `import pyspark.sql` raise ImportError
 import airflow_sparkpoint
-names = ["airflow_sparkpoint.cli", "airflow_sparkpoint.cli_commands", "airflow_sparkpoint.cli_state",
-         "airflow_sparkpoint.cli_common", "airflow_sparkpoint.get_provider_info"]
+names = ["airflow_sparkpoint.cli", "airflow_sparkpoint.get_provider_info"]
 for package in {AIRFLOW_SIDE!r}:
     module = importlib.import_module("airflow_sparkpoint." + package)
     names += [info.name for info in pkgutil.walk_packages(module.__path__, module.__name__ + ".")]
