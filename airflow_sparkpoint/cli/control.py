@@ -8,8 +8,9 @@ from typing import Any
 
 from airflow_sparkpoint.cli.options import open_catalog
 from airflow_sparkpoint.cli.output import EXIT_OK, emit_json, iso, table
-from airflow_sparkpoint.cli.savepoint import requester
 from airflow_sparkpoint.exceptions import CommandFailed, ControlError, UsageError
+from airflow_sparkpoint.services.control import REQUEST_ID_RE, open_requests, withdraw_request
+from airflow_sparkpoint.services.savepoint import requester
 
 __all__ = ["add_requests", "cmd_requests_list", "cmd_requests_withdraw"]
 
@@ -33,8 +34,6 @@ def add_requests(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_requests_list(args: argparse.Namespace) -> int:
-    from airflow_sparkpoint.checkpoints.history import open_requests
-
     catalog = open_catalog(args)
     records = open_requests(catalog)
     if args.json:
@@ -50,15 +49,13 @@ def cmd_requests_list(args: argparse.Namespace) -> int:
 
 
 def cmd_requests_withdraw(args: argparse.Namespace) -> int:
-    from airflow_sparkpoint.checkpoints.control import REQUEST_ID_RE, ControlChannel
-
     if not REQUEST_ID_RE.match(args.request_id):
         raise UsageError(f"request id {args.request_id!r} is malformed; expected '<13 digits>-<8 hex>' as printed "
                          "by `sparkpoint savepoint --no-wait` or `sparkpoint requests list`")
     catalog = open_catalog(args)
-    reason = args.reason or f"withdrawn by {requester()}"
+    reason = args.reason or f"withdrawn by {requester('sparkpoint-cli', pid=True)}"
     try:
-        result = ControlChannel(catalog).withdraw(args.request_id, reason)
+        result = withdraw_request(catalog, args.request_id, reason)
     except ControlError as exc:
         raise CommandFailed(f"{exc} (see `sparkpoint requests list`)") from None
     withdrawn = result.state == "expired" and result.error == reason

@@ -8,7 +8,8 @@ from typing import Any
 
 from airflow_sparkpoint.cli.options import open_catalog, positive_seconds, whole_number
 from airflow_sparkpoint.cli.output import EXIT_OK, emit_json
-from airflow_sparkpoint.exceptions import CommandFailed, RestoreError, UsageError
+from airflow_sparkpoint.exceptions import RestoreError, UsageError
+from airflow_sparkpoint.services.dispose import dispose_savepoints, dispose_snapshot
 
 __all__ = ["add_dispose", "cmd_dispose"]
 
@@ -36,59 +37,23 @@ def cmd_dispose(args: argparse.Namespace) -> int:
                          "give PATH (a savepoint or checkpoint), or --older-than DURATION and/or --keep N")
     catalog = open_catalog(args)
     if by_policy:
-        return _dispose_savepoints(args, catalog)
-    try:
-        key = catalog.key_of(args.path)
-        count = catalog.dispose(args.path)
+        done = dispose_savepoints(catalog, keep=args.keep, older_than_s=args.older_than)
+        if args.json:
+            emit_json({"job": catalog.job, "root": catalog.uri, "keep": args.keep, "older_than_s": args.older_than,
+                       "disposed_savepoints": done.disposed, "kept_savepoints": done.kept})
+        else:
+            for uri in done.disposed:
+                print(f"disposed {uri}")
+            print(f"{len(done.disposed)} savepoint(s) disposed, {len(done.kept)} kept" + (":" if done.kept else ""))
+            for uri, why in done.reasons:
+                print(f"kept {uri} ({why})")
+        return EXIT_OK
+    try:  # nothing there: a CatalogError, exit 1 like any SparkpointError
+        uri, count = dispose_snapshot(catalog, args.path)
     except RestoreError as exc:  # outside the job, or not a snapshot directory: bad input
         raise UsageError(str(exc)) from None
-    uri = f"{catalog.uri}/{key}"
-    if count == 0:
-        raise CommandFailed(f"nothing to dispose at {uri}: no such checkpoint or savepoint (see `sparkpoint list`)")
     if args.json:
         emit_json({"job": catalog.job, "root": catalog.uri, "disposed": uri, "objects": count})
     else:
         print(f"disposed {uri} ({count} objects)")
     return EXIT_OK
-
-
-def _dispose_savepoints(args: argparse.Namespace, catalog: Any) -> int:
-    from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
-
-    disposed = savepoint_history_retention(catalog, max_count=args.keep, max_age_s=args.older_than)
-    entries = catalog.list_savepoints()
-    kept = [entry.uri for entry in entries]
-    if args.json:
-        emit_json({"job": catalog.job, "root": catalog.uri, "keep": args.keep, "older_than_s": args.older_than,
-                   "disposed_savepoints": disposed, "kept_savepoints": kept})
-    else:
-        for uri in disposed:
-            print(f"disposed {uri}")
-        print(f"{len(disposed)} savepoint(s) disposed, {len(kept)} kept" + (":" if kept else ""))
-        for entry, why in _why_kept(catalog, entries):
-            print(f"kept {entry.uri} ({why})")
-    return EXIT_OK
-
-
-def _why_kept(catalog: Any, entries: list[Any]) -> list[tuple[Any, str]]:
-    """Each savepoint retention left, newest first, with why (the rules of
-    `retention.savepoint_history_retention`)."""
-    from airflow_sparkpoint.checkpoints.retention import relied_on_savepoints
-
-    relied_on = relied_on_savepoints(catalog)
-    valid = sorted((e for e in entries if e.metadata is not None),
-                   key=lambda e: (e.metadata.created_at, e.id), reverse=True)
-    reasons = []
-    for index, entry in enumerate(valid):
-        if index == 0:
-            why = "the newest"
-        elif entry.key in relied_on:
-            why = "the job's newest lineage starts from it: restore=latest may restart there"
-        else:
-            why = "within the limits"
-        reasons.append((entry, why))
-    for entry in entries:
-        if entry.metadata is None:
-            reasons.append((entry, "incomplete, untouched for less than an hour" if "no _metadata" in (entry.error or "")
-                            else f"invalid, kept for inspection: {entry.error}"))
-    return reasons

@@ -10,7 +10,15 @@ from typing import Any
 
 from airflow_sparkpoint.cli.options import common_options, env, open_catalog, positive_seconds
 from airflow_sparkpoint.cli.output import EXIT_OK, emit_json, iso, pairs, size, table
-from airflow_sparkpoint.exceptions import StorageError, UsageError
+from airflow_sparkpoint.exceptions import UsageError
+from airflow_sparkpoint.services.health import load_for_metrics, metric_values, prometheus_text
+from airflow_sparkpoint.services.history import (
+    PipelineHistory,
+    load_history,
+    skipped_checkpoints,
+    snapshot_records,
+)
+from airflow_sparkpoint.services.stores import Catalog, other_jobs
 
 __all__ = ["add_list", "add_metrics", "add_status", "cmd_list", "cmd_metrics", "cmd_status", "status_document"]
 
@@ -43,12 +51,9 @@ def add_metrics(commands: Any) -> None:
     p.set_defaults(func=cmd_metrics)
 
 
-def other_jobs_hint(catalog: Any) -> str:
+def other_jobs_hint(catalog: Catalog) -> str:
     """`` (jobs under this root: a, b)`` naming up to ten other jobs of the root, or ""."""
-    try:
-        names = [n for n in catalog.storage.list_dirs("") if n != catalog.job]
-    except StorageError:
-        return ""
+    names = other_jobs(catalog)
     return f" (jobs under this root: {', '.join(names[:10])})" if names else ""
 
 
@@ -56,8 +61,6 @@ def other_jobs_hint(catalog: Any) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from airflow_sparkpoint.checkpoints.history import snapshot_records
-
     catalog = open_catalog(args)
     checkpoints = snapshot_records(catalog, "checkpoint")
     savepoints = snapshot_records(catalog, "savepoint")
@@ -92,7 +95,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- status
 
 
-def status_document(history: Any) -> dict[str, Any]:
+def status_document(history: PipelineHistory) -> dict[str, Any]:
     """`status --json` (docs/CLI.md), from the history model."""
     status, latest = history.status, history.latest_completed
     last_checkpoint = None
@@ -132,14 +135,11 @@ def status_document(history: Any) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from airflow_sparkpoint.checkpoints.history import load_history
-
     catalog = open_catalog(args)
     history = load_history(catalog, max_heartbeat_age=args.max_heartbeat_age)
     latest = history.latest_completed
-    for record in history.checkpoints:  # what `restore=latest` skips over, as the catalog warns
-        if record.error and "no _metadata" not in record.error and (latest is None or record.id > latest.id):
-            log.warning("skipping invalid checkpoint %s: %s", record.uri, record.error)
+    for record in skipped_checkpoints(history):  # what `restore=latest` skips over, as the catalog warns
+        log.warning("skipping invalid checkpoint %s: %s", record.uri, record.error)
     document = status_document(history)
     if args.json:
         emit_json(document)
@@ -187,8 +187,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from airflow_sparkpoint.checkpoints.health import load_for_metrics, metric_values, prometheus_text
-
     jobs = list(dict.fromkeys(args.jobs or ([env("SPARKPOINT_JOB")] if env("SPARKPOINT_JOB") else [])))
     if not jobs:
         raise UsageError("--job is required (or set SPARKPOINT_JOB); repeat --job for several jobs")

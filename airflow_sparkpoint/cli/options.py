@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow_sparkpoint.exceptions import CommandFailed, ConfigError, UsageError
+from airflow_sparkpoint.services.stores import Catalog, open_job, s3_options
 
 __all__ = [
     "batch_id", "common_options", "env", "generation", "open_catalog", "positive_seconds", "requires",
@@ -83,29 +84,16 @@ def common_options(*, many_jobs: bool = False) -> argparse.ArgumentParser:
 
 def storage_options(args: argparse.Namespace) -> dict[str, Any]:
     """The S3 endpoint and region of ``--s3-endpoint`` / ``--s3-region``, as storage options."""
-    from airflow_sparkpoint.storage.endpoints import s3_options
-
     return s3_options(args.s3_endpoint, args.s3_region)
 
 
-def open_catalog(args: argparse.Namespace) -> Any:
+def open_catalog(args: argparse.Namespace) -> Catalog:
     """The job's catalog; fails fast on a missing root, bucket or unreachable endpoint."""
-    from airflow_sparkpoint.checkpoints.catalog import Catalog
-    from airflow_sparkpoint.checkpoints.layout import validate_job_name
-    from airflow_sparkpoint.storage import LocalStorage, open_storage, split_uri
-
     if not args.dir:
         raise UsageError("--dir is required (or set SPARKPOINT_DIR)")
     if not args.job:
         raise UsageError("--job is required (or set SPARKPOINT_JOB)")
-    validate_job_name(args.job)
-    scheme = split_uri(args.dir)[0]
-    options = storage_options(args) if scheme == "s3" else {}  # S3 options mean nothing to other roots
-    storage = open_storage(args.dir, **options)
-    if isinstance(storage, LocalStorage) and not os.path.isdir(storage.root):
-        raise CommandFailed(f"storage root {args.dir!r} does not exist ({storage.root}); check --dir")
-    storage.check()
-    return Catalog(storage, args.job)
+    return open_job(args.dir, args.job, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region, hint="; check --dir")
 
 
 @contextmanager

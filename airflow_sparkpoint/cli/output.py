@@ -7,25 +7,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from airflow_sparkpoint.services.history import iso, size
+
 __all__ = ["EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "emit_json", "iso", "listing", "pairs", "size", "table"]
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
-
-
-def iso(epoch: float | None) -> str | None:
-    """A time as records show it (``2026-11-22T00:24:21Z``), None for None."""
-    from airflow_sparkpoint.checkpoints.display import iso as display_iso
-
-    return display_iso(epoch)
-
-
-def size(n: int | None) -> str:
-    """A size as records show it (``1.4 KiB``)."""
-    from airflow_sparkpoint.checkpoints.display import size as display_size
-
-    return display_size(n)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: frozenset[int] = frozenset()) -> str:

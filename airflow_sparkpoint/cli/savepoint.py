@@ -4,20 +4,15 @@ checkpoint (stop-with-savepoint with ``--stop``)."""
 from __future__ import annotations
 
 import argparse
-import getpass
-import logging
-import os
-import socket
 import sys
 from typing import Any
 
 from airflow_sparkpoint.cli.options import open_catalog, positive_seconds
 from airflow_sparkpoint.cli.output import EXIT_OK, emit_json
-from airflow_sparkpoint.exceptions import CommandFailed, ControlError, StorageError
+from airflow_sparkpoint.services.control import ControlRequest
+from airflow_sparkpoint.services.savepoint import requester, take_savepoint
 
-__all__ = ["add_savepoint", "cmd_savepoint", "requester"]
-
-log = logging.getLogger("airflow_sparkpoint.cli")
+__all__ = ["add_savepoint", "cmd_savepoint"]
 
 
 def add_savepoint(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -40,71 +35,40 @@ def add_savepoint(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def cmd_savepoint(args: argparse.Namespace) -> int:
-    from airflow_sparkpoint.checkpoints.control import ControlChannel
-    from airflow_sparkpoint.checkpoints.savepoints import (
-        request_savepoint,
-        savepoint_from_latest_checkpoint,
-        savepoint_source,
-        wait_for_savepoint,
-    )
-
     catalog = open_catalog(args)
-    source = savepoint_source(catalog, args.max_heartbeat_age)
     kind = "stop" if args.stop else "savepoint"
     base = {"job": catalog.job, "root": catalog.uri, "kind": kind}
-    if source.run is not None:
-        request = request_savepoint(catalog, source.run, stop=args.stop, timeout_s=args.timeout,
-                                    requested_by=requester())
-        generation = source.run.generation
-        if args.no_wait:
-            if args.json:
-                emit_json({**base, "source": "running-job", "request_id": request.id, "state": "pending",
-                           "generation": generation, "savepoint": None, "batch_id": None})
-            else:
-                print(request.id)
-                print(f"submitted {kind} request {request.id} to generation {generation} of job "
-                      f"{catalog.job!r}; it expires in {args.timeout:g} s", file=sys.stderr)
-            return EXIT_OK
-        if not args.json:
-            print(f"waiting for generation {generation} of job {catalog.job!r} to take a "
+
+    def filed(request: ControlRequest) -> None:
+        if not args.no_wait and not args.json:
+            print(f"waiting for generation {request.generation} of job {catalog.job!r} to take a "
                   f"{'savepoint and stop' if args.stop else 'savepoint'} (request {request.id}, "
                   f"timeout {args.timeout:g} s)", file=sys.stderr)
-        try:
-            result = wait_for_savepoint(catalog, request, timeout_s=args.timeout, poll_s=args.poll,
-                                        max_heartbeat_age=args.max_heartbeat_age)
-        except ControlError as exc:
-            raise CommandFailed(str(exc)) from None
-        try:  # housekeeping: forget requests that finished more than a day ago
-            ControlChannel(catalog).cleanup()
-        except StorageError as exc:
-            log.warning("could not clean up old control requests: %s", exc)
-        if args.json:
-            emit_json({**base, "source": "running-job", "request_id": request.id, "state": result.state,
-                       "generation": result.generation, "savepoint": result.savepoint, "batch_id": result.batch_id})
-        else:
-            print(result.savepoint)
-        return EXIT_OK
 
     def announce(line: str) -> None:
         print(line, file=sys.stderr)
 
-    # Refused, or no completed checkpoint: a CatalogError, exit 1 like any SparkpointError.
-    latest, handle = savepoint_from_latest_checkpoint(
-        catalog, source, refused_by=None if args.from_checkpoint else "--no-from-checkpoint", stop=args.stop,
-        announce=None if args.json else announce)
+    # Refused, no completed checkpoint, failed or timed out: a SparkpointError, exit 1.
+    done = take_savepoint(
+        catalog, stop=args.stop, timeout_s=args.timeout, poll_s=args.poll, max_heartbeat_age=args.max_heartbeat_age,
+        requested_by=requester("sparkpoint-cli", pid=True),
+        refused_by=None if args.from_checkpoint else "--no-from-checkpoint", wait=not args.no_wait,
+        on_request=filed, announce=None if args.json else announce)
+    if done.state == "pending":
+        if args.json:
+            emit_json({**base, "source": done.source, "request_id": done.request_id, "state": done.state,
+                       "generation": done.generation, "savepoint": None, "batch_id": None})
+        else:
+            print(done.request_id)
+            print(f"submitted {kind} request {done.request_id} to generation {done.generation} of job "
+                  f"{catalog.job!r}; it expires in {args.timeout:g} s", file=sys.stderr)
+        return EXIT_OK
     if args.json:
-        emit_json({**base, "source": "checkpoint", "request_id": None, "state": "completed",
-                   "generation": handle.metadata.generation, "savepoint": handle.uri,
-                   "batch_id": handle.metadata.batch_id, "checkpoint_id": latest.id})
+        document = {**base, "source": done.source, "request_id": done.request_id, "state": done.state,
+                    "generation": done.generation, "savepoint": done.uri, "batch_id": done.batch_id}
+        if done.source == "checkpoint":
+            document["checkpoint_id"] = done.checkpoint_id
+        emit_json(document)
     else:
-        print(handle.uri)
+        print(done.uri)
     return EXIT_OK
-
-
-def requester() -> str:
-    """Who files this command's control requests: ``sparkpoint-cli:<user>@<host>:<pid>``."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (containers)
-        user = "unknown"
-    return f"sparkpoint-cli:{user}@{socket.gethostname()}:{os.getpid()}"

@@ -21,10 +21,10 @@ from airflow_sparkpoint.operators import lineage
 from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
+from airflow_sparkpoint.services.conditions import optional_int
 from airflow_sparkpoint.sinks.commit import commit_pending
 from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
 from airflow_sparkpoint.sinks.rollback import abort_stopped_generation
-from airflow_sparkpoint.triggers.conditions import optional_int
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
