@@ -45,11 +45,11 @@ def cmd_commit(args: argparse.Namespace) -> int:
     declared: dict[str, Any] = {}
     if args.sink is not None:
         with requires("commit"):
-            from airflow_sparkpoint.sinks.resolve import parse_sink_arg
+            from airflow_sparkpoint.services.sinks import parse_sink_arg
         declared["sink"] = parse_sink_arg(args.sink, args.sink_option)
     if args.abort_generation is not None:
         with requires("commit"):
-            from airflow_sparkpoint.sinks.rollback import abort_stopped_generation
+            from airflow_sparkpoint.services.rollback import abort_stopped_generation
         # Refused while the generation runs: a GenerationRunning, exit 1 like any SparkpointError.
         aborted = abort_stopped_generation(
             catalog, args.abort_generation, max_heartbeat_age=args.max_heartbeat_age,
@@ -57,7 +57,7 @@ def cmd_commit(args: argparse.Namespace) -> int:
         summary: dict[str, Any] = {"aborted": list(aborted)}
     else:
         with requires("commit"):
-            from airflow_sparkpoint.sinks.commit import commit_pending
+            from airflow_sparkpoint.services.commit import commit_pending
         extra = {} if args.upto_batch is None else {"upto_batch": args.upto_batch}
         result = commit_pending(catalog, storage_options=storage_options(args), **declared, **extra)
         summary = dict(result) if isinstance(result, Mapping) else {"result": result}

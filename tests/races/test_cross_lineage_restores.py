@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, layout, savepoints
-from airflow_sparkpoint.sinks.commit import commit_pending
+from airflow_sparkpoint.services.commit import commit_pending
 from tests.races.sink_harness import (
     DeltaCase,
     DeltaMergeCase,

@@ -16,10 +16,10 @@ from typing import Any
 from airflow_sparkpoint.exceptions import RestoreError, StaleGeneration
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.job import _Run, _StopRun
+from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.services.dispose import dispose_savepoints
+from airflow_sparkpoint.services.rollback import abort_stopped_generation
 from airflow_sparkpoint.services.savepoint import take_savepoint
-from airflow_sparkpoint.sinks.commit import commit_pending
-from airflow_sparkpoint.sinks.rollback import abort_stopped_generation
 from tests.simulation.model import ModelQuery
 from tests.simulation.scheduler import Crash
 from tests.simulation.world import JOB, World

@@ -17,9 +17,9 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
 from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.sinks import DeltaSink, DirectorySink, S3Sink
 from airflow_sparkpoint.sinks.base import CommitOutcome
-from airflow_sparkpoint.sinks.commit import commit_pending
 from tests.unit.airflow.test_trigger_load import add_checkpoint
 from tests.unit.sinks.test_commit_pending import FakeSink
 

@@ -36,7 +36,7 @@ from airflow_sparkpoint.checkpoints.commit_head import record_commit
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, rollback_base
 from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning, RestoreError
-from airflow_sparkpoint.sinks.commit import Sinks
+from airflow_sparkpoint.services.commit import Sinks
 from airflow_sparkpoint.sinks.resolve import SinkSpec
 from airflow_sparkpoint.sinks.transactions import Fence, settle
 
@@ -62,7 +62,7 @@ def abort_stopped_generation(
 
     :param max_heartbeat_age: a run with a younger heartbeat is still live.
     :param how_to_stop: how the caller's user stops the run (named in the refusal).
-    :param sink: the job's declared sink (see `sinks.commit.commit_pending`).
+    :param sink: the job's declared sink (see `services.commit.commit_pending`).
     :raises GenerationRunning: `generation` is still live; nothing was aborted.
     :raises SinkError: an abort failed (see `abort_generation`).
     """
@@ -82,7 +82,7 @@ def abort_generation(
     """Abort every uncommitted transaction of `generation` and delete its record (see the
     module docstring). Transactions that already committed (or hold their batch's claim:
     finished) are left alone and reported in the log. Returns the aborted transaction
-    ids. `sink` is the job's sink, as for `sinks.commit.commit_pending`.
+    ids. `sink` is the job's sink, as for `services.commit.commit_pending`.
 
     :raises ConfigError: `generation` was never claimed.
     :raises RestoreError: a newer generation continues `generation`'s lineage.

@@ -45,10 +45,12 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
+from airflow_sparkpoint.checkpoints.layout import parse_txn_id
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import StaleGeneration
 from airflow_sparkpoint.sinks.base import Sink
@@ -57,7 +59,7 @@ from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Sinks", "commit_pending"]
+__all__ = ["CommitStep", "Sinks", "commit_pending", "commit_step"]
 
 
 class Sinks:
@@ -136,6 +138,39 @@ def commit_pending(
 
 #: how often the commit step reads the catalog again when newer generations are claimed
 _ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class CommitStep:
+    """What `commit_step` made visible: the transaction ids by outcome (`outcome`, as
+    `commit_pending` returns them), those that landed (``committed`` and ``already``), the
+    newest generation and the batches among them, and the latest checkpoint's URI."""
+
+    outcome: dict[str, list[str]]
+    landed: list[str]
+    generation: int | None
+    batches: list[int]
+    last_checkpoint: str | None
+
+
+def commit_step(
+    catalog: Catalog,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    upto_batch: int | None = None,
+    sink: SinkSpec | None = None,
+) -> CommitStep:
+    """`commit_pending`, and what it made visible (for an asset event, lineage facets).
+
+    :raises: as `commit_pending`.
+    """
+    result = commit_pending(catalog, storage_options=storage_options, upto_batch=upto_batch, sink=sink)
+    outcome = {key: list(value) for key, value in result.items()}
+    landed = [*outcome.get("committed", ()), *outcome.get("already", ())]
+    parsed = [p for p in map(parse_txn_id, landed) if p is not None]
+    latest = catalog.latest()
+    return CommitStep(outcome, landed, max((g for _job, _batch, g in parsed), default=None),
+                      sorted({b for _job, b, _g in parsed}), catalog.checkpoint_uri(latest.id) if latest else None)
 
 
 def _commit_as_observed(
