@@ -106,7 +106,7 @@ def test_a_waiting_trigger_sees_the_live_generation_past_a_zombies_heartbeat(
 
 
 def test_reported_error_reads_the_failed_runs_own_record(catalog: Catalog) -> None:
-    from airflow_sparkpoint.operators import runs
+    from airflow_sparkpoint.services import runs
 
     zombie_after_a_new_claim(catalog, "failed", error="boom")
     assert runs.reported_error(catalog, TOKEN) == "boom"

@@ -1,35 +1,37 @@
-"""Which run is whose: the generation a submit started (found by its token), its result,
-and the record a task keeps across its tries in Airflow's task state store.
+"""Which run is whose: the generation a submit started (found by its token), its status,
+its error and its result, and the task try that started it.
 
 A driver records the token of the submit that started it (``SPARKPOINT_SUBMITTER``)
 in its generation claim, with its application id and UI URL. Reading "the newest
 generation" instead would race with any other run of the job (a cleared task's
-previous try, a retry, a blue-green rollback).
+previous try, a retry, a blue-green rollback). The record a task keeps across its tries
+is `services.retry.TaskRecord`. Pure Python: no Spark, no Airflow.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import signal
 import threading
 import uuid
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo
-from airflow_sparkpoint.checkpoints.records import AIRFLOW_CONTEXT_ENV, AirflowTry
-from airflow_sparkpoint.checkpoints.run_result import read_run_result
+from airflow_sparkpoint.checkpoints.records import AirflowTry
+from airflow_sparkpoint.checkpoints.run_result import ERROR_LINE, parse_error_line, read_run_result
 from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
 from airflow_sparkpoint.exceptions import CorruptMetadata, SparkpointError
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "ERROR_LINE", "AirflowTry", "GenerationInfo", "RunClaim", "RunWatcher", "claim_json", "find_claim",
+    "new_token", "parse_error_line", "read_result", "reported_error", "run_status", "task_try",
+]
 
-#: the task state store key a submit task keeps its record under
-TASK_STATE_KEY = "sparkpoint_submit"
+log = logging.getLogger(__name__)
 
 
 def new_token() -> str:
+    """A new submit token (what the driver records as ``SPARKPOINT_SUBMITTER``)."""
     return uuid.uuid4().hex
 
 
@@ -96,54 +98,9 @@ def read_result(catalog: Catalog, generation: int) -> dict[str, Any] | None:
     return None if result is None else result.to_json()
 
 
-@dataclass(frozen=True)
-class TaskRecord:
-    """What a submit task keeps across its tries (Airflow 3.3+ task state store).
-
-    `tokens` are the submit tokens of every try so far (the last is the latest try's);
-    `since` is the newest generation before the first try, so a try's generation is
-    looked for among newer ones only.
-    """
-
-    try_number: int
-    restore: str
-    tokens: tuple[str, ...]
-    since: int
-
-    def generations(self, catalog: Catalog) -> list[int]:
-        """The generations the task's tries ran (a try that died before its driver claimed
-        one has none), oldest first."""
-        found = (find_claim(catalog, token, after=self.since) for token in self.tokens)
-        return sorted(claim.generation for claim in found if claim is not None)
-
-    @classmethod
-    def load(cls, store: Any) -> TaskRecord | None:
-        if store is None:
-            return None
-        try:
-            raw = store.get(TASK_STATE_KEY)
-            if isinstance(raw, str):
-                raw = json.loads(raw)
-            if not isinstance(raw, dict):
-                return None
-            return cls(int(raw["try_number"]), str(raw["restore"]), tuple(str(t) for t in raw["tokens"]),
-                       int(raw["since"]))
-        except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
-            log.warning("could not read the task state record %r: %s", TASK_STATE_KEY, exc)
-            return None
-
-    def save(self, store: Any) -> None:
-        if store is None:
-            return
-        try:
-            store.set(TASK_STATE_KEY, {**asdict(self), "tokens": list(self.tokens)})
-        except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
-            log.warning("could not write the task state record %r: %s", TASK_STATE_KEY, exc)
-
-
-def task_try(context: Any, dag_id: str, task_id: str) -> AirflowTry:
-    """The task try `context` runs (its map index only when the task is mapped);
-    `dag_id`/`task_id`: the operator's, where the task instance does not say."""
+def task_try(context: Mapping[str, Any], dag_id: str, task_id: str) -> AirflowTry:
+    """The task try an Airflow task `context` runs (its map index only when the task is
+    mapped); `dag_id`/`task_id`: the operator's, where the task instance does not say."""
     ti = context["ti"]
     index = getattr(ti, "map_index", None)
     return AirflowTry(str(getattr(ti, "dag_id", None) or dag_id), str(getattr(ti, "task_id", None) or task_id),
@@ -152,37 +109,12 @@ def task_try(context: Any, dag_id: str, task_id: str) -> AirflowTry:
                       int(index) if isinstance(index, int) and index >= 0 else None)
 
 
-def starter_environment(starter: AirflowTry) -> dict[str, str]:
-    """The driver's view of `starter` (`records.AIRFLOW_CONTEXT_ENV`): what Airflow exports
-    to the task's environment, set here explicitly, plus the map index it does not export."""
-    values = {"dag_id": starter.dag_id, "task_id": starter.task_id, "run_id": starter.run_id,
-              "try_number": "" if starter.try_number is None else str(starter.try_number),
-              "map_index": "" if starter.map_index is None else str(starter.map_index)}
-    return {AIRFLOW_CONTEXT_ENV[name]: value for name, value in values.items() if value}
-
-
-def signal_tree(pid: int, sig: signal.Signals) -> None:
-    """Send `sig` to process `pid` and its descendants (spark-submit's JVM and the
-    Python driver it started), ignoring those already gone."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return
-    for proc in processes:
-        try:
-            proc.send_signal(sig)
-        except psutil.Error:
-            pass
-
-
 class RunWatcher:
     """While spark-submit runs, look for the generation its driver claims (by token),
     so that the generation and the links are known while a long job runs."""
 
-    def __init__(self, catalog: Catalog, token: str, after: int, found: Any, interval_s: float = 2.0) -> None:
+    def __init__(self, catalog: Catalog, token: str, after: int, found: Callable[[GenerationInfo], None],
+                 interval_s: float = 2.0) -> None:
         self._catalog, self._token, self._after, self._found = catalog, token, after, found
         self._interval_s = interval_s
         self._stop = threading.Event()
