@@ -91,7 +91,7 @@ def _run(argv: Sequence[str]) -> int:
 
 
 def _error(args: argparse.Namespace, exc: BaseException) -> None:
-    from airflow_sparkpoint.storage.redact import scrub
+    from airflow_sparkpoint.services.stores import scrub
 
     print(f"sparkpoint {args.command}: error: {scrub(str(exc))}", file=sys.stderr)
 
