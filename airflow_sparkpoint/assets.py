@@ -32,9 +32,9 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetAlias
 
-from airflow_sparkpoint.checkpoints.layout import SAVEPOINTS, validate_job_name
 from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
+from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
+from airflow_sparkpoint.services.stores import SAVEPOINTS, validate_job_name
 
 __all__ = [
     "SAVEPOINT_SCHEME", "commit_extra", "event_details", "output_alias", "savepoint_extra", "savepoints_asset",

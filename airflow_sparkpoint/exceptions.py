@@ -25,7 +25,10 @@
     │   └── SinkAheadError          a sink already committed past the restore point
     │       └── SinkLineageError    the sink does not hold what the restore point's
     │                               lineage committed (invariant 12)
-    └── ControlError                a control request failed or timed out
+    ├── ControlError                a control request failed or timed out
+    ├── UsageError                  bad command-line input (the CLI's exit code 2)
+    └── CommandFailed               a command's operational failure, already explained
+                                    (the CLI's exit code 1)
 """
 
 from __future__ import annotations
@@ -121,3 +124,12 @@ class SinkLineageError(SinkAheadError):
 
 class ControlError(SparkpointError):
     """A control request (savepoint, stop, cancel) failed or timed out."""
+
+
+class UsageError(SparkpointError):
+    """Bad command-line input (the ``sparkpoint`` command's exit code 2)."""
+
+
+class CommandFailed(SparkpointError):
+    """An operational failure of a ``sparkpoint`` command, already explained to the user
+    (exit code 1)."""

@@ -23,7 +23,7 @@ through ``/proc/self/clear_refs``):
 
 * ``sparkpoint list --json`` (the CLI);
 * the checkpoints page's read model and HTML (`load_history`, `plugins.page.pipeline_page`);
-* a sensor poke / trigger poll (`triggers.conditions.evaluate`, what both run).
+* a sensor poke / trigger poll (`services.conditions.evaluate`, what both run).
 
 Ratio = peak ÷ 256 MiB (target ≤ 1.0). ``--reader-path DIR`` runs the readers with the
 package at DIR first on ``sys.path`` (an older checkout, for before/after figures); the
@@ -201,7 +201,7 @@ from airflow_sparkpoint.checkpoints.history import load_history
 from airflow_sparkpoint.cli import main
 from airflow_sparkpoint.plugins import page
 from airflow_sparkpoint.storage import open_storage
-from airflow_sparkpoint.triggers.conditions import CheckpointCondition, evaluate
+from airflow_sparkpoint.services.conditions import CheckpointCondition, evaluate
 catalog = Catalog(open_storage(root, **options), "orders")
 catalog.store.list_dirs("")  # the client is made before the baseline
 try:

@@ -44,11 +44,11 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("airflow_sparkpoint/operators/verify.py", "SparkpointDrillOperator._remove_scratch", "shutil.rmtree"):
         "a restore drill's own scratch directories (a random name the drill made; operators/ is not ported yet: "
         "under a shared workDir an intermediate link would be followed)",
-    ("airflow_sparkpoint/operators/submit_dir.py", "SubmitDir.close", "shutil.rmtree"):
+    ("airflow_sparkpoint/services/submit_dir.py", "SubmitDir.close", "shutil.rmtree"):
         "the worker's own per-submit directory (tempfile.mkdtemp), locked by this task",
-    ("airflow_sparkpoint/operators/submit_dir.py", "sweep", "os.scandir"):
+    ("airflow_sparkpoint/services/submit_dir.py", "sweep", "os.scandir"):
         "the worker's temporary directory, for its own per-submit directories (links skipped)",
-    ("airflow_sparkpoint/operators/submit_dir.py", "sweep", "shutil.rmtree"):
+    ("airflow_sparkpoint/services/submit_dir.py", "sweep", "shutil.rmtree"):
         "a per-submit directory of a killed task on the worker (shutil.rmtree refuses a link there)",
     ("airflow_sparkpoint/faults.py", "pause", "os.replace"):
         "the test hooks' marker file in the pause directory a test gave (docs/development.md)",

@@ -291,7 +291,7 @@ def load_history(
     """Read the whole history of `catalog`'s job (see the module docstring for the cost);
     without `savepoints`, every part but the savepoints (kept until deleted by hand or by
     `SparkpointSavepointOperator`'s retention: the one part that grows with a job's age
-    unless told otherwise), for `checkpoints.health.load_for_metrics`.
+    unless told otherwise), for `services.health.load_for_metrics`.
 
     :raises StorageError: the store cannot be listed.
     """

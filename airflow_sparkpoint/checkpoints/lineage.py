@@ -173,7 +173,7 @@ def mark_superseded(entries: Sequence[SnapshotEntry], origins: Sequence[Origin])
 
 
 def rollback_base(entries: Iterable[SnapshotEntry], generation: int, first_uncommitted: int) -> SnapshotEntry | None:
-    """The checkpoint a rollback of `generation` returns to (`sinks.rollback`): its newest
+    """The checkpoint a rollback of `generation` returns to (`services.rollback`): its newest
     restorable checkpoint before its batch `first_uncommitted`, whose output all stays.
     None when it has none: the rollback returns to where the generation started. Checkpoint
     retention keeps it (`retention.enforce_checkpoint_retention`)."""

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from airflow_sparkpoint.checkpoints.history import (
+from airflow_sparkpoint.demo.record import snapshot_key
+from airflow_sparkpoint.services.history import (
     current_status,
     liveness,
     read_generation,
     short_name,
     snapshot_records,
 )
-from airflow_sparkpoint.demo.record import snapshot_key
 
 PROGRESS_EVERY = 10.0  # seconds: the longest the console stays silent while waiting
 

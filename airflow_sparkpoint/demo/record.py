@@ -1,6 +1,6 @@
 """The demo's record: generation switches, checkpoint history, savepoints, the checkpoint
 summary and the Delta table history, as plain-text tables. Every figure comes from the
-history model (`airflow_sparkpoint.checkpoints.history`); this module only lays them out.
+history model (`airflow_sparkpoint.services.history`); this module only lays them out.
 """
 
 from __future__ import annotations
@@ -8,14 +8,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from airflow_sparkpoint.checkpoints import display
-from airflow_sparkpoint.checkpoints.history import (
+from airflow_sparkpoint.services.history import (
+    GenerationRecord,
     PipelineHistory,
     SnapshotRecord,
     generation_records,
+    plan_origin,
     short_name,
     snapshot_records,
 )
+from airflow_sparkpoint.services.history import size as display_size
 
 __all__ = [
     "checkpoint_table", "delta_history_table", "format_table", "generation_table", "human_bytes", "origin",
@@ -26,14 +28,12 @@ __all__ = [
 def origin(plan: str | None) -> str:
     """What a generation started from, short, from its restore plan's description:
     ``empty state``, ``chk-4``, ``savepoint-1-x1y2``, ``-``."""
-    from airflow_sparkpoint.checkpoints.history import GenerationRecord, plan_origin
-
     return GenerationRecord(0, plan=plan, restored_from=plan_origin(plan)).origin
 
 
 def human_bytes(size: float) -> str:
-    """``512 B``, ``1.4 KiB``, ``3.0 MiB`` ... (`checkpoints.display.size`)."""
-    return display.size(size)
+    """``512 B``, ``1.4 KiB``, ``3.0 MiB`` ... (`services.history.size`)."""
+    return display_size(size)
 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "   ") -> list[str]:

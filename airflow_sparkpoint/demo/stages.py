@@ -32,7 +32,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from airflow_sparkpoint.checkpoints.history import load_history, read_generation, short_name, snapshot_records
 from airflow_sparkpoint.demo.console import Check, Console, Watcher, gist, verdict_lines
 from airflow_sparkpoint.demo.record import (
     checkpoint_table,
@@ -51,6 +50,8 @@ from airflow_sparkpoint.demo.support import (
     orphaned_staged_files,
     write_batch_file,
 )
+from airflow_sparkpoint.services.history import load_history, read_generation, short_name, snapshot_records
+from airflow_sparkpoint.services.stores import job_catalog
 
 # Stage 1: the quickstart's input and the injected failure.
 BATCHES = 8
@@ -194,9 +195,7 @@ class Demo:
                  f"one micro-batch each, per-user totals merged into Delta")
         self.say(f"   injected failure: the first try's driver gets SIGKILL once batch {KILL_AFTER} is confirmed by "
                  "Spark, before Sparkpoint checkpointed it")
-        from airflow_sparkpoint.checkpoints import Catalog
-
-        catalog = Catalog.open(str(base / "checkpoints"), "quickstart")
+        catalog = job_catalog(str(base / "checkpoints"), "quickstart")
         self.watcher.follow(catalog, ["first try", "retry"])
         fired = self.workdir / "fault-fired"
         os.environ["SPARKPOINT_TEST_FAULT"] = f"confirmed:{KILL_AFTER}"

@@ -16,15 +16,15 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from airflow_sparkpoint.checkpoints import Catalog
-from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
-from airflow_sparkpoint.storage import open_storage
+from airflow_sparkpoint.services.history import JobStatus, read_job_status
+from airflow_sparkpoint.services.sinks import delta_table_rows
+from airflow_sparkpoint.services.spark_env import local_spark_environment
+from airflow_sparkpoint.services.stores import Catalog, job_catalog
 
 BASE_MTIME = 1_700_000_000
 SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
@@ -46,18 +46,10 @@ def write_batch_file(directory: Path, index: int, rows: Iterable[Mapping[str, An
 
 
 def spark_submit_env(base: Mapping[str, str]) -> dict[str, str]:
-    """`base` plus what a local ``spark-submit`` of this venv needs: the venv's Python for
-    the driver and the workers, pyspark's own SPARK_HOME, and the venv's bin/ first on PATH."""
-    import pyspark
-
-    bindir = str(Path(sys.executable).parent)
-    return {
-        **base,
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_HOME": os.path.dirname(pyspark.__file__),
-        "PATH": bindir + os.pathsep + base.get("PATH", os.defpath),
-    }
+    """`base` plus what a local ``spark-submit`` of this venv needs (`local_spark_environment`:
+    the venv's Python for the driver and the workers, pyspark's own SPARK_HOME, and the
+    venv's bin/ first on PATH)."""
+    return local_spark_environment(base)
 
 
 class SubmittedJob:
@@ -84,7 +76,7 @@ class SubmittedJob:
 
     @property
     def catalog(self) -> Catalog:
-        return Catalog(open_storage(str(self.root)), self.job)
+        return job_catalog(str(self.root), self.job)
 
     def start(self) -> None:
         """Start ``spark-submit`` in its own session (a Ctrl-C of the caller does not
@@ -196,13 +188,7 @@ class SubmittedJob:
 
 def delta_rows(path: Path | str, version: int | None = None) -> list[dict[str, Any]]:
     """The table's rows (at `version`, default the latest); ``[]`` when it is no table yet."""
-    from deltalake import DeltaTable
-
-    from airflow_sparkpoint.sinks._delta_location import read_table
-
-    if not DeltaTable.is_deltatable(str(path)):
-        return []
-    return read_table(DeltaTable(str(path), version=version)).to_pylist()
+    return delta_table_rows(path, version)
 
 
 def delta_history(path: Path | str) -> list[dict[str, Any]]:

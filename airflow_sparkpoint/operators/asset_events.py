@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, AssetAlias
 
 from airflow_sparkpoint import assets
-from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
 from airflow_sparkpoint.exceptions import SparkpointError
-from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
+from airflow_sparkpoint.services.history import commit_head
+from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_sparkpoint.checkpoints import Catalog
-    from airflow_sparkpoint.sinks.base import Sink
+    from airflow_sparkpoint.services.sinks import Sink
+    from airflow_sparkpoint.services.stores import Catalog
 
 
 class SparkpointAssetsMixin:
@@ -110,7 +110,7 @@ def output_event(catalog: Catalog, sink: Sink | None, *, generation: int | None,
         return None
     version = None
     try:
-        head = read_commit_head(catalog)
+        head = commit_head(catalog)
     except SparkpointError as exc:
         log.warning("cannot read the commit head of job %s (the event has no sink version): %s", catalog.job, exc)
         head = None

@@ -1,7 +1,7 @@
 """`SparkpointCommitOperator`: the external two-phase-commit step.
 
 Promotes the staged output of confirmed checkpoints and aborts what can never be
-confirmed (`airflow_sparkpoint.sinks.commit.commit_pending`); or, with
+confirmed (`airflow_sparkpoint.services.commit.commit_pending`); or, with
 `abort_generation`, aborts everything a generation staged (blue-green rollback:
 green's output never becomes visible). Idempotent: every commit is keyed and checked
 against the sink first, so a retry after a crash is safe.
@@ -15,16 +15,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_sparkpoint.checkpoints.layout import parse_txn_id
 from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning
 from airflow_sparkpoint.operators import lineage
 from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
-from airflow_sparkpoint.sinks.commit import commit_pending
-from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
-from airflow_sparkpoint.sinks.rollback import abort_stopped_generation
-from airflow_sparkpoint.triggers.conditions import optional_int
+from airflow_sparkpoint.services.commit import commit_step
+from airflow_sparkpoint.services.conditions import optional_int
+from airflow_sparkpoint.services.rollback import abort_stopped_generation
+from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -110,19 +109,15 @@ class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOp
             self.log.info("aborted %d transaction(s) of generation %d of job %s: %s",
                           len(aborted), generation, self.job_name, aborted)
             return {"aborted": list(aborted)}
-        result = commit_pending(catalog, storage_options=options, upto_batch=upto, sink=sink)
-        outcome = {key: list(value) for key, value in result.items()}
+        step = commit_step(catalog, storage_options=options, upto_batch=upto, sink=sink)
+        outcome = step.outcome
         self.log.info("commit step of job %s: committed %s, already %s, aborted %s, pending %s", self.job_name,
                       outcome.get("committed"), outcome.get("already"), outcome.get("aborted"),
                       outcome.get("pending"))
-        landed = [*outcome.get("committed", ()), *outcome.get("already", ())]
-        parsed = [p for p in map(parse_txn_id, landed) if p is not None]
-        generation = max((g for _job, _batch, g in parsed), default=None)
-        latest = catalog.latest()
-        self.sparkpoint_outcome = {"generation": generation, "committed_batches": sorted({b for _j, b, _g in parsed}),
-                                   "last_checkpoint": catalog.checkpoint_uri(latest.id) if latest else None}
-        self._emit_output(context, catalog, declared_sink(sink), generation=generation,
-                          batches=self.sparkpoint_outcome["committed_batches"], txn_ids=landed, source="commit")
+        self.sparkpoint_outcome = {"generation": step.generation, "committed_batches": step.batches,
+                                   "last_checkpoint": step.last_checkpoint}
+        self._emit_output(context, catalog, declared_sink(sink), generation=step.generation, batches=step.batches,
+                          txn_ids=step.landed, source="commit")
         return outcome
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:

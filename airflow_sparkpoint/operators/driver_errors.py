@@ -4,7 +4,7 @@ The Spark provider's exception for a failed ``spark-submit`` is only its command
 code; what went wrong is in the driver's output above it. `DriverOutput` reads that
 output as it passes to the task log and keeps what the driver said about its failure:
 
-1. its error line (`checkpoints.run_result.error_line`: class and message, printed by
+1. its error line (`run_result.error_line`: class and message, printed by
    `SparkpointJob.get_or_create`, `job.run` and `SparkpointJob.main` when they fail);
 2. else the last Python traceback's exception line (a script's own error).
 
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_sparkpoint.checkpoints.run_result import ERROR_LINE, parse_error_line
 from airflow_sparkpoint.exceptions import SparkpointError
+from airflow_sparkpoint.services.runs import ERROR_LINE, parse_error_line
 
 __all__ = ["DriverError", "DriverOutput", "SparkpointRunFailed", "failure"]
 

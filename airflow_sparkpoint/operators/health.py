@@ -4,7 +4,7 @@
 The check fails the task (so Airflow's notifiers and ``on_failure_callback`` fire) when
 the latest completed checkpoint is too old, too many of the newest checkpoint attempts
 failed, or the job's heartbeat is stale. The figures come from the history model
-(`checkpoints.health.check_health`), like `sparkpoint status` and the UI page.
+(`services.health.check_job`), like `sparkpoint status` and the UI page.
 """
 
 from __future__ import annotations
@@ -19,20 +19,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_sparkpoint import durations
-from airflow_sparkpoint.checkpoints.health import (
-    check_health,
-    load_for_metrics,
-    metric_values,
-    validate_thresholds,
-)
-from airflow_sparkpoint.checkpoints.history import PipelineHistory
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin
+from airflow_sparkpoint.services.health import check_job, load_for_metrics, metric_values, validate_thresholds
+from airflow_sparkpoint.services.history import PipelineHistory
+from airflow_sparkpoint.services.stores import Catalog
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-    from airflow_sparkpoint.checkpoints.catalog import Catalog
 
 log = logging.getLogger(__name__)
 
@@ -123,12 +116,10 @@ class SparkpointHealthCheckOperator(SparkpointJobMixin, BaseOperator):
         self.max_heartbeat_age = max_heartbeat_age
 
     def execute(self, context: Context) -> dict[str, Any]:
-        seconds = durations.optional_seconds("max_heartbeat_age", self.max_heartbeat_age)
-        history = load_for_metrics(self.hook.get_catalog(self.job_name), max_heartbeat_age=seconds or 60.0)
+        history, report = check_job(self.hook.get_catalog(self.job_name), max_checkpoint_age=self.max_checkpoint_age,
+                                    max_failure_ratio=self.max_failure_ratio, failure_window=self.failure_window,
+                                    max_heartbeat_age=self.max_heartbeat_age)
         emit_checkpoint_metrics(history)
-        report = check_health(history, max_checkpoint_age=self.max_checkpoint_age,
-                              max_failure_ratio=self.max_failure_ratio, failure_window=self.failure_window,
-                              max_heartbeat_age=self.max_heartbeat_age)
         if not report.healthy:
             raise AirflowException(f"Sparkpoint job {self.job_name!r} is unhealthy: " + "; ".join(report.problems))
         self.log.info("job %s is healthy: %s", self.job_name, dict(report.figures))

@@ -1,207 +1,30 @@
-"""Which run is whose: the generation a submit started (found by its token), its result,
-and the record a task keeps across its tries in Airflow's task state store.
-
-A driver records the token of the submit that started it (``SPARKPOINT_SUBMITTER``)
-in its generation claim, with its application id and UI URL. Reading "the newest
-generation" instead would race with any other run of the job (a cleared task's
-previous try, a retry, a blue-green rollback).
-"""
+"""Deprecated alias: which run is whose moved to `airflow_sparkpoint.services.runs`, the
+task's record across tries to `services.retry`, the starter's environment to
+`services.submit` and `signal_tree` to `services.processes`. This module keeps the former
+names working."""
 
 from __future__ import annotations
 
-import json
-import logging
-import signal
-import threading
-import uuid
-from dataclasses import asdict, dataclass
-from typing import Any
+import warnings
 
-from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo
-from airflow_sparkpoint.checkpoints.records import AIRFLOW_CONTEXT_ENV, AirflowTry
-from airflow_sparkpoint.checkpoints.run_result import read_run_result
-from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
-from airflow_sparkpoint.exceptions import CorruptMetadata, SparkpointError
+from airflow_sparkpoint.services.processes import signal_tree
+from airflow_sparkpoint.services.retry import TASK_STATE_KEY, TaskRecord
+from airflow_sparkpoint.services.runs import (
+    RunWatcher,
+    claim_json,
+    find_claim,
+    new_token,
+    read_result,
+    reported_error,
+    run_status,
+    task_try,
+)
+from airflow_sparkpoint.services.submit import starter_environment
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "TASK_STATE_KEY", "RunWatcher", "TaskRecord", "claim_json", "find_claim", "new_token", "read_result",
+    "reported_error", "run_status", "signal_tree", "starter_environment", "task_try",
+]
 
-#: the task state store key a submit task keeps its record under
-TASK_STATE_KEY = "sparkpoint_submit"
-
-
-def new_token() -> str:
-    return uuid.uuid4().hex
-
-
-#: a generation's claim record, as the driver wrote it when it started (the one type of
-#: that record, `GenerationInfo`; this name is kept for callers of `find_claim`)
-RunClaim = GenerationInfo
-
-
-def claim_json(claim: GenerationInfo) -> dict[str, Any]:
-    """The run a submit task publishes (XCom ``spark_application``): generation,
-    application id, UI URL, host, pid and start time."""
-    return {"generation": claim.generation, "app": claim.app, "ui": claim.ui, "host": claim.host,
-            "pid": claim.pid, "started_at": claim.started_at}
-
-
-def find_claim(catalog: Catalog, token: str, *, after: int = 0) -> GenerationInfo | None:
-    """The generation newer than `after` whose driver recorded `token`, or None (an
-    unreadable claim is skipped).
-
-    :raises StorageError: the store cannot be listed or read.
-    """
-    for generation in (g for g in catalog.generations() if g > after):
-        try:
-            claim = catalog.generation_claim(generation)
-        except CorruptMetadata as exc:
-            log.debug("generation %d of job %s: unreadable claim (%s)", generation, catalog.job, exc)
-            continue
-        if claim is not None and claim.submitter == token:
-            return claim
-    return None
-
-
-def run_status(catalog: Catalog, generation: int) -> JobStatus | None:
-    """The status record generation `generation` wrote (its own record; ``status.json``
-    while it has none, a store written before per-generation records), or None when it
-    wrote none.
-
-    :raises StorageError: the store cannot be read.
-    """
-    status = read_job_status(catalog, generation) or read_job_status(catalog)
-    return status if status is not None and status.generation == generation else None
-
-
-def reported_error(catalog: Catalog, token: str, *, after: int = 0) -> str | None:
-    """The error the run of submit `token` recorded when it failed (its own status
-    record, `run_status`), or None."""
-    try:
-        claim = find_claim(catalog, token, after=after)
-        status = run_status(catalog, claim.generation) if claim is not None else None
-    except SparkpointError as exc:
-        log.debug("cannot read the failed run of job %s: %s", catalog.job, exc)
-        return None
-    if status is None or status.state != "failed":
-        return None
-    return str(status.error) if status.error else None
-
-
-def read_result(catalog: Catalog, generation: int) -> dict[str, Any] | None:
-    """The run result generation `generation` recorded when it ended (its XCom form), or None.
-
-    :raises CorruptMetadata: the record is unreadable.
-    """
-    result = read_run_result(catalog, generation)
-    return None if result is None else result.to_json()
-
-
-@dataclass(frozen=True)
-class TaskRecord:
-    """What a submit task keeps across its tries (Airflow 3.3+ task state store).
-
-    `tokens` are the submit tokens of every try so far (the last is the latest try's);
-    `since` is the newest generation before the first try, so a try's generation is
-    looked for among newer ones only.
-    """
-
-    try_number: int
-    restore: str
-    tokens: tuple[str, ...]
-    since: int
-
-    def generations(self, catalog: Catalog) -> list[int]:
-        """The generations the task's tries ran (a try that died before its driver claimed
-        one has none), oldest first."""
-        found = (find_claim(catalog, token, after=self.since) for token in self.tokens)
-        return sorted(claim.generation for claim in found if claim is not None)
-
-    @classmethod
-    def load(cls, store: Any) -> TaskRecord | None:
-        if store is None:
-            return None
-        try:
-            raw = store.get(TASK_STATE_KEY)
-            if isinstance(raw, str):
-                raw = json.loads(raw)
-            if not isinstance(raw, dict):
-                return None
-            return cls(int(raw["try_number"]), str(raw["restore"]), tuple(str(t) for t in raw["tokens"]),
-                       int(raw["since"]))
-        except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
-            log.warning("could not read the task state record %r: %s", TASK_STATE_KEY, exc)
-            return None
-
-    def save(self, store: Any) -> None:
-        if store is None:
-            return
-        try:
-            store.set(TASK_STATE_KEY, {**asdict(self), "tokens": list(self.tokens)})
-        except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
-            log.warning("could not write the task state record %r: %s", TASK_STATE_KEY, exc)
-
-
-def task_try(context: Any, dag_id: str, task_id: str) -> AirflowTry:
-    """The task try `context` runs (its map index only when the task is mapped);
-    `dag_id`/`task_id`: the operator's, where the task instance does not say."""
-    ti = context["ti"]
-    index = getattr(ti, "map_index", None)
-    return AirflowTry(str(getattr(ti, "dag_id", None) or dag_id), str(getattr(ti, "task_id", None) or task_id),
-                      str(context.get("run_id") or getattr(ti, "run_id", "") or ""),
-                      int(getattr(ti, "try_number", 1) or 1),
-                      int(index) if isinstance(index, int) and index >= 0 else None)
-
-
-def starter_environment(starter: AirflowTry) -> dict[str, str]:
-    """The driver's view of `starter` (`records.AIRFLOW_CONTEXT_ENV`): what Airflow exports
-    to the task's environment, set here explicitly, plus the map index it does not export."""
-    values = {"dag_id": starter.dag_id, "task_id": starter.task_id, "run_id": starter.run_id,
-              "try_number": "" if starter.try_number is None else str(starter.try_number),
-              "map_index": "" if starter.map_index is None else str(starter.map_index)}
-    return {AIRFLOW_CONTEXT_ENV[name]: value for name, value in values.items() if value}
-
-
-def signal_tree(pid: int, sig: signal.Signals) -> None:
-    """Send `sig` to process `pid` and its descendants (spark-submit's JVM and the
-    Python driver it started), ignoring those already gone."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return
-    for proc in processes:
-        try:
-            proc.send_signal(sig)
-        except psutil.Error:
-            pass
-
-
-class RunWatcher:
-    """While spark-submit runs, look for the generation its driver claims (by token),
-    so that the generation and the links are known while a long job runs."""
-
-    def __init__(self, catalog: Catalog, token: str, after: int, found: Any, interval_s: float = 2.0) -> None:
-        self._catalog, self._token, self._after, self._found = catalog, token, after, found
-        self._interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="sparkpoint-run-watcher", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            try:
-                run = find_claim(self._catalog, self._token, after=self._after)
-            except SparkpointError as exc:
-                logging.getLogger(__name__).debug("looking for the run failed: %s", exc)
-                continue
-            if run is not None:
-                self._found(run)
-                return
+warnings.warn("airflow_sparkpoint.operators.runs is deprecated: import from airflow_sparkpoint.services.runs "
+              "(and services.retry, services.submit, services.processes)", DeprecationWarning, stacklevel=2)

@@ -14,8 +14,6 @@ took yet is withdrawn, so no later run acts on it.
 
 from __future__ import annotations
 
-import getpass
-import socket
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -25,23 +23,15 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint import assets
-from airflow_sparkpoint.checkpoints import Catalog
-from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
-from airflow_sparkpoint.checkpoints.savepoints import (
-    SavepointSource,
-    request_savepoint,
-    savepoint_from_latest_checkpoint,
-    savepoint_source,
-    wait_for_savepoint,
-)
-from airflow_sparkpoint.exceptions import ControlError, SparkpointError
+from airflow_sparkpoint.exceptions import SparkpointError
 from airflow_sparkpoint.operators import lineage
 from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
+from airflow_sparkpoint.services.conditions import optional_int, optional_seconds
+from airflow_sparkpoint.services.control import ControlRequest, withdraw_request
+from airflow_sparkpoint.services.savepoint import keep_savepoint_history, requester, take_savepoint
 from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
-from airflow_sparkpoint.triggers.conditions import optional_int, optional_seconds
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -110,52 +100,41 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
         #: the control request this task filed (withdrawn by `on_kill` if no run took it)
         self.request_id: str | None = None
 
-    def _requester(self) -> str:
-        try:
-            user = getpass.getuser()
-        except Exception:  # noqa: BLE001 - informational only
-            user = "?"
-        return f"airflow:{self.dag_id}.{self.task_id}:{user}@{socket.gethostname()}"
-
     def execute(self, context: Context) -> str:
         catalog = self.hook.get_catalog(self.job_name)
-        source = savepoint_source(catalog, self.max_heartbeat_age)
-        if source.run is None:
-            return self._from_checkpoint(context, catalog, source)
-        request = request_savepoint(catalog, source.run, stop=self.stop, timeout_s=self.timeout,
-                                    requested_by=self._requester())
-        self.request_id = request.id
-        generation = source.run.generation
-        self.log.info("asked generation %d of job %s for a %s (request %s, timeout %.0f s)",
-                      generation, self.job_name, "stop-with-savepoint" if self.stop else "savepoint",
-                      request.id, self.timeout)
-        if self.deferrable:
+        try:
+            done = take_savepoint(
+                catalog, stop=self.stop, timeout_s=self.timeout, poll_s=self.poll_interval,
+                max_heartbeat_age=self.max_heartbeat_age,
+                requested_by=requester(f"airflow:{self.dag_id}.{self.task_id}"),
+                refused_by=None if self.from_checkpoint_if_not_running else "from_checkpoint_if_not_running=False",
+                wait=not self.deferrable, on_request=self._filed, announce=self.log.info,
+                max_count=self.max_count, max_age_s=self.max_age)
+        except SparkpointError as exc:
+            raise AirflowException(self.hook.scrub(str(exc))) from exc
+        if done.state == "pending":  # deferrable: the trigger waits
             self.defer(
                 trigger=SparkpointCheckpointTrigger(
-                    mode="control_result",
-                    job_name=self.job_name,
-                    checkpoint_dir=self.checkpoint_dir,
-                    sparkpoint_conn_id=self.sparkpoint_conn_id,
-                    request_id=request.id,
-                    generation=generation,
-                    max_heartbeat_age=self.max_heartbeat_age,
-                    poll_interval=self.poll_interval,
-                    deadline=time.time() + self.timeout,
-                ),
+                    mode="control_result", job_name=self.job_name, checkpoint_dir=self.checkpoint_dir,
+                    sparkpoint_conn_id=self.sparkpoint_conn_id, request_id=done.request_id,
+                    generation=done.generation, max_heartbeat_age=self.max_heartbeat_age,
+                    poll_interval=self.poll_interval, deadline=time.time() + self.timeout),
                 method_name="execute_complete",
                 # The trigger's own deadline withdraws the request; this is the backstop.
                 timeout=timedelta(seconds=self.timeout + 60),
             )
-        try:
-            result = wait_for_savepoint(catalog, request, timeout_s=self.timeout, poll_s=self.poll_interval,
-                                        max_heartbeat_age=self.max_heartbeat_age)
-        except ControlError as exc:
-            raise AirflowException(self.hook.scrub(str(exc))) from exc
-        self.log.info("generation %s of job %s completed savepoint %s (batch %s)", result.generation,
-                      self.job_name, result.savepoint, result.batch_id)
-        self._completed(context, result.generation, str(result.savepoint), result.batch_id)
-        self._retention(catalog)
-        return str(result.savepoint)
+        if done.source == "running-job":
+            self.log.info("generation %s of job %s completed savepoint %s (batch %s)", done.generation,
+                          self.job_name, done.uri, done.batch_id)
+        self._completed(context, done.generation, str(done.uri), done.batch_id, last_checkpoint=done.checkpoint_uri)
+        return str(done.uri)
+
+    def _filed(self, request: ControlRequest) -> None:
+        """Remember the request (`on_kill` withdraws it while no run took it)."""
+        self.request_id = request.id
+        self.log.info("asked generation %d of job %s for a %s (request %s, timeout %.0f s)",
+                      request.generation, self.job_name, "stop-with-savepoint" if self.stop else "savepoint",
+                      request.id, self.timeout)
 
     def on_kill(self) -> None:
         """Withdraw this task's control request if no run has taken it yet (a run that
@@ -163,8 +142,8 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
         if self.request_id is None:
             return
         try:
-            result = ControlChannel(self.hook.get_catalog(self.job_name)).withdraw(
-                self.request_id, f"task {self.task_id} was killed while waiting")
+            result = withdraw_request(self.hook.get_catalog(self.job_name), self.request_id,
+                                      f"task {self.task_id} was killed while waiting")
         except SparkpointError as exc:
             self.log.warning("could not withdraw control request %s of job %s: %s", self.request_id,
                              self.job_name, exc)
@@ -180,20 +159,9 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
         self.log.info("generation %s of job %s completed savepoint %s (batch %s)", payload.get("generation"),
                       self.job_name, payload["savepoint_uri"], payload.get("batch_id"))
         self._completed(context, payload.get("generation"), str(payload["savepoint_uri"]), payload.get("batch_id"))
-        self._retention(self.hook.get_catalog(self.job_name))
+        keep_savepoint_history(self.hook.get_catalog(self.job_name), max_count=self.max_count,
+                               max_age_s=self.max_age)
         return str(payload["savepoint_uri"])
-
-    def _from_checkpoint(self, context: Context, catalog: Catalog, source: SavepointSource) -> str:
-        refused_by = None if self.from_checkpoint_if_not_running else "from_checkpoint_if_not_running=False"
-        try:
-            latest, handle = savepoint_from_latest_checkpoint(catalog, source, refused_by=refused_by,
-                                                              stop=self.stop, announce=self.log.info)
-        except SparkpointError as exc:
-            raise AirflowException(self.hook.scrub(str(exc))) from exc
-        self._completed(context, handle.metadata.generation, handle.uri, handle.metadata.batch_id,
-                        last_checkpoint=catalog.checkpoint_uri(latest.id))
-        self._retention(catalog)
-        return handle.uri
 
     def _completed(self, context: Context, generation: Any, savepoint: str, batch_id: Any,
                    last_checkpoint: str | None = None) -> None:
@@ -211,16 +179,3 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage: the savepoints dataset and the ``sparkpoint`` run facet."""
         return lineage.savepoint_lineage(self)
-
-    def _retention(self, catalog: Catalog) -> None:
-        if self.max_count is None and self.max_age is None:
-            return
-        try:
-            disposed = savepoint_history_retention(catalog, max_count=self.max_count, max_age_s=self.max_age)
-        except SparkpointError as exc:
-            # The savepoint itself succeeded; failing (and retrying) would only make another.
-            self.log.warning("savepoint history retention of job %s failed: %s", self.job_name, exc)
-            return
-        if disposed:
-            self.log.info("savepoint history retention (max_count=%s, max_age=%s s) disposed of %s",
-                          self.max_count, self.max_age, disposed)

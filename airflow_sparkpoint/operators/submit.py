@@ -7,7 +7,7 @@ optionally ships the runtime with ``--py-files``, and returns the run result as 
 
 Client deploy mode only: the driver runs under the task, so a kill of the task reaches
 it (see `on_kill` and `airflow_sparkpoint.runtime.signals`). ``deploy_mode="cluster"``
-is refused before anything is submitted (see `refuse_cluster_mode`).
+is refused before anything is submitted (see `submit_checks.refuse_cluster_mode`).
 
 Each submit carries a token (environment ``SPARKPOINT_SUBMITTER``) that the driver
 records with its generation claim: the operator finds its own run, result and
@@ -18,22 +18,18 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_sparkpoint import durations
-from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo, open_snapshot
-from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError
-from airflow_sparkpoint.operators import lineage, runs
+from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
+from airflow_sparkpoint.operators import lineage
 from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
 from airflow_sparkpoint.operators.driver_errors import DriverError, SparkpointRunFailed, failure
 from airflow_sparkpoint.operators.health import emit_metrics_for
@@ -44,76 +40,36 @@ from airflow_sparkpoint.operators.links import (
     checkpoint_history_url,
     spark_ui_url,
 )
-from airflow_sparkpoint.operators.submit_checks import (
-    SparkpointConfigFailure,
-    path_with_local_spark,
-    require_spark_binary,
-    require_spark_connection,
-    resolve_application,
-    sparkpoint_settings,
-)
-from airflow_sparkpoint.operators.submit_dir import (
-    ROCKSDB_LIBRARY_DIR_ENV,
-    build_runtime_zip,
-    open_submit_dir,
-)
+from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure, check_spark
 from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
-from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
-from airflow_sparkpoint.runtime.takeover import check_start
-from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
-from airflow_sparkpoint.storage.endpoints import ENDPOINT_URL, REGION_NAME
+from airflow_sparkpoint.services.processes import signal_tree
+from airflow_sparkpoint.services.retry import TaskRecord, choose_restore, chosen_snapshot, restore_decision
+from airflow_sparkpoint.services.runs import (
+    GenerationInfo,
+    RunWatcher,
+    claim_json,
+    find_claim,
+    new_token,
+    read_result,
+    reported_error,
+    task_try,
+)
+from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
+from airflow_sparkpoint.services.spark_env import spark_environment
+from airflow_sparkpoint.services.stores import Catalog
+from airflow_sparkpoint.services.submit import (
+    SUBMITTER_ENV,
+    check_parameters,
+    check_start,
+    interval_text,
+    secret_environment,
+    sparkpoint_conf,
+    starter_environment,
+)
+from airflow_sparkpoint.services.submit_dir import ROCKSDB_LIBRARY_DIR_ENV, build_runtime_zip, open_submit_dir
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
-
-#: Private names of the Spark provider this operator relies on (present in 6.0 through 6.3;
-#: pyproject.toml bounds the provider below 7, and a test checks them on the installed one):
-#: (class, attribute); ``_connection`` keys are checked as well.
-SPARK_PROVIDER_PRIVATE_NAMES = (
-    (SparkSubmitOperator, "_get_hook"), (SparkSubmitOperator, "_hook"), (SparkSubmitOperator, "_conn_id"),
-    (SparkSubmitHook, "_connection"), (SparkSubmitHook, "_env"), (SparkSubmitHook, "_submit_sp"),
-    (SparkSubmitHook, "_build_spark_submit_command"), (SparkSubmitHook, "_process_spark_submit_log"),
-)
-SPARK_CONNECTION_KEYS = ("master", "deploy_mode")
-
-def local_spark_home() -> str | None:
-    """The Spark distribution that this interpreter's PySpark carries (pip's ``pyspark``
-    has ``bin/spark-submit`` and the jars), or None: no pyspark, or only the Spark
-    provider's ``pyspark-client`` (the Spark Connect client: a ``pyspark`` package with
-    neither), which can run no driver and is no ``SPARK_HOME``."""
-    try:
-        import pyspark
-    except ImportError:
-        return None
-    home = Path(pyspark.__file__ or "/nonexistent").parent  # None for a namespace package
-    return str(home) if (home / "bin" / "spark-submit").is_file() else None
-
-
-def chosen_snapshot(value: Any) -> str | None:
-    """`restore_snapshot` as a path, or None when not set (None or blank).
-
-    :raises ConfigError: ``latest``/``none`` or not a string (those are `restore` values).
-    """
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    if not isinstance(value, str) or value.strip().lower() in ("latest", "none"):
-        raise ConfigError(f"restore_snapshot={value!r} is invalid; expected a savepoint or checkpoint path (see "
-                          "`sparkpoint list`), or empty; 'latest' and 'none' are values of restore=")
-    return value.strip()
-
-
-def _interval_text(value: Any, *, rendered: bool = False) -> str:
-    """`checkpoint_interval` as the conf string the job reads: a timedelta or a number
-    becomes seconds (``30s``); a string is checked and kept (a template is checked once
-    `rendered`).
-
-    :raises ConfigError: not a duration >= 0 (the message names the parameter and value).
-    """
-    if isinstance(value, str):
-        if rendered or "{{" not in value and "{%" not in value:
-            durations.seconds("checkpoint_interval", value, allow_zero=True)
-        return value
-    return durations.conf_text(durations.seconds("checkpoint_interval", value, allow_zero=True))
 
 
 class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkSubmitOperator):
@@ -214,18 +170,12 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         declared_sink(sink)  # a malformed declaration fails when the DAG is parsed
         self.sink = sink
         self._init_assets(emit_asset_events)
-        if commit_mode not in ("checkpoint", "external"):
-            raise ConfigError(f"commit_mode={commit_mode!r} is not allowed; expected 'checkpoint' or 'external'")
-        if not isinstance(num_retained, int) or num_retained < 1:
-            raise ConfigError(f"num_retained={num_retained!r} is not allowed; expected an integer >= 1")
-        if state_partitions is not None and (
-                isinstance(state_partitions, bool) or not isinstance(state_partitions, int) or state_partitions < 1):
-            raise ConfigError(f"state_partitions={state_partitions!r} is invalid; expected an integer >= 1 "
-                              "(or None: the snapshot's own number)")
+        check_parameters(commit_mode=commit_mode, num_retained=num_retained, state_partitions=state_partitions,
+                         takeover=takeover)
         self.restore = restore
         self.restore_snapshot = restore_snapshot
         self.trigger = trigger
-        self.checkpoint_interval = _interval_text(checkpoint_interval)
+        self.checkpoint_interval = interval_text(checkpoint_interval)
         self.num_retained = num_retained
         self.commit_mode = commit_mode
         self.work_dir = work_dir
@@ -234,8 +184,6 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         self.stop_timeout = durations.seconds("stop_timeout", stop_timeout, allow_zero=True)
         self.spark_history_server = spark_history_server
         self.state_partitions = state_partitions
-        if not isinstance(takeover, bool):
-            raise ConfigError(f"takeover={takeover!r} is invalid; expected True or False")
         self.takeover = takeover
         #: the run this try started (its generation claim), once the driver recorded it
         self.sparkpoint_run: dict[str, Any] | None = None
@@ -252,165 +200,41 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
 
     def choose_restore(self, try_number: int, catalog: Catalog | None = None,
                        own_generations: Sequence[int] | None = None) -> str:
-        """``restore`` on the first try; on a retry, the latest retained checkpoint of the
-        task's own tries (resume, never restart).
+        """What try `try_number` restores (`services.retry.choose_restore`: `restore` on the
+        first try, then the latest retained checkpoint of the task's own tries;
+        `restore_snapshot` on every try).
 
-        `restore_snapshot`, when set, on every try (a hand-chosen restore).
-
-        ``restore="latest"``/``"none"``: a retry restores ``latest``. A savepoint or
-        checkpoint path: a retry restores the newest checkpoint that one of the task's
-        tries completed (``latest`` when that is the job's newest, else its path), or the
-        same path again while none did — never another run's state. `own_generations`
-        (from the task state record, Airflow 3.3+) are the generations the task's tries
-        ran; without them, a checkpoint newer than the path counts as the task's own.
+        :raises ConfigError: `restore_snapshot` is not a path.
         """
-        chosen = chosen_snapshot(self.restore_snapshot)
-        if chosen is not None:
-            return chosen
-        if try_number <= 1:
-            return self.restore
-        if self.restore in ("latest", "none") or catalog is None:
-            return "latest"
-        latest = catalog.latest()
-        if latest is None:
-            return self.restore
-        if own_generations is not None:
-            own = [meta for meta in catalog.checkpoints() if meta.generation in set(own_generations)]
-            if not own:
-                return self.restore
-            newest = max(own, key=lambda meta: meta.id)
-            return "latest" if newest.id == latest.id else catalog.checkpoint_uri(newest.id)
-        try:
-            target = open_snapshot(self.restore, storage_options=self.sparkpoint_hook.storage_options).metadata
-        except RestoreError:
-            return "latest"
-        return self.restore if latest.created_at <= target.created_at else "latest"
+        return choose_restore(try_number, restore=self.restore, restore_snapshot=self.restore_snapshot,
+                              catalog=catalog, own_generations=own_generations,
+                              storage_options=self.sparkpoint_hook.storage_options)
 
     def build_sparkpoint_conf(self, restore: str) -> dict[str, str]:
-        """The ``spark.sparkpoint.*`` settings for this submit, validated like the job does.
+        """The ``spark.sparkpoint.*`` settings for this submit (`services.submit.sparkpoint_conf`).
 
         :raises ConfigError: a setting is invalid (before anything is submitted).
         """
-        options = self.sparkpoint_hook.storage_options
-        conf: dict[str, str] = {
-            f"{PREFIX}dir": self.sparkpoint_hook.storage_uri,
-            f"{PREFIX}job": self.job_name,
-            f"{PREFIX}restore": restore,
-            f"{PREFIX}trigger": self.trigger,
-            f"{PREFIX}checkpoint.interval": _interval_text(self.checkpoint_interval, rendered=True),
-            f"{PREFIX}checkpoint.numRetained": str(self.num_retained),
-            f"{PREFIX}commit.mode": self.commit_mode,
-        }
-        if self.work_dir:
-            conf[f"{PREFIX}workDir"] = self.work_dir
-        if options.get(ENDPOINT_URL):
-            conf[f"{PREFIX}s3.endpoint"] = str(options[ENDPOINT_URL])
-        if options.get(REGION_NAME):
-            conf[f"{PREFIX}s3.region"] = str(options[REGION_NAME])
-        if self.state_partitions is not None:
-            conf[f"{PREFIX}restore.statePartitions"] = str(self.state_partitions)
-        if self.takeover:
-            conf[f"{PREFIX}takeover"] = "true"
-        # spark.sparkpoint.* keys in conf too: validated here, not by the driver 20 s later
-        conf.update(sparkpoint_settings(self.conf, self.sparkpoint_conf))
-        parsed = SparkpointConfig.from_conf(conf)
-        shuffle = (self.conf or {}).get("spark.sql.shuffle.partitions")
-        if parsed.restore_state_partitions is not None and shuffle is not None and \
-                str(shuffle).strip() != str(parsed.restore_state_partitions):
-            # The job would refuse it too (after the submit): state partitions are shuffle partitions.
-            raise ConfigError(f"spark.sql.shuffle.partitions={shuffle} contradicts state_partitions="
-                              f"{parsed.restore_state_partitions}; remove it or set it to the same number")
-        return conf
-
-    def _secret_environment(self) -> dict[str, str]:
-        options = self.sparkpoint_hook.storage_options
-        env = {}
-        for option, variable in (("aws_access_key_id", "AWS_ACCESS_KEY_ID"),
-                                 ("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY"),
-                                 ("aws_session_token", "AWS_SESSION_TOKEN")):
-            if options.get(option):
-                env[variable] = str(options[option])
-        return env
+        return sparkpoint_conf(
+            storage_uri=self.sparkpoint_hook.storage_uri, storage_options=self.sparkpoint_hook.storage_options,
+            job=self.job_name, restore=restore, trigger=self.trigger, checkpoint_interval=self.checkpoint_interval,
+            num_retained=self.num_retained, commit_mode=self.commit_mode, work_dir=self.work_dir,
+            state_partitions=self.state_partitions, takeover=self.takeover, conf=self.conf,
+            extra=self.sparkpoint_conf)
 
     def spark_environment(self, master: str, *, native_dir: str | None = None) -> dict[str, str]:
-        """spark-submit's environment additions: this interpreter's Spark when no Spark
-        install is configured, the Python interpreters, and `native_dir` as the driver's
-        RocksDB library directory unless one is set (`airflow_sparkpoint.operators.submit_dir`).
-
-        The driver runs here (client mode): ``PYSPARK_DRIVER_PYTHON`` defaults to this
-        interpreter when it has a PySpark with its Spark distribution (`local_spark_home`);
-        an Airflow worker without one (no pyspark, or the Spark provider's pyspark-client)
-        leaves it to Spark, which then runs the driver with ``PYSPARK_PYTHON``. Spark's
-        Python workers run ``spark.pyspark.python`` (conf) or ``PYSPARK_PYTHON``
-        (`env_vars` or this worker's environment) when given; else the `sparkpoint`
-        connection's ``pyspark_python``; else this interpreter for a ``local[...]`` master
-        (same machine) when it has that PySpark, and ``python3`` (Spark's own default)
-        otherwise, as on a cluster, where this worker's interpreter path means nothing.
-        """
-        env: dict[str, str] = {}
-        current = {**os.environ, **(self.env_vars or {})}
-        if native_dir and not current.get(ROCKSDB_LIBRARY_DIR_ENV):
-            env[ROCKSDB_LIBRARY_DIR_ENV] = native_dir
-        spark_here = local_spark_home()
-        if not current.get("SPARK_HOME") and spark_here:
-            env["SPARK_HOME"] = spark_here
-        path = path_with_local_spark(current)
-        if path is not None:
-            env["PATH"] = path
-        if not current.get("PYSPARK_DRIVER_PYTHON") and not (self.conf or {}).get("spark.pyspark.driver.python"):
-            if spark_here:
-                env["PYSPARK_DRIVER_PYTHON"] = sys.executable
-            else:
-                self.log.info("this worker's Python %s has no PySpark to run the driver: Spark runs it with "
-                              "spark.pyspark.python / PYSPARK_PYTHON", sys.executable)
-        if (self.conf or {}).get("spark.pyspark.python") or current.get("PYSPARK_PYTHON"):
-            return env
-        local = master.strip().lower().startswith("local") and spark_here is not None
+        """spark-submit's environment additions (`services.spark_env.spark_environment`), from
+        this worker's environment with `env_vars`, the Spark `conf` and the `sparkpoint`
+        connection's ``pyspark_python``."""
         from_conn = self.sparkpoint_hook.pyspark_python if self.sparkpoint_conn_id else None
-        env["PYSPARK_PYTHON"] = from_conn or (sys.executable if local else "python3")
-        self.log.info("Spark's Python workers run %s (%s)", env["PYSPARK_PYTHON"],
-                      f"connection {self.sparkpoint_conn_id!r}" if from_conn
-                      else "this interpreter: local master" if local else "Spark's default; set "
-                      "spark.pyspark.python, PYSPARK_PYTHON or the connection's Python field for your cluster")
-        return env
+        return spark_environment({**os.environ, **(self.env_vars or {})}, self.conf or {}, master,
+                                 native_dir=native_dir, pyspark_python=from_conn,
+                                 pyspark_python_from=f"connection {self.sparkpoint_conn_id!r}")
 
     def _get_hook(self) -> SparkpointSubmitHook:
         return SparkpointSubmitHook.of(super()._get_hook(), self._secret_env)
 
-    def refuse_cluster_mode(self, hook: SparkSubmitHook) -> None:
-        """Refuse ``deploy_mode="cluster"`` (operator, Spark connection or conf).
-
-        In cluster mode the driver runs on the cluster: a kill of this task would not
-        reach it, and the Spark provider's durable reconnect would make a retry attach
-        to a still running application and return no result. Until both are handled
-        through the cluster manager (and tested against one), only client mode runs.
-
-        :raises ConfigError: cluster mode was asked for.
-        """
-        mode = str(hook._connection.get("deploy_mode") or (self.conf or {}).get("spark.submit.deployMode") or "")
-        if mode.strip().lower() == "cluster":
-            raise ConfigError(
-                f"SparkpointSubmitOperator {self.task_id!r}: deploy_mode='cluster' is not supported (from the "
-                f"operator, the {self._conn_id!r} connection's deploy-mode or spark.submit.deployMode); expected "
-                "client mode, where the driver runs under this task so that a kill or a retry reaches it"
-            )
-
     # ------------------------------------------------------------------ execute
-
-    def check_spark(self) -> SparkSubmitHook:
-        """The Spark provider's hook, once its connection, deploy mode and ``spark-submit``
-        are known to be usable; the relative `application` resolved (`submit_checks`).
-
-        :raises ConfigError: naming what is missing or refused.
-        """
-        require_spark_connection(self._conn_id)  # else the provider falls back to master yarn
-        hook = self._get_hook()
-        self.refuse_cluster_mode(hook)
-        path = path_with_local_spark({**os.environ, **(self.env_vars or {})})
-        require_spark_binary(str(hook._connection.get("spark_binary") or "spark-submit"),
-                             path or {**os.environ, **(self.env_vars or {})}.get("PATH", os.defpath))
-        self.application = resolve_application(self.application, self.dag.fileloc if self.has_dag() else None)
-        return hook
 
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]
         ti = context["ti"]
@@ -419,28 +243,32 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         if self._conf_given is not None and self.conf == self._conf_given[1]:
             self.conf = dict(self._conf_given[0])  # an earlier execute of this object set it: the user's again
         try:  # bad input fails before anything is recorded or submitted, and is not retried
-            self.check_spark()
+            check_spark(self)
             catalog = self._catalog()
-            previous = runs.TaskRecord.load(store) if try_number > 1 else None
+            previous = TaskRecord.load(store) if try_number > 1 else None
             generation_before = catalog.current_generation()
             own = previous.generations(catalog) if previous is not None else None
             restore = self.choose_restore(try_number, catalog, own)
-            self._log_decision(catalog, try_number, restore, previous)
+            for line in restore_decision(catalog, job=self.job_name, task=self.task_id, try_number=try_number,
+                                         restore=self.restore, chosen=restore, previous=previous,
+                                         hand_chosen=chosen_snapshot(self.restore_snapshot) is not None):
+                self.log.info("%s", line)
             sparkpoint_conf = self.build_sparkpoint_conf(restore)
         except SparkpointConfigFailure:
             raise
         except (ConfigError, AirflowNotFoundException) as exc:  # the latter: a missing sparkpoint connection
             raise SparkpointConfigFailure(str(exc)) from exc
-        starter = runs.task_try(context, self.dag_id, self.task_id)
+        starter = task_try(context, self.dag_id, self.task_id)
         # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
         check_start(catalog, starter, takeover=self.takeover)
-        token = runs.new_token()
-        runs.TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
+        token = new_token()
+        TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
                         previous.since if previous else generation_before).save(store)
         given = dict(self.conf or {})
         self.conf = {**given, **sparkpoint_conf}
         self._conf_given = (given, dict(self.conf))
-        self._secret_env = {**self._secret_environment(), **runs.starter_environment(starter), SUBMITTER_ENV: token}
+        self._secret_env = {**secret_environment(self.sparkpoint_hook.storage_options),
+                            **starter_environment(starter), SUBMITTER_ENV: token}
         master = str(self._get_hook()._connection.get("master") or "")
         submit_dir = open_submit_dir()  # removed when spark-submit has ended (else by a later sweep)
         try:
@@ -454,7 +282,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             self._hook = None  # rebuilt with the final environment and files
             self._push(ti, SparkpointCheckpointHistoryLink().xcom_key,
                        checkpoint_history_url(self.job_name, self.sparkpoint_conn_id, self.checkpoint_dir))
-            watcher = runs.RunWatcher(catalog, token, generation_before, lambda run: self._found(ti, run))
+            watcher = RunWatcher(catalog, token, generation_before, lambda run: self._found(ti, run))
             watcher.start()
         except BaseException:
             submit_dir.close()
@@ -470,7 +298,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         finally:
             watcher.stop()
             try:
-                self._found(ti, runs.find_claim(catalog, token, after=generation_before))
+                self._found(ti, find_claim(catalog, token, after=generation_before))
             except SparkpointError as exc:  # keep the run's own error, if any
                 self.log.warning("could not read the generation claims of job %s: %s", self.job_name, exc)
             process = getattr(self._hook, "_submit_sp", None)
@@ -481,7 +309,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             self.log.warning("job %s ended without claiming a generation (did it call job.run()?)", self.job_name)
             return None
         generation = int(self.sparkpoint_run["generation"])
-        result = runs.read_result(catalog, generation)
+        result = read_result(catalog, generation)
         emit_metrics_for(catalog, every=0)  # checkpoint metrics through Airflow's Stats (never raises)
         if result is None:
             self.log.warning("job %s generation %d ended without a Sparkpoint run result", self.job_name, generation)
@@ -506,7 +334,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         `ConfigError` is not retried (`SparkpointConfigFailure`)."""
         hook = self._hook if isinstance(self._hook, SparkpointSubmitHook) else None
         output = hook.driver_output if hook is not None else None
-        recorded = runs.reported_error(catalog, token, after=after)
+        recorded = reported_error(catalog, token, after=after)
         error = (output.reported if output else None) or (DriverError("", recorded) if recorded else None) or (
             output.traceback if output else None)
         if error is None:
@@ -516,41 +344,12 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         message = failure(self.job_name, error, exit_code=getattr(process, "returncode", None))
         return SparkpointConfigFailure(message) if error.type == "ConfigError" else SparkpointRunFailed(message, error)
 
-    def _log_decision(self, catalog: Catalog, try_number: int, restore: str, previous: runs.TaskRecord | None) -> None:
-        if chosen_snapshot(self.restore_snapshot) is not None:
-            self.log.info("try %d: job %s restores %s (restore_snapshot: a hand-chosen restore, honoured on every "
-                          "try)", try_number, self.job_name, restore)
-            return
-        if try_number <= 1:
-            self.log.info("first try: job %s starts with restore=%s", self.job_name, restore)
-            return
-        if previous is not None:
-            run = runs.find_claim(catalog, previous.tokens[-1], after=previous.since)
-            status = runs.run_status(catalog, run.generation) if run is not None else None
-            if run is None:
-                self.log.info("try %d: the previous try (%d) started no run of job %s", try_number,
-                              previous.try_number, self.job_name)
-            elif status is not None:
-                self.log.info("try %d: the previous try (%d) ran generation %d, which ended %s%s", try_number,
-                              previous.try_number, run.generation, status.state,
-                              f" ({status.error})" if status.error else "")
-        if restore == "latest":
-            self.log.info("try %d of %s: resuming job %s from its latest retained checkpoint (restore=latest; "
-                          "the first try's restore=%r is not used again)", try_number, self.task_id, self.job_name,
-                          self.restore)
-        elif restore == self.restore:
-            self.log.info("try %d of %s: no try of this task completed a checkpoint of job %s yet; restoring %s "
-                          "again", try_number, self.task_id, self.job_name, restore)
-        else:
-            self.log.info("try %d of %s: resuming job %s from %s, the newest checkpoint of this task's own tries "
-                          "(a newer one is another run's)", try_number, self.task_id, self.job_name, restore)
-
     def _found(self, ti: Any, run: GenerationInfo | None) -> None:
         """Record the run this try started (once) and publish its generation and links."""
         with _FOUND_LOCK:
             if run is None or self.sparkpoint_run is not None:
                 return
-            self.sparkpoint_run = runs.claim_json(run)
+            self.sparkpoint_run = claim_json(run)
         self.log.info("job %s runs as generation %d (application %s, UI %s)", self.job_name, run.generation,
                       run.app or "?", run.ui or "off")
         self._push(ti, "generation", run.generation)
@@ -577,7 +376,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         """
         process = getattr(self._hook, "_submit_sp", None)
         if process is not None and process.poll() is None:
-            runs.signal_tree(process.pid, signal.SIGTERM)
+            signal_tree(process.pid, signal.SIGTERM)
             deadline = time.monotonic() + self.stop_timeout
             while process.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)

@@ -8,8 +8,19 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_sparkpoint.operators.driver_errors import DriverOutput
+
+#: Private names of the Spark provider the submit operator relies on (present in 6.0
+#: through 6.3; pyproject.toml bounds the provider below 7, and a test checks them on the
+#: installed one): (class, attribute); ``_connection`` keys are checked as well.
+SPARK_PROVIDER_PRIVATE_NAMES = (
+    (SparkSubmitOperator, "_get_hook"), (SparkSubmitOperator, "_hook"), (SparkSubmitOperator, "_conn_id"),
+    (SparkSubmitHook, "_connection"), (SparkSubmitHook, "_env"), (SparkSubmitHook, "_submit_sp"),
+    (SparkSubmitHook, "_build_spark_submit_command"), (SparkSubmitHook, "_process_spark_submit_log"),
+)
+SPARK_CONNECTION_KEYS = ("master", "deploy_mode")
 
 
 class SparkpointSubmitHook(SparkSubmitHook):

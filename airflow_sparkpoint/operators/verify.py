@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
-from airflow_sparkpoint.checkpoints.layout import validate_job_name
 from airflow_sparkpoint.checkpoints.verification import VerificationRecord
 from airflow_sparkpoint.exceptions import (
     ConfigError,
@@ -43,13 +42,14 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
 from airflow_sparkpoint.operators.submit import SparkpointSubmitOperator
-from airflow_sparkpoint.runtime.config import PREFIX
+from airflow_sparkpoint.services.stores import validate_job_name
+from airflow_sparkpoint.services.submit import PREFIX
 from airflow_sparkpoint.storage import open_storage, split_uri
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_sparkpoint.sinks.base import Sink
+    from airflow_sparkpoint.services.sinks import Sink
 
 SCRATCH = "{scratch}"
 LATEST_SAVEPOINT = "latest_savepoint"

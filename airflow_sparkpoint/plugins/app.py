@@ -31,8 +31,6 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from airflow_sparkpoint.checkpoints.health import load_for_metrics, prometheus_text
-from airflow_sparkpoint.checkpoints.history import PipelineHistory, load_history
 from airflow_sparkpoint.plugins import page
 from airflow_sparkpoint.plugins.pipelines import (
     Pipeline,
@@ -43,6 +41,8 @@ from airflow_sparkpoint.plugins.pipelines import (
     redact,
     resolve,
 )
+from airflow_sparkpoint.services.health import load_for_metrics, prometheus_text
+from airflow_sparkpoint.services.history import PipelineHistory, load_history
 
 log = logging.getLogger(__name__)
 

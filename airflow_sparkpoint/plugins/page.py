@@ -15,8 +15,8 @@ from typing import Any
 
 from jinja2 import Environment
 
-from airflow_sparkpoint.checkpoints.display import size
 from airflow_sparkpoint.plugins import charts
+from airflow_sparkpoint.services.history import size
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px;color:#1f2933;background:#fff}

@@ -34,9 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_sparkpoint.checkpoints.catalog import Catalog
-from airflow_sparkpoint.checkpoints.layout import validate_job_name
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
+from airflow_sparkpoint.services.stores import Catalog, validate_job_name
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """`SparkpointCheckpointSensor`: wait for a completed checkpoint, a savepoint or healthy
 progress of a Sparkpoint job (of a given generation); fail fast when the job failed,
-was superseded or died. The condition lives in `airflow_sparkpoint.triggers.conditions`,
+was superseded or died. The condition lives in `airflow_sparkpoint.services.conditions`,
 shared with the deferrable trigger.
 """
 
@@ -18,8 +18,7 @@ from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.operators.health import emit_metrics_for
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
-from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
-from airflow_sparkpoint.triggers.conditions import (
+from airflow_sparkpoint.services.conditions import (
     CheckpointCondition,
     Outcome,
     epoch_seconds,
@@ -27,6 +26,7 @@ from airflow_sparkpoint.triggers.conditions import (
     optional_int,
     optional_seconds,
 )
+from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

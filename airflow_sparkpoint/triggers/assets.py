@@ -2,8 +2,9 @@
 its new savepoints, read from the job's catalog by the triggerer.
 
 ``SparkpointCommitTrigger``     one event each time the job's commit head moves
-                                (`checkpoints.commit_head`: written after a sink confirmed a
-                                commit, never for staged or aborted batches); one GET a poll
+                                (`services.watches.commit_position`: written after a sink
+                                confirmed a commit, never for staged or aborted batches); one
+                                GET a poll
 ``SparkpointSavepointTrigger``  one event per new completed savepoint (``_metadata``
                                 present); one LIST a poll, then the listing and ``_metadata``
                                 of each directory not seen yet (all of them only when a
@@ -40,17 +41,13 @@ from typing import Any, ClassVar
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_sparkpoint import durations
-from airflow_sparkpoint.checkpoints import Catalog, layout
-from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
 from airflow_sparkpoint.exceptions import SparkpointError
 from airflow_sparkpoint.hooks.sparkpoint import storage_connection
+from airflow_sparkpoint.services.stores import Catalog, validate_job_name
+from airflow_sparkpoint.services.watches import commit_position, savepoint_position
 from airflow_sparkpoint.triggers.checkpoint import open_catalog, release_catalog, run_blocking
 
 __all__ = ["SparkpointCommitTrigger", "SparkpointSavepointTrigger"]
-
-#: savepoint names a savepoint watcher's cursor keeps (the newest; retention keeps fewer);
-#: the older ones are summed up by a checkpoint id (`_trim`)
-MAX_KNOWN_SAVEPOINTS = 500
 
 
 class _CatalogWatchTrigger(BaseEventTrigger):
@@ -62,7 +59,7 @@ class _CatalogWatchTrigger(BaseEventTrigger):
     def __init__(self, *, job_name: str, checkpoint_dir: str | None = None, sparkpoint_conn_id: str | None = None,
                  poll_interval: float | timedelta | str = 10.0) -> None:
         super().__init__()
-        layout.validate_job_name(job_name)
+        validate_job_name(job_name)
         self.job_name = job_name
         self.checkpoint_dir = checkpoint_dir
         self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
@@ -197,11 +194,7 @@ class SparkpointCommitTrigger(_CatalogWatchTrigger):
     kind = "commits"
 
     def position(self, catalog: Catalog, cursor: dict[str, Any] | None) -> dict[str, Any]:
-        head = read_commit_head(catalog)
-        if head is None:
-            return {"seq": 0, "txn_id": None, "batch": None}
-        return {"seq": head.seq, "txn_id": head.txn_id, "batch": head.batch, "generation": head.generation,
-                "sink": head.sink_id, "sink_version": head.sink_version, "committed_at": head.committed_at}
+        return commit_position(catalog)
 
     def events(self, before: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:
         if now.get("txn_id") is None:  # the head record went away: nothing new was committed
@@ -226,35 +219,12 @@ class SparkpointSavepointTrigger(_CatalogWatchTrigger):
     kind = "savepoints"
 
     def position(self, catalog: Catalog, cursor: dict[str, Any] | None) -> dict[str, Any]:
-        """One listing of ``savepoints/``; then only the directories not seen yet are read
-        (one listing and the ``_metadata`` each): a directory still being copied, or left
-        by a copy that died, is read again at each poll, never the savepoints already seen."""
-        known = list((cursor or {}).get("known", ()))
-        floor = (cursor or {}).get("floor")
-        if cursor is not None and "floor" not in cursor and len(known) >= MAX_KNOWN_SAVEPOINTS:
-            # The previous release's cursor: it kept the newest names and forgot the rest.
-            # Below the oldest checkpoint it names, those are seen; at it, one may be
-            # reported again (at least once: consumers dedupe by URI), none is missed.
-            floor = min((c for c in map(layout.savepoint_checkpoint, known) if c is not None), default=0) - 1
-        seen = set(known)
-        listed = catalog.store.list_dirs(layout.SAVEPOINTS)
-        unseen = [name for name in listed if name not in seen and not _below(name, floor)]
-        # Each kept as its summary once read: one savepoint's file list in memory at a time.
-        entries = [e.slim() for e in map(catalog.savepoint_entry, unseen) if e is not None and e.valid]
-        if cursor is not None and not entries:
-            return cursor  # nothing new completed: no metadata of a seen savepoint read
-        entries.sort(key=lambda e: (e.created_at, e.id))
-        fresh = [e.key.rsplit("/", 1)[-1] for e in entries]
-        present = set(listed)
-        kept, floor = _trim([n for n in known if n in present] + fresh, floor)
-        details = {e.key.rsplit("/", 1)[-1]: {"savepoint": e.uri, "generation": e.summary.generation,
-                                              "batch": e.summary.batch_id, "checkpoint_id": e.id,
-                                              "created_at": e.summary.created_at}
-                   for e in entries if e.summary is not None}
-        return {"known": kept, "floor": floor, "fresh": fresh, "details": details}
+        """`services.watches.savepoint_position`: one listing of ``savepoints/``, then the
+        directories not seen yet."""
+        return savepoint_position(catalog, cursor)
 
     def cursor_of(self, position: dict[str, Any]) -> dict[str, Any]:
-        # About MAX_KNOWN_SAVEPOINTS names (more while an idle job takes savepoints: `_trim`)
+        # About MAX_KNOWN_SAVEPOINTS names (more while an idle job takes savepoints: `services.watches`)
         cursor: dict[str, Any] = {"known": list(position.get("known", ()))}
         if position.get("floor") is not None:
             cursor["floor"] = position["floor"]
@@ -265,34 +235,3 @@ class SparkpointSavepointTrigger(_CatalogWatchTrigger):
         details = now.get("details") or {}
         return [{"kind": "savepoint", "job": self.job_name, **details[name]}
                 for name in now.get("fresh", ()) if name not in seen and name in details]
-
-
-def _below(name: str, floor: int | None) -> bool:
-    """Whether savepoint directory `name` is of a checkpoint at or before `floor` (the
-    cursor's record of the savepoints it stopped naming: seen, see `_trim`)."""
-    checkpoint = layout.savepoint_checkpoint(name)
-    return floor is not None and checkpoint is not None and checkpoint <= floor
-
-
-def _trim(names: list[str], floor: int | None) -> tuple[list[str], int | None]:
-    """`names` (oldest first) cut to `MAX_KNOWN_SAVEPOINTS`, and the new floor: the
-    savepoints of the oldest checkpoints are dropped a whole checkpoint at a time, and the
-    floor says they were seen. The newest checkpoint's are never dropped: an idle job (no
-    new batch) takes every savepoint of one checkpoint, and the cursor names them all
-    until it checkpoints again. A savepoint is taken of the newest completed checkpoint,
-    whose id is above those of savepoints seen `MAX_KNOWN_SAVEPOINTS` savepoints ago; only
-    one taken after the newest checkpoints were disposed of by hand could fall under the
-    floor and go unreported."""
-    by_checkpoint: dict[int, list[str]] = {}
-    for name in names:
-        by_checkpoint.setdefault(layout.savepoint_checkpoint(name) or 0, []).append(name)
-    order = sorted(by_checkpoint)
-    count = len(names)
-    dropped: set[str] = set()
-    for checkpoint in order[:-1]:
-        if count <= MAX_KNOWN_SAVEPOINTS:
-            break
-        dropped.update(by_checkpoint[checkpoint])
-        count -= len(by_checkpoint[checkpoint])
-        floor = checkpoint if floor is None else max(floor, checkpoint)
-    return [n for n in names if n not in dropped], floor

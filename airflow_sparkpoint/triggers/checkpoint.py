@@ -20,11 +20,8 @@ Load on the triggerer and the store (hundreds of sensors may wait at once):
   Python-heavy S3 calls (signing, parsing) compete with the loop for the GIL: few
   threads and few calls keep the loop responsive.
 * A waiting ``checkpoint`` trigger reads one small object per poll, the job's status
-  record (plus the savepoint directory listing when it waits for a savepoint). The
-  running job rewrites that record after every completed checkpoint, so the full look
-  (listings and every retained snapshot's metadata) runs only when the record moved
-  (`conditions.status_mark`), and at least every `FULL_LOOK_S` for what moves without
-  it (a generation claimed by a run that died before its first status, deletions).
+  record (plus the savepoint directory listing when it waits for a savepoint), and the
+  full look only when it moved (`services.conditions.ConditionWatch`).
 * Triggers waiting on one store share one storage client (one boto3 client, not one
   per sensor). Poll intervals are jittered (±`JITTER`) and the first poll comes at a
   random point of the first interval, so a triggerer restart does not make every sensor
@@ -52,7 +49,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -60,23 +56,23 @@ from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_sparkpoint import durations
-from airflow_sparkpoint.checkpoints import Catalog, layout
-from airflow_sparkpoint.checkpoints.control import REQUEST_ID_RE, ControlChannel, ControlResult
-from airflow_sparkpoint.exceptions import ConfigError, ControlError, StorageError
+from airflow_sparkpoint.exceptions import ConfigError, StorageError
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
-from airflow_sparkpoint.storage import Storage, open_storage, redact
-from airflow_sparkpoint.triggers.conditions import (
+from airflow_sparkpoint.services.conditions import (
+    JITTER,
     CheckpointCondition,
-    Observation,
+    ConditionWatch,
     Outcome,
-    current_of,
-    decide,
     evaluate,
-    generation_alive,
-    observe,
-    read_job_status,
-    status_mark,
 )
+from airflow_sparkpoint.services.control import (
+    REQUEST_ID_RE,
+    RequestOutcome,
+    look_at_request,
+    settle_request,
+    withdraw_request,
+)
+from airflow_sparkpoint.services.stores import Catalog, Storage, job_catalog, open_storage, scrub
 
 CLASSPATH = "airflow_sparkpoint.triggers.checkpoint.SparkpointCheckpointTrigger"
 MODES = ("checkpoint", "control_result")
@@ -84,10 +80,6 @@ MODES = ("checkpoint", "control_result")
 MAX_POLL_ERRORS = 3
 #: threads for the storage calls of all Sparkpoint triggers of a process (see the module docstring)
 POOL_THREADS = 4
-#: a waiting trigger's full look at the job, at least this often (seconds; see the module docstring)
-FULL_LOOK_S = 300.0
-#: poll intervals vary by this fraction either way
-JITTER = 0.2
 
 T = TypeVar("T")
 _pool_lock = threading.Lock()
@@ -148,7 +140,7 @@ async def open_catalog(job_name: str, checkpoint_dir: str | None, sparkpoint_con
     hook = SparkpointHook(sparkpoint_conn_id, storage_uri=checkpoint_dir)
     await hook.aresolve()
     key, storage = await run_blocking(SHARED_STORES.acquire, hook.storage_uri, hook.storage_options)
-    return key, Catalog(storage, job_name)
+    return key, job_catalog(storage, job_name)
 
 
 async def release_catalog(key: str | None) -> None:
@@ -229,10 +221,8 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         self.deadline = None if deadline is None else float(deadline)
         self._catalog_cache: Catalog | None = None
         self._store_key: str | None = None
-        #: the last full look, its gate (status mark, savepoint directories) and when the next is due
-        self._seen: Observation | None = None
-        self._seen_gate: tuple[Any, ...] | None = None
-        self._full_look_at = 0.0
+        #: the condition's looks (``checkpoint`` mode), reusing the last full look while nothing moved
+        self.watch = ConditionWatch(self.condition, self.poll_interval)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         cond = self.condition
@@ -314,7 +304,7 @@ class SparkpointCheckpointTrigger(BaseTrigger):
         if self.mode != "control_result" or self.request_id is None:
             return
         catalog = await self._acatalog()
-        result = await run_blocking(ControlChannel(catalog).withdraw, self.request_id,
+        result = await run_blocking(withdraw_request, catalog, self.request_id,
                                     "the waiting task was stopped (marked failed or cleared)")
         self.log.info("control request %s of job %s is %s", self.request_id, self.job_name, result.state)
 
@@ -335,46 +325,25 @@ class SparkpointCheckpointTrigger(BaseTrigger):
             self.log.info("waiting for %s", outcome.waiting_for)
             return None
         assert self.request_id is not None
-        channel = ControlChannel(catalog)
-        result = channel.result(self.request_id)
-        if result.finished:
-            return self._control_event(channel, result)
-        if not generation_alive(catalog, self.condition.generation, self.condition.max_heartbeat_age):
-            # The channel settles it: a result written just before the job exited, or
-            # an orderly withdrawal of a request nobody will take.
-            return self._settle(channel, is_alive=lambda: False)
-        self.log.info("control request %s of job %s is %s", self.request_id, self.job_name, result.state)
+        request, state = look_at_request(catalog, self.request_id, generation=self.condition.generation,
+                                         max_heartbeat_age=self.condition.max_heartbeat_age,
+                                         poll_s=self.poll_interval)
+        if request.done:
+            return self._control_event(request)
+        self.log.info("control request %s of job %s is %s", self.request_id, self.job_name, state.state)
         return None
 
     def look(self, catalog: Catalog, *, now: float | None = None) -> Outcome:
-        """`conditions.evaluate`, reading the status record (and, for a savepoint, the
-        savepoint directory listing) and reusing the last full look while they did not
-        move (see the module docstring)."""
-        now = time.time() if now is None else now
-        status = read_job_status(catalog)
-        seen = self._seen
-        if seen is not None:
-            # A GET more only when status.json is older than the run last seen (a zombie's late heartbeat).
-            status = current_of(catalog, status, seen.current)
-        gate: tuple[Any, ...] = (status_mark(status),)
-        if self.condition.savepoint:
-            gate += (tuple(sorted(catalog.store.list_dirs(layout.SAVEPOINTS))),)
-        if seen is None or gate != self._seen_gate or now >= self._full_look_at:
-            seen = observe(catalog, self.condition, status)  # the status just read: no second GET of status.json
-            # The gate read before the look: a change in between is seen at the next poll.
-            self._seen_gate = gate
-            self._full_look_at = now + max(FULL_LOOK_S, self.poll_interval) * random.uniform(1 - JITTER, 1)
-        else:
-            # Only the heartbeat moved; a newer run's status also means its generation exists.
-            current = max(seen.current, status.generation if status is not None else 0)
-            seen = replace(seen, status=status, current=current)
-        self._seen = seen
-        return decide(self.condition, seen, now=now)
+        """`conditions.evaluate`, through the trigger's `ConditionWatch` (it reads the
+        status record, and the full look only when that moved)."""
+        return self.watch.look(catalog, now=now)
 
     def give_up(self, catalog: Catalog | None) -> dict[str, Any]:
         """The event at the deadline (blocking): withdraw a request nobody took."""
         if self.mode == "control_result" and catalog is not None:
-            event = self._settle(ControlChannel(catalog), is_alive=None)
+            assert self.request_id is not None
+            event = self._control_event(settle_request(catalog, self.request_id, poll_s=self.poll_interval,
+                                                       is_alive=None))
             if event["status"] == "error":
                 event["reason"] = "timeout"
             return event
@@ -383,24 +352,10 @@ class SparkpointCheckpointTrigger(BaseTrigger):
             waiting = evaluate(catalog, self.condition).waiting_for
         return _error(f"timed out waiting for {waiting or self.condition.describe()}", reason="timeout")
 
-    def _settle(self, channel: ControlChannel, *, is_alive: Any) -> dict[str, Any]:
-        assert self.request_id is not None
-        try:
-            result = channel.wait(self.request_id, timeout_s=0, poll_s=self.poll_interval, is_alive=is_alive)
-        except ControlError as exc:
-            return _error(str(exc))
-        return self._control_event(channel, result)
-
-    def _control_event(self, channel: ControlChannel, result: ControlResult) -> dict[str, Any]:
-        if result.state != "completed":
-            try:
-                channel.wait(result.request_id, timeout_s=0, poll_s=self.poll_interval)
-            except ControlError as exc:
-                return _error(str(exc))
-            return _error(f"control request {result.request_id} of job {self.job_name!r} ended {result.state}")
-        if not result.savepoint:
-            return _error(f"control request {result.request_id} of job {self.job_name!r} completed "
-                          "without a savepoint path")
+    def _control_event(self, request: RequestOutcome) -> dict[str, Any]:
+        if request.result is None:
+            return _error(request.error or f"control request {self.request_id} of job {self.job_name!r} failed")
+        result = request.result
         return {
             "status": "success",
             "kind": "savepoint",
@@ -413,9 +368,9 @@ class SparkpointCheckpointTrigger(BaseTrigger):
 
 
 def _error(message: str, *, reason: str = "failed") -> dict[str, Any]:
-    """An error event; its message scrubbed (`storage.redact`: the credentials the
+    """An error event; its message scrubbed (`services.stores.scrub`: the credentials the
     trigger's hook resolved are registered there)."""
-    return {"status": "error", "message": redact.scrub(message), "reason": reason}
+    return {"status": "error", "message": scrub(message), "reason": reason}
 
 
 def check_event(event: Any, *, required: Sequence[str]) -> dict[str, Any]:

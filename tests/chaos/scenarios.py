@@ -154,7 +154,7 @@ class TrialRun:
     def commit_step(self, name: str, fault: Fault | None = None) -> None:
         """The external commit step: its own process when armed (so the fault can kill
         it), otherwise in this process (the hook is only armed in child processes)."""
-        from airflow_sparkpoint.sinks.commit import commit_pending
+        from airflow_sparkpoint.services.commit import commit_pending
 
         if fault is None:
             try:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
-from airflow_sparkpoint.sinks.commit import commit_pending
+from airflow_sparkpoint.services.commit import commit_pending
 from tests.chaos.harness import (
     BATCHES,
     JOB,

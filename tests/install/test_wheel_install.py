@@ -143,7 +143,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 def test_the_wheel_installs_into_airflow_without_pyspark(installed: Installed) -> None:
     python = str(installed.airflow / "bin" / "python")
     probe = ("import importlib.metadata as m, os, airflow, airflow_sparkpoint as s\n"
-             "from airflow_sparkpoint.operators.submit import local_spark_home\n"
+             "from airflow_sparkpoint.services.spark_env import local_spark_home\n"
              "print(s.__version__, m.version('airflow-sparkpoint'), airflow.__version__, local_spark_home())\n"
              "print(os.path.dirname(s.__file__))")
     first, where = run([python, "-c", probe], installed.env, cwd=installed.airflow).splitlines()

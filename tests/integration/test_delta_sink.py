@@ -14,9 +14,9 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
 from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError, TransactionConflict
+from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.sinks import DeltaSink
 from airflow_sparkpoint.sinks.base import CommittedTxn
-from airflow_sparkpoint.sinks.commit import commit_pending
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.delta_staging import stage, staging_side  # noqa: F401 - staging_side: autouse
 

@@ -2,7 +2,7 @@
 its driver to SIGKILL after K of M micro-batches; Airflow's retry resumes from the
 latest completed checkpoint and the Delta table ends exactly right. The killed driver's
 RocksDB native library was extracted into its submission directory, which the task
-removed (`airflow_sparkpoint.operators.submit_dir`), not left in ``/tmp``."""
+removed (`airflow_sparkpoint.services.submit_dir`), not left in ``/tmp``."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_retry_resumes_from_latest_checkpoint_with_exact_output(airflow_home, tm
     from deltalake import DeltaTable
 
     from airflow_sparkpoint.checkpoints import Catalog
-    from airflow_sparkpoint.operators.submit_dir import SubmitDir
+    from airflow_sparkpoint.services.submit_dir import SubmitDir
 
     closed: list[tuple[str, list[str]]] = []  # (submission directory, its native directory) at close
     real_close = SubmitDir.close

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from airflow_sparkpoint.sinks.commit import commit_pending
+from airflow_sparkpoint.services.commit import commit_pending
 from tests.races.drivers import JOB, args, diff, expected_rows, job_conf, table_rows, write_inputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]

@@ -31,8 +31,9 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, layout, savepoints
-from airflow_sparkpoint.sinks.commit import commit_pending
+from airflow_sparkpoint.checkpoints import Catalog, layout
+from airflow_sparkpoint.services import savepoint as savepoints
+from airflow_sparkpoint.services.commit import commit_pending
 from tests.races.sink_harness import (
     DeltaCase,
     DeltaMergeCase,

@@ -29,9 +29,9 @@ from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
 from airflow_sparkpoint.exceptions import SinkError
 from airflow_sparkpoint.runtime.recovery import settle_unconfirmed
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan
-from airflow_sparkpoint.sinks.commit import commit_pending
+from airflow_sparkpoint.services.commit import commit_pending
+from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.sinks.directory import DirectorySink
-from airflow_sparkpoint.sinks.rollback import abort_generation
 from airflow_sparkpoint.sinks.s3 import S3Sink
 from airflow_sparkpoint.storage import LocalStorage
 from tests.security.test_forged_records import outcome

@@ -24,8 +24,8 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
 from airflow_sparkpoint.checkpoints.metadata import canonical_json, sha256_hex
 from airflow_sparkpoint.exceptions import InvalidPath, SinkError, SparkpointError
+from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.sinks import sink_from_config
-from airflow_sparkpoint.sinks.commit import commit_pending
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import LocalStorage, open_storage
 from tests.support.catalogs import checkpoint_at

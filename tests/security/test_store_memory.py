@@ -134,7 +134,7 @@ def test_sparkpoint_list_does_not_parse_a_costly_metadata(store: Store, capsys: 
 
 @pytest.mark.s3
 def test_the_page_and_the_sensor_do_not_parse_a_costly_metadata(store: Store) -> None:
-    from airflow_sparkpoint.triggers.conditions import CheckpointCondition, evaluate
+    from airflow_sparkpoint.services.conditions import CheckpointCondition, evaluate
 
     _snapshot_with_a_costly_metadata(store)
     history, peak = peak_of(lambda: load_history(store.catalog))  # the UI page's read model

@@ -13,13 +13,13 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_sparkpoint.checkpoints import savepoints
-from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
 from airflow_sparkpoint.exceptions import RestoreError, StaleGeneration
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.job import _Run, _StopRun
-from airflow_sparkpoint.sinks.commit import commit_pending
-from airflow_sparkpoint.sinks.rollback import abort_stopped_generation
+from airflow_sparkpoint.services.commit import commit_pending
+from airflow_sparkpoint.services.dispose import dispose_savepoints
+from airflow_sparkpoint.services.rollback import abort_stopped_generation
+from airflow_sparkpoint.services.savepoint import take_savepoint
 from tests.simulation.model import ModelQuery
 from tests.simulation.scheduler import Crash
 from tests.simulation.world import JOB, World
@@ -183,21 +183,14 @@ def commit_step(world: World, upto: int | None = None) -> Any:
 def savepoint(world: World, stop: bool) -> Any:
     """`sparkpoint savepoint [--stop]` / `SparkpointSavepointOperator`: ask the live run,
     else copy the latest completed checkpoint."""
-    catalog = world.catalog()
-    source = savepoints.savepoint_source(catalog, MAX_HEARTBEAT_AGE_S)
-    if source.run is not None:
-        request = savepoints.request_savepoint(catalog, source.run, stop=stop, timeout_s=300.0,
-                                               requested_by="simulation")
-        result = savepoints.wait_for_savepoint(catalog, request, timeout_s=300.0, poll_s=2.0,
-                                               max_heartbeat_age=MAX_HEARTBEAT_AGE_S)
-        return result.savepoint
-    _latest, handle = savepoints.savepoint_from_latest_checkpoint(catalog, source, refused_by=None, stop=stop)
-    return handle.uri
+    return take_savepoint(world.catalog(), stop=stop, timeout_s=300.0, poll_s=2.0,
+                          max_heartbeat_age=MAX_HEARTBEAT_AGE_S, requested_by="simulation").uri
 
 
 def savepoint_retention(world: World, keep: int) -> Any:
-    """`sparkpoint dispose --keep N` / the savepoint operator's history retention."""
-    return savepoint_history_retention(world.catalog(), max_count=keep, max_age_s=None)
+    """`sparkpoint dispose --keep N` (the savepoint operator's history retention is the
+    same pass, its failures only logged)."""
+    return dispose_savepoints(world.catalog(), keep=keep, older_than_s=None).disposed
 
 
 def rollback(world: World) -> Any:

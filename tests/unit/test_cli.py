@@ -383,10 +383,10 @@ def test_savepoint_when_the_job_dies_while_waiting(capsys: pytest.CaptureFixture
 
 def test_commit_missing_module_says_so(capsys: pytest.CaptureFixture[str], root: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "airflow_sparkpoint.sinks.commit", None)
+    monkeypatch.setitem(sys.modules, "airflow_sparkpoint.services.commit", None)
     code, _, err = run(capsys, "commit", "--dir", str(root), "--job", "orders")
     assert code == 1
-    assert "`sparkpoint commit` is not available in this installation: module airflow_sparkpoint.sinks.commit" in err
+    assert "`sparkpoint commit` is not available in this installation: module airflow_sparkpoint.services.commit" in err
 
 
 def test_commit_calls_commit_pending(capsys: pytest.CaptureFixture[str], root: Path,
@@ -397,9 +397,9 @@ def test_commit_calls_commit_pending(capsys: pytest.CaptureFixture[str], root: P
         calls.append((catalog, {**storage_options, **kwargs}))
         return {"committed": ["orders-b3-g1", "orders-b4-g1"], "aborted": []}
 
-    fake = types.ModuleType("airflow_sparkpoint.sinks.commit")
+    fake = types.ModuleType("airflow_sparkpoint.services.commit")
     fake.commit_pending = commit_pending  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "airflow_sparkpoint.sinks.commit", fake)
+    monkeypatch.setitem(sys.modules, "airflow_sparkpoint.services.commit", fake)
     code, out, _ = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--json")
     assert code == 0
     assert json.loads(out) == {"job": "orders", "root": f"file://{root}/orders",

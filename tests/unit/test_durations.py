@@ -37,7 +37,7 @@ def test_conf_text_round_trips(value: float) -> None:
 
 
 def test_conf_parser_and_cli_use_the_same_parser() -> None:
-    from airflow_sparkpoint.cli_common import _positive_seconds
+    from airflow_sparkpoint.cli.options import positive_seconds as _positive_seconds
     from airflow_sparkpoint.runtime.config import parse_duration
 
     assert parse_duration("checkpoint.interval", "1 minute 30 seconds") == 90.0 == _positive_seconds("90s")

@@ -17,9 +17,9 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
 from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.sinks import DeltaSink, DirectorySink, S3Sink
 from airflow_sparkpoint.sinks.base import CommitOutcome
-from airflow_sparkpoint.sinks.commit import commit_pending
 from tests.unit.airflow.test_trigger_load import add_checkpoint
 from tests.unit.sinks.test_commit_pending import FakeSink
 
@@ -403,9 +403,10 @@ def test_more_savepoints_than_the_cursor_keeps_are_not_read_again_at_every_poll(
     """Past the names a cursor keeps (retention off: one savepoint every 10 minutes is 144
     a day), a poll reads no savepoint it has seen, and a new one is still reported; an idle
     job's savepoints (all of one checkpoint) too."""
+    from airflow_sparkpoint.services import watches
     from airflow_sparkpoint.triggers import assets
 
-    monkeypatch.setattr(assets, "MAX_KNOWN_SAVEPOINTS", 4)
+    monkeypatch.setattr(watches, "MAX_KNOWN_SAVEPOINTS", 4)
     watcher = assets.SparkpointSavepointTrigger(job_name=JOB, checkpoint_dir="unused")
     catalog.claim_generation()
     for _ in range(7):
@@ -433,9 +434,10 @@ def test_a_cursor_of_the_previous_release_does_not_announce_old_savepoints_again
 ) -> None:
     """The previous release's cursor kept the newest `MAX_KNOWN_SAVEPOINTS` names and no
     floor: after the upgrade, the older savepoints it had stopped naming are not new."""
+    from airflow_sparkpoint.services import watches
     from airflow_sparkpoint.triggers import assets
 
-    monkeypatch.setattr(assets, "MAX_KNOWN_SAVEPOINTS", 4)
+    monkeypatch.setattr(watches, "MAX_KNOWN_SAVEPOINTS", 4)
     watcher = assets.SparkpointSavepointTrigger(job_name=JOB, checkpoint_dir="unused")
     catalog.claim_generation()
     made = [catalog.create_savepoint(catalog.handle(add_checkpoint(catalog, 1)), generation=1) for _ in range(7)]

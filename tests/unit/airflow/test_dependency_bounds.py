@@ -69,7 +69,7 @@ def test_airflow_31_is_refused_it_lacks_the_task_sdk_names_the_package_imports()
 def test_the_spark_providers_private_names_exist_and_the_next_major_is_excluded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from airflow_sparkpoint.operators.submit import SPARK_CONNECTION_KEYS, SPARK_PROVIDER_PRIVATE_NAMES
+    from airflow_sparkpoint.operators.submit_hook import SPARK_CONNECTION_KEYS, SPARK_PROVIDER_PRIVATE_NAMES
 
     spec = requirements()["apache-airflow-providers-apache-spark"].specifier
     installed = Version(importlib.metadata.version("apache-airflow-providers-apache-spark"))

@@ -180,7 +180,7 @@ def test_the_metrics_and_the_health_check_read_no_savepoint(tmp_path: Path) -> N
 
     emit_metrics_for(counted, every=0)
     assert counting.log and not [key for _op, key in counting.log if "/savepoints" in key], counting.log
-    from airflow_sparkpoint.checkpoints.health import check_health, load_for_metrics, metric_values
+    from airflow_sparkpoint.services.health import check_health, load_for_metrics, metric_values
 
     whole = load_history(catalog)
     assert len(whole.savepoints) == 5

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.airflow
 
 
 def test_runtime_zip_imports_alone_without_airflow(tmp_path):
-    from airflow_sparkpoint.operators.submit import build_runtime_zip
+    from airflow_sparkpoint.services.submit_dir import build_runtime_zip
 
     archive = build_runtime_zip()
     try:

@@ -58,7 +58,7 @@ def test_the_history_and_generation_records_show_the_live_generation(catalog: Ca
 
 
 def test_the_condition_sees_the_live_generations_status(catalog: Catalog) -> None:
-    from airflow_sparkpoint.triggers.conditions import CheckpointCondition, evaluate, observe
+    from airflow_sparkpoint.services.conditions import CheckpointCondition, evaluate, observe
 
     zombie_after_a_new_claim(catalog)
     cond = CheckpointCondition(job_name=JOB, generation=2)
@@ -95,7 +95,7 @@ def test_a_waiting_trigger_sees_the_live_generation_past_a_zombies_heartbeat(
     write(catalog, 1, "running")  # the zombie's late heartbeat
     assert trigger.poll(catalog) is None
     assert gets[0] == layout.STATUS and layout.status_key(2) in gets, gets
-    seen = trigger._seen
+    seen = trigger.watch.seen
     assert seen is not None and seen.status is not None and seen.status.generation == 2, seen
     monkeypatch.undo()
     checkpoint = add_checkpoint(catalog, 2)
@@ -106,7 +106,7 @@ def test_a_waiting_trigger_sees_the_live_generation_past_a_zombies_heartbeat(
 
 
 def test_reported_error_reads_the_failed_runs_own_record(catalog: Catalog) -> None:
-    from airflow_sparkpoint.operators import runs
+    from airflow_sparkpoint.services import runs
 
     zombie_after_a_new_claim(catalog, "failed", error="boom")
     assert runs.reported_error(catalog, TOKEN) == "boom"

@@ -1,4 +1,4 @@
-"""The submission directory (`airflow_sparkpoint.operators.submit_dir`): one per
+"""The submission directory (`airflow_sparkpoint.services.submit_dir`): one per
 spark-submit, locked by the task's process, removed when spark-submit ends, and swept by a
 later submission when a killed task left it (the kernel drops the lock even at SIGKILL)."""
 
@@ -23,7 +23,7 @@ def _airflow(airflow_home: Path) -> None:
 #: a task process: opens a submission directory in argv[1], prints its path, then sleeps
 HOLDER = """
 import sys, time
-from airflow_sparkpoint.operators.submit_dir import open_submit_dir
+from airflow_sparkpoint.services.submit_dir import open_submit_dir
 made = open_submit_dir(sys.argv[1])
 open(made.native_dir + "/librocksdbjni-linux64.so", "wb").write(b"x" * 1024)
 print(made.path, flush=True)
@@ -34,7 +34,7 @@ time.sleep(600)
 def test_a_submission_directory_is_locked_while_open_and_removed_with_what_the_driver_left_on_close(
     tmp_path: Path,
 ) -> None:
-    from airflow_sparkpoint.operators.submit_dir import PREFIX, open_submit_dir, sweep
+    from airflow_sparkpoint.services.submit_dir import PREFIX, open_submit_dir, sweep
 
     made = open_submit_dir(str(tmp_path))
     assert Path(made.path).parent == tmp_path and Path(made.path).name.startswith(PREFIX)
@@ -47,7 +47,7 @@ def test_a_submission_directory_is_locked_while_open_and_removed_with_what_the_d
 
 
 def test_the_next_submission_sweeps_the_directory_of_a_sigkilled_task_and_keeps_a_live_ones(tmp_path: Path) -> None:
-    from airflow_sparkpoint.operators.submit_dir import open_submit_dir, sweep
+    from airflow_sparkpoint.services.submit_dir import open_submit_dir, sweep
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
     killed = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True,

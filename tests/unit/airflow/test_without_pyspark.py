@@ -1,5 +1,5 @@
 """The Airflow side imports without pyspark (issue #29): every module of the operators,
-sensors, triggers, hooks, UI plugin and CLI, the provider info and the example DAGs, in a
+sensors, triggers, hooks, UI plugin, CLI and services, the provider info and the example DAGs, in a
 fresh interpreter where ``import pyspark`` fails, as on an Airflow worker that has neither
 pyspark nor the Spark provider's pyspark-client. The import-linter contract
 ``airflow-side-without-pyspark`` forbids direct imports; this test covers import time,
@@ -13,14 +13,13 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-AIRFLOW_SIDE = ("operators", "sensors", "triggers", "hooks", "plugins")
+AIRFLOW_SIDE = ("operators", "sensors", "triggers", "hooks", "plugins", "cli", "services")
 
 CODE = f"""
 import importlib, pkgutil, runpy, sys
 sys.modules["pyspark"] = None  # `import pyspark` and `import pyspark.sql` raise ImportError
 import airflow_sparkpoint
-names = ["airflow_sparkpoint.cli", "airflow_sparkpoint.cli_commands", "airflow_sparkpoint.cli_state",
-         "airflow_sparkpoint.cli_common", "airflow_sparkpoint.get_provider_info"]
+names = ["airflow_sparkpoint.cli", "airflow_sparkpoint.get_provider_info"]
 for package in {AIRFLOW_SIDE!r}:
     module = importlib.import_module("airflow_sparkpoint." + package)
     names += [info.name for info in pkgutil.walk_packages(module.__path__, module.__name__ + ".")]

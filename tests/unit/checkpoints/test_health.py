@@ -12,15 +12,15 @@ import pytest
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.counters import CounterRecorder
-from airflow_sparkpoint.checkpoints.health import (
+from airflow_sparkpoint.checkpoints.history import load_history
+from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.services.health import (
     METRICS,
     check_health,
     metric_values,
     prometheus_text,
     validate_thresholds,
 )
-from airflow_sparkpoint.checkpoints.history import load_history
-from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage import open_storage
 from tests.unit.checkpoints.test_history import checkpoint, status
 

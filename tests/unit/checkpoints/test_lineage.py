@@ -244,7 +244,7 @@ def test_external_commit_step_never_aborts_the_new_lineage(mem: Catalog, make_ch
     staged batches 2 and 3 again before dying. The commit step must commit what batch 1's
     checkpoint confirmed and leave generation 2's records pending (the next start settles
     them), not abort them as "unlisted and at or below the latest checkpoint"."""
-    from airflow_sparkpoint.sinks import commit as commit_module
+    from airflow_sparkpoint.services import commit as commit_module
 
     sink = RecordingLineageSink
     sink.committed_log.clear()

@@ -1,4 +1,4 @@
-"""The savepoint use case (`checkpoints.savepoints`) that `sparkpoint savepoint` and
+"""The savepoint use case (`services.savepoint`) that `sparkpoint savepoint` and
 `SparkpointSavepointOperator` share: which run is asked, and the fallback to the latest
 completed checkpoint."""
 
@@ -15,13 +15,13 @@ import pytest
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
-from airflow_sparkpoint.checkpoints.savepoints import (
+from airflow_sparkpoint.exceptions import CatalogError, ControlError
+from airflow_sparkpoint.services.savepoint import (
     request_savepoint,
     savepoint_from_latest_checkpoint,
     savepoint_source,
     wait_for_savepoint,
 )
-from airflow_sparkpoint.exceptions import CatalogError, ControlError
 
 
 def _status(catalog: Catalog, *, state: str = "running", heartbeat_age: float = 0.0) -> None:

@@ -163,7 +163,7 @@ def test_bad_durations_name_the_value_and_the_forms(text):
 def test_cli_and_operator_durations_read_sparks_syntax_too():
     import argparse
 
-    from airflow_sparkpoint.cli import _positive_seconds
+    from airflow_sparkpoint.cli.options import positive_seconds as _positive_seconds
     from airflow_sparkpoint.runtime.config import duration_value
 
     assert _positive_seconds("5 minutes") == 300 and _positive_seconds("2.5") == 2.5

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from airflow_sparkpoint.checkpoints import Catalog
-from airflow_sparkpoint.sinks.commit import commit_pending
+from airflow_sparkpoint.services.commit import commit_pending
 from tests.unit.runtime.test_coordinator import RecordingSink, catalog, checkpointer, record, write_live
 
 __all__ = ["catalog"]  # the fixture

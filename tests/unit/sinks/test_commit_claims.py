@@ -18,9 +18,9 @@ from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import TransactionConflict
-from airflow_sparkpoint.sinks.commit import commit_pending
+from airflow_sparkpoint.services.commit import commit_pending
+from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.sinks.directory import DirectorySink
-from airflow_sparkpoint.sinks.rollback import abort_generation
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.catalogs import checkpoint_at
 

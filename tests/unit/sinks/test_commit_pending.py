@@ -19,9 +19,9 @@ from airflow_sparkpoint.exceptions import (
     SinkError,
     StaleGeneration,
 )
+from airflow_sparkpoint.services.commit import commit_pending
+from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
-from airflow_sparkpoint.sinks.commit import commit_pending
-from airflow_sparkpoint.sinks.rollback import abort_generation
 from airflow_sparkpoint.storage import MemoryStorage
 
 JOB = "orders"

@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from airflow_sparkpoint.cli_common import _storage_options
+from airflow_sparkpoint.cli.options import storage_options as _storage_options
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.storage.endpoints import s3_options
 

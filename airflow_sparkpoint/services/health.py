@@ -1,5 +1,6 @@
-"""Checkpoint health from the history model: Flink-named metrics, their Prometheus text,
-and the health check behind the alerting operator.
+"""Checkpoint health from the history model: Flink-named metrics, their Prometheus text
+(`sparkpoint metrics`, the UI's metrics route, the operators' Airflow metrics), and the
+health check behind the alerting operator (`check_job`).
 
 Pure Python over a `PipelineHistory`: no Spark, no Airflow. The metric names and their
 meaning are a public contract (docs/CLI.md, ``metrics``).
@@ -19,6 +20,11 @@ from airflow_sparkpoint.exceptions import ConfigError
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
+
+__all__ = [
+    "METRICS", "HealthReport", "Metric", "check_health", "check_job", "load_for_metrics", "metric_values",
+    "prometheus_text", "validate_thresholds",
+]
 
 PREFIX = "sparkpoint_"
 
@@ -231,3 +237,25 @@ def _failure_ratio(history: PipelineHistory, window: int) -> tuple[float | None,
     if not attempts:
         return None, 0
     return sum(1 for r in attempts if not r.valid) / len(attempts), len(attempts)
+
+
+def check_job(
+    catalog: Catalog,
+    *,
+    max_checkpoint_age: Any = None,
+    max_failure_ratio: Any = None,
+    failure_window: Any = 10,
+    max_heartbeat_age: Any = None,
+) -> tuple[PipelineHistory, HealthReport]:
+    """The health check of `catalog`'s job (`check_health` over `load_for_metrics`, a
+    heartbeat older than `max_heartbeat_age`, default 60 s, counting as not alive), with
+    the history it read (for its metrics).
+
+    :raises ConfigError: a threshold is invalid, or none is given.
+    :raises StorageError: the store cannot be listed.
+    """
+    seconds = durations.optional_seconds("max_heartbeat_age", max_heartbeat_age)
+    history = load_for_metrics(catalog, max_heartbeat_age=seconds or 60.0)
+    report = check_health(history, max_checkpoint_age=max_checkpoint_age, max_failure_ratio=max_failure_ratio,
+                          failure_window=failure_window, max_heartbeat_age=max_heartbeat_age)
+    return history, report

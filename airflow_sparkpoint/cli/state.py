@@ -19,17 +19,18 @@ import json
 import sys
 from typing import Any
 
-from airflow_sparkpoint.cli_common import (
-    EXIT_FAILURE,
-    EXIT_OK,
+from airflow_sparkpoint.cli.options import open_catalog, storage_options
+from airflow_sparkpoint.cli.output import EXIT_FAILURE, EXIT_OK, emit_json, table
+from airflow_sparkpoint.exceptions import (
     CommandFailed,
+    ConfigError,
+    RestoreError,
+    SparkpointError,
+    StorageError,
     UsageError,
-    _emit_json,
-    _open_catalog,
-    _storage_options,
-    _table,
 )
-from airflow_sparkpoint.exceptions import ConfigError, RestoreError, SparkpointError, StorageError
+
+__all__ = ["add_inspect", "add_verify", "cmd_inspect", "cmd_verify"]
 
 
 def _limit(text: str) -> int:
@@ -57,8 +58,8 @@ def _count(n: Any, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
-    """Register ``inspect`` and ``verify`` on the ``sparkpoint`` subparsers."""
+def add_inspect(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``inspect``."""
     p = commands.add_parser(
         "inspect", parents=[common], help="the state inside a checkpoint or savepoint (needs PySpark)",
         description="Operators, state stores, schemas, partitions and row counts of a snapshot, read with Spark's "
@@ -76,6 +77,9 @@ def add_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=_limit, default=20, metavar="N", help="with --rows: at most N rows (default 20)")
     p.set_defaults(func=cmd_inspect)
 
+
+def add_verify(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``verify``."""
     p = commands.add_parser(
         "verify", parents=[common], help="restore drill without the application: files and every state store",
         description="Materialize the snapshot into a scratch location, check every referenced file's size and "
@@ -97,7 +101,7 @@ def _needs_pyspark(command: str) -> None:
 
 def _snapshot_options(args: argparse.Namespace) -> dict[str, Any]:
     """S3 endpoint and region for a snapshot given by URI (local paths ignore them)."""
-    return dict(_storage_options(args))
+    return dict(storage_options(args))
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -114,7 +118,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             raise UsageError(f"--key {args.key!r} is not a JSON object of key fields; expected e.g. '{{\"user\": \"u1\"}}'")
     if not args.rows and (args.operator is not None or args.store is not None):
         raise UsageError("--operator and --store select the rows to print: they need --rows")
-    catalog = _open_catalog(args)
+    catalog = open_catalog(args)
     _needs_pyspark("inspect")
     from airflow_sparkpoint.runtime.inspect import first_line, local_session, open_state, rows_as_json
 
@@ -137,20 +141,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             raise CommandFailed(f"cannot read the state of {snap.handle.uri}: {first_line(exc)} "
                                 "(`sparkpoint verify` checks its files)") from exc
     if args.json:
-        _emit_json(document)
+        emit_json(document)
         return EXIT_OK
     print(f"{state.kind} {state.uri}  (job {state.job}, batch {state.batch_id})")
     if not state.operators:
         print("no state: the query has no stateful operator")
     else:
-        table = []
+        stores = []
         for operator in state.operators:
             for store in operator.stores:
-                table.append([operator.id, operator.name, operator.partitions, store.name,
-                              store.type + (" ttl" if store.ttl else ""), store.rows, store.keys, store.key_schema,
-                              store.value_schema])
-        print(_table(["OP", "OPERATOR", "PARTITIONS", "STORE", "TYPE", "ROWS", "KEYS", "KEY", "VALUE"], table,
-                     right=frozenset({0, 2, 5, 6})))
+                stores.append([operator.id, operator.name, operator.partitions, store.name,
+                               store.type + (" ttl" if store.ttl else ""), store.rows, store.keys, store.key_schema,
+                               store.value_schema])
+        print(table(["OP", "OPERATOR", "PARTITIONS", "STORE", "TYPE", "ROWS", "KEYS", "KEY", "VALUE"], stores,
+                    right=frozenset({0, 2, 5, 6})))
     if rows is not None:
         print(f"\nrows of operator {document['operator']} store {document['store']} (at most {args.limit}):")
         for row in rows:
@@ -161,7 +165,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    catalog = _open_catalog(args)
+    catalog = open_catalog(args)
     _needs_pyspark("verify")
     from airflow_sparkpoint.runtime.verify import default_verifier, record_verification, verify
 
@@ -179,7 +183,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         recorded = f"the outcome could not be recorded next to the snapshot: {exc}"
     document = {"job": catalog.job, "root": catalog.uri, **result.to_json()}
     if args.json:
-        _emit_json(document)
+        emit_json(document)
     elif result.ok:
         counted = ", ".join(_count(result.checks.get(k), k[:-1]) for k in ("operators", "partitions", "stores", "rows"))
         print(f"verified {result.uri} (batch {result.batch_id}): {_count(result.checks.get('files'), 'file')} "

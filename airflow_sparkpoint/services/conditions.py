@@ -1,5 +1,6 @@
 """When a Sparkpoint wait is over: the one condition function shared by
-`SparkpointCheckpointSensor` (poke mode) and `SparkpointCheckpointTrigger` (deferrable).
+`SparkpointCheckpointSensor` (poke mode) and `SparkpointCheckpointTrigger` (deferrable,
+through `ConditionWatch`, which reads less while nothing moved).
 
 Pure Python over a `Catalog`: no Airflow, no Spark. What the store holds is read through
 the history model (`checkpoints.history`). `evaluate` answers one of three ways::
@@ -16,9 +17,10 @@ current (newest claimed) generation.
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any
@@ -29,7 +31,6 @@ from airflow_sparkpoint.checkpoints.history import (
     SnapshotRecord,
     generation_alive,
     iso,
-    live_status,
     read_job_status,
     snapshot_records,
 )
@@ -37,11 +38,15 @@ from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.status import JobStatus, current_of, current_status
 from airflow_sparkpoint.exceptions import ConfigError
 
-# The status reads live in the history model; re-exported for the operators and trigger.
 __all__ = [
-    "CheckpointCondition", "Observation", "Outcome", "current_of", "decide", "epoch_seconds", "evaluate",
-    "generation_alive", "live_status", "observe", "optional_int", "optional_seconds", "read_job_status", "status_mark",
+    "FULL_LOOK_S", "JITTER", "CheckpointCondition", "ConditionWatch", "Observation", "Outcome", "decide",
+    "epoch_seconds", "evaluate", "generation_alive", "observe", "optional_int", "optional_seconds", "status_mark",
 ]
+
+#: a watch's full look at the job, at least this often (seconds; see `ConditionWatch`)
+FULL_LOOK_S = 300.0
+#: how much a watch's next full look varies (a fraction: see `ConditionWatch`)
+JITTER = 0.2
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -356,3 +361,46 @@ def decide(cond: CheckpointCondition, seen: Observation, *, now: float | None = 
             f"the driver died or hangs (host {run.host or '?'}, pid {run.pid or '?'})"
         ))
     return Outcome(False, waiting_for=waiting_for)
+
+
+class ConditionWatch:
+    """`evaluate` for a waiter that looks again and again (the trigger: hundreds may wait
+    on one store at once): each look reads the job's status record (plus the savepoint
+    directory listing when it waits for a savepoint) and reuses the last full look while
+    they did not move. The running job rewrites that record after every completed
+    checkpoint, so the full look (listings and every retained snapshot's metadata) runs
+    only when the record moved (`status_mark`), and at least every `FULL_LOOK_S` (or
+    `poll_interval`, when longer; randomly earlier by up to `JITTER`) for what moves
+    without it (a generation claimed by a run that died before its first status,
+    deletions)."""
+
+    def __init__(self, condition: CheckpointCondition, poll_interval: float) -> None:
+        self.condition = condition
+        self.poll_interval = poll_interval
+        #: the last full look, its gate (status mark, savepoint directories) and when the next is due
+        self.seen: Observation | None = None
+        self._seen_gate: tuple[Any, ...] | None = None
+        self._full_look_at = 0.0
+
+    def look(self, catalog: Catalog, *, now: float | None = None) -> Outcome:
+        """Whether the condition holds now (see the class docstring for what is read)."""
+        now = time.time() if now is None else now
+        status = read_job_status(catalog)
+        seen = self.seen
+        if seen is not None:
+            # A GET more only when status.json is older than the run last seen (a zombie's late heartbeat).
+            status = current_of(catalog, status, seen.current)
+        gate: tuple[Any, ...] = (status_mark(status),)
+        if self.condition.savepoint:
+            gate += (tuple(sorted(catalog.store.list_dirs(layout.SAVEPOINTS))),)
+        if seen is None or gate != self._seen_gate or now >= self._full_look_at:
+            seen = observe(catalog, self.condition, status)  # the status just read: no second GET of status.json
+            # The gate read before the look: a change in between is seen at the next look.
+            self._seen_gate = gate
+            self._full_look_at = now + max(FULL_LOOK_S, self.poll_interval) * random.uniform(1 - JITTER, 1)
+        else:
+            # Only the heartbeat moved; a newer run's status also means its generation exists.
+            current = max(seen.current, status.generation if status is not None else 0)
+            seen = replace(seen, status=status, current=current)
+        self.seen = seen
+        return decide(self.condition, seen, now=now)

@@ -1,0 +1,223 @@
+"""Abort a generation's output: the one home of this use case (the blue-green rollback,
+the write-audit-publish discard), for `sparkpoint commit --abort-generation` and
+`SparkpointCommitOperator(abort_generation=...)`.
+
+Every uncommitted transaction the generation staged (confirmed by its checkpoints or
+not) is aborted and its record deleted, so its output never becomes visible, and the
+lineage returns to before its first aborted batch, so that no later restore continues
+from state past output that is gone (docs/PROTOCOL.md, "The rollback"):
+
+* the generation *g* is the newest one: the rollback first claims *g+1*, which fences *g*
+  (a stalled driver of *g* fails at its next checkpoint or commit: its heartbeat's age
+  proves nothing), and writes as *g+1*'s origin the newest checkpoint of *g* before its
+  first aborted batch (where *g*'s committed output ends), else the point *g* started
+  from: *g*'s later checkpoints are superseded and ``restore=latest`` restarts there;
+* a newer generation exists: the rollback is refused while a checkpoint of *g* is still
+  restorable (a newer run continues its lineage: roll that one back), and otherwise only
+  aborts its leftovers.
+
+`abort_stopped_generation` also refuses while *g*'s heartbeat is fresh. Pure Python: no
+Spark, no Airflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints.commit_head import record_commit
+from airflow_sparkpoint.checkpoints.history import live_status
+from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, rollback_base
+from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning, RestoreError
+from airflow_sparkpoint.services.commit import Sinks
+from airflow_sparkpoint.sinks.resolve import SinkSpec
+from airflow_sparkpoint.sinks.transactions import Fence, settle
+
+if TYPE_CHECKING:
+    from airflow_sparkpoint.checkpoints.catalog import Catalog
+
+log = logging.getLogger(__name__)
+
+__all__ = ["abort_generation", "abort_stopped_generation"]
+
+
+def abort_stopped_generation(
+    catalog: Catalog,
+    generation: int,
+    *,
+    max_heartbeat_age: float,
+    how_to_stop: str,
+    storage_options: Mapping[str, Any] | None = None,
+    sink: SinkSpec | None = None,
+) -> list[str]:
+    """Abort every uncommitted transaction `generation` of `catalog`'s job staged (see
+    `abort_generation`); return the aborted transaction ids.
+
+    :param max_heartbeat_age: a run with a younger heartbeat is still live.
+    :param how_to_stop: how the caller's user stops the run (named in the refusal).
+    :param sink: the job's declared sink (see `services.commit.commit_pending`).
+    :raises GenerationRunning: `generation` is still live; nothing was aborted.
+    :raises SinkError: an abort failed (see `abort_generation`).
+    """
+    live = live_status(catalog, max_heartbeat_age)
+    if live is not None and live.generation == generation:
+        raise GenerationRunning(
+            f"generation {generation} of job {catalog.job!r} is still running (heartbeat younger than "
+            f"{max_heartbeat_age:g} s); stop it first ({how_to_stop}) before aborting its output"
+        )
+    return abort_generation(catalog, generation, storage_options=storage_options, sink=sink)
+
+
+def abort_generation(
+    catalog: Catalog, generation: int, storage_options: Mapping[str, Any] | None = None,
+    sink: SinkSpec | None = None,
+) -> list[str]:
+    """Abort every uncommitted transaction of `generation` and delete its record (see the
+    module docstring). Transactions that already committed (or hold their batch's claim:
+    finished) are left alone and reported in the log. Returns the aborted transaction
+    ids. `sink` is the job's sink, as for `services.commit.commit_pending`.
+
+    :raises ConfigError: `generation` was never claimed.
+    :raises RestoreError: a newer generation continues `generation`'s lineage.
+    :raises StaleGeneration: a newer generation was claimed while the rollback ran (a
+        restore that reads what the rollback was changing); nothing more is touched, and
+        running it again is safe.
+    """
+    sinks = Sinks(storage_options, sink, catalog.job)
+    fence = _fence(catalog, generation, sinks)
+    aborted: list[str] = []
+    mine = [record for record in catalog.transactions() if record.generation == generation]
+    for count, record in enumerate(mine, start=1):
+        settlement = settle(sinks.of(record), record, confirmed=False, fence=fence)
+        if settlement.outcome != "aborted":
+            # visible (a promotion the abort had to finish): the commit head says so
+            record_commit(catalog, record, settlement.detail, landed_before=settlement.outcome == "already")
+            log.warning("transaction %s of generation %d has already committed to %s; not aborted",
+                        record.txn_id, generation, record.sink_id)
+            continue
+        catalog.delete_transactions([record])
+        aborted.append(record.txn_id)
+        faults.maybe_kill_halfway("abort", record.batch_id, count, len(mine))
+    log.info("aborted %d transaction(s) of generation %d of job %s: %s",
+             len(aborted), generation, catalog.job, aborted)
+    return aborted
+
+
+def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
+    """The fence the rollback of `generation` acts as, after fencing `generation` and
+    moving the lineage back when it is the newest (see the module docstring).
+
+    :raises ConfigError: `generation` was never claimed.
+    :raises RestoreError: a newer generation continues `generation`'s lineage.
+    """
+    current = catalog.current_generation()
+    if not 1 <= generation <= current:
+        raise ConfigError(f"generation {generation} of job {catalog.job!r} was never claimed (the newest is "
+                          f"{current}); see `sparkpoint history`")
+    if generation < current:
+        # A newer run continues the lineage when a restorable checkpoint is the generation's
+        # own, or confirms one of its transactions (a retry restored its checkpoint).
+        continued = [meta for meta in (e.metadata for e in catalog.list_checkpoints() if e.restorable)
+                     if meta is not None and (meta.generation == generation
+                                              or any(t.generation == generation for t in meta.transactions))]
+        if continued:
+            raise RestoreError(
+                f"generation {generation} of job {catalog.job!r} is not the newest ({current}) and checkpoint "
+                f"{catalog.checkpoint_uri(continued[0].id)} (generation {continued[0].generation}) still restores "
+                "its lineage: a "
+                "newer run continues it. Roll back the newest generation instead (see `sparkpoint history`); nothing "
+                "was aborted"
+            )
+        return Fence.observed(catalog)
+    claim = catalog.claim_generation({"rollback_of": generation, "plan": f"rollback of generation {generation}"})
+    fence = Fence(catalog, claim.generation)
+    mine = [r for r in catalog.transactions() if r.generation == generation]  # after the fence: final
+    uncommitted = [r.batch_id for r in mine if not sinks.of(r).is_committed(r)]
+    if not uncommitted:
+        log.warning("rollback of generation %d of job %s: claimed generation %d to fence it; nothing of it is "
+                    "left to abort", generation, catalog.job, claim.generation)
+        return fence
+    committed = max((p for p in (sinks.of(r).committed_position(catalog.job) for r in {r.sink_id: r for r in mine}
+                                  .values()) if p is not None), default=None)
+    origin = _restart_before(catalog, generation, min(uncommitted), claim.generation, committed)
+    if origin is None:  # a store of a release before lineages: no origin to return to
+        _retire_checkpoints(catalog, generation, fence)
+    else:
+        catalog.write_origin(origin)
+    log.warning("rollback of generation %d of job %s: claimed generation %d to fence it; the job restarts from %s",
+                generation, catalog.job, claim.generation,
+                origin.describe() if origin is not None else "where the generation before it left off")
+    return fence
+
+
+def _restart_before(catalog: Catalog, generation: int, first_aborted: int, claimed: int,
+                    committed: int | None) -> Origin | None:
+    """The origin of `claimed` that returns the lineage of `generation` to before its batch
+    `first_aborted`: its newest restorable checkpoint before that batch, else the point it
+    started from; owned by `claimed` like a restore by path (a copy in its pin), unless
+    that point is already a pin, empty state, or another root's. None when `generation`
+    recorded no origin (a store of an earlier release). `committed`: the newest batch the
+    generation's sinks have committed.
+
+    :raises RestoreError: that point is gone (its base checkpoint was removed once the
+        generation had checkpoints of its own), or it is behind batch `committed` (every
+        restart from it would find the sink ahead); nothing was aborted.
+    """
+    own = next((o for o in catalog.origins() if o.generation == generation), None)
+    if own is None:
+        return None
+    restore = {**own.restore, "rollback_of": generation}
+    host, pid = socket.gethostname(), os.getpid()
+    point = rollback_base(catalog.list_checkpoints(), generation, first_aborted)
+    after = point.metadata.batch_id if point is not None and point.metadata is not None else own.batch_id
+    if committed is not None and committed > (-1 if after is None else after):
+        where = f"batch {after}" if after is not None else "empty state"
+        raise RestoreError(
+            f"cannot roll back generation {generation} of job {catalog.job!r}: its sink has committed up to batch "
+            f"{committed}, and the newest point it can return to is {where} (no restorable checkpoint of it at a "
+            "committed batch is left: retention may have removed them before the commit step ran); a restart there "
+            "would find the sink ahead. Nothing was aborted: restore=latest resumes the generation and the "
+            "commit step publishes what its checkpoints confirm"
+        )
+    if point is not None and point.metadata is not None:
+        base = point.metadata
+        pin = catalog.create_savepoint(catalog.handle(base), key=layout.pin_dir(claimed))
+        return new_origin(claimed, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
+                          snapshot_id=base.id, batch_id=base.batch_id, id_floor=catalog.next_checkpoint_id() - 1,
+                          restore=restore, pin=pin.uri, live_dir=None, host=host, pid=pid)
+    origin = replace(own, generation=claimed, created_at=time.time(), restore=restore, live_dir=None, host=host,
+                     pid=pid)
+    if own.uri is None or own.pin is not None:
+        return origin
+    try:
+        handle = catalog.own_snapshot(own.uri)
+    except RestoreError as exc:
+        raise RestoreError(
+            f"cannot roll back generation {generation} of job {catalog.job!r}: it has no checkpoint before its "
+            f"first uncommitted batch {first_aborted}, and {own.describe()}, where it started, is gone ({exc}); "
+            "nothing was aborted. Restore an earlier savepoint or checkpoint by path instead: its recovery aborts "
+            "what that point does not confirm"
+        ) from exc
+    if handle is None:
+        return origin  # another root's snapshot: no retention of this job deletes it
+    pin = catalog.create_savepoint(handle, key=layout.pin_dir(claimed))
+    return replace(origin, pin=pin.uri)
+
+
+def _retire_checkpoints(catalog: Catalog, generation: int, fence: Fence) -> None:
+    """Without lineages (a store of an earlier release), a rolled-back generation's
+    checkpoints hold state whose output is gone: their ``_metadata`` goes, so that no
+    restore picks them; retention collects their files."""
+    for meta in catalog.checkpoints():
+        if meta.generation == generation:
+            fence.check()
+            catalog.dispose(catalog.checkpoint_uri(meta.id))
+            log.warning("retired checkpoint %d (batch %d) of rolled-back generation %d of job %s",
+                        meta.id, meta.batch_id, generation, catalog.job)

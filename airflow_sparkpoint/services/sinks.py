@@ -1,0 +1,30 @@
+"""A job's sink as the front ends name it: a declaration (`SinkSpec`: a `Sink`, or its
+config mapping with ``kind``) checked where it is given (a DAG is parsed, a command
+line is read), and what readers see in a Delta table. Which sink settles a transaction
+record is `sinks.resolve`'s rule; the front ends only declare. Pure Python: no Spark, no
+Airflow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow_sparkpoint.sinks.base import Sink
+from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink, parse_sink_arg
+
+__all__ = ["Sink", "SinkSpec", "declared_sink", "delta_table_rows", "parse_sink_arg"]
+
+
+def delta_table_rows(path: Path | str, version: int | None = None,
+                     columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The rows readers see in the local Delta table at `path` (at `version`, default the
+    latest; `columns` only when given); ``[]`` when it is no table yet. Needs deltalake."""
+    from deltalake import DeltaTable
+
+    from airflow_sparkpoint.sinks._delta_location import read_table
+
+    if not DeltaTable.is_deltatable(str(path)):
+        return []
+    return list(read_table(DeltaTable(str(path), version=version), columns).to_pylist())
