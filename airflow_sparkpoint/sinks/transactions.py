@@ -25,7 +25,8 @@ the same way. Outcomes (`Outcome`):
 is kept: committing the batches after it would mix two lineages' output, so every later
 attempt reports it until a person restores a consistent point. A conflict met after a
 newer generation was claimed is that generation's doing (its lineage abandoned this one):
-the caller gets `StaleGeneration` and reads the catalog again.
+the caller gets `StaleGeneration` and reads the catalog again; so does a commit refused
+because a rollback fenced the caller and decided the transaction's abort.
 
 **The fence.** A caller acts *as* a generation (`Fence`): a driver as its own; the commit
 step and the rollback as the newest generation claimed when they started
@@ -98,7 +99,8 @@ def settle(sink: Sink, record: TransactionRecord, *, confirmed: bool, fence: Fen
     (then finish it); the fence is checked first.
 
     :raises StaleGeneration: the fence's generation was superseded; nothing was done (or
-        the commit lost its batch to the newer generation: its staged data is discarded).
+        the commit failed because of the newer generation: it lost its batch, its staged
+        data discarded, or a rollback decided its abort).
     :raises SinkError: the commit or abort failed (`CommitOutcomeUnknown`: it may have
         landed, keep the record and look again).
     """
@@ -106,10 +108,13 @@ def settle(sink: Sink, record: TransactionRecord, *, confirmed: bool, fence: Fen
     if confirmed:
         try:
             outcome = sink.commit(record)
-        except TransactionConflict as exc:
-            # Lost to a generation claimed since the check above: its lineage abandoned
-            # this one (a batch lost by design); the caller's view is stale, not a loss.
+        except SinkError as exc:
+            # Lost its batch to, or aborted by, a generation claimed since the check above
+            # (a newer lineage or a rollback abandoned this one): the caller's view is
+            # stale, not a loss.
             fence.check()
+            if not isinstance(exc, TransactionConflict):
+                raise
             log.warning("transaction %s was not committed: %s", record.txn_id, exc)
             return Settlement(record, "conflict", conflict=exc)
         return Settlement(record, "committed" if outcome.status == "committed" else "already", dict(outcome.detail))

@@ -142,3 +142,23 @@ def test_a_commit_step_whose_claim_lost_to_a_newer_lineage_reads_again() -> None
         Pause("a1", ("sink.commit", "sink.rewind", "_sparkpoint/decisions/"), "a2", occurrence=2, stall=True),
         Pause("a2", ("put_if_absent sim/chk-",), "a1", ("put_if_absent sim/chk-",), occurrence=2, crash=True),
     ]))
+
+
+def test_a_commit_step_stalled_past_a_rollback_of_its_generation_reads_again() -> None:
+    """Found by the long exploration (seed 20261131, schedules 4799 and 5866): "a1-commit
+    failed unexpectedly: SinkError: transaction sim-b0-g1 was aborted (decision at …)".
+    The step checked its fence and stalled before committing the first run's batch 0; a
+    rollback of that run claimed generation 2 and decided the abort; the step's commit was
+    then refused. Fixed: a commit refused after a newer generation was claimed makes the
+    step read the catalog again (it then has nothing of generation 1 left to commit)."""
+    schedule = Schedule("directory", 5, (
+        _driver(budget=1, sink_ahead="rewind", commit_mode="external", interval_s=5.0, version=2),
+        ActorSpec("commit"),
+        ActorSpec("rollback"),
+        _driver(restore="path", version=2, budget=5, sink_ahead="rewind", commit_mode="external", timeout_s=30.0,
+                num_retained=6),
+    ))
+    run_schedule(schedule, ScriptedChooser([
+        Pause("a3", ("delete sim/pins/",), "a1", ("delete sim/pins/",)),
+        Pause("a1", ("sink.commit", "sink.rewind", "_sparkpoint/decisions/"), "a2"),
+    ]))
