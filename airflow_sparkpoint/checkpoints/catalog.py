@@ -21,13 +21,7 @@ from airflow_sparkpoint.checkpoints.entries import (  # re-exported: callers imp
     SnapshotEntry,
     SnapshotHandle,
 )
-from airflow_sparkpoint.checkpoints.generations import (
-    check_generation,
-    claim_generation,
-    claimed_generations,
-    newest_generation,
-    read_claim,
-)
+from airflow_sparkpoint.checkpoints.generations import Fence, GenerationStore
 from airflow_sparkpoint.checkpoints.lineage import (
     Origin,
     RestartPoint,
@@ -76,7 +70,7 @@ class Catalog:
         self.store: Storage = layout.JobStore(storage, job)
         self.uri = self.store.uri
         self._newest_savepoint: tuple[float, int] | None = None  # (monotonic time listed, id)
-        self._generation_seen = 0  # the newest generation seen claimed (claims are never deleted)
+        self.generation_store = GenerationStore(self.store, self.job, self.uri)
 
     @classmethod
     def open(cls, uri: str, job: str, **storage_options: Any) -> Catalog:
@@ -289,7 +283,8 @@ class Catalog:
         :raises CatalogError: the ``_metadata`` would be over the limit readers accept
             (`layout.check_metadata_size`); the checkpoint is not completed.
         """
-        self.check_generation(meta.generation)
+        fence = Fence(self.generation_store, meta.generation)
+        fence.check()
         key = layout.checkpoint_metadata(meta.id)
         body = meta.to_bytes()
         layout.check_metadata_size(body, f"{self.uri}/{key}")
@@ -297,7 +292,7 @@ class Catalog:
         # A newer generation may have claimed between the check and the write: then this
         # checkpoint lies above the newer generation's base (superseded, never restored
         # by `latest`), and the writer must not act on it (no commit).
-        self.check_generation(meta.generation)
+        fence.check()
         return self.checkpoint_uri(meta.id)
 
     # ------------------------------------------------------------------ lineages and the deletion journal
@@ -524,29 +519,25 @@ class Catalog:
     # ------------------------------------------------------------------ generations
 
     def current_generation(self) -> int:
-        """The newest claimed generation (0 when the job never started): from the newest this
-        catalog has seen (generations are never deleted), `generations.newest_generation`."""
-        newest = newest_generation(self.store, self._generation_seen)
-        self._generation_seen = newest
-        return newest
+        """The newest claimed generation, 0 when none (`GenerationStore.current_generation`)."""
+        return self.generation_store.current_generation()
 
     def generations(self) -> builtins.list[int]:
-        """Every claimed generation, in order (`generations.claimed_generations`)."""
-        return claimed_generations(self.store)
+        """Every claimed generation, in order (`GenerationStore.claimed`)."""
+        return self.generation_store.claimed()
 
     def claim_generation(self, details: Mapping[str, Any] | None = None) -> GenerationInfo:
-        """Atomically claim generation ``current + 1`` (`generations.claim_generation`)."""
-        info = claim_generation(self.store, self.job, details)
-        self._generation_seen = max(self._generation_seen, info.generation)
-        return info
+        """Atomically claim generation ``current + 1`` (`GenerationStore.claim`, which says what it raises)."""
+        return self.generation_store.claim(details)
 
     def generation_claim(self, generation: int) -> GenerationInfo | None:
-        """The claim of `generation`, or None (`generations.read_claim`, which says what it raises)."""
-        return read_claim(self.store, self.uri, generation)
+        """The claim of `generation`, or None (`GenerationStore.claim_of`, which says what it raises)."""
+        return self.generation_store.claim_of(generation)
 
     def check_generation(self, generation: int) -> None:
-        """:raises StaleGeneration: `generation` is no longer the current one (`generations.check_generation`)."""
-        check_generation(self.store, self.job, generation)
+        """:raises StaleGeneration: `generation` is no longer the current one (`Fence.check`; callers
+        should hold a `Fence` instead: this delegation goes once the runtime does)."""
+        Fence(self.generation_store, generation).check()
 
     # ------------------------------------------------------------------ transactions
 

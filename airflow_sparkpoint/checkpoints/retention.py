@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import bounded, layout
 from airflow_sparkpoint.checkpoints.entries import RetentionResult, SnapshotEntry
+from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.lineage import mark_superseded, prunable, rollback_base
 from airflow_sparkpoint.exceptions import (
     ConfigError,
@@ -161,9 +162,10 @@ def enforce_checkpoint_retention(
         e for e in entries
         if e.id not in keep_ids and (e.valid or (newest_kept is not None and e.id < newest_kept))
     ]
+    fence = Fence(catalog, generation)  # unfenced without a generation
     fenced = False
-    if doomed and generation is not None:
-        catalog.check_generation(generation)
+    if doomed:
+        fence.check()
         fenced = True  # once per pass, before its first deletion (see `lineage`)
     if doomed and before_delete is not None:
         before_delete()
@@ -193,8 +195,8 @@ def enforce_checkpoint_retention(
         orphan_bytes += info.size
     # Without any kept checkpoint nothing is provably an orphan of a finished one.
     if keep and orphans:
-        if generation is not None and not fenced:
-            catalog.check_generation(generation)
+        if not fenced:
+            fence.check()
         journaled = time.monotonic()
         journal_deletions(catalog, orphans, generation, known)
         # A checkpoint being completed reads the journal `JOURNAL_LOOKBACK_S` back: a pass
@@ -205,8 +207,7 @@ def enforce_checkpoint_retention(
                         "now (the next pass does)", catalog.job, time.monotonic() - journaled, len(orphans))
             orphans, orphan_bytes = [], 0
         else:
-            if generation is not None:
-                catalog.check_generation(generation)
+            fence.check()
             catalog.store.delete(orphans)
             if known is not None:
                 known.orphans_collected_at = now
