@@ -35,11 +35,11 @@ from airflow_sparkpoint.checkpoints.metadata import (
     SnapshotStats,
     TransactionRecord,
 )
-from airflow_sparkpoint.checkpoints.origins import delete_origins, has_origin, read_origins, write_origin
+from airflow_sparkpoint.checkpoints.origins import OriginStore
 from airflow_sparkpoint.checkpoints.status import read_status, write_status
 from airflow_sparkpoint.checkpoints.targets import open_snapshot  # re-exported: callers import it from here
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
-from airflow_sparkpoint.checkpoints.txn_records import iter_transactions, put_transaction, transaction_keys
+from airflow_sparkpoint.checkpoints.txn_records import TransactionLog
 from airflow_sparkpoint.exceptions import (
     CorruptMetadata,
     InvalidPath,
@@ -71,6 +71,8 @@ class Catalog:
         self.uri = self.store.uri
         self._newest_savepoint: tuple[float, int] | None = None  # (monotonic time listed, id)
         self.generation_store = GenerationStore(self.store, self.job, self.uri)
+        self.transaction_log = TransactionLog(self.store, self.job, self.uri)
+        self.origin_store = OriginStore(self.store, self.uri, self.key_of)
 
     @classmethod
     def open(cls, uri: str, job: str, **storage_options: Any) -> Catalog:
@@ -298,20 +300,20 @@ class Catalog:
     # ------------------------------------------------------------------ lineages and the deletion journal
 
     def write_origin(self, origin: Origin) -> None:
-        """Record what generation `origin.generation` started from (`origins.write_origin`)."""
-        write_origin(self.store, origin)
+        """Record what generation `origin.generation` started from (`OriginStore.write`)."""
+        self.origin_store.write(origin)
 
     def has_origin(self, generation: int) -> bool:
-        """Whether `generation` recorded its origin (`origins.has_origin`)."""
-        return has_origin(self.store, generation)
+        """Whether `generation` recorded its origin (`OriginStore.has`)."""
+        return self.origin_store.has(generation)
 
     def origins(self, known: dict[str, Origin] | None = None) -> builtins.list[Origin]:
-        """Every origin record, by generation (`origins.read_origins`)."""
-        return read_origins(self.store, self.uri, known)
+        """Every origin record, by generation (`OriginStore.read`)."""
+        return self.origin_store.read(known)
 
     def delete_origins(self, origins: Iterable[Origin], kept: Iterable[Origin] = ()) -> None:
-        """Delete origin records and the pins nothing keeps (`origins.delete_origins`)."""
-        delete_origins(self.store, origins, kept, self.key_of)
+        """Delete origin records and the pins nothing keeps (`OriginStore.delete`)."""
+        self.origin_store.delete(origins, kept)
 
     # ------------------------------------------------------------------ savepoints
 
@@ -539,28 +541,27 @@ class Catalog:
         should hold a `Fence` instead: this delegation goes once the runtime does)."""
         Fence(self.generation_store, generation).check()
 
-    # ------------------------------------------------------------------ transactions
+    # ------------------------------------------------------------------ transactions (`TransactionLog`)
 
     def put_transaction(self, record: TransactionRecord) -> None:
-        """Record a staged transaction (`txn_records.put_transaction`, which says what it raises)."""
-        put_transaction(self.store, self.uri, record)
+        """Record a staged transaction (`TransactionLog.put`, which says what it raises)."""
+        self.transaction_log.put(record)
 
     def transactions(self) -> builtins.list[TransactionRecord]:
-        """Every recorded (not yet cleaned up) sink transaction of this job, in batch order."""
-        return sorted(self.iter_transactions(), key=lambda r: (r.batch_id, r.generation))
+        """Every recorded (not yet settled) transaction of this job, in batch order (`TransactionLog.records`)."""
+        return self.transaction_log.records()
 
     def iter_transactions(self) -> Iterator[TransactionRecord]:
-        """The recorded transactions of this job, one at a time (`txn_records.iter_transactions`:
-        another job's, or an unreadable one, is skipped with a warning)."""
-        return iter_transactions(self.store, self.uri, self.job)
+        """The recorded transactions of this job, one at a time (`TransactionLog`: another
+        job's, or an unreadable one, is skipped with a warning)."""
+        return iter(self.transaction_log)
 
     def transaction_keys(self) -> set[tuple[int, int]]:
-        """``(batch_id, generation)`` of every recorded transaction, from one listing
-        (`txn_records.transaction_keys`)."""
-        return transaction_keys(self.store)
+        """``(batch_id, generation)`` of every recorded transaction, from one listing (`TransactionLog.keys`)."""
+        return self.transaction_log.keys()
 
     def delete_transactions(self, records: Iterable[TransactionRecord]) -> None:
-        self.store.delete(layout.txn_key(r.batch_id, r.generation) for r in records)
+        self.transaction_log.delete(records)
 
     # ------------------------------------------------------------------ status
 

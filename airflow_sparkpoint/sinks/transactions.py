@@ -141,6 +141,6 @@ def settle_all(
         if settlement.outcome in ("committed", "already"):
             record_commit(catalog, record, settlement.detail, landed_before=settlement.outcome == "already")
         if recorded is None or (record.batch_id, record.generation) in recorded:
-            catalog.delete_transactions([record])
+            catalog.transaction_log.delete([record])
         done.append(settlement)
     return done
