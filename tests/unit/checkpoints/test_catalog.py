@@ -513,11 +513,11 @@ def test_a_running_job_numbers_checkpoints_from_a_recent_listing_of_its_savepoin
     (a listing that grows with them). With `recent_savepoints` one listing serves for
     `SAVEPOINT_IDS_TTL_S`; the savepoints the catalog makes count at once, and one made by
     another process (of a savepoint: a new id) is seen once the listing is that old."""
-    from airflow_sparkpoint.checkpoints import catalog as catalog_module
+    from airflow_sparkpoint.checkpoints import snapshot_store
     from airflow_sparkpoint.storage.counting import CountingStorage
 
     clock = [1000.0]
-    monkeypatch.setattr(catalog_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(snapshot_store.time, "monotonic", lambda: clock[0])
     catalog.claim_generation()
     first = make_checkpoint(catalog, state(0))
     counted = CountingStorage(root.open())
@@ -535,7 +535,7 @@ def test_a_running_job_numbers_checkpoints_from_a_recent_listing_of_its_savepoin
     assert job.next_checkpoint_id(recent_savepoints=True) == own.metadata.id + 1, "its own savepoints count at once"
 
     other = catalog.create_savepoint(own)  # another process
-    clock[0] += catalog_module.SAVEPOINT_IDS_TTL_S
+    clock[0] += snapshot_store.SAVEPOINT_IDS_TTL_S
     listed = savepoint_listings()
     assert job.next_checkpoint_id(recent_savepoints=True) == other.metadata.id + 1
     assert savepoint_listings() == listed + 1
