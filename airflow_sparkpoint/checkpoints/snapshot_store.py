@@ -13,8 +13,9 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-from airflow_sparkpoint.checkpoints import layout
+from airflow_sparkpoint.checkpoints import bounded, layout
 from airflow_sparkpoint.checkpoints.entries import SnapshotEntry, SnapshotHandle
 from airflow_sparkpoint.checkpoints.generations import Fence, GenerationStore
 from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, SnapshotStats
@@ -79,13 +80,11 @@ class SnapshotStore:
         return newest
 
     def _id_floor(self) -> int:
-        try:
-            return int(self.store.get(layout.ID_FLOOR).decode().strip() or 0)
-        except ObjectNotFound:
-            return 0
-        except ValueError:
-            log.warning("ignoring a malformed %s/%s", self.uri, layout.ID_FLOOR)
-            return 0
+        """The highest id ever disposed (0: none, or its record is unreadable: logged)."""
+        floor = bounded.read_record_or_warn(self.store, layout.ID_FLOOR, _integer,
+                                            limits=layout.limits_of(layout.ID_FLOOR),
+                                            where=f"{self.uri}/{layout.ID_FLOOR}", what="id floor")
+        return floor or 0
 
     def _raise_id_floor(self, sid: int) -> None:
         # Not atomic: of two concurrent disposals the lower id may win. Disposals are
@@ -415,3 +414,8 @@ class SnapshotStore:
     def handle(self, meta: SnapshotMetadata) -> SnapshotHandle:
         return SnapshotHandle(self.checkpoint_uri(meta.id), meta, self.store)
 
+
+def _integer(raw: Any) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise TypeError(f"a JSON {type(raw).__name__}, not an integer")
+    return raw
