@@ -186,8 +186,8 @@ class Catalog:
         return self.generation_store.claim_of(generation)
 
     def check_generation(self, generation: int) -> None:
-        """:raises StaleGeneration: `generation` is no longer the current one (`Fence.check`; callers
-        should hold a `Fence` instead: this delegation goes once the runtime does)."""
+        """:raises StaleGeneration: `generation` is no longer the current one (`Fence.check`, the
+        one idiom every caller in the package holds; this method stays for callers outside it)."""
         Fence(self.generation_store, generation).check()
 
     # ------------------------------------------------------------------ transactions (`TransactionLog`)
