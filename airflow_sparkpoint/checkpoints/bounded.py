@@ -30,10 +30,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from airflow_sparkpoint.exceptions import CatalogError, CorruptMetadata, CorruptRecord, ObjectTooLarge
+from airflow_sparkpoint.exceptions import (
+    CatalogError,
+    CorruptMetadata,
+    CorruptRecord,
+    ObjectTooLarge,
+    StorageError,
+)
 from airflow_sparkpoint.storage.base import Storage
 
-__all__ = ["MAX_DEPTH", "Limits", "check_writable", "clip", "decode", "parse_cost", "read_record",
+__all__ = ["MAX_DEPTH", "Limits", "check_writable", "clip", "decode", "json_object", "parse_cost", "read_record",
            "read_record_or_warn"]
 
 log = logging.getLogger(__name__)
@@ -141,6 +147,19 @@ def decode(data: bytes, limits: Limits, where: str) -> Any:
         raise CorruptRecord(f"{where}: not valid JSON ({type(exc).__name__}: {exc})") from None
 
 
+def json_object(parse: Callable[[dict[str, Any]], T]) -> Callable[[Any], T]:
+    """`parse` for a record that is a JSON object: anything else (a list, a string, a
+    number) is refused with a TypeError naming what it is, which `read_record` reports
+    as a corrupt record."""
+
+    def parse_object(raw: Any) -> T:
+        if not isinstance(raw, dict):
+            raise TypeError(f"a JSON {type(raw).__name__}, not an object")
+        return parse(raw)
+
+    return parse_object
+
+
 def read_record(store: Storage, key: str, parse: Callable[[Any], T], *, limits: Limits, where: str) -> T | None:
     """The record at `key` of `store`, read within `limits` and decoded, as `parse` makes
     it from the JSON value; None when there is none.
@@ -168,17 +187,23 @@ def read_record(store: Storage, key: str, parse: Callable[[Any], T], *, limits: 
 
 
 def read_record_or_warn(store: Storage, key: str, parse: Callable[[Any], T], *, limits: Limits, where: str,
-                        what: str) -> T | None:
+                        what: str, unreachable: bool = False) -> T | None:
     """`read_record`, but an unreadable record (`what` names its kind in the warning) is
     logged and read as None: for records a reader can do without (metrics, drills, the
-    status of a job that may not be running).
+    status of a job that may not be running). `unreachable`: a store that cannot be read
+    is logged and read as None too (a record no caller may fail on: metrics, a listing).
 
-    :raises StorageError: the store cannot be read.
+    :raises StorageError: the store cannot be read (not with `unreachable`).
     """
     try:
         return read_record(store, key, parse, limits=limits, where=where)
     except CorruptRecord as exc:
         log.warning("ignoring unreadable %s %s", what, exc)
+        return None
+    except StorageError as exc:
+        if not unreachable:
+            raise
+        log.warning("cannot read %s: %s", where, exc)
         return None
 
 

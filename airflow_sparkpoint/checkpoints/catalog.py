@@ -1,17 +1,26 @@
-"""The checkpoint catalog of one job: completed checkpoints, savepoints, shared files,
-sink transaction records, generations and the status record.
+"""The checkpoint catalog of one job: the public face over the stores of its records.
 
-Pure Python over a `Storage`: no Spark, no Airflow. Invariant 1 lives here: a snapshot
-is complete iff its ``_metadata`` exists and validates; anything else is skipped with a
-warning that names the path and the reason.
+`Catalog` composes one store per concern, each the one reader and writer of its records:
+
+=====================  ======================================================================
+``snapshot_store``     checkpoints, savepoints, shared files, the id floor (invariant 1):
+                       `checkpoints.snapshot_store.SnapshotStore`
+``generation_store``   generation claims and the fence (invariant 5):
+                       `checkpoints.generations.GenerationStore`, `Fence`
+``transaction_log``    sink transaction records: `checkpoints.txn_records.TransactionLog`
+``origin_store``       lineage origin records and their pins: `checkpoints.origins.OriginStore`
+``lineage_view``       the read model of both: restorable checkpoints, ``restore=latest``
+                       (invariant 9): `checkpoints.lineage_view.LineageView`
+=====================  ======================================================================
+
+Its methods delegate, one line each, so the callers that know a job by its catalog keep
+one object; new code in the catalog and the sinks uses the stores.
+Pure Python over a `Storage`: no Spark, no Airflow.
 """
 
 from __future__ import annotations
 
 import builtins
-import logging
-import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -21,50 +30,18 @@ from airflow_sparkpoint.checkpoints.entries import (  # re-exported: callers imp
     SnapshotEntry,
     SnapshotHandle,
 )
-from airflow_sparkpoint.checkpoints.generations import (
-    check_generation,
-    claim_generation,
-    claimed_generations,
-    newest_generation,
-    read_claim,
-)
-from airflow_sparkpoint.checkpoints.lineage import (
-    Origin,
-    RestartPoint,
-    mark_superseded,
-    resolve_restart_point,
-    superseded_by,
-)
-from airflow_sparkpoint.checkpoints.metadata import (
-    FileRef,
-    SnapshotMetadata,
-    SnapshotStats,
-    TransactionRecord,
-)
-from airflow_sparkpoint.checkpoints.origins import delete_origins, has_origin, read_origins, write_origin
+from airflow_sparkpoint.checkpoints.generations import Fence, GenerationStore
+from airflow_sparkpoint.checkpoints.lineage import Origin, RestartPoint
+from airflow_sparkpoint.checkpoints.lineage_view import LineageView
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints.origins import OriginStore
+from airflow_sparkpoint.checkpoints.snapshot_store import SnapshotStore
 from airflow_sparkpoint.checkpoints.status import read_status, write_status
 from airflow_sparkpoint.checkpoints.targets import open_snapshot  # re-exported: callers import it from here
-from airflow_sparkpoint.checkpoints.transfer import transfer_all
-from airflow_sparkpoint.checkpoints.txn_records import iter_transactions, put_transaction, transaction_keys
-from airflow_sparkpoint.exceptions import (
-    CorruptMetadata,
-    InvalidPath,
-    ObjectNotFound,
-    ObjectTooLarge,
-    RestoreError,
-)
-from airflow_sparkpoint.storage import Storage, normalize_key, open_storage
+from airflow_sparkpoint.checkpoints.txn_records import TransactionLog
+from airflow_sparkpoint.storage import Storage, open_storage
 
 __all__ = ["Catalog", "GenerationInfo", "SnapshotEntry", "SnapshotHandle", "open_snapshot"]
-
-log = logging.getLogger(__name__)
-
-#: How long a running job's numbering of its checkpoints trusts its last listing of
-#: ``savepoints/`` (it numbers one every few seconds, and the listing grows with the
-#: savepoints a job keeps). The savepoints it makes itself count at once; another process
-#: makes a savepoint of a new id only from a savepoint (one of a checkpoint takes the
-#: checkpoint's id), and the job sees it within this time.
-SAVEPOINT_IDS_TTL_S = 60.0
 
 
 class Catalog:
@@ -75,278 +52,52 @@ class Catalog:
         self.storage = storage
         self.store: Storage = layout.JobStore(storage, job)
         self.uri = self.store.uri
-        self._newest_savepoint: tuple[float, int] | None = None  # (monotonic time listed, id)
-        self._generation_seen = 0  # the newest generation seen claimed (claims are never deleted)
+        self.generation_store = GenerationStore(self.store, self.job, self.uri)
+        self.snapshot_store = SnapshotStore(self.store, self.job, self.uri, self.generation_store)
+        self.transaction_log = TransactionLog(self.store, self.job, self.uri)
+        self.origin_store = OriginStore(self.store, self.uri, self.snapshot_store.key_of)
+        self.lineage_view = LineageView(self.snapshot_store, self.origin_store)
 
     @classmethod
     def open(cls, uri: str, job: str, **storage_options: Any) -> Catalog:
         """Open the catalog of `job` under the storage root `uri`."""
         return cls(open_storage(uri, **storage_options), job)
 
-    # ------------------------------------------------------------------ checkpoints
+    # ------------------------------------------------------------------ snapshots (`SnapshotStore`)
 
-    def checkpoint_ids(self) -> list[int]:
+    def checkpoint_ids(self) -> builtins.list[int]:
         """Ids of every ``chk-<id>`` directory, complete or not, ascending."""
-        ids = []
-        for name in self.store.list_dirs(""):
-            match = layout.CHK_RE.match(name)
-            if match:
-                ids.append(int(match.group(1)))
-        return sorted(ids)
+        return self.snapshot_store.checkpoint_ids()
 
     def next_checkpoint_id(self, ids: Iterable[int] | None = None, *, recent_savepoints: bool = False) -> int:
-        """One more than any id in use or ever disposed: like Flink's, ids are never reused,
-        so "a checkpoint after id N" keeps its meaning after a rollback retires the newest.
-        `ids`: the caller's `checkpoint_ids` listing, taken just before (else one is taken).
-        `recent_savepoints`: a listing of ``savepoints/`` up to `SAVEPOINT_IDS_TTL_S` old
-        will do (a running job numbering its checkpoints)."""
-        ids = self.checkpoint_ids() if ids is None else list(ids)
-        return max([0, *ids, self._newest_savepoint_id(recent_savepoints), self._id_floor()]) + 1
-
-    def _newest_savepoint_id(self, recent: bool) -> int:
-        now = time.monotonic()
-        known = self._newest_savepoint
-        if recent and known is not None and now - known[0] < SAVEPOINT_IDS_TTL_S:
-            return known[1]
-        newest = max((e.id for e in self._savepoint_dirs()), default=0)
-        self._newest_savepoint = (now, newest)
-        return newest
-
-    def _id_floor(self) -> int:
-        try:
-            return int(self.store.get(layout.ID_FLOOR).decode().strip() or 0)
-        except ObjectNotFound:
-            return 0
-        except ValueError:
-            log.warning("ignoring a malformed %s/%s", self.uri, layout.ID_FLOOR)
-            return 0
-
-    def _raise_id_floor(self, sid: int) -> None:
-        # Not atomic: of two concurrent disposals the lower id may win. Disposals are
-        # operator or rollback actions, one at a time in practice.
-        if sid > self._id_floor():
-            self.store.put(layout.ID_FLOOR, str(sid).encode())
+        """One more than any id in use or ever disposed (`SnapshotStore.next_checkpoint_id`)."""
+        return self.snapshot_store.next_checkpoint_id(ids, recent_savepoints=recent_savepoints)
 
     def checkpoint_entry(
         self, checkpoint_id: int, present: Mapping[str, int] | None = None, known: SnapshotMetadata | None = None
     ) -> SnapshotEntry:
-        """Checkpoint `checkpoint_id` as listed: with its metadata when its ``_metadata``
-        validates and every file it references is in `present` (shared key -> size; None:
-        look each up), else with the error that makes it unusable (invariant 1).
-
-        `known`: its ``_metadata`` as this process wrote or read it before (written once,
-        ids never reused), used instead of reading it again; its files are still checked."""
-        return self._read_entry("checkpoint", checkpoint_id, layout.checkpoint_dir(checkpoint_id), present, "",
-                                known)
-
-    def _read_entry(
-        self, kind: str, sid: int, key: str, present: Mapping[str, int] | None, base: str,
-        known: SnapshotMetadata | None = None,
-    ) -> SnapshotEntry:
-        uri = f"{self.uri}/{key}"
-        meta_key = f"{key}/{layout.METADATA}"
-        data = b""
-        if known is None:
-            try:
-                data = self.store.get(meta_key)
-            except ObjectNotFound:
-                return SnapshotEntry(kind, sid, uri, key, error="no _metadata (incomplete or abandoned)")
-            except ObjectTooLarge as exc:  # planted or garbled: corrupt, never a reason to fail a listing
-                return SnapshotEntry(kind, sid, uri, key, error=str(exc))
-        try:
-            meta = known or SnapshotMetadata.from_bytes(data, where=f"{uri}/{layout.METADATA}")
-            if meta.job != self.job:
-                raise CorruptMetadata(f"{uri}/_metadata belongs to job {meta.job!r}, not {self.job!r}")
-            if meta.kind != kind:
-                raise CorruptMetadata(f"{uri}/_metadata says kind {meta.kind!r}, expected {kind!r}")
-            if meta.id != sid:
-                raise CorruptMetadata(f"{uri}/_metadata describes {meta.kind} {meta.id}, not {sid}")
-            self._check_files(meta, present, base, uri, key)
-        except CorruptMetadata as exc:
-            return SnapshotEntry(kind, sid, uri, key, error=str(exc))
-        return SnapshotEntry(kind, sid, uri, key, metadata=meta)
-
-    def _check_files(
-        self, meta: SnapshotMetadata, present: Mapping[str, int] | None, base: str, uri: str, key: str
-    ) -> None:
-        """Every referenced file exists with its recorded size.
-
-        `present` is a listing that covers ``shared/`` (checkpoints) or the snapshot's own
-        directory (savepoints); keys outside it are looked up with one listing of the
-        snapshot directory and, failing that, one stat each.
-        """
-        listed: Mapping[str, int] = present or {}
-        own: dict[str, int] = {}
-        own_dir = f"{key}/"
-        own_listed = False
-        for ref in meta.files:
-            full = f"{base}{ref.key}"
-            size = listed.get(full, own.get(full))
-            if size is None and full.startswith(own_dir) and not own_listed:
-                own.update((info.key, info.size) for info in self.store.list(key))
-                own_listed = True
-                size = own.get(full)
-            proven_absent = (present is not None and self._covered(full, base)) or (
-                own_listed and full.startswith(own_dir)
-            )
-            if size is None and not proven_absent:
-                try:
-                    size = self.store.stat(full).size
-                except ObjectNotFound:
-                    size = None
-            problem = ref.stored_problem(size)
-            if problem is not None:
-                raise CorruptMetadata(f"{uri}: referenced file {problem}")
-
-    @staticmethod
-    def _covered(full: str, base: str) -> bool:
-        """Whether the `present` listing for `base` covers `full` (absence there is proof)."""
-        return full.startswith(base) if base else full.startswith(f"{layout.SHARED}/")
-
-    def _shared_sizes(self) -> dict[str, int]:
-        # One paginated listing instead of a request per referenced file.
-        return {info.key: info.size for info in self.store.list(layout.SHARED)}
-
-    def list_checkpoints(self, *, slim: bool = False) -> list[SnapshotEntry]:
-        """Every ``chk-*`` directory, newest first, each valid or with the reason it is not;
-        valid ones on an abandoned lineage carry ``superseded_by`` (invariant 9). `slim`:
-        each with its summary instead of its metadata (`SnapshotEntry.slim`), for readers
-        that show them: one snapshot's files are held at a time."""
-        ids = self.checkpoint_ids()
-        if not ids:
-            return []
-        present = self._shared_sizes()
-        if not slim:
-            entries = [self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "")
-                       for cid in reversed(ids)]
-            return mark_superseded(entries, self.origins())
-        origins = self.origins()  # before: each entry is marked, then slimmed, as it is read
-        return [mark_superseded([self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "")],
-                                origins)[0].slim() for cid in reversed(ids)]
-
-    def checkpoints(self) -> list[SnapshotMetadata]:
-        """Valid, complete checkpoints, newest first; invalid ones are logged and skipped."""
-        result = []
-        for entry in self.list_checkpoints():
-            if entry.metadata is not None:
-                result.append(entry.metadata)
-            elif entry.error and "no _metadata" not in entry.error:
-                log.warning("skipping invalid checkpoint %s: %s", entry.uri, entry.error)
-        return result
-
-    def latest(self) -> SnapshotMetadata | None:
-        """The newest valid, complete checkpoint that is not superseded (invariant 9), or None.
-
-        What the external commit step, the sensors and savepoints-from-checkpoint use.
-        Validates newest-first and stops at the first restorable one, so the cost grows
-        with the number of retained checkpoints (and generations), not with every file
-        ever written. ``restore=latest`` uses `restart_point`, which may also answer a
-        lineage's savepoint or empty state.
-        """
-        ids = self.checkpoint_ids()
-        if not ids:
-            return None
-        origins = self.origins()
-        present = self._shared_sizes()
-        for cid in reversed(ids):
-            entry = self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, "")
-            if entry.metadata is not None:
-                if superseded_by(entry.metadata.generation, cid, origins) is None:
-                    return entry.metadata
-            elif entry.error and "no _metadata" not in entry.error:
-                log.warning("skipping invalid checkpoint %s: %s; falling back to an older one", entry.uri, entry.error)
-        return None
-
-    def restart_point(self) -> RestartPoint:
-        """What ``restore=latest`` resumes from (see `airflow_sparkpoint.checkpoints.lineage`).
-
-        :raises RestoreError: complete checkpoints exist but none is restorable (they are
-            damaged), or the origin the newest lineage must fall back to is gone; the
-            message names the damage and the way out.
-        """
-        ids = self.checkpoint_ids()
-        present = self._shared_sizes() if ids else {}
-        return resolve_restart_point(
-            self.job, ids, self.origins(),
-            lambda cid: self._read_entry("checkpoint", cid, layout.checkpoint_dir(cid), present, ""),
-        )
+        """Checkpoint `checkpoint_id` as listed, valid or with its error (`SnapshotStore.checkpoint_entry`)."""
+        return self.snapshot_store.checkpoint_entry(checkpoint_id, present, known)
 
     def checkpoint_uri(self, checkpoint_id: int) -> str:
-        return f"{self.uri}/{layout.checkpoint_dir(checkpoint_id)}"
+        return self.snapshot_store.checkpoint_uri(checkpoint_id)
 
     def shared_key(self, path: str, sha256: str) -> str:
-        """Where a file of Spark's checkpoint location is stored: content-addressed per
-        path, so a re-executed batch that rewrites a file never collides with the old one."""
-        return f"{layout.SHARED}/{normalize_key(path)}~{sha256[:16]}"
+        """Where a file of Spark's checkpoint location is stored (`SnapshotStore.shared_key`)."""
+        return self.snapshot_store.shared_key(path, sha256)
 
     def complete_checkpoint(self, meta: SnapshotMetadata) -> str:
-        """Write ``chk-<id>/_metadata`` last, checking the writer's generation before and after.
+        """Write ``chk-<id>/_metadata`` last, fenced before and after (`SnapshotStore.complete_checkpoint`,
+        which says what it raises)."""
+        return self.snapshot_store.complete_checkpoint(meta)
 
-        :raises StaleGeneration: a newer generation exists (invariant 5); raised after the
-            write too, when a newer generation claimed meanwhile (the checkpoint stays,
-            superseded by the newer generation's origin).
-        :raises ObjectExists: another writer completed the same checkpoint id.
-        :raises CatalogError: the ``_metadata`` would be over the limit readers accept
-            (`layout.check_metadata_size`); the checkpoint is not completed.
-        """
-        self.check_generation(meta.generation)
-        key = layout.checkpoint_metadata(meta.id)
-        body = meta.to_bytes()
-        layout.check_metadata_size(body, f"{self.uri}/{key}")
-        self.store.put_if_absent(key, body)
-        # A newer generation may have claimed between the check and the write: then this
-        # checkpoint lies above the newer generation's base (superseded, never restored
-        # by `latest`), and the writer must not act on it (no commit).
-        self.check_generation(meta.generation)
-        return self.checkpoint_uri(meta.id)
-
-    # ------------------------------------------------------------------ lineages and the deletion journal
-
-    def write_origin(self, origin: Origin) -> None:
-        """Record what generation `origin.generation` started from (`origins.write_origin`)."""
-        write_origin(self.store, origin)
-
-    def has_origin(self, generation: int) -> bool:
-        """Whether `generation` recorded its origin (`origins.has_origin`)."""
-        return has_origin(self.store, generation)
-
-    def origins(self, known: dict[str, Origin] | None = None) -> builtins.list[Origin]:
-        """Every origin record, by generation (`origins.read_origins`)."""
-        return read_origins(self.store, self.uri, known)
-
-    def delete_origins(self, origins: Iterable[Origin], kept: Iterable[Origin] = ()) -> None:
-        """Delete origin records and the pins nothing keeps (`origins.delete_origins`)."""
-        delete_origins(self.store, origins, kept, self.key_of)
-
-    # ------------------------------------------------------------------ savepoints
-
-    def _savepoint_dirs(self) -> list[SnapshotEntry]:
-        return [entry for entry in map(self._savepoint_dir, self.store.list_dirs(layout.SAVEPOINTS))
-                if entry is not None]
-
-    def _savepoint_dir(self, name: str) -> SnapshotEntry | None:
-        checkpoint = layout.savepoint_checkpoint(name)
-        if checkpoint is None:
-            return None
-        key = f"{layout.SAVEPOINTS}/{name}"
-        return SnapshotEntry("savepoint", checkpoint, f"{self.uri}/{key}", key)
-
-    def list_savepoints(self, *, slim: bool = False) -> list[SnapshotEntry]:
-        """Every savepoint directory, newest first, valid or with the reason it is not
-        (`slim`: see `list_checkpoints`)."""
-        result = [entry.slim() if slim else entry for entry in map(self._read_savepoint, self._savepoint_dirs())]
-        return sorted(result, key=lambda e: (e.created_at, e.id), reverse=True)
+    def list_savepoints(self, *, slim: bool = False) -> builtins.list[SnapshotEntry]:
+        """Every savepoint directory, newest first (`SnapshotStore.list_savepoints`)."""
+        return self.snapshot_store.list_savepoints(slim=slim)
 
     def savepoint_entry(self, name: str) -> SnapshotEntry | None:
-        """The savepoint directory `name` (under ``savepoints/``, as `list_dirs` gives it),
-        valid or with the reason it is not (one listing of it, then its ``_metadata``);
-        None when `name` is not a savepoint directory's name."""
-        entry = self._savepoint_dir(name)
-        return self._read_savepoint(entry) if entry is not None else None
-
-    def _read_savepoint(self, entry: SnapshotEntry) -> SnapshotEntry:
-        present = {info.key: info.size for info in self.store.list(entry.key)}
-        return self._read_entry("savepoint", entry.id, entry.key, present, f"{entry.key}/")
+        """The savepoint directory `name`, or None (`SnapshotStore.savepoint_entry`)."""
+        return self.snapshot_store.savepoint_entry(name)
 
     def create_savepoint(
         self,
@@ -356,220 +107,110 @@ class Catalog:
         on_copied: Callable[[int, int], None] | None = None,
         key: str | None = None,
     ) -> SnapshotHandle:
-        """Copy a snapshot into a self-contained, relocatable savepoint of this job (at
-        `key`, for a lineage's pin, instead of a new directory under ``savepoints/``).
-
-        Files are copied (server-side within one store), never referenced, so retention
-        and disposal of checkpoints cannot touch the savepoint. `on_copied(done, total)`
-        is called after each file (progress; the runtime's fault hook).
-
-        :raises CatalogError: its ``_metadata`` would be over the limit readers accept
-            (`layout.check_metadata_size`); nothing is completed.
-        """
-        started = time.monotonic()
-        meta = source.metadata
-        sp_id = meta.id if meta.kind == "checkpoint" else self.next_checkpoint_id()
-        if self._newest_savepoint is not None and sp_id > self._newest_savepoint[1]:
-            self._newest_savepoint = (self._newest_savepoint[0], sp_id)
-        sp_key = key or layout.savepoint_dir(sp_id, uuid.uuid4().hex[:8])
-        # Within this job's store (a checkpoint, or another savepoint of the job) copy
-        # server-side; from anywhere else, read and write the bytes.
-        src_uri, own_uri = source.files_store.uri.rstrip("/"), self.store.uri.rstrip("/")
-        src_prefix: str | None = None
-        if src_uri == own_uri:
-            src_prefix = ""
-        elif src_uri.startswith(own_uri + "/"):
-            src_prefix = src_uri[len(own_uri) + 1:] + "/"
-
-        def savepoint_ref(ref: FileRef) -> FileRef:
-            return FileRef(path=ref.path, key=f"files/{normalize_key(ref.path)}", size=ref.size,
-                           sha256=ref.sha256, mtime_ns=ref.mtime_ns)
-
-        copied = sum(ref.size for ref in meta.files)
-
-        def savepoint_meta(files: tuple[FileRef, ...]) -> SnapshotMetadata:
-            return meta.with_(
-                kind="savepoint",
-                id=sp_id,
-                generation=meta.generation if generation is None else generation,
-                created_at=time.time(),
-                files=files,
-                source_checkpoint=meta.id if meta.kind == "checkpoint" else meta.source_checkpoint,
-                stats=SnapshotStats(
-                    duration_ms=int((time.monotonic() - started) * 1000),
-                    bytes_copied=copied,
-                    files_copied=len(files),
-                    bytes_total=copied,
-                    file_count=len(files),
-                ),
-            )
-
-        where = f"{self.uri}/{sp_key}/{layout.METADATA}"
-        # Refused before copying anything (a savepoint no reader accepts is not worth a
-        # copy), and again on the final bytes below.
-        layout.check_metadata_size(savepoint_meta(tuple(map(savepoint_ref, meta.files))).to_bytes(), where)
-
-        def copy_one(ref: FileRef) -> FileRef:
-            dst = f"{sp_key}/{savepoint_ref(ref).key}"
-            if src_prefix is not None:
-                self.store.copy(src_prefix + ref.key, dst)
-            else:
-                source.files_store.copy_to(ref.key, self.store, dst)  # streamed, never whole in memory
-            return savepoint_ref(ref)
-
-        # A few copies at a time (`transfer`); any failure raises before _metadata is written.
-        files = transfer_all(copy_one, meta.files, on_done=on_copied)
-        sp_meta = savepoint_meta(tuple(files))
-        body = sp_meta.to_bytes()
-        layout.check_metadata_size(body, where)
-        self.store.put_if_absent(f"{sp_key}/{layout.METADATA}", body)
-        uri = f"{self.uri}/{sp_key}"
-        log.info("savepoint %s completed: batch %d, %d files, %d bytes", uri, meta.batch_id, len(files), copied)
-        return SnapshotHandle(uri=uri, metadata=sp_meta, files_store=self.store.child(sp_key))
+        """Copy a snapshot into a self-contained savepoint (`SnapshotStore.create_savepoint`)."""
+        return self.snapshot_store.create_savepoint(source, generation=generation, on_copied=on_copied, key=key)
 
     def dispose(self, uri: str) -> int:
-        """Delete a savepoint (or a checkpoint) of this job by URI, path or directory key
-        (``chk-7``, ``savepoints/savepoint-7-ab12cd34``); return how many objects were deleted.
-
-        :raises RestoreError: the path is not a snapshot directory of this job.
-        :raises InvalidPath: the path is malformed or contains ``..``.
-        """
-        key = self.snapshot_key(uri)
-        keys = [info.key for info in self.store.list(key)]
-        name = key.rsplit("/", 1)[-1]
-        match = layout.CHK_RE.match(name) or layout.SAVEPOINT_RE.match(name)
-        if match:
-            self._raise_id_floor(int(match.group(1)))
-        # _metadata first: from that moment the snapshot is incomplete, never half-deleted.
-        self.store.delete([f"{key}/{layout.METADATA}"])
-        self.store.delete(keys)
-        log.info("disposed %s/%s (%d objects)", self.uri, key, len(keys))
-        return len(keys)
+        """Delete a savepoint or checkpoint of this job (`SnapshotStore.dispose`, which says what it raises)."""
+        return self.snapshot_store.dispose(uri)
 
     def snapshot_key(self, uri: str, *, savepoint_only: bool = False) -> str:
-        """The key of the checkpoint or savepoint directory (`savepoint_only`: savepoint)
-        of this job that `uri` (a URI, path or key, maybe read from a record) names.
-
-        :raises InvalidPath: malformed, or contains ``..``.
-        :raises RestoreError: outside this job's root, or not such a directory.
-        """
-        key = self.key_of(uri)
-        if not ((layout.CHK_RE.match(key) and not savepoint_only) or (
-                key.startswith(f"{layout.SAVEPOINTS}/") and layout.SAVEPOINT_RE.match(key.split("/", 1)[1]))):
-            raise RestoreError(
-                f"{uri} is not a {'' if savepoint_only else 'checkpoint or '}savepoint directory of job "
-                f"{self.job!r} ({self.uri}); expected {'' if savepoint_only else 'chk-<id> or '}"
-                "savepoints/savepoint-<id>-<suffix> (see `sparkpoint list`)"
-            )
-        return key
+        """The key of the snapshot directory `uri` names (`SnapshotStore.snapshot_key`)."""
+        return self.snapshot_store.snapshot_key(uri, savepoint_only=savepoint_only)
 
     def key_of(self, uri: str) -> str:
-        """The key, relative to the job root, of a URI, path or key naming something inside it.
-
-        :raises InvalidPath: malformed, or contains ``..``/``.`` segments.
-        :raises RestoreError: it points outside this job's root (another bucket, job or directory).
-        """
-        from airflow_sparkpoint.storage import split_uri
-
-        if not isinstance(uri, str) or not uri.strip():
-            raise InvalidPath(f"snapshot path {uri!r} is empty; expected a URI, a path or a key like chk-7")
-        text = uri.strip()
-        body = text.split("://", 1)[1] if "://" in text else text
-        if any(part in (".", "..") for part in body.split("/")):
-            raise InvalidPath(f"snapshot path {uri!r} contains '.' or '..' segments; give the path as listed")
-        if "://" not in text and not text.startswith("/"):
-            return normalize_key(text)  # a key relative to the job root
-        scheme, bucket, path = split_uri(text)
-        own_scheme, own_bucket, own_path = split_uri(self.uri)
-        path, own_path = path.rstrip("/"), own_path.rstrip("/")
-        if (scheme, bucket) != (own_scheme, own_bucket) or not path.startswith(own_path + "/" if own_path else ""):
-            raise RestoreError(f"{uri} is outside job {self.job!r} ({self.uri})")
-        return normalize_key(path[len(own_path):].lstrip("/"))
-
-    # ------------------------------------------------------------------ restore targets
+        """The key, relative to the job root, of `uri` (`SnapshotStore.key_of`)."""
+        return self.snapshot_store.key_of(uri)
 
     def snapshot(self, checkpoint_id: int) -> SnapshotHandle:
-        """A handle on completed checkpoint `checkpoint_id`.
-
-        :raises RestoreError: it is missing or invalid.
-        """
-        entry = self._read_entry(
-            "checkpoint", checkpoint_id, layout.checkpoint_dir(checkpoint_id), self._shared_sizes(), ""
-        )
-        if entry.metadata is None:
-            raise RestoreError(f"checkpoint {entry.uri} is not usable: {entry.error}")
-        return SnapshotHandle(entry.uri, entry.metadata, self.store)
+        """A handle on completed checkpoint `checkpoint_id` (`SnapshotStore.snapshot`)."""
+        return self.snapshot_store.snapshot(checkpoint_id)
 
     def own_snapshot(self, uri: str) -> SnapshotHandle | None:
-        """A handle on the checkpoint or savepoint of this job `uri` names, or None when
-        `uri` is not a snapshot directory of this job's root (another root, a pin).
-
-        :raises RestoreError: it is this job's and missing or invalid.
-        """
-        try:
-            key = self.snapshot_key(uri)
-        except (RestoreError, InvalidPath):
-            return None
-        match = layout.CHK_RE.match(key)
-        if match:
-            return self.snapshot(int(match.group(1)))
-        entry = self.savepoint_entry(key.split("/", 1)[1])
-        if entry is None or entry.metadata is None:
-            raise RestoreError(f"savepoint {self.uri}/{key} is not usable: {entry.error if entry else 'not found'}")
-        return SnapshotHandle(entry.uri, entry.metadata, self.store.child(entry.key))
+        """A handle on this job's snapshot `uri` names, or None (`SnapshotStore.own_snapshot`)."""
+        return self.snapshot_store.own_snapshot(uri)
 
     def handle(self, meta: SnapshotMetadata) -> SnapshotHandle:
-        return SnapshotHandle(self.checkpoint_uri(meta.id), meta, self.store)
+        return self.snapshot_store.handle(meta)
 
-    # ------------------------------------------------------------------ generations
+    # ------------------------------------------------------------------ lineages (`LineageView`, `OriginStore`)
+
+    def list_checkpoints(self, *, slim: bool = False) -> builtins.list[SnapshotEntry]:
+        """Every ``chk-*`` directory, newest first, marked superseded (`LineageView.list_checkpoints`)."""
+        return self.lineage_view.list_checkpoints(slim=slim)
+
+    def checkpoints(self) -> builtins.list[SnapshotMetadata]:
+        """Valid, complete checkpoints, newest first (`LineageView.checkpoints`)."""
+        return self.lineage_view.checkpoints()
+
+    def latest(self) -> SnapshotMetadata | None:
+        """The newest restorable checkpoint, or None (`LineageView.latest`)."""
+        return self.lineage_view.latest()
+
+    def restart_point(self) -> RestartPoint:
+        """What ``restore=latest`` resumes from (`LineageView.restart_point`, which says what it raises)."""
+        return self.lineage_view.restart_point()
+
+    def write_origin(self, origin: Origin) -> None:
+        """Record what generation `origin.generation` started from (`OriginStore.write`)."""
+        self.origin_store.write(origin)
+
+    def has_origin(self, generation: int) -> bool:
+        """Whether `generation` recorded its origin (`OriginStore.has`)."""
+        return self.origin_store.has(generation)
+
+    def origins(self, known: dict[str, Origin] | None = None) -> builtins.list[Origin]:
+        """Every origin record, by generation (`OriginStore.read`)."""
+        return self.origin_store.read(known)
+
+    def delete_origins(self, origins: Iterable[Origin], kept: Iterable[Origin] = ()) -> None:
+        """Delete origin records and the pins nothing keeps (`OriginStore.delete`)."""
+        self.origin_store.delete(origins, kept)
+
+    # ------------------------------------------------------------------ generations (`GenerationStore`)
 
     def current_generation(self) -> int:
-        """The newest claimed generation (0 when the job never started): from the newest this
-        catalog has seen (generations are never deleted), `generations.newest_generation`."""
-        newest = newest_generation(self.store, self._generation_seen)
-        self._generation_seen = newest
-        return newest
+        """The newest claimed generation, 0 when none (`GenerationStore.current_generation`)."""
+        return self.generation_store.current_generation()
 
     def generations(self) -> builtins.list[int]:
-        """Every claimed generation, in order (`generations.claimed_generations`)."""
-        return claimed_generations(self.store)
+        """Every claimed generation, in order (`GenerationStore.claimed`)."""
+        return self.generation_store.claimed()
 
     def claim_generation(self, details: Mapping[str, Any] | None = None) -> GenerationInfo:
-        """Atomically claim generation ``current + 1`` (`generations.claim_generation`)."""
-        info = claim_generation(self.store, self.job, details)
-        self._generation_seen = max(self._generation_seen, info.generation)
-        return info
+        """Atomically claim generation ``current + 1`` (`GenerationStore.claim`, which says what it raises)."""
+        return self.generation_store.claim(details)
 
     def generation_claim(self, generation: int) -> GenerationInfo | None:
-        """The claim of `generation`, or None (`generations.read_claim`, which says what it raises)."""
-        return read_claim(self.store, self.uri, generation)
+        """The claim of `generation`, or None (`GenerationStore.claim_of`, which says what it raises)."""
+        return self.generation_store.claim_of(generation)
 
     def check_generation(self, generation: int) -> None:
-        """:raises StaleGeneration: `generation` is no longer the current one (`generations.check_generation`)."""
-        check_generation(self.store, self.job, generation)
+        """:raises StaleGeneration: `generation` is no longer the current one (`Fence.check`, the
+        one idiom every caller in the package holds; this method stays for callers outside it)."""
+        Fence(self.generation_store, generation).check()
 
-    # ------------------------------------------------------------------ transactions
+    # ------------------------------------------------------------------ transactions (`TransactionLog`)
 
     def put_transaction(self, record: TransactionRecord) -> None:
-        """Record a staged transaction (`txn_records.put_transaction`, which says what it raises)."""
-        put_transaction(self.store, self.uri, record)
+        """Record a staged transaction (`TransactionLog.put`, which says what it raises)."""
+        self.transaction_log.put(record)
 
     def transactions(self) -> builtins.list[TransactionRecord]:
-        """Every recorded (not yet cleaned up) sink transaction of this job, in batch order."""
-        return sorted(self.iter_transactions(), key=lambda r: (r.batch_id, r.generation))
+        """Every recorded (not yet settled) transaction of this job, in batch order (`TransactionLog.records`)."""
+        return self.transaction_log.records()
 
     def iter_transactions(self) -> Iterator[TransactionRecord]:
-        """The recorded transactions of this job, one at a time (`txn_records.iter_transactions`:
-        another job's, or an unreadable one, is skipped with a warning)."""
-        return iter_transactions(self.store, self.uri, self.job)
+        """The recorded transactions of this job, one at a time (`TransactionLog`: another
+        job's, or an unreadable one, is skipped with a warning)."""
+        return iter(self.transaction_log)
 
     def transaction_keys(self) -> set[tuple[int, int]]:
-        """``(batch_id, generation)`` of every recorded transaction, from one listing
-        (`txn_records.transaction_keys`)."""
-        return transaction_keys(self.store)
+        """``(batch_id, generation)`` of every recorded transaction, from one listing (`TransactionLog.keys`)."""
+        return self.transaction_log.keys()
 
     def delete_transactions(self, records: Iterable[TransactionRecord]) -> None:
-        self.store.delete(layout.txn_key(r.batch_id, r.generation) for r in records)
+        self.transaction_log.delete(records)
 
     # ------------------------------------------------------------------ status
 

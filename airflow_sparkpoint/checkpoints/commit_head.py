@@ -83,14 +83,9 @@ def read_commit_head(catalog: Catalog) -> CommitHead | None:
 
     :raises StorageError: the store cannot be read (a watcher retries).
     """
-    return bounded.read_record_or_warn(catalog.store, COMMITTED, _head, limits=limits_of(COMMITTED),
-                                       where=f"{catalog.uri}/{COMMITTED}", what="commit head")
-
-
-def _head(raw: Any) -> CommitHead:
-    if not isinstance(raw, Mapping):
-        raise TypeError(f"a JSON {type(raw).__name__}, not an object")
-    return CommitHead.from_json(raw)
+    return bounded.read_record_or_warn(catalog.store, COMMITTED, bounded.json_object(CommitHead.from_json),
+                                       limits=limits_of(COMMITTED), where=f"{catalog.uri}/{COMMITTED}",
+                                       what="commit head")
 
 
 def record_commit(catalog: Catalog, record: TransactionRecord, detail: Mapping[str, Any], *, landed_before: bool) -> None:

@@ -134,18 +134,9 @@ class CheckpointCounters:
 def read_counters(catalog: Catalog) -> CheckpointCounters | None:
     """The job's counters record; None when there is none (a job of an earlier release,
     or one that never checkpointed) or it is unreadable (logged)."""
-    try:
-        return bounded.read_record_or_warn(catalog.store, COUNTERS, _counters, limits=limits_of(COUNTERS),
-                                           where=f"{catalog.uri}/{COUNTERS}", what="counters record")
-    except StorageError as exc:
-        log.warning("cannot read %s/%s: %s", catalog.uri, COUNTERS, exc)
-        return None
-
-
-def _counters(raw: Any) -> CheckpointCounters:
-    if not isinstance(raw, Mapping):
-        raise TypeError(f"a JSON {type(raw).__name__}, not an object")
-    return CheckpointCounters.from_json(raw)
+    return bounded.read_record_or_warn(catalog.store, COUNTERS, bounded.json_object(CheckpointCounters.from_json),
+                                       limits=limits_of(COUNTERS), where=f"{catalog.uri}/{COUNTERS}",
+                                       what="counters record", unreachable=True)
 
 
 class CounterRecorder:

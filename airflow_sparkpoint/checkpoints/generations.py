@@ -1,6 +1,9 @@
-"""The generation claims of a job (``generations/<g>``): one object per start, created
-exclusively (racing starters get distinct generations), never deleted. The one writer
-and reader of the `GenerationInfo` record; `Catalog` exposes them as methods.
+"""The generation claims of a job (``generations/<g>``) and the fence over them.
+
+A claim is one object per start, created exclusively (racing starters get distinct
+generations) and never deleted. `GenerationStore` is the one writer and reader of the
+`GenerationInfo` record; `Fence` is the one check that a generation is still the current
+one (invariant 5: only the current generation acts). `Catalog` composes the store.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_sparkpoint.checkpoints import bounded, layout
 from airflow_sparkpoint.checkpoints.entries import GenerationInfo
@@ -21,13 +25,10 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.storage import Storage
 
-__all__ = ["check_generation", "claim_generation", "claimed_generations", "newest_generation", "read_claim"]
+if TYPE_CHECKING:
+    from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 
-
-def claimed_generations(store: Storage) -> list[int]:
-    """Every claimed generation of the job whose keys `store` holds, in order (one listing)."""
-    numbers = (layout.generation_of(info.key) for info in store.list(layout.GENERATIONS))
-    return sorted(g for g in numbers if g is not None)
+__all__ = ["Claims", "Fence", "GenerationStore", "newest_generation"]
 
 
 def newest_generation(store: Storage, known: int = 0) -> int:
@@ -59,49 +60,103 @@ def newest_generation(store: Storage, known: int = 0) -> int:
     return low
 
 
-def claim_generation(store: Storage, job: str, details: Mapping[str, Any] | None = None) -> GenerationInfo:
-    """Atomically claim generation ``current + 1`` and record `details` with it.
+class GenerationStore:
+    """The generation claims of one job (`store`: its keys, at `uri`)."""
 
-    :raises StorageError: no generation could be claimed after 1000 attempts.
-    :raises CatalogError: the claim would be over its limits (`layout.limits_of`): its
-        details are too big; nothing is claimed.
-    """
-    newest = 0
-    for _ in range(1000):
-        newest = newest_generation(store, newest)
-        info = GenerationInfo(newest + 1, time.time(), socket.gethostname(), os.getpid(), dict(details or {}))
-        key = layout.generation_key(info.generation)
-        body = json.dumps(info.to_json()).encode()
-        bounded.check_writable(body, layout.limits_of(key), f"{store.uri}/{key}")
-        try:
-            store.put_if_absent(key, body)
-        except ObjectExists:
-            continue
-        return info
-    raise StorageError(f"could not claim a generation for job {job!r} after 1000 attempts")
+    def __init__(self, store: Storage, job: str, uri: str) -> None:
+        self.store = store
+        self.job = job
+        self.uri = uri
+        self._seen = 0  # the newest generation seen claimed (claims are never deleted)
+
+    def current_generation(self) -> int:
+        """The newest claimed generation (0 when the job never started), from the newest
+        this store has seen (`newest_generation`)."""
+        self._seen = newest_generation(self.store, self._seen)
+        return self._seen
+
+    def claimed(self) -> list[int]:
+        """Every claimed generation, in order (one listing)."""
+        numbers = (layout.generation_of(info.key) for info in self.store.list(layout.GENERATIONS))
+        return sorted(g for g in numbers if g is not None)
+
+    def claim(self, details: Mapping[str, Any] | None = None) -> GenerationInfo:
+        """Atomically claim generation ``current + 1`` and record `details` with it.
+
+        :raises StorageError: no generation could be claimed after 1000 attempts.
+        :raises CatalogError: the claim would be over its limits (`layout.limits_of`): its
+            details are too big; nothing is claimed.
+        """
+        newest = 0
+        for _ in range(1000):
+            newest = newest_generation(self.store, newest)
+            info = GenerationInfo(newest + 1, time.time(), socket.gethostname(), os.getpid(), dict(details or {}))
+            key = layout.generation_key(info.generation)
+            body = json.dumps(info.to_json()).encode()
+            bounded.check_writable(body, layout.limits_of(key), f"{self.uri}/{key}")
+            try:
+                self.store.put_if_absent(key, body)
+            except ObjectExists:
+                continue
+            self._seen = max(self._seen, info.generation)
+            return info
+        raise StorageError(f"could not claim a generation for job {self.job!r} after 1000 attempts")
+
+    def claim_of(self, generation: int) -> GenerationInfo | None:
+        """The claim of `generation`, or None when it was never claimed.
+
+        :raises CorruptMetadata: the claim is unreadable (`CorruptRecord`: not JSON, over its
+            limits, wrong fields, another generation's).
+        :raises StorageError: the store cannot be read.
+        """
+        key = layout.generation_key(generation)
+        return bounded.read_record(self.store, key, lambda raw: GenerationInfo.from_json(raw, generation),
+                                   limits=layout.limits_of(key), where=f"{self.uri}/{key}")
 
 
-def read_claim(store: Storage, where: str, generation: int) -> GenerationInfo | None:
-    """The claim of `generation`, or None when it was never claimed (`where`: the job's
-    URI, for messages).
+class Claims(Protocol):
+    """What a `Fence` reads of a job: its keys, its name and its newest claimed generation
+    (a `GenerationStore`, or the `Catalog` that composes one)."""
 
-    :raises CorruptMetadata: the claim is unreadable (`CorruptRecord`: not JSON, over its
-        limits, wrong fields, another generation's).
-    :raises StorageError: the store cannot be read.
-    """
-    key = layout.generation_key(generation)
-    return bounded.read_record(store, key, lambda raw: GenerationInfo.from_json(raw, generation),
-                               limits=layout.limits_of(key), where=f"{where}/{key}")
+    @property
+    def store(self) -> Storage: ...
+
+    @property
+    def job(self) -> str: ...
+
+    def current_generation(self) -> int: ...
 
 
-def check_generation(store: Storage, job: str, generation: int) -> None:
-    """:raises StaleGeneration: `generation` is no longer the current one."""
-    # Claims are contiguous (current + 1, created exclusively) and never deleted: a newer
-    # generation exists iff generation + 1 does. One existence check, no listing (this
-    # fence runs on every batch and before every effect).
-    if store.exists(layout.generation_key(generation + 1)):
-        current = newest_generation(store, generation + 1)
-        raise StaleGeneration(
-            f"generation {generation} of job {job!r} was superseded by generation {current}; "
-            "this run must stop (another run of the job has started)"
-        )
+@dataclass(frozen=True)
+class Fence:
+    """The generation a caller acts as (None: unfenced, for a catalog-less caller): a
+    driver as its own; the commit step and the rollback as the newest generation claimed
+    when they started (`observed`). The one check of invariant 5 (`check`) and the one rule
+    of which transaction records the caller may settle (`admits`)."""
+
+    claims: Claims
+    generation: int | None
+
+    @classmethod
+    def observed(cls, claims: Claims) -> Fence:
+        """Act as the newest generation claimed now (read it before anything else)."""
+        return cls(claims, claims.current_generation())
+
+    def check(self) -> None:
+        """:raises StaleGeneration: a generation newer than this fence's was claimed."""
+        if self.generation is None:
+            return
+        # Claims are contiguous (current + 1, created exclusively) and never deleted: a
+        # newer generation exists iff generation + 1 does. One existence check, no listing
+        # (this fence runs on every batch and before every effect).
+        store = self.claims.store
+        if store.exists(layout.generation_key(self.generation + 1)):
+            current = newest_generation(store, self.generation + 1)
+            raise StaleGeneration(
+                f"generation {self.generation} of job {self.claims.job!r} was superseded by generation {current}; "
+                "this run must stop (another run of the job has started)"
+            )
+
+    def admits(self, record: TransactionRecord) -> bool:
+        """Whether `record` is this caller's to settle: not written by a newer generation."""
+        return self.generation is None or record.generation <= self.generation

@@ -460,5 +460,5 @@ def staged_transactions(catalog: Catalog) -> list[StagedRecord]:
     """Recorded sink transactions (a record is deleted once committed or aborted), in batch
     order; read one at a time, each payload (its file list) dropped once read."""
     staged = [StagedRecord(r.txn_id, r.batch_id, r.generation, r.sink, r.sink_id, r.created_at)
-              for r in catalog.iter_transactions()]
+              for r in catalog.transaction_log]
     return sorted(staged, key=lambda r: (r.batch_id, r.generation))

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import bounded, layout
 from airflow_sparkpoint.checkpoints.entries import RetentionResult, SnapshotEntry
+from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.lineage import mark_superseded, prunable, rollback_base
 from airflow_sparkpoint.exceptions import (
     ConfigError,
@@ -134,7 +135,8 @@ def enforce_checkpoint_retention(
         raise ConfigError(f"checkpoint numRetained={num_retained!r} is invalid; expected an integer >= 1")
     if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float)) or not grace_seconds >= 0:
         raise ConfigError(f"retention grace_seconds={grace_seconds!r} is invalid; expected seconds >= 0")
-    ids = catalog.checkpoint_ids() if checkpoint_ids is None else sorted(set(checkpoint_ids))
+    snapshots, origin_store = catalog.snapshot_store, catalog.origin_store
+    ids = snapshots.checkpoint_ids() if checkpoint_ids is None else sorted(set(checkpoint_ids))
     if known is not None:  # ids are never reused: a deleted one listed again is an empty directory
         known.deleted &= set(ids)
         ids = [cid for cid in ids if cid not in known.deleted]
@@ -143,10 +145,10 @@ def enforce_checkpoint_retention(
     else:
         shared = list(catalog.store.list(layout.SHARED)) if ids else []
     present = {info.key: info.size for info in shared}
-    origins = catalog.origins(known.origins if known is not None else None)
+    origins = origin_store.read(known.origins if known is not None else None)
     cached = known.checkpoints if known is not None else {}
     entries = mark_superseded(
-        [catalog.checkpoint_entry(cid, present, cached.get(cid)) for cid in reversed(ids)],
+        [snapshots.checkpoint_entry(cid, present, cached.get(cid)) for cid in reversed(ids)],
         origins,
     )
     if known is not None:  # only what this listing shows, parsed: a pass never trusts more
@@ -161,17 +163,16 @@ def enforce_checkpoint_retention(
         e for e in entries
         if e.id not in keep_ids and (e.valid or (newest_kept is not None and e.id < newest_kept))
     ]
+    fence = Fence(catalog, generation)  # unfenced without a generation
     fenced = False
-    if doomed and generation is not None:
-        catalog.check_generation(generation)
+    if doomed:
+        fence.check()
         fenced = True  # once per pass, before its first deletion (see `lineage`)
     if doomed and before_delete is not None:
         before_delete()
     deleted_ids = []
     for entry in doomed:
-        # _metadata first: from that moment the checkpoint is incomplete, never half-deleted.
-        catalog.store.delete([f"{entry.key}/{layout.METADATA}"])
-        catalog.store.delete_prefix(entry.key)
+        snapshots.delete_checkpoint(entry.key)
         deleted_ids.append(entry.id)
         if known is not None:
             known.checkpoints.pop(entry.id, None)
@@ -193,8 +194,8 @@ def enforce_checkpoint_retention(
         orphan_bytes += info.size
     # Without any kept checkpoint nothing is provably an orphan of a finished one.
     if keep and orphans:
-        if generation is not None and not fenced:
-            catalog.check_generation(generation)
+        if not fenced:
+            fence.check()
         journaled = time.monotonic()
         journal_deletions(catalog, orphans, generation, known)
         # A checkpoint being completed reads the journal `JOURNAL_LOOKBACK_S` back: a pass
@@ -205,8 +206,7 @@ def enforce_checkpoint_retention(
                         "now (the next pass does)", catalog.job, time.monotonic() - journaled, len(orphans))
             orphans, orphan_bytes = [], 0
         else:
-            if generation is not None:
-                catalog.check_generation(generation)
+            fence.check()
             catalog.store.delete(orphans)
             if known is not None:
                 known.orphans_collected_at = now
@@ -216,7 +216,7 @@ def enforce_checkpoint_retention(
         left = [e.metadata for e in entries if e.id not in set(deleted_ids) and e.metadata is not None]
         stale = prunable(origins, left)
         if stale:
-            catalog.delete_origins(stale, kept=[o for o in origins if o not in stale])
+            origin_store.delete(stale, kept=[o for o in origins if o not in stale])
         prune_journal(catalog, now - max(JOURNAL_MIN_TTL_S, 2 * grace_seconds), journal_listing, known)
     return RetentionResult(tuple(deleted_ids), len(orphans), orphan_bytes)
 
@@ -345,14 +345,14 @@ def relied_on_savepoints(catalog: Catalog) -> set[str]:
     """Keys of the savepoints of this job that the newest lineage started from: with no
     completed checkpoint of its own yet, ``restore=latest`` restarts there; after that it
     is the lineage's documented origin (and a rollback target). Never disposed by retention."""
-    origins = catalog.origins()
+    origins = catalog.origin_store.read()
     if not origins:
         return set()
     newest = max(origins, key=lambda o: o.generation)
     if newest.kind != "savepoint" or not newest.uri:
         return set()
     try:
-        return {catalog.key_of(newest.uri)}
+        return {catalog.snapshot_store.key_of(newest.uri)}
     except (RestoreError, InvalidPath):  # another job's savepoint (allowForeignJob): not ours to dispose
         return set()
 
@@ -377,7 +377,8 @@ def savepoint_history_retention(
     """
     _check_args(max_count, max_age_s)
     now = time.time() if now is None else now
-    entries = catalog.list_savepoints()
+    snapshots = catalog.snapshot_store
+    entries = snapshots.list_savepoints()
     valid = sorted((e for e in entries if e.metadata is not None),
                    key=lambda e: (e.metadata.created_at if e.metadata else 0.0, e.id), reverse=True)
     disposed: list[str] = []
@@ -393,7 +394,7 @@ def savepoint_history_retention(
         elif max_age_s is not None and age > max_age_s:
             reason = f"{age:.0f} s old, max age {max_age_s:g} s"
         if reason:
-            catalog.dispose(entry.key)
+            snapshots.dispose(entry.key)
             log.info("disposed savepoint %s (%s)", entry.uri, reason)
             disposed.append(entry.uri)
     for entry in entries:
@@ -402,7 +403,7 @@ def savepoint_history_retention(
         if entry.error and "no _metadata" in entry.error:
             newest = max((info.mtime for info in catalog.store.list(entry.key)), default=None)
             if newest is not None and now - newest > INCOMPLETE_GRACE_S:
-                catalog.dispose(entry.key)
+                snapshots.dispose(entry.key)
                 log.info("removed incomplete savepoint %s (untouched for %.0f s)", entry.uri, now - newest)
                 disposed.append(entry.uri)
         else:

@@ -213,12 +213,10 @@ def read_run_result(catalog: Catalog, generation: int) -> RunResult | None:
     """
     key = result_key(generation)
 
-    def parse(raw: Any) -> RunResult:
-        if not isinstance(raw, dict):
-            raise TypeError(f"a JSON {type(raw).__name__}")
+    def parse(raw: dict[str, Any]) -> RunResult:
         return RunResult.from_json({"job": catalog.job, "generation": generation, **raw})
 
-    result = bounded.read_record(catalog.store, key, parse, limits=layout.limits_of(key),
+    result = bounded.read_record(catalog.store, key, bounded.json_object(parse), limits=layout.limits_of(key),
                                  where=f"run result {catalog.uri}/{key}")  # CorruptRecord: a CorruptMetadata
     if result is None:
         return None

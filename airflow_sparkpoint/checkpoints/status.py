@@ -86,12 +86,6 @@ def write_status(store: Storage, status: Mapping[str, Any]) -> None:
     store.put(layout.STATUS, body)
 
 
-def _object(raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise TypeError(f"a JSON {type(raw).__name__}, not an object")
-    return raw
-
-
 def read_status(store: Storage, uri: str, generation: int | None = None) -> dict[str, Any] | None:
     """``status.json``, or with `generation` that generation's own record; None when
     there is none or it is unreadable (logged, naming the record).
@@ -99,8 +93,8 @@ def read_status(store: Storage, uri: str, generation: int | None = None) -> dict
     :raises StorageError: the store cannot be read.
     """
     key = layout.STATUS if generation is None else layout.status_key(generation)
-    return bounded.read_record_or_warn(store, key, _object, limits=layout.limits_of(key), where=f"{uri}/{key}",
-                                       what="status record")
+    return bounded.read_record_or_warn(store, key, bounded.json_object(dict), limits=layout.limits_of(key),
+                                       where=f"{uri}/{key}", what="status record")
 
 
 class StatusSource(Protocol):

@@ -19,7 +19,7 @@ from typing import Any
 
 from airflow_sparkpoint.checkpoints import bounded
 from airflow_sparkpoint.checkpoints.layout import VERIFICATION, limits_of
-from airflow_sparkpoint.exceptions import ConfigError, StorageError
+from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -107,22 +107,13 @@ def write_verification(store: Storage, snapshot_key: str, record: VerificationRe
     store.put(key, body)
 
 
-def _record(raw: Any) -> VerificationRecord:
-    if not isinstance(raw, Mapping):
-        raise TypeError(f"a JSON {type(raw).__name__}, not an object")
-    return VerificationRecord.from_json(raw)
-
-
 def read_verification(store: Storage, snapshot_key: str) -> VerificationRecord | None:
     """The last drill of the snapshot at `snapshot_key`, or None if it was never verified
     (or the record is unreadable: logged, never raised, a listing must not fail on it)."""
     key = verification_key(snapshot_key)
-    try:
-        return bounded.read_record_or_warn(store, key, _record, limits=limits_of(key), where=f"{store.uri}/{key}",
-                                           what="verification record")
-    except StorageError as exc:
-        log.warning("cannot read %s/%s: %s", store.uri, key, exc)
-        return None
+    return bounded.read_record_or_warn(store, key, bounded.json_object(VerificationRecord.from_json),
+                                       limits=limits_of(key), where=f"{store.uri}/{key}",
+                                       what="verification record", unreachable=True)
 
 
 def read_verifications(store: Storage, snapshot_keys: Sequence[str]) -> dict[str, VerificationRecord]:

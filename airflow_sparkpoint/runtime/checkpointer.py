@@ -35,6 +35,7 @@ from airflow_sparkpoint.checkpoints import (
     transfer,
 )
 from airflow_sparkpoint.checkpoints.counters import CheckpointPoint, CounterRecorder
+from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.retention import (
     JOURNAL_LOOKBACK_S,
     KnownRecords,
@@ -53,7 +54,6 @@ from airflow_sparkpoint.exceptions import (
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.prestore import CheckpointAbandoned, IndexEntry, Prestore
-from airflow_sparkpoint.sinks.transactions import Fence
 from airflow_sparkpoint.storage import ObjectInfo
 from airflow_sparkpoint.storage.base import Storage
 

@@ -20,10 +20,11 @@ from typing import Any
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
 from airflow_sparkpoint.checkpoints.batch_owners import BatchOwners
+from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.run_result import BatchRanges
 from airflow_sparkpoint.sinks.base import Sink
-from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
+from airflow_sparkpoint.sinks.transactions import Settlement, settle_all
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,13 @@ from collections.abc import Mapping
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import SinkError, SinkLineageError
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan, under_root
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import resolve_sink
-from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
+from airflow_sparkpoint.sinks.transactions import Settlement, settle_all
 
 __all__ = ["recover_transactions", "settle_unconfirmed"]
 

@@ -50,12 +50,12 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import SnapshotHandle, bounded, layout, spark_layout
 from airflow_sparkpoint.checkpoints.bounded import Limits
+from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.exceptions import InvalidPath, SinkAheadError, SparkpointError
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.livedir import file_source_log_offset as _log_offset
 from airflow_sparkpoint.runtime.livedir import source_offsets
 from airflow_sparkpoint.sinks.base import Sink
-from airflow_sparkpoint.sinks.transactions import Fence
 from airflow_sparkpoint.storage.localfs import Dir
 from airflow_sparkpoint.storage.paths import confine
 

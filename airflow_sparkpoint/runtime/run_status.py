@@ -16,10 +16,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.run_result import RunResult
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import StaleGeneration, StorageError
-from airflow_sparkpoint.sinks.transactions import Fence
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

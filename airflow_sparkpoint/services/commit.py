@@ -50,12 +50,13 @@ from typing import Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
+from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.layout import parse_txn_id
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import StaleGeneration
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import SinkSpec, check_job, declared_sink, resolve_sink, warn_undeclared
-from airflow_sparkpoint.sinks.transactions import Fence, Settlement, settle_all
+from airflow_sparkpoint.sinks.transactions import Settlement, settle_all
 
 log = logging.getLogger(__name__)
 

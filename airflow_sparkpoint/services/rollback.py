@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.commit_head import record_commit
+from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, rollback_base
 from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning, RestoreError
 from airflow_sparkpoint.services.commit import Sinks
 from airflow_sparkpoint.sinks.resolve import SinkSpec
-from airflow_sparkpoint.sinks.transactions import Fence, settle
+from airflow_sparkpoint.sinks.transactions import settle
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog

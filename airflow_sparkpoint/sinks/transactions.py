@@ -28,9 +28,9 @@ newer generation was claimed is that generation's doing (its lineage abandoned t
 the caller gets `StaleGeneration` and reads the catalog again; so does a commit refused
 because a rollback fenced the caller and decided the transaction's abort.
 
-**The fence.** A caller acts *as* a generation (`Fence`): a driver as its own; the commit
-step and the rollback as the newest generation claimed when they started
-(`Fence.observed`), since a generation claimed after that may start a new lineage whose
+**The fence.** A caller acts *as* a generation (`checkpoints.generations.Fence`): a driver
+as its own; the commit step and the rollback as the newest generation claimed when they
+started (`Fence.observed`), since a generation claimed after that may start a new lineage whose
 restore point, sink position and records they never read. Before every act the fence
 checks that no newer generation was claimed (`StaleGeneration` otherwise), and a record
 of a generation newer than the fence's is never the caller's to settle (`Fence.admits`).
@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_sparkpoint.checkpoints.commit_head import record_commit
+from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import SinkError, TransactionConflict
 from airflow_sparkpoint.sinks.base import Sink
@@ -55,32 +56,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OUTCOMES", "Fence", "Outcome", "Settlement", "settle", "settle_all"]
+__all__ = ["OUTCOMES", "Outcome", "Settlement", "settle", "settle_all"]
 
 Outcome = Literal["committed", "already", "aborted", "conflict"]
 OUTCOMES: tuple[Outcome, ...] = ("committed", "already", "aborted", "conflict")
-
-
-@dataclass(frozen=True)
-class Fence:
-    """The generation a caller acts as (None: unfenced, for a catalog-less caller)."""
-
-    catalog: Catalog
-    generation: int | None
-
-    @classmethod
-    def observed(cls, catalog: Catalog) -> Fence:
-        """Act as the newest generation claimed now (read it before anything else)."""
-        return cls(catalog, catalog.current_generation())
-
-    def check(self) -> None:
-        """:raises StaleGeneration: a generation newer than this fence's was claimed."""
-        if self.generation is not None:
-            self.catalog.check_generation(self.generation)
-
-    def admits(self, record: TransactionRecord) -> bool:
-        """Whether `record` is this caller's to settle: not written by a newer generation."""
-        return self.generation is None or record.generation <= self.generation
 
 
 @dataclass(frozen=True)
@@ -167,6 +146,6 @@ def settle_all(
         if settlement.outcome in ("committed", "already"):
             record_commit(catalog, record, settlement.detail, landed_before=settlement.outcome == "already")
         if recorded is None or (record.batch_id, record.generation) in recorded:
-            catalog.delete_transactions([record])
+            catalog.transaction_log.delete([record])
         done.append(settlement)
     return done

@@ -29,13 +29,13 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, FileRef, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.metadata import sha256_hex
 from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 from airflow_sparkpoint.exceptions import SparkpointError, StorageError
 from airflow_sparkpoint.runtime.checkpointer import Checkpointer
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.restore import materialize
-from airflow_sparkpoint.sinks.transactions import Fence
 from airflow_sparkpoint.storage import LocalStorage, ObjectInfo, Storage, open_storage
 from tests.chaos.faultproxy import KINDS, FaultProxy
 from tests.chaos.harness import (

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import SnapshotMetadata
-from airflow_sparkpoint.sinks.transactions import Fence, settle_all
+from airflow_sparkpoint.checkpoints.generations import Fence
+from airflow_sparkpoint.sinks.transactions import settle_all
 from tests.unit.airflow.test_asset_events import LocatedSink
 from tests.unit.airflow.test_assets import record
 from tests.unit.airflow.test_submit_runs import Driver, FakeTI, driver, operator  # noqa: F401 - the fixture

@@ -350,6 +350,24 @@ def test_ids_of_disposed_snapshots_are_never_handed_out_again(catalog: Catalog,
     assert [m.id for m in catalog.checkpoints()] == [1]
 
 
+@pytest.mark.parametrize("planted", ["oversized", "a list", "not JSON"])
+def test_an_unreadable_id_floor_is_no_floor_with_a_warning(
+    catalog: Catalog, make_checkpoint: MakeCheckpoint, caplog: pytest.LogCaptureFixture, planted: str
+) -> None:
+    """The id floor is read within its byte limit: one over it, or not an integer, is
+    logged naming it and counts as no floor, never a failure of every checkpoint's
+    numbering (pins the behaviour across the move to `bounded.read_record_or_warn`)."""
+    catalog.claim_generation()
+    newest = make_checkpoint(catalog, state(0))
+    limit = layout.max_bytes_of(layout.ID_FLOOR)
+    assert limit is not None
+    data = {"oversized": b"7" * (limit + 1), "a list": b"[7]", "not JSON": b"seven"}[planted]
+    catalog.store.put(layout.ID_FLOOR, data)
+    with caplog.at_level(logging.WARNING):
+        assert catalog.next_checkpoint_id() == newest.id + 1
+    assert any(layout.ID_FLOOR in r.getMessage() for r in caplog.records), "the warning does not name the record"
+
+
 def test_dispose_refuses_paths_outside_the_job(root: Any, catalog: Catalog, make_checkpoint: MakeCheckpoint) -> None:
     catalog.claim_generation()
     meta = make_checkpoint(catalog, state(0))
@@ -513,11 +531,11 @@ def test_a_running_job_numbers_checkpoints_from_a_recent_listing_of_its_savepoin
     (a listing that grows with them). With `recent_savepoints` one listing serves for
     `SAVEPOINT_IDS_TTL_S`; the savepoints the catalog makes count at once, and one made by
     another process (of a savepoint: a new id) is seen once the listing is that old."""
-    from airflow_sparkpoint.checkpoints import catalog as catalog_module
+    from airflow_sparkpoint.checkpoints import snapshot_store
     from airflow_sparkpoint.storage.counting import CountingStorage
 
     clock = [1000.0]
-    monkeypatch.setattr(catalog_module.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(snapshot_store.time, "monotonic", lambda: clock[0])
     catalog.claim_generation()
     first = make_checkpoint(catalog, state(0))
     counted = CountingStorage(root.open())
@@ -535,7 +553,7 @@ def test_a_running_job_numbers_checkpoints_from_a_recent_listing_of_its_savepoin
     assert job.next_checkpoint_id(recent_savepoints=True) == own.metadata.id + 1, "its own savepoints count at once"
 
     other = catalog.create_savepoint(own)  # another process
-    clock[0] += catalog_module.SAVEPOINT_IDS_TTL_S
+    clock[0] += snapshot_store.SAVEPOINT_IDS_TTL_S
     listed = savepoint_listings()
     assert job.next_checkpoint_id(recent_savepoints=True) == other.metadata.id + 1
     assert savepoint_listings() == listed + 1

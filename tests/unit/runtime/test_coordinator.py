@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.exceptions import (
     RestoreError,
     SinkAheadError,
@@ -33,7 +34,6 @@ from airflow_sparkpoint.runtime.restore import (
     plan_restore,
 )
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
-from airflow_sparkpoint.sinks.transactions import Fence
 from airflow_sparkpoint.storage import MemoryStorage
 
 

@@ -437,6 +437,7 @@ def test_a_zombies_heartbeat_around_a_new_claim_does_not_hide_the_new_generation
     import time
     from types import SimpleNamespace
 
+    from airflow_sparkpoint.checkpoints.generations import Fence
     from airflow_sparkpoint.checkpoints.history import live_status
     from airflow_sparkpoint.checkpoints.status import JobStatus
     from airflow_sparkpoint.runtime.job import _Run
@@ -446,17 +447,17 @@ def test_a_zombies_heartbeat_around_a_new_claim_does_not_hide_the_new_generation
     zombie.catalog, zombie.generation = catalog, catalog.claim_generation().generation
     zombie.started_at, zombie.savepoint_uri, zombie._application_id, zombie.live = time.time(), None, "app-1", "/g1"
     zombie._status_lock, zombie._final_state = threading.Lock(), False
-    check_generation = catalog.check_generation
+    check = Fence.check
     claimed: list[int] = []
 
-    def checked_then_a_claim(generation: int) -> None:
-        check_generation(generation)
+    def checked_then_a_claim(fence: Fence) -> None:
+        check(fence)
         if not claimed:  # the zombie's check passed; generation 2 starts before its write
             claimed.append(0)
             claimed[0] = catalog.claim_generation().generation
             catalog.write_status(JobStatus("job", claimed[0], "running", time.time(), time.time()).to_json())
 
-    monkeypatch.setattr(catalog, "check_generation", checked_then_a_claim)
+    monkeypatch.setattr(Fence, "check", checked_then_a_claim)  # the run's fence: the one check
     zombie._write_status("running")
     monkeypatch.undo()
 
