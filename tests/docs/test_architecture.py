@@ -1,0 +1,68 @@
+"""docs/ARCHITECTURE.md names real modules and real names: every ``path.py`` (under
+``airflow_sparkpoint/``) or package ``dir/`` it cites exists, and every name cited beside a
+module in the concept table is defined at that module's top level."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "airflow_sparkpoint"
+TEXT = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+MODULE = re.compile(r"^(?:[a-z_]+/)*[a-z_]+\.py$")
+
+
+def _exists(cited: str) -> bool:
+    """A path under the package or the repository, or a bare module name some package holds."""
+    if any((base / cited).exists() for base in (PACKAGE, ROOT)):
+        return True
+    return "/" not in cited and any(PACKAGE.rglob(cited))
+
+
+def _store_prefixes() -> set[str]:
+    """The top-level prefixes of a job's store (`checkpoints/layout.py`'s constants)."""
+    from airflow_sparkpoint.checkpoints import layout
+
+    return {f"{value}/" for value in vars(layout).values() if isinstance(value, str) and value.isidentifier()}
+
+
+def _top_level_names(path: Path) -> set[str]:
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def test_every_cited_module_and_package_exists() -> None:
+    cited = set(re.findall(r"`([^`\s]+)`", TEXT))
+    modules = {c for c in cited if MODULE.match(c)}
+    packages = {c for c in cited if re.fullmatch(r"[a-z_]+/", c)}
+    assert len(modules) > 40 and "checkpoints/catalog.py" in modules  # the scan read the page
+    missing = sorted(c for c in modules | (packages - _store_prefixes()) if not _exists(c))
+    assert not missing, f"docs/ARCHITECTURE.md cites what does not exist: {missing}"
+
+
+def test_every_name_in_the_concept_table_is_defined_in_its_module() -> None:
+    section = TEXT[TEXT.index("## Concepts and their one home"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    assert len(rows) > 20, "the concept table was found"
+    problems = []
+    for row in rows:
+        home = row.rstrip(" |").rsplit(" | ", 1)[1]
+        for part in home.split(";"):
+            tokens = re.findall(r"`([^`]+)`", part)
+            modules = [t for t in tokens if MODULE.match(t)]
+            for name in (t for t in tokens if re.fullmatch(r"[A-Za-z_]\w*", t)):
+                if not modules:
+                    problems.append(f"{name}: no module beside it in {part.strip()!r}")
+                elif not any(name in _top_level_names(PACKAGE / m) for m in modules):
+                    problems.append(f"{name}: not defined in {modules}")
+    assert not problems, "\n".join(problems)
