@@ -75,7 +75,8 @@ def optional_seconds(name: str, value: Any, *, allow_zero: bool = False) -> floa
     bound = ">= 0" if allow_zero else "> 0"
     if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) or \
             (number < 0 if allow_zero else number <= 0):
-        raise ConfigError(f"{name}={value!r} is invalid; expected a duration {bound}: a timedelta, a number of "
+        raise ConfigError(f"{name}={value!r} is invalid; expected a duration {bound}: "
+                          "a timedelta, a number of "
                           f"seconds or {FORMS}")
     return float(number)
 

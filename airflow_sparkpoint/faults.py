@@ -125,7 +125,8 @@ def _armed() -> tuple[str, int] | None:
         return None
     point, _, batch = spec.partition(":")
     if point not in POINTS or not batch.strip().lstrip("-").isdigit():
-        raise ValueError(f"{ENV}={spec!r} is invalid; expected <point>:<batch> with point in {', '.join(POINTS)}")
+        raise ValueError(f"{ENV}={spec!r} is invalid; expected <point>:<batch> with "
+                         f"point in {', '.join(POINTS)}")
     return point, int(batch)
 
 

@@ -12,7 +12,8 @@ from airflow_sparkpoint import __version__
 CONN_FIELDS: dict[str, Any] = {
     "endpoint_url": {
         "label": "S3 endpoint URL",
-        "description": "S3-compatible endpoint (MinIO, SeaweedFS, ...), e.g. http://minio:9000; empty for AWS S3.",
+        "description": "S3-compatible endpoint (MinIO, SeaweedFS, ...), e.g. "
+                       "http://minio:9000; empty for AWS S3.",
         "schema": {"type": ["string", "null"]},
     },
     "region_name": {
@@ -28,7 +29,8 @@ CONN_FIELDS: dict[str, Any] = {
     },
     "jobs": {
         "label": "Jobs",
-        "description": "Optional: pipelines (spark.sparkpoint.job names) stored under this root, comma-separated. "
+        "description": "Optional: pipelines (spark.sparkpoint.job names) stored under "
+                       "this root, comma-separated. "
         "The UI lists every job under the root to who may read this connection.",
         "schema": {"type": ["string", "null"]},
     },

@@ -70,7 +70,8 @@ def seaweedfs(bucket: str = "sp-scale") -> Iterator[tuple[str, str, str]]:
         started = subprocess.run([script, "start", tmp, bucket], check=False, capture_output=True, text=True)
         try:
             if started.returncode != 0:
-                raise RuntimeError(f"s3_server.sh start failed (exit {started.returncode}): {started.stderr[-2000:]}")
+                raise RuntimeError(f"s3_server.sh start failed (exit {started.returncode}): "
+                                   f"{started.stderr[-2000:]}")
             endpoint = (Path(tmp) / "endpoint").read_text().strip()
             found = re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", started.stdout)
             version = f"SeaweedFS {found.group(1)}" if found else "SeaweedFS"

@@ -16,7 +16,8 @@ wrapper) and on SeaweedFS (its own process; HTTP requests counted at botocore), 
 Reported: requests per minute per waiting sensor in the second half of the window (the
 steady state: the first half includes every trigger's start), and the event loop's worst lag.
 
-    .venv/bin/python benchmarks/bench_airflow.py [--rounds 3] [--warmup 1] [--sensors 100] [--seconds 60] [--json]
+    .venv/bin/python benchmarks/bench_airflow.py [--rounds 3] [--warmup 1] [--sensors 100] [--seconds 60]
+    [--json]
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def operator_overhead(base: Path, rounds: int, warmup: int, files: int, users: i
             took = _dag_run(kind, base, attempt)
             if attempt >= warmup:
                 times[kind].append(took)
-            print(f"  dag.test {kind:<10} round {attempt}{' (warm-up)' if attempt < warmup else ''}: {took:.1f} s",
+            print(f"  dag.test {kind:<10} round {attempt}{' (warm-up)' if attempt < warmup else ''}: "
+                  f"{took:.1f} s",
                   file=sys.stderr, flush=True)
     ratios = [s / p for s, p in zip(times["sparkpoint"], times["plain"], strict=True)]
     return {"median_s": {k: median(v) for k, v in times.items()}, "all_s": times, "round_ratios": ratios,
@@ -284,7 +286,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                      f"SparkSubmitOperator {operator['median_s']['plain']:.1f} s; per round "
                      + ", ".join(f"{r:.3f}" for r in operator["round_ratios"]))
     for s in sensors:
-        lines.append(f"{s['sensors']} waiting sensors on {s['backend']}: {s['requests_per_min_per_sensor']:.1f} "
+        lines.append(f"{s['sensors']} waiting sensors on {s['backend']}: "
+                     f"{s['requests_per_min_per_sensor']:.1f} "
                      f"requests/min per sensor ({s['requests_per_poll']:.1f} per poll, poll every "
                      f"{s['poll_interval_s']:g} s), event loop lag max {s['max_loop_lag_s'] * 1000:.0f} ms")
     emit(result, args.json, lines)

@@ -218,11 +218,13 @@ def print_report(results: list[dict[str, Any]]) -> None:
     for result in results:
         rows = result["rows"]
         what = "HTTP requests" if result["counted"] == "http_requests" else "storage calls"
-        print(f"{result['backend']}: {what} ({rows[-1]['shared_files']:,} files) / ({rows[0]['shared_files']:,} files) "
+        print(f"{result['backend']}: {what} ({rows[-1]['shared_files']:,} files) / "
+              f"({rows[0]['shared_files']:,} files) "
               f"with {result['files_ratio']:,.0f}x the files: latest() {result['ratios']['latest']:.1f}x, "
               f"enforce_retention() {result['ratios']['retention']:.1f}x  (limit {RATIO_LIMIT:g}x)")
     verdict = all(r["pass"] for r in results)
-    print(f"{'PASS' if verdict else 'FAIL'}: catalog requests grow with retained checkpoints and listing pages, "
+    print(f"{'PASS' if verdict else 'FAIL'}: catalog requests grow with retained "
+          "checkpoints and listing pages, "
           "not with every file ever written")
 
 

@@ -310,7 +310,8 @@ def main() -> int:
                             worst = max(worst, float("inf"))
                             continue
                         worst = max(worst, figures["ratio"])
-                        lines.append(f"    {mode:7s} {figures['peak_above_mib']:8.1f} MiB above a baseline of "
+                        lines.append(f"    {mode:7s} {figures['peak_above_mib']:8.1f} "
+                                     "MiB above a baseline of "
                                      f"{figures['baseline_mib']:.0f} MiB  (ratio {figures['ratio']:.2f}, "
                                      f"{figures['seconds']:.0f} s)")
             finally:

@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     result = run(args.keys, args.batches, args.change, args.runs)
     emit(result, args.json, [
-        (f"Restore vs cold start, {args.keys:,} keys of state ({result['savepoint_bytes']:,} bytes in the savepoint), "
+        (f"Restore vs cold start, {args.keys:,} keys of state ({result['savepoint_bytes']:,} "
+         "bytes in the savepoint), "
         f"one batch of {result['changed_keys']:,} updates, medians of {args.runs} runs:"),
         f"  restore from savepoint  {result['median_s']['restore']:7.2f} s",
         f"  cold start (empty)      {result['median_s']['cold']:7.2f} s",

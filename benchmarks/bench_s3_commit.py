@@ -128,7 +128,8 @@ def seaweedfs() -> Iterator[tuple[str, str, str]]:
         started = subprocess.run([script, "start", tmp, bucket], check=False, capture_output=True, text=True)
         try:
             if started.returncode != 0:
-                raise RuntimeError(f"s3_server.sh start failed (exit {started.returncode}): {started.stderr[-2000:]}")
+                raise RuntimeError(f"s3_server.sh start failed (exit {started.returncode}): "
+                                   f"{started.stderr[-2000:]}")
             endpoint = (Path(tmp) / "endpoint").read_text().strip()
             found = re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", started.stdout)  # "... 8000GB 4.48 pypi ..."
             version = f"SeaweedFS {found.group(1)}" if found else "SeaweedFS"
@@ -235,7 +236,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"  server-side copy      {n} x {big:>3} MiB  {m['copy_big']:8.3f} s")
         print(f"  multipart completion  {n} x {small:>3} MiB  {m['multipart_small']:8.3f} s")
         verdict = "met" if result["ratio_multipart_vs_copy"] <= 0.1 else "NOT met"
-        print(f"  ratio multipart / copy          {result['ratio_multipart_vs_copy']:.3f}  (target <= 0.1: {verdict})")
+        print(f"  ratio multipart / copy          {result['ratio_multipart_vs_copy']:.3f}  "
+              f"(target <= 0.1: {verdict})")
         flat = result["flatness_big_vs_small"]
         print(f"  completion {big} MiB / {small} MiB files   {flat:.2f}  "
               f"({'roughly flat in bytes' if flat < 2 else 'grows with bytes'}; {big // small}x the bytes)")

@@ -150,7 +150,8 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
         extra, phases = metas.pop(), phases[:-1]
         final_snapshot = {"bytes_copied": extra.stats.bytes_copied, "files_copied": extra.stats.files_copied,
                           "waited_s": extra.created_at - metas[-1].created_at}
-        log(f"  final snapshot checkpoint: {extra.stats.bytes_copied:,} bytes in {extra.stats.files_copied} files "
+        log(f"  final snapshot checkpoint: {extra.stats.bytes_copied:,} bytes in "
+            f"{extra.stats.files_copied} files "
             f"after {final_snapshot['waited_s']:.1f} s")
     rows, previous = [], set()
     for meta, phase in zip(metas, phases, strict=True):
@@ -273,7 +274,8 @@ def run(sizes: list[int], stores: list[str], updates: int, change: float, chunk:
                         Path(os.environ["SPARKPOINT_BENCH_PARTIAL"]).write_text(json.dumps(results, default=str))
                     log(f"  {store} {keys:,} keys: state {r['full_state_bytes']:,} B, bytes ratio "
                         f"{r['bytes_ratio']:.2f}, restore ratio {r['restore_ratio']:.2f} "
-                        f"(vs Spark restart {r['restore_vs_spark_restart']:.2f}, vs Spark restart from the savepoint's "
+                        f"(vs Spark restart {r['restore_vs_spark_restart']:.2f}, vs Spark "
+                        "restart from the savepoint's "
                         f"files {r['restore_vs_spark_same']:.2f}), flat {r['flatness']:.2f}")
                     shutil.rmtree(base, ignore_errors=True)
         finally:
@@ -319,9 +321,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
              "state load s restore / spark-restart (snapshot version, changelogs replayed)")]
     for r in result["results"]:
         s = r["restore_s"]
-        lines.append(f"{r['store']:<6} {r['keys']:>11,}  {r['full_state_bytes']:>12,}  {r['median_bytes_copied']:>11,.0f}  "
-                     f"{r['bytes_ratio']:>8.2f}  {r['spark_new_ratio']:>10.2f}  {r['median_checkpoint_s']:>6.2f}  "
-                     f"{r['flatness']:>4.2f}  {r['savepoint_s']:>11.2f}  {s['restore']:>9.2f}  {s['cold']:>6.2f}  "
+        lines.append(f"{r['store']:<6} {r['keys']:>11,}  {r['full_state_bytes']:>12,}  "
+                     f"{r['median_bytes_copied']:>11,.0f}  "
+                     f"{r['bytes_ratio']:>8.2f}  {r['spark_new_ratio']:>10.2f}  "
+                     f"{r['median_checkpoint_s']:>6.2f}  "
+                     f"{r['flatness']:>4.2f}  {r['savepoint_s']:>11.2f}  "
+                     f"{s['restore']:>9.2f}  {s['cold']:>6.2f}  "
                      f"{s['read_once']:>6.2f}  {r['restore_ratio']:.2f}  {s['spark_restart']:>15.2f}  "
                      f"{r['restore_vs_spark_restart']:.2f}  {s.get('restore_load', 0):.1f} / "
                      f"{s.get('spark_restart_load', 0):.1f} ({_replay_text(r)})")

@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--runs", type=int, default=5, help="counted rounds")
     parser.add_argument("--warmup", type=int, default=2, help="rounds run first and not counted")
     parser.add_argument("--cluster", action="store_true",
-                        help="run on a Spark standalone cluster (master + 2 workers) started for the benchmark")
+                        help="run on a Spark standalone cluster (master + 2 workers) "
+                             "started for the benchmark")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.cluster:
@@ -177,7 +178,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     else:
         result = run(args.batches, args.rows, args.keys, args.runs, args.warmup)
     emit(result, args.json, [
-        (f"Throughput on {result['master']}, {args.batches} batches x {args.rows:,} rows over {args.keys:,} keys, medians of {args.runs} "
+        (f"Throughput on {result['master']}, {args.batches} batches x {args.rows:,} rows over {args.keys:,} "
+         f"keys, medians of {args.runs} "
          f"rounds after {args.warmup} warm-up rounds:"),
         (f"  sparkpoint (checkpoint every batch, DeltaSink 2PC)  {result['median_s']['sparkpoint']:7.2f} s  "
         f"{result['rows_per_s']['sparkpoint']:>10,.0f} rows/s"),

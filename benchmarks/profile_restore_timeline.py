@@ -138,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
                     took, _ = bench_scale._run_job(
                         spark, base / ("input" if name == "restore" else "cold-input"), work / "out",
                         bench_scale._conf(bench_scale._root(args.store, work, s3, "root"), work, restore, 3, endpoint))
-                    print(f"\n==== {name} round {attempt}: {took:.3f} s; S3 requests {sum(timeline.requests.values())} "
+                    print(f"\n==== {name} round {attempt}: {took:.3f} s; S3 requests "
+                          f"{sum(timeline.requests.values())} "
                           f"{dict(timeline.requests)}")
                     for at, thread, what in timeline.events:
                         print(f"{at:7.3f}  {thread[:24]:24}  {what}")

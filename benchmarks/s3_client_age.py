@@ -81,7 +81,8 @@ def measure(endpoint: str, bucket: str, rounds: int) -> list[dict[str, float]]:
         row["get_ratio"] = row["get_aged"] / row["get_fresh"]
         rows.append(row)
         print(f"round {r:2d}  {requests:6d} requests  LIST aged {row['list_aged']:6.2f} ms fresh "
-              f"{row['list_fresh']:6.2f} ms ({row['list_ratio']:.2f})  GET aged {row['get_aged']:5.2f} ms fresh "
+              f"{row['list_fresh']:6.2f} ms ({row['list_ratio']:.2f})  GET aged "
+              f"{row['get_aged']:5.2f} ms fresh "
               f"{row['get_fresh']:5.2f} ms ({row['get_ratio']:.2f})", file=sys.stderr, flush=True)
     aged.close()
     return rows
@@ -105,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": "s3_client_age", "server": version, "machine": machine(), "rounds": rows,
               "list_ratio_drift": list_drift, "get_ratio_drift": get_drift,
               "pass": max(list_drift, get_drift) <= DRIFT_GOAL,
-              "summary": f"aged / fresh, last quarter of rounds / first: LIST {list_drift:.2f}, GET {get_drift:.2f} "
+              "summary": "aged / fresh, last quarter of rounds / first: LIST "
+                         f"{list_drift:.2f}, GET {get_drift:.2f} "
                          f"(goal <= {DRIFT_GOAL})"}
     emit(result, args.json, [f"{rows[-1]['requests']} requests on one store against {version}"])
     return 0

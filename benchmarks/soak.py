@@ -12,7 +12,8 @@ id, ``_metadata``, retention), bytes copied, and the storage requests sent while
 kind and, on S3, the seconds they took
 (GET, PUT, LIST, DELETE, HEAD, COPY, counted at botocore for S3 and by a `CountingStorage`
 around the job's store on local disk, from the coordinator's and transfer threads only: the
-heartbeat, the control polls between checkpoints and Spark's staging thread are left out). This process records, per minute: the driver's RSS (the Python driver and its
+heartbeat, the control polls between checkpoints and Spark's staging thread are left out). This process
+records, per minute: the driver's RSS (the Python driver and its
 JVM), the JVM heap after a full GC (``jcmd GC.run`` + ``GC.heap_info``, when jcmd exists),
 open files and threads of both, and the objects in the job's store. Writes
 ``<out>/soak.json`` and a plot (``soak.png`` with matplotlib, else ``soak.svg``), and prints
@@ -343,7 +344,8 @@ def _resident_in(pid: int, start: int, end: int) -> int | None:
 
 
 #: NMT's summary lines: "Total: reserved=..KB, committed=..KB" and "-  Java Heap (reserved=..KB, committed=..KB)"
-_NMT_LINE = re.compile(r"^(?:Total|-\s*(?P<name>[A-Za-z][\w .-]*?))\s*[:(]\s*reserved=(\d+)KB, committed=(\d+)KB",
+_NMT_LINE = re.compile(r"^(?:Total|-\s*(?P<name>[A-Za-z][\w .-]*?))\s*[:(]\s*reserved=(\d+)KB, "
+                       r"committed=(\d+)KB",
                        re.MULTILINE)
 
 
@@ -604,7 +606,8 @@ def _svg(series: list[tuple[str, list[tuple[float, float]]]], path: Path) -> Pat
             parts.append(f'<polyline fill="none" stroke="steelblue" points="{coords}"/>')
             parts.append(f'<text x="5" y="{top + 30}" font-size="10">max {ymax:.3g}</text>')
     total = len(series) * (height + 20)
-    path.write_text(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total}">{"".join(parts)}</svg>')
+    path.write_text(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
+                    f'height="{total}">{"".join(parts)}</svg>')
     return path
 
 
@@ -698,19 +701,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-savepoints", type=int, default=3,
                         help="dispose of savepoints beyond the N newest after each one (0: keep all)")
     parser.add_argument("--tracemalloc", type=float, default=0.0, metavar="SECONDS",
-                        help="diagnosis: trace the driver's Python allocations, write their growth every SECONDS "
+                        help="diagnosis: trace the driver's Python allocations, write "
+                             "their growth every SECONDS "
                              "to tracemalloc.jsonl (slows the driver: not for a report run)")
     parser.add_argument("--census", type=float, default=0.0, metavar="SECONDS",
-                        help="diagnosis at full speed: every SECONDS the driver's RSS beside Python's, malloc's "
+                        help="diagnosis at full speed: every SECONDS the driver's RSS "
+                             "beside Python's, malloc's "
                              "and pyarrow's share and the object types that grew, to census.jsonl")
     parser.add_argument("--census-trim-after", type=float, metavar="SECONDS",
-                        help="with --census: from SECONDS into the run, each census first returns malloc's free "
+                        help="with --census: from SECONDS into the run, each census "
+                             "first returns malloc's free "
                              "memory to the system (malloc_trim) and records the RSS before and after")
     parser.add_argument("--nmt", action="store_true",
-                        help="diagnosis: run the driver's JVM with native memory tracking and record its summary "
+                        help="diagnosis: run the driver's JVM with native memory "
+                             "tracking and record its summary "
                              "every minute, to tell the JVM's own memory from RocksDB's and malloc's")
     parser.add_argument("--malloc-arena-max", type=int, default=0, metavar="N",
-                        help="run the driver (Python and its JVM) with MALLOC_ARENA_MAX=N (0: glibc's default)")
+                        help="run the driver (Python and its JVM) with "
+                             "MALLOC_ARENA_MAX=N (0: glibc's default)")
     parser.add_argument("--histogram-every", type=float, default=1800.0,
                         help="seconds between JVM class histograms (the first after 10 minutes)")
     parser.add_argument("--out", default="soak-output")
@@ -751,9 +759,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  store objects: max {s['store_objects_max']}, last {s['store_objects_last']}; "
           f"savepoint seconds {[round(x, 2) for x in s['savepoint_seconds']]}")
     print(f"  RSS Python {fmt(s['python_rss_ratio'])}, JVM {fmt(s['jvm_rss_ratio'])}, "
-          f"JVM heap committed {fmt(s['heap_committed_ratio'])}; savepoints disposed: {len(result['disposed_savepoints'])}")
+          f"JVM heap committed {fmt(s['heap_committed_ratio'])}; savepoints disposed: "
+          f"{len(result['disposed_savepoints'])}")
     for grown in s["heap_growth_by_class"] or []:
-        print(f"  heap {grown['class']}: {grown['bytes_first'] / 2**20:.1f} -> {grown['bytes_last'] / 2**20:.1f} MiB "
+        print(f"  heap {grown['class']}: {grown['bytes_first'] / 2**20:.1f} -> "
+              f"{grown['bytes_last'] / 2**20:.1f} MiB "
               f"({grown['instances_first']} -> {grown['instances_last']} objects)")
     print(f"  {Path(args.out) / 'soak.json'}, {result['plot']}")
     return 0 if result["driver_exit"] == 0 else 1

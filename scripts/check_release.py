@@ -35,7 +35,8 @@ def changelog_problems(current: str) -> list[str]:
     sections = re.findall(r"^## (\S+)", (REPO / "CHANGELOG.md").read_text(), re.MULTILINE)
     wanted = "Unreleased" if re.search(r"\.dev\d+$", current) else current
     if wanted not in sections:
-        return [f"CHANGELOG.md has no '## {wanted}' section for version {current} (sections: {', '.join(sections)})"]
+        return [(f"CHANGELOG.md has no '## {wanted}' section for version {current} "
+                f"(sections: {', '.join(sections)})")]
     return []
 
 

@@ -122,7 +122,8 @@ def _problem(data: bytes, limits: Limits) -> str | None:
         return f"{len(data)} bytes, over the limit of {limits.max_bytes} bytes for its kind of record"
     cost = parse_cost(data)
     if cost > limits.max_cost:
-        return (f"parsing would take about {cost // _KIB} KiB of memory to parse ({len(data)} bytes of JSON), over the "
+        return (f"parsing would take about {cost // _KIB} KiB of memory to parse ({len(data)} "
+                "bytes of JSON), over the "
                 f"limit of {limits.max_cost // _KIB} KiB for its kind of record")
     if data.count(b"{") + data.count(b"[") > limits.max_depth:
         depth = _depth(data, limits.max_depth)
@@ -214,7 +215,8 @@ def check_writable(data: bytes, limits: Limits, where: str, why: str = "") -> No
     """
     problem = _problem(data, limits)
     if problem is not None:
-        raise CatalogError(f"{where} would not be readable ({problem}); not written{'; ' + why if why else ''}")
+        raise CatalogError(f"{where} would not be readable ({problem}); not "
+                           f"written{'; ' + why if why else ''}")
 
 
 def clip(text: str, limit: int) -> str:

@@ -76,7 +76,8 @@ class Catalog:
     def checkpoint_entry(
         self, checkpoint_id: int, present: Mapping[str, int] | None = None, known: SnapshotMetadata | None = None
     ) -> SnapshotEntry:
-        """Checkpoint `checkpoint_id` as listed, valid or with its error (`SnapshotStore.checkpoint_entry`)."""
+        """Checkpoint `checkpoint_id` as listed, valid or with its error
+        (`SnapshotStore.checkpoint_entry`)."""
         return self.snapshot_store.checkpoint_entry(checkpoint_id, present, known)
 
     def checkpoint_uri(self, checkpoint_id: int) -> str:
@@ -111,7 +112,8 @@ class Catalog:
         return self.snapshot_store.create_savepoint(source, generation=generation, on_copied=on_copied, key=key)
 
     def dispose(self, uri: str) -> int:
-        """Delete a savepoint or checkpoint of this job (`SnapshotStore.dispose`, which says what it raises)."""
+        """Delete a savepoint or checkpoint of this job (`SnapshotStore.dispose`, which says what it
+        raises)."""
         return self.snapshot_store.dispose(uri)
 
     def snapshot_key(self, uri: str, *, savepoint_only: bool = False) -> str:
@@ -178,7 +180,8 @@ class Catalog:
         return self.generation_store.claimed()
 
     def claim_generation(self, details: Mapping[str, Any] | None = None) -> GenerationInfo:
-        """Atomically claim generation ``current + 1`` (`GenerationStore.claim`, which says what it raises)."""
+        """Atomically claim generation ``current + 1`` (`GenerationStore.claim`, which says what it
+        raises)."""
         return self.generation_store.claim(details)
 
     def generation_claim(self, generation: int) -> GenerationInfo | None:
@@ -197,7 +200,8 @@ class Catalog:
         self.transaction_log.put(record)
 
     def transactions(self) -> builtins.list[TransactionRecord]:
-        """Every recorded (not yet settled) transaction of this job, in batch order (`TransactionLog.records`)."""
+        """Every recorded (not yet settled) transaction of this job, in batch order
+        (`TransactionLog.records`)."""
         return self.transaction_log.records()
 
     def iter_transactions(self) -> Iterator[TransactionRecord]:
@@ -206,7 +210,8 @@ class Catalog:
         return iter(self.transaction_log)
 
     def transaction_keys(self) -> set[tuple[int, int]]:
-        """``(batch_id, generation)`` of every recorded transaction, from one listing (`TransactionLog.keys`)."""
+        """``(batch_id, generation)`` of every recorded transaction, from one listing
+        (`TransactionLog.keys`)."""
         return self.transaction_log.keys()
 
     def delete_transactions(self, records: Iterable[TransactionRecord]) -> None:

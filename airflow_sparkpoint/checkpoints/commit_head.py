@@ -65,7 +65,8 @@ class CommitHead:
         """:raises ValueError: malformed, or of a newer schema version."""
         version = data.get("schema_version", 0)
         if not isinstance(version, int) or version > SCHEMA_VERSION:
-            raise ValueError(f"commit head has schema_version {version!r}; this release reads <= {SCHEMA_VERSION}")
+            raise ValueError(f"commit head has schema_version {version!r}; this release "
+                             f"reads <= {SCHEMA_VERSION}")
         try:
             sink_version = data.get("sink_version")
             return cls(seq=int(data["seq"]), job=str(data["job"]), batch=int(data["batch"]),
@@ -106,5 +107,6 @@ def record_commit(catalog: Catalog, record: TransactionRecord, detail: Mapping[s
         )
         catalog.store.put(COMMITTED, json.dumps(new.to_json(), sort_keys=True).encode())
     except (StorageError, OSError) as exc:  # a notification: the commit itself landed
-        log.warning("could not record the commit of %s in %s/%s (asset watchers see it with the next commit): %s",
+        log.warning("could not record the commit of %s in %s/%s (asset watchers see it "
+                    "with the next commit): %s",
                     record.txn_id, catalog.uri, COMMITTED, exc)

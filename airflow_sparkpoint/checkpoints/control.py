@@ -115,9 +115,11 @@ class ControlChannel:
             or not math.isfinite(timeout_s)
             or timeout_s <= 0
         ):
-            raise ConfigError(f"control request timeout_s={timeout_s!r} is invalid; expected a number of seconds > 0")
+            raise ConfigError(f"control request timeout_s={timeout_s!r} is invalid; "
+                              "expected a number of seconds > 0")
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
-            raise ConfigError(f"control request generation={generation!r} is invalid; expected an integer >= 1")
+            raise ConfigError(f"control request generation={generation!r} is invalid; "
+                              "expected an integer >= 1")
         now = self.clock()
         request = ControlRequest(
             id=new_request_id(now),
@@ -210,7 +212,8 @@ class ControlChannel:
                 if current.finished:
                     return self._outcome(what, current)
                 raise ControlError(
-                    f"{what} timed out after {timeout_s:g} s: acknowledged by generation {current.generation} "
+                    f"{what} timed out after {timeout_s:g} s: acknowledged by "
+                    f"generation {current.generation} "
                     f"but not finished; it may still complete (check `sparkpoint status`)"
                 )
             time.sleep(min(poll_s, remaining))
@@ -298,7 +301,8 @@ class ControlChannel:
         """
         if request.generation is None:
             raise ControlError(
-                f"{request.kind} request {request.id} of job {self.catalog.job!r} is addressed to no generation; "
+                f"{request.kind} request {request.id} of job {self.catalog.job!r} is "
+                "addressed to no generation; "
                 f"generation {generation} does not serve it"
             )
         if request.generation != generation:
@@ -309,7 +313,8 @@ class ControlChannel:
         now = self.clock()
         if request.expired(now):
             raise ControlError(
-                f"{request.kind} request {request.id} of job {self.catalog.job!r} expired at {_iso(request.deadline)}"
+                f"{request.kind} request {request.id} of job {self.catalog.job!r} expired at "
+                f"{_iso(request.deadline)}"
             )
         self.store.put_if_absent(_ack_key(request.id), _Claim("acknowledged", generation, now).to_bytes(request.id))
         log.info("generation %d of job %r acknowledged %s request %s", generation, self.catalog.job,
@@ -334,7 +339,8 @@ class ControlChannel:
                 f"generation {claim.generation}" if claim.state == "acknowledged" else f"the requester ({claim.state})"
             )
             raise ControlError(
-                f"cannot complete {request.kind} request {request.id} of job {self.catalog.job!r} as generation "
+                f"cannot complete {request.kind} request {request.id} of job "
+                f"{self.catalog.job!r} as generation "
                 f"{generation}: it was taken by {owner}"
             )
         self._put_result(ControlResult(request.id, "completed", generation, savepoint, batch_id, None, self.clock()))
@@ -378,7 +384,8 @@ class ControlChannel:
         :raises ConfigError: `older_than_s` < 0 or `limit` < 1.
         """
         if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or not older_than_s >= 0:
-            raise ConfigError(f"cleanup older_than_s={older_than_s!r} is invalid; expected a number of seconds >= 0")
+            raise ConfigError(f"cleanup older_than_s={older_than_s!r} is invalid; expected "
+                              "a number of seconds >= 0")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"cleanup limit={limit!r} is invalid; expected an integer >= 1 or None")
         now = self.clock()
@@ -472,7 +479,8 @@ class ControlChannel:
         request = self._read(key, ControlRequest.from_json)
         if request is None:
             raise ControlError(
-                f"control request {request_id} of job {self.catalog.job!r} does not exist under {self.catalog.uri}"
+                f"control request {request_id} of job {self.catalog.job!r} does not exist "
+                f"under {self.catalog.uri}"
             )
         if request.id != request_id:
             raise ControlError(f"{self.catalog.uri}/{key} holds request {request.id!r}, not {request_id!r}")
@@ -502,7 +510,8 @@ class ControlChannel:
             if result.savepoint is not None:
                 self.catalog.snapshot_key(result.savepoint, savepoint_only=True)
         except (InvalidPath, RestoreError) as exc:
-            raise ControlError(f"{self.catalog.uri}/{key} names savepoint {result.savepoint!r}, not one of job "
+            raise ControlError(f"{self.catalog.uri}/{key} names savepoint "
+                               f"{result.savepoint!r}, not one of job "
                                f"{self.catalog.job!r}'s savepoints: {exc}") from None
         return result
 

@@ -72,7 +72,8 @@ class CheckpointPoint:
     def from_json(cls, data: Any) -> CheckpointPoint:
         """:raises ValueError: not a list of six numbers."""
         if not isinstance(data, (list, tuple)) or len(data) != 6:
-            raise ValueError(f"trend point {data!r} is not [id, batch, completed_at, duration_ms, copied, total]")
+            raise ValueError(f"trend point {data!r} is not [id, batch, completed_at, "
+                             "duration_ms, copied, total]")
         cid, batch, at, duration, copied, total = data
         return cls(int(cid), int(batch), float(at), int(duration), int(copied), int(total))
 
@@ -106,7 +107,8 @@ class CheckpointCounters:
         """:raises ValueError: malformed, or of a newer schema version."""
         version = data.get("schema_version", 0)
         if not isinstance(version, int) or version > SCHEMA_VERSION:
-            raise ValueError(f"counters record has schema_version {version!r}; this release reads <= {SCHEMA_VERSION}")
+            raise ValueError(f"counters record has schema_version {version!r}; this release "
+                             f"reads <= {SCHEMA_VERSION}")
         try:
             recent = tuple((float(at), bool(ok)) for at, ok in data.get("recent", []))
             trend = tuple(CheckpointPoint.from_json(point) for point in data.get("trend", []))

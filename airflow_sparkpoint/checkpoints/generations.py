@@ -153,7 +153,8 @@ class Fence:
         if store.exists(layout.generation_key(self.generation + 1)):
             current = newest_generation(store, self.generation + 1)
             raise StaleGeneration(
-                f"generation {self.generation} of job {self.claims.job!r} was superseded by generation {current}; "
+                f"generation {self.generation} of job {self.claims.job!r} was superseded "
+                f"by generation {current}; "
                 "this run must stop (another run of the job has started)"
             )
 

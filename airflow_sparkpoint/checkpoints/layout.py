@@ -235,7 +235,8 @@ def check_metadata_size(data: bytes, where: str) -> None:
     :raises CatalogError: `data` is over the ``_metadata`` limits (the snapshot is not
         completed: a failed checkpoint, never an unreadable completed one).
     """
-    check_writable(data, limits_of(METADATA), where, "the snapshot is not completed (too many files referenced)")
+    check_writable(data, limits_of(METADATA), where, "the snapshot is not completed "
+                                                     "(too many files referenced)")
 
 
 class JobStore(PrefixedStorage):

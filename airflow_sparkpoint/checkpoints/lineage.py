@@ -212,7 +212,8 @@ def damage_message(job: str, damaged: Sequence[SnapshotEntry], what: str) -> str
     more = f" (and {len(damaged) - 5} more)" if len(damaged) > 5 else ""
     return (
         f"job {job!r} has no restorable checkpoint: {what}. Damaged checkpoints: {listed}{more}. "
-        "Nothing was started, so nothing is lost. See `sparkpoint list`; restore a savepoint or checkpoint by "
+        "Nothing was started, so nothing is lost. See `sparkpoint list`; restore a "
+        "savepoint or checkpoint by "
         "path (spark.sparkpoint.restore=<path>), or start with empty state on purpose with "
         "spark.sparkpoint.restore=none and spark.sparkpoint.restore.force=true"
     )
@@ -262,7 +263,8 @@ def resolve_restart_point(
     if newest.kind == "empty":
         own = [e for e in damaged if e.id > newest.id_floor]
         if own:
-            raise RestoreError(damage_message(job, own, f"{lineage} started from empty state and its checkpoints "
+            raise RestoreError(damage_message(job, own, f"{lineage} started from empty "
+                                                        "state and its checkpoints "
                                                         "are damaged"))
         return RestartPoint(None, None, newest,
                             f"empty state ({lineage} started empty and has no completed checkpoint yet)", skipped())
@@ -270,14 +272,16 @@ def resolve_restart_point(
         base = entry_of(newest.base_id)
         if base.metadata is not None:
             return RestartPoint(base.metadata, None, newest,
-                                f"checkpoint {base.uri} (batch {base.metadata.batch_id}: {lineage} started there "
+                                f"checkpoint {base.uri} (batch {base.metadata.batch_id}: "
+                                f"{lineage} started there "
                                 "and has no completed checkpoint yet)", skipped())
         log.warning("checkpoint %s, where %s started, is not usable: %s", base.uri, lineage, base.error)
         if newest.pin is not None:
             # The lineage owns a copy of it (a restore by path; a stale retention pass may
             # have deleted the checkpoint itself): the same state, never collected.
             return RestartPoint(None, newest.pin, newest,
-                                f"{newest.pin}, the copy of checkpoint {base.uri} (batch {newest.batch_id}) that "
+                                f"{newest.pin}, the copy of checkpoint {base.uri} (batch "
+                                f"{newest.batch_id}) that "
                                 f"{lineage} started from and owns; it has no completed checkpoint yet", skipped())
         # Its origin is damaged: like any damaged checkpoint, fall back to an older one of
         # the same lineage (the sink-ahead check still guards the output).
@@ -287,12 +291,15 @@ def resolve_restart_point(
             entry = entry_of(cid)
             if entry.metadata is not None and superseded_by(entry.metadata.generation, cid, origins) is None:
                 return RestartPoint(entry.metadata, None, None,
-                                    f"checkpoint {entry.uri} (batch {entry.metadata.batch_id}: the newest usable one "
+                                    f"checkpoint {entry.uri} (batch {entry.metadata.batch_id}: the newest "
+                                    "usable one "
                                     f"of {lineage})", skipped())
         raise RestoreError(damage_message(job, damaged, f"checkpoint {base.uri}, where {lineage} started, is "
-                                                        "damaged and no older checkpoint of that lineage is left"))
+                                                        "damaged and no older checkpoint of that lineage is "
+                                                        "left"))
     return RestartPoint(None, newest.uri, newest,
-                        f"{newest.kind} {newest.uri} (batch {newest.batch_id}: {lineage} started there and has no "
+                        f"{newest.kind} {newest.uri} (batch {newest.batch_id}: {lineage} "
+                        "started there and has no "
                         "completed checkpoint yet)", skipped())
 
 

@@ -168,7 +168,8 @@ class TransactionRecord:
     def from_json(cls, data: Mapping[str, Any]) -> TransactionRecord:
         version = int(data.get("schema_version", 0))
         if version > SCHEMA_VERSION:
-            raise CorruptMetadata(f"transaction record has schema_version {version}; this release reads <= {SCHEMA_VERSION}")
+            raise CorruptMetadata(f"transaction record has schema_version {version}; this release "
+                                  f"reads <= {SCHEMA_VERSION}")
         return cls(
             job=str(data["job"]),
             batch_id=int(data["batch_id"]),
@@ -190,7 +191,8 @@ def foreign_to(record: TransactionRecord, job: str, *, restored_job: str | None 
     that snapshot lists for its job, `restored_job`, as its predecessor would have."""
     if record.job == job or (restored_job is not None and record.job == restored_job):
         return None
-    return (f"transaction record {record.txn_id} belongs to job {record.job!r}, not {job!r}; refused (a record "
+    return (f"transaction record {record.txn_id} belongs to job {record.job!r}, not "
+            f"{job!r}; refused (a record "
             "of another job is forged, or that job's to settle)")
 
 
@@ -293,7 +295,8 @@ class SnapshotMetadata:
         version = body.get("schema_version")
         if isinstance(version, bool) or not isinstance(version, int) or version > SCHEMA_VERSION or version < 1:
             raise CorruptMetadata(
-                f"{where}: schema_version {version!r} is not supported; this release reads 1..{SCHEMA_VERSION}"
+                f"{where}: schema_version {version!r} is not supported; this release "
+                f"reads 1..{SCHEMA_VERSION}"
             )
         try:
             kind = body["kind"]

@@ -408,7 +408,8 @@ class SnapshotStore:
             return self.snapshot(int(match.group(1)))
         entry = self.savepoint_entry(key.split("/", 1)[1])
         if entry is None or entry.metadata is None:
-            raise RestoreError(f"savepoint {self.uri}/{key} is not usable: {entry.error if entry else 'not found'}")
+            raise RestoreError(f"savepoint {self.uri}/{key} is not usable: "
+                               f"{entry.error if entry else 'not found'}")
         return SnapshotHandle(entry.uri, entry.metadata, self.store.child(entry.key))
 
     def handle(self, meta: SnapshotMetadata) -> SnapshotHandle:

@@ -98,7 +98,8 @@ def read_status(store: Storage, uri: str, generation: int | None = None) -> dict
 
 
 class StatusSource(Protocol):
-    """What `read_job_status` and `current_status` need of a job's catalog (the catalog imports this module)."""
+    """What `read_job_status` and `current_status` need of a job's catalog (the catalog imports this
+    module)."""
 
     job: str
 

@@ -66,7 +66,8 @@ class TransactionLog:
                 continue  # settled meanwhile
             problem = foreign_to(record, self.job)
             if problem is None and (record.batch_id, record.generation) != (int(match.group(1)), int(match.group(2))):
-                problem = (f"it describes batch {record.batch_id} of generation {record.generation}, not the batch "
+                problem = (f"it describes batch {record.batch_id} of generation "
+                           f"{record.generation}, not the batch "
                            "and generation its key names")
             if problem is not None:
                 log.warning("skipping transaction record %s: %s", where, problem)

@@ -19,7 +19,8 @@ def add_requests(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``requests list`` and ``requests withdraw``."""
     p = commands.add_parser(
         "requests", help="control requests (savepoint, stop) nobody answered yet: list or withdraw",
-        description="A request a running job has not taken yet can be withdrawn (it expires, and no job takes it "
+        description="A request a running job has not taken yet can be withdrawn (it "
+                    "expires, and no job takes it "
                     "later); one a job already acknowledged runs to its end.",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION")
@@ -50,7 +51,8 @@ def cmd_requests_list(args: argparse.Namespace) -> int:
 
 def cmd_requests_withdraw(args: argparse.Namespace) -> int:
     if not REQUEST_ID_RE.match(args.request_id):
-        raise UsageError(f"request id {args.request_id!r} is malformed; expected '<13 digits>-<8 hex>' as printed "
+        raise UsageError(f"request id {args.request_id!r} is malformed; expected '<13 "
+                         "digits>-<8 hex>' as printed "
                          "by `sparkpoint savepoint --no-wait` or `sparkpoint requests list`")
     catalog = open_catalog(args)
     reason = args.reason or f"withdrawn by {requester('sparkpoint-cli', pid=True)}"

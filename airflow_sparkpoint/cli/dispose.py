@@ -17,8 +17,10 @@ __all__ = ["add_dispose", "cmd_dispose"]
 def add_dispose(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``dispose``."""
     p = commands.add_parser(
-        "dispose", parents=[common], help="delete a savepoint (or checkpoint), or old savepoints by age or count",
-        description="Delete PATH; or, with --older-than and/or --keep, the savepoints beyond those limits. The "
+        "dispose", parents=[common], help="delete a savepoint (or checkpoint), or old "
+                                          "savepoints by age or count",
+        description="Delete PATH; or, with --older-than and/or --keep, the savepoints "
+                    "beyond those limits. The "
                     "newest savepoint and the one the job's newest lineage started from are always kept.",
     )
     p.add_argument("path", metavar="PATH", nargs="?", default=None,

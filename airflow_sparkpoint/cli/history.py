@@ -73,7 +73,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         })
         return EXIT_OK
     if not checkpoints and not savepoints:
-        print(f"no checkpoints or savepoints for job {catalog.job!r} under {catalog.uri}{other_jobs_hint(catalog)}")
+        print(f"no checkpoints or savepoints for job {catalog.job!r} under "
+              f"{catalog.uri}{other_jobs_hint(catalog)}")
         return EXIT_OK
     rows = []
     for r in [*checkpoints, *savepoints]:

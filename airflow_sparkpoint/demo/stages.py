@@ -113,7 +113,8 @@ class Demo:
         """
         self.start_blue()  # its start-up overlaps stage 1
         assert self.blue.proc is not None
-        self.say(f"\n   starting blue (keyed_totals.py v1) as its own spark-submit, pid {self.blue.proc.pid}; "
+        self.say("\n   starting blue (keyed_totals.py v1) as its own spark-submit, "
+                 f"pid {self.blue.proc.pid}; "
                  "preparing Airflow (SQLite metadata database)")
         from airflow.utils import db
 
@@ -191,9 +192,11 @@ class Demo:
         base = self.workdir / "quickstart"
         self.console.step("1/3 incremental ETL: a driver killed mid-run, a retry that resumes")
         expected = _write_quickstart_input(base / "input")
-        self.say(f"   DAG example_sparkpoint_quickstart (task retries=1): {BATCHES} input files x {USERS} users, "
+        self.say(f"   DAG example_sparkpoint_quickstart (task retries=1): {BATCHES} "
+                 f"input files x {USERS} users, "
                  f"one micro-batch each, per-user totals merged into Delta")
-        self.say(f"   injected failure: the first try's driver gets SIGKILL once batch {KILL_AFTER} is confirmed by "
+        self.say("   injected failure: the first try's driver gets SIGKILL once batch "
+                 f"{KILL_AFTER} is confirmed by "
                  "Spark, before Sparkpoint checkpointed it")
         catalog = job_catalog(str(base / "checkpoints"), "quickstart")
         self.watcher.follow(catalog, ["first try", "retry"])
@@ -217,7 +220,8 @@ class Demo:
         first_batch = last.first_batch if last else None
         self.check("incremental ETL: the retry resumed instead of starting over",
                    isinstance(first_batch, int) and first_batch > 0,
-                   f"it restored {short_name(last.restored_from if last else None)} and started at batch {first_batch}, not 0")
+                   f"it restored {short_name(last.restored_from if last else None)} and started at "
+                   f"batch {first_batch}, not 0")
 
         self.say("")
         self.record_of(catalog)
@@ -258,17 +262,21 @@ class Demo:
 
     def failing_green(self) -> None:
         self.console.step("2/3 blue-green deploy: green fails, its output is aborted, blue is restored")
-        self.say(f"   blue = dags/jobs/keyed_totals.py --version 1, running as its own spark-submit ({BLUE_TRIGGER}: "
+        self.say("   blue = dags/jobs/keyed_totals.py --version 1, running as its own "
+                 f"spark-submit ({BLUE_TRIGGER}: "
                  "it read its backlog at start and idles; the demo decides which input each version reads)")
         self.console.restart_clock()
         blue_gen = self.wait_for_blue(0)
-        self.say(f"   blue (generation {blue_gen}) is running; batch 0 (its backlog) is checkpointed and committed:")
+        self.say(f"   blue (generation {blue_gen}) is running; batch 0 (its backlog) is "
+                 "checkpointed and committed:")
         self.show_table()
         first, last = self.write_input(FAILING_GREEN_INPUT, 1)
         self.say(f"   new input: files {first}-{last} arrive (batches {batch_of(first)}-{batch_of(last)}), "
                  "left for the deploy")
-        self.say(f"   DAG example_sparkpoint_blue_green with green_fail_after_batch={GREEN_FAILS_AFTER}: green "
-                 f"(--version 2) stages batch {GREEN_FAILS_AFTER}, then raises in batch {GREEN_FAILS_AFTER + 1}")
+        self.say(f"   DAG example_sparkpoint_blue_green with green_fail_after_batch={GREEN_FAILS_AFTER}: "
+                 "green "
+                 f"(--version 2) stages batch {GREEN_FAILS_AFTER}, then raises in "
+                 f"batch {GREEN_FAILS_AFTER + 1}")
         self.watcher.follow(self.blue.catalog, ["green", "blue, restored"])
         self.console.restart_clock()
         run, states = self.run_dag("example_sparkpoint_blue_green",
@@ -289,13 +297,15 @@ class Demo:
         green_chks = [m.id for m in self.watcher.checkpoints_of(BLUE_JOB) if m.generation == green_gen]
         self.say("")
         did = {
-            "stop_blue": f"blue stopped between micro-batches (exit code {blue_exit}), savepoint {short_name(savepoint)}",
+            "stop_blue": f"blue stopped between micro-batches (exit code {blue_exit}), "
+                         f"savepoint {short_name(savepoint)}",
             "start_green": f"green (generation {green_gen}) restored {short_name(green_from)}, checkpointed "
                            f"{_ids(green_chks)}, then raised",
             "decide": f"-> {_branch(states)}: {self.xcom(run, 'decide', key='reason')}",
             "abort_green": f"aborted green's staged transactions {aborted}",
             "restore_blue": f"blue (generation {restored.get('generation')}) restored "
-                            f"{short_name(restored.get('restored_from'))}, ran batches {restored.get('first_batch')}.."
+                            f"{short_name(restored.get('restored_from'))}, ran batches "
+                            f"{restored.get('first_batch')}.."
                             f"{restored.get('last_batch')}, committed {restored.get('committed_batches')}",
             "rolled_back": "fails the run on purpose: a rolled-back deploy alerts",
         }
@@ -311,12 +321,14 @@ class Demo:
                    bool(aborted) and all(t.endswith(f"-g{green_gen}") for t in aborted), f"aborted {aborted}")
         same = bool(savepoint) and green_from == savepoint and restored.get("restored_from") == savepoint
         self.check("blue-green rollback: green and the restored blue started from the same savepoint", same,
-                   f"{short_name(savepoint)}: green {short_name(green_from)}, blue {short_name(restored.get('restored_from'))}")
+                   f"{short_name(savepoint)}: green {short_name(green_from)}, blue "
+                   f"{short_name(restored.get('restored_from'))}")
         green_commits = [c["batch"] for c in delta_commits(self.blue.output) if c["generation"] == green_gen]
         shown = self.versions_with_green_rows()
         self.check("blue-green rollback: the table never showed green's output",
                    green_gen is not None and not green_commits and not shown,
-                   f"commits of generation {green_gen}: {green_commits or 'none'}; table versions with a row of "
+                   f"commits of generation {green_gen}: {green_commits or 'none'}; "
+                   "table versions with a row of "
                    f"code_version 2: {shown or 'none'}")
 
     def versions_with_green_rows(self, upto: int | None = None) -> list[int]:
@@ -336,7 +348,8 @@ class Demo:
         catalog = self.blue.catalog
         previous = catalog.current_generation()
         first, _ = self.write_input(BLUE_AGAIN_INPUT, 1)
-        self.say(f"   blue goes back to production: its own spark-submit again (restore=latest: the restored blue's "
+        self.say("   blue goes back to production: its own spark-submit again "
+                 "(restore=latest: the restored blue's "
                  f"newest checkpoint); it reads file {first} as batch {batch_of(first)}")
         self.blue.start()
         self.console.restart_clock()
@@ -346,7 +359,8 @@ class Demo:
                  f"batch {batch_of(first)} checkpointed and committed")
         first, last = self.write_input(HEALTHY_GREEN_INPUT, 2)
         self.say(f"   new input: files {first}-{last} (batches {batch_of(first)}-{batch_of(last)}); DAG "
-                 "example_sparkpoint_blue_green again, green healthy this time (it must reach 2 checkpoints of its "
+                 "example_sparkpoint_blue_green again, green healthy this time (it must "
+                 "reach 2 checkpoints of its "
                  "generation and pass the audit)")
         self.watcher.follow(catalog, ["green"])
         self.console.restart_clock()
@@ -365,9 +379,12 @@ class Demo:
         green_chks = [m.id for m in self.watcher.checkpoints_of(BLUE_JOB) if m.generation == green_gen]
         self.say("")
         did = {
-            "stop_blue": f"blue stopped between micro-batches (exit code {blue_exit}), savepoint {short_name(savepoint)}",
-            "start_green": f"green (generation {green_gen}) restored {short_name(green.get('restored_from'))}, staged "
-                           f"batches {green.get('first_batch')}..{green.get('last_batch')} ({_ids(green_chks)}), "
+            "stop_blue": f"blue stopped between micro-batches (exit code {blue_exit}), "
+                         f"savepoint {short_name(savepoint)}",
+            "start_green": f"green (generation {green_gen}) restored "
+                           f"{short_name(green.get('restored_from'))}, staged "
+                           f"batches {green.get('first_batch')}..{green.get('last_batch')} "
+                           f"({_ids(green_chks)}), "
                            f"committed {green.get('committed_batches')} itself (external commit mode)",
             "green_healthy": f"{healthy.get('count')} checkpoints of generation {healthy.get('generation')}",
             "audit_green": f"{audit.get('rows')} staged rows, approved={audit.get('approved')}",
@@ -400,7 +417,8 @@ class Demo:
     def record_of(self, catalog: Any) -> None:
         """Generation switches and checkpoint history of a job."""
         role = partial(self.watcher.role, catalog.job)
-        self.say(f"   generation switches of job {catalog.job} (each start claims a new one; older ones are fenced off):")
+        self.say(f"   generation switches of job {catalog.job} (each start claims a new one; "
+                 "older ones are fenced off):")
         self.lines(generation_table(catalog, role, self.watcher.states, self.t0))
         self.say(f"   checkpoint history of job {catalog.job} (as observed; retention keeps the newest):")
         current = [r for r in snapshot_records(catalog, "checkpoint", drills=False) if r.valid]
@@ -410,7 +428,8 @@ class Demo:
         ids = [key[0] for key in observed]
         reused = sorted({i for i in ids if ids.count(i) > 1})
         if reused:
-            self.say(f"   (ids {reused} appear twice: retiring the newest checkpoint in a rollback frees its id, "
+            self.say(f"   (ids {reused} appear twice: retiring the newest checkpoint in "
+                     "a rollback frees its id, "
                      "which the next checkpoint takes again)")
 
     def delta_history(self, table: Path, job: str) -> None:
@@ -533,7 +552,8 @@ def _exit_on_interrupt(demo: Demo, console: Console) -> dict[int, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sparkpoint demo", description="The guided demo: an incremental ETL "
-                                     "resumed by Airflow's retry, a blue-green rollback and a promotion, then the "
+                                     "resumed by Airflow's retry, a blue-green rollback "
+                                     "and a promotion, then the "
                                      "record and an exactly-once verdict.")
     parser.add_argument("--workdir", default="demo-output", help="where everything is written (wiped first)")
     parser.add_argument("--dags", default=None, help="the repository's dags/ folder")
@@ -567,7 +587,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.step("airflow-sparkpoint demo: checkpoints, savepoints and exactly-once output on Spark + Airflow")
     console.say(f"   workdir   {workdir}")
     console.say(f"   logs      {logs / 'airflow.log'} (Airflow tasks, spark-submit), {demo.blue.log} (blue)")
-    console.say("   1. incremental ETL: a driver killed with SIGKILL, Airflow's retry resumes from the latest checkpoint")
+    console.say("   1. incremental ETL: a driver killed with SIGKILL, Airflow's retry resumes "
+                "from the latest checkpoint")
     console.say("   2. blue-green deploy: a failing green is aborted, blue restored from the same savepoint")
     console.say("   3. blue-green deploy: a healthy green is promoted by a two-phase commit")
     console.say("   then the record and the exactly-once verdict, computed from the Delta tables")

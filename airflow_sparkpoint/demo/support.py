@@ -135,7 +135,8 @@ class SubmittedJob:
                 raise RuntimeError(f"job {self.job} exited with {self.proc.returncode} while waiting for "
                                    f"{what}:\n{self.tail()}")
             time.sleep(0.5)
-        raise TimeoutError(f"timed out after {timeout:g} s waiting for {what} of job {self.job}:\n{self.tail()}")
+        raise TimeoutError(f"timed out after {timeout:g} s waiting for {what} of job "
+                           f"{self.job}:\n{self.tail()}")
 
     def wait_checkpointed(self, batch: int, *, after_generation: int = 0, timeout: float = 300) -> int:
         """Wait until the running job (a generation newer than `after_generation`) has a

@@ -141,7 +141,8 @@ def _aws_credentials(aws_connection: Any) -> dict[str, Any]:
     except ImportError:
         raise ConfigError(
             f"aws_conn_id={aws_connection.conn_id!r} needs the Amazon provider to read its credentials: "
-            "pip install 'airflow-sparkpoint[amazon]' (apache-airflow-providers-amazon); or leave aws_conn_id "
+            "pip install 'airflow-sparkpoint[amazon]' (apache-airflow-providers-amazon); or leave "
+            "aws_conn_id "
             "empty to use boto3's default credential chain"
         ) from None
 
@@ -253,8 +254,10 @@ class SparkpointHook(BaseHook):
             given = (f"Sparkpoint connection {self.sparkpoint_conn_id!r}: its storage root" if uri != self._storage_uri
                      else "storage root")
             raise ConfigError(
-                f"{given} {str(uri)!r} (checkpoint_dir, storage_uri or the connection's host) is a relative path, "
-                "which each process would resolve against its own working directory; expected an absolute path, "
+                f"{given} {str(uri)!r} (checkpoint_dir, storage_uri or the connection's "
+                "host) is a relative path, "
+                "which each process would resolve against its own working directory; "
+                "expected an absolute path, "
                 "file:///absolute/path or s3://bucket/prefix"
             )
         return str(uri), options, fields
@@ -310,7 +313,8 @@ class SparkpointHook(BaseHook):
         try:
             return job.sink()
         except ConfigError as exc:
-            raise ConfigError(f"Sparkpoint connection {self.sparkpoint_conn_id!r}, extra jobs.{job_name}.sink: "
+            raise ConfigError(f"Sparkpoint connection {self.sparkpoint_conn_id!r}, "
+                              f"extra jobs.{job_name}.sink: "
                               f"{exc}") from None
 
     @property
@@ -344,8 +348,10 @@ class SparkpointHook(BaseHook):
         for record in self.pending_transactions(job_name, generation=generation):
             sink = self._sink(record.sink, record.payload.get("config") or {})
             if record.sink != "delta":
-                raise ConfigError(f"the staged rows of transaction {record.txn_id} ({record.sink} sink) cannot be "
-                                  "read before they are committed; only DeltaSink output can be audited this way")
+                raise ConfigError(f"the staged rows of transaction {record.txn_id} "
+                                  f"({record.sink} sink) cannot be "
+                                  "read before they are committed; only DeltaSink "
+                                  "output can be audited this way")
             for staged_file in sink.staged(record)["files"]:  # confined to its own staging area
                 rows += sink.location.read_parquet(staged_file["path"]).to_pylist()
         return rows
@@ -422,6 +428,7 @@ class SparkpointHook(BaseHook):
             storage = self.get_storage()
             storage.check()
         except Exception as exc:  # noqa: BLE001 - reported to the UI
-            return False, self.scrub(f"Sparkpoint connection {self.sparkpoint_conn_id!r} cannot reach its storage: "
+            return False, self.scrub(f"Sparkpoint connection {self.sparkpoint_conn_id!r} "
+                                     "cannot reach its storage: "
                                      f"{type(exc).__name__}: {exc}")
         return True, self.scrub(f"Sparkpoint storage {self.storage_uri} is reachable")

@@ -100,7 +100,8 @@ def output_event(catalog: Catalog, sink: Sink | None, *, generation: int | None,
     if not committed:
         return None
     if sink is None:
-        log.info("job %s committed batches %s; no sink is declared (sink= or the connection's jobs.<job>.sink), "
+        log.info("job %s committed batches %s; no sink is declared (sink= or the "
+                 "connection's jobs.<job>.sink), "
                  "so no asset event", catalog.job, committed)
         return None
     try:

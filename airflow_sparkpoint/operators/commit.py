@@ -93,7 +93,8 @@ class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOp
         generation = optional_int("abort_generation", self.abort_generation, minimum=1)
         upto = optional_int("upto_batch", self.upto_batch, minimum=0)
         if generation is not None and upto is not None:
-            raise ConfigError("abort_generation and upto_batch exclude each other: abort a generation or commit")
+            raise ConfigError("abort_generation and upto_batch exclude each other: "
+                              "abort a generation or commit")
         catalog = self.hook.get_catalog(self.job_name)
         options = self.hook.storage_options
         # The operator's declaration wins; else the connection's (`jobs.<job>.sink`).

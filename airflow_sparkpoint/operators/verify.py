@@ -105,12 +105,16 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
     ) -> None:
         fixed = sorted(set(_FIXED) & set(kwargs))
         if fixed:
-            raise ConfigError(f"{type(self).__name__} sets {', '.join(fixed)} itself (a drill restores `snapshot` "
-                              "with trigger availableNow, commits in the job and writes only scratch output, which "
+            raise ConfigError(f"{type(self).__name__} sets {', '.join(fixed)} itself (a "
+                              "drill restores `snapshot` "
+                              "with trigger availableNow, commits in the job and writes "
+                              "only scratch output, which "
                               "is no asset); remove the argument")
         if not isinstance(output_args, Mapping) or not output_args:
-            raise ConfigError(f"{type(self).__name__} needs output_args: the application arguments through which "
-                              "it writes, mapped to scratch locations (e.g. {'--output': '{scratch}/out'}); without "
+            raise ConfigError(f"{type(self).__name__} needs output_args: the application "
+                              "arguments through which "
+                              "it writes, mapped to scratch locations (e.g. {'--output': "
+                              "'{scratch}/out'}); without "
                               "them a drill would write to the production sinks")
         kwargs.setdefault("name", f"sparkpoint-drill-{job_name}")
         super().__init__(job_name=job_name, restore="latest", trigger="availableNow", commit_mode="checkpoint",
@@ -206,7 +210,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
     def _production_catalog(self) -> Catalog:
         validate_job_name(self.drill_job)
         if self.drill_job == self.job_name:
-            raise ConfigError(f"drill_job={self.drill_job!r} is the production job's name; a drill needs its own")
+            raise ConfigError(f"drill_job={self.drill_job!r} is the production job's "
+                              "name; a drill needs its own")
         return self.production_hook.get_catalog(self.job_name)
 
     def drill(self, context: Context, handle: SnapshotHandle) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -270,7 +275,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
             if newest is None or (created, entry.id) > newest[:2]:
                 newest = (created, entry.id, entry.uri)
         if newest is None:
-            raise DrillFailed(f"job {self.job_name!r} has no savepoint under {catalog.uri} (see `sparkpoint list`)")
+            raise DrillFailed(f"job {self.job_name!r} has no savepoint under "
+                              f"{catalog.uri} (see `sparkpoint list`)")
         return newest[2]
 
     def _record_unresolvable(self, catalog: Catalog, target: str, error: str) -> None:
@@ -340,7 +346,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
             inline = [i for i, a in enumerate(args) if a.startswith(flag + "=")]
             replacement = str(value).replace(SCRATCH, self._drill_root)
             if not positions and not inline:
-                raise ConfigError(f"output_args names {flag!r}, which is not among application_args {args}; a drill "
+                raise ConfigError(f"output_args names {flag!r}, which is not among "
+                                  f"application_args {args}; a drill "
                                   "must replace every argument through which the application writes")
             for i in positions:
                 if i + 1 >= len(args):
@@ -360,7 +367,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         if result.get("status") != "finished":
             raise DrillFailed(f"the run ended {result.get('status')!r}, expected 'finished' (availableNow)")
         if result.get("restore_mode") != "snapshot" or result.get("restored_from") != handle.uri:
-            raise DrillFailed(f"the run restored {result.get('restored_from')!r} ({result.get('restore_mode')}), "
+            raise DrillFailed(f"the run restored {result.get('restored_from')!r} "
+                              f"({result.get('restore_mode')}), "
                                f"not the snapshot {handle.uri}")
         first, last = result.get("first_batch"), result.get("last_batch")
         rescaled = result.get("rescaled") or {}

@@ -16,7 +16,8 @@ store). There are no docs or OpenAPI routes. Routes::
 Errors: 401 without a user; 404, one and the same answer, for a pipeline no ``sparkpoint``
 connection declares or holds under its root and for one the user may not read (whether a
 connection or a job exists is not told to who may not see it); 502 when the store of a
-readable pipeline cannot be read (the message names no secret). Every response carries `SECURITY_HEADERS`: no caching,
+readable pipeline cannot be read (the message names no secret). Every response carries `SECURITY_HEADERS`: no
+caching,
 no MIME sniffing, a content security policy that allows only the page's own style and
 framing by Airflow's own pages.
 """

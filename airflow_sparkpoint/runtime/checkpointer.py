@@ -186,7 +186,8 @@ class Checkpointer:
         floor = -1 if self.last_attempted is None else self.last_attempted
         between = [b for b in livedir.committed_batches(self.live_root) if floor < b < confirmed]
         if len(between) + len(newest) > MAX_CHECKPOINT_BACKLOG:
-            log.warning("checkpoints are slower than batches: %d batches are due, more than %d; checkpointing only "
+            log.warning("checkpoints are slower than batches: %d batches are due, more "
+                        "than %d; checkpointing only "
                         "batch %d, batches %d..%d get no checkpoint of their own", len(between) + len(newest),
                         MAX_CHECKPOINT_BACKLOG, confirmed, between[0], between[-1])
             return newest
@@ -217,7 +218,8 @@ class Checkpointer:
             )
             if self.consecutive_failures > self.tolerable_failures:
                 raise SparkpointError(
-                    f"checkpoint of batch {batch_id} failed and {self.consecutive_failures} consecutive failures "
+                    f"checkpoint of batch {batch_id} failed and {self.consecutive_failures} consecutive "
+                    "failures "
                     f"exceed spark.sparkpoint.checkpoint.tolerableFailures={self.tolerable_failures}: {exc}"
                 ) from exc
             return None
@@ -320,7 +322,8 @@ class Checkpointer:
         except StorageError as exc:
             # The checkpoint is complete: failing to collect garbage must not fail it (nor
             # the job); the next checkpoint's retention pass deletes what is left.
-            log.warning("retention after checkpoint %d failed; older checkpoints and unreferenced shared files "
+            log.warning("retention after checkpoint %d failed; older checkpoints and "
+                        "unreferenced shared files "
                         "stay until the next pass: %s", meta.id, exc)
         else:
             if retention.deleted_checkpoints:
@@ -351,7 +354,8 @@ class Checkpointer:
             return None
         pending = livedir.pending_snapshots(self.live_root, batch, min_deltas)
         if pending:
-            log.info("waiting up to %.0f s for Spark to upload the state snapshots of %d stores (a restart from "
+            log.info("waiting up to %.0f s for Spark to upload the state snapshots of "
+                     "%d stores (a restart from "
                      "checkpoint %d would replay %d bytes of changelog)", timeout_s, len(pending), last.id, replay)
         started = time.monotonic()
         deadline = started + timeout_s
@@ -370,17 +374,20 @@ class Checkpointer:
         except StaleGeneration:
             raise
         except (CatalogError, StorageError, OSError, CheckpointAbandoned) as exc:
-            log.warning("checkpoint of batch %d with the state snapshots failed; checkpoint %d stays the latest: %s",
+            log.warning("checkpoint of batch %d with the state snapshots failed; "
+                        "checkpoint %d stays the latest: %s",
                         batch, last.id, exc)
             return None
-        log.info("checkpoint %d holds the state snapshots of %d stores (batch %d): a restart loads them instead "
+        log.info("checkpoint %d holds the state snapshots of %d stores (batch %d): a "
+                 "restart loads them instead "
                  "of replaying changelogs", meta.id, len(fresh), batch)
         return meta
 
     def _check_timeout(self, batch_id: int, started: float) -> None:
         if time.monotonic() - started > self.timeout_s:
             raise CheckpointAbandoned(
-                f"checkpoint of batch {batch_id} exceeded spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
+                f"checkpoint of batch {batch_id} exceeded "
+                f"spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
             )
 
     def _upload(self, live: livedir.LiveFile, batch_id: int, sha: str | None, started: float) -> FileRef | None:
@@ -457,7 +464,8 @@ class Checkpointer:
             live = livedir.LiveFile(ref.path, path, st.st_size, st.st_mtime_ns)
             if (st.st_size, st.st_mtime_ns) != (ref.size, ref.mtime_ns) and livedir.file_sha256(path) != ref.sha256:
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} changed")
-            log.warning("shared file %s referenced by checkpoint of batch %d is missing from %s; copying it again",
+            log.warning("shared file %s referenced by checkpoint of batch %d is missing "
+                        "from %s; copying it again",
                         ref.key, batch_id, self.catalog.uri)
             if self._upload(live, batch_id, ref.sha256, started) is None:
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} is gone")

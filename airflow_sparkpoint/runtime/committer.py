@@ -101,8 +101,10 @@ class Committer:
             self._pending_warn_at = PENDING_WARN
         elif count >= self._pending_warn_at:
             self._pending_warn_at = 2 * count
-            log.warning("%d transactions are pending commit (commit.mode=external): each checkpoint's _metadata "
-                        "carries all of them until the commit step (SparkpointCommitOperator, `sparkpoint commit`) "
+            log.warning("%d transactions are pending commit (commit.mode=external): "
+                        "each checkpoint's _metadata "
+                        "carries all of them until the commit step (SparkpointCommitOperator, `sparkpoint "
+                        "commit`) "
                         "commits them; run it more often", count)
 
     def _forget_settled(self) -> None:

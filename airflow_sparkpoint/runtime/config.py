@@ -41,8 +41,10 @@ KEYS: dict[str, str] = {
     "restore.sinkAhead": "fail or rewind: what to do when a sink committed past the snapshot (default fail)",
     "restore.statePartitions": "restore into this many state partitions instead of the snapshot's (rescale)",
     "codeVersion": (
-        "the version of the job's code, recorded with every commit: committed batches are replayed only by the "
-        "version that committed them (default: none; set it on every deploy that changes what the job computes)"
+        "the version of the job's code, recorded with every commit: committed batches "
+        "are replayed only by the "
+        "version that committed them (default: none; set it on every deploy that "
+        "changes what the job computes)"
     ),
     "trigger": "availableNow or processingTime:<interval> (default availableNow)",
     "checkpoint.interval": "min time between retained checkpoints, 0 = every batch (default 0)",
@@ -128,7 +130,8 @@ def parse_size(key: str, value: str) -> int:
     """
     match = _SIZE_RE.match(str(value))
     if not match:
-        raise ConfigError(f"{PREFIX}{key}={value!r} is not a size; expected bytes or e.g. '0', '512k', '32m', '1g'")
+        raise ConfigError(f"{PREFIX}{key}={value!r} is not a size; expected bytes or e.g. "
+                          "'0', '512k', '32m', '1g'")
     return int(match.group(1)) * 1024 ** "_kmgt".index((match.group(2) or "_").lower())
 
 
@@ -148,7 +151,8 @@ def _code_version(value: str) -> str | None:
     """
     text = value.strip()
     if len(text) > 128 or not text.isprintable():
-        raise ConfigError(f"{PREFIX}codeVersion={value!r} is invalid; expected up to 128 printable characters "
+        raise ConfigError(f"{PREFIX}codeVersion={value!r} is invalid; expected up to "
+                          "128 printable characters "
                           "(a release tag or commit hash)")
     return text or None
 
@@ -186,7 +190,8 @@ def parse_trigger(value: str) -> Trigger:
         if interval <= 0:
             raise ConfigError(f"{PREFIX}trigger={value!r} needs a positive interval, e.g. processingTime:10s")
         return Trigger("processingTime", interval)
-    raise ConfigError(f"{PREFIX}trigger={value!r} is not allowed; expected availableNow or processingTime:<interval>")
+    raise ConfigError(f"{PREFIX}trigger={value!r} is not allowed; expected availableNow or "
+                      "processingTime:<interval>")
 
 
 #: what a live location may be, in messages
@@ -308,7 +313,8 @@ class SparkpointConfig:
         job = validate_job_name(values["job"].strip())
         restore = values.get("restore", "latest").strip()
         if not restore:
-            raise ConfigError(f"{PREFIX}restore='' is empty; expected latest, none, or a savepoint/checkpoint path")
+            raise ConfigError(f"{PREFIX}restore='' is empty; expected latest, none, or a "
+                              "savepoint/checkpoint path")
         if restore.lower() in ("latest", "none"):
             restore = restore.lower()
         else:
@@ -324,7 +330,8 @@ class SparkpointConfig:
             raise ConfigError(f"{PREFIX}checkpoint.timeout={values['checkpoint.timeout']!r} must be positive")
         poll = parse_duration("control.pollInterval", values.get("control.pollInterval", "2s"))
         if poll <= 0:
-            raise ConfigError(f"{PREFIX}control.pollInterval={values['control.pollInterval']!r} must be positive")
+            raise ConfigError(f"{PREFIX}control.pollInterval={values['control.pollInterval']!r} must be "
+                              "positive")
         endpoint = values.get("s3.endpoint", "").strip() or None
         if endpoint is not None:
             endpoint = validate_endpoint_url(endpoint, f"{PREFIX}s3.endpoint")

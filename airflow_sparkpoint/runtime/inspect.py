@@ -414,7 +414,8 @@ class SnapshotReader:
             if candidate.name == store:
                 return op, candidate
         names = ", ".join(s.name for s in op.stores)
-        raise ConfigError(f"store {store!r} is not a store of operator {op.id} ({op.name}); its stores: {names}")
+        raise ConfigError(f"store {store!r} is not a store of operator {op.id} "
+                          f"({op.name}); its stores: {names}")
 
     def rows(self, operator: int | None = None, store: str | None = None,
              key: Mapping[str, Any] | None = None) -> DataFrame:

@@ -238,12 +238,14 @@ class SparkpointJob:
         """
         with _reported():  # the operator shows the error as the task's own
             if output_mode not in ("append", "update", "complete"):
-                raise ConfigError(f"output_mode={output_mode!r} is not allowed; expected append, update or complete")
+                raise ConfigError(f"output_mode={output_mode!r} is not allowed; expected "
+                                  "append, update or complete")
             if not isinstance(sink, Sink):
                 raise ConfigError(f"sink={sink!r} is not a Sparkpoint sink; expected DeltaSink, S3Sink or "
                                   "DirectorySink")
             if not df.isStreaming:
-                raise ConfigError("run() needs a streaming DataFrame (spark.readStream...); got a batch DataFrame")
+                raise ConfigError("run() needs a streaming DataFrame (spark.readStream...); got a batch "
+                                  "DataFrame")
             run = _Run(self, df, sink, output_mode, query_name)
             with signals.sigterm_ends_run(run):  # a killed task: record the end, act no more
                 self.last_result = run.execute()

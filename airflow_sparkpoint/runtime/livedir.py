@@ -409,7 +409,8 @@ def unlink_planted(location: str) -> None:
         with Dir.open(parent) as directory:
             st = directory.stat(name)
             if st is not None and stat.S_ISLNK(st.st_mode):
-                log.warning("removing the link %s planted where a live location goes; a new directory is made there",
+                log.warning("removing the link %s planted where a live location goes; a "
+                            "new directory is made there",
                             location)
                 directory.unlink(name)
     except FileNotFoundError:

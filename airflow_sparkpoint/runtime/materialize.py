@@ -120,7 +120,8 @@ def _materialize(handle: SnapshotHandle, live_path: str, live: Dir, previous: Di
     linked = sum(1 for _r, was_linked, _e in placed if was_linked)
     if counts is not None:
         counts.update(linked=linked, downloaded=len(files) - linked, skipped=len(unread))
-    log.info("materialized %d files (%d bytes) of %s into %s (%d hard-linked from %s, %d downloaded; %d older "
+    log.info("materialized %d files (%d bytes) of %s into %s (%d hard-linked from %s, "
+             "%d downloaded; %d older "
              "state versions a restart does not read, %d bytes, left in the snapshot)",
              len(files), sum(ref.size for ref in files), handle.uri, live_path, linked,
              previous.path if previous is not None else None, len(files) - linked,

@@ -146,7 +146,8 @@ def check_executors_reach(spark: SparkSession, location: str, *, timeout_s: floa
     if str(sc.master).startswith("local"):
         return []
     if sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true":
-        log.warning("live location %s: executors are started on demand (dynamic allocation), so the check that "
+        log.warning("live location %s: executors are started on demand (dynamic "
+                    "allocation), so the check that "
                     "every executor sees it at the same path does not run; use a shared mount on every host", location)
         return []
     timeout_s = wait_seconds(sc.getConf()) if timeout_s is None else timeout_s
@@ -180,7 +181,8 @@ def check_executors_reach(spark: SparkSession, location: str, *, timeout_s: floa
         raise ConfigError(
             f"{PREFIX}workDir {location} is not the same directory on the driver and every executor: "
             + "; ".join(problems)
-            + ". The live checkpoint location must be a filesystem that the driver and every executor reach at "
+            + ". The live checkpoint location must be a filesystem that the driver and "
+              "every executor reach at "
             "the same path (a shared mount such as NFS or EFS on every host); nothing was written"
         )
     log.info("live location %s: the driver and %d executor(s) see it (%s)", location, len(found),

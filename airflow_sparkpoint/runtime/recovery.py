@@ -111,7 +111,8 @@ def recover_transactions(
             # A snapshot of another job restored into other output (a restore drill, a
             # fork): the transaction's staged data lives in that job's sink, which commits
             # it on its own recovery or commit step; this run must neither commit nor abort it.
-            log.warning("transaction %s was pending for sink %s in %s; this run writes to %s: leaving it to job %r",
+            log.warning("transaction %s was pending for sink %s in %s; this run writes to "
+                        "%s: leaving it to job %r",
                         record.txn_id, record.sink_id, plan.snapshot.uri if plan.snapshot else "the snapshot",
                         sink.sink_id, record.job)
             continue
@@ -127,8 +128,10 @@ def recover_transactions(
             if not sink.is_committed(record):
                 raise SinkLineageError(
                     f"transaction {record.txn_id} (batch {record.batch_id}), which "
-                    f"{plan.snapshot.uri if plan.snapshot else 'the snapshot'} lists as confirmed, was aborted since: its "
-                    "output is gone, and restoring the snapshot would lose the batch. Restore an earlier snapshot, or "
+                    f"{plan.snapshot.uri if plan.snapshot else 'the snapshot'} lists as "
+                    "confirmed, was aborted since: its "
+                    "output is gone, and restoring the snapshot would lose the batch. Restore "
+                    "an earlier snapshot, or "
                     "one of the lineage the sink holds (see `sparkpoint list`)"
                 )
             continue

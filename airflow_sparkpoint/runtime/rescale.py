@@ -133,8 +133,10 @@ def plan_rescale(target: int | None, plan: RestorePlan) -> RescalePlan | None:
     provider = conf.get(PROVIDER, "")
     if operators and current != target and not provider.endswith(".RocksDBStateStoreProvider"):
         raise RestoreError(
-            f"{KEY}={target}: {handle.uri} keeps its state with {provider or 'an unknown state store provider'}; "
-            "Spark's offline state repartitioner supports RocksDB state only (spark.sparkpoint.stateStore=rocksdb, "
+            f"{KEY}={target}: {handle.uri} keeps its state with "
+            f"{provider or 'an unknown state store provider'}; "
+            "Spark's offline state repartitioner supports RocksDB state only "
+            "(spark.sparkpoint.stateStore=rocksdb, "
             f"the default). Restore it with its own {current} state partitions (remove {KEY})"
         )
     unsupported = [(i, name) for i, name in operators if name not in SUPPORTED_OPERATORS]
@@ -196,7 +198,8 @@ def _snapshot_operators(handle: SnapshotHandle) -> list[tuple[int, str]]:
     for op in sorted(state_ops):
         if op not in chosen:
             raise RestoreError(f"{handle.uri}: stateful operator {op} has no operator metadata "
-                               f"(state/{op}/_metadata, written by Spark 3.5 and later); it cannot be rescaled")
+                               f"(state/{op}/_metadata, written by Spark 3.5 and "
+                               "later); it cannot be rescaled")
         data = _read(handle, chosen[op][1]) or b""
         operators.append((op, _operator_name(data) or f"unknown operator {op}"))
     return operators
@@ -271,7 +274,8 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
     # The snapshot's batch, or a later one when the run replayed what a sink held (runtime.replay).
     batch = livedir.last_commit(path)
     if batch is None or batch < rescale.batch_id or _exists(path, spark_layout.offsets_entry(batch + 1)):
-        raise SparkpointError(f"live location {live} is not at a committed batch >= {rescale.batch_id} with nothing "
+        raise SparkpointError(f"live location {live} is not at a committed batch >= "
+                              f"{rescale.batch_id} with nothing "
                               f"after it (last commit {batch}); refusing to rescale it")
     fence()
     log.info("%s: %s in %s", KEY, rescale.describe(), live)
@@ -297,14 +301,16 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
         raise SparkpointError(f"{KEY}={rescale.target}: Spark's repartitioner failed on {live}: "
                               f"{_first_line(error[0])}") from error[0]
     if livedir.last_commit(path) != synthetic:
-        raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner did not commit batch {synthetic} in {live}")
+        raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner did not commit "
+                              f"batch {synthetic} in {live}")
     try:
         recorded = offset_log_conf((livedir.read_log_file(path, spark_layout.offsets_entry(synthetic)) or "").encode()
                                    ).get(SHUFFLE_PARTITIONS)
     except (OSError, ValueError) as exc:  # a link, or over the limit of a log file
         raise SparkpointError(f"{KEY}={rescale.target}: cannot read offsets/{synthetic} in {live}: {exc}") from None
     if recorded != str(rescale.target):
-        raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner recorded {SHUFFLE_PARTITIONS}={recorded} "
+        raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner recorded "
+                              f"{SHUFFLE_PARTITIONS}={recorded} "
                               f"for batch {synthetic} in {live}")
     fence()
     try:

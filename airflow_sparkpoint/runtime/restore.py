@@ -59,7 +59,8 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
         if latest is not None and not cfg.restore_force:
             raise RestoreError(
                 f"spark.sparkpoint.restore=none but job {cfg.job!r} has completed checkpoints "
-                f"(latest: {catalog.checkpoint_uri(latest.id)}); set spark.sparkpoint.restore.force=true to start "
+                f"(latest: {catalog.checkpoint_uri(latest.id)}); set "
+                "spark.sparkpoint.restore.force=true to start "
                 "with empty state anyway, or use restore=latest"
             )
         return RestorePlan(None, "empty state (restore=none)", sink_ahead=cfg.restore_sink_ahead)
@@ -224,9 +225,11 @@ def check_sink_position(
                                error=SinkLineageError)
             raise SinkLineageError(
                 f"{found.describe(sink, plan.snapshot.uri)}; restoring {where} would lose or mix output. "
-                + ("Nothing was changed. Restore a snapshot of the lineage the sink holds (see `sparkpoint list` and "
+                + ("Nothing was changed. Restore a snapshot of the lineage the sink holds "
+                   "(see `sparkpoint list` and "
                    "`sparkpoint history`)"
-                   + (f", or set {PREFIX}restore.sinkAhead=rewind to rewind the sink to that lineage's own commit"
+                   + (f", or set {PREFIX}restore.sinkAhead=rewind to rewind the sink to "
+                      "that lineage's own commit"
                       if found.rewindable and sink.can_rewind else "")
                    + (f" ({type(sink).__name__} cannot rewind)" if found.rewindable and not sink.can_rewind else ""))
             )
@@ -286,7 +289,8 @@ def _rewind(plan: RestorePlan, sink: Sink, job: str, where: str, why: str, apply
     assert plan.snapshot is not None
     problem = sink.rewind_problem(job, plan.snapshot.metadata)
     if problem is not None:
-        raise error(f"{why}, and {problem}. Nothing was changed. Restore a snapshot of the lineage the sink holds "
+        raise error(f"{why}, and {problem}. Nothing was changed. Restore a snapshot of "
+                    "the lineage the sink holds "
                     "(see `sparkpoint list`), or write to a new output location")
     if not apply:
         return True
@@ -351,7 +355,8 @@ def choose_live(
         if path and os.path.isdir(path) and path not in paths:
             try:  # read from the lineage or status record: only a location of this job's work root
                 confine(os.path.relpath(os.path.realpath(path), os.path.realpath(work_root)),
-                        what=f"previous live location {candidate!r} (read from the store) relative to {work_root}")
+                        what=f"previous live location {candidate!r} (read from the "
+                             f"store) relative to {work_root}")
             except InvalidPath as exc:
                 log.warning("%s; not reused", exc)
                 continue

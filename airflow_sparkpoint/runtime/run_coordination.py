@@ -189,7 +189,8 @@ class _RunCoordination(_RunStartup):
         if not self._control_swept:
             withdrawn = self.control.withdraw_superseded(self.generation)
             if withdrawn:
-                log.warning("job %s generation %d withdrew %d control request(s) addressed to earlier runs: %s",
+                log.warning("job %s generation %d withdrew %d control request(s) "
+                            "addressed to earlier runs: %s",
                             self.cfg.job, self.generation, len(withdrawn), withdrawn)
             self._control_swept = True
         for request in self.control.pending(self.generation):

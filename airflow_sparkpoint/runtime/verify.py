@@ -140,7 +140,8 @@ def check_files(handle: SnapshotHandle, location: str) -> tuple[int, int]:
         if len(data) != ref.size:
             problems.append(f"{ref.key} has {len(data)} bytes, expected {ref.size}")
         elif hashlib.sha256(data).hexdigest() != ref.sha256:
-            problems.append(f"{ref.key} is corrupt: its sha256 is {hashlib.sha256(data).hexdigest()[:16]}..., "
+            problems.append(f"{ref.key} is corrupt: its sha256 is "
+                            f"{hashlib.sha256(data).hexdigest()[:16]}..., "
                             f"expected {ref.sha256[:16]}...")
         else:
             total += len(data)
@@ -169,7 +170,8 @@ def check_state(spark: SparkSession, handle: SnapshotHandle, location: str) -> d
         counts = {"operators": len(specs), "partitions": 0, "stores": 0, "rows": 0}
         for op in specs:
             if on_disk.get(op.id) != op.partitions:
-                raise _Failed(f"{handle.uri}: operator {op.id} ({op.name}) has {op.partitions} state partitions but "
+                raise _Failed(f"{handle.uri}: operator {op.id} ({op.name}) has "
+                              f"{op.partitions} state partitions but "
                               f"the snapshot holds state files for {on_disk.get(op.id, 0)} of them")
             counts["partitions"] += op.partitions
             for spec in op.physical:

@@ -103,7 +103,8 @@ def epoch_seconds(name: str, value: Any) -> float | None:
         aware = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
         return aware.timestamp()
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{name}={value!r} is invalid; expected a datetime, epoch seconds or an ISO 8601 timestamp")
+        raise ConfigError(f"{name}={value!r} is invalid; expected a datetime, epoch seconds "
+                          "or an ISO 8601 timestamp")
     return float(value)
 
 
@@ -149,7 +150,8 @@ class CheckpointCondition:
             or not isinstance(self.after_time, (int, float))
             or not math.isfinite(self.after_time)
         ):
-            raise ConfigError(f"after_time={self.after_time!r} is invalid; expected epoch seconds (a number) or None")
+            raise ConfigError(f"after_time={self.after_time!r} is invalid; expected epoch "
+                              "seconds (a number) or None")
         optional_int("generation", self.generation, minimum=1)
         if optional_int("min_checkpoints", self.min_checkpoints, minimum=1) is None:
             raise ConfigError("min_checkpoints=None is invalid; expected an integer >= 1")
@@ -349,7 +351,8 @@ def decide(cond: CheckpointCondition, seen: Observation, *, now: float | None = 
     if run.state in ("finished", "stopped"):
         if cond.generation is None and cond.after_time is not None and run.heartbeat_at < cond.after_time:
             # The final state of an earlier run: wait for the next one to start.
-            return Outcome(False, waiting_for=f"{waiting_for} (the last run {run.state} at {_iso(run.heartbeat_at)})")
+            return Outcome(False, waiting_for=f"{waiting_for} (the last run {run.state} at "
+                                              f"{_iso(run.heartbeat_at)})")
         return Outcome(False, error=(
             f"{what} {run.state} at {_iso(run.heartbeat_at)} before {cond.describe()} completed "
             f"(missing {', '.join(missing)})"

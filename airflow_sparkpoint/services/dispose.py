@@ -30,7 +30,8 @@ def dispose_snapshot(catalog: Catalog, path: str) -> tuple[str, int]:
     count = catalog.dispose(path)
     uri = f"{catalog.uri}/{key}"
     if count == 0:
-        raise CatalogError(f"nothing to dispose at {uri}: no such checkpoint or savepoint (see `sparkpoint list`)")
+        raise CatalogError(f"nothing to dispose at {uri}: no such checkpoint or "
+                           "savepoint (see `sparkpoint list`)")
     return uri, count
 
 

@@ -199,9 +199,11 @@ def check_health(
         age = history.age_of_latest()
         figures.update(latest_checkpoint_id=None if latest is None else latest.id, latest_checkpoint_age_s=age)
         if latest is None or age is None:
-            problems.append(f"job {job!r} has no completed checkpoint (expected one younger than {age_limit:g} s)")
+            problems.append(f"job {job!r} has no completed checkpoint (expected one "
+                            f"younger than {age_limit:g} s)")
         elif age > age_limit:
-            problems.append(f"job {job!r}: the latest completed checkpoint chk-{latest.id} is {age:.0f} s old "
+            problems.append(f"job {job!r}: the latest completed checkpoint "
+                            f"chk-{latest.id} is {age:.0f} s old "
                             f"(max {age_limit:g} s)")
     if ratio_limit is not None:
         ratio, attempts = _failure_ratio(history, window)
@@ -220,7 +222,8 @@ def check_health(
                             f"status (the last status is of generation {status.generation})")
         elif status.state not in ("starting", "running"):
             detail = f": {status.error}" if status.error else ""
-            problems.append(f"job {job!r} is not running: generation {status.generation} {status.state}{detail}")
+            problems.append(f"job {job!r} is not running: generation {status.generation} "
+                            f"{status.state}{detail}")
         elif history.heartbeat_age is not None and history.heartbeat_age > heartbeat_limit:
             problems.append(f"job {job!r}: the heartbeat of generation {status.generation} is "
                             f"{history.heartbeat_age:.0f} s old (max {heartbeat_limit:g} s): the driver died "

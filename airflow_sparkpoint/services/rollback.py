@@ -130,10 +130,13 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
                                               or any(t.generation == generation for t in meta.transactions))]
         if continued:
             raise RestoreError(
-                f"generation {generation} of job {catalog.job!r} is not the newest ({current}) and checkpoint "
-                f"{catalog.checkpoint_uri(continued[0].id)} (generation {continued[0].generation}) still restores "
+                f"generation {generation} of job {catalog.job!r} is not the newest "
+                f"({current}) and checkpoint "
+                f"{catalog.checkpoint_uri(continued[0].id)} (generation "
+                f"{continued[0].generation}) still restores "
                 "its lineage: a "
-                "newer run continues it. Roll back the newest generation instead (see `sparkpoint history`); nothing "
+                "newer run continues it. Roll back the newest generation instead (see "
+                "`sparkpoint history`); nothing "
                 "was aborted"
             )
         return Fence.observed(catalog)
@@ -142,7 +145,8 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
     mine = [r for r in catalog.transactions() if r.generation == generation]  # after the fence: final
     uncommitted = [r.batch_id for r in mine if not sinks.of(r).is_committed(r)]
     if not uncommitted:
-        log.warning("rollback of generation %d of job %s: claimed generation %d to fence it; nothing of it is "
+        log.warning("rollback of generation %d of job %s: claimed generation %d to "
+                    "fence it; nothing of it is "
                     "left to abort", generation, catalog.job, claim.generation)
         return fence
     committed = max((p for p in (sinks.of(r).committed_position(catalog.job) for r in {r.sink_id: r for r in mine}
@@ -152,7 +156,8 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
         _retire_checkpoints(catalog, generation, fence)
     else:
         catalog.write_origin(origin)
-    log.warning("rollback of generation %d of job %s: claimed generation %d to fence it; the job restarts from %s",
+    log.warning("rollback of generation %d of job %s: claimed generation %d to fence it; "
+                "the job restarts from %s",
                 generation, catalog.job, claim.generation,
                 origin.describe() if origin is not None else "where the generation before it left off")
     return fence
@@ -181,9 +186,12 @@ def _restart_before(catalog: Catalog, generation: int, first_aborted: int, claim
     if committed is not None and committed > (-1 if after is None else after):
         where = f"batch {after}" if after is not None else "empty state"
         raise RestoreError(
-            f"cannot roll back generation {generation} of job {catalog.job!r}: its sink has committed up to batch "
-            f"{committed}, and the newest point it can return to is {where} (no restorable checkpoint of it at a "
-            "committed batch is left: retention may have removed them before the commit step ran); a restart there "
+            f"cannot roll back generation {generation} of job {catalog.job!r}: its sink "
+            "has committed up to batch "
+            f"{committed}, and the newest point it can return to is {where} (no "
+            "restorable checkpoint of it at a "
+            "committed batch is left: retention may have removed them before the commit "
+            "step ran); a restart there "
             "would find the sink ahead. Nothing was aborted: restore=latest resumes the generation and the "
             "commit step publishes what its checkpoints confirm"
         )
@@ -201,9 +209,12 @@ def _restart_before(catalog: Catalog, generation: int, first_aborted: int, claim
         handle = catalog.own_snapshot(own.uri)
     except RestoreError as exc:
         raise RestoreError(
-            f"cannot roll back generation {generation} of job {catalog.job!r}: it has no checkpoint before its "
-            f"first uncommitted batch {first_aborted}, and {own.describe()}, where it started, is gone ({exc}); "
-            "nothing was aborted. Restore an earlier savepoint or checkpoint by path instead: its recovery aborts "
+            f"cannot roll back generation {generation} of job {catalog.job!r}: it has "
+            "no checkpoint before its "
+            f"first uncommitted batch {first_aborted}, and {own.describe()}, where it "
+            f"started, is gone ({exc}); "
+            "nothing was aborted. Restore an earlier savepoint or checkpoint by path "
+            "instead: its recovery aborts "
             "what that point does not confirm"
         ) from exc
     if handle is None:

@@ -129,17 +129,20 @@ def savepoint_from_latest_checkpoint(
     why = source.why_not_running()
     if refused_by is not None:
         raise CatalogError(
-            f"job {catalog.job!r} {why}; no running job to take a savepoint, and {refused_by} refuses to make one "
+            f"job {catalog.job!r} {why}; no running job to take a savepoint, and "
+            f"{refused_by} refuses to make one "
             "from the latest completed checkpoint"
         )
     latest = catalog.latest()
     if latest is None:
         raise CatalogError(
-            f"job {catalog.job!r} {why} and has no completed checkpoint under {catalog.uri}; nothing to savepoint "
+            f"job {catalog.job!r} {why} and has no completed checkpoint under "
+            f"{catalog.uri}; nothing to savepoint "
             "(see `sparkpoint list`)"
         )
     if announce is not None:
-        announce(f"job {catalog.job!r} {why}{'; nothing to stop' if stop else ''}; making a savepoint from its "
+        announce(f"job {catalog.job!r} {why}{'; nothing to stop' if stop else ''}; "
+                 "making a savepoint from its "
                  f"latest completed checkpoint chk-{latest.id} (batch {latest.batch_id})")
     return latest, catalog.create_savepoint(catalog.handle(latest))
 

@@ -90,7 +90,8 @@ def sparkpoint_settings(conf: Mapping[str, Any] | None, sparkpoint_conf: Mapping
             full = key if str(key).startswith(PREFIX) else PREFIX + str(key)
             short = full.removeprefix(PREFIX)
             if short in OPERATOR_SETTINGS:
-                raise ConfigError(f"{where} sets {full}={value!r}: the operator sets it from its parameters; use "
+                raise ConfigError(f"{where} sets {full}={value!r}: the operator sets it "
+                                  "from its parameters; use "
                                   f"{OPERATOR_SETTINGS[short]}")
             settings[full] = str(value)
     return settings
@@ -185,12 +186,15 @@ def resolve_application(application: Any, dag_file: str | None) -> str:
     if _REMOTE.match(local) or os.path.isabs(local):
         return text
     if not dag_file:
-        raise ConfigError(f"application {text!r} is a relative path and the task has no DAG file to resolve it "
+        raise ConfigError(f"application {text!r} is a relative path and the task has "
+                          "no DAG file to resolve it "
                           "against; expected a path relative to the DAG file's folder, or an absolute path")
     tried = Path(dag_file).resolve().parent / local
     if not tried.is_file():
-        raise ConfigError(f"application {text!r} is a relative path, resolved against the DAG file's folder: {tried} "
-                          "is no file; expected a path relative to that folder (e.g. 'jobs/orders.py' beside the DAG "
+        raise ConfigError(f"application {text!r} is a relative path, resolved against the "
+                          f"DAG file's folder: {tried} "
+                          "is no file; expected a path relative to that folder (e.g. "
+                          "'jobs/orders.py' beside the DAG "
                           "file), or an absolute path")
     return str(tried)
 
@@ -214,8 +218,10 @@ def require_spark_binary(binary: str, path: str | None) -> str:
     found = shutil.which(binary, path=path)
     if found is None:
         raise ConfigError(
-            f"{binary} (the Spark connection's spark-binary) was not found on the PATH of this worker ({path or ''}): "
-            "the Airflow side has no Spark of its own; put a Spark distribution's bin/ of the cluster's version on "
+            f"{binary} (the Spark connection's spark-binary) was not found on the PATH of "
+            f"this worker ({path or ''}): "
+            "the Airflow side has no Spark of its own; put a Spark distribution's bin/ of "
+            "the cluster's version on "
             "PATH (the worker's environment, or the operator's env_vars) and set SPARK_HOME (docs/install.md)"
         )
     return found

@@ -351,7 +351,8 @@ def commit(sink: FileSink, record: TransactionRecord) -> CommitOutcome:
             if decision is not None and decision.get("decision") == ABORT:
                 _aborted(sink, record)
             raise SinkError(
-                f"the staged data of {record.txn_id} is gone and not in place in {sink.uri} (e.g. {missing[0]}; "
+                f"the staged data of {record.txn_id} is gone and not in place in "
+                f"{sink.uri} (e.g. {missing[0]}; "
                 f"{len(missing)} item(s)): this batch's output is lost, nothing was claimed; restore from an "
                 "earlier checkpoint so that the batch is produced again"
             )
@@ -377,8 +378,10 @@ def _aborted(sink: FileSink, record: TransactionRecord) -> None:
     if winner is not None and winner.get("txn_id") != record.txn_id:
         _lose(sink, record, winner)
     raise SinkError(
-        f"transaction {record.txn_id} was aborted (decision at {store.uri}/{decision_key(record.job, record.txn_id)}), "
-        f"so its staged data may be gone; it cannot be committed to {sink.uri}. Batch {record.batch_id} is produced "
+        f"transaction {record.txn_id} was aborted (decision at "
+        f"{store.uri}/{decision_key(record.job, record.txn_id)}), "
+        f"so its staged data may be gone; it cannot be committed to {sink.uri}. Batch "
+        f"{record.batch_id} is produced "
         "again by the run that aborted it"
     )
 

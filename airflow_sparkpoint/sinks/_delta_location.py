@@ -97,7 +97,8 @@ def read_table(table: DeltaTable, columns: Sequence[str] | None = None) -> pa.Ta
     names = list(schema.names if columns is None else columns)
     unknown = [name for name in names if name not in schema.names]
     if unknown or not names:
-        raise ValueError(f"columns {unknown} are not in the Delta table {table.table_uri}; it has {schema.names}")
+        raise ValueError(f"columns {unknown} are not in the Delta table "
+                         f"{table.table_uri}; it has {schema.names}")
     wanted = pa.schema([schema.field(name) for name in names])
     select = ", ".join('"' + name.replace('"', '""') + '"' for name in names)
     reader = QueryBuilder().register("t", table).execute(f"SELECT {select} FROM t")
@@ -294,7 +295,8 @@ class LocalTable(TableLocation):
         return Dir.open(self.uri, create=create)
 
     def _refused(self, what: str, exc: InvalidPath) -> SinkError:
-        return SinkError(f"{what} in {self.label} refused: {exc}; a link in the table directory is never followed "
+        return SinkError(f"{what} in {self.label} refused: {exc}; a link in the table "
+                         "directory is never followed "
                          "(remove it)")
 
     def reset(self, staging: str) -> None:
@@ -446,9 +448,12 @@ class S3Table(TableLocation):
                 raise ConfigError(f"DeltaSink uri={self.label!r}: the AWS credentials are unusable ({exc})") from None
             if credentials is None:
                 raise ConfigError(
-                    f"DeltaSink uri={self.label!r}: no AWS credentials found for bucket {self.bucket!r}; expected "
-                    "aws_access_key_id and aws_secret_access_key in the storage options (the Sparkpoint Airflow "
-                    "connection), the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY environment, ~/.aws or an instance role"
+                    f"DeltaSink uri={self.label!r}: no AWS credentials found for bucket "
+                    f"{self.bucket!r}; expected "
+                    "aws_access_key_id and aws_secret_access_key in the storage options "
+                    "(the Sparkpoint Airflow "
+                    "connection), the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY environment, "
+                    "~/.aws or an instance role"
                 )
             self._credentials = (credentials, session.region_name)
         return self._credentials

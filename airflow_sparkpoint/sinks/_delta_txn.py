@@ -17,7 +17,8 @@ while the newer generation's recovery aborts it: the abort deletes the staged fi
 an append committed after that would reference files that are gone. A decision object
 ``<table>/_sparkpoint/decisions/<job>/<txn>.json`` (promote | abort, created with
 put_if_absent by `_claims.decide` at `_claims.decision_key`, like the file sinks')
-settles it: the committer decides promote before its Delta commit, the aborter decides abort before deleting anything;
+settles it: the committer decides promote before its Delta commit, the aborter decides abort before deleting
+anything;
 whoever is second defers to the first. An aborter that finds promote, with the batch not
 landed, commits the transaction for its stalled or dead committer (it is decided); if the
 batch was landed by this transaction once and a rewind undid it, the data is garbage.
@@ -176,7 +177,8 @@ def rewind_target(history: Sequence[Mapping[str, Any]], job: str, snapshot: Snap
             if batch not in pending:
                 raise SinkAheadError(
                     f"cannot rewind {where}: its history has no commit of batch {batch} of job {job!r} by "
-                    f"generation {generation}, the lineage of {snapshot.kind} {snapshot.id} (its log may have been "
+                    f"generation {generation}, the lineage of {snapshot.kind} "
+                    f"{snapshot.id} (its log may have been "
                     "cleaned up)"
                 )
         first = first_commit(history, job)

@@ -242,7 +242,8 @@ def column_names(owner: str, name: str, value: Any) -> list[str]:
     names = [value] if isinstance(value, str) else value
     if isinstance(names, (bytes, Mapping)) or not isinstance(names, (list, tuple)) or \
             not all(isinstance(n, str) and n.strip() for n in names):
-        raise ConfigError(f"{owner} {name}={value!r} is invalid; expected a column name or a list of column names")
+        raise ConfigError(f"{owner} {name}={value!r} is invalid; expected a column name "
+                          "or a list of column names")
     return [str(n) for n in names]
 
 
@@ -273,7 +274,8 @@ def check_settler(record: TransactionRecord, sink: Sink) -> None:
     raise SinkError(
         f"transaction record {record.txn_id} was staged by sink class {wanted} (kind {record.sink!r}), which "
         f"commits or aborts differently from {type(sink).class_path()}; refused rather than settled by the "
-        "wrong class. Declare the job's sink to the commit step (SparkpointCommitOperator(sink=<an instance of "
+        "wrong class. Declare the job's sink to the commit step "
+        "(SparkpointCommitOperator(sink=<an instance of "
         f"{wanted}>)), or give that class its own `kind` and import it where the commit step runs"
     )
 

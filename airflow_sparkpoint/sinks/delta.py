@@ -256,7 +256,8 @@ class DeltaSink(Sink):
             if landed is not None and landed is not _OURS:
                 self._lose(record, landed)
             raise SinkError(
-                f"transaction {record.txn_id} was aborted (its staged data may be gone); it cannot be committed "
+                f"transaction {record.txn_id} was aborted (its staged data may be "
+                "gone); it cannot be committed "
                 f"to {self.uri}. Batch {record.batch_id} is produced again by the run that aborted it"
             )
         faults.pause("claimed", record.batch_id, txn=record.txn_id)
@@ -285,7 +286,8 @@ class DeltaSink(Sink):
             except Exception as again:  # noqa: BLE001 - the table cannot be read: keep everything
                 raise CommitOutcomeUnknown(
                     f"Delta commit of batch {record.batch_id} to {self.uri} failed ({failure}) and the table "
-                    f"cannot be read ({self._scrub(str(again))}); the staged files are kept, run the commit again"
+                    f"cannot be read ({self._scrub(str(again))}); the staged files are "
+                    "kept, run the commit again"
                 ) from None
             if landed is _OURS:
                 log.warning("commit of %s raised %s but the table has it", record.txn_id, failure)
@@ -328,9 +330,12 @@ class DeltaSink(Sink):
         log.warning("%s lost batch %d to %s in %s; its staged data was discarded", record.txn_id, record.batch_id,
                     winner.txn_id or "another transaction", self.uri)
         raise TransactionConflict(
-            f"batch {record.batch_id} of job {record.job!r} was already committed to {self.uri} by transaction "
-            f"{winner.txn_id or '(unknown)'} (generation {winner.generation if winner.generation is not None else '?'}); "
-            f"transaction {record.txn_id!r} (generation {record.generation}) lost the batch and its staged data was "
+            f"batch {record.batch_id} of job {record.job!r} was already committed to "
+            f"{self.uri} by transaction "
+            f"{winner.txn_id or '(unknown)'} (generation "
+            f"{winner.generation if winner.generation is not None else '?'}); "
+            f"transaction {record.txn_id!r} (generation {record.generation}) lost the batch "
+            "and its staged data was "
             "discarded (committing it too would duplicate or overwrite the batch)"
         )
 
@@ -425,7 +430,8 @@ class DeltaSink(Sink):
             if table is not None and _delta_txn.ever_committed(table, record):
                 log.info("%s was committed and then rewound; its staged data is discarded", record.txn_id)
             else:
-                log.warning("%s decided to commit but did not land (a stalled or dead committer): committing it",
+                log.warning("%s decided to commit but did not land (a stalled or dead "
+                            "committer): committing it",
                             record.txn_id)
                 faults.pause("claimed", record.batch_id, txn=record.txn_id)
                 try:
@@ -439,7 +445,8 @@ class DeltaSink(Sink):
                     # it is in the table, and no committer can make it land either.
                     log.warning("%s cannot be committed (%s); aborting it", record.txn_id, exc)
                 else:
-                    raise SinkError(f"transaction {record.txn_id} has committed to {self.uri} (its stalled commit "
+                    raise SinkError(f"transaction {record.txn_id} has committed to "
+                                    f"{self.uri} (its stalled commit "
                                     "was finished); it cannot be aborted")
         self.location.remove(self.staged(record)["staging"])
         log.info("aborted %s in %s", record.txn_id, self.uri)
@@ -474,7 +481,8 @@ class DeltaSink(Sink):
             missing = self.location.missing(sorted(_delta_txn.table_paths(past)))
             if missing:
                 raise SinkAheadError(
-                    f"cannot rewind {self.uri} to version {target}: {len(missing)} of its files are gone (e.g. "
+                    f"cannot rewind {self.uri} to version {target}: {len(missing)} of "
+                    "its files are gone (e.g. "
                     f"{missing[0]}); the lineage that committed them was rewound away and its data discarded"
                 )
         return target, committed_batch

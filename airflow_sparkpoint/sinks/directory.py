@@ -207,7 +207,8 @@ class DirectorySink(claims.FileSink):
         return Dir.open(self._local, create=create)
 
     def _refused(self, what: str, exc: InvalidPath) -> SinkError:
-        return SinkError(f"{what} in {self.uri} refused: {exc}; a link in the output location is never followed "
+        return SinkError(f"{what} in {self.uri} refused: {exc}; a link in the output "
+                         "location is never followed "
                          "(remove it)")
 
     # -- stage ----------------------------------------------------------------------
@@ -267,7 +268,8 @@ class DirectorySink(claims.FileSink):
             writer.save("file://" + out)
             with Dir.open(out) as written:
                 if not written.is_file("_SUCCESS"):
-                    raise SinkError(f"Spark's write to the temp directory {out} did not finish (_SUCCESS missing)")
+                    raise SinkError(f"Spark's write to the temp directory {out} did not "
+                                    "finish (_SUCCESS missing)")
                 files = _data_files(written)
             store.delete_prefix(staging)  # an earlier attempt of this transaction
             uploads = [(os.path.join(out, *f["path"].split("/")), f"{staging}/{f['path']}") for f in files]
@@ -451,7 +453,8 @@ class DirectorySink(claims.FileSink):
             return "already"  # an earlier commit moved it
         raise SinkError(
             f"staged file {self.uri}/{src_key} is gone and {self.uri}/{dst_key} is "
-            f"{'of another size' if st is not None else 'missing'}: the batch's output is lost; restore from an "
+            f"{'of another size' if st is not None else 'missing'}: the batch's output "
+            "is lost; restore from an "
             "earlier checkpoint so that it is produced again"
         )
 

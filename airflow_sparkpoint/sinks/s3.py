@@ -128,7 +128,8 @@ class S3Sink(claims.FileSink):
             raise ConfigError(f"S3Sink uri {uri!r} is not an S3 URI; expected s3://bucket/prefix (or s3a://)")
         checked_bucket(bucket, f"S3Sink uri {uri!r}")
         if format not in FORMATS:
-            raise ConfigError(f"S3Sink format {format!r} is not supported; expected one of: {', '.join(FORMATS)}")
+            raise ConfigError(f"S3Sink format {format!r} is not supported; expected one "
+                              f"of: {', '.join(FORMATS)}")
         if part_size is not None and (
             isinstance(part_size, bool) or not isinstance(part_size, int)
             or not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE
@@ -218,7 +219,8 @@ class S3Sink(claims.FileSink):
             uploads = record.payload["staged"]["uploads"]
         except (KeyError, TypeError) as exc:
             raise SinkError(
-                f"transaction {record.txn_id} has no S3Sink payload ({exc!r}); expected payload.staged.uploads"
+                f"transaction {record.txn_id} has no S3Sink payload ({exc!r}); "
+                "expected payload.staged.uploads"
             ) from None
         return self._confined(uploads, record.txn_id, f"transaction {record.txn_id} payload.staged.uploads")
 
@@ -353,7 +355,8 @@ class S3Sink(claims.FileSink):
         code, status = _error_code(failure)
         if code in _CLIENT_ERRORS_CERTAIN or (status is not None and 400 <= status < 500):
             raise SinkError(f"completing {where} was refused: {code or status}: {failure}")
-        raise CommitOutcomeUnknown(f"completing {where} failed ({failure}); the upload is kept, run the commit again")
+        raise CommitOutcomeUnknown(f"completing {where} failed ({failure}); the upload is "
+                                   "kept, run the commit again")
 
     def _landed(self, upload: Mapping[str, Any]) -> bool:
         """Whether the object of `upload` exists with the expected size (and ETag)."""

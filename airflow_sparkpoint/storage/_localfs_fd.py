@@ -64,7 +64,8 @@ def read_bounded(handle: BinaryIO, size: int, max_bytes: int, where: str) -> byt
     """Everything `handle` (a regular file of `size` bytes, as its fstat said) holds, read
     in chunks; over `max_bytes` (now or grown while read) is `ObjectTooLarge` naming `where`."""
     if size > max_bytes:
-        raise ObjectTooLarge(f"{where} is {size} bytes, over the limit of {max_bytes} bytes for its kind of file; "
+        raise ObjectTooLarge(f"{where} is {size} bytes, over the limit of {max_bytes} "
+                             "bytes for its kind of file; "
                              "treated as corrupt")
     chunks = []
     total = 0
@@ -72,7 +73,8 @@ def read_bounded(handle: BinaryIO, size: int, max_bytes: int, where: str) -> byt
         chunks.append(chunk)
         total += len(chunk)
         if total > max_bytes:
-            raise ObjectTooLarge(f"{where} grew past the limit of {max_bytes} bytes while it was read; treated as "
+            raise ObjectTooLarge(f"{where} grew past the limit of {max_bytes} bytes while "
+                                 "it was read; treated as "
                                  "corrupt")
     return b"".join(chunks)
 

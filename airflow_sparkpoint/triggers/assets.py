@@ -129,7 +129,8 @@ class _CatalogWatchTrigger(BaseEventTrigger):
     def _warn_state(self, why: str) -> None:
         if not self._state_warned:
             self._state_warned = True
-            self.log.warning("the %s watcher of job %s keeps its cursor in memory: %s; after a triggerer restart "
+            self.log.warning("the %s watcher of job %s keeps its cursor in memory: %s; "
+                             "after a triggerer restart "
                              "it starts from the present position", self.kind, self.job_name, why)
 
     # ------------------------------------------------------------------ running

@@ -354,7 +354,8 @@ class SparkpointCheckpointTrigger(BaseTrigger):
 
     def _control_event(self, request: RequestOutcome) -> dict[str, Any]:
         if request.result is None:
-            return _error(request.error or f"control request {self.request_id} of job {self.job_name!r} failed")
+            return _error(request.error or f"control request {self.request_id} of job "
+                                           f"{self.job_name!r} failed")
         result = request.result
         return {
             "status": "success",
@@ -392,7 +393,8 @@ def check_event(event: Any, *, required: Sequence[str]) -> dict[str, Any]:
         raise AirflowException(str(message))
     if status != "success":
         raise AirflowException(
-            f"malformed Sparkpoint trigger event {dict(event)!r}: status {status!r}, expected 'success' or 'error'"
+            f"malformed Sparkpoint trigger event {dict(event)!r}: status {status!r}, "
+            "expected 'success' or 'error'"
         )
     missing = [key for key in required if event.get(key) in (None, "")]
     if missing:
