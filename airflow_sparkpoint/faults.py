@@ -108,8 +108,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
-POINTS = ("stage", "record", "confirmed", "copy", "metadata", "checkpointed", "promoting", "committed", "savepoint",
-          "stopped", "recovery", "rewind", "abort", "retention", "rescale")
+POINTS = ("stage", "record", "confirmed", "copy", "metadata", "checkpointed", "promoting", "committed",
+          "savepoint", "stopped", "recovery", "rewind", "abort", "retention", "rescale")
 ENV = "SPARKPOINT_TEST_FAULT"
 ENV_ONCE = "SPARKPOINT_TEST_FAULT_ONCE"
 PAUSE_ENV = "SPARKPOINT_TEST_PAUSE"
@@ -162,7 +162,8 @@ def maybe_kill_halfway(point: str, batch_id: int, done: int, total: int) -> None
         maybe_kill(point, batch_id)
 
 
-def map_in_halves(pool: Executor, fn: Callable[[T], R], items: Sequence[T], point: str, batch_id: int) -> list[R]:
+def map_in_halves(pool: Executor, fn: Callable[[T], R], items: Sequence[T], point: str,
+                  batch_id: int) -> list[R]:
     """``list(pool.map(fn, items))``; when `point` is armed, the second half starts only
     after `maybe_kill` at the halfway mark (so a kill leaves exactly half done)."""
     if not armed(point) or len(items) < 2:

@@ -41,15 +41,15 @@ def summary_rows(results: dict[str, Any], verdict: Any) -> list[list[str]]:
             continue
         r = max(mine, key=lambda x: x["keys"])
         where = f"{r['keys']:,} keys, {_mb(r['full_state_bytes'])} state, {store}"
-        rows.append([f"Bytes copied per checkpoint ÷ changed state bytes ({where})", f"{r['bytes_ratio']:.2f}",
-                     "≤ 1.2", verdict(r["bytes_ratio"] <= 1.2),
+        rows.append([f"Bytes copied per checkpoint ÷ changed state bytes ({where})",
+                     f"{r['bytes_ratio']:.2f}", "≤ 1.2", verdict(r["bytes_ratio"] <= 1.2),
                      (f"median {r['median_bytes_copied']:,.0f} B copied; changed state "
                       f"{r['changed_state_bytes']:,.0f} B "
                       f"({r['change']:.0%} of the keys); ÷ Spark's own new state files "
                       f"{r['spark_new_ratio']:.2f}")])
         s = r["restore_s"]
-        rows.append([f"Restore ÷ (cold start + read savepoint once) ({where})", f"{r['restore_ratio']:.2f}", "≤ 1.2",
-                     verdict(r["restore_ratio"] <= 1.2),
+        rows.append([f"Restore ÷ (cold start + read savepoint once) ({where})", f"{r['restore_ratio']:.2f}",
+                     "≤ 1.2", verdict(r["restore_ratio"] <= 1.2),
                      (f"restore {s['restore']:.1f} s, cold {s['cold']:.1f} s, read "
                       f"once {s['read_once']:.2f} s "
                       f"({_mb(r['savepoint_bytes'])}); materialize {s['materialize']:.2f} s; "
@@ -63,15 +63,15 @@ def summary_rows(results: dict[str, Any], verdict: Any) -> list[list[str]]:
                       "all retained")])
     t = results.get("throughput_large", {})
     if "ratio" in t:
-        rows.append([f"Throughput, Sparkpoint ÷ plain Spark ({t['keys']:,} keys)", f"{t['ratio']:.2f}", "≥ 0.95",
-                     verdict(t["ratio"] >= 0.95),
+        rows.append([f"Throughput, Sparkpoint ÷ plain Spark ({t['keys']:,} keys)", f"{t['ratio']:.2f}",
+                     "≥ 0.95", verdict(t["ratio"] >= 0.95),
                      (f"Sparkpoint {t['median_s']['sparkpoint']:.1f} s, plain "
                       f"{t['median_s']['plain']:.1f} s; rounds "
                       + ", ".join(f"{x:.2f}" for x in t["round_ratios"]))])
     c = results.get("throughput_cluster", {})
     if "ratio" in c:
-        rows.append([f"Throughput on a standalone cluster ({c['keys']:,} keys, 2 workers)", f"{c['ratio']:.2f}", "≥ 0.95",
-                     verdict(c["ratio"] >= 0.95),
+        rows.append([f"Throughput on a standalone cluster ({c['keys']:,} keys, 2 workers)",
+                     f"{c['ratio']:.2f}", "≥ 0.95", verdict(c["ratio"] >= 0.95),
                      (f"Sparkpoint {c['median_s']['sparkpoint']:.1f} s, plain "
                       f"{c['median_s']['plain']:.1f} s; rounds "
                       + ", ".join(f"{x:.2f}" for x in c["round_ratios"])
@@ -80,8 +80,8 @@ def summary_rows(results: dict[str, Any], verdict: Any) -> list[list[str]]:
     a = results.get("airflow", {})
     if a.get("operator"):
         o = a["operator"]
-        rows.append(["SparkpointSubmitOperator ÷ SparkSubmitOperator, dag.test()", f"{o['ratio']:.3f}", "≤ 1.05",
-                     verdict(o["ratio"] <= 1.05),
+        rows.append(["SparkpointSubmitOperator ÷ SparkSubmitOperator, dag.test()", f"{o['ratio']:.3f}",
+                     "≤ 1.05", verdict(o["ratio"] <= 1.05),
                      (f"{o['median_s']['sparkpoint']:.1f} s vs {o['median_s']['plain']:.1f} s; rounds "
                       + ", ".join(f"{x:.3f}" for x in o["round_ratios"]))])
     sch = results.get("airflow_scheduler", {})
@@ -144,8 +144,10 @@ def scale_sections(results: dict[str, Any]) -> list[str]:
         out += _table(["store", "keys", "state", "median copied / checkpoint", "÷ changed state",
                        "÷ Spark's new files", "checkpoint s (median)", "flatness", "savepoint s", "restore s",
                        "cold s", "Spark restart s", "read once s", "restore ÷ (cold + read)"],
-                      [[r["store"], f"{r['keys']:,}", _mb(r["full_state_bytes"]), f"{r['median_bytes_copied']:,.0f}",
-                        f"{r['bytes_ratio']:.2f}", f"{r['spark_new_ratio']:.2f}", f"{r['median_checkpoint_s']:.2f}",
+                      [[r["store"], f"{r['keys']:,}", _mb(r["full_state_bytes"]),
+                        f"{r['median_bytes_copied']:,.0f}",
+                        f"{r['bytes_ratio']:.2f}", f"{r['spark_new_ratio']:.2f}",
+                        f"{r['median_checkpoint_s']:.2f}",
                         f"{r['flatness']:.2f}", f"{r['savepoint_s']:.2f}", f"{r['restore_s']['restore']:.1f}",
                         f"{r['restore_s']['cold']:.1f}", f"{r['restore_s']['spark_restart']:.1f}",
                         f"{r['restore_s']['read_once']:.2f}", f"{r['restore_ratio']:.2f}"] for r in runs])
@@ -154,7 +156,8 @@ def scale_sections(results: dict[str, Any]) -> list[str]:
         out += ["### Where the time goes (largest size)", "",
                 ("Per checkpoint, wall time of the coordinator's phases (medians over the "
                 "update checkpoints; hash and"),
-                "upload run on 8 threads, so they are summed thread time), and S3 requests per checkpoint:", ""]
+                "upload run on 8 threads, so they are summed thread time), and S3 requests per checkpoint:",
+                ""]
         rows = []
         for r in runs:
             if r["keys"] != max(x["keys"] for x in runs if x["store"] == r["store"]):
@@ -215,7 +218,8 @@ def scale_sections(results: dict[str, Any]) -> list[str]:
                 "does, each waiting for a checkpoint that never comes):", ""]
         out += _table(["store", "sensors", "retained checkpoints", "poll every", "requests / min / sensor",
                        "requests / poll", "loop lag max (steady)"],
-                      [[s["backend"], str(s["sensors"]), str(s["retained_checkpoints"]), f"{s['poll_interval_s']:g} s",
+                      [[s["backend"], str(s["sensors"]), str(s["retained_checkpoints"]),
+                        f"{s['poll_interval_s']:g} s",
                         f"{s['requests_per_min_per_sensor']:.1f}", f"{s['requests_per_poll']:.1f}",
                         f"{s['max_loop_lag_s'] * 1000:.0f} ms ({s.get('steady_loop_lag_s', 0) * 1000:.0f} ms)"]
                        for s in a["sensors"]])
@@ -246,9 +250,10 @@ def draw(results: dict[str, Any], docs: Path) -> list[str]:
                 ax.plot(xs, [r["median_bytes_copied"] / 1e6 for r in mine], "o-", color=colors[store],
                         label=f"copied per checkpoint ({store})")
         ref = sorted(runs, key=lambda r: r["full_state_bytes"])
-        ax.plot([r["full_state_bytes"] / 1e6 for r in ref], [r["changed_state_bytes"] / 1e6 for r in ref], "k--",
-                label="changed state (5 % of keys)")
-        ax.set(xscale="log", yscale="log", xlabel="state (MB)", ylabel="MB", title="Checkpoint bytes vs state size")
+        ax.plot([r["full_state_bytes"] / 1e6 for r in ref], [r["changed_state_bytes"] / 1e6 for r in ref],
+                "k--", label="changed state (5 % of keys)")
+        ax.set(xscale="log", yscale="log", xlabel="state (MB)", ylabel="MB",
+               title="Checkpoint bytes vs state size")
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out / "checkpoint-bytes.png", dpi=100)
@@ -261,11 +266,12 @@ def draw(results: dict[str, Any], docs: Path) -> list[str]:
             if not mine:
                 continue
             xs = [r["full_state_bytes"] / 1e6 for r in mine]
-            ax.plot(xs, [r["restore_s"]["restore"] for r in mine], "o-", color=colors[store], label=f"restore ({store})")
+            ax.plot(xs, [r["restore_s"]["restore"] for r in mine], "o-", color=colors[store],
+                    label=f"restore ({store})")
             ax.plot(xs, [r["restore_s"]["cold"] + r["restore_s"]["read_once"] for r in mine], "s:",
                     color=colors[store], label=f"cold + read once ({store})")
-            ax.plot(xs, [r["restore_s"]["spark_restart"] for r in mine], "^--", color=colors[store], alpha=0.6,
-                    label=f"plain Spark restart ({store})")
+            ax.plot(xs, [r["restore_s"]["spark_restart"] for r in mine], "^--", color=colors[store],
+                    alpha=0.6, label=f"plain Spark restart ({store})")
         ax.set(xscale="log", xlabel="state (MB)", ylabel="seconds", title="Restore time vs state size")
         ax.legend(fontsize=7)
         fig.tight_layout()
@@ -279,7 +285,8 @@ def draw(results: dict[str, Any], docs: Path) -> list[str]:
             if mine:
                 r = max(mine, key=lambda x: x["keys"])
                 ys = [c["duration_s"] for c in r["checkpoints"]]
-                ax.plot(range(1, len(ys) + 1), ys, "o-", color=colors[store], label=f"{store}, {r['keys']:,} keys")
+                ax.plot(range(1, len(ys) + 1), ys, "o-", color=colors[store],
+                        label=f"{store}, {r['keys']:,} keys")
         ax.set(xlabel="checkpoint (= checkpoints retained)", ylabel="seconds", yscale="log",
                title="Checkpoint duration over a run")
         ax.legend(fontsize=8)

@@ -163,7 +163,8 @@ class Profiler:
                                  (C, "_ensure_stored", "validate"), (C, "_complete", "metadata"),
                                  (Committer, "_forget_settled", "forget_settled")):
             setattr(cls, name, self._timed(phase, getattr(cls, name)))
-        checkpointer.enforce_checkpoint_retention = self._timed("retention", checkpointer.enforce_checkpoint_retention)
+        checkpointer.enforce_checkpoint_retention = self._timed("retention",
+                                                                checkpointer.enforce_checkpoint_retention)
         Catalog.next_checkpoint_id = self._timed("next_id", Catalog.next_checkpoint_id)  # type: ignore[method-assign]
         original_materialize = restore.materialize
 

@@ -79,7 +79,8 @@ def upload(store: Storage, items: list[tuple[str, bytes]]) -> None:
         list(pool.map(lambda kv: store.put(*kv), items))
 
 
-def checkpoint(catalog: Catalog, files: dict[str, bytes], changed: Iterable[str], batch_id: int) -> SnapshotMetadata:
+def checkpoint(catalog: Catalog, files: dict[str, bytes], changed: Iterable[str],
+               batch_id: int) -> SnapshotMetadata:
     """Upload the changed files and complete a checkpoint of `files` (as the coordinator does)."""
     refs, new = [], []
     changed_set = set(changed)

@@ -42,14 +42,17 @@ def run_one(spark: Any, base: Path, keys: int, batches: int, change: float, seed
     rng = random.Random(seed)
     changed = max(1, int(keys * change))
     data = [[(key_name(i), 1) for i in range(keys)]]
-    data += [[(key_name(i), rng.randrange(1, 100)) for i in rng.sample(range(keys), changed)] for _ in range(batches - 1)]
+    data += [[(key_name(i), rng.randrange(1, 100)) for i in rng.sample(range(keys),
+                                                                       changed)] for _ in range(batches - 1)]
     write_parquet_batches(base / "input", data)
     job = SparkpointJob.get_or_create(conf={
         "spark.sparkpoint.dir": str(base / "sparkpoint"), "spark.sparkpoint.job": "bench",
-        "spark.sparkpoint.checkpoint.interval": "0", "spark.sparkpoint.checkpoint.numRetained": str(batches + 5),
+        "spark.sparkpoint.checkpoint.interval": "0",
+        "spark.sparkpoint.checkpoint.numRetained": str(batches + 5),
         "spark.sparkpoint.trigger": "availableNow",
     }, argv=[])
-    events = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(base / "input"))
+    events = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger",
+                                                          1).parquet(str(base / "input"))
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"))
     result = job.run(totals, sink=DirectorySink(str(base / "out"), format="parquet"), output_mode="update")
     assert result.status == "finished" and result.batches_processed == batches, result

@@ -88,7 +88,8 @@ def run(keys: int, batches: int, change: float, runs: int) -> dict[str, Any]:
                     elapsed, result = run_job(spark, base / "input", work / "root", work / "table", savepoint)
                     assert result.restored_from == savepoint and result.first_batch == batches, result
                 else:
-                    elapsed, result = run_job(spark, base / "cold-input", work / "root", work / "table", "latest")
+                    elapsed, result = run_job(spark, base / "cold-input", work / "root", work / "table",
+                                              "latest")
                     assert result.restore_mode == "empty", result
                 assert result.batches_processed == 1, result
                 if attempt:

@@ -82,7 +82,8 @@ def stage_multipart(client: Any, bucket: str, sink: S3Sink, batch: int, files: i
     with ThreadPoolExecutor(max_workers=THREADS) as pool:
         uploads = list(pool.map(upload, range(files)))
     staged = {"format": "parquet", "uploads": uploads, "rows": 0, "bytes": size * files}
-    return TransactionRecord(JOB, batch, 1, sink.kind, sink.sink_id, {"config": sink.to_config(), "staged": staged})
+    return TransactionRecord(JOB, batch, 1, sink.kind, sink.sink_id,
+                             {"config": sink.to_config(), "staged": staged})
 
 
 def stage_objects(client: Any, bucket: str, sink: DirectorySink, batch: int, files: int,
@@ -100,7 +101,8 @@ def stage_objects(client: Any, bucket: str, sink: DirectorySink, batch: int, fil
     with ThreadPoolExecutor(max_workers=THREADS) as pool:
         staged_files = sorted(pool.map(put, range(files)), key=lambda f: f["path"])
     staged = {"format": "parquet", "staging": staging, "files": staged_files, "bytes": size * files}
-    return TransactionRecord(JOB, batch, 1, sink.kind, sink.sink_id, {"config": sink.to_config(), "staged": staged})
+    return TransactionRecord(JOB, batch, 1, sink.kind, sink.sink_id,
+                             {"config": sink.to_config(), "staged": staged})
 
 
 def timed_commit(sink: Any, record: TransactionRecord) -> float:
@@ -179,7 +181,8 @@ def run(runs: int, files: int, big: int, small: int, endpoint: str | None = None
             for name, stage in (
                 ("multipart_big", lambda b: stage_multipart(client, bucket, s3_sink, b, files, big, 8 * MiB)),
                 ("copy_big", lambda b: stage_objects(client, bucket, dir_sink, b, files, big)),
-                ("multipart_small", lambda b: stage_multipart(client, bucket, s3_sink, b, files, small, 8 * MiB)),
+                ("multipart_small",
+                 lambda b: stage_multipart(client, bucket, s3_sink, b, files, small, 8 * MiB)),
             ):
                 record = stage(batch)
                 sink = dir_sink if name.startswith("copy") else s3_sink

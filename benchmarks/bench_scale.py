@@ -124,7 +124,8 @@ def _snapshot_paths(handle: Any) -> tuple[list[str], list[str]]:
 
 
 def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: tuple[str, str] | None,
-             updates: int, change: float, chunk: int, runs: int, state_log: Path | None = None) -> dict[str, Any]:
+             updates: int, change: float, chunk: int, runs: int,
+             state_log: Path | None = None) -> dict[str, Any]:
     from airflow_sparkpoint.checkpoints import Catalog
     from airflow_sparkpoint.checkpoints.catalog import open_snapshot
 
@@ -161,7 +162,8 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
         rows.append({"batch": meta.batch_id, "bytes_copied": meta.stats.bytes_copied,
                      "files_copied": meta.stats.files_copied, "bytes_total": meta.stats.bytes_total,
                      "file_count": meta.stats.file_count, "new_state_bytes": new_state,
-                     "duration_s": phase["total"], "phases": {k: v for k, v in phase.items() if k != "batch"}})
+                     "duration_s": phase["total"],
+                     "phases": {k: v for k, v in phase.items() if k != "batch"}})
     full_state = sum(r["new_state_bytes"] for r in rows[:len(load)])
     changed_bytes = full_state * change
     upd = rows[len(load):]
@@ -206,7 +208,8 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
                 shutil.copytree(base / "origin-out", work / "out", copy_function=os.link)
                 before = len(prof.restores)
                 took, result = _run_job(spark, base / "input", work / "out",
-                                        _conf(_root(store, work, s3, "root"), work, savepoint.uri, 3, endpoint))
+                                        _conf(_root(store, work, s3, "root"), work, savepoint.uri, 3,
+                                              endpoint))
                 assert result.restored_from == savepoint.uri and result.batches_processed == 1, result
                 times["materialize"].append(sum(r["materialize"] for r in prof.restores[before:]))
             else:
@@ -218,7 +221,8 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
             loads = state_loads(state_log, log_from, state_log_offset(state_log))
             if name != "cold" and loads:
                 times[f"{name}_load"].append(loads["load_s"])
-                replay[name] = {"snapshot": loads["snapshot"], "replayed": loads["replayed"], "stores": loads["stores"]}
+                replay[name] = {"snapshot": loads["snapshot"], "replayed": loads["replayed"],
+                                "stores": loads["stores"]}
             log(f"  {store} {keys:,} keys: {name} round {attempt}: {took:.1f} s "
                 f"(Spark's batch {times[f'{name}_spark'][-1]:.1f} s)")
             shutil.rmtree(work, ignore_errors=True)
@@ -307,7 +311,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--stores", default="local,s3")
     parser.add_argument("--updates", type=int, default=8, help="update batches after the state is built")
     parser.add_argument("--change", type=float, default=0.05)
-    parser.add_argument("--chunk", type=int, default=5_000_000, help="keys per batch while building the state")
+    parser.add_argument("--chunk", type=int, default=5_000_000,
+                        help="keys per batch while building the state")
     parser.add_argument("--runs", type=int, default=2, help="restore/cold rounds")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark conf for the session (e.g. a state store setting to compare)")

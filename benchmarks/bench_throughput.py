@@ -86,10 +86,12 @@ def run_sparkpoint(spark: Any, inputs: Path, work: Path, driver_staging: str = "
     job = SparkpointJob.get_or_create(conf={
         "spark.sparkpoint.dir": str(work / "sparkpoint"), "spark.sparkpoint.job": "bench",
         "spark.sparkpoint.restore": "latest", "spark.sparkpoint.checkpoint.interval": "0",
-        "spark.sparkpoint.trigger": "availableNow", "spark.sparkpoint.delta.driverStagingMaxBytes": driver_staging,
+        "spark.sparkpoint.trigger": "availableNow",
+        "spark.sparkpoint.delta.driverStagingMaxBytes": driver_staging,
     }, argv=[])
     started = time.perf_counter()
-    result = job.run(query(spark, inputs), sink=DeltaSink(str(work / "table"), mode="append"), output_mode="update")
+    result = job.run(query(spark, inputs), sink=DeltaSink(str(work / "table"), mode="append"),
+                     output_mode="update")
     elapsed = time.perf_counter() - started
     assert result.status == "finished" and result.checkpoints_completed >= result.batches_processed, result
     return elapsed, _table_rows(work / "table")
@@ -123,7 +125,8 @@ def _table_rows(path: Path) -> int:
     return int(DeltaTable(str(path)).to_pyarrow_dataset().count_rows())
 
 
-def run(batches: int, rows: int, keys: int, runs: int, warmup: int = 2, master: str | None = None) -> dict[str, Any]:
+def run(batches: int, rows: int, keys: int, runs: int, warmup: int = 2,
+        master: str | None = None) -> dict[str, Any]:
     spark = spark_session("bench-throughput", master=master,
                           extra={"spark.driver.host": "127.0.0.1", "spark.executor.memory": "768m"} if master else None)
     runners = {"sparkpoint": run_sparkpoint, "plain": run_plain, "executors": run_sparkpoint_executors}

@@ -105,7 +105,8 @@ def run(stores: list[str], rounds: int, threads: int) -> dict[str, Any]:
                     log(f"  {store} round {attempt}: " + ", ".join(
                         f"{step} {times['sequential'][step][-1]:.2f} / {times['parallel'][step][-1]:.2f} s"
                         for step in times["parallel"]))
-                ratios = {step: median(s / p for s, p in zip(times["sequential"][step], times["parallel"][step],
+                ratios = {step: median(s / p for s, p in zip(times["sequential"][step],
+                                                             times["parallel"][step],
                                                             strict=True)) for step in times["parallel"]}
                 results.append({"store": store, "times": times, "ratios": ratios,
                                 "median_s": {mode: {k: median(v) for k, v in t.items()} for mode, t in times.items()}})

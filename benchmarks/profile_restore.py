@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     report: dict[str, Any] = {"keys": args.keys, "runs": []}
     with tempfile.TemporaryDirectory(prefix="sparkpoint-profile-", ignore_cleanup_errors=True) as tmp:
         base = Path(tmp)
-        history = load_batches(args.keys, 5_000_000) + update_batches(args.keys, args.change, args.updates, seed=7)
+        history = load_batches(args.keys, 5_000_000) + update_batches(args.keys, args.change, args.updates,
+                                                                      seed=7)
         write_numeric_batches(base / "input", history)
         root = str(base / "origin")
         took, built = _run_job(spark, base / "input", base / "origin-out",

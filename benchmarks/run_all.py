@@ -53,12 +53,13 @@ STORE = REPO / "docs" / "benchmarks.json"
 ANALYSIS = REPO / "docs" / "benchmarks-analysis.md"
 
 FULL: dict[str, list[str]] = {
-    "throughput": ["bench_throughput.py", "--batches", "8", "--rows", "200000", "--keys", "50000", "--runs", "5",
-                   "--warmup", "2"],
+    "throughput": ["bench_throughput.py", "--batches", "8", "--rows", "200000", "--keys", "50000", "--runs",
+                   "5", "--warmup", "2"],
     "incremental": ["bench_incremental.py", "--keys", "200000", "--batches", "12", "--curve", "50000,100000"],
-    "s3_commit": ["bench_s3_commit.py", "--server", "seaweedfs", "--runs", "5", "--files", "50", "--size-mib", "16",
-                  "--small-mib", "1"],
-    "s3_commit_moto": ["bench_s3_commit.py", "--runs", "3", "--files", "50", "--size-mib", "16", "--small-mib", "1"],
+    "s3_commit": ["bench_s3_commit.py", "--server", "seaweedfs", "--runs", "5", "--files", "50",
+                  "--size-mib", "16", "--small-mib", "1"],
+    "s3_commit_moto": ["bench_s3_commit.py", "--runs", "3", "--files", "50", "--size-mib", "16",
+                       "--small-mib", "1"],
     "restore": ["bench_restore.py", "--keys", "200000", "--batches", "4", "--runs", "5"],
     "delta_commit": ["bench_delta_commit.py", "--files", "1,100,1000", "--runs", "5"],
     "catalog": ["bench_catalog.py", "--sizes", "10,100,1000", "--backends", "local,s3"],
@@ -66,32 +67,34 @@ FULL: dict[str, list[str]] = {
 }
 # `make bench-large`: production-scale sizes (about an hour on a shared 2-core machine).
 LARGE: dict[str, list[str]] = {
-    "scale_local": ["bench_scale.py", "--sizes", "200000,2000000,20000000", "--stores", "local", "--updates", "9",
-                    "--runs", "2"],
+    "scale_local": ["bench_scale.py", "--sizes", "200000,2000000,20000000", "--stores", "local", "--updates",
+                    "9", "--runs", "2"],
     "scale_s3": ["bench_scale.py", "--sizes", "200000,2000000,20000000", "--stores", "s3", "--updates", "9",
                  "--runs", "2"],
     "throughput_large": ["bench_throughput.py", "--batches", "6", "--rows", "1000000", "--keys", "2000000",
                          "--runs", "3", "--warmup", "1"],
     # executors in their own JVMs (a standalone master and two workers, 1 core each)
-    "throughput_cluster": ["bench_throughput.py", "--cluster", "--batches", "6", "--rows", "200000", "--keys", "200000",
-                           "--runs", "3", "--warmup", "1"],
+    "throughput_cluster": ["bench_throughput.py", "--cluster", "--batches", "6", "--rows", "200000",
+                           "--keys", "200000", "--runs", "3", "--warmup", "1"],
     # the two operators as one-task DAGs under api-server + scheduler (LocalExecutor) + dag-processor + triggerer
     "airflow_scheduler": ["bench_airflow_scheduler.py", "--rounds", "3", "--warmup", "1"],
     "transfers": ["bench_transfers.py", "--stores", "local,s3", "--rounds", "7", "--threads", "8"],
 }
-FULL["airflow"] = ["bench_airflow.py", "--rounds", "3", "--warmup", "1", "--sensors", "100", "--seconds", "120"]
+FULL["airflow"] = ["bench_airflow.py", "--rounds", "3", "--warmup", "1", "--sensors", "100", "--seconds",
+                   "120"]
 QUICK: dict[str, list[str]] = {
-    "throughput": ["bench_throughput.py", "--batches", "3", "--rows", "20000", "--keys", "5000", "--runs", "1",
-                   "--warmup", "1"],
+    "throughput": ["bench_throughput.py", "--batches", "3", "--rows", "20000", "--keys", "5000", "--runs",
+                   "1", "--warmup", "1"],
     "incremental": ["bench_incremental.py", "--keys", "20000", "--batches", "4", "--curve", "5000"],
-    "s3_commit": ["bench_s3_commit.py", "--server", "seaweedfs", "--runs", "1", "--files", "5", "--size-mib", "6",
-                  "--small-mib", "1"],
-    "s3_commit_moto": ["bench_s3_commit.py", "--runs", "1", "--files", "5", "--size-mib", "6", "--small-mib", "1"],
+    "s3_commit": ["bench_s3_commit.py", "--server", "seaweedfs", "--runs", "1", "--files", "5", "--size-mib",
+                  "6", "--small-mib", "1"],
+    "s3_commit_moto": ["bench_s3_commit.py", "--runs", "1", "--files", "5", "--size-mib", "6", "--small-mib",
+                       "1"],
     "restore": ["bench_restore.py", "--keys", "20000", "--batches", "2", "--runs", "1"],
     "delta_commit": ["bench_delta_commit.py", "--files", "1,10", "--runs", "2"],
     "catalog": ["bench_catalog.py", "--sizes", "10,100", "--backends", "local"],
-    "reader_memory": ["bench_reader_memory.py", "--backends", "local", "--checkpoints", "3", "--savepoints", "2",
-                      "--generations", "3", "--transactions", "1", "--requests", "2"],
+    "reader_memory": ["bench_reader_memory.py", "--backends", "local", "--checkpoints", "3", "--savepoints",
+                      "2", "--generations", "3", "--transactions", "1", "--requests", "2"],
     "airflow": ["bench_airflow.py", "--rounds", "1", "--warmup", "0", "--sensors", "10", "--seconds", "10"],
 }
 
@@ -99,7 +102,8 @@ QUICK: dict[str, list[str]] = {
 def run_script(argv: list[str]) -> tuple[Any, float, str]:
     """Run one benchmark script with ``--json``; return (its JSON, seconds, stderr tail)."""
     started = time.monotonic()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, str(HERE / argv[0]), *argv[1:], "--json"], cwd=REPO, env=env,
                           capture_output=True, text=True, check=False)
     elapsed = time.monotonic() - started
@@ -111,7 +115,8 @@ def run_script(argv: list[str]) -> tuple[Any, float, str]:
     try:
         return json.loads("".join(lines[first:])), elapsed, tail
     except ValueError:
-        return {"error": f"exit {proc.returncode}", "stderr": tail, "stdout": proc.stdout[-2000:]}, elapsed, tail
+        return {"error": f"exit {proc.returncode}", "stderr": tail,
+                "stdout": proc.stdout[-2000:]}, elapsed, tail
 
 
 # ---------------------------------------------------------------------------- the report
@@ -129,8 +134,8 @@ def summary_rows(r: dict[str, Any]) -> list[list[str]]:
     rows = []
     t = r.get("throughput", {})
     if "ratio" in t:
-        rows.append(["Throughput, Sparkpoint ÷ plain Spark (rows/s)", f"{t['ratio']:.2f}", "≥ 0.90", _verdict(t["pass"]),
-                     (f"Sparkpoint {t['median_s']['sparkpoint']:.2f} s "
+        rows.append(["Throughput, Sparkpoint ÷ plain Spark (rows/s)", f"{t['ratio']:.2f}", "≥ 0.90",
+                     _verdict(t["pass"]), (f"Sparkpoint {t['median_s']['sparkpoint']:.2f} s "
                       f"({t['rows_per_s']['sparkpoint']:,.0f} rows/s); "
                      f"plain {t['median_s']['plain']:.2f} s ({t['rows_per_s']['plain']:,.0f} rows/s); "
                      f"{t['input_rows']:,} input rows; ratio = median of "
@@ -143,11 +148,12 @@ def summary_rows(r: dict[str, Any]) -> list[list[str]]:
     i = r.get("incremental", {})
     if "ratio" in i:
         h = i["headline"]
-        rows.append(["Bytes copied per checkpoint ÷ total state (5 % of keys changed)", f"{i['ratio']:.3f}", "≤ 0.10",
-                     _verdict(i["pass"]),
+        rows.append(["Bytes copied per checkpoint ÷ total state (5 % of keys changed)", f"{i['ratio']:.3f}",
+                     "≤ 0.10", _verdict(i["pass"]),
                      (f"median {h['median_bytes_copied']:,.0f} B copied of {h['final_bytes_total']:,} B; "
                      f"mean {h['mean_ratio']:.3f}, max {h['max_ratio']:.3f} ({i['keys']:,} keys)")])
-    for key, goal in (("s3_commit", "≤ 0.1"), ("s3_commit_moto", "comparison only (moto copies on completion)")):
+    for key, goal in (("s3_commit", "≤ 0.1"),
+                      ("s3_commit_moto", "comparison only (moto copies on completion)")):
         s = r.get(key, {})
         if "ratio_multipart_vs_copy" in s:
             m = s["median_s"]
@@ -162,7 +168,8 @@ def summary_rows(r: dict[str, Any]) -> list[list[str]]:
                           f"({s['server']})")])
     o = r.get("restore", {})
     if "ratio" in o:
-        rows.append(["Restore from savepoint ÷ cold start (wall time)", f"{o['ratio']:.2f}", "≤ 1.5", _verdict(o["pass"]),
+        rows.append(["Restore from savepoint ÷ cold start (wall time)", f"{o['ratio']:.2f}", "≤ 1.5",
+                     _verdict(o["pass"]),
                      (f"restore {o['median_s']['restore']:.2f} s, cold {o['median_s']['cold']:.2f} s; "
                      f"{o['keys']:,} keys ({o['savepoint_bytes']:,} B savepoint)")])
     d = r.get("delta_commit", {})
@@ -190,8 +197,8 @@ def summary_rows(r: dict[str, Any]) -> list[list[str]]:
         for name, figures in m["results"].items():
             readers = [(mode, figures.get(mode, {})) for mode in ("list", "page", "sensor")]
             worst = max((f.get("ratio", float("inf")) for _mode, f in readers), default=float("inf"))
-            rows.append([f"Reader memory, peak above baseline ÷ {m['target_mib']} MiB ({name})", f"{worst:.2f}",
-                         "≤ 1.0", _verdict(worst <= 1.0),
+            rows.append([f"Reader memory, peak above baseline ÷ {m['target_mib']} MiB ({name})",
+                         f"{worst:.2f}", "≤ 1.0", _verdict(worst <= 1.0),
                          "; ".join(f"{mode} {f['peak_above_mib']:.0f} MiB" if "peak_above_mib" in f else f"{mode} error"
                                    for mode, f in readers)
                          + " (a store of the largest record of each kind: "
@@ -231,8 +238,8 @@ def render(results: dict[str, Any], info: dict[str, Any], seconds: dict[str, flo
     out += ["", "## Machine", ""]
     out += table(["", ""], [
         ["CPU", f"{info['cpu']} ({info['nproc']} cores as seen by `nproc`)"], ["memory", info["memory"]],
-        ["OS", info["os"]], ["Python", info["python"]], ["Spark (PySpark)", info["pyspark"]], ["Java", info["java"]],
-        ["deltalake / pyarrow", f"{info['deltalake']} / {info['pyarrow']}"],
+        ["OS", info["os"]], ["Python", info["python"]], ["Spark (PySpark)", info["pyspark"]],
+        ["Java", info["java"]], ["deltalake / pyarrow", f"{info['deltalake']} / {info['pyarrow']}"],
         ["boto3 / moto", f"{info['boto3']} / {info['moto']}"],
         ["S3 servers", "; ".join(r["server"] for k in ("s3_commit", "s3_commit_moto")
                                  if "server" in (r := results.get(k, {}))) or "-"],
@@ -272,11 +279,11 @@ def growth(r: dict[str, Any]) -> list[str]:
                 f"{i['maintenance_interval']}, so"),
                 ("RocksDB snapshots are uploaded during the run). Bytes are what Sparkpoint "
                 "copies into its storage."), ""]
-        out += table(["keys", "total bytes of the last checkpoint", "state bytes", "median bytes copied per checkpoint",
-                      "median ratio", "mean ratio", "max ratio"],
+        out += table(["keys", "total bytes of the last checkpoint", "state bytes",
+                      "median bytes copied per checkpoint", "median ratio", "mean ratio", "max ratio"],
                      [[f"{c['keys']:,}", f"{c['final_bytes_total']:,}", f"{c['final_state_bytes']:,}",
-                       f"{c['median_bytes_copied']:,.0f}", f"{c['median_ratio']:.3f}", f"{c['mean_ratio']:.3f}",
-                       f"{c['max_ratio']:.3f}"] for c in i["curve"]])
+                       f"{c['median_bytes_copied']:,.0f}", f"{c['median_ratio']:.3f}",
+                       f"{c['mean_ratio']:.3f}", f"{c['max_ratio']:.3f}"] for c in i["curve"]])
         out += ["", f"Every checkpoint of the {i['keys']:,}-key run:", ""]
         out += table(["batch", "bytes copied", "bytes total", "files copied / referenced", "ratio"],
                      [[str(c["batch"]), f"{c['bytes_copied']:,}", f"{c['bytes_total']:,}",
@@ -321,8 +328,8 @@ def growth(r: dict[str, Any]) -> list[str]:
                              f"{lat['ms']:.1f}",
                              f"{ret['storage_calls']}" + (f" ({ret['http_requests']} HTTP)" if http else ""),
                              f"{ret['ms']:.1f}"])
-        out += table(["backend", "shared files", "files ever written", "latest(): calls", "ms", "retention: calls",
-                      "ms"], rows)
+        out += table(["backend", "shared files", "files ever written", "latest(): calls", "ms",
+                      "retention: calls", "ms"], rows)
         out += [""]
     return out
 
@@ -397,9 +404,11 @@ def notes(r: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--out", default=str(REPO / "docs" / "BENCHMARKS.md"))
-    parser.add_argument("--quick", action="store_true", help="tiny settings: check the pipeline, not the figures")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny settings: check the pipeline, not the figures")
     parser.add_argument("--large", action="store_true", help="the production-scale plan (make bench-large)")
-    parser.add_argument("--render-only", action="store_true", help="only redraw the report from docs/benchmarks.json")
+    parser.add_argument("--render-only", action="store_true",
+                        help="only redraw the report from docs/benchmarks.json")
     parser.add_argument("--json-out", help="also write every script's raw JSON to this file")
     parser.add_argument("--only", default="", help="comma-separated subset: " + ",".join(FULL))
     args = parser.parse_args(argv)

@@ -90,7 +90,8 @@ def measure(endpoint: str, bucket: str, rounds: int) -> list[dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=25, help=f"rounds of {CHECKPOINTS_PER_ROUND} checkpoints' requests")
+    parser.add_argument("--rounds", type=int, default=25,
+                        help=f"rounds of {CHECKPOINTS_PER_ROUND} checkpoints' requests")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     from _scale import seaweedfs

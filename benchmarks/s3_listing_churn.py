@@ -48,7 +48,8 @@ def batch_keys(prefix: str, batch: int) -> list[str]:
             *(f"{prefix}/state/0/{p}/{batch + 1}.changelog{tag}" for p in range(PARTITIONS))]
 
 
-def measure(endpoint: str, bucket: str, rounds: int, batches: int, retained: int = RETAINED) -> list[dict[str, float]]:
+def measure(endpoint: str, bucket: str, rounds: int, batches: int,
+            retained: int = RETAINED) -> list[dict[str, float]]:
     from airflow_sparkpoint.storage import open_storage
 
     store = open_storage(f"s3://{bucket}/churn", endpoint_url=endpoint, region_name="us-east-1")
@@ -95,7 +96,8 @@ def measure(endpoint: str, bucket: str, rounds: int, batches: int, retained: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=12, help="rounds of churn after the first measurement")
-    parser.add_argument("--batches", type=int, default=1000, help="batches per round (6 objects in, 6 out each)")
+    parser.add_argument("--batches", type=int, default=1000,
+                        help="batches per round (6 objects in, 6 out each)")
     parser.add_argument("--retained", type=int, default=RETAINED, help="batches each prefix holds")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

@@ -58,8 +58,10 @@ LISTED = "_listed"
 SECONDS = "s:"
 #: botocore operation -> request kind
 S3_KIND = {"GetObject": "GET", "HeadObject": "HEAD", "PutObject": "PUT", "CreateMultipartUpload": "PUT",
-           "UploadPart": "PUT", "CompleteMultipartUpload": "PUT", "ListObjectsV2": "LIST", "ListObjects": "LIST",
-           "DeleteObject": "DELETE", "DeleteObjects": "DELETE", "CopyObject": "COPY", "UploadPartCopy": "COPY"}
+           "UploadPart": "PUT", "CompleteMultipartUpload": "PUT", "ListObjectsV2": "LIST",
+           "ListObjects": "LIST",
+           "DeleteObject": "DELETE", "DeleteObjects": "DELETE", "CopyObject": "COPY",
+           "UploadPartCopy": "COPY"}
 
 
 # ---------------------------------------------------------------------------- the driver process
@@ -67,7 +69,8 @@ S3_KIND = {"GetObject": "GET", "HeadObject": "HEAD", "PutObject": "PUT", "Create
 
 #: the threads a checkpoint's requests come from (the heartbeat and Spark's foreachBatch
 #: thread write on their own clock and are left out)
-CHECKPOINT_THREADS = ("sparkpoint-coordinator", "sparkpoint-upload", "sparkpoint-transfer", "sparkpoint-prestore")
+CHECKPOINT_THREADS = ("sparkpoint-coordinator", "sparkpoint-upload", "sparkpoint-transfer",
+                      "sparkpoint-prestore")
 
 
 def _count_requests(conf: dict[str, str]) -> tuple[Counter[str], Any]:
@@ -151,7 +154,8 @@ def driver(config_path: str) -> int:
                  and not k.startswith("s3:")} if phases.checkpoints else {}
         phases.checkpoints.clear()  # kept, they would grow the driver's RSS the soak measures
         records.write(json.dumps({"at": time.time(), "batch": batch_id, "id": meta.id, "seconds": elapsed,
-                                  "bytes_copied": meta.stats.bytes_copied, "bytes_total": meta.stats.bytes_total,
+                                  "bytes_copied": meta.stats.bytes_copied,
+                                  "bytes_total": meta.stats.bytes_total,
                                   "files": meta.stats.file_count, "requests": requests,
                                   "objects_listed": listed, "request_seconds": request_seconds,
                                   "steps": steps}) + "\n")
@@ -162,13 +166,15 @@ def driver(config_path: str) -> int:
         _census(float(config["census"]), Path(config["records"]).with_name("census.jsonl"),
                 trim_after_s=config.get("census_trim_after"))
     if config.get("tracemalloc"):
-        _trace_python_growth(float(config["tracemalloc"]), Path(config["records"]).with_name("tracemalloc.jsonl"))
+        _trace_python_growth(float(config["tracemalloc"]),
+                             Path(config["records"]).with_name("tracemalloc.jsonl"))
     extra = {"spark.driver.extraJavaOptions": "-XX:NativeMemoryTracking=summary"} if config.get("nmt") else None
     spark = spark_session("sparkpoint-soak", cores=2, extra=extra)
     job = SparkpointJob.get_or_create(conf=conf, argv=[])
     events = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 4).parquet(config["input"])
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
-    result = job.run(totals, sink=DeltaSink(config["table"], mode="merge", keys=["user"]), output_mode="update")
+    result = job.run(totals, sink=DeltaSink(config["table"], mode="merge", keys=["user"]),
+                     output_mode="update")
     print(f"soak driver ended: {result.status}", flush=True)
     return 0
 
@@ -193,8 +199,10 @@ def _trace_python_growth(every_s: float, path: Path) -> None:
                 top = snapshot.compare_to(first, "lineno")[:25]
                 # The allocating line often names a library (botocore, json): its callers say who keeps it.
                 stacks = snapshot.compare_to(first, "traceback")[:8]
-                out.write(json.dumps({"at": time.time(), "traced_mb": tracemalloc.get_traced_memory()[0] / 1e6,
-                                      "growth": [{"where": str(d.traceback[0]), "kb": round(d.size_diff / 1e3, 1),
+                out.write(json.dumps({"at": time.time(),
+                                      "traced_mb": tracemalloc.get_traced_memory()[0] / 1e6,
+                                      "growth": [{"where": str(d.traceback[0]),
+                                                  "kb": round(d.size_diff / 1e3, 1),
                                                   "count": d.count_diff} for d in top],
                                       "stacks": [{"kb": round(d.size_diff / 1e3, 1), "count": d.count_diff,
                                                   "stack": _own_frames(d.traceback)} for d in stacks]}) + "\n")
@@ -216,7 +224,8 @@ def _census(every_s: float, path: Path, trim_after_s: float | None = None) -> No
     from airflow_sparkpoint.runtime import heap
 
     class MallInfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                         "usmblks",
                                                          "fsmblks", "uordblks", "fordblks", "keepcost")]
 
     try:
@@ -279,7 +288,8 @@ def _write_input(directory: Path, stop: threading.Event) -> None:
     index = 0
     while not stop.is_set():
         users = [f"user-{(index * ROWS_PER_FILE + i) % KEYS:07d}" for i in range(ROWS_PER_FILE)]
-        table = pa.table({"user": pa.array(users, pa.string()), "amount": pa.array([1] * ROWS_PER_FILE, pa.int64())})
+        table = pa.table({"user": pa.array(users, pa.string()),
+                          "amount": pa.array([1] * ROWS_PER_FILE, pa.int64())})
         tmp = directory / f".part-{index:07d}.parquet.tmp"
         pq.write_table(table, tmp)
         os.replace(tmp, directory / f"part-{index:07d}.parquet")
@@ -372,7 +382,8 @@ def _class_histogram(pid: int, top: int = 400) -> dict[str, list[int]] | None:
     return {name: [count, size] for name, count, size in sorted(rows, key=lambda r: -r[2])[:top]}
 
 
-def heap_growth(first: dict[str, list[int]], last: dict[str, list[int]], top: int = 12) -> list[dict[str, Any]]:
+def heap_growth(first: dict[str, list[int]], last: dict[str, list[int]],
+                top: int = 12) -> list[dict[str, Any]]:
     """The classes whose live bytes grew most between two histograms."""
     grown: list[dict[str, Any]] = [
         {"class": name, "bytes_first": first.get(name, [0, 0])[1], "bytes_last": size,
@@ -488,7 +499,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stop_input = threading.Event()
     with _store(args.store, out) as (root, extra_conf, options):
         conf = {"spark.sparkpoint.dir": root, "spark.sparkpoint.job": JOB, "spark.sparkpoint.restore": "none",
-                "spark.sparkpoint.workDir": str(out / "live"), "spark.sparkpoint.trigger": f"processingTime:{args.trigger}",
+                "spark.sparkpoint.workDir": str(out / "live"),
+                "spark.sparkpoint.trigger": f"processingTime:{args.trigger}",
                 "spark.sparkpoint.checkpoint.interval": "0", "spark.sparkpoint.checkpoint.numRetained": "3",
                 **extra_conf}
         config = {"conf": conf, "input": str(out / "input"), "table": str(out / "table"),
@@ -517,14 +529,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             while time.monotonic() < end and proc.poll() is None:
                 now = time.monotonic()
                 if now >= next_sample:
-                    samples.append({**_sample(proc.pid, catalog, args.nmt), "probe": _fresh_client_probe(root, options)})
+                    samples.append({**_sample(proc.pid, catalog, args.nmt),
+                                    "probe": _fresh_client_probe(root, options)})
                     next_sample += 60
                 if now >= next_histogram:
                     histograms.append(_histogram_of(proc.pid))
                     next_histogram += args.histogram_every
                 if now >= next_savepoint and catalog.current_generation():
                     began = time.monotonic()
-                    request = channel.submit("savepoint", generation=catalog.current_generation(), timeout_s=600)
+                    request = channel.submit("savepoint", generation=catalog.current_generation(),
+                                             timeout_s=600)
                     done = channel.wait(request.id, timeout_s=600, is_alive=lambda: proc.poll() is None)
                     savepoints.append({"at": time.time(), "seconds": time.monotonic() - began,
                                        "uri": done.savepoint})
@@ -553,8 +567,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               "nmt": args.nmt, "malloc_arena_max": args.malloc_arena_max,
               "driver_exit": proc.returncode, "machine": machine(),
               "summary": summarize(checkpoints, samples, savepoints, histograms),
-              "disposed_savepoints": disposed, "histograms": histograms, "python_growth": growth, "census": census,
-              "checkpoints": checkpoints, "samples": samples, "savepoints": savepoints}
+              "disposed_savepoints": disposed, "histograms": histograms, "python_growth": growth,
+              "census": census, "checkpoints": checkpoints, "samples": samples, "savepoints": savepoints}
     (out / "soak.json").write_text(json.dumps(result, indent=1, default=str))
     result["plot"] = str(plot(result, out))
     return result
@@ -628,8 +642,8 @@ STEP_NOTES = {"hash": "", "upload": UPLOAD_NOTE, "list_shared": ", beside the up
 
 
 #: the NMT categories the quarter table shows (the rest are small and flat)
-NMT_SHOWN = ("total", "Java Heap", "Class", "Metaspace", "Thread", "Code", "GC", "Internal", "Other", "Symbol",
-             "Native Memory Tracking", "Arena Chunk")
+NMT_SHOWN = ("total", "Java Heap", "Class", "Metaspace", "Thread", "Code", "GC", "Internal", "Other",
+             "Symbol", "Native Memory Tracking", "Arena Chunk")
 
 
 def quarter_table(result: dict[str, Any]) -> str:
@@ -641,28 +655,31 @@ def quarter_table(result: dict[str, Any]) -> str:
         ("storage requests per checkpoint", [sum(c["requests"].values()) for c in steady], "{:.0f}", "≤ 1.2"),
         ("bytes copied per checkpoint (KB)", [c["bytes_copied"] / 1e3 for c in steady], "{:.1f}", "flat"),
         ("files referenced per checkpoint", [c["files"] for c in steady], "{:.0f}", "flat"),
-        ("objects listed per checkpoint", [c["objects_listed"] for c in steady if "objects_listed" in c], "{:,.0f}",
-         "flat"),
+        ("objects listed per checkpoint", [c["objects_listed"] for c in steady if "objects_listed" in c],
+         "{:,.0f}", "flat"),
         ("checkpoint duration (s)", [c["seconds"] for c in steady], "{:.3f}", "≤ 1.2"),
         ("of which in storage requests (s)", [sum(c["request_seconds"].values()) for c in steady
                                               if "request_seconds" in c], "{:.3f}", ""),
-        *((f"of which {step} (s{note})", [c["steps"].get(step, 0.0) for c in steady if "steps" in c], "{:.3f}", "")
+        *((f"of which {step} (s{note})", [c["steps"].get(step, 0.0) for c in steady if "steps" in c],
+           "{:.3f}", "")
           for step, note in STEP_NOTES.items()),
         *((f"seconds per {kind} request", [c["request_seconds"][kind] / c["requests"][kind] for c in steady
                                            if c.get("requests", {}).get(kind) and kind in c.get("request_seconds", {})],
            "{:.4f}", "") for kind in ("GET", "HEAD", "PUT", "LIST", "DELETE")),
-        ("a new client's LIST of `shared/` (ms)", [s["probe"]["list_shared_ms"] for s in samples if s.get("probe")],
-         "{:.1f}", ""),
+        ("a new client's LIST of `shared/` (ms)",
+         [s["probe"]["list_shared_ms"] for s in samples if s.get("probe")], "{:.1f}", ""),
         ("a new client's GET (ms)", [s["probe"]["get_ms"] for s in samples if s.get("probe")], "{:.2f}", ""),
         ("driver RSS, Python (MB)", [s["driver"]["rss"] / 1e6 for s in samples], "{:.0f}", "≤ 1.10"),
         ("driver RSS, JVM (MB)", [s["jvm"]["rss"] / 1e6 for s in jvm], "{:,.0f}", "≤ 1.10"),
-        *((f"driver, Python: {name}", [c[key] / scale for c in result.get("census", ()) if c.get(key) is not None],
+        *((f"driver, Python: {name}",
+           [c[key] / scale for c in result.get("census", ()) if c.get(key) is not None],
            fmt, "") for name, key, scale, fmt in (
             ("objects", "objects", 1, "{:,.0f}"), ("allocator blocks", "python_blocks", 1, "{:,.0f}"),
-            ("malloc in use (MB)", "malloc_in_use", 1e6, "{:.1f}"), ("malloc free, kept (MB)", "malloc_free", 1e6,
+            ("malloc in use (MB)", "malloc_in_use", 1e6, "{:.1f}"),
+            ("malloc free, kept (MB)", "malloc_free", 1e6,
                                                                      "{:.1f}"))),
-        ("JVM heap after a full GC (MB)", [s["heap_after_gc"] / 1e6 for s in samples if s.get("heap_after_gc")],
-         "{:.0f}", "≤ 1.10"),
+        ("JVM heap after a full GC (MB)",
+         [s["heap_after_gc"] / 1e6 for s in samples if s.get("heap_after_gc")], "{:.0f}", "≤ 1.10"),
         ("JVM heap committed (MB)", [s["heap_committed"] / 1e6 for s in samples if s.get("heap_committed")],
          "{:.0f}", ""),
         *((f"JVM native memory (NMT committed): {name} (MB)", [s["nmt"].get(name, 0) / 1e6 for s in samples
@@ -722,7 +739,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--histogram-every", type=float, default=1800.0,
                         help="seconds between JVM class histograms (the first after 10 minutes)")
     parser.add_argument("--out", default="soak-output")
-    parser.add_argument("--table", metavar="SOAK_JSON", help="print the per-quarter table of a finished run and exit")
+    parser.add_argument("--table", metavar="SOAK_JSON",
+                        help="print the per-quarter table of a finished run and exit")
     parser.add_argument("--first-minutes", type=float, help="with --table: only the run's first N minutes "
                         "(to compare runs of different lengths)")
     args = parser.parse_args(argv)

@@ -57,7 +57,8 @@ def outcomes(results: Path) -> dict[str, list[tuple[str, str]]]:
     return found
 
 
-def cell(results: dict[str, list[tuple[str, str]]] | None, prefixes: tuple[str, ...], contains: str = "") -> str:
+def cell(results: dict[str, list[tuple[str, str]]] | None, prefixes: tuple[str, ...],
+         contains: str = "") -> str:
     if results is None:
         return "not run"
     cases = [o for name, items in results.items() if name.startswith(prefixes) and contains in name for o in items]

@@ -39,8 +39,8 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.storage.base import Storage
 
-__all__ = ["MAX_DEPTH", "Limits", "check_writable", "clip", "decode", "json_object", "parse_cost", "read_record",
-           "read_record_or_warn"]
+__all__ = ["MAX_DEPTH", "Limits", "check_writable", "clip", "decode", "json_object", "parse_cost",
+           "read_record", "read_record_or_warn"]
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,8 @@ def json_object(parse: Callable[[dict[str, Any]], T]) -> Callable[[Any], T]:
     return parse_object
 
 
-def read_record(store: Storage, key: str, parse: Callable[[Any], T], *, limits: Limits, where: str) -> T | None:
+def read_record(store: Storage, key: str, parse: Callable[[Any], T], *, limits: Limits,
+                where: str) -> T | None:
     """The record at `key` of `store`, read within `limits` and decoded, as `parse` makes
     it from the JSON value; None when there is none.
 

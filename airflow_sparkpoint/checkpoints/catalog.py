@@ -74,7 +74,8 @@ class Catalog:
         return self.snapshot_store.next_checkpoint_id(ids, recent_savepoints=recent_savepoints)
 
     def checkpoint_entry(
-        self, checkpoint_id: int, present: Mapping[str, int] | None = None, known: SnapshotMetadata | None = None
+        self, checkpoint_id: int, present: Mapping[str, int] | None = None,
+        known: SnapshotMetadata | None = None
     ) -> SnapshotEntry:
         """Checkpoint `checkpoint_id` as listed, valid or with its error
         (`SnapshotStore.checkpoint_entry`)."""
@@ -109,7 +110,8 @@ class Catalog:
         key: str | None = None,
     ) -> SnapshotHandle:
         """Copy a snapshot into a self-contained savepoint (`SnapshotStore.create_savepoint`)."""
-        return self.snapshot_store.create_savepoint(source, generation=generation, on_copied=on_copied, key=key)
+        return self.snapshot_store.create_savepoint(source, generation=generation, on_copied=on_copied,
+                                                    key=key)
 
     def dispose(self, uri: str) -> int:
         """Delete a savepoint or checkpoint of this job (`SnapshotStore.dispose`, which says what it

@@ -70,7 +70,8 @@ class CommitHead:
         try:
             sink_version = data.get("sink_version")
             return cls(seq=int(data["seq"]), job=str(data["job"]), batch=int(data["batch"]),
-                       generation=int(data["generation"]), txn_id=str(data["txn_id"]), sink_id=str(data["sink_id"]),
+                       generation=int(data["generation"]), txn_id=str(data["txn_id"]),
+                       sink_id=str(data["sink_id"]),
                        sink_version=None if sink_version is None else int(sink_version),
                        committed_at=float(data.get("committed_at", 0.0)))
         except (KeyError, TypeError, ValueError) as exc:
@@ -89,7 +90,8 @@ def read_commit_head(catalog: Catalog) -> CommitHead | None:
                                        what="commit head")
 
 
-def record_commit(catalog: Catalog, record: TransactionRecord, detail: Mapping[str, Any], *, landed_before: bool) -> None:
+def record_commit(catalog: Catalog, record: TransactionRecord, detail: Mapping[str, Any], *,
+                  landed_before: bool) -> None:
     """Write the commit head after `record` was committed to its sink (`detail`: the sink's
     position, ``version`` for Delta). A transaction that had landed before
     (`landed_before`: a repeated commit step, a recovery) moves the head only when the

@@ -69,8 +69,8 @@ from airflow_sparkpoint.exceptions import (
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
 
-__all__ = ["KINDS", "REQUEST_ID_RE", "SCHEMA_VERSION", "STATES", "ControlChannel", "ControlRequest", "ControlResult",
-           "new_request_id"]
+__all__ = ["KINDS", "REQUEST_ID_RE", "SCHEMA_VERSION", "STATES", "ControlChannel", "ControlRequest",
+           "ControlResult", "new_request_id"]
 
 log = logging.getLogger(__name__)
 
@@ -130,9 +130,11 @@ class ControlChannel:
             generation=generation,
             requested_by=str(requested_by),
         )
-        self.store.put_if_absent(_request_key(request.id), json.dumps(request.to_json(), sort_keys=True).encode())
+        self.store.put_if_absent(_request_key(request.id),
+                                 json.dumps(request.to_json(), sort_keys=True).encode())
         self._requests[request.id] = request
-        log.info("submitted %s request %s to job %r (deadline in %.0f s)", kind, request.id, self.catalog.job, timeout_s)
+        log.info("submitted %s request %s to job %r (deadline in %.0f s)", kind, request.id,
+                 self.catalog.job, timeout_s)
         return request
 
     def result(self, request_id: str) -> ControlResult:
@@ -242,10 +244,12 @@ class ControlChannel:
         """Claim an unacknowledged request as expired, so no job takes it later."""
         now = self.clock()
         try:
-            self.store.put_if_absent(_ack_key(request.id), _Claim("expired", None, now, reason).to_bytes(request.id))
+            self.store.put_if_absent(_ack_key(request.id),
+                                     _Claim("expired", None, now, reason).to_bytes(request.id))
         except ObjectExists:
             return self.result(request.id)  # a job took it in the meantime
-        self._put_result(ControlResult(request.id, "expired", request.generation, error=reason, updated_at=now))
+        self._put_result(ControlResult(request.id, "expired", request.generation, error=reason,
+                                       updated_at=now))
         log.info("withdrew control request %s of job %r: %s", request.id, self.catalog.job, reason)
         return self.result(request.id)
 
@@ -316,7 +320,8 @@ class ControlChannel:
                 f"{request.kind} request {request.id} of job {self.catalog.job!r} expired at "
                 f"{_iso(request.deadline)}"
             )
-        self.store.put_if_absent(_ack_key(request.id), _Claim("acknowledged", generation, now).to_bytes(request.id))
+        self.store.put_if_absent(_ack_key(request.id),
+                                 _Claim("acknowledged", generation, now).to_bytes(request.id))
         log.info("generation %d of job %r acknowledged %s request %s", generation, self.catalog.job,
                  request.kind, request.id)
 
@@ -343,7 +348,8 @@ class ControlChannel:
                 f"{self.catalog.job!r} as generation "
                 f"{generation}: it was taken by {owner}"
             )
-        self._put_result(ControlResult(request.id, "completed", generation, savepoint, batch_id, None, self.clock()))
+        self._put_result(ControlResult(request.id, "completed", generation, savepoint, batch_id, None,
+                                       self.clock()))
 
     def fail(self, request: ControlRequest, *, generation: int | None, error: str) -> None:
         """Record failure; an unacknowledged request is claimed first so no job takes it.
@@ -355,7 +361,8 @@ class ControlChannel:
         claim = self._claim(request.id)
         if claim is None:
             try:
-                self.store.put_if_absent(_ack_key(request.id), _Claim("failed", generation, now, error).to_bytes(request.id))
+                self.store.put_if_absent(_ack_key(request.id),
+                                         _Claim("failed", generation, now, error).to_bytes(request.id))
             except ObjectExists:
                 pass
             claim = self._claim(request.id)

@@ -72,7 +72,8 @@ class ControlRequest:
         return (time.time() if now is None else now) > self.deadline
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, **asdict(self), "requested_by": clip(self.requested_by, 1024)}
+        return {"schema_version": SCHEMA_VERSION, **asdict(self),
+                "requested_by": clip(self.requested_by, 1024)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ControlRequest:
@@ -152,7 +153,8 @@ class _Claim:
         """:raises ControlError: unknown schema version or malformed fields."""
         try:
             _check_schema(raw, "control acknowledgement")
-            return cls(str(raw["state"]), _opt_int(raw.get("generation")), float(raw["at"]), str(raw.get("reason", "")))
+            return cls(str(raw["state"]), _opt_int(raw.get("generation")), float(raw["at"]),
+                       str(raw.get("reason", "")))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ControlError(f"control acknowledgement is malformed ({exc.__class__.__name__}: {exc})") from None
 

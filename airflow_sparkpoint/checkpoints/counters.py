@@ -61,12 +61,14 @@ class CheckpointPoint:
     bytes_total: int
 
     def to_json(self) -> list[float | int]:
-        return [self.id, self.batch_id, self.completed_at, self.duration_ms, self.bytes_copied, self.bytes_total]
+        return [self.id, self.batch_id, self.completed_at, self.duration_ms, self.bytes_copied,
+                self.bytes_total]
 
     def as_dict(self) -> dict[str, float | int]:
         """The point with its field names (the UI's JSON)."""
         return {"id": self.id, "batch_id": self.batch_id, "completed_at": self.completed_at,
-                "duration_ms": self.duration_ms, "bytes_copied": self.bytes_copied, "bytes_total": self.bytes_total}
+                "duration_ms": self.duration_ms, "bytes_copied": self.bytes_copied,
+                "bytes_total": self.bytes_total}
 
     @classmethod
     def from_json(cls, data: Any) -> CheckpointPoint:
@@ -136,7 +138,8 @@ class CheckpointCounters:
 def read_counters(catalog: Catalog) -> CheckpointCounters | None:
     """The job's counters record; None when there is none (a job of an earlier release,
     or one that never checkpointed) or it is unreadable (logged)."""
-    return bounded.read_record_or_warn(catalog.store, COUNTERS, bounded.json_object(CheckpointCounters.from_json),
+    return bounded.read_record_or_warn(catalog.store, COUNTERS,
+                                       bounded.json_object(CheckpointCounters.from_json),
                                        limits=limits_of(COUNTERS), where=f"{catalog.uri}/{COUNTERS}",
                                        what="counters record", unreachable=True)
 

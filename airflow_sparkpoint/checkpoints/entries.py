@@ -37,8 +37,8 @@ class SnapshotSummary:
 
     @classmethod
     def of(cls, meta: SnapshotMetadata) -> SnapshotSummary:
-        return cls(meta.generation, meta.batch_id, meta.created_at, meta.stats, len(meta.files), meta.total_bytes,
-                   meta.state_partitions, meta.source_checkpoint)
+        return cls(meta.generation, meta.batch_id, meta.created_at, meta.stats, len(meta.files),
+                   meta.total_bytes, meta.state_partitions, meta.source_checkpoint)
 
 
 @dataclass(frozen=True)

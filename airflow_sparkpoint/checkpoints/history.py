@@ -57,9 +57,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AIRFLOW_CONTEXT_ENV", "CONFIG_FIELDS", "GENERATIONS_SHOWN", "AirflowTry", "ControlRecord", "Counts",
-    "GenerationRecord", "PipelineHistory", "SnapshotRecord", "StagedRecord", "Stat", "current_status", "generation_alive",
-    "generation_details", "generation_records", "iso", "live_status", "liveness", "load_history", "open_requests",
-    "plan_origin", "read_generation", "read_job_status", "short_name", "snapshot_records", "staged_transactions",
+    "GenerationRecord", "PipelineHistory", "SnapshotRecord", "StagedRecord", "Stat", "current_status",
+    "generation_alive",
+    "generation_details", "generation_records", "iso", "live_status", "liveness", "load_history",
+    "open_requests",
+    "plan_origin", "read_generation", "read_job_status", "short_name", "snapshot_records",
+    "staged_transactions",
 ]
 
 log = logging.getLogger(__name__)
@@ -243,8 +246,8 @@ class PipelineHistory:
 
     def to_json(self) -> dict[str, Any]:
         status = self.status
-        latest, failed, savepoint, restore = (self.latest_completed, self.latest_failed, self.latest_savepoint,
-                                              self.latest_restore)
+        latest, failed, savepoint, restore = (self.latest_completed, self.latest_failed,
+                                              self.latest_savepoint, self.latest_restore)
         current = self.current
         return {
             "job": self.job,

@@ -172,7 +172,8 @@ def mark_superseded(entries: Sequence[SnapshotEntry], origins: Sequence[Origin])
     return result
 
 
-def rollback_base(entries: Iterable[SnapshotEntry], generation: int, first_uncommitted: int) -> SnapshotEntry | None:
+def rollback_base(entries: Iterable[SnapshotEntry], generation: int,
+                  first_uncommitted: int) -> SnapshotEntry | None:
     """The checkpoint a rollback of `generation` returns to (`services.rollback`): its newest
     restorable checkpoint before its batch `first_uncommitted`, whose output all stays.
     None when it has none: the rollback returns to where the generation started. Checkpoint
@@ -246,14 +247,16 @@ def resolve_restart_point(
         entry = entry_of(cid)
         if entry.metadata is None:
             if entry.error and "no _metadata" not in entry.error:
-                log.warning("skipping invalid checkpoint %s: %s; falling back to an older one", entry.uri, entry.error)
+                log.warning("skipping invalid checkpoint %s: %s; falling back to an older one", entry.uri,
+                            entry.error)
                 damaged.append(entry)
             continue
         meta = entry.metadata
         if superseded_by(meta.generation, cid, origins) is not None:
             continue
         if newest is None or meta.generation >= newest.generation:
-            return RestartPoint(meta, None, None, f"latest checkpoint {entry.uri} (batch {meta.batch_id})", skipped())
+            return RestartPoint(meta, None, None, f"latest checkpoint {entry.uri} (batch {meta.batch_id})",
+                                skipped())
         break  # older than the newest lineage: that lineage has no checkpoint of its own yet
     if newest is None:
         if damaged:
@@ -267,7 +270,8 @@ def resolve_restart_point(
                                                         "state and its checkpoints "
                                                         "are damaged"))
         return RestartPoint(None, None, newest,
-                            f"empty state ({lineage} started empty and has no completed checkpoint yet)", skipped())
+                            f"empty state ({lineage} started empty and has no completed checkpoint yet)",
+                            skipped())
     if newest.kind == "checkpoint" and newest.base_id >= 0:
         base = entry_of(newest.base_id)
         if base.metadata is not None:
@@ -282,7 +286,8 @@ def resolve_restart_point(
             return RestartPoint(None, newest.pin, newest,
                                 f"{newest.pin}, the copy of checkpoint {base.uri} (batch "
                                 f"{newest.batch_id}) that "
-                                f"{lineage} started from and owns; it has no completed checkpoint yet", skipped())
+                                f"{lineage} started from and owns; it has no completed checkpoint yet",
+                                skipped())
         # Its origin is damaged: like any damaged checkpoint, fall back to an older one of
         # the same lineage (the sink-ahead check still guards the output).
         if all(e.id != base.id for e in damaged):

@@ -115,15 +115,15 @@ class SnapshotRecord:
         common: dict[str, Any] = {
             "kind": entry.kind, "id": entry.id, "uri": entry.uri, "key": entry.key, "status": status,
             "error": entry.error, "superseded_by": superseded_by,
-            "verified_at": drill.verified_at if drill else None, "verify_error": drill.error if drill else None,
-            "verify_level": drill.level if drill else None,
+            "verified_at": drill.verified_at if drill else None,
+            "verify_error": drill.error if drill else None, "verify_level": drill.level if drill else None,
         }
         if meta is None:
             return cls(**common)
         return cls(
             **common, batch_id=meta.batch_id, generation=meta.generation, created_at=meta.created_at,
-            duration_ms=meta.stats.duration_ms, bytes_copied=meta.stats.bytes_copied, bytes_total=meta.total_bytes,
-            file_count=meta.file_count, files_copied=meta.stats.files_copied,
+            duration_ms=meta.stats.duration_ms, bytes_copied=meta.stats.bytes_copied,
+            bytes_total=meta.total_bytes, file_count=meta.file_count, files_copied=meta.stats.files_copied,
             source_checkpoint=meta.source_checkpoint, state_partitions=meta.state_partitions,
         )
 
@@ -163,7 +163,8 @@ class SnapshotRecord:
         return f"INVALID: {reason}"
 
 
-def snapshot_records(catalog: Catalog, kind: str = "checkpoint", *, drills: bool = True) -> list[SnapshotRecord]:
+def snapshot_records(catalog: Catalog, kind: str = "checkpoint", *,
+                     drills: bool = True) -> list[SnapshotRecord]:
     """Every retained ``checkpoint`` or ``savepoint`` directory, newest first (as the
     catalog lists them); with `drills`, each with its last restore drill."""
     if kind not in ("checkpoint", "savepoint"):
@@ -321,7 +322,8 @@ def _read_result(catalog: Catalog, generation: int) -> RunResult | None:
     try:
         return read_run_result(catalog, generation)
     except (StorageError, CorruptMetadata) as exc:
-        log.warning("ignoring the unreadable run result of generation %d of %s: %s", generation, catalog.uri, exc)
+        log.warning("ignoring the unreadable run result of generation %d of %s: %s", generation, catalog.uri,
+                    exc)
         return None
 
 
@@ -452,8 +454,10 @@ class StagedRecord:
     created_at: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"txn_id": self.txn_id, "batch_id": self.batch_id, "generation": self.generation, "sink": self.sink,
-                "sink_id": self.sink_id, "created_at": self.created_at, "created": iso(self.created_at or None)}
+        return {"txn_id": self.txn_id, "batch_id": self.batch_id, "generation": self.generation,
+                "sink": self.sink,
+                "sink_id": self.sink_id, "created_at": self.created_at,
+                "created": iso(self.created_at or None)}
 
 
 def staged_transactions(catalog: Catalog) -> list[StagedRecord]:

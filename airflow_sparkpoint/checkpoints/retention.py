@@ -295,8 +295,8 @@ def deleted_since(catalog: Catalog, since: float, known: KnownRecords | None = N
             keys.update(known.journal[info.key])
             continue
         try:
-            entry = bounded.read_record(catalog.store, info.key, _journal_keys, limits=layout.limits_of(info.key),
-                                        where=f"{catalog.uri}/{info.key}")
+            entry = bounded.read_record(catalog.store, info.key, _journal_keys,
+                                        limits=layout.limits_of(info.key), where=f"{catalog.uri}/{info.key}")
         except CorruptRecord as exc:
             log.warning("skipping unreadable deletion journal entry %s", exc)
             continue

@@ -93,7 +93,8 @@ class SnapshotStore:
             self.store.put(layout.ID_FLOOR, str(sid).encode())
 
     def checkpoint_entry(
-        self, checkpoint_id: int, present: Mapping[str, int] | None = None, known: SnapshotMetadata | None = None
+        self, checkpoint_id: int, present: Mapping[str, int] | None = None,
+        known: SnapshotMetadata | None = None
     ) -> SnapshotEntry:
         """Checkpoint `checkpoint_id` as listed: with its metadata when its ``_metadata``
         validates and every file it references is in `present` (shared key -> size; None:
@@ -101,8 +102,8 @@ class SnapshotStore:
 
         `known`: its ``_metadata`` as this process wrote or read it before (written once,
         ids never reused), used instead of reading it again; its files are still checked."""
-        return self._read_entry("checkpoint", checkpoint_id, layout.checkpoint_dir(checkpoint_id), present, "",
-                                known)
+        return self._read_entry("checkpoint", checkpoint_id, layout.checkpoint_dir(checkpoint_id), present,
+                                "", known)
 
     def _read_entry(
         self, kind: str, sid: int, key: str, present: Mapping[str, int] | None, base: str,
@@ -219,7 +220,8 @@ class SnapshotStore:
     def list_savepoints(self, *, slim: bool = False) -> list[SnapshotEntry]:
         """Every savepoint directory, newest first, valid or with the reason it is not
         (`slim`: see `list_checkpoints`)."""
-        result = [entry.slim() if slim else entry for entry in map(self._read_savepoint, self._savepoint_dirs())]
+        result = [entry.slim() if slim else entry for entry in map(self._read_savepoint,
+                                                                   self._savepoint_dirs())]
         return sorted(result, key=lambda e: (e.created_at, e.id), reverse=True)
 
     def savepoint_entry(self, name: str) -> SnapshotEntry | None:
@@ -309,7 +311,8 @@ class SnapshotStore:
         layout.check_metadata_size(body, where)
         self.store.put_if_absent(f"{sp_key}/{layout.METADATA}", body)
         uri = f"{self.uri}/{sp_key}"
-        log.info("savepoint %s completed: batch %d, %d files, %d bytes", uri, meta.batch_id, len(files), copied)
+        log.info("savepoint %s completed: batch %d, %d files, %d bytes", uri, meta.batch_id, len(files),
+                 copied)
         return SnapshotHandle(uri=uri, metadata=sp_meta, files_store=self.store.child(sp_key))
 
     def dispose(self, uri: str) -> int:

@@ -117,7 +117,8 @@ def read_job_status(catalog: StatusSource, generation: int | None = None) -> Job
     try:
         return JobStatus.from_json(raw)
     except (TypeError, ValueError) as exc:
-        log.warning("status record of job %r is incomplete (%s); treating the job as not running", catalog.job, exc)
+        log.warning("status record of job %r is incomplete (%s); treating the job as not running",
+                    catalog.job, exc)
         return None
 
 

@@ -27,10 +27,12 @@ def add_requests(commands: Any, common: argparse.ArgumentParser) -> None:
     actions.required = True
     a = actions.add_parser("list", parents=[common], help="pending and acknowledged requests, oldest first")
     a.set_defaults(func=cmd_requests_list)
-    a = actions.add_parser("withdraw", parents=[common], help="withdraw a pending request (its id, as printed by "
+    a = actions.add_parser("withdraw", parents=[common],
+                           help="withdraw a pending request (its id, as printed by "
                            "`sparkpoint savepoint --no-wait` or `sparkpoint requests list`)")
     a.add_argument("request_id", metavar="ID")
-    a.add_argument("--reason", default=None, help="recorded as the request's error (default: who withdrew it)")
+    a.add_argument("--reason", default=None,
+                   help="recorded as the request's error (default: who withdrew it)")
     a.set_defaults(func=cmd_requests_withdraw)
 
 

@@ -41,7 +41,8 @@ def cmd_dispose(args: argparse.Namespace) -> int:
     if by_policy:
         done = dispose_savepoints(catalog, keep=args.keep, older_than_s=args.older_than)
         if args.json:
-            emit_json({"job": catalog.job, "root": catalog.uri, "keep": args.keep, "older_than_s": args.older_than,
+            emit_json({"job": catalog.job, "root": catalog.uri, "keep": args.keep,
+                       "older_than_s": args.older_than,
                        "disposed_savepoints": done.disposed, "kept_savepoints": done.kept})
         else:
             for uri in done.disposed:

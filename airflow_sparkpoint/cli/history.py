@@ -20,7 +20,8 @@ from airflow_sparkpoint.services.history import (
 )
 from airflow_sparkpoint.services.stores import Catalog, other_jobs
 
-__all__ = ["add_list", "add_metrics", "add_status", "cmd_list", "cmd_metrics", "cmd_status", "status_document"]
+__all__ = ["add_list", "add_metrics", "add_status", "cmd_list", "cmd_metrics", "cmd_status",
+           "status_document"]
 
 log = logging.getLogger("airflow_sparkpoint.cli")
 
@@ -47,7 +48,8 @@ def add_metrics(commands: Any) -> None:
         description="Prints each job's checkpoint metrics (docs/CLI.md) in the Prometheus text exposition "
                     "format, for a scraper outside Airflow (e.g. a textfile collector).",
     )
-    p.add_argument("--max-heartbeat-age", type=positive_seconds, default=60.0, metavar="S", help=argparse.SUPPRESS)
+    p.add_argument("--max-heartbeat-age", type=positive_seconds, default=60.0, metavar="S",
+                   help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_metrics)
 
 
@@ -87,8 +89,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             None if r.bytes_total is None else size(r.bytes_total),
             r.file_count, r.uri, status,
         ])
-    headers = ["KIND", "ID", "BATCH", "GEN", "CREATED (UTC)", "DURATION_MS", "COPIED", "TOTAL", "FILES", "URI",
-               "STATUS"]
+    headers = ["KIND", "ID", "BATCH", "GEN", "CREATED (UTC)", "DURATION_MS", "COPIED", "TOTAL", "FILES",
+               "URI", "STATUS"]
     print(table(headers, rows, right=frozenset({1, 2, 3, 5, 6, 7, 8})))
     return EXIT_OK
 

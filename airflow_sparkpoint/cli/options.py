@@ -96,7 +96,8 @@ def open_catalog(args: argparse.Namespace) -> Catalog:
         raise UsageError("--dir is required (or set SPARKPOINT_DIR)")
     if not args.job:
         raise UsageError("--job is required (or set SPARKPOINT_JOB)")
-    return open_job(args.dir, args.job, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region, hint="; check --dir")
+    return open_job(args.dir, args.job, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
+                    hint="; check --dir")
 
 
 @contextmanager

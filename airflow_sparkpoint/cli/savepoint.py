@@ -54,8 +54,8 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
 
     # Refused, no completed checkpoint, failed or timed out: a SparkpointError, exit 1.
     done = take_savepoint(
-        catalog, stop=args.stop, timeout_s=args.timeout, poll_s=args.poll, max_heartbeat_age=args.max_heartbeat_age,
-        requested_by=requester("sparkpoint-cli", pid=True),
+        catalog, stop=args.stop, timeout_s=args.timeout, poll_s=args.poll,
+        max_heartbeat_age=args.max_heartbeat_age, requested_by=requester("sparkpoint-cli", pid=True),
         refused_by=None if args.from_checkpoint else "--no-from-checkpoint", wait=not args.no_wait,
         on_request=filed, announce=None if args.json else announce)
     if done.state == "pending":

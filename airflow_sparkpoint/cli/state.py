@@ -77,7 +77,8 @@ def add_inspect(commands: Any, common: argparse.ArgumentParser) -> None:
                    help="with --rows: the store or state variable (default: the operator's first)")
     p.add_argument("--key", default=None, metavar="JSON",
                    help='with --rows: only rows whose key has these field values, e.g. \'{"user": "u1"}\'')
-    p.add_argument("--limit", type=_limit, default=20, metavar="N", help="with --rows: at most N rows (default 20)")
+    p.add_argument("--limit", type=_limit, default=20, metavar="N",
+                   help="with --rows: at most N rows (default 20)")
     p.set_defaults(func=cmd_inspect)
 
 
@@ -138,7 +139,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         try:
             state = snap.state()
             body = {k: v for k, v in state.to_json().items() if k != "job"}
-            document: dict[str, Any] = {"job": catalog.job, "root": catalog.uri, **body, "snapshot_job": state.job}
+            document: dict[str, Any] = {"job": catalog.job, "root": catalog.uri, **body,
+                                        "snapshot_job": state.job}
             rows: list[dict[str, Any]] | None = None
             if args.rows:
                 op, spec = snap.store_spec(args.operator, args.store)
@@ -162,8 +164,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         for operator in state.operators:
             for store in operator.stores:
                 stores.append([operator.id, operator.name, operator.partitions, store.name,
-                               store.type + (" ttl" if store.ttl else ""), store.rows, store.keys, store.key_schema,
-                               store.value_schema])
+                               store.type + (" ttl" if store.ttl else ""), store.rows, store.keys,
+                               store.key_schema, store.value_schema])
         print(table(["OP", "OPERATOR", "PARTITIONS", "STORE", "TYPE", "ROWS", "KEYS", "KEY", "VALUE"], stores,
                     right=frozenset({0, 2, 5, 6})))
     if rows is not None:
@@ -188,7 +190,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     recorded: str | None = None
     try:
         if result.found:
-            record_verification(result.uri, result.record("state", f"sparkpoint verify ({default_verifier()})"),
+            record_verification(result.uri,
+                                result.record("state", f"sparkpoint verify ({default_verifier()})"),
                                 storage_options=options)
     except StorageError as exc:
         recorded = f"the outcome could not be recorded next to the snapshot: {exc}"

@@ -101,8 +101,8 @@ class Demo:
         self.watcher = Watcher(console)
         self.t0 = time.time()
         self.checks: list[Check] = []
-        self.blue = SubmittedJob(workdir / "blue-green", dags / "jobs" / "keyed_totals.py", BLUE_JOB, BLUE_TRIGGER,
-                                 ["--version", "1", "--files-per-batch", "100"])
+        self.blue = SubmittedJob(workdir / "blue-green", dags / "jobs" / "keyed_totals.py", BLUE_JOB,
+                                 BLUE_TRIGGER, ["--version", "1", "--files-per-batch", "100"])
         self.plan: list[tuple[Sequence[str], int]] = []  # blue-green input: (users, expected code version)
 
     def run(self) -> int:
@@ -309,7 +309,8 @@ class Demo:
                             f"{restored.get('last_batch')}, committed {restored.get('committed_batches')}",
             "rolled_back": "fails the run on purpose: a rolled-back deploy alerts",
         }
-        self.lines(format_table(["task", "state", "what happened"], [(t, states.get(t), d) for t, d in did.items()]))
+        self.lines(format_table(["task", "state", "what happened"],
+                                [(t, states.get(t), d) for t, d in did.items()]))
         self.say("   table after the rollback (green's code would have written code_version 2):")
         self.show_table()
         self.check("blue-green rollback: blue stopped with a savepoint, green failed, the rollback ran",
@@ -391,7 +392,8 @@ class Demo:
             "decide": f"-> {_branch(states)}",
             "publish_green": f"committed {published.get('committed')}",
         }
-        self.lines(format_table(["task", "state", "what happened"], [(t, states.get(t), d) for t, d in did.items()]))
+        self.lines(format_table(["task", "state", "what happened"],
+                                [(t, states.get(t), d) for t, d in did.items()]))
         self.say("   table after the promotion:")
         self.show_table()
         self.check("blue-green promotion: the DAG run succeeded and published green",
@@ -436,7 +438,8 @@ class Demo:
         self.say(f"   Delta table history of {table.name}/ (commit info written by Sparkpoint):")
         self.lines(delta_history_table(delta_history(table), partial(self.watcher.role, job)))
 
-    def table_checks(self, label: str, table: Path, job: str, catalog: Any, batches: int, exact: bool) -> None:
+    def table_checks(self, label: str, table: Path, job: str, catalog: Any, batches: int,
+                     exact: bool) -> None:
         self.check(f"{label}: every expected row exactly once, exact totals", exact)
         commits = [c["batch"] for c in delta_commits(table)]
         self.check(f"{label}: each batch committed exactly once", commits == list(range(batches)),
@@ -551,7 +554,8 @@ def _exit_on_interrupt(demo: Demo, console: Console) -> dict[int, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sparkpoint demo", description="The guided demo: an incremental ETL "
+    parser = argparse.ArgumentParser(prog="sparkpoint demo",
+                                     description="The guided demo: an incremental ETL "
                                      "resumed by Airflow's retry, a blue-green rollback "
                                      "and a promotion, then the "
                                      "record and an exactly-once verdict.")
@@ -581,7 +585,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console()
     demo = Demo(workdir, dags, console)
     # The blue-green DAG keeps its storage in the `sparkpoint_default` connection, as in production.
-    os.environ["AIRFLOW_CONN_SPARKPOINT_DEFAULT"] = json.dumps({"conn_type": "sparkpoint", "host": str(demo.blue.root)})
+    os.environ["AIRFLOW_CONN_SPARKPOINT_DEFAULT"] = json.dumps({"conn_type": "sparkpoint",
+                                                                "host": str(demo.blue.root)})
     _adopt_orphans()
     previous_handlers = _exit_on_interrupt(demo, console)
     console.step("airflow-sparkpoint demo: checkpoints, savepoints and exactly-once output on Spark + Airflow")

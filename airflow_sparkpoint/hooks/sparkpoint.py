@@ -188,7 +188,8 @@ class SparkpointHook(BaseHook):
     conn_type = "sparkpoint"
     hook_name = "Sparkpoint"
 
-    def __init__(self, sparkpoint_conn_id: str | None = default_conn_name, storage_uri: str | None = None) -> None:
+    def __init__(self, sparkpoint_conn_id: str | None = default_conn_name,
+                 storage_uri: str | None = None) -> None:
         super().__init__()
         self.sparkpoint_conn_id = sparkpoint_conn_id
         self._storage_uri = storage_uri
@@ -330,7 +331,8 @@ class SparkpointHook(BaseHook):
     def get_catalog(self, job_name: str) -> Catalog:
         return Catalog(self.get_storage(), job_name)
 
-    def pending_transactions(self, job_name: str, *, generation: int | None = None) -> list[TransactionRecord]:
+    def pending_transactions(self, job_name: str, *,
+                             generation: int | None = None) -> list[TransactionRecord]:
         """Staged, not yet committed transactions of job `job_name` (of one `generation`),
         in batch order."""
         records = self.get_catalog(job_name).transactions()

@@ -62,7 +62,8 @@ class SparkpointAssetsMixin:
             return
         events = context.get("outlet_events")
         if events is None:  # called outside Airflow's task runner (no event can be recorded)
-            self.log.warning("no outlet_events in the context of %s; no asset event for %s", self.task_id, asset.uri)
+            self.log.warning("no outlet_events in the context of %s; no asset event for %s", self.task_id,
+                             asset.uri)
             return
         events[alias].add(asset, extra=dict(extra))
         self.log.info("asset event for %s: %s", asset.uri, dict(extra))
@@ -77,7 +78,8 @@ class SparkpointAssetsMixin:
             return None
 
     def _emit_output(self, context: Context, catalog: Catalog, sink: Sink | None, *, generation: int | None,
-                     batches: Iterable[int], txn_ids: Iterable[str] = (), source: str) -> dict[str, Any] | None:
+                     batches: Iterable[int], txn_ids: Iterable[str] = (),
+                     source: str) -> dict[str, Any] | None:
         """Emit the output asset event of `batches` (none when nothing was committed);
         returns its extra."""
         if not self.emit_asset_events:
@@ -113,11 +115,12 @@ def output_event(catalog: Catalog, sink: Sink | None, *, generation: int | None,
     try:
         head = commit_head(catalog)
     except SparkpointError as exc:
-        log.warning("cannot read the commit head of job %s (the event has no sink version): %s", catalog.job, exc)
+        log.warning("cannot read the commit head of job %s (the event has no sink version): %s", catalog.job,
+                    exc)
         head = None
     if head is not None and head.sink_id == sink.sink_id and (
             head.txn_id in set(txn_ids) or (head.batch == committed[-1] and head.generation == generation)):
         version = head.sink_version
-    extra = assets.commit_extra(job=catalog.job, generation=generation, batches=committed, sink_id=sink.sink_id,
-                                sink_version=version, source=source)
+    extra = assets.commit_extra(job=catalog.job, generation=generation, batches=committed,
+                                sink_id=sink.sink_id, sink_version=version, source=source)
     return asset, extra

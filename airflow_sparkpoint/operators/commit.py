@@ -112,13 +112,13 @@ class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOp
             return {"aborted": list(aborted)}
         step = commit_step(catalog, storage_options=options, upto_batch=upto, sink=sink)
         outcome = step.outcome
-        self.log.info("commit step of job %s: committed %s, already %s, aborted %s, pending %s", self.job_name,
-                      outcome.get("committed"), outcome.get("already"), outcome.get("aborted"),
+        self.log.info("commit step of job %s: committed %s, already %s, aborted %s, pending %s",
+                      self.job_name, outcome.get("committed"), outcome.get("already"), outcome.get("aborted"),
                       outcome.get("pending"))
         self.sparkpoint_outcome = {"generation": step.generation, "committed_batches": step.batches,
                                    "last_checkpoint": step.last_checkpoint}
-        self._emit_output(context, catalog, declared_sink(sink), generation=step.generation, batches=step.batches,
-                          txn_ids=step.landed, source="commit")
+        self._emit_output(context, catalog, declared_sink(sink), generation=step.generation,
+                          batches=step.batches, txn_ids=step.landed, source="commit")
         return outcome
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:

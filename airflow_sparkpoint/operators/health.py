@@ -116,8 +116,10 @@ class SparkpointHealthCheckOperator(SparkpointJobMixin, BaseOperator):
         self.max_heartbeat_age = max_heartbeat_age
 
     def execute(self, context: Context) -> dict[str, Any]:
-        history, report = check_job(self.hook.get_catalog(self.job_name), max_checkpoint_age=self.max_checkpoint_age,
-                                    max_failure_ratio=self.max_failure_ratio, failure_window=self.failure_window,
+        history, report = check_job(self.hook.get_catalog(self.job_name),
+                                    max_checkpoint_age=self.max_checkpoint_age,
+                                    max_failure_ratio=self.max_failure_ratio,
+                                    failure_window=self.failure_window,
                                     max_heartbeat_age=self.max_heartbeat_age)
         emit_checkpoint_metrics(history)
         if not report.healthy:

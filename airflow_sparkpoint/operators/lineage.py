@@ -81,7 +81,8 @@ def submit_lineage(operator: Any) -> Any:
     run = operator.sparkpoint_run or {}
     committed = [*(result.get("recovered") or {}).get("committed", ()), *result.get("committed_batches", ())]
     return operator_lineage(
-        _output_uris(operator), job=operator.job_name, generation=result.get("generation") or run.get("generation"),
+        _output_uris(operator), job=operator.job_name,
+        generation=result.get("generation") or run.get("generation"),
         restored_from=result.get("restored_from"), last_checkpoint=result.get("last_checkpoint"),
         savepoint=result.get("savepoint"), committed_batches=sorted(set(committed)))
 

@@ -126,7 +126,8 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
         if done.source == "running-job":
             self.log.info("generation %s of job %s completed savepoint %s (batch %s)", done.generation,
                           self.job_name, done.uri, done.batch_id)
-        self._completed(context, done.generation, str(done.uri), done.batch_id, last_checkpoint=done.checkpoint_uri)
+        self._completed(context, done.generation, str(done.uri), done.batch_id,
+                        last_checkpoint=done.checkpoint_uri)
         return str(done.uri)
 
     def _filed(self, request: ControlRequest) -> None:
@@ -158,7 +159,8 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
         payload = check_event(event, required=("savepoint_uri",))
         self.log.info("generation %s of job %s completed savepoint %s (batch %s)", payload.get("generation"),
                       self.job_name, payload["savepoint_uri"], payload.get("batch_id"))
-        self._completed(context, payload.get("generation"), str(payload["savepoint_uri"]), payload.get("batch_id"))
+        self._completed(context, payload.get("generation"), str(payload["savepoint_uri"]),
+                        payload.get("batch_id"))
         keep_savepoint_history(self.hook.get_catalog(self.job_name), max_count=self.max_count,
                                max_age_s=self.max_age)
         return str(payload["savepoint_uri"])

@@ -170,8 +170,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         declared_sink(sink)  # a malformed declaration fails when the DAG is parsed
         self.sink = sink
         self._init_assets(emit_asset_events)
-        check_parameters(commit_mode=commit_mode, num_retained=num_retained, state_partitions=state_partitions,
-                         takeover=takeover)
+        check_parameters(commit_mode=commit_mode, num_retained=num_retained,
+                         state_partitions=state_partitions, takeover=takeover)
         self.restore = restore
         self.restore_snapshot = restore_snapshot
         self.trigger = trigger
@@ -216,8 +216,10 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         :raises ConfigError: a setting is invalid (before anything is submitted).
         """
         return sparkpoint_conf(
-            storage_uri=self.sparkpoint_hook.storage_uri, storage_options=self.sparkpoint_hook.storage_options,
-            job=self.job_name, restore=restore, trigger=self.trigger, checkpoint_interval=self.checkpoint_interval,
+            storage_uri=self.sparkpoint_hook.storage_uri,
+            storage_options=self.sparkpoint_hook.storage_options,
+            job=self.job_name, restore=restore, trigger=self.trigger,
+            checkpoint_interval=self.checkpoint_interval,
             num_retained=self.num_retained, commit_mode=self.commit_mode, work_dir=self.work_dir,
             state_partitions=self.state_partitions, takeover=self.takeover, conf=self.conf,
             extra=self.sparkpoint_conf)
@@ -276,7 +278,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             self.env_vars = {k: v for k, v in (self.env_vars or {}).items()
                              if not (k == ROCKSDB_LIBRARY_DIR_ENV and v == self._native_dir)}
             self._native_dir = submit_dir.native_dir
-            self.env_vars = {**self.spark_environment(master, native_dir=submit_dir.native_dir), **self.env_vars}
+            self.env_vars = {**self.spark_environment(master, native_dir=submit_dir.native_dir),
+                             **self.env_vars}
             if self.ship_runtime:
                 self.py_files = ",".join(p for p in (self.py_files, build_runtime_zip(submit_dir.path)) if p)
             self._hook = None  # rebuilt with the final environment and files
@@ -306,19 +309,22 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
                 process.stdout.close()  # the Spark hook leaves its log pipe open
             submit_dir.close()
         if self.sparkpoint_run is None:
-            self.log.warning("job %s ended without claiming a generation (did it call job.run()?)", self.job_name)
+            self.log.warning("job %s ended without claiming a generation (did it call job.run()?)",
+                             self.job_name)
             return None
         generation = int(self.sparkpoint_run["generation"])
         result = read_result(catalog, generation)
         emit_metrics_for(catalog, every=0)  # checkpoint metrics through Airflow's Stats (never raises)
         if result is None:
-            self.log.warning("job %s generation %d ended without a Sparkpoint run result", self.job_name, generation)
+            self.log.warning("job %s generation %d ended without a Sparkpoint run result", self.job_name,
+                             generation)
             return None
         self.log.info("job %s generation %s %s: last batch %s, last checkpoint %s, savepoint %s",
                       self.job_name, result.get("generation"), result.get("status"), result.get("last_batch"),
                       result.get("last_checkpoint"), result.get("savepoint"))
         self.sparkpoint_result = result
-        committed = [*(result.get("recovered") or {}).get("committed", ()), *result.get("committed_batches", ())]
+        committed = [*(result.get("recovered") or {}).get("committed", ()),
+                     *result.get("committed_batches", ())]
         self._emit_output(context, catalog, self.declared_output(), generation=generation, batches=committed,
                           source="submit")
         return result
@@ -354,7 +360,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
                       run.app or "?", run.ui or "off")
         self._push(ti, "generation", run.generation)
         self._push(ti, "spark_application", self.sparkpoint_run)
-        self._push(ti, SparkpointSparkUILink().xcom_key, spark_ui_url(self.sparkpoint_run, self.spark_history_server))
+        self._push(ti, SparkpointSparkUILink().xcom_key,
+                   spark_ui_url(self.sparkpoint_run, self.spark_history_server))
 
     def _push(self, ti: Any, key: str, value: Any) -> None:
         if value in (None, ""):

@@ -117,8 +117,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
                               "'{scratch}/out'}); without "
                               "them a drill would write to the production sinks")
         kwargs.setdefault("name", f"sparkpoint-drill-{job_name}")
-        super().__init__(job_name=job_name, restore="latest", trigger="availableNow", commit_mode="checkpoint",
-                         emit_asset_events=False, **kwargs)
+        super().__init__(job_name=job_name, restore="latest", trigger="availableNow",
+                         commit_mode="checkpoint", emit_asset_events=False, **kwargs)
         self.output_args = dict(output_args)
         self.snapshot = snapshot
         self.drill_dir = drill_dir
@@ -199,8 +199,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         duration = time.monotonic() - started
         if snapshot_uri is not None:
             self._record(snapshot_uri, VerificationRecord(
-                verified_at=verified_at, level="drill", duration_s=round(duration, 3), checks=checks, error=error,
-                verified_by=f"airflow:{self.dag_id}.{self.task_id}@{socket.gethostname()}"))
+                verified_at=verified_at, level="drill", duration_s=round(duration, 3), checks=checks,
+                error=error, verified_by=f"airflow:{self.dag_id}.{self.task_id}@{socket.gethostname()}"))
         if error is not None:
             raise AirflowException(error)
         self.log.info("restore drill of %s passed in %.1f s: %s", snapshot_uri, duration, checks)
@@ -229,8 +229,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         try:
             self._prepare_scratch()
             self.application_args = self._drill_arguments()
-            self.log.info("restore drill of %s (batch %d) as job %s under %s", handle.uri, handle.metadata.batch_id,
-                          self.drill_job, self._drill_root)
+            self.log.info("restore drill of %s (batch %d) as job %s under %s", handle.uri,
+                          handle.metadata.batch_id, self.drill_job, self._drill_root)
             try:
                 result = super().execute(context)
             except AirflowException as exc:
@@ -249,7 +249,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         if target == LATEST_SAVEPOINT:
             target = self._newest_savepoint(catalog)
         try:
-            return resolve_snapshot(target, catalog=catalog, storage_options=self.production_hook.storage_options)
+            return resolve_snapshot(target, catalog=catalog,
+                                    storage_options=self.production_hook.storage_options)
         except (RestoreError, CorruptMetadata) as exc:
             message = self.production_hook.scrub(str(exc))
             self._record_unresolvable(catalog, target, message)

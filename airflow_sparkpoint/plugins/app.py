@@ -141,8 +141,8 @@ def create_app() -> FastAPI:
         if "/api/" in request.url.path or request.url.path.endswith("/metrics"):
             return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
         heading = {401: "Not authenticated", 403: "Forbidden", 404: "Not found"}.get(exc.status_code, "Error")
-        return HTMLResponse(page.message_page(heading, str(exc.detail), _base(request)), status_code=exc.status_code,
-                            headers=exc.headers)
+        return HTMLResponse(page.message_page(heading, str(exc.detail), _base(request)),
+                            status_code=exc.status_code, headers=exc.headers)
 
     @app.get("/pipelines", response_class=HTMLResponse)
     def pipelines_page(request: Request, user: User) -> str:
@@ -173,9 +173,11 @@ def create_app() -> FastAPI:
             try:
                 _pipeline, history = _load(user, row["conn_id"], row["job"], metrics=True)
             except HTTPException as exc:
-                log.warning("metrics: skipping pipeline %s/%s (%s)", row["conn_id"], row["job"], exc.status_code)
+                log.warning("metrics: skipping pipeline %s/%s (%s)", row["conn_id"], row["job"],
+                            exc.status_code)
                 continue
             samples.append(({"conn_id": row["conn_id"], "job": row["job"]}, history))
-        return PlainTextResponse(prometheus_text(samples), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return PlainTextResponse(prometheus_text(samples),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app

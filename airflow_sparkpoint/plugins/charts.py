@@ -16,7 +16,8 @@ WIDTH, HEIGHT = 360, 140
 LEFT, RIGHT, TOP, BOTTOM = 64, 8, 20, 22
 
 #: the charted figures of a trend point: (key, title)
-SERIES = (("duration_ms", "Checkpoint duration"), ("bytes_copied", "Bytes copied"), ("bytes_total", "Total size"))
+SERIES = (("duration_ms", "Checkpoint duration"), ("bytes_copied", "Bytes copied"),
+          ("bytes_total", "Total size"))
 
 
 @dataclass(frozen=True)

@@ -178,16 +178,16 @@ def _document(title: str, template: str, **values: Any) -> str:
     return _env.from_string(_BASE).render(title=title, style=Markup(_STYLE), body=Markup(body))
 
 
-_GEOMETRY = {"width": charts.WIDTH, "height": charts.HEIGHT, "left": charts.LEFT, "right": charts.WIDTH - charts.RIGHT,
-             "top": charts.TOP, "bottom": charts.HEIGHT - charts.BOTTOM}
+_GEOMETRY = {"width": charts.WIDTH, "height": charts.HEIGHT, "left": charts.LEFT,
+             "right": charts.WIDTH - charts.RIGHT, "top": charts.TOP, "bottom": charts.HEIGHT - charts.BOTTOM}
 
 
 def pipeline_page(history: Mapping[str, Any], conn_id: str, base: str) -> str:
     """The checkpoints page of one pipeline (`history`: `PipelineHistory.to_json()`)."""
     trend_charts = charts.charts(history.get("trend") or [], {"duration_ms": _ms, "bytes_copied": _size,
                                                               "bytes_total": _size}, _when)
-    return _document(f"{history['job']} · Sparkpoint checkpoints", _PAGE, h=history, conn_id=conn_id, base=base,
-                     charts=trend_charts, geo=_GEOMETRY)
+    return _document(f"{history['job']} · Sparkpoint checkpoints", _PAGE, h=history, conn_id=conn_id,
+                     base=base, charts=trend_charts, geo=_GEOMETRY)
 
 
 def pipeline_list(rows: Sequence[Mapping[str, Any]], base: str, dag_id: str | None = None) -> str:

@@ -129,7 +129,8 @@ def stored_jobs(conn_id: str) -> list[str]:
         except ConfigError:
             continue  # not a job's directory
         if len(names) >= MAX_STORED_JOBS:
-            log.warning("connection %s: listing only the first %d jobs under its root", conn_id, MAX_STORED_JOBS)
+            log.warning("connection %s: listing only the first %d jobs under its root", conn_id,
+                        MAX_STORED_JOBS)
             break
     return names
 
@@ -207,7 +208,8 @@ def may_read_connection(user: Any, conn_id: str) -> bool:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails
 
-    return bool(get_auth_manager().is_authorized_connection(method="GET", details=ConnectionDetails(conn_id=conn_id),
+    return bool(get_auth_manager().is_authorized_connection(method="GET",
+                                                            details=ConnectionDetails(conn_id=conn_id),
                                                             user=user))
 
 

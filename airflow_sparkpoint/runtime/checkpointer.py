@@ -155,7 +155,8 @@ class Checkpointer:
             if self._closed:
                 raise CheckpointAbandoned("the run is ending")
             if self._uploads is None:
-                self._uploads = ThreadPoolExecutor(max_workers=transfer.THREADS, thread_name_prefix="sparkpoint-upload")
+                self._uploads = ThreadPoolExecutor(max_workers=transfer.THREADS,
+                                                   thread_name_prefix="sparkpoint-upload")
             return self._uploads
 
     def confirm(self, batch_id: int) -> None:
@@ -255,8 +256,8 @@ class Checkpointer:
             # the checkpoint before anything below runs, so no _metadata refers to a missing
             # file (the files stored meanwhile stay indexed: a retry does not upload them again).
             uploaded = [ref for ref in transfer_all(
-                lambda item: self._upload(item[0], batch_id, item[1].ref.sha256 if item[1] is not None else None,
-                                          started),
+                lambda item: self._upload(item[0], batch_id,
+                                          item[1].ref.sha256 if item[1] is not None else None, started),
                 new, check=lambda: self._check_timeout(batch_id, started),
                 on_half=lambda: faults.maybe_kill("copy", batch_id), hold_at_half=faults.armed("copy"),
                 pool=pool,
@@ -314,7 +315,8 @@ class Checkpointer:
         faults.pause("after_metadata", batch_id, generation=self.generation)
         try:
             retention = enforce_checkpoint_retention(
-                self.catalog, self.num_retained, grace_seconds=self.timeout_s, generation=self.generation, shared_listing=listing,
+                self.catalog, self.num_retained, grace_seconds=self.timeout_s, generation=self.generation,
+                shared_listing=listing,
                 on_deleted=lambda done, total: faults.maybe_kill_halfway("retention", batch_id, done, total),
                 before_delete=lambda: faults.pause("retention_delete", batch_id, generation=self.generation),
                 known=self.known, journal_listing=journal, checkpoint_ids=[*ids, meta.id],
@@ -356,7 +358,8 @@ class Checkpointer:
         if pending:
             log.info("waiting up to %.0f s for Spark to upload the state snapshots of "
                      "%d stores (a restart from "
-                     "checkpoint %d would replay %d bytes of changelog)", timeout_s, len(pending), last.id, replay)
+                     "checkpoint %d would replay %d bytes of changelog)", timeout_s, len(pending), last.id,
+                     replay)
         started = time.monotonic()
         deadline = started + timeout_s
         while pending and not cancelled() and time.monotonic() < deadline:
@@ -390,7 +393,8 @@ class Checkpointer:
                 f"spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
             )
 
-    def _upload(self, live: livedir.LiveFile, batch_id: int, sha: str | None, started: float) -> FileRef | None:
+    def _upload(self, live: livedir.LiveFile, batch_id: int, sha: str | None,
+                started: float) -> FileRef | None:
         """Copy one live file into the shared area (content-addressed) and index it. Runs
         in transfer threads; the caller's thread waits meanwhile and each call indexes its
         own path (one dict store: atomic).

@@ -157,8 +157,10 @@ class Committer:
 
         def note(settlement: Settlement, done: int, total: int) -> None:
             if settlement.outcome != "aborted":
-                log.warning("transaction %s holds its batch's commit; finished, not aborted", settlement.record.txn_id)
+                log.warning("transaction %s holds its batch's commit; finished, not aborted",
+                            settlement.record.txn_id)
             faults.maybe_kill_halfway("abort", settlement.record.batch_id, done, total)
 
-        settle_all(self.catalog, doomed, lambda _r: self.sink, confirmed=False, fence=self.fence, on_settled=note)
+        settle_all(self.catalog, doomed,
+                   lambda _r: self.sink, confirmed=False, fence=self.fence, on_settled=note)
         return [r.batch_id for r in doomed]

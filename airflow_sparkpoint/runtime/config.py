@@ -368,13 +368,15 @@ class SparkpointConfig:
                 "checkpoint.finalSnapshot.minReplay",
                 values.get("checkpoint.finalSnapshot.minReplay", str(FINAL_SNAPSHOT_MIN_REPLAY)),
             ),
-            commit_mode=_choice("commit.mode", values.get("commit.mode", "checkpoint"), ("checkpoint", "external")),
+            commit_mode=_choice("commit.mode", values.get("commit.mode", "checkpoint"),
+                                ("checkpoint", "external")),
             poll_interval_s=poll,
             state_store=_choice("stateStore", values.get("stateStore", "rocksdb"), ("rocksdb", "hdfs")),
             s3_endpoint=endpoint,
             s3_region=values.get("s3.region", "").strip() or None,
             driver_staging_max_bytes=parse_size(
-                "delta.driverStagingMaxBytes", values.get("delta.driverStagingMaxBytes", str(DRIVER_STAGING_MAX_BYTES))
+                "delta.driverStagingMaxBytes",
+                values.get("delta.driverStagingMaxBytes", str(DRIVER_STAGING_MAX_BYTES))
             ),
             restore_state_partitions=(
                 _parse_int("restore.statePartitions", state_partitions, 1) if state_partitions else None

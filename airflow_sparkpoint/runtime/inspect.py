@@ -234,7 +234,8 @@ def read_operator_specs(spark: SparkSession, location: str) -> list[OperatorSpec
         if isinstance(variables, list):  # transformWithState: one store per state variable
             time_mode = str(properties.get("timeMode")) if properties.get("timeMode") else None
             # Spark lists the variables in no stable order: by name, timers last.
-            stores = tuple(sorted((_variable_spec(v) for v in variables), key=lambda s: (s.type == "timers", s.name)))
+            stores = tuple(sorted((_variable_spec(v) for v in variables),
+                                  key=lambda s: (s.type == "timers", s.name)))
             physical = stores
         elif all(n.startswith(("left-", "right-")) for n in store_names):  # stream-stream join
             stores = tuple(StoreSpec(side, "join", {"joinSide": side}) for side in _JOIN_SIDES)
@@ -265,7 +266,8 @@ def _variable_spec(variable: Mapping[str, Any]) -> StoreSpec:
     return StoreSpec(name, kind, {"stateVarName": name}, ttl=bool(variable.get("ttlEnabled")))
 
 
-def read_store(spark: SparkSession, location: str, batch_id: int, op: OperatorSpec, store: StoreSpec) -> DataFrame:
+def read_store(spark: SparkSession, location: str, batch_id: int, op: OperatorSpec,
+               store: StoreSpec) -> DataFrame:
     """The rows of one store at `batch_id`, normalized to ``key``, [``map_key``],
     ``value``, [``ttl_expiration_ms``], ``partition_id``."""
     from pyspark.sql import functions as F
@@ -437,12 +439,14 @@ class SnapshotReader:
             stores = []
             for spec in op.stores:
                 df = read_store(self.spark, self.location, self.batch_id, op, spec)
-                counts = df.agg(F.count(F.lit(1)).alias("rows"), F.count_distinct("key").alias("keys")).first()
+                counts = df.agg(F.count(F.lit(1)).alias("rows"),
+                                F.count_distinct("key").alias("keys")).first()
                 assert counts is not None  # an aggregate without grouping has one row
                 schema = df.schema
                 stores.append(StoreState(
                     name=spec.name, type=spec.type, rows=int(counts["rows"]), keys=int(counts["keys"]),
-                    key_schema=sql_type(schema["key"].dataType), value_schema=sql_type(schema["value"].dataType),
+                    key_schema=sql_type(schema["key"].dataType),
+                    value_schema=sql_type(schema["value"].dataType),
                     map_key_schema=sql_type(schema["map_key"].dataType) if "map_key" in schema.names else None,
                     ttl=spec.ttl,
                 ))

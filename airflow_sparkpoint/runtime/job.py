@@ -93,7 +93,8 @@ def _reported() -> Iterator[None]:
 class SparkpointJob:
     """A PySpark pipeline with Flink-grade checkpoints (see the module docstring)."""
 
-    def __init__(self, spark: SparkSession, config: SparkpointConfig, argv: Sequence[str] | None = None) -> None:
+    def __init__(self, spark: SparkSession, config: SparkpointConfig,
+                 argv: Sequence[str] | None = None) -> None:
         self.spark = spark
         self.config = config
         self._argv = list(sys.argv[1:] if argv is None else argv)
@@ -197,7 +198,8 @@ class SparkpointJob:
         spark = builder.getOrCreate()
         spark_support.check_spark_version(spark.version)
         spark_support.check_requested_features(
-            {**settings, spark_support.CHECKPOINT_FORMAT_KEY: spark.conf.get(spark_support.CHECKPOINT_FORMAT_KEY, "1") or "1"},
+            {**settings,
+             spark_support.CHECKPOINT_FORMAT_KEY: spark.conf.get(spark_support.CHECKPOINT_FORMAT_KEY, "1") or "1"},
             spark.version)
         # SQL settings also apply to an already running session (e.g. in tests).
         user_set = dict(spark_conf.getAll())
@@ -278,7 +280,8 @@ class _Run(_RunCoordination):
     #: the thread removing earlier runs' live locations, once the query started
     _cleanup: threading.Thread | None = None
 
-    def __init__(self, job: SparkpointJob, df: DataFrame, sink: Sink, output_mode: str, name: str | None) -> None:
+    def __init__(self, job: SparkpointJob, df: DataFrame, sink: Sink, output_mode: str,
+                 name: str | None) -> None:
         self.job = job
         self.cfg = job.config
         self.spark = job.spark
@@ -357,9 +360,11 @@ class _Run(_RunCoordination):
     # -- the query ----------------------------------------------------------------------
 
     def _run_query(self) -> RunResult:
-        coordinator_thread = threading.Thread(target=self._coordinate, name="sparkpoint-coordinator", daemon=True)
+        coordinator_thread = threading.Thread(target=self._coordinate, name="sparkpoint-coordinator",
+                                              daemon=True)
         # Its own thread, so a long final checkpoint or savepoint never looks like a dead job.
-        heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="sparkpoint-heartbeat", daemon=True)
+        heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="sparkpoint-heartbeat",
+                                            daemon=True)
         try:
             writer = (
                 self.df.writeStream.outputMode(self.output_mode)
@@ -373,7 +378,8 @@ class _Run(_RunCoordination):
             watcher = threading.Thread(target=self._watch_commits, args=(livedir.last_commit(self.live),),
                                        name="sparkpoint-commits", daemon=True)
             self.query = writer.start()
-            self._cleanup = threading.Thread(target=self._remove_earlier_live, name="sparkpoint-cleanup", daemon=True)
+            self._cleanup = threading.Thread(target=self._remove_earlier_live, name="sparkpoint-cleanup",
+                                             daemon=True)
             self._cleanup.start()
             watcher.start()
             coordinator_thread.start()
@@ -403,7 +409,8 @@ class _Run(_RunCoordination):
         try:
             removed = livedir.remove_unowned(self.work_root, self.live, self.generation)
         except OSError as exc:  # the next run's start, or this one's end, tries again
-            log.warning("could not remove the live locations of earlier runs under %s: %s", self.work_root, exc)
+            log.warning("could not remove the live locations of earlier runs under %s: %s", self.work_root,
+                        exc)
             return
         if removed:
             log.info("removed the live locations of earlier runs: %s", ", ".join(removed))
@@ -450,7 +457,8 @@ class _Run(_RunCoordination):
         if self._cleanup is not None:
             self._cleanup.join()  # one pass at a time in this process (`livedir.remove_unowned`)
         livedir.remove_unowned(self.work_root, self.live, self.generation)
-        log.info("job %s generation %d %s: %s", self.cfg.job, self.generation, state, json.dumps(result.to_json()))
+        log.info("job %s generation %d %s: %s", self.cfg.job, self.generation, state,
+                 json.dumps(result.to_json()))
         return result
 
     def _stage_batch(self, df: DataFrame, batch_id: int) -> None:

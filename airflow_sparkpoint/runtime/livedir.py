@@ -537,8 +537,8 @@ def remove_unowned(work_root: str, keep: str, below_generation: int) -> list[str
                 continue
             path = os.path.join(work_root, name)
             if not entry.is_dir(follow_symlinks=False):
-                log.warning("removing %s from the work root: a %s where Sparkpoint keeps live locations", path,
-                            "link" if entry.is_symlink() else "file")
+                log.warning("removing %s from the work root: a %s where Sparkpoint keeps live locations",
+                            path, "link" if entry.is_symlink() else "file")
                 root.unlink(name)
                 continue
             try:

@@ -133,7 +133,8 @@ def _probe_task(probe_dir: str, token: str):  # type: ignore[no-untyped-def]
     return run
 
 
-def check_executors_reach(spark: SparkSession, location: str, *, timeout_s: float | None = None) -> list[Executor]:
+def check_executors_reach(spark: SparkSession, location: str, *,
+                          timeout_s: float | None = None) -> list[Executor]:
     """Refuse the run unless every executor sees `location` (a local path) as the driver
     does; returns the executors checked (none in local mode, where the driver is the
     executor).
@@ -148,7 +149,8 @@ def check_executors_reach(spark: SparkSession, location: str, *, timeout_s: floa
     if sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true":
         log.warning("live location %s: executors are started on demand (dynamic "
                     "allocation), so the check that "
-                    "every executor sees it at the same path does not run; use a shared mount on every host", location)
+                    "every executor sees it at the same path does not run; use a shared mount on every host",
+                    location)
         return []
     timeout_s = wait_seconds(sc.getConf()) if timeout_s is None else timeout_s
     found = _wait_executors(spark, timeout_s)

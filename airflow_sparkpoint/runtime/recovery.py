@@ -140,7 +140,8 @@ def recover_transactions(
         else:
             still_pending.append(record)
             summary["kept"].append(record.batch_id)
-    for settlement in settle_all(catalog, to_commit, lambda _r: sink, confirmed=True, fence=fence, recorded=recorded):
+    for settlement in settle_all(catalog, to_commit,
+                                 lambda _r: sink, confirmed=True, fence=fence, recorded=recorded):
         summary["committed"].append(settlement.record.batch_id)
     # Staged data no record names is garbage; what a record names now (read again: a
     # newer generation may have recorded meanwhile) and any newer generation's is not ours.

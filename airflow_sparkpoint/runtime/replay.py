@@ -95,7 +95,8 @@ def capture(live_root: str, batch_id: int, code_version: str | None = None) -> s
         return "0:" + body
     if code_version is not None:
         body["code"] = code_version
-    data = "1:" + base64.b64encode(zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 9)).decode()
+    data = "1:" + base64.b64encode(zlib.compress(json.dumps(body, separators=(",", ":")).encode(),
+                                                 9)).decode()
     if len(data) > RECORD_MAX_CHARS:
         return f"0:its replay record ({len(data)} characters) was larger than {RECORD_MAX_CHARS}"
     return data
@@ -127,8 +128,8 @@ def _capture(root: Dir, batch: int) -> dict[str, Any] | str:
             if found[1]:
                 compact.append(k)
         sources[str(index)] = {"entries": entries, "compact": compact}
-    return {"v": SCHEMA_VERSION, "batch": batch, "offsets": offsets, "prev": _sha(prev) if prev is not None else None,
-            "sources": sources}
+    return {"v": SCHEMA_VERSION, "batch": batch, "offsets": offsets,
+            "prev": _sha(prev) if prev is not None else None, "sources": sources}
 
 
 def decode(record: str) -> dict[str, Any] | str:
@@ -361,8 +362,8 @@ def replay_committed(
                              f"restore point; the batches cannot be replayed: {found}")
     log.warning("sink %s holds batches %d..%d of job %s past the restart point: replaying "
                 "batches %d..%d with the "
-                "offsets their commits recorded (their output is not written again)", sink.sink_id, found.first,
-                found.last, job, found.first, found.last)
+                "offsets their commits recorded (their output is not written again)", sink.sink_id,
+                found.first, found.last, job, found.first, found.last)
     for body in found.records:
         batch = int(body["batch"])
         fence.check()

@@ -74,14 +74,14 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
             policy = "rewind"
         if point.checkpoint is not None:
             handle = catalog.handle(point.checkpoint)
-            return RestorePlan(handle, point.description, "checkpoint", point.checkpoint.id, True, policy, origin,
-                               latest=True, code_version=cfg.code_version)
+            return RestorePlan(handle, point.description, "checkpoint", point.checkpoint.id, True, policy,
+                               origin, latest=True, code_version=cfg.code_version)
         if point.uri is not None:
             assert origin is not None
             handle = _open_origin(point.uri, origin, cfg)
             allow = cfg.restore_allow_foreign_job or bool(origin.restore.get("allow_foreign_job"))
-            return replace(_plan_for(handle, catalog, cfg.job, allow, policy, point.description, origin), latest=True,
-                           code_version=cfg.code_version)
+            return replace(_plan_for(handle, catalog, cfg.job, allow, policy, point.description, origin),
+                           latest=True, code_version=cfg.code_version)
         return RestorePlan(None, point.description, sink_ahead=policy, continues=origin, latest=True,
                            code_version=cfg.code_version)
     handle = open_snapshot(cfg.restore, storage_options=cfg.storage_options)
@@ -218,7 +218,8 @@ def check_sink_position(
     restart = plan.batch_id
     where = f"batch {restart} of {plan.snapshot.uri}" if plan.snapshot else "empty state"
     if catalog is not None and plan.snapshot is not None:
-        found = divergence(plan.snapshot, sink, catalog, job, own_root=under_root(plan.snapshot.uri, catalog.uri))
+        found = divergence(plan.snapshot, sink, catalog, job,
+                           own_root=under_root(plan.snapshot.uri, catalog.uri))
         if found is not None:
             if found.rewindable and policy == "rewind" and sink.can_rewind:
                 return _rewind(plan, sink, job, where, found.describe(sink, plan.snapshot.uri), apply, fence,
@@ -245,8 +246,8 @@ def check_sink_position(
             return False
         because = f" The committed batches cannot be replayed from the restart point: {found_replay}."
     if policy == "rewind" and plan.snapshot is not None and sink.can_rewind:
-        return _rewind(plan, sink, job, where, f"sink {sink.sink_id} is at batch {position}, past {where}", apply,
-                       fence)
+        return _rewind(plan, sink, job, where, f"sink {sink.sink_id} is at batch {position}, past {where}",
+                       apply, fence)
     newer = f"Restore a checkpoint or savepoint at or after batch {position} (see `sparkpoint list`)"
     if not sink.can_rewind:
         # S3Sink, DirectorySink: committed objects cannot be taken back, whatever the policy.
@@ -262,7 +263,8 @@ def check_sink_position(
     )
 
 
-def _decided_position(plan: RestorePlan, sink: Sink, catalog: Catalog, job: str, position: int | None) -> int | None:
+def _decided_position(plan: RestorePlan, sink: Sink, catalog: Catalog, job: str,
+                      position: int | None) -> int | None:
     """The sink's position once the transactions recovery will finish have landed: a
     recorded transaction the restart point does not confirm whose committer decided to
     promote it (a run stalled in its commit) is finished by `settle_unconfirmed`, never
@@ -402,12 +404,13 @@ def fill_live(choice: LiveChoice, plan: RestorePlan, *, repair: bool = True) -> 
         livedir.clear(choice.lock.dir or choice.path)
         return {}, LiveReuse("empty", choice.path, reason=choice.reason)
     if choice.in_place:
-        return seed_index_in_place(plan.snapshot.metadata), LiveReuse("in-place", choice.path, reason=choice.reason)
+        return seed_index_in_place(plan.snapshot.metadata), LiveReuse("in-place", choice.path,
+                                                                      reason=choice.reason)
     # A savepoint's (or another root's) files are not this job's shared files: checkpoints
     # must not reference them, so they are copied once (NO_CLAIM; `Coordinator.prestore`).
     counts: dict[str, int] = {}
-    index = materialize(plan.snapshot, choice.path, stored=plan.own_files, link_from=choice.link_from, counts=counts,
-                        only_read=True, repair=repair, live=choice.lock.dir)
+    index = materialize(plan.snapshot, choice.path, stored=plan.own_files, link_from=choice.link_from,
+                        counts=counts, only_read=True, repair=repair, live=choice.lock.dir)
     return index, LiveReuse("materialized", choice.path, counts.get("linked", 0), counts.get("downloaded", 0),
                             choice.reason, counts.get("skipped", 0))
 

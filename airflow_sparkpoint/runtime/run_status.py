@@ -131,7 +131,8 @@ class _RunStatus:
         last = checkpointer.last_checkpoint if checkpointer is not None else None
         status = JobStatus(
             job=self.cfg.job, generation=self.generation, state=state, started_at=self.started_at,
-            heartbeat_at=time.time(), last_batch=checkpointer.confirmed_batch if checkpointer is not None else None,
+            heartbeat_at=time.time(),
+            last_batch=checkpointer.confirmed_batch if checkpointer is not None else None,
             last_checkpoint_id=last.id if last else None,
             last_checkpoint_uri=self.catalog.checkpoint_uri(last.id) if last else None,
             checkpoints_completed=checkpointer.checkpoints_completed if checkpointer is not None else 0,

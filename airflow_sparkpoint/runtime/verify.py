@@ -65,11 +65,14 @@ class VerifyResult:
     found: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return {"uri": self.uri, "kind": self.kind, "batch_id": self.batch_id, "ok": self.ok, "error": self.error,
-                "verified_at": self.verified_at, "duration_s": round(self.duration_s, 3), "checks": dict(self.checks)}
+        return {"uri": self.uri, "kind": self.kind, "batch_id": self.batch_id, "ok": self.ok,
+                "error": self.error,
+                "verified_at": self.verified_at, "duration_s": round(self.duration_s, 3),
+                "checks": dict(self.checks)}
 
     def record(self, level: str = "state", verified_by: str = "") -> VerificationRecord:
-        return VerificationRecord(verified_at=self.verified_at, level=level, duration_s=round(self.duration_s, 3),
+        return VerificationRecord(verified_at=self.verified_at, level=level,
+                                  duration_s=round(self.duration_s, 3),
                                   checks=dict(self.checks), error=self.error,
                                   verified_by=verified_by or default_verifier())
 
@@ -235,7 +238,8 @@ def verify_snapshot(
         log.warning("verification of %s failed: %s", handle.uri, error)
     else:
         log.info("verified %s: %s", handle.uri, checks)
-    return VerifyResult(handle.uri, meta.kind, meta.batch_id, error is None, error, verified_at, duration, checks)
+    return VerifyResult(handle.uri, meta.kind, meta.batch_id, error is None, error, verified_at, duration,
+                        checks)
 
 
 def record_location(uri: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Storage, str]:
@@ -316,5 +320,6 @@ def verify(
         except CorruptMetadata as exc:
             return VerifyResult(text.rstrip("/"), None, None, False, str(exc), time.time(), 0.0, {})
         except RestoreError as exc:  # no _metadata
-            return VerifyResult(text.rstrip("/"), None, None, False, str(exc), time.time(), 0.0, {}, found=False)
+            return VerifyResult(text.rstrip("/"), None, None, False, str(exc), time.time(), 0.0, {},
+                                found=False)
     return verify_snapshot(handle, spark=spark, scratch_dir=scratch_dir)

@@ -171,7 +171,8 @@ def commit_step(
     parsed = [p for p in map(parse_txn_id, landed) if p is not None]
     latest = catalog.latest()
     return CommitStep(outcome, landed, max((g for _job, _batch, g in parsed), default=None),
-                      sorted({b for _job, b, _g in parsed}), catalog.checkpoint_uri(latest.id) if latest else None)
+                      sorted({b for _job, b, _g in parsed}),
+                      catalog.checkpoint_uri(latest.id) if latest else None)
 
 
 def _commit_as_observed(

@@ -40,7 +40,8 @@ from airflow_sparkpoint.exceptions import ConfigError
 
 __all__ = [
     "FULL_LOOK_S", "JITTER", "CheckpointCondition", "ConditionWatch", "Observation", "Outcome", "decide",
-    "epoch_seconds", "evaluate", "generation_alive", "observe", "optional_int", "optional_seconds", "status_mark",
+    "epoch_seconds", "evaluate", "generation_alive", "observe", "optional_int", "optional_seconds",
+    "status_mark",
 ]
 
 #: a watch's full look at the job, at least this often (seconds; see `ConditionWatch`)
@@ -159,7 +160,8 @@ class CheckpointCondition:
             raise ConfigError(f"savepoint={self.savepoint!r} is invalid; expected True or False")
         # Any duration form, kept as seconds (the trigger serializes the condition's fields).
         object.__setattr__(self, "progress_within", optional_seconds("progress_within", self.progress_within))
-        object.__setattr__(self, "max_heartbeat_age", durations.seconds("max_heartbeat_age", self.max_heartbeat_age))
+        object.__setattr__(self, "max_heartbeat_age",
+                           durations.seconds("max_heartbeat_age", self.max_heartbeat_age))
         if self.savepoint and self.progress_within is not None:
             raise ConfigError(
                 f"progress_within={self.progress_within!r} cannot be combined with savepoint=True; "

@@ -46,7 +46,8 @@ class SavepointDisposal:
     reasons: list[tuple[str, str]]
 
 
-def dispose_savepoints(catalog: Catalog, *, keep: int | None, older_than_s: float | None) -> SavepointDisposal:
+def dispose_savepoints(catalog: Catalog, *, keep: int | None,
+                       older_than_s: float | None) -> SavepointDisposal:
     """Dispose of the savepoints of `catalog`'s job beyond the `keep` newest or older than
     `older_than_s` (the newest, and the one the newest lineage started from, are kept).
 
@@ -76,6 +77,7 @@ def _why_kept(catalog: Catalog, entries: list[SnapshotEntry]) -> list[tuple[Snap
         reasons.append((entry, why))
     for entry in entries:
         if entry.metadata is None:
-            reasons.append((entry, "incomplete, untouched for less than an hour" if "no _metadata" in (entry.error or "")
+            reasons.append((entry,
+                            "incomplete, untouched for less than an hour" if "no _metadata" in (entry.error or "")
                             else f"invalid, kept for inspection: {entry.error}"))
     return reasons

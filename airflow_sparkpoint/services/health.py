@@ -132,7 +132,8 @@ class HealthReport:
         return not self.problems
 
     def to_json(self) -> dict[str, Any]:
-        return {"job": self.job, "healthy": self.healthy, "problems": list(self.problems), **dict(self.figures)}
+        return {"job": self.job, "healthy": self.healthy, "problems": list(self.problems),
+                **dict(self.figures)}
 
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False) -> float | None:
@@ -197,7 +198,8 @@ def check_health(
     if age_limit is not None:
         latest = history.latest_completed
         age = history.age_of_latest()
-        figures.update(latest_checkpoint_id=None if latest is None else latest.id, latest_checkpoint_age_s=age)
+        figures.update(latest_checkpoint_id=None if latest is None else latest.id,
+                       latest_checkpoint_age_s=age)
         if latest is None or age is None:
             problems.append(f"job {job!r} has no completed checkpoint (expected one "
                             f"younger than {age_limit:g} s)")

@@ -30,10 +30,12 @@ from airflow_sparkpoint.checkpoints.history import (
 from airflow_sparkpoint.checkpoints.status import JobStatus, current_of, read_job_status
 
 __all__ = [
-    "CommitHead", "GenerationRecord", "JobStatus", "PipelineHistory", "SnapshotRecord", "commit_head", "current_of",
-    "current_status", "generation_alive", "generation_records", "iso", "live_status", "liveness", "load_history",
-    "open_requests", "plan_origin", "read_generation", "read_job_status", "short_name", "size", "skipped_checkpoints",
-    "snapshot_records",
+    "CommitHead", "GenerationRecord", "JobStatus", "PipelineHistory", "SnapshotRecord", "commit_head",
+    "current_of",
+    "current_status", "generation_alive", "generation_records", "iso", "live_status", "liveness",
+    "load_history",
+    "open_requests", "plan_origin", "read_generation", "read_job_status", "short_name", "size",
+    "skipped_checkpoints", "snapshot_records",
 ]
 
 

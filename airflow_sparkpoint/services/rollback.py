@@ -140,7 +140,8 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
                 "was aborted"
             )
         return Fence.observed(catalog)
-    claim = catalog.claim_generation({"rollback_of": generation, "plan": f"rollback of generation {generation}"})
+    claim = catalog.claim_generation({"rollback_of": generation,
+                                      "plan": f"rollback of generation {generation}"})
     fence = Fence(catalog, claim.generation)
     mine = [r for r in catalog.transactions() if r.generation == generation]  # after the fence: final
     uncommitted = [r.batch_id for r in mine if not sinks.of(r).is_committed(r)]
@@ -199,10 +200,11 @@ def _restart_before(catalog: Catalog, generation: int, first_aborted: int, claim
         base = point.metadata
         pin = catalog.create_savepoint(catalog.handle(base), key=layout.pin_dir(claimed))
         return new_origin(claimed, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
-                          snapshot_id=base.id, batch_id=base.batch_id, id_floor=catalog.next_checkpoint_id() - 1,
+                          snapshot_id=base.id, batch_id=base.batch_id,
+                          id_floor=catalog.next_checkpoint_id() - 1,
                           restore=restore, pin=pin.uri, live_dir=None, host=host, pid=pid)
-    origin = replace(own, generation=claimed, created_at=time.time(), restore=restore, live_dir=None, host=host,
-                     pid=pid)
+    origin = replace(own, generation=claimed, created_at=time.time(), restore=restore, live_dir=None,
+                     host=host, pid=pid)
     if own.uri is None or own.pin is not None:
         return origin
     try:

@@ -312,7 +312,8 @@ def _take(store: Storage, sink: FileSink, decision: Mapping[str, Any]) -> dict[s
         try:
             store.delete(stale)
         except (StorageError, OSError) as exc:  # left behind (empty objects): the claim stands
-            log.warning("could not delete %d stale claim markers of %s in %s: %s", len(stale), job, store.uri, exc)
+            log.warning("could not delete %d stale claim markers of %s in %s: %s", len(stale), job,
+                        store.uri, exc)
     return body
 
 
@@ -356,7 +357,8 @@ def commit(sink: FileSink, record: TransactionRecord) -> CommitOutcome:
                 f"{len(missing)} item(s)): this batch's output is lost, nothing was claimed; restore from an "
                 "earlier checkpoint so that the batch is produced again"
             )
-        decision = decide(store, decision_key(record.job, record.txn_id), _decision(record, PROMOTE, plan, files))
+        decision = decide(store, decision_key(record.job, record.txn_id),
+                          _decision(record, PROMOTE, plan, files))
         if decision.get("decision") != PROMOTE:
             _aborted(sink, record)
         claim = _take(store, sink, decision)
@@ -410,7 +412,8 @@ def _finish(sink: FileSink, claim: Mapping[str, Any]) -> CommitOutcome:
 def _lose(sink: FileSink, record: TransactionRecord, winner: Mapping[str, Any]) -> None:
     """`record` lost its batch to `winner`: discard its own staged data and raise."""
     plan, _files = sink._plan(record)
-    decision = decide(sink._storage(), decision_key(record.job, record.txn_id), _decision(record, ABORT, None, None))
+    decision = decide(sink._storage(), decision_key(record.job, record.txn_id),
+                      _decision(record, ABORT, None, None))
     # Whether it had decided to promote or not: claims are permanent, so it never will.
     sink._discard(record.txn_id, plan, promoted_too=decision.get("decision") == ABORT)
     log.warning("%s lost batch %d to %s in %s; its staged data was discarded", record.txn_id, record.batch_id,
@@ -494,7 +497,8 @@ def committed_txn(store: Storage, job: str, batch_id: int) -> CommittedTxn | Non
     if claim is None:
         return None
     generation = claim.get("generation")
-    return CommittedTxn(job=job, batch_id=batch_id, generation=int(generation) if generation is not None else None,
+    return CommittedTxn(job=job, batch_id=batch_id,
+                        generation=int(generation) if generation is not None else None,
                         txn_id=str(claim["txn_id"]) if claim.get("txn_id") else None)
 
 

@@ -285,7 +285,8 @@ class LocalTable(TableLocation):
             raise ConfigError(f"DeltaSink uri={self.label!r}: parent directory {parent} does not exist")
 
     def _full(self, path: str) -> str:
-        return os.path.join(self.uri, *confine(path, what=f"a path in {self.label}", error=SinkError).split("/"))
+        return os.path.join(self.uri,
+                            *confine(path, what=f"a path in {self.label}", error=SinkError).split("/"))
 
     def _root(self, create: bool = False) -> Dir:
         """The table root, open (`storage.localfs`: nothing below it is followed).

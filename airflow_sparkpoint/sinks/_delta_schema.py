@@ -35,8 +35,8 @@ def check_columns(sink: object, schema: pa.Schema, ctx: StageContext, keys: Sequ
             )
 
 
-def check_unique_keys(sink: object, files: Sequence[Mapping[str, Any]], ctx: StageContext, keys: Sequence[str],
-                      read_parquet: Callable[..., pa.Table]) -> None:
+def check_unique_keys(sink: object, files: Sequence[Mapping[str, Any]], ctx: StageContext,
+                      keys: Sequence[str], read_parquet: Callable[..., pa.Table]) -> None:
     """A merge needs one row per key per batch.
 
     :raises SinkError: naming `sink`, the key columns and a few duplicate keys.

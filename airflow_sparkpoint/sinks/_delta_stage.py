@@ -128,7 +128,8 @@ class PartitionWriter:
         for _path, writer in self.writers.values():
             writer.close()
 
-    def place(self, layout: StageLayout, partition: int, put: Callable[[str, str], None]) -> list[dict[str, Any]]:
+    def place(self, layout: StageLayout, partition: int,
+              put: Callable[[str, str], None]) -> list[dict[str, Any]]:
         """Hand every closed file to ``put(local_path, relative_path)`` under `layout` and
         describe it as ``{path, size, partition_values, num_records, modification_time}``."""
         files = []

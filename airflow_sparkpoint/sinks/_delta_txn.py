@@ -72,7 +72,8 @@ def staged(record: TransactionRecord) -> dict[str, Any]:
         raise SinkError(f"{what}.staging {batch.get('staging')!r} is not the transaction's own staging area "
                         f"{own!r}; refused")
     for file in files:
-        file["path"] = confine(file.get("path"), under=own, what=f"{what}.files[].path", error=SinkError, exact=True)
+        file["path"] = confine(file.get("path"), under=own, what=f"{what}.files[].path", error=SinkError,
+                               exact=True)
     return {**batch, "files": files}
 
 

@@ -76,7 +76,8 @@ class CommitOutcome:
 
 #: what a commit step calls on a sink it rebuilt from a transaction record: a subclass
 #: that overrides one of them cannot be settled by the class registered under its kind
-SETTLE_METHODS = ("configure", "commit", "is_committed", "decision", "was_committed", "abort", "committed_position", "rewind",
+SETTLE_METHODS = ("configure", "commit", "is_committed", "decision", "was_committed", "abort",
+                  "committed_position", "rewind",
                   "rewind_problem", "cleanup_orphans", "committed_txn", "replay_record")
 
 

@@ -327,8 +327,8 @@ class DeltaSink(Sink):
         """`record` lost its batch to `winner`: discard its own staged data and raise."""
         self._decide(record, "abort")  # a no-op if it had decided to promote: it never lands now
         self._drop_staging(record)
-        log.warning("%s lost batch %d to %s in %s; its staged data was discarded", record.txn_id, record.batch_id,
-                    winner.txn_id or "another transaction", self.uri)
+        log.warning("%s lost batch %d to %s in %s; its staged data was discarded", record.txn_id,
+                    record.batch_id, winner.txn_id or "another transaction", self.uri)
         raise TransactionConflict(
             f"batch {record.batch_id} of job {record.job!r} was already committed to "
             f"{self.uri} by transaction "
@@ -351,7 +351,8 @@ class DeltaSink(Sink):
         """`message` without credentials (delta-rs errors on S3 may quote its options)."""
         return self.location.scrub(message)
 
-    def _append(self, table: DeltaTable | None, staged: Mapping[str, Any], schema: pa.Schema, props: Any) -> None:
+    def _append(self, table: DeltaTable | None, staged: Mapping[str, Any], schema: pa.Schema,
+                props: Any) -> None:
         deltalake = _import_deltalake()
         from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
@@ -379,10 +380,12 @@ class DeltaSink(Sink):
         else:
             actions: list[AddAction | RemoveAction] = list(adds)
             table.create_write_transaction(
-                actions, mode="append", schema=schema, partition_by=self.partition_by or None, commit_properties=props
+                actions, mode="append", schema=schema, partition_by=self.partition_by or None,
+                commit_properties=props
             )
 
-    def _merge(self, table: DeltaTable | None, staged: Mapping[str, Any], schema: pa.Schema, props: Any) -> None:
+    def _merge(self, table: DeltaTable | None, staged: Mapping[str, Any], schema: pa.Schema,
+               props: Any) -> None:
         deltalake = _import_deltalake()
         import pyarrow as pa
 
@@ -461,7 +464,8 @@ class DeltaSink(Sink):
             return str(exc)
         return None
 
-    def _checked_target(self, history: list[dict[str, Any]], job: str, snapshot: SnapshotMetadata) -> tuple[int, int]:
+    def _checked_target(self, history: list[dict[str, Any]], job: str,
+                        snapshot: SnapshotMetadata) -> tuple[int, int]:
         """`_delta_txn.rewind_target`, refused when a later version is not the job's own or a
         file of the target version is gone (a rewound lineage's staged files are
         discarded: its own rewind, or a vacuum, took them).
@@ -477,7 +481,8 @@ class DeltaSink(Sink):
                     f"({entry.get('operation')}) was not written by job {job!r}"
                 )
         if target >= 0:
-            past = _import_deltalake().DeltaTable(self.path, version=target, storage_options=self.location.delta_options())
+            past = _import_deltalake().DeltaTable(self.path, version=target,
+                                                  storage_options=self.location.delta_options())
             missing = self.location.missing(sorted(_delta_txn.table_paths(past)))
             if missing:
                 raise SinkAheadError(
@@ -532,7 +537,8 @@ class DeltaSink(Sink):
             return True
         landed = self._landed(table, record) if table is not None else None
         if landed is None and not (table is not None and _delta_txn.ever_committed(table, record)):
-            log.warning("staging area %s of %s is decided to commit and has not landed; left in place", txn, self.uri)
+            log.warning("staging area %s of %s is decided to commit and has not landed; left in place", txn,
+                        self.uri)
             return False
         return True
 
@@ -566,5 +572,5 @@ class DeltaSink(Sink):
             custom_metadata={"sparkpoint.job": job, "sparkpoint.rewind": str(target)},
         )
         table.restore(target, commit_properties=props)
-        log.warning("rewound Delta table %s from version %d to %d (last committed batch %d)", self.uri, current,
-                    target, committed_batch)
+        log.warning("rewound Delta table %s from version %d to %d (last committed batch %d)", self.uri,
+                    current, target, committed_batch)

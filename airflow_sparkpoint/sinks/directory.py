@@ -240,7 +240,8 @@ class DirectorySink(claims.FileSink):
             "files": files,
             "bytes": sum(f["size"] for f in files),
         }
-        log.info("staged %s: %d file(s), %d bytes in %s/%s", txn, len(files), payload["bytes"], self.uri, staging)
+        log.info("staged %s: %d file(s), %d bytes in %s/%s", txn, len(files), payload["bytes"], self.uri,
+                 staging)
         faults.pause("staged", ctx.batch_id, txn=txn)
         return payload
 
@@ -289,7 +290,8 @@ class DirectorySink(claims.FileSink):
         what = f"transaction {record.txn_id} payload.staged"
         try:
             staged = record.payload["staged"]
-            staging = confine(staged["staging"], under=manifests.STAGING, what=f"{what}.staging", error=SinkError)
+            staging = confine(staged["staging"], under=manifests.STAGING, what=f"{what}.staging",
+                              error=SinkError)
             return staging, [{**f, "path": confine(f["path"], what=f"{what}.files[].path", error=SinkError)}
                              for f in staged["files"]]
         except (KeyError, TypeError) as exc:
@@ -410,7 +412,8 @@ class DirectorySink(claims.FileSink):
                     continue
                 promoted.append(dst)
         if promoted:
-            log.warning("abort of %s removes %d file(s) moved without a claim from %s", txn, len(promoted), self.uri)
+            log.warning("abort of %s removes %d file(s) moved without a claim from %s", txn, len(promoted),
+                        self.uri)
         try:
             store.delete(promoted)
             if self._local is not None:

@@ -177,7 +177,8 @@ class S3Sink(claims.FileSink):
         if ctx.storage_options:
             self.configure(ctx.storage_options)
         txn = ctx.txn_id
-        spec = UploadSpec(self.bucket, self.prefix + manifests.part_prefix(txn), self.format, self.part_size, dict(self._options))
+        spec = UploadSpec(self.bucket, self.prefix + manifests.part_prefix(txn), self.format, self.part_size,
+                          dict(self._options))
 
         def stage_batches(batches: Iterator[Any]) -> Iterator[Any]:
             return stage_partition(spec, batches)
@@ -227,7 +228,8 @@ class S3Sink(claims.FileSink):
     def _plan_uploads(self, txn: str, plan: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         """The uploads of `txn`'s promotion `plan`, read from a claim or decision in the
         output location (as untrusted as a record): every key one of `txn`'s files."""
-        return self._confined((plan or {}).get("uploads", ()), txn, f"the promotion plan of {txn} in {self.uri}: uploads")
+        return self._confined((plan or {}).get("uploads", ()), txn,
+                              f"the promotion plan of {txn} in {self.uri}: uploads")
 
     def _confined(self, uploads: Any, txn: str, what: str) -> list[dict[str, Any]]:
         """`uploads` (``{key, upload_id, ...}`` items read from `what`), each key checked to be
@@ -242,7 +244,8 @@ class S3Sink(claims.FileSink):
             confined = []
             for upload in uploads:
                 # An S3 key is literal: checked as it is (`exact`), never rewritten.
-                key = confine(upload["key"], under=self.prefix, what=f"{what}[].key", error=SinkError, exact=True)
+                key = confine(upload["key"], under=self.prefix, what=f"{what}[].key", error=SinkError,
+                              exact=True)
                 if manifests.part_txn(key[len(self.prefix):]) != txn:
                     raise SinkError(f"{what}[].key {key!r} is not a file of transaction {txn} (expected "
                                     f"{self.prefix}{manifests.part_prefix(txn)}<n>.<ext>); refused")
@@ -316,7 +319,8 @@ class S3Sink(claims.FileSink):
         """Nothing to clean: completed uploads leave nothing staged."""
 
     def _file_uri(self, file: Mapping[str, Any]) -> str:
-        key = confine(file.get("key"), under=self.prefix, what=f"a claim's file in {self.uri}", error=SinkError)
+        key = confine(file.get("key"), under=self.prefix, what=f"a claim's file in {self.uri}",
+                      error=SinkError)
         return f"s3://{self.bucket}/{key}"
 
     def _complete(self, upload: Mapping[str, Any]) -> str:
@@ -405,7 +409,8 @@ class S3Sink(claims.FileSink):
         paginator = self._client.get_paginator("list_objects_v2")
         keys = []
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + manifests.part_prefix(txn)):
+            for page in paginator.paginate(Bucket=self.bucket,
+                                           Prefix=self.prefix + manifests.part_prefix(txn)):
                 for item in page.get("Contents", ()):
                     rel = item["Key"][len(self.prefix):]
                     if manifests.part_txn(rel) == txn:
@@ -436,7 +441,8 @@ class S3Sink(claims.FileSink):
         paginator = self._client.get_paginator("list_multipart_uploads")
         found = []
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + manifests.part_prefix(txn or job)):
+            for page in paginator.paginate(Bucket=self.bucket,
+                                           Prefix=self.prefix + manifests.part_prefix(txn or job)):
                 for item in page.get("Uploads", ()):
                     found_txn = manifests.part_txn(item["Key"][len(self.prefix):])
                     if found_txn is None:
@@ -482,7 +488,8 @@ class S3Sink(claims.FileSink):
         aborted = sum(len(listed[t]) for t, outcome in zip(txns, outcomes, strict=True) if outcome == "discarded")
         finished = [t for t, outcome in zip(txns, outcomes, strict=True) if outcome == "committed"]
         if finished:
-            log.warning("finished the claimed promotion of %s under %s (their records were gone)", finished, self.uri)
+            log.warning("finished the claimed promotion of %s under %s (their records were gone)", finished,
+                        self.uri)
         if aborted:
             log.info("aborted %d orphaned upload(s) of job %s under %s", aborted, job, self.uri)
         return aborted

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from airflow_sparkpoint.exceptions import InvalidPath, ObjectTooLarge
 
-__all__ = ["ObjectInfo", "ObjectTooLarge", "PrefixedStorage", "Storage", "check_size", "discard_file", "join_key",
-           "normalize_key", "normalize_prefix"]
+__all__ = ["ObjectInfo", "ObjectTooLarge", "PrefixedStorage", "Storage", "check_size", "discard_file",
+           "join_key", "normalize_key", "normalize_prefix"]
 
 
 @dataclass(frozen=True)

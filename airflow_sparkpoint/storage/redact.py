@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["MASK", "MIN_SECRET_CHARS", "REGISTERED_MIN_CHARS", "redact_url", "register", "scrub", "scrub_value",
-           "secret_values", "userinfo"]
+__all__ = ["MASK", "MIN_SECRET_CHARS", "REGISTERED_MIN_CHARS", "redact_url", "register", "scrub",
+           "scrub_value", "secret_values", "userinfo"]
 
 MASK = "***"
 #: the shortest secret a caller passes that is replaced wherever it appears in a message

@@ -109,7 +109,8 @@ class _SharedStores:
 
     @staticmethod
     def key(uri: str, options: Mapping[str, Any]) -> str:
-        return hashlib.sha256(json.dumps([uri, dict(options)], sort_keys=True, default=str).encode()).hexdigest()
+        return hashlib.sha256(json.dumps([uri, dict(options)], sort_keys=True,
+                                         default=str).encode()).hexdigest()
 
     def acquire(self, uri: str, options: Mapping[str, Any]) -> tuple[str, Storage]:
         """The shared store for `uri` (opened here on first use: cheap, clients are lazy)."""
