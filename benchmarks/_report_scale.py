@@ -221,7 +221,8 @@ def scale_sections(results: dict[str, Any]) -> list[str]:
                       [[s["backend"], str(s["sensors"]), str(s["retained_checkpoints"]),
                         f"{s['poll_interval_s']:g} s",
                         f"{s['requests_per_min_per_sensor']:.1f}", f"{s['requests_per_poll']:.1f}",
-                        f"{s['max_loop_lag_s'] * 1000:.0f} ms ({s.get('steady_loop_lag_s', 0) * 1000:.0f} ms)"]
+                        (f"{s['max_loop_lag_s'] * 1000:.0f} ms ({s.get('steady_loop_lag_s', 0) * 1000:.0f} "
+                        "ms)")]
                        for s in a["sensors"]])
         out += [""]
     return out

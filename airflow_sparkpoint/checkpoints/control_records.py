@@ -156,7 +156,8 @@ class _Claim:
             return cls(str(raw["state"]), _opt_int(raw.get("generation")), float(raw["at"]),
                        str(raw.get("reason", "")))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ControlError(f"control acknowledgement is malformed ({exc.__class__.__name__}: {exc})") from None
+            raise ControlError(f"control acknowledgement is malformed ({exc.__class__.__name__}: "
+                               f"{exc})") from None
 
 
 def _request_key(request_id: str) -> str:

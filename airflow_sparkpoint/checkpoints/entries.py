@@ -177,7 +177,8 @@ class GenerationInfo:
             raise CorruptMetadata(f"generation claim {data!r:.80} is not a JSON object")
         number, started = data.get("generation"), data.get("started_at")
         if not isinstance(number, int) or isinstance(number, bool) or number < 1:
-            raise CorruptMetadata(f"generation claim names generation {number!r}; expected a positive integer")
+            raise CorruptMetadata(f"generation claim names generation {number!r}; "
+                                  "expected a positive integer")
         if generation is not None and number != generation:
             raise CorruptMetadata(f"the claim of generation {generation} names generation {number}")
         if not isinstance(started, (int, float)) or isinstance(started, bool) or not math.isfinite(started):

@@ -123,7 +123,8 @@ class Origin:
                 schema_version=version,
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptMetadata(f"{where}: malformed origin record ({exc.__class__.__name__}: {exc})") from None
+            raise CorruptMetadata(f"{where}: malformed origin record ({exc.__class__.__name__}: "
+                                  f"{exc})") from None
 
     def describe(self) -> str:
         if self.kind == "empty":

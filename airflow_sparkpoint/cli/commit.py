@@ -39,7 +39,8 @@ def add_commit(commands: Any, common: argparse.ArgumentParser) -> None:
                         "other sink are refused; "
                         "without it each record's own sink config is used, confined to its root (a warning)")
     p.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a constructor argument of --sink (e.g. format=json, mode=merge, keys=id); repeatable")
+                   help="a constructor argument of --sink (e.g. format=json, "
+                        "mode=merge, keys=id); repeatable")
     p.set_defaults(func=cmd_commit)
 
 

@@ -589,7 +589,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                 "host": str(demo.blue.root)})
     _adopt_orphans()
     previous_handlers = _exit_on_interrupt(demo, console)
-    console.step("airflow-sparkpoint demo: checkpoints, savepoints and exactly-once output on Spark + Airflow")
+    console.step("airflow-sparkpoint demo: checkpoints, savepoints and exactly-once "
+                 "output on Spark + Airflow")
     console.say(f"   workdir   {workdir}")
     console.say(f"   logs      {logs / 'airflow.log'} (Airflow tasks, spark-submit), {demo.blue.log} (blue)")
     console.say("   1. incremental ETL: a driver killed with SIGKILL, Airflow's retry resumes "

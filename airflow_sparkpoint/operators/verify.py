@@ -361,7 +361,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
     def _check_result(self, result: dict[str, Any] | None, handle: SnapshotHandle) -> dict[str, Any]:
         """:raises DrillFailed: the run did not finish from `handle` after its batch."""
         if result is None:
-            raise DrillFailed("the application ended without a Sparkpoint run result (did it call job.run()?)")
+            raise DrillFailed("the application ended without a Sparkpoint run result "
+                              "(did it call job.run()?)")
         batch = handle.metadata.batch_id
         checks = {key: result.get(key) for key in ("status", "restore_mode", "first_batch", "last_batch",
                                                    "batches_processed", "generation")}

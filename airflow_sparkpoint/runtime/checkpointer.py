@@ -421,7 +421,8 @@ class Checkpointer:
                              "left out", live.path, batch_id)
                     return None
                 # Spark's maintenance removed it between listing and copying: an old version.
-                raise CatalogError(f"live file {live.path} vanished while checkpointing batch {batch_id}") from None
+                raise CatalogError(f"live file {live.path} vanished while "
+                                   f"checkpointing batch {batch_id}") from None
             if st.st_size == live.size and st.st_mtime_ns == live.mtime_ns:
                 break
             if not sst:
@@ -464,7 +465,8 @@ class Checkpointer:
             try:
                 st = os.stat(path)
             except FileNotFoundError:
-                raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} is gone") from None
+                raise CatalogError(f"shared file {ref.key} is missing and "
+                                   f"live file {ref.path} is gone") from None
             live = livedir.LiveFile(ref.path, path, st.st_size, st.st_mtime_ns)
             if (st.st_size, st.st_mtime_ns) != (ref.size, ref.mtime_ns) and livedir.file_sha256(path) != ref.sha256:
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} changed")

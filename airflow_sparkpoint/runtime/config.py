@@ -114,7 +114,8 @@ def _parse_int(key: str, value: str, minimum: int) -> int:
     try:
         number = int(str(value).strip())
     except ValueError:
-        raise ConfigError(f"{PREFIX}{key}={value!r} is not an integer; expected an integer >= {minimum}") from None
+        raise ConfigError(f"{PREFIX}{key}={value!r} is not an integer; "
+                          f"expected an integer >= {minimum}") from None
     if number < minimum:
         raise ConfigError(f"{PREFIX}{key}={value!r} is too small; expected an integer >= {minimum}")
     return number

@@ -408,7 +408,8 @@ class SnapshotReader:
         else:
             matches = [s for s in specs if s.id == operator]
             if not matches:
-                raise ConfigError(f"operator {operator} is not in {self.handle.uri}; operators: {_ids(specs)}")
+                raise ConfigError(f"operator {operator} is not in {self.handle.uri}; "
+                                  f"operators: {_ids(specs)}")
             op = matches[0]
         if store is None:
             return op, op.stores[0]

@@ -307,7 +307,8 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
         recorded = offset_log_conf((livedir.read_log_file(path, spark_layout.offsets_entry(synthetic)) or "").encode()
                                    ).get(SHUFFLE_PARTITIONS)
     except (OSError, ValueError) as exc:  # a link, or over the limit of a log file
-        raise SparkpointError(f"{KEY}={rescale.target}: cannot read offsets/{synthetic} in {live}: {exc}") from None
+        raise SparkpointError(f"{KEY}={rescale.target}: cannot read offsets/{synthetic} in {live}: "
+                              f"{exc}") from None
     if recorded != str(rescale.target):
         raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner recorded "
                               f"{SHUFFLE_PARTITIONS}={recorded} "
@@ -318,7 +319,8 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
             _fix_v1_metadata(location, rescale.target)
             removed = _remove_dropped_partitions(location, rescale.target)
     except (OSError, ValueError) as exc:  # a link planted in the location, metadata over its limit
-        raise SparkpointError(f"{KEY}={rescale.target}: cannot update the state metadata in {live}: {exc}") from None
+        raise SparkpointError(f"{KEY}={rescale.target}: cannot update the state "
+                              f"metadata in {live}: {exc}") from None
     log.info("%s: state of batch %d repartitioned from %d to %d partitions as batch %d%s", KEY, batch,
              rescale.current, rescale.target, synthetic,
              f" ({removed} dropped partition directories removed)" if removed else "")

@@ -252,7 +252,8 @@ def check_sink_position(
     if not sink.can_rewind:
         # S3Sink, DirectorySink: committed objects cannot be taken back, whatever the policy.
         remedy = (f"{newer}, or write to a new output location. {type(sink).__name__} cannot rewind: "
-                  "committed output cannot be taken back (restore.sinkAhead=rewind works with DeltaSink only)")
+                  "committed output cannot be taken back (restore.sinkAhead=rewind "
+                  "works with DeltaSink only)")
     elif plan.snapshot is None:
         remedy = f"{newer}; a rewind needs a snapshot to rewind to, and this restore starts from empty state"
     else:
@@ -390,7 +391,8 @@ def choose_live(
         reason = "empty state"
     lock = livedir.try_lock(fresh)
     if lock is None:
-        raise SparkpointError(f"live location {fresh} of generation {generation} is locked by another process")
+        raise SparkpointError(f"live location {fresh} of generation {generation} is "
+                              "locked by another process")
     assert lock.dir is not None
     livedir.write_owner(lock.dir, livedir.owner_record(job, generation, jvm_pid))
     return LiveChoice(fresh, lock, False, paths[0] if paths else None, reason or "a fresh location")

@@ -162,7 +162,8 @@ def validate_thresholds(
     if ratio is not None and ratio >= 1:
         raise ConfigError(f"max_failure_ratio={max_failure_ratio!r} is invalid; expected a ratio in [0, 1)")
     if isinstance(failure_window, bool) or not isinstance(failure_window, int) or failure_window < 1:
-        raise ConfigError(f"failure_window={failure_window!r} is invalid; expected an integer >= 1 (attempts)")
+        raise ConfigError(f"failure_window={failure_window!r} is invalid; expected "
+                          "an integer >= 1 (attempts)")
     heartbeat = durations.optional_seconds("max_heartbeat_age", max_heartbeat_age)
     if age is None and ratio is None and heartbeat is None:
         raise ConfigError("a health check needs at least one of max_checkpoint_age, max_failure_ratio, "

@@ -305,7 +305,8 @@ def _take(store: Storage, sink: FileSink, decision: Mapping[str, Any]) -> dict[s
     except ObjectExists:
         existing = manifests.read_manifest(store, job, batch)
         if existing is None:  # claims are never deleted
-            raise StorageError(f"the claim of batch {batch} of {job!r} in {store.uri} exists and does not") from None
+            raise StorageError(f"the claim of batch {batch} of {job!r} in "
+                               f"{store.uri} exists and does not") from None
         return existing
     stale = manifests.stale_markers(job, batch)
     if stale:

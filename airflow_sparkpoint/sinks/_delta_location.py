@@ -76,7 +76,8 @@ def import_deltalake() -> Any:
     try:
         import deltalake
     except ImportError as exc:  # pragma: no cover - a core dependency
-        raise ImportError(f"DeltaSink needs deltalake ({exc}); install it with: pip install deltalake") from exc
+        raise ImportError(f"DeltaSink needs deltalake ({exc}); install it "
+                          "with: pip install deltalake") from exc
     return deltalake
 
 
@@ -446,7 +447,8 @@ class S3Table(TableLocation):
                 )
                 credentials = session.get_credentials()
             except BotoCoreError as exc:
-                raise ConfigError(f"DeltaSink uri={self.label!r}: the AWS credentials are unusable ({exc})") from None
+                raise ConfigError(f"DeltaSink uri={self.label!r}: the AWS "
+                                  f"credentials are unusable ({exc})") from None
             if credentials is None:
                 raise ConfigError(
                     f"DeltaSink uri={self.label!r}: no AWS credentials found for bucket "

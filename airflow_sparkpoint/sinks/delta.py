@@ -298,7 +298,8 @@ class DeltaSink(Sink):
                 # against its snapshot, where a concurrent commit of the batch conflicts.
                 return self._write(record, table)
             else:
-                raise SinkError(f"Delta commit of batch {record.batch_id} to {self.uri} failed: {failure}") from exc
+                raise SinkError(f"Delta commit of batch {record.batch_id} to "
+                                f"{self.uri} failed: {failure}") from exc
         faults.maybe_kill("promoting", record.batch_id)  # landed; the caller does not know yet
         faults.pause("landed", record.batch_id, txn=record.txn_id)
         if table is None:

@@ -386,7 +386,8 @@ class DirectorySink(claims.FileSink):
                       confine(dst, what=f"{what}: a move to", error=SinkError), int(size))
                      for src, dst, size in (plan or {}).get("moves", ())]
         except (TypeError, ValueError) as exc:
-            raise SinkError(f"{what} has malformed moves ({exc}); expected [source, target, size] lists") from None
+            raise SinkError(f"{what} has malformed moves ({exc}); expected "
+                            "[source, target, size] lists") from None
         return staging, moves
 
     def _promote(self, claim: Mapping[str, Any]) -> list[str]:

@@ -252,7 +252,8 @@ class S3Sink(claims.FileSink):
                 confined.append({**upload, "key": key})
             return confined
         except (KeyError, TypeError) as exc:
-            raise SinkError(f"{what} are malformed ({exc!r}); expected a list of {{key, upload_id, ...}}") from None
+            raise SinkError(f"{what} are malformed ({exc!r}); expected a list "
+                            "of {key, upload_id, ...}") from None
 
     def commit(self, record: TransactionRecord) -> CommitOutcome:
         """Claim the batch, then complete the transaction's uploads (`_claims`).

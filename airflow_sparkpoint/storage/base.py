@@ -55,7 +55,8 @@ def normalize_key(key: str) -> str:
     :raises InvalidPath: the key is empty, absolute, or has ``..``/``.``/empty segments.
     """
     if not isinstance(key, str) or not key:
-        raise InvalidPath(f"storage key {key!r} is empty; expected a relative path like 'job/chk-1/_metadata'")
+        raise InvalidPath(f"storage key {key!r} is empty; expected a relative path "
+                          "like 'job/chk-1/_metadata'")
     stripped = key.strip("/")
     parts = stripped.split("/")
     if any(part in ("", ".", "..") for part in parts) or "\\" in stripped or "\x00" in stripped:
