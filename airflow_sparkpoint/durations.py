@@ -50,7 +50,8 @@ def parse_text(text: str) -> float:
     if any(unit.startswith(("month", "mon", "year", "yr")) for unit in units):
         raise ValueError(f"uses months or years, which are not fixed durations; expected {FORMS}")
     bare = len(parts) == 1 and not units[0]
-    if not parts or (not bare and (not all(unit in _UNIT_SECONDS for unit in units) or len(set(units)) < len(units))):
+    if (not parts
+            or (not bare and (not all(unit in _UNIT_SECONDS for unit in units) or len(set(units)) < len(units)))):
         raise ValueError(f"is not a duration; expected a timedelta, a number of seconds or {FORMS}")
     return sum(float(number) * (_UNIT_SECONDS[unit] if unit else 1.0) for number, unit in parts)
 

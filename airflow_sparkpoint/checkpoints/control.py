@@ -390,7 +390,8 @@ class ControlChannel:
 
         :raises ConfigError: `older_than_s` < 0 or `limit` < 1.
         """
-        if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or not older_than_s >= 0:
+        if (isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float))
+                or not older_than_s >= 0):
             raise ConfigError(f"cleanup older_than_s={older_than_s!r} is invalid; expected "
                               "a number of seconds >= 0")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
@@ -529,7 +530,8 @@ class ControlChannel:
             self.store.put_if_absent(_result_key(result.request_id), body)
         except ObjectExists:
             existing = self._stored_result(result.request_id)
-            if existing is not None and (existing.state, existing.generation) == (result.state, result.generation):
+            if (existing is not None
+                    and (existing.state, existing.generation) == (result.state, result.generation)):
                 return
             shown = "unreadable" if existing is None else existing.state
             raise ControlError(

@@ -293,7 +293,8 @@ class SnapshotMetadata:
         if "sha256:" + _canonical_sha256(body) != checksum:
             raise CorruptMetadata(f"{where}: checksum mismatch (the file was modified or truncated)")
         version = body.get("schema_version")
-        if isinstance(version, bool) or not isinstance(version, int) or version > SCHEMA_VERSION or version < 1:
+        if (isinstance(version, bool) or not isinstance(version, int) or version > SCHEMA_VERSION
+                or version < 1):
             raise CorruptMetadata(
                 f"{where}: schema_version {version!r} is not supported; this release "
                 f"reads 1..{SCHEMA_VERSION}"

@@ -198,7 +198,8 @@ class AirflowTry:
     def same_task(self, other: AirflowTry | None) -> bool:
         """Whether `other` is a try of the same task instance (same DAG, task, DAG run and
         map index): a retry or a clear of it, which takes over its run as it always did."""
-        if other is None or (self.dag_id, self.task_id, self.run_id) != (other.dag_id, other.task_id, other.run_id):
+        if (other is None
+                or (self.dag_id, self.task_id, self.run_id) != (other.dag_id, other.task_id, other.run_id)):
             return False
         return not (self.map_index_known and other.map_index_known) or self.map_index == other.map_index
 

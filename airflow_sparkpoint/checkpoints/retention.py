@@ -134,7 +134,8 @@ def enforce_checkpoint_retention(
     """
     if isinstance(num_retained, bool) or not isinstance(num_retained, int) or num_retained < 1:
         raise ConfigError(f"checkpoint numRetained={num_retained!r} is invalid; expected an integer >= 1")
-    if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float)) or not grace_seconds >= 0:
+    if (isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float))
+            or not grace_seconds >= 0):
         raise ConfigError(f"retention grace_seconds={grace_seconds!r} is invalid; expected seconds >= 0")
     snapshots, origin_store = catalog.snapshot_store, catalog.origin_store
     ids = snapshots.checkpoint_ids() if checkpoint_ids is None else sorted(set(checkpoint_ids))
@@ -328,7 +329,8 @@ def prune_journal(catalog: Catalog, older_than: float, listing: Iterable[ObjectI
 
 
 def _check_args(max_count: int | None, max_age_s: float | None) -> None:
-    if max_count is not None and (isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1):
+    if (max_count is not None
+            and (isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1)):
         raise ConfigError(
             f"savepoint history max_count={max_count!r} is invalid; expected an "
             "integer >= 1 or None (no limit)"

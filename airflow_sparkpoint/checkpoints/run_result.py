@@ -173,7 +173,8 @@ def parse_error_line(line: str) -> tuple[str, str] | None:
         data = json.loads(line[len(ERROR_LINE):])
     except ValueError:
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("type"), str) or not isinstance(data.get("message"), str):
+    if (not isinstance(data, dict) or not isinstance(data.get("type"), str)
+            or not isinstance(data.get("message"), str)):
         return None
     return data["type"], data["message"]
 

@@ -378,7 +378,8 @@ class SnapshotStore:
         scheme, bucket, path = split_uri(text)
         own_scheme, own_bucket, own_path = split_uri(self.uri)
         path, own_path = path.rstrip("/"), own_path.rstrip("/")
-        if (scheme, bucket) != (own_scheme, own_bucket) or not path.startswith(own_path + "/" if own_path else ""):
+        if ((scheme, bucket) != (own_scheme, own_bucket)
+                or not path.startswith(own_path + "/" if own_path else "")):
             raise RestoreError(f"{uri} is outside job {self.job!r} ({self.uri})")
         return normalize_key(path[len(own_path):].lstrip("/"))
 

@@ -122,7 +122,8 @@ class Watcher(threading.Thread):
     def role(self, job: str, generation: int) -> str:
         with self._lock:
             key = (job, generation)
-            if key not in self.roles and self._upcoming and self._catalog is not None and job == self._catalog.job:
+            if (key not in self.roles and self._upcoming and self._catalog is not None
+                    and job == self._catalog.job):
                 self.roles[key] = self._upcoming.pop(0)
             return self.roles.get(key, f"generation {generation}")
 

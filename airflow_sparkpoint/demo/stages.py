@@ -314,7 +314,8 @@ class Demo:
         self.say("   table after the rollback (green's code would have written code_version 2):")
         self.show_table()
         self.check("blue-green rollback: blue stopped with a savepoint, green failed, the rollback ran",
-                   blue_exit == 0 and states.get("start_green") == "failed" and states.get("restore_blue") == "success"
+                   blue_exit == 0 and states.get("start_green") == "failed"
+                   and states.get("restore_blue") == "success"
                    and states.get("rolled_back") == "failed",
                    f"blue exit code {blue_exit}; " + ", ".join(f"{t} {states.get(t)}" for t in
                                                             ("start_green", "restore_blue", "rolled_back")))
@@ -402,7 +403,8 @@ class Demo:
         commits = delta_commits(self.blue.output)
         mine = [c["batch"] for c in commits if c["generation"] == green_gen]
         self.check("blue-green promotion: green's batches became visible only through the commit step",
-                   mine == list(range(batch_of(first), batch_of(last) + 1)) and green.get("committed_batches") == []
+                   mine == list(range(batch_of(first), batch_of(last) + 1))
+                   and green.get("committed_batches") == []
                    and len(published.get("committed", [])) == len(mine),
                    f"batches {mine} committed by generation {green_gen} via publish_green")
         promoted_at = min((e["version"] for e in delta_history(self.blue.output) if e["generation"] == green_gen),

@@ -468,7 +468,8 @@ class Checkpointer:
                 raise CatalogError(f"shared file {ref.key} is missing and "
                                    f"live file {ref.path} is gone") from None
             live = livedir.LiveFile(ref.path, path, st.st_size, st.st_mtime_ns)
-            if (st.st_size, st.st_mtime_ns) != (ref.size, ref.mtime_ns) and livedir.file_sha256(path) != ref.sha256:
+            if ((st.st_size, st.st_mtime_ns) != (ref.size, ref.mtime_ns)
+                    and livedir.file_sha256(path) != ref.sha256):
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} changed")
             log.warning("shared file %s referenced by checkpoint of batch %d is missing "
                         "from %s; copying it again",

@@ -533,7 +533,8 @@ def remove_unowned(work_root: str, keep: str, below_generation: int) -> list[str
             if name.startswith(TRASH_PREFIX):
                 root.remove_tree(name)
                 continue
-            if not (name.startswith("g") and name[1:].isdigit()) or name == current or int(name[1:]) >= below_generation:
+            if (not (name.startswith("g") and name[1:].isdigit()) or name == current
+                    or int(name[1:]) >= below_generation):
                 continue
             path = os.path.join(work_root, name)
             if not entry.is_dir(follow_symlinks=False):

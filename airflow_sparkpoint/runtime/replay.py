@@ -149,7 +149,8 @@ def decode(record: str) -> dict[str, Any] | str:
         body = bounded.decode(raw, Limits(BODY_MAX_BYTES, BODY_MAX_COST), "the record")  # CorruptRecord: a ValueError
     except (binascii.Error, zlib.error, ValueError) as exc:
         return f"its replay record is unreadable ({exc})"
-    if not isinstance(body, dict) or body.get("v") != SCHEMA_VERSION or not isinstance(body.get("offsets"), str):
+    if (not isinstance(body, dict) or body.get("v") != SCHEMA_VERSION
+            or not isinstance(body.get("offsets"), str)):
         return "its replay record has an unknown schema"
     return body
 

@@ -275,7 +275,8 @@ def _decided_position(plan: RestorePlan, sink: Sink, catalog: Catalog, job: str,
     confirmed = {(t.batch_id, t.generation) for t in plan.snapshot.metadata.transactions} if plan.snapshot else set()
     restart = -1 if plan.batch_id is None else plan.batch_id
     for record in catalog.transactions():
-        if record.job != job or record.batch_id <= restart or (record.batch_id, record.generation) in confirmed:
+        if (record.job != job or record.batch_id <= restart
+                or (record.batch_id, record.generation) in confirmed):
             continue
         if (position is None or record.batch_id > position) and sink.decision(record) == "promote":
             position = record.batch_id

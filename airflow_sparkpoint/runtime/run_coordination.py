@@ -157,7 +157,8 @@ class _RunCoordination(_RunStartup):
         (`Coordinator.checkpoint_final_snapshot`). Not after a failure, a cancel or SIGTERM;
         a control request arriving meanwhile ends the wait (nobody serves it during it)."""
         request = self.stop_request
-        if (self.cfg.state_store != "rocksdb" or self.query_failed or self.error is not None or not self.batches_staged
+        if (self.cfg.state_store != "rocksdb" or self.query_failed or self.error is not None
+                or not self.batches_staged
                 or (self.stopping.is_set() and (request is None or request.kind == "cancel"))):
             return
         interval, min_deltas = self._snapshot_settings

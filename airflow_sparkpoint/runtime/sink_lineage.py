@@ -103,7 +103,8 @@ def divergence(snapshot: SnapshotHandle | None, sink: Sink, catalog: Catalog, jo
     first = True
     for batch, record in sorted(pending.items()):
         if batch > top:
-            if recorded is not None and (batch, record.generation) not in recorded and not sink.is_committed(record):
+            if (recorded is not None and (batch, record.generation) not in recorded
+                    and not sink.is_committed(record)):
                 # settled since: committed and then undone by another lineage's rewind, or aborted
                 return Divergence("behind" if sink.was_committed(record) else "aborted", batch, record.txn_id)
             # Aborted, its record not yet deleted: an abort decides before it deletes, and

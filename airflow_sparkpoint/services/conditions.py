@@ -236,7 +236,8 @@ class _Figures:
 
     @classmethod
     def of(cls, record: SnapshotRecord) -> _Figures | None:
-        if not record.valid or record.generation is None or record.batch_id is None or record.created_at is None:
+        if (not record.valid or record.generation is None or record.batch_id is None
+                or record.created_at is None):
             return None
         return cls(record.id, record.generation, record.batch_id, record.created_at, record.source_checkpoint)
 

@@ -55,7 +55,8 @@ def check_parameters(*, commit_mode: Any, num_retained: Any, state_partitions: A
     if not isinstance(num_retained, int) or num_retained < 1:
         raise ConfigError(f"num_retained={num_retained!r} is not allowed; expected an integer >= 1")
     if state_partitions is not None and (
-            isinstance(state_partitions, bool) or not isinstance(state_partitions, int) or state_partitions < 1):
+            isinstance(state_partitions, bool) or not isinstance(state_partitions, int)
+            or state_partitions < 1):
         raise ConfigError(f"state_partitions={state_partitions!r} is invalid; expected an integer >= 1 "
                           "(or None: the snapshot's own number)")
     if not isinstance(takeover, bool):

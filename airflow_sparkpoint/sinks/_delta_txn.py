@@ -144,7 +144,8 @@ def lineage_commit(history: Sequence[Mapping[str, Any]], job: str, batch: int, g
     that lineage restores the table to it); None when the history has none."""
     for entry in history:
         if (entry.get("operation") != "RESTORE" and entry.get("sparkpoint.job") == job
-                and entry.get("sparkpoint.batch") == str(batch) and entry.get("sparkpoint.generation") == str(generation)):
+                and entry.get("sparkpoint.batch") == str(batch)
+                and entry.get("sparkpoint.generation") == str(generation)):
             return int(entry["version"])
     return None
 
@@ -215,7 +216,8 @@ def table_paths(table: DeltaTable) -> set[str]:
 def ever_committed(table: DeltaTable, record: TransactionRecord) -> bool:
     """Whether the history holds a commit of `record` (in effect or undone by a rewind)."""
     for entry in table.history():
-        if (entry.get("sparkpoint.job") == record.job and entry.get("sparkpoint.batch") == str(record.batch_id)
+        if (entry.get("sparkpoint.job") == record.job
+                and entry.get("sparkpoint.batch") == str(record.batch_id)
                 and entry.get("sparkpoint.generation") == str(record.generation)):
             return True
     return False

@@ -215,7 +215,8 @@ class DeltaSink(Sink):
             if generation == record.generation:
                 return _OURS
             return CommittedTxn(record.job, record.batch_id, generation,
-                                str(entry.get("sparkpoint.txn") or layout.txn_id(record.job, record.batch_id, generation)))
+                                str(entry.get("sparkpoint.txn")
+                                    or layout.txn_id(record.job, record.batch_id, generation)))
         # The history does not say (a commit of an old release, or its log entry was
         # cleaned up): an append is ours iff our files are in the table; for a merge it
         # cannot be told, and the batch counts as ours (the previous release's answer).

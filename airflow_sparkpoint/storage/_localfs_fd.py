@@ -45,7 +45,8 @@ def walk_tree(top: int, skip: Callable[[str, bool], bool] | None) -> Iterator[tu
                         if entry.is_dir(follow_symlinks=False):
                             if skip is None or not skip(entry.name, True):
                                 stack.append((os.open(entry.name, DIR, dir_fd=fd), f"{prefix}{entry.name}/"))
-                        elif entry.is_file(follow_symlinks=False) and (skip is None or not skip(entry.name, False)):
+                        elif (entry.is_file(follow_symlinks=False)
+                                and (skip is None or not skip(entry.name, False))):
                             yield f"{prefix}{entry.name}", entry.stat(follow_symlinks=False)
                     except (FileNotFoundError, NotADirectoryError):
                         continue  # deleted meanwhile

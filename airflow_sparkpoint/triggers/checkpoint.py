@@ -210,7 +210,8 @@ class SparkpointCheckpointTrigger(BaseTrigger):
             raise ConfigError(f"request_id={request_id!r} is only valid with mode 'control_result'")
         poll_interval = durations.seconds("poll_interval", poll_interval)
         if deadline is not None and (
-            isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not math.isfinite(deadline)
+            isinstance(deadline, bool) or not isinstance(deadline, (int, float))
+            or not math.isfinite(deadline)
         ):
             raise ConfigError(f"deadline={deadline!r} is invalid; expected epoch seconds or None")
         self.job_name = job_name
