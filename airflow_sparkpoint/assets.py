@@ -73,7 +73,8 @@ def savepoints_asset_uri(job_name: str, *, sparkpoint_conn_id: str | None = None
     """
     validate_job_name(job_name)
     if sparkpoint_conn_id:
-        return f"{SAVEPOINT_SCHEME}://{urllib.parse.quote(sparkpoint_conn_id, safe='')}/{job_name}/{SAVEPOINTS}"
+        return (f"{SAVEPOINT_SCHEME}://{urllib.parse.quote(sparkpoint_conn_id, safe='')}/"
+                f"{job_name}/{SAVEPOINTS}")
     if not checkpoint_dir:
         raise ConfigError(f"the savepoints of job {job_name!r} have no asset without sparkpoint_conn_id or "
                           "checkpoint_dir; expected one of them")

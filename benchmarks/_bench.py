@@ -110,7 +110,8 @@ def machine() -> dict[str, Any]:
         pass
     memory = "unknown"
     try:
-        kib = int(re.search(r"^MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE).group(1))  # type: ignore[union-attr]
+        kib = int(re.search(r"^MemTotal:\s+(\d+) kB",  # type: ignore[union-attr]
+                            Path("/proc/meminfo").read_text(), re.MULTILINE).group(1))
         memory = f"{kib / 1024 / 1024:.1f} GiB"
     except (OSError, AttributeError):
         pass

@@ -64,7 +64,8 @@ def _events(directory: Path, files: int, users: int) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for i in range(files):
         path = directory / f"events-{i:05d}.json"
-        path.write_text("".join(json.dumps({"user": f"u{u}", "amount": i * 10 + u}) + "\n" for u in range(users)))
+        path.write_text("".join(json.dumps({"user": f"u{u}", "amount": i * 10 + u}) + "\n"
+                                for u in range(users)))
         os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
 
 
@@ -84,7 +85,8 @@ def _dag_run(kind: str, base: Path, index: int) -> float:
     }
     spark_conf = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN",
                   "spark.pyspark.python": sys.executable}
-    with DAG(dag_id=f"bench_{kind}_{index}", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    with DAG(dag_id=f"bench_{kind}_{index}", schedule=None, start_date=datetime(2026, 1, 1),
+             catchup=False) as dag:
         if kind == "sparkpoint":
             SparkpointSubmitOperator(task_id="job", job_name=JOB, checkpoint_dir=str(work / "checkpoints"),
                                      work_dir=str(work / "live"), conf=spark_conf, **common)
@@ -284,7 +286,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ok = operator is None or operator["ratio"] <= TARGET
     result = {"name": "airflow", "operator": operator, "sensors": sensors, "target": f"<= {TARGET}",
               "pass": ok, "summary": (f"SparkpointSubmitOperator / SparkSubmitOperator under dag.test() = "
-                          f"{operator['ratio']:.3f} (target <= {TARGET})" if operator else "operator not measured")}
+                          f"{operator['ratio']:.3f} (target <= {TARGET})" if operator
+                          else "operator not measured")}
     lines = []
     if operator:
         lines.append(f"dag.test(): SparkpointSubmitOperator {operator['median_s']['sparkpoint']:.1f} s, "

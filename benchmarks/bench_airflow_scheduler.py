@@ -101,8 +101,8 @@ def run(rounds: int, warmup: int, files: int, users: int) -> dict[str, Any]:
         _events(base / "input", files, users)
         dags = base / "dags"
         dags.mkdir()
-        (dags / "bench_dags.py").write_text(DAG_FILE.format(app=str(REPO / "dags" / "jobs" / "quickstart_totals.py"),
-                                                            inputs=str(base / "input")))
+        (dags / "bench_dags.py").write_text(DAG_FILE.format(
+            app=str(REPO / "dags" / "jobs" / "quickstart_totals.py"), inputs=str(base / "input")))
         stack = AirflowStack(home=base / "airflow", bundles={"bench": dags}, extra_env={
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
             "SPARK_LOCAL_IP": "127.0.0.1",

@@ -97,7 +97,8 @@ def checkpoint(catalog: Catalog, files: dict[str, bytes], changed: Iterable[str]
     return meta
 
 
-def measure(fn: Callable[[], Any], counting: CountingStorage, http: HttpCounter) -> tuple[Any, int, int, float]:
+def measure(fn: Callable[[], Any], counting: CountingStorage,
+            http: HttpCounter) -> tuple[Any, int, int, float]:
     counting.reset()
     before = http.count
     started = time.perf_counter()
@@ -139,7 +140,8 @@ def run_size(root_uri: str, options: dict[str, Any], size: int) -> dict[str, Any
     latest_ms = statistics.median(r[3] for r in latest_runs) * 1000
 
     checkpoint(catalog, files, changed, CHECKPOINTS)
-    result, ret_calls, ret_http, ret_s = measure(lambda: enforce_checkpoint_retention(catalog, NUM_RETAINED), counting, http)
+    result, ret_calls, ret_http, ret_s = measure(lambda: enforce_checkpoint_retention(catalog, NUM_RETAINED),
+                                                 counting, http)
     retained = catalog.checkpoints()
     assert len(retained) == NUM_RETAINED
     present = {info.key for info in inner.list(catalog.job)}

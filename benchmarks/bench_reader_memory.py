@@ -229,7 +229,8 @@ else:
     evaluate(catalog, CheckpointCondition(job_name="orders", min_checkpoints=1))
 peak = rss("VmHWM:")
 import airflow_sparkpoint
-sys.__stdout__.write(json.dumps({"baseline": baseline, "peak": peak, "package": airflow_sparkpoint.__file__}) + "\n")
+sys.__stdout__.write(json.dumps({"baseline": baseline, "peak": peak,
+                                 "package": airflow_sparkpoint.__file__}) + "\n")
 """
 
 

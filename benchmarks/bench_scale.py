@@ -275,7 +275,8 @@ def run(sizes: list[int], stores: list[str], updates: int, change: float, chunk:
                                             updates, change, chunk, runs, state_log))
                     r = results[-1]
                     if os.environ.get("SPARKPOINT_BENCH_PARTIAL"):  # survive a run cut short
-                        Path(os.environ["SPARKPOINT_BENCH_PARTIAL"]).write_text(json.dumps(results, default=str))
+                        Path(os.environ["SPARKPOINT_BENCH_PARTIAL"]).write_text(
+                            json.dumps(results, default=str))
                     log(f"  {store} {keys:,} keys: state {r['full_state_bytes']:,} B, bytes ratio "
                         f"{r['bytes_ratio']:.2f}, restore ratio {r['restore_ratio']:.2f} "
                         f"(vs Spark restart {r['restore_vs_spark_restart']:.2f}, vs Spark "
@@ -301,7 +302,8 @@ def run(sizes: list[int], stores: list[str], updates: int, change: float, chunk:
 
 
 def _replay_text(r: dict[str, Any]) -> str:
-    parts = [f"{name}: v{info['snapshot']}, {info['replayed']}" for name, info in sorted(r.get("state_load", {}).items())]
+    parts = [f"{name}: v{info['snapshot']}, {info['replayed']}"
+             for name, info in sorted(r.get("state_load", {}).items())]
     return "; ".join(parts) or "no state log"
 
 

@@ -68,7 +68,8 @@ def standalone_cluster() -> Iterator[str]:
 
 def make_input(directory: Path, batches: int, rows: int, keys: int, seed: int = 7) -> int:
     rng = random.Random(seed)
-    data = [[(key_name(rng.randrange(keys)), rng.randrange(1, 1000)) for _ in range(rows)] for _ in range(batches)]
+    data = [[(key_name(rng.randrange(keys)), rng.randrange(1, 1000)) for _ in range(rows)]
+            for _ in range(batches)]
     return write_parquet_batches(directory, data)
 
 
@@ -128,7 +129,8 @@ def _table_rows(path: Path) -> int:
 def run(batches: int, rows: int, keys: int, runs: int, warmup: int = 2,
         master: str | None = None) -> dict[str, Any]:
     spark = spark_session("bench-throughput", master=master,
-                          extra={"spark.driver.host": "127.0.0.1", "spark.executor.memory": "768m"} if master else None)
+                          extra=({"spark.driver.host": "127.0.0.1", "spark.executor.memory": "768m"}
+                                 if master else None))
     runners = {"sparkpoint": run_sparkpoint, "plain": run_plain, "executors": run_sparkpoint_executors}
     times: dict[str, list[float]] = {name: [] for name in runners}
     output_rows: dict[str, set[int]] = {name: set() for name in runners}
@@ -146,7 +148,8 @@ def run(batches: int, rows: int, keys: int, runs: int, warmup: int = 2,
                 print(f"  {name:<10} round {attempt}{'' if counted else ' (warm-up)'}: {elapsed:6.2f} s, "
                       f"{total / elapsed:>9,.0f} rows/s", file=sys.stderr)
     spark.stop()
-    assert len({frozenset(v) for v in output_rows.values()}) == 1 and len(output_rows["plain"]) == 1, output_rows
+    assert (len({frozenset(v) for v in output_rows.values()}) == 1
+            and len(output_rows["plain"]) == 1), output_rows
     med = {name: median(values) for name, values in times.items()}
     rate = {name: total / seconds for name, seconds in med.items()}
     rounds = [p / s for p, s in zip(times["plain"], times["sparkpoint"], strict=True)]

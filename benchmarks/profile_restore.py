@@ -56,7 +56,8 @@ def state_files(root: Path) -> dict[str, Any]:
 def progress_of(prof: Profiler, since: int) -> list[dict[str, Any]]:
     time.sleep(0.5)
     return [{"batch": p["batchId"], "rows": p.get("numInputRows"), "durationMs": p["durationMs"],
-             "stateOperators": [{k: v for k, v in op.items() if k != "customMetrics"} | {"custom": op.get("customMetrics")}
+             "stateOperators": [{k: v for k, v in op.items() if k != "customMetrics"}
+                                | {"custom": op.get("customMetrics")}
                                 for op in p.get("stateOperators", [])]}
             for p in prof.progress[since:] if p.get("numInputRows", 0) > 0]
 

@@ -76,7 +76,8 @@ LARGE: dict[str, list[str]] = {
     # executors in their own JVMs (a standalone master and two workers, 1 core each)
     "throughput_cluster": ["bench_throughput.py", "--cluster", "--batches", "6", "--rows", "200000",
                            "--keys", "200000", "--runs", "3", "--warmup", "1"],
-    # the two operators as one-task DAGs under api-server + scheduler (LocalExecutor) + dag-processor + triggerer
+    # the two operators as one-task DAGs under api-server + scheduler (LocalExecutor)
+    # + dag-processor + triggerer
     "airflow_scheduler": ["bench_airflow_scheduler.py", "--rounds", "3", "--warmup", "1"],
     "transfers": ["bench_transfers.py", "--stores", "local,s3", "--rounds", "7", "--threads", "8"],
 }
@@ -199,7 +200,8 @@ def summary_rows(r: dict[str, Any]) -> list[list[str]]:
             worst = max((f.get("ratio", float("inf")) for _mode, f in readers), default=float("inf"))
             rows.append([f"Reader memory, peak above baseline ÷ {m['target_mib']} MiB ({name})",
                          f"{worst:.2f}", "≤ 1.0", _verdict(worst <= 1.0),
-                         "; ".join(f"{mode} {f['peak_above_mib']:.0f} MiB" if "peak_above_mib" in f else f"{mode} error"
+                         "; ".join(f"{mode} {f['peak_above_mib']:.0f} MiB" if "peak_above_mib" in f
+                                   else f"{mode} error"
                                    for mode, f in readers)
                          + " (a store of the largest record of each kind: "
                            f"{figures['planted']['files_per_metadata']:,}"
@@ -299,7 +301,8 @@ def growth(r: dict[str, Any]) -> list[str]:
                 f"{d['rows_per_file']} rows per file,"),
                 f"median of {d['runs']}):", ""]
         out += table(["staged files", "commit time (ms)", "all runs (ms)"],
-                     [[k, f"{v:.1f}", ", ".join(f"{x:.1f}" for x in d["all_ms"][k])] for k, v in d["median_ms"].items()])
+                     [[k, f"{v:.1f}", ", ".join(f"{x:.1f}" for x in d["all_ms"][k])]
+                      for k, v in d["median_ms"].items()])
         out += [""]
     for s in servers:
         m = s["median_s"]

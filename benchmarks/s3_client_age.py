@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     quarter = max(1, len(rows) // 4)
 
     def drift(key: str) -> float:
-        return statistics.mean(r[key] for r in rows[-quarter:]) / statistics.mean(r[key] for r in rows[:quarter])
+        return (statistics.mean(r[key] for r in rows[-quarter:])
+                / statistics.mean(r[key] for r in rows[:quarter]))
 
     list_drift, get_drift = drift("list_ratio"), drift("get_ratio")
     result = {"benchmark": "s3_client_age", "server": version, "machine": machine(), "rounds": rows,

@@ -149,7 +149,8 @@ def driver(config_path: str) -> int:
         with lock:
             requests = dict(Counter(counts) - before)
         listed = requests.pop(LISTED, 0)
-        request_seconds = {k[len(SECONDS):]: round(requests.pop(k), 4) for k in list(requests) if k.startswith(SECONDS)}
+        request_seconds = {k[len(SECONDS):]: round(requests.pop(k), 4) for k in list(requests)
+                           if k.startswith(SECONDS)}
         steps = {k: round(v, 4) for k, v in phases.checkpoints[-1].items() if k not in ("batch", "total")
                  and not k.startswith("s3:")} if phases.checkpoints else {}
         phases.checkpoints.clear()  # kept, they would grow the driver's RSS the soak measures
@@ -168,7 +169,8 @@ def driver(config_path: str) -> int:
     if config.get("tracemalloc"):
         _trace_python_growth(float(config["tracemalloc"]),
                              Path(config["records"]).with_name("tracemalloc.jsonl"))
-    extra = {"spark.driver.extraJavaOptions": "-XX:NativeMemoryTracking=summary"} if config.get("nmt") else None
+    extra = ({"spark.driver.extraJavaOptions": "-XX:NativeMemoryTracking=summary"} if config.get("nmt")
+             else None)
     spark = spark_session("sparkpoint-soak", cores=2, extra=extra)
     job = SparkpointJob.get_or_create(conf=conf, argv=[])
     events = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 4).parquet(config["input"])
@@ -192,7 +194,8 @@ def _trace_python_growth(every_s: float, path: Path) -> None:
         with path.open("a", buffering=1) as out:
             while True:
                 time.sleep(every_s)
-                snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+                snapshot = tracemalloc.take_snapshot().filter_traces(
+                    [tracemalloc.Filter(False, tracemalloc.__file__)])
                 if first is None:
                     first = snapshot
                     continue
@@ -205,7 +208,8 @@ def _trace_python_growth(every_s: float, path: Path) -> None:
                                                   "kb": round(d.size_diff / 1e3, 1),
                                                   "count": d.count_diff} for d in top],
                                       "stacks": [{"kb": round(d.size_diff / 1e3, 1), "count": d.count_diff,
-                                                  "stack": _own_frames(d.traceback)} for d in stacks]}) + "\n")
+                                                  "stack": _own_frames(d.traceback)}
+                                                 for d in stacks]}) + "\n")
 
     threading.Thread(target=loop, name="soak-tracemalloc", daemon=True).start()
 
@@ -353,7 +357,8 @@ def _resident_in(pid: int, start: int, end: int) -> int | None:
     return total
 
 
-#: NMT's summary lines: "Total: reserved=..KB, committed=..KB" and "-  Java Heap (reserved=..KB, committed=..KB)"
+#: NMT's summary lines: "Total: reserved=..KB, committed=..KB" and
+#: "-  Java Heap (reserved=..KB, committed=..KB)"
 _NMT_LINE = re.compile(r"^(?:Total|-\s*(?P<name>[A-Za-z][\w .-]*?))\s*[:(]\s*reserved=(\d+)KB, "
                        r"committed=(\d+)KB",
                        re.MULTILINE)
@@ -468,7 +473,8 @@ def summarize(checkpoints: list[dict[str, Any]], samples: list[dict[str, Any]],
         "heap_after_gc_ratio": quarter_ratio(heap),
         "python_rss_ratio": quarter_ratio([s["driver"]["rss"] for s in samples]),
         "jvm_rss_ratio": quarter_ratio([s["jvm"]["rss"] for s in samples if "jvm" in s]),
-        "heap_committed_ratio": quarter_ratio([s["heap_committed"] for s in samples if s.get("heap_committed")]),
+        "heap_committed_ratio": quarter_ratio([s["heap_committed"] for s in samples
+                                               if s.get("heap_committed")]),
         "heap_growth_by_class": heap_growth(classes[0], classes[-1]) if len(classes) >= 2 else None,
         "store_objects_max": max((s["store_objects"] for s in samples), default=None),
         "store_objects_last": samples[-1]["store_objects"] if samples else None,
@@ -562,7 +568,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     traced = out / "tracemalloc.jsonl"
     growth = [json.loads(line) for line in traced.read_text().splitlines() if line] if traced.exists() else []
     counted = out / "census.jsonl"
-    census = [json.loads(line) for line in counted.read_text().splitlines() if line] if counted.exists() else []
+    census = ([json.loads(line) for line in counted.read_text().splitlines() if line] if counted.exists()
+              else [])
     result = {"benchmark": "soak", "store": args.store, "minutes": args.minutes, "trigger": args.trigger,
               "nmt": args.nmt, "malloc_arena_max": args.malloc_arena_max,
               "driver_exit": proc.returncode, "machine": machine(),
@@ -615,7 +622,8 @@ def _svg(series: list[tuple[str, list[tuple[float, float]]]], path: Path) -> Pat
         if points:
             xmax = max(p[0] for p in points) or 1
             ymax = max(p[1] for p in points) or 1
-            coords = " ".join(f"{40 + p[0] / xmax * (width - 50):.1f},{top + height - p[1] / ymax * (height - 30):.1f}"
+            coords = " ".join(f"{40 + p[0] / xmax * (width - 50):.1f},"
+                              f"{top + height - p[1] / ymax * (height - 30):.1f}"
                               for p in points)
             parts.append(f'<polyline fill="none" stroke="steelblue" points="{coords}"/>')
             parts.append(f'<text x="5" y="{top + 30}" font-size="10">max {ymax:.3g}</text>')
@@ -664,7 +672,8 @@ def quarter_table(result: dict[str, Any]) -> str:
            "{:.3f}", "")
           for step, note in STEP_NOTES.items()),
         *((f"seconds per {kind} request", [c["request_seconds"][kind] / c["requests"][kind] for c in steady
-                                           if c.get("requests", {}).get(kind) and kind in c.get("request_seconds", {})],
+                                           if c.get("requests", {}).get(kind)
+                                           and kind in c.get("request_seconds", {})],
            "{:.4f}", "") for kind in ("GET", "HEAD", "PUT", "LIST", "DELETE")),
         ("a new client's LIST of `shared/` (ms)",
          [s["probe"]["list_shared_ms"] for s in samples if s.get("probe")], "{:.1f}", ""),

@@ -61,14 +61,16 @@ def cell(results: dict[str, list[tuple[str, str]]] | None, prefixes: tuple[str, 
          contains: str = "") -> str:
     if results is None:
         return "not run"
-    cases = [o for name, items in results.items() if name.startswith(prefixes) and contains in name for o in items]
+    cases = [o for name, items in results.items() if name.startswith(prefixes) and contains in name
+             for o in items]
     if not cases:
         return "not run"
     failed = [name.rsplit(".", 1)[-1] for name, o in cases if o == "failed"]
     passed = sum(o == "passed" for _, o in cases)
     skipped = sorted({o.removeprefix("skipped: ") for _, o in cases if o.startswith("skipped")})
     if failed:
-        return f"**fails** ({len(failed)} of {len(cases)}: {', '.join(failed[:3])}{' …' if len(failed) > 3 else ''})"
+        return (f"**fails** ({len(failed)} of {len(cases)}: "
+                f"{', '.join(failed[:3])}{' …' if len(failed) > 3 else ''})")
     text = f"works ({passed} test{'' if passed == 1 else 's'})"
     return text + (f"; skipped: {'; '.join(skipped)}" if skipped else "")
 
@@ -78,18 +80,20 @@ def main(results_dir: Path, out: Path) -> None:
     results = {line: outcomes(results_dir / f"spark-{line}") if (results_dir / f"spark-{line}").is_dir()
                else None for line, _ in versions}
     head = ["feature", *[f"Spark {line} ({version})" for line, version in versions]]
-    body = [[feature, *[cell(results[line], prefixes) for line, _ in versions]] for feature, prefixes in MATRIX.items()]
+    body = [[feature, *[cell(results[line], prefixes) for line, _ in versions]]
+            for feature, prefixes in MATRIX.items()]
     for feature in FEATURES.values():
         row = [f"{feature.name} (needs {feature.needs})"]
         for line, version in versions:
-            tested = cell(results[line], ("tests.",), GATED_TESTS[feature.name]) if feature.name in GATED_TESTS \
-                else "not run"
+            tested = (cell(results[line], ("tests.",), GATED_TESTS[feature.name])
+                      if feature.name in GATED_TESTS else "not run")
             absent = (f"refused: needs Spark ≥ {feature.min_text}" if feature.refused_by_runtime
                       else f"not in PySpark < {feature.min_text}: the query cannot be built")
             row.append(absent if spark_line(version) < feature.min_version
                        else tested if tested != "not run" else "available")
         body.append(row)
-    table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in body]
+    table = (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+             + ["| " + " | ".join(r) + " |" for r in body])
     ran = [line for line, _ in versions if results[line] is not None]
     out.write_text("\n".join([
         "# Compatibility: Spark lines × features",

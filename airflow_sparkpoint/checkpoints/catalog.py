@@ -137,7 +137,7 @@ class Catalog:
     def handle(self, meta: SnapshotMetadata) -> SnapshotHandle:
         return self.snapshot_store.handle(meta)
 
-    # ------------------------------------------------------------------ lineages (`LineageView`, `OriginStore`)
+    # ------------------------------------------------------- lineages (`LineageView`, `OriginStore`)
 
     def list_checkpoints(self, *, slim: bool = False) -> builtins.list[SnapshotEntry]:
         """Every ``chk-*`` directory, newest first, marked superseded (`LineageView.list_checkpoints`)."""

@@ -341,7 +341,8 @@ class ControlChannel:
         claim = self._claim(request.id)
         if claim is None or claim.state != "acknowledged" or claim.generation != generation:
             owner = "nobody" if claim is None else (
-                f"generation {claim.generation}" if claim.state == "acknowledged" else f"the requester ({claim.state})"
+                f"generation {claim.generation}" if claim.state == "acknowledged"
+                else f"the requester ({claim.state})"
             )
             raise ControlError(
                 f"cannot complete {request.kind} request {request.id} of job "

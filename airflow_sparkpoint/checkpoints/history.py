@@ -254,14 +254,16 @@ class PipelineHistory:
             "root": self.root,
             "generated_at": self.generated_at,
             "generation": self.generation,
-            "state": status.state if status is not None else ("never-started" if self.generation == 0 else "unknown"),
+            "state": (status.state if status is not None
+                      else ("never-started" if self.generation == 0 else "unknown")),
             "status_generation": status.generation if status is not None else None,
             "alive": self.alive,
             "heartbeat_age_s": None if self.heartbeat_age is None else round(self.heartbeat_age, 3),
             "max_heartbeat_age_s": self.max_heartbeat_age,
             "last_batch": status.last_batch if status is not None else None,
             "error": status.error if status is not None else None,
-            "airflow_try": None if current is None or current.airflow is None else current.to_json()["airflow"],
+            "airflow_try": (None if current is None or current.airflow is None
+                            else current.to_json()["airflow"]),
             "counts": self.counts.to_json(),
             "latest_completed": None if latest is None else latest.to_json(),
             "latest_completed_age_s": self.age_of_latest(),

@@ -44,7 +44,8 @@ def _canonical_sha256(body: Mapping[str, Any]) -> str:
             digest.update(b"[")
             for start in range(0, len(value), _CHECKSUM_SLICE):
                 # "[a,b]" without its brackets is the slice's part of the list's text
-                digest.update((b"," if start else b"") + canonical_json(value[start:start + _CHECKSUM_SLICE])[1:-1])
+                digest.update((b"," if start else b"")
+                              + canonical_json(value[start:start + _CHECKSUM_SLICE])[1:-1])
             digest.update(b"]")
         else:
             digest.update(canonical_json(value))
@@ -316,7 +317,8 @@ class SnapshotMetadata:
                 sink_positions=dict(body.get("sink_positions", {})),
                 stats=SnapshotStats.from_json(body.get("stats", {})),
                 spark=dict(body.get("spark", {})),
-                source_checkpoint=None if body.get("source_checkpoint") is None else int(body["source_checkpoint"]),
+                source_checkpoint=(None if body.get("source_checkpoint") is None
+                                   else int(body["source_checkpoint"])),
                 batch_owners=BatchOwners.from_json(body.get("batch_owners"), where=f"{where}: batch_owners"),
                 schema_version=version,
             )

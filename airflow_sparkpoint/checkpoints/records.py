@@ -169,7 +169,8 @@ def snapshot_records(catalog: Catalog, kind: str = "checkpoint", *,
     catalog lists them); with `drills`, each with its last restore drill."""
     if kind not in ("checkpoint", "savepoint"):
         raise ValueError(f"snapshot kind {kind!r} is invalid; expected 'checkpoint' or 'savepoint'")
-    entries = catalog.list_checkpoints(slim=True) if kind == "checkpoint" else catalog.list_savepoints(slim=True)
+    entries = (catalog.list_checkpoints(slim=True) if kind == "checkpoint"
+               else catalog.list_savepoints(slim=True))
     return [SnapshotRecord.from_entry(e, catalog if drills else None) for e in entries]
 
 

@@ -70,7 +70,8 @@ def cmd_requests_withdraw(args: argparse.Namespace) -> int:
     elif withdrawn:
         print(f"withdrew request {args.request_id} of job {catalog.job!r}")
     if not withdrawn:
-        why = (f"generation {result.generation} already took it; it runs to its end" if result.state == "acknowledged"
+        why = (f"generation {result.generation} already took it; it runs to its end"
+               if result.state == "acknowledged"
                else f"it already ended ({result.state}{': ' + result.error if result.error else ''})")
         raise CommandFailed(f"request {args.request_id} of job {catalog.job!r} was not withdrawn: {why}")
     return EXIT_OK

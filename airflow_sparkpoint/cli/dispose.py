@@ -47,7 +47,8 @@ def cmd_dispose(args: argparse.Namespace) -> int:
         else:
             for uri in done.disposed:
                 print(f"disposed {uri}")
-            print(f"{len(done.disposed)} savepoint(s) disposed, {len(done.kept)} kept" + (":" if done.kept else ""))
+            print(f"{len(done.disposed)} savepoint(s) disposed, {len(done.kept)} kept"
+                  + (":" if done.kept else ""))
             for uri, why in done.reasons:
                 print(f"kept {uri} ({why})")
         return EXIT_OK

@@ -82,7 +82,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     for r in [*checkpoints, *savepoints]:
         status = r.short_reason()
         if r.verified_at is not None:  # the last restore drill (`sparkpoint verify`)
-            status += f"; drill FAILED {iso(r.verified_at)}" if r.verify_error else f"; verified {iso(r.verified_at)}"
+            status += (f"; drill FAILED {iso(r.verified_at)}" if r.verify_error
+                       else f"; verified {iso(r.verified_at)}")
         rows.append([
             r.kind, r.id, r.batch_id, r.generation, iso(r.created_at), r.duration_ms,
             None if r.bytes_copied is None else size(r.bytes_copied),
@@ -152,7 +153,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if age is None:
         alive_text = "no (no status record)"
     else:
-        alive_text = f"{'yes' if alive else 'no'} (heartbeat {age:.0f} s ago; max {args.max_heartbeat_age:g} s)"
+        alive_text = (f"{'yes' if alive else 'no'} (heartbeat {age:.0f} s ago; "
+                      f"max {args.max_heartbeat_age:g} s)")
         if status is not None and status.generation < generation:
             alive_text += f"; superseded by generation {generation}"
     latest_text = None

@@ -199,7 +199,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(document)
     elif result.ok:
-        counted = ", ".join(_count(result.checks.get(k), k[:-1]) for k in ("operators", "partitions", "stores", "rows"))
+        counted = ", ".join(_count(result.checks.get(k), k[:-1])
+                            for k in ("operators", "partitions", "stores", "rows"))
         print(f"verified {result.uri} (batch {result.batch_id}): "
               f"{_count(result.checks.get('files'), 'file')} "
               f"({result.checks.get('bytes')} bytes) match _metadata; {counted} read in "

@@ -215,7 +215,8 @@ class Demo:
         self.check("incremental ETL: the DAG run succeeded on the task's retry",
                    run.state == "success" and ti.try_number == 2, f"{run.state}, try {ti.try_number}")
         self.check("incremental ETL: the first try's driver was killed", fired.exists(),
-                   f"SIGKILL once batch {KILL_AFTER} was confirmed" if fired.exists() else "the fault never fired")
+                   f"SIGKILL once batch {KILL_AFTER} was confirmed" if fired.exists()
+                   else "the fault never fired")
         last = read_generation(catalog, catalog.current_generation()).result
         first_batch = last.first_batch if last else None
         self.check("incremental ETL: the retry resumed instead of starting over",
@@ -229,7 +230,8 @@ class Demo:
         got = {r["user"]: (r["total"], r["events"]) for r in delta_rows(base / "output")}
         self.say("   table now:")
         self.lines(format_table(["user", "total", "events", "expected"],
-                                [(u, *got.get(u, (None, None)), f"{t}/{e}") for u, (t, e) in sorted(expected.items())]))
+                                [(u, *got.get(u, (None, None)), f"{t}/{e}")
+                                 for u, (t, e) in sorted(expected.items())]))
         self.table_checks("incremental ETL", base / "output", "quickstart", catalog, BATCHES, got == expected)
 
     # ------------------------------------------------------------------ stage 2
@@ -247,7 +249,8 @@ class Demo:
         generation = self.blue.wait_checkpointed(batch, after_generation=after_generation, timeout=600)
         self.watcher.set_role(BLUE_JOB, generation, "blue")
         self.blue.wait_for(f"blue's commit of batch {batch}",
-                           lambda: any(c["batch"] == batch for c in delta_commits(self.blue.output)), timeout=120)
+                           lambda: any(c["batch"] == batch for c in delta_commits(self.blue.output)),
+                           timeout=120)
         self.watcher.pause()
         return generation
 
@@ -407,8 +410,8 @@ class Demo:
                    and green.get("committed_batches") == []
                    and len(published.get("committed", [])) == len(mine),
                    f"batches {mine} committed by generation {green_gen} via publish_green")
-        promoted_at = min((e["version"] for e in delta_history(self.blue.output) if e["generation"] == green_gen),
-                          default=None)
+        promoted_at = min((e["version"] for e in delta_history(self.blue.output)
+                           if e["generation"] == green_gen), default=None)
         early = self.versions_with_green_rows(None if promoted_at is None else promoted_at - 1)
         self.check("blue-green promotion: no table version before the commit showed green's rows", not early,
                    f"first version with code_version 2: {promoted_at}" if not early else f"versions {early}")

@@ -230,7 +230,8 @@ class SparkpointHook(BaseHook):
             uri = uri or (conn.host or "").strip() or extra_field(extra, "storage_uri")
             if aws_conn is not None:
                 options.update(_aws_credentials(aws_conn))
-            endpoint_from = f"aws connection {aws_conn.conn_id!r} endpoint_url" if aws_conn is not None else ""
+            endpoint_from = (f"aws connection {aws_conn.conn_id!r} endpoint_url" if aws_conn is not None
+                             else "")
             own = s3_options(extra_field(extra, ENDPOINT_URL), extra_field(extra, REGION_NAME))
             if own:
                 endpoint_from = f"Sparkpoint connection {conn.conn_id!r} extra endpoint_url"
@@ -252,8 +253,8 @@ class SparkpointHook(BaseHook):
         if "://" not in str(uri) and not os.path.isabs(str(uri)):
             # Each process would resolve it against its own working directory (a task's is
             # a temporary one): a retry on another worker, the UI or a sensor would not find it.
-            given = (f"Sparkpoint connection {self.sparkpoint_conn_id!r}: its storage root" if uri != self._storage_uri
-                     else "storage root")
+            given = (f"Sparkpoint connection {self.sparkpoint_conn_id!r}: its storage root"
+                     if uri != self._storage_uri else "storage root")
             raise ConfigError(
                 f"{given} {str(uri)!r} (checkpoint_dir, storage_uri or the connection's "
                 "host) is a relative path, "
@@ -406,7 +407,8 @@ class SparkpointHook(BaseHook):
                 continue
             extra = conn.extra_dejson if isinstance(conn.extra_dejson, dict) else {}
             found += [conn.login, conn.password, *redact.userinfo(conn.host)]
-            found += [part for name in ("endpoint_url", "storage_uri") for part in redact.userinfo(extra_field(extra, name))]
+            found += [part for name in ("endpoint_url", "storage_uri")
+                      for part in redact.userinfo(extra_field(extra, name))]
             plain = [k for k in extra if k in _PLAIN_EXTRA or k.rpartition("__")[2] in _PLAIN_EXTRA]
             found += redact.secret_values(extra, plain)
         if self._resolved is not None:

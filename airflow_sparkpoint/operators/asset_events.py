@@ -54,8 +54,8 @@ class SparkpointAssetsMixin:
     def _emit(self, context: Context, asset: Asset, extra: Mapping[str, Any]) -> None:
         if not self.emit_asset_events:
             return
-        alias = next((o for o in self.outlets if isinstance(o, AssetAlias) and o.name.startswith("sparkpoint:")),
-                     None)
+        alias = next((o for o in self.outlets
+                      if isinstance(o, AssetAlias) and o.name.startswith("sparkpoint:")), None)
         if alias is None:  # the outlets were replaced after __init__
             self.log.warning("no Sparkpoint asset alias among the outlets of %s; no asset event for %s",
                              self.task_id, asset.uri)
@@ -72,7 +72,8 @@ class SparkpointAssetsMixin:
         """The job's declared sink (`sink`, else the connection's ``jobs.<job>.sink``), or
         None (logged when a declaration is unusable: the run itself succeeded)."""
         try:
-            return declared_sink(self.sink) if self.sink is not None else self.hook.declared_sink(self.job_name)
+            return (declared_sink(self.sink) if self.sink is not None
+                    else self.hook.declared_sink(self.job_name))
         except SparkpointError as exc:
             self.log.warning("the sink of job %s is not usable for its asset: %s", self.job_name, exc)
             return None

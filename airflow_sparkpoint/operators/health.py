@@ -123,6 +123,7 @@ class SparkpointHealthCheckOperator(SparkpointJobMixin, BaseOperator):
                                     max_heartbeat_age=self.max_heartbeat_age)
         emit_checkpoint_metrics(history)
         if not report.healthy:
-            raise AirflowException(f"Sparkpoint job {self.job_name!r} is unhealthy: " + "; ".join(report.problems))
+            raise AirflowException(f"Sparkpoint job {self.job_name!r} is unhealthy: "
+                                   + "; ".join(report.problems))
         self.log.info("job %s is healthy: %s", self.job_name, dict(report.figures))
         return report.to_json()

@@ -29,7 +29,8 @@ def dataset_name(uri: str) -> tuple[str, str]:
     parsed = urllib.parse.urlsplit(uri)
     if parsed.scheme == "file":
         return ("file://" + parsed.netloc if parsed.netloc else "file"), parsed.path
-    return f"{parsed.scheme}://{parsed.netloc}", parsed.path.lstrip("/") if parsed.scheme == "s3" else parsed.path
+    return (f"{parsed.scheme}://{parsed.netloc}",
+            parsed.path.lstrip("/") if parsed.scheme == "s3" else parsed.path)
 
 
 @functools.cache

@@ -107,7 +107,8 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
                 catalog, stop=self.stop, timeout_s=self.timeout, poll_s=self.poll_interval,
                 max_heartbeat_age=self.max_heartbeat_age,
                 requested_by=requester(f"airflow:{self.dag_id}.{self.task_id}"),
-                refused_by=None if self.from_checkpoint_if_not_running else "from_checkpoint_if_not_running=False",
+                refused_by=(None if self.from_checkpoint_if_not_running
+                            else "from_checkpoint_if_not_running=False"),
                 wait=not self.deferrable, on_request=self._filed, announce=self.log.info,
                 max_count=self.max_count, max_age_s=self.max_age)
         except SparkpointError as exc:

@@ -191,7 +191,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         self.sparkpoint_result: dict[str, Any] | None = None
         self._secret_env: dict[str, str] = {}
         self._native_dir: str | None = None  # the ROCKSDB_SHAREDLIB_DIR this object set, if any
-        self._conf_given: tuple[dict[str, Any], dict[str, Any]] | None = None  # (user's conf, what execute set)
+        # (user's conf, what execute set)
+        self._conf_given: tuple[dict[str, Any], dict[str, Any]] | None = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -243,7 +244,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         try_number = int(getattr(ti, "try_number", 1) or 1)
         store = context.get("task_state_store")  # Airflow 3.3+
         if self._conf_given is not None and self.conf == self._conf_given[1]:
-            self.conf = dict(self._conf_given[0])  # an earlier execute of this object set it: the user's again
+            # an earlier execute of this object set it: the user's again
+            self.conf = dict(self._conf_given[0])
         try:  # bad input fails before anything is recorded or submitted, and is not retried
             check_spark(self)
             catalog = self._catalog()
@@ -341,14 +343,15 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         hook = self._hook if isinstance(self._hook, SparkpointSubmitHook) else None
         output = hook.driver_output if hook is not None else None
         recorded = reported_error(catalog, token, after=after)
-        error = (output.reported if output else None) or (DriverError("", recorded) if recorded else None) or (
-            output.traceback if output else None)
+        error = ((output.reported if output else None) or (DriverError("", recorded) if recorded else None)
+                 or (output.traceback if output else None))
         if error is None:
             return None
         error = DriverError(error.type, self.sparkpoint_hook.scrub(error.message))
         process = getattr(hook, "_submit_sp", None)
         message = failure(self.job_name, error, exit_code=getattr(process, "returncode", None))
-        return SparkpointConfigFailure(message) if error.type == "ConfigError" else SparkpointRunFailed(message, error)
+        return (SparkpointConfigFailure(message) if error.type == "ConfigError"
+                else SparkpointRunFailed(message, error))
 
     def _found(self, ti: Any, run: GenerationInfo | None) -> None:
         """Record the run this try started (once) and publish its generation and links."""

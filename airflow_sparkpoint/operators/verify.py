@@ -382,7 +382,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
             if rescaled.get("batch") == batch + 1:
                 expected = batch + 2
         if first is not None and first != expected:
-            after = "right after the repartitioner's batch" if expected == batch + 2 else "right after the snapshot"
+            after = ("right after the repartitioner's batch" if expected == batch + 2
+                     else "right after the snapshot")
             raise DrillFailed(f"the run's first batch was {first}, expected {expected} ({after})")
         if last is not None and last < batch:
             raise DrillFailed(f"the run's last batch {last} is before the snapshot's batch {batch}")

@@ -128,7 +128,8 @@ def _visible(user: Any, dag_id: str | None = None) -> list[dict[str, Any]]:
     """The pipelines `user` may read (of DAG `dag_id`: those declaring it); lists only the
     roots of connections `user` may read (`pipelines.list_pipelines`)."""
     return [{"conn_id": p.conn_id, "job": p.job, "dags": list(p.declared_dags), "declared": p.declared}
-            for p in list_pipelines(user, stored=dag_id is None) if dag_id is None or dag_id in p.declared_dags]
+            for p in list_pipelines(user, stored=dag_id is None)
+            if dag_id is None or dag_id in p.declared_dags]
 
 
 def create_app() -> FastAPI:

@@ -181,7 +181,8 @@ class Checkpointer:
         confirmed = self.confirmed_batch
         if confirmed is None:
             return []
-        newest = [confirmed] if self.last_checkpoint is None or self.last_checkpoint.batch_id < confirmed else []
+        newest = ([confirmed] if self.last_checkpoint is None or self.last_checkpoint.batch_id < confirmed
+                  else [])
         if self.interval_s > 0:
             return newest if final or time.monotonic() - self.last_checkpoint_at >= self.interval_s else []
         floor = -1 if self.last_attempted is None else self.last_attempted
@@ -245,7 +246,8 @@ class Checkpointer:
                 files.append(known.ref)  # type: ignore[union-attr]
             else:
                 new.append((live, known if unchanged else None))
-        for gone in self.index.keys() - walked:  # Spark deleted it (an index of every file ever written grows)
+        # Spark deleted it (an index of every file ever written grows)
+        for gone in self.index.keys() - walked:
             del self.index[gone]
         # The listing that validates the checkpoint (`_ensure_stored`) runs beside the
         # uploads: on a store whose prefix has seen many deletions it takes longest.
@@ -442,7 +444,8 @@ class Checkpointer:
         return listed_at, list(self.catalog.store.list(layout.SHARED))
 
     def _ensure_stored(self, files: list[FileRef], batch_id: int, started: float,
-                       stored: tuple[float, list[Any]], *, uploaded: set[str]) -> tuple[int, list[Any], list[Any]]:
+                       stored: tuple[float, list[Any]], *,
+                       uploaded: set[str]) -> tuple[int, list[Any], list[Any]]:
         """Validate before completing: copy again every referenced shared file that is gone
         (deleted by hand, by a lifecycle rule, by another process's retention). `stored`
         is `_list_stored`'s answer; the keys this checkpoint `uploaded` may be missing from

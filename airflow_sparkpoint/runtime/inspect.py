@@ -279,7 +279,8 @@ def read_store(spark: SparkSession, location: str, batch_id: int, op: OperatorSp
     columns = raw.columns
     if store.type == "timers":
         return raw.select("key", F.struct(F.col("expiration_timestamp_ms")).alias("value"), "partition_id")
-    column = "user_map_value" if store.type == "map" else "list_element" if "list_element" in columns else "value"
+    column = ("user_map_value" if store.type == "map"
+              else "list_element" if "list_element" in columns else "value")
     value, ttl = _unwrap_ttl(raw, column, store.ttl)
     selected = [F.col("key"), value.alias("value")]
     if store.type == "map":
@@ -395,7 +396,8 @@ class SnapshotReader:
             self._specs = read_operator_specs(self.spark, self.location) if self.stateful else []
         return self._specs
 
-    def store_spec(self, operator: int | None = None, store: str | None = None) -> tuple[OperatorSpec, StoreSpec]:
+    def store_spec(self, operator: int | None = None,
+                   store: str | None = None) -> tuple[OperatorSpec, StoreSpec]:
         """The operator (default: the first) and store (default: its first) to read.
 
         :raises ConfigError: no such operator or store (the message lists what there is).
@@ -448,7 +450,8 @@ class SnapshotReader:
                     name=spec.name, type=spec.type, rows=int(counts["rows"]), keys=int(counts["keys"]),
                     key_schema=sql_type(schema["key"].dataType),
                     value_schema=sql_type(schema["value"].dataType),
-                    map_key_schema=sql_type(schema["map_key"].dataType) if "map_key" in schema.names else None,
+                    map_key_schema=(sql_type(schema["map_key"].dataType) if "map_key" in schema.names
+                                    else None),
                     ttl=spec.ttl,
                 ))
             operators.append(OperatorState(op.id, op.name, op.partitions, tuple(stores), op.time_mode))

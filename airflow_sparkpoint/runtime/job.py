@@ -199,7 +199,8 @@ class SparkpointJob:
         spark_support.check_spark_version(spark.version)
         spark_support.check_requested_features(
             {**settings,
-             spark_support.CHECKPOINT_FORMAT_KEY: spark.conf.get(spark_support.CHECKPOINT_FORMAT_KEY, "1") or "1"},
+             spark_support.CHECKPOINT_FORMAT_KEY:
+                 spark.conf.get(spark_support.CHECKPOINT_FORMAT_KEY, "1") or "1"},
             spark.version)
         # SQL settings also apply to an already running session (e.g. in tests).
         user_set = dict(spark_conf.getAll())
@@ -449,7 +450,8 @@ class _Run(_RunCoordination):
             raise SparkpointError(f"job {self.cfg.job!r} failed: {self.error}") from self.error
         if query_error is not None and not self.stopping.is_set():
             self._write_status("failed", error=str(query_error))
-            raise SparkpointError(f"streaming query of job {self.cfg.job!r} failed: {query_error}") from query_error
+            raise SparkpointError(f"streaming query of job {self.cfg.job!r} failed: "
+                                  f"{query_error}") from query_error
         state = "stopped" if self.stopping.is_set() else "finished"
         result = self._result(state)
         self._write_status(state)

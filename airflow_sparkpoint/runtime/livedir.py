@@ -88,7 +88,8 @@ def file_sha256(path: str) -> str:
 
 def _skipped(name: str, is_dir: bool) -> bool:
     """Hidden directories, Hadoop checksums and temp files are not part of a checkpoint."""
-    return name.startswith(".") or (not is_dir and (name.endswith((".crc", ".tmp")) or "sparkpoint-tmp" in name))
+    return name.startswith(".") or (not is_dir and (name.endswith((".crc", ".tmp"))
+                                                    or "sparkpoint-tmp" in name))
 
 
 def walk(root: str, rel: str = "") -> Iterator[LiveFile]:
@@ -251,13 +252,15 @@ def _stores(files: Iterable[tuple[str, int]], max_version: int | None = None) ->
     sizes = dict(files)
     stores = []
     for directory, found in sorted(_versioned(sizes).items()):
-        versions = [(v, kind, sizes[path]) for v, kind, path in found if max_version is None or v <= max_version]
+        versions = [(v, kind, sizes[path]) for v, kind, path in found
+                    if max_version is None or v <= max_version]
         if not versions:
             continue
         snapshot = max((v for v, kind, _ in versions if kind in spark_layout.SNAPSHOT_KINDS), default=0)
         stores.append(StoreVersions(
             dir=directory, latest=max(v for v, _, _ in versions), snapshot=snapshot,
-            replay_bytes=sum(size for v, kind, size in versions if kind in ("changelog", "delta") and v > snapshot),
+            replay_bytes=sum(size for v, kind, size in versions
+                             if kind in ("changelog", "delta") and v > snapshot),
         ))
     return stores
 

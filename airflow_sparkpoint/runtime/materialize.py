@@ -68,7 +68,8 @@ def materialize(
     `link_from` is never hard-linked in, whatever it points to.
     """
     with contextlib.ExitStack() as stack:
-        target = live if live is not None else stack.enter_context(livedir.open_location(live_path, create=True))
+        target = (live if live is not None
+                  else stack.enter_context(livedir.open_location(live_path, create=True)))
         previous = None
         if link_from:
             try:

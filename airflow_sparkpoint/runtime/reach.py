@@ -123,7 +123,8 @@ def _probe_task(probe_dir: str, token: str):  # type: ignore[no-untyped-def]
             with _open_probe(probe_dir) as probe:
                 seen = probe.read(DRIVER_FILE, _PROBE_MAX_BYTES).decode("utf-8", errors="replace")
                 if seen != token:
-                    report["error"] = f"it reads {seen!r} in the driver's probe file, the driver wrote {token!r}"
+                    report["error"] = (f"it reads {seen!r} in the driver's probe file, "
+                                       f"the driver wrote {token!r}")
                 else:
                     probe.write(f"task-{partition}", f"{token} {address}".encode(), fsync=False)
         except (OSError, ValueError) as exc:  # a link or a FIFO planted there is refused (ValueError)
@@ -209,7 +210,8 @@ def _problems(reports: list[dict[str, Any]], found: list[Executor], probe_dir: s
         path = os.path.join(probe_dir, f"task-{report['partition']}")
         try:
             with _open_probe(probe_dir) as probe:
-                seen = probe.read(f"task-{report['partition']}", _PROBE_MAX_BYTES).decode("utf-8", errors="replace")
+                seen = probe.read(f"task-{report['partition']}",
+                                  _PROBE_MAX_BYTES).decode("utf-8", errors="replace")
         except (OSError, ValueError):
             seen = None
         if seen != f"{token} {report['address']}":

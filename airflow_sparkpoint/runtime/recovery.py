@@ -64,7 +64,8 @@ def settle_unconfirmed(
     summary: dict[str, list[int]] = {"finished": [], "aborted": []}
 
     def note(settlement: Settlement, done: int, total: int) -> None:
-        summary["aborted" if settlement.outcome == "aborted" else "finished"].append(settlement.record.batch_id)
+        summary["aborted" if settlement.outcome == "aborted" else "finished"].append(
+            settlement.record.batch_id)
         faults.maybe_kill_halfway("recovery", settlement.record.batch_id, done, total)
 
     records = [r for r in catalog.transactions() if (r.batch_id, r.generation) not in confirmed]

@@ -146,7 +146,8 @@ def decode(record: str) -> dict[str, Any] | str:
         raw = inflater.decompress(base64.b64decode(data, validate=True), BODY_MAX_BYTES)
         if inflater.unconsumed_tail:
             return f"its replay record decompresses past the limit of {BODY_MAX_BYTES} bytes"
-        body = bounded.decode(raw, Limits(BODY_MAX_BYTES, BODY_MAX_COST), "the record")  # CorruptRecord: a ValueError
+        # CorruptRecord: a ValueError
+        body = bounded.decode(raw, Limits(BODY_MAX_BYTES, BODY_MAX_COST), "the record")
     except (binascii.Error, zlib.error, ValueError) as exc:
         return f"its replay record is unreadable ({exc})"
     if (not isinstance(body, dict) or body.get("v") != SCHEMA_VERSION
@@ -224,7 +225,8 @@ def _compacted_lines(root: Dir, path: str, k: int) -> list[str]:
     needle = f'"batchId":{k}'.encode()
     lines = [line.decode("utf-8") for line in _entries(root, path)
              if needle in line and json.loads(line).get("batchId") == k]
-    return lines or [line.decode("utf-8") for line in _entries(root, path) if json.loads(line).get("batchId") == k]
+    return lines or [line.decode("utf-8") for line in _entries(root, path)
+                     if json.loads(line).get("batchId") == k]
 
 
 def _entries(root: Dir, path: str) -> Iterator[bytes]:

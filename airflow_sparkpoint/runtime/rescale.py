@@ -104,7 +104,8 @@ class RescalePlan:
         if not self.needed:
             return f"the snapshot already has {self.target} state partitions: nothing to rescale"
         ops = ", ".join(f"{i} ({n})" for i, n in self.operators)
-        return f"rescale from {self.current} to {self.target} state partitions (batch {self.batch_id}; operators {ops})"
+        return (f"rescale from {self.current} to {self.target} state partitions "
+                f"(batch {self.batch_id}; operators {ops})")
 
 
 def plan_rescale(target: int | None, plan: RestorePlan) -> RescalePlan | None:
@@ -304,8 +305,9 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
         raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner did not commit "
                               f"batch {synthetic} in {live}")
     try:
-        recorded = offset_log_conf((livedir.read_log_file(path, spark_layout.offsets_entry(synthetic)) or "").encode()
-                                   ).get(SHUFFLE_PARTITIONS)
+        recorded = offset_log_conf(
+            (livedir.read_log_file(path, spark_layout.offsets_entry(synthetic)) or "").encode()
+        ).get(SHUFFLE_PARTITIONS)
     except (OSError, ValueError) as exc:  # a link, or over the limit of a log file
         raise SparkpointError(f"{KEY}={rescale.target}: cannot read offsets/{synthetic} in {live}: "
                               f"{exc}") from None
@@ -374,7 +376,8 @@ def _fix_v1_metadata(location: Dir, partitions: int) -> None:
             store["numPartitions"] = partitions
         location.write(target, ("v1\n" + json.dumps(body, separators=(",", ":"))).encode(), fsync=False)
         directory, _, name = target.rpartition("/")
-        location.unlink(f"{directory}/.{name}.crc")  # Hadoop would check the old checksum against the new bytes
+        # Hadoop would check the old checksum against the new bytes
+        location.unlink(f"{directory}/.{name}.crc")
 
 
 def _remove_dropped_partitions(location: Dir, partitions: int) -> int:

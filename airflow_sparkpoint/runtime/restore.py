@@ -232,7 +232,8 @@ def check_sink_position(
                    + (f", or set {PREFIX}restore.sinkAhead=rewind to rewind the sink to "
                       "that lineage's own commit"
                       if found.rewindable and sink.can_rewind else "")
-                   + (f" ({type(sink).__name__} cannot rewind)" if found.rewindable and not sink.can_rewind else ""))
+                   + (f" ({type(sink).__name__} cannot rewind)"
+                      if found.rewindable and not sink.can_rewind else ""))
             )
     position = sink.committed_position(job)
     if not apply and catalog is not None:
@@ -272,7 +273,8 @@ def _decided_position(plan: RestorePlan, sink: Sink, catalog: Catalog, job: str,
     aborted. The check before the origin counts it, so that its landing cannot refuse the
     start after the origin is written (the window left: a committer that decides after
     this read, see docs/PROTOCOL.md)."""
-    confirmed = {(t.batch_id, t.generation) for t in plan.snapshot.metadata.transactions} if plan.snapshot else set()
+    confirmed = ({(t.batch_id, t.generation) for t in plan.snapshot.metadata.transactions}
+                 if plan.snapshot else set())
     restart = -1 if plan.batch_id is None else plan.batch_id
     for record in catalog.transactions():
         if (record.job != job or record.batch_id <= restart
@@ -399,7 +401,8 @@ def choose_live(
     return LiveChoice(fresh, lock, False, paths[0] if paths else None, reason or "a fresh location")
 
 
-def fill_live(choice: LiveChoice, plan: RestorePlan, *, repair: bool = True) -> tuple[dict[str, IndexEntry], LiveReuse]:
+def fill_live(choice: LiveChoice, plan: RestorePlan, *,
+              repair: bool = True) -> tuple[dict[str, IndexEntry], LiveReuse]:
     """Bring the chosen location to the restart point; return the coordinator's file index.
     `repair`: Spark falls back to an older snapshot when a store's newest fails to load
     (`spark_support.snapshot_repair`), so a fresh location keeps what that needs."""

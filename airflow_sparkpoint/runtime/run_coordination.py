@@ -162,7 +162,8 @@ class _RunCoordination(_RunStartup):
                 or (self.stopping.is_set() and (request is None or request.kind == "cancel"))):
             return
         interval, min_deltas = self._snapshot_settings
-        timeout = interval + 30.0 if self.cfg.final_snapshot_timeout_s is None else self.cfg.final_snapshot_timeout_s
+        timeout = (interval + 30.0 if self.cfg.final_snapshot_timeout_s is None
+                   else self.cfg.final_snapshot_timeout_s)
         if request is not None:  # leave the savepoint half of the time the requester gives the stop
             timeout = min(timeout, (request.deadline - time.time()) / 2)
         next_look = [time.monotonic() + self.cfg.poll_interval_s]

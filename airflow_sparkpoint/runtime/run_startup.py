@@ -96,7 +96,8 @@ class _RunStartup(_RunStatus):
             snapshot_id=meta.id if meta else None, batch_id=meta.batch_id if meta else None,
             id_floor=self.catalog.next_checkpoint_id() - 1,
             restore={"restore": cfg.restore, "sink_ahead": plan.sink_ahead, "force": cfg.restore_force,
-                     "allow_foreign_job": cfg.restore_allow_foreign_job or bool(inherited.get("allow_foreign_job")),
+                     "allow_foreign_job": (cfg.restore_allow_foreign_job
+                                           or bool(inherited.get("allow_foreign_job"))),
                      "state_partitions": cfg.restore_state_partitions},
             live_dir=self.live, host=socket.gethostname(), pid=os.getpid(), pin=pin,
         ))

@@ -163,7 +163,8 @@ class _RunStatus:
             last_checkpoint=self.catalog.checkpoint_uri(last.id) if last else None,
             savepoint=self.savepoint_uri,
             restored_from=self.plan.snapshot.uri if self.plan.snapshot else None,
-            restore_mode="in-place" if self.choice.in_place else ("snapshot" if self.plan.snapshot else "empty"),
+            restore_mode=("in-place" if self.choice.in_place
+                          else ("snapshot" if self.plan.snapshot else "empty")),
             checkpoints_completed=self.checkpointer.checkpoints_completed,
             **RunResult.committed(self.committer.batches_committed),
             recovered=self.recovered,

@@ -136,7 +136,8 @@ def check_files(handle: SnapshotHandle, location: str) -> tuple[int, int]:
             total += size
             continue
         try:
-            data = handle.files_store.get(ref.key, ref.size)  # one larger than recorded is wrong: never read whole
+            # one larger than recorded is wrong: never read whole
+            data = handle.files_store.get(ref.key, ref.size)
         except StorageError as exc:
             problems.append(f"{ref.key} cannot be read ({exc})")
             continue

@@ -400,7 +400,8 @@ class ConditionWatch:
         if self.condition.savepoint:
             gate += (tuple(sorted(catalog.store.list_dirs(layout.SAVEPOINTS))),)
         if seen is None or gate != self._seen_gate or now >= self._full_look_at:
-            seen = observe(catalog, self.condition, status)  # the status just read: no second GET of status.json
+            # the status just read: no second GET of status.json
+            seen = observe(catalog, self.condition, status)
             # The gate read before the look: a change in between is seen at the next look.
             self._seen_gate = gate
             self._full_look_at = now + max(FULL_LOOK_S, self.poll_interval) * random.uniform(1 - JITTER, 1)

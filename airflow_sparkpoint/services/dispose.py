@@ -78,6 +78,7 @@ def _why_kept(catalog: Catalog, entries: list[SnapshotEntry]) -> list[tuple[Snap
     for entry in entries:
         if entry.metadata is None:
             reasons.append((entry,
-                            "incomplete, untouched for less than an hour" if "no _metadata" in (entry.error or "")
+                            "incomplete, untouched for less than an hour"
+                            if "no _metadata" in (entry.error or "")
                             else f"invalid, kept for inspection: {entry.error}"))
     return reasons

@@ -44,7 +44,8 @@ def skipped_checkpoints(history: PipelineHistory) -> list[SnapshotRecord]:
     skips over, as the catalog warns), without those that are only incomplete."""
     latest = history.latest_completed
     return [record for record in history.checkpoints
-            if record.error and "no _metadata" not in record.error and (latest is None or record.id > latest.id)]
+            if record.error and "no _metadata" not in record.error
+            and (latest is None or record.id > latest.id)]
 
 
 def commit_head(catalog: Catalog) -> CommitHead | None:

@@ -150,8 +150,9 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
                     "fence it; nothing of it is "
                     "left to abort", generation, catalog.job, claim.generation)
         return fence
-    committed = max((p for p in (sinks.of(r).committed_position(catalog.job) for r in {r.sink_id: r for r in mine}
-                                  .values()) if p is not None), default=None)
+    committed = max((p for p in (sinks.of(r).committed_position(catalog.job)
+                                 for r in {r.sink_id: r for r in mine}.values()) if p is not None),
+                    default=None)
     origin = _restart_before(catalog, generation, min(uncommitted), claim.generation, committed)
     if origin is None:  # a store of a release before lineages: no origin to return to
         _retire_checkpoints(catalog, generation, fence)

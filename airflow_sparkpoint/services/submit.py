@@ -183,7 +183,8 @@ def resolve_application(application: Any, dag_file: str | None) -> str:
     text = str(application or "").strip()
     if not text:
         raise ConfigError("application is empty; expected the path of the job's PySpark script")
-    local = text.removeprefix("file:") if text.startswith("file:") and not text.startswith("file://") else text
+    local = (text.removeprefix("file:") if text.startswith("file:") and not text.startswith("file://")
+             else text)
     if _REMOTE.match(local) or os.path.isabs(local):
         return text
     if not dag_file:

@@ -305,7 +305,8 @@ class LocalTable(TableLocation):
         staging = self.staging_area(staging)
         try:
             with self._root(create=True) as root:
-                root.makedirs(staging.rpartition("/")[0])  # real directories: Spark and pyarrow write through them
+                # real directories: Spark and pyarrow write through them
+                root.makedirs(staging.rpartition("/")[0])
                 root.remove_tree(staging)  # an earlier attempt, or a link planted in its place
         except InvalidPath as exc:
             raise self._refused(f"staging into {staging}", exc) from None
@@ -345,7 +346,8 @@ class LocalTable(TableLocation):
         except FileNotFoundError:
             return list(paths)
         with root:  # one behind a link is not staged data of this table
-            return [f"{path} ({problem})" for path in paths if (problem := root.file_problem(path)) is not None]
+            return [f"{path} ({problem})" for path in paths
+                    if (problem := root.file_problem(path)) is not None]
 
     def read_parquet(self, path: str, columns: Sequence[str] | None = None) -> pa.Table:
         import pyarrow as pa
@@ -499,7 +501,8 @@ class S3Table(TableLocation):
     def scrub(self, message: str) -> str:
         """`message` on one line, without the secret key or session token (for errors
         from delta-rs, which draw nested causes over several lines)."""
-        message = " ".join(_ANSI.sub("", line).strip(" \u21b3") for line in message.splitlines() if line.strip())
+        message = " ".join(_ANSI.sub("", line).strip(" \u21b3") for line in message.splitlines()
+                           if line.strip())
         if self._credentials is not None:
             frozen = self._credentials[0].get_frozen_credentials()
             for secret in (frozen.secret_key, frozen.token):

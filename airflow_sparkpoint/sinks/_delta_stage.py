@@ -68,7 +68,8 @@ class StageLayout:
     partition_by: tuple[str, ...]
 
     def relative_path(self, partition: int, values: tuple[str | None, ...], index: int) -> str:
-        dirs = "".join(f"{col}={escape_partition_value(v)}/" for col, v in zip(self.partition_by, values, strict=True))
+        dirs = "".join(f"{col}={escape_partition_value(v)}/"
+                       for col, v in zip(self.partition_by, values, strict=True))
         return f"{self.staging}/{dirs}part-{partition:05d}-{self.attempt}-{index:03d}.snappy.parquet"
 
 
@@ -186,8 +187,8 @@ def stage_partition(spec: DeltaStageSpec, batches: Iterator[Any]) -> Iterator[An
         ("num_records", pa.int64()),
         ("modification_time", pa.int64()),
     ])
-    yield pa.RecordBatch.from_pylist([{**f, "partition_values": json.dumps(f["partition_values"])} for f in files],
-                                     schema=schema)
+    yield pa.RecordBatch.from_pylist(
+        [{**f, "partition_values": json.dumps(f["partition_values"])} for f in files], schema=schema)
 
 
 # -- the driver side ---------------------------------------------------------------------------

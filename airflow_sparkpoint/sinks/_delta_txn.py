@@ -187,7 +187,8 @@ def rewind_target(history: Sequence[Mapping[str, Any]], job: str, snapshot: Snap
         if first is None or first == 0:
             raise SinkAheadError(
                 f"cannot rewind {where} to before the first commit of job {job!r} "
-                f"({'no commit of the job is in its history' if first is None else 'the table was created by it'})"
+                + ("(no commit of the job is in its history)" if first is None
+                   else "(the table was created by it)")
             )
         return first - 1, -1
     for entry in history:  # newest first

@@ -96,7 +96,8 @@ class DeltaSink(Sink):
         self.partition_by = column_names("DeltaSink", "partition_by", partition_by)
 
     def __repr__(self) -> str:
-        return f"DeltaSink({self.uri!r}, mode={self.mode!r}, keys={self.keys!r}, partition_by={self.partition_by!r})"
+        return (f"DeltaSink({self.uri!r}, mode={self.mode!r}, keys={self.keys!r}, "
+                f"partition_by={self.partition_by!r})")
 
     @property
     def sink_id(self) -> str:

@@ -278,7 +278,8 @@ class S3Sink(claims.FileSink):
         if not uploads:
             return []
         parsed = layout.parse_txn_id(txn)
-        pending = {(key, upload_id) for _t, key, upload_id in self.pending_uploads(parsed[0] if parsed else txn, txn)}
+        pending = {(key, upload_id)
+                   for _t, key, upload_id in self.pending_uploads(parsed[0] if parsed else txn, txn)}
         gone = [u for u in uploads if (u["key"], u["upload_id"]) not in pending]
         if not gone:
             return []
@@ -465,7 +466,8 @@ class S3Sink(claims.FileSink):
     def _abort_strays(self, job: str, txn: str, keep: AbstractSet[tuple[str, str]] = frozenset()) -> int:
         """Abort the pending uploads of transaction `txn` other than the pairs in `keep`."""
         return self._abort_all([
-            (key, upload_id) for _txn, key, upload_id in self.pending_uploads(job, txn) if (key, upload_id) not in keep
+            (key, upload_id) for _txn, key, upload_id in self.pending_uploads(job, txn)
+            if (key, upload_id) not in keep
         ])
 
     def cleanup_orphans(self, job: str, keep: set[str], *, upto_generation: int | None = None) -> int:
@@ -486,7 +488,8 @@ class S3Sink(claims.FileSink):
 
         with ThreadPoolExecutor(max_workers=min(COMMIT_THREADS, len(txns))) as pool:
             outcomes = list(pool.map(settle, txns))
-        aborted = sum(len(listed[t]) for t, outcome in zip(txns, outcomes, strict=True) if outcome == "discarded")
+        aborted = sum(len(listed[t]) for t, outcome in zip(txns, outcomes, strict=True)
+                      if outcome == "discarded")
         finished = [t for t, outcome in zip(txns, outcomes, strict=True) if outcome == "committed"]
         if finished:
             log.warning("finished the claimed promotion of %s under %s (their records were gone)", finished,
