@@ -100,8 +100,7 @@ def summary_rows(results: dict[str, Any], verdict: Any) -> list[list[str]]:
                       f"{s['poll_interval_s']:g} s; "
                       f"{s['retained_checkpoints']} retained checkpoints; event loop lag max "
                       f"{s['max_loop_lag_s'] * 1000:.0f} ms ({s.get('steady_loop_lag_s', 0) * 1000:.0f} ms "
-                      "once all "
-                      "had started)")])
+                      "once all had started)")])
     return rows
 
 

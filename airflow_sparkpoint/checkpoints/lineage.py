@@ -298,8 +298,7 @@ def resolve_restart_point(
             if entry.metadata is not None and superseded_by(entry.metadata.generation, cid, origins) is None:
                 return RestartPoint(entry.metadata, None, None,
                                     f"checkpoint {entry.uri} (batch {entry.metadata.batch_id}: the newest "
-                                    "usable one "
-                                    f"of {lineage})", skipped())
+                                    f"usable one of {lineage})", skipped())
         raise RestoreError(damage_message(job, damaged, f"checkpoint {base.uri}, where {lineage} started, is "
                                                         "damaged and no older checkpoint of that lineage is "
                                                         "left"))

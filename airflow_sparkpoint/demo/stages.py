@@ -277,8 +277,7 @@ class Demo:
         self.say(f"   new input: files {first}-{last} arrive (batches {batch_of(first)}-{batch_of(last)}), "
                  "left for the deploy")
         self.say(f"   DAG example_sparkpoint_blue_green with green_fail_after_batch={GREEN_FAILS_AFTER}: "
-                 "green "
-                 f"(--version 2) stages batch {GREEN_FAILS_AFTER}, then raises in "
+                 f"green (--version 2) stages batch {GREEN_FAILS_AFTER}, then raises in "
                  f"batch {GREEN_FAILS_AFTER + 1}")
         self.watcher.follow(self.blue.catalog, ["green", "blue, restored"])
         self.console.restart_clock()

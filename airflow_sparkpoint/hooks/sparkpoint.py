@@ -142,8 +142,7 @@ def _aws_credentials(aws_connection: Any) -> dict[str, Any]:
         raise ConfigError(
             f"aws_conn_id={aws_connection.conn_id!r} needs the Amazon provider to read its credentials: "
             "pip install 'airflow-sparkpoint[amazon]' (apache-airflow-providers-amazon); or leave "
-            "aws_conn_id "
-            "empty to use boto3's default credential chain"
+            "aws_conn_id empty to use boto3's default credential chain"
         ) from None
 
     class _Hook(AwsBaseHook):

@@ -220,8 +220,8 @@ class Checkpointer:
             )
             if self.consecutive_failures > self.tolerable_failures:
                 raise SparkpointError(
-                    f"checkpoint of batch {batch_id} failed and {self.consecutive_failures} consecutive "
-                    "failures "
+                    f"checkpoint of batch {batch_id} failed and {self.consecutive_failures} "
+                    "consecutive failures "
                     f"exceed spark.sparkpoint.checkpoint.tolerableFailures={self.tolerable_failures}: {exc}"
                 ) from exc
             return None

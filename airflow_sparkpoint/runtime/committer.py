@@ -102,10 +102,9 @@ class Committer:
         elif count >= self._pending_warn_at:
             self._pending_warn_at = 2 * count
             log.warning("%d transactions are pending commit (commit.mode=external): "
-                        "each checkpoint's _metadata "
-                        "carries all of them until the commit step (SparkpointCommitOperator, `sparkpoint "
-                        "commit`) "
-                        "commits them; run it more often", count)
+                        "each checkpoint's _metadata carries all of them until the commit step "
+                        "(SparkpointCommitOperator, `sparkpoint commit`) commits them; run it more often",
+                        count)
 
     def _forget_settled(self) -> None:
         """The external commit step committed or aborted some pending transactions (and
