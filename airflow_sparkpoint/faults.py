@@ -103,6 +103,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import TypeVar
 
+__all__ = ["ENV", "ENV_ONCE", "PAUSE_DIR_ENV", "PAUSE_ENV", "PAUSE_TIMEOUT_S", "POINTS", "armed",
+           "kill_driver", "map_in_halves", "maybe_kill", "maybe_kill_halfway", "pause"]
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")

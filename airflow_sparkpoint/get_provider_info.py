@@ -6,6 +6,8 @@ from typing import Any
 
 from airflow_sparkpoint import __version__
 
+__all__ = ["CONN_FIELDS", "UI_FIELD_BEHAVIOUR", "get_provider_info"]
+
 # The connection form, declared: Airflow >= 3.2 reads it without importing the hook (and
 # without the deprecation warnings of the hook's form methods, which build the same form
 # from these two dicts for older Airflow 3 releases).

@@ -17,6 +17,9 @@ from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.bounded import clip
 from airflow_sparkpoint.exceptions import ConfigError, ControlError
 
+__all__ = ["KINDS", "REQUEST_ID_RE", "SCHEMA_VERSION", "STATES", "TEXT_MAX_CHARS", "ControlRequest",
+           "ControlResult", "new_request_id", "request_created_at"]
+
 SCHEMA_VERSION = 1
 KINDS = ("savepoint", "stop", "cancel")
 STATES = ("pending", "acknowledged", "completed", "failed", "expired")

@@ -40,6 +40,9 @@ from airflow_sparkpoint.exceptions import StorageError
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
 
+__all__ = ["COUNTERS", "RECENT_LIMIT", "SCHEMA_VERSION", "TREND_LIMIT", "CheckpointCounters",
+           "CheckpointPoint", "CounterRecorder", "read_counters"]
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.entries import SnapshotEntry
     from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 
+__all__ = ["KINDS", "SCHEMA_VERSION", "Origin", "RestartPoint", "damage_message", "mark_superseded",
+           "new_origin", "prunable", "resolve_restart_point", "rollback_base", "superseded_by"]
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1

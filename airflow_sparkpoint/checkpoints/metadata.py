@@ -21,6 +21,9 @@ from airflow_sparkpoint.checkpoints.layout import METADATA, limits_of, txn_id
 from airflow_sparkpoint.exceptions import CorruptMetadata
 from airflow_sparkpoint.storage.base import normalize_key
 
+__all__ = ["SCHEMA_VERSION", "FileRef", "SnapshotKind", "SnapshotMetadata", "SnapshotStats",
+           "TransactionRecord", "canonical_json", "foreign_to", "sha256_hex"]
+
 SCHEMA_VERSION = 1
 #: list elements encoded at a time for a checksum (`_canonical_sha256`)
 _CHECKSUM_SLICE = 1024

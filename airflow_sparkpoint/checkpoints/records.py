@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
     from airflow_sparkpoint.checkpoints.entries import GenerationInfo, SnapshotEntry
 
+__all__ = ["AIRFLOW_CONTEXT_ENV", "CONFIG_FIELDS", "GENERATIONS_SHOWN", "AirflowTry", "ControlRecord",
+           "GenerationRecord", "SnapshotRecord", "StagedRecord", "airflow_context", "generation_details",
+           "generation_records", "iso", "open_requests", "plan_origin", "read_generation", "short_name",
+           "snapshot_records", "staged_transactions"]
+
 log = logging.getLogger(__name__)
 
 #: generations shown (timeline, restores, the DAGs that ran the job): the newest ones

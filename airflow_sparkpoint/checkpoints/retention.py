@@ -45,6 +45,11 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
     from airflow_sparkpoint.storage.base import ObjectInfo
 
+__all__ = ["INCOMPLETE_GRACE_S", "JOURNAL_DELETE_WITHIN_S", "JOURNAL_KEYS_PER_ENTRY", "JOURNAL_LOOKBACK_S",
+           "JOURNAL_MIN_TTL_S", "ORPHAN_COLLECTION_FRACTION", "KnownRecords", "deleted_since",
+           "enforce_checkpoint_retention", "journal_deletions", "prune_journal", "relied_on_savepoints",
+           "savepoint_history_retention"]
+
 log = logging.getLogger(__name__)
 
 #: an incomplete savepoint directory (no ``_metadata``) younger than this may still be

@@ -17,6 +17,10 @@ from airflow_sparkpoint.exceptions import InvalidPath, RestoreError
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
 
+__all__ = ["COMMITTED_BATCHES_LISTED", "ERROR_LINE", "ERROR_MESSAGE_MAX", "RANGES_LISTED", "RESULT_LINE",
+           "BatchRanges", "RunResult", "error_line", "parse_error_line", "parse_result_line",
+           "read_run_result", "result_key", "result_line", "write_run_result"]
+
 log = logging.getLogger(__name__)
 
 

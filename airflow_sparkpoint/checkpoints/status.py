@@ -22,6 +22,9 @@ from airflow_sparkpoint.checkpoints import bounded, layout
 if TYPE_CHECKING:
     from airflow_sparkpoint.storage.base import Storage
 
+__all__ = ["ERROR_MAX_CHARS", "SCHEMA_VERSION", "STATES", "JobStatus", "StatusSource", "current_of",
+           "current_status", "read_job_status", "read_status", "write_status"]
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1

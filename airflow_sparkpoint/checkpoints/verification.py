@@ -22,6 +22,9 @@ from airflow_sparkpoint.checkpoints.layout import VERIFICATION, limits_of
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage import Storage
 
+__all__ = ["ERROR_MAX_CHARS", "LEVELS", "SCHEMA_VERSION", "VerificationRecord", "read_verification",
+           "read_verifications", "verification_key", "write_verification"]
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1

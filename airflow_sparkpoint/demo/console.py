@@ -25,6 +25,8 @@ from airflow_sparkpoint.services.history import (
     snapshot_records,
 )
 
+__all__ = ["PROGRESS_EVERY", "Check", "Console", "Watcher", "gist", "verdict_lines"]
+
 PROGRESS_EVERY = 10.0  # seconds: the longest the console stays silent while waiting
 
 

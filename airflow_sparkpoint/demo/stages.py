@@ -53,6 +53,10 @@ from airflow_sparkpoint.demo.support import (
 from airflow_sparkpoint.services.history import load_history, read_generation, short_name, snapshot_records
 from airflow_sparkpoint.services.stores import job_catalog
 
+__all__ = ["BATCHES", "BLUE_AGAIN_INPUT", "BLUE_BACKLOG", "BLUE_JOB", "BLUE_TRIGGER", "FAILING_GREEN_INPUT",
+           "GREEN_FAILS_AFTER", "HEALTHY_GREEN_INPUT", "KILL_AFTER", "USERS", "Demo", "batch_of",
+           "expected_totals", "main"]
+
 # Stage 1: the quickstart's input and the injected failure.
 BATCHES = 8
 USERS = 4

@@ -26,6 +26,9 @@ from airflow_sparkpoint.services.sinks import delta_table_rows
 from airflow_sparkpoint.services.spark_env import local_spark_environment
 from airflow_sparkpoint.services.stores import Catalog, job_catalog
 
+__all__ = ["BASE_MTIME", "SPARK_CONF", "SubmittedJob", "delta_commits", "delta_history", "delta_rows",
+           "orphaned_staged_files", "spark_submit_env", "write_batch_file"]
+
 BASE_MTIME = 1_700_000_000
 SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
 

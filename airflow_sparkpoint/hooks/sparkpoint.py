@@ -51,6 +51,9 @@ from airflow_sparkpoint.sinks.resolve import declared_sink
 from airflow_sparkpoint.storage import Storage, open_storage, redact, split_uri
 from airflow_sparkpoint.storage.endpoints import ENDPOINT_URL, REGION_NAME, s3_options, validate_endpoint_url
 
+__all__ = ["DEFAULT_CONN_ID", "DeclaredJob", "SparkpointHook", "declared_jobs", "extra_field", "scrub",
+           "storage_connection"]
+
 log = logging.getLogger(__name__)
 
 #: extra fields that hold no secret (every other extra value, nested ones too, is scrubbed

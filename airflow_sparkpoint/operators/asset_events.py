@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.services.sinks import Sink
     from airflow_sparkpoint.services.stores import Catalog
 
+__all__ = ["SparkpointAssetsMixin", "output_event"]
+
 
 class SparkpointAssetsMixin:
     """`emit_asset_events` and the alias outlet; `_emit` adds one event."""

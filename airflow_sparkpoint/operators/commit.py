@@ -28,6 +28,8 @@ from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+__all__ = ["SparkpointCommitOperator"]
+
 
 class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOperator):
     """Commit (or, for a generation, abort) a Sparkpoint job's staged output.

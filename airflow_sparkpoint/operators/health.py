@@ -27,6 +27,8 @@ from airflow_sparkpoint.services.stores import Catalog
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+__all__ = ["EMIT_EVERY", "SparkpointHealthCheckOperator", "emit_checkpoint_metrics", "emit_metrics_for"]
+
 log = logging.getLogger(__name__)
 
 #: a job's metrics are emitted at most this often per process (a sensor pokes every few seconds)

@@ -19,6 +19,9 @@ from typing import Any
 
 from airflow_sparkpoint import assets
 
+__all__ = ["FACET", "FACET_FIELDS", "commit_lineage", "dataset_name", "operator_lineage", "run_facet",
+           "savepoint_lineage", "submit_lineage"]
+
 #: the key of the run facet in OpenLineage events
 FACET = "sparkpoint"
 FACET_FIELDS = ("job", "generation", "restored_from", "last_checkpoint", "savepoint", "committed_batches")

@@ -30,6 +30,8 @@ from airflow_sparkpoint.storage import open_storage
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+__all__ = ["MAX_RETIRED", "SparkpointPreflightOperator"]
+
 #: checkpoints retired under a running drill before the pre-flight gives up
 MAX_RETIRED = 3
 

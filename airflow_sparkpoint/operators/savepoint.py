@@ -36,6 +36,8 @@ from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+__all__ = ["SparkpointSavepointOperator"]
+
 
 class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOperator):
     """Savepoint (or stop-with-savepoint) of a Sparkpoint job; returns the savepoint URI.

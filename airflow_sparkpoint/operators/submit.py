@@ -71,6 +71,8 @@ from airflow_sparkpoint.services.submit_dir import ROCKSDB_LIBRARY_DIR_ENV, buil
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+__all__ = ["SparkpointSubmitOperator"]
+
 
 class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkSubmitOperator):
     """Submit a Sparkpoint PySpark job and return its run result.

@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 
     from airflow_sparkpoint.services.sinks import Sink
 
+__all__ = ["LATEST_SAVEPOINT", "SCRATCH", "DrillFailed", "SparkpointDrillOperator",
+           "SparkpointVerifyOperator"]
+
 SCRATCH = "{scratch}"
 LATEST_SAVEPOINT = "latest_savepoint"
 _FIXED = ("restore", "restore_snapshot", "trigger", "commit_mode", "sink", "emit_asset_events")

@@ -45,6 +45,8 @@ from airflow_sparkpoint.plugins.pipelines import (
 from airflow_sparkpoint.services.health import load_for_metrics, prometheus_text
 from airflow_sparkpoint.services.history import PipelineHistory, load_history
 
+__all__ = ["NOT_FOUND", "SECURITY_HEADERS", "SecurityHeaders", "User", "create_app"]
+
 log = logging.getLogger(__name__)
 
 

@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["BOTTOM", "HEIGHT", "LEFT", "RIGHT", "SERIES", "TOP", "WIDTH", "Chart", "chart", "charts"]
+
 WIDTH, HEIGHT = 360, 140
 #: margins of the plot area inside the SVG (left leaves room for the y labels)
 LEFT, RIGHT, TOP, BOTTOM = 64, 8, 20, 22

@@ -18,6 +18,8 @@ from jinja2 import Environment
 from airflow_sparkpoint.plugins import charts
 from airflow_sparkpoint.services.history import size
 
+__all__ = ["CONTENT_SECURITY_POLICY", "message_page", "pipeline_list", "pipeline_page"]
+
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px;color:#1f2933;background:#fff}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:15px;margin:22px 0 8px;color:#334e68}

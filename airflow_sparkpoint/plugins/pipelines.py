@@ -37,6 +37,10 @@ from typing import Any
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
 from airflow_sparkpoint.services.stores import Catalog, validate_job_name
 
+__all__ = ["CONN_ID_RE", "CONN_TYPE", "MAX_STORED_JOBS", "Pipeline", "PipelineNotFound", "can_read",
+           "known_dags", "list_pipelines", "may_read_connection", "open_catalog", "redact", "resolve",
+           "sparkpoint_connections", "stored_jobs"]
+
 log = logging.getLogger(__name__)
 
 CONN_TYPE = "sparkpoint"

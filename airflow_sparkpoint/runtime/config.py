@@ -19,6 +19,10 @@ from airflow_sparkpoint.sinks.base import DRIVER_STAGING_MAX_BYTES
 from airflow_sparkpoint.storage import split_uri
 from airflow_sparkpoint.storage.endpoints import s3_options, validate_endpoint_url
 
+__all__ = ["FINAL_SNAPSHOT_MIN_REPLAY", "KEYS", "LIVE_LOCATIONS", "PREFIX", "SUBMITTER_ENV",
+           "SparkpointConfig", "Trigger", "duration_value", "local_path_of", "parse_duration", "parse_size",
+           "parse_trigger", "require_local", "unknown_key", "work_root"]
+
 PREFIX = "spark.sparkpoint."
 #: environment variable naming the submit (an Airflow task try) that started a driver;
 #: the driver records it with its generation claim

@@ -55,6 +55,10 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
+__all__ = ["OperatorSpec", "OperatorState", "SnapshotReader", "SnapshotState", "StoreSpec", "StoreState",
+           "first_line", "inspect_snapshot", "key_filter", "local_session", "open_state",
+           "read_operator_specs", "read_store", "resolve_snapshot", "rows_as_json", "sql_type", "state_rows"]
+
 log = logging.getLogger(__name__)
 
 _TWS_TYPES = {"ValueState": "value", "ListState": "list", "MapState": "map", "TimerState": "timers"}

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+__all__ = ["COMMIT_LISTING_INTERVAL_S", "COMMIT_WATCH_INTERVAL_S", "HDFS_PROVIDER", "ROCKSDB_PROVIDER",
+           "TRACK_ROWS", "RunResult", "SparkpointJob"]
+
 log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"

@@ -29,6 +29,8 @@ from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.prestore import IndexEntry
 from airflow_sparkpoint.storage.localfs import Dir
 
+__all__ = ["materialize"]
+
 log = logging.getLogger(__name__)
 
 # Small text files of Spark's checkpoint that may embed the absolute checkpoint path

@@ -33,6 +33,9 @@ from airflow_sparkpoint.storage.localfs import Dir
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+__all__ = ["DEFAULT_WAIT_S", "DRIVER_FILE", "PROBE_PREFIX", "SPARK_WAIT_KEY", "Executor",
+           "check_executors_reach", "executors", "wait_seconds"]
+
 log = logging.getLogger(__name__)
 
 PROBE_PREFIX = ".sparkpoint-probe-"  # hidden: never captured (`livedir.walk` skips it)

@@ -62,6 +62,9 @@ from airflow_sparkpoint.storage.paths import confine
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+__all__ = ["BODY_MAX_BYTES", "BODY_MAX_COST", "RECORD_MAX_CHARS", "SCHEMA_VERSION", "ReplayPlan", "capture",
+           "decode", "plan_replay", "replay_committed", "run_batch", "snapshot_offsets", "write_batch"]
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1

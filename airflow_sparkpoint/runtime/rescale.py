@@ -59,6 +59,10 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints import SnapshotHandle
     from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 
+__all__ = ["KEY", "PROVIDER", "SHUFFLE_PARTITIONS", "SUPPORTED_OPERATORS", "RescalePlan",
+           "apply_shuffle_partitions", "check_shuffle_partitions", "interrupted", "offset_log_conf",
+           "plan_rescale", "rescale_live", "summary"]
+
 log = logging.getLogger(__name__)
 
 KEY = "spark.sparkpoint.restore.statePartitions"

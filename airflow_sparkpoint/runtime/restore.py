@@ -45,6 +45,9 @@ from airflow_sparkpoint.runtime.sink_lineage import divergence
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.storage.paths import confine
 
+__all__ = ["LiveChoice", "LiveReuse", "RestorePlan", "check_sink_position", "choose_live", "fill_live",
+           "materialize", "pin_restart_point", "plan_restore", "seed_index_in_place"]
+
 log = logging.getLogger(__name__)
 
 def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | None = None) -> RestorePlan:

@@ -20,6 +20,8 @@ from airflow_sparkpoint.runtime import heap, livedir
 from airflow_sparkpoint.runtime.config import parse_duration
 from airflow_sparkpoint.runtime.run_startup import _RunStartup
 
+__all__ = ["CONTROL_CLEANUP_BACKLOG_S", "CONTROL_CLEANUP_BATCH", "CONTROL_CLEANUP_EVERY_S"]
+
 log = logging.getLogger(__name__)
 
 #: How often a run deletes the control requests that finished over a day ago (the

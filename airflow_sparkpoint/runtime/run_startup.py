@@ -32,6 +32,8 @@ from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 from airflow_sparkpoint.runtime.run_status import _RunStatus
 from airflow_sparkpoint.storage import open_storage
 
+__all__: list[str] = []
+
 log = logging.getLogger(__name__)
 
 

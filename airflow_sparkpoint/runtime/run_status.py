@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.runtime.restore_plan import RestorePlan
     from airflow_sparkpoint.sinks.base import Sink
 
+__all__: list[str] = []
+
 log = logging.getLogger(__name__)
 
 

@@ -42,6 +42,9 @@ from airflow_sparkpoint.storage.localfs import open_path, remove_tree_at
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+__all__ = ["VerifyResult", "check_files", "check_presence", "check_state", "default_verifier",
+           "load_snapshot", "record_location", "record_verification", "verify", "verify_snapshot"]
+
 log = logging.getLogger(__name__)
 
 _CHUNK = 1024 * 1024

@@ -28,6 +28,9 @@ from pathlib import Path
 
 from airflow_sparkpoint.runtime.livedir import LiveLock, try_lock
 
+__all__ = ["PREFIX", "ROCKSDB_LIBRARY_DIR_ENV", "SWEEP_MIN_AGE_S", "SubmitDir", "build_runtime_zip",
+           "open_submit_dir", "sweep"]
+
 log = logging.getLogger(__name__)
 
 PREFIX = "sparkpoint-submit-"

@@ -34,6 +34,10 @@ from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, SinkError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+__all__ = ["DRIVER_STAGING_MAX_BYTES", "SETTLE_METHODS", "CommitOutcome", "CommittedTxn", "Sink",
+           "StageContext", "check_settler", "checked_bucket", "column_names", "is_orphan", "replay_of",
+           "settler"]
+
 
 #: default of ``spark.sparkpoint.delta.driverStagingMaxBytes``
 DRIVER_STAGING_MAX_BYTES = 32 * 1024 * 1024

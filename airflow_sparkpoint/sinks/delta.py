@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame
 
+__all__ = ["STAGING", "DeltaSink"]
+
 log = logging.getLogger(__name__)
 
 #: `DeltaSink._landed`: the batch was committed by the transaction asked about

@@ -74,6 +74,9 @@ from airflow_sparkpoint.services.control import (
 )
 from airflow_sparkpoint.services.stores import Catalog, Storage, job_catalog, open_storage, scrub
 
+__all__ = ["CLASSPATH", "MAX_POLL_ERRORS", "MODES", "POOL_THREADS", "SHARED_STORES",
+           "SparkpointCheckpointTrigger", "check_event", "open_catalog", "release_catalog", "run_blocking"]
+
 CLASSPATH = "airflow_sparkpoint.triggers.checkpoint.SparkpointCheckpointTrigger"
 MODES = ("checkpoint", "control_result")
 #: consecutive failed polls (an unreachable store) tolerated before the trigger gives up
