@@ -1,6 +1,6 @@
 """The structure rules of the package (`scripts/check_structure.py`, run by `make lint`):
-no module over the backstop's line count, no import cycle, no public module without `__all__`. Checked on synthetic packages (so the check
-can fail) and on the package itself."""
+no module over the backstop's line count, no import cycle, no public module without `__all__`.
+Checked on synthetic packages (so the check can fail) and on the package itself."""
 
 from __future__ import annotations
 
