@@ -37,8 +37,8 @@ from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
 from airflow_sparkpoint.services.stores import SAVEPOINTS, validate_job_name
 
 __all__ = [
-    "SAVEPOINT_SCHEME", "commit_extra", "event_details", "output_alias", "savepoint_extra", "savepoints_asset",
-    "savepoints_asset_uri", "sink_asset", "sink_asset_uri",
+    "SAVEPOINT_SCHEME", "commit_extra", "event_details", "output_alias", "savepoint_extra",
+    "savepoints_asset", "savepoints_asset_uri", "sink_asset", "sink_asset_uri",
 ]
 
 SAVEPOINT_SCHEME = "sparkpoint"
@@ -73,7 +73,8 @@ def savepoints_asset_uri(job_name: str, *, sparkpoint_conn_id: str | None = None
     """
     validate_job_name(job_name)
     if sparkpoint_conn_id:
-        return f"{SAVEPOINT_SCHEME}://{urllib.parse.quote(sparkpoint_conn_id, safe='')}/{job_name}/{SAVEPOINTS}"
+        return (f"{SAVEPOINT_SCHEME}://{urllib.parse.quote(sparkpoint_conn_id, safe='')}/"
+                f"{job_name}/{SAVEPOINTS}")
     if not checkpoint_dir:
         raise ConfigError(f"the savepoints of job {job_name!r} have no asset without sparkpoint_conn_id or "
                           "checkpoint_dir; expected one of them")
@@ -83,8 +84,8 @@ def savepoints_asset_uri(job_name: str, *, sparkpoint_conn_id: str | None = None
     return f"{root}/{job_name}/{SAVEPOINTS}"
 
 
-def savepoints_asset(job_name: str, *, sparkpoint_conn_id: str | None = None, checkpoint_dir: str | None = None,
-                     **kwargs: Any) -> Asset:
+def savepoints_asset(job_name: str, *, sparkpoint_conn_id: str | None = None,
+                     checkpoint_dir: str | None = None, **kwargs: Any) -> Asset:
     """The Airflow asset of a job's savepoints (named by its URI)."""
     uri = savepoints_asset_uri(job_name, sparkpoint_conn_id=sparkpoint_conn_id, checkpoint_dir=checkpoint_dir)
     return Asset(name=uri, uri=uri, **kwargs)
@@ -110,7 +111,8 @@ def commit_extra(*, job: str, generation: int | None, batches: Iterable[int], si
 def savepoint_extra(*, job: str, generation: int | None, savepoint_uri: str, batch_id: int | None,
                     source: str) -> dict[str, Any]:
     """The ``extra`` of a savepoint asset event."""
-    return {"job": job, "generation": generation, "savepoint": savepoint_uri, "batch": batch_id, "source": source}
+    return {"job": job, "generation": generation, "savepoint": savepoint_uri, "batch": batch_id,
+            "source": source}
 
 
 def event_details(extra: Mapping[str, Any]) -> dict[str, Any]:

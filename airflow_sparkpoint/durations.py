@@ -36,7 +36,8 @@ for _names, _factor in (
 _DURATION_RE = re.compile(r"^(?:\s*\d+(?:\.\d+)?\s*[a-z]*)+\s*$")
 _PART_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
 #: the accepted string forms, for error messages
-FORMS = "e.g. '0', '500ms', '2s', '10min', '1h', or Spark's '500 milliseconds', '5 seconds', '1 minute 30 seconds'"
+FORMS = ("e.g. '0', '500ms', '2s', '10min', '1h', or Spark's '500 milliseconds', '5 seconds', "
+         "'1 minute 30 seconds'")
 
 
 def parse_text(text: str) -> float:
@@ -50,7 +51,9 @@ def parse_text(text: str) -> float:
     if any(unit.startswith(("month", "mon", "year", "yr")) for unit in units):
         raise ValueError(f"uses months or years, which are not fixed durations; expected {FORMS}")
     bare = len(parts) == 1 and not units[0]
-    if not parts or (not bare and (not all(unit in _UNIT_SECONDS for unit in units) or len(set(units)) < len(units))):
+    if (not parts
+            or (not bare and (not all(unit in _UNIT_SECONDS for unit in units)
+                              or len(set(units)) < len(units)))):
         raise ValueError(f"is not a duration; expected a timedelta, a number of seconds or {FORMS}")
     return sum(float(number) * (_UNIT_SECONDS[unit] if unit else 1.0) for number, unit in parts)
 
@@ -75,7 +78,8 @@ def optional_seconds(name: str, value: Any, *, allow_zero: bool = False) -> floa
     bound = ">= 0" if allow_zero else "> 0"
     if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) or \
             (number < 0 if allow_zero else number <= 0):
-        raise ConfigError(f"{name}={value!r} is invalid; expected a duration {bound}: a timedelta, a number of "
+        raise ConfigError(f"{name}={value!r} is invalid; expected a duration {bound}: "
+                          "a timedelta, a number of "
                           f"seconds or {FORMS}")
     return float(number)
 

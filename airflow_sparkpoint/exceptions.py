@@ -33,6 +33,12 @@
 
 from __future__ import annotations
 
+__all__ = ["CatalogError", "CommandFailed", "CommitOutcomeUnknown", "ConfigError", "ControlError",
+           "CorruptMetadata", "CorruptRecord", "GenerationRunning", "InvalidPath", "JobAlreadyRunning",
+           "ObjectExists", "ObjectNotFound", "ObjectTooLarge", "RestoreError", "SinkAheadError", "SinkError",
+           "SinkLineageError", "SparkpointError", "StaleGeneration", "StorageError", "TransactionConflict",
+           "UsageError"]
+
 
 class SparkpointError(Exception):
     """Base class of every error raised by airflow-sparkpoint."""

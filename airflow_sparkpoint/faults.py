@@ -103,13 +103,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import TypeVar
 
+__all__ = ["ENV", "ENV_ONCE", "PAUSE_DIR_ENV", "PAUSE_ENV", "PAUSE_TIMEOUT_S", "POINTS", "armed",
+           "kill_driver", "map_in_halves", "maybe_kill", "maybe_kill_halfway", "pause"]
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-POINTS = ("stage", "record", "confirmed", "copy", "metadata", "checkpointed", "promoting", "committed", "savepoint",
-          "stopped", "recovery", "rewind", "abort", "retention", "rescale")
+POINTS = ("stage", "record", "confirmed", "copy", "metadata", "checkpointed", "promoting", "committed",
+          "savepoint", "stopped", "recovery", "rewind", "abort", "retention", "rescale")
 ENV = "SPARKPOINT_TEST_FAULT"
 ENV_ONCE = "SPARKPOINT_TEST_FAULT_ONCE"
 PAUSE_ENV = "SPARKPOINT_TEST_PAUSE"
@@ -125,7 +128,8 @@ def _armed() -> tuple[str, int] | None:
         return None
     point, _, batch = spec.partition(":")
     if point not in POINTS or not batch.strip().lstrip("-").isdigit():
-        raise ValueError(f"{ENV}={spec!r} is invalid; expected <point>:<batch> with point in {', '.join(POINTS)}")
+        raise ValueError(f"{ENV}={spec!r} is invalid; expected <point>:<batch> with "
+                         f"point in {', '.join(POINTS)}")
     return point, int(batch)
 
 
@@ -161,7 +165,8 @@ def maybe_kill_halfway(point: str, batch_id: int, done: int, total: int) -> None
         maybe_kill(point, batch_id)
 
 
-def map_in_halves(pool: Executor, fn: Callable[[T], R], items: Sequence[T], point: str, batch_id: int) -> list[R]:
+def map_in_halves(pool: Executor, fn: Callable[[T], R], items: Sequence[T], point: str,
+                  batch_id: int) -> list[R]:
     """``list(pool.map(fn, items))``; when `point` is armed, the second half starts only
     after `maybe_kill` at the halfway mark (so a kill leaves exactly half done)."""
     if not armed(point) or len(items) < 2:

@@ -6,13 +6,16 @@ from typing import Any
 
 from airflow_sparkpoint import __version__
 
+__all__ = ["CONN_FIELDS", "UI_FIELD_BEHAVIOUR", "get_provider_info"]
+
 # The connection form, declared: Airflow >= 3.2 reads it without importing the hook (and
 # without the deprecation warnings of the hook's form methods, which build the same form
 # from these two dicts for older Airflow 3 releases).
 CONN_FIELDS: dict[str, Any] = {
     "endpoint_url": {
         "label": "S3 endpoint URL",
-        "description": "S3-compatible endpoint (MinIO, SeaweedFS, ...), e.g. http://minio:9000; empty for AWS S3.",
+        "description": "S3-compatible endpoint (MinIO, SeaweedFS, ...), e.g. "
+                       "http://minio:9000; empty for AWS S3.",
         "schema": {"type": ["string", "null"]},
     },
     "region_name": {
@@ -28,7 +31,8 @@ CONN_FIELDS: dict[str, Any] = {
     },
     "jobs": {
         "label": "Jobs",
-        "description": "Optional: pipelines (spark.sparkpoint.job names) stored under this root, comma-separated. "
+        "description": "Optional: pipelines (spark.sparkpoint.job names) stored under "
+                       "this root, comma-separated. "
         "The UI lists every job under the root to who may read this connection.",
         "schema": {"type": ["string", "null"]},
     },

@@ -29,6 +29,8 @@ import os
 import sys
 from typing import NoReturn
 
+__all__ = ["exit_process"]
+
 
 def exit_process(code: int) -> NoReturn:
     """Flush logging, stdout and stderr, then end the process with `code` at once:

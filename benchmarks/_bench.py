@@ -23,8 +23,8 @@ BASE_MTIME = 1_700_000_000
 EVENT_SCHEMA = "user string, amount long"
 
 
-def spark_session(app: str, *, cores: int = 2, shuffle_partitions: int = 2, extra: Mapping[str, str] | None = None,
-                  master: str | None = None) -> Any:
+def spark_session(app: str, *, cores: int = 2, shuffle_partitions: int = 2,
+                  extra: Mapping[str, str] | None = None, master: str | None = None) -> Any:
     """A SparkSession (``local[cores]``, or `master`, e.g. a standalone cluster's
     ``spark://...``) with Sparkpoint's state store defaults (RocksDB with changelog
     checkpointing), so a plain Spark query and a Sparkpoint query run the same engine."""
@@ -55,7 +55,8 @@ def spark_session(app: str, *, cores: int = 2, shuffle_partitions: int = 2, extr
     return spark
 
 
-def write_parquet_batches(directory: Path, batches: Sequence[Sequence[tuple[str, int]]], start: int = 0) -> int:
+def write_parquet_batches(directory: Path, batches: Sequence[Sequence[tuple[str, int]]],
+                          start: int = 0) -> int:
     """One parquet file per batch of ``(user, amount)`` rows, with increasing mtimes (one
     file = one micro-batch with ``maxFilesPerTrigger=1``). Returns the rows written."""
     import pyarrow as pa
@@ -109,7 +110,8 @@ def machine() -> dict[str, Any]:
         pass
     memory = "unknown"
     try:
-        kib = int(re.search(r"^MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE).group(1))  # type: ignore[union-attr]
+        kib = int(re.search(r"^MemTotal:\s+(\d+) kB",  # type: ignore[union-attr]
+                            Path("/proc/meminfo").read_text(), re.MULTILINE).group(1))
         memory = f"{kib / 1024 / 1024:.1f} GiB"
     except (OSError, AttributeError):
         pass

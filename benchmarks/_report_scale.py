@@ -41,56 +41,66 @@ def summary_rows(results: dict[str, Any], verdict: Any) -> list[list[str]]:
             continue
         r = max(mine, key=lambda x: x["keys"])
         where = f"{r['keys']:,} keys, {_mb(r['full_state_bytes'])} state, {store}"
-        rows.append([f"Bytes copied per checkpoint ÷ changed state bytes ({where})", f"{r['bytes_ratio']:.2f}",
-                     "≤ 1.2", verdict(r["bytes_ratio"] <= 1.2),
-                     (f"median {r['median_bytes_copied']:,.0f} B copied; changed state {r['changed_state_bytes']:,.0f} B "
-                      f"({r['change']:.0%} of the keys); ÷ Spark's own new state files {r['spark_new_ratio']:.2f}")])
+        rows.append([f"Bytes copied per checkpoint ÷ changed state bytes ({where})",
+                     f"{r['bytes_ratio']:.2f}", "≤ 1.2", verdict(r["bytes_ratio"] <= 1.2),
+                     (f"median {r['median_bytes_copied']:,.0f} B copied; changed state "
+                      f"{r['changed_state_bytes']:,.0f} B "
+                      f"({r['change']:.0%} of the keys); ÷ Spark's own new state files "
+                      f"{r['spark_new_ratio']:.2f}")])
         s = r["restore_s"]
-        rows.append([f"Restore ÷ (cold start + read savepoint once) ({where})", f"{r['restore_ratio']:.2f}", "≤ 1.2",
-                     verdict(r["restore_ratio"] <= 1.2),
-                     (f"restore {s['restore']:.1f} s, cold {s['cold']:.1f} s, read once {s['read_once']:.2f} s "
-                      f"({_mb(r['savepoint_bytes'])}); materialize {s['materialize']:.2f} s; plain Spark restart from "
+        rows.append([f"Restore ÷ (cold start + read savepoint once) ({where})", f"{r['restore_ratio']:.2f}",
+                     "≤ 1.2", verdict(r["restore_ratio"] <= 1.2),
+                     (f"restore {s['restore']:.1f} s, cold {s['cold']:.1f} s, read "
+                      f"once {s['read_once']:.2f} s "
+                      f"({_mb(r['savepoint_bytes'])}); materialize {s['materialize']:.2f} s; "
+                      "plain Spark restart from "
                       f"its own checkpoint {s['spark_restart']:.1f} s (restore ÷ (that + read once) = "
                       f"{r['restore_vs_spark_restart']:.2f}){_load_text(r)}")])
         rows.append([f"Checkpoint duration, last ÷ first third of the run ({where})", f"{r['flatness']:.2f}",
                      "flat (≤ 1.5)", verdict(r["flatness"] <= 1.5),
-                     (f"median {r['median_checkpoint_s']:.2f} s per checkpoint; {len(r['checkpoints'])} checkpoints, "
+                     (f"median {r['median_checkpoint_s']:.2f} s per checkpoint; "
+                      f"{len(r['checkpoints'])} checkpoints, "
                       "all retained")])
     t = results.get("throughput_large", {})
     if "ratio" in t:
-        rows.append([f"Throughput, Sparkpoint ÷ plain Spark ({t['keys']:,} keys)", f"{t['ratio']:.2f}", "≥ 0.95",
-                     verdict(t["ratio"] >= 0.95),
-                     (f"Sparkpoint {t['median_s']['sparkpoint']:.1f} s, plain {t['median_s']['plain']:.1f} s; rounds "
+        rows.append([f"Throughput, Sparkpoint ÷ plain Spark ({t['keys']:,} keys)", f"{t['ratio']:.2f}",
+                     "≥ 0.95", verdict(t["ratio"] >= 0.95),
+                     (f"Sparkpoint {t['median_s']['sparkpoint']:.1f} s, plain "
+                      f"{t['median_s']['plain']:.1f} s; rounds "
                       + ", ".join(f"{x:.2f}" for x in t["round_ratios"]))])
     c = results.get("throughput_cluster", {})
     if "ratio" in c:
-        rows.append([f"Throughput on a standalone cluster ({c['keys']:,} keys, 2 workers)", f"{c['ratio']:.2f}", "≥ 0.95",
-                     verdict(c["ratio"] >= 0.95),
-                     (f"Sparkpoint {c['median_s']['sparkpoint']:.1f} s, plain {c['median_s']['plain']:.1f} s; rounds "
+        rows.append([f"Throughput on a standalone cluster ({c['keys']:,} keys, 2 workers)",
+                     f"{c['ratio']:.2f}", "≥ 0.95", verdict(c["ratio"] >= 0.95),
+                     (f"Sparkpoint {c['median_s']['sparkpoint']:.1f} s, plain "
+                      f"{c['median_s']['plain']:.1f} s; rounds "
                       + ", ".join(f"{x:.2f}" for x in c["round_ratios"])
                       + f". Staged by the executors (their own JVMs): {c['median_s']['executors']:.1f} s = "
                       f"{c['executors_ratio']:.2f}")])
     a = results.get("airflow", {})
     if a.get("operator"):
         o = a["operator"]
-        rows.append(["SparkpointSubmitOperator ÷ SparkSubmitOperator, dag.test()", f"{o['ratio']:.3f}", "≤ 1.05",
-                     verdict(o["ratio"] <= 1.05),
+        rows.append(["SparkpointSubmitOperator ÷ SparkSubmitOperator, dag.test()", f"{o['ratio']:.3f}",
+                     "≤ 1.05", verdict(o["ratio"] <= 1.05),
                      (f"{o['median_s']['sparkpoint']:.1f} s vs {o['median_s']['plain']:.1f} s; rounds "
                       + ", ".join(f"{x:.3f}" for x in o["round_ratios"]))])
     sch = results.get("airflow_scheduler", {})
     if "ratio" in sch:
         rows.append(["SparkpointSubmitOperator ÷ SparkSubmitOperator, real scheduler (LocalExecutor)",
                      f"{sch['ratio']:.3f}", "≤ 1.05", verdict(sch["ratio"] <= 1.05),
-                     (f"task {sch['median_s']['sparkpoint']:.1f} s vs {sch['median_s']['plain']:.1f} s (DAG run "
-                      f"{sch['median_run_s']['sparkpoint']:.1f} s vs {sch['median_run_s']['plain']:.1f} s); rounds "
+                     (f"task {sch['median_s']['sparkpoint']:.1f} s vs "
+                      f"{sch['median_s']['plain']:.1f} s (DAG run "
+                      f"{sch['median_run_s']['sparkpoint']:.1f} s vs "
+                      f"{sch['median_run_s']['plain']:.1f} s); rounds "
                       + ", ".join(f"{x:.3f}" for x in sch["round_ratios"]))])
     for s in a.get("sensors", []):
         rows.append([f"Requests per minute per waiting sensor ({s['sensors']} waiting, {s['backend']})",
                      f"{s['requests_per_min_per_sensor']:.1f}", "measured", verdict(None),
-                     (f"{s['requests_per_poll']:.1f} requests per poll, one poll every {s['poll_interval_s']:g} s; "
+                     (f"{s['requests_per_poll']:.1f} requests per poll, one poll every "
+                      f"{s['poll_interval_s']:g} s; "
                       f"{s['retained_checkpoints']} retained checkpoints; event loop lag max "
-                      f"{s['max_loop_lag_s'] * 1000:.0f} ms ({s.get('steady_loop_lag_s', 0) * 1000:.0f} ms once all "
-                      "had started)")])
+                      f"{s['max_loop_lag_s'] * 1000:.0f} ms ({s.get('steady_loop_lag_s', 0) * 1000:.0f} ms "
+                      "once all had started)")])
     return rows
 
 
@@ -110,7 +120,8 @@ def _load_text(r: dict[str, Any]) -> str:
         return f"{s.get(name + '_load', 0):.1f} s (median; last round: {start})"
     same = ""
     if "spark_same" in s:
-        same = (f"; plain Spark restart from the savepoint's own files {s['spark_same']:.1f} s (restore ÷ that = "
+        same = ("; plain Spark restart from the savepoint's own files "
+                f"{s['spark_same']:.1f} s (restore ÷ that = "
                 f"{r['restore_vs_spark_same']:.2f}), state load {one('spark_same')}")
     return f"; Spark's state load: restore {one('restore')}, plain restart {one('spark_restart')}{same}"
 
@@ -120,24 +131,32 @@ def scale_sections(results: dict[str, Any]) -> list[str]:
     out: list[str] = []
     if runs:
         out += ["## Production scale", "",
-                "`bench_scale.py` (`make bench-large`): a running total and count per key (numeric keys, RocksDB with",
-                "changelog checkpointing, `local[2]`, 2 shuffle partitions), built by loading every key once, then",
-                "update batches that each change 5 % of the keys; a retained checkpoint after every batch, every",
-                "checkpoint retained; then a savepoint and alternating restore / cold start / plain Spark restart.",
+                ("`bench_scale.py` (`make bench-large`): a running total and count per key "
+                "(numeric keys, RocksDB with"),
+                ("changelog checkpointing, `local[2]`, 2 shuffle partitions), built by "
+                "loading every key once, then"),
+                ("update batches that each change 5 % of the keys; a retained checkpoint "
+                "after every batch, every"),
+                ("checkpoint retained; then a savepoint and alternating restore / cold "
+                "start / plain Spark restart."),
                 "State bytes = Spark's changelog of the first build (the state in Spark's own format).", ""]
         out += _table(["store", "keys", "state", "median copied / checkpoint", "÷ changed state",
                        "÷ Spark's new files", "checkpoint s (median)", "flatness", "savepoint s", "restore s",
                        "cold s", "Spark restart s", "read once s", "restore ÷ (cold + read)"],
-                      [[r["store"], f"{r['keys']:,}", _mb(r["full_state_bytes"]), f"{r['median_bytes_copied']:,.0f}",
-                        f"{r['bytes_ratio']:.2f}", f"{r['spark_new_ratio']:.2f}", f"{r['median_checkpoint_s']:.2f}",
+                      [[r["store"], f"{r['keys']:,}", _mb(r["full_state_bytes"]),
+                        f"{r['median_bytes_copied']:,.0f}",
+                        f"{r['bytes_ratio']:.2f}", f"{r['spark_new_ratio']:.2f}",
+                        f"{r['median_checkpoint_s']:.2f}",
                         f"{r['flatness']:.2f}", f"{r['savepoint_s']:.2f}", f"{r['restore_s']['restore']:.1f}",
                         f"{r['restore_s']['cold']:.1f}", f"{r['restore_s']['spark_restart']:.1f}",
                         f"{r['restore_s']['read_once']:.2f}", f"{r['restore_ratio']:.2f}"] for r in runs])
         out += ["", (f"![checkpoint bytes vs state size]({IMAGES}/checkpoint-bytes.png) "
                 f"![restore time vs state size]({IMAGES}/restore-time.png)"), ""]
         out += ["### Where the time goes (largest size)", "",
-                "Per checkpoint, wall time of the coordinator's phases (medians over the update checkpoints; hash and",
-                "upload run on 8 threads, so they are summed thread time), and S3 requests per checkpoint:", ""]
+                ("Per checkpoint, wall time of the coordinator's phases (medians over the "
+                "update checkpoints; hash and"),
+                "upload run on 8 threads, so they are summed thread time), and S3 requests per checkpoint:",
+                ""]
         rows = []
         for r in runs:
             if r["keys"] != max(x["keys"] for x in runs if x["store"] == r["store"]):
@@ -151,8 +170,10 @@ def scale_sections(results: dict[str, Any]) -> list[str]:
                          f"{med('upload'):.3f}", f"{med('list_shared'):.3f}", f"{med('metadata'):.3f}",
                          f"{med('retention'):.3f}", f"{s3:.1f}" if r["store"] == "s3" else "-",
                          f"{r['restore_s']['materialize']:.2f}",
-                         f"{r['restore_s'].get('restore_spark', 0):.1f} / {r['restore_s'].get('spark_restart_spark', 0):.1f}",
-                         (f"{r['restore_s']['restore_load']:.1f} / {r['restore_s'].get('spark_restart_load', 0):.1f}"
+                         (f"{r['restore_s'].get('restore_spark', 0):.1f} / "
+                         f"{r['restore_s'].get('spark_restart_spark', 0):.1f}"),
+                         (f"{r['restore_s']['restore_load']:.1f} / "
+                          f"{r['restore_s'].get('spark_restart_load', 0):.1f}"
                           if "restore_load" in r["restore_s"] else "-")])
         out += _table(["store", "keys", "checkpoint s", "hash s", "upload s", "list shared/ s", "metadata s",
                        "retention s", "S3 requests", "restore: materialize s",
@@ -162,8 +183,10 @@ def scale_sections(results: dict[str, Any]) -> list[str]:
     x = results.get("transfers", {})
     if x.get("results"):
         out += ["### Parallel transfers", "",
-                f"`bench_transfers.py`: the {x['files']} files ({_mb(x['bytes'])}) of the 2,000,000-key state, checkpointed",
-                (f"(every file new), saved as a savepoint and materialized, with {x['threads']} transfers at a time "
+                (f"`bench_transfers.py`: the {x['files']} files ({_mb(x['bytes'])}) of the "
+                "2,000,000-key state, checkpointed"),
+                ("(every file new), saved as a savepoint and materialized, with "
+                 f"{x['threads']} transfers at a time "
                  f"and with one at a time, in {x['rounds']} paired alternating rounds"),
                 "(ratio = median of the rounds' one-at-a-time ÷ parallel time):", ""]
         out += _table(["store", "step", "one at a time s", f"{x['threads']} at a time s", "ratio"],
@@ -179,20 +202,26 @@ def scale_sections(results: dict[str, Any]) -> list[str]:
         out += ["## The Airflow path", ""]
         if a.get("operator"):
             o = a["operator"]
-            out += [f"`bench_airflow.py`: the quickstart application ({o['files']} batches of {o['users']:,} events) as a",
-                    "one-task DAG under `dag.test()`, submitted by `SparkpointSubmitOperator` and by the Spark",
-                    "provider's `SparkSubmitOperator` with the same `spark.sparkpoint.*` conf (real spark-submit).", ""]
+            out += [(f"`bench_airflow.py`: the quickstart application ({o['files']} batches of "
+                    f"{o['users']:,} events) as a"),
+                    ("one-task DAG under `dag.test()`, submitted by "
+                    "`SparkpointSubmitOperator` and by the Spark"),
+                    ("provider's `SparkSubmitOperator` with the same `spark.sparkpoint.*` "
+                    "conf (real spark-submit)."), ""]
             out += _table(["round", "SparkpointSubmitOperator s", "SparkSubmitOperator s", "ratio"],
                           [[str(i), f"{s:.1f}", f"{p:.1f}", f"{s / p:.3f}"] for i, (s, p) in
                            enumerate(zip(o["all_s"]["sparkpoint"], o["all_s"]["plain"], strict=True))])
             out += [""]
-        out += ["Waiting sensors (`SparkpointCheckpointTrigger.run` driven in one asyncio loop, as the triggerer",
+        out += [("Waiting sensors (`SparkpointCheckpointTrigger.run` driven in one "
+                "asyncio loop, as the triggerer"),
                 "does, each waiting for a checkpoint that never comes):", ""]
         out += _table(["store", "sensors", "retained checkpoints", "poll every", "requests / min / sensor",
                        "requests / poll", "loop lag max (steady)"],
-                      [[s["backend"], str(s["sensors"]), str(s["retained_checkpoints"]), f"{s['poll_interval_s']:g} s",
+                      [[s["backend"], str(s["sensors"]), str(s["retained_checkpoints"]),
+                        f"{s['poll_interval_s']:g} s",
                         f"{s['requests_per_min_per_sensor']:.1f}", f"{s['requests_per_poll']:.1f}",
-                        f"{s['max_loop_lag_s'] * 1000:.0f} ms ({s.get('steady_loop_lag_s', 0) * 1000:.0f} ms)"]
+                        (f"{s['max_loop_lag_s'] * 1000:.0f} ms ({s.get('steady_loop_lag_s', 0) * 1000:.0f} "
+                        "ms)")]
                        for s in a["sensors"]])
         out += [""]
     return out
@@ -221,9 +250,10 @@ def draw(results: dict[str, Any], docs: Path) -> list[str]:
                 ax.plot(xs, [r["median_bytes_copied"] / 1e6 for r in mine], "o-", color=colors[store],
                         label=f"copied per checkpoint ({store})")
         ref = sorted(runs, key=lambda r: r["full_state_bytes"])
-        ax.plot([r["full_state_bytes"] / 1e6 for r in ref], [r["changed_state_bytes"] / 1e6 for r in ref], "k--",
-                label="changed state (5 % of keys)")
-        ax.set(xscale="log", yscale="log", xlabel="state (MB)", ylabel="MB", title="Checkpoint bytes vs state size")
+        ax.plot([r["full_state_bytes"] / 1e6 for r in ref], [r["changed_state_bytes"] / 1e6 for r in ref],
+                "k--", label="changed state (5 % of keys)")
+        ax.set(xscale="log", yscale="log", xlabel="state (MB)", ylabel="MB",
+               title="Checkpoint bytes vs state size")
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out / "checkpoint-bytes.png", dpi=100)
@@ -236,11 +266,12 @@ def draw(results: dict[str, Any], docs: Path) -> list[str]:
             if not mine:
                 continue
             xs = [r["full_state_bytes"] / 1e6 for r in mine]
-            ax.plot(xs, [r["restore_s"]["restore"] for r in mine], "o-", color=colors[store], label=f"restore ({store})")
+            ax.plot(xs, [r["restore_s"]["restore"] for r in mine], "o-", color=colors[store],
+                    label=f"restore ({store})")
             ax.plot(xs, [r["restore_s"]["cold"] + r["restore_s"]["read_once"] for r in mine], "s:",
                     color=colors[store], label=f"cold + read once ({store})")
-            ax.plot(xs, [r["restore_s"]["spark_restart"] for r in mine], "^--", color=colors[store], alpha=0.6,
-                    label=f"plain Spark restart ({store})")
+            ax.plot(xs, [r["restore_s"]["spark_restart"] for r in mine], "^--", color=colors[store],
+                    alpha=0.6, label=f"plain Spark restart ({store})")
         ax.set(xscale="log", xlabel="state (MB)", ylabel="seconds", title="Restore time vs state size")
         ax.legend(fontsize=7)
         fig.tight_layout()
@@ -254,7 +285,8 @@ def draw(results: dict[str, Any], docs: Path) -> list[str]:
             if mine:
                 r = max(mine, key=lambda x: x["keys"])
                 ys = [c["duration_s"] for c in r["checkpoints"]]
-                ax.plot(range(1, len(ys) + 1), ys, "o-", color=colors[store], label=f"{store}, {r['keys']:,} keys")
+                ax.plot(range(1, len(ys) + 1), ys, "o-", color=colors[store],
+                        label=f"{store}, {r['keys']:,} keys")
         ax.set(xlabel="checkpoint (= checkpoints retained)", ylabel="seconds", yscale="log",
                title="Checkpoint duration over a run")
         ax.legend(fontsize=8)

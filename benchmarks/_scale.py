@@ -70,7 +70,8 @@ def seaweedfs(bucket: str = "sp-scale") -> Iterator[tuple[str, str, str]]:
         started = subprocess.run([script, "start", tmp, bucket], check=False, capture_output=True, text=True)
         try:
             if started.returncode != 0:
-                raise RuntimeError(f"s3_server.sh start failed (exit {started.returncode}): {started.stderr[-2000:]}")
+                raise RuntimeError(f"s3_server.sh start failed (exit {started.returncode}): "
+                                   f"{started.stderr[-2000:]}")
             endpoint = (Path(tmp) / "endpoint").read_text().strip()
             found = re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", started.stdout)
             version = f"SeaweedFS {found.group(1)}" if found else "SeaweedFS"
@@ -162,7 +163,8 @@ class Profiler:
                                  (C, "_ensure_stored", "validate"), (C, "_complete", "metadata"),
                                  (Committer, "_forget_settled", "forget_settled")):
             setattr(cls, name, self._timed(phase, getattr(cls, name)))
-        checkpointer.enforce_checkpoint_retention = self._timed("retention", checkpointer.enforce_checkpoint_retention)
+        checkpointer.enforce_checkpoint_retention = self._timed("retention",
+                                                                checkpointer.enforce_checkpoint_retention)
         Catalog.next_checkpoint_id = self._timed("next_id", Catalog.next_checkpoint_id)  # type: ignore[method-assign]
         original_materialize = restore.materialize
 

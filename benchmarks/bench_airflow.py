@@ -16,7 +16,8 @@ wrapper) and on SeaweedFS (its own process; HTTP requests counted at botocore), 
 Reported: requests per minute per waiting sensor in the second half of the window (the
 steady state: the first half includes every trigger's start), and the event loop's worst lag.
 
-    .venv/bin/python benchmarks/bench_airflow.py [--rounds 3] [--warmup 1] [--sensors 100] [--seconds 60] [--json]
+    .venv/bin/python benchmarks/bench_airflow.py [--rounds 3] [--warmup 1] [--sensors 100] [--seconds 60]
+    [--json]
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ def _events(directory: Path, files: int, users: int) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for i in range(files):
         path = directory / f"events-{i:05d}.json"
-        path.write_text("".join(json.dumps({"user": f"u{u}", "amount": i * 10 + u}) + "\n" for u in range(users)))
+        path.write_text("".join(json.dumps({"user": f"u{u}", "amount": i * 10 + u}) + "\n"
+                                for u in range(users)))
         os.utime(path, (1_700_000_000 + i, 1_700_000_000 + i))
 
 
@@ -83,7 +85,8 @@ def _dag_run(kind: str, base: Path, index: int) -> float:
     }
     spark_conf = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN",
                   "spark.pyspark.python": sys.executable}
-    with DAG(dag_id=f"bench_{kind}_{index}", schedule=None, start_date=datetime(2026, 1, 1), catchup=False) as dag:
+    with DAG(dag_id=f"bench_{kind}_{index}", schedule=None, start_date=datetime(2026, 1, 1),
+             catchup=False) as dag:
         if kind == "sparkpoint":
             SparkpointSubmitOperator(task_id="job", job_name=JOB, checkpoint_dir=str(work / "checkpoints"),
                                      work_dir=str(work / "live"), conf=spark_conf, **common)
@@ -102,8 +105,8 @@ def _dag_run(kind: str, base: Path, index: int) -> float:
     with create_session() as session:  # dag.test() needs the DAG serialized first (not timed)
         DagBundlesManager().sync_bundles_to_db(session=session)
         session.commit()
-        update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None, set(),
-                                         session=session)
+        update_dag_parsing_results_in_db("dags-folder", None, [LazyDeserializedDAG.from_dag(dag)], {}, None,
+                                         set(), session=session)
     started = time.perf_counter()
     run = dag.test()
     elapsed = time.perf_counter() - started
@@ -125,7 +128,8 @@ def operator_overhead(base: Path, rounds: int, warmup: int, files: int, users: i
             took = _dag_run(kind, base, attempt)
             if attempt >= warmup:
                 times[kind].append(took)
-            print(f"  dag.test {kind:<10} round {attempt}{' (warm-up)' if attempt < warmup else ''}: {took:.1f} s",
+            print(f"  dag.test {kind:<10} round {attempt}{' (warm-up)' if attempt < warmup else ''}: "
+                  f"{took:.1f} s",
                   file=sys.stderr, flush=True)
     ratios = [s / p for s, p in zip(times["sparkpoint"], times["plain"], strict=True)]
     return {"median_s": {k: median(v) for k, v in times.items()}, "all_s": times, "round_ratios": ratios,
@@ -147,11 +151,12 @@ def _seed_catalog(root: str, checkpoints: int, **options: Any) -> int:
         key = catalog.shared_key(path, sha)
         catalog.store.put(key, data)
         ref = FileRef(path=path, key=key, size=100, sha256=sha, mtime_ns=1)
-        meta = SnapshotMetadata(kind="checkpoint", id=catalog.next_checkpoint_id(), job=JOB, generation=generation,
+        meta = SnapshotMetadata(kind="checkpoint", id=catalog.next_checkpoint_id(), job=JOB,
+                                generation=generation,
                                 batch_id=batch, created_at=time.time(), files=(ref,), live_root="/tmp/live",
                                 transactions=(), sink_positions={},
-                                stats=SnapshotStats(duration_ms=1, bytes_copied=100, files_copied=1, bytes_total=100,
-                                                    file_count=1), spark={})
+                                stats=SnapshotStats(duration_ms=1, bytes_copied=100, files_copied=1,
+                                                    bytes_total=100, file_count=1), spark={})
         catalog.complete_checkpoint(meta)
         newest = meta.id
     return newest
@@ -190,7 +195,8 @@ async def _wait_all(triggers: list[Any], seconds: float, counts: dict[str, int])
     return {"max_loop_lag_s": lag, "steady_loop_lag_s": steady_lag, "events": events, **steady}
 
 
-def sensor_load(base: Path, sensors: int, seconds: float, checkpoints: int, poll: float) -> list[dict[str, Any]]:
+def sensor_load(base: Path, sensors: int, seconds: float, checkpoints: int,
+                poll: float) -> list[dict[str, Any]]:
     from botocore.client import BaseClient
 
     from airflow_sparkpoint.storage.local import LocalStorage
@@ -228,7 +234,8 @@ def sensor_load(base: Path, sensors: int, seconds: float, checkpoints: int, poll
                 root, options = "s3://sensors/root", {"endpoint_url": endpoint}
                 BaseClient._make_api_call = counting_call  # type: ignore[method-assign]
             newest = _seed_catalog(root, checkpoints, **options)
-            triggers = [SparkpointCheckpointTrigger(job_name=JOB, checkpoint_dir=root, after_checkpoint_id=newest,
+            triggers = [SparkpointCheckpointTrigger(job_name=JOB, checkpoint_dir=root,
+                                                    after_checkpoint_id=newest,
                                                     poll_interval=poll) for _ in range(sensors)]
             counts["calls"] = 0
             started = time.monotonic()
@@ -236,8 +243,8 @@ def sensor_load(base: Path, sensors: int, seconds: float, checkpoints: int, poll
             elapsed = time.monotonic() - started
             calls = counts["calls"]
             per_min = outcome["steady_requests"] / (outcome["steady_seconds"] / 60) / sensors
-            results.append({"backend": backend, "sensors": sensors, "seconds": elapsed, "poll_interval_s": poll,
-                            "retained_checkpoints": checkpoints, "requests": calls,
+            results.append({"backend": backend, "sensors": sensors, "seconds": elapsed,
+                            "poll_interval_s": poll, "retained_checkpoints": checkpoints, "requests": calls,
                             "requests_per_min_per_sensor": per_min,
                             "polls_per_min_per_sensor_nominal": 60 / poll,
                             "requests_per_poll": per_min / (60 / poll), **outcome})
@@ -261,7 +268,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--users", type=int, default=1000)
     parser.add_argument("--sensors", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=60)
-    parser.add_argument("--checkpoints", type=int, default=10, help="retained checkpoints the sensors look at")
+    parser.add_argument("--checkpoints", type=int, default=10,
+                        help="retained checkpoints the sensors look at")
     parser.add_argument("--poll", type=float, default=5.0, help="the triggers' poll_interval (their default)")
     parser.add_argument("--skip-operator", action="store_true")
     parser.add_argument("--skip-sensors", action="store_true")
@@ -272,19 +280,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         _airflow_home(base)
         sensors = [] if args.skip_sensors else sensor_load(base, args.sensors, args.seconds, args.checkpoints,
                                                            args.poll)
-        operator = None if args.skip_operator else operator_overhead(base, args.rounds, args.warmup, args.files,
+        operator = None if args.skip_operator else operator_overhead(base, args.rounds, args.warmup,
+                                                                     args.files,
                                                                       args.users)
     ok = operator is None or operator["ratio"] <= TARGET
-    result = {"name": "airflow", "operator": operator, "sensors": sensors, "target": f"<= {TARGET}", "pass": ok,
-              "summary": (f"SparkpointSubmitOperator / SparkSubmitOperator under dag.test() = "
-                          f"{operator['ratio']:.3f} (target <= {TARGET})" if operator else "operator not measured")}
+    result = {"name": "airflow", "operator": operator, "sensors": sensors, "target": f"<= {TARGET}",
+              "pass": ok, "summary": (f"SparkpointSubmitOperator / SparkSubmitOperator under dag.test() = "
+                          f"{operator['ratio']:.3f} (target <= {TARGET})" if operator
+                          else "operator not measured")}
     lines = []
     if operator:
         lines.append(f"dag.test(): SparkpointSubmitOperator {operator['median_s']['sparkpoint']:.1f} s, "
                      f"SparkSubmitOperator {operator['median_s']['plain']:.1f} s; per round "
                      + ", ".join(f"{r:.3f}" for r in operator["round_ratios"]))
     for s in sensors:
-        lines.append(f"{s['sensors']} waiting sensors on {s['backend']}: {s['requests_per_min_per_sensor']:.1f} "
+        lines.append(f"{s['sensors']} waiting sensors on {s['backend']}: "
+                     f"{s['requests_per_min_per_sensor']:.1f} "
                      f"requests/min per sensor ({s['requests_per_poll']:.1f} per poll, poll every "
                      f"{s['poll_interval_s']:g} s), event loop lag max {s['max_loop_lag_s'] * 1000:.0f} ms")
     emit(result, args.json, lines)

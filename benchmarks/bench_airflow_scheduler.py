@@ -101,8 +101,8 @@ def run(rounds: int, warmup: int, files: int, users: int) -> dict[str, Any]:
         _events(base / "input", files, users)
         dags = base / "dags"
         dags.mkdir()
-        (dags / "bench_dags.py").write_text(DAG_FILE.format(app=str(REPO / "dags" / "jobs" / "quickstart_totals.py"),
-                                                            inputs=str(base / "input")))
+        (dags / "bench_dags.py").write_text(DAG_FILE.format(
+            app=str(REPO / "dags" / "jobs" / "quickstart_totals.py"), inputs=str(base / "input")))
         stack = AirflowStack(home=base / "airflow", bundles={"bench": dags}, extra_env={
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
             "SPARK_LOCAL_IP": "127.0.0.1",
@@ -125,7 +125,8 @@ def run(rounds: int, warmup: int, files: int, users: int) -> dict[str, Any]:
                     if attempt >= warmup:
                         times[kind].append(took)
                         walls[kind].append(wall)
-                    print(f"  scheduler {kind:<10} round {attempt}{' (warm-up)' if attempt < warmup else ''}: "
+                    print(f"  scheduler {kind:<10} round "
+                          f"{attempt}{' (warm-up)' if attempt < warmup else ''}: "
                           f"task {took:.1f} s, run {wall:.1f} s", file=sys.stderr, flush=True)
             started_in = stack.started_in
         finally:
@@ -138,7 +139,8 @@ def run(rounds: int, warmup: int, files: int, users: int) -> dict[str, Any]:
         "median_run_s": {k: median(v) for k, v in walls.items()}, "all_run_s": walls,
         "round_ratios": ratios, "ratio": ratio, "stack_start_s": started_in,
         "target": f"<= {TARGET}", "pass": ratio <= TARGET,
-        "summary": f"SparkpointSubmitOperator / SparkSubmitOperator under a scheduler = {ratio:.3f} (target <= {TARGET})",
+        "summary": "SparkpointSubmitOperator / SparkSubmitOperator under a scheduler = "
+                   f"{ratio:.3f} (target <= {TARGET})",
     }
 
 
@@ -154,7 +156,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = run(args.rounds, args.warmup, args.files, args.users)
     result["seconds"] = time.monotonic() - started
     emit(result, args.json, [
-        f"The Airflow path under a real scheduler (LocalExecutor), {args.rounds} rounds after {args.warmup} warm-up:",
+        (f"The Airflow path under a real scheduler (LocalExecutor), {args.rounds} rounds "
+        f"after {args.warmup} warm-up:"),
         (f"  SparkpointSubmitOperator task {result['median_s']['sparkpoint']:6.1f} s   "
          f"(DAG run {result['median_run_s']['sparkpoint']:.1f} s)"),
         (f"  SparkSubmitOperator task      {result['median_s']['plain']:6.1f} s   "

@@ -79,7 +79,8 @@ def upload(store: Storage, items: list[tuple[str, bytes]]) -> None:
         list(pool.map(lambda kv: store.put(*kv), items))
 
 
-def checkpoint(catalog: Catalog, files: dict[str, bytes], changed: Iterable[str], batch_id: int) -> SnapshotMetadata:
+def checkpoint(catalog: Catalog, files: dict[str, bytes], changed: Iterable[str],
+               batch_id: int) -> SnapshotMetadata:
     """Upload the changed files and complete a checkpoint of `files` (as the coordinator does)."""
     refs, new = [], []
     changed_set = set(changed)
@@ -96,7 +97,8 @@ def checkpoint(catalog: Catalog, files: dict[str, bytes], changed: Iterable[str]
     return meta
 
 
-def measure(fn: Callable[[], Any], counting: CountingStorage, http: HttpCounter) -> tuple[Any, int, int, float]:
+def measure(fn: Callable[[], Any], counting: CountingStorage,
+            http: HttpCounter) -> tuple[Any, int, int, float]:
     counting.reset()
     before = http.count
     started = time.perf_counter()
@@ -138,7 +140,8 @@ def run_size(root_uri: str, options: dict[str, Any], size: int) -> dict[str, Any
     latest_ms = statistics.median(r[3] for r in latest_runs) * 1000
 
     checkpoint(catalog, files, changed, CHECKPOINTS)
-    result, ret_calls, ret_http, ret_s = measure(lambda: enforce_checkpoint_retention(catalog, NUM_RETAINED), counting, http)
+    result, ret_calls, ret_http, ret_s = measure(lambda: enforce_checkpoint_retention(catalog, NUM_RETAINED),
+                                                 counting, http)
     retained = catalog.checkpoints()
     assert len(retained) == NUM_RETAINED
     present = {info.key for info in inner.list(catalog.job)}
@@ -218,11 +221,13 @@ def print_report(results: list[dict[str, Any]]) -> None:
     for result in results:
         rows = result["rows"]
         what = "HTTP requests" if result["counted"] == "http_requests" else "storage calls"
-        print(f"{result['backend']}: {what} ({rows[-1]['shared_files']:,} files) / ({rows[0]['shared_files']:,} files) "
+        print(f"{result['backend']}: {what} ({rows[-1]['shared_files']:,} files) / "
+              f"({rows[0]['shared_files']:,} files) "
               f"with {result['files_ratio']:,.0f}x the files: latest() {result['ratios']['latest']:.1f}x, "
               f"enforce_retention() {result['ratios']['retention']:.1f}x  (limit {RATIO_LIMIT:g}x)")
     verdict = all(r["pass"] for r in results)
-    print(f"{'PASS' if verdict else 'FAIL'}: catalog requests grow with retained checkpoints and listing pages, "
+    print(f"{'PASS' if verdict else 'FAIL'}: catalog requests grow with retained "
+          "checkpoints and listing pages, "
           "not with every file ever written")
 
 

@@ -48,11 +48,14 @@ def stage(table: Path, batch: int, files: int, rows: int) -> Any:
     for index in range(files):
         path = staging / f"part-{index:05d}-{uuid.uuid4()}-c000.snappy.parquet"
         pq.write_table(data, path, compression="snappy")
-        described.append({"path": str(path.relative_to(table)), "size": path.stat().st_size, "partition_values": {},
+        described.append({"path": str(path.relative_to(table)), "size": path.stat().st_size,
+                          "partition_values": {},
                           "num_records": rows, "modification_time": int(path.stat().st_mtime * 1000)})
-    staged = {"mode": "append", "staging": str(staging.relative_to(table)), "files": described, "rows": rows * files,
+    staged = {"mode": "append", "staging": str(staging.relative_to(table)), "files": described,
+              "rows": rows * files,
               "schema": base64.b64encode(data.schema.serialize().to_pybytes()).decode("ascii")}
-    return sink, TransactionRecord(JOB, batch, 1, sink.kind, sink.sink_id, {"config": sink.to_config(), "staged": staged})
+    return sink, TransactionRecord(JOB, batch, 1, sink.kind, sink.sink_id,
+                                   {"config": sink.to_config(), "staged": staged})
 
 
 def run(counts: list[int], runs: int, rows: int) -> dict[str, Any]:

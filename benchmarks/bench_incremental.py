@@ -42,14 +42,17 @@ def run_one(spark: Any, base: Path, keys: int, batches: int, change: float, seed
     rng = random.Random(seed)
     changed = max(1, int(keys * change))
     data = [[(key_name(i), 1) for i in range(keys)]]
-    data += [[(key_name(i), rng.randrange(1, 100)) for i in rng.sample(range(keys), changed)] for _ in range(batches - 1)]
+    data += [[(key_name(i), rng.randrange(1, 100)) for i in rng.sample(range(keys),
+                                                                       changed)] for _ in range(batches - 1)]
     write_parquet_batches(base / "input", data)
     job = SparkpointJob.get_or_create(conf={
         "spark.sparkpoint.dir": str(base / "sparkpoint"), "spark.sparkpoint.job": "bench",
-        "spark.sparkpoint.checkpoint.interval": "0", "spark.sparkpoint.checkpoint.numRetained": str(batches + 5),
+        "spark.sparkpoint.checkpoint.interval": "0",
+        "spark.sparkpoint.checkpoint.numRetained": str(batches + 5),
         "spark.sparkpoint.trigger": "availableNow",
     }, argv=[])
-    events = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(base / "input"))
+    events = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger",
+                                                          1).parquet(str(base / "input"))
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"))
     result = job.run(totals, sink=DirectorySink(str(base / "out"), format="parquet"), output_mode="update")
     assert result.status == "finished" and result.batches_processed == batches, result
@@ -107,14 +110,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     curve = [int(x) for x in args.curve.split(",") if x.strip()]
     result = run(args.keys, args.batches, args.change, curve, args.maintenance)
     head = result["headline"]
-    lines = [f"Incremental checkpoints, {args.keys:,} keys, {args.change:.0%} updated per batch, {args.batches} batches:",
+    lines = [(f"Incremental checkpoints, {args.keys:,} keys, {args.change:.0%} updated per "
+             f"batch, {args.batches} batches:"),
              f"  {'batch':>5}  {'copied':>12}  {'total':>12}  {'state':>12}  {'files':>9}  ratio"]
     for row in head["checkpoints"]:
         lines.append(f"  {row['batch']:>5}  {row['bytes_copied']:>12,}  {row['bytes_total']:>12,}  "
-                     f"{row['state_bytes']:>12,}  {row['files_copied']:>4}/{row['file_count']:<4}  {row['ratio']:.3f}")
+                     f"{row['state_bytes']:>12,}  {row['files_copied']:>4}/{row['file_count']:<4}  "
+                     f"{row['ratio']:.3f}")
     lines.append("  growth: keys -> total bytes of the last checkpoint, median bytes copied per checkpoint")
     for run_ in result["curve"]:
-        lines.append(f"  {run_['keys']:>10,} keys  {run_['final_bytes_total']:>12,}  {run_['median_bytes_copied']:>12,.0f}")
+        lines.append(f"  {run_['keys']:>10,} keys  {run_['final_bytes_total']:>12,}  "
+                     f"{run_['median_bytes_copied']:>12,.0f}")
     emit(result, args.json, lines)
     return result
 

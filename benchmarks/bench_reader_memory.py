@@ -124,21 +124,25 @@ def fill(store: Any, args: argparse.Namespace) -> dict[str, Any]:
     low, high = files, files * 2
     while high - low > 500:
         middle = (low + high) // 2
-        low, high = (middle, high) if _fits(big_metadata("checkpoint", 1, middle), meta_key) else (low, middle)
+        low, high = (middle, high) if _fits(big_metadata("checkpoint", 1,
+                                                         middle), meta_key) else (low, middle)
     files = low
-    costly_meta = _largest(meta_key, lambda n: json.dumps({"pad": _astral_text(n)}, ensure_ascii=False).encode())
+    costly_meta = _largest(meta_key,
+                           lambda n: json.dumps({"pad": _astral_text(n)}, ensure_ascii=False).encode())
     drill = _largest("chk-1/_verification.json", lambda n: json.dumps(
         {"schema_version": 1, "verified_at": 1.0, "level": "drill", "duration_s": 1.0, "checks": {},
          "error": _astral_text(n), "verified_by": "x"}, ensure_ascii=False).encode())
     jobs = []
     for i in range(1, args.checkpoints + 1):
         costly = i <= 2
-        jobs.append((layout.checkpoint_metadata(i), costly_meta if costly else big_metadata("checkpoint", i, files)))
+        jobs.append((layout.checkpoint_metadata(i),
+                     costly_meta if costly else big_metadata("checkpoint", i, files)))
         jobs.append((f"chk-{i}/_verification.json", drill))
     for i in range(1, args.savepoints + 1):
         directory = layout.savepoint_dir(1000 + i, f"{i:08x}")
         costly = i <= 2
-        jobs.append((f"{directory}/_metadata", costly_meta if costly else big_metadata("savepoint", 1000 + i, files)))
+        jobs.append((f"{directory}/_metadata",
+                     costly_meta if costly else big_metadata("savepoint", 1000 + i, files)))
         jobs.append((f"{directory}/_verification.json", drill))
     for key, data in jobs:
         put(key, data)
@@ -168,7 +172,8 @@ def fill(store: Any, args: argparse.Namespace) -> dict[str, Any]:
     parts = [[n, f'"{n:032x}"'] for n in range(1, 1001)]  # a 5 GiB file in 1,000 parts
     batch = _largest(layout.txn_key(1, 1), lambda n: json.dumps(
         {"schema_version": 1, "job": JOB, "batch_id": 1, "generation": 1, "sink": "s3", "sink_id": "s3://b/out",
-         "payload": {"staged": {"uploads": [{"key": f"out/part-{JOB}-b1-g1-{i:05d}.parquet", "upload_id": "u" * 100,
+         "payload": {"staged": {"uploads": [{"key": f"out/part-{JOB}-b1-g1-{i:05d}.parquet",
+                                             "upload_id": "u" * 100,
                                               "size": 5 << 30, "rows": 1, "parts": parts}
                                              for i in range(n // 40_000)]}}}).encode())
     for b in range(1, args.transactions + 1):  # the same record for other single-digit batches
@@ -224,7 +229,8 @@ else:
     evaluate(catalog, CheckpointCondition(job_name="orders", min_checkpoints=1))
 peak = rss("VmHWM:")
 import airflow_sparkpoint
-sys.__stdout__.write(json.dumps({"baseline": baseline, "peak": peak, "package": airflow_sparkpoint.__file__}) + "\n")
+sys.__stdout__.write(json.dumps({"baseline": baseline, "peak": peak,
+                                 "package": airflow_sparkpoint.__file__}) + "\n")
 """
 
 
@@ -235,7 +241,8 @@ def measure(mode: str, root: str, options: dict[str, Any], reader_path: str | No
     started = time.monotonic()
     # Not run from the checkout: "-c" puts the working directory first on sys.path.
     proc = subprocess.run([sys.executable, "-c", READER, mode, root, json.dumps(options)], env=env,
-                          cwd=tempfile.gettempdir(), capture_output=True, text=True, timeout=3600, check=False)
+                          cwd=tempfile.gettempdir(), capture_output=True, text=True, timeout=3600,
+                          check=False)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -310,13 +317,14 @@ def main() -> int:
                             worst = max(worst, float("inf"))
                             continue
                         worst = max(worst, figures["ratio"])
-                        lines.append(f"    {mode:7s} {figures['peak_above_mib']:8.1f} MiB above a baseline of "
+                        lines.append(f"    {mode:7s} {figures['peak_above_mib']:8.1f} "
+                                     "MiB above a baseline of "
                                      f"{figures['baseline_mib']:.0f} MiB  (ratio {figures['ratio']:.2f}, "
                                      f"{figures['seconds']:.0f} s)")
             finally:
                 stop()
-    result = {"benchmark": "reader_memory", "machine": machine(), "target_mib": TARGET_MIB, "results": results,
-              "worst_ratio": worst, "pass": worst <= 1.0,
+    result = {"benchmark": "reader_memory", "machine": machine(), "target_mib": TARGET_MIB,
+              "results": results, "worst_ratio": worst, "pass": worst <= 1.0,
               "summary": f"worst reader peak / {TARGET_MIB} MiB = {worst:.2f} (target <= 1.0)"}
     emit(result, args.json, lines)
     return 0

@@ -88,7 +88,8 @@ def run(keys: int, batches: int, change: float, runs: int) -> dict[str, Any]:
                     elapsed, result = run_job(spark, base / "input", work / "root", work / "table", savepoint)
                     assert result.restored_from == savepoint and result.first_batch == batches, result
                 else:
-                    elapsed, result = run_job(spark, base / "cold-input", work / "root", work / "table", "latest")
+                    elapsed, result = run_job(spark, base / "cold-input", work / "root", work / "table",
+                                              "latest")
                     assert result.restore_mode == "empty", result
                 assert result.batches_processed == 1, result
                 if attempt:
@@ -118,7 +119,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     result = run(args.keys, args.batches, args.change, args.runs)
     emit(result, args.json, [
-        (f"Restore vs cold start, {args.keys:,} keys of state ({result['savepoint_bytes']:,} bytes in the savepoint), "
+        (f"Restore vs cold start, {args.keys:,} keys of state ({result['savepoint_bytes']:,} "
+         "bytes in the savepoint), "
         f"one batch of {result['changed_keys']:,} updates, medians of {args.runs} runs:"),
         f"  restore from savepoint  {result['median_s']['restore']:7.2f} s",
         f"  cold start (empty)      {result['median_s']['cold']:7.2f} s",

@@ -82,7 +82,8 @@ def stage_multipart(client: Any, bucket: str, sink: S3Sink, batch: int, files: i
     with ThreadPoolExecutor(max_workers=THREADS) as pool:
         uploads = list(pool.map(upload, range(files)))
     staged = {"format": "parquet", "uploads": uploads, "rows": 0, "bytes": size * files}
-    return TransactionRecord(JOB, batch, 1, sink.kind, sink.sink_id, {"config": sink.to_config(), "staged": staged})
+    return TransactionRecord(JOB, batch, 1, sink.kind, sink.sink_id,
+                             {"config": sink.to_config(), "staged": staged})
 
 
 def stage_objects(client: Any, bucket: str, sink: DirectorySink, batch: int, files: int,
@@ -100,7 +101,8 @@ def stage_objects(client: Any, bucket: str, sink: DirectorySink, batch: int, fil
     with ThreadPoolExecutor(max_workers=THREADS) as pool:
         staged_files = sorted(pool.map(put, range(files)), key=lambda f: f["path"])
     staged = {"format": "parquet", "staging": staging, "files": staged_files, "bytes": size * files}
-    return TransactionRecord(JOB, batch, 1, sink.kind, sink.sink_id, {"config": sink.to_config(), "staged": staged})
+    return TransactionRecord(JOB, batch, 1, sink.kind, sink.sink_id,
+                             {"config": sink.to_config(), "staged": staged})
 
 
 def timed_commit(sink: Any, record: TransactionRecord) -> float:
@@ -128,7 +130,8 @@ def seaweedfs() -> Iterator[tuple[str, str, str]]:
         started = subprocess.run([script, "start", tmp, bucket], check=False, capture_output=True, text=True)
         try:
             if started.returncode != 0:
-                raise RuntimeError(f"s3_server.sh start failed (exit {started.returncode}): {started.stderr[-2000:]}")
+                raise RuntimeError(f"s3_server.sh start failed (exit {started.returncode}): "
+                                   f"{started.stderr[-2000:]}")
             endpoint = (Path(tmp) / "endpoint").read_text().strip()
             found = re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", started.stdout)  # "... 8000GB 4.48 pypi ..."
             version = f"SeaweedFS {found.group(1)}" if found else "SeaweedFS"
@@ -178,7 +181,8 @@ def run(runs: int, files: int, big: int, small: int, endpoint: str | None = None
             for name, stage in (
                 ("multipart_big", lambda b: stage_multipart(client, bucket, s3_sink, b, files, big, 8 * MiB)),
                 ("copy_big", lambda b: stage_objects(client, bucket, dir_sink, b, files, big)),
-                ("multipart_small", lambda b: stage_multipart(client, bucket, s3_sink, b, files, small, 8 * MiB)),
+                ("multipart_small",
+                 lambda b: stage_multipart(client, bucket, s3_sink, b, files, small, 8 * MiB)),
             ):
                 record = stage(batch)
                 sink = dir_sink if name.startswith("copy") else s3_sink
@@ -235,7 +239,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"  server-side copy      {n} x {big:>3} MiB  {m['copy_big']:8.3f} s")
         print(f"  multipart completion  {n} x {small:>3} MiB  {m['multipart_small']:8.3f} s")
         verdict = "met" if result["ratio_multipart_vs_copy"] <= 0.1 else "NOT met"
-        print(f"  ratio multipart / copy          {result['ratio_multipart_vs_copy']:.3f}  (target <= 0.1: {verdict})")
+        print(f"  ratio multipart / copy          {result['ratio_multipart_vs_copy']:.3f}  "
+              f"(target <= 0.1: {verdict})")
         flat = result["flatness_big_vs_small"]
         print(f"  completion {big} MiB / {small} MiB files   {flat:.2f}  "
               f"({'roughly flat in bytes' if flat < 2 else 'grows with bytes'}; {big // small}x the bytes)")

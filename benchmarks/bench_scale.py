@@ -124,7 +124,8 @@ def _snapshot_paths(handle: Any) -> tuple[list[str], list[str]]:
 
 
 def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: tuple[str, str] | None,
-             updates: int, change: float, chunk: int, runs: int, state_log: Path | None = None) -> dict[str, Any]:
+             updates: int, change: float, chunk: int, runs: int,
+             state_log: Path | None = None) -> dict[str, Any]:
     from airflow_sparkpoint.checkpoints import Catalog
     from airflow_sparkpoint.checkpoints.catalog import open_snapshot
 
@@ -150,7 +151,8 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
         extra, phases = metas.pop(), phases[:-1]
         final_snapshot = {"bytes_copied": extra.stats.bytes_copied, "files_copied": extra.stats.files_copied,
                           "waited_s": extra.created_at - metas[-1].created_at}
-        log(f"  final snapshot checkpoint: {extra.stats.bytes_copied:,} bytes in {extra.stats.files_copied} files "
+        log(f"  final snapshot checkpoint: {extra.stats.bytes_copied:,} bytes in "
+            f"{extra.stats.files_copied} files "
             f"after {final_snapshot['waited_s']:.1f} s")
     rows, previous = [], set()
     for meta, phase in zip(metas, phases, strict=True):
@@ -160,7 +162,8 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
         rows.append({"batch": meta.batch_id, "bytes_copied": meta.stats.bytes_copied,
                      "files_copied": meta.stats.files_copied, "bytes_total": meta.stats.bytes_total,
                      "file_count": meta.stats.file_count, "new_state_bytes": new_state,
-                     "duration_s": phase["total"], "phases": {k: v for k, v in phase.items() if k != "batch"}})
+                     "duration_s": phase["total"],
+                     "phases": {k: v for k, v in phase.items() if k != "batch"}})
     full_state = sum(r["new_state_bytes"] for r in rows[:len(load)])
     changed_bytes = full_state * change
     upd = rows[len(load):]
@@ -205,7 +208,8 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
                 shutil.copytree(base / "origin-out", work / "out", copy_function=os.link)
                 before = len(prof.restores)
                 took, result = _run_job(spark, base / "input", work / "out",
-                                        _conf(_root(store, work, s3, "root"), work, savepoint.uri, 3, endpoint))
+                                        _conf(_root(store, work, s3, "root"), work, savepoint.uri, 3,
+                                              endpoint))
                 assert result.restored_from == savepoint.uri and result.batches_processed == 1, result
                 times["materialize"].append(sum(r["materialize"] for r in prof.restores[before:]))
             else:
@@ -217,7 +221,8 @@ def run_size(spark: Any, prof: Profiler, base: Path, keys: int, store: str, s3: 
             loads = state_loads(state_log, log_from, state_log_offset(state_log))
             if name != "cold" and loads:
                 times[f"{name}_load"].append(loads["load_s"])
-                replay[name] = {"snapshot": loads["snapshot"], "replayed": loads["replayed"], "stores": loads["stores"]}
+                replay[name] = {"snapshot": loads["snapshot"], "replayed": loads["replayed"],
+                                "stores": loads["stores"]}
             log(f"  {store} {keys:,} keys: {name} round {attempt}: {took:.1f} s "
                 f"(Spark's batch {times[f'{name}_spark'][-1]:.1f} s)")
             shutil.rmtree(work, ignore_errors=True)
@@ -270,10 +275,12 @@ def run(sizes: list[int], stores: list[str], updates: int, change: float, chunk:
                                             updates, change, chunk, runs, state_log))
                     r = results[-1]
                     if os.environ.get("SPARKPOINT_BENCH_PARTIAL"):  # survive a run cut short
-                        Path(os.environ["SPARKPOINT_BENCH_PARTIAL"]).write_text(json.dumps(results, default=str))
+                        Path(os.environ["SPARKPOINT_BENCH_PARTIAL"]).write_text(
+                            json.dumps(results, default=str))
                     log(f"  {store} {keys:,} keys: state {r['full_state_bytes']:,} B, bytes ratio "
                         f"{r['bytes_ratio']:.2f}, restore ratio {r['restore_ratio']:.2f} "
-                        f"(vs Spark restart {r['restore_vs_spark_restart']:.2f}, vs Spark restart from the savepoint's "
+                        f"(vs Spark restart {r['restore_vs_spark_restart']:.2f}, vs Spark "
+                        "restart from the savepoint's "
                         f"files {r['restore_vs_spark_same']:.2f}), flat {r['flatness']:.2f}")
                     shutil.rmtree(base, ignore_errors=True)
         finally:
@@ -295,7 +302,8 @@ def run(sizes: list[int], stores: list[str], updates: int, change: float, chunk:
 
 
 def _replay_text(r: dict[str, Any]) -> str:
-    parts = [f"{name}: v{info['snapshot']}, {info['replayed']}" for name, info in sorted(r.get("state_load", {}).items())]
+    parts = [f"{name}: v{info['snapshot']}, {info['replayed']}"
+             for name, info in sorted(r.get("state_load", {}).items())]
     return "; ".join(parts) or "no state log"
 
 
@@ -305,7 +313,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--stores", default="local,s3")
     parser.add_argument("--updates", type=int, default=8, help="update batches after the state is built")
     parser.add_argument("--change", type=float, default=0.05)
-    parser.add_argument("--chunk", type=int, default=5_000_000, help="keys per batch while building the state")
+    parser.add_argument("--chunk", type=int, default=5_000_000,
+                        help="keys per batch while building the state")
     parser.add_argument("--runs", type=int, default=2, help="restore/cold rounds")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark conf for the session (e.g. a state store setting to compare)")
@@ -319,9 +328,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
              "state load s restore / spark-restart (snapshot version, changelogs replayed)")]
     for r in result["results"]:
         s = r["restore_s"]
-        lines.append(f"{r['store']:<6} {r['keys']:>11,}  {r['full_state_bytes']:>12,}  {r['median_bytes_copied']:>11,.0f}  "
-                     f"{r['bytes_ratio']:>8.2f}  {r['spark_new_ratio']:>10.2f}  {r['median_checkpoint_s']:>6.2f}  "
-                     f"{r['flatness']:>4.2f}  {r['savepoint_s']:>11.2f}  {s['restore']:>9.2f}  {s['cold']:>6.2f}  "
+        lines.append(f"{r['store']:<6} {r['keys']:>11,}  {r['full_state_bytes']:>12,}  "
+                     f"{r['median_bytes_copied']:>11,.0f}  "
+                     f"{r['bytes_ratio']:>8.2f}  {r['spark_new_ratio']:>10.2f}  "
+                     f"{r['median_checkpoint_s']:>6.2f}  "
+                     f"{r['flatness']:>4.2f}  {r['savepoint_s']:>11.2f}  "
+                     f"{s['restore']:>9.2f}  {s['cold']:>6.2f}  "
                      f"{s['read_once']:>6.2f}  {r['restore_ratio']:.2f}  {s['spark_restart']:>15.2f}  "
                      f"{r['restore_vs_spark_restart']:.2f}  {s.get('restore_load', 0):.1f} / "
                      f"{s.get('spark_restart_load', 0):.1f} ({_replay_text(r)})")

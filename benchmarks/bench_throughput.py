@@ -68,7 +68,8 @@ def standalone_cluster() -> Iterator[str]:
 
 def make_input(directory: Path, batches: int, rows: int, keys: int, seed: int = 7) -> int:
     rng = random.Random(seed)
-    data = [[(key_name(rng.randrange(keys)), rng.randrange(1, 1000)) for _ in range(rows)] for _ in range(batches)]
+    data = [[(key_name(rng.randrange(keys)), rng.randrange(1, 1000)) for _ in range(rows)]
+            for _ in range(batches)]
     return write_parquet_batches(directory, data)
 
 
@@ -86,10 +87,12 @@ def run_sparkpoint(spark: Any, inputs: Path, work: Path, driver_staging: str = "
     job = SparkpointJob.get_or_create(conf={
         "spark.sparkpoint.dir": str(work / "sparkpoint"), "spark.sparkpoint.job": "bench",
         "spark.sparkpoint.restore": "latest", "spark.sparkpoint.checkpoint.interval": "0",
-        "spark.sparkpoint.trigger": "availableNow", "spark.sparkpoint.delta.driverStagingMaxBytes": driver_staging,
+        "spark.sparkpoint.trigger": "availableNow",
+        "spark.sparkpoint.delta.driverStagingMaxBytes": driver_staging,
     }, argv=[])
     started = time.perf_counter()
-    result = job.run(query(spark, inputs), sink=DeltaSink(str(work / "table"), mode="append"), output_mode="update")
+    result = job.run(query(spark, inputs), sink=DeltaSink(str(work / "table"), mode="append"),
+                     output_mode="update")
     elapsed = time.perf_counter() - started
     assert result.status == "finished" and result.checkpoints_completed >= result.batches_processed, result
     return elapsed, _table_rows(work / "table")
@@ -123,9 +126,11 @@ def _table_rows(path: Path) -> int:
     return int(DeltaTable(str(path)).to_pyarrow_dataset().count_rows())
 
 
-def run(batches: int, rows: int, keys: int, runs: int, warmup: int = 2, master: str | None = None) -> dict[str, Any]:
+def run(batches: int, rows: int, keys: int, runs: int, warmup: int = 2,
+        master: str | None = None) -> dict[str, Any]:
     spark = spark_session("bench-throughput", master=master,
-                          extra={"spark.driver.host": "127.0.0.1", "spark.executor.memory": "768m"} if master else None)
+                          extra=({"spark.driver.host": "127.0.0.1", "spark.executor.memory": "768m"}
+                                 if master else None))
     runners = {"sparkpoint": run_sparkpoint, "plain": run_plain, "executors": run_sparkpoint_executors}
     times: dict[str, list[float]] = {name: [] for name in runners}
     output_rows: dict[str, set[int]] = {name: set() for name in runners}
@@ -143,7 +148,8 @@ def run(batches: int, rows: int, keys: int, runs: int, warmup: int = 2, master: 
                 print(f"  {name:<10} round {attempt}{'' if counted else ' (warm-up)'}: {elapsed:6.2f} s, "
                       f"{total / elapsed:>9,.0f} rows/s", file=sys.stderr)
     spark.stop()
-    assert len({frozenset(v) for v in output_rows.values()}) == 1 and len(output_rows["plain"]) == 1, output_rows
+    assert (len({frozenset(v) for v in output_rows.values()}) == 1
+            and len(output_rows["plain"]) == 1), output_rows
     med = {name: median(values) for name, values in times.items()}
     rate = {name: total / seconds for name, seconds in med.items()}
     rounds = [p / s for p, s in zip(times["plain"], times["sparkpoint"], strict=True)]
@@ -168,7 +174,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--runs", type=int, default=5, help="counted rounds")
     parser.add_argument("--warmup", type=int, default=2, help="rounds run first and not counted")
     parser.add_argument("--cluster", action="store_true",
-                        help="run on a Spark standalone cluster (master + 2 workers) started for the benchmark")
+                        help="run on a Spark standalone cluster (master + 2 workers) "
+                             "started for the benchmark")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.cluster:
@@ -177,7 +184,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     else:
         result = run(args.batches, args.rows, args.keys, args.runs, args.warmup)
     emit(result, args.json, [
-        (f"Throughput on {result['master']}, {args.batches} batches x {args.rows:,} rows over {args.keys:,} keys, medians of {args.runs} "
+        (f"Throughput on {result['master']}, {args.batches} batches x {args.rows:,} rows over {args.keys:,} "
+         f"keys, medians of {args.runs} "
          f"rounds after {args.warmup} warm-up rounds:"),
         (f"  sparkpoint (checkpoint every batch, DeltaSink 2PC)  {result['median_s']['sparkpoint']:7.2f} s  "
         f"{result['rows_per_s']['sparkpoint']:>10,.0f} rows/s"),

@@ -105,10 +105,12 @@ def run(stores: list[str], rounds: int, threads: int) -> dict[str, Any]:
                     log(f"  {store} round {attempt}: " + ", ".join(
                         f"{step} {times['sequential'][step][-1]:.2f} / {times['parallel'][step][-1]:.2f} s"
                         for step in times["parallel"]))
-                ratios = {step: median(s / p for s, p in zip(times["sequential"][step], times["parallel"][step],
+                ratios = {step: median(s / p for s, p in zip(times["sequential"][step],
+                                                             times["parallel"][step],
                                                             strict=True)) for step in times["parallel"]}
                 results.append({"store": store, "times": times, "ratios": ratios,
-                                "median_s": {mode: {k: median(v) for k, v in t.items()} for mode, t in times.items()}})
+                                "median_s": {mode: {k: median(v) for k, v in t.items()}
+                                             for mode, t in times.items()}})
         finally:
             transfer.THREADS = 8
             if s3cm is not None:
@@ -116,7 +118,8 @@ def run(stores: list[str], rounds: int, threads: int) -> dict[str, Any]:
     return {"name": "transfers", "files": files, "bytes": total, "threads": threads, "rounds": rounds,
             "results": results, "s3_server": f"{s3[2]} (127.0.0.1)" if s3 else None,
             "pass": all(r["ratios"][k] >= 1.0 for r in results for k in r["ratios"]),
-            "summary": "; ".join(f"{r['store']}: " + ", ".join(f"{k} {v:.2f}x" for k, v in r["ratios"].items())
+            "summary": "; ".join(f"{r['store']}: "
+                                 + ", ".join(f"{k} {v:.2f}x" for k, v in r["ratios"].items())
                                  for r in results)}
 
 
@@ -133,7 +136,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for r in result["results"]:
         m = r["median_s"]
         lines.append(f"{r['store']:<6} " + "  ".join(
-            f"{k}: {m['sequential'][k]:.2f} s / {m['parallel'][k]:.2f} s = {v:.2f}" for k, v in r["ratios"].items()))
+            f"{k}: {m['sequential'][k]:.2f} s / {m['parallel'][k]:.2f} s = {v:.2f}"
+            for k, v in r["ratios"].items()))
     emit(result, args.json, lines)
     return result
 

@@ -61,7 +61,8 @@ def measure(endpoint: str, bucket: str, claims: int, rounds: int) -> dict[str, f
     times: dict[str, list[float]] = {"listing": [], "marker": []}
     requests: dict[str, int] = {}
     for r in range(rounds):
-        for name, read in (("listing", old_rule), ("marker", manifests.committed_position))[:: 1 if r % 2 else -1]:
+        for name, read in (("listing", old_rule), ("marker",
+                                                   manifests.committed_position))[:: 1 if r % 2 else -1]:
             counting = CountingStorage(store)
             began = time.perf_counter()
             found = read(counting, JOB)

@@ -88,12 +88,14 @@ def profile(store: str, batches: int, cycle: int, work: Path) -> list[tuple[int,
         write_parquet_batches(work / "input", [[(key_name(i % 500), 1) for i in range(b, b + 200)]
                                                for b in range(batches)])
         spark = spark_session("sparkpoint-cycle")
-        events = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(work / "input"))
+        events = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger",
+                                                              1).parquet(str(work / "input"))
         from pyspark.sql import functions as F
 
         job = SparkpointJob.get_or_create(conf=conf, argv=[])
         result = job.run(events.groupBy("user").agg(F.sum("amount").alias("total")),
-                         sink=DeltaSink(str(work / "table"), mode="merge", keys=["user"]), output_mode="update")
+                         sink=DeltaSink(str(work / "table"), mode="merge", keys=["user"]),
+                         output_mode="update")
         assert result.status == "finished", result
     finally:
         catalog_module.Catalog.__init__ = real_init  # type: ignore[method-assign]

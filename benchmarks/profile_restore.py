@@ -56,7 +56,8 @@ def state_files(root: Path) -> dict[str, Any]:
 def progress_of(prof: Profiler, since: int) -> list[dict[str, Any]]:
     time.sleep(0.5)
     return [{"batch": p["batchId"], "rows": p.get("numInputRows"), "durationMs": p["durationMs"],
-             "stateOperators": [{k: v for k, v in op.items() if k != "customMetrics"} | {"custom": op.get("customMetrics")}
+             "stateOperators": [{k: v for k, v in op.items() if k != "customMetrics"}
+                                | {"custom": op.get("customMetrics")}
                                 for op in p.get("stateOperators", [])]}
             for p in prof.progress[since:] if p.get("numInputRows", 0) > 0]
 
@@ -82,7 +83,8 @@ def main(argv: list[str] | None = None) -> None:
     report: dict[str, Any] = {"keys": args.keys, "runs": []}
     with tempfile.TemporaryDirectory(prefix="sparkpoint-profile-", ignore_cleanup_errors=True) as tmp:
         base = Path(tmp)
-        history = load_batches(args.keys, 5_000_000) + update_batches(args.keys, args.change, args.updates, seed=7)
+        history = load_batches(args.keys, 5_000_000) + update_batches(args.keys, args.change, args.updates,
+                                                                      seed=7)
         write_numeric_batches(base / "input", history)
         root = str(base / "origin")
         took, built = _run_job(spark, base / "input", base / "origin-out",

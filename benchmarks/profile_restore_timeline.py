@@ -67,7 +67,8 @@ class Timeline:
         from airflow_sparkpoint.storage import s3
 
         # run_startup imports the restore steps by name: wrap them where they are looked up
-        for name in ("plan_restore", "settle_unconfirmed", "fill_live", "recover_transactions", "choose_live"):
+        for name in ("plan_restore", "settle_unconfirmed", "fill_live", "recover_transactions",
+                     "choose_live"):
             self.wrap(run_startup, name)
         for name in ("_open", "_prepare", "_finish", "_conclude", "_run_query"):
             self.wrap(job._Run, name, f"run.{name}")
@@ -137,8 +138,10 @@ def main(argv: list[str] | None = None) -> None:
                     timeline.reset()
                     took, _ = bench_scale._run_job(
                         spark, base / ("input" if name == "restore" else "cold-input"), work / "out",
-                        bench_scale._conf(bench_scale._root(args.store, work, s3, "root"), work, restore, 3, endpoint))
-                    print(f"\n==== {name} round {attempt}: {took:.3f} s; S3 requests {sum(timeline.requests.values())} "
+                        bench_scale._conf(bench_scale._root(args.store, work, s3, "root"), work, restore, 3,
+                                          endpoint))
+                    print(f"\n==== {name} round {attempt}: {took:.3f} s; S3 requests "
+                          f"{sum(timeline.requests.values())} "
                           f"{dict(timeline.requests)}")
                     for at, thread, what in timeline.events:
                         print(f"{at:7.3f}  {thread[:24]:24}  {what}")

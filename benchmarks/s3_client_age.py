@@ -81,7 +81,8 @@ def measure(endpoint: str, bucket: str, rounds: int) -> list[dict[str, float]]:
         row["get_ratio"] = row["get_aged"] / row["get_fresh"]
         rows.append(row)
         print(f"round {r:2d}  {requests:6d} requests  LIST aged {row['list_aged']:6.2f} ms fresh "
-              f"{row['list_fresh']:6.2f} ms ({row['list_ratio']:.2f})  GET aged {row['get_aged']:5.2f} ms fresh "
+              f"{row['list_fresh']:6.2f} ms ({row['list_ratio']:.2f})  GET aged "
+              f"{row['get_aged']:5.2f} ms fresh "
               f"{row['get_fresh']:5.2f} ms ({row['get_ratio']:.2f})", file=sys.stderr, flush=True)
     aged.close()
     return rows
@@ -89,7 +90,8 @@ def measure(endpoint: str, bucket: str, rounds: int) -> list[dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=25, help=f"rounds of {CHECKPOINTS_PER_ROUND} checkpoints' requests")
+    parser.add_argument("--rounds", type=int, default=25,
+                        help=f"rounds of {CHECKPOINTS_PER_ROUND} checkpoints' requests")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     from _scale import seaweedfs
@@ -99,13 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     quarter = max(1, len(rows) // 4)
 
     def drift(key: str) -> float:
-        return statistics.mean(r[key] for r in rows[-quarter:]) / statistics.mean(r[key] for r in rows[:quarter])
+        return (statistics.mean(r[key] for r in rows[-quarter:])
+                / statistics.mean(r[key] for r in rows[:quarter]))
 
     list_drift, get_drift = drift("list_ratio"), drift("get_ratio")
     result = {"benchmark": "s3_client_age", "server": version, "machine": machine(), "rounds": rows,
               "list_ratio_drift": list_drift, "get_ratio_drift": get_drift,
               "pass": max(list_drift, get_drift) <= DRIFT_GOAL,
-              "summary": f"aged / fresh, last quarter of rounds / first: LIST {list_drift:.2f}, GET {get_drift:.2f} "
+              "summary": "aged / fresh, last quarter of rounds / first: LIST "
+                         f"{list_drift:.2f}, GET {get_drift:.2f} "
                          f"(goal <= {DRIFT_GOAL})"}
     emit(result, args.json, [f"{rows[-1]['requests']} requests on one store against {version}"])
     return 0

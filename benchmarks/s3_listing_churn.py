@@ -48,7 +48,8 @@ def batch_keys(prefix: str, batch: int) -> list[str]:
             *(f"{prefix}/state/0/{p}/{batch + 1}.changelog{tag}" for p in range(PARTITIONS))]
 
 
-def measure(endpoint: str, bucket: str, rounds: int, batches: int, retained: int = RETAINED) -> list[dict[str, float]]:
+def measure(endpoint: str, bucket: str, rounds: int, batches: int,
+            retained: int = RETAINED) -> list[dict[str, float]]:
     from airflow_sparkpoint.storage import open_storage
 
     store = open_storage(f"s3://{bucket}/churn", endpoint_url=endpoint, region_name="us-east-1")
@@ -85,7 +86,8 @@ def measure(endpoint: str, bucket: str, rounds: int, batches: int, retained: int
         row["ratio"] = row["list_churned_ms"] / row["list_untouched_ms"]
         rows.append(row)
         print(f"round {r:2d}  {deleted:6d} deleted  {counts['churned']} objects  LIST churned "
-              f"{row['list_churned_ms']:6.2f} ms untouched {row['list_untouched_ms']:6.2f} ms ({row['ratio']:.2f})",
+              f"{row['list_churned_ms']:6.2f} ms untouched {row['list_untouched_ms']:6.2f} ms "
+              f"({row['ratio']:.2f})",
               file=sys.stderr, flush=True)
     store.close()
     return rows
@@ -94,7 +96,8 @@ def measure(endpoint: str, bucket: str, rounds: int, batches: int, retained: int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=12, help="rounds of churn after the first measurement")
-    parser.add_argument("--batches", type=int, default=1000, help="batches per round (6 objects in, 6 out each)")
+    parser.add_argument("--batches", type=int, default=1000,
+                        help="batches per round (6 objects in, 6 out each)")
     parser.add_argument("--retained", type=int, default=RETAINED, help="batches each prefix holds")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -112,9 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": "s3_listing_churn", "server": version, "machine": machine(), "rounds": rows,
               "ratio_drift": drift, "deleted": rows[-1]["deleted"], "objects": rows[-1]["objects"],
               "pass": drift <= DRIFT_GOAL,
-              "summary": f"LIST of a churned prefix / an untouched one with the same {rows[-1]['objects']} objects, "
+              "summary": "LIST of a churned prefix / an untouched one with the same "
+                         f"{rows[-1]['objects']} objects, "
                          f"last quarter of rounds / first: {drift:.2f} after {rows[-1]['deleted']} deletions "
-                         f"(churned {mean(first, 'list_churned_ms'):.1f} -> {mean(last, 'list_churned_ms'):.1f} ms; "
+                         f"(churned {mean(first, 'list_churned_ms'):.1f} -> "
+                         f"{mean(last, 'list_churned_ms'):.1f} ms; "
                          f"goal <= {DRIFT_GOAL})"}
     emit(result, args.json, [f"{rows[-1]['deleted']} objects put and deleted under one prefix of {version}"])
     return 0

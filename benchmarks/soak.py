@@ -12,7 +12,8 @@ id, ``_metadata``, retention), bytes copied, and the storage requests sent while
 kind and, on S3, the seconds they took
 (GET, PUT, LIST, DELETE, HEAD, COPY, counted at botocore for S3 and by a `CountingStorage`
 around the job's store on local disk, from the coordinator's and transfer threads only: the
-heartbeat, the control polls between checkpoints and Spark's staging thread are left out). This process records, per minute: the driver's RSS (the Python driver and its
+heartbeat, the control polls between checkpoints and Spark's staging thread are left out). This process
+records, per minute: the driver's RSS (the Python driver and its
 JVM), the JVM heap after a full GC (``jcmd GC.run`` + ``GC.heap_info``, when jcmd exists),
 open files and threads of both, and the objects in the job's store. Writes
 ``<out>/soak.json`` and a plot (``soak.png`` with matplotlib, else ``soak.svg``), and prints
@@ -57,8 +58,10 @@ LISTED = "_listed"
 SECONDS = "s:"
 #: botocore operation -> request kind
 S3_KIND = {"GetObject": "GET", "HeadObject": "HEAD", "PutObject": "PUT", "CreateMultipartUpload": "PUT",
-           "UploadPart": "PUT", "CompleteMultipartUpload": "PUT", "ListObjectsV2": "LIST", "ListObjects": "LIST",
-           "DeleteObject": "DELETE", "DeleteObjects": "DELETE", "CopyObject": "COPY", "UploadPartCopy": "COPY"}
+           "UploadPart": "PUT", "CompleteMultipartUpload": "PUT", "ListObjectsV2": "LIST",
+           "ListObjects": "LIST",
+           "DeleteObject": "DELETE", "DeleteObjects": "DELETE", "CopyObject": "COPY",
+           "UploadPartCopy": "COPY"}
 
 
 # ---------------------------------------------------------------------------- the driver process
@@ -66,7 +69,8 @@ S3_KIND = {"GetObject": "GET", "HeadObject": "HEAD", "PutObject": "PUT", "Create
 
 #: the threads a checkpoint's requests come from (the heartbeat and Spark's foreachBatch
 #: thread write on their own clock and are left out)
-CHECKPOINT_THREADS = ("sparkpoint-coordinator", "sparkpoint-upload", "sparkpoint-transfer", "sparkpoint-prestore")
+CHECKPOINT_THREADS = ("sparkpoint-coordinator", "sparkpoint-upload", "sparkpoint-transfer",
+                      "sparkpoint-prestore")
 
 
 def _count_requests(conf: dict[str, str]) -> tuple[Counter[str], Any]:
@@ -145,12 +149,14 @@ def driver(config_path: str) -> int:
         with lock:
             requests = dict(Counter(counts) - before)
         listed = requests.pop(LISTED, 0)
-        request_seconds = {k[len(SECONDS):]: round(requests.pop(k), 4) for k in list(requests) if k.startswith(SECONDS)}
+        request_seconds = {k[len(SECONDS):]: round(requests.pop(k), 4) for k in list(requests)
+                           if k.startswith(SECONDS)}
         steps = {k: round(v, 4) for k, v in phases.checkpoints[-1].items() if k not in ("batch", "total")
                  and not k.startswith("s3:")} if phases.checkpoints else {}
         phases.checkpoints.clear()  # kept, they would grow the driver's RSS the soak measures
         records.write(json.dumps({"at": time.time(), "batch": batch_id, "id": meta.id, "seconds": elapsed,
-                                  "bytes_copied": meta.stats.bytes_copied, "bytes_total": meta.stats.bytes_total,
+                                  "bytes_copied": meta.stats.bytes_copied,
+                                  "bytes_total": meta.stats.bytes_total,
                                   "files": meta.stats.file_count, "requests": requests,
                                   "objects_listed": listed, "request_seconds": request_seconds,
                                   "steps": steps}) + "\n")
@@ -161,13 +167,16 @@ def driver(config_path: str) -> int:
         _census(float(config["census"]), Path(config["records"]).with_name("census.jsonl"),
                 trim_after_s=config.get("census_trim_after"))
     if config.get("tracemalloc"):
-        _trace_python_growth(float(config["tracemalloc"]), Path(config["records"]).with_name("tracemalloc.jsonl"))
-    extra = {"spark.driver.extraJavaOptions": "-XX:NativeMemoryTracking=summary"} if config.get("nmt") else None
+        _trace_python_growth(float(config["tracemalloc"]),
+                             Path(config["records"]).with_name("tracemalloc.jsonl"))
+    extra = ({"spark.driver.extraJavaOptions": "-XX:NativeMemoryTracking=summary"} if config.get("nmt")
+             else None)
     spark = spark_session("sparkpoint-soak", cores=2, extra=extra)
     job = SparkpointJob.get_or_create(conf=conf, argv=[])
     events = spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 4).parquet(config["input"])
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
-    result = job.run(totals, sink=DeltaSink(config["table"], mode="merge", keys=["user"]), output_mode="update")
+    result = job.run(totals, sink=DeltaSink(config["table"], mode="merge", keys=["user"]),
+                     output_mode="update")
     print(f"soak driver ended: {result.status}", flush=True)
     return 0
 
@@ -185,18 +194,22 @@ def _trace_python_growth(every_s: float, path: Path) -> None:
         with path.open("a", buffering=1) as out:
             while True:
                 time.sleep(every_s)
-                snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+                snapshot = tracemalloc.take_snapshot().filter_traces(
+                    [tracemalloc.Filter(False, tracemalloc.__file__)])
                 if first is None:
                     first = snapshot
                     continue
                 top = snapshot.compare_to(first, "lineno")[:25]
                 # The allocating line often names a library (botocore, json): its callers say who keeps it.
                 stacks = snapshot.compare_to(first, "traceback")[:8]
-                out.write(json.dumps({"at": time.time(), "traced_mb": tracemalloc.get_traced_memory()[0] / 1e6,
-                                      "growth": [{"where": str(d.traceback[0]), "kb": round(d.size_diff / 1e3, 1),
+                out.write(json.dumps({"at": time.time(),
+                                      "traced_mb": tracemalloc.get_traced_memory()[0] / 1e6,
+                                      "growth": [{"where": str(d.traceback[0]),
+                                                  "kb": round(d.size_diff / 1e3, 1),
                                                   "count": d.count_diff} for d in top],
                                       "stacks": [{"kb": round(d.size_diff / 1e3, 1), "count": d.count_diff,
-                                                  "stack": _own_frames(d.traceback)} for d in stacks]}) + "\n")
+                                                  "stack": _own_frames(d.traceback)}
+                                                 for d in stacks]}) + "\n")
 
     threading.Thread(target=loop, name="soak-tracemalloc", daemon=True).start()
 
@@ -215,7 +228,8 @@ def _census(every_s: float, path: Path, trim_after_s: float | None = None) -> No
     from airflow_sparkpoint.runtime import heap
 
     class MallInfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+        _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                                         "usmblks",
                                                          "fsmblks", "uordblks", "fordblks", "keepcost")]
 
     try:
@@ -278,7 +292,8 @@ def _write_input(directory: Path, stop: threading.Event) -> None:
     index = 0
     while not stop.is_set():
         users = [f"user-{(index * ROWS_PER_FILE + i) % KEYS:07d}" for i in range(ROWS_PER_FILE)]
-        table = pa.table({"user": pa.array(users, pa.string()), "amount": pa.array([1] * ROWS_PER_FILE, pa.int64())})
+        table = pa.table({"user": pa.array(users, pa.string()),
+                          "amount": pa.array([1] * ROWS_PER_FILE, pa.int64())})
         tmp = directory / f".part-{index:07d}.parquet.tmp"
         pq.write_table(table, tmp)
         os.replace(tmp, directory / f"part-{index:07d}.parquet")
@@ -342,8 +357,10 @@ def _resident_in(pid: int, start: int, end: int) -> int | None:
     return total
 
 
-#: NMT's summary lines: "Total: reserved=..KB, committed=..KB" and "-  Java Heap (reserved=..KB, committed=..KB)"
-_NMT_LINE = re.compile(r"^(?:Total|-\s*(?P<name>[A-Za-z][\w .-]*?))\s*[:(]\s*reserved=(\d+)KB, committed=(\d+)KB",
+#: NMT's summary lines: "Total: reserved=..KB, committed=..KB" and
+#: "-  Java Heap (reserved=..KB, committed=..KB)"
+_NMT_LINE = re.compile(r"^(?:Total|-\s*(?P<name>[A-Za-z][\w .-]*?))\s*[:(]\s*reserved=(\d+)KB, "
+                       r"committed=(\d+)KB",
                        re.MULTILINE)
 
 
@@ -370,7 +387,8 @@ def _class_histogram(pid: int, top: int = 400) -> dict[str, list[int]] | None:
     return {name: [count, size] for name, count, size in sorted(rows, key=lambda r: -r[2])[:top]}
 
 
-def heap_growth(first: dict[str, list[int]], last: dict[str, list[int]], top: int = 12) -> list[dict[str, Any]]:
+def heap_growth(first: dict[str, list[int]], last: dict[str, list[int]],
+                top: int = 12) -> list[dict[str, Any]]:
     """The classes whose live bytes grew most between two histograms."""
     grown: list[dict[str, Any]] = [
         {"class": name, "bytes_first": first.get(name, [0, 0])[1], "bytes_last": size,
@@ -455,7 +473,8 @@ def summarize(checkpoints: list[dict[str, Any]], samples: list[dict[str, Any]],
         "heap_after_gc_ratio": quarter_ratio(heap),
         "python_rss_ratio": quarter_ratio([s["driver"]["rss"] for s in samples]),
         "jvm_rss_ratio": quarter_ratio([s["jvm"]["rss"] for s in samples if "jvm" in s]),
-        "heap_committed_ratio": quarter_ratio([s["heap_committed"] for s in samples if s.get("heap_committed")]),
+        "heap_committed_ratio": quarter_ratio([s["heap_committed"] for s in samples
+                                               if s.get("heap_committed")]),
         "heap_growth_by_class": heap_growth(classes[0], classes[-1]) if len(classes) >= 2 else None,
         "store_objects_max": max((s["store_objects"] for s in samples), default=None),
         "store_objects_last": samples[-1]["store_objects"] if samples else None,
@@ -486,7 +505,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stop_input = threading.Event()
     with _store(args.store, out) as (root, extra_conf, options):
         conf = {"spark.sparkpoint.dir": root, "spark.sparkpoint.job": JOB, "spark.sparkpoint.restore": "none",
-                "spark.sparkpoint.workDir": str(out / "live"), "spark.sparkpoint.trigger": f"processingTime:{args.trigger}",
+                "spark.sparkpoint.workDir": str(out / "live"),
+                "spark.sparkpoint.trigger": f"processingTime:{args.trigger}",
                 "spark.sparkpoint.checkpoint.interval": "0", "spark.sparkpoint.checkpoint.numRetained": "3",
                 **extra_conf}
         config = {"conf": conf, "input": str(out / "input"), "table": str(out / "table"),
@@ -515,14 +535,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             while time.monotonic() < end and proc.poll() is None:
                 now = time.monotonic()
                 if now >= next_sample:
-                    samples.append({**_sample(proc.pid, catalog, args.nmt), "probe": _fresh_client_probe(root, options)})
+                    samples.append({**_sample(proc.pid, catalog, args.nmt),
+                                    "probe": _fresh_client_probe(root, options)})
                     next_sample += 60
                 if now >= next_histogram:
                     histograms.append(_histogram_of(proc.pid))
                     next_histogram += args.histogram_every
                 if now >= next_savepoint and catalog.current_generation():
                     began = time.monotonic()
-                    request = channel.submit("savepoint", generation=catalog.current_generation(), timeout_s=600)
+                    request = channel.submit("savepoint", generation=catalog.current_generation(),
+                                             timeout_s=600)
                     done = channel.wait(request.id, timeout_s=600, is_alive=lambda: proc.poll() is None)
                     savepoints.append({"at": time.time(), "seconds": time.monotonic() - began,
                                        "uri": done.savepoint})
@@ -546,13 +568,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     traced = out / "tracemalloc.jsonl"
     growth = [json.loads(line) for line in traced.read_text().splitlines() if line] if traced.exists() else []
     counted = out / "census.jsonl"
-    census = [json.loads(line) for line in counted.read_text().splitlines() if line] if counted.exists() else []
+    census = ([json.loads(line) for line in counted.read_text().splitlines() if line] if counted.exists()
+              else [])
     result = {"benchmark": "soak", "store": args.store, "minutes": args.minutes, "trigger": args.trigger,
               "nmt": args.nmt, "malloc_arena_max": args.malloc_arena_max,
               "driver_exit": proc.returncode, "machine": machine(),
               "summary": summarize(checkpoints, samples, savepoints, histograms),
-              "disposed_savepoints": disposed, "histograms": histograms, "python_growth": growth, "census": census,
-              "checkpoints": checkpoints, "samples": samples, "savepoints": savepoints}
+              "disposed_savepoints": disposed, "histograms": histograms, "python_growth": growth,
+              "census": census, "checkpoints": checkpoints, "samples": samples, "savepoints": savepoints}
     (out / "soak.json").write_text(json.dumps(result, indent=1, default=str))
     result["plot"] = str(plot(result, out))
     return result
@@ -599,12 +622,14 @@ def _svg(series: list[tuple[str, list[tuple[float, float]]]], path: Path) -> Pat
         if points:
             xmax = max(p[0] for p in points) or 1
             ymax = max(p[1] for p in points) or 1
-            coords = " ".join(f"{40 + p[0] / xmax * (width - 50):.1f},{top + height - p[1] / ymax * (height - 30):.1f}"
+            coords = " ".join(f"{40 + p[0] / xmax * (width - 50):.1f},"
+                              f"{top + height - p[1] / ymax * (height - 30):.1f}"
                               for p in points)
             parts.append(f'<polyline fill="none" stroke="steelblue" points="{coords}"/>')
             parts.append(f'<text x="5" y="{top + 30}" font-size="10">max {ymax:.3g}</text>')
     total = len(series) * (height + 20)
-    path.write_text(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total}">{"".join(parts)}</svg>')
+    path.write_text(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
+                    f'height="{total}">{"".join(parts)}</svg>')
     return path
 
 
@@ -625,8 +650,8 @@ STEP_NOTES = {"hash": "", "upload": UPLOAD_NOTE, "list_shared": ", beside the up
 
 
 #: the NMT categories the quarter table shows (the rest are small and flat)
-NMT_SHOWN = ("total", "Java Heap", "Class", "Metaspace", "Thread", "Code", "GC", "Internal", "Other", "Symbol",
-             "Native Memory Tracking", "Arena Chunk")
+NMT_SHOWN = ("total", "Java Heap", "Class", "Metaspace", "Thread", "Code", "GC", "Internal", "Other",
+             "Symbol", "Native Memory Tracking", "Arena Chunk")
 
 
 def quarter_table(result: dict[str, Any]) -> str:
@@ -638,28 +663,32 @@ def quarter_table(result: dict[str, Any]) -> str:
         ("storage requests per checkpoint", [sum(c["requests"].values()) for c in steady], "{:.0f}", "≤ 1.2"),
         ("bytes copied per checkpoint (KB)", [c["bytes_copied"] / 1e3 for c in steady], "{:.1f}", "flat"),
         ("files referenced per checkpoint", [c["files"] for c in steady], "{:.0f}", "flat"),
-        ("objects listed per checkpoint", [c["objects_listed"] for c in steady if "objects_listed" in c], "{:,.0f}",
-         "flat"),
+        ("objects listed per checkpoint", [c["objects_listed"] for c in steady if "objects_listed" in c],
+         "{:,.0f}", "flat"),
         ("checkpoint duration (s)", [c["seconds"] for c in steady], "{:.3f}", "≤ 1.2"),
         ("of which in storage requests (s)", [sum(c["request_seconds"].values()) for c in steady
                                               if "request_seconds" in c], "{:.3f}", ""),
-        *((f"of which {step} (s{note})", [c["steps"].get(step, 0.0) for c in steady if "steps" in c], "{:.3f}", "")
+        *((f"of which {step} (s{note})", [c["steps"].get(step, 0.0) for c in steady if "steps" in c],
+           "{:.3f}", "")
           for step, note in STEP_NOTES.items()),
         *((f"seconds per {kind} request", [c["request_seconds"][kind] / c["requests"][kind] for c in steady
-                                           if c.get("requests", {}).get(kind) and kind in c.get("request_seconds", {})],
+                                           if c.get("requests", {}).get(kind)
+                                           and kind in c.get("request_seconds", {})],
            "{:.4f}", "") for kind in ("GET", "HEAD", "PUT", "LIST", "DELETE")),
-        ("a new client's LIST of `shared/` (ms)", [s["probe"]["list_shared_ms"] for s in samples if s.get("probe")],
-         "{:.1f}", ""),
+        ("a new client's LIST of `shared/` (ms)",
+         [s["probe"]["list_shared_ms"] for s in samples if s.get("probe")], "{:.1f}", ""),
         ("a new client's GET (ms)", [s["probe"]["get_ms"] for s in samples if s.get("probe")], "{:.2f}", ""),
         ("driver RSS, Python (MB)", [s["driver"]["rss"] / 1e6 for s in samples], "{:.0f}", "≤ 1.10"),
         ("driver RSS, JVM (MB)", [s["jvm"]["rss"] / 1e6 for s in jvm], "{:,.0f}", "≤ 1.10"),
-        *((f"driver, Python: {name}", [c[key] / scale for c in result.get("census", ()) if c.get(key) is not None],
+        *((f"driver, Python: {name}",
+           [c[key] / scale for c in result.get("census", ()) if c.get(key) is not None],
            fmt, "") for name, key, scale, fmt in (
             ("objects", "objects", 1, "{:,.0f}"), ("allocator blocks", "python_blocks", 1, "{:,.0f}"),
-            ("malloc in use (MB)", "malloc_in_use", 1e6, "{:.1f}"), ("malloc free, kept (MB)", "malloc_free", 1e6,
+            ("malloc in use (MB)", "malloc_in_use", 1e6, "{:.1f}"),
+            ("malloc free, kept (MB)", "malloc_free", 1e6,
                                                                      "{:.1f}"))),
-        ("JVM heap after a full GC (MB)", [s["heap_after_gc"] / 1e6 for s in samples if s.get("heap_after_gc")],
-         "{:.0f}", "≤ 1.10"),
+        ("JVM heap after a full GC (MB)",
+         [s["heap_after_gc"] / 1e6 for s in samples if s.get("heap_after_gc")], "{:.0f}", "≤ 1.10"),
         ("JVM heap committed (MB)", [s["heap_committed"] / 1e6 for s in samples if s.get("heap_committed")],
          "{:.0f}", ""),
         *((f"JVM native memory (NMT committed): {name} (MB)", [s["nmt"].get(name, 0) / 1e6 for s in samples
@@ -698,23 +727,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-savepoints", type=int, default=3,
                         help="dispose of savepoints beyond the N newest after each one (0: keep all)")
     parser.add_argument("--tracemalloc", type=float, default=0.0, metavar="SECONDS",
-                        help="diagnosis: trace the driver's Python allocations, write their growth every SECONDS "
+                        help="diagnosis: trace the driver's Python allocations, write "
+                             "their growth every SECONDS "
                              "to tracemalloc.jsonl (slows the driver: not for a report run)")
     parser.add_argument("--census", type=float, default=0.0, metavar="SECONDS",
-                        help="diagnosis at full speed: every SECONDS the driver's RSS beside Python's, malloc's "
+                        help="diagnosis at full speed: every SECONDS the driver's RSS "
+                             "beside Python's, malloc's "
                              "and pyarrow's share and the object types that grew, to census.jsonl")
     parser.add_argument("--census-trim-after", type=float, metavar="SECONDS",
-                        help="with --census: from SECONDS into the run, each census first returns malloc's free "
+                        help="with --census: from SECONDS into the run, each census "
+                             "first returns malloc's free "
                              "memory to the system (malloc_trim) and records the RSS before and after")
     parser.add_argument("--nmt", action="store_true",
-                        help="diagnosis: run the driver's JVM with native memory tracking and record its summary "
+                        help="diagnosis: run the driver's JVM with native memory "
+                             "tracking and record its summary "
                              "every minute, to tell the JVM's own memory from RocksDB's and malloc's")
     parser.add_argument("--malloc-arena-max", type=int, default=0, metavar="N",
-                        help="run the driver (Python and its JVM) with MALLOC_ARENA_MAX=N (0: glibc's default)")
+                        help="run the driver (Python and its JVM) with "
+                             "MALLOC_ARENA_MAX=N (0: glibc's default)")
     parser.add_argument("--histogram-every", type=float, default=1800.0,
                         help="seconds between JVM class histograms (the first after 10 minutes)")
     parser.add_argument("--out", default="soak-output")
-    parser.add_argument("--table", metavar="SOAK_JSON", help="print the per-quarter table of a finished run and exit")
+    parser.add_argument("--table", metavar="SOAK_JSON",
+                        help="print the per-quarter table of a finished run and exit")
     parser.add_argument("--first-minutes", type=float, help="with --table: only the run's first N minutes "
                         "(to compare runs of different lengths)")
     args = parser.parse_args(argv)
@@ -751,9 +786,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  store objects: max {s['store_objects_max']}, last {s['store_objects_last']}; "
           f"savepoint seconds {[round(x, 2) for x in s['savepoint_seconds']]}")
     print(f"  RSS Python {fmt(s['python_rss_ratio'])}, JVM {fmt(s['jvm_rss_ratio'])}, "
-          f"JVM heap committed {fmt(s['heap_committed_ratio'])}; savepoints disposed: {len(result['disposed_savepoints'])}")
+          f"JVM heap committed {fmt(s['heap_committed_ratio'])}; savepoints disposed: "
+          f"{len(result['disposed_savepoints'])}")
     for grown in s["heap_growth_by_class"] or []:
-        print(f"  heap {grown['class']}: {grown['bytes_first'] / 2**20:.1f} -> {grown['bytes_last'] / 2**20:.1f} MiB "
+        print(f"  heap {grown['class']}: {grown['bytes_first'] / 2**20:.1f} -> "
+              f"{grown['bytes_last'] / 2**20:.1f} MiB "
               f"({grown['instances_first']} -> {grown['instances_last']} objects)")
     print(f"  {Path(args.out) / 'soak.json'}, {result['plot']}")
     return 0 if result["driver_exit"] == 0 else 1

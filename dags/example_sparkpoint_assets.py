@@ -55,7 +55,8 @@ alerts_table = sink_asset(ALERTS_SINK, watchers=[
 ])
 alerts_savepoints = savepoints_asset(JOB, sparkpoint_conn_id=STORAGE, watchers=[
     AssetWatcher(name="sensor_alerts_savepoints",
-                 trigger=SparkpointSavepointTrigger(job_name=JOB, sparkpoint_conn_id=STORAGE, poll_interval=30)),
+                 trigger=SparkpointSavepointTrigger(job_name=JOB, sparkpoint_conn_id=STORAGE,
+                                                    poll_interval=30)),
 ])
 
 
@@ -82,7 +83,8 @@ with DAG(
         seen = payloads(triggering_asset_events)
         for payload in seen:
             print(f"job {payload['job']} generation {payload['generation']} committed batches "
-                  f"{payload.get('after_batch')}..{payload['last_batch']} (Delta version {payload['sink_version']})")
+                  f"{payload.get('after_batch')}..{payload['last_batch']} (Delta version "
+                  f"{payload['sink_version']})")
         return seen
 
     new_alerts()
@@ -110,8 +112,8 @@ with DAG(
         job_name=JOB,
         sparkpoint_conn_id=STORAGE,
         snapshot=newest_savepoint(),
-        application_args=["--input", f"{DATA}/sensor-alerts/readings", "--output", f"{DATA}/sensor-alerts/alerts",
-                          "--limit", "90", "--readings", "3"],
+        application_args=["--input", f"{DATA}/sensor-alerts/readings", "--output",
+                          f"{DATA}/sensor-alerts/alerts", "--limit", "90", "--readings", "3"],
         output_args={"--output": "{scratch}/alerts"},
         drill_dir=f"{DATA}/drills",
     )

@@ -96,7 +96,8 @@ with DAG(
         "green_fail_after_batch": Param(-1, type="integer",
                                         description="green fails after this batch (drill); -1: never"),
         "preflight": Param(True, type="boolean",
-                           description="restore green from blue's newest checkpoint in scratch before stopping blue"),
+                           description="restore green from blue's newest checkpoint in "
+                                       "scratch before stopping blue"),
     },
 ) as dag:
     common: dict[str, Any] = {"job_name": "{{ params.job_name }}", "sparkpoint_conn_id": STORAGE}
@@ -176,8 +177,9 @@ with DAG(
         """Publish only if green ran, is healthy and the audit approved; else roll back.
         Runs whatever happened upstream (ALL_DONE): a failed task leaves no result."""
         if params["preflight"] and not ti.xcom_pull(task_ids="preflight_green"):
-            raise AirflowFailException("the pre-flight refused green (see preflight_green's log): blue was not "
-                                       "stopped and keeps running; nothing to publish or roll back")
+            raise AirflowFailException("the pre-flight refused green (see preflight_green's log): "
+                                       "blue was not stopped and keeps running; nothing to publish or "
+                                       "roll back")
         if not ti.xcom_pull(task_ids="stop_blue"):
             raise AirflowFailException("stop_blue failed: no savepoint to deploy from or to roll back to")
         green = ti.xcom_pull(task_ids="start_green")

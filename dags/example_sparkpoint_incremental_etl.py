@@ -52,7 +52,8 @@ with DAG(
         "window": Param("10 minutes", type="string", description="tumbling window length"),
         "watermark": Param("30 minutes", type="string", description="how late an event may arrive"),
         "restore": Param("", type="string",
-                         description="restore this savepoint or checkpoint (a path from `sparkpoint list`) on every "
+                         description="restore this savepoint or checkpoint (a path from "
+                                     "`sparkpoint list`) on every "
                                      "try of this run; empty: resume from the job's latest checkpoint"),
     },
     default_args={"retries": 3, "retry_delay": timedelta(minutes=1)},

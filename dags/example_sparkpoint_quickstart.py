@@ -34,7 +34,8 @@ with DAG(
     params={
         "base_dir": Param(BASE, type="string", description="folder with input/, output/, checkpoints/"),
         "restore": Param("", type="string",
-                         description="restore this savepoint or checkpoint (a path from `sparkpoint list`) on every "
+                         description="restore this savepoint or checkpoint (a path from "
+                                     "`sparkpoint list`) on every "
                                       "try of this run; empty: resume from the job's latest checkpoint"),
     },
     default_args={"retries": 1, "retry_delay": timedelta(seconds=2)},
@@ -45,7 +46,8 @@ with DAG(
         job_name="quickstart",
         checkpoint_dir="{{ params.base_dir }}/checkpoints",
         restore_snapshot="{{ params.restore }}",  # a hand-chosen restore; empty: resume
-        application_args=["--input", "{{ params.base_dir }}/input", "--output", "{{ params.base_dir }}/output"],
+        application_args=["--input", "{{ params.base_dir }}/input", "--output",
+                          "{{ params.base_dir }}/output"],
         conf={
             "spark.sql.shuffle.partitions": "2",
             "spark.ui.enabled": "false",

@@ -83,7 +83,8 @@ with DAG(
         """Data-quality rules on the staged rows; returns the task to run next."""
         hook = SparkpointHook(STORAGE)
         rows = hook.staged_rows(JOB_NAME)  # everything publish would commit, this run's and any earlier try's
-        log.info("auditing generation %s of job %s: %d staged rows", result["generation"], JOB_NAME, len(rows))
+        log.info("auditing generation %s of job %s: %d staged rows", result["generation"], JOB_NAME,
+                 len(rows))
         published = {row["event_id"] for row in hook.delta_rows(params["output"], columns=["event_id"])}
         problems: list[str] = []
         seen: set[str] = set()

@@ -5,7 +5,8 @@ package too).
 A sink's output location, the work directory with its live locations and a local store
 can be written by others, who can plant symbolic links there: every delete, rename,
 listing or link on such a path goes through `airflow_sparkpoint/storage/localfs.py`
-(with its descriptor routines, `_localfs_fd.py`), which follows no link. So a call of one of `CALLS` anywhere else in the package is a
+(with its descriptor routines, `_localfs_fd.py`), which follows no link. So a call of one of `CALLS` anywhere
+else in the package is a
 problem, unless `ALLOWED` names it (module, enclosing function, call) with the reason why
 the path it acts on is not a shared place: a temporary file or directory the process made
 itself, a directory of the Airflow worker's own. Keep `ALLOWED` short: port a call to
@@ -42,7 +43,8 @@ ALLOWED: dict[tuple[str, str, str], str] = {
     ("airflow_sparkpoint/sinks/_s3_stage.py", "stage_partition", "os.unlink"):
         "an executor's temporary file from tempfile.mkstemp",
     ("airflow_sparkpoint/operators/verify.py", "SparkpointDrillOperator._remove_scratch", "shutil.rmtree"):
-        "a restore drill's own scratch directories (a random name the drill made; operators/ is not ported yet: "
+        "a restore drill's own scratch directories (a random name the drill made; "
+        "operators/ is not ported yet: "
         "under a shared workDir an intermediate link would be followed)",
     ("airflow_sparkpoint/services/submit_dir.py", "SubmitDir.close", "shutil.rmtree"):
         "the worker's own per-submit directory (tempfile.mkdtemp), locked by this task",
@@ -117,11 +119,13 @@ def problems(package_dir: Path) -> list[str]:
     `ALLOWED` that matches no call any more (a stale entry would allow a new call)."""
     calls = raw_calls(package_dir)
     found = [f"{module}:{line}: {call} in {scope}: a filesystem call outside {HOME[0]}; use "
-             "airflow_sparkpoint.storage.localfs (no link followed), or allow it in scripts/check_local_fs.py "
+             "airflow_sparkpoint.storage.localfs (no link followed), or allow it in "
+             "scripts/check_local_fs.py "
              "with the reason its path is no shared place"
              for module, line, scope, call in calls if (module, scope, call) not in ALLOWED]
     used = {(module, scope, call) for module, _line, scope, call in calls}
-    found += [f"scripts/check_local_fs.py: ALLOWED names {call} in {module} {scope}, which no longer calls it; "
+    found += [f"scripts/check_local_fs.py: ALLOWED names {call} in {module} {scope}, "
+              "which no longer calls it; "
               "remove the entry" for module, scope, call in ALLOWED if (module, scope, call) not in used]
     return found
 

@@ -35,7 +35,8 @@ def changelog_problems(current: str) -> list[str]:
     sections = re.findall(r"^## (\S+)", (REPO / "CHANGELOG.md").read_text(), re.MULTILINE)
     wanted = "Unreleased" if re.search(r"\.dev\d+$", current) else current
     if wanted not in sections:
-        return [f"CHANGELOG.md has no '## {wanted}' section for version {current} (sections: {', '.join(sections)})"]
+        return [(f"CHANGELOG.md has no '## {wanted}' section for version {current} "
+                f"(sections: {', '.join(sections)})")]
     return []
 
 
@@ -49,7 +50,8 @@ def dist_problems(current: str, files: list[Path]) -> list[str]:
         problems.append(f"{wheels[0].name} is not version {current}")
     with zipfile.ZipFile(wheels[0]) as wheel:
         names = wheel.namelist()
-        entry_points = next((wheel.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt")), "")
+        entry_points = next((wheel.read(n).decode() for n in names
+                             if n.endswith(".dist-info/entry_points.txt")), "")
     for needed in ("airflow_sparkpoint/py.typed", "airflow_sparkpoint/runtime/job.py",
                    "airflow_sparkpoint/plugins/app.py"):
         if needed not in names:
@@ -76,7 +78,8 @@ def main(argv: list[str]) -> int:
     for problem in problems:
         print(f"check_release: {problem}", file=sys.stderr)
     if not problems:
-        print(f"airflow-sparkpoint {current}: " + ("built files check out" if argv else "CHANGELOG section found"))
+        print(f"airflow-sparkpoint {current}: "
+              + ("built files check out" if argv else "CHANGELOG section found"))
     return 1 if problems else 0
 
 

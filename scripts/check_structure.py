@@ -8,14 +8,18 @@
 * no import cycle between any two modules, a package's ``__init__`` included (the
   ``acyclic_siblings`` contract in pyproject.toml looks only at siblings). Imports inside
   functions and under ``TYPE_CHECKING`` count: a lazy import hides a cycle, it does not
-  break it.
+  break it;
+* every public module (no part of its path starts with ``_``; ``__init__`` and
+  ``__main__`` are exempt) declares ``__all__`` at module level: its public names, so
+  what a module offers is declared, not guessed.
 
 Usage: python scripts/check_structure.py [PACKAGE_DIR]   (default: airflow_sparkpoint)
-Exit 0 when both hold, 1 with one line per problem otherwise.
+Exit 0 when all hold, 1 with one line per problem otherwise.
 """
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
 
@@ -30,6 +34,24 @@ def long_modules(package_dir: Path, max_lines: int = MAX_LINES) -> list[tuple[Pa
         lines = len(path.read_text(encoding="utf-8").splitlines())
         if lines > max_lines:
             found.append((path, lines))
+    return found
+
+
+def modules_without_all(package_dir: Path) -> list[Path]:
+    """The public modules under `package_dir` (no part of the path below it starts with
+    ``_``; ``__init__.py`` and ``__main__.py`` are exempt) that do not assign ``__all__``
+    at module level, in path order."""
+    found = []
+    for path in sorted(package_dir.rglob("*.py")):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        if any(part.startswith("_") for part in path.relative_to(package_dir).parts):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        if not any(isinstance(target, ast.Name) and target.id == "__all__"
+                   for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                   for target in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+            found.append(path)
     return found
 
 
@@ -84,12 +106,15 @@ def import_cycles(package: str) -> list[list[str]]:
 
 
 def problems(package_dir: Path) -> list[str]:
-    """One line per module over `MAX_LINES` and per import cycle of the package in
-    `package_dir` (its parent directory must be on ``sys.path``)."""
+    """One line per module over `MAX_LINES`, per import cycle and per public module
+    without ``__all__`` of the package in `package_dir` (its parent directory must be on
+    ``sys.path``)."""
     found = [f"{path}: {lines} lines; at most {MAX_LINES} (split it by concern)"
              for path, lines in long_modules(package_dir)]
     found += [f"import cycle: {' <-> '.join(cycle)} (move the shared piece down to a module both can import)"
               for cycle in import_cycles(package_dir.name)]
+    found += [f"{path}: a public module without __all__ (declare its public names, or start its name with _)"
+              for path in modules_without_all(package_dir)]
     return found
 
 

@@ -98,5 +98,6 @@ def _range(item: Sequence[Any]) -> tuple[int, int, int]:
         raise ValueError(f"{item!r} is not [first, last, generation]")
     first, last, generation = (int(v) for v in item)
     if not 0 <= first <= last or generation < 1:
-        raise ValueError(f"{item!r} is not [first, last, generation] with 0 <= first <= last, generation >= 1")
+        raise ValueError(f"{item!r} is not [first, last, generation] with 0 <= first "
+                         "<= last, generation >= 1")
     return first, last, generation

@@ -39,8 +39,8 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.storage.base import Storage
 
-__all__ = ["MAX_DEPTH", "Limits", "check_writable", "clip", "decode", "json_object", "parse_cost", "read_record",
-           "read_record_or_warn"]
+__all__ = ["MAX_DEPTH", "Limits", "check_writable", "clip", "decode", "json_object", "parse_cost",
+           "read_record", "read_record_or_warn"]
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,8 @@ def _problem(data: bytes, limits: Limits) -> str | None:
         return f"{len(data)} bytes, over the limit of {limits.max_bytes} bytes for its kind of record"
     cost = parse_cost(data)
     if cost > limits.max_cost:
-        return (f"parsing would take about {cost // _KIB} KiB of memory to parse ({len(data)} bytes of JSON), over the "
+        return (f"parsing would take about {cost // _KIB} KiB of memory to parse ({len(data)} "
+                "bytes of JSON), over the "
                 f"limit of {limits.max_cost // _KIB} KiB for its kind of record")
     if data.count(b"{") + data.count(b"[") > limits.max_depth:
         depth = _depth(data, limits.max_depth)
@@ -160,7 +161,8 @@ def json_object(parse: Callable[[dict[str, Any]], T]) -> Callable[[Any], T]:
     return parse_object
 
 
-def read_record(store: Storage, key: str, parse: Callable[[Any], T], *, limits: Limits, where: str) -> T | None:
+def read_record(store: Storage, key: str, parse: Callable[[Any], T], *, limits: Limits,
+                where: str) -> T | None:
     """The record at `key` of `store`, read within `limits` and decoded, as `parse` makes
     it from the JSON value; None when there is none.
 
@@ -214,7 +216,8 @@ def check_writable(data: bytes, limits: Limits, where: str, why: str = "") -> No
     """
     problem = _problem(data, limits)
     if problem is not None:
-        raise CatalogError(f"{where} would not be readable ({problem}); not written{'; ' + why if why else ''}")
+        raise CatalogError(f"{where} would not be readable ({problem}); not "
+                           f"written{'; ' + why if why else ''}")
 
 
 def clip(text: str, limit: int) -> str:

@@ -74,9 +74,11 @@ class Catalog:
         return self.snapshot_store.next_checkpoint_id(ids, recent_savepoints=recent_savepoints)
 
     def checkpoint_entry(
-        self, checkpoint_id: int, present: Mapping[str, int] | None = None, known: SnapshotMetadata | None = None
+        self, checkpoint_id: int, present: Mapping[str, int] | None = None,
+        known: SnapshotMetadata | None = None
     ) -> SnapshotEntry:
-        """Checkpoint `checkpoint_id` as listed, valid or with its error (`SnapshotStore.checkpoint_entry`)."""
+        """Checkpoint `checkpoint_id` as listed, valid or with its error
+        (`SnapshotStore.checkpoint_entry`)."""
         return self.snapshot_store.checkpoint_entry(checkpoint_id, present, known)
 
     def checkpoint_uri(self, checkpoint_id: int) -> str:
@@ -108,10 +110,12 @@ class Catalog:
         key: str | None = None,
     ) -> SnapshotHandle:
         """Copy a snapshot into a self-contained savepoint (`SnapshotStore.create_savepoint`)."""
-        return self.snapshot_store.create_savepoint(source, generation=generation, on_copied=on_copied, key=key)
+        return self.snapshot_store.create_savepoint(source, generation=generation, on_copied=on_copied,
+                                                    key=key)
 
     def dispose(self, uri: str) -> int:
-        """Delete a savepoint or checkpoint of this job (`SnapshotStore.dispose`, which says what it raises)."""
+        """Delete a savepoint or checkpoint of this job (`SnapshotStore.dispose`, which says what it
+        raises)."""
         return self.snapshot_store.dispose(uri)
 
     def snapshot_key(self, uri: str, *, savepoint_only: bool = False) -> str:
@@ -133,7 +137,7 @@ class Catalog:
     def handle(self, meta: SnapshotMetadata) -> SnapshotHandle:
         return self.snapshot_store.handle(meta)
 
-    # ------------------------------------------------------------------ lineages (`LineageView`, `OriginStore`)
+    # ------------------------------------------------------- lineages (`LineageView`, `OriginStore`)
 
     def list_checkpoints(self, *, slim: bool = False) -> builtins.list[SnapshotEntry]:
         """Every ``chk-*`` directory, newest first, marked superseded (`LineageView.list_checkpoints`)."""
@@ -178,7 +182,8 @@ class Catalog:
         return self.generation_store.claimed()
 
     def claim_generation(self, details: Mapping[str, Any] | None = None) -> GenerationInfo:
-        """Atomically claim generation ``current + 1`` (`GenerationStore.claim`, which says what it raises)."""
+        """Atomically claim generation ``current + 1`` (`GenerationStore.claim`, which says what it
+        raises)."""
         return self.generation_store.claim(details)
 
     def generation_claim(self, generation: int) -> GenerationInfo | None:
@@ -197,7 +202,8 @@ class Catalog:
         self.transaction_log.put(record)
 
     def transactions(self) -> builtins.list[TransactionRecord]:
-        """Every recorded (not yet settled) transaction of this job, in batch order (`TransactionLog.records`)."""
+        """Every recorded (not yet settled) transaction of this job, in batch order
+        (`TransactionLog.records`)."""
         return self.transaction_log.records()
 
     def iter_transactions(self) -> Iterator[TransactionRecord]:
@@ -206,7 +212,8 @@ class Catalog:
         return iter(self.transaction_log)
 
     def transaction_keys(self) -> set[tuple[int, int]]:
-        """``(batch_id, generation)`` of every recorded transaction, from one listing (`TransactionLog.keys`)."""
+        """``(batch_id, generation)`` of every recorded transaction, from one listing
+        (`TransactionLog.keys`)."""
         return self.transaction_log.keys()
 
     def delete_transactions(self, records: Iterable[TransactionRecord]) -> None:

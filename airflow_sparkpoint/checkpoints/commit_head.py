@@ -65,11 +65,13 @@ class CommitHead:
         """:raises ValueError: malformed, or of a newer schema version."""
         version = data.get("schema_version", 0)
         if not isinstance(version, int) or version > SCHEMA_VERSION:
-            raise ValueError(f"commit head has schema_version {version!r}; this release reads <= {SCHEMA_VERSION}")
+            raise ValueError(f"commit head has schema_version {version!r}; this release "
+                             f"reads <= {SCHEMA_VERSION}")
         try:
             sink_version = data.get("sink_version")
             return cls(seq=int(data["seq"]), job=str(data["job"]), batch=int(data["batch"]),
-                       generation=int(data["generation"]), txn_id=str(data["txn_id"]), sink_id=str(data["sink_id"]),
+                       generation=int(data["generation"]), txn_id=str(data["txn_id"]),
+                       sink_id=str(data["sink_id"]),
                        sink_version=None if sink_version is None else int(sink_version),
                        committed_at=float(data.get("committed_at", 0.0)))
         except (KeyError, TypeError, ValueError) as exc:
@@ -88,7 +90,8 @@ def read_commit_head(catalog: Catalog) -> CommitHead | None:
                                        what="commit head")
 
 
-def record_commit(catalog: Catalog, record: TransactionRecord, detail: Mapping[str, Any], *, landed_before: bool) -> None:
+def record_commit(catalog: Catalog, record: TransactionRecord, detail: Mapping[str, Any], *,
+                  landed_before: bool) -> None:
     """Write the commit head after `record` was committed to its sink (`detail`: the sink's
     position, ``version`` for Delta). A transaction that had landed before
     (`landed_before`: a repeated commit step, a recovery) moves the head only when the
@@ -106,5 +109,6 @@ def record_commit(catalog: Catalog, record: TransactionRecord, detail: Mapping[s
         )
         catalog.store.put(COMMITTED, json.dumps(new.to_json(), sort_keys=True).encode())
     except (StorageError, OSError) as exc:  # a notification: the commit itself landed
-        log.warning("could not record the commit of %s in %s/%s (asset watchers see it with the next commit): %s",
+        log.warning("could not record the commit of %s in %s/%s (asset watchers see it "
+                    "with the next commit): %s",
                     record.txn_id, catalog.uri, COMMITTED, exc)

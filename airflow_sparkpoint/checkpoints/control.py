@@ -69,8 +69,8 @@ from airflow_sparkpoint.exceptions import (
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
 
-__all__ = ["KINDS", "REQUEST_ID_RE", "SCHEMA_VERSION", "STATES", "ControlChannel", "ControlRequest", "ControlResult",
-           "new_request_id"]
+__all__ = ["KINDS", "REQUEST_ID_RE", "SCHEMA_VERSION", "STATES", "ControlChannel", "ControlRequest",
+           "ControlResult", "new_request_id"]
 
 log = logging.getLogger(__name__)
 
@@ -115,9 +115,11 @@ class ControlChannel:
             or not math.isfinite(timeout_s)
             or timeout_s <= 0
         ):
-            raise ConfigError(f"control request timeout_s={timeout_s!r} is invalid; expected a number of seconds > 0")
+            raise ConfigError(f"control request timeout_s={timeout_s!r} is invalid; "
+                              "expected a number of seconds > 0")
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
-            raise ConfigError(f"control request generation={generation!r} is invalid; expected an integer >= 1")
+            raise ConfigError(f"control request generation={generation!r} is invalid; "
+                              "expected an integer >= 1")
         now = self.clock()
         request = ControlRequest(
             id=new_request_id(now),
@@ -128,9 +130,11 @@ class ControlChannel:
             generation=generation,
             requested_by=str(requested_by),
         )
-        self.store.put_if_absent(_request_key(request.id), json.dumps(request.to_json(), sort_keys=True).encode())
+        self.store.put_if_absent(_request_key(request.id),
+                                 json.dumps(request.to_json(), sort_keys=True).encode())
         self._requests[request.id] = request
-        log.info("submitted %s request %s to job %r (deadline in %.0f s)", kind, request.id, self.catalog.job, timeout_s)
+        log.info("submitted %s request %s to job %r (deadline in %.0f s)", kind, request.id,
+                 self.catalog.job, timeout_s)
         return request
 
     def result(self, request_id: str) -> ControlResult:
@@ -210,7 +214,8 @@ class ControlChannel:
                 if current.finished:
                     return self._outcome(what, current)
                 raise ControlError(
-                    f"{what} timed out after {timeout_s:g} s: acknowledged by generation {current.generation} "
+                    f"{what} timed out after {timeout_s:g} s: acknowledged by "
+                    f"generation {current.generation} "
                     f"but not finished; it may still complete (check `sparkpoint status`)"
                 )
             time.sleep(min(poll_s, remaining))
@@ -239,10 +244,12 @@ class ControlChannel:
         """Claim an unacknowledged request as expired, so no job takes it later."""
         now = self.clock()
         try:
-            self.store.put_if_absent(_ack_key(request.id), _Claim("expired", None, now, reason).to_bytes(request.id))
+            self.store.put_if_absent(_ack_key(request.id),
+                                     _Claim("expired", None, now, reason).to_bytes(request.id))
         except ObjectExists:
             return self.result(request.id)  # a job took it in the meantime
-        self._put_result(ControlResult(request.id, "expired", request.generation, error=reason, updated_at=now))
+        self._put_result(ControlResult(request.id, "expired", request.generation, error=reason,
+                                       updated_at=now))
         log.info("withdrew control request %s of job %r: %s", request.id, self.catalog.job, reason)
         return self.result(request.id)
 
@@ -298,7 +305,8 @@ class ControlChannel:
         """
         if request.generation is None:
             raise ControlError(
-                f"{request.kind} request {request.id} of job {self.catalog.job!r} is addressed to no generation; "
+                f"{request.kind} request {request.id} of job {self.catalog.job!r} is "
+                "addressed to no generation; "
                 f"generation {generation} does not serve it"
             )
         if request.generation != generation:
@@ -309,9 +317,11 @@ class ControlChannel:
         now = self.clock()
         if request.expired(now):
             raise ControlError(
-                f"{request.kind} request {request.id} of job {self.catalog.job!r} expired at {_iso(request.deadline)}"
+                f"{request.kind} request {request.id} of job {self.catalog.job!r} expired at "
+                f"{_iso(request.deadline)}"
             )
-        self.store.put_if_absent(_ack_key(request.id), _Claim("acknowledged", generation, now).to_bytes(request.id))
+        self.store.put_if_absent(_ack_key(request.id),
+                                 _Claim("acknowledged", generation, now).to_bytes(request.id))
         log.info("generation %d of job %r acknowledged %s request %s", generation, self.catalog.job,
                  request.kind, request.id)
 
@@ -331,13 +341,16 @@ class ControlChannel:
         claim = self._claim(request.id)
         if claim is None or claim.state != "acknowledged" or claim.generation != generation:
             owner = "nobody" if claim is None else (
-                f"generation {claim.generation}" if claim.state == "acknowledged" else f"the requester ({claim.state})"
+                f"generation {claim.generation}" if claim.state == "acknowledged"
+                else f"the requester ({claim.state})"
             )
             raise ControlError(
-                f"cannot complete {request.kind} request {request.id} of job {self.catalog.job!r} as generation "
+                f"cannot complete {request.kind} request {request.id} of job "
+                f"{self.catalog.job!r} as generation "
                 f"{generation}: it was taken by {owner}"
             )
-        self._put_result(ControlResult(request.id, "completed", generation, savepoint, batch_id, None, self.clock()))
+        self._put_result(ControlResult(request.id, "completed", generation, savepoint, batch_id, None,
+                                       self.clock()))
 
     def fail(self, request: ControlRequest, *, generation: int | None, error: str) -> None:
         """Record failure; an unacknowledged request is claimed first so no job takes it.
@@ -349,7 +362,8 @@ class ControlChannel:
         claim = self._claim(request.id)
         if claim is None:
             try:
-                self.store.put_if_absent(_ack_key(request.id), _Claim("failed", generation, now, error).to_bytes(request.id))
+                self.store.put_if_absent(_ack_key(request.id),
+                                         _Claim("failed", generation, now, error).to_bytes(request.id))
             except ObjectExists:
                 pass
             claim = self._claim(request.id)
@@ -377,8 +391,10 @@ class ControlChannel:
 
         :raises ConfigError: `older_than_s` < 0 or `limit` < 1.
         """
-        if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or not older_than_s >= 0:
-            raise ConfigError(f"cleanup older_than_s={older_than_s!r} is invalid; expected a number of seconds >= 0")
+        if (isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float))
+                or not older_than_s >= 0):
+            raise ConfigError(f"cleanup older_than_s={older_than_s!r} is invalid; expected "
+                              "a number of seconds >= 0")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ConfigError(f"cleanup limit={limit!r} is invalid; expected an integer >= 1 or None")
         now = self.clock()
@@ -472,7 +488,8 @@ class ControlChannel:
         request = self._read(key, ControlRequest.from_json)
         if request is None:
             raise ControlError(
-                f"control request {request_id} of job {self.catalog.job!r} does not exist under {self.catalog.uri}"
+                f"control request {request_id} of job {self.catalog.job!r} does not exist "
+                f"under {self.catalog.uri}"
             )
         if request.id != request_id:
             raise ControlError(f"{self.catalog.uri}/{key} holds request {request.id!r}, not {request_id!r}")
@@ -502,7 +519,8 @@ class ControlChannel:
             if result.savepoint is not None:
                 self.catalog.snapshot_key(result.savepoint, savepoint_only=True)
         except (InvalidPath, RestoreError) as exc:
-            raise ControlError(f"{self.catalog.uri}/{key} names savepoint {result.savepoint!r}, not one of job "
+            raise ControlError(f"{self.catalog.uri}/{key} names savepoint "
+                               f"{result.savepoint!r}, not one of job "
                                f"{self.catalog.job!r}'s savepoints: {exc}") from None
         return result
 
@@ -513,7 +531,8 @@ class ControlChannel:
             self.store.put_if_absent(_result_key(result.request_id), body)
         except ObjectExists:
             existing = self._stored_result(result.request_id)
-            if existing is not None and (existing.state, existing.generation) == (result.state, result.generation):
+            if (existing is not None
+                    and (existing.state, existing.generation) == (result.state, result.generation)):
                 return
             shown = "unreadable" if existing is None else existing.state
             raise ControlError(

@@ -17,6 +17,9 @@ from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.bounded import clip
 from airflow_sparkpoint.exceptions import ConfigError, ControlError
 
+__all__ = ["KINDS", "REQUEST_ID_RE", "SCHEMA_VERSION", "STATES", "TEXT_MAX_CHARS", "ControlRequest",
+           "ControlResult", "new_request_id", "request_created_at"]
+
 SCHEMA_VERSION = 1
 KINDS = ("savepoint", "stop", "cancel")
 STATES = ("pending", "acknowledged", "completed", "failed", "expired")
@@ -72,7 +75,8 @@ class ControlRequest:
         return (time.time() if now is None else now) > self.deadline
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, **asdict(self), "requested_by": clip(self.requested_by, 1024)}
+        return {"schema_version": SCHEMA_VERSION, **asdict(self),
+                "requested_by": clip(self.requested_by, 1024)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ControlRequest:
@@ -152,9 +156,11 @@ class _Claim:
         """:raises ControlError: unknown schema version or malformed fields."""
         try:
             _check_schema(raw, "control acknowledgement")
-            return cls(str(raw["state"]), _opt_int(raw.get("generation")), float(raw["at"]), str(raw.get("reason", "")))
+            return cls(str(raw["state"]), _opt_int(raw.get("generation")), float(raw["at"]),
+                       str(raw.get("reason", "")))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ControlError(f"control acknowledgement is malformed ({exc.__class__.__name__}: {exc})") from None
+            raise ControlError(f"control acknowledgement is malformed ({exc.__class__.__name__}: "
+                               f"{exc})") from None
 
 
 def _request_key(request_id: str) -> str:

@@ -40,6 +40,9 @@ from airflow_sparkpoint.exceptions import StorageError
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
 
+__all__ = ["COUNTERS", "RECENT_LIMIT", "SCHEMA_VERSION", "TREND_LIMIT", "CheckpointCounters",
+           "CheckpointPoint", "CounterRecorder", "read_counters"]
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
@@ -61,18 +64,21 @@ class CheckpointPoint:
     bytes_total: int
 
     def to_json(self) -> list[float | int]:
-        return [self.id, self.batch_id, self.completed_at, self.duration_ms, self.bytes_copied, self.bytes_total]
+        return [self.id, self.batch_id, self.completed_at, self.duration_ms, self.bytes_copied,
+                self.bytes_total]
 
     def as_dict(self) -> dict[str, float | int]:
         """The point with its field names (the UI's JSON)."""
         return {"id": self.id, "batch_id": self.batch_id, "completed_at": self.completed_at,
-                "duration_ms": self.duration_ms, "bytes_copied": self.bytes_copied, "bytes_total": self.bytes_total}
+                "duration_ms": self.duration_ms, "bytes_copied": self.bytes_copied,
+                "bytes_total": self.bytes_total}
 
     @classmethod
     def from_json(cls, data: Any) -> CheckpointPoint:
         """:raises ValueError: not a list of six numbers."""
         if not isinstance(data, (list, tuple)) or len(data) != 6:
-            raise ValueError(f"trend point {data!r} is not [id, batch, completed_at, duration_ms, copied, total]")
+            raise ValueError(f"trend point {data!r} is not [id, batch, completed_at, "
+                             "duration_ms, copied, total]")
         cid, batch, at, duration, copied, total = data
         return cls(int(cid), int(batch), float(at), int(duration), int(copied), int(total))
 
@@ -106,7 +112,8 @@ class CheckpointCounters:
         """:raises ValueError: malformed, or of a newer schema version."""
         version = data.get("schema_version", 0)
         if not isinstance(version, int) or version > SCHEMA_VERSION:
-            raise ValueError(f"counters record has schema_version {version!r}; this release reads <= {SCHEMA_VERSION}")
+            raise ValueError(f"counters record has schema_version {version!r}; this release "
+                             f"reads <= {SCHEMA_VERSION}")
         try:
             recent = tuple((float(at), bool(ok)) for at, ok in data.get("recent", []))
             trend = tuple(CheckpointPoint.from_json(point) for point in data.get("trend", []))
@@ -134,7 +141,8 @@ class CheckpointCounters:
 def read_counters(catalog: Catalog) -> CheckpointCounters | None:
     """The job's counters record; None when there is none (a job of an earlier release,
     or one that never checkpointed) or it is unreadable (logged)."""
-    return bounded.read_record_or_warn(catalog.store, COUNTERS, bounded.json_object(CheckpointCounters.from_json),
+    return bounded.read_record_or_warn(catalog.store, COUNTERS,
+                                       bounded.json_object(CheckpointCounters.from_json),
                                        limits=limits_of(COUNTERS), where=f"{catalog.uri}/{COUNTERS}",
                                        what="counters record", unreachable=True)
 

@@ -37,8 +37,8 @@ class SnapshotSummary:
 
     @classmethod
     def of(cls, meta: SnapshotMetadata) -> SnapshotSummary:
-        return cls(meta.generation, meta.batch_id, meta.created_at, meta.stats, len(meta.files), meta.total_bytes,
-                   meta.state_partitions, meta.source_checkpoint)
+        return cls(meta.generation, meta.batch_id, meta.created_at, meta.stats, len(meta.files),
+                   meta.total_bytes, meta.state_partitions, meta.source_checkpoint)
 
 
 @dataclass(frozen=True)
@@ -177,15 +177,18 @@ class GenerationInfo:
             raise CorruptMetadata(f"generation claim {data!r:.80} is not a JSON object")
         number, started = data.get("generation"), data.get("started_at")
         if not isinstance(number, int) or isinstance(number, bool) or number < 1:
-            raise CorruptMetadata(f"generation claim names generation {number!r}; expected a positive integer")
+            raise CorruptMetadata(f"generation claim names generation {number!r}; "
+                                  "expected a positive integer")
         if generation is not None and number != generation:
             raise CorruptMetadata(f"the claim of generation {generation} names generation {number}")
         if not isinstance(started, (int, float)) or isinstance(started, bool) or not math.isfinite(started):
-            raise CorruptMetadata(f"generation {number} claim has started_at {started!r}; expected seconds since the epoch")
+            raise CorruptMetadata(f"generation {number} claim has started_at {started!r}; "
+                                  "expected seconds since the epoch")
         host, pid, details = data.get("host", ""), data.get("pid", 0), data.get("details", {})
         if not isinstance(host, str) or not isinstance(pid, int) or isinstance(pid, bool) \
                 or not isinstance(details, Mapping):
-            raise CorruptMetadata(f"generation {number} claim has host {host!r:.80}, pid {pid!r:.80}, details "
+            raise CorruptMetadata(f"generation {number} claim has host {host!r:.80}, "
+                                  f"pid {pid!r:.80}, details "
                                   f"{type(details).__name__}; expected a string, an integer and an object")
         return cls(number, float(started), host, pid, dict(details))
 

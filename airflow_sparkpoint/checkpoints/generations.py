@@ -90,7 +90,8 @@ class GenerationStore:
         newest = 0
         for _ in range(1000):
             newest = newest_generation(self.store, newest)
-            info = GenerationInfo(newest + 1, time.time(), socket.gethostname(), os.getpid(), dict(details or {}))
+            info = GenerationInfo(newest + 1, time.time(), socket.gethostname(), os.getpid(),
+                                  dict(details or {}))
             key = layout.generation_key(info.generation)
             body = json.dumps(info.to_json()).encode()
             bounded.check_writable(body, layout.limits_of(key), f"{self.uri}/{key}")
@@ -153,7 +154,8 @@ class Fence:
         if store.exists(layout.generation_key(self.generation + 1)):
             current = newest_generation(store, self.generation + 1)
             raise StaleGeneration(
-                f"generation {self.generation} of job {self.claims.job!r} was superseded by generation {current}; "
+                f"generation {self.generation} of job {self.claims.job!r} was superseded "
+                f"by generation {current}; "
                 "this run must stop (another run of the job has started)"
             )
 

@@ -57,9 +57,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AIRFLOW_CONTEXT_ENV", "CONFIG_FIELDS", "GENERATIONS_SHOWN", "AirflowTry", "ControlRecord", "Counts",
-    "GenerationRecord", "PipelineHistory", "SnapshotRecord", "StagedRecord", "Stat", "current_status", "generation_alive",
-    "generation_details", "generation_records", "iso", "live_status", "liveness", "load_history", "open_requests",
-    "plan_origin", "read_generation", "read_job_status", "short_name", "snapshot_records", "staged_transactions",
+    "GenerationRecord", "PipelineHistory", "SnapshotRecord", "StagedRecord", "Stat", "current_status",
+    "generation_alive",
+    "generation_details", "generation_records", "iso", "live_status", "liveness", "load_history",
+    "open_requests",
+    "plan_origin", "read_generation", "read_job_status", "short_name", "snapshot_records",
+    "staged_transactions",
 ]
 
 log = logging.getLogger(__name__)
@@ -243,22 +246,24 @@ class PipelineHistory:
 
     def to_json(self) -> dict[str, Any]:
         status = self.status
-        latest, failed, savepoint, restore = (self.latest_completed, self.latest_failed, self.latest_savepoint,
-                                              self.latest_restore)
+        latest, failed, savepoint, restore = (self.latest_completed, self.latest_failed,
+                                              self.latest_savepoint, self.latest_restore)
         current = self.current
         return {
             "job": self.job,
             "root": self.root,
             "generated_at": self.generated_at,
             "generation": self.generation,
-            "state": status.state if status is not None else ("never-started" if self.generation == 0 else "unknown"),
+            "state": (status.state if status is not None
+                      else ("never-started" if self.generation == 0 else "unknown")),
             "status_generation": status.generation if status is not None else None,
             "alive": self.alive,
             "heartbeat_age_s": None if self.heartbeat_age is None else round(self.heartbeat_age, 3),
             "max_heartbeat_age_s": self.max_heartbeat_age,
             "last_batch": status.last_batch if status is not None else None,
             "error": status.error if status is not None else None,
-            "airflow_try": None if current is None or current.airflow is None else current.to_json()["airflow"],
+            "airflow_try": (None if current is None or current.airflow is None
+                            else current.to_json()["airflow"]),
             "counts": self.counts.to_json(),
             "latest_completed": None if latest is None else latest.to_json(),
             "latest_completed_age_s": self.age_of_latest(),

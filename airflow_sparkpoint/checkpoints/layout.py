@@ -35,6 +35,15 @@ from airflow_sparkpoint.checkpoints.bounded import Limits, check_writable
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage.base import PrefixedStorage, Storage
 
+__all__ = ["CHK_RE", "COMMITTED", "CONTROL", "COUNTERS", "GC", "GC_RE", "GENERATIONS", "GENERATIONS_LISTED",
+           "ID_FLOOR", "JOB_RE", "LINEAGE", "LINEAGE_RE", "METADATA", "PINS", "RECORD_MAX_BYTES",
+           "RECORD_MAX_COST", "RESULTS", "SAVEPOINTS", "SAVEPOINT_RE", "SHARED", "SNAPSHOT_LOG_MAX_BYTES",
+           "STATUS", "STATUS_DIR", "TXN", "TXN_ID_RE", "TXN_RE", "VERIFICATION", "JobStore",
+           "check_metadata_size", "checkpoint_dir", "checkpoint_metadata", "gc_key", "generation_key",
+           "generation_of", "limits_of", "lineage_key", "max_bytes_of", "parse_pin_dir", "parse_txn_id",
+           "pin_dir", "savepoint_checkpoint", "savepoint_dir", "status_key", "txn_id", "txn_key",
+           "validate_job_name"]
+
 METADATA = "_metadata"
 #: ``<snapshot dir>/_verification.json``: the last restore drill of that snapshot
 VERIFICATION = "_verification.json"
@@ -235,7 +244,8 @@ def check_metadata_size(data: bytes, where: str) -> None:
     :raises CatalogError: `data` is over the ``_metadata`` limits (the snapshot is not
         completed: a failed checkpoint, never an unreadable completed one).
     """
-    check_writable(data, limits_of(METADATA), where, "the snapshot is not completed (too many files referenced)")
+    check_writable(data, limits_of(METADATA), where, "the snapshot is not completed "
+                                                     "(too many files referenced)")
 
 
 class JobStore(PrefixedStorage):

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.entries import SnapshotEntry
     from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 
+__all__ = ["KINDS", "SCHEMA_VERSION", "Origin", "RestartPoint", "damage_message", "mark_superseded",
+           "new_origin", "prunable", "resolve_restart_point", "rollback_base", "superseded_by"]
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
@@ -123,7 +126,8 @@ class Origin:
                 schema_version=version,
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptMetadata(f"{where}: malformed origin record ({exc.__class__.__name__}: {exc})") from None
+            raise CorruptMetadata(f"{where}: malformed origin record ({exc.__class__.__name__}: "
+                                  f"{exc})") from None
 
     def describe(self) -> str:
         if self.kind == "empty":
@@ -172,7 +176,8 @@ def mark_superseded(entries: Sequence[SnapshotEntry], origins: Sequence[Origin])
     return result
 
 
-def rollback_base(entries: Iterable[SnapshotEntry], generation: int, first_uncommitted: int) -> SnapshotEntry | None:
+def rollback_base(entries: Iterable[SnapshotEntry], generation: int,
+                  first_uncommitted: int) -> SnapshotEntry | None:
     """The checkpoint a rollback of `generation` returns to (`services.rollback`): its newest
     restorable checkpoint before its batch `first_uncommitted`, whose output all stays.
     None when it has none: the rollback returns to where the generation started. Checkpoint
@@ -212,7 +217,8 @@ def damage_message(job: str, damaged: Sequence[SnapshotEntry], what: str) -> str
     more = f" (and {len(damaged) - 5} more)" if len(damaged) > 5 else ""
     return (
         f"job {job!r} has no restorable checkpoint: {what}. Damaged checkpoints: {listed}{more}. "
-        "Nothing was started, so nothing is lost. See `sparkpoint list`; restore a savepoint or checkpoint by "
+        "Nothing was started, so nothing is lost. See `sparkpoint list`; restore a "
+        "savepoint or checkpoint by "
         "path (spark.sparkpoint.restore=<path>), or start with empty state on purpose with "
         "spark.sparkpoint.restore=none and spark.sparkpoint.restore.force=true"
     )
@@ -245,14 +251,16 @@ def resolve_restart_point(
         entry = entry_of(cid)
         if entry.metadata is None:
             if entry.error and "no _metadata" not in entry.error:
-                log.warning("skipping invalid checkpoint %s: %s; falling back to an older one", entry.uri, entry.error)
+                log.warning("skipping invalid checkpoint %s: %s; falling back to an older one", entry.uri,
+                            entry.error)
                 damaged.append(entry)
             continue
         meta = entry.metadata
         if superseded_by(meta.generation, cid, origins) is not None:
             continue
         if newest is None or meta.generation >= newest.generation:
-            return RestartPoint(meta, None, None, f"latest checkpoint {entry.uri} (batch {meta.batch_id})", skipped())
+            return RestartPoint(meta, None, None, f"latest checkpoint {entry.uri} (batch {meta.batch_id})",
+                                skipped())
         break  # older than the newest lineage: that lineage has no checkpoint of its own yet
     if newest is None:
         if damaged:
@@ -262,23 +270,28 @@ def resolve_restart_point(
     if newest.kind == "empty":
         own = [e for e in damaged if e.id > newest.id_floor]
         if own:
-            raise RestoreError(damage_message(job, own, f"{lineage} started from empty state and its checkpoints "
+            raise RestoreError(damage_message(job, own, f"{lineage} started from empty "
+                                                        "state and its checkpoints "
                                                         "are damaged"))
         return RestartPoint(None, None, newest,
-                            f"empty state ({lineage} started empty and has no completed checkpoint yet)", skipped())
+                            f"empty state ({lineage} started empty and has no completed checkpoint yet)",
+                            skipped())
     if newest.kind == "checkpoint" and newest.base_id >= 0:
         base = entry_of(newest.base_id)
         if base.metadata is not None:
             return RestartPoint(base.metadata, None, newest,
-                                f"checkpoint {base.uri} (batch {base.metadata.batch_id}: {lineage} started there "
+                                f"checkpoint {base.uri} (batch {base.metadata.batch_id}: "
+                                f"{lineage} started there "
                                 "and has no completed checkpoint yet)", skipped())
         log.warning("checkpoint %s, where %s started, is not usable: %s", base.uri, lineage, base.error)
         if newest.pin is not None:
             # The lineage owns a copy of it (a restore by path; a stale retention pass may
             # have deleted the checkpoint itself): the same state, never collected.
             return RestartPoint(None, newest.pin, newest,
-                                f"{newest.pin}, the copy of checkpoint {base.uri} (batch {newest.batch_id}) that "
-                                f"{lineage} started from and owns; it has no completed checkpoint yet", skipped())
+                                f"{newest.pin}, the copy of checkpoint {base.uri} (batch "
+                                f"{newest.batch_id}) that "
+                                f"{lineage} started from and owns; it has no completed checkpoint yet",
+                                skipped())
         # Its origin is damaged: like any damaged checkpoint, fall back to an older one of
         # the same lineage (the sink-ahead check still guards the output).
         if all(e.id != base.id for e in damaged):
@@ -287,12 +300,14 @@ def resolve_restart_point(
             entry = entry_of(cid)
             if entry.metadata is not None and superseded_by(entry.metadata.generation, cid, origins) is None:
                 return RestartPoint(entry.metadata, None, None,
-                                    f"checkpoint {entry.uri} (batch {entry.metadata.batch_id}: the newest usable one "
-                                    f"of {lineage})", skipped())
+                                    f"checkpoint {entry.uri} (batch {entry.metadata.batch_id}: the newest "
+                                    f"usable one of {lineage})", skipped())
         raise RestoreError(damage_message(job, damaged, f"checkpoint {base.uri}, where {lineage} started, is "
-                                                        "damaged and no older checkpoint of that lineage is left"))
+                                                        "damaged and no older checkpoint of that lineage is "
+                                                        "left"))
     return RestartPoint(None, newest.uri, newest,
-                        f"{newest.kind} {newest.uri} (batch {newest.batch_id}: {lineage} started there and has no "
+                        f"{newest.kind} {newest.uri} (batch {newest.batch_id}: {lineage} "
+                        "started there and has no "
                         "completed checkpoint yet)", skipped())
 
 

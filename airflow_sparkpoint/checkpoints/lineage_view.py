@@ -79,7 +79,8 @@ class LineageView:
                 if superseded_by(entry.metadata.generation, cid, origins) is None:
                     return entry.metadata
             elif entry.error and "no _metadata" not in entry.error:
-                log.warning("skipping invalid checkpoint %s: %s; falling back to an older one", entry.uri, entry.error)
+                log.warning("skipping invalid checkpoint %s: %s; falling back to an older one", entry.uri,
+                            entry.error)
         return None
 
     def restart_point(self) -> RestartPoint:

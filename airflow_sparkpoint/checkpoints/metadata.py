@@ -21,6 +21,9 @@ from airflow_sparkpoint.checkpoints.layout import METADATA, limits_of, txn_id
 from airflow_sparkpoint.exceptions import CorruptMetadata
 from airflow_sparkpoint.storage.base import normalize_key
 
+__all__ = ["SCHEMA_VERSION", "FileRef", "SnapshotKind", "SnapshotMetadata", "SnapshotStats",
+           "TransactionRecord", "canonical_json", "foreign_to", "sha256_hex"]
+
 SCHEMA_VERSION = 1
 #: list elements encoded at a time for a checksum (`_canonical_sha256`)
 _CHECKSUM_SLICE = 1024
@@ -44,7 +47,8 @@ def _canonical_sha256(body: Mapping[str, Any]) -> str:
             digest.update(b"[")
             for start in range(0, len(value), _CHECKSUM_SLICE):
                 # "[a,b]" without its brackets is the slice's part of the list's text
-                digest.update((b"," if start else b"") + canonical_json(value[start:start + _CHECKSUM_SLICE])[1:-1])
+                digest.update((b"," if start else b"")
+                              + canonical_json(value[start:start + _CHECKSUM_SLICE])[1:-1])
             digest.update(b"]")
         else:
             digest.update(canonical_json(value))
@@ -168,7 +172,8 @@ class TransactionRecord:
     def from_json(cls, data: Mapping[str, Any]) -> TransactionRecord:
         version = int(data.get("schema_version", 0))
         if version > SCHEMA_VERSION:
-            raise CorruptMetadata(f"transaction record has schema_version {version}; this release reads <= {SCHEMA_VERSION}")
+            raise CorruptMetadata(f"transaction record has schema_version {version}; this release "
+                                  f"reads <= {SCHEMA_VERSION}")
         return cls(
             job=str(data["job"]),
             batch_id=int(data["batch_id"]),
@@ -190,7 +195,8 @@ def foreign_to(record: TransactionRecord, job: str, *, restored_job: str | None 
     that snapshot lists for its job, `restored_job`, as its predecessor would have."""
     if record.job == job or (restored_job is not None and record.job == restored_job):
         return None
-    return (f"transaction record {record.txn_id} belongs to job {record.job!r}, not {job!r}; refused (a record "
+    return (f"transaction record {record.txn_id} belongs to job {record.job!r}, not "
+            f"{job!r}; refused (a record "
             "of another job is forged, or that job's to settle)")
 
 
@@ -291,9 +297,11 @@ class SnapshotMetadata:
         if "sha256:" + _canonical_sha256(body) != checksum:
             raise CorruptMetadata(f"{where}: checksum mismatch (the file was modified or truncated)")
         version = body.get("schema_version")
-        if isinstance(version, bool) or not isinstance(version, int) or version > SCHEMA_VERSION or version < 1:
+        if (isinstance(version, bool) or not isinstance(version, int) or version > SCHEMA_VERSION
+                or version < 1):
             raise CorruptMetadata(
-                f"{where}: schema_version {version!r} is not supported; this release reads 1..{SCHEMA_VERSION}"
+                f"{where}: schema_version {version!r} is not supported; this release "
+                f"reads 1..{SCHEMA_VERSION}"
             )
         try:
             kind = body["kind"]
@@ -312,7 +320,8 @@ class SnapshotMetadata:
                 sink_positions=dict(body.get("sink_positions", {})),
                 stats=SnapshotStats.from_json(body.get("stats", {})),
                 spark=dict(body.get("spark", {})),
-                source_checkpoint=None if body.get("source_checkpoint") is None else int(body["source_checkpoint"]),
+                source_checkpoint=(None if body.get("source_checkpoint") is None
+                                   else int(body["source_checkpoint"])),
                 batch_owners=BatchOwners.from_json(body.get("batch_owners"), where=f"{where}: batch_owners"),
                 schema_version=version,
             )

@@ -41,7 +41,8 @@ class OriginStore:
         store predates lineages (no origin at all: nothing to wait for)."""
         if self.store.exists(layout.lineage_key(generation)):
             return True
-        return not any(layout.LINEAGE_RE.match(info.key.rsplit("/", 1)[-1]) for info in self.store.list(layout.LINEAGE))
+        return not any(layout.LINEAGE_RE.match(info.key.rsplit("/", 1)[-1])
+                       for info in self.store.list(layout.LINEAGE))
 
     def read(self, known: dict[str, Origin] | None = None) -> list[Origin]:
         """Every origin record, by generation (unreadable ones are skipped with a warning).

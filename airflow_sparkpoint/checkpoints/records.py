@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
     from airflow_sparkpoint.checkpoints.entries import GenerationInfo, SnapshotEntry
 
+__all__ = ["AIRFLOW_CONTEXT_ENV", "CONFIG_FIELDS", "GENERATIONS_SHOWN", "AirflowTry", "ControlRecord",
+           "GenerationRecord", "SnapshotRecord", "StagedRecord", "airflow_context", "generation_details",
+           "generation_records", "iso", "open_requests", "plan_origin", "read_generation", "short_name",
+           "snapshot_records", "staged_transactions"]
+
 log = logging.getLogger(__name__)
 
 #: generations shown (timeline, restores, the DAGs that ran the job): the newest ones
@@ -115,15 +120,15 @@ class SnapshotRecord:
         common: dict[str, Any] = {
             "kind": entry.kind, "id": entry.id, "uri": entry.uri, "key": entry.key, "status": status,
             "error": entry.error, "superseded_by": superseded_by,
-            "verified_at": drill.verified_at if drill else None, "verify_error": drill.error if drill else None,
-            "verify_level": drill.level if drill else None,
+            "verified_at": drill.verified_at if drill else None,
+            "verify_error": drill.error if drill else None, "verify_level": drill.level if drill else None,
         }
         if meta is None:
             return cls(**common)
         return cls(
             **common, batch_id=meta.batch_id, generation=meta.generation, created_at=meta.created_at,
-            duration_ms=meta.stats.duration_ms, bytes_copied=meta.stats.bytes_copied, bytes_total=meta.total_bytes,
-            file_count=meta.file_count, files_copied=meta.stats.files_copied,
+            duration_ms=meta.stats.duration_ms, bytes_copied=meta.stats.bytes_copied,
+            bytes_total=meta.total_bytes, file_count=meta.file_count, files_copied=meta.stats.files_copied,
             source_checkpoint=meta.source_checkpoint, state_partitions=meta.state_partitions,
         )
 
@@ -163,12 +168,14 @@ class SnapshotRecord:
         return f"INVALID: {reason}"
 
 
-def snapshot_records(catalog: Catalog, kind: str = "checkpoint", *, drills: bool = True) -> list[SnapshotRecord]:
+def snapshot_records(catalog: Catalog, kind: str = "checkpoint", *,
+                     drills: bool = True) -> list[SnapshotRecord]:
     """Every retained ``checkpoint`` or ``savepoint`` directory, newest first (as the
     catalog lists them); with `drills`, each with its last restore drill."""
     if kind not in ("checkpoint", "savepoint"):
         raise ValueError(f"snapshot kind {kind!r} is invalid; expected 'checkpoint' or 'savepoint'")
-    entries = catalog.list_checkpoints(slim=True) if kind == "checkpoint" else catalog.list_savepoints(slim=True)
+    entries = (catalog.list_checkpoints(slim=True) if kind == "checkpoint"
+               else catalog.list_savepoints(slim=True))
     return [SnapshotRecord.from_entry(e, catalog if drills else None) for e in entries]
 
 
@@ -197,7 +204,8 @@ class AirflowTry:
     def same_task(self, other: AirflowTry | None) -> bool:
         """Whether `other` is a try of the same task instance (same DAG, task, DAG run and
         map index): a retry or a clear of it, which takes over its run as it always did."""
-        if other is None or (self.dag_id, self.task_id, self.run_id) != (other.dag_id, other.task_id, other.run_id):
+        if (other is None
+                or (self.dag_id, self.task_id, self.run_id) != (other.dag_id, other.task_id, other.run_id)):
             return False
         return not (self.map_index_known and other.map_index_known) or self.map_index == other.map_index
 
@@ -321,7 +329,8 @@ def _read_result(catalog: Catalog, generation: int) -> RunResult | None:
     try:
         return read_run_result(catalog, generation)
     except (StorageError, CorruptMetadata) as exc:
-        log.warning("ignoring the unreadable run result of generation %d of %s: %s", generation, catalog.uri, exc)
+        log.warning("ignoring the unreadable run result of generation %d of %s: %s", generation, catalog.uri,
+                    exc)
         return None
 
 
@@ -452,8 +461,10 @@ class StagedRecord:
     created_at: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"txn_id": self.txn_id, "batch_id": self.batch_id, "generation": self.generation, "sink": self.sink,
-                "sink_id": self.sink_id, "created_at": self.created_at, "created": iso(self.created_at or None)}
+        return {"txn_id": self.txn_id, "batch_id": self.batch_id, "generation": self.generation,
+                "sink": self.sink,
+                "sink_id": self.sink_id, "created_at": self.created_at,
+                "created": iso(self.created_at or None)}
 
 
 def staged_transactions(catalog: Catalog) -> list[StagedRecord]:

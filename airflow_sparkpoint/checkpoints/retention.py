@@ -45,6 +45,11 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
     from airflow_sparkpoint.storage.base import ObjectInfo
 
+__all__ = ["INCOMPLETE_GRACE_S", "JOURNAL_DELETE_WITHIN_S", "JOURNAL_KEYS_PER_ENTRY", "JOURNAL_LOOKBACK_S",
+           "JOURNAL_MIN_TTL_S", "ORPHAN_COLLECTION_FRACTION", "KnownRecords", "deleted_since",
+           "enforce_checkpoint_retention", "journal_deletions", "prune_journal", "relied_on_savepoints",
+           "savepoint_history_retention"]
+
 log = logging.getLogger(__name__)
 
 #: an incomplete savepoint directory (no ``_metadata``) younger than this may still be
@@ -119,7 +124,8 @@ def enforce_checkpoint_retention(
     `grace_seconds` are kept; with `known` (one writer's passes), orphans are collected
     at most once per `ORPHAN_COLLECTION_FRACTION` of `grace_seconds`. `shared_listing` is
     a listing of ``shared/`` taken before (the coordinator's, from its check before
-    ``_metadata``); a file uploaded after the listing is never collected. `generation`, when given, is checked right before
+    ``_metadata``); a file uploaded after the listing is never collected. `generation`, when given, is checked
+    right before
     anything is deleted. `on_deleted(done, total)` is called after each checkpoint deleted,
     `before_delete()` after that check, before the first checkpoint is deleted (the
     runtime's pause point). `known` (updated here): records held from before, not read
@@ -133,7 +139,8 @@ def enforce_checkpoint_retention(
     """
     if isinstance(num_retained, bool) or not isinstance(num_retained, int) or num_retained < 1:
         raise ConfigError(f"checkpoint numRetained={num_retained!r} is invalid; expected an integer >= 1")
-    if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float)) or not grace_seconds >= 0:
+    if (isinstance(grace_seconds, bool) or not isinstance(grace_seconds, (int, float))
+            or not grace_seconds >= 0):
         raise ConfigError(f"retention grace_seconds={grace_seconds!r} is invalid; expected seconds >= 0")
     snapshots, origin_store = catalog.snapshot_store, catalog.origin_store
     ids = snapshots.checkpoint_ids() if checkpoint_ids is None else sorted(set(checkpoint_ids))
@@ -202,7 +209,8 @@ def enforce_checkpoint_retention(
         # that stalled longer since its entry deletes nothing (the next pass journals
         # again), and a superseded one never (the generation is checked right before).
         if time.monotonic() - journaled > JOURNAL_DELETE_WITHIN_S:
-            log.warning("retention of job %s stalled %.0f s after journaling %d shared files; not deleting them "
+            log.warning("retention of job %s stalled %.0f s after journaling %d shared "
+                        "files; not deleting them "
                         "now (the next pass does)", catalog.job, time.monotonic() - journaled, len(orphans))
             orphans, orphan_bytes = [], 0
         else:
@@ -293,8 +301,8 @@ def deleted_since(catalog: Catalog, since: float, known: KnownRecords | None = N
             keys.update(known.journal[info.key])
             continue
         try:
-            entry = bounded.read_record(catalog.store, info.key, _journal_keys, limits=layout.limits_of(info.key),
-                                        where=f"{catalog.uri}/{info.key}")
+            entry = bounded.read_record(catalog.store, info.key, _journal_keys,
+                                        limits=layout.limits_of(info.key), where=f"{catalog.uri}/{info.key}")
         except CorruptRecord as exc:
             log.warning("skipping unreadable deletion journal entry %s", exc)
             continue
@@ -326,9 +334,11 @@ def prune_journal(catalog: Catalog, older_than: float, listing: Iterable[ObjectI
 
 
 def _check_args(max_count: int | None, max_age_s: float | None) -> None:
-    if max_count is not None and (isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1):
+    if (max_count is not None
+            and (isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1)):
         raise ConfigError(
-            f"savepoint history max_count={max_count!r} is invalid; expected an integer >= 1 or None (no limit)"
+            f"savepoint history max_count={max_count!r} is invalid; expected an "
+            "integer >= 1 or None (no limit)"
         )
     if max_age_s is not None and (
         isinstance(max_age_s, bool)
@@ -337,7 +347,8 @@ def _check_args(max_count: int | None, max_age_s: float | None) -> None:
         or max_age_s <= 0
     ):
         raise ConfigError(
-            f"savepoint history max_age_s={max_age_s!r} is invalid; expected a number of seconds > 0 or None (no limit)"
+            f"savepoint history max_age_s={max_age_s!r} is invalid; expected a number of "
+            "seconds > 0 or None (no limit)"
         )
 
 
@@ -407,6 +418,7 @@ def savepoint_history_retention(
                 log.info("removed incomplete savepoint %s (untouched for %.0f s)", entry.uri, now - newest)
                 disposed.append(entry.uri)
         else:
-            log.warning("keeping invalid savepoint %s for inspection: %s (remove it with `sparkpoint dispose`)",
+            log.warning("keeping invalid savepoint %s for inspection: %s (remove it "
+                        "with `sparkpoint dispose`)",
                         entry.uri, entry.error)
     return disposed

@@ -17,6 +17,10 @@ from airflow_sparkpoint.exceptions import InvalidPath, RestoreError
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
 
+__all__ = ["COMMITTED_BATCHES_LISTED", "ERROR_LINE", "ERROR_MESSAGE_MAX", "RANGES_LISTED", "RESULT_LINE",
+           "BatchRanges", "RunResult", "error_line", "parse_error_line", "parse_result_line",
+           "read_run_result", "result_key", "result_line", "write_run_result"]
+
 log = logging.getLogger(__name__)
 
 
@@ -173,7 +177,8 @@ def parse_error_line(line: str) -> tuple[str, str] | None:
         data = json.loads(line[len(ERROR_LINE):])
     except ValueError:
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("type"), str) or not isinstance(data.get("message"), str):
+    if (not isinstance(data, dict) or not isinstance(data.get("type"), str)
+            or not isinstance(data.get("message"), str)):
         return None
     return data["type"], data["message"]
 

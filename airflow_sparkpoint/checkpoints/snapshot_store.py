@@ -93,7 +93,8 @@ class SnapshotStore:
             self.store.put(layout.ID_FLOOR, str(sid).encode())
 
     def checkpoint_entry(
-        self, checkpoint_id: int, present: Mapping[str, int] | None = None, known: SnapshotMetadata | None = None
+        self, checkpoint_id: int, present: Mapping[str, int] | None = None,
+        known: SnapshotMetadata | None = None
     ) -> SnapshotEntry:
         """Checkpoint `checkpoint_id` as listed: with its metadata when its ``_metadata``
         validates and every file it references is in `present` (shared key -> size; None:
@@ -101,8 +102,8 @@ class SnapshotStore:
 
         `known`: its ``_metadata`` as this process wrote or read it before (written once,
         ids never reused), used instead of reading it again; its files are still checked."""
-        return self._read_entry("checkpoint", checkpoint_id, layout.checkpoint_dir(checkpoint_id), present, "",
-                                known)
+        return self._read_entry("checkpoint", checkpoint_id, layout.checkpoint_dir(checkpoint_id), present,
+                                "", known)
 
     def _read_entry(
         self, kind: str, sid: int, key: str, present: Mapping[str, int] | None, base: str,
@@ -219,7 +220,8 @@ class SnapshotStore:
     def list_savepoints(self, *, slim: bool = False) -> list[SnapshotEntry]:
         """Every savepoint directory, newest first, valid or with the reason it is not
         (`slim`: see `list_checkpoints`)."""
-        result = [entry.slim() if slim else entry for entry in map(self._read_savepoint, self._savepoint_dirs())]
+        result = [entry.slim() if slim else entry for entry in map(self._read_savepoint,
+                                                                   self._savepoint_dirs())]
         return sorted(result, key=lambda e: (e.created_at, e.id), reverse=True)
 
     def savepoint_entry(self, name: str) -> SnapshotEntry | None:
@@ -309,7 +311,8 @@ class SnapshotStore:
         layout.check_metadata_size(body, where)
         self.store.put_if_absent(f"{sp_key}/{layout.METADATA}", body)
         uri = f"{self.uri}/{sp_key}"
-        log.info("savepoint %s completed: batch %d, %d files, %d bytes", uri, meta.batch_id, len(files), copied)
+        log.info("savepoint %s completed: batch %d, %d files, %d bytes", uri, meta.batch_id, len(files),
+                 copied)
         return SnapshotHandle(uri=uri, metadata=sp_meta, files_store=self.store.child(sp_key))
 
     def dispose(self, uri: str) -> int:
@@ -375,7 +378,8 @@ class SnapshotStore:
         scheme, bucket, path = split_uri(text)
         own_scheme, own_bucket, own_path = split_uri(self.uri)
         path, own_path = path.rstrip("/"), own_path.rstrip("/")
-        if (scheme, bucket) != (own_scheme, own_bucket) or not path.startswith(own_path + "/" if own_path else ""):
+        if ((scheme, bucket) != (own_scheme, own_bucket)
+                or not path.startswith(own_path + "/" if own_path else "")):
             raise RestoreError(f"{uri} is outside job {self.job!r} ({self.uri})")
         return normalize_key(path[len(own_path):].lstrip("/"))
 
@@ -408,7 +412,8 @@ class SnapshotStore:
             return self.snapshot(int(match.group(1)))
         entry = self.savepoint_entry(key.split("/", 1)[1])
         if entry is None or entry.metadata is None:
-            raise RestoreError(f"savepoint {self.uri}/{key} is not usable: {entry.error if entry else 'not found'}")
+            raise RestoreError(f"savepoint {self.uri}/{key} is not usable: "
+                               f"{entry.error if entry else 'not found'}")
         return SnapshotHandle(entry.uri, entry.metadata, self.store.child(entry.key))
 
     def handle(self, meta: SnapshotMetadata) -> SnapshotHandle:

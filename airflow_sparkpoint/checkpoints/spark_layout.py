@@ -18,6 +18,11 @@ from __future__ import annotations
 
 import re
 
+__all__ = ["COMMITS", "COMPACT", "LOG_LINE_MAX_BYTES", "OFFSETS", "ROCKSDB_KINDS", "SNAPSHOT_KINDS",
+           "SOURCES", "STATE", "commits_entry", "compact_name", "has_unique_id", "is_partition_dir",
+           "is_rocksdb_sst", "log_entry", "offsets_entry", "operator_metadata", "operator_metadata_v1",
+           "state_partition", "state_version"]
+
 OFFSETS = "offsets"
 COMMITS = "commits"
 SOURCES = "sources"

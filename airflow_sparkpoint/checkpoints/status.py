@@ -22,6 +22,9 @@ from airflow_sparkpoint.checkpoints import bounded, layout
 if TYPE_CHECKING:
     from airflow_sparkpoint.storage.base import Storage
 
+__all__ = ["ERROR_MAX_CHARS", "SCHEMA_VERSION", "STATES", "JobStatus", "StatusSource", "current_of",
+           "current_status", "read_job_status", "read_status", "write_status"]
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
@@ -98,7 +101,8 @@ def read_status(store: Storage, uri: str, generation: int | None = None) -> dict
 
 
 class StatusSource(Protocol):
-    """What `read_job_status` and `current_status` need of a job's catalog (the catalog imports this module)."""
+    """What `read_job_status` and `current_status` need of a job's catalog (the catalog imports this
+    module)."""
 
     job: str
 
@@ -116,7 +120,8 @@ def read_job_status(catalog: StatusSource, generation: int | None = None) -> Job
     try:
         return JobStatus.from_json(raw)
     except (TypeError, ValueError) as exc:
-        log.warning("status record of job %r is incomplete (%s); treating the job as not running", catalog.job, exc)
+        log.warning("status record of job %r is incomplete (%s); treating the job as not running",
+                    catalog.job, exc)
         return None
 
 

@@ -68,5 +68,6 @@ def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None)
     for ref, size in stored_sizes(files_store, meta.files):
         problem = ref.stored_problem(size)
         if problem is not None:
-            raise RestoreError(f"restore target {uri} is {'incomplete' if size is None else 'corrupt'}: file {problem}")
+            raise RestoreError(f"restore target {uri} is {'incomplete' if size is None else 'corrupt'}: file "
+                               f"{problem}")
     return SnapshotHandle(uri.rstrip("/"), meta, files_store)

@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
+__all__ = ["THREADS", "ClosingPool", "transfer_all"]
+
 T = TypeVar("T")
 R = TypeVar("R")
 

@@ -65,8 +65,10 @@ class TransactionLog:
             if record is None:
                 continue  # settled meanwhile
             problem = foreign_to(record, self.job)
-            if problem is None and (record.batch_id, record.generation) != (int(match.group(1)), int(match.group(2))):
-                problem = (f"it describes batch {record.batch_id} of generation {record.generation}, not the batch "
+            if (problem is None
+                    and (record.batch_id, record.generation) != (int(match.group(1)), int(match.group(2)))):
+                problem = (f"it describes batch {record.batch_id} of generation "
+                           f"{record.generation}, not the batch "
                            "and generation its key names")
             if problem is not None:
                 log.warning("skipping transaction record %s: %s", where, problem)

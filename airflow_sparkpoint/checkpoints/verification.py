@@ -22,6 +22,9 @@ from airflow_sparkpoint.checkpoints.layout import VERIFICATION, limits_of
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage import Storage
 
+__all__ = ["ERROR_MAX_CHARS", "LEVELS", "SCHEMA_VERSION", "VerificationRecord", "read_verification",
+           "read_verifications", "verification_key", "write_verification"]
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
@@ -50,7 +53,8 @@ class VerificationRecord:
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
-            raise ConfigError(f"verification level {self.level!r} is not allowed; expected one of {', '.join(LEVELS)}")
+            raise ConfigError(f"verification level {self.level!r} is not allowed; expected "
+                              f"one of {', '.join(LEVELS)}")
 
     @property
     def ok(self) -> bool:
@@ -72,7 +76,8 @@ class VerificationRecord:
         """:raises ValueError: malformed or of a newer schema version."""
         version = data.get("schema_version", 0)
         if not isinstance(version, int) or version > SCHEMA_VERSION:
-            raise ValueError(f"verification record has schema_version {version!r}; this release reads <= {SCHEMA_VERSION}")
+            raise ValueError(f"verification record has schema_version {version!r}; this release "
+                             f"reads <= {SCHEMA_VERSION}")
         try:
             return cls(
                 verified_at=float(data["verified_at"]),

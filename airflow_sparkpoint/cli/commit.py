@@ -28,15 +28,19 @@ def add_commit(commands: Any, common: argparse.ArgumentParser) -> None:
     scope.add_argument("--upto-batch", type=batch_id_type, default=None, metavar="N",
                        help="commit confirmed batches only up to N (write-audit-publish: the audited range)")
     scope.add_argument("--abort-generation", type=generation, default=None, metavar="G",
-                       help="instead of committing, abort everything generation G staged (blue-green rollback); "
+                       help="instead of committing, abort everything generation G "
+                            "staged (blue-green rollback); "
                             "refused while G is running")
     p.add_argument("--max-heartbeat-age", type=positive_seconds, default=60.0, metavar="S",
-                   help="with --abort-generation: a run with a younger heartbeat is still running (default 60)")
+                   help="with --abort-generation: a run with a younger heartbeat is "
+                        "still running (default 60)")
     p.add_argument("--sink", default=None, metavar="KIND:URI",
-                   help="the job's sink (e.g. delta:s3://bucket/table): records for any other sink are refused; "
+                   help="the job's sink (e.g. delta:s3://bucket/table): records for any "
+                        "other sink are refused; "
                         "without it each record's own sink config is used, confined to its root (a warning)")
     p.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a constructor argument of --sink (e.g. format=json, mode=merge, keys=id); repeatable")
+                   help="a constructor argument of --sink (e.g. format=json, "
+                        "mode=merge, keys=id); repeatable")
     p.set_defaults(func=cmd_commit)
 
 

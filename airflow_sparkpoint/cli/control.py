@@ -19,17 +19,20 @@ def add_requests(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``requests list`` and ``requests withdraw``."""
     p = commands.add_parser(
         "requests", help="control requests (savepoint, stop) nobody answered yet: list or withdraw",
-        description="A request a running job has not taken yet can be withdrawn (it expires, and no job takes it "
+        description="A request a running job has not taken yet can be withdrawn (it "
+                    "expires, and no job takes it "
                     "later); one a job already acknowledged runs to its end.",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
     a = actions.add_parser("list", parents=[common], help="pending and acknowledged requests, oldest first")
     a.set_defaults(func=cmd_requests_list)
-    a = actions.add_parser("withdraw", parents=[common], help="withdraw a pending request (its id, as printed by "
+    a = actions.add_parser("withdraw", parents=[common],
+                           help="withdraw a pending request (its id, as printed by "
                            "`sparkpoint savepoint --no-wait` or `sparkpoint requests list`)")
     a.add_argument("request_id", metavar="ID")
-    a.add_argument("--reason", default=None, help="recorded as the request's error (default: who withdrew it)")
+    a.add_argument("--reason", default=None,
+                   help="recorded as the request's error (default: who withdrew it)")
     a.set_defaults(func=cmd_requests_withdraw)
 
 
@@ -50,7 +53,8 @@ def cmd_requests_list(args: argparse.Namespace) -> int:
 
 def cmd_requests_withdraw(args: argparse.Namespace) -> int:
     if not REQUEST_ID_RE.match(args.request_id):
-        raise UsageError(f"request id {args.request_id!r} is malformed; expected '<13 digits>-<8 hex>' as printed "
+        raise UsageError(f"request id {args.request_id!r} is malformed; expected '<13 "
+                         "digits>-<8 hex>' as printed "
                          "by `sparkpoint savepoint --no-wait` or `sparkpoint requests list`")
     catalog = open_catalog(args)
     reason = args.reason or f"withdrawn by {requester('sparkpoint-cli', pid=True)}"
@@ -66,7 +70,8 @@ def cmd_requests_withdraw(args: argparse.Namespace) -> int:
     elif withdrawn:
         print(f"withdrew request {args.request_id} of job {catalog.job!r}")
     if not withdrawn:
-        why = (f"generation {result.generation} already took it; it runs to its end" if result.state == "acknowledged"
+        why = (f"generation {result.generation} already took it; it runs to its end"
+               if result.state == "acknowledged"
                else f"it already ended ({result.state}{': ' + result.error if result.error else ''})")
         raise CommandFailed(f"request {args.request_id} of job {catalog.job!r} was not withdrawn: {why}")
     return EXIT_OK

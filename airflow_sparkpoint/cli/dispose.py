@@ -17,8 +17,10 @@ __all__ = ["add_dispose", "cmd_dispose"]
 def add_dispose(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``dispose``."""
     p = commands.add_parser(
-        "dispose", parents=[common], help="delete a savepoint (or checkpoint), or old savepoints by age or count",
-        description="Delete PATH; or, with --older-than and/or --keep, the savepoints beyond those limits. The "
+        "dispose", parents=[common], help="delete a savepoint (or checkpoint), or old "
+                                          "savepoints by age or count",
+        description="Delete PATH; or, with --older-than and/or --keep, the savepoints "
+                    "beyond those limits. The "
                     "newest savepoint and the one the job's newest lineage started from are always kept.",
     )
     p.add_argument("path", metavar="PATH", nargs="?", default=None,
@@ -39,12 +41,14 @@ def cmd_dispose(args: argparse.Namespace) -> int:
     if by_policy:
         done = dispose_savepoints(catalog, keep=args.keep, older_than_s=args.older_than)
         if args.json:
-            emit_json({"job": catalog.job, "root": catalog.uri, "keep": args.keep, "older_than_s": args.older_than,
+            emit_json({"job": catalog.job, "root": catalog.uri, "keep": args.keep,
+                       "older_than_s": args.older_than,
                        "disposed_savepoints": done.disposed, "kept_savepoints": done.kept})
         else:
             for uri in done.disposed:
                 print(f"disposed {uri}")
-            print(f"{len(done.disposed)} savepoint(s) disposed, {len(done.kept)} kept" + (":" if done.kept else ""))
+            print(f"{len(done.disposed)} savepoint(s) disposed, {len(done.kept)} kept"
+                  + (":" if done.kept else ""))
             for uri, why in done.reasons:
                 print(f"kept {uri} ({why})")
         return EXIT_OK

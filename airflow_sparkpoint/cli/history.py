@@ -20,7 +20,8 @@ from airflow_sparkpoint.services.history import (
 )
 from airflow_sparkpoint.services.stores import Catalog, other_jobs
 
-__all__ = ["add_list", "add_metrics", "add_status", "cmd_list", "cmd_metrics", "cmd_status", "status_document"]
+__all__ = ["add_list", "add_metrics", "add_status", "cmd_list", "cmd_metrics", "cmd_status",
+           "status_document"]
 
 log = logging.getLogger("airflow_sparkpoint.cli")
 
@@ -47,7 +48,8 @@ def add_metrics(commands: Any) -> None:
         description="Prints each job's checkpoint metrics (docs/CLI.md) in the Prometheus text exposition "
                     "format, for a scraper outside Airflow (e.g. a textfile collector).",
     )
-    p.add_argument("--max-heartbeat-age", type=positive_seconds, default=60.0, metavar="S", help=argparse.SUPPRESS)
+    p.add_argument("--max-heartbeat-age", type=positive_seconds, default=60.0, metavar="S",
+                   help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_metrics)
 
 
@@ -73,21 +75,23 @@ def cmd_list(args: argparse.Namespace) -> int:
         })
         return EXIT_OK
     if not checkpoints and not savepoints:
-        print(f"no checkpoints or savepoints for job {catalog.job!r} under {catalog.uri}{other_jobs_hint(catalog)}")
+        print(f"no checkpoints or savepoints for job {catalog.job!r} under "
+              f"{catalog.uri}{other_jobs_hint(catalog)}")
         return EXIT_OK
     rows = []
     for r in [*checkpoints, *savepoints]:
         status = r.short_reason()
         if r.verified_at is not None:  # the last restore drill (`sparkpoint verify`)
-            status += f"; drill FAILED {iso(r.verified_at)}" if r.verify_error else f"; verified {iso(r.verified_at)}"
+            status += (f"; drill FAILED {iso(r.verified_at)}" if r.verify_error
+                       else f"; verified {iso(r.verified_at)}")
         rows.append([
             r.kind, r.id, r.batch_id, r.generation, iso(r.created_at), r.duration_ms,
             None if r.bytes_copied is None else size(r.bytes_copied),
             None if r.bytes_total is None else size(r.bytes_total),
             r.file_count, r.uri, status,
         ])
-    headers = ["KIND", "ID", "BATCH", "GEN", "CREATED (UTC)", "DURATION_MS", "COPIED", "TOTAL", "FILES", "URI",
-               "STATUS"]
+    headers = ["KIND", "ID", "BATCH", "GEN", "CREATED (UTC)", "DURATION_MS", "COPIED", "TOTAL", "FILES",
+               "URI", "STATUS"]
     print(table(headers, rows, right=frozenset({1, 2, 3, 5, 6, 7, 8})))
     return EXIT_OK
 
@@ -149,7 +153,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if age is None:
         alive_text = "no (no status record)"
     else:
-        alive_text = f"{'yes' if alive else 'no'} (heartbeat {age:.0f} s ago; max {args.max_heartbeat_age:g} s)"
+        alive_text = (f"{'yes' if alive else 'no'} (heartbeat {age:.0f} s ago; "
+                      f"max {args.max_heartbeat_age:g} s)")
         if status is not None and status.generation < generation:
             alive_text += f"; superseded by generation {generation}"
     latest_text = None

@@ -70,7 +70,8 @@ def _run(argv: Sequence[str]) -> int:
     parser = build_parser()
     try:
         if arguments[:1] == ["demo"]:  # everything after `demo` belongs to the demo's own parser
-            args = argparse.Namespace(command="demo", func=cmd_demo, args=arguments[1:], json=False, verbose=0)
+            args = argparse.Namespace(command="demo", func=cmd_demo, args=arguments[1:], json=False,
+                                      verbose=0)
         else:
             args = parser.parse_args(arguments)
     except SystemExit as exc:  # --help, or argparse's own usage errors (exit 2)

@@ -32,7 +32,8 @@ def positive_seconds(text: str) -> float:
     try:  # seconds, or a duration as Spark writes them ("5 minutes", "30s")
         value = durations.parse_text(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds nor a duration like '5 minutes'") \
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds nor a "
+                                         "duration like '5 minutes'") \
             from None
     try:
         return durations.seconds("value", value)
@@ -64,7 +65,8 @@ def common_options(*, many_jobs: bool = False) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     where = common.add_argument_group("where the job lives")
     where.add_argument("--dir", default=env("SPARKPOINT_DIR"), metavar="URI",
-                       help="storage root: a path, file:///path or s3://bucket/prefix (default: $SPARKPOINT_DIR)")
+                       help="storage root: a path, file:///path or s3://bucket/prefix "
+                            "(default: $SPARKPOINT_DIR)")
     if many_jobs:
         where.add_argument("--job", dest="jobs", action="append", default=None, metavar="NAME",
                            help="pipeline name; repeat for several (default: $SPARKPOINT_JOB)")
@@ -72,7 +74,8 @@ def common_options(*, many_jobs: bool = False) -> argparse.ArgumentParser:
         where.add_argument("--job", default=env("SPARKPOINT_JOB"), metavar="NAME",
                            help="pipeline name (default: $SPARKPOINT_JOB)")
     where.add_argument("--s3-endpoint", default=env("SPARKPOINT_S3_ENDPOINT"), metavar="URL",
-                       help="S3-compatible endpoint, e.g. http://minio:9000 (default: $SPARKPOINT_S3_ENDPOINT); "
+                       help="S3-compatible endpoint, e.g. http://minio:9000 (default: "
+                            "$SPARKPOINT_S3_ENDPOINT); "
                             "credentials come from the standard AWS environment/config")
     where.add_argument("--s3-region", default=env("SPARKPOINT_S3_REGION"), metavar="REGION",
                        help="S3 region (default: $SPARKPOINT_S3_REGION, then the AWS default)")
@@ -93,7 +96,8 @@ def open_catalog(args: argparse.Namespace) -> Catalog:
         raise UsageError("--dir is required (or set SPARKPOINT_DIR)")
     if not args.job:
         raise UsageError("--job is required (or set SPARKPOINT_JOB)")
-    return open_job(args.dir, args.job, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region, hint="; check --dir")
+    return open_job(args.dir, args.job, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
+                    hint="; check --dir")
 
 
 @contextmanager

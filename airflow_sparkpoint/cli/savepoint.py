@@ -18,16 +18,20 @@ __all__ = ["add_savepoint", "cmd_savepoint"]
 def add_savepoint(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``savepoint``."""
     p = commands.add_parser(
-        "savepoint", parents=[common], help="take a savepoint (of the running job, or from the latest checkpoint)",
-        description="Ask the running job for a savepoint and wait for it. With no live job, make the savepoint "
+        "savepoint", parents=[common], help="take a savepoint (of the running job, or "
+                                            "from the latest checkpoint)",
+        description="Ask the running job for a savepoint and wait for it. With no live "
+                    "job, make the savepoint "
                     "from the latest completed checkpoint (unless --no-from-checkpoint).",
     )
-    p.add_argument("--stop", action="store_true", help="stop the job after the savepoint (stop-with-savepoint)")
+    p.add_argument("--stop", action="store_true", help="stop the job after the savepoint "
+                                                       "(stop-with-savepoint)")
     p.add_argument("--timeout", type=positive_seconds, default=600.0, metavar="S",
                    help="give up after this many seconds (default: 600)")
     p.add_argument("--no-wait", action="store_true", help="submit the request, print its id and return")
     p.add_argument("--from-checkpoint", action=argparse.BooleanOptionalAction, default=True,
-                   help="with no live job, make the savepoint from the latest completed checkpoint (default: on)")
+                   help="with no live job, make the savepoint from the latest completed "
+                        "checkpoint (default: on)")
     p.add_argument("--max-heartbeat-age", type=positive_seconds, default=60.0, metavar="S",
                    help="a heartbeat older than this means the job is not alive (default: 60)")
     p.add_argument("--poll", type=positive_seconds, default=1.0, metavar="S", help=argparse.SUPPRESS)
@@ -50,8 +54,8 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
 
     # Refused, no completed checkpoint, failed or timed out: a SparkpointError, exit 1.
     done = take_savepoint(
-        catalog, stop=args.stop, timeout_s=args.timeout, poll_s=args.poll, max_heartbeat_age=args.max_heartbeat_age,
-        requested_by=requester("sparkpoint-cli", pid=True),
+        catalog, stop=args.stop, timeout_s=args.timeout, poll_s=args.poll,
+        max_heartbeat_age=args.max_heartbeat_age, requested_by=requester("sparkpoint-cli", pid=True),
         refused_by=None if args.from_checkpoint else "--no-from-checkpoint", wait=not args.no_wait,
         on_request=filed, announce=None if args.json else announce)
     if done.state == "pending":

@@ -47,7 +47,8 @@ def _operator_id(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an operator id (see `sparkpoint inspect` without --rows)") \
+        raise argparse.ArgumentTypeError(f"{text!r} is not an operator id (see `sparkpoint "
+                                         "inspect` without --rows)") \
             from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} is invalid; expected an operator id >= 0")
@@ -62,11 +63,13 @@ def add_inspect(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``inspect``."""
     p = commands.add_parser(
         "inspect", parents=[common], help="the state inside a checkpoint or savepoint (needs PySpark)",
-        description="Operators, state stores, schemas, partitions and row counts of a snapshot, read with Spark's "
+        description="Operators, state stores, schemas, partitions and row counts of a "
+                    "snapshot, read with Spark's "
                     "state data sources over a private copy (the job and the snapshot are never touched).",
     )
     p.add_argument("target", metavar="PATH|latest",
-                   help="a snapshot URI, path or key (as `sparkpoint list` shows), or latest (what restore=latest uses)")
+                   help="a snapshot URI, path or key (as `sparkpoint list` shows), or latest "
+                        "(what restore=latest uses)")
     p.add_argument("--rows", action="store_true", help="also print the rows of one state store")
     p.add_argument("--operator", type=_operator_id, default=None, metavar="ID",
                    help="with --rows: the operator (default: the first stateful operator)")
@@ -74,7 +77,8 @@ def add_inspect(commands: Any, common: argparse.ArgumentParser) -> None:
                    help="with --rows: the store or state variable (default: the operator's first)")
     p.add_argument("--key", default=None, metavar="JSON",
                    help='with --rows: only rows whose key has these field values, e.g. \'{"user": "u1"}\'')
-    p.add_argument("--limit", type=_limit, default=20, metavar="N", help="with --rows: at most N rows (default 20)")
+    p.add_argument("--limit", type=_limit, default=20, metavar="N",
+                   help="with --rows: at most N rows (default 20)")
     p.set_defaults(func=cmd_inspect)
 
 
@@ -82,20 +86,26 @@ def add_verify(commands: Any, common: argparse.ArgumentParser) -> None:
     """Register ``verify``."""
     p = commands.add_parser(
         "verify", parents=[common], help="restore drill without the application: files and every state store",
-        description="Materialize the snapshot into a scratch location, check every referenced file's size and "
-                    "sha256, open every state store of every operator and partition and read all of it. Exit 0 "
-                    "only when all of it reads. The outcome is recorded next to the snapshot. The application "
-                    "itself does not run: the full drill, which runs it from the snapshot under a scratch identity, "
+        description="Materialize the snapshot into a scratch location, check every "
+                    "referenced file's size and "
+                    "sha256, open every state store of every operator and partition "
+                    "and read all of it. Exit 0 "
+                    "only when all of it reads. The outcome is recorded next to the "
+                    "snapshot. The application "
+                    "itself does not run: the full drill, which runs it from the snapshot "
+                    "under a scratch identity, "
                     "is the Airflow operator SparkpointDrillOperator.",
     )
     p.add_argument("target", metavar="PATH|latest",
-                   help="a snapshot URI, path or key (as `sparkpoint list` shows), or latest (what restore=latest uses)")
+                   help="a snapshot URI, path or key (as `sparkpoint list` shows), or latest "
+                        "(what restore=latest uses)")
     p.set_defaults(func=cmd_verify)
 
 
 def _needs_pyspark(command: str) -> None:
     if importlib.util.find_spec("pyspark") is None:
-        raise CommandFailed(f"`sparkpoint {command}` reads state with Spark and needs PySpark; install it with: "
+        raise CommandFailed(f"`sparkpoint {command}` reads state with Spark and needs "
+                            "PySpark; install it with: "
                             "pip install pyspark")
 
 
@@ -112,10 +122,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         try:
             key = json.loads(args.key)
         except ValueError as exc:
-            raise UsageError(f"--key {args.key!r} is not JSON ({exc}); expected an object like '{{\"user\": \"u1\"}}'") \
+            raise UsageError(f"--key {args.key!r} is not JSON ({exc}); expected an object "
+                             "like '{\"user\": \"u1\"}'") \
                 from None
         if not isinstance(key, dict) or not key:
-            raise UsageError(f"--key {args.key!r} is not a JSON object of key fields; expected e.g. '{{\"user\": \"u1\"}}'")
+            raise UsageError(f"--key {args.key!r} is not a JSON object of key fields; expected "
+                             "e.g. '{\"user\": \"u1\"}'")
     if not args.rows and (args.operator is not None or args.store is not None):
         raise UsageError("--operator and --store select the rows to print: they need --rows")
     catalog = open_catalog(args)
@@ -127,7 +139,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         try:
             state = snap.state()
             body = {k: v for k, v in state.to_json().items() if k != "job"}
-            document: dict[str, Any] = {"job": catalog.job, "root": catalog.uri, **body, "snapshot_job": state.job}
+            document: dict[str, Any] = {"job": catalog.job, "root": catalog.uri, **body,
+                                        "snapshot_job": state.job}
             rows: list[dict[str, Any]] | None = None
             if args.rows:
                 op, spec = snap.store_spec(args.operator, args.store)
@@ -151,8 +164,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         for operator in state.operators:
             for store in operator.stores:
                 stores.append([operator.id, operator.name, operator.partitions, store.name,
-                               store.type + (" ttl" if store.ttl else ""), store.rows, store.keys, store.key_schema,
-                               store.value_schema])
+                               store.type + (" ttl" if store.ttl else ""), store.rows, store.keys,
+                               store.key_schema, store.value_schema])
         print(table(["OP", "OPERATOR", "PARTITIONS", "STORE", "TYPE", "ROWS", "KEYS", "KEY", "VALUE"], stores,
                     right=frozenset({0, 2, 5, 6})))
     if rows is not None:
@@ -177,7 +190,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     recorded: str | None = None
     try:
         if result.found:
-            record_verification(result.uri, result.record("state", f"sparkpoint verify ({default_verifier()})"),
+            record_verification(result.uri,
+                                result.record("state", f"sparkpoint verify ({default_verifier()})"),
                                 storage_options=options)
     except StorageError as exc:
         recorded = f"the outcome could not be recorded next to the snapshot: {exc}"
@@ -185,9 +199,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(document)
     elif result.ok:
-        counted = ", ".join(_count(result.checks.get(k), k[:-1]) for k in ("operators", "partitions", "stores", "rows"))
-        print(f"verified {result.uri} (batch {result.batch_id}): {_count(result.checks.get('files'), 'file')} "
-              f"({result.checks.get('bytes')} bytes) match _metadata; {counted} read in {result.duration_s:.1f} s")
+        counted = ", ".join(_count(result.checks.get(k), k[:-1])
+                            for k in ("operators", "partitions", "stores", "rows"))
+        print(f"verified {result.uri} (batch {result.batch_id}): "
+              f"{_count(result.checks.get('files'), 'file')} "
+              f"({result.checks.get('bytes')} bytes) match _metadata; {counted} read in "
+              f"{result.duration_s:.1f} s")
     if not result.ok:
         print(f"sparkpoint verify: error: {result.error}", file=sys.stderr)
     if recorded:

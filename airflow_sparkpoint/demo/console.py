@@ -25,6 +25,8 @@ from airflow_sparkpoint.services.history import (
     snapshot_records,
 )
 
+__all__ = ["PROGRESS_EVERY", "Check", "Console", "Watcher", "gist", "verdict_lines"]
+
 PROGRESS_EVERY = 10.0  # seconds: the longest the console stays silent while waiting
 
 
@@ -122,7 +124,8 @@ class Watcher(threading.Thread):
     def role(self, job: str, generation: int) -> str:
         with self._lock:
             key = (job, generation)
-            if key not in self.roles and self._upcoming and self._catalog is not None and job == self._catalog.job:
+            if (key not in self.roles and self._upcoming and self._catalog is not None
+                    and job == self._catalog.job):
                 self.roles[key] = self._upcoming.pop(0)
             return self.roles.get(key, f"generation {generation}")
 
@@ -180,7 +183,8 @@ class Watcher(threading.Thread):
         if state == "failed" and status.error:
             line += f": {gist(str(status.error), 80)}"
         _alive, age = liveness(status, generation, float("inf"))
-        extra = f" (no heartbeat for {age:.0f}s)" if state in ("starting", "running") and (age or 0) > 5 else ""
+        extra = (f" (no heartbeat for {age:.0f}s)" if state in ("starting", "running") and (age or 0) > 5
+                 else "")
         return line, extra
 
 
@@ -195,7 +199,8 @@ class Check:
 
 def verdict_lines(checks: Sequence[Check]) -> tuple[bool, list[str]]:
     """The verdict block: one line per check, then the overall YES/NO line."""
-    lines = [f"   [{'ok' if c.ok else 'FAILED'}] {c.what}" + (f": {c.detail}" if c.detail else "") for c in checks]
+    lines = [f"   [{'ok' if c.ok else 'FAILED'}] {c.what}" + (f": {c.detail}" if c.detail else "")
+             for c in checks]
     ok = bool(checks) and all(c.ok for c in checks)
     lines.append(f"   exactly-once over the whole demo: {'YES' if ok else 'NO'}")
     return ok, lines
@@ -210,7 +215,8 @@ def gist(text: str, limit: int = 120) -> str:
     parts = []
     code = re.search(r"Cannot execute: spark-submit.*?Error code is: (-?\d+)", text, re.DOTALL)
     if code:
-        parts.append(f"spark-submit exited with {code.group(1)}" + (" (SIGKILL)" if code.group(1) == "-9" else ""))
+        parts.append(f"spark-submit exited with {code.group(1)}"
+                     + (" (SIGKILL)" if code.group(1) == "-9" else ""))
     errors = [m for m in _ERROR.finditer(text) if m.group(1) != "AirflowException"]
     if errors:
         parts.append(f"{errors[-1].group(1)}: {errors[-1].group(2).strip()}")

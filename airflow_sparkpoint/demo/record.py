@@ -46,7 +46,8 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: 
     numeric = [True] * len(headers)
     for row in rows:
         if len(row) != len(headers):
-            raise ValueError(f"table row {list(row)!r} has {len(row)} cells; expected {len(headers)} ({headers})")
+            raise ValueError(f"table row {list(row)!r} has {len(row)} cells; expected "
+                             f"{len(headers)} ({headers})")
         cells.append(["-" if v is None else str(v) for v in row])
         for i, value in enumerate(row):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):

@@ -53,6 +53,10 @@ from airflow_sparkpoint.demo.support import (
 from airflow_sparkpoint.services.history import load_history, read_generation, short_name, snapshot_records
 from airflow_sparkpoint.services.stores import job_catalog
 
+__all__ = ["BATCHES", "BLUE_AGAIN_INPUT", "BLUE_BACKLOG", "BLUE_JOB", "BLUE_TRIGGER", "FAILING_GREEN_INPUT",
+           "GREEN_FAILS_AFTER", "HEALTHY_GREEN_INPUT", "KILL_AFTER", "USERS", "Demo", "batch_of",
+           "expected_totals", "main"]
+
 # Stage 1: the quickstart's input and the injected failure.
 BATCHES = 8
 USERS = 4
@@ -101,8 +105,8 @@ class Demo:
         self.watcher = Watcher(console)
         self.t0 = time.time()
         self.checks: list[Check] = []
-        self.blue = SubmittedJob(workdir / "blue-green", dags / "jobs" / "keyed_totals.py", BLUE_JOB, BLUE_TRIGGER,
-                                 ["--version", "1", "--files-per-batch", "100"])
+        self.blue = SubmittedJob(workdir / "blue-green", dags / "jobs" / "keyed_totals.py", BLUE_JOB,
+                                 BLUE_TRIGGER, ["--version", "1", "--files-per-batch", "100"])
         self.plan: list[tuple[Sequence[str], int]] = []  # blue-green input: (users, expected code version)
 
     def run(self) -> int:
@@ -113,7 +117,8 @@ class Demo:
         """
         self.start_blue()  # its start-up overlaps stage 1
         assert self.blue.proc is not None
-        self.say(f"\n   starting blue (keyed_totals.py v1) as its own spark-submit, pid {self.blue.proc.pid}; "
+        self.say("\n   starting blue (keyed_totals.py v1) as its own spark-submit, "
+                 f"pid {self.blue.proc.pid}; "
                  "preparing Airflow (SQLite metadata database)")
         from airflow.utils import db
 
@@ -191,9 +196,11 @@ class Demo:
         base = self.workdir / "quickstart"
         self.console.step("1/3 incremental ETL: a driver killed mid-run, a retry that resumes")
         expected = _write_quickstart_input(base / "input")
-        self.say(f"   DAG example_sparkpoint_quickstart (task retries=1): {BATCHES} input files x {USERS} users, "
+        self.say(f"   DAG example_sparkpoint_quickstart (task retries=1): {BATCHES} "
+                 f"input files x {USERS} users, "
                  f"one micro-batch each, per-user totals merged into Delta")
-        self.say(f"   injected failure: the first try's driver gets SIGKILL once batch {KILL_AFTER} is confirmed by "
+        self.say("   injected failure: the first try's driver gets SIGKILL once batch "
+                 f"{KILL_AFTER} is confirmed by "
                  "Spark, before Sparkpoint checkpointed it")
         catalog = job_catalog(str(base / "checkpoints"), "quickstart")
         self.watcher.follow(catalog, ["first try", "retry"])
@@ -212,12 +219,14 @@ class Demo:
         self.check("incremental ETL: the DAG run succeeded on the task's retry",
                    run.state == "success" and ti.try_number == 2, f"{run.state}, try {ti.try_number}")
         self.check("incremental ETL: the first try's driver was killed", fired.exists(),
-                   f"SIGKILL once batch {KILL_AFTER} was confirmed" if fired.exists() else "the fault never fired")
+                   f"SIGKILL once batch {KILL_AFTER} was confirmed" if fired.exists()
+                   else "the fault never fired")
         last = read_generation(catalog, catalog.current_generation()).result
         first_batch = last.first_batch if last else None
         self.check("incremental ETL: the retry resumed instead of starting over",
                    isinstance(first_batch, int) and first_batch > 0,
-                   f"it restored {short_name(last.restored_from if last else None)} and started at batch {first_batch}, not 0")
+                   f"it restored {short_name(last.restored_from if last else None)} and started at "
+                   f"batch {first_batch}, not 0")
 
         self.say("")
         self.record_of(catalog)
@@ -225,7 +234,8 @@ class Demo:
         got = {r["user"]: (r["total"], r["events"]) for r in delta_rows(base / "output")}
         self.say("   table now:")
         self.lines(format_table(["user", "total", "events", "expected"],
-                                [(u, *got.get(u, (None, None)), f"{t}/{e}") for u, (t, e) in sorted(expected.items())]))
+                                [(u, *got.get(u, (None, None)), f"{t}/{e}")
+                                 for u, (t, e) in sorted(expected.items())]))
         self.table_checks("incremental ETL", base / "output", "quickstart", catalog, BATCHES, got == expected)
 
     # ------------------------------------------------------------------ stage 2
@@ -243,7 +253,8 @@ class Demo:
         generation = self.blue.wait_checkpointed(batch, after_generation=after_generation, timeout=600)
         self.watcher.set_role(BLUE_JOB, generation, "blue")
         self.blue.wait_for(f"blue's commit of batch {batch}",
-                           lambda: any(c["batch"] == batch for c in delta_commits(self.blue.output)), timeout=120)
+                           lambda: any(c["batch"] == batch for c in delta_commits(self.blue.output)),
+                           timeout=120)
         self.watcher.pause()
         return generation
 
@@ -258,17 +269,20 @@ class Demo:
 
     def failing_green(self) -> None:
         self.console.step("2/3 blue-green deploy: green fails, its output is aborted, blue is restored")
-        self.say(f"   blue = dags/jobs/keyed_totals.py --version 1, running as its own spark-submit ({BLUE_TRIGGER}: "
+        self.say("   blue = dags/jobs/keyed_totals.py --version 1, running as its own "
+                 f"spark-submit ({BLUE_TRIGGER}: "
                  "it read its backlog at start and idles; the demo decides which input each version reads)")
         self.console.restart_clock()
         blue_gen = self.wait_for_blue(0)
-        self.say(f"   blue (generation {blue_gen}) is running; batch 0 (its backlog) is checkpointed and committed:")
+        self.say(f"   blue (generation {blue_gen}) is running; batch 0 (its backlog) is "
+                 "checkpointed and committed:")
         self.show_table()
         first, last = self.write_input(FAILING_GREEN_INPUT, 1)
         self.say(f"   new input: files {first}-{last} arrive (batches {batch_of(first)}-{batch_of(last)}), "
                  "left for the deploy")
-        self.say(f"   DAG example_sparkpoint_blue_green with green_fail_after_batch={GREEN_FAILS_AFTER}: green "
-                 f"(--version 2) stages batch {GREEN_FAILS_AFTER}, then raises in batch {GREEN_FAILS_AFTER + 1}")
+        self.say(f"   DAG example_sparkpoint_blue_green with green_fail_after_batch={GREEN_FAILS_AFTER}: "
+                 f"green (--version 2) stages batch {GREEN_FAILS_AFTER}, then raises in "
+                 f"batch {GREEN_FAILS_AFTER + 1}")
         self.watcher.follow(self.blue.catalog, ["green", "blue, restored"])
         self.console.restart_clock()
         run, states = self.run_dag("example_sparkpoint_blue_green",
@@ -289,21 +303,25 @@ class Demo:
         green_chks = [m.id for m in self.watcher.checkpoints_of(BLUE_JOB) if m.generation == green_gen]
         self.say("")
         did = {
-            "stop_blue": f"blue stopped between micro-batches (exit code {blue_exit}), savepoint {short_name(savepoint)}",
+            "stop_blue": f"blue stopped between micro-batches (exit code {blue_exit}), "
+                         f"savepoint {short_name(savepoint)}",
             "start_green": f"green (generation {green_gen}) restored {short_name(green_from)}, checkpointed "
                            f"{_ids(green_chks)}, then raised",
             "decide": f"-> {_branch(states)}: {self.xcom(run, 'decide', key='reason')}",
             "abort_green": f"aborted green's staged transactions {aborted}",
             "restore_blue": f"blue (generation {restored.get('generation')}) restored "
-                            f"{short_name(restored.get('restored_from'))}, ran batches {restored.get('first_batch')}.."
+                            f"{short_name(restored.get('restored_from'))}, ran batches "
+                            f"{restored.get('first_batch')}.."
                             f"{restored.get('last_batch')}, committed {restored.get('committed_batches')}",
             "rolled_back": "fails the run on purpose: a rolled-back deploy alerts",
         }
-        self.lines(format_table(["task", "state", "what happened"], [(t, states.get(t), d) for t, d in did.items()]))
+        self.lines(format_table(["task", "state", "what happened"],
+                                [(t, states.get(t), d) for t, d in did.items()]))
         self.say("   table after the rollback (green's code would have written code_version 2):")
         self.show_table()
         self.check("blue-green rollback: blue stopped with a savepoint, green failed, the rollback ran",
-                   blue_exit == 0 and states.get("start_green") == "failed" and states.get("restore_blue") == "success"
+                   blue_exit == 0 and states.get("start_green") == "failed"
+                   and states.get("restore_blue") == "success"
                    and states.get("rolled_back") == "failed",
                    f"blue exit code {blue_exit}; " + ", ".join(f"{t} {states.get(t)}" for t in
                                                             ("start_green", "restore_blue", "rolled_back")))
@@ -311,12 +329,14 @@ class Demo:
                    bool(aborted) and all(t.endswith(f"-g{green_gen}") for t in aborted), f"aborted {aborted}")
         same = bool(savepoint) and green_from == savepoint and restored.get("restored_from") == savepoint
         self.check("blue-green rollback: green and the restored blue started from the same savepoint", same,
-                   f"{short_name(savepoint)}: green {short_name(green_from)}, blue {short_name(restored.get('restored_from'))}")
+                   f"{short_name(savepoint)}: green {short_name(green_from)}, blue "
+                   f"{short_name(restored.get('restored_from'))}")
         green_commits = [c["batch"] for c in delta_commits(self.blue.output) if c["generation"] == green_gen]
         shown = self.versions_with_green_rows()
         self.check("blue-green rollback: the table never showed green's output",
                    green_gen is not None and not green_commits and not shown,
-                   f"commits of generation {green_gen}: {green_commits or 'none'}; table versions with a row of "
+                   f"commits of generation {green_gen}: {green_commits or 'none'}; "
+                   "table versions with a row of "
                    f"code_version 2: {shown or 'none'}")
 
     def versions_with_green_rows(self, upto: int | None = None) -> list[int]:
@@ -336,7 +356,8 @@ class Demo:
         catalog = self.blue.catalog
         previous = catalog.current_generation()
         first, _ = self.write_input(BLUE_AGAIN_INPUT, 1)
-        self.say(f"   blue goes back to production: its own spark-submit again (restore=latest: the restored blue's "
+        self.say("   blue goes back to production: its own spark-submit again "
+                 "(restore=latest: the restored blue's "
                  f"newest checkpoint); it reads file {first} as batch {batch_of(first)}")
         self.blue.start()
         self.console.restart_clock()
@@ -346,7 +367,8 @@ class Demo:
                  f"batch {batch_of(first)} checkpointed and committed")
         first, last = self.write_input(HEALTHY_GREEN_INPUT, 2)
         self.say(f"   new input: files {first}-{last} (batches {batch_of(first)}-{batch_of(last)}); DAG "
-                 "example_sparkpoint_blue_green again, green healthy this time (it must reach 2 checkpoints of its "
+                 "example_sparkpoint_blue_green again, green healthy this time (it must "
+                 "reach 2 checkpoints of its "
                  "generation and pass the audit)")
         self.watcher.follow(catalog, ["green"])
         self.console.restart_clock()
@@ -365,16 +387,20 @@ class Demo:
         green_chks = [m.id for m in self.watcher.checkpoints_of(BLUE_JOB) if m.generation == green_gen]
         self.say("")
         did = {
-            "stop_blue": f"blue stopped between micro-batches (exit code {blue_exit}), savepoint {short_name(savepoint)}",
-            "start_green": f"green (generation {green_gen}) restored {short_name(green.get('restored_from'))}, staged "
-                           f"batches {green.get('first_batch')}..{green.get('last_batch')} ({_ids(green_chks)}), "
+            "stop_blue": f"blue stopped between micro-batches (exit code {blue_exit}), "
+                         f"savepoint {short_name(savepoint)}",
+            "start_green": f"green (generation {green_gen}) restored "
+                           f"{short_name(green.get('restored_from'))}, staged "
+                           f"batches {green.get('first_batch')}..{green.get('last_batch')} "
+                           f"({_ids(green_chks)}), "
                            f"committed {green.get('committed_batches')} itself (external commit mode)",
             "green_healthy": f"{healthy.get('count')} checkpoints of generation {healthy.get('generation')}",
             "audit_green": f"{audit.get('rows')} staged rows, approved={audit.get('approved')}",
             "decide": f"-> {_branch(states)}",
             "publish_green": f"committed {published.get('committed')}",
         }
-        self.lines(format_table(["task", "state", "what happened"], [(t, states.get(t), d) for t, d in did.items()]))
+        self.lines(format_table(["task", "state", "what happened"],
+                                [(t, states.get(t), d) for t, d in did.items()]))
         self.say("   table after the promotion:")
         self.show_table()
         self.check("blue-green promotion: the DAG run succeeded and published green",
@@ -383,11 +409,12 @@ class Demo:
         commits = delta_commits(self.blue.output)
         mine = [c["batch"] for c in commits if c["generation"] == green_gen]
         self.check("blue-green promotion: green's batches became visible only through the commit step",
-                   mine == list(range(batch_of(first), batch_of(last) + 1)) and green.get("committed_batches") == []
+                   mine == list(range(batch_of(first), batch_of(last) + 1))
+                   and green.get("committed_batches") == []
                    and len(published.get("committed", [])) == len(mine),
                    f"batches {mine} committed by generation {green_gen} via publish_green")
-        promoted_at = min((e["version"] for e in delta_history(self.blue.output) if e["generation"] == green_gen),
-                          default=None)
+        promoted_at = min((e["version"] for e in delta_history(self.blue.output)
+                           if e["generation"] == green_gen), default=None)
         early = self.versions_with_green_rows(None if promoted_at is None else promoted_at - 1)
         self.check("blue-green promotion: no table version before the commit showed green's rows", not early,
                    f"first version with code_version 2: {promoted_at}" if not early else f"versions {early}")
@@ -400,7 +427,8 @@ class Demo:
     def record_of(self, catalog: Any) -> None:
         """Generation switches and checkpoint history of a job."""
         role = partial(self.watcher.role, catalog.job)
-        self.say(f"   generation switches of job {catalog.job} (each start claims a new one; older ones are fenced off):")
+        self.say(f"   generation switches of job {catalog.job} (each start claims a new one; "
+                 "older ones are fenced off):")
         self.lines(generation_table(catalog, role, self.watcher.states, self.t0))
         self.say(f"   checkpoint history of job {catalog.job} (as observed; retention keeps the newest):")
         current = [r for r in snapshot_records(catalog, "checkpoint", drills=False) if r.valid]
@@ -410,14 +438,16 @@ class Demo:
         ids = [key[0] for key in observed]
         reused = sorted({i for i in ids if ids.count(i) > 1})
         if reused:
-            self.say(f"   (ids {reused} appear twice: retiring the newest checkpoint in a rollback frees its id, "
+            self.say(f"   (ids {reused} appear twice: retiring the newest checkpoint in "
+                     "a rollback frees its id, "
                      "which the next checkpoint takes again)")
 
     def delta_history(self, table: Path, job: str) -> None:
         self.say(f"   Delta table history of {table.name}/ (commit info written by Sparkpoint):")
         self.lines(delta_history_table(delta_history(table), partial(self.watcher.role, job)))
 
-    def table_checks(self, label: str, table: Path, job: str, catalog: Any, batches: int, exact: bool) -> None:
+    def table_checks(self, label: str, table: Path, job: str, catalog: Any, batches: int,
+                     exact: bool) -> None:
         self.check(f"{label}: every expected row exactly once, exact totals", exact)
         commits = [c["batch"] for c in delta_commits(table)]
         self.check(f"{label}: each batch committed exactly once", commits == list(range(batches)),
@@ -532,8 +562,10 @@ def _exit_on_interrupt(demo: Demo, console: Console) -> dict[int, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sparkpoint demo", description="The guided demo: an incremental ETL "
-                                     "resumed by Airflow's retry, a blue-green rollback and a promotion, then the "
+    parser = argparse.ArgumentParser(prog="sparkpoint demo",
+                                     description="The guided demo: an incremental ETL "
+                                     "resumed by Airflow's retry, a blue-green rollback "
+                                     "and a promotion, then the "
                                      "record and an exactly-once verdict.")
     parser.add_argument("--workdir", default="demo-output", help="where everything is written (wiped first)")
     parser.add_argument("--dags", default=None, help="the repository's dags/ folder")
@@ -561,13 +593,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console()
     demo = Demo(workdir, dags, console)
     # The blue-green DAG keeps its storage in the `sparkpoint_default` connection, as in production.
-    os.environ["AIRFLOW_CONN_SPARKPOINT_DEFAULT"] = json.dumps({"conn_type": "sparkpoint", "host": str(demo.blue.root)})
+    os.environ["AIRFLOW_CONN_SPARKPOINT_DEFAULT"] = json.dumps({"conn_type": "sparkpoint",
+                                                                "host": str(demo.blue.root)})
     _adopt_orphans()
     previous_handlers = _exit_on_interrupt(demo, console)
-    console.step("airflow-sparkpoint demo: checkpoints, savepoints and exactly-once output on Spark + Airflow")
+    console.step("airflow-sparkpoint demo: checkpoints, savepoints and exactly-once "
+                 "output on Spark + Airflow")
     console.say(f"   workdir   {workdir}")
     console.say(f"   logs      {logs / 'airflow.log'} (Airflow tasks, spark-submit), {demo.blue.log} (blue)")
-    console.say("   1. incremental ETL: a driver killed with SIGKILL, Airflow's retry resumes from the latest checkpoint")
+    console.say("   1. incremental ETL: a driver killed with SIGKILL, Airflow's retry resumes "
+                "from the latest checkpoint")
     console.say("   2. blue-green deploy: a failing green is aborted, blue restored from the same savepoint")
     console.say("   3. blue-green deploy: a healthy green is promoted by a two-phase commit")
     console.say("   then the record and the exactly-once verdict, computed from the Delta tables")

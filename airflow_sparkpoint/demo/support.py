@@ -26,6 +26,9 @@ from airflow_sparkpoint.services.sinks import delta_table_rows
 from airflow_sparkpoint.services.spark_env import local_spark_environment
 from airflow_sparkpoint.services.stores import Catalog, job_catalog
 
+__all__ = ["BASE_MTIME", "SPARK_CONF", "SubmittedJob", "delta_commits", "delta_history", "delta_rows",
+           "orphaned_staged_files", "spark_submit_env", "write_batch_file"]
+
 BASE_MTIME = 1_700_000_000
 SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
 
@@ -135,7 +138,8 @@ class SubmittedJob:
                 raise RuntimeError(f"job {self.job} exited with {self.proc.returncode} while waiting for "
                                    f"{what}:\n{self.tail()}")
             time.sleep(0.5)
-        raise TimeoutError(f"timed out after {timeout:g} s waiting for {what} of job {self.job}:\n{self.tail()}")
+        raise TimeoutError(f"timed out after {timeout:g} s waiting for {what} of job "
+                           f"{self.job}:\n{self.tail()}")
 
     def wait_checkpointed(self, batch: int, *, after_generation: int = 0, timeout: float = 300) -> int:
         """Wait until the running job (a generation newer than `after_generation`) has a

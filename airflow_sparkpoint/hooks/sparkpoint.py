@@ -51,6 +51,9 @@ from airflow_sparkpoint.sinks.resolve import declared_sink
 from airflow_sparkpoint.storage import Storage, open_storage, redact, split_uri
 from airflow_sparkpoint.storage.endpoints import ENDPOINT_URL, REGION_NAME, s3_options, validate_endpoint_url
 
+__all__ = ["DEFAULT_CONN_ID", "DeclaredJob", "SparkpointHook", "declared_jobs", "extra_field", "scrub",
+           "storage_connection"]
+
 log = logging.getLogger(__name__)
 
 #: extra fields that hold no secret (every other extra value, nested ones too, is scrubbed
@@ -141,8 +144,8 @@ def _aws_credentials(aws_connection: Any) -> dict[str, Any]:
     except ImportError:
         raise ConfigError(
             f"aws_conn_id={aws_connection.conn_id!r} needs the Amazon provider to read its credentials: "
-            "pip install 'airflow-sparkpoint[amazon]' (apache-airflow-providers-amazon); or leave aws_conn_id "
-            "empty to use boto3's default credential chain"
+            "pip install 'airflow-sparkpoint[amazon]' (apache-airflow-providers-amazon); or leave "
+            "aws_conn_id empty to use boto3's default credential chain"
         ) from None
 
     class _Hook(AwsBaseHook):
@@ -187,7 +190,8 @@ class SparkpointHook(BaseHook):
     conn_type = "sparkpoint"
     hook_name = "Sparkpoint"
 
-    def __init__(self, sparkpoint_conn_id: str | None = default_conn_name, storage_uri: str | None = None) -> None:
+    def __init__(self, sparkpoint_conn_id: str | None = default_conn_name,
+                 storage_uri: str | None = None) -> None:
         super().__init__()
         self.sparkpoint_conn_id = sparkpoint_conn_id
         self._storage_uri = storage_uri
@@ -228,7 +232,8 @@ class SparkpointHook(BaseHook):
             uri = uri or (conn.host or "").strip() or extra_field(extra, "storage_uri")
             if aws_conn is not None:
                 options.update(_aws_credentials(aws_conn))
-            endpoint_from = f"aws connection {aws_conn.conn_id!r} endpoint_url" if aws_conn is not None else ""
+            endpoint_from = (f"aws connection {aws_conn.conn_id!r} endpoint_url" if aws_conn is not None
+                             else "")
             own = s3_options(extra_field(extra, ENDPOINT_URL), extra_field(extra, REGION_NAME))
             if own:
                 endpoint_from = f"Sparkpoint connection {conn.conn_id!r} extra endpoint_url"
@@ -250,11 +255,13 @@ class SparkpointHook(BaseHook):
         if "://" not in str(uri) and not os.path.isabs(str(uri)):
             # Each process would resolve it against its own working directory (a task's is
             # a temporary one): a retry on another worker, the UI or a sensor would not find it.
-            given = (f"Sparkpoint connection {self.sparkpoint_conn_id!r}: its storage root" if uri != self._storage_uri
-                     else "storage root")
+            given = (f"Sparkpoint connection {self.sparkpoint_conn_id!r}: its storage root"
+                     if uri != self._storage_uri else "storage root")
             raise ConfigError(
-                f"{given} {str(uri)!r} (checkpoint_dir, storage_uri or the connection's host) is a relative path, "
-                "which each process would resolve against its own working directory; expected an absolute path, "
+                f"{given} {str(uri)!r} (checkpoint_dir, storage_uri or the connection's "
+                "host) is a relative path, "
+                "which each process would resolve against its own working directory; "
+                "expected an absolute path, "
                 "file:///absolute/path or s3://bucket/prefix"
             )
         return str(uri), options, fields
@@ -310,7 +317,8 @@ class SparkpointHook(BaseHook):
         try:
             return job.sink()
         except ConfigError as exc:
-            raise ConfigError(f"Sparkpoint connection {self.sparkpoint_conn_id!r}, extra jobs.{job_name}.sink: "
+            raise ConfigError(f"Sparkpoint connection {self.sparkpoint_conn_id!r}, "
+                              f"extra jobs.{job_name}.sink: "
                               f"{exc}") from None
 
     @property
@@ -326,7 +334,8 @@ class SparkpointHook(BaseHook):
     def get_catalog(self, job_name: str) -> Catalog:
         return Catalog(self.get_storage(), job_name)
 
-    def pending_transactions(self, job_name: str, *, generation: int | None = None) -> list[TransactionRecord]:
+    def pending_transactions(self, job_name: str, *,
+                             generation: int | None = None) -> list[TransactionRecord]:
         """Staged, not yet committed transactions of job `job_name` (of one `generation`),
         in batch order."""
         records = self.get_catalog(job_name).transactions()
@@ -344,8 +353,10 @@ class SparkpointHook(BaseHook):
         for record in self.pending_transactions(job_name, generation=generation):
             sink = self._sink(record.sink, record.payload.get("config") or {})
             if record.sink != "delta":
-                raise ConfigError(f"the staged rows of transaction {record.txn_id} ({record.sink} sink) cannot be "
-                                  "read before they are committed; only DeltaSink output can be audited this way")
+                raise ConfigError(f"the staged rows of transaction {record.txn_id} "
+                                  f"({record.sink} sink) cannot be "
+                                  "read before they are committed; only DeltaSink "
+                                  "output can be audited this way")
             for staged_file in sink.staged(record)["files"]:  # confined to its own staging area
                 rows += sink.location.read_parquet(staged_file["path"]).to_pylist()
         return rows
@@ -398,7 +409,8 @@ class SparkpointHook(BaseHook):
                 continue
             extra = conn.extra_dejson if isinstance(conn.extra_dejson, dict) else {}
             found += [conn.login, conn.password, *redact.userinfo(conn.host)]
-            found += [part for name in ("endpoint_url", "storage_uri") for part in redact.userinfo(extra_field(extra, name))]
+            found += [part for name in ("endpoint_url", "storage_uri")
+                      for part in redact.userinfo(extra_field(extra, name))]
             plain = [k for k in extra if k in _PLAIN_EXTRA or k.rpartition("__")[2] in _PLAIN_EXTRA]
             found += redact.secret_values(extra, plain)
         if self._resolved is not None:
@@ -422,6 +434,7 @@ class SparkpointHook(BaseHook):
             storage = self.get_storage()
             storage.check()
         except Exception as exc:  # noqa: BLE001 - reported to the UI
-            return False, self.scrub(f"Sparkpoint connection {self.sparkpoint_conn_id!r} cannot reach its storage: "
+            return False, self.scrub(f"Sparkpoint connection {self.sparkpoint_conn_id!r} "
+                                     "cannot reach its storage: "
                                      f"{type(exc).__name__}: {exc}")
         return True, self.scrub(f"Sparkpoint storage {self.storage_uri} is reachable")

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.services.sinks import Sink
     from airflow_sparkpoint.services.stores import Catalog
 
+__all__ = ["SparkpointAssetsMixin", "output_event"]
+
 
 class SparkpointAssetsMixin:
     """`emit_asset_events` and the alias outlet; `_emit` adds one event."""
@@ -54,15 +56,16 @@ class SparkpointAssetsMixin:
     def _emit(self, context: Context, asset: Asset, extra: Mapping[str, Any]) -> None:
         if not self.emit_asset_events:
             return
-        alias = next((o for o in self.outlets if isinstance(o, AssetAlias) and o.name.startswith("sparkpoint:")),
-                     None)
+        alias = next((o for o in self.outlets
+                      if isinstance(o, AssetAlias) and o.name.startswith("sparkpoint:")), None)
         if alias is None:  # the outlets were replaced after __init__
             self.log.warning("no Sparkpoint asset alias among the outlets of %s; no asset event for %s",
                              self.task_id, asset.uri)
             return
         events = context.get("outlet_events")
         if events is None:  # called outside Airflow's task runner (no event can be recorded)
-            self.log.warning("no outlet_events in the context of %s; no asset event for %s", self.task_id, asset.uri)
+            self.log.warning("no outlet_events in the context of %s; no asset event for %s", self.task_id,
+                             asset.uri)
             return
         events[alias].add(asset, extra=dict(extra))
         self.log.info("asset event for %s: %s", asset.uri, dict(extra))
@@ -71,13 +74,15 @@ class SparkpointAssetsMixin:
         """The job's declared sink (`sink`, else the connection's ``jobs.<job>.sink``), or
         None (logged when a declaration is unusable: the run itself succeeded)."""
         try:
-            return declared_sink(self.sink) if self.sink is not None else self.hook.declared_sink(self.job_name)
+            return (declared_sink(self.sink) if self.sink is not None
+                    else self.hook.declared_sink(self.job_name))
         except SparkpointError as exc:
             self.log.warning("the sink of job %s is not usable for its asset: %s", self.job_name, exc)
             return None
 
     def _emit_output(self, context: Context, catalog: Catalog, sink: Sink | None, *, generation: int | None,
-                     batches: Iterable[int], txn_ids: Iterable[str] = (), source: str) -> dict[str, Any] | None:
+                     batches: Iterable[int], txn_ids: Iterable[str] = (),
+                     source: str) -> dict[str, Any] | None:
         """Emit the output asset event of `batches` (none when nothing was committed);
         returns its extra."""
         if not self.emit_asset_events:
@@ -100,7 +105,8 @@ def output_event(catalog: Catalog, sink: Sink | None, *, generation: int | None,
     if not committed:
         return None
     if sink is None:
-        log.info("job %s committed batches %s; no sink is declared (sink= or the connection's jobs.<job>.sink), "
+        log.info("job %s committed batches %s; no sink is declared (sink= or the "
+                 "connection's jobs.<job>.sink), "
                  "so no asset event", catalog.job, committed)
         return None
     try:
@@ -112,11 +118,12 @@ def output_event(catalog: Catalog, sink: Sink | None, *, generation: int | None,
     try:
         head = commit_head(catalog)
     except SparkpointError as exc:
-        log.warning("cannot read the commit head of job %s (the event has no sink version): %s", catalog.job, exc)
+        log.warning("cannot read the commit head of job %s (the event has no sink version): %s", catalog.job,
+                    exc)
         head = None
     if head is not None and head.sink_id == sink.sink_id and (
             head.txn_id in set(txn_ids) or (head.batch == committed[-1] and head.generation == generation)):
         version = head.sink_version
-    extra = assets.commit_extra(job=catalog.job, generation=generation, batches=committed, sink_id=sink.sink_id,
-                                sink_version=version, source=source)
+    extra = assets.commit_extra(job=catalog.job, generation=generation, batches=committed,
+                                sink_id=sink.sink_id, sink_version=version, source=source)
     return asset, extra

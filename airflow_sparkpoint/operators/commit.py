@@ -28,6 +28,8 @@ from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+__all__ = ["SparkpointCommitOperator"]
+
 
 class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOperator):
     """Commit (or, for a generation, abort) a Sparkpoint job's staged output.
@@ -93,7 +95,8 @@ class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOp
         generation = optional_int("abort_generation", self.abort_generation, minimum=1)
         upto = optional_int("upto_batch", self.upto_batch, minimum=0)
         if generation is not None and upto is not None:
-            raise ConfigError("abort_generation and upto_batch exclude each other: abort a generation or commit")
+            raise ConfigError("abort_generation and upto_batch exclude each other: "
+                              "abort a generation or commit")
         catalog = self.hook.get_catalog(self.job_name)
         options = self.hook.storage_options
         # The operator's declaration wins; else the connection's (`jobs.<job>.sink`).
@@ -111,13 +114,13 @@ class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOp
             return {"aborted": list(aborted)}
         step = commit_step(catalog, storage_options=options, upto_batch=upto, sink=sink)
         outcome = step.outcome
-        self.log.info("commit step of job %s: committed %s, already %s, aborted %s, pending %s", self.job_name,
-                      outcome.get("committed"), outcome.get("already"), outcome.get("aborted"),
+        self.log.info("commit step of job %s: committed %s, already %s, aborted %s, pending %s",
+                      self.job_name, outcome.get("committed"), outcome.get("already"), outcome.get("aborted"),
                       outcome.get("pending"))
         self.sparkpoint_outcome = {"generation": step.generation, "committed_batches": step.batches,
                                    "last_checkpoint": step.last_checkpoint}
-        self._emit_output(context, catalog, declared_sink(sink), generation=step.generation, batches=step.batches,
-                          txn_ids=step.landed, source="commit")
+        self._emit_output(context, catalog, declared_sink(sink), generation=step.generation,
+                          batches=step.batches, txn_ids=step.landed, source="commit")
         return outcome
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:

@@ -93,5 +93,6 @@ def failure(job: str, error: DriverError, *, exit_code: int | None) -> str:
     """The message of a failed run's task exception: the run's error first, then where
     its log is."""
     code = "" if exit_code is None else f" with code {exit_code}"
-    return (f"job {job!r} failed: {error}\n(spark-submit exited{code}; the driver's output is in this task's log "
+    return (f"job {job!r} failed: {error}\n(spark-submit exited{code}; the driver's "
+            "output is in this task's log "
             "above)")

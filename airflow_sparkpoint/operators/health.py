@@ -27,6 +27,8 @@ from airflow_sparkpoint.services.stores import Catalog
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+__all__ = ["EMIT_EVERY", "SparkpointHealthCheckOperator", "emit_checkpoint_metrics", "emit_metrics_for"]
+
 log = logging.getLogger(__name__)
 
 #: a job's metrics are emitted at most this often per process (a sensor pokes every few seconds)
@@ -116,11 +118,14 @@ class SparkpointHealthCheckOperator(SparkpointJobMixin, BaseOperator):
         self.max_heartbeat_age = max_heartbeat_age
 
     def execute(self, context: Context) -> dict[str, Any]:
-        history, report = check_job(self.hook.get_catalog(self.job_name), max_checkpoint_age=self.max_checkpoint_age,
-                                    max_failure_ratio=self.max_failure_ratio, failure_window=self.failure_window,
+        history, report = check_job(self.hook.get_catalog(self.job_name),
+                                    max_checkpoint_age=self.max_checkpoint_age,
+                                    max_failure_ratio=self.max_failure_ratio,
+                                    failure_window=self.failure_window,
                                     max_heartbeat_age=self.max_heartbeat_age)
         emit_checkpoint_metrics(history)
         if not report.healthy:
-            raise AirflowException(f"Sparkpoint job {self.job_name!r} is unhealthy: " + "; ".join(report.problems))
+            raise AirflowException(f"Sparkpoint job {self.job_name!r} is unhealthy: "
+                                   + "; ".join(report.problems))
         self.log.info("job %s is healthy: %s", self.job_name, dict(report.figures))
         return report.to_json()

@@ -19,6 +19,9 @@ from typing import Any
 
 from airflow_sparkpoint import assets
 
+__all__ = ["FACET", "FACET_FIELDS", "commit_lineage", "dataset_name", "operator_lineage", "run_facet",
+           "savepoint_lineage", "submit_lineage"]
+
 #: the key of the run facet in OpenLineage events
 FACET = "sparkpoint"
 FACET_FIELDS = ("job", "generation", "restored_from", "last_checkpoint", "savepoint", "committed_batches")
@@ -29,7 +32,8 @@ def dataset_name(uri: str) -> tuple[str, str]:
     parsed = urllib.parse.urlsplit(uri)
     if parsed.scheme == "file":
         return ("file://" + parsed.netloc if parsed.netloc else "file"), parsed.path
-    return f"{parsed.scheme}://{parsed.netloc}", parsed.path.lstrip("/") if parsed.scheme == "s3" else parsed.path
+    return (f"{parsed.scheme}://{parsed.netloc}",
+            parsed.path.lstrip("/") if parsed.scheme == "s3" else parsed.path)
 
 
 @functools.cache
@@ -81,7 +85,8 @@ def submit_lineage(operator: Any) -> Any:
     run = operator.sparkpoint_run or {}
     committed = [*(result.get("recovered") or {}).get("committed", ()), *result.get("committed_batches", ())]
     return operator_lineage(
-        _output_uris(operator), job=operator.job_name, generation=result.get("generation") or run.get("generation"),
+        _output_uris(operator), job=operator.job_name,
+        generation=result.get("generation") or run.get("generation"),
         restored_from=result.get("restored_from"), last_checkpoint=result.get("last_checkpoint"),
         savepoint=result.get("savepoint"), committed_batches=sorted(set(committed)))
 

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
     from airflow.sdk.types import TaskInstanceKey
 
+__all__ = ["UI_PATH", "SparkpointCheckpointHistoryLink", "SparkpointSparkUILink", "airflow_url",
+           "checkpoint_history_url", "spark_ui_url"]
+
 UI_PATH = "/sparkpoint/pipelines/{conn_id}/{job}"
 
 

@@ -30,6 +30,8 @@ from airflow_sparkpoint.storage import open_storage
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+__all__ = ["MAX_RETIRED", "SparkpointPreflightOperator"]
+
 #: checkpoints retired under a running drill before the pre-flight gives up
 MAX_RETIRED = 3
 
@@ -95,10 +97,12 @@ class SparkpointPreflightOperator(SparkpointVerifyOperator):
             older = self._before(catalog, handle)
             if older is None:
                 raise AirflowException(
-                    f"pre-flight inconclusive: green restored job {self.job_name!r}'s checkpoint {handle.uri} "
+                    f"pre-flight inconclusive: green restored job {self.job_name!r}'s "
+                    f"checkpoint {handle.uri} "
                     "but ran no batch (no input since it, and no older retained checkpoint to replay from), "
                     "so Spark never checked the state against green's operators; retry when input arrived")
-            self.log.info("no input since %s: drilling the checkpoint before it (%s), so that green replays a "
+            self.log.info("no input since %s: drilling the checkpoint before it (%s), "
+                          "so that green replays a "
                           "batch", handle.uri, older.uri)
             handle = older
         tried.append({"snapshot": handle.uri, "outcome": "restored", **checks})

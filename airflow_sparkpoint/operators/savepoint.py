@@ -36,6 +36,8 @@ from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+__all__ = ["SparkpointSavepointOperator"]
+
 
 class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOperator):
     """Savepoint (or stop-with-savepoint) of a Sparkpoint job; returns the savepoint URI.
@@ -107,7 +109,8 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
                 catalog, stop=self.stop, timeout_s=self.timeout, poll_s=self.poll_interval,
                 max_heartbeat_age=self.max_heartbeat_age,
                 requested_by=requester(f"airflow:{self.dag_id}.{self.task_id}"),
-                refused_by=None if self.from_checkpoint_if_not_running else "from_checkpoint_if_not_running=False",
+                refused_by=(None if self.from_checkpoint_if_not_running
+                            else "from_checkpoint_if_not_running=False"),
                 wait=not self.deferrable, on_request=self._filed, announce=self.log.info,
                 max_count=self.max_count, max_age_s=self.max_age)
         except SparkpointError as exc:
@@ -126,7 +129,8 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
         if done.source == "running-job":
             self.log.info("generation %s of job %s completed savepoint %s (batch %s)", done.generation,
                           self.job_name, done.uri, done.batch_id)
-        self._completed(context, done.generation, str(done.uri), done.batch_id, last_checkpoint=done.checkpoint_uri)
+        self._completed(context, done.generation, str(done.uri), done.batch_id,
+                        last_checkpoint=done.checkpoint_uri)
         return str(done.uri)
 
     def _filed(self, request: ControlRequest) -> None:
@@ -158,7 +162,8 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
         payload = check_event(event, required=("savepoint_uri",))
         self.log.info("generation %s of job %s completed savepoint %s (batch %s)", payload.get("generation"),
                       self.job_name, payload["savepoint_uri"], payload.get("batch_id"))
-        self._completed(context, payload.get("generation"), str(payload["savepoint_uri"]), payload.get("batch_id"))
+        self._completed(context, payload.get("generation"), str(payload["savepoint_uri"]),
+                        payload.get("batch_id"))
         keep_savepoint_history(self.hook.get_catalog(self.job_name), max_count=self.max_count,
                                max_age_s=self.max_age)
         return str(payload["savepoint_uri"])

@@ -71,6 +71,8 @@ from airflow_sparkpoint.services.submit_dir import ROCKSDB_LIBRARY_DIR_ENV, buil
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+__all__ = ["SparkpointSubmitOperator"]
+
 
 class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkSubmitOperator):
     """Submit a Sparkpoint PySpark job and return its run result.
@@ -170,8 +172,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         declared_sink(sink)  # a malformed declaration fails when the DAG is parsed
         self.sink = sink
         self._init_assets(emit_asset_events)
-        check_parameters(commit_mode=commit_mode, num_retained=num_retained, state_partitions=state_partitions,
-                         takeover=takeover)
+        check_parameters(commit_mode=commit_mode, num_retained=num_retained,
+                         state_partitions=state_partitions, takeover=takeover)
         self.restore = restore
         self.restore_snapshot = restore_snapshot
         self.trigger = trigger
@@ -191,7 +193,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         self.sparkpoint_result: dict[str, Any] | None = None
         self._secret_env: dict[str, str] = {}
         self._native_dir: str | None = None  # the ROCKSDB_SHAREDLIB_DIR this object set, if any
-        self._conf_given: tuple[dict[str, Any], dict[str, Any]] | None = None  # (user's conf, what execute set)
+        # (user's conf, what execute set)
+        self._conf_given: tuple[dict[str, Any], dict[str, Any]] | None = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -216,8 +219,10 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         :raises ConfigError: a setting is invalid (before anything is submitted).
         """
         return sparkpoint_conf(
-            storage_uri=self.sparkpoint_hook.storage_uri, storage_options=self.sparkpoint_hook.storage_options,
-            job=self.job_name, restore=restore, trigger=self.trigger, checkpoint_interval=self.checkpoint_interval,
+            storage_uri=self.sparkpoint_hook.storage_uri,
+            storage_options=self.sparkpoint_hook.storage_options,
+            job=self.job_name, restore=restore, trigger=self.trigger,
+            checkpoint_interval=self.checkpoint_interval,
             num_retained=self.num_retained, commit_mode=self.commit_mode, work_dir=self.work_dir,
             state_partitions=self.state_partitions, takeover=self.takeover, conf=self.conf,
             extra=self.sparkpoint_conf)
@@ -241,7 +246,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         try_number = int(getattr(ti, "try_number", 1) or 1)
         store = context.get("task_state_store")  # Airflow 3.3+
         if self._conf_given is not None and self.conf == self._conf_given[1]:
-            self.conf = dict(self._conf_given[0])  # an earlier execute of this object set it: the user's again
+            # an earlier execute of this object set it: the user's again
+            self.conf = dict(self._conf_given[0])
         try:  # bad input fails before anything is recorded or submitted, and is not retried
             check_spark(self)
             catalog = self._catalog()
@@ -276,7 +282,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             self.env_vars = {k: v for k, v in (self.env_vars or {}).items()
                              if not (k == ROCKSDB_LIBRARY_DIR_ENV and v == self._native_dir)}
             self._native_dir = submit_dir.native_dir
-            self.env_vars = {**self.spark_environment(master, native_dir=submit_dir.native_dir), **self.env_vars}
+            self.env_vars = {**self.spark_environment(master, native_dir=submit_dir.native_dir),
+                             **self.env_vars}
             if self.ship_runtime:
                 self.py_files = ",".join(p for p in (self.py_files, build_runtime_zip(submit_dir.path)) if p)
             self._hook = None  # rebuilt with the final environment and files
@@ -306,19 +313,22 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
                 process.stdout.close()  # the Spark hook leaves its log pipe open
             submit_dir.close()
         if self.sparkpoint_run is None:
-            self.log.warning("job %s ended without claiming a generation (did it call job.run()?)", self.job_name)
+            self.log.warning("job %s ended without claiming a generation (did it call job.run()?)",
+                             self.job_name)
             return None
         generation = int(self.sparkpoint_run["generation"])
         result = read_result(catalog, generation)
         emit_metrics_for(catalog, every=0)  # checkpoint metrics through Airflow's Stats (never raises)
         if result is None:
-            self.log.warning("job %s generation %d ended without a Sparkpoint run result", self.job_name, generation)
+            self.log.warning("job %s generation %d ended without a Sparkpoint run result", self.job_name,
+                             generation)
             return None
         self.log.info("job %s generation %s %s: last batch %s, last checkpoint %s, savepoint %s",
                       self.job_name, result.get("generation"), result.get("status"), result.get("last_batch"),
                       result.get("last_checkpoint"), result.get("savepoint"))
         self.sparkpoint_result = result
-        committed = [*(result.get("recovered") or {}).get("committed", ()), *result.get("committed_batches", ())]
+        committed = [*(result.get("recovered") or {}).get("committed", ()),
+                     *result.get("committed_batches", ())]
         self._emit_output(context, catalog, self.declared_output(), generation=generation, batches=committed,
                           source="submit")
         return result
@@ -335,14 +345,15 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         hook = self._hook if isinstance(self._hook, SparkpointSubmitHook) else None
         output = hook.driver_output if hook is not None else None
         recorded = reported_error(catalog, token, after=after)
-        error = (output.reported if output else None) or (DriverError("", recorded) if recorded else None) or (
-            output.traceback if output else None)
+        error = ((output.reported if output else None) or (DriverError("", recorded) if recorded else None)
+                 or (output.traceback if output else None))
         if error is None:
             return None
         error = DriverError(error.type, self.sparkpoint_hook.scrub(error.message))
         process = getattr(hook, "_submit_sp", None)
         message = failure(self.job_name, error, exit_code=getattr(process, "returncode", None))
-        return SparkpointConfigFailure(message) if error.type == "ConfigError" else SparkpointRunFailed(message, error)
+        return (SparkpointConfigFailure(message) if error.type == "ConfigError"
+                else SparkpointRunFailed(message, error))
 
     def _found(self, ti: Any, run: GenerationInfo | None) -> None:
         """Record the run this try started (once) and publish its generation and links."""
@@ -354,7 +365,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
                       run.app or "?", run.ui or "off")
         self._push(ti, "generation", run.generation)
         self._push(ti, "spark_application", self.sparkpoint_run)
-        self._push(ti, SparkpointSparkUILink().xcom_key, spark_ui_url(self.sparkpoint_run, self.spark_history_server))
+        self._push(ti, SparkpointSparkUILink().xcom_key,
+                   spark_ui_url(self.sparkpoint_run, self.spark_history_server))
 
     def _push(self, ti: Any, key: str, value: Any) -> None:
         if value in (None, ""):

@@ -54,7 +54,8 @@ def require_spark_connection(conn_id: str) -> None:
         BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
         raise ConfigError(
-            f"Spark connection {conn_id!r} does not exist: create it (type spark, host local[2], spark://host:7077, "
+            f"Spark connection {conn_id!r} does not exist: create it (type spark, host "
+            "local[2], spark://host:7077, "
             "yarn or k8s://...; docs/tutorial.md) or pass conn_id= of one that does"
         ) from None
 

@@ -15,8 +15,8 @@ from airflow_sparkpoint.services.submit_dir import (
     sweep,
 )
 
-__all__ = ["PREFIX", "ROCKSDB_LIBRARY_DIR_ENV", "SWEEP_MIN_AGE_S", "SubmitDir", "build_runtime_zip", "open_submit_dir",
-           "sweep"]
+__all__ = ["PREFIX", "ROCKSDB_LIBRARY_DIR_ENV", "SWEEP_MIN_AGE_S", "SubmitDir", "build_runtime_zip",
+           "open_submit_dir", "sweep"]
 
 warnings.warn("airflow_sparkpoint.operators.submit_dir is deprecated: import from "
               "airflow_sparkpoint.services.submit_dir", DeprecationWarning, stacklevel=2)

@@ -12,6 +12,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_sparkpoint.operators.driver_errors import DriverOutput
 
+__all__ = ["SPARK_CONNECTION_KEYS", "SPARK_PROVIDER_PRIVATE_NAMES", "SparkpointSubmitHook"]
+
 #: Private names of the Spark provider the submit operator relies on (present in 6.0
 #: through 6.3; pyproject.toml bounds the provider below 7, and a test checks them on the
 #: installed one): (class, attribute); ``_connection`` keys are checked as well.

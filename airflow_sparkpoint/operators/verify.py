@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 
     from airflow_sparkpoint.services.sinks import Sink
 
+__all__ = ["LATEST_SAVEPOINT", "SCRATCH", "DrillFailed", "SparkpointDrillOperator",
+           "SparkpointVerifyOperator"]
+
 SCRATCH = "{scratch}"
 LATEST_SAVEPOINT = "latest_savepoint"
 _FIXED = ("restore", "restore_snapshot", "trigger", "commit_mode", "sink", "emit_asset_events")
@@ -105,16 +108,20 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
     ) -> None:
         fixed = sorted(set(_FIXED) & set(kwargs))
         if fixed:
-            raise ConfigError(f"{type(self).__name__} sets {', '.join(fixed)} itself (a drill restores `snapshot` "
-                              "with trigger availableNow, commits in the job and writes only scratch output, which "
+            raise ConfigError(f"{type(self).__name__} sets {', '.join(fixed)} itself (a "
+                              "drill restores `snapshot` "
+                              "with trigger availableNow, commits in the job and writes "
+                              "only scratch output, which "
                               "is no asset); remove the argument")
         if not isinstance(output_args, Mapping) or not output_args:
-            raise ConfigError(f"{type(self).__name__} needs output_args: the application arguments through which "
-                              "it writes, mapped to scratch locations (e.g. {'--output': '{scratch}/out'}); without "
+            raise ConfigError(f"{type(self).__name__} needs output_args: the application "
+                              "arguments through which "
+                              "it writes, mapped to scratch locations (e.g. {'--output': "
+                              "'{scratch}/out'}); without "
                               "them a drill would write to the production sinks")
         kwargs.setdefault("name", f"sparkpoint-drill-{job_name}")
-        super().__init__(job_name=job_name, restore="latest", trigger="availableNow", commit_mode="checkpoint",
-                         emit_asset_events=False, **kwargs)
+        super().__init__(job_name=job_name, restore="latest", trigger="availableNow",
+                         commit_mode="checkpoint", emit_asset_events=False, **kwargs)
         self.output_args = dict(output_args)
         self.snapshot = snapshot
         self.drill_dir = drill_dir
@@ -195,8 +202,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         duration = time.monotonic() - started
         if snapshot_uri is not None:
             self._record(snapshot_uri, VerificationRecord(
-                verified_at=verified_at, level="drill", duration_s=round(duration, 3), checks=checks, error=error,
-                verified_by=f"airflow:{self.dag_id}.{self.task_id}@{socket.gethostname()}"))
+                verified_at=verified_at, level="drill", duration_s=round(duration, 3), checks=checks,
+                error=error, verified_by=f"airflow:{self.dag_id}.{self.task_id}@{socket.gethostname()}"))
         if error is not None:
             raise AirflowException(error)
         self.log.info("restore drill of %s passed in %.1f s: %s", snapshot_uri, duration, checks)
@@ -206,7 +213,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
     def _production_catalog(self) -> Catalog:
         validate_job_name(self.drill_job)
         if self.drill_job == self.job_name:
-            raise ConfigError(f"drill_job={self.drill_job!r} is the production job's name; a drill needs its own")
+            raise ConfigError(f"drill_job={self.drill_job!r} is the production job's "
+                              "name; a drill needs its own")
         return self.production_hook.get_catalog(self.job_name)
 
     def drill(self, context: Context, handle: SnapshotHandle) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -224,8 +232,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         try:
             self._prepare_scratch()
             self.application_args = self._drill_arguments()
-            self.log.info("restore drill of %s (batch %d) as job %s under %s", handle.uri, handle.metadata.batch_id,
-                          self.drill_job, self._drill_root)
+            self.log.info("restore drill of %s (batch %d) as job %s under %s", handle.uri,
+                          handle.metadata.batch_id, self.drill_job, self._drill_root)
             try:
                 result = super().execute(context)
             except AirflowException as exc:
@@ -244,7 +252,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         if target == LATEST_SAVEPOINT:
             target = self._newest_savepoint(catalog)
         try:
-            return resolve_snapshot(target, catalog=catalog, storage_options=self.production_hook.storage_options)
+            return resolve_snapshot(target, catalog=catalog,
+                                    storage_options=self.production_hook.storage_options)
         except (RestoreError, CorruptMetadata) as exc:
             message = self.production_hook.scrub(str(exc))
             self._record_unresolvable(catalog, target, message)
@@ -270,7 +279,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
             if newest is None or (created, entry.id) > newest[:2]:
                 newest = (created, entry.id, entry.uri)
         if newest is None:
-            raise DrillFailed(f"job {self.job_name!r} has no savepoint under {catalog.uri} (see `sparkpoint list`)")
+            raise DrillFailed(f"job {self.job_name!r} has no savepoint under "
+                              f"{catalog.uri} (see `sparkpoint list`)")
         return newest[2]
 
     def _record_unresolvable(self, catalog: Catalog, target: str, error: str) -> None:
@@ -340,7 +350,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
             inline = [i for i, a in enumerate(args) if a.startswith(flag + "=")]
             replacement = str(value).replace(SCRATCH, self._drill_root)
             if not positions and not inline:
-                raise ConfigError(f"output_args names {flag!r}, which is not among application_args {args}; a drill "
+                raise ConfigError(f"output_args names {flag!r}, which is not among "
+                                  f"application_args {args}; a drill "
                                   "must replace every argument through which the application writes")
             for i in positions:
                 if i + 1 >= len(args):
@@ -353,14 +364,16 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
     def _check_result(self, result: dict[str, Any] | None, handle: SnapshotHandle) -> dict[str, Any]:
         """:raises DrillFailed: the run did not finish from `handle` after its batch."""
         if result is None:
-            raise DrillFailed("the application ended without a Sparkpoint run result (did it call job.run()?)")
+            raise DrillFailed("the application ended without a Sparkpoint run result "
+                              "(did it call job.run()?)")
         batch = handle.metadata.batch_id
         checks = {key: result.get(key) for key in ("status", "restore_mode", "first_batch", "last_batch",
                                                    "batches_processed", "generation")}
         if result.get("status") != "finished":
             raise DrillFailed(f"the run ended {result.get('status')!r}, expected 'finished' (availableNow)")
         if result.get("restore_mode") != "snapshot" or result.get("restored_from") != handle.uri:
-            raise DrillFailed(f"the run restored {result.get('restored_from')!r} ({result.get('restore_mode')}), "
+            raise DrillFailed(f"the run restored {result.get('restored_from')!r} "
+                              f"({result.get('restore_mode')}), "
                                f"not the snapshot {handle.uri}")
         first, last = result.get("first_batch"), result.get("last_batch")
         rescaled = result.get("rescaled") or {}
@@ -372,7 +385,8 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
             if rescaled.get("batch") == batch + 1:
                 expected = batch + 2
         if first is not None and first != expected:
-            after = "right after the repartitioner's batch" if expected == batch + 2 else "right after the snapshot"
+            after = ("right after the repartitioner's batch" if expected == batch + 2
+                     else "right after the snapshot")
             raise DrillFailed(f"the run's first batch was {first}, expected {expected} ({after})")
         if last is not None and last < batch:
             raise DrillFailed(f"the run's last batch {last} is before the snapshot's batch {batch}")

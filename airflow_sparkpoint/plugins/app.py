@@ -16,7 +16,8 @@ store). There are no docs or OpenAPI routes. Routes::
 Errors: 401 without a user; 404, one and the same answer, for a pipeline no ``sparkpoint``
 connection declares or holds under its root and for one the user may not read (whether a
 connection or a job exists is not told to who may not see it); 502 when the store of a
-readable pipeline cannot be read (the message names no secret). Every response carries `SECURITY_HEADERS`: no caching,
+readable pipeline cannot be read (the message names no secret). Every response carries `SECURITY_HEADERS`: no
+caching,
 no MIME sniffing, a content security policy that allows only the page's own style and
 framing by Airflow's own pages.
 """
@@ -43,6 +44,8 @@ from airflow_sparkpoint.plugins.pipelines import (
 )
 from airflow_sparkpoint.services.health import load_for_metrics, prometheus_text
 from airflow_sparkpoint.services.history import PipelineHistory, load_history
+
+__all__ = ["NOT_FOUND", "SECURITY_HEADERS", "SecurityHeaders", "User", "create_app"]
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +130,8 @@ def _visible(user: Any, dag_id: str | None = None) -> list[dict[str, Any]]:
     """The pipelines `user` may read (of DAG `dag_id`: those declaring it); lists only the
     roots of connections `user` may read (`pipelines.list_pipelines`)."""
     return [{"conn_id": p.conn_id, "job": p.job, "dags": list(p.declared_dags), "declared": p.declared}
-            for p in list_pipelines(user, stored=dag_id is None) if dag_id is None or dag_id in p.declared_dags]
+            for p in list_pipelines(user, stored=dag_id is None)
+            if dag_id is None or dag_id in p.declared_dags]
 
 
 def create_app() -> FastAPI:
@@ -140,8 +144,8 @@ def create_app() -> FastAPI:
         if "/api/" in request.url.path or request.url.path.endswith("/metrics"):
             return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
         heading = {401: "Not authenticated", 403: "Forbidden", 404: "Not found"}.get(exc.status_code, "Error")
-        return HTMLResponse(page.message_page(heading, str(exc.detail), _base(request)), status_code=exc.status_code,
-                            headers=exc.headers)
+        return HTMLResponse(page.message_page(heading, str(exc.detail), _base(request)),
+                            status_code=exc.status_code, headers=exc.headers)
 
     @app.get("/pipelines", response_class=HTMLResponse)
     def pipelines_page(request: Request, user: User) -> str:
@@ -172,9 +176,11 @@ def create_app() -> FastAPI:
             try:
                 _pipeline, history = _load(user, row["conn_id"], row["job"], metrics=True)
             except HTTPException as exc:
-                log.warning("metrics: skipping pipeline %s/%s (%s)", row["conn_id"], row["job"], exc.status_code)
+                log.warning("metrics: skipping pipeline %s/%s (%s)", row["conn_id"], row["job"],
+                            exc.status_code)
                 continue
             samples.append(({"conn_id": row["conn_id"], "job": row["job"]}, history))
-        return PlainTextResponse(prometheus_text(samples), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return PlainTextResponse(prometheus_text(samples),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return app

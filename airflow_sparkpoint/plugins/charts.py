@@ -11,12 +11,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["BOTTOM", "HEIGHT", "LEFT", "RIGHT", "SERIES", "TOP", "WIDTH", "Chart", "chart", "charts"]
+
 WIDTH, HEIGHT = 360, 140
 #: margins of the plot area inside the SVG (left leaves room for the y labels)
 LEFT, RIGHT, TOP, BOTTOM = 64, 8, 20, 22
 
 #: the charted figures of a trend point: (key, title)
-SERIES = (("duration_ms", "Checkpoint duration"), ("bytes_copied", "Bytes copied"), ("bytes_total", "Total size"))
+SERIES = (("duration_ms", "Checkpoint duration"), ("bytes_copied", "Bytes copied"),
+          ("bytes_total", "Total size"))
 
 
 @dataclass(frozen=True)

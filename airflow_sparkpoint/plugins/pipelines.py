@@ -37,6 +37,10 @@ from typing import Any
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
 from airflow_sparkpoint.services.stores import Catalog, validate_job_name
 
+__all__ = ["CONN_ID_RE", "CONN_TYPE", "MAX_STORED_JOBS", "Pipeline", "PipelineNotFound", "can_read",
+           "known_dags", "list_pipelines", "may_read_connection", "open_catalog", "redact", "resolve",
+           "sparkpoint_connections", "stored_jobs"]
+
 log = logging.getLogger(__name__)
 
 CONN_TYPE = "sparkpoint"
@@ -129,7 +133,8 @@ def stored_jobs(conn_id: str) -> list[str]:
         except ConfigError:
             continue  # not a job's directory
         if len(names) >= MAX_STORED_JOBS:
-            log.warning("connection %s: listing only the first %d jobs under its root", conn_id, MAX_STORED_JOBS)
+            log.warning("connection %s: listing only the first %d jobs under its root", conn_id,
+                        MAX_STORED_JOBS)
             break
     return names
 
@@ -207,7 +212,8 @@ def may_read_connection(user: Any, conn_id: str) -> bool:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails
 
-    return bool(get_auth_manager().is_authorized_connection(method="GET", details=ConnectionDetails(conn_id=conn_id),
+    return bool(get_auth_manager().is_authorized_connection(method="GET",
+                                                            details=ConnectionDetails(conn_id=conn_id),
                                                             user=user))
 
 

@@ -155,7 +155,8 @@ class Checkpointer:
             if self._closed:
                 raise CheckpointAbandoned("the run is ending")
             if self._uploads is None:
-                self._uploads = ThreadPoolExecutor(max_workers=transfer.THREADS, thread_name_prefix="sparkpoint-upload")
+                self._uploads = ThreadPoolExecutor(max_workers=transfer.THREADS,
+                                                   thread_name_prefix="sparkpoint-upload")
             return self._uploads
 
     def confirm(self, batch_id: int) -> None:
@@ -180,13 +181,15 @@ class Checkpointer:
         confirmed = self.confirmed_batch
         if confirmed is None:
             return []
-        newest = [confirmed] if self.last_checkpoint is None or self.last_checkpoint.batch_id < confirmed else []
+        newest = ([confirmed] if self.last_checkpoint is None or self.last_checkpoint.batch_id < confirmed
+                  else [])
         if self.interval_s > 0:
             return newest if final or time.monotonic() - self.last_checkpoint_at >= self.interval_s else []
         floor = -1 if self.last_attempted is None else self.last_attempted
         between = [b for b in livedir.committed_batches(self.live_root) if floor < b < confirmed]
         if len(between) + len(newest) > MAX_CHECKPOINT_BACKLOG:
-            log.warning("checkpoints are slower than batches: %d batches are due, more than %d; checkpointing only "
+            log.warning("checkpoints are slower than batches: %d batches are due, more "
+                        "than %d; checkpointing only "
                         "batch %d, batches %d..%d get no checkpoint of their own", len(between) + len(newest),
                         MAX_CHECKPOINT_BACKLOG, confirmed, between[0], between[-1])
             return newest
@@ -217,7 +220,8 @@ class Checkpointer:
             )
             if self.consecutive_failures > self.tolerable_failures:
                 raise SparkpointError(
-                    f"checkpoint of batch {batch_id} failed and {self.consecutive_failures} consecutive failures "
+                    f"checkpoint of batch {batch_id} failed and {self.consecutive_failures} "
+                    "consecutive failures "
                     f"exceed spark.sparkpoint.checkpoint.tolerableFailures={self.tolerable_failures}: {exc}"
                 ) from exc
             return None
@@ -242,7 +246,8 @@ class Checkpointer:
                 files.append(known.ref)  # type: ignore[union-attr]
             else:
                 new.append((live, known if unchanged else None))
-        for gone in self.index.keys() - walked:  # Spark deleted it (an index of every file ever written grows)
+        # Spark deleted it (an index of every file ever written grows)
+        for gone in self.index.keys() - walked:
             del self.index[gone]
         # The listing that validates the checkpoint (`_ensure_stored`) runs beside the
         # uploads: on a store whose prefix has seen many deletions it takes longest.
@@ -253,8 +258,8 @@ class Checkpointer:
             # the checkpoint before anything below runs, so no _metadata refers to a missing
             # file (the files stored meanwhile stay indexed: a retry does not upload them again).
             uploaded = [ref for ref in transfer_all(
-                lambda item: self._upload(item[0], batch_id, item[1].ref.sha256 if item[1] is not None else None,
-                                          started),
+                lambda item: self._upload(item[0], batch_id,
+                                          item[1].ref.sha256 if item[1] is not None else None, started),
                 new, check=lambda: self._check_timeout(batch_id, started),
                 on_half=lambda: faults.maybe_kill("copy", batch_id), hold_at_half=faults.armed("copy"),
                 pool=pool,
@@ -312,7 +317,8 @@ class Checkpointer:
         faults.pause("after_metadata", batch_id, generation=self.generation)
         try:
             retention = enforce_checkpoint_retention(
-                self.catalog, self.num_retained, grace_seconds=self.timeout_s, generation=self.generation, shared_listing=listing,
+                self.catalog, self.num_retained, grace_seconds=self.timeout_s, generation=self.generation,
+                shared_listing=listing,
                 on_deleted=lambda done, total: faults.maybe_kill_halfway("retention", batch_id, done, total),
                 before_delete=lambda: faults.pause("retention_delete", batch_id, generation=self.generation),
                 known=self.known, journal_listing=journal, checkpoint_ids=[*ids, meta.id],
@@ -320,7 +326,8 @@ class Checkpointer:
         except StorageError as exc:
             # The checkpoint is complete: failing to collect garbage must not fail it (nor
             # the job); the next checkpoint's retention pass deletes what is left.
-            log.warning("retention after checkpoint %d failed; older checkpoints and unreferenced shared files "
+            log.warning("retention after checkpoint %d failed; older checkpoints and "
+                        "unreferenced shared files "
                         "stay until the next pass: %s", meta.id, exc)
         else:
             if retention.deleted_checkpoints:
@@ -351,8 +358,10 @@ class Checkpointer:
             return None
         pending = livedir.pending_snapshots(self.live_root, batch, min_deltas)
         if pending:
-            log.info("waiting up to %.0f s for Spark to upload the state snapshots of %d stores (a restart from "
-                     "checkpoint %d would replay %d bytes of changelog)", timeout_s, len(pending), last.id, replay)
+            log.info("waiting up to %.0f s for Spark to upload the state snapshots of "
+                     "%d stores (a restart from "
+                     "checkpoint %d would replay %d bytes of changelog)", timeout_s, len(pending), last.id,
+                     replay)
         started = time.monotonic()
         deadline = started + timeout_s
         while pending and not cancelled() and time.monotonic() < deadline:
@@ -370,20 +379,24 @@ class Checkpointer:
         except StaleGeneration:
             raise
         except (CatalogError, StorageError, OSError, CheckpointAbandoned) as exc:
-            log.warning("checkpoint of batch %d with the state snapshots failed; checkpoint %d stays the latest: %s",
+            log.warning("checkpoint of batch %d with the state snapshots failed; "
+                        "checkpoint %d stays the latest: %s",
                         batch, last.id, exc)
             return None
-        log.info("checkpoint %d holds the state snapshots of %d stores (batch %d): a restart loads them instead "
+        log.info("checkpoint %d holds the state snapshots of %d stores (batch %d): a "
+                 "restart loads them instead "
                  "of replaying changelogs", meta.id, len(fresh), batch)
         return meta
 
     def _check_timeout(self, batch_id: int, started: float) -> None:
         if time.monotonic() - started > self.timeout_s:
             raise CheckpointAbandoned(
-                f"checkpoint of batch {batch_id} exceeded spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
+                f"checkpoint of batch {batch_id} exceeded "
+                f"spark.sparkpoint.checkpoint.timeout={self.timeout_s:g}s"
             )
 
-    def _upload(self, live: livedir.LiveFile, batch_id: int, sha: str | None, started: float) -> FileRef | None:
+    def _upload(self, live: livedir.LiveFile, batch_id: int, sha: str | None,
+                started: float) -> FileRef | None:
         """Copy one live file into the shared area (content-addressed) and index it. Runs
         in transfer threads; the caller's thread waits meanwhile and each call indexes its
         own path (one dict store: atomic).
@@ -410,7 +423,8 @@ class Checkpointer:
                              "left out", live.path, batch_id)
                     return None
                 # Spark's maintenance removed it between listing and copying: an old version.
-                raise CatalogError(f"live file {live.path} vanished while checkpointing batch {batch_id}") from None
+                raise CatalogError(f"live file {live.path} vanished while "
+                                   f"checkpointing batch {batch_id}") from None
             if st.st_size == live.size and st.st_mtime_ns == live.mtime_ns:
                 break
             if not sst:
@@ -430,7 +444,8 @@ class Checkpointer:
         return listed_at, list(self.catalog.store.list(layout.SHARED))
 
     def _ensure_stored(self, files: list[FileRef], batch_id: int, started: float,
-                       stored: tuple[float, list[Any]], *, uploaded: set[str]) -> tuple[int, list[Any], list[Any]]:
+                       stored: tuple[float, list[Any]], *,
+                       uploaded: set[str]) -> tuple[int, list[Any], list[Any]]:
         """Validate before completing: copy again every referenced shared file that is gone
         (deleted by hand, by a lifecycle rule, by another process's retention). `stored`
         is `_list_stored`'s answer; the keys this checkpoint `uploaded` may be missing from
@@ -453,11 +468,14 @@ class Checkpointer:
             try:
                 st = os.stat(path)
             except FileNotFoundError:
-                raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} is gone") from None
+                raise CatalogError(f"shared file {ref.key} is missing and "
+                                   f"live file {ref.path} is gone") from None
             live = livedir.LiveFile(ref.path, path, st.st_size, st.st_mtime_ns)
-            if (st.st_size, st.st_mtime_ns) != (ref.size, ref.mtime_ns) and livedir.file_sha256(path) != ref.sha256:
+            if ((st.st_size, st.st_mtime_ns) != (ref.size, ref.mtime_ns)
+                    and livedir.file_sha256(path) != ref.sha256):
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} changed")
-            log.warning("shared file %s referenced by checkpoint of batch %d is missing from %s; copying it again",
+            log.warning("shared file %s referenced by checkpoint of batch %d is missing "
+                        "from %s; copying it again",
                         ref.key, batch_id, self.catalog.uri)
             if self._upload(live, batch_id, ref.sha256, started) is None:
                 raise CatalogError(f"shared file {ref.key} is missing and live file {ref.path} is gone")

@@ -101,9 +101,10 @@ class Committer:
             self._pending_warn_at = PENDING_WARN
         elif count >= self._pending_warn_at:
             self._pending_warn_at = 2 * count
-            log.warning("%d transactions are pending commit (commit.mode=external): each checkpoint's _metadata "
-                        "carries all of them until the commit step (SparkpointCommitOperator, `sparkpoint commit`) "
-                        "commits them; run it more often", count)
+            log.warning("%d transactions are pending commit (commit.mode=external): "
+                        "each checkpoint's _metadata carries all of them until the commit step "
+                        "(SparkpointCommitOperator, `sparkpoint commit`) commits them; run it more often",
+                        count)
 
     def _forget_settled(self) -> None:
         """The external commit step committed or aborted some pending transactions (and
@@ -155,8 +156,10 @@ class Committer:
 
         def note(settlement: Settlement, done: int, total: int) -> None:
             if settlement.outcome != "aborted":
-                log.warning("transaction %s holds its batch's commit; finished, not aborted", settlement.record.txn_id)
+                log.warning("transaction %s holds its batch's commit; finished, not aborted",
+                            settlement.record.txn_id)
             faults.maybe_kill_halfway("abort", settlement.record.batch_id, done, total)
 
-        settle_all(self.catalog, doomed, lambda _r: self.sink, confirmed=False, fence=self.fence, on_settled=note)
+        settle_all(self.catalog, doomed,
+                   lambda _r: self.sink, confirmed=False, fence=self.fence, on_settled=note)
         return [r.batch_id for r in doomed]

@@ -19,6 +19,10 @@ from airflow_sparkpoint.sinks.base import DRIVER_STAGING_MAX_BYTES
 from airflow_sparkpoint.storage import split_uri
 from airflow_sparkpoint.storage.endpoints import s3_options, validate_endpoint_url
 
+__all__ = ["FINAL_SNAPSHOT_MIN_REPLAY", "KEYS", "LIVE_LOCATIONS", "PREFIX", "SUBMITTER_ENV",
+           "SparkpointConfig", "Trigger", "duration_value", "local_path_of", "parse_duration", "parse_size",
+           "parse_trigger", "require_local", "unknown_key", "work_root"]
+
 PREFIX = "spark.sparkpoint."
 #: environment variable naming the submit (an Airflow task try) that started a driver;
 #: the driver records it with its generation claim
@@ -41,8 +45,10 @@ KEYS: dict[str, str] = {
     "restore.sinkAhead": "fail or rewind: what to do when a sink committed past the snapshot (default fail)",
     "restore.statePartitions": "restore into this many state partitions instead of the snapshot's (rescale)",
     "codeVersion": (
-        "the version of the job's code, recorded with every commit: committed batches are replayed only by the "
-        "version that committed them (default: none; set it on every deploy that changes what the job computes)"
+        "the version of the job's code, recorded with every commit: committed batches "
+        "are replayed only by the "
+        "version that committed them (default: none; set it on every deploy that "
+        "changes what the job computes)"
     ),
     "trigger": "availableNow or processingTime:<interval> (default availableNow)",
     "checkpoint.interval": "min time between retained checkpoints, 0 = every batch (default 0)",
@@ -112,7 +118,8 @@ def _parse_int(key: str, value: str, minimum: int) -> int:
     try:
         number = int(str(value).strip())
     except ValueError:
-        raise ConfigError(f"{PREFIX}{key}={value!r} is not an integer; expected an integer >= {minimum}") from None
+        raise ConfigError(f"{PREFIX}{key}={value!r} is not an integer; "
+                          f"expected an integer >= {minimum}") from None
     if number < minimum:
         raise ConfigError(f"{PREFIX}{key}={value!r} is too small; expected an integer >= {minimum}")
     return number
@@ -128,7 +135,8 @@ def parse_size(key: str, value: str) -> int:
     """
     match = _SIZE_RE.match(str(value))
     if not match:
-        raise ConfigError(f"{PREFIX}{key}={value!r} is not a size; expected bytes or e.g. '0', '512k', '32m', '1g'")
+        raise ConfigError(f"{PREFIX}{key}={value!r} is not a size; expected bytes or e.g. "
+                          "'0', '512k', '32m', '1g'")
     return int(match.group(1)) * 1024 ** "_kmgt".index((match.group(2) or "_").lower())
 
 
@@ -148,7 +156,8 @@ def _code_version(value: str) -> str | None:
     """
     text = value.strip()
     if len(text) > 128 or not text.isprintable():
-        raise ConfigError(f"{PREFIX}codeVersion={value!r} is invalid; expected up to 128 printable characters "
+        raise ConfigError(f"{PREFIX}codeVersion={value!r} is invalid; expected up to "
+                          "128 printable characters "
                           "(a release tag or commit hash)")
     return text or None
 
@@ -186,7 +195,8 @@ def parse_trigger(value: str) -> Trigger:
         if interval <= 0:
             raise ConfigError(f"{PREFIX}trigger={value!r} needs a positive interval, e.g. processingTime:10s")
         return Trigger("processingTime", interval)
-    raise ConfigError(f"{PREFIX}trigger={value!r} is not allowed; expected availableNow or processingTime:<interval>")
+    raise ConfigError(f"{PREFIX}trigger={value!r} is not allowed; expected availableNow or "
+                      "processingTime:<interval>")
 
 
 #: what a live location may be, in messages
@@ -308,7 +318,8 @@ class SparkpointConfig:
         job = validate_job_name(values["job"].strip())
         restore = values.get("restore", "latest").strip()
         if not restore:
-            raise ConfigError(f"{PREFIX}restore='' is empty; expected latest, none, or a savepoint/checkpoint path")
+            raise ConfigError(f"{PREFIX}restore='' is empty; expected latest, none, or a "
+                              "savepoint/checkpoint path")
         if restore.lower() in ("latest", "none"):
             restore = restore.lower()
         else:
@@ -324,7 +335,8 @@ class SparkpointConfig:
             raise ConfigError(f"{PREFIX}checkpoint.timeout={values['checkpoint.timeout']!r} must be positive")
         poll = parse_duration("control.pollInterval", values.get("control.pollInterval", "2s"))
         if poll <= 0:
-            raise ConfigError(f"{PREFIX}control.pollInterval={values['control.pollInterval']!r} must be positive")
+            raise ConfigError(f"{PREFIX}control.pollInterval={values['control.pollInterval']!r} must be "
+                              "positive")
         endpoint = values.get("s3.endpoint", "").strip() or None
         if endpoint is not None:
             endpoint = validate_endpoint_url(endpoint, f"{PREFIX}s3.endpoint")
@@ -361,13 +373,15 @@ class SparkpointConfig:
                 "checkpoint.finalSnapshot.minReplay",
                 values.get("checkpoint.finalSnapshot.minReplay", str(FINAL_SNAPSHOT_MIN_REPLAY)),
             ),
-            commit_mode=_choice("commit.mode", values.get("commit.mode", "checkpoint"), ("checkpoint", "external")),
+            commit_mode=_choice("commit.mode", values.get("commit.mode", "checkpoint"),
+                                ("checkpoint", "external")),
             poll_interval_s=poll,
             state_store=_choice("stateStore", values.get("stateStore", "rocksdb"), ("rocksdb", "hdfs")),
             s3_endpoint=endpoint,
             s3_region=values.get("s3.region", "").strip() or None,
             driver_staging_max_bytes=parse_size(
-                "delta.driverStagingMaxBytes", values.get("delta.driverStagingMaxBytes", str(DRIVER_STAGING_MAX_BYTES))
+                "delta.driverStagingMaxBytes",
+                values.get("delta.driverStagingMaxBytes", str(DRIVER_STAGING_MAX_BYTES))
             ),
             restore_state_partitions=(
                 _parse_int("restore.statePartitions", state_partitions, 1) if state_partitions else None

@@ -14,6 +14,8 @@ import ctypes
 import logging
 from typing import Any
 
+__all__ = ["TRIM_EVERY_S", "trim"]
+
 log = logging.getLogger(__name__)
 
 #: seconds between two trims of a running job

@@ -55,6 +55,10 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
+__all__ = ["OperatorSpec", "OperatorState", "SnapshotReader", "SnapshotState", "StoreSpec", "StoreState",
+           "first_line", "inspect_snapshot", "key_filter", "local_session", "open_state",
+           "read_operator_specs", "read_store", "resolve_snapshot", "rows_as_json", "sql_type", "state_rows"]
+
 log = logging.getLogger(__name__)
 
 _TWS_TYPES = {"ValueState": "value", "ListState": "list", "MapState": "map", "TimerState": "timers"}
@@ -234,7 +238,8 @@ def read_operator_specs(spark: SparkSession, location: str) -> list[OperatorSpec
         if isinstance(variables, list):  # transformWithState: one store per state variable
             time_mode = str(properties.get("timeMode")) if properties.get("timeMode") else None
             # Spark lists the variables in no stable order: by name, timers last.
-            stores = tuple(sorted((_variable_spec(v) for v in variables), key=lambda s: (s.type == "timers", s.name)))
+            stores = tuple(sorted((_variable_spec(v) for v in variables),
+                                  key=lambda s: (s.type == "timers", s.name)))
             physical = stores
         elif all(n.startswith(("left-", "right-")) for n in store_names):  # stream-stream join
             stores = tuple(StoreSpec(side, "join", {"joinSide": side}) for side in _JOIN_SIDES)
@@ -265,7 +270,8 @@ def _variable_spec(variable: Mapping[str, Any]) -> StoreSpec:
     return StoreSpec(name, kind, {"stateVarName": name}, ttl=bool(variable.get("ttlEnabled")))
 
 
-def read_store(spark: SparkSession, location: str, batch_id: int, op: OperatorSpec, store: StoreSpec) -> DataFrame:
+def read_store(spark: SparkSession, location: str, batch_id: int, op: OperatorSpec,
+               store: StoreSpec) -> DataFrame:
     """The rows of one store at `batch_id`, normalized to ``key``, [``map_key``],
     ``value``, [``ttl_expiration_ms``], ``partition_id``."""
     from pyspark.sql import functions as F
@@ -277,7 +283,8 @@ def read_store(spark: SparkSession, location: str, batch_id: int, op: OperatorSp
     columns = raw.columns
     if store.type == "timers":
         return raw.select("key", F.struct(F.col("expiration_timestamp_ms")).alias("value"), "partition_id")
-    column = "user_map_value" if store.type == "map" else "list_element" if "list_element" in columns else "value"
+    column = ("user_map_value" if store.type == "map"
+              else "list_element" if "list_element" in columns else "value")
     value, ttl = _unwrap_ttl(raw, column, store.ttl)
     selected = [F.col("key"), value.alias("value")]
     if store.type == "map":
@@ -393,7 +400,8 @@ class SnapshotReader:
             self._specs = read_operator_specs(self.spark, self.location) if self.stateful else []
         return self._specs
 
-    def store_spec(self, operator: int | None = None, store: str | None = None) -> tuple[OperatorSpec, StoreSpec]:
+    def store_spec(self, operator: int | None = None,
+                   store: str | None = None) -> tuple[OperatorSpec, StoreSpec]:
         """The operator (default: the first) and store (default: its first) to read.
 
         :raises ConfigError: no such operator or store (the message lists what there is).
@@ -406,7 +414,8 @@ class SnapshotReader:
         else:
             matches = [s for s in specs if s.id == operator]
             if not matches:
-                raise ConfigError(f"operator {operator} is not in {self.handle.uri}; operators: {_ids(specs)}")
+                raise ConfigError(f"operator {operator} is not in {self.handle.uri}; "
+                                  f"operators: {_ids(specs)}")
             op = matches[0]
         if store is None:
             return op, op.stores[0]
@@ -414,7 +423,8 @@ class SnapshotReader:
             if candidate.name == store:
                 return op, candidate
         names = ", ".join(s.name for s in op.stores)
-        raise ConfigError(f"store {store!r} is not a store of operator {op.id} ({op.name}); its stores: {names}")
+        raise ConfigError(f"store {store!r} is not a store of operator {op.id} "
+                          f"({op.name}); its stores: {names}")
 
     def rows(self, operator: int | None = None, store: str | None = None,
              key: Mapping[str, Any] | None = None) -> DataFrame:
@@ -436,13 +446,16 @@ class SnapshotReader:
             stores = []
             for spec in op.stores:
                 df = read_store(self.spark, self.location, self.batch_id, op, spec)
-                counts = df.agg(F.count(F.lit(1)).alias("rows"), F.count_distinct("key").alias("keys")).first()
+                counts = df.agg(F.count(F.lit(1)).alias("rows"),
+                                F.count_distinct("key").alias("keys")).first()
                 assert counts is not None  # an aggregate without grouping has one row
                 schema = df.schema
                 stores.append(StoreState(
                     name=spec.name, type=spec.type, rows=int(counts["rows"]), keys=int(counts["keys"]),
-                    key_schema=sql_type(schema["key"].dataType), value_schema=sql_type(schema["value"].dataType),
-                    map_key_schema=sql_type(schema["map_key"].dataType) if "map_key" in schema.names else None,
+                    key_schema=sql_type(schema["key"].dataType),
+                    value_schema=sql_type(schema["value"].dataType),
+                    map_key_schema=(sql_type(schema["map_key"].dataType) if "map_key" in schema.names
+                                    else None),
                     ttl=spec.ttl,
                 ))
             operators.append(OperatorState(op.id, op.name, op.partitions, tuple(stores), op.time_mode))

@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+__all__ = ["COMMIT_LISTING_INTERVAL_S", "COMMIT_WATCH_INTERVAL_S", "HDFS_PROVIDER", "ROCKSDB_PROVIDER",
+           "TRACK_ROWS", "RunResult", "SparkpointJob"]
+
 log = logging.getLogger(__name__)
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -93,7 +96,8 @@ def _reported() -> Iterator[None]:
 class SparkpointJob:
     """A PySpark pipeline with Flink-grade checkpoints (see the module docstring)."""
 
-    def __init__(self, spark: SparkSession, config: SparkpointConfig, argv: Sequence[str] | None = None) -> None:
+    def __init__(self, spark: SparkSession, config: SparkpointConfig,
+                 argv: Sequence[str] | None = None) -> None:
         self.spark = spark
         self.config = config
         self._argv = list(sys.argv[1:] if argv is None else argv)
@@ -197,7 +201,9 @@ class SparkpointJob:
         spark = builder.getOrCreate()
         spark_support.check_spark_version(spark.version)
         spark_support.check_requested_features(
-            {**settings, spark_support.CHECKPOINT_FORMAT_KEY: spark.conf.get(spark_support.CHECKPOINT_FORMAT_KEY, "1") or "1"},
+            {**settings,
+             spark_support.CHECKPOINT_FORMAT_KEY:
+                 spark.conf.get(spark_support.CHECKPOINT_FORMAT_KEY, "1") or "1"},
             spark.version)
         # SQL settings also apply to an already running session (e.g. in tests).
         user_set = dict(spark_conf.getAll())
@@ -238,12 +244,14 @@ class SparkpointJob:
         """
         with _reported():  # the operator shows the error as the task's own
             if output_mode not in ("append", "update", "complete"):
-                raise ConfigError(f"output_mode={output_mode!r} is not allowed; expected append, update or complete")
+                raise ConfigError(f"output_mode={output_mode!r} is not allowed; expected "
+                                  "append, update or complete")
             if not isinstance(sink, Sink):
                 raise ConfigError(f"sink={sink!r} is not a Sparkpoint sink; expected DeltaSink, S3Sink or "
                                   "DirectorySink")
             if not df.isStreaming:
-                raise ConfigError("run() needs a streaming DataFrame (spark.readStream...); got a batch DataFrame")
+                raise ConfigError("run() needs a streaming DataFrame (spark.readStream...); got a batch "
+                                  "DataFrame")
             run = _Run(self, df, sink, output_mode, query_name)
             with signals.sigterm_ends_run(run):  # a killed task: record the end, act no more
                 self.last_result = run.execute()
@@ -276,7 +284,8 @@ class _Run(_RunCoordination):
     #: the thread removing earlier runs' live locations, once the query started
     _cleanup: threading.Thread | None = None
 
-    def __init__(self, job: SparkpointJob, df: DataFrame, sink: Sink, output_mode: str, name: str | None) -> None:
+    def __init__(self, job: SparkpointJob, df: DataFrame, sink: Sink, output_mode: str,
+                 name: str | None) -> None:
         self.job = job
         self.cfg = job.config
         self.spark = job.spark
@@ -355,9 +364,11 @@ class _Run(_RunCoordination):
     # -- the query ----------------------------------------------------------------------
 
     def _run_query(self) -> RunResult:
-        coordinator_thread = threading.Thread(target=self._coordinate, name="sparkpoint-coordinator", daemon=True)
+        coordinator_thread = threading.Thread(target=self._coordinate, name="sparkpoint-coordinator",
+                                              daemon=True)
         # Its own thread, so a long final checkpoint or savepoint never looks like a dead job.
-        heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="sparkpoint-heartbeat", daemon=True)
+        heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="sparkpoint-heartbeat",
+                                            daemon=True)
         try:
             writer = (
                 self.df.writeStream.outputMode(self.output_mode)
@@ -371,7 +382,8 @@ class _Run(_RunCoordination):
             watcher = threading.Thread(target=self._watch_commits, args=(livedir.last_commit(self.live),),
                                        name="sparkpoint-commits", daemon=True)
             self.query = writer.start()
-            self._cleanup = threading.Thread(target=self._remove_earlier_live, name="sparkpoint-cleanup", daemon=True)
+            self._cleanup = threading.Thread(target=self._remove_earlier_live, name="sparkpoint-cleanup",
+                                             daemon=True)
             self._cleanup.start()
             watcher.start()
             coordinator_thread.start()
@@ -401,7 +413,8 @@ class _Run(_RunCoordination):
         try:
             removed = livedir.remove_unowned(self.work_root, self.live, self.generation)
         except OSError as exc:  # the next run's start, or this one's end, tries again
-            log.warning("could not remove the live locations of earlier runs under %s: %s", self.work_root, exc)
+            log.warning("could not remove the live locations of earlier runs under %s: %s", self.work_root,
+                        exc)
             return
         if removed:
             log.info("removed the live locations of earlier runs: %s", ", ".join(removed))
@@ -440,7 +453,8 @@ class _Run(_RunCoordination):
             raise SparkpointError(f"job {self.cfg.job!r} failed: {self.error}") from self.error
         if query_error is not None and not self.stopping.is_set():
             self._write_status("failed", error=str(query_error))
-            raise SparkpointError(f"streaming query of job {self.cfg.job!r} failed: {query_error}") from query_error
+            raise SparkpointError(f"streaming query of job {self.cfg.job!r} failed: "
+                                  f"{query_error}") from query_error
         state = "stopped" if self.stopping.is_set() else "finished"
         result = self._result(state)
         self._write_status(state)
@@ -448,7 +462,8 @@ class _Run(_RunCoordination):
         if self._cleanup is not None:
             self._cleanup.join()  # one pass at a time in this process (`livedir.remove_unowned`)
         livedir.remove_unowned(self.work_root, self.live, self.generation)
-        log.info("job %s generation %d %s: %s", self.cfg.job, self.generation, state, json.dumps(result.to_json()))
+        log.info("job %s generation %d %s: %s", self.cfg.job, self.generation, state,
+                 json.dumps(result.to_json()))
         return result
 
     def _stage_batch(self, df: DataFrame, batch_id: int) -> None:

@@ -88,7 +88,8 @@ def file_sha256(path: str) -> str:
 
 def _skipped(name: str, is_dir: bool) -> bool:
     """Hidden directories, Hadoop checksums and temp files are not part of a checkpoint."""
-    return name.startswith(".") or (not is_dir and (name.endswith((".crc", ".tmp")) or "sparkpoint-tmp" in name))
+    return name.startswith(".") or (not is_dir and (name.endswith((".crc", ".tmp"))
+                                                    or "sparkpoint-tmp" in name))
 
 
 def walk(root: str, rel: str = "") -> Iterator[LiveFile]:
@@ -251,13 +252,15 @@ def _stores(files: Iterable[tuple[str, int]], max_version: int | None = None) ->
     sizes = dict(files)
     stores = []
     for directory, found in sorted(_versioned(sizes).items()):
-        versions = [(v, kind, sizes[path]) for v, kind, path in found if max_version is None or v <= max_version]
+        versions = [(v, kind, sizes[path]) for v, kind, path in found
+                    if max_version is None or v <= max_version]
         if not versions:
             continue
         snapshot = max((v for v, kind, _ in versions if kind in spark_layout.SNAPSHOT_KINDS), default=0)
         stores.append(StoreVersions(
             dir=directory, latest=max(v for v, _, _ in versions), snapshot=snapshot,
-            replay_bytes=sum(size for v, kind, size in versions if kind in ("changelog", "delta") and v > snapshot),
+            replay_bytes=sum(size for v, kind, size in versions
+                             if kind in ("changelog", "delta") and v > snapshot),
         ))
     return stores
 
@@ -409,7 +412,8 @@ def unlink_planted(location: str) -> None:
         with Dir.open(parent) as directory:
             st = directory.stat(name)
             if st is not None and stat.S_ISLNK(st.st_mode):
-                log.warning("removing the link %s planted where a live location goes; a new directory is made there",
+                log.warning("removing the link %s planted where a live location goes; a "
+                            "new directory is made there",
                             location)
                 directory.unlink(name)
     except FileNotFoundError:
@@ -532,12 +536,13 @@ def remove_unowned(work_root: str, keep: str, below_generation: int) -> list[str
             if name.startswith(TRASH_PREFIX):
                 root.remove_tree(name)
                 continue
-            if not (name.startswith("g") and name[1:].isdigit()) or name == current or int(name[1:]) >= below_generation:
+            if (not (name.startswith("g") and name[1:].isdigit()) or name == current
+                    or int(name[1:]) >= below_generation):
                 continue
             path = os.path.join(work_root, name)
             if not entry.is_dir(follow_symlinks=False):
-                log.warning("removing %s from the work root: a %s where Sparkpoint keeps live locations", path,
-                            "link" if entry.is_symlink() else "file")
+                log.warning("removing %s from the work root: a %s where Sparkpoint keeps live locations",
+                            path, "link" if entry.is_symlink() else "file")
                 root.unlink(name)
                 continue
             try:

@@ -29,6 +29,8 @@ from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.prestore import IndexEntry
 from airflow_sparkpoint.storage.localfs import Dir
 
+__all__ = ["materialize"]
+
 log = logging.getLogger(__name__)
 
 # Small text files of Spark's checkpoint that may embed the absolute checkpoint path
@@ -68,7 +70,8 @@ def materialize(
     `link_from` is never hard-linked in, whatever it points to.
     """
     with contextlib.ExitStack() as stack:
-        target = live if live is not None else stack.enter_context(livedir.open_location(live_path, create=True))
+        target = (live if live is not None
+                  else stack.enter_context(livedir.open_location(live_path, create=True)))
         previous = None
         if link_from:
             try:
@@ -120,7 +123,8 @@ def _materialize(handle: SnapshotHandle, live_path: str, live: Dir, previous: Di
     linked = sum(1 for _r, was_linked, _e in placed if was_linked)
     if counts is not None:
         counts.update(linked=linked, downloaded=len(files) - linked, skipped=len(unread))
-    log.info("materialized %d files (%d bytes) of %s into %s (%d hard-linked from %s, %d downloaded; %d older "
+    log.info("materialized %d files (%d bytes) of %s into %s (%d hard-linked from %s, "
+             "%d downloaded; %d older "
              "state versions a restart does not read, %d bytes, left in the snapshot)",
              len(files), sum(ref.size for ref in files), handle.uri, live_path, linked,
              previous.path if previous is not None else None, len(files) - linked,

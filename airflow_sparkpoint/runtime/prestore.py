@@ -100,7 +100,8 @@ class Prestore:
             log.warning("storing the restored files ahead of the first checkpoint stopped (it copies what is "
                         "left itself): %s", exc)
             return
-        log.info("stored %d of the restored snapshot's %d files (%d bytes) in %s ahead of the first checkpoint "
+        log.info("stored %d of the restored snapshot's %d files (%d bytes) in %s ahead "
+                 "of the first checkpoint "
                  "in %.2f s", self._stored[0], len(todo), self._stored[1], self.catalog.uri,
                  time.monotonic() - started)
 

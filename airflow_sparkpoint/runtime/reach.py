@@ -33,6 +33,9 @@ from airflow_sparkpoint.storage.localfs import Dir
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+__all__ = ["DEFAULT_WAIT_S", "DRIVER_FILE", "PROBE_PREFIX", "SPARK_WAIT_KEY", "Executor",
+           "check_executors_reach", "executors", "wait_seconds"]
+
 log = logging.getLogger(__name__)
 
 PROBE_PREFIX = ".sparkpoint-probe-"  # hidden: never captured (`livedir.walk` skips it)
@@ -123,7 +126,8 @@ def _probe_task(probe_dir: str, token: str):  # type: ignore[no-untyped-def]
             with _open_probe(probe_dir) as probe:
                 seen = probe.read(DRIVER_FILE, _PROBE_MAX_BYTES).decode("utf-8", errors="replace")
                 if seen != token:
-                    report["error"] = f"it reads {seen!r} in the driver's probe file, the driver wrote {token!r}"
+                    report["error"] = (f"it reads {seen!r} in the driver's probe file, "
+                                       f"the driver wrote {token!r}")
                 else:
                     probe.write(f"task-{partition}", f"{token} {address}".encode(), fsync=False)
         except (OSError, ValueError) as exc:  # a link or a FIFO planted there is refused (ValueError)
@@ -133,7 +137,8 @@ def _probe_task(probe_dir: str, token: str):  # type: ignore[no-untyped-def]
     return run
 
 
-def check_executors_reach(spark: SparkSession, location: str, *, timeout_s: float | None = None) -> list[Executor]:
+def check_executors_reach(spark: SparkSession, location: str, *,
+                          timeout_s: float | None = None) -> list[Executor]:
     """Refuse the run unless every executor sees `location` (a local path) as the driver
     does; returns the executors checked (none in local mode, where the driver is the
     executor).
@@ -146,8 +151,10 @@ def check_executors_reach(spark: SparkSession, location: str, *, timeout_s: floa
     if str(sc.master).startswith("local"):
         return []
     if sc.getConf().get("spark.dynamicAllocation.enabled", "false").lower() == "true":
-        log.warning("live location %s: executors are started on demand (dynamic allocation), so the check that "
-                    "every executor sees it at the same path does not run; use a shared mount on every host", location)
+        log.warning("live location %s: executors are started on demand (dynamic "
+                    "allocation), so the check that "
+                    "every executor sees it at the same path does not run; use a shared mount on every host",
+                    location)
         return []
     timeout_s = wait_seconds(sc.getConf()) if timeout_s is None else timeout_s
     found = _wait_executors(spark, timeout_s)
@@ -180,7 +187,8 @@ def check_executors_reach(spark: SparkSession, location: str, *, timeout_s: floa
         raise ConfigError(
             f"{PREFIX}workDir {location} is not the same directory on the driver and every executor: "
             + "; ".join(problems)
-            + ". The live checkpoint location must be a filesystem that the driver and every executor reach at "
+            + ". The live checkpoint location must be a filesystem that the driver and "
+              "every executor reach at "
             "the same path (a shared mount such as NFS or EFS on every host); nothing was written"
         )
     log.info("live location %s: the driver and %d executor(s) see it (%s)", location, len(found),
@@ -205,7 +213,8 @@ def _problems(reports: list[dict[str, Any]], found: list[Executor], probe_dir: s
         path = os.path.join(probe_dir, f"task-{report['partition']}")
         try:
             with _open_probe(probe_dir) as probe:
-                seen = probe.read(f"task-{report['partition']}", _PROBE_MAX_BYTES).decode("utf-8", errors="replace")
+                seen = probe.read(f"task-{report['partition']}",
+                                  _PROBE_MAX_BYTES).decode("utf-8", errors="replace")
         except (OSError, ValueError):
             seen = None
         if seen != f"{token} {report['address']}":

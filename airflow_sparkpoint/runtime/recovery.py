@@ -64,7 +64,8 @@ def settle_unconfirmed(
     summary: dict[str, list[int]] = {"finished": [], "aborted": []}
 
     def note(settlement: Settlement, done: int, total: int) -> None:
-        summary["aborted" if settlement.outcome == "aborted" else "finished"].append(settlement.record.batch_id)
+        summary["aborted" if settlement.outcome == "aborted" else "finished"].append(
+            settlement.record.batch_id)
         faults.maybe_kill_halfway("recovery", settlement.record.batch_id, done, total)
 
     records = [r for r in catalog.transactions() if (r.batch_id, r.generation) not in confirmed]
@@ -111,7 +112,8 @@ def recover_transactions(
             # A snapshot of another job restored into other output (a restore drill, a
             # fork): the transaction's staged data lives in that job's sink, which commits
             # it on its own recovery or commit step; this run must neither commit nor abort it.
-            log.warning("transaction %s was pending for sink %s in %s; this run writes to %s: leaving it to job %r",
+            log.warning("transaction %s was pending for sink %s in %s; this run writes to "
+                        "%s: leaving it to job %r",
                         record.txn_id, record.sink_id, plan.snapshot.uri if plan.snapshot else "the snapshot",
                         sink.sink_id, record.job)
             continue
@@ -127,8 +129,10 @@ def recover_transactions(
             if not sink.is_committed(record):
                 raise SinkLineageError(
                     f"transaction {record.txn_id} (batch {record.batch_id}), which "
-                    f"{plan.snapshot.uri if plan.snapshot else 'the snapshot'} lists as confirmed, was aborted since: its "
-                    "output is gone, and restoring the snapshot would lose the batch. Restore an earlier snapshot, or "
+                    f"{plan.snapshot.uri if plan.snapshot else 'the snapshot'} lists as "
+                    "confirmed, was aborted since: its "
+                    "output is gone, and restoring the snapshot would lose the batch. Restore "
+                    "an earlier snapshot, or "
                     "one of the lineage the sink holds (see `sparkpoint list`)"
                 )
             continue
@@ -137,7 +141,8 @@ def recover_transactions(
         else:
             still_pending.append(record)
             summary["kept"].append(record.batch_id)
-    for settlement in settle_all(catalog, to_commit, lambda _r: sink, confirmed=True, fence=fence, recorded=recorded):
+    for settlement in settle_all(catalog, to_commit,
+                                 lambda _r: sink, confirmed=True, fence=fence, recorded=recorded):
         summary["committed"].append(settlement.record.batch_id)
     # Staged data no record names is garbage; what a record names now (read again: a
     # newer generation may have recorded meanwhile) and any newer generation's is not ours.

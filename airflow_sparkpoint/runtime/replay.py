@@ -62,6 +62,9 @@ from airflow_sparkpoint.storage.paths import confine
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+__all__ = ["BODY_MAX_BYTES", "BODY_MAX_COST", "RECORD_MAX_CHARS", "SCHEMA_VERSION", "ReplayPlan", "capture",
+           "decode", "plan_replay", "replay_committed", "run_batch", "snapshot_offsets", "write_batch"]
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
@@ -95,7 +98,8 @@ def capture(live_root: str, batch_id: int, code_version: str | None = None) -> s
         return "0:" + body
     if code_version is not None:
         body["code"] = code_version
-    data = "1:" + base64.b64encode(zlib.compress(json.dumps(body, separators=(",", ":")).encode(), 9)).decode()
+    data = "1:" + base64.b64encode(zlib.compress(json.dumps(body, separators=(",", ":")).encode(),
+                                                 9)).decode()
     if len(data) > RECORD_MAX_CHARS:
         return f"0:its replay record ({len(data)} characters) was larger than {RECORD_MAX_CHARS}"
     return data
@@ -127,8 +131,8 @@ def _capture(root: Dir, batch: int) -> dict[str, Any] | str:
             if found[1]:
                 compact.append(k)
         sources[str(index)] = {"entries": entries, "compact": compact}
-    return {"v": SCHEMA_VERSION, "batch": batch, "offsets": offsets, "prev": _sha(prev) if prev is not None else None,
-            "sources": sources}
+    return {"v": SCHEMA_VERSION, "batch": batch, "offsets": offsets,
+            "prev": _sha(prev) if prev is not None else None, "sources": sources}
 
 
 def decode(record: str) -> dict[str, Any] | str:
@@ -145,10 +149,12 @@ def decode(record: str) -> dict[str, Any] | str:
         raw = inflater.decompress(base64.b64decode(data, validate=True), BODY_MAX_BYTES)
         if inflater.unconsumed_tail:
             return f"its replay record decompresses past the limit of {BODY_MAX_BYTES} bytes"
-        body = bounded.decode(raw, Limits(BODY_MAX_BYTES, BODY_MAX_COST), "the record")  # CorruptRecord: a ValueError
+        # CorruptRecord: a ValueError
+        body = bounded.decode(raw, Limits(BODY_MAX_BYTES, BODY_MAX_COST), "the record")
     except (binascii.Error, zlib.error, ValueError) as exc:
         return f"its replay record is unreadable ({exc})"
-    if not isinstance(body, dict) or body.get("v") != SCHEMA_VERSION or not isinstance(body.get("offsets"), str):
+    if (not isinstance(body, dict) or body.get("v") != SCHEMA_VERSION
+            or not isinstance(body.get("offsets"), str)):
         return "its replay record has an unknown schema"
     return body
 
@@ -222,7 +228,8 @@ def _compacted_lines(root: Dir, path: str, k: int) -> list[str]:
     needle = f'"batchId":{k}'.encode()
     lines = [line.decode("utf-8") for line in _entries(root, path)
              if needle in line and json.loads(line).get("batchId") == k]
-    return lines or [line.decode("utf-8") for line in _entries(root, path) if json.loads(line).get("batchId") == k]
+    return lines or [line.decode("utf-8") for line in _entries(root, path)
+                     if json.loads(line).get("batchId") == k]
 
 
 def _entries(root: Dir, path: str) -> Iterator[bytes]:
@@ -272,7 +279,8 @@ def plan_replay(snapshot: SnapshotHandle | None, sink: Sink, job: str, position:
         except SparkpointError as exc:
             return f"the replay record of batch {batch} cannot be read from {sink.sink_id} ({exc})"
         if raw is None:
-            return (f"batch {batch} was committed without a replay record (by an earlier release, or the sink "
+            return (f"batch {batch} was committed without a replay record (by an "
+                    "earlier release, or the sink "
                     "keeps none), so its offsets are unknown")
         body = decode(raw)
         if isinstance(body, str):
@@ -280,11 +288,14 @@ def plan_replay(snapshot: SnapshotHandle | None, sink: Sink, job: str, position:
         if body.get("batch") != batch:
             return f"the replay record of batch {batch} names batch {body.get('batch')}"
         if body.get("code") != code_version:
-            return (f"batch {batch} was committed by job code version {body.get('code') or '(none declared)'} and "
-                    f"this run is version {code_version or '(none declared)'} (spark.sparkpoint.codeVersion): "
+            return (f"batch {batch} was committed by job code version "
+                    f"{body.get('code') or '(none declared)'} and "
+                    f"this run is version {code_version or '(none declared)'} "
+                    "(spark.sparkpoint.codeVersion): "
                     "replaying it would not rebuild the state its output came from")
         if body.get("prev") != prev:
-            return (f"batch {batch} was committed by a run that did not start from {where} (its previous offsets "
+            return (f"batch {batch} was committed by a run that did not start from "
+                    f"{where} (its previous offsets "
                     "differ), so replaying it from here would not reproduce it")
         why = _sources_replayable(body, batch, restart)
         if why is not None:
@@ -307,10 +318,12 @@ def _sources_replayable(body: Mapping[str, Any], batch: int, restart: int) -> st
             if str(index) not in recorded:
                 return f"the log entries of file source {index} of batch {batch} were not recorded"
         elif not isinstance(value, (dict, list)):
-            return (f"source {index} of batch {batch} has a counter offset ({line[:40]}), as the rate, socket and "
+            return (f"source {index} of batch {batch} has a counter offset ({line[:40]}), "
+                    "as the rate, socket and "
                     "memory sources do: its input is not kept, so the batch cannot be read again identically")
         elif restart < 0:
-            return (f"source {index} of batch {batch} is not a file source; replaying it from empty state would "
+            return (f"source {index} of batch {batch} is not a file source; replaying "
+                    "it from empty state would "
                     "need its own log, which is not recorded")
     return None
 
@@ -350,11 +363,13 @@ def replay_committed(
         return []
     found = plan_replay(snapshot, sink, job, position, code_version)
     if isinstance(found, str):
-        raise SinkAheadError(f"sink {sink.sink_id} has already committed batch {position} of job {job!r}, past the "
+        raise SinkAheadError(f"sink {sink.sink_id} has already committed batch {position} "
+                             f"of job {job!r}, past the "
                              f"restore point; the batches cannot be replayed: {found}")
-    log.warning("sink %s holds batches %d..%d of job %s past the restart point: replaying batches %d..%d with the "
-                "offsets their commits recorded (their output is not written again)", sink.sink_id, found.first,
-                found.last, job, found.first, found.last)
+    log.warning("sink %s holds batches %d..%d of job %s past the restart point: replaying "
+                "batches %d..%d with the "
+                "offsets their commits recorded (their output is not written again)", sink.sink_id,
+                found.first, found.last, job, found.first, found.last)
     for body in found.records:
         batch = int(body["batch"])
         fence.check()
@@ -410,7 +425,8 @@ def _entries_upto(root: Dir, directory: str, upto: int) -> Iterator[bytes]:
         try:
             yield from _entries(root, f"{directory}/{k}")
         except FileNotFoundError:
-            raise SparkpointError(f"cannot rebuild the compacted file source log in {root.path}/{directory}: entry "
+            raise SparkpointError("cannot rebuild the compacted file source log in "
+                                  f"{root.path}/{directory}: entry "
                                   f"{k} is missing") from None
 
 
@@ -430,7 +446,8 @@ def run_batch(spark: SparkSession, df: DataFrame, output_mode: str, live_root: s
              .option("checkpointLocation", live_root).trigger(once=True).start())
     query.awaitTermination()
     if seen != [batch] or livedir.last_commit(live_root) != batch:
-        raise SparkpointError(f"replaying batch {batch} in {live_root}: Spark ran batches {seen} and its last "
+        raise SparkpointError(f"replaying batch {batch} in {live_root}: Spark ran "
+                              f"batches {seen} and its last "
                               f"commit is {livedir.last_commit(live_root)}; expected batch {batch} alone")
     log.info("replayed batch %d in %s", batch, live_root)
 

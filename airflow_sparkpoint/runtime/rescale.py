@@ -59,6 +59,10 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints import SnapshotHandle
     from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 
+__all__ = ["KEY", "PROVIDER", "SHUFFLE_PARTITIONS", "SUPPORTED_OPERATORS", "RescalePlan",
+           "apply_shuffle_partitions", "check_shuffle_partitions", "interrupted", "offset_log_conf",
+           "plan_rescale", "rescale_live", "summary"]
+
 log = logging.getLogger(__name__)
 
 KEY = "spark.sparkpoint.restore.statePartitions"
@@ -104,7 +108,8 @@ class RescalePlan:
         if not self.needed:
             return f"the snapshot already has {self.target} state partitions: nothing to rescale"
         ops = ", ".join(f"{i} ({n})" for i, n in self.operators)
-        return f"rescale from {self.current} to {self.target} state partitions (batch {self.batch_id}; operators {ops})"
+        return (f"rescale from {self.current} to {self.target} state partitions "
+                f"(batch {self.batch_id}; operators {ops})")
 
 
 def plan_rescale(target: int | None, plan: RestorePlan) -> RescalePlan | None:
@@ -133,8 +138,10 @@ def plan_rescale(target: int | None, plan: RestorePlan) -> RescalePlan | None:
     provider = conf.get(PROVIDER, "")
     if operators and current != target and not provider.endswith(".RocksDBStateStoreProvider"):
         raise RestoreError(
-            f"{KEY}={target}: {handle.uri} keeps its state with {provider or 'an unknown state store provider'}; "
-            "Spark's offline state repartitioner supports RocksDB state only (spark.sparkpoint.stateStore=rocksdb, "
+            f"{KEY}={target}: {handle.uri} keeps its state with "
+            f"{provider or 'an unknown state store provider'}; "
+            "Spark's offline state repartitioner supports RocksDB state only "
+            "(spark.sparkpoint.stateStore=rocksdb, "
             f"the default). Restore it with its own {current} state partitions (remove {KEY})"
         )
     unsupported = [(i, name) for i, name in operators if name not in SUPPORTED_OPERATORS]
@@ -196,7 +203,8 @@ def _snapshot_operators(handle: SnapshotHandle) -> list[tuple[int, str]]:
     for op in sorted(state_ops):
         if op not in chosen:
             raise RestoreError(f"{handle.uri}: stateful operator {op} has no operator metadata "
-                               f"(state/{op}/_metadata, written by Spark 3.5 and later); it cannot be rescaled")
+                               f"(state/{op}/_metadata, written by Spark 3.5 and "
+                               "later); it cannot be rescaled")
         data = _read(handle, chosen[op][1]) or b""
         operators.append((op, _operator_name(data) or f"unknown operator {op}"))
     return operators
@@ -271,7 +279,8 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
     # The snapshot's batch, or a later one when the run replayed what a sink held (runtime.replay).
     batch = livedir.last_commit(path)
     if batch is None or batch < rescale.batch_id or _exists(path, spark_layout.offsets_entry(batch + 1)):
-        raise SparkpointError(f"live location {live} is not at a committed batch >= {rescale.batch_id} with nothing "
+        raise SparkpointError(f"live location {live} is not at a committed batch >= "
+                              f"{rescale.batch_id} with nothing "
                               f"after it (last commit {batch}); refusing to rescale it")
     fence()
     log.info("%s: %s in %s", KEY, rescale.describe(), live)
@@ -297,14 +306,18 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
         raise SparkpointError(f"{KEY}={rescale.target}: Spark's repartitioner failed on {live}: "
                               f"{_first_line(error[0])}") from error[0]
     if livedir.last_commit(path) != synthetic:
-        raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner did not commit batch {synthetic} in {live}")
+        raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner did not commit "
+                              f"batch {synthetic} in {live}")
     try:
-        recorded = offset_log_conf((livedir.read_log_file(path, spark_layout.offsets_entry(synthetic)) or "").encode()
-                                   ).get(SHUFFLE_PARTITIONS)
+        recorded = offset_log_conf(
+            (livedir.read_log_file(path, spark_layout.offsets_entry(synthetic)) or "").encode()
+        ).get(SHUFFLE_PARTITIONS)
     except (OSError, ValueError) as exc:  # a link, or over the limit of a log file
-        raise SparkpointError(f"{KEY}={rescale.target}: cannot read offsets/{synthetic} in {live}: {exc}") from None
+        raise SparkpointError(f"{KEY}={rescale.target}: cannot read offsets/{synthetic} in {live}: "
+                              f"{exc}") from None
     if recorded != str(rescale.target):
-        raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner recorded {SHUFFLE_PARTITIONS}={recorded} "
+        raise SparkpointError(f"{KEY}={rescale.target}: the repartitioner recorded "
+                              f"{SHUFFLE_PARTITIONS}={recorded} "
                               f"for batch {synthetic} in {live}")
     fence()
     try:
@@ -312,7 +325,8 @@ def rescale_live(spark: SparkSession, live: str, rescale: RescalePlan, fence: Ca
             _fix_v1_metadata(location, rescale.target)
             removed = _remove_dropped_partitions(location, rescale.target)
     except (OSError, ValueError) as exc:  # a link planted in the location, metadata over its limit
-        raise SparkpointError(f"{KEY}={rescale.target}: cannot update the state metadata in {live}: {exc}") from None
+        raise SparkpointError(f"{KEY}={rescale.target}: cannot update the state "
+                              f"metadata in {live}: {exc}") from None
     log.info("%s: state of batch %d repartitioned from %d to %d partitions as batch %d%s", KEY, batch,
              rescale.current, rescale.target, synthetic,
              f" ({removed} dropped partition directories removed)" if removed else "")
@@ -366,7 +380,8 @@ def _fix_v1_metadata(location: Dir, partitions: int) -> None:
             store["numPartitions"] = partitions
         location.write(target, ("v1\n" + json.dumps(body, separators=(",", ":"))).encode(), fsync=False)
         directory, _, name = target.rpartition("/")
-        location.unlink(f"{directory}/.{name}.crc")  # Hadoop would check the old checksum against the new bytes
+        # Hadoop would check the old checksum against the new bytes
+        location.unlink(f"{directory}/.{name}.crc")
 
 
 def _remove_dropped_partitions(location: Dir, partitions: int) -> int:

@@ -45,6 +45,9 @@ from airflow_sparkpoint.runtime.sink_lineage import divergence
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.storage.paths import confine
 
+__all__ = ["LiveChoice", "LiveReuse", "RestorePlan", "check_sink_position", "choose_live", "fill_live",
+           "materialize", "pin_restart_point", "plan_restore", "seed_index_in_place"]
+
 log = logging.getLogger(__name__)
 
 def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | None = None) -> RestorePlan:
@@ -59,7 +62,8 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
         if latest is not None and not cfg.restore_force:
             raise RestoreError(
                 f"spark.sparkpoint.restore=none but job {cfg.job!r} has completed checkpoints "
-                f"(latest: {catalog.checkpoint_uri(latest.id)}); set spark.sparkpoint.restore.force=true to start "
+                f"(latest: {catalog.checkpoint_uri(latest.id)}); set "
+                "spark.sparkpoint.restore.force=true to start "
                 "with empty state anyway, or use restore=latest"
             )
         return RestorePlan(None, "empty state (restore=none)", sink_ahead=cfg.restore_sink_ahead)
@@ -73,14 +77,14 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
             policy = "rewind"
         if point.checkpoint is not None:
             handle = catalog.handle(point.checkpoint)
-            return RestorePlan(handle, point.description, "checkpoint", point.checkpoint.id, True, policy, origin,
-                               latest=True, code_version=cfg.code_version)
+            return RestorePlan(handle, point.description, "checkpoint", point.checkpoint.id, True, policy,
+                               origin, latest=True, code_version=cfg.code_version)
         if point.uri is not None:
             assert origin is not None
             handle = _open_origin(point.uri, origin, cfg)
             allow = cfg.restore_allow_foreign_job or bool(origin.restore.get("allow_foreign_job"))
-            return replace(_plan_for(handle, catalog, cfg.job, allow, policy, point.description, origin), latest=True,
-                           code_version=cfg.code_version)
+            return replace(_plan_for(handle, catalog, cfg.job, allow, policy, point.description, origin),
+                           latest=True, code_version=cfg.code_version)
         return RestorePlan(None, point.description, sink_ahead=policy, continues=origin, latest=True,
                            code_version=cfg.code_version)
     handle = open_snapshot(cfg.restore, storage_options=cfg.storage_options)
@@ -217,18 +221,22 @@ def check_sink_position(
     restart = plan.batch_id
     where = f"batch {restart} of {plan.snapshot.uri}" if plan.snapshot else "empty state"
     if catalog is not None and plan.snapshot is not None:
-        found = divergence(plan.snapshot, sink, catalog, job, own_root=under_root(plan.snapshot.uri, catalog.uri))
+        found = divergence(plan.snapshot, sink, catalog, job,
+                           own_root=under_root(plan.snapshot.uri, catalog.uri))
         if found is not None:
             if found.rewindable and policy == "rewind" and sink.can_rewind:
                 return _rewind(plan, sink, job, where, found.describe(sink, plan.snapshot.uri), apply, fence,
                                error=SinkLineageError)
             raise SinkLineageError(
                 f"{found.describe(sink, plan.snapshot.uri)}; restoring {where} would lose or mix output. "
-                + ("Nothing was changed. Restore a snapshot of the lineage the sink holds (see `sparkpoint list` and "
+                + ("Nothing was changed. Restore a snapshot of the lineage the sink holds "
+                   "(see `sparkpoint list` and "
                    "`sparkpoint history`)"
-                   + (f", or set {PREFIX}restore.sinkAhead=rewind to rewind the sink to that lineage's own commit"
+                   + (f", or set {PREFIX}restore.sinkAhead=rewind to rewind the sink to "
+                      "that lineage's own commit"
                       if found.rewindable and sink.can_rewind else "")
-                   + (f" ({type(sink).__name__} cannot rewind)" if found.rewindable and not sink.can_rewind else ""))
+                   + (f" ({type(sink).__name__} cannot rewind)"
+                      if found.rewindable and not sink.can_rewind else ""))
             )
     position = sink.committed_position(job)
     if not apply and catalog is not None:
@@ -242,13 +250,14 @@ def check_sink_position(
             return False
         because = f" The committed batches cannot be replayed from the restart point: {found_replay}."
     if policy == "rewind" and plan.snapshot is not None and sink.can_rewind:
-        return _rewind(plan, sink, job, where, f"sink {sink.sink_id} is at batch {position}, past {where}", apply,
-                       fence)
+        return _rewind(plan, sink, job, where, f"sink {sink.sink_id} is at batch {position}, past {where}",
+                       apply, fence)
     newer = f"Restore a checkpoint or savepoint at or after batch {position} (see `sparkpoint list`)"
     if not sink.can_rewind:
         # S3Sink, DirectorySink: committed objects cannot be taken back, whatever the policy.
         remedy = (f"{newer}, or write to a new output location. {type(sink).__name__} cannot rewind: "
-                  "committed output cannot be taken back (restore.sinkAhead=rewind works with DeltaSink only)")
+                  "committed output cannot be taken back (restore.sinkAhead=rewind "
+                  "works with DeltaSink only)")
     elif plan.snapshot is None:
         remedy = f"{newer}; a rewind needs a snapshot to rewind to, and this restore starts from empty state"
     else:
@@ -259,17 +268,20 @@ def check_sink_position(
     )
 
 
-def _decided_position(plan: RestorePlan, sink: Sink, catalog: Catalog, job: str, position: int | None) -> int | None:
+def _decided_position(plan: RestorePlan, sink: Sink, catalog: Catalog, job: str,
+                      position: int | None) -> int | None:
     """The sink's position once the transactions recovery will finish have landed: a
     recorded transaction the restart point does not confirm whose committer decided to
     promote it (a run stalled in its commit) is finished by `settle_unconfirmed`, never
     aborted. The check before the origin counts it, so that its landing cannot refuse the
     start after the origin is written (the window left: a committer that decides after
     this read, see docs/PROTOCOL.md)."""
-    confirmed = {(t.batch_id, t.generation) for t in plan.snapshot.metadata.transactions} if plan.snapshot else set()
+    confirmed = ({(t.batch_id, t.generation) for t in plan.snapshot.metadata.transactions}
+                 if plan.snapshot else set())
     restart = -1 if plan.batch_id is None else plan.batch_id
     for record in catalog.transactions():
-        if record.job != job or record.batch_id <= restart or (record.batch_id, record.generation) in confirmed:
+        if (record.job != job or record.batch_id <= restart
+                or (record.batch_id, record.generation) in confirmed):
             continue
         if (position is None or record.batch_id > position) and sink.decision(record) == "promote":
             position = record.batch_id
@@ -286,7 +298,8 @@ def _rewind(plan: RestorePlan, sink: Sink, job: str, where: str, why: str, apply
     assert plan.snapshot is not None
     problem = sink.rewind_problem(job, plan.snapshot.metadata)
     if problem is not None:
-        raise error(f"{why}, and {problem}. Nothing was changed. Restore a snapshot of the lineage the sink holds "
+        raise error(f"{why}, and {problem}. Nothing was changed. Restore a snapshot of "
+                    "the lineage the sink holds "
                     "(see `sparkpoint list`), or write to a new output location")
     if not apply:
         return True
@@ -351,7 +364,8 @@ def choose_live(
         if path and os.path.isdir(path) and path not in paths:
             try:  # read from the lineage or status record: only a location of this job's work root
                 confine(os.path.relpath(os.path.realpath(path), os.path.realpath(work_root)),
-                        what=f"previous live location {candidate!r} (read from the store) relative to {work_root}")
+                        what=f"previous live location {candidate!r} (read from the "
+                             f"store) relative to {work_root}")
             except InvalidPath as exc:
                 log.warning("%s; not reused", exc)
                 continue
@@ -383,13 +397,15 @@ def choose_live(
         reason = "empty state"
     lock = livedir.try_lock(fresh)
     if lock is None:
-        raise SparkpointError(f"live location {fresh} of generation {generation} is locked by another process")
+        raise SparkpointError(f"live location {fresh} of generation {generation} is "
+                              "locked by another process")
     assert lock.dir is not None
     livedir.write_owner(lock.dir, livedir.owner_record(job, generation, jvm_pid))
     return LiveChoice(fresh, lock, False, paths[0] if paths else None, reason or "a fresh location")
 
 
-def fill_live(choice: LiveChoice, plan: RestorePlan, *, repair: bool = True) -> tuple[dict[str, IndexEntry], LiveReuse]:
+def fill_live(choice: LiveChoice, plan: RestorePlan, *,
+              repair: bool = True) -> tuple[dict[str, IndexEntry], LiveReuse]:
     """Bring the chosen location to the restart point; return the coordinator's file index.
     `repair`: Spark falls back to an older snapshot when a store's newest fails to load
     (`spark_support.snapshot_repair`), so a fresh location keeps what that needs."""
@@ -397,12 +413,13 @@ def fill_live(choice: LiveChoice, plan: RestorePlan, *, repair: bool = True) -> 
         livedir.clear(choice.lock.dir or choice.path)
         return {}, LiveReuse("empty", choice.path, reason=choice.reason)
     if choice.in_place:
-        return seed_index_in_place(plan.snapshot.metadata), LiveReuse("in-place", choice.path, reason=choice.reason)
+        return seed_index_in_place(plan.snapshot.metadata), LiveReuse("in-place", choice.path,
+                                                                      reason=choice.reason)
     # A savepoint's (or another root's) files are not this job's shared files: checkpoints
     # must not reference them, so they are copied once (NO_CLAIM; `Coordinator.prestore`).
     counts: dict[str, int] = {}
-    index = materialize(plan.snapshot, choice.path, stored=plan.own_files, link_from=choice.link_from, counts=counts,
-                        only_read=True, repair=repair, live=choice.lock.dir)
+    index = materialize(plan.snapshot, choice.path, stored=plan.own_files, link_from=choice.link_from,
+                        counts=counts, only_read=True, repair=repair, live=choice.lock.dir)
     return index, LiveReuse("materialized", choice.path, counts.get("linked", 0), counts.get("downloaded", 0),
                             choice.reason, counts.get("skipped", 0))
 

@@ -20,6 +20,8 @@ from airflow_sparkpoint.runtime import heap, livedir
 from airflow_sparkpoint.runtime.config import parse_duration
 from airflow_sparkpoint.runtime.run_startup import _RunStartup
 
+__all__ = ["CONTROL_CLEANUP_BACKLOG_S", "CONTROL_CLEANUP_BATCH", "CONTROL_CLEANUP_EVERY_S"]
+
 log = logging.getLogger(__name__)
 
 #: How often a run deletes the control requests that finished over a day ago (the
@@ -157,11 +159,13 @@ class _RunCoordination(_RunStartup):
         (`Coordinator.checkpoint_final_snapshot`). Not after a failure, a cancel or SIGTERM;
         a control request arriving meanwhile ends the wait (nobody serves it during it)."""
         request = self.stop_request
-        if (self.cfg.state_store != "rocksdb" or self.query_failed or self.error is not None or not self.batches_staged
+        if (self.cfg.state_store != "rocksdb" or self.query_failed or self.error is not None
+                or not self.batches_staged
                 or (self.stopping.is_set() and (request is None or request.kind == "cancel"))):
             return
         interval, min_deltas = self._snapshot_settings
-        timeout = interval + 30.0 if self.cfg.final_snapshot_timeout_s is None else self.cfg.final_snapshot_timeout_s
+        timeout = (interval + 30.0 if self.cfg.final_snapshot_timeout_s is None
+                   else self.cfg.final_snapshot_timeout_s)
         if request is not None:  # leave the savepoint half of the time the requester gives the stop
             timeout = min(timeout, (request.deadline - time.time()) / 2)
         next_look = [time.monotonic() + self.cfg.poll_interval_s]
@@ -189,7 +193,8 @@ class _RunCoordination(_RunStartup):
         if not self._control_swept:
             withdrawn = self.control.withdraw_superseded(self.generation)
             if withdrawn:
-                log.warning("job %s generation %d withdrew %d control request(s) addressed to earlier runs: %s",
+                log.warning("job %s generation %d withdrew %d control request(s) "
+                            "addressed to earlier runs: %s",
                             self.cfg.job, self.generation, len(withdrawn), withdrawn)
             self._control_swept = True
         for request in self.control.pending(self.generation):

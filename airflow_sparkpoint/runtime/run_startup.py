@@ -32,6 +32,8 @@ from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 from airflow_sparkpoint.runtime.run_status import _RunStatus
 from airflow_sparkpoint.storage import open_storage
 
+__all__: list[str] = []
+
 log = logging.getLogger(__name__)
 
 
@@ -91,11 +93,13 @@ class _RunStartup(_RunStatus):
         inherited = plan.continues.restore if plan.continues is not None else {}
         pin = pin_restart_point(plan, self.catalog, self.generation)  # owned before the origin relies on it
         self.catalog.write_origin(new_origin(
-            self.generation, kind=plan.kind, uri=plan.snapshot.uri if plan.snapshot else None, base_id=plan.base_id,
+            self.generation, kind=plan.kind, uri=plan.snapshot.uri if plan.snapshot else None,
+            base_id=plan.base_id,
             snapshot_id=meta.id if meta else None, batch_id=meta.batch_id if meta else None,
             id_floor=self.catalog.next_checkpoint_id() - 1,
             restore={"restore": cfg.restore, "sink_ahead": plan.sink_ahead, "force": cfg.restore_force,
-                     "allow_foreign_job": cfg.restore_allow_foreign_job or bool(inherited.get("allow_foreign_job")),
+                     "allow_foreign_job": (cfg.restore_allow_foreign_job
+                                           or bool(inherited.get("allow_foreign_job"))),
                      "state_partitions": cfg.restore_state_partitions},
             live_dir=self.live, host=socket.gethostname(), pid=os.getpid(), pin=pin,
         ))
@@ -118,22 +122,24 @@ class _RunStartup(_RunStatus):
                                    commit_mode=cfg.commit_mode)
         self.checkpointer = Checkpointer(
             catalog=self.catalog, fence=run_fence, live_root=self.live, transactions=self.committer,
-            interval_s=cfg.checkpoint_interval_s, num_retained=cfg.num_retained, timeout_s=cfg.checkpoint_timeout_s,
-            tolerable_failures=cfg.tolerable_failures, spark_info=self._spark_info(), on_status=self._heartbeat,
+            interval_s=cfg.checkpoint_interval_s, num_retained=cfg.num_retained,
+            timeout_s=cfg.checkpoint_timeout_s,
+            tolerable_failures=cfg.tolerable_failures, spark_info=self._spark_info(),
+            on_status=self._heartbeat,
         )
         self.committer.seed(meta)
         self.checkpointer.seed(meta, index)
         if plan.snapshot is not None and not plan.own_files:
             self.checkpointer.store_ahead(plan.snapshot.files_store)  # overlaps Spark's first batch
-        pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode, self.generation,
-                                                  settled=settled)
+        pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode,
+                                                  self.generation, settled=settled)
         for record in pending:
             self.committer.add_pending(record)
         if plan.replays_ahead(self.sink):  # the self-healing fallback (runtime.replay)
             self._write_status("running")  # a long replay must not look like a dead run
             recovered["replayed"] = replay.replay_committed(
-                self.spark, self.df, self.output_mode, sink=self.sink, fence=run_fence, snapshot=plan.snapshot,
-                live_root=self.live, job=cfg.job, code_version=plan.code_version)
+                self.spark, self.df, self.output_mode, sink=self.sink, fence=run_fence,
+                snapshot=plan.snapshot, live_root=self.live, job=cfg.job, code_version=plan.code_version)
             if recovered["replayed"]:  # the snapshot's position of this sink is behind what it holds now
                 self.committer.sink_positions.pop(self.sink.sink_id, None)
                 owners = self._committers(recovered["replayed"])

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.runtime.restore_plan import RestorePlan
     from airflow_sparkpoint.sinks.base import Sink
 
+__all__: list[str] = []
+
 log = logging.getLogger(__name__)
 
 
@@ -131,7 +133,8 @@ class _RunStatus:
         last = checkpointer.last_checkpoint if checkpointer is not None else None
         status = JobStatus(
             job=self.cfg.job, generation=self.generation, state=state, started_at=self.started_at,
-            heartbeat_at=time.time(), last_batch=checkpointer.confirmed_batch if checkpointer is not None else None,
+            heartbeat_at=time.time(),
+            last_batch=checkpointer.confirmed_batch if checkpointer is not None else None,
             last_checkpoint_id=last.id if last else None,
             last_checkpoint_uri=self.catalog.checkpoint_uri(last.id) if last else None,
             checkpoints_completed=checkpointer.checkpoints_completed if checkpointer is not None else 0,
@@ -162,7 +165,8 @@ class _RunStatus:
             last_checkpoint=self.catalog.checkpoint_uri(last.id) if last else None,
             savepoint=self.savepoint_uri,
             restored_from=self.plan.snapshot.uri if self.plan.snapshot else None,
-            restore_mode="in-place" if self.choice.in_place else ("snapshot" if self.plan.snapshot else "empty"),
+            restore_mode=("in-place" if self.choice.in_place
+                          else ("snapshot" if self.plan.snapshot else "empty")),
             checkpoints_completed=self.checkpointer.checkpoints_completed,
             **RunResult.committed(self.committer.batches_committed),
             recovered=self.recovered,

@@ -93,7 +93,8 @@ def terminate(run: Terminable, reason: str = REASON, *, exit_grace_s: float | No
     if isinstance(run.error, Terminated):
         return False
     generation = run.claimed_generation
-    run.error = Terminated(f"job {run.job_name!r} generation {'?' if generation is None else generation}: {reason}")
+    run.error = Terminated(f"job {run.job_name!r} generation {'?' if generation is None else generation}: "
+                           f"{reason}")
     run.stopping.set()
     worker = threading.Thread(target=_record_and_stop, args=(run, reason, exit_grace_s),
                               name="sparkpoint-sigterm", daemon=True)

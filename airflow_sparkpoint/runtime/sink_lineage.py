@@ -58,12 +58,15 @@ class Divergence:
     def describe(self, sink: Sink, where: str) -> str:
         if self.kind == "diverged":
             holder = self.held.txn_id if self.held is not None and self.held.txn_id else "another transaction"
-            return (f"sink {sink.sink_id} holds batch {self.batch} of another lineage ({holder}), not {self.expected} "
+            return (f"sink {sink.sink_id} holds batch {self.batch} of another lineage "
+                    f"({holder}), not {self.expected} "
                     f"that {where} continues from")
         if self.kind == "behind":
-            return (f"sink {sink.sink_id} no longer holds batch {self.batch} ({self.expected}), which the lineage of "
+            return (f"sink {sink.sink_id} no longer holds batch {self.batch} "
+                    f"({self.expected}), which the lineage of "
                     f"{where} committed (a restore of another lineage rewound it)")
-        return (f"transaction {self.expected} (batch {self.batch}), which {where} lists as confirmed, was aborted "
+        return (f"transaction {self.expected} (batch {self.batch}), which {where} lists "
+                "as confirmed, was aborted "
                 "since: its output is gone")
 
 
@@ -100,7 +103,8 @@ def divergence(snapshot: SnapshotHandle | None, sink: Sink, catalog: Catalog, jo
     first = True
     for batch, record in sorted(pending.items()):
         if batch > top:
-            if recorded is not None and (batch, record.generation) not in recorded and not sink.is_committed(record):
+            if (recorded is not None and (batch, record.generation) not in recorded
+                    and not sink.is_committed(record)):
                 # settled since: committed and then undone by another lineage's rewind, or aborted
                 return Divergence("behind" if sink.was_committed(record) else "aborted", batch, record.txn_id)
             # Aborted, its record not yet deleted: an abort decides before it deletes, and

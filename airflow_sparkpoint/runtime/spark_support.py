@@ -60,7 +60,8 @@ class Feature:
 
 FEATURES: Mapping[str, Feature] = {f.name: f for f in (
     Feature("rescale on restore", (4, 2),
-            f"{STATE_PARTITIONS_KEY}: Spark's offline state repartitioner (SparkSession._streamingCheckpointManager)"),
+            f"{STATE_PARTITIONS_KEY}: Spark's offline state repartitioner "
+            "(SparkSession._streamingCheckpointManager)"),
     Feature("transformWithState", (4, 0), "GroupedData.transformWithStateInPandas", refused_by_runtime=False),
     Feature("Python data sources", (4, 0), "pyspark.sql.datasource (spark.dataSource.register)",
             refused_by_runtime=False),
@@ -85,11 +86,14 @@ def check_runtime_libraries() -> None:
     """
     missing = missing_runtime_libraries()
     if importlib.util.find_spec("pyspark") is None:
-        missing.insert(0, f"pyspark (the cluster's Spark, {_line_text(SPARK_RANGE[0])} to < {_line_text(SPARK_RANGE[1])})")
+        missing.insert(0, f"pyspark (the cluster's Spark, {_line_text(SPARK_RANGE[0])} to < "
+                          f"{_line_text(SPARK_RANGE[1])})")
     if missing:
         raise ConfigError(
-            f"the Sparkpoint runtime is missing {', '.join(missing)} in the driver's Python {sys.executable}; "
-            "install them in the Spark environment (pip install 'airflow-sparkpoint[runtime]' or the packages "
+            f"the Sparkpoint runtime is missing {', '.join(missing)} in the driver's "
+            f"Python {sys.executable}; "
+            "install them in the Spark environment (pip install "
+            "'airflow-sparkpoint[runtime]' or the packages "
             "above) or ship them as an archive (--archives with a venv-pack; see docs/install.md)"
         )
 
@@ -150,7 +154,8 @@ def check_restore_line(snapshot_version: str | None, running_version: str, uri: 
     taken, running = spark_line(snapshot_version), spark_line(running_version)
     if taken > running:
         raise RestoreError(
-            f"restore target {uri} was taken on Spark {snapshot_version}; this Spark {running_version} is an older "
+            f"restore target {uri} was taken on Spark {snapshot_version}; this Spark "
+            f"{running_version} is an older "
             f"line and would misread its state and logs. Restore it on Spark {_line_text(taken)} or newer "
             "(docs/install.md, 'Savepoints across Spark lines')"
         )

@@ -61,7 +61,8 @@ def check_start(catalog: Catalog, starter: AirflowTry | None, *, takeover: bool,
     by = _describe(running)
     me = _describe(starter)
     raise JobAlreadyRunning(
-        f"job {catalog.job!r} is already running: generation {status.generation} ({status.state}), started by "
+        f"job {catalog.job!r} is already running: generation {status.generation} "
+        f"({status.state}), started by "
         f"{by}, on host {status.host or '?'} pid {status.pid or '?'}, heartbeat {age:.0f} s ago; this start "
         f"(by {me}) would fence it. Stop it first (`sparkpoint savepoint --stop`, or "
         "SparkpointSavepointOperator(stop=True)), or take it over on purpose: takeover=True on the operator "

@@ -42,6 +42,9 @@ from airflow_sparkpoint.storage.localfs import open_path, remove_tree_at
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+__all__ = ["VerifyResult", "check_files", "check_presence", "check_state", "default_verifier",
+           "load_snapshot", "record_location", "record_verification", "verify", "verify_snapshot"]
+
 log = logging.getLogger(__name__)
 
 _CHUNK = 1024 * 1024
@@ -65,11 +68,14 @@ class VerifyResult:
     found: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return {"uri": self.uri, "kind": self.kind, "batch_id": self.batch_id, "ok": self.ok, "error": self.error,
-                "verified_at": self.verified_at, "duration_s": round(self.duration_s, 3), "checks": dict(self.checks)}
+        return {"uri": self.uri, "kind": self.kind, "batch_id": self.batch_id, "ok": self.ok,
+                "error": self.error,
+                "verified_at": self.verified_at, "duration_s": round(self.duration_s, 3),
+                "checks": dict(self.checks)}
 
     def record(self, level: str = "state", verified_by: str = "") -> VerificationRecord:
-        return VerificationRecord(verified_at=self.verified_at, level=level, duration_s=round(self.duration_s, 3),
+        return VerificationRecord(verified_at=self.verified_at, level=level,
+                                  duration_s=round(self.duration_s, 3),
                                   checks=dict(self.checks), error=self.error,
                                   verified_by=verified_by or default_verifier())
 
@@ -133,14 +139,16 @@ def check_files(handle: SnapshotHandle, location: str) -> tuple[int, int]:
             total += size
             continue
         try:
-            data = handle.files_store.get(ref.key, ref.size)  # one larger than recorded is wrong: never read whole
+            # one larger than recorded is wrong: never read whole
+            data = handle.files_store.get(ref.key, ref.size)
         except StorageError as exc:
             problems.append(f"{ref.key} cannot be read ({exc})")
             continue
         if len(data) != ref.size:
             problems.append(f"{ref.key} has {len(data)} bytes, expected {ref.size}")
         elif hashlib.sha256(data).hexdigest() != ref.sha256:
-            problems.append(f"{ref.key} is corrupt: its sha256 is {hashlib.sha256(data).hexdigest()[:16]}..., "
+            problems.append(f"{ref.key} is corrupt: its sha256 is "
+                            f"{hashlib.sha256(data).hexdigest()[:16]}..., "
                             f"expected {ref.sha256[:16]}...")
         else:
             total += len(data)
@@ -169,7 +177,8 @@ def check_state(spark: SparkSession, handle: SnapshotHandle, location: str) -> d
         counts = {"operators": len(specs), "partitions": 0, "stores": 0, "rows": 0}
         for op in specs:
             if on_disk.get(op.id) != op.partitions:
-                raise _Failed(f"{handle.uri}: operator {op.id} ({op.name}) has {op.partitions} state partitions but "
+                raise _Failed(f"{handle.uri}: operator {op.id} ({op.name}) has "
+                              f"{op.partitions} state partitions but "
                               f"the snapshot holds state files for {on_disk.get(op.id, 0)} of them")
             counts["partitions"] += op.partitions
             for spec in op.physical:
@@ -233,7 +242,8 @@ def verify_snapshot(
         log.warning("verification of %s failed: %s", handle.uri, error)
     else:
         log.info("verified %s: %s", handle.uri, checks)
-    return VerifyResult(handle.uri, meta.kind, meta.batch_id, error is None, error, verified_at, duration, checks)
+    return VerifyResult(handle.uri, meta.kind, meta.batch_id, error is None, error, verified_at, duration,
+                        checks)
 
 
 def record_location(uri: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Storage, str]:
@@ -314,5 +324,6 @@ def verify(
         except CorruptMetadata as exc:
             return VerifyResult(text.rstrip("/"), None, None, False, str(exc), time.time(), 0.0, {})
         except RestoreError as exc:  # no _metadata
-            return VerifyResult(text.rstrip("/"), None, None, False, str(exc), time.time(), 0.0, {}, found=False)
+            return VerifyResult(text.rstrip("/"), None, None, False, str(exc), time.time(), 0.0, {},
+                                found=False)
     return verify_snapshot(handle, spark=spark, scratch_dir=scratch_dir)

@@ -31,6 +31,8 @@ from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+__all__ = ["SparkpointCheckpointSensor"]
+
 
 class SparkpointCheckpointSensor(SparkpointJobMixin, BaseSensorOperator):
     """Wait until a Sparkpoint job reaches a checkpoint condition.

@@ -171,7 +171,8 @@ def commit_step(
     parsed = [p for p in map(parse_txn_id, landed) if p is not None]
     latest = catalog.latest()
     return CommitStep(outcome, landed, max((g for _job, _batch, g in parsed), default=None),
-                      sorted({b for _job, b, _g in parsed}), catalog.checkpoint_uri(latest.id) if latest else None)
+                      sorted({b for _job, b, _g in parsed}),
+                      catalog.checkpoint_uri(latest.id) if latest else None)
 
 
 def _commit_as_observed(
@@ -189,7 +190,8 @@ def _commit_as_observed(
         # position; the newest checkpoint `latest` would show now is of the lineage it may
         # abandon. Settle nothing until G's lineage is known (a start that died before its
         # origin is followed by the next one).
-        log.warning("commit step of job %s: generation %d has no lineage origin yet (it is starting); nothing "
+        log.warning("commit step of job %s: generation %d has no lineage origin yet "
+                    "(it is starting); nothing "
                     "is committed or aborted now, run the step again", catalog.job, fence.generation)
         return [record.txn_id for record in records]
     latest = catalog.latest()
@@ -224,7 +226,8 @@ def _commit_as_observed(
         settle_all(catalog, to_abort, sinks.of, confirmed=False, fence=fence, on_settled=note_abort)
     finally:
         log.info(
-            "commit step of job %s as generation %s (latest checkpoint %s, batch %s): committed %s, already %s, "
+            "commit step of job %s as generation %s (latest checkpoint %s, batch %s): "
+            "committed %s, already %s, "
             "aborted %s, pending %s",
             catalog.job, fence.generation, latest.id if latest else None, latest.batch_id if latest else None,
             settled["committed"], settled["already"], settled["aborted"], pending,

@@ -40,7 +40,8 @@ from airflow_sparkpoint.exceptions import ConfigError
 
 __all__ = [
     "FULL_LOOK_S", "JITTER", "CheckpointCondition", "ConditionWatch", "Observation", "Outcome", "decide",
-    "epoch_seconds", "evaluate", "generation_alive", "observe", "optional_int", "optional_seconds", "status_mark",
+    "epoch_seconds", "evaluate", "generation_alive", "observe", "optional_int", "optional_seconds",
+    "status_mark",
 ]
 
 #: a watch's full look at the job, at least this often (seconds; see `ConditionWatch`)
@@ -103,7 +104,8 @@ def epoch_seconds(name: str, value: Any) -> float | None:
         aware = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
         return aware.timestamp()
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"{name}={value!r} is invalid; expected a datetime, epoch seconds or an ISO 8601 timestamp")
+        raise ConfigError(f"{name}={value!r} is invalid; expected a datetime, epoch seconds "
+                          "or an ISO 8601 timestamp")
     return float(value)
 
 
@@ -149,7 +151,8 @@ class CheckpointCondition:
             or not isinstance(self.after_time, (int, float))
             or not math.isfinite(self.after_time)
         ):
-            raise ConfigError(f"after_time={self.after_time!r} is invalid; expected epoch seconds (a number) or None")
+            raise ConfigError(f"after_time={self.after_time!r} is invalid; expected epoch "
+                              "seconds (a number) or None")
         optional_int("generation", self.generation, minimum=1)
         if optional_int("min_checkpoints", self.min_checkpoints, minimum=1) is None:
             raise ConfigError("min_checkpoints=None is invalid; expected an integer >= 1")
@@ -157,7 +160,8 @@ class CheckpointCondition:
             raise ConfigError(f"savepoint={self.savepoint!r} is invalid; expected True or False")
         # Any duration form, kept as seconds (the trigger serializes the condition's fields).
         object.__setattr__(self, "progress_within", optional_seconds("progress_within", self.progress_within))
-        object.__setattr__(self, "max_heartbeat_age", durations.seconds("max_heartbeat_age", self.max_heartbeat_age))
+        object.__setattr__(self, "max_heartbeat_age",
+                           durations.seconds("max_heartbeat_age", self.max_heartbeat_age))
         if self.savepoint and self.progress_within is not None:
             raise ConfigError(
                 f"progress_within={self.progress_within!r} cannot be combined with savepoint=True; "
@@ -232,7 +236,8 @@ class _Figures:
 
     @classmethod
     def of(cls, record: SnapshotRecord) -> _Figures | None:
-        if not record.valid or record.generation is None or record.batch_id is None or record.created_at is None:
+        if (not record.valid or record.generation is None or record.batch_id is None
+                or record.created_at is None):
             return None
         return cls(record.id, record.generation, record.batch_id, record.created_at, record.source_checkpoint)
 
@@ -349,7 +354,8 @@ def decide(cond: CheckpointCondition, seen: Observation, *, now: float | None = 
     if run.state in ("finished", "stopped"):
         if cond.generation is None and cond.after_time is not None and run.heartbeat_at < cond.after_time:
             # The final state of an earlier run: wait for the next one to start.
-            return Outcome(False, waiting_for=f"{waiting_for} (the last run {run.state} at {_iso(run.heartbeat_at)})")
+            return Outcome(False, waiting_for=f"{waiting_for} (the last run {run.state} at "
+                                              f"{_iso(run.heartbeat_at)})")
         return Outcome(False, error=(
             f"{what} {run.state} at {_iso(run.heartbeat_at)} before {cond.describe()} completed "
             f"(missing {', '.join(missing)})"
@@ -394,7 +400,8 @@ class ConditionWatch:
         if self.condition.savepoint:
             gate += (tuple(sorted(catalog.store.list_dirs(layout.SAVEPOINTS))),)
         if seen is None or gate != self._seen_gate or now >= self._full_look_at:
-            seen = observe(catalog, self.condition, status)  # the status just read: no second GET of status.json
+            # the status just read: no second GET of status.json
+            seen = observe(catalog, self.condition, status)
             # The gate read before the look: a change in between is seen at the next look.
             self._seen_gate = gate
             self._full_look_at = now + max(FULL_LOOK_S, self.poll_interval) * random.uniform(1 - JITTER, 1)

@@ -96,7 +96,8 @@ def _outcome(channel: ControlChannel, job: str, result: ControlResult, poll_s: f
             channel.wait(result.request_id, timeout_s=0, poll_s=poll_s)
         except ControlError as exc:
             return RequestOutcome(error=str(exc))
-        return RequestOutcome(error=f"control request {result.request_id} of job {job!r} ended {result.state}")
+        return RequestOutcome(error=f"control request {result.request_id} of job "
+                                    f"{job!r} ended {result.state}")
     if not result.savepoint:
         return RequestOutcome(error=f"control request {result.request_id} of job {job!r} completed without a "
                                     "savepoint path")

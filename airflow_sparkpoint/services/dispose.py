@@ -30,7 +30,8 @@ def dispose_snapshot(catalog: Catalog, path: str) -> tuple[str, int]:
     count = catalog.dispose(path)
     uri = f"{catalog.uri}/{key}"
     if count == 0:
-        raise CatalogError(f"nothing to dispose at {uri}: no such checkpoint or savepoint (see `sparkpoint list`)")
+        raise CatalogError(f"nothing to dispose at {uri}: no such checkpoint or "
+                           "savepoint (see `sparkpoint list`)")
     return uri, count
 
 
@@ -45,7 +46,8 @@ class SavepointDisposal:
     reasons: list[tuple[str, str]]
 
 
-def dispose_savepoints(catalog: Catalog, *, keep: int | None, older_than_s: float | None) -> SavepointDisposal:
+def dispose_savepoints(catalog: Catalog, *, keep: int | None,
+                       older_than_s: float | None) -> SavepointDisposal:
     """Dispose of the savepoints of `catalog`'s job beyond the `keep` newest or older than
     `older_than_s` (the newest, and the one the newest lineage started from, are kept).
 
@@ -75,6 +77,8 @@ def _why_kept(catalog: Catalog, entries: list[SnapshotEntry]) -> list[tuple[Snap
         reasons.append((entry, why))
     for entry in entries:
         if entry.metadata is None:
-            reasons.append((entry, "incomplete, untouched for less than an hour" if "no _metadata" in (entry.error or "")
+            reasons.append((entry,
+                            "incomplete, untouched for less than an hour"
+                            if "no _metadata" in (entry.error or "")
                             else f"invalid, kept for inspection: {entry.error}"))
     return reasons

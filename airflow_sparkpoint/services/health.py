@@ -132,7 +132,8 @@ class HealthReport:
         return not self.problems
 
     def to_json(self) -> dict[str, Any]:
-        return {"job": self.job, "healthy": self.healthy, "problems": list(self.problems), **dict(self.figures)}
+        return {"job": self.job, "healthy": self.healthy, "problems": list(self.problems),
+                **dict(self.figures)}
 
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False) -> float | None:
@@ -161,7 +162,8 @@ def validate_thresholds(
     if ratio is not None and ratio >= 1:
         raise ConfigError(f"max_failure_ratio={max_failure_ratio!r} is invalid; expected a ratio in [0, 1)")
     if isinstance(failure_window, bool) or not isinstance(failure_window, int) or failure_window < 1:
-        raise ConfigError(f"failure_window={failure_window!r} is invalid; expected an integer >= 1 (attempts)")
+        raise ConfigError(f"failure_window={failure_window!r} is invalid; expected "
+                          "an integer >= 1 (attempts)")
     heartbeat = durations.optional_seconds("max_heartbeat_age", max_heartbeat_age)
     if age is None and ratio is None and heartbeat is None:
         raise ConfigError("a health check needs at least one of max_checkpoint_age, max_failure_ratio, "
@@ -197,11 +199,14 @@ def check_health(
     if age_limit is not None:
         latest = history.latest_completed
         age = history.age_of_latest()
-        figures.update(latest_checkpoint_id=None if latest is None else latest.id, latest_checkpoint_age_s=age)
+        figures.update(latest_checkpoint_id=None if latest is None else latest.id,
+                       latest_checkpoint_age_s=age)
         if latest is None or age is None:
-            problems.append(f"job {job!r} has no completed checkpoint (expected one younger than {age_limit:g} s)")
+            problems.append(f"job {job!r} has no completed checkpoint (expected one "
+                            f"younger than {age_limit:g} s)")
         elif age > age_limit:
-            problems.append(f"job {job!r}: the latest completed checkpoint chk-{latest.id} is {age:.0f} s old "
+            problems.append(f"job {job!r}: the latest completed checkpoint "
+                            f"chk-{latest.id} is {age:.0f} s old "
                             f"(max {age_limit:g} s)")
     if ratio_limit is not None:
         ratio, attempts = _failure_ratio(history, window)
@@ -220,7 +225,8 @@ def check_health(
                             f"status (the last status is of generation {status.generation})")
         elif status.state not in ("starting", "running"):
             detail = f": {status.error}" if status.error else ""
-            problems.append(f"job {job!r} is not running: generation {status.generation} {status.state}{detail}")
+            problems.append(f"job {job!r} is not running: generation {status.generation} "
+                            f"{status.state}{detail}")
         elif history.heartbeat_age is not None and history.heartbeat_age > heartbeat_limit:
             problems.append(f"job {job!r}: the heartbeat of generation {status.generation} is "
                             f"{history.heartbeat_age:.0f} s old (max {heartbeat_limit:g} s): the driver died "

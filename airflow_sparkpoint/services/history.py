@@ -30,10 +30,12 @@ from airflow_sparkpoint.checkpoints.history import (
 from airflow_sparkpoint.checkpoints.status import JobStatus, current_of, read_job_status
 
 __all__ = [
-    "CommitHead", "GenerationRecord", "JobStatus", "PipelineHistory", "SnapshotRecord", "commit_head", "current_of",
-    "current_status", "generation_alive", "generation_records", "iso", "live_status", "liveness", "load_history",
-    "open_requests", "plan_origin", "read_generation", "read_job_status", "short_name", "size", "skipped_checkpoints",
-    "snapshot_records",
+    "CommitHead", "GenerationRecord", "JobStatus", "PipelineHistory", "SnapshotRecord", "commit_head",
+    "current_of",
+    "current_status", "generation_alive", "generation_records", "iso", "live_status", "liveness",
+    "load_history",
+    "open_requests", "plan_origin", "read_generation", "read_job_status", "short_name", "size",
+    "skipped_checkpoints", "snapshot_records",
 ]
 
 
@@ -42,7 +44,8 @@ def skipped_checkpoints(history: PipelineHistory) -> list[SnapshotRecord]:
     skips over, as the catalog warns), without those that are only incomplete."""
     latest = history.latest_completed
     return [record for record in history.checkpoints
-            if record.error and "no _metadata" not in record.error and (latest is None or record.id > latest.id)]
+            if record.error and "no _metadata" not in record.error
+            and (latest is None or record.id > latest.id)]
 
 
 def commit_head(catalog: Catalog) -> CommitHead | None:

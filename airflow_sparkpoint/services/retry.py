@@ -81,7 +81,8 @@ def chosen_snapshot(value: Any) -> str | None:
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if not isinstance(value, str) or value.strip().lower() in ("latest", "none"):
-        raise ConfigError(f"restore_snapshot={value!r} is invalid; expected a savepoint or checkpoint path (see "
+        raise ConfigError(f"restore_snapshot={value!r} is invalid; expected a savepoint "
+                          "or checkpoint path (see "
                           "`sparkpoint list`), or empty; 'latest' and 'none' are values of restore=")
     return value.strip()
 
@@ -151,17 +152,21 @@ def restore_decision(catalog: Catalog, *, job: str, task: str, try_number: int, 
         run = find_claim(catalog, previous.tokens[-1], after=previous.since)
         status = run_status(catalog, run.generation) if run is not None else None
         if run is None:
-            lines.append(f"try {try_number}: the previous try ({previous.try_number}) started no run of job {job}")
+            lines.append(f"try {try_number}: the previous try ({previous.try_number}) "
+                         f"started no run of job {job}")
         elif status is not None:
-            lines.append(f"try {try_number}: the previous try ({previous.try_number}) ran generation {run.generation}"
+            lines.append(f"try {try_number}: the previous try ({previous.try_number}) ran "
+                         f"generation {run.generation}"
                          f", which ended {status.state}" + (f" ({status.error})" if status.error else ""))
     if chosen == "latest":
         lines.append(f"try {try_number} of {task}: resuming job {job} from its latest retained checkpoint "
                      f"(restore=latest; the first try's restore={restore!r} is not used again)")
     elif chosen == restore:
-        lines.append(f"try {try_number} of {task}: no try of this task completed a checkpoint of job {job} yet; "
+        lines.append(f"try {try_number} of {task}: no try of this task completed a "
+                     f"checkpoint of job {job} yet; "
                      f"restoring {chosen} again")
     else:
-        lines.append(f"try {try_number} of {task}: resuming job {job} from {chosen}, the newest checkpoint of this "
+        lines.append(f"try {try_number} of {task}: resuming job {job} from {chosen}, the "
+                     "newest checkpoint of this "
                      "task's own tries (a newer one is another run's)")
     return lines

@@ -130,29 +130,36 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
                                               or any(t.generation == generation for t in meta.transactions))]
         if continued:
             raise RestoreError(
-                f"generation {generation} of job {catalog.job!r} is not the newest ({current}) and checkpoint "
-                f"{catalog.checkpoint_uri(continued[0].id)} (generation {continued[0].generation}) still restores "
+                f"generation {generation} of job {catalog.job!r} is not the newest "
+                f"({current}) and checkpoint "
+                f"{catalog.checkpoint_uri(continued[0].id)} (generation "
+                f"{continued[0].generation}) still restores "
                 "its lineage: a "
-                "newer run continues it. Roll back the newest generation instead (see `sparkpoint history`); nothing "
+                "newer run continues it. Roll back the newest generation instead (see "
+                "`sparkpoint history`); nothing "
                 "was aborted"
             )
         return Fence.observed(catalog)
-    claim = catalog.claim_generation({"rollback_of": generation, "plan": f"rollback of generation {generation}"})
+    claim = catalog.claim_generation({"rollback_of": generation,
+                                      "plan": f"rollback of generation {generation}"})
     fence = Fence(catalog, claim.generation)
     mine = [r for r in catalog.transactions() if r.generation == generation]  # after the fence: final
     uncommitted = [r.batch_id for r in mine if not sinks.of(r).is_committed(r)]
     if not uncommitted:
-        log.warning("rollback of generation %d of job %s: claimed generation %d to fence it; nothing of it is "
+        log.warning("rollback of generation %d of job %s: claimed generation %d to "
+                    "fence it; nothing of it is "
                     "left to abort", generation, catalog.job, claim.generation)
         return fence
-    committed = max((p for p in (sinks.of(r).committed_position(catalog.job) for r in {r.sink_id: r for r in mine}
-                                  .values()) if p is not None), default=None)
+    committed = max((p for p in (sinks.of(r).committed_position(catalog.job)
+                                 for r in {r.sink_id: r for r in mine}.values()) if p is not None),
+                    default=None)
     origin = _restart_before(catalog, generation, min(uncommitted), claim.generation, committed)
     if origin is None:  # a store of a release before lineages: no origin to return to
         _retire_checkpoints(catalog, generation, fence)
     else:
         catalog.write_origin(origin)
-    log.warning("rollback of generation %d of job %s: claimed generation %d to fence it; the job restarts from %s",
+    log.warning("rollback of generation %d of job %s: claimed generation %d to fence it; "
+                "the job restarts from %s",
                 generation, catalog.job, claim.generation,
                 origin.describe() if origin is not None else "where the generation before it left off")
     return fence
@@ -181,9 +188,12 @@ def _restart_before(catalog: Catalog, generation: int, first_aborted: int, claim
     if committed is not None and committed > (-1 if after is None else after):
         where = f"batch {after}" if after is not None else "empty state"
         raise RestoreError(
-            f"cannot roll back generation {generation} of job {catalog.job!r}: its sink has committed up to batch "
-            f"{committed}, and the newest point it can return to is {where} (no restorable checkpoint of it at a "
-            "committed batch is left: retention may have removed them before the commit step ran); a restart there "
+            f"cannot roll back generation {generation} of job {catalog.job!r}: its sink "
+            "has committed up to batch "
+            f"{committed}, and the newest point it can return to is {where} (no "
+            "restorable checkpoint of it at a "
+            "committed batch is left: retention may have removed them before the commit "
+            "step ran); a restart there "
             "would find the sink ahead. Nothing was aborted: restore=latest resumes the generation and the "
             "commit step publishes what its checkpoints confirm"
         )
@@ -191,19 +201,23 @@ def _restart_before(catalog: Catalog, generation: int, first_aborted: int, claim
         base = point.metadata
         pin = catalog.create_savepoint(catalog.handle(base), key=layout.pin_dir(claimed))
         return new_origin(claimed, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
-                          snapshot_id=base.id, batch_id=base.batch_id, id_floor=catalog.next_checkpoint_id() - 1,
+                          snapshot_id=base.id, batch_id=base.batch_id,
+                          id_floor=catalog.next_checkpoint_id() - 1,
                           restore=restore, pin=pin.uri, live_dir=None, host=host, pid=pid)
-    origin = replace(own, generation=claimed, created_at=time.time(), restore=restore, live_dir=None, host=host,
-                     pid=pid)
+    origin = replace(own, generation=claimed, created_at=time.time(), restore=restore, live_dir=None,
+                     host=host, pid=pid)
     if own.uri is None or own.pin is not None:
         return origin
     try:
         handle = catalog.own_snapshot(own.uri)
     except RestoreError as exc:
         raise RestoreError(
-            f"cannot roll back generation {generation} of job {catalog.job!r}: it has no checkpoint before its "
-            f"first uncommitted batch {first_aborted}, and {own.describe()}, where it started, is gone ({exc}); "
-            "nothing was aborted. Restore an earlier savepoint or checkpoint by path instead: its recovery aborts "
+            f"cannot roll back generation {generation} of job {catalog.job!r}: it has "
+            "no checkpoint before its "
+            f"first uncommitted batch {first_aborted}, and {own.describe()}, where it "
+            f"started, is gone ({exc}); "
+            "nothing was aborted. Restore an earlier savepoint or checkpoint by path "
+            "instead: its recovery aborts "
             "what that point does not confirm"
         ) from exc
     if handle is None:

@@ -103,7 +103,8 @@ def task_try(context: Mapping[str, Any], dag_id: str, task_id: str) -> AirflowTr
     mapped); `dag_id`/`task_id`: the operator's, where the task instance does not say."""
     ti = context["ti"]
     index = getattr(ti, "map_index", None)
-    return AirflowTry(str(getattr(ti, "dag_id", None) or dag_id), str(getattr(ti, "task_id", None) or task_id),
+    return AirflowTry(str(getattr(ti, "dag_id", None) or dag_id),
+                      str(getattr(ti, "task_id", None) or task_id),
                       str(context.get("run_id") or getattr(ti, "run_id", "") or ""),
                       int(getattr(ti, "try_number", 1) or 1),
                       int(index) if isinstance(index, int) and index >= 0 else None)

@@ -129,17 +129,20 @@ def savepoint_from_latest_checkpoint(
     why = source.why_not_running()
     if refused_by is not None:
         raise CatalogError(
-            f"job {catalog.job!r} {why}; no running job to take a savepoint, and {refused_by} refuses to make one "
+            f"job {catalog.job!r} {why}; no running job to take a savepoint, and "
+            f"{refused_by} refuses to make one "
             "from the latest completed checkpoint"
         )
     latest = catalog.latest()
     if latest is None:
         raise CatalogError(
-            f"job {catalog.job!r} {why} and has no completed checkpoint under {catalog.uri}; nothing to savepoint "
+            f"job {catalog.job!r} {why} and has no completed checkpoint under "
+            f"{catalog.uri}; nothing to savepoint "
             "(see `sparkpoint list`)"
         )
     if announce is not None:
-        announce(f"job {catalog.job!r} {why}{'; nothing to stop' if stop else ''}; making a savepoint from its "
+        announce(f"job {catalog.job!r} {why}{'; nothing to stop' if stop else ''}; "
+                 "making a savepoint from its "
                  f"latest completed checkpoint chk-{latest.id} (batch {latest.batch_id})")
     return latest, catalog.create_savepoint(catalog.handle(latest))
 
@@ -203,11 +206,13 @@ def take_savepoint(
                          handle.metadata.batch_id, checkpoint_id=latest.id,
                          checkpoint_uri=catalog.checkpoint_uri(latest.id))
     else:
-        request = request_savepoint(catalog, source.run, stop=stop, timeout_s=timeout_s, requested_by=requested_by)
+        request = request_savepoint(catalog, source.run, stop=stop, timeout_s=timeout_s,
+                                    requested_by=requested_by)
         if on_request is not None:
             on_request(request)
         if not wait:
-            return Savepoint("running-job", "pending", source.run.generation, None, None, request_id=request.id)
+            return Savepoint("running-job", "pending", source.run.generation, None, None,
+                             request_id=request.id)
         result = wait_for_savepoint(catalog, request, timeout_s=timeout_s, poll_s=poll_s,
                                     max_heartbeat_age=max_heartbeat_age)
         done = Savepoint("running-job", result.state, result.generation, result.savepoint, result.batch_id,
@@ -230,8 +235,8 @@ def keep_savepoint_history(catalog: Catalog, *, max_count: int | None, max_age_s
         log.warning("savepoint history retention of job %s failed: %s", catalog.job, exc)
         return []
     if disposed:
-        log.info("savepoint history retention (max_count=%s, max_age=%s s) disposed of %s", max_count, max_age_s,
-                 disposed)
+        log.info("savepoint history retention (max_count=%s, max_age=%s s) disposed of %s", max_count,
+                 max_age_s, disposed)
     return disposed
 
 

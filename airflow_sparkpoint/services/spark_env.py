@@ -95,7 +95,8 @@ def local_spark_environment(base: Mapping[str, str]) -> dict[str, str]:
     """
     home = local_spark_home()
     if home is None:
-        raise RuntimeError(f"this Python ({sys.executable}) has no PySpark with a Spark distribution (pip install "
+        raise RuntimeError(f"this Python ({sys.executable}) has no PySpark with a Spark "
+                           "distribution (pip install "
                            "pyspark; the Spark provider's pyspark-client runs no driver)")
     bindir = str(Path(sys.executable).parent)
     return {

@@ -19,8 +19,8 @@ from airflow_sparkpoint.storage.endpoints import s3_options
 from airflow_sparkpoint.storage.redact import scrub
 
 __all__ = [
-    "SAVEPOINTS", "Catalog", "SnapshotHandle", "Storage", "has_metadata", "job_catalog", "open_job", "open_storage",
-    "other_jobs", "s3_options", "scrub", "split_uri", "validate_job_name",
+    "SAVEPOINTS", "Catalog", "SnapshotHandle", "Storage", "has_metadata", "job_catalog", "open_job",
+    "open_storage", "other_jobs", "s3_options", "scrub", "split_uri", "validate_job_name",
 ]
 
 

@@ -55,7 +55,8 @@ def check_parameters(*, commit_mode: Any, num_retained: Any, state_partitions: A
     if not isinstance(num_retained, int) or num_retained < 1:
         raise ConfigError(f"num_retained={num_retained!r} is not allowed; expected an integer >= 1")
     if state_partitions is not None and (
-            isinstance(state_partitions, bool) or not isinstance(state_partitions, int) or state_partitions < 1):
+            isinstance(state_partitions, bool) or not isinstance(state_partitions, int)
+            or state_partitions < 1):
         raise ConfigError(f"state_partitions={state_partitions!r} is invalid; expected an integer >= 1 "
                           "(or None: the snapshot's own number)")
     if not isinstance(takeover, bool):
@@ -90,7 +91,8 @@ def sparkpoint_settings(conf: Mapping[str, Any] | None, sparkpoint_conf: Mapping
             full = key if str(key).startswith(PREFIX) else PREFIX + str(key)
             short = full.removeprefix(PREFIX)
             if short in OPERATOR_SETTINGS:
-                raise ConfigError(f"{where} sets {full}={value!r}: the operator sets it from its parameters; use "
+                raise ConfigError(f"{where} sets {full}={value!r}: the operator sets it "
+                                  "from its parameters; use "
                                   f"{OPERATOR_SETTINGS[short]}")
             settings[full] = str(value)
     return settings
@@ -181,16 +183,20 @@ def resolve_application(application: Any, dag_file: str | None) -> str:
     text = str(application or "").strip()
     if not text:
         raise ConfigError("application is empty; expected the path of the job's PySpark script")
-    local = text.removeprefix("file:") if text.startswith("file:") and not text.startswith("file://") else text
+    local = (text.removeprefix("file:") if text.startswith("file:") and not text.startswith("file://")
+             else text)
     if _REMOTE.match(local) or os.path.isabs(local):
         return text
     if not dag_file:
-        raise ConfigError(f"application {text!r} is a relative path and the task has no DAG file to resolve it "
+        raise ConfigError(f"application {text!r} is a relative path and the task has "
+                          "no DAG file to resolve it "
                           "against; expected a path relative to the DAG file's folder, or an absolute path")
     tried = Path(dag_file).resolve().parent / local
     if not tried.is_file():
-        raise ConfigError(f"application {text!r} is a relative path, resolved against the DAG file's folder: {tried} "
-                          "is no file; expected a path relative to that folder (e.g. 'jobs/orders.py' beside the DAG "
+        raise ConfigError(f"application {text!r} is a relative path, resolved against the "
+                          f"DAG file's folder: {tried} "
+                          "is no file; expected a path relative to that folder (e.g. "
+                          "'jobs/orders.py' beside the DAG "
                           "file), or an absolute path")
     return str(tried)
 
@@ -214,8 +220,10 @@ def require_spark_binary(binary: str, path: str | None) -> str:
     found = shutil.which(binary, path=path)
     if found is None:
         raise ConfigError(
-            f"{binary} (the Spark connection's spark-binary) was not found on the PATH of this worker ({path or ''}): "
-            "the Airflow side has no Spark of its own; put a Spark distribution's bin/ of the cluster's version on "
+            f"{binary} (the Spark connection's spark-binary) was not found on the PATH of "
+            f"this worker ({path or ''}): "
+            "the Airflow side has no Spark of its own; put a Spark distribution's bin/ of "
+            "the cluster's version on "
             "PATH (the worker's environment, or the operator's env_vars) and set SPARK_HOME (docs/install.md)"
         )
     return found

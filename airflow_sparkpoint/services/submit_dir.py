@@ -28,6 +28,9 @@ from pathlib import Path
 
 from airflow_sparkpoint.runtime.livedir import LiveLock, try_lock
 
+__all__ = ["PREFIX", "ROCKSDB_LIBRARY_DIR_ENV", "SWEEP_MIN_AGE_S", "SubmitDir", "build_runtime_zip",
+           "open_submit_dir", "sweep"]
+
 log = logging.getLogger(__name__)
 
 PREFIX = "sparkpoint-submit-"
@@ -40,7 +43,8 @@ SWEEP_MIN_AGE_S = 60.0
 
 # Modules a Spark cluster needs; the Airflow layer stays behind.
 _RUNTIME_PACKAGES = ("checkpoints", "runtime", "sinks", "storage")
-_RUNTIME_MODULES = ("__init__.py", "durations.py", "exceptions.py", "faults.py", "process_exit.py", "py.typed")
+_RUNTIME_MODULES = ("__init__.py", "durations.py", "exceptions.py", "faults.py", "process_exit.py",
+                    "py.typed")
 
 
 def build_runtime_zip(directory: str | None = None) -> str:
@@ -128,5 +132,6 @@ def sweep(base: str, *, min_age_s: float = SWEEP_MIN_AGE_S, now: float | None = 
             lock.release()
         removed.append(entry.path)
     if removed:
-        log.info("removed %d submission directories of earlier submissions that were killed: %s", len(removed), removed)
+        log.info("removed %d submission directories of earlier submissions that were killed: %s",
+                 len(removed), removed)
     return removed

@@ -9,4 +9,5 @@ from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.sinks.kinds import sink_from_config
 from airflow_sparkpoint.sinks.s3 import S3Sink
 
-__all__ = ["CommitOutcome", "DeltaSink", "DirectorySink", "S3Sink", "Sink", "StageContext", "sink_from_config"]
+__all__ = ["CommitOutcome", "DeltaSink", "DirectorySink", "S3Sink", "Sink", "StageContext",
+           "sink_from_config"]

@@ -305,14 +305,16 @@ def _take(store: Storage, sink: FileSink, decision: Mapping[str, Any]) -> dict[s
     except ObjectExists:
         existing = manifests.read_manifest(store, job, batch)
         if existing is None:  # claims are never deleted
-            raise StorageError(f"the claim of batch {batch} of {job!r} in {store.uri} exists and does not") from None
+            raise StorageError(f"the claim of batch {batch} of {job!r} in "
+                               f"{store.uri} exists and does not") from None
         return existing
     stale = manifests.stale_markers(job, batch)
     if stale:
         try:
             store.delete(stale)
         except (StorageError, OSError) as exc:  # left behind (empty objects): the claim stands
-            log.warning("could not delete %d stale claim markers of %s in %s: %s", len(stale), job, store.uri, exc)
+            log.warning("could not delete %d stale claim markers of %s in %s: %s", len(stale), job,
+                        store.uri, exc)
     return body
 
 
@@ -351,11 +353,13 @@ def commit(sink: FileSink, record: TransactionRecord) -> CommitOutcome:
             if decision is not None and decision.get("decision") == ABORT:
                 _aborted(sink, record)
             raise SinkError(
-                f"the staged data of {record.txn_id} is gone and not in place in {sink.uri} (e.g. {missing[0]}; "
+                f"the staged data of {record.txn_id} is gone and not in place in "
+                f"{sink.uri} (e.g. {missing[0]}; "
                 f"{len(missing)} item(s)): this batch's output is lost, nothing was claimed; restore from an "
                 "earlier checkpoint so that the batch is produced again"
             )
-        decision = decide(store, decision_key(record.job, record.txn_id), _decision(record, PROMOTE, plan, files))
+        decision = decide(store, decision_key(record.job, record.txn_id),
+                          _decision(record, PROMOTE, plan, files))
         if decision.get("decision") != PROMOTE:
             _aborted(sink, record)
         claim = _take(store, sink, decision)
@@ -377,8 +381,10 @@ def _aborted(sink: FileSink, record: TransactionRecord) -> None:
     if winner is not None and winner.get("txn_id") != record.txn_id:
         _lose(sink, record, winner)
     raise SinkError(
-        f"transaction {record.txn_id} was aborted (decision at {store.uri}/{decision_key(record.job, record.txn_id)}), "
-        f"so its staged data may be gone; it cannot be committed to {sink.uri}. Batch {record.batch_id} is produced "
+        f"transaction {record.txn_id} was aborted (decision at "
+        f"{store.uri}/{decision_key(record.job, record.txn_id)}), "
+        f"so its staged data may be gone; it cannot be committed to {sink.uri}. Batch "
+        f"{record.batch_id} is produced "
         "again by the run that aborted it"
     )
 
@@ -407,7 +413,8 @@ def _finish(sink: FileSink, claim: Mapping[str, Any]) -> CommitOutcome:
 def _lose(sink: FileSink, record: TransactionRecord, winner: Mapping[str, Any]) -> None:
     """`record` lost its batch to `winner`: discard its own staged data and raise."""
     plan, _files = sink._plan(record)
-    decision = decide(sink._storage(), decision_key(record.job, record.txn_id), _decision(record, ABORT, None, None))
+    decision = decide(sink._storage(), decision_key(record.job, record.txn_id),
+                      _decision(record, ABORT, None, None))
     # Whether it had decided to promote or not: claims are permanent, so it never will.
     sink._discard(record.txn_id, plan, promoted_too=decision.get("decision") == ABORT)
     log.warning("%s lost batch %d to %s in %s; its staged data was discarded", record.txn_id, record.batch_id,
@@ -491,7 +498,8 @@ def committed_txn(store: Storage, job: str, batch_id: int) -> CommittedTxn | Non
     if claim is None:
         return None
     generation = claim.get("generation")
-    return CommittedTxn(job=job, batch_id=batch_id, generation=int(generation) if generation is not None else None,
+    return CommittedTxn(job=job, batch_id=batch_id,
+                        generation=int(generation) if generation is not None else None,
                         txn_id=str(claim["txn_id"]) if claim.get("txn_id") else None)
 
 

@@ -76,7 +76,8 @@ def import_deltalake() -> Any:
     try:
         import deltalake
     except ImportError as exc:  # pragma: no cover - a core dependency
-        raise ImportError(f"DeltaSink needs deltalake ({exc}); install it with: pip install deltalake") from exc
+        raise ImportError(f"DeltaSink needs deltalake ({exc}); install it "
+                          "with: pip install deltalake") from exc
     return deltalake
 
 
@@ -97,7 +98,8 @@ def read_table(table: DeltaTable, columns: Sequence[str] | None = None) -> pa.Ta
     names = list(schema.names if columns is None else columns)
     unknown = [name for name in names if name not in schema.names]
     if unknown or not names:
-        raise ValueError(f"columns {unknown} are not in the Delta table {table.table_uri}; it has {schema.names}")
+        raise ValueError(f"columns {unknown} are not in the Delta table "
+                         f"{table.table_uri}; it has {schema.names}")
     wanted = pa.schema([schema.field(name) for name in names])
     select = ", ".join('"' + name.replace('"', '""') + '"' for name in names)
     reader = QueryBuilder().register("t", table).execute(f"SELECT {select} FROM t")
@@ -284,7 +286,8 @@ class LocalTable(TableLocation):
             raise ConfigError(f"DeltaSink uri={self.label!r}: parent directory {parent} does not exist")
 
     def _full(self, path: str) -> str:
-        return os.path.join(self.uri, *confine(path, what=f"a path in {self.label}", error=SinkError).split("/"))
+        return os.path.join(self.uri,
+                            *confine(path, what=f"a path in {self.label}", error=SinkError).split("/"))
 
     def _root(self, create: bool = False) -> Dir:
         """The table root, open (`storage.localfs`: nothing below it is followed).
@@ -294,14 +297,16 @@ class LocalTable(TableLocation):
         return Dir.open(self.uri, create=create)
 
     def _refused(self, what: str, exc: InvalidPath) -> SinkError:
-        return SinkError(f"{what} in {self.label} refused: {exc}; a link in the table directory is never followed "
+        return SinkError(f"{what} in {self.label} refused: {exc}; a link in the table "
+                         "directory is never followed "
                          "(remove it)")
 
     def reset(self, staging: str) -> None:
         staging = self.staging_area(staging)
         try:
             with self._root(create=True) as root:
-                root.makedirs(staging.rpartition("/")[0])  # real directories: Spark and pyarrow write through them
+                # real directories: Spark and pyarrow write through them
+                root.makedirs(staging.rpartition("/")[0])
                 root.remove_tree(staging)  # an earlier attempt, or a link planted in its place
         except InvalidPath as exc:
             raise self._refused(f"staging into {staging}", exc) from None
@@ -341,7 +346,8 @@ class LocalTable(TableLocation):
         except FileNotFoundError:
             return list(paths)
         with root:  # one behind a link is not staged data of this table
-            return [f"{path} ({problem})" for path in paths if (problem := root.file_problem(path)) is not None]
+            return [f"{path} ({problem})" for path in paths
+                    if (problem := root.file_problem(path)) is not None]
 
     def read_parquet(self, path: str, columns: Sequence[str] | None = None) -> pa.Table:
         import pyarrow as pa
@@ -443,12 +449,16 @@ class S3Table(TableLocation):
                 )
                 credentials = session.get_credentials()
             except BotoCoreError as exc:
-                raise ConfigError(f"DeltaSink uri={self.label!r}: the AWS credentials are unusable ({exc})") from None
+                raise ConfigError(f"DeltaSink uri={self.label!r}: the AWS "
+                                  f"credentials are unusable ({exc})") from None
             if credentials is None:
                 raise ConfigError(
-                    f"DeltaSink uri={self.label!r}: no AWS credentials found for bucket {self.bucket!r}; expected "
-                    "aws_access_key_id and aws_secret_access_key in the storage options (the Sparkpoint Airflow "
-                    "connection), the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY environment, ~/.aws or an instance role"
+                    f"DeltaSink uri={self.label!r}: no AWS credentials found for bucket "
+                    f"{self.bucket!r}; expected "
+                    "aws_access_key_id and aws_secret_access_key in the storage options "
+                    "(the Sparkpoint Airflow "
+                    "connection), the AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY environment, "
+                    "~/.aws or an instance role"
                 )
             self._credentials = (credentials, session.region_name)
         return self._credentials
@@ -491,7 +501,8 @@ class S3Table(TableLocation):
     def scrub(self, message: str) -> str:
         """`message` on one line, without the secret key or session token (for errors
         from delta-rs, which draw nested causes over several lines)."""
-        message = " ".join(_ANSI.sub("", line).strip(" \u21b3") for line in message.splitlines() if line.strip())
+        message = " ".join(_ANSI.sub("", line).strip(" \u21b3") for line in message.splitlines()
+                           if line.strip())
         if self._credentials is not None:
             frozen = self._credentials[0].get_frozen_credentials()
             for secret in (frozen.secret_key, frozen.token):

@@ -35,8 +35,8 @@ def check_columns(sink: object, schema: pa.Schema, ctx: StageContext, keys: Sequ
             )
 
 
-def check_unique_keys(sink: object, files: Sequence[Mapping[str, Any]], ctx: StageContext, keys: Sequence[str],
-                      read_parquet: Callable[..., pa.Table]) -> None:
+def check_unique_keys(sink: object, files: Sequence[Mapping[str, Any]], ctx: StageContext,
+                      keys: Sequence[str], read_parquet: Callable[..., pa.Table]) -> None:
     """A merge needs one row per key per batch.
 
     :raises SinkError: naming `sink`, the key columns and a few duplicate keys.
@@ -54,7 +54,8 @@ def check_unique_keys(sink: object, files: Sequence[Mapping[str, Any]], ctx: Sta
         )
         raise SinkError(
             f"{sink!r}: batch {ctx.batch_id} of job {ctx.job!r} has {dupes.num_rows} merge key(s) "
-            f"{list(keys)} with more than one row (e.g. {examples}); a merge needs one row per key per batch. "
+            f"{list(keys)} with more than one row (e.g. {examples}); a merge needs "
+            "one row per key per batch. "
             "Deduplicate or aggregate the rows by the keys in the query; the batch was not recorded and "
             "runs again when the job restarts"
         )

@@ -68,7 +68,8 @@ class StageLayout:
     partition_by: tuple[str, ...]
 
     def relative_path(self, partition: int, values: tuple[str | None, ...], index: int) -> str:
-        dirs = "".join(f"{col}={escape_partition_value(v)}/" for col, v in zip(self.partition_by, values, strict=True))
+        dirs = "".join(f"{col}={escape_partition_value(v)}/"
+                       for col, v in zip(self.partition_by, values, strict=True))
         return f"{self.staging}/{dirs}part-{partition:05d}-{self.attempt}-{index:03d}.snappy.parquet"
 
 
@@ -128,7 +129,8 @@ class PartitionWriter:
         for _path, writer in self.writers.values():
             writer.close()
 
-    def place(self, layout: StageLayout, partition: int, put: Callable[[str, str], None]) -> list[dict[str, Any]]:
+    def place(self, layout: StageLayout, partition: int,
+              put: Callable[[str, str], None]) -> list[dict[str, Any]]:
         """Hand every closed file to ``put(local_path, relative_path)`` under `layout` and
         describe it as ``{path, size, partition_values, num_records, modification_time}``."""
         files = []
@@ -185,8 +187,8 @@ def stage_partition(spec: DeltaStageSpec, batches: Iterator[Any]) -> Iterator[An
         ("num_records", pa.int64()),
         ("modification_time", pa.int64()),
     ])
-    yield pa.RecordBatch.from_pylist([{**f, "partition_values": json.dumps(f["partition_values"])} for f in files],
-                                     schema=schema)
+    yield pa.RecordBatch.from_pylist(
+        [{**f, "partition_values": json.dumps(f["partition_values"])} for f in files], schema=schema)
 
 
 # -- the driver side ---------------------------------------------------------------------------

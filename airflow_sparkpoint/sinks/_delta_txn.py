@@ -17,7 +17,8 @@ while the newer generation's recovery aborts it: the abort deletes the staged fi
 an append committed after that would reference files that are gone. A decision object
 ``<table>/_sparkpoint/decisions/<job>/<txn>.json`` (promote | abort, created with
 put_if_absent by `_claims.decide` at `_claims.decision_key`, like the file sinks')
-settles it: the committer decides promote before its Delta commit, the aborter decides abort before deleting anything;
+settles it: the committer decides promote before its Delta commit, the aborter decides abort before deleting
+anything;
 whoever is second defers to the first. An aborter that finds promote, with the batch not
 landed, commits the transaction for its stalled or dead committer (it is decided); if the
 batch was landed by this transaction once and a rewind undid it, the data is garbage.
@@ -71,7 +72,8 @@ def staged(record: TransactionRecord) -> dict[str, Any]:
         raise SinkError(f"{what}.staging {batch.get('staging')!r} is not the transaction's own staging area "
                         f"{own!r}; refused")
     for file in files:
-        file["path"] = confine(file.get("path"), under=own, what=f"{what}.files[].path", error=SinkError, exact=True)
+        file["path"] = confine(file.get("path"), under=own, what=f"{what}.files[].path", error=SinkError,
+                               exact=True)
     return {**batch, "files": files}
 
 
@@ -142,7 +144,8 @@ def lineage_commit(history: Sequence[Mapping[str, Any]], job: str, batch: int, g
     that lineage restores the table to it); None when the history has none."""
     for entry in history:
         if (entry.get("operation") != "RESTORE" and entry.get("sparkpoint.job") == job
-                and entry.get("sparkpoint.batch") == str(batch) and entry.get("sparkpoint.generation") == str(generation)):
+                and entry.get("sparkpoint.batch") == str(batch)
+                and entry.get("sparkpoint.generation") == str(generation)):
             return int(entry["version"])
     return None
 
@@ -176,14 +179,16 @@ def rewind_target(history: Sequence[Mapping[str, Any]], job: str, snapshot: Snap
             if batch not in pending:
                 raise SinkAheadError(
                     f"cannot rewind {where}: its history has no commit of batch {batch} of job {job!r} by "
-                    f"generation {generation}, the lineage of {snapshot.kind} {snapshot.id} (its log may have been "
+                    f"generation {generation}, the lineage of {snapshot.kind} "
+                    f"{snapshot.id} (its log may have been "
                     "cleaned up)"
                 )
         first = first_commit(history, job)
         if first is None or first == 0:
             raise SinkAheadError(
                 f"cannot rewind {where} to before the first commit of job {job!r} "
-                f"({'no commit of the job is in its history' if first is None else 'the table was created by it'})"
+                + ("(no commit of the job is in its history)" if first is None
+                   else "(the table was created by it)")
             )
         return first - 1, -1
     for entry in history:  # newest first
@@ -212,7 +217,8 @@ def table_paths(table: DeltaTable) -> set[str]:
 def ever_committed(table: DeltaTable, record: TransactionRecord) -> bool:
     """Whether the history holds a commit of `record` (in effect or undone by a rewind)."""
     for entry in table.history():
-        if (entry.get("sparkpoint.job") == record.job and entry.get("sparkpoint.batch") == str(record.batch_id)
+        if (entry.get("sparkpoint.job") == record.job
+                and entry.get("sparkpoint.batch") == str(record.batch_id)
                 and entry.get("sparkpoint.generation") == str(record.generation)):
             return True
     return False

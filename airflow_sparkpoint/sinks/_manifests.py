@@ -80,7 +80,8 @@ def read_record(store: Storage, key: str) -> dict[str, Any] | None:
     try:
         return bounded.read_record(store, key, parse, limits=RECORD_LIMITS, where=f"{store.uri}/{key}")
     except CorruptRecord as exc:
-        raise SinkError(f"unreadable sink record {exc}; expected the JSON written by a Sparkpoint sink") from None
+        raise SinkError(f"unreadable sink record {exc}; expected the JSON "
+                        "written by a Sparkpoint sink") from None
 
 
 def read_manifest(store: Storage, job: str, batch_id: int) -> dict[str, Any] | None:
@@ -166,7 +167,8 @@ def s3_destination(bucket: str, path: str) -> tuple[str, str]:
     try:
         prefix = normalize_prefix(path.strip("/"))
     except InvalidPath as exc:
-        raise ConfigError(f"S3 destination s3://{bucket}/{path} is not a canonical key prefix ({exc})") from None
+        raise ConfigError(f"S3 destination s3://{bucket}/{path} is not a "
+                          f"canonical key prefix ({exc})") from None
     return prefix, f"s3://{bucket}/{prefix.rstrip('/')}" if prefix else f"s3://{bucket}"
 
 

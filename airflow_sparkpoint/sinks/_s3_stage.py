@@ -167,7 +167,8 @@ def _write_partition(fmt: str, batches: Iterator[Any], path: str) -> int:
     return rows
 
 
-def _upload_parts(client: Any, bucket: str, key: str, path: str, size: int, part_size: int) -> tuple[str, list[Any]]:
+def _upload_parts(client: Any, bucket: str, key: str, path: str, size: int,
+                  part_size: int) -> tuple[str, list[Any]]:
     """Upload `path` as the parts of a new multipart upload that is left pending."""
     upload_id = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
     count = max(1, -(-size // part_size))
@@ -176,7 +177,8 @@ def _upload_parts(client: Any, bucket: str, key: str, path: str, size: int, part
         with open(path, "rb") as handle:
             handle.seek((number - 1) * part_size)
             body = handle.read(part_size)
-        response = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body)
+        response = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number,
+                                      Body=body)
         return number, str(response["ETag"])
 
     try:
@@ -208,7 +210,8 @@ def stage_partition(spec: UploadSpec, batches: Iterator[Any]) -> Iterator[Any]:
         size = os.path.getsize(path)
         key = spec.key(partition)
         part_size = choose_part_size(size, spec.part_size)
-        upload_id, parts = _upload_parts(executor_client(spec.bucket, spec.options), spec.bucket, key, path, size, part_size)
+        upload_id, parts = _upload_parts(executor_client(spec.bucket, spec.options), spec.bucket, key, path,
+                                         size, part_size)
     finally:
         os.unlink(path)
     row = {

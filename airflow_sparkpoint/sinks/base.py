@@ -34,6 +34,10 @@ from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, SinkError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+__all__ = ["DRIVER_STAGING_MAX_BYTES", "SETTLE_METHODS", "CommitOutcome", "CommittedTxn", "Sink",
+           "StageContext", "check_settler", "checked_bucket", "column_names", "is_orphan", "replay_of",
+           "settler"]
+
 
 #: default of ``spark.sparkpoint.delta.driverStagingMaxBytes``
 DRIVER_STAGING_MAX_BYTES = 32 * 1024 * 1024
@@ -76,7 +80,8 @@ class CommitOutcome:
 
 #: what a commit step calls on a sink it rebuilt from a transaction record: a subclass
 #: that overrides one of them cannot be settled by the class registered under its kind
-SETTLE_METHODS = ("configure", "commit", "is_committed", "decision", "was_committed", "abort", "committed_position", "rewind",
+SETTLE_METHODS = ("configure", "commit", "is_committed", "decision", "was_committed", "abort",
+                  "committed_position", "rewind",
                   "rewind_problem", "cleanup_orphans", "committed_txn", "replay_record")
 
 
@@ -242,7 +247,8 @@ def column_names(owner: str, name: str, value: Any) -> list[str]:
     names = [value] if isinstance(value, str) else value
     if isinstance(names, (bytes, Mapping)) or not isinstance(names, (list, tuple)) or \
             not all(isinstance(n, str) and n.strip() for n in names):
-        raise ConfigError(f"{owner} {name}={value!r} is invalid; expected a column name or a list of column names")
+        raise ConfigError(f"{owner} {name}={value!r} is invalid; expected a column name "
+                          "or a list of column names")
     return [str(n) for n in names]
 
 
@@ -273,7 +279,8 @@ def check_settler(record: TransactionRecord, sink: Sink) -> None:
     raise SinkError(
         f"transaction record {record.txn_id} was staged by sink class {wanted} (kind {record.sink!r}), which "
         f"commits or aborts differently from {type(sink).class_path()}; refused rather than settled by the "
-        "wrong class. Declare the job's sink to the commit step (SparkpointCommitOperator(sink=<an instance of "
+        "wrong class. Declare the job's sink to the commit step "
+        "(SparkpointCommitOperator(sink=<an instance of "
         f"{wanted}>)), or give that class its own `kind` and import it where the commit step runs"
     )
 

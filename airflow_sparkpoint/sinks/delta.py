@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame
 
+__all__ = ["STAGING", "DeltaSink"]
+
 log = logging.getLogger(__name__)
 
 #: `DeltaSink._landed`: the batch was committed by the transaction asked about
@@ -96,7 +98,8 @@ class DeltaSink(Sink):
         self.partition_by = column_names("DeltaSink", "partition_by", partition_by)
 
     def __repr__(self) -> str:
-        return f"DeltaSink({self.uri!r}, mode={self.mode!r}, keys={self.keys!r}, partition_by={self.partition_by!r})"
+        return (f"DeltaSink({self.uri!r}, mode={self.mode!r}, keys={self.keys!r}, "
+                f"partition_by={self.partition_by!r})")
 
     @property
     def sink_id(self) -> str:
@@ -215,7 +218,8 @@ class DeltaSink(Sink):
             if generation == record.generation:
                 return _OURS
             return CommittedTxn(record.job, record.batch_id, generation,
-                                str(entry.get("sparkpoint.txn") or layout.txn_id(record.job, record.batch_id, generation)))
+                                str(entry.get("sparkpoint.txn")
+                                    or layout.txn_id(record.job, record.batch_id, generation)))
         # The history does not say (a commit of an old release, or its log entry was
         # cleaned up): an append is ours iff our files are in the table; for a merge it
         # cannot be told, and the batch counts as ours (the previous release's answer).
@@ -256,7 +260,8 @@ class DeltaSink(Sink):
             if landed is not None and landed is not _OURS:
                 self._lose(record, landed)
             raise SinkError(
-                f"transaction {record.txn_id} was aborted (its staged data may be gone); it cannot be committed "
+                f"transaction {record.txn_id} was aborted (its staged data may be "
+                "gone); it cannot be committed "
                 f"to {self.uri}. Batch {record.batch_id} is produced again by the run that aborted it"
             )
         faults.pause("claimed", record.batch_id, txn=record.txn_id)
@@ -285,7 +290,8 @@ class DeltaSink(Sink):
             except Exception as again:  # noqa: BLE001 - the table cannot be read: keep everything
                 raise CommitOutcomeUnknown(
                     f"Delta commit of batch {record.batch_id} to {self.uri} failed ({failure}) and the table "
-                    f"cannot be read ({self._scrub(str(again))}); the staged files are kept, run the commit again"
+                    f"cannot be read ({self._scrub(str(again))}); the staged files are "
+                    "kept, run the commit again"
                 ) from None
             if landed is _OURS:
                 log.warning("commit of %s raised %s but the table has it", record.txn_id, failure)
@@ -296,7 +302,8 @@ class DeltaSink(Sink):
                 # against its snapshot, where a concurrent commit of the batch conflicts.
                 return self._write(record, table)
             else:
-                raise SinkError(f"Delta commit of batch {record.batch_id} to {self.uri} failed: {failure}") from exc
+                raise SinkError(f"Delta commit of batch {record.batch_id} to "
+                                f"{self.uri} failed: {failure}") from exc
         faults.maybe_kill("promoting", record.batch_id)  # landed; the caller does not know yet
         faults.pause("landed", record.batch_id, txn=record.txn_id)
         if table is None:
@@ -325,12 +332,15 @@ class DeltaSink(Sink):
         """`record` lost its batch to `winner`: discard its own staged data and raise."""
         self._decide(record, "abort")  # a no-op if it had decided to promote: it never lands now
         self._drop_staging(record)
-        log.warning("%s lost batch %d to %s in %s; its staged data was discarded", record.txn_id, record.batch_id,
-                    winner.txn_id or "another transaction", self.uri)
+        log.warning("%s lost batch %d to %s in %s; its staged data was discarded", record.txn_id,
+                    record.batch_id, winner.txn_id or "another transaction", self.uri)
         raise TransactionConflict(
-            f"batch {record.batch_id} of job {record.job!r} was already committed to {self.uri} by transaction "
-            f"{winner.txn_id or '(unknown)'} (generation {winner.generation if winner.generation is not None else '?'}); "
-            f"transaction {record.txn_id!r} (generation {record.generation}) lost the batch and its staged data was "
+            f"batch {record.batch_id} of job {record.job!r} was already committed to "
+            f"{self.uri} by transaction "
+            f"{winner.txn_id or '(unknown)'} (generation "
+            f"{winner.generation if winner.generation is not None else '?'}); "
+            f"transaction {record.txn_id!r} (generation {record.generation}) lost the batch "
+            "and its staged data was "
             "discarded (committing it too would duplicate or overwrite the batch)"
         )
 
@@ -346,7 +356,8 @@ class DeltaSink(Sink):
         """`message` without credentials (delta-rs errors on S3 may quote its options)."""
         return self.location.scrub(message)
 
-    def _append(self, table: DeltaTable | None, staged: Mapping[str, Any], schema: pa.Schema, props: Any) -> None:
+    def _append(self, table: DeltaTable | None, staged: Mapping[str, Any], schema: pa.Schema,
+                props: Any) -> None:
         deltalake = _import_deltalake()
         from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
@@ -374,10 +385,12 @@ class DeltaSink(Sink):
         else:
             actions: list[AddAction | RemoveAction] = list(adds)
             table.create_write_transaction(
-                actions, mode="append", schema=schema, partition_by=self.partition_by or None, commit_properties=props
+                actions, mode="append", schema=schema, partition_by=self.partition_by or None,
+                commit_properties=props
             )
 
-    def _merge(self, table: DeltaTable | None, staged: Mapping[str, Any], schema: pa.Schema, props: Any) -> None:
+    def _merge(self, table: DeltaTable | None, staged: Mapping[str, Any], schema: pa.Schema,
+               props: Any) -> None:
         deltalake = _import_deltalake()
         import pyarrow as pa
 
@@ -425,7 +438,8 @@ class DeltaSink(Sink):
             if table is not None and _delta_txn.ever_committed(table, record):
                 log.info("%s was committed and then rewound; its staged data is discarded", record.txn_id)
             else:
-                log.warning("%s decided to commit but did not land (a stalled or dead committer): committing it",
+                log.warning("%s decided to commit but did not land (a stalled or dead "
+                            "committer): committing it",
                             record.txn_id)
                 faults.pause("claimed", record.batch_id, txn=record.txn_id)
                 try:
@@ -439,7 +453,8 @@ class DeltaSink(Sink):
                     # it is in the table, and no committer can make it land either.
                     log.warning("%s cannot be committed (%s); aborting it", record.txn_id, exc)
                 else:
-                    raise SinkError(f"transaction {record.txn_id} has committed to {self.uri} (its stalled commit "
+                    raise SinkError(f"transaction {record.txn_id} has committed to "
+                                    f"{self.uri} (its stalled commit "
                                     "was finished); it cannot be aborted")
         self.location.remove(self.staged(record)["staging"])
         log.info("aborted %s in %s", record.txn_id, self.uri)
@@ -454,7 +469,8 @@ class DeltaSink(Sink):
             return str(exc)
         return None
 
-    def _checked_target(self, history: list[dict[str, Any]], job: str, snapshot: SnapshotMetadata) -> tuple[int, int]:
+    def _checked_target(self, history: list[dict[str, Any]], job: str,
+                        snapshot: SnapshotMetadata) -> tuple[int, int]:
         """`_delta_txn.rewind_target`, refused when a later version is not the job's own or a
         file of the target version is gone (a rewound lineage's staged files are
         discarded: its own rewind, or a vacuum, took them).
@@ -470,11 +486,13 @@ class DeltaSink(Sink):
                     f"({entry.get('operation')}) was not written by job {job!r}"
                 )
         if target >= 0:
-            past = _import_deltalake().DeltaTable(self.path, version=target, storage_options=self.location.delta_options())
+            past = _import_deltalake().DeltaTable(self.path, version=target,
+                                                  storage_options=self.location.delta_options())
             missing = self.location.missing(sorted(_delta_txn.table_paths(past)))
             if missing:
                 raise SinkAheadError(
-                    f"cannot rewind {self.uri} to version {target}: {len(missing)} of its files are gone (e.g. "
+                    f"cannot rewind {self.uri} to version {target}: {len(missing)} of "
+                    "its files are gone (e.g. "
                     f"{missing[0]}); the lineage that committed them was rewound away and its data discarded"
                 )
         return target, committed_batch
@@ -524,7 +542,8 @@ class DeltaSink(Sink):
             return True
         landed = self._landed(table, record) if table is not None else None
         if landed is None and not (table is not None and _delta_txn.ever_committed(table, record)):
-            log.warning("staging area %s of %s is decided to commit and has not landed; left in place", txn, self.uri)
+            log.warning("staging area %s of %s is decided to commit and has not landed; left in place", txn,
+                        self.uri)
             return False
         return True
 
@@ -558,5 +577,5 @@ class DeltaSink(Sink):
             custom_metadata={"sparkpoint.job": job, "sparkpoint.rewind": str(target)},
         )
         table.restore(target, commit_properties=props)
-        log.warning("rewound Delta table %s from version %d to %d (last committed batch %d)", self.uri, current,
-                    target, committed_batch)
+        log.warning("rewound Delta table %s from version %d to %d (last committed batch %d)", self.uri,
+                    current, target, committed_batch)

@@ -207,7 +207,8 @@ class DirectorySink(claims.FileSink):
         return Dir.open(self._local, create=create)
 
     def _refused(self, what: str, exc: InvalidPath) -> SinkError:
-        return SinkError(f"{what} in {self.uri} refused: {exc}; a link in the output location is never followed "
+        return SinkError(f"{what} in {self.uri} refused: {exc}; a link in the output "
+                         "location is never followed "
                          "(remove it)")
 
     # -- stage ----------------------------------------------------------------------
@@ -239,7 +240,8 @@ class DirectorySink(claims.FileSink):
             "files": files,
             "bytes": sum(f["size"] for f in files),
         }
-        log.info("staged %s: %d file(s), %d bytes in %s/%s", txn, len(files), payload["bytes"], self.uri, staging)
+        log.info("staged %s: %d file(s), %d bytes in %s/%s", txn, len(files), payload["bytes"], self.uri,
+                 staging)
         faults.pause("staged", ctx.batch_id, txn=txn)
         return payload
 
@@ -267,7 +269,8 @@ class DirectorySink(claims.FileSink):
             writer.save("file://" + out)
             with Dir.open(out) as written:
                 if not written.is_file("_SUCCESS"):
-                    raise SinkError(f"Spark's write to the temp directory {out} did not finish (_SUCCESS missing)")
+                    raise SinkError(f"Spark's write to the temp directory {out} did not "
+                                    "finish (_SUCCESS missing)")
                 files = _data_files(written)
             store.delete_prefix(staging)  # an earlier attempt of this transaction
             uploads = [(os.path.join(out, *f["path"].split("/")), f"{staging}/{f['path']}") for f in files]
@@ -287,7 +290,8 @@ class DirectorySink(claims.FileSink):
         what = f"transaction {record.txn_id} payload.staged"
         try:
             staged = record.payload["staged"]
-            staging = confine(staged["staging"], under=manifests.STAGING, what=f"{what}.staging", error=SinkError)
+            staging = confine(staged["staging"], under=manifests.STAGING, what=f"{what}.staging",
+                              error=SinkError)
             return staging, [{**f, "path": confine(f["path"], what=f"{what}.files[].path", error=SinkError)}
                              for f in staged["files"]]
         except (KeyError, TypeError) as exc:
@@ -382,7 +386,8 @@ class DirectorySink(claims.FileSink):
                       confine(dst, what=f"{what}: a move to", error=SinkError), int(size))
                      for src, dst, size in (plan or {}).get("moves", ())]
         except (TypeError, ValueError) as exc:
-            raise SinkError(f"{what} has malformed moves ({exc}); expected [source, target, size] lists") from None
+            raise SinkError(f"{what} has malformed moves ({exc}); expected "
+                            "[source, target, size] lists") from None
         return staging, moves
 
     def _promote(self, claim: Mapping[str, Any]) -> list[str]:
@@ -408,7 +413,8 @@ class DirectorySink(claims.FileSink):
                     continue
                 promoted.append(dst)
         if promoted:
-            log.warning("abort of %s removes %d file(s) moved without a claim from %s", txn, len(promoted), self.uri)
+            log.warning("abort of %s removes %d file(s) moved without a claim from %s", txn, len(promoted),
+                        self.uri)
         try:
             store.delete(promoted)
             if self._local is not None:
@@ -451,7 +457,8 @@ class DirectorySink(claims.FileSink):
             return "already"  # an earlier commit moved it
         raise SinkError(
             f"staged file {self.uri}/{src_key} is gone and {self.uri}/{dst_key} is "
-            f"{'of another size' if st is not None else 'missing'}: the batch's output is lost; restore from an "
+            f"{'of another size' if st is not None else 'missing'}: the batch's output "
+            "is lost; restore from an "
             "earlier checkpoint so that it is produced again"
         )
 

@@ -97,9 +97,9 @@ def resolve_sink(record: TransactionRecord, declared: Sink | None, *, job: str |
     if declared is not None:
         if record.sink != declared.kind or record.sink_id != declared.sink_id:
             raise SinkError(
-                f"transaction record {record.txn_id} names sink {record.sink}:{record.sink_id}, which does not "
-                f"match the declared sink {declared.kind}:{declared.sink_id}; refused (a record for another "
-                "destination is forged or belongs to another deployment)"
+                f"transaction record {record.txn_id} names sink {record.sink}:{record.sink_id}, "
+                f"which does not match the declared sink {declared.kind}:{declared.sink_id}; "
+                "refused (a record for another destination is forged or belongs to another deployment)"
             )
         check_settler(record, declared)
         return declared

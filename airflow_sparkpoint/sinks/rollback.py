@@ -11,4 +11,5 @@ from airflow_sparkpoint.services.rollback import abort_generation, abort_stopped
 __all__ = ["abort_generation", "abort_stopped_generation"]
 
 warnings.warn("airflow_sparkpoint.sinks.rollback is deprecated: import abort_generation and "
-              "abort_stopped_generation from airflow_sparkpoint.services.rollback", DeprecationWarning, stacklevel=2)
+              "abort_stopped_generation from airflow_sparkpoint.services.rollback", DeprecationWarning,
+              stacklevel=2)

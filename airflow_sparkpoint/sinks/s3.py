@@ -128,7 +128,8 @@ class S3Sink(claims.FileSink):
             raise ConfigError(f"S3Sink uri {uri!r} is not an S3 URI; expected s3://bucket/prefix (or s3a://)")
         checked_bucket(bucket, f"S3Sink uri {uri!r}")
         if format not in FORMATS:
-            raise ConfigError(f"S3Sink format {format!r} is not supported; expected one of: {', '.join(FORMATS)}")
+            raise ConfigError(f"S3Sink format {format!r} is not supported; expected one "
+                              f"of: {', '.join(FORMATS)}")
         if part_size is not None and (
             isinstance(part_size, bool) or not isinstance(part_size, int)
             or not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE
@@ -176,7 +177,8 @@ class S3Sink(claims.FileSink):
         if ctx.storage_options:
             self.configure(ctx.storage_options)
         txn = ctx.txn_id
-        spec = UploadSpec(self.bucket, self.prefix + manifests.part_prefix(txn), self.format, self.part_size, dict(self._options))
+        spec = UploadSpec(self.bucket, self.prefix + manifests.part_prefix(txn), self.format, self.part_size,
+                          dict(self._options))
 
         def stage_batches(batches: Iterator[Any]) -> Iterator[Any]:
             return stage_partition(spec, batches)
@@ -218,14 +220,16 @@ class S3Sink(claims.FileSink):
             uploads = record.payload["staged"]["uploads"]
         except (KeyError, TypeError) as exc:
             raise SinkError(
-                f"transaction {record.txn_id} has no S3Sink payload ({exc!r}); expected payload.staged.uploads"
+                f"transaction {record.txn_id} has no S3Sink payload ({exc!r}); "
+                "expected payload.staged.uploads"
             ) from None
         return self._confined(uploads, record.txn_id, f"transaction {record.txn_id} payload.staged.uploads")
 
     def _plan_uploads(self, txn: str, plan: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         """The uploads of `txn`'s promotion `plan`, read from a claim or decision in the
         output location (as untrusted as a record): every key one of `txn`'s files."""
-        return self._confined((plan or {}).get("uploads", ()), txn, f"the promotion plan of {txn} in {self.uri}: uploads")
+        return self._confined((plan or {}).get("uploads", ()), txn,
+                              f"the promotion plan of {txn} in {self.uri}: uploads")
 
     def _confined(self, uploads: Any, txn: str, what: str) -> list[dict[str, Any]]:
         """`uploads` (``{key, upload_id, ...}`` items read from `what`), each key checked to be
@@ -240,14 +244,16 @@ class S3Sink(claims.FileSink):
             confined = []
             for upload in uploads:
                 # An S3 key is literal: checked as it is (`exact`), never rewritten.
-                key = confine(upload["key"], under=self.prefix, what=f"{what}[].key", error=SinkError, exact=True)
+                key = confine(upload["key"], under=self.prefix, what=f"{what}[].key", error=SinkError,
+                              exact=True)
                 if manifests.part_txn(key[len(self.prefix):]) != txn:
                     raise SinkError(f"{what}[].key {key!r} is not a file of transaction {txn} (expected "
                                     f"{self.prefix}{manifests.part_prefix(txn)}<n>.<ext>); refused")
                 confined.append({**upload, "key": key})
             return confined
         except (KeyError, TypeError) as exc:
-            raise SinkError(f"{what} are malformed ({exc!r}); expected a list of {{key, upload_id, ...}}") from None
+            raise SinkError(f"{what} are malformed ({exc!r}); expected a list "
+                            "of {key, upload_id, ...}") from None
 
     def commit(self, record: TransactionRecord) -> CommitOutcome:
         """Claim the batch, then complete the transaction's uploads (`_claims`).
@@ -272,7 +278,8 @@ class S3Sink(claims.FileSink):
         if not uploads:
             return []
         parsed = layout.parse_txn_id(txn)
-        pending = {(key, upload_id) for _t, key, upload_id in self.pending_uploads(parsed[0] if parsed else txn, txn)}
+        pending = {(key, upload_id)
+                   for _t, key, upload_id in self.pending_uploads(parsed[0] if parsed else txn, txn)}
         gone = [u for u in uploads if (u["key"], u["upload_id"]) not in pending]
         if not gone:
             return []
@@ -314,7 +321,8 @@ class S3Sink(claims.FileSink):
         """Nothing to clean: completed uploads leave nothing staged."""
 
     def _file_uri(self, file: Mapping[str, Any]) -> str:
-        key = confine(file.get("key"), under=self.prefix, what=f"a claim's file in {self.uri}", error=SinkError)
+        key = confine(file.get("key"), under=self.prefix, what=f"a claim's file in {self.uri}",
+                      error=SinkError)
         return f"s3://{self.bucket}/{key}"
 
     def _complete(self, upload: Mapping[str, Any]) -> str:
@@ -353,7 +361,8 @@ class S3Sink(claims.FileSink):
         code, status = _error_code(failure)
         if code in _CLIENT_ERRORS_CERTAIN or (status is not None and 400 <= status < 500):
             raise SinkError(f"completing {where} was refused: {code or status}: {failure}")
-        raise CommitOutcomeUnknown(f"completing {where} failed ({failure}); the upload is kept, run the commit again")
+        raise CommitOutcomeUnknown(f"completing {where} failed ({failure}); the upload is "
+                                   "kept, run the commit again")
 
     def _landed(self, upload: Mapping[str, Any]) -> bool:
         """Whether the object of `upload` exists with the expected size (and ETag)."""
@@ -402,7 +411,8 @@ class S3Sink(claims.FileSink):
         paginator = self._client.get_paginator("list_objects_v2")
         keys = []
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + manifests.part_prefix(txn)):
+            for page in paginator.paginate(Bucket=self.bucket,
+                                           Prefix=self.prefix + manifests.part_prefix(txn)):
                 for item in page.get("Contents", ()):
                     rel = item["Key"][len(self.prefix):]
                     if manifests.part_txn(rel) == txn:
@@ -433,7 +443,8 @@ class S3Sink(claims.FileSink):
         paginator = self._client.get_paginator("list_multipart_uploads")
         found = []
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + manifests.part_prefix(txn or job)):
+            for page in paginator.paginate(Bucket=self.bucket,
+                                           Prefix=self.prefix + manifests.part_prefix(txn or job)):
                 for item in page.get("Uploads", ()):
                     found_txn = manifests.part_txn(item["Key"][len(self.prefix):])
                     if found_txn is None:
@@ -455,7 +466,8 @@ class S3Sink(claims.FileSink):
     def _abort_strays(self, job: str, txn: str, keep: AbstractSet[tuple[str, str]] = frozenset()) -> int:
         """Abort the pending uploads of transaction `txn` other than the pairs in `keep`."""
         return self._abort_all([
-            (key, upload_id) for _txn, key, upload_id in self.pending_uploads(job, txn) if (key, upload_id) not in keep
+            (key, upload_id) for _txn, key, upload_id in self.pending_uploads(job, txn)
+            if (key, upload_id) not in keep
         ])
 
     def cleanup_orphans(self, job: str, keep: set[str], *, upto_generation: int | None = None) -> int:
@@ -476,10 +488,12 @@ class S3Sink(claims.FileSink):
 
         with ThreadPoolExecutor(max_workers=min(COMMIT_THREADS, len(txns))) as pool:
             outcomes = list(pool.map(settle, txns))
-        aborted = sum(len(listed[t]) for t, outcome in zip(txns, outcomes, strict=True) if outcome == "discarded")
+        aborted = sum(len(listed[t]) for t, outcome in zip(txns, outcomes, strict=True)
+                      if outcome == "discarded")
         finished = [t for t, outcome in zip(txns, outcomes, strict=True) if outcome == "committed"]
         if finished:
-            log.warning("finished the claimed promotion of %s under %s (their records were gone)", finished, self.uri)
+            log.warning("finished the claimed promotion of %s under %s (their records were gone)", finished,
+                        self.uri)
         if aborted:
             log.info("aborted %d orphaned upload(s) of job %s under %s", aborted, job, self.uri)
         return aborted

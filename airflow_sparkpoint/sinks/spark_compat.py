@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
+__all__ = ["arrow_schema", "collect_arrow", "spark_line"]
+
 
 def spark_line(version: str) -> tuple[int, int]:
     """(major, minor) of a Spark version string such as ``3.5.9`` or ``4.3.0-SNAPSHOT``.

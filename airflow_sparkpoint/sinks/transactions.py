@@ -96,7 +96,8 @@ def settle(sink: Sink, record: TransactionRecord, *, confirmed: bool, fence: Fen
                 raise
             log.warning("transaction %s was not committed: %s", record.txn_id, exc)
             return Settlement(record, "conflict", conflict=exc)
-        return Settlement(record, "committed" if outcome.status == "committed" else "already", dict(outcome.detail))
+        return Settlement(record, "committed" if outcome.status == "committed" else "already",
+                          dict(outcome.detail))
     if sink.is_committed(record):
         # It holds its batch's commit (landed, or a promotion killed halfway): finish it;
         # aborting would delete data the sink already shows.

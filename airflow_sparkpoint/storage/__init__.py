@@ -61,7 +61,8 @@ def split_uri(uri: str) -> tuple[str, str, str]:
     if scheme == "memory":
         return "memory", parsed.netloc or "default", parsed.path.strip("/")
     raise InvalidPath(
-        f"storage URI {uri!r} has unsupported scheme {scheme!r}; expected a path, file://, s3:// (or s3a://) or memory://"
+        f"storage URI {uri!r} has unsupported scheme {scheme!r}; expected a path, file://, s3:// "
+        "(or s3a://) or memory://"
     )
 
 

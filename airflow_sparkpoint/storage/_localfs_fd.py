@@ -45,7 +45,8 @@ def walk_tree(top: int, skip: Callable[[str, bool], bool] | None) -> Iterator[tu
                         if entry.is_dir(follow_symlinks=False):
                             if skip is None or not skip(entry.name, True):
                                 stack.append((os.open(entry.name, DIR, dir_fd=fd), f"{prefix}{entry.name}/"))
-                        elif entry.is_file(follow_symlinks=False) and (skip is None or not skip(entry.name, False)):
+                        elif (entry.is_file(follow_symlinks=False)
+                                and (skip is None or not skip(entry.name, False))):
                             yield f"{prefix}{entry.name}", entry.stat(follow_symlinks=False)
                     except (FileNotFoundError, NotADirectoryError):
                         continue  # deleted meanwhile
@@ -64,7 +65,8 @@ def read_bounded(handle: BinaryIO, size: int, max_bytes: int, where: str) -> byt
     """Everything `handle` (a regular file of `size` bytes, as its fstat said) holds, read
     in chunks; over `max_bytes` (now or grown while read) is `ObjectTooLarge` naming `where`."""
     if size > max_bytes:
-        raise ObjectTooLarge(f"{where} is {size} bytes, over the limit of {max_bytes} bytes for its kind of file; "
+        raise ObjectTooLarge(f"{where} is {size} bytes, over the limit of {max_bytes} "
+                             "bytes for its kind of file; "
                              "treated as corrupt")
     chunks = []
     total = 0
@@ -72,7 +74,8 @@ def read_bounded(handle: BinaryIO, size: int, max_bytes: int, where: str) -> byt
         chunks.append(chunk)
         total += len(chunk)
         if total > max_bytes:
-            raise ObjectTooLarge(f"{where} grew past the limit of {max_bytes} bytes while it was read; treated as "
+            raise ObjectTooLarge(f"{where} grew past the limit of {max_bytes} bytes while "
+                                 "it was read; treated as "
                                  "corrupt")
     return b"".join(chunks)
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from airflow_sparkpoint.exceptions import InvalidPath, ObjectTooLarge
 
-__all__ = ["ObjectInfo", "ObjectTooLarge", "PrefixedStorage", "Storage", "check_size", "discard_file", "join_key",
-           "normalize_key", "normalize_prefix"]
+__all__ = ["ObjectInfo", "ObjectTooLarge", "PrefixedStorage", "Storage", "check_size", "discard_file",
+           "join_key", "normalize_key", "normalize_prefix"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,8 @@ def normalize_key(key: str) -> str:
     :raises InvalidPath: the key is empty, absolute, or has ``..``/``.``/empty segments.
     """
     if not isinstance(key, str) or not key:
-        raise InvalidPath(f"storage key {key!r} is empty; expected a relative path like 'job/chk-1/_metadata'")
+        raise InvalidPath(f"storage key {key!r} is empty; expected a relative path "
+                          "like 'job/chk-1/_metadata'")
     stripped = key.strip("/")
     parts = stripped.split("/")
     if any(part in ("", ".", "..") for part in parts) or "\\" in stripped or "\x00" in stripped:

@@ -51,7 +51,8 @@ def validate_endpoint_url(url: str, where: str) -> str:
         raise ConfigError(f"{where}={shown!r} is not a URL; expected e.g. http://minio:9000") from None
     if "@" in parts.netloc:
         raise ConfigError(
-            f"{where}={shown!r} carries credentials (user:password@ before the host; not shown); S3 requests are "
+            f"{where}={shown!r} carries credentials (user:password@ before the host; not "
+            "shown); S3 requests are "
             "signed with an access key, so put it in the connection's login/password (or an aws connection) "
             "and give the endpoint as http(s)://host[:port]"
         )

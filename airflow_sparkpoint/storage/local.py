@@ -14,6 +14,8 @@ from airflow_sparkpoint.exceptions import InvalidPath, ObjectExists, ObjectNotFo
 from airflow_sparkpoint.storage.base import ObjectInfo, Storage, normalize_key, normalize_prefix
 from airflow_sparkpoint.storage.localfs import TMP_MARK, Dir, open_path
 
+__all__ = ["LocalStorage"]
+
 
 class LocalStorage(Storage):
     """Objects are files under `root`. Writes go to a temp file that is fsynced and then

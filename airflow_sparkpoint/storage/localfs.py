@@ -139,7 +139,8 @@ class Dir:
                 return exc
         elif exc.errno != errno.ELOOP:
             return exc
-        return InvalidPath(f"{self._join(names)} is a symbolic link; Sparkpoint follows no link in {self.path}")
+        return InvalidPath(f"{self._join(names)} is a symbolic link; Sparkpoint "
+                           f"follows no link in {self.path}")
 
     def _walk(self, names: list[str], create: bool) -> int:
         """A descriptor of the directory `names` below this one: this one's own for no

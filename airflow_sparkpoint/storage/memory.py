@@ -10,6 +10,8 @@ from typing import ClassVar
 from airflow_sparkpoint.exceptions import ObjectExists, ObjectNotFound
 from airflow_sparkpoint.storage.base import ObjectInfo, Storage, check_size, normalize_key, normalize_prefix
 
+__all__ = ["MemoryStorage"]
+
 
 class MemoryStorage(Storage):
     """A thread-safe dict of bytes. Stores with the same `name` share their contents

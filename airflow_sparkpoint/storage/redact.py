@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["MASK", "MIN_SECRET_CHARS", "REGISTERED_MIN_CHARS", "redact_url", "register", "scrub", "scrub_value",
-           "secret_values", "userinfo"]
+__all__ = ["MASK", "MIN_SECRET_CHARS", "REGISTERED_MIN_CHARS", "redact_url", "register", "scrub",
+           "scrub_value", "secret_values", "userinfo"]
 
 MASK = "***"
 #: the shortest secret a caller passes that is replaced wherever it appears in a message
@@ -81,7 +81,8 @@ def secret_values(value: Any, plain: Iterable[str] = ()) -> list[str]:
     the keys in `plain` at its top level: what a scrub of that connection removes."""
     skip = set(plain)
     found: list[str] = []
-    stack: list[Any] = [v for k, v in value.items() if k not in skip] if isinstance(value, Mapping) else [value]
+    stack: list[Any] = ([v for k, v in value.items() if k not in skip] if isinstance(value, Mapping)
+                        else [value])
     while stack:
         item = stack.pop()
         if isinstance(item, Mapping):
@@ -99,7 +100,8 @@ def scrub(text: str, secrets: Iterable[Any] = ()) -> str:
     each replaced by ``***``) and any ``user:password@`` before a host."""
     with _lock:
         known = set(_registered)
-    known.update(str(s) for s in secrets if s is not None and not isinstance(s, bool) and len(str(s)) >= MIN_SECRET_CHARS)
+    known.update(str(s) for s in secrets
+                 if s is not None and not isinstance(s, bool) and len(str(s)) >= MIN_SECRET_CHARS)
     text = _BARE.sub("", _SCHEMED.sub(r"\1", text))  # first: a masked password would hide its "user:"
     for secret in sorted(known, key=len, reverse=True):
         text = text.replace(secret, MASK)

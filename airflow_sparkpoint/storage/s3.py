@@ -325,7 +325,8 @@ class S3Storage(S3Connection):
         return True
 
     def _same_service(self, other: S3Storage) -> bool:
-        if self._owns_client != other._owns_client or (not self._owns_client and self._client is not other._client):
+        if (self._owns_client != other._owns_client
+                or (not self._owns_client and self._client is not other._client)):
             return False
         return (self.endpoint_url, self.region_name, self._credentials) == (
             other.endpoint_url, other.region_name, other._credentials)

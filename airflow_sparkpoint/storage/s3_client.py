@@ -24,6 +24,8 @@ from airflow_sparkpoint.storage.base import Storage, normalize_key, normalize_pr
 from airflow_sparkpoint.storage.redact import redact_url as _redact_url
 from airflow_sparkpoint.storage.redact import register, scrub, userinfo
 
+__all__ = ["MAX_COPY_OBJECT_SIZE", "S3Connection", "parse_timestamp", "validate_bucket_name"]
+
 #: the largest object a single CopyObject may copy; bigger ones go through UploadPartCopy
 MAX_COPY_OBJECT_SIZE = 5 * 1024**3
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")

@@ -56,7 +56,8 @@ class _CatalogWatchTrigger(BaseEventTrigger):
 
     kind: ClassVar[str] = ""
 
-    def __init__(self, *, job_name: str, checkpoint_dir: str | None = None, sparkpoint_conn_id: str | None = None,
+    def __init__(self, *, job_name: str, checkpoint_dir: str | None = None,
+                 sparkpoint_conn_id: str | None = None,
                  poll_interval: float | timedelta | str = 10.0) -> None:
         super().__init__()
         validate_job_name(job_name)
@@ -124,18 +125,21 @@ class _CatalogWatchTrigger(BaseEventTrigger):
         except (ValueError, AttributeError) as exc:
             self._warn_state(f"no usable asset state store ({exc})")
         except Exception as exc:  # noqa: BLE001 - the next poll saves again
-            self.log.warning("could not save the cursor of the %s watcher of job %s: %s", self.kind, self.job_name, exc)
+            self.log.warning("could not save the cursor of the %s watcher of job %s: %s", self.kind,
+                             self.job_name, exc)
 
     def _warn_state(self, why: str) -> None:
         if not self._state_warned:
             self._state_warned = True
-            self.log.warning("the %s watcher of job %s keeps its cursor in memory: %s; after a triggerer restart "
+            self.log.warning("the %s watcher of job %s keeps its cursor in memory: %s; "
+                             "after a triggerer restart "
                              "it starts from the present position", self.kind, self.job_name, why)
 
     # ------------------------------------------------------------------ running
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        self._store_key, catalog = await open_catalog(self.job_name, self.checkpoint_dir, self.sparkpoint_conn_id)
+        self._store_key, catalog = await open_catalog(self.job_name, self.checkpoint_dir,
+                                                      self.sparkpoint_conn_id)
         cursor = await self.load_cursor()
         unsaved: dict[str, Any] | None = None
         if cursor is None:
@@ -163,8 +167,8 @@ class _CatalogWatchTrigger(BaseEventTrigger):
         try:
             return await run_blocking(self.position, catalog, cursor)
         except SparkpointError as exc:
-            self.log.warning("the %s watcher of job %s could not read the store (polling again): %s", self.kind,
-                             self.job_name, exc)
+            self.log.warning("the %s watcher of job %s could not read the store (polling again): %s",
+                             self.kind, self.job_name, exc)
             return None
 
     async def cleanup(self) -> None:
@@ -199,7 +203,8 @@ class SparkpointCommitTrigger(_CatalogWatchTrigger):
     def events(self, before: dict[str, Any], now: dict[str, Any]) -> list[dict[str, Any]]:
         if now.get("txn_id") is None:  # the head record went away: nothing new was committed
             return []
-        return [{"kind": "commit", "job": self.job_name, "generation": now.get("generation"), "seq": now["seq"],
+        return [{"kind": "commit", "job": self.job_name, "generation": now.get("generation"),
+                 "seq": now["seq"],
                  "after_batch": before.get("batch"), "last_batch": now["batch"], "txn_id": now["txn_id"],
                  "sink": now.get("sink"), "sink_version": now.get("sink_version"),
                  "committed_at": now.get("committed_at")}]

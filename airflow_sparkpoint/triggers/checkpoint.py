@@ -74,6 +74,9 @@ from airflow_sparkpoint.services.control import (
 )
 from airflow_sparkpoint.services.stores import Catalog, Storage, job_catalog, open_storage, scrub
 
+__all__ = ["CLASSPATH", "MAX_POLL_ERRORS", "MODES", "POOL_THREADS", "SHARED_STORES",
+           "SparkpointCheckpointTrigger", "check_event", "open_catalog", "release_catalog", "run_blocking"]
+
 CLASSPATH = "airflow_sparkpoint.triggers.checkpoint.SparkpointCheckpointTrigger"
 MODES = ("checkpoint", "control_result")
 #: consecutive failed polls (an unreachable store) tolerated before the trigger gives up
@@ -109,7 +112,8 @@ class _SharedStores:
 
     @staticmethod
     def key(uri: str, options: Mapping[str, Any]) -> str:
-        return hashlib.sha256(json.dumps([uri, dict(options)], sort_keys=True, default=str).encode()).hexdigest()
+        return hashlib.sha256(json.dumps([uri, dict(options)], sort_keys=True,
+                                         default=str).encode()).hexdigest()
 
     def acquire(self, uri: str, options: Mapping[str, Any]) -> tuple[str, Storage]:
         """The shared store for `uri` (opened here on first use: cheap, clients are lazy)."""
@@ -209,7 +213,8 @@ class SparkpointCheckpointTrigger(BaseTrigger):
             raise ConfigError(f"request_id={request_id!r} is only valid with mode 'control_result'")
         poll_interval = durations.seconds("poll_interval", poll_interval)
         if deadline is not None and (
-            isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not math.isfinite(deadline)
+            isinstance(deadline, bool) or not isinstance(deadline, (int, float))
+            or not math.isfinite(deadline)
         ):
             raise ConfigError(f"deadline={deadline!r} is invalid; expected epoch seconds or None")
         self.job_name = job_name
@@ -354,7 +359,8 @@ class SparkpointCheckpointTrigger(BaseTrigger):
 
     def _control_event(self, request: RequestOutcome) -> dict[str, Any]:
         if request.result is None:
-            return _error(request.error or f"control request {self.request_id} of job {self.job_name!r} failed")
+            return _error(request.error or f"control request {self.request_id} of job "
+                                           f"{self.job_name!r} failed")
         result = request.result
         return {
             "status": "success",
@@ -392,7 +398,8 @@ def check_event(event: Any, *, required: Sequence[str]) -> dict[str, Any]:
         raise AirflowException(str(message))
     if status != "success":
         raise AirflowException(
-            f"malformed Sparkpoint trigger event {dict(event)!r}: status {status!r}, expected 'success' or 'error'"
+            f"malformed Sparkpoint trigger event {dict(event)!r}: status {status!r}, "
+            "expected 'success' or 'error'"
         )
     missing = [key for key in required if event.get(key) in (None, "")]
     if missing:

@@ -50,7 +50,8 @@ def parse_ttl_ms(text: str) -> int | None:
 
 
 def build_query(
-    spark: Any, input_path: str, *, limit: float, readings: int, files_per_batch: int, state_ttl_ms: int | None = None
+    spark: Any, input_path: str, *, limit: float, readings: int, files_per_batch: int,
+    state_ttl_ms: int | None = None
 ) -> Any:
     """The streaming query: per sensor, a `ListState` of readings over the limit and a
     `ValueState` counting its alerts; with `state_ttl_ms`, both expire that long after

@@ -1,6 +1,6 @@
 """The structure rules of the package (`scripts/check_structure.py`, run by `make lint`):
-no module over the backstop's line count, no import cycle. Checked on synthetic packages (so the check
-can fail) and on the package itself."""
+no module over the backstop's line count, no import cycle, no public module without `__all__`.
+Checked on synthetic packages (so the check can fail) and on the package itself."""
 
 from __future__ import annotations
 
@@ -62,8 +62,27 @@ def test_cycles_through_lazy_type_checking_and_package_imports_are_found(
         ["sp_cycles.c", "sp_cycles.d"],
         ["sp_cycles.pkg", "sp_cycles.pkg.base"],
     ]
-    problems = check.problems(package)
+    problems = [p for p in check.problems(package) if "__all__" not in p]  # its modules declare none
     assert len(problems) == 3 and all(p.startswith("import cycle: ") for p in problems)
+
+
+def test_a_public_module_without_all_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = _package(tmp_path, "sp_all", {
+        "__init__.py": "",  # a package's face: exempt
+        "__main__.py": "print(1)\n",  # exempt
+        "_private.py": "x = 1\n",  # a private module: exempt
+        "_inner/__init__.py": "",
+        "_inner/helper.py": "x = 1\n",  # under a private package: exempt
+        "declared.py": "__all__ = [\"x\"]\nx = 1\n",
+        "annotated.py": "__all__: list[str] = []\n",
+        "sub/__init__.py": "",
+        "sub/missing.py": "x = 1\n",
+        "nested.py": "def f():\n    __all__ = [\"f\"]\n",  # not at module level
+    })
+    assert check.modules_without_all(package) == [package / "nested.py", package / "sub" / "missing.py"]
+    monkeypatch.syspath_prepend(str(tmp_path))
+    why = ": a public module without __all__ (declare its public names, or start its name with _)"
+    assert check.problems(package) == [f"{package / 'nested.py'}{why}", f"{package / 'sub' / 'missing.py'}{why}"]
 
 
 def test_the_package_has_no_long_module_and_no_import_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
