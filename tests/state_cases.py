@@ -3,7 +3,7 @@ from that input in plain Python (the oracles of the inspect / verify tests).
 
 Every case writes one JSON file per micro-batch (`tests.support.inputs.write_json_batches`)
 and runs through `SparkpointJob` into a Delta table. `expected` maps the store names that
-`airflow_sparkpoint.runtime.inspect` reports to the rows as JSON would show them:
+`airflow_sparkpoint.runtime.state_inspect` reports to the rows as JSON would show them:
 ``{(key tuple, map key tuple or None): value tuple}`` (list state: a sorted list of
 element tuples per key).
 """

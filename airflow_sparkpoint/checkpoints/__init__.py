@@ -6,7 +6,7 @@ Pure Python: imports neither Spark nor Airflow.
 from __future__ import annotations
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog, open_snapshot
-from airflow_sparkpoint.checkpoints.entries import (
+from airflow_sparkpoint.checkpoints.catalog_types import (
     GenerationInfo,
     RetentionResult,
     SnapshotEntry,

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import layout
-from airflow_sparkpoint.checkpoints.entries import (  # re-exported: callers import them from here
+from airflow_sparkpoint.checkpoints.catalog_types import (  # re-exported: callers import them from here
     GenerationInfo,
     SnapshotEntry,
     SnapshotHandle,
@@ -35,9 +35,11 @@ from airflow_sparkpoint.checkpoints.lineage import Origin, RestartPoint
 from airflow_sparkpoint.checkpoints.lineage_view import LineageView
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.origins import OriginStore
+from airflow_sparkpoint.checkpoints.snapshot_open import (
+    open_snapshot,  # re-exported: callers import it from here
+)
 from airflow_sparkpoint.checkpoints.snapshot_store import SnapshotStore
 from airflow_sparkpoint.checkpoints.status import read_status, write_status
-from airflow_sparkpoint.checkpoints.targets import open_snapshot  # re-exported: callers import it from here
 from airflow_sparkpoint.checkpoints.txn_records import TransactionLog
 from airflow_sparkpoint.storage import Storage, open_storage
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_sparkpoint.checkpoints import bounded, layout
-from airflow_sparkpoint.checkpoints.entries import GenerationInfo
+from airflow_sparkpoint.checkpoints.catalog_types import GenerationInfo
 from airflow_sparkpoint.exceptions import (
     ObjectExists,
     StaleGeneration,

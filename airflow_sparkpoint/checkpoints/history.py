@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints.counters import CheckpointCounters, read_counters
-from airflow_sparkpoint.checkpoints.records import (
+from airflow_sparkpoint.checkpoints.history_records import (
     AIRFLOW_CONTEXT_ENV,
     CONFIG_FIELDS,
     GENERATIONS_SHOWN,

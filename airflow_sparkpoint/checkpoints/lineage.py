@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint.exceptions import CorruptMetadata, RestoreError
 
 if TYPE_CHECKING:
-    from airflow_sparkpoint.checkpoints.entries import SnapshotEntry
+    from airflow_sparkpoint.checkpoints.catalog_types import SnapshotEntry
     from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 
 __all__ = ["KINDS", "SCHEMA_VERSION", "Origin", "RestartPoint", "damage_message", "mark_superseded",

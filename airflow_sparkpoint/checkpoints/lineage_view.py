@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from airflow_sparkpoint.checkpoints.entries import SnapshotEntry
+from airflow_sparkpoint.checkpoints.catalog_types import SnapshotEntry
 from airflow_sparkpoint.checkpoints.lineage import (
     RestartPoint,
     mark_superseded,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import bounded, layout
-from airflow_sparkpoint.checkpoints.entries import RetentionResult, SnapshotEntry
+from airflow_sparkpoint.checkpoints.catalog_types import RetentionResult, SnapshotEntry
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.lineage import mark_superseded, prunable, rollback_base
 from airflow_sparkpoint.exceptions import (

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import bounded, layout
-from airflow_sparkpoint.checkpoints.entries import SnapshotEntry, SnapshotHandle
+from airflow_sparkpoint.checkpoints.catalog_types import SnapshotEntry, SnapshotHandle
 from airflow_sparkpoint.checkpoints.generations import Fence, GenerationStore
 from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, SnapshotStats
 from airflow_sparkpoint.checkpoints.transfer import transfer_all

@@ -132,7 +132,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError("--operator and --store select the rows to print: they need --rows")
     catalog = open_catalog(args)
     _needs_pyspark("inspect")
-    from airflow_sparkpoint.runtime.inspect import first_line, local_session, open_state, rows_as_json
+    from airflow_sparkpoint.runtime.state_inspect import first_line, local_session, open_state, rows_as_json
 
     spark = local_session("sparkpoint-inspect")
     with open_state(spark, args.target, catalog=catalog, storage_options=_snapshot_options(args)) as snap:

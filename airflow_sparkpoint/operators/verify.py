@@ -246,7 +246,7 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
             self.sparkpoint_run = None  # the next drill finds its own run
 
     def _resolve(self, catalog: Catalog) -> SnapshotHandle:
-        from airflow_sparkpoint.runtime.inspect import resolve_snapshot
+        from airflow_sparkpoint.runtime.state_inspect import resolve_snapshot
 
         target = str(self.snapshot).strip()
         if target == LATEST_SAVEPOINT:

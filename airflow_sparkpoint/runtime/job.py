@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import TransactionRecord
+from airflow_sparkpoint.checkpoints.catalog_types import claim_details
 from airflow_sparkpoint.checkpoints.control import ControlRequest
-from airflow_sparkpoint.checkpoints.entries import claim_details
 from airflow_sparkpoint.checkpoints.history import generation_details
-from airflow_sparkpoint.checkpoints.records import AirflowTry
+from airflow_sparkpoint.checkpoints.history_records import AirflowTry
 from airflow_sparkpoint.checkpoints.run_result import RunResult, error_line, result_line, write_run_result
 from airflow_sparkpoint.exceptions import (
     ConfigError,

@@ -16,7 +16,7 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.lineage import new_origin
 from airflow_sparkpoint.checkpoints.status import read_job_status
 from airflow_sparkpoint.exceptions import ConfigError, StorageError
-from airflow_sparkpoint.runtime import reach, replay, rescale, spark_support
+from airflow_sparkpoint.runtime import executor_reach, replay, rescale, spark_support
 from airflow_sparkpoint.runtime.checkpointer import Checkpointer
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.config import PREFIX, work_root
@@ -58,7 +58,8 @@ class _RunStartup(_RunStatus):
         self.sink.configure(cfg.storage_options)
         self.sink.validate()
         self.work_root = work_root(cfg.dir, cfg.job, cfg.work_dir)
-        reach.check_executors_reach(self.spark, self.work_root)  # a cluster: one path, one filesystem
+        # a cluster: one path, one filesystem
+        executor_reach.check_executors_reach(self.spark, self.work_root)
 
     def _check_plan(self, plan: RestorePlan) -> None:
         """The read-only refusals of a restore plan: run before the claim (bad input fences

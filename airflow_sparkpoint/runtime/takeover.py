@@ -24,7 +24,7 @@ import time
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.history import live_status
-from airflow_sparkpoint.checkpoints.records import AirflowTry, read_generation
+from airflow_sparkpoint.checkpoints.history_records import AirflowTry, read_generation
 from airflow_sparkpoint.exceptions import JobAlreadyRunning
 from airflow_sparkpoint.runtime.livedir import process_alive
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata
 from airflow_sparkpoint.checkpoints.layout import METADATA, max_bytes_of
-from airflow_sparkpoint.checkpoints.targets import stored_sizes
+from airflow_sparkpoint.checkpoints.snapshot_open import stored_sizes
 from airflow_sparkpoint.checkpoints.verification import VerificationRecord, write_verification
 from airflow_sparkpoint.exceptions import (
     CorruptMetadata,
@@ -34,8 +34,8 @@ from airflow_sparkpoint.exceptions import (
     SparkpointError,
     StorageError,
 )
-from airflow_sparkpoint.runtime.inspect import SnapshotReader, first_line, read_store, resolve_snapshot
 from airflow_sparkpoint.runtime.restore import materialize
+from airflow_sparkpoint.runtime.state_inspect import SnapshotReader, first_line, read_store, resolve_snapshot
 from airflow_sparkpoint.storage import Storage, open_storage
 from airflow_sparkpoint.storage.localfs import open_path, remove_tree_at
 
@@ -210,10 +210,10 @@ def verify_snapshot(
     """Check the files of `handle` and read all of its state (see the module docstring).
 
     `spark` is a session or a function returning one (called only when there is state
-    to read; default: `airflow_sparkpoint.runtime.inspect.local_session`). Never raises
+    to read; default: `airflow_sparkpoint.runtime.state_inspect.local_session`). Never raises
     for a bad snapshot: ``ok`` is False and ``error`` says what failed.
     """
-    from airflow_sparkpoint.runtime.inspect import local_session
+    from airflow_sparkpoint.runtime.state_inspect import local_session
 
     started = time.monotonic()
     verified_at = time.time()
@@ -305,7 +305,7 @@ def verify(
     spark: SparkSession | Callable[[], SparkSession] | None = None,
     scratch_dir: str | None = None,
 ) -> VerifyResult:
-    """Resolve `target` like `airflow_sparkpoint.runtime.inspect.resolve_snapshot`
+    """Resolve `target` like `airflow_sparkpoint.runtime.state_inspect.resolve_snapshot`
     (``latest``, a URI or path, or a key under the catalog's job root) and verify it.
 
     A path or key with no ``_metadata`` (an incomplete or abandoned checkpoint, or

@@ -14,7 +14,7 @@ from airflow_sparkpoint.exceptions import CatalogError
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
-    from airflow_sparkpoint.checkpoints.entries import SnapshotEntry
+    from airflow_sparkpoint.checkpoints.catalog_types import SnapshotEntry
 
 __all__ = ["SavepointDisposal", "dispose_savepoints", "dispose_snapshot"]
 

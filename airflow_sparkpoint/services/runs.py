@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo
-from airflow_sparkpoint.checkpoints.records import AirflowTry
+from airflow_sparkpoint.checkpoints.history_records import AirflowTry
 from airflow_sparkpoint.checkpoints.run_result import ERROR_LINE, parse_error_line, read_run_result
 from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
 from airflow_sparkpoint.exceptions import CorruptMetadata, SparkpointError

@@ -38,8 +38,8 @@ from airflow_sparkpoint.exceptions import CatalogError, ControlError, Sparkpoint
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
+    from airflow_sparkpoint.checkpoints.catalog_types import SnapshotHandle
     from airflow_sparkpoint.checkpoints.control_records import ControlRequest, ControlResult
-    from airflow_sparkpoint.checkpoints.entries import SnapshotHandle
     from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 
 __all__ = [

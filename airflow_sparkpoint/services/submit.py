@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_sparkpoint import durations
-from airflow_sparkpoint.checkpoints.records import AIRFLOW_CONTEXT_ENV, AirflowTry
+from airflow_sparkpoint.checkpoints.history_records import AIRFLOW_CONTEXT_ENV, AirflowTry
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.takeover import check_start

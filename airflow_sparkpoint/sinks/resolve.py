@@ -22,7 +22,7 @@ from typing import Any
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord, foreign_to
 from airflow_sparkpoint.exceptions import ConfigError, SinkError
 from airflow_sparkpoint.sinks.base import Sink, check_settler
-from airflow_sparkpoint.sinks.kinds import sink_from_config
+from airflow_sparkpoint.sinks.registry import sink_from_config
 
 log = logging.getLogger(__name__)
 

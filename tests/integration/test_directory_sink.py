@@ -16,7 +16,7 @@ from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import SinkError
 from airflow_sparkpoint.sinks.base import StageContext
 from airflow_sparkpoint.sinks.directory import DirectorySink
-from airflow_sparkpoint.sinks.kinds import sink_from_config
+from airflow_sparkpoint.sinks.registry import sink_from_config
 from tests.support.inputs import write_json_batches
 
 pytestmark = pytest.mark.spark

@@ -104,7 +104,7 @@ def test_aggregation_killed_during_rescale_then_rescaled_up_and_down_exactly(agg
     """A kill in the middle of the repartition (fault point ``rescale``) leaves the
     savepoint and the sink untouched; the retry (restore=latest, as the operator's retry)
     rescales 2 -> 4; a later restore rescales 4 -> 3. Totals exact after each."""
-    from airflow_sparkpoint.runtime.inspect import inspect_snapshot
+    from airflow_sparkpoint.runtime.state_inspect import inspect_snapshot
     from airflow_sparkpoint.runtime.verify import verify_snapshot
 
     built = aggregation
@@ -184,7 +184,7 @@ def test_aggregation_killed_during_rescale_then_rescaled_up_and_down_exactly(agg
 def test_transform_with_state_rescaled_down_then_up_exactly(tmp_path, capsys, spark):
     """transformWithStateInPandas (a ValueState per user): 3 -> 2 from a savepoint, then
     2 -> 5 from the latest checkpoint."""
-    from airflow_sparkpoint.runtime.inspect import inspect_snapshot
+    from airflow_sparkpoint.runtime.state_inspect import inspect_snapshot
 
     built = Built(spark, tmp_path / "build", "tws", files=3, partitions=3)
     built.fork(tmp_path)

@@ -15,7 +15,7 @@ import pytest
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import SinkError
 from airflow_sparkpoint.sinks.base import StageContext
-from airflow_sparkpoint.sinks.kinds import sink_from_config
+from airflow_sparkpoint.sinks.registry import sink_from_config
 from airflow_sparkpoint.sinks.s3 import MIN_PART_SIZE, S3Sink, multipart_etag
 from tests.support.inputs import write_json_batches
 

@@ -28,7 +28,7 @@ import pytest
 from airflow_sparkpoint import cli
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.runtime.inspect import inspect_snapshot, open_state, rows_as_json, state_rows
+from airflow_sparkpoint.runtime.state_inspect import inspect_snapshot, open_state, rows_as_json, state_rows
 from tests import state_cases
 from tests.state_cases import CASES, Case
 from tests.support.inputs import write_json_batches

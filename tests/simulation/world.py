@@ -21,10 +21,10 @@ from unittest import mock
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, transfer
-from airflow_sparkpoint.checkpoints import targets as targets_module
+from airflow_sparkpoint.checkpoints import snapshot_open as targets_module
 from airflow_sparkpoint.runtime import checkpointer as checkpointer_module
+from airflow_sparkpoint.runtime import executor_reach, replay, run_startup
 from airflow_sparkpoint.runtime import prestore as prestore_module
-from airflow_sparkpoint.runtime import reach, replay, run_startup
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.storage import MemoryStorage, Storage, split_uri
 from airflow_sparkpoint.storage.local import LocalStorage
@@ -177,7 +177,7 @@ class World:
                 (faults, "maybe_kill_halfway", maybe_kill_halfway),
                 (faults, "pause", pause),
                 (faults, "armed", lambda point: False),
-                (reach, "check_executors_reach", lambda spark, root: None),
+                (executor_reach, "check_executors_reach", lambda spark, root: None),
                 (replay, "run_batch", run_batch),
                 (transfer, "ThreadPoolExecutor", InlineExecutor),
                 (checkpointer_module, "ThreadPoolExecutor", InlineExecutor),

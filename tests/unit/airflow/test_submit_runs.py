@@ -540,7 +540,7 @@ def test_on_kill_kills_a_driver_that_ignores_sigterm(tmp_path: Path) -> None:
 
 
 def _live_run(catalog: Catalog, dag_id: str, run_id: str) -> int:
-    from airflow_sparkpoint.checkpoints.records import generation_details
+    from airflow_sparkpoint.checkpoints.history_records import generation_details
     from airflow_sparkpoint.checkpoints.status import JobStatus
 
     env = {"AIRFLOW_CTX_DAG_ID": dag_id, "AIRFLOW_CTX_TASK_ID": "submit", "AIRFLOW_CTX_DAG_RUN_ID": run_id,

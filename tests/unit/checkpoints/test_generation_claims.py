@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo, layout
-from airflow_sparkpoint.checkpoints.entries import claim_details
+from airflow_sparkpoint.checkpoints.catalog_types import claim_details
 from airflow_sparkpoint.checkpoints.history import read_generation
 from airflow_sparkpoint.exceptions import CorruptMetadata
 

@@ -1,11 +1,11 @@
-"""`runtime.reach`: what the driver makes of the executors' probe reports (the Spark job
+"""`runtime.executor_reach`: what the driver makes of the executors' probe reports (the Spark job
 itself runs in tests/e2e/test_e2e_shared_mount.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from airflow_sparkpoint.runtime.reach import DRIVER_FILE, Executor, _problems
+from airflow_sparkpoint.runtime.executor_reach import DRIVER_FILE, Executor, _problems
 
 TOKEN = "t0k3n"
 EXECUTORS = [Executor("0", "10.0.0.1:7001", 1), Executor("1", "10.0.0.2:7001", 1)]
@@ -51,7 +51,7 @@ def test_an_executor_host_without_a_probe_task_is_a_problem(tmp_path: Path) -> N
 def test_the_wait_for_executors_follows_sparks_own_longer_wait() -> None:
     """A queued YARN application or autoscaled pods take longer than a minute: Spark's own
     spark.scheduler.maxRegisteredResourcesWaitingTime, when longer, is the wait."""
-    from airflow_sparkpoint.runtime.reach import DEFAULT_WAIT_S, wait_seconds
+    from airflow_sparkpoint.runtime.executor_reach import DEFAULT_WAIT_S, wait_seconds
 
     assert wait_seconds({}) == DEFAULT_WAIT_S
     assert wait_seconds({"spark.scheduler.maxRegisteredResourcesWaitingTime": "30s"}) == DEFAULT_WAIT_S

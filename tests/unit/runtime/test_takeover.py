@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from airflow_sparkpoint.checkpoints.records import AirflowTry, generation_details
+from airflow_sparkpoint.checkpoints.history_records import AirflowTry, generation_details
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import JobAlreadyRunning
 from airflow_sparkpoint.runtime.config import SparkpointConfig
