@@ -29,7 +29,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.run_result import read_run_result
 from airflow_sparkpoint.storage import open_storage
-from tests.dag_runs import new_dag, run_dag, task_states
+from tests.support.dag_runs import new_dag, run_dag, task_states
 from tests.support.inputs import write_json_batches
 from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
 from tests.support.waits import wait_for

@@ -29,9 +29,9 @@ from airflow_sparkpoint import cli
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.state_inspect import inspect_snapshot, open_state, rows_as_json, state_rows
-from tests import state_cases
-from tests.state_cases import CASES, Case
+from tests.support import state_cases
 from tests.support.inputs import write_json_batches
+from tests.support.state_cases import CASES, Case
 
 pytestmark = pytest.mark.spark
 

@@ -41,11 +41,20 @@ from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.demo.support import delta_commits
 from airflow_sparkpoint.runtime.rescale import interrupted
-from tests import state_cases
 from tests.chaos.servers import S3Context, new_bucket
-from tests.dag_runs import new_dag, run_dag
-from tests.rescale_runs import JOB, expected, finished, first_run, offsets_conf, submit, table, write_inputs
+from tests.support import state_cases
+from tests.support.dag_runs import new_dag, run_dag
 from tests.support.inputs import write_json_batches
+from tests.support.rescale_runs import (
+    JOB,
+    expected,
+    finished,
+    first_run,
+    offsets_conf,
+    submit,
+    table,
+    write_inputs,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 

@@ -30,8 +30,8 @@ from airflow_sparkpoint import cli
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.storage import open_storage
-from tests import state_cases
-from tests.dag_runs import new_dag, run_dag, task_state
+from tests.support import state_cases
+from tests.support.dag_runs import new_dag, run_dag, task_state
 from tests.support.inputs import write_json_batches
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]

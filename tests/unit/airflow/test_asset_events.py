@@ -12,7 +12,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.exceptions import ConfigError
-from tests.dag_runs import new_dag, run_dag, task_state
+from tests.support.dag_runs import new_dag, run_dag, task_state
 from tests.unit.airflow.test_assets import VersionedSink, confirm, record
 from tests.unit.airflow.test_trigger_load import add_checkpoint
 

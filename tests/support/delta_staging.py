@@ -2,7 +2,7 @@
 every test once with batches staged from the driver and once by the executors, and
 `stage` does what the runtime does in ``foreachBatch`` on the side of the running test.
 
-A test module opts in with ``from tests.delta_staging import staging_side  # noqa: F401``.
+A test module opts in with ``from tests.support.delta_staging import staging_side  # noqa: F401``.
 """
 
 from __future__ import annotations
