@@ -54,7 +54,7 @@ class Totals:
 
     def expected(self, files: int | None = None) -> dict[str, tuple[int, int]]:
         """(total, events) by user over the first `files` input files (default all)."""
-        return expected_totals(lambda i: self.files[i], len(self.files[:files]))
+        return expected_totals(row for rows in self.files[:files] for row in rows)
 
     # ------------------------------------------------------------------ output
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.events import expected_totals, write_event_files
+from tests.support.inputs import expected_totals, write_event_files
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.events import write_event_files
+from tests.support.inputs import write_event_files
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 

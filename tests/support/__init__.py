@@ -4,7 +4,7 @@ files import from here, never from a ``conftest.py``):
 - `paths`: the repository's root;
 - `servers`: the servers (Spark, moto, SeaweedFS) and `package_fixtures` to declare them;
 - `waits`: waiting for a condition;
-- `inputs`, `events`: a job's input files and the oracles computed from them;
+- `inputs`: a job's input files and the oracle of a keyed-totals job;
 - `submit`: running ``spark-submit``; `rescale_runs`: the rescale job's runs;
 - `catalogs`: completed checkpoints written directly into a catalog;
 - `delta_staging`: the two staging sides of `DeltaSink`;
