@@ -35,7 +35,7 @@ from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.sinks.s3 import S3Sink
 from airflow_sparkpoint.storage import LocalStorage
 from tests.security.test_forged_records import outcome
-from tests.support.catalogs import checkpoint_at
+from tests.support.records import checkpoint_at
 
 JOB, OTHER = "orders", "refunds"
 

@@ -36,6 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tests.support.paths import REPO
+from tests.support.records import put_checkpoint
 from tests.support.servers import free_port
 
 SECRETS = ("AKIAPLANTEDLOGIN7", "planted-password-9f3c2b", "planted-extra-token-51d7", "planted-s3-secret-0a8e")
@@ -158,19 +159,13 @@ def _plain_job(root: Path) -> None:
 def _s3_history(endpoint: str, bucket: str) -> None:
     """A pipeline on S3: a claimed generation and two checkpoints written through the catalog."""
     from airflow_sparkpoint.checkpoints import Catalog
-    from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, SnapshotStats, sha256_hex
     from airflow_sparkpoint.storage import open_storage
 
     catalog = Catalog(open_storage(f"s3://{bucket}/sp", endpoint_url=endpoint, region_name="us-east-1"), "s3_job")
     catalog.claim_generation({"plan": "empty state (no completed checkpoint yet)"})
     for batch in range(2):
-        data = f"state {batch}".encode()
-        key = catalog.shared_key(f"state/0/0/{batch + 1}.delta", sha256_hex(data))
-        catalog.store.put(key, data)
-        ref = FileRef(f"state/0/0/{batch + 1}.delta", key, len(data), sha256_hex(data))
-        catalog.complete_checkpoint(SnapshotMetadata("checkpoint", catalog.next_checkpoint_id(), "s3_job", 1, batch,
-                                                     time.time(), (ref,), stats=SnapshotStats(5, len(data), 1,
-                                                                                              len(data), 1)))
+        put_checkpoint(catalog, {f"state/0/0/{batch + 1}.delta": f"state {batch}".encode()}, batch_id=batch,
+                       generation=1)
 
 
 def start_ui_stack(base: Path, s3_server_process: str) -> Iterator[Stack]:

@@ -17,7 +17,7 @@ import pytest
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.storage import MemoryStorage, Storage, open_storage
-from tests.support.catalogs import put_checkpoint
+from tests.support.records import put_checkpoint
 
 BACKENDS = ["memory", "local", pytest.param("s3", marks=pytest.mark.s3)]
 
@@ -62,5 +62,5 @@ def open_root(root: Root) -> Callable[[], Storage]:
 
 @pytest.fixture()
 def make_checkpoint() -> Callable[..., SnapshotMetadata]:
-    """`tests.support.catalogs.put_checkpoint` as a fixture."""
+    """`tests.support.records.put_checkpoint` as a fixture."""
     return put_checkpoint
