@@ -1,14 +1,17 @@
-"""One builder per record kind, written directly into a job's catalog (no Spark): a
-completed checkpoint, with its files uploaded into ``shared/`` as the runtime's
-checkpointer does."""
+"""One builder per record kind, as the runtime writes them (no Spark): a completed
+checkpoint in a job's catalog, with its files uploaded into ``shared/`` as the
+checkpointer does (`put_checkpoint`), and a sink's pre-commit transaction record
+(`sink_record`)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotStats, sha256_hex
+from airflow_sparkpoint.sinks.base import Sink
 
 
 def put_checkpoint(
@@ -64,3 +67,11 @@ def checkpoint_at(catalog: Catalog, batch: int, *, generation: int | None = None
     on a job that never started)."""
     target = generation if generation is not None else max(catalog.current_generation(), 1)
     return put_checkpoint(catalog, {}, batch_id=batch, generation=target, pending=pending)
+
+
+def sink_record(sink: Sink, batch: int, generation: int = 1, staged: Mapping[str, Any] | None = None, *,
+                job: str = "job") -> TransactionRecord:
+    """The pre-commit record of `sink` as the runtime writes it after staging `batch`:
+    the sink's config and what its stage returned (`staged`, default nothing)."""
+    return TransactionRecord(job, batch, generation, sink.kind, sink.sink_id,
+                             {"config": sink.to_config(), "staged": dict(staged or {})}, created_at=time.time())
