@@ -5,7 +5,7 @@ join, transformWithStateInPandas with value/list/map state, the seed threshold p
 with list + value state) over known input through `SparkpointJob`, takes a savepoint,
 and compares what `inspect` reports (operators, stores, partitions, row and key counts,
 the rows themselves) with the state computed from the input in plain Python
-(`tests/state_cases.py`). Also: the snapshot and the job's root are byte-for-byte
+(`tests/support/state_cases.py`). Also: the snapshot and the job's root are byte-for-byte
 unchanged and the scratch copy is gone afterwards; ``latest``; the CLI's JSON contract;
 state TTL visible in the row counts; a snapshot on S3 inspected by the real
 ``sparkpoint`` console script in a fresh process (a fresh JVM) and verified there.

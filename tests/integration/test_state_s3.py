@@ -1,7 +1,7 @@
 """Inspect, verify, rescale and restore drills with the job's storage on S3
 (``spark.sparkpoint.dir = s3://...``), against a real S3 server over HTTP: moto in a
 child process by default, SeaweedFS too (``slow``). Every oracle is computed from the
-input in plain Python (`tests/rescale_runs.py`, `tests/state_cases.py`).
+input in plain Python (`tests/support/rescale_runs.py`, `tests/support/state_cases.py`).
 
 * rescale: a savepoint taken with 4 state partitions is restored into 8 by a
   ``spark-submit`` that is SIGKILLed during the repartition (fault point ``rescale``;
