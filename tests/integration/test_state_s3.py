@@ -45,6 +45,7 @@ from tests.chaos.servers import S3Context, new_bucket
 from tests.support import state_cases
 from tests.support.dag_runs import new_dag, run_dag
 from tests.support.inputs import write_json_batches
+from tests.support.paths import REPO
 from tests.support.rescale_runs import (
     JOB,
     expected,
@@ -58,7 +59,6 @@ from tests.support.rescale_runs import (
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
-REPO = Path(__file__).resolve().parents[2]
 THRESHOLD_SCRIPT = REPO / "dags" / "jobs" / "threshold_alerts.py"
 
 
