@@ -1,7 +1,7 @@
 """Shared fixtures: a fresh moto bucket, an Airflow home.
 
 The servers (SparkSession, moto, SeaweedFS) are package-scoped fixtures that each test
-package declares in its conftest.py (`tests.servers.package_fixtures`), so each stops
+package declares in its conftest.py (`tests.support.servers.package_fixtures`), so each stops
 when its package is done.
 
 Markers: unmarked tests are fast unit tests; ``spark``, ``s3`` and ``airflow`` tests
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
+
 # Spark's Python workers must run the interpreter of the driver (the venv's).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

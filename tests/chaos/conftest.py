@@ -1,5 +1,5 @@
 """Chaos fixtures: a fresh bucket per test on each of the two S3 servers (moto in a child
-process, SeaweedFS: both servers from ``tests/servers.py``, up while this package runs), and the summary
+process, SeaweedFS: both servers from ``tests/support/servers.py``, up while this package runs), and the summary
 tables of the crash trials printed at the end of the session (and appended to the
 cumulative record when ``SPARKPOINT_CHAOS_RECORD`` names it: `tests.chaos.record`)."""
 
@@ -14,7 +14,7 @@ import pytest
 from tests.chaos import record
 from tests.chaos.plan import REPORTS, format_report
 from tests.chaos.servers import S3Context, new_bucket
-from tests.servers import package_fixtures
+from tests.support.servers import package_fixtures
 
 #: this session's name in the record: taken at the start, before any commit made meanwhile
 RUN = record.run_id()

@@ -19,7 +19,6 @@ import hashlib
 import os
 import random
 import re
-import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, FileRef, SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.metadata import sha256_hex
@@ -47,24 +46,15 @@ from tests.chaos.harness import (
     spark_submit,
     write_inputs,
 )
+from tests.support.records import put_checkpoint
 
 # ---------------------------------------------------------------------------- S3 through the proxy
 
 
 def _checkpoint_files(catalog: Catalog, batch: int, count: int = 4) -> SnapshotMetadata:
     """Upload `count` state files and complete a checkpoint of them (as the coordinator does)."""
-    refs = []
-    for i in range(count):
-        data = f"state {i} of batch {batch} ".encode() * (50 + i)
-        key = catalog.shared_key(f"state/0/{i}/{batch + 1}.changelog", sha256_hex(data))
-        catalog.store.put(key, data)
-        refs.append(FileRef(path=f"state/0/{i}/{batch + 1}.changelog", key=key, size=len(data),
-                            sha256=sha256_hex(data)))
-    meta = SnapshotMetadata(kind="checkpoint", id=catalog.next_checkpoint_id(), job=catalog.job,
-                            generation=catalog.current_generation(), batch_id=batch, created_at=time.time(),
-                            files=tuple(refs))
-    catalog.complete_checkpoint(meta)
-    return meta
+    return put_checkpoint(catalog, {f"state/0/{i}/{batch + 1}.changelog": f"state {i} of batch {batch} ".encode()
+                                    * (50 + i) for i in range(count)}, batch_id=batch)
 
 
 @pytest.mark.s3

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
 
 #: pages other changes add (issue 30): a link to one of them is tolerated while it does

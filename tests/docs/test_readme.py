@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import REPO
 from tests.support.submit import spark_submit_command, submit_env
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def snippets() -> tuple[str, str, str]:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.docs.blocks import tutorial_script
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 TUTORIAL = REPO / "docs" / "tutorial.md"
 
 

@@ -14,8 +14,8 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.demo.support import delta_commits, delta_rows, orphaned_staged_files, write_batch_file
 from airflow_sparkpoint.storage import open_storage
 from tests.support.inputs import expected_totals
+from tests.support.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 E2E_DAGS = Path(__file__).resolve().parent / "dags"
 E2E_JOB = E2E_DAGS / "jobs" / "e2e_totals.py"
 FAKES = Path(__file__).resolve().parent / "fakes"
@@ -54,7 +54,7 @@ class Totals:
 
     def expected(self, files: int | None = None) -> dict[str, tuple[int, int]]:
         """(total, events) by user over the first `files` input files (default all)."""
-        return expected_totals(lambda i: self.files[i], len(self.files[:files]))
+        return expected_totals(row for rows in self.files[:files] for row in rows)
 
     # ------------------------------------------------------------------ output
 

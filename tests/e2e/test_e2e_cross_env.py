@@ -32,11 +32,11 @@ from typing import Any
 import pytest
 
 from tests.e2e.support import Totals, result_of, running_with_checkpoint
+from tests.support.paths import REPO
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.airflow]
 
-REPO = Path(__file__).resolve().parents[2]
 LINE = "3.5"
 AIRFLOW_ENV = REPO / ".venvs" / "airflow-nospark"
 SPARK_ENV = REPO / ".venvs" / f"spark-{LINE}"

@@ -38,10 +38,10 @@ from pathlib import Path
 import pytest
 
 from tests.docs.blocks import tutorial_script
+from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.airflow, pytest.mark.timeout(3600)]
 
-REPO = Path(__file__).resolve().parents[2]
 UV = str(Path(sys.executable).parent / "uv")
 #: the Spark line of the Spark side: the newest maintained one (CI builds it for its matrix check)
 LINE = os.environ.get("INSTALL_SPARK_LINE") or [

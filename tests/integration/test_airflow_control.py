@@ -29,14 +29,14 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.run_result import read_run_result
 from airflow_sparkpoint.storage import open_storage
-from tests.dag_runs import new_dag, run_dag, task_states
+from tests.support.dag_runs import new_dag, run_dag, task_states
 from tests.support.inputs import write_json_batches
+from tests.support.paths import REPO
 from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
-REPO = Path(__file__).resolve().parents[2]
 JOB_SCRIPT = REPO / "dags" / "jobs" / "quickstart_totals.py"
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", "spark.log.level": "WARN"}
 SECRET = "s3cr3t-value"

@@ -18,7 +18,7 @@ from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.sinks import DeltaSink
 from airflow_sparkpoint.sinks.base import CommittedTxn
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.delta_staging import stage, staging_side  # noqa: F401 - staging_side: autouse
+from tests.support.delta_staging import stage, staging_side  # noqa: F401 - staging_side: autouse
 
 pytestmark = pytest.mark.spark
 

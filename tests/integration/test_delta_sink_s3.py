@@ -21,7 +21,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError, TransactionConflict
 from airflow_sparkpoint.sinks import DeltaSink, sink_from_config
-from tests.delta_staging import DRIVER_MAX_BYTES, side, stage, staging_side  # noqa: F401 - autouse
+from tests.support.delta_staging import DRIVER_MAX_BYTES, side, stage, staging_side  # noqa: F401 - autouse
 from tests.support.inputs import write_json_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]

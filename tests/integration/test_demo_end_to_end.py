@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 SPARKPOINT = Path(sys.executable).parent / "sparkpoint"
 
 

@@ -43,11 +43,11 @@ from airflow_sparkpoint.demo.support import (
     write_batch_file,
 )
 from airflow_sparkpoint.storage import open_storage
+from tests.support.paths import REPO
 from tests.support.triggers import idle_trigger
 
 pytestmark = pytest.mark.airflow
 
-REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
 JOBS = DAGS / "jobs"
 SPARK_DEFAULTS = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"}

@@ -18,7 +18,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.storage import open_storage
-from tests.rescale_runs import JOB, expected, finished, submit, table, write_inputs
+from tests.support.rescale_runs import JOB, expected, finished, submit, table, write_inputs
 
 # slow: the default run is at its 40-minute budget; `make test-all` runs it
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

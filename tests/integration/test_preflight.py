@@ -31,7 +31,7 @@ from airflow_sparkpoint.demo.support import (
     delta_rows,
     write_batch_file,
 )
-from tests.dag_runs import new_dag, run_dag, task_states
+from tests.support.dag_runs import new_dag, run_dag, task_states
 from tests.support.triggers import idle_trigger
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark,

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import expected_totals, write_event_files
+from tests.support.inputs import expected_totals, write_event_files
+from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
-REPO = Path(__file__).resolve().parents[2]
 M = 6  # micro-batches: one input file each
 K = 2  # the first try's driver dies once batch K is confirmed, before its checkpoint
 

@@ -28,7 +28,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.demo.support import delta_commits, orphaned_staged_files
 from airflow_sparkpoint.storage import open_storage
-from tests.rescale_runs import (
+from tests.support.rescale_runs import (
     JOB,
     USERS,
     expected,

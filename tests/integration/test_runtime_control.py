@@ -12,7 +12,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from tests.helpers import expected_totals, write_event_files
+from tests.support.inputs import expected_totals, write_event_files
 from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.spark

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -18,6 +17,7 @@ from airflow_sparkpoint.sinks.base import StageContext
 from airflow_sparkpoint.sinks.registry import sink_from_config
 from airflow_sparkpoint.sinks.s3 import MIN_PART_SIZE, S3Sink, multipart_etag
 from tests.support.inputs import write_json_batches
+from tests.support.records import sink_record
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
@@ -55,8 +55,7 @@ def stage(sink: S3Sink, df: Any, batch: int, generation: int = 1,
     """What the runtime does in foreachBatch: stage, then record the pre-commit."""
     ctx = StageContext(JOB, batch, generation, options or {})
     staged = sink.stage(df, ctx)
-    return TransactionRecord(JOB, batch, generation, sink.kind, sink.sink_id,
-                             {"config": sink.to_config(), "staged": staged}, created_at=time.time())
+    return sink_record(sink, batch, generation, staged, job=JOB)
 
 
 def rows_of(spark: Any, batch: int) -> Any:

@@ -5,7 +5,7 @@ join, transformWithStateInPandas with value/list/map state, the seed threshold p
 with list + value state) over known input through `SparkpointJob`, takes a savepoint,
 and compares what `inspect` reports (operators, stores, partitions, row and key counts,
 the rows themselves) with the state computed from the input in plain Python
-(`tests/state_cases.py`). Also: the snapshot and the job's root are byte-for-byte
+(`tests/support/state_cases.py`). Also: the snapshot and the job's root are byte-for-byte
 unchanged and the scratch copy is gone afterwards; ``latest``; the CLI's JSON contract;
 state TTL visible in the row counts; a snapshot on S3 inspected by the real
 ``sparkpoint`` console script in a fresh process (a fresh JVM) and verified there.
@@ -29,9 +29,9 @@ from airflow_sparkpoint import cli
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.state_inspect import inspect_snapshot, open_state, rows_as_json, state_rows
-from tests import state_cases
-from tests.state_cases import CASES, Case
+from tests.support import state_cases
 from tests.support.inputs import write_json_batches
+from tests.support.state_cases import CASES, Case
 
 pytestmark = pytest.mark.spark
 

@@ -1,7 +1,7 @@
 """Inspect, verify, rescale and restore drills with the job's storage on S3
 (``spark.sparkpoint.dir = s3://...``), against a real S3 server over HTTP: moto in a
 child process by default, SeaweedFS too (``slow``). Every oracle is computed from the
-input in plain Python (`tests/rescale_runs.py`, `tests/state_cases.py`).
+input in plain Python (`tests/support/rescale_runs.py`, `tests/support/state_cases.py`).
 
 * rescale: a savepoint taken with 4 state partitions is restored into 8 by a
   ``spark-submit`` that is SIGKILLed during the repartition (fault point ``rescale``;
@@ -41,15 +41,24 @@ from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.demo.support import delta_commits
 from airflow_sparkpoint.runtime.rescale import interrupted
-from tests import state_cases
 from tests.chaos.servers import S3Context, new_bucket
-from tests.dag_runs import new_dag, run_dag
-from tests.rescale_runs import JOB, expected, finished, first_run, offsets_conf, submit, table, write_inputs
+from tests.support import state_cases
+from tests.support.dag_runs import new_dag, run_dag
 from tests.support.inputs import write_json_batches
+from tests.support.paths import REPO
+from tests.support.rescale_runs import (
+    JOB,
+    expected,
+    finished,
+    first_run,
+    offsets_conf,
+    submit,
+    table,
+    write_inputs,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
-REPO = Path(__file__).resolve().parents[2]
 THRESHOLD_SCRIPT = REPO / "dags" / "jobs" / "threshold_alerts.py"
 
 

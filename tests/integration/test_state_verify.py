@@ -20,7 +20,7 @@ from airflow_sparkpoint import cli
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, sha256_hex
 from airflow_sparkpoint.checkpoints.verification import read_verification
-from tests import state_cases
+from tests.support import state_cases
 from tests.support.inputs import write_json_batches
 
 pytestmark = pytest.mark.spark

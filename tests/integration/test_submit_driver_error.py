@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import write_event_files
+from tests.support.inputs import write_event_files
+from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_restore_the_driver_refuses_is_the_tasks_error(airflow_home: Path, tmp_path: Path,

@@ -30,13 +30,13 @@ from airflow_sparkpoint import cli
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.storage import open_storage
-from tests import state_cases
-from tests.dag_runs import new_dag, run_dag, task_state
+from tests.support import state_cases
+from tests.support.dag_runs import new_dag, run_dag, task_state
 from tests.support.inputs import write_json_batches
+from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
-REPO = Path(__file__).resolve().parents[2]
 JOB_SCRIPT = REPO / "dags" / "jobs" / "threshold_alerts.py"
 SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"}
 JOB = "alerts"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.races.drivers import Driver
-from tests.servers import package_fixtures
+from tests.support.servers import package_fixtures
 
 spark, s3_server_process = package_fixtures("spark", "s3_server_process")
 

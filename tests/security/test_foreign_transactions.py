@@ -35,14 +35,13 @@ from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.sinks.s3 import S3Sink
 from airflow_sparkpoint.storage import LocalStorage
 from tests.security.test_forged_records import outcome
-from tests.support.catalogs import checkpoint_at
+from tests.support.records import checkpoint_at, sink_record
 
 JOB, OTHER = "orders", "refunds"
 
 
 def record(job: str, batch: int, generation: int, sink: Any, staged: dict[str, Any]) -> TransactionRecord:
-    return TransactionRecord(job, batch, generation, sink.kind, sink.sink_id,
-                             {"config": sink.to_config(), "staged": staged}, created_at=time.time())
+    return sink_record(sink, batch, generation, staged, job=job)
 
 
 # ------------------------------------------------------------------- another job's record, a shared sink

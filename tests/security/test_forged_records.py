@@ -28,7 +28,7 @@ from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.sinks import sink_from_config
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import LocalStorage, open_storage
-from tests.support.catalogs import checkpoint_at
+from tests.support.records import checkpoint_at
 
 JOB = "orders"
 

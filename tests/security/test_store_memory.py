@@ -26,7 +26,7 @@ from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata
 from airflow_sparkpoint.cli import main
 from airflow_sparkpoint.exceptions import StorageError
 from airflow_sparkpoint.storage import open_storage
-from tests.support.catalogs import checkpoint_at
+from tests.support.records import checkpoint_at
 
 JOB = "orders"
 MIB = 1 << 20

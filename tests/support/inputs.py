@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,14 +41,21 @@ def write_json_batches(
     return paths
 
 
-def expected_totals(rows: Callable[[int], Iterable[Mapping[str, Any]]], files: int,
-                    key: str = "user", value: str = "amount") -> dict[str, tuple[int, int]]:
-    """The oracle of a keyed-totals job, in plain Python from the input: per `key`, the
-    sum of `value` and the row count over the first `files` input files (`rows(i)` gives
-    file i's rows)."""
+def write_event_files(directory: Path, files: int, users: int, start: int = 0) -> list[dict[str, Any]]:
+    """Write `files` JSON files of `users` events each (``{"user", "amount"}``), file
+    ``start + i`` as ``events-<start + i>.json`` with increasing mtimes (one file = one
+    micro-batch with maxFilesPerTrigger=1). Returns every row written."""
+    batches = [[{"user": f"u{u}", "amount": i * 10 + u} for u in range(users)] for i in range(start, start + files)]
+    write_json_batches(directory, batches, start=start, name="events-{:05d}.json")
+    return [row for batch in batches for row in batch]
+
+
+def expected_totals(rows: Iterable[Mapping[str, Any]], key: str = "user",
+                    value: str = "amount") -> dict[str, tuple[int, int]]:
+    """The oracle of a keyed-totals job, in plain Python from its input `rows`: per
+    `key`, the sum of `value` and the row count."""
     totals: dict[str, tuple[int, int]] = {}
-    for index in range(files):
-        for row in rows(index):
-            total, count = totals.get(row[key], (0, 0))
-            totals[row[key]] = (total + row[value], count + 1)
+    for row in rows:
+        total, count = totals.get(row[key], (0, 0))
+        totals[row[key]] = (total + row[value], count + 1)
     return totals

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ui.conftest import SECRETS, USERS, Stack
+from tests.support.ui_stack import SECRETS, USERS, Stack
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.s3, pytest.mark.timeout(1200)]
 

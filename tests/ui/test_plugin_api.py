@@ -11,7 +11,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.ui.conftest import FORGED_DAG, SECRETS, Stack
+from tests.support.ui_stack import FORGED_DAG, SECRETS, Stack
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.s3, pytest.mark.timeout(1200)]
 

@@ -9,20 +9,15 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.lineage import new_origin
-from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, sha256_hex
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.cli import main
 from airflow_sparkpoint.storage import open_storage
+from tests.support.records import put_checkpoint
 
 
 def checkpoint(catalog: Catalog, batch: int) -> SnapshotMetadata:
-    data = f"offsets {batch}".encode()
-    key = catalog.shared_key(f"offsets/{batch}", sha256_hex(data))
-    catalog.store.put(key, data)
-    meta = SnapshotMetadata(kind="checkpoint", id=catalog.next_checkpoint_id(), job=catalog.job,
-                            generation=catalog.current_generation(), batch_id=batch, created_at=1.0e9 + batch,
-                            files=(FileRef(f"offsets/{batch}", key, len(data), sha256_hex(data)),))
-    catalog.complete_checkpoint(meta)
-    return meta
+    return put_checkpoint(catalog, {f"offsets/{batch}": f"offsets {batch}".encode()}, batch_id=batch,
+                          created_at=1.0e9 + batch)
 
 
 def test_list_marks_the_abandoned_lineage(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 DOCKER = REPO / "docker"
 COMPOSE_FILE = DOCKER / "compose.yaml"
 DOCKERFILE = DOCKER / "Dockerfile"

@@ -10,7 +10,7 @@ import sys
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.operators import SparkpointCommitOperator, SparkpointSubmitOperator
 from airflow_sparkpoint.storage import open_storage
-from tests.dag_runs import new_dag, run_dag, task_states
+from tests.support.dag_runs import new_dag, run_dag, task_states
 from tests.unit.airflow.test_asset_events import LocatedSink
 from tests.unit.airflow.test_assets import confirm, record
 

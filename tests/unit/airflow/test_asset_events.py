@@ -12,9 +12,9 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.exceptions import ConfigError
-from tests.dag_runs import new_dag, run_dag, task_state
+from tests.support.dag_runs import new_dag, run_dag, task_state
+from tests.support.records import put_checkpoint
 from tests.unit.airflow.test_assets import VersionedSink, confirm, record
-from tests.unit.airflow.test_trigger_load import add_checkpoint
 
 pytestmark = pytest.mark.airflow
 
@@ -84,7 +84,7 @@ def test_a_savepoint_emits_an_event_of_the_jobs_savepoints_asset(catalog: Catalo
     from airflow_sparkpoint.operators import SparkpointSavepointOperator
 
     catalog.claim_generation()
-    checkpoint = add_checkpoint(catalog, 1)
+    checkpoint = put_checkpoint(catalog, generation=1)
     with new_dag("savepoint_assets") as dag:
         SparkpointSavepointOperator(task_id="savepoint", job_name=JOB, checkpoint_dir=root, deferrable=False)
     run = run_dag(dag)

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
 from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.sinks import DeltaSink, DirectorySink, S3Sink
 from airflow_sparkpoint.sinks.base import CommitOutcome
-from tests.unit.airflow.test_trigger_load import add_checkpoint
+from tests.support.records import checkpoint_at, put_checkpoint
 from tests.unit.sinks.test_commit_pending import FakeSink
 
 pytestmark = pytest.mark.airflow
@@ -101,10 +101,7 @@ def confirm(catalog: Catalog, *records: TransactionRecord) -> None:
     coordinator does in ``external`` commit mode)."""
     for r in records:
         catalog.put_transaction(r)
-    meta = SnapshotMetadata(kind="checkpoint", id=catalog.next_checkpoint_id(), job=JOB,
-                            generation=records[-1].generation, batch_id=records[-1].batch_id, created_at=time.time(),
-                            files=(), transactions=tuple(records))
-    catalog.complete_checkpoint(meta)
+    checkpoint_at(catalog, records[-1].batch_id, generation=records[-1].generation, pending=records)
 
 
 @pytest.fixture()
@@ -277,14 +274,14 @@ def test_the_savepoint_watcher_reports_each_completed_savepoint_once(catalog: Ca
     from airflow_sparkpoint.triggers.assets import SparkpointSavepointTrigger
 
     catalog.claim_generation()
-    old = add_checkpoint(catalog, 1)
+    old = put_checkpoint(catalog, generation=1)
     catalog.create_savepoint(catalog.handle(old), generation=1)  # before the watcher
     state = StateStore()
 
     async def scenario() -> list[Mapping[str, Any]]:
         watch = Watch(SparkpointSavepointTrigger, root, state)
         await watch.quiet()
-        newer = add_checkpoint(catalog, 1)
+        newer = put_checkpoint(catalog, generation=1)
         handle = catalog.create_savepoint(catalog.handle(newer), generation=1)
         seen = [await watch.next()]
         await watch.quiet()
@@ -381,7 +378,7 @@ def test_a_savepoint_directory_without_metadata_does_not_make_every_poll_read_ev
 
     catalog.claim_generation()
     for _ in range(6):
-        catalog.create_savepoint(catalog.handle(add_checkpoint(catalog, 1)), generation=1)
+        catalog.create_savepoint(catalog.handle(put_checkpoint(catalog, generation=1)), generation=1)
     catalog.store.put("savepoints/savepoint-99-unfinished/files/offsets/0", b"half a copy")
     watcher = SparkpointSavepointTrigger(job_name=JOB, checkpoint_dir="unused")
     start, _ = _savepoint_poll(catalog, None)
@@ -391,7 +388,7 @@ def test_a_savepoint_directory_without_metadata_does_not_make_every_poll_read_ev
     assert read == ["savepoint-99-unfinished"], read
     assert watcher.events(cursor, position) == []
 
-    newer = catalog.create_savepoint(catalog.handle(add_checkpoint(catalog, 1)), generation=1)
+    newer = catalog.create_savepoint(catalog.handle(put_checkpoint(catalog, generation=1)), generation=1)
     position, read = _savepoint_poll(catalog, cursor)
     assert sorted(read) == sorted(["savepoint-99-unfinished", newer.uri.rsplit("/", 1)[-1]]), read
     assert [e["savepoint"] for e in watcher.events(cursor, position)] == [newer.uri]
@@ -410,8 +407,8 @@ def test_more_savepoints_than_the_cursor_keeps_are_not_read_again_at_every_poll(
     watcher = assets.SparkpointSavepointTrigger(job_name=JOB, checkpoint_dir="unused")
     catalog.claim_generation()
     for _ in range(7):
-        catalog.create_savepoint(catalog.handle(add_checkpoint(catalog, 1)), generation=1)
-    idle = add_checkpoint(catalog, 1)
+        catalog.create_savepoint(catalog.handle(put_checkpoint(catalog, generation=1)), generation=1)
+    idle = put_checkpoint(catalog, generation=1)
     for _ in range(6):  # no new batch between them: every one of checkpoint `idle`
         catalog.create_savepoint(catalog.handle(idle), generation=1)
     start, _ = _savepoint_poll(catalog, None)
@@ -421,7 +418,7 @@ def test_more_savepoints_than_the_cursor_keeps_are_not_read_again_at_every_poll(
     assert read == [], read
     assert watcher.events(cursor, position) == []
 
-    for source in (idle, add_checkpoint(catalog, 1)):
+    for source in (idle, put_checkpoint(catalog, generation=1)):
         made = catalog.create_savepoint(catalog.handle(source), generation=1)
         position, read = _savepoint_poll(catalog, cursor)
         assert read == [made.uri.rsplit("/", 1)[-1]], read
@@ -440,11 +437,11 @@ def test_a_cursor_of_the_previous_release_does_not_announce_old_savepoints_again
     monkeypatch.setattr(watches, "MAX_KNOWN_SAVEPOINTS", 4)
     watcher = assets.SparkpointSavepointTrigger(job_name=JOB, checkpoint_dir="unused")
     catalog.claim_generation()
-    made = [catalog.create_savepoint(catalog.handle(add_checkpoint(catalog, 1)), generation=1) for _ in range(7)]
+    made = [catalog.create_savepoint(catalog.handle(put_checkpoint(catalog, generation=1)), generation=1) for _ in range(7)]
     old_cursor = {"known": [handle.uri.rsplit("/", 1)[-1] for handle in made[-4:]]}
 
     position, _ = _savepoint_poll(catalog, old_cursor)
     assert watcher.events(old_cursor, position) == []
-    newer = catalog.create_savepoint(catalog.handle(add_checkpoint(catalog, 1)), generation=1)
+    newer = catalog.create_savepoint(catalog.handle(put_checkpoint(catalog, generation=1)), generation=1)
     position, _ = _savepoint_poll(catalog, old_cursor)
     assert [e["savepoint"] for e in watcher.events(old_cursor, position)] == [newer.uri]

@@ -20,9 +20,10 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from tests.support.paths import REPO
+
 pytestmark = pytest.mark.airflow
 
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)

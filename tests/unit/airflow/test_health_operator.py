@@ -19,10 +19,10 @@ from airflow_sparkpoint.checkpoints.counters import CounterRecorder
 from airflow_sparkpoint.checkpoints.history import load_history
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage import open_storage
+from tests.support.paths import REPO
 from tests.unit.checkpoints.test_history import checkpoint, status
 
 pytestmark = pytest.mark.airflow
-REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)

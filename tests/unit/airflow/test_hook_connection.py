@@ -134,7 +134,7 @@ def test_the_commit_step_uses_the_sink_the_connection_declares_unless_the_operat
     from airflow_sparkpoint.operators import SparkpointCommitOperator
     from airflow_sparkpoint.sinks.directory import DirectorySink
     from airflow_sparkpoint.storage import open_storage
-    from tests.support.catalogs import checkpoint_at
+    from tests.support.records import checkpoint_at
 
     JOB = "orders"
     root = str(tmp_path / "sp")

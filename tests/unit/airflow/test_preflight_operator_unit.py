@@ -16,7 +16,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage import open_storage
-from tests.unit.checkpoints.conftest import put_checkpoint
+from tests.support.records import put_checkpoint
 
 pytestmark = pytest.mark.airflow
 

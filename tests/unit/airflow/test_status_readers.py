@@ -13,7 +13,8 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.storage.local import LocalStorage
-from tests.unit.airflow.test_trigger_load import JOB, add_checkpoint
+from tests.support.records import put_checkpoint
+from tests.unit.airflow.test_trigger_load import JOB
 
 pytestmark = pytest.mark.airflow
 
@@ -98,7 +99,7 @@ def test_a_waiting_trigger_sees_the_live_generation_past_a_zombies_heartbeat(
     seen = trigger.watch.seen
     assert seen is not None and seen.status is not None and seen.status.generation == 2, seen
     monkeypatch.undo()
-    checkpoint = add_checkpoint(catalog, 2)
+    checkpoint = put_checkpoint(catalog, generation=2)
     write(catalog, 2, "running", completed=1, last=checkpoint.id)
     write(catalog, 1, "running")  # the zombie hides generation 2's checkpoint from status.json
     event = trigger.poll(catalog)

@@ -170,7 +170,7 @@ def test_a_missing_spark_submit_is_named(tmp_path: Path, driver: Driver,  # noqa
 def test_a_refused_start_fails_the_task_without_using_up_its_retries(
         tmp_path: Path, driver: Driver, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     from airflow_sparkpoint.operators import SparkpointSubmitOperator
-    from tests.dag_runs import new_dag, run_dag
+    from tests.support.dag_runs import new_dag, run_dag
 
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT")
     with new_dag("refused") as dag:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
+from tests.support.records import checkpoint_at
 
 pytestmark = pytest.mark.airflow
 
@@ -18,11 +19,8 @@ def _airflow(airflow_home: Path) -> None:
 
 
 def add_checkpoint(catalog: Catalog, batch: int) -> SnapshotMetadata:
-    generation = catalog.claim_generation().generation
-    meta = SnapshotMetadata(kind="checkpoint", id=catalog.next_checkpoint_id(), job="orders", generation=generation,
-                            batch_id=batch, created_at=time.time(), files=())
-    catalog.complete_checkpoint(meta)
-    return meta
+    """A checkpoint of `batch` by a newly claimed generation."""
+    return checkpoint_at(catalog, batch, generation=catalog.claim_generation().generation)
 
 
 def operator(root: Path, restore: str):

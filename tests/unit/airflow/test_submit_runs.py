@@ -30,6 +30,7 @@ from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_resul
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.config import SUBMITTER_ENV
 from airflow_sparkpoint.storage import open_storage
+from tests.support.records import checkpoint_at
 from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.airflow
@@ -83,10 +84,7 @@ class Driver:
         write_run_result(self.catalog, RunResult(**{"status": "finished", "job": JOB, "generation": generation, **fields}))
 
     def checkpoint(self, generation: int) -> SnapshotMetadata:
-        meta = SnapshotMetadata(kind="checkpoint", id=self.catalog.next_checkpoint_id(), job=JOB,
-                                generation=generation, batch_id=generation, created_at=time.time(), files=())
-        self.catalog.complete_checkpoint(meta)
-        return meta
+        return checkpoint_at(self.catalog, generation, generation=generation)
 
     @staticmethod
     def finish(driver: Driver, env: dict[str, str]) -> int:

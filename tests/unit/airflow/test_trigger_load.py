@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, FileRef, SnapshotMetadata, layout
-from airflow_sparkpoint.checkpoints.metadata import sha256_hex
+from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.storage.local import LocalStorage
+from tests.support.records import put_checkpoint
 
 pytestmark = pytest.mark.airflow
 
@@ -56,20 +56,6 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, str]]]:
     yield seen
 
 
-def add_checkpoint(catalog: Catalog, generation: int) -> SnapshotMetadata:
-    """A completed checkpoint of `generation` (claimed) with one shared file."""
-    checkpoint_id = catalog.next_checkpoint_id()
-    data = f"offsets of batch {checkpoint_id}".encode()
-    key = catalog.shared_key(f"offsets/{checkpoint_id}", sha256_hex(data))
-    catalog.store.put(key, data)
-    meta = SnapshotMetadata(kind="checkpoint", id=checkpoint_id, job=catalog.job, generation=generation,
-                            batch_id=checkpoint_id - 1, created_at=time.time(),
-                            files=(FileRef(path=f"offsets/{checkpoint_id}", key=key, size=len(data),
-                                           sha256=sha256_hex(data)),))
-    catalog.complete_checkpoint(meta)
-    return meta
-
-
 def job_status(catalog: Catalog, state: str = "running", *, completed: int = 0, last: int | None = None,
                heartbeat_at: float | None = None, generation: int = 1) -> None:
     """The status record as the runtime writes it (after every checkpoint and heartbeat)."""
@@ -82,7 +68,7 @@ def job_status(catalog: Catalog, state: str = "running", *, completed: int = 0, 
 def a_running_job_with_checkpoints(catalog: Catalog, count: int) -> int:
     catalog.claim_generation()
     for _ in range(count):
-        newest = add_checkpoint(catalog, 1).id
+        newest = put_checkpoint(catalog, generation=1).id
         job_status(catalog, completed=newest, last=newest)
     return newest
 
@@ -109,7 +95,7 @@ def test_a_waiting_trigger_reads_only_the_status_record_per_poll(
             f"a poll of a waiting trigger made {len(calls)} store requests (expected one GET of the "
             f"status record while it does not move): {calls}"
         )
-    done = add_checkpoint(catalog, 1)
+    done = put_checkpoint(catalog, generation=1)
     job_status(catalog, completed=done.id, last=done.id)
     event = trigger.poll(catalog)
     assert event is not None and event["status"] == "success" and event["checkpoint_id"] == done.id

@@ -6,7 +6,6 @@ another process or through `open_snapshot`; `open_root()` opens it again.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,8 +15,9 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
-from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, SnapshotStats, sha256_hex
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.storage import MemoryStorage, Storage, open_storage
+from tests.support.records import put_checkpoint
 
 BACKENDS = ["memory", "local", pytest.param("s3", marks=pytest.mark.s3)]
 
@@ -60,40 +60,7 @@ def open_root(root: Root) -> Callable[[], Storage]:
     return root.open
 
 
-def put_checkpoint(
-    catalog: Catalog,
-    files: dict[str, bytes],
-    *,
-    batch_id: int | None = None,
-    generation: int | None = None,
-    created_at: float | None = None,
-) -> SnapshotMetadata:
-    """Upload `files` (path → bytes) into shared/ (once per content) and complete a
-    checkpoint referencing them, as the runtime's coordinator does."""
-    refs = []
-    for path, data in sorted(files.items()):
-        sha = sha256_hex(data)
-        key = catalog.shared_key(path, sha)
-        if not catalog.store.exists(key):
-            catalog.store.put(key, data)
-        refs.append(FileRef(path=path, key=key, size=len(data), sha256=sha))
-    checkpoint_id = catalog.next_checkpoint_id()
-    meta = SnapshotMetadata(
-        kind="checkpoint",
-        id=checkpoint_id,
-        job=catalog.job,
-        generation=catalog.current_generation() if generation is None else generation,
-        batch_id=checkpoint_id - 1 if batch_id is None else batch_id,
-        created_at=time.time() if created_at is None else created_at,
-        files=tuple(refs),
-        stats=SnapshotStats(duration_ms=5, bytes_copied=sum(map(len, files.values())), files_copied=len(files),
-                            bytes_total=sum(map(len, files.values())), file_count=len(files)),
-    )
-    catalog.complete_checkpoint(meta)
-    return meta
-
-
 @pytest.fixture()
 def make_checkpoint() -> Callable[..., SnapshotMetadata]:
-    """`put_checkpoint` as a fixture (test modules do not import conftest)."""
+    """`tests.support.records.put_checkpoint` as a fixture."""
     return put_checkpoint

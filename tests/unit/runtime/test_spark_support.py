@@ -4,15 +4,13 @@ startup, the feature table and the rule for restoring across Spark lines (issue 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError
 from airflow_sparkpoint.runtime import SparkpointJob, spark_support
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.support.paths import REPO
 
 
 def extras() -> dict[str, list[str]]:

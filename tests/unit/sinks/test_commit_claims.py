@@ -22,7 +22,7 @@ from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.support.catalogs import checkpoint_at
+from tests.support.records import checkpoint_at
 
 JOB = "orders"
 

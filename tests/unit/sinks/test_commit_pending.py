@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import pytest
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
-from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import (
     CommitOutcomeUnknown,
     ConfigError,
@@ -23,6 +23,7 @@ from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
 from airflow_sparkpoint.storage import MemoryStorage
+from tests.support.records import checkpoint_at
 
 JOB = "orders"
 
@@ -100,16 +101,6 @@ def record(name: str, batch: int, generation: int, kind: str = "test-fake") -> T
     )
 
 
-def checkpoint(catalog: Catalog, batch: int, generation: int, pending: list[TransactionRecord]) -> None:
-    while catalog.current_generation() < generation:
-        catalog.claim_generation()
-    meta = SnapshotMetadata(
-        kind="checkpoint", id=catalog.next_checkpoint_id(), job=JOB, generation=generation,
-        batch_id=batch, created_at=time.time(), files=(), transactions=tuple(pending),
-    )
-    catalog.complete_checkpoint(meta)
-
-
 def txn_ids(catalog: Catalog) -> list[str]:
     return [r.txn_id for r in catalog.transactions()]
 
@@ -130,7 +121,7 @@ def test_confirmed_records_commit_in_batch_order_and_are_deleted(
     records = [record(sink_name, b, 1) for b in (2, 0, 1)]
     for r in records:
         catalog.put_transaction(r)
-    checkpoint(catalog, 2, 1, list(reversed(records)))
+    checkpoint_at(catalog, 2, generation=1, pending=list(reversed(records)))
 
     result = commit_pending(catalog, storage_options={"endpoint_url": "http://x"})
 
@@ -145,7 +136,7 @@ def test_confirmed_records_commit_in_batch_order_and_are_deleted(
 def test_second_run_is_a_no_op(catalog: Catalog, sink_name: str, world: dict[str, Any]) -> None:
     r = record(sink_name, 0, 1)
     catalog.put_transaction(r)
-    checkpoint(catalog, 0, 1, [r])
+    checkpoint_at(catalog, 0, generation=1, pending=[r])
     assert commit_pending(catalog)["committed"] == ["orders-b0-g1"]
     calls = len(world["calls"])
 
@@ -161,7 +152,7 @@ def test_landed_commit_whose_record_survived_is_repeated_idempotently_and_cleane
     staged, as DeltaSink does for merged rows); nothing lands twice."""
     r = record(sink_name, 0, 1)
     catalog.put_transaction(r)
-    checkpoint(catalog, 0, 1, [r])
+    checkpoint_at(catalog, 0, generation=1, pending=[r])
     world["committed"][0] = r.txn_id  # a crash between the sink's commit and the record's deletion
 
     result = commit_pending(catalog)
@@ -179,7 +170,7 @@ def test_unreferenced_records_up_to_the_checkpoint_are_aborted(
     future = record(sink_name, 2, 2)  # staged, its checkpoint not taken yet
     for r in (dead, live, future):
         catalog.put_transaction(r)
-    checkpoint(catalog, 1, 2, [live])
+    checkpoint_at(catalog, 1, generation=2, pending=[live])
 
     result = commit_pending(catalog)
 
@@ -197,7 +188,7 @@ def test_unreferenced_record_that_landed_is_not_aborted(
     old = record(sink_name, 0, 1)
     catalog.put_transaction(old)
     world["committed"][0] = old.txn_id  # committed in the job; record deletion was lost
-    checkpoint(catalog, 1, 1, [])
+    checkpoint_at(catalog, 1, generation=1, pending=[])
 
     result = commit_pending(catalog)
 
@@ -210,7 +201,7 @@ def test_upto_batch_holds_later_confirmed_batches(catalog: Catalog, sink_name: s
     records = [record(sink_name, b, 1) for b in range(4)]
     for r in records:
         catalog.put_transaction(r)
-    checkpoint(catalog, 3, 1, records)
+    checkpoint_at(catalog, 3, generation=1, pending=records)
 
     result = commit_pending(catalog, upto_batch=1)
     assert result["committed"] == ["orders-b0-g1", "orders-b1-g1"]
@@ -228,7 +219,7 @@ def test_a_failed_commit_stops_later_batches_and_keeps_records(
     records = [record(sink_name, b, 1) for b in range(3)]
     for r in records:
         catalog.put_transaction(r)
-    checkpoint(catalog, 2, 1, records)
+    checkpoint_at(catalog, 2, generation=1, pending=records)
     world["fail"]["orders-b1-g1"] = error
 
     with pytest.raises(type(error)):
@@ -244,7 +235,7 @@ def test_a_failed_commit_stops_later_batches_and_keeps_records(
 def test_record_without_sink_config_is_an_error(catalog: Catalog) -> None:
     bad = TransactionRecord(JOB, 0, 1, "test-fake", "fake://x", payload={"staged": {}})
     catalog.put_transaction(bad)
-    checkpoint(catalog, 0, 1, [bad])
+    checkpoint_at(catalog, 0, generation=1, pending=[bad])
 
     with pytest.raises(SinkError, match="orders-b0-g1 has no sink config"):
         commit_pending(catalog)
@@ -254,7 +245,7 @@ def test_record_without_sink_config_is_an_error(catalog: Catalog) -> None:
 def test_unknown_sink_kind_names_the_kind(catalog: Catalog, sink_name: str) -> None:
     r = record(sink_name, 0, 1, kind="no-such-kind")
     catalog.put_transaction(r)
-    checkpoint(catalog, 0, 1, [r])
+    checkpoint_at(catalog, 0, generation=1, pending=[r])
 
     with pytest.raises(ConfigError, match="'no-such-kind'"):
         commit_pending(catalog)
@@ -290,7 +281,7 @@ def test_abort_generation_returns_the_lineage_to_where_the_generation_started(
     from airflow_sparkpoint.checkpoints.lineage import new_origin
 
     blue = record(sink_name, 3, 1)
-    checkpoint(catalog, 3, 1, [blue])
+    checkpoint_at(catalog, 3, generation=1, pending=[blue])
     base = catalog.latest()
     assert base is not None
     catalog.claim_generation()
@@ -300,8 +291,8 @@ def test_abort_generation_returns_the_lineage_to_where_the_generation_started(
     green = [record(sink_name, b, 2) for b in (4, 5)]
     for r in green:
         catalog.put_transaction(r)
-    checkpoint(catalog, 4, 2, green[:1])
-    checkpoint(catalog, 5, 2, green)
+    checkpoint_at(catalog, 4, generation=2, pending=green[:1])
+    checkpoint_at(catalog, 5, generation=2, pending=green)
 
     abort_generation(catalog, 2)
 
@@ -327,7 +318,7 @@ def test_retention_keeps_where_a_rollback_of_the_newest_generation_returns(
     from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 
     blue = record(sink_name, 3, 1)
-    checkpoint(catalog, 3, 1, [blue])
+    checkpoint_at(catalog, 3, generation=1, pending=[blue])
     base = catalog.latest()
     assert base is not None
     catalog.claim_generation()
@@ -337,7 +328,7 @@ def test_retention_keeps_where_a_rollback_of_the_newest_generation_returns(
     green = [record(sink_name, b, 2) for b in (4, 5, 6)]
     for index, r in enumerate(green):
         catalog.put_transaction(r)
-        checkpoint(catalog, r.batch_id, 2, green[: index + 1])
+        checkpoint_at(catalog, r.batch_id, generation=2, pending=green[: index + 1])
         enforce_checkpoint_retention(catalog, 1, generation=2)
     kept = sorted((m.batch_id, m.generation) for m in catalog.checkpoints())
     assert kept == [(3, 1), (6, 2)], "retention kept green's newest and the checkpoint green started from"
@@ -357,18 +348,18 @@ def test_retention_keeps_a_rollback_point_of_the_newest_generation_older_than_nu
     from airflow_sparkpoint.checkpoints.lineage import new_origin
     from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 
-    checkpoint(catalog, 3, 1, [])
+    checkpoint_at(catalog, 3, generation=1, pending=[])
     base = catalog.latest()
     assert base is not None
     catalog.claim_generation()
     catalog.write_origin(new_origin(2, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
                                     snapshot_id=base.id, batch_id=3, id_floor=base.id, restore={"restore": "x"},
                                     live_dir=None, host="h", pid=1))
-    checkpoint(catalog, 4, 2, [])  # batch 4 committed: no record left
+    checkpoint_at(catalog, 4, generation=2, pending=[])  # batch 4 committed: no record left
     green = [record(sink_name, b, 2) for b in (5, 6, 7)]
     for index, r in enumerate(green):
         catalog.put_transaction(r)
-        checkpoint(catalog, r.batch_id, 2, green[: index + 1])
+        checkpoint_at(catalog, r.batch_id, generation=2, pending=green[: index + 1])
         enforce_checkpoint_retention(catalog, 1, generation=2)
     assert sorted((m.batch_id, m.generation) for m in catalog.checkpoints()) == [(4, 2), (7, 2)]
 
@@ -397,7 +388,7 @@ def test_a_rollback_whose_point_is_behind_the_generations_committed_output_is_re
     green = [record(sink_name, b, 2) for b in range(4)]
     for r in green:
         catalog.put_transaction(r)
-    checkpoint(catalog, 3, 2, green)  # the only checkpoint left
+    checkpoint_at(catalog, 3, generation=2, pending=green)  # the only checkpoint left
     sink = FakeSink(sink_name)
     for r in green[:2]:  # the commit step committed batches 0 and 1
         sink.commit(r)
@@ -417,13 +408,13 @@ def test_abort_generation_of_a_store_without_lineages_retires_its_checkpoints(
     catalog: Catalog, sink_name: str, world: dict[str, Any]
 ) -> None:
     blue = record(sink_name, 3, 1)
-    checkpoint(catalog, 3, 1, [blue])
+    checkpoint_at(catalog, 3, generation=1, pending=[blue])
     catalog.claim_generation()
     green = [record(sink_name, b, 2) for b in (4, 5)]
     for r in green:
         catalog.put_transaction(r)
-    checkpoint(catalog, 4, 2, green[:1])
-    checkpoint(catalog, 5, 2, green)
+    checkpoint_at(catalog, 4, generation=2, pending=green[:1])
+    checkpoint_at(catalog, 5, generation=2, pending=green)
 
     abort_generation(catalog, 2)
 
@@ -436,7 +427,7 @@ def test_abort_generation_is_refused_while_a_newer_generation_continues_it(
 ) -> None:
     green = record(sink_name, 4, 2)
     catalog.put_transaction(green)
-    checkpoint(catalog, 4, 2, [green])
+    checkpoint_at(catalog, 4, generation=2, pending=[green])
     catalog.claim_generation()  # generation 3 (say, a retry of green) restores green's checkpoint
 
     with pytest.raises(RestoreError, match="still restores its lineage: a newer run continues it"):
@@ -456,11 +447,11 @@ def test_a_generation_claimed_between_the_steps_reads_keeps_its_transaction(
 
     base = record(sink_name, 1, 1)
     catalog.put_transaction(base)
-    checkpoint(catalog, 1, 1, [base])
+    checkpoint_at(catalog, 1, generation=1, pending=[base])
     old = [record(sink_name, b, 1) for b in (2, 3)]
     for r in old:
         catalog.put_transaction(r)
-    checkpoint(catalog, 3, 1, [base, *old])
+    checkpoint_at(catalog, 3, generation=1, pending=[base, *old])
     base_id = catalog.checkpoints()[-1].id  # the checkpoint of batch 1 (oldest last)
     newer = record(sink_name, 2, 2)
     read_latest = catalog.latest
@@ -503,11 +494,11 @@ def test_a_generation_claimed_before_the_step_whose_origin_comes_between_its_rea
 
     base = record(sink_name, 1, 1)
     catalog.put_transaction(base)
-    checkpoint(catalog, 1, 1, [base])
+    checkpoint_at(catalog, 1, generation=1, pending=[base])
     old = [record(sink_name, b, 1) for b in (2, 3)]
     for r in old:
         catalog.put_transaction(r)
-    checkpoint(catalog, 3, 1, [base, *old])
+    checkpoint_at(catalog, 3, generation=1, pending=[base, *old])
     base_id = catalog.checkpoints()[-1].id  # the checkpoint of batch 1 (oldest last)
     generation = catalog.claim_generation().generation  # claimed, its origin not yet written
     newer = record(sink_name, 2, generation)
@@ -553,7 +544,7 @@ def test_a_rollback_stops_when_a_newer_generation_is_claimed_meanwhile(
     green = [record(sink_name, b, 2) for b in (4, 5)]
     for r in green:
         catalog.put_transaction(r)
-    checkpoint(catalog, 4, 2, green[:1])
+    checkpoint_at(catalog, 4, generation=2, pending=green[:1])
     read_records = catalog.transactions
     claimed = []
 

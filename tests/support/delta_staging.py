@@ -2,7 +2,7 @@
 every test once with batches staged from the driver and once by the executors, and
 `stage` does what the runtime does in ``foreachBatch`` on the side of the running test.
 
-A test module opts in with ``from tests.delta_staging import staging_side  # noqa: F401``.
+A test module opts in with ``from tests.support.delta_staging import staging_side  # noqa: F401``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import TransactionRecord
 from airflow_sparkpoint.sinks import DeltaSink, StageContext
+from tests.support.records import sink_record
 
 #: ``spark.sparkpoint.delta.driverStagingMaxBytes`` that selects each side
 DRIVER_MAX_BYTES = {"driver": 32 * 1024 * 1024, "executors": 0}
@@ -67,5 +68,4 @@ def stage(sink: DeltaSink, df: Any, batch: int, generation: int = 1, job: str = 
     pre-commit record."""
     ctx = StageContext(job, batch, generation, options or {}, DRIVER_MAX_BYTES[SIDE])
     payload = sink.stage(sized(df) if SIDE == "driver" else df, ctx)
-    return TransactionRecord(job=job, batch_id=batch, generation=generation, sink=sink.kind, sink_id=sink.sink_id,
-                             payload={"config": sink.to_config(), "staged": payload})
+    return sink_record(sink, batch, generation, payload, job=job)

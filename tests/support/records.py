@@ -1,0 +1,77 @@
+"""One builder per record kind, as the runtime writes them (no Spark): a completed
+checkpoint in a job's catalog, with its files uploaded into ``shared/`` as the
+checkpointer does (`put_checkpoint`), and a sink's pre-commit transaction record
+(`sink_record`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotStats, sha256_hex
+from airflow_sparkpoint.sinks.base import Sink
+
+
+def put_checkpoint(
+    catalog: Catalog,
+    files: Mapping[str, bytes] | None = None,
+    *,
+    batch_id: int | None = None,
+    generation: int | None = None,
+    created_at: float | None = None,
+    pending: Iterable[TransactionRecord] = (),
+) -> SnapshotMetadata:
+    """Upload `files` (path → bytes) into shared/ (once per content) and complete a
+    checkpoint referencing them that lists `pending` as its pending transactions.
+
+    Defaults: `files` one offsets file (``offsets/<id>``); `batch_id` the checkpoint's id
+    minus one; `generation` the current one (generations are claimed up to a given one);
+    `created_at` now."""
+    checkpoint_id = catalog.next_checkpoint_id()
+    if files is None:
+        files = {f"offsets/{checkpoint_id}": f"offsets of batch {checkpoint_id}".encode()}
+    if generation is not None:
+        while catalog.current_generation() < generation:
+            catalog.claim_generation()
+    refs = []
+    for path, data in sorted(files.items()):
+        sha = sha256_hex(data)
+        key = catalog.shared_key(path, sha)
+        if not catalog.store.exists(key):
+            catalog.store.put(key, data)
+        refs.append(FileRef(path=path, key=key, size=len(data), sha256=sha))
+    size = sum(map(len, files.values()))
+    meta = SnapshotMetadata(
+        kind="checkpoint",
+        id=checkpoint_id,
+        job=catalog.job,
+        generation=catalog.current_generation() if generation is None else generation,
+        batch_id=checkpoint_id - 1 if batch_id is None else batch_id,
+        created_at=time.time() if created_at is None else created_at,
+        files=tuple(refs),
+        stats=SnapshotStats(duration_ms=5, bytes_copied=size, files_copied=len(files), bytes_total=size,
+                            file_count=len(files)),
+        transactions=tuple(pending),
+    )
+    catalog.complete_checkpoint(meta)
+    return meta
+
+
+def checkpoint_at(catalog: Catalog, batch: int, *, generation: int | None = None,
+                  pending: Iterable[TransactionRecord] = ()) -> SnapshotMetadata:
+    """`put_checkpoint` without files: a checkpoint of `batch` by `generation` that lists
+    `pending` as its pending transactions, so every other record at or below `batch` is
+    one the commit step aborts. `generation` defaults to the current one (generation 1
+    on a job that never started)."""
+    target = generation if generation is not None else max(catalog.current_generation(), 1)
+    return put_checkpoint(catalog, {}, batch_id=batch, generation=target, pending=pending)
+
+
+def sink_record(sink: Sink, batch: int, generation: int = 1, staged: Mapping[str, Any] | None = None, *,
+                job: str = "job") -> TransactionRecord:
+    """The pre-commit record of `sink` as the runtime writes it after staging `batch`:
+    the sink's config and what its stage returned (`staged`, default nothing)."""
+    return TransactionRecord(job, batch, generation, sink.kind, sink.sink_id,
+                             {"config": sink.to_config(), "staged": dict(staged or {})}, created_at=time.time())
