@@ -20,8 +20,8 @@ from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.sinks import DeltaSink, DirectorySink, S3Sink
 from airflow_sparkpoint.sinks.base import CommitOutcome
+from tests.support.fake_sinks import FakeSink
 from tests.support.records import checkpoint_at, put_checkpoint
-from tests.unit.sinks.test_commit_pending import FakeSink
 
 pytestmark = pytest.mark.airflow
 

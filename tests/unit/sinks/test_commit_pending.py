@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -21,62 +20,11 @@ from airflow_sparkpoint.exceptions import (
 )
 from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.services.rollback import abort_generation
-from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
 from airflow_sparkpoint.storage import MemoryStorage
+from tests.support.fake_sinks import FakeSink
 from tests.support.records import checkpoint_at
 
 JOB = "orders"
-
-
-class FakeSink(Sink):
-    """Keeps its "destination" in a class-level dict keyed by `name`."""
-
-    kind = "test-fake"
-    worlds: ClassVar[dict[str, dict[str, Any]]] = {}
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.options: dict[str, Any] = {}
-        self.world = FakeSink.worlds.setdefault(
-            name, {"committed": {}, "aborted": [], "calls": [], "fail": {}, "configured": []}
-        )
-
-    @property
-    def sink_id(self) -> str:
-        return f"fake://{self.name}"
-
-    def to_config(self) -> dict[str, Any]:
-        return {"name": self.name}
-
-    def configure(self, storage_options: Mapping[str, Any]) -> None:
-        self.options = dict(storage_options)
-        self.world["configured"].append(dict(storage_options))
-
-    def stage(self, df: Any, ctx: StageContext) -> dict[str, Any]:  # pragma: no cover - not used
-        return {}
-
-    def commit(self, record: TransactionRecord) -> CommitOutcome:
-        self.world["calls"].append(("commit", record.txn_id))
-        failure = self.world["fail"].get(record.txn_id)
-        if failure is not None:
-            raise failure
-        if record.batch_id in self.world["committed"]:
-            assert self.world["committed"][record.batch_id] == record.txn_id, "duplicate batch"
-            return CommitOutcome(record.txn_id, "already")
-        self.world["committed"][record.batch_id] = record.txn_id
-        return CommitOutcome(record.txn_id, "committed")
-
-    def is_committed(self, record: TransactionRecord) -> bool:
-        self.world["calls"].append(("is_committed", record.txn_id))
-        return self.world["committed"].get(record.batch_id) == record.txn_id
-
-    def abort(self, record: TransactionRecord) -> None:
-        self.world["calls"].append(("abort", record.txn_id))
-        assert not self.is_committed(record)
-        self.world["aborted"].append(record.txn_id)
-
-    def committed_position(self, job: str) -> int | None:
-        return max(self.world["committed"], default=None)
 
 
 @pytest.fixture()
