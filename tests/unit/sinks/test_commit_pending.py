@@ -53,6 +53,18 @@ def txn_ids(catalog: Catalog) -> list[str]:
     return [r.txn_id for r in catalog.transactions()]
 
 
+def start_green_from_latest(catalog: Catalog) -> None:
+    """Claim generation 2 and record its origin: blue's latest checkpoint (a restart)."""
+    from airflow_sparkpoint.checkpoints.lineage import new_origin
+
+    base = catalog.latest()
+    assert base is not None
+    catalog.claim_generation()
+    catalog.write_origin(new_origin(2, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
+                                    snapshot_id=base.id, batch_id=base.batch_id, id_floor=base.id,
+                                    restore={"restore": "x"}, live_dir=None, host="h", pid=1))
+
+
 def test_no_checkpoint_leaves_everything_pending(catalog: Catalog, sink_name: str, world: dict[str, Any]) -> None:
     catalog.put_transaction(record(sink_name, 0, 1))
 
@@ -226,16 +238,10 @@ def test_abort_generation_returns_the_lineage_to_where_the_generation_started(
     starting point as that generation's origin: green's checkpoints are superseded and
     `restore=latest` restarts where green started (issue #45: the simulation found a
     rollback of a stalled, live green whose next checkpoint confirmed an aborted batch)."""
-    from airflow_sparkpoint.checkpoints.lineage import new_origin
 
     blue = record(sink_name, 3, 1)
     checkpoint_at(catalog, 3, generation=1, pending=[blue])
-    base = catalog.latest()
-    assert base is not None
-    catalog.claim_generation()
-    catalog.write_origin(new_origin(2, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
-                                    snapshot_id=base.id, batch_id=3, id_floor=base.id, restore={"restore": "x"},
-                                    live_dir=None, host="h", pid=1))
+    start_green_from_latest(catalog)
     green = [record(sink_name, b, 2) for b in (4, 5)]
     for r in green:
         catalog.put_transaction(r)
@@ -262,17 +268,11 @@ def test_retention_keeps_where_a_rollback_of_the_newest_generation_returns(
     returns to blue's checkpoint green started from. Found by CI: write-audit-publish's
     discard and blue-green's rollback failed with "chk-4 is not usable" once green had
     more checkpoints than `numRetained`."""
-    from airflow_sparkpoint.checkpoints.lineage import new_origin
     from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 
     blue = record(sink_name, 3, 1)
     checkpoint_at(catalog, 3, generation=1, pending=[blue])
-    base = catalog.latest()
-    assert base is not None
-    catalog.claim_generation()
-    catalog.write_origin(new_origin(2, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
-                                    snapshot_id=base.id, batch_id=3, id_floor=base.id, restore={"restore": "x"},
-                                    live_dir=None, host="h", pid=1))
+    start_green_from_latest(catalog)
     green = [record(sink_name, b, 2) for b in (4, 5, 6)]
     for index, r in enumerate(green):
         catalog.put_transaction(r)
@@ -293,16 +293,10 @@ def test_retention_keeps_a_rollback_point_of_the_newest_generation_older_than_nu
     """Once green's batch 4 is committed (its record settled), a rollback returns to
     green's checkpoint of batch 4 (its committed output stays): retention keeps that one,
     however many newer checkpoints green has, and lets blue's go."""
-    from airflow_sparkpoint.checkpoints.lineage import new_origin
     from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 
     checkpoint_at(catalog, 3, generation=1, pending=[])
-    base = catalog.latest()
-    assert base is not None
-    catalog.claim_generation()
-    catalog.write_origin(new_origin(2, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
-                                    snapshot_id=base.id, batch_id=3, id_floor=base.id, restore={"restore": "x"},
-                                    live_dir=None, host="h", pid=1))
+    start_green_from_latest(catalog)
     checkpoint_at(catalog, 4, generation=2, pending=[])  # batch 4 committed: no record left
     green = [record(sink_name, b, 2) for b in (5, 6, 7)]
     for index, r in enumerate(green):
