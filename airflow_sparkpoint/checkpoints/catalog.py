@@ -188,6 +188,12 @@ class Catalog:
         raises)."""
         return self.generation_store.claim(details)
 
+    def claim_generation_after(self, generation: int,
+                               details: Mapping[str, Any] | None = None) -> GenerationInfo | None:
+        """Atomically claim exactly ``generation + 1``, None when it is taken
+        (`GenerationStore.claim_after`, which says what it raises)."""
+        return self.generation_store.claim_after(generation, details)
+
     def generation_claim(self, generation: int) -> GenerationInfo | None:
         """The claim of `generation`, or None (`GenerationStore.claim_of`, which says what it raises)."""
         return self.generation_store.claim_of(generation)

@@ -90,18 +90,28 @@ class GenerationStore:
         newest = 0
         for _ in range(1000):
             newest = newest_generation(self.store, newest)
-            info = GenerationInfo(newest + 1, time.time(), socket.gethostname(), os.getpid(),
-                                  dict(details or {}))
-            key = layout.generation_key(info.generation)
-            body = json.dumps(info.to_json()).encode()
-            bounded.check_writable(body, layout.limits_of(key), f"{self.uri}/{key}")
-            try:
-                self.store.put_if_absent(key, body)
-            except ObjectExists:
-                continue
-            self._seen = max(self._seen, info.generation)
-            return info
+            info = self.claim_after(newest, details)
+            if info is not None:
+                return info
         raise StorageError(f"could not claim a generation for job {self.job!r} after 1000 attempts")
+
+    def claim_after(self, generation: int, details: Mapping[str, Any] | None = None) -> GenerationInfo | None:
+        """Atomically claim exactly generation ``generation + 1``; None when another claimed
+        it first (a caller that decided from `generation` being the newest decides again).
+
+        :raises CatalogError: the claim would be over its limits; nothing is claimed.
+        """
+        info = GenerationInfo(generation + 1, time.time(), socket.gethostname(), os.getpid(),
+                              dict(details or {}))
+        key = layout.generation_key(info.generation)
+        body = json.dumps(info.to_json()).encode()
+        bounded.check_writable(body, layout.limits_of(key), f"{self.uri}/{key}")
+        try:
+            self.store.put_if_absent(key, body)
+        except ObjectExists:
+            return None
+        self._seen = max(self._seen, info.generation)
+        return info
 
     def claim_of(self, generation: int) -> GenerationInfo | None:
         """The claim of `generation`, or None when it was never claimed.

@@ -140,8 +140,12 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
                 "was aborted"
             )
         return Fence.observed(catalog)
-    claim = catalog.claim_generation({"rollback_of": generation,
-                                      "plan": f"rollback of generation {generation}"})
+    # Exactly the next one: a start that claimed it since the read above may continue
+    # `generation`'s lineage, so the rollback decides again as for a superseded generation.
+    claim = catalog.claim_generation_after(generation, {"rollback_of": generation,
+                                                        "plan": f"rollback of generation {generation}"})
+    if claim is None:
+        return _fence(catalog, generation, sinks)
     fence = Fence(catalog, claim.generation)
     mine = [r for r in catalog.transactions() if r.generation == generation]  # after the fence: final
     uncommitted = [r.batch_id for r in mine if not sinks.of(r).is_committed(r)]

@@ -377,6 +377,47 @@ def test_abort_generation_is_refused_while_a_newer_generation_continues_it(
     assert world["aborted"] == [] and txn_ids(catalog) == ["orders-b4-g2"]
 
 
+def test_a_rollback_whose_claim_comes_after_a_start_that_continues_the_generation_is_refused(
+    catalog: Catalog, sink_name: str, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the long exploration (seed 20261201, schedule 1327): the rollback of
+    generation 1 read it as the newest; before its claim, a retry (generation 2) restored
+    generation 1's checkpoint and confirmed its transaction in a checkpoint of its own;
+    the rollback's claim then took generation 3 and aborted the transaction generation
+    2's checkpoint confirms: every restart after it was refused. Now the rollback claims
+    exactly the generation after the one it rolls back; when a start took it, the rollback
+    decides again, as for a superseded generation (refused: a newer run continues it)."""
+    from airflow_sparkpoint.checkpoints.lineage import new_origin
+
+    blue = record(sink_name, 0, 1)
+    catalog.put_transaction(blue)
+    checkpoint_at(catalog, 0, generation=1, pending=[blue])
+    retry = catalog  # the retry's own reads and writes go through the same store
+    put_if_absent = catalog.store.put_if_absent
+    started = []
+
+    def a_retry_starts_first(key: str, data: bytes) -> None:
+        if key.startswith("generations/") and not started:
+            started.append(key)
+            base = retry.latest()
+            assert base is not None
+            retry.claim_generation()
+            retry.write_origin(new_origin(2, kind="checkpoint", uri=retry.checkpoint_uri(base.id), base_id=base.id,
+                                          snapshot_id=base.id, batch_id=0, id_floor=base.id,
+                                          restore={"restore": "latest"}, live_dir=None, host="h", pid=2))
+            checkpoint_at(retry, 1, generation=2, pending=[blue])
+        put_if_absent(key, data)
+
+    monkeypatch.setattr(catalog.store, "put_if_absent", a_retry_starts_first)
+
+    with pytest.raises(RestoreError, match="a newer run continues it"):
+        abort_generation(catalog, 1)
+
+    assert started, "the retry started between the rollback's read and its claim"
+    assert world["aborted"] == [] and txn_ids(catalog) == ["orders-b0-g1"]
+    assert catalog.current_generation() == 2, "the rollback claimed nothing: the retry runs on"
+
+
 def test_a_generation_claimed_between_the_steps_reads_keeps_its_transaction(
     catalog: Catalog, sink_name: str, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
