@@ -123,9 +123,21 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
         raise ConfigError(f"generation {generation} of job {catalog.job!r} was never claimed (the newest is "
                           f"{current}); see `sparkpoint history`")
     if generation < current:
-        # A newer run continues the lineage when a restorable checkpoint is the generation's
-        # own, or confirms one of its transactions (a retry restored its checkpoint).
-        continued = [meta for meta in (e.metadata for e in catalog.list_checkpoints() if e.restorable)
+        # A newer run continues the lineage when a restorable checkpoint, or the point a
+        # newer generation's origin restored (superseded or not: retries restart there), is
+        # the generation's own or confirms one of its transactions.
+        entries = catalog.list_checkpoints()
+        origins = catalog.origins()  # after the checkpoints: every origin they were judged by, or more
+        if origins and not any(o.generation == current for o in origins):  # none: an earlier release's store
+            raise RestoreError(
+                f"generation {generation} of job {catalog.job!r} is not the newest ({current}), and "
+                f"generation {current} is starting (no lineage origin yet): it may restore generation "
+                f"{generation}'s checkpoint. Nothing was aborted; run the rollback again once it has started "
+                "or failed"
+            )
+        restored = {o.base_id for o in origins if o.generation > generation and o.base_id >= 0}
+        continued = [meta for meta in (e.metadata for e in entries
+                                       if e.restorable or (e.valid and e.id in restored))
                      if meta is not None and (meta.generation == generation
                                               or any(t.generation == generation for t in meta.transactions))]
         if continued:

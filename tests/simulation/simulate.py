@@ -129,7 +129,8 @@ def run_schedule(schedule: Schedule, chooser: Chooser, *, max_steps: int = 1500,
             final = scheduler.spawn("final-driver", lambda: actors.driver(
                 world, DriverSpec(budget=schedule.inputs + 1), "final-driver"))
             scheduler.run()
-            if isinstance(final.error, SinkLineageError) and world.repair_allowed:
+            if isinstance(final.error, SinkLineageError) and (world.repair_allowed or _newest_lineage_revived(
+                    world, final.error)):
                 final = _repair(world, scheduler, schedule)
             elif isinstance(final.error, SinkAheadError) and "job code version" in str(final.error):
                 final = _catch_up(world, scheduler, schedule)
@@ -255,9 +256,10 @@ def _check_checkpoints(world: World, scheduler: Scheduler, schedule: Schedule) -
 
 def _repair(world: World, scheduler: Scheduler, schedule: Schedule) -> Any:
     """What the refusal tells a person to do: restore a snapshot of the lineage the sink
-    holds, by path; the snapshots are tried newest first until one starts, and then the
-    job is resumed as a retry would. Returns the last driver's actor."""
-    candidates = list(reversed(actors._snapshots(world)))
+    holds, by path; the snapshots are tried newest first, then empty state (restore=none,
+    refused while the sink holds output of the job), until one starts, and then the job is
+    resumed as a retry would. Returns the last driver's actor."""
+    candidates = [*reversed(actors._snapshots(world)), "none"]  # last: empty state, when the sink allows it
     actor = None
     for index, uri in enumerate(candidates):
         name = f"repair-{index}"
@@ -284,6 +286,18 @@ def _catch_up(world: World, scheduler: Scheduler, schedule: Schedule) -> Any:
         world, DriverSpec(version=int(newest["version"]), budget=schedule.inputs + 1), "caught-up-driver"))
     scheduler.run()
     return actor
+
+
+def _newest_lineage_revived(world: World, error: BaseException) -> bool:
+    """Whether the newest lineage's start claimed its generation before the abort decision
+    `error` names: the window of an abort in flight against a restore of the lineage it
+    abandons, whose start died before it could be refused (docs/PROTOCOL.md)."""
+    origins = world.raw_catalog().origins()
+    if not origins:
+        return False
+    key = f"store:put_if_absent {JOB}/lineage/{origins[-1].generation:012d}.json"
+    starter = next((a for a, w in world.writes.ordered if w == key), None)
+    return starter is not None and _aborted_after_claim(world, starter, error)
 
 
 def _aborted_after_claim(world: World, name: str, error: BaseException) -> bool:

@@ -418,6 +418,36 @@ def test_a_rollback_whose_claim_comes_after_a_start_that_continues_the_generatio
     assert catalog.current_generation() == 2, "the rollback claimed nothing: the retry runs on"
 
 
+def test_a_rollback_is_refused_while_a_newer_origin_restores_the_generations_checkpoint(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    """Found by the long exploration (seed 20261202, schedules 998 and 2482): generation 2
+    started with restore=none and wrote its origin late, after generation 3 (a retry,
+    restore=latest) had restored generation 1's checkpoint. By the lineage rule that
+    checkpoint is superseded (by generation 2's origin), yet it is where generation 3 and
+    every retry restart. The rollback of generation 1 saw no restorable checkpoint of it,
+    aborted its confirmed transaction, and every restart was refused. A checkpoint a newer
+    generation's origin restored continues the generation too."""
+    from airflow_sparkpoint.checkpoints.lineage import new_origin
+
+    blue = record(sink_name, 0, 1)
+    catalog.put_transaction(blue)
+    base = checkpoint_at(catalog, 0, generation=1, pending=[blue])
+    catalog.claim_generation()  # generation 2: restore=none, its origin comes late
+    catalog.claim_generation()  # generation 3: restore=latest, from generation 1's checkpoint
+    catalog.write_origin(new_origin(3, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
+                                    snapshot_id=base.id, batch_id=0, id_floor=base.id,
+                                    restore={"restore": "latest"}, live_dir=None, host="h", pid=3))
+    catalog.write_origin(new_origin(2, kind="empty", uri=None, base_id=-1, snapshot_id=None, batch_id=None,
+                                    id_floor=base.id, restore={"restore": "none"}, live_dir=None, host="h", pid=2))
+    assert not any(e.restorable for e in catalog.list_checkpoints()), "superseded by generation 2's origin"
+
+    with pytest.raises(RestoreError, match="a newer run continues it"):
+        abort_generation(catalog, 1)
+
+    assert world["aborted"] == [] and txn_ids(catalog) == ["orders-b0-g1"]
+
+
 def test_a_generation_claimed_between_the_steps_reads_keeps_its_transaction(
     catalog: Catalog, sink_name: str, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
