@@ -21,9 +21,10 @@ from airflow_sparkpoint import cli
 from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from airflow_sparkpoint.demo.support import write_batch_file
 from tests.support.inputs import expected_totals
+from tests.support.paths import REPO
 from tests.support.submit import spark_submit_command, submit_env
 
-JOB_SCRIPT = Path(__file__).resolve().parent / "integration" / "jobs" / "rescale_job.py"
+JOB_SCRIPT = REPO / "tests" / "integration" / "jobs" / "rescale_job.py"
 JOB = "rescale"
 USERS = 7
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.log.level": "WARN"}

@@ -17,7 +17,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
+
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
 
