@@ -116,7 +116,9 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
     moving the lineage back when it is the newest (see the module docstring).
 
     :raises ConfigError: `generation` was never claimed.
-    :raises RestoreError: a newer generation continues `generation`'s lineage.
+    :raises RestoreError: a newer generation continues `generation`'s lineage, or the newest
+        one has no origin yet (it may); `generation`'s return point is gone or behind its
+        committed output (`_restart_before`). Nothing was aborted.
     """
     current = catalog.current_generation()
     if not 1 <= generation <= current:
