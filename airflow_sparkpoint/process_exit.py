@@ -11,7 +11,7 @@ the GIL; CPython up to 3.13 ends a thread that does so after finalization began 
 after the output was written and committed. Seen with deltalake 1.6 and pyarrow 26 on
 Python 3.11; ``DeltaTable.version()`` alone never does it (no Arrow I/O threads).
 
-Sparkpoint's own reads avoid that path (`sinks._delta_location.read_table`); the
+Sparkpoint's own reads avoid that path (`sinks.delta_rows.read_table`); the
 processes it owns end through `exit_process`, so no library they loaded can turn a
 finished command into a failed one at exit: the ``sparkpoint`` command, and the job
 scripts under ``dags/jobs`` once their run returned (a job script's exit is its

@@ -54,7 +54,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "a per-submit directory of a killed task on the worker (shutil.rmtree refuses a link there)",
     ("airflow_sparkpoint/faults.py", "pause", "os.replace"):
         "the test hooks' marker file in the pause directory a test gave (docs/development.md)",
-    ("airflow_sparkpoint/demo/stages.py", "main", "shutil.rmtree"):
+    ("airflow_sparkpoint/demo/command.py", "main", "shutil.rmtree"):
         "the demo's own output directory, wiped at its start",
 }
 

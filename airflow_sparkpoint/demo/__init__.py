@@ -19,6 +19,7 @@ Never imported by the Spark-side runtime.
 
 from __future__ import annotations
 
+from airflow_sparkpoint.demo.command import main
 from airflow_sparkpoint.demo.stages import (
     BLUE_AGAIN_INPUT,
     BLUE_BACKLOG,
@@ -27,7 +28,6 @@ from airflow_sparkpoint.demo.stages import (
     Demo,
     batch_of,
     expected_totals,
-    main,
 )
 
 __all__ = [

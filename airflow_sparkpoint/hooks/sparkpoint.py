@@ -364,7 +364,7 @@ class SparkpointHook(BaseHook):
     def delta_rows(self, table_uri: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
         """The rows readers see now in the Delta table at `table_uri` (a path or
         ``s3://``, with this connection's endpoint and credentials); [] with no table."""
-        from airflow_sparkpoint.sinks._delta_location import read_table
+        from airflow_sparkpoint.sinks.delta_rows import read_table
 
         sink = self._sink("delta", {"uri": table_uri, "mode": "append"})
         table = sink.location.open()

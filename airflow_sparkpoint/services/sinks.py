@@ -23,7 +23,7 @@ def delta_table_rows(path: Path | str, version: int | None = None,
     latest; `columns` only when given); ``[]`` when it is no table yet. Needs deltalake."""
     from deltalake import DeltaTable
 
-    from airflow_sparkpoint.sinks._delta_location import read_table
+    from airflow_sparkpoint.sinks.delta_rows import read_table
 
     if not DeltaTable.is_deltatable(str(path)):
         return []

@@ -268,7 +268,7 @@ def visible_rows(sink: Any) -> list[dict[str, Any]]:
         table = sink._table()
         if table is None:
             return []
-        from airflow_sparkpoint.sinks._delta_location import read_table
+        from airflow_sparkpoint.sinks.delta_rows import read_table
 
         return [dict(row) for row in read_table(table).to_pylist()]
     assert isinstance(sink, DirectorySink) and sink._local is not None

@@ -253,8 +253,8 @@ def test_console_keeps_its_own_lines_on_the_terminal_and_the_rest_in_the_log(
 
 ORPHAN_SCRIPT = """
 import subprocess, sys, time
-from airflow_sparkpoint.demo import stages
-getattr(stages, "_adopt_orphans", lambda: None)()
+from airflow_sparkpoint.demo import command
+command._adopt_orphans()
 # A parent that starts a child and exits at once: spark-submit's JVM dying on Ctrl-C
 # before the Python driver it started.
 out = subprocess.run([sys.executable, "-c",
@@ -263,7 +263,7 @@ out = subprocess.run([sys.executable, "-c",
                       "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid)"],
                      capture_output=True, text=True, check=True).stdout
 print(int(out), flush=True)
-stages._kill_children()
+command._kill_children()
 time.sleep(0.5)
 """
 

@@ -112,7 +112,7 @@ def test_read_table_returns_the_rows_with_the_tables_own_types(tmp_path):
     import deltalake
     import pyarrow as pa
 
-    from airflow_sparkpoint.sinks._delta_location import read_table
+    from airflow_sparkpoint.sinks.delta_rows import read_table
 
     ts = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
     first = pa.table({"user": ["a", "b"], "total": pa.array([1, 2], pa.int64()),
