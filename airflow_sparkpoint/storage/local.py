@@ -188,13 +188,7 @@ class LocalStorage(Storage):
         except InvalidPath as exc:
             raise ObjectNotFound(f"{local_path} is not a file to upload: {exc}") from None
         with handle:
-            try:
-                with self._dir(create=True) as root:
-                    root.write(key, handle, sync_dir=False)
-            except InvalidPath as exc:
-                raise self._refused_write(key, exc) from None
-            except OSError as exc:
-                raise StorageError(f"cannot write {self._path(key)}: {exc}") from exc
+            self._write_from(handle, key)
 
     def copy_from(self, source: Storage, key: str, target_key: str) -> bool:
         """A hard link when `source` is a local store on the same filesystem: stored
