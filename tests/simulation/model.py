@@ -283,6 +283,29 @@ def visible_rows(sink: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def visible_signature(sink: Any) -> tuple[tuple[str, int, int, int], ...]:
+    """What `visible_rows` of a directory sink reads, as (path, inode, size, modification
+    time) of each file it reads: the same signature, the same rows (the check after every
+    step reads them again only when it changed)."""
+    assert isinstance(sink, DirectorySink) and sink._local is not None
+    found = []
+    pending = [sink._local]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except FileNotFoundError:  # as os.walk in visible_rows: gone is empty
+            continue
+        for entry in entries:
+            if directory_module._is_hidden(entry.name):
+                continue
+            if entry.is_dir():
+                pending.append(entry.path)
+            elif entry.name.endswith(".json"):
+                st = entry.stat()
+                found.append((entry.path, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(sorted(found))
+
+
 def expected_rows(batches: Mapping[int, int]) -> list[dict[str, Any]]:
     """The rows of batches 0..K (`batches`: batch -> the code version that ran it) of
     one lineage, computed from the input alone: the oracle."""

@@ -1,11 +1,12 @@
 """The deterministic scheduler of the protocol simulation.
 
 Every actor (a driver, the commit step, a savepoint request, a retention pass...) runs the
-real code in a thread of its own, but only one thread runs at a time: an actor runs
-until it reaches a *point* (every storage and sink call, every fault and pause point of
-the product), where it hands the baton back. The scheduler then asks its `Chooser`
+real code in a greenlet of its own (all in one OS thread: a switch costs neither a system
+call nor a wait for a core), so only one runs at a time: an actor runs until it reaches a
+*point* (every storage and sink call, every fault and pause point of the product), where
+it hands the baton back. The scheduler then asks its `Chooser`
 which actor goes next, whether the one it resumes dies there (`Crash`, a SIGKILL: the
-actor's thread unwinds and every later point of it raises again, so no ``finally`` block
+actor's greenlet unwinds and every later point of it raises again, so no ``finally`` block
 of the product acts after death), and how far the virtual clock moves (a stall). The
 choices are Hypothesis draws in the CI test (so a failure shrinks to a short schedule)
 and a seeded `random.Random` in the long exploration; either way the same choices give
@@ -17,28 +18,28 @@ of the package by a clock that only the scheduler moves, and ``time.sleep`` is a
 
 from __future__ import annotations
 
+import faulthandler
+import os
 import random
 import sys
 import threading
 import time as real_time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-#: how long (real seconds) the scheduler waits for an actor to reach its next point; an
-#: actor blocked elsewhere (a lock, a hang) is a finding, not a reason to wait forever
-STEP_TIMEOUT_S = 60.0
+from greenlet import getcurrent, greenlet
+
+#: how long (real seconds) a `Scheduler.run` may go without a step: an actor blocked
+#: elsewhere (a lock, a hang) blocks the only thread, so the process then exits with every
+#: stack printed (`_Watchdog`)
+RUN_TIMEOUT_S = 60.0
 
 
 class Crash(BaseException):
     """The actor's process died at this point (SIGKILL). A BaseException, so that the
     product's ``except Exception`` never swallows it."""
-
-
-class Stuck(AssertionError):
-    """An actor did not reach its next point in time (blocked outside the scheduler)."""
 
 
 # ---------------------------------------------------------------------------- choices
@@ -358,53 +359,37 @@ def virtual_time(clock: SimClock, package: str = "airflow_sparkpoint") -> Iterat
             module.time = real_time  # type: ignore[attr-defined]
 
 
-# ---------------------------------------------------------------------------- inline threads
+# ---------------------------------------------------------------------------- the scheduler
 
 
-class InlineExecutor(Executor):
-    """An executor that runs each call at once in the caller's thread (the simulation has
-    one thread per actor; transfer pools would add threads the scheduler does not know)."""
+class _Watchdog:
+    """A daemon thread (one per process) that ends the process, printing every stack,
+    when a `Scheduler.run` made no step for `RUN_TIMEOUT_S`: an actor blocked outside the
+    scheduler (a lock, a hang) blocks the only thread the actors run in."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
-        future: Future[Any] = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except Crash:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - the future carries it, as a pool's would
-            future.set_exception(exc)
-        return future
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        pass
-
-
-class InlineThread:
-    """A `threading.Thread` stand-in whose `start` runs the target at once."""
-
-    def __init__(self, target: Callable[..., Any] | None = None, args: tuple[Any, ...] = (),
-                 kwargs: dict[str, Any] | None = None, **_: Any) -> None:
-        self._target, self._args, self._kwargs = target, args, kwargs or {}
-        self._done = False
+    def __init__(self) -> None:
+        self.steps = 0  # every scheduler's steps so far
+        self.running = 0  # `Scheduler.run` calls in progress
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        try:
-            if self._target is not None:
-                self._target(*self._args, **self._kwargs)
-        finally:
-            self._done = True
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="sim-watchdog", daemon=True)
+            self._thread.start()
 
-    def join(self, timeout: float | None = None) -> None:
-        pass
+    def _watch(self) -> None:
+        seen = -1
+        while True:
+            real_time.sleep(RUN_TIMEOUT_S)
+            if self.running and self.steps == seen:
+                print(f"simulation: no step for {RUN_TIMEOUT_S:g} s (an actor blocked outside the scheduler)",
+                      file=sys.stderr, flush=True)
+                faulthandler.dump_traceback(all_threads=True)
+                os._exit(70)
+            seen = self.steps
 
-    def is_alive(self) -> bool:
-        return False
 
-
-# ---------------------------------------------------------------------------- the scheduler
+_WATCHDOG = _Watchdog()
 
 
 @dataclass(eq=False)
@@ -420,9 +405,8 @@ class Actor:
     answer: int = 0
     result: Any = None
     error: BaseException | None = None
-    go: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-    #: called (in the scheduler's thread) when the actor crashed: what the OS does at a
+    glet: greenlet | None = None  # its line of execution (started at its first step)
+    #: called (in the scheduler's greenlet) when the actor crashed: what the OS does at a
     #: process's death (its locks released)
     on_crash: list[Callable[[], None]] = field(default_factory=list)
 
@@ -443,32 +427,33 @@ class Scheduler:
         self.actors: list[Actor] = []
         self.trace: list[str] = []
         self.steps = 0
-        self._back = threading.Event()
-        self._local = threading.local()
+        self._running: Actor | None = None  # the actor whose greenlet runs now
+        self._hub: greenlet | None = None  # the scheduler's own greenlet (the caller of `run`)
         self._last: Actor | None = None
 
-    # -- used by the actors' threads -------------------------------------------------
+    # -- used by the actors ------------------------------------------------------------
 
     def in_actor(self) -> bool:
-        return getattr(self._local, "actor", None) is not None
+        return self.current() is not None
 
     def current(self) -> Actor | None:
-        return getattr(self._local, "actor", None)
+        """The actor running now, or None in the harness (and in any other thread)."""
+        actor = self._running
+        return actor if actor is not None and actor.glet is getcurrent() else None
 
     def point(self, label: str, *, sleep: float = 0.0) -> None:
         """Hand the baton back at `label`; returns when the scheduler resumes this actor.
 
         :raises Crash: the actor dies here (or died before).
         """
-        actor: Actor | None = getattr(self._local, "actor", None)
+        actor = self.current()
         if actor is None:
             return  # the harness's own reads and the final checks run unscheduled
         if actor.crashed:
             raise Crash(actor.name)
         actor.label, actor.sleep, actor.state = label, sleep, "ready"
-        self._back.set()
-        actor.go.wait()
-        actor.go.clear()
+        assert self._hub is not None
+        self._hub.switch()
         if actor.crash_next:
             actor.crashed = True
             raise Crash(actor.name)
@@ -480,7 +465,7 @@ class Scheduler:
         actor = self.current()
         if actor is None:
             return options[0]
-        actor.options = len(options)  # drawn in the scheduler's thread (Hypothesis draws there only)
+        actor.options = len(options)  # drawn in the scheduler's greenlet (Hypothesis draws there only)
         self.point(f"choose {label}")
         index, actor.options = actor.answer, 0
         self.trace.append(f"      {actor.name} chose {label}: {options[index]}")
@@ -492,9 +477,6 @@ class Scheduler:
         actor = Actor(name, fn)
 
         def body() -> None:
-            self._local.actor = actor
-            actor.go.wait()
-            actor.go.clear()
             try:
                 if actor.crash_next:
                     actor.crashed = True
@@ -506,16 +488,24 @@ class Scheduler:
                 actor.error = exc
             finally:
                 actor.state = "done"
-                self._back.set()
 
-        actor.thread = threading.Thread(target=body, name=f"sim-{name}", daemon=True)
-        actor.thread.start()
+        actor.glet = greenlet(body)
         self.actors.append(actor)
         return actor
 
     def run(self) -> None:
         """Run until every actor is done; past `max_steps` every actor left is crashed
-        (everything killed at once, as a lost machine would)."""
+        (everything killed at once, as a lost machine would). An actor blocked outside
+        the scheduler for `RUN_TIMEOUT_S` ends the process (`_Watchdog`)."""
+        self._hub = getcurrent()
+        _WATCHDOG.start()
+        _WATCHDOG.running += 1
+        try:
+            self._run()
+        finally:
+            _WATCHDOG.running -= 1
+
+    def _run(self) -> None:
         while True:
             ready = [a for a in self.actors if a.state == "ready"]
             if not ready:
@@ -524,6 +514,7 @@ class Scheduler:
                 ready.remove(self._last)
                 ready.insert(0, self._last)
             self.steps += 1
+            _WATCHDOG.steps += 1
             if self.steps > self.max_steps:
                 actor, event = ready[0], Event.CRASH
             else:
@@ -542,11 +533,7 @@ class Scheduler:
                 actor.answer = self.chooser.option(actor.options)
             self._last = actor
             actor.state = "running"
-            self._back.clear()
-            actor.go.set()
-            if not self._back.wait(STEP_TIMEOUT_S):
-                raise Stuck(f"actor {actor.name} did not reach a point within {STEP_TIMEOUT_S:g} s after "
-                            f"{actor.label}\n" + self.format_trace())
+            self._resume(actor)
             if actor.crashed and actor.state == "done":
                 self.trace.append(f"          {actor.name} died")
                 for release in actor.on_crash:
@@ -556,6 +543,28 @@ class Scheduler:
                 self.trace.append(f"          {actor.name} {outcome}"[:400])
             if self.check is not None:
                 self.check()
+
+    def _resume(self, actor: Actor, crash: bool = False) -> None:
+        """Run `actor` until its next point or its end (with `crash`: it dies where it waits)."""
+        assert actor.glet is not None
+        self._running = actor
+        try:
+            if crash:
+                actor.glet.throw(Crash(actor.name))
+            else:
+                actor.glet.switch()
+        finally:
+            self._running = None
+
+    def close(self) -> None:
+        """Kill every actor still waiting at a point (a schedule that ended with a
+        violation): it dies there, as at a crash, so that nothing of it runs later."""
+        self._hub = getcurrent()
+        for actor in self.actors:
+            if actor.state != "done" and actor.glet is not None and actor.glet:
+                actor.crashed = True
+                self._resume(actor, crash=True)
+            actor.state = "done"
 
     def format_trace(self, last: int | None = None) -> str:
         lines = self.trace if last is None else self.trace[-last:]

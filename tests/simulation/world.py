@@ -28,11 +28,16 @@ from airflow_sparkpoint.runtime import prestore as prestore_module
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.storage import MemoryStorage, Storage, split_uri
 from airflow_sparkpoint.storage.local import LocalStorage
+from tests.simulation.inline import InlineExecutor, InlineThread
 from tests.simulation.model import SimDeltaSink, SimDirectorySink, write_inputs
-from tests.simulation.scheduler import InlineExecutor, InlineThread, Scheduler, virtual_time
+from tests.simulation.scheduler import Scheduler, virtual_time
 from tests.simulation.storage import YieldingStorage
 
 JOB = "sim"
+#: the worlds' directories live in memory where the system has a tmpfs: the product's
+#: fsyncs and a world's creation and removal then wait for no disk (a schedule's crashes
+#: are process deaths, never a lost machine, so durability plays no part in it)
+_MEMORY_TMP = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 @dataclass
@@ -60,7 +65,7 @@ class World:
     def __init__(self, scheduler: Scheduler, *, sink_kind: str, inputs: int) -> None:
         self.scheduler = scheduler
         self.sink_kind = sink_kind
-        self.tmp = tempfile.mkdtemp(prefix="sparkpoint-sim-")
+        self.tmp = tempfile.mkdtemp(prefix="sparkpoint-sim-", dir=_MEMORY_TMP)
         self.store_name = f"sim-{uuid.uuid4().hex[:12]}"
         self.root = f"memory://{self.store_name}"
         self.work = os.path.join(self.tmp, "work")
@@ -75,6 +80,9 @@ class World:
         #: a start was refused after its origin in the documented window: the end may need
         #: a person's restore of another snapshot (`simulate._repair`)
         self.repair_allowed = False
+        #: the sink's files the check after a step last passed on (`model.visible_signature`)
+        self.checked_rows: tuple[Any, ...] | None = None
+        self._reader: Sink | None = None
 
     # -- the places ----------------------------------------------------------------------
 
@@ -103,6 +111,12 @@ class World:
         if self.sink_kind == "delta":
             return SimDeltaSink(self.output)
         return SimDirectorySink(self.output, format="json")
+
+    def reader_sink(self) -> Sink:
+        """One raw sink for the harness's reads after every step (reading keeps no state in it)."""
+        if self._reader is None:
+            self._reader = self.raw_sink()
+        return self._reader
 
     def _points_on(self, sink: Any) -> Sink:
         """A point at every sink call (instance attributes: the class, which records name
@@ -184,6 +198,7 @@ class World:
                 (prestore_module, "threading", threads),
             ):
                 stack.enter_context(mock.patch.object(target, name, value))
+            stack.callback(sched.close)  # first, under the patches: actors a violation left waiting die
             yield
 
 
