@@ -1,7 +1,7 @@
-"""What `SparkpointSubmitOperator` checks before anything runs (issue #48): the Spark
-connection, its deploy mode and its ``spark-submit``, the `application`'s path, and the
-``spark.sparkpoint.*`` settings given in `conf` as well as in `sparkpoint_conf` (those
-rules are `services.submit`'s).
+"""What `SparkpointSubmitOperator` checks before anything runs (issue #48): its two
+connections (the store's and Spark's), Spark's deploy mode and ``spark-submit``, the
+`application`'s path, and the ``spark.sparkpoint.*`` settings given in `conf` as well as
+in `sparkpoint_conf` (those rules are `services.submit`'s).
 
 Each check raises `ConfigError` naming the value, what was tried and what is expected;
 the operator turns it into `SparkpointConfigFailure`, which Airflow does not retry (the
@@ -33,6 +33,7 @@ __all__ = [
     "refuse_cluster_mode",
     "require_spark_binary",
     "require_spark_connection",
+    "require_sparkpoint_connection",
     "resolve_application",
     "sparkpoint_settings",
 ]
@@ -44,20 +45,33 @@ class SparkpointConfigFailure(AirflowFailException, ConfigError):
     fails without using up its retries."""
 
 
-def require_spark_connection(conn_id: str) -> None:
-    """:raises ConfigError: Airflow has no connection `conn_id` (the Spark provider would
-        fall back to master ``yarn`` and fail there with a message about Hadoop)."""
+def _require_connection(conn_id: str, message: str) -> None:
+    """:raises ConfigError: `message`, when Airflow has no connection `conn_id`."""
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
-        raise ConfigError(
-            f"Spark connection {conn_id!r} does not exist: create it (type spark, host "
-            "local[2], spark://host:7077, "
-            "yarn or k8s://...; docs/tutorial.md) or pass conn_id= of one that does"
-        ) from None
+        raise ConfigError(message) from None
+
+
+def require_spark_connection(conn_id: str) -> None:
+    """:raises ConfigError: Airflow has no connection `conn_id` (the Spark provider would
+        fall back to master ``yarn`` and fail there with a message about Hadoop)."""
+    _require_connection(conn_id, f"Spark connection {conn_id!r} does not exist: create it (type spark, host "
+                                 "local[2], spark://host:7077, yarn or k8s://...; docs/tutorial.md) or pass "
+                                 "conn_id= of one that does")
+
+
+def require_sparkpoint_connection(conn_id: str | None) -> None:
+    """:raises ConfigError: Airflow has no connection `conn_id` (the store's; None: a
+        `checkpoint_dir` was given instead), named as the store's with what to create."""
+    if conn_id:
+        _require_connection(conn_id, f"Sparkpoint connection {conn_id!r} does not exist: create it (type "
+                                     "sparkpoint, host the storage root: an absolute path, file:///path or "
+                                     "s3://bucket/prefix; docs/tutorial.md), or pass sparkpoint_conn_id= of "
+                                     "one that does or checkpoint_dir=")
 
 
 def refuse_cluster_mode(task_id: str, conn_id: str, connection: Mapping[str, Any],
@@ -81,12 +95,13 @@ def refuse_cluster_mode(task_id: str, conn_id: str, connection: Mapping[str, Any
 
 
 def check_spark(operator: Any) -> Any:
-    """The Spark provider's hook of a `SparkpointSubmitOperator`, once its connection,
-    deploy mode and ``spark-submit`` are known to be usable; its relative `application`
-    resolved.
+    """The Spark provider's hook of a `SparkpointSubmitOperator`, once its Sparkpoint
+    connection exists and its Spark connection, deploy mode and ``spark-submit`` are known
+    to be usable; its relative `application` resolved.
 
     :raises ConfigError: naming what is missing or refused.
     """
+    require_sparkpoint_connection(operator.sparkpoint_conn_id)
     require_spark_connection(operator._conn_id)  # else the provider falls back to master yarn
     hook = operator._get_hook()
     refuse_cluster_mode(operator.task_id, operator._conn_id, hook._connection, operator.conf)

@@ -158,6 +158,17 @@ def test_a_missing_spark_connection_is_named_instead_of_falling_back_to_yarn(
     assert driver.commands == []
 
 
+def test_a_missing_sparkpoint_connection_is_named_with_what_to_create(
+        tmp_path: Path, driver: Driver, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    # The tutorial's second connection forgotten: the operator reads sparkpoint_default.
+    from airflow_sparkpoint.operators import SparkpointSubmitOperator
+
+    monkeypatch.delenv("AIRFLOW_CONN_SPARKPOINT_DEFAULT", raising=False)
+    op = SparkpointSubmitOperator(task_id="submit", application="/app/job.py", job_name=JOB)
+    refused(op, match=r"Sparkpoint connection 'sparkpoint_default' does not exist: create it \(type sparkpoint")
+    assert driver.commands == []
+
+
 def test_a_missing_spark_submit_is_named(tmp_path: Path, driver: Driver,  # noqa: F811
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # A Spark connection asking for spark3-submit, which this worker does not have.
