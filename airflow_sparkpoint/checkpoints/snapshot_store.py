@@ -21,6 +21,7 @@ from airflow_sparkpoint.checkpoints.generations import Fence, GenerationStore
 from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, SnapshotStats
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
+    CatalogError,
     CorruptMetadata,
     InvalidPath,
     ObjectNotFound,
@@ -251,7 +252,8 @@ class SnapshotStore:
         is called after each file (progress; the runtime's fault hook).
 
         :raises CatalogError: its ``_metadata`` would be over the limit readers accept
-            (`layout.check_metadata_size`); nothing is completed.
+            (`layout.check_metadata_size`), or a file of the source vanished during the copy
+            (retention removed it); nothing is completed.
         """
         started = time.monotonic()
         meta = source.metadata
@@ -298,10 +300,18 @@ class SnapshotStore:
 
         def copy_one(ref: FileRef) -> FileRef:
             dst = f"{sp_key}/{savepoint_ref(ref).key}"
-            if src_prefix is not None:
-                self.store.copy(src_prefix + ref.key, dst)
-            else:
-                source.files_store.copy_to(ref.key, self.store, dst)  # streamed, never whole in memory
+            try:
+                if src_prefix is not None:
+                    self.store.copy(src_prefix + ref.key, dst)
+                else:
+                    source.files_store.copy_to(ref.key, self.store, dst)  # streamed, never whole in memory
+            except ObjectNotFound:
+                # Retention may remove a checkpoint whose copy stalled past its grace.
+                raise CatalogError(
+                    f"{meta.kind} {source.uri} (chk-{meta.id}): its file {ref.path} was removed while it "
+                    "was copied into a savepoint (retention of a newer run?); nothing was made a "
+                    "savepoint; take the savepoint again"
+                ) from None
             return savepoint_ref(ref)
 
         # A few copies at a time (`transfer`); any failure raises before _metadata is written.

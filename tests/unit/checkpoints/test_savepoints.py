@@ -92,3 +92,23 @@ def test_the_wait_ends_when_the_asked_run_is_superseded(catalog: Catalog) -> Non
     assert not thread.is_alive(), "the wait did not end"
     assert "was not taken: the job is not running" in str(outcome.get("error"))
     assert ControlChannel(catalog).pending() == [], "the request was withdrawn"
+
+
+def test_a_checkpoint_removed_while_it_is_copied_is_a_clear_refusal(
+    catalog: Catalog, make_checkpoint: Callable[..., SnapshotMetadata]
+) -> None:
+    """Retention may delete the checkpoint a savepoint copies when the copy stalls past its
+    grace (found by the simulation, 20261401:4730): a CatalogError naming the checkpoint
+    and the missing file, no savepoint completed."""
+    catalog.claim_generation()
+    _status(catalog, state="finished")
+    latest = make_checkpoint(catalog, {"state/0/1.delta": b"a", "state/0/2.delta": b"b"})
+    handle = catalog.handle(latest)  # its _metadata read: the copy starts from it
+    [gone] = [info.key for info in catalog.store.list("shared") if info.key.startswith("shared/state/0/2.delta~")]
+    catalog.store.delete([gone])  # retention, while the copy stalls
+
+    with pytest.raises(CatalogError, match=rf"chk-{latest.id}.* was removed while it was copied into a "
+                                           r"savepoint.*take the savepoint again") as refused:
+        catalog.create_savepoint(handle)
+    assert "state/0/2.delta" in str(refused.value)
+    assert [e for e in catalog.list_savepoints() if e.metadata is not None] == []
