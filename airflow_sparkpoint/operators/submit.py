@@ -6,8 +6,10 @@ on the first try, the latest retained checkpoint of the task's own runs on every
 optionally ships the runtime with ``--py-files``, and returns the run result as XCom.
 
 Client deploy mode only: the driver runs under the task, so a kill of the task reaches
-it (see `on_kill` and `airflow_sparkpoint.runtime.signals`). ``deploy_mode="cluster"``
-is refused before anything is submitted (see `submit_checks.refuse_cluster_mode`).
+it (see `on_kill` and `airflow_sparkpoint.runtime.signals`); or, with ``deferrable``,
+detached from it and followed through the catalog by a trigger (`submit_deferred`).
+``deploy_mode="cluster"`` is refused before anything is submitted
+(see `submit_checks.refuse_cluster_mode`).
 
 Each submit carries a token (environment ``SPARKPOINT_SUBMITTER``) that the driver
 records with its generation claim: the operator finds its own run, result and
@@ -29,11 +31,11 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
-from airflow_sparkpoint.operators import lineage
+from airflow_sparkpoint.operators import lineage, submit_deferred
 from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
 from airflow_sparkpoint.operators.driver_errors import DriverError, SparkpointRunFailed, failure
 from airflow_sparkpoint.operators.health import emit_metrics_for
-from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin
+from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable
 from airflow_sparkpoint.operators.links import (
     SparkpointCheckpointHistoryLink,
     SparkpointSparkUILink,
@@ -42,6 +44,7 @@ from airflow_sparkpoint.operators.links import (
 )
 from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure, check_spark
 from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
+from airflow_sparkpoint.services.detached import stop_group
 from airflow_sparkpoint.services.processes import signal_tree
 from airflow_sparkpoint.services.retry import TaskRecord, choose_restore, chosen_snapshot, restore_decision
 from airflow_sparkpoint.services.runs import (
@@ -120,6 +123,14 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
     :param emit_asset_events: when the run committed batches, emit one event of the output
         asset (extra: job, generation, committed batches, sink version); a run that
         committed nothing emits none.
+    :param deferrable: run the driver detached from the task (its own session, its output
+        in a log file) and defer to `SparkpointRunTrigger`, which follows the run through
+        the catalog: no worker slot is held while the job runs, and a restart of Airflow is
+        not a restart of the job (default: ``[operators] default_deferrable``).
+    :param poll_interval: deferred: seconds between the trigger's looks (>= 10: at most 12
+        store requests a minute).
+    :param dead_after: deferred: a driver whose heartbeat is older than this (seconds) on
+        two looks in a row is declared dead and the task fails (its retry takes over).
 
     Returns (XCom) the run result; with key ``generation`` the generation the try ran
     (pushed also when it failed) and with key ``spark_application`` its claim (application
@@ -164,6 +175,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         sink: SinkSpec | None = None,
         emit_asset_events: bool = True,
         takeover: bool = False,
+        deferrable: bool | None = None,
+        poll_interval: float | timedelta | str = 10.0,
+        dead_after: float | timedelta | str = 60.0,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", f"sparkpoint-{job_name}")
@@ -187,6 +201,10 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         self.spark_history_server = spark_history_server
         self.state_partitions = state_partitions
         self.takeover = takeover
+        self.deferrable = default_deferrable(deferrable)
+        self.poll_interval = durations.seconds("poll_interval", poll_interval)
+        self.dead_after = durations.seconds("dead_after", dead_after)
+        self._detached: Any = None  # the detached driver until the task defers (`on_kill` stops it)
         #: the run this try started (its generation claim), once the driver recorded it
         self.sparkpoint_run: dict[str, Any] | None = None
         #: the run result of this try (OpenLineage facets), once it ended
@@ -265,6 +283,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         except (ConfigError, AirflowNotFoundException) as exc:  # the latter: a missing sparkpoint connection
             raise SparkpointConfigFailure(str(exc)) from exc
         starter = task_try(context, self.dag_id, self.task_id)
+        if self.deferrable:  # a resumption follows its own live run again (defers, never returns then)
+            submit_deferred.reattach(self, context, catalog, starter, own)
         # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
         check_start(catalog, starter, takeover=self.takeover)
         token = new_token()
@@ -289,10 +309,13 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             self._hook = None  # rebuilt with the final environment and files
             self._push(ti, SparkpointCheckpointHistoryLink().xcom_key,
                        checkpoint_history_url(self.job_name, self.sparkpoint_conn_id, self.checkpoint_dir))
+            if self.deferrable:
+                submit_deferred.launch_and_defer(self, context, catalog, token=token, since=generation_before,
+                                                 submit_dir=submit_dir)
             watcher = RunWatcher(catalog, token, generation_before, lambda run: self._found(ti, run))
             watcher.start()
         except BaseException:
-            submit_dir.close()
+            submit_dir.close()  # after a hand-over (deferred) it removes nothing
             raise
         try:
             super().execute(context)
@@ -316,7 +339,15 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             self.log.warning("job %s ended without claiming a generation (did it call job.run()?)",
                              self.job_name)
             return None
-        generation = int(self.sparkpoint_run["generation"])
+        return self._finish(context, catalog, int(self.sparkpoint_run["generation"]))
+
+    def execute_complete(self, context: Context, event: Any = None, *, generation: int, token: str = "",
+                         since: int = 0) -> dict[str, Any] | None:
+        """The deferred run ended (`submit_deferred.complete`: as `execute` ends, or its error)."""
+        return submit_deferred.complete(self, context, event, generation=generation, token=token, since=since)
+
+    def _finish(self, context: Context, catalog: Catalog, generation: int) -> dict[str, Any] | None:
+        """The end of a run that claimed `generation`: its result (XCom), metrics and asset events."""
         result = read_result(catalog, generation)
         emit_metrics_for(catalog, every=0)  # checkpoint metrics through Airflow's Stats (never raises)
         if result is None:
@@ -386,6 +417,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         children (again, for an execution timeout, where no supervisor signal came),
         give them `stop_timeout` seconds, then the Spark hook's own kill (SIGKILL).
         """
+        if self._detached is not None:  # killed before it deferred: end the detached driver too
+            self.log.info("job %s: %s", self.job_name, stop_group(self._detached, grace_s=self.stop_timeout))
+            self._detached = None
         process = getattr(self._hook, "_submit_sp", None)
         if process is not None and process.poll() is None:
             signal_tree(process.pid, signal.SIGTERM)

@@ -362,6 +362,11 @@ class LiveLock:
         self._fd: int | None = fd
         self.dir = location
 
+    @property
+    def fd(self) -> int | None:
+        """The lock file's descriptor while held (a process it is handed to keeps the lock)."""
+        return self._fd
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor drops the flock
