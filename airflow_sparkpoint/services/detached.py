@@ -22,7 +22,7 @@ from typing import Any
 
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.launcher import boot_id, host_name
-from airflow_sparkpoint.runtime.livedir import process_alive, process_start
+from airflow_sparkpoint.runtime.livedir import proc_stat, process_start
 
 __all__ = ["KILL_GRACE_S", "DriverProcess", "group_exists", "launch", "stop_group"]
 
@@ -79,20 +79,28 @@ class DriverProcess:
         its leader with the recorded start time, or, once the leader is gone, any process
         of group `pgid` (a group id is never reused while a member lives, so a live
         group without a leader is still this one)."""
-        if process_start(self.pgid) is not None:
-            return process_alive(self.pgid, self.leader_start or None)
+        start = process_start(self.pgid)
+        if start is not None and self.leader_start and start != self.leader_start:
+            return False  # the pid is another process's now: the group ended long ago
         return group_exists(self.pgid)
 
 
 def group_exists(pgid: int) -> bool:
-    """Whether process group `pgid` has a member."""
+    """Whether process group `pgid` has a member that runs (a zombie, killed but not yet
+    reaped by its parent, runs nothing and does not count)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    import psutil
+
+    for pid in psutil.pids():
+        fields = proc_stat(pid)  # state, ppid, pgrp, ...
+        if fields is not None and len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def launch(command: Sequence[str], env: Mapping[str, str], *, log_path: str,
