@@ -14,6 +14,8 @@ wrapper are per DAG (they are not templated fields):
   wrapper that puts the driver in a session of its own, out of reach of the task
   supervisor's process-group kill: a driver that outlives its task the way a
   cluster-mode driver (or one on a lost worker host) does.
+- ``e2e_deferred``: like ``e2e_stream`` with ``deferrable=True`` (issue #50): the driver
+  runs detached and the task defers to `SparkpointRunTrigger`.
 - ``e2e_cluster``: on ``spark_cluster`` (a Spark standalone master the test registers
   through the REST API), two retries.
 - ``e2e_cluster_mode``: on ``spark_fake_cluster``, a Spark connection in cluster deploy
@@ -121,6 +123,9 @@ with _dag("e2e_stream", "A checkpointed (streaming) job on local[2]; no retry.")
 with _dag("e2e_detached", "A job whose driver outlives its task (own session).") as detached_dag:
     _submit("spark_default", retries=0,
             env_vars={"PATH": f"{WRAPPERS}{os.pathsep}{os.environ.get('PATH', os.defpath)}"})
+
+with _dag("e2e_deferred", "A deferrable job: its driver runs detached, a trigger follows it.") as deferred_dag:
+    _submit("spark_default", retries=0, deferrable=True)
 
 with _dag("e2e_cluster", "A checkpointed job on the Spark standalone cluster.") as cluster_dag:
     _submit("spark_cluster", retries=2)

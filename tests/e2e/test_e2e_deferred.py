@@ -1,0 +1,127 @@
+"""A deferrable submit on the real Airflow stack (issue #50's headline): a streaming job
+runs deferred (its driver detached, `SparkpointRunTrigger` in the triggerer); the
+scheduler and the triggerer are killed with SIGKILL and started again while input keeps
+arriving; the driver keeps committing (the same generation, every batch once, totals
+exact against the oracle from the input); the new triggerer takes the trigger over and
+the task stays deferred. Then a mark-failed of the task stops the driver within 30 s:
+the trigger's `on_kill` wrote a cancel to the generation and the process group is gone.
+
+Figures printed: the longest gap between commits while Airflow restarted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.services.detached import group_exists
+from tests.e2e.procs import read
+from tests.e2e.stack import AirflowApi, AirflowStack
+from tests.e2e.support import Totals, running_with_checkpoint
+from tests.support.waits import wait_for
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
+
+DAG = "e2e_deferred"
+TRIGGER = "airflow_sparkpoint.triggers.run.SparkpointRunTrigger"
+
+
+class Commits:
+    """Samples the run's last committed batch every 0.25 s (its status record)."""
+
+    def __init__(self, pipeline: Totals) -> None:
+        self.pipeline = pipeline
+        self.seen: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.25):
+            try:
+                last = self.pipeline.status().get("last_batch")
+            except Exception:  # noqa: BLE001 - a record being replaced: the next sample
+                continue
+            if last is not None and (not self.seen or int(last) > self.seen[-1][1]):
+                self.seen.append((time.monotonic(), int(last)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def longest_gap(self, since: float) -> float:
+        times = [t for t, _ in self.seen if t >= since]
+        return max((b - a for a, b in zip(times, times[1:])), default=float("nan"))
+
+
+def test_a_deferred_job_survives_an_airflow_restart_and_a_mark_failed_stops_it(
+        airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path) -> None:
+    pipeline = Totals(tmp_path, "deferred")
+    pipeline.write_many(2)
+    run = airflow_api.trigger(DAG, pipeline.params(trigger="processingTime:1s"))
+    generation = wait_for("the deferred job's first checkpoint", lambda: running_with_checkpoint(pipeline, 1),
+                          600, lambda: airflow_api.describe(DAG, run))
+    ti = airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300)
+    assert ti["trigger"] and ti["trigger"]["classpath"] == TRIGGER, ti
+    driver_pid = int(pipeline.status()["pid"])
+    pgid = os.getpgid(driver_pid)
+    scheduler = read(airflow_stack.procs["scheduler"].pid)
+    assert scheduler is not None and pgid not in (scheduler.pgid, airflow_stack.procs["triggerer"].pid)
+
+    # Input keeps arriving (one micro-batch every 2 s) while Airflow restarts.
+    commits = Commits(pipeline)
+    writing = threading.Event()
+
+    def feed() -> None:
+        while not writing.wait(2.0):
+            pipeline.write_many(1)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        time.sleep(4)
+        restart_at = time.monotonic()
+        airflow_stack.restart_component("scheduler", signal.SIGKILL)
+        airflow_stack.restart_component("triggerer", signal.SIGKILL)
+        airflow_stack.wait_healthy(timeout=180)
+        restarted_in = time.monotonic() - restart_at
+        time.sleep(20)  # the new triggerer takes the trigger over; the driver commits on
+    finally:
+        writing.set()
+        feeder.join(5)
+    last = len(pipeline.files) - 1
+    wait_for(f"the driver to commit batch {last}",
+             lambda: (pipeline.status().get("last_batch") or -1) >= last or None, 180)
+    commits.stop()
+    gap = commits.longest_gap(restart_at)
+    batches_during = [b for t, b in commits.seen if restart_at <= t <= restart_at + restarted_in]
+    print(f"Airflow (scheduler + triggerer) restarted in {restarted_in:.1f} s; batches committed meanwhile: "
+          f"{batches_during}; longest gap between commits from the restart on: {gap:.1f} s "
+          "(input every 2 s)")
+
+    assert os.getpgid(driver_pid) == pgid, "the driver was restarted"
+    assert pipeline.catalog.current_generation() == generation, "a new generation was started"
+    assert int(pipeline.status()["generation"]) == generation
+    assert airflow_api.task_instance(DAG, run, "job")["state"] == "deferred"
+    assert batches_during, "no batch was committed while Airflow restarted"
+    pipeline.assert_exact()
+
+    # Mark failed: the trigger's on_kill cancels the run and kills its process group.
+    marked_at = time.monotonic()
+    airflow_api.mark(DAG, run, "job", "failed")
+    wait_for("the driver to end", lambda: not group_exists(pgid) or None, 60, airflow_stack.tails)
+    stopped_in = time.monotonic() - marked_at
+    print(f"mark-failed to the driver's process group gone: {stopped_in:.1f} s")
+    assert stopped_in <= 30, stopped_in
+    channel = ControlChannel(pipeline.catalog)
+    requests = [channel.read_request(i) for i in channel.request_ids()]
+    assert [(r.kind, r.generation) for r in requests] == [("cancel", generation)], requests
+    assert "SparkpointRunTrigger" in requests[0].requested_by
+    assert airflow_api.task_instance(DAG, run, "job")["state"] == "failed"
+    pipeline.assert_exact()
