@@ -29,7 +29,7 @@ from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
 from airflow_sparkpoint.operators.driver_errors import DriverOutput
 from airflow_sparkpoint.services.detached import DriverProcess, launch, stop_group
 from airflow_sparkpoint.services.follow import EVENT_STATUSES, reattach_target
-from airflow_sparkpoint.services.runs import AirflowTry, find_claim
+from airflow_sparkpoint.services.runs import AirflowTry, find_claim, task_try
 from airflow_sparkpoint.services.stores import Catalog
 from airflow_sparkpoint.services.submit_dir import SubmitDir
 from airflow_sparkpoint.triggers.run import MIN_POLL_INTERVAL_S, SparkpointRunTrigger
@@ -54,6 +54,8 @@ class DeferringSubmit(Protocol):
     """What this module uses of `SparkpointSubmitOperator` (it imports this module)."""
 
     job_name: str
+    dag_id: str
+    task_id: str
     checkpoint_dir: str | None
     sparkpoint_conn_id: str | None
     application: str
@@ -114,11 +116,11 @@ class DetachedRecord(dict):  # type: ignore[type-arg]
             log.warning("could not write the task state record %r: %s", DETACHED_KEY, exc)
 
 
-def _task(context: Context) -> dict[str, Any]:
-    ti = context["ti"]
-    index = getattr(ti, "map_index", None)
-    return {"dag_id": str(ti.dag_id), "task_id": str(ti.task_id), "run_id": str(ti.run_id),
-            "map_index": int(index) if isinstance(index, int) else -1}
+def _task(op: DeferringSubmit, context: Context) -> dict[str, Any]:
+    """The task instance `on_kill` asks the state of (the identity its driver records)."""
+    me = task_try(context, op.dag_id, op.task_id)
+    return {"dag_id": me.dag_id, "task_id": me.task_id, "run_id": me.run_id,
+            "map_index": -1 if me.map_index is None else me.map_index}
 
 
 def _deadline(op: DeferringSubmit) -> float | None:
@@ -133,7 +135,7 @@ def _defer(op: DeferringSubmit, context: Context, *, generation: int, token: str
     trigger = SparkpointRunTrigger(
         job_name=op.job_name, generation=generation, checkpoint_dir=op.checkpoint_dir,
         sparkpoint_conn_id=op.sparkpoint_conn_id, process=None if process is None else process.to_json(),
-        task=_task(context), poll_interval=max(op.poll_interval, MIN_POLL_INTERVAL_S),
+        task=_task(op, context), poll_interval=max(op.poll_interval, MIN_POLL_INTERVAL_S),
         dead_after=op.dead_after, deadline=deadline)
     op.log.info("job %s generation %d runs detached (%s); deferring", op.job_name, generation,
                 process.describe() if process else "process not recorded")
@@ -256,8 +258,10 @@ def complete(op: DeferringSubmit, context: Context, event: Any, *, generation: i
     if event["status"] == "timeout":
         raise AirflowTaskTimeout(message or f"job {op.job_name!r} generation {generation} timed out")
     if event["status"] == "dead":
+        bound = event.get("dead_after")
+        bound_text = f"{bound:.0f}" if isinstance(bound, (int, float)) else "?"
         raise AirflowException(message or f"the driver of job {op.job_name!r} generation {generation} is "
-                                          f"silent for more than {event.get('dead_after')} s: declared dead")
+                                          f"silent for more than {bound_text} s: declared dead")
     if event["status"] == "failed":
         failed = op._run_failure(catalog, token, since) if token else None
         raise failed or AirflowException(f"job {op.job_name!r} generation {generation} failed: {message}")

@@ -47,11 +47,17 @@ from airflow_sparkpoint.triggers.checkpoint import (
     run_blocking,
 )
 
-__all__ = ["CLASSPATH", "MIN_POLL_INTERVAL_S", "SparkpointRunTrigger", "task_instance_state"]
+__all__ = ["CLASSPATH", "MIN_POLL_INTERVAL_S", "STATE_TIMEOUT_S", "STOP_WAIT_S", "SparkpointRunTrigger",
+           "task_instance_state"]
 
 CLASSPATH = "airflow_sparkpoint.triggers.run.SparkpointRunTrigger"
 #: the shortest poll interval: two requests a look, at most 12 a minute
 MIN_POLL_INTERVAL_S = 10.0
+#: `on_kill`'s bound on asking the task instance's state; with `STOP_WAIT_S` for the run's
+#: end and the kill's grace it stays within Airflow's ``[triggerer] on_kill_timeout`` (30 s)
+STATE_TIMEOUT_S = 8.0
+#: how long `on_kill` waits for the run to record its end after the cancel request
+STOP_WAIT_S = 10.0
 
 
 async def task_instance_state(dag_id: str, task_id: str, run_id: str, map_index: int) -> str | None:
@@ -192,7 +198,8 @@ class SparkpointRunTrigger(BaseTrigger):
             await asyncio.sleep(self._interval(remaining))
 
     def _stop(self, catalog: Catalog, why: str) -> list[str]:
-        lines = stop_run(catalog, self.generation, self.process, requested_by=f"SparkpointRunTrigger ({why})")
+        lines = stop_run(catalog, self.generation, self.process, wait_s=STOP_WAIT_S,
+                         requested_by=f"SparkpointRunTrigger ({why})")
         for line in lines:
             self.log.info("stopping job %s: %s", self.job_name, line)
         return lines
@@ -204,13 +211,16 @@ class SparkpointRunTrigger(BaseTrigger):
             return
         task = self.waiting_task
         if task is not None:
+            asked = time.monotonic()
             try:
-                state = await self.state_of(task["dag_id"], task["task_id"], task["run_id"],
-                                            task["map_index"])
+                asking = self.state_of(task["dag_id"], task["task_id"], task["run_id"], task["map_index"])
+                state = await asyncio.wait_for(asking, STATE_TIMEOUT_S)
             except Exception as exc:  # noqa: BLE001 - unknown: the safe answer is to leave the job be
-                self.log.warning("cannot read the state of task %s, leaving job %s running: %s",
-                                 task, self.job_name, exc)
+                self.log.warning("cannot read the state of task %s (%s), leaving job %s generation %d "
+                                 "running; stop it with `sparkpoint savepoint --stop` if it was meant to end",
+                                 task, exc or type(exc).__name__, self.job_name, self.generation)
                 return
+            self.log.info("task %s is %s (asked in %.1f s)", task["task_id"], state, time.monotonic() - asked)
             if state == "deferred":
                 self.log.info("task %s is still deferred (the trigger moved to another triggerer): job %s "
                               "generation %d goes on", task["task_id"], self.job_name, self.generation)

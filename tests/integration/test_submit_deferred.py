@@ -39,11 +39,12 @@ SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", 
 
 
 def operator_kwargs(pipeline: Totals) -> dict[str, Any]:
-    return dict(task_id="job", application=str(E2E_JOB), job_name=pipeline.job, checkpoint_dir=str(pipeline.root),
-                application_args=[f"--input={pipeline.input}", f"--output={pipeline.output}",
-                                  "--files-per-batch=1", "--version=1", "--executor-pause-dir="],
-                conf=SPARK_CONF, trigger="processingTime:1s", deferrable=True,
-                sparkpoint_conf={"control.pollInterval": "0.5s"})
+    return {"task_id": "job", "application": str(E2E_JOB), "job_name": pipeline.job,
+            "checkpoint_dir": str(pipeline.root),
+            "application_args": [f"--input={pipeline.input}", f"--output={pipeline.output}",
+                                 "--files-per-batch=1", "--version=1", "--executor-pause-dir="],
+            "conf": SPARK_CONF, "trigger": "processingTime:1s", "deferrable": True,
+            "sparkpoint_conf": {"control.pollInterval": "0.5s"}}
 
 
 TASK = textwrap.dedent("""

@@ -275,3 +275,35 @@ def test_on_kill_of_a_stopped_task_cancels_the_run_and_kills_its_group(catalog: 
         driver.join(5)
         if group_exists(process.pgid):
             os.killpg(process.pgid, 9)
+
+
+def test_on_kill_leaves_the_run_alone_when_the_tasks_state_cannot_be_read(
+        catalog: Catalog, root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_sparkpoint.triggers import run as run_module
+
+    monkeypatch.setattr(run_module, "STATE_TIMEOUT_S", 0.5)
+    catalog.claim_generation()
+    write_status(catalog, "running")
+    process = a_detached_group(tmp_path)
+    try:
+        trig = trigger(root, process=process.to_json())
+        asked: list[str] = []
+
+        async def hangs(*_args: Any) -> str:
+            asked.append("asked")
+            await asyncio.sleep(60)
+            return "failed"
+
+        async def fails(*_args: Any) -> str:
+            asked.append("asked")
+            raise RuntimeError("the API server is unreachable")
+
+        for answer in (hangs, fails):
+            trig.state_of = answer
+            t0 = time.monotonic()
+            asyncio.run(trig.on_kill())
+            assert time.monotonic() - t0 < 5
+        assert asked == ["asked", "asked"]
+        assert ControlChannel(catalog).request_ids() == [] and process.running()
+    finally:
+        os.killpg(process.pgid, 9)
