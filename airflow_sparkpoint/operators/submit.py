@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -33,28 +32,25 @@ from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
 from airflow_sparkpoint.operators import lineage, submit_deferred
 from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
-from airflow_sparkpoint.operators.driver_errors import DriverError, SparkpointRunFailed, failure
+from airflow_sparkpoint.operators.driver_errors import run_failure
 from airflow_sparkpoint.operators.health import emit_metrics_for
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable
 from airflow_sparkpoint.operators.links import (
     SparkpointCheckpointHistoryLink,
     SparkpointSparkUILink,
     checkpoint_history_url,
-    spark_ui_url,
 )
 from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure, check_spark
 from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
+from airflow_sparkpoint.operators.submit_publish import found, push
 from airflow_sparkpoint.services.detached import stop_group
 from airflow_sparkpoint.services.processes import signal_tree
 from airflow_sparkpoint.services.retry import TaskRecord, choose_restore, chosen_snapshot, restore_decision
 from airflow_sparkpoint.services.runs import (
-    GenerationInfo,
     RunWatcher,
-    claim_json,
     find_claim,
     new_token,
     read_result,
-    reported_error,
     task_try,
 )
 from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
@@ -123,14 +119,10 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
     :param emit_asset_events: when the run committed batches, emit one event of the output
         asset (extra: job, generation, committed batches, sink version); a run that
         committed nothing emits none.
-    :param deferrable: run the driver detached from the task (its own session, its output
-        in a log file) and defer to `SparkpointRunTrigger`, which follows the run through
-        the catalog: no worker slot is held while the job runs, and a restart of Airflow is
-        not a restart of the job (default: ``[operators] default_deferrable``).
-    :param poll_interval: deferred: seconds between the trigger's looks (>= 10: at most 12
-        store requests a minute).
-    :param dead_after: deferred: a driver whose heartbeat is older than this (seconds) on
-        two looks in a row is declared dead and the task fails (its retry takes over).
+    :param deferrable: run the driver detached and defer to `SparkpointRunTrigger`, which
+        follows the run through the catalog (`submit_deferred`; default
+        ``[operators] default_deferrable``); `poll_interval`: seconds between its looks
+        (>= 10); `dead_after`: a heartbeat older than this on two looks: the driver is dead.
 
     Returns (XCom) the run result; with key ``generation`` the generation the try ran
     (pushed also when it failed) and with key ``spark_application`` its claim (application
@@ -307,12 +299,12 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             if self.ship_runtime:
                 self.py_files = ",".join(p for p in (self.py_files, build_runtime_zip(submit_dir.path)) if p)
             self._hook = None  # rebuilt with the final environment and files
-            self._push(ti, SparkpointCheckpointHistoryLink().xcom_key,
+            push(self, ti, SparkpointCheckpointHistoryLink().xcom_key,
                        checkpoint_history_url(self.job_name, self.sparkpoint_conn_id, self.checkpoint_dir))
             if self.deferrable:
                 submit_deferred.launch_and_defer(self, context, catalog, token=token, since=generation_before,
                                                  submit_dir=submit_dir)
-            watcher = RunWatcher(catalog, token, generation_before, lambda run: self._found(ti, run))
+            watcher = RunWatcher(catalog, token, generation_before, lambda run: found(self, ti, run))
             watcher.start()
         except BaseException:
             submit_dir.close()  # after a hand-over (deferred) it removes nothing
@@ -328,7 +320,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         finally:
             watcher.stop()
             try:
-                self._found(ti, find_claim(catalog, token, after=generation_before))
+                found(self, ti, find_claim(catalog, token, after=generation_before))
             except SparkpointError as exc:  # keep the run's own error, if any
                 self.log.warning("could not read the generation claims of job %s: %s", self.job_name, exc)
             process = getattr(self._hook, "_submit_sp", None)
@@ -369,43 +361,11 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         return lineage.submit_lineage(self)
 
     def _run_failure(self, catalog: Catalog, token: str, after: int) -> AirflowException | None:
-        """The task's exception for the failed run of submit `token`: its driver's error
-        line; else the error its status record holds; else its output's last Python
-        traceback (`driver_errors`); None when none says anything. A driver's
-        `ConfigError` is not retried (`SparkpointConfigFailure`)."""
+        """The run's own error as the task's exception, or None (`driver_errors.run_failure`)."""
         hook = self._hook if isinstance(self._hook, SparkpointSubmitHook) else None
-        output = hook.driver_output if hook is not None else None
-        recorded = reported_error(catalog, token, after=after)
-        error = ((output.reported if output else None) or (DriverError("", recorded) if recorded else None)
-                 or (output.traceback if output else None))
-        if error is None:
-            return None
-        error = DriverError(error.type, self.sparkpoint_hook.scrub(error.message))
-        process = getattr(hook, "_submit_sp", None)
-        message = failure(self.job_name, error, exit_code=getattr(process, "returncode", None))
-        return (SparkpointConfigFailure(message) if error.type == "ConfigError"
-                else SparkpointRunFailed(message, error))
-
-    def _found(self, ti: Any, run: GenerationInfo | None) -> None:
-        """Record the run this try started (once) and publish its generation and links."""
-        with _FOUND_LOCK:
-            if run is None or self.sparkpoint_run is not None:
-                return
-            self.sparkpoint_run = claim_json(run)
-        self.log.info("job %s runs as generation %d (application %s, UI %s)", self.job_name, run.generation,
-                      run.app or "?", run.ui or "off")
-        self._push(ti, "generation", run.generation)
-        self._push(ti, "spark_application", self.sparkpoint_run)
-        self._push(ti, SparkpointSparkUILink().xcom_key,
-                   spark_ui_url(self.sparkpoint_run, self.spark_history_server))
-
-    def _push(self, ti: Any, key: str, value: Any) -> None:
-        if value in (None, ""):
-            return
-        try:
-            ti.xcom_push(key=key, value=value)
-        except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
-            self.log.debug("could not push XCom %r: %s", key, exc)
+        return run_failure(self.job_name, catalog, token, after, output=hook.driver_output if hook else None,
+                           exit_code=getattr(getattr(hook, "_submit_sp", None), "returncode", None),
+                           scrub=self.sparkpoint_hook.scrub)
 
     def on_kill(self) -> None:
         """End the driver through signals, never through a control request.
@@ -432,7 +392,3 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         if self._hook is not None:
             super().on_kill()
 
-
-#: serializes `SparkpointSubmitOperator._found` (the watcher thread and the task's own);
-#: module-level: a lock on the operator would not survive its deep copies
-_FOUND_LOCK = threading.Lock()

@@ -27,6 +27,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
 from airflow_sparkpoint.operators.driver_errors import DriverOutput
+from airflow_sparkpoint.operators.submit_publish import found
 from airflow_sparkpoint.services.detached import DriverProcess, launch, stop_group
 from airflow_sparkpoint.services.follow import EVENT_STATUSES, reattach_target
 from airflow_sparkpoint.services.runs import AirflowTry, find_claim, task_try
@@ -54,6 +55,8 @@ class DeferringSubmit(Protocol):
     """What this module uses of `SparkpointSubmitOperator` (it imports this module)."""
 
     job_name: str
+    spark_history_server: str | None
+    sparkpoint_run: dict[str, Any] | None
     dag_id: str
     task_id: str
     checkpoint_dir: str | None
@@ -71,8 +74,6 @@ class DeferringSubmit(Protocol):
     def _get_hook(self) -> SparkpointSubmitHook: ...
 
     def _catalog(self) -> Catalog: ...
-
-    def _found(self, ti: Any, run: Any) -> None: ...
 
     def _run_failure(self, catalog: Catalog, token: str, after: int) -> AirflowException | None: ...
 
@@ -160,7 +161,7 @@ def reattach(op: DeferringSubmit, context: Context, catalog: Catalog, starter: A
         deadline = record.get("deadline") if isinstance(record.get("deadline"), (int, float)) else deadline
     claim = catalog.generation_claim(status.generation)
     if claim is not None:
-        op._found(context["ti"], claim)
+        found(op, context["ti"], claim)
         token = token or claim.submitter
     op.log.info("job %s generation %d, started by an earlier try of this task, is live: following it again "
                 "instead of starting a new generation", op.job_name, status.generation)
@@ -202,7 +203,7 @@ def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *,
             raise AirflowException(f"job {op.job_name!r}: the detached driver claimed no generation within "
                                    f"{CLAIM_TIMEOUT_S:.0f} s; stopped it ({process.describe()})")
         time.sleep(1.0)
-    op._found(context["ti"], claim)
+    found(op, context["ti"], claim)
     record = DetachedRecord(generation=claim.generation, token=token, since=since, process=process.to_json(),
                             deadline=_deadline(op))
     record.save(context.get("task_state_store"), op.log)
@@ -267,5 +268,5 @@ def complete(op: DeferringSubmit, context: Context, event: Any, *, generation: i
         raise failed or AirflowException(f"job {op.job_name!r} generation {generation} failed: {message}")
     claim = catalog.generation_claim(generation)
     if claim is not None:
-        op._found(context["ti"], claim)
+        found(op, context["ti"], claim)
     return op._finish(context, catalog, generation)
