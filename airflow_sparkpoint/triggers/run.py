@@ -53,11 +53,14 @@ __all__ = ["CLASSPATH", "MIN_POLL_INTERVAL_S", "STATE_TIMEOUT_S", "STOP_WAIT_S",
 CLASSPATH = "airflow_sparkpoint.triggers.run.SparkpointRunTrigger"
 #: the shortest poll interval: two requests a look, at most 12 a minute
 MIN_POLL_INTERVAL_S = 10.0
-#: `on_kill`'s bound on asking the task instance's state; with `STOP_WAIT_S` for the run's
-#: end and the kill's grace it stays within Airflow's ``[triggerer] on_kill_timeout`` (30 s)
-STATE_TIMEOUT_S = 8.0
-#: how long `on_kill` waits for the run to record its end after the cancel request
-STOP_WAIT_S = 10.0
+#: `on_kill`'s bound on asking the task instance's state (through the triggerer's
+#: supervisor and the API server: seconds on a loaded machine, 23 s was seen). The stop
+#: that follows runs on the trigger threads: Airflow's ``[triggerer] on_kill_timeout``
+#: (30 s) cancels the waiting, not the stop.
+STATE_TIMEOUT_S = 20.0
+#: how long `on_kill` waits for the run to record its end after the cancel request (the
+#: driver reads it within ``control.pollInterval``, 2 s by default), before the kill
+STOP_WAIT_S = 6.0
 
 
 async def task_instance_state(dag_id: str, task_id: str, run_id: str, map_index: int) -> str | None:
@@ -198,7 +201,7 @@ class SparkpointRunTrigger(BaseTrigger):
             await asyncio.sleep(self._interval(remaining))
 
     def _stop(self, catalog: Catalog, why: str) -> list[str]:
-        lines = stop_run(catalog, self.generation, self.process, wait_s=STOP_WAIT_S,
+        lines = stop_run(catalog, self.generation, self.process, wait_s=STOP_WAIT_S, exit_s=2.0,
                          requested_by=f"SparkpointRunTrigger ({why})")
         for line in lines:
             self.log.info("stopping job %s: %s", self.job_name, line)
