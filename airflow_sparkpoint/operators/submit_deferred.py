@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
-from airflow_sparkpoint.operators.driver_errors import DriverOutput
+from airflow_sparkpoint.operators.driver_errors import DriverOutput, run_failure
 from airflow_sparkpoint.operators.submit_publish import found
 from airflow_sparkpoint.services.detached import DriverProcess, launch, stop_group
 from airflow_sparkpoint.services.follow import EVENT_STATUSES, reattach_target
@@ -67,6 +67,9 @@ class DeferringSubmit(Protocol):
     execution_timeout: timedelta | None
     _hook: Any
     _detached: Any
+
+    @property
+    def sparkpoint_hook(self) -> Any: ...
 
     @property
     def log(self) -> Any: ...
@@ -196,8 +199,12 @@ def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *,
         if claim is not None:
             break
         if not process.running():
-            failed = op._run_failure(catalog, token, since)
-            raise failed or AirflowException(_ended_without_claim(op.job_name, process))
+            output = _driver_output(process.log)
+            failed = run_failure(op.job_name, catalog, token, since, output=output, exit_code=None,
+                                 scrub=op.sparkpoint_hook.scrub)
+            raise failed or AirflowException(
+                f"job {op.job_name!r}: the detached spark-submit ended before its driver claimed a "
+                f"generation (its output: {process.log})")
         if time.monotonic() > deadline:
             op.log.error("stopping job %s: %s", op.job_name, stop_group(process))
             raise AirflowException(f"job {op.job_name!r}: the detached driver claimed no generation within "
@@ -212,19 +219,17 @@ def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *,
            deadline=record["deadline"])
 
 
-def _ended_without_claim(job: str, process: DriverProcess) -> str:
+def _driver_output(log_path: str) -> DriverOutput:
+    """What the driver said about its failure, from the end of its log file."""
     output = DriverOutput()
     try:
-        with open(process.log, "rb") as handle:
+        with open(log_path, "rb") as handle:
             handle.seek(max(0, os.fstat(handle.fileno()).st_size - _LOG_TAIL_BYTES))
             for _ in output.watch(handle.read().decode(errors="replace").splitlines()):
                 pass
     except OSError:
         pass
-    error = output.error
-    said = f": {error}" if error is not None else ""
-    return f"job {job!r}: the detached spark-submit ended before its driver claimed a generation{said} " \
-           f"(log {process.log})"
+    return output
 
 
 def check_event(event: Any, generation: int) -> dict[str, Any]:

@@ -168,3 +168,29 @@ def test_execute_complete_ends_like_execute_or_raises_the_runs_own_error(tmp_pat
     result = complete(op, {**base, "status": "success", "state": "stopped"}, ti)
     assert result["status"] == "stopped" and result["generation"] == 1 and result["batches_processed"] == 3
     assert ti.pushed["generation"] == 1 and ti.pushed["spark_application"]["generation"] == 1
+
+
+@pytest.mark.parametrize(("kind", "expected"), [("RestoreError", "SparkpointRunFailed"),
+                                                ("ConfigError", "SparkpointConfigFailure")])
+def test_a_detached_driver_that_ends_before_its_claim_is_the_tasks_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, expected: str) -> None:
+    """spark-submit is a stand-in script (the process edge) run by the real detached
+    launcher; its output goes to the driver log, which the task reads for the error."""
+    import os
+    import stat
+
+    from airflow_sparkpoint.operators import driver_errors, submit_checks
+
+    fake = tmp_path / "bin" / "spark-submit"
+    fake.parent.mkdir()
+    line = "SPARKPOINT_ERROR " + json.dumps({"type": kind, "message": "no savepoint at s3://b/x"})
+    fake.write_text(f"#!/bin/sh\necho 'starting'\necho '{line}'\nexit 1\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path / "nospark"))
+    root = tmp_path / "sp"
+    types = {"SparkpointRunFailed": driver_errors.SparkpointRunFailed,
+             "SparkpointConfigFailure": submit_checks.SparkpointConfigFailure}
+    with pytest.raises(types[expected], match=f"job 'orders' failed: {kind}: no savepoint at s3://b/x"):
+        operator(root).execute({"ti": TI(), "run_id": RUN_ID})
+    assert Catalog(open_storage(str(root)), JOB).current_generation() == 0
