@@ -41,6 +41,7 @@ from airflow_sparkpoint.operators.links import (
     checkpoint_history_url,
 )
 from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure, check_spark
+from airflow_sparkpoint.operators.submit_deferred import never_expire
 from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 from airflow_sparkpoint.operators.submit_publish import found, push
 from airflow_sparkpoint.services.detached import stop_group
@@ -281,7 +282,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         check_start(catalog, starter, takeover=self.takeover)
         token = new_token()
         TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
-                        previous.since if previous else generation_before).save(store)
+                   previous.since if previous else generation_before).save(store, retention=never_expire())
         given = dict(self.conf or {})
         self.conf = {**given, **sparkpoint_conf}
         self._conf_given = (given, dict(self.conf))

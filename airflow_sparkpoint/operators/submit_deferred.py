@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 
 __all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "DeferringSubmit", "DetachedRecord", "check_event", "complete",
-           "launch_and_defer", "reattach"]
+           "launch_and_defer", "never_expire", "reattach"]
 
 #: the task state store key of the detached run's record
 DETACHED_KEY = "sparkpoint_detached"
@@ -111,13 +111,19 @@ class DetachedRecord(dict):  # type: ignore[type-arg]
         if store is None:
             return
         try:
-            from airflow.sdk.execution_time.context import (
-                NEVER_EXPIRE,  # Airflow 3.3+: a streaming job outlives 30 days
-            )
-
-            store.set(DETACHED_KEY, dict(self), retention=NEVER_EXPIRE)
+            store.set(DETACHED_KEY, dict(self), retention=never_expire())
         except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
             log.warning("could not write the task state record %r: %s", DETACHED_KEY, exc)
+
+
+def never_expire() -> Any:
+    """Airflow 3.3's task state store retention that never expires (a streaming job outlives
+    the store's default 30 days), or None where there is none."""
+    try:
+        from airflow.sdk.execution_time.context import NEVER_EXPIRE
+    except ImportError:
+        return None
+    return NEVER_EXPIRE
 
 
 def _task(op: DeferringSubmit, context: Context) -> dict[str, Any]:

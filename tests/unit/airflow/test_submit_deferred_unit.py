@@ -109,6 +109,8 @@ def test_a_retry_of_the_task_re_attaches_to_its_own_live_run(tmp_path: Path, wit
     assert deferred.value.kwargs == {"generation": generation, "token": "tok1", "since": 0}
     assert catalog.current_generation() == generation, "the resumption started a new generation"
     assert ti.pushed["generation"] == generation
+    if store is not None:  # re-attached: nothing new recorded (the record of the launch stays)
+        assert store.values["sparkpoint_detached"]["generation"] == generation
 
 
 def test_a_stop_or_cancel_addressed_to_the_run_means_a_new_start(tmp_path: Path) -> None:
@@ -191,6 +193,11 @@ def test_a_detached_driver_that_ends_before_its_claim_is_the_tasks_error(
     root = tmp_path / "sp"
     types = {"SparkpointRunFailed": driver_errors.SparkpointRunFailed,
              "SparkpointConfigFailure": submit_checks.SparkpointConfigFailure}
+    store = Store()
     with pytest.raises(types[expected], match=f"job 'orders' failed: {kind}: no savepoint at s3://b/x"):
-        operator(root).execute({"ti": TI(), "run_id": RUN_ID})
+        operator(root).execute({"ti": TI(), "run_id": RUN_ID, "task_state_store": store})
     assert Catalog(open_storage(str(root)), JOB).current_generation() == 0
+    from airflow.sdk.execution_time.context import NEVER_EXPIRE
+
+    # the task's record across tries outlives the store's default 30 days (a streaming job does)
+    assert store.retention["sparkpoint_submit"] is NEVER_EXPIRE
