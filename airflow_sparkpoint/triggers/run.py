@@ -63,6 +63,10 @@ STATE_TIMEOUT_S = 20.0
 STOP_WAIT_S = 6.0
 
 
+#: the stops `on_kill` started that still run (the event loop keeps only weak references)
+_STOPPING: set[asyncio.Future[None]] = set()
+
+
 async def task_instance_state(dag_id: str, task_id: str, run_id: str, map_index: int) -> str | None:
     """The state of a task instance, asked from the triggerer (Airflow 3's ``GetTaskStates``),
     or None when it is not found."""
@@ -209,9 +213,20 @@ class SparkpointRunTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """A user acted on the task (Airflow 3.3+): stop the run, unless the task instance
-        is still deferred (the trigger is only moving to another triggerer)."""
+        is still deferred (the trigger is only moving to another triggerer).
+
+        The stop runs as a task of its own, shielded: Airflow 3.3's triggerer cancels a
+        trigger again at every state sync until it has finished (each time with the
+        user-action message), swallows a cancelled `on_kill` and calls `cleanup`; the stop
+        goes on regardless, on its own reference to the store."""
         if not self.cancel_on_kill:
             return
+        stopping = asyncio.ensure_future(self._stop_unless_deferred())
+        _STOPPING.add(stopping)
+        stopping.add_done_callback(_STOPPING.discard)
+        await asyncio.shield(stopping)
+
+    async def _stop_unless_deferred(self) -> None:
         task = self.waiting_task
         if task is not None:
             asked = time.monotonic()
@@ -228,8 +243,11 @@ class SparkpointRunTrigger(BaseTrigger):
                 self.log.info("task %s is still deferred (the trigger moved to another triggerer): job %s "
                               "generation %d goes on", task["task_id"], self.job_name, self.generation)
                 return
-        catalog = await self._acatalog()
-        await run_blocking(self._stop, catalog, "the task was stopped")
+        key, catalog = await open_catalog(self.job_name, self.checkpoint_dir, self.sparkpoint_conn_id)
+        try:
+            await run_blocking(self._stop, catalog, "the task was stopped")
+        finally:
+            await release_catalog(key)
 
     async def cleanup(self) -> None:
         """Release the shared store client; never stops the job (this runs on triggerer

@@ -12,6 +12,7 @@ test (the `state_of` seam): no triggerer runs here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -307,3 +308,48 @@ def test_on_kill_leaves_the_run_alone_when_the_tasks_state_cannot_be_read(
         assert ControlChannel(catalog).request_ids() == [] and process.running()
     finally:
         os.killpg(process.pgid, 9)
+
+
+def test_on_kill_finishes_the_stop_when_the_triggerer_cancels_it_again_and_cleans_up(
+        catalog: Catalog, root: str, tmp_path: Path) -> None:
+    """Airflow 3.3's triggerer sends a trigger's cancellation again at every state sync
+    (about once a second) until the trigger has finished, each time with the user-action
+    message, and swallows a cancelled `on_kill` before calling `cleanup`: seen on the e2e
+    stack, where the task's state took 14 s to come and the stop never ran. The stop must
+    survive that."""
+    catalog.claim_generation()
+    write_status(catalog, "running")
+    process = a_detached_group(tmp_path)
+    stop = threading.Event()
+    driver = answer_cancels(catalog, stop)
+    try:
+        trig = trigger(root, process=process.to_json())
+
+        async def slow_failed(*_args: Any) -> str:
+            await asyncio.sleep(1.5)
+            return "failed"
+
+        trig.state_of = slow_failed
+
+        async def triggerer() -> None:
+            await trig._acatalog()  # the trigger ran: its catalog is open
+            killing = asyncio.ensure_future(trig.on_kill())
+            for _ in range(4):  # the re-sent cancellations
+                await asyncio.sleep(0.5)
+                killing.cancel("__airflow_user_action__")
+            with contextlib.suppress(asyncio.CancelledError):
+                await killing
+            await trig.cleanup()  # what the triggerer does next
+            deadline = time.monotonic() + 25
+            while group_exists(process.pgid) and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+
+        asyncio.run(triggerer())
+        requests = [ControlChannel(catalog).read_request(i) for i in ControlChannel(catalog).request_ids()]
+        assert [(r.kind, r.generation) for r in requests] == [("cancel", 1)]
+        assert not group_exists(process.pgid), "the stop did not survive the triggerer's cancellations"
+    finally:
+        stop.set()
+        driver.join(5)
+        if group_exists(process.pgid):
+            os.killpg(process.pgid, 9)
