@@ -98,7 +98,7 @@ class DetachedRecord(dict):  # type: ignore[type-arg]
         try:
             raw = store.get(DETACHED_KEY)
             raw = json.loads(raw) if isinstance(raw, str) else raw
-            if not isinstance(raw, dict) or not isinstance(raw.get("generation"), int):
+            if not isinstance(raw, dict) or not isinstance(raw.get("generation"), (int, type(None))):
                 return None
             DriverProcess.from_json(raw.get("process"))
             return cls(raw)
@@ -164,11 +164,14 @@ def reattach(op: DeferringSubmit, context: Context, catalog: Catalog, starter: A
         return
     process = None
     token, since, deadline = "", status.generation - 1, _deadline(op)
-    if record is not None and record["generation"] == status.generation:
+    claim = catalog.generation_claim(status.generation)
+    # the record of the launch names this run: by generation, or (a worker lost before the
+    # claim came) by the submit token the driver recorded in its claim
+    if record is not None and (record["generation"] == status.generation or (
+            claim is not None and record.get("token") and claim.submitter == record.get("token"))):
         process = DriverProcess.from_json(record["process"])
         token, since = str(record.get("token") or ""), int(record.get("since") or since)
         deadline = record.get("deadline") if isinstance(record.get("deadline"), (int, float)) else deadline
-    claim = catalog.generation_claim(status.generation)
     if claim is not None:
         found(op, context["ti"], claim)
         token = token or claim.submitter
@@ -193,6 +196,10 @@ def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *,
     log_path = os.path.join(submit_dir.path, "driver.log")
     process = launch(command, env, log_path=log_path, keep_fd=submit_dir.lock_fd)
     op._detached = process
+    store = context.get("task_state_store")
+    record = DetachedRecord(generation=None, token=token, since=since, process=process.to_json(),
+                            deadline=_deadline(op))
+    record.save(store, op.log)  # at once: a worker lost before the claim leaves its retry the process
     submit_dir.hand_over()  # the launcher holds the lock now; the directory outlives this task
     op.log.info("spark-submit of job %s started detached: %s", op.job_name, process.describe())
     deadline = time.monotonic() + CLAIM_TIMEOUT_S
@@ -217,9 +224,8 @@ def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *,
                                    f"{CLAIM_TIMEOUT_S:.0f} s; stopped it ({process.describe()})")
         time.sleep(1.0)
     found(op, context["ti"], claim)
-    record = DetachedRecord(generation=claim.generation, token=token, since=since, process=process.to_json(),
-                            deadline=_deadline(op))
-    record.save(context.get("task_state_store"), op.log)
+    record = DetachedRecord({**record, "generation": claim.generation})
+    record.save(store, op.log)
     op._detached = None  # deferred: the trigger owns the stop now
     _defer(op, context, generation=claim.generation, token=token, since=since, process=process,
            deadline=record["deadline"])

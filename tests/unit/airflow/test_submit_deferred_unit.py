@@ -85,8 +85,11 @@ def test_deferrable_follows_default_deferrable(tmp_path: Path, monkeypatch: pyte
     assert operator(tmp_path, deferrable=False).deferrable is False
 
 
-@pytest.mark.parametrize("with_store", [True, False])
-def test_a_retry_of_the_task_re_attaches_to_its_own_live_run(tmp_path: Path, with_store: bool) -> None:
+@pytest.mark.parametrize(("with_store", "claimed_when_lost"), [(True, True), (True, False), (False, None)])
+def test_a_retry_of_the_task_re_attaches_to_its_own_live_run(tmp_path: Path, with_store: bool,
+                                                             claimed_when_lost: bool | None) -> None:
+    """The first try launched the driver and was lost (its worker died) after the driver
+    claimed its generation, or before (its record names the launch, not yet the generation)."""
     from airflow.sdk.exceptions import TaskDeferred
 
     root = tmp_path / "sp"
@@ -97,7 +100,8 @@ def test_a_retry_of_the_task_re_attaches_to_its_own_live_run(tmp_path: Path, wit
     store = Store() if with_store else None
     if store is not None:
         TaskRecord(1, "latest", ("tok1",), 0).save(store)
-        store.set("sparkpoint_detached", {"generation": generation, "token": "tok1", "since": 0,
+        store.set("sparkpoint_detached", {"generation": generation if claimed_when_lost else None,
+                                          "token": "tok1", "since": 0,
                                           "process": process, "deadline": None})
     ti = TI(try_number=2)
     context: Any = {"ti": ti, "run_id": RUN_ID, **({"task_state_store": store} if store else {})}
@@ -110,7 +114,7 @@ def test_a_retry_of_the_task_re_attaches_to_its_own_live_run(tmp_path: Path, wit
     assert catalog.current_generation() == generation, "the resumption started a new generation"
     assert ti.pushed["generation"] == generation
     if store is not None:  # re-attached: nothing new recorded (the record of the launch stays)
-        assert store.values["sparkpoint_detached"]["generation"] == generation
+        assert store.values["sparkpoint_detached"]["token"] == "tok1"
 
 
 def test_a_stop_or_cancel_addressed_to_the_run_means_a_new_start(tmp_path: Path) -> None:
