@@ -27,7 +27,7 @@ from tests.e2e.stack import AirflowApi, AirflowStack
 from tests.e2e.support import Totals, running_with_checkpoint
 from tests.support.waits import wait_for
 
-pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
 DAG = "e2e_deferred"
 TRIGGER = "airflow_sparkpoint.triggers.run.SparkpointRunTrigger"
