@@ -353,3 +353,25 @@ def test_on_kill_finishes_the_stop_when_the_triggerer_cancels_it_again_and_clean
         driver.join(5)
         if group_exists(process.pgid):
             os.killpg(process.pgid, 9)
+
+
+def test_the_trigger_owns_execution_timeout_it_stops_the_run_at_the_deadline(
+        catalog: Catalog, root: str, tmp_path: Path, fast_sleep: list[float]) -> None:
+    """Airflow does not apply execution_timeout while a task is deferred: at the deadline
+    the trigger cancels the run, kills its group and reports ``timeout``."""
+    catalog.claim_generation()
+    write_status(catalog, "running")
+    process = a_detached_group(tmp_path)
+    stop = threading.Event()
+    driver = answer_cancels(catalog, stop)
+    try:
+        event = asyncio.run(first_event(trigger(root, process=process.to_json(), deadline=time.time() - 1)))
+        assert event["status"] == "timeout" and "execution_timeout" in event["message"], event
+        requests = [ControlChannel(catalog).read_request(i) for i in ControlChannel(catalog).request_ids()]
+        assert [(r.kind, r.generation) for r in requests] == [("cancel", 1)]
+        assert not group_exists(process.pgid)
+    finally:
+        stop.set()
+        driver.join(5)
+        if group_exists(process.pgid):
+            os.killpg(process.pgid, 9)
