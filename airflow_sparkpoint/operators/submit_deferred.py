@@ -49,6 +49,8 @@ DETACHED_KEY = "sparkpoint_detached"
 CLAIM_TIMEOUT_S = 600.0
 #: the driver log's last bytes read for its error when it ends before claiming
 _LOG_TAIL_BYTES = 256 * 1024
+#: of which the last lines go to the task log
+_LOG_TAIL_LINES = 60
 
 
 class DeferringSubmit(Protocol):
@@ -212,7 +214,7 @@ def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *,
         if claim is not None:
             break
         if not process.running():
-            output = _driver_output(process.log)
+            output = _driver_output(process.log, op.log)
             failed = run_failure(op.job_name, catalog, token, since, output=output, exit_code=None,
                                  scrub=op.sparkpoint_hook.scrub)
             raise failed or AirflowException(
@@ -231,16 +233,19 @@ def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *,
            deadline=record["deadline"])
 
 
-def _driver_output(log_path: str) -> DriverOutput:
-    """What the driver said about its failure, from the end of its log file."""
+def _driver_output(log_path: str, log: Any) -> DriverOutput:
+    """What the driver said about its failure, from the end of its log file; its last
+    lines go to the task log (a detached driver's output is not there otherwise)."""
     output = DriverOutput()
     try:
         with open(log_path, "rb") as handle:
             handle.seek(max(0, os.fstat(handle.fileno()).st_size - _LOG_TAIL_BYTES))
-            for _ in output.watch(handle.read().decode(errors="replace").splitlines()):
-                pass
-    except OSError:
-        pass
+            lines = list(output.watch(handle.read().decode(errors="replace").splitlines()))
+    except OSError as exc:
+        log.warning("cannot read the detached driver's output %s: %s", log_path, exc)
+        return output
+    log.info("the detached driver's last output lines (%s):\n%s", log_path,
+             "\n".join(lines[-_LOG_TAIL_LINES:]))
     return output
 
 
@@ -273,6 +278,8 @@ def complete(op: DeferringSubmit, context: Context, event: Any, *, generation: i
     event = check_event(event, generation)
     catalog = op._catalog()
     message = str(event.get("message") or "")
+    if event["status"] != "success" and isinstance(event.get("log"), str) and event.get("log"):
+        op.log.info("the detached driver's output is %s on host %s", event["log"], event.get("host") or "?")
     if event["status"] == "timeout":
         raise AirflowTaskTimeout(message or f"job {op.job_name!r} generation {generation} timed out")
     if event["status"] == "dead":

@@ -91,8 +91,9 @@ class RunFollower:
         return self.event("success", "", state=status.state)
 
     def event(self, status: str, message: str, **more: Any) -> dict[str, Any]:
+        where = {} if self.process is None else {"host": self.process.host, "log": self.process.log}
         return {"status": status, "generation": self.generation, "job": self.catalog.job, "message": message,
-                "dead_after": self.dead_after, **more}
+                "dead_after": self.dead_after, **where, **more}
 
 
 def reattach_target(catalog: Catalog, starter: AirflowTry | None, *, own: Sequence[int] | None,
