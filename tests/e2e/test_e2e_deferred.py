@@ -144,3 +144,29 @@ def test_a_deferred_job_survives_an_airflow_restart_and_a_mark_failed_stops_it(
     assert "invoking on_kill" in logs and "task job is failed" in logs, logs[-3000:]
     assert airflow_api.task_instance(DAG, run, "job")["state"] == "failed"
     pipeline.assert_exact()
+
+
+@pytest.mark.slow
+def test_a_deferred_job_stopped_with_a_savepoint_ends_its_task_with_the_run_result(
+        airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path) -> None:
+    """`SparkpointSavepointOperator(stop=True)` (another DAG) stops the detached driver
+    between micro-batches with a savepoint; the trigger sees the run end and the deferred
+    submit task succeeds with the run result (``status: stopped``, the savepoint), output exact."""
+    pipeline = Totals(tmp_path, "deferred_stop")
+    pipeline.write_many(3)
+    run = airflow_api.trigger(DAG, pipeline.params(trigger="processingTime:1s"))
+    generation = wait_for("the deferred job's checkpoint of batch 2", lambda: running_with_checkpoint(pipeline, 2),
+                          600, lambda: airflow_api.describe(DAG, run))
+    airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300)
+    pgid = os.getpgid(int(pipeline.status()["pid"]))
+
+    stop = airflow_api.trigger("e2e_stop", {"job_name": pipeline.job, "checkpoint_dir": str(pipeline.root)})
+    airflow_api.wait_task("e2e_stop", stop, "stop", {"success"}, timeout=300)
+    airflow_api.wait_task(DAG, run, "job", {"success"}, timeout=120)
+    result = airflow_api.xcom(DAG, run, "job")
+    assert result["status"] == "stopped" and result["generation"] == generation and result["last_batch"] == 2, result
+    assert result["savepoint"], result
+    assert airflow_api.xcom(DAG, run, "job", key="generation") == generation
+    assert [t["state"] for t in airflow_api.tries(DAG, run, "job")] == ["success"]
+    wait_for("the driver's process group to end", lambda: not group_exists(pgid) or None, 60)
+    pipeline.assert_exact()
