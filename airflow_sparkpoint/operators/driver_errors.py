@@ -15,15 +15,17 @@ exception: ``job '<name>' failed: <Class>: <message>``, then where the log is.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.exceptions import SparkpointError
-from airflow_sparkpoint.services.runs import ERROR_LINE, parse_error_line
+from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure
+from airflow_sparkpoint.services.runs import ERROR_LINE, parse_error_line, reported_error
+from airflow_sparkpoint.services.stores import Catalog
 
-__all__ = ["DriverError", "DriverOutput", "SparkpointRunFailed", "failure"]
+__all__ = ["DriverError", "DriverOutput", "SparkpointRunFailed", "failure", "run_failure"]
 
 _TRACEBACK = "Traceback (most recent call last):"
 #: the exception line that ends a Python traceback: ``module.Class: message`` or ``Class``
@@ -96,3 +98,21 @@ def failure(job: str, error: DriverError, *, exit_code: int | None) -> str:
     return (f"job {job!r} failed: {error}\n(spark-submit exited{code}; the driver's "
             "output is in this task's log "
             "above)")
+
+
+def run_failure(job: str, catalog: Catalog, token: str, after: int, *, output: DriverOutput | None,
+                exit_code: int | None, scrub: Callable[[str], str]) -> AirflowException | None:
+    """The task's exception for the failed run of submit `token`: its driver's error line
+    (in `output`); else the error its status record holds; else `output`'s last Python
+    traceback; None when none says anything. A driver's `ConfigError` is not retried
+    (`SparkpointConfigFailure`); the message is `scrub`bed of the connection's secrets."""
+    recorded = reported_error(catalog, token, after=after)
+    error = ((output.reported if output else None) or (DriverError("", recorded) if recorded else None)
+             or (output.traceback if output else None))
+    if error is None:
+        return None
+    error = DriverError(error.type, scrub(error.message))
+    message = failure(job, error, exit_code=exit_code)
+    if error.type == "ConfigError":
+        return SparkpointConfigFailure(message)
+    return SparkpointRunFailed(message, error)

@@ -6,8 +6,10 @@ on the first try, the latest retained checkpoint of the task's own runs on every
 optionally ships the runtime with ``--py-files``, and returns the run result as XCom.
 
 Client deploy mode only: the driver runs under the task, so a kill of the task reaches
-it (see `on_kill` and `airflow_sparkpoint.runtime.signals`). ``deploy_mode="cluster"``
-is refused before anything is submitted (see `submit_checks.refuse_cluster_mode`).
+it (see `on_kill` and `airflow_sparkpoint.runtime.signals`); or, with ``deferrable``,
+detached from it and followed through the catalog by a trigger (`submit_deferred`).
+``deploy_mode="cluster"`` is refused before anything is submitted
+(see `submit_checks.refuse_cluster_mode`).
 
 Each submit carries a token (environment ``SPARKPOINT_SUBMITTER``) that the driver
 records with its generation claim: the operator finds its own run, result and
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -29,29 +30,28 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
-from airflow_sparkpoint.operators import lineage
+from airflow_sparkpoint.operators import lineage, submit_deferred
 from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
-from airflow_sparkpoint.operators.driver_errors import DriverError, SparkpointRunFailed, failure
+from airflow_sparkpoint.operators.driver_errors import run_failure
 from airflow_sparkpoint.operators.health import emit_metrics_for
-from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin
+from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable
 from airflow_sparkpoint.operators.links import (
     SparkpointCheckpointHistoryLink,
     SparkpointSparkUILink,
     checkpoint_history_url,
-    spark_ui_url,
 )
 from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure, check_spark
+from airflow_sparkpoint.operators.submit_deferred import never_expire
 from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
+from airflow_sparkpoint.operators.submit_publish import found, push
+from airflow_sparkpoint.services.detached import stop_group
 from airflow_sparkpoint.services.processes import signal_tree
 from airflow_sparkpoint.services.retry import TaskRecord, choose_restore, chosen_snapshot, restore_decision
 from airflow_sparkpoint.services.runs import (
-    GenerationInfo,
     RunWatcher,
-    claim_json,
     find_claim,
     new_token,
     read_result,
-    reported_error,
     task_try,
 )
 from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
@@ -120,6 +120,10 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
     :param emit_asset_events: when the run committed batches, emit one event of the output
         asset (extra: job, generation, committed batches, sink version); a run that
         committed nothing emits none.
+    :param deferrable: run the driver detached and defer to `SparkpointRunTrigger`, which
+        follows the run through the catalog (`submit_deferred`; default
+        ``[operators] default_deferrable``); `poll_interval`: seconds between its looks
+        (>= 10); `dead_after`: a heartbeat older than this on two looks: the driver is dead.
 
     Returns (XCom) the run result; with key ``generation`` the generation the try ran
     (pushed also when it failed) and with key ``spark_application`` its claim (application
@@ -164,6 +168,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         sink: SinkSpec | None = None,
         emit_asset_events: bool = True,
         takeover: bool = False,
+        deferrable: bool | None = None,
+        poll_interval: float | timedelta | str = 10.0,
+        dead_after: float | timedelta | str = 60.0,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("name", f"sparkpoint-{job_name}")
@@ -187,6 +194,10 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         self.spark_history_server = spark_history_server
         self.state_partitions = state_partitions
         self.takeover = takeover
+        self.deferrable = default_deferrable(deferrable)
+        self.poll_interval = durations.seconds("poll_interval", poll_interval)
+        self.dead_after = durations.seconds("dead_after", dead_after)
+        self._detached: Any = None  # the detached driver until the task defers (`on_kill` stops it)
         #: the run this try started (its generation claim), once the driver recorded it
         self.sparkpoint_run: dict[str, Any] | None = None
         #: the run result of this try (OpenLineage facets), once it ended
@@ -265,11 +276,13 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         except (ConfigError, AirflowNotFoundException) as exc:  # the latter: a missing sparkpoint connection
             raise SparkpointConfigFailure(str(exc)) from exc
         starter = task_try(context, self.dag_id, self.task_id)
+        if self.deferrable:  # a resumption follows its own live run again (defers, never returns then)
+            submit_deferred.reattach(self, context, catalog, starter, own)
         # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
         check_start(catalog, starter, takeover=self.takeover)
         token = new_token()
         TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
-                        previous.since if previous else generation_before).save(store)
+                   previous.since if previous else generation_before).save(store, retention=never_expire())
         given = dict(self.conf or {})
         self.conf = {**given, **sparkpoint_conf}
         self._conf_given = (given, dict(self.conf))
@@ -287,12 +300,15 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             if self.ship_runtime:
                 self.py_files = ",".join(p for p in (self.py_files, build_runtime_zip(submit_dir.path)) if p)
             self._hook = None  # rebuilt with the final environment and files
-            self._push(ti, SparkpointCheckpointHistoryLink().xcom_key,
+            push(self, ti, SparkpointCheckpointHistoryLink().xcom_key,
                        checkpoint_history_url(self.job_name, self.sparkpoint_conn_id, self.checkpoint_dir))
-            watcher = RunWatcher(catalog, token, generation_before, lambda run: self._found(ti, run))
+            if self.deferrable:
+                submit_deferred.launch_and_defer(self, context, catalog, token=token, since=generation_before,
+                                                 submit_dir=submit_dir)
+            watcher = RunWatcher(catalog, token, generation_before, lambda run: found(self, ti, run))
             watcher.start()
         except BaseException:
-            submit_dir.close()
+            submit_dir.close()  # after a hand-over (deferred) it removes nothing
             raise
         try:
             super().execute(context)
@@ -305,7 +321,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         finally:
             watcher.stop()
             try:
-                self._found(ti, find_claim(catalog, token, after=generation_before))
+                found(self, ti, find_claim(catalog, token, after=generation_before))
             except SparkpointError as exc:  # keep the run's own error, if any
                 self.log.warning("could not read the generation claims of job %s: %s", self.job_name, exc)
             process = getattr(self._hook, "_submit_sp", None)
@@ -316,7 +332,15 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             self.log.warning("job %s ended without claiming a generation (did it call job.run()?)",
                              self.job_name)
             return None
-        generation = int(self.sparkpoint_run["generation"])
+        return self._finish(context, catalog, int(self.sparkpoint_run["generation"]))
+
+    def execute_complete(self, context: Context, event: Any = None, *, generation: int, token: str = "",
+                         since: int = 0) -> dict[str, Any] | None:
+        """The deferred run ended (`submit_deferred.complete`: as `execute` ends, or its error)."""
+        return submit_deferred.complete(self, context, event, generation=generation, token=token, since=since)
+
+    def _finish(self, context: Context, catalog: Catalog, generation: int) -> dict[str, Any] | None:
+        """The end of a run that claimed `generation`: its result (XCom), metrics and asset events."""
         result = read_result(catalog, generation)
         emit_metrics_for(catalog, every=0)  # checkpoint metrics through Airflow's Stats (never raises)
         if result is None:
@@ -338,43 +362,11 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         return lineage.submit_lineage(self)
 
     def _run_failure(self, catalog: Catalog, token: str, after: int) -> AirflowException | None:
-        """The task's exception for the failed run of submit `token`: its driver's error
-        line; else the error its status record holds; else its output's last Python
-        traceback (`driver_errors`); None when none says anything. A driver's
-        `ConfigError` is not retried (`SparkpointConfigFailure`)."""
+        """The run's own error as the task's exception, or None (`driver_errors.run_failure`)."""
         hook = self._hook if isinstance(self._hook, SparkpointSubmitHook) else None
-        output = hook.driver_output if hook is not None else None
-        recorded = reported_error(catalog, token, after=after)
-        error = ((output.reported if output else None) or (DriverError("", recorded) if recorded else None)
-                 or (output.traceback if output else None))
-        if error is None:
-            return None
-        error = DriverError(error.type, self.sparkpoint_hook.scrub(error.message))
-        process = getattr(hook, "_submit_sp", None)
-        message = failure(self.job_name, error, exit_code=getattr(process, "returncode", None))
-        return (SparkpointConfigFailure(message) if error.type == "ConfigError"
-                else SparkpointRunFailed(message, error))
-
-    def _found(self, ti: Any, run: GenerationInfo | None) -> None:
-        """Record the run this try started (once) and publish its generation and links."""
-        with _FOUND_LOCK:
-            if run is None or self.sparkpoint_run is not None:
-                return
-            self.sparkpoint_run = claim_json(run)
-        self.log.info("job %s runs as generation %d (application %s, UI %s)", self.job_name, run.generation,
-                      run.app or "?", run.ui or "off")
-        self._push(ti, "generation", run.generation)
-        self._push(ti, "spark_application", self.sparkpoint_run)
-        self._push(ti, SparkpointSparkUILink().xcom_key,
-                   spark_ui_url(self.sparkpoint_run, self.spark_history_server))
-
-    def _push(self, ti: Any, key: str, value: Any) -> None:
-        if value in (None, ""):
-            return
-        try:
-            ti.xcom_push(key=key, value=value)
-        except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
-            self.log.debug("could not push XCom %r: %s", key, exc)
+        return run_failure(self.job_name, catalog, token, after, output=hook.driver_output if hook else None,
+                           exit_code=getattr(getattr(hook, "_submit_sp", None), "returncode", None),
+                           scrub=self.sparkpoint_hook.scrub)
 
     def on_kill(self) -> None:
         """End the driver through signals, never through a control request.
@@ -386,6 +378,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         children (again, for an execution timeout, where no supervisor signal came),
         give them `stop_timeout` seconds, then the Spark hook's own kill (SIGKILL).
         """
+        if self._detached is not None:  # killed before it deferred: end the detached driver too
+            self.log.info("job %s: %s", self.job_name, stop_group(self._detached, grace_s=self.stop_timeout))
+            self._detached = None
         process = getattr(self._hook, "_submit_sp", None)
         if process is not None and process.poll() is None:
             signal_tree(process.pid, signal.SIGTERM)
@@ -398,7 +393,3 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         if self._hook is not None:
             super().on_kill()
 
-
-#: serializes `SparkpointSubmitOperator._found` (the watcher thread and the task's own);
-#: module-level: a lock on the operator would not survive its deep copies
-_FOUND_LOCK = threading.Lock()

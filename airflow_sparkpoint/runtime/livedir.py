@@ -315,7 +315,7 @@ def pending_snapshots(root: str, batch_id: int, min_deltas: int,
 # ---------------------------------------------------------------------------- ownership
 
 
-def _proc_stat(pid: int) -> list[str] | None:
+def proc_stat(pid: int) -> list[str] | None:
     """The fields of /proc/<pid>/stat after the command name (state first), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
@@ -327,7 +327,7 @@ def _proc_stat(pid: int) -> list[str] | None:
 
 def process_start(pid: int) -> str | None:
     """The start time of process `pid` (clock ticks since boot, from /proc), or None."""
-    fields = _proc_stat(pid)
+    fields = proc_stat(pid)
     return fields[19] if fields is not None and len(fields) > 19 else None
 
 
@@ -338,7 +338,7 @@ def process_alive(pid: int, start: str | None) -> bool:
     but "not proven gone" is the safe answer)."""
     if pid <= 0:
         return False
-    fields = _proc_stat(pid)
+    fields = proc_stat(pid)
     if fields and fields[0] in ("Z", "X"):
         return False  # killed, not yet reaped (an init that reaps late): it runs nothing
     current = process_start(pid)
@@ -361,6 +361,11 @@ class LiveLock:
         self.path = path
         self._fd: int | None = fd
         self.dir = location
+
+    @property
+    def fd(self) -> int | None:
+        """The lock file's descriptor while held (a process it is handed to keeps the lock)."""
+        return self._fd
 
     def release(self) -> None:
         if self._fd is not None:

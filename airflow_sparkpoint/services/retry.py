@@ -63,12 +63,18 @@ class TaskRecord:
             log.warning("could not read the task state record %r: %s", TASK_STATE_KEY, exc)
             return None
 
-    def save(self, store: Any) -> None:
-        """Write the record to `store` (nothing without one; a failure is logged)."""
+    def save(self, store: Any, *, retention: Any = None) -> None:
+        """Write the record to `store` (nothing without one; a failure is logged), kept for
+        `retention` (Airflow's ``NEVER_EXPIRE`` for a job that may run past the store's
+        default 30 days; None: the store's default)."""
         if store is None:
             return
         try:
-            store.set(TASK_STATE_KEY, {**asdict(self), "tokens": list(self.tokens)})
+            value = {**asdict(self), "tokens": list(self.tokens)}
+            if retention is None:
+                store.set(TASK_STATE_KEY, value)
+            else:
+                store.set(TASK_STATE_KEY, value, retention=retention)
         except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
             log.warning("could not write the task state record %r: %s", TASK_STATE_KEY, exc)
 

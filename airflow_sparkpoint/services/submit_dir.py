@@ -79,6 +79,20 @@ class SubmitDir:
         """Where the driver's RocksDB extracts its native library (``ROCKSDB_SHAREDLIB_DIR``)."""
         return os.path.join(self.path, "native")
 
+    @property
+    def lock_fd(self) -> int | None:
+        """The descriptor of the directory's lock (None once closed or handed over): a
+        detached launcher inherits it and holds the lock for the driver's life."""
+        return None if self._lock is None else self._lock.fd
+
+    def hand_over(self) -> None:
+        """Drop this process's hold on the lock without removing the directory: a
+        detached launcher started with `lock_fd` holds the lock now, and the directory
+        is swept once it and its driver have ended."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
     def close(self) -> None:
         """Remove the directory (what the driver left in it too) and drop the lock."""
         if self._lock is None:

@@ -4,5 +4,7 @@ from __future__ import annotations
 
 from airflow_sparkpoint.triggers.assets import SparkpointCommitTrigger, SparkpointSavepointTrigger
 from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger
+from airflow_sparkpoint.triggers.run import SparkpointRunTrigger
 
-__all__ = ["SparkpointCheckpointTrigger", "SparkpointCommitTrigger", "SparkpointSavepointTrigger"]
+__all__ = ["SparkpointCheckpointTrigger", "SparkpointCommitTrigger", "SparkpointRunTrigger",
+           "SparkpointSavepointTrigger"]

@@ -14,6 +14,9 @@ wrapper are per DAG (they are not templated fields):
   wrapper that puts the driver in a session of its own, out of reach of the task
   supervisor's process-group kill: a driver that outlives its task the way a
   cluster-mode driver (or one on a lost worker host) does.
+- ``e2e_deferred``: like ``e2e_stream`` with ``deferrable=True`` (issue #50): the driver
+  runs detached and the task defers to `SparkpointRunTrigger`.
+- ``e2e_stop``: `SparkpointSavepointOperator(stop=True)` on a job (a stop-with-savepoint).
 - ``e2e_cluster``: on ``spark_cluster`` (a Spark standalone master the test registers
   through the REST API), two retries.
 - ``e2e_cluster_mode``: on ``spark_fake_cluster``, a Spark connection in cluster deploy
@@ -40,7 +43,7 @@ from typing import Any
 from airflow.sdk import DAG, AssetWatcher, Param, task
 
 from airflow_sparkpoint.assets import savepoints_asset, sink_asset
-from airflow_sparkpoint.operators import SparkpointSubmitOperator
+from airflow_sparkpoint.operators import SparkpointSavepointOperator, SparkpointSubmitOperator
 from airflow_sparkpoint.sensors import SparkpointCheckpointSensor
 from airflow_sparkpoint.triggers import SparkpointCommitTrigger, SparkpointSavepointTrigger
 
@@ -121,6 +124,22 @@ with _dag("e2e_stream", "A checkpointed (streaming) job on local[2]; no retry.")
 with _dag("e2e_detached", "A job whose driver outlives its task (own session).") as detached_dag:
     _submit("spark_default", retries=0,
             env_vars={"PATH": f"{WRAPPERS}{os.pathsep}{os.environ.get('PATH', os.defpath)}"})
+
+with _dag("e2e_deferred", "A deferrable job: its driver runs detached, a trigger follows it.") as deferred_dag:
+    _submit("spark_default", retries=0, deferrable=True)
+
+with DAG(
+    dag_id="e2e_stop",
+    doc_md="Stop a running job with a savepoint (SparkpointSavepointOperator(stop=True)).",
+    schedule=None,
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    tags=["e2e"],
+    params={"job_name": Param("e2e", type="string"), "checkpoint_dir": Param("/nonexistent", type="string")},
+) as stop_dag:
+    SparkpointSavepointOperator(task_id="stop", job_name="{{ params.job_name }}",
+                                checkpoint_dir="{{ params.checkpoint_dir }}", stop=True, timeout=300,
+                                poll_interval=1)
 
 with _dag("e2e_cluster", "A checkpointed job on the Spark standalone cluster.") as cluster_dag:
     _submit("spark_cluster", retries=2)

@@ -1,0 +1,165 @@
+"""Following a detached run through the catalog only (what the deferrable submit's
+trigger does), deciding whether a resumed task re-attaches to its own run, and stopping
+a detached run (a control cancel first, then its recorded process group).
+
+A look (`RunFollower.look`) costs two store requests: the generation's own status record
+(``status/<g>.json``, one GET) and whether a newer generation was claimed (one HEAD of
+``generations/<g+1>``). A run is dead when its heartbeat stayed older than `dead_after`
+on two looks in a row (a run that never wrote a status: `dead_after` after the first
+look), or at once when its process group, recorded on this machine, is gone while its
+status still says it runs. No Airflow, no Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_sparkpoint.checkpoints import Catalog, layout
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.checkpoints.history import live_status
+from airflow_sparkpoint.checkpoints.history_records import AirflowTry, read_generation
+from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
+from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
+from airflow_sparkpoint.services.detached import DriverProcess, stop_group
+
+__all__ = ["ENDED", "EVENT_STATUSES", "RunFollower", "reattach_target", "stop_run"]
+
+log = logging.getLogger(__name__)
+
+#: a run's final states (`JobStatus.state`)
+ENDED = ("finished", "stopped", "failed")
+#: the ``status`` of the one event a follower reports
+EVENT_STATUSES = ("success", "failed", "dead", "timeout")
+
+
+@dataclass
+class RunFollower:
+    """Looks at run `generation` of the catalog's job until it ended or died."""
+
+    catalog: Catalog
+    generation: int
+    dead_after: float
+    process: DriverProcess | None = None
+    #: when a look first saw the run without a fresh heartbeat (or without a status), else None
+    _stale_since: float | None = None
+    _stale_looks: int = 0
+
+    def look(self, now: float | None = None) -> dict[str, Any] | None:
+        """One look (two store requests): the event when the run is over, else None.
+
+        :raises StorageError: the store cannot be read.
+        """
+        now = time.time() if now is None else now
+        status = read_job_status(self.catalog, self.generation)
+        superseded = self.catalog.store.exists(layout.generation_key(self.generation + 1))
+        if status is not None and status.generation == self.generation and status.state in ENDED:
+            return self.ended(status)
+        if superseded:
+            return self.event("failed", f"generation {self.generation} of job {self.catalog.job!r} was "
+                                        f"superseded: generation {self.generation + 1} was claimed "
+                                        "(a later start fenced it)")
+        if self.process is not None and self.process.here() and not self.process.running():
+            again = read_job_status(self.catalog, self.generation)  # it may have ended in between
+            if again is not None and again.state in ENDED:
+                return self.ended(again)
+            return self.event("dead", f"the driver of generation {self.generation} of job "
+                                      f"{self.catalog.job!r} is gone ({self.process.describe()}) "
+                                      "without recording an end")
+        fresh = status is not None and now - float(status.heartbeat_at) <= self.dead_after
+        if fresh:
+            self._stale_since, self._stale_looks = None, 0
+            return None
+        self._stale_looks += 1
+        if self._stale_since is None:
+            self._stale_since = now if status is None else min(now, float(status.heartbeat_at))
+        if self._stale_looks >= 2 and now - self._stale_since > self.dead_after:
+            heard = "never wrote a status" if status is None else \
+                f"last heartbeat {now - float(status.heartbeat_at):.0f} s ago"
+            return self.event("dead", f"the driver of generation {self.generation} of job "
+                                      f"{self.catalog.job!r} is silent for more than {self.dead_after:.0f} s "
+                                      f"({heard}): declared dead")
+        return None
+
+    def ended(self, status: JobStatus) -> dict[str, Any]:
+        if status.state == "failed":
+            return self.event("failed", status.error or f"generation {self.generation} of job "
+                                                        f"{self.catalog.job!r} failed", state=status.state)
+        return self.event("success", "", state=status.state)
+
+    def event(self, status: str, message: str, **more: Any) -> dict[str, Any]:
+        where = {} if self.process is None else {"host": self.process.host, "log": self.process.log}
+        return {"status": status, "generation": self.generation, "job": self.catalog.job, "message": message,
+                "dead_after": self.dead_after, **where, **more}
+
+
+def reattach_target(catalog: Catalog, starter: AirflowTry | None, *, own: Sequence[int] | None,
+                    max_heartbeat_age: float, now: float | None = None) -> JobStatus | None:
+    """The live run a resumption of task `starter` follows again instead of starting a new
+    generation, or None: the job's live generation (`live_status`), started by the same
+    task instance (its claim's Airflow identity), one of `own` (the task's recorded
+    generations, when known), and with no stop or cancel request addressed to it (one
+    there means the user ended it: a new start is wanted).
+
+    :raises StorageError: the store cannot be read.
+    """
+    if starter is None:
+        return None
+    status = live_status(catalog, max_heartbeat_age, now=now)
+    if status is None or (own is not None and status.generation not in own):
+        return None
+    running = read_generation(catalog, status.generation, status=status, current=status.generation).airflow
+    if not starter.same_task(running):
+        return None
+    channel = ControlChannel(catalog)
+    if channel.stopped(status.generation) or any(
+            r.kind in ("stop", "cancel") for r in channel.pending(status.generation)):
+        return None
+    return status
+
+
+def stop_run(catalog: Catalog, generation: int, process: DriverProcess | None, *, wait_s: float = 15.0,
+             exit_s: float = 3.0, requested_by: str = "", poll_s: float = 1.0,
+             sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """End run `generation`: a control cancel request to it (unless it already ended),
+    up to `wait_s` seconds for its final status, up to `exit_s` more for its process to
+    exit, then SIGTERM/SIGKILL of its recorded process group when it runs here
+    (`stop_group`). Returns what happened, line by line. Never raises (a stop is best effort;
+    every failure is in the lines).
+    """
+    lines: list[str] = []
+
+    def final() -> JobStatus | None:
+        try:
+            status = read_job_status(catalog, generation)
+        except SparkpointError as exc:
+            lines.append(f"could not read the status of generation {generation}: {exc}")
+            return None
+        return status if status is not None and status.state in ENDED else None
+
+    ended = final()
+    if ended is None:
+        try:
+            request = ControlChannel(catalog).submit("cancel", generation=generation,
+                                                     timeout_s=max(wait_s, 1.0), requested_by=requested_by)
+            lines.append(f"cancel request {request.id} written to generation {generation} "
+                         f"of job {catalog.job!r}")
+        except (ConfigError, SparkpointError) as exc:
+            lines.append(f"could not write a cancel request to generation {generation}: {exc}")
+        deadline = time.monotonic() + wait_s
+        while ended is None and time.monotonic() < deadline:
+            sleep(poll_s)
+            ended = final()
+    if ended is not None:
+        lines.append(f"generation {generation} ended: {ended.state}")
+    else:
+        lines.append(f"generation {generation} recorded no end within {wait_s:.0f} s")
+    if process is not None:
+        deadline = time.monotonic() + (exit_s if ended is not None else 0.0)
+        while process.here() and process.running() and time.monotonic() < deadline:
+            sleep(min(poll_s, 0.2))
+        lines.append(stop_group(process))
+    return lines

@@ -1,0 +1,172 @@
+"""A deferrable submit on the real Airflow stack (issue #50's headline): a streaming job
+runs deferred (its driver detached, `SparkpointRunTrigger` in the triggerer); the
+scheduler and the triggerer are killed with SIGKILL and started again while input keeps
+arriving; the driver keeps committing (the same generation, every batch once, totals
+exact against the oracle from the input); the new triggerer takes the trigger over and
+the task stays deferred. Then a mark-failed of the task stops the driver within 30 s:
+the trigger's `on_kill` wrote a cancel to the generation and the process group is gone.
+
+Figures printed: the longest gap between commits while Airflow restarted.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.services.detached import group_exists
+from tests.e2e.procs import read
+from tests.e2e.stack import AirflowApi, AirflowStack
+from tests.e2e.support import Totals, running_with_checkpoint
+from tests.support.waits import wait_for
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark]
+
+DAG = "e2e_deferred"
+TRIGGER = "airflow_sparkpoint.triggers.run.SparkpointRunTrigger"
+
+
+def trigger_logs(stack: AirflowStack, run_id: str) -> dict[int, str]:
+    """The trigger's log of each triggerer that ran it, by triggerer job id."""
+    folder = stack.home / "logs" / f"dag_id={DAG}" / f"run_id={run_id}" / "task_id=job"
+    return {int(p.name.split(".")[-2]): p.read_text(errors="replace")
+            for p in folder.glob("attempt=1.log.trigger.*.log")}
+
+
+def trigger_starts(stack: AirflowStack, run_id: str) -> list[int]:
+    return sorted(job for job, text in trigger_logs(stack, run_id).items() if ") starting" in text)
+
+
+class Commits:
+    """Samples the run's last committed batch every 0.25 s (its status record)."""
+
+    def __init__(self, pipeline: Totals) -> None:
+        self.pipeline = pipeline
+        self.seen: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.25):
+            try:
+                last = self.pipeline.status().get("last_batch")
+            except Exception as exc:  # noqa: BLE001 - a record being replaced: the next sample
+                print(f"sample failed: {exc}")
+                continue
+            if last is not None and (not self.seen or int(last) > self.seen[-1][1]):
+                self.seen.append((time.monotonic(), int(last)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def longest_gap(self, since: float) -> float:
+        times = [t for t, _ in self.seen if t >= since]
+        return max((b - a for a, b in itertools.pairwise(times)), default=float("nan"))
+
+
+def test_a_deferred_job_survives_an_airflow_restart_and_a_mark_failed_stops_it(
+        airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path) -> None:
+    pipeline = Totals(tmp_path, "deferred")
+    pipeline.write_many(2)
+    run = airflow_api.trigger(DAG, pipeline.params(trigger="processingTime:1s"))
+    generation = wait_for("the deferred job's first checkpoint", lambda: running_with_checkpoint(pipeline, 1),
+                          600, lambda: airflow_api.describe(DAG, run))
+    ti = airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300)
+    assert ti["trigger"] and ti["trigger"]["classpath"] == TRIGGER, ti
+    driver_pid = int(pipeline.status()["pid"])
+    pgid = os.getpgid(driver_pid)
+    scheduler = read(airflow_stack.procs["scheduler"].pid)
+    assert scheduler is not None and pgid not in (scheduler.pgid, airflow_stack.procs["triggerer"].pid)
+
+    # Input keeps arriving (one micro-batch every 2 s) while Airflow restarts.
+    commits = Commits(pipeline)
+    writing = threading.Event()
+
+    def feed() -> None:
+        while not writing.wait(2.0):
+            pipeline.write_many(1)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        time.sleep(4)
+        restart_at = time.monotonic()
+        airflow_stack.restart_component("scheduler", signal.SIGKILL)
+        airflow_stack.restart_component("triggerer", signal.SIGKILL)
+        airflow_stack.wait_healthy(timeout=180)
+        first = trigger_starts(airflow_stack, run)
+        wait_for("the new triggerer to take the trigger over",
+                 lambda: len(trigger_starts(airflow_stack, run)) > len(first) or None, 180, airflow_stack.tails)
+        restarted_in = time.monotonic() - restart_at
+        time.sleep(4)  # the new triggerer follows the run while it commits on
+    finally:
+        writing.set()
+        feeder.join(5)
+    last = len(pipeline.files) - 1
+    wait_for(f"the driver to commit batch {last}",
+             lambda: (pipeline.status().get("last_batch") or -1) >= last or None, 180)
+    commits.stop()
+    gap = commits.longest_gap(restart_at)
+    batches_during = [b for t, b in commits.seen if restart_at <= t <= restart_at + restarted_in]
+    print(f"Airflow killed; the new triggerer followed the run again {restarted_in:.1f} s later; batches committed "
+          "meanwhile: "
+          f"{batches_during}; longest gap between commits from the restart on: {gap:.1f} s "
+          "(input every 2 s)")
+
+    assert os.getpgid(driver_pid) == pgid, "the driver was restarted"
+    assert pipeline.catalog.current_generation() == generation, "a new generation was started"
+    assert int(pipeline.status()["generation"]) == generation
+    assert airflow_api.task_instance(DAG, run, "job")["state"] == "deferred"
+    assert batches_during, "no batch was committed while Airflow restarted"
+    pipeline.assert_exact()
+
+    # Mark failed: the trigger's on_kill cancels the run and kills its process group.
+    marked_at = time.monotonic()
+    airflow_api.mark(DAG, run, "job", "failed")
+    wait_for("the driver to end", lambda: not group_exists(pgid) or None, 60, airflow_stack.tails)
+    stopped_in = time.monotonic() - marked_at
+    print(f"mark-failed to the driver's process group gone: {stopped_in:.1f} s")
+    assert stopped_in <= 30, stopped_in
+    channel = ControlChannel(pipeline.catalog)
+    requests = [channel.read_request(i) for i in channel.request_ids()]
+    assert [(r.kind, r.generation) for r in requests] == [("cancel", generation)], requests
+    assert "SparkpointRunTrigger" in requests[0].requested_by
+    logs = "".join(trigger_logs(airflow_stack, run).values())
+    assert "invoking on_kill" in logs and "task job is failed" in logs, logs[-3000:]
+    assert airflow_api.task_instance(DAG, run, "job")["state"] == "failed"
+    pipeline.assert_exact()
+
+
+@pytest.mark.slow
+def test_a_deferred_job_stopped_with_a_savepoint_ends_its_task_with_the_run_result(
+        airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path) -> None:
+    """`SparkpointSavepointOperator(stop=True)` (another DAG) stops the detached driver
+    between micro-batches with a savepoint; the trigger sees the run end and the deferred
+    submit task succeeds with the run result (``status: stopped``, the savepoint), output exact."""
+    pipeline = Totals(tmp_path, "deferred_stop")
+    pipeline.write_many(3)
+    run = airflow_api.trigger(DAG, pipeline.params(trigger="processingTime:1s"))
+    generation = wait_for("the deferred job's checkpoint of batch 2", lambda: running_with_checkpoint(pipeline, 2),
+                          600, lambda: airflow_api.describe(DAG, run))
+    airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300)
+    pgid = os.getpgid(int(pipeline.status()["pid"]))
+
+    stop = airflow_api.trigger("e2e_stop", {"job_name": pipeline.job, "checkpoint_dir": str(pipeline.root)})
+    airflow_api.wait_task("e2e_stop", stop, "stop", {"success"}, timeout=300)
+    airflow_api.wait_task(DAG, run, "job", {"success"}, timeout=120)
+    result = airflow_api.xcom(DAG, run, "job")
+    assert result["status"] == "stopped" and result["generation"] == generation and result["last_batch"] == 2, result
+    assert result["savepoint"], result
+    assert airflow_api.xcom(DAG, run, "job", key="generation") == generation
+    assert [t["state"] for t in airflow_api.tries(DAG, run, "job")] == ["success"]
+    wait_for("the driver's process group to end", lambda: not group_exists(pgid) or None, 60)
+    pipeline.assert_exact()
