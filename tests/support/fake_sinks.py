@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
 
-__all__ = ["FakeSink"]
+__all__ = ["FakeSink", "RecordingSink", "recording_record"]
 
 
 class FakeSink(Sink):
@@ -62,3 +62,45 @@ class FakeSink(Sink):
 
     def committed_position(self, job: str) -> int | None:
         return max(self.world["committed"], default=None)
+
+
+class RecordingSink(Sink):
+    """Remembers what was committed and aborted; commits are idempotent like a real sink."""
+
+    kind = "recording-test"
+
+    def __init__(self, name: str = "rec") -> None:
+        self.name = name
+        self.committed: dict[int, int] = {}  # batch -> generation
+        self.aborted: list[tuple[int, int]] = []
+
+    @property
+    def sink_id(self) -> str:
+        return f"recording:{self.name}"
+
+    def to_config(self) -> dict[str, Any]:
+        return {"name": self.name}
+
+    def stage(self, df: Any, ctx: StageContext) -> dict[str, Any]:
+        return {"rows": 1}
+
+    def commit(self, record: TransactionRecord) -> CommitOutcome:
+        if record.batch_id in self.committed:
+            return CommitOutcome(record.txn_id, "already")
+        self.committed[record.batch_id] = record.generation
+        return CommitOutcome(record.txn_id, "committed", {"version": record.batch_id})
+
+    def is_committed(self, record: TransactionRecord) -> bool:
+        return self.committed.get(record.batch_id) == record.generation
+
+    def abort(self, record: TransactionRecord) -> None:
+        self.aborted.append((record.batch_id, record.generation))
+
+    def committed_position(self, job: str) -> int | None:
+        return max(self.committed, default=None)
+
+
+def recording_record(batch: int, generation: int, job: str = "job") -> TransactionRecord:
+    """The pre-commit record of the default `RecordingSink` for `batch` by `generation`."""
+    return TransactionRecord(job=job, batch_id=batch, generation=generation, sink="recording-test",
+                             sink_id="recording:rec", payload={"config": {}, "staged": {"rows": 1}})

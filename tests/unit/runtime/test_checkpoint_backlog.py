@@ -13,8 +13,10 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control_records import ControlRequest
 from airflow_sparkpoint.runtime.checkpointer import MAX_CHECKPOINT_BACKLOG
+from tests.support.checkpointers import catalog
+from tests.support.fake_sinks import RecordingSink
+from tests.support.live_dirs import write_live
 from tests.unit.runtime.test_checkpoint_every_batch import _run, _staged
-from tests.unit.runtime.test_coordinator import RecordingSink, catalog, write_live
 
 __all__ = ["catalog"]  # the fixture
 

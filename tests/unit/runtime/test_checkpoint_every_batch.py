@@ -18,7 +18,9 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.job import _Run
-from tests.unit.runtime.test_coordinator import RecordingSink, catalog, checkpointer, record, write_live
+from tests.support.checkpointers import catalog, checkpointer
+from tests.support.fake_sinks import RecordingSink, recording_record
+from tests.support.live_dirs import write_live
 
 __all__ = ["catalog"]  # the fixture
 
@@ -62,8 +64,8 @@ def _run(catalog: Catalog, live: Path, sink: RecordingSink, events: list[tuple[s
 def _staged(catalog: Catalog, run: _Run, live: Path, batches: range) -> None:
     for batch in batches:
         write_live(live, batch)
-        catalog.put_transaction(record(batch, run.generation))
-        run.committer.add_pending(record(batch, run.generation))
+        catalog.put_transaction(recording_record(batch, run.generation))
+        run.committer.add_pending(recording_record(batch, run.generation))
 
 
 def test_progress_events_queued_behind_each_other_still_checkpoint_every_batch(catalog, tmp_path):
