@@ -1,5 +1,5 @@
 """`SparkpointSubmitOperator`'s asset event (spark-submit replaced by the stand-in of
-`test_submit_runs`, which does to the catalog what a driver does): one event of the
+`tests.support.fake_submit`, which does to the catalog what a driver does): one event of the
 declared sink's asset naming the batches the run committed and the sink version from the
 commit head; none for a run that committed nothing."""
 
@@ -15,9 +15,9 @@ import pytest
 from airflow_sparkpoint.checkpoints import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.sinks.transactions import settle_all
+from tests.support.fake_submit import Driver, FakeTI, driver, operator  # noqa: F401 - the fixture
 from tests.unit.airflow.test_asset_events import LocatedSink
 from tests.unit.airflow.test_assets import record
-from tests.unit.airflow.test_submit_runs import Driver, FakeTI, driver, operator  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.airflow
 
