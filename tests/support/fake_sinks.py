@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
 
-__all__ = ["FakeSink", "RecordingSink", "recording_record"]
+__all__ = ["FakeSink", "LocatedSink", "RecordingSink", "VersionedSink", "recording_record"]
 
 
 class FakeSink(Sink):
@@ -62,6 +62,26 @@ class FakeSink(Sink):
 
     def committed_position(self, job: str) -> int | None:
         return max(self.world["committed"], default=None)
+
+
+class VersionedSink(FakeSink):
+    """A FakeSink whose commits report a table version, as DeltaSink's do."""
+
+    kind = "test-versioned"
+
+    def commit(self, record: TransactionRecord) -> CommitOutcome:
+        outcome = super().commit(record)
+        return CommitOutcome(outcome.txn_id, outcome.status, {"version": 100 + record.batch_id})
+
+
+class LocatedSink(VersionedSink):
+    """A VersionedSink that names a location, so its output has an asset."""
+
+    kind = "test-located"
+
+    @property
+    def location_uri(self) -> str:
+        return f"file:///fake-sinks/{self.name}"
 
 
 class RecordingSink(Sink):

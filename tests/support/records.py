@@ -1,7 +1,7 @@
 """One builder per record kind, as the runtime writes them (no Spark): a completed
 checkpoint in a job's catalog, with its files uploaded into ``shared/`` as the
-checkpointer does (`put_checkpoint`), and a sink's pre-commit transaction record
-(`sink_record`)."""
+checkpointer does (`put_checkpoint`), a sink's pre-commit transaction record
+(`sink_record`), and transactions a checkpoint confirms (`confirm`)."""
 
 from __future__ import annotations
 
@@ -75,3 +75,11 @@ def sink_record(sink: Sink, batch: int, generation: int = 1, staged: Mapping[str
     the sink's config and what its stage returned (`staged`, default nothing)."""
     return TransactionRecord(job, batch, generation, sink.kind, sink.sink_id,
                              {"config": sink.to_config(), "staged": dict(staged or {})}, created_at=time.time())
+
+
+def confirm(catalog: Catalog, *records: TransactionRecord) -> None:
+    """Record the transactions and a checkpoint of their last batch that lists them (as the
+    coordinator does in ``external`` commit mode)."""
+    for r in records:
+        catalog.put_transaction(r)
+    checkpoint_at(catalog, records[-1].batch_id, generation=records[-1].generation, pending=records)
