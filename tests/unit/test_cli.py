@@ -18,15 +18,12 @@ import pytest
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.metadata import (
-    FileRef,
-    SnapshotMetadata,
-    SnapshotStats,
     TransactionRecord,
-    sha256_hex,
 )
-from airflow_sparkpoint.cli import main
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink
 from airflow_sparkpoint.storage import open_storage
+from tests.support.cli_runs import checkpoint, job_with_checkpoints, run
+from tests.support.records import write_status
 
 ENTRY_KEYS = {"kind", "id", "uri", "valid", "error", "batch_id", "generation", "created_at", "created",
               "duration_ms", "bytes_copied", "bytes_total", "file_count", "source_checkpoint",
@@ -50,38 +47,6 @@ def root(tmp_path: Path) -> Path:
     path = tmp_path / "root"
     path.mkdir()
     return path
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
-
-
-def checkpoint(catalog: Catalog, version: int) -> SnapshotMetadata:
-    files = {f"offsets/{version}": f"o{version}".encode(), "state/0/0/1.delta": b"state" * 100}
-    refs = []
-    for path, data in files.items():
-        key = catalog.shared_key(path, sha256_hex(data))
-        catalog.store.put(key, data)
-        refs.append(FileRef(path, key, len(data), sha256_hex(data)))
-    meta = SnapshotMetadata("checkpoint", catalog.next_checkpoint_id(), catalog.job, catalog.current_generation(),
-                            version, time.time(), tuple(refs), stats=SnapshotStats(12, 100, 1, 502, 2))
-    catalog.complete_checkpoint(meta)
-    return meta
-
-
-def job_with_checkpoints(root: Path, count: int = 2) -> tuple[Catalog, list[SnapshotMetadata]]:
-    catalog = Catalog(open_storage(str(root)), "orders")
-    catalog.claim_generation()
-    return catalog, [checkpoint(catalog, v) for v in range(count)]
-
-
-def write_status(catalog: Catalog, *, state: str = "running", heartbeat_age: float = 0.0, **extra: Any) -> None:
-    now = time.time()
-    catalog.write_status({"job": catalog.job, "generation": catalog.current_generation(), "state": state,
-                          "started_at": now - 60, "heartbeat_at": now - heartbeat_age, **extra})
 
 
 # --------------------------------------------------------------------------- bad input
