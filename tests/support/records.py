@@ -2,11 +2,13 @@
 checkpoint in a job's catalog, with its files uploaded into ``shared/`` as the
 checkpointer does (`put_checkpoint`), a sink's pre-commit transaction record
 (`sink_record`), transactions a checkpoint confirms (`confirm`), a checkpoint with
-state files (`state_checkpoint`) and a job's status record (`write_status`)."""
+state files (`state_checkpoint`), a job's status record (`write_status`) and the
+``_metadata`` of a big job (`big_job_metadata`)."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -104,3 +106,12 @@ def confirm(catalog: Catalog, *records: TransactionRecord) -> None:
     for r in records:
         catalog.put_transaction(r)
     checkpoint_at(catalog, records[-1].batch_id, generation=records[-1].generation, pending=records)
+
+
+def big_job_metadata(files: int) -> bytes:
+    """The ``_metadata`` of a RocksDB job with `files` SST files (names as Spark writes them)."""
+    refs = []
+    for i in range(files):
+        path = f"state/{i % 4}/{i // 4 % 200}/SSTs/{i:06d}-{uuid.UUID(int=i)}.sst"
+        refs.append(FileRef(path, f"shared/{path}~{i:016x}", 64 << 20, f"{i:064x}", 1_790_000_000_123_456_789))
+    return SnapshotMetadata("checkpoint", 12345, "orders", 42, 987654, 1.79e9, tuple(refs)).to_bytes()
