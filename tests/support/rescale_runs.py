@@ -9,7 +9,6 @@ start); every restore under test runs in its own ``spark-submit`` (`submit`).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -21,7 +20,7 @@ from airflow_sparkpoint import cli
 from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from airflow_sparkpoint.demo.support import write_batch_file
 from tests.support.inputs import expected_totals
-from tests.support.paths import REPO
+from tests.support.paths import REPO, load_module
 from tests.support.submit import spark_submit_command, submit_env
 
 JOB_SCRIPT = REPO / "tests" / "integration" / "jobs" / "rescale_job.py"
@@ -97,11 +96,7 @@ def list_json(capsys: pytest.CaptureFixture[str], root: str, *options: str) -> d
 
 
 def job_module() -> Any:
-    spec = importlib.util.spec_from_file_location("sparkpoint_rescale_job", JOB_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("sparkpoint_rescale_job", JOB_SCRIPT)
 
 
 def run_in_process(spark: Any, base: Path, pipeline: str, conf: dict[str, str]) -> Any:
