@@ -11,7 +11,7 @@ import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -20,9 +20,9 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.metadata import (
     TransactionRecord,
 )
-from airflow_sparkpoint.sinks.base import CommitOutcome, Sink
 from airflow_sparkpoint.storage import open_storage
 from tests.support.cli_runs import checkpoint, job_with_checkpoints, run
+from tests.support.fake_sinks import AbortRecordingSink
 from tests.support.records import write_status
 
 ENTRY_KEYS = {"kind", "id", "uri", "valid", "error", "batch_id", "generation", "created_at", "created",
@@ -377,33 +377,6 @@ def test_commit_calls_commit_pending(capsys: pytest.CaptureFixture[str], root: P
     assert code == 2 and "'-1' is invalid" in err
 
 
-class _AbortRecordingSink(Sink):
-    """Nothing ever committed; remembers what it aborted."""
-
-    kind = "cli-abort-test"
-    aborted: ClassVar[list[str]] = []
-
-    sink_id = "cli-test"
-
-    def to_config(self) -> dict[str, Any]:
-        return {}
-
-    def stage(self, df: Any, ctx: Any) -> dict[str, Any]:  # pragma: no cover - not used
-        return {}
-
-    def commit(self, record: TransactionRecord) -> CommitOutcome:  # pragma: no cover - not used
-        raise AssertionError("abort-generation must not commit")
-
-    def is_committed(self, record: TransactionRecord) -> bool:
-        return False
-
-    def abort(self, record: TransactionRecord) -> None:
-        self.aborted.append(record.txn_id)
-
-    def committed_position(self, job: str) -> int | None:
-        return None
-
-
 def test_commit_abort_generation_discards_green_and_is_refused_while_it_runs(
     capsys: pytest.CaptureFixture[str], root: Path
 ) -> None:
@@ -412,20 +385,20 @@ def test_commit_abort_generation_discards_green_and_is_refused_while_it_runs(
     catalog.claim_generation()  # green: generation 2
     for batch, generation in ((3, 1), (4, 2), (5, 2)):
         catalog.put_transaction(TransactionRecord(
-            job="orders", batch_id=batch, generation=generation, sink=_AbortRecordingSink.kind,
+            job="orders", batch_id=batch, generation=generation, sink=AbortRecordingSink.kind,
             sink_id="cli-test", payload={"config": {}, "staged": {}}))
     write_status(catalog)  # green is running
-    _AbortRecordingSink.aborted.clear()
+    AbortRecordingSink.aborted.clear()
 
     code, _, err = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--abort-generation", "2")
     assert code == 1 and "generation 2 of job 'orders' is still running" in err
-    assert _AbortRecordingSink.aborted == []
+    assert AbortRecordingSink.aborted == []
 
     write_status(catalog, state="failed")
     code, out, _ = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--abort-generation", "2", "--json")
     assert code == 0
     assert json.loads(out)["result"] == {"aborted": ["orders-b4-g2", "orders-b5-g2"]}
-    assert _AbortRecordingSink.aborted == ["orders-b4-g2", "orders-b5-g2"]
+    assert AbortRecordingSink.aborted == ["orders-b4-g2", "orders-b5-g2"]
     assert [r.txn_id for r in catalog.transactions()] == ["orders-b3-g1"]  # blue's is untouched
     code, _, err = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--abort-generation", "0")
     assert code == 2 and "'0' is invalid; expected a generation >= 1" in err
