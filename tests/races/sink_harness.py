@@ -22,7 +22,7 @@ from tests.races.drivers import Driver
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
-JOB_SCRIPT = HERE / "sink_job.py"
+JOB_SCRIPT = HERE / "jobs" / "sink_job.py"
 JOB = "race"
 USERS = 3
 BASE_MTIME = 1_700_000_000
