@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.races.drivers import (
+from tests.support.race_drivers import (
     FIRST_RUN_BATCHES,
     args,
     delta_version,

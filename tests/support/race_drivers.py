@@ -21,11 +21,11 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from airflow_sparkpoint.faults import ENV, ENV_ONCE, PAUSE_DIR_ENV, PAUSE_ENV
+from tests.support.paths import REPO
 from tests.support.waits import wait_for
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-APPEND_JOB = HERE / "jobs" / "append_job.py"
+RACES = REPO / "tests" / "races"  # the race tests, their jobs and log settings
+APPEND_JOB = RACES / "jobs" / "append_job.py"
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 JOB = "race"
 # These races start a second driver while the first is live on purpose: a takeover
@@ -36,7 +36,7 @@ BASE_MTIME = 1_700_000_000
 TIMEOUT_S = float(os.environ.get("SPARKPOINT_RACE_TIMEOUT", "420"))
 JAVA_OPTS = (
     "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m "
-    f"-Dlog4j2.configurationFile=file:{HERE / 'jobs' / 'log4j2.properties'}"
+    f"-Dlog4j2.configurationFile=file:{RACES / 'jobs' / 'log4j2.properties'}"
 )
 
 
