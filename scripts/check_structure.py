@@ -126,11 +126,15 @@ def test_module_imports(tests_dir: Path) -> list[tuple[Path, int, str]]:
             modules: list[str] = []
             if isinstance(node, ast.Import):
                 modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                # `from tests.x import test_y` imports the test module itself
-                modules = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                # `from tests.x import test_y` imports the test module itself; a relative
+                # import (`from .test_y import x`, `from . import test_y`) stays under `tests_dir`
+                base = "." * node.level + (node.module or "")
+                dot = "." if base.strip(".") else ""
+                modules = [base] + [f"{base}{dot}{alias.name}" for alias in node.names]
             for module in modules:
-                if module.split(".", 1)[0] == tests_dir.name and _is_test_module(module):
+                inside = module.startswith(".") or module.split(".", 1)[0] == tests_dir.name
+                if inside and _is_test_module(module):
                     found.append((path, node.lineno, module))
                     break
     return sorted(found)

@@ -94,12 +94,15 @@ def test_an_import_of_a_test_module_or_conftest_is_reported(tmp_path: Path) -> N
         "unit/test_c.py": "def test_c():\n    from tests.unit import test_a\n",  # lazy, the module itself
         "unit/test_d.py": "import tests.conftest\n",
         "unit/harness.py": "from tests.conftest import x\nimport testsuite.test_x\n",  # another package: fine
+        "unit/test_e.py": "from .test_a import helper\nfrom . import test_b, helpers\n",  # relative
     })
     assert check.test_module_imports(tests) == [
         (tests / "unit" / "harness.py", 1, "tests.conftest"),
         (tests / "unit" / "test_b.py", 1, "tests.unit.test_a"),
         (tests / "unit" / "test_c.py", 2, "tests.unit.test_a"),
         (tests / "unit" / "test_d.py", 1, "tests.conftest"),
+        (tests / "unit" / "test_e.py", 1, ".test_a"),
+        (tests / "unit" / "test_e.py", 2, ".test_b"),
     ]
 
 
