@@ -11,7 +11,12 @@
   break it;
 * every public module (no part of its path starts with ``_``; ``__init__`` and
   ``__main__`` are exempt) declares ``__all__`` at module level: its public names, so
-  what a module offers is declared, not guessed.
+  what a module offers is declared, not guessed;
+* no test module imports from another test module (``test_*.py``) or from a
+  ``conftest.py``, anywhere under the ``tests`` folder beside the package: pytest imports
+  a test module itself, so importing it again runs its module body twice (and registers
+  its sink kinds twice), and it hides which helpers are shared. Shared helpers live in
+  ``tests/support/`` (or a package's own support module).
 
 Usage: python scripts/check_structure.py [PACKAGE_DIR]   (default: airflow_sparkpoint)
 Exit 0 when all hold, 1 with one line per problem otherwise.
@@ -105,6 +110,36 @@ def import_cycles(package: str) -> list[list[str]]:
     return sorted(cycles)
 
 
+def _is_test_module(dotted: str) -> bool:
+    last = dotted.rsplit(".", 1)[-1]
+    return last.startswith("test_") or last == "conftest"
+
+
+def test_module_imports(tests_dir: Path) -> list[tuple[Path, int, str]]:
+    """Each import, anywhere under `tests_dir` (inside functions too), of a test module
+    (``test_*``) or a ``conftest`` of the ``tests`` package, or of a name from one: its
+    file, line and the module imported, in path and line order."""
+    found = []
+    for path in sorted(tests_dir.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            modules: list[str] = []
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                # `from tests.x import test_y` imports the test module itself; a relative
+                # import (`from .test_y import x`, `from . import test_y`) stays under `tests_dir`
+                base = "." * node.level + (node.module or "")
+                dot = "." if base.strip(".") else ""
+                modules = [base] + [f"{base}{dot}{alias.name}" for alias in node.names]
+            for module in modules:
+                inside = module.startswith(".") or module.split(".", 1)[0] == tests_dir.name
+                if inside and _is_test_module(module):
+                    found.append((path, node.lineno, module))
+                    break
+    return sorted(found)
+
+
 def problems(package_dir: Path) -> list[str]:
     """One line per module over `MAX_LINES`, per import cycle and per public module
     without ``__all__`` of the package in `package_dir` (its parent directory must be on
@@ -122,6 +157,10 @@ def main(argv: list[str]) -> int:
     package_dir = Path(argv[0] if argv else "airflow_sparkpoint").resolve()
     sys.path.insert(0, str(package_dir.parent))
     found = problems(package_dir)
+    tests_dir = package_dir.parent / "tests"
+    if tests_dir.is_dir():
+        found += [f"{path}:{line}: imports {module}, a test module (move what it shares to tests/support/)"
+                  for path, line, module in test_module_imports(tests_dir)]
     for line in found:
         print(line, file=sys.stderr)
     return 1 if found else 0

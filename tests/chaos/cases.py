@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.chaos.servers import SERVERS, S3Context
+from tests.support.s3_servers import SERVERS, S3Context
 
 JOB = "chaos"
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.chaos import record
 from tests.chaos.plan import REPORTS, format_report
-from tests.chaos.servers import S3Context, new_bucket
+from tests.support.s3_servers import S3Context, new_bucket
 from tests.support.servers import package_fixtures
 
 #: this session's name in the record: taken at the start, before any commit made meanwhile
@@ -32,7 +32,7 @@ def s3_context(s3_server_process: str) -> S3Context:
 
 @pytest.fixture()
 def s3_servers(s3_server_process: str, seaweedfs_server: str) -> dict[str, S3Context]:
-    """A fresh bucket on each S3 server, by server name (`tests.chaos.servers.SERVERS`)."""
+    """A fresh bucket on each S3 server, by server name (`tests.support.s3_servers.SERVERS`)."""
     return {"moto": new_bucket(s3_server_process, "moto"), "seaweedfs": new_bucket(seaweedfs_server, "seaweedfs")}
 
 

@@ -52,8 +52,8 @@ from tests.chaos.cases import (  # noqa: F401 - re-exported for the other chaos 
     SinkCase,
     split_key,
 )
-from tests.chaos.servers import S3Context  # noqa: F401 - re-exported
 from tests.support.inputs import write_json_batches
+from tests.support.s3_servers import S3Context  # noqa: F401 - re-exported
 
 HERE = Path(__file__).resolve().parent
 JOBS = HERE / "jobs"

@@ -51,7 +51,7 @@ from tests.chaos.plan import (
     plan_sweep,
 )
 from tests.chaos.scenarios import run_trials
-from tests.chaos.servers import SERVERS, S3Context
+from tests.support.s3_servers import SERVERS, S3Context
 
 CASES = case_keys()
 

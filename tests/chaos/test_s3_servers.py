@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.chaos.servers import SERVERS, S3Context, probe_conditional_put
+from tests.support.s3_servers import SERVERS, S3Context, probe_conditional_put
 
 pytestmark = pytest.mark.s3
 

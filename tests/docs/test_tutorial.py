@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.blocks import tutorial_script
+from tests.support.docs_blocks import tutorial_script
 from tests.support.paths import REPO
 
 TUTORIAL = REPO / "docs" / "tutorial.md"

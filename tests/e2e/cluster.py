@@ -23,7 +23,8 @@ from typing import Any
 import httpx
 
 from tests.e2e.procs import Proc, descendants, kill_marked, read, wait_gone
-from tests.e2e.stack import StackError, free_port
+from tests.e2e.stack import StackError
+from tests.support.servers import free_port
 from tests.support.waits import wait_for
 
 WORKER_MEMORY = "1g"

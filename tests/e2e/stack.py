@@ -31,19 +31,12 @@ from typing import Any
 import httpx
 
 from tests.e2e.procs import kill_marked, wait_gone
+from tests.support.servers import free_port
 from tests.support.waits import wait_for
 
 VENV_BIN = Path(sys.executable).parent
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 TERMINAL = {"success", "failed", "skipped", "upstream_failed", "removed"}
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class StackError(RuntimeError):

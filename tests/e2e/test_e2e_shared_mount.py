@@ -25,7 +25,7 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.storage import open_storage
 from tests.e2e import mountns
 from tests.e2e.cluster import SparkCluster
-from tests.races.drivers import (
+from tests.support.race_drivers import (
     JOB,
     Driver,
     args,

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.blocks import tutorial_script
+from tests.support.docs_blocks import tutorial_script
 from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.airflow, pytest.mark.timeout(3600)]

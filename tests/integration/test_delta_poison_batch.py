@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from tests.races.sink_harness import Driver, start_sink_driver, write_input
+from tests.support.sink_races import Driver, start_sink_driver, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 

@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -29,47 +28,14 @@ from airflow_sparkpoint.demo.support import (
     write_batch_file,
 )
 from airflow_sparkpoint.storage import open_storage
-from tests.support.inputs import expected_totals
-from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
+from tests.support.pausing_totals import JOB, expected, rows, submit, table, tail
 from tests.support.waits import wait_for
 
 # slow: tests/e2e/test_e2e_kills.py's task marked failed (real supervisor SIGTERM to the
 # process group) is the default run's version; `make test-all` runs this one
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-HERE = Path(__file__).resolve().parent
-JOB_SCRIPT = HERE / "jobs" / "pausing_totals.py"
-JOB = "sigterm_totals"
-SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", "spark.log.level": "WARN"}
 SUPERVISOR_ESCALATION_S = 5.0  # airflow/sdk/execution_time/supervisor.py: kill(..., escalation_delay=5.0)
-
-
-def rows(index: int) -> list[dict[str, Any]]:
-    return [{"user": f"u{(index + j) % 3}", "amount": index * 10 + j} for j in range(3)]
-
-
-def expected(files: int) -> dict[str, tuple[int, int]]:
-    return expected_totals(row for index in range(files) for row in rows(index))
-
-
-def table(path: Path) -> dict[str, tuple[int, int]]:
-    from deltalake import DeltaTable
-
-    got = [r for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist()]
-    assert len({r["user"] for r in got}) == len(got), f"duplicate users: {got}"
-    return {r["user"]: (r["total"], r["events"]) for r in got}
-
-
-def submit(tmp: Path, conf: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    env = submit_env()
-    settings = {**SPARK_CONF, "spark.sparkpoint.dir": str(tmp / "sp"), "spark.sparkpoint.job": JOB, **conf}
-    cmd = spark_submit_command(JOB_SCRIPT, settings, ["--input", str(tmp / "input"), "--output", str(tmp / "out")],
-                               env=env)
-    return start_spark_submit(cmd, env=env, log=log)
-
-
-def tail(log: Path, lines: int = 40) -> str:
-    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def test_sigterm_to_the_process_group_records_failed_and_the_next_run_resumes_exactly(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_runtime_restore import run_job
 from tests.support.inputs import write_json_batches
+from tests.support.state_cases import run_job
 
 pytestmark = pytest.mark.spark
 

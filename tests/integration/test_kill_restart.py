@@ -21,7 +21,7 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from airflow_sparkpoint.demo.support import delta_commits, orphaned_staged_files, write_batch_file
 from airflow_sparkpoint.storage import open_storage
-from tests.integration.test_driver_sigterm import JOB, expected, rows, submit, table, tail
+from tests.support.pausing_totals import JOB, expected, rows, submit, table, tail
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

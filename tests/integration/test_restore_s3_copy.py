@@ -25,9 +25,9 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
 from airflow_sparkpoint.storage import open_storage
 from airflow_sparkpoint.storage.counting import CountingStorage
-from tests.chaos.servers import S3Context, new_bucket
-from tests.integration.test_runtime_restore import aggregation, table_rows
 from tests.support.inputs import expected_totals, write_event_files
+from tests.support.s3_servers import S3Context, new_bucket
+from tests.support.state_cases import aggregation, table_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.slow]
 

@@ -6,10 +6,8 @@ two Delta tables must be identical: lost state or duplicated output would differ
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,39 +15,13 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
 from tests.support.inputs import write_json_batches
+from tests.support.state_cases import aggregation, deduplication, run_job, table_rows
 
 pytestmark = pytest.mark.spark
 
 
 
-def run_job(spark: Any, root: Path, job: str, build: Callable[[Any, Path], Any], inputs: Path, table: Path,
-            sink_kwargs: dict[str, Any], output_mode: str, restore: str = "latest", state_store: str = "rocksdb",
-            ) -> Any:
-    from airflow_sparkpoint.runtime import SparkpointJob
-    from airflow_sparkpoint.sinks import DeltaSink
-
-    sp = SparkpointJob.get_or_create(conf={
-        "spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": job, "spark.sparkpoint.restore": restore,
-        "spark.sparkpoint.stateStore": state_store,
-    }, argv=[])
-    return sp.run(build(spark, inputs), sink=DeltaSink(str(table), **sink_kwargs), output_mode=output_mode)
-
-
 # -- the queries ------------------------------------------------------------------------------
-
-
-def aggregation(spark: Any, inputs: Path) -> Any:
-    from pyspark.sql import functions as F
-
-    events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(str(inputs))
-    return events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("n"))
-
-
-def deduplication(spark: Any, inputs: Path) -> Any:
-    events = (
-        spark.readStream.schema("id string, ts timestamp, v long").option("maxFilesPerTrigger", 1).json(str(inputs))
-    )
-    return events.withWatermark("ts", "1 hour").dropDuplicatesWithinWatermark(["id"])
 
 
 def stream_join(spark: Any, inputs: Path) -> Any:
@@ -193,13 +165,6 @@ CASES = {
         {"mode": "merge", "keys": ["user"]}, "update",
     ),
 }
-
-
-def table_rows(path: Path) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
-
-    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
 @pytest.mark.parametrize(

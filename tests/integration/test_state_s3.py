@@ -41,7 +41,6 @@ from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.demo.support import delta_commits
 from airflow_sparkpoint.runtime.rescale import interrupted
-from tests.chaos.servers import S3Context, new_bucket
 from tests.support import state_cases
 from tests.support.dag_runs import new_dag, run_dag
 from tests.support.inputs import write_json_batches
@@ -56,6 +55,7 @@ from tests.support.rescale_runs import (
     table,
     write_inputs,
 )
+from tests.support.s3_servers import S3Context, new_bucket
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 

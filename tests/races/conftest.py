@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.races.drivers import Driver
+from tests.support.race_drivers import Driver
 from tests.support.servers import package_fixtures
 
 spark, s3_server_process = package_fixtures("spark", "s3_server_process")

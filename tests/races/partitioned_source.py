@@ -39,7 +39,7 @@ from pyspark.sql.types import StructType
 
 SCHEMA = "id long, user string, amount long"
 SUFFIX = ".jsonl"
-#: the topic `tests/races/sink_job.py` reads
+#: the topic `tests/races/jobs/sink_job.py` reads
 TOPIC = "events"
 
 

@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from tests.races.drivers import JOB, TIMEOUT_S, args, diff, expected_rows, job_conf, table_rows, write_inputs
+from tests.support.race_drivers import (
+    JOB,
+    TIMEOUT_S,
+    args,
+    diff,
+    expected_rows,
+    job_conf,
+    table_rows,
+    write_inputs,
+)
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]

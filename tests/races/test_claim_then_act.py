@@ -25,7 +25,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.services.commit import commit_pending
-from tests.races.drivers import JOB, args, diff, expected_rows, job_conf, table_rows, write_inputs
+from tests.support.race_drivers import JOB, args, diff, expected_rows, job_conf, table_rows, write_inputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 

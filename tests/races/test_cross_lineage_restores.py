@@ -34,7 +34,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.services import savepoint as savepoints
 from airflow_sparkpoint.services.commit import commit_pending
-from tests.races.sink_harness import (
+from tests.support.sink_races import (
     DeltaCase,
     DeltaMergeCase,
     DirectoryCase,

@@ -20,20 +20,29 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import layout
-from tests.races.drivers import args, delta_version, diff, expected_rows, job_conf, table_rows, write_inputs
-from tests.races.test_lineages import BATCHES, _first_run
+from tests.support.race_drivers import (
+    FIRST_RUN_BATCHES,
+    args,
+    delta_version,
+    diff,
+    expected_rows,
+    first_run,
+    job_conf,
+    table_rows,
+    write_inputs,
+)
 
 # slow: the default run is at its 40-minute budget; `make test-all` runs it
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def test_a_zombies_retention_cannot_wedge_the_lineage_restored_meanwhile(tmp_path: Path, start_driver: Any) -> None:
-    catalog, oldest = _first_run(tmp_path, start_driver)
+    catalog, oldest = first_run(tmp_path, start_driver)
     root, table = tmp_path / "checkpoints", tmp_path / "table"
-    write_inputs(tmp_path / "input", files=1, start=BATCHES)
+    write_inputs(tmp_path / "input", files=1, start=FIRST_RUN_BATCHES)
 
     zombie = start_driver("zombie", job_conf(root), args(tmp_path), pause="retention_delete")
-    assert zombie.reached("retention_delete")["batch"] == BATCHES
+    assert zombie.reached("retention_delete")["batch"] == FIRST_RUN_BATCHES
     rewind = job_conf(root, {"restore": catalog.checkpoint_uri(oldest.id), "restore.sinkAhead": "rewind"})
     restorer = start_driver("rewind", rewind, args(tmp_path), pause="after_rewind")
     held = restorer.reached("after_rewind")
@@ -53,6 +62,6 @@ def test_a_zombies_retention_cannot_wedge_the_lineage_restored_meanwhile(tmp_pat
     assert result is not None
     assert result["restored_from"] == f"{catalog.uri}/{layout.pin_dir(int(held['generation']))}", \
         "the retry restarts from the copy the rewound lineage owns"
-    assert result["first_batch"] == oldest.batch_id + 1 and result["last_batch"] == BATCHES, result
+    assert result["first_batch"] == oldest.batch_id + 1 and result["last_batch"] == FIRST_RUN_BATCHES, result
     problems = diff(expected_rows(tmp_path / "input"), table_rows(table))
     assert not problems, problems

@@ -20,34 +20,18 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog
-from tests.races.drivers import (
-    JOB,
+from tests.support.race_drivers import (
+    FIRST_RUN_BATCHES,
     args,
     delta_version,
     diff,
     expected_rows,
+    first_run,
     job_conf,
     table_rows,
-    write_inputs,
 )
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
-
-BATCHES = 8
-
-
-def _first_run(tmp_path: Path, start_driver: Any) -> tuple[Catalog, Any]:
-    root = tmp_path / "checkpoints"
-    write_inputs(tmp_path / "input", files=BATCHES)
-    first = start_driver("first", job_conf(root), args(tmp_path))
-    assert first.wait() == 0, first.tail()
-    catalog = Catalog.open(str(root), JOB)
-    retained = catalog.checkpoints()
-    assert [m.batch_id for m in retained] == [7, 6, 5]
-    assert delta_version(tmp_path / "table") == BATCHES - 1
-    return catalog, retained[-1]
-
 
 def _restored(table: Path) -> bool:
     from deltalake import DeltaTable
@@ -58,7 +42,7 @@ def _restored(table: Path) -> bool:
 def test_a_retry_after_a_crash_right_after_a_rewind_continues_the_rewound_lineage(
     tmp_path: Path, start_driver: Any
 ) -> None:
-    catalog, oldest = _first_run(tmp_path, start_driver)
+    catalog, oldest = first_run(tmp_path, start_driver)
     root, table = tmp_path / "checkpoints", tmp_path / "table"
     rewind = job_conf(root, {"restore": catalog.checkpoint_uri(oldest.id), "restore.sinkAhead": "rewind"})
     crashed = start_driver("rewind", rewind, args(tmp_path), fault=f"rewind:{oldest.batch_id}")
@@ -72,7 +56,7 @@ def test_a_retry_after_a_crash_right_after_a_rewind_continues_the_rewound_lineag
     result = retry.result
     assert result is not None
     assert result["restored_from"] == catalog.checkpoint_uri(oldest.id), "the retry must continue the rewound lineage"
-    assert result["first_batch"] == oldest.batch_id + 1 and result["last_batch"] == BATCHES - 1
+    assert result["first_batch"] == oldest.batch_id + 1 and result["last_batch"] == FIRST_RUN_BATCHES - 1
     problems = diff(expected_rows(tmp_path / "input"), table_rows(table))
     assert not problems, problems
     entries = catalog.list_checkpoints()
@@ -84,7 +68,7 @@ def test_a_retry_after_a_crash_right_after_a_rewind_continues_the_rewound_lineag
 def test_a_driver_started_while_another_is_held_after_its_rewind_continues_the_rewound_lineage(
     tmp_path: Path, start_driver: Any
 ) -> None:
-    catalog, oldest = _first_run(tmp_path, start_driver)
+    catalog, oldest = first_run(tmp_path, start_driver)
     root, table = tmp_path / "checkpoints", tmp_path / "table"
     rewind = job_conf(root, {"restore": catalog.checkpoint_uri(oldest.id), "restore.sinkAhead": "rewind"})
     held = start_driver("rewind", rewind, args(tmp_path), pause="after_rewind")

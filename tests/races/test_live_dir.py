@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from tests.races.drivers import (
+from tests.support.race_drivers import (
     JOB,
     TIMEOUT_S,
     args,

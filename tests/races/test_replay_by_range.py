@@ -26,7 +26,7 @@ import pytest
 
 from airflow_sparkpoint.runtime import replay
 from airflow_sparkpoint.runtime.livedir import source_offsets
-from tests.races.sink_harness import JOB, WAIT_S, DeltaMergeCase, Scene, differences, explain
+from tests.support.sink_races import JOB, WAIT_S, DeltaMergeCase, Scene, differences, explain
 from tests.support.waits import wait_for
 
 # The stand-in source's read limits (ReadMaxRows) came with PySpark 4.2: older lines skip.

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.races.sink_harness import (
+from tests.support.sink_races import (
     JOB,
     DeltaCase,
     DeltaMergeCase,

@@ -34,8 +34,8 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from tests.races.drivers import TIMEOUT_S
-from tests.races.sink_harness import (
+from tests.support.race_drivers import TIMEOUT_S
+from tests.support.sink_races import (
     JOB,
     DeltaCase,
     DeltaMergeCase,

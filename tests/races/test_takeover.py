@@ -13,7 +13,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from tests.races.drivers import (
+from tests.support.race_drivers import (
     JOB,
     args,
     delta_version,

@@ -20,7 +20,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from tests.races.drivers import delta_version, diff, expected_rows, table_rows, write_inputs
+from tests.support.race_drivers import delta_version, diff, expected_rows, table_rows, write_inputs
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]

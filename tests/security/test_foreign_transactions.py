@@ -34,7 +34,7 @@ from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.sinks.s3 import S3Sink
 from airflow_sparkpoint.storage import LocalStorage
-from tests.security.test_forged_records import outcome
+from tests.support.forgery import outcome
 from tests.support.records import checkpoint_at, sink_record
 
 JOB, OTHER = "orders", "refunds"

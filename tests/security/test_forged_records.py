@@ -25,12 +25,10 @@ from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
 from airflow_sparkpoint.checkpoints.metadata import canonical_json, sha256_hex
 from airflow_sparkpoint.exceptions import InvalidPath, SinkError, SparkpointError
 from airflow_sparkpoint.services.commit import commit_pending
-from airflow_sparkpoint.sinks import sink_from_config
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import LocalStorage, open_storage
+from tests.support.forgery import JOB, assert_refused, forged_record, outcome, s3_objects
 from tests.support.records import checkpoint_at
-
-JOB = "orders"
 
 
 def victim_dir(root: Path) -> Path:
@@ -40,29 +38,8 @@ def victim_dir(root: Path) -> Path:
     return victim
 
 
-def outcome(action: Any, *args: Any, **kwargs: Any) -> BaseException | None:
-    """Run `action` and return what it raised (the victim is checked before the error)."""
-    try:
-        action(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the caller asserts its type
-        return exc
-    return None
-
-
-def assert_refused(exc: BaseException | None, types: Any, match: str) -> None:
-    assert isinstance(exc, types), f"not refused with {types}: {exc!r}"
-    assert match in str(exc), f"the error does not name {match!r}: {exc}"
-
-
 def assert_survived(victim: Path) -> None:
     assert (victim / "precious.txt").read_text() == "must survive", f"{victim} was touched"
-
-
-def forged_record(batch: int, generation: int, config: dict[str, Any], staged: dict[str, Any],
-                  sink_kind: str = "directory") -> TransactionRecord:
-    sink_id = sink_from_config(sink_kind, config).sink_id  # as consistent as a careful forger makes it
-    return TransactionRecord(JOB, batch, generation, sink_kind, sink_id,
-                             {"config": config, "staged": staged}, created_at=time.time())
 
 
 # ------------------------------------------------------------------- 1. a forged transaction record
@@ -93,14 +70,6 @@ def test_forged_record_for_another_sink_is_refused_by_a_declared_sink(tmp_path: 
     exc = outcome(commit_pending, catalog, sink=declared)
     assert_survived(victim)
     assert_refused(exc, SinkError, "does not match")
-
-
-def s3_objects(endpoint: str, bucket: str) -> list[str]:
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                          aws_access_key_id="test", aws_secret_access_key="test")
-    return sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", ()))
 
 
 def s3_forged_staging_root(endpoint: str, bucket: str, tmp_path: Path) -> None:

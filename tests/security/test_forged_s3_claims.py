@@ -15,7 +15,7 @@ from airflow_sparkpoint.exceptions import InvalidPath, SinkError
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.sinks.s3 import S3Sink
 from airflow_sparkpoint.storage import open_storage
-from tests.security.test_forged_records import JOB, assert_refused, forged_record, outcome, s3_objects
+from tests.support.forgery import JOB, assert_refused, forged_record, outcome, s3_objects
 
 pytestmark = pytest.mark.s3
 

@@ -17,7 +17,6 @@ import hashlib
 import json
 import logging
 import pickle
-import socket
 import sys
 import time
 import traceback
@@ -41,6 +40,7 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
 )
 from airflow_sparkpoint.storage import open_storage
+from tests.support.servers import free_port
 
 HERE = Path(__file__).resolve().parent
 JOB = "orders"
@@ -58,12 +58,6 @@ def assert_clean(text: str, *, what: str, key_id: bool = True) -> None:
 def full_text(exc: BaseException) -> str:
     """Everything a log handler prints for `exc`: message, repr and the whole chain."""
     return "\n".join([str(exc), repr(exc), "".join(traceback.format_exception(exc))])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def checkpoint(catalog: Catalog, batch_id: int = 0, **changes: Any) -> SnapshotMetadata:

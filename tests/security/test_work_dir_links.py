@@ -110,7 +110,9 @@ def test_materialize_links_no_file_through_a_symlink_in_the_previous_live_locati
     of the recorded size and mtime: only the last component was checked, so it was
     hard-linked into the new location (and the next checkpoint would upload it)."""
     from airflow_sparkpoint.runtime.restore import materialize
-    from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, write_live
+    from tests.support.checkpointers import checkpointer
+    from tests.support.fake_sinks import RecordingSink
+    from tests.support.live_dirs import write_live
 
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), JOB)
     previous = tmp_path / "work" / "g1"
@@ -204,7 +206,9 @@ def test_a_huge_offsets_file_in_the_snapshot_is_refused_not_read_whole(tmp_path:
     """The restore's sink-position check (`replay.plan_replay`) reads the snapshot's own
     ``offsets/<batch>``: a sparse file of 256 MiB planted there in the store."""
     from airflow_sparkpoint.runtime import replay
-    from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, write_live
+    from tests.support.checkpointers import checkpointer
+    from tests.support.fake_sinks import RecordingSink
+    from tests.support.live_dirs import write_live
 
     store = LocalStorage(str(tmp_path / "store"))
     catalog = Catalog(store, JOB)
@@ -234,7 +238,9 @@ def test_a_huge_offsets_object_in_an_s3_snapshot_is_refused_not_read_whole(seawe
     from airflow_sparkpoint.checkpoints.layout import SNAPSHOT_LOG_MAX_BYTES as LOG_FILE_MAX_BYTES
     from airflow_sparkpoint.runtime import replay
     from airflow_sparkpoint.storage import open_storage
-    from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, write_live
+    from tests.support.checkpointers import checkpointer
+    from tests.support.fake_sinks import RecordingSink
+    from tests.support.live_dirs import write_live
 
     s3_bucket = f"sp-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=seaweedfs_server, region_name="us-east-1", aws_access_key_id="test",

@@ -1,21 +1,31 @@
 """The two staging sides of `DeltaSink`, for its test modules: an autouse fixture runs
 every test once with batches staged from the driver and once by the executors, and
 `stage` does what the runtime does in ``foreachBatch`` on the side of the running test.
+Without Spark, `staged` leaves what `DeltaSink.stage` leaves for a batch of (user,
+total) rows, and `table_rows` reads such a table back.
 
 A test module opts in with ``from tests.support.delta_staging import staging_side  # noqa: F401``.
 """
 
 from __future__ import annotations
 
+import base64
+import os
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from airflow_sparkpoint.checkpoints import TransactionRecord
 from airflow_sparkpoint.sinks import DeltaSink, StageContext
 from tests.support.records import sink_record
+
+JOB = "job"  # the job of the batches `staged` makes
+SCHEMA = pa.schema([("user", pa.string()), ("total", pa.int64())])
 
 #: ``spark.sparkpoint.delta.driverStagingMaxBytes`` that selects each side
 DRIVER_MAX_BYTES = {"driver": 32 * 1024 * 1024, "executors": 0}
@@ -69,3 +79,26 @@ def stage(sink: DeltaSink, df: Any, batch: int, generation: int = 1, job: str = 
     ctx = StageContext(job, batch, generation, options or {}, DRIVER_MAX_BYTES[SIDE])
     payload = sink.stage(sized(df) if SIDE == "driver" else df, ctx)
     return sink_record(sink, batch, generation, payload, job=job)
+
+
+def staged(sink: DeltaSink, batch: int, generation: int, rows: list[tuple[str, int]]) -> TransactionRecord:
+    """What `DeltaSink.stage` leaves behind for one batch of job `JOB` (one Parquet file of
+    `rows`, none when empty), and its pre-commit record."""
+    txn = f"{JOB}-b{batch}-g{generation}"
+    staging = f"_sparkpoint_txn/{JOB}/{txn}"
+    os.makedirs(os.path.join(sink.path, staging), exist_ok=True)
+    path = f"{staging}/part-00000-{txn}.snappy.parquet"
+    table = pa.table({"user": [r[0] for r in rows], "total": [r[1] for r in rows]}, schema=SCHEMA)
+    pq.write_table(table, os.path.join(sink.path, path), compression="snappy")
+    files = [{"path": path, "size": os.path.getsize(os.path.join(sink.path, path)), "partition_values": {},
+              "num_records": len(rows), "modification_time": int(time.time() * 1000)}] if rows else []
+    payload = {"mode": sink.mode, "staging": staging, "files": files, "rows": len(rows),
+               "schema": base64.b64encode(SCHEMA.serialize().to_pybytes()).decode("ascii")}
+    return sink_record(sink, batch, generation, payload, job=JOB)
+
+
+def table_rows(sink: DeltaSink) -> list[tuple[str, int]]:
+    """The (user, total) rows of the Delta table of `sink`, sorted."""
+    from deltalake import DeltaTable
+
+    return sorted((r["user"], r["total"]) for r in DeltaTable(sink.path).to_pyarrow_table().to_pylist())

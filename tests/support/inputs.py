@@ -2,6 +2,7 @@
 
 Spark's file source orders files by modification time, so with ``maxFilesPerTrigger=1``
 one file is one micro-batch when the mtimes increase with the batch (docs/howto/write-a-job.md).
+The keyed-totals oracle (`expected_totals`) and what such a job wrote (`delta_totals`).
 """
 
 from __future__ import annotations
@@ -59,3 +60,13 @@ def expected_totals(rows: Iterable[Mapping[str, Any]], key: str = "user",
         total, count = totals.get(row[key], (0, 0))
         totals[row[key]] = (total + row[value], count + 1)
     return totals
+
+
+def delta_totals(path: Path | str) -> dict[str, tuple[int, int]]:
+    """What a keyed-totals job wrote to the Delta table at `path`, in `expected_totals`'
+    shape: per user, (total, events); one row per user (a duplicate fails the test)."""
+    from deltalake import DeltaTable
+
+    got = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    assert len({r["user"] for r in got}) == len(got), f"duplicate users: {got}"
+    return {r["user"]: (r["total"], r["events"]) for r in got}

@@ -1,11 +1,14 @@
 """One builder per record kind, as the runtime writes them (no Spark): a completed
 checkpoint in a job's catalog, with its files uploaded into ``shared/`` as the
-checkpointer does (`put_checkpoint`), and a sink's pre-commit transaction record
-(`sink_record`)."""
+checkpointer does (`put_checkpoint`), a sink's pre-commit transaction record
+(`sink_record`), transactions a checkpoint confirms (`confirm`), a checkpoint with
+state files (`state_checkpoint`), a job's status record (`write_status`) and the
+``_metadata`` of a big job (`big_job_metadata`)."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,13 +25,14 @@ def put_checkpoint(
     generation: int | None = None,
     created_at: float | None = None,
     pending: Iterable[TransactionRecord] = (),
+    stats: SnapshotStats | None = None,
 ) -> SnapshotMetadata:
     """Upload `files` (path → bytes) into shared/ (once per content) and complete a
     checkpoint referencing them that lists `pending` as its pending transactions.
 
     Defaults: `files` one offsets file (``offsets/<id>``); `batch_id` the checkpoint's id
     minus one; `generation` the current one (generations are claimed up to a given one);
-    `created_at` now."""
+    `created_at` now; `stats` 5 ms, every file copied."""
     checkpoint_id = catalog.next_checkpoint_id()
     if files is None:
         files = {f"offsets/{checkpoint_id}": f"offsets of batch {checkpoint_id}".encode()}
@@ -51,8 +55,8 @@ def put_checkpoint(
         batch_id=checkpoint_id - 1 if batch_id is None else batch_id,
         created_at=time.time() if created_at is None else created_at,
         files=tuple(refs),
-        stats=SnapshotStats(duration_ms=5, bytes_copied=size, files_copied=len(files), bytes_total=size,
-                            file_count=len(files)),
+        stats=stats or SnapshotStats(duration_ms=5, bytes_copied=size, files_copied=len(files), bytes_total=size,
+                                     file_count=len(files)),
         transactions=tuple(pending),
     )
     catalog.complete_checkpoint(meta)
@@ -69,9 +73,45 @@ def checkpoint_at(catalog: Catalog, batch: int, *, generation: int | None = None
     return put_checkpoint(catalog, {}, batch_id=batch, generation=target, pending=pending)
 
 
+def state_checkpoint(catalog: Catalog, batch: int, *, duration: int = 10, copied: int = 100, partitions: int = 2,
+                     created_at: float | None = None) -> SnapshotMetadata:
+    """A completed checkpoint of `batch` by the current generation whose state files span
+    `partitions` partitions of operator 0; its stats say `duration` ms and `copied` bytes
+    copied in one file."""
+    files = {f"offsets/{batch}": f"o{batch}".encode(),
+             **{f"state/0/{p}/{batch + 1}.delta": b"s" * (10 + p) for p in range(partitions)}}
+    stats = SnapshotStats(duration, copied, 1, sum(map(len, files.values())), len(files))
+    return put_checkpoint(catalog, files, batch_id=batch, created_at=created_at, stats=stats)
+
+
+def write_status(catalog: Catalog, state: str = "running", *, heartbeat_age: float = 0.0, **extra: Any) -> None:
+    """The status record of the job's current generation: `state`, started a minute ago,
+    its last heartbeat `heartbeat_age` seconds ago, and `extra` fields."""
+    now = time.time()
+    catalog.write_status({"job": catalog.job, "generation": catalog.current_generation(), "state": state,
+                          "started_at": now - 60, "heartbeat_at": now - heartbeat_age, **extra})
+
+
 def sink_record(sink: Sink, batch: int, generation: int = 1, staged: Mapping[str, Any] | None = None, *,
                 job: str = "job") -> TransactionRecord:
     """The pre-commit record of `sink` as the runtime writes it after staging `batch`:
     the sink's config and what its stage returned (`staged`, default nothing)."""
     return TransactionRecord(job, batch, generation, sink.kind, sink.sink_id,
                              {"config": sink.to_config(), "staged": dict(staged or {})}, created_at=time.time())
+
+
+def confirm(catalog: Catalog, *records: TransactionRecord) -> None:
+    """Record the transactions and a checkpoint of their last batch that lists them (as the
+    coordinator does in ``external`` commit mode)."""
+    for r in records:
+        catalog.put_transaction(r)
+    checkpoint_at(catalog, records[-1].batch_id, generation=records[-1].generation, pending=records)
+
+
+def big_job_metadata(files: int) -> bytes:
+    """The ``_metadata`` of a RocksDB job with `files` SST files (names as Spark writes them)."""
+    refs = []
+    for i in range(files):
+        path = f"state/{i % 4}/{i // 4 % 200}/SSTs/{i:06d}-{uuid.UUID(int=i)}.sst"
+        refs.append(FileRef(path, f"shared/{path}~{i:016x}", 64 << 20, f"{i:064x}", 1_790_000_000_123_456_789))
+    return SnapshotMetadata("checkpoint", 12345, "orders", 42, 987654, 1.79e9, tuple(refs)).to_bytes()

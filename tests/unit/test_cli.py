@@ -11,22 +11,19 @@ import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.metadata import (
-    FileRef,
-    SnapshotMetadata,
-    SnapshotStats,
     TransactionRecord,
-    sha256_hex,
 )
-from airflow_sparkpoint.cli import main
-from airflow_sparkpoint.sinks.base import CommitOutcome, Sink
 from airflow_sparkpoint.storage import open_storage
+from tests.support.cli_runs import checkpoint, job_with_checkpoints, run
+from tests.support.fake_sinks import AbortRecordingSink
+from tests.support.records import write_status
 
 ENTRY_KEYS = {"kind", "id", "uri", "valid", "error", "batch_id", "generation", "created_at", "created",
               "duration_ms", "bytes_copied", "bytes_total", "file_count", "source_checkpoint",
@@ -50,38 +47,6 @@ def root(tmp_path: Path) -> Path:
     path = tmp_path / "root"
     path.mkdir()
     return path
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return code, out, err
-
-
-def checkpoint(catalog: Catalog, version: int) -> SnapshotMetadata:
-    files = {f"offsets/{version}": f"o{version}".encode(), "state/0/0/1.delta": b"state" * 100}
-    refs = []
-    for path, data in files.items():
-        key = catalog.shared_key(path, sha256_hex(data))
-        catalog.store.put(key, data)
-        refs.append(FileRef(path, key, len(data), sha256_hex(data)))
-    meta = SnapshotMetadata("checkpoint", catalog.next_checkpoint_id(), catalog.job, catalog.current_generation(),
-                            version, time.time(), tuple(refs), stats=SnapshotStats(12, 100, 1, 502, 2))
-    catalog.complete_checkpoint(meta)
-    return meta
-
-
-def job_with_checkpoints(root: Path, count: int = 2) -> tuple[Catalog, list[SnapshotMetadata]]:
-    catalog = Catalog(open_storage(str(root)), "orders")
-    catalog.claim_generation()
-    return catalog, [checkpoint(catalog, v) for v in range(count)]
-
-
-def write_status(catalog: Catalog, *, state: str = "running", heartbeat_age: float = 0.0, **extra: Any) -> None:
-    now = time.time()
-    catalog.write_status({"job": catalog.job, "generation": catalog.current_generation(), "state": state,
-                          "started_at": now - 60, "heartbeat_at": now - heartbeat_age, **extra})
 
 
 # --------------------------------------------------------------------------- bad input
@@ -412,33 +377,6 @@ def test_commit_calls_commit_pending(capsys: pytest.CaptureFixture[str], root: P
     assert code == 2 and "'-1' is invalid" in err
 
 
-class _AbortRecordingSink(Sink):
-    """Nothing ever committed; remembers what it aborted."""
-
-    kind = "cli-abort-test"
-    aborted: ClassVar[list[str]] = []
-
-    sink_id = "cli-test"
-
-    def to_config(self) -> dict[str, Any]:
-        return {}
-
-    def stage(self, df: Any, ctx: Any) -> dict[str, Any]:  # pragma: no cover - not used
-        return {}
-
-    def commit(self, record: TransactionRecord) -> CommitOutcome:  # pragma: no cover - not used
-        raise AssertionError("abort-generation must not commit")
-
-    def is_committed(self, record: TransactionRecord) -> bool:
-        return False
-
-    def abort(self, record: TransactionRecord) -> None:
-        self.aborted.append(record.txn_id)
-
-    def committed_position(self, job: str) -> int | None:
-        return None
-
-
 def test_commit_abort_generation_discards_green_and_is_refused_while_it_runs(
     capsys: pytest.CaptureFixture[str], root: Path
 ) -> None:
@@ -447,20 +385,20 @@ def test_commit_abort_generation_discards_green_and_is_refused_while_it_runs(
     catalog.claim_generation()  # green: generation 2
     for batch, generation in ((3, 1), (4, 2), (5, 2)):
         catalog.put_transaction(TransactionRecord(
-            job="orders", batch_id=batch, generation=generation, sink=_AbortRecordingSink.kind,
+            job="orders", batch_id=batch, generation=generation, sink=AbortRecordingSink.kind,
             sink_id="cli-test", payload={"config": {}, "staged": {}}))
     write_status(catalog)  # green is running
-    _AbortRecordingSink.aborted.clear()
+    AbortRecordingSink.aborted.clear()
 
     code, _, err = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--abort-generation", "2")
     assert code == 1 and "generation 2 of job 'orders' is still running" in err
-    assert _AbortRecordingSink.aborted == []
+    assert AbortRecordingSink.aborted == []
 
     write_status(catalog, state="failed")
     code, out, _ = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--abort-generation", "2", "--json")
     assert code == 0
     assert json.loads(out)["result"] == {"aborted": ["orders-b4-g2", "orders-b5-g2"]}
-    assert _AbortRecordingSink.aborted == ["orders-b4-g2", "orders-b5-g2"]
+    assert AbortRecordingSink.aborted == ["orders-b4-g2", "orders-b5-g2"]
     assert [r.txn_id for r in catalog.transactions()] == ["orders-b3-g1"]  # blue's is untouched
     code, _, err = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--abort-generation", "0")
     assert code == 2 and "'0' is invalid; expected a generation >= 1" in err

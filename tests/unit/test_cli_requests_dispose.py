@@ -16,7 +16,8 @@ from airflow_sparkpoint.checkpoints import retention
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.lineage import new_origin
-from tests.unit.test_cli import job_with_checkpoints, run, write_status
+from tests.support.cli_runs import job_with_checkpoints, run
+from tests.support.records import write_status
 
 REQUEST_KEYS = {"id", "kind", "state", "generation", "created_at", "created", "deadline", "requested_by"}
 WITHDRAW_KEYS = {"job", "root", "request_id", "withdrawn", "state", "generation", "error"}

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from tests.support.paths import REPO
+from tests.support.paths import REPO, load_module
 
 DOCKER = REPO / "docker"
 COMPOSE_FILE = DOCKER / "compose.yaml"
@@ -241,10 +241,7 @@ def provider_connection_types(distribution: str) -> set[str]:
         spec = importlib.util.find_spec(module_name)
         assert spec is not None and spec.origin, f"cannot locate {module_name}"
         path = Path(spec.origin)
-    spec = importlib.util.spec_from_file_location(f"_provider_info_{distribution}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(f"_provider_info_{distribution}", path)
     info = getattr(module, function)()
     return {item["connection-type"] for item in info.get("connection-types", [])}
 

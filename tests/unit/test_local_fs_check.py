@@ -5,24 +5,13 @@ the check can fail) and on the package itself."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.paths import REPO, load_module
 
-
-def _checker() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_local_fs", REPO / "scripts" / "check_local_fs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-check = _checker()
+check = load_module("check_local_fs", REPO / "scripts" / "check_local_fs.py")
 
 
 def _package(root: Path, files: dict[str, str]) -> Path:

@@ -1,27 +1,17 @@
 """The structure rules of the package (`scripts/check_structure.py`, run by `make lint`):
-no module over the backstop's line count, no import cycle, no public module without `__all__`.
-Checked on synthetic packages (so the check can fail) and on the package itself."""
+no module over the backstop's line count, no import cycle, no public module without `__all__`,
+no test module importing another test module. Checked on synthetic packages (so the check can fail) and on the package itself."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.paths import REPO, load_module
 
-
-def _checker() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_structure", REPO / "scripts" / "check_structure.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-check = _checker()
+check = load_module("check_structure", REPO / "scripts" / "check_structure.py")
 
 
 def _package(root: Path, name: str, files: dict[str, str]) -> Path:
@@ -90,3 +80,32 @@ def test_the_package_has_no_long_module_and_no_import_cycle(monkeypatch: pytest.
     spec = importlib.util.find_spec("airflow_sparkpoint")
     assert spec is not None and str(spec.origin).startswith(str(REPO)), f"checking another copy: {spec}"
     assert check.problems(REPO / "airflow_sparkpoint") == []
+
+
+def test_an_import_of_a_test_module_or_conftest_is_reported(tmp_path: Path) -> None:
+    tests = _package(tmp_path, "tests", {
+        "__init__.py": "",
+        "conftest.py": "",
+        "support/__init__.py": "",
+        "support/helpers.py": "def helper(): ...\n",
+        "unit/__init__.py": "",
+        "unit/test_a.py": "from tests.support.helpers import helper\n",  # the one home: fine
+        "unit/test_b.py": "from tests.unit.test_a import helper\n",
+        "unit/test_c.py": "def test_c():\n    from tests.unit import test_a\n",  # lazy, the module itself
+        "unit/test_d.py": "import tests.conftest\n",
+        "unit/harness.py": "from tests.conftest import x\nimport testsuite.test_x\n",  # another package: fine
+        "unit/test_e.py": "from .test_a import helper\nfrom . import test_b, helpers\n",  # relative
+    })
+    assert check.test_module_imports(tests) == [
+        (tests / "unit" / "harness.py", 1, "tests.conftest"),
+        (tests / "unit" / "test_b.py", 1, "tests.unit.test_a"),
+        (tests / "unit" / "test_c.py", 2, "tests.unit.test_a"),
+        (tests / "unit" / "test_d.py", 1, "tests.conftest"),
+        (tests / "unit" / "test_e.py", 1, ".test_a"),
+        (tests / "unit" / "test_e.py", 2, ".test_b"),
+    ]
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    found = check.test_module_imports(REPO / "tests")
+    assert found == [], "\n".join(f"{path.relative_to(REPO)}:{line}: {module}" for path, line, module in found)

@@ -11,8 +11,8 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.operators import SparkpointCommitOperator, SparkpointSubmitOperator
 from airflow_sparkpoint.storage import open_storage
 from tests.support.dag_runs import new_dag, run_dag, task_states
-from tests.unit.airflow.test_asset_events import LocatedSink
-from tests.unit.airflow.test_assets import confirm, record
+from tests.support.fake_sinks import LocatedSink
+from tests.support.records import confirm, sink_record
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     catalog = Catalog(open_storage(root), job)
     catalog.claim_generation()
     sink = LocatedSink("w-lineage")
-    confirm(catalog, record(sink, 0), record(sink, 1))
+    confirm(catalog, sink_record(sink, 0, job=job), sink_record(sink, 1, job=job))
     with new_dag("lineage") as dag:
         commit = SparkpointCommitOperator(task_id="commit", job_name=job, checkpoint_dir=root, sink=sink)
         submit = SparkpointSubmitOperator(task_id="submit", application="/nonexistent/job.py", conn_id="spark_default",

@@ -13,8 +13,8 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.exceptions import ConfigError
 from tests.support.dag_runs import new_dag, run_dag, task_state
-from tests.support.records import put_checkpoint
-from tests.unit.airflow.test_assets import VersionedSink, confirm, record
+from tests.support.fake_sinks import LocatedSink
+from tests.support.records import confirm, put_checkpoint, sink_record
 
 pytestmark = pytest.mark.airflow
 
@@ -24,16 +24,6 @@ JOB = "orders"
 @pytest.fixture(autouse=True)
 def _airflow(airflow_home: Path) -> None:
     return None
-
-
-class LocatedSink(VersionedSink):
-    """A VersionedSink that names a location, so its output has an asset."""
-
-    kind = "test-located"
-
-    @property
-    def location_uri(self) -> str:
-        return f"file:///fake-sinks/{self.name}"
 
 
 def asset_events(uri: str) -> list[dict[str, Any]]:
@@ -56,8 +46,8 @@ def test_the_commit_step_emits_one_event_when_it_committed_and_none_when_it_did_
 
     sink = LocatedSink(f"w-{tmp_path.name}")
     catalog.claim_generation()
-    confirm(catalog, record(sink, 0), record(sink, 1))
-    catalog.put_transaction(record(sink, 2))  # staged, not confirmed
+    confirm(catalog, sink_record(sink, 0, job=JOB), sink_record(sink, 1, job=JOB))
+    catalog.put_transaction(sink_record(sink, 2, job=JOB))  # staged, not confirmed
 
     def step() -> Any:
         with new_dag("commit_assets") as dag:
@@ -72,7 +62,7 @@ def test_the_commit_step_emits_one_event_when_it_committed_and_none_when_it_did_
     step()  # nothing new: batch 2 is still unconfirmed
     assert len(asset_events(uri)) == 1
 
-    confirm(catalog, record(sink, 3))  # batch 2 can never be confirmed now: aborted; batch 3 committed
+    confirm(catalog, sink_record(sink, 3, job=JOB))  # batch 2 can never be confirmed now: aborted; batch 3 committed
     step()
     events = asset_events(uri)
     assert len(events) == 2 and events[-1]["committed_batches"] == [3] and events[-1]["sink_version"] == 103, events

@@ -20,7 +20,7 @@ from airflow_sparkpoint.checkpoints.history import load_history
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage import open_storage
 from tests.support.paths import REPO
-from tests.unit.checkpoints.test_history import checkpoint, status
+from tests.support.records import state_checkpoint, write_status
 
 pytestmark = pytest.mark.airflow
 
@@ -35,8 +35,8 @@ def healthy(root: Path) -> Catalog:
     catalog.claim_generation()
     recorder = CounterRecorder(catalog, 1)
     for batch in range(3):
-        recorder.completed(checkpoint(catalog, batch).created_at)
-    status(catalog, "running")
+        recorder.completed(state_checkpoint(catalog, batch).created_at)
+    write_status(catalog, "running")
     return catalog
 
 
@@ -91,16 +91,16 @@ def test_each_condition_fails_the_task_and_fires_the_failure_callback(tmp_path: 
     catalog.claim_generation()
     recorder = CounterRecorder(catalog, 1)
     if break_it == "old":
-        checkpoint(catalog, 0, created_at=time.time() - 7200)
-        status(catalog, "running")
+        state_checkpoint(catalog, 0, created_at=time.time() - 7200)
+        write_status(catalog, "running")
     elif break_it == "failing":
         for ok in (True, True, False, False, False):
             (recorder.completed if ok else recorder.failed)()
-        checkpoint(catalog, 0)
-        status(catalog, "running")
+        state_checkpoint(catalog, 0)
+        write_status(catalog, "running")
     else:
-        checkpoint(catalog, 0)
-        status(catalog, "running", age=900)
+        state_checkpoint(catalog, 0)
+        write_status(catalog, "running", heartbeat_age=900)
     state, alerts, _ = run_check(tmp_path, **thresholds)
     assert state == "failed"
     assert len(alerts) == 1 and "Sparkpoint job 'orders' is unhealthy" in alerts[0] and message in alerts[0]
@@ -121,7 +121,7 @@ def test_the_example_dag_alerts_on_a_dead_job(tmp_path: Path, caplog: pytest.Log
     from airflow.dag_processing.dagbag import DagBag
 
     catalog = healthy(tmp_path)
-    status(catalog, "failed", error="executor lost")
+    write_status(catalog, "failed", error="executor lost")
     # The DAG reads its storage from the sparkpoint_default connection, as a deployment does.
     monkeypatch.setenv("AIRFLOW_CONN_SPARKPOINT_DEFAULT", json.dumps({"conn_type": "sparkpoint", "host": str(tmp_path)}))
     dag = DagBag(str(REPO / "dags" / "example_sparkpoint_health.py")).get_dag("example_sparkpoint_health")

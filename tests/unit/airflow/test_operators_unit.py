@@ -14,7 +14,7 @@ import io
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,8 +28,8 @@ from airflow_sparkpoint.checkpoints.metadata import sha256_hex
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
 from airflow_sparkpoint.storage import open_storage
+from tests.support.fake_sinks import FakeSink
 
 pytestmark = pytest.mark.airflow
 
@@ -613,46 +613,9 @@ def test_commit_operator_with_a_declared_sink_refuses_a_record_for_another_sink(
     assert [r.txn_id for r in catalog.transactions()] == [f"{JOB}-b1-g1"]
 
 
-class RecordingSink(Sink):
-    """A sink whose destination is a class-level dict: what was committed and aborted."""
-
-    kind = "test-airflow-recording"
-    worlds: ClassVar[dict[str, dict[str, Any]]] = {}
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.world = RecordingSink.worlds.setdefault(name, {"committed": {}, "aborted": [], "options": []})
-
-    @property
-    def sink_id(self) -> str:
-        return f"recording://{self.name}"
-
-    def to_config(self) -> dict[str, Any]:
-        return {"name": self.name}
-
-    def configure(self, storage_options: Mapping[str, Any]) -> None:
-        self.world["options"].append(dict(storage_options))
-
-    def stage(self, df: Any, ctx: StageContext) -> dict[str, Any]:  # pragma: no cover - not used
-        return {}
-
-    def commit(self, record: TransactionRecord) -> CommitOutcome:
-        self.world["committed"][record.batch_id] = record.txn_id
-        return CommitOutcome(record.txn_id, "committed")
-
-    def is_committed(self, record: TransactionRecord) -> bool:
-        return self.world["committed"].get(record.batch_id) == record.txn_id
-
-    def abort(self, record: TransactionRecord) -> None:
-        self.world["aborted"].append(record.txn_id)
-
-    def committed_position(self, job: str) -> int | None:
-        return max(self.world["committed"], default=None)
-
-
 def _staged(catalog: Catalog, name: str, batch_id: int, generation: int) -> TransactionRecord:
     record = TransactionRecord(job=catalog.job, batch_id=batch_id, generation=generation,
-                               sink=RecordingSink.kind, sink_id=f"recording://{name}",
+                               sink=FakeSink.kind, sink_id=f"fake://{name}",
                                payload={"config": {"name": name}, "staged": {"rows": 1}}, created_at=time.time())
     catalog.put_transaction(record)
     return record
@@ -674,8 +637,8 @@ def test_commit_operator_commits_then_rolls_back_green(
     result = commit.execute({})  # type: ignore[arg-type]
     assert result == {"committed": [r.txn_id for r in blue], "already": [], "aborted": [], "pending": []}
     assert SECRET not in json.dumps(result)
-    world = RecordingSink.worlds[name]
-    assert world["options"][-1]["aws_secret_access_key"] == SECRET  # the connection reaches the sink
+    world = FakeSink.worlds[name]
+    assert world["configured"][-1]["aws_secret_access_key"] == SECRET  # the connection reaches the sink
     # Green (generation 2) staged batches 2 and 3, one of them confirmed; then the rollback.
     green = (_staged(catalog, name, 2, 2), _staged(catalog, name, 3, 2))
     add_checkpoint(catalog, 2, batch_id=2, transactions=green[:1])

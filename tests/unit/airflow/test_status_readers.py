@@ -14,10 +14,10 @@ from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.storage.local import LocalStorage
 from tests.support.records import put_checkpoint
-from tests.unit.airflow.test_trigger_load import JOB
 
 pytestmark = pytest.mark.airflow
 
+JOB = "orders"  # the job of the `catalog` fixture (conftest.py)
 TOKEN = "submit-token-2"
 
 

@@ -1,5 +1,5 @@
 """`SparkpointSubmitOperator`'s asset event (spark-submit replaced by the stand-in of
-`test_submit_runs`, which does to the catalog what a driver does): one event of the
+`tests.support.fake_submit`, which does to the catalog what a driver does): one event of the
 declared sink's asset naming the batches the run committed and the sink version from the
 commit head; none for a run that committed nothing."""
 
@@ -15,9 +15,9 @@ import pytest
 from airflow_sparkpoint.checkpoints import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.sinks.transactions import settle_all
-from tests.unit.airflow.test_asset_events import LocatedSink
-from tests.unit.airflow.test_assets import record
-from tests.unit.airflow.test_submit_runs import Driver, FakeTI, driver, operator  # noqa: F401 - the fixture
+from tests.support.fake_sinks import LocatedSink
+from tests.support.fake_submit import JOB, Driver, FakeTI, driver, operator  # noqa: F401 - the fixture
+from tests.support.records import sink_record
 
 pytestmark = pytest.mark.airflow
 
@@ -43,7 +43,7 @@ def test_a_run_that_committed_emits_one_event_and_one_that_did_not_emits_none(tm
 
     def commits_two(d: Driver, env: dict[str, str]) -> int:
         generation = d.claim(env)
-        records = [record(sink, 0, generation), record(sink, 1, generation)]
+        records = [sink_record(sink, 0, generation, job=JOB), sink_record(sink, 1, generation, job=JOB)]
         for r in records:
             d.catalog.put_transaction(r)
         d.catalog.complete_checkpoint(SnapshotMetadata(

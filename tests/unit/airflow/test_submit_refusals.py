@@ -5,7 +5,7 @@ it tried), a missing Spark connection and a missing ``spark-submit`` named as su
 refusal is a `ConfigError` that is also an `AirflowFailException`: the task fails without
 using up its retries.
 
-spark-submit is the stand-in of `test_submit_runs` (`driver`): "nothing submitted" is its
+spark-submit is the stand-in of `tests.support.fake_submit` (`driver`): "nothing submitted" is its
 empty command list; "nothing recorded" is the task state store left empty.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.exceptions import ConfigError
-from tests.unit.airflow.test_submit_runs import JOB, Driver, FakeStore, FakeTI, driver, operator  # noqa: F401
+from tests.support.fake_submit import JOB, Driver, FakeStore, FakeTI, driver, operator  # noqa: F401
 
 pytestmark = pytest.mark.airflow
 

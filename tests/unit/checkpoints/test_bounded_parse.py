@@ -64,7 +64,7 @@ def test_the_estimate_is_never_below_what_the_parse_takes(shape: str, count: int
 
 def test_a_snapshot_of_many_files_is_estimated_within_a_few_times_its_parse() -> None:
     # What the limits of a _metadata are sized by: its estimate is not absurdly above the truth.
-    from tests.unit.checkpoints.test_bounded_records import big_job_metadata
+    from tests.support.records import big_job_metadata
 
     data = big_job_metadata(5_000)
     tracemalloc.start()

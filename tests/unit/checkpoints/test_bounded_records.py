@@ -12,11 +12,12 @@ import pytest
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.counters import read_counters
-from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 from airflow_sparkpoint.checkpoints.run_result import result_key
 from airflow_sparkpoint.checkpoints.verification import read_verification, verification_key
 from airflow_sparkpoint.exceptions import CatalogError
+from tests.support.records import big_job_metadata
 
 MakeCheckpoint = Callable[..., SnapshotMetadata]
 
@@ -73,17 +74,6 @@ def test_a_savepoint_whose_metadata_is_over_the_limit_is_refused(
     with pytest.raises(CatalogError, match="limit"):
         catalog.create_savepoint(catalog.handle(meta))
     assert not any(info.key.endswith(f"/{layout.METADATA}") for info in catalog.store.list(layout.SAVEPOINTS))
-
-
-def big_job_metadata(files: int) -> bytes:
-    """The ``_metadata`` of a RocksDB job with `files` SST files (names as Spark writes them)."""
-    import uuid
-
-    refs = []
-    for i in range(files):
-        path = f"state/{i % 4}/{i // 4 % 200}/SSTs/{i:06d}-{uuid.UUID(int=i)}.sst"
-        refs.append(FileRef(path, f"shared/{path}~{i:016x}", 64 << 20, f"{i:064x}", 1_790_000_000_123_456_789))
-    return SnapshotMetadata("checkpoint", 12345, "orders", 42, 987654, 1.79e9, tuple(refs)).to_bytes()
 
 
 def test_the_metadata_limits_admit_a_big_job_and_refuse_what_no_reader_can_hold() -> None:

@@ -22,7 +22,7 @@ from airflow_sparkpoint.services.health import (
     validate_thresholds,
 )
 from airflow_sparkpoint.storage import open_storage
-from tests.unit.checkpoints.test_history import checkpoint, status
+from tests.support.records import state_checkpoint, write_status
 
 
 @pytest.fixture()
@@ -34,9 +34,9 @@ def healthy_job(catalog: Catalog) -> None:
     catalog.claim_generation()
     recorder = CounterRecorder(catalog, 1)
     for batch in range(3):
-        meta = checkpoint(catalog, batch, duration=40 + batch, copied=100 * (batch + 1))
+        meta = state_checkpoint(catalog, batch, duration=40 + batch, copied=100 * (batch + 1))
         recorder.completed(meta.created_at)
-    status(catalog, "running", last_batch=2)
+    write_status(catalog, "running", last_batch=2)
 
 
 def test_metric_values_use_flinks_names(catalog: Catalog) -> None:
@@ -88,8 +88,8 @@ def test_a_healthy_job_passes_every_check(catalog: Catalog) -> None:
 
 def test_a_stale_last_checkpoint_trips(catalog: Catalog) -> None:
     catalog.claim_generation()
-    checkpoint(catalog, 0, created_at=time.time() - 3600)
-    status(catalog, "running")
+    state_checkpoint(catalog, 0, created_at=time.time() - 3600)
+    write_status(catalog, "running")
     report = check_health(load_history(catalog), max_checkpoint_age=600)
     assert not report.healthy
     assert re.search(r"the latest completed checkpoint chk-1 is 36\d\d s old \(max 600 s\)", report.problems[0])
@@ -110,10 +110,10 @@ def test_a_failure_ratio_over_the_window_trips(catalog: Catalog) -> None:
 
 def test_without_counters_the_ratio_comes_from_abandoned_directories(catalog: Catalog) -> None:
     catalog.claim_generation()
-    checkpoint(catalog, 0)
+    state_checkpoint(catalog, 0)
     catalog.store.put("chk-2/partial", b"x")
     catalog.store.put("chk-3/partial", b"x")
-    status(catalog, "failed", error="driver lost")
+    write_status(catalog, "failed", error="driver lost")
     report = check_health(load_history(catalog), max_failure_ratio=0.5)
     assert report.problems == ("job 'orders': 2 of the last 3 checkpoint attempts failed (ratio 0.67, max 0.5)",)
 
@@ -129,7 +129,7 @@ def test_without_counters_the_ratio_comes_from_abandoned_directories(catalog: Ca
 def test_a_stale_heartbeat_or_a_job_that_is_not_running_trips(catalog: Catalog, state: str, age: float,
                                                                message: str) -> None:
     healthy_job(catalog)
-    status(catalog, state, age=age, error="OOM" if state == "failed" else None)
+    write_status(catalog, state, heartbeat_age=age, error="OOM" if state == "failed" else None)
     report = check_health(load_history(catalog), max_heartbeat_age=60)
     assert len(report.problems) == 1 and message in report.problems[0]
 

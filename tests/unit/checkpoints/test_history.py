@@ -32,13 +32,7 @@ from airflow_sparkpoint.checkpoints.history import (
     plan_origin,
     snapshot_records,
 )
-from airflow_sparkpoint.checkpoints.metadata import (
-    FileRef,
-    SnapshotMetadata,
-    SnapshotStats,
-    TransactionRecord,
-    sha256_hex,
-)
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
 from airflow_sparkpoint.checkpoints.status import JobStatus
@@ -46,6 +40,7 @@ from airflow_sparkpoint.checkpoints.verification import VerificationRecord, writ
 from airflow_sparkpoint.exceptions import StorageError
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.storage import LocalStorage, open_storage
+from tests.support.records import state_checkpoint, write_status
 
 
 @pytest.fixture()
@@ -53,36 +48,13 @@ def catalog(tmp_path: Path) -> Catalog:
     return Catalog(open_storage(str(tmp_path)), "orders")
 
 
-def checkpoint(catalog: Catalog, batch: int, *, duration: int = 10, copied: int = 100, partitions: int = 2,
-               created_at: float | None = None) -> SnapshotMetadata:
-    """A completed checkpoint whose state files span `partitions` partitions of operator 0."""
-    files = {f"offsets/{batch}": f"o{batch}".encode(), **{f"state/0/{p}/{batch + 1}.delta": b"s" * (10 + p)
-                                                          for p in range(partitions)}}
-    refs = []
-    for path, data in files.items():
-        key = catalog.shared_key(path, sha256_hex(data))
-        catalog.store.put(key, data)
-        refs.append(FileRef(path, key, len(data), sha256_hex(data)))
-    meta = SnapshotMetadata("checkpoint", catalog.next_checkpoint_id(), catalog.job, catalog.current_generation(),
-                            batch, time.time() if created_at is None else created_at, tuple(refs),
-                            stats=SnapshotStats(duration, copied, 1, sum(r.size for r in refs), len(refs)))
-    catalog.complete_checkpoint(meta)
-    return meta
-
-
-def status(catalog: Catalog, state: str = "running", *, age: float = 0.0, **extra: Any) -> None:
-    now = time.time()
-    catalog.write_status(JobStatus(job=catalog.job, generation=catalog.current_generation(), state=state,
-                                   started_at=now - 100, heartbeat_at=now - age, **extra).to_json())
-
-
 # ---------------------------------------------------------------------------- snapshots
 
 
 def test_snapshot_records_carry_status_partitions_and_the_last_drill(catalog: Catalog) -> None:
     catalog.claim_generation()
-    first = checkpoint(catalog, 0, partitions=4)
-    checkpoint(catalog, 1)
+    first = state_checkpoint(catalog, 0, partitions=4)
+    state_checkpoint(catalog, 1)
     catalog.store.put("chk-3/partial", b"x")  # an incomplete directory
     write_verification(catalog.store, "chk-1", VerificationRecord(time.time(), "state", 1.5))
     write_verification(catalog.store, "chk-2", VerificationRecord(123.0, "files", 0.1, error="chk-2: file x corrupt"))
@@ -101,7 +73,7 @@ def test_snapshot_records_carry_status_partitions_and_the_last_drill(catalog: Ca
 
 def test_a_superseded_checkpoint_is_valid_but_not_restorable(catalog: Catalog) -> None:
     catalog.claim_generation()
-    meta = checkpoint(catalog, 4)
+    meta = state_checkpoint(catalog, 4)
     entry = SnapshotEntry("checkpoint", meta.id, catalog.checkpoint_uri(meta.id), f"chk-{meta.id}", meta,
                           superseded_by=3)
     record = SnapshotRecord.from_entry(entry, catalog)
@@ -144,7 +116,7 @@ def test_generation_records_say_what_each_start_restored_who_started_it_and_how_
                                         committed_batches=(3,), restored_from=chk))
     sp = f"{catalog.uri}/savepoints/savepoint-4-ab12cd34"
     catalog.claim_generation({"plan": f"savepoint {sp} (batch 7)"})
-    status(catalog, "failed", error="boom")
+    write_status(catalog, "failed", error="boom")
     catalog.claim_generation()  # claimed, never reported
 
     newest, failed, finished, first = generation_records(catalog)
@@ -210,11 +182,11 @@ def test_an_unreadable_counters_record_is_ignored(catalog: Catalog, caplog: pyte
 def test_the_view_derives_counts_latest_and_summary_from_the_retained_history(catalog: Catalog) -> None:
     catalog.claim_generation({"plan": "empty state (no completed checkpoint yet)",
                               "airflow": {"dag_id": "etl", "task_id": "run", "try_number": "1"}})
-    checkpoint(catalog, 0, duration=10, copied=100)
-    checkpoint(catalog, 1, duration=30, copied=50)
+    state_checkpoint(catalog, 0, duration=10, copied=100)
+    state_checkpoint(catalog, 1, duration=30, copied=50)
     catalog.store.put("chk-3/partial", b"x")  # newer than every valid one
     sp = catalog.create_savepoint(catalog.handle(catalog.latest()))  # type: ignore[arg-type]
-    status(catalog, "running", last_batch=1)
+    write_status(catalog, "running", last_batch=1)
     channel = ControlChannel(catalog)
     request = channel.submit("savepoint", timeout_s=600, generation=1)
     done = channel.submit("stop", timeout_s=600, generation=1)
@@ -239,14 +211,14 @@ def test_the_view_derives_counts_latest_and_summary_from_the_retained_history(ca
     assert document["airflow_try"]["try_number"] == 1 and document["counts"]["in_progress"] == 1
     assert "secret-ish" not in json.dumps(document), "transaction payloads are not part of the view"
 
-    status(catalog, "running", age=600)  # the driver died: the incomplete directory is abandoned
+    write_status(catalog, "running", heartbeat_age=600)  # the driver died: the incomplete directory is abandoned
     history = load_history(catalog)
     assert not history.alive and [r.id for r in history.failed] == [3] and history.counts.failed == 1
 
 
 def test_lifetime_counts_come_from_the_counters_record(catalog: Catalog) -> None:
     catalog.claim_generation()
-    checkpoint(catalog, 0)
+    state_checkpoint(catalog, 0)
     recorder = CounterRecorder(catalog, 1)
     for _ in range(40):
         recorder.completed()
@@ -258,8 +230,8 @@ def test_lifetime_counts_come_from_the_counters_record(catalog: Catalog) -> None
 
 def test_latest_completed_skips_superseded_checkpoints(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
     catalog.claim_generation()
-    old = checkpoint(catalog, 0, created_at=100.0)
-    abandoned = checkpoint(catalog, 5, created_at=200.0)
+    old = state_checkpoint(catalog, 0, created_at=100.0)
+    abandoned = state_checkpoint(catalog, 5, created_at=200.0)
     entries = catalog.list_checkpoints()
     marked = [SnapshotEntry(e.kind, e.id, e.uri, e.key, e.metadata, e.error,
                             superseded_by=2 if e.id == abandoned.id else None) for e in entries]
@@ -297,7 +269,7 @@ def test_the_cost_is_bounded_by_the_retained_history_not_by_every_batch_ever(tmp
     for generation in range(1, 61):  # 60 starts, 3 checkpoints each; retention keeps 3
         catalog.claim_generation({"plan": "empty state"})
         for batch in range(3):
-            checkpoint(catalog, generation * 3 + batch)
+            state_checkpoint(catalog, generation * 3 + batch)
             enforce_checkpoint_retention(catalog, 3)
     CountingStorage.gets = CountingStorage.lists = 0
     history = load_history(catalog)

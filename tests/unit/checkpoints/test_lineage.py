@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -16,8 +16,8 @@ from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, supersede
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.retention import deleted_since, enforce_checkpoint_retention
 from airflow_sparkpoint.exceptions import ObjectExists, RestoreError, StaleGeneration
-from airflow_sparkpoint.sinks.base import CommitOutcome, Sink
 from airflow_sparkpoint.storage import MemoryStorage
+from tests.support.fake_sinks import RecordingLineageSink
 
 MakeCheckpoint = Callable[..., SnapshotMetadata]
 
@@ -267,40 +267,6 @@ def test_external_commit_step_never_aborts_the_new_lineage(mem: Catalog, make_ch
     assert sink.aborted == []
     assert {(r.batch_id, r.generation) for r in mem.transactions()} == {(2, gen1), (3, gen1), (2, gen2), (3, gen2)}
     assert sorted(result["pending"]) == sorted(r.txn_id for r in mem.transactions())
-
-
-class RecordingLineageSink(Sink):
-    """A recording sink the commit step can rebuild from a record (`sink_from_config`)."""
-
-    kind = "recording-lineage"
-    committed_log: ClassVar[list[tuple[int, int]]] = []
-    aborted: ClassVar[list[tuple[int, int]]] = []
-
-    def __init__(self, **_: Any) -> None:
-        pass
-
-    @property
-    def sink_id(self) -> str:
-        return "recording"
-
-    def to_config(self) -> dict[str, Any]:
-        return {}
-
-    def stage(self, df: Any, ctx: Any) -> dict[str, Any]:
-        return {}
-
-    def commit(self, rec: TransactionRecord) -> CommitOutcome:
-        self.committed_log.append((rec.batch_id, rec.generation))
-        return CommitOutcome(rec.txn_id, "committed")
-
-    def is_committed(self, rec: TransactionRecord) -> bool:
-        return (rec.batch_id, rec.generation) in self.committed_log
-
-    def abort(self, rec: TransactionRecord) -> None:
-        self.aborted.append((rec.batch_id, rec.generation))
-
-    def committed_position(self, job: str) -> int | None:
-        return None
 
 
 def test_a_lineage_whose_base_is_gone_restarts_from_its_pin_and_the_pin_goes_with_its_origin(

@@ -1,7 +1,7 @@
 """``checkpoint.interval=0`` while checkpoints are slower than batches: the backlog of due
 checkpoints is bounded (`checkpointer.MAX_CHECKPOINT_BACKLOG`), control requests are served
 between the checkpoints of a backlog, and the batches a restart replayed get no checkpoint
-each. The real coordinator thread loop on the stand-in run of test_checkpoint_every_batch.
+each. The real coordinator thread loop on the stand-in run of tests/support/coordinator_runs.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control_records import ControlRequest
 from airflow_sparkpoint.runtime.checkpointer import MAX_CHECKPOINT_BACKLOG
-from tests.unit.runtime.test_checkpoint_every_batch import _run, _staged
-from tests.unit.runtime.test_coordinator import RecordingSink, catalog, write_live
+from tests.support.checkpointers import catalog
+from tests.support.coordinator_runs import coordinator_run, stage_batches
+from tests.support.fake_sinks import RecordingSink
+from tests.support.live_dirs import write_live
 
 __all__ = ["catalog"]  # the fixture
 
@@ -26,8 +28,8 @@ def _progress(batches: range) -> list[tuple[str, Any]]:
 def test_every_batch_is_checkpointed_while_the_backlog_is_within_the_bound(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
     batches = range(MAX_CHECKPOINT_BACKLOG)
-    run = _run(catalog, live, sink, [*_progress(batches), ("final", None)])
-    _staged(catalog, run, live, batches)
+    run = coordinator_run(catalog, live, sink, [*_progress(batches), ("final", None)])
+    stage_batches(catalog, run, live, batches)
 
     run._coordinate()
 
@@ -40,8 +42,8 @@ def test_beyond_the_bound_only_the_newest_batch_is_checkpointed_and_the_skipped_
         catalog, tmp_path, caplog):
     live, sink = tmp_path / "live", RecordingSink()
     batches = range(MAX_CHECKPOINT_BACKLOG + 1)
-    run = _run(catalog, live, sink, [*_progress(batches), ("final", None)])
-    _staged(catalog, run, live, batches)
+    run = coordinator_run(catalog, live, sink, [*_progress(batches), ("final", None)])
+    stage_batches(catalog, run, live, batches)
 
     with caplog.at_level(logging.WARNING, logger="airflow_sparkpoint.runtime.checkpointer"):
         run._coordinate()
@@ -92,8 +94,8 @@ class _Control:
 def test_a_savepoint_request_waits_for_one_checkpoint_of_a_backlog_not_all_of_them(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
     batches = range(3)
-    run = _run(catalog, live, sink, _progress(batches))  # all queued: one round of 3 due checkpoints
-    _staged(catalog, run, live, batches)
+    run = coordinator_run(catalog, live, sink, _progress(batches))  # all queued: one round of 3 due checkpoints
+    stage_batches(catalog, run, live, batches)
     control = run.control = _Control(catalog, run, "savepoint", after=2)  # the first look is before the round
 
     run._coordinate()
@@ -110,8 +112,8 @@ def test_a_savepoint_request_waits_for_one_checkpoint_of_a_backlog_not_all_of_th
 def test_a_stop_request_ends_the_backlog_after_one_checkpoint(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
     batches = range(3)
-    run = _run(catalog, live, sink, _progress(batches))
-    _staged(catalog, run, live, batches)
+    run = coordinator_run(catalog, live, sink, _progress(batches))
+    stage_batches(catalog, run, live, batches)
     control = run.control = _Control(catalog, run, "stop", after=2)
 
     run._coordinate()
@@ -125,11 +127,11 @@ def test_a_stop_request_ends_the_backlog_after_one_checkpoint(catalog, tmp_path)
 
 def test_the_batches_a_restart_replayed_get_no_checkpoint_each(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
-    run = _run(catalog, live, sink, [("progress", 3), ("final", None)])
+    run = coordinator_run(catalog, live, sink, [("progress", 3), ("final", None)])
     for batch in range(3):  # replayed (runtime.replay): in commits/, the sink holds them, no transaction
         write_live(live, batch)
     run.checkpointer.replayed(2)
-    _staged(catalog, run, live, range(3, 4))
+    stage_batches(catalog, run, live, range(3, 4))
 
     run._coordinate()
 

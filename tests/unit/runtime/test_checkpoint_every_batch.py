@@ -10,66 +10,18 @@ location, an in-memory catalog and a recording sink; Spark is replaced by the ev
 
 from __future__ import annotations
 
-import queue
-import threading
-from pathlib import Path
-from typing import Any
-
-from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.runtime.config import SparkpointConfig
-from airflow_sparkpoint.runtime.job import _Run
-from tests.unit.runtime.test_coordinator import RecordingSink, catalog, checkpointer, record, write_live
+from tests.support.checkpointers import catalog
+from tests.support.coordinator_runs import coordinator_run, stage_batches
+from tests.support.fake_sinks import RecordingSink
 
 __all__ = ["catalog"]  # the fixture
 
 
-class _Control:
-    def withdraw_superseded(self, generation: int) -> list[str]:
-        return []
-
-    def pending(self, generation: int) -> list[Any]:
-        return []
-
-    def cleanup(self, older_than_s: float = 86400, *, limit: int | None = None) -> int:
-        return 0
-
-
-def _run(catalog: Catalog, live: Path, sink: RecordingSink, events: list[tuple[str, Any]], **kw: Any) -> _Run:
-    """A run whose query already processed batches (`write_live`, staged `record`s) and
-    whose coordinator thread has not looked at `events` yet."""
-    generation = catalog.claim_generation().generation
-    run = object.__new__(_Run)  # the coordinator thread's attributes only, no Spark
-    run.cfg = SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/unused", "spark.sparkpoint.job": "job",
-                                          "spark.sparkpoint.stateStore": "hdfs"})
-    run.generation = generation
-    run.checkpointer = checkpointer(catalog, live, sink, generation, num_retained=10, **kw)
-    run.committer = run.checkpointer.transactions
-    run.live = str(live)
-    run.control = _Control()  # type: ignore[assignment]
-    run.events = queue.Queue()
-    for event in events:
-        run.events.put(event)
-    run.stopping = threading.Event()
-    run.error = None
-    run.query = None
-    run.query_failed = False
-    run.stop_request = None
-    run.batches_staged, run.first_batch = 0, None
-    run._control_tidy_at = run._heap_trim_at = 0.0
-    return run
-
-
-def _staged(catalog: Catalog, run: _Run, live: Path, batches: range) -> None:
-    for batch in batches:
-        write_live(live, batch)
-        catalog.put_transaction(record(batch, run.generation))
-        run.committer.add_pending(record(batch, run.generation))
-
-
 def test_progress_events_queued_behind_each_other_still_checkpoint_every_batch(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
-    run = _run(catalog, live, sink, [("progress", 0), ("progress", 1), ("progress", 2), ("final", None)])
-    _staged(catalog, run, live, range(3))
+    run = coordinator_run(catalog, live, sink, [("progress", 0), ("progress", 1), ("progress", 2), ("final", None)])
+    stage_batches(catalog, run, live, range(3))
 
     run._coordinate()
 
@@ -80,8 +32,8 @@ def test_progress_events_queued_behind_each_other_still_checkpoint_every_batch(c
 
 def test_batches_whose_progress_events_arrive_after_the_end_are_checkpointed_at_the_end(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
-    run = _run(catalog, live, sink, [("progress", 0), ("final", None)])  # 1 and 2: not yet seen by the watcher
-    _staged(catalog, run, live, range(3))
+    run = coordinator_run(catalog, live, sink, [("progress", 0), ("final", None)])  # 1 and 2: not yet seen by the watcher
+    stage_batches(catalog, run, live, range(3))
 
     run._coordinate()
 
@@ -92,9 +44,9 @@ def test_batches_whose_progress_events_arrive_after_the_end_are_checkpointed_at_
 
 def test_with_an_interval_only_the_newest_batch_is_checkpointed_when_it_is_due(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
-    run = _run(catalog, live, sink, [("progress", 0), ("progress", 1), ("progress", 2), ("final", None)],
+    run = coordinator_run(catalog, live, sink, [("progress", 0), ("progress", 1), ("progress", 2), ("final", None)],
                interval_s=3600)
-    _staged(catalog, run, live, range(3))
+    stage_batches(catalog, run, live, range(3))
 
     run._coordinate()
 
@@ -114,11 +66,11 @@ def test_an_idle_stream_checkpoints_and_commits_its_last_batch_once_the_interval
     now = [1000.0]
     monkeypatch.setattr(checkpointer_module.time, "monotonic", lambda: now[0])
     live, sink = tmp_path / "live", RecordingSink()
-    run = _run(catalog, live, sink, [], interval_s=60)
+    run = coordinator_run(catalog, live, sink, [], interval_s=60)
     run.cfg = SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/unused", "spark.sparkpoint.job": "job",
                                           "spark.sparkpoint.stateStore": "hdfs",
                                           "spark.sparkpoint.checkpoint.interval": "60s"})
-    _staged(catalog, run, live, range(2))
+    stage_batches(catalog, run, live, range(2))
     next_poll = run._handle("progress", 0, 0.0)  # the first batch: checkpointed (the first is due at once)
     next_poll = run._handle("progress", 1, next_poll)  # within the interval: not yet
     assert [m.batch_id for m in catalog.checkpoints()] == [0]

@@ -20,7 +20,9 @@ from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.lineage import new_origin
 from airflow_sparkpoint.storage import MemoryStorage
 from airflow_sparkpoint.storage.counting import CountingStorage
-from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, commit, record, write_live
+from tests.support.checkpointers import checkpointer, commit
+from tests.support.fake_sinks import RecordingSink, recording_record
+from tests.support.live_dirs import write_live
 
 BATCH_SECONDS = 5.0
 
@@ -64,7 +66,7 @@ def run_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, num_reta
     for batch in range(batches):
         write_live(live, batch)
         _spark_cleanup(live, batch)
-        coord.transactions.add_pending(record(batch, generation))
+        coord.transactions.add_pending(recording_record(batch, generation))
         offset[0] += BATCH_SECONDS
         store.reset()
         assert coord.checkpoint(batch) is not None

@@ -7,13 +7,10 @@ import dataclasses
 import logging
 import os
 import uuid
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
-from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.exceptions import (
     RestoreError,
     SinkAheadError,
@@ -23,9 +20,6 @@ from airflow_sparkpoint.exceptions import (
     TransactionConflict,
 )
 from airflow_sparkpoint.runtime import livedir
-from airflow_sparkpoint.runtime.checkpointer import Checkpointer
-from airflow_sparkpoint.runtime.committer import Committer
-from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.recovery import recover_transactions
 from airflow_sparkpoint.runtime.restore import (
     RestorePlan,
@@ -33,82 +27,13 @@ from airflow_sparkpoint.runtime.restore import (
     materialize,
     plan_restore,
 )
-from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
+from airflow_sparkpoint.sinks.base import CommitOutcome
 from airflow_sparkpoint.storage import MemoryStorage
+from tests.support.checkpointers import catalog, checkpointer, commit, run_config
+from tests.support.fake_sinks import RecordingSink, recording_record
+from tests.support.live_dirs import write_live
 
-
-class RecordingSink(Sink):
-    """Remembers what was committed and aborted; commits are idempotent like a real sink."""
-
-    kind = "recording-test"
-
-    def __init__(self, name: str = "rec") -> None:
-        self.name = name
-        self.committed: dict[int, int] = {}  # batch -> generation
-        self.aborted: list[tuple[int, int]] = []
-
-    @property
-    def sink_id(self) -> str:
-        return f"recording:{self.name}"
-
-    def to_config(self) -> dict[str, Any]:
-        return {"name": self.name}
-
-    def stage(self, df: Any, ctx: StageContext) -> dict[str, Any]:
-        return {"rows": 1}
-
-    def commit(self, record: TransactionRecord) -> CommitOutcome:
-        if record.batch_id in self.committed:
-            return CommitOutcome(record.txn_id, "already")
-        self.committed[record.batch_id] = record.generation
-        return CommitOutcome(record.txn_id, "committed", {"version": record.batch_id})
-
-    def is_committed(self, record: TransactionRecord) -> bool:
-        return self.committed.get(record.batch_id) == record.generation
-
-    def abort(self, record: TransactionRecord) -> None:
-        self.aborted.append((record.batch_id, record.generation))
-
-    def committed_position(self, job: str) -> int | None:
-        return max(self.committed, default=None)
-
-
-def record(batch: int, generation: int, job: str = "job") -> TransactionRecord:
-    return TransactionRecord(job=job, batch_id=batch, generation=generation, sink="recording-test",
-                             sink_id="recording:rec", payload={"config": {}, "staged": {"rows": 1}})
-
-
-def write_live(root: Path, batch: int) -> None:
-    """Files Spark would have after batch `batch` (RocksDB changelog layout)."""
-    (root / "metadata").parent.mkdir(parents=True, exist_ok=True)
-    if not (root / "metadata").exists():
-        (root / "metadata").write_text('{"id":"q"}')
-    for name, text in ((f"offsets/{batch}", f"o{batch}"), (f"commits/{batch}", f"c{batch}"),
-                       (f"state/0/0/{batch + 1}.changelog", "s" * 1000 * (batch + 1))):
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
-@pytest.fixture()
-def catalog() -> Catalog:
-    return Catalog(MemoryStorage(uuid.uuid4().hex), "job")
-
-
-def checkpointer(catalog: Catalog, live: Path, sink: Sink, generation: int, *, commit_mode: str = "checkpoint",
-                 **kw: Any) -> Checkpointer:
-    """A run's checkpointer and its committer (`Checkpointer.transactions`), fenced by
-    `generation`, as the run's start-up builds them."""
-    options: dict[str, Any] = {"interval_s": 0, "num_retained": 2, "timeout_s": 60, "tolerable_failures": 0}
-    options.update(kw)
-    fence = Fence(catalog, generation)
-    committer = Committer(catalog=catalog, sink=sink, fence=fence, commit_mode=commit_mode)
-    return Checkpointer(catalog=catalog, fence=fence, live_root=str(live), transactions=committer, **options)
-
-
-def commit(coord: Checkpointer) -> list[int]:
-    """Commit what the last checkpoint confirmed, as the coordinator thread does after it."""
-    return coord.transactions.commit_confirmed(coord.last_checkpoint)
+__all__ = ["catalog"]  # the fixture
 
 
 def test_checkpoints_are_incremental_and_commit_after_completion(catalog, tmp_path):
@@ -116,13 +41,13 @@ def test_checkpoints_are_incremental_and_commit_after_completion(catalog, tmp_pa
     sink = RecordingSink()
     coord = checkpointer(catalog, tmp_path, sink, generation)
     write_live(tmp_path, 0)
-    coord.transactions.add_pending(record(0, generation))
+    coord.transactions.add_pending(recording_record(0, generation))
     first = coord.checkpoint(0)
     assert first is not None and first.stats.files_copied == first.stats.file_count == 4
     assert sink.committed == {}  # nothing is visible before the commit step
     assert commit(coord) == [0]
     write_live(tmp_path, 1)
-    coord.transactions.add_pending(record(1, generation))
+    coord.transactions.add_pending(recording_record(1, generation))
     second = coord.checkpoint(1)
     assert second is not None
     # Only the new offsets, commit and state version were copied.
@@ -151,7 +76,7 @@ def test_stale_generation_cannot_complete_a_checkpoint_or_commit(catalog, tmp_pa
     old = catalog.claim_generation().generation
     coord = checkpointer(catalog, tmp_path, RecordingSink(), old)
     write_live(tmp_path, 0)
-    coord.transactions.add_pending(record(0, old))
+    coord.transactions.add_pending(recording_record(0, old))
     catalog.claim_generation()  # a newer run started
     with pytest.raises(StaleGeneration):
         coord.checkpoint(0)
@@ -184,20 +109,15 @@ def test_timeout_abandons_a_slow_checkpoint(catalog, tmp_path):
     assert catalog.checkpoints() == []
 
 
-def _cfg(**kw: str) -> SparkpointConfig:
-    return SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/unused", "spark.sparkpoint.job": "job",
-                                       **{f"spark.sparkpoint.{k}": v for k, v in kw.items()}})
-
-
 def test_restore_none_is_refused_when_checkpoints_exist(catalog, tmp_path):
     generation = catalog.claim_generation().generation
     coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
     with pytest.raises(RestoreError, match="restore.force=true"):
-        plan_restore(_cfg(restore="none"), catalog, None)
-    assert plan_restore(_cfg(restore="none", **{"restore.force": "true"}), catalog).snapshot is None
-    assert plan_restore(_cfg(), catalog, None).batch_id == 0
+        plan_restore(run_config(restore="none"), catalog, None)
+    assert plan_restore(run_config(restore="none", **{"restore.force": "true"}), catalog).snapshot is None
+    assert plan_restore(run_config(), catalog, None).batch_id == 0
 
 
 def test_a_savepoint_of_another_job_is_refused_unless_allowed(tmp_path):
@@ -209,15 +129,15 @@ def test_a_savepoint_of_another_job_is_refused_unless_allowed(tmp_path):
     mine = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
 
     with pytest.raises(RestoreError, match=r"belongs to job 'other', not 'job'.*restore.allowForeignJob=true"):
-        plan_restore(_cfg(restore=savepoint.uri), mine, None)
+        plan_restore(run_config(restore=savepoint.uri), mine, None)
 
-    plan = plan_restore(_cfg(restore=savepoint.uri, **{"restore.allowForeignJob": "true"}), mine, None)
+    plan = plan_restore(run_config(restore=savepoint.uri, **{"restore.allowForeignJob": "true"}), mine, None)
     assert plan.snapshot is not None and plan.snapshot.metadata.job == "other" and plan.batch_id == 0
 
 
 def test_restore_target_without_metadata_is_a_clear_error(tmp_path):
     with pytest.raises(RestoreError, match="has no _metadata"):
-        plan_restore(_cfg(restore=str(tmp_path)), Catalog(MemoryStorage(uuid.uuid4().hex), "job"), None)
+        plan_restore(run_config(restore=str(tmp_path)), Catalog(MemoryStorage(uuid.uuid4().hex), "job"), None)
 
 
 def test_sink_ahead_of_the_restore_point_is_refused(catalog, tmp_path):
@@ -225,7 +145,7 @@ def test_sink_ahead_of_the_restore_point_is_refused(catalog, tmp_path):
     coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
-    plan = plan_restore(_cfg(), catalog, None)
+    plan = plan_restore(run_config(), catalog, None)
     sink = RecordingSink()
     sink.committed = {0: 1, 1: 1, 2: 1}
     with pytest.raises(SinkAheadError, match="already committed batch 2"):
@@ -241,15 +161,15 @@ def test_recovery_commits_confirmed_and_aborts_the_rest(catalog, tmp_path):
     coord = checkpointer(catalog, tmp_path, RecordingSink(), gen1)
     write_live(tmp_path, 0)
     for batch in (0, 1):
-        catalog.put_transaction(record(batch, gen1))
-        coord.transactions.add_pending(record(batch, gen1))
+        catalog.put_transaction(recording_record(batch, gen1))
+        coord.transactions.add_pending(recording_record(batch, gen1))
     write_live(tmp_path, 1)
     coord.checkpoint(1)  # covers batches 0 and 1; crash before the commits
-    catalog.put_transaction(record(2, gen1))  # staged, never confirmed
+    catalog.put_transaction(recording_record(2, gen1))  # staged, never confirmed
     gen2 = catalog.claim_generation().generation
-    catalog.put_transaction(record(2, gen2))  # a zombie attempt from another generation
+    catalog.put_transaction(recording_record(2, gen2))  # a zombie attempt from another generation
     sink = RecordingSink()
-    plan = plan_restore(_cfg(), catalog, None)
+    plan = plan_restore(run_config(), catalog, None)
     pending, summary = recover_transactions(catalog, sink, plan, "checkpoint")
     assert pending == []
     assert sink.committed == {0: gen1, 1: gen1}
@@ -258,7 +178,7 @@ def test_recovery_commits_confirmed_and_aborts_the_rest(catalog, tmp_path):
     assert catalog.transactions() == []
     # external mode keeps confirmed transactions for the commit step
     for batch in (0, 1):
-        catalog.put_transaction(record(batch, gen1))
+        catalog.put_transaction(recording_record(batch, gen1))
     pending, summary = recover_transactions(catalog, RecordingSink(), plan, "external")
     assert [r.batch_id for r in pending] == [0, 1]
     assert [r.batch_id for r in catalog.transactions()] == [0, 1]
@@ -290,22 +210,22 @@ def test_settled_transactions_are_never_committed_again(catalog, tmp_path):
     write_live(live, 0)
     write_live(live, 1)
     for batch in (0, 1):
-        catalog.put_transaction(record(batch, generation))
-        coord.transactions.add_pending(record(batch, generation))
+        catalog.put_transaction(recording_record(batch, generation))
+        coord.transactions.add_pending(recording_record(batch, generation))
     coord.checkpoint(1)
     published = RecordingSink()
-    published.commit(record(0, generation))
-    catalog.delete_transactions([record(0, generation), record(1, generation)])  # the commit step settled both
+    published.commit(recording_record(0, generation))
+    catalog.delete_transactions([recording_record(0, generation), recording_record(1, generation)])  # the commit step settled both
 
     sink = RecordingSink()
     sink.committed = dict(published.committed)
     with pytest.raises(SinkLineageError, match=r"job-b1-g1 \(batch 1\).*was aborted since: its output is gone"):
-        recover_transactions(catalog, sink, plan_restore(_cfg(), catalog, None), "checkpoint")
+        recover_transactions(catalog, sink, plan_restore(run_config(), catalog, None), "checkpoint")
     assert sink.committed == {0: generation}, "the aborted batch 1 was not committed"
 
     write_live(live, 2)
-    catalog.put_transaction(record(2, generation))
-    coord.transactions.add_pending(record(2, generation))
+    catalog.put_transaction(recording_record(2, generation))
+    coord.transactions.add_pending(recording_record(2, generation))
     later = coord.checkpoint(2)
     assert later is not None and [t.batch_id for t in later.transactions] == [2]
 
@@ -364,15 +284,15 @@ def test_recovery_stops_at_a_confirmed_transaction_that_lost_its_batch_like_the_
     coord = checkpointer(catalog, tmp_path, RecordingSink(), gen1)
     write_live(tmp_path, 1)
     for batch in (0, 1):
-        catalog.put_transaction(record(batch, gen1))
-        coord.transactions.add_pending(record(batch, gen1))
+        catalog.put_transaction(recording_record(batch, gen1))
+        coord.transactions.add_pending(recording_record(batch, gen1))
     coord.checkpoint(1)
     gen2 = catalog.claim_generation().generation
     sink = ClaimingSink()
     sink.committed[0] = gen1 + 7  # the abandoned lineage's stalled driver won batch 0
 
     with pytest.raises(TransactionConflict, match="batch 0 is held by transaction job-b0-g8"):
-        recover_transactions(catalog, sink, plan_restore(_cfg(), catalog, None), "checkpoint", gen2)
+        recover_transactions(catalog, sink, plan_restore(run_config(), catalog, None), "checkpoint", gen2)
 
     assert sink.committed == {0: gen1 + 7}, "batch 1 must not be committed after the conflict"
     assert [r.batch_id for r in catalog.transactions()] == [0, 1]
@@ -383,7 +303,7 @@ def test_only_a_sink_that_declares_it_can_rewind_is_rewound(catalog, tmp_path):
     coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
-    plan = plan_restore(_cfg(), catalog, None)
+    plan = plan_restore(run_config(), catalog, None)
     assert plan.snapshot is not None
     rewound: list[int] = []
 
@@ -412,16 +332,16 @@ def test_recovery_leaves_a_confirmed_record_for_another_sink_alone(catalog, tmp_
     coord = checkpointer(catalog, tmp_path, RecordingSink(), gen1)
     write_live(tmp_path, 0)
     write_live(tmp_path, 2)
-    foreign = [dataclasses.replace(record(0, gen1), sink_id="recording:other"),
-               dataclasses.replace(record(1, gen1), sink="delta")]
-    for txn in (*foreign, record(2, gen1)):
+    foreign = [dataclasses.replace(recording_record(0, gen1), sink_id="recording:other"),
+               dataclasses.replace(recording_record(1, gen1), sink="delta")]
+    for txn in (*foreign, recording_record(2, gen1)):
         catalog.put_transaction(txn)
         coord.transactions.add_pending(txn)
     coord.checkpoint(2)  # confirms all three; crash before the commits
     for mode in ("checkpoint", "external"):
         sink = RecordingSink()
         with caplog.at_level(logging.WARNING):
-            pending, summary = recover_transactions(catalog, sink, plan_restore(_cfg(), catalog, None), mode)
+            pending, summary = recover_transactions(catalog, sink, plan_restore(run_config(), catalog, None), mode)
         assert sink.committed == ({2: gen1} if mode == "checkpoint" else {}), mode
         assert [r.batch_id for r in pending] == ([] if mode == "checkpoint" else [2]), mode
         assert summary["committed"] == ([2] if mode == "checkpoint" else []), mode
@@ -429,7 +349,7 @@ def test_recovery_leaves_a_confirmed_record_for_another_sink_alone(catalog, tmp_
             (r.batch_id, r.sink, r.sink_id) for r in foreign}, f"{mode}: a foreign record was removed"
         assert sum("does not match the declared sink" in m for m in caplog.messages) == 2, caplog.messages
         caplog.clear()
-        catalog.put_transaction(record(2, gen1))  # back for the next mode
+        catalog.put_transaction(recording_record(2, gen1))  # back for the next mode
 
 
 def test_every_completed_checkpoint_lands_in_the_trend_with_its_own_figures(catalog, tmp_path):
@@ -458,7 +378,7 @@ def test_the_sink_ahead_refusal_says_whether_the_sink_can_rewind(catalog, tmp_pa
     coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
-    plan = plan_restore(_cfg(restore=catalog.checkpoint_uri(1), **{"restore.sinkAhead": policy}), catalog, None)
+    plan = plan_restore(run_config(restore=catalog.checkpoint_uri(1), **{"restore.sinkAhead": policy}), catalog, None)
     plain = RecordingSink()
     plain.committed = {0: 1, 1: 1, 2: 1}
     with pytest.raises(SinkAheadError) as info:
@@ -480,8 +400,8 @@ def test_many_transactions_pending_an_external_commit_step_are_warned_about(cata
     write_live(tmp_path, 0)
     warn = committer_module.PENDING_WARN
     for batch in range(warn):
-        catalog.put_transaction(record(batch, generation))  # what the commit step has not settled
-        coord.transactions.add_pending(record(batch, generation))
+        catalog.put_transaction(recording_record(batch, generation))  # what the commit step has not settled
+        coord.transactions.add_pending(recording_record(batch, generation))
     with caplog.at_level("WARNING", logger=committer_module.__name__):
         assert coord.checkpoint(warn - 1) is not None
         assert coord.checkpoint(warn - 1) is not None

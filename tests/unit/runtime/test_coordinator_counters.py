@@ -9,7 +9,9 @@ from pathlib import Path
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.counters import read_counters
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, write_live
+from tests.support.checkpointers import checkpointer
+from tests.support.fake_sinks import RecordingSink
+from tests.support.live_dirs import write_live
 
 
 def test_completed_failed_and_restored_are_counted_across_generations(tmp_path: Path) -> None:

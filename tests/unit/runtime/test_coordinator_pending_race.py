@@ -10,7 +10,9 @@ from pathlib import Path
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.services.commit import commit_pending
-from tests.unit.runtime.test_coordinator import RecordingSink, catalog, checkpointer, record, write_live
+from tests.support.checkpointers import catalog, checkpointer
+from tests.support.fake_sinks import RecordingSink, recording_record
+from tests.support.live_dirs import write_live
 
 __all__ = ["catalog"]  # the fixture
 
@@ -22,16 +24,16 @@ def test_a_batch_recorded_while_a_checkpoint_lists_the_settled_ones_stays_pendin
     live = tmp_path / "live"
     coord = checkpointer(catalog, live, RecordingSink(), generation, commit_mode="external")
     write_live(live, 0)
-    catalog.put_transaction(record(0, generation))
-    coord.transactions.add_pending(record(0, generation))
+    catalog.put_transaction(recording_record(0, generation))
+    coord.transactions.add_pending(recording_record(0, generation))
     listed = catalog.transaction_keys
     staged_meanwhile: list[int] = []
 
     def listing_then_spark_stages_batch_1() -> set[tuple[int, int]]:
         keys = listed()
         if not staged_meanwhile:  # Spark's foreachBatch of batch 1, right after the listing
-            catalog.put_transaction(record(1, generation))
-            coord.transactions.add_pending(record(1, generation))
+            catalog.put_transaction(recording_record(1, generation))
+            coord.transactions.add_pending(recording_record(1, generation))
             staged_meanwhile.append(1)
         return keys
 

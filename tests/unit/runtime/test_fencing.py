@@ -29,7 +29,9 @@ from airflow_sparkpoint.runtime.restore import (
 )
 from airflow_sparkpoint.storage import MemoryStorage
 from airflow_sparkpoint.storage.localfs import Dir
-from tests.unit.runtime.test_coordinator import RecordingSink, _cfg, checkpointer, record, write_live
+from tests.support.checkpointers import checkpointer, run_config
+from tests.support.fake_sinks import RecordingSink, recording_record
+from tests.support.live_dirs import write_live
 
 
 @pytest.fixture()
@@ -218,10 +220,10 @@ def test_recovery_stops_at_once_when_a_newer_generation_claimed(catalog, tmp_pat
     coord = checkpointer(catalog, tmp_path, RecordingSink(), gen1)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
-    plan = plan_restore(_cfg(), catalog)
+    plan = plan_restore(run_config(), catalog)
     mine = catalog.claim_generation().generation
     newer = catalog.claim_generation().generation
-    catalog.put_transaction(record(1, newer))  # the newer generation's staged batch
+    catalog.put_transaction(recording_record(1, newer))  # the newer generation's staged batch
     sink = RecordingSink()
     with pytest.raises(StaleGeneration):
         recover_transactions(catalog, sink, plan, "external", mine)
@@ -233,12 +235,12 @@ def test_recovery_finishes_a_transaction_that_holds_its_batch_and_never_aborts_i
     coord = checkpointer(catalog, tmp_path, RecordingSink(), gen1)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
-    catalog.put_transaction(record(1, gen1))  # promoted (the sink holds it), killed before the record went
-    catalog.put_transaction(record(2, gen1))  # staged only
+    catalog.put_transaction(recording_record(1, gen1))  # promoted (the sink holds it), killed before the record went
+    catalog.put_transaction(recording_record(2, gen1))  # staged only
     sink = RecordingSink()
     sink.committed = {1: gen1}
     gen2 = catalog.claim_generation().generation
-    _pending, summary = recover_transactions(catalog, sink, plan_restore(_cfg(), catalog), "checkpoint", gen2)
+    _pending, summary = recover_transactions(catalog, sink, plan_restore(run_config(), catalog), "checkpoint", gen2)
     assert summary["finished"] == [1] and summary["aborted"] == [2]
     assert sink.aborted == [(2, gen1)] and catalog.transactions() == []
 
@@ -247,7 +249,7 @@ def test_a_superseded_generation_cannot_abort_at_stop(catalog, tmp_path):
     old = catalog.claim_generation().generation
     sink = RecordingSink()
     coord = checkpointer(catalog, tmp_path, sink, old)
-    coord.transactions.add_pending(record(3, old))
+    coord.transactions.add_pending(recording_record(3, old))
     catalog.claim_generation()
     with pytest.raises(StaleGeneration):
         coord.transactions.abort_unconfirmed(None)
@@ -314,7 +316,7 @@ def test_choose_live_resumes_in_place_only_when_the_owner_is_gone_and_links_othe
         write_live(old, batch)
         coord.checkpoint(batch)
     livedir.write_owner(str(old), livedir.owner_record("job", generation, None))
-    plan = plan_restore(_cfg(), catalog)
+    plan = plan_restore(run_config(), catalog)
     assert plan.own_checkpoint and plan.batch_id == 1
     status = status_of(generation, "running", str(old))
 
@@ -414,10 +416,10 @@ def test_a_retry_finishes_the_rewind_its_lineage_asked_for_and_only_that_one(cat
     sink = RecordingSink()
     sink.committed = {0: gen1, 1: gen1, 2: gen1}
 
-    plan = plan_restore(_cfg(), catalog)
+    plan = plan_restore(run_config(), catalog)
     assert plan.batch_id == 1 and plan.sink_ahead == "rewind" and plan.continues is not None
     catalog.store.put(layout.checkpoint_metadata(metas[1].id), b"damaged")
-    older = plan_restore(_cfg(), catalog)
+    older = plan_restore(run_config(), catalog)
     assert older.batch_id == 0 and older.sink_ahead == "fail"
     from airflow_sparkpoint.exceptions import SinkAheadError
     from airflow_sparkpoint.runtime.restore import check_sink_position

@@ -18,7 +18,9 @@ from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.job import _Run
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, write_live
+from tests.support.checkpointers import checkpointer
+from tests.support.fake_sinks import RecordingSink
+from tests.support.live_dirs import write_live
 
 
 def _write(root: Path, rel: str, size: int) -> None:

@@ -123,7 +123,9 @@ def test_materialize_for_a_restore_leaves_the_unread_versions_in_the_snapshot(tm
     from airflow_sparkpoint.checkpoints import Catalog
     from airflow_sparkpoint.runtime.restore import materialize
     from airflow_sparkpoint.storage import MemoryStorage
-    from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, write_live
+    from tests.support.checkpointers import checkpointer
+    from tests.support.fake_sinks import RecordingSink
+    from tests.support.live_dirs import write_live
 
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
     live = tmp_path / "live"

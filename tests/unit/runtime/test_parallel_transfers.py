@@ -18,7 +18,8 @@ from airflow_sparkpoint.checkpoints import layout as ck_layout
 from airflow_sparkpoint.exceptions import SparkpointError, StorageError
 from airflow_sparkpoint.runtime.restore import materialize
 from airflow_sparkpoint.storage import LocalStorage, MemoryStorage, ObjectInfo
-from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer
+from tests.support.checkpointers import checkpointer
+from tests.support.fake_sinks import RecordingSink
 
 FILES = 24
 

@@ -19,7 +19,9 @@ from airflow_sparkpoint.exceptions import StorageError
 from airflow_sparkpoint.runtime.checkpointer import Checkpointer
 from airflow_sparkpoint.runtime.restore import materialize
 from airflow_sparkpoint.storage import LocalStorage, MemoryStorage
-from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, write_live
+from tests.support.checkpointers import checkpointer
+from tests.support.fake_sinks import RecordingSink
+from tests.support.live_dirs import write_live
 
 
 def _savepoint(catalog: Catalog, live: Path, batches: int = 3) -> SnapshotHandle:

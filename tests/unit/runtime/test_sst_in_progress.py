@@ -16,7 +16,9 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.exceptions import SparkpointError
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.unit.runtime.test_coordinator import RecordingSink, checkpointer, write_live
+from tests.support.checkpointers import checkpointer
+from tests.support.fake_sinks import RecordingSink
+from tests.support.live_dirs import write_live
 
 SST = "state/0/0/SSTs/000023-218f2722-c298-4756-aaed-682191a90ea3.sst"
 

@@ -122,10 +122,10 @@ def files_of(txn: str, n: int = FILES) -> list[str]:
 
 @pytest.fixture(scope="module")
 def seaweedfs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from tests.races.sink_harness import seaweedfs
+    from tests.support.s3_servers import SeaweedFS
 
-    with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
-        yield endpoint
+    with SeaweedFS(tmp_path_factory.mktemp("seaweedfs")) as server:
+        yield server.endpoint
 
 
 @pytest.fixture(params=["memory", "local", pytest.param("s3", marks=pytest.mark.s3),

@@ -21,7 +21,7 @@ import pytest
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.exceptions import SinkError
 from airflow_sparkpoint.sinks import DeltaSink
-from tests.unit.sinks.test_delta_transactions import JOB, staged, table_rows
+from tests.support.delta_staging import JOB, staged, table_rows
 
 
 class Gates:

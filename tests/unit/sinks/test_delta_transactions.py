@@ -6,45 +6,17 @@ is a batch like any other; a commit and an abort of one transaction exclude each
 
 from __future__ import annotations
 
-import base64
 import os
-import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
-from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.exceptions import SinkError, TransactionConflict
 from airflow_sparkpoint.sinks import DeltaSink
 from airflow_sparkpoint.sinks.base import CommittedTxn
-
-JOB = "job"
-SCHEMA = pa.schema([("user", pa.string()), ("total", pa.int64())])
-
-
-def staged(sink: DeltaSink, batch: int, generation: int, rows: list[tuple[str, int]]) -> TransactionRecord:
-    """What `DeltaSink.stage` leaves behind for one batch, and its pre-commit record."""
-    txn = f"{JOB}-b{batch}-g{generation}"
-    staging = f"_sparkpoint_txn/{JOB}/{txn}"
-    os.makedirs(os.path.join(sink.path, staging), exist_ok=True)
-    path = f"{staging}/part-00000-{txn}.snappy.parquet"
-    table = pa.table({"user": [r[0] for r in rows], "total": [r[1] for r in rows]}, schema=SCHEMA)
-    pq.write_table(table, os.path.join(sink.path, path), compression="snappy")
-    files = [{"path": path, "size": os.path.getsize(os.path.join(sink.path, path)), "partition_values": {},
-              "num_records": len(rows), "modification_time": int(time.time() * 1000)}] if rows else []
-    payload = {"mode": sink.mode, "staging": staging, "files": files, "rows": len(rows),
-               "schema": base64.b64encode(SCHEMA.serialize().to_pybytes()).decode("ascii")}
-    return TransactionRecord(JOB, batch, generation, sink.kind, sink.sink_id,
-                             {"config": sink.to_config(), "staged": payload}, created_at=time.time())
-
-
-def table_rows(sink: DeltaSink) -> list[tuple[str, int]]:
-    from deltalake import DeltaTable
-
-    return sorted((r["user"], r["total"]) for r in DeltaTable(sink.path).to_pyarrow_table().to_pylist())
+from tests.support.delta_staging import JOB, staged, table_rows
 
 
 @pytest.fixture(params=["append", "merge"])

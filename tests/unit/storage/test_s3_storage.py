@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 import threading
 import time
 import uuid
@@ -24,14 +23,9 @@ from botocore.awsrequest import AWSResponse
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, ObjectExists, ObjectNotFound, StorageError
 from airflow_sparkpoint.storage import s3 as s3_module
 from airflow_sparkpoint.storage.s3 import S3Storage, validate_bucket_name
+from tests.support.servers import free_port
 
 SECRET = "wJalrXUtnFEMI-never-in-a-message"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture()
@@ -153,7 +147,7 @@ def test_wrong_bucket_is_a_clear_storage_error(s3_server: str) -> None:
 
 @pytest.mark.s3
 def test_unreachable_endpoint_fails_fast(s3_bucket: str) -> None:
-    endpoint = f"http://127.0.0.1:{_free_port()}"
+    endpoint = f"http://127.0.0.1:{free_port()}"
     store = S3Storage(s3_bucket, "p", endpoint_url=endpoint, max_attempts=1, connect_timeout=1,
                       read_timeout=1, aws_secret_access_key=SECRET, aws_access_key_id="testing")
     started = time.monotonic()
@@ -175,7 +169,7 @@ def test_unreachable_endpoint_fails_fast(s3_bucket: str) -> None:
 
 @pytest.mark.s3
 def test_endpoint_credentials_never_appear_in_messages(s3_bucket: str) -> None:
-    endpoint = f"http://admin:hunter2@127.0.0.1:{_free_port()}"
+    endpoint = f"http://admin:hunter2@127.0.0.1:{free_port()}"
     store = S3Storage(s3_bucket, endpoint_url=endpoint, max_attempts=1)
     with pytest.raises(StorageError) as info:
         store.get("k")

