@@ -117,8 +117,13 @@ def _materialize(handle: SnapshotHandle, live_path: str, live: Dir, previous: Di
                     for ref in refs]
 
     # A few directories at a time (`transfer`): each download is a round trip to the store.
-    # A failed download fails the restore before Spark sees the location.
-    placed = [item for items in transfer_all(place, _groups(files)) for item in items]
+    # A failed download fails the restore before Spark sees the location. Spark's commit
+    # log goes last: a location a restore left half-filled (a crash, a failed download)
+    # then shows no commit of the snapshot's batch, so no later start resumes it in place.
+    commits = [ref for ref in files if ref.path.startswith("commits/")]
+    rest = [ref for ref in files if not ref.path.startswith("commits/")]
+    placed = [item for batch in (rest, commits) if batch
+              for items in transfer_all(place, _groups(batch)) for item in items]
     index = {ref.path: entry for ref, _l, entry in placed if entry is not None}
     linked = sum(1 for _r, was_linked, _e in placed if was_linked)
     if counts is not None:

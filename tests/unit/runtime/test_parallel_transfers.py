@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, open_snapshot, transfer
 from airflow_sparkpoint.checkpoints import layout as ck_layout
 from airflow_sparkpoint.exceptions import SparkpointError, StorageError
+from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.restore import materialize
 from airflow_sparkpoint.storage import LocalStorage, MemoryStorage, ObjectInfo
 from tests.support.checkpointers import checkpointer
@@ -337,3 +339,45 @@ def test_a_run_closing_after_the_listing_started_abandons_the_checkpoint_at_its_
         coord.checkpoint(0)
     assert ClosedAfterFirstSubmit.submits == 2  # the listing, then the first upload, refused
     assert catalog.latest() is None
+
+
+class FailsLast(MemoryStorage):
+    """Downloads of `fail` fail once every other download has finished."""
+
+    def __init__(self, fail: str, others: int) -> None:
+        super().__init__(uuid.uuid4().hex)
+        self.fail, self.others, self.done = fail, others, 0
+        self.lock = threading.Lock()
+        self.failed = False
+
+    def download_file(self, key: str, local_path: str) -> None:
+        if self.fail in key:
+            deadline = time.monotonic() + 5
+            while self.done < self.others and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.failed = True
+            raise StorageError(f"injected failure of {key}")
+        super().download_file(key, local_path)
+        with self.lock:
+            self.done += 1
+
+
+def test_a_restore_that_fails_midway_leaves_no_commit_in_the_location(tmp_path):
+    """A location a restore left half-filled (a crash, a failed download) must not look like
+    one at the snapshot's batch (`restore._live_matches`: the last commit and the metadata
+    file): commits are placed last (found by the simulation, 20261501:444: the next start
+    resumed it in place and its state was missing)."""
+    catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
+    generation = catalog.claim_generation().generation
+    live = write_many(tmp_path / "live")
+    checkpointer(catalog, tmp_path / "live", RecordingSink(), generation).checkpoint(0)
+    handle = catalog.handle(catalog.latest())  # type: ignore[arg-type]
+    failing = FailsLast("state/0/7/", others=len(live) - 1)
+    for info in catalog.store.list():
+        failing.put(info.key, catalog.store.get(info.key))
+    handle = type(handle)(uri=handle.uri, metadata=handle.metadata, files_store=failing)
+    with pytest.raises(StorageError, match="injected failure"):
+        materialize(handle, str(tmp_path / "restored"))
+    assert failing.failed, "the injected download failure fired"
+    assert (tmp_path / "restored" / "metadata").exists()  # other files did land
+    assert livedir.last_commit(str(tmp_path / "restored")) is None
