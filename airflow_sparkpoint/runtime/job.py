@@ -236,7 +236,9 @@ class SparkpointJob:
         query_name: str | None = None,
     ) -> RunResult:
         """Run `df` into `sink` with checkpoints until the input is drained
-        (``availableNow``) or a stop-with-savepoint request arrives.
+        (``availableNow``) or a stop-with-savepoint request arrives; with
+        ``spark.sparkpoint.shadow.mode`` set, follow blue's job as its shadow instead
+        (`runtime.follow`: `sink` is only read).
 
         :raises ConfigError: bad arguments, before anything is written.
         :raises RestoreError: the restore target is unusable, or a sink is ahead of it.
@@ -252,7 +254,12 @@ class SparkpointJob:
             if not df.isStreaming:
                 raise ConfigError("run() needs a streaming DataFrame (spark.readStream...); got a batch "
                                   "DataFrame")
-            run = _Run(self, df, sink, output_mode, query_name)
+            if self.config.shadow is not None:  # zero-downtime blue-green: follow blue's batches
+                from airflow_sparkpoint.runtime.follow import shadow_run  # it imports this module
+
+                run: _Run = shadow_run(self, df, sink, output_mode, query_name)
+            else:
+                run = _Run(self, df, sink, output_mode, query_name)
             with signals.sigterm_ends_run(run):  # a killed task: record the end, act no more
                 self.last_result = run.execute()
         return self.last_result

@@ -1,0 +1,182 @@
+"""Shadow follow mode (`runtime.follow`, #49) with real drivers: blue runs its own
+``spark-submit`` (``jobs/shadow_totals.py``: per-user totals from a JSON file source, one
+file per batch), green follows it in this process with the same query.
+
+1. Delta append, blue running (processingTime): green starts from blue's newest
+   checkpoint while new input keeps arriving, replays blue's batches through batch 5 and
+   ends; green's checkpointed state at 5 equals the totals of the input (a plain-Python
+   oracle) and blue's own state at 5; blue's catalog and table hold nothing of green.
+2. Directory sink, blue drained and exited: green starts from an older checkpoint of
+   blue's, ends when blue's recorded batches are replayed; blue's whole root and output
+   directory are byte for byte what they were.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.follow_record import read_follow
+from airflow_sparkpoint.demo.support import SubmittedJob, delta_commits, write_batch_file
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a blue spark-submit each, about a minute
+
+JOB_SCRIPT = Path(__file__).resolve().parent / "jobs" / "shadow_totals.py"
+FILES = [("u0", "u1"), ("u1", "u2"), ("u0", "u2", "u3"), ("u3",), ("u1", "u4"), ("u0", "u4")]
+
+
+def _job_module() -> Any:
+    spec = importlib.util.spec_from_file_location("shadow_totals", JOB_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def rows_of(index: int, users: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [{"user": u, "amount": index * 10 + int(u[1:]) + 1} for u in users]
+
+
+def oracle(files: list[tuple[str, ...]]) -> dict[str, tuple[int, int]]:
+    """(total, events) by user, in plain Python from the input."""
+    totals: dict[str, tuple[int, int]] = {}
+    for index, users in enumerate(files):
+        for row in rows_of(index, users):
+            total, events = totals.get(row["user"], (0, 0))
+            totals[row["user"]] = (total + row["amount"], events + 1)
+    return totals
+
+
+def follow(blue: SubmittedJob, shadow_root: Path, sink: str, **shadow: str) -> Any:
+    """Run green as blue's shadow in this process (blue's production arguments)."""
+    from airflow_sparkpoint.runtime import SparkpointJob
+
+    job_module = _job_module()
+    conf = {"spark.sparkpoint.dir": str(blue.root), "spark.sparkpoint.job": blue.job,
+            "spark.sparkpoint.shadow.mode": "discard", "spark.sparkpoint.shadow.dir": str(shadow_root),
+            "spark.sparkpoint.shadow.pollInterval": "0.3s",
+            **{f"spark.sparkpoint.shadow.{k}": v for k, v in shadow.items()}}
+    job = SparkpointJob.get_or_create(conf=conf, argv=["--input", str(blue.input), "--output",
+                                                       str(blue.output), "--sink", sink])
+    return job.run(job_module.totals(job), sink=job_module.sink_of(job), output_mode="update")
+
+
+def state_at(spark: Any, catalog: Catalog, batch: int) -> dict[str, tuple[int, int]]:
+    """(sum, count) by user in the aggregation's state of `catalog`'s checkpoint of `batch`."""
+    from airflow_sparkpoint.runtime.state_inspect import rows_as_json, state_rows
+
+    meta = next(m for m in catalog.checkpoints() if m.batch_id == batch)
+    rows = rows_as_json(state_rows(spark, catalog.handle(meta)))
+    got = {}
+    for row in rows:
+        values = [v for v in row["value"].values()]
+        got[row["key"]["user"]] = (int(values[0]), int(values[1]))
+    return got
+
+
+def tree(root: Path, skip_status: bool = False) -> dict[str, bytes]:
+    files = {str(p.relative_to(root)): p for p in sorted(root.rglob("*")) if p.is_file()}
+    return {k: p.read_bytes() for k, p in files.items()
+            if not (skip_status and (k.endswith("status.json") or "/status/" in k))}
+
+
+@pytest.fixture
+def blue_delta(tmp_path: Path):  # type: ignore[no-untyped-def]
+    blue = SubmittedJob(tmp_path / "blue", JOB_SCRIPT, "totals", "processingTime:1s", ["--sink", "delta"])
+    for index, users in enumerate(FILES[:3]):
+        write_batch_file(blue.input, index, rows_of(index, users))
+    blue.start()
+    try:
+        yield blue
+    finally:
+        blue.kill()
+
+
+def test_green_follows_a_running_blue_into_the_same_state_and_writes_nothing_of_blue(
+        spark: Any, blue_delta: SubmittedJob, tmp_path: Path) -> None:
+    blue = blue_delta
+    generation = blue.wait_checkpointed(2)
+    generations_before = blue.catalog.generations()
+    start = blue.catalog.latest()
+    assert start is not None
+
+    shadow_root = tmp_path / "shadow"
+    progress_file = shadow_root / "totals-shadow" / "follow.json"
+    seen_behind: list[int] = []
+
+    def feed() -> None:  # new input once green follows: blue runs ahead, green catches up
+        deadline = time.monotonic() + 300
+        while not progress_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for index in range(3, len(FILES)):
+            write_batch_file(blue.input, index, rows_of(index, FILES[index]))
+            time.sleep(2.0)
+            progress = read_follow(Catalog.open(str(shadow_root), "totals-shadow").store)
+            if progress is not None and progress.behind is not None:
+                seen_behind.append(progress.behind)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        result = follow(blue, shadow_root, "delta", untilBatch="5",
+                        **{"from": blue.catalog.handle(start).uri})
+    finally:
+        feeder.join()
+    assert (result.status, result.job, result.last_batch) == ("finished", "totals-shadow", 5), result
+
+    shadow = Catalog.open(str(shadow_root), "totals-shadow")
+    progress = read_follow(shadow.store)
+    assert progress is not None
+    assert (progress.state, progress.started_batch, progress.last_replayed) == ("ended", start.batch_id, 5)
+    assert progress.seconds_per_batch is not None and progress.seconds_per_batch > 0
+    assert seen_behind, "the feeder never read green's progress while it followed"
+    latest = shadow.latest()
+    assert latest is not None and latest.batch_id == 5
+    # Green's own checkpoints hold blue's batches: the same offsets, batch by batch.
+    assert state_at(spark, shadow, 5) == oracle(FILES)
+
+    blue.wait_checkpointed(5)
+    assert state_at(spark, blue.catalog, 5) == oracle(FILES)  # blue is the reference too
+    # Blue's catalog: no generation, transaction or record of green's.
+    assert blue.catalog.generations() == generations_before
+    assert {g for _b, g in blue.catalog.transaction_keys()} <= {generation}
+    for path in (blue.root / blue.job).rglob("*"):
+        if path.is_file() and path.stat().st_size < 1_000_000:
+            assert b"totals-shadow" not in path.read_bytes(), path
+    # Blue's table: one commit per batch, all blue's, rows as the input says.
+    commits = [c for c in delta_commits(blue.output) if c.get("operation") != "CREATE TABLE"]
+    jobs = {str(c.get("sparkpoint.job", c.get("userMetadata", ""))) for c in commits}
+    assert "totals-shadow" not in " ".join(jobs)
+    assert not (blue.output / "_staging").exists() or not any((blue.output / "_staging").iterdir())
+
+
+def test_green_follows_a_drained_blue_from_an_older_checkpoint_and_blue_is_byte_identical(
+        spark: Any, tmp_path: Path) -> None:
+    blue = SubmittedJob(tmp_path / "blue", JOB_SCRIPT, "totals", "availableNow", ["--sink", "dir"])
+    for index, users in enumerate(FILES):
+        write_batch_file(blue.input, index, rows_of(index, users))
+    blue.start()
+    try:
+        assert blue.wait_exit(timeout=300) == 0, blue.tail()
+    finally:
+        blue.kill()
+    oldest = min(blue.catalog.checkpoints(), key=lambda m: m.batch_id)
+    assert oldest.batch_id < 5
+    before_root, before_output = tree(blue.root), tree(blue.output)
+
+    result = follow(blue, tmp_path / "shadow", "dir", **{"from": blue.catalog.handle(oldest).uri})
+    assert (result.status, result.job, result.last_batch) == ("finished", "totals-shadow", 5), result
+
+    shadow = Catalog.open(str(tmp_path / "shadow"), "totals-shadow")
+    progress = read_follow(shadow.store)
+    assert progress is not None and (progress.state, progress.last_replayed) == ("ended", 5)
+    assert progress.started_batch == oldest.batch_id
+    assert state_at(spark, shadow, 5) == oracle(FILES)
+    assert tree(blue.root) == before_root
+    assert tree(blue.output) == before_output
