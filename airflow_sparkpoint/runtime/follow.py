@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -45,7 +46,7 @@ from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.checkpoints.follow_record import FollowProgress, write_follow
 from airflow_sparkpoint.checkpoints.status import read_job_status
 from airflow_sparkpoint.exceptions import ConfigError, CorruptRecord, SparkpointError, StorageError
-from airflow_sparkpoint.runtime import livedir, replay
+from airflow_sparkpoint.runtime import follow_compare, livedir, replay
 from airflow_sparkpoint.runtime.config import PREFIX, Shadow, SparkpointConfig, work_root
 from airflow_sparkpoint.runtime.job import SparkpointJob, _Run
 from airflow_sparkpoint.sinks.base import Sink, replay_of
@@ -186,6 +187,8 @@ def shadow_run(job: SparkpointJob, df: DataFrame, sink: Sink, output_mode: str,
     except (StorageError, ValueError) as exc:
         raise ConfigError(f"{PREFIX}dir={cfg.dir!r} (blue's store) cannot be opened: {exc}") from exc
     sink.configure(cfg.storage_options)
+    if shadow.mode == "compare":
+        follow_compare.check_comparable(sink)
     blue = BlueJob(blue_catalog, sink)
     start = blue.warmup_point(shadow.source)
     _check_followable(start)
@@ -232,6 +235,9 @@ class _FollowRun(_Run):
         self._durations: collections.deque[float] = collections.deque(maxlen=_RATE_WINDOW)
         #: batches replayed from a pending record of blue, by the sha of their offsets
         self._unverified: dict[int, str] = {}
+        #: compare mode: replayed batches not compared with blue's commit yet, in order
+        self._uncompared: list[int] = []
+        self._compared_through: int | None = None
         self.progress: FollowProgress | None = None
 
     def _run_query(self) -> RunResult:
@@ -277,6 +283,7 @@ class _FollowRun(_Run):
         self._report(state="following")
         while not self.stopping.is_set() and self.error is None:
             self._verify_committed()
+            self._compare_committed()
             if self.shadow.until_batch is not None and batch > self.shadow.until_batch:
                 break
             found = self.blue.record(batch)
@@ -300,9 +307,12 @@ class _FollowRun(_Run):
             prev = replay.sha(body["offsets"])
             if not committed:
                 self._unverified[batch] = prev
+            if self.shadow.mode == "compare":
+                self._uncompared.append(batch)
             self._report(state="following")
             batch += 1
         self._verify_committed(final=True)
+        self._compare_committed()
         self._report(state="ended")
 
     def _replay(self, body: Mapping[str, Any]) -> None:
@@ -343,6 +353,27 @@ class _FollowRun(_Run):
                     "replayed (blue re-planned it after a failure): the shadow diverged and must start again")
             del self._unverified[batch]
 
+    def _compare_committed(self) -> None:
+        """Compare the replayed batches blue has committed since, oldest first.
+
+        :raises SparkpointError: green's rows of a batch differ from blue's (the first
+            differing rows named; also in the progress record)."""
+        while self._uncompared:
+            batch = self._uncompared[0]
+            if self.blue.committed_record(batch) is None:
+                return  # not committed yet: batches commit in order
+            path = self.shadow_sink.batch_dir(self.cfg.job, batch)
+            green = self.spark.read.parquet(path) if os.path.isdir(path) else None
+            found = follow_compare.difference(
+                green, follow_compare.blue_rows(self.spark, self.user_sink, self.blue.job, batch), batch)
+            if found is not None:
+                self._difference = found
+                raise SparkpointError(f"the shadow's output differs from what blue committed: {found}")
+            self._compared_through = batch
+            self._uncompared.pop(0)
+
+    _difference: str | None = None
+
     def _report(self, *, state: str, error: str | None = None) -> None:
         """Write the progress record; never fails the run (it is read by others only)."""
         try:
@@ -356,11 +387,14 @@ class _FollowRun(_Run):
                     shadow_job=self.cfg.job, blue_job=self.blue.job, mode=self.shadow.mode, state=state,
                     started_from=self.start.uri, started_batch=self.start.metadata.batch_id,
                     last_replayed=replayed, blue_last_batch=blue_last, seconds_per_batch=rate,
-                    verified_through=verified, error=error)
+                    verified_through=verified, compared_through=self._compared_through,
+                    difference=self._difference, error=error)
             else:
                 self.progress = self.progress.with_(state=state, last_replayed=replayed,
                                                     blue_last_batch=blue_last, seconds_per_batch=rate,
-                                                    verified_through=verified, error=error)
+                                                    verified_through=verified,
+                                                    compared_through=self._compared_through,
+                                                    difference=self._difference, error=error)
             write_follow(self.catalog.store, self.progress)
         except (SparkpointError, OSError) as exc:
             log.warning("shadow %s: could not write its progress record: %s", self.cfg.job, exc)

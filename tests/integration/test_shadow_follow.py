@@ -24,6 +24,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.follow_record import read_follow
 from airflow_sparkpoint.demo.support import SubmittedJob, delta_commits, write_batch_file
+from airflow_sparkpoint.exceptions import SparkpointError
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a blue spark-submit each, about a minute
 
@@ -53,18 +54,26 @@ def oracle(files: list[tuple[str, ...]]) -> dict[str, tuple[int, int]]:
     return totals
 
 
-def follow(blue: SubmittedJob, shadow_root: Path, sink: str, **shadow: str) -> Any:
-    """Run green as blue's shadow in this process (blue's production arguments)."""
+def follow(blue: SubmittedJob, shadow_root: Path, sink: str, mode: str = "discard", changed: bool = False,
+           **shadow: str) -> Any:
+    """Run green as blue's shadow in this process (blue's production arguments); a
+    `changed` green adds 1 to every total of user u4 (another result, the same state)."""
+    from pyspark.sql import functions as F
+
     from airflow_sparkpoint.runtime import SparkpointJob
 
     job_module = _job_module()
     conf = {"spark.sparkpoint.dir": str(blue.root), "spark.sparkpoint.job": blue.job,
-            "spark.sparkpoint.shadow.mode": "discard", "spark.sparkpoint.shadow.dir": str(shadow_root),
+            "spark.sparkpoint.shadow.mode": mode, "spark.sparkpoint.shadow.dir": str(shadow_root),
             "spark.sparkpoint.shadow.pollInterval": "0.3s",
             **{f"spark.sparkpoint.shadow.{k}": v for k, v in shadow.items()}}
     job = SparkpointJob.get_or_create(conf=conf, argv=["--input", str(blue.input), "--output",
                                                        str(blue.output), "--sink", sink])
-    return job.run(job_module.totals(job), sink=job_module.sink_of(job), output_mode="update")
+    query = job_module.totals(job)
+    if changed:
+        query = query.withColumn("total", F.when(F.col("user") == "u4", F.col("total") + 1)
+                                 .otherwise(F.col("total")))
+    return job.run(query, sink=job_module.sink_of(job), output_mode="update")
 
 
 def state_at(spark: Any, catalog: Catalog, batch: int) -> dict[str, tuple[int, int]]:
@@ -124,7 +133,7 @@ def test_green_follows_a_running_blue_into_the_same_state_and_writes_nothing_of_
     feeder = threading.Thread(target=feed)
     feeder.start()
     try:
-        result = follow(blue, shadow_root, "delta", untilBatch="5",
+        result = follow(blue, shadow_root, "delta", "compare", untilBatch="5",
                         **{"from": blue.catalog.handle(start).uri})
     finally:
         feeder.join()
@@ -136,6 +145,8 @@ def test_green_follows_a_running_blue_into_the_same_state_and_writes_nothing_of_
     assert (progress.state, progress.started_batch, progress.last_replayed) == ("ended", start.batch_id, 5)
     assert progress.seconds_per_batch is not None and progress.seconds_per_batch > 0
     assert seen_behind, "the feeder never read green's progress while it followed"
+    # compare mode: green's rows of every batch equal the rows blue appended for it
+    assert (progress.compared_through, progress.difference) == (5, None)
     latest = shadow.latest()
     assert latest is not None and latest.batch_id == 5
     # Green's own checkpoints hold blue's batches: the same offsets, batch by batch.
@@ -178,5 +189,19 @@ def test_green_follows_a_drained_blue_from_an_older_checkpoint_and_blue_is_byte_
     assert progress is not None and (progress.state, progress.last_replayed) == ("ended", 5)
     assert progress.started_batch == oldest.batch_id
     assert state_at(spark, shadow, 5) == oracle(FILES)
+    assert tree(blue.root) == before_root
+    assert tree(blue.output) == before_output
+
+    # A green that computes another result is stopped by the comparison gate, at the first
+    # batch that touches u4 (batch 4), naming the rows.
+    with pytest.raises(SparkpointError) as caught:
+        follow(blue, tmp_path / "shadow-changed", "dir", "compare", changed=True,
+               **{"from": blue.catalog.handle(oldest).uri})
+    message = str(caught.value)
+    assert "differs from what blue committed" in message and "batch 4" in message, message
+    assert '"total": 46' in message and '"total": 45' in message, message  # green's u4 vs blue's
+    changed = read_follow(Catalog.open(str(tmp_path / "shadow-changed"), "totals-shadow").store)
+    assert changed is not None and changed.state == "failed" and "batch 4" in (changed.difference or "")
+    assert changed.compared_through == (3 if oldest.batch_id < 3 else None)
     assert tree(blue.root) == before_root
     assert tree(blue.output) == before_output
