@@ -39,7 +39,8 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
@@ -48,16 +49,17 @@ from airflow_sparkpoint.checkpoints.status import read_job_status
 from airflow_sparkpoint.exceptions import ConfigError, CorruptRecord, SparkpointError, StorageError
 from airflow_sparkpoint.runtime import follow_compare, livedir, replay
 from airflow_sparkpoint.runtime.config import PREFIX, Shadow, SparkpointConfig, work_root
-from airflow_sparkpoint.runtime.job import SparkpointJob, _Run
 from airflow_sparkpoint.sinks.base import Sink, replay_of
 from airflow_sparkpoint.sinks.shadow import ShadowSink
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
-    from airflow_sparkpoint.checkpoints.run_result import RunResult
+    from airflow_sparkpoint.checkpoints.generations import Fence
+    from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 
-__all__ = ["BLUE_ALIVE_S", "BlueJob", "shadow_config", "shadow_run"]
+__all__ = ["BLUE_ALIVE_S", "BlueJob", "FollowedRun", "Follower", "Shadowing", "prepare", "shadow_config"]
 
 log = logging.getLogger(__name__)
 
@@ -170,18 +172,31 @@ def shadow_config(cfg: SparkpointConfig, start: SnapshotHandle) -> SparkpointCon
         checkpoint_interval_s=0.0, commit_mode="checkpoint", final_snapshot_timeout_s=0.0, shadow=None)
 
 
-def shadow_run(job: SparkpointJob, df: DataFrame, sink: Sink, output_mode: str,
-               query_name: str | None) -> _Run:
-    """The run that follows blue as its shadow (the module docstring); its `execute`
-    returns the shadow run's result and raises what `_Run.execute` raises, and:
+@dataclass(frozen=True)
+class Shadowing:
+    """What a shadow run needs, prepared by `prepare` before anything is written: its own
+    settings (`config`), the sink it writes (`sink`), blue, blue's checkpoint it starts
+    from, the shadow settings and blue's production sink (read only)."""
 
-    :raises ConfigError: (here) a warm-up that cannot be exact, before anything is written.
-    :raises SparkpointError: (execute) blue diverged from what the shadow replayed, a
-        record is unusable, or the shadow's run failed.
+    config: SparkpointConfig
+    sink: ShadowSink
+    blue: BlueJob
+    start: SnapshotHandle
+    shadow: Shadow
+    user_sink: Sink
+
+
+def prepare(cfg: SparkpointConfig, sink: Sink) -> Shadowing:
+    """Prepare following blue (``cfg``: blue's production settings with
+    ``spark.sparkpoint.shadow.*``; `sink`: blue's production sink, only read). Reads only.
+
+    :raises ConfigError: a warm-up that cannot be exact: blue's store cannot be opened,
+        blue has no such checkpoint, a source of it cannot be read twice, or compare
+        mode cannot read blue's batches back from `sink`.
     """
-    cfg = job.config
     shadow = cfg.shadow
-    assert shadow is not None
+    if shadow is None:
+        raise ConfigError(f"{PREFIX}shadow.mode is not set: not a shadow run")
     try:
         blue_catalog = Catalog.open(cfg.dir, cfg.job, **cfg.storage_options)
     except (StorageError, ValueError) as exc:
@@ -196,9 +211,7 @@ def shadow_run(job: SparkpointJob, df: DataFrame, sink: Sink, output_mode: str,
     compare_dir = None
     if shadow.mode == "compare":
         compare_dir = f"{work_root(scratch.dir, scratch.job, scratch.work_dir)}/compare"
-    shadow_job = SparkpointJob(job.spark, scratch, job._argv)
-    return _FollowRun(shadow_job, df, ShadowSink(shadow.mode, compare_dir), output_mode, query_name,
-                      blue=blue, shadow=shadow, start=start, user_sink=sink)
+    return Shadowing(scratch, ShadowSink(shadow.mode, compare_dir), blue, start, shadow, sink)
 
 
 def _check_followable(start: SnapshotHandle) -> None:
@@ -220,68 +233,78 @@ def _check_followable(start: SnapshotHandle) -> None:
                           "without cleanSource, Kafka within retention); use the stop-savepoint-start path")
 
 
-class _FollowRun(_Run):
-    """A run of the shadow job whose batches are blue's (the module docstring)."""
+class FollowedRun(Protocol):
+    """What the follower uses of the shadow's run (`runtime.job._Run`): it was prepared
+    as a normal run of the shadow job (claim, restore of blue's checkpoint, live
+    location, coordinator threads) and is handed to `Follower` instead of a query."""
 
-    def __init__(self, job: SparkpointJob, df: DataFrame, sink: ShadowSink, output_mode: str,
-                 name: str | None, *, blue: BlueJob, shadow: Shadow, start: SnapshotHandle,
-                 user_sink: Sink) -> None:
-        super().__init__(job, df, sink, output_mode, name)
-        self.blue = blue
-        self.shadow = shadow
-        self.start = start
-        self.user_sink = user_sink
-        self.shadow_sink = sink
+    spark: SparkSession
+    df: DataFrame
+    output_mode: str
+    cfg: SparkpointConfig
+    catalog: Catalog
+    live: str
+    plan: RestorePlan
+    stopping: threading.Event
+    error: BaseException | None
+    query: StreamingQuery | None
+
+    @property
+    def fence(self) -> Fence: ...
+
+    @property
+    def generation(self) -> int: ...
+
+    def stage_batch(self, df: DataFrame, batch_id: int) -> None: ...
+
+    def stop_query(self) -> None: ...
+
+
+class Follower:
+    """Follows blue for a prepared shadow run (the module docstring, 3 to 6)."""
+
+    def __init__(self, run: FollowedRun, shadowing: Shadowing) -> None:
+        self.run = run
+        self.blue = shadowing.blue
+        self.shadow = shadowing.shadow
+        self.start = shadowing.start
+        self.user_sink = shadowing.user_sink
+        self.shadow_sink = shadowing.sink
         self._durations: collections.deque[float] = collections.deque(maxlen=_RATE_WINDOW)
         #: batches replayed from a pending record of blue, by the sha of their offsets
         self._unverified: dict[int, str] = {}
         #: compare mode: replayed batches not compared with blue's commit yet, in order
         self._uncompared: list[int] = []
         self._compared_through: int | None = None
+        self._difference: str | None = None
         self.progress: FollowProgress | None = None
 
-    def _run_query(self) -> RunResult:
-        coordinator_thread = threading.Thread(target=self._coordinate, name="sparkpoint-coordinator",
-                                              daemon=True)
-        heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="sparkpoint-heartbeat",
-                                            daemon=True)
+    def follow(self) -> None:
+        """Replay blue's batches until the end (module docstring, 6); the progress record
+        says ``failed`` with the error when it raises.
+
+        :raises SparkpointError: blue diverged, a record is unusable, compare mode found
+            a difference, or Spark did not run exactly blue's batch.
+        :raises StaleGeneration: the shadow's generation was superseded.
+        """
         try:
-            self._snapshot_settings = self._state_store_settings()
-            watcher = threading.Thread(target=self._watch_commits, args=(livedir.last_commit(self.live),),
-                                       name="sparkpoint-commits", daemon=True)
-            watcher.start()
-            coordinator_thread.start()
-            heartbeat_thread.start()
-            failure: BaseException | None = None
-            try:
-                self._follow()
-            except Exception as exc:  # noqa: BLE001 - the run ends with it (`_conclude`)
-                failure = exc
-                if self.error is None and isinstance(exc, SparkpointError):
-                    self.error = exc
-                self._report(state="failed", error=str(exc))
-            self.query_failed = failure is not None
-            self.events.put(("final", None))
-            coordinator_thread.join()
-            return self._conclude(failure)
-        finally:
-            self._heartbeat_stop.set()
-            self._watch_stop.set()
-            self.checkpointer.close()
-            self._release_live()
+            self._follow()
+        except Exception as exc:
+            self._report(state="failed", error=str(exc))
+            raise
 
     # -- following ------------------------------------------------------------------------
 
     def _follow(self) -> None:
-        restart = self.plan.batch_id
-        offsets = livedir.read_log_file(self.live, f"offsets/{restart}") if restart is not None else None
+        restart = self.run.plan.batch_id
+        offsets = livedir.read_log_file(self.run.live, f"offsets/{restart}") if restart is not None else None
         if restart is None or offsets is None:
-            raise SparkpointError(f"the shadow's live location {self.live} holds no offsets of its "
+            raise SparkpointError(f"the shadow's live location {self.run.live} holds no offsets of its "
                                   "restart point")
         prev = replay.sha(offsets)
         batch = restart + 1
         self._report(state="following")
-        while not self.stopping.is_set() and self.error is None:
+        while not self.run.stopping.is_set() and self.run.error is None:
             self._verify_committed()
             self._compare_committed()
             if self.shadow.until_batch is not None and batch > self.shadow.until_batch:
@@ -292,7 +315,7 @@ class _FollowRun(_Run):
                 if not running and self.blue.record(batch) is None:
                     break  # blue ended: everything it recorded is replayed
                 self._report(state="caught_up")
-                self.stopping.wait(self.shadow.poll_interval_s)
+                self.run.stopping.wait(self.shadow.poll_interval_s)
                 continue
             body, committed = found
             if body.get("prev") != prev:
@@ -317,21 +340,21 @@ class _FollowRun(_Run):
 
     def _replay(self, body: Mapping[str, Any]) -> None:
         batch = int(body["batch"])
-        self.fence.check()
-        faults.pause("shadow_replay", batch, generation=self.generation)
+        self.run.fence.check()
+        faults.pause("shadow_replay", batch, generation=self.run.generation)
         began = time.monotonic()
-        replay.write_batch(self.live, body)
+        replay.write_batch(self.run.live, body)
 
-        def started(query: Any) -> None:
-            self.query = query
-            if self.stopping.is_set():
-                self.stop_query()
+        def started(query: StreamingQuery) -> None:
+            self.run.query = query
+            if self.run.stopping.is_set():  # a stop that came before the query: reach it
+                self.run.stop_query()
 
-        replay.run_batch(self.spark, self.df, self.output_mode, self.live, batch, stage=self._stage_batch,
-                         started=started)
+        replay.run_batch(self.run.spark, self.run.df, self.run.output_mode, self.run.live, batch,
+                         stage=self.run.stage_batch, started=started)
         self._durations.append(time.monotonic() - began)
         faults.maybe_kill("shadow_replay", batch)
-        log.info("shadow %s replayed blue's batch %d in %.2f s", self.cfg.job, batch, self._durations[-1])
+        log.info("shadow %s replayed blue's batch %d in %.2f s", self.run.cfg.job, batch, self._durations[-1])
 
     def _verify_committed(self, final: bool = False) -> None:
         """Check the batches replayed from blue's pending records against blue's commits
@@ -362,29 +385,27 @@ class _FollowRun(_Run):
             batch = self._uncompared[0]
             if self.blue.committed_record(batch) is None:
                 return  # not committed yet: batches commit in order
-            path = self.shadow_sink.batch_dir(self.cfg.job, batch)
-            green = self.spark.read.parquet(path) if os.path.isdir(path) else None
+            path = self.shadow_sink.batch_dir(self.run.cfg.job, batch)
+            green = self.run.spark.read.parquet(path) if os.path.isdir(path) else None
             found = follow_compare.difference(
-                green, follow_compare.blue_rows(self.spark, self.user_sink, self.blue.job, batch), batch)
+                green, follow_compare.blue_rows(self.run.spark, self.user_sink, self.blue.job, batch), batch)
             if found is not None:
                 self._difference = found
                 raise SparkpointError(f"the shadow's output differs from what blue committed: {found}")
             self._compared_through = batch
             self._uncompared.pop(0)
 
-    _difference: str | None = None
-
     def _report(self, *, state: str, error: str | None = None) -> None:
         """Write the progress record; never fails the run (it is read by others only)."""
         try:
             _running, blue_last = self.blue.status()
-            last = livedir.last_commit(self.live)
+            last = livedir.last_commit(self.run.live)
             replayed = last if last is not None else self.start.metadata.batch_id
             verified = min(self._unverified, default=replayed + 1) - 1
             rate = sum(self._durations) / len(self._durations) if self._durations else None
             if self.progress is None:
                 self.progress = FollowProgress(
-                    shadow_job=self.cfg.job, blue_job=self.blue.job, mode=self.shadow.mode, state=state,
+                    shadow_job=self.run.cfg.job, blue_job=self.blue.job, mode=self.shadow.mode, state=state,
                     started_from=self.start.uri, started_batch=self.start.metadata.batch_id,
                     last_replayed=replayed, blue_last_batch=blue_last, seconds_per_batch=rate,
                     verified_through=verified, compared_through=self._compared_through,
@@ -395,6 +416,6 @@ class _FollowRun(_Run):
                                                     verified_through=verified,
                                                     compared_through=self._compared_through,
                                                     difference=self._difference, error=error)
-            write_follow(self.catalog.store, self.progress)
+            write_follow(self.run.catalog.store, self.progress)
         except (SparkpointError, OSError) as exc:
-            log.warning("shadow %s: could not write its progress record: %s", self.cfg.job, exc)
+            log.warning("shadow %s: could not write its progress record: %s", self.run.cfg.job, exc)

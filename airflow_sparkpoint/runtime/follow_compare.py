@@ -37,8 +37,8 @@ def check_comparable(sink: Sink) -> None:
     if type(sink) is DirectorySink:
         return
     raise ConfigError(f"spark.sparkpoint.shadow.mode=compare cannot read blue's batches back from "
-                      f"{sink!r}; expected DeltaSink(mode='append') or DirectorySink (a merge sink's batch rows "
-                      "are gone once merged); use shadow.mode=discard")
+                      f"{sink!r}; expected DeltaSink(mode='append') or DirectorySink (a merge sink's batch "
+                      "rows are gone once merged); use shadow.mode=discard")
 
 
 def blue_rows(spark: SparkSession, sink: Sink, job: str, batch: int) -> DataFrame | None:

@@ -39,7 +39,7 @@ from airflow_sparkpoint.exceptions import (
     SparkpointError,
     StaleGeneration,
 )
-from airflow_sparkpoint.runtime import livedir, replay, rescale, signals, spark_support
+from airflow_sparkpoint.runtime import follow, livedir, replay, rescale, signals, spark_support
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.restore import (
     plan_restore,
@@ -255,9 +255,9 @@ class SparkpointJob:
                 raise ConfigError("run() needs a streaming DataFrame (spark.readStream...); got a batch "
                                   "DataFrame")
             if self.config.shadow is not None:  # zero-downtime blue-green: follow blue's batches
-                from airflow_sparkpoint.runtime.follow import shadow_run  # it imports this module
-
-                run: _Run = shadow_run(self, df, sink, output_mode, query_name)
+                shadowing = follow.prepare(self.config, sink)  # reads only; refuses bad input
+                run = _Run(SparkpointJob(self.spark, shadowing.config, self._argv), df, shadowing.sink,
+                           output_mode, query_name, shadowing=shadowing)
             else:
                 run = _Run(self, df, sink, output_mode, query_name)
             with signals.sigterm_ends_run(run):  # a killed task: record the end, act no more
@@ -292,8 +292,10 @@ class _Run(_RunCoordination):
     _cleanup: threading.Thread | None = None
 
     def __init__(self, job: SparkpointJob, df: DataFrame, sink: Sink, output_mode: str,
-                 name: str | None) -> None:
+                 name: str | None, *, shadowing: follow.Shadowing | None = None) -> None:
         self.job = job
+        #: a shadow run: it follows blue's batches instead of planning its own (`runtime.follow`)
+        self.shadowing = shadowing
         self.cfg = job.config
         self.spark = job.spark
         self.df = df
@@ -377,29 +379,35 @@ class _Run(_RunCoordination):
         heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="sparkpoint-heartbeat",
                                             daemon=True)
         try:
-            writer = (
-                self.df.writeStream.outputMode(self.output_mode)
-                .foreachBatch(self._stage_batch)
-                .option("checkpointLocation", self.live)
-                .trigger(**self.cfg.trigger.spark_kwargs())
-            )
-            if self.query_name:
-                writer = writer.queryName(self.query_name)
             self._snapshot_settings = self._state_store_settings()  # the JVM may be gone at the end
             watcher = threading.Thread(target=self._watch_commits, args=(livedir.last_commit(self.live),),
                                        name="sparkpoint-commits", daemon=True)
-            self.query = writer.start()
-            self._cleanup = threading.Thread(target=self._remove_earlier_live, name="sparkpoint-cleanup",
-                                             daemon=True)
-            self._cleanup.start()
-            watcher.start()
-            coordinator_thread.start()
-            heartbeat_thread.start()
             query_error: BaseException | None = None
-            try:
-                self.query.awaitTermination()
-            except Exception as exc:  # noqa: BLE001 - re-raised below with context
-                query_error = exc
+            if self.shadowing is not None:  # one query per batch of blue's, on this thread
+                watcher.start()
+                coordinator_thread.start()
+                heartbeat_thread.start()
+                query_error = self._follow(self.shadowing)
+            else:
+                writer = (
+                    self.df.writeStream.outputMode(self.output_mode)
+                    .foreachBatch(self._stage_batch)
+                    .option("checkpointLocation", self.live)
+                    .trigger(**self.cfg.trigger.spark_kwargs())
+                )
+                if self.query_name:
+                    writer = writer.queryName(self.query_name)
+                self.query = writer.start()
+                self._cleanup = threading.Thread(target=self._remove_earlier_live, name="sparkpoint-cleanup",
+                                                 daemon=True)
+                self._cleanup.start()
+                watcher.start()
+                coordinator_thread.start()
+                heartbeat_thread.start()
+                try:
+                    self.query.awaitTermination()
+                except Exception as exc:  # noqa: BLE001 - re-raised below with context
+                    query_error = exc
             # The watcher may not have seen the last commits yet: `_finish` confirms
             # from commits/ itself, so they are not waited for here.
             self.query_failed = query_error is not None
@@ -411,6 +419,21 @@ class _Run(_RunCoordination):
             self._watch_stop.set()
             self.checkpointer.close()
             self._release_live()
+
+    def _follow(self, shadowing: follow.Shadowing) -> BaseException | None:
+        """Follow blue as its shadow (`follow.Follower`); return the error it ended with
+        (a `SparkpointError` is the run's error as is, `_conclude`)."""
+        try:
+            follow.Follower(self, shadowing).follow()
+        except Exception as exc:  # noqa: BLE001 - the run ends with it
+            if self.error is None and isinstance(exc, SparkpointError):
+                self.error = exc
+            return exc
+        return None
+
+    def stage_batch(self, df: DataFrame, batch_id: int) -> None:
+        """`_stage_batch`, for the follower (`follow.FollowedRun`)."""
+        self._stage_batch(df, batch_id)
 
     def _remove_earlier_live(self) -> None:
         """Delete the live locations of earlier generations that no run holds, once the
