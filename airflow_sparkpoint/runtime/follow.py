@@ -353,7 +353,6 @@ class Follower:
         replay.run_batch(self.run.spark, self.run.df, self.run.output_mode, self.run.live, batch,
                          stage=self.run.stage_batch, started=started)
         self._durations.append(time.monotonic() - began)
-        faults.maybe_kill("shadow_replay", batch)
         log.info("shadow %s replayed blue's batch %d in %.2f s", self.run.cfg.job, batch, self._durations[-1])
 
     def _verify_committed(self, final: bool = False) -> None:
