@@ -59,7 +59,8 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.generations import Fence
     from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 
-__all__ = ["BLUE_ALIVE_S", "BlueJob", "FollowedRun", "Follower", "Shadowing", "prepare", "shadow_config"]
+__all__ = ["BLUE_ALIVE_S", "BlueJob", "FollowedRun", "Follower", "Handover", "Shadowing", "prepare",
+           "shadow_config"]
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,26 @@ def shadow_config(cfg: SparkpointConfig, start: SnapshotHandle) -> SparkpointCon
         checkpoint_interval_s=0.0, commit_mode="checkpoint", final_snapshot_timeout_s=0.0, shadow=None)
 
 
+class Handover(Protocol):
+    """The zero-downtime cutover a warm-up belongs to, as the follower needs it. Its
+    records (``cutover/<cid>.*`` under blue's job: the plan, green's progress, the agreed
+    batch N, the claim) and green's claim and adoption are the cutover's own modules';
+    an adapter over them implements this (docs/howto/blue-green.md)."""
+
+    def report(self, progress: FollowProgress, shadow_generation: int) -> None:
+        """Publish green's progress where the orchestrator reads it (``<cid>.green.json``)."""
+
+    def agreed_batch(self) -> int | None:
+        """The agreed batch N, once agreed (None before).
+
+        :raises SparkpointError: the cutover was called off or ended."""
+
+    def blue_stopped(self) -> bool:
+        """Whether blue completed its stop after N at N (False while it is pending).
+
+        :raises SparkpointError: blue's stop failed, or ended at another batch."""
+
+
 @dataclass(frozen=True)
 class Shadowing:
     """What a shadow run needs, prepared by `prepare` before anything is written: its own
@@ -184,11 +205,15 @@ class Shadowing:
     start: SnapshotHandle
     shadow: Shadow
     user_sink: Sink
+    #: the cutover this warm-up belongs to (it then ends at the agreed batch, once blue
+    #: stopped there), or None: a plain warm-up
+    handover: Handover | None = None
 
 
-def prepare(cfg: SparkpointConfig, sink: Sink) -> Shadowing:
+def prepare(cfg: SparkpointConfig, sink: Sink, handover: Handover | None = None) -> Shadowing:
     """Prepare following blue (``cfg``: blue's production settings with
-    ``spark.sparkpoint.shadow.*``; `sink`: blue's production sink, only read). Reads only.
+    ``spark.sparkpoint.shadow.*``; `sink`: blue's production sink, only read;
+    `handover`: the cutover the warm-up belongs to, if any). Reads only.
 
     :raises ConfigError: a warm-up that cannot be exact: blue's store cannot be opened,
         blue has no such checkpoint, a source of it cannot be read twice, or compare
@@ -211,7 +236,7 @@ def prepare(cfg: SparkpointConfig, sink: Sink) -> Shadowing:
     compare_dir = None
     if shadow.mode == "compare":
         compare_dir = f"{work_root(scratch.dir, scratch.job, scratch.work_dir)}/compare"
-    return Shadowing(scratch, ShadowSink(shadow.mode, compare_dir), blue, start, shadow, sink)
+    return Shadowing(scratch, ShadowSink(shadow.mode, compare_dir), blue, start, shadow, sink, handover)
 
 
 def _check_followable(start: SnapshotHandle) -> None:
@@ -270,6 +295,7 @@ class Follower:
         self.start = shadowing.start
         self.user_sink = shadowing.user_sink
         self.shadow_sink = shadowing.sink
+        self.handover = shadowing.handover
         self._durations: collections.deque[float] = collections.deque(maxlen=_RATE_WINDOW)
         #: batches replayed from a pending record of blue, by the sha of their offsets
         self._unverified: dict[int, str] = {}
@@ -307,7 +333,8 @@ class Follower:
         while not self.run.stopping.is_set() and self.run.error is None:
             self._verify_committed()
             self._compare_committed()
-            if self.shadow.until_batch is not None and batch > self.shadow.until_batch:
+            until = self._until()
+            if until is not None and batch > until:
                 break
             found = self.blue.record(batch)
             if found is None:
@@ -334,9 +361,53 @@ class Follower:
                 self._uncompared.append(batch)
             self._report(state="following")
             batch += 1
-        self._verify_committed(final=True)
-        self._compare_committed()
+        self._settle()
+        self._await_blue_stop()
         self._report(state="ended")
+
+    def _until(self) -> int | None:
+        """The last batch to replay: ``shadow.untilBatch``, or the cutover's agreed N."""
+        until = self.shadow.until_batch
+        agreed = self.handover.agreed_batch() if self.handover is not None else None
+        if agreed is not None:
+            until = agreed if until is None else min(until, agreed)
+        return until
+
+    def _await_blue_stop(self) -> None:
+        """With a cutover whose batch N the shadow reached: wait until blue completed its
+        stop at N (green takes the job over only then).
+
+        :raises SparkpointError: the shadow ended before N (blue ended first), or blue's
+            stop failed or ended elsewhere."""
+        if self.handover is None or self.run.stopping.is_set():
+            return
+        agreed = self.handover.agreed_batch()
+        if agreed is None:
+            raise SparkpointError("blue ended before the cutover agreed a batch; green does not take over")
+        last = livedir.last_commit(self.run.live)
+        if last != agreed:
+            raise SparkpointError(f"the shadow replayed through batch {last}, not the agreed batch {agreed}: "
+                                  "blue ended before it; green does not take over")
+        while not self.handover.blue_stopped():
+            self._report(state="caught_up")
+            if self.run.stopping.wait(self.shadow.poll_interval_s):
+                return
+
+    def _settle(self) -> None:
+        """At the end: wait until blue committed every batch the shadow replayed from a
+        pending record (and compare them), while blue runs; once it does not, every one
+        must be committed (`_verify_committed`)."""
+        while self._unverified or self._uncompared:
+            self._verify_committed()
+            self._compare_committed()
+            if not (self._unverified or self._uncompared) or self.run.stopping.is_set():
+                return
+            running, _last = self.blue.status()
+            if not running:
+                self._verify_committed(final=True)
+                self._compare_committed()
+                return
+            self.run.stopping.wait(self.shadow.poll_interval_s)
 
     def _replay(self, body: Mapping[str, Any]) -> None:
         batch = int(body["batch"])
@@ -416,5 +487,7 @@ class Follower:
                                                     compared_through=self._compared_through,
                                                     difference=self._difference, error=error)
             write_follow(self.run.catalog.store, self.progress)
+            if self.handover is not None:
+                self.handover.report(self.progress, self.run.generation)
         except (SparkpointError, OSError) as exc:
             log.warning("shadow %s: could not write its progress record: %s", self.run.cfg.job, exc)
