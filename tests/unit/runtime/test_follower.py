@@ -166,3 +166,28 @@ def test_with_a_cutover_a_blue_that_ended_before_the_agreed_batch_is_refused(tmp
     _run, follower, _sink, _cat, _live = setup(tmp_path, 6, 1, range(4), handover=FakeHandover(5, 0))
     with pytest.raises(SparkpointError, match=r"replayed through batch 3, not the agreed batch 5"):
         follower.follow()
+
+
+def test_at_the_until_batch_the_shadow_waits_for_a_running_blue_to_commit_what_it_replayed_pending(
+        tmp_path, spark_replaced):
+    import time
+
+    from airflow_sparkpoint.checkpoints.status import JobStatus
+
+    run, follower, sink, blue_catalog, blue_live = setup(tmp_path, 6, 1, range(3), until=3)
+    now = time.time()
+    blue_catalog.write_status(JobStatus(job="orders", generation=1, state="running", started_at=now,
+                                        heartbeat_at=now, last_batch=2).to_json())
+    pending(blue_catalog, 3, 1, replay.capture(str(blue_live), 3))
+
+    def blue_commits_3_later() -> None:
+        time.sleep(0.5)
+        sink.records[3] = replay.capture(str(blue_live), 3)
+
+    committer = threading.Thread(target=blue_commits_3_later)
+    committer.start()
+    follower.follow()
+    committer.join()
+    progress = read_follow(run.catalog.store)
+    assert progress is not None and (progress.state, progress.last_replayed, progress.verified_through) == (
+        "ended", 3, 3)
