@@ -8,7 +8,9 @@ file per batch), green follows it in this process with the same query.
    oracle) and blue's own state at 5; blue's catalog and table hold nothing of green.
 2. Directory sink, blue drained and exited: green starts from an older checkpoint of
    blue's, ends when blue's recorded batches are replayed; blue's whole root and output
-   directory are byte for byte what they were.
+   directory are byte for byte what they were; a green whose results differ is stopped
+   by the comparison gate at the first differing batch, naming the rows.
+3. A blue reading the rate source: green is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.follow_record import read_follow
 from airflow_sparkpoint.demo.support import SubmittedJob, delta_commits, write_batch_file
-from airflow_sparkpoint.exceptions import SparkpointError
+from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a blue spark-submit each, about a minute
 
@@ -205,3 +207,55 @@ def test_green_follows_a_drained_blue_from_an_older_checkpoint_and_blue_is_byte_
     assert changed.compared_through == (3 if oldest.batch_id < 3 else None)
     assert tree(blue.root) == before_root
     assert tree(blue.output) == before_output
+
+
+def test_a_blue_reading_the_rate_source_is_refused_before_anything_is_written(spark: Any, tmp_path: Path) -> None:
+    """Blue (in this process) reads Spark's rate source: its checkpoints hold counter
+    offsets, whose input is not kept. Green's start is refused naming the source, before
+    the shadow's root exists."""
+    from pyspark.sql import functions as F
+
+    from airflow_sparkpoint.checkpoints.control import ControlChannel
+    from airflow_sparkpoint.runtime import SparkpointJob
+    from airflow_sparkpoint.sinks import DeltaSink
+    from tests.support.waits import wait_for
+
+    root, table = tmp_path / "blue", tmp_path / "table"
+    conf = {"spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": "ticks",
+            "spark.sparkpoint.trigger": "processingTime:1s", "spark.sparkpoint.control.pollInterval": "300ms"}
+    blue = SparkpointJob.get_or_create(conf=conf, argv=[])
+    ticks = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+    counts = ticks.groupBy((F.col("value") % 3).alias("k")).count()
+    outcome: dict[str, Any] = {}
+
+    def body() -> None:
+        try:
+            outcome["result"] = blue.run(counts, sink=DeltaSink(str(table), mode="append"), output_mode="update")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    catalog = Catalog.open(str(root), "ticks")
+    try:
+        wait_for("blue's checkpoint of batch 1", lambda: (catalog.latest() or None) is not None
+                 and catalog.latest().batch_id >= 1, 120)  # type: ignore[union-attr]
+    finally:
+        status = catalog.read_status()
+        if status is not None:
+            channel = ControlChannel(catalog)
+            channel.wait(channel.submit("stop", generation=int(status["generation"]), timeout_s=60).id,
+                         timeout_s=60, poll_s=0.3)
+        thread.join(60)
+    assert "error" not in outcome, outcome.get("error")
+
+    shadow_root = tmp_path / "shadow"
+    green = SparkpointJob.get_or_create(conf={
+        **conf, "spark.sparkpoint.shadow.mode": "discard", "spark.sparkpoint.shadow.dir": str(shadow_root)},
+        argv=[])
+    with pytest.raises(ConfigError) as caught:
+        green.run(counts, sink=DeltaSink(str(table), mode="append"), output_mode="update")
+    message = str(caught.value)
+    assert "job 'ticks' cannot be followed by a shadow" in message and "counter offset" in message, message
+    assert "rate" in message, message
+    assert not shadow_root.exists(), "the refusal wrote into the shadow's root"
