@@ -454,7 +454,12 @@ def _shadow(values: Mapping[str, str], job: str) -> Shadow | None:
             raise ConfigError(f"{PREFIX}shadow.from={source!r} is invalid: {exc}; expected latest or a "
                               "checkpoint path of blue's job") from None
     work_dir = values.get("shadow.workDir", "").strip() or None
-    work_root(root, shadow_job, work_dir)
+    blue_root = work_root(values["dir"].strip(), job, values.get("workDir", "").strip() or None)
+    if os.path.normpath(work_root(root, shadow_job, work_dir)) == os.path.normpath(blue_root):
+        # Live locations are named g<generation> of each job's own catalog: the shadow's g1
+        # would be blue's g1.
+        raise ConfigError(f"{PREFIX}shadow.workDir={work_dir!r} is blue's own live location root "
+                          f"{blue_root}; expected another directory (a subdirectory of it is fine)")
     until = values.get("shadow.untilBatch", "").strip()
     poll = parse_duration("shadow.pollInterval", values.get("shadow.pollInterval", "1s"))
     if poll <= 0:

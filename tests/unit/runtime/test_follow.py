@@ -54,6 +54,7 @@ def test_no_shadow_key_is_a_normal_run_and_defaults_are_documented():
     ({"mode": "discard", "dir": "/tmp/scratch", "untilBatch": "-1"}, r"shadow\.untilBatch='-1'"),
     ({"mode": "discard", "dir": "/tmp/scratch", "pollInterval": "0s"}, r"shadow\.pollInterval='0s' must be positive"),
     ({"mode": "discard", "dir": "/tmp/scratch", "job": "../x"}, r"\.\./x"),
+    ({"mode": "discard", "dir": "/tmp/scratch", "workDir": "/tmp/sp/orders/live/"}, r"blue's own live location root"),
 ])
 def test_bad_shadow_settings_fail_naming_the_key(extra: dict[str, str], message: str):
     with pytest.raises(ConfigError, match=message):
