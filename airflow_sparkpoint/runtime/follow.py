@@ -59,8 +59,8 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.generations import Fence
     from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 
-__all__ = ["BLUE_ALIVE_S", "BlueJob", "FollowedRun", "Follower", "Handover", "Shadowing", "prepare",
-           "shadow_config"]
+__all__ = ["BLUE_ALIVE_S", "Adopted", "BlueJob", "FollowedRun", "Follower", "Handover", "Shadowing",
+           "prepare", "shadow_config"]
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +191,26 @@ class Handover(Protocol):
         """Whether blue completed its stop after N at N (False while it is pending).
 
         :raises SparkpointError: blue's stop failed, or ended at another batch."""
+
+    def adopt(self, live_dir: str, adopted_from: str | None) -> int:
+        """Green's claim of blue's job (blue's generation + 1, fencing blue) and the origin
+        of its lineage (base: blue's final checkpoint at N; `live_dir`: green's live
+        location at N; `adopted_from`: green's shadow checkpoint at N); return the
+        generation claimed.
+
+        :raises SparkpointError: the claim was refused (another start took the
+            generation, the cutover ended, blue's sink is not at N); nothing is adopted."""
+
+
+@dataclass(frozen=True)
+class Adopted:
+    """Green took blue's job over at batch `batch_id` as generation `generation`; its live
+    location `live_dir` holds green's state at that batch (`runtime.job._Run` continues
+    there: an adoption checkpoint, then batch N+1 into the production sink)."""
+
+    generation: int
+    batch_id: int
+    live_dir: str
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ writes the heartbeat; the caller's thread waits for the query and for the coordi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -255,13 +256,34 @@ class SparkpointJob:
                 raise ConfigError("run() needs a streaming DataFrame (spark.readStream...); got a batch "
                                   "DataFrame")
             if self.config.shadow is not None:  # zero-downtime blue-green: follow blue's batches
-                shadowing = follow.prepare(self.config, sink)  # reads only; refuses bad input
-                run = _Run(SparkpointJob(self.spark, shadowing.config, self._argv), df, shadowing.sink,
-                           output_mode, query_name, shadowing=shadowing)
-            else:
-                run = _Run(self, df, sink, output_mode, query_name)
+                return self._run_shadow(df, sink, output_mode, query_name)
+            run = _Run(self, df, sink, output_mode, query_name)
             with signals.sigterm_ends_run(run):  # a killed task: record the end, act no more
                 self.last_result = run.execute()
+        return self.last_result
+
+    #: the zero-downtime cutover a shadow run belongs to (set by the cutover's adapter
+    #: before `run`; `follow.Handover`): the shadow then ends at the agreed batch N, takes
+    #: blue's job over and goes on as its next generation from N+1
+    handover: follow.Handover | None = None
+
+    def _run_shadow(self, df: DataFrame, sink: Sink, output_mode: str, query_name: str | None) -> RunResult:
+        """Follow blue as its shadow (`runtime.follow`); with a `handover`, then take the
+        job over at N and run it as the production job from N+1 into `sink`."""
+        shadowing = follow.prepare(self.config, sink, self.handover)  # reads only; refuses bad input
+        run = _Run(SparkpointJob(self.spark, shadowing.config, self._argv), df, shadowing.sink, output_mode,
+                   query_name, shadowing=shadowing)
+        with signals.sigterm_ends_run(run):
+            self.last_result = result = run.execute()
+        if shadowing.handover is None or result.last_batch is None:
+            return result
+        generation = shadowing.handover.adopt(result.live_dir, result.last_checkpoint)
+        adopted = follow.Adopted(generation, result.last_batch, result.live_dir)
+        settings = dataclasses.replace(self.config, shadow=None, restore="latest")
+        production = SparkpointJob(self.spark, settings, self._argv)
+        run = _Run(production, df, sink, output_mode, query_name, adopted=adopted)
+        with signals.sigterm_ends_run(run):
+            self.last_result = run.execute()
         return self.last_result
 
 
@@ -292,10 +314,12 @@ class _Run(_RunCoordination):
     _cleanup: threading.Thread | None = None
 
     def __init__(self, job: SparkpointJob, df: DataFrame, sink: Sink, output_mode: str,
-                 name: str | None, *, shadowing: follow.Shadowing | None = None) -> None:
+                 name: str | None, *, shadowing: follow.Shadowing | None = None,
+                 adopted: follow.Adopted | None = None) -> None:
         self.job = job
         #: a shadow run: it follows blue's batches instead of planning its own (`runtime.follow`)
         self.shadowing = shadowing
+        self.adopted = adopted  # its generation is claimed already
         self.cfg = job.config
         self.spark = job.spark
         self.df = df
@@ -325,8 +349,10 @@ class _Run(_RunCoordination):
     def execute(self) -> RunResult:
         self._open()
         cfg = self.cfg
-        # Never fence a live run another task started, unless asked to (before any write).
-        check_start(self.catalog, AirflowTry.from_environ(), takeover=cfg.takeover)
+        # Never fence a live run another task started, unless asked to (before any write);
+        # an adopted run's generation is claimed already (the cutover's handover).
+        if self.adopted is None:
+            check_start(self.catalog, AirflowTry.from_environ(), takeover=cfg.takeover)
         # A read-only pre-check: bad input (a missing or foreign snapshot, damaged
         # checkpoints, a sink ahead) fails before anything is written (invariant 7).
         pre = plan_restore(cfg, self.catalog)
@@ -334,12 +360,15 @@ class _Run(_RunCoordination):
         rescale.check_shuffle_partitions(dict(self.spark.sparkContext.getConf().getAll()),
                                          rescale.plan_rescale(cfg.restore_state_partitions, pre))
         faults.pause("after_plan", pre.batch_id)
-        self.generation = self.catalog.claim_generation(claim_details(
-            restore=cfg.restore, plan=pre.description, app=self._application_id,
-            # which submit this is (the Airflow operator finds its own run by it) and its UI
-            submitter=os.environ.get(SUBMITTER_ENV, ""), ui=self.spark.sparkContext.uiWebUrl,
-            **generation_details(cfg),  # config in force + Airflow try, for the history model
-        )).generation
+        if self.adopted is not None:
+            self.generation = self.adopted.generation
+        else:
+            self.generation = self.catalog.claim_generation(claim_details(
+                restore=cfg.restore, plan=pre.description, app=self._application_id,
+                # which submit this is (the Airflow operator finds its own run by it) and its UI
+                submitter=os.environ.get(SUBMITTER_ENV, ""), ui=self.spark.sparkContext.uiWebUrl,
+                **generation_details(cfg),  # config in force + Airflow try, for the history model
+            )).generation
         try:
             self._prepare()
         except BaseException as exc:
