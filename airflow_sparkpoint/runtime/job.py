@@ -275,10 +275,14 @@ class SparkpointJob:
                    query_name, shadowing=shadowing)
         with signals.sigterm_ends_run(run):
             self.last_result = result = run.execute()
-        if shadowing.handover is None or result.last_batch is None:
+        if shadowing.handover is None:
             return result
+        reached = livedir.last_commit(result.live_dir)  # N (the follower checked it): maybe K itself
+        if reached is None:
+            raise SparkpointError(f"the shadow's live location {result.live_dir} holds no committed batch; "
+                                  "green does not take over")
         generation = shadowing.handover.adopt(result.live_dir, result.last_checkpoint)
-        adopted = follow.Adopted(generation, result.last_batch, result.live_dir)
+        adopted = follow.Adopted(generation, reached, result.live_dir)
         settings = dataclasses.replace(self.config, shadow=None, restore="latest")
         production = SparkpointJob(self.spark, settings, self._argv)
         run = _Run(production, df, sink, output_mode, query_name, adopted=adopted)
