@@ -59,6 +59,11 @@ def run(keys: int, batches: int, updates: int, trigger_s: float) -> dict[str, An
                          output_mode="update")
         blue_s = time.perf_counter() - started
         assert built.batches_processed == batches, built
+        from deltalake import DeltaTable
+
+        stamps = sorted(int(e["timestamp"]) for e in DeltaTable(str(base / "table")).history()
+                        if e.get("sparkpoint.batch") is not None)
+        blue_steady = (stamps[-1] - stamps[0]) / 1000 / (len(stamps) - 1)  # commit to commit, after batch 0
         catalog = Catalog.open(str(base / "blue"), JOB)
         first = next(m for m in catalog.checkpoints() if m.batch_id == 0)
 
@@ -81,7 +86,8 @@ def run(keys: int, batches: int, updates: int, trigger_s: float) -> dict[str, An
         "name": "shadow_follow",
         "keys": keys, "batches": batches, "updates_per_batch": updates, "trigger_s": trigger_s,
         "green_seconds_per_batch": per_batch, "green_wall_s": green_s, "followed_batches": batches - 1,
-        "blue_seconds_per_batch": blue_per_batch, "green_over_blue": per_batch / blue_per_batch,
+        "blue_seconds_per_batch": blue_per_batch, "blue_steady_seconds_per_batch": blue_steady,
+        "green_over_blue": per_batch / blue_steady,
         "ratio": ratio, "target": f"<= {TARGET}", "pass": ratio <= TARGET,
         "summary": f"shadow seconds per batch / trigger interval = {ratio:.2f} (target <= {TARGET})",
     }
@@ -101,7 +107,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
          f"{args.updates:,} rows:"),
         f"  green (shadow) seconds per followed batch  {result['green_seconds_per_batch']:7.2f} s",
         f"  blue wall time per batch (its start included)    {result['blue_seconds_per_batch']:7.2f} s",
-        f"  green / blue                               {result['green_over_blue']:7.2f}",
+        f"  blue commit to commit after batch 0        {result['blue_steady_seconds_per_batch']:7.2f} s",
+        f"  green / blue (commit to commit)            {result['green_over_blue']:7.2f}",
         f"  green wall time (start, restore, follow)   {result['green_wall_s']:7.2f} s",
     ])
     return result
