@@ -275,12 +275,13 @@ class SparkpointJob:
                    query_name, shadowing=shadowing)
         with signals.sigterm_ends_run(run):
             self.last_result = result = run.execute()
-        if shadowing.handover is None:
-            return result
-        reached = livedir.last_commit(result.live_dir)  # N (the follower checked it): maybe K itself
-        if reached is None:
-            raise SparkpointError(f"the shadow's live location {result.live_dir} holds no committed batch; "
-                                  "green does not take over")
+        if shadowing.handover is None or result.status != "finished":
+            return result  # a plain warm-up, or a shadow stopped by request: no takeover
+        agreed = shadowing.handover.agreed_batch()
+        reached = livedir.last_commit(result.live_dir)  # the warm-up may have started at N itself
+        if reached is None or reached != agreed:
+            raise SparkpointError(f"the shadow's live location {result.live_dir} is at batch {reached}, "
+                                  f"not at the cutover's batch {agreed}; green does not take over")
         generation = shadowing.handover.adopt(result.live_dir, result.last_checkpoint)
         adopted = follow.Adopted(generation, reached, result.live_dir)
         settings = dataclasses.replace(self.config, shadow=None, restore="latest")
