@@ -35,7 +35,8 @@ from airflow_sparkpoint.checkpoints.bounded import Limits, check_writable
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage.base import PrefixedStorage, Storage
 
-__all__ = ["CHK_RE", "COMMITTED", "CONTROL", "COUNTERS", "GC", "GC_RE", "GENERATIONS", "GENERATIONS_LISTED",
+__all__ = ["CHK_RE", "COMMITTED", "CONTROL", "COUNTERS", "FOLLOW", "GC", "GC_RE", "GENERATIONS",
+           "GENERATIONS_LISTED",
            "ID_FLOOR", "JOB_RE", "LINEAGE", "LINEAGE_RE", "METADATA", "PINS", "RECORD_MAX_BYTES",
            "RECORD_MAX_COST", "RESULTS", "SAVEPOINTS", "SAVEPOINT_RE", "SHARED", "SNAPSHOT_LOG_MAX_BYTES",
            "STATUS", "STATUS_DIR", "TXN", "TXN_ID_RE", "TXN_RE", "VERIFICATION", "JobStore",
@@ -145,6 +146,8 @@ def txn_key(batch_id: int, generation: int) -> str:
 
 STATUS = "status.json"
 STATUS_DIR = "status"
+#: a shadow run's progress behind blue (`checkpoints.follow_record`), in the shadow's own root
+FOLLOW = "follow.json"
 
 
 def status_key(generation: int) -> str:
@@ -176,6 +179,7 @@ RECORD_MAX_BYTES = {
     VERIFICATION: 64 * _KIB,  # counts per check and an error clipped to 16 KiB
     STATUS: 64 * _KIB,  # a dozen fields and an error clipped to 16 KiB
     STATUS_DIR: 64 * _KIB,
+    FOLLOW: 64 * _KIB,  # a dozen fields, a difference clipped to 16 KiB
     COUNTERS: 512 * _KIB,  # at most RECENT_LIMIT outcomes and TREND_LIMIT points (~40 KiB)
     COMMITTED: 64 * _KIB,
     GENERATIONS: 64 * _KIB,  # the driver's details: settings, plan, Airflow try (~2 KiB)
@@ -194,6 +198,7 @@ RECORD_MAX_COST = {
     VERIFICATION: 1 * _MIB,
     STATUS: 1 * _MIB,
     STATUS_DIR: 1 * _MIB,
+    FOLLOW: 1 * _MIB,
     COUNTERS: 8 * _MIB,
     COMMITTED: 1 * _MIB,
     GENERATIONS: 1 * _MIB,

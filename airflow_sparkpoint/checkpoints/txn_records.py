@@ -75,6 +75,24 @@ class TransactionLog:
                 continue
             yield record
 
+    def get(self, batch_id: int, generation: int) -> TransactionRecord | None:
+        """The record of batch `batch_id` staged by `generation`, or None (settled, or never
+        recorded).
+
+        :raises CorruptRecord: it is unreadable, or describes another batch or job."""
+        key = layout.txn_key(batch_id, generation)
+        where = f"{self.uri}/{key}"
+        record = bounded.read_record(self.store, key, TransactionRecord.from_json,
+                                     limits=layout.limits_of(key), where=where)
+        if record is None:
+            return None
+        problem = foreign_to(record, self.job)
+        if problem is None and (record.batch_id, record.generation) != (batch_id, generation):
+            problem = f"it describes batch {record.batch_id} of generation {record.generation}"
+        if problem is not None:
+            raise CorruptRecord(f"transaction record {where}: {problem}")
+        return record
+
     def keys(self) -> set[tuple[int, int]]:
         """``(batch_id, generation)`` of every recorded transaction, from one listing. A
         record is deleted once its transaction committed or aborted, so a key missing here

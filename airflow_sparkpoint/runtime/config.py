@@ -20,7 +20,8 @@ from airflow_sparkpoint.storage import split_uri
 from airflow_sparkpoint.storage.endpoints import s3_options, validate_endpoint_url
 
 __all__ = ["FINAL_SNAPSHOT_MIN_REPLAY", "KEYS", "LIVE_LOCATIONS", "PREFIX", "SUBMITTER_ENV",
-           "SparkpointConfig", "Trigger", "duration_value", "local_path_of", "parse_duration", "parse_size",
+           "Shadow", "SparkpointConfig", "Trigger",
+           "duration_value", "local_path_of", "parse_duration", "parse_size",
            "parse_trigger", "require_local", "unknown_key", "work_root"]
 
 PREFIX = "spark.sparkpoint."
@@ -73,6 +74,19 @@ KEYS: dict[str, str] = {
     ),
     "s3.endpoint": "S3-compatible endpoint URL (default: AWS)",
     "s3.region": "S3 region (default: AWS default chain)",
+    "shadow.mode": (
+        "discard or compare: run as blue's shadow (zero-downtime blue-green, runtime.follow): restore "
+        "blue's checkpoint and replay blue's recorded batches, writing nothing into blue's sinks "
+        "(default: unset, a normal run)"
+    ),
+    "shadow.dir": "the shadow's own storage root (its scratch catalog; required with shadow.mode)",
+    "shadow.job": "the shadow's job name in shadow.dir (default <job>-shadow)",
+    "shadow.from": "blue's checkpoint the warm-up starts from: latest or a checkpoint path (default latest)",
+    "shadow.workDir": "the shadow's live location root (default <shadow.dir>/<shadow.job>/live)",
+    "shadow.untilBatch": (
+        "stop following after this batch of blue (default: when blue ended and all it recorded is replayed)"
+    ),
+    "shadow.pollInterval": "how often the shadow looks for blue's next batch (default 1s)",
     "test.pauseAt": "TESTS ONLY: pause points <point>[:<batch>],... (see airflow_sparkpoint.faults)",
     "test.pauseDir": "TESTS ONLY: directory of the pause points' .reached/.release files",
 }
@@ -284,6 +298,8 @@ class SparkpointConfig:
     restore_state_partitions: int | None = None
     test_pause_at: str = ""
     test_pause_dir: str = ""
+    #: None: a normal run; else the run follows blue as its shadow (`runtime.follow`)
+    shadow: Shadow | None = None
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -388,4 +404,66 @@ class SparkpointConfig:
             ),
             test_pause_at=pause_at,
             test_pause_dir=pause_dir,
+            shadow=_shadow(values, job),
         )
+
+
+@dataclass(frozen=True)
+class Shadow:
+    """``spark.sparkpoint.shadow.*``: follow blue's job as its shadow (`runtime.follow`)."""
+
+    mode: str
+    dir: str
+    job: str
+    source: str = "latest"  # ``shadow.from``
+    work_dir: str | None = None
+    until_batch: int | None = None
+    poll_interval_s: float = 1.0
+
+
+def _shadow(values: Mapping[str, str], job: str) -> Shadow | None:
+    """The shadow settings, or None when ``shadow.mode`` is unset.
+
+    :raises ConfigError: a ``shadow.*`` key without ``shadow.mode``, or a bad value."""
+    given = sorted(k for k in values if k.startswith("shadow."))
+    mode = values.get("shadow.mode", "").strip()
+    if not mode:
+        if given:
+            raise ConfigError(f"{PREFIX}{given[0]} is set but {PREFIX}shadow.mode is not; expected "
+                              "shadow.mode=discard or compare to run as a shadow")
+        return None
+    mode = _choice("shadow.mode", mode, ("discard", "compare"))
+    root = values.get("shadow.dir", "").strip()
+    if not root:
+        raise ConfigError(f"{PREFIX}shadow.dir is required with {PREFIX}shadow.mode ({KEYS['shadow.dir']})")
+    try:
+        split_uri(root)
+    except InvalidPath as exc:
+        raise ConfigError(f"{PREFIX}shadow.dir={root!r} is invalid: {exc}") from None
+    shadow_job = validate_job_name(values.get("shadow.job", "").strip() or f"{job}-shadow")
+    if shadow_job == job and root == values["dir"].strip():
+        raise ConfigError(f"{PREFIX}shadow.job={shadow_job!r} in {PREFIX}shadow.dir={root!r} is blue's own "
+                          "job; expected another name or another root (a shadow never writes blue's catalog)")
+    source = values.get("shadow.from", "latest").strip() or "latest"
+    if source.lower() == "latest":
+        source = "latest"
+    else:
+        try:
+            split_uri(source)
+        except InvalidPath as exc:
+            raise ConfigError(f"{PREFIX}shadow.from={source!r} is invalid: {exc}; expected latest or a "
+                              "checkpoint path of blue's job") from None
+    work_dir = values.get("shadow.workDir", "").strip() or None
+    blue_root = work_root(values["dir"].strip(), job, values.get("workDir", "").strip() or None)
+    if os.path.normpath(work_root(root, shadow_job, work_dir)) == os.path.normpath(blue_root):
+        # Live locations are named g<generation> of each job's own catalog: the shadow's g1
+        # would be blue's g1.
+        raise ConfigError(f"{PREFIX}shadow.workDir={work_dir!r} is blue's own live location root "
+                          f"{blue_root}; expected another directory (a subdirectory of it is fine)")
+    until = values.get("shadow.untilBatch", "").strip()
+    poll = parse_duration("shadow.pollInterval", values.get("shadow.pollInterval", "1s"))
+    if poll <= 0:
+        raise ConfigError(f"{PREFIX}shadow.pollInterval={values['shadow.pollInterval']!r} must be positive")
+    return Shadow(mode=mode, dir=root, job=shadow_job, source=source, work_dir=work_dir,
+                  until_batch=_parse_int("shadow.untilBatch", until, 0) if until else None,
+                  poll_interval_s=poll)

@@ -16,6 +16,7 @@ writes the heartbeat; the caller's thread waits for the query and for the coordi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ from airflow_sparkpoint.exceptions import (
     SparkpointError,
     StaleGeneration,
 )
-from airflow_sparkpoint.runtime import livedir, replay, rescale, signals, spark_support
+from airflow_sparkpoint.runtime import follow, livedir, replay, rescale, signals, spark_support
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.restore import (
     plan_restore,
@@ -236,7 +237,9 @@ class SparkpointJob:
         query_name: str | None = None,
     ) -> RunResult:
         """Run `df` into `sink` with checkpoints until the input is drained
-        (``availableNow``) or a stop-with-savepoint request arrives.
+        (``availableNow``) or a stop-with-savepoint request arrives; with
+        ``spark.sparkpoint.shadow.mode`` set, follow blue's job as its shadow instead
+        (`runtime.follow`: `sink` is only read).
 
         :raises ConfigError: bad arguments, before anything is written.
         :raises RestoreError: the restore target is unusable, or a sink is ahead of it.
@@ -252,9 +255,40 @@ class SparkpointJob:
             if not df.isStreaming:
                 raise ConfigError("run() needs a streaming DataFrame (spark.readStream...); got a batch "
                                   "DataFrame")
+            if self.config.shadow is not None:  # zero-downtime blue-green: follow blue's batches
+                return self._run_shadow(df, sink, output_mode, query_name)
             run = _Run(self, df, sink, output_mode, query_name)
             with signals.sigterm_ends_run(run):  # a killed task: record the end, act no more
                 self.last_result = run.execute()
+        return self.last_result
+
+    #: the zero-downtime cutover a shadow run belongs to (set by the cutover's adapter
+    #: before `run`; `follow.Handover`): the shadow then ends at the agreed batch N, takes
+    #: blue's job over and goes on as its next generation from N+1
+    handover: follow.Handover | None = None
+
+    def _run_shadow(self, df: DataFrame, sink: Sink, output_mode: str, query_name: str | None) -> RunResult:
+        """Follow blue as its shadow (`runtime.follow`); with a `handover`, then take the
+        job over at N and run it as the production job from N+1 into `sink`."""
+        shadowing = follow.prepare(self.config, sink, self.handover)  # reads only; refuses bad input
+        run = _Run(SparkpointJob(self.spark, shadowing.config, self._argv), df, shadowing.sink, output_mode,
+                   query_name, shadowing=shadowing)
+        with signals.sigterm_ends_run(run):
+            self.last_result = result = run.execute()
+        if shadowing.handover is None or result.status != "finished":
+            return result  # a plain warm-up, or a shadow stopped by request: no takeover
+        agreed = shadowing.handover.agreed_batch()
+        reached = livedir.last_commit(result.live_dir)  # the warm-up may have started at N itself
+        if reached is None or reached != agreed:
+            raise SparkpointError(f"the shadow's live location {result.live_dir} is at batch {reached}, "
+                                  f"not at the cutover's batch {agreed}; green does not take over")
+        generation = shadowing.handover.adopt(result.live_dir, result.last_checkpoint)
+        adopted = follow.Adopted(generation, reached, result.live_dir)
+        settings = dataclasses.replace(self.config, shadow=None, restore="latest")
+        production = SparkpointJob(self.spark, settings, self._argv)
+        run = _Run(production, df, sink, output_mode, query_name, adopted=adopted)
+        with signals.sigterm_ends_run(run):
+            self.last_result = run.execute()
         return self.last_result
 
 
@@ -285,8 +319,12 @@ class _Run(_RunCoordination):
     _cleanup: threading.Thread | None = None
 
     def __init__(self, job: SparkpointJob, df: DataFrame, sink: Sink, output_mode: str,
-                 name: str | None) -> None:
+                 name: str | None, *, shadowing: follow.Shadowing | None = None,
+                 adopted: follow.Adopted | None = None) -> None:
         self.job = job
+        #: a shadow run: it follows blue's batches instead of planning its own (`runtime.follow`)
+        self.shadowing = shadowing
+        self.adopted = adopted  # its generation is claimed already
         self.cfg = job.config
         self.spark = job.spark
         self.df = df
@@ -316,8 +354,10 @@ class _Run(_RunCoordination):
     def execute(self) -> RunResult:
         self._open()
         cfg = self.cfg
-        # Never fence a live run another task started, unless asked to (before any write).
-        check_start(self.catalog, AirflowTry.from_environ(), takeover=cfg.takeover)
+        # Never fence a live run another task started, unless asked to (before any write);
+        # an adopted run's generation is claimed already (the cutover's handover).
+        if self.adopted is None:
+            check_start(self.catalog, AirflowTry.from_environ(), takeover=cfg.takeover)
         # A read-only pre-check: bad input (a missing or foreign snapshot, damaged
         # checkpoints, a sink ahead) fails before anything is written (invariant 7).
         pre = plan_restore(cfg, self.catalog)
@@ -325,12 +365,15 @@ class _Run(_RunCoordination):
         rescale.check_shuffle_partitions(dict(self.spark.sparkContext.getConf().getAll()),
                                          rescale.plan_rescale(cfg.restore_state_partitions, pre))
         faults.pause("after_plan", pre.batch_id)
-        self.generation = self.catalog.claim_generation(claim_details(
-            restore=cfg.restore, plan=pre.description, app=self._application_id,
-            # which submit this is (the Airflow operator finds its own run by it) and its UI
-            submitter=os.environ.get(SUBMITTER_ENV, ""), ui=self.spark.sparkContext.uiWebUrl,
-            **generation_details(cfg),  # config in force + Airflow try, for the history model
-        )).generation
+        if self.adopted is not None:
+            self.generation = self.adopted.generation
+        else:
+            self.generation = self.catalog.claim_generation(claim_details(
+                restore=cfg.restore, plan=pre.description, app=self._application_id,
+                # which submit this is (the Airflow operator finds its own run by it) and its UI
+                submitter=os.environ.get(SUBMITTER_ENV, ""), ui=self.spark.sparkContext.uiWebUrl,
+                **generation_details(cfg),  # config in force + Airflow try, for the history model
+            )).generation
         try:
             self._prepare()
         except BaseException as exc:
@@ -370,29 +413,35 @@ class _Run(_RunCoordination):
         heartbeat_thread = threading.Thread(target=self._heartbeat_loop, name="sparkpoint-heartbeat",
                                             daemon=True)
         try:
-            writer = (
-                self.df.writeStream.outputMode(self.output_mode)
-                .foreachBatch(self._stage_batch)
-                .option("checkpointLocation", self.live)
-                .trigger(**self.cfg.trigger.spark_kwargs())
-            )
-            if self.query_name:
-                writer = writer.queryName(self.query_name)
             self._snapshot_settings = self._state_store_settings()  # the JVM may be gone at the end
             watcher = threading.Thread(target=self._watch_commits, args=(livedir.last_commit(self.live),),
                                        name="sparkpoint-commits", daemon=True)
-            self.query = writer.start()
-            self._cleanup = threading.Thread(target=self._remove_earlier_live, name="sparkpoint-cleanup",
-                                             daemon=True)
-            self._cleanup.start()
-            watcher.start()
-            coordinator_thread.start()
-            heartbeat_thread.start()
             query_error: BaseException | None = None
-            try:
-                self.query.awaitTermination()
-            except Exception as exc:  # noqa: BLE001 - re-raised below with context
-                query_error = exc
+            if self.shadowing is not None:  # one query per batch of blue's, on this thread
+                watcher.start()
+                coordinator_thread.start()
+                heartbeat_thread.start()
+                query_error = self._follow(self.shadowing)
+            else:
+                writer = (
+                    self.df.writeStream.outputMode(self.output_mode)
+                    .foreachBatch(self._stage_batch)
+                    .option("checkpointLocation", self.live)
+                    .trigger(**self.cfg.trigger.spark_kwargs())
+                )
+                if self.query_name:
+                    writer = writer.queryName(self.query_name)
+                self.query = writer.start()
+                self._cleanup = threading.Thread(target=self._remove_earlier_live, name="sparkpoint-cleanup",
+                                                 daemon=True)
+                self._cleanup.start()
+                watcher.start()
+                coordinator_thread.start()
+                heartbeat_thread.start()
+                try:
+                    self.query.awaitTermination()
+                except Exception as exc:  # noqa: BLE001 - re-raised below with context
+                    query_error = exc
             # The watcher may not have seen the last commits yet: `_finish` confirms
             # from commits/ itself, so they are not waited for here.
             self.query_failed = query_error is not None
@@ -404,6 +453,21 @@ class _Run(_RunCoordination):
             self._watch_stop.set()
             self.checkpointer.close()
             self._release_live()
+
+    def _follow(self, shadowing: follow.Shadowing) -> BaseException | None:
+        """Follow blue as its shadow (`follow.Follower`); return the error it ended with
+        (a `SparkpointError` is the run's error as is, `_conclude`)."""
+        try:
+            follow.Follower(self, shadowing).follow()
+        except Exception as exc:  # noqa: BLE001 - the run ends with it
+            if self.error is None and isinstance(exc, SparkpointError):
+                self.error = exc
+            return exc
+        return None
+
+    def stage_batch(self, df: DataFrame, batch_id: int) -> None:
+        """`_stage_batch`, for the follower (`follow.FollowedRun`)."""
+        self._stage_batch(df, batch_id)
 
     def _remove_earlier_live(self) -> None:
         """Delete the live locations of earlier generations that no run holds, once the

@@ -43,7 +43,7 @@ import hashlib
 import json
 import logging
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -61,9 +61,11 @@ from airflow_sparkpoint.storage.paths import confine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 __all__ = ["BODY_MAX_BYTES", "BODY_MAX_COST", "RECORD_MAX_CHARS", "SCHEMA_VERSION", "ReplayPlan", "capture",
-           "decode", "plan_replay", "replay_committed", "run_batch", "snapshot_offsets", "write_batch"]
+           "counter_source", "decode", "plan_replay", "replay_committed", "run_batch", "sha",
+           "snapshot_offsets", "sources_replayable", "write_batch"]
 
 log = logging.getLogger(__name__)
 
@@ -297,7 +299,7 @@ def plan_replay(snapshot: SnapshotHandle | None, sink: Sink, job: str, position:
             return (f"batch {batch} was committed by a run that did not start from "
                     f"{where} (its previous offsets "
                     "differ), so replaying it from here would not reproduce it")
-        why = _sources_replayable(body, batch, restart)
+        why = sources_replayable(body, batch, restart)
         if why is not None:
             return why
         prev = _sha(body["offsets"])
@@ -305,22 +307,37 @@ def plan_replay(snapshot: SnapshotHandle | None, sink: Sink, job: str, position:
     return ReplayPlan(restart + 1, position, tuple(records))
 
 
-def _sources_replayable(body: Mapping[str, Any], batch: int, restart: int) -> str | None:
-    recorded = body.get("sources") or {}
-    for index, line in enumerate(source_offsets(body["offsets"])):
+def counter_source(offsets: str, batch: int) -> str | None:
+    """Why a source of the offset log entry `offsets` (of batch `batch`) cannot be read
+    again with those offsets (a counter offset, as the rate, socket and memory sources
+    have; an offset that is not JSON), or None when every source can."""
+    for index, line in enumerate(source_offsets(offsets)):
         if line.strip() == "-":
             continue  # the source had no offset yet
         try:
             value = json.loads(line)
         except ValueError:
             return f"source {index} of batch {batch} has an offset that is not JSON ({line[:80]!r})"
-        if _log_offset(line) is not None:
-            if str(index) not in recorded:
-                return f"the log entries of file source {index} of batch {batch} were not recorded"
-        elif not isinstance(value, (dict, list)):
+        if _log_offset(line) is None and not isinstance(value, (dict, list)):
             return (f"source {index} of batch {batch} has a counter offset ({line[:40]}), "
                     "as the rate, socket and "
                     "memory sources do: its input is not kept, so the batch cannot be read again identically")
+    return None
+
+
+def sources_replayable(body: Mapping[str, Any], batch: int, restart: int) -> str | None:
+    """Why batch `batch` of a decoded replay record `body` cannot be read again after the
+    restart point `restart` (-1: empty state), or None when it can."""
+    why = counter_source(body["offsets"], batch)
+    if why is not None:
+        return why
+    recorded = body.get("sources") or {}
+    for index, line in enumerate(source_offsets(body["offsets"])):
+        if line.strip() == "-":
+            continue
+        if _log_offset(line) is not None:
+            if str(index) not in recorded:
+                return f"the log entries of file source {index} of batch {batch} were not recorded"
         elif restart < 0:
             return (f"source {index} of batch {batch} is not a file source; replaying "
                     "it from empty state would "
@@ -430,9 +447,13 @@ def _entries_upto(root: Dir, directory: str, upto: int) -> Iterator[bytes]:
                                   f"{k} is missing") from None
 
 
-def run_batch(spark: SparkSession, df: DataFrame, output_mode: str, live_root: str, batch: int) -> None:
+def run_batch(spark: SparkSession, df: DataFrame, output_mode: str, live_root: str, batch: int,
+              stage: Callable[[DataFrame, int], None] | None = None,
+              started: Callable[[StreamingQuery], None] | None = None) -> None:
     """Let Spark execute batch `batch` from the offset log (its last entry, no commit),
-    consuming the rows without writing them.
+    consuming the rows without writing them, or handing them to `stage` (a foreachBatch
+    function: it must consume every partition); `started` is told the query once it runs
+    (so that a stop can reach it).
 
     :raises SparkpointError: Spark ran another batch, or did not commit this one.
     """
@@ -440,10 +461,15 @@ def run_batch(spark: SparkSession, df: DataFrame, output_mode: str, live_root: s
 
     def consume(frame: DataFrame, batch_id: int) -> None:
         seen.append(int(batch_id))
-        frame.write.format("noop").mode("overwrite").save()  # every partition: state is committed
+        if stage is not None:
+            stage(frame, batch_id)
+        else:
+            frame.write.format("noop").mode("overwrite").save()  # every partition: state is committed
 
     query = (df.writeStream.outputMode(output_mode).foreachBatch(consume)
              .option("checkpointLocation", live_root).trigger(once=True).start())
+    if started is not None:
+        started(query)
     query.awaitTermination()
     if seen != [batch] or livedir.last_commit(live_root) != batch:
         raise SparkpointError(f"replaying batch {batch} in {live_root}: Spark ran "
@@ -475,6 +501,11 @@ def _write(root: Dir, path: str, chunks: Any) -> None:
     crc = f"{directory}/.{name}.crc"
     if root.write(path, chunks, fsync=False, if_changed=True):
         root.unlink(crc)
+
+
+def sha(text: str) -> str:
+    """The sha256 (hex) of an offset log entry's text: the records' chain (``prev``)."""
+    return _sha(text)
 
 
 def _sha(text: str) -> str:

@@ -318,7 +318,7 @@ def _rewind(plan: RestorePlan, sink: Sink, job: str, where: str, why: str, apply
 class LiveReuse:
     """How the run's live location came to be (part of the run result)."""
 
-    mode: str  # "in-place" | "materialized" | "empty"
+    mode: str  # "in-place" | "materialized" | "empty" | "adopted"
     live_dir: str
     linked: int = 0  # files hard-linked from the previous location
     downloaded: int = 0  # files downloaded from the snapshot
@@ -339,6 +339,8 @@ class LiveChoice:
     in_place: bool
     link_from: str | None
     reason: str
+    #: green's own location adopted at a cutover (`adopted_live`): used as it is
+    adopted: bool = False
 
 
 def choose_live(
@@ -404,6 +406,25 @@ def choose_live(
     return LiveChoice(fresh, lock, False, paths[0] if paths else None, reason or "a fresh location")
 
 
+def adopted_live(path: str, *, job: str, generation: int, jvm_pid: int | None) -> LiveChoice:
+    """Lock green's own live location `path` (its shadow's, at the cutover's batch N) for
+    generation `generation` of `job`, which adopted it (zero-downtime blue-green): its
+    state is green's, not the restart point's, so it is used as it is (`fill_live`
+    indexes nothing of it: the adoption checkpoint stores every file).
+
+    :raises SparkpointError: another process holds it, or it is not usable.
+    """
+    try:
+        lock = livedir.try_lock(path)
+    except OSError as exc:
+        raise SparkpointError(f"green's live location {path} is not usable ({exc})") from None
+    if lock is None:
+        raise SparkpointError(f"green's live location {path} is locked by another process (its shadow run?)")
+    assert lock.dir is not None
+    livedir.write_owner(lock.dir, livedir.owner_record(job, generation, jvm_pid))
+    return LiveChoice(path, lock, True, None, "green's own state at the cutover's batch", adopted=True)
+
+
 def fill_live(choice: LiveChoice, plan: RestorePlan, *,
               repair: bool = True) -> tuple[dict[str, IndexEntry], LiveReuse]:
     """Bring the chosen location to the restart point; return the coordinator's file index.
@@ -412,6 +433,8 @@ def fill_live(choice: LiveChoice, plan: RestorePlan, *,
     if plan.snapshot is None:
         livedir.clear(choice.lock.dir or choice.path)
         return {}, LiveReuse("empty", choice.path, reason=choice.reason)
+    if choice.adopted:
+        return {}, LiveReuse("adopted", choice.path, reason=choice.reason)
     if choice.in_place:
         return seed_index_in_place(plan.snapshot.metadata), LiveReuse("in-place", choice.path,
                                                                       reason=choice.reason)

@@ -15,13 +15,15 @@ from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.lineage import new_origin
 from airflow_sparkpoint.checkpoints.status import read_job_status
-from airflow_sparkpoint.exceptions import ConfigError, StorageError
+from airflow_sparkpoint.exceptions import ConfigError, SparkpointError, StorageError
 from airflow_sparkpoint.runtime import executor_reach, replay, rescale, spark_support
 from airflow_sparkpoint.runtime.checkpointer import Checkpointer
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.config import PREFIX, work_root
+from airflow_sparkpoint.runtime.follow import Adopted
 from airflow_sparkpoint.runtime.recovery import recover_transactions, settle_unconfirmed
 from airflow_sparkpoint.runtime.restore import (
+    adopted_live,
     check_sink_position,
     choose_live,
     fill_live,
@@ -39,6 +41,9 @@ log = logging.getLogger(__name__)
 
 class _RunStartup(_RunStatus):
     """Opening and preparing a run; see `_prepare` for the order (claim, then act)."""
+
+    #: green's run after it took the job over at a cutover (`follow.Adopted`), or None
+    adopted: Adopted | None = None
 
     # -- preparation: everything that can fail does so before anything is written -----
 
@@ -84,26 +89,38 @@ class _RunStartup(_RunStatus):
         self.rescale = rescale.plan_rescale(cfg.restore_state_partitions, plan)
         status = read_job_status(self.catalog)
         origins = self.catalog.origins()
-        self.choice = choose_live(
-            plan, [origins[-1].live_dir if origins else None, status.live_dir if status else None], status,
-            work_root=self.work_root, job=cfg.job, generation=self.generation, jvm_pid=self._jvm_pid(),
-            allow_in_place=not (self.rescale and self.rescale.needed),  # rescale a private copy only
-        )
+        adopted = self.adopted
+        if adopted is not None:  # green at a cutover: its own state at N, in its own location
+            if plan.batch_id != adopted.batch_id or not self.catalog.has_origin(self.generation):
+                raise SparkpointError(
+                    f"job {cfg.job!r} generation {self.generation} adopted at batch {adopted.batch_id}, but "
+                    f"its restart point is {plan.description} (origin recorded: "
+                    f"{self.catalog.has_origin(self.generation)}); green does not go on")
+            self.choice = adopted_live(adopted.live_dir, job=cfg.job, generation=self.generation,
+                                       jvm_pid=self._jvm_pid())
+        else:
+            previous = [origins[-1].live_dir if origins else None, status.live_dir if status else None]
+            self.choice = choose_live(
+                plan, previous, status,
+                work_root=self.work_root, job=cfg.job, generation=self.generation, jvm_pid=self._jvm_pid(),
+                allow_in_place=not (self.rescale and self.rescale.needed),  # rescale a private copy only
+            )
         self.live = self.choice.path
         meta: SnapshotMetadata | None = plan.snapshot.metadata if plan.snapshot else None
         inherited = plan.continues.restore if plan.continues is not None else {}
         pin = pin_restart_point(plan, self.catalog, self.generation)  # owned before the origin relies on it
-        self.catalog.write_origin(new_origin(
-            self.generation, kind=plan.kind, uri=plan.snapshot.uri if plan.snapshot else None,
-            base_id=plan.base_id,
-            snapshot_id=meta.id if meta else None, batch_id=meta.batch_id if meta else None,
-            id_floor=self.catalog.next_checkpoint_id() - 1,
-            restore={"restore": cfg.restore, "sink_ahead": plan.sink_ahead, "force": cfg.restore_force,
-                     "allow_foreign_job": (cfg.restore_allow_foreign_job
-                                           or bool(inherited.get("allow_foreign_job"))),
-                     "state_partitions": cfg.restore_state_partitions},
-            live_dir=self.live, host=socket.gethostname(), pid=os.getpid(), pin=pin,
-        ))
+        if adopted is None:  # an adopted generation's origin was written by its claim
+            self.catalog.write_origin(new_origin(
+                self.generation, kind=plan.kind, uri=plan.snapshot.uri if plan.snapshot else None,
+                base_id=plan.base_id,
+                snapshot_id=meta.id if meta else None, batch_id=meta.batch_id if meta else None,
+                id_floor=self.catalog.next_checkpoint_id() - 1,
+                restore={"restore": cfg.restore, "sink_ahead": plan.sink_ahead, "force": cfg.restore_force,
+                         "allow_foreign_job": (cfg.restore_allow_foreign_job
+                                               or bool(inherited.get("allow_foreign_job"))),
+                         "state_partitions": cfg.restore_state_partitions},
+                live_dir=self.live, host=socket.gethostname(), pid=os.getpid(), pin=pin,
+            ))
         log.info("job %s generation %d starts from %s; live location %s (%s)",
                  cfg.job, self.generation, plan.description, self.live, self.choice.reason)
 
@@ -156,6 +173,14 @@ class _RunStartup(_RunStatus):
             # The rescaled state is the restart point from now on (no input, no transaction).
             self.checkpointer.confirm(rescaled)
             self.checkpointer.checkpoint(rescaled)
+        if adopted is not None:
+            # The adoption checkpoint: green's state at N in the job's catalog, so that from
+            # here on restore=latest resumes green's state (every file stored: none is blue's).
+            self.checkpointer.confirm(adopted.batch_id)
+            if self.checkpointer.checkpoint(adopted.batch_id) is None:
+                raise SparkpointError(f"the adoption checkpoint of job {cfg.job!r} at batch "
+                                      f"{adopted.batch_id} failed; green does not go on (restore=latest "
+                                      "resumes blue's state at N)")
         self._write_status("running")
 
     def _committers(self, batches: list[int]) -> list[tuple[int, int]]:

@@ -166,6 +166,18 @@ class FileSink(Sink):
                 found += [self._file_uri(f) for f in claim.get("files", ())]
         return found
 
+    def batch_files(self, job: str, batch_id: int) -> list[str] | None:
+        """URIs of the files of batch `batch_id` of `job` once its promotion is done, or
+        None (not committed, or still promoting): what a shadow's comparison reads
+        (`runtime.follow_compare`).
+
+        :raises SinkError: the claim is unreadable or names a file outside the destination.
+        """
+        claim = manifests.read_manifest(self._storage(), job, batch_id)
+        if claim is None or claim.get("state") != DONE:
+            return None
+        return [self._file_uri(f) for f in claim.get("files", ())]
+
     # -- what the protocol needs ---------------------------------------------------------
 
     @abc.abstractmethod

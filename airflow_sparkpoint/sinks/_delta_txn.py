@@ -138,6 +138,23 @@ def batch_commit(table: DeltaTable, job: str, batch: int) -> dict[str, Any] | No
         limit *= 8
 
 
+def batch_files(table: DeltaTable, job: str, batch: int) -> list[str] | None:
+    """URIs of the data files the commit of batch `batch` of `job` in effect added (the
+    files of its version that the version before did not have; a merge's rewritten files
+    included), or None when the batch has no commit. Loads older versions of `table`."""
+    entry = batch_commit(table, job, batch)
+    if entry is None:
+        return None
+    version = int(entry["version"])
+    table.load_as_version(version)
+    after = set(table.file_uris())
+    before: set[str] = set()
+    if version > 0:
+        table.load_as_version(version - 1)
+        before = set(table.file_uris())
+    return sorted(after - before)
+
+
 def lineage_commit(history: Sequence[Mapping[str, Any]], job: str, batch: int, generation: int) -> int | None:
     """The table version of the commit of batch `batch` of `job` by `generation` in
     `history` (newest first), whether a later ``RESTORE`` undid it or not (a rewind to

@@ -201,6 +201,12 @@ class DeltaSink(Sink):
         txn = entry.get("sparkpoint.txn") or layout.txn_id(job, batch_id, generation)
         return CommittedTxn(job=job, batch_id=batch_id, generation=generation, txn_id=str(txn))
 
+    def batch_files(self, job: str, batch_id: int) -> list[str] | None:
+        """URIs of the files the commit of batch `batch_id` of `job` added, or None (not
+        committed): what a shadow's comparison reads (`runtime.follow_compare`)."""
+        table = self._table()
+        return _delta_txn.batch_files(table, job, batch_id) if table is not None else None
+
     def replay_record(self, job: str, batch_id: int) -> str | None:
         table = self._table()
         entry = _delta_txn.batch_commit(table, job, batch_id) if table is not None else None

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
 
-__all__ = ["AbortRecordingSink", "FakeSink", "LocatedSink", "RecordingLineageSink", "RecordingSink", "VersionedSink",
+__all__ = ["AbortRecordingSink", "FakeSink", "LocatedSink", "RecordingLineageSink", "RecordingSink", "ReplayRecordSink", "VersionedSink",
            "recording_record"]
 
 
@@ -192,3 +192,16 @@ class AbortRecordingSink(Sink):
 
     def committed_position(self, job: str) -> int | None:
         return None
+
+
+class ReplayRecordSink:
+    """A sink as replay reads it: only its committed replay records (`records[batch]`)."""
+
+    can_rewind = False  # as `Sink` declares (the sink-ahead refusal reads it)
+
+    def __init__(self, records: dict[int, str | None], sink_id: str = "fake:blue") -> None:
+        self.records = records
+        self.sink_id = sink_id
+
+    def replay_record(self, job: str, batch_id: int) -> str | None:
+        return self.records.get(batch_id)

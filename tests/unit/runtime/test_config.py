@@ -43,7 +43,9 @@ def test_every_documented_key_is_accepted():
         "commit.mode": "external", "control.pollInterval": "500ms", "stateStore": "hdfs",
         "s3.endpoint": "http://127.0.0.1:9000", "s3.region": "eu-west-1", "delta.driverStagingMaxBytes": "4m",
         "restore.statePartitions": "8", "test.pauseAt": "stage:2", "test.pauseDir": "/tmp/pauses", "takeover": "true",
-        "codeVersion": "v2",
+        "codeVersion": "v2", "shadow.mode": "compare", "shadow.dir": "/tmp/scratch", "shadow.job": "orders-green",
+        "shadow.from": "/tmp/sp/orders/chk-7", "shadow.workDir": "/tmp/scratch-live", "shadow.untilBatch": "12",
+        "shadow.pollInterval": "250ms",
     }
     assert set(values) | {"dir", "job"} == set(KEYS)
     cfg = SparkpointConfig.from_conf({**BASE, **{PREFIX + k: v for k, v in values.items()}})
@@ -56,6 +58,10 @@ def test_every_documented_key_is_accepted():
     assert (cfg.final_snapshot_timeout_s, cfg.final_snapshot_min_replay) == (45, 1024 * 1024)
     assert (cfg.test_pause_at, cfg.test_pause_dir) == ("stage:2", "/tmp/pauses")
     assert cfg.code_version == "v2"
+    assert cfg.shadow is not None
+    assert (cfg.shadow.mode, cfg.shadow.dir, cfg.shadow.job, cfg.shadow.source, cfg.shadow.work_dir,
+            cfg.shadow.until_batch, cfg.shadow.poll_interval_s) == (
+        "compare", "/tmp/scratch", "orders-green", "/tmp/sp/orders/chk-7", "/tmp/scratch-live", 12, 0.25)
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "four", "2.5"])

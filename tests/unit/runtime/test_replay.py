@@ -7,58 +7,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from airflow_sparkpoint.runtime import replay
 from airflow_sparkpoint.storage.localfs import Dir
-
-META = '{"batchWatermarkMs":0,"batchTimestampMs":%d,"conf":{"spark.sql.shuffle.partitions":"1"}}'
-
-
-def offsets_text(batch: int, *lines: str) -> str:
-    return "\n".join(["v1", META % (1000 + batch), *lines])
-
-
-def entry(path: str, batch: int) -> str:
-    return json.dumps({"path": path, "timestamp": 1, "batchId": batch}, separators=(",", ":"))
-
-
-def live(tmp_path: Path, batches: int, compact_at: int | None = None) -> Path:
-    """A live location after `batches` batches of one file source, one file each."""
-    root = tmp_path / "live"
-    (root / "offsets").mkdir(parents=True)
-    (root / "sources" / "0").mkdir(parents=True)
-    everything: list[str] = []
-    for n in range(batches):
-        (root / "offsets" / str(n)).write_text(offsets_text(n, json.dumps({"logOffset": n})))
-        everything.append(entry(f"file:///in/f{n}.json", n))
-        if n == compact_at:
-            (root / "sources" / "0" / f"{n}.compact").write_text("\n".join(["v1", *everything]))
-        else:
-            (root / "sources" / "0" / str(n)).write_text("\n".join(["v1", everything[-1]]))
-    return root
-
-
-class FakeSink:
-    sink_id = "fake:sink"
-    can_rewind = False  # as `Sink` declares (the sink-ahead refusal reads it)
-
-    def __init__(self, records: dict[int, str | None]) -> None:
-        self.records = records
-
-    def replay_record(self, job: str, batch_id: int) -> str | None:
-        return self.records.get(batch_id)
-
-
-def snapshot_at(root: Path, batch: int) -> Any:
-    from airflow_sparkpoint.checkpoints import FileRef, SnapshotHandle
-    from airflow_sparkpoint.storage import LocalStorage
-
-    offsets = root / "offsets" / str(batch)
-    files = [FileRef(f"offsets/{batch}", f"offsets/{batch}", offsets.stat().st_size, "0" * 64)]
-    return SnapshotHandle("file:///chk-1", SimpleNamespace(batch_id=batch, files=files),  # type: ignore[arg-type]
-                          LocalStorage(str(root)))
+from tests.support.fake_sinks import ReplayRecordSink as FakeSink
+from tests.support.replay_lives import entry, live, offsets_text, snapshot_at
 
 
 def test_a_record_holds_the_offsets_the_previous_hash_and_the_file_source_entries(tmp_path: Path) -> None:
