@@ -15,7 +15,6 @@ file per batch), green follows it in this process with the same query.
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 import time
 from pathlib import Path
@@ -27,34 +26,9 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.follow_record import read_follow
 from airflow_sparkpoint.demo.support import SubmittedJob, delta_commits, write_batch_file
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
+from tests.support.shadow_totals import FILES, JOB_SCRIPT, job_module, oracle, rows_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a blue spark-submit each, about a minute
-
-JOB_SCRIPT = Path(__file__).resolve().parent / "jobs" / "shadow_totals.py"
-FILES = [("u0", "u1"), ("u1", "u2"), ("u0", "u2", "u3"), ("u3",), ("u1", "u4"), ("u0", "u4")]
-
-
-def _job_module() -> Any:
-    spec = importlib.util.spec_from_file_location("shadow_totals", JOB_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def rows_of(index: int, users: tuple[str, ...]) -> list[dict[str, Any]]:
-    return [{"user": u, "amount": index * 10 + int(u[1:]) + 1} for u in users]
-
-
-def oracle(files: list[tuple[str, ...]]) -> dict[str, tuple[int, int]]:
-    """(total, events) by user, in plain Python from the input."""
-    totals: dict[str, tuple[int, int]] = {}
-    for index, users in enumerate(files):
-        for row in rows_of(index, users):
-            total, events = totals.get(row["user"], (0, 0))
-            totals[row["user"]] = (total + row["amount"], events + 1)
-    return totals
-
 
 def follow(blue: SubmittedJob, shadow_root: Path, sink: str, mode: str = "discard", changed: bool = False,
            **shadow: str) -> Any:
@@ -64,18 +38,18 @@ def follow(blue: SubmittedJob, shadow_root: Path, sink: str, mode: str = "discar
 
     from airflow_sparkpoint.runtime import SparkpointJob
 
-    job_module = _job_module()
+    script = job_module()
     conf = {"spark.sparkpoint.dir": str(blue.root), "spark.sparkpoint.job": blue.job,
             "spark.sparkpoint.shadow.mode": mode, "spark.sparkpoint.shadow.dir": str(shadow_root),
             "spark.sparkpoint.shadow.pollInterval": "0.3s",
             **{f"spark.sparkpoint.shadow.{k}": v for k, v in shadow.items()}}
     job = SparkpointJob.get_or_create(conf=conf, argv=["--input", str(blue.input), "--output",
                                                        str(blue.output), "--sink", sink])
-    query = job_module.totals(job)
+    query = script.totals(job)
     if changed:
         query = query.withColumn("total", F.when(F.col("user") == "u4", F.col("total") + 1)
                                  .otherwise(F.col("total")))
-    return job.run(query, sink=job_module.sink_of(job), output_mode="update")
+    return job.run(query, sink=script.sink_of(job), output_mode="update")
 
 
 def state_at(spark: Any, catalog: Catalog, batch: int) -> dict[str, tuple[int, int]]:

@@ -26,7 +26,7 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.follow_record import FollowProgress
 from airflow_sparkpoint.checkpoints.lineage import new_origin
 from airflow_sparkpoint.demo.support import SubmittedJob, delta_history, write_batch_file
-from tests.integration.test_shadow_follow import FILES, JOB_SCRIPT, _job_module, rows_of
+from tests.support.shadow_totals import FILES, JOB_SCRIPT, job_module, rows_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a blue spark-submit, about a minute
 
@@ -99,7 +99,7 @@ def test_green_takes_over_at_n_and_goes_on_with_the_state_it_built_in_its_shadow
     for index in (4, 5):  # the input of green's first batches as the production job
         write_batch_file(blue.input, index, rows_of(index, FILES[index]))
 
-    job_module = _job_module()
+    script = job_module()
     green = SparkpointJob.get_or_create(conf={
         "spark.sparkpoint.dir": str(blue.root), "spark.sparkpoint.job": "totals",
         "spark.sparkpoint.shadow.mode": "discard", "spark.sparkpoint.shadow.dir": str(tmp_path / "shadow"),
@@ -110,7 +110,7 @@ def test_green_takes_over_at_n_and_goes_on_with_the_state_it_built_in_its_shadow
     doubled = green.spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(
         str(blue.input)).withColumn("amount", F.col("amount") * 2)
     query = doubled.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
-    result = green.run(query, sink=job_module.sink_of(green), output_mode="update")
+    result = green.run(query, sink=script.sink_of(green), output_mode="update")
 
     assert (result.status, result.job, result.generation) == ("finished", "totals", blue_generation + 1), result
     assert (result.first_batch, result.last_batch) == (4, 5), result
