@@ -255,23 +255,21 @@ def _check_checkpoints(world: World, scheduler: Scheduler, schedule: Schedule) -
     """Every completed checkpoint still has its files (a deletion never breaks one: the
     journal, the grace period and the fence of retention, invariant 1)."""
     catalog = world.raw_catalog()
-    origins = catalog.origins()
     for entry in catalog.list_checkpoints():
         if entry.metadata is None and entry.error and "referenced file" in entry.error:
-            if _zombie_completion_superseded(world, catalog, entry.id, origins):
+            if _zombie_completion(world, catalog, entry.id):
                 continue
             _fail(schedule, scheduler, f"completed checkpoint {entry.uri} lost a file: {entry.error}")
 
 
-def _zombie_completion_superseded(world: World, catalog: Any, checkpoint_id: int, origins: Any) -> bool:
+def _zombie_completion(world: World, catalog: Any, checkpoint_id: int) -> bool:
     """Whether checkpoint `checkpoint_id` was completed by a zombie: its ``_metadata`` was
     written after its generation g was fenced (``generations/<g+1>`` claimed before), the
-    one act a fence check cannot prevent (PROTOCOL.md, invariant 5). Retention of the newer
-    generation may have removed its files meanwhile; that is harmless only while a newer
-    origin supersedes it (`restore=latest` never picks it; a restore by path finds it
-    incomplete, invariant 1)."""
+    one act a fence check cannot prevent (PROTOCOL.md, "A zombie's checkpoint completed
+    after the claim that fenced it"). Retention of the newer generation may have removed
+    its files meanwhile: it is incomplete (invariant 1), so no restore uses it, and the
+    end of the schedule checks that the job still resumes exactly."""
     from airflow_sparkpoint.checkpoints import layout
-    from airflow_sparkpoint.checkpoints.lineage import superseded_by
 
     key = f"{layout.checkpoint_dir(checkpoint_id)}/{layout.METADATA}"
     try:
@@ -281,9 +279,7 @@ def _zombie_completion_superseded(world: World, catalog: Any, checkpoint_id: int
     written = [i for i, (_a, w) in enumerate(world.writes.ordered) if w == f"store:put_if_absent {JOB}/{key}"]
     claim = f"store:put_if_absent {JOB}/generations/{generation + 1:012d}"
     fenced = next((i for i, (_a, w) in enumerate(world.writes.ordered) if w == claim), None)
-    if not written or fenced is None or fenced > written[-1]:
-        return False
-    return superseded_by(generation, checkpoint_id, origins) is not None
+    return bool(written) and fenced is not None and fenced < written[-1]
 
 
 def _repair(world: World, scheduler: Scheduler, schedule: Schedule) -> Any:
