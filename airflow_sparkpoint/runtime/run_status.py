@@ -59,6 +59,9 @@ class _RunStatus:
     first_batch: int | None
     savepoint_uri: str | None
     stop_request: ControlRequest | None
+    stop_after: int | None
+    highest_started: int | None
+    _stage_lock: threading.Lock
     query_failed: bool
     _snapshot_settings: tuple[float, int]
     started_at: float
