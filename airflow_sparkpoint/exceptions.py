@@ -36,7 +36,8 @@
 from __future__ import annotations
 
 __all__ = ["CatalogError", "CommandFailed", "CommitOutcomeUnknown", "ConfigError", "ControlError",
-           "CorruptMetadata", "CorruptRecord", "CutoverError", "CutoverInProgress", "GenerationRunning", "InvalidPath", "JobAlreadyRunning",
+           "CorruptMetadata", "CorruptRecord", "CutoverError", "CutoverInProgress", "GenerationRunning",
+           "InvalidPath", "JobAlreadyRunning",
            "ObjectExists", "ObjectNotFound", "ObjectTooLarge", "RestoreError", "SinkAheadError", "SinkError",
            "SinkLineageError", "SparkpointError", "StaleGeneration", "StorageError", "TransactionConflict",
            "UsageError"]

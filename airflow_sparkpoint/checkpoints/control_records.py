@@ -77,7 +77,8 @@ def check_kind(kind: str, after_batch: int | None) -> None:
                            f"{', '.join(KINDS)} (is the request from a newer release?)")
     if kind == "stop_after":
         if isinstance(after_batch, bool) or not isinstance(after_batch, int) or after_batch < 0:
-            raise ControlError(f"a stop_after request needs after_batch=<a batch id >= 0>; got {after_batch!r}")
+            raise ControlError("a stop_after request needs after_batch=<a batch id >= 0>; "
+                               f"got {after_batch!r}")
     elif after_batch is not None:
         raise ControlError(f"after_batch={after_batch!r} belongs to stop_after requests, not to {kind}")
 

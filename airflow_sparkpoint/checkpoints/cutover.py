@@ -113,7 +113,8 @@ class CutoverPlan:
                 raise ConfigError(f"cutover {name}={getattr(self, name)!r} is invalid; expected a URI")
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, **asdict(self), "requested_by": clip(self.requested_by, 1024)}
+        return {"schema_version": SCHEMA_VERSION, **asdict(self),
+                "requested_by": clip(self.requested_by, 1024)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CutoverPlan:
@@ -170,7 +171,8 @@ class CutoverAgreement:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CutoverAgreement:
         _check_schema(data, "cutover agreement")
-        return cls(str(data["id"]), int(data["after_batch"]), str(data["request_id"]), float(data.get("at", 0.0)))
+        return cls(str(data["id"]), int(data["after_batch"]), str(data["request_id"]),
+                   float(data.get("at", 0.0)))
 
 
 @dataclass(frozen=True)
@@ -209,10 +211,12 @@ class CutoverEnd:
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
-            raise ConfigError(f"cutover outcome {self.outcome!r} is invalid; expected one of {', '.join(OUTCOMES)}")
+            raise ConfigError(f"cutover outcome {self.outcome!r} is invalid; expected one of "
+                              f"{', '.join(OUTCOMES)}")
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, **asdict(self), "reason": clip(self.reason, _REASON_MAX_CHARS),
+        return {"schema_version": SCHEMA_VERSION, **asdict(self),
+                "reason": clip(self.reason, _REASON_MAX_CHARS),
                 "by": clip(self.by, 1024)}
 
     @classmethod
@@ -297,7 +301,8 @@ class CutoverStore:
         :raises CutoverError: no open plan, or already agreed.
         """
         self._require(cutover_id, open_only=True)
-        agreement = CutoverAgreement(cutover_id, _int(after_batch, "after_batch"), str(request_id), time.time())
+        agreement = CutoverAgreement(cutover_id, _int(after_batch, "after_batch"), str(request_id),
+                                     time.time())
         self._create(cutover_id, "agreed", agreement.to_json())
         return agreement
 
@@ -308,12 +313,13 @@ class CutoverStore:
         """
         state = self._require(claim.id, open_only=True)
         if state.agreed is None:
-            raise CutoverError(f"cutover {claim.id} of job {self.catalog.job!r} is not agreed; nothing to claim")
+            raise CutoverError(f"cutover {claim.id} of job {self.catalog.job!r} is not agreed; "
+                               "nothing to claim")
         self._create(claim.id, "claimed", claim.to_json())
         return claim
 
-    def end(self, cutover_id: str, outcome: str, *, step: str, reason: str = "", generation: int | None = None,
-            by: str = "") -> CutoverEnd:
+    def end(self, cutover_id: str, outcome: str, *, step: str, reason: str = "",
+            generation: int | None = None, by: str = "") -> CutoverEnd:
         """End the cutover; the first end written holds, and is returned (a second writer
         gets the first's, so both see how it ended).
 
@@ -344,7 +350,8 @@ class CutoverStore:
             key = layout.cutover_key(cutover_id, part)
             try:
                 found[part] = bounded.read_record(self.store, key, bounded.json_object(parse),
-                                                  limits=layout.limits_of(key), where=f"{self.catalog.uri}/{key}")
+                                                  limits=layout.limits_of(key),
+                                                  where=f"{self.catalog.uri}/{key}")
             except CorruptRecord as exc:
                 if part in ("plan", "done"):  # the open/closed decision needs both
                     raise CutoverError(f"unreadable cutover record: {exc}") from None
@@ -357,7 +364,8 @@ class CutoverStore:
         if plan.id != cutover_id or plan.job != self.catalog.job:
             raise CutoverError(f"{self.catalog.uri}/{layout.cutover_key(cutover_id, 'plan')} holds cutover "
                                f"{plan.id!r} of job {plan.job!r}, not {cutover_id!r} of {self.catalog.job!r}")
-        return CutoverState(plan, found["green"], found["agreed"], found["claimed"], found["done"], tuple(errors))
+        return CutoverState(plan, found["green"], found["agreed"], found["claimed"], found["done"],
+                            tuple(errors))
 
     def ids(self) -> list[str]:
         """Every cutover id with a plan, oldest first (one listing)."""
@@ -386,7 +394,8 @@ class CutoverStore:
         state = self.read(cutover_id)
         if open_only and state.done is not None:
             raise CutoverError(f"cutover {cutover_id} of job {self.catalog.job!r} is done "
-                               f"({state.done.outcome} at {state.done.step}: {state.done.reason or 'no reason'})")
+                               f"({state.done.outcome} at {state.done.step}: "
+                               f"{state.done.reason or 'no reason'})")
         return state
 
     def _create(self, cutover_id: str, part: str, body: Mapping[str, Any]) -> None:

@@ -42,7 +42,8 @@ __all__ = ["CHK_RE", "COMMITTED", "CONTROL", "COUNTERS", "CUTOVER", "CUTOVER_PAR
            "ID_FLOOR", "JOB_RE", "LINEAGE", "LINEAGE_RE", "METADATA", "PINS", "RECORD_MAX_BYTES",
            "RECORD_MAX_COST", "RESULTS", "SAVEPOINTS", "SAVEPOINT_RE", "SHARED", "SNAPSHOT_LOG_MAX_BYTES",
            "STATUS", "STATUS_DIR", "TXN", "TXN_ID_RE", "TXN_RE", "VERIFICATION", "JobStore",
-           "check_metadata_size", "checkpoint_dir", "checkpoint_metadata", "cutover_key", "gc_key", "generation_key",
+           "check_metadata_size", "checkpoint_dir", "checkpoint_metadata", "cutover_key", "gc_key",
+           "generation_key",
            "generation_of", "limits_of", "lineage_key", "max_bytes_of", "parse_pin_dir", "parse_txn_id",
            "pin_dir", "savepoint_checkpoint", "savepoint_dir", "status_key", "txn_id", "txn_key",
            "validate_job_name"]

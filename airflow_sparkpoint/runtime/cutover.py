@@ -72,22 +72,26 @@ def blue_final_checkpoint(catalog: Catalog, state: CutoverState) -> tuple[int, S
         request = channel.read_request(agreed.request_id)
         result = channel.result(agreed.request_id)
     except ControlError as exc:
-        raise CutoverError(f"cutover {plan.id}: blue's stop_after request {agreed.request_id}: {exc}") from None
+        raise CutoverError(f"cutover {plan.id}: blue's stop_after request {agreed.request_id}: "
+                           f"{exc}") from None
     n = agreed.after_batch
     if request.kind != "stop_after" or request.after_batch != n or request.generation != plan.blue_generation:
         raise CutoverError(f"cutover {plan.id}: request {request.id} is a {request.kind} request "
-                           f"(after_batch {request.after_batch}) to generation {request.generation}; expected "
+                           f"(after_batch {request.after_batch}) to generation {request.generation}; "
+                           "expected "
                            f"stop_after {n} to blue's generation {plan.blue_generation}")
     if result.state != "completed" or result.batch_id != n or not result.checkpoint:
         raise CutoverError(f"cutover {plan.id}: blue's stop_after request {request.id} is {result.state} "
-                           f"(batch {result.batch_id}, checkpoint {result.checkpoint}); green takes over only "
+                           f"(batch {result.batch_id}, checkpoint {result.checkpoint}); "
+                           "green takes over only "
                            f"after blue stopped at batch {n}" + (f": {result.error}" if result.error else ""))
     handle = catalog.own_snapshot(result.checkpoint)
     if handle is None or handle.metadata.batch_id != n or handle.metadata.generation != plan.blue_generation:
         found = "missing" if handle is None else (f"batch {handle.metadata.batch_id} of generation "
                                                   f"{handle.metadata.generation}")
         raise CutoverError(f"cutover {plan.id}: blue's final checkpoint {result.checkpoint} is {found}; "
-                           f"expected a completed checkpoint of batch {n} by generation {plan.blue_generation}")
+                           "expected a completed checkpoint of "
+                           f"batch {n} by generation {plan.blue_generation}")
     return n, handle.metadata, result.checkpoint
 
 
@@ -129,8 +133,9 @@ def adopt(
                                                   "restore": f"adopt:{final_uri}"})
     if claim is None:
         taken = catalog.generation_claim(blue + 1)
-        raise CutoverError(f"cutover {cutover_id} of job {catalog.job!r}: generation {blue + 1} was claimed by "
-                           f"another start ({taken.details.get('restore') if taken else 'unknown'}) after blue "
+        raise CutoverError(f"cutover {cutover_id} of job {catalog.job!r}: generation {blue + 1} was "
+                           "claimed by another start "
+                           f"({taken.details.get('restore') if taken else 'unknown'}) after blue "
                            "stopped; green does not take over (call the cutover off and start the job again)")
     generation = claim.generation
     fence = Fence(catalog, generation)
@@ -145,8 +150,9 @@ def adopt(
     settled = settle_all(catalog, leftovers, lambda _r: sink, confirmed=False, fence=fence)
     position = sink.committed_position(catalog.job)
     if position != n:
-        raise CutoverError(f"cutover {cutover_id} of job {catalog.job!r}: the sink {sink.location_uri} holds the "
-                           f"job's batches through {position}, not through the agreed batch {n}; green does not "
+        raise CutoverError(f"cutover {cutover_id} of job {catalog.job!r}: the sink {sink.location_uri} "
+                           f"holds the job's batches through {position}, not through the agreed batch {n}; "
+                           "green does not "
                            "take over (restore=latest resumes blue's lineage)")
     fence.check()
     origin = new_origin(
@@ -168,7 +174,8 @@ def _check_open(state: CutoverState, *, claimed_ok: bool = False) -> None:
     plan = state.plan
     if state.done is not None:
         raise CutoverError(f"cutover {plan.id} of job {plan.job!r} is done ({state.done.outcome} at "
-                           f"{state.done.step}: {state.done.reason or 'no reason'}); green does not take over")
+                           f"{state.done.step}: {state.done.reason or 'no reason'}); "
+                           "green does not take over")
     if state.claimed is not None and not claimed_ok:
         raise CutoverError(f"cutover {plan.id} of job {plan.job!r} was claimed by generation "
                            f"{state.claimed.generation} already")

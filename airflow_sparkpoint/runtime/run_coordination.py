@@ -172,7 +172,8 @@ class _RunCoordination(_RunStartup):
         request = self.stop_request
         if (self.cfg.state_store != "rocksdb" or self.query_failed or self.error is not None
                 or not self.batches_staged
-                or (self.stopping.is_set() and (request is None or request.kind in ("cancel", "stop_after")))):
+                or (self.stopping.is_set()
+                    and (request is None or request.kind in ("cancel", "stop_after")))):
             # stop_after: green, not this run, continues from its final checkpoint; the wait
             # would only lengthen the cutover's output gap
             return
@@ -235,9 +236,8 @@ class _RunCoordination(_RunStartup):
                 self.stopping.set()
                 self.stop_query()
                 return
-            elif request.kind == "stop_after":
-                if self._accept_stop_after(request):
-                    return
+            elif request.kind == "stop_after" and self._accept_stop_after(request):
+                return
 
     def _accept_stop_after(self, request: ControlRequest) -> bool:
         """Take acknowledged `request` (stop after batch N) if no batch past N started yet:
@@ -260,8 +260,8 @@ class _RunCoordination(_RunStartup):
             if reason is None:
                 self.stop_after = n
         if reason is not None:
-            log.warning("job %s generation %d refused stop_after request %s: %s", self.cfg.job, self.generation,
-                        request.id, reason)
+            log.warning("job %s generation %d refused stop_after request %s: %s", self.cfg.job,
+                        self.generation, request.id, reason)
             self.control.fail(request, generation=self.generation,
                               error=f"generation {self.generation} cannot stop after batch {n}: {reason}")
             return False
@@ -287,8 +287,8 @@ class _RunCoordination(_RunStartup):
         confirmed = self.checkpointer.confirmed_batch if self._checkpointer is not None else None
         try:
             self.control.fail(request, generation=self.generation,
-                              error=f"generation {self.generation} did not stop after batch {request.after_batch} "
-                                    f"(last confirmed batch {confirmed}): {why}")
+                              error=f"generation {self.generation} did not stop after batch "
+                                    f"{request.after_batch} (last confirmed batch {confirmed}): {why}")
         except (ControlError, StorageError) as exc:
             log.warning("job %s: could not fail stop_after request %s: %s", self.cfg.job, request.id, exc)
 
@@ -345,8 +345,9 @@ class _RunCoordination(_RunStartup):
         last = self.checkpointer.last_checkpoint
         position = self.sink.committed_position(self.cfg.job)
         if last is None or last.batch_id != n or position != n:
-            self._fail_stop_after(f"its final checkpoint is of batch {last.batch_id if last else None} and the "
-                                  f"sink holds batches through {position}")
+            self._fail_stop_after("its final checkpoint is of batch "
+                                  f"{last.batch_id if last else None} and the sink holds batches "
+                                  f"through {position}")
             return
         faults.maybe_kill("stopped_after", n)
         self.control.complete(request, generation=self.generation, batch_id=n,
