@@ -362,7 +362,8 @@ class _Run(_RunCoordination):
         # Never fence a live run another task started, unless asked to (before any write);
         # an adopted run's generation is claimed already (the cutover's handover).
         if self.adopted is None:
-            check_start(self.catalog, AirflowTry.from_environ(), takeover=cfg.takeover)
+            check_start(self.catalog, AirflowTry.from_environ(), takeover=cfg.takeover,
+                        cutover=cfg.cutover)
         # A read-only pre-check: bad input (a missing or foreign snapshot, damaged
         # checkpoints, a sink ahead) fails before anything is written (invariant 7).
         pre = plan_restore(cfg, self.catalog)
