@@ -19,7 +19,7 @@ from typing import Any
 
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore, new_cutover_id
-from airflow_sparkpoint.exceptions import ControlError, CutoverError, RestoreError, StaleGeneration
+from airflow_sparkpoint.exceptions import CutoverError, RestoreError, StaleGeneration
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.runtime.job import _Run, _StopRun
@@ -245,37 +245,25 @@ def cutover(world: World, spec: CutoverSpec, name: str) -> Any:
     adopts blue's final checkpoint, which is what green's state at N must equal."""
     from airflow_sparkpoint.services.savepoint import savepoint_source
 
-    import time
-
     catalog = world.catalog()
-    for _ in range(30):  # the orchestrator waits for blue's first checkpoint (green warms up from it)
+    for _ in range(60):  # the orchestrator waits for blue's first checkpoint (green warms up from it)
         source = savepoint_source(catalog, MAX_HEARTBEAT_AGE_S)
-        latest = catalog.latest()
-        if source.run is not None and latest is not None:
+        if source.run is not None and catalog.latest() is not None:
             break
-        time.sleep(1.0)
+        if source.status is not None and source.status.state in ("finished", "stopped", "failed"):
+            return "blue ended"
+        world.scheduler.clock.sleep(1.0)  # virtual time: a point
     else:
         return "no live blue with a checkpoint"
-    blue = source.run.generation
-    cid = new_cutover_id()
+    cid = None
+    for _attempt in range(3):  # blue already past N: a new cutover with a larger N, a few times
+        cid, outcome = _agree_and_stop(world, catalog, spec, name)
+        if outcome != "past":
+            break
+    if outcome != "stopped":
+        return outcome
+    assert cid is not None
     store = CutoverStore(catalog)
-    try:
-        store.plan(CutoverPlan(cid, JOB, blue, catalog.checkpoint_uri(latest.id), latest.batch_id,
-                               f"{JOB}-shadow", f"{world.root}/shadow", requested_by=name))
-    except CutoverError:
-        return "another cutover is open"
-    n = (source.run.last_batch if source.run.last_batch is not None else latest.batch_id) + spec.margin
-    try:
-        asked = stop_after_batch(catalog, n, timeout_s=300.0, poll_s=2.0, max_heartbeat_age=MAX_HEARTBEAT_AGE_S,
-                                 requested_by=name, wait=False, generation=blue)
-        store.agree(cid, n, asked.request_id)
-        ControlChannel(catalog).wait(asked.request_id, timeout_s=300.0, poll_s=2.0)
-    except (ControlError, CutoverError, RestoreError) as exc:
-        call_off(catalog, cid, reason=f"blue did not stop after batch {n}: {exc}", by=name)
-        return "called off"
-    except Exception as exc:  # noqa: BLE001 - e.g. no live run any more (CatalogError)
-        call_off(catalog, cid, reason=f"blue could not be asked to stop after batch {n}: {exc}", by=name)
-        return "called off"
     try:
         adoption = adopt(world.catalog(), world.sink(), cid, live_dir=None)
     except CutoverError as exc:
@@ -288,3 +276,36 @@ def cutover(world: World, spec: CutoverSpec, name: str) -> Any:
     driver(world, green, f"{name}-green")  # raises when green's run failed: the cutover stays open
     store.end(cid, "committed", step="first_commit", generation=adoption.generation, by=name)
     return f"green took over at batch {adoption.batch_id}"
+
+
+def _agree_and_stop(world: World, catalog: Any, spec: CutoverSpec, name: str) -> tuple[str | None, str]:
+    """Plan a cutover from blue's newest checkpoint, agree on N = its last batch +
+    `spec.margin`, ask blue to stop after N and wait: ``(cutover id, "stopped")``, or the
+    cutover called off (``"past"`` when blue was already past N)."""
+    from airflow_sparkpoint.checkpoints.history import generation_alive
+    from airflow_sparkpoint.services.savepoint import savepoint_source
+
+    source = savepoint_source(catalog, MAX_HEARTBEAT_AGE_S)
+    latest = catalog.latest()
+    if source.run is None or latest is None:
+        return None, "no live blue"
+    blue = source.run.generation
+    cid = new_cutover_id()
+    store = CutoverStore(catalog)
+    try:
+        store.plan(CutoverPlan(cid, JOB, blue, catalog.checkpoint_uri(latest.id), latest.batch_id,
+                               f"{JOB}-shadow", f"{world.root}/shadow", requested_by=name))
+    except CutoverError:
+        return None, "another cutover is open"
+    n = (source.run.last_batch if source.run.last_batch is not None else latest.batch_id) + spec.margin
+    try:
+        asked = stop_after_batch(catalog, max(0, n), timeout_s=300.0, poll_s=2.0,
+                                 max_heartbeat_age=MAX_HEARTBEAT_AGE_S, requested_by=name, wait=False,
+                                 generation=blue)
+        store.agree(cid, max(0, n), asked.request_id)
+        ControlChannel(catalog).wait(asked.request_id, timeout_s=300.0, poll_s=2.0,
+                                     is_alive=lambda: generation_alive(catalog, blue, MAX_HEARTBEAT_AGE_S))
+    except Exception as exc:  # noqa: BLE001 - refused, failed, expired, blue gone: the cutover is off
+        call_off(catalog, cid, reason=f"blue did not stop after batch {n}: {exc}", by=name)
+        return cid, "past" if "already past" in str(exc) else "called off"
+    return cid, "stopped"

@@ -32,7 +32,7 @@ def _actor(pick: Any) -> ActorSpec:
     if kind == "retention":
         return ActorSpec("retention", keep=pick((1, 2)))
     if kind == "cutover":
-        return ActorSpec("cutover", cutover=CutoverSpec(margin=pick((0, 1, 2)), version=pick((2, 3)),
+        return ActorSpec("cutover", cutover=CutoverSpec(margin=pick((-1, 0, 1, 1, 2)), version=pick((2, 3)),
                                                         budget=pick((1, 2, 3))))
     return ActorSpec(kind)
 
@@ -194,7 +194,7 @@ def checkpoint_retention_races() -> Any:
 def _cutover_spec() -> Any:
     from hypothesis import strategies as st
 
-    return st.builds(CutoverSpec, margin=st.integers(0, 2), version=st.integers(2, 3), budget=st.integers(1, 3))
+    return st.builds(CutoverSpec, margin=st.integers(-1, 2), version=st.integers(2, 3), budget=st.integers(1, 3))
 
 
 def cutovers() -> Any:
