@@ -150,7 +150,7 @@ def adopt(
     settled = settle_all(catalog, leftovers, lambda _r: sink, confirmed=False, fence=fence)
     position = sink.committed_position(catalog.job)
     if position != n:
-        raise CutoverError(f"cutover {cutover_id} of job {catalog.job!r}: the sink {sink.location_uri} "
+        raise CutoverError(f"cutover {cutover_id} of job {catalog.job!r}: the sink {sink.sink_id} "
                            f"holds the job's batches through {position}, not through the agreed batch {n}; "
                            "green does not "
                            "take over (restore=latest resumes blue's lineage)")
