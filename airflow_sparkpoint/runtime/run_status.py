@@ -59,8 +59,10 @@ class _RunStatus:
     first_batch: int | None
     savepoint_uri: str | None
     stop_request: ControlRequest | None
-    stop_after: int | None
-    highest_started: int | None
+    #: a stop_after request's batch in force, and the highest batch foreachBatch entered
+    #: (set under `_stage_lock`, made by `job._Run.__init__`)
+    stop_after: int | None = None
+    highest_started: int | None = None
     _stage_lock: threading.Lock
     query_failed: bool
     _snapshot_settings: tuple[float, int]
