@@ -4,8 +4,10 @@ on a real store with the records a blue that stopped after batch N leaves."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +23,7 @@ from tests.support.fake_sinks import FakeSink
 from tests.support.records import put_checkpoint
 
 CID = "1764370000000-0123abcd"
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture()
@@ -101,3 +104,46 @@ def test_every_start_but_green_s_is_refused_while_a_cutover_is_open(catalog: Cat
     check_start(catalog, None, takeover=True, cutover=CID)  # green's own start
     CutoverStore(catalog).end(CID, "aborted", step="stop", reason="test")
     check_start(catalog, None, takeover=True)
+
+
+_GREEN = """
+import sys
+from airflow_sparkpoint.checkpoints.catalog import Catalog
+from airflow_sparkpoint.runtime.cutover import adopt
+from airflow_sparkpoint.storage import open_storage
+from tests.support.fake_sinks import FakeSink
+
+class Position(FakeSink):
+    def committed_position(self, job):
+        return 3
+
+adopt(Catalog(open_storage(sys.argv[1]), "orders"), Position("green"), sys.argv[2], live_dir=None)
+"""
+
+
+def test_green_killed_after_its_claim_leaves_blue_s_lineage_to_resume(tmp_path: Path) -> None:
+    """Fault point ``cutover_claimed``: green SIGKILLed right after it claimed blue's
+    generation + 1. No origin was written, so ``restore=latest`` resumes blue's final
+    checkpoint at N; the cutover is not claimed, and calling it off lets blue restart."""
+    import signal
+    import subprocess
+    import sys
+
+    from airflow_sparkpoint.services.cutover import call_off
+    from airflow_sparkpoint.storage import open_storage
+
+    root = tmp_path / "root"
+    catalog = Catalog(open_storage(str(root)), "orders")
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    uri = _blue_stopped_after(catalog, sink, 3)
+    env = {**os.environ, "SPARKPOINT_TEST_FAULT": "cutover_claimed:3", "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", _GREEN, str(root), CID], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert "SPARKPOINT_TEST_FAULT: killing driver at cutover_claimed:3" in proc.stdout + proc.stderr  # it fired
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert catalog.current_generation() == 2 and not any(o.generation == 2 for o in catalog.origins())
+    assert catalog.restart_point().checkpoint.batch_id == 3  # type: ignore[union-attr]
+    assert catalog.checkpoint_uri(catalog.restart_point().checkpoint.id) == uri  # type: ignore[union-attr]
+    assert CutoverStore(catalog).read(CID).claimed is None
+    call_off(catalog, CID, reason="green died", by="test")
+    check_start(catalog, None, takeover=False)  # blue's restart may go
