@@ -25,12 +25,23 @@ from tests.support.waits import wait_for
 pytestmark = pytest.mark.spark
 
 N = 3
+#: the fault each trial arms (the crash matrix's evidence rule reads these lines)
+ARMED = {"stop_after": {"SPARKPOINT_TEST_FAULT": f"stop_after:{N}"},
+         "stopped_after": {"SPARKPOINT_TEST_FAULT": f"stopped_after:{N}"}}
 
 
-def _submit(tmp: Path, conf: dict[str, str], log: Path, fault: str | None = None) -> object:
-    env = submit_env({"SPARKPOINT_TEST_FAULT": fault} if fault else {})
+def _fired(point: str, marker: str) -> bool:
+    """The once-marker holds the fault that fired."""
+    if point == "stop_after":
+        return marker == f"stop_after:{N}"
+    return marker == f"stopped_after:{N}"
+
+
+def _submit(tmp: Path, conf: dict[str, str], log: Path, fault: dict[str, str] | None = None) -> object:
+    env = submit_env(fault or {})
     if not fault:
         env.pop("SPARKPOINT_TEST_FAULT", None)
+        env.pop("SPARKPOINT_TEST_FAULT_ONCE", None)
     settings = {**SPARK_CONF, "spark.sparkpoint.dir": str(tmp / "sp"), "spark.sparkpoint.job": JOB, **conf}
     cmd = spark_submit_command(JOB_SCRIPT, settings, ["--input", str(tmp / "input"), "--output", str(tmp / "out")],
                                env=env)
@@ -44,7 +55,8 @@ def test_blue_killed_in_its_stop_after_restarts_exactly(tmp_path: Path, point: s
         write_batch_file(tmp_path / "input", index, rows(index))
     log = tmp_path / "blue.log"
     proc = _submit(tmp_path, {"spark.sparkpoint.trigger": "processingTime:1 second",
-                              "spark.sparkpoint.control.pollInterval": "300 milliseconds"}, log, f"{point}:{N}")
+                              "spark.sparkpoint.control.pollInterval": "300 milliseconds"}, log,
+                   {**ARMED[point], "SPARKPOINT_TEST_FAULT_ONCE": str(tmp_path / "fired")})
     try:
         wait_for("batch 1 checkpointed", lambda: (latest := catalog.latest()) is not None and latest.batch_id >= 1,
                  300, lambda: tail(log), proc=proc)
@@ -59,6 +71,7 @@ def test_blue_killed_in_its_stop_after_restarts_exactly(tmp_path: Path, point: s
             proc.wait(timeout=60)  # type: ignore[attr-defined]
     text = log.read_text(errors="replace")
     assert f"SPARKPOINT_TEST_FAULT: killing driver at {point}:{N}" in text, tail(log)  # the fault fired
+    assert _fired(point, (tmp_path / "fired").read_text().strip())
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, tail(log))  # type: ignore[attr-defined]
     result = ControlChannel(catalog).result(request.id)
     assert result.state == "acknowledged", result  # taken, never completed: the orchestrator calls it off

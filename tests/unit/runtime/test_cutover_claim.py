@@ -136,11 +136,15 @@ def test_green_killed_after_its_claim_leaves_blue_s_lineage_to_resume(tmp_path: 
     catalog = Catalog(open_storage(str(root)), "orders")
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     uri = _blue_stopped_after(catalog, sink, 3)
-    env = {**os.environ, "SPARKPOINT_TEST_FAULT": "cutover_claimed:3", "PYTHONPATH": str(REPO)}
+    n, marker = 3, tmp_path / "fired"
+    env = {**os.environ, "SPARKPOINT_TEST_FAULT": f"cutover_claimed:{n}", "SPARKPOINT_TEST_FAULT_ONCE": str(marker),
+           "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", _GREEN, str(root), CID], env=env, capture_output=True, text=True,
+                          check=False,
                           timeout=120, cwd=REPO)
     assert "SPARKPOINT_TEST_FAULT: killing driver at cutover_claimed:3" in proc.stdout + proc.stderr  # it fired
     assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert marker.read_text().strip() == f"cutover_claimed:{n}"
     assert catalog.current_generation() == 2 and not any(o.generation == 2 for o in catalog.origins())
     assert catalog.restart_point().checkpoint.batch_id == 3  # type: ignore[union-attr]
     assert catalog.checkpoint_uri(catalog.restart_point().checkpoint.id) == uri  # type: ignore[union-attr]
