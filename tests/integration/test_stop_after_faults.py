@@ -18,7 +18,7 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.demo.support import orphaned_staged_files, write_batch_file
 from airflow_sparkpoint.storage import open_storage
-from tests.integration.test_driver_sigterm import JOB, JOB_SCRIPT, SPARK_CONF, expected, rows, table, tail
+from tests.support.pausing_totals import JOB, JOB_SCRIPT, SPARK_CONF, expected, rows, table, tail
 from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
 from tests.support.waits import wait_for
 
