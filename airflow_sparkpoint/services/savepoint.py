@@ -30,12 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.history import current_status, generation_alive, liveness
 from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
 from airflow_sparkpoint.checkpoints.status import JobStatus
-from airflow_sparkpoint.exceptions import CatalogError, ControlError, ObjectNotFound, SparkpointError
+from airflow_sparkpoint.exceptions import CatalogError, ControlError, SparkpointError
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -49,9 +48,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: checkpoints retired by retention while copied into a savepoint, before a copy gives up
-MAX_RETIRED = 3
 
 
 @dataclass(frozen=True)
@@ -127,9 +123,7 @@ def savepoint_from_latest_checkpoint(
         ``"--no-from-checkpoint"``), or None when it is allowed.
     :param stop: a stop-with-savepoint was asked for (there is nothing to stop).
     :param announce: called with one line saying which checkpoint is copied, before the copy.
-    :raises CatalogError: refused (`refused_by`), the job has no completed checkpoint, or
-        retention retired the checkpoint being copied `MAX_RETIRED` + 1 times in a row (a
-        retired one gives way to the newest).
+    :raises CatalogError: refused (`refused_by`), or the job has no completed checkpoint.
     :raises SparkpointError: the copy failed (nothing was made into a savepoint).
     """
     why = source.why_not_running()
@@ -139,28 +133,18 @@ def savepoint_from_latest_checkpoint(
             f"{refused_by} refuses to make one "
             "from the latest completed checkpoint"
         )
-    for _attempt in range(MAX_RETIRED + 1):
-        latest = catalog.latest()
-        if latest is None:
-            raise CatalogError(
-                f"job {catalog.job!r} {why} and has no completed checkpoint under "
-                f"{catalog.uri}; nothing to savepoint "
-                "(see `sparkpoint list`)"
-            )
-        if announce is not None:
-            announce(f"job {catalog.job!r} {why}{'; nothing to stop' if stop else ''}; "
-                     "making a savepoint from its "
-                     f"latest completed checkpoint chk-{latest.id} (batch {latest.batch_id})")
-        try:
-            return latest, catalog.create_savepoint(catalog.handle(latest))
-        except ObjectNotFound:
-            if catalog.store.exists(layout.checkpoint_metadata(latest.id)):
-                raise  # a file of a checkpoint that is still there: damage, not retention
-            # Retention retired it while it was copied (a newer checkpoint exists): copy that one.
-            log.info("checkpoint chk-%d of job %s was retired while it was copied; copying the newest",
-                     latest.id, catalog.job)
-    raise CatalogError(f"job {catalog.job!r}: checkpoint retention retired {MAX_RETIRED + 1} checkpoints in "
-                       "a row while they were copied into a savepoint; take the savepoint again")
+    latest = catalog.latest()
+    if latest is None:
+        raise CatalogError(
+            f"job {catalog.job!r} {why} and has no completed checkpoint under "
+            f"{catalog.uri}; nothing to savepoint "
+            "(see `sparkpoint list`)"
+        )
+    if announce is not None:
+        announce(f"job {catalog.job!r} {why}{'; nothing to stop' if stop else ''}; "
+                 "making a savepoint from its "
+                 f"latest completed checkpoint chk-{latest.id} (batch {latest.batch_id})")
+    return latest, catalog.create_savepoint(catalog.handle(latest))
 
 
 @dataclass(frozen=True)
