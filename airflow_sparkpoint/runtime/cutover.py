@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.cutover import CutoverClaim, CutoverState, CutoverStore
+from airflow_sparkpoint.checkpoints.cutover import CutoverClaim, CutoverProgress, CutoverState, CutoverStore
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin
 from airflow_sparkpoint.exceptions import ControlError, CutoverError
@@ -33,10 +33,11 @@ from airflow_sparkpoint.sinks.transactions import settle_all
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
+    from airflow_sparkpoint.checkpoints.follow_record import FollowProgress
     from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
     from airflow_sparkpoint.sinks.base import Sink
 
-__all__ = ["Adoption", "adopt", "blue_final_checkpoint"]
+__all__ = ["Adoption", "CutoverHandover", "adopt", "blue_final_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -179,3 +180,54 @@ def _check_open(state: CutoverState, *, claimed_ok: bool = False) -> None:
     if state.claimed is not None and not claimed_ok:
         raise CutoverError(f"cutover {plan.id} of job {plan.job!r} was claimed by generation "
                            f"{state.claimed.generation} already")
+
+
+class CutoverHandover:
+    """`runtime.follow.Handover` over the cutover's records: what green's follower asks
+    of cutover `cutover_id` of blue's job (`catalog`), with the production `sink`."""
+
+    def __init__(self, catalog: Catalog, sink: Sink, cutover_id: str) -> None:
+        self.catalog = catalog
+        self.sink = sink
+        self.cutover_id = cutover_id
+        self.store = CutoverStore(catalog)
+
+    def _open(self) -> CutoverState:
+        state = self.store.read(self.cutover_id)
+        _check_open(state, claimed_ok=True)
+        return state
+
+    def report(self, progress: FollowProgress, shadow_generation: int) -> None:
+        """Green's progress into ``<cid>.green.json`` (overwritten).
+
+        :raises CutoverError: the cutover ended."""
+        self.store.progress(CutoverProgress(
+            self.cutover_id, progress.last_replayed, progress.seconds_per_batch, shadow_generation,
+            progress.verified_through, progress.difference, progress.updated_at))
+
+    def agreed_batch(self) -> int | None:
+        """N once agreed, else None.
+
+        :raises CutoverError: the cutover ended."""
+        agreed = self._open().agreed
+        return None if agreed is None else agreed.after_batch
+
+    def blue_stopped(self) -> bool:
+        """Whether blue completed its stop after N (False while its request is pending or taken).
+
+        :raises CutoverError: the cutover ended, or blue's stop failed, expired or ended elsewhere."""
+        state = self._open()
+        if state.agreed is None:
+            return False
+        result = ControlChannel(self.catalog).result(state.agreed.request_id)
+        if result.state in ("pending", "acknowledged"):
+            return False
+        blue_final_checkpoint(self.catalog, state)  # raises unless completed at N
+        return True
+
+    def adopt(self, live_dir: str, adopted_from: str | None) -> int:
+        """`adopt`; returns the generation claimed.
+
+        :raises CutoverError: see `adopt`."""
+        return adopt(self.catalog, self.sink, self.cutover_id, live_dir=live_dir,
+                     adopted_from=adopted_from).generation

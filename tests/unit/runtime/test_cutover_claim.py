@@ -151,3 +151,18 @@ def test_green_killed_after_its_claim_leaves_blue_s_lineage_to_resume(tmp_path: 
     assert CutoverStore(catalog).read(CID).claimed is None
     call_off(catalog, CID, reason="green died", by="test")
     check_start(catalog, None, takeover=False)  # blue's restart may go
+
+
+def test_the_handover_adapter_serves_green_s_follower(catalog: Catalog) -> None:
+    """`CutoverHandover` is `runtime.follow.Handover` over the cutover's records."""
+    from airflow_sparkpoint.runtime.cutover import CutoverHandover
+    from airflow_sparkpoint.runtime.follow import Handover
+
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    handover: Handover = CutoverHandover(catalog, sink, CID)
+    assert handover.agreed_batch() == 3 and handover.blue_stopped()
+    assert handover.adopt("/work/shadow", None) == 2
+    CutoverStore(catalog).end(CID, "aborted", step="claim", reason="test")
+    with pytest.raises(CutoverError, match="is done"):
+        handover.agreed_batch()
