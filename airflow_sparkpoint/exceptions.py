@@ -15,9 +15,11 @@
     │   │                           limit, or unparsable (also a ValueError)
     │   ├── RestoreError            a restore target is missing, foreign or unusable
     │   ├── StaleGeneration         a superseded job tried to act (invariant 5)
-    │   └── GenerationRunning       an action for a stopped generation found it running
-    │       └── JobAlreadyRunning   a start found a live run another task started
-    │                               (refused unless takeover)
+    │   ├── GenerationRunning       an action for a stopped generation found it running
+    │   │   └── JobAlreadyRunning   a start found a live run another task started
+    │   │                           (refused unless takeover)
+    │   │       └── CutoverInProgress  a start found a zero-downtime cutover open
+    │   └── CutoverError            a cutover record or step refused (wrong state, lost race)
     ├── SinkError                   a sink could not stage, commit or abort
     │   ├── CommitOutcomeUnknown    the commit may or may not have landed: never clean up
     │   ├── TransactionConflict     another transaction holds batch N's commit: this one
@@ -34,7 +36,8 @@
 from __future__ import annotations
 
 __all__ = ["CatalogError", "CommandFailed", "CommitOutcomeUnknown", "ConfigError", "ControlError",
-           "CorruptMetadata", "CorruptRecord", "GenerationRunning", "InvalidPath", "JobAlreadyRunning",
+           "CorruptMetadata", "CorruptRecord", "CutoverError", "CutoverInProgress", "GenerationRunning",
+           "InvalidPath", "JobAlreadyRunning",
            "ObjectExists", "ObjectNotFound", "ObjectTooLarge", "RestoreError", "SinkAheadError", "SinkError",
            "SinkLineageError", "SparkpointError", "StaleGeneration", "StorageError", "TransactionConflict",
            "UsageError"]
@@ -102,6 +105,17 @@ class GenerationRunning(CatalogError):
 class JobAlreadyRunning(GenerationRunning):
     """A start found a live generation that another Airflow task (or no task: a manual
     start) started; starting would fence it. Refused unless the start takes it over."""
+
+
+class CutoverInProgress(JobAlreadyRunning):
+    """A start of a job found a zero-downtime cutover of it open (planned and not done):
+    only the cutover's green takes the job's next generation (`checkpoints.cutover`)."""
+
+
+class CutoverError(CatalogError):
+    """A cutover step was refused: its records are not in the state the step needs (no
+    plan, already done, another generation claimed), or the sink is not where the
+    agreement left it. Nothing of the job was changed by the refused step."""
 
 
 class SinkError(SparkpointError):

@@ -24,6 +24,12 @@ Points, in lifecycle order for batch N:
 ``savepoint``  a savepoint (of confirmed batch N) is half copied
 ``stopped``    stop-with-savepoint: the savepoint of N is complete and
                reported; the run has not ended yet
+``stop_after`` the run took a ``stop_after`` request for batch N (acknowledged,
+               in force); nothing past N staged
+``stopped_after`` the run stopped after batch N: its final checkpoint of N is
+               complete and N is committed; the request is not completed yet
+``cutover_claimed`` green (`runtime.cutover.adopt`) claimed blue's generation + 1
+               at the agreed batch N; nothing re-read, no origin yet
 ``recovery``   restore-time recovery (recoverAndCommit / recoverAndAbort) has
                settled half of the recorded transactions; N is the batch of
                the last one settled (double faults: a kill during recovery)
@@ -112,7 +118,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 POINTS = ("stage", "record", "confirmed", "copy", "metadata", "checkpointed", "promoting", "committed",
-          "savepoint", "stopped", "recovery", "rewind", "abort", "retention", "rescale")
+          "savepoint", "stopped", "recovery", "rewind", "abort", "retention", "rescale", "stop_after",
+          "stopped_after", "cutover_claimed")
 ENV = "SPARKPOINT_TEST_FAULT"
 ENV_ONCE = "SPARKPOINT_TEST_FAULT_ONCE"
 PAUSE_ENV = "SPARKPOINT_TEST_PAUSE"

@@ -53,6 +53,7 @@ from airflow_sparkpoint.checkpoints.control_records import (  # re-exported: cal
     _Claim,
     _request_key,
     _result_key,
+    check_kind,
     new_request_id,
     request_created_at,
 )
@@ -96,14 +97,21 @@ class ControlChannel:
         generation: int,
         timeout_s: float = 600.0,
         requested_by: str = "",
+        after_batch: int | None = None,
     ) -> ControlRequest:
         """Write a new request for run `generation`; it expires `timeout_s` seconds from now.
+        A ``stop_after`` request names `after_batch`, the last batch the run may stage.
 
-        :raises ConfigError: unknown `kind`, non-positive `timeout_s`, or `generation`
-            missing or not an integer >= 1.
+        :raises ConfigError: unknown `kind`, non-positive `timeout_s`, `generation`
+            missing or not an integer >= 1, or `after_batch` missing or negative for
+            ``stop_after`` (given for another kind).
         """
         if kind not in KINDS:
             raise ConfigError(f"control request kind {kind!r} is invalid; expected one of {', '.join(KINDS)}")
+        try:
+            check_kind(kind, after_batch)
+        except ControlError as exc:
+            raise ConfigError(str(exc)) from None
         if generation is None:
             raise ConfigError(
                 f"a {kind} request needs generation=<the live run's generation> (see `sparkpoint status`): "
@@ -129,6 +137,7 @@ class ControlChannel:
             deadline=now + float(timeout_s),
             generation=generation,
             requested_by=str(requested_by),
+            after_batch=after_batch,
         )
         self.store.put_if_absent(_request_key(request.id),
                                  json.dumps(request.to_json(), sort_keys=True).encode())
@@ -332,8 +341,10 @@ class ControlChannel:
         generation: int,
         savepoint: str | None = None,
         batch_id: int | None = None,
+        checkpoint: str | None = None,
     ) -> None:
-        """Record success. The request must have been acknowledged by `generation`.
+        """Record success (`checkpoint`: the final checkpoint of a ``stop_after``). The
+        request must have been acknowledged by `generation`.
 
         :raises ControlError: it was not acknowledged by `generation`, or already has
             a different result.
@@ -350,7 +361,7 @@ class ControlChannel:
                 f"{generation}: it was taken by {owner}"
             )
         self._put_result(ControlResult(request.id, "completed", generation, savepoint, batch_id, None,
-                                       self.clock()))
+                                       self.clock(), checkpoint))
 
     def fail(self, request: ControlRequest, *, generation: int | None, error: str) -> None:
         """Record failure; an unacknowledged request is claimed first so no job takes it.
@@ -444,14 +455,14 @@ class ControlChannel:
         return self._scan()[0]
 
     def stopped(self, generation: int) -> bool:
-        """Whether a stop or cancel request addressed to `generation` completed: that run
-        is ending (a stop-with-savepoint took its savepoint; it writes its final status
+        """Whether a stop, cancel or stop_after request addressed to `generation` completed:
+        that run is ending (a stop-with-savepoint took its savepoint; it writes its final status
         moments later). Unreadable requests are skipped."""
         ids, taken = self._scan()
         for request_id in (i for i in ids if i in taken):
             try:
                 request = self._request(request_id)
-                if request.kind in ("stop", "cancel") and request.generation == generation and \
+                if request.kind in ("stop", "cancel", "stop_after") and request.generation == generation and \
                         self.result(request_id).state == "completed":
                     return True
             except ControlError as exc:
@@ -522,6 +533,12 @@ class ControlChannel:
             raise ControlError(f"{self.catalog.uri}/{key} names savepoint "
                                f"{result.savepoint!r}, not one of job "
                                f"{self.catalog.job!r}'s savepoints: {exc}") from None
+        try:  # and only one of this job's checkpoints
+            if result.checkpoint is not None:
+                self.catalog.snapshot_key(result.checkpoint)
+        except (InvalidPath, RestoreError) as exc:
+            raise ControlError(f"{self.catalog.uri}/{key} names checkpoint {result.checkpoint!r}, not one of "
+                               f"job {self.catalog.job!r}'s: {exc}") from None
         return result
 
     def _put_result(self, result: ControlResult) -> None:

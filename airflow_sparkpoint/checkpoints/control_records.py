@@ -18,10 +18,17 @@ from airflow_sparkpoint.checkpoints.bounded import clip
 from airflow_sparkpoint.exceptions import ConfigError, ControlError
 
 __all__ = ["KINDS", "REQUEST_ID_RE", "SCHEMA_VERSION", "STATES", "TEXT_MAX_CHARS", "ControlRequest",
-           "ControlResult", "new_request_id", "request_created_at"]
+           "ControlResult", "check_kind", "new_request_id", "request_created_at"]
 
-SCHEMA_VERSION = 1
-KINDS = ("savepoint", "stop", "cancel")
+#: the newest schema this release reads. A record is written with the oldest schema that
+#: holds it: a ``stop_after`` request (and a result naming a checkpoint) with 2, so that a
+#: driver of a release before it refuses the request as unreadable (and never serves it as
+#: a plain stop) while every other record stays readable by it.
+SCHEMA_VERSION = 2
+#: the kinds of request; extended, never renamed (a public contract)
+KINDS = ("savepoint", "stop", "cancel", "stop_after")
+#: the schema version a request of each kind is written with (`SCHEMA_VERSION`)
+_KIND_SCHEMA = {"stop_after": 2}
 STATES = ("pending", "acknowledged", "completed", "failed", "expired")
 REQUEST_ID_RE = re.compile(r"^(\d{13})-([0-9a-f]{8})$")
 _FILE_RE = re.compile(r"^(\d{13}-[0-9a-f]{8})\.(request|ack|result)\.json$")
@@ -59,31 +66,53 @@ def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def check_kind(kind: str, after_batch: int | None) -> None:
+    """The one rule of a request's kind and its ``after_batch``.
+
+    :raises ControlError: `kind` is not one of `KINDS` (a newer release's request), or
+        ``after_batch`` is missing or negative for ``stop_after``, or given for another kind.
+    """
+    if kind not in KINDS:
+        raise ControlError(f"control request kind {kind!r} is unknown to this release; it serves "
+                           f"{', '.join(KINDS)} (is the request from a newer release?)")
+    if kind == "stop_after":
+        if isinstance(after_batch, bool) or not isinstance(after_batch, int) or after_batch < 0:
+            raise ControlError("a stop_after request needs after_batch=<a batch id >= 0>; "
+                               f"got {after_batch!r}")
+    elif after_batch is not None:
+        raise ControlError(f"after_batch={after_batch!r} belongs to stop_after requests, not to {kind}")
+
+
 @dataclass(frozen=True)
 class ControlRequest:
     """A request to a running job. Immutable; after `deadline` it is expired."""
 
     id: str
-    kind: str  # "savepoint" | "stop" | "cancel"
+    kind: str  # "savepoint" | "stop" | "cancel" | "stop_after"
     job: str
     created_at: float  # epoch seconds
     deadline: float  # epoch seconds
     generation: int | None = None  # the target generation; None = whichever is current
     requested_by: str = ""
+    #: ``stop_after``: the last batch the run stages and commits before it stops
+    after_batch: int | None = None
 
     def expired(self, now: float | None = None) -> bool:
         return (time.time() if now is None else now) > self.deadline
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, **asdict(self),
+        body = {"schema_version": _KIND_SCHEMA.get(self.kind, 1), **asdict(self),
                 "requested_by": clip(self.requested_by, 1024)}
+        if self.after_batch is None:
+            del body["after_batch"]  # a record of the first schema, as earlier releases wrote it
+        return body
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ControlRequest:
-        """:raises ControlError: unknown schema version or malformed fields."""
+        """:raises ControlError: unknown schema version or kind, or malformed fields."""
         _check_schema(data, "control request")
         try:
-            return cls(
+            request = cls(
                 id=str(data["id"]),
                 kind=str(data["kind"]),
                 job=str(data["job"]),
@@ -91,14 +120,18 @@ class ControlRequest:
                 deadline=float(data["deadline"]),
                 generation=_opt_int(data.get("generation")),
                 requested_by=str(data.get("requested_by", "")),
+                after_batch=_opt_int(data.get("after_batch")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ControlError(f"control request is malformed ({exc.__class__.__name__}: {exc})") from None
+        check_kind(request.kind, request.after_batch)
+        return request
 
 
 @dataclass(frozen=True)
 class ControlResult:
-    """Where a request stands. `savepoint` is the savepoint URI once completed."""
+    """Where a request stands. `savepoint` is the savepoint URI once completed;
+    `checkpoint` the URI of the run's final checkpoint (a completed ``stop_after``)."""
 
     request_id: str
     state: str  # "pending" | "acknowledged" | "completed" | "failed" | "expired"
@@ -107,14 +140,18 @@ class ControlResult:
     batch_id: int | None = None
     error: str | None = None
     updated_at: float = 0.0
+    checkpoint: str | None = None
 
     @property
     def finished(self) -> bool:
         return self.state in ("completed", "failed", "expired")
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, **asdict(self),
+        body = {"schema_version": 1 if self.checkpoint is None else 2, **asdict(self),
                 "error": None if self.error is None else clip(self.error, TEXT_MAX_CHARS)}
+        if self.checkpoint is None:
+            del body["checkpoint"]
+        return body
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ControlResult:
@@ -132,6 +169,7 @@ class ControlResult:
                 batch_id=_opt_int(data.get("batch_id")),
                 error=None if data.get("error") is None else str(data["error"]),
                 updated_at=float(data.get("updated_at", 0.0)),
+                checkpoint=None if data.get("checkpoint") is None else str(data["checkpoint"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ControlError(f"control result is malformed ({exc.__class__.__name__}: {exc})") from None
@@ -147,7 +185,7 @@ class _Claim:
     reason: str = ""
 
     def to_bytes(self, request_id: str) -> bytes:
-        body = {"schema_version": SCHEMA_VERSION, "request_id": request_id, **asdict(self),
+        body = {"schema_version": 1, "request_id": request_id, **asdict(self),
                 "reason": clip(self.reason, TEXT_MAX_CHARS)}
         return json.dumps(body, sort_keys=True).encode("utf-8")
 

@@ -13,6 +13,8 @@
     <job>/status.json                             heartbeat and state of the current run
     <job>/status/<generation>.json                the same record, written only by that generation
     <job>/control/<request-id>.{request,ack,result}.json
+    <job>/cutover/<cutover-id>.{plan,agreed,claimed,done}.json   a zero-downtime cutover (write-once)
+    <job>/cutover/<cutover-id>.green.json         green's warm-up progress (overwritten)
     <job>/results/<generation>.json               the run result of a generation
     <job>/last-disposed-id                        highest id ever disposed (ids are never reused)
     <job>/checkpoint-counters.json                lifetime checkpoint counts and recent outcomes
@@ -35,12 +37,13 @@ from airflow_sparkpoint.checkpoints.bounded import Limits, check_writable
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage.base import PrefixedStorage, Storage
 
-__all__ = ["CHK_RE", "COMMITTED", "CONTROL", "COUNTERS", "FOLLOW", "GC", "GC_RE", "GENERATIONS",
-           "GENERATIONS_LISTED",
+__all__ = ["CHK_RE", "COMMITTED", "CONTROL", "COUNTERS", "CUTOVER", "CUTOVER_PARTS", "CUTOVER_RE", "FOLLOW",
+           "GC", "GC_RE", "GENERATIONS", "GENERATIONS_LISTED",
            "ID_FLOOR", "JOB_RE", "LINEAGE", "LINEAGE_RE", "METADATA", "PINS", "RECORD_MAX_BYTES",
            "RECORD_MAX_COST", "RESULTS", "SAVEPOINTS", "SAVEPOINT_RE", "SHARED", "SNAPSHOT_LOG_MAX_BYTES",
            "STATUS", "STATUS_DIR", "TXN", "TXN_ID_RE", "TXN_RE", "VERIFICATION", "JobStore",
-           "check_metadata_size", "checkpoint_dir", "checkpoint_metadata", "gc_key", "generation_key",
+           "check_metadata_size", "checkpoint_dir", "checkpoint_metadata", "cutover_key", "gc_key",
+           "generation_key",
            "generation_of", "limits_of", "lineage_key", "max_bytes_of", "parse_pin_dir", "parse_txn_id",
            "pin_dir", "savepoint_checkpoint", "savepoint_dir", "status_key", "txn_id", "txn_key",
            "validate_job_name"]
@@ -150,6 +153,24 @@ STATUS_DIR = "status"
 FOLLOW = "follow.json"
 
 
+#: the records of one cutover, in the order they are written (`checkpoints.cutover`)
+CUTOVER_PARTS = ("plan", "green", "agreed", "claimed", "done")
+#: ``<13-digit epoch ms>-<8 hex>.<part>.json`` (a cutover id is made like a control request id)
+CUTOVER_RE = re.compile(r"^(\d{13}-[0-9a-f]{8})\.(plan|green|agreed|claimed|done)\.json$")
+
+
+def cutover_key(cutover_id: str, part: str) -> str:
+    """The key of record `part` (one of `CUTOVER_PARTS`) of cutover `cutover_id`.
+
+    :raises ConfigError: `part` is not a cutover record, or the id is malformed.
+    """
+    key = f"{CUTOVER}/{cutover_id}.{part}.json"
+    if part not in CUTOVER_PARTS or not CUTOVER_RE.match(key.rsplit("/", 1)[-1]):
+        raise ConfigError(f"cutover record {cutover_id!r}.{part} is invalid; expected an id "
+                          "'<13 digits>-<8 hex>' and one of " + ", ".join(CUTOVER_PARTS))
+    return key
+
+
 def status_key(generation: int) -> str:
     return f"{STATUS_DIR}/{generation:012d}.json"
 
@@ -162,6 +183,7 @@ PINS = "pins"
 GC = "gc"
 TXN = "txn"
 CONTROL = "control"
+CUTOVER = "cutover"
 RESULTS = "results"
 
 _KIB, _MIB = 1024, 1024 * 1024
@@ -188,6 +210,7 @@ RECORD_MAX_BYTES = {
     GC: 16 * _MIB,  # one entry lists at most JOURNAL_KEYS_PER_ENTRY shared keys (~5 MiB)
     TXN: 16 * _MIB,  # lists a batch's staged files (S3: each upload's part ETags)
     CONTROL: 64 * _KIB,
+    CUTOVER: 64 * _KIB,  # a plan: ids, URIs, bounds, who asked (~2 KiB); reasons clipped to 16 KiB
     ID_FLOOR: 1 * _KIB,
 }
 #: the most memory the parse of each kind of record may take (`bounded.parse_cost`, an
@@ -207,6 +230,7 @@ RECORD_MAX_COST = {
     GC: 160 * _MIB,
     TXN: 160 * _MIB,
     CONTROL: 1 * _MIB,
+    CUTOVER: 1 * _MIB,
     ID_FLOOR: 64 * _KIB,
 }
 #: a file of a snapshot that restore-time checks read from the store (the offset log entry

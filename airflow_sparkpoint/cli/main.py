@@ -11,6 +11,7 @@ from typing import Any
 
 from airflow_sparkpoint.cli.commit import add_commit
 from airflow_sparkpoint.cli.control import add_requests
+from airflow_sparkpoint.cli.cutover import add_cutover
 from airflow_sparkpoint.cli.demo import add_demo, cmd_demo
 from airflow_sparkpoint.cli.dispose import add_dispose
 from airflow_sparkpoint.cli.history import add_list, add_metrics, add_status
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_savepoint(commands, common)
     add_dispose(commands, common)
     add_requests(commands, common)
+    add_cutover(commands, common)
     add_commit(commands, common)
     add_metrics(commands)
     add_inspect(commands, common)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_sparkpoint import durations
+from airflow_sparkpoint.checkpoints.control_records import REQUEST_ID_RE
 from airflow_sparkpoint.checkpoints.layout import validate_job_name
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
 from airflow_sparkpoint.sinks.base import DRIVER_STAGING_MAX_BYTES
@@ -40,6 +41,10 @@ KEYS: dict[str, str] = {
     "takeover": (
         "true to start although a run that another Airflow task (or a manual start) began is live: "
         "it is fenced (default false: such a start is refused)"
+    ),
+    "cutover": (
+        "the id of the open zero-downtime cutover this start belongs to (green's): such a start passes "
+        "the rule that refuses every start while a cutover is open (default: none)"
     ),
     "restore.force": "true to start with empty state although the job has checkpoints (default false)",
     "restore.allowForeignJob": "true to restore a snapshot of another job (default false)",
@@ -276,6 +281,8 @@ class SparkpointConfig:
     restore: str = "latest"
     restore_force: bool = False
     takeover: bool = False
+    #: the open cutover this start is green's (`runtime.takeover.check_start`)
+    cutover: str | None = None
     restore_allow_foreign_job: bool = False
     restore_sink_ahead: str = "fail"
     #: recorded with each commit's replay record; a replay needs the same (`runtime.replay`)
@@ -369,6 +376,7 @@ class SparkpointConfig:
             restore=restore,
             restore_force=_parse_bool("restore.force", values.get("restore.force", "false")),
             takeover=_parse_bool("takeover", values.get("takeover", "false")),
+            cutover=_cutover_id(values.get("cutover", "").strip()),
             restore_allow_foreign_job=_parse_bool(
                 "restore.allowForeignJob", values.get("restore.allowForeignJob", "false")
             ),
@@ -467,3 +475,16 @@ def _shadow(values: Mapping[str, str], job: str) -> Shadow | None:
     return Shadow(mode=mode, dir=root, job=shadow_job, source=source, work_dir=work_dir,
                   until_batch=_parse_int("shadow.untilBatch", until, 0) if until else None,
                   poll_interval_s=poll)
+
+
+def _cutover_id(value: str) -> str | None:
+    """``spark.sparkpoint.cutover``: empty, or a cutover id.
+
+    :raises ConfigError: not ``<13 digits>-<8 hex>``.
+    """
+    if not value:
+        return None
+    if not REQUEST_ID_RE.match(value):
+        raise ConfigError(f"{PREFIX}cutover={value!r} is invalid; expected a cutover id "
+                          "'<13 digits>-<8 hex>' (see `sparkpoint cutover list`)")
+    return value

@@ -339,6 +339,11 @@ class _Run(_RunCoordination):
         self.first_batch: int | None = None  # the lowest batch id staged
         self.savepoint_uri: str | None = None
         self.stop_request: ControlRequest | None = None
+        # A stop_after request in force (`run_coordination`): no batch past it is staged; the
+        # highest batch foreachBatch was entered for, under the lock both share.
+        self.stop_after: int | None = None
+        self.highest_started: int | None = None
+        self._stage_lock = threading.Lock()
         self.query_failed = False  # the streaming query ended with an error
         self._snapshot_settings = (60.0, 10)  # Spark's, read when the query starts
         self.started_at = time.time()
@@ -357,7 +362,8 @@ class _Run(_RunCoordination):
         # Never fence a live run another task started, unless asked to (before any write);
         # an adopted run's generation is claimed already (the cutover's handover).
         if self.adopted is None:
-            check_start(self.catalog, AirflowTry.from_environ(), takeover=cfg.takeover)
+            check_start(self.catalog, AirflowTry.from_environ(), takeover=cfg.takeover,
+                        cutover=cfg.cutover)
         # A read-only pre-check: bad input (a missing or foreign snapshot, damaged
         # checkpoints, a sink ahead) fails before anything is written (invariant 7).
         pre = plan_restore(cfg, self.catalog)
@@ -532,6 +538,13 @@ class _Run(_RunCoordination):
 
     def _stage_batch(self, df: DataFrame, batch_id: int) -> None:
         """foreachBatch: stage the batch in the sink and record its pre-commit durably."""
+        with self._stage_lock:  # the stop_after rule: never a batch past N
+            if self.stop_after is not None and batch_id > self.stop_after:
+                self.stopping.set()
+                raise _StopRun(f"job {self.cfg.job!r} stops after batch {self.stop_after}; batch {batch_id} "
+                               "is not run")
+            if self.highest_started is None or batch_id > self.highest_started:
+                self.highest_started = int(batch_id)
         if self.stopping.is_set():
             raise _StopRun(f"job {self.cfg.job!r} is stopping; batch {batch_id} is not run")
         faults.pause("stage", batch_id, generation=self.generation)

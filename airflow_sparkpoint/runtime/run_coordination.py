@@ -1,6 +1,7 @@
 """The coordinator thread of a run (`job._Run`): it alone confirms batches, takes
 checkpoints and savepoints, commits, serves control requests, and finishes the run after
-the query ended (final checkpoint, final RocksDB snapshot, stop-with-savepoint)."""
+the query ended (final checkpoint, final RocksDB snapshot, stop-with-savepoint, the stop
+after an agreed batch of a zero-downtime cutover: ``stop_after``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import queue
 import time
 
 from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints.control import ControlRequest
 from airflow_sparkpoint.exceptions import (
     ConfigError,
+    ControlError,
     ObjectExists,
     SparkpointError,
     StaleGeneration,
@@ -96,6 +99,10 @@ class _RunCoordination(_RunStartup):
         if confirmed is None or batch_id > confirmed:
             faults.maybe_kill("confirmed", batch_id)
         self.checkpointer.confirm(batch_id)
+        if self.stop_after is not None and batch_id >= self.stop_after and not self.stopping.is_set():
+            # N is confirmed: stop now (with no new input Spark would never start N+1 to be refused).
+            self.stopping.set()
+            self.stop_query()
 
     def _checkpoint_due(self) -> None:
         """Checkpoint (and commit) the due batches, oldest first; between two checkpoints
@@ -125,6 +132,7 @@ class _RunCoordination(_RunStartup):
         :raises SparkpointError: the checkpoint of the last batch failed.
         """
         if self.error is not None:
+            self._fail_stop_after(f"the run failed: {self.error}")
             return
         last = livedir.last_commit(self.live)
         if last is not None:
@@ -136,12 +144,15 @@ class _RunCoordination(_RunStartup):
         self.committer.commit_confirmed(self.checkpointer.last_checkpoint)
         self._checkpoint_final_snapshot()
         if self.error is not None:  # e.g. SIGTERM during the wait: take on nothing new
+            self._fail_stop_after(f"the run failed: {self.error}")
             return
         if self.stopping.is_set():
             last_checkpoint = self.checkpointer.last_checkpoint
             self.committer.abort_unconfirmed(last_checkpoint.batch_id if last_checkpoint else None)
             if self.stop_request is not None:
                 self._complete_stop()
+        else:  # the query ended by itself (drained, failed) before batch N
+            self._fail_stop_after("the query ended before it reached the batch")
 
     def _state_store_settings(self) -> tuple[float, int]:
         """Spark's ``stateStore.maintenanceInterval`` (seconds) and ``minDeltasForSnapshot``."""
@@ -161,7 +172,10 @@ class _RunCoordination(_RunStartup):
         request = self.stop_request
         if (self.cfg.state_store != "rocksdb" or self.query_failed or self.error is not None
                 or not self.batches_staged
-                or (self.stopping.is_set() and (request is None or request.kind == "cancel"))):
+                or (self.stopping.is_set()
+                    and (request is None or request.kind in ("cancel", "stop_after")))):
+            # stop_after: green, not this run, continues from its final checkpoint; the wait
+            # would only lengthen the cutover's output gap
             return
         interval, min_deltas = self._snapshot_settings
         timeout = (interval + 30.0 if self.cfg.final_snapshot_timeout_s is None
@@ -217,10 +231,66 @@ class _RunCoordination(_RunStartup):
                                       batch_id=handle.metadata.batch_id)
                 self.savepoint_uri = handle.uri
             elif request.kind in ("stop", "cancel"):
+                self._fail_stop_after(f"a {request.kind} request ({request.id}) came before the batch")
                 self.stop_request = request
                 self.stopping.set()
                 self.stop_query()
                 return
+            elif request.kind == "stop_after" and self._accept_stop_after(request):
+                return
+
+    def _accept_stop_after(self, request: ControlRequest) -> bool:
+        """Take acknowledged `request` (stop after batch N) if no batch past N started yet:
+        from then on the stage path refuses every batch past N (`job._Run._stage_batch`,
+        under the same lock), and the run stops once N is confirmed (`_confirm`). Else fail
+        it (already past N; another stop_after in force; external commit mode). Returns
+        whether it was taken."""
+        n = request.after_batch
+        assert n is not None  # `control_records.check_kind`
+        reason = None
+        if self.stop_request is not None:
+            reason = f"a stop after batch {self.stop_after} ({self.stop_request.id}) is already in force"
+        elif self.cfg.commit_mode != "checkpoint":
+            reason = (f"commit.mode={self.cfg.commit_mode}: the run does not commit batch {n} itself "
+                      "(stop_after needs commit.mode=checkpoint)")
+        with self._stage_lock:
+            started = [b for b in (self.highest_started, self.checkpointer.confirmed_batch) if b is not None]
+            if reason is None and started and max(started) > n:
+                reason = f"already past batch {n}: batch {max(started)} has started"
+            if reason is None:
+                self.stop_after = n
+        if reason is not None:
+            log.warning("job %s generation %d refused stop_after request %s: %s", self.cfg.job,
+                        self.generation, request.id, reason)
+            self.control.fail(request, generation=self.generation,
+                              error=f"generation {self.generation} cannot stop after batch {n}: {reason}")
+            return False
+        self.stop_request = request
+        log.info("job %s generation %d stops after batch %d (request %s)", self.cfg.job, self.generation, n,
+                 request.id)
+        faults.maybe_kill("stop_after", n)
+        confirmed = self.checkpointer.confirmed_batch
+        if confirmed is not None and confirmed >= n:
+            self.stopping.set()
+            self.stop_query()
+        return True
+
+    def _fail_stop_after(self, why: str) -> None:
+        """Fail the stop_after request in force, if any (the run ends elsewhere than after
+        its batch, or another stop comes first); never raises: the run's own end goes on."""
+        request = self.stop_request
+        if request is None or request.kind != "stop_after":
+            return
+        self.stop_request = None
+        with self._stage_lock:
+            self.stop_after = None
+        confirmed = self.checkpointer.confirmed_batch if self._checkpointer is not None else None
+        try:
+            self.control.fail(request, generation=self.generation,
+                              error=f"generation {self.generation} did not stop after batch "
+                                    f"{request.after_batch} (last confirmed batch {confirmed}): {why}")
+        except (ControlError, StorageError) as exc:
+            log.warning("job %s: could not fail stop_after request %s: %s", self.cfg.job, request.id, exc)
 
     def _tidy_control(self) -> None:
         """Delete the control requests that finished over a day ago, at most
@@ -250,6 +320,9 @@ class _RunCoordination(_RunStartup):
     def _complete_stop(self) -> None:
         request = self.stop_request
         assert request is not None
+        if request.kind == "stop_after":
+            self._complete_stop_after(request)
+            return
         if request.kind == "cancel":
             self.control.complete(request, generation=self.generation,
                                   batch_id=self.checkpointer.confirmed_batch)
@@ -263,6 +336,24 @@ class _RunCoordination(_RunStartup):
         self.control.complete(request, generation=self.generation, savepoint=handle.uri,
                               batch_id=handle.metadata.batch_id)
         faults.maybe_kill("stopped", handle.metadata.batch_id)
+
+    def _complete_stop_after(self, request: ControlRequest) -> None:
+        """The run stopped after the agreed batch N: its final checkpoint is at N and the
+        sink holds its batches through N (read from the sink, invariant 3); complete the
+        request with N and that checkpoint's URI. Anything else fails it."""
+        n = request.after_batch
+        last = self.checkpointer.last_checkpoint
+        position = self.sink.committed_position(self.cfg.job)
+        if last is None or last.batch_id != n or position != n:
+            self._fail_stop_after("its final checkpoint is of batch "
+                                  f"{last.batch_id if last else None} and the sink holds batches "
+                                  f"through {position}")
+            return
+        faults.maybe_kill("stopped_after", n)
+        self.control.complete(request, generation=self.generation, batch_id=n,
+                              checkpoint=self.catalog.checkpoint_uri(last.id))
+        log.info("job %s generation %d stopped after batch %d: final checkpoint chk-%d", self.cfg.job,
+                 self.generation, n, last.id)
 
     def stop_query(self) -> None:
         if self.query is not None:

@@ -59,6 +59,11 @@ class _RunStatus:
     first_batch: int | None
     savepoint_uri: str | None
     stop_request: ControlRequest | None
+    #: a stop_after request's batch in force, and the highest batch foreachBatch entered
+    #: (set under `_stage_lock`, made by `job._Run.__init__`)
+    stop_after: int | None = None
+    highest_started: int | None = None
+    _stage_lock: threading.Lock
     query_failed: bool
     _snapshot_settings: tuple[float, int]
     started_at: float

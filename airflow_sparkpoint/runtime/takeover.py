@@ -12,8 +12,16 @@ and not superseded; one whose driver ran on this host and is gone does not count
 one whose stop (or cancel) request completed: after a stop-with-savepoint it only writes
 its final status, and the next deploy step (a blue-green green) must not wait for that.
 
+While a zero-downtime cutover of the job is open (`checkpoints.cutover`: planned, not
+done), every start is refused, takeover or not: the job's next generation is green's,
+claimed by the cutover itself (`runtime.cutover.adopt`), and a retry of blue's task that
+took it would race that claim. A start that names the open cutover
+(``spark.sparkpoint.cutover``, green's own) passes this rule.
+
 The check is not atomic with the claim: two starts racing within moments of each other
-can still fence one another (the later claim wins, as before).
+can still fence one another (the later claim wins, as before); green's claim takes exactly
+blue's generation + 1, so a start that slipped past this check before the plan was
+written ends the cutover instead of racing it.
 """
 
 from __future__ import annotations
@@ -23,12 +31,13 @@ import time
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.checkpoints.cutover import CutoverStore
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.history_records import AirflowTry, read_generation
-from airflow_sparkpoint.exceptions import JobAlreadyRunning
+from airflow_sparkpoint.exceptions import CutoverError, CutoverInProgress, JobAlreadyRunning
 from airflow_sparkpoint.runtime.livedir import process_alive
 
-__all__ = ["LIVE_HEARTBEAT_AGE_S", "check_start"]
+__all__ = ["LIVE_HEARTBEAT_AGE_S", "check_no_cutover", "check_start"]
 
 #: a running generation whose heartbeat is older is dead (the heartbeat is written every
 #: control.pollInterval, 2 s by default); the operators' max_heartbeat_age default
@@ -36,14 +45,19 @@ LIVE_HEARTBEAT_AGE_S = 60.0
 
 
 def check_start(catalog: Catalog, starter: AirflowTry | None, *, takeover: bool,
-                max_heartbeat_age: float = LIVE_HEARTBEAT_AGE_S, now: float | None = None) -> None:
+                max_heartbeat_age: float = LIVE_HEARTBEAT_AGE_S, now: float | None = None,
+                cutover: str | None = None) -> None:
     """Refuse to start job `catalog.job` for `starter` (the task try starting it; None
-    outside Airflow) while another task's generation is live. Reads only.
+    outside Airflow) while a cutover other than `cutover` is open, or while another
+    task's generation is live. Reads only.
 
+    :raises CutoverInProgress: a cutover of the job is open (planned, not done), whatever
+        `takeover` says; the message names it and the way out.
     :raises JobAlreadyRunning: a live generation another task instance (or none)
         started, and not `takeover`; the message names it (generation, task and DAG run,
         host and pid, heartbeat age) and the ways out.
     """
+    check_no_cutover(catalog, cutover)
     if takeover:
         return
     now = time.time() if now is None else now
@@ -67,6 +81,26 @@ def check_start(catalog: Catalog, starter: AirflowTry | None, *, takeover: bool,
         f"(by {me}) would fence it. Stop it first (`sparkpoint savepoint --stop`, or "
         "SparkpointSavepointOperator(stop=True)), or take it over on purpose: takeover=True on the operator "
         "(spark.sparkpoint.takeover=true for a manual start)"
+    )
+
+
+def check_no_cutover(catalog: Catalog, allowed: str | None = None) -> None:
+    """Refuse a start of `catalog.job` while a cutover other than `allowed` is open.
+
+    :raises CutoverInProgress: one is open, or its records are unreadable (fails closed).
+    """
+    try:
+        state = CutoverStore(catalog).open_cutover()
+    except CutoverError as exc:
+        raise CutoverInProgress(f"job {catalog.job!r} cannot start: its cutover records are unreadable "
+                                f"({exc}); a start might race an open cutover") from None
+    if state is None or state.id == allowed:
+        return
+    raise CutoverInProgress(
+        f"job {catalog.job!r} is in zero-downtime cutover {state.id} ({state.step}, blue generation "
+        f"{state.plan.blue_generation}): only its green takes the job's next generation. Wait for the "
+        f"cutover to end, or call it off first (`sparkpoint cutover call-off {state.id}`), then start "
+        "the job again"
     )
 
 

@@ -22,8 +22,13 @@ LAST = BATCHES - 1
 #: from a location materialized from N-1, without the entry): deliberately more than that
 AFTER_CONFIRM = ("confirmed", "copy", "metadata", "checkpointed", "promoting", "committed", "retention")
 #: fault points the chaos job cannot reach, each proved (its once-marker asserted) by the
-#: test named here: the rescale needs RocksDB state and ``restore.statePartitions``.
-ELSEWHERE = {"rescale": "tests/integration/test_rescale.py"}
+#: test named here: the rescale needs RocksDB state and ``restore.statePartitions``; the
+#: cutover's need a stop_after request or green's claim (each test asserts its fault fired).
+ELSEWHERE = {"rescale": "tests/integration/test_rescale.py",
+             # a zero-downtime cutover's: blue's stop after an agreed batch, green's claim
+             "stop_after": "tests/integration/test_stop_after_faults.py",
+             "stopped_after": "tests/integration/test_stop_after_faults.py",
+             "cutover_claimed": "tests/unit/runtime/test_cutover_claim.py"}
 #: the fault points of the chaos trials
 POINTS = tuple(p for p in ALL_POINTS if p not in ELSEWHERE)
 #: (title, results, seed) of every trial run in this session, printed at its end (conftest)

@@ -4,7 +4,11 @@
   coordinator's checkpoints, retention and commits, control requests, the status and
   the result) whose streaming query is the model's (`model.ModelQuery`) instead of Spark's;
 * `commit_step`, `savepoint`, `savepoint_retention`, `rollback`: the use cases the CLI and
-  the operators run, called as they call them.
+  the operators run, called as they call them;
+* `cutover`: a zero-downtime cutover (issue 49) as the orchestrator and green run it: the
+  plan, blue's ``stop_after`` request and the agreement, then green's claim and adoption
+  (`runtime.cutover.adopt`) and green's run from the agreed batch on (a driver of other
+  code naming the cutover), or the call-off when blue did not stop at the batch.
 """
 
 from __future__ import annotations
@@ -13,10 +17,14 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_sparkpoint.exceptions import RestoreError, StaleGeneration
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore, new_cutover_id
+from airflow_sparkpoint.exceptions import CutoverError, RestoreError, StaleGeneration
 from airflow_sparkpoint.runtime.config import SparkpointConfig
+from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.runtime.job import _Run, _StopRun
 from airflow_sparkpoint.services.commit import commit_pending
+from airflow_sparkpoint.services.cutover import call_off, stop_after_batch
 from airflow_sparkpoint.services.dispose import dispose_savepoints
 from airflow_sparkpoint.services.rollback import abort_stopped_generation
 from airflow_sparkpoint.services.savepoint import take_savepoint
@@ -40,9 +48,12 @@ class DriverSpec:
     num_retained: int = 2
     interval_s: float = 0.0
     timeout_s: float = 600.0  # checkpoint.timeout: also the grace before orphaned shared files go
+    cutover: str = ""  # the open cutover this start is green's (spark.sparkpoint.cutover)
 
     def describe(self) -> str:
         parts = [f"restore={self.restore}", f"v{self.version}", f"{self.budget} batches"]
+        if self.cutover:
+            parts.append(f"cutover={self.cutover}")
         if self.sink_ahead != "fail":
             parts.append(f"sinkAhead={self.sink_ahead}")
         if self.commit_mode != "checkpoint":
@@ -88,6 +99,8 @@ class SimRun(_Run):
             "spark.sparkpoint.control.pollInterval": "1s",
             "spark.sparkpoint.codeVersion": f"v{spec.version}",
         }
+        if spec.cutover:
+            settings["spark.sparkpoint.cutover"] = spec.cutover
         config = SparkpointConfig.from_conf(settings)
         self.world = world
         self.spec = spec
@@ -211,3 +224,88 @@ def rollback(world: World) -> Any:
             # retention keeps where a rollback of the newest lineage returns to
             raise AssertionError(f"the rollback of newest generation {generation} lost its point: {exc}") from exc
         raise
+
+
+@dataclass(frozen=True)
+class CutoverSpec:
+    """A zero-downtime cutover: N is blue's last confirmed batch + `margin`; green runs
+    code `version` for `budget` batches after its claim."""
+
+    margin: int = 1
+    version: int = 2
+    budget: int = 2
+
+    def describe(self) -> str:
+        return f"cutover(N=last+{self.margin}, green v{self.version}, {self.budget} batches)"
+
+
+def cutover(world: World, spec: CutoverSpec, name: str) -> Any:
+    """The orchestrator and green of one cutover (see the module docstring). Green's
+    warm-up is not modelled (the runtime's follow mode is its own actor's work): green
+    adopts blue's final checkpoint, which is what green's state at N must equal."""
+    from airflow_sparkpoint.services.savepoint import savepoint_source
+
+    catalog = world.catalog()
+    for _ in range(60):  # the orchestrator waits for blue's first checkpoint (green warms up from it)
+        source = savepoint_source(catalog, MAX_HEARTBEAT_AGE_S)
+        if source.run is not None and catalog.latest() is not None:
+            break
+        if source.status is not None and source.status.state in ("finished", "stopped", "failed"):
+            return "blue ended"
+        world.scheduler.clock.sleep(1.0)  # virtual time: a point
+    else:
+        return "no live blue with a checkpoint"
+    cid = None
+    for _attempt in range(3):  # blue already past N: a new cutover with a larger N, a few times
+        cid, outcome = _agree_and_stop(world, catalog, spec, name)
+        if outcome != "past":
+            break
+    if outcome != "stopped":
+        return outcome
+    assert cid is not None
+    store = CutoverStore(catalog)
+    try:
+        adoption = adopt(world.catalog(), world.sink(), cid, live_dir=None)
+    except CutoverError as exc:
+        try:
+            call_off(catalog, cid, reason=str(exc), by=name)
+        except CutoverError:
+            pass  # claimed after all: green's retry (the end of the schedule) continues it
+        return "refused"
+    green = DriverSpec(restore="latest", version=spec.version, budget=spec.budget, cutover=cid, num_retained=6)
+    driver(world, green, f"{name}-green")  # raises when green's run failed: the cutover stays open
+    store.end(cid, "committed", step="first_commit", generation=adoption.generation, by=name)
+    return f"green took over at batch {adoption.batch_id}"
+
+
+def _agree_and_stop(world: World, catalog: Any, spec: CutoverSpec, name: str) -> tuple[str | None, str]:
+    """Plan a cutover from blue's newest checkpoint, agree on N = its last batch +
+    `spec.margin`, ask blue to stop after N and wait: ``(cutover id, "stopped")``, or the
+    cutover called off (``"past"`` when blue was already past N)."""
+    from airflow_sparkpoint.checkpoints.history import generation_alive
+    from airflow_sparkpoint.services.savepoint import savepoint_source
+
+    source = savepoint_source(catalog, MAX_HEARTBEAT_AGE_S)
+    latest = catalog.latest()
+    if source.run is None or latest is None:
+        return None, "no live blue"
+    blue = source.run.generation
+    cid = new_cutover_id()
+    store = CutoverStore(catalog)
+    try:
+        store.plan(CutoverPlan(cid, JOB, blue, catalog.checkpoint_uri(latest.id), latest.batch_id,
+                               f"{JOB}-shadow", f"{world.root}/shadow", requested_by=name))
+    except CutoverError:
+        return None, "another cutover is open"
+    n = (source.run.last_batch if source.run.last_batch is not None else latest.batch_id) + spec.margin
+    try:
+        asked = stop_after_batch(catalog, max(0, n), timeout_s=300.0, poll_s=2.0,
+                                 max_heartbeat_age=MAX_HEARTBEAT_AGE_S, requested_by=name, wait=False,
+                                 generation=blue)
+        store.agree(cid, max(0, n), asked.request_id)
+        ControlChannel(catalog).wait(asked.request_id, timeout_s=300.0, poll_s=2.0,
+                                     is_alive=lambda: generation_alive(catalog, blue, MAX_HEARTBEAT_AGE_S))
+    except Exception as exc:  # noqa: BLE001 - refused, failed, expired, blue gone: the cutover is off
+        call_off(catalog, cid, reason=f"blue did not stop after batch {n}: {exc}", by=name)
+        return cid, "past" if "already past" in str(exc) else "called off"
+    return cid, "stopped"

@@ -6,13 +6,13 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from tests.simulation.actors import DriverSpec
+from tests.simulation.actors import CutoverSpec, DriverSpec
 from tests.simulation.simulate import ActorSpec, Schedule
 
 RESTORES = ("latest", "latest", "path", "path", "none")
 SINK_AHEAD = ("fail", "rewind")
 COMMIT_MODES = ("checkpoint", "external")
-KINDS = ("driver", "driver", "driver", "commit", "savepoint", "stop", "retention", "rollback")
+KINDS = ("driver", "driver", "driver", "commit", "savepoint", "stop", "retention", "rollback", "cutover")
 #: the share of schedules on the Delta sink (slower: delta-rs commits and reads)
 DELTA_SHARE = 0.25
 
@@ -31,6 +31,9 @@ def _actor(pick: Any) -> ActorSpec:
         return ActorSpec("driver", _driver(pick))
     if kind == "retention":
         return ActorSpec("retention", keep=pick((1, 2)))
+    if kind == "cutover":
+        return ActorSpec("cutover", cutover=CutoverSpec(margin=pick((-1, 0, 1, 1, 2)), version=pick((2, 3)),
+                                                        budget=pick((1, 2, 3))))
     return ActorSpec(kind)
 
 
@@ -44,8 +47,10 @@ def random_schedule(rng: random.Random) -> Schedule:
     return Schedule(sink, rng.randrange(3, 9), (first, *(_actor(pick) for _ in range(count))))
 
 
-def schedules() -> Any:
-    """The Hypothesis strategy of schedules (shrinks towards fewer, simpler actors)."""
+def schedules(cutover: bool = False) -> Any:
+    """The Hypothesis strategy of schedules (shrinks towards fewer, simpler actors); with
+    `cutover`, a zero-downtime cutover is one of the actors too (the family
+    ``generic_cutover``: kept apart so that the CI seeds of ``generic`` draw what they drew)."""
     from hypothesis import strategies as st
 
     drivers = st.builds(
@@ -63,6 +68,7 @@ def schedules() -> Any:
         drivers.map(lambda d: ActorSpec("driver", d)),
         st.sampled_from(("commit", "savepoint", "stop", "rollback")).map(ActorSpec),
         st.integers(1, 2).map(lambda keep: ActorSpec("retention", keep=keep)),
+        *((_cutover_spec().map(lambda c: ActorSpec("cutover", cutover=c)),) if cutover else ()),
     )
     return st.builds(
         lambda sink, inputs, first, rest: Schedule(sink, inputs, (ActorSpec("driver", first), *rest)),
@@ -187,7 +193,40 @@ def checkpoint_retention_races() -> Any:
                   races=("shared", "journal", "checkpoints", "lineage", "pins"))
 
 
-FAMILIES = {"generic": schedules, "across_lineages": across_lineages, "rewinds": rewinds,
+def _cutover_spec() -> Any:
+    from hypothesis import strategies as st
+
+    return st.builds(CutoverSpec, margin=st.integers(-1, 2), version=st.integers(2, 3), budget=st.integers(1, 3))
+
+
+def cutovers() -> Any:
+    """A zero-downtime cutover (issue 49) of a running blue: blue serves ``stop_after``
+    beside the commit step, savepoint retention, a stop, and a retry of blue's task;
+    green claims and continues with other code."""
+    from hypothesis import strategies as st
+
+    blue = st.builds(DriverSpec, budget=st.integers(3, 6), num_retained=st.integers(1, 3),
+                     commit_mode=st.sampled_from(("checkpoint", "checkpoint", "external")),
+                     interval_s=st.sampled_from((0.0, 0.0, 5.0)))
+    retry = st.builds(DriverSpec, restore=st.just("latest"), budget=st.integers(1, 3)).map(
+        lambda d: ActorSpec("driver", d))
+    beside = st.one_of(retry, st.sampled_from(("commit", "stop", "savepoint")).map(ActorSpec),
+                       st.integers(1, 2).map(lambda keep: ActorSpec("retention", keep=keep)))
+    return _shape(st.sampled_from(("directory", "directory", "delta")), blue,
+                  _cutover_spec().map(lambda c: ActorSpec("cutover", cutover=c)), st.lists(beside, max_size=2),
+                  races=("generations", "lineage", "txn", "control", "cutover", "sink", "checkpoints"),
+                  directed=(0, 1)).map(_flatten)
+
+
+def _flatten(schedule: Schedule) -> Schedule:
+    """`_shape` with a list among its actors: spread it."""
+    actors: list[ActorSpec] = []
+    for actor in schedule.actors:
+        actors.extend(actor if isinstance(actor, list) else [actor])
+    return Schedule(schedule.sink, schedule.inputs, tuple(actors), schedule.races, schedule.directed)
+
+
+FAMILIES = {"generic": schedules, "generic_cutover": lambda: schedules(cutover=True), "across_lineages": across_lineages, "rewinds": rewinds,
             "commit_step_races": commit_step_races,
             "savepoint_retention_races": savepoint_retention_races, "lineage_starts": lineage_starts,
-            "checkpoint_retention_races": checkpoint_retention_races}
+            "checkpoint_retention_races": checkpoint_retention_races, "cutovers": cutovers}

@@ -111,6 +111,7 @@ ACCESSES: dict[str, dict[str, tuple[str, ...]]] = {
     "control": {"write": ("put_if_absent sim/control/",), "read": ("list sim/control/",
                                                                   "get sim/control/")},
     "status": {"write": ("put sim/status",), "read": ("get sim/status",)},
+    "cutover": {"write": ("put_if_absent sim/cutover/",), "read": ("list sim/cutover/", "get sim/cutover/")},
     "sink": {"write": ("sink.commit", "sink.rewind", "_sparkpoint/decisions/"),
              "delete": ("sink.abort",),
              "read": ("sink.committed_position", "sink.is_committed", "sink.committed_txn")},

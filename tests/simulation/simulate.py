@@ -34,7 +34,7 @@ from airflow_sparkpoint.exceptions import (
     SinkLineageError,
 )
 from tests.simulation import actors
-from tests.simulation.actors import DriverSpec
+from tests.simulation.actors import CutoverSpec, DriverSpec
 from tests.simulation.model import expected_rows, visible_rows, visible_signature
 from tests.simulation.scheduler import Chooser, Scheduler
 from tests.simulation.world import JOB, World
@@ -51,11 +51,15 @@ class Violation(AssertionError):
 
 @dataclass(frozen=True)
 class ActorSpec:
-    kind: str  # driver | commit | savepoint | stop | retention | rollback
+    kind: str  # driver | commit | savepoint | stop | retention | rollback | cutover
     driver: DriverSpec | None = None
     keep: int = 1
+    cutover: CutoverSpec | None = None
 
     def describe(self) -> str:
+        if self.kind == "cutover":
+            assert self.cutover is not None
+            return self.cutover.describe()
         if self.kind == "driver":
             assert self.driver is not None
             return f"driver({self.driver.describe()})"
@@ -127,8 +131,8 @@ def run_schedule(schedule: Schedule, chooser: Chooser, *, max_steps: int = 1500,
             scheduler.chooser = CalmChooser()
             scheduler.check = None
             scheduler.clock.advance(300.0)  # every dead run's heartbeat is old now
-            final = scheduler.spawn("final-driver", lambda: actors.driver(
-                world, DriverSpec(budget=schedule.inputs + 1), "final-driver"))
+            final_spec = _after_cutover(world, schedule, DriverSpec(budget=schedule.inputs + 1))
+            final = scheduler.spawn("final-driver", lambda: actors.driver(world, final_spec, "final-driver"))
             scheduler.run()
             if isinstance(final.error, SinkLineageError) and (world.repair_allowed or _newest_lineage_revived(
                     world, final.error)):
@@ -152,7 +156,31 @@ def run_schedule(schedule: Schedule, chooser: Chooser, *, max_steps: int = 1500,
         world.close()
 
 
+def _after_cutover(world: World, schedule: Schedule, retry: DriverSpec) -> DriverSpec:
+    """What the orchestrator does with a cutover left open at the end: one green claimed
+    is green's job (its task's retry names the cutover and runs green's code); one not
+    claimed is called off (blue's retry resumes its own lineage)."""
+    from dataclasses import replace
+
+    from airflow_sparkpoint.checkpoints.cutover import CutoverStore
+    from airflow_sparkpoint.services.cutover import call_off
+
+    state = CutoverStore(world.raw_catalog()).open_cutover()
+    if state is None:
+        return retry
+    if state.claimed is None:
+        call_off(world.raw_catalog(), state.id, reason="the schedule ended", by="harness")
+        return retry
+    green = next((a.cutover for a in schedule.actors if a.kind == "cutover" and a.cutover is not None),
+                 CutoverSpec())
+    return replace(retry, version=green.version, cutover=state.id)
+
+
 def _body(world: World, spec: ActorSpec, name: str) -> Callable[[], Any]:
+    if spec.kind == "cutover":
+        assert spec.cutover is not None
+        cutover_spec = spec.cutover
+        return lambda: actors.cutover(world, cutover_spec, name)
     if spec.kind == "driver":
         assert spec.driver is not None
         driver_spec = spec.driver
@@ -192,6 +220,10 @@ def _acceptable(spec: ActorSpec, error: BaseException) -> bool:
         return isinstance(error, StaleGeneration)
     if spec.kind == "rollback":  # refused while the generation runs or a newer one continues it
         return isinstance(error, (GenerationRunning, StaleGeneration, RestoreError))
+    if spec.kind == "cutover":  # green fenced or refused, blue gone: the cutover stays open or ends
+        if isinstance(error, (StaleGeneration, CatalogError, ControlError)) or getattr(error, "superseded", False):
+            return True
+        return isinstance(error, SparkpointError) and not _is_loss(error)
     return False
 
 

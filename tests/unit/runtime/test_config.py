@@ -46,6 +46,7 @@ def test_every_documented_key_is_accepted():
         "codeVersion": "v2", "shadow.mode": "compare", "shadow.dir": "/tmp/scratch", "shadow.job": "orders-green",
         "shadow.from": "/tmp/sp/orders/chk-7", "shadow.workDir": "/tmp/scratch-live", "shadow.untilBatch": "12",
         "shadow.pollInterval": "250ms",
+        "cutover": "1764370000000-0123abcd",
     }
     assert set(values) | {"dir", "job"} == set(KEYS)
     cfg = SparkpointConfig.from_conf({**BASE, **{PREFIX + k: v for k, v in values.items()}})
@@ -62,6 +63,12 @@ def test_every_documented_key_is_accepted():
     assert (cfg.shadow.mode, cfg.shadow.dir, cfg.shadow.job, cfg.shadow.source, cfg.shadow.work_dir,
             cfg.shadow.until_batch, cfg.shadow.poll_interval_s) == (
         "compare", "/tmp/scratch", "orders-green", "/tmp/sp/orders/chk-7", "/tmp/scratch-live", 12, 0.25)
+    assert cfg.cutover == "1764370000000-0123abcd"
+
+
+def test_a_malformed_cutover_id_is_refused_naming_it():
+    with pytest.raises(ConfigError, match=r"cutover='c1' is invalid; expected a cutover id"):
+        SparkpointConfig.from_conf({**BASE, PREFIX + "cutover": "c1"})
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "four", "2.5"])

@@ -1,0 +1,233 @@
+"""Green's claim of a job at the end of a zero-downtime cutover (issue 49): `adopt`.
+
+Blue (generation gB) served the cutover's ``stop_after`` request: it stopped after
+batch N, its final checkpoint X is at N and its sinks hold exactly batches through N.
+Green, warmed up in a shadow identity and at N too, takes the job over here: it claims
+*exactly* generation gB + 1 (any other start since blue's stop took it first, and the
+cutover is off), reads everything again after the claim (invariant 8), and records the
+origin of its lineage with X as the base (so X is kept by retention, and a restart of the
+job before green's own first checkpoint resumes blue's state at N exactly). Then the
+cutover's ``claimed`` record. The caller (green's runtime) goes on as generation gB + 1:
+its adoption checkpoint, its first batch N + 1 into the production sink.
+
+docs/PROTOCOL.md, "Zero-downtime cutover", has the protocol; the records are
+`checkpoints.cutover`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow_sparkpoint import faults
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.checkpoints.cutover import CutoverClaim, CutoverProgress, CutoverState, CutoverStore
+from airflow_sparkpoint.checkpoints.generations import Fence
+from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin
+from airflow_sparkpoint.exceptions import ControlError, CutoverError
+from airflow_sparkpoint.sinks.transactions import settle_all
+
+if TYPE_CHECKING:
+    from airflow_sparkpoint.checkpoints.catalog import Catalog
+    from airflow_sparkpoint.checkpoints.follow_record import FollowProgress
+    from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
+    from airflow_sparkpoint.sinks.base import Sink
+
+__all__ = ["Adoption", "CutoverHandover", "adopt", "blue_final_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """What `adopt` did: green is generation `generation` of the job from batch
+    `batch_id` on; `checkpoint` is blue's final checkpoint at that batch (the base of
+    green's lineage, at `checkpoint_uri`); `origin` the origin record written; `aborted`
+    the batches of blue's leftover transactions past N that were aborted."""
+
+    cutover_id: str
+    generation: int
+    batch_id: int
+    checkpoint: SnapshotMetadata
+    checkpoint_uri: str
+    origin: Origin
+    aborted: tuple[int, ...] = ()
+
+
+def blue_final_checkpoint(catalog: Catalog, state: CutoverState) -> tuple[int, SnapshotMetadata, str]:
+    """``(N, X, X's uri)``: the agreed batch and blue's final checkpoint at it, from the
+    completed result of the cutover's ``stop_after`` request. Reads only.
+
+    :raises CutoverError: not agreed, the request did not complete at N (failed,
+        expired, pending, or stopped elsewhere), or its checkpoint is not blue's at N.
+    """
+    plan, agreed = state.plan, state.agreed
+    if agreed is None:
+        raise CutoverError(f"cutover {plan.id} of job {catalog.job!r} is not agreed yet (no batch N)")
+    channel = ControlChannel(catalog)
+    try:
+        request = channel.read_request(agreed.request_id)
+        result = channel.result(agreed.request_id)
+    except ControlError as exc:
+        raise CutoverError(f"cutover {plan.id}: blue's stop_after request {agreed.request_id}: "
+                           f"{exc}") from None
+    n = agreed.after_batch
+    if request.kind != "stop_after" or request.after_batch != n or request.generation != plan.blue_generation:
+        raise CutoverError(f"cutover {plan.id}: request {request.id} is a {request.kind} request "
+                           f"(after_batch {request.after_batch}) to generation {request.generation}; "
+                           "expected "
+                           f"stop_after {n} to blue's generation {plan.blue_generation}")
+    if result.state != "completed" or result.batch_id != n or not result.checkpoint:
+        raise CutoverError(f"cutover {plan.id}: blue's stop_after request {request.id} is {result.state} "
+                           f"(batch {result.batch_id}, checkpoint {result.checkpoint}); "
+                           "green takes over only "
+                           f"after blue stopped at batch {n}" + (f": {result.error}" if result.error else ""))
+    handle = catalog.own_snapshot(result.checkpoint)
+    if handle is None or handle.metadata.batch_id != n or handle.metadata.generation != plan.blue_generation:
+        found = "missing" if handle is None else (f"batch {handle.metadata.batch_id} of generation "
+                                                  f"{handle.metadata.generation}")
+        raise CutoverError(f"cutover {plan.id}: blue's final checkpoint {result.checkpoint} is {found}; "
+                           "expected a completed checkpoint of "
+                           f"batch {n} by generation {plan.blue_generation}")
+    return n, handle.metadata, result.checkpoint
+
+
+def adopt(
+    catalog: Catalog,
+    sink: Sink,
+    cutover_id: str,
+    *,
+    live_dir: str | None,
+    adopted_from: str | None = None,
+    details: Mapping[str, Any] | None = None,
+) -> Adoption:
+    """Claim job `catalog.job` for green at the end of cutover `cutover_id`: claim
+    exactly blue's generation + 1, check after the claim that the cutover is still open,
+    that blue's final checkpoint is at the agreed batch N and that `sink` holds exactly
+    the job's batches through N (blue's leftover transactions past N are aborted first:
+    they were never confirmed), then write the origin of green's lineage (base: blue's
+    final checkpoint; `live_dir`: green's live location, which holds green's state at N)
+    and the cutover's ``claimed`` record.
+
+    :param sink: the job's production sink, as green will write it.
+    :param live_dir: green's live location (recorded in the origin), or None.
+    :param adopted_from: green's own shadow checkpoint at N (recorded in the origin).
+    :param details: recorded with the generation claim (submitter token, release...).
+    :raises CutoverError: before the claim: the cutover is not agreed, done, claimed, or
+        blue did not complete its stop at N (nothing written). After it: generation
+        gB + 1 was taken by another start (nothing written), the cutover was ended
+        meanwhile, or the sink is not at N (green's claim stays, fencing a stopped
+        blue; no origin is written, so ``restore=latest`` resumes blue's lineage at N).
+    :raises StaleGeneration: a newer generation was claimed after green's, before its
+        origin (nothing more is written).
+    """
+    store = CutoverStore(catalog)
+    state = store.read(cutover_id)
+    _check_open(state)
+    n, final, final_uri = blue_final_checkpoint(catalog, state)
+    blue = state.plan.blue_generation
+    claim = catalog.claim_generation_after(blue, {**dict(details or {}), "cutover": cutover_id,
+                                                  "restore": f"adopt:{final_uri}"})
+    if claim is None:
+        taken = catalog.generation_claim(blue + 1)
+        raise CutoverError(f"cutover {cutover_id} of job {catalog.job!r}: generation {blue + 1} was "
+                           "claimed by another start "
+                           f"({taken.details.get('restore') if taken else 'unknown'}) after blue "
+                           "stopped; green does not take over (call the cutover off and start the job again)")
+    generation = claim.generation
+    fence = Fence(catalog, generation)
+    faults.maybe_kill("cutover_claimed", n)
+    # Claim, then act: everything is read again after the claim.
+    state = store.read(cutover_id)
+    _check_open(state, claimed_ok=False)
+    n_again, final, final_uri = blue_final_checkpoint(catalog, state)
+    if n_again != n:  # write-once records: cannot happen unless the store lies
+        raise CutoverError(f"cutover {cutover_id}: the agreed batch changed from {n} to {n_again}")
+    leftovers = [r for r in catalog.transactions() if r.batch_id > n]
+    settled = settle_all(catalog, leftovers, lambda _r: sink, confirmed=False, fence=fence)
+    position = sink.committed_position(catalog.job)
+    if position != n:
+        raise CutoverError(f"cutover {cutover_id} of job {catalog.job!r}: the sink {sink.sink_id} "
+                           f"holds the job's batches through {position}, not through the agreed batch {n}; "
+                           "green does not "
+                           "take over (restore=latest resumes blue's lineage)")
+    fence.check()
+    origin = new_origin(
+        generation, kind="checkpoint", uri=final_uri, base_id=final.id, snapshot_id=final.id, batch_id=n,
+        id_floor=catalog.next_checkpoint_id() - 1,
+        restore={"restore": final_uri, "sink_ahead": "fail", "force": False, "allow_foreign_job": False,
+                 "cutover": cutover_id, "adopted_from": adopted_from, "warmup_from": state.plan.warmup_uri},
+        live_dir=live_dir, host=socket.gethostname(), pid=os.getpid(),
+    )
+    catalog.write_origin(origin)
+    store.claim(CutoverClaim(cutover_id, generation, n, final_uri, claim.started_at))
+    log.info("cutover %s: generation %d took job %s over at batch %d (base %s)", cutover_id, generation,
+             catalog.job, n, final_uri)
+    return Adoption(cutover_id, generation, n, final, final_uri, origin,
+                    tuple(s.record.batch_id for s in settled if s.outcome == "aborted"))
+
+
+def _check_open(state: CutoverState, *, claimed_ok: bool = False) -> None:
+    plan = state.plan
+    if state.done is not None:
+        raise CutoverError(f"cutover {plan.id} of job {plan.job!r} is done ({state.done.outcome} at "
+                           f"{state.done.step}: {state.done.reason or 'no reason'}); "
+                           "green does not take over")
+    if state.claimed is not None and not claimed_ok:
+        raise CutoverError(f"cutover {plan.id} of job {plan.job!r} was claimed by generation "
+                           f"{state.claimed.generation} already")
+
+
+class CutoverHandover:
+    """`runtime.follow.Handover` over the cutover's records: what green's follower asks
+    of cutover `cutover_id` of blue's job (`catalog`), with the production `sink`."""
+
+    def __init__(self, catalog: Catalog, sink: Sink, cutover_id: str) -> None:
+        self.catalog = catalog
+        self.sink = sink
+        self.cutover_id = cutover_id
+        self.store = CutoverStore(catalog)
+
+    def _open(self) -> CutoverState:
+        state = self.store.read(self.cutover_id)
+        _check_open(state, claimed_ok=True)
+        return state
+
+    def report(self, progress: FollowProgress, shadow_generation: int) -> None:
+        """Green's progress into ``<cid>.green.json`` (overwritten).
+
+        :raises CutoverError: the cutover ended."""
+        self.store.progress(CutoverProgress(
+            self.cutover_id, progress.last_replayed, progress.seconds_per_batch, shadow_generation,
+            progress.verified_through, progress.difference, progress.updated_at))
+
+    def agreed_batch(self) -> int | None:
+        """N once agreed, else None.
+
+        :raises CutoverError: the cutover ended."""
+        agreed = self._open().agreed
+        return None if agreed is None else agreed.after_batch
+
+    def blue_stopped(self) -> bool:
+        """Whether blue completed its stop after N (False while its request is pending or taken).
+
+        :raises CutoverError: the cutover ended, or blue's stop failed, expired or ended elsewhere."""
+        state = self._open()
+        if state.agreed is None:
+            return False
+        result = ControlChannel(self.catalog).result(state.agreed.request_id)
+        if result.state in ("pending", "acknowledged"):
+            return False
+        blue_final_checkpoint(self.catalog, state)  # raises unless completed at N
+        return True
+
+    def adopt(self, live_dir: str, adopted_from: str | None) -> int:
+        """`adopt`; returns the generation claimed.
+
+        :raises CutoverError: see `adopt`."""
+        return adopt(self.catalog, self.sink, self.cutover_id, live_dir=live_dir,
+                     adopted_from=adopted_from).generation

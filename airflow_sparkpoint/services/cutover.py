@@ -1,0 +1,104 @@
+"""Blue's side of a zero-downtime cutover, as the front ends ask for it (`sparkpoint
+savepoint --stop --after-batch N`, `sparkpoint cutover list|call-off`, the orchestrator):
+ask the live run to stop after batch N, and list or call off the cutovers of a job. The
+records are `checkpoints.cutover`'s, the run's side `runtime.run_coordination`'s, green's
+claim `runtime.cutover.adopt`. Pure Python: no Spark, no Airflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.checkpoints.cutover import CutoverEnd, CutoverState, CutoverStore
+from airflow_sparkpoint.checkpoints.history import generation_alive
+from airflow_sparkpoint.exceptions import CatalogError, ControlError, CutoverError
+from airflow_sparkpoint.services.savepoint import savepoint_source
+
+if TYPE_CHECKING:
+    from airflow_sparkpoint.checkpoints.catalog import Catalog
+
+__all__ = ["StopAfter", "call_off", "cutovers", "stop_after_batch"]
+
+
+@dataclass(frozen=True)
+class StopAfter:
+    """What `stop_after_batch` did: request `request_id` to generation `generation`;
+    `state` ``pending`` (not waited for) or ``completed``; once completed the run stopped
+    after `batch_id` (= `after_batch`) with its final checkpoint at `checkpoint`."""
+
+    request_id: str
+    generation: int
+    after_batch: int
+    state: str
+    batch_id: int | None = None
+    checkpoint: str | None = None
+
+
+def stop_after_batch(catalog: Catalog, after_batch: int, *, timeout_s: float, poll_s: float,
+                     max_heartbeat_age: float, requested_by: str, wait: bool = True,
+                     generation: int | None = None) -> StopAfter:
+    """Ask the live run of `catalog`'s job to stage and commit exactly through batch
+    `after_batch`, take its final checkpoint there and stop; wait for it (`wait`).
+
+    :param generation: the run it is meant for (the cutover plan's blue generation); the
+        live run must be that one. None: whichever run is live.
+    :raises ConfigError: `after_batch` is not an integer >= 0, or a bad timeout.
+    :raises CatalogError: no live run (there is nothing to stop after a batch: unlike a
+        savepoint, no checkpoint copy stands in for it), or not `generation`.
+    :raises ControlError: the run refused (already past the batch, external commit mode,
+        another stop in force), ended elsewhere, died, or `timeout_s` passed.
+    """
+    source = savepoint_source(catalog, max_heartbeat_age)
+    if source.run is None:
+        raise CatalogError(f"job {catalog.job!r} {source.why_not_running()}; there is no run to stop after "
+                           f"batch {after_batch}")
+    if generation is not None and source.run.generation != generation:
+        raise CatalogError(f"job {catalog.job!r} runs generation {source.run.generation}, not {generation}; "
+                           "no stop_after request filed")
+    channel = ControlChannel(catalog)
+    request = channel.submit("stop_after", generation=source.run.generation, timeout_s=timeout_s,
+                             requested_by=requested_by, after_batch=after_batch)
+    if not wait:
+        return StopAfter(request.id, source.run.generation, after_batch, "pending")
+    run = source.run.generation
+    result = channel.wait(request.id, timeout_s=timeout_s, poll_s=poll_s,
+                          is_alive=lambda: generation_alive(catalog, run, max_heartbeat_age))
+    if result.batch_id != after_batch or not result.checkpoint:
+        raise ControlError(f"stop_after request {request.id} of job {catalog.job!r} completed at batch "
+                           f"{result.batch_id} ({result.checkpoint}), not after batch {after_batch}")
+    return StopAfter(request.id, run, after_batch, result.state, result.batch_id, result.checkpoint)
+
+
+def cutovers(catalog: Catalog) -> list[CutoverState]:
+    """Every cutover of `catalog`'s job, oldest first.
+
+    :raises CutoverError: a plan or end record is unreadable (named).
+    """
+    store = CutoverStore(catalog)
+    return [store.read(cutover_id) for cutover_id in store.ids()]
+
+
+def call_off(catalog: Catalog, cutover_id: str, *, reason: str, by: str) -> CutoverEnd:
+    """End cutover `cutover_id` as aborted (unless it ended already: then how it ended).
+    A pending ``stop_after`` request of the cutover is withdrawn first (a run that took
+    it stops after its batch regardless; restart it with ``restore=latest``, which
+    resumes its own lineage exactly). Green's claim, if it came first, stands: a cutover
+    claimed is green's job (roll it back as any deploy).
+
+    :raises CutoverError: no such cutover, or green claimed it already.
+    """
+    store = CutoverStore(catalog)
+    state = store.read(cutover_id)
+    if state.claimed is not None and state.done is None:
+        raise CutoverError(f"cutover {cutover_id} of job {catalog.job!r} was claimed by green (generation "
+                           f"{state.claimed.generation}); it is green's job now: roll it back instead")
+    if state.agreed is not None:
+        try:
+            ControlChannel(catalog).withdraw(state.agreed.request_id,
+                                             f"cutover {cutover_id} called off: {reason}")
+        except ControlError:
+            pass  # gone or unreadable: the end record below is what counts
+    step = "stop" if state.agreed is not None else "warmup"
+    return store.end(cutover_id, "aborted", step=step, reason=reason, by=by)

@@ -1,0 +1,168 @@
+"""Green's claim of a job at the end of a cutover (`runtime.cutover.adopt`) and the rule
+that refuses every other start while a cutover is open (`runtime.takeover.check_start`),
+on a real store with the records a blue that stopped after batch N leaves."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_sparkpoint.checkpoints.catalog import Catalog
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.exceptions import CutoverError, CutoverInProgress
+from airflow_sparkpoint.runtime.cutover import adopt
+from airflow_sparkpoint.runtime.takeover import check_start
+from airflow_sparkpoint.storage import MemoryStorage
+from tests.support.fake_sinks import FakeSink
+from tests.support.records import put_checkpoint
+
+CID = "1764370000000-0123abcd"
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture()
+def catalog() -> Iterator[Catalog]:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    yield Catalog(MemoryStorage(name), "orders")
+    MemoryStorage.reset(name)
+
+
+def _blue_stopped_after(catalog: Catalog, sink: FakeSink, n: int, *, complete: bool = True) -> str:
+    """Blue (generation 1) committed batches 0..n, took its final checkpoint at n and
+    completed the cutover's stop_after request; returns the checkpoint's URI."""
+    catalog.claim_generation()
+    for batch in range(n + 1):
+        sink.world["committed"][batch] = f"orders-b{batch}-g1"
+    final = put_checkpoint(catalog, batch_id=n, generation=1)
+    uri = catalog.checkpoint_uri(final.id)
+    store = CutoverStore(catalog)
+    store.plan(CutoverPlan(CID, "orders", 1, uri, n, "orders-shadow", "memory://shadow"))
+    channel = ControlChannel(catalog)
+    request = channel.submit("stop_after", generation=1, after_batch=n)
+    store.agree(CID, n, request.id)
+    channel.acknowledge(request, 1)
+    if complete:
+        channel.complete(request, generation=1, batch_id=n, checkpoint=uri)
+    return uri
+
+
+def test_green_claims_blue_plus_one_with_blue_s_final_checkpoint_as_its_base(catalog: Catalog) -> None:
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    uri = _blue_stopped_after(catalog, sink, 3)
+    leftover = TransactionRecord(job="orders", batch_id=4, generation=1, sink=sink.kind, sink_id=sink.sink_id,
+                                 created_at=0.0, payload={"config": sink.to_config()})
+    catalog.put_transaction(leftover)  # staged past N by a stalled thread: never confirmed
+    adoption = adopt(catalog, sink, CID, live_dir="/work/shadow", adopted_from="memory://shadow/chk-9")
+    assert (adoption.generation, adoption.batch_id, adoption.checkpoint_uri) == (2, 3, uri)
+    assert adoption.aborted == (4,) and catalog.transactions() == []
+    origin = catalog.origins()[-1]
+    assert (origin.generation, origin.base_id, origin.batch_id, origin.uri) == (2, adoption.checkpoint.id, 3, uri)
+    assert origin.restore["cutover"] == CID and origin.live_dir == "/work/shadow"
+    assert catalog.generation_claim(2).details["cutover"] == CID  # type: ignore[union-attr]
+    assert CutoverStore(catalog).read(CID).step == "claimed"
+    assert catalog.restart_point().checkpoint.id == adoption.checkpoint.id  # type: ignore[union-attr]
+
+
+def test_green_does_not_claim_before_blue_completed_its_stop(catalog: Catalog) -> None:
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3, complete=False)
+    with pytest.raises(CutoverError, match=r"is acknowledged .*green takes over only after blue stopped at batch 3"):
+        adopt(catalog, sink, CID, live_dir=None)
+    assert catalog.current_generation() == 1  # nothing written
+
+
+def test_another_start_since_blue_stopped_ends_the_cutover_not_races_it(catalog: Catalog) -> None:
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    catalog.claim_generation()  # a retry of blue's task that slipped past check_start
+    with pytest.raises(CutoverError, match="generation 2 was claimed by another start"):
+        adopt(catalog, sink, CID, live_dir=None)
+    assert catalog.current_generation() == 2 and CutoverStore(catalog).read(CID).claimed is None
+
+
+def test_a_sink_past_n_refuses_green_after_its_claim_and_writes_no_origin(catalog: Catalog) -> None:
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    sink.world["committed"][4] = "orders-b4-g9"  # someone committed N+1
+    before = len(catalog.origins())
+    with pytest.raises(CutoverError, match="holds the job's batches through 4, not through the agreed batch 3"):
+        adopt(catalog, sink, CID, live_dir=None)
+    assert catalog.current_generation() == 2 and len(catalog.origins()) == before
+
+
+def test_every_start_but_green_s_is_refused_while_a_cutover_is_open(catalog: Catalog) -> None:
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    with pytest.raises(CutoverInProgress, match=f"zero-downtime cutover {CID} \\(agreed, blue generation 1\\)"):
+        check_start(catalog, None, takeover=True)  # takeover does not pass it
+    check_start(catalog, None, takeover=True, cutover=CID)  # green's own start
+    CutoverStore(catalog).end(CID, "aborted", step="stop", reason="test")
+    check_start(catalog, None, takeover=True)
+
+
+_GREEN = """
+import sys
+from airflow_sparkpoint.checkpoints.catalog import Catalog
+from airflow_sparkpoint.runtime.cutover import adopt
+from airflow_sparkpoint.storage import open_storage
+from tests.support.fake_sinks import FakeSink
+
+class Position(FakeSink):
+    def committed_position(self, job):
+        return 3
+
+adopt(Catalog(open_storage(sys.argv[1]), "orders"), Position("green"), sys.argv[2], live_dir=None)
+"""
+
+
+def test_green_killed_after_its_claim_leaves_blue_s_lineage_to_resume(tmp_path: Path) -> None:
+    """Fault point ``cutover_claimed``: green SIGKILLed right after it claimed blue's
+    generation + 1. No origin was written, so ``restore=latest`` resumes blue's final
+    checkpoint at N; the cutover is not claimed, and calling it off lets blue restart."""
+    import signal
+    import subprocess
+    import sys
+
+    from airflow_sparkpoint.services.cutover import call_off
+    from airflow_sparkpoint.storage import open_storage
+
+    root = tmp_path / "root"
+    catalog = Catalog(open_storage(str(root)), "orders")
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    uri = _blue_stopped_after(catalog, sink, 3)
+    n, marker = 3, tmp_path / "fired"
+    env = {**os.environ, "SPARKPOINT_TEST_FAULT": f"cutover_claimed:{n}", "SPARKPOINT_TEST_FAULT_ONCE": str(marker),
+           "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", _GREEN, str(root), CID], env=env, capture_output=True, text=True,
+                          check=False,
+                          timeout=120, cwd=REPO)
+    assert "SPARKPOINT_TEST_FAULT: killing driver at cutover_claimed:3" in proc.stdout + proc.stderr  # it fired
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert marker.read_text().strip() == f"cutover_claimed:{n}"
+    assert catalog.current_generation() == 2 and not any(o.generation == 2 for o in catalog.origins())
+    assert catalog.restart_point().checkpoint.batch_id == 3  # type: ignore[union-attr]
+    assert catalog.checkpoint_uri(catalog.restart_point().checkpoint.id) == uri  # type: ignore[union-attr]
+    assert CutoverStore(catalog).read(CID).claimed is None
+    call_off(catalog, CID, reason="green died", by="test")
+    check_start(catalog, None, takeover=False)  # blue's restart may go
+
+
+def test_the_handover_adapter_serves_green_s_follower(catalog: Catalog) -> None:
+    """`CutoverHandover` is `runtime.follow.Handover` over the cutover's records."""
+    from airflow_sparkpoint.runtime.cutover import CutoverHandover
+    from airflow_sparkpoint.runtime.follow import Handover
+
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    handover: Handover = CutoverHandover(catalog, sink, CID)
+    assert handover.agreed_batch() == 3 and handover.blue_stopped()
+    assert handover.adopt("/work/shadow", None) == 2
+    CutoverStore(catalog).end(CID, "aborted", step="claim", reason="test")
+    with pytest.raises(CutoverError, match="is done"):
+        handover.agreed_batch()
