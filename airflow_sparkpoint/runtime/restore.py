@@ -178,9 +178,14 @@ def _plan_for(handle: SnapshotHandle, catalog: Catalog, job: str, allow_foreign:
 
 
 def _live_matches(live: str, latest: SnapshotMetadata) -> bool:
-    """The live location is exactly at `latest` and of the same query lineage."""
+    """The live location is exactly at `latest` and of the same query lineage: the one
+    `latest` was taken from (two lineages forked from one checkpoint reach the same batch
+    with the same query metadata in different locations), at its batch."""
     path = livedir.local_path_of(live)
     if path is None or not os.path.isdir(path):
+        return False
+    source = livedir.local_path_of(latest.live_root) if latest.live_root else None
+    if source is None or os.path.realpath(source) != os.path.realpath(path):
         return False
     if livedir.last_commit(path) != latest.batch_id or rescale.interrupted(path, latest.batch_id):
         return False

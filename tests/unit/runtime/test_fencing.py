@@ -466,3 +466,30 @@ def test_a_zombies_heartbeat_around_a_new_claim_does_not_hide_the_new_generation
     assert claimed == [2]
     live = live_status(catalog, max_heartbeat_age=60)
     assert live is not None and live.generation == 2, f"control requests would go to {live}"
+
+
+def test_a_location_another_lineage_ran_to_the_same_batch_is_not_resumed_in_place(catalog, tmp_path):
+    """Two lineages forked from one checkpoint both reach batch 1 with the same query
+    metadata: only the location the restored checkpoint was taken from is at its state
+    (found by the simulation, seed 20261128 family generic: the retry resumed the other
+    lineage's location in place and its batches carried that lineage's state)."""
+    generation = catalog.claim_generation().generation
+    ours = tmp_path / "work" / f"g{generation}"
+    coord = checkpointer(catalog, ours, RecordingSink(), generation)
+    for batch in range(2):
+        write_live(ours, batch)
+        coord.checkpoint(batch)
+    other = tmp_path / "work" / "g9"  # another lineage's location, same batch, same metadata file
+    write_live(other, 0)
+    write_live(other, 1)
+    (other / "state" / "0" / "0").mkdir(parents=True, exist_ok=True)
+    (other / "state" / "0" / "0" / "2.delta").write_bytes(b"the other lineage's state")
+    plan = plan_restore(run_config(), catalog)
+    assert plan.own_checkpoint and plan.batch_id == 1 and plan.snapshot.metadata.live_root == str(ours)
+    assert livedir.last_commit(str(other)) == 1  # what used to be enough
+    status = status_of(generation, "failed", str(other))
+    second = catalog.claim_generation().generation
+    choice = choose_live(plan, [str(other)], status, work_root=str(tmp_path / "work"), job="job",
+                         generation=second, jvm_pid=None)
+    assert not choice.in_place and choice.path == str(tmp_path / "work" / f"g{second}")
+    choice.lock.release()
