@@ -22,7 +22,7 @@ from tests.support.pausing_totals import JOB, JOB_SCRIPT, SPARK_CONF, expected, 
 from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
 from tests.support.waits import wait_for
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]  # two spark-submits per trial, 4-5 minutes each under load: make test-all
 
 N = 3
 #: the fault each trial arms (the crash matrix's evidence rule reads these lines)
