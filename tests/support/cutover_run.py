@@ -29,7 +29,8 @@ from tests.support.shadow_totals import JOB_SCRIPT, job_module, rows_of
 from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
 from tests.support.waits import wait_for
 
-__all__ = ["JOB", "TRIGGER_S", "CutoverRun", "Feeder", "blue_conf", "commit_gap", "run_cutover", "users_of"]
+__all__ = ["JOB", "TRIGGER_S", "CutoverRun", "Feeder", "blue_conf", "commit_gap", "run_cutover", "sparkpoint_commits",
+           "users_of"]
 
 JOB = "totals"
 TRIGGER_S = 1.0
@@ -123,7 +124,8 @@ def commit_gap(commits: list[dict[str, Any]], n: int) -> tuple[float, int]:
     return gap, max(0, math.ceil(gap / TRIGGER_S) - 1)
 
 
-def _sparkpoint_commits(output: Path) -> list[dict[str, Any]]:
+def sparkpoint_commits(output: Path) -> list[dict[str, Any]]:
+    """The Delta table's commits written by Sparkpoint (`delta_history` entries), oldest first."""
     return [c for c in delta_history(output) if c["batch"] is not None]
 
 
@@ -217,7 +219,7 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
             if "error" in outcome:
                 raise AssertionError(f"green failed: {outcome['error']!r}")
             return any(c["batch"] == batch and c["generation"] == gen_green
-                       for c in _sparkpoint_commits(output))
+                       for c in sparkpoint_commits(output))
 
         if blue_exit == 0:
             wait_for(f"green's commit of batch {n + 1}", lambda: green_committed(n + 1), timeout_s, green_log)
@@ -230,7 +232,7 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
             channel.wait(request.id, timeout_s=timeout_s, poll_s=0.3)
         green_thread.join(timeout_s)
         return CutoverRun(base, list(feeder.files), cid, k, n, blue_generation, blue_exit, stop.request_id,
-                          outcome.get("result"), outcome.get("error"), _sparkpoint_commits(output), log)
+                          outcome.get("result"), outcome.get("error"), sparkpoint_commits(output), log)
     finally:
         feeder.rush(-1)
         if proc.poll() is None:  # a failed wait: end blue's spark-submit and its JVM (its own group)
