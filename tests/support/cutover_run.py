@@ -23,6 +23,7 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore, new_cutover_id
+from airflow_sparkpoint.checkpoints.status import read_job_status
 from airflow_sparkpoint.demo.support import SPARK_CONF, delta_history, write_batch_file
 from airflow_sparkpoint.services.cutover import stop_after_batch
 from tests.support.shadow_totals import JOB_SCRIPT, job_module, rows_of
@@ -204,6 +205,7 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
             return int(last) if progress.replayed_batch >= int(last) - plan.lag_batches else None
 
         last = wait_for("green within the plan's lag of blue", close_enough, timeout_s, green_log, proc=proc)
+        assert last is not None
         n = last + margin
         stop = stop_after_batch(catalog, n, timeout_s=timeout_s, poll_s=0.3, max_heartbeat_age=60.0,
                                 requested_by="test_cutover_e2e", wait=False, generation=blue_generation)
@@ -238,3 +240,15 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
         if proc.poll() is None:  # a failed wait: end blue's spark-submit and its JVM (its own group)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(60)
+        if green_thread is not None and green_thread.is_alive():  # a failed wait: stop green too
+            _stop_green(root, base / "shadow", green_thread)
+
+
+def _stop_green(root: Path, shadow_root: Path, thread: threading.Thread) -> None:
+    """Ask green's live run, the shadow's or the adopted one's, to stop, and wait a
+    while (a run left going would fail on the session's end, after the test)."""
+    for catalog in (Catalog.open(str(root), JOB), Catalog.open(str(shadow_root), f"{JOB}-shadow")):
+        status = read_job_status(catalog)
+        if status is not None and status.is_alive(60.0):
+            ControlChannel(catalog).submit("stop", generation=status.generation, timeout_s=60.0)
+    thread.join(60)
