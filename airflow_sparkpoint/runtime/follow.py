@@ -49,6 +49,7 @@ from airflow_sparkpoint.checkpoints.status import read_job_status
 from airflow_sparkpoint.exceptions import ConfigError, CorruptRecord, SparkpointError, StorageError
 from airflow_sparkpoint.runtime import follow_compare, livedir, replay
 from airflow_sparkpoint.runtime.config import PREFIX, Shadow, SparkpointConfig, work_root
+from airflow_sparkpoint.runtime.cutover import CutoverHandover
 from airflow_sparkpoint.sinks.base import Sink, replay_of
 from airflow_sparkpoint.sinks.shadow import ShadowSink
 
@@ -233,11 +234,14 @@ class Shadowing:
 def prepare(cfg: SparkpointConfig, sink: Sink, handover: Handover | None = None) -> Shadowing:
     """Prepare following blue (``cfg``: blue's production settings with
     ``spark.sparkpoint.shadow.*``; `sink`: blue's production sink, only read;
-    `handover`: the cutover the warm-up belongs to, if any). Reads only.
+    `handover`: the cutover the warm-up belongs to; None with ``spark.sparkpoint.cutover``
+    set: that cutover's records, `runtime.cutover.CutoverHandover`). Reads only.
 
     :raises ConfigError: a warm-up that cannot be exact: blue's store cannot be opened,
         blue has no such checkpoint, a source of it cannot be read twice, or compare
         mode cannot read blue's batches back from `sink`.
+    :raises CutoverError: ``spark.sparkpoint.cutover`` names no cutover of blue's job,
+        or one that ended.
     """
     shadow = cfg.shadow
     if shadow is None:
@@ -249,6 +253,9 @@ def prepare(cfg: SparkpointConfig, sink: Sink, handover: Handover | None = None)
     sink.configure(cfg.storage_options)
     if shadow.mode == "compare":
         follow_compare.check_comparable(sink)
+    if handover is None and cfg.cutover is not None:  # green of a cutover: its records decide the end
+        handover = CutoverHandover(blue_catalog, sink, cfg.cutover)
+        handover.agreed_batch()  # no such cutover, or ended: refused before anything is written
     blue = BlueJob(blue_catalog, sink)
     start = blue.warmup_point(shadow.source)
     _check_followable(start)

@@ -262,9 +262,9 @@ class SparkpointJob:
                 self.last_result = run.execute()
         return self.last_result
 
-    #: the zero-downtime cutover a shadow run belongs to (set by the cutover's adapter
-    #: before `run`; `follow.Handover`): the shadow then ends at the agreed batch N, takes
-    #: blue's job over and goes on as its next generation from N+1
+    #: the zero-downtime cutover a shadow run belongs to (`follow.Handover`; None: with
+    #: ``spark.sparkpoint.cutover`` set, `follow.prepare` builds that cutover's): the shadow
+    #: then ends at the agreed batch N, takes blue's job over and goes on from N+1
     handover: follow.Handover | None = None
 
     def _run_shadow(self, df: DataFrame, sink: Sink, output_mode: str, query_name: str | None) -> RunResult:

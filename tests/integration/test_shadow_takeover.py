@@ -26,7 +26,7 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.follow_record import FollowProgress
 from airflow_sparkpoint.checkpoints.lineage import new_origin
 from airflow_sparkpoint.demo.support import SubmittedJob, delta_history, write_batch_file
-from tests.support.shadow_totals import FILES, JOB_SCRIPT, job_module, rows_of
+from tests.support.shadow_totals import FILES, JOB_SCRIPT, batch_rows, green_totals, job_module, rows_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a blue spark-submit, about a minute
 
@@ -62,19 +62,6 @@ class Handover:
                      "adopted_from": adopted_from}, live_dir=live_dir, host=socket.gethostname(), pid=os.getpid()))
         self.adopted = (live_dir, adopted_from)
         return claim.generation
-
-
-def green_totals(files: list[tuple[str, ...]], k: int) -> list[dict[str, tuple[int, int]]]:
-    """(total, events) by user after each batch: blue's sums through batch `k`, green's
-    doubled amounts after it."""
-    totals: dict[str, tuple[int, int]] = {}
-    after: list[dict[str, tuple[int, int]]] = []
-    for index, users in enumerate(files):
-        for row in rows_of(index, users):
-            total, events = totals.get(row["user"], (0, 0))
-            totals[row["user"]] = (total + row["amount"] * (2 if index > k else 1), events + 1)
-        after.append({u: totals[u] for u in users})
-    return after
 
 
 def test_green_takes_over_at_n_and_goes_on_with_the_state_it_built_in_its_shadow(
@@ -124,28 +111,10 @@ def test_green_takes_over_at_n_and_goes_on_with_the_state_it_built_in_its_shadow
     assert by_batch == [(b, blue_generation) for b in range(4)] + [(4, blue_generation + 1),
                                                                      (5, blue_generation + 1)], by_batch
     # Green's rows: its shadow's state (doubled after K), not blue's X.
-    from deltalake import DeltaTable
-
-    table = DeltaTable(str(blue.output))
-    rows: dict[int, dict[str, tuple[int, int]]] = {}
-    for version, batch in ((c["version"], c["batch"]) for c in commits):
-        if batch < 4:
-            continue
-        now = {r["user"]: (r["total"], r["events"]) for r in _version_rows(table, int(version))}
-        rows[batch] = now
+    rows = batch_rows(blue.output, [c for c in commits if c["batch"] >= 4])
     expected = green_totals(FILES, k)
     assert rows == {4: expected[4], 5: expected[5]}, (rows, expected)
     # The adoption checkpoint: green's state at N in blue's catalog, by green's generation.
     mine = [m for m in catalog.checkpoints() if m.generation == blue_generation + 1]
     assert min(m.batch_id for m in mine) == 3 and catalog.latest().batch_id == 5  # type: ignore[union-attr]
 
-
-def _version_rows(table: Any, version: int) -> list[dict[str, Any]]:
-    """The rows version `version` of an append-only table added."""
-    import pyarrow.parquet as pq
-
-    table.load_as_version(version)
-    after = set(table.file_uris())
-    table.load_as_version(version - 1)
-    before = set(table.file_uris())
-    return [row for uri in sorted(after - before) for row in pq.read_table(uri.removeprefix("file://")).to_pylist()]

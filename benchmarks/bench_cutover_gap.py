@@ -1,0 +1,139 @@
+"""The output gap of a deploy (zero-downtime blue-green, issue 49): the zero-downtime
+cutover next to today's stop-savepoint-start, in the same run, on the same machine.
+
+Both deploys start from the same blue (per-user totals, ``processingTime`` 1 s, Delta
+append, its own ``spark-submit``) while input arrives every ``--pace`` seconds; at the
+deploy, the input of the next batches is there at once (a backlog), so the gap is the
+deploy's, not the input's.
+
+- **cutover**: `tests/support/cutover_run.run_cutover` (green warms up in this process
+  as the cutover's shadow; blue stops exactly after the agreed N; green claims the job
+  and commits N+1);
+- **restart**: stop-with-savepoint (`services.savepoint.take_savepoint`), then green's
+  own ``spark-submit`` restoring the savepoint (JVM start, restore, first batch, commit).
+
+Gap: the Delta history's timestamp of green's first commit minus blue's last one; trigger
+intervals without a commit: ceil(gap / trigger) - 1. Goal (issue 49): the cutover's gap
+at most 2 trigger intervals and at most 0.2 x the restart's. Prints, never asserts time.
+
+    .venv/bin/python benchmarks/bench_cutover_gap.py [--pace 2.5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
+from _bench import emit, spark_session
+
+GOAL_INTERVALS = 2
+GOAL_RATIO = 0.2
+
+
+def restart_gap(base: Path, pace_s: float, *, warm_batches: int = 6, after: int = 4,
+                timeout_s: float = 300.0) -> dict[str, Any]:
+    """Today's path: blue runs `warm_batches`, stop-with-savepoint, green's spark-submit
+    from the savepoint drains `after` more batches (``availableNow``); the gap."""
+    from airflow_sparkpoint.checkpoints import Catalog
+    from airflow_sparkpoint.services.savepoint import take_savepoint
+    from tests.support.cutover_run import JOB, TRIGGER_S, Feeder, blue_conf, sparkpoint_commits
+    from tests.support.shadow_totals import JOB_SCRIPT
+    from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
+    from tests.support.waits import wait_for
+
+    root, inputs, output = base / "checkpoints", base / "input", base / "output"
+    inputs.mkdir(parents=True, exist_ok=True)
+    args = ["--input", str(inputs), "--output", str(output), "--sink", "delta"]
+    env = submit_env()
+    feeder = Feeder(inputs, pace_s)
+    feeder.start(2)
+    blue = start_spark_submit(spark_submit_command(JOB_SCRIPT, blue_conf(root), args, env=env), env=env,
+                              log=base / "blue.log")
+    green = None
+    try:
+        catalog = Catalog.open(str(root), JOB)
+        wait_for(f"blue's batch {warm_batches}",
+                 lambda: ((catalog.read_status() or {}).get("last_batch") or -1) >= warm_batches, timeout_s,
+                 proc=blue)
+        deployed = time.time()
+        savepoint = take_savepoint(catalog, stop=True, timeout_s=timeout_s, poll_s=0.2,
+                                   max_heartbeat_age=60.0, requested_by="bench_cutover_gap", wait=False)
+        last_blue = int((catalog.read_status() or {}).get("last_batch") or 0)
+        feeder.rush(last_blue + 2 + after)
+        blue_exit = blue.wait(timeout_s)
+        from airflow_sparkpoint.checkpoints.control import ControlChannel
+
+        result = ControlChannel(catalog).result(savepoint.request_id or "")
+        if blue_exit != 0 or result.state != "completed" or not result.savepoint:
+            raise RuntimeError(f"blue's stop-with-savepoint: exit {blue_exit}, {result.state}: "
+                               f"{result.error}")
+        conf = {**blue_conf(root), "spark.sparkpoint.trigger": "availableNow",
+                "spark.sparkpoint.restore": result.savepoint}
+        green = start_spark_submit(spark_submit_command(JOB_SCRIPT, conf, args, env=env), env=env,
+                                   log=base / "green.log")
+        green_exit = green.wait(timeout_s)
+        if green_exit != 0:
+            raise RuntimeError(f"green's spark-submit exited {green_exit}; see {base / 'green.log'}")
+        commits = sparkpoint_commits(output)
+        n = int(result.batch_id or 0)
+        at = {c["batch"]: c["timestamp"] for c in commits}
+        gap = (at[n + 1] - at[n]) / 1000.0
+        return {"gap_s": gap, "idle_intervals": max(0, math.ceil(gap / TRIGGER_S) - 1), "n": n,
+                "deploy_s": time.time() - deployed, "batches": len(commits)}
+    finally:
+        feeder.rush(-1)
+        for proc in (blue, green):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pace", type=float, default=2.5, help="seconds between input files (default 2.5)")
+    parser.add_argument("--json", action="store_true")
+    opts = parser.parse_args()
+    from tests.support.cutover_run import TRIGGER_S, commit_gap, run_cutover
+
+    spark = spark_session("bench-cutover-gap")
+    with tempfile.TemporaryDirectory(prefix="sparkpoint-bench-", ignore_cleanup_errors=True) as tmp:
+        started = time.perf_counter()
+        run = run_cutover(spark, Path(tmp) / "cutover", pace_s=opts.pace)
+        if run.blue_exit != 0 or run.green_error is not None:
+            raise SystemExit(f"the cutover failed: blue exit {run.blue_exit}, green {run.green_error!r}")
+        cutover_s = time.perf_counter() - started
+        gap, idle = commit_gap(run.commits, run.n)
+        restart = restart_gap(Path(tmp) / "restart", opts.pace)
+    ratio = gap / restart["gap_s"] if restart["gap_s"] > 0 else math.inf
+    ok = idle <= GOAL_INTERVALS and ratio <= GOAL_RATIO
+    result = {
+        "benchmark": "cutover_gap", "trigger_s": TRIGGER_S, "pace_s": opts.pace,
+        "cutover": {"gap_s": gap, "idle_intervals": idle, "k": run.k, "n": run.n, "run_s": cutover_s},
+        "restart": restart, "ratio": ratio, "goal": {"idle_intervals": GOAL_INTERVALS, "ratio": GOAL_RATIO},
+        "pass": ok,
+        "summary": f"cutover gap {gap:.2f} s ({idle} idle trigger intervals) vs stop-savepoint-start "
+                   f"{restart['gap_s']:.2f} s ({restart['idle_intervals']}): ratio {ratio:.2f} "
+                   f"(goal <= {GOAL_RATIO}, <= {GOAL_INTERVALS} intervals)",
+    }
+    emit(result, opts.json, [
+        (f"zero-downtime cutover: gap {gap:.2f} s, {idle} trigger interval(s) of {TRIGGER_S:g} s "
+         f"without a commit (K={run.k}, N={run.n}; whole run {cutover_s:.0f} s, green's warm-up included)"),
+        (f"stop-savepoint-start:  gap {restart['gap_s']:.2f} s, {restart['idle_intervals']} interval(s) "
+         f"(N={restart['n']})"),
+        f"ratio cutover / restart: {ratio:.3f}",
+    ])
+
+
+if __name__ == "__main__":
+    main()
