@@ -13,7 +13,7 @@ one whose stop (or cancel) request completed: after a stop-with-savepoint it onl
 its final status, and the next deploy step (a blue-green green) must not wait for that.
 
 While a zero-downtime cutover of the job is open (`checkpoints.cutover`: planned, not
-done), every start is refused, takeover or not: the job's next generation is green's,
+claimed and not done), every start is refused, takeover or not: the job's next generation is green's,
 claimed by the cutover itself (`runtime.cutover.adopt`), and a retry of blue's task that
 took it would race that claim. A start that names the open cutover
 (``spark.sparkpoint.cutover``, green's own) passes this rule.
@@ -85,7 +85,8 @@ def check_start(catalog: Catalog, starter: AirflowTry | None, *, takeover: bool,
 
 
 def check_no_cutover(catalog: Catalog, allowed: str | None = None) -> None:
-    """Refuse a start of `catalog.job` while a cutover other than `allowed` is open.
+    """Refuse a start of `catalog.job` while a cutover other than `allowed` is open and
+    not yet claimed by its green (after the claim the job is green's; the usual rules apply).
 
     :raises CutoverInProgress: one is open, or its records are unreadable (fails closed).
     """
@@ -95,6 +96,8 @@ def check_no_cutover(catalog: Catalog, allowed: str | None = None) -> None:
         raise CutoverInProgress(f"job {catalog.job!r} cannot start: its cutover records are unreadable "
                                 f"({exc}); a start might race an open cutover") from None
     if state is None or state.id == allowed:
+        return
+    if state.claimed is not None:  # green's origin is written: the job is green's, no claim left to race
         return
     raise CutoverInProgress(
         f"job {catalog.job!r} is in zero-downtime cutover {state.id} ({state.step}, blue generation "

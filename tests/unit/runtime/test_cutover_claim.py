@@ -106,6 +106,18 @@ def test_every_start_but_green_s_is_refused_while_a_cutover_is_open(catalog: Cat
     check_start(catalog, None, takeover=True)
 
 
+
+def test_once_green_claimed_the_job_starts_again_by_the_usual_rules(catalog: Catalog) -> None:
+    """After green's claim (origin written, then `claimed`) the job is green's: nothing is
+    left to race, so the cutover rule no longer refuses starts (a restart of green's task
+    without the cutover key, a later deploy) and the usual rules of `check_start` apply,
+    whether or not anyone wrote the cutover's `done`."""
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    adopt(catalog, sink, CID, live_dir=None)
+    assert CutoverStore(catalog).read(CID).done is None
+    check_start(catalog, None, takeover=False)  # no live run of generation 2: nothing refuses it
+
 _GREEN = """
 import sys
 from airflow_sparkpoint.checkpoints.catalog import Catalog
