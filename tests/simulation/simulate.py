@@ -131,6 +131,9 @@ def run_schedule(schedule: Schedule, chooser: Chooser, *, max_steps: int = 1500,
             scheduler.chooser = CalmChooser()
             scheduler.check = None
             scheduler.clock.advance(300.0)  # every dead run's heartbeat is old now
+            # The end gets a step budget of its own: the explored part may have used most of
+            # `max_steps`, and a calm retry draining every input must not be cut off by it.
+            scheduler.max_steps = scheduler.steps + max_steps
             final_spec = _after_cutover(world, schedule, DriverSpec(budget=schedule.inputs + 1))
             final = scheduler.spawn("final-driver", lambda: actors.driver(world, final_spec, "final-driver"))
             scheduler.run()
