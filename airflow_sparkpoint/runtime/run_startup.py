@@ -15,7 +15,7 @@ from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.lineage import new_origin
 from airflow_sparkpoint.checkpoints.status import read_job_status
-from airflow_sparkpoint.exceptions import ConfigError, SparkpointError, StorageError
+from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SparkpointError, StorageError
 from airflow_sparkpoint.runtime import executor_reach, replay, rescale, spark_support
 from airflow_sparkpoint.runtime.checkpointer import Checkpointer
 from airflow_sparkpoint.runtime.committer import Committer
@@ -130,7 +130,14 @@ class _RunStartup(_RunStatus):
         # Abort what the restart point does not confirm before the sink's position is
         # checked: a stalled committer past its generation check can land nothing after it.
         settled = settle_unconfirmed(self.catalog, self.sink, plan, self.generation)
-        if check_sink_position(plan, self.sink, cfg.job, fence=fence, catalog=self.catalog):
+        try:
+            rewound = check_sink_position(plan, self.sink, cfg.job, fence=fence, catalog=self.catalog)
+        except SinkAheadError:
+            # A newer generation that started meanwhile commits its own lineage: a
+            # superseded start is stale, not refused (its origin is history already).
+            fence()
+            raise
+        if rewound:
             faults.pause("after_rewind", plan.batch_id, generation=self.generation)
         faults.pause("before_live", plan.batch_id, generation=self.generation)
         repair = spark_support.snapshot_repair(self.spark.version,

@@ -162,3 +162,17 @@ def test_a_commit_step_stalled_past_a_rollback_of_its_generation_reads_again() -
         Pause("a3", ("delete sim/pins/",), "a1", ("delete sim/pins/",)),
         Pause("a1", ("sink.commit", "sink.rewind", "_sparkpoint/decisions/"), "a2"),
     ]))
+
+
+def test_a_start_superseded_while_it_recovered_is_stale_not_refused() -> None:
+    """Found by `make explore` at 20262004:3381 (Delta): "a2-driver was refused but changed
+    [its pin, …]". a2 restored chk-3 by path, wrote its pin and origin, and stalled in its
+    recovery; two newer generations started and one committed batch 2 of its own lineage;
+    a2's position check then refused it with `SinkLineageError` ("holds batch 2 of another
+    lineage") although a2 was superseded: the newer generation's output is the reason.
+    Fixed: a refusal of the position check after the origin checks the fence first, so a
+    superseded start ends with `StaleGeneration`. Replayed from its seed and index."""
+    from tests.simulation.explore import random_run
+
+    schedule, chooser = random_run(20262004, 3381)
+    run_schedule(schedule, chooser)
