@@ -272,7 +272,8 @@ class CutoverStore:
     def plan(self, plan: CutoverPlan) -> CutoverPlan:
         """Write `plan` (its id new).
 
-        :raises CutoverError: another cutover of the job is open, or the id is taken.
+        :raises CutoverError: another cutover of the job is open, or was planned at the same
+            time (then this one is ended as aborted), or the id is taken.
         :raises ConfigError: the plan is for another job.
         """
         if plan.job != self.catalog.job:
@@ -282,6 +283,15 @@ class CutoverStore:
             raise CutoverError(f"job {self.catalog.job!r} has cutover {current.id} open ({current.step}); "
                                "one cutover at a time: finish or call it off first")
         self._create(plan.id, "plan", plan.to_json())
+        # The check and the write are two steps: a planner that finds another open plan
+        # after its own write ends its own (both may; the orchestrator plans again), so at
+        # most one goes on.
+        other = next((cid for cid in self.ids() if cid != plan.id and self.read(cid).open), None)
+        if other is not None:
+            self.end(plan.id, "aborted", step="plan", reason=f"cutover {other} was planned at the same time",
+                     by="plan")
+            raise CutoverError(f"job {self.catalog.job!r}: cutover {other} was planned at the same time as "
+                               f"{plan.id}; {plan.id} is called off (one cutover at a time)")
         return plan
 
     def progress(self, progress: CutoverProgress) -> None:

@@ -111,6 +111,30 @@ def test_records_are_written_once_and_one_cutover_is_open_at_a_time(catalog: Cat
     store.plan(_plan("1764370000009-0123abcd"))  # the next one may open
 
 
+
+def test_two_cutovers_planned_at_once_leave_at_most_one_open(catalog: Catalog) -> None:
+    """The open check and the plan's write are two steps: two planners can both pass the
+    check (found by `make explore` at 20262004:4832: two cutovers open, the second's
+    agreement sent blue a second stop_after, and the end refused every start). The one
+    that finds another open plan after its own write ends its own and is refused."""
+    store = CutoverStore(catalog)
+    first, second = _plan("1764370000000-aaaaaaaa"), _plan("1764370000001-bbbbbbbb")
+    write = store._create
+    raced: list[str] = []
+
+    def racing(cutover_id: str, part: str, body: dict[str, object]) -> None:
+        if cutover_id == second.id and part == "plan" and not raced:
+            raced.append(first.id)  # the other planner passed its check too and wrote first
+            write(first.id, "plan", first.to_json())
+        write(cutover_id, part, body)
+
+    store._create = racing  # type: ignore[method-assign]
+    with pytest.raises(CutoverError, match=f"cutover {first.id} was planned at the same time"):
+        store.plan(second)
+    assert raced, "the race was played"
+    assert [i for i in store.ids() if store.read(i).open] == [first.id]
+    assert store.read(second.id).done.outcome == "aborted"  # type: ignore[union-attr]
+
 def test_claim_needs_an_agreement_and_a_plan(catalog: Catalog) -> None:
     store = CutoverStore(catalog)
     with pytest.raises(CutoverError, match="has no plan"):
