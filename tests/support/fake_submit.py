@@ -40,10 +40,12 @@ class FakeTI:
 
 
 class FakeStore:
-    """Airflow 3.3's task state store, kept across the tries of one task."""
+    """Airflow 3.3's task state store, kept across the tries of one task; records the
+    retention each key was set with."""
 
     def __init__(self) -> None:
         self.values: dict[str, Any] = {}
+        self.retention: dict[str, Any] = {}
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
@@ -51,6 +53,7 @@ class FakeStore:
     def set(self, key: str, value: Any, *, retention: Any = None) -> None:
         json.dumps(value)  # JSON values only
         self.values[key] = value
+        self.retention[key] = retention
 
 
 class Driver:

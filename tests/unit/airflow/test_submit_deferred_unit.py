@@ -24,6 +24,7 @@ from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.services.follow import reattach_target
 from airflow_sparkpoint.services.retry import TaskRecord
 from airflow_sparkpoint.storage import open_storage
+from tests.support.fake_submit import FakeStore, FakeTI
 
 pytestmark = pytest.mark.airflow
 
@@ -34,31 +35,6 @@ RUN_ID = "manual__7"
 @pytest.fixture(autouse=True)
 def _airflow(airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
-
-
-class TI:
-    def __init__(self, try_number: int = 1) -> None:
-        self.try_number = try_number
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
-
-
-class Store:
-    """Airflow 3.3's task state store (kept across tries); records the retention asked."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-        self.retention: dict[str, Any] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
-
-    def set(self, key: str, value: Any, *, retention: Any = None) -> None:
-        json.dumps(value)
-        self.values[key] = value
-        self.retention[key] = retention
 
 
 def operator(root: Path, **kwargs: Any) -> Any:
@@ -97,13 +73,13 @@ def test_a_retry_of_the_task_re_attaches_to_its_own_live_run(tmp_path: Path, wit
     op = operator(root)
     generation = live_run(catalog, op.dag_id)
     process = {"host": "worker-9", "boot_id": "b", "pgid": 777, "leader_start": "5", "log": "/x/driver.log"}
-    store = Store() if with_store else None
+    store = FakeStore() if with_store else None
     if store is not None:
         TaskRecord(1, "latest", ("tok1",), 0).save(store)
         store.set("sparkpoint_detached", {"generation": generation if claimed_when_lost else None,
                                           "token": "tok1", "since": 0,
                                           "process": process, "deadline": None})
-    ti = TI(try_number=2)
+    ti = FakeTI(try_number=2)
     context: Any = {"ti": ti, "run_id": RUN_ID, **({"task_state_store": store} if store else {})}
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(context)
@@ -136,12 +112,12 @@ def test_another_tasks_live_run_is_still_refused(tmp_path: Path) -> None:
     catalog = Catalog(open_storage(str(root)), JOB)
     live_run(catalog, "production")
     with pytest.raises(JobAlreadyRunning, match="generation 1"):
-        operator(root).execute({"ti": TI(), "run_id": RUN_ID})
+        operator(root).execute({"ti": FakeTI(), "run_id": RUN_ID})
     assert catalog.current_generation() == 1
 
 
-def complete(op: Any, event: Any, ti: TI | None = None) -> Any:
-    return op.execute_complete({"ti": ti or TI(), "run_id": RUN_ID}, event, generation=1, token="tok1", since=0)
+def complete(op: Any, event: Any, ti: FakeTI | None = None) -> Any:
+    return op.execute_complete({"ti": ti or FakeTI(), "run_id": RUN_ID}, event, generation=1, token="tok1", since=0)
 
 
 def test_execute_complete_ends_like_execute_or_raises_the_runs_own_error(tmp_path: Path) -> None:
@@ -170,7 +146,7 @@ def test_execute_complete_ends_like_execute_or_raises_the_runs_own_error(tmp_pat
 
     catalog.write_status(JobStatus(JOB, 1, "stopped", now, now).to_json())
     write_run_result(catalog, RunResult(status="stopped", job=JOB, generation=1, batches_processed=3))
-    ti = TI()
+    ti = FakeTI()
     result = complete(op, {**base, "status": "success", "state": "stopped"}, ti)
     assert result["status"] == "stopped" and result["generation"] == 1 and result["batches_processed"] == 3
     assert ti.pushed["generation"] == 1 and ti.pushed["spark_application"]["generation"] == 1
@@ -197,9 +173,9 @@ def test_a_detached_driver_that_ends_before_its_claim_is_the_tasks_error(
     root = tmp_path / "sp"
     types = {"SparkpointRunFailed": driver_errors.SparkpointRunFailed,
              "SparkpointConfigFailure": submit_checks.SparkpointConfigFailure}
-    store = Store()
+    store = FakeStore()
     with pytest.raises(types[expected], match=f"job 'orders' failed: {kind}: no savepoint at s3://b/x"):
-        operator(root).execute({"ti": TI(), "run_id": RUN_ID, "task_state_store": store})
+        operator(root).execute({"ti": FakeTI(), "run_id": RUN_ID, "task_state_store": store})
     assert Catalog(open_storage(str(root)), JOB).current_generation() == 0
     from airflow.sdk.execution_time.context import NEVER_EXPIRE
 
