@@ -286,12 +286,12 @@ class CutoverStore:
         # The check and the write are two steps: a planner that finds another open plan
         # after its own write ends its own (both may; the orchestrator plans again), so at
         # most one goes on.
-        other = next((cid for cid in self.ids() if cid != plan.id and self.read(cid).open), None)
+        other = self.open_cutover(besides=plan.id)
         if other is not None:
-            self.end(plan.id, "aborted", step="plan", reason=f"cutover {other} was planned at the same time",
-                     by="plan")
-            raise CutoverError(f"job {self.catalog.job!r}: cutover {other} was planned at the same time as "
-                               f"{plan.id}; {plan.id} is called off (one cutover at a time)")
+            why = f"cutover {other.id} was planned at the same time"
+            self.end(plan.id, "aborted", step="plan", reason=why, by="plan")
+            raise CutoverError(f"job {self.catalog.job!r}: {why} as {plan.id}; {plan.id} is called off "
+                               "(one cutover at a time)")
         return plan
 
     def progress(self, progress: CutoverProgress) -> None:
@@ -386,13 +386,15 @@ class CutoverStore:
                 ids.append(match.group(1))
         return sorted(ids)
 
-    def open_cutover(self) -> CutoverState | None:
-        """The open cutover of the job (a plan without a done record), or None. Fails
-        closed: an unreadable plan or end counts as open.
+    def open_cutover(self, besides: str | None = None) -> CutoverState | None:
+        """The open cutover of the job (a plan without a done record) other than
+        `besides`, or None. Fails closed: an unreadable plan or end counts as open.
 
         :raises CutoverError: a cutover's plan or end is unreadable (named).
         """
         for cutover_id in reversed(self.ids()):  # the newest first: at most one is open
+            if cutover_id == besides:
+                continue
             state = self.read(cutover_id)
             if state.open:
                 return state
