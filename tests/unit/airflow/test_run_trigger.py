@@ -16,6 +16,7 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +226,28 @@ def answer_cancels(catalog: Catalog, stop: threading.Event) -> threading.Thread:
     return thread
 
 
+@contextlib.contextmanager
+def a_driver_answering_cancels(catalog: Catalog, tmp_path: Path) -> Iterator[DriverProcess]:
+    """A detached process group (`a_detached_group`) whose run takes a cancel request
+    (`answer_cancels`); stopped, and its group killed, at the end whatever happened."""
+    process = a_detached_group(tmp_path)
+    stop = threading.Event()
+    driver = answer_cancels(catalog, stop)
+    try:
+        yield process
+    finally:
+        stop.set()
+        driver.join(5)
+        if group_exists(process.pgid):
+            os.killpg(process.pgid, 9)
+
+
+def requests_of(catalog: Catalog) -> list[tuple[str, int | None]]:
+    """(kind, generation) of every control request of the job."""
+    channel = ControlChannel(catalog)
+    return [(r.kind, r.generation) for r in (channel.read_request(i) for i in channel.request_ids())]
+
+
 def test_on_kill_while_still_deferred_writes_nothing_and_kills_nothing(catalog: Catalog, root: str,
                                                                        tmp_path: Path) -> None:
     catalog.claim_generation()
@@ -252,11 +275,8 @@ def test_on_kill_of_a_stopped_task_cancels_the_run_and_kills_its_group(catalog: 
                                                                        tmp_path: Path, state: str | None) -> None:
     catalog.claim_generation()
     write_status(catalog, "running")
-    process = a_detached_group(tmp_path)
-    assert process.here() and process.running() and process.pgid != os.getpgid(0)
-    stop = threading.Event()
-    driver = answer_cancels(catalog, stop)
-    try:
+    with a_driver_answering_cancels(catalog, tmp_path) as process:
+        assert process.here() and process.running() and process.pgid != os.getpgid(0)
         trig = trigger(root, process=process.to_json())
 
         async def stopped(*_args: Any) -> str | None:
@@ -266,16 +286,10 @@ def test_on_kill_of_a_stopped_task_cancels_the_run_and_kills_its_group(catalog: 
         t0 = time.monotonic()
         asyncio.run(trig.on_kill())
         took = time.monotonic() - t0
-        requests = [ControlChannel(catalog).read_request(i) for i in ControlChannel(catalog).request_ids()]
-        assert [(r.kind, r.generation) for r in requests] == [("cancel", 1)]
+        assert requests_of(catalog) == [("cancel", 1)]
         assert not group_exists(process.pgid), "the driver's process group outlived on_kill"
         assert took < 30, took
         print(f"on_kill ({state}): run cancelled and its process group gone in {took:.1f} s")
-    finally:
-        stop.set()
-        driver.join(5)
-        if group_exists(process.pgid):
-            os.killpg(process.pgid, 9)
 
 
 def test_on_kill_leaves_the_run_alone_when_the_tasks_state_cannot_be_read(
@@ -319,10 +333,7 @@ def test_on_kill_finishes_the_stop_when_the_triggerer_cancels_it_again_and_clean
     survive that."""
     catalog.claim_generation()
     write_status(catalog, "running")
-    process = a_detached_group(tmp_path)
-    stop = threading.Event()
-    driver = answer_cancels(catalog, stop)
-    try:
+    with a_driver_answering_cancels(catalog, tmp_path) as process:
         trig = trigger(root, process=process.to_json())
 
         async def slow_failed(*_args: Any) -> str:
@@ -345,14 +356,8 @@ def test_on_kill_finishes_the_stop_when_the_triggerer_cancels_it_again_and_clean
                 await asyncio.sleep(0.2)
 
         asyncio.run(triggerer())
-        requests = [ControlChannel(catalog).read_request(i) for i in ControlChannel(catalog).request_ids()]
-        assert [(r.kind, r.generation) for r in requests] == [("cancel", 1)]
+        assert requests_of(catalog) == [("cancel", 1)]
         assert not group_exists(process.pgid), "the stop did not survive the triggerer's cancellations"
-    finally:
-        stop.set()
-        driver.join(5)
-        if group_exists(process.pgid):
-            os.killpg(process.pgid, 9)
 
 
 def test_the_trigger_owns_execution_timeout_it_stops_the_run_at_the_deadline(
@@ -361,17 +366,8 @@ def test_the_trigger_owns_execution_timeout_it_stops_the_run_at_the_deadline(
     the trigger cancels the run, kills its group and reports ``timeout``."""
     catalog.claim_generation()
     write_status(catalog, "running")
-    process = a_detached_group(tmp_path)
-    stop = threading.Event()
-    driver = answer_cancels(catalog, stop)
-    try:
+    with a_driver_answering_cancels(catalog, tmp_path) as process:
         event = asyncio.run(first_event(trigger(root, process=process.to_json(), deadline=time.time() - 1)))
         assert event["status"] == "timeout" and "execution_timeout" in event["message"], event
-        requests = [ControlChannel(catalog).read_request(i) for i in ControlChannel(catalog).request_ids()]
-        assert [(r.kind, r.generation) for r in requests] == [("cancel", 1)]
+        assert requests_of(catalog) == [("cancel", 1)]
         assert not group_exists(process.pgid)
-    finally:
-        stop.set()
-        driver.join(5)
-        if group_exists(process.pgid):
-            os.killpg(process.pgid, 9)
