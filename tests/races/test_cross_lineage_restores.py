@@ -8,9 +8,10 @@ first lineage's snapshot of batch 5 (its savepoint, or its checkpoint) by path:
 
 * item 1: the second run rewound the table to batch 1: the sink no longer holds what the
   snapshot's lineage committed. The start is refused before anything is written, with
-  ``restore.sinkAhead=fail`` and with ``rewind`` too: the second run's recovery discarded
-  the first lineage's rewound-away files, so no rewind can bring them back (the start was
-  accepted, and batches 2-5 were lost);
+  ``restore.sinkAhead=fail``, and with ``rewind`` on an append: the second run's recovery
+  discarded the first lineage's rewound-away files, so no rewind can bring them back (the
+  start was accepted, and batches 2-5 were lost). A merge's files are its own and still
+  there: ``rewind`` brings back the first lineage's commit of batch 5;
 * item 2: the second run drained more input in batches of two files; a rewind to the
   savepoint lands on the first lineage's own commit of batch 5 (a merge), or is refused
   when that commit's files are gone (an append: the second run discarded them); it
@@ -90,6 +91,18 @@ def _refused(scene: Scene, name: str, extra: dict[str, str], because: str) -> No
     assert _footprint(scene) == before, "the refused start changed the store or the sink"
 
 
+def _rewound_to_own_commit(scene: Scene, name: str, extra: dict[str, str]) -> None:
+    """A start that rewinds a merge table to the first lineage's own commit of batch 5."""
+    from deltalake import DeltaTable
+
+    own = [int(e["version"]) for e in DeltaTable(scene.case.output()).history()
+           if e.get("sparkpoint.batch") == "5" and e.get("sparkpoint.generation") == "1"]
+    assert len(own) == 1, own
+    started = scene.run(name, extra)
+    assert started.proc.returncode == 0, explain(scene.drivers, scene.catalog())
+    assert f"to {own[0]} (last committed batch 5)" in started.output, started.tail()
+
+
 def _exact(scene: Scene) -> None:
     problems = differences(scene.case, scene.case_input(), scene.case.rows())
     assert not problems, "\n".join(problems[:20]) + "\n" + explain(scene.drivers, scene.catalog())
@@ -138,8 +151,14 @@ def test_a_sink_rewound_by_another_lineage_refuses_a_restore_of_the_abandoned_li
     _killed(second, point)
     target = savepoint.uri if snapshot == "savepoint" else scene.catalog().checkpoint_uri(by_batch[5].id)
 
-    _refused(scene, "third", {"spark.sparkpoint.restore": target, "spark.sparkpoint.restore.sinkAhead": policy},
-             "would lose or mix output" if policy == "fail" else "of its files are gone")
+    restore = {"spark.sparkpoint.restore": target, "spark.sparkpoint.restore.sinkAhead": policy}
+    if policy == "rewind" and case_cls.merge:
+        # A merge's table files are its own and still there: the rewind brings back the
+        # first lineage's commit of batch 5 (and undoes the second lineage's batch 2).
+        _rewound_to_own_commit(scene, "third", restore)
+    else:
+        _refused(scene, "third", restore,
+                 "would lose or mix output" if policy == "fail" else "of its files are gone")
 
     write_inputs(scene.inputs, range(6, 8))
     rest = scene.run("rest")
@@ -170,14 +189,7 @@ def test_a_rewind_never_lands_on_another_lineages_commit(scene_of: Any, case_cls
     else:
         # A merge writes files of its own, still there: the rewind lands on the first
         # lineage's commit of batch 5 (it landed on the second lineage's).
-        from deltalake import DeltaTable
-
-        own = [int(e["version"]) for e in DeltaTable(scene.case.output()).history()
-               if e.get("sparkpoint.batch") == "5" and e.get("sparkpoint.generation") == "1"]
-        assert len(own) == 1, own
-        third = scene.run("third", rewind)
-        assert third.proc.returncode == 0, explain(scene.drivers, scene.catalog())
-        assert f"to {own[0]} (last committed batch 5)" in third.output, third.tail()
+        _rewound_to_own_commit(scene, "third", rewind)
 
     rest = scene.run("rest")
     assert rest.proc.returncode == 0, explain(scene.drivers, scene.catalog())
