@@ -37,6 +37,8 @@ from airflow_sparkpoint.sinks.base import StageContext
 #: the rows of every input file: (key, amount) pairs, a pure function of the file index
 ROWS_PER_FILE = 2
 COLUMNS = ("batch", "line", "key", "value", "sum", "generation", "version")
+#: the sink kinds on a Delta table: an append, a merge by (batch, line)
+DELTA_KINDS = ("delta", "delta-merge")
 
 
 def input_rows(index: int) -> list[dict[str, int]]:

@@ -7,14 +7,19 @@ import random
 from typing import Any
 
 from tests.simulation.actors import CutoverSpec, DriverSpec
+from tests.simulation.model import DELTA_KINDS
 from tests.simulation.simulate import ActorSpec, Schedule
 
 RESTORES = ("latest", "latest", "path", "path", "none")
 SINK_AHEAD = ("fail", "rewind")
 COMMIT_MODES = ("checkpoint", "external")
 KINDS = ("driver", "driver", "driver", "commit", "savepoint", "stop", "retention", "rollback", "cutover")
-#: the share of schedules on the Delta sink (slower: delta-rs commits and reads)
+#: the share of schedules on the Delta sink (slower: delta-rs commits and reads), and of
+#: those, on a merge table (a rewind or recovery that identifies a merge's commit by its
+#: commit info, not by its files): drawn from the same number, so a seed's other draws and
+#: the pinned replays keep their schedules
 DELTA_SHARE = 0.25
+MERGE_SHARE = 0.10
 
 
 def _driver(pick: Any) -> DriverSpec:
@@ -43,7 +48,8 @@ def random_schedule(rng: random.Random) -> Schedule:
 
     first = ActorSpec("driver", _driver(pick))  # something to restore, roll back, commit
     count = rng.randrange(1, 6)
-    sink = "delta" if rng.random() < DELTA_SHARE else "directory"
+    draw = rng.random()
+    sink = "delta-merge" if draw < MERGE_SHARE else "delta" if draw < DELTA_SHARE else "directory"
     return Schedule(sink, rng.randrange(3, 9), (first, *(_actor(pick) for _ in range(count))))
 
 
@@ -89,7 +95,7 @@ def _family(first: Any, rest: Any, sinks: Any = None) -> Any:
 
     return st.builds(
         lambda sink, inputs, head, tail: Schedule(sink, inputs, (ActorSpec("driver", head), *tail)),
-        sinks if sinks is not None else st.sampled_from(("directory", "delta")),
+        sinks if sinks is not None else st.sampled_from(("directory", *DELTA_KINDS)),
         st.integers(4, 7),
         first,
         rest,
@@ -132,7 +138,7 @@ def across_lineages() -> Any:
     by path of snapshots of any lineage, with each policy (invariants 4, 9, 12)."""
     from hypothesis import strategies as st
 
-    return _shape(st.sampled_from(("directory", "delta")), _drain(), st.just(ActorSpec("savepoint")),
+    return _shape(st.sampled_from(("directory", *DELTA_KINDS)), _drain(), st.just(ActorSpec("savepoint")),
                   _start(restore="path"), _start(restore="path"))
 
 
@@ -141,7 +147,7 @@ def rewinds() -> Any:
     the restored lineage's own commit (invariant 12)."""
     from hypothesis import strategies as st
 
-    return _shape(st.just("delta"), _drain(commit_mode="checkpoint"), st.just(ActorSpec("savepoint")),
+    return _shape(st.sampled_from(DELTA_KINDS), _drain(commit_mode="checkpoint"), st.just(ActorSpec("savepoint")),
                   _start(restore="path", sink_ahead="rewind", budget=st.integers(1, 4)),
                   _start(restore="path", sink_ahead="rewind"))
 
@@ -150,7 +156,7 @@ def commit_step_races() -> Any:
     """The external commit step beside the start of a new lineage (a restore by path)."""
     from hypothesis import strategies as st
 
-    return _shape(st.sampled_from(("directory", "delta")), _drain(commit_mode="external"),
+    return _shape(st.sampled_from(("directory", *DELTA_KINDS)), _drain(commit_mode="external"),
                   _start(restore="path", commit_mode="external"), st.just(ActorSpec("commit")),
                   races=("generations", "lineage", "txn", "checkpoints", "sink"), directed=(1, 2))
 
@@ -212,7 +218,7 @@ def cutovers() -> Any:
         lambda d: ActorSpec("driver", d))
     beside = st.one_of(retry, st.sampled_from(("commit", "stop", "savepoint")).map(ActorSpec),
                        st.integers(1, 2).map(lambda keep: ActorSpec("retention", keep=keep)))
-    return _shape(st.sampled_from(("directory", "directory", "delta")), blue,
+    return _shape(st.sampled_from(("directory", "directory", *DELTA_KINDS)), blue,
                   _cutover_spec().map(lambda c: ActorSpec("cutover", cutover=c)), st.lists(beside, max_size=2),
                   races=("generations", "lineage", "txn", "control", "cutover", "sink", "checkpoints"),
                   directed=(0, 1)).map(_flatten)

@@ -35,7 +35,7 @@ from airflow_sparkpoint.exceptions import (
 )
 from tests.simulation import actors
 from tests.simulation.actors import CutoverSpec, DriverSpec
-from tests.simulation.model import expected_rows, visible_rows, visible_signature
+from tests.simulation.model import DELTA_KINDS, expected_rows, visible_rows, visible_signature
 from tests.simulation.scheduler import Chooser, Scheduler
 from tests.simulation.world import JOB, World
 
@@ -413,7 +413,7 @@ def _staged_left(world: World) -> list[str]:
     """Staging areas no committed batch uses (a Delta append's files stay where they
     were staged: the table references them)."""
     in_use: set[str] = set()
-    if world.sink_kind == "delta":
+    if world.sink_kind in DELTA_KINDS:
         from airflow_sparkpoint.sinks import _delta_txn
 
         root = os.path.join(world.output, "_sparkpoint_txn", JOB)

@@ -29,7 +29,7 @@ from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.storage import MemoryStorage, Storage, split_uri
 from airflow_sparkpoint.storage.local import LocalStorage
 from tests.simulation.inline import InlineExecutor, InlineThread
-from tests.simulation.model import SimDeltaSink, SimDirectorySink, write_inputs
+from tests.simulation.model import DELTA_KINDS, SimDeltaSink, SimDirectorySink, write_inputs
 from tests.simulation.scheduler import Scheduler, virtual_time
 from tests.simulation.storage import YieldingStorage
 
@@ -99,8 +99,8 @@ class World:
     def sink(self) -> Sink:
         """A fresh sink object on the world's output (every actor is its own process)."""
         sink: Any
-        if self.sink_kind == "delta":
-            sink = SimDeltaSink(self.output)
+        if self.sink_kind in DELTA_KINDS:
+            sink = self._delta_sink()
         else:
             sink = SimDirectorySink(self.output, format="json")
         sink.sim_point = self.scheduler.point
@@ -108,9 +108,16 @@ class World:
 
     def raw_sink(self) -> Sink:
         """The sink without points: the harness's own reads."""
-        if self.sink_kind == "delta":
-            return SimDeltaSink(self.output)
+        if self.sink_kind in DELTA_KINDS:
+            return self._delta_sink()
         return SimDirectorySink(self.output, format="json")
+
+    def _delta_sink(self) -> SimDeltaSink:
+        if self.sink_kind == "delta-merge":
+            # (batch, line) names one input row: a merge of a batch twice is invisible in
+            # the rows, a lost or foreign batch is not (its values and sums differ)
+            return SimDeltaSink(self.output, mode="merge", keys=["batch", "line"])
+        return SimDeltaSink(self.output)
 
     def reader_sink(self) -> Sink:
         """One raw sink for the harness's reads after every step (reading keeps no state in it)."""
