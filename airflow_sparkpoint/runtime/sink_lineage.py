@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.layout import txn_id
 from airflow_sparkpoint.sinks.base import CommittedTxn, Sink
 
@@ -76,17 +76,34 @@ def divergence(snapshot: SnapshotHandle | None, sink: Sink, catalog: Catalog, jo
     snapshot's batch (see the module docstring), or None. Reads only. `own_root`: the
     snapshot lives in `catalog`'s root (its pending transactions are recorded there).
 
+    A divergence a rewind would fix is returned only when the rewound lineage can still
+    commit every pending transaction it needs after the rewind: one aborted since is
+    returned instead (not rewindable), so the start is refused before it writes.
+
     :raises SinkError: the sink cannot be read.
     """
     if snapshot is None:
         return None
     meta = snapshot.metadata
-    owners = meta.batch_owners
-    if meta.job != job or not owners.ranges:
+    if meta.job != job or not meta.batch_owners.ranges:
         return None
+    pending = {t.batch_id: t for t in meta.transactions if t.job == job}
+    recorded = catalog.transaction_keys() if own_root else None
+    found = _first_divergence(meta, sink, job, pending, recorded)
+    if found is not None and found.rewindable:
+        # A rewind goes back to the lineage's own commit, below these: each must commit after it.
+        needed = [(batch, record) for batch, record in sorted(pending.items()) if not sink.is_committed(record)]
+        lost = _pending_gone(needed, sink, recorded)
+        if lost is not None and lost.kind == "aborted":
+            return lost
+    return found
+
+
+def _first_divergence(meta: SnapshotMetadata, sink: Sink, job: str, pending: dict[int, TransactionRecord],
+                      recorded: set[tuple[int, int]] | None) -> Divergence | None:
+    owners = meta.batch_owners
     restart = meta.batch_id
     position = sink.committed_position(job)
-    pending = {t.batch_id: t for t in meta.transactions if t.job == job}
     top = -1 if position is None else min(position, restart)
     if top >= 0:
         owner = owners.of(top)
@@ -99,23 +116,29 @@ def divergence(snapshot: SnapshotHandle | None, sink: Sink, catalog: Catalog, jo
         owner = owners.of(batch)
         if owner is not None and batch not in pending:
             return Divergence("behind", batch, txn_id(job, batch, owner))
-    recorded = catalog.transaction_keys() if own_root else None
-    first = True
     for batch, record in sorted(pending.items()):
-        if batch > top:
-            if (recorded is not None and (batch, record.generation) not in recorded
-                    and not sink.is_committed(record)):
-                # settled since: committed and then undone by another lineage's rewind, or aborted
-                return Divergence("behind" if sink.was_committed(record) else "aborted", batch, record.txn_id)
-            # Aborted, its record not yet deleted: an abort decides before it deletes, and
-            # aborts go in batch order (every settler's), so the first one tells.
-            if first and sink.decision(record) == "abort":
-                return Divergence("aborted", batch, record.txn_id)
-            first = False
-        elif batch < top:
+        if batch < top:
             held = _held(sink, job, batch)
             if held is not None and held.generation is not None and held.generation != record.generation:
                 return Divergence("diverged", batch, record.txn_id, held)
+    return _pending_gone([(b, r) for b, r in sorted(pending.items()) if b > top], sink, recorded)
+
+
+def _pending_gone(pending: list[tuple[int, TransactionRecord]], sink: Sink,
+                  recorded: set[tuple[int, int]] | None) -> Divergence | None:
+    """The first of `pending` (in batch order, none committed in the sink) that can no
+    longer be committed: settled since (``behind``: committed and then undone by another
+    lineage's rewind; ``aborted``), or its abort decided."""
+    first = True
+    for batch, record in pending:
+        if (recorded is not None and (batch, record.generation) not in recorded
+                and not sink.is_committed(record)):
+            return Divergence("behind" if sink.was_committed(record) else "aborted", batch, record.txn_id)
+        # Aborted, its record not yet deleted: an abort decides before it deletes, and
+        # aborts go in batch order (every settler's), so the first one tells.
+        if first and sink.decision(record) == "abort":
+            return Divergence("aborted", batch, record.txn_id)
+        first = False
     return None
 
 

@@ -221,3 +221,28 @@ def test_a_snapshot_whose_confirmed_transactions_were_aborted_is_refused(
     retry = scene.run("retry")  # restore=latest: the second lineage, from batch 1
     assert retry.proc.returncode == 0, explain(scene.drivers, scene.catalog())
     _exact(scene)
+
+
+@pytest.mark.parametrize("case_cls", [DeltaCase, pytest.param(DeltaMergeCase, marks=pytest.mark.slow)],
+                         ids=["delta-append", "delta-merge"])
+def test_a_rewind_that_needs_an_aborted_transaction_is_refused(scene_of: Any, case_cls: type[SinkCase]) -> None:
+    """Found by the simulation (20262201:3883): the first lineage confirmed batches 2-5
+    and committed 0-1; the second lineage's recovery aborted 2-5 and it committed its own
+    batch 2. A rewinding restore of the first lineage's savepoint must be refused before
+    anything is written: a rewind to the first lineage's batch 1 would need its batches
+    2-5, whose output is gone (the start rewound the table and was refused after). A
+    directory sink cannot rewind: it is refused before this question."""
+    scene = scene_of(case_cls)
+    catalog, by_batch, savepoint = _first_lineage(scene, EXTERNAL)
+    result = commit_pending(catalog, upto_batch=1, sink=scene.case.sink())
+    assert len(result["committed"]) == 2, result
+    second = scene.run("second", {**RETAIN, "spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[1].id)},
+                       fault="committed:2")
+    _killed(second, "committed:2")
+
+    _refused(scene, "third", {"spark.sparkpoint.restore": savepoint.uri, "spark.sparkpoint.restore.sinkAhead": "rewind"},
+             "was aborted since: its output is gone")
+
+    retry = scene.run("retry")  # restore=latest: the second lineage, from its batch 2
+    assert retry.proc.returncode == 0, explain(scene.drivers, scene.catalog())
+    _exact(scene)

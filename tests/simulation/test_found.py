@@ -176,3 +176,20 @@ def test_a_start_superseded_while_it_recovered_is_stale_not_refused() -> None:
 
     schedule, chooser = random_run(20262004, 3381)
     run_schedule(schedule, chooser)
+
+
+def test_a_rewind_that_needs_an_aborted_transaction_is_refused_before_anything_is_written() -> None:
+    """Found by `make explore` at 20262201:3883 (Delta, external commit mode): "a4-driver
+    was refused but changed [its pin, …]". Generation 1 confirmed batches 2-3 and only
+    committed 0-1; a restore of batch 1 (generation 2) aborted them and committed its own
+    batch 2; a4 restored generation 1's savepoint of batch 3 by path with
+    ``restore.sinkAhead=rewind``. The check before writing stopped at the first
+    divergence (batch 2 is generation 2's: rewindable), a4 wrote its pin and origin,
+    rewound the table (generation 2's batch 2 undone), and its recovery then found batch 2
+    of its own lineage aborted. Fixed: a rewindable divergence is accepted only when
+    every pending transaction the rewound lineage still has to commit can be committed,
+    so the start is refused before anything is written. Replayed from its seed and index."""
+    from tests.simulation.explore import random_run
+
+    schedule, chooser = random_run(20262201, 3883)
+    run_schedule(schedule, chooser)
