@@ -92,7 +92,8 @@ def divergence(snapshot: SnapshotHandle | None, sink: Sink, catalog: Catalog, jo
     found = _first_divergence(meta, sink, job, pending, recorded)
     if found is not None and found.rewindable:
         # A rewind goes back to the lineage's own commit, below these: each must commit after it.
-        needed = [(batch, record) for batch, record in sorted(pending.items()) if not sink.is_committed(record)]
+        needed = [(batch, record) for batch, record in sorted(pending.items())
+                  if not sink.is_committed(record)]
         lost = _pending_gone(needed, sink, recorded)
         if lost is not None and lost.kind == "aborted":
             return lost
