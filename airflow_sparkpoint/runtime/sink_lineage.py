@@ -18,6 +18,9 @@ before it commits anything, so it is enough to look at:
 4. every pending transaction at or below j: the sink must hold exactly it (the commit
    step committed it since).
 
+A divergence of 1 or 2 that a rewind would fix also needs 3 for every pending
+transaction the sink does not hold (the rewind goes below them).
+
 `divergence` finds the first violation, reading only; `runtime.restore.check_sink_position`
 refuses it before anything is written, or, with ``restore.sinkAhead=rewind`` on a sink
 that can rewind, rewinds the sink to the lineage's own commit (`Sink.rewind`). Snapshots
@@ -127,19 +130,18 @@ def _first_divergence(meta: SnapshotMetadata, sink: Sink, job: str, pending: dic
 
 def _pending_gone(pending: list[tuple[int, TransactionRecord]], sink: Sink,
                   recorded: set[tuple[int, int]] | None) -> Divergence | None:
-    """The first of `pending` (in batch order, none committed in the sink) that can no
-    longer be committed: settled since (``behind``: committed and then undone by another
-    lineage's rewind; ``aborted``), or its abort decided."""
-    first = True
+    """The first of `pending` (in batch order) that can no longer be committed: settled
+    since (``behind``: committed and then undone by another lineage's rewind;
+    ``aborted``), or its abort decided."""
     for batch, record in pending:
         if (recorded is not None and (batch, record.generation) not in recorded
                 and not sink.is_committed(record)):
             return Divergence("behind" if sink.was_committed(record) else "aborted", batch, record.txn_id)
-        # Aborted, its record not yet deleted: an abort decides before it deletes, and
-        # aborts go in batch order (every settler's), so the first one tells.
-        if first and sink.decision(record) == "abort":
+        # Aborted, its record not yet deleted (an abort decides before it deletes). Every
+        # decision is read: another lineage's recovery aborts what its own restart point
+        # does not confirm and keeps, undecided, the lower batches it does.
+        if sink.decision(record) == "abort":
             return Divergence("aborted", batch, record.txn_id)
-        first = False
     return None
 
 

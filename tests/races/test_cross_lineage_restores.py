@@ -246,3 +246,25 @@ def test_a_rewind_that_needs_an_aborted_transaction_is_refused(scene_of: Any, ca
     retry = scene.run("retry")  # restore=latest: the second lineage, from its batch 2
     assert retry.proc.returncode == 0, explain(scene.drivers, scene.catalog())
     _exact(scene)
+
+
+def test_an_abort_above_a_kept_transaction_refuses_the_start_before_it_writes(scene_of: Any) -> None:
+    """Found by the simulation (20262202:2484): the first lineage confirmed batches 0-5 and
+    committed none; the second lineage restored its checkpoint of batch 2, so its recovery
+    keeps batches 0-2 and aborts 3-5, and it is killed right after deciding the abort of
+    batch 3 (the first of three: its record is still there). A restore of the first
+    lineage's checkpoint of batch 5 must be refused before anything is written: its batch
+    3 is aborted although batch 0 is undecided (the check read only the first pending
+    decision, and was refused after writing its pin and origin)."""
+    scene = scene_of(DirectoryCase)
+    catalog, by_batch, _savepoint = _first_lineage(scene, EXTERNAL)
+    second = scene.run("second", {**RETAIN, **EXTERNAL, "spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[2].id)},
+                       fault="recovery:3")
+    _killed(second, "recovery:3")
+
+    _refused(scene, "third", {"spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[5].id)},
+             "was aborted since: its output is gone")
+
+    retry = scene.run("retry")  # restore=latest: the second lineage, from batch 2
+    assert retry.proc.returncode == 0, explain(scene.drivers, scene.catalog())
+    _exact(scene)

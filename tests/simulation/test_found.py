@@ -193,3 +193,18 @@ def test_a_rewind_that_needs_an_aborted_transaction_is_refused_before_anything_i
 
     schedule, chooser = random_run(20262201, 3883)
     run_schedule(schedule, chooser)
+
+
+def test_an_abort_above_a_kept_transaction_refuses_the_start_before_it_writes() -> None:
+    """Found by `make explore` at 20262202:2484 (directory sink, external commit mode):
+    "a3-driver was refused but changed [its pin, …]". Another lineage's recovery (a1,
+    restored from generation 1's batch 0) kept batch 0 (its restart point confirms it),
+    decided to abort batch 1, and stalled before deleting the record of batch 1; a3
+    restored generation 1's checkpoint of batch 3 by path. Its check read only the first
+    pending transaction's decision ("aborts go in batch order, so the first one tells"),
+    found batch 0 undecided and stopped; a3 wrote its pin and origin and was refused after.
+    Fixed: every pending transaction's decision is read. Replayed from its seed and index."""
+    from tests.simulation.explore import random_run
+
+    schedule, chooser = random_run(20262202, 2484)
+    run_schedule(schedule, chooser)
