@@ -18,9 +18,9 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.hooks.spark_cluster import KUBERNETES_PROVIDER_MISSING, require_kubernetes_client
-from airflow_sparkpoint.services.cluster_manager import KUBERNETES, deploy_mode
+from airflow_sparkpoint.hooks.spark_cluster import KUBERNETES_PROVIDER_MISSING, cluster_manager
 from airflow_sparkpoint.services.cluster_manager import check_deploy_mode as check_deploy_mode_on
+from airflow_sparkpoint.services.cluster_manager import deploy_mode
 from airflow_sparkpoint.services.submit import (
     OPERATOR_SETTINGS,
     path_with_local_spark,
@@ -78,21 +78,23 @@ def require_sparkpoint_connection(conn_id: str | None) -> None:
                                      "one that does or checkpoint_dir=")
 
 
-def check_deploy_mode(operator: Any, connection: Mapping[str, Any]) -> str | None:
+def check_deploy_mode(operator: Any, hook: Any) -> str | None:
     """The cluster manager of a cluster-mode submit (``kubernetes`` or ``yarn``), or None
     for client mode (`services.cluster_manager.check_deploy_mode`: cluster mode on
-    ``k8s://`` and ``yarn`` masters only, with a store the cluster reaches).
+    ``k8s://`` and ``yarn`` masters only, with a store the cluster reaches, and a cluster
+    manager this worker can ask: the Kubernetes client, YARN's ResourceManager address).
 
     :raises ConfigError: a refused combination, naming the master, mode or store.
     """
+    connection: Mapping[str, Any] = hook._connection
     mode = deploy_mode(connection.get("deploy_mode"), operator.conf)
     kind = check_deploy_mode_on(task_id=operator.task_id, master=str(connection.get("master") or ""),
                                 mode=mode,
                                 storage_uri=operator.sparkpoint_hook.storage_uri,
                                 source=f"the operator, the {operator._conn_id!r} connection's deploy-mode or "
                                        "spark.submit.deployMode")
-    if kind == KUBERNETES:
-        require_kubernetes_client()
+    if kind is not None:
+        cluster_manager(kind, operator._conn_id, hook)  # builds only: nothing is asked yet
     return kind
 
 
@@ -114,7 +116,7 @@ def check_spark(operator: Any) -> Any:
         if isinstance(exc, NameError) or "kubernetes" in str(exc).lower():
             raise ConfigError(KUBERNETES_PROVIDER_MISSING) from exc
         raise
-    operator.cluster_kind = check_deploy_mode(operator, hook._connection)
+    operator.cluster_kind = check_deploy_mode(operator, hook)
     environment = {**os.environ, **(operator.env_vars or {})}
     path = path_with_local_spark(environment)
     require_spark_binary(str(hook._connection.get("spark_binary") or "spark-submit"),
