@@ -29,6 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import Self
+
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.history_records import generation_details
@@ -88,7 +90,7 @@ YARN_SUBMIT_OUTPUT = f"""\
 """
 
 
-class ApiException(Exception):  # noqa: N818 - the Kubernetes client's name
+class ApiException(Exception):  # the Kubernetes client's name
     """The Kubernetes client's ``ApiException``: the HTTP status in `status`."""
 
     def __init__(self, status: int, reason: str = "") -> None:
@@ -263,11 +265,11 @@ class ClusterDriver:
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> ClusterDriver:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(10)
 

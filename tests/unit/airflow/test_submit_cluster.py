@@ -227,8 +227,8 @@ def test_a_refused_cluster_mode_fails_before_anything_is_submitted_or_recorded(
     ("kubernetes", K8S_SUBMIT_OUTPUT, f"{NAMESPACE}:{POD}"),
     ("kubernetes", "\n".join(line for line in K8S_SUBMIT_OUTPUT.splitlines() if "submission ID" not in line),
      f"{NAMESPACE}:{POD}"),
-    ("kubernetes", f"26/11/29 INFO LoggingPodStatusWatcherImpl: Deployed Spark application orders with "
-                   f"application ID spark-0a1b and submission ID default:{POD} into Kubernetes", f"default:{POD}"),
+    ("kubernetes", (f"26/11/29 INFO LoggingPodStatusWatcherImpl: Deployed Spark application orders with "
+                    f"application ID spark-0a1b and submission ID default:{POD} into Kubernetes"), f"default:{POD}"),
     ("yarn", YARN_SUBMIT_OUTPUT, YARN_APP),
     ("kubernetes", YARN_SUBMIT_OUTPUT, None),
     ("yarn", "26/11/29 ERROR Client: Application submission failed: application queue full\n", None),
