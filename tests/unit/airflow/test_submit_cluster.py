@@ -133,7 +133,7 @@ def operator(conn_id: str = "spark_k8s", **kwargs: Any) -> Any:
     from airflow_sparkpoint.operators import SparkpointSubmitOperator
 
     kwargs.setdefault("sparkpoint_conn_id", "sp_s3")
-    kwargs.setdefault("work_dir", "/var/sparkpoint/live")  # on the driver pod's disk (an emptyDir)
+    kwargs.setdefault("work_dir", "/mnt/live")  # a ReadWriteMany volume in the driver and executor pods
     return SparkpointSubmitOperator(task_id="submit", application="/app/job.py", job_name=JOB, conn_id=conn_id,
                                     poll_interval=kwargs.pop("poll_interval", 0.2),
                                     dead_after=kwargs.pop("dead_after", 3.0), **kwargs)
