@@ -428,6 +428,20 @@ def test_a_resumed_deferred_task_re_attaches_to_its_cluster_run(cluster: SimpleN
     assert kwargs["generation"] == 1 and kwargs["cluster"]["driver"]["pod"] == POD
 
 
+def test_the_trigger_refuses_a_malformed_cluster_record(cluster: SimpleNamespace) -> None:
+    from airflow_sparkpoint.triggers.run import SparkpointRunTrigger
+
+    base = {"job_name": JOB, "generation": 1, "sparkpoint_conn_id": "sp_s3"}
+    pod = {"kind": "kubernetes", "namespace": NAMESPACE, "pod": POD}
+    with pytest.raises(ConfigError, match="application_<cluster timestamp>"):
+        SparkpointRunTrigger(**base, cluster={"driver": {"kind": "yarn", "application_id": "x"}, "conn_id": "c"})
+    with pytest.raises(ConfigError, match="a driver and a Spark conn_id"):
+        SparkpointRunTrigger(**base, cluster={"driver": pod})
+    with pytest.raises(ConfigError, match="process and cluster are both given"):
+        SparkpointRunTrigger(**base, cluster={"driver": pod, "conn_id": "spark_k8s"},
+                             process={"host": "h", "boot_id": "b", "pgid": 4242, "leader_start": "1", "log": ""})
+
+
 # ---------------------------------------------------------------------------- retries fence
 
 
