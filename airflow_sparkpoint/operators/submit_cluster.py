@@ -138,7 +138,8 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
         raise AirflowException(
             f"job {op.job_name!r}: spark-submit in cluster mode on {kind} "
             f"{'failed (exit ' + str(submission.exit_code) + ')' if submission.exit_code else 'ended'} "
-            f"without naming the driver; its last output:\n{tail}")
+            f"without naming the driver (read from its INFO output: keep the log4j2 level of "
+            f"org.apache.spark.deploy at INFO or lower); its last output:\n{tail}")
     if submission.exit_code:
         op.log.warning("spark-submit of job %s exited %d after submitting %s: following it", op.job_name,
                        submission.exit_code, driver.describe())

@@ -340,6 +340,20 @@ def test_a_driver_that_ends_before_its_claim_fails_the_task_naming_it(
     assert cluster.catalog.current_generation() == 0 and rm.kills() == []
 
 
+def test_a_spark_submit_that_names_no_driver_fails_the_task_with_its_output(
+        cluster: SimpleNamespace, rm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    cluster.output("26/11/29 02:40:02 ERROR Client: Application submission failed: queue 'etl' is full\n")
+    monkeypatch.setenv("FAKE_SUBMIT_EXIT", "1")
+    store = FakeStore()
+    with pytest.raises(AirflowException, match=r"failed \(exit 1\) without naming the driver") as failed:
+        operator("spark_yarn").execute(context(FakeTI(), store))
+    assert "queue 'etl' is full" in str(failed.value)
+    assert len(submitted(cluster.calls)) == 1 and cluster.catalog.current_generation() == 0
+    assert "sparkpoint_detached" not in store.values and rm.requests == []
+
+
 # ---------------------------------------------------------------------------- deferred: the trigger
 
 
