@@ -16,6 +16,8 @@
     <job>/cutover/<cutover-id>.{plan,agreed,claimed,done}.json   a zero-downtime cutover (write-once)
     <job>/cutover/<cutover-id>.green.json         green's warm-up progress (overwritten)
     <job>/results/<generation>.json               the run result of a generation
+    <job>/launches/<token>.json                   where a submit started its driver (a detached
+                                                  process, a Kubernetes pod, a YARN application)
     <job>/last-disposed-id                        highest id ever disposed (ids are never reused)
     <job>/checkpoint-counters.json                lifetime checkpoint counts and recent outcomes
     <job>/committed.json                          the newest sink commit (`commit_head`: asset watchers)
@@ -39,14 +41,14 @@ from airflow_sparkpoint.storage.base import PrefixedStorage, Storage
 
 __all__ = ["CHK_RE", "COMMITTED", "CONTROL", "COUNTERS", "CUTOVER", "CUTOVER_PARTS", "CUTOVER_RE", "FOLLOW",
            "GC", "GC_RE", "GENERATIONS", "GENERATIONS_LISTED",
-           "ID_FLOOR", "JOB_RE", "LINEAGE", "LINEAGE_RE", "METADATA", "PINS", "RECORD_MAX_BYTES",
+           "ID_FLOOR", "JOB_RE", "LAUNCHES", "LINEAGE", "LINEAGE_RE", "METADATA", "PINS", "RECORD_MAX_BYTES",
            "RECORD_MAX_COST", "RESULTS", "SAVEPOINTS", "SAVEPOINT_RE", "SHARED", "SNAPSHOT_LOG_MAX_BYTES",
            "STATUS", "STATUS_DIR", "TXN", "TXN_ID_RE", "TXN_RE", "VERIFICATION", "JobStore",
            "check_metadata_size", "checkpoint_dir", "checkpoint_metadata", "cutover_key", "gc_key",
            "generation_key",
-           "generation_of", "limits_of", "lineage_key", "max_bytes_of", "parse_pin_dir", "parse_txn_id",
-           "pin_dir", "savepoint_checkpoint", "savepoint_dir", "status_key", "txn_id", "txn_key",
-           "validate_job_name"]
+           "generation_of", "launch_key", "limits_of", "lineage_key", "max_bytes_of", "parse_pin_dir",
+           "parse_txn_id", "pin_dir", "savepoint_checkpoint", "savepoint_dir", "status_key", "txn_id",
+           "txn_key", "validate_job_name"]
 
 METADATA = "_metadata"
 #: ``<snapshot dir>/_verification.json``: the last restore drill of that snapshot
@@ -175,6 +177,20 @@ def status_key(generation: int) -> str:
     return f"{STATUS_DIR}/{generation:012d}.json"
 
 
+#: a submit token (`services.runs.new_token`: 32 hex digits; up to 64 word characters accepted)
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def launch_key(token: str) -> str:
+    """The key of the launch record of the submit with token `token`.
+
+    :raises ConfigError: the token is not 1-64 letters, digits, ``_`` or ``-``.
+    """
+    if not isinstance(token, str) or not _TOKEN_RE.match(token):
+        raise ConfigError(f"submit token {token!r} is invalid; expected 1-64 letters, digits, '_' or '-'")
+    return f"{LAUNCHES}/{token}.json"
+
+
 SHARED = "shared"
 SAVEPOINTS = "savepoints"
 GENERATIONS = "generations"
@@ -185,6 +201,7 @@ TXN = "txn"
 CONTROL = "control"
 CUTOVER = "cutover"
 RESULTS = "results"
+LAUNCHES = "launches"
 
 _KIB, _MIB = 1024, 1024 * 1024
 #: the largest object of each kind of record (by its first key segment; ``_metadata`` and
@@ -206,6 +223,7 @@ RECORD_MAX_BYTES = {
     COMMITTED: 64 * _KIB,
     GENERATIONS: 64 * _KIB,  # the driver's details: settings, plan, Airflow try (~2 KiB)
     RESULTS: 256 * _KIB,  # the newest 1,000 committed batch ids and ranges (~30 KiB)
+    LAUNCHES: 64 * _KIB,  # a token, a time and where the driver runs (~1 KiB)
     LINEAGE: 64 * _KIB,
     GC: 16 * _MIB,  # one entry lists at most JOURNAL_KEYS_PER_ENTRY shared keys (~5 MiB)
     TXN: 16 * _MIB,  # lists a batch's staged files (S3: each upload's part ETags)
@@ -226,6 +244,7 @@ RECORD_MAX_COST = {
     COMMITTED: 1 * _MIB,
     GENERATIONS: 1 * _MIB,
     RESULTS: 2 * _MIB,  # a reader holds the newest GENERATIONS_SHOWN (20) of them
+    LAUNCHES: 1 * _MIB,
     LINEAGE: 1 * _MIB,
     GC: 160 * _MIB,
     TXN: 160 * _MIB,

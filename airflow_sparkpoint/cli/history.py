@@ -10,7 +10,7 @@ from typing import Any
 
 from airflow_sparkpoint.cli.options import common_options, env, open_catalog, positive_seconds
 from airflow_sparkpoint.cli.output import EXIT_OK, emit_json, iso, pairs, size, table
-from airflow_sparkpoint.exceptions import UsageError
+from airflow_sparkpoint.exceptions import SparkpointError, UsageError
 from airflow_sparkpoint.services.health import load_for_metrics, metric_values, prometheus_text
 from airflow_sparkpoint.services.history import (
     PipelineHistory,
@@ -18,6 +18,7 @@ from airflow_sparkpoint.services.history import (
     skipped_checkpoints,
     snapshot_records,
 )
+from airflow_sparkpoint.services.runs import LaunchRecord, launch_of
 from airflow_sparkpoint.services.stores import Catalog, other_jobs
 
 __all__ = ["add_list", "add_metrics", "add_status", "cmd_list", "cmd_metrics", "cmd_status",
@@ -99,8 +100,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- status
 
 
-def status_document(history: PipelineHistory) -> dict[str, Any]:
-    """`status --json` (docs/CLI.md), from the history model."""
+def status_document(history: PipelineHistory, launch: LaunchRecord | None = None) -> dict[str, Any]:
+    """`status --json` (docs/CLI.md), from the history model and the current generation's
+    launch record (`launch`: where its submit started the driver)."""
     status, latest = history.status, history.latest_completed
     last_checkpoint = None
     if status is not None and status.last_checkpoint_id is not None:
@@ -135,6 +137,9 @@ def status_document(history: PipelineHistory) -> dict[str, Any]:
         "latest_restore": None if view["latest_restore"] is None else {
             k: view["latest_restore"][k] for k in ("generation", "restored_from", "started", "airflow")},
         "airflow_try": view["airflow_try"],
+        "driver": None if launch is None else {
+            **dict(launch.driver), "deploy_mode": launch.deploy_mode, "where": launch.describe(),
+            "launched": iso(launch.launched_at)},
     }
 
 
@@ -144,7 +149,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     latest = history.latest_completed
     for record in skipped_checkpoints(history):  # what `restore=latest` skips over, as the catalog warns
         log.warning("skipping invalid checkpoint %s: %s", record.uri, record.error)
-    document = status_document(history)
+    try:
+        launch = launch_of(catalog, history.generation)
+    except SparkpointError as exc:  # bookkeeping: the status shows without it
+        log.warning("cannot read the launch record of generation %d: %s", history.generation, exc)
+        launch = None
+    document = status_document(history, launch)
     if args.json:
         emit_json(document)
         return EXIT_OK
@@ -171,6 +181,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         ("root", catalog.uri),
         ("generation", generation if generation else "none claimed yet"),
         ("started by", started_by),
+        ("driver host", None if status is None or not status.host else
+         f"{status.host} pid {status.pid}" + (f", application {status.application_id}"
+                                                if status.application_id else "")),
+        ("driver", None if launch is None else f"{launch.describe()} ({launch.deploy_mode} mode, launched "
+                                               f"{iso(launch.launched_at)})"),
         ("state", f"{state} (generation {status.generation})" if status is not None else state),
         ("alive", alive_text),
         ("last batch", document["last_batch"]),

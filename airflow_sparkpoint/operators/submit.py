@@ -5,11 +5,12 @@ runtime: sets the ``spark.sparkpoint.*`` conf, chooses the restore target (``res
 on the first try, the latest retained checkpoint of the task's own runs on every retry),
 optionally ships the runtime with ``--py-files``, and returns the run result as XCom.
 
-Client deploy mode only: the driver runs under the task, so a kill of the task reaches
-it (see `on_kill` and `airflow_sparkpoint.runtime.signals`); or, with ``deferrable``,
+Client deploy mode: the driver runs under the task, so a kill of the task reaches it
+(see `on_kill` and `airflow_sparkpoint.runtime.signals`); or, with ``deferrable``,
 detached from it and followed through the catalog by a trigger (`submit_deferred`).
-``deploy_mode="cluster"`` is refused before anything is submitted
-(see `submit_checks.refuse_cluster_mode`).
+Cluster deploy mode on Kubernetes and YARN (`submit_cluster`): the driver runs on the
+cluster, the catalog tracks it and the cluster manager kills it; on standalone and
+local masters it is refused before anything is submitted (`submit_checks.check_deploy_mode`).
 
 Each submit carries a token (environment ``SPARKPOINT_SUBMITTER``) that the driver
 records with its generation claim: the operator finds its own run, result and
@@ -30,7 +31,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
-from airflow_sparkpoint.operators import lineage, submit_deferred
+from airflow_sparkpoint.operators import lineage, submit_cluster, submit_deferred
 from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
 from airflow_sparkpoint.operators.driver_errors import run_failure
 from airflow_sparkpoint.operators.health import emit_metrics_for
@@ -103,7 +104,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         cluster needs no install of the provider.
     :param stop_timeout: how long `on_kill` gives the driver to end after SIGTERM (it
         records its failed status at once) before spark-submit is killed (a duration:
-        seconds, a timedelta or a string such as ``"3s"``).
+        seconds, a timedelta or a string such as ``"3s"``); in cluster mode, after the
+        control cancel, before the cluster manager's kill.
     :param spark_history_server: base URL of a Spark History Server: the "Spark UI" link
         points there instead of the driver's live UI.
     :param takeover: start even when the job's live run was started by another task
@@ -129,7 +131,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
     (pushed also when it failed) and with key ``spark_application`` its claim (application
     id, UI URL, host, pid).
 
-    :raises ConfigError: bad settings or ``deploy_mode="cluster"``, before anything runs.
+    :raises ConfigError: bad settings, or ``deploy_mode="cluster"`` on a master other than
+        ``k8s://`` or ``yarn`` or with a store of this worker's disk, before anything runs.
     :raises JobAlreadyRunning: another task's run of the job is live and not `takeover`.
     """
 
@@ -198,6 +201,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         self.poll_interval = durations.seconds("poll_interval", poll_interval)
         self.dead_after = durations.seconds("dead_after", dead_after)
         self._detached: Any = None  # the detached driver until the task defers (`on_kill` stops it)
+        #: ``kubernetes`` or ``yarn`` in cluster mode, None in client mode (set by `check_spark`)
+        self.cluster_kind: str | None = None
+        self._cluster_run: submit_cluster.ClusterRun | None = None  # a cluster-mode run `on_kill` stops
         #: the run this try started (its generation claim), once the driver recorded it
         self.sparkpoint_run: dict[str, Any] | None = None
         #: the run result of this try (OpenLineage facets), once it ended
@@ -286,6 +292,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         given = dict(self.conf or {})
         self.conf = {**given, **sparkpoint_conf}
         self._conf_given = (given, dict(self.conf))
+        if self.cluster_kind is not None:  # the driver runs on the cluster: never the parent's execute
+            return submit_cluster.run(self, context, catalog, token=token, since=generation_before,
+                                      starter=starter)
         self._secret_env = {**secret_environment(self.sparkpoint_hook.storage_options),
                             **starter_environment(starter), SUBMITTER_ENV: token}
         master = str(self._get_hook()._connection.get("master") or "")
@@ -377,7 +386,18 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         outlive the driver and stop a later run. So: SIGTERM spark-submit and its
         children (again, for an execution timeout, where no supervisor signal came),
         give them `stop_timeout` seconds, then the Spark hook's own kill (SIGKILL).
+
+        Cluster mode differs (`submit_cluster.stop`): no signal reaches a driver on the
+        cluster, so a control cancel addressed to the run's generation (it cannot stop a
+        later run), `stop_timeout` seconds for its end, then the cluster manager's kill.
         """
+        if self._cluster_run is not None:  # cluster mode: a cancel, then the cluster manager's kill
+            by = f"SparkpointSubmitOperator {self.task_id!r} (on_kill)"
+            for line in submit_cluster.stop(self._cluster_run, stop_timeout=self.stop_timeout,
+                                            requested_by=by):
+                self.log.info("stopping job %s: %s", self.job_name, line)
+            self._cluster_run = None
+            return  # nothing here runs the driver: no signal, no spark-submit to kill
         if self._detached is not None:  # killed before it deferred: end the detached driver too
             self.log.info("job %s: %s", self.job_name, stop_group(self._detached, grace_s=self.stop_timeout))
             self._detached = None

@@ -1,5 +1,6 @@
 """What `SparkpointSubmitOperator` checks before anything runs (issue #48): its two
-connections (the store's and Spark's), Spark's deploy mode and ``spark-submit``, the
+connections (the store's and Spark's), Spark's master and deploy mode (cluster mode on
+Kubernetes and YARN only, issue #50) and ``spark-submit``, the
 `application`'s path, and the ``spark.sparkpoint.*`` settings given in `conf` as well as
 in `sparkpoint_conf` (those rules are `services.submit`'s).
 
@@ -17,6 +18,9 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.hooks.spark_cluster import KUBERNETES_PROVIDER_MISSING, cluster_manager
+from airflow_sparkpoint.services.cluster_manager import check_deploy_mode as check_deploy_mode_on
+from airflow_sparkpoint.services.cluster_manager import deploy_mode
 from airflow_sparkpoint.services.submit import (
     OPERATOR_SETTINGS,
     path_with_local_spark,
@@ -28,9 +32,9 @@ from airflow_sparkpoint.services.submit import (
 __all__ = [
     "OPERATOR_SETTINGS",
     "SparkpointConfigFailure",
+    "check_deploy_mode",
     "check_spark",
     "path_with_local_spark",
-    "refuse_cluster_mode",
     "require_spark_binary",
     "require_spark_connection",
     "require_sparkpoint_connection",
@@ -74,37 +78,45 @@ def require_sparkpoint_connection(conn_id: str | None) -> None:
                                      "one that does or checkpoint_dir=")
 
 
-def refuse_cluster_mode(task_id: str, conn_id: str, connection: Mapping[str, Any],
-                        conf: Mapping[str, Any] | None) -> None:
-    """Refuse ``deploy_mode="cluster"`` (operator, Spark connection or conf).
+def check_deploy_mode(operator: Any, hook: Any) -> str | None:
+    """The cluster manager of a cluster-mode submit (``kubernetes`` or ``yarn``), or None
+    for client mode (`services.cluster_manager.check_deploy_mode`: cluster mode on
+    ``k8s://`` and ``yarn`` masters only, with a store the cluster reaches, and a cluster
+    manager this worker can ask: the Kubernetes client, YARN's ResourceManager address).
 
-    In cluster mode the driver runs on the cluster: a kill of this task would not
-    reach it, and the Spark provider's durable reconnect would make a retry attach
-    to a still running application and return no result. Until both are handled
-    through the cluster manager (and tested against one), only client mode runs.
-
-    :raises ConfigError: cluster mode was asked for.
+    :raises ConfigError: a refused combination, naming the master, mode or store.
     """
-    mode = str(connection.get("deploy_mode") or (conf or {}).get("spark.submit.deployMode") or "")
-    if mode.strip().lower() == "cluster":
-        raise ConfigError(
-            f"SparkpointSubmitOperator {task_id!r}: deploy_mode='cluster' is not supported (from the "
-            f"operator, the {conn_id!r} connection's deploy-mode or spark.submit.deployMode); expected "
-            "client mode, where the driver runs under this task so that a kill or a retry reaches it"
-        )
+    connection: Mapping[str, Any] = hook._connection
+    mode = deploy_mode(connection.get("deploy_mode"), operator.conf)
+    kind = check_deploy_mode_on(task_id=operator.task_id, master=str(connection.get("master") or ""),
+                                mode=mode,
+                                storage_uri=operator.sparkpoint_hook.storage_uri,
+                                source=f"the operator, the {operator._conn_id!r} connection's deploy-mode or "
+                                       "spark.submit.deployMode")
+    if kind is not None:
+        cluster_manager(kind, operator._conn_id, hook)  # builds only: nothing is asked yet
+    return kind
 
 
 def check_spark(operator: Any) -> Any:
     """The Spark provider's hook of a `SparkpointSubmitOperator`, once its Sparkpoint
     connection exists and its Spark connection, deploy mode and ``spark-submit`` are known
-    to be usable; its relative `application` resolved.
+    to be usable; its relative `application` resolved and its ``cluster_kind`` set (None:
+    client mode).
 
     :raises ConfigError: naming what is missing or refused.
     """
     require_sparkpoint_connection(operator.sparkpoint_conn_id)
     require_spark_connection(operator._conn_id)  # else the provider falls back to master yarn
-    hook = operator._get_hook()
-    refuse_cluster_mode(operator.task_id, operator._conn_id, hook._connection, operator.conf)
+    try:
+        hook = operator._get_hook()
+    except (NameError, RuntimeError) as exc:
+        # the Spark provider's hook of a k8s:// master without the cncf provider: NameError
+        # (no kube_client name) or RuntimeError ("kubernetes dependencies are not installed")
+        if isinstance(exc, NameError) or "kubernetes" in str(exc).lower():
+            raise ConfigError(KUBERNETES_PROVIDER_MISSING) from exc
+        raise
+    operator.cluster_kind = check_deploy_mode(operator, hook)
     environment = {**os.environ, **(operator.env_vars or {})}
     path = path_with_local_spark(environment)
     require_spark_binary(str(hook._connection.get("spark_binary") or "spark-submit"),

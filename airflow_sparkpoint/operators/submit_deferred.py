@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
-from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
+from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.operators.driver_errors import DriverOutput, run_failure
 from airflow_sparkpoint.operators.submit_publish import found
+from airflow_sparkpoint.services.cluster_manager import cluster_record
 from airflow_sparkpoint.services.detached import DriverProcess, launch, stop_group
-from airflow_sparkpoint.services.follow import EVENT_STATUSES, reattach_target
-from airflow_sparkpoint.services.runs import AirflowTry, find_claim, task_try
+from airflow_sparkpoint.services.follow import EVENT_STATUSES, reattach_target, wait_for_claim
+from airflow_sparkpoint.services.runs import AirflowTry, record_launch, task_try
 from airflow_sparkpoint.services.stores import Catalog
 from airflow_sparkpoint.services.submit_dir import SubmitDir
 from airflow_sparkpoint.triggers.run import MIN_POLL_INTERVAL_S, SparkpointRunTrigger
@@ -40,8 +41,8 @@ if TYPE_CHECKING:
 
     from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 
-__all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "DeferringSubmit", "DetachedRecord", "check_event", "complete",
-           "launch_and_defer", "never_expire", "reattach"]
+__all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "DeferringSubmit", "DetachedRecord", "check_event",
+           "complete", "deadline_of", "defer", "launch_and_defer", "never_expire", "reattach"]
 
 #: the task state store key of the detached run's record
 DETACHED_KEY = "sparkpoint_detached"
@@ -90,7 +91,10 @@ class DeferringSubmit(Protocol):
 
 class DetachedRecord(dict):  # type: ignore[type-arg]
     """The detached run a task follows, as kept in the task state store:
-    ``generation``, ``token``, ``since``, ``process`` (`DriverProcess.to_json`), ``deadline``."""
+    ``generation``, ``token``, ``since``, ``deadline`` and where the driver runs: ``process``
+    (`DriverProcess.to_json`, client mode) or ``cluster`` (cluster mode: ``driver``,
+    `ClusterDriver.to_json`, and ``conn_id``, the Spark connection whose cluster manager
+    watches and kills it)."""
 
     @classmethod
     def load(cls, store: Any) -> DetachedRecord | None:
@@ -102,7 +106,10 @@ class DetachedRecord(dict):  # type: ignore[type-arg]
             raw = json.loads(raw) if isinstance(raw, str) else raw
             if not isinstance(raw, dict) or not isinstance(raw.get("generation"), (int, type(None))):
                 return None
-            DriverProcess.from_json(raw.get("process"))
+            if raw.get("cluster") is not None:
+                cluster_record(raw["cluster"])
+            else:
+                DriverProcess.from_json(raw.get("process"))
             return cls(raw)
         except (ConfigError, ValueError, TypeError, AttributeError, KeyError):
             return None
@@ -135,22 +142,27 @@ def _task(op: DeferringSubmit, context: Context) -> dict[str, Any]:
             "map_index": -1 if me.map_index is None else me.map_index}
 
 
-def _deadline(op: DeferringSubmit) -> float | None:
+def deadline_of(op: DeferringSubmit) -> float | None:
     timeout = op.execution_timeout
     if isinstance(timeout, timedelta):
         return time.time() + timeout.total_seconds()
     return None
 
 
-def _defer(op: DeferringSubmit, context: Context, *, generation: int, token: str, since: int,
-           process: DriverProcess | None, deadline: float | None) -> NoReturn:
+def defer(op: DeferringSubmit, context: Context, *, generation: int, token: str, since: int,
+          process: DriverProcess | None, deadline: float | None,
+          cluster: Mapping[str, Any] | None = None) -> NoReturn:
+    """Defer on run `generation` (`SparkpointRunTrigger`), its driver a detached `process`
+    or on the `cluster` (a `DetachedRecord`'s ``cluster``) or not known (neither)."""
     trigger = SparkpointRunTrigger(
         job_name=op.job_name, generation=generation, checkpoint_dir=op.checkpoint_dir,
         sparkpoint_conn_id=op.sparkpoint_conn_id, process=None if process is None else process.to_json(),
+        cluster=None if cluster is None else dict(cluster),
         task=_task(op, context), poll_interval=max(op.poll_interval, MIN_POLL_INTERVAL_S),
         dead_after=op.dead_after, deadline=deadline)
-    op.log.info("job %s generation %d runs detached (%s); deferring", op.job_name, generation,
-                process.describe() if process else "process not recorded")
+    where = (process.describe() if process else cluster_record(cluster)[0].describe() if cluster
+             else "driver not recorded")
+    op.log.info("job %s generation %d runs detached (%s); deferring", op.job_name, generation, where)
     op.defer(trigger=trigger, method_name="execute_complete",
              kwargs={"generation": generation, "token": token, "since": since})
 
@@ -164,14 +176,17 @@ def reattach(op: DeferringSubmit, context: Context, catalog: Catalog, starter: A
     status = reattach_target(catalog, starter, own=own, max_heartbeat_age=op.dead_after)
     if status is None:
         return
-    process = None
-    token, since, deadline = "", status.generation - 1, _deadline(op)
+    process = cluster = None
+    token, since, deadline = "", status.generation - 1, deadline_of(op)
     claim = catalog.generation_claim(status.generation)
     # the record of the launch names this run: by generation, or (a worker lost before the
     # claim came) by the submit token the driver recorded in its claim
     if record is not None and (record["generation"] == status.generation or (
             claim is not None and record.get("token") and claim.submitter == record.get("token"))):
-        process = DriverProcess.from_json(record["process"])
+        if record.get("cluster") is not None:
+            cluster = record["cluster"]
+        else:
+            process = DriverProcess.from_json(record["process"])
         token, since = str(record.get("token") or ""), int(record.get("since") or since)
         deadline = record.get("deadline") if isinstance(record.get("deadline"), (int, float)) else deadline
     if claim is not None:
@@ -179,8 +194,8 @@ def reattach(op: DeferringSubmit, context: Context, catalog: Catalog, starter: A
         token = token or claim.submitter
     op.log.info("job %s generation %d, started by an earlier try of this task, is live: following it again "
                 "instead of starting a new generation", op.job_name, status.generation)
-    _defer(op, context, generation=status.generation, token=token, since=since, process=process,
-           deadline=deadline)
+    defer(op, context, generation=status.generation, token=token, since=since, process=process,
+          deadline=deadline, cluster=cluster)
 
 
 def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *, token: str,
@@ -200,37 +215,34 @@ def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *,
     op._detached = process
     store = context.get("task_state_store")
     record = DetachedRecord(generation=None, token=token, since=since, process=process.to_json(),
-                            deadline=_deadline(op))
+                            deadline=deadline_of(op))
     record.save(store, op.log)  # at once: a worker lost before the claim leaves its retry the process
     submit_dir.hand_over()  # the launcher holds the lock now; the directory outlives this task
     op.log.info("spark-submit of job %s started detached: %s", op.job_name, process.describe())
-    deadline = time.monotonic() + CLAIM_TIMEOUT_S
-    claim = None
-    while claim is None:
-        try:
-            claim = find_claim(catalog, token, after=since)
-        except SparkpointError as exc:
-            op.log.warning("could not read the generation claims of job %s: %s", op.job_name, exc)
-        if claim is not None:
-            break
-        if not process.running():
-            output = _driver_output(process.log, op.log)
-            failed = run_failure(op.job_name, catalog, token, since, output=output, exit_code=None,
-                                 scrub=op.sparkpoint_hook.scrub)
-            raise failed or AirflowException(
-                f"job {op.job_name!r}: the detached spark-submit ended before its driver claimed a "
-                f"generation (its output: {process.log})")
-        if time.monotonic() > deadline:
-            op.log.error("stopping job %s: %s", op.job_name, stop_group(process))
-            raise AirflowException(f"job {op.job_name!r}: the detached driver claimed no generation within "
-                                   f"{CLAIM_TIMEOUT_S:.0f} s; stopped it ({process.describe()})")
-        time.sleep(1.0)
+    message = record_launch(catalog, token, deploy_mode="client",
+                            driver={"kind": "process", "host": process.host, "pgid": process.pgid,
+                                    "log": process.log})
+    if message:
+        op.log.warning("%s", message)
+    waited = wait_for_claim(catalog, token, since, process, timeout_s=CLAIM_TIMEOUT_S, warn=op.log.warning)
+    claim = waited.claim
+    if claim is None and waited.why == "ended":
+        output = _driver_output(process.log, op.log)
+        failed = run_failure(op.job_name, catalog, token, since, output=output, exit_code=None,
+                             scrub=op.sparkpoint_hook.scrub)
+        raise failed or AirflowException(
+            f"job {op.job_name!r}: the detached spark-submit ended before its driver claimed a "
+            f"generation (its output: {process.log})")
+    if claim is None:
+        op.log.error("stopping job %s: %s", op.job_name, stop_group(process))
+        raise AirflowException(f"job {op.job_name!r}: the detached driver claimed no generation within "
+                               f"{CLAIM_TIMEOUT_S:.0f} s; stopped it ({process.describe()})")
     found(op, context["ti"], claim)
     record = DetachedRecord({**record, "generation": claim.generation})
     record.save(store, op.log)
     op._detached = None  # deferred: the trigger owns the stop now
-    _defer(op, context, generation=claim.generation, token=token, since=since, process=process,
-           deadline=record["deadline"])
+    defer(op, context, generation=claim.generation, token=token, since=since, process=process,
+          deadline=record["deadline"])
 
 
 def _driver_output(log_path: str, log: Any) -> DriverOutput:
@@ -280,6 +292,8 @@ def complete(op: DeferringSubmit, context: Context, event: Any, *, generation: i
     message = str(event.get("message") or "")
     if event["status"] != "success" and isinstance(event.get("log"), str) and event.get("log"):
         op.log.info("the detached driver's output is %s on host %s", event["log"], event.get("host") or "?")
+    if event["status"] != "success" and isinstance(event.get("driver"), str) and event.get("driver"):
+        op.log.info("the driver ran on the cluster as %s (its log is the cluster's)", event["driver"])
     if event["status"] == "timeout":
         raise AirflowTaskTimeout(message or f"job {op.job_name!r} generation {generation} timed out")
     if event["status"] == "dead":

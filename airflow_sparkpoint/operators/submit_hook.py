@@ -21,8 +21,11 @@ SPARK_PROVIDER_PRIVATE_NAMES = (
     (SparkSubmitOperator, "_get_hook"), (SparkSubmitOperator, "_hook"), (SparkSubmitOperator, "_conn_id"),
     (SparkSubmitHook, "_connection"), (SparkSubmitHook, "_env"), (SparkSubmitHook, "_submit_sp"),
     (SparkSubmitHook, "_build_spark_submit_command"), (SparkSubmitHook, "_process_spark_submit_log"),
+    # cluster mode (`operators.submit_cluster`, `hooks.spark_cluster`)
+    (SparkSubmitHook, "_mask_cmd"), (SparkSubmitHook, "_get_yarn_rm_base_url"),
+    (SparkSubmitHook, "_resolved_yarn_rm_auth"), (SparkSubmitHook, "_YARN_RM_WEBAPP_ADDRESS_EXTRA_KEY"),
 )
-SPARK_CONNECTION_KEYS = ("master", "deploy_mode")
+SPARK_CONNECTION_KEYS = ("master", "deploy_mode", "namespace")
 
 
 class SparkpointSubmitHook(SparkSubmitHook):

@@ -84,6 +84,22 @@ class DriverProcess:
             return False  # the pid is another process's now: the group ended long ago
         return group_exists(self.pgid)
 
+    # the driver handle `services.follow` watches and stops (`follow.DriverHandle`)
+
+    def active(self) -> bool:
+        """Whether it is known to still run (here, and its group has a member)."""
+        return self.here() and self.running()
+
+    def gone(self) -> bool:
+        """Whether it is known to have ended (here, and its group is empty)."""
+        return self.here() and not self.running()
+
+    def kill(self) -> str:
+        return stop_group(self)
+
+    def where(self) -> dict[str, Any]:
+        return {"host": self.host, "log": self.log}
+
 
 def group_exists(pgid: int) -> bool:
     """Whether process group `pgid` has a member that runs (a zombie, killed but not yet

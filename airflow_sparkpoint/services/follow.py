@@ -1,13 +1,15 @@
 """Following a detached run through the catalog only (what the deferrable submit's
 trigger does), deciding whether a resumed task re-attaches to its own run, and stopping
-a detached run (a control cancel first, then its recorded process group).
+a detached run (a control cancel first, then its kill: the recorded process group of a
+client-mode driver, the cluster manager's kill of a cluster-mode one).
 
 A look (`RunFollower.look`) costs two store requests: the generation's own status record
 (``status/<g>.json``, one GET) and whether a newer generation was claimed (one HEAD of
 ``generations/<g+1>``). A run is dead when its heartbeat stayed older than `dead_after`
 on two looks in a row (a run that never wrote a status: `dead_after` after the first
-look), or at once when its process group, recorded on this machine, is gone while its
-status still says it runs. No Airflow, no Spark.
+look), or at once when its driver is known to be gone while its status still says it runs
+(`DriverHandle.gone`: a process group recorded on this machine is empty, the cluster
+manager reports the pod or application ended). No Airflow, no Spark.
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from airflow_sparkpoint.checkpoints import Catalog, layout
+from airflow_sparkpoint.checkpoints.catalog_types import GenerationInfo
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.history_records import AirflowTry, read_generation
 from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
-from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
-from airflow_sparkpoint.services.detached import DriverProcess, stop_group
+from airflow_sparkpoint.exceptions import ConfigError, SparkpointError, StorageError
+from airflow_sparkpoint.services.runs import find_claim
 
-__all__ = ["ENDED", "EVENT_STATUSES", "RunFollower", "reattach_target", "stop_run"]
+__all__ = ["ENDED", "EVENT_STATUSES", "ClaimWait", "DriverHandle", "RunFollower", "reattach_target",
+           "stop_run", "wait_for_claim"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +40,30 @@ ENDED = ("finished", "stopped", "failed")
 EVENT_STATUSES = ("success", "failed", "dead", "timeout")
 
 
+class DriverHandle(Protocol):
+    """Where a followed driver runs, as a follower watches and stops it: a detached
+    client-mode process group (`services.detached.DriverProcess`) or a driver on the
+    cluster (`services.cluster_manager.ClusterHandle`)."""
+
+    def describe(self) -> str: ...
+
+    def active(self) -> bool:
+        """Whether it is known to still run."""
+        ...
+
+    def gone(self) -> bool:
+        """Whether it is known to have ended (False when it cannot be told)."""
+        ...
+
+    def kill(self) -> str:
+        """Kill it unless it ended; what was done (for the log). Never raises."""
+        ...
+
+    def where(self) -> dict[str, Any]:
+        """What an event says about where it ran."""
+        ...
+
+
 @dataclass
 class RunFollower:
     """Looks at run `generation` of the catalog's job until it ended or died."""
@@ -43,10 +71,28 @@ class RunFollower:
     catalog: Catalog
     generation: int
     dead_after: float
-    process: DriverProcess | None = None
+    process: DriverHandle | None = None
+    #: `safe_look`: this many store errors in a row are the dead event
+    max_errors: int = 15
     #: when a look first saw the run without a fresh heartbeat (or without a status), else None
     _stale_since: float | None = None
     _stale_looks: int = 0
+    _errors: int = 0
+
+    def safe_look(self, now: float | None = None) -> dict[str, Any] | None:
+        """`look`, where a store that cannot be read is warned about and counted: after
+        `max_errors` in a row, the ``dead`` event (the store, not the run, is unreachable)."""
+        try:
+            event = self.look(now)
+        except StorageError as exc:
+            self._errors += 1
+            log.warning("look %d at job %s failed: %s", self._errors, self.catalog.job, exc)
+            if self._errors >= self.max_errors:
+                return self.event("dead", f"storage of job {self.catalog.job!r} unreachable ({self._errors} "
+                                          f"looks in a row): {exc}")
+            return None
+        self._errors = 0
+        return event
 
     def look(self, now: float | None = None) -> dict[str, Any] | None:
         """One look (two store requests): the event when the run is over, else None.
@@ -62,7 +108,7 @@ class RunFollower:
             return self.event("failed", f"generation {self.generation} of job {self.catalog.job!r} was "
                                         f"superseded: generation {self.generation + 1} was claimed "
                                         "(a later start fenced it)")
-        if self.process is not None and self.process.here() and not self.process.running():
+        if self.process is not None and self.process.gone():
             again = read_job_status(self.catalog, self.generation)  # it may have ended in between
             if again is not None and again.state in ENDED:
                 return self.ended(again)
@@ -91,7 +137,7 @@ class RunFollower:
         return self.event("success", "", state=status.state)
 
     def event(self, status: str, message: str, **more: Any) -> dict[str, Any]:
-        where = {} if self.process is None else {"host": self.process.host, "log": self.process.log}
+        where = {} if self.process is None else self.process.where()
         return {"status": status, "generation": self.generation, "job": self.catalog.job, "message": message,
                 "dead_after": self.dead_after, **where, **more}
 
@@ -121,13 +167,14 @@ def reattach_target(catalog: Catalog, starter: AirflowTry | None, *, own: Sequen
     return status
 
 
-def stop_run(catalog: Catalog, generation: int, process: DriverProcess | None, *, wait_s: float = 15.0,
+def stop_run(catalog: Catalog, generation: int, process: DriverHandle | None, *, wait_s: float = 15.0,
              exit_s: float = 3.0, requested_by: str = "", poll_s: float = 1.0,
              sleep: Callable[[float], None] = time.sleep) -> list[str]:
     """End run `generation`: a control cancel request to it (unless it already ended),
-    up to `wait_s` seconds for its final status, up to `exit_s` more for its process to
-    exit, then SIGTERM/SIGKILL of its recorded process group when it runs here
-    (`stop_group`). Returns what happened, line by line. Never raises (a stop is best effort;
+    up to `wait_s` seconds for its final status, up to `exit_s` more for its driver to
+    exit, then its kill (`DriverHandle.kill`: SIGTERM/SIGKILL of a process group recorded
+    on this machine; the cluster manager's kill of a driver on the cluster, which leaves
+    one that ended alone). Returns what happened, line by line. Never raises (a stop is best effort;
     every failure is in the lines).
     """
     lines: list[str] = []
@@ -159,7 +206,45 @@ def stop_run(catalog: Catalog, generation: int, process: DriverProcess | None, *
         lines.append(f"generation {generation} recorded no end within {wait_s:.0f} s")
     if process is not None:
         deadline = time.monotonic() + (exit_s if ended is not None else 0.0)
-        while process.here() and process.running() and time.monotonic() < deadline:
+        while time.monotonic() < deadline and process.active():
             sleep(min(poll_s, 0.2))
-        lines.append(stop_group(process))
+        lines.append(process.kill())
     return lines
+
+
+@dataclass(frozen=True)
+class ClaimWait:
+    """How the wait for a launched driver's generation claim ended: its `claim`, or None
+    with `why` (``"ended"``: the driver is gone without claiming; ``"timeout"``)."""
+
+    claim: GenerationInfo | None
+    why: str = ""
+
+
+def wait_for_claim(catalog: Catalog, token: str, since: int, driver: DriverHandle, *, timeout_s: float,
+                   poll_s: float = 1.0, look_every: int = 1, sleep: Callable[[float], None] = time.sleep,
+                   warn: Callable[[str], None] = log.warning) -> ClaimWait:
+    """Wait for the generation claim of the driver launched with submit token `token`
+    (claims after generation `since`), asking `driver` whether it is gone every
+    `look_every` polls (a cluster manager's API is not asked every second); a store that
+    cannot be read is warned about and tried again."""
+    deadline = time.monotonic() + timeout_s
+    polls = 0
+    while True:
+        try:
+            claim = find_claim(catalog, token, after=since)
+        except SparkpointError as exc:
+            warn(f"could not read the generation claims of job {catalog.job}: {exc}")
+            claim = None
+        if claim is not None:
+            return ClaimWait(claim)
+        if polls % max(1, look_every) == 0 and driver.gone():
+            try:  # it may have claimed and ended in between
+                claim = find_claim(catalog, token, after=since)
+            except SparkpointError:
+                claim = None
+            return ClaimWait(claim) if claim is not None else ClaimWait(None, "ended")
+        if time.monotonic() > deadline:
+            return ClaimWait(None, "timeout")
+        polls += 1
+        sleep(poll_s)

@@ -18,13 +18,15 @@ from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo
 from airflow_sparkpoint.checkpoints.history_records import AirflowTry
+from airflow_sparkpoint.checkpoints.launches import LaunchRecord, describe_driver, read_launch, write_launch
 from airflow_sparkpoint.checkpoints.run_result import ERROR_LINE, parse_error_line, read_run_result
 from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
 from airflow_sparkpoint.exceptions import CorruptMetadata, SparkpointError
 
 __all__ = [
-    "ERROR_LINE", "AirflowTry", "GenerationInfo", "RunClaim", "RunWatcher", "claim_json", "find_claim",
-    "new_token", "parse_error_line", "read_result", "reported_error", "run_status", "task_try",
+    "ERROR_LINE", "AirflowTry", "GenerationInfo", "LaunchRecord", "RunClaim", "RunWatcher", "claim_json",
+    "describe_driver", "find_claim", "launch_of", "new_token", "parse_error_line", "read_result",
+    "record_launch", "reported_error", "run_status", "task_try",
 ]
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,36 @@ def find_claim(catalog: Catalog, token: str, *, after: int = 0) -> GenerationInf
         if claim is not None and claim.submitter == token:
             return claim
     return None
+
+
+def record_launch(catalog: Catalog, token: str, *, deploy_mode: str, driver: Mapping[str, Any]) -> str | None:
+    """Write where the submit with token `token` started its driver (`checkpoints.launches`,
+    what `sparkpoint status` shows); None, or why it could not (bookkeeping: the run goes on)."""
+    try:
+        write_launch(catalog, LaunchRecord(token=token, deploy_mode=deploy_mode, driver=dict(driver)))
+    except (SparkpointError, ValueError) as exc:
+        return f"could not write the launch record of job {catalog.job!r}: {exc}"
+    return None
+
+
+def launch_of(catalog: Catalog, generation: int) -> LaunchRecord | None:
+    """Where the driver of `generation` was started (its claim's submit token's launch
+    record), or None: no claim, not started by a submit, or no record.
+
+    :raises StorageError: the store cannot be read.
+    :raises CorruptRecord: the claim or the launch record is unreadable.
+    """
+    if generation < 1:
+        return None
+    claim = catalog.generation_claim(generation)
+    if claim is None or not claim.submitter:
+        return None
+    try:
+        return read_launch(catalog, claim.submitter)
+    except CorruptMetadata:
+        raise
+    except ValueError:  # a token that names no launch record (written by hand)
+        return None
 
 
 def run_status(catalog: Catalog, generation: int) -> JobStatus | None:

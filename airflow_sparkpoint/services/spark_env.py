@@ -17,7 +17,7 @@ from typing import Any
 from airflow_sparkpoint.services.submit import path_with_local_spark
 from airflow_sparkpoint.services.submit_dir import ROCKSDB_LIBRARY_DIR_ENV
 
-__all__ = ["local_spark_environment", "local_spark_home", "spark_environment"]
+__all__ = ["cluster_submit_environment", "local_spark_environment", "local_spark_home", "spark_environment"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,22 @@ def spark_environment(
              pyspark_python_from if pyspark_python
              else "this interpreter: local master" if local else "Spark's default; set "
              "spark.pyspark.python, PYSPARK_PYTHON or the connection's Python field for your cluster")
+    return env
+
+
+def cluster_submit_environment(current: Mapping[str, str]) -> dict[str, str]:
+    """A cluster-mode spark-submit's own environment additions to `current`: only where
+    Spark is on this worker (``SPARK_HOME``, ``PATH``), as for client mode. Nothing of this
+    worker's Python (``PYSPARK_PYTHON``, ``PYSPARK_DRIVER_PYTHON``) nor its RocksDB
+    directory: the driver runs on the cluster, where those paths mean nothing (Spark on
+    YARN would pass the interpreter paths on to the application master)."""
+    env: dict[str, str] = {}
+    spark_here = local_spark_home()
+    if not current.get("SPARK_HOME") and spark_here:
+        env["SPARK_HOME"] = spark_here
+    path = path_with_local_spark(current)
+    if path is not None:
+        env["PATH"] = path
     return env
 
 

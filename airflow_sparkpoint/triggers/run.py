@@ -35,10 +35,12 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError, StorageError
+from airflow_sparkpoint.hooks.spark_cluster import cluster_manager
 from airflow_sparkpoint.hooks.sparkpoint import storage_connection
+from airflow_sparkpoint.services.cluster_manager import ClusterHandle, cluster_record
 from airflow_sparkpoint.services.conditions import JITTER
 from airflow_sparkpoint.services.detached import DriverProcess
-from airflow_sparkpoint.services.follow import RunFollower, stop_run
+from airflow_sparkpoint.services.follow import DriverHandle, RunFollower, stop_run
 from airflow_sparkpoint.services.stores import Catalog, scrub
 from airflow_sparkpoint.triggers.checkpoint import (
     MAX_POLL_ERRORS,
@@ -91,8 +93,12 @@ class SparkpointRunTrigger(BaseTrigger):
     :param generation: the run to follow (>= 1).
     :param checkpoint_dir: storage root; or `sparkpoint_conn_id` (resolved in the triggerer).
     :param sparkpoint_conn_id: a ``sparkpoint`` connection.
-    :param process: where the driver runs (`DriverProcess.to_json`), or None when unknown
-        (a re-attach without Airflow's task state store): then a stop is a control request only.
+    :param process: where a detached client-mode driver runs (`DriverProcess.to_json`), or
+        None when unknown (a re-attach without Airflow's task state store): then a stop is a
+        control request only.
+    :param cluster: where a cluster-mode driver runs: ``{"driver": ClusterDriver.to_json(),
+        "conn_id": <Spark connection>}``; the triggerer watches and kills it through that
+        connection's cluster manager (`hooks.spark_cluster`), never by a process id.
     :param task: the task instance (``dag_id``, ``task_id``, ``run_id``, ``map_index``) whose
         state `on_kill` checks.
     :param poll_interval: seconds between looks (>= `MIN_POLL_INTERVAL_S`).
@@ -114,6 +120,7 @@ class SparkpointRunTrigger(BaseTrigger):
         checkpoint_dir: str | None = None,
         sparkpoint_conn_id: str | None = None,
         process: dict[str, Any] | None = None,
+        cluster: dict[str, Any] | None = None,
         task: dict[str, Any] | None = None,
         poll_interval: float | timedelta | str = MIN_POLL_INTERVAL_S,
         dead_after: float | timedelta | str = 60.0,
@@ -134,6 +141,11 @@ class SparkpointRunTrigger(BaseTrigger):
                                      or not math.isfinite(deadline)):
             raise ConfigError(f"deadline={deadline!r} is invalid; expected epoch seconds or None")
         self.process = None if process is None else DriverProcess.from_json(process)
+        self.cluster = None if cluster is None else dict(cluster)
+        if self.cluster is not None:
+            if self.process is not None:
+                raise ConfigError("process and cluster are both given; expected one place of the driver")
+            cluster_record(self.cluster)
         if task is not None and not (isinstance(task, dict) and all(
                 isinstance(task.get(k), str) for k in ("dag_id", "task_id", "run_id"))):
             raise ConfigError(f"task={task!r} is invalid; expected dag_id, task_id, run_id and map_index")
@@ -146,12 +158,28 @@ class SparkpointRunTrigger(BaseTrigger):
         self.cancel_on_kill = bool(cancel_on_kill)
         self._store_key: str | None = None
         self._catalog: Catalog | None = None
+        self._driver: DriverHandle | None = None
+
+    def driver(self) -> DriverHandle | None:
+        """Where the driver runs, as the follower watches and stops it (blocking: a cluster
+        manager reads the Spark connection); None when not recorded or its cluster manager
+        cannot be built (then a stop is a control request only, and that is logged)."""
+        if self._driver is None and self.cluster is not None:
+            driver, conn_id = cluster_record(self.cluster)
+            try:
+                self._driver = ClusterHandle(cluster_manager(driver.kind, conn_id), driver)
+            except ConfigError as exc:
+                self.log.warning("job %s generation %d: cannot reach the cluster manager of %s (%s): it is "
+                                 "followed through the catalog only and stopped by a control request only",
+                                 self.job_name, self.generation, driver.describe(), exc)
+                return None
+        return self._driver if self.cluster is not None else self.process
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return CLASSPATH, {
             "job_name": self.job_name, "generation": self.generation, "checkpoint_dir": self.checkpoint_dir,
             "sparkpoint_conn_id": self.sparkpoint_conn_id,
-            "process": None if self.process is None else self.process.to_json(),
+            "process": None if self.process is None else self.process.to_json(), "cluster": self.cluster,
             "task": self.waiting_task, "poll_interval": self.poll_interval, "dead_after": self.dead_after,
             "deadline": self.deadline, "cancel_on_kill": self.cancel_on_kill,
         }
@@ -184,7 +212,8 @@ class SparkpointRunTrigger(BaseTrigger):
             try:
                 if follower is None:
                     catalog = await self._acatalog()
-                    follower = RunFollower(catalog, self.generation, self.dead_after, self.process)
+                    follower = RunFollower(catalog, self.generation, self.dead_after,
+                                           await run_blocking(self.driver))
                 event = await run_blocking(follower.look)
                 errors = 0
             except StorageError as exc:
@@ -205,7 +234,7 @@ class SparkpointRunTrigger(BaseTrigger):
             await asyncio.sleep(self._interval(remaining))
 
     def _stop(self, catalog: Catalog, why: str) -> list[str]:
-        lines = stop_run(catalog, self.generation, self.process, wait_s=STOP_WAIT_S, exit_s=2.0,
+        lines = stop_run(catalog, self.generation, self.driver(), wait_s=STOP_WAIT_S, exit_s=2.0,
                          requested_by=f"SparkpointRunTrigger ({why})")
         for line in lines:
             self.log.info("stopping job %s: %s", self.job_name, line)

@@ -8,10 +8,10 @@ from this test. Everything else is real: the api-server, scheduler and task supe
 the Spark provider's cluster-mode path (durable reconnect, driver-status tracking) and
 `SparkpointSubmitOperator`.
 
-In cluster mode the driver is out of the task's reach (a kill does not stop it) and the
-provider's durable reconnect makes a retry attach to a running application and return
-no result. The provider refuses cluster mode with a clear error before anything is
-submitted; this test shows that it does, through the real stack.
+Spark standalone's cluster mode does not run Python applications: the provider refuses
+it with a clear error before anything is submitted (cluster mode runs on Kubernetes and
+YARN only, tests/unit/airflow/test_submit_cluster.py); this test shows that it does,
+through the real stack.
 """
 
 from __future__ import annotations

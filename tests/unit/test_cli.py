@@ -174,7 +174,8 @@ def test_status_json_live_and_dead(capsys: pytest.CaptureFixture[str], root: Pat
     assert set(doc) == {"job", "root", "generation", "status_generation", "state", "alive", "heartbeat_age_s",
                         "max_heartbeat_age_s", "started", "last_batch", "last_checkpoint", "latest_checkpoint",
                         "checkpoints_completed", "savepoint", "error", "host", "pid", "application_id",
-                        "counts", "latest_savepoint", "latest_restore", "airflow_try"}
+                        "counts", "latest_savepoint", "latest_restore", "airflow_try", "driver"}
+    assert doc["driver"] is None  # no launch record: not started by a submit
     assert (doc["generation"], doc["state"], doc["alive"], doc["last_batch"]) == (1, "running", True, 1)
     assert doc["last_checkpoint"] == {"id": 2, "uri": catalog.checkpoint_uri(2)}
     assert doc["latest_checkpoint"]["id"] == 2 and doc["latest_checkpoint"]["batch_id"] == 1

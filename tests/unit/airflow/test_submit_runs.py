@@ -237,16 +237,20 @@ def test_a_retry_restores_the_savepoint_again_until_a_try_of_the_task_checkpoint
 def test_cluster_deploy_mode_is_refused_before_anything_runs(
     tmp_path: Path, driver: Driver, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
+    """Cluster mode on a local master, or on YARN with a store of this worker's disk, from
+    wherever it is asked for (the accepted combinations: test_submit_cluster.py)."""
     kwargs: dict[str, Any] = {}
+    expected = r"deploy_mode='cluster' \(from .*\) on the local master 'local\[2\]' is refused"
     if where == "operator":
         kwargs["deploy_mode"] = "cluster"
     elif where == "connection":
         monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
             {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}))
+        expected = f"on yarn is refused with the store '{tmp_path / 'sp'}'"
     else:
         kwargs["conf"] = {"spark.submit.deployMode": "cluster"}
     store = FakeStore()
-    with pytest.raises(ConfigError, match="deploy_mode='cluster' is not supported"):
+    with pytest.raises(ConfigError, match=expected):
         run(operator(tmp_path / "sp", **kwargs), FakeTI(), store)
     assert driver.commands == [] and driver.catalog.current_generation() == 0 and store.values == {}
 

@@ -1,0 +1,197 @@
+"""Cluster deploy mode of `SparkpointSubmitOperator` on Kubernetes and YARN (issue #50):
+the driver runs on the cluster, the catalog tracks it, the cluster manager kills it.
+
+1. `run`: spark-submit with ``waitAppCompletion=false`` (it returns once the driver is
+   submitted; the Spark provider's own cluster-mode path, its ``execute_resumable``, is
+   never entered), the driver's place read from its output
+   (`services.cluster_manager.submit`) and recorded in the catalog's launch record
+   (`sparkpoint status` shows it) and in the task state store; the submit token and the
+   Airflow try reach the driver through the provider's ``env_vars`` (which it passes as
+   ``spark.kubernetes.driverEnv.*`` / ``spark.yarn.appMasterEnv.*``). Then the task waits
+   for the driver's generation claim, publishes it and either defers to
+   `SparkpointRunTrigger` (``deferrable``) or follows the run through the catalog right
+   here (`services.follow.RunFollower`: status, heartbeat, superseded; the cluster manager
+   says when the driver is gone). Both end as a client-mode run ends
+   (`submit_deferred.complete`).
+2. `stop` (``on_kill``): a control cancel to the run's generation first, then, once
+   `stop_timeout` has passed without its end, the cluster manager's kill (delete the driver
+   pod; YARN's ``PUT .../state KILLED``). Never a signal to a process: the driver is not here.
+
+A retry fences by generation as for client mode: its driver's claim supersedes a driver
+still running on the cluster, which fails at its next checkpoint or commit.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_sparkpoint.hooks.spark_cluster import cluster_manager
+from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink, checkpoint_history_url
+from airflow_sparkpoint.operators.submit_deferred import (
+    CLAIM_TIMEOUT_S,
+    DeferringSubmit,
+    DetachedRecord,
+    complete,
+    deadline_of,
+    defer,
+)
+from airflow_sparkpoint.operators.submit_publish import found, push
+from airflow_sparkpoint.services.cluster_manager import (
+    WAIT_APP_COMPLETION,
+    ClusterHandle,
+    submit,
+)
+from airflow_sparkpoint.services.follow import RunFollower, stop_run, wait_for_claim
+from airflow_sparkpoint.services.runs import AirflowTry, record_launch
+from airflow_sparkpoint.services.spark_env import cluster_submit_environment
+from airflow_sparkpoint.services.stores import Catalog
+from airflow_sparkpoint.services.submit import SUBMITTER_ENV, secret_environment, starter_environment
+from airflow_sparkpoint.services.submit_dir import build_runtime_zip, open_submit_dir
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+__all__ = ["ClusterRun", "ClusterSubmit", "run", "stop"]
+
+#: while waiting for the claim, the cluster manager is asked whether the driver is gone
+#: every this many looks at the catalog (one a second)
+_CLUSTER_LOOK_EVERY = 5
+#: after the stop bound, how long the kill waits for a driver that recorded its end to exit
+_EXIT_WAIT_S = 1.0
+
+
+class ClusterSubmit(DeferringSubmit, Protocol):
+    """What this module uses of `SparkpointSubmitOperator` beyond a deferring submit."""
+
+    cluster_kind: str | None
+    conf: Any
+    env_vars: Any
+    py_files: Any
+    ship_runtime: bool
+    stop_timeout: float
+    deferrable: bool
+    _conn_id: str
+    _secret_env: dict[str, str]
+    _cluster_run: Any
+
+
+@dataclass
+class ClusterRun:
+    """A cluster-mode run this task started and follows (what `stop` ends): its driver and,
+    once claimed, its generation."""
+
+    catalog: Catalog
+    driver: ClusterHandle
+    generation: int | None = None
+
+
+def _prepare(op: ClusterSubmit, kind: str, token: str, starter: AirflowTry) -> None:
+    """The conf and environment of a cluster-mode submit."""
+    op.conf = {**(op.conf or {}), WAIT_APP_COMPLETION[kind]: "false"}
+    # The driver's environment: the provider passes env_vars to it on K8s and YARN. The token is
+    # not a secret (it only names the submit); the store's credentials are: they stay out.
+    op.env_vars = {**(op.env_vars or {}), **starter_environment(starter), SUBMITTER_ENV: token}
+    op._secret_env = {}
+    if secret_environment(op.sparkpoint_hook.storage_options):
+        op.log.info("job %s runs in cluster mode: the driver takes its S3 credentials from the cluster (a "
+                    "Kubernetes secret through spark.kubernetes.driver.secretKeyRef.*, a service account or "
+                    "instance role, Hadoop's credential providers); the connection's serve the Airflow side "
+                    "only (spark-submit's conf, which the Spark UI shows, never carries them)", op.job_name)
+
+
+def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, since: int,
+        starter: AirflowTry) -> dict[str, Any] | None:
+    """Submit in cluster mode, wait for the claim, then defer or follow (see the module
+    docstring); the run's result, or its error.
+
+    :raises AirflowException: spark-submit named no driver, or the driver ended or
+        claimed nothing before `CLAIM_TIMEOUT_S` (then it is killed); the run's own
+        error (`submit_deferred.complete`).
+    """
+    kind = str(op.cluster_kind)
+    _prepare(op, kind, token, starter)
+    submit_dir = open_submit_dir()  # the shipped runtime zip; spark-submit uploads it before it returns
+    try:
+        if op.ship_runtime:
+            op.py_files = ",".join(p for p in (op.py_files, build_runtime_zip(submit_dir.path)) if p)
+        op._hook = None  # rebuilt with the final conf, environment and files
+        hook = op._get_hook()
+        op._hook = hook
+        command = hook._build_spark_submit_command(op.application)
+        env = {**os.environ, **cluster_submit_environment({**os.environ, **(op.env_vars or {})}),
+               **(hook._env or {})}
+        push(op, context["ti"], SparkpointCheckpointHistoryLink().xcom_key,
+             checkpoint_history_url(op.job_name, op.sparkpoint_conn_id, op.checkpoint_dir))
+        manager = cluster_manager(kind, op._conn_id, hook)
+        submission = submit(command, env, kind=kind, namespace=hook._connection.get("namespace"),
+                            on_line=lambda line: op.log.info("%s", hook._mask_cmd(line)))
+    finally:
+        submit_dir.close()
+    driver = submission.driver
+    if driver is None:
+        tail = "\n".join(hook._mask_cmd(line) for line in submission.tail)
+        raise AirflowException(
+            f"job {op.job_name!r}: spark-submit in cluster mode on {kind} "
+            f"{'failed (exit ' + str(submission.exit_code) + ')' if submission.exit_code else 'ended'} "
+            f"without naming the driver (read from its INFO output: keep the log4j2 level of "
+            f"org.apache.spark.deploy at INFO or lower); its last output:\n{tail}")
+    if submission.exit_code:
+        op.log.warning("spark-submit of job %s exited %d after submitting %s: following it", op.job_name,
+                       submission.exit_code, driver.describe())
+    handle = ClusterHandle(manager, driver)
+    op._cluster_run = ClusterRun(catalog, handle)
+    cluster = {"driver": driver.to_json(), "conn_id": op._conn_id}
+    message = record_launch(catalog, token, deploy_mode="cluster", driver=driver.to_json())
+    if message:
+        op.log.warning("%s", message)
+    store = context.get("task_state_store")
+    record = DetachedRecord(generation=None, token=token, since=since, process=None, cluster=cluster,
+                            deadline=deadline_of(op) if op.deferrable else None)
+    record.save(store, op.log)  # at once: a worker lost before the claim leaves its retry the driver
+    op.log.info("job %s submitted in cluster mode: %s", op.job_name, driver.describe())
+    waited = wait_for_claim(catalog, token, since, handle, timeout_s=CLAIM_TIMEOUT_S,
+                            look_every=_CLUSTER_LOOK_EVERY, warn=op.log.warning)
+    claim = waited.claim
+    if claim is None:
+        op._cluster_run = None
+        if waited.why == "timeout":
+            op.log.error("stopping job %s: %s", op.job_name, handle.kill())
+            raise AirflowException(f"job {op.job_name!r}: the driver ({driver.describe()}) claimed no "
+                                   f"generation within {CLAIM_TIMEOUT_S:.0f} s; killed it")
+        failed = op._run_failure(catalog, token, since)
+        raise failed or AirflowException(
+            f"job {op.job_name!r}: the driver ({driver.describe()}) ended before it claimed a generation "
+            f"({manager.status(driver).detail}); its output is the cluster's log of it")
+    found(op, context["ti"], claim)
+    generation = claim.generation
+    record = DetachedRecord({**record, "generation": generation})
+    record.save(store, op.log)
+    if op.deferrable:
+        op._cluster_run = None  # deferred: the trigger owns the stop now
+        defer(op, context, generation=generation, token=token, since=since, process=None,
+              deadline=record["deadline"], cluster=cluster)
+    op._cluster_run = ClusterRun(catalog, handle, generation)
+    follower = RunFollower(catalog, generation, op.dead_after, handle)
+    op.log.info("job %s generation %d runs on the cluster (%s): following it through the catalog",
+                op.job_name, generation, driver.describe())
+    event = follower.safe_look()
+    while event is None:
+        time.sleep(op.poll_interval)
+        event = follower.safe_look()
+    op._cluster_run = None
+    return complete(op, context, event, generation=generation, token=token, since=since)
+
+
+def stop(cluster_run: ClusterRun, *, stop_timeout: float, requested_by: str) -> list[str]:
+    """End a cluster-mode run from ``on_kill``: a control cancel to its generation, up to
+    `stop_timeout` seconds for its end, then the cluster manager's kill (before the claim:
+    the kill only, there is no generation to address). Never raises."""
+    if cluster_run.generation is None:
+        return [cluster_run.driver.kill()]
+    return stop_run(cluster_run.catalog, cluster_run.generation, cluster_run.driver, wait_s=stop_timeout,
+                    exit_s=_EXIT_WAIT_S, poll_s=0.5, requested_by=requested_by)
