@@ -16,7 +16,14 @@
   ``conftest.py``, anywhere under the ``tests`` folder beside the package: pytest imports
   a test module itself, so importing it again runs its module body twice (and registers
   its sink kinds twice), and it hides which helpers are shared. Shared helpers live in
-  ``tests/support/`` (or a package's own support module).
+  ``tests/support/`` (or a package's own support module);
+* no test package imports another one (``tests/security`` importing ``tests.chaos``):
+  what two packages share lives in ``tests/support/`` (`CROSS_PACKAGE_ALLOWED` names the
+  exceptions left, each with its reason; it only shrinks);
+* a job script (a ``.py`` file in a ``jobs/`` folder of ``dags/`` or ``tests/``) imports
+  from the package only what a job author may: `JOB_SCRIPT_IMPORTS` (``runtime`` and
+  ``sinks``; the test-only pause and fault points of ``faults``). Reporting the result
+  and a clean exit are ``SparkpointJob.main``'s (`JOB_SCRIPTS_ALLOWED`: the exceptions).
 
 Usage: python scripts/check_structure.py [PACKAGE_DIR]   (default: airflow_sparkpoint)
 Exit 0 when all hold, 1 with one line per problem otherwise.
@@ -140,6 +147,73 @@ def test_module_imports(tests_dir: Path) -> list[tuple[Path, int, str]]:
     return sorted(found)
 
 
+#: ``(file under tests/, module)``: imports of another test package still allowed, and why
+CROSS_PACKAGE_ALLOWED: dict[tuple[str, str], str] = {
+    ("integration/test_submit_deferred.py", "tests.e2e.support"):
+        "the deferred submit's test starts the e2e package's Airflow stack (issue 50's work)",
+}
+
+
+def cross_package_test_imports(tests_dir: Path) -> list[tuple[Path, int, str]]:
+    """Each import, anywhere in a file of a package under `tests_dir` (inside functions
+    too), of another test package than its own and ``support`` (``tests.<other>...``),
+    unless `CROSS_PACKAGE_ALLOWED`: its file, line and module, in path and line order."""
+    found = []
+    for path in sorted(tests_dir.rglob("*.py")):
+        relative = path.relative_to(tests_dir)
+        own = relative.parts[0] if len(relative.parts) > 1 else None
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                parts = module.split(".")
+                if parts[0] != tests_dir.name or len(parts) < 2 or parts[1] in ("support", own):
+                    continue
+                if (relative.as_posix(), module) not in CROSS_PACKAGE_ALLOWED:
+                    found.append((path, node.lineno, module))
+    return sorted(found)
+
+
+#: what a job script may import from the package: the job author's API (and the test hooks)
+JOB_SCRIPT_IMPORTS = ("airflow_sparkpoint.runtime", "airflow_sparkpoint.sinks", "airflow_sparkpoint.faults")
+#: job scripts (relative to the repository) still importing more, and why
+JOB_SCRIPTS_ALLOWED: dict[str, str] = {
+    "tests/chaos/jobs/_chaosjob.py": "the crash matrix's driver reads its catalog (issue 49's work)",
+}
+
+
+def job_script_imports(repo: Path) -> list[tuple[Path, int, str]]:
+    """Each import of a package module outside `JOB_SCRIPT_IMPORTS` by a job script (a
+    ``.py`` file in a ``jobs/`` folder under ``dags/`` or ``tests/`` of `repo`), unless
+    `JOB_SCRIPTS_ALLOWED`: its file, line and module, in path and line order."""
+    found = []
+    scripts = [path for top in ("dags", "tests") if (repo / top).is_dir()
+               for path in (repo / top).rglob("*.py") if "jobs" in path.relative_to(repo).parts[:-1]]
+    for path in sorted(scripts):
+        if path.relative_to(repo).as_posix() in JOB_SCRIPTS_ALLOWED:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = ([f"{node.module}.{alias.name}" for alias in node.names]
+                           if node.module == "airflow_sparkpoint" else [node.module])
+            else:
+                continue
+            for module in modules:
+                if module.split(".")[0] != "airflow_sparkpoint":
+                    continue
+                if module not in JOB_SCRIPT_IMPORTS:
+                    found.append((path, node.lineno, module))
+    return sorted(found)
+
+
 def problems(package_dir: Path) -> list[str]:
     """One line per module over `MAX_LINES`, per import cycle and per public module
     without ``__all__`` of the package in `package_dir` (its parent directory must be on
@@ -161,6 +235,11 @@ def main(argv: list[str]) -> int:
     if tests_dir.is_dir():
         found += [f"{path}:{line}: imports {module}, a test module (move what it shares to tests/support/)"
                   for path, line, module in test_module_imports(tests_dir)]
+        found += [f"{path}:{line}: imports {module}, another test package (move what they share to "
+                  "tests/support/)" for path, line, module in cross_package_test_imports(tests_dir)]
+    found += [f"{path}:{line}: a job script imports {module}; a job script imports only "
+              f"{', '.join(JOB_SCRIPT_IMPORTS)} (SparkpointJob.main reports the result and exits)"
+              for path, line, module in job_script_imports(package_dir.parent)]
     for line in found:
         print(line, file=sys.stderr)
     return 1 if found else 0
