@@ -17,6 +17,9 @@
   a test module itself, so importing it again runs its module body twice (and registers
   its sink kinds twice), and it hides which helpers are shared. Shared helpers live in
   ``tests/support/`` (or a package's own support module);
+* no class of ``runtime/`` is built on a class of another ``runtime/`` module (a class
+  spread over files by mixins, as the run once was): a run's phases take its state
+  (`runtime/run_state.py`) instead (`spread_classes`);
 * no test package imports another one (``tests/security`` importing ``tests.chaos``):
   what two packages share lives in ``tests/support/`` (`CROSS_PACKAGE_ALLOWED` names the
   exceptions left, each with its reason; it only shrinks);
@@ -147,6 +150,43 @@ def test_module_imports(tests_dir: Path) -> list[tuple[Path, int, str]]:
     return sorted(found)
 
 
+#: the packages whose classes are never built on a class of a sibling module
+UNSPREAD_PACKAGES = ("runtime",)
+
+
+def spread_classes(package_dir: Path,
+                   packages: tuple[str, ...] = UNSPREAD_PACKAGES) -> list[tuple[Path, int, str]]:
+    """Each class in a module of `packages` (under `package_dir`) with a base imported
+    from another module of the same package (``from airflow_sparkpoint.runtime.x import
+    Base``, or ``x.Base`` of a module so imported): its file, line and ``Class(Base)``,
+    in path and line order. An error built on another module's error (a base named
+    ``*Error``) is an error tree, not a mixin."""
+    found = []
+    for package in packages:
+        folder = package_dir / package
+        dotted = f"{package_dir.name}.{package}"
+        for path in sorted(folder.rglob("*.py")):
+            own = f"{dotted}.{path.relative_to(folder).with_suffix('').as_posix().replace('/', '.')}"
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            names: set[str] = set()  # bases and modules imported from sibling modules
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    sibling = node.module.startswith(f"{dotted}.") and node.module != own
+                    if sibling or node.module == dotted:  # a sibling's names, or its modules
+                        names.update(alias.asname or alias.name for alias in node.names)
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.ClassDef):
+                    continue
+                for base in node.bases:
+                    head = base
+                    while isinstance(head, ast.Attribute):
+                        head = head.value
+                    shown = ast.unparse(base)
+                    if isinstance(head, ast.Name) and head.id in names and not shown.endswith("Error"):
+                        found.append((path, node.lineno, f"{node.name}({shown})"))
+    return sorted(found)
+
+
 #: ``(file under tests/, module)``: imports of another test package still allowed, and why
 CROSS_PACKAGE_ALLOWED: dict[tuple[str, str], str] = {
     ("integration/test_submit_deferred.py", "tests.e2e.support"):
@@ -224,6 +264,9 @@ def problems(package_dir: Path) -> list[str]:
               for cycle in import_cycles(package_dir.name)]
     found += [f"{path}: a public module without __all__ (declare its public names, or start its name with _)"
               for path in modules_without_all(package_dir)]
+    found += [f"{path}:{line}: {cls} builds a class on a class of another module (a mixin); compose "
+              "instead: give the phase the state it acts on"
+              for path, line, cls in spread_classes(package_dir)]
     return found
 
 

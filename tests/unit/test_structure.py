@@ -1,7 +1,8 @@
 """The structure rules of the package (`scripts/check_structure.py`, run by `make lint`):
 no module over the backstop's line count, no import cycle, no public module without `__all__`,
-no test module importing another test module, no test package importing another, job scripts importing only
-the job author's API. Checked on synthetic packages (so the check can fail) and on the package itself."""
+no runtime class built on another runtime module's class, no test module importing another
+test module, no test package importing another, job scripts importing only the job
+author's API. Checked on synthetic packages (so the check can fail) and on the package itself."""
 
 from __future__ import annotations
 
@@ -110,6 +111,24 @@ def test_an_import_of_a_test_module_or_conftest_is_reported(tmp_path: Path) -> N
 def test_no_test_module_imports_another_test_module() -> None:
     found = check.test_module_imports(REPO / "tests")
     assert found == [], "\n".join(f"{path.relative_to(REPO)}:{line}: {module}" for path, line, module in found)
+
+
+def test_a_runtime_class_built_on_another_runtime_module_s_class_is_reported(tmp_path: Path) -> None:
+    package = _package(tmp_path, "sp_spread", {
+        "__init__.py": "",
+        "runtime/__init__.py": "",
+        "runtime/status.py": "class _Status: ...\nclass StateError(Exception): ...\n",
+        "runtime/startup.py": "from sp_spread.runtime.status import _Status\nclass _Startup(_Status): ...\n",
+        "runtime/job.py": ("from sp_spread.runtime import startup\nfrom sp_spread.runtime.status import StateError\n"
+                           "class _Run(startup._Startup): ...\nclass Refused(StateError): ...\n"
+                           "class Local: ...\nclass Sub(Local): ...\n"),  # an error tree, one module: fine
+        "runtime/other.py": "from sp_spread.sinks.base import Sink\nclass Mine(Sink): ...\n",  # another package
+    })
+    assert check.spread_classes(package) == [
+        (package / "runtime" / "job.py", 3, "_Run(startup._Startup)"),
+        (package / "runtime" / "startup.py", 2, "_Startup(_Status)"),
+    ]
+    assert check.spread_classes(REPO / "airflow_sparkpoint") == [], "no class of runtime/ is spread over modules"
 
 
 def test_an_import_of_another_test_package_is_reported(tmp_path: Path) -> None:
