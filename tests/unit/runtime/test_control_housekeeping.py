@@ -3,7 +3,7 @@ runs for weeks lists ``control/`` at every poll; a savepoint every 10 minutes fr
 operator, which never cleans up, left 3 objects each, ≈ 13,000 after a month). Once an
 hour, in bounded steps while a backlog lasts, and never failing the run.
 
-The real `_Run._tidy_control` (the coordinator thread calls it at each control poll) on a
+The real `RunCoordinator.tidy_control` (the coordinator thread calls it at each control poll) on a
 stand-in run: a real control channel over an in-memory store, the clocks under the test's
 control.
 """
