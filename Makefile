@@ -31,7 +31,8 @@ browser:
 # Before any test: ruff, mypy on the package, the import-linter contracts of pyproject.toml
 # (layers, no Airflow on the Spark side, no PySpark under checkpoints/storage, no cycles)
 # scripts/check_structure.py (no module over 1,000 lines, no import cycle at all, __all__ in
-# every public module) and
+# every public module, no runtime class built on another runtime module's class, no test
+# package importing another, job scripts importing only runtime and sinks) and
 # scripts/check_local_fs.py (no raw shutil.rmtree, os.replace, os.listdir... outside
 # storage/localfs.py, the one layer that follows no symbolic link).
 lint: setup

@@ -34,7 +34,7 @@ def profile(store: str, batches: int, cycle: int, work: Path) -> list[tuple[int,
     import airflow_sparkpoint.checkpoints.catalog as catalog_module
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.runtime.committer import Committer
-    from airflow_sparkpoint.runtime.run_coordination import _RunCoordination
+    from airflow_sparkpoint.runtime.run_coordination import RunCoordinator
     from airflow_sparkpoint.sinks import DeltaSink
     from airflow_sparkpoint.storage.counting import CountingStorage
 
@@ -45,7 +45,7 @@ def profile(store: str, batches: int, cycle: int, work: Path) -> list[tuple[int,
         def _note(self, op: str, key: str) -> None:
             calls.append((current[0], threading.current_thread().name, op, key))
 
-    real_init, real_confirm, real_commit = (catalog_module.Catalog.__init__, _RunCoordination._confirm,
+    real_init, real_confirm, real_commit = (catalog_module.Catalog.__init__, RunCoordinator.confirm,
                                             Committer.commit_confirmed)
 
     def init(self: Any, storage: Any, job: str) -> None:
@@ -61,7 +61,7 @@ def profile(store: str, batches: int, cycle: int, work: Path) -> list[tuple[int,
         return done
 
     catalog_module.Catalog.__init__ = init  # type: ignore[method-assign]
-    _RunCoordination._confirm = confirm  # type: ignore[method-assign]
+    RunCoordinator.confirm = confirm  # type: ignore[method-assign]
     Committer.commit_confirmed = commit  # type: ignore[method-assign]
     server = None
     try:
@@ -99,7 +99,7 @@ def profile(store: str, batches: int, cycle: int, work: Path) -> list[tuple[int,
         assert result.status == "finished", result
     finally:
         catalog_module.Catalog.__init__ = real_init  # type: ignore[method-assign]
-        _RunCoordination._confirm = real_confirm  # type: ignore[method-assign]
+        RunCoordinator.confirm = real_confirm  # type: ignore[method-assign]
         Committer.commit_confirmed = real_commit  # type: ignore[method-assign]
         if server is not None:
             server.stop()

@@ -63,14 +63,24 @@ class Timeline:
 
     def install(self) -> Timeline:
         from airflow_sparkpoint.checkpoints import catalog
-        from airflow_sparkpoint.runtime import checkpointer, committer, job, prestore, run_startup
+        from airflow_sparkpoint.runtime import (
+            checkpointer,
+            committer,
+            job,
+            prestore,
+            run_coordination,
+            run_startup,
+        )
         from airflow_sparkpoint.storage import s3
 
         # run_startup imports the restore steps by name: wrap them where they are looked up
         for name in ("plan_restore", "settle_unconfirmed", "fill_live", "recover_transactions",
                      "choose_live"):
             self.wrap(run_startup, name)
-        for name in ("_open", "_prepare", "_finish", "_conclude", "_run_query"):
+        for name in ("open", "prepare"):
+            self.wrap(run_startup.RunStartup, name, f"run.{name}")
+        self.wrap(run_coordination.RunCoordinator, "finish", "run.finish")
+        for name in ("conclude", "_run_query"):
             self.wrap(job._Run, name, f"run.{name}")
         for name in ("claim_generation", "write_origin", "complete_checkpoint"):
             self.wrap(catalog.Catalog, name, f"catalog.{name}")

@@ -42,9 +42,9 @@ ALLOWED: dict[tuple[str, str, str], str] = {
         "an S3 download into the caller's own path (as above)",
     ("airflow_sparkpoint/sinks/_s3_stage.py", "stage_partition", "os.unlink"):
         "an executor's temporary file from tempfile.mkstemp",
-    ("airflow_sparkpoint/operators/verify.py", "SparkpointDrillOperator._remove_scratch", "shutil.rmtree"):
+    ("airflow_sparkpoint/services/drill.py", "Scratch.remove", "shutil.rmtree"):
         "a restore drill's own scratch directories (a random name the drill made; "
-        "operators/ is not ported yet: "
+        "not ported to localfs yet: "
         "under a shared workDir an intermediate link would be followed)",
     ("airflow_sparkpoint/services/submit_dir.py", "SubmitDir.close", "shutil.rmtree"):
         "the worker's own per-submit directory (tempfile.mkdtemp), locked by this task",

@@ -16,7 +16,17 @@
   ``conftest.py``, anywhere under the ``tests`` folder beside the package: pytest imports
   a test module itself, so importing it again runs its module body twice (and registers
   its sink kinds twice), and it hides which helpers are shared. Shared helpers live in
-  ``tests/support/`` (or a package's own support module).
+  ``tests/support/`` (or a package's own support module);
+* no class of ``runtime/`` is built on a class of another ``runtime/`` module (a class
+  spread over files by mixins, as the run once was): a run's phases take its state
+  (`runtime/run_state.py`) instead (`spread_classes`);
+* no test package imports another one (``tests/security`` importing ``tests.chaos``):
+  what two packages share lives in ``tests/support/`` (`CROSS_PACKAGE_ALLOWED` names the
+  exceptions left, each with its reason; it only shrinks);
+* a job script (a ``.py`` file in a ``jobs/`` folder of ``dags/`` or ``tests/``) imports
+  from the package only what a job author may: `JOB_SCRIPT_IMPORTS` (``runtime`` and
+  ``sinks``; the test-only pause and fault points of ``faults``). Reporting the result
+  and a clean exit are ``SparkpointJob.main``'s (`JOB_SCRIPTS_ALLOWED`: the exceptions).
 
 Usage: python scripts/check_structure.py [PACKAGE_DIR]   (default: airflow_sparkpoint)
 Exit 0 when all hold, 1 with one line per problem otherwise.
@@ -140,6 +150,110 @@ def test_module_imports(tests_dir: Path) -> list[tuple[Path, int, str]]:
     return sorted(found)
 
 
+#: the packages whose classes are never built on a class of a sibling module
+UNSPREAD_PACKAGES = ("runtime",)
+
+
+def spread_classes(package_dir: Path,
+                   packages: tuple[str, ...] = UNSPREAD_PACKAGES) -> list[tuple[Path, int, str]]:
+    """Each class in a module of `packages` (under `package_dir`) with a base imported
+    from another module of the same package (``from airflow_sparkpoint.runtime.x import
+    Base``, or ``x.Base`` of a module so imported): its file, line and ``Class(Base)``,
+    in path and line order. An error built on another module's error (a base named
+    ``*Error``) is an error tree, not a mixin."""
+    found = []
+    for package in packages:
+        folder = package_dir / package
+        dotted = f"{package_dir.name}.{package}"
+        for path in sorted(folder.rglob("*.py")):
+            own = f"{dotted}.{path.relative_to(folder).with_suffix('').as_posix().replace('/', '.')}"
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            names: set[str] = set()  # bases and modules imported from sibling modules
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    sibling = node.module.startswith(f"{dotted}.") and node.module != own
+                    if sibling or node.module == dotted:  # a sibling's names, or its modules
+                        names.update(alias.asname or alias.name for alias in node.names)
+            for node in ast.walk(tree):
+                if not isinstance(node, ast.ClassDef):
+                    continue
+                for base in node.bases:
+                    head = base
+                    while isinstance(head, ast.Attribute):
+                        head = head.value
+                    shown = ast.unparse(base)
+                    if isinstance(head, ast.Name) and head.id in names and not shown.endswith("Error"):
+                        found.append((path, node.lineno, f"{node.name}({shown})"))
+    return sorted(found)
+
+
+#: ``(file under tests/, module)``: imports of another test package still allowed, and why
+CROSS_PACKAGE_ALLOWED: dict[tuple[str, str], str] = {
+    ("integration/test_submit_deferred.py", "tests.e2e.support"):
+        "the deferred submit's test starts the e2e package's Airflow stack (issue 50's work)",
+}
+
+
+def cross_package_test_imports(tests_dir: Path) -> list[tuple[Path, int, str]]:
+    """Each import, anywhere in a file of a package under `tests_dir` (inside functions
+    too), of another test package than its own and ``support`` (``tests.<other>...``),
+    unless `CROSS_PACKAGE_ALLOWED`: its file, line and module, in path and line order."""
+    found = []
+    for path in sorted(tests_dir.rglob("*.py")):
+        relative = path.relative_to(tests_dir)
+        own = relative.parts[0] if len(relative.parts) > 1 else None
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                parts = module.split(".")
+                if parts[0] != tests_dir.name or len(parts) < 2 or parts[1] in ("support", own):
+                    continue
+                if (relative.as_posix(), module) not in CROSS_PACKAGE_ALLOWED:
+                    found.append((path, node.lineno, module))
+    return sorted(found)
+
+
+#: what a job script may import from the package: the job author's API (and the test hooks)
+JOB_SCRIPT_IMPORTS = ("airflow_sparkpoint.runtime", "airflow_sparkpoint.sinks", "airflow_sparkpoint.faults")
+#: job scripts (relative to the repository) still importing more, and why
+JOB_SCRIPTS_ALLOWED: dict[str, str] = {
+    "tests/chaos/jobs/_chaosjob.py": "the crash matrix's driver reads its catalog (issue 49's work)",
+}
+
+
+def job_script_imports(repo: Path) -> list[tuple[Path, int, str]]:
+    """Each import of a package module outside `JOB_SCRIPT_IMPORTS` by a job script (a
+    ``.py`` file in a ``jobs/`` folder under ``dags/`` or ``tests/`` of `repo`), unless
+    `JOB_SCRIPTS_ALLOWED`: its file, line and module, in path and line order."""
+    found = []
+    scripts = [path for top in ("dags", "tests") if (repo / top).is_dir()
+               for path in (repo / top).rglob("*.py") if "jobs" in path.relative_to(repo).parts[:-1]]
+    for path in sorted(scripts):
+        if path.relative_to(repo).as_posix() in JOB_SCRIPTS_ALLOWED:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = ([f"{node.module}.{alias.name}" for alias in node.names]
+                           if node.module == "airflow_sparkpoint" else [node.module])
+            else:
+                continue
+            for module in modules:
+                if module.split(".")[0] != "airflow_sparkpoint":
+                    continue
+                if module not in JOB_SCRIPT_IMPORTS:
+                    found.append((path, node.lineno, module))
+    return sorted(found)
+
+
 def problems(package_dir: Path) -> list[str]:
     """One line per module over `MAX_LINES`, per import cycle and per public module
     without ``__all__`` of the package in `package_dir` (its parent directory must be on
@@ -150,6 +264,9 @@ def problems(package_dir: Path) -> list[str]:
               for cycle in import_cycles(package_dir.name)]
     found += [f"{path}: a public module without __all__ (declare its public names, or start its name with _)"
               for path in modules_without_all(package_dir)]
+    found += [f"{path}:{line}: {cls} builds a class on a class of another module (a mixin); compose "
+              "instead: give the phase the state it acts on"
+              for path, line, cls in spread_classes(package_dir)]
     return found
 
 
@@ -161,6 +278,11 @@ def main(argv: list[str]) -> int:
     if tests_dir.is_dir():
         found += [f"{path}:{line}: imports {module}, a test module (move what it shares to tests/support/)"
                   for path, line, module in test_module_imports(tests_dir)]
+        found += [f"{path}:{line}: imports {module}, another test package (move what they share to "
+                  "tests/support/)" for path, line, module in cross_package_test_imports(tests_dir)]
+    found += [f"{path}:{line}: a job script imports {module}; a job script imports only "
+              f"{', '.join(JOB_SCRIPT_IMPORTS)} (SparkpointJob.main reports the result and exits)"
+              for path, line, module in job_script_imports(package_dir.parent)]
     for line in found:
         print(line, file=sys.stderr)
     return 1 if found else 0

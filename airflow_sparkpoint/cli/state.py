@@ -21,14 +21,8 @@ from typing import Any
 
 from airflow_sparkpoint.cli.options import open_catalog, storage_options
 from airflow_sparkpoint.cli.output import EXIT_FAILURE, EXIT_OK, emit_json, table
-from airflow_sparkpoint.exceptions import (
-    CommandFailed,
-    ConfigError,
-    RestoreError,
-    SparkpointError,
-    StorageError,
-    UsageError,
-)
+from airflow_sparkpoint.exceptions import CommandFailed, UsageError
+from airflow_sparkpoint.services.state import StateRows, inspect_state, verify_state
 
 __all__ = ["add_inspect", "add_verify", "cmd_inspect", "cmd_verify"]
 
@@ -132,27 +126,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         raise UsageError("--operator and --store select the rows to print: they need --rows")
     catalog = open_catalog(args)
     _needs_pyspark("inspect")
-    from airflow_sparkpoint.runtime.state_inspect import first_line, local_session, open_state, rows_as_json
-
-    spark = local_session("sparkpoint-inspect")
-    with open_state(spark, args.target, catalog=catalog, storage_options=_snapshot_options(args)) as snap:
-        try:
-            state = snap.state()
-            body = {k: v for k, v in state.to_json().items() if k != "job"}
-            document: dict[str, Any] = {"job": catalog.job, "root": catalog.uri, **body,
-                                        "snapshot_job": state.job}
-            rows: list[dict[str, Any]] | None = None
-            if args.rows:
-                op, spec = snap.store_spec(args.operator, args.store)
-                rows = rows_as_json(snap.rows(op.id, spec.name, key), args.limit)
-                document.update({"operator": op.id, "store": spec.name, "rows": rows})
-        except ConfigError as exc:  # an unknown operator, store or key field
-            raise UsageError(str(exc)) from None
-        except SparkpointError:
-            raise
-        except Exception as exc:  # Spark's own errors: one line, not a JVM stack trace
-            raise CommandFailed(f"cannot read the state of {snap.handle.uri}: {first_line(exc)} "
-                                "(`sparkpoint verify` checks its files)") from exc
+    asked = StateRows(args.operator, args.store, key, args.limit) if args.rows else None
+    inspected = inspect_state(catalog, args.target, storage_options=_snapshot_options(args), rows=asked)
+    state, document, rows = inspected.state, inspected.document, inspected.rows
     if args.json:
         emit_json(document)
         return EXIT_OK
@@ -180,22 +156,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     catalog = open_catalog(args)
     _needs_pyspark("verify")
-    from airflow_sparkpoint.runtime.verify import default_verifier, record_verification, verify
-
-    options = _snapshot_options(args)
-    try:
-        result = verify(args.target, catalog=catalog, storage_options=options)
-    except RestoreError as exc:
-        raise CommandFailed(str(exc)) from None
-    recorded: str | None = None
-    try:
-        if result.found:
-            record_verification(result.uri,
-                                result.record("state", f"sparkpoint verify ({default_verifier()})"),
-                                storage_options=options)
-    except StorageError as exc:
-        recorded = f"the outcome could not be recorded next to the snapshot: {exc}"
-    document = {"job": catalog.job, "root": catalog.uri, **result.to_json()}
+    verified = verify_state(catalog, args.target, storage_options=_snapshot_options(args))
+    result, document, recorded = verified.result, verified.document, verified.unrecorded
     if args.json:
         emit_json(document)
     elif result.ok:

@@ -19,32 +19,21 @@ transactions are keyed by the drill's job name.
 
 from __future__ import annotations
 
-import os
-import re
-import shutil
 import socket
-import tempfile
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
-from airflow_sparkpoint.checkpoints.verification import VerificationRecord
-from airflow_sparkpoint.exceptions import (
-    ConfigError,
-    CorruptMetadata,
-    RestoreError,
-    SparkpointError,
-    StorageError,
-)
+from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
 from airflow_sparkpoint.operators.submit import SparkpointSubmitOperator
+from airflow_sparkpoint.services import drill as drills
+from airflow_sparkpoint.services.drill import LATEST_SAVEPOINT, SCRATCH, DrillFailed
 from airflow_sparkpoint.services.stores import validate_job_name
 from airflow_sparkpoint.services.submit import PREFIX
-from airflow_sparkpoint.storage import open_storage, split_uri
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -54,8 +43,6 @@ if TYPE_CHECKING:
 __all__ = ["LATEST_SAVEPOINT", "SCRATCH", "DrillFailed", "SparkpointDrillOperator",
            "SparkpointVerifyOperator"]
 
-SCRATCH = "{scratch}"
-LATEST_SAVEPOINT = "latest_savepoint"
 _FIXED = ("restore", "restore_snapshot", "trigger", "commit_mode", "sink", "emit_asset_events")
 
 
@@ -127,13 +114,19 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         self.drill_dir = drill_dir
         self.drill_job = drill_job or f"{job_name}-drill"
         self.keep_scratch = keep_scratch
-        self._drill_root: str | None = None
-        self._drill_base: str | None = None  # a temporary directory this operator made
-        self._drill_work: str | None = None  # the drill's own Spark live location
+        self._scratch: drills.Scratch | None = None  # the drill's own directory, while it runs
         self._snapshot_uri: str | None = None
         self._production_hook: SparkpointHook | None = None
         self._drill_hook: SparkpointHook | None = None
         self._drill_hook_root: str | None = None
+
+    @property
+    def _drill_root(self) -> str | None:
+        return self._scratch.root if self._scratch is not None else None
+
+    @property
+    def _drill_work(self) -> str | None:
+        return self._scratch.work if self._scratch is not None else None
 
     def declared_output(self) -> Sink | None:
         """A drill writes to scratch locations only: no output asset, no OpenLineage output."""
@@ -201,9 +194,10 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
             error = f"restore drill of {snapshot_uri or self.snapshot!r} failed: {exc}"
         duration = time.monotonic() - started
         if snapshot_uri is not None:
-            self._record(snapshot_uri, VerificationRecord(
-                verified_at=verified_at, level="drill", duration_s=round(duration, 3), checks=checks,
-                error=error, verified_by=f"airflow:{self.dag_id}.{self.task_id}@{socket.gethostname()}"))
+            drills.record_drill(
+                snapshot_uri, verified_at=verified_at, duration_s=round(duration, 3), checks=checks,
+                error=error, verified_by=f"airflow:{self.dag_id}.{self.task_id}@{socket.gethostname()}",
+                storage_options=self.production_hook.storage_options)
         if error is not None:
             raise AirflowException(error)
         self.log.info("restore drill of %s passed in %.1f s: %s", snapshot_uri, duration, checks)
@@ -246,159 +240,30 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
             self.sparkpoint_run = None  # the next drill finds its own run
 
     def _resolve(self, catalog: Catalog) -> SnapshotHandle:
-        from airflow_sparkpoint.runtime.state_inspect import resolve_snapshot
-
-        target = str(self.snapshot).strip()
-        if target == LATEST_SAVEPOINT:
-            target = self._newest_savepoint(catalog)
-        try:
-            return resolve_snapshot(target, catalog=catalog,
-                                    storage_options=self.production_hook.storage_options)
-        except (RestoreError, CorruptMetadata) as exc:
-            message = self.production_hook.scrub(str(exc))
-            self._record_unresolvable(catalog, target, message)
-            raise DrillFailed(message) from exc
-
-    def _newest_savepoint(self, catalog: Catalog) -> str:
-        """The newest complete savepoint (it has ``_metadata``), valid or not: the drill
-        is there to find out whether the savepoint a user would restore restores.
-
-        :raises DrillFailed: the job has no complete savepoint.
-        """
-        from airflow_sparkpoint.runtime.verify import load_snapshot
-
-        newest: tuple[float, int, str] | None = None
-        options = self.production_hook.storage_options
-        for entry in catalog.list_savepoints():
-            try:
-                created = load_snapshot(entry.uri, storage_options=options).metadata.created_at
-            except RestoreError:
-                continue  # no _metadata: in progress or abandoned, not a savepoint
-            except CorruptMetadata:
-                created = 0.0
-            if newest is None or (created, entry.id) > newest[:2]:
-                newest = (created, entry.id, entry.uri)
-        if newest is None:
-            raise DrillFailed(f"job {self.job_name!r} has no savepoint under "
-                              f"{catalog.uri} (see `sparkpoint list`)")
-        return newest[2]
-
-    def _record_unresolvable(self, catalog: Catalog, target: str, error: str) -> None:
-        """A named snapshot that cannot even be opened (a file missing or cut short) still
-        gets its failed drill recorded, when its ``_metadata`` is there to record beside."""
-        if target == "latest":
-            return
-        uri = target if "://" in target or target.startswith("/") else f"{catalog.uri}/{target.strip('/')}"
-        try:
-            if open_storage(uri, **self.production_hook.storage_options).exists("_metadata"):
-                self._record(uri, VerificationRecord(verified_at=time.time(), level="drill", duration_s=0.0,
-                                                     checks={"drill_job": self.drill_job},
-                                                     error=f"restore drill of {uri} failed: {error}"))
-        except SparkpointError as exc:
-            self.log.warning("could not record the failed drill of %s: %s", uri, exc)
-
-    def _record(self, snapshot_uri: str, record: VerificationRecord) -> None:
-        from airflow_sparkpoint.runtime.verify import record_verification
-
-        try:
-            record_verification(snapshot_uri, record, storage_options=self.production_hook.storage_options)
-        except StorageError as exc:
-            self.log.warning("could not record the drill of %s next to it: %s", snapshot_uri, exc)
+        hook = self.production_hook
+        return drills.resolve_drilled(catalog, self.snapshot, storage_options=hook.storage_options,
+                                      scrub=hook.scrub, drill_job=self.drill_job)
 
     def _prepare_scratch(self) -> None:
-        drill_id = f"drill-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
-        base = self.drill_dir
-        if not base:
-            base = self._drill_base = tempfile.mkdtemp(prefix="sparkpoint-drills-")
-        self._drill_root = f"{str(base).rstrip('/')}/{drill_id}"
-        if split_uri(self._drill_root)[0] == "file":
-            os.makedirs(_local(self._drill_root), exist_ok=True)
-        if self.work_dir:  # the location every executor sees (a worker's tmp would be refused)
-            self._drill_work = f"{str(self.work_dir).rstrip('/')}/sparkpoint-drills/{drill_id}"
-        elif split_uri(self._drill_root)[0] == "file":
-            self._drill_work = f"{_local(self._drill_root)}/live"
-        else:
-            self._drill_work = None  # the runtime refuses an s3:// dir without a workDir, naming it
+        self._scratch = drills.Scratch.create(self.drill_dir, self.work_dir)
 
     def _remove_scratch(self) -> None:
-        root = self._drill_root
-        if root is None or self.keep_scratch:
+        scratch = self._scratch
+        if scratch is None or self.keep_scratch:
             return
-        try:
-            if split_uri(root)[0] == "file":
-                shutil.rmtree(_local(root), ignore_errors=True)
-            else:
-                open_storage(root, **self.sparkpoint_hook.storage_options).delete_prefix("")
-        except (SparkpointError, OSError) as exc:
-            self.log.warning("could not remove the drill's scratch directory %s: %s", root, exc)
-        if self._drill_work is not None and self.work_dir:
-            shutil.rmtree(_local(self._drill_work), ignore_errors=True)
-        if self._drill_base is not None:
-            shutil.rmtree(self._drill_base, ignore_errors=True)
-            self._drill_base = None
+        scratch.remove(storage_options=self.sparkpoint_hook.storage_options, work_dir=self.work_dir)
 
     def _drill_arguments(self) -> list[str]:
         """`application_args` with every output argument pointed at the scratch directory.
 
         :raises ConfigError: an output argument is not among the application's arguments.
         """
-        args = [str(a) for a in (self.application_args or [])]
-        assert self._drill_root is not None
-        for name, value in self.output_args.items():
-            flag = name if name.startswith("-") else f"--{name}"
-            positions = [i for i, a in enumerate(args) if a == flag]
-            inline = [i for i, a in enumerate(args) if a.startswith(flag + "=")]
-            replacement = str(value).replace(SCRATCH, self._drill_root)
-            if not positions and not inline:
-                raise ConfigError(f"output_args names {flag!r}, which is not among "
-                                  f"application_args {args}; a drill "
-                                  "must replace every argument through which the application writes")
-            for i in positions:
-                if i + 1 >= len(args):
-                    raise ConfigError(f"application argument {flag!r} has no value to replace")
-                args[i + 1] = replacement
-            for i in inline:
-                args[i] = f"{flag}={replacement}"
-        return args
+        assert self._scratch is not None
+        return drills.drill_arguments(self.application_args, self.output_args, self._scratch.root)
 
     def _check_result(self, result: dict[str, Any] | None, handle: SnapshotHandle) -> dict[str, Any]:
         """:raises DrillFailed: the run did not finish from `handle` after its batch."""
-        if result is None:
-            raise DrillFailed("the application ended without a Sparkpoint run result "
-                              "(did it call job.run()?)")
-        batch = handle.metadata.batch_id
-        checks = {key: result.get(key) for key in ("status", "restore_mode", "first_batch", "last_batch",
-                                                   "batches_processed", "generation")}
-        if result.get("status") != "finished":
-            raise DrillFailed(f"the run ended {result.get('status')!r}, expected 'finished' (availableNow)")
-        if result.get("restore_mode") != "snapshot" or result.get("restored_from") != handle.uri:
-            raise DrillFailed(f"the run restored {result.get('restored_from')!r} "
-                              f"({result.get('restore_mode')}), "
-                               f"not the snapshot {handle.uri}")
-        first, last = result.get("first_batch"), result.get("last_batch")
-        rescaled = result.get("rescaled") or {}
-        expected = batch + 1
-        if rescaled:
-            # state_partitions: Spark's repartitioner committed batch+1 without input (it
-            # never reaches the sinks), so the first batch the run processed is batch+2.
-            checks["rescaled"] = rescaled
-            if rescaled.get("batch") == batch + 1:
-                expected = batch + 2
-        if first is not None and first != expected:
-            after = ("right after the repartitioner's batch" if expected == batch + 2
-                     else "right after the snapshot")
-            raise DrillFailed(f"the run's first batch was {first}, expected {expected} ({after})")
-        if last is not None and last < batch:
-            raise DrillFailed(f"the run's last batch {last} is before the snapshot's batch {batch}")
-        return checks
-
-
-class DrillFailed(Exception):
-    """The drill failed; the message says why (internal to the drill operators)."""
-
-
-def _local(uri: str) -> str:
-    return re.sub(r"^file://", "", uri)
+        return drills.check_result(result, handle)
 
 
 class SparkpointVerifyOperator(SparkpointDrillOperator):

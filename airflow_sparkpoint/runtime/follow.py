@@ -38,7 +38,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -286,16 +286,16 @@ def _check_followable(start: SnapshotHandle) -> None:
 
 
 class FollowedRun(Protocol):
-    """What the follower uses of the shadow's run (`runtime.job._Run`): it was prepared
-    as a normal run of the shadow job (claim, restore of blue's checkpoint, live
-    location, coordinator threads) and is handed to `Follower` instead of a query."""
+    """What the follower uses of the shadow's run (its `runtime.run_state.RunState`): it
+    was prepared as a normal run of the shadow job (claim, restore of blue's checkpoint,
+    live location, coordinator threads) and is handed to `Follower` instead of a query,
+    with the run's staging of a batch (`runtime.job._Run.stage_batch`)."""
 
     spark: SparkSession
     df: DataFrame
     output_mode: str
     cfg: SparkpointConfig
     catalog: Catalog
-    live: str
     plan: RestorePlan
     stopping: threading.Event
     error: BaseException | None
@@ -307,7 +307,8 @@ class FollowedRun(Protocol):
     @property
     def generation(self) -> int: ...
 
-    def stage_batch(self, df: DataFrame, batch_id: int) -> None: ...
+    @property
+    def live(self) -> str: ...
 
     def stop_query(self) -> None: ...
 
@@ -315,8 +316,11 @@ class FollowedRun(Protocol):
 class Follower:
     """Follows blue for a prepared shadow run (the module docstring, 3 to 6)."""
 
-    def __init__(self, run: FollowedRun, shadowing: Shadowing) -> None:
+    def __init__(self, run: FollowedRun, shadowing: Shadowing, *,
+                 stage: Callable[[DataFrame, int], None]) -> None:
         self.run = run
+        #: the run's foreachBatch: stage batch N in the shadow's sink and record it
+        self.stage = stage
         self.blue = shadowing.blue
         self.shadow = shadowing.shadow
         self.start = shadowing.start
@@ -449,7 +453,7 @@ class Follower:
                 self.run.stop_query()
 
         replay.run_batch(self.run.spark, self.run.df, self.run.output_mode, self.run.live, batch,
-                         stage=self.run.stage_batch, started=started)
+                         stage=self.stage, started=started)
         self._durations.append(time.monotonic() - began)
         log.info("shadow %s replayed blue's batch %d in %.2f s", self.run.cfg.job, batch, self._durations[-1])
 

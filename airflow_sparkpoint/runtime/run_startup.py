@@ -1,7 +1,8 @@
-"""The start-up of a run (`job._Run`) before its query starts: open and check the store
-and the sink, claim a generation (in `job._Run.execute`), then read everything again,
-record the lineage origin, settle and recover transactions, fill the live location and
-build the coordinator."""
+"""The start-up of a run (`RunStartup`, on the run's `run_state.RunState`) before its
+query starts: open and check the store and the sink, claim a generation (in
+`job._Run.execute`), then read everything again, record the lineage origin, settle and
+recover transactions, fill the live location and build the checkpointer and the
+committer."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from airflow_sparkpoint.runtime import executor_reach, replay, rescale, spark_su
 from airflow_sparkpoint.runtime.checkpointer import Checkpointer
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.config import PREFIX, work_root
-from airflow_sparkpoint.runtime.follow import Adopted
 from airflow_sparkpoint.runtime.recovery import recover_transactions, settle_unconfirmed
 from airflow_sparkpoint.runtime.restore import (
     adopted_live,
@@ -31,24 +31,31 @@ from airflow_sparkpoint.runtime.restore import (
     plan_restore,
 )
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan
-from airflow_sparkpoint.runtime.run_status import _RunStatus
+from airflow_sparkpoint.runtime.run_state import RunState
+from airflow_sparkpoint.runtime.run_status import StatusWriter
 from airflow_sparkpoint.storage import open_storage
 
-__all__: list[str] = []
+__all__ = ["RunStartup"]
 
 log = logging.getLogger(__name__)
 
 
-class _RunStartup(_RunStatus):
-    """Opening and preparing a run; see `_prepare` for the order (claim, then act)."""
+class RunStartup:
+    """Opening and preparing a run; see `prepare` for the order (claim, then act).
+    Everything that can fail does so before anything is written."""
 
-    #: green's run after it took the job over at a cutover (`follow.Adopted`), or None
-    adopted: Adopted | None = None
+    def __init__(self, state: RunState, status: StatusWriter) -> None:
+        self.state = state
+        self.status = status
 
-    # -- preparation: everything that can fail does so before anything is written -----
+    def open(self) -> None:
+        """Open and check the store, the sink and the work directory of the run.
 
-    def _open(self) -> None:
-        cfg = self.cfg
+        :raises ConfigError: the store cannot be opened; the sink's settings are invalid.
+        :raises StorageError: the store is not reachable or has no conditional create.
+        """
+        run = self.state
+        cfg = run.cfg
         try:
             storage = open_storage(cfg.dir, **cfg.storage_options)
         except Exception as exc:
@@ -58,15 +65,15 @@ class _RunStartup(_RunStatus):
             storage.check_exclusive_create()  # generation claims are conditional creates
         except StorageError as exc:
             raise StorageError(f"{PREFIX}dir={cfg.dir!r} is not reachable: {exc}") from exc
-        self.catalog = Catalog(storage, cfg.job)
-        self.control = ControlChannel(self.catalog)
-        self.sink.configure(cfg.storage_options)
-        self.sink.validate()
-        self.work_root = work_root(cfg.dir, cfg.job, cfg.work_dir)
+        run.catalog = Catalog(storage, cfg.job)
+        run.control = ControlChannel(run.catalog)
+        run.sink.configure(cfg.storage_options)
+        run.sink.validate()
+        run.work_root = work_root(cfg.dir, cfg.job, cfg.work_dir)
         # a cluster: one path, one filesystem
-        executor_reach.check_executors_reach(self.spark, self.work_root)
+        executor_reach.check_executors_reach(run.spark, run.work_root)
 
-    def _check_plan(self, plan: RestorePlan) -> None:
+    def check_plan(self, plan: RestorePlan) -> None:
         """The read-only refusals of a restore plan: run before the claim (bad input fences
         no running generation, invariant 7) and again on the plan read after it.
 
@@ -74,151 +81,152 @@ class _RunStartup(_RunStatus):
         :raises SinkAheadError: the sink is ahead of the snapshot and cannot be handled, or
             (`SinkLineageError`) does not hold what the snapshot's lineage committed.
         """
+        run = self.state
         if plan.snapshot is not None:
-            spark_support.check_restore_line(plan.snapshot.metadata.spark.get("version"), self.spark.version,
+            spark_support.check_restore_line(plan.snapshot.metadata.spark.get("version"), run.spark.version,
                                              plan.snapshot.uri)
-        check_sink_position(plan, self.sink, self.cfg.job, apply=False, catalog=self.catalog)
+        check_sink_position(plan, run.sink, run.cfg.job, apply=False, catalog=run.catalog)
 
-    def _prepare(self) -> None:
+    def prepare(self) -> None:
         """Claim, then act (invariant 8): everything is read again after the claim, the
         origin of this generation's lineage is recorded before any effect, and every
         effect is fenced by the generation."""
-        cfg = self.cfg
-        plan = self.plan = plan_restore(cfg, self.catalog)
-        self._check_plan(plan)
-        self.rescale = rescale.plan_rescale(cfg.restore_state_partitions, plan)
-        status = read_job_status(self.catalog)
-        origins = self.catalog.origins()
-        adopted = self.adopted
+        run = self.state
+        cfg = run.cfg
+        plan = run.plan = plan_restore(cfg, run.catalog)
+        self.check_plan(plan)
+        run.rescale = rescale.plan_rescale(cfg.restore_state_partitions, plan)
+        status = read_job_status(run.catalog)
+        origins = run.catalog.origins()
+        adopted = run.adopted
         if adopted is not None:  # green at a cutover: its own state at N, in its own location
-            if plan.batch_id != adopted.batch_id or not self.catalog.has_origin(self.generation):
+            if plan.batch_id != adopted.batch_id or not run.catalog.has_origin(run.generation):
                 raise SparkpointError(
-                    f"job {cfg.job!r} generation {self.generation} adopted at batch {adopted.batch_id}, but "
+                    f"job {cfg.job!r} generation {run.generation} adopted at batch {adopted.batch_id}, but "
                     f"its restart point is {plan.description} (origin recorded: "
-                    f"{self.catalog.has_origin(self.generation)}); green does not go on")
-            self.choice = adopted_live(adopted.live_dir, job=cfg.job, generation=self.generation,
-                                       jvm_pid=self._jvm_pid())
+                    f"{run.catalog.has_origin(run.generation)}); green does not go on")
+            choice = adopted_live(adopted.live_dir, job=cfg.job, generation=run.generation,
+                                  jvm_pid=_jvm_pid(run.spark))
         else:
             previous = [origins[-1].live_dir if origins else None, status.live_dir if status else None]
-            self.choice = choose_live(
+            choice = choose_live(
                 plan, previous, status,
-                work_root=self.work_root, job=cfg.job, generation=self.generation, jvm_pid=self._jvm_pid(),
-                allow_in_place=not (self.rescale and self.rescale.needed),  # rescale a private copy only
+                work_root=run.work_root, job=cfg.job, generation=run.generation, jvm_pid=_jvm_pid(run.spark),
+                allow_in_place=not (run.rescale and run.rescale.needed),  # rescale a private copy only
             )
-        self.live = self.choice.path
+        run.choice = choice
+        run.live = choice.path
         meta: SnapshotMetadata | None = plan.snapshot.metadata if plan.snapshot else None
         inherited = plan.continues.restore if plan.continues is not None else {}
-        pin = pin_restart_point(plan, self.catalog, self.generation)  # owned before the origin relies on it
+        pin = pin_restart_point(plan, run.catalog, run.generation)  # owned before the origin relies on it
         if adopted is None:  # an adopted generation's origin was written by its claim
-            self.catalog.write_origin(new_origin(
-                self.generation, kind=plan.kind, uri=plan.snapshot.uri if plan.snapshot else None,
+            run.catalog.write_origin(new_origin(
+                run.generation, kind=plan.kind, uri=plan.snapshot.uri if plan.snapshot else None,
                 base_id=plan.base_id,
                 snapshot_id=meta.id if meta else None, batch_id=meta.batch_id if meta else None,
-                id_floor=self.catalog.next_checkpoint_id() - 1,
+                id_floor=run.catalog.next_checkpoint_id() - 1,
                 restore={"restore": cfg.restore, "sink_ahead": plan.sink_ahead, "force": cfg.restore_force,
                          "allow_foreign_job": (cfg.restore_allow_foreign_job
                                                or bool(inherited.get("allow_foreign_job"))),
                          "state_partitions": cfg.restore_state_partitions},
-                live_dir=self.live, host=socket.gethostname(), pid=os.getpid(), pin=pin,
+                live_dir=run.live, host=socket.gethostname(), pid=os.getpid(), pin=pin,
             ))
         log.info("job %s generation %d starts from %s; live location %s (%s)",
-                 cfg.job, self.generation, plan.description, self.live, self.choice.reason)
+                 cfg.job, run.generation, plan.description, run.live, choice.reason)
 
-        run_fence = self.fence
+        run_fence = run.fence
         fence = run_fence.check
         fence()
         # Abort what the restart point does not confirm before the sink's position is
         # checked: a stalled committer past its generation check can land nothing after it.
-        settled = settle_unconfirmed(self.catalog, self.sink, plan, self.generation)
+        settled = settle_unconfirmed(run.catalog, run.sink, plan, run.generation)
         try:
-            rewound = check_sink_position(plan, self.sink, cfg.job, fence=fence, catalog=self.catalog)
+            rewound = check_sink_position(plan, run.sink, cfg.job, fence=fence, catalog=run.catalog)
         except SinkAheadError:
             # A newer generation that started meanwhile commits its own lineage: a
             # superseded start is stale, not refused (its origin is history already).
             fence()
             raise
         if rewound:
-            faults.pause("after_rewind", plan.batch_id, generation=self.generation)
-        faults.pause("before_live", plan.batch_id, generation=self.generation)
-        repair = spark_support.snapshot_repair(self.spark.version,
-                                               self.spark.conf.get(spark_support.SNAPSHOT_REPAIR_KEY, None))
-        index, self.live_reuse = fill_live(self.choice, plan, repair=repair)
-        self.committer = Committer(catalog=self.catalog, sink=self.sink, fence=run_fence,
+            faults.pause("after_rewind", plan.batch_id, generation=run.generation)
+        faults.pause("before_live", plan.batch_id, generation=run.generation)
+        repair = spark_support.snapshot_repair(run.spark.version,
+                                               run.spark.conf.get(spark_support.SNAPSHOT_REPAIR_KEY, None))
+        index, run.live_reuse = fill_live(choice, plan, repair=repair)
+        run.committer = Committer(catalog=run.catalog, sink=run.sink, fence=run_fence,
                                    commit_mode=cfg.commit_mode)
-        self.checkpointer = Checkpointer(
-            catalog=self.catalog, fence=run_fence, live_root=self.live, transactions=self.committer,
+        run.checkpointer = Checkpointer(
+            catalog=run.catalog, fence=run_fence, live_root=run.live, transactions=run.committer,
             interval_s=cfg.checkpoint_interval_s, num_retained=cfg.num_retained,
             timeout_s=cfg.checkpoint_timeout_s,
-            tolerable_failures=cfg.tolerable_failures, spark_info=self._spark_info(),
-            on_status=self._heartbeat,
+            tolerable_failures=cfg.tolerable_failures, spark_info=_spark_info(run),
+            on_status=self.status.heartbeat,
         )
-        self.committer.seed(meta)
-        self.checkpointer.seed(meta, index)
+        run.committer.seed(meta)
+        run.checkpointer.seed(meta, index)
         if plan.snapshot is not None and not plan.own_files:
-            self.checkpointer.store_ahead(plan.snapshot.files_store)  # overlaps Spark's first batch
-        pending, recovered = recover_transactions(self.catalog, self.sink, plan, cfg.commit_mode,
-                                                  self.generation, settled=settled)
+            run.checkpointer.store_ahead(plan.snapshot.files_store)  # overlaps Spark's first batch
+        pending, recovered = recover_transactions(run.catalog, run.sink, plan, cfg.commit_mode,
+                                                  run.generation, settled=settled)
         for record in pending:
-            self.committer.add_pending(record)
-        if plan.replays_ahead(self.sink):  # the self-healing fallback (runtime.replay)
-            self._write_status("running")  # a long replay must not look like a dead run
+            run.committer.add_pending(record)
+        if plan.replays_ahead(run.sink):  # the self-healing fallback (runtime.replay)
+            self.status.write("running")  # a long replay must not look like a dead run
             recovered["replayed"] = replay.replay_committed(
-                self.spark, self.df, self.output_mode, sink=self.sink, fence=run_fence,
-                snapshot=plan.snapshot, live_root=self.live, job=cfg.job, code_version=plan.code_version)
+                run.spark, run.df, run.output_mode, sink=run.sink, fence=run_fence,
+                snapshot=plan.snapshot, live_root=run.live, job=cfg.job, code_version=plan.code_version)
             if recovered["replayed"]:  # the snapshot's position of this sink is behind what it holds now
-                self.committer.sink_positions.pop(self.sink.sink_id, None)
-                owners = self._committers(recovered["replayed"])
-                self.checkpointer.replayed(recovered["replayed"][-1])
-                self.committer.add_owners(owners)
-        self.recovered = recovered
+                run.committer.sink_positions.pop(run.sink.sink_id, None)
+                owners = _committers(run, recovered["replayed"])
+                run.checkpointer.replayed(recovered["replayed"][-1])
+                run.committer.add_owners(owners)
+        run.recovered = recovered
         # After any replay: the state of the live location's last batch is rescaled.
-        rescaled = rescale.rescale_live(self.spark, self.live, self.rescale, fence) if self.rescale and \
-            self.rescale.needed else None
-        self.rescaled = rescale.summary(self.rescale, rescaled)
-        rescale.apply_shuffle_partitions(self.spark, self.rescale)
+        rescaled = rescale.rescale_live(run.spark, run.live, run.rescale, fence) if run.rescale and \
+            run.rescale.needed else None
+        run.rescaled = rescale.summary(run.rescale, rescaled)
+        rescale.apply_shuffle_partitions(run.spark, run.rescale)
         if rescaled is not None:
             # The rescaled state is the restart point from now on (no input, no transaction).
-            self.checkpointer.confirm(rescaled)
-            self.checkpointer.checkpoint(rescaled)
+            run.checkpointer.confirm(rescaled)
+            run.checkpointer.checkpoint(rescaled)
         if adopted is not None:
             # The adoption checkpoint: green's state at N in the job's catalog, so that from
             # here on restore=latest resumes green's state (every file stored: none is blue's).
-            self.checkpointer.confirm(adopted.batch_id)
-            if self.checkpointer.checkpoint(adopted.batch_id) is None:
+            run.checkpointer.confirm(adopted.batch_id)
+            if run.checkpointer.checkpoint(adopted.batch_id) is None:
                 raise SparkpointError(f"the adoption checkpoint of job {cfg.job!r} at batch "
                                       f"{adopted.batch_id} failed; green does not go on (restore=latest "
                                       "resumes blue's state at N)")
-        self._write_status("running")
+        self.status.write("running")
 
-    def _committers(self, batches: list[int]) -> list[tuple[int, int]]:
-        """``(batch, generation)`` of the commits the sink holds for replayed `batches`: the
-        lineage's owners of them (`Coordinator.batch_owners`)."""
-        found = []
-        for batch in batches:
-            try:
-                held = self.sink.committed_txn(self.cfg.job, batch)
-            except NotImplementedError:
-                return []
-            if held is not None and held.generation is not None:
-                found.append((batch, held.generation))
-        return found
 
-    def _jvm_pid(self) -> int | None:
+def _committers(run: RunState, batches: list[int]) -> list[tuple[int, int]]:
+    """``(batch, generation)`` of the commits `run`'s sink holds for replayed `batches`:
+    the lineage's owners of them (`Committer.batch_owners`)."""
+    found = []
+    for batch in batches:
         try:
-            return int(self.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
-        except Exception:  # noqa: BLE001 - only used to prove a previous owner gone
-            return None
+            held = run.sink.committed_txn(run.cfg.job, batch)
+        except NotImplementedError:
+            return []
+        if held is not None and held.generation is not None:
+            found.append((batch, held.generation))
+    return found
 
-    def _release_live(self) -> None:
-        choice = getattr(self, "choice", None)
-        if choice is not None:
-            choice.lock.release()
 
-    def _spark_info(self) -> dict[str, Any]:
-        conf = self.spark.conf
-        return {
-            "version": self.spark.version,
-            "state_store": conf.get("spark.sql.streaming.stateStore.providerClass", ""),
-            "output_mode": self.output_mode,
-            "trigger": str(self.cfg.trigger),
-        }
+def _jvm_pid(spark: Any) -> int | None:
+    try:
+        return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    except Exception:  # noqa: BLE001 - only used to prove a previous owner gone
+        return None
+
+
+def _spark_info(run: RunState) -> dict[str, Any]:
+    conf = run.spark.conf
+    return {
+        "version": run.spark.version,
+        "state_store": conf.get("spark.sql.streaming.stateStore.providerClass", ""),
+        "output_mode": run.output_mode,
+        "trigger": str(run.cfg.trigger),
+    }

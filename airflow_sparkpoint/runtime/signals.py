@@ -53,8 +53,11 @@ class Terminable(Protocol):
 
     #: the run's failure; set here, read by its coordinator and ``foreachBatch``
     error: BaseException | None
-    #: set here: the run takes on nothing new
-    stopping: threading.Event
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set here: the run takes on nothing new."""
+        ...
 
     @property
     def job_name(self) -> str:

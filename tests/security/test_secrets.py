@@ -179,13 +179,13 @@ def test_a_run_keeps_secrets_out_of_every_record_log_and_result(
 
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import S3Sink
-    from tests.chaos.harness import write_inputs
+    from tests.support.inputs import write_id_events
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
     caplog.set_level(logging.INFO)
     caplog.set_level(logging.DEBUG, logger="airflow_sparkpoint")
-    write_inputs(tmp_path / "input", files=2)
+    write_id_events(tmp_path / "input", files=2)
     root = f"s3://{s3_bucket}/root"
     catalog = Catalog.open(root, JOB, endpoint_url=s3_server, region_name="us-east-1")
     # A control request the job answers (it fails: there is no batch yet) leaves records too.
@@ -229,10 +229,11 @@ def test_submit_operator_passes_secrets_only_through_the_environment(
     its environment; its Spark conf, argv and command line, the task log, the XCom and the
     catalog never do."""
     from airflow_sparkpoint.operators import SparkpointSubmitOperator
-    from tests.chaos.harness import JAVA_OPTS, write_inputs
+    from tests.support.inputs import write_id_events
+    from tests.support.submit import quiet_java_opts
 
     root = tmp_path / "sp"
-    write_inputs(tmp_path / "input", files=1)
+    write_id_events(tmp_path / "input", files=1)
     monkeypatch.setenv("AIRFLOW_CONN_SP_SECURITY", json.dumps({
         "conn_type": "sparkpoint", "host": str(root), "login": KEY_ID, "password": SECRET,
         "extra": {"endpoint_url": "http://127.0.0.1:9", "region_name": "us-east-1"},
@@ -245,7 +246,7 @@ def test_submit_operator_passes_secrets_only_through_the_environment(
         sparkpoint_conn_id="sp_security",
         application_args=["--input", str(tmp_path / "input"), "--output", str(tmp_path / "out"), "--dump", str(dump)],
         conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
-              "spark.driver.extraJavaOptions": JAVA_OPTS, "spark.pyspark.python": sys.executable},
+              "spark.driver.extraJavaOptions": quiet_java_opts(), "spark.pyspark.python": sys.executable},
     )
     result = op.execute({"ti": SimpleNamespace(try_number=1)})  # type: ignore[arg-type]
 

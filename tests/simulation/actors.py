@@ -111,9 +111,9 @@ class SimRun(_Run):
         super().__init__(job, self.model, world.sink(), "append", None)  # type: ignore[arg-type]
 
     def _run_query(self) -> Any:
-        model = self.model
-        model.live, model.generation = self.live, self.generation
-        self.query = model  # type: ignore[assignment]
+        run, model = self.state, self.model
+        model.live, model.generation = run.live, run.generation
+        run.query = model  # type: ignore[assignment]
         next_poll = 0.0
         done = False
 
@@ -122,41 +122,41 @@ class SimRun(_Run):
             if done:
                 return
             try:
-                next_poll = self._handle(kind, value, next_poll)
+                next_poll = self.coordinator.handle(kind, value, next_poll)
             except Crash:
                 raise
-            except BaseException as exc:  # noqa: BLE001 - `_coordinate`'s own handling
-                self._coordination_failed(exc)
+            except BaseException as exc:  # noqa: BLE001 - `RunCoordinator.run`'s own handling
+                self.coordinator.failed(exc)
                 done = True
 
         query_error: BaseException | None = None
         try:
             try:
                 for count in range(self.spec.budget):
-                    if self.stopping.is_set() or self.error is not None or model.stopped:
+                    if run.stopping.is_set() or run.error is not None or model.stopped:
                         break
                     batch = model.next_batch()
                     if batch is None:
                         break
                     try:
-                        self._stage_batch(model.frame(batch), batch)  # type: ignore[arg-type]
+                        self.stage_batch(model.frame(batch), batch)  # type: ignore[arg-type]
                     except _StopRun:
                         break
                     model.commit(batch)
                     if count == 0:
-                        self._remove_earlier_live()  # the cleanup thread, once the query runs
+                        self.remove_earlier_live()  # the cleanup thread, once the query runs
                     event("progress", batch)
                     event("tick", None)
             except Crash:
                 raise
             except Exception as exc:  # noqa: BLE001 - the query failed (foreachBatch raised)
                 query_error = exc
-            self.query_failed = query_error is not None
+            run.query_failed = query_error is not None
             event("final", None)
-            return self._conclude(query_error)
+            return self.conclude(query_error)
         finally:
-            self.checkpointer.close()
-            self._release_live()
+            run.checkpointer.close()
+            run.release_live()
 
 
 def driver(world: World, spec: DriverSpec, name: str) -> Any:
@@ -168,7 +168,7 @@ def driver(world: World, spec: DriverSpec, name: str) -> Any:
     run = SimRun(world, spec, name, restore)
     actor = world.scheduler.current()
     if actor is not None:
-        actor.on_crash.append(run._release_live)  # the OS drops a dead process's locks
+        actor.on_crash.append(run.state.release_live)  # the OS drops a dead process's locks
     try:
         return run.execute()
     except Exception as exc:

@@ -51,6 +51,17 @@ def write_event_files(directory: Path, files: int, users: int, start: int = 0) -
     return [row for batch in batches for row in batch]
 
 
+def write_id_events(directory: Path, files: int, *, start: int = 0, users: int = 3) -> list[dict[str, Any]]:
+    """Write `files` JSON files of `users` events each (``{"id", "user", "amount"}``, ids
+    unique over all files), file ``start + i`` as ``events-<start + i>.json`` with
+    increasing mtimes (one file = one micro-batch with maxFilesPerTrigger=1). Returns
+    every row written."""
+    batches = [[{"id": i * 1000 + u, "user": f"u{u}", "amount": i * 10 + u + 1} for u in range(users)]
+               for i in range(start, start + files)]
+    write_json_batches(directory, batches, start=start, name="events-{:05d}.json")
+    return [row for batch in batches for row in batch]
+
+
 def expected_totals(rows: Iterable[Mapping[str, Any]], key: str = "user",
                     value: str = "amount") -> dict[str, tuple[int, int]]:
     """The oracle of a keyed-totals job, in plain Python from its input `rows`: per

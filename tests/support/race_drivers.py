@@ -21,7 +21,9 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from airflow_sparkpoint.faults import ENV, ENV_ONCE, PAUSE_DIR_ENV, PAUSE_ENV
+from tests.support.inputs import write_id_events
 from tests.support.paths import REPO
+from tests.support.submit import quiet_java_opts
 from tests.support.waits import wait_for
 
 RACES = REPO / "tests" / "races"  # the race tests, their jobs and log settings
@@ -34,24 +36,12 @@ TAKEOVER_CONF = {"spark.sparkpoint.takeover": "true"}
 USERS = 3
 BASE_MTIME = 1_700_000_000
 TIMEOUT_S = float(os.environ.get("SPARKPOINT_RACE_TIMEOUT", "420"))
-JAVA_OPTS = (
-    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m "
-    f"-Dlog4j2.configurationFile=file:{RACES / 'jobs' / 'log4j2.properties'}"
-)
+JAVA_OPTS = quiet_java_opts()
 
 
 def write_inputs(directory: Path, files: int, start: int = 0) -> list[dict[str, Any]]:
     """`files` JSON files of `USERS` events with unique ids and increasing mtimes."""
-    directory.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
-    for i in range(start, start + files):
-        batch = [{"id": i * 1000 + u, "user": f"u{u}", "amount": i * 10 + u + 1} for u in range(USERS)]
-        tmp = directory / f".events-{i:05d}.json.tmp"
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in batch))
-        os.utime(tmp, (BASE_MTIME + i, BASE_MTIME + i))
-        os.replace(tmp, directory / f"events-{i:05d}.json")
-        rows.extend(batch)
-    return rows
+    return write_id_events(directory, files, start=start, users=USERS)
 
 
 def expected_rows(directory: Path) -> list[dict[str, Any]]:

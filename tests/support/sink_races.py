@@ -20,16 +20,14 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import Catalog
 from tests.support.paths import REPO
 from tests.support.race_drivers import RACES, Driver
+from tests.support.submit import quiet_java_opts
 
 JOB_SCRIPT = RACES / "jobs" / "sink_job.py"
 JOB = "race"
 USERS = 3
 BASE_MTIME = 1_700_000_000
 WAIT_S = float(os.environ.get("SPARKPOINT_RACE_WAIT", "900"))
-JAVA_OPTS = (
-    "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m "
-    f"-Dlog4j2.configurationFile=file:{RACES / 'sink_log4j2.properties'}"
-)
+JAVA_OPTS = quiet_java_opts(RACES / "sink_log4j2.properties")
 
 
 # ---------------------------------------------------------------------------- input

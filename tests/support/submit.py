@@ -10,6 +10,15 @@ from pathlib import Path
 
 from airflow_sparkpoint.demo.support import spark_submit_env
 
+#: log4j settings of a quiet test driver: warnings only, to stderr
+QUIET_LOG4J = Path(__file__).resolve().parent / "log4j2.properties"
+
+
+def quiet_java_opts(log4j: Path = QUIET_LOG4J) -> str:
+    """``spark.driver.extraJavaOptions`` of a short-lived test driver: a C1-only JIT (it
+    spends most of its time compiling otherwise), a serial GC and the `log4j` settings."""
+    return f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xss4m -Dlog4j2.configurationFile=file:{log4j}"
+
 
 def submit_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment plus `extra`, with what a local ``spark-submit`` of

@@ -1,6 +1,8 @@
 """The structure rules of the package (`scripts/check_structure.py`, run by `make lint`):
 no module over the backstop's line count, no import cycle, no public module without `__all__`,
-no test module importing another test module. Checked on synthetic packages (so the check can fail) and on the package itself."""
+no runtime class built on another runtime module's class, no test module importing another
+test module, no test package importing another, job scripts importing only the job
+author's API. Checked on synthetic packages (so the check can fail) and on the package itself."""
 
 from __future__ import annotations
 
@@ -109,3 +111,72 @@ def test_an_import_of_a_test_module_or_conftest_is_reported(tmp_path: Path) -> N
 def test_no_test_module_imports_another_test_module() -> None:
     found = check.test_module_imports(REPO / "tests")
     assert found == [], "\n".join(f"{path.relative_to(REPO)}:{line}: {module}" for path, line, module in found)
+
+
+def test_a_runtime_class_built_on_another_runtime_module_s_class_is_reported(tmp_path: Path) -> None:
+    package = _package(tmp_path, "sp_spread", {
+        "__init__.py": "",
+        "runtime/__init__.py": "",
+        "runtime/status.py": "class _Status: ...\nclass StateError(Exception): ...\n",
+        "runtime/startup.py": "from sp_spread.runtime.status import _Status\nclass _Startup(_Status): ...\n",
+        "runtime/job.py": ("from sp_spread.runtime import startup\nfrom sp_spread.runtime.status import StateError\n"
+                           "class _Run(startup._Startup): ...\nclass Refused(StateError): ...\n"
+                           "class Local: ...\nclass Sub(Local): ...\n"),  # an error tree, one module: fine
+        "runtime/other.py": "from sp_spread.sinks.base import Sink\nclass Mine(Sink): ...\n",  # another package
+    })
+    assert check.spread_classes(package) == [
+        (package / "runtime" / "job.py", 3, "_Run(startup._Startup)"),
+        (package / "runtime" / "startup.py", 2, "_Startup(_Status)"),
+    ]
+    assert check.spread_classes(REPO / "airflow_sparkpoint") == [], "no class of runtime/ is spread over modules"
+
+
+def test_an_import_of_another_test_package_is_reported(tmp_path: Path) -> None:
+    tests = _package(tmp_path, "tests", {
+        "__init__.py": "",
+        "support/__init__.py": "",
+        "support/helpers.py": "from tests.chaos.harness import x\n",  # support shares nothing upward
+        "chaos/__init__.py": "",
+        "chaos/harness.py": "from tests.chaos.cases import y\nfrom tests.support.helpers import z\n",  # own, support
+        "security/__init__.py": "",
+        "security/test_s.py": "def test_s():\n    from tests.chaos.harness import write_inputs\n",  # lazy
+        "unit/__init__.py": "",
+        "unit/test_r.py": "import tests.chaos.record\n",
+        "integration/__init__.py": "",
+        "integration/test_submit_deferred.py": "from tests.e2e.support import stack\n",  # allowed, with its reason
+    })
+    assert check.cross_package_test_imports(tests) == [
+        (tests / "security" / "test_s.py", 2, "tests.chaos.harness"),
+        (tests / "support" / "helpers.py", 1, "tests.chaos.harness"),
+        (tests / "unit" / "test_r.py", 1, "tests.chaos.record"),
+    ]
+
+
+def test_a_job_script_importing_more_than_the_job_author_s_api_is_reported(tmp_path: Path) -> None:
+    files = {
+        "dags/jobs/ok.py": ("from airflow_sparkpoint.runtime import SparkpointJob\n"
+                            "from airflow_sparkpoint.sinks import DeltaSink\nfrom airflow_sparkpoint import faults\n"),
+        "dags/jobs/bad.py": "def main():\n    from airflow_sparkpoint.checkpoints.run_result import result_line\n",
+        "tests/races/jobs/bad.py": "import airflow_sparkpoint.process_exit\nfrom airflow_sparkpoint import checkpoints\n",
+        "tests/races/helper.py": "from airflow_sparkpoint.checkpoints import Catalog\n",  # no job script
+        "tests/chaos/jobs/_chaosjob.py": "from airflow_sparkpoint.checkpoints import Catalog\n",  # allowed
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert check.job_script_imports(tmp_path) == [
+        (tmp_path / "dags/jobs/bad.py", 2, "airflow_sparkpoint.checkpoints.run_result"),
+        (tmp_path / "tests/races/jobs/bad.py", 1, "airflow_sparkpoint.process_exit"),
+        (tmp_path / "tests/races/jobs/bad.py", 2, "airflow_sparkpoint.checkpoints"),
+    ]
+
+
+def test_no_test_package_imports_another_and_job_scripts_import_only_the_job_author_s_api() -> None:
+    crossing = check.cross_package_test_imports(REPO / "tests")
+    assert crossing == [], "\n".join(f"{path.relative_to(REPO)}:{line}: {module}" for path, line, module in crossing)
+    scripts = check.job_script_imports(REPO)
+    assert scripts == [], "\n".join(f"{path.relative_to(REPO)}:{line}: {module}" for path, line, module in scripts)
+    for file, _module in check.CROSS_PACKAGE_ALLOWED:  # an exception whose file is gone is dropped
+        assert (REPO / "tests" / file).is_file(), file
+    for file in check.JOB_SCRIPTS_ALLOWED:
+        assert (REPO / file).is_file(), file

@@ -11,18 +11,25 @@ of the buggy one.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_sparkpoint.runtime import SparkpointJob
 
 
 def main() -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("airflow_sparkpoint").setLevel(logging.INFO)
+    from airflow_sparkpoint.runtime import SparkpointJob
+
+    SparkpointJob.main(merge_key, app_name="merge-key")  # prints the result line, then exits
+
+
+def merge_key(job: SparkpointJob) -> None:
     from pyspark.sql import functions as F
 
-    from airflow_sparkpoint.checkpoints.run_result import result_line
-    from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
-    job = SparkpointJob.get_or_create(app_name="merge-key")
     events = (
         job.spark.readStream.schema("id long, user string, amount long")
         .option("maxFilesPerTrigger", 1)
@@ -31,8 +38,7 @@ def main() -> None:
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
     key = F.lower("user") if job.arg("key") == "lower" else F.col("user")
     keyed = totals.select(key.alias("key"), "total", "events")
-    result = job.run(keyed, sink=DeltaSink(job.arg("output"), mode="merge", keys=["key"]), output_mode="update")
-    print(result_line(result), flush=True)
+    job.run(keyed, sink=DeltaSink(job.arg("output"), mode="merge", keys=["key"]), output_mode="update")
 
 
 if __name__ == "__main__":

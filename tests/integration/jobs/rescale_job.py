@@ -55,14 +55,16 @@ def _running_totals() -> Any:
 
 
 def main() -> None:
-    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
+
+    SparkpointJob.main(rescale, app_name="sparkpoint-rescale-test")  # prints the result line, then exits
+
+
+def rescale(job: Any) -> None:
     from airflow_sparkpoint.sinks import DeltaSink
 
-    job = SparkpointJob.get_or_create(app_name="sparkpoint-rescale-test")
     df, sink_args, mode = build(job.spark, job.arg("pipeline"), job.arg("input"))
-    result = job.run(df, sink=DeltaSink(job.arg("output"), **sink_args), output_mode=mode)
-    print(result_line(result), flush=True)
+    job.run(df, sink=DeltaSink(job.arg("output"), **sink_args), output_mode=mode)
 
 
 if __name__ == "__main__":

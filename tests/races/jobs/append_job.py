@@ -10,24 +10,26 @@ runs that plan from different restart points build different batches).
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 
 def main() -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("airflow_sparkpoint").setLevel(logging.INFO)
-    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
+
+    SparkpointJob.main(append, app_name="race-append")  # prints the result line, then exits
+
+
+def append(job: Any) -> None:
     from airflow_sparkpoint.sinks import DeltaSink
 
-    job = SparkpointJob.get_or_create(app_name="race-append")
     reader = job.spark.readStream.schema("id long, user string, amount long")
     max_files = int(job.arg("max-files", "1"))
     if max_files > 0:
         reader = reader.option("maxFilesPerTrigger", max_files)
     events = reader.json(job.arg("input"))
-    result = job.run(events.dropDuplicates(["id"]), sink=DeltaSink(job.arg("output"), mode="append"),
-                     output_mode="append")
-    print(result_line(result), flush=True)
+    job.run(events.dropDuplicates(["id"]), sink=DeltaSink(job.arg("output"), mode="append"), output_mode="append")
 
 
 if __name__ == "__main__":

@@ -16,18 +16,22 @@ three Spark partitions so that a batch is several files.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 
 def main() -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("airflow_sparkpoint").setLevel(logging.INFO)
+    from airflow_sparkpoint.runtime import SparkpointJob
+
+    SparkpointJob.main(sink_race, app_name="sink-race")  # prints the result line, then exits
+
+
+def sink_race(job: Any) -> None:
     from pyspark.sql import functions as F
 
-    from airflow_sparkpoint.checkpoints.run_result import result_line
-    from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink, DirectorySink, S3Sink
 
-    job = SparkpointJob.get_or_create(app_name="sink-race")
     kind, output = job.arg("sink"), job.arg("output")
     if job.arg("source", "files") == "partitioned":
         from tests.races.partitioned_source import TOPIC, PartitionedSource
@@ -43,12 +47,11 @@ def main() -> None:
         )
     if kind == "delta-merge":
         totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
-        result = job.run(totals, sink=DeltaSink(output, mode="merge", keys=["user"]), output_mode="update")
+        job.run(totals, sink=DeltaSink(output, mode="merge", keys=["user"]), output_mode="update")
     else:
         sinks = {"delta-append": lambda: DeltaSink(output), "s3": lambda: S3Sink(output, format="json"),
                  "directory": lambda: DirectorySink(output, format="json")}
-        result = job.run(events.repartition(3), sink=sinks[kind](), output_mode="append")
-    print(result_line(result), flush=True)
+        job.run(events.repartition(3), sink=sinks[kind](), output_mode="append")
 
 
 if __name__ == "__main__":

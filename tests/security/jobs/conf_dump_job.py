@@ -10,14 +10,18 @@ import hashlib
 import json
 import os
 import sys
+from typing import Any
 
 
 def main() -> None:
-    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
+
+    SparkpointJob.main(conf_dump, app_name="security-conf-dump")  # prints the result line, then exits
+
+
+def conf_dump(job: Any) -> None:
     from airflow_sparkpoint.sinks import DirectorySink
 
-    job = SparkpointJob.get_or_create(app_name="security-conf-dump")
     spark = job.spark
     dump = {
         "spark_conf": sorted(spark.sparkContext.getConf().getAll()),
@@ -28,8 +32,7 @@ def main() -> None:
     with open(job.arg("dump"), "w", encoding="utf-8") as handle:
         json.dump(dump, handle)
     events = spark.readStream.schema("id long, user string").option("maxFilesPerTrigger", 1).json(job.arg("input"))
-    result = job.run(events, sink=DirectorySink(job.arg("output"), format="json"), output_mode="append")
-    print(result_line(result), flush=True)
+    job.run(events, sink=DirectorySink(job.arg("output"), format="json"), output_mode="append")
 
 
 if __name__ == "__main__":

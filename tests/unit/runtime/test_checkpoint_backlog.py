@@ -28,10 +28,11 @@ def _progress(batches: range) -> list[tuple[str, Any]]:
 def test_every_batch_is_checkpointed_while_the_backlog_is_within_the_bound(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
     batches = range(MAX_CHECKPOINT_BACKLOG)
-    run = coordinator_run(catalog, live, sink, [*_progress(batches), ("final", None)])
+    coordinator = coordinator_run(catalog, live, sink, [*_progress(batches), ("final", None)])
+    run = coordinator.state
     stage_batches(catalog, run, live, batches)
 
-    run._coordinate()
+    coordinator.run()
 
     assert run.error is None, run.error
     assert sorted(m.batch_id for m in catalog.checkpoints()) == list(batches)
@@ -42,11 +43,12 @@ def test_beyond_the_bound_only_the_newest_batch_is_checkpointed_and_the_skipped_
         catalog, tmp_path, caplog):
     live, sink = tmp_path / "live", RecordingSink()
     batches = range(MAX_CHECKPOINT_BACKLOG + 1)
-    run = coordinator_run(catalog, live, sink, [*_progress(batches), ("final", None)])
+    coordinator = coordinator_run(catalog, live, sink, [*_progress(batches), ("final", None)])
+    run = coordinator.state
     stage_batches(catalog, run, live, batches)
 
     with caplog.at_level(logging.WARNING, logger="airflow_sparkpoint.runtime.checkpointer"):
-        run._coordinate()
+        coordinator.run()
 
     assert run.error is None, run.error
     newest = batches[-1]
@@ -94,11 +96,12 @@ class _Control:
 def test_a_savepoint_request_waits_for_one_checkpoint_of_a_backlog_not_all_of_them(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
     batches = range(3)
-    run = coordinator_run(catalog, live, sink, _progress(batches))  # all queued: one round of 3 due checkpoints
+    coordinator = coordinator_run(catalog, live, sink, _progress(batches))  # all queued: one round of 3 due checkpoints
+    run = coordinator.state
     stage_batches(catalog, run, live, batches)
     control = run.control = _Control(catalog, run, "savepoint", after=2)  # the first look is before the round
 
-    run._coordinate()
+    coordinator.run()
 
     assert run.error is None, run.error
     assert control.looks >= 2, "the request was never looked for"
@@ -112,11 +115,12 @@ def test_a_savepoint_request_waits_for_one_checkpoint_of_a_backlog_not_all_of_th
 def test_a_stop_request_ends_the_backlog_after_one_checkpoint(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
     batches = range(3)
-    run = coordinator_run(catalog, live, sink, _progress(batches))
+    coordinator = coordinator_run(catalog, live, sink, _progress(batches))
+    run = coordinator.state
     stage_batches(catalog, run, live, batches)
     control = run.control = _Control(catalog, run, "stop", after=2)
 
-    run._coordinate()
+    coordinator.run()
 
     assert run.error is None, run.error
     assert control.checkpoints_when_taken == [0], "served only after the whole backlog"
@@ -127,13 +131,14 @@ def test_a_stop_request_ends_the_backlog_after_one_checkpoint(catalog, tmp_path)
 
 def test_the_batches_a_restart_replayed_get_no_checkpoint_each(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
-    run = coordinator_run(catalog, live, sink, [("progress", 3), ("final", None)])
+    coordinator = coordinator_run(catalog, live, sink, [("progress", 3), ("final", None)])
+    run = coordinator.state
     for batch in range(3):  # replayed (runtime.replay): in commits/, the sink holds them, no transaction
         write_live(live, batch)
     run.checkpointer.replayed(2)
     stage_batches(catalog, run, live, range(3, 4))
 
-    run._coordinate()
+    coordinator.run()
 
     assert run.error is None, run.error
     assert [m.batch_id for m in catalog.checkpoints()] == [3], "a replayed batch got a checkpoint of its own"

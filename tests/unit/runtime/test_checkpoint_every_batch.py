@@ -4,7 +4,7 @@ checkpoint ran, or not yet seen by the commit watcher when the query ended, must
 the batches between (the flaky ``_first_run`` of tests/races/test_lineages.py retained
 ``[7, 5, 4]``: batch 6's progress event was queued behind 7's, or arrived after the end).
 
-The real coordinator thread loop (`_Run._coordinate`) on a stand-in run: a hand-made live
+The real coordinator thread loop (`RunCoordinator.run`) on a stand-in run: a hand-made live
 location, an in-memory catalog and a recording sink; Spark is replaced by the events queue.
 """
 
@@ -20,10 +20,11 @@ __all__ = ["catalog"]  # the fixture
 
 def test_progress_events_queued_behind_each_other_still_checkpoint_every_batch(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
-    run = coordinator_run(catalog, live, sink, [("progress", 0), ("progress", 1), ("progress", 2), ("final", None)])
+    coordinator = coordinator_run(catalog, live, sink, [("progress", 0), ("progress", 1), ("progress", 2), ("final", None)])
+    run = coordinator.state
     stage_batches(catalog, run, live, range(3))
 
-    run._coordinate()
+    coordinator.run()
 
     assert run.error is None, run.error
     assert [m.batch_id for m in catalog.checkpoints()] == [2, 1, 0], "a batch was left without its checkpoint"
@@ -32,10 +33,11 @@ def test_progress_events_queued_behind_each_other_still_checkpoint_every_batch(c
 
 def test_batches_whose_progress_events_arrive_after_the_end_are_checkpointed_at_the_end(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
-    run = coordinator_run(catalog, live, sink, [("progress", 0), ("final", None)])  # 1 and 2: not yet seen by the watcher
+    coordinator = coordinator_run(catalog, live, sink, [("progress", 0), ("final", None)])  # 1 and 2: not yet seen by the watcher
+    run = coordinator.state
     stage_batches(catalog, run, live, range(3))
 
-    run._coordinate()
+    coordinator.run()
 
     assert run.error is None, run.error
     assert [m.batch_id for m in catalog.checkpoints()] == [2, 1, 0], "a batch was left without its checkpoint"
@@ -44,11 +46,12 @@ def test_batches_whose_progress_events_arrive_after_the_end_are_checkpointed_at_
 
 def test_with_an_interval_only_the_newest_batch_is_checkpointed_when_it_is_due(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
-    run = coordinator_run(catalog, live, sink, [("progress", 0), ("progress", 1), ("progress", 2), ("final", None)],
+    coordinator = coordinator_run(catalog, live, sink, [("progress", 0), ("progress", 1), ("progress", 2), ("final", None)],
                interval_s=3600)
+    run = coordinator.state
     stage_batches(catalog, run, live, range(3))
 
-    run._coordinate()
+    coordinator.run()
 
     assert run.error is None, run.error
     assert [m.batch_id for m in catalog.checkpoints()] == [2], "the interval lets the batches between go"
@@ -66,19 +69,20 @@ def test_an_idle_stream_checkpoints_and_commits_its_last_batch_once_the_interval
     now = [1000.0]
     monkeypatch.setattr(checkpointer_module.time, "monotonic", lambda: now[0])
     live, sink = tmp_path / "live", RecordingSink()
-    run = coordinator_run(catalog, live, sink, [], interval_s=60)
+    coordinator = coordinator_run(catalog, live, sink, [], interval_s=60)
+    run = coordinator.state
     run.cfg = SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/unused", "spark.sparkpoint.job": "job",
                                           "spark.sparkpoint.stateStore": "hdfs",
                                           "spark.sparkpoint.checkpoint.interval": "60s"})
     stage_batches(catalog, run, live, range(2))
-    next_poll = run._handle("progress", 0, 0.0)  # the first batch: checkpointed (the first is due at once)
-    next_poll = run._handle("progress", 1, next_poll)  # within the interval: not yet
+    next_poll = coordinator.handle("progress", 0, 0.0)  # the first batch: checkpointed (the first is due at once)
+    next_poll = coordinator.handle("progress", 1, next_poll)  # within the interval: not yet
     assert [m.batch_id for m in catalog.checkpoints()] == [0]
 
-    next_poll = run._handle("tick", None, next_poll)  # the input paused; the interval has not passed
+    next_poll = coordinator.handle("tick", None, next_poll)  # the input paused; the interval has not passed
     assert [m.batch_id for m in catalog.checkpoints()] == [0]
     now[0] += 61
-    run._handle("tick", None, next_poll)  # no new input, the interval has passed
+    coordinator.handle("tick", None, next_poll)  # no new input, the interval has passed
 
     assert run.error is None, run.error
     assert [m.batch_id for m in catalog.checkpoints()] == [1, 0], "the idle stream's last batch waits for input"

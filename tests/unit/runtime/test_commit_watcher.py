@@ -20,7 +20,8 @@ def _commit(live: Path, batch: int) -> None:
 
 def _watch(live: Path, seen: int | None):
     run = SimpleNamespace(live=str(live), events=queue.Queue(), _watch_stop=threading.Event())
-    thread = threading.Thread(target=job._Run._watch_commits, args=(run, seen), daemon=True)
+    thread = threading.Thread(target=job.watch_commits, args=(run.live, run.events, run._watch_stop, seen),
+                              daemon=True)
     thread.start()
     return run, thread
 

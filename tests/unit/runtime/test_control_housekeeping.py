@@ -3,7 +3,7 @@ runs for weeks lists ``control/`` at every poll; a savepoint every 10 minutes fr
 operator, which never cleans up, left 3 objects each, ≈ 13,000 after a month). Once an
 hour, in bounded steps while a backlog lasts, and never failing the run.
 
-The real `_Run._tidy_control` (the coordinator thread calls it at each control poll) on a
+The real `RunCoordinator.tidy_control` (the coordinator thread calls it at each control poll) on a
 stand-in run: a real control channel over an in-memory store, the clocks under the test's
 control.
 """
@@ -21,7 +21,6 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.exceptions import StorageError
 from airflow_sparkpoint.runtime import run_coordination
-from airflow_sparkpoint.runtime.job import _Run
 from airflow_sparkpoint.storage.memory import MemoryStorage
 
 DAY = 86400.0
@@ -51,15 +50,11 @@ def finished(channel: ControlChannel, count: int, generation: int = 1) -> list[s
 
 
 def stand_in_run(catalog: Catalog, clocks: Clocks, generation: int = 2) -> Any:
-    run: Any = object.__new__(_Run)  # only what serving control requests reads
-    run.cfg = SimpleNamespace(job=catalog.job)
-    run.generation = generation
-    run.error = None
-    run.stopping = threading.Event()
-    run.control = ControlChannel(catalog)
-    run.control.clock = lambda: clocks.wall
-    run._control_tidy_at = run._heap_trim_at = 0.0
-    return run
+    control = ControlChannel(catalog)
+    control.clock = lambda: clocks.wall
+    run = SimpleNamespace(cfg=SimpleNamespace(job=catalog.job), generation=generation, error=None,
+                          stopping=threading.Event(), control=control)  # only what serving control requests reads
+    return run_coordination.RunCoordinator(run)  # type: ignore[arg-type]
 
 
 def test_a_run_removes_requests_finished_over_a_day_ago_hourly_and_a_backlog_in_steps(clocks: Clocks) -> None:
@@ -72,21 +67,21 @@ def test_a_run_removes_requests_finished_over_a_day_ago_hourly_and_a_backlog_in_
     recent = finished(requester, 3)
     run = stand_in_run(catalog, clocks)
 
-    _Run._tidy_control(run)
+    run.tidy_control()
     assert len(requester.request_ids()) == 50 + 3, "a full batch goes at the first poll"
     clocks.mono += 2
-    _Run._tidy_control(run)
+    run.tidy_control()
     assert len(requester.request_ids()) == 50 + 3, "the next batch of a backlog waits its pause ..."
     clocks.mono += run_coordination.CONTROL_CLEANUP_BACKLOG_S
-    _Run._tidy_control(run)
+    run.tidy_control()
     assert sorted(requester.request_ids()) == sorted(recent), "... then takes the rest"
 
     clocks.wall += DAY + 601  # the recent ones (and their deadlines) are now over a day old too ...
     clocks.mono += run_coordination.CONTROL_CLEANUP_BACKLOG_S
-    _Run._tidy_control(run)
+    run.tidy_control()
     assert sorted(requester.request_ids()) == sorted(recent), "... but the next pass is an hour after the last"
     clocks.mono += run_coordination.CONTROL_CLEANUP_EVERY_S
-    _Run._tidy_control(run)
+    run.tidy_control()
     assert requester.request_ids() == []
 
 
@@ -104,14 +99,14 @@ def test_an_error_while_tidying_is_logged_and_the_run_goes_on(clocks: Clocks, ca
         calls.append(kw)
         raise error
 
-    run.control.cleanup = failing_cleanup
-    _Run._tidy_control(run)
+    run.state.control.cleanup = failing_cleanup
+    run.tidy_control()
     clocks.mono += run_coordination.CONTROL_CLEANUP_BACKLOG_S
-    _Run._tidy_control(run)
+    run.tidy_control()
     assert len(calls) == 1, "tried again an hour later, not at every poll"
     assert "could not remove finished control requests" in caplog.text and str(error) in caplog.text
     clocks.mono += run_coordination.CONTROL_CLEANUP_EVERY_S
-    _Run._tidy_control(run)
+    run.tidy_control()
     assert len(calls) == 2
 
 
@@ -121,12 +116,12 @@ def test_a_run_gives_its_free_heap_back_to_the_system_once_an_hour(clocks, monke
     trims: list[float] = []
     monkeypatch.setattr(heap, "trim", lambda: trims.append(clocks.mono) or True)
     run = stand_in_run(Catalog(MemoryStorage(uuid.uuid4().hex), "job"), clocks)
-    run._trim_heap()
+    run.trim_heap()
     clocks.mono += heap.TRIM_EVERY_S - 1
-    run._trim_heap()
+    run.trim_heap()
     assert trims == [1000.0]  # once at the first poll, not again within the hour
     clocks.mono += 1
-    run._trim_heap()
+    run.trim_heap()
     assert trims == [1000.0, 1000.0 + heap.TRIM_EVERY_S]
 
 

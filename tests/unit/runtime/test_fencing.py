@@ -435,20 +435,19 @@ def test_a_zombies_heartbeat_around_a_new_claim_does_not_hide_the_new_generation
     """Issue #27.4: the heartbeat of generation 1 checks that it is current, then (held
     there) generation 2 claims and writes its status, then generation 1's write lands. A
     control request must still be addressed to generation 2, the live run."""
-    import threading
     import time
     from types import SimpleNamespace
 
     from airflow_sparkpoint.checkpoints.generations import Fence
     from airflow_sparkpoint.checkpoints.history import live_status
     from airflow_sparkpoint.checkpoints.status import JobStatus
-    from airflow_sparkpoint.runtime.job import _Run
+    from airflow_sparkpoint.runtime.run_status import StatusWriter
 
-    zombie = object.__new__(_Run)  # only what _write_status reads: no Spark needed
-    zombie.cfg = SimpleNamespace(job="job")
-    zombie.catalog, zombie.generation = catalog, catalog.claim_generation().generation
-    zombie.started_at, zombie.savepoint_uri, zombie._application_id, zombie.live = time.time(), None, "app-1", "/g1"
-    zombie._status_lock, zombie._final_state = threading.Lock(), False
+    # only what the status writer reads: no Spark needed
+    zombie = SimpleNamespace(cfg=SimpleNamespace(job="job"), catalog=catalog, built_checkpointer=None,
+                             started_at=time.time(), savepoint_uri=None, application_id="app-1", live_dir="/g1")
+    zombie.generation = catalog.claim_generation().generation
+    zombie.fence = Fence(catalog, zombie.generation)
     check = Fence.check
     claimed: list[int] = []
 
@@ -460,7 +459,7 @@ def test_a_zombies_heartbeat_around_a_new_claim_does_not_hide_the_new_generation
             catalog.write_status(JobStatus("job", claimed[0], "running", time.time(), time.time()).to_json())
 
     monkeypatch.setattr(Fence, "check", checked_then_a_claim)  # the run's fence: the one check
-    zombie._write_status("running")
+    StatusWriter(zombie).write("running")  # type: ignore[arg-type]
     monkeypatch.undo()
 
     assert claimed == [2]

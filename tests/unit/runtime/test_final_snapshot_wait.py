@@ -16,7 +16,7 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlRequest
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.config import SparkpointConfig
-from airflow_sparkpoint.runtime.job import _Run
+from airflow_sparkpoint.runtime.run_coordination import RunCoordinator, state_store_settings
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.checkpointers import checkpointer
 from tests.support.fake_sinks import RecordingSink
@@ -147,18 +147,26 @@ class _Conf:
 
 
 def _run(**overrides: object) -> SimpleNamespace:
-    """What `_Run._checkpoint_final_snapshot` reads of a run; the coordinator records its call."""
+    """What `RunCoordinator.checkpoint_final_snapshot` reads of a run; its checkpointer
+    records its call."""
     calls: list[dict[str, object]] = []
     coordinator = SimpleNamespace(calls=calls, checkpoint_final_snapshot=lambda **kw: calls.append(kw))
     run = SimpleNamespace(
         cfg=SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/x", "spark.sparkpoint.job": "j"}),
         query_failed=False, error=None, batches_staged=2, stopping=threading.Event(), stop_request=None,
-        checkpointer=coordinator, _snapshot_settings=(20.0, 10), generation=3,
+        checkpointer=coordinator, generation=3,
         control=SimpleNamespace(pending=lambda generation: []),
     )
     for key, value in overrides.items():
         setattr(run, key, value)
     return run
+
+
+def _final_snapshot(run: SimpleNamespace) -> None:
+    """The coordinator's wait for the final snapshot, with Spark's settings (20 s, 10)."""
+    coordinator = RunCoordinator(run)  # type: ignore[arg-type]
+    coordinator.snapshot_settings = (20.0, 10)
+    coordinator.checkpoint_final_snapshot()
 
 
 def _request(kind: str, seconds_left: float) -> ControlRequest:
@@ -168,7 +176,7 @@ def _request(kind: str, seconds_left: float) -> ControlRequest:
 
 def test_a_drained_run_waits_up_to_the_maintenance_interval_plus_30_s():
     run = _run()
-    _Run._checkpoint_final_snapshot(run)
+    _final_snapshot(run)
     (call,) = run.checkpointer.calls
     assert (call["timeout_s"], call["min_deltas"], call["min_replay"]) == (50.0, 10, 16 * 1024 * 1024)
     assert call["cancelled"]() is False
@@ -178,7 +186,7 @@ def test_a_stop_with_savepoint_waits_at_most_half_of_what_the_requester_left():
     stopping = threading.Event()
     stopping.set()
     run = _run(stopping=stopping, stop_request=_request("stop", 40))
-    _Run._checkpoint_final_snapshot(run)
+    _final_snapshot(run)
     assert 15 < run.checkpointer.calls[0]["timeout_s"] <= 20
 
 
@@ -195,7 +203,7 @@ def test_no_wait_after_a_failure_a_cancel_sigterm_or_an_empty_run(case):
                                                      "spark.sparkpoint.stateStore": "hdfs"})},
     }[case]
     run = _run(**overrides)
-    _Run._checkpoint_final_snapshot(run)
+    _final_snapshot(run)
     assert run.checkpointer.calls == []
 
 
@@ -204,7 +212,7 @@ def test_a_control_request_ends_the_wait():
     run = _run(control=SimpleNamespace(pending=lambda generation: list(pending)))
     run.cfg = SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/x", "spark.sparkpoint.job": "j",
                                           "spark.sparkpoint.control.pollInterval": "100ms"})
-    _Run._checkpoint_final_snapshot(run)
+    _final_snapshot(run)
     cancelled = run.checkpointer.calls[0]["cancelled"]
     assert cancelled() is False
     pending.append(_request("savepoint", 60))
@@ -217,7 +225,7 @@ def test_spark_maintenance_interval_is_read_as_spark_reads_it(interval, seconds)
     run = SimpleNamespace(spark=SimpleNamespace(conf=_Conf({
         "spark.sql.streaming.stateStore.maintenanceInterval": interval,
         "spark.sql.streaming.stateStore.minDeltasForSnapshot": "4"})))
-    assert _Run._state_store_settings(run) == (seconds, 10 if interval == "junk" else 4)
+    assert state_store_settings(run.spark) == (seconds, 10 if interval == "junk" else 4)
 
 
 # ---------------------------------------------------------------------------- a folded source-log batch

@@ -78,7 +78,7 @@ def setup(tmp_path: Path, batches: int, restart: int, committed: range, *, until
         shadow=Shadow(mode="discard", dir=str(tmp_path / "shadow"), job="orders-shadow", until_batch=until,
                       poll_interval_s=0.01),
         user_sink=sink, handover=handover)  # type: ignore[arg-type]
-    return run, follow.Follower(run, shadowing), sink, blue_catalog, blue_live
+    return run, follow.Follower(run, shadowing, stage=run.stage_batch), sink, blue_catalog, blue_live
 
 
 def test_the_follower_replays_blue_s_batches_in_order_and_ends_with_blue(tmp_path, spark_replaced):

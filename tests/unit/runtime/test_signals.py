@@ -25,6 +25,7 @@ from airflow_sparkpoint.checkpoints.status import read_job_status
 from airflow_sparkpoint.runtime import signals
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.job import _Run
+from airflow_sparkpoint.runtime.run_coordination import RunCoordinator
 from airflow_sparkpoint.runtime.signals import Terminated, sigterm_ends_run
 from airflow_sparkpoint.storage import MemoryStorage
 
@@ -121,15 +122,15 @@ def test_a_terminating_run_starts_no_checkpoint_commit_or_control_request() -> N
         committer=SimpleNamespace(commit_confirmed=lambda checkpoint: calls.append("commit")),
         control=SimpleNamespace(withdraw_superseded=lambda g: calls.append("sweep"),
                                 pending=lambda g: calls.append("pending") or []),
-        _control_swept=False,
     )
-    _Run._checkpoint_and_commit(run, 4)
-    _Run._serve_control(run)
+    coordinator = RunCoordinator(run)
+    coordinator.checkpoint_and_commit(4)
+    coordinator.serve_control()
     assert calls == []
     run.error = None
     run.generation, run.cfg = 2, SimpleNamespace(job="orders")
-    _Run._serve_control(run)
-    _Run._serve_control(run)
+    coordinator.serve_control()
+    coordinator.serve_control()
     assert calls == ["sweep", "pending", "pending"], "older generations' requests are withdrawn once, at start"
 
 
@@ -143,7 +144,7 @@ def _real_run(catalog: Catalog) -> _Run:
     config = SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/unused", "spark.sparkpoint.job": "orders"})
     spark = SimpleNamespace(sparkContext=SimpleNamespace(applicationId="app-1"))
     run = _Run(SimpleNamespace(config=config, spark=spark), None, None, "append", None)  # type: ignore[arg-type]
-    run.catalog, run.generation = catalog, catalog.claim_generation().generation
+    run.state.catalog, run.state.generation = catalog, catalog.claim_generation().generation
     return run
 
 
@@ -153,20 +154,20 @@ def test_sigterm_to_a_real_run_records_its_failed_status() -> None:
     ``failed`` for its generation, while the query runs and before it started."""
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "orders")
     run = _real_run(catalog)
-    run.checkpointer = SimpleNamespace(last_checkpoint=None, confirmed_batch=None,  # type: ignore[assignment]
-                                       checkpoints_completed=0)
+    run.state.checkpointer = SimpleNamespace(last_checkpoint=None, confirmed_batch=None,  # type: ignore[assignment]
+                                             checkpoints_completed=0)
     stopped = threading.Event()
-    run.query = SimpleNamespace(stop=stopped.set)  # type: ignore[assignment]
+    run.state.query = SimpleNamespace(stop=stopped.set)  # type: ignore[assignment]
     assert signals.terminate(run, exit_grace_s=None)
     assert stopped.wait(30), "the query was not asked to stop"
     status = read_job_status(catalog)
     assert status is not None and (status.generation, status.state, status.error) == (
-        run.generation, "failed", "terminated by SIGTERM")
+        run.state.generation, "failed", "terminated by SIGTERM")
 
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "orders")
     run = _real_run(catalog)
-    run.checkpointer = SimpleNamespace(last_checkpoint=None, confirmed_batch=None,  # type: ignore[assignment]
-                                       checkpoints_completed=0)
+    run.state.checkpointer = SimpleNamespace(last_checkpoint=None, confirmed_batch=None,  # type: ignore[assignment]
+                                             checkpoints_completed=0)
     with (pytest.raises(Terminated, match="before its query started"), sigterm_ends_run(run, exit_grace_s=None)):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)
@@ -179,7 +180,7 @@ def test_sigterm_to_a_real_run_before_its_checkpointer_leaves_the_status_to_the_
     failure path writes the status (`_Run.execute`): the handler itself writes none."""
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "orders")
     run = _real_run(catalog)
-    with (pytest.raises(Terminated, match=f"generation {run.generation}: terminated by SIGTERM before its query started"),
+    with (pytest.raises(Terminated, match=f"generation {run.state.generation}: terminated by SIGTERM before its query started"),
           sigterm_ends_run(run, exit_grace_s=None)):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)

@@ -48,11 +48,15 @@ def pause_on_marker(pause_dir: str) -> Any:
 
 
 def main() -> None:
+    from airflow_sparkpoint.runtime import SparkpointJob
+
+    SparkpointJob.main(totals, app_name="sparkpoint-e2e-totals")  # prints the result line, then exits
+
+
+def totals(job: Any) -> None:
     from pyspark.sql import functions as F
 
     from airflow_sparkpoint import faults
-    from airflow_sparkpoint.checkpoints.run_result import result_line
-    from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink, StageContext
 
     class PausingDeltaSink(DeltaSink):
@@ -63,7 +67,6 @@ def main() -> None:
             faults.pause("e2e.stage", ctx.batch_id, generation=ctx.generation)
             return super().stage(df, ctx)
 
-    job = SparkpointJob.get_or_create(app_name="sparkpoint-e2e-totals")
     events = (
         job.spark.readStream.schema("user string, amount long")
         .option("maxFilesPerTrigger", int(job.arg("files-per-batch", "1")))
@@ -72,10 +75,8 @@ def main() -> None:
     pause_dir = job.arg("executor-pause-dir", "")
     if pause_dir:
         events = events.mapInPandas(pause_on_marker(pause_dir), events.schema)
-    totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
-    result = job.run(totals, sink=PausingDeltaSink(job.arg("output"), mode="merge", keys=["user"]),
-                     output_mode="update")
-    print(result_line(result), flush=True)
+    per_user = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
+    job.run(per_user, sink=PausingDeltaSink(job.arg("output"), mode="merge", keys=["user"]), output_mode="update")
 
 
 if __name__ == "__main__":

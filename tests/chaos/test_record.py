@@ -1,4 +1,4 @@
-"""The cumulative chaos record (tests/chaos/record.py): trials appended as JSON lines and
+"""The cumulative chaos record (`tests.chaos.record`): trials appended as JSON lines and
 the table made from them count what the trials showed."""
 
 from __future__ import annotations
