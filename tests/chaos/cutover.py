@@ -55,7 +55,7 @@ from tests.chaos.harness import JOB, JOBS, Fault, Run, run_process
 if TYPE_CHECKING:
     from tests.chaos.scenarios import TrialRun
 
-__all__ = ["AGREED", "CASES", "POINTS", "WHERE", "WARMUP", "cutover", "fault_for"]
+__all__ = ["AGREED", "CASES", "POINTS", "WARMUP", "WHERE", "cutover", "fault_for"]
 
 #: blue's checkpoint green warms up from is of this batch (input files 0 and 1 first)
 WARMUP_FROM = 1

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_sparkpoint.faults import POINTS as ALL_POINTS
-from tests.chaos.harness import BATCHES, MODES, STAGING_SIDES, Fault, Trial, TrialResult, split_key
 from tests.chaos import cutover
+from tests.chaos.harness import BATCHES, MODES, STAGING_SIDES, Fault, Trial, TrialResult, split_key
 from tests.chaos.scenarios import STOP_POINTS
 
 LAST = BATCHES - 1
