@@ -34,6 +34,12 @@ The fault (one per trial, in the process `WHERE` names) and its recovery:
 ``cutover_first_commit:4``  green dies right after its first commit (N + 1) into blue's
                             sink: the job is green's; it is restarted without the
                             shadow settings (``restore=latest``), as any restart
+``abort:4`` (rollback)      the rollback after the cutover: green (``commit.mode=
+                            external``: its batches after N wait for the commit step)
+                            took over and is stopped; ``sparkpoint commit
+                            --abort-generation`` of green's generation dies halfway,
+                            its retry completes, the cutover ends ``rolled_back``, and
+                            blue is restored from its final checkpoint at N
 =========================  =======================================================
 
 Each trial also checks the path its recovery took: green took the job over (claimed)
@@ -73,7 +79,9 @@ POINTS: dict[str, int] = {
 #: which process a point's fault is armed in
 WHERE: dict[str, str] = {"cutover_agreement": "agreement", "stop_after": "blue", "stopped_after": "blue"}
 #: the points after which green takes the job over (the others end in a call-off)
-TAKEN_OVER = ("cutover_warmup", "cutover_ready", "cutover_first_commit")
+TAKEN_OVER = ("cutover_warmup", "cutover_ready", "cutover_first_commit", "abort")
+#: the rollback after a cutover: its fault (the abort of green's generation, halfway)
+ROLLBACK = Fault("abort", AGREED + 1, "rollback")
 #: the cases a cutover runs on (issue 49: Delta append and merge, the S3 sink); blue's
 #: stop_after needs commit.mode=checkpoint, so only that mode
 CASES = ("delta-append", "delta-merge", "s3@moto", "s3@seaweedfs")
@@ -182,6 +190,8 @@ def _cutover(tr: TrialRun, fault: Fault, kill_switch: Callable[[], None], driver
     green_conf = {"spark.sparkpoint.shadow.mode": "discard", "spark.sparkpoint.shadow.dir": shadow_root,
                   "spark.sparkpoint.shadow.from": warmup_uri, "spark.sparkpoint.shadow.pollInterval": "200ms",
                   "spark.sparkpoint.cutover": cid}
+    if fault.where == "rollback":  # green stages only: the rollback can still discard its batches
+        green_conf["spark.sparkpoint.commit.mode"] = "external"
     green_fault = fault if fault.where == "job" and fault.point not in WHERE else None
 
     def green_runs() -> Run | None:
@@ -224,7 +234,10 @@ def _cutover(tr: TrialRun, fault: Fault, kill_switch: Callable[[], None], driver
         tr.result.problems.append(
             f"after {fault}, expected " + ("green to take the job over" if fault.point in TAKEN_OVER else
                                            "the cutover called off") + f"; the cutover is {state.step}")
-    if taken:
+    if taken and fault.where == "rollback":
+        assert state.claimed is not None
+        _roll_back(tr, store, state, fault)
+    elif taken:
         assert state.claimed is not None
         green_run = green.run
         if fault.point == "cutover_first_commit" or green_run is None or green_run.returncode != 0:
@@ -235,6 +248,25 @@ def _cutover(tr: TrialRun, fault: Fault, kill_switch: Callable[[], None], driver
         tr.final("blue-restart", stop_when_drained=True)  # restore=latest: blue's own lineage at N
     if store.read(cid).open:
         tr.result.problems.append(f"cutover {cid} is still open at the end")
+
+
+def _roll_back(tr: TrialRun, store: CutoverStore, state: CutoverState, fault: Fault) -> None:
+    """The rollback after the cutover (docs/howto/blue-green.md): green is stopped; abort
+    its generation (killed halfway by `fault`, then retried), end the cutover as rolled
+    back, restore blue from its final checkpoint at N (the base of green's lineage)."""
+    assert state.claimed is not None
+    green = state.claimed.generation
+    pending = sorted(r.batch_id for r in tr.catalog.transactions() if r.generation == green)
+    if len(pending) < 2:
+        tr.result.problems.append(f"green staged {pending} for the rollback to abort; the trial needs 2 or more")
+    command = ["commit", "--abort-generation", str(green)]
+    tr.cli("rollback1", command, fault)
+    again = tr.cli("rollback2", command)
+    if again.returncode != 0:
+        tr.result.problems.append(f"the retried rollback failed (exit {again.returncode}):\n{again.tail()}")
+    end = store.end(state.id, "rolled_back", step="rollback", generation=green, by="chaos")
+    tr.result.notes.append(f"cutover {state.id}: {end.outcome} at {end.step}; green aborted {pending}")
+    tr.final("blue-restored", stop_when_drained=True, conf={"spark.sparkpoint.restore": state.claimed.checkpoint})
 
 
 def _replayed(state: CutoverState) -> int:

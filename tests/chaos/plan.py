@@ -76,6 +76,13 @@ def trial_for(index: int, case: str, mode: str, point: str, rng: random.Random, 
     return Trial(index, case, mode, "crash", (Fault(point, batch, where),), staging)
 
 
+def cutover_trials(case: str, rng: random.Random, start_index: int = 0) -> list[Trial]:
+    """A cutover trial of `case` at each cutover point, and the rollback after a cutover."""
+    trials = [trial_for(start_index + i, case, "checkpoint", point, rng) for i, point in enumerate(CUTOVER_POINTS)]
+    return [*trials, Trial(start_index + len(trials), case, "checkpoint", "cutover", (cutover.ROLLBACK,),
+                           rng.choice(STAGING_SIDES))]
+
+
 def plan_sweep(case: str, count: int, rng: random.Random, start_index: int = 0) -> list[Trial]:
     """`count` trials of `case`: every (fault point, mode) pair once first, in seeded random
     order (all of them whatever `count` is), then random pairs."""

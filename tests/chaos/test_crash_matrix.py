@@ -14,8 +14,9 @@ no transaction record remains. A trial counts only if each of its faults fired (
   ``SPARKPOINT_CHAOS_CASES`` (comma-separated case keys, e.g. ``directory,s3@moto``)
   narrows the cases.
 * ``test_cutover_trials`` (``slow``; ``make chaos``): a zero-downtime cutover killed at
-  each of its fault points (`tests.chaos.cutover`), on Delta append and merge and the S3
-  sink (both servers): every point must fire, every output be exact.
+  each of its fault points and a rollback after a cutover killed at ``abort``
+  (`tests.chaos.cutover`), on Delta append and merge and the S3 sink (both servers):
+  every fault must fire, every output be exact.
 
 ``SPARKPOINT_CHAOS_WORKERS`` (default 2) trials run at once. The table (trials, fired,
 duplicates, lost, failed per case x fault point x mode) is printed at the end.
@@ -52,6 +53,7 @@ from tests.chaos.plan import (
     RUN_POINTS,
     ci_plan,
     coverage_gaps,
+    cutover_trials,
     format_report,
     pairs_for,
     plan_sweep,
@@ -130,8 +132,7 @@ def test_cutover_trials(case: str, tmp_path: Path, s3_servers: dict[str, S3Conte
     selected = [c.strip() for c in os.environ.get("SPARKPOINT_CHAOS_CASES", "").split(",") if c.strip()]
     if selected and case not in selected:
         pytest.skip(f"SPARKPOINT_CHAOS_CASES={','.join(selected)} leaves {case} out")
-    rng = random.Random(f"{chaos_seed()}:cutover:{case}")
-    trials = [trial_for(i, case, "checkpoint", point, rng) for i, point in enumerate(CUTOVER_POINTS)]
+    trials = cutover_trials(case, random.Random(f"{chaos_seed()}:cutover:{case}"))
 
     results = run_trials(trials, tmp_path, s3_servers, workers=_workers(), progress=_progress)
 
@@ -141,6 +142,7 @@ def test_cutover_trials(case: str, tmp_path: Path, s3_servers: dict[str, S3Conte
     cutover_gaps = [g for g in gaps if g.split()[1].split("/")[0] in CUTOVER_POINTS]
     assert not cutover_gaps, f"cutover points that never fired: {cutover_gaps}\n" + \
         format_report(title, results, chaos_seed())
+    assert all(r.fired for r in results), format_report(title, results, chaos_seed())  # the rollback's too
     assert all(r.ok for r in results), format_report(title, results, chaos_seed())
 
 
@@ -158,6 +160,9 @@ def test_every_cutover_point_is_planned_on_its_cases_in_checkpoint_mode_only() -
     trial = trial_for(0, "delta-append", "checkpoint", "cutover_agreement", random.Random(1))
     assert (trial.scenario, trial.faults) == ("cutover", (Fault("cutover_agreement", cutover.AGREED, "agreement"),))
     assert [t.points for t in ci_plan() if t.scenario == "cutover"] == [("cutover_first_commit",)]
+    every = cutover_trials("s3@moto", random.Random(2))
+    assert [t.faults[0] for t in every] == [*(cutover.fault_for(p) for p in CUTOVER_POINTS), cutover.ROLLBACK]
+    assert {t.scenario for t in every} == {"cutover"} and len({t.index for t in every}) == len(every)
 
 
 
