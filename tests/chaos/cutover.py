@@ -39,7 +39,8 @@ The fault (one per trial, in the process `WHERE` names) and its recovery:
                             took over and is stopped; ``sparkpoint commit
                             --abort-generation`` of green's generation dies halfway,
                             its retry completes, the cutover ends ``rolled_back``, and
-                            blue is restored from its final checkpoint at N
+                            blue restarts where the rollback returned the lineage
+                            (``restore=latest``: green's adoption checkpoint at N)
 =========================  =======================================================
 
 Each trial also checks the path its recovery took: green took the job over (claimed)
@@ -265,8 +266,13 @@ def _roll_back(tr: TrialRun, store: CutoverStore, state: CutoverState, fault: Fa
     if again.returncode != 0:
         tr.result.problems.append(f"the retried rollback failed (exit {again.returncode}):\n{again.tail()}")
     end = store.end(state.id, "rolled_back", step="rollback", generation=green, by="chaos")
-    tr.result.notes.append(f"cutover {state.id}: {end.outcome} at {end.step}; green aborted {pending}")
-    tr.final("blue-restored", stop_when_drained=True, conf={"spark.sparkpoint.restore": state.claimed.checkpoint})
+    final = "kept" if tr.catalog.own_snapshot(state.claimed.checkpoint) is not None else "retired by green"
+    tr.result.notes.append(f"cutover {state.id}: {end.outcome} at {end.step}; green aborted {pending}; blue's "
+                           f"final checkpoint {state.claimed.checkpoint.rsplit('/', 1)[-1]} {final}")
+    # restore=latest: where the rollback returned the lineage (green's adoption checkpoint at N,
+    # before its first aborted batch). Blue's own final checkpoint X at N is the base of green's
+    # lineage, but green's retention retires X once green has checkpoints of its own.
+    tr.final("blue-restored", stop_when_drained=True)
 
 
 def _replayed(state: CutoverState) -> int:
