@@ -57,6 +57,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverState, CutoverStore, new_cutover_id
+from airflow_sparkpoint.exceptions import RestoreError
 from tests.chaos.harness import JOB, JOBS, Fault, Run, run_process
 
 if TYPE_CHECKING:
@@ -266,7 +267,10 @@ def _roll_back(tr: TrialRun, store: CutoverStore, state: CutoverState, fault: Fa
     if again.returncode != 0:
         tr.result.problems.append(f"the retried rollback failed (exit {again.returncode}):\n{again.tail()}")
     end = store.end(state.id, "rolled_back", step="rollback", generation=green, by="chaos")
-    final = "kept" if tr.catalog.own_snapshot(state.claimed.checkpoint) is not None else "retired by green"
+    try:
+        final = "kept" if tr.catalog.own_snapshot(state.claimed.checkpoint) is not None else "retired by green"
+    except RestoreError:
+        final = "retired by green"
     tr.result.notes.append(f"cutover {state.id}: {end.outcome} at {end.step}; green aborted {pending}; blue's "
                            f"final checkpoint {state.claimed.checkpoint.rsplit('/', 1)[-1]} {final}")
     # restore=latest: where the rollback returned the lineage (green's adoption checkpoint at N,
