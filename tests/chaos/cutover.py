@@ -11,7 +11,7 @@ The trial, with the test as the orchestrator (`services.cutover`, `checkpoints.c
    ``spark.sparkpoint.cutover``) warms up in its shadow identity; input file 2 arrives and
    both run it (green replays blue's batch 2);
 3. the agreement at N = 3 (`AGREED`): blue's ``stop_after`` request, then the ``agreed``
-   record, in their own process (``jobs/cutover_agree.py``); input files 3..5 arrive;
+   record, in their own process (``cutover_agree.py``); input files 3..5 arrive;
 4. blue commits through N and stops; green replays through N, claims blue's generation + 1
    and commits 4 and 5 into blue's sink; it is stopped once drained.
 
@@ -58,12 +58,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverState, CutoverStore, new_cutover_id
 from airflow_sparkpoint.exceptions import RestoreError
-from tests.chaos.harness import JOB, JOBS, Fault, Run, run_process
+from tests.chaos.harness import HERE, JOB, Fault, Run, run_process
 
 if TYPE_CHECKING:
     from tests.chaos.scenarios import TrialRun
 
-__all__ = ["AGREED", "CASES", "POINTS", "WARMUP", "WHERE", "cutover", "fault_for"]
+__all__ = ["AGREED", "CASES", "POINTS", "ROLLBACK", "WARMUP", "WHERE", "cutover", "fault_for"]
 
 #: blue's checkpoint green warms up from is of this batch (input files 0 and 1 first)
 WARMUP_FROM = 1
@@ -288,7 +288,7 @@ def _agree(tr: TrialRun, cid: str, generation: int, fault: Fault | None) -> bool
     """The agreement at `AGREED` in its own process (armed with `fault`); whether it
     completed (False: killed by its fault)."""
     env, marker = tr._arm(fault)
-    cmd = [sys.executable, str(JOBS / "cutover_agree.py"), "--dir", tr.case.checkpoint_root(), "--job", JOB,
+    cmd = [sys.executable, str(HERE / "cutover_agree.py"), "--dir", tr.case.checkpoint_root(), "--job", JOB,
            "--cutover", cid, "--after-batch", str(AGREED), "--generation", str(generation)]
     run = run_process(cmd, log=tr.base / "agreement.log", env=env, timeout_s=STEP_TIMEOUT_S)
     tr.result.logs.append(run.log)

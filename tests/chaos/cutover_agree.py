@@ -3,7 +3,7 @@ the chaos trial can kill it at ``cutover_agreement``): ask blue (generation G) t
 after batch N (`services.cutover.stop_after_batch`, not waited for), then record the
 agreement (`checkpoints.cutover.CutoverStore.agree`), in that order (docs/PROTOCOL.md).
 
-    python cutover_agree.py --dir ROOT --job JOB --cutover CID --after-batch N --generation G
+    python tests/chaos/cutover_agree.py --dir ROOT --job JOB --cutover CID --after-batch N --generation G
 """
 
 from __future__ import annotations
