@@ -30,6 +30,17 @@ Points, in lifecycle order for batch N:
                complete and N is committed; the request is not completed yet
 ``cutover_claimed`` green (`runtime.cutover.adopt`) claimed blue's generation + 1
                at the agreed batch N; nothing re-read, no origin yet
+``cutover_warmup`` green's shadow replayed blue's batch N (Spark committed it in
+               the shadow's live location); its progress not reported, its
+               checkpoint of N maybe not complete (`runtime.follow`)
+``cutover_agreement`` the agreement of a cutover at batch N: blue's ``stop_after``
+               request is filed, the ``agreed`` record is not written
+               (`checkpoints.cutover.CutoverStore.agree`, in the orchestrator)
+``cutover_ready`` green's shadow is at the agreed batch N and blue completed its
+               stop there; green has not claimed blue's generation + 1
+``cutover_first_commit`` green's first batch N (the agreed batch + 1) is committed
+               into blue's sink; its record not cleaned up, the cutover's end
+               not written
 ``recovery``   restore-time recovery (recoverAndCommit / recoverAndAbort) has
                settled half of the recorded transactions; N is the batch of
                the last one settled (double faults: a kill during recovery)
@@ -119,7 +130,8 @@ R = TypeVar("R")
 
 POINTS = ("stage", "record", "confirmed", "copy", "metadata", "checkpointed", "promoting", "committed",
           "savepoint", "stopped", "recovery", "rewind", "abort", "retention", "rescale", "stop_after",
-          "stopped_after", "cutover_claimed")
+          "stopped_after", "cutover_claimed", "cutover_warmup", "cutover_agreement", "cutover_ready",
+          "cutover_first_commit")
 ENV = "SPARKPOINT_TEST_FAULT"
 ENV_ONCE = "SPARKPOINT_TEST_FAULT_ONCE"
 PAUSE_ENV = "SPARKPOINT_TEST_PAUSE"

@@ -16,6 +16,13 @@ Gap: the Delta history's timestamp of green's first commit minus blue's last one
 intervals without a commit: ceil(gap / trigger) - 1. Goal (issue 49): the cutover's gap
 at most 2 trigger intervals and at most 0.2 x the restart's. Prints, never asserts time.
 
+The cost of the second driver (issue 49), per deploy: how long green's driver runs beside
+blue (from green's start to blue's exit: the warm-up and the handover) and its CPU
+seconds in that time, read from ``/proc``: this process's own (green's Python side, plus
+the orchestrator's polling and the input feeder, both small) and its Spark JVM's with
+that JVM's descendants (blue is its own ``spark-submit``, not counted); and green's CPU
+over its whole run (until the orchestrator stops it, a few batches after N).
+
     .venv/bin/python benchmarks/bench_cutover_gap.py [--pace 2.5] [--json]
 """
 
@@ -39,6 +46,68 @@ from _bench import emit, spark_session
 
 GOAL_INTERVALS = 2
 GOAL_RATIO = 0.2
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stat(pid: int) -> tuple[int, list[str]] | None:
+    """(parent pid, fields after the command name) of /proc/<pid>/stat, or None (gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[1]), fields
+
+
+def _cpu(fields: list[str], *, reaped_children: bool) -> float:
+    """utime + stime (+ the reaped children's cutime + cstime) in seconds."""
+    ticks = int(fields[11]) + int(fields[12])  # fields 14 and 15 of stat(5), counted from state
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / _TICK
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of process `root` and every live descendant (with what each reaped)."""
+    parents: dict[int, list[tuple[int, list[str]]]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            found = _proc_stat(int(entry))
+            if found is not None:
+                parents.setdefault(found[0], []).append((int(entry), found[1]))
+                stats[int(entry)] = found[1]
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += _cpu(stats[pid], reaped_children=True)
+        todo += [child for child, _fields in parents.get(pid, ())]
+    return total
+
+
+def green_cpu_probe(spark: Any) -> Any:
+    """A probe of green's CPU seconds so far: this process's own (not its children's: blue's
+    spark-submit is one) and its Spark JVM's tree."""
+    jvm = spark.sparkContext._gateway.proc.pid
+
+    def probe() -> float:
+        own = _proc_stat(os.getpid())
+        return (_cpu(own[1], reaped_children=False) if own else 0.0) + tree_cpu_seconds(jvm)
+
+    return probe
+
+
+def second_driver(marks: dict[str, tuple[float, Any]]) -> dict[str, float]:
+    """The second driver's cost from `CutoverRun.marks`: seconds beside blue and CPU then,
+    and until green's end."""
+    (start, cpu0), (blue_exit, cpu1) = marks["green_start"], marks["blue_exit"]
+    end, cpu2 = marks["green_end"]
+    beside = blue_exit - start
+    return {"beside_blue_s": beside, "cpu_beside_blue_s": cpu1 - cpu0,
+            "cores_beside_blue": (cpu1 - cpu0) / beside if beside > 0 else 0.0,
+            "green_run_s": end - start, "green_cpu_s": cpu2 - cpu0}
 
 
 def restart_gap(base: Path, pace_s: float, *, warm_batches: int = 6, after: int = 4,
@@ -109,17 +178,19 @@ def main() -> None:
     spark = spark_session("bench-cutover-gap")
     with tempfile.TemporaryDirectory(prefix="sparkpoint-bench-", ignore_cleanup_errors=True) as tmp:
         started = time.perf_counter()
-        run = run_cutover(spark, Path(tmp) / "cutover", pace_s=opts.pace)
+        run = run_cutover(spark, Path(tmp) / "cutover", pace_s=opts.pace, probe=green_cpu_probe(spark))
         if run.blue_exit != 0 or run.green_error is not None:
             raise SystemExit(f"the cutover failed: blue exit {run.blue_exit}, green {run.green_error!r}")
         cutover_s = time.perf_counter() - started
         gap, idle = commit_gap(run.commits, run.n)
+        cost = second_driver(run.marks)
         restart = restart_gap(Path(tmp) / "restart", opts.pace)
     ratio = gap / restart["gap_s"] if restart["gap_s"] > 0 else math.inf
     ok = idle <= GOAL_INTERVALS and ratio <= GOAL_RATIO
     result = {
         "benchmark": "cutover_gap", "trigger_s": TRIGGER_S, "pace_s": opts.pace,
         "cutover": {"gap_s": gap, "idle_intervals": idle, "k": run.k, "n": run.n, "run_s": cutover_s},
+        "second_driver": cost,
         "restart": restart, "ratio": ratio, "goal": {"idle_intervals": GOAL_INTERVALS, "ratio": GOAL_RATIO},
         "pass": ok,
         "summary": f"cutover gap {gap:.2f} s ({idle} idle trigger intervals) vs stop-savepoint-start "
@@ -132,6 +203,10 @@ def main() -> None:
         (f"stop-savepoint-start:  gap {restart['gap_s']:.2f} s, {restart['idle_intervals']} interval(s) "
          f"(N={restart['n']})"),
         f"ratio cutover / restart: {ratio:.3f}",
+        (f"second driver per deploy: green ran {cost['beside_blue_s']:.1f} s beside blue "
+         f"(its start to blue's exit), using {cost['cpu_beside_blue_s']:.1f} CPU s "
+         f"({cost['cores_beside_blue']:.2f} cores); "
+         f"{cost['green_cpu_s']:.1f} CPU s in its whole run of {cost['green_run_s']:.1f} s"),
     ])
 
 

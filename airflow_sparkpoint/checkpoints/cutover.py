@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import bounded, layout
 from airflow_sparkpoint.checkpoints.bounded import clip
 from airflow_sparkpoint.checkpoints.control_records import REQUEST_ID_RE, new_request_id
@@ -311,6 +312,7 @@ class CutoverStore:
         :raises CutoverError: no open plan, or already agreed.
         """
         self._require(cutover_id, open_only=True)
+        faults.maybe_kill("cutover_agreement", after_batch)  # blue's request filed, not agreed yet
         agreement = CutoverAgreement(cutover_id, _int(after_batch, "after_batch"), str(request_id),
                                      time.time())
         self._create(cutover_id, "agreed", agreement.to_json())

@@ -47,6 +47,10 @@ class Recorded:
 class Committer:
     """The transactions of one generation's run, from record to commit (module docstring)."""
 
+    #: green's run of a zero-downtime cutover: the agreed batch N it adopted the job at
+    #: (its first commit, of N + 1, is the cutover's ``cutover_first_commit`` fault point)
+    handover_batch: int | None = None
+
     def __init__(self, *, catalog: Catalog, sink: Sink, fence: Fence, commit_mode: str) -> None:
         self.catalog = catalog
         self.sink = sink
@@ -135,6 +139,8 @@ class Committer:
 
         def note(settlement: Settlement, _done: int, _total: int) -> None:
             record = settlement.record
+            if self.handover_batch is not None and record.batch_id == self.handover_batch + 1:
+                faults.maybe_kill("cutover_first_commit", record.batch_id)
             faults.maybe_kill("committed", record.batch_id)
             with self._lock:
                 self.pending.pop((record.batch_id, record.generation), None)

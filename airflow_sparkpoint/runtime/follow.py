@@ -385,6 +385,7 @@ class Follower:
             if why is not None:
                 raise SparkpointError(f"the shadow cannot replay blue's batch {batch}: {why}")
             self._replay(body)
+            faults.maybe_kill("cutover_warmup", batch)
             prev = replay.sha(body["offsets"])
             if not committed:
                 self._unverified[batch] = prev
@@ -423,6 +424,7 @@ class Follower:
             self._report(state="caught_up")
             if self.run.stopping.wait(self.shadow.poll_interval_s):
                 return
+        faults.maybe_kill("cutover_ready", agreed)
 
     def _settle(self) -> None:
         """At the end: wait until blue committed every batch the shadow replayed from a

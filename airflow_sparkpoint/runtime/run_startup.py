@@ -194,6 +194,7 @@ class RunStartup:
             # The adoption checkpoint: green's state at N in the job's catalog, so that from
             # here on restore=latest resumes green's state (every file stored: none is blue's).
             run.checkpointer.confirm(adopted.batch_id)
+            run.committer.handover_batch = adopted.batch_id  # its first commit: a cutover fault point
             if run.checkpointer.checkpoint(adopted.batch_id) is None:
                 raise SparkpointError(f"the adoption checkpoint of job {cfg.job!r} at batch "
                                       f"{adopted.batch_id} failed; green does not go on (restore=latest "

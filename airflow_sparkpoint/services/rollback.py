@@ -43,6 +43,7 @@ from airflow_sparkpoint.sinks.transactions import settle
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
+    from airflow_sparkpoint.checkpoints.catalog_types import GenerationInfo
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,12 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
         raise ConfigError(f"generation {generation} of job {catalog.job!r} was never claimed (the newest is "
                           f"{current}); see `sparkpoint history`")
     if generation < current:
+        claim = catalog.generation_claim(current) if current == generation + 1 else None
+        if claim is not None and claim.details.get("rollback_of") == generation:
+            # A retry of this rollback (killed or failed after its claim): the only newer
+            # generation is the rollback's own, which no run continues even when its origin
+            # is one of `generation`'s checkpoints; it finishes what that claim began.
+            return _return_lineage(catalog, generation, claim, sinks)
         # A newer run continues the lineage when a restorable checkpoint, or the point a
         # newer generation's origin restored (superseded or not: retries restart there), is
         # the generation's own or confirms one of its transactions.
@@ -160,7 +167,18 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
                                                         "plan": f"rollback of generation {generation}"})
     if claim is None:
         return _fence(catalog, generation, sinks)
+    return _return_lineage(catalog, generation, claim, sinks)
+
+
+def _return_lineage(catalog: Catalog, generation: int, claim: GenerationInfo, sinks: Sinks) -> Fence:
+    """The fence of the rollback's claim `claim` (generation + 1), after writing its
+    origin (where the lineage returns to) unless an earlier try of the rollback did.
+
+    :raises RestoreError: see `_restart_before`. Nothing was aborted.
+    """
     fence = Fence(catalog, claim.generation)
+    if any(o.generation == claim.generation for o in catalog.origins()):
+        return fence  # an earlier try wrote it: the lineage is back already
     mine = [r for r in catalog.transactions() if r.generation == generation]  # after the fence: final
     uncommitted = [r.batch_id for r in mine if not sinks.of(r).is_committed(r)]
     if not uncommitted:

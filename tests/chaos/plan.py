@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_sparkpoint.faults import POINTS as ALL_POINTS
+from tests.chaos import cutover
 from tests.chaos.harness import BATCHES, MODES, STAGING_SIDES, Fault, Trial, TrialResult, split_key
 from tests.chaos.scenarios import STOP_POINTS
 
@@ -22,25 +23,30 @@ LAST = BATCHES - 1
 #: from a location materialized from N-1, without the entry): deliberately more than that
 AFTER_CONFIRM = ("confirmed", "copy", "metadata", "checkpointed", "promoting", "committed", "retention")
 #: fault points the chaos job cannot reach, each proved (its once-marker asserted) by the
-#: test named here: the rescale needs RocksDB state and ``restore.statePartitions``; the
-#: cutover's need a stop_after request or green's claim (each test asserts its fault fired).
-ELSEWHERE = {"rescale": "tests/integration/test_rescale.py",
-             # a zero-downtime cutover's: blue's stop after an agreed batch, green's claim
-             "stop_after": "tests/integration/test_stop_after_faults.py",
-             "stopped_after": "tests/integration/test_stop_after_faults.py",
-             "cutover_claimed": "tests/unit/runtime/test_cutover_claim.py"}
+#: test named here: the rescale needs RocksDB state and ``restore.statePartitions``.
+ELSEWHERE = {"rescale": "tests/integration/test_rescale.py"}
 #: the fault points of the chaos trials
 POINTS = tuple(p for p in ALL_POINTS if p not in ELSEWHERE)
+#: the zero-downtime cutover's (`tests.chaos.cutover`): blue, green and the agreement of
+#: one cutover, on the cases of `cutover.CASES`, in ``checkpoint`` commit mode only
+CUTOVER_POINTS = tuple(cutover.POINTS)
+#: the fault points of one run (the ``crash``, ``rewind``, ... scenarios)
+RUN_POINTS = tuple(p for p in POINTS if p not in CUTOVER_POINTS)
+#: the cutover trial of the CI plan (one: each is three or four drivers, two at once)
+CI_CUTOVER = "cutover_first_commit"
 #: (title, results, seed) of every trial run in this session, printed at its end (conftest)
 REPORTS: list[tuple[str, list[TrialResult], Any]] = []
 
 
 def points_for(case: str, mode: str) -> tuple[str, ...]:
     """Fault points that exist for `case` in `mode`: the job never commits in ``external``
-    mode (there ``promoting`` fires in the commit step); only Delta can be rewound."""
+    mode (there ``promoting`` fires in the commit step); only Delta can be rewound; a
+    cutover runs in ``checkpoint`` mode (blue's stop after N commits N itself) on the
+    cases of `cutover.CASES`."""
     case_cls, _server = split_key(case)
-    return tuple(p for p in POINTS
-                 if not (mode == "external" and p == "committed") and not (p == "rewind" and not case_cls.delta))
+    run = tuple(p for p in RUN_POINTS
+                if not (mode == "external" and p == "committed") and not (p == "rewind" and not case_cls.delta))
+    return run + (CUTOVER_POINTS if mode == "checkpoint" and case in cutover.CASES else ())
 
 
 def pairs_for(case: str) -> list[tuple[str, str]]:
@@ -51,6 +57,8 @@ def pairs_for(case: str) -> list[tuple[str, str]]:
 def trial_for(index: int, case: str, mode: str, point: str, rng: random.Random, *, rollback: bool = False) -> Trial:
     """One trial whose scenario fires `point` (see `tests.chaos.scenarios`)."""
     staging = rng.choice(STAGING_SIDES)
+    if point in CUTOVER_POINTS:
+        return Trial(index, case, mode, "cutover", (cutover.fault_for(point),), staging)
     if point == "recovery":  # a double fault: a kill leaving a record, then a kill during its recovery
         batch = rng.randrange(BATCHES)
         first = Fault(rng.choice(("record", "confirmed")), batch)
@@ -66,6 +74,13 @@ def trial_for(index: int, case: str, mode: str, point: str, rng: random.Random, 
     batch = LAST if point in STOP_POINTS else rng.randrange(BATCHES)
     where = "commit" if point == "promoting" and mode == "external" else "job"
     return Trial(index, case, mode, "crash", (Fault(point, batch, where),), staging)
+
+
+def cutover_trials(case: str, rng: random.Random, start_index: int = 0) -> list[Trial]:
+    """A cutover trial of `case` at each cutover point, and the rollback after a cutover."""
+    trials = [trial_for(start_index + i, case, "checkpoint", point, rng) for i, point in enumerate(CUTOVER_POINTS)]
+    return [*trials, Trial(start_index + len(trials), case, "checkpoint", "cutover", (cutover.ROLLBACK,),
+                           rng.choice(STAGING_SIDES))]
 
 
 def plan_sweep(case: str, count: int, rng: random.Random, start_index: int = 0) -> list[Trial]:
@@ -87,8 +102,9 @@ def plan_sweep(case: str, count: int, rng: random.Random, start_index: int = 0) 
 
 
 def ci_plan() -> list[Trial]:
-    """The default run's trials, fixed: all 14 fault points fire (several chained in one
-    trial, each in its own driver), on every sink, both commit modes and both S3 servers."""
+    """The default run's trials, fixed: all 14 fault points of a run fire (several chained
+    in one trial, each in its own driver), on every sink, both commit modes and both S3
+    servers; and one cutover trial (`CI_CUTOVER`; ``make chaos`` runs every cutover point)."""
     f = Fault
     return [
         # stage, confirmed, then recovery (a kill during the recovery of the confirmed
@@ -107,6 +123,8 @@ def ci_plan() -> list[Trial]:
               (f("checkpointed", 2), f("promoting", LAST, "commit"), f("stopped", LAST))),
         Trial(7, "delta-append", "checkpoint", "retention", (f("retention", BATCHES),), "driver"),
         Trial(8, "s3@seaweedfs", "checkpoint", "stop-abort", (f("abort", LAST),)),
+        # green killed right after its first commit into blue's table; restarted as the job's
+        Trial(9, "delta-merge", "checkpoint", "cutover", (cutover.fault_for(CI_CUTOVER),), "driver"),
     ]
 
 

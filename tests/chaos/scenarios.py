@@ -19,6 +19,10 @@
                 --abort-generation``) is killed halfway at ``abort`` and retried; blue,
                 restored from the savepoint, is killed at ``stage`` before its first
                 checkpoint; its retry (``restore=latest``, as an Airflow retry) finishes.
+``cutover``     a zero-downtime cutover (blue, green warming up beside it, the agreement
+                at N, blue's stop, green's claim and first commit) killed at one of its
+                fault points, recovered as the protocol says (green's retry, or the
+                call-off and blue's restart), drained: `tests.chaos.cutover`.
 ==============  ==========================================================================
 """
 
@@ -35,6 +39,7 @@ from typing import Any
 
 from airflow_sparkpoint.faults import ENV, ENV_ONCE
 from airflow_sparkpoint.runtime import livedir
+from tests.chaos.cutover import cutover
 from tests.chaos.harness import (
     BATCHES,
     JOB,
@@ -59,7 +64,7 @@ STOP_POINTS = ("savepoint", "stopped")
 PACED_POINTS = ("copy", "metadata", "checkpointed", "retention")
 #: how long the stop-abort scenario holds the batch after the driver took the stop request
 STOP_SETTLE_S = 5.0
-SCENARIOS = ("crash", "rewind", "retention", "stop-abort", "rollback")
+SCENARIOS = ("crash", "rewind", "retention", "stop-abort", "rollback", "cutover")
 
 
 class TrialRun:
@@ -86,7 +91,7 @@ class TrialRun:
         self.armed = 0
 
     def initial_files(self) -> int:
-        return 2 if self.trial.scenario == "rollback" else BATCHES
+        return 2 if self.trial.scenario in ("rollback", "cutover") else BATCHES
 
     def more_input(self, files: int) -> None:
         start = self.last_batch + 1
@@ -365,6 +370,7 @@ def rollback(tr: TrialRun) -> None:
 
 RUNNERS: dict[str, Callable[[TrialRun], None]] = {
     "crash": crash, "rewind": rewind, "retention": retention, "stop-abort": stop_abort, "rollback": rollback,
+    "cutover": cutover,
 }
 
 

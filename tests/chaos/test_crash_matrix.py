@@ -6,13 +6,17 @@ no transaction record remains. A trial counts only if each of its faults fired (
 `tests.chaos.harness`). Scenarios: `tests.chaos.scenarios`; plans: `tests.chaos.plan`.
 
 * ``test_crash_ci_subset`` (default run): the fixed CI plan, in which all 14 fault
-  points fire (chained faults, the double faults of recovery, rewind, abort and
-  retention), two trials at a time.
+  points of a run fire (chained faults, the double faults of recovery, rewind, abort and
+  retention), and one zero-downtime cutover trial, two trials at a time.
 * ``test_crash_trials`` (``slow``; ``make chaos``): ``SPARKPOINT_CHAOS_TRIALS`` trials per
   sink (default 50; a sink on S3 splits them between moto and SeaweedFS), and at least
   one per (fault point, commit mode) pair of each case: every pair must fire.
   ``SPARKPOINT_CHAOS_CASES`` (comma-separated case keys, e.g. ``directory,s3@moto``)
   narrows the cases.
+* ``test_cutover_trials`` (``slow``; ``make chaos``): a zero-downtime cutover killed at
+  each of its fault points and a rollback after a cutover killed at ``abort``
+  (`tests.chaos.cutover`), on Delta append and merge and the S3 sink (both servers):
+  every fault must fire, every output be exact.
 
 ``SPARKPOINT_CHAOS_WORKERS`` (default 2) trials run at once. The table (trials, fired,
 duplicates, lost, failed per case x fault point x mode) is printed at the end.
@@ -28,6 +32,7 @@ from pathlib import Path
 import pytest
 
 from airflow_sparkpoint.faults import POINTS as ALL_POINTS
+from tests.chaos import cutover
 from tests.chaos.cases import case_keys
 from tests.chaos.harness import (
     Fault,
@@ -41,14 +46,18 @@ from tests.chaos.harness import (
     evidence,
 )
 from tests.chaos.plan import (
+    CUTOVER_POINTS,
     ELSEWHERE,
     POINTS,
     REPORTS,
+    RUN_POINTS,
     ci_plan,
     coverage_gaps,
+    cutover_trials,
     format_report,
     pairs_for,
     plan_sweep,
+    trial_for,
 )
 from tests.chaos.scenarios import run_trials
 from tests.support.s3_servers import SERVERS, S3Context
@@ -73,13 +82,15 @@ def _progress(result: TrialResult) -> None:
 @pytest.mark.timeout(3600)
 def test_crash_ci_subset(tmp_path: Path, s3_servers: dict[str, S3Context]) -> None:
     trials = ci_plan()
-    assert {p for t in trials for p in t.points} == set(POINTS), "the CI plan must arm every fault point"
+    armed = {p for t in trials for p in t.points}
+    assert set(RUN_POINTS) <= armed, "the CI plan must arm every fault point of a run"
+    assert len(armed & set(CUTOVER_POINTS)) == 1, "the CI plan runs one cutover trial (make chaos: all)"
 
     results = run_trials(trials, tmp_path, s3_servers, workers=_workers(), progress=_progress)
 
     REPORTS.append(("chaos CI subset", results, "fixed plan"))
     report = format_report("chaos CI subset", results, "fixed plan")
-    unfired = sorted(set(POINTS) - {p for r in results for p in POINTS if r.fired_point(p)})
+    unfired = sorted(armed - {p for r in results for p in POINTS if r.fired_point(p)})
     assert not unfired, f"fault points that never fired: {unfired}\n{report}"
     assert all(r.ok for r in results), report
 
@@ -110,7 +121,49 @@ def test_crash_trials(case: str, tmp_path: Path, s3_servers: dict[str, S3Context
     assert all(r.ok for r in results), format_report(title, results, seed)
 
 
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.s3
+@pytest.mark.timeout(6 * 3600)  # 7 trials of 3-4 drivers each per case
+@pytest.mark.parametrize("case", cutover.CASES)
+def test_cutover_trials(case: str, tmp_path: Path, s3_servers: dict[str, S3Context]) -> None:
+    """A zero-downtime cutover killed at each of its fault points on `case`; every one
+    fires, every output is exact (`tests.chaos.cutover`)."""
+    selected = [c.strip() for c in os.environ.get("SPARKPOINT_CHAOS_CASES", "").split(",") if c.strip()]
+    if selected and case not in selected:
+        pytest.skip(f"SPARKPOINT_CHAOS_CASES={','.join(selected)} leaves {case} out")
+    trials = cutover_trials(case, random.Random(f"{chaos_seed()}:cutover:{case}"))
+
+    results = run_trials(trials, tmp_path, s3_servers, workers=_workers(), progress=_progress)
+
+    title = f"cutover trials: {case}"
+    REPORTS.append((title, results, chaos_seed()))
+    gaps = coverage_gaps(results, [case])
+    cutover_gaps = [g for g in gaps if g.split()[1].split("/")[0] in CUTOVER_POINTS]
+    assert not cutover_gaps, f"cutover points that never fired: {cutover_gaps}\n" + \
+        format_report(title, results, chaos_seed())
+    assert all(r.fired for r in results), format_report(title, results, chaos_seed())  # the rollback's too
+    assert all(r.ok for r in results), format_report(title, results, chaos_seed())
+
+
 # ---------------------------------------------------------------------------- the harness's own controls
+
+
+def test_every_cutover_point_is_planned_on_its_cases_in_checkpoint_mode_only() -> None:
+    """The sweep of a cutover case must fire every cutover point (checkpoint mode); the
+    other cases and external mode have none; the CI plan has one cutover trial."""
+    for case in CASES:
+        cut = {p for p, mode in pairs_for(case) if p in CUTOVER_POINTS}
+        assert cut == (set(CUTOVER_POINTS) if case in cutover.CASES else set()), case
+        assert not [p for p, mode in pairs_for(case) if p in CUTOVER_POINTS and mode != "checkpoint"]
+    assert set(CUTOVER_POINTS) == set(cutover.POINTS) and set(CUTOVER_POINTS) <= set(ALL_POINTS)
+    trial = trial_for(0, "delta-append", "checkpoint", "cutover_agreement", random.Random(1))
+    assert (trial.scenario, trial.faults) == ("cutover", (Fault("cutover_agreement", cutover.AGREED, "agreement"),))
+    assert [t.points for t in ci_plan() if t.scenario == "cutover"] == [("cutover_first_commit",)]
+    every = cutover_trials("s3@moto", random.Random(2))
+    assert [t.faults[0] for t in every] == [*(cutover.fault_for(p) for p in CUTOVER_POINTS), cutover.ROLLBACK]
+    assert {t.scenario for t in every} == {"cutover"} and len({t.index for t in every}) == len(every)
+
 
 
 def test_the_checks_see_duplicates_losses_and_wrong_rows(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ import os
 import signal
 import subprocess
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,9 @@ class CutoverRun:
     green_error: BaseException | None = None
     commits: list[dict[str, Any]] = field(default_factory=list)
     log: Path | None = None
+    #: (monotonic time, what the caller's probe returned) at ``green_start`` (green's run
+    #: starts beside blue), ``blue_exit`` (blue's driver ended) and ``green_end``
+    marks: dict[str, tuple[float, Any]] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
@@ -131,10 +136,11 @@ def sparkpoint_commits(output: Path) -> list[dict[str, Any]]:
 
 
 def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int = 2, margin: int = 3,
-                after_n: int = 4, timeout_s: float = 300.0) -> CutoverRun:
+                after_n: int = 4, timeout_s: float = 300.0, probe: Callable[[], Any] | None = None) -> CutoverRun:
     """Run one cutover (the module docstring) under `base`; blue's log is
     ``base/blue/totals.log``. Green's error, if any, is returned, not raised; a step
-    that does not happen within `timeout_s` raises AssertionError with blue's log."""
+    that does not happen within `timeout_s` raises AssertionError with blue's log.
+    `probe` (e.g. green's CPU seconds so far) is called at each of `CutoverRun.marks`."""
     from pyspark.sql import functions as F
 
     from airflow_sparkpoint.runtime import SparkpointJob
@@ -155,6 +161,10 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
     proc = start_spark_submit(cmd, env=env, log=log)
     green_thread: threading.Thread | None = None
     outcome: dict[str, Any] = {}
+    marks: dict[str, tuple[float, Any]] = {}
+
+    def mark(name: str) -> None:
+        marks[name] = (time.monotonic(), probe() if probe is not None else None)
     try:
         catalog = Catalog.open(str(root), JOB)
         wait_for("blue's checkpoint of batch 1",
@@ -190,6 +200,7 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
                 outcome["error"] = exc
 
         green_thread = threading.Thread(target=body, name="green", daemon=True)
+        mark("green_start")
         green_thread.start()
 
         def green_log() -> str:
@@ -215,6 +226,7 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
             blue_exit = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise AssertionError(f"blue did not stop after batch {n}:\n{green_log()}") from None
+        mark("blue_exit")
         gen_green = blue_generation + 1
 
         def green_committed(batch: int) -> bool:
@@ -233,8 +245,9 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
             request = channel.submit("stop", generation=gen_green, timeout_s=timeout_s)
             channel.wait(request.id, timeout_s=timeout_s, poll_s=0.3)
         green_thread.join(timeout_s)
+        mark("green_end")
         return CutoverRun(base, list(feeder.files), cid, k, n, blue_generation, blue_exit, stop.request_id,
-                          outcome.get("result"), outcome.get("error"), sparkpoint_commits(output), log)
+                          outcome.get("result"), outcome.get("error"), sparkpoint_commits(output), log, marks)
     finally:
         feeder.rush(-1)
         if proc.poll() is None:  # a failed wait: end blue's spark-submit and its JVM (its own group)

@@ -575,3 +575,48 @@ def test_a_rollback_stops_when_a_newer_generation_is_claimed_meanwhile(
     assert claimed == [4]
     assert world["aborted"] == [] and txn_ids(catalog) == ["orders-b4-g2", "orders-b5-g2"]
     assert [(m.batch_id, m.generation) for m in catalog.checkpoints()] == [(4, 2)]
+
+
+def test_a_rollback_killed_halfway_is_retried_when_it_returned_to_the_generations_own_checkpoint(
+    catalog: Catalog, sink_name: str, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the cutover chaos trials (a rollback after a zero-downtime cutover, whose
+    green has its adoption checkpoint at N before its first aborted batch): the rollback
+    of green (generation 2) claimed generation 3 with green's own checkpoint of batch 4 as
+    its origin, then died halfway through the aborts. Its retry took that origin, its own,
+    for a newer run continuing green's lineage and refused, so green's other staged batch
+    was never aborted. A retry of the rollback finishes the aborts."""
+    from airflow_sparkpoint import faults
+
+    class Killed(BaseException):
+        pass
+
+    checkpoint_at(catalog, 3, generation=1, pending=[])
+    start_green_from_latest(catalog)
+    checkpoint_at(catalog, 4, generation=2, pending=[])  # green's own checkpoint before its staged batches
+    green = [record(sink_name, b, 2) for b in (5, 6)]
+    for index, r in enumerate(green):
+        catalog.put_transaction(r)
+        checkpoint_at(catalog, r.batch_id, generation=2, pending=green[: index + 1])
+
+    def killed(point: str, batch: int, done: int, total: int) -> None:
+        if point == "abort" and done == 1:
+            raise Killed()
+
+    with monkeypatch.context() as patch:
+        patch.setattr(faults, "maybe_kill_halfway", killed)
+        with pytest.raises(Killed):
+            abort_generation(catalog, 2)
+    assert [r.batch_id for r in catalog.transactions()] == [6], "killed after the first abort"
+    assert catalog.current_generation() == 3
+
+    assert abort_generation(catalog, 2) == [green[1].txn_id]
+
+    assert catalog.transactions() == []
+    assert catalog.current_generation() == 3, "the retry claims nothing more"
+    point = catalog.restart_point()
+    assert point.checkpoint is not None and (point.checkpoint.batch_id, point.checkpoint.generation) == (4, 2)
+    # a start since (generation 4, from the rollback's point) continues green's lineage: refused then
+    catalog.claim_generation()
+    with pytest.raises(RestoreError):
+        abort_generation(catalog, 2)
