@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.cutover import CutoverClaim, CutoverProgress, CutoverState, CutoverStore
+from airflow_sparkpoint.checkpoints.cutover import (
+    CutoverClaim,
+    CutoverEnd,
+    CutoverProgress,
+    CutoverState,
+    CutoverStore,
+)
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin
 from airflow_sparkpoint.exceptions import ControlError, CutoverError
@@ -37,7 +43,7 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
     from airflow_sparkpoint.sinks.base import Sink
 
-__all__ = ["Adoption", "CutoverHandover", "adopt", "blue_final_checkpoint"]
+__all__ = ["Adoption", "CutoverHandover", "adopt", "blue_final_checkpoint", "record_first_commit"]
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +175,36 @@ def adopt(
              catalog.job, n, final_uri)
     return Adoption(cutover_id, generation, n, final, final_uri, origin,
                     tuple(s.record.batch_id for s in settled if s.outcome == "aborted"))
+
+
+def record_first_commit(catalog: Catalog, generation: int, batch_id: int) -> CutoverEnd | None:
+    """After generation `generation`'s first commit (batch `batch_id`) into the job's
+    sinks: if that generation is the green of a cutover (its generation claim names the
+    cutover, `adopt`, and the cutover's ``claimed`` record is that generation's), end the
+    cutover as ``committed`` at step ``first_commit``; the first end written holds. Returns
+    the end, or None when the generation is no cutover's green. One read of the
+    generation's claim; for a green, the cutover's records.
+
+    :raises CutoverError: the cutover's records are unreadable.
+    :raises StorageError: the store cannot be read or written.
+    """
+    claim = catalog.generation_claim(generation)
+    cutover_id = claim.details.get("cutover") if claim is not None else None
+    if not isinstance(cutover_id, str) or not cutover_id:
+        return None
+    store = CutoverStore(catalog)
+    state = store.read(cutover_id)
+    if state.claimed is None or state.claimed.generation != generation:
+        return None  # claimed, then refused before the cutover's claimed record: never took over
+    if state.done is not None:
+        return state.done
+    end = store.end(cutover_id, "committed", step="first_commit", generation=generation,
+                    reason=(f"generation {generation} committed batch {batch_id}, "
+                            "its first into the job's sinks"),
+                    by=f"generation {generation}")
+    log.info("cutover %s of job %s: %s at %s (generation %d committed batch %d)", cutover_id, catalog.job,
+             end.outcome, end.step, generation, batch_id)
+    return end
 
 
 def _check_open(state: CutoverState, *, claimed_ok: bool = False) -> None:
