@@ -265,6 +265,21 @@ class CutoverState:
             return self.done.outcome
         return "claimed" if self.claimed else ("agreed" if self.agreed else "planned")
 
+    def to_json(self) -> dict[str, Any]:
+        """The cutover as `sparkpoint cutover list --json` and the checkpoints page show
+        it (docs/CLI.md): its step, blue's generation, N, green's generation and progress,
+        how it ended and whether green was rolled back after it."""
+        progress, done = self.progress, self.done
+        return {"id": self.id, "step": self.step, "blue_generation": self.plan.blue_generation,
+                "after_batch": self.agreed.after_batch if self.agreed else None,
+                "green_generation": self.claimed.generation if self.claimed else None,
+                "outcome": done.outcome if done else None, "reason": done.reason if done else None,
+                "created_at": self.plan.created_at,
+                "rolled_back_at": self.rolled_back.at if self.rolled_back else None,
+                "mode": self.plan.mode, "warmup_batch": self.plan.warmup_batch,
+                "green_replayed_batch": progress.replayed_batch if progress else None,
+                "ended_at": done.at if done else None, "ended_step": done.step if done else None}
+
 
 _PARSERS: dict[str, Any] = {"plan": CutoverPlan.from_json, "green": CutoverProgress.from_json,
                             "agreed": CutoverAgreement.from_json, "claimed": CutoverClaim.from_json,
@@ -424,6 +439,13 @@ class CutoverStore:
             if match and match.group(2) == "plan":
                 ids.append(match.group(1))
         return sorted(ids)
+
+    def newest(self, limit: int) -> list[CutoverState]:
+        """The `limit` newest cutovers, newest first (one listing, then each one's records).
+
+        :raises CutoverError: a plan or end record is unreadable (named).
+        """
+        return [self.read(cutover_id) for cutover_id in list(reversed(self.ids()))[:max(0, limit)]]
 
     def open_cutover(self, besides: str | None = None) -> CutoverState | None:
         """The open cutover of the job (a plan without a done record) other than
