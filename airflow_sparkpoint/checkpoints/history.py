@@ -59,7 +59,8 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
 
 __all__ = [
-    "AIRFLOW_CONTEXT_ENV", "CONFIG_FIELDS", "CUTOVERS_SHOWN", "GENERATIONS_SHOWN", "AirflowTry", "ControlRecord", "Counts",
+    "AIRFLOW_CONTEXT_ENV", "CONFIG_FIELDS", "CUTOVERS_SHOWN",
+    "GENERATIONS_SHOWN", "AirflowTry", "ControlRecord", "Counts",
     "GenerationRecord", "PipelineHistory", "SnapshotRecord", "StagedRecord", "Stat", "current_status",
     "generation_alive",
     "generation_details", "generation_records", "iso", "live_status", "liveness", "load_history",
