@@ -181,7 +181,8 @@ runtime)</p>{% endif %}
 
 <h2>Zero-downtime cutovers <span class="muted">(newest first)</span></h2>
 {% if h.cutovers %}<table id="cutovers"><tr><th>id</th><th>state</th><th>blue gen</th>\
-<th>warm-up from</th><th>green replayed</th><th>after batch N</th><th>green gen</th><th>planned</th><th>ended</th><th>reason</th></tr>
+<th>warm-up from</th><th>green replayed</th><th>after batch N</th><th>green gen</th><th>planned</th>\
+<th>ended</th><th>reason</th></tr>
 {% for c in h.cutovers %}<tr><td>{{ c.id }}</td><td class="state-{{ c.step }}">{{ c.step }}\
 {% if c.step in ("planned", "agreed") %} (open){% elif c.step == "aborted" %} (called off){% endif %}</td>\
 <td class="num">{{ c.blue_generation }}</td><td class="num">{{ c.warmup_batch }}</td>\
