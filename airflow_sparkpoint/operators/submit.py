@@ -65,6 +65,7 @@ from airflow_sparkpoint.services.submit import (
     interval_text,
     secret_environment,
     sparkpoint_conf,
+    start_rule,
     starter_environment,
 )
 from airflow_sparkpoint.services.submit_dir import ROCKSDB_LIBRARY_DIR_ENV, build_runtime_zip, open_submit_dir
@@ -285,7 +286,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         if self.deferrable:  # a resumption follows its own live run again (defers, never returns then)
             submit_deferred.reattach(self, context, catalog, starter, own)
         # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
-        check_start(catalog, starter, takeover=self.takeover)
+        check_start(catalog, starter, takeover=self.takeover, **start_rule(sparkpoint_conf))
         token = new_token()
         TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
                    previous.since if previous else generation_before).save(store, retention=never_expire())

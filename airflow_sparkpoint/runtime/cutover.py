@@ -33,8 +33,10 @@ from airflow_sparkpoint.checkpoints.cutover import (
     CutoverStore,
 )
 from airflow_sparkpoint.checkpoints.generations import Fence
+from airflow_sparkpoint.checkpoints.history_records import generation_details
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin
 from airflow_sparkpoint.exceptions import ControlError, CutoverError
+from airflow_sparkpoint.runtime.config import SUBMITTER_ENV
 from airflow_sparkpoint.sinks.transactions import settle_all
 
 if TYPE_CHECKING:
@@ -265,5 +267,9 @@ class CutoverHandover:
         """`adopt`; returns the generation claimed.
 
         :raises CutoverError: see `adopt`."""
+        # Who started green, as any driver's claim records it: the submit's token (the
+        # operator finds its run by it, `services.runs.find_claim`) and the Airflow try.
+        details = {"submitter": os.environ.get(SUBMITTER_ENV, ""), "plan": f"cutover {self.cutover_id}",
+                   **generation_details()}
         return adopt(self.catalog, self.sink, self.cutover_id, live_dir=live_dir,
-                     adopted_from=adopted_from).generation
+                     adopted_from=adopted_from, details=details).generation

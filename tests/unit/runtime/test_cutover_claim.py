@@ -258,3 +258,47 @@ def test_a_rollback_of_a_generation_that_is_no_cutover_s_green_writes_no_cutover
     CutoverStore(catalog).end(CID, "aborted", step="stop", reason="test")
     abort_generation(catalog, 1)  # blue: its cutover was called off, never claimed
     assert CutoverStore(catalog).read(CID).rolled_back is None
+
+
+def test_green_s_claim_carries_its_submit_s_token_and_airflow_try(catalog: Catalog,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The submit operator finds its run by the token its driver records in its claim
+    (`services.runs.find_claim`): green's production generation is claimed by the
+    cutover's handover, so that claim must carry green's token (else the task that
+    started green never sees the generation it runs as after the takeover)."""
+    from airflow_sparkpoint.runtime.config import SUBMITTER_ENV
+    from airflow_sparkpoint.runtime.cutover import CutoverHandover
+    from airflow_sparkpoint.services.runs import find_claim
+
+    monkeypatch.setenv(SUBMITTER_ENV, "token-of-green")
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "deploy")
+    monkeypatch.setenv("AIRFLOW_CTX_TASK_ID", "start_green")
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    generation = CutoverHandover(catalog, sink, CID).adopt("/work/shadow", None)
+    claim = find_claim(catalog, "token-of-green")
+    assert claim is not None and claim.generation == generation
+    assert claim.details["airflow"]["task_id"] == "start_green", claim.details
+
+
+def test_green_s_shadow_start_passes_beside_a_live_blue_another_task_started(catalog: Catalog) -> None:
+    """Green's submit (a shadow of the open cutover) starts while blue runs: it claims
+    nothing of blue's job before the cutover's own claim, so the live-run rule does not
+    refuse it; the open-cutover rule still refuses a shadow of another cutover."""
+    import time as _time
+
+    from airflow_sparkpoint.checkpoints.history_records import AirflowTry
+    from airflow_sparkpoint.checkpoints.status import JobStatus
+    from airflow_sparkpoint.exceptions import JobAlreadyRunning
+
+    catalog.claim_generation()
+    now = _time.time()
+    catalog.write_status(JobStatus("orders", 1, "running", now - 30, now, host="elsewhere", pid=1).to_json())
+    CutoverStore(catalog).plan(CutoverPlan(CID, "orders", 1, "memory://x/chk-1", 0, "orders-shadow",
+                                           "memory://shadow"))
+    green = AirflowTry("deploy", "run", "start_green", 1)
+    with pytest.raises(JobAlreadyRunning):
+        check_start(catalog, green, takeover=False, cutover=CID)  # a production start of green's own: fences blue
+    check_start(catalog, green, takeover=False, cutover=CID, shadow=True)
+    with pytest.raises(CutoverInProgress):
+        check_start(catalog, green, takeover=False, cutover=None, shadow=True)
