@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import XComArg
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_sparkpoint import durations
@@ -192,7 +193,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         self.num_retained = num_retained
         self.commit_mode = commit_mode
         self.work_dir = work_dir
-        self.sparkpoint_conf = dict(sparkpoint_conf or {})
+        # a mapping, or an XComArg resolved when the task renders (a cutover's green_conf)
+        self.sparkpoint_conf: Any = sparkpoint_conf if isinstance(sparkpoint_conf, XComArg) \
+            else dict(sparkpoint_conf or {})
         self.ship_runtime = ship_runtime
         self.stop_timeout = durations.seconds("stop_timeout", stop_timeout, allow_zero=True)
         self.spark_history_server = spark_history_server
