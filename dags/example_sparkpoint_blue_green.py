@@ -63,7 +63,8 @@ Params: ``job_name`` (blue's pipeline name), ``input``, ``output``, ``blue_trigg
 blue running in this task), ``reject_audit`` and ``green_fail_after_batch`` (exercise
 the rollback: reject green, or make green raise after that batch id), ``preflight``
 (default true; false skips step 0, e.g. to rehearse only the rollback), ``zero_downtime``
-(default false) and ``green_trigger`` (green's trigger on the zero-downtime path).
+(default false), ``green_trigger`` and ``cutover_dir`` (green's trigger and scratch
+root on the zero-downtime path).
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ with DAG(
                                            "(no output gap) instead of stop-savepoint-start"),
         "green_trigger": Param("processingTime:5 seconds", type="string",
                                description="green's trigger on the zero-downtime path (blue's, usually)"),
+        "cutover_dir": Param(f"{DATA}/cutover", type="string",
+                             description="green's scratch catalogs on the zero-downtime path"),
     },
 ) as dag:
     common: dict[str, Any] = {"job_name": "{{ params.job_name }}", "sparkpoint_conn_id": STORAGE}
@@ -167,7 +170,7 @@ with DAG(
         output_args={"--output": "{scratch}/totals"},
         work_dir=work_dir,
         zero_downtime=True,
-        cutover_dir=f"{DATA}/cutover",  # green's scratch catalog: a place green's driver reaches
+        cutover_dir="{{ params.cutover_dir }}",  # green's scratch catalog: where green's driver reaches
         retries=0,
         **common,
     )

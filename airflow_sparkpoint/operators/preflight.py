@@ -22,7 +22,7 @@ identity (its own task, the ``green_conf`` XCom added to its settings) and
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
@@ -63,7 +63,7 @@ class SparkpointPreflightOperator(SparkpointVerifyOperator):
         ``SparkpointSubmitOperator(sparkpoint_conf=XComArg(preflight, key="green_conf"))``).
     :param cutover_dir: where green's shadow keeps its scratch catalog (a path or URI
         green's driver reaches; a fresh ``<cutover_dir>/<cutover id>`` per cutover;
-        default `drill_dir`; one of them is required with `zero_downtime`).
+        default `drill_dir`; one of them is required with `zero_downtime`; templated).
     :param cutover_compare: the comparison gate: green's shadow output of every batch
         blue committed during the warm-up is compared with blue's, and the cutover is
         refused on the first difference (for a deploy that must not change results;
@@ -83,6 +83,7 @@ class SparkpointPreflightOperator(SparkpointVerifyOperator):
         or no drill ran a batch, so the state was never read ("inconclusive").
     """
 
+    template_fields: Sequence[str] = (*SparkpointVerifyOperator.template_fields, "cutover_dir")
     ui_color = "#fdf3e8"
 
     def __init__(self, *, job_name: str, output_args: Mapping[str, str], drill_job: str | None = None,
