@@ -89,9 +89,10 @@ def test_zero_downtime_blue_green_hands_a_streaming_blue_task_over_at_an_agreed_
     blue = airflow_api.trigger("e2e_stream", pipeline.params(
         script=str(EXAMPLE_JOBS / "keyed_totals.py"), version=1, files_per_batch=1,
         trigger=f"processingTime:{TRIGGER_S:g} seconds"))
-    describe_blue = lambda: airflow_api.describe("e2e_stream", blue)  # noqa: E731
+    describe_blue = lambda: airflow_api.describe("e2e_stream", blue)
     blue_generation = wait_for("blue's checkpoint of batch 1", lambda: running_with_checkpoint(pipeline, 1), 600,
                                describe_blue)
+    assert blue_generation is not None
     feeder.thread.start()
     run = ""
     try:
@@ -99,7 +100,7 @@ def test_zero_downtime_blue_green_hands_a_streaming_blue_task_over_at_an_agreed_
             "job_name": pipeline.job, "input": str(pipeline.input), "output": str(pipeline.output),
             "zero_downtime": True, "green_trigger": f"processingTime:{TRIGGER_S:g} seconds",
             "cutover_dir": str(tmp_path / "cutover")})
-        describe = lambda: airflow_api.describe(DAG, run)  # noqa: E731
+        describe = lambda: airflow_api.describe(DAG, run)
         airflow_api.wait_task(DAG, run, "cutover", {"success"}, timeout=1500)
         outcome = airflow_api.xcom(DAG, run, "cutover")
         n, green_generation = outcome["after_batch"], outcome["green_generation"]
