@@ -88,7 +88,11 @@ def test_zero_downtime_blue_green_hands_a_streaming_blue_task_over_at_an_agreed_
         feeder.write_next()
     blue = airflow_api.trigger("e2e_stream", pipeline.params(
         script=str(EXAMPLE_JOBS / "keyed_totals.py"), version=1, files_per_batch=1,
-        trigger=f"processingTime:{TRIGGER_S:g} seconds"))
+        trigger=f"processingTime:{TRIGGER_S:g} seconds",
+        # Blue checkpoints every batch: keep enough of them that blue's retention does not
+        # remove the pre-flight's and green's warm-up checkpoint while their JVMs start on a
+        # loaded machine (a cluster's retention window is its checkpoint interval x numRetained)
+        num_retained="200"))
     describe_blue = lambda: airflow_api.describe("e2e_stream", blue)
     blue_generation = wait_for("blue's checkpoint of batch 1", lambda: running_with_checkpoint(pipeline, 1), 600,
                                describe_blue)
