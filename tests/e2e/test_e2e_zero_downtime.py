@@ -31,7 +31,12 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]  # two s
 
 DAG = "example_sparkpoint_blue_green"
 TRIGGER_S = 2.0
-PACE_S = 3.0  # one input file (one batch) every PACE_S seconds while the cutover runs
+# One input file (one batch) every PACE_S seconds while green warms up: slow enough for
+# green's per-batch replay on a loaded machine (green must keep up to come within the
+# lag); once N is agreed, the files through N + AFTER_N arrive at once (`Feeder.rush`), so
+# the gap measured is the handover's, not the input's.
+PACE_S = 8.0
+AFTER_N = 4
 
 
 def users_of(index: int) -> list[str]:
@@ -78,6 +83,12 @@ class Feeder:
         self._stop.set()
         self.thread.join(60)
 
+    def rush(self, through: int) -> None:
+        """Stop pacing; write every file through index `through` now."""
+        self.stop()
+        while len(self.files) <= through:
+            self.write_next()
+
 
 def test_zero_downtime_blue_green_hands_a_streaming_blue_task_over_at_an_agreed_batch_exactly_once(
     airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path
@@ -105,7 +116,18 @@ def test_zero_downtime_blue_green_hands_a_streaming_blue_task_over_at_an_agreed_
             "zero_downtime": True, "green_trigger": f"processingTime:{TRIGGER_S:g} seconds",
             "cutover_dir": str(tmp_path / "cutover")})
         describe = lambda: airflow_api.describe(DAG, run)
-        airflow_api.wait_task(DAG, run, "cutover", {"success"}, timeout=1500)
+
+        def agreed() -> int | None:
+            store = CutoverStore(pipeline.catalog)
+            states = [store.read(cid) for cid in store.ids()]
+            if any(s.done is not None and s.done.outcome == "aborted" for s in states):
+                raise AssertionError(f"the cutover was called off: {[s.done for s in states]}\n{describe()}")
+            return next((s.agreed.after_batch for s in states if s.agreed is not None), None)
+
+        agreed_n = wait_for("the cutover's agreement", agreed, 1500, describe)
+        assert agreed_n is not None
+        feeder.rush(agreed_n + AFTER_N)
+        airflow_api.wait_task(DAG, run, "cutover", {"success"}, timeout=900)
         outcome = airflow_api.xcom(DAG, run, "cutover")
         n, green_generation = outcome["after_batch"], outcome["green_generation"]
         assert outcome["step"] == "committed" and green_generation == blue_generation + 1, outcome
