@@ -1,10 +1,10 @@
 """The example blue-green DAG's zero-downtime path (param ``zero_downtime``) under a real
 Airflow: blue is a real long-running streaming task (``dags/jobs/keyed_totals.py
---version 1``, ``processingTime``, in the ``e2e_stream`` test DAG) while input keeps
-arriving, one file per micro-batch. The DAG's pre-flight restores green in scratch and
-plans the cutover, green (``--version 2``) warms up beside blue as its shadow in its own
-task, and the cutover task agrees N, blue's task ends ``stopped`` after N, green claims
-the job and commits N+1 on. The test then stops green with a control request.
+--version 1``, ``processingTime``, in the ``e2e_stream`` test DAG), one input file per
+micro-batch. The DAG's pre-flight restores green in scratch and plans the cutover, green
+(``--version 2``) warms up beside blue as its shadow in its own task, and the cutover task
+agrees N; then the input through N + 4 arrives, blue's task ends ``stopped`` after N, green
+claims the job and commits N+1 on. The test then stops green with a control request.
 
 Oracle (plain Python from the input files, one file = one batch): every user's total and
 event count over all input; its ``code_version`` is 2 iff one of its files was a batch
@@ -31,11 +31,11 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]  # two s
 
 DAG = "example_sparkpoint_blue_green"
 TRIGGER_S = 2.0
-# One input file (one batch) every PACE_S seconds while green warms up: slow enough for
-# green's per-batch replay on a loaded machine (green must keep up to come within the
-# lag); once N is agreed, the files through N + AFTER_N arrive at once (`Feeder.rush`), so
-# the gap measured is the handover's, not the input's.
-PACE_S = 8.0
+# Blue's backlog arrives before the deploy; no input while green warms up (a replay costs
+# green a query start and a Python worker per batch: on a loaded 2-core machine ~14 s, more
+# than any input pace a test can wait for); once N is agreed, the files through N + AFTER_N
+# arrive at once (`Feeder.rush`), so the gap measured is the handover's, not the input's.
+BACKLOG = 6
 AFTER_N = 4
 
 
@@ -94,8 +94,8 @@ def test_zero_downtime_blue_green_hands_a_streaming_blue_task_over_at_an_agreed_
     airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path
 ) -> None:
     pipeline = Totals(tmp_path, "bg_zero", root=airflow_stack.home / "sparkpoint")
-    feeder = Feeder(pipeline, PACE_S)
-    for _ in range(2):
+    feeder = Feeder(pipeline, 3600.0)  # paced writes never come: `rush` writes after the agreement
+    for _ in range(BACKLOG):
         feeder.write_next()
     blue = airflow_api.trigger("e2e_stream", pipeline.params(
         script=str(EXAMPLE_JOBS / "keyed_totals.py"), version=1, files_per_batch=1,
@@ -105,8 +105,8 @@ def test_zero_downtime_blue_green_hands_a_streaming_blue_task_over_at_an_agreed_
         # loaded machine (a cluster's retention window is its checkpoint interval x numRetained)
         num_retained="200"))
     describe_blue = lambda: airflow_api.describe("e2e_stream", blue)
-    blue_generation = wait_for("blue's checkpoint of batch 1", lambda: running_with_checkpoint(pipeline, 1), 600,
-                               describe_blue)
+    blue_generation = wait_for(f"blue's checkpoint of batch {BACKLOG - 1}",
+                               lambda: running_with_checkpoint(pipeline, BACKLOG - 1), 600, describe_blue)
     assert blue_generation is not None
     feeder.thread.start()
     run = ""
@@ -181,5 +181,5 @@ def test_zero_downtime_blue_green_hands_a_streaming_blue_task_over_at_an_agreed_
     at = {c["batch"]: c["timestamp"] for c in commits}
     gap = (at[n + 1] - at[n]) / 1000.0
     print(f"\nzero-downtime output gap on the Airflow stack: {gap:.2f} s from blue's commit of batch {n} to "
-          f"green's commit of batch {n + 1} (trigger {TRIGGER_S:g} s, input every {PACE_S:g} s; "
+          f"green's commit of batch {n + 1} (trigger {TRIGGER_S:g} s; "
           f"{outcome['seconds']:.0f} s of cutover task)")
