@@ -25,6 +25,26 @@ was healthy and approved; nothing is lost or counted twice either way.
    the old code again from the *same* savepoint, and **rolled_back** fails the run so the
    failed deploy alerts like any other failure.
 
+**Zero-downtime** (param ``zero_downtime``, docs/howto/blue-green.md): instead of steps
+1–5, green warms up *beside* a running blue and takes the job over at an agreed batch,
+so the output does not stop for green's start (exactly once: blue commits through batch
+N, green from N+1; a second driver runs meanwhile). Blue must run with
+``processingTime``, ``commit_mode="checkpoint"`` and a source that can be read twice.
+
+0. **preflight_zero_downtime** – the same pre-flight, then the cutover is planned
+   (``SparkpointPreflightOperator(zero_downtime=True)``): XComs ``cutover_id`` and
+   ``green_conf``.
+1. **start_green_zero_downtime** – green with blue's production arguments plus
+   ``green_conf``: a shadow that replays blue's own batches from blue's newest
+   checkpoint, then the job itself from N+1 on (it runs on, as blue did, until stopped).
+2. **cutover** – ``SparkpointCutoverOperator``: waits until green is within two batches
+   of blue, agrees N, asks blue to stop after N (blue's task ends ``stopped``), waits for
+   green's claim and first commit. Each step is in its log; the checkpoints page shows
+   the cutover's state.
+3. If the cutover is called off, **restore_blue_after_cutover** starts blue's code again
+   with ``restore=latest`` when blue had already stopped (its own lineage at N: exact);
+   a blue still running is left alone. The run then fails, as a rolled-back deploy does.
+
 Green has to prove itself on new input: with nothing new since the savepoint it stages
 nothing, cannot reach the healthy checkpoints, and the deploy rolls back.
 
@@ -42,7 +62,9 @@ Params: ``job_name`` (blue's pipeline name), ``input``, ``output``, ``blue_trigg
 (``availableNow`` drains and finishes; ``processingTime:<interval>`` keeps the restored
 blue running in this task), ``reject_audit`` and ``green_fail_after_batch`` (exercise
 the rollback: reject green, or make green raise after that batch id), ``preflight``
-(default true; false skips step 0, e.g. to rehearse only the rollback).
+(default true; false skips step 0, e.g. to rehearse only the rollback), ``zero_downtime``
+(default false), ``green_trigger`` and ``cutover_dir`` (green's trigger and scratch
+root on the zero-downtime path).
 """
 
 from __future__ import annotations
@@ -59,6 +81,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_sparkpoint.hooks import SparkpointHook
 from airflow_sparkpoint.operators import (
     SparkpointCommitOperator,
+    SparkpointCutoverOperator,
     SparkpointPreflightOperator,
     SparkpointSavepointOperator,
     SparkpointSubmitOperator,
@@ -98,6 +121,13 @@ with DAG(
         "preflight": Param(True, type="boolean",
                            description="restore green from blue's newest checkpoint in "
                                        "scratch before stopping blue"),
+        "zero_downtime": Param(False, type="boolean",
+                               description="warm green up beside blue and hand over at an agreed batch "
+                                           "(no output gap) instead of stop-savepoint-start"),
+        "green_trigger": Param("processingTime:5 seconds", type="string",
+                               description="green's trigger on the zero-downtime path (blue's, usually)"),
+        "cutover_dir": Param(f"{DATA}/cutover", type="string",
+                             description="green's scratch catalogs on the zero-downtime path"),
     },
 ) as dag:
     common: dict[str, Any] = {"job_name": "{{ params.job_name }}", "sparkpoint_conn_id": STORAGE}
@@ -116,15 +146,83 @@ with DAG(
         **common,
     )
 
-    @task.short_circuit(ignore_downstream_trigger_rules=False)  # skips preflight_green only
-    def preflight_wanted(params: Any = None) -> bool:
-        return bool(params["preflight"])
+    @task.branch
+    def deploy_path(params: Any = None) -> list[str]:
+        """The zero-downtime path, or stop-savepoint-start with or without the pre-flight."""
+        if params["zero_downtime"]:
+            return ["preflight_zero_downtime"]
+        return ["preflight_green", "stop_blue"] if params["preflight"] else ["stop_blue"]
 
     # NONE_FAILED: after a passed or a skipped pre-flight; never after a refused one, which
     # leaves blue running
     stop_blue = SparkpointSavepointOperator(task_id="stop_blue", stop=True, timeout="10 minutes",
                                             trigger_rule=TriggerRule.NONE_FAILED, **common)
-    preflight_wanted() >> preflight_green >> stop_blue
+    path = deploy_path()
+    path >> preflight_green >> stop_blue
+    path >> stop_blue
+
+    # -- the zero-downtime path -----------------------------------------------------------
+    preflight_zero_downtime = SparkpointPreflightOperator(
+        task_id="preflight_zero_downtime",
+        conn_id="spark_default",
+        application=JOB_SCRIPT,
+        application_args=_job_args(2),
+        output_args={"--output": "{scratch}/totals"},
+        work_dir=work_dir,
+        zero_downtime=True,
+        cutover_dir="{{ params.cutover_dir }}",  # green's scratch catalog: where green's driver reaches
+        retries=0,
+        **common,
+    )
+    start_green_zero_downtime = SparkpointSubmitOperator(
+        task_id="start_green_zero_downtime",
+        conn_id="spark_default",
+        application=JOB_SCRIPT,
+        application_args=_job_args(2),
+        sparkpoint_conf=XComArg(preflight_zero_downtime, key="green_conf"),  # the cutover's shadow
+        trigger="{{ params.green_trigger }}",
+        work_dir=work_dir,
+        retries=0,
+        **common,
+    )
+    cutover = SparkpointCutoverOperator(
+        task_id="cutover",
+        cutover_id=XComArg(preflight_zero_downtime, key="cutover_id"),
+        cutover_within="10 minutes",
+        retries=0,
+        **common,
+    )
+
+    @task.short_circuit(trigger_rule=TriggerRule.ONE_FAILED)
+    def blue_stopped(params: Any = None) -> bool:
+        """After a called-off cutover: restart blue only if it no longer runs (it had
+        stopped after the agreed batch); a blue still running is left alone."""
+        from airflow_sparkpoint.services.history import live_status
+
+        live = live_status(SparkpointHook(STORAGE).get_catalog(params["job_name"]), 60.0)
+        log.warning("cutover called off; blue %s", "still runs" if live else "stopped: restoring it")
+        return live is None
+
+    restore_blue_after_cutover = SparkpointSubmitOperator(
+        task_id="restore_blue_after_cutover",
+        conn_id="spark_default",
+        application=JOB_SCRIPT,
+        application_args=_job_args(1),
+        restore="latest",  # blue's own lineage at the agreed batch: nothing lost or repeated
+        trigger="{{ params.blue_trigger }}",
+        work_dir=work_dir,
+        retries=0,
+        **common,
+    )
+
+    @task(trigger_rule=TriggerRule.ONE_FAILED)
+    def cutover_called_off() -> None:
+        raise AirflowFailException("the zero-downtime cutover was called off (see the cutover task's log)")
+
+    path >> preflight_zero_downtime >> [start_green_zero_downtime, cutover]
+    checked = blue_stopped()
+    cutover >> checked >> restore_blue_after_cutover
+    cutover >> cutover_called_off()
 
     start_green = SparkpointSubmitOperator(
         task_id="start_green",
@@ -173,9 +271,11 @@ with DAG(
         return {"approved": not problems, "problems": problems, "rows": len(staged)}
 
     @task.branch(trigger_rule=TriggerRule.ALL_DONE)
-    def decide(ti: Any = None, params: Any = None) -> str:
+    def decide(ti: Any = None, params: Any = None) -> str | list[str]:
         """Publish only if green ran, is healthy and the audit approved; else roll back.
         Runs whatever happened upstream (ALL_DONE): a failed task leaves no result."""
+        if params["zero_downtime"]:
+            return []  # the zero-downtime path has its own end
         if params["preflight"] and not ti.xcom_pull(task_ids="preflight_green"):
             raise AirflowFailException("the pre-flight refused green (see preflight_green's log): "
                                        "blue was not stopped and keeps running; nothing to publish or "

@@ -9,7 +9,12 @@ keys are `layout.cutover_key`'s, under ``<job>/cutover/``::
     <cid>.claimed.json  green             put_if_absent: green's generation (blue's + 1),
                                           written after the claim and the checks after it
     <cid>.done.json     green or the      put_if_absent: how it ended (committed, aborted,
-                        orchestrator      rolled_back); the first writer decides
+                        orchestrator      rolled_back); the first writer decides. Green's
+                                          run writes ``committed`` after its first commit
+                                          into blue's sinks (`runtime.cutover`)
+    <cid>.rollback.json the rollback      put_if_absent: green's generation was rolled back
+                                          after the cutover committed (`services.rollback`);
+                                          the done record stays as it was
 
 Every record but the progress is written once (an atomic create) and never rewritten: a
 step's precondition is read, and its record's create is the step. A cutover is *open*
@@ -239,6 +244,8 @@ class CutoverState:
     claimed: CutoverClaim | None = None
     done: CutoverEnd | None = None
     errors: tuple[str, ...] = field(default=())
+    #: green's generation rolled back after the cutover ended (outcome ``rolled_back``)
+    rolled_back: CutoverEnd | None = None
 
     @property
     def id(self) -> str:
@@ -250,15 +257,33 @@ class CutoverState:
 
     @property
     def step(self) -> str:
-        """Where it stands: planned, agreed, claimed, or its outcome."""
+        """Where it stands: planned, agreed, claimed, its outcome, or ``rolled_back``
+        once green's generation was rolled back after it committed."""
+        if self.rolled_back is not None:
+            return "rolled_back"
         if self.done is not None:
             return self.done.outcome
         return "claimed" if self.claimed else ("agreed" if self.agreed else "planned")
 
+    def to_json(self) -> dict[str, Any]:
+        """The cutover as `sparkpoint cutover list --json` and the checkpoints page show
+        it (docs/CLI.md): its step, blue's generation, N, green's generation and progress,
+        how it ended and whether green was rolled back after it."""
+        progress, done = self.progress, self.done
+        return {"id": self.id, "step": self.step, "blue_generation": self.plan.blue_generation,
+                "after_batch": self.agreed.after_batch if self.agreed else None,
+                "green_generation": self.claimed.generation if self.claimed else None,
+                "outcome": done.outcome if done else None, "reason": done.reason if done else None,
+                "created_at": self.plan.created_at,
+                "rolled_back_at": self.rolled_back.at if self.rolled_back else None,
+                "mode": self.plan.mode, "warmup_batch": self.plan.warmup_batch,
+                "green_replayed_batch": progress.replayed_batch if progress else None,
+                "ended_at": done.at if done else None, "ended_step": done.step if done else None}
+
 
 _PARSERS: dict[str, Any] = {"plan": CutoverPlan.from_json, "green": CutoverProgress.from_json,
                             "agreed": CutoverAgreement.from_json, "claimed": CutoverClaim.from_json,
-                            "done": CutoverEnd.from_json}
+                            "done": CutoverEnd.from_json, "rollback": CutoverEnd.from_json}
 
 
 class CutoverStore:
@@ -348,6 +373,33 @@ class CutoverStore:
             return existing
         return record
 
+    def roll_back(self, cutover_id: str, *, generation: int, reason: str = "", by: str = "") -> CutoverEnd:
+        """Record that green's generation `generation` of a claimed cutover was rolled back
+        (its uncommitted output aborted, the job's lineage returned before it). The done
+        record stays (a committed cutover stays committed: what green committed before the
+        rollback is visible); it is written as ``rolled_back`` when none was. Written once:
+        a second rollback gets the first's record.
+
+        :raises CutoverError: no such cutover, it was never claimed, or by another generation.
+        """
+        state = self._require(cutover_id, open_only=False)
+        if state.claimed is None or state.claimed.generation != generation:
+            claimed = state.claimed.generation if state.claimed else None
+            raise CutoverError(f"cutover {cutover_id} of job {self.catalog.job!r} was claimed by generation "
+                               f"{claimed}, not {generation}: nothing of it to roll back")
+        if state.rolled_back is not None:
+            return state.rolled_back
+        self.end(cutover_id, "rolled_back", step="rollback", reason=reason, generation=generation, by=by)
+        record = CutoverEnd(cutover_id, "rolled_back", "rollback", reason, generation, by, time.time())
+        try:
+            self._create(cutover_id, "rollback", record.to_json())
+        except CutoverError:
+            existing = self.read(cutover_id).rolled_back
+            if existing is None:
+                raise
+            return existing
+        return record
+
     # -- reading -------------------------------------------------------------------------
 
     def read(self, cutover_id: str) -> CutoverState:
@@ -377,7 +429,7 @@ class CutoverStore:
             raise CutoverError(f"{self.catalog.uri}/{layout.cutover_key(cutover_id, 'plan')} holds cutover "
                                f"{plan.id!r} of job {plan.job!r}, not {cutover_id!r} of {self.catalog.job!r}")
         return CutoverState(plan, found["green"], found["agreed"], found["claimed"], found["done"],
-                            tuple(errors))
+                            tuple(errors), found["rollback"])
 
     def ids(self) -> list[str]:
         """Every cutover id with a plan, oldest first (one listing)."""
@@ -387,6 +439,13 @@ class CutoverStore:
             if match and match.group(2) == "plan":
                 ids.append(match.group(1))
         return sorted(ids)
+
+    def newest(self, limit: int) -> list[CutoverState]:
+        """The `limit` newest cutovers, newest first (one listing, then each one's records).
+
+        :raises CutoverError: a plan or end record is unreadable (named).
+        """
+        return [self.read(cutover_id) for cutover_id in list(reversed(self.ids()))[:max(0, limit)]]
 
     def open_cutover(self, besides: str | None = None) -> CutoverState | None:
         """The open cutover of the job (a plan without a done record) other than

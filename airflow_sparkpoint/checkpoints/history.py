@@ -12,11 +12,13 @@ compute it differently::
     current_status / live_status      the current run's status record and whether it is live
     load_history(catalog)             all of it, with counts, latest completed / failed /
                                       savepoint / restore, min-avg-max summary, pending
-                                      control requests and staged transactions
+                                      control requests, staged transactions and the
+                                      newest zero-downtime cutovers (`CUTOVERS_SHOWN`)
 
 Cost: O(retained history). Listings of the checkpoint, savepoint, generation, control and
 transaction prefixes; one GET per retained snapshot (plus its drill record), per shown
-generation (`GENERATIONS_SHOWN`) and per pending request or transaction. Lifetime counts
+generation (`GENERATIONS_SHOWN`) and per pending request or transaction; a listing of
+``cutover/`` and six GETs per shown cutover. Lifetime counts
 come from the small counters record (`checkpoints.counters`), never from a scan.
 
 Pure Python over a `Catalog`: no Spark, no Airflow.
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints.counters import CheckpointCounters, read_counters
+from airflow_sparkpoint.checkpoints.cutover import CutoverState, CutoverStore
 from airflow_sparkpoint.checkpoints.history_records import (
     AIRFLOW_CONTEXT_ENV,
     CONFIG_FIELDS,
@@ -56,7 +59,8 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
 
 __all__ = [
-    "AIRFLOW_CONTEXT_ENV", "CONFIG_FIELDS", "GENERATIONS_SHOWN", "AirflowTry", "ControlRecord", "Counts",
+    "AIRFLOW_CONTEXT_ENV", "CONFIG_FIELDS", "CUTOVERS_SHOWN",
+    "GENERATIONS_SHOWN", "AirflowTry", "ControlRecord", "Counts",
     "GenerationRecord", "PipelineHistory", "SnapshotRecord", "StagedRecord", "Stat", "current_status",
     "generation_alive",
     "generation_details", "generation_records", "iso", "live_status", "liveness", "load_history",
@@ -66,6 +70,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: the newest cutovers a history shows (each is six small reads)
+CUTOVERS_SHOWN = 5
 
 # ---------------------------------------------------------------------------- status
 
@@ -154,6 +161,8 @@ class PipelineHistory:
     counters: CheckpointCounters | None
     requests: tuple[ControlRecord, ...] = ()
     staged: tuple[StagedRecord, ...] = ()
+    #: the newest zero-downtime cutovers, newest first (`CUTOVERS_SHOWN`)
+    cutovers: tuple[CutoverState, ...] = ()
 
     # -- derived figures (each computed here and only here)
 
@@ -280,6 +289,7 @@ class PipelineHistory:
             "generations": [g.to_json() for g in self.generations],
             "requests": [r.to_json() for r in self.requests],
             "staged": [t.to_json() for t in self.staged],
+            "cutovers": [c.to_json() for c in self.cutovers],
             "dag_ids": self.dag_ids,
             "trend": [p.as_dict() for p in (self.counters.trend if self.counters is not None else ())],
         }
@@ -318,4 +328,5 @@ def load_history(
         counters=read_counters(catalog),
         requests=tuple(open_requests(catalog)),
         staged=tuple(staged_transactions(catalog)),
+        cutovers=tuple(CutoverStore(catalog).newest(CUTOVERS_SHOWN)),
     )

@@ -34,12 +34,7 @@ def cmd_cutover_list(args: argparse.Namespace) -> int:
     catalog = open_catalog(args)
     found = cutovers(catalog)
     if args.json:
-        emit_json({"job": catalog.job, "root": catalog.uri, "cutovers": [
-            {"id": c.id, "step": c.step, "blue_generation": c.plan.blue_generation,
-             "after_batch": c.agreed.after_batch if c.agreed else None,
-             "green_generation": c.claimed.generation if c.claimed else None,
-             "outcome": c.done.outcome if c.done else None, "reason": c.done.reason if c.done else None,
-             "created_at": c.plan.created_at} for c in found]})
+        emit_json({"job": catalog.job, "root": catalog.uri, "cutovers": [c.to_json() for c in found]})
         return EXIT_OK
     if not found:
         print(f"no cutovers of job {catalog.job!r}")

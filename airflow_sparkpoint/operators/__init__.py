@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from airflow_sparkpoint.operators.commit import SparkpointCommitOperator
+from airflow_sparkpoint.operators.cutover import SparkpointCutoverOperator
 from airflow_sparkpoint.operators.health import SparkpointHealthCheckOperator
 from airflow_sparkpoint.operators.preflight import SparkpointPreflightOperator
 from airflow_sparkpoint.operators.savepoint import SparkpointSavepointOperator
@@ -11,6 +12,7 @@ from airflow_sparkpoint.operators.verify import SparkpointDrillOperator, Sparkpo
 
 __all__ = [
     "SparkpointCommitOperator",
+    "SparkpointCutoverOperator",
     "SparkpointDrillOperator",
     "SparkpointHealthCheckOperator",
     "SparkpointPreflightOperator",

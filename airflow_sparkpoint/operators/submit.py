@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import XComArg
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_sparkpoint import durations
@@ -65,6 +66,7 @@ from airflow_sparkpoint.services.submit import (
     interval_text,
     secret_environment,
     sparkpoint_conf,
+    start_rule,
     starter_environment,
 )
 from airflow_sparkpoint.services.submit_dir import ROCKSDB_LIBRARY_DIR_ENV, build_runtime_zip, open_submit_dir
@@ -191,7 +193,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         self.num_retained = num_retained
         self.commit_mode = commit_mode
         self.work_dir = work_dir
-        self.sparkpoint_conf = dict(sparkpoint_conf or {})
+        # a mapping, or an XComArg resolved when the task renders (a cutover's green_conf)
+        self.sparkpoint_conf: Any = sparkpoint_conf if isinstance(sparkpoint_conf, XComArg) \
+            else dict(sparkpoint_conf or {})
         self.ship_runtime = ship_runtime
         self.stop_timeout = durations.seconds("stop_timeout", stop_timeout, allow_zero=True)
         self.spark_history_server = spark_history_server
@@ -285,7 +289,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         if self.deferrable:  # a resumption follows its own live run again (defers, never returns then)
             submit_deferred.reattach(self, context, catalog, starter, own)
         # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
-        check_start(catalog, starter, takeover=self.takeover)
+        check_start(catalog, starter, takeover=self.takeover, **start_rule(sparkpoint_conf))
         token = new_token()
         TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
                    previous.since if previous else generation_before).save(store, retention=never_expire())

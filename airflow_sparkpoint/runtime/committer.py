@@ -23,6 +23,8 @@ from airflow_sparkpoint.checkpoints.batch_owners import BatchOwners
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.run_result import BatchRanges
+from airflow_sparkpoint.exceptions import SparkpointError
+from airflow_sparkpoint.runtime.cutover import record_first_commit
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.transactions import Settlement, settle_all
 
@@ -63,6 +65,8 @@ class Committer:
         self.sink_positions: dict[str, Any] = {}
         #: which generation staged each batch of this run's lineage (carried into every snapshot)
         self.batch_owners = BatchOwners()
+        #: whether the run's first commit was reported to its cutover (`runtime.cutover`)
+        self._cutover_noted = False
 
     def seed(self, snapshot: SnapshotMetadata | None) -> None:
         """Start from a restored snapshot: its sink positions and its lineage's batch owners."""
@@ -150,7 +154,27 @@ class Committer:
 
         settled = settle_all(self.catalog, ready, lambda _r: self.sink, confirmed=True, fence=self.fence,
                              on_settled=note)
-        return [s.record.batch_id for s in settled]
+        batches = [s.record.batch_id for s in settled]
+        if batches and not self._cutover_noted:
+            self._note_cutover(batches[0])
+        return batches
+
+    def _note_cutover(self, batch_id: int) -> None:
+        """The run's first commit: if its generation is a cutover's green, that cutover
+        ends ``committed`` (`runtime.cutover.record_first_commit`). A failure to write it
+        fails no run (the output is committed either way): it is tried again at the
+        next commit, and logged."""
+        generation = self.fence.generation
+        if generation is None:  # not a run's fence: no generation to be a cutover's green
+            self._cutover_noted = True
+            return
+        try:
+            record_first_commit(self.catalog, generation, batch_id)
+        except SparkpointError as exc:
+            log.warning("generation %d committed batch %d but could not record it in its cutover (tried "
+                        "again at the next commit): %s", generation, batch_id, exc)
+            return
+        self._cutover_noted = True
 
     def abort_unconfirmed(self, after_batch: int | None) -> list[int]:
         """Settle as unconfirmed the pending transactions of batches after `after_batch` (a

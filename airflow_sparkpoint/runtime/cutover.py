@@ -25,10 +25,18 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.cutover import CutoverClaim, CutoverProgress, CutoverState, CutoverStore
+from airflow_sparkpoint.checkpoints.cutover import (
+    CutoverClaim,
+    CutoverEnd,
+    CutoverProgress,
+    CutoverState,
+    CutoverStore,
+)
 from airflow_sparkpoint.checkpoints.generations import Fence
+from airflow_sparkpoint.checkpoints.history_records import generation_details
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin
 from airflow_sparkpoint.exceptions import ControlError, CutoverError
+from airflow_sparkpoint.runtime.config import SUBMITTER_ENV
 from airflow_sparkpoint.sinks.transactions import settle_all
 
 if TYPE_CHECKING:
@@ -37,7 +45,7 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
     from airflow_sparkpoint.sinks.base import Sink
 
-__all__ = ["Adoption", "CutoverHandover", "adopt", "blue_final_checkpoint"]
+__all__ = ["Adoption", "CutoverHandover", "adopt", "blue_final_checkpoint", "record_first_commit"]
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +179,36 @@ def adopt(
                     tuple(s.record.batch_id for s in settled if s.outcome == "aborted"))
 
 
+def record_first_commit(catalog: Catalog, generation: int, batch_id: int) -> CutoverEnd | None:
+    """After generation `generation`'s first commit (batch `batch_id`) into the job's
+    sinks: if that generation is the green of a cutover (its generation claim names the
+    cutover, `adopt`, and the cutover's ``claimed`` record is that generation's), end the
+    cutover as ``committed`` at step ``first_commit``; the first end written holds. Returns
+    the end, or None when the generation is no cutover's green. One read of the
+    generation's claim; for a green, the cutover's records.
+
+    :raises CutoverError: the cutover's records are unreadable.
+    :raises StorageError: the store cannot be read or written.
+    """
+    claim = catalog.generation_claim(generation)
+    cutover_id = claim.details.get("cutover") if claim is not None else None
+    if not isinstance(cutover_id, str) or not cutover_id:
+        return None
+    store = CutoverStore(catalog)
+    state = store.read(cutover_id)
+    if state.claimed is None or state.claimed.generation != generation:
+        return None  # claimed, then refused before the cutover's claimed record: never took over
+    if state.done is not None:
+        return state.done
+    end = store.end(cutover_id, "committed", step="first_commit", generation=generation,
+                    reason=(f"generation {generation} committed batch {batch_id}, "
+                            "its first into the job's sinks"),
+                    by=f"generation {generation}")
+    log.info("cutover %s of job %s: %s at %s (generation %d committed batch %d)", cutover_id, catalog.job,
+             end.outcome, end.step, generation, batch_id)
+    return end
+
+
 def _check_open(state: CutoverState, *, claimed_ok: bool = False) -> None:
     plan = state.plan
     if state.done is not None:
@@ -229,5 +267,9 @@ class CutoverHandover:
         """`adopt`; returns the generation claimed.
 
         :raises CutoverError: see `adopt`."""
+        # Who started green, as any driver's claim records it: the submit's token (the
+        # operator finds its run by it, `services.runs.find_claim`) and the Airflow try.
+        details = {"submitter": os.environ.get(SUBMITTER_ENV, ""), "plan": f"cutover {self.cutover_id}",
+                   **generation_details()}
         return adopt(self.catalog, self.sink, self.cutover_id, live_dir=live_dir,
-                     adopted_from=adopted_from).generation
+                     adopted_from=adopted_from, details=details).generation

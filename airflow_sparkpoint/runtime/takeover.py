@@ -46,10 +46,15 @@ LIVE_HEARTBEAT_AGE_S = 60.0
 
 def check_start(catalog: Catalog, starter: AirflowTry | None, *, takeover: bool,
                 max_heartbeat_age: float = LIVE_HEARTBEAT_AGE_S, now: float | None = None,
-                cutover: str | None = None) -> None:
+                cutover: str | None = None, shadow: bool = False) -> None:
     """Refuse to start job `catalog.job` for `starter` (the task try starting it; None
     outside Airflow) while a cutover other than `cutover` is open, or while another
     task's generation is live. Reads only.
+
+    :param shadow: the start is a shadow of the job (``spark.sparkpoint.shadow.mode``, a
+        zero-downtime green): it claims nothing of the job's own (its generations are the
+        shadow catalog's; the cutover's claim takes the job's next one), so only the
+        open-cutover rule applies to it.
 
     :raises CutoverInProgress: a cutover of the job is open (planned, not done), whatever
         `takeover` says; the message names it and the way out.
@@ -58,7 +63,7 @@ def check_start(catalog: Catalog, starter: AirflowTry | None, *, takeover: bool,
         host and pid, heartbeat age) and the ways out.
     """
     check_no_cutover(catalog, cutover)
-    if takeover:
+    if takeover or shadow:
         return
     now = time.time() if now is None else now
     status = live_status(catalog, max_heartbeat_age, now=now)

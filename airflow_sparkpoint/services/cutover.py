@@ -19,7 +19,7 @@ from airflow_sparkpoint.services.savepoint import savepoint_source
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
 
-__all__ = ["StopAfter", "call_off", "cutovers", "stop_after_batch"]
+__all__ = ["StopAfter", "call_off", "cutover_of_generation", "cutovers", "note_rollback", "stop_after_batch"]
 
 
 @dataclass(frozen=True)
@@ -102,3 +102,32 @@ def call_off(catalog: Catalog, cutover_id: str, *, reason: str, by: str) -> Cuto
             pass  # gone or unreadable: the end record below is what counts
     step = "stop" if state.agreed is not None else "warmup"
     return store.end(cutover_id, "aborted", step=step, reason=reason, by=by)
+
+
+def cutover_of_generation(catalog: Catalog, generation: int) -> CutoverState | None:
+    """The cutover generation `generation` took the job over at (its generation claim
+    names it and the cutover's ``claimed`` record is that generation's), or None.
+
+    :raises CutoverError: that cutover's records are unreadable.
+    """
+    claim = catalog.generation_claim(generation)
+    cutover_id = claim.details.get("cutover") if claim is not None else None
+    if not isinstance(cutover_id, str) or not cutover_id:
+        return None
+    state = CutoverStore(catalog).read(cutover_id)
+    if state.claimed is None or state.claimed.generation != generation:
+        return None
+    return state
+
+
+def note_rollback(catalog: Catalog, generation: int, *, reason: str, by: str) -> CutoverEnd | None:
+    """After a rollback of generation `generation` (`services.rollback`): if it is a
+    cutover's green, record the cutover as rolled back (written once; its ``done``
+    stays). Returns the record, or None (not a cutover's green).
+
+    :raises CutoverError: the cutover's records are unreadable.
+    """
+    state = cutover_of_generation(catalog, generation)
+    if state is None:
+        return None
+    return CutoverStore(catalog).roll_back(state.id, generation=generation, reason=reason, by=by)

@@ -36,8 +36,9 @@ from airflow_sparkpoint.checkpoints.commit_head import record_commit
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, rollback_base
-from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning, RestoreError
+from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning, RestoreError, SparkpointError
 from airflow_sparkpoint.services.commit import Sinks
+from airflow_sparkpoint.services.cutover import note_rollback
 from airflow_sparkpoint.sinks.resolve import SinkSpec
 from airflow_sparkpoint.sinks.transactions import settle
 
@@ -109,6 +110,17 @@ def abort_generation(
         faults.maybe_kill_halfway("abort", record.batch_id, count, len(mine))
     log.info("aborted %d transaction(s) of generation %d of job %s: %s",
              len(aborted), generation, catalog.job, aborted)
+    try:
+        rolled = note_rollback(catalog, generation, by=f"rollback of generation {generation}",
+                               reason=f"generation {generation} rolled back: {len(aborted)} transaction(s) "
+                                      "aborted")
+    except SparkpointError as exc:  # the rollback is done; its mark in the cutover is not: say so
+        log.warning("rollback of generation %d of job %s: its cutover could not be marked rolled back: %s",
+                    generation, catalog.job, exc)
+        rolled = None
+    if rolled is not None:
+        log.warning("generation %d was the green of cutover %s: the cutover is marked rolled back "
+                    "(what green committed before the rollback stays visible)", generation, rolled.id)
     return aborted
 
 

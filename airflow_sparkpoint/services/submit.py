@@ -29,7 +29,7 @@ from airflow_sparkpoint.storage.endpoints import ENDPOINT_URL, REGION_NAME
 __all__ = [
     "OPERATOR_SETTINGS", "PREFIX", "SUBMITTER_ENV", "check_parameters", "check_start", "interval_text",
     "path_with_local_spark", "require_spark_binary", "resolve_application", "secret_environment",
-    "sparkpoint_conf", "sparkpoint_settings", "starter_environment",
+    "sparkpoint_conf", "sparkpoint_settings", "start_rule", "starter_environment",
 ]
 
 #: settings the operator sets itself from its parameters: the operator watches the store
@@ -227,3 +227,12 @@ def require_spark_binary(binary: str, path: str | None) -> str:
             "PATH (the worker's environment, or the operator's env_vars) and set SPARK_HOME (docs/install.md)"
         )
     return found
+
+
+def start_rule(settings: Mapping[str, str]) -> dict[str, Any]:
+    """What `check_start` needs to know of a submit's ``spark.sparkpoint.*`` `settings`
+    (`sparkpoint_conf`'s): the cutover it is green's (``cutover``) and whether it is a
+    shadow (``shadow.mode``: a zero-downtime green's warm-up, which starts beside a live
+    blue). Keyword arguments for `check_start`."""
+    return {"cutover": settings.get(f"{PREFIX}cutover") or None,
+            "shadow": bool(settings.get(f"{PREFIX}shadow.mode"))}

@@ -5,7 +5,7 @@ newest checkpoint K, starts green in this process (its code counts every amount 
 as the cutover's shadow (``spark.sparkpoint.shadow.*`` and ``spark.sparkpoint.cutover``),
 waits until green is within the plan's lag of blue, agrees N ahead of blue, asks blue to
 stop after N (`services.cutover.stop_after_batch`), lets green take the job over,
-records the end once green committed N+1 and finally stops green. The test
+waits for green's `done: committed` after its commit of N+1 and finally stops green. The test
 (`tests/integration/test_cutover_e2e.py`) and the benchmark
 (``benchmarks/bench_cutover_gap.py``) use it."""
 
@@ -237,7 +237,8 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
 
         if blue_exit == 0:
             wait_for(f"green's commit of batch {n + 1}", lambda: green_committed(n + 1), timeout_s, green_log)
-            store.end(cid, "committed", step="first_commit", generation=gen_green, by="test_cutover_e2e")
+            # green's run ends the cutover itself after that commit (`runtime.cutover.record_first_commit`)
+            wait_for("green's done: committed", lambda: store.read(cid).done is not None, timeout_s, green_log)
             last_file = len(feeder.files) - 1
             wait_for(f"green's commit of batch {last_file}", lambda: green_committed(last_file), timeout_s,
                      green_log)

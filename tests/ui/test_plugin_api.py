@@ -259,3 +259,29 @@ def test_the_page_charts_the_trend_of_every_checkpoint_the_runs_completed(ui_sta
     assert len(re.findall(r'<circle class="dot"', html)) == 12
     assert "<script" not in html and "style=" not in html
     assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+
+
+def test_the_page_and_its_endpoint_show_the_pipelines_cutovers_to_who_may_read_it(ui_stack: Stack) -> None:
+    """A zero-downtime cutover's state (here: planned, green's warm-up at batch 1, then
+    called off) in the JSON history and as a table on the page, behind Airflow's
+    authentication like every other part of the pipeline."""
+    from airflow_sparkpoint.checkpoints.catalog import Catalog
+    from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverProgress, CutoverStore
+    from airflow_sparkpoint.storage import open_storage
+
+    catalog = Catalog(open_storage(str(ui_stack.root)), "ui_totals")
+    store = CutoverStore(catalog)
+    cid = "1764370000000-0123abcd"
+    store.plan(CutoverPlan(cid, "ui_totals", 2, catalog.checkpoint_uri(4), 3, "ui_totals-shadow",
+                           str(ui_stack.root / "_cutover" / cid), created_at=1764370000.0))
+    store.progress(CutoverProgress(cid, 1))
+    path = "/sparkpoint/api/pipelines/sp_local/ui_totals"
+    assert get(ui_stack, path).status_code in (401, 403)
+    shown = get(ui_stack, path, "viewer").json()["cutovers"]
+    assert [(c["id"], c["step"], c["green_replayed_batch"]) for c in shown] == [(cid, "planned", 1)], shown
+    store.end(cid, "aborted", step="warmup", reason="called off by the ui test")
+    shown = get(ui_stack, path, "viewer").json()["cutovers"]
+    assert [(c["step"], c["reason"]) for c in shown] == [("aborted", "called off by the ui test")], shown
+    html = get(ui_stack, "/sparkpoint/pipelines/sp_local/ui_totals", "viewer").text
+    table = html[html.index('<table id="cutovers">'):]
+    assert cid in table[:table.index("</table>")] and "aborted (called off)" in table

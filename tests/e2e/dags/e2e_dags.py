@@ -74,6 +74,7 @@ def _params() -> dict[str, Param]:
         "files_per_batch": Param(1, type="integer"),
         "version": Param(1, type="integer", description="keyed_totals.py's --version"),
         "poll_interval": Param("0.5s", type="string", description="control.pollInterval"),
+        "num_retained": Param("3", type="string", description="checkpoint.numRetained"),
         "pause_at": Param("", type="string", description="test.pauseAt of the FIRST try only"),
         "pause_dir": Param("", type="string"),
         "executor_pause_dir": Param("", type="string"),
@@ -101,6 +102,7 @@ def _submit(conn_id: str, **kwargs: Any) -> SparkpointSubmitOperator:
         trigger="{{ params.retry_trigger if ti.try_number > 1 and params.retry_trigger else params.trigger }}",
         sparkpoint_conf={
             "control.pollInterval": "{{ params.poll_interval }}",
+            "checkpoint.numRetained": "{{ params.num_retained }}",
             "test.pauseAt": "{{ params.pause_at if ti.try_number == 1 else '' }}",
             "test.pauseDir": "{{ params.pause_dir }}",
         },

@@ -139,3 +139,84 @@ def test_a_checkpoint_blues_retention_removed_during_the_drill_is_not_greens_fau
     summary = op.execute({"ti": None})
     assert drills.drilled == [1, 2] and summary["batch_id"] == 2
     assert summary["tried"][0]["outcome"] == "retired by blue during the drill"
+
+
+class FakeTI:
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+def running(catalog: Catalog, trigger: str = "processingTime:1s") -> None:
+    """Blue's run is live (its heartbeat fresh), started with `trigger`."""
+    import time
+
+    from airflow_sparkpoint.checkpoints.status import JobStatus
+
+    generation = catalog.claim_generation({"config": {"trigger": trigger, "commit.mode": "checkpoint"}}).generation
+    now = time.time()
+    catalog.write_status(JobStatus("totals", generation, "running", now - 5, now, last_batch=2, host="elsewhere",
+                                   pid=1).to_json())
+
+
+def test_zero_downtime_plans_the_cutover_after_a_passed_drill_and_hands_green_its_settings(tmp_path, monkeypatch):
+    from airflow_sparkpoint.checkpoints.cutover import CutoverStore
+
+    catalog = blue(tmp_path, 3)
+    running(catalog)
+    op = operator(tmp_path, zero_downtime=True, cutover_dir=str(tmp_path / "green"), cutover_compare=True)
+    monkeypatch.setattr(op, "drill", Drills(2))
+    ti = FakeTI()
+    summary = op.execute({"ti": ti})
+    cutover = summary["cutover"]
+    state = CutoverStore(catalog).read(cutover["cutover_id"])
+    assert (state.step, state.plan.blue_generation, state.plan.mode) == ("planned", 2, "compare")
+    assert state.plan.warmup_uri == catalog.checkpoint_uri(catalog.latest().id)  # type: ignore[union-attr]
+    assert ti.pushed["cutover_id"] == state.id
+    assert ti.pushed["green_conf"] == cutover["green_conf"] == {
+        "spark.sparkpoint.shadow.mode": "compare", "spark.sparkpoint.shadow.dir": f"{tmp_path / 'green'}/{state.id}",
+        "spark.sparkpoint.shadow.job": "totals-shadow", "spark.sparkpoint.shadow.from": state.plan.warmup_uri,
+        "spark.sparkpoint.cutover": state.id}
+
+
+def test_zero_downtime_plans_nothing_when_the_drill_refuses_green_or_blue_cannot_stop_after_a_batch(tmp_path,
+                                                                                                    monkeypatch):
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_sparkpoint.checkpoints.cutover import CutoverStore
+
+    with pytest.raises(ConfigError, match="zero_downtime=True needs cutover_dir"):
+        operator(tmp_path, zero_downtime=True, drill_dir=None)
+    catalog = blue(tmp_path, 2)
+    running(catalog)
+    op = operator(tmp_path, zero_downtime=True)
+    monkeypatch.setattr(op, "drill", Drills("the application failed: schema"))
+    with pytest.raises(AirflowException, match="pre-flight refused"):
+        op.execute({"ti": FakeTI()})
+    assert CutoverStore(catalog).ids() == []
+
+    running(catalog, trigger="availableNow")
+    op = operator(tmp_path, zero_downtime=True)
+    monkeypatch.setattr(op, "drill", Drills(1))
+    with pytest.raises(AirflowException, match="cannot be planned: .*trigger='availableNow'"):
+        op.execute({"ti": FakeTI()})
+    assert CutoverStore(catalog).ids() == []
+
+
+def test_the_cutover_operator_fails_naming_a_called_off_cutover(tmp_path):
+    from airflow.sdk.exceptions import AirflowException
+
+    from airflow_sparkpoint.checkpoints.cutover import CutoverStore
+    from airflow_sparkpoint.operators import SparkpointCutoverOperator
+    from airflow_sparkpoint.services.zero_downtime import plan_cutover
+
+    catalog = blue(tmp_path, 2)
+    running(catalog)
+    cid = plan_cutover(catalog, green_root=str(tmp_path / "green"), requested_by="t").plan.id
+    CutoverStore(catalog).end(cid, "aborted", step="warmup", reason="called off by ops")
+    op = SparkpointCutoverOperator(task_id="cutover", job_name="totals", checkpoint_dir=str(tmp_path / "prod"),
+                                   cutover_id=cid, cutover_within="1 minute", poll_interval=0.05)
+    with pytest.raises(AirflowException, match=f"cutover {cid} of job 'totals' ended aborted at warmup: called off"):
+        op.execute({"ti": FakeTI()})

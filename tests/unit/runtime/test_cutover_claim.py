@@ -178,3 +178,127 @@ def test_the_handover_adapter_serves_green_s_follower(catalog: Catalog) -> None:
     CutoverStore(catalog).end(CID, "aborted", step="claim", reason="test")
     with pytest.raises(CutoverError, match="is done"):
         handover.agreed_batch()
+
+
+def _green_commits(catalog: Catalog, sink: FakeSink, generation: int, batch: int) -> list[int]:
+    """Green's run (generation `generation`) stages `batch`, checkpoints it and commits it
+    as the coordinator thread does (`Committer.commit_confirmed` after the checkpoint)."""
+    from airflow_sparkpoint.checkpoints.generations import Fence
+    from airflow_sparkpoint.runtime.committer import Committer
+
+    record = TransactionRecord(job="orders", batch_id=batch, generation=generation, sink=sink.kind,
+                               sink_id=sink.sink_id, created_at=0.0, payload={"config": sink.to_config()})
+    catalog.put_transaction(record)
+    committer = Committer(catalog=catalog, sink=sink, fence=Fence(catalog, generation), commit_mode="checkpoint")
+    committer.add_pending(record)
+    return committer.commit_confirmed(put_checkpoint(catalog, batch_id=batch, generation=generation,
+                                                     pending=[record]))
+
+
+def test_green_s_first_commit_into_blue_s_sink_ends_the_cutover_committed_once(catalog: Catalog) -> None:
+    """Nothing but green's run knows when its first batch N+1 landed in blue's sinks: its
+    committer writes the cutover's `done: committed` then (so `cutover list` and the
+    checkpoints page stop showing it claimed, and the job's next cutover may be planned);
+    later commits of the same run, and runs that are no cutover's green, write nothing."""
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    adoption = adopt(catalog, sink, CID, live_dir=None)
+    store = CutoverStore(catalog)
+    assert store.read(CID).done is None
+
+    assert _green_commits(catalog, sink, adoption.generation, 4) == [4]
+    done = store.read(CID).done
+    assert done is not None, "green's first commit must end the cutover"
+    assert (done.outcome, done.step, done.generation) == ("committed", "first_commit", adoption.generation)
+    assert "batch 4" in done.reason
+    first_at = done.at
+
+    assert _green_commits(catalog, sink, adoption.generation, 5) == [5]
+    assert store.read(CID).done.at == first_at  # type: ignore[union-attr]  # written once
+    store.plan(CutoverPlan("1764370000009-0123abcd", "orders", adoption.generation, "memory://x/chk-1", 5,
+                           "orders-shadow", "memory://shadow2"))  # the next cutover may open
+
+
+def test_a_run_that_is_no_cutover_s_green_writes_no_cutover_record(catalog: Catalog) -> None:
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    catalog.claim_generation()
+    assert _green_commits(catalog, sink, 1, 0) == [0]
+    assert CutoverStore(catalog).ids() == []
+
+
+def test_a_rollback_of_green_after_the_cutover_marks_it_rolled_back(catalog: Catalog) -> None:
+    """Rollback after cutover (`services.rollback.abort_generation` of green's
+    generation): green's uncommitted output is aborted as for any deploy, and the
+    cutover says so (``rolled_back``, in `cutover list` and the checkpoints page); its
+    ``done`` stays ``committed`` (what green committed before is visible)."""
+    from airflow_sparkpoint.services.rollback import abort_generation
+
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    green = adopt(catalog, sink, CID, live_dir=None).generation
+    _green_commits(catalog, sink, green, 4)
+    staged = TransactionRecord(job="orders", batch_id=5, generation=green, sink=sink.kind, sink_id=sink.sink_id,
+                               created_at=0.0, payload={"config": sink.to_config()})
+    catalog.put_transaction(staged)
+
+    assert abort_generation(catalog, green) == [staged.txn_id]
+    state = CutoverStore(catalog).read(CID)
+    assert state.step == "rolled_back", state
+    assert state.done is not None and state.done.outcome == "committed"
+    assert state.rolled_back is not None and (state.rolled_back.generation, state.rolled_back.step) == (green, "rollback")
+    again = CutoverStore(catalog).roll_back(CID, generation=green, reason="twice")
+    assert again == state.rolled_back  # written once
+
+
+def test_a_rollback_of_a_generation_that_is_no_cutover_s_green_writes_no_cutover_record(catalog: Catalog) -> None:
+    from airflow_sparkpoint.services.rollback import abort_generation
+
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    CutoverStore(catalog).end(CID, "aborted", step="stop", reason="test")
+    abort_generation(catalog, 1)  # blue: its cutover was called off, never claimed
+    assert CutoverStore(catalog).read(CID).rolled_back is None
+
+
+def test_green_s_claim_carries_its_submit_s_token_and_airflow_try(catalog: Catalog,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The submit operator finds its run by the token its driver records in its claim
+    (`services.runs.find_claim`): green's production generation is claimed by the
+    cutover's handover, so that claim must carry green's token (else the task that
+    started green never sees the generation it runs as after the takeover)."""
+    from airflow_sparkpoint.runtime.config import SUBMITTER_ENV
+    from airflow_sparkpoint.runtime.cutover import CutoverHandover
+    from airflow_sparkpoint.services.runs import find_claim
+
+    monkeypatch.setenv(SUBMITTER_ENV, "token-of-green")
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "deploy")
+    monkeypatch.setenv("AIRFLOW_CTX_TASK_ID", "start_green")
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    generation = CutoverHandover(catalog, sink, CID).adopt("/work/shadow", None)
+    claim = find_claim(catalog, "token-of-green")
+    assert claim is not None and claim.generation == generation
+    assert claim.details["airflow"]["task_id"] == "start_green", claim.details
+
+
+def test_green_s_shadow_start_passes_beside_a_live_blue_another_task_started(catalog: Catalog) -> None:
+    """Green's submit (a shadow of the open cutover) starts while blue runs: it claims
+    nothing of blue's job before the cutover's own claim, so the live-run rule does not
+    refuse it; the open-cutover rule still refuses a shadow of another cutover."""
+    import time as _time
+
+    from airflow_sparkpoint.checkpoints.history_records import AirflowTry
+    from airflow_sparkpoint.checkpoints.status import JobStatus
+    from airflow_sparkpoint.exceptions import JobAlreadyRunning
+
+    catalog.claim_generation()
+    now = _time.time()
+    catalog.write_status(JobStatus("orders", 1, "running", now - 30, now, host="elsewhere", pid=1).to_json())
+    CutoverStore(catalog).plan(CutoverPlan(CID, "orders", 1, "memory://x/chk-1", 0, "orders-shadow",
+                                           "memory://shadow"))
+    green = AirflowTry("deploy", "run", "start_green", 1)
+    with pytest.raises(JobAlreadyRunning):
+        check_start(catalog, green, takeover=False, cutover=CID)  # a production start of green's own: fences blue
+    check_start(catalog, green, takeover=False, cutover=CID, shadow=True)
+    with pytest.raises(CutoverInProgress):
+        check_start(catalog, green, takeover=False, cutover=None, shadow=True)

@@ -1,0 +1,225 @@
+"""The orchestrator's use case of a zero-downtime cutover (`services.zero_downtime`):
+plan from blue's newest checkpoint (green's settings), then drive it — warm-up within
+the lag, agreement of N ahead of blue, blue's stop after N, green's claim, green's first
+commit — on a real (in-memory) store, with a blue that serves its control requests and
+a green that reports progress, claims (`runtime.cutover.adopt`) and commits through
+the real committer, each on its own thread. No Spark."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from airflow_sparkpoint.checkpoints.catalog import Catalog
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore
+from airflow_sparkpoint.checkpoints.generations import Fence
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.checkpoints.status import JobStatus
+from airflow_sparkpoint.exceptions import CatalogError, ConfigError, CutoverError
+from airflow_sparkpoint.runtime.committer import Committer
+from airflow_sparkpoint.runtime.cutover import adopt
+from airflow_sparkpoint.services.zero_downtime import drive_cutover, plan_cutover
+from airflow_sparkpoint.storage import MemoryStorage
+from tests.support.fake_sinks import FakeSink
+from tests.support.records import put_checkpoint
+
+
+@pytest.fixture()
+def catalog() -> Iterator[Catalog]:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    yield Catalog(MemoryStorage(name), "orders")
+    MemoryStorage.reset(name)
+
+
+class Blue:
+    """Blue's run (generation 1): commits a batch every `pace_s`, heartbeats, and serves
+    a stop_after request as the coordinator does: commits through N, checkpoints N,
+    completes the request with that checkpoint, and stops."""
+
+    def __init__(self, catalog: Catalog, sink: FakeSink, pace_s: float = 0.05, config: dict | None = None) -> None:
+        self.catalog, self.sink, self.pace_s = catalog, sink, pace_s
+        self.generation = catalog.claim_generation({"config": config or {"trigger": "processingTime:1s"}}).generation
+        self.last = 0
+        self._commit(0)
+        put_checkpoint(catalog, batch_id=0, generation=self.generation)
+        self.stopped_at: int | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _commit(self, batch: int) -> None:
+        self.sink.world["committed"][batch] = f"orders-b{batch}-g{self.generation}"
+        self.last = batch
+        now = time.time()
+        self.catalog.write_status(JobStatus("orders", self.generation, "running", now - 5, now, last_batch=batch,
+                                            host="elsewhere", pid=1).to_json())
+
+    def _run(self) -> None:
+        channel = ControlChannel(self.catalog)
+        while not self.stop.is_set():
+            for request in channel.pending(self.generation):
+                assert request.kind == "stop_after" and request.after_batch is not None
+                n = request.after_batch
+                channel.acknowledge(request, self.generation)
+                while self.last < n:
+                    self._commit(self.last + 1)
+                final = put_checkpoint(self.catalog, batch_id=n, generation=self.generation)
+                channel.complete(request, generation=self.generation, batch_id=n,
+                                 checkpoint=self.catalog.checkpoint_uri(final.id))
+                now = time.time()
+                self.catalog.write_status(JobStatus("orders", self.generation, "stopped", now - 5, now,
+                                                    last_batch=n, host="elsewhere", pid=1).to_json())
+                self.stopped_at = n
+                return
+            self._commit(self.last + 1)
+            self.stop.wait(self.pace_s)
+
+
+class Green:
+    """Green's run: follows blue (progress = blue's newest batch) until N is agreed, then
+    waits for blue's stop, claims the job and commits N+1 with the real committer
+    (which records the cutover's `done: committed`)."""
+
+    def __init__(self, catalog: Catalog, sink: FakeSink, cutover_id: str, *, follows: bool = True,
+                 claims: bool = True) -> None:
+        self.catalog, self.sink, self.cid = catalog, sink, cutover_id
+        self.follows, self.claims = follows, claims
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            store = CutoverStore(self.catalog)
+            while True:
+                state = store.read(self.cid)
+                if state.done is not None:
+                    return
+                status = self.catalog.read_status() or {}
+                if self.follows:
+                    store.progress(CutoverProgress(self.cid, int(status.get("last_batch") or 0)))
+                if state.agreed is not None:
+                    result = ControlChannel(self.catalog).result(state.agreed.request_id)
+                    if result.state == "completed":
+                        break
+                time.sleep(0.02)
+            if not self.claims:
+                return
+            adoption = adopt(self.catalog, self.sink, self.cid, live_dir=None)
+            n = adoption.batch_id
+            record = TransactionRecord(job="orders", batch_id=n + 1, generation=adoption.generation,
+                                       sink=self.sink.kind, sink_id=self.sink.sink_id, created_at=0.0,
+                                       payload={"config": self.sink.to_config()})
+            self.catalog.put_transaction(record)
+            committer = Committer(catalog=self.catalog, sink=self.sink, fence=Fence(self.catalog, adoption.generation),
+                                  commit_mode="checkpoint")
+            committer.add_pending(record)
+            committer.commit_confirmed(put_checkpoint(self.catalog, batch_id=n + 1, generation=adoption.generation,
+                                                      pending=[record]))
+        except BaseException as exc:  # noqa: BLE001 - asserted by the test
+            self.error = exc
+
+
+def _drive(catalog: Catalog, cid: str, steps: list[str], **kw: object) -> Callable[[], object]:
+    options: dict[str, object] = {"within_s": 20.0, "requested_by": "test", "margin": 2, "poll_s": 0.02}
+    options.update(kw)
+    return lambda: drive_cutover(catalog, cid, on_step=steps.append, **options)  # type: ignore[arg-type]
+
+
+def test_the_cutover_is_driven_from_warm_up_to_green_s_first_commit_every_batch_once(catalog: Catalog) -> None:
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    blue = Blue(catalog, sink)
+    blue.thread.start()
+    start = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=20.0)
+    cid = start.plan.id
+    assert start.settings == {
+        "spark.sparkpoint.shadow.mode": "discard", "spark.sparkpoint.shadow.dir": f"memory://scratch/{cid}",
+        "spark.sparkpoint.shadow.job": "orders-shadow", "spark.sparkpoint.shadow.from": start.plan.warmup_uri,
+        "spark.sparkpoint.cutover": cid}
+    green = Green(catalog, sink, cid)
+    green.thread.start()
+    steps: list[str] = []
+    outcome = _drive(catalog, cid, steps)()
+    green.thread.join(10)
+    blue.stop.set()
+    blue.thread.join(10)
+    assert green.error is None, repr(green.error)
+
+    n = outcome.after_batch  # type: ignore[attr-defined]
+    assert blue.stopped_at == n
+    assert (outcome.step, outcome.blue_generation, outcome.green_generation) == ("committed", 1, 2)  # type: ignore[attr-defined]
+    # Every batch committed once: through N by blue, N+1 by green (the oracle: batch ids and owners).
+    assert sink.world["committed"] == {**{b: f"orders-b{b}-g1" for b in range(n + 1)}, n + 1: f"orders-b{n + 1}-g2"}
+    state = CutoverStore(catalog).read(cid)
+    assert (state.step, state.claimed.generation) == ("committed", 2)  # type: ignore[union-attr]
+    # Each step in the task log, in order.
+    prefix = f"cutover {cid}: "
+    assert all(s.startswith(prefix) for s in steps), steps
+    kinds = [s[len(prefix):].split(":")[0].split(" (")[0] for s in steps]
+    assert [k for k in kinds if k != "warm-up"] == [
+        "planned", "agreed", "blue", "green claimed the job as generation 2 at batch " + str(n),
+        "green committed its first batch into the job's sinks"], steps
+    assert "warm-up" in kinds
+
+def test_a_green_that_does_not_catch_up_calls_the_cutover_off_and_leaves_blue_running(catalog: Catalog) -> None:
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    blue = Blue(catalog, sink)
+    blue.thread.start()
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test").plan.id
+    green = Green(catalog, sink, cid, follows=False)
+    green.thread.start()
+    steps: list[str] = []
+    with pytest.raises(CutoverError, match="did not come within 2 batch.*blue keeps running, untouched"):
+        _drive(catalog, cid, steps, within_s=0.5)()
+    green.thread.join(10)
+    assert blue.thread.is_alive() and blue.stopped_at is None  # never asked to stop
+    blue.stop.set()
+    blue.thread.join(10)
+    state = CutoverStore(catalog).read(cid)
+    assert (state.step, state.done.step) == ("aborted", "warmup")  # type: ignore[union-attr]
+    assert ControlChannel(catalog).pending() == [] and state.agreed is None
+
+
+def test_a_green_that_does_not_claim_after_blue_stopped_calls_it_off_and_says_restore_latest(catalog: Catalog) -> None:
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    blue = Blue(catalog, sink)
+    blue.thread.start()
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=1.0).plan.id
+    green = Green(catalog, sink, cid, claims=False)
+    green.thread.start()
+    with pytest.raises(CutoverError, match="did not take the job over within 1 s.*restore=latest"):
+        _drive(catalog, cid, [])()
+    blue.thread.join(10)
+    assert blue.stopped_at is not None and catalog.current_generation() == 1  # nothing claimed
+    assert CutoverStore(catalog).read(cid).done.step == "stop"  # type: ignore[union-attr]
+
+
+def test_the_comparison_gate_refuses_on_green_s_first_difference(catalog: Catalog) -> None:
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    blue = Blue(catalog, sink, pace_s=10.0)
+    blue.thread.start()
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", mode="compare").plan.id
+    CutoverStore(catalog).progress(CutoverProgress(cid, 0, verified_batch=0,
+                                                   difference="batch 1: rows only green has: [u4]"))
+    with pytest.raises(CutoverError, match="comparison gate found a difference: batch 1: rows only green has"):
+        _drive(catalog, cid, [])()
+    assert blue.stopped_at is None
+    blue.stop.set()
+    blue.thread.join(10)
+
+
+def test_bad_input_is_refused_before_anything_is_written(catalog: Catalog) -> None:
+    with pytest.raises(CatalogError, match="has no live run"):
+        plan_cutover(catalog, green_root="memory://scratch", requested_by="test")
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    Blue(catalog, sink, config={"trigger": "availableNow"})  # its status says running
+    with pytest.raises(ConfigError, match="trigger='availableNow'.*processingTime"):
+        plan_cutover(catalog, green_root="memory://scratch", requested_by="test")
+    with pytest.raises(ConfigError, match="cutover mode='mirror'"):
+        plan_cutover(catalog, green_root="memory://scratch", requested_by="test", mode="mirror")
+    assert CutoverStore(catalog).ids() == []
+    with pytest.raises(ConfigError, match="cutover margin=0"):
+        drive_cutover(catalog, "1764370000000-0123abcd", within_s=1, requested_by="t", margin=0)
