@@ -183,18 +183,20 @@ def record_first_commit(catalog: Catalog, generation: int, batch_id: int) -> Cut
     """After generation `generation`'s first commit (batch `batch_id`) into the job's
     sinks: if that generation is the green of a cutover (its generation claim names the
     cutover, `adopt`, and the cutover's ``claimed`` record is that generation's), end the
-    cutover as ``committed`` at step ``first_commit``; the first end written holds. Returns
-    the end, or None when the generation is no cutover's green. One read of the
-    generation's claim; for a green, the cutover's records.
+    cutover as ``committed`` at step ``first_commit``; the first end written holds. A run
+    that is no cutover's green ends a cutover an earlier green left ``claimed``
+    (`_end_left_claimed`). Returns the end, or None. One read of the generation's claim,
+    and the cutover's records (for a run that is no green: one listing, when no cutover
+    was ever planned).
 
     :raises CutoverError: the cutover's records are unreadable.
     :raises StorageError: the store cannot be read or written.
     """
     claim = catalog.generation_claim(generation)
     cutover_id = claim.details.get("cutover") if claim is not None else None
-    if not isinstance(cutover_id, str) or not cutover_id:
-        return None
     store = CutoverStore(catalog)
+    if not isinstance(cutover_id, str) or not cutover_id:
+        return _end_left_claimed(store, generation, batch_id)
     state = store.read(cutover_id)
     if state.claimed is None or state.claimed.generation != generation:
         return None  # claimed, then refused before the cutover's claimed record: never took over
@@ -206,6 +208,25 @@ def record_first_commit(catalog: Catalog, generation: int, batch_id: int) -> Cut
                     by=f"generation {generation}")
     log.info("cutover %s of job %s: %s at %s (generation %d committed batch %d)", cutover_id, catalog.job,
              end.outcome, end.step, generation, batch_id)
+    return end
+
+
+def _end_left_claimed(store: CutoverStore, generation: int, batch_id: int) -> CutoverEnd | None:
+    """A green killed between its claim and its end record (before or right after its
+    first commit) leaves its cutover ``claimed``; its restart is a newer generation with no
+    cutover in its claim, and its first commit continues green's lineage past N: it ends
+    the cutover ``committed``. Returns the end, or None (no cutover left claimed)."""
+    state = store.open_cutover()
+    if state is None or state.claimed is None or state.claimed.generation >= generation:
+        return None
+    green = state.claimed.generation
+    end = store.end(state.id, "committed", step="first_commit", generation=generation,
+                    reason=(f"generation {green} (green) took the job over at batch {state.claimed.batch_id} "
+                            f"and ended without recording it; generation {generation} continues its "
+                            f"lineage and committed batch {batch_id}"),
+                    by=f"generation {generation}")
+    log.info("cutover %s of job %s: %s at %s (green generation %d left it claimed; generation %d committed "
+             "batch %d)", state.id, store.catalog.job, end.outcome, end.step, green, generation, batch_id)
     return end
 
 

@@ -219,6 +219,27 @@ def test_green_s_first_commit_into_blue_s_sink_ends_the_cutover_committed_once(c
                            "orders-shadow", "memory://shadow2"))  # the next cutover may open
 
 
+def test_a_green_killed_before_its_end_record_is_ended_by_the_next_run_s_first_commit(catalog: Catalog) -> None:
+    """Green killed between its claim and its `done` (fault point `cutover_first_commit`,
+    or before its first commit): its restart is a new generation with no cutover in its
+    claim. Its first commit continues green's lineage past N, so it ends the cutover
+    ``committed`` (a cutover left ``claimed`` kept the job's next cutover from being
+    planned, forever)."""
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    green = adopt(catalog, sink, CID, live_dir=None).generation
+    store = CutoverStore(catalog)
+    restart = catalog.claim_generation().generation
+    assert restart == green + 1
+    assert _green_commits(catalog, sink, restart, 4) == [4]
+    done = store.read(CID).done
+    assert done is not None, "the restart's first commit must end the cutover green left claimed"
+    assert (done.outcome, done.step, done.generation) == ("committed", "first_commit", restart)
+    assert f"generation {green}" in done.reason and "batch 4" in done.reason
+    store.plan(CutoverPlan("1764370000009-0123abcd", "orders", restart, "memory://x/chk-1", 4,
+                           "orders-shadow", "memory://shadow2"))  # the next cutover may open
+
+
 def test_a_run_that_is_no_cutover_s_green_writes_no_cutover_record(catalog: Catalog) -> None:
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     catalog.claim_generation()
