@@ -138,11 +138,17 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
         raise ConfigError(f"generation {generation} of job {catalog.job!r} was never claimed (the newest is "
                           f"{current}); see `sparkpoint history`")
     if generation < current:
-        claim = catalog.generation_claim(current) if current == generation + 1 else None
-        if claim is not None and claim.details.get("rollback_of") == generation:
-            # A retry of this rollback (killed or failed after its claim): the only newer
-            # generation is the rollback's own, which no run continues even when its origin
-            # is one of `generation`'s checkpoints; it finishes what that claim began.
+        earlier = _earlier_tries(catalog, generation, current)
+        if earlier is not None:
+            # A retry of this rollback: every newer generation is a try's claim, which no
+            # run continues even when its origin is one of `generation`'s checkpoints.
+            if any(o.generation == earlier.generation for o in catalog.origins()):
+                return Fence(catalog, earlier.generation)  # its origin is written: aborts are left
+            # That try may still be writing its pin and origin (or died first): fence it.
+            claim = catalog.claim_generation_after(current, {"rollback_of": generation,
+                                                             "plan": f"rollback of generation {generation}"})
+            if claim is None:
+                return _fence(catalog, generation, sinks)
             return _return_lineage(catalog, generation, claim, sinks)
         # A newer run continues the lineage when a restorable checkpoint, or the point a
         # newer generation's origin restored (superseded or not: retries restart there), is
@@ -182,6 +188,17 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
     return _return_lineage(catalog, generation, claim, sinks)
 
 
+def _earlier_tries(catalog: Catalog, generation: int, current: int) -> GenerationInfo | None:
+    """The newest claim when every generation after `generation` through `current` is a
+    claim of a rollback of `generation` (``rollback_of``), else None."""
+    claim = None
+    for newer in range(generation + 1, current + 1):
+        claim = catalog.generation_claim(newer)
+        if claim is None or claim.details.get("rollback_of") != generation:
+            return None
+    return claim
+
+
 def _return_lineage(catalog: Catalog, generation: int, claim: GenerationInfo, sinks: Sinks) -> Fence:
     """The fence of the rollback's claim `claim` (generation + 1), after writing its
     origin (where the lineage returns to) unless an earlier try of the rollback did.
@@ -189,8 +206,6 @@ def _return_lineage(catalog: Catalog, generation: int, claim: GenerationInfo, si
     :raises RestoreError: see `_restart_before`. Nothing was aborted.
     """
     fence = Fence(catalog, claim.generation)
-    if any(o.generation == claim.generation for o in catalog.origins()):
-        return fence  # an earlier try wrote it: the lineage is back already
     mine = [r for r in catalog.transactions() if r.generation == generation]  # after the fence: final
     uncommitted = [r.batch_id for r in mine if not sinks.of(r).is_committed(r)]
     if not uncommitted:

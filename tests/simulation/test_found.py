@@ -10,6 +10,7 @@ the first batch's), then the savepoints.
 
 from __future__ import annotations
 
+
 from tests.simulation.actors import DriverSpec
 from tests.simulation.scheduler import Pause, ScriptedChooser
 from tests.simulation.simulate import ActorSpec, Schedule, run_schedule
@@ -207,4 +208,18 @@ def test_an_abort_above_a_kept_transaction_refuses_the_start_before_it_writes() 
     from tests.simulation.explore import random_run
 
     schedule, chooser = random_run(20262202, 2484)
+    run_schedule(schedule, chooser)
+
+
+def test_a_rollback_retried_while_its_first_try_runs_fences_it() -> None:
+    """Found by `make explore` at 20262602:1518 (and 20262601:3710): "a1-rollback failed
+    unexpectedly: ObjectExists: …/pins/000000000002/_metadata already exists". Two
+    rollbacks of one generation: the second took the first's claim (``rollback_of``) for a
+    dead try's and went on under its fence, writing the pin and origin the first was about
+    to write. Fixed: a retry goes on under an earlier try's claim only once that claim's
+    origin is written (what is left is idempotent aborts); before, it fences the earlier
+    try with a claim of its own. Replayed from its seed and index."""
+    from tests.simulation.explore import random_run
+
+    schedule, chooser = random_run(20262602, 1518)
     run_schedule(schedule, chooser)
