@@ -10,7 +10,6 @@ the first batch's), then the savepoints.
 
 from __future__ import annotations
 
-
 from tests.simulation.actors import DriverSpec
 from tests.simulation.scheduler import Pause, ScriptedChooser
 from tests.simulation.simulate import ActorSpec, Schedule, run_schedule
