@@ -164,9 +164,11 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
             raise AirflowException(f"job {op.job_name!r}: the driver ({driver.describe()}) claimed no "
                                    f"generation within {CLAIM_TIMEOUT_S:.0f} s; killed it")
         failed = op._run_failure(catalog, token, since)
+        # the read that judged it ended, not a new one (which may contradict it)
+        seen = handle.seen.detail if handle.seen is not None else "no state read"
         raise failed or AirflowException(
             f"job {op.job_name!r}: the driver ({driver.describe()}) ended before it claimed a generation "
-            f"({manager.status(driver).detail}); its output is the cluster's log of it")
+            f"({seen}); its output is the cluster's log of it")
     found(op, context["ti"], claim)
     generation = claim.generation
     record = DetachedRecord({**record, "generation": generation})

@@ -31,7 +31,7 @@ import subprocess
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
@@ -391,24 +391,30 @@ class YarnManager:
                 f"{response.text[:200]}")
 
 
-@dataclass(frozen=True)
+@dataclass
 class ClusterHandle:
     """A driver on the cluster as `services.follow` watches and stops it: through its
-    cluster manager only, never by a process id."""
+    cluster manager only, never by a process id. `seen` is the state its last `active` or
+    `gone` read: what a judgement on it names (a second read may already say otherwise)."""
 
     manager: ClusterManager
     driver: ClusterDriver
+    seen: DriverState | None = field(default=None, compare=False)
 
     def describe(self) -> str:
         return self.driver.describe()
 
+    def _read(self) -> DriverState:
+        self.seen = self.manager.status(self.driver)
+        return self.seen
+
     def active(self) -> bool:
         """Whether the cluster manager says it still runs."""
-        return self.manager.status(self.driver).state == ACTIVE
+        return self._read().state == ACTIVE
 
     def gone(self) -> bool:
         """Whether the cluster manager says it ended (not when it cannot be asked)."""
-        return self.manager.status(self.driver).ended
+        return self._read().ended
 
     def kill(self) -> str:
         return self.manager.kill(self.driver)

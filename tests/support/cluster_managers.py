@@ -7,7 +7,9 @@ runs here, so only the cluster manager's API is stood in for.
 - `Pods`: the Kubernetes client's ``CoreV1Api`` calls Sparkpoint makes
   (``read_namespaced_pod``, ``delete_namespaced_pod``), with the client's 404 exception.
 - `fake_spark_submit`: a ``spark-submit`` first on PATH that records its command line and
-  prints what a cluster-mode spark-submit prints (the lines below), then exits.
+  prints what a cluster-mode spark-submit prints (the lines below), then exits; with a
+  `ClusterDriver` expecting it, only once the cluster created the driver (as the real one
+  returns once the pod or application exists).
 - `ClusterDriver`: what the driver does to the catalog once the cluster started it (claim
   with the submit token it was given through ``spark.*.driverEnv``/``appMasterEnv``,
   heartbeat, answer a cancel or not, finish), and the cluster's side of its end (the pod's
@@ -151,7 +153,7 @@ class _RMHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         app_id = self._app_id()
         self.server.record("GET", self.path, None)
-        app = self.server.apps.get(app_id or "")
+        app = self.server.app(app_id or "")
         if app is None or self.path.rstrip("/").endswith("/state"):
             self._send(404, {"RemoteException": {"exception": "NotFoundException",
                                                  "message": f"app with id: {app_id} not found"}})
@@ -164,21 +166,26 @@ class _RMHandler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"null")
         self.server.record("PUT", self.path, body)
-        app = self.server.apps.get(app_id or "")
-        if app is None or not self.path.rstrip("/").endswith("/state"):
+        if not self.path.rstrip("/").endswith("/state"):
             self._send(404, {})
             return
-        if body == {"state": "KILLED"}:
-            app.update(state="KILLED", finalStatus="KILLED", diagnostics="Application killed by user.")
-        self._send(202, {"state": app["state"]})
+        with self.server.lock:
+            app = self.server.apps.get(app_id or "")
+            if app is not None and body == {"state": "KILLED"}:
+                app.update(state="KILLED", finalStatus="KILLED", diagnostics="Application killed by user.")
+            state = None if app is None else app["state"]
+        if state is None:
+            self._send(404, {})
+            return
+        self._send(202, {"state": state})
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
 class ResourceManager(ThreadingHTTPServer):
-    """A YARN ResourceManager's REST API on 127.0.0.1: `apps` (id -> state, finalStatus),
-    `requests` (method, path, JSON body, epoch time)."""
+    """A YARN ResourceManager's REST API on 127.0.0.1: `apps` (id -> state, finalStatus;
+    changed under `lock` once it serves), `requests` (method, path, JSON body, epoch time)."""
 
     daemon_threads = True
 
@@ -186,18 +193,24 @@ class ResourceManager(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _RMHandler)
         self.apps: dict[str, dict[str, str]] = {}
         self.requests: list[tuple[str, str, Any, float]] = []
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
+    def app(self, app_id: str) -> dict[str, str] | None:
+        """A copy of application `app_id` (its fields read together), None if unknown."""
+        with self.lock:
+            app = self.apps.get(app_id)
+            return None if app is None else dict(app)
+
     def record(self, method: str, path: str, body: Any) -> None:
-        with self._lock:
+        with self.lock:
             self.requests.append((method, path, body, time.time()))
 
     def kills(self) -> list[tuple[str, str, Any, float]]:
-        with self._lock:
+        with self.lock:
             return [r for r in self.requests if r[0] == "PUT"]
 
 
@@ -215,17 +228,38 @@ def resource_manager() -> Iterator[ResourceManager]:
         thread.join(5)
 
 
+def _expected(calls: Path, index: int) -> Path:
+    # a ClusterDriver's mark: submit number `index` is answered by a driver the cluster creates
+    return calls.with_name(f"{calls.name}.expected-{index}")
+
+
+def _created(calls: Path, index: int) -> Path:
+    # the ClusterDriver's mark: the cluster created the driver of submit `index`
+    return calls.with_name(f"{calls.name}.created-{index}")
+
+
 def fake_spark_submit(bin_dir: Path, calls: Path) -> Path:
     """A ``spark-submit`` in `bin_dir` that appends its command line (a JSON list) to
-    `calls`, prints the file named by ``FAKE_SUBMIT_OUTPUT`` and exits with
-    ``FAKE_SUBMIT_EXIT`` (0 by default)."""
+    `calls`, waits (up to 120 s) until the cluster created the driver when a
+    `ClusterDriver` expects this submit (the real one returns once the pod or the
+    application exists: the caller may ask the cluster about it at once), prints the file
+    named by ``FAKE_SUBMIT_OUTPUT`` and exits with ``FAKE_SUBMIT_EXIT`` (0 by default)."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     script = bin_dir / "spark-submit"
     script.write_text(
         f"#!{sys.executable}\n"
-        "import json, os, sys\n"
+        "import json, os, sys, time\n"
         f"with open({str(calls)!r}, 'a') as f:\n"
         "    f.write(json.dumps(sys.argv) + '\\n')\n"
+        f"with open({str(calls)!r}) as f:\n"
+        "    index = sum(1 for line in f if line.endswith('\\n')) - 1\n"
+        f"expected = {str(calls)!r} + '.expected-' + str(index)\n"  # _expected
+        f"created = {str(calls)!r} + '.created-' + str(index)\n"  # _created
+        "deadline = time.monotonic() + 120\n"
+        "while os.path.exists(expected) and not os.path.exists(created):\n"
+        "    if time.monotonic() > deadline:\n"
+        "        sys.exit('fake spark-submit: the cluster did not create the driver within 120 s')\n"
+        "    time.sleep(0.01)\n"
         "output = os.environ.get('FAKE_SUBMIT_OUTPUT')\n"
         "if output:\n"
         "    sys.stdout.write(open(output).read())\n"
@@ -240,14 +274,18 @@ def conf_of(argv: list[str]) -> dict[str, str]:
 
 
 def submitted(calls: Path) -> list[list[str]]:
-    """The command lines the fake spark-submit was run with."""
-    return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
+    """The command lines the fake spark-submit was run with (whole lines: one being
+    written is not yet a command line)."""
+    if not calls.exists():
+        return []
+    return [json.loads(line) for line in calls.read_text().splitlines(keepends=True) if line.endswith("\n")]
 
 
 class ClusterDriver:
     """The driver a cluster started, seen from the catalog and the cluster manager.
 
-    It waits for spark-submit number `index` (`calls`), reads the environment the submit
+    It waits for spark-submit number `index` (`calls`), creates its pod (Pending) or
+    application (ACCEPTED) before that spark-submit returns, reads the environment the submit
     gave the driver (``spark.kubernetes.driverEnv.*`` / ``spark.yarn.appMasterEnv.*``),
     claims a generation with its token, marks its pod Running (`pods`) or its application
     RUNNING (`rm`), heartbeats every 0.1 s and then: ``finish``es after a few heartbeats;
@@ -266,6 +304,7 @@ class ClusterDriver:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> Self:
+        _expected(self.calls, self.index).touch()  # before the submit: it waits for the driver's creation
         self.thread.start()
         return self
 
@@ -284,14 +323,15 @@ class ClusterDriver:
         if self.rm is not None:
             yarn = {"Pending": ("ACCEPTED", "UNDEFINED"), "Running": ("RUNNING", "UNDEFINED"),
                     "Succeeded": ("FINISHED", "SUCCEEDED"), "Failed": ("FINISHED", "FAILED")}[state]
-            self.rm.apps.setdefault(self.app, {}).update(state=yarn[0], finalStatus=yarn[1])
+            with self.rm.lock:
+                self.rm.apps.setdefault(self.app, {}).update(state=yarn[0], finalStatus=yarn[1])
 
     def _killed(self) -> bool:
         if self.pods is not None:
             with self.pods.lock:
                 return (NAMESPACE, self.pod) not in self.pods.phases
         assert self.rm is not None
-        return self.rm.apps.get(self.app, {}).get("state") == "KILLED"
+        return (self.rm.app(self.app) or {}).get("state") == "KILLED"
 
     def _status(self, state: str, **fields: Any) -> None:
         now = time.time()
@@ -309,11 +349,12 @@ class ClusterDriver:
             self.ended.set()
 
     def _serve(self) -> None:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # the operator builds and submits first: slow on a loaded machine
         while len(submitted(self.calls)) <= self.index:
             if self.stop.wait(0.05) or time.monotonic() > deadline:
                 return
         self._set_cluster("Pending")
+        _created(self.calls, self.index).touch()  # now its spark-submit returns
         conf = conf_of(submitted(self.calls)[self.index])
         env = {key.split(".")[-1]: value for key, value in conf.items()
                if key.startswith(("spark.kubernetes.driverEnv.", "spark.yarn.appMasterEnv."))}
@@ -353,7 +394,8 @@ class ClusterDriver:
                         return
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+def wait_until(condition: Callable[[], Any], timeout: float = 120.0, what: str = "condition") -> Any:
+    """`condition`'s first true value, looked at every 0.05 s; bounded for a loaded machine."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()

@@ -35,6 +35,7 @@ from tests.support.cluster_managers import (
     POD,
     YARN_APP,
     YARN_SUBMIT_OUTPUT,
+    ApiException,
     ClusterDriver,
     Pods,
     conf_of,
@@ -311,7 +312,8 @@ def test_on_kill_of_a_blocking_run_sends_a_cancel_first_then_deletes_the_pod_aft
 
 def test_on_kill_of_a_blocking_yarn_run_that_answers_the_cancel_kills_nothing(
         cluster: SimpleNamespace, rm: Any) -> None:
-    op = operator("spark_yarn", stop_timeout=3.0)
+    # generous: on_kill returns as soon as the end is recorded; a short bound kills a loaded driver mid-answer
+    op = operator("spark_yarn", stop_timeout=60.0)
     with ClusterDriver(cluster.catalog, cluster.calls, behaviour="answer", rm=rm) as driver:
         thread, outcome = in_thread(lambda: op.execute(context(FakeTI(), FakeStore())))
         wait_until(lambda: op._cluster_run is not None and op._cluster_run.generation == 1, what="the claim")
@@ -338,6 +340,31 @@ def test_a_driver_that_ends_before_its_claim_fails_the_task_naming_it(
     with pytest.raises(AirflowException, match=f"YARN application {YARN_APP}.*ended before it claimed"):
         operator("spark_yarn").execute(context(FakeTI(), FakeStore()))
     assert cluster.catalog.current_generation() == 0 and rm.kills() == []
+
+
+def test_a_driver_judged_ended_before_its_claim_is_named_by_that_judgement(
+        cluster: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The error names what the cluster manager said when it was judged ended, not what a
+    second read says a moment later (here: not found, then the pod shows up Running)."""
+    from airflow.sdk.exceptions import AirflowException
+
+    cluster.pods.phases[(NAMESPACE, POD)] = "Running"
+    real = cluster.pods.read_namespaced_pod
+    reads: list[str] = []
+
+    def first_not_found(name: str, namespace: str) -> Any:
+        reads.append(name)
+        if len(reads) == 1:
+            raise ApiException(404, "Not Found")
+        return real(name=name, namespace=namespace)
+
+    monkeypatch.setattr(cluster.pods, "read_namespaced_pod", first_not_found)
+    with pytest.raises(AirflowException, match="ended before it claimed") as failed:
+        operator().execute(context(FakeTI(), FakeStore()))
+    assert reads[0] == POD, "the fault (a first read saying not found) was not exercised"
+    assert f"pod {NAMESPACE}:{POD} not found" in str(failed.value), str(failed.value)
+    assert "phase Running" not in str(failed.value), str(failed.value)
+    assert cluster.catalog.current_generation() == 0
 
 
 def test_a_spark_submit_that_names_no_driver_fails_the_task_with_its_output(
