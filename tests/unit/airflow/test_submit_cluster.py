@@ -457,10 +457,14 @@ def test_the_trigger_owns_the_timeout_of_a_yarn_run_cancel_then_rm_kill(
 def test_a_resumed_deferred_task_re_attaches_to_its_cluster_run(cluster: SimpleNamespace) -> None:
     from airflow.sdk.exceptions import TaskDeferred
 
+    from airflow_sparkpoint.checkpoints.history import generation_alive
+
     store = FakeStore()
     with ClusterDriver(cluster.catalog, cluster.calls, behaviour="ignore", pods=cluster.pods):
         with pytest.raises(TaskDeferred):
             operator(deferrable=True, poll_interval=10).execute(context(FakeTI(1), store))
+        # the task defers at the claim; a run is followed again once it is live (heartbeats)
+        wait_until(lambda: generation_alive(cluster.catalog, 1, 60.0), what="try 1's driver's first heartbeat")
         with pytest.raises(TaskDeferred) as again:  # the worker restarted: the task resumes
             operator(deferrable=True, poll_interval=10).execute(context(FakeTI(2), store))
     assert len(submitted(cluster.calls)) == 1, "the resumption submitted a second driver"
