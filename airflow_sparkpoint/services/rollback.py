@@ -105,6 +105,7 @@ def abort_generation(
             log.warning("transaction %s of generation %d has already committed to %s; not aborted",
                         record.txn_id, generation, record.sink_id)
             continue
+        fence.check()  # as `settle_all`: an abort decided past a newer claim keeps its record
         catalog.delete_transactions([record])
         aborted.append(record.txn_id)
         faults.maybe_kill_halfway("abort", record.batch_id, count, len(mine))

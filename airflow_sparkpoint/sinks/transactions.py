@@ -146,6 +146,11 @@ def settle_all(
             on_settled(settlement, count, len(todo))
         if settlement.outcome in ("committed", "already"):
             record_commit(catalog, record, settlement.detail, landed_before=settlement.outcome == "already")
+        elif settlement.outcome == "aborted":
+            # An abort decided by a run stalled past a newer claim keeps its record: the
+            # newer lineage then finds the decision (and refuses to commit that batch and
+            # those after it) instead of committing past a batch that is gone.
+            fence.check()
         if recorded is None or (record.batch_id, record.generation) in recorded:
             catalog.transaction_log.delete([record])
         done.append(settlement)

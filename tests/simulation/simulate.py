@@ -122,6 +122,8 @@ def run_schedule(schedule: Schedule, chooser: Chooser, *, max_steps: int = 1500,
             for spec, actor in spawned:
                 if spec.kind == "driver" and isinstance(actor.error, REFUSALS):
                     _check_refused(world, scheduler, schedule, actor.name, actor.error)
+                elif actor.error is not None and _aborted_by_a_fenced_run(world, actor.error):
+                    world.repair_allowed = True  # the lineage waits until a person restores another point
                 elif actor.error is not None and not _acceptable(spec, actor.error):
                     _fail(schedule, scheduler, f"{actor.name} failed unexpectedly: "
                                                f"{type(actor.error).__name__}: {actor.error}")
@@ -376,6 +378,30 @@ def _aborted_after_claim(world: World, name: str, error: BaseException) -> bool:
     decided = next((i for i, (_a, w) in enumerate(world.writes.ordered)
                     if w.startswith("sink:put_if_absent _sparkpoint/decisions/") and found.group(1) in w), None)
     return claim is not None and decided is not None and decided > claim
+
+
+def _aborted_by_a_fenced_run(world: World, error: BaseException) -> bool:
+    """Whether `error` is a commit refused because its transaction's abort was decided by
+    a run already fenced then: one that passed its last fence check before a newer claim
+    and decided in the one act it allowed; its record stays (the check before deleting
+    it fails), so the newer lineage refuses that batch and those after it instead of
+    losing it (docs/PROTOCOL.md, "The windows left")."""
+    import re
+
+    from airflow_sparkpoint.exceptions import SinkError
+
+    found = re.search(r"transaction (\S+) was aborted \(decision at", str(error))
+    if not isinstance(error, SinkError) or found is None:
+        return False
+    decided = next((i for i, (_a, w) in enumerate(world.writes.ordered)
+                    if w.startswith("sink:put_if_absent _sparkpoint/decisions/") and found.group(1) in w), None)
+    if decided is None:
+        return False
+    writer = world.writes.ordered[decided][0]
+    claims = [(i, int(w.rsplit("/", 1)[1])) for i, (a, w) in enumerate(world.writes.ordered)
+              if w.startswith(f"store:put_if_absent {JOB}/generations/")]
+    own = [g for i, g in claims if world.writes.ordered[i][0] == writer]
+    return bool(own) and any(g > max(own) and i < decided for i, g in claims)
 
 
 def _check_end(world: World, scheduler: Scheduler, schedule: Schedule) -> None:

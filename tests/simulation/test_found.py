@@ -222,3 +222,21 @@ def test_a_rollback_retried_while_its_first_try_runs_fences_it() -> None:
 
     schedule, chooser = random_run(20262602, 1518)
     run_schedule(schedule, chooser)
+
+
+def test_an_abort_decided_by_a_fenced_run_keeps_its_record_and_is_never_committed_past() -> None:
+    """Found by `make explore` at 20262810:376 (directory sink, external commit mode):
+    "the sink holds batches [1, …, 7]; expected [0, …, 7]": batch 0 lost, silently.
+    a3 (generation 2, from empty state) passed its fence check in its recovery and stalled
+    before aborting generation 1's confirmed batch 0; a4 (generation 3) restored
+    generation 1's checkpoint of batch 1 by path, passed its checks and its recovery
+    (no abort decided yet) and ran on; a3 then decided the abort and deleted the record,
+    and the commit step committed batch 1 and on past the missing batch 0. Fixed: a
+    settler checks its fence again before it deletes an aborted record, so the record
+    stays with its abort decision and the commit of batch 0 (and everything after it) is
+    refused loudly: the lineage waits for a person's restore, as PROTOCOL.md's windows
+    say. Replayed from its seed and index."""
+    from tests.simulation.explore import random_run
+
+    schedule, chooser = random_run(20262810, 376)
+    run_schedule(schedule, chooser)
