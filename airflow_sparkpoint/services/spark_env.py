@@ -64,11 +64,7 @@ def spark_environment(
     if native_dir and not current.get(ROCKSDB_LIBRARY_DIR_ENV):
         env[ROCKSDB_LIBRARY_DIR_ENV] = native_dir
     spark_here = local_spark_home()
-    if not current.get("SPARK_HOME") and spark_here:
-        env["SPARK_HOME"] = spark_here
-    path = path_with_local_spark(current)
-    if path is not None:
-        env["PATH"] = path
+    env.update(cluster_submit_environment(current))  # where Spark is on this worker
     if not current.get("PYSPARK_DRIVER_PYTHON") and not conf.get("spark.pyspark.driver.python"):
         if spark_here:
             env["PYSPARK_DRIVER_PYTHON"] = sys.executable

@@ -68,6 +68,15 @@ def _first_lineage(scene: Scene, extra: dict[str, str] | None = None) -> tuple[C
     return catalog, by_batch, savepoint
 
 
+def _external_lineage_committed_through_1(scene: Scene) -> tuple[Catalog, Any, Any]:
+    """`_first_lineage` in external commit mode, the commit step run through batch 1:
+    batches 2-5 confirmed and pending."""
+    catalog, by_batch, savepoint = _first_lineage(scene, EXTERNAL)
+    result = commit_pending(catalog, upto_batch=1, sink=scene.case.sink())
+    assert len(result["committed"]) == 2, result
+    return catalog, by_batch, savepoint
+
+
 def _footprint(scene: Scene) -> tuple[list[str], list[str], list[dict[str, Any]]]:
     """What a refused start must not change: the origins and pins, the transaction
     records, the sink's rows."""
@@ -206,9 +215,7 @@ def test_a_snapshot_whose_confirmed_transactions_were_aborted_is_refused(
     scene_of: Any, case_cls: type[SinkCase], snapshot: str
 ) -> None:
     scene = scene_of(case_cls)
-    catalog, by_batch, savepoint = _first_lineage(scene, EXTERNAL)
-    result = commit_pending(catalog, upto_batch=1, sink=scene.case.sink())
-    assert len(result["committed"]) == 2, result
+    catalog, by_batch, savepoint = _external_lineage_committed_through_1(scene)
     # The second lineage's recovery aborts the first lineage's batches 2-5 (its restart
     # point, batch 1, does not confirm them); it dies before staging its own batch 2.
     second = scene.run("second", {**RETAIN, "spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[1].id)},
@@ -233,9 +240,7 @@ def test_a_rewind_that_needs_an_aborted_transaction_is_refused(scene_of: Any, ca
     2-5, whose output is gone (the start rewound the table and was refused after). A
     directory sink cannot rewind: it is refused before this question."""
     scene = scene_of(case_cls)
-    catalog, by_batch, savepoint = _first_lineage(scene, EXTERNAL)
-    result = commit_pending(catalog, upto_batch=1, sink=scene.case.sink())
-    assert len(result["committed"]) == 2, result
+    catalog, by_batch, savepoint = _external_lineage_committed_through_1(scene)
     second = scene.run("second", {**RETAIN, "spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[1].id)},
                        fault="committed:2")
     _killed(second, "committed:2")
