@@ -201,8 +201,8 @@ def _earlier_tries(catalog: Catalog, generation: int, current: int) -> Generatio
 
 
 def _return_lineage(catalog: Catalog, generation: int, claim: GenerationInfo, sinks: Sinks) -> Fence:
-    """The fence of the rollback's claim `claim` (generation + 1), after writing its
-    origin (where the lineage returns to) unless an earlier try of the rollback did.
+    """The fence of the rollback's new claim `claim`, after writing its origin (where the
+    lineage of `generation` returns to).
 
     :raises RestoreError: see `_restart_before`. Nothing was aborted.
     """
