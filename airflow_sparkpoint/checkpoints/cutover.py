@@ -364,14 +364,7 @@ class CutoverStore:
         """
         self._require(cutover_id, open_only=False)
         record = CutoverEnd(cutover_id, outcome, step, reason, generation, by, time.time())
-        try:
-            self._create(cutover_id, "done", record.to_json())
-        except CutoverError:
-            existing = self.read(cutover_id).done
-            if existing is None:
-                raise
-            return existing
-        return record
+        return self._write_once(cutover_id, "done", record)
 
     def roll_back(self, cutover_id: str, *, generation: int, reason: str = "", by: str = "") -> CutoverEnd:
         """Record that green's generation `generation` of a claimed cutover was rolled back
@@ -391,10 +384,19 @@ class CutoverStore:
             return state.rolled_back
         self.end(cutover_id, "rolled_back", step="rollback", reason=reason, generation=generation, by=by)
         record = CutoverEnd(cutover_id, "rolled_back", "rollback", reason, generation, by, time.time())
+        return self._write_once(cutover_id, "rollback", record)
+
+    def _write_once(self, cutover_id: str, part: str, record: CutoverEnd) -> CutoverEnd:
+        """Write end record `part` (``done`` or ``rollback``) once: a second writer gets
+        the first's record.
+
+        :raises CutoverError: it could not be written, and none is there.
+        """
         try:
-            self._create(cutover_id, "rollback", record.to_json())
+            self._create(cutover_id, part, record.to_json())
         except CutoverError:
-            existing = self.read(cutover_id).rolled_back
+            state = self.read(cutover_id)
+            existing = state.done if part == "done" else state.rolled_back
             if existing is None:
                 raise
             return existing
