@@ -452,6 +452,7 @@ class _Run:
             self.status.heartbeat_stop.set()
             self._watch_stop.set()
             run.checkpointer.close()
+            run.unload_state_stores()
             run.release_live()
 
     def _follow(self, shadowing: follow.Shadowing) -> BaseException | None:

@@ -155,6 +155,22 @@ class RunState:
             except Exception as exc:  # noqa: BLE001 - the query may already be gone
                 log.debug("query.stop(): %s", exc)
 
+    def unload_state_stores(self) -> None:
+        """Close the state stores this JVM still holds (local mode runs executors in the
+        driver), once the query has ended; never raise.
+
+        Why: Spark keeps a stopped query's RocksDB instances open until its maintenance
+        unloads them, and nothing closes them at JVM exit. When the JVM exits with
+        RocksDB's background threads alive, its native teardown can abort the process
+        ("terminate called after throwing an instance of 'std::bad_alloc'", SIGABRT):
+        a run that finished and printed its result then fails as an Airflow task.
+        """
+        try:
+            jvm: Any = self.spark.sparkContext._jvm
+            jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()
+        except Exception as exc:  # noqa: BLE001 - the JVM may be gone (a kill, a failed start)
+            log.debug("StateStore.stop(): %s", exc)
+
     def release_live(self) -> None:
         """Release the lock of the live location, if the start-up took one."""
         if self.choice is not None:

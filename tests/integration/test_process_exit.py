@@ -14,6 +14,7 @@ suite keeps to its 40-minute budget.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -109,3 +110,29 @@ def test_every_process_exits_zero_after_its_work(tmp_path: Path, cli_runs: int, 
     got = {r["user"]: (r["total"], r["events"]) for r in delta_rows(tmp_path / "out")}
     assert got == expected(3)
     assert [c["batch"] for c in delta_commits(tmp_path / "out")] == [0, 1, 2]
+
+
+def test_the_driver_closes_its_state_stores_when_its_run_returns(tmp_path: Path) -> None:
+    """Spark keeps a stopped query's RocksDB state stores open (local mode: in the driver's
+    JVM) until its maintenance unloads them; a JVM that exits with them open can abort in
+    RocksDB's native teardown (SIGABRT after the result line: a finished run reported as a
+    failed task). The run closes them when it ends, so none is open when the process exits."""
+    probe = ROOT / "tests" / "integration" / "jobs" / "state_store_probe.py"
+    for index in range(2):
+        write_batch_file(tmp_path / "input", index, rows(index))
+    env = spark_submit_env(os.environ)
+    binary = shutil.which("spark-submit", path=env["PATH"])
+    assert binary, "spark-submit not found next to the interpreter"
+    cmd = [binary, "--master", "local[2]"]
+    conf = {**SPARK_CONF, "spark.sparkpoint.commit.mode": "checkpoint", "spark.sparkpoint.dir": str(tmp_path / "sp"),
+            "spark.sparkpoint.job": JOB}
+    for key, value in conf.items():
+        cmd += ["--conf", f"{key}={value}"]
+    cmd += [str(probe), "--input", str(tmp_path / "input"), "--output", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, check=False, env=env, capture_output=True, timeout=600, cwd=tmp_path, text=True)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("STATE_STORES ")]
+    # the query did load state: the aggregation's totals are in the table
+    got = {r["user"]: (r["total"], r["events"]) for r in delta_rows(tmp_path / "out")}
+    assert got == expected(2)
+    assert json.loads(line.removeprefix("STATE_STORES ")) == {"maintenance_running": False}
