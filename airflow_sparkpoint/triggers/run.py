@@ -18,7 +18,11 @@ reports ``timeout``. `on_kill` (Airflow 3.3+, a user marked the task failed or s
 cleared it) stops the run too, unless the task instance is still ``deferred``: then the
 trigger was only moved to another triggerer (a stalled triggerer's triggers are
 redistributed and cancelled with the user-action message) and the job must go on.
-`cleanup` runs on every exit, a triggerer restart included: it never stops the job.
+Airflow before 3.3 has no `on_kill`: a user's mark-failed, mark-success or clear cancels the
+trigger exactly as a triggerer shutdown does, and `cleanup` (which runs on every exit) is
+the only call the trigger gets. There `cleanup` of a trigger that was cancelled before it
+fired does what `on_kill` does, with the same question first: a task instance still
+``deferred`` (a triggerer restart, a redistribution) keeps its job running.
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ __all__ = ["CLASSPATH", "MIN_POLL_INTERVAL_S", "STATE_TIMEOUT_S", "STOP_WAIT_S",
            "task_instance_state"]
 
 CLASSPATH = "airflow_sparkpoint.triggers.run.SparkpointRunTrigger"
+#: whether this Airflow's triggerer calls `BaseTrigger.on_kill` when a user stops the task
+#: (3.3+); before, `cleanup` stands in for it
+NATIVE_ON_KILL = "on_kill" in vars(BaseTrigger)
 #: the shortest poll interval: two requests a look, at most 12 a minute
 MIN_POLL_INTERVAL_S = 10.0
 #: `on_kill`'s bound on asking the task instance's state (through the triggerer's
@@ -159,6 +166,8 @@ class SparkpointRunTrigger(BaseTrigger):
         self._store_key: str | None = None
         self._catalog: Catalog | None = None
         self._driver: DriverHandle | None = None
+        #: `run` was cancelled before it fired (a user's stop or a triggerer's shutdown)
+        self._cancelled = False
 
     def driver(self) -> DriverHandle | None:
         """Where the driver runs, as the follower watches and stops it (blocking: a cluster
@@ -197,6 +206,14 @@ class SparkpointRunTrigger(BaseTrigger):
         return interval if remaining is None else max(0.0, min(interval, remaining))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            async for event in self._follow():
+                yield event
+        except asyncio.CancelledError:
+            self._cancelled = True
+            raise
+
+    async def _follow(self) -> AsyncIterator[TriggerEvent]:
         follower: RunFollower | None = None
         errors = 0
         while True:
@@ -279,7 +296,12 @@ class SparkpointRunTrigger(BaseTrigger):
             await release_catalog(key)
 
     async def cleanup(self) -> None:
-        """Release the shared store client; never stops the job (this runs on triggerer
-        restarts too)."""
-        key, self._store_key, self._catalog = self._store_key, None, None
-        await release_catalog(key)
+        """Release the shared store client. On Airflow before 3.3 (no `on_kill`), a trigger
+        cancelled before it fired also does what `on_kill` does: stop the run unless the task
+        instance is still deferred (this runs on triggerer restarts too, where it is)."""
+        try:
+            if not NATIVE_ON_KILL and self._cancelled and self.waiting_task is not None:
+                await self.on_kill()
+        finally:
+            key, self._store_key, self._catalog = self._store_key, None, None
+            await release_catalog(key)

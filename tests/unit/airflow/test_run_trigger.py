@@ -371,3 +371,102 @@ def test_the_trigger_owns_execution_timeout_it_stops_the_run_at_the_deadline(
         assert event["status"] == "timeout" and "execution_timeout" in event["message"], event
         assert requests_of(catalog) == [("cancel", 1)]
         assert not group_exists(process.pgid)
+
+
+async def cancelled_after_a_look(trig: Any) -> None:
+    """What the triggerer does when it drops a trigger that has not fired: cancel its
+    task (a user's stop and a triggerer's shutdown alike), then call `cleanup`."""
+    async def follow() -> None:
+        async for _event in trig.run():
+            raise AssertionError("the trigger fired; the case needs a running job")
+
+    following = asyncio.ensure_future(follow())
+    await asyncio.sleep(0.5)  # its first look is done; it waits for the next one
+    following.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await following
+    await trig.cleanup()
+
+
+@pytest.mark.parametrize("state", ["failed", "success", None])
+def test_before_airflow_3_3_cleanup_of_a_cancelled_trigger_stops_the_run_of_a_stopped_task(
+        catalog: Catalog, root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str | None) -> None:
+    """Airflow 3.2 has no `BaseTrigger.on_kill`: a mark-failed, mark-success or clear of a
+    deferred task only cancels its trigger, then calls `cleanup`; there the trigger asks
+    the task's state and stops the run as `on_kill` does on 3.3."""
+    from airflow_sparkpoint.triggers import run as run_module
+
+    monkeypatch.setattr(run_module, "NATIVE_ON_KILL", False)
+    catalog.claim_generation()
+    write_status(catalog, "running")
+    with a_driver_answering_cancels(catalog, tmp_path) as process:
+        trig = trigger(root, process=process.to_json())
+        asked: list[tuple[Any, ...]] = []
+
+        async def stopped(*args: Any) -> str | None:
+            asked.append(args)
+            return state
+
+        trig.state_of = stopped
+        asyncio.run(cancelled_after_a_look(trig))
+        assert asked == [("d", "job", "r1", -1)], "cleanup did not ask the task's state"
+        assert requests_of(catalog) == [("cancel", 1)]
+        assert not group_exists(process.pgid), "the driver's process group outlived cleanup"
+
+
+def test_before_airflow_3_3_cleanup_leaves_the_run_of_a_still_deferred_task_alone(
+        catalog: Catalog, root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A triggerer's shutdown or restart cancels the trigger too: the task instance is
+    still deferred, and the job goes on."""
+    from airflow_sparkpoint.triggers import run as run_module
+
+    monkeypatch.setattr(run_module, "NATIVE_ON_KILL", False)
+    catalog.claim_generation()
+    write_status(catalog, "running")
+    process = a_detached_group(tmp_path)
+    try:
+        trig = trigger(root, process=process.to_json())
+        asked: list[str] = []
+
+        async def deferred(*_args: Any) -> str:
+            asked.append("asked")
+            return "deferred"
+
+        trig.state_of = deferred
+        asyncio.run(cancelled_after_a_look(trig))
+        assert asked == ["asked"], "cleanup did not ask the task's state"
+        assert ControlChannel(catalog).request_ids() == [] and process.running()
+    finally:
+        os.killpg(process.pgid, 9)
+
+
+@pytest.mark.parametrize("native_on_kill", [True, False])
+def test_cleanup_after_the_event_or_with_native_on_kill_never_stops_the_run(
+        catalog: Catalog, root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_on_kill: bool) -> None:
+    """`cleanup` after the trigger fired (any Airflow), and `cleanup` of a cancelled trigger
+    where the triggerer calls `on_kill` itself (3.3+), ask nothing and stop nothing."""
+    from airflow_sparkpoint.triggers import run as run_module
+
+    monkeypatch.setattr(run_module, "NATIVE_ON_KILL", native_on_kill)
+    catalog.claim_generation()
+    write_status(catalog, "running")
+    process = a_detached_group(tmp_path)
+    try:
+        asked: list[str] = []
+
+        async def failed(*_args: Any) -> str:
+            asked.append("asked")
+            return "failed"
+
+        if native_on_kill:
+            trig = trigger(root, process=process.to_json())
+            trig.state_of = failed
+            asyncio.run(cancelled_after_a_look(trig))
+        else:
+            write_status(catalog, "finished")
+            trig = trigger(root, process=process.to_json())
+            trig.state_of = failed
+            assert asyncio.run(first_event(trig))["status"] == "success"  # first_event calls cleanup
+        assert asked == [] and ControlChannel(catalog).request_ids() == [] and process.running()
+    finally:
+        os.killpg(process.pgid, 9)
