@@ -227,6 +227,20 @@ def answer_cancels(catalog: Catalog, stop: threading.Event) -> threading.Thread:
 
 
 @contextlib.contextmanager
+def a_running_job(catalog: Catalog, tmp_path: Path) -> Iterator[DriverProcess]:
+    """Generation 1 claimed and running, its driver a detached group (`a_detached_group`),
+    killed at the end whatever happened."""
+    catalog.claim_generation()
+    write_status(catalog, "running")
+    process = a_detached_group(tmp_path)
+    try:
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pgid, 9)
+
+
+@contextlib.contextmanager
 def a_driver_answering_cancels(catalog: Catalog, tmp_path: Path) -> Iterator[DriverProcess]:
     """A detached process group (`a_detached_group`) whose run takes a cancel request
     (`answer_cancels`); stopped, and its group killed, at the end whatever happened."""
@@ -250,10 +264,7 @@ def requests_of(catalog: Catalog) -> list[tuple[str, int | None]]:
 
 def test_on_kill_while_still_deferred_writes_nothing_and_kills_nothing(catalog: Catalog, root: str,
                                                                        tmp_path: Path) -> None:
-    catalog.claim_generation()
-    write_status(catalog, "running")
-    process = a_detached_group(tmp_path)
-    try:
+    with a_running_job(catalog, tmp_path) as process:
         trig = trigger(root, process=process.to_json())
         asked: list[tuple[Any, ...]] = []
 
@@ -266,8 +277,6 @@ def test_on_kill_while_still_deferred_writes_nothing_and_kills_nothing(catalog: 
         assert asked == [("d", "job", "r1", -1)], "on_kill did not ask the task's state"
         assert ControlChannel(catalog).request_ids() == []
         assert process.running() and group_exists(process.pgid)
-    finally:
-        os.killpg(process.pgid, 9)
 
 
 @pytest.mark.parametrize("state", ["failed", "success", None])
@@ -297,10 +306,7 @@ def test_on_kill_leaves_the_run_alone_when_the_tasks_state_cannot_be_read(
     from airflow_sparkpoint.triggers import run as run_module
 
     monkeypatch.setattr(run_module, "STATE_TIMEOUT_S", 0.5)
-    catalog.claim_generation()
-    write_status(catalog, "running")
-    process = a_detached_group(tmp_path)
-    try:
+    with a_running_job(catalog, tmp_path) as process:
         trig = trigger(root, process=process.to_json())
         asked: list[str] = []
 
@@ -320,8 +326,6 @@ def test_on_kill_leaves_the_run_alone_when_the_tasks_state_cannot_be_read(
             assert time.monotonic() - t0 < 5
         assert asked == ["asked", "asked"]
         assert ControlChannel(catalog).request_ids() == [] and process.running()
-    finally:
-        os.killpg(process.pgid, 9)
 
 
 def test_on_kill_finishes_the_stop_when_the_triggerer_cancels_it_again_and_cleans_up(
@@ -421,10 +425,7 @@ def test_before_airflow_3_3_cleanup_leaves_the_run_of_a_still_deferred_task_alon
     from airflow_sparkpoint.triggers import run as run_module
 
     monkeypatch.setattr(run_module, "NATIVE_ON_KILL", False)
-    catalog.claim_generation()
-    write_status(catalog, "running")
-    process = a_detached_group(tmp_path)
-    try:
+    with a_running_job(catalog, tmp_path) as process:
         trig = trigger(root, process=process.to_json())
         asked: list[str] = []
 
@@ -436,8 +437,6 @@ def test_before_airflow_3_3_cleanup_leaves_the_run_of_a_still_deferred_task_alon
         asyncio.run(cancelled_after_a_look(trig))
         assert asked == ["asked"], "cleanup did not ask the task's state"
         assert ControlChannel(catalog).request_ids() == [] and process.running()
-    finally:
-        os.killpg(process.pgid, 9)
 
 
 @pytest.mark.parametrize("native_on_kill", [True, False])
@@ -448,10 +447,7 @@ def test_cleanup_after_the_event_or_with_native_on_kill_never_stops_the_run(
     from airflow_sparkpoint.triggers import run as run_module
 
     monkeypatch.setattr(run_module, "NATIVE_ON_KILL", native_on_kill)
-    catalog.claim_generation()
-    write_status(catalog, "running")
-    process = a_detached_group(tmp_path)
-    try:
+    with a_running_job(catalog, tmp_path) as process:
         asked: list[str] = []
 
         async def failed(*_args: Any) -> str:
@@ -468,5 +464,3 @@ def test_cleanup_after_the_event_or_with_native_on_kill_never_stops_the_run(
             trig.state_of = failed
             assert asyncio.run(first_event(trig))["status"] == "success"  # first_event calls cleanup
         assert asked == [] and ControlChannel(catalog).request_ids() == [] and process.running()
-    finally:
-        os.killpg(process.pgid, 9)
