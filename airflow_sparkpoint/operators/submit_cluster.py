@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.hooks.spark_cluster import cluster_manager
-from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink, checkpoint_history_url
 from airflow_sparkpoint.operators.submit_deferred import (
     CLAIM_TIMEOUT_S,
     DeferringSubmit,
@@ -40,7 +39,7 @@ from airflow_sparkpoint.operators.submit_deferred import (
     deadline_of,
     defer,
 )
-from airflow_sparkpoint.operators.submit_publish import found, push
+from airflow_sparkpoint.operators.submit_publish import found, push_history_link
 from airflow_sparkpoint.services.cluster_manager import (
     WAIT_APP_COMPLETION,
     ClusterHandle,
@@ -50,8 +49,8 @@ from airflow_sparkpoint.services.follow import RunFollower, stop_run, wait_for_c
 from airflow_sparkpoint.services.runs import AirflowTry, record_launch
 from airflow_sparkpoint.services.spark_env import cluster_submit_environment
 from airflow_sparkpoint.services.stores import Catalog
-from airflow_sparkpoint.services.submit import SUBMITTER_ENV, secret_environment, starter_environment
-from airflow_sparkpoint.services.submit_dir import build_runtime_zip, open_submit_dir
+from airflow_sparkpoint.services.submit import driver_environment, secret_environment
+from airflow_sparkpoint.services.submit_dir import open_submit_dir, with_runtime_zip
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -95,7 +94,7 @@ def _prepare(op: ClusterSubmit, kind: str, token: str, starter: AirflowTry) -> N
     op.conf = {**(op.conf or {}), WAIT_APP_COMPLETION[kind]: "false"}
     # The driver's environment: the provider passes env_vars to it on K8s and YARN. The token is
     # not a secret (it only names the submit); the store's credentials are: they stay out.
-    op.env_vars = {**(op.env_vars or {}), **starter_environment(starter), SUBMITTER_ENV: token}
+    op.env_vars = {**(op.env_vars or {}), **driver_environment(starter, token)}
     op._secret_env = {}
     if secret_environment(op.sparkpoint_hook.storage_options):
         op.log.info("job %s runs in cluster mode: the driver takes its S3 credentials from the cluster (a "
@@ -118,15 +117,14 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
     submit_dir = open_submit_dir()  # the shipped runtime zip; spark-submit uploads it before it returns
     try:
         if op.ship_runtime:
-            op.py_files = ",".join(p for p in (op.py_files, build_runtime_zip(submit_dir.path)) if p)
+            op.py_files = with_runtime_zip(op.py_files, submit_dir.path)
         op._hook = None  # rebuilt with the final conf, environment and files
         hook = op._get_hook()
         op._hook = hook
         command = hook._build_spark_submit_command(op.application)
         env = {**os.environ, **cluster_submit_environment({**os.environ, **(op.env_vars or {})}),
                **(hook._env or {})}
-        push(op, context["ti"], SparkpointCheckpointHistoryLink().xcom_key,
-             checkpoint_history_url(op.job_name, op.sparkpoint_conn_id, op.checkpoint_dir))
+        push_history_link(op, context["ti"])
         manager = cluster_manager(kind, op._conn_id, hook)
         submission = submit(command, env, kind=kind, namespace=hook._connection.get("namespace"),
                             on_line=lambda line: op.log.info("%s", hook._mask_cmd(line)))
