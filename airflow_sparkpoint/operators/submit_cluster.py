@@ -32,12 +32,11 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.hooks.spark_cluster import cluster_manager
 from airflow_sparkpoint.operators.submit_deferred import (
-    CLAIM_TIMEOUT_S,
     DeferringSubmit,
-    DetachedRecord,
     complete,
     deadline_of,
     defer,
+    never_expire,
 )
 from airflow_sparkpoint.operators.submit_publish import found, push_history_link
 from airflow_sparkpoint.services.cluster_manager import (
@@ -45,6 +44,7 @@ from airflow_sparkpoint.services.cluster_manager import (
     ClusterHandle,
     submit,
 )
+from airflow_sparkpoint.services.detached_run import CLAIM_TIMEOUT_S, DetachedRecord
 from airflow_sparkpoint.services.follow import RunFollower, stop_run, wait_for_claim
 from airflow_sparkpoint.services.runs import AirflowTry, record_launch
 from airflow_sparkpoint.services.spark_env import cluster_submit_environment
@@ -150,7 +150,7 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
     store = context.get("task_state_store")
     record = DetachedRecord(generation=None, token=token, since=since, process=None, cluster=cluster,
                             deadline=deadline_of(op) if op.deferrable else None)
-    record.save(store, op.log)  # at once: a worker lost before the claim leaves its retry the driver
+    record.save(store, op.log, retention=never_expire())  # at once: a lost worker's retry finds the driver
     op.log.info("job %s submitted in cluster mode: %s", op.job_name, driver.describe())
     waited = wait_for_claim(catalog, token, since, handle, timeout_s=CLAIM_TIMEOUT_S,
                             look_every=_CLUSTER_LOOK_EVERY, warn=op.log.warning)
@@ -169,8 +169,8 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
             f"({seen}); its output is the cluster's log of it")
     found(op, context["ti"], claim)
     generation = claim.generation
-    record = DetachedRecord({**record, "generation": generation})
-    record.save(store, op.log)
+    record = record.claimed(generation)
+    record.save(store, op.log, retention=never_expire())
     if op.deferrable:
         op._cluster_run = None  # deferred: the trigger owns the stop now
         defer(op, context, generation=generation, token=token, since=since, process=None,
