@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
-from airflow_sparkpoint.operators.driver_errors import DriverOutput, run_failure
+from airflow_sparkpoint.operators.driver_errors import run_failure
 from airflow_sparkpoint.operators.submit_publish import found
 from airflow_sparkpoint.services.cluster_manager import cluster_record
 from airflow_sparkpoint.services.detached import DriverProcess, launch, stop_group
@@ -36,6 +36,7 @@ from airflow_sparkpoint.services.detached_run import (
     resumption,
     run_end,
 )
+from airflow_sparkpoint.services.driver_errors import DriverOutput, read_log_tail
 from airflow_sparkpoint.services.follow import wait_for_claim
 from airflow_sparkpoint.services.runs import AirflowTry, record_launch, task_try
 from airflow_sparkpoint.services.stores import Catalog
@@ -50,9 +51,8 @@ if TYPE_CHECKING:
 __all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "DeferringSubmit", "DetachedRecord", "check_event",
            "complete", "deadline_of", "defer", "launch_and_defer", "never_expire", "reattach"]
 
-#: the driver log's last bytes read for its error when it ends before claiming
-_LOG_TAIL_BYTES = 256 * 1024
-#: of which the last lines go to the task log
+#: of the driver log's end read for its error (`driver_errors.LOG_TAIL_BYTES`), the last
+#: lines that go to the task log
 _LOG_TAIL_LINES = 60
 
 
@@ -200,9 +200,7 @@ def _driver_output(log_path: str, log: Any) -> DriverOutput:
     lines go to the task log (a detached driver's output is not there otherwise)."""
     output = DriverOutput()
     try:
-        with open(log_path, "rb") as handle:
-            handle.seek(max(0, os.fstat(handle.fileno()).st_size - _LOG_TAIL_BYTES))
-            lines = list(output.watch(handle.read().decode(errors="replace").splitlines()))
+        lines = list(output.watch(read_log_tail(log_path)))
     except OSError as exc:
         log.warning("cannot read the detached driver's output %s: %s", log_path, exc)
         return output
