@@ -1,6 +1,8 @@
 """The deferrable path of `SparkpointSubmitOperator` (``deferrable=True``): the driver runs
 detached from the task, the task defers to `SparkpointRunTrigger`, and the worker slot is
-free while the job runs.
+free while the job runs. The decisions are the services' (`services.detached_run`: the
+task's record of the run, the resumption, the event's meaning); here they become XComs,
+a deferral or an exception.
 
 1. `reattach`: a resumption of the task (a retry, a worker lost before it deferred) whose
    own run is still live, with no stop or cancel addressed to it, defers on that run
