@@ -24,7 +24,6 @@ still running on the cluster, which fails at its next checkpoint or commit.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -179,10 +178,7 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
     follower = RunFollower(catalog, generation, op.dead_after, handle)
     op.log.info("job %s generation %d runs on the cluster (%s): following it through the catalog",
                 op.job_name, generation, driver.describe())
-    event = follower.safe_look()
-    while event is None:
-        time.sleep(op.poll_interval)
-        event = follower.safe_look()
+    event = follower.until_ended(op.poll_interval)
     op._cluster_run = None
     return complete(op, context, event, generation=generation, token=token, since=since)
 
