@@ -158,3 +158,20 @@ def test_a_drill_outcome_is_recorded_beside_the_snapshot_and_never_raised(tmp_pa
                         verified_by="me", drill=fails)
     assert missing.snapshot is None and missing.error is not None
     assert missing.error.startswith("restore drill of 'chk-404' failed:")
+
+
+def test_a_task_follows_its_run_until_it_ends(tmp_path: Path) -> None:
+    from airflow_sparkpoint.services.follow import RunFollower
+
+    catalog = Catalog(open_storage(str(tmp_path)), JOB)
+    generation = live_run(catalog, "etl", token="tok1")
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the run ends during the second wait
+        slept.append(seconds)
+        if len(slept) == 2:
+            now = time.time()
+            catalog.write_status(JobStatus(JOB, generation, "finished", now, now).to_json())
+
+    event = RunFollower(catalog, generation, 60.0).until_ended(7.0, sleep=sleep)
+    assert (event["status"], event["generation"], slept) == ("success", generation, [7.0, 7.0])
