@@ -171,9 +171,7 @@ def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *,
     record.save(store, op.log, retention=never_expire())  # at once: a lost worker's retry finds the process
     submit_dir.hand_over()  # the launcher holds the lock now; the directory outlives this task
     op.log.info("spark-submit of job %s started detached: %s", op.job_name, process.describe())
-    message = record_launch(catalog, token, deploy_mode="client",
-                            driver={"kind": "process", "host": process.host, "pgid": process.pgid,
-                                    "log": process.log})
+    message = record_launch(catalog, token, deploy_mode="client", driver=process.launch_json())
     if message:
         op.log.warning("%s", message)
     waited = wait_for_claim(catalog, token, since, process, timeout_s=CLAIM_TIMEOUT_S, warn=op.log.warning)

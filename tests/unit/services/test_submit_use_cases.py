@@ -175,3 +175,17 @@ def test_a_task_follows_its_run_until_it_ends(tmp_path: Path) -> None:
 
     event = RunFollower(catalog, generation, 60.0).until_ended(7.0, sleep=sleep)
     assert (event["status"], event["generation"], slept) == ("success", generation, [7.0, 7.0])
+
+
+def test_a_detached_driver_is_recorded_in_the_launch_record_as_it_describes_itself(tmp_path: Path) -> None:
+    from airflow_sparkpoint.checkpoints.launches import read_launch
+    from airflow_sparkpoint.services.detached import DriverProcess
+    from airflow_sparkpoint.services.runs import describe_driver, record_launch
+
+    catalog = Catalog(open_storage(str(tmp_path)), JOB)
+    process = DriverProcess(host="worker-9", boot_id="b", pgid=777, leader_start="5", log="/x/driver.log")
+    assert record_launch(catalog, "tok1", deploy_mode="client", driver=process.launch_json()) is None
+    launch = read_launch(catalog, "tok1")
+    assert launch is not None and launch.driver == {"kind": "process", "host": "worker-9", "pgid": 777,
+                                                    "log": "/x/driver.log"}
+    assert describe_driver(launch.driver) == process.describe()
