@@ -270,6 +270,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         starter = task_try(context, self.dag_id, self.task_id)
         if self.deferrable:  # a resumption follows its own live run again (defers, never returns then)
             submit_deferred.reattach(self, context, catalog, starter, plan.own)
+        # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
         token = plan.start(catalog, starter, takeover=self.takeover, settings=sparkpoint_conf, store=store,
                            retention=never_expire())
         since = plan.since
