@@ -20,8 +20,6 @@ application id by it, never by "the newest generation", which another run may ho
 from __future__ import annotations
 
 import os
-import signal
-import time
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -37,39 +35,26 @@ from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
 from airflow_sparkpoint.operators.driver_errors import run_failure
 from airflow_sparkpoint.operators.health import emit_metrics_for
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable
-from airflow_sparkpoint.operators.links import (
-    SparkpointCheckpointHistoryLink,
-    SparkpointSparkUILink,
-    checkpoint_history_url,
-)
+from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink, SparkpointSparkUILink
 from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure, check_spark
 from airflow_sparkpoint.operators.submit_deferred import never_expire
 from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
-from airflow_sparkpoint.operators.submit_publish import found, push
+from airflow_sparkpoint.operators.submit_publish import found, push_history_link
 from airflow_sparkpoint.services.detached import stop_group
-from airflow_sparkpoint.services.processes import signal_tree
-from airflow_sparkpoint.services.retry import TaskRecord, choose_restore, chosen_snapshot, restore_decision
-from airflow_sparkpoint.services.runs import (
-    RunWatcher,
-    find_claim,
-    new_token,
-    read_result,
-    task_try,
-)
+from airflow_sparkpoint.services.processes import terminate_tree
+from airflow_sparkpoint.services.retry import choose_restore, plan_try
+from airflow_sparkpoint.services.runs import RunWatcher, committed_batches, find_claim, read_result, task_try
 from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
 from airflow_sparkpoint.services.spark_env import spark_environment
 from airflow_sparkpoint.services.stores import Catalog
 from airflow_sparkpoint.services.submit import (
-    SUBMITTER_ENV,
     check_parameters,
-    check_start,
+    driver_environment,
     interval_text,
     secret_environment,
     sparkpoint_conf,
-    start_rule,
-    starter_environment,
 )
-from airflow_sparkpoint.services.submit_dir import ROCKSDB_LIBRARY_DIR_ENV, build_runtime_zip, open_submit_dir
+from airflow_sparkpoint.services.submit_dir import ROCKSDB_LIBRARY_DIR_ENV, open_submit_dir, with_runtime_zip
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -272,35 +257,30 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         try:  # bad input fails before anything is recorded or submitted, and is not retried
             check_spark(self)
             catalog = self._catalog()
-            previous = TaskRecord.load(store) if try_number > 1 else None
-            generation_before = catalog.current_generation()
-            own = previous.generations(catalog) if previous is not None else None
-            restore = self.choose_restore(try_number, catalog, own)
-            for line in restore_decision(catalog, job=self.job_name, task=self.task_id, try_number=try_number,
-                                         restore=self.restore, chosen=restore, previous=previous,
-                                         hand_chosen=chosen_snapshot(self.restore_snapshot) is not None):
+            plan = plan_try(catalog, store, try_number=try_number, job=self.job_name, task=self.task_id,
+                            restore=self.restore, restore_snapshot=self.restore_snapshot,
+                            choose=self.choose_restore)
+            for line in plan.lines:
                 self.log.info("%s", line)
-            sparkpoint_conf = self.build_sparkpoint_conf(restore)
+            sparkpoint_conf = self.build_sparkpoint_conf(plan.restore)
         except SparkpointConfigFailure:
             raise
         except (ConfigError, AirflowNotFoundException) as exc:  # the latter: a missing sparkpoint connection
             raise SparkpointConfigFailure(str(exc)) from exc
         starter = task_try(context, self.dag_id, self.task_id)
         if self.deferrable:  # a resumption follows its own live run again (defers, never returns then)
-            submit_deferred.reattach(self, context, catalog, starter, own)
+            submit_deferred.reattach(self, context, catalog, starter, plan.own)
         # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
-        check_start(catalog, starter, takeover=self.takeover, **start_rule(sparkpoint_conf))
-        token = new_token()
-        TaskRecord(try_number, restore, (*(previous.tokens if previous else ()), token),
-                   previous.since if previous else generation_before).save(store, retention=never_expire())
+        token = plan.start(catalog, starter, takeover=self.takeover, settings=sparkpoint_conf, store=store,
+                           retention=never_expire())
+        since = plan.since
         given = dict(self.conf or {})
         self.conf = {**given, **sparkpoint_conf}
         self._conf_given = (given, dict(self.conf))
         if self.cluster_kind is not None:  # the driver runs on the cluster: never the parent's execute
-            return submit_cluster.run(self, context, catalog, token=token, since=generation_before,
-                                      starter=starter)
+            return submit_cluster.run(self, context, catalog, token=token, since=since, starter=starter)
         self._secret_env = {**secret_environment(self.sparkpoint_hook.storage_options),
-                            **starter_environment(starter), SUBMITTER_ENV: token}
+                            **driver_environment(starter, token)}
         master = str(self._get_hook()._connection.get("master") or "")
         submit_dir = open_submit_dir()  # removed when spark-submit has ended (else by a later sweep)
         try:
@@ -311,14 +291,13 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             self.env_vars = {**self.spark_environment(master, native_dir=submit_dir.native_dir),
                              **self.env_vars}
             if self.ship_runtime:
-                self.py_files = ",".join(p for p in (self.py_files, build_runtime_zip(submit_dir.path)) if p)
+                self.py_files = with_runtime_zip(self.py_files, submit_dir.path)
             self._hook = None  # rebuilt with the final environment and files
-            push(self, ti, SparkpointCheckpointHistoryLink().xcom_key,
-                       checkpoint_history_url(self.job_name, self.sparkpoint_conn_id, self.checkpoint_dir))
+            push_history_link(self, ti)
             if self.deferrable:
-                submit_deferred.launch_and_defer(self, context, catalog, token=token, since=generation_before,
+                submit_deferred.launch_and_defer(self, context, catalog, token=token, since=since,
                                                  submit_dir=submit_dir)
-            watcher = RunWatcher(catalog, token, generation_before, lambda run: found(self, ti, run))
+            watcher = RunWatcher(catalog, token, since, lambda run: found(self, ti, run))
             watcher.start()
         except BaseException:
             submit_dir.close()  # after a hand-over (deferred) it removes nothing
@@ -327,14 +306,14 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             super().execute(context)
         except AirflowException as exc:
             # The hook's message is only the command and its exit code: the run's own error first.
-            reported = self._run_failure(catalog, token, generation_before)
+            reported = self._run_failure(catalog, token, since)
             if reported is None:
                 raise
             raise reported from exc
         finally:
             watcher.stop()
             try:
-                found(self, ti, find_claim(catalog, token, after=generation_before))
+                found(self, ti, find_claim(catalog, token, after=since))
             except SparkpointError as exc:  # keep the run's own error, if any
                 self.log.warning("could not read the generation claims of job %s: %s", self.job_name, exc)
             process = getattr(self._hook, "_submit_sp", None)
@@ -364,10 +343,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
                       self.job_name, result.get("generation"), result.get("status"), result.get("last_batch"),
                       result.get("last_checkpoint"), result.get("savepoint"))
         self.sparkpoint_result = result
-        committed = [*(result.get("recovered") or {}).get("committed", ()),
-                     *result.get("committed_batches", ())]
-        self._emit_output(context, catalog, self.declared_output(), generation=generation, batches=committed,
-                          source="submit")
+        self._emit_output(context, catalog, self.declared_output(), generation=generation,
+                          batches=committed_batches(result), source="submit")
         return result
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
@@ -406,14 +383,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             self.log.info("job %s: %s", self.job_name, stop_group(self._detached, grace_s=self.stop_timeout))
             self._detached = None
         process = getattr(self._hook, "_submit_sp", None)
-        if process is not None and process.poll() is None:
-            signal_tree(process.pid, signal.SIGTERM)
-            deadline = time.monotonic() + self.stop_timeout
-            while process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if process.poll() is not None:
-                self.log.info("spark-submit of job %s ended after SIGTERM (exit %s)", self.job_name,
-                              process.returncode)
+        if process is not None and terminate_tree(process, self.stop_timeout):
+            self.log.info("spark-submit of job %s ended after SIGTERM (exit %s)", self.job_name,
+                          process.returncode)
         if self._hook is not None:
             super().on_kill()
 

@@ -24,34 +24,32 @@ still running on the cluster, which fails at its next checkpoint or commit.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.hooks.spark_cluster import cluster_manager
-from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink, checkpoint_history_url
 from airflow_sparkpoint.operators.submit_deferred import (
-    CLAIM_TIMEOUT_S,
     DeferringSubmit,
-    DetachedRecord,
     complete,
     deadline_of,
     defer,
+    never_expire,
 )
-from airflow_sparkpoint.operators.submit_publish import found, push
+from airflow_sparkpoint.operators.submit_publish import found, push_history_link
 from airflow_sparkpoint.services.cluster_manager import (
     WAIT_APP_COMPLETION,
     ClusterHandle,
     submit,
 )
+from airflow_sparkpoint.services.detached_run import CLAIM_TIMEOUT_S, DetachedRecord
 from airflow_sparkpoint.services.follow import RunFollower, stop_run, wait_for_claim
 from airflow_sparkpoint.services.runs import AirflowTry, record_launch
 from airflow_sparkpoint.services.spark_env import cluster_submit_environment
 from airflow_sparkpoint.services.stores import Catalog
-from airflow_sparkpoint.services.submit import SUBMITTER_ENV, secret_environment, starter_environment
-from airflow_sparkpoint.services.submit_dir import build_runtime_zip, open_submit_dir
+from airflow_sparkpoint.services.submit import driver_environment, secret_environment
+from airflow_sparkpoint.services.submit_dir import open_submit_dir, with_runtime_zip
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -95,7 +93,7 @@ def _prepare(op: ClusterSubmit, kind: str, token: str, starter: AirflowTry) -> N
     op.conf = {**(op.conf or {}), WAIT_APP_COMPLETION[kind]: "false"}
     # The driver's environment: the provider passes env_vars to it on K8s and YARN. The token is
     # not a secret (it only names the submit); the store's credentials are: they stay out.
-    op.env_vars = {**(op.env_vars or {}), **starter_environment(starter), SUBMITTER_ENV: token}
+    op.env_vars = {**(op.env_vars or {}), **driver_environment(starter, token)}
     op._secret_env = {}
     if secret_environment(op.sparkpoint_hook.storage_options):
         op.log.info("job %s runs in cluster mode: the driver takes its S3 credentials from the cluster (a "
@@ -118,15 +116,14 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
     submit_dir = open_submit_dir()  # the shipped runtime zip; spark-submit uploads it before it returns
     try:
         if op.ship_runtime:
-            op.py_files = ",".join(p for p in (op.py_files, build_runtime_zip(submit_dir.path)) if p)
+            op.py_files = with_runtime_zip(op.py_files, submit_dir.path)
         op._hook = None  # rebuilt with the final conf, environment and files
         hook = op._get_hook()
         op._hook = hook
         command = hook._build_spark_submit_command(op.application)
         env = {**os.environ, **cluster_submit_environment({**os.environ, **(op.env_vars or {})}),
                **(hook._env or {})}
-        push(op, context["ti"], SparkpointCheckpointHistoryLink().xcom_key,
-             checkpoint_history_url(op.job_name, op.sparkpoint_conn_id, op.checkpoint_dir))
+        push_history_link(op, context["ti"])
         manager = cluster_manager(kind, op._conn_id, hook)
         submission = submit(command, env, kind=kind, namespace=hook._connection.get("namespace"),
                             on_line=lambda line: op.log.info("%s", hook._mask_cmd(line)))
@@ -152,7 +149,7 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
     store = context.get("task_state_store")
     record = DetachedRecord(generation=None, token=token, since=since, process=None, cluster=cluster,
                             deadline=deadline_of(op) if op.deferrable else None)
-    record.save(store, op.log)  # at once: a worker lost before the claim leaves its retry the driver
+    record.save(store, op.log, retention=never_expire())  # at once: a lost worker's retry finds the driver
     op.log.info("job %s submitted in cluster mode: %s", op.job_name, driver.describe())
     waited = wait_for_claim(catalog, token, since, handle, timeout_s=CLAIM_TIMEOUT_S,
                             look_every=_CLUSTER_LOOK_EVERY, warn=op.log.warning)
@@ -171,8 +168,8 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
             f"({seen}); its output is the cluster's log of it")
     found(op, context["ti"], claim)
     generation = claim.generation
-    record = DetachedRecord({**record, "generation": generation})
-    record.save(store, op.log)
+    record = record.claimed(generation)
+    record.save(store, op.log, retention=never_expire())
     if op.deferrable:
         op._cluster_run = None  # deferred: the trigger owns the stop now
         defer(op, context, generation=generation, token=token, since=since, process=None,
@@ -181,10 +178,7 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
     follower = RunFollower(catalog, generation, op.dead_after, handle)
     op.log.info("job %s generation %d runs on the cluster (%s): following it through the catalog",
                 op.job_name, generation, driver.describe())
-    event = follower.safe_look()
-    while event is None:
-        time.sleep(op.poll_interval)
-        event = follower.safe_look()
+    event = follower.until_ended(op.poll_interval)
     op._cluster_run = None
     return complete(op, context, event, generation=generation, token=token, since=since)
 

@@ -1,6 +1,8 @@
 """The deferrable path of `SparkpointSubmitOperator` (``deferrable=True``): the driver runs
 detached from the task, the task defers to `SparkpointRunTrigger`, and the worker slot is
-free while the job runs.
+free while the job runs. The decisions are the services' (`services.detached_run`: the
+task's record of the run, the resumption, the event's meaning); here they become XComs,
+a deferral or an exception.
 
 1. `reattach`: a resumption of the task (a retry, a worker lost before it deferred) whose
    own run is still live, with no stop or cancel addressed to it, defers on that run
@@ -16,7 +18,6 @@ free while the job runs.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Mapping
@@ -25,12 +26,20 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
-from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.operators.driver_errors import DriverOutput, run_failure
+from airflow_sparkpoint.operators.driver_errors import run_failure
 from airflow_sparkpoint.operators.submit_publish import found
 from airflow_sparkpoint.services.cluster_manager import cluster_record
 from airflow_sparkpoint.services.detached import DriverProcess, launch, stop_group
-from airflow_sparkpoint.services.follow import EVENT_STATUSES, reattach_target, wait_for_claim
+from airflow_sparkpoint.services.detached_run import (
+    CLAIM_TIMEOUT_S,
+    DETACHED_KEY,
+    DetachedRecord,
+    event_problem,
+    resumption,
+    run_end,
+)
+from airflow_sparkpoint.services.driver_errors import DriverOutput, read_log_tail
+from airflow_sparkpoint.services.follow import wait_for_claim
 from airflow_sparkpoint.services.runs import AirflowTry, record_launch, task_try
 from airflow_sparkpoint.services.stores import Catalog
 from airflow_sparkpoint.services.submit_dir import SubmitDir
@@ -44,13 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "DeferringSubmit", "DetachedRecord", "check_event",
            "complete", "deadline_of", "defer", "launch_and_defer", "never_expire", "reattach"]
 
-#: the task state store key of the detached run's record
-DETACHED_KEY = "sparkpoint_detached"
-#: how long the task waits for the detached driver's generation claim before it gives up
-CLAIM_TIMEOUT_S = 600.0
-#: the driver log's last bytes read for its error when it ends before claiming
-_LOG_TAIL_BYTES = 256 * 1024
-#: of which the last lines go to the task log
+#: of the driver log's end read for its error (`driver_errors.LOG_TAIL_BYTES`), the last
+#: lines that go to the task log
 _LOG_TAIL_LINES = 60
 
 
@@ -87,42 +91,6 @@ class DeferringSubmit(Protocol):
 
     def defer(self, *, trigger: Any, method_name: str, kwargs: dict[str, Any] | None = None,
               timeout: timedelta | None = None) -> NoReturn: ...
-
-
-class DetachedRecord(dict):  # type: ignore[type-arg]
-    """The detached run a task follows, as kept in the task state store:
-    ``generation``, ``token``, ``since``, ``deadline`` and where the driver runs: ``process``
-    (`DriverProcess.to_json`, client mode) or ``cluster`` (cluster mode: ``driver``,
-    `ClusterDriver.to_json`, and ``conn_id``, the Spark connection whose cluster manager
-    watches and kills it)."""
-
-    @classmethod
-    def load(cls, store: Any) -> DetachedRecord | None:
-        """The record in `store` (None: no store, no record or an unreadable one)."""
-        if store is None:
-            return None
-        try:
-            raw = store.get(DETACHED_KEY)
-            raw = json.loads(raw) if isinstance(raw, str) else raw
-            if not isinstance(raw, dict) or not isinstance(raw.get("generation"), (int, type(None))):
-                return None
-            if raw.get("cluster") is not None:
-                cluster_record(raw["cluster"])
-            else:
-                DriverProcess.from_json(raw.get("process"))
-            return cls(raw)
-        except (ConfigError, ValueError, TypeError, AttributeError, KeyError):
-            return None
-        except Exception:  # noqa: BLE001 - the store's transport: bookkeeping never fails the run
-            return None
-
-    def save(self, store: Any, log: Any) -> None:
-        if store is None:
-            return
-        try:
-            store.set(DETACHED_KEY, dict(self), retention=never_expire())
-        except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
-            log.warning("could not write the task state record %r: %s", DETACHED_KEY, exc)
 
 
 def never_expire() -> Any:
@@ -169,33 +137,17 @@ def defer(op: DeferringSubmit, context: Context, *, generation: int, token: str,
 
 def reattach(op: DeferringSubmit, context: Context, catalog: Catalog, starter: AirflowTry,
              own: list[int] | None) -> None:
-    """Defer on the task's own live run when there is one (see the module docstring); else
-    return and let the task start a new generation."""
-    store = context.get("task_state_store")
-    record = DetachedRecord.load(store)
-    status = reattach_target(catalog, starter, own=own, max_heartbeat_age=op.dead_after)
-    if status is None:
+    """Defer on the task's own live run when there is one (`services.detached_run.resumption`);
+    else return and let the task start a new generation."""
+    again = resumption(catalog, starter, own=own, record=DetachedRecord.load(context.get("task_state_store")),
+                       dead_after=op.dead_after, deadline=lambda: deadline_of(op))
+    if again is None:
         return
-    process = cluster = None
-    token, since, deadline = "", status.generation - 1, deadline_of(op)
-    claim = catalog.generation_claim(status.generation)
-    # the record of the launch names this run: by generation, or (a worker lost before the
-    # claim came) by the submit token the driver recorded in its claim
-    if record is not None and (record["generation"] == status.generation or (
-            claim is not None and record.get("token") and claim.submitter == record.get("token"))):
-        if record.get("cluster") is not None:
-            cluster = record["cluster"]
-        else:
-            process = DriverProcess.from_json(record["process"])
-        token, since = str(record.get("token") or ""), int(record.get("since") or since)
-        deadline = record.get("deadline") if isinstance(record.get("deadline"), (int, float)) else deadline
-    if claim is not None:
-        found(op, context["ti"], claim)
-        token = token or claim.submitter
+    found(op, context["ti"], again.claim)
     op.log.info("job %s generation %d, started by an earlier try of this task, is live: following it again "
-                "instead of starting a new generation", op.job_name, status.generation)
-    defer(op, context, generation=status.generation, token=token, since=since, process=process,
-          deadline=deadline, cluster=cluster)
+                "instead of starting a new generation", op.job_name, again.generation)
+    defer(op, context, generation=again.generation, token=again.token, since=again.since,
+          process=again.process, deadline=again.deadline, cluster=again.cluster)
 
 
 def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *, token: str,
@@ -216,12 +168,10 @@ def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *,
     store = context.get("task_state_store")
     record = DetachedRecord(generation=None, token=token, since=since, process=process.to_json(),
                             deadline=deadline_of(op))
-    record.save(store, op.log)  # at once: a worker lost before the claim leaves its retry the process
+    record.save(store, op.log, retention=never_expire())  # at once: a lost worker's retry finds the process
     submit_dir.hand_over()  # the launcher holds the lock now; the directory outlives this task
     op.log.info("spark-submit of job %s started detached: %s", op.job_name, process.describe())
-    message = record_launch(catalog, token, deploy_mode="client",
-                            driver={"kind": "process", "host": process.host, "pgid": process.pgid,
-                                    "log": process.log})
+    message = record_launch(catalog, token, deploy_mode="client", driver=process.launch_json())
     if message:
         op.log.warning("%s", message)
     waited = wait_for_claim(catalog, token, since, process, timeout_s=CLAIM_TIMEOUT_S, warn=op.log.warning)
@@ -238,8 +188,8 @@ def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *,
         raise AirflowException(f"job {op.job_name!r}: the detached driver claimed no generation within "
                                f"{CLAIM_TIMEOUT_S:.0f} s; stopped it ({process.describe()})")
     found(op, context["ti"], claim)
-    record = DetachedRecord({**record, "generation": claim.generation})
-    record.save(store, op.log)
+    record = record.claimed(claim.generation)
+    record.save(store, op.log, retention=never_expire())
     op._detached = None  # deferred: the trigger owns the stop now
     defer(op, context, generation=claim.generation, token=token, since=since, process=process,
           deadline=record["deadline"])
@@ -250,9 +200,7 @@ def _driver_output(log_path: str, log: Any) -> DriverOutput:
     lines go to the task log (a detached driver's output is not there otherwise)."""
     output = DriverOutput()
     try:
-        with open(log_path, "rb") as handle:
-            handle.seek(max(0, os.fstat(handle.fileno()).st_size - _LOG_TAIL_BYTES))
-            lines = list(output.watch(handle.read().decode(errors="replace").splitlines()))
+        lines = list(output.watch(read_log_tail(log_path)))
     except OSError as exc:
         log.warning("cannot read the detached driver's output %s: %s", log_path, exc)
         return output
@@ -262,25 +210,20 @@ def _driver_output(log_path: str, log: Any) -> DriverOutput:
 
 
 def check_event(event: Any, generation: int) -> dict[str, Any]:
-    """The trigger's event, validated: a mapping with a known status, for `generation`.
+    """The trigger's event, validated (`services.detached_run.event_problem`).
 
     :raises AirflowException: anything else (the event is untrusted input).
     """
-    if not isinstance(event, Mapping):
-        raise AirflowException(f"malformed Sparkpoint run event {event!r}: expected a dict")
-    if event.get("status") not in EVENT_STATUSES:
-        raise AirflowException(f"malformed Sparkpoint run event {dict(event)!r}: status "
-                               f"{event.get('status')!r}, expected one of {', '.join(EVENT_STATUSES)}")
-    if event.get("generation") != generation:
-        raise AirflowException(f"Sparkpoint run event {dict(event)!r} is for generation "
-                               f"{event.get('generation')!r}; this task follows generation {generation}")
+    problem = event_problem(event, generation)
+    if problem is not None:
+        raise AirflowException(problem)
     return dict(event)
 
 
 def complete(op: DeferringSubmit, context: Context, event: Any, *, generation: int, token: str,
              since: int) -> dict[str, Any] | None:
     """``execute_complete``: end as an attached run ends (result, XCom, asset events), or
-    raise the run's own error.
+    raise the run's own error (`services.detached_run.run_end`).
 
     :raises SparkpointRunFailed: the run failed (its own error).
     :raises AirflowTaskTimeout: the run passed ``execution_timeout`` (the trigger stopped it).
@@ -289,22 +232,15 @@ def complete(op: DeferringSubmit, context: Context, event: Any, *, generation: i
     """
     event = check_event(event, generation)
     catalog = op._catalog()
-    message = str(event.get("message") or "")
-    if event["status"] != "success" and isinstance(event.get("log"), str) and event.get("log"):
-        op.log.info("the detached driver's output is %s on host %s", event["log"], event.get("host") or "?")
-    if event["status"] != "success" and isinstance(event.get("driver"), str) and event.get("driver"):
-        op.log.info("the driver ran on the cluster as %s (its log is the cluster's)", event["driver"])
-    if event["status"] == "timeout":
-        raise AirflowTaskTimeout(message or f"job {op.job_name!r} generation {generation} timed out")
-    if event["status"] == "dead":
-        bound = event.get("dead_after")
-        bound_text = f"{bound:.0f}" if isinstance(bound, (int, float)) else "?"
-        raise AirflowException(message or f"the driver of job {op.job_name!r} generation {generation} is "
-                                          f"silent for more than {bound_text} s: declared dead")
-    if event["status"] == "failed":
+    end = run_end(event, job=op.job_name, generation=generation)
+    for note in end.notes:
+        op.log.info("%s", note)
+    if end.status == "timeout":
+        raise AirflowTaskTimeout(end.message)
+    if end.status == "dead":
+        raise AirflowException(end.message)
+    if end.status == "failed":
         failed = op._run_failure(catalog, token, since) if token else None
-        raise failed or AirflowException(f"job {op.job_name!r} generation {generation} failed: {message}")
-    claim = catalog.generation_claim(generation)
-    if claim is not None:
-        found(op, context["ti"], claim)
+        raise failed or AirflowException(end.message)
+    found(op, context["ti"], catalog.generation_claim(generation))
     return op._finish(context, catalog, generation)

@@ -1,6 +1,6 @@
 """The Spark provider's hook as `SparkpointSubmitOperator` runs it: credentials (and the
 submit token) reach spark-submit's environment only, and the driver's output is read for
-its own error as it passes to the task log (`driver_errors.DriverOutput`)."""
+its own error as it passes to the task log (`services.driver_errors.DriverOutput`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_sparkpoint.operators.driver_errors import DriverOutput
+from airflow_sparkpoint.services.driver_errors import DriverOutput
 
 __all__ = ["SPARK_CONNECTION_KEYS", "SPARK_PROVIDER_PRIVATE_NAMES", "SparkpointSubmitHook"]
 

@@ -7,16 +7,23 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol
 
-from airflow_sparkpoint.operators.links import SparkpointSparkUILink, spark_ui_url
+from airflow_sparkpoint.operators.links import (
+    SparkpointCheckpointHistoryLink,
+    SparkpointSparkUILink,
+    checkpoint_history_url,
+    spark_ui_url,
+)
 from airflow_sparkpoint.services.runs import GenerationInfo, claim_json
 
-__all__ = ["Publishing", "found", "push"]
+__all__ = ["Publishing", "found", "push", "push_history_link"]
 
 
 class Publishing(Protocol):
-    """What `found` uses of the submit operator."""
+    """What `found` and `push_history_link` use of the submit operator."""
 
     job_name: str
+    sparkpoint_conn_id: str | None
+    checkpoint_dir: str | None
     spark_history_server: str | None
     sparkpoint_run: dict[str, Any] | None
 
@@ -45,6 +52,12 @@ def push(op: Publishing, ti: Any, key: str, value: Any) -> None:
         ti.xcom_push(key=key, value=value)
     except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
         op.log.debug("could not push XCom %r: %s", key, exc)
+
+
+def push_history_link(op: Publishing, ti: Any) -> None:
+    """Publish the checkpoint history link's XCom (before the run starts)."""
+    push(op, ti, SparkpointCheckpointHistoryLink().xcom_key,
+         checkpoint_history_url(op.job_name, op.sparkpoint_conn_id, op.checkpoint_dir))
 
 
 #: serializes `found` (the watcher thread and the task's own); module-level: a lock on

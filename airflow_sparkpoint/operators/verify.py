@@ -20,20 +20,17 @@ transactions are keyed by the drill's job name.
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
-from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
+from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
 from airflow_sparkpoint.operators.submit import SparkpointSubmitOperator
 from airflow_sparkpoint.services import drill as drills
 from airflow_sparkpoint.services.drill import LATEST_SAVEPOINT, SCRATCH, DrillFailed
-from airflow_sparkpoint.services.stores import validate_job_name
-from airflow_sparkpoint.services.submit import PREFIX
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -42,8 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["LATEST_SAVEPOINT", "SCRATCH", "DrillFailed", "SparkpointDrillOperator",
            "SparkpointVerifyOperator"]
-
-_FIXED = ("restore", "restore_snapshot", "trigger", "commit_mode", "sink", "emit_asset_events")
 
 
 class SparkpointDrillOperator(SparkpointSubmitOperator):
@@ -93,19 +88,7 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         keep_scratch: bool = False,
         **kwargs: Any,
     ) -> None:
-        fixed = sorted(set(_FIXED) & set(kwargs))
-        if fixed:
-            raise ConfigError(f"{type(self).__name__} sets {', '.join(fixed)} itself (a "
-                              "drill restores `snapshot` "
-                              "with trigger availableNow, commits in the job and writes "
-                              "only scratch output, which "
-                              "is no asset); remove the argument")
-        if not isinstance(output_args, Mapping) or not output_args:
-            raise ConfigError(f"{type(self).__name__} needs output_args: the application "
-                              "arguments through which "
-                              "it writes, mapped to scratch locations (e.g. {'--output': "
-                              "'{scratch}/out'}); without "
-                              "them a drill would write to the production sinks")
+        drills.check_parameters(type(self).__name__, kwargs, output_args)
         kwargs.setdefault("name", f"sparkpoint-drill-{job_name}")
         super().__init__(job_name=job_name, restore="latest", trigger="availableNow",
                          commit_mode="checkpoint", emit_asset_events=False, **kwargs)
@@ -164,51 +147,27 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         return self._snapshot_uri
 
     def build_sparkpoint_conf(self, restore: str) -> dict[str, str]:
-        conf = super().build_sparkpoint_conf(restore)
-        conf[f"{PREFIX}job"] = self.drill_job
-        conf[f"{PREFIX}restore.allowForeignJob"] = "true"
-        if self._drill_work is not None:
-            # Never the production job's live location: its g<N> directories would collide.
-            conf[f"{PREFIX}workDir"] = self._drill_work
-        return conf
+        """The submit's settings as the drill's (`services.drill.drill_conf`)."""
+        return drills.drill_conf(super().build_sparkpoint_conf(restore), drill_job=self.drill_job,
+                                 work=self._drill_work)
 
     # ------------------------------------------------------------------ execute
 
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
-        catalog = self._production_catalog()
-        started = time.monotonic()
-        verified_at = time.time()
-        snapshot_uri: str | None = None
-        checks: dict[str, Any] = {"drill_job": self.drill_job}
-        error: str | None = None
-        result: dict[str, Any] | None = None
-        try:
-            handle = self._resolve(catalog)
-            snapshot_uri = handle.uri
-            checks["snapshot_batch"] = handle.metadata.batch_id
-            drilled, result = self.drill(context, handle)
-            checks.update(drilled)
-        except DrillFailed as exc:
-            error = f"restore drill of {snapshot_uri or self.snapshot!r} failed: {exc}"
-        except (SparkpointError, OSError) as exc:
-            error = f"restore drill of {snapshot_uri or self.snapshot!r} failed: {exc}"
-        duration = time.monotonic() - started
-        if snapshot_uri is not None:
-            drills.record_drill(
-                snapshot_uri, verified_at=verified_at, duration_s=round(duration, 3), checks=checks,
-                error=error, verified_by=f"airflow:{self.dag_id}.{self.task_id}@{socket.gethostname()}",
-                storage_options=self.production_hook.storage_options)
-        if error is not None:
-            raise AirflowException(error)
-        self.log.info("restore drill of %s passed in %.1f s: %s", snapshot_uri, duration, checks)
-        return {"ok": True, "snapshot": snapshot_uri, "batch_id": checks.get("snapshot_batch"),
-                "verified_at": verified_at, "drill_job": self.drill_job, "result": result}
+        hook = self.production_hook
+        outcome = drills.run_drill(
+            self._production_catalog(), self.snapshot, drill_job=self.drill_job,
+            storage_options=hook.storage_options, scrub=hook.scrub,
+            verified_by=f"airflow:{self.dag_id}.{self.task_id}@{socket.gethostname()}",
+            drill=lambda handle: self.drill(context, handle))
+        if outcome.error is not None:
+            raise AirflowException(outcome.error)
+        self.log.info("restore drill of %s passed in %.1f s: %s", outcome.snapshot, outcome.duration_s,
+                      outcome.checks)
+        return outcome.summary()
 
     def _production_catalog(self) -> Catalog:
-        validate_job_name(self.drill_job)
-        if self.drill_job == self.job_name:
-            raise ConfigError(f"drill_job={self.drill_job!r} is the production job's "
-                              "name; a drill needs its own")
+        drills.check_drill_job(self.job_name, self.drill_job)
         return self.production_hook.get_catalog(self.job_name)
 
     def drill(self, context: Context, handle: SnapshotHandle) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -238,11 +197,6 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
             self._remove_scratch()
             self.application_args, self.conf, self.env_vars, self.py_files = saved
             self.sparkpoint_run = None  # the next drill finds its own run
-
-    def _resolve(self, catalog: Catalog) -> SnapshotHandle:
-        hook = self.production_hook
-        return drills.resolve_drilled(catalog, self.snapshot, storage_options=hook.storage_options,
-                                      scrub=hook.scrub, drill_job=self.drill_job)
 
     def _prepare_scratch(self) -> None:
         self._scratch = drills.Scratch.create(self.drill_dir, self.work_dir)

@@ -66,6 +66,11 @@ class DriverProcess:
             fields[name] = value
         return cls(pgid=pgid, **fields)
 
+    def launch_json(self) -> dict[str, Any]:
+        """The driver as the catalog's launch record names it (`checkpoints.launches`,
+        ``kind`` ``process``: what `sparkpoint status` shows)."""
+        return {"kind": "process", "host": self.host, "pgid": self.pgid, "log": self.log}
+
     def describe(self) -> str:
         return f"process group {self.pgid} on host {self.host or '?'} (log {self.log or '?'})"
 

@@ -17,11 +17,12 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
+from airflow_sparkpoint.checkpoints.layout import validate_job_name
 from airflow_sparkpoint.checkpoints.verification import VerificationRecord
 from airflow_sparkpoint.exceptions import (
     ConfigError,
@@ -30,10 +31,12 @@ from airflow_sparkpoint.exceptions import (
     SparkpointError,
     StorageError,
 )
+from airflow_sparkpoint.runtime.config import PREFIX
 from airflow_sparkpoint.storage import open_storage, split_uri
 
-__all__ = ["LATEST_SAVEPOINT", "SCRATCH", "DrillFailed", "Scratch", "check_result", "drill_arguments",
-           "newest_savepoint", "record_drill", "resolve_drilled"]
+__all__ = ["FIXED_PARAMETERS", "LATEST_SAVEPOINT", "SCRATCH", "DrillFailed", "DrillOutcome", "Scratch",
+           "check_drill_job", "check_parameters", "check_result", "drill_arguments", "drill_conf",
+           "newest_savepoint", "record_drill", "resolve_drilled", "run_drill"]
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +44,107 @@ log = logging.getLogger(__name__)
 SCRATCH = "{scratch}"
 #: the `snapshot` that drills the newest complete savepoint
 LATEST_SAVEPOINT = "latest_savepoint"
+#: the submit parameters a drill sets itself
+FIXED_PARAMETERS = ("restore", "restore_snapshot", "trigger", "commit_mode", "sink", "emit_asset_events")
 
 
 class DrillFailed(Exception):
     """The drill failed; the message says why (internal to the drill operators)."""
+
+
+def check_parameters(owner: str, given: Iterable[str], output_args: Any) -> None:
+    """A drill operator's parameters, when the DAG is parsed: none of `FIXED_PARAMETERS`
+    among the `given` names, and `output_args` a non-empty mapping. `owner` names the
+    operator class in the messages.
+
+    :raises ConfigError: naming the parameter and what to do instead.
+    """
+    fixed = sorted(set(FIXED_PARAMETERS) & set(given))
+    if fixed:
+        raise ConfigError(f"{owner} sets {', '.join(fixed)} itself (a "
+                          "drill restores `snapshot` "
+                          "with trigger availableNow, commits in the job and writes "
+                          "only scratch output, which "
+                          "is no asset); remove the argument")
+    if not isinstance(output_args, Mapping) or not output_args:
+        raise ConfigError(f"{owner} needs output_args: the application "
+                          "arguments through which "
+                          "it writes, mapped to scratch locations (e.g. {'--output': "
+                          "'{scratch}/out'}); without "
+                          "them a drill would write to the production sinks")
+
+
+def check_drill_job(job: str, drill_job: str) -> None:
+    """:raises ConfigError: `drill_job` is no valid job name, or the production `job`'s."""
+    validate_job_name(drill_job)
+    if drill_job == job:
+        raise ConfigError(f"drill_job={drill_job!r} is the production job's "
+                          "name; a drill needs its own")
+
+
+def drill_conf(settings: Mapping[str, str], *, drill_job: str, work: str | None) -> dict[str, str]:
+    """A submit's ``spark.sparkpoint.*`` `settings` as the drill's: its own job name, a
+    restore of another job's snapshot allowed, and its own live location `work` (never the
+    production job's: its ``g<N>`` directories would collide)."""
+    conf = dict(settings)
+    conf[f"{PREFIX}job"] = drill_job
+    conf[f"{PREFIX}restore.allowForeignJob"] = "true"
+    if work is not None:
+        conf[f"{PREFIX}workDir"] = work
+    return conf
+
+
+@dataclass(frozen=True)
+class DrillOutcome:
+    """What a drill found: the drilled `snapshot` (None: not resolved), the `checks`, the
+    run's `result`, the `error` (None: passed), when it started (`verified_at`) and how
+    long it took."""
+
+    snapshot: str | None
+    checks: dict[str, Any]
+    result: dict[str, Any] | None
+    error: str | None
+    verified_at: float
+    duration_s: float
+    drill_job: str = ""
+
+    def summary(self) -> dict[str, Any]:
+        """The drill operator's XCom: ``ok``, ``snapshot``, ``batch_id``, ``verified_at``,
+        ``drill_job``, ``result``."""
+        return {"ok": self.error is None, "snapshot": self.snapshot,
+                "batch_id": self.checks.get("snapshot_batch"), "verified_at": self.verified_at,
+                "drill_job": self.drill_job, "result": self.result}
+
+
+def run_drill(catalog: Catalog, snapshot: str, *, drill_job: str, storage_options: Mapping[str, Any],
+              scrub: Callable[[str], str], verified_by: str,
+              drill: Callable[[SnapshotHandle], tuple[dict[str, Any], dict[str, Any] | None]],
+              ) -> DrillOutcome:
+    """The drill of the snapshot `snapshot` names (`resolve_drilled`): `drill` runs the
+    application from it (the checks and the run result; `DrillFailed`, a `SparkpointError`
+    or an `OSError` is the drill's failure), and the outcome is recorded beside the
+    snapshot (`record_drill`, when it was resolved). Never raises those failures: the
+    outcome's `error` holds them."""
+    started = time.monotonic()
+    verified_at = time.time()
+    snapshot_uri: str | None = None
+    checks: dict[str, Any] = {"drill_job": drill_job}
+    error: str | None = None
+    result: dict[str, Any] | None = None
+    try:
+        handle = resolve_drilled(catalog, snapshot, storage_options=storage_options, scrub=scrub,
+                                 drill_job=drill_job)
+        snapshot_uri = handle.uri
+        checks["snapshot_batch"] = handle.metadata.batch_id
+        drilled, result = drill(handle)
+        checks.update(drilled)
+    except (DrillFailed, SparkpointError, OSError) as exc:
+        error = f"restore drill of {snapshot_uri or snapshot!r} failed: {exc}"
+    duration = time.monotonic() - started
+    if snapshot_uri is not None:
+        record_drill(snapshot_uri, verified_at=verified_at, duration_s=round(duration, 3), checks=checks,
+                     error=error, verified_by=verified_by, storage_options=storage_options)
+    return DrillOutcome(snapshot_uri, checks, result, error, verified_at, duration, drill_job)
 
 
 def resolve_drilled(catalog: Catalog, snapshot: str, *, storage_options: Mapping[str, Any],

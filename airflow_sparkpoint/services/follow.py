@@ -94,6 +94,15 @@ class RunFollower:
         self._errors = 0
         return event
 
+    def until_ended(self, poll_s: float, *, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+        """`safe_look` every `poll_s` seconds until the run is over; its event (blocking:
+        a task that follows its run itself, where the trigger's loop is asynchronous)."""
+        event = self.safe_look()
+        while event is None:
+            sleep(poll_s)
+            event = self.safe_look()
+        return event
+
     def look(self, now: float | None = None) -> dict[str, Any] | None:
         """One look (two store requests): the event when the run is over, else None.
 

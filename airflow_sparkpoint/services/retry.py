@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, open_snapshot
+from airflow_sparkpoint.checkpoints.history_records import AirflowTry
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError
-from airflow_sparkpoint.services.runs import find_claim, run_status
+from airflow_sparkpoint.services.runs import find_claim, new_token, run_status
+from airflow_sparkpoint.services.submit import check_start, start_rule
 
-__all__ = ["TASK_STATE_KEY", "TaskRecord", "choose_restore", "chosen_snapshot", "restore_decision"]
+__all__ = ["TASK_STATE_KEY", "TaskRecord", "TryPlan", "choose_restore", "chosen_snapshot", "plan_try",
+           "restore_decision"]
 
 log = logging.getLogger(__name__)
 
@@ -176,3 +179,54 @@ def restore_decision(catalog: Catalog, *, job: str, task: str, try_number: int, 
                      "newest checkpoint of this "
                      "task's own tries (a newer one is another run's)")
     return lines
+
+
+@dataclass(frozen=True)
+class TryPlan:
+    """What a try of a submit task starts from: the task's record of its earlier tries
+    (`previous`, None on a first try or without a task state store), the newest generation
+    before this try (`since`: its run is looked for among newer ones), the generations the
+    earlier tries ran (`own`, None when not known), the restore target chosen and the log
+    lines that say why (`lines`)."""
+
+    try_number: int
+    previous: TaskRecord | None
+    since: int
+    own: list[int] | None
+    restore: str
+    lines: list[str]
+
+    def start(self, catalog: Catalog, starter: AirflowTry, *, takeover: bool, settings: Mapping[str, str],
+              store: Any, retention: Any = None) -> str:
+        """Start this try: refuse it while another task's run is live (`check_start`; the
+        driver checks again, the same rule, before its claim), then record its new submit
+        token in the task's record. Returns the token.
+
+        :raises JobAlreadyRunning: another task's run is live and not `takeover`.
+        :raises CutoverInProgress: a cutover of the job is open.
+        """
+        check_start(catalog, starter, takeover=takeover, **start_rule(settings))
+        token = new_token()
+        previous = self.previous
+        TaskRecord(self.try_number, self.restore, (*(previous.tokens if previous else ()), token),
+                   previous.since if previous else self.since).save(store, retention=retention)
+        return token
+
+
+def plan_try(catalog: Catalog, store: Any, *, try_number: int, job: str, task: str, restore: str,
+             restore_snapshot: Any, choose: Callable[[int, Catalog, list[int] | None], str]) -> TryPlan:
+    """What try `try_number` of task `task` restores (`choose`: `choose_restore` with the
+    task's parameters, or a drill's own choice), from the task's record in `store` (read on
+    a retry) and the catalog, with the log lines that say why (`restore_decision`).
+
+    :raises ConfigError: `restore_snapshot` is not a path.
+    :raises StorageError: the store cannot be read.
+    """
+    previous = TaskRecord.load(store) if try_number > 1 else None
+    since = catalog.current_generation()
+    own = previous.generations(catalog) if previous is not None else None
+    chosen = choose(try_number, catalog, own)
+    lines = restore_decision(catalog, job=job, task=task, try_number=try_number, restore=restore,
+                             chosen=chosen, previous=previous,
+                             hand_chosen=chosen_snapshot(restore_snapshot) is not None)
+    return TryPlan(try_number, previous, since, own, chosen, lines)

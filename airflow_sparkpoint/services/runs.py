@@ -25,6 +25,7 @@ from airflow_sparkpoint.exceptions import CorruptMetadata, SparkpointError
 
 __all__ = [
     "ERROR_LINE", "AirflowTry", "GenerationInfo", "LaunchRecord", "RunClaim", "RunWatcher", "claim_json",
+    "committed_batches",
     "describe_driver", "find_claim", "launch_of", "new_token", "parse_error_line", "read_result",
     "record_launch", "reported_error", "run_status", "task_try",
 ]
@@ -128,6 +129,12 @@ def read_result(catalog: Catalog, generation: int) -> dict[str, Any] | None:
     """
     result = read_run_result(catalog, generation)
     return None if result is None else result.to_json()
+
+
+def committed_batches(result: Mapping[str, Any]) -> list[Any]:
+    """The batches a run made durable (its asset event's): those its restore-time recovery
+    committed, then those it committed itself (`read_result`'s form)."""
+    return [*(result.get("recovered") or {}).get("committed", ()), *result.get("committed_batches", ())]
 
 
 def task_try(context: Mapping[str, Any], dag_id: str, task_id: str) -> AirflowTry:

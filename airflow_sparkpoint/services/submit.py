@@ -27,7 +27,8 @@ from airflow_sparkpoint.runtime.takeover import check_start
 from airflow_sparkpoint.storage.endpoints import ENDPOINT_URL, REGION_NAME
 
 __all__ = [
-    "OPERATOR_SETTINGS", "PREFIX", "SUBMITTER_ENV", "check_parameters", "check_start", "interval_text",
+    "OPERATOR_SETTINGS", "PREFIX", "SUBMITTER_ENV", "check_parameters", "check_start", "driver_environment",
+    "interval_text",
     "path_with_local_spark", "require_spark_binary", "resolve_application", "secret_environment",
     "sparkpoint_conf", "sparkpoint_settings", "start_rule", "starter_environment",
 ]
@@ -171,6 +172,13 @@ def starter_environment(starter: AirflowTry) -> dict[str, str]:
               "try_number": "" if starter.try_number is None else str(starter.try_number),
               "map_index": "" if starter.map_index is None else str(starter.map_index)}
     return {AIRFLOW_CONTEXT_ENV[name]: value for name, value in values.items() if value}
+
+
+def driver_environment(starter: AirflowTry, token: str) -> dict[str, str]:
+    """What the driver of a submit gets by environment, in client and cluster mode alike:
+    the task try that starts it (`starter_environment`) and the submit's `token`
+    (`SUBMITTER_ENV`: not a secret, it only names the submit)."""
+    return {**starter_environment(starter), SUBMITTER_ENV: token}
 
 
 def resolve_application(application: Any, dag_file: str | None) -> str:

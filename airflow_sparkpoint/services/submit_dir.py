@@ -29,7 +29,7 @@ from pathlib import Path
 from airflow_sparkpoint.runtime.livedir import LiveLock, try_lock
 
 __all__ = ["PREFIX", "ROCKSDB_LIBRARY_DIR_ENV", "SWEEP_MIN_AGE_S", "SubmitDir", "build_runtime_zip",
-           "open_submit_dir", "sweep"]
+           "open_submit_dir", "sweep", "with_runtime_zip"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,12 @@ def build_runtime_zip(directory: str | None = None) -> str:
             for file in sorted((package / sub).rglob("*.py")):
                 archive.write(file, f"airflow_sparkpoint/{file.relative_to(package).as_posix()}")
     return path
+
+
+def with_runtime_zip(py_files: str | None, directory: str) -> str:
+    """`py_files` (spark-submit's ``--py-files``, comma-separated) with a new runtime zip
+    (`build_runtime_zip` in `directory`) added."""
+    return ",".join(p for p in (py_files, build_runtime_zip(directory)) if p)
 
 
 class SubmitDir:

@@ -1,0 +1,163 @@
+"""The detached run a deferrable submit task follows (``deferrable=True``; cluster mode
+too): its record in the task state store (`DetachedRecord`), whether a resumption of the
+task follows its own live run again instead of starting a new generation (`resumption`),
+and what the trigger's one event about the run's end says (`event_problem`, `run_end`).
+Pure Python: no Spark, no Airflow (the front end passes the store and its retention).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo
+from airflow_sparkpoint.checkpoints.history_records import AirflowTry
+from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.services.cluster_manager import cluster_record
+from airflow_sparkpoint.services.detached import DriverProcess
+from airflow_sparkpoint.services.follow import EVENT_STATUSES, reattach_target
+
+__all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "DetachedRecord", "Resumption", "RunEnd", "event_problem",
+           "resumption", "run_end"]
+
+#: the task state store key of the detached run's record
+DETACHED_KEY = "sparkpoint_detached"
+#: how long the task waits for the detached driver's generation claim before it gives up
+CLAIM_TIMEOUT_S = 600.0
+
+
+class DetachedRecord(dict):  # type: ignore[type-arg]
+    """The detached run a task follows, as kept in the task state store:
+    ``generation``, ``token``, ``since``, ``deadline`` and where the driver runs: ``process``
+    (`DriverProcess.to_json`, client mode) or ``cluster`` (cluster mode: ``driver``,
+    `ClusterDriver.to_json`, and ``conn_id``, the Spark connection whose cluster manager
+    watches and kills it)."""
+
+    @classmethod
+    def load(cls, store: Any) -> DetachedRecord | None:
+        """The record in `store` (None: no store, no record or an unreadable one)."""
+        if store is None:
+            return None
+        try:
+            raw = store.get(DETACHED_KEY)
+            raw = json.loads(raw) if isinstance(raw, str) else raw
+            if not isinstance(raw, dict) or not isinstance(raw.get("generation"), (int, type(None))):
+                return None
+            if raw.get("cluster") is not None:
+                cluster_record(raw["cluster"])
+            else:
+                DriverProcess.from_json(raw.get("process"))
+            return cls(raw)
+        except (ConfigError, ValueError, TypeError, AttributeError, KeyError):
+            return None
+        except Exception:  # noqa: BLE001 - the store's transport: bookkeeping never fails the run
+            return None
+
+    def save(self, store: Any, log: Any, *, retention: Any = None) -> None:
+        """Write the record to `store` (nothing without one), kept for `retention` (the
+        store's never-expiring one: a streaming job outlives its default); a failure is
+        `log`ged as a warning."""
+        if store is None:
+            return
+        try:
+            store.set(DETACHED_KEY, dict(self), retention=retention)
+        except Exception as exc:  # noqa: BLE001 - bookkeeping must not fail the run
+            log.warning("could not write the task state record %r: %s", DETACHED_KEY, exc)
+
+    def claimed(self, generation: int) -> DetachedRecord:
+        """This record once its driver claimed `generation`."""
+        return DetachedRecord({**self, "generation": generation})
+
+
+@dataclass(frozen=True)
+class Resumption:
+    """A resumed task's own live run, followed again: its `generation`, the submit
+    `token` and the generation `since` its run is looked for after, the `deadline` of
+    the task, where its driver runs (a detached `process`, a `cluster` record, or
+    neither: not recorded) and its generation `claim` (None: unreadable)."""
+
+    generation: int
+    token: str
+    since: int
+    deadline: float | None
+    process: DriverProcess | None
+    cluster: Mapping[str, Any] | None
+    claim: GenerationInfo | None
+
+
+def resumption(catalog: Catalog, starter: AirflowTry, *, own: Sequence[int] | None,
+               record: DetachedRecord | None, dead_after: float,
+               deadline: Callable[[], float | None]) -> Resumption | None:
+    """The task's own live run that a resumption (a retry, a worker lost before it
+    deferred) follows again, or None: start a new generation (`follow.reattach_target`:
+    live, started by this task instance, one of `own`, no stop or cancel addressed to it).
+    Where its driver runs, its token and deadline come from the task's `record` when that
+    names this run (by generation, or, a worker lost before the claim came, by the submit
+    token its claim records); else the token is the claim's and the `deadline` a new one.
+
+    :raises StorageError: the store cannot be read.
+    """
+    status = reattach_target(catalog, starter, own=own, max_heartbeat_age=dead_after)
+    if status is None:
+        return None
+    process = cluster = None
+    token, since, until = "", status.generation - 1, deadline()
+    claim = catalog.generation_claim(status.generation)
+    if record is not None and (record["generation"] == status.generation or (
+            claim is not None and record.get("token") and claim.submitter == record.get("token"))):
+        if record.get("cluster") is not None:
+            cluster = record["cluster"]
+        else:
+            process = DriverProcess.from_json(record["process"])
+        token, since = str(record.get("token") or ""), int(record.get("since") or since)
+        until = record.get("deadline") if isinstance(record.get("deadline"), (int, float)) else until
+    if claim is not None:
+        token = token or claim.submitter
+    return Resumption(status.generation, token, since, until, process, cluster, claim)
+
+
+def event_problem(event: Any, generation: int) -> str | None:
+    """What is wrong with the trigger's `event` (untrusted input), or None: a mapping with a
+    known status (`follow.EVENT_STATUSES`), for `generation`."""
+    if not isinstance(event, Mapping):
+        return f"malformed Sparkpoint run event {event!r}: expected a dict"
+    if event.get("status") not in EVENT_STATUSES:
+        return (f"malformed Sparkpoint run event {dict(event)!r}: status "
+                f"{event.get('status')!r}, expected one of {', '.join(EVENT_STATUSES)}")
+    if event.get("generation") != generation:
+        return (f"Sparkpoint run event {dict(event)!r} is for generation "
+                f"{event.get('generation')!r}; this task follows generation {generation}")
+    return None
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a followed run ended, from a valid event: its `status` (`follow.EVENT_STATUSES`),
+    the task's error `message` when it did not succeed, and `notes` for the task log
+    (where the driver's output is)."""
+
+    status: str
+    message: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def run_end(event: Mapping[str, Any], *, job: str, generation: int) -> RunEnd:
+    """The end of run `generation` of `job` that a valid `event` reports (`event_problem`)."""
+    message = str(event.get("message") or "")
+    notes = []
+    if event["status"] != "success" and isinstance(event.get("log"), str) and event.get("log"):
+        notes.append(f"the detached driver's output is {event['log']} on host {event.get('host') or '?'}")
+    if event["status"] != "success" and isinstance(event.get("driver"), str) and event.get("driver"):
+        notes.append(f"the driver ran on the cluster as {event['driver']} (its log is the cluster's)")
+    if event["status"] == "timeout":
+        return RunEnd("timeout", message or f"job {job!r} generation {generation} timed out", notes)
+    if event["status"] == "dead":
+        bound = event.get("dead_after")
+        bound_text = f"{bound:.0f}" if isinstance(bound, (int, float)) else "?"
+        return RunEnd("dead", message or f"the driver of job {job!r} generation {generation} is "
+                                         f"silent for more than {bound_text} s: declared dead", notes)
+    if event["status"] == "failed":
+        return RunEnd("failed", f"job {job!r} generation {generation} failed: {message}", notes)
+    return RunEnd("success", "", notes)
