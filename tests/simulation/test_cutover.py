@@ -197,3 +197,49 @@ def test_call_off_before_the_agreement_withdraws_blue_s_stop_after(monkeypatch: 
     run_schedule(_schedule("directory", 1), ScriptedChooser([hold]))
     assert seen["pending"] == [], f"call_off left blue's stop_after pending: {seen}"
     assert seen["state"] == "expired", seen  # withdrawn: no run can take it any more
+
+
+def test_blue_refuses_a_stop_after_whose_cutover_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop_after nobody withdrew in time (the call-off died between its end record and
+    the withdrawal): blue takes it, finds its cutover ended, fails it and runs on."""
+    from airflow_sparkpoint.checkpoints.control import ControlChannel
+    from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore, new_cutover_id
+    from airflow_sparkpoint.services.cutover import stop_after_batch
+    from airflow_sparkpoint.services.savepoint import savepoint_source
+    from tests.simulation import simulate
+    from tests.simulation.world import JOB
+
+    seen: dict[str, Any] = {}
+
+    def cutover(world: Any, spec: CutoverSpec, name: str) -> Any:
+        catalog = world.catalog()
+        for _ in range(60):
+            source, latest = savepoint_source(catalog, actors.MAX_HEARTBEAT_AGE_S), catalog.latest()
+            if source.run is not None and latest is not None:
+                break
+            world.scheduler.clock.sleep(1.0)
+        assert source.run is not None and latest is not None
+        blue = source.run.generation
+        cid = new_cutover_id()
+        store = CutoverStore(catalog)
+        store.plan(CutoverPlan(cid, JOB, blue, catalog.checkpoint_uri(latest.id), latest.batch_id,
+                               f"{JOB}-shadow", f"{world.root}/shadow", requested_by=name))
+        asked = stop_after_batch(catalog, latest.batch_id + 3, timeout_s=300.0, poll_s=2.0,
+                                 max_heartbeat_age=actors.MAX_HEARTBEAT_AGE_S, requested_by=name, wait=False,
+                                 generation=blue, cutover_id=cid)
+        store.end(cid, "aborted", step="warmup", reason="called off", by=name)  # ...and died: not withdrawn
+        seen["request"] = asked.request_id
+        return "ended"
+
+    real_end = simulate._check_end
+
+    def check_end(world: Any, scheduler: Any, schedule: Any) -> None:
+        real_end(world, scheduler, schedule)
+        seen["result"] = ControlChannel(world.raw_catalog()).result(seen["request"])
+
+    monkeypatch.setattr(actors, "cutover", cutover)
+    monkeypatch.setattr(simulate, "_check_end", check_end)
+    hold = Pause("a0", ("sink.stage",), until="a1", occurrence=3)
+    run_schedule(_schedule("directory", 1), ScriptedChooser([hold]))
+    result = seen["result"]
+    assert result.state == "failed" and "ended (aborted at warmup)" in (result.error or ""), result
