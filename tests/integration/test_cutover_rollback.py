@@ -19,8 +19,9 @@ import pytest
 
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverStore
+from airflow_sparkpoint.demo.support import write_batch_file
 from airflow_sparkpoint.services.rollback import abort_stopped_generation
-from tests.support.cutover_run import Feeder, blue_conf, run_cutover, sparkpoint_commits
+from tests.support.cutover_run import blue_conf, run_cutover, sparkpoint_commits, users_of
 from tests.support.shadow_totals import JOB_SCRIPT, batch_rows, green_totals, rows_of
 from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
 
@@ -58,9 +59,11 @@ def test_a_rollback_after_the_cutover_restores_blue_s_final_savepoint_state(spar
                                                                                stop.savepoint)
 
     # Blue's code starts again (restore=latest) and runs three batches after N.
-    feeder = Feeder(run.base / "blue" / "input", 1.0)
-    feeder.files = list(run.files)
-    feeder.rush(n + 3)
+    files = list(run.files)
+    while len(files) <= n + 3:
+        index = len(files)
+        write_batch_file(run.base / "blue" / "input", index, rows_of(index, users_of(index)))
+        files.append(users_of(index))
     env = submit_env()
     conf = {**blue_conf(run.root), "spark.sparkpoint.trigger": "availableNow"}
     log = run.base / "blue" / "restart.log"
@@ -72,13 +75,13 @@ def test_a_rollback_after_the_cutover_restores_blue_s_final_savepoint_state(spar
     restart = next(o for o in catalog.origins() if o.generation == green + 2)
     assert (restart.kind, restart.uri, restart.batch_id) == ("savepoint", stop.savepoint, n), restart
     commits = sparkpoint_commits(run.output)
-    last = len(feeder.files) - 1
+    last = len(files) - 1
     by_batch = sorted((c["batch"], c["generation"]) for c in commits)
     assert by_batch == [(b, gb) for b in range(n + 1)] + [(b, green + 2) for b in range(n + 1, last + 1)], by_batch
     rows = batch_rows(run.output, commits)
-    blue_oracle = green_totals(feeder.files, last)  # blue's code throughout
+    blue_oracle = green_totals(files, last)  # blue's code throughout
     assert rows == {b: blue_oracle[b] for b in range(last + 1)}
-    carried = _green_state_carried_on(feeder.files, k, n)  # had the rollback returned to green's checkpoint
+    carried = _green_state_carried_on(files, k, n)  # had the rollback returned to green's checkpoint
     assert any(carried[b] != blue_oracle[b] for b in range(n + 1, last + 1)), \
         "the oracle must tell blue's restored state from green's"
 
