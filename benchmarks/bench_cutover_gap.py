@@ -7,8 +7,9 @@ deploy, the input of the next batches is there at once (a backlog), so the gap i
 deploy's, not the input's.
 
 - **cutover**: `tests/support/cutover_run.run_cutover` (green warms up in this process
-  as the cutover's shadow; blue stops exactly after the agreed N; green claims the job
-  and commits N+1);
+  as the cutover's shadow; blue stops exactly after the agreed N and takes its final
+  savepoint of N; green claims the job and commits N+1); blue's share of the gap (its
+  commit of N to its request's completion) and its final savepoint's copy are printed;
 - **restart**: stop-with-savepoint (`services.savepoint.take_savepoint`), then green's
   own ``spark-submit`` restoring the savepoint (JVM start, restore, first batch, commit).
 
@@ -110,6 +111,25 @@ def second_driver(marks: dict[str, tuple[float, Any]]) -> dict[str, float]:
             "green_run_s": end - start, "green_cpu_s": cpu2 - cpu0}
 
 
+def blue_stop(run: Any) -> dict[str, Any]:
+    """Blue's share of the cutover's gap: from its commit of N (the table's history) to its
+    stop_after request's completion, and, inside it, its final savepoint of N (the copy of
+    its final checkpoint: the savepoint's own duration and size)."""
+    from airflow_sparkpoint.checkpoints.control import ControlChannel
+
+    catalog = run.catalog
+    result = ControlChannel(catalog).result(run.stop_request)
+    at = {c["batch"]: c["timestamp"] for c in run.commits}
+    found: dict[str, Any] = {"commit_to_completed_s": result.updated_at - at[run.n] / 1000.0,
+                             "savepoint": result.savepoint, "savepoint_s": None, "savepoint_bytes": None}
+    handle = catalog.own_snapshot(result.savepoint) if result.savepoint else None
+    if handle is not None:
+        found["savepoint_s"] = handle.metadata.stats.duration_ms / 1000.0
+        found["savepoint_bytes"] = handle.metadata.stats.bytes_copied
+        found["savepoint_files"] = handle.metadata.stats.files_copied
+    return found
+
+
 def restart_gap(base: Path, pace_s: float, *, warm_batches: int = 6, after: int = 4,
                 timeout_s: float = 300.0) -> dict[str, Any]:
     """Today's path: blue runs `warm_batches`, stop-with-savepoint, green's spark-submit
@@ -184,13 +204,14 @@ def main() -> None:
         cutover_s = time.perf_counter() - started
         gap, idle = commit_gap(run.commits, run.n)
         cost = second_driver(run.marks)
+        stop = blue_stop(run)
         restart = restart_gap(Path(tmp) / "restart", opts.pace)
     ratio = gap / restart["gap_s"] if restart["gap_s"] > 0 else math.inf
     ok = idle <= GOAL_INTERVALS and ratio <= GOAL_RATIO
     result = {
         "benchmark": "cutover_gap", "trigger_s": TRIGGER_S, "pace_s": opts.pace,
         "cutover": {"gap_s": gap, "idle_intervals": idle, "k": run.k, "n": run.n, "run_s": cutover_s},
-        "second_driver": cost,
+        "second_driver": cost, "blue_stop": stop,
         "restart": restart, "ratio": ratio, "goal": {"idle_intervals": GOAL_INTERVALS, "ratio": GOAL_RATIO},
         "pass": ok,
         "summary": f"cutover gap {gap:.2f} s ({idle} idle trigger intervals) vs stop-savepoint-start "
@@ -203,6 +224,10 @@ def main() -> None:
         (f"stop-savepoint-start:  gap {restart['gap_s']:.2f} s, {restart['idle_intervals']} interval(s) "
          f"(N={restart['n']})"),
         f"ratio cutover / restart: {ratio:.3f}",
+        (f"blue's stop after N: its commit of N to the request's completion "
+         f"{stop['commit_to_completed_s']:.2f} s, of which its final savepoint of N "
+         + (f"{stop['savepoint_s']:.2f} s ({stop['savepoint_files']} files, {stop['savepoint_bytes']} bytes)"
+            if stop["savepoint_s"] is not None else "none (a blue that took none)")),
         (f"second driver per deploy: green ran {cost['beside_blue_s']:.1f} s beside blue "
          f"(its start to blue's exit), using {cost['cpu_beside_blue_s']:.1f} CPU s "
          f"({cost['cores_beside_blue']:.2f} cores); "

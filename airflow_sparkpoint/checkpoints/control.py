@@ -98,13 +98,15 @@ class ControlChannel:
         timeout_s: float = 600.0,
         requested_by: str = "",
         after_batch: int | None = None,
+        cutover: str | None = None,
     ) -> ControlRequest:
         """Write a new request for run `generation`; it expires `timeout_s` seconds from now.
-        A ``stop_after`` request names `after_batch`, the last batch the run may stage.
+        A ``stop_after`` request names `after_batch`, the last batch the run may stage,
+        and `cutover`, the zero-downtime cutover it is filed for (if any).
 
         :raises ConfigError: unknown `kind`, non-positive `timeout_s`, `generation`
             missing or not an integer >= 1, or `after_batch` missing or negative for
-            ``stop_after`` (given for another kind).
+            ``stop_after`` (given for another kind), or `cutover` given for another kind.
         """
         if kind not in KINDS:
             raise ConfigError(f"control request kind {kind!r} is invalid; expected one of {', '.join(KINDS)}")
@@ -112,6 +114,9 @@ class ControlChannel:
             check_kind(kind, after_batch)
         except ControlError as exc:
             raise ConfigError(str(exc)) from None
+        if cutover is not None and (kind != "stop_after" or not isinstance(cutover, str) or not cutover):
+            raise ConfigError(f"cutover={cutover!r} belongs to stop_after requests (a cutover id), not to a "
+                              f"{kind} request")
         if generation is None:
             raise ConfigError(
                 f"a {kind} request needs generation=<the live run's generation> (see `sparkpoint status`): "
@@ -138,6 +143,7 @@ class ControlChannel:
             generation=generation,
             requested_by=str(requested_by),
             after_batch=after_batch,
+            cutover=cutover,
         )
         self.store.put_if_absent(_request_key(request.id),
                                  json.dumps(request.to_json(), sort_keys=True).encode())

@@ -96,6 +96,9 @@ class ControlRequest:
     requested_by: str = ""
     #: ``stop_after``: the last batch the run stages and commits before it stops
     after_batch: int | None = None
+    #: ``stop_after``: the zero-downtime cutover it was filed for (its call-off withdraws
+    #: it, even before the agreement names it), or None
+    cutover: str | None = None
 
     def expired(self, now: float | None = None) -> bool:
         return (time.time() if now is None else now) > self.deadline
@@ -105,6 +108,8 @@ class ControlRequest:
                 "requested_by": clip(self.requested_by, 1024)}
         if self.after_batch is None:
             del body["after_batch"]  # a record of the first schema, as earlier releases wrote it
+        if self.cutover is None:
+            del body["cutover"]
         return body
 
     @classmethod
@@ -121,6 +126,7 @@ class ControlRequest:
                 generation=_opt_int(data.get("generation")),
                 requested_by=str(data.get("requested_by", "")),
                 after_batch=_opt_int(data.get("after_batch")),
+                cutover=None if data.get("cutover") is None else str(data["cutover"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ControlError(f"control request is malformed ({exc.__class__.__name__}: {exc})") from None
@@ -130,7 +136,8 @@ class ControlRequest:
 
 @dataclass(frozen=True)
 class ControlResult:
-    """Where a request stands. `savepoint` is the savepoint URI once completed;
+    """Where a request stands. `savepoint` is the savepoint URI once completed (for a
+    completed ``stop_after``: the run's final savepoint, of the same batch);
     `checkpoint` the URI of the run's final checkpoint (a completed ``stop_after``)."""
 
     request_id: str

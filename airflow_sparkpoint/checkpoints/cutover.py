@@ -184,13 +184,16 @@ class CutoverAgreement:
 @dataclass(frozen=True)
 class CutoverClaim:
     """Green took generation `generation` (blue's + 1) and adopted the job at batch
-    `batch_id`, from blue's final checkpoint `checkpoint` (the base of its lineage)."""
+    `batch_id`, from blue's final checkpoint `checkpoint` (the base of its lineage);
+    `savepoint` is blue's final savepoint of that batch (what a rollback after the
+    cutover restores; None from a blue that took none)."""
 
     id: str
     generation: int
     batch_id: int
     checkpoint: str
     at: float = 0.0
+    savepoint: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, **asdict(self)}
@@ -198,14 +201,17 @@ class CutoverClaim:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CutoverClaim:
         _check_schema(data, "cutover claim")
+        savepoint = data.get("savepoint")
         return cls(str(data["id"]), int(data["generation"]), int(data["batch_id"]), str(data["checkpoint"]),
-                   float(data.get("at", 0.0)))
+                   float(data.get("at", 0.0)), None if savepoint is None else str(savepoint))
 
 
 @dataclass(frozen=True)
 class CutoverEnd:
     """How a cutover ended: `outcome` one of `OUTCOMES`; `step` the step it ended at
-    (``warmup``, ``agreement``, ``stop``, ``claim``, ``first_commit``, ``rollback``)."""
+    (``warmup``, ``agreement``, ``stop``, ``claim``, ``first_commit``, ``rollback``);
+    `restore`, of a rollback, where it returned the job's lineage (blue's final savepoint,
+    or a checkpoint of green's)."""
 
     id: str
     outcome: str
@@ -214,6 +220,7 @@ class CutoverEnd:
     generation: int | None = None
     by: str = ""
     at: float = 0.0
+    restore: str | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -228,10 +235,10 @@ class CutoverEnd:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CutoverEnd:
         _check_schema(data, "cutover end")
-        generation = data.get("generation")
+        generation, restore = data.get("generation"), data.get("restore")
         return cls(str(data["id"]), str(data["outcome"]), str(data["step"]), str(data.get("reason", "")),
                    None if generation is None else int(generation), str(data.get("by", "")),
-                   float(data.get("at", 0.0)))
+                   float(data.get("at", 0.0)), None if restore is None else str(restore))
 
 
 @dataclass(frozen=True)
@@ -278,7 +285,10 @@ class CutoverState:
                 "rolled_back_at": self.rolled_back.at if self.rolled_back else None,
                 "mode": self.plan.mode, "warmup_batch": self.plan.warmup_batch,
                 "green_replayed_batch": progress.replayed_batch if progress else None,
-                "ended_at": done.at if done else None, "ended_step": done.step if done else None}
+                "ended_at": done.at if done else None, "ended_step": done.step if done else None,
+                "blue_checkpoint": self.claimed.checkpoint if self.claimed else None,
+                "blue_savepoint": self.claimed.savepoint if self.claimed else None,
+                "rolled_back_to": self.rolled_back.restore if self.rolled_back else None}
 
 
 _PARSERS: dict[str, Any] = {"plan": CutoverPlan.from_json, "green": CutoverProgress.from_json,
@@ -366,24 +376,30 @@ class CutoverStore:
         record = CutoverEnd(cutover_id, outcome, step, reason, generation, by, time.time())
         return self._write_once(cutover_id, "done", record)
 
-    def roll_back(self, cutover_id: str, *, generation: int, reason: str = "", by: str = "") -> CutoverEnd:
+    def roll_back(self, cutover_id: str, *, generation: int, reason: str = "", by: str = "",
+                  restore: str | None = None) -> CutoverEnd:
         """Record that green's generation `generation` of a claimed cutover was rolled back
-        (its uncommitted output aborted, the job's lineage returned before it). The done
+        (its uncommitted output aborted, the job's lineage returned before it: to
+        `restore`). The done
         record stays (a committed cutover stays committed: what green committed before the
         rollback is visible); it is written as ``rolled_back`` when none was. Written once:
         a second rollback gets the first's record.
 
-        :raises CutoverError: no such cutover, it was never claimed, or by another generation.
+        :raises CutoverError: no such cutover, it was never claimed, or by a generation
+            after `generation` (a later generation that continues green's lineage, a
+            restart of green's, is rolled back as green: `services.cutover.cutover_of_lineage`).
         """
         state = self._require(cutover_id, open_only=False)
-        if state.claimed is None or state.claimed.generation != generation:
+        if state.claimed is None or state.claimed.generation > generation:
             claimed = state.claimed.generation if state.claimed else None
             raise CutoverError(f"cutover {cutover_id} of job {self.catalog.job!r} was claimed by generation "
-                               f"{claimed}, not {generation}: nothing of it to roll back")
+                               f"{claimed}, not by {generation} or a generation before it: nothing of it to "
+                               "roll back")
         if state.rolled_back is not None:
             return state.rolled_back
         self.end(cutover_id, "rolled_back", step="rollback", reason=reason, generation=generation, by=by)
-        record = CutoverEnd(cutover_id, "rolled_back", "rollback", reason, generation, by, time.time())
+        record = CutoverEnd(cutover_id, "rolled_back", "rollback", reason, generation, by, time.time(),
+                            restore)
         return self._write_once(cutover_id, "rollback", record)
 
     def _write_once(self, cutover_id: str, part: str, record: CutoverEnd) -> CutoverEnd:

@@ -39,9 +39,10 @@ def cmd_cutover_list(args: argparse.Namespace) -> int:
     if not found:
         print(f"no cutovers of job {catalog.job!r}")
         return EXIT_OK
-    print(table(["ID", "STEP", "BLUE", "AFTER BATCH", "GREEN", "CREATED"],
+    print(table(["ID", "STEP", "BLUE", "AFTER BATCH", "GREEN", "CREATED", "BLUE'S SAVEPOINT"],
                 [[c.id, c.step, c.plan.blue_generation, c.agreed.after_batch if c.agreed else "",
-                  c.claimed.generation if c.claimed else "", iso(c.plan.created_at)] for c in found]))
+                  c.claimed.generation if c.claimed else "", iso(c.plan.created_at),
+                  (c.claimed.savepoint or "") if c.claimed else ""] for c in found]))
     return EXIT_OK
 
 

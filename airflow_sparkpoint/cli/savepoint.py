@@ -103,7 +103,7 @@ def _stop_after(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"job": catalog.job, "root": catalog.uri, "kind": "stop_after", "source": "running-job",
                    "request_id": done.request_id, "state": done.state, "generation": done.generation,
-                   "savepoint": None, "batch_id": done.batch_id, "after_batch": done.after_batch,
+                   "savepoint": done.savepoint, "batch_id": done.batch_id, "after_batch": done.after_batch,
                    "checkpoint": done.checkpoint})
     elif done.state == "pending":
         print(done.request_id)

@@ -182,14 +182,15 @@ runtime)</p>{% endif %}
 <h2>Zero-downtime cutovers <span class="muted">(newest first)</span></h2>
 {% if h.cutovers %}<table id="cutovers"><tr><th>id</th><th>state</th><th>blue gen</th>\
 <th>warm-up from</th><th>green replayed</th><th>after batch N</th><th>green gen</th><th>planned</th>\
-<th>ended</th><th>reason</th></tr>
+<th>ended</th><th>reason</th><th>blue's final savepoint</th></tr>
 {% for c in h.cutovers %}<tr><td>{{ c.id }}</td><td class="state-{{ c.step }}">{{ c.step }}\
 {% if c.step in ("planned", "agreed") %} (open){% elif c.step == "aborted" %} (called off){% endif %}</td>\
 <td class="num">{{ c.blue_generation }}</td><td class="num">{{ c.warmup_batch }}</td>\
 <td class="num">{{ dash(c.green_replayed_batch) }}</td><td class="num">{{ dash(c.after_batch) }}</td>\
 <td class="num">{{ dash(c.green_generation) }}</td><td>{{ when(c.created_at) }}</td>\
-<td>{{ when(c.ended_at) }}{% if c.rolled_back_at %}, rolled back {{ when(c.rolled_back_at) }}{% endif %}</td>\
-<td>{{ c.reason or "" }}</td></tr>{% endfor %}</table>
+<td>{{ when(c.ended_at) }}{% if c.rolled_back_at %}, rolled back {{ when(c.rolled_back_at) }}\
+{% if c.rolled_back_to %} to {{ c.rolled_back_to }}{% endif %}{% endif %}</td>\
+<td>{{ c.reason or "" }}</td><td>{{ c.blue_savepoint or "" }}</td></tr>{% endfor %}</table>
 {% else %}<p class="muted">none</p>{% endif %}
 
 <h2>Staged transactions not yet promoted</h2>

@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
     from airflow_sparkpoint.sinks.base import Sink
 
-__all__ = ["Adoption", "CutoverHandover", "adopt", "blue_final_checkpoint", "record_first_commit"]
+__all__ = ["Adoption", "CutoverHandover", "adopt", "blue_final_checkpoint", "blue_final_savepoint",
+           "record_first_commit"]
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,8 @@ class Adoption:
 
 def blue_final_checkpoint(catalog: Catalog, state: CutoverState) -> tuple[int, SnapshotMetadata, str]:
     """``(N, X, X's uri)``: the agreed batch and blue's final checkpoint at it, from the
-    completed result of the cutover's ``stop_after`` request. Reads only.
+    completed result of the cutover's ``stop_after`` request (`blue_final_savepoint`
+    reads blue's savepoint of N from the same result). Reads only.
 
     :raises CutoverError: not agreed, the request did not complete at N (failed,
         expired, pending, or stopped elsewhere), or its checkpoint is not blue's at N.
@@ -102,6 +104,21 @@ def blue_final_checkpoint(catalog: Catalog, state: CutoverState) -> tuple[int, S
                            "expected a completed checkpoint of "
                            f"batch {n} by generation {plan.blue_generation}")
     return n, handle.metadata, result.checkpoint
+
+
+def blue_final_savepoint(catalog: Catalog, state: CutoverState) -> str | None:
+    """The URI of blue's final savepoint of N, as the completed result of the cutover's
+    ``stop_after`` request names it (None: a blue that took none). Reads only.
+
+    :raises CutoverError: not agreed, or the request's records are unreadable.
+    """
+    if state.agreed is None:
+        raise CutoverError(f"cutover {state.plan.id} of job {catalog.job!r} is not agreed yet (no batch N)")
+    try:
+        return ControlChannel(catalog).result(state.agreed.request_id).savepoint
+    except ControlError as exc:
+        raise CutoverError(f"cutover {state.plan.id}: blue's stop_after request {state.agreed.request_id}: "
+                           f"{exc}") from None
 
 
 def adopt(
@@ -172,7 +189,8 @@ def adopt(
         live_dir=live_dir, host=socket.gethostname(), pid=os.getpid(),
     )
     catalog.write_origin(origin)
-    store.claim(CutoverClaim(cutover_id, generation, n, final_uri, claim.started_at))
+    store.claim(CutoverClaim(cutover_id, generation, n, final_uri, claim.started_at,
+                             blue_final_savepoint(catalog, state)))
     log.info("cutover %s: generation %d took job %s over at batch %d (base %s)", cutover_id, generation,
              catalog.job, n, final_uri)
     return Adoption(cutover_id, generation, n, final, final_uri, origin,

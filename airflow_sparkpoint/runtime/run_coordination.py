@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.control import ControlRequest
+from airflow_sparkpoint.checkpoints.cutover import CutoverStore
 from airflow_sparkpoint.exceptions import (
     ConfigError,
     ControlError,
@@ -268,6 +269,8 @@ class RunCoordinator:
         elif run.cfg.commit_mode != "checkpoint":
             reason = (f"commit.mode={run.cfg.commit_mode}: the run does not commit batch {n} itself "
                       "(stop_after needs commit.mode=checkpoint)")
+        elif request.cutover is not None:
+            reason = self.cutover_ended(request.cutover)
         with run.stage_lock:
             started = [b for b in (run.highest_started, run.checkpointer.confirmed_batch) if b is not None]
             if reason is None and started and max(started) > n:
@@ -289,6 +292,18 @@ class RunCoordinator:
             run.stopping.set()
             run.stop_query()
         return True
+
+    def cutover_ended(self, cutover_id: str) -> str | None:
+        """Why a ``stop_after`` of cutover `cutover_id` is refused: the cutover ended
+        (called off after the request was filed: a stray request nobody withdrew in time)
+        or its records cannot be read (fail closed); None while it is open."""
+        try:
+            state = CutoverStore(self.state.catalog).read(cutover_id)
+        except SparkpointError as exc:
+            return f"its cutover {cutover_id} cannot be read ({exc})"
+        if state.done is not None:
+            return f"its cutover {cutover_id} ended ({state.done.outcome} at {state.done.step})"
+        return None
 
     def fail_stop_after(self, why: str) -> None:
         """Fail the stop_after request in force, if any (the run ends elsewhere than after
@@ -357,8 +372,11 @@ class RunCoordinator:
 
     def complete_stop_after(self, request: ControlRequest) -> None:
         """The run stopped after the agreed batch N: its final checkpoint is at N and the
-        sink holds its batches through N (read from the sink, invariant 3); complete the
-        request with N and that checkpoint's URI. Anything else fails it."""
+        sink holds its batches through N (read from the sink, invariant 3); take the final
+        savepoint of N (a copy of that checkpoint under ``savepoints/``, which no checkpoint
+        retention removes: what a rollback after the cutover restores, once green's
+        retention retired the checkpoint), then complete the request with N, the
+        checkpoint's and the savepoint's URIs. Anything else fails it."""
         run = self.state
         n = request.after_batch
         last = run.checkpointer.last_checkpoint
@@ -368,11 +386,17 @@ class RunCoordinator:
                                   f"{last.batch_id if last else None} and the sink holds batches "
                                   f"through {position}")
             return
+        try:
+            handle = run.checkpointer.savepoint()  # of `last` (N is its newest confirmed batch)
+        except SparkpointError as exc:
+            self.fail_stop_after(f"its final savepoint of batch {n} failed: {exc}")
+            return
+        run.savepoint_uri = handle.uri
         faults.maybe_kill("stopped_after", n)
         run.control.complete(request, generation=run.generation, batch_id=n,
-                              checkpoint=run.catalog.checkpoint_uri(last.id))
-        log.info("job %s generation %d stopped after batch %d: final checkpoint chk-%d", run.cfg.job,
-                 run.generation, n, last.id)
+                              checkpoint=run.catalog.checkpoint_uri(last.id), savepoint=handle.uri)
+        log.info("job %s generation %d stopped after batch %d: final checkpoint chk-%d, final savepoint %s",
+                 run.cfg.job, run.generation, n, last.id, handle.uri)
 
 
 def state_store_settings(spark: SparkSession) -> tuple[float, int]:

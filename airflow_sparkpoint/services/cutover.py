@@ -10,23 +10,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverEnd, CutoverState, CutoverStore
 from airflow_sparkpoint.checkpoints.history import generation_alive
-from airflow_sparkpoint.exceptions import CatalogError, ControlError, CutoverError
+from airflow_sparkpoint.exceptions import CatalogError, ControlError, CutoverError, SparkpointError
 from airflow_sparkpoint.services.savepoint import savepoint_source
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
 
-__all__ = ["StopAfter", "call_off", "cutover_of_generation", "cutovers", "note_rollback", "stop_after_batch"]
+__all__ = ["StopAfter", "call_off", "cutover_of_generation", "cutover_of_lineage", "cutovers",
+           "note_rollback", "stop_after_batch", "withdraw_stop_after"]
 
 
 @dataclass(frozen=True)
 class StopAfter:
     """What `stop_after_batch` did: request `request_id` to generation `generation`;
     `state` ``pending`` (not waited for) or ``completed``; once completed the run stopped
-    after `batch_id` (= `after_batch`) with its final checkpoint at `checkpoint`."""
+    after `batch_id` (= `after_batch`) with its final checkpoint at `checkpoint` and its
+    final savepoint of that batch at `savepoint`."""
 
     request_id: str
     generation: int
@@ -34,16 +37,21 @@ class StopAfter:
     state: str
     batch_id: int | None = None
     checkpoint: str | None = None
+    savepoint: str | None = None
 
 
 def stop_after_batch(catalog: Catalog, after_batch: int, *, timeout_s: float, poll_s: float,
                      max_heartbeat_age: float, requested_by: str, wait: bool = True,
-                     generation: int | None = None) -> StopAfter:
+                     generation: int | None = None, cutover_id: str | None = None) -> StopAfter:
     """Ask the live run of `catalog`'s job to stage and commit exactly through batch
-    `after_batch`, take its final checkpoint there and stop; wait for it (`wait`).
+    `after_batch`, take its final checkpoint and its final savepoint there and stop; wait
+    for it (`wait`).
 
     :param generation: the run it is meant for (the cutover plan's blue generation); the
         live run must be that one. None: whichever run is live.
+    :param cutover_id: the cutover the request is filed for (recorded in it: the
+        cutover's `call_off` withdraws it, even before the agreement names it, and the run
+        refuses it once the cutover ended).
     :raises ConfigError: `after_batch` is not an integer >= 0, or a bad timeout.
     :raises CatalogError: no live run (there is nothing to stop after a batch: unlike a
         savepoint, no checkpoint copy stands in for it), or not `generation`.
@@ -59,7 +67,7 @@ def stop_after_batch(catalog: Catalog, after_batch: int, *, timeout_s: float, po
                            "no stop_after request filed")
     channel = ControlChannel(catalog)
     request = channel.submit("stop_after", generation=source.run.generation, timeout_s=timeout_s,
-                             requested_by=requested_by, after_batch=after_batch)
+                             requested_by=requested_by, after_batch=after_batch, cutover=cutover_id)
     if not wait:
         return StopAfter(request.id, source.run.generation, after_batch, "pending")
     run = source.run.generation
@@ -68,7 +76,8 @@ def stop_after_batch(catalog: Catalog, after_batch: int, *, timeout_s: float, po
     if result.batch_id != after_batch or not result.checkpoint:
         raise ControlError(f"stop_after request {request.id} of job {catalog.job!r} completed at batch "
                            f"{result.batch_id} ({result.checkpoint}), not after batch {after_batch}")
-    return StopAfter(request.id, run, after_batch, result.state, result.batch_id, result.checkpoint)
+    return StopAfter(request.id, run, after_batch, result.state, result.batch_id, result.checkpoint,
+                     result.savepoint)
 
 
 def cutovers(catalog: Catalog) -> list[CutoverState]:
@@ -82,9 +91,12 @@ def cutovers(catalog: Catalog) -> list[CutoverState]:
 
 def call_off(catalog: Catalog, cutover_id: str, *, reason: str, by: str) -> CutoverEnd:
     """End cutover `cutover_id` as aborted (unless it ended already: then how it ended).
-    A pending ``stop_after`` request of the cutover is withdrawn first (a run that took
-    it stops after its batch regardless; restart it with ``restore=latest``, which
-    resumes its own lineage exactly). Green's claim, if it came first, stands: a cutover
+    Every ``stop_after`` request of the cutover no run took yet is withdrawn, before and
+    after the end record: the agreed one, and one filed but not agreed yet (the
+    orchestrator died between the two; the request names the cutover). A run that took
+    one stops after its batch regardless (restart it with ``restore=latest``, which
+    resumes its own lineage exactly); a run refuses one whose cutover ended
+    (`runtime.run_coordination`). Green's claim, if it came first, stands: a cutover
     claimed is green's job (roll it back as any deploy).
 
     :raises CutoverError: no such cutover, or green claimed it already.
@@ -94,14 +106,33 @@ def call_off(catalog: Catalog, cutover_id: str, *, reason: str, by: str) -> Cuto
     if state.claimed is not None and state.done is None:
         raise CutoverError(f"cutover {cutover_id} of job {catalog.job!r} was claimed by green (generation "
                            f"{state.claimed.generation}); it is green's job now: roll it back instead")
-    if state.agreed is not None:
-        try:
-            ControlChannel(catalog).withdraw(state.agreed.request_id,
-                                             f"cutover {cutover_id} called off: {reason}")
-        except ControlError:
-            pass  # gone or unreadable: the end record below is what counts
+    why = f"cutover {cutover_id} called off: {reason}"
+    withdraw_stop_after(catalog, state, why)
     step = "stop" if state.agreed is not None else "warmup"
-    return store.end(cutover_id, "aborted", step=step, reason=reason, by=by)
+    end = store.end(cutover_id, "aborted", step=step, reason=reason, by=by)
+    # Again after the end: a request filed between the first look and the end (an
+    # orchestrator that then finds the cutover ended withdraws its own, unless it died).
+    withdraw_stop_after(catalog, store.read(cutover_id), why)
+    return end
+
+
+def withdraw_stop_after(catalog: Catalog, state: CutoverState, reason: str) -> list[str]:
+    """Withdraw the ``stop_after`` requests of cutover `state` that no run took yet (the
+    agreed one, and every pending one naming the cutover); returns their ids. A request
+    gone or unreadable is skipped (logged by the channel): the end record is what counts."""
+    channel = ControlChannel(catalog)
+    ids = {r.id for r in channel.pending(state.plan.blue_generation)
+           if r.kind == "stop_after" and r.cutover == state.id}
+    if state.agreed is not None:
+        ids.add(state.agreed.request_id)
+    withdrawn = []
+    for request_id in sorted(ids):
+        try:
+            if channel.withdraw(request_id, reason).state == "expired":
+                withdrawn.append(request_id)
+        except ControlError:
+            continue
+    return withdrawn
 
 
 def cutover_of_generation(catalog: Catalog, generation: int) -> CutoverState | None:
@@ -120,14 +151,50 @@ def cutover_of_generation(catalog: Catalog, generation: int) -> CutoverState | N
     return state
 
 
-def note_rollback(catalog: Catalog, generation: int, *, reason: str, by: str) -> CutoverEnd | None:
-    """After a rollback of generation `generation` (`services.rollback`): if it is a
-    cutover's green, record the cutover as rolled back (written once; its ``done``
-    stays). Returns the record, or None (not a cutover's green).
+def cutover_of_lineage(catalog: Catalog, generation: int) -> CutoverState | None:
+    """The cutover whose green's lineage generation `generation` runs: the generation
+    that claimed it (`cutover_of_generation`), or a later one that started at the
+    cutover's batch N from a snapshot of N made since blue's final checkpoint X (X
+    itself, blue's final savepoint, green's adoption checkpoint, a copy of one: a restart
+    of green's, e.g. its task's retry with ``restore=latest``). Only the newest cutover
+    claimed before `generation` counts. None otherwise.
+
+    :raises CutoverError: a cutover's records are unreadable.
+    """
+    state = cutover_of_generation(catalog, generation)
+    if state is not None:
+        return state
+    origin = next((o for o in catalog.origins() if o.generation == generation), None)
+    if origin is None or origin.batch_id is None or origin.snapshot_id is None:
+        return None
+    store = CutoverStore(catalog)
+    for cutover_id in reversed(store.ids()):
+        state = store.read(cutover_id)
+        claim = state.claimed
+        if claim is None or claim.generation >= generation:
+            continue
+        try:
+            match = layout.CHK_RE.match(catalog.snapshot_key(claim.checkpoint))
+        except SparkpointError:
+            match = None
+        since_x = match is not None and origin.snapshot_id >= int(match.group(1))
+        if since_x and origin.batch_id == claim.batch_id:
+            return state
+        return None
+    return None
+
+
+def note_rollback(catalog: Catalog, generation: int, *, reason: str, by: str,
+                  restore: str | None = None) -> CutoverEnd | None:
+    """After a rollback of generation `generation` (`services.rollback`): if it runs a
+    cutover's green's lineage (`cutover_of_lineage`), record the cutover as rolled back
+    (written once; its ``done`` stays), with `restore`, the point the job's lineage returned to (blue's final
+    savepoint, or green's checkpoint). Returns the record, or None (not a cutover's green).
 
     :raises CutoverError: the cutover's records are unreadable.
     """
-    state = cutover_of_generation(catalog, generation)
+    state = cutover_of_lineage(catalog, generation)
     if state is None:
         return None
-    return CutoverStore(catalog).roll_back(state.id, generation=generation, reason=reason, by=by)
+    return CutoverStore(catalog).roll_back(state.id, generation=generation, reason=reason, by=by,
+                                           restore=restore)

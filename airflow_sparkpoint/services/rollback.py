@@ -38,13 +38,14 @@ from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, rollback_base
 from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning, RestoreError, SparkpointError
 from airflow_sparkpoint.services.commit import Sinks
-from airflow_sparkpoint.services.cutover import note_rollback
+from airflow_sparkpoint.services.cutover import cutover_of_lineage, note_rollback
 from airflow_sparkpoint.sinks.resolve import SinkSpec
 from airflow_sparkpoint.sinks.transactions import settle
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
     from airflow_sparkpoint.checkpoints.catalog_types import GenerationInfo
+    from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 
 log = logging.getLogger(__name__)
 
@@ -112,16 +113,20 @@ def abort_generation(
     log.info("aborted %d transaction(s) of generation %d of job %s: %s",
              len(aborted), generation, catalog.job, aborted)
     try:
+        returned = next((o for o in catalog.origins() if o.generation == fence.generation
+                         and o.restore.get("rollback_of") == generation), None)
         rolled = note_rollback(catalog, generation, by=f"rollback of generation {generation}",
                                reason=f"generation {generation} rolled back: {len(aborted)} transaction(s) "
-                                      "aborted")
+                                      "aborted",
+                               restore=returned.uri if returned is not None else None)
     except SparkpointError as exc:  # the rollback is done; its mark in the cutover is not: say so
         log.warning("rollback of generation %d of job %s: its cutover could not be marked rolled back: %s",
                     generation, catalog.job, exc)
         rolled = None
     if rolled is not None:
-        log.warning("generation %d was the green of cutover %s: the cutover is marked rolled back "
-                    "(what green committed before the rollback stays visible)", generation, rolled.id)
+        log.warning("generation %d was the green of cutover %s: the cutover is marked rolled back, the job "
+                    "returns to %s (what green committed before the rollback stays visible)", generation,
+                    rolled.id, rolled.restore or "where green's lineage says")
     return aborted
 
 
@@ -208,6 +213,13 @@ def _return_lineage(catalog: Catalog, generation: int, claim: GenerationInfo, si
     """
     fence = Fence(catalog, claim.generation)
     mine = [r for r in catalog.transactions() if r.generation == generation]  # after the fence: final
+    back = _blue_savepoint_origin(catalog, generation, claim.generation, mine, sinks)
+    if back is not None:
+        catalog.write_origin(back)
+        log.warning("rollback of generation %d of job %s (a cutover's green): claimed generation %d to "
+                    "fence it; the job restarts from %s", generation, catalog.job, claim.generation,
+                    back.describe())
+        return fence
     uncommitted = [r.batch_id for r in mine if not sinks.of(r).is_committed(r)]
     if not uncommitted:
         log.warning("rollback of generation %d of job %s: claimed generation %d to "
@@ -227,6 +239,63 @@ def _return_lineage(catalog: Catalog, generation: int, claim: GenerationInfo, si
                 generation, catalog.job, claim.generation,
                 origin.describe() if origin is not None else "where the generation before it left off")
     return fence
+
+
+def _blue_savepoint_origin(catalog: Catalog, generation: int, claimed: int, mine: list[TransactionRecord],
+                           sinks: Sinks) -> Origin | None:
+    """The origin of `claimed` that returns the job to blue's final savepoint S of batch N
+    when `generation` runs a cutover's green's lineage (`services.cutover.cutover_of_lineage`)
+    and its sinks hold nothing of green's past N (read from the sink, through green's
+    records or S's pending transactions): blue's state at N, exactly where its output
+    ends. None otherwise (no such cutover, no savepoint, S gone, green committed past N:
+    then the rollback returns to green's own checkpoint before its first aborted batch,
+    exact too; a restore of S by path with ``restore.sinkAhead=rewind`` on a Delta sink
+    removes green's output). A savepoint origin supersedes every checkpoint before it
+    (base -1); savepoint retention keeps the newest lineage's origin.
+    """
+    try:
+        state = cutover_of_lineage(catalog, generation)
+    except SparkpointError as exc:
+        log.warning("rollback of generation %d of job %s: its cutover is unreadable (%s); returning to its "
+                    "own checkpoint", generation, catalog.job, exc)
+        return None
+    if state is None or state.claimed is None or state.claimed.savepoint is None:
+        return None
+    savepoint, n = state.claimed.savepoint, state.claimed.batch_id
+    try:
+        handle = catalog.own_snapshot(savepoint)
+    except SparkpointError as exc:
+        handle, why = None, str(exc)
+    else:
+        why = "not a savepoint of this job's root"
+    if handle is None or handle.metadata.kind != "savepoint" or handle.metadata.batch_id != n:
+        log.warning("rollback of generation %d of job %s: blue's final savepoint %s of batch %d is not "
+                    "usable (%s); returning to green's own checkpoint", generation, catalog.job, savepoint, n,
+                    why)
+        return None
+    records = [*mine, *handle.metadata.transactions]
+    positions = {sinks.of(r).sink_id: sinks.of(r).committed_position(catalog.job) for r in records}
+    if not positions:
+        log.warning("rollback of generation %d of job %s: no record names its sink, so whether green "
+                    "committed past batch %d cannot be read; returning to green's own checkpoint", generation,
+                    catalog.job, n)
+        return None
+    committed = max((p for p in positions.values() if p is not None), default=None)
+    if committed is not None and committed > n:
+        log.warning("rollback of generation %d of job %s: green committed through batch %d, past the "
+                    "cutover's batch %d: returning to green's own checkpoint (blue's final savepoint %s "
+                    "stays; restore it by path with restore.sinkAhead=rewind on a Delta sink to remove "
+                    "green's output)",
+                    generation, catalog.job, committed, n, savepoint)
+        return None
+    own = next((o for o in catalog.origins() if o.generation == generation), None)
+    restore = {"restore": savepoint, "sink_ahead": "fail", "force": False, "allow_foreign_job": False,
+               "rollback_of": generation, "cutover": state.id}
+    if own is not None:
+        restore = {**own.restore, **restore}
+    return new_origin(claimed, kind="savepoint", uri=savepoint, base_id=-1, snapshot_id=handle.metadata.id,
+                      batch_id=n, id_floor=catalog.next_checkpoint_id() - 1, restore=restore, live_dir=None,
+                      host=socket.gethostname(), pid=os.getpid())
 
 
 def _restart_before(catalog: Catalog, generation: int, first_aborted: int, claimed: int,

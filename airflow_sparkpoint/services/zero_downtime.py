@@ -127,7 +127,8 @@ def _check_blue(catalog: Catalog, generation: int) -> None:
 class CutoverOutcome:
     """How `drive_cutover` left the cutover: `step` ``committed`` (green's first commit
     landed) or ``claimed`` (green took the job over; no input since N yet), N, the
-    generations, blue's final checkpoint and the steps announced."""
+    generations, blue's final checkpoint, the steps announced, and blue's final savepoint
+    of N (what a rollback after the cutover restores)."""
 
     cutover_id: str
     step: str
@@ -137,12 +138,13 @@ class CutoverOutcome:
     blue_checkpoint: str | None
     seconds: float
     steps: tuple[str, ...] = field(default=())
+    blue_savepoint: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"cutover_id": self.cutover_id, "step": self.step, "after_batch": self.after_batch,
                 "blue_generation": self.blue_generation, "green_generation": self.green_generation,
                 "blue_checkpoint": self.blue_checkpoint, "seconds": round(self.seconds, 3),
-                "steps": list(self.steps)}
+                "steps": list(self.steps), "blue_savepoint": self.blue_savepoint}
 
 
 class _Driver:
@@ -212,7 +214,7 @@ class _Driver:
     def agree(self, plan: CutoverPlan, n: int) -> str:
         stop = stop_after_batch(self.catalog, n, timeout_s=plan.reach_timeout_s, poll_s=self.poll_s,
                                 max_heartbeat_age=self.max_heartbeat_age, requested_by=self.requested_by,
-                                wait=False, generation=plan.blue_generation)
+                                wait=False, generation=plan.blue_generation, cutover_id=self.cutover_id)
         try:
             self.store.agree(self.cutover_id, n, stop.request_id)
         except BaseException:
@@ -222,7 +224,8 @@ class _Driver:
                   f"batch {n + 1}")
         return stop.request_id
 
-    def blue_stop(self, plan: CutoverPlan, request_id: str, n: int) -> str:
+    def blue_stop(self, plan: CutoverPlan, request_id: str, n: int) -> tuple[str, str | None]:
+        """Wait for blue's stop after N: ``(its final checkpoint, its final savepoint)``."""
         channel = ControlChannel(self.catalog)
         blue = plan.blue_generation
         try:
@@ -237,8 +240,8 @@ class _Driver:
             raise self.call_off(f"blue stopped at batch {result.batch_id}, not after batch {n}",
                                 blue_stopped=True)
         self.step(f"blue (generation {blue}) committed through batch {n} and stopped; final checkpoint "
-                  f"{result.checkpoint}")
-        return result.checkpoint
+                  f"{result.checkpoint}, final savepoint {result.savepoint or '(none)'}")
+        return result.checkpoint, result.savepoint
 
     def until(self, done: Callable[[CutoverState], bool], timeout_s: float) -> CutoverState | None:
         deadline = self.clock() + timeout_s
@@ -281,7 +284,7 @@ def drive_cutover(catalog: Catalog, cutover_id: str, *, within_s: float, request
                 f"from batch {plan.warmup_batch} ({plan.mode})")
     n = driver.warm_up(plan) + margin
     request_id = driver.agree(plan, n)
-    checkpoint = driver.blue_stop(plan, request_id, n)
+    checkpoint, savepoint = driver.blue_stop(plan, request_id, n)
     claimed = driver.until(lambda s: s.claimed is not None, plan.reach_timeout_s)
     if claimed is None:
         why = f"green did not take the job over within {plan.reach_timeout_s:.0f} s after blue stopped"
@@ -303,4 +306,4 @@ def drive_cutover(catalog: Catalog, cutover_id: str, *, within_s: float, request
         driver.step(f"green has not committed batch {n + 1} yet (no input since?); the job is green's")
     return CutoverOutcome(cutover_id, "committed" if committed is not None else "claimed", n,
                           plan.blue_generation, green, checkpoint, clock() - driver.started,
-                          tuple(driver.steps))
+                          tuple(driver.steps), savepoint)

@@ -21,9 +21,10 @@ The fault (one per trial, in the process `WHERE` names) and its recovery:
 ``cutover_warmup:2``        green dies during its warm-up; its retry (same settings,
                             as an Airflow retry) warms up from K again and takes over
 ``cutover_agreement:3``     the orchestrator dies after filing blue's request, before
-                            the agreement: its retry calls the cutover off; blue
-                            stops after N anyway, green fails, blue is restarted
-                            (``restore=latest``: its own final checkpoint at N)
+                            the agreement: its retry calls the cutover off, which
+                            withdraws the request unless blue took it; blue stops
+                            after N (taken) or runs on and is stopped, green fails,
+                            blue is restarted (``restore=latest``: its own lineage)
 ``stop_after:3``,           blue dies in its stop: the orchestrator calls the cutover
 ``stopped_after:3``         off (green fails), blue is restarted (``restore=latest``)
 ``cutover_ready:3``         green dies at N, blue stopped, before its claim: its retry
@@ -40,7 +41,8 @@ The fault (one per trial, in the process `WHERE` names) and its recovery:
                             --abort-generation`` of green's generation dies halfway,
                             its retry completes, the cutover ends ``rolled_back``, and
                             blue restarts where the rollback returned the lineage
-                            (``restore=latest``: green's adoption checkpoint at N)
+                            (``restore=latest``: blue's final savepoint of N, green
+                            having committed nothing past N)
 =========================  =======================================================
 
 Each trial also checks the path its recovery took: green took the job over (claimed)
@@ -217,6 +219,8 @@ def _cutover(tr: TrialRun, fault: Fault, kill_switch: Callable[[], None], driver
     if not agreed:  # the orchestrator died between blue's request and the agreement: its retry calls off
         _call_off(tr, store, cid, "the orchestrator died before the agreement")
     tr.more_input(AFTER)
+    if not agreed:
+        _stop_blue_unless_it_took_the_request(tr, store, cid, generation, blue)
     if not blue.join(STEP_TIMEOUT_S):
         raise AssertionError(f"blue did not stop after batch {AGREED}")
     blue_run = blue.run
@@ -255,7 +259,8 @@ def _cutover(tr: TrialRun, fault: Fault, kill_switch: Callable[[], None], driver
 def _roll_back(tr: TrialRun, store: CutoverStore, state: CutoverState, fault: Fault) -> None:
     """The rollback after the cutover (docs/howto/blue-green.md): green is stopped; abort
     its generation (killed halfway by `fault`, then retried), end the cutover as rolled
-    back, restore blue from its final checkpoint at N (the base of green's lineage)."""
+    back, restore blue from its final savepoint of N (where the rollback returned the
+    lineage: green committed nothing past N)."""
     assert state.claimed is not None
     green = state.claimed.generation
     pending = sorted(r.batch_id for r in tr.catalog.transactions() if r.generation == green)
@@ -273,9 +278,13 @@ def _roll_back(tr: TrialRun, store: CutoverStore, state: CutoverState, fault: Fa
         final = "retired by green"
     tr.result.notes.append(f"cutover {state.id}: {end.outcome} at {end.step}; green aborted {pending}; blue's "
                            f"final checkpoint {state.claimed.checkpoint.rsplit('/', 1)[-1]} {final}")
-    # restore=latest: where the rollback returned the lineage (green's adoption checkpoint at N,
-    # before its first aborted batch). Blue's own final checkpoint X at N is the base of green's
-    # lineage, but green's retention retires X once green has checkpoints of its own.
+    # restore=latest: where the rollback returned the lineage, blue's final savepoint S of N (blue's
+    # own final checkpoint X at N is the base of green's lineage, but green's retention retires X
+    # once green has checkpoints of its own; S stays).
+    origin = tr.catalog.origins()[-1]
+    if (origin.kind, origin.uri) != ("savepoint", state.claimed.savepoint):
+        tr.result.problems.append(f"the rollback returned the lineage to {origin.describe()}, not to blue's final "
+                                  f"savepoint {state.claimed.savepoint}")
     tr.final("blue-restored", stop_when_drained=True)
 
 
@@ -299,6 +308,27 @@ def _agree(tr: TrialRun, cid: str, generation: int, fault: Fault | None) -> bool
     if fault is None or run.returncode != -signal.SIGKILL:
         tr.result.problems.append(f"the agreement failed (exit {run.returncode}):\n{run.tail()}")
     return False
+
+
+def _stop_blue_unless_it_took_the_request(tr: TrialRun, store: CutoverStore, cid: str, generation: int,
+                                          blue: _Driver) -> None:
+    """After a call-off before the agreement, blue stops after N only if it took its
+    ``stop_after`` before the call-off withdrew it (and found the cutover still open);
+    withdrawn or refused, blue runs on untouched, and a person stops it (a plain stop) for
+    the restart the trial ends with. Either way blue's lineage resumes exactly."""
+    from airflow_sparkpoint.checkpoints.control import ControlChannel
+
+    channel = ControlChannel(store.catalog)
+    ids = [rid for rid in channel.request_ids() if (r := channel.read_request(rid)).kind == "stop_after"
+           and r.cutover == cid]
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while time.monotonic() < deadline and not blue.join(0.5):
+        states = {channel.result(rid).state for rid in ids}
+        if states and states <= {"expired", "failed"}:
+            tr.result.notes.append(f"blue's stop_after {ids} was {'/'.join(sorted(states))}: blue runs on; stopped")
+            stop = channel.submit("stop", generation=generation, timeout_s=STEP_TIMEOUT_S)
+            channel.wait(stop.id, timeout_s=STEP_TIMEOUT_S, poll_s=0.3)
+            return
 
 
 def _call_off(tr: TrialRun, store: CutoverStore, cid: str, reason: str) -> None:

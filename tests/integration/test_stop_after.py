@@ -1,7 +1,7 @@
 """Blue's side of a zero-downtime cutover with a real Spark driver: a processingTime job
 asked to stop after batch N stages and commits exactly batches 0..N (never N+1, though
 more input is there), stops by itself once N is confirmed, and reports its final
-checkpoint at N; a stop_after below the batch it has started is refused and the job runs
+checkpoint and its final savepoint at N; a stop_after below the batch it has started is refused and the job runs
 on. Output is checked against a plain-Python oracle from the input files."""
 
 from __future__ import annotations
@@ -82,8 +82,15 @@ def test_blue_stops_exactly_after_the_agreed_batch(spark, tmp_path, sink_kind):
     assert (result.state, result.batch_id) == ("completed", 3)
     final = catalog.own_snapshot(result.checkpoint)  # type: ignore[arg-type]
     assert final is not None and final.metadata.batch_id == 3 and final.metadata.generation == generation
+    # ...and its final savepoint of N, listed under savepoints/ (what a rollback after a cutover restores)
+    assert result.savepoint is not None and "/savepoints/" in result.savepoint, result
+    saved = catalog.own_snapshot(result.savepoint)
+    assert saved is not None and saved.metadata.kind == "savepoint"
+    assert (saved.metadata.batch_id, saved.metadata.generation) == (3, generation)
+    assert result.savepoint in [e.uri for e in catalog.list_savepoints() if e.metadata is not None]
     run = outcome["result"]
     assert (run.status, run.last_batch) == ("stopped", 3)
+    assert run.savepoint == result.savepoint  # blue's task result names it too
     assert _visible(out, sink_kind) == _oracle(range(4)), "exactly batches 0..3 are visible"
     assert catalog.transactions() == [], "batch 4 was never staged nor recorded"
     live = Path(run.live_dir)

@@ -203,7 +203,30 @@ def savepoint(world: World, stop: bool) -> Any:
 def savepoint_retention(world: World, keep: int) -> Any:
     """`sparkpoint dispose --keep N` (the savepoint operator's history retention is the
     same pass, its failures only logged)."""
+    world.savepoint_retention_ran = True
     return dispose_savepoints(world.catalog(), keep=keep, older_than_s=None).disposed
+
+
+def check_rolled_back_to_savepoint(world: World, generation: int) -> None:
+    """After a rollback of `generation`: when it returned the lineage to a savepoint and
+    `generation` is a cutover's green, that savepoint is blue's final one of N (green's
+    claim names it), and from then on no batch of green's may be in the sink at the end
+    (`world.green_rolled_back`, checked by `simulate._check_end`). Read unscheduled."""
+    from airflow_sparkpoint.services.cutover import cutover_of_generation
+
+    catalog = world.raw_catalog()
+    state = cutover_of_generation(catalog, generation)
+    if state is None or state.claimed is None:
+        return
+    origin = next((o for o in catalog.origins() if o.restore.get("rollback_of") == generation
+                   and o.generation > generation), None)
+    if origin is None or origin.kind != "savepoint":
+        return
+    if (origin.uri, origin.batch_id) != (state.claimed.savepoint, state.claimed.batch_id):
+        raise AssertionError(f"the rollback of cutover {state.id}'s green (generation {generation}) returned to "
+                             f"{origin.describe()}, not blue's final savepoint {state.claimed.savepoint} of batch "
+                             f"{state.claimed.batch_id}")
+    world.green_rolled_back[generation] = state.claimed.batch_id
 
 
 def rollback(world: World) -> Any:
@@ -214,8 +237,10 @@ def rollback(world: World) -> Any:
         return []
     generation = world.scheduler.choose("generation to roll back", generations)
     try:
-        return abort_stopped_generation(world.catalog(), generation, max_heartbeat_age=MAX_HEARTBEAT_AGE_S,
-                                        how_to_stop="stop it", sink=world.sink())
+        aborted = abort_stopped_generation(world.catalog(), generation, max_heartbeat_age=MAX_HEARTBEAT_AGE_S,
+                                           how_to_stop="stop it", sink=world.sink())
+        check_rolled_back_to_savepoint(world, generation)
+        return aborted
     except StaleGeneration:
         return "superseded"
     except RestoreError as exc:
@@ -234,9 +259,11 @@ class CutoverSpec:
     margin: int = 1
     version: int = 2
     budget: int = 2
+    num_retained: int = 6  # green's checkpoint.numRetained (1: green's retention retires blue's X soon)
 
     def describe(self) -> str:
-        return f"cutover(N=last+{self.margin}, green v{self.version}, {self.budget} batches)"
+        retained = "" if self.num_retained == 6 else f", numRetained={self.num_retained}"
+        return f"cutover(N=last+{self.margin}, green v{self.version}, {self.budget} batches{retained})"
 
 
 def cutover(world: World, spec: CutoverSpec, name: str) -> Any:
@@ -268,14 +295,48 @@ def cutover(world: World, spec: CutoverSpec, name: str) -> Any:
         adoption = adopt(world.catalog(), world.sink(), cid, live_dir=None)
     except CutoverError as exc:
         try:
-            call_off(catalog, cid, reason=str(exc), by=name)
+            call_off_checked(world, catalog, cid, reason=str(exc), by=name)
         except CutoverError:
             pass  # claimed after all: green's retry (the end of the schedule) continues it
         return "refused"
-    green = DriverSpec(restore="latest", version=spec.version, budget=spec.budget, cutover=cid, num_retained=6)
+    green = DriverSpec(restore="latest", version=spec.version, budget=spec.budget, cutover=cid,
+                       num_retained=spec.num_retained)
     driver(world, green, f"{name}-green")  # raises when green's run failed: the cutover stays open
     store.end(cid, "committed", step="first_commit", generation=adoption.generation, by=name)
+    check_final_savepoint(world, cid)
     return f"green took over at batch {adoption.batch_id}"
+
+
+def check_final_savepoint(world: World, cid: str) -> None:
+    """After green's run: blue's final savepoint of N, named by green's claim, is a valid
+    savepoint of N by blue, whatever green's checkpoint retention removed (blue's final
+    checkpoint X included). Only savepoint history retention (`dispose`) may remove it:
+    the check is skipped once a retention actor started. Read unscheduled."""
+    if world.savepoint_retention_ran:
+        return
+    catalog = world.raw_catalog()
+    state = CutoverStore(catalog).read(cid)
+    claim = state.claimed
+    assert claim is not None, f"cutover {cid} has no claim after green's run"
+    if claim.savepoint is None:
+        raise AssertionError(f"cutover {cid}: green's claim names no final savepoint of blue's")
+    entry = next((e for e in catalog.list_savepoints() if e.uri == claim.savepoint), None)
+    meta = entry.metadata if entry is not None else None
+    if meta is None or (meta.batch_id, meta.generation) != (claim.batch_id, state.plan.blue_generation):
+        raise AssertionError(f"cutover {cid}: blue's final savepoint {claim.savepoint} of batch {claim.batch_id} "
+                             f"is gone or not blue's at N ({entry.error if entry is not None else 'not listed'})")
+
+
+def call_off_checked(world: World, catalog: Any, cid: str, *, reason: str, by: str) -> Any:
+    """`call_off`, then the check that it leaves no ``stop_after`` of the cutover that a
+    run could still take (pending: neither taken nor withdrawn). Read unscheduled."""
+    end = call_off(catalog, cid, reason=reason, by=by)
+    raw = world.raw_catalog()
+    blue = CutoverStore(raw).read(cid).plan.blue_generation
+    stray = [r.id for r in ControlChannel(raw).pending(blue) if r.kind == "stop_after" and r.cutover == cid]
+    if stray:
+        raise AssertionError(f"call_off of cutover {cid} left blue's stop_after request(s) {stray} pending")
+    return end
 
 
 def _agree_and_stop(world: World, catalog: Any, spec: CutoverSpec, name: str) -> tuple[str | None, str]:
@@ -301,11 +362,11 @@ def _agree_and_stop(world: World, catalog: Any, spec: CutoverSpec, name: str) ->
     try:
         asked = stop_after_batch(catalog, max(0, n), timeout_s=300.0, poll_s=2.0,
                                  max_heartbeat_age=MAX_HEARTBEAT_AGE_S, requested_by=name, wait=False,
-                                 generation=blue)
+                                 generation=blue, cutover_id=cid)
         store.agree(cid, max(0, n), asked.request_id)
         ControlChannel(catalog).wait(asked.request_id, timeout_s=300.0, poll_s=2.0,
                                      is_alive=lambda: generation_alive(catalog, blue, MAX_HEARTBEAT_AGE_S))
     except Exception as exc:  # noqa: BLE001 - refused, failed, expired, blue gone: the cutover is off
-        call_off(catalog, cid, reason=f"blue did not stop after batch {n}: {exc}", by=name)
+        call_off_checked(world, catalog, cid, reason=f"blue did not stop after batch {n}: {exc}", by=name)
         return cid, "past" if "already past" in str(exc) else "called off"
     return cid, "stopped"

@@ -168,13 +168,12 @@ def _after_cutover(world: World, schedule: Schedule, retry: DriverSpec) -> Drive
     from dataclasses import replace
 
     from airflow_sparkpoint.checkpoints.cutover import CutoverStore
-    from airflow_sparkpoint.services.cutover import call_off
 
     state = CutoverStore(world.raw_catalog()).open_cutover()
     if state is None:
         return retry
     if state.claimed is None:
-        call_off(world.raw_catalog(), state.id, reason="the schedule ended", by="harness")
+        actors.call_off_checked(world, world.raw_catalog(), state.id, reason="the schedule ended", by="harness")
         return retry
     green = next((a.cutover for a in schedule.actors if a.kind == "cutover" and a.cutover is not None),
                  CutoverSpec())
@@ -420,6 +419,10 @@ def _check_end(world: World, scheduler: Scheduler, schedule: Schedule) -> None:
         if len(generations) != 1 or len(found) != 1:
             _fail(schedule, scheduler, f"batch {batch} mixes generations {sorted(generations)} / versions {found}")
         versions[batch] = found.pop()
+        green = generations & set(world.green_rolled_back)
+        if green:
+            _fail(schedule, scheduler, f"batch {batch} is from generation {sorted(green)}, a cutover's green "
+                                       "rolled back to blue's final savepoint: nothing of it may stay")
     expected = sorted(tuple(sorted(r.items())) for r in expected_rows(versions))
     got = sorted(tuple(sorted((k, v) for k, v in r.items() if k != "generation")) for r in visible_rows(sink))
     if got != expected:

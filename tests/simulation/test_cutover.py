@@ -52,3 +52,194 @@ def test_a_stop_after_below_the_started_batch_is_refused_and_blue_keeps_running(
     assert refusals and "already past batch 0: batch 2 has started" in refusals[0]
     assert not any("a0-driver failed" in line for line in outcome.trace)
     assert len(outcomes) == 1  # then a new cutover with a larger N, or blue drained first
+
+
+# -- blue's final savepoint at N (the stop after the agreed batch ends with one) ---------------
+
+
+def _final_savepoint(catalog: Any, batch: int, generation: int) -> str | None:
+    """The URI of a valid savepoint of `batch` by `generation` (``sparkpoint list``), or None."""
+    found = [e.uri for e in catalog.list_savepoints()
+             if e.metadata is not None and (e.metadata.batch_id, e.metadata.generation) == (batch, generation)]
+    return found[0] if found else None
+
+
+def _cutover_state(catalog: Any) -> Any:
+    from airflow_sparkpoint.checkpoints.cutover import CutoverStore
+
+    store = CutoverStore(catalog)
+    return store.read(store.ids()[-1])
+
+
+@pytest.mark.parametrize("sink", ["directory", "delta"])
+def test_blue_s_final_savepoint_of_n_survives_green_s_retention(sink: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blue's stop after N ends with a savepoint of N (under savepoints/, listed), named by
+    the request's result and the cutover's claim; green's checkpoint retention (one
+    retained, three batches) retires blue's final checkpoint X but never the savepoint."""
+    seen: list[Any] = []
+    real = actors.cutover
+
+    def cutover(world: Any, spec: CutoverSpec, name: str) -> Any:
+        result = real(world, spec, name)
+        catalog = world.raw_catalog()
+        state = _cutover_state(catalog)
+        claim = state.claimed
+        assert claim is not None, state
+        savepoint = _final_savepoint(catalog, claim.batch_id, state.plan.blue_generation)
+        final_id = int(claim.checkpoint.rsplit("chk-", 1)[1])
+        seen.append((result, final_id in catalog.checkpoint_ids(), savepoint, state.to_json().get("blue_savepoint")))
+        return result
+
+    monkeypatch.setattr(actors, "cutover", cutover)
+    schedule = Schedule(sink, 6, (ActorSpec("driver", DriverSpec(budget=6, num_retained=2)),
+                                  ActorSpec("cutover", cutover=CutoverSpec(margin=1, budget=3, num_retained=1))))
+    run_schedule(schedule, ScriptedChooser([HOLD_BLUE]))
+    assert len(seen) == 1
+    result, x_left, savepoint, named = seen[0]
+    assert result == "green took over at batch 2"
+    assert not x_left, "green's retention did not retire blue's final checkpoint: the test proves nothing"
+    assert savepoint is not None, "blue left no savepoint of batch 2"
+    assert named == savepoint
+
+
+@pytest.mark.parametrize("sink", ["directory", "delta"])
+def test_a_rollback_after_the_cutover_restores_blue_s_final_savepoint(sink: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Green claims at N and commits nothing past it (no input for it yet); the rollback
+    of green's generation returns the job's lineage to blue's final savepoint: the next
+    ``restore=latest`` restores blue's state at N from it, and the sink ends exactly as
+    blue's lineage left it at N plus the restart's batches, nothing of green's."""
+    from airflow_sparkpoint.services.rollback import abort_stopped_generation
+    from tests.simulation import simulate
+
+    seen: dict[str, Any] = {}
+    real = actors.cutover
+
+    def cutover(world: Any, spec: CutoverSpec, name: str) -> Any:
+        result = real(world, spec, name)
+        catalog = world.raw_catalog()
+        state = _cutover_state(catalog)
+        assert state.claimed is not None, state
+        # green's run: the claim's generation, here run on by green's start (restore=latest) after it
+        greens, n = {state.claimed.generation, catalog.current_generation()}, state.claimed.batch_id
+        abort_stopped_generation(world.catalog(), catalog.current_generation(),
+                                 max_heartbeat_age=actors.MAX_HEARTBEAT_AGE_S, how_to_stop="stop it",
+                                 sink=world.sink())
+        after = _cutover_state(catalog)
+        seen.update(result=result, greens=greens, n=n, blue=state.plan.blue_generation,
+                    savepoint=_final_savepoint(catalog, n, state.plan.blue_generation),
+                    origin=catalog.origins()[-1], shown=after.to_json())
+        return result
+
+    real_end = simulate._check_end
+
+    def check_end(world: Any, scheduler: Any, schedule: Any) -> None:
+        real_end(world, scheduler, schedule)
+        seen["final_origin"] = world.raw_catalog().origins()[-1]
+        seen["rows"] = simulate._rows_by_batch(world, world.raw_sink())
+
+    monkeypatch.setattr(actors, "cutover", cutover)
+    monkeypatch.setattr(simulate, "_check_end", check_end)
+    schedule = Schedule(sink, 6, (ActorSpec("driver", DriverSpec(budget=6, num_retained=2)),
+                                  ActorSpec("cutover", cutover=CutoverSpec(margin=1, budget=0))))
+    run_schedule(schedule, ScriptedChooser([HOLD_BLUE]))
+    assert seen["result"] == "green took over at batch 2"
+    savepoint, n = seen["savepoint"], seen["n"]
+    assert savepoint is not None, "blue left no savepoint of batch N"
+    origin = seen["origin"]  # the rollback's: the lineage returns to blue's savepoint
+    assert (origin.kind, origin.uri, origin.batch_id) == ("savepoint", savepoint, n), origin
+    assert seen["shown"]["rolled_back_to"] == savepoint
+    final = seen["final_origin"]  # restore=latest after the rollback restored it
+    assert (final.kind, final.uri, final.batch_id) == ("savepoint", savepoint, n), final
+    rows = seen["rows"]
+    assert sorted(rows) == list(range(6))
+    owners = {batch: {row["generation"] for row in batch_rows} for batch, batch_rows in rows.items()}
+    assert all(owners[b] == {seen["blue"]} for b in range(n + 1)), owners
+    assert all(not (seen["greens"] & owners[b]) for b in owners), owners
+
+
+def test_call_off_before_the_agreement_withdraws_blue_s_stop_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The orchestrator filed blue's ``stop_after`` and died before ``agreed``; the
+    call-off withdraws the request (it names the cutover), so blue, which had not taken
+    it yet, never stops after N: it runs on and drains its input."""
+    from airflow_sparkpoint.checkpoints.control import ControlChannel
+    from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore, new_cutover_id
+    from airflow_sparkpoint.services.cutover import call_off, stop_after_batch
+    from airflow_sparkpoint.services.savepoint import savepoint_source
+    from tests.simulation.world import JOB
+
+    seen: dict[str, Any] = {}
+
+    def cutover(world: Any, spec: CutoverSpec, name: str) -> Any:
+        catalog = world.catalog()
+        for _ in range(60):  # as the orchestrator: blue runs and has a checkpoint to warm up from
+            source, latest = savepoint_source(catalog, actors.MAX_HEARTBEAT_AGE_S), catalog.latest()
+            if source.run is not None and latest is not None:
+                break
+            world.scheduler.clock.sleep(1.0)
+        assert source.run is not None and latest is not None
+        blue = source.run.generation
+        cid = new_cutover_id()
+        CutoverStore(catalog).plan(CutoverPlan(cid, JOB, blue, catalog.checkpoint_uri(latest.id), latest.batch_id,
+                                               f"{JOB}-shadow", f"{world.root}/shadow", requested_by=name))
+        asked = stop_after_batch(catalog, latest.batch_id + 3, timeout_s=300.0, poll_s=2.0,
+                                 max_heartbeat_age=actors.MAX_HEARTBEAT_AGE_S, requested_by=name, wait=False,
+                                 generation=blue, cutover_id=cid)
+        # the orchestrator dies here (fault point cutover_agreement): no agreed record
+        call_off(catalog, cid, reason="the orchestrator's retry calls it off", by=name)
+        channel = ControlChannel(catalog)
+        seen.update(request=asked.request_id, pending=[r.id for r in channel.pending(blue)],
+                    state=channel.result(asked.request_id).state)
+        return "called off"
+
+    monkeypatch.setattr(actors, "cutover", cutover)
+    hold = Pause("a0", ("sink.stage",), until="a1", occurrence=3)  # blue takes nothing until a1 ended
+    run_schedule(_schedule("directory", 1), ScriptedChooser([hold]))
+    assert seen["pending"] == [], f"call_off left blue's stop_after pending: {seen}"
+    assert seen["state"] == "expired", seen  # withdrawn: no run can take it any more
+
+
+def test_blue_refuses_a_stop_after_whose_cutover_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop_after nobody withdrew in time (the call-off died between its end record and
+    the withdrawal): blue takes it, finds its cutover ended, fails it and runs on."""
+    from airflow_sparkpoint.checkpoints.control import ControlChannel
+    from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore, new_cutover_id
+    from airflow_sparkpoint.services.cutover import stop_after_batch
+    from airflow_sparkpoint.services.savepoint import savepoint_source
+    from tests.simulation import simulate
+    from tests.simulation.world import JOB
+
+    seen: dict[str, Any] = {}
+
+    def cutover(world: Any, spec: CutoverSpec, name: str) -> Any:
+        catalog = world.catalog()
+        for _ in range(60):
+            source, latest = savepoint_source(catalog, actors.MAX_HEARTBEAT_AGE_S), catalog.latest()
+            if source.run is not None and latest is not None:
+                break
+            world.scheduler.clock.sleep(1.0)
+        assert source.run is not None and latest is not None
+        blue = source.run.generation
+        cid = new_cutover_id()
+        store = CutoverStore(catalog)
+        store.plan(CutoverPlan(cid, JOB, blue, catalog.checkpoint_uri(latest.id), latest.batch_id,
+                               f"{JOB}-shadow", f"{world.root}/shadow", requested_by=name))
+        asked = stop_after_batch(catalog, latest.batch_id + 3, timeout_s=300.0, poll_s=2.0,
+                                 max_heartbeat_age=actors.MAX_HEARTBEAT_AGE_S, requested_by=name, wait=False,
+                                 generation=blue, cutover_id=cid)
+        store.end(cid, "aborted", step="warmup", reason="called off", by=name)  # ...and died: not withdrawn
+        seen["request"] = asked.request_id
+        return "ended"
+
+    real_end = simulate._check_end
+
+    def check_end(world: Any, scheduler: Any, schedule: Any) -> None:
+        real_end(world, scheduler, schedule)
+        seen["result"] = ControlChannel(world.raw_catalog()).result(seen["request"])
+
+    monkeypatch.setattr(actors, "cutover", cutover)
+    monkeypatch.setattr(simulate, "_check_end", check_end)
+    hold = Pause("a0", ("sink.stage",), until="a1", occurrence=3)
+    run_schedule(_schedule("directory", 1), ScriptedChooser([hold]))
+    result = seen["result"]
+    assert result.state == "failed" and "ended (aborted at warmup)" in (result.error or ""), result

@@ -136,11 +136,14 @@ def sparkpoint_commits(output: Path) -> list[dict[str, Any]]:
 
 
 def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int = 2, margin: int = 3,
-                after_n: int = 4, timeout_s: float = 300.0, probe: Callable[[], Any] | None = None) -> CutoverRun:
+                after_n: int = 4, timeout_s: float = 300.0, probe: Callable[[], Any] | None = None,
+                green_commits: bool = True) -> CutoverRun:
     """Run one cutover (the module docstring) under `base`; blue's log is
     ``base/blue/totals.log``. Green's error, if any, is returned, not raised; a step
     that does not happen within `timeout_s` raises AssertionError with blue's log.
-    `probe` (e.g. green's CPU seconds so far) is called at each of `CutoverRun.marks`."""
+    `probe` (e.g. green's CPU seconds so far) is called at each of `CutoverRun.marks`.
+    `green_commits` False (with `after_n` 0: no input past N): green is stopped once it
+    claimed the job and took its adoption checkpoint at N, before it committed anything."""
     from pyspark.sql import functions as F
 
     from airflow_sparkpoint.runtime import SparkpointJob
@@ -219,7 +222,8 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
         assert last is not None
         n = last + margin
         stop = stop_after_batch(catalog, n, timeout_s=timeout_s, poll_s=0.3, max_heartbeat_age=60.0,
-                                requested_by="test_cutover_e2e", wait=False, generation=blue_generation)
+                                requested_by="test_cutover_e2e", wait=False, generation=blue_generation,
+                                cutover_id=cid)
         store.agree(cid, n, stop.request_id)
         feeder.rush(n + after_n)  # the input past N is there when blue stops: the gap is the handover's
         try:
@@ -235,7 +239,18 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
             return any(c["batch"] == batch and c["generation"] == gen_green
                        for c in sparkpoint_commits(output))
 
-        if blue_exit == 0:
+        if blue_exit == 0 and not green_commits:
+            def adopted() -> bool:
+                if "error" in outcome:
+                    raise AssertionError(f"green failed: {outcome['error']!r}")
+                return store.read(cid).claimed is not None and any(
+                    m.generation == gen_green and m.batch_id == n for m in catalog.checkpoints())
+
+            wait_for(f"green's claim and adoption checkpoint at batch {n}", adopted, timeout_s, green_log)
+            channel = ControlChannel(catalog)
+            request = channel.submit("stop", generation=gen_green, timeout_s=timeout_s)
+            channel.wait(request.id, timeout_s=timeout_s, poll_s=0.3)
+        elif blue_exit == 0:
             wait_for(f"green's commit of batch {n + 1}", lambda: green_committed(n + 1), timeout_s, green_log)
             # green's run ends the cutover itself after that commit (`runtime.cutover.record_first_commit`)
             wait_for("green's done: committed", lambda: store.read(cid).done is not None, timeout_s, green_log)

@@ -69,3 +69,26 @@ def test_the_page_has_a_row_per_cutover_with_its_state(catalog: Catalog) -> None
 
 def test_no_cutover_shows_none(catalog: Catalog) -> None:
     assert load_history(catalog).to_json()["cutovers"] == []
+
+
+def test_blue_s_final_savepoint_and_the_rollback_s_return_point_are_shown(catalog: Catalog) -> None:
+    """Once green claimed, the cutover names blue's final checkpoint and savepoint of N; a
+    rollback after it says where the job's lineage returned (the JSON and the page)."""
+    from airflow_sparkpoint.plugins.page import pipeline_page
+
+    store = CutoverStore(catalog)
+    store.plan(_plan(SECOND, 2))
+    shown = load_history(catalog).to_json()["cutovers"][0]
+    assert (shown["blue_checkpoint"], shown["blue_savepoint"], shown["rolled_back_to"]) == (None, None, None)
+    store.agree(SECOND, 9, "1764370000006-0123abcd")
+    savepoint = "memory://x/orders/savepoints/savepoint-12-1c2d3e4f"
+    store.claim(CutoverClaim(SECOND, 3, 9, "memory://x/orders/chk-12", savepoint=savepoint))
+    store.roll_back(SECOND, generation=3, reason="audit", restore=savepoint)
+    shown = load_history(catalog).to_json()["cutovers"][0]
+    assert (shown["blue_checkpoint"], shown["blue_savepoint"], shown["rolled_back_to"]) == (
+        "memory://x/orders/chk-12", savepoint, savepoint)
+    html = pipeline_page(load_history(catalog).to_json(), "sp", "/sparkpoint")
+    table = html[html.index('<table id="cutovers">'):]
+    table = table[:table.index("</table>")]
+    assert "blue&#39;s final savepoint" in table or "blue's final savepoint" in table
+    assert table.count(savepoint) == 2  # the column and "rolled back ... to"

@@ -163,3 +163,25 @@ def test_an_unreadable_plan_counts_as_open(catalog: Catalog) -> None:
     catalog.store.put(layout.cutover_key(CID, "plan"), json.dumps({**_plan().to_json(), "job": "other"}).encode())
     with pytest.raises(CutoverError, match="holds cutover .* of job 'other'"):
         CutoverStore(catalog).read(CID)
+
+
+def test_a_stop_after_names_its_cutover_and_a_claim_and_a_rollback_what_to_restore(catalog: Catalog) -> None:
+    """Extended records (never renamed): a stop_after request names the cutover it is
+    filed for (absent for others, as earlier releases wrote them); its completed result
+    names the run's final savepoint beside the checkpoint; green's claim names blue's
+    final savepoint; a rollback record where the lineage returned."""
+    request = ControlRequest(CID, "stop_after", "orders", 1.0, 2.0, 3, after_batch=7, cutover=CID)
+    assert request.to_json()["cutover"] == CID and ControlRequest.from_json(request.to_json()) == request
+    assert "cutover" not in ControlRequest(CID, "stop_after", "orders", 1.0, 2.0, 3, after_batch=7).to_json()
+    result = ControlResult(CID, "completed", 3, "memory://x/orders/savepoints/savepoint-8-ab12cd34", 7, None, 9.0,
+                           checkpoint="memory://x/orders/chk-8")
+    assert ControlResult.from_json(result.to_json()) == result
+    claim = CutoverClaim(CID, 4, 7, "memory://x/orders/chk-8", 1.0, savepoint=result.savepoint)
+    assert CutoverClaim.from_json(claim.to_json()) == claim
+    old = {k: v for k, v in claim.to_json().items() if k != "savepoint"}  # a claim of the release before
+    assert CutoverClaim.from_json(old).savepoint is None
+    channel = ControlChannel(catalog)
+    with pytest.raises(ConfigError, match="cutover='x' belongs to stop_after requests"):
+        channel.submit("stop", generation=1, cutover="x")
+    filed = channel.submit("stop_after", generation=1, after_batch=3, cutover=CID)
+    assert channel.read_request(filed.id).cutover == CID

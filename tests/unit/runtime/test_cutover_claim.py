@@ -323,3 +323,55 @@ def test_green_s_shadow_start_passes_beside_a_live_blue_another_task_started(cat
     check_start(catalog, green, takeover=False, cutover=CID, shadow=True)
     with pytest.raises(CutoverInProgress):
         check_start(catalog, green, takeover=False, cutover=None, shadow=True)
+
+
+def test_green_s_claim_names_blue_s_final_savepoint_from_the_stop_s_result(catalog: Catalog) -> None:
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3, complete=False)
+    state = CutoverStore(catalog).read(CID)
+    assert state.agreed is not None
+    channel = ControlChannel(catalog)
+    request = channel.read_request(state.agreed.request_id)
+    final = catalog.latest()
+    assert final is not None
+    saved = catalog.create_savepoint(catalog.handle(final), generation=1)
+    channel.complete(request, generation=1, batch_id=3, checkpoint=catalog.checkpoint_uri(final.id),
+                     savepoint=saved.uri)
+    adopt(catalog, sink, CID, live_dir=None)
+    claimed = CutoverStore(catalog).read(CID).claimed
+    assert claimed is not None and claimed.savepoint == saved.uri
+
+
+def test_a_rollback_of_green_that_committed_nothing_past_n_returns_to_blue_s_savepoint(catalog: Catalog) -> None:
+    """Rollback after the cutover: green (claimed at N, no commit past N) is rolled back;
+    the new origin is blue's final savepoint of N (base -1: green's checkpoints,
+    its adoption checkpoint included, are superseded), so restore=latest resumes blue's
+    state at N. Had green committed past N, it returns to green's own checkpoint (the
+    sink would be ahead of the savepoint)."""
+    from airflow_sparkpoint.services.rollback import abort_generation
+
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3, complete=False)
+    state = CutoverStore(catalog).read(CID)
+    assert state.agreed is not None
+    channel = ControlChannel(catalog)
+    final = catalog.latest()
+    assert final is not None
+    pending = TransactionRecord(job="orders", batch_id=3, generation=1, sink=sink.kind, sink_id=sink.sink_id,
+                                created_at=0.0, payload={"config": sink.to_config()})
+    saved = catalog.create_savepoint(catalog.handle(final.with_(transactions=(pending,))), generation=1)
+    channel.complete(channel.read_request(state.agreed.request_id), generation=1, batch_id=3,
+                     checkpoint=catalog.checkpoint_uri(final.id), savepoint=saved.uri)
+    green = adopt(catalog, sink, CID, live_dir=None).generation
+    put_checkpoint(catalog, batch_id=3, generation=green)  # green's adoption checkpoint at N
+    staged = TransactionRecord(job="orders", batch_id=4, generation=green, sink=sink.kind, sink_id=sink.sink_id,
+                               created_at=0.0, payload={"config": sink.to_config()})
+    catalog.put_transaction(staged)  # green staged N+1, never committed
+
+    assert abort_generation(catalog, green) == [staged.txn_id]
+    origin = catalog.origins()[-1]
+    assert (origin.generation, origin.kind, origin.uri, origin.batch_id, origin.base_id) == (
+        green + 1, "savepoint", saved.uri, 3, -1)
+    point = catalog.restart_point()
+    assert point.checkpoint is None and point.uri == saved.uri, point
+    assert CutoverStore(catalog).read(CID).to_json()["rolled_back_to"] == saved.uri
