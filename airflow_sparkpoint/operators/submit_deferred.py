@@ -6,14 +6,18 @@ a deferral or an exception.
 
 1. `reattach`: a resumption of the task (a retry, a worker lost before it deferred) whose
    own run is still live, with no stop or cancel addressed to it, defers on that run
-   again instead of starting (and so fencing) a new generation.
+   again instead of starting (and so fencing) a new generation; when a stop or cancel is
+   ending that run (a clear: the cleared try's trigger cancelled it), `wait_out` waits
+   for its end and the task starts anew.
 2. `launch_and_defer`: spark-submit starts through the detached launcher in a session of
    its own (`services.detached.launch`), with the submission directory's lock handed over;
    the task waits for the driver's generation claim, publishes the same XComs as an
    attached run, records where the driver runs in the task state store (Airflow 3.3+,
    never expiring) and defers.
 3. `complete` (``execute_complete``): validates the trigger's event (an untrusted dict)
-   and ends as an attached run ends.
+   and ends as an attached run ends; a run the task re-attached to that a cleared
+   earlier try's trigger then cancelled (`services.detached_run.cleared_stop`) is not the
+   task's end: the task starts the job again (``execute``), as a cleared attached task does.
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from airflow_sparkpoint.services.detached_run import (
     CLAIM_TIMEOUT_S,
     DETACHED_KEY,
     DetachedRecord,
+    cleared_stop,
     event_problem,
     resumption,
     run_end,
+    wait_out_stopping_run,
 )
 from airflow_sparkpoint.services.driver_errors import DriverOutput, read_log_tail
 from airflow_sparkpoint.services.follow import wait_for_claim
@@ -51,7 +57,7 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 
 __all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "DeferringSubmit", "DetachedRecord", "check_event",
-           "complete", "deadline_of", "defer", "launch_and_defer", "never_expire", "reattach"]
+           "complete", "deadline_of", "defer", "launch_and_defer", "never_expire", "reattach", "wait_out"]
 
 #: of the driver log's end read for its error (`driver_errors.LOG_TAIL_BYTES`), the last
 #: lines that go to the task log
@@ -83,6 +89,8 @@ class DeferringSubmit(Protocol):
 
     def _get_hook(self) -> SparkpointSubmitHook: ...
 
+    def execute(self, context: Context) -> dict[str, Any] | None: ...
+
     def _catalog(self) -> Catalog: ...
 
     def _run_failure(self, catalog: Catalog, token: str, after: int) -> AirflowException | None: ...
@@ -107,7 +115,7 @@ def _task(op: DeferringSubmit, context: Context) -> dict[str, Any]:
     """The task instance `on_kill` asks the state of (the identity its driver records)."""
     me = task_try(context, op.dag_id, op.task_id)
     return {"dag_id": me.dag_id, "task_id": me.task_id, "run_id": me.run_id,
-            "map_index": -1 if me.map_index is None else me.map_index}
+            "map_index": -1 if me.map_index is None else me.map_index, "try_number": me.try_number}
 
 
 def deadline_of(op: DeferringSubmit) -> float | None:
@@ -148,6 +156,19 @@ def reattach(op: DeferringSubmit, context: Context, catalog: Catalog, starter: A
                 "instead of starting a new generation", op.job_name, again.generation)
     defer(op, context, generation=again.generation, token=again.token, since=again.since,
           process=again.process, deadline=again.deadline, cluster=again.cluster)
+
+
+def wait_out(op: DeferringSubmit, context: Context, catalog: Catalog, starter: AirflowTry,
+             own: list[int] | None) -> bool:
+    """Wait for the end of the task's own live run that a stop or cancel is ending
+    (`services.detached_run.wait_out_stopping_run`: a clear whose trigger's cancel came
+    before this try looked); whether there was one (then the try plans its restore again:
+    the ended run's last checkpoint counts)."""
+    lines = wait_out_stopping_run(catalog, starter, own=own, dead_after=op.dead_after,
+                                  record=DetachedRecord.load(context.get("task_state_store")))
+    for line in lines:
+        op.log.info("%s", line)
+    return bool(lines)
 
 
 def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *, token: str,
@@ -242,5 +263,15 @@ def complete(op: DeferringSubmit, context: Context, event: Any, *, generation: i
     if end.status == "failed":
         failed = op._run_failure(catalog, token, since) if token else None
         raise failed or AirflowException(end.message)
+    if event.get("state") == "stopped":
+        me = task_try(context, op.dag_id, op.task_id)
+        cleared = cleared_stop(catalog, generation, me)
+        if cleared is not None:
+            op.log.info("job %s generation %d, which this try re-attached to, was cancelled by the "
+                        "trigger of the cleared earlier try (%s, request %s): starting the job again, "
+                        "as a cleared task does",
+                        op.job_name, generation, cleared.requested_by, cleared.id)
+            op.sparkpoint_run = None  # the new run's claim is published again
+            return op.execute(context)
     found(op, context["ti"], catalog.generation_claim(generation))
     return op._finish(context, catalog, generation)

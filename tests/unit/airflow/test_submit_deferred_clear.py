@@ -107,16 +107,17 @@ time.sleep(600)
 
 
 def serve_cancel(catalog: Catalog, *, after_s: float = 0.0) -> threading.Thread:
-    """Generation 1's driver: takes the cancel request addressed to it `after_s` seconds
-    after it appears, records the run stopped (status, result) and completes the request."""
+    """Generation 1's driver: takes the cancel request addressed to it at once, and
+    `after_s` seconds later (a batch to finish) records the run stopped (status, result)
+    and completes the request."""
     def serve() -> None:
         channel = ControlChannel(catalog)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             for request in channel.pending(1):
                 if request.kind == "cancel":
-                    time.sleep(after_s)
                     channel.acknowledge(request, 1)
+                    time.sleep(after_s)
                     write_status(catalog, "stopped")
                     write_run_result(catalog, RunResult(status="stopped", job=JOB, generation=1,
                                                         batches_processed=3))
@@ -206,7 +207,7 @@ def test_a_new_try_that_looks_after_the_old_triggers_cancel_waits_for_the_run_to
     first_try_run(catalog, store, op.dag_id)
     with pytest.raises(TaskDeferred) as old:
         op.execute({"ti": FakeTI(try_number=1), "run_id": RUN_ID, "task_state_store": store})
-    driver = serve_cancel(catalog, after_s=8.0)  # the driver reads its control requests late
+    driver = serve_cancel(catalog, after_s=5.0)  # the driver takes a while to stop
     killing = threading.Thread(target=old_trigger_kills, args=(root, trigger_kwargs_of(old)), daemon=True)
     killing.start()
     deadline = time.monotonic() + 10
