@@ -44,7 +44,9 @@ USER_STOP = "SparkpointRunTrigger (the task was stopped)"
 
 class DetachedRecord(dict):  # type: ignore[type-arg]
     """The detached run a task follows, as kept in the task state store:
-    ``generation``, ``token``, ``since``, ``deadline`` and where the driver runs: ``process``
+    ``generation``, ``token``, ``since``, ``deadline``, ``deferred_try`` (the try that last
+    deferred on the run, when known: a later try that finds it live was cleared while
+    deferred, `cleared_while_deferred`) and where the driver runs: ``process``
     (`DriverProcess.to_json`, client mode) or ``cluster`` (cluster mode: ``driver``,
     `ClusterDriver.to_json`, and ``conn_id``, the Spark connection whose cluster manager
     watches and kills it)."""
@@ -83,6 +85,21 @@ class DetachedRecord(dict):  # type: ignore[type-arg]
     def claimed(self, generation: int) -> DetachedRecord:
         """This record once its driver claimed `generation`."""
         return DetachedRecord({**self, "generation": generation})
+
+    def deferring(self, generation: int, try_number: int) -> DetachedRecord:
+        """This record once try `try_number` defers on run `generation`."""
+        return DetachedRecord({**self, "generation": generation, "deferred_try": try_number})
+
+    def cleared_while_deferred(self, generation: int, try_number: int) -> int | None:
+        """The earlier try that deferred on run `generation` when try `try_number` of the
+        same task finds that run live, else None. A deferred try ends only by a user's
+        action (a clear; a mark-failed or -success stops the run): the triggerer keeps a
+        deferred task deferred across its restarts, and its trigger has no timeout."""
+        deferred = self.get("deferred_try")
+        if self.get("generation") != generation or isinstance(deferred, bool) \
+                or not isinstance(deferred, int):
+            return None
+        return deferred if deferred < try_number else None
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,9 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError, StorageError
-from airflow_sparkpoint.hooks.spark_cluster import cluster_manager
+from airflow_sparkpoint.hooks.spark_cluster import cluster_handle
 from airflow_sparkpoint.hooks.sparkpoint import storage_connection
-from airflow_sparkpoint.services.cluster_manager import ClusterHandle, cluster_record
+from airflow_sparkpoint.services.cluster_manager import cluster_record
 from airflow_sparkpoint.services.conditions import JITTER
 from airflow_sparkpoint.services.detached import DriverProcess
 from airflow_sparkpoint.services.detached_run import USER_STOP, user_stop_by
@@ -180,9 +180,9 @@ class SparkpointRunTrigger(BaseTrigger):
         manager reads the Spark connection); None when not recorded or its cluster manager
         cannot be built (then a stop is a control request only, and that is logged)."""
         if self._driver is None and self.cluster is not None:
-            driver, conn_id = cluster_record(self.cluster)
+            driver = cluster_record(self.cluster)[0]
             try:
-                self._driver = ClusterHandle(cluster_manager(driver.kind, conn_id), driver)
+                self._driver = cluster_handle(self.cluster)
             except ConfigError as exc:
                 self.log.warning("job %s generation %d: cannot reach the cluster manager of %s (%s): it is "
                                  "followed through the catalog only and stopped by a control request only",

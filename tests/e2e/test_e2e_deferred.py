@@ -187,7 +187,7 @@ def test_a_clear_of_a_deferred_task_restarts_its_job_in_a_new_generation(
     pipeline = Totals(tmp_path, "deferred_clear")
     pipeline.write_many(2)
     run = airflow_api.trigger(DAG, pipeline.params(trigger="processingTime:1s"))
-    describe = lambda: airflow_api.describe(DAG, run)  # noqa: E731
+    describe = lambda: airflow_api.describe(DAG, run)
     first = wait_for("the deferred job's checkpoint of batch 1", lambda: running_with_checkpoint(pipeline, 1),
                      600, describe)
     airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300, try_number=1)

@@ -152,22 +152,23 @@ def test_a_new_try_that_re_attached_before_the_old_triggers_cancel_starts_a_new_
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ordering 1: the cleared task's new try re-attaches to generation 1 first; the old
     try's trigger's cancel then ends the run. The new try must not succeed ``stopped``:
-    it starts the job again (a new generation, restore latest) and defers on it."""
+    it starts the job again (a new generation, restore latest) and defers on it. Airflow
+    3.2: no task state store, so the new try cannot know that try 1 had deferred (with
+    one, it stops the run itself: ordering 3)."""
     from airflow.sdk.exceptions import TaskDeferred
 
     root = tmp_path / "sp"
     catalog = Catalog(open_storage(str(root)), JOB)
-    store = FakeStore()
     op = operator(root)
-    first_try_run(catalog, store, op.dag_id)
+    first_try_run(catalog, FakeStore(), op.dag_id)
     # the old try's trigger, as try 1 deferred it (its task names try 1)
     with pytest.raises(TaskDeferred) as old:
-        op.execute({"ti": FakeTI(try_number=1), "run_id": RUN_ID, "task_state_store": store})
+        op.execute({"ti": FakeTI(try_number=1), "run_id": RUN_ID})
     old_kwargs = trigger_kwargs_of(old)
     assert old_kwargs["generation"] == 1
     # the clear: try 2 starts before the old trigger's on_kill wrote its cancel, re-attaches
     ti = FakeTI(try_number=2)
-    context: Any = {"ti": ti, "run_id": RUN_ID, "task_state_store": store}
+    context: Any = {"ti": ti, "run_id": RUN_ID}
     with pytest.raises(TaskDeferred) as new:
         op.execute(context)
     assert trigger_kwargs_of(new)["generation"] == 1 and catalog.current_generation() == 1
@@ -189,8 +190,7 @@ def test_a_new_try_that_re_attached_before_the_old_triggers_cancel_starts_a_new_
         assert again.value.kwargs["generation"] == 2 and catalog.current_generation() == 2
         assert json.loads(seen.read_text())["state"] == "stopped"
         assert ti.pushed["generation"] == 2
-        record = TaskRecord.load(store)
-        assert record is not None and len(record.tokens) == 2 and record.tokens[-1] == again.value.kwargs["token"]
+        assert catalog.generation_claim(2).submitter == again.value.kwargs["token"]
 
 
 def test_a_new_try_that_looks_after_the_old_triggers_cancel_waits_for_the_run_to_end_then_starts_anew(
@@ -253,3 +253,37 @@ def test_a_stop_asked_of_this_try_keeps_its_outcome(tmp_path: Path, by: str) -> 
     result = op.execute_complete({"ti": FakeTI(try_number=2), "run_id": RUN_ID, "task_state_store": store},
                                  event, generation=1, token="tok1", since=0)
     assert result["status"] == "stopped" and catalog.current_generation() == 1
+
+
+def test_a_new_try_that_deferred_before_the_old_trigger_asked_still_restarts_the_job(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ordering 3 (seen on the e2e stack: the old trigger's question about the task's state
+    took 19 s): the new try defers before the old trigger's `on_kill` has its answer, which
+    is then ``deferred``, so the old trigger leaves the run alone. The new try knows from
+    the task's record that try 1 deferred on this run (a deferred try ends only by a user's
+    action): it stops the run as the cleared try's trigger would, and starts anew."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    root = tmp_path / "sp"
+    catalog = Catalog(open_storage(str(root)), JOB)
+    store = FakeStore()
+    op = operator(root)
+    first_try_run(catalog, store, op.dag_id)
+    with pytest.raises(TaskDeferred) as old:
+        op.execute({"ti": FakeTI(try_number=1), "run_id": RUN_ID, "task_state_store": store})
+    assert store.values["sparkpoint_detached"]["deferred_try"] == 1
+    driver = serve_cancel(catalog)
+    ti = FakeTI(try_number=2)
+    with a_stand_in_spark_submit(tmp_path, root, monkeypatch) as seen:
+        with pytest.raises(TaskDeferred) as new:
+            op.execute({"ti": ti, "run_id": RUN_ID, "task_state_store": store})
+        assert trigger_kwargs_of(new)["generation"] == 2 and catalog.current_generation() == 2
+        assert json.loads(seen.read_text())["state"] == "stopped"
+    driver.join(10)
+    channel = ControlChannel(catalog)
+    requests = [channel.read_request(i) for i in channel.request_ids()]
+    assert [(r.kind, r.generation) for r in requests] == [("cancel", 1)]
+    assert requests[0].requested_by.endswith(", try 1"), requests[0].requested_by
+    assert store.values["sparkpoint_detached"]["deferred_try"] == 2
+    old_trigger_kills(root, trigger_kwargs_of(old), state="deferred")  # too late: it asks, writes nothing
+    assert len(channel.request_ids()) == 1 and catalog.current_generation() == 2
