@@ -226,8 +226,9 @@ def test_a_clear_of_a_deferred_task_restarts_its_job_in_a_new_generation(
     assert airflow_api.xcom(DAG, run, "job", key="generation") == second
     channel = ControlChannel(pipeline.catalog)
     requests = [channel.read_request(i) for i in channel.request_ids()]
-    assert [(r.kind, r.generation) for r in requests] == [("cancel", first)], requests
-    assert "try 1" in requests[0].requested_by, requests[0].requested_by
+    # one cancel, or two when the old trigger and the new try both stopped it; none to the new run
+    assert requests and {(r.kind, r.generation) for r in requests} == {("cancel", first)}, requests
+    assert all(r.requested_by.endswith(", try 1") for r in requests), requests
     pipeline.assert_exact()
 
     new_pgid = os.getpgid(int(pipeline.status()["pid"]))

@@ -287,3 +287,22 @@ def test_a_new_try_that_deferred_before_the_old_trigger_asked_still_restarts_the
     assert store.values["sparkpoint_detached"]["deferred_try"] == 2
     old_trigger_kills(root, trigger_kwargs_of(old), state="deferred")  # too late: it asks, writes nothing
     assert len(channel.request_ids()) == 1 and catalog.current_generation() == 2
+
+
+def test_the_triggers_task_try_number_is_checked_and_named_by_its_stop(tmp_path: Path) -> None:
+    from airflow_sparkpoint.exceptions import ConfigError
+    from airflow_sparkpoint.triggers.run import SparkpointRunTrigger
+
+    task = {"dag_id": "etl", "task_id": "submit", "run_id": RUN_ID, "map_index": 3}
+    for bad in ("2", True, 2.0):
+        with pytest.raises(ConfigError, match="try_number"):
+            SparkpointRunTrigger(job_name=JOB, generation=1, checkpoint_dir=str(tmp_path),
+                                 task={**task, "try_number": bad})
+    trig = SparkpointRunTrigger(job_name=JOB, generation=1, checkpoint_dir=str(tmp_path),
+                                task={**task, "try_number": 4})
+    assert trig.serialize()[1]["task"]["try_number"] == 4
+    assert trig.user_stop_by() == ("SparkpointRunTrigger (the task was stopped) by task instance "
+                                   f"etl.submit[3] of DAG run {RUN_ID}, try 4")
+    older = SparkpointRunTrigger(job_name=JOB, generation=1, checkpoint_dir=str(tmp_path), task=task)
+    assert older.user_stop_by().startswith("SparkpointRunTrigger (the task was stopped)")
+    assert "try" not in older.user_stop_by()
