@@ -16,13 +16,16 @@ from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.services.cluster_manager import (
     KUBERNETES,
     YARN,
+    ClusterHandle,
     ClusterManager,
     KubernetesManager,
     PodApi,
     YarnManager,
+    cluster_record,
 )
 
-__all__ = ["KUBERNETES_PROVIDER_MISSING", "cluster_manager", "kubernetes_api", "require_kubernetes_client"]
+__all__ = ["KUBERNETES_PROVIDER_MISSING", "cluster_handle", "cluster_manager", "kubernetes_api",
+           "require_kubernetes_client"]
 
 KUBERNETES_PROVIDER_MISSING = (
     "a k8s://... master needs the Kubernetes client of apache-airflow-providers-cncf-kubernetes "
@@ -78,3 +81,13 @@ def cluster_manager(kind: str, conn_id: str, hook: Any = None) -> ClusterManager
             "cluster mode on YARN watches and kills the application through the ResourceManager's REST "
             "API; expected its address, e.g. http://rm.example.com:8088") from None
     return YarnManager(url, auth=hook._resolved_yarn_rm_auth)
+
+
+def cluster_handle(cluster: Any) -> ClusterHandle:
+    """The handle of a cluster-mode driver as a `DetachedRecord` records it (``driver``,
+    ``conn_id``): watched and killed through that connection's cluster manager.
+
+    :raises ConfigError: the record is malformed or its cluster manager cannot be built.
+    """
+    driver, conn_id = cluster_record(cluster)
+    return ClusterHandle(cluster_manager(driver.kind, conn_id), driver)

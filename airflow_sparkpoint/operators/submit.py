@@ -270,6 +270,14 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         starter = task_try(context, self.dag_id, self.task_id)
         if self.deferrable:  # a resumption follows its own live run again (defers, never returns then)
             submit_deferred.reattach(self, context, catalog, starter, plan.own)
+            # a clear whose cancel came first: its dying run ended, and its last checkpoint counts
+            if submit_deferred.wait_out(self, context, catalog, starter, plan.own):
+                plan = plan_try(catalog, store, try_number=try_number, job=self.job_name, task=self.task_id,
+                                restore=self.restore, restore_snapshot=self.restore_snapshot,
+                                choose=self.choose_restore)
+                for line in plan.lines:
+                    self.log.info("%s", line)
+                sparkpoint_conf = self.build_sparkpoint_conf(plan.restore)
         # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
         token = plan.start(catalog, starter, takeover=self.takeover, settings=sparkpoint_conf, store=store,
                            retention=never_expire())

@@ -6,14 +6,18 @@ a deferral or an exception.
 
 1. `reattach`: a resumption of the task (a retry, a worker lost before it deferred) whose
    own run is still live, with no stop or cancel addressed to it, defers on that run
-   again instead of starting (and so fencing) a new generation.
+   again instead of starting (and so fencing) a new generation; when a stop or cancel is
+   ending that run (a clear: the cleared try's trigger cancelled it), `wait_out` waits
+   for its end and the task starts anew.
 2. `launch_and_defer`: spark-submit starts through the detached launcher in a session of
    its own (`services.detached.launch`), with the submission directory's lock handed over;
    the task waits for the driver's generation claim, publishes the same XComs as an
    attached run, records where the driver runs in the task state store (Airflow 3.3+,
    never expiring) and defers.
 3. `complete` (``execute_complete``): validates the trigger's event (an untrusted dict)
-   and ends as an attached run ends.
+   and ends as an attached run ends; a run the task re-attached to that a cleared
+   earlier try's trigger then cancelled (`services.detached_run.cleared_stop`) is not the
+   task's end: the task starts the job again (``execute``), as a cleared attached task does.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
+from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.hooks.spark_cluster import cluster_handle
 from airflow_sparkpoint.operators.driver_errors import run_failure
 from airflow_sparkpoint.operators.submit_publish import found
 from airflow_sparkpoint.services.cluster_manager import cluster_record
@@ -34,16 +40,20 @@ from airflow_sparkpoint.services.detached_run import (
     CLAIM_TIMEOUT_S,
     DETACHED_KEY,
     DetachedRecord,
+    Resumption,
+    cleared_stop,
     event_problem,
     resumption,
     run_end,
+    user_stop_by,
+    wait_out_stopping_run,
 )
 from airflow_sparkpoint.services.driver_errors import DriverOutput, read_log_tail
-from airflow_sparkpoint.services.follow import wait_for_claim
+from airflow_sparkpoint.services.follow import stop_run, wait_for_claim
 from airflow_sparkpoint.services.runs import AirflowTry, record_launch, task_try
 from airflow_sparkpoint.services.stores import Catalog
 from airflow_sparkpoint.services.submit_dir import SubmitDir
-from airflow_sparkpoint.triggers.run import MIN_POLL_INTERVAL_S, SparkpointRunTrigger
+from airflow_sparkpoint.triggers.run import MIN_POLL_INTERVAL_S, STOP_WAIT_S, SparkpointRunTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -51,7 +61,7 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 
 __all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "DeferringSubmit", "DetachedRecord", "check_event",
-           "complete", "deadline_of", "defer", "launch_and_defer", "never_expire", "reattach"]
+           "complete", "deadline_of", "defer", "launch_and_defer", "never_expire", "reattach", "wait_out"]
 
 #: of the driver log's end read for its error (`driver_errors.LOG_TAIL_BYTES`), the last
 #: lines that go to the task log
@@ -83,6 +93,8 @@ class DeferringSubmit(Protocol):
 
     def _get_hook(self) -> SparkpointSubmitHook: ...
 
+    def execute(self, context: Context) -> dict[str, Any] | None: ...
+
     def _catalog(self) -> Catalog: ...
 
     def _run_failure(self, catalog: Catalog, token: str, after: int) -> AirflowException | None: ...
@@ -107,7 +119,7 @@ def _task(op: DeferringSubmit, context: Context) -> dict[str, Any]:
     """The task instance `on_kill` asks the state of (the identity its driver records)."""
     me = task_try(context, op.dag_id, op.task_id)
     return {"dag_id": me.dag_id, "task_id": me.task_id, "run_id": me.run_id,
-            "map_index": -1 if me.map_index is None else me.map_index}
+            "map_index": -1 if me.map_index is None else me.map_index, "try_number": me.try_number}
 
 
 def deadline_of(op: DeferringSubmit) -> float | None:
@@ -128,6 +140,11 @@ def defer(op: DeferringSubmit, context: Context, *, generation: int, token: str,
         cluster=None if cluster is None else dict(cluster),
         task=_task(op, context), poll_interval=max(op.poll_interval, MIN_POLL_INTERVAL_S),
         dead_after=op.dead_after, deadline=deadline)
+    store = context.get("task_state_store")
+    record = DetachedRecord.load(store)
+    if record is not None:  # a later try that finds this run live knows this try deferred on it
+        record.deferring(generation, task_try(context, op.dag_id, op.task_id).try_number or 1).save(
+            store, op.log, retention=never_expire())
     where = (process.describe() if process else cluster_record(cluster)[0].describe() if cluster
              else "driver not recorded")
     op.log.info("job %s generation %d runs detached (%s); deferring", op.job_name, generation, where)
@@ -139,15 +156,58 @@ def reattach(op: DeferringSubmit, context: Context, catalog: Catalog, starter: A
              own: list[int] | None) -> None:
     """Defer on the task's own live run when there is one (`services.detached_run.resumption`);
     else return and let the task start a new generation."""
-    again = resumption(catalog, starter, own=own, record=DetachedRecord.load(context.get("task_state_store")),
-                       dead_after=op.dead_after, deadline=lambda: deadline_of(op))
+    record = DetachedRecord.load(context.get("task_state_store"))
+    again = resumption(catalog, starter, own=own, record=record, dead_after=op.dead_after,
+                       deadline=lambda: deadline_of(op))
     if again is None:
+        return
+    number = starter.try_number or 1
+    cleared = None if record is None else record.cleared_while_deferred(again.generation, number)
+    if cleared is not None:  # a clear: stop the run as the cleared try's trigger does, then start anew
+        _stop_cleared(op, context, catalog, again, cleared)
         return
     found(op, context["ti"], again.claim)
     op.log.info("job %s generation %d, started by an earlier try of this task, is live: following it again "
                 "instead of starting a new generation", op.job_name, again.generation)
     defer(op, context, generation=again.generation, token=again.token, since=again.since,
           process=again.process, deadline=again.deadline, cluster=again.cluster)
+
+
+def _stop_cleared(op: DeferringSubmit, context: Context, catalog: Catalog, run: Resumption,
+                  cleared: int) -> None:
+    """Stop run `run`, on which try `cleared` of this task deferred before it was cleared:
+    what that try's trigger's `on_kill` does (a cancel naming the cleared try, then the
+    driver's kill), which leaves a run whose task is deferred again alone (the new try may
+    defer before the triggerer's question about the task's state is answered)."""
+    driver: Any = run.process
+    if run.cluster is not None:
+        try:
+            driver = cluster_handle(run.cluster)
+        except ConfigError as exc:
+            op.log.warning("cannot reach the cluster manager of job %s's driver (%s): stopped by a control "
+                           "request only", op.job_name, exc)
+            driver = None
+    me = task_try(context, op.dag_id, op.task_id)
+    by = user_stop_by({"dag_id": me.dag_id, "task_id": me.task_id, "run_id": me.run_id,
+                       "map_index": -1 if me.map_index is None else me.map_index, "try_number": cleared})
+    op.log.info("job %s generation %d, on which try %d of this task deferred, is live: the task was cleared; "
+                "stopping it and starting the job again, as a cleared task does", op.job_name, run.generation,
+                cleared)
+    for line in stop_run(catalog, run.generation, driver, wait_s=STOP_WAIT_S, exit_s=2.0, requested_by=by):
+        op.log.info("stopping job %s: %s", op.job_name, line)
+
+
+def wait_out(op: DeferringSubmit, context: Context, catalog: Catalog, starter: AirflowTry,
+             own: list[int] | None) -> bool:
+    """Wait for the end of the task's own live run that a stop or cancel is ending
+    (`services.detached_run.wait_out_stopping_run`: a clear whose trigger's cancel came
+    before this try looked); whether there was one (then the try plans its restore again:
+    the ended run's last checkpoint counts)."""
+    lines = wait_out_stopping_run(catalog, starter, own=own, dead_after=op.dead_after,
+                                  record=DetachedRecord.load(context.get("task_state_store")))
+    for line in lines:
+        op.log.info("%s", line)
+    return bool(lines)
 
 
 def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *, token: str,
@@ -242,5 +302,15 @@ def complete(op: DeferringSubmit, context: Context, event: Any, *, generation: i
     if end.status == "failed":
         failed = op._run_failure(catalog, token, since) if token else None
         raise failed or AirflowException(end.message)
+    if event.get("state") == "stopped":
+        me = task_try(context, op.dag_id, op.task_id)
+        cleared = cleared_stop(catalog, generation, me)
+        if cleared is not None:
+            op.log.info("job %s generation %d, which this try re-attached to, was cancelled by the "
+                        "trigger of the cleared earlier try (%s, request %s): starting the job again, "
+                        "as a cleared task does",
+                        op.job_name, generation, cleared.requested_by, cleared.id)
+            op.sparkpoint_run = None  # the new run's claim is published again
+            return op.execute(context)
     found(op, context["ti"], catalog.generation_claim(generation))
     return op._finish(context, catalog, generation)

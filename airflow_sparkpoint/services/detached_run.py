@@ -1,36 +1,52 @@
 """The detached run a deferrable submit task follows (``deferrable=True``; cluster mode
 too): its record in the task state store (`DetachedRecord`), whether a resumption of the
 task follows its own live run again instead of starting a new generation (`resumption`),
-and what the trigger's one event about the run's end says (`event_problem`, `run_end`).
-Pure Python: no Spark, no Airflow (the front end passes the store and its retention).
+and what the trigger's one event about the run's end says (`event_problem`, `run_end`);
+what a clear of the task does (`user_stop_by`, `cleared_stop`, `wait_out_stopping_run`):
+the trigger of the cleared try cancels the run, and the new try starts the job again,
+whether it looked before that cancel (it re-attached; the run then ends ``stopped``) or
+after it (it waits for the dying run's end). Pure Python: no Spark, no Airflow (the front
+end passes the store and its retention).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo
+from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest
 from airflow_sparkpoint.checkpoints.history_records import AirflowTry
-from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.exceptions import ConfigError, ControlError
 from airflow_sparkpoint.services.cluster_manager import cluster_record
 from airflow_sparkpoint.services.detached import DriverProcess
-from airflow_sparkpoint.services.follow import EVENT_STATUSES, reattach_target
+from airflow_sparkpoint.services.follow import (
+    EVENT_STATUSES,
+    RunFollower,
+    reattach_target,
+    stopping_target,
+)
 
-__all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "DetachedRecord", "Resumption", "RunEnd", "event_problem",
-           "resumption", "run_end"]
+__all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "USER_STOP", "DetachedRecord", "Resumption", "RunEnd",
+           "cleared_stop", "event_problem", "resumption", "run_end", "user_stop_by", "wait_out_stopping_run"]
 
 #: the task state store key of the detached run's record
 DETACHED_KEY = "sparkpoint_detached"
 #: how long the task waits for the detached driver's generation claim before it gives up
 CLAIM_TIMEOUT_S = 600.0
+#: the ``requested_by`` of the cancel a trigger writes when a user stopped its task (mark
+#: failed or success, clear); `user_stop_by` adds which task try's trigger wrote it
+USER_STOP = "SparkpointRunTrigger (the task was stopped)"
 
 
 class DetachedRecord(dict):  # type: ignore[type-arg]
     """The detached run a task follows, as kept in the task state store:
-    ``generation``, ``token``, ``since``, ``deadline`` and where the driver runs: ``process``
+    ``generation``, ``token``, ``since``, ``deadline``, ``deferred_try`` (the try that last
+    deferred on the run, when known: a later try that finds it live was cleared while
+    deferred, `cleared_while_deferred`) and where the driver runs: ``process``
     (`DriverProcess.to_json`, client mode) or ``cluster`` (cluster mode: ``driver``,
     `ClusterDriver.to_json`, and ``conn_id``, the Spark connection whose cluster manager
     watches and kills it)."""
@@ -69,6 +85,21 @@ class DetachedRecord(dict):  # type: ignore[type-arg]
     def claimed(self, generation: int) -> DetachedRecord:
         """This record once its driver claimed `generation`."""
         return DetachedRecord({**self, "generation": generation})
+
+    def deferring(self, generation: int, try_number: int) -> DetachedRecord:
+        """This record once try `try_number` defers on run `generation`."""
+        return DetachedRecord({**self, "generation": generation, "deferred_try": try_number})
+
+    def cleared_while_deferred(self, generation: int, try_number: int) -> int | None:
+        """The earlier try that deferred on run `generation` when try `try_number` of the
+        same task finds that run live, else None. A deferred try ends only by a user's
+        action (a clear; a mark-failed or -success stops the run): the triggerer keeps a
+        deferred task deferred across its restarts, and its trigger has no timeout."""
+        deferred = self.get("deferred_try")
+        if self.get("generation") != generation or isinstance(deferred, bool) \
+                or not isinstance(deferred, int):
+            return None
+        return deferred if deferred < try_number else None
 
 
 @dataclass(frozen=True)
@@ -161,3 +192,75 @@ def run_end(event: Mapping[str, Any], *, job: str, generation: int) -> RunEnd:
     if event["status"] == "failed":
         return RunEnd("failed", f"job {job!r} generation {generation} failed: {message}", notes)
     return RunEnd("success", "", notes)
+
+
+def _instance(dag_id: str, task_id: str, run_id: str, map_index: int | None) -> str:
+    mapped = f"[{map_index}]" if map_index is not None and map_index >= 0 else ""
+    return f"{USER_STOP} by task instance {dag_id}.{task_id}{mapped} of DAG run {run_id}"
+
+
+def user_stop_by(task: Mapping[str, Any]) -> str:
+    """The ``requested_by`` of the cancel the trigger of task try `task` (the trigger's
+    ``task``: ``dag_id``, ``task_id``, ``run_id``, ``map_index``, ``try_number`` when known)
+    writes when a user stopped that task: `USER_STOP`, the task instance and the try
+    (`cleared_stop` reads it back)."""
+    text = _instance(str(task["dag_id"]), str(task["task_id"]), str(task["run_id"]),
+                     int(task.get("map_index", -1)))
+    number = task.get("try_number")
+    return text if not isinstance(number, int) or isinstance(number, bool) else f"{text}, try {number}"
+
+
+def _earlier_try(request: ControlRequest, starter: AirflowTry) -> bool:
+    """Whether `request` is the cancel of a trigger of an earlier try of `starter`'s task
+    instance (`user_stop_by`)."""
+    prefix = _instance(starter.dag_id, starter.task_id, starter.run_id, starter.map_index) + ", try "
+    number = request.requested_by[len(prefix):] if request.requested_by.startswith(prefix) else ""
+    return (request.kind == "cancel" and number.isdigit() and starter.try_number is not None
+            and int(number) < starter.try_number)
+
+
+def cleared_stop(catalog: Catalog, generation: int, starter: AirflowTry) -> ControlRequest | None:
+    """The served cancel that ended run `generation`, when the trigger of an *earlier* try
+    of `starter`'s task instance wrote it (`user_stop_by`): the task was cleared while
+    `starter` already followed the run, and `starter` starts the job again. None when no
+    such request completed (a stop asked of this try, a savepoint's stop, another cause).
+
+    :raises StorageError: the store cannot be read.
+    """
+    channel = ControlChannel(catalog)
+    for request_id in reversed(channel.request_ids()):
+        try:
+            request = channel.read_request(request_id)
+            if request.generation == generation and _earlier_try(request, starter) and \
+                    channel.result(request_id).state == "completed":
+                return request
+        except ControlError:
+            continue  # an unreadable request is no clear's
+    return None
+
+
+def wait_out_stopping_run(catalog: Catalog, starter: AirflowTry, *, own: Sequence[int] | None,
+                          record: DetachedRecord | None, dead_after: float, poll_s: float = 1.0,
+                          sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """Wait for the end of the task's own live run that a stop or cancel is ending
+    (`follow.stopping_target`: e.g. the cleared try's trigger cancelled it before this
+    try looked), so that this try's start never runs beside it: until its status records
+    an end, a newer generation fences it, its recorded driver (the task's `record`, when it
+    names that run) is gone, or it is silent for `dead_after` (`RunFollower`). Returns what
+    was waited for, as log lines (none: no such run).
+
+    :raises StorageError: the store cannot be read.
+    """
+    status = stopping_target(catalog, starter, own=own, max_heartbeat_age=dead_after)
+    if status is None:
+        return []
+    process = None
+    if record is not None and record["generation"] == status.generation and record.get("cluster") is None:
+        process = DriverProcess.from_json(record["process"])
+    started = time.monotonic()
+    event = RunFollower(catalog, status.generation, dead_after, process).until_ended(poll_s, sleep=sleep)
+    waited = time.monotonic() - started
+    line = (f"generation {status.generation} of job {catalog.job!r}, started by this task instance, is "
+            f"being stopped (a stop or cancel is addressed to it): waited {waited:.1f} s for its end "
+            f"({event.get('state') or event['status']}) before starting a new generation")
+    return [line]

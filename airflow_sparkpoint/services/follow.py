@@ -26,11 +26,11 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.history_records import AirflowTry, read_generation
 from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
-from airflow_sparkpoint.exceptions import ConfigError, SparkpointError, StorageError
+from airflow_sparkpoint.exceptions import ConfigError, ControlError, SparkpointError, StorageError
 from airflow_sparkpoint.services.runs import find_claim
 
 __all__ = ["ENDED", "EVENT_STATUSES", "ClaimWait", "DriverHandle", "RunFollower", "reattach_target",
-           "stop_run", "wait_for_claim"]
+           "stop_run", "stopping_target", "wait_for_claim"]
 
 log = logging.getLogger(__name__)
 
@@ -157,23 +157,54 @@ def reattach_target(catalog: Catalog, starter: AirflowTry | None, *, own: Sequen
     generation, or None: the job's live generation (`live_status`), started by the same
     task instance (its claim's Airflow identity), one of `own` (the task's recorded
     generations, when known), and with no stop or cancel request addressed to it (one
-    there means the user ended it: a new start is wanted).
+    there means the user ended it: a new start is wanted, see `stopping_target`).
 
     :raises StorageError: the store cannot be read.
     """
+    status = _own_live(catalog, starter, own=own, max_heartbeat_age=max_heartbeat_age, now=now)
+    return None if status is None or _stopping(catalog, status.generation) else status
+
+
+def stopping_target(catalog: Catalog, starter: AirflowTry | None, *, own: Sequence[int] | None,
+                    max_heartbeat_age: float, now: float | None = None) -> JobStatus | None:
+    """The live run of task `starter` (as `reattach_target`) that a stop or cancel request
+    addressed to it is ending (pending, or served while its end is not yet recorded): a new
+    start of the task waits for its end (never two live runs), or None.
+
+    :raises StorageError: the store cannot be read.
+    """
+    status = _own_live(catalog, starter, own=own, max_heartbeat_age=max_heartbeat_age, now=now)
+    return status if status is not None and _stopping(catalog, status.generation) else None
+
+
+def _own_live(catalog: Catalog, starter: AirflowTry | None, *, own: Sequence[int] | None,
+              max_heartbeat_age: float, now: float | None) -> JobStatus | None:
+    """The job's live run when task `starter` started it (one of `own`, when known)."""
     if starter is None:
         return None
     status = live_status(catalog, max_heartbeat_age, now=now)
     if status is None or (own is not None and status.generation not in own):
         return None
     running = read_generation(catalog, status.generation, status=status, current=status.generation).airflow
-    if not starter.same_task(running):
-        return None
+    return status if starter.same_task(running) else None
+
+
+def _stopping(catalog: Catalog, generation: int) -> bool:
+    """Whether a stop or cancel request addressed to `generation` is pending, taken by its
+    run (acknowledged: the run is ending) or completed (a completed ``stop_after`` too)."""
     channel = ControlChannel(catalog)
-    if channel.stopped(status.generation) or any(
-            r.kind in ("stop", "cancel") for r in channel.pending(status.generation)):
-        return None
-    return status
+    for request_id in channel.request_ids():
+        try:
+            request = channel.read_request(request_id)
+            if request.generation != generation or request.kind not in ("stop", "cancel", "stop_after"):
+                continue
+            state = channel.result(request_id).state
+        except ControlError as exc:
+            log.debug("skipping control request %s of job %r: %s", request_id, catalog.job, exc)
+            continue
+        if state == "completed" or (request.kind != "stop_after" and state in ("pending", "acknowledged")):
+            return True
+    return False
 
 
 def stop_run(catalog: Catalog, generation: int, process: DriverHandle | None, *, wait_s: float = 15.0,

@@ -39,11 +39,12 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError, StorageError
-from airflow_sparkpoint.hooks.spark_cluster import cluster_manager
+from airflow_sparkpoint.hooks.spark_cluster import cluster_handle
 from airflow_sparkpoint.hooks.sparkpoint import storage_connection
-from airflow_sparkpoint.services.cluster_manager import ClusterHandle, cluster_record
+from airflow_sparkpoint.services.cluster_manager import cluster_record
 from airflow_sparkpoint.services.conditions import JITTER
 from airflow_sparkpoint.services.detached import DriverProcess
+from airflow_sparkpoint.services.detached_run import USER_STOP, user_stop_by
 from airflow_sparkpoint.services.follow import DriverHandle, RunFollower, stop_run
 from airflow_sparkpoint.services.stores import Catalog, scrub
 from airflow_sparkpoint.triggers.checkpoint import (
@@ -107,7 +108,9 @@ class SparkpointRunTrigger(BaseTrigger):
         "conn_id": <Spark connection>}``; the triggerer watches and kills it through that
         connection's cluster manager (`hooks.spark_cluster`), never by a process id.
     :param task: the task instance (``dag_id``, ``task_id``, ``run_id``, ``map_index``) whose
-        state `on_kill` checks.
+        state `on_kill` checks, and the ``try_number`` that deferred (optional: its stop's
+        ``requested_by`` names the try, so that a new try of a cleared task tells the
+        stop of the cleared try from one asked of itself).
     :param poll_interval: seconds between looks (>= `MIN_POLL_INTERVAL_S`).
     :param dead_after: a heartbeat older than this on two looks in a row: the driver is dead.
     :param deadline: epoch seconds (the task's ``execution_timeout``) at which the run is
@@ -156,6 +159,9 @@ class SparkpointRunTrigger(BaseTrigger):
         if task is not None and not (isinstance(task, dict) and all(
                 isinstance(task.get(k), str) for k in ("dag_id", "task_id", "run_id"))):
             raise ConfigError(f"task={task!r} is invalid; expected dag_id, task_id, run_id and map_index")
+        if task is not None and task.get("try_number") is not None and (
+                isinstance(task["try_number"], bool) or not isinstance(task["try_number"], int)):
+            raise ConfigError(f"task={task!r} is invalid; expected try_number to be an integer or absent")
         self.job_name = job_name
         self.generation = generation
         self.checkpoint_dir = checkpoint_dir
@@ -174,9 +180,9 @@ class SparkpointRunTrigger(BaseTrigger):
         manager reads the Spark connection); None when not recorded or its cluster manager
         cannot be built (then a stop is a control request only, and that is logged)."""
         if self._driver is None and self.cluster is not None:
-            driver, conn_id = cluster_record(self.cluster)
+            driver = cluster_record(self.cluster)[0]
             try:
-                self._driver = ClusterHandle(cluster_manager(driver.kind, conn_id), driver)
+                self._driver = cluster_handle(self.cluster)
             except ConfigError as exc:
                 self.log.warning("job %s generation %d: cannot reach the cluster manager of %s (%s): it is "
                                  "followed through the catalog only and stopped by a control request only",
@@ -250,9 +256,16 @@ class SparkpointRunTrigger(BaseTrigger):
             self.log.info("generation %d of job %s runs", self.generation, self.job_name)
             await asyncio.sleep(self._interval(remaining))
 
-    def _stop(self, catalog: Catalog, why: str) -> list[str]:
+    def user_stop_by(self) -> str:
+        """The ``requested_by`` of the cancel `on_kill` writes (`detached_run.user_stop_by`:
+        it names the task instance and the try, when known)."""
+        if self.waiting_task is None:
+            return USER_STOP
+        return user_stop_by(self.waiting_task)
+
+    def _stop(self, catalog: Catalog, why: str, by: str | None = None) -> list[str]:
         lines = stop_run(catalog, self.generation, self.driver(), wait_s=STOP_WAIT_S, exit_s=2.0,
-                         requested_by=f"SparkpointRunTrigger ({why})")
+                         requested_by=by or f"SparkpointRunTrigger ({why})")
         for line in lines:
             self.log.info("stopping job %s: %s", self.job_name, line)
         return lines
@@ -291,7 +304,7 @@ class SparkpointRunTrigger(BaseTrigger):
                 return
         key, catalog = await open_catalog(self.job_name, self.checkpoint_dir, self.sparkpoint_conn_id)
         try:
-            await run_blocking(self._stop, catalog, "the task was stopped")
+            await run_blocking(self._stop, catalog, "the task was stopped", self.user_stop_by())
         finally:
             await release_catalog(key)
 

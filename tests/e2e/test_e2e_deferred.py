@@ -172,3 +172,66 @@ def test_a_deferred_job_stopped_with_a_savepoint_ends_its_task_with_the_run_resu
     assert [t["state"] for t in airflow_api.tries(DAG, run, "job")] == ["success"]
     wait_for("the driver's process group to end", lambda: not group_exists(pgid) or None, 60)
     pipeline.assert_exact()
+
+
+@pytest.mark.slow
+def test_a_clear_of_a_deferred_task_restarts_its_job_in_a_new_generation(
+        airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path) -> None:
+    """A clear of the deferred task does what it does to an attached task: the old try's
+    trigger cancels the run and its process group is killed, and the new try starts the
+    job again (restore latest, a new generation) and defers on it, whichever came first,
+    its look at the catalog or the cancel; the new generation commits on, output exact.
+
+    Figures printed: the clear to the old process group gone, to the new generation's
+    first commit; which ordering the new try met (its task log)."""
+    pipeline = Totals(tmp_path, "deferred_clear")
+    pipeline.write_many(2)
+    run = airflow_api.trigger(DAG, pipeline.params(trigger="processingTime:1s"))
+    describe = lambda: airflow_api.describe(DAG, run)
+    first = wait_for("the deferred job's checkpoint of batch 1", lambda: running_with_checkpoint(pipeline, 1),
+                     600, describe)
+    airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300, try_number=1)
+    pgid = os.getpgid(int(pipeline.status()["pid"]))
+
+    cleared_at, cleared_wall = time.monotonic(), time.time()
+    airflow_api.clear(DAG, run, ["job"])
+    wait_for("the old driver's process group to end", lambda: not group_exists(pgid) or None, 120,
+             airflow_stack.tails)
+    gone_in = time.monotonic() - cleared_at
+    pipeline.write_many(1)  # batch 2: for the new generation
+    second = wait_for("a new generation to commit batch 2",
+                      lambda: running_with_checkpoint(pipeline, 2, after_generation=first), 600, describe)
+    committed_in = time.monotonic() - cleared_at
+    ti = airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300, try_number=2)
+    assert ti["trigger"] and ti["trigger"]["classpath"] == TRIGGER, ti
+    log = airflow_api.log(DAG, run, "job", 2)
+    ordering = ("re-attached, then restarted when the old trigger's cancel ended the run"
+                if "cancelled by the trigger of the cleared earlier try" in log
+                else "stopped the run try 1 had deferred on, then started anew" if "the task was cleared" in log
+                else "waited for the run the old trigger's cancel was ending" if "before starting a new generation"
+                in log else "started anew (the run had ended)")
+    claimed_in = pipeline.catalog.generation_claim(second).started_at - cleared_wall
+    print(f"clear: the old process group gone in {gone_in:.1f} s; the new generation {second} claimed "
+          f"{claimed_in:.1f} s and committed its first batch {committed_in:.1f} s after the clear; "
+          f"try 2 {ordering}")
+    assert gone_in <= 30, gone_in
+    assert second > first
+
+    # The new generation keeps committing.
+    pipeline.write_many(2)
+    last = len(pipeline.files) - 1
+    wait_for(f"generation {second} to commit batch {last}",
+             lambda: running_with_checkpoint(pipeline, last, after_generation=first) == second or None, 300,
+             describe)
+    assert airflow_api.xcom(DAG, run, "job", key="generation") == second
+    channel = ControlChannel(pipeline.catalog)
+    requests = [channel.read_request(i) for i in channel.request_ids()]
+    # one cancel, or two when the old trigger and the new try both stopped it; none to the new run
+    assert requests and {(r.kind, r.generation) for r in requests} == {("cancel", first)}, requests
+    assert all(r.requested_by.endswith(", try 1") for r in requests), requests
+    pipeline.assert_exact()
+
+    new_pgid = os.getpgid(int(pipeline.status()["pid"]))
+    airflow_api.mark(DAG, run, "job", "failed")
+    wait_for("the new driver to end", lambda: not group_exists(new_pgid) or None, 60, airflow_stack.tails)
+    pipeline.assert_exact()
