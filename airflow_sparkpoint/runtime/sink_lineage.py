@@ -19,7 +19,8 @@ before it commits anything, so it is enough to look at:
    step committed it since).
 
 A divergence of 1 or 2 that a rewind would fix also needs 3 for every pending
-transaction the sink does not hold (the rewind goes below them).
+transaction the sink does not hold (the rewind goes below them): all of them are read,
+past one the rewind brings back.
 
 `divergence` finds the first violation, reading only; `runtime.restore.check_sink_position`
 refuses it before anything is written, or, with ``restore.sinkAhead=rewind`` on a sink
@@ -30,6 +31,7 @@ owners kept are not checked: there is nothing to compare with.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, TransactionRecord
@@ -94,11 +96,12 @@ def divergence(snapshot: SnapshotHandle | None, sink: Sink, catalog: Catalog, jo
     recorded = catalog.transaction_keys() if own_root else None
     found = _first_divergence(meta, sink, job, pending, recorded)
     if found is not None and found.rewindable:
-        # A rewind goes back to the lineage's own commit, below these: each must commit after it.
+        # A rewind goes back to the lineage's own commit, below these: each must commit after
+        # it. One it brings back (``behind``) says nothing of the ones above it: read them all.
         needed = [(batch, record) for batch, record in sorted(pending.items())
                   if not sink.is_committed(record)]
-        lost = _pending_gone(needed, sink, recorded)
-        if lost is not None and lost.kind == "aborted":
+        lost = next((d for d in _unsettled(needed, sink, recorded) if d.kind == "aborted"), None)
+        if lost is not None:
             return lost
     return found
 
@@ -130,19 +133,25 @@ def _first_divergence(meta: SnapshotMetadata, sink: Sink, job: str, pending: dic
 
 def _pending_gone(pending: list[tuple[int, TransactionRecord]], sink: Sink,
                   recorded: set[tuple[int, int]] | None) -> Divergence | None:
-    """The first of `pending` (in batch order) that can no longer be committed: settled
+    """The first of `pending` (in batch order) that can no longer be committed (`_unsettled`)."""
+    return next(_unsettled(pending, sink, recorded), None)
+
+
+def _unsettled(pending: list[tuple[int, TransactionRecord]], sink: Sink,
+               recorded: set[tuple[int, int]] | None) -> Iterator[Divergence]:
+    """Each of `pending` (in batch order) that can no longer be committed as it is: settled
     since (``behind``: committed and then undone by another lineage's rewind;
-    ``aborted``), or its abort decided."""
+    ``aborted``), or its abort decided. Lazily: a caller that stops early reads no more."""
     for batch, record in pending:
         if (recorded is not None and (batch, record.generation) not in recorded
                 and not sink.is_committed(record)):
-            return Divergence("behind" if sink.was_committed(record) else "aborted", batch, record.txn_id)
+            yield Divergence("behind" if sink.was_committed(record) else "aborted", batch, record.txn_id)
+            continue
         # Aborted, its record not yet deleted (an abort decides before it deletes). Every
         # decision is read: another lineage's recovery aborts what its own restart point
         # does not confirm and keeps, undecided, the lower batches it does.
         if sink.decision(record) == "abort":
-            return Divergence("aborted", batch, record.txn_id)
-    return None
+            yield Divergence("aborted", batch, record.txn_id)
 
 
 def _held(sink: Sink, job: str, batch: int) -> CommittedTxn | None:

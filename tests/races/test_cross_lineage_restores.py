@@ -253,6 +253,31 @@ def test_a_rewind_that_needs_an_aborted_transaction_is_refused(scene_of: Any, ca
     _exact(scene)
 
 
+@pytest.mark.parametrize("case_cls", [DeltaCase, pytest.param(DeltaMergeCase, marks=pytest.mark.slow)],
+                         ids=["delta-append", "delta-merge"])
+def test_a_rewind_past_a_rewound_away_commit_still_needs_the_aborted_batches_above_it(
+        scene_of: Any, case_cls: type[SinkCase]) -> None:
+    """Found by the simulation (20269106:1582): the first lineage confirmed batches 0-5 and
+    the commit step committed 0-1; the second lineage restored its checkpoint of batch 0
+    with ``restore.sinkAhead=rewind``: its recovery aborted 2-5 and it rewound the table
+    to batch 0 (batch 1 rewound away). A rewinding restore of the first lineage's
+    savepoint of batch 5 must be refused before anything is written: the rewind would
+    bring batch 1 back, but batches 2-5 are aborted (the check stopped at batch 1, the
+    start wrote its pin and origin, rewound the table and was refused after)."""
+    scene = scene_of(case_cls)
+    catalog, by_batch, savepoint = _external_lineage_committed_through_1(scene)
+    second = scene.run("second", {**RETAIN, "spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[0].id),
+                                  "spark.sparkpoint.restore.sinkAhead": "rewind"}, fault="rewind:0")
+    _killed(second, "rewind:0")
+
+    _refused(scene, "third", {"spark.sparkpoint.restore": savepoint.uri, "spark.sparkpoint.restore.sinkAhead": "rewind"},
+             "was aborted since: its output is gone")
+
+    retry = scene.run("retry")  # restore=latest: the second lineage, from batch 0
+    assert retry.proc.returncode == 0, explain(scene.drivers, scene.catalog())
+    _exact(scene)
+
+
 def test_an_abort_above_a_kept_transaction_refuses_the_start_before_it_writes(scene_of: Any) -> None:
     """Found by the simulation (20262202:2484): the first lineage confirmed batches 0-5 and
     committed none; the second lineage restored its checkpoint of batch 2, so its recovery

@@ -240,3 +240,21 @@ def test_an_abort_decided_by_a_fenced_run_keeps_its_record_and_is_never_committe
 
     schedule, chooser = random_run(20262810, 376)
     run_schedule(schedule, chooser)
+
+
+def test_a_rewind_past_a_rewound_away_commit_still_needs_every_later_pending_transaction() -> None:
+    """Found by `make explore` at 20269106:1582 (Delta merge, external commit mode):
+    "a3-driver was refused but changed [its pin, …]". Generation 1 committed batches 0-1
+    and confirmed batch 2 (its checkpoint of batch 2 lists both 1 and 2 as pending); a
+    restore of its batch 0 (generation 2) aborted batch 2 and rewound the table to batch 0;
+    a3 restored generation 1's checkpoint of batch 2 by path with
+    ``restore.sinkAhead=rewind``. The check before writing found batch 1 rewound away
+    (rewindable) and, looking for a pending transaction the rewind could not bring back,
+    stopped at that same batch 1 instead of reading on to batch 2, aborted since; a3
+    wrote its pin and origin, rewound the table and was refused after. Fixed: every
+    pending transaction the rewind leaves to commit is read, and one aborted since refuses
+    the start before anything is written. Replayed from its seed and index."""
+    from tests.simulation.explore import random_run
+
+    schedule, chooser = random_run(20269106, 1582)
+    run_schedule(schedule, chooser)
