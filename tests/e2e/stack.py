@@ -364,6 +364,10 @@ class AirflowApi:
                             json={"new_state": state})
         return list(body["task_instances"])
 
+    def mark_run(self, dag_id: str, run_id: str, state: str) -> dict[str, Any]:
+        """Set a DAG run's state (e.g. ``failed``), as the UI's "Mark run as" does."""
+        return dict(self.request("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}", json={"state": state}))
+
     def clear(self, dag_id: str, run_id: str, task_ids: Iterable[str]) -> list[dict[str, Any]]:
         """Clear task instances of one run (running ones are restarted), as the UI's Clear."""
         body = self.request("POST", f"/dags/{dag_id}/clearTaskInstances", json={

@@ -175,6 +175,33 @@ def test_a_deferred_job_stopped_with_a_savepoint_ends_its_task_with_the_run_resu
 
 
 @pytest.mark.slow
+def test_a_dag_run_marked_failed_stops_its_deferred_driver(
+        airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path) -> None:
+    """The DAG run's "Mark run as failed" (a DAG-run stop) fails its deferred submit task;
+    the trigger is dropped as a user action, and the driver's process group is gone within
+    30 s, with a cancel to its generation; output exact."""
+    pipeline = Totals(tmp_path, "deferred_run_failed")
+    pipeline.write_many(2)
+    run = airflow_api.trigger(DAG, pipeline.params(trigger="processingTime:1s"))
+    generation = wait_for("the deferred job's first checkpoint", lambda: running_with_checkpoint(pipeline, 1),
+                          600, lambda: airflow_api.describe(DAG, run))
+    airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300)
+    pgid = os.getpgid(int(pipeline.status()["pid"]))
+
+    marked_at = time.monotonic()
+    airflow_api.mark_run(DAG, run, "failed")
+    wait_for("the driver to end", lambda: not group_exists(pgid) or None, 60, airflow_stack.tails)
+    stopped_in = time.monotonic() - marked_at
+    print(f"DAG run marked failed to the driver's process group gone: {stopped_in:.1f} s")
+    assert stopped_in <= 30, stopped_in
+    channel = ControlChannel(pipeline.catalog)
+    requests = [channel.read_request(i) for i in channel.request_ids()]
+    assert [(r.kind, r.generation) for r in requests] == [("cancel", generation)], requests
+    assert airflow_api.task_instance(DAG, run, "job")["state"] != "deferred"
+    pipeline.assert_exact()
+
+
+@pytest.mark.slow
 def test_a_clear_of_a_deferred_task_restarts_its_job_in_a_new_generation(
         airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path) -> None:
     """A clear of the deferred task does what it does to an attached task: the old try's

@@ -258,3 +258,19 @@ def test_a_rewind_past_a_rewound_away_commit_still_needs_every_later_pending_tra
 
     schedule, chooser = random_run(20269106, 1582)
     run_schedule(schedule, chooser)
+
+
+def test_a_rollback_keeps_a_batch_whose_promotion_is_decided() -> None:
+    """Found by `make explore` at 20269802:2210 (directory sink): "a retry with
+    restore=latest after this schedule did not resume the job: SinkAheadError: … has
+    already committed batch 0 … past the restore point (empty state)". Generation 1
+    decided to promote batch 0 and died before the files landed; a rollback of
+    generation 1 counted batch 0 as uncommitted (`is_committed`: not landed yet) and
+    returned the lineage to empty state, but a decided promotion stands (the abort
+    finishes it), so batch 0 landed and every later start from empty state found the
+    sink ahead with no replay record. Fixed: the rollback counts a transaction whose
+    promotion is decided as committed. Replayed from its seed and index."""
+    from tests.simulation.explore import random_run
+
+    schedule, chooser = random_run(20269802, 2210)
+    run_schedule(schedule, chooser)
