@@ -42,7 +42,7 @@ from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 from airflow_sparkpoint.operators.submit_publish import found, push_history_link
 from airflow_sparkpoint.services.detached import stop_group
 from airflow_sparkpoint.services.processes import terminate_tree
-from airflow_sparkpoint.services.retry import choose_restore, plan_try
+from airflow_sparkpoint.services.retry import TryPlan, choose_restore, plan_try
 from airflow_sparkpoint.services.runs import RunWatcher, committed_batches, find_claim, read_result, task_try
 from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
 from airflow_sparkpoint.services.spark_env import spark_environment
@@ -245,6 +245,16 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
     def _get_hook(self) -> SparkpointSubmitHook:
         return SparkpointSubmitHook.of(super()._get_hook(), self._secret_env)
 
+    def _plan_try(self, catalog: Catalog, store: Any, try_number: int) -> tuple[TryPlan, dict[str, str]]:
+        """This try's plan (`services.retry.plan_try`, its lines logged) and its
+        ``spark.sparkpoint.*`` settings."""
+        plan = plan_try(catalog, store, try_number=try_number, job=self.job_name, task=self.task_id,
+                        restore=self.restore, restore_snapshot=self.restore_snapshot,
+                        choose=self.choose_restore)
+        for line in plan.lines:
+            self.log.info("%s", line)
+        return plan, self.build_sparkpoint_conf(plan.restore)
+
     # ------------------------------------------------------------------ execute
 
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]
@@ -257,12 +267,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         try:  # bad input fails before anything is recorded or submitted, and is not retried
             check_spark(self)
             catalog = self._catalog()
-            plan = plan_try(catalog, store, try_number=try_number, job=self.job_name, task=self.task_id,
-                            restore=self.restore, restore_snapshot=self.restore_snapshot,
-                            choose=self.choose_restore)
-            for line in plan.lines:
-                self.log.info("%s", line)
-            sparkpoint_conf = self.build_sparkpoint_conf(plan.restore)
+            plan, sparkpoint_conf = self._plan_try(catalog, store, try_number)
         except SparkpointConfigFailure:
             raise
         except (ConfigError, AirflowNotFoundException) as exc:  # the latter: a missing sparkpoint connection
@@ -272,12 +277,7 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
             submit_deferred.reattach(self, context, catalog, starter, plan.own)
             # a clear whose cancel came first: its dying run ended, and its last checkpoint counts
             if submit_deferred.wait_out(self, context, catalog, starter, plan.own):
-                plan = plan_try(catalog, store, try_number=try_number, job=self.job_name, task=self.task_id,
-                                restore=self.restore, restore_snapshot=self.restore_snapshot,
-                                choose=self.choose_restore)
-                for line in plan.lines:
-                    self.log.info("%s", line)
-                sparkpoint_conf = self.build_sparkpoint_conf(plan.restore)
+                plan, sparkpoint_conf = self._plan_try(catalog, store, try_number)
         # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
         token = plan.start(catalog, starter, takeover=self.takeover, settings=sparkpoint_conf, store=store,
                            retention=never_expire())
