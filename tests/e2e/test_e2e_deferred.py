@@ -22,7 +22,6 @@ import pytest
 
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.services.detached import group_exists
-from airflow_sparkpoint.triggers.run import NATIVE_ON_KILL
 from tests.e2e.procs import read
 from tests.e2e.stack import AirflowApi, AirflowStack
 from tests.e2e.support import Totals, running_with_checkpoint
@@ -142,7 +141,10 @@ def test_a_deferred_job_survives_an_airflow_restart_and_a_mark_failed_stops_it(
     assert [(r.kind, r.generation) for r in requests] == [("cancel", generation)], requests
     assert "SparkpointRunTrigger" in requests[0].requested_by
     logs = "".join(trigger_logs(airflow_stack, run).values())
-    # 3.3+ calls the trigger's on_kill; 3.2 only its cleanup, which does the same
+    # 3.3+ calls the trigger's on_kill; 3.2 only its cleanup, which does the same (imported
+    # here: importing Airflow at collection would load its settings before `airflow_home`)
+    from airflow_sparkpoint.triggers.run import NATIVE_ON_KILL
+
     assert "task job is failed" in logs and ("invoking on_kill" in logs) == NATIVE_ON_KILL, logs[-3000:]
     assert airflow_api.task_instance(DAG, run, "job")["state"] == "failed"
     pipeline.assert_exact()
