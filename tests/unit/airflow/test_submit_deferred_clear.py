@@ -70,6 +70,21 @@ def first_try_run(catalog: Catalog, store: FakeStore, dag_id: str) -> int:
     return generation
 
 
+def deferred_first_try(tmp_path: Path) -> tuple[Path, Catalog, FakeStore, Any, Any]:
+    """Try 1 of the task launched its run and deferred: the root, the catalog, the task's
+    state store, the operator and the `TaskDeferred` it raised (its trigger's arguments)."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    root = tmp_path / "sp"
+    catalog = Catalog(open_storage(str(root)), JOB)
+    store = FakeStore()
+    op = operator(root)
+    first_try_run(catalog, store, op.dag_id)
+    with pytest.raises(TaskDeferred) as old:
+        op.execute({"ti": FakeTI(try_number=1), "run_id": RUN_ID, "task_state_store": store})
+    return root, catalog, store, op, old
+
+
 @contextlib.contextmanager
 def a_stand_in_spark_submit(tmp_path: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """spark-submit on PATH: claims a generation with its submit token, writes it runs, and
@@ -200,13 +215,7 @@ def test_a_new_try_that_looks_after_the_old_triggers_cancel_waits_for_the_run_to
     runs (never two live runs): it waits for its end, then starts generation 2."""
     from airflow.sdk.exceptions import TaskDeferred
 
-    root = tmp_path / "sp"
-    catalog = Catalog(open_storage(str(root)), JOB)
-    store = FakeStore()
-    op = operator(root)
-    first_try_run(catalog, store, op.dag_id)
-    with pytest.raises(TaskDeferred) as old:
-        op.execute({"ti": FakeTI(try_number=1), "run_id": RUN_ID, "task_state_store": store})
+    root, catalog, store, op, old = deferred_first_try(tmp_path)
     driver = serve_cancel(catalog, after_s=5.0)  # the driver takes a while to stop
     killing = threading.Thread(target=old_trigger_kills, args=(root, trigger_kwargs_of(old)), daemon=True)
     killing.start()
@@ -264,13 +273,7 @@ def test_a_new_try_that_deferred_before_the_old_trigger_asked_still_restarts_the
     action): it stops the run as the cleared try's trigger would, and starts anew."""
     from airflow.sdk.exceptions import TaskDeferred
 
-    root = tmp_path / "sp"
-    catalog = Catalog(open_storage(str(root)), JOB)
-    store = FakeStore()
-    op = operator(root)
-    first_try_run(catalog, store, op.dag_id)
-    with pytest.raises(TaskDeferred) as old:
-        op.execute({"ti": FakeTI(try_number=1), "run_id": RUN_ID, "task_state_store": store})
+    root, catalog, store, op, old = deferred_first_try(tmp_path)
     assert store.values["sparkpoint_detached"]["deferred_try"] == 1
     driver = serve_cancel(catalog)
     ti = FakeTI(try_number=2)
