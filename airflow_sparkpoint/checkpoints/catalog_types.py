@@ -58,6 +58,10 @@ class SnapshotEntry:
     #: abandoned this checkpoint (invariant 9); None while it is on the current lineage
     superseded_by: int | None = None
     summary: SnapshotSummary | None = None
+    #: the generation an invalid snapshot's ``_metadata`` names, when it parses (a file it
+    #: references is missing or the wrong size): tells a fenced writer's late checkpoint
+    #: from one of the current lineage's own
+    written_by: int | None = None
 
     @property
     def valid(self) -> bool:

@@ -250,6 +250,12 @@ def resolve_restart_point(
     for cid in reversed(ids):
         entry = entry_of(cid)
         if entry.metadata is None:
+            if entry.written_by is not None and superseded_by(entry.written_by, cid, origins) is not None:
+                # A fenced writer's late checkpoint on an abandoned lineage (its id may be
+                # one retention freed, its files collected): never a restore target.
+                log.info("ignoring invalid checkpoint %s of superseded generation %d: %s", entry.uri,
+                         entry.written_by, entry.error)
+                continue
             if entry.error and "no _metadata" not in entry.error:
                 log.warning("skipping invalid checkpoint %s: %s; falling back to an older one", entry.uri,
                             entry.error)

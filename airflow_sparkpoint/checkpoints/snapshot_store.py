@@ -128,9 +128,12 @@ class SnapshotStore:
                 raise CorruptMetadata(f"{uri}/_metadata says kind {meta.kind!r}, expected {kind!r}")
             if meta.id != sid:
                 raise CorruptMetadata(f"{uri}/_metadata describes {meta.kind} {meta.id}, not {sid}")
-            self._check_files(meta, present, base, uri, key)
         except CorruptMetadata as exc:
             return SnapshotEntry(kind, sid, uri, key, error=str(exc))
+        try:
+            self._check_files(meta, present, base, uri, key)
+        except CorruptMetadata as exc:
+            return SnapshotEntry(kind, sid, uri, key, error=str(exc), written_by=meta.generation)
         return SnapshotEntry(kind, sid, uri, key, metadata=meta)
 
     def _check_files(

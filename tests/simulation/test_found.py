@@ -274,3 +274,22 @@ def test_a_rollback_keeps_a_batch_whose_promotion_is_decided() -> None:
 
     schedule, chooser = random_run(20269802, 2210)
     run_schedule(schedule, chooser)
+
+
+def test_a_zombies_damaged_checkpoint_is_not_the_new_lineages_own() -> None:
+    """Found by `make explore` at 20269941:2016 (directory sink, external commit mode): "a
+    retry with restore=latest after this schedule did not resume the job: RestoreError: …
+    the lineage of generation 3 started from empty state and its checkpoints are damaged
+    … chk-1: referenced file shared/metadata~… is missing". Generation 1 stalled inside
+    its checkpoint 1 after uploading its files; generation 2 ran, wrote checkpoints 1 and
+    2, and its retention removed checkpoint 1 and the first generation's orphaned upload;
+    generation 1 woke, wrote ``chk-1/_metadata`` into the freed id (pointing at the
+    removed file) and found itself fenced; a rollback of generation 2 returned the lineage
+    to empty state (generation 3). Every ``restore=latest`` then took the zombie's
+    damaged checkpoint for one of generation 3's own and refused. Fixed: a damaged
+    checkpoint whose ``_metadata`` names a generation an origin abandoned is superseded,
+    like a valid one. Replayed from its seed and index."""
+    from tests.simulation.explore import random_run
+
+    schedule, chooser = random_run(20269941, 2016)
+    run_schedule(schedule, chooser)

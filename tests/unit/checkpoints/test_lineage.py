@@ -108,6 +108,30 @@ def test_a_zombie_checkpoint_completed_after_a_newer_generation_started_is_super
     assert mem.latest() == first and mem.restart_point().checkpoint == first
 
 
+def test_a_zombies_damaged_checkpoint_is_superseded_not_the_new_lineages_damage(
+    mem: Catalog, make_checkpoint: MakeCheckpoint
+) -> None:
+    """A fenced writer's late ``_metadata`` whose files were collected (an id retention
+    freed) is not a damaged checkpoint of the lineage that abandoned it (20269941:2016)."""
+    start(mem, kind="empty")
+    zombie = mem.current_generation()
+    late = chk(make_checkpoint, mem, 0)
+    mem.store.delete([layout.checkpoint_metadata(late.id)])  # not written yet: the zombie stalls
+    newer = start(mem, kind="empty")
+    shared = next(ref.key for ref in late.files if ref.path == "metadata")
+    mem.store.delete([shared])  # the newer lineage's clean-up collected the zombie's upload
+    mem.store.put_if_absent(layout.checkpoint_metadata(late.id), late.to_bytes())
+    entry = next(e for e in mem.list_checkpoints() if e.id == late.id)
+    assert entry.metadata is None and entry.written_by == zombie and shared in str(entry.error)
+    point = mem.restart_point()
+    assert point.empty and point.origin is not None and point.origin.generation == newer
+    # The newest lineage's own damaged checkpoint still refuses the start.
+    own = chk(make_checkpoint, mem, 0)
+    mem.store.delete([next(ref.key for ref in own.files if ref.path == "commits/0")])
+    with pytest.raises(RestoreError, match="started from empty state and its checkpoints are damaged"):
+        mem.restart_point()
+
+
 def test_complete_checkpoint_rechecks_the_generation_after_writing(
     mem: Catalog, make_checkpoint: MakeCheckpoint
 ) -> None:
