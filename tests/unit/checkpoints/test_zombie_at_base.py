@@ -94,3 +94,53 @@ def test_a_zombie_checkpoint_on_a_savepoint_lineages_base_id_is_not_the_commit_s
         f"the commit step read generation {latest and latest.generation}'s chk-{latest and latest.id} as "
         f"latest (abandoned by generation 2's lineage) and aborted {RecordingLineageSink.aborted}, which "
         f"generation {newest}'s restart point {savepoint.uri} confirms")
+
+
+def test_a_zombie_checkpoint_on_a_pinned_lineages_freed_base_is_not_its_restart_point() -> None:
+    """The same late write against ``restore=latest`` itself. Z (generation 1) stalls
+    before its ``_metadata`` of chk-4; P (2) restores chk-3 and checkpoints chk-4 and
+    chk-5; Q (3) restores chk-5, checkpoints chk-6, and its retention prunes origins 1
+    and 2 (they supersede nothing left). N (4) restores chk-4 by path: it pins a copy
+    (``pins/4``) and its origin names base 4. Q's retention pass, decided before N's
+    claim (a stale deleter, the reason pins exist), deletes chk-4. Z's ``put_if_absent``
+    of chk-4 lands, its files still there: a valid checkpoint of generation 1 that no
+    origin supersedes (its id is not above N's base, origin 2 is gone). N dies before
+    its first checkpoint. ``restore=latest`` must restart from N's pin (P's state at
+    batch 3); `resolve_restart_point` reads the entry at ``base_id`` without asking
+    whether it is the checkpoint N restored, and answers Z's abandoned state instead
+    (the sink check then refuses it, Z's batch 3 having been aborted by P's start: the
+    job cannot resume without a person, although its pin is intact).
+    """
+    mem = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
+    zombie = _start(mem, kind="empty", base=-1, uri=None, batch=None)
+    for batch in range(3):
+        put_checkpoint(mem, _state(batch, "z"), batch_id=batch)
+    late = put_checkpoint(mem, _state(3, "z"), batch_id=3)
+    late_bytes = mem.store.get(layout.checkpoint_metadata(late.id))
+    mem.store.delete([layout.checkpoint_metadata(late.id)])  # Z stalls before its _metadata
+
+    _start(mem, kind="checkpoint", base=3, uri=mem.checkpoint_uri(3), batch=2)
+    four = put_checkpoint(mem, _state(3, "p"), batch_id=3)
+    put_checkpoint(mem, _state(4, "p"), batch_id=4)
+    third = _start(mem, kind="checkpoint", base=5, uri=mem.checkpoint_uri(5), batch=4)
+    put_checkpoint(mem, _state(5, "q"), batch_id=5)
+    enforce_checkpoint_retention(mem, 3, grace_seconds=600, generation=third)
+    assert [e.id for e in mem.list_checkpoints()] == [6, 5, 4]
+    assert [o.generation for o in mem.origins()] == [third]
+
+    generation = mem.claim_generation().generation  # N restores chk-4 by path: pin, then origin
+    pin = mem.create_savepoint(mem.handle(four), key=layout.pin_dir(generation))
+    mem.write_origin(new_origin(
+        generation, kind="checkpoint", uri=mem.checkpoint_uri(four.id), base_id=four.id, snapshot_id=four.id,
+        batch_id=3, id_floor=mem.next_checkpoint_id() - 1, restore={}, live_dir=None, host="h", pid=1,
+        pin=pin.uri))
+    mem.store.delete_prefix(layout.checkpoint_dir(four.id))  # Q's stale retention pass
+    mem.store.put_if_absent(layout.checkpoint_metadata(late.id), late_bytes)  # Z's late write lands
+    assert mem.snapshot(late.id).metadata.generation == zombie
+
+    point = mem.restart_point()
+    chosen = point.checkpoint
+    assert chosen is None or chosen.generation != zombie, (
+        f"restore=latest restarts from generation {zombie}'s chk-{chosen.id} (batch {chosen.batch_id}), a "
+        f"lineage abandoned by generation 2, instead of {pin.uri}, the copy of what generation "
+        f"{generation} restored")
