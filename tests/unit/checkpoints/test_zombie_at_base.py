@@ -144,3 +144,37 @@ def test_a_zombie_checkpoint_on_a_pinned_lineages_freed_base_is_not_its_restart_
         f"restore=latest restarts from generation {zombie}'s chk-{chosen.id} (batch {chosen.batch_id}), a "
         f"lineage abandoned by generation 2, instead of {pin.uri}, the copy of what generation "
         f"{generation} restored")
+
+
+def test_a_rollback_to_empty_state_does_not_inherit_the_rolled_back_generations_id_floor() -> None:
+    """`services.rollback._restart_before` writes the rolled-back generation's own origin
+    again for the rollback's claim (``replace(own, ...)``), keeping its ``id_floor``: the
+    ids in use when *that* generation planned. For an empty-state origin the floor is what
+    `resolve_restart_point` uses to tell the lineage's own damaged checkpoints from older
+    ones, so every checkpoint the rolled-back generation wrote counts as the new lineage's
+    own. One of them with an unreadable ``_metadata`` (no ``written_by``: the 4c4e375 rule
+    cannot pass over it) makes every ``restore=latest`` refuse ("started from empty state
+    and its checkpoints are damaged"), although the rollback abandoned those checkpoints
+    and returned the job to empty state. Not a loss: a false refusal (the job waits for a
+    person).
+    """
+    from airflow_sparkpoint.services.rollback import abort_generation
+
+    RecordingLineageSink.committed_log.clear()
+    RecordingLineageSink.aborted.clear()
+    mem = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
+    first = _start(mem, kind="empty", base=-1, uri=None, batch=None)
+    mem.put_transaction(_record(0, first))
+    put_checkpoint(mem, _state(0, "a"), batch_id=0, pending=[_record(0, first)])
+    broken = put_checkpoint(mem, _state(1, "a"), batch_id=1, pending=[_record(0, first)])
+    key = layout.checkpoint_metadata(broken.id)
+    body = mem.store.get(key)
+    mem.store.delete([key])
+    mem.store.put(key, body[:-7])  # unreadable _metadata (truncated)
+
+    abort_generation(mem, first, storage_options={})
+    newest = mem.origins()[-1]
+    assert newest.kind == "empty" and newest.restore.get("rollback_of") == first
+    assert RecordingLineageSink.aborted == [(0, first)]
+    point = mem.restart_point()  # refused: generation 1's chk-2 is taken for the new lineage's own
+    assert point.empty and point.origin is not None and point.origin.generation == newest.generation
