@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.exceptions import CorruptMetadata, RestoreError
@@ -79,6 +79,10 @@ class Origin:
     pid: int = 0
     #: a copy of the restored checkpoint owned by this generation (`Catalog.pin`), or None
     pin: str | None = None
+    #: the generation that wrote checkpoint `base_id` (None: not recorded, a record of an
+    #: earlier release): checkpoint ids are not tombstoned, so a fenced writer's late
+    #: ``_metadata`` can land on the id after retention removed the base
+    base_generation: int | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -97,6 +101,7 @@ class Origin:
             "host": self.host,
             "pid": self.pid,
             "pin": self.pin,
+            "base_generation": self.base_generation,
         }
 
     @classmethod
@@ -123,6 +128,7 @@ class Origin:
                 host=str(data.get("host", "")),
                 pid=int(data.get("pid", 0)),
                 pin=None if data.get("pin") is None else str(data["pin"]),
+                base_generation=None if data.get("base_generation") is None else int(data["base_generation"]),
                 schema_version=version,
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -149,10 +155,24 @@ def new_origin(
     host: str,
     pid: int,
     pin: str | None = None,
+    base_generation: int | None = None,
 ) -> Origin:
     return Origin(generation=generation, kind=kind, uri=uri, base_id=base_id, snapshot_id=snapshot_id,
                   batch_id=batch_id, id_floor=id_floor, restore=dict(restore), created_at=time.time(),
-                  live_dir=live_dir, host=host, pid=pid, pin=pin)
+                  live_dir=live_dir, host=host, pid=pid, pin=pin, base_generation=base_generation)
+
+
+def origin_base(origin: Origin, entry: SnapshotEntry) -> SnapshotEntry:
+    """`entry` (checkpoint `origin.base_id` as listed) as the base `origin` restored: made
+    invalid when its id now holds another generation's checkpoint, a fenced writer's late
+    ``_metadata`` on an id that retention freed (ids are not tombstoned)."""
+    meta = entry.metadata
+    if meta is None or (meta.generation < origin.generation and (
+            origin.base_generation is None or meta.generation == origin.base_generation)):
+        return entry
+    return replace(entry, metadata=None, written_by=meta.generation,
+                   error=f"its id holds generation {meta.generation}'s checkpoint, not the one generation "
+                         f"{origin.generation} restored (of generation {origin.base_generation})")
 
 
 def superseded_by(generation: int, checkpoint_id: int, origins: Sequence[Origin]) -> int | None:
@@ -164,8 +184,6 @@ def superseded_by(generation: int, checkpoint_id: int, origins: Sequence[Origin]
 
 def mark_superseded(entries: Sequence[SnapshotEntry], origins: Sequence[Origin]) -> list[SnapshotEntry]:
     """`entries` with ``superseded_by`` filled in for the valid checkpoints."""
-    from dataclasses import replace
-
     result = []
     for entry in entries:
         if entry.metadata is not None and entry.kind == "checkpoint":
@@ -283,7 +301,7 @@ def resolve_restart_point(
                             f"empty state ({lineage} started empty and has no completed checkpoint yet)",
                             skipped())
     if newest.kind == "checkpoint" and newest.base_id >= 0:
-        base = entry_of(newest.base_id)
+        base = origin_base(newest, entry_of(newest.base_id))
         if base.metadata is not None:
             return RestartPoint(base.metadata, None, newest,
                                 f"checkpoint {base.uri} (batch {base.metadata.batch_id}: "

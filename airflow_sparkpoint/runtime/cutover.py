@@ -186,7 +186,7 @@ def adopt(
         id_floor=catalog.next_checkpoint_id() - 1,
         restore={"restore": final_uri, "sink_ahead": "fail", "force": False, "allow_foreign_job": False,
                  "cutover": cutover_id, "adopted_from": adopted_from, "warmup_from": state.plan.warmup_uri},
-        live_dir=live_dir, host=socket.gethostname(), pid=os.getpid(),
+        live_dir=live_dir, host=socket.gethostname(), pid=os.getpid(), base_generation=final.generation,
     )
     catalog.write_origin(origin)
     store.claim(CutoverClaim(cutover_id, generation, n, final_uri, claim.started_at,

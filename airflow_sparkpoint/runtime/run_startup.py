@@ -130,6 +130,8 @@ class RunStartup:
                                                or bool(inherited.get("allow_foreign_job"))),
                          "state_partitions": cfg.restore_state_partitions},
                 live_dir=run.live, host=socket.gethostname(), pid=os.getpid(), pin=pin,
+                base_generation=meta.generation if meta is not None and plan.kind == "checkpoint"
+                and plan.base_id >= 0 else None,
             ))
         log.info("job %s generation %d starts from %s; live location %s (%s)",
                  cfg.job, run.generation, plan.description, run.live, choice.reason)

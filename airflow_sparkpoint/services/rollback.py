@@ -344,9 +344,11 @@ def _restart_before(catalog: Catalog, generation: int, first_aborted: int, claim
         return new_origin(claimed, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
                           snapshot_id=base.id, batch_id=base.batch_id,
                           id_floor=catalog.next_checkpoint_id() - 1,
-                          restore=restore, pin=pin.uri, live_dir=None, host=host, pid=pid)
+                          restore=restore, pin=pin.uri, live_dir=None, host=host, pid=pid,
+                          base_generation=base.generation)
+    # The same start point, a new lineage: checkpoints in use now are not its own.
     origin = replace(own, generation=claimed, created_at=time.time(), restore=restore, live_dir=None,
-                     host=host, pid=pid)
+                     host=host, pid=pid, id_floor=catalog.next_checkpoint_id() - 1)
     if own.uri is None or own.pin is not None:
         return origin
     try:

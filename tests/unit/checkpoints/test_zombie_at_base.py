@@ -133,7 +133,7 @@ def test_a_zombie_checkpoint_on_a_pinned_lineages_freed_base_is_not_its_restart_
     mem.write_origin(new_origin(
         generation, kind="checkpoint", uri=mem.checkpoint_uri(four.id), base_id=four.id, snapshot_id=four.id,
         batch_id=3, id_floor=mem.next_checkpoint_id() - 1, restore={}, live_dir=None, host="h", pid=1,
-        pin=pin.uri))
+        pin=pin.uri, base_generation=four.generation))  # as the runtime writes it (`run_startup`)
     mem.store.delete_prefix(layout.checkpoint_dir(four.id))  # Q's stale retention pass
     mem.store.put_if_absent(layout.checkpoint_metadata(late.id), late_bytes)  # Z's late write lands
     assert mem.snapshot(late.id).metadata.generation == zombie
