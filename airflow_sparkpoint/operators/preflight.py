@@ -11,7 +11,8 @@ Blue is never touched: no generation claim, no control request, no fence, and, u
 a verify drill, no ``_verification.json`` next to blue's checkpoint (the outcome says
 something about green's code, not about the checkpoint). A checkpoint that blue's
 retention removes while the drill reads it is not green's fault: the pre-flight drills
-blue's new newest one instead (at most `MAX_RETIRED` times).
+blue's new newest one instead (at most `MAX_RETIRED` times). The use case is
+`services.preflight.run_preflight`; this operator runs its drills through spark-submit.
 
 With ``zero_downtime=True`` a passed pre-flight also plans the zero-downtime cutover
 (`services.zero_downtime.plan_cutover`): green then warms up beside blue in a shadow
@@ -21,27 +22,23 @@ identity (its own task, the ``green_conf`` XCom added to its settings) and
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
+from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
 from airflow_sparkpoint.operators.job_mixin import positive_seconds
 from airflow_sparkpoint.operators.verify import DrillFailed, SparkpointVerifyOperator
+from airflow_sparkpoint.services.preflight import MAX_RETIRED, run_preflight
 from airflow_sparkpoint.services.savepoint import requester
 from airflow_sparkpoint.services.zero_downtime import plan_cutover
-from airflow_sparkpoint.storage import open_storage
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 __all__ = ["MAX_RETIRED", "SparkpointPreflightOperator"]
-
-#: checkpoints retired under a running drill before the pre-flight gives up
-MAX_RETIRED = 3
 
 
 class SparkpointPreflightOperator(SparkpointVerifyOperator):
@@ -110,44 +107,14 @@ class SparkpointPreflightOperator(SparkpointVerifyOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         catalog = self._production_catalog()
-        started = time.monotonic()
-        tried: list[dict[str, Any]] = []
-        handle = self._newest(catalog)
-        retired = 0
-        while True:
-            try:
-                checks, result = self.drill(context, handle)
-            except DrillFailed as exc:
-                if not self._still_there(handle) and retired < MAX_RETIRED:
-                    retired += 1
-                    tried.append({"snapshot": handle.uri, "outcome": "retired by blue during the drill"})
-                    self.log.warning("blue retired %s while the pre-flight read it; drilling its newest "
-                                     "checkpoint again", handle.uri)
-                    handle = self._newest(catalog)
-                    continue
-                raise AirflowException(
-                    f"pre-flight refused: green ({self.application}) cannot restore job {self.job_name!r}'s "
-                    f"checkpoint {handle.uri} (batch {handle.metadata.batch_id}); blue was left running. "
-                    f"{exc}") from exc
-            if result is not None and result.get("batches_processed"):
-                break
-            tried.append({"snapshot": handle.uri, "outcome": "no batch ran: the state was not read"})
-            older = self._before(catalog, handle)
-            if older is None:
-                raise AirflowException(
-                    f"pre-flight inconclusive: green restored job {self.job_name!r}'s "
-                    f"checkpoint {handle.uri} "
-                    "but ran no batch (no input since it, and no older retained checkpoint to replay from), "
-                    "so Spark never checked the state against green's operators; retry when input arrived")
-            self.log.info("no input since %s: drilling the checkpoint before it (%s), "
-                          "so that green replays a "
-                          "batch", handle.uri, older.uri)
-            handle = older
-        tried.append({"snapshot": handle.uri, "outcome": "restored", **checks})
-        self.log.info("pre-flight passed in %.1f s: green restores %s (%s)", time.monotonic() - started,
-                      handle.uri, checks)
-        summary = {"ok": True, "snapshot": handle.uri, "batch_id": handle.metadata.batch_id,
-                   "drill_job": self.drill_job, "result": result, "tried": tried}
+        try:
+            passed = run_preflight(catalog, green=str(self.application),
+                                   drill=lambda handle: self.drill(context, handle),
+                                   storage_options=self.production_hook.storage_options,
+                                   info=self.log.info, warn=self.log.warning)
+        except DrillFailed as exc:
+            raise AirflowException(str(exc)) from exc
+        summary = passed.summary(self.drill_job)
         if self.zero_downtime:
             summary["cutover"] = self._plan_cutover(context, catalog)
         return summary
@@ -175,25 +142,3 @@ class SparkpointPreflightOperator(SparkpointVerifyOperator):
             ti.xcom_push(key="cutover_id", value=plan.id)
             ti.xcom_push(key="green_conf", value=start.settings)
         return start.to_json()
-
-    def _newest(self, catalog: Catalog) -> SnapshotHandle:
-        """:raises AirflowException: blue has no completed checkpoint to drill."""
-        latest = catalog.latest()
-        if latest is None:
-            raise AirflowException(f"pre-flight: job {self.job_name!r} has no completed checkpoint under "
-                                   f"{catalog.uri}; expected a running blue (see `sparkpoint list`)")
-        return catalog.handle(latest)
-
-    @staticmethod
-    def _before(catalog: Catalog, handle: SnapshotHandle) -> SnapshotHandle | None:
-        """The newest restorable checkpoint older than `handle`, in its lineage."""
-        for entry in catalog.list_checkpoints():  # newest first
-            if entry.restorable and entry.id < handle.metadata.id and entry.metadata is not None:
-                return catalog.handle(entry.metadata)
-        return None
-
-    def _still_there(self, handle: SnapshotHandle) -> bool:
-        try:
-            return open_storage(handle.uri, **self.production_hook.storage_options).exists("_metadata")
-        except SparkpointError:
-            return True  # unknown: blame nothing on retention, refuse with the drill's error

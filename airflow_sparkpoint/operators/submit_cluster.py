@@ -157,7 +157,7 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
     if claim is None:
         op._cluster_run = None
         if waited.why == "timeout":
-            op.log.error("stopping job %s: %s", op.job_name, handle.kill())
+            op.log.error("stopping job %s: %s", op.job_name, waited.killed)
             raise AirflowException(f"job {op.job_name!r}: the driver ({driver.describe()}) claimed no "
                                    f"generation within {CLAIM_TIMEOUT_S:.0f} s; killed it")
         failed = op._run_failure(catalog, token, since)

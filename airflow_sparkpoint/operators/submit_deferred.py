@@ -35,7 +35,7 @@ from airflow_sparkpoint.hooks.spark_cluster import cluster_handle
 from airflow_sparkpoint.operators.driver_errors import run_failure
 from airflow_sparkpoint.operators.submit_publish import found
 from airflow_sparkpoint.services.cluster_manager import cluster_record
-from airflow_sparkpoint.services.detached import DriverProcess, launch, stop_group
+from airflow_sparkpoint.services.detached import DriverProcess, launch
 from airflow_sparkpoint.services.detached_run import (
     CLAIM_TIMEOUT_S,
     DETACHED_KEY,
@@ -244,7 +244,7 @@ def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *,
             f"job {op.job_name!r}: the detached spark-submit ended before its driver claimed a "
             f"generation (its output: {process.log})")
     if claim is None:
-        op.log.error("stopping job %s: %s", op.job_name, stop_group(process))
+        op.log.error("stopping job %s: %s", op.job_name, waited.killed)
         raise AirflowException(f"job {op.job_name!r}: the detached driver claimed no generation within "
                                f"{CLAIM_TIMEOUT_S:.0f} s; stopped it ({process.describe()})")
     found(op, context["ti"], claim)

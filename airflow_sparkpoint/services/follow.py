@@ -255,10 +255,12 @@ def stop_run(catalog: Catalog, generation: int, process: DriverHandle | None, *,
 @dataclass(frozen=True)
 class ClaimWait:
     """How the wait for a launched driver's generation claim ended: its `claim`, or None
-    with `why` (``"ended"``: the driver is gone without claiming; ``"timeout"``)."""
+    with `why` (``"ended"``: the driver is gone without claiming; ``"timeout"``: it was
+    then killed, `killed` says how, for the log)."""
 
     claim: GenerationInfo | None
     why: str = ""
+    killed: str = ""
 
 
 def wait_for_claim(catalog: Catalog, token: str, since: int, driver: DriverHandle, *, timeout_s: float,
@@ -267,7 +269,9 @@ def wait_for_claim(catalog: Catalog, token: str, since: int, driver: DriverHandl
     """Wait for the generation claim of the driver launched with submit token `token`
     (claims after generation `since`), asking `driver` whether it is gone every
     `look_every` polls (a cluster manager's API is not asked every second); a store that
-    cannot be read is warned about and tried again."""
+    cannot be read is warned about and tried again. A driver that claimed nothing within
+    `timeout_s` is killed (`DriverHandle.kill`, which never raises): the task gives up on
+    it, and nothing else would stop it."""
     deadline = time.monotonic() + timeout_s
     polls = 0
     while True:
@@ -285,6 +289,6 @@ def wait_for_claim(catalog: Catalog, token: str, since: int, driver: DriverHandl
                 claim = None
             return ClaimWait(claim) if claim is not None else ClaimWait(None, "ended")
         if time.monotonic() > deadline:
-            return ClaimWait(None, "timeout")
+            return ClaimWait(None, "timeout", driver.kill())
         polls += 1
         sleep(poll_s)

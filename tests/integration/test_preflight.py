@@ -15,8 +15,6 @@ Deploy DAG: ``preflight >> stop_blue (stop-with-savepoint) >> start_green``.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,7 @@ from airflow_sparkpoint.demo.support import (
     delta_rows,
     write_batch_file,
 )
-from tests.support.dag_runs import new_dag, run_dag, task_states
+from tests.support.dag_runs import new_dag, run_dag, spark_default_connection, task_states
 from tests.support.triggers import idle_trigger
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark,
@@ -75,13 +73,8 @@ def table(path: Path) -> dict[str, tuple[int, int, int]]:
 
 @pytest.fixture
 def spark_default() -> Iterator[None]:
-    previous = os.environ.get("AIRFLOW_CONN_SPARK_DEFAULT")
-    os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
-    yield
-    if previous is None:
-        os.environ.pop("AIRFLOW_CONN_SPARK_DEFAULT", None)
-    else:
-        os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = previous
+    with spark_default_connection():
+        yield
 
 
 def deploy_dag(blue: SubmittedJob, green_state: str, drills: Path) -> Any:

@@ -31,7 +31,7 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.storage import open_storage
 from tests.support import state_cases
-from tests.support.dag_runs import new_dag, run_dag, task_state
+from tests.support.dag_runs import new_dag, run_dag, spark_default_connection, task_state
 from tests.support.inputs import write_json_batches
 from tests.support.paths import REPO
 
@@ -87,28 +87,21 @@ def production(airflow_home: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     """Files 0-3 through the production job (spark-submit), then a savepoint of it."""
     from airflow_sparkpoint.operators import SparkpointSavepointOperator, SparkpointSubmitOperator
 
-    previous = os.environ.get("AIRFLOW_CONN_SPARK_DEFAULT")
-    os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
-    prod = Production(tmp_path_factory.mktemp("drill-production"))
-    write_json_batches(prod.input, prod.files[:4])
-    with new_dag("drill_production") as dag:
-        run = SparkpointSubmitOperator(task_id="run", job_name=JOB, checkpoint_dir=str(prod.root),
-                                       application=str(JOB_SCRIPT), application_args=prod.application_args(),
-                                       conn_id="spark_default", conf=dict(SPARK_CONF))
-        savepoint = SparkpointSavepointOperator(task_id="savepoint", job_name=JOB, checkpoint_dir=str(prod.root))
-        run >> savepoint
-    dagrun = run_dag(dag)
-    assert dagrun.state == "success", {t.task_id: t.state for t in dagrun.get_task_instances()}
-    assert delta_rows(prod.output) == sorted(
-        [a for alerts in state_cases.threshold_alerts(prod.files[:4]) for a in alerts_as_rows(alerts)],
-        key=lambda r: json.dumps(r, sort_keys=True, default=str))
-    try:
+    with spark_default_connection():
+        prod = Production(tmp_path_factory.mktemp("drill-production"))
+        write_json_batches(prod.input, prod.files[:4])
+        with new_dag("drill_production") as dag:
+            run = SparkpointSubmitOperator(task_id="run", job_name=JOB, checkpoint_dir=str(prod.root),
+                                           application=str(JOB_SCRIPT), application_args=prod.application_args(),
+                                           conn_id="spark_default", conf=dict(SPARK_CONF))
+            savepoint = SparkpointSavepointOperator(task_id="savepoint", job_name=JOB, checkpoint_dir=str(prod.root))
+            run >> savepoint
+        dagrun = run_dag(dag)
+        assert dagrun.state == "success", {t.task_id: t.state for t in dagrun.get_task_instances()}
+        assert delta_rows(prod.output) == sorted(
+            [a for alerts in state_cases.threshold_alerts(prod.files[:4]) for a in alerts_as_rows(alerts)],
+            key=lambda r: json.dumps(r, sort_keys=True, default=str))
         yield prod
-    finally:
-        if previous is None:
-            os.environ.pop("AIRFLOW_CONN_SPARK_DEFAULT", None)
-        else:
-            os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = previous
 
 
 def alerts_as_rows(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:

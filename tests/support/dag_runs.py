@@ -3,9 +3,30 @@ tests; they need the ``airflow_home`` fixture's metadata database)."""
 
 from __future__ import annotations
 
+import json
+import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
+
+SPARK_DEFAULT_ENV = "AIRFLOW_CONN_SPARK_DEFAULT"
+
+
+@contextmanager
+def spark_default_connection(host: str = "local[2]") -> Iterator[None]:
+    """Airflow's ``spark_default`` connection as a local master (``AIRFLOW_CONN_SPARK_DEFAULT``),
+    restored to its previous value (or unset) on exit; usable by a fixture of any scope."""
+    previous = os.environ.get(SPARK_DEFAULT_ENV)
+    os.environ[SPARK_DEFAULT_ENV] = json.dumps({"conn_type": "spark", "host": host})
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(SPARK_DEFAULT_ENV, None)
+        else:
+            os.environ[SPARK_DEFAULT_ENV] = previous
 
 
 def run_dag(dag: Any, **conf: Any) -> Any:
