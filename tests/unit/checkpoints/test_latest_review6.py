@@ -33,8 +33,9 @@ def _savepoint_lineage() -> tuple[Catalog, str, int, int]:
     both transactions pending: the commit step has not run); a savepoint S is copied from
     chk-2. Generation 2 restores S by path, as the runtime plans it (`plan_restore`: base
     2, S's source checkpoint; a pin; the origin) and its recovery keeps S's pending
-    transactions for the commit step. Then it stops before any batch (no new input under
-    ``availableNow``, a stop request, a crash): its lineage has no checkpoint."""
+    transactions for the commit step. Then it dies before its first checkpoint (a crash,
+    a kill, SIGTERM of a timed-out task, a failing first batch; a clean end checkpoints
+    the restored batch in `RunCoordination.finish`): its lineage has no checkpoint."""
     mem = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
     first = mem.claim_generation().generation
     mem.write_origin(new_origin(first, kind="empty", uri=None, base_id=-1, snapshot_id=None, batch_id=None,
@@ -61,13 +62,13 @@ def _savepoint_lineage() -> tuple[Catalog, str, int, int]:
 
 def test_the_commit_step_commits_what_a_savepoint_lineage_confirms_before_its_first_checkpoint() -> None:
     """The window: the newest lineage stands at a savepoint S of this job (restored by
-    path, no checkpoint of its own yet; the job stopped right after restoring). S's
+    path, no checkpoint of its own yet; its run died before its first checkpoint). S's
     pending transactions (batches 0 and 1 of generation 1) are confirmed by the restart
     point, and in external commit mode the start's recovery left them for the commit
     step. ``latest()`` now answers None for such a lineage, so the commit step commits
-    nothing, however often it runs, until the lineage writes a checkpoint (which a job
-    without new input never does; every ``restore=latest`` start restarts from S again):
-    confirmed output stays invisible. Before 4e6525e ``latest()`` answered chk-2 (S's
+    nothing, however often it runs, until the lineage writes a checkpoint (every
+    ``restore=latest`` start that fails before its first checkpoint restarts from S
+    again): confirmed output stays invisible. Before 4e6525e ``latest()`` answered chk-2 (S's
     source, not superseded: id 2 is the origin's base) and the step committed both.
     """
     from airflow_sparkpoint.services import commit as commit_module
@@ -89,8 +90,9 @@ def test_restore_none_is_refused_while_the_newest_lineage_stands_at_a_savepoint(
     with ``restore=none`` and no ``restore.force`` must be refused (`plan_restore`: "has
     completed checkpoints ... set restore.force=true"). The refusal asks ``latest()``,
     which is None now for a savepoint (or pin) lineage, so the start is planned as empty
-    state: it would abandon S's state (and, its recovery aborting what empty state does
-    not confirm, S's pending transactions) without the force the contract asks for.
+    state and, in external mode, its `settle_unconfirmed` aborts S's confirmed pending
+    transactions (batches 0 and 1: their output is lost) without the force the contract
+    asks for.
     Before 4e6525e ``latest()`` answered chk-2 and the start was refused.
     """
     mem, savepoint, _first, _second = _savepoint_lineage()
