@@ -1,0 +1,102 @@
+"""Callers of `LineageView.latest()` after 4e6525e, where it answers only a checkpoint
+``restore=latest`` would restore (None while the newest lineage stands at a savepoint or a
+pin). Review findings; failing tests, not fixed here."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from airflow_sparkpoint.checkpoints.catalog import Catalog
+from airflow_sparkpoint.checkpoints.lineage import new_origin
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.exceptions import RestoreError
+from airflow_sparkpoint.runtime.restore import pin_restart_point, plan_restore
+from airflow_sparkpoint.storage import MemoryStorage
+from tests.support.checkpointers import run_config
+from tests.support.fake_sinks import RecordingLineageSink
+from tests.support.records import put_checkpoint
+
+
+def _record(batch: int, generation: int) -> TransactionRecord:
+    return TransactionRecord(job="job", batch_id=batch, generation=generation, sink="recording-lineage",
+                             sink_id="recording", payload={"config": {}, "staged": {}})
+
+
+def _state(batch: int) -> dict[str, bytes]:
+    return {f"commits/{batch}": f"c{batch}".encode(), "state": f"after {batch}".encode()}
+
+
+def _savepoint_lineage() -> tuple[Catalog, str, int, int]:
+    """Generation 1 (external commit mode) checkpoints batches 0 and 1 (chk-1, chk-2;
+    both transactions pending: the commit step has not run); a savepoint S is copied from
+    chk-2. Generation 2 restores S by path, as the runtime plans it (`plan_restore`: base
+    2, S's source checkpoint; a pin; the origin) and its recovery keeps S's pending
+    transactions for the commit step. Then it dies before its first checkpoint (a crash,
+    a kill, SIGTERM of a timed-out task, a failing first batch; a clean end checkpoints
+    the restored batch in `RunCoordination.finish`): its lineage has no checkpoint."""
+    mem = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
+    first = mem.claim_generation().generation
+    mem.write_origin(new_origin(first, kind="empty", uri=None, base_id=-1, snapshot_id=None, batch_id=None,
+                                id_floor=0, restore={}, live_dir=None, host="h", pid=1))
+    mem.put_transaction(_record(0, first))
+    put_checkpoint(mem, _state(0), batch_id=0, pending=[_record(0, first)])
+    mem.put_transaction(_record(1, first))
+    chk = put_checkpoint(mem, _state(1), batch_id=1, pending=[_record(0, first), _record(1, first)])
+    savepoint = mem.create_savepoint(mem.handle(chk))
+
+    plan = plan_restore(run_config(restore=savepoint.uri), mem)
+    assert plan.kind == "savepoint" and plan.base_id == chk.id
+    second = mem.claim_generation().generation
+    pin = pin_restart_point(plan, mem, second)
+    meta = plan.snapshot.metadata
+    mem.write_origin(new_origin(second, kind=plan.kind, uri=plan.snapshot.uri, base_id=plan.base_id,
+                                snapshot_id=meta.id, batch_id=meta.batch_id,
+                                id_floor=mem.next_checkpoint_id() - 1, restore={"restore": savepoint.uri},
+                                live_dir=None, host="h", pid=2, pin=pin))
+    point = mem.restart_point()
+    assert point.uri == savepoint.uri and point.origin is not None and point.origin.generation == second
+    return mem, savepoint.uri, first, second
+
+
+def test_the_commit_step_commits_what_a_savepoint_lineage_confirms_before_its_first_checkpoint() -> None:
+    """The window: the newest lineage stands at a savepoint S of this job (restored by
+    path, no checkpoint of its own yet; its run died before its first checkpoint). S's
+    pending transactions (batches 0 and 1 of generation 1) are confirmed by the restart
+    point, and in external commit mode the start's recovery left them for the commit
+    step. ``latest()`` now answers None for such a lineage, so the commit step commits
+    nothing, however often it runs, until the lineage writes a checkpoint (every
+    ``restore=latest`` start that fails before its first checkpoint restarts from S
+    again): confirmed output stays invisible. Before 4e6525e ``latest()`` answered chk-2 (S's
+    source, not superseded: id 2 is the origin's base) and the step committed both.
+    """
+    from airflow_sparkpoint.services import commit as commit_module
+
+    RecordingLineageSink.committed_log.clear()
+    RecordingLineageSink.aborted.clear()
+    mem, savepoint, first, _second = _savepoint_lineage()
+    for _ in range(3):  # the step runs again and again
+        outcome = commit_module.commit_pending(mem, storage_options={})
+    assert RecordingLineageSink.aborted == []
+    assert RecordingLineageSink.committed_log == [(0, first), (1, first)], (
+        f"the commit step left {outcome['pending']} pending although {savepoint}, the newest lineage's "
+        "restart point, confirms them: latest() is None while the lineage stands at a savepoint")
+
+
+def test_restore_none_is_refused_while_the_newest_lineage_stands_at_a_savepoint() -> None:
+    """The window: the same savepoint lineage with no checkpoint of its own yet; the job
+    has completed checkpoints (chk-1, chk-2) and a restart point with state (S). A start
+    with ``restore=none`` and no ``restore.force`` must be refused (`plan_restore`: "has
+    completed checkpoints ... set restore.force=true"). The refusal asks ``latest()``,
+    which is None now for a savepoint (or pin) lineage, so the start is planned as empty
+    state and, in external mode, its `settle_unconfirmed` aborts S's confirmed pending
+    transactions (batches 0 and 1: their output is lost) without the force the contract
+    asks for.
+    Before 4e6525e ``latest()`` answered chk-2 and the start was refused.
+    """
+    mem, savepoint, _first, _second = _savepoint_lineage()
+    with pytest.raises(RestoreError, match="restore=none"):
+        plan = plan_restore(run_config(restore="none"), mem)
+        pytest.fail(f"restore=none planned {plan.description!r} without restore.force while the newest lineage "
+                    f"stands at {savepoint}")
