@@ -15,11 +15,11 @@ from airflow_sparkpoint.checkpoints.lineage import (
     RestartPoint,
     mark_superseded,
     resolve_restart_point,
+    superseded_by,
 )
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.origins import OriginStore
 from airflow_sparkpoint.checkpoints.snapshot_store import SnapshotStore
-from airflow_sparkpoint.exceptions import RestoreError
 
 __all__ = ["LineageView"]
 
@@ -60,27 +60,32 @@ class LineageView:
         return result
 
     def latest(self) -> SnapshotMetadata | None:
-        """The checkpoint the newest lineage stands at (invariant 9): the one
-        ``restore=latest`` would restore (`restart_point`), or None when that is a
-        snapshot of another kind (the savepoint or pin the lineage started from, before
-        its first checkpoint), empty state, or nothing restorable (damage is logged).
+        """The newest valid, complete checkpoint that is not superseded (invariant 9), or None.
 
-        What the external commit step, the sensors and savepoints-from-checkpoint use:
-        never a checkpoint the newest lineage abandoned, also not a fenced writer's late
-        one on an id retention freed once the origin that superseded it is pruned.
-        Validates newest-first and stops at the first answer, so the cost grows with the
-        number of retained checkpoints (and generations), not with every file ever written.
+        What the sensors, savepoints-from-checkpoint and a retry's restore choice use; the
+        external commit step confirms against the snapshot the newest lineage stands at
+        instead (`services.commit`), which this is not always: a fenced writer's late
+        checkpoint on an id retention freed is not superseded once the origin that
+        superseded it is pruned, and a lineage started from a savepoint stands at the
+        savepoint. Validates newest-first and stops at the first restorable one, so the cost grows
+        with the number of retained checkpoints (and generations), not with every file
+        ever written. ``restore=latest`` uses `restart_point`, which may also answer a
+        lineage's savepoint or empty state.
         """
         ids = self.snapshots.checkpoint_ids()
         if not ids:
             return None
+        origins = self.origins.read()
         present = self.snapshots.shared_sizes()
-        try:
-            point = resolve_restart_point(self.snapshots.job, ids, self.origins.read(),
-                                          lambda cid: self.snapshots.checkpoint_entry(cid, present))
-        except RestoreError:
-            return None
-        return point.checkpoint
+        for cid in reversed(ids):
+            entry = self.snapshots.checkpoint_entry(cid, present)
+            if entry.metadata is not None:
+                if superseded_by(entry.metadata.generation, cid, origins) is None:
+                    return entry.metadata
+            elif entry.error and "no _metadata" not in entry.error:
+                log.warning("skipping invalid checkpoint %s: %s; falling back to an older one", entry.uri,
+                            entry.error)
+        return None
 
     def restart_point(self) -> RestartPoint:
         """What ``restore=latest`` resumes from (see `airflow_sparkpoint.checkpoints.lineage`).

@@ -3,8 +3,9 @@ every referenced file checked by listing. Pure Python: no Spark, no Airflow."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.catalog_types import SnapshotHandle
@@ -12,7 +13,12 @@ from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata
 from airflow_sparkpoint.exceptions import CorruptMetadata, ObjectNotFound, RestoreError, StorageError
 from airflow_sparkpoint.storage import Storage, open_storage
 
-__all__ = ["open_snapshot", "stored_sizes"]
+if TYPE_CHECKING:
+    from airflow_sparkpoint.checkpoints.lineage import Origin
+
+__all__ = ["open_restart_snapshot", "open_snapshot", "stored_sizes"]
+
+log = logging.getLogger(__name__)
 
 
 def stored_sizes(
@@ -40,12 +46,16 @@ def stored_sizes(
     return sizes
 
 
-def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None) -> SnapshotHandle:
+def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None,
+                  store: Storage | None = None) -> SnapshotHandle:
     """Open a checkpoint or savepoint directory given by URI or path (for ``restore=``).
+    `store`: the directory, already open (a savepoint-shaped one: a savepoint or a pin).
 
-    :raises RestoreError: there is no valid ``_metadata`` there, or a referenced file is missing.
+    :raises RestoreError: there is no valid ``_metadata`` there, or a referenced file is
+        missing, or `store` holds a checkpoint.
     """
-    store = open_storage(uri, **dict(storage_options or {}))
+    given = store is not None
+    store = store if store is not None else open_storage(uri, **dict(storage_options or {}))
     try:
         data = store.get(layout.METADATA, layout.max_bytes_of(layout.METADATA))
     except ObjectNotFound:
@@ -59,6 +69,8 @@ def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None)
         meta = SnapshotMetadata.from_bytes(data, where=f"{uri.rstrip('/')}/_metadata")
     except CorruptMetadata as exc:
         raise RestoreError(f"restore target is corrupt: {exc}") from exc
+    if meta.kind == "checkpoint" and given:
+        raise RestoreError(f"{uri} holds a checkpoint's _metadata outside chk-<id>; expected a savepoint")
     if meta.kind == "checkpoint":
         # Checkpoint file keys are relative to the job root, the parent of chk-<id>.
         parent = uri.rstrip("/").rsplit("/", 1)[0]
@@ -71,3 +83,33 @@ def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None)
             raise RestoreError(f"restore target {uri} is {'incomplete' if size is None else 'corrupt'}: file "
                                f"{problem}")
     return SnapshotHandle(uri.rstrip("/"), meta, files_store)
+
+
+def open_restart_snapshot(uri: str, origin: Origin,
+                          opener: Callable[[str], SnapshotHandle]) -> SnapshotHandle:
+    """The snapshot a lineage without a checkpoint of its own stands at: `uri` (its
+    origin's savepoint or snapshot), else the copy `origin`'s generation owns
+    (`Origin.pin`), when `uri` is gone or damaged; each opened by `opener` (`open_snapshot`
+    with the store's options; the commit step: `SnapshotStore.open_in_root`). What a
+    restart restores and what the external commit step confirms against.
+
+    :raises RestoreError: neither can be opened.
+    """
+    try:
+        return opener(uri)
+    except RestoreError as exc:
+        if origin.pin is not None and origin.pin != uri:
+            try:
+                handle = opener(origin.pin)
+            except RestoreError:
+                pass
+            else:
+                log.warning("%s; using %s, the copy of it that generation %d owns", exc, origin.pin,
+                            origin.generation)
+                return handle
+        raise RestoreError(
+            f"{exc}; it is where the lineage of generation {origin.generation} started, and that lineage "
+            "has no completed checkpoint of its own. See `sparkpoint list`; restore another savepoint or "
+            "checkpoint by path, or start with empty state on purpose with spark.sparkpoint.restore=none "
+            "and spark.sparkpoint.restore.force=true"
+        ) from exc

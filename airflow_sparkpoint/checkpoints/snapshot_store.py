@@ -19,6 +19,7 @@ from airflow_sparkpoint.checkpoints import bounded, layout
 from airflow_sparkpoint.checkpoints.catalog_types import SnapshotEntry, SnapshotHandle
 from airflow_sparkpoint.checkpoints.generations import Fence, GenerationStore
 from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, SnapshotStats
+from airflow_sparkpoint.checkpoints.snapshot_open import open_snapshot
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     CatalogError,
@@ -431,6 +432,22 @@ class SnapshotStore:
 
     def handle(self, meta: SnapshotMetadata) -> SnapshotHandle:
         return SnapshotHandle(self.checkpoint_uri(meta.id), meta, self.store)
+
+    def open_in_root(self, uri: str) -> SnapshotHandle:
+        """The snapshot of this job's root that `uri` names (a checkpoint, a savepoint or a
+        lineage's pin), read through this store: no other store is opened.
+
+        :raises RestoreError: `uri` is malformed or outside the root, or not a valid
+            snapshot (no valid ``_metadata``, a file missing).
+        """
+        try:
+            key = self.key_of(uri)
+        except InvalidPath as exc:
+            raise RestoreError(str(exc)) from exc
+        match = layout.CHK_RE.match(key)
+        if match:
+            return self.snapshot(int(match.group(1)))
+        return open_snapshot(f"{self.uri}/{key}", store=self.store.child(key))
 
 
 def _integer(raw: Any) -> int:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import warnings
 
 from airflow_sparkpoint.checkpoints.snapshot_open import (
+    open_restart_snapshot,
     open_snapshot,
     stored_sizes,
 )
 
 __all__ = [
-    "open_snapshot", "stored_sizes",
+    "open_restart_snapshot", "open_snapshot", "stored_sizes",
 ]
 
 warnings.warn("airflow_sparkpoint.checkpoints.targets is deprecated: import from "

@@ -26,6 +26,7 @@ from typing import Any
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata, layout, open_snapshot
 from airflow_sparkpoint.checkpoints.lineage import Origin
+from airflow_sparkpoint.checkpoints.snapshot_open import open_restart_snapshot
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import (
     InvalidPath,
@@ -81,7 +82,8 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
                                origin, latest=True, code_version=cfg.code_version)
         if point.uri is not None:
             assert origin is not None
-            handle = _open_origin(point.uri, origin, cfg)
+            handle = open_restart_snapshot(
+                point.uri, origin, lambda uri: open_snapshot(uri, storage_options=cfg.storage_options))
             allow = cfg.restore_allow_foreign_job or bool(origin.restore.get("allow_foreign_job"))
             return replace(_plan_for(handle, catalog, cfg.job, allow, policy, point.description, origin),
                            latest=True, code_version=cfg.code_version)
@@ -91,32 +93,6 @@ def plan_restore(cfg: SparkpointConfig, catalog: Catalog, previous_live: str | N
     meta = handle.metadata
     return _plan_for(handle, catalog, cfg.job, cfg.restore_allow_foreign_job, cfg.restore_sink_ahead,
                      f"{meta.kind} {handle.uri} (batch {meta.batch_id})", None)
-
-
-def _open_origin(uri: str, origin: Origin, cfg: SparkpointConfig) -> SnapshotHandle:
-    """The snapshot a lineage without a checkpoint of its own restarts from: `uri`, else
-    the copy its generation owns (`Origin.pin`), when `uri` is gone or damaged.
-
-    :raises RestoreError: neither can be opened.
-    """
-    try:
-        return open_snapshot(uri, storage_options=cfg.storage_options)
-    except RestoreError as exc:
-        if origin.pin is not None and origin.pin != uri:
-            try:
-                handle = open_snapshot(origin.pin, storage_options=cfg.storage_options)
-            except RestoreError:
-                pass
-            else:
-                log.warning("%s; restarting from %s, the copy of it that generation %d owns", exc, origin.pin,
-                            origin.generation)
-                return handle
-        raise RestoreError(
-            f"{exc}; it is where the lineage of generation {origin.generation} started, and that lineage "
-            "has no completed checkpoint of its own. See `sparkpoint list`; restore another savepoint or "
-            "checkpoint by path, or start with empty state on purpose with spark.sparkpoint.restore=none "
-            "and spark.sparkpoint.restore.force=true"
-        ) from exc
 
 
 def pin_restart_point(plan: RestorePlan, catalog: Catalog, generation: int) -> str | None:

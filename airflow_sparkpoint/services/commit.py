@@ -52,8 +52,9 @@ from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.layout import parse_txn_id
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.exceptions import StaleGeneration
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints.snapshot_open import open_restart_snapshot
+from airflow_sparkpoint.exceptions import RestoreError, StaleGeneration
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import SinkSpec, check_job, declared_sink, resolve_sink, warn_undeclared
 from airflow_sparkpoint.sinks.transactions import Settlement, settle_all
@@ -175,6 +176,26 @@ def commit_step(
                       catalog.checkpoint_uri(latest.id) if latest else None)
 
 
+def _standing(catalog: Catalog) -> SnapshotMetadata | None:
+    """The snapshot the newest lineage stands at, the one ``restore=latest`` would restore:
+    a checkpoint, or, before the lineage's first checkpoint, the savepoint or pin of this
+    job's root it started from (its ``_metadata`` lists the same transactions). Never a
+    checkpoint the lineage abandoned (`Catalog.latest` can be one: a fenced writer's late
+    checkpoint once the origin that superseded it is pruned). None at empty state, at a
+    snapshot of another root or job, or when nothing is restorable (logged): the step
+    then commits and aborts nothing."""
+    try:
+        point = catalog.restart_point()
+        if point.checkpoint is not None or point.uri is None or point.origin is None:
+            return point.checkpoint
+        meta = open_restart_snapshot(point.uri, point.origin, catalog.snapshot_store.open_in_root).metadata
+    except RestoreError as exc:
+        log.warning("commit step of job %s: what the newest lineage stands at cannot be read (%s); "
+                    "nothing is committed or aborted now", catalog.job, exc)
+        return None
+    return meta if meta.job == catalog.job else None
+
+
 def _commit_as_observed(
     catalog: Catalog, sinks: Sinks, upto_batch: int | None, settled: dict[str, list[str]]
 ) -> list[str]:
@@ -194,7 +215,7 @@ def _commit_as_observed(
                     "(it is starting); nothing "
                     "is committed or aborted now, run the step again", catalog.job, fence.generation)
         return [record.txn_id for record in records]
-    latest = catalog.latest()
+    latest = _standing(catalog)
     pending: list[str] = []
     confirmed = {(t.batch_id, t.generation) for t in latest.transactions} if latest is not None else set()
     to_commit: list[TransactionRecord] = []

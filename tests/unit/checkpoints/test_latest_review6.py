@@ -84,6 +84,26 @@ def test_the_commit_step_commits_what_a_savepoint_lineage_confirms_before_its_fi
         "restart point, confirms them: latest() is None while the lineage stands at a savepoint")
 
 
+def test_the_commit_step_confirms_against_the_lineages_pin_when_its_savepoint_and_base_are_gone() -> None:
+    """The same savepoint lineage after savepoint retention disposed of S and checkpoint
+    retention removed its source chk-2: ``restore=latest`` restarts from the pin its
+    generation owns, and the commit step confirms against that pin (read through the
+    catalog's own store), not against an older checkpoint or nothing."""
+    from airflow_sparkpoint.checkpoints import layout
+    from airflow_sparkpoint.services import commit as commit_module
+
+    RecordingLineageSink.committed_log.clear()
+    RecordingLineageSink.aborted.clear()
+    mem, savepoint, first, second = _savepoint_lineage()
+    origin = next(o for o in mem.origins() if o.generation == second)
+    assert origin.pin is not None
+    mem.store.delete_prefix(mem.snapshot_store.key_of(savepoint))
+    mem.store.delete_prefix(layout.checkpoint_dir(2))
+    outcome = commit_module.commit_pending(mem, storage_options={})
+    assert RecordingLineageSink.aborted == []
+    assert RecordingLineageSink.committed_log == [(0, first), (1, first)], outcome
+
+
 def test_restore_none_is_refused_while_the_newest_lineage_stands_at_a_savepoint() -> None:
     """The window: the same savepoint lineage with no checkpoint of its own yet; the job
     has completed checkpoints (chk-1, chk-2) and a restart point with state (S). A start

@@ -170,7 +170,7 @@ def test_a_lineage_started_from_a_savepoint_falls_back_to_the_savepoint(
     start(mem, kind="savepoint", base=metas[0].id, uri=savepoint.uri, batch=0)
     point = mem.restart_point()
     assert point.checkpoint is None and point.uri == savepoint.uri
-    assert mem.latest() is None, "the lineage stands at its savepoint (restart_point), not at a checkpoint"
+    assert mem.latest() == metas[0], "the savepoint's source is still on the lineage"
     assert [e.superseded_by is not None for e in mem.list_checkpoints()] == [True, True, False]
 
 

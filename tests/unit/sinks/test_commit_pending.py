@@ -467,13 +467,13 @@ def test_a_generation_claimed_between_the_steps_reads_keeps_its_transaction(
     checkpoint_at(catalog, 3, generation=1, pending=[base, *old])
     base_id = catalog.checkpoints()[-1].id  # the checkpoint of batch 1 (oldest last)
     newer = record(sink_name, 2, 2)
-    read_latest = catalog.latest
+    read_point = catalog.restart_point
     interleaved = []
 
-    def latest_then_a_new_lineage() -> Any:
-        latest = read_latest()
+    def point_then_a_new_lineage() -> Any:
+        point = read_point()  # what the step confirms against (`services.commit._standing`)
         if not interleaved:  # the step's first read; then generation 2 restores batch 1
-            interleaved.append(latest.batch_id if latest else None)
+            interleaved.append(point.checkpoint.batch_id if point.checkpoint else None)
             generation = catalog.claim_generation().generation
             catalog.write_origin(new_origin(
                 generation, kind="checkpoint", uri=catalog.checkpoint_uri(base_id), base_id=base_id,
@@ -481,9 +481,9 @@ def test_a_generation_claimed_between_the_steps_reads_keeps_its_transaction(
                 restore={"restore": "latest", "sink_ahead": "rewind"}, live_dir=None, host="h", pid=1))
             catalog.delete_transactions(old)  # its recovery aborted generation 1's batches 2 and 3
             catalog.put_transaction(newer)  # and it staged batch 2 again (external commit mode)
-        return latest
+        return point
 
-    monkeypatch.setattr(catalog, "latest", latest_then_a_new_lineage)
+    monkeypatch.setattr(catalog, "restart_point", point_then_a_new_lineage)
 
     result = commit_pending(catalog)
 
@@ -500,8 +500,8 @@ def test_a_generation_claimed_before_the_step_whose_origin_comes_between_its_rea
     fence admits its records), and writes its origin, aborts generation 1's batches 2 and 3
     and stages batch 2 again right after the step's first read of the catalog. The step
     must not abort generation 2's batch 2 (the earlier fence test claimed generation 2
-    after the fence was read, and passed on the broken order: the step read `latest` first
-    and the records after). Whichever of the two reads comes first, generation 2 acts
+    after the fence was read, and passed on the broken order: the step read `latest` (now
+    the restart point) first and the records after). Whichever of the two reads comes first, generation 2 acts
     right after it."""
     from airflow_sparkpoint.checkpoints.lineage import new_origin
 
@@ -531,7 +531,7 @@ def test_a_generation_claimed_before_the_step_whose_origin_comes_between_its_rea
             return value
         return first_read_then_act
 
-    monkeypatch.setattr(catalog, "latest", then_the_new_lineage("latest", catalog.latest))
+    monkeypatch.setattr(catalog, "restart_point", then_the_new_lineage("restart_point", catalog.restart_point))
     monkeypatch.setattr(catalog, "transactions", then_the_new_lineage("transactions", catalog.transactions))
 
     result = commit_pending(catalog)
