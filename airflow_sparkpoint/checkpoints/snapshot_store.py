@@ -433,6 +433,14 @@ class SnapshotStore:
     def handle(self, meta: SnapshotMetadata) -> SnapshotHandle:
         return SnapshotHandle(self.checkpoint_uri(meta.id), meta, self.store)
 
+    def in_root(self, uri: str) -> bool:
+        """Whether `uri` (a URI, path or key) names something inside this job's root."""
+        try:
+            self.key_of(uri)
+        except (InvalidPath, RestoreError):
+            return False
+        return True
+
     def open_in_root(self, uri: str) -> SnapshotHandle:
         """The snapshot of this job's root that `uri` names (a checkpoint, a savepoint or a
         lineage's pin), read through this store: no other store is opened.

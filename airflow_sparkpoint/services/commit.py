@@ -188,6 +188,14 @@ def _standing(catalog: Catalog) -> SnapshotMetadata | None:
         point = catalog.restart_point()
         if point.checkpoint is not None or point.uri is None or point.origin is None:
             return point.checkpoint
+        if not catalog.snapshot_store.in_root(point.uri):
+            # A moved savepoint or another root's snapshot: read by its own store's options,
+            # which the step does not hold. The lineage's first checkpoint lists what it
+            # confirms; until then nothing is settled (never aborted: nothing is lost).
+            log.info("commit step of job %s: the newest lineage (generation %d) stands at %s, outside this "
+                     "job's root; its transactions are settled from its first checkpoint on",
+                     catalog.job, point.origin.generation, point.uri)
+            return None
         meta = open_restart_snapshot(point.uri, point.origin, catalog.snapshot_store.open_in_root).metadata
     except RestoreError as exc:
         log.warning("commit step of job %s: what the newest lineage stands at cannot be read (%s); "

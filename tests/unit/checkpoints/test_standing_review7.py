@@ -1,9 +1,12 @@
 """Review of f04c19a (`services.commit._standing`): the snapshot the external commit step
-confirms against. Review findings; failing tests, not fixed here."""
+confirms against. A review finding, not fixed: kept as a strict xfail so that it shows in
+every run and flips when it is fixed."""
 
 from __future__ import annotations
 
 import uuid
+
+import pytest
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.lineage import new_origin
@@ -24,6 +27,10 @@ def _state(batch: int) -> dict[str, bytes]:
     return {f"commits/{batch}": f"c{batch}".encode(), "state": f"after {batch}".encode()}
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "known gap (PROTOCOL.md, the windows left): the commit step reads a lineage's start point only inside "
+    "the job's root; a moved savepoint's confirmed batches are settled from the lineage's first checkpoint "
+    "on (held back, never aborted)"))
 def test_the_commit_step_commits_what_a_moved_savepoint_lineage_confirms_before_its_first_checkpoint() -> None:
     """The window: generation 1 (external commit mode) checkpoints batches 0 and 1, both
     transactions pending; a savepoint S of chk-2 is copied out of the job root (a moved
