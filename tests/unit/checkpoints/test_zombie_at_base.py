@@ -1,5 +1,5 @@
-"""A fenced writer's late checkpoint that lands on the id a newer lineage names as its
-base (review of 4c4e375; failing tests, not fixed here)."""
+"""A fenced writer's late checkpoint that lands on an id retention freed, at or below the
+base a newer lineage names (found in review of 4c4e375; each test failed on that code)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""A retry's restore choice (`services.retry.choose_restore`) after 4e6525e, where
-`Catalog.latest()` is None while the newest lineage stands at a savepoint. Review
-finding; a failing test, not fixed here."""
+"""A retry's restore choice (`services.retry.choose_restore`) while another run's lineage
+stands at a savepoint (found in review of 4e6525e, where `Catalog.latest()` answered None
+there; the test failed on that code)."""
 
 from __future__ import annotations
 
