@@ -16,7 +16,9 @@ import os
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,17 +75,36 @@ class Commits:
         return max((b - a for a, b in itertools.pairwise(times)), default=float("nan"))
 
 
+@dataclass(frozen=True)
+class DeferredStart:
+    """A submit task of `DAG` deferred on its running job: the DAG run, the generation,
+    the task instance as it deferred, the driver's process group."""
+
+    run: str
+    generation: int
+    ti: dict[str, Any]
+    pgid: int
+
+
+def start_deferred(airflow_api: AirflowApi, pipeline: Totals, *, files: int, batch: int,
+                   try_number: int | None = None) -> DeferredStart:
+    """Write `files` input files, trigger `DAG` and wait until its job runs with a
+    checkpoint of `batch` and its task (at `try_number`, if given) has deferred on it."""
+    pipeline.write_many(files)
+    run = airflow_api.trigger(DAG, pipeline.params(trigger="processingTime:1s"))
+    generation = wait_for(f"the deferred job's checkpoint of batch {batch}",
+                          lambda: running_with_checkpoint(pipeline, batch), 600, lambda: airflow_api.describe(DAG, run))
+    ti = airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300, try_number=try_number)
+    return DeferredStart(run, generation, ti, os.getpgid(int(pipeline.status()["pid"])))
+
+
 def test_a_deferred_job_survives_an_airflow_restart_and_a_mark_failed_stops_it(
         airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path) -> None:
     pipeline = Totals(tmp_path, "deferred")
-    pipeline.write_many(2)
-    run = airflow_api.trigger(DAG, pipeline.params(trigger="processingTime:1s"))
-    generation = wait_for("the deferred job's first checkpoint", lambda: running_with_checkpoint(pipeline, 1),
-                          600, lambda: airflow_api.describe(DAG, run))
-    ti = airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300)
+    started = start_deferred(airflow_api, pipeline, files=2, batch=1)
+    run, generation, ti, pgid = started.run, started.generation, started.ti, started.pgid
     assert ti["trigger"] and ti["trigger"]["classpath"] == TRIGGER, ti
     driver_pid = int(pipeline.status()["pid"])
-    pgid = os.getpgid(driver_pid)
     scheduler = read(airflow_stack.procs["scheduler"].pid)
     assert scheduler is not None and pgid not in (scheduler.pgid, airflow_stack.procs["triggerer"].pid)
 
@@ -157,12 +178,8 @@ def test_a_deferred_job_stopped_with_a_savepoint_ends_its_task_with_the_run_resu
     between micro-batches with a savepoint; the trigger sees the run end and the deferred
     submit task succeeds with the run result (``status: stopped``, the savepoint), output exact."""
     pipeline = Totals(tmp_path, "deferred_stop")
-    pipeline.write_many(3)
-    run = airflow_api.trigger(DAG, pipeline.params(trigger="processingTime:1s"))
-    generation = wait_for("the deferred job's checkpoint of batch 2", lambda: running_with_checkpoint(pipeline, 2),
-                          600, lambda: airflow_api.describe(DAG, run))
-    airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300)
-    pgid = os.getpgid(int(pipeline.status()["pid"]))
+    started = start_deferred(airflow_api, pipeline, files=3, batch=2)
+    run, generation, pgid = started.run, started.generation, started.pgid
 
     stop = airflow_api.trigger("e2e_stop", {"job_name": pipeline.job, "checkpoint_dir": str(pipeline.root)})
     airflow_api.wait_task("e2e_stop", stop, "stop", {"success"}, timeout=300)
@@ -183,12 +200,8 @@ def test_a_dag_run_marked_failed_stops_its_deferred_driver(
     the trigger is dropped as a user action, and the driver's process group is gone within
     30 s, with a cancel to its generation; output exact."""
     pipeline = Totals(tmp_path, "deferred_run_failed")
-    pipeline.write_many(2)
-    run = airflow_api.trigger(DAG, pipeline.params(trigger="processingTime:1s"))
-    generation = wait_for("the deferred job's first checkpoint", lambda: running_with_checkpoint(pipeline, 1),
-                          600, lambda: airflow_api.describe(DAG, run))
-    airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300)
-    pgid = os.getpgid(int(pipeline.status()["pid"]))
+    started = start_deferred(airflow_api, pipeline, files=2, batch=1)
+    run, generation, pgid = started.run, started.generation, started.pgid
 
     marked_at = time.monotonic()
     airflow_api.mark_run(DAG, run, "failed")
@@ -214,13 +227,9 @@ def test_a_clear_of_a_deferred_task_restarts_its_job_in_a_new_generation(
     Figures printed: the clear to the old process group gone, to the new generation's
     first commit; which ordering the new try met (its task log)."""
     pipeline = Totals(tmp_path, "deferred_clear")
-    pipeline.write_many(2)
-    run = airflow_api.trigger(DAG, pipeline.params(trigger="processingTime:1s"))
+    started = start_deferred(airflow_api, pipeline, files=2, batch=1, try_number=1)
+    run, first, pgid = started.run, started.generation, started.pgid
     describe = lambda: airflow_api.describe(DAG, run)
-    first = wait_for("the deferred job's checkpoint of batch 1", lambda: running_with_checkpoint(pipeline, 1),
-                     600, describe)
-    airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300, try_number=1)
-    pgid = os.getpgid(int(pipeline.status()["pid"]))
 
     cleared_at, cleared_wall = time.monotonic(), time.time()
     airflow_api.clear(DAG, run, ["job"])
