@@ -149,6 +149,14 @@ class CutoverProgress:
         return {"schema_version": SCHEMA_VERSION, **asdict(self),
                 "difference": None if self.difference is None else clip(self.difference, _REASON_MAX_CHARS)}
 
+    def within(self, blue_last: int, lag_batches: int) -> bool:
+        """Whether green may be agreed with: at most `lag_batches` behind blue's newest
+        batch `blue_last`, and past its first replay of one of blue's batches (its pace
+        is known: `seconds_per_batch`). Before that, green reports the checkpoint it warms
+        up from, while its first query start, seconds long, is still ahead of it."""
+        return (self.replayed_batch is not None and self.seconds_per_batch is not None
+                and self.replayed_batch >= blue_last - lag_batches)
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CutoverProgress:
         _check_schema(data, "cutover progress")

@@ -272,25 +272,34 @@ class SparkpointJob:
         """Follow blue as its shadow (`runtime.follow`); with a `handover`, then take the
         job over at N and run it as the production job from N+1 into `sink`."""
         shadowing = follow.prepare(self.config, sink, self.handover)  # reads only; refuses bad input
-        run = _Run(SparkpointJob(self.spark, shadowing.config, self._argv), df, shadowing.sink, output_mode,
-                   query_name, shadowing=shadowing)
-        with signals.sigterm_ends_run(run):
-            self.last_result = result = run.execute()
-        if shadowing.handover is None or result.status != "finished":
-            return result  # a plain warm-up, or a shadow stopped by request: no takeover
-        agreed = shadowing.handover.agreed_batch()
-        reached = livedir.last_commit(result.live_dir)  # the warm-up may have started at N itself
-        if reached is None or reached != agreed:
-            raise SparkpointError(f"the shadow's live location {result.live_dir} is at batch {reached}, "
-                                  f"not at the cutover's batch {agreed}; green does not take over")
-        generation = shadowing.handover.adopt(result.live_dir, result.last_checkpoint)
-        adopted = follow.Adopted(generation, reached, result.live_dir)
-        settings = dataclasses.replace(self.config, shadow=None, restore="latest")
-        production = SparkpointJob(self.spark, settings, self._argv)
-        run = _Run(production, df, sink, output_mode, query_name, adopted=adopted)
-        with signals.sigterm_ends_run(run):
-            self.last_result = run.execute()
-        return self.last_result
+        shadow = _Run(SparkpointJob(self.spark, shadowing.config, self._argv), df, shadowing.sink,
+                      output_mode, query_name, shadowing=shadowing)
+        # A shadow that hands over leaves this JVM's state stores open: closing them waits
+        # for Spark's maintenance thread (seconds, all of it in the cutover's output gap).
+        # The production run that follows closes every store at its end; the `finally`
+        # below does on any other way out (a JVM that exits with RocksDB open may abort).
+        shadow.state.close_state_stores = shadowing.handover is None
+        try:
+            with signals.sigterm_ends_run(shadow):
+                self.last_result = result = shadow.execute()
+            if shadowing.handover is None or result.status != "finished":
+                return result  # a plain warm-up, or a shadow stopped by request: no takeover
+            agreed = shadowing.handover.agreed_batch()
+            reached = livedir.last_commit(result.live_dir)  # the warm-up may have started at N itself
+            if reached is None or reached != agreed:
+                raise SparkpointError(f"the shadow's live location {result.live_dir} is at batch {reached}, "
+                                      f"not at the cutover's batch {agreed}; green does not take over")
+            generation = shadowing.handover.adopt(result.live_dir, result.last_checkpoint)
+            adopted = follow.Adopted(generation, reached, result.live_dir)
+            settings = dataclasses.replace(self.config, shadow=None, restore="latest")
+            production = SparkpointJob(self.spark, settings, self._argv)
+            run = _Run(production, df, sink, output_mode, query_name, adopted=adopted)
+            with signals.sigterm_ends_run(run):
+                self.last_result = run.execute()
+            return self.last_result
+        finally:
+            if not shadow.state.close_state_stores:
+                shadow.state.unload_state_stores()  # quick once the production run closed them
 
 
 def _parse_args(argv: Sequence[str]) -> dict[str, str]:
@@ -452,7 +461,8 @@ class _Run:
             self.status.heartbeat_stop.set()
             self._watch_stop.set()
             run.checkpointer.close()
-            run.unload_state_stores()
+            if run.close_state_stores:
+                run.unload_state_stores()
             run.release_live()
 
     def _follow(self, shadowing: follow.Shadowing) -> BaseException | None:

@@ -55,6 +55,9 @@ class RunState:
     shadowing: Shadowing | None = None
     #: green's run after it took the job over at a cutover: its generation is claimed already
     adopted: Adopted | None = None
+    #: close this JVM's state stores at the run's end (`unload_state_stores`); False for a
+    #: shadow that hands over: green's production run follows in this JVM and closes them
+    close_state_stores: bool = True
 
     # -- shared by the threads -------------------------------------------------------
     #: the coordinator thread's events: ``progress`` (batch), ``tick``, ``final``

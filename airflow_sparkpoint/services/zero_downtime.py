@@ -199,16 +199,19 @@ class _Driver:
                                     blue_stopped=False)
             blue_last = -1 if status.last_batch is None else status.last_batch
             replayed = None if progress is None else progress.replayed_batch
-            if (replayed, blue_last) != shown:
-                shown = (replayed, blue_last)
+            started = progress is not None and progress.seconds_per_batch is not None
+            if (replayed, started, blue_last) != shown:
+                shown = (replayed, started, blue_last)
                 self.step(f"warm-up: green replayed through batch "
-                          f"{replayed if replayed is not None else '-'}, "
+                          f"{replayed if replayed is not None else '-'}"
+                          f"{'' if started else ' (no replay yet: its first query start is ahead)'}, "
                           f"blue at batch {blue_last} (lag bound {plan.lag_batches})")
-            if replayed is not None and replayed >= blue_last - plan.lag_batches:
+            if progress is not None and progress.within(blue_last, plan.lag_batches):
                 return blue_last
             if self.clock() >= deadline:
+                idle = "" if started else " (it replayed none of blue's batches: no new input for blue?)"
                 raise self.call_off(f"green did not come within {plan.lag_batches} batch(es) of blue in "
-                                    f"{self.within_s:.0f} s", blue_stopped=False)
+                                    f"{self.within_s:.0f} s{idle}", blue_stopped=False)
             self.sleep(self.poll_s)
 
     def agree(self, plan: CutoverPlan, n: int) -> str:

@@ -50,6 +50,10 @@ def test_green_takes_the_job_over_at_n_through_the_cutover_records_with_every_ba
     assert (result.status, result.job, result.generation) == ("stopped", "totals", gb + 1), result
     assert (result.first_batch, result.last_batch) == (n + 1, last), result
     assert result.live_reuse["mode"] == "adopted", result.live_reuse
+    # The shadow left this JVM's state stores to the production run (closing them is
+    # seconds of the gap); the production run's end closed them all, the shadow's too.
+    state_stores = spark.sparkContext._jvm.org.apache.spark.sql.execution.streaming.state.StateStore
+    assert not state_stores.isMaintenanceRunning()
 
     # Every batch committed exactly once: one Delta commit per batch, <= N by blue, > N by green.
     by_batch = [(c["batch"], c["generation"]) for c in run.commits]

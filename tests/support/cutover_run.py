@@ -137,13 +137,18 @@ def sparkpoint_commits(output: Path) -> list[dict[str, Any]]:
 
 def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int = 2, margin: int = 3,
                 after_n: int = 4, timeout_s: float = 300.0, probe: Callable[[], Any] | None = None,
-                green_commits: bool = True) -> CutoverRun:
+                green_commits: bool = True, burst: bool = True) -> CutoverRun:
     """Run one cutover (the module docstring) under `base`; blue's log is
     ``base/blue/totals.log``. Green's error, if any, is returned, not raised; a step
     that does not happen within `timeout_s` raises AssertionError with blue's log.
     `probe` (e.g. green's CPU seconds so far) is called at each of `CutoverRun.marks`.
     `green_commits` False (with `after_n` 0: no input past N): green is stopped once it
-    claimed the job and took its adoption checkpoint at N, before it committed anything."""
+    claimed the job and took its adoption checkpoint at N, before it committed anything.
+    `burst` True: at the agreement, the input of every batch through N + `after_n` is there
+    at once (blue runs through N at its trigger's pace while green follows); False: the
+    input keeps its pace through batch N (a steady stream: green keeps up), and only the
+    input past N is there at once when N's is written. Either way green has input for N + 1
+    the moment it takes over, so the gap is the handover's, not the input's."""
     from pyspark.sql import functions as F
 
     from airflow_sparkpoint.runtime import SparkpointJob
@@ -214,9 +219,9 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
                 raise AssertionError(f"green failed during its warm-up: {outcome['error']!r}")
             progress = store.read(cid).progress
             last = (catalog.read_status() or {}).get("last_batch")
-            if progress is None or progress.replayed_batch is None or last is None:
+            if progress is None or last is None:
                 return None
-            return int(last) if progress.replayed_batch >= int(last) - plan.lag_batches else None
+            return int(last) if progress.within(int(last), plan.lag_batches) else None
 
         last = wait_for("green within the plan's lag of blue", close_enough, timeout_s, green_log, proc=proc)
         assert last is not None
@@ -225,6 +230,8 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
                                 requested_by="test_cutover_e2e", wait=False, generation=blue_generation,
                                 cutover_id=cid)
         store.agree(cid, n, stop.request_id)
+        if not burst:
+            wait_for(f"input file {n} at its pace", lambda: len(feeder.files) > n, timeout_s, green_log, proc=proc)
         feeder.rush(n + after_n)  # the input past N is there when blue stops: the gap is the handover's
         try:
             blue_exit = proc.wait(timeout=timeout_s)

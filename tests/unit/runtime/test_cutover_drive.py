@@ -100,7 +100,7 @@ class Green:
                     return
                 status = self.catalog.read_status() or {}
                 if self.follows:
-                    store.progress(CutoverProgress(self.cid, int(status.get("last_batch") or 0)))
+                    store.progress(CutoverProgress(self.cid, int(status.get("last_batch") or 0), 0.01))
                 if state.agreed is not None:
                     result = ControlChannel(self.catalog).result(state.agreed.request_id)
                     if result.state == "completed":
@@ -181,6 +181,29 @@ def test_a_green_that_does_not_catch_up_calls_the_cutover_off_and_leaves_blue_ru
     state = CutoverStore(catalog).read(cid)
     assert (state.step, state.done.step) == ("aborted", "warmup")  # type: ignore[union-attr]
     assert ControlChannel(catalog).pending() == [] and state.agreed is None
+
+
+def test_green_at_blue_s_batch_before_its_first_replay_is_not_agreed_with(catalog: Catalog) -> None:
+    """Green reports the batch it warms up from before it replayed anything: within the
+    lag on paper, but its first query start (the slow one: seconds) is still ahead, so an
+    agreement then would let blue reach N long before green (the output gap of
+    `benchmarks/bench_cutover_gap.py`: 5-8 s). No agreement until green replayed one of
+    blue's batches."""
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    blue = Blue(catalog, sink, pace_s=10.0)
+    blue.thread.start()
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=1.0).plan.id
+    blue_last = int((catalog.read_status() or {}).get("last_batch") or 0)
+    CutoverStore(catalog).progress(CutoverProgress(cid, blue_last))  # at blue's batch, no replay yet
+    steps: list[str] = []
+    with pytest.raises(CutoverError, match="did not come within 2 batch.*replayed none of blue's batches.*blue keeps running, untouched"):
+        _drive(catalog, cid, steps, within_s=0.5)()
+    assert blue.thread.is_alive() and blue.stopped_at is None  # never asked to stop
+    blue.stop.set()
+    blue.thread.join(10)
+    state = CutoverStore(catalog).read(cid)
+    assert state.agreed is None and ControlChannel(catalog).pending() == []
+    assert any("no replay yet" in step for step in steps), steps
 
 
 def test_a_green_that_does_not_claim_after_blue_stopped_calls_it_off_and_says_restore_latest(catalog: Catalog) -> None:
