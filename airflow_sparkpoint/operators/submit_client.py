@@ -1,0 +1,123 @@
+"""Client deploy mode of `SparkpointSubmitOperator`: spark-submit, and with it the driver,
+runs on this worker.
+
+1. `run`: the submit's worker-side environment (the store's credentials and the submit
+   token in spark-submit's environment only, `SPARK_HOME` and the driver's Python, the
+   driver's RocksDB library directory, the shipped runtime on ``--py-files``), in a
+   submission directory of its own (`services.submit_dir`). With ``deferrable`` the
+   driver then starts detached (`submit_deferred.launch_and_defer`); else spark-submit
+   runs as the task's child (the Spark provider's own execute), the run's claim is
+   published as soon as the driver records it (`services.runs.RunWatcher`), and a failure
+   is the run's own error (`driver_errors.run_failure`) rather than the hook's exit code.
+2. `stop` (``on_kill``): a driver launched detached that the task has not deferred on
+   yet is killed by its process group (`services.detached.stop_group`); an attached
+   spark-submit and its children get SIGTERM, `stop_timeout` seconds, then the Spark
+   hook's own kill (`services.processes.terminate_tree`). Never a control request: it
+   would outlive the driver and stop a later run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_sparkpoint.exceptions import SparkpointError
+from airflow_sparkpoint.operators import submit_deferred
+from airflow_sparkpoint.operators.submit_deferred import DeferringSubmit
+from airflow_sparkpoint.operators.submit_publish import found, push_history_link
+from airflow_sparkpoint.services.detached import stop_group
+from airflow_sparkpoint.services.processes import terminate_tree
+from airflow_sparkpoint.services.runs import AirflowTry, RunWatcher, find_claim
+from airflow_sparkpoint.services.stores import Catalog
+from airflow_sparkpoint.services.submit import driver_environment, secret_environment
+from airflow_sparkpoint.services.submit_dir import (
+    ROCKSDB_LIBRARY_DIR_ENV,
+    open_submit_dir,
+    with_runtime_zip,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+__all__ = ["ClientSubmit", "run", "stop"]
+
+
+class ClientSubmit(DeferringSubmit, Protocol):
+    """What this module uses of `SparkpointSubmitOperator` beyond a deferring submit."""
+
+    env_vars: Any
+    py_files: Any
+    ship_runtime: bool
+    stop_timeout: float
+    deferrable: bool
+    _secret_env: dict[str, str]
+    _native_dir: str | None
+
+    def spark_environment(self, master: str, *, native_dir: str | None = None) -> dict[str, str]: ...
+
+
+def run(op: ClientSubmit, context: Context, catalog: Catalog, *, token: str, since: int,
+        starter: AirflowTry, spark_submit: Callable[[Context], Any]) -> None:
+    """Run the submit on this worker: detached and deferred (never returns then), or as the
+    task's child through `spark_submit` (the Spark provider's execute) until it ends.
+
+    :raises SparkpointRunFailed: the run failed and reported its own error.
+    :raises AirflowException: spark-submit failed without one (the hook's error), or the
+        detached driver did not claim (`launch_and_defer`).
+    """
+    ti = context["ti"]
+    op._secret_env = {**secret_environment(op.sparkpoint_hook.storage_options),
+                      **driver_environment(starter, token)}
+    master = str(op._get_hook()._connection.get("master") or "")
+    submit_dir = open_submit_dir()  # removed when spark-submit has ended (else by a later sweep)
+    try:
+        # An earlier execute of this object set its own (now removed) directory: not the user's.
+        op.env_vars = {k: v for k, v in (op.env_vars or {}).items()
+                       if not (k == ROCKSDB_LIBRARY_DIR_ENV and v == op._native_dir)}
+        op._native_dir = submit_dir.native_dir
+        op.env_vars = {**op.spark_environment(master, native_dir=submit_dir.native_dir), **op.env_vars}
+        if op.ship_runtime:
+            op.py_files = with_runtime_zip(op.py_files, submit_dir.path)
+        op._hook = None  # rebuilt with the final environment and files
+        push_history_link(op, ti)
+        if op.deferrable:
+            submit_deferred.launch_and_defer(op, context, catalog, token=token, since=since,
+                                             submit_dir=submit_dir)
+        watcher = RunWatcher(catalog, token, since, lambda run: found(op, ti, run))
+        watcher.start()
+    except BaseException:
+        submit_dir.close()  # after a hand-over (deferred) it removes nothing
+        raise
+    try:
+        spark_submit(context)
+    except AirflowException as exc:
+        # The hook's message is only the command and its exit code: the run's own error first.
+        reported = op._run_failure(catalog, token, since)
+        if reported is None:
+            raise
+        raise reported from exc
+    finally:
+        watcher.stop()
+        try:
+            found(op, ti, find_claim(catalog, token, after=since))
+        except SparkpointError as exc:  # keep the run's own error, if any
+            op.log.warning("could not read the generation claims of job %s: %s", op.job_name, exc)
+        process = getattr(op._hook, "_submit_sp", None)
+        if process is not None and process.stdout is not None:
+            process.stdout.close()  # the Spark hook leaves its log pipe open
+        submit_dir.close()
+
+
+def stop(op: ClientSubmit, *, spark_kill: Callable[[], None]) -> None:
+    """End this worker's driver from ``on_kill`` (see the module docstring); `spark_kill`
+    is the Spark provider's own ``on_kill`` (SIGKILL), called when it built a hook."""
+    if op._detached is not None:  # killed before it deferred: end the detached driver too
+        op.log.info("job %s: %s", op.job_name, stop_group(op._detached, grace_s=op.stop_timeout))
+        op._detached = None
+    process = getattr(op._hook, "_submit_sp", None)
+    if process is not None and terminate_tree(process, op.stop_timeout):
+        op.log.info("spark-submit of job %s ended after SIGTERM (exit %s)", op.job_name, process.returncode)
+    if op._hook is not None:
+        spark_kill()
