@@ -99,7 +99,8 @@ def never_expire() -> Any:
 
 
 def _task(op: DeferringSubmit, context: Context) -> dict[str, Any]:
-    """The task instance `on_kill` asks the state of (the identity its driver records)."""
+    """The task instance `on_kill` asks the state of (the identity its driver records), in
+    the trigger's ``task`` form (`services.detached_run.user_stop_by` reads it)."""
     me = task_try(context, op.dag_id, op.task_id)
     return {"dag_id": me.dag_id, "task_id": me.task_id, "run_id": me.run_id,
             "map_index": -1 if me.map_index is None else me.map_index, "try_number": me.try_number}
@@ -170,9 +171,7 @@ def _stop_cleared(op: DeferringSubmit, context: Context, catalog: Catalog, run: 
             op.log.warning("cannot reach the cluster manager of job %s's driver (%s): stopped by a control "
                            "request only", op.job_name, exc)
             driver = None
-    me = task_try(context, op.dag_id, op.task_id)
-    by = user_stop_by({"dag_id": me.dag_id, "task_id": me.task_id, "run_id": me.run_id,
-                       "map_index": -1 if me.map_index is None else me.map_index, "try_number": cleared})
+    by = user_stop_by({**_task(op, context), "try_number": cleared})
     op.log.info("job %s generation %d, on which try %d of this task deferred, is live: the task was cleared; "
                 "stopping it and starting the job again, as a cleared task does", op.job_name, run.generation,
                 cleared)
