@@ -5,9 +5,10 @@ runtime: sets the ``spark.sparkpoint.*`` conf, chooses the restore target (``res
 on the first try, the latest retained checkpoint of the task's own runs on every retry),
 optionally ships the runtime with ``--py-files``, and returns the run result as XCom.
 
-Client deploy mode: the driver runs under the task, so a kill of the task reaches it
-(see `on_kill` and `airflow_sparkpoint.runtime.signals`); or, with ``deferrable``,
-detached from it and followed through the catalog by a trigger (`submit_deferred`).
+Client deploy mode (`submit_client`): the driver runs under the task, so a kill of the
+task reaches it (see `on_kill` and `airflow_sparkpoint.runtime.signals`); or, with
+``deferrable``, detached from it and followed through the catalog by a trigger
+(`submit_deferred`).
 Cluster deploy mode on Kubernetes and YARN (`submit_cluster`): the driver runs on the
 cluster, the catalog tracks it and the cluster manager kills it; on standalone and
 local masters it is refused before anything is submitted (`submit_checks.check_deploy_mode`).
@@ -29,8 +30,8 @@ from airflow.sdk import XComArg
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_sparkpoint import durations
-from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
-from airflow_sparkpoint.operators import lineage, submit_cluster, submit_deferred
+from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.operators import lineage, submit_client, submit_cluster, submit_deferred
 from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
 from airflow_sparkpoint.operators.driver_errors import run_failure
 from airflow_sparkpoint.operators.health import emit_metrics_for
@@ -39,22 +40,12 @@ from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink, 
 from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure, check_spark
 from airflow_sparkpoint.operators.submit_deferred import never_expire
 from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
-from airflow_sparkpoint.operators.submit_publish import found, push_history_link
-from airflow_sparkpoint.services.detached import stop_group
-from airflow_sparkpoint.services.processes import terminate_tree
 from airflow_sparkpoint.services.retry import TryPlan, choose_restore, plan_try
-from airflow_sparkpoint.services.runs import RunWatcher, committed_batches, find_claim, read_result, task_try
+from airflow_sparkpoint.services.runs import committed_batches, read_result, task_try
 from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
 from airflow_sparkpoint.services.spark_env import spark_environment
 from airflow_sparkpoint.services.stores import Catalog
-from airflow_sparkpoint.services.submit import (
-    check_parameters,
-    driver_environment,
-    interval_text,
-    secret_environment,
-    sparkpoint_conf,
-)
-from airflow_sparkpoint.services.submit_dir import ROCKSDB_LIBRARY_DIR_ENV, open_submit_dir, with_runtime_zip
+from airflow_sparkpoint.services.submit import check_parameters, interval_text, sparkpoint_conf
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -287,47 +278,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         self._conf_given = (given, dict(self.conf))
         if self.cluster_kind is not None:  # the driver runs on the cluster: never the parent's execute
             return submit_cluster.run(self, context, catalog, token=token, since=since, starter=starter)
-        self._secret_env = {**secret_environment(self.sparkpoint_hook.storage_options),
-                            **driver_environment(starter, token)}
-        master = str(self._get_hook()._connection.get("master") or "")
-        submit_dir = open_submit_dir()  # removed when spark-submit has ended (else by a later sweep)
-        try:
-            # An earlier execute of this object set its own (now removed) directory: not the user's.
-            self.env_vars = {k: v for k, v in (self.env_vars or {}).items()
-                             if not (k == ROCKSDB_LIBRARY_DIR_ENV and v == self._native_dir)}
-            self._native_dir = submit_dir.native_dir
-            self.env_vars = {**self.spark_environment(master, native_dir=submit_dir.native_dir),
-                             **self.env_vars}
-            if self.ship_runtime:
-                self.py_files = with_runtime_zip(self.py_files, submit_dir.path)
-            self._hook = None  # rebuilt with the final environment and files
-            push_history_link(self, ti)
-            if self.deferrable:
-                submit_deferred.launch_and_defer(self, context, catalog, token=token, since=since,
-                                                 submit_dir=submit_dir)
-            watcher = RunWatcher(catalog, token, since, lambda run: found(self, ti, run))
-            watcher.start()
-        except BaseException:
-            submit_dir.close()  # after a hand-over (deferred) it removes nothing
-            raise
-        try:
-            super().execute(context)
-        except AirflowException as exc:
-            # The hook's message is only the command and its exit code: the run's own error first.
-            reported = self._run_failure(catalog, token, since)
-            if reported is None:
-                raise
-            raise reported from exc
-        finally:
-            watcher.stop()
-            try:
-                found(self, ti, find_claim(catalog, token, after=since))
-            except SparkpointError as exc:  # keep the run's own error, if any
-                self.log.warning("could not read the generation claims of job %s: %s", self.job_name, exc)
-            process = getattr(self._hook, "_submit_sp", None)
-            if process is not None and process.stdout is not None:
-                process.stdout.close()  # the Spark hook leaves its log pipe open
-            submit_dir.close()
+        submit_client.run(self, context, catalog, token=token, since=since, starter=starter,
+                          spark_submit=super().execute)
         if self.sparkpoint_run is None:
             self.log.warning("job %s ended without claiming a generation (did it call job.run()?)",
                              self.job_name)
@@ -374,7 +326,9 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         later; a stop-with-savepoint cannot finish in that time, and a stop request would
         outlive the driver and stop a later run. So: SIGTERM spark-submit and its
         children (again, for an execution timeout, where no supervisor signal came),
-        give them `stop_timeout` seconds, then the Spark hook's own kill (SIGKILL).
+        give them `stop_timeout` seconds, then the Spark hook's own kill (SIGKILL)
+        (`submit_client.stop`; a driver launched detached before the task deferred: its
+        process group).
 
         Cluster mode differs (`submit_cluster.stop`): no signal reaches a driver on the
         cluster, so a control cancel addressed to the run's generation (it cannot stop a
@@ -387,13 +341,5 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
                 self.log.info("stopping job %s: %s", self.job_name, line)
             self._cluster_run = None
             return  # nothing here runs the driver: no signal, no spark-submit to kill
-        if self._detached is not None:  # killed before it deferred: end the detached driver too
-            self.log.info("job %s: %s", self.job_name, stop_group(self._detached, grace_s=self.stop_timeout))
-            self._detached = None
-        process = getattr(self._hook, "_submit_sp", None)
-        if process is not None and terminate_tree(process, self.stop_timeout):
-            self.log.info("spark-submit of job %s ended after SIGTERM (exit %s)", self.job_name,
-                          process.returncode)
-        if self._hook is not None:
-            super().on_kill()
+        submit_client.stop(self, spark_kill=super().on_kill)
 

@@ -54,6 +54,8 @@ from airflow_sparkpoint.services.submit_dir import open_submit_dir, with_runtime
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
+
 __all__ = ["ClusterRun", "ClusterSubmit", "run", "stop"]
 
 #: while waiting for the claim, the cluster manager is asked whether the driver is gone
@@ -66,6 +68,8 @@ _EXIT_WAIT_S = 1.0
 class ClusterSubmit(DeferringSubmit, Protocol):
     """What this module uses of `SparkpointSubmitOperator` beyond a deferring submit."""
 
+    application: str
+    _hook: Any
     cluster_kind: str | None
     conf: Any
     env_vars: Any
@@ -76,6 +80,8 @@ class ClusterSubmit(DeferringSubmit, Protocol):
     _conn_id: str
     _secret_env: dict[str, str]
     _cluster_run: Any
+
+    def _get_hook(self) -> SparkpointSubmitHook: ...
 
 
 @dataclass

@@ -1,19 +1,17 @@
-"""The deferrable path of `SparkpointSubmitOperator` (``deferrable=True``): the driver runs
-detached from the task, the task defers to `SparkpointRunTrigger`, and the worker slot is
-free while the job runs. The decisions are the services' (`services.detached_run`: the
-task's record of the run, the resumption, the event's meaning); here they become XComs,
-a deferral or an exception.
+"""The deferral of `SparkpointSubmitOperator` (``deferrable=True``), client and cluster
+deploy mode alike: once the driver runs detached from the task (`submit_client`'s detached
+launch, `submit_cluster`'s submit) the task defers to `SparkpointRunTrigger`, and the
+worker slot is free while the job runs. The decisions are the services'
+(`services.detached_run`: the task's record of the run, the resumption, the event's
+meaning); here they become XComs, a deferral or an exception.
 
-1. `reattach`: a resumption of the task (a retry, a worker lost before it deferred) whose
+1. `defer`: defer on a claimed generation, its driver a detached process group or a
+   driver on the cluster, the deferring try recorded in the task state store.
+2. `reattach`: a resumption of the task (a retry, a worker lost before it deferred) whose
    own run is still live, with no stop or cancel addressed to it, defers on that run
    again instead of starting (and so fencing) a new generation; when a stop or cancel is
    ending that run (a clear: the cleared try's trigger cancelled it), `wait_out` waits
    for its end and the task starts anew.
-2. `launch_and_defer`: spark-submit starts through the detached launcher in a session of
-   its own (`services.detached.launch`), with the submission directory's lock handed over;
-   the task waits for the driver's generation claim, publishes the same XComs as an
-   attached run, records where the driver runs in the task state store (Airflow 3.3+,
-   never expiring) and defers.
 3. `complete` (``execute_complete``): validates the trigger's event (an untrusted dict)
    and ends as an attached run ends; a run the task re-attached to that a cleared
    earlier try's trigger then cancelled (`services.detached_run.cleared_stop`) is not the
@@ -22,7 +20,6 @@ a deferral or an exception.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from datetime import timedelta
@@ -32,10 +29,9 @@ from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.hooks.spark_cluster import cluster_handle
-from airflow_sparkpoint.operators.driver_errors import run_failure
 from airflow_sparkpoint.operators.submit_publish import found
 from airflow_sparkpoint.services.cluster_manager import cluster_record
-from airflow_sparkpoint.services.detached import DriverProcess, launch
+from airflow_sparkpoint.services.detached import DriverProcess
 from airflow_sparkpoint.services.detached_run import (
     CLAIM_TIMEOUT_S,
     DETACHED_KEY,
@@ -48,24 +44,16 @@ from airflow_sparkpoint.services.detached_run import (
     user_stop_by,
     wait_out_stopping_run,
 )
-from airflow_sparkpoint.services.driver_errors import DriverOutput, read_log_tail
-from airflow_sparkpoint.services.follow import stop_run, wait_for_claim
-from airflow_sparkpoint.services.runs import AirflowTry, record_launch, task_try
+from airflow_sparkpoint.services.follow import stop_run
+from airflow_sparkpoint.services.runs import AirflowTry, task_try
 from airflow_sparkpoint.services.stores import Catalog
-from airflow_sparkpoint.services.submit_dir import SubmitDir
 from airflow_sparkpoint.triggers.run import MIN_POLL_INTERVAL_S, STOP_WAIT_S, SparkpointRunTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
-
 __all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "DeferringSubmit", "DetachedRecord", "check_event",
-           "complete", "deadline_of", "defer", "launch_and_defer", "never_expire", "reattach", "wait_out"]
-
-#: of the driver log's end read for its error (`driver_errors.LOG_TAIL_BYTES`), the last
-#: lines that go to the task log
-_LOG_TAIL_LINES = 60
+           "complete", "deadline_of", "defer", "never_expire", "reattach", "wait_out"]
 
 
 class DeferringSubmit(Protocol):
@@ -78,20 +66,15 @@ class DeferringSubmit(Protocol):
     task_id: str
     checkpoint_dir: str | None
     sparkpoint_conn_id: str | None
-    application: str
     poll_interval: float
     dead_after: float
     execution_timeout: timedelta | None
-    _hook: Any
-    _detached: Any
 
     @property
     def sparkpoint_hook(self) -> Any: ...
 
     @property
     def log(self) -> Any: ...
-
-    def _get_hook(self) -> SparkpointSubmitHook: ...
 
     def execute(self, context: Context) -> dict[str, Any] | None: ...
 
@@ -116,7 +99,8 @@ def never_expire() -> Any:
 
 
 def _task(op: DeferringSubmit, context: Context) -> dict[str, Any]:
-    """The task instance `on_kill` asks the state of (the identity its driver records)."""
+    """The task instance `on_kill` asks the state of (the identity its driver records), in
+    the trigger's ``task`` form (`services.detached_run.user_stop_by` reads it)."""
     me = task_try(context, op.dag_id, op.task_id)
     return {"dag_id": me.dag_id, "task_id": me.task_id, "run_id": me.run_id,
             "map_index": -1 if me.map_index is None else me.map_index, "try_number": me.try_number}
@@ -187,9 +171,7 @@ def _stop_cleared(op: DeferringSubmit, context: Context, catalog: Catalog, run: 
             op.log.warning("cannot reach the cluster manager of job %s's driver (%s): stopped by a control "
                            "request only", op.job_name, exc)
             driver = None
-    me = task_try(context, op.dag_id, op.task_id)
-    by = user_stop_by({"dag_id": me.dag_id, "task_id": me.task_id, "run_id": me.run_id,
-                       "map_index": -1 if me.map_index is None else me.map_index, "try_number": cleared})
+    by = user_stop_by({**_task(op, context), "try_number": cleared})
     op.log.info("job %s generation %d, on which try %d of this task deferred, is live: the task was cleared; "
                 "stopping it and starting the job again, as a cleared task does", op.job_name, run.generation,
                 cleared)
@@ -208,65 +190,6 @@ def wait_out(op: DeferringSubmit, context: Context, catalog: Catalog, starter: A
     for line in lines:
         op.log.info("%s", line)
     return bool(lines)
-
-
-def launch_and_defer(op: DeferringSubmit, context: Context, catalog: Catalog, *, token: str,
-                     since: int, submit_dir: SubmitDir) -> NoReturn:
-    """Start the driver detached, wait for its claim, publish it and defer (see the module
-    docstring).
-
-    :raises AirflowException: the driver ended, or claimed nothing within
-        `CLAIM_TIMEOUT_S` (then it is stopped), with its own error where it gave one.
-    """
-    hook = op._get_hook()
-    op._hook = hook
-    command = hook._build_spark_submit_command(op.application)
-    env = {**os.environ, **(hook._env or {})}
-    log_path = os.path.join(submit_dir.path, "driver.log")
-    process = launch(command, env, log_path=log_path, keep_fd=submit_dir.lock_fd)
-    op._detached = process
-    store = context.get("task_state_store")
-    record = DetachedRecord(generation=None, token=token, since=since, process=process.to_json(),
-                            deadline=deadline_of(op))
-    record.save(store, op.log, retention=never_expire())  # at once: a lost worker's retry finds the process
-    submit_dir.hand_over()  # the launcher holds the lock now; the directory outlives this task
-    op.log.info("spark-submit of job %s started detached: %s", op.job_name, process.describe())
-    message = record_launch(catalog, token, deploy_mode="client", driver=process.launch_json())
-    if message:
-        op.log.warning("%s", message)
-    waited = wait_for_claim(catalog, token, since, process, timeout_s=CLAIM_TIMEOUT_S, warn=op.log.warning)
-    claim = waited.claim
-    if claim is None and waited.why == "ended":
-        output = _driver_output(process.log, op.log)
-        failed = run_failure(op.job_name, catalog, token, since, output=output, exit_code=None,
-                             scrub=op.sparkpoint_hook.scrub)
-        raise failed or AirflowException(
-            f"job {op.job_name!r}: the detached spark-submit ended before its driver claimed a "
-            f"generation (its output: {process.log})")
-    if claim is None:
-        op.log.error("stopping job %s: %s", op.job_name, waited.killed)
-        raise AirflowException(f"job {op.job_name!r}: the detached driver claimed no generation within "
-                               f"{CLAIM_TIMEOUT_S:.0f} s; stopped it ({process.describe()})")
-    found(op, context["ti"], claim)
-    record = record.claimed(claim.generation)
-    record.save(store, op.log, retention=never_expire())
-    op._detached = None  # deferred: the trigger owns the stop now
-    defer(op, context, generation=claim.generation, token=token, since=since, process=process,
-          deadline=record["deadline"])
-
-
-def _driver_output(log_path: str, log: Any) -> DriverOutput:
-    """What the driver said about its failure, from the end of its log file; its last
-    lines go to the task log (a detached driver's output is not there otherwise)."""
-    output = DriverOutput()
-    try:
-        lines = list(output.watch(read_log_tail(log_path)))
-    except OSError as exc:
-        log.warning("cannot read the detached driver's output %s: %s", log_path, exc)
-        return output
-    log.info("the detached driver's last output lines (%s):\n%s", log_path,
-             "\n".join(lines[-_LOG_TAIL_LINES:]))
-    return output
 
 
 def check_event(event: Any, generation: int) -> dict[str, Any]:

@@ -1,0 +1,202 @@
+"""Client deploy mode of `SparkpointSubmitOperator`: spark-submit, and with it the driver,
+runs on this worker.
+
+1. `run`: the submit's worker-side environment (the store's credentials and the submit
+   token in spark-submit's environment only, `SPARK_HOME` and the driver's Python, the
+   driver's RocksDB library directory, the shipped runtime on ``--py-files``), in a
+   submission directory of its own (`services.submit_dir`). With ``deferrable`` the
+   driver then starts detached (`launch_and_defer`); else spark-submit runs as the task's
+   child (the Spark provider's own execute), the run's claim is published as soon as the
+   driver records it (`services.runs.RunWatcher`), and a failure is the run's own error
+   (`driver_errors.run_failure`) rather than the hook's exit code.
+2. `launch_and_defer`: spark-submit starts through the detached launcher in a session of
+   its own (`services.detached.launch`), with the submission directory's lock handed over;
+   the task waits for the driver's generation claim, publishes the same XComs as an
+   attached run, records where the driver runs in the task state store (Airflow 3.3+,
+   never expiring) and defers (`submit_deferred.defer`).
+3. `stop` (``on_kill``): a driver launched detached that the task has not deferred on
+   yet is killed by its process group (`services.detached.stop_group`); an attached
+   spark-submit and its children get SIGTERM, `stop_timeout` seconds, then the Spark
+   hook's own kill (`services.processes.terminate_tree`). Never a control request: it
+   would outlive the driver and stop a later run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_sparkpoint.exceptions import SparkpointError
+from airflow_sparkpoint.operators.driver_errors import run_failure
+from airflow_sparkpoint.operators.submit_deferred import DeferringSubmit, deadline_of, defer, never_expire
+from airflow_sparkpoint.operators.submit_publish import found, push_history_link
+from airflow_sparkpoint.services.detached import launch, stop_group
+from airflow_sparkpoint.services.detached_run import CLAIM_TIMEOUT_S, DetachedRecord
+from airflow_sparkpoint.services.driver_errors import DriverOutput, read_log_tail
+from airflow_sparkpoint.services.follow import wait_for_claim
+from airflow_sparkpoint.services.processes import terminate_tree
+from airflow_sparkpoint.services.runs import AirflowTry, RunWatcher, find_claim, record_launch
+from airflow_sparkpoint.services.stores import Catalog
+from airflow_sparkpoint.services.submit import driver_environment, secret_environment
+from airflow_sparkpoint.services.submit_dir import (
+    ROCKSDB_LIBRARY_DIR_ENV,
+    SubmitDir,
+    open_submit_dir,
+    with_runtime_zip,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
+
+__all__ = ["ClientSubmit", "launch_and_defer", "run", "stop"]
+
+#: of the driver log's end read for its error (`driver_errors.LOG_TAIL_BYTES`), the last
+#: lines that go to the task log
+_LOG_TAIL_LINES = 60
+
+
+class ClientSubmit(DeferringSubmit, Protocol):
+    """What this module uses of `SparkpointSubmitOperator` beyond a deferring submit."""
+
+    application: str
+    _hook: Any
+    _detached: Any
+    env_vars: Any
+    py_files: Any
+    ship_runtime: bool
+    stop_timeout: float
+    deferrable: bool
+    _secret_env: dict[str, str]
+    _native_dir: str | None
+
+    def _get_hook(self) -> SparkpointSubmitHook: ...
+
+    def spark_environment(self, master: str, *, native_dir: str | None = None) -> dict[str, str]: ...
+
+
+def run(op: ClientSubmit, context: Context, catalog: Catalog, *, token: str, since: int,
+        starter: AirflowTry, spark_submit: Callable[[Context], Any]) -> None:
+    """Run the submit on this worker: detached and deferred (never returns then), or as the
+    task's child through `spark_submit` (the Spark provider's execute) until it ends.
+
+    :raises SparkpointRunFailed: the run failed and reported its own error.
+    :raises AirflowException: spark-submit failed without one (the hook's error), or the
+        detached driver did not claim (`launch_and_defer`).
+    """
+    ti = context["ti"]
+    op._secret_env = {**secret_environment(op.sparkpoint_hook.storage_options),
+                      **driver_environment(starter, token)}
+    master = str(op._get_hook()._connection.get("master") or "")
+    submit_dir = open_submit_dir()  # removed when spark-submit has ended (else by a later sweep)
+    try:
+        # An earlier execute of this object set its own (now removed) directory: not the user's.
+        op.env_vars = {k: v for k, v in (op.env_vars or {}).items()
+                       if not (k == ROCKSDB_LIBRARY_DIR_ENV and v == op._native_dir)}
+        op._native_dir = submit_dir.native_dir
+        op.env_vars = {**op.spark_environment(master, native_dir=submit_dir.native_dir), **op.env_vars}
+        if op.ship_runtime:
+            op.py_files = with_runtime_zip(op.py_files, submit_dir.path)
+        op._hook = None  # rebuilt with the final environment and files
+        push_history_link(op, ti)
+        if op.deferrable:
+            launch_and_defer(op, context, catalog, token=token, since=since, submit_dir=submit_dir)
+        watcher = RunWatcher(catalog, token, since, lambda run: found(op, ti, run))
+        watcher.start()
+    except BaseException:
+        submit_dir.close()  # after a hand-over (deferred) it removes nothing
+        raise
+    try:
+        spark_submit(context)
+    except AirflowException as exc:
+        # The hook's message is only the command and its exit code: the run's own error first.
+        reported = op._run_failure(catalog, token, since)
+        if reported is None:
+            raise
+        raise reported from exc
+    finally:
+        watcher.stop()
+        try:
+            found(op, ti, find_claim(catalog, token, after=since))
+        except SparkpointError as exc:  # keep the run's own error, if any
+            op.log.warning("could not read the generation claims of job %s: %s", op.job_name, exc)
+        process = getattr(op._hook, "_submit_sp", None)
+        if process is not None and process.stdout is not None:
+            process.stdout.close()  # the Spark hook leaves its log pipe open
+        submit_dir.close()
+
+
+def launch_and_defer(op: ClientSubmit, context: Context, catalog: Catalog, *, token: str,
+                     since: int, submit_dir: SubmitDir) -> NoReturn:
+    """Start the driver detached, wait for its claim, publish it and defer (see the module
+    docstring).
+
+    :raises AirflowException: the driver ended, or claimed nothing within
+        `CLAIM_TIMEOUT_S` (then it is stopped), with its own error where it gave one.
+    """
+    hook = op._get_hook()
+    op._hook = hook
+    command = hook._build_spark_submit_command(op.application)
+    env = {**os.environ, **(hook._env or {})}
+    log_path = os.path.join(submit_dir.path, "driver.log")
+    process = launch(command, env, log_path=log_path, keep_fd=submit_dir.lock_fd)
+    op._detached = process
+    store = context.get("task_state_store")
+    record = DetachedRecord(generation=None, token=token, since=since, process=process.to_json(),
+                            deadline=deadline_of(op))
+    record.save(store, op.log, retention=never_expire())  # at once: a lost worker's retry finds the process
+    submit_dir.hand_over()  # the launcher holds the lock now; the directory outlives this task
+    op.log.info("spark-submit of job %s started detached: %s", op.job_name, process.describe())
+    message = record_launch(catalog, token, deploy_mode="client", driver=process.launch_json())
+    if message:
+        op.log.warning("%s", message)
+    waited = wait_for_claim(catalog, token, since, process, timeout_s=CLAIM_TIMEOUT_S, warn=op.log.warning)
+    claim = waited.claim
+    if claim is None and waited.why == "ended":
+        output = _driver_output(process.log, op.log)
+        failed = run_failure(op.job_name, catalog, token, since, output=output, exit_code=None,
+                             scrub=op.sparkpoint_hook.scrub)
+        raise failed or AirflowException(
+            f"job {op.job_name!r}: the detached spark-submit ended before its driver claimed a "
+            f"generation (its output: {process.log})")
+    if claim is None:
+        op.log.error("stopping job %s: %s", op.job_name, waited.killed)
+        raise AirflowException(f"job {op.job_name!r}: the detached driver claimed no generation within "
+                               f"{CLAIM_TIMEOUT_S:.0f} s; stopped it ({process.describe()})")
+    found(op, context["ti"], claim)
+    record = record.claimed(claim.generation)
+    record.save(store, op.log, retention=never_expire())
+    op._detached = None  # deferred: the trigger owns the stop now
+    defer(op, context, generation=claim.generation, token=token, since=since, process=process,
+          deadline=record["deadline"])
+
+
+def _driver_output(log_path: str, log: Any) -> DriverOutput:
+    """What the driver said about its failure, from the end of its log file; its last
+    lines go to the task log (a detached driver's output is not there otherwise)."""
+    output = DriverOutput()
+    try:
+        lines = list(output.watch(read_log_tail(log_path)))
+    except OSError as exc:
+        log.warning("cannot read the detached driver's output %s: %s", log_path, exc)
+        return output
+    log.info("the detached driver's last output lines (%s):\n%s", log_path,
+             "\n".join(lines[-_LOG_TAIL_LINES:]))
+    return output
+
+
+def stop(op: ClientSubmit, *, spark_kill: Callable[[], None]) -> None:
+    """End this worker's driver from ``on_kill`` (see the module docstring); `spark_kill`
+    is the Spark provider's own ``on_kill`` (SIGKILL), called when it built a hook."""
+    if op._detached is not None:  # killed before it deferred: end the detached driver too
+        op.log.info("job %s: %s", op.job_name, stop_group(op._detached, grace_s=op.stop_timeout))
+        op._detached = None
+    process = getattr(op._hook, "_submit_sp", None)
+    if process is not None and terminate_tree(process, op.stop_timeout):
+        op.log.info("spark-submit of job %s ended after SIGTERM (exit %s)", op.job_name, process.returncode)
+    if op._hook is not None:
+        spark_kill()
