@@ -287,6 +287,48 @@ def test_on_kill_after_green_claimed_leaves_the_cutover_green_s(catalog: Catalog
     assert (state.step, state.done, state.claimed.generation) == ("claimed", None, 2)  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(("native_on_kill", "state", "called_off"), [
+    (False, "failed", True), (False, "deferred", False), (True, "failed", False)])
+def test_before_airflow_3_3_cleanup_of_a_cancelled_trigger_calls_off_as_on_kill_does(
+        catalog: Catalog, root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleeps: list[float],
+        native_on_kill: bool, state: str, called_off: bool) -> None:
+    """Airflow 3.2 has no `BaseTrigger.on_kill`: a user's stop only cancels the trigger,
+    then calls `cleanup`, which asks the task's state and calls off as `on_kill` does; a
+    triggerer restart (the task still deferred) leaves the cutover be; on 3.3 the
+    triggerer calls `on_kill` itself and `cleanup` does nothing more."""
+    from airflow_sparkpoint.triggers import cutover as module
+
+    monkeypatch.setattr(module, "NATIVE_ON_KILL", native_on_kill)
+    cid = planned(catalog, tmp_path)
+    now = time.time()
+    trig = trigger(root, cid, DrivePosition("warmup", now + 600, now))
+    asked: list[tuple[Any, ...]] = []
+
+    async def state_of(*args: Any) -> str:
+        asked.append(args)
+        return state
+
+    trig.state_of = state_of
+
+    async def cancelled_after_a_look() -> None:
+        async def consume() -> None:
+            async for _event in trig.run():
+                raise AssertionError("no event expected")
+
+        task = asyncio.ensure_future(consume())
+        while not sleeps:
+            await asyncio.get_running_loop().run_in_executor(None, time.sleep, 0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await trig.cleanup()
+
+    asyncio.run(cancelled_after_a_look())
+    assert asked == ([] if native_on_kill else [("d", "cutover", "r1", -1)])
+    done = CutoverStore(catalog).read(cid).done
+    assert (done is not None and (done.outcome, done.step) == ("aborted", "warmup")) == called_off, done
+
+
 # ---------------------------------------------------------------------------- the operator
 
 
