@@ -91,7 +91,6 @@ class SparkpointCutoverOperator(SparkpointJobMixin, BaseOperator):
         return requester(f"airflow:{self.dag_id}.{self.task_id}")
 
     def execute(self, context: Context) -> dict[str, Any]:
-        catalog = self.hook.get_catalog(self.job_name)
         if self.deferrable:
             timeout = self.execution_timeout
             deadline = time.time() + timeout.total_seconds() if isinstance(timeout, timedelta) else None
@@ -102,8 +101,8 @@ class SparkpointCutoverOperator(SparkpointJobMixin, BaseOperator):
                 raise AirflowException(self.hook.scrub(str(exc))) from exc
         try:
             outcome = drive_cutover(
-                catalog, str(self.cutover_id), within_s=self.cutover_within, margin=self.margin,
-                poll_s=self.poll_interval, max_heartbeat_age=self.max_heartbeat_age,
+                self.hook.get_catalog(self.job_name), str(self.cutover_id), within_s=self.cutover_within,
+                margin=self.margin, poll_s=self.poll_interval, max_heartbeat_age=self.max_heartbeat_age,
                 requested_by=self._requester(), on_step=self.log.info)
         except SparkpointError as exc:
             raise AirflowException(self.hook.scrub(str(exc))) from exc
