@@ -459,3 +459,24 @@ def test_a_malformed_event_is_refused_and_deferrable_defaults_to_the_airflow_set
     assert operator(root, cid, deferrable=None).deferrable is True
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "false")
     assert operator(root, cid, deferrable=None).deferrable is False
+
+
+def test_a_task_resumed_after_green_s_claim_does_not_call_off_even_past_every_bound(
+        catalog: Catalog, root: str, tmp_path: Path) -> None:
+    """A worker lost after green claimed, the task back only after every reach bound
+    passed: it walks the records (blue stopped, green claimed) and ends ``claimed``; the
+    cutover is green's, never called off."""
+    cid = planned(catalog, tmp_path, reach_timeout_s=0.5)
+    green_replays(catalog, cid, 5)
+    context = {"ti": FakeTI()}
+    trig, _ = deferred(lambda: operator(root, cid).execute(context))
+    assert trig["position"]["phase"] == "stop"
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    blue_stops(catalog, 7, sink)
+    green_claims(catalog, sink, cid)
+    time.sleep(0.6)  # every bound (0.5 s from the agreement, blue's stop, green's claim) passed
+    outcome = operator(root, cid).execute(context)  # the retry
+    assert (outcome["step"], outcome["after_batch"], outcome["green_generation"]) == ("claimed", 7, 2)
+    state = CutoverStore(catalog).read(cid)
+    assert (state.step, state.done) == ("claimed", None)
+    assert any(s.startswith("resumed: agreed already") for s in outcome["steps"]), outcome["steps"]
