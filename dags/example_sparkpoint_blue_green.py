@@ -40,7 +40,8 @@ N, green from N+1; a second driver runs meanwhile). Blue must run with
 2. **cutover** – ``SparkpointCutoverOperator``: waits until green is within two batches
    of blue, agrees N, asks blue to stop after N (blue's task ends ``stopped``), waits for
    green's claim and first commit. Each step is in its log; the checkpoints page shows
-   the cutover's state.
+   the cutover's state. Deferrable: it holds no worker slot while it waits (the triggerer
+   looks; each step's write is the task's, on a worker).
 3. If the cutover is called off, **restore_blue_after_cutover** starts blue's code again
    with ``restore=latest`` when blue had already stopped (its own lineage at N: exact);
    a blue still running is left alone. The run then fails, as a rolled-back deploy does.
@@ -189,6 +190,7 @@ with DAG(
         task_id="cutover",
         cutover_id=XComArg(preflight_zero_downtime, key="cutover_id"),
         cutover_within="10 minutes",
+        deferrable=True,  # the waits in the triggerer; a task stopped while deferred calls it off
         retries=0,
         **common,
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints.control import ControlChannel
@@ -37,7 +37,7 @@ from airflow_sparkpoint.checkpoints.cutover import (
 from airflow_sparkpoint.checkpoints.history import generation_alive
 from airflow_sparkpoint.checkpoints.history_records import read_generation
 from airflow_sparkpoint.checkpoints.status import read_job_status
-from airflow_sparkpoint.exceptions import CatalogError, ConfigError, ControlError, CutoverError
+from airflow_sparkpoint.exceptions import CatalogError, ConfigError, CutoverError
 from airflow_sparkpoint.runtime.config import PREFIX
 from airflow_sparkpoint.services.cutover import call_off, stop_after_batch
 from airflow_sparkpoint.services.savepoint import savepoint_source
@@ -45,7 +45,8 @@ from airflow_sparkpoint.services.savepoint import savepoint_source
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
 
-__all__ = ["CutoverOutcome", "GreenStart", "drive_cutover", "plan_cutover"]
+__all__ = ["PHASES", "CutoverDriver", "CutoverLook", "CutoverOutcome", "DrivePosition", "GreenStart",
+           "drive_cutover", "look", "plan_cutover", "resume_position"]
 
 
 @dataclass(frozen=True)
@@ -147,125 +148,329 @@ class CutoverOutcome:
                 "steps": list(self.steps), "blue_savepoint": self.blue_savepoint}
 
 
-class _Driver:
-    def __init__(self, catalog: Catalog, cutover_id: str, *, within_s: float, poll_s: float,
-                 max_heartbeat_age: float, requested_by: str, on_step: Callable[[str], None],
-                 clock: Callable[[], float], sleep: Callable[[float], None]) -> None:
-        self.catalog, self.cutover_id = catalog, cutover_id
-        self.store = CutoverStore(catalog)
-        self.within_s, self.poll_s, self.max_heartbeat_age = within_s, poll_s, max_heartbeat_age
-        self.requested_by, self.clock, self.sleep = requested_by, clock, sleep
-        self._on_step = on_step
+#: the phases of a driven cutover, in order: green's warm-up, blue's stop after N,
+#: green's claim, green's first commit
+PHASES = ("warmup", "stop", "claim", "commit")
+
+
+@dataclass(frozen=True)
+class DrivePosition:
+    """Where a drive of a cutover stands, as its driver carries it between looks (and a
+    deferred task between its worker and its trigger): the `phase`, its `deadline`
+    (epoch seconds), N and blue's ``stop_after`` request once agreed, blue's final
+    checkpoint and savepoint once it stopped, green's generation once it claimed, when
+    the drive `started` and the steps announced so far."""
+
+    phase: str
+    deadline: float
+    started: float
+    after_batch: int | None = None
+    request_id: str | None = None
+    checkpoint: str | None = None
+    savepoint: str | None = None
+    green_generation: int | None = None
+    steps: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase, "deadline": self.deadline, "started": self.started,
+                "after_batch": self.after_batch, "request_id": self.request_id, "checkpoint": self.checkpoint,
+                "savepoint": self.savepoint, "green_generation": self.green_generation,
+                "steps": list(self.steps)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> DrivePosition:
+        """:raises ConfigError: not a position (`to_json`'s shape)."""
+        try:
+            position = cls(str(data["phase"]), float(data["deadline"]), float(data["started"]),
+                           None if data.get("after_batch") is None else int(data["after_batch"]),
+                           _opt_str(data.get("request_id")), _opt_str(data.get("checkpoint")),
+                           _opt_str(data.get("savepoint")),
+                           None if data.get("green_generation") is None else int(data["green_generation"]),
+                           tuple(str(s) for s in data.get("steps") or ()))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"cutover drive position {data!r} is invalid ({exc}); expected "
+                              "DrivePosition.to_json's fields") from None
+        if position.phase not in PHASES or (position.phase != "warmup" and (
+                position.after_batch is None or position.request_id is None)):
+            raise ConfigError(f"cutover drive position {data!r} is invalid; expected a phase of {PHASES} "
+                              "with N and blue's request once agreed")
+        return position
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class CutoverLook:
+    """What one read-only look at a cutover's records (`look`) says to do next:
+    `action` ``wait`` (nothing yet; `line` says where it stands), ``agree`` (green is
+    within the plan's lag; blue is at `batch`), ``stopped`` (blue stopped after N:
+    `checkpoint`, `savepoint`, at `at`), ``claimed`` (green claimed as `generation` at
+    `at`), ``committed`` (green's first commit: `line`), ``uncommitted`` (no commit
+    within the bound; the job is green's) or ``call_off`` (a bound passed, blue is gone
+    or the comparison gate refused, before green's claim: `line` says why, `blue_stopped`
+    whether blue stopped after N)."""
+
+    action: str
+    line: str = ""
+    batch: int | None = None
+    checkpoint: str | None = None
+    savepoint: str | None = None
+    generation: int | None = None
+    at: float = 0.0
+    blue_stopped: bool = False
+
+
+def _open_state(store: CutoverStore, cutover_id: str) -> CutoverState:
+    """The cutover's records; :raises CutoverError: it ended other than committed."""
+    state = store.read(cutover_id)
+    done = state.done
+    if done is not None and done.outcome != "committed":
+        raise CutoverError(f"cutover {cutover_id} of job {store.catalog.job!r} ended {done.outcome} at "
+                           f"{done.step}: {done.reason or 'no reason'}")
+    return state
+
+
+def resume_position(catalog: Catalog, cutover_id: str, *, within_s: float, now: float) -> DrivePosition:
+    """Where a drive of cutover `cutover_id` starts, from its records alone (a first
+    start, or a task's resumption after its worker or triggerer restarted): not agreed:
+    the warm-up, bounded by `within_s` from `now`; agreed: blue's stop after the agreed N,
+    bounded by the plan's reach timeout from the agreement (the looks then move on
+    through what blue and green recorded since).
+
+    :raises CutoverError: not planned, or ended other than committed.
+    """
+    state = _open_state(CutoverStore(catalog), cutover_id)
+    agreed = state.agreed
+    if agreed is None:
+        return DrivePosition("warmup", now + within_s, now)
+    return DrivePosition("stop", agreed.at + state.plan.reach_timeout_s, now, agreed.after_batch,
+                         agreed.request_id)
+
+
+def look(catalog: Catalog, cutover_id: str, position: DrivePosition, *, max_heartbeat_age: float,
+         now: float) -> CutoverLook:
+    """One look at cutover `cutover_id` in `position`'s phase: reads its records, blue's
+    status and request, writes nothing (the triggerer runs it too). A bound is passed
+    when `now` >= the position's deadline.
+
+    :raises CutoverError: the cutover ended other than committed, or was agreed by
+        another orchestrator while this one warmed up.
+    """
+    state = _open_state(CutoverStore(catalog), cutover_id)
+    plan, phase = state.plan, position.phase
+    passed = now >= position.deadline
+    if phase == "warmup":
+        return _look_warmup(catalog, state, passed=passed, within_s=position.deadline - position.started,
+                            max_heartbeat_age=max_heartbeat_age)
+    n = position.after_batch
+    if phase == "stop":
+        return _look_stop(catalog, plan, str(position.request_id), int(n or 0), passed=passed,
+                          max_heartbeat_age=max_heartbeat_age)
+    if phase == "claim":
+        if state.claimed is not None:
+            return CutoverLook("claimed", generation=state.claimed.generation, at=state.claimed.at)
+        if passed:
+            return CutoverLook("call_off", f"green did not take the job over within "
+                               f"{plan.reach_timeout_s:.0f} s after blue stopped", blue_stopped=True)
+        return CutoverLook("wait", f"waiting for green to claim the job at batch {n}")
+    if state.done is not None:
+        return CutoverLook("committed", state.done.reason)
+    if passed:
+        return CutoverLook("uncommitted", f"green has not committed batch {int(n or 0) + 1} yet (no input "
+                           "since?); the job is green's")
+    return CutoverLook("wait", f"waiting for green's first commit (batch {int(n or 0) + 1})")
+
+
+def _look_warmup(catalog: Catalog, state: CutoverState, *, passed: bool, within_s: float,
+                 max_heartbeat_age: float) -> CutoverLook:
+    plan = state.plan
+    if state.agreed is not None:
+        raise CutoverError(f"cutover {plan.id} is agreed already (batch {state.agreed.after_batch}); another "
+                           "orchestrator drives it")
+    status = read_job_status(catalog)
+    if status is None or status.generation != plan.blue_generation or not status.is_alive(max_heartbeat_age):
+        return CutoverLook("call_off", f"blue (generation {plan.blue_generation}) no longer runs")
+    progress = state.progress
+    if progress is not None and progress.difference:
+        return CutoverLook("call_off", f"the comparison gate found a difference: {progress.difference}")
+    blue_last = -1 if status.last_batch is None else status.last_batch
+    replayed = None if progress is None else progress.replayed_batch
+    started = progress is not None and progress.seconds_per_batch is not None
+    standing = (f"warm-up: green replayed through batch {replayed if replayed is not None else '-'}"
+                f"{'' if started else ' (no replay yet: its first query start is ahead)'}, "
+                f"blue at batch {blue_last} (lag bound {plan.lag_batches})")
+    if progress is not None and progress.within(blue_last, plan.lag_batches):
+        return CutoverLook("agree", standing, batch=blue_last)
+    if passed:
+        idle = "" if started else " (it replayed none of blue's batches: no new input for blue?)"
+        return CutoverLook("call_off", f"green did not come within {plan.lag_batches} batch(es) of blue in "
+                           f"{within_s:.0f} s{idle}")
+    return CutoverLook("wait", standing)
+
+
+def _look_stop(catalog: Catalog, plan: CutoverPlan, request_id: str, n: int, *, passed: bool,
+               max_heartbeat_age: float) -> CutoverLook:
+    blue = plan.blue_generation
+    alive = generation_alive(catalog, blue, max_heartbeat_age)  # before the result: a run that
+    result = ControlChannel(catalog).result(request_id)         # completes, then exits, is seen completed
+    stopped = not alive and catalog.current_generation() == blue
+    if result.state == "completed":
+        if result.batch_id != n or not result.checkpoint:
+            return CutoverLook("call_off", f"blue stopped at batch {result.batch_id}, not after batch {n}",
+                               blue_stopped=True)
+        return CutoverLook("stopped", checkpoint=result.checkpoint, savepoint=result.savepoint,
+                           at=result.updated_at)
+    what = f"blue did not stop after batch {n}: stop_after request {request_id} of job {catalog.job!r}"
+    if result.state in ("failed", "expired"):
+        return CutoverLook("call_off", f"{what} {result.state}: {result.error or 'no reason given'}",
+                           blue_stopped=stopped)
+    if not alive:
+        why = ("was acknowledged but the job stopped before finishing it" if result.state == "acknowledged"
+               else "was not taken: the job is not running")
+        return CutoverLook("call_off", f"{what} {why}", blue_stopped=stopped)
+    if passed:
+        return CutoverLook("call_off", f"{what} timed out after {plan.reach_timeout_s:g} s ({result.state})",
+                           blue_stopped=stopped)
+    return CutoverLook("wait", f"waiting for blue to stop after batch {n} (request {result.state})")
+
+
+class CutoverDriver:
+    """The orchestrator's writes of a driven cutover, in the worker only: `advance`
+    takes a look's decision (the agreement with blue's ``stop_after`` request, the
+    call-off, the next phase) and announces each step through `on_step`. `drive_cutover`
+    and the deferrable `SparkpointCutoverOperator` both drive with it.
+
+    :raises ConfigError: bad `within_s` or `margin`.
+    """
+
+    def __init__(self, catalog: Catalog, cutover_id: str, *, within_s: float, requested_by: str,
+                 margin: int = 2, poll_s: float = 1.0, max_heartbeat_age: float = 60.0,
+                 on_step: Callable[[str], None] = lambda _m: None) -> None:
+        if not isinstance(margin, int) or isinstance(margin, bool) or margin < 1:
+            raise ConfigError(f"cutover margin={margin!r} is invalid; expected an integer >= 1 (batches "
+                              "ahead of blue)")
+        if not isinstance(within_s, (int, float)) or isinstance(within_s, bool) or within_s <= 0:
+            raise ConfigError(f"cutover_within={within_s!r} is invalid; expected a number of seconds > 0")
+        self.catalog, self.cutover_id, self.store = catalog, cutover_id, CutoverStore(catalog)
+        self.within_s, self.margin, self.poll_s = float(within_s), margin, poll_s
+        self.max_heartbeat_age, self.requested_by, self._on_step = max_heartbeat_age, requested_by, on_step
         self.steps: list[str] = []
-        self.started = clock()
+        self._shown = ""
+
+    def note(self, position: DrivePosition, seen: CutoverLook) -> DrivePosition:
+        """Announce green's warm-up standing when it changed (a look in the warm-up)."""
+        if position.phase == "warmup" and seen.action in ("wait", "agree") and seen.line != self._shown:
+            self._shown = seen.line
+            self.steps[:] = [*position.steps, seen.line]
+            self._on_step(f"cutover {self.cutover_id}: {seen.line}")
+            return replace(position, steps=tuple(self.steps))
+        return position
 
     def step(self, message: str) -> None:
         self.steps.append(message)
         self._on_step(f"cutover {self.cutover_id}: {message}")
 
-    def read(self) -> CutoverState:
-        state = self.store.read(self.cutover_id)
-        if state.done is not None and state.done.outcome != "committed":
-            raise CutoverError(f"cutover {self.cutover_id} of job {self.catalog.job!r} ended "
-                               f"{state.done.outcome} at {state.done.step}: "
-                               f"{state.done.reason or 'no reason'}")
-        return state
+    def begin(self, now: float) -> DrivePosition:
+        """The position to drive from (`resume_position`), announced.
 
-    def call_off(self, why: str, *, blue_stopped: bool) -> CutoverError:
-        end = call_off(self.catalog, self.cutover_id, reason=why, by=self.requested_by)
-        self.step(f"called off ({end.outcome} at {end.step}): {why}")
-        after = ("blue stopped after the agreed batch: start blue's code again with restore=latest (its own "
-                 "lineage: nothing is lost or repeated)" if blue_stopped else "blue keeps running, untouched")
-        return CutoverError(f"cutover {self.cutover_id} of job {self.catalog.job!r} called off: {why}; "
-                            f"{after}")
+        :raises CutoverError: not planned, or ended other than committed."""
+        position = resume_position(self.catalog, self.cutover_id, within_s=self.within_s, now=now)
+        plan = self.store.read(self.cutover_id).plan
+        if position.phase == "warmup":
+            self.step(f"planned: blue generation {plan.blue_generation}, green {plan.green_job} warms up "
+                      f"from batch {plan.warmup_batch} ({plan.mode})")
+        else:
+            self.step(f"resumed: agreed already, blue stops after batch {position.after_batch} (request "
+                      f"{position.request_id})")
+        return replace(position, steps=tuple(self.steps))
 
-    def warm_up(self, plan: CutoverPlan) -> int:
-        """Wait until green is within the plan's lag of blue; blue's newest batch then."""
-        deadline = self.started + self.within_s
-        shown: tuple[Any, ...] | None = None
-        while True:
-            state = self.read()
-            if state.agreed is not None:
-                raise CutoverError(f"cutover {self.cutover_id} is agreed already (batch "
-                                   f"{state.agreed.after_batch}); another orchestrator drives it")
-            status = read_job_status(self.catalog)
-            if status is None or status.generation != plan.blue_generation or \
-                    not status.is_alive(self.max_heartbeat_age):
-                raise self.call_off(f"blue (generation {plan.blue_generation}) no longer runs",
-                                    blue_stopped=False)
-            progress = state.progress
-            if progress is not None and progress.difference:
-                raise self.call_off(f"the comparison gate found a difference: {progress.difference}",
-                                    blue_stopped=False)
-            blue_last = -1 if status.last_batch is None else status.last_batch
-            replayed = None if progress is None else progress.replayed_batch
-            started = progress is not None and progress.seconds_per_batch is not None
-            if (replayed, started, blue_last) != shown:
-                shown = (replayed, started, blue_last)
-                self.step(f"warm-up: green replayed through batch "
-                          f"{replayed if replayed is not None else '-'}"
-                          f"{'' if started else ' (no replay yet: its first query start is ahead)'}, "
-                          f"blue at batch {blue_last} (lag bound {plan.lag_batches})")
-            if progress is not None and progress.within(blue_last, plan.lag_batches):
-                return blue_last
-            if self.clock() >= deadline:
-                idle = "" if started else " (it replayed none of blue's batches: no new input for blue?)"
-                raise self.call_off(f"green did not come within {plan.lag_batches} batch(es) of blue in "
-                                    f"{self.within_s:.0f} s{idle}", blue_stopped=False)
-            self.sleep(self.poll_s)
+    def look(self, position: DrivePosition, now: float) -> CutoverLook:
+        return look(self.catalog, self.cutover_id, position, max_heartbeat_age=self.max_heartbeat_age,
+                    now=now)
 
-    def agree(self, plan: CutoverPlan, n: int) -> str:
+    def advance(self, position: DrivePosition, seen: CutoverLook,
+                now: float) -> DrivePosition | CutoverOutcome:
+        """Act on look `seen` (not ``wait``): the next position, or the outcome once green
+        committed (or the commit bound passed).
+
+        :raises CutoverError: the cutover was called off (the message says whether blue
+            runs on or has to be started again with ``restore=latest``).
+        :raises CatalogError: blue no longer runs at the agreement.
+        """
+        self.steps[:] = list(position.steps)
+        plan = self.store.read(self.cutover_id).plan
+        action, n = seen.action, position.after_batch
+        if action == "call_off":
+            return self._call_off(position, seen)
+        if action == "agree" and position.phase == "warmup":
+            agreed_n = int(seen.batch if seen.batch is not None else -1) + self.margin
+            request_id, at = self._agree(plan, agreed_n)
+            return replace(position, phase="stop", deadline=at + plan.reach_timeout_s, after_batch=agreed_n,
+                           request_id=request_id, steps=tuple(self.steps))
+        if action == "stopped" and position.phase == "stop":
+            self.step(f"blue (generation {plan.blue_generation}) committed through batch {n} and stopped; "
+                      f"final checkpoint {seen.checkpoint}, final savepoint {seen.savepoint or '(none)'}")
+            return replace(position, phase="claim", deadline=seen.at + plan.reach_timeout_s,
+                           checkpoint=seen.checkpoint, savepoint=seen.savepoint, steps=tuple(self.steps))
+        if action == "claimed" and position.phase == "claim":
+            self.step(f"green claimed the job as generation {seen.generation} at batch {n} (blue fenced)")
+            return replace(position, phase="commit", deadline=seen.at + plan.reach_timeout_s,
+                           green_generation=seen.generation, steps=tuple(self.steps))
+        if action in ("committed", "uncommitted") and position.phase == "commit":
+            self.step(f"green committed its first batch into the job's sinks: {seen.line}"
+                      if action == "committed" else seen.line)
+            return CutoverOutcome(self.cutover_id, "committed" if action == "committed" else "claimed",
+                                  int(n or 0), plan.blue_generation, position.green_generation,
+                                  position.checkpoint, max(0.0, now - position.started), tuple(self.steps),
+                                  position.savepoint)
+        raise CutoverError(f"cutover {self.cutover_id}: a look said {action!r} in phase {position.phase!r}; "
+                           f"expected one of that phase's outcomes")
+
+    def _agree(self, plan: CutoverPlan, n: int) -> tuple[str, float]:
         stop = stop_after_batch(self.catalog, n, timeout_s=plan.reach_timeout_s, poll_s=self.poll_s,
                                 max_heartbeat_age=self.max_heartbeat_age, requested_by=self.requested_by,
                                 wait=False, generation=plan.blue_generation, cutover_id=self.cutover_id)
         try:
-            self.store.agree(self.cutover_id, n, stop.request_id)
+            agreement = self.store.agree(self.cutover_id, n, stop.request_id)
         except BaseException:
             ControlChannel(self.catalog).withdraw(stop.request_id, f"cutover {self.cutover_id}: not agreed")
             raise
         self.step(f"agreed: blue stops after batch {n} (request {stop.request_id}); green claims at "
                   f"batch {n + 1}")
-        return stop.request_id
+        return stop.request_id, agreement.at
 
-    def blue_stop(self, plan: CutoverPlan, request_id: str, n: int) -> tuple[str, str | None]:
-        """Wait for blue's stop after N: ``(its final checkpoint, its final savepoint)``."""
-        channel = ControlChannel(self.catalog)
-        blue = plan.blue_generation
+    def _call_off(self, position: DrivePosition, seen: CutoverLook) -> DrivePosition:
+        """Call the cutover off; if green claimed it meanwhile, it is green's: the same
+        position (the next look sees the claim).
+
+        :raises CutoverError: called off (names what became of blue)."""
         try:
-            result = channel.wait(
-                request_id, timeout_s=plan.reach_timeout_s, poll_s=self.poll_s,
-                is_alive=lambda: generation_alive(self.catalog, blue, self.max_heartbeat_age))
-        except ControlError as exc:
-            stopped = self.catalog.current_generation() == blue and not generation_alive(
-                self.catalog, blue, self.max_heartbeat_age)
-            raise self.call_off(f"blue did not stop after batch {n}: {exc}", blue_stopped=stopped) from None
-        if result.batch_id != n or not result.checkpoint:
-            raise self.call_off(f"blue stopped at batch {result.batch_id}, not after batch {n}",
-                                blue_stopped=True)
-        self.step(f"blue (generation {blue}) committed through batch {n} and stopped; final checkpoint "
-                  f"{result.checkpoint}, final savepoint {result.savepoint or '(none)'}")
-        return result.checkpoint, result.savepoint
-
-    def until(self, done: Callable[[CutoverState], bool], timeout_s: float) -> CutoverState | None:
-        deadline = self.clock() + timeout_s
-        while True:
-            state = self.read()
-            if done(state):
-                return state
-            if self.clock() >= deadline:
-                return None
-            self.sleep(self.poll_s)
+            end = call_off(self.catalog, self.cutover_id, reason=seen.line, by=self.requested_by)
+        except CutoverError:
+            if position.phase == "claim" and self.store.read(self.cutover_id).claimed is not None:
+                return position  # green claimed between the look and the call-off
+            raise
+        self.step(f"called off ({end.outcome} at {end.step}): {seen.line}")
+        after = ("blue stopped after the agreed batch: start blue's code again with restore=latest (its "
+                 "own lineage: nothing is lost or repeated)" if seen.blue_stopped
+                 else "blue keeps running, untouched")
+        raise CutoverError(f"cutover {self.cutover_id} of job {self.catalog.job!r} called off: {seen.line}; "
+                           f"{after}")
 
 
 def drive_cutover(catalog: Catalog, cutover_id: str, *, within_s: float, requested_by: str, margin: int = 2,
                   poll_s: float = 1.0, max_heartbeat_age: float = 60.0,
                   on_step: Callable[[str], None] = lambda _m: None,
-                  clock: Callable[[], float] = time.monotonic,
+                  clock: Callable[[], float] = time.time,
                   sleep: Callable[[float], None] = time.sleep) -> CutoverOutcome:
     """Drive planned cutover `cutover_id` of `catalog`'s job to green's first commit
-    (module docstring). `within_s` bounds the warm-up (green within the plan's lag);
-    blue's stop, green's claim and green's first commit are each bounded by the plan's
-    ``reach_timeout_s``.
+    (module docstring), blocking: `look` every `poll_s` seconds, `CutoverDriver.advance`
+    on every decision. It starts where the records stand (`resume_position`). `within_s`
+    bounds the warm-up (green within the plan's lag); blue's stop, green's claim and
+    green's first commit are each bounded by the plan's ``reach_timeout_s`` from the
+    agreement, blue's recorded stop and green's recorded claim. `clock`: epoch seconds.
 
     :raises ConfigError: bad `within_s` or `margin`.
     :raises CutoverError: the cutover is not planned, was called off or ended; a bound
@@ -274,39 +479,16 @@ def drive_cutover(catalog: Catalog, cutover_id: str, *, within_s: float, request
         comparison gate found a difference (named).
     :raises CatalogError: blue no longer runs at the agreement.
     """
-    if not isinstance(margin, int) or isinstance(margin, bool) or margin < 1:
-        raise ConfigError(f"cutover margin={margin!r} is invalid; expected an integer >= 1 (batches ahead "
-                          "of blue)")
-    if not isinstance(within_s, (int, float)) or isinstance(within_s, bool) or within_s <= 0:
-        raise ConfigError(f"cutover_within={within_s!r} is invalid; expected a number of seconds > 0")
-    driver = _Driver(catalog, cutover_id, within_s=within_s, poll_s=poll_s,
-                     max_heartbeat_age=max_heartbeat_age, requested_by=requested_by, on_step=on_step,
-                     clock=clock, sleep=sleep)
-    plan = driver.read().plan
-    driver.step(f"planned: blue generation {plan.blue_generation}, green {plan.green_job} warms up "
-                f"from batch {plan.warmup_batch} ({plan.mode})")
-    n = driver.warm_up(plan) + margin
-    request_id = driver.agree(plan, n)
-    checkpoint, savepoint = driver.blue_stop(plan, request_id, n)
-    claimed = driver.until(lambda s: s.claimed is not None, plan.reach_timeout_s)
-    if claimed is None:
-        why = f"green did not take the job over within {plan.reach_timeout_s:.0f} s after blue stopped"
-        try:
-            error = driver.call_off(why, blue_stopped=True)
-        except CutoverError:  # green claimed it between the last look and the call-off: it is green's
-            claimed = driver.read()
-            if claimed.claimed is None:
-                raise
-        else:
-            raise error
-    assert claimed.claimed is not None
-    green = claimed.claimed.generation
-    driver.step(f"green claimed the job as generation {green} at batch {n} (blue fenced)")
-    committed = driver.until(lambda s: s.done is not None, plan.reach_timeout_s)
-    if committed is not None and committed.done is not None:
-        driver.step(f"green committed its first batch into the job's sinks: {committed.done.reason}")
-    else:
-        driver.step(f"green has not committed batch {n + 1} yet (no input since?); the job is green's")
-    return CutoverOutcome(cutover_id, "committed" if committed is not None else "claimed", n,
-                          plan.blue_generation, green, checkpoint, clock() - driver.started,
-                          tuple(driver.steps), savepoint)
+    driver = CutoverDriver(catalog, cutover_id, within_s=within_s, requested_by=requested_by, margin=margin,
+                           poll_s=poll_s, max_heartbeat_age=max_heartbeat_age, on_step=on_step)
+    position = driver.begin(clock())
+    while True:
+        seen = driver.look(position, clock())
+        position = driver.note(position, seen)
+        if seen.action == "wait":
+            sleep(poll_s)
+            continue
+        moved = driver.advance(position, seen, clock())
+        if isinstance(moved, CutoverOutcome):
+            return moved
+        position = moved

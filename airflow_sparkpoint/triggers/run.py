@@ -54,8 +54,8 @@ from airflow_sparkpoint.triggers.checkpoint import (
     run_blocking,
 )
 
-__all__ = ["CLASSPATH", "MIN_POLL_INTERVAL_S", "STATE_TIMEOUT_S", "STOP_WAIT_S", "SparkpointRunTrigger",
-           "task_instance_state"]
+__all__ = ["CLASSPATH", "MIN_POLL_INTERVAL_S", "NATIVE_ON_KILL", "STATE_TIMEOUT_S", "STOP_WAIT_S",
+           "SparkpointRunTrigger", "run_shielded", "still_deferred", "task_instance_state"]
 
 CLASSPATH = "airflow_sparkpoint.triggers.run.SparkpointRunTrigger"
 #: whether this Airflow's triggerer calls `BaseTrigger.on_kill` when a user stops the task
@@ -93,6 +93,37 @@ async def task_instance_state(dag_id: str, task_id: str, run_id: str, map_index:
     except (KeyError, TypeError):
         return None
     return None if state is None else str(getattr(state, "value", state))
+
+
+async def still_deferred(task: dict[str, Any], state_of: Callable[..., Any], log: Any, what: str) -> bool:
+    """Whether task instance `task` is still ``deferred`` (its trigger is only moving to
+    another triggerer) or its state cannot be read within `STATE_TIMEOUT_S`: either way
+    `what` (the job, the cutover) is to be left alone, the safe answer; logged."""
+    asked = time.monotonic()
+    try:
+        asking = state_of(task["dag_id"], task["task_id"], task["run_id"], task["map_index"])
+        state = await asyncio.wait_for(asking, STATE_TIMEOUT_S)
+    except Exception as exc:  # noqa: BLE001 - unknown: the safe answer is to leave it be
+        log.warning("cannot read the state of task %s (%s), leaving %s as it is", task,
+                    exc or type(exc).__name__, what)
+        return True
+    log.info("task %s is %s (asked in %.1f s)", task["task_id"], state, time.monotonic() - asked)
+    if state == "deferred":
+        log.info("task %s is still deferred (the trigger moved to another triggerer): %s goes on",
+                 task["task_id"], what)
+        return True
+    return False
+
+
+async def run_shielded(action: Any) -> None:
+    """Await coroutine `action` as a task of its own, shielded: Airflow 3.3's triggerer
+    cancels a trigger again at every state sync until it has finished (each time with the
+    user-action message), swallows a cancelled `on_kill` and calls `cleanup`; the action
+    goes on regardless (the event loop keeps only weak references: `_STOPPING` holds it)."""
+    stopping = asyncio.ensure_future(action)
+    _STOPPING.add(stopping)
+    stopping.add_done_callback(_STOPPING.discard)
+    await asyncio.shield(stopping)
 
 
 class SparkpointRunTrigger(BaseTrigger):
@@ -275,34 +306,17 @@ class SparkpointRunTrigger(BaseTrigger):
         """A user acted on the task (Airflow 3.3+): stop the run, unless the task instance
         is still deferred (the trigger is only moving to another triggerer).
 
-        The stop runs as a task of its own, shielded: Airflow 3.3's triggerer cancels a
-        trigger again at every state sync until it has finished (each time with the
-        user-action message), swallows a cancelled `on_kill` and calls `cleanup`; the stop
-        goes on regardless, on its own reference to the store."""
+        The stop runs shielded (`run_shielded`), on its own reference to the store."""
         if not self.cancel_on_kill:
             return
-        stopping = asyncio.ensure_future(self._stop_unless_deferred())
-        _STOPPING.add(stopping)
-        stopping.add_done_callback(_STOPPING.discard)
-        await asyncio.shield(stopping)
+        await run_shielded(self._stop_unless_deferred())
 
     async def _stop_unless_deferred(self) -> None:
         task = self.waiting_task
-        if task is not None:
-            asked = time.monotonic()
-            try:
-                asking = self.state_of(task["dag_id"], task["task_id"], task["run_id"], task["map_index"])
-                state = await asyncio.wait_for(asking, STATE_TIMEOUT_S)
-            except Exception as exc:  # noqa: BLE001 - unknown: the safe answer is to leave the job be
-                self.log.warning("cannot read the state of task %s (%s), leaving job %s generation %d "
-                                 "running; stop it with `sparkpoint savepoint --stop` if it was meant to end",
-                                 task, exc or type(exc).__name__, self.job_name, self.generation)
-                return
-            self.log.info("task %s is %s (asked in %.1f s)", task["task_id"], state, time.monotonic() - asked)
-            if state == "deferred":
-                self.log.info("task %s is still deferred (the trigger moved to another triggerer): job %s "
-                              "generation %d goes on", task["task_id"], self.job_name, self.generation)
-                return
+        what = (f"job {self.job_name} generation {self.generation} (stop it with `sparkpoint savepoint "
+                "--stop` if it was meant to end)")
+        if task is not None and await still_deferred(task, self.state_of, self.log, what):
+            return
         key, catalog = await open_catalog(self.job_name, self.checkpoint_dir, self.sparkpoint_conn_id)
         try:
             await run_blocking(self._stop, catalog, "the task was stopped", self.user_stop_by())

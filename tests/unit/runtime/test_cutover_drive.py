@@ -246,3 +246,28 @@ def test_bad_input_is_refused_before_anything_is_written(catalog: Catalog) -> No
     assert CutoverStore(catalog).ids() == []
     with pytest.raises(ConfigError, match="cutover margin=0"):
         drive_cutover(catalog, "1764370000000-0123abcd", within_s=1, requested_by="t", margin=0)
+
+
+def test_a_drive_started_again_after_the_agreement_resumes_it_instead_of_refusing(catalog: Catalog) -> None:
+    """An orchestrator lost after agreeing N (a worker restart): the next drive finds the
+    agreement in the records and waits for blue's stop after that N; no second request."""
+    from airflow_sparkpoint.services.cutover import stop_after_batch
+
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    blue = Blue(catalog, sink, pace_s=10.0)
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=20.0).plan.id
+    # The lost orchestrator's agreement: blue's request filed, then N recorded.
+    stop = stop_after_batch(catalog, 2, timeout_s=20.0, poll_s=0.02, max_heartbeat_age=60.0, requested_by="test",
+                            wait=False, generation=1, cutover_id=cid)
+    agreed = CutoverStore(catalog).agree(cid, 2, stop.request_id)
+    blue.thread.start()
+    green = Green(catalog, sink, cid)
+    green.thread.start()
+    steps: list[str] = []
+    outcome = _drive(catalog, cid, steps)()
+    green.thread.join(10)
+    blue.thread.join(10)
+    assert green.error is None, repr(green.error)
+    assert (outcome.step, outcome.after_batch) == ("committed", agreed.after_batch)  # type: ignore[attr-defined]
+    assert blue.stopped_at == agreed.after_batch and CutoverStore(catalog).read(cid).agreed == agreed
+    assert any("resumed: agreed already" in s for s in steps), steps
