@@ -237,3 +237,30 @@ def test_a_call_off_racing_green_s_claim_never_ends_a_claimed_cutover(catalog: C
     assert not (state.claimed is not None and state.done is not None and state.done.outcome == "aborted"), (
         f"cutover {cid} is claimed by generation {state.claimed.generation if state.claimed else None} "
         f"and ended {state.done}")
+
+
+@pytest.mark.xfail(strict=True, reason="finding (review8): CutoverProgress.within ignores how old green's record is")
+def test_a_dead_green_s_progress_record_is_not_agreed_with(catalog: Catalog) -> None:
+    """Green replayed up to blue's batch, then died (fault point cutover_warmup; its retry
+    warms up from the plan's checkpoint again, its first query start still ahead). Its
+    last progress record stays: within the lag, past its first replay, an hour old. The
+    agreement rule (`CutoverProgress.within`, `_look_warmup`) takes it: blue is asked to
+    stop after N, no green reaches N, the cutover is called off with blue stopped (a
+    person restarts it)."""
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    blue = Blue(catalog, sink, pace_s=10.0)
+    blue.thread.start()
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=1.0).plan.id
+    blue_last = int((catalog.read_status() or {}).get("last_batch") or 0)
+    CutoverStore(catalog).progress(CutoverProgress(cid, blue_last, 0.5, 7, updated_at=time.time() - 3600))
+    try:
+        drive_cutover(catalog, cid, within_s=0.5, requested_by="test", poll_s=0.02)
+    except CutoverError:
+        pass  # called off: expected, as long as blue was not asked to stop
+    finally:
+        blue.stop.set()
+        blue.thread.join(10)
+    state = CutoverStore(catalog).read(cid)
+    assert state.agreed is None and blue.stopped_at is None, (
+        f"agreed {state.agreed} on a progress record an hour old; blue stopped after {blue.stopped_at}; "
+        f"the cutover {state.step} at {state.done.step if state.done else None}")
