@@ -37,13 +37,14 @@ from airflow_sparkpoint.checkpoints.cutover import (
 from airflow_sparkpoint.checkpoints.history import generation_alive
 from airflow_sparkpoint.checkpoints.history_records import read_generation
 from airflow_sparkpoint.checkpoints.status import read_job_status
-from airflow_sparkpoint.exceptions import CatalogError, ConfigError, CutoverError
+from airflow_sparkpoint.exceptions import CatalogError, ConfigError, ControlError, CutoverError
 from airflow_sparkpoint.runtime.config import PREFIX
 from airflow_sparkpoint.services.cutover import call_off, stop_after_batch
 from airflow_sparkpoint.services.savepoint import savepoint_source
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
+    from airflow_sparkpoint.checkpoints.control import ControlRequest
 
 __all__ = ["PHASES", "CutoverDriver", "CutoverLook", "CutoverOutcome", "DrivePosition", "GreenStart",
            "drive_cutover", "look", "plan_cutover", "resume_position"]
@@ -244,9 +245,27 @@ def resume_position(catalog: Catalog, cutover_id: str, *, within_s: float, now: 
     state = _open_state(CutoverStore(catalog), cutover_id)
     agreed = state.agreed
     if agreed is None:
-        return DrivePosition("warmup", now + within_s, now)
-    return DrivePosition("stop", agreed.at + state.plan.reach_timeout_s, now, agreed.after_batch,
-                         agreed.request_id)
+        # An earlier drive that filed blue's request and ended before `agreed` (fault
+        # point cutover_agreement): carried in the position, the first look calls the
+        # cutover off (never a second request: blue may have taken the first).
+        filed = _filed_stop_after(catalog, state)
+        return DrivePosition("warmup", now + within_s, now, *((filed.after_batch, filed.id) if filed else ()))
+    # a fresh bound on this orchestrator's clock (a resumed task may run on another host)
+    return DrivePosition("stop", now + state.plan.reach_timeout_s, now, agreed.after_batch, agreed.request_id)
+
+
+def _filed_stop_after(catalog: Catalog, state: CutoverState) -> ControlRequest | None:
+    """The ``stop_after`` request of cutover `state` filed for blue, if any (read at a
+    drive's start only: it reads every request of the job)."""
+    channel = ControlChannel(catalog)
+    for request_id in channel.request_ids():
+        try:
+            request = channel.read_request(request_id)
+        except ControlError:
+            continue  # gone (cleaned up) or unreadable: not this cutover's to act on
+        if request.kind == "stop_after" and request.cutover == state.id:
+            return request
+    return None
 
 
 def look(catalog: Catalog, cutover_id: str, position: DrivePosition, *, max_heartbeat_age: float,
@@ -262,6 +281,8 @@ def look(catalog: Catalog, cutover_id: str, position: DrivePosition, *, max_hear
     plan, phase = state.plan, position.phase
     passed = now >= position.deadline
     if phase == "warmup":
+        if position.request_id is not None:
+            return _look_filed(catalog, state, position.request_id, int(position.after_batch or 0))
         return _look_warmup(catalog, state, passed=passed, within_s=position.deadline - position.started,
                             max_heartbeat_age=max_heartbeat_age)
     n = position.after_batch
@@ -283,6 +304,13 @@ def look(catalog: Catalog, cutover_id: str, position: DrivePosition, *, max_hear
     return CutoverLook("wait", f"waiting for green's first commit (batch {int(n or 0) + 1})")
 
 
+def _look_filed(catalog: Catalog, state: CutoverState, request_id: str, n: int) -> CutoverLook:
+    result = ControlChannel(catalog).result(request_id)
+    return CutoverLook("call_off", f"an earlier drive of the cutover filed blue's stop_after request "
+                       f"{request_id} (after batch {n}) and ended before the agreement",
+                       blue_stopped=result.state in ("acknowledged", "completed"))
+
+
 def _look_warmup(catalog: Catalog, state: CutoverState, *, passed: bool, within_s: float,
                  max_heartbeat_age: float) -> CutoverLook:
     plan = state.plan
@@ -291,7 +319,8 @@ def _look_warmup(catalog: Catalog, state: CutoverState, *, passed: bool, within_
                            "orchestrator drives it")
     status = read_job_status(catalog)
     if status is None or status.generation != plan.blue_generation or not status.is_alive(max_heartbeat_age):
-        return CutoverLook("call_off", f"blue (generation {plan.blue_generation}) no longer runs")
+        return CutoverLook("call_off", f"blue (generation {plan.blue_generation}) no longer runs",
+                           blue_stopped=True)
     progress = state.progress
     if progress is not None and progress.difference:
         return CutoverLook("call_off", f"the comparison gate found a difference: {progress.difference}")
@@ -412,11 +441,13 @@ class CutoverDriver:
         if action == "stopped" and position.phase == "stop":
             self.step(f"blue (generation {plan.blue_generation}) committed through batch {n} and stopped; "
                       f"final checkpoint {seen.checkpoint}, final savepoint {seen.savepoint or '(none)'}")
-            return replace(position, phase="claim", deadline=seen.at + plan.reach_timeout_s,
+            # bounds run on this orchestrator's clock from when it saw the step, never
+            # from a time another host wrote (blue's, green's clock may be off)
+            return replace(position, phase="claim", deadline=now + plan.reach_timeout_s,
                            checkpoint=seen.checkpoint, savepoint=seen.savepoint, steps=tuple(self.steps))
         if action == "claimed" and position.phase == "claim":
             self.step(f"green claimed the job as generation {seen.generation} at batch {n} (blue fenced)")
-            return replace(position, phase="commit", deadline=seen.at + plan.reach_timeout_s,
+            return replace(position, phase="commit", deadline=now + plan.reach_timeout_s,
                            green_generation=seen.generation, steps=tuple(self.steps))
         if action in ("committed", "uncommitted") and position.phase == "commit":
             self.step(f"green committed its first batch into the job's sinks: {seen.line}"
@@ -453,9 +484,17 @@ class CutoverDriver:
                 return position  # green claimed between the look and the call-off
             raise
         self.step(f"called off ({end.outcome} at {end.step}): {seen.line}")
-        after = ("blue stopped after the agreed batch: start blue's code again with restore=latest (its "
-                 "own lineage: nothing is lost or repeated)" if seen.blue_stopped
-                 else "blue keeps running, untouched")
+        # Blue took the cutover's request if the call-off could not withdraw it: it stops
+        # after that batch regardless (and a blue that is gone is gone).
+        took = position.request_id is not None and ControlChannel(self.catalog).result(
+            position.request_id).state in ("acknowledged", "completed")
+        if seen.blue_stopped or took:
+            after = (f"blue stopped (or stops) after batch {position.after_batch}, as asked"
+                     if took else "blue no longer runs")
+            after += (": start blue's code again with restore=latest (its own lineage: nothing is lost or "
+                      "repeated)")
+        else:
+            after = "blue keeps running, untouched"
         raise CutoverError(f"cutover {self.cutover_id} of job {self.catalog.job!r} called off: {seen.line}; "
                            f"{after}")
 

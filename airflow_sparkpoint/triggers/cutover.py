@@ -59,9 +59,14 @@ from airflow_sparkpoint.triggers.run import (
     task_instance_state,
 )
 
-__all__ = ["CLASSPATH", "SparkpointCutoverTrigger"]
+__all__ = ["CLASSPATH", "TASK_ENDED", "SparkpointCutoverTrigger"]
 
 CLASSPATH = "airflow_sparkpoint.triggers.cutover.SparkpointCutoverTrigger"
+#: the task states in which no try of the cutover task drives the cutover on: only then
+#: does a stopped trigger call it off (a resumed, retried or cleared try resumes the drive
+#: from the cutover's records; before Airflow 3.3, a duplicate copy of a trigger that
+#: fired is cancelled while its task runs on)
+TASK_ENDED = frozenset({"failed", "success", "skipped", "upstream_failed", "removed"})
 
 
 class SparkpointCutoverTrigger(BaseTrigger):
@@ -188,7 +193,8 @@ class SparkpointCutoverTrigger(BaseTrigger):
 
     async def on_kill(self) -> None:
         """A user acted on the task (Airflow 3.3+): call the cutover off unless green
-        claimed it, unless the task instance is still deferred. Shielded (`run_shielded`)."""
+        claimed it, only when the task ended (`TASK_ENDED`: marked failed or success, ...;
+        a cleared or retried try resumes the drive instead). Shielded (`run_shielded`)."""
         if not self.call_off_on_kill:
             return
         await run_shielded(self._call_off_unless_deferred())
@@ -196,7 +202,8 @@ class SparkpointCutoverTrigger(BaseTrigger):
     async def _call_off_unless_deferred(self) -> None:
         task = self.waiting_task
         if task is not None and await still_deferred(task, self.state_of, self.log,
-                                                     f"cutover {self.cutover_id} of job {self.job_name}"):
+                                                     f"cutover {self.cutover_id} of job {self.job_name}",
+                                                     ended=TASK_ENDED):
             return
         key, catalog = await open_catalog(self.job_name, self.checkpoint_dir, self.sparkpoint_conn_id)
         try:

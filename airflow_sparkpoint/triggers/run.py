@@ -31,7 +31,7 @@ import asyncio
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -95,10 +95,12 @@ async def task_instance_state(dag_id: str, task_id: str, run_id: str, map_index:
     return None if state is None else str(getattr(state, "value", state))
 
 
-async def still_deferred(task: dict[str, Any], state_of: Callable[..., Any], log: Any, what: str) -> bool:
+async def still_deferred(task: dict[str, Any], state_of: Callable[..., Any], log: Any, what: str, *,
+                         ended: Collection[str] | None = None) -> bool:
     """Whether task instance `task` is still ``deferred`` (its trigger is only moving to
     another triggerer) or its state cannot be read within `STATE_TIMEOUT_S`: either way
-    `what` (the job, the cutover) is to be left alone, the safe answer; logged."""
+    `what` (the job, the cutover) is to be left alone, the safe answer; logged. With
+    `ended`, only those states end it: in any other, a try of the task goes on with it."""
     asked = time.monotonic()
     try:
         asking = state_of(task["dag_id"], task["task_id"], task["run_id"], task["map_index"])
@@ -111,6 +113,9 @@ async def still_deferred(task: dict[str, Any], state_of: Callable[..., Any], log
     if state == "deferred":
         log.info("task %s is still deferred (the trigger moved to another triggerer): %s goes on",
                  task["task_id"], what)
+        return True
+    if ended is not None and state not in ended:
+        log.info("task %s is %s: a try of it goes on with %s", task["task_id"], state, what)
         return True
     return False
 

@@ -465,8 +465,9 @@ def test_a_malformed_event_is_refused_and_deferrable_defaults_to_the_airflow_set
 def test_a_task_resumed_after_green_s_claim_does_not_call_off_even_past_every_bound(
         catalog: Catalog, root: str, tmp_path: Path) -> None:
     """A worker lost after green claimed, the task back only after every reach bound
-    passed: it walks the records (blue stopped, green claimed) and ends ``claimed``; the
-    cutover is green's, never called off."""
+    passed: it walks the records (blue stopped, green claimed), waits for green's first
+    commit a bound of its own (bounds run on the orchestrator's clock from when it sees a
+    step) and ends ``claimed``; the cutover is green's, never called off."""
     cid = planned(catalog, tmp_path, reach_timeout_s=0.5)
     green_replays(catalog, cid, 5)
     context = {"ti": FakeTI()}
@@ -476,7 +477,12 @@ def test_a_task_resumed_after_green_s_claim_does_not_call_off_even_past_every_bo
     blue_stops(catalog, 7, sink)
     green_claims(catalog, sink, cid)
     time.sleep(0.6)  # every bound (0.5 s from the agreement, blue's stop, green's claim) passed
-    outcome = operator(root, cid).execute(context)  # the retry
+    op = operator(root, cid)
+    trig, resume = deferred(lambda: op.execute(context))  # the retry: waits for green's first commit
+    assert trig["position"]["phase"] == "commit", trig["position"]
+    time.sleep(0.6)  # its bound passed too
+    event = {"status": "look", "cutover_id": cid, "phase": "commit", "action": "uncommitted", "message": "bound"}
+    outcome = op.execute_complete(context, event, **resume)
     assert (outcome["step"], outcome["after_batch"], outcome["green_generation"]) == ("claimed", 7, 2)
     state = CutoverStore(catalog).read(cid)
     assert (state.step, state.done) == ("claimed", None)

@@ -35,7 +35,7 @@ def _airflow(airflow_home: Path) -> None:
     return None
 
 
-@pytest.mark.xfail(strict=True, reason="finding (review8): pre-3.3 cleanup calls off when the task resumed")
+
 @pytest.mark.parametrize("state", ["scheduled", "running"])
 def test_before_3_3_a_cancelled_copy_of_a_trigger_that_fired_does_not_call_off(
         catalog: Catalog, root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str) -> None:

@@ -114,7 +114,7 @@ def _requests_of(catalog: Catalog, cid: str) -> list[str]:
             if channel.read_request(i).kind == "stop_after" and channel.read_request(i).cutover == cid]
 
 
-@pytest.mark.xfail(strict=True, reason="finding (review8): the claim bound is blue's completion time (blue's clock) + reach; passes on ba40822")
+
 def test_the_claim_bound_is_not_measured_on_blue_s_clock(catalog: Catalog) -> None:
     """Blue's host clock 60 s behind the orchestrator's; green claims 0.5 s after blue's
     stop, well within the plan's 20 s reach bound. The claim's deadline is computed from
@@ -140,7 +140,7 @@ def test_the_claim_bound_is_not_measured_on_blue_s_clock(catalog: Catalog) -> No
     assert green.error is None and green.claimed == 2, repr(green.error)
 
 
-@pytest.mark.xfail(strict=True, reason="finding (review8): a retry after cutover_agreement files a second stop_after (also on ba40822)")
+
 def test_a_drive_started_again_after_a_lost_agreement_files_no_second_stop_after(catalog: Catalog) -> None:
     """The orchestrator died between blue's stop_after request and the agreed record
     (fault point cutover_agreement). Its retry (resume_position: not agreed, so warm-up)
@@ -182,7 +182,7 @@ def test_a_drive_started_again_after_a_lost_agreement_files_no_second_stop_after
         f"{errors}; the cutover {state.step}")
 
 
-@pytest.mark.xfail(strict=True, reason="finding (review8): the warm-up call-off says blue keeps running after blue stopped (also on ba40822)")
+
 def test_a_call_off_after_blue_stopped_for_the_cutover_does_not_say_blue_keeps_running(catalog: Catalog) -> None:
     """The orchestrator died after filing blue's stop_after (cutover_agreement); blue took
     it and stopped after its N. The retry's warm-up finds blue not running and calls the
