@@ -231,6 +231,25 @@ def test_abort_generation_discards_only_that_generations_uncommitted_records(
     assert abort_generation(catalog, 2) == []
 
 
+def test_abort_generation_settles_in_batch_order_and_only_its_own_generations_records(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    """The rollback settles through `settle_all`: in batch order whatever order the records
+    were written in, and never a record of a newer generation (`Fence.admits`; the rollback
+    of a superseded generation acts as the newest one)."""
+    for _ in range(3):
+        catalog.claim_generation()
+    newer = record(sink_name, 7, 3)
+    for r in (record(sink_name, 6, 2), newer, record(sink_name, 4, 2), record(sink_name, 5, 2)):
+        catalog.put_transaction(r)
+
+    assert abort_generation(catalog, 2) == ["orders-b4-g2", "orders-b5-g2", "orders-b6-g2"]
+
+    assert [c for c in world["calls"] if c[0] == "abort"] == [
+        ("abort", "orders-b4-g2"), ("abort", "orders-b5-g2"), ("abort", "orders-b6-g2")]
+    assert txn_ids(catalog) == [newer.txn_id] and catalog.current_generation() == 3
+
+
 def test_abort_generation_returns_the_lineage_to_where_the_generation_started(
     catalog: Catalog, sink_name: str, world: dict[str, Any]
 ) -> None:
