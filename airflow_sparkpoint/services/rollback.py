@@ -83,9 +83,11 @@ def abort_generation(
     sink: SinkSpec | None = None,
 ) -> list[str]:
     """Abort every uncommitted transaction of `generation` and delete its record (see the
-    module docstring). Transactions that already committed (or hold their batch's claim:
-    finished) are left alone and reported in the log. Returns the aborted transaction
-    ids. `sink` is the job's sink, as for `services.commit.commit_pending`.
+    module docstring), through the one settling rule (`sinks.transactions.settle_all`):
+    a transaction that holds its batch's commit is finished instead (never aborted), the
+    commit head moved, its record deleted too, and reported in the log. Returns the
+    aborted transaction ids. `sink` is the job's sink, as for
+    `services.commit.commit_pending`.
 
     :raises ConfigError: `generation` was never claimed.
     :raises RestoreError: a newer generation continues `generation`'s lineage.
