@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints import layout
-from airflow_sparkpoint.checkpoints.commit_head import record_commit
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, rollback_base
@@ -40,7 +39,7 @@ from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning, Restor
 from airflow_sparkpoint.services.commit import Sinks
 from airflow_sparkpoint.services.cutover import cutover_of_lineage, note_rollback
 from airflow_sparkpoint.sinks.resolve import SinkSpec
-from airflow_sparkpoint.sinks.transactions import settle
+from airflow_sparkpoint.sinks.transactions import Settlement, settle_all
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
@@ -84,9 +83,11 @@ def abort_generation(
     sink: SinkSpec | None = None,
 ) -> list[str]:
     """Abort every uncommitted transaction of `generation` and delete its record (see the
-    module docstring). Transactions that already committed (or hold their batch's claim:
-    finished) are left alone and reported in the log. Returns the aborted transaction
-    ids. `sink` is the job's sink, as for `services.commit.commit_pending`.
+    module docstring), through the one settling rule (`sinks.transactions.settle_all`):
+    a transaction that holds its batch's commit is finished instead (never aborted), the
+    commit head moved, its record deleted too, and reported in the log. Returns the
+    aborted transaction ids. `sink` is the job's sink, as for
+    `services.commit.commit_pending`.
 
     :raises ConfigError: `generation` was never claimed.
     :raises RestoreError: a newer generation continues `generation`'s lineage.
@@ -96,20 +97,18 @@ def abort_generation(
     """
     sinks = Sinks(storage_options, sink, catalog.job)
     fence = _fence(catalog, generation, sinks)
-    aborted: list[str] = []
-    mine = [record for record in catalog.transactions() if record.generation == generation]
-    for count, record in enumerate(mine, start=1):
-        settlement = settle(sinks.of(record), record, confirmed=False, fence=fence)
-        if settlement.outcome != "aborted":
-            # visible (a promotion the abort had to finish): the commit head says so
-            record_commit(catalog, record, settlement.detail, landed_before=settlement.outcome == "already")
+
+    def note(settlement: Settlement, done: int, total: int) -> None:
+        if settlement.outcome != "aborted":  # visible (a promotion the abort had to finish)
             log.warning("transaction %s of generation %d has already committed to %s; not aborted",
-                        record.txn_id, generation, record.sink_id)
-            continue
-        fence.check()  # as `settle_all`: an abort decided past a newer claim keeps its record
-        catalog.delete_transactions([record])
-        aborted.append(record.txn_id)
-        faults.maybe_kill_halfway("abort", record.batch_id, count, len(mine))
+                        settlement.record.txn_id, generation, settlement.record.sink_id)
+        faults.maybe_kill_halfway("abort", settlement.record.batch_id, done, total)
+
+    # The one settling rule (`settle_all`): a finished transaction moves the commit head
+    # and its record goes; an abort decided past a newer claim keeps its record.
+    mine = [record for record in catalog.transactions() if record.generation == generation]
+    settled = settle_all(catalog, mine, sinks.of, confirmed=False, fence=fence, on_settled=note)
+    aborted = [s.record.txn_id for s in settled if s.outcome == "aborted"]
     log.info("aborted %d transaction(s) of generation %d of job %s: %s",
              len(aborted), generation, catalog.job, aborted)
     try:

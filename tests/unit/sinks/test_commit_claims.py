@@ -141,8 +141,82 @@ def test_abort_generation_finishes_what_a_generation_claimed_and_aborts_the_rest
 
     assert [r["id"] for r in visible(sink)] == [600, 601, 602]
     assert leftovers(sink) == []
-    assert [r.txn_id for r in catalog.transactions()] == [claimed.txn_id]
+    assert catalog.transactions() == [], "the finished record goes too, as every settler's does"
     # batch 6 became visible here: the commit head (what asset watchers poll) says so
+    from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
+
+    head = read_commit_head(catalog)
+    assert head is not None and (head.batch, head.txn_id) == (6, claimed.txn_id)
+
+
+def test_a_rollback_deletes_the_record_of_what_it_finished_and_fires_abort_halfway(
+    catalog: Catalog, sink: DirectorySink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`abort_generation` settles as every other settler does (`settle_all`): the record of
+    a transaction it finished (it held its batch's commit) is deleted once the commit head
+    says the batch is visible, as the stop's, the commit step's and recovery's are; and the
+    fault point ``abort`` fires at the halfway mark of what it settles, finished or aborted.
+    Failed on the old code: the finished record was kept, and the fault point counted only
+    aborts, so with a finished transaction first it never fired at the halfway mark."""
+    claimed, pending = staged(sink, 6, 3), staged(sink, 7, 3)
+    for _ in range(3):
+        catalog.claim_generation()
+    for r in (claimed, pending):
+        catalog.put_transaction(r)
+    with monkeypatch.context() as patch:
+        die_while_promoting(patch)
+        with pytest.raises(Died):
+            sink.commit(claimed)
+    fired: list[tuple[str, int, int, int]] = []
+
+    with monkeypatch.context() as patch:
+        patch.setattr(faults, "maybe_kill_halfway",
+                      lambda point, batch, done, total: fired.append((point, batch, done, total)))
+        assert abort_generation(catalog, 3) == [pending.txn_id]
+
+    assert fired == [("abort", 6, 1, 2), ("abort", 7, 2, 2)]
+    assert catalog.transactions() == []
+    assert [r["id"] for r in visible(sink)] == [600, 601, 602] and leftovers(sink) == []
+    from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
+
+    head = read_commit_head(catalog)
+    assert head is not None and (head.batch, head.txn_id) == (6, claimed.txn_id)
+    assert abort_generation(catalog, 3) == [], "a second rollback finds nothing left"
+
+
+def test_a_rollback_killed_at_abort_after_finishing_a_transaction_is_finished_by_its_retry(
+    catalog: Catalog, sink: DirectorySink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fault point ``abort`` fires before the settled record is deleted (as the stop's
+    and the commit step's do): a kill there leaves the finished transaction's record, and
+    the retry settles it again (idempotent: ``already``), moves the commit head and
+    deletes it, then aborts the rest; the output is exactly batch 6's."""
+    claimed, pending = staged(sink, 6, 3), staged(sink, 7, 3)
+    for _ in range(3):
+        catalog.claim_generation()
+    for r in (claimed, pending):
+        catalog.put_transaction(r)
+    with monkeypatch.context() as patch:
+        die_while_promoting(patch)
+        with pytest.raises(Died):
+            sink.commit(claimed)
+
+    def killed(point: str, batch: int, done: int, total: int) -> None:
+        if point == "abort" and done == max(1, total // 2):
+            raise Died(point)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(faults, "maybe_kill_halfway", killed)
+        with pytest.raises(Died):
+            abort_generation(catalog, 3)
+    assert [r.txn_id for r in catalog.transactions()] == [claimed.txn_id, pending.txn_id]
+    assert [r["id"] for r in visible(sink)] == [600, 601, 602], "finished before the kill"
+    assert catalog.current_generation() == 4
+
+    assert abort_generation(catalog, 3) == [pending.txn_id]
+
+    assert catalog.transactions() == []
+    assert [r["id"] for r in visible(sink)] == [600, 601, 602] and leftovers(sink) == []
     from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
 
     head = read_commit_head(catalog)

@@ -226,8 +226,28 @@ def test_abort_generation_discards_only_that_generations_uncommitted_records(
 
     assert aborted == ["orders-b5-g2", "orders-b6-g2"]
     assert world["aborted"] == ["orders-b5-g2", "orders-b6-g2"]
-    assert txn_ids(catalog) == ["orders-b3-g1", "orders-b4-g2"]
+    # green's landed batch 4 was settled as well ("already"): its record goes, as every settler's does
+    assert txn_ids(catalog) == ["orders-b3-g1"]
     assert abort_generation(catalog, 2) == []
+
+
+def test_abort_generation_settles_in_batch_order_and_only_its_own_generations_records(
+    catalog: Catalog, sink_name: str, world: dict[str, Any]
+) -> None:
+    """The rollback settles through `settle_all`: in batch order whatever order the records
+    were written in, and never a record of a newer generation (`Fence.admits`; the rollback
+    of a superseded generation acts as the newest one)."""
+    for _ in range(3):
+        catalog.claim_generation()
+    newer = record(sink_name, 7, 3)
+    for r in (record(sink_name, 6, 2), newer, record(sink_name, 4, 2), record(sink_name, 5, 2)):
+        catalog.put_transaction(r)
+
+    assert abort_generation(catalog, 2) == ["orders-b4-g2", "orders-b5-g2", "orders-b6-g2"]
+
+    assert [c for c in world["calls"] if c[0] == "abort"] == [
+        ("abort", "orders-b4-g2"), ("abort", "orders-b5-g2"), ("abort", "orders-b6-g2")]
+    assert txn_ids(catalog) == [newer.txn_id] and catalog.current_generation() == 3
 
 
 def test_abort_generation_returns_the_lineage_to_where_the_generation_started(
@@ -585,7 +605,9 @@ def test_a_rollback_killed_halfway_is_retried_when_it_returned_to_the_generation
     of green (generation 2) claimed generation 3 with green's own checkpoint of batch 4 as
     its origin, then died halfway through the aborts. Its retry took that origin, its own,
     for a newer run continuing green's lineage and refused, so green's other staged batch
-    was never aborted. A retry of the rollback finishes the aborts."""
+    was never aborted. A retry of the rollback finishes the aborts. The fault point fires
+    before the settled record is deleted (as the stop's and the commit step's do): the
+    retry aborts batch 5 again (a decided abort stands) and deletes its record."""
     from airflow_sparkpoint import faults
 
     class Killed(BaseException):
@@ -607,10 +629,12 @@ def test_a_rollback_killed_halfway_is_retried_when_it_returned_to_the_generation
         patch.setattr(faults, "maybe_kill_halfway", killed)
         with pytest.raises(Killed):
             abort_generation(catalog, 2)
-    assert [r.batch_id for r in catalog.transactions()] == [6], "killed after the first abort"
+    assert [r.batch_id for r in catalog.transactions()] == [5, 6], "killed after the first abort, before its deletion"
+    assert world["aborted"] == [green[0].txn_id]
     assert catalog.current_generation() == 3
 
-    assert abort_generation(catalog, 2) == [green[1].txn_id]
+    assert abort_generation(catalog, 2) == [green[0].txn_id, green[1].txn_id]
+    assert world["aborted"] == [green[0].txn_id, *(r.txn_id for r in green)] and world["committed"] == {}
 
     assert catalog.transactions() == []
     assert catalog.current_generation() == 3, "the retry claims nothing more"
