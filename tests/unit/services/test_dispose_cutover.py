@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,7 +23,8 @@ from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.services.cutover import call_off
 from airflow_sparkpoint.services.dispose import dispose_savepoints, dispose_snapshot
 from airflow_sparkpoint.services.rollback import abort_generation
-from airflow_sparkpoint.storage import MemoryStorage
+from airflow_sparkpoint.storage import MemoryStorage, open_storage
+from tests.support.cli_runs import run
 from tests.support.fake_sinks import FakeSink
 from tests.support.records import put_checkpoint
 
@@ -155,3 +157,21 @@ def test_dispose_by_hand_removes_s_and_says_what_it_gives_up(
     abort_generation(catalog, green)
     origin = catalog.origins()[-1]
     assert (origin.kind, origin.batch_id) == ("checkpoint", N)
+
+
+def test_the_command_line_names_the_rule_and_warns_on_a_disposal_by_path(
+        tmp_path: Path, sink: FakeSink, capsys: pytest.CaptureFixture[str]) -> None:
+    """`sparkpoint dispose --keep 1` on a local root says why S stays; `sparkpoint
+    dispose S` removes it and says on stderr what it was kept for (docs/CLI.md)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    catalog = Catalog(open_storage(str(root)), "orders")
+    s = _blue_stopped(catalog, sink)
+    _green, newer = _green_took_over(catalog, sink)
+    code, out, err = run(capsys, "dispose", "--dir", str(root), "--job", "orders", "--keep", "1")
+    assert code == 0, err
+    assert f"disposed {newer[0]}" in out.splitlines()
+    assert f"kept {s} ({WHY_S})" in out.splitlines(), out
+    code, out, err = run(capsys, "dispose", "--dir", str(root), "--job", "orders", s)
+    assert code == 0, err
+    assert WHY_S in err and s not in _savepoints(catalog)
