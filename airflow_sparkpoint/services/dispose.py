@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.retention import relied_on_savepoints, savepoint_history_retention
 from airflow_sparkpoint.exceptions import CatalogError, SparkpointError
 
@@ -29,8 +30,8 @@ def dispose_snapshot(catalog: Catalog, path: str) -> tuple[str, int]:
     A disposal by path is on purpose: a savepoint the job relies on
     (`retention.relied_on_savepoints`: the newest lineage's origin, blue's final
     savepoint of a cutover while a rollback of green returns there) goes too, with a
-    warning naming what it was kept for (a rollback of green then returns to green's own
-    checkpoint; a restart of the lineage fails, naming the savepoint gone).
+    warning naming what it was kept for (without S, a rollback of green returns to
+    green's own checkpoint).
 
     :raises RestoreError: `path` is outside the job, or no snapshot directory of it.
     :raises CatalogError: nothing is there to dispose of.
@@ -51,9 +52,12 @@ def _relied_on_because(catalog: Catalog, key: str) -> str | None:
     """Why savepoint retention would keep the savepoint at `key`, or None (not a valid
     savepoint, not relied on, or the records that say so are unreadable: only a warning
     depends on it)."""
+    folder, _, name = key.partition("/")
+    if folder != layout.SAVEPOINTS or not name or "/" in name:
+        return None  # a checkpoint (or no snapshot: `dispose` refuses it)
     try:
-        entries = [e for e in catalog.list_savepoints() if e.key == key]
-        return relied_on_savepoints(catalog, entries).get(key) if entries else None
+        entry = catalog.snapshot_store.savepoint_entry(name)
+        return relied_on_savepoints(catalog, [entry]).get(key) if entry is not None else None
     except SparkpointError as exc:
         log.warning("could not tell whether %s/%s is a savepoint the job relies on: %s", catalog.uri, key,
                     exc)
