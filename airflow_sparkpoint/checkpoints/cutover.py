@@ -395,7 +395,7 @@ class CutoverStore:
 
         :raises CutoverError: no such cutover, it was never claimed, or by a generation
             after `generation` (a later generation that continues green's lineage, a
-            restart of green's, is rolled back as green: `services.cutover.cutover_of_lineage`).
+            restart of green's, is rolled back as green: `cutover_lineage.cutover_of_lineage`).
         """
         state = self._require(cutover_id, open_only=False)
         if state.claimed is None or state.claimed.generation > generation:

@@ -12,8 +12,10 @@ being completed can see that a file it references went. Savepoints are never tou
 Savepoint history retention is like the Flink Kubernetes operator's
 ``kubernetes.operator.savepoint.history.max.count`` / ``.max.age``: keep at most
 `max_count` of them and none older than `max_age_s`, but always keep the newest valid one,
-so a deploy can still roll back, and the one the job's newest lineage started from (a
-``restore=latest`` may restart there: `relied_on_savepoints`). The operator's history
+so a deploy can still roll back, and those the job relies on (`relied_on_savepoints`): the
+one the job's newest lineage started from (a ``restore=latest`` may restart there), and
+blue's final savepoint of a zero-downtime cutover while a rollback of green's generation
+returns there (`cutover_lineage.cutover_savepoints`). The operator's history
 retention and ``sparkpoint dispose --keep/--older-than`` both use it.
 """
 
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints import bounded, layout
 from airflow_sparkpoint.checkpoints.catalog_types import RetentionResult, SnapshotEntry
+from airflow_sparkpoint.checkpoints.cutover_lineage import cutover_savepoints
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.lineage import mark_superseded, prunable, rollback_base
 from airflow_sparkpoint.exceptions import (
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.storage.base import ObjectInfo
 
 __all__ = ["INCOMPLETE_GRACE_S", "JOURNAL_DELETE_WITHIN_S", "JOURNAL_KEYS_PER_ENTRY", "JOURNAL_LOOKBACK_S",
-           "JOURNAL_MIN_TTL_S", "ORPHAN_COLLECTION_FRACTION", "KnownRecords", "deleted_since",
+           "JOURNAL_MIN_TTL_S", "ORPHAN_COLLECTION_FRACTION", "WHY_ORIGIN", "KnownRecords", "deleted_since",
            "enforce_checkpoint_retention", "journal_deletions", "prune_journal", "relied_on_savepoints",
            "savepoint_history_retention"]
 
@@ -352,20 +355,32 @@ def _check_args(max_count: int | None, max_age_s: float | None) -> None:
         )
 
 
-def relied_on_savepoints(catalog: Catalog) -> set[str]:
-    """Keys of the savepoints of this job that the newest lineage started from: with no
-    completed checkpoint of its own yet, ``restore=latest`` restarts there; after that it
-    is the lineage's documented origin (and a rollback target). Never disposed by retention."""
+#: why savepoint retention keeps the savepoint the newest lineage started from
+WHY_ORIGIN = "the job's newest lineage starts from it: restore=latest may restart there"
+
+
+def relied_on_savepoints(catalog: Catalog, savepoints: Iterable[SnapshotEntry]) -> dict[str, str]:
+    """The keys of `savepoints` (a listing of this job's savepoints taken before this
+    call) that the job relies on, each with why; retention never disposes of them:
+
+    * the one the newest lineage started from (`WHY_ORIGIN`): with no completed
+      checkpoint of its own yet, ``restore=latest`` restarts there; after that it is the
+      lineage's documented origin (and a rollback target);
+    * blue's final savepoint of a zero-downtime cutover while a rollback of green's
+      generation could return there (`cutover_lineage.cutover_savepoints`).
+
+    :raises CutoverError: a cutover's plan or end record is unreadable (nothing is judged).
+    """
+    listed = list(savepoints)
+    kept = cutover_savepoints(catalog, listed)  # the cutovers first, then the origins: see there
     origins = catalog.origin_store.read()
-    if not origins:
-        return set()
-    newest = max(origins, key=lambda o: o.generation)
-    if newest.kind != "savepoint" or not newest.uri:
-        return set()
-    try:
-        return {catalog.snapshot_store.key_of(newest.uri)}
-    except (RestoreError, InvalidPath):  # another job's savepoint (allowForeignJob): not ours to dispose
-        return set()
+    newest = max(origins, key=lambda o: o.generation) if origins else None
+    if newest is not None and newest.kind == "savepoint" and newest.uri:
+        try:
+            kept.setdefault(catalog.snapshot_store.key_of(newest.uri), WHY_ORIGIN)
+        except (RestoreError, InvalidPath):  # another job's savepoint (allowForeignJob): not ours to dispose
+            pass
+    return kept
 
 
 def savepoint_history_retention(
@@ -378,13 +393,15 @@ def savepoint_history_retention(
     """Dispose of savepoints beyond the `max_count` newest or older than `max_age_s`;
     return the URIs disposed of, newest first.
 
-    The newest valid savepoint is always kept, and so is the one the newest lineage
-    started from (`relied_on_savepoints`). Incomplete savepoint directories (no
-    ``_metadata``) untouched for more than an hour are removed too. A savepoint whose
-    ``_metadata`` exists but does not validate is left alone and reported in a warning:
-    it may be evidence, and `sparkpoint dispose` removes it on purpose.
+    The newest valid savepoint is always kept, and so are the ones the job relies on
+    (`relied_on_savepoints`: the one the newest lineage started from; blue's final
+    savepoint of a cutover while a rollback of green's generation returns there).
+    Incomplete savepoint directories (no ``_metadata``) untouched for more than an hour
+    are removed too. A savepoint whose ``_metadata`` exists but does not validate is left
+    alone and reported in a warning: it may be evidence, and `sparkpoint dispose` removes it on purpose.
 
     :raises ConfigError: `max_count` or `max_age_s` is not a positive number (or None).
+    :raises CutoverError: a cutover's plan or end record is unreadable; nothing was disposed.
     """
     _check_args(max_count, max_age_s)
     now = time.time() if now is None else now
@@ -393,11 +410,11 @@ def savepoint_history_retention(
     valid = sorted((e for e in entries if e.metadata is not None),
                    key=lambda e: (e.metadata.created_at if e.metadata else 0.0, e.id), reverse=True)
     disposed: list[str] = []
-    relied_on = relied_on_savepoints(catalog)
+    relied_on = relied_on_savepoints(catalog, valid)  # after the listing: see there
     for index, entry in enumerate(valid):
         assert entry.metadata is not None
         if index == 0 or entry.key in relied_on:
-            continue  # always keep the newest valid savepoint, and the newest lineage's origin
+            continue  # always keep the newest valid savepoint, and those the job relies on
         age = now - entry.metadata.created_at
         reason = None
         if max_count is not None and index >= max_count:

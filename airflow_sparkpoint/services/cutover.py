@@ -2,7 +2,9 @@
 savepoint --stop --after-batch N`, `sparkpoint cutover list|call-off`, the orchestrator):
 ask the live run to stop after batch N, and list or call off the cutovers of a job. The
 records are `checkpoints.cutover`'s, the run's side `runtime.run_coordination`'s, green's
-claim `runtime.cutover.adopt`. Pure Python: no Spark, no Airflow.
+claim `runtime.cutover.adopt`; which generation runs a cutover green's lineage is
+`checkpoints.cutover_lineage`'s rule (re-exported here: the rollback and savepoint
+retention both follow it). Pure Python: no Spark, no Airflow.
 """
 
 from __future__ import annotations
@@ -10,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverEnd, CutoverState, CutoverStore
+from airflow_sparkpoint.checkpoints.cutover_lineage import cutover_of_generation, cutover_of_lineage
 from airflow_sparkpoint.checkpoints.history import generation_alive
-from airflow_sparkpoint.exceptions import CatalogError, ControlError, CutoverError, SparkpointError
+from airflow_sparkpoint.exceptions import CatalogError, ControlError, CutoverError
 from airflow_sparkpoint.services.savepoint import savepoint_source
 
 if TYPE_CHECKING:
@@ -133,55 +135,6 @@ def withdraw_stop_after(catalog: Catalog, state: CutoverState, reason: str) -> l
         except ControlError:
             continue
     return withdrawn
-
-
-def cutover_of_generation(catalog: Catalog, generation: int) -> CutoverState | None:
-    """The cutover generation `generation` took the job over at (its generation claim
-    names it and the cutover's ``claimed`` record is that generation's), or None.
-
-    :raises CutoverError: that cutover's records are unreadable.
-    """
-    claim = catalog.generation_claim(generation)
-    cutover_id = claim.details.get("cutover") if claim is not None else None
-    if not isinstance(cutover_id, str) or not cutover_id:
-        return None
-    state = CutoverStore(catalog).read(cutover_id)
-    if state.claimed is None or state.claimed.generation != generation:
-        return None
-    return state
-
-
-def cutover_of_lineage(catalog: Catalog, generation: int) -> CutoverState | None:
-    """The cutover whose green's lineage generation `generation` runs: the generation
-    that claimed it (`cutover_of_generation`), or a later one that started at the
-    cutover's batch N from a snapshot of N made since blue's final checkpoint X (X
-    itself, blue's final savepoint, green's adoption checkpoint, a copy of one: a restart
-    of green's, e.g. its task's retry with ``restore=latest``). Only the newest cutover
-    claimed before `generation` counts. None otherwise.
-
-    :raises CutoverError: a cutover's records are unreadable.
-    """
-    state = cutover_of_generation(catalog, generation)
-    if state is not None:
-        return state
-    origin = next((o for o in catalog.origins() if o.generation == generation), None)
-    if origin is None or origin.batch_id is None or origin.snapshot_id is None:
-        return None
-    store = CutoverStore(catalog)
-    for cutover_id in reversed(store.ids()):
-        state = store.read(cutover_id)
-        claim = state.claimed
-        if claim is None or claim.generation >= generation:
-            continue
-        try:
-            match = layout.CHK_RE.match(catalog.snapshot_key(claim.checkpoint))
-        except SparkpointError:
-            match = None
-        since_x = match is not None and origin.snapshot_id >= int(match.group(1))
-        if since_x and origin.batch_id == claim.batch_id:
-            return state
-        return None
-    return None
 
 
 def note_rollback(catalog: Catalog, generation: int, *, reason: str, by: str,

@@ -223,8 +223,8 @@ def take_savepoint(
 
 def keep_savepoint_history(catalog: Catalog, *, max_count: int | None, max_age_s: float | None) -> list[str]:
     """After a savepoint: dispose of savepoints beyond the `max_count` newest or older
-    than `max_age_s` (`retention.savepoint_history_retention`: the newest, and the one
-    the newest lineage started from, are kept); nothing when both are None. Returns
+    than `max_age_s` (`retention.savepoint_history_retention`: the newest, and those the
+    job relies on, are kept); nothing when both are None. Returns
     the URIs disposed of. A failure is logged, never raised: the savepoint itself
     succeeded, and failing (and retrying) would only make another."""
     if max_count is None and max_age_s is None:

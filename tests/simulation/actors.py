@@ -202,9 +202,35 @@ def savepoint(world: World, stop: bool) -> Any:
 
 def savepoint_retention(world: World, keep: int) -> Any:
     """`sparkpoint dispose --keep N` (the savepoint operator's history retention is the
-    same pass, its failures only logged)."""
-    world.savepoint_retention_ran = True
-    return dispose_savepoints(world.catalog(), keep=keep, older_than_s=None).disposed
+    same pass, its failures only logged). Whether it ends or dies, a blue's final
+    savepoint that went during it is noted as released when the rule let it go
+    (`released_final_savepoints`)."""
+    before = {e.uri for e in world.raw_catalog().list_savepoints() if e.metadata is not None}
+    try:
+        return dispose_savepoints(world.catalog(), keep=keep, older_than_s=None).disposed
+    finally:
+        world.final_savepoints_released |= released_final_savepoints(world, before)
+
+
+def released_final_savepoints(world: World, before: set[str]) -> set[str]:
+    """Of the savepoints `before` (valid when a retention pass started) that are gone now,
+    those that are blue's final savepoint S of a claimed cutover whose green lineage is no
+    longer the only one since the claim: a generation after green's started another
+    lineage (`cutover_of_lineage` of its origin is not the cutover), so at some point
+    no rollback returned to S and retention may have let it go. Read unscheduled."""
+    from airflow_sparkpoint.checkpoints.cutover_lineage import cutover_of_lineage
+
+    catalog = world.raw_catalog()
+    gone = before - {e.uri for e in catalog.list_savepoints() if e.metadata is not None}
+    released = set()
+    for state in (CutoverStore(catalog).read(cid) for cid in CutoverStore(catalog).ids()):
+        claim = state.claimed
+        if claim is None or claim.savepoint not in gone:
+            continue
+        later = [o.generation for o in catalog.origins() if o.generation > claim.generation]
+        if any(getattr(cutover_of_lineage(catalog, g), "id", None) != state.id for g in later):
+            released.add(claim.savepoint)
+    return released
 
 
 def check_rolled_back_to_savepoint(world: World, generation: int) -> None:
@@ -310,16 +336,18 @@ def cutover(world: World, spec: CutoverSpec, name: str) -> Any:
 def check_final_savepoint(world: World, cid: str) -> None:
     """After green's run: blue's final savepoint of N, named by green's claim, is a valid
     savepoint of N by blue, whatever green's checkpoint retention removed (blue's final
-    checkpoint X included). Only savepoint history retention (`dispose`) may remove it:
-    the check is skipped once a retention actor started. Read unscheduled."""
-    if world.savepoint_retention_ran:
-        return
+    checkpoint X included) and whatever savepoint history retention ran: it may remove S
+    only once another lineage than green's was the newest (`released_final_savepoints`),
+    never from blue's stop through green's claim nor while green's lineage is the newest.
+    Read unscheduled."""
     catalog = world.raw_catalog()
     state = CutoverStore(catalog).read(cid)
     claim = state.claimed
     assert claim is not None, f"cutover {cid} has no claim after green's run"
     if claim.savepoint is None:
         raise AssertionError(f"cutover {cid}: green's claim names no final savepoint of blue's")
+    if claim.savepoint in world.final_savepoints_released:
+        return
     entry = next((e for e in catalog.list_savepoints() if e.uri == claim.savepoint), None)
     meta = entry.metadata if entry is not None else None
     if meta is None or (meta.batch_id, meta.generation) != (claim.batch_id, state.plan.blue_generation):

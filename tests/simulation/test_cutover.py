@@ -243,3 +243,53 @@ def test_blue_refuses_a_stop_after_whose_cutover_ended(monkeypatch: pytest.Monke
     run_schedule(_schedule("directory", 1), ScriptedChooser([hold]))
     result = seen["result"]
     assert result.state == "failed" and "ended (aborted at warmup)" in (result.error or ""), result
+
+
+# -- savepoint history retention beside the cutover (blue's final savepoint S stays) --------
+
+
+def _retention_beside_cutover(pauses: list[Pause], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Blue (a0), the cutover (a1), a savepoint from the latest checkpoint (a2, newer than
+    S: it is taken while no run is live) and ``dispose --keep 1`` (a3, after a2): the
+    schedule's own check (`actors.check_final_savepoint`, after green's run) requires S;
+    what a3 disposed of and kept is recorded here to prove it judged S."""
+    seen: dict[str, Any] = {}
+    real = actors.savepoint_retention
+
+    def retention(world: Any, keep: int) -> Any:
+        seen["before"] = {e.uri for e in world.raw_catalog().list_savepoints() if e.metadata is not None}
+        seen["disposed"] = real(world, keep)
+        return seen["disposed"]
+
+    monkeypatch.setattr(actors, "savepoint_retention", retention)
+    schedule = Schedule("directory", 6, (ActorSpec("driver", DriverSpec(budget=6, num_retained=2)),
+                                         ActorSpec("cutover", cutover=CutoverSpec(margin=1, version=2, budget=3)),
+                                         ActorSpec("savepoint"), ActorSpec("retention", keep=1)))
+    outcome = run_schedule(schedule, ScriptedChooser([HOLD_BLUE, *pauses]))
+    seen["trace"] = outcome.trace
+    return seen
+
+
+def test_retention_keeps_blue_s_final_savepoint_between_blue_s_stop_and_green_s_claim(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """a2 and a3 run once blue stopped after N, while green (a1) is held right before its
+    ``claimed`` record: the only record naming S is blue's request's result, and a
+    savepoint of X is newer. Retention keeps S (the cutover is open); on the code before
+    it disposed of S and green's claim named a savepoint that was gone."""
+    seen = _retention_beside_cutover([Pause("a2", ("",), until="a0"),
+                                      Pause("a3", ("",), until="a2"),
+                                      Pause("a1", ("claimed.json",), until="a3")], monkeypatch)
+    assert len(seen["before"]) == 2, seen["before"]  # S and the newer savepoint of X: S was judged
+    assert seen["disposed"] == []
+
+
+def test_retention_keeps_blue_s_final_savepoint_while_green_s_lineage_is_the_newest(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """a2 and a3 run after green's claim, before green's run: the newest lineage is
+    green's, so a rollback of green returns to S; S is kept beside a newer savepoint."""
+    seen = _retention_beside_cutover([Pause("a2", ("",), until="a1", release=("claimed.json",)),
+                                      Pause("a3", ("",), until="a2"),
+                                      Pause("a1", ("store.list sim/cutover/",), until="a3", occurrence=3)],
+                                     monkeypatch)
+    assert len(seen["before"]) == 2, seen["before"]
+    assert seen["disposed"] == []

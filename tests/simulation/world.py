@@ -83,8 +83,10 @@ class World:
         #: the sink's files the check after a step last passed on (`model.visible_signature`)
         self.checked_rows: tuple[Any, ...] | None = None
         self._reader: Sink | None = None
-        #: a savepoint history retention actor started (it may dispose blue's final savepoint)
-        self.savepoint_retention_ran = False
+        #: blue's final savepoints that a savepoint history retention actor disposed of
+        #: once the rule let it: another lineage than the cutover green's was the newest
+        #: (`actors.savepoint_retention`, checked by `actors.check_final_savepoint`)
+        self.final_savepoints_released: set[str] = set()
         #: cutover greens rolled back to blue's final savepoint: generation -> N (none of
         #: their batches may be in the sink at the end)
         self.green_rolled_back: dict[int, int] = {}
