@@ -127,6 +127,9 @@ def recover_transactions(
             # it loses the batch (`sink_lineage` refuses that before the claim; this is
             # an abort that landed since).
             if not sink.is_committed(record):
+                # A newer generation's recovery may have aborted it (it restored another
+                # snapshot): then this start is stale, not its snapshot damaged.
+                fence.check()
                 raise SinkLineageError(
                     f"transaction {record.txn_id} (batch {record.batch_id}), which "
                     f"{plan.snapshot.uri if plan.snapshot else 'the snapshot'} lists as "

@@ -327,3 +327,20 @@ def test_the_commit_step_takes_a_zombies_late_checkpoint_at_or_below_a_savepoint
         Pause("a1", ("put_if_absent sim/chk-",), "a2", ("put_if_absent sim/control/",), occurrence=2),
         Pause("a4", ("sink.stage",), crash=True),
     ], options=[3]))
+
+
+def test_a_start_fenced_during_its_sink_check_ends_stale_not_refused() -> None:
+    """Found by `make explore` at 20474703:2267 (Delta): "a4-driver was refused but
+    changed ['store:copy sim/pins/000000000003/…']". a4 (generation 3) restores a
+    savepoint by path, writes its pin and origin and starts its recovery; a5 (generation
+    4, ``sinkAhead=rewind``) restores chk-1, rewinds the table to batch 0 and its recovery
+    aborts the batches of the savepoint's lineage; a4, fenced by then, found one of those
+    batches "aborted since" and raised `SinkLineageError` (a refusal asking a person to
+    restore another snapshot, after its writes) instead of ending as a stale generation:
+    the abort it read was the newer generation's, not damage of its snapshot. Fixed: the
+    recovery checks its fence before it reports a batch aborted since. Replayed from its
+    seed and index."""
+    from tests.simulation.explore import random_run
+
+    schedule, chooser = random_run(20474703, 2267)
+    run_schedule(schedule, chooser)
