@@ -19,12 +19,12 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import CatalogError, ConfigError, CutoverError
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.services.zero_downtime import drive_cutover, plan_cutover
 from airflow_sparkpoint.storage import MemoryStorage
+from tests.support.cutover_blue import Blue
 from tests.support.fake_sinks import FakeSink
 from tests.support.records import put_checkpoint
 
@@ -34,49 +34,6 @@ def catalog() -> Iterator[Catalog]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     yield Catalog(MemoryStorage(name), "orders")
     MemoryStorage.reset(name)
-
-
-class Blue:
-    """Blue's run (generation 1): commits a batch every `pace_s`, heartbeats, and serves
-    a stop_after request as the coordinator does: commits through N, checkpoints N,
-    completes the request with that checkpoint, and stops."""
-
-    def __init__(self, catalog: Catalog, sink: FakeSink, pace_s: float = 0.05, config: dict | None = None) -> None:
-        self.catalog, self.sink, self.pace_s = catalog, sink, pace_s
-        self.generation = catalog.claim_generation({"config": config or {"trigger": "processingTime:1s"}}).generation
-        self.last = 0
-        self._commit(0)
-        put_checkpoint(catalog, batch_id=0, generation=self.generation)
-        self.stopped_at: int | None = None
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _commit(self, batch: int) -> None:
-        self.sink.world["committed"][batch] = f"orders-b{batch}-g{self.generation}"
-        self.last = batch
-        now = time.time()
-        self.catalog.write_status(JobStatus("orders", self.generation, "running", now - 5, now, last_batch=batch,
-                                            host="elsewhere", pid=1).to_json())
-
-    def _run(self) -> None:
-        channel = ControlChannel(self.catalog)
-        while not self.stop.is_set():
-            for request in channel.pending(self.generation):
-                assert request.kind == "stop_after" and request.after_batch is not None
-                n = request.after_batch
-                channel.acknowledge(request, self.generation)
-                while self.last < n:
-                    self._commit(self.last + 1)
-                final = put_checkpoint(self.catalog, batch_id=n, generation=self.generation)
-                channel.complete(request, generation=self.generation, batch_id=n,
-                                 checkpoint=self.catalog.checkpoint_uri(final.id))
-                now = time.time()
-                self.catalog.write_status(JobStatus("orders", self.generation, "stopped", now - 5, now,
-                                                    last_batch=n, host="elsewhere", pid=1).to_json())
-                self.stopped_at = n
-                return
-            self._commit(self.last + 1)
-            self.stop.wait(self.pace_s)
 
 
 class Green:
