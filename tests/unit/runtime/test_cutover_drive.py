@@ -7,8 +7,6 @@ the real committer, each on its own thread. No Spark."""
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -17,16 +15,11 @@ import pytest
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore
-from airflow_sparkpoint.checkpoints.generations import Fence
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import CatalogError, ConfigError, CutoverError
-from airflow_sparkpoint.runtime.committer import Committer
-from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.services.zero_downtime import drive_cutover, plan_cutover
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.support.cutover_blue import Blue
+from tests.support.cutover_actors import Blue, Green
 from tests.support.fake_sinks import FakeSink
-from tests.support.records import put_checkpoint
 
 
 @pytest.fixture()
@@ -34,50 +27,6 @@ def catalog() -> Iterator[Catalog]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     yield Catalog(MemoryStorage(name), "orders")
     MemoryStorage.reset(name)
-
-
-class Green:
-    """Green's run: follows blue (progress = blue's newest batch) until N is agreed, then
-    waits for blue's stop, claims the job and commits N+1 with the real committer
-    (which records the cutover's `done: committed`)."""
-
-    def __init__(self, catalog: Catalog, sink: FakeSink, cutover_id: str, *, follows: bool = True,
-                 claims: bool = True) -> None:
-        self.catalog, self.sink, self.cid = catalog, sink, cutover_id
-        self.follows, self.claims = follows, claims
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            store = CutoverStore(self.catalog)
-            while True:
-                state = store.read(self.cid)
-                if state.done is not None:
-                    return
-                status = self.catalog.read_status() or {}
-                if self.follows:
-                    store.progress(CutoverProgress(self.cid, int(status.get("last_batch") or 0), 0.01))
-                if state.agreed is not None:
-                    result = ControlChannel(self.catalog).result(state.agreed.request_id)
-                    if result.state == "completed":
-                        break
-                time.sleep(0.02)
-            if not self.claims:
-                return
-            adoption = adopt(self.catalog, self.sink, self.cid, live_dir=None)
-            n = adoption.batch_id
-            record = TransactionRecord(job="orders", batch_id=n + 1, generation=adoption.generation,
-                                       sink=self.sink.kind, sink_id=self.sink.sink_id, created_at=0.0,
-                                       payload={"config": self.sink.to_config()})
-            self.catalog.put_transaction(record)
-            committer = Committer(catalog=self.catalog, sink=self.sink, fence=Fence(self.catalog, adoption.generation),
-                                  commit_mode="checkpoint")
-            committer.add_pending(record)
-            committer.commit_confirmed(put_checkpoint(self.catalog, batch_id=n + 1, generation=adoption.generation,
-                                                      pending=[record]))
-        except BaseException as exc:  # noqa: BLE001 - asserted by the test
-            self.error = exc
 
 
 def _drive(catalog: Catalog, cid: str, steps: list[str], **kw: object) -> Callable[[], object]:

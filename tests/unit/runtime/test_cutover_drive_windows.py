@@ -20,7 +20,7 @@ from airflow_sparkpoint.services import cutover as cutover_service
 from airflow_sparkpoint.services.cutover import call_off, stop_after_batch
 from airflow_sparkpoint.services.zero_downtime import drive_cutover, plan_cutover
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.support.cutover_blue import Blue
+from tests.support.cutover_actors import Blue, Green
 from tests.support.fake_sinks import FakeSink
 
 
@@ -29,35 +29,6 @@ def catalog() -> Iterator[Catalog]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     yield Catalog(MemoryStorage(name), "orders")
     MemoryStorage.reset(name)
-
-
-class Green:
-    """Green: follows blue until N is agreed, waits for blue's stop, then (after
-    `claim_after_s`: its shadow still replaying through N) claims the job."""
-
-    def __init__(self, catalog: Catalog, sink: FakeSink, cutover_id: str, *, claim_after_s: float = 0.0) -> None:
-        self.catalog, self.sink, self.cid, self.claim_after_s = catalog, sink, cutover_id, claim_after_s
-        self.error: BaseException | None = None
-        self.claimed: int | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            store = CutoverStore(self.catalog)
-            while True:
-                state = store.read(self.cid)
-                if state.done is not None:
-                    return
-                status = self.catalog.read_status() or {}
-                store.progress(CutoverProgress(self.cid, int(status.get("last_batch") or 0), 0.01))
-                if state.agreed is not None and \
-                        ControlChannel(self.catalog).result(state.agreed.request_id).state == "completed":
-                    break
-                time.sleep(0.02)
-            time.sleep(self.claim_after_s)
-            self.claimed = adopt(self.catalog, self.sink, self.cid, live_dir=None).generation
-        except BaseException as exc:  # noqa: BLE001 - asserted by the test
-            self.error = exc
 
 
 def _requests_of(catalog: Catalog, cid: str) -> list[str]:
@@ -78,7 +49,7 @@ def test_the_claim_bound_is_not_measured_on_blue_s_clock(catalog: Catalog) -> No
     blue = Blue(catalog, sink, clock_offset_s=-60.0)
     blue.thread.start()
     cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=20.0).plan.id
-    green = Green(catalog, sink, cid, claim_after_s=0.5)
+    green = Green(catalog, sink, cid, commits=False, claim_after_s=0.5)
     green.thread.start()
     try:
         outcome = drive_cutover(catalog, cid, within_s=20.0, requested_by="test", poll_s=0.02)
@@ -106,7 +77,7 @@ def test_a_drive_started_again_after_a_lost_agreement_files_no_second_stop_after
     cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=5.0).plan.id
     lost = stop_after_batch(catalog, 3, timeout_s=5.0, poll_s=0.02, max_heartbeat_age=60.0, requested_by="lost",
                             wait=False, generation=1, cutover_id=cid)
-    green = Green(catalog, sink, cid)
+    green = Green(catalog, sink, cid, commits=False)
     green.thread.start()
     errors: list[BaseException] = []
 

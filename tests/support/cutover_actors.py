@@ -1,0 +1,124 @@
+"""Blue's and green's runs in the cutover drive's tests (`services.zero_downtime`, no
+Spark), each on its own thread over real records: blue serves the cutover's
+``stop_after`` request as the coordinator does; green reports progress, claims the job
+(`runtime.cutover.adopt`) and commits N+1 through the real committer."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from airflow_sparkpoint.checkpoints.catalog import Catalog
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore
+from airflow_sparkpoint.checkpoints.generations import Fence
+from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.checkpoints.status import JobStatus
+from airflow_sparkpoint.runtime.committer import Committer
+from airflow_sparkpoint.runtime.cutover import adopt
+from tests.support.fake_sinks import FakeSink
+from tests.support.records import put_checkpoint
+
+__all__ = ["Blue", "Green"]
+
+
+class Blue:
+    """Blue's run (generation 1): commits a batch every `pace_s`, heartbeats, and serves
+    a stop_after request as the coordinator does: commits through N, checkpoints N,
+    completes the request with that checkpoint, and stops. `clock_offset_s`: blue's host
+    clock minus the orchestrator's, for the control records it writes; `taken`: the
+    requests it took."""
+
+    def __init__(self, catalog: Catalog, sink: FakeSink, *, pace_s: float = 0.05,
+                 config: dict[str, Any] | None = None, clock_offset_s: float = 0.0) -> None:
+        self.catalog, self.sink, self.pace_s = catalog, sink, pace_s
+        self.offset = clock_offset_s
+        self.generation = catalog.claim_generation({"config": config or {"trigger": "processingTime:1s"}}).generation
+        self.last = 0
+        self._commit(0)
+        put_checkpoint(catalog, batch_id=0, generation=self.generation)
+        self.stopped_at: int | None = None
+        self.taken: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _commit(self, batch: int) -> None:
+        self.sink.world["committed"][batch] = f"orders-b{batch}-g{self.generation}"
+        self.last = batch
+        now = time.time()  # heartbeats on the orchestrator's clock: the status's skew rules are not tested here
+        self.catalog.write_status(JobStatus("orders", self.generation, "running", now - 5, now, last_batch=batch,
+                                            host="elsewhere", pid=1).to_json())
+
+    def _run(self) -> None:
+        channel = ControlChannel(self.catalog)
+        channel.clock = lambda: time.time() + self.offset
+        while not self.stop.is_set():
+            for request in channel.pending(self.generation):
+                n = request.after_batch
+                assert request.kind == "stop_after" and n is not None
+                channel.acknowledge(request, self.generation)
+                self.taken.append(request.id)
+                while self.last < n:
+                    self._commit(self.last + 1)
+                final = put_checkpoint(self.catalog, batch_id=n, generation=self.generation)
+                channel.complete(request, generation=self.generation, batch_id=n,
+                                 checkpoint=self.catalog.checkpoint_uri(final.id))
+                now = time.time()
+                self.catalog.write_status(JobStatus("orders", self.generation, "stopped", now - 5, now,
+                                                    last_batch=n, host="elsewhere", pid=1).to_json())
+                self.stopped_at = n
+                return
+            self._commit(self.last + 1)
+            self.stop.wait(self.pace_s)
+
+
+class Green:
+    """Green's run: follows blue (progress = blue's newest batch, unless not `follows`)
+    until N is agreed, waits for blue's stop, then (after `claim_after_s`: its shadow still
+    replaying through N) claims the job (`claimed`: its generation) and, if `commits`,
+    commits N+1 with the real committer (which records the cutover's `done: committed`).
+    Not `claims`: it stops before the claim."""
+
+    def __init__(self, catalog: Catalog, sink: FakeSink, cutover_id: str, *, follows: bool = True,
+                 claims: bool = True, commits: bool = True, claim_after_s: float = 0.0) -> None:
+        self.catalog, self.sink, self.cid = catalog, sink, cutover_id
+        self.follows, self.claims, self.commits, self.claim_after_s = follows, claims, commits, claim_after_s
+        self.error: BaseException | None = None
+        self.claimed: int | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            store = CutoverStore(self.catalog)
+            while True:
+                state = store.read(self.cid)
+                if state.done is not None:
+                    return
+                status = self.catalog.read_status() or {}
+                if self.follows:
+                    store.progress(CutoverProgress(self.cid, int(status.get("last_batch") or 0), 0.01))
+                if state.agreed is not None and \
+                        ControlChannel(self.catalog).result(state.agreed.request_id).state == "completed":
+                    break
+                time.sleep(0.02)
+            if not self.claims:
+                return
+            time.sleep(self.claim_after_s)
+            adoption = adopt(self.catalog, self.sink, self.cid, live_dir=None)
+            self.claimed = adoption.generation
+            if self.commits:
+                self._commit_next(adoption.batch_id + 1, adoption.generation)
+        except BaseException as exc:  # noqa: BLE001 - asserted by the test
+            self.error = exc
+
+    def _commit_next(self, batch: int, generation: int) -> None:
+        record = TransactionRecord(job="orders", batch_id=batch, generation=generation, sink=self.sink.kind,
+                                   sink_id=self.sink.sink_id, created_at=0.0,
+                                   payload={"config": self.sink.to_config()})
+        self.catalog.put_transaction(record)
+        committer = Committer(catalog=self.catalog, sink=self.sink, fence=Fence(self.catalog, generation),
+                              commit_mode="checkpoint")
+        committer.add_pending(record)
+        committer.commit_confirmed(put_checkpoint(self.catalog, batch_id=batch, generation=generation,
+                                                  pending=[record]))
