@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import TriggerEvent
 
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError, StorageError
@@ -53,7 +53,7 @@ from airflow_sparkpoint.triggers.checkpoint import (
 )
 from airflow_sparkpoint.triggers.run import (
     MIN_POLL_INTERVAL_S,
-    NATIVE_ON_KILL,
+    StoppableTrigger,
     run_shielded,
     still_deferred,
     task_instance_state,
@@ -69,7 +69,7 @@ CLASSPATH = "airflow_sparkpoint.triggers.cutover.SparkpointCutoverTrigger"
 TASK_ENDED = frozenset({"failed", "success", "skipped", "upstream_failed", "removed"})
 
 
-class SparkpointCutoverTrigger(BaseTrigger):
+class SparkpointCutoverTrigger(StoppableTrigger):
     """Wait in phase `position` of cutover `cutover_id` of job `job_name` until a look asks
     the worker to act, a bound passes, or the task's `deadline`.
 
@@ -121,10 +121,6 @@ class SparkpointCutoverTrigger(BaseTrigger):
         self.deadline = None if deadline is None else float(deadline)
         self.requested_by = str(requested_by)
         self.call_off_on_kill = bool(call_off_on_kill)
-        self._store_key: str | None = None
-        self._catalog: Catalog | None = None
-        #: `run` was cancelled before it fired (a user's stop or a triggerer's shutdown)
-        self._cancelled = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return CLASSPATH, {
@@ -139,15 +135,7 @@ class SparkpointCutoverTrigger(BaseTrigger):
         return TriggerEvent({"status": status, "cutover_id": self.cutover_id, "phase": self.position.phase,
                              "message": scrub(message), **more})
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        try:
-            async for event in self._watch():
-                yield event
-        except asyncio.CancelledError:
-            self._cancelled = True
-            raise
-
-    async def _watch(self) -> AsyncIterator[TriggerEvent]:
+    async def _events(self) -> AsyncIterator[TriggerEvent]:
         errors, shown = 0, ""
         while True:
             now = time.time()
@@ -221,12 +209,4 @@ class SparkpointCutoverTrigger(BaseTrigger):
             return
         self.log.info("cutover %s: %s at %s", end.id, end.outcome, end.step)
 
-    async def cleanup(self) -> None:
-        """Release the shared store client. Before Airflow 3.3 (no `on_kill`), a trigger
-        cancelled before it fired does what `on_kill` does first."""
-        try:
-            if not NATIVE_ON_KILL and self._cancelled and self.waiting_task is not None:
-                await self.on_kill()
-        finally:
-            key, self._store_key, self._catalog = self._store_key, None, None
-            await release_catalog(key)
+

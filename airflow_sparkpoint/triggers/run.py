@@ -54,8 +54,18 @@ from airflow_sparkpoint.triggers.checkpoint import (
     run_blocking,
 )
 
-__all__ = ["CLASSPATH", "MIN_POLL_INTERVAL_S", "NATIVE_ON_KILL", "STATE_TIMEOUT_S", "STOP_WAIT_S",
-           "SparkpointRunTrigger", "run_shielded", "still_deferred", "task_instance_state"]
+__all__ = [
+    "CLASSPATH",
+    "MIN_POLL_INTERVAL_S",
+    "NATIVE_ON_KILL",
+    "STATE_TIMEOUT_S",
+    "STOP_WAIT_S",
+    "SparkpointRunTrigger",
+    "StoppableTrigger",
+    "run_shielded",
+    "still_deferred",
+    "task_instance_state",
+]
 
 CLASSPATH = "airflow_sparkpoint.triggers.run.SparkpointRunTrigger"
 #: whether this Airflow's triggerer calls `BaseTrigger.on_kill` when a user stops the task
@@ -131,7 +141,40 @@ async def run_shielded(action: Any) -> None:
     await asyncio.shield(stopping)
 
 
-class SparkpointRunTrigger(BaseTrigger):
+class StoppableTrigger(BaseTrigger):
+    """A trigger that acts when its task is stopped (`on_kill`) and holds a shared store
+    client: `run` remembers a cancellation before it fired, and `cleanup` releases the
+    client and, before Airflow 3.3 (no `on_kill` from the triggerer), does what `on_kill`
+    does for a trigger cancelled before it fired (a user's stop, or a triggerer's shutdown
+    where `on_kill` leaves a task still deferred alone). Subclasses yield from `_events`."""
+
+    waiting_task: dict[str, Any] | None = None
+    _store_key: str | None = None
+    _catalog: Catalog | None = None
+    #: `run` was cancelled before it fired (a user's stop or a triggerer's shutdown)
+    _cancelled = False
+
+    def _events(self) -> AsyncIterator[TriggerEvent]:
+        raise NotImplementedError
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            async for event in self._events():
+                yield event
+        except asyncio.CancelledError:
+            self._cancelled = True
+            raise
+
+    async def cleanup(self) -> None:
+        try:
+            if not NATIVE_ON_KILL and self._cancelled and self.waiting_task is not None:
+                await self.on_kill()
+        finally:
+            key, self._store_key, self._catalog = self._store_key, None, None
+            await release_catalog(key)
+
+
+class SparkpointRunTrigger(StoppableTrigger):
     """Follow generation `generation` of job `job_name` until it ends, dies or times out.
 
     :param job_name: the pipeline.
@@ -206,11 +249,7 @@ class SparkpointRunTrigger(BaseTrigger):
         self.waiting_task = None if task is None else {**task, "map_index": int(task.get("map_index", -1))}
         self.deadline = None if deadline is None else float(deadline)
         self.cancel_on_kill = bool(cancel_on_kill)
-        self._store_key: str | None = None
-        self._catalog: Catalog | None = None
         self._driver: DriverHandle | None = None
-        #: `run` was cancelled before it fired (a user's stop or a triggerer's shutdown)
-        self._cancelled = False
 
     def driver(self) -> DriverHandle | None:
         """Where the driver runs, as the follower watches and stops it (blocking: a cluster
@@ -248,15 +287,7 @@ class SparkpointRunTrigger(BaseTrigger):
         interval = self.poll_interval * random.uniform(1.0, 1.0 + JITTER)
         return interval if remaining is None else max(0.0, min(interval, remaining))
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        try:
-            async for event in self._follow():
-                yield event
-        except asyncio.CancelledError:
-            self._cancelled = True
-            raise
-
-    async def _follow(self) -> AsyncIterator[TriggerEvent]:
+    async def _events(self) -> AsyncIterator[TriggerEvent]:
         follower: RunFollower | None = None
         errors = 0
         while True:
@@ -332,9 +363,4 @@ class SparkpointRunTrigger(BaseTrigger):
         """Release the shared store client. On Airflow before 3.3 (no `on_kill`), a trigger
         cancelled before it fired also does what `on_kill` does: stop the run unless the task
         instance is still deferred (this runs on triggerer restarts too, where it is)."""
-        try:
-            if not NATIVE_ON_KILL and self._cancelled and self.waiting_task is not None:
-                await self.on_kill()
-        finally:
-            key, self._store_key, self._catalog = self._store_key, None, None
-            await release_catalog(key)
+        await super().cleanup()

@@ -297,7 +297,7 @@ def test_before_airflow_3_3_cleanup_of_a_cancelled_trigger_calls_off_as_on_kill_
     then calls `cleanup`, which asks the task's state and calls off as `on_kill` does; a
     triggerer restart (the task still deferred) leaves the cutover be; on 3.3 the
     triggerer calls `on_kill` itself and `cleanup` does nothing more."""
-    from airflow_sparkpoint.triggers import cutover as module
+    from airflow_sparkpoint.triggers import run as module  # the stoppable triggers' cleanup reads it there
 
     monkeypatch.setattr(module, "NATIVE_ON_KILL", native_on_kill)
     cid = planned(catalog, tmp_path)

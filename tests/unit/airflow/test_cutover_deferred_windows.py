@@ -45,7 +45,7 @@ def test_before_3_3_a_cancelled_copy_of_a_trigger_that_fired_does_not_call_off(
     Before 3.3 its `cleanup` asks the task's state, finds it not deferred and calls the
     cutover off: blue stopped, green's claim then refused, a person restarts blue. A
     task that resumed from its trigger's event is not a user's stop."""
-    from airflow_sparkpoint.triggers import cutover as module
+    from airflow_sparkpoint.triggers import run as module  # the stoppable triggers' cleanup reads it there
 
     monkeypatch.setattr(module, "NATIVE_ON_KILL", False)
     from airflow_sparkpoint.triggers.cutover import SparkpointCutoverTrigger
