@@ -1,0 +1,58 @@
+"""Review (issue 49, wt-keepsp): savepoint history retention while a cutover is open.
+
+`cutover_savepoints` keeps, while an open cutover has nothing agreed, *every* savepoint
+of blue's generation of a batch from the warm-up on ("blue may have stopped before the
+agreement was written"). Blue runs on untouched until the orchestrator files its
+``stop_after`` request: a cutover whose orchestrator is gone (its task failed for good,
+nobody called it off) keeps each scheduled savepoint blue takes from then on, forever,
+although no stop_after request exists that could make one of them S. The request is a
+record retention can read (listing, then cutover records, then requests: a request filed
+after that read makes an S written after the listing, which retention never sees).
+A real store (memory), the records a real blue and orchestrator write.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from airflow_sparkpoint.checkpoints.catalog import Catalog
+from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore
+from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
+from airflow_sparkpoint.storage import MemoryStorage
+from tests.support.records import put_checkpoint
+
+CID = "1764370000000-0123abcd"
+N = 3
+
+
+@pytest.fixture()
+def catalog() -> Iterator[Catalog]:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    yield Catalog(MemoryStorage(name), "orders")
+    MemoryStorage.reset(name)
+
+
+@pytest.mark.xfail(strict=True, reason="review9: an open cutover with nothing agreed and no stop_after "
+                   "request keeps every savepoint blue takes past the warm-up batch (no bound)")
+def test_an_open_cutover_without_a_stop_request_keeps_no_scheduled_savepoint_of_blue(catalog: Catalog) -> None:
+    catalog.claim_generation()  # blue, generation 1
+    warmup = put_checkpoint(catalog, batch_id=N, generation=1)
+    CutoverStore(catalog).plan(CutoverPlan(CID, "orders", 1, catalog.checkpoint_uri(warmup.id), N,
+                                           "orders-shadow", "memory://shadow"))
+    # The orchestrator is gone before filing blue's stop_after request; blue runs on and
+    # its scheduled savepoints (max_count=1) go on.
+    scheduled = []
+    for batch in range(N + 1, N + 6):
+        meta = put_checkpoint(catalog, batch_id=batch, generation=1)
+        scheduled.append(catalog.create_savepoint(catalog.handle(meta), generation=1).uri)
+    assert CutoverStore(catalog).read(CID).open and CutoverStore(catalog).read(CID).agreed is None
+    assert all(e.metadata is not None and e.metadata.generation == 1 for e in catalog.list_savepoints())
+
+    disposed = savepoint_history_retention(catalog, max_count=1, max_age_s=None)
+
+    # Oracle: no stop_after request names the cutover, so none of them is blue's final
+    # savepoint; only the newest stays.
+    assert sorted(disposed) == sorted(scheduled[:-1])
