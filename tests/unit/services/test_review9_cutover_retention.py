@@ -21,6 +21,7 @@ import pytest
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore
 from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
+from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.records import put_checkpoint
 
@@ -56,3 +57,28 @@ def test_an_open_cutover_without_a_stop_request_keeps_no_scheduled_savepoint_of_
     # Oracle: no stop_after request names the cutover, so none of them is blue's final
     # savepoint; only the newest stays.
     assert sorted(disposed) == sorted(scheduled[:-1])
+
+
+@pytest.mark.xfail(strict=True, reason="review9: S stays kept for as long as green's first lineage is the "
+                   "newest, also once green committed past N and a rollback of green no longer returns there")
+def test_blue_s_final_savepoint_is_history_once_green_committed_past_n(catalog: Catalog) -> None:
+    """`_blue_savepoint_origin` returns to S only while green's sinks hold nothing past N;
+    once green committed N+1 a rollback returns to green's own checkpoint. Retention keeps
+    S regardless, for the whole life of green's generation (a streaming job: months)."""
+    from tests.support.fake_sinks import FakeSink
+    from tests.unit.services.test_dispose_cutover import _blue_stopped, _green_took_over
+
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    s = _blue_stopped(catalog, sink)
+    green, newer = _green_took_over(catalog, sink)
+    staged = next(r for r in catalog.transactions() if r.generation == green and r.batch_id == N + 1)
+    sink.commit(staged)  # green's commit step published N+1 and settled its record
+    catalog.delete_transactions([staged])
+    assert sink.committed_position("orders") == N + 1
+
+    disposed = savepoint_history_retention(catalog, max_count=1, max_age_s=None)
+
+    assert s in disposed, "S kept although no rollback of green returns there"
+    abort_generation(catalog, green)  # the rule the oracle rests on: green's own checkpoint
+    origin = catalog.origins()[-1]
+    assert origin.kind == "checkpoint" and origin.uri != s
