@@ -66,12 +66,12 @@ def test_blue_s_final_savepoint_is_history_once_green_committed_past_n(catalog: 
     """`_blue_savepoint_origin` returns to S only while green's sinks hold nothing past N;
     once green committed N+1 a rollback returns to green's own checkpoint. Retention keeps
     S regardless, for the whole life of green's generation (a streaming job: months)."""
+    from tests.support.cutover_records import blue_stopped, green_took_over
     from tests.support.fake_sinks import FakeSink
-    from tests.unit.services.test_dispose_cutover import _blue_stopped, _green_took_over
 
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
-    s = _blue_stopped(catalog, sink)
-    green, newer = _green_took_over(catalog, sink)
+    s = blue_stopped(catalog, sink)
+    green, _newer = green_took_over(catalog, sink)
     staged = next(r for r in catalog.transactions() if r.generation == green and r.batch_id == N + 1)
     sink.commit(staged)  # green's commit step published N+1 and settled its record
     catalog.delete_transactions([staged])
