@@ -14,22 +14,17 @@ from pathlib import Path
 import pytest
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
-from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore
+from airflow_sparkpoint.checkpoints.cutover import CutoverStore
 from airflow_sparkpoint.checkpoints.lineage import new_origin
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
-from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.services.cutover import call_off
 from airflow_sparkpoint.services.dispose import dispose_savepoints, dispose_snapshot
 from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.storage import MemoryStorage, open_storage
 from tests.support.cli_runs import run
+from tests.support.cutover_records import CID, N, blue_stopped, green_took_over
 from tests.support.fake_sinks import FakeSink
-from tests.support.records import put_checkpoint
 
-CID = "1764370000000-0123abcd"
-N = 3
 WHY_S = f"blue's final savepoint of cutover {CID}: a rollback of green's generation returns there"
 
 
@@ -45,52 +40,14 @@ def sink() -> FakeSink:
     return FakeSink(f"s-{uuid.uuid4().hex[:8]}")
 
 
-def _blue_stopped(catalog: Catalog, sink: FakeSink) -> str:
-    """Blue (generation 1) committed batches 0..N, took its final checkpoint X of N and
-    its final savepoint S (a copy of X, with N's transaction as a stop-with-savepoint
-    records it), and completed the cutover's stop_after request naming both. Returns S's URI."""
-    catalog.claim_generation()
-    for batch in range(N + 1):
-        sink.world["committed"][batch] = f"orders-b{batch}-g1"
-    final = put_checkpoint(catalog, batch_id=N, generation=1)
-    x = catalog.checkpoint_uri(final.id)
-    store = CutoverStore(catalog)
-    store.plan(CutoverPlan(CID, "orders", 1, x, N, "orders-shadow", "memory://shadow"))
-    channel = ControlChannel(catalog)
-    request = channel.submit("stop_after", generation=1, after_batch=N, cutover=CID)
-    store.agree(CID, N, request.id)
-    channel.acknowledge(request, 1)
-    committed = TransactionRecord(job="orders", batch_id=N, generation=1, sink=sink.kind, sink_id=sink.sink_id,
-                                  created_at=0.0, payload={"config": sink.to_config()})
-    saved = catalog.create_savepoint(catalog.handle(final.with_(transactions=(committed,))), generation=1)
-    channel.complete(request, generation=1, batch_id=N, checkpoint=x, savepoint=saved.uri)
-    return saved.uri
-
-
-def _green_took_over(catalog: Catalog, sink: FakeSink) -> tuple[int, list[str]]:
-    """Green claims the cutover, checkpoints N (its adoption) and N+1, N+2, stages N+1
-    (external commit mode: nothing committed past N) and takes a savepoint of each of its
-    two newer checkpoints. Returns green's generation and its savepoints' URIs, oldest first."""
-    green = adopt(catalog, sink, CID, live_dir=None).generation
-    put_checkpoint(catalog, batch_id=N, generation=green)
-    newer = []
-    for batch in (N + 1, N + 2):
-        meta = put_checkpoint(catalog, batch_id=batch, generation=green)
-        newer.append(catalog.create_savepoint(catalog.handle(meta), generation=green).uri)
-    catalog.put_transaction(TransactionRecord(job="orders", batch_id=N + 1, generation=green, sink=sink.kind,
-                                              sink_id=sink.sink_id, created_at=0.0,
-                                              payload={"config": sink.to_config()}))
-    return green, newer
-
-
 def _savepoints(catalog: Catalog) -> set[str]:
     return {e.uri for e in catalog.list_savepoints() if e.metadata is not None}
 
 
 def test_retention_keeps_blue_s_final_savepoint_while_green_s_lineage_is_the_newest(
         catalog: Catalog, sink: FakeSink) -> None:
-    s = _blue_stopped(catalog, sink)
-    green, newer = _green_took_over(catalog, sink)
+    s = blue_stopped(catalog, sink)
+    green, newer = green_took_over(catalog, sink)
     assert CutoverStore(catalog).read(CID).claimed.savepoint == s  # type: ignore[union-attr]
 
     disposed = savepoint_history_retention(catalog, max_count=1, max_age_s=None)
@@ -113,8 +70,8 @@ def test_retention_keeps_blue_s_final_savepoint_while_green_s_lineage_is_the_new
 
 def test_blue_s_final_savepoint_is_ordinary_history_once_another_lineage_is_the_newest(
         catalog: Catalog, sink: FakeSink) -> None:
-    s = _blue_stopped(catalog, sink)
-    green, newer = _green_took_over(catalog, sink)
+    s = blue_stopped(catalog, sink)
+    green, newer = green_took_over(catalog, sink)
     # A restore by path of green's checkpoint of N+2 (batch != N: not green's lineage by
     # `cutover_of_lineage`): a rollback of it returns to its own checkpoint, never to S.
     base = next(m for m in catalog.checkpoints() if m.batch_id == N + 2)
@@ -133,7 +90,7 @@ def test_blue_s_final_savepoint_is_kept_until_green_claims_and_not_after_a_call_
     """Between blue's stop and green's claim the only record naming S is the request's
     result; green's claim will name it. A newer savepoint (from the latest checkpoint,
     blue's X) does not make S history while the cutover is open; a call-off does."""
-    s = _blue_stopped(catalog, sink)
+    s = blue_stopped(catalog, sink)
     later = catalog.create_savepoint(catalog.handle(catalog.checkpoints()[-1])).uri
     assert savepoint_history_retention(catalog, max_count=1, max_age_s=None) == []
     done = dispose_savepoints(catalog, keep=1, older_than_s=None)
@@ -148,8 +105,8 @@ def test_dispose_by_hand_removes_s_and_says_what_it_gives_up(
     """As for the newest lineage's origin, a disposal by path is on purpose: it goes, with
     a warning naming the rule that kept it; the rollback then returns to green's own
     checkpoint (exact output, green's state)."""
-    s = _blue_stopped(catalog, sink)
-    green, _newer = _green_took_over(catalog, sink)
+    s = blue_stopped(catalog, sink)
+    green, _newer = green_took_over(catalog, sink)
     with caplog.at_level(logging.WARNING):
         uri, _count = dispose_snapshot(catalog, s)
     assert uri == s and s not in _savepoints(catalog)
@@ -166,8 +123,8 @@ def test_the_command_line_names_the_rule_and_warns_on_a_disposal_by_path(
     root = tmp_path / "root"
     root.mkdir()
     catalog = Catalog(open_storage(str(root)), "orders")
-    s = _blue_stopped(catalog, sink)
-    _green, newer = _green_took_over(catalog, sink)
+    s = blue_stopped(catalog, sink)
+    _green, newer = green_took_over(catalog, sink)
     code, out, err = run(capsys, "dispose", "--dir", str(root), "--job", "orders", "--keep", "1")
     assert code == 0, err
     assert f"disposed {newer[0]}" in out.splitlines()
