@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.sinks.base import Sink
 
 __all__ = ["Adoption", "CutoverHandover", "adopt", "blue_final_checkpoint", "blue_final_savepoint",
-           "record_first_commit"]
+           "record_first_commit", "taken_over"]
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +246,23 @@ def _end_left_claimed(store: CutoverStore, generation: int, batch_id: int) -> Cu
     log.info("cutover %s of job %s: %s at %s (green generation %d left it claimed; generation %d committed "
              "batch %d)", state.id, store.catalog.job, end.outcome, end.step, green, generation, batch_id)
     return end
+
+
+def taken_over(catalog: Catalog, cutover_id: str) -> int | None:
+    """The generation that took `catalog`'s job over at cutover `cutover_id` (its
+    ``claimed`` record), unless the cutover ended other than committed or green was
+    rolled back after it; else None. A green started again with the cutover's settings
+    after that claim (an Airflow retry of a green killed at or after its first commit)
+    is a restart of the job (``restore=latest``), not a warm-up its claim would refuse.
+
+    :raises CutoverError: no such cutover, or its records are unreadable.
+    """
+    state = CutoverStore(catalog).read(cutover_id)
+    if state.claimed is None or state.rolled_back is not None:
+        return None
+    if state.done is not None and state.done.outcome != "committed":
+        return None
+    return state.claimed.generation
 
 
 def _check_open(state: CutoverState, *, claimed_ok: bool = False) -> None:

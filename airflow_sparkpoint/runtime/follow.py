@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.runtime.restore_plan import RestorePlan
 
 __all__ = ["BLUE_ALIVE_S", "Adopted", "BlueJob", "FollowedRun", "Follower", "Handover", "Shadowing",
-           "prepare", "shadow_config"]
+           "open_blue", "prepare", "shadow_config"]
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +231,16 @@ class Shadowing:
     handover: Handover | None = None
 
 
+def open_blue(cfg: SparkpointConfig) -> Catalog:
+    """Blue's catalog, from a shadow's settings (blue's production ``dir`` and ``job``).
+
+    :raises ConfigError: blue's store cannot be opened."""
+    try:
+        return Catalog.open(cfg.dir, cfg.job, **cfg.storage_options)
+    except (StorageError, ValueError) as exc:
+        raise ConfigError(f"{PREFIX}dir={cfg.dir!r} (blue's store) cannot be opened: {exc}") from exc
+
+
 def prepare(cfg: SparkpointConfig, sink: Sink, handover: Handover | None = None) -> Shadowing:
     """Prepare following blue (``cfg``: blue's production settings with
     ``spark.sparkpoint.shadow.*``; `sink`: blue's production sink, only read;
@@ -246,10 +256,7 @@ def prepare(cfg: SparkpointConfig, sink: Sink, handover: Handover | None = None)
     shadow = cfg.shadow
     if shadow is None:
         raise ConfigError(f"{PREFIX}shadow.mode is not set: not a shadow run")
-    try:
-        blue_catalog = Catalog.open(cfg.dir, cfg.job, **cfg.storage_options)
-    except (StorageError, ValueError) as exc:
-        raise ConfigError(f"{PREFIX}dir={cfg.dir!r} (blue's store) cannot be opened: {exc}") from exc
+    blue_catalog = open_blue(cfg)
     sink.configure(cfg.storage_options)
     if shadow.mode == "compare":
         follow_compare.check_comparable(sink)

@@ -39,7 +39,7 @@ from airflow_sparkpoint.exceptions import (
     SparkpointError,
     StaleGeneration,
 )
-from airflow_sparkpoint.runtime import follow, livedir, replay, rescale, signals, spark_support
+from airflow_sparkpoint.runtime import cutover, follow, livedir, replay, rescale, signals, spark_support
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.restore import (
     plan_restore,
@@ -256,9 +256,20 @@ class SparkpointJob:
             if not df.isStreaming:
                 raise ConfigError("run() needs a streaming DataFrame (spark.readStream...); got a batch "
                                   "DataFrame")
+            job = self
             if self.config.shadow is not None:  # zero-downtime blue-green: follow blue's batches
-                return self._run_shadow(df, sink, output_mode, query_name)
-            run = _Run(self, df, sink, output_mode, query_name)
+                taken = None if self.config.cutover is None else \
+                    cutover.taken_over(follow.open_blue(self.config), self.config.cutover)
+                if taken is None:
+                    return self._run_shadow(df, sink, output_mode, query_name)
+                # Green's task started again after green took the job over: the job is
+                # green's, and this is a restart of it, not a warm-up.
+                log.warning("cutover %s of job %s was taken over by generation %d: this start with the "
+                            "cutover's shadow settings restarts the job (restore=latest) instead of warming "
+                            "up", self.config.cutover, self.config.job, taken)
+                restart = dataclasses.replace(self.config, shadow=None, restore="latest")
+                job = SparkpointJob(self.spark, restart, self._argv)
+            run = _Run(job, df, sink, output_mode, query_name)
             with signals.sigterm_ends_run(run):  # a killed task: record the end, act no more
                 self.last_result = run.execute()
         return self.last_result

@@ -33,8 +33,8 @@ The fault (one per trial, in the process `WHERE` names) and its recovery:
                             retry is refused (the generation is taken), the cutover is
                             called off and blue restarted (blue's lineage at N)
 ``cutover_first_commit:4``  green dies right after its first commit (N + 1) into blue's
-                            sink: the job is green's; it is restarted without the
-                            shadow settings (``restore=latest``), as any restart
+                            sink: the job is green's; the retry of green's task, with
+                            the same shadow settings, restarts it (``restore=latest``)
 ``abort:4`` (rollback)      the rollback after the cutover: green (``commit.mode=
                             external``: its batches after N wait for the commit step)
                             took over and is stopped; ``sparkpoint commit
@@ -200,9 +200,9 @@ def _cutover(tr: TrialRun, fault: Fault, kill_switch: Callable[[], None], driver
 
     def green_runs() -> Run | None:
         run = tr.job("green", green_fault, conf=green_conf, stop_when_drained=True, on_poll=kill_switch)
-        if green_fault is not None and run.returncode == -signal.SIGKILL \
-                and fault.point != "cutover_first_commit":
-            # the Airflow retry of green's task: the same settings
+        if green_fault is not None and run.returncode == -signal.SIGKILL:
+            # the Airflow retry of green's task: the same settings (after green's claim, a
+            # restart of the job with restore=latest: `runtime.cutover.taken_over`)
             run = tr.job("green-retry", None, conf=green_conf, stop_when_drained=True, on_poll=kill_switch)
         return run
 
@@ -246,7 +246,11 @@ def _cutover(tr: TrialRun, fault: Fault, kill_switch: Callable[[], None], driver
     elif taken:
         assert state.claimed is not None
         green_run = green.run
-        if fault.point == "cutover_first_commit" or green_run is None or green_run.returncode != 0:
+        if fault.point == "cutover_first_commit" and (green_run is None or green_run.returncode != 0):
+            tr.result.problems.append("green's retry with the cutover's settings, after green took the job "
+                                      "over, did not restart the job: "
+                                      + ("no run" if green_run is None else green_run.tail()))
+        if green_run is None or green_run.returncode != 0:
             # the job is green's: any restart of it (no shadow settings) resumes green's lineage
             tr.final("green-restart", stop_when_drained=True)
         store.end(cid, "committed", step="first_commit", generation=state.claimed.generation, by="chaos")

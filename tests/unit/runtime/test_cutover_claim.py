@@ -375,3 +375,34 @@ def test_a_rollback_of_green_that_committed_nothing_past_n_returns_to_blue_s_sav
     point = catalog.restart_point()
     assert point.checkpoint is None and point.uri == saved.uri, point
     assert CutoverStore(catalog).read(CID).to_json()["rolled_back_to"] == saved.uri
+
+
+def test_a_green_started_again_after_its_claim_restarts_the_job_instead_of_warming_up(catalog: Catalog) -> None:
+    """Green's task retried after green claimed the job (killed at or after
+    `cutover_first_commit`), with the same settings (an Airflow retry: the cutover's
+    shadow settings): the job is green's, so the retry is a restart of it
+    (``restore=latest``), not a new warm-up that its claim of blue + 1 would refuse. Not
+    after a call-off, a rollback of green, or before the claim."""
+    from airflow_sparkpoint.runtime.cutover import taken_over
+
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    store = CutoverStore(catalog)
+    assert taken_over(catalog, CID) is None  # blue stopped, green has not claimed: a warm-up's retry
+    green = adopt(catalog, sink, CID, live_dir=None).generation
+    assert taken_over(catalog, CID) == green  # claimed, no end yet
+    _green_commits(catalog, sink, green, 4)
+    assert store.read(CID).done is not None
+    assert taken_over(catalog, CID) == green  # ended committed: still green's job
+    store.roll_back(CID, generation=green, reason="test", by="test")
+    assert taken_over(catalog, CID) is None  # rolled back: green's task must not run the job again
+
+
+def test_a_cutover_called_off_is_no_takeover(catalog: Catalog) -> None:
+    from airflow_sparkpoint.runtime.cutover import taken_over
+    from airflow_sparkpoint.services.cutover import call_off
+
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    _blue_stopped_after(catalog, sink, 3)
+    call_off(catalog, CID, reason="test", by="test")
+    assert taken_over(catalog, CID) is None
