@@ -59,9 +59,10 @@ class SparkpointCutoverOperator(SparkpointJobMixin, BaseOperator):
         triggers' 10 s).
     :param max_heartbeat_age: blue runs iff its heartbeat is younger than this.
     :param deferrable: wait in the triggerer, the worker slot free (default
-        ``[operators] default_deferrable``); the writes stay in the worker. A task stopped
-        while deferred calls the cutover off unless green claimed (its trigger's
-        `on_kill`), as a killed blocking task does; so does ``execution_timeout``.
+        ``[operators] default_deferrable``); the writes stay in the worker. A task marked
+        failed (or success) while deferred calls the cutover off unless green claimed (its
+        trigger's `on_kill`), as a killed blocking task does; so does ``execution_timeout``;
+        a cleared or retried task resumes the drive from the cutover's records.
 
     :raises AirflowTaskTimeout: deferred, ``execution_timeout`` passed (the cutover was
         called off unless green claimed).
