@@ -151,11 +151,14 @@ class CutoverProgress:
 
     def within(self, blue_last: int, lag_batches: int) -> bool:
         """Whether green may be agreed with: at most `lag_batches` behind blue's newest
-        batch `blue_last`, and past its first replay of one of blue's batches (its pace
-        is known: `seconds_per_batch`). Before that, green reports the checkpoint it warms
-        up from, while its first query start, seconds long, is still ahead of it."""
-        return (self.replayed_batch is not None and self.seconds_per_batch is not None
-                and self.replayed_batch >= blue_last - lag_batches)
+        batch `blue_last`, and either past its first replay of one of blue's batches (its
+        pace is known: `seconds_per_batch`) or at `blue_last` itself (blue idle: nothing
+        to replay, and blue reaches N only with new input, which green replays too).
+        Behind blue before its first replay, green reports the checkpoint it warms up
+        from while its first query start, seconds long, is still ahead of it."""
+        if self.replayed_batch is None or self.replayed_batch < blue_last - lag_batches:
+            return False
+        return self.seconds_per_batch is not None or self.replayed_batch >= blue_last
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CutoverProgress:

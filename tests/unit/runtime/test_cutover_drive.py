@@ -7,6 +7,7 @@ the real committer, each on its own thread. No Spark."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -89,18 +90,22 @@ def test_a_green_that_does_not_catch_up_calls_the_cutover_off_and_leaves_blue_ru
     assert ControlChannel(catalog).pending() == [] and state.agreed is None
 
 
-def test_green_at_blue_s_batch_before_its_first_replay_is_not_agreed_with(catalog: Catalog) -> None:
+def test_green_behind_blue_before_its_first_replay_is_not_agreed_with(catalog: Catalog) -> None:
     """Green reports the batch it warms up from before it replayed anything: within the
-    lag on paper, but its first query start (the slow one: seconds) is still ahead, so an
-    agreement then would let blue reach N long before green (the output gap of
-    `benchmarks/bench_cutover_gap.py`: 5-8 s). No agreement until green replayed one of
-    blue's batches."""
+    lag on paper, but behind blue with its first query start (the slow one: seconds)
+    still ahead, so an agreement then would let blue reach N long before green (the
+    output gap of `benchmarks/bench_cutover_gap.py`: 5-8 s). No agreement until green
+    replayed one of blue's batches."""
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink, pace_s=10.0)
     blue.thread.start()
     cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=1.0).plan.id
+    deadline = time.time() + 10
+    while int((catalog.read_status() or {}).get("last_batch") or 0) < 1 and time.time() < deadline:
+        time.sleep(0.01)
     blue_last = int((catalog.read_status() or {}).get("last_batch") or 0)
-    CutoverStore(catalog).progress(CutoverProgress(cid, blue_last))  # at blue's batch, no replay yet
+    assert blue_last == 1  # blue's batch 1 (its next comes 10 s later)
+    CutoverStore(catalog).progress(CutoverProgress(cid, 0))  # one batch behind (lag 2), no replay yet
     steps: list[str] = []
     with pytest.raises(CutoverError, match="did not come within 2 batch.*replayed none of blue's batches.*blue keeps running, untouched"):
         _drive(catalog, cid, steps, within_s=0.5)()
@@ -110,6 +115,26 @@ def test_green_at_blue_s_batch_before_its_first_replay_is_not_agreed_with(catalo
     state = CutoverStore(catalog).read(cid)
     assert state.agreed is None and ControlChannel(catalog).pending() == []
     assert any("no replay yet" in step for step in steps), steps
+
+
+def test_green_at_an_idle_blue_s_batch_is_agreed_with_before_any_replay(catalog: Catalog) -> None:
+    """Blue idle at the checkpoint green warms up from: nothing to replay, and blue
+    reaches N only with new input, which green replays too; the agreement does not wait
+    for a replay that only that input brings (a sparse stream would never cut over)."""
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    blue = Blue(catalog, sink, pace_s=10.0)
+    blue.thread.start()
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=1.0).plan.id
+    deadline = time.time() + 10
+    while int((catalog.read_status() or {}).get("last_batch") or 0) < 1 and time.time() < deadline:
+        time.sleep(0.01)
+    CutoverStore(catalog).progress(CutoverProgress(cid, 1))  # at blue's batch 1, no replay
+    with pytest.raises(CutoverError, match="blue did not stop after batch 3"):
+        _drive(catalog, cid, [], within_s=5.0)()  # agreed at once: N = 1 + 2; blue's pace never gets there
+    state = CutoverStore(catalog).read(cid)
+    assert state.agreed is not None and state.agreed.after_batch == 3
+    blue.stop.set()
+    blue.thread.join(10)
 
 
 def test_a_green_that_does_not_claim_after_blue_stopped_calls_it_off_and_says_restore_latest(catalog: Catalog) -> None:
