@@ -20,7 +20,6 @@ import dataclasses
 import json
 import logging
 import os
-import queue
 import sys
 import threading
 import time
@@ -40,6 +39,11 @@ from airflow_sparkpoint.exceptions import (
     StaleGeneration,
 )
 from airflow_sparkpoint.runtime import cutover, follow, livedir, replay, rescale, signals, spark_support
+from airflow_sparkpoint.runtime.commit_watch import (
+    COMMIT_LISTING_INTERVAL_S,
+    COMMIT_WATCH_INTERVAL_S,
+    watch_commits,
+)
 from airflow_sparkpoint.runtime.config import PREFIX, SUBMITTER_ENV, SparkpointConfig
 from airflow_sparkpoint.runtime.restore import (
     plan_restore,
@@ -69,10 +73,6 @@ _MISSING = object()
 TRACK_ROWS = "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
 
 
-#: how often the commit watcher looks for Spark's next ``commits/<N>`` (one stat)
-COMMIT_WATCH_INTERVAL_S = 0.05
-#: how often it lists ``commits/`` whole
-COMMIT_LISTING_INTERVAL_S = 2.0
 
 
 class _StopRun(Exception):
@@ -574,31 +574,3 @@ class _Run:
             # A stop taken while this batch ran: fail it, so Spark never commits it and the
             # stop aborts it (whether Spark's own stop would still commit it is a race).
             raise _StopRun(f"job {run.cfg.job!r} is stopping; batch {batch_id} is discarded")
-
-
-def watch_commits(live: str, events: queue.Queue[tuple[str, Any]], stop: threading.Event,
-                  seen: int | None) -> None:
-    """Feed the coordinator's `events` each batch Spark commits in `live` (its
-    ``commits/<N>`` file, written atomically), in order, from the batch after `seen` (the
-    restored restart point), until `stop` is set.
-
-    Not a streaming query listener: PySpark converts every progress event into Python
-    with one JVM call per field (every source, state operator and metric): 30 ms of
-    Python and 130 ms of JVM CPU per batch here (docs/BENCHMARKS.md), for a batch id
-    that the commit log has first. A stat of the next ``commits/`` file per
-    `COMMIT_WATCH_INTERVAL_S`; a full listing now and then in case one was skipped."""
-    next_listing = time.monotonic() + COMMIT_LISTING_INTERVAL_S
-    while not stop.wait(COMMIT_WATCH_INTERVAL_S):
-        if time.monotonic() >= next_listing:  # the listing holds whatever the stats would find
-            next_listing = time.monotonic() + COMMIT_LISTING_INTERVAL_S
-            found = [b for b in livedir.committed_batches(live) if seen is None or b > seen]
-        else:
-            found = []
-            batch = 0 if seen is None else seen + 1
-            while livedir.is_committed(live, batch):
-                found.append(batch)
-                batch += 1
-        for batch in found:
-            events.put(("progress", batch))
-        if found:
-            seen = found[-1]

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from airflow_sparkpoint.runtime import job
+from airflow_sparkpoint.runtime import commit_watch, job
 
 
 def _commit(live: Path, batch: int) -> None:
@@ -62,7 +62,7 @@ def test_a_fresh_query_starts_at_batch_0(tmp_path):
 def test_a_gap_in_the_commit_log_is_found_by_the_listing(tmp_path, monkeypatch):
     """Spark never skips a batch id; if a commit file were missing, the periodic listing
     still delivers the commits after it (and only batches that have one)."""
-    monkeypatch.setattr(job, "COMMIT_LISTING_INTERVAL_S", 0.2)
+    monkeypatch.setattr(commit_watch, "COMMIT_LISTING_INTERVAL_S", 0.2)
     run, thread = _watch(tmp_path, seen=None)
     _commit(tmp_path, 1)  # no commits/0
     assert _events(run, 1) == [("progress", 1)]
