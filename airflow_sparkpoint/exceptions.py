@@ -28,6 +28,11 @@
     │       └── SinkLineageError    the sink does not hold what the restore point's
     │                               lineage committed (invariant 12)
     ├── ControlError                a control request failed or timed out
+    ├── Terminated                  the driver received SIGTERM; the run ended unfinished
+    ├── CheckpointAbandoned         a checkpoint past checkpoint.timeout, or cut short by
+    │                               the run's end (never leaves the driver)
+    ├── PipelineNotFound            the UI plugin: no sparkpoint connection serves the job
+    │                               (a 404, never shown)
     ├── UsageError                  bad command-line input (the CLI's exit code 2)
     └── CommandFailed               a command's operational failure, already explained
                                     (the CLI's exit code 1)
@@ -35,12 +40,12 @@
 
 from __future__ import annotations
 
-__all__ = ["CatalogError", "CommandFailed", "CommitOutcomeUnknown", "ConfigError", "ControlError",
-           "CorruptMetadata", "CorruptRecord", "CutoverError", "CutoverInProgress", "GenerationRunning",
-           "InvalidPath", "JobAlreadyRunning",
-           "ObjectExists", "ObjectNotFound", "ObjectTooLarge", "RestoreError", "SinkAheadError", "SinkError",
-           "SinkLineageError", "SparkpointError", "StaleGeneration", "StorageError", "TransactionConflict",
-           "UsageError"]
+__all__ = ["CatalogError", "CheckpointAbandoned", "CommandFailed", "CommitOutcomeUnknown", "ConfigError",
+           "ControlError", "CorruptMetadata", "CorruptRecord", "CutoverError", "CutoverInProgress",
+           "GenerationRunning", "InvalidPath", "JobAlreadyRunning",
+           "ObjectExists", "ObjectNotFound", "ObjectTooLarge", "PipelineNotFound", "RestoreError",
+           "SinkAheadError", "SinkError", "SinkLineageError", "SparkpointError", "StaleGeneration",
+           "StorageError", "Terminated", "TransactionConflict", "UsageError"]
 
 
 class SparkpointError(Exception):
@@ -144,6 +149,20 @@ class SinkLineageError(SinkAheadError):
 
 class ControlError(SparkpointError):
     """A control request (savepoint, stop, cancel) failed or timed out."""
+
+
+class Terminated(SparkpointError):
+    """The driver received SIGTERM; the run ended without finishing (`runtime.signals`)."""
+
+
+class CheckpointAbandoned(SparkpointError):
+    """A checkpoint ran past `checkpoint.timeout` and was abandoned, or was cut short because
+    the run ends (`runtime.prestore`, `runtime.checkpointer`)."""
+
+
+class PipelineNotFound(SparkpointError):
+    """No ``sparkpoint`` connection serves this job (or the names are malformed): the UI
+    plugin's 404 (`plugins.pipelines`)."""
 
 
 class UsageError(SparkpointError):

@@ -17,6 +17,9 @@
   a test module itself, so importing it again runs its module body twice (and registers
   its sink kinds twice), and it hides which helpers are shared. Shared helpers live in
   ``tests/support/`` (or a package's own support module);
+* no module imports a private name (``_x``) of another module, nor a private module of
+  another package (`private_imports`): a private name is its module's, a private module
+  its package's;
 * no class of ``runtime/`` is built on a class of another ``runtime/`` module (a class
   spread over files by mixins, as the run once was): a run's phases take its state
   (`runtime/run_state.py`) instead (`spread_classes`);
@@ -187,6 +190,47 @@ def spread_classes(package_dir: Path,
     return sorted(found)
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports(package_dir: Path) -> list[tuple[Path, int, str]]:
+    """Each import, anywhere in a module under `package_dir` (inside functions too), of a
+    private name (``_x``, not a module) from another module of the package, or of a private
+    module (a part of its dotted path starts with ``_``) of another subpackage than the
+    importer's own: its file, line and what it imports, in path and line order. A private
+    module is its package's; a private name, its module's."""
+    root = package_dir.name
+    found = []
+    for path in sorted(package_dir.rglob("*.py")):
+        relative = path.relative_to(package_dir)
+        own_package = (root, *relative.parts[:-1])
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                parts = target.split(".")
+                if parts[0] != root:
+                    continue
+                is_module = package_dir.joinpath(*parts[1:]).with_suffix(".py").is_file() \
+                    or package_dir.joinpath(*parts[1:]).is_dir()
+                private_at = [i for i, part in enumerate(parts) if _private(part)]
+                if not private_at:
+                    continue
+                if not is_module and private_at[-1] == len(parts) - 1 and len(private_at) == 1:
+                    found.append((path, node.lineno, target))  # a private name of another module
+                    continue
+                first = private_at[0]  # a private module (or a name inside one): whose package is it?
+                if tuple(parts[:first]) != own_package[:first] or len(own_package) < first:
+                    found.append((path, node.lineno, ".".join(parts[:first + 1])))
+    return sorted(found)
+
+
 #: ``(file under tests/, module)``: imports of another test package still allowed, and why
 CROSS_PACKAGE_ALLOWED: dict[tuple[str, str], str] = {
     ("integration/test_submit_deferred.py", "tests.e2e.support"):
@@ -267,6 +311,8 @@ def problems(package_dir: Path) -> list[str]:
     found += [f"{path}:{line}: {cls} builds a class on a class of another module (a mixin); compose "
               "instead: give the phase the state it acts on"
               for path, line, cls in spread_classes(package_dir)]
+    found += [f"{path}:{line}: imports {name}, private to its module or package (make it public, or "
+              "move what is shared)" for path, line, name in private_imports(package_dir)]
     return found
 
 

@@ -1,6 +1,7 @@
 """The structure rules of the package (`scripts/check_structure.py`, run by `make lint`):
 no module over the backstop's line count, no import cycle, no public module without `__all__`,
-no runtime class built on another runtime module's class, no test module importing another
+no runtime class built on another runtime module's class, no private name imported from
+another module nor a private module from another package, no test module importing another
 test module, no test package importing another, job scripts importing only the job
 author's API. Checked on synthetic packages (so the check can fail) and on the package itself."""
 
@@ -75,6 +76,25 @@ def test_a_public_module_without_all_is_reported(tmp_path: Path, monkeypatch: py
     monkeypatch.syspath_prepend(str(tmp_path))
     why = ": a public module without __all__ (declare its public names, or start its name with _)"
     assert check.problems(package) == [f"{package / 'nested.py'}{why}", f"{package / 'sub' / 'missing.py'}{why}"]
+
+
+def test_a_private_name_or_a_private_module_imported_from_elsewhere_is_reported(tmp_path: Path) -> None:
+    package = _package(tmp_path, "sp_priv", {
+        "__init__.py": "",
+        "a.py": "__all__ = ['x']\nx = 1\n_y = 2\n",
+        "b.py": "__all__ = []\nfrom sp_priv.a import _y, x\n",  # a private name of another module
+        "c.py": "__all__ = []\nfrom sp_priv import _mod\nfrom sp_priv._mod import z\n",  # same package: fine
+        "_mod.py": "z = 1\n",
+        "sub/__init__.py": "",
+        "sub/_inner.py": "w = 1\n",
+        "sub/d.py": "__all__ = []\nfrom sp_priv.sub._inner import w\n",  # its own package's: fine
+        "e.py": "__all__ = []\ndef f():\n    from sp_priv.sub._inner import w\n",  # another package's
+        "g.py": "__all__ = []\nfrom sp_priv.a import __doc__ as d\n",  # a dunder: not private
+    })
+    assert check.private_imports(package) == [
+        (package / "b.py", 2, "sp_priv.a._y"),
+        (package / "e.py", 3, "sp_priv.sub._inner"),
+    ]
 
 
 def test_the_package_has_no_long_module_and_no_import_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
