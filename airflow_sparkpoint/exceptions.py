@@ -28,6 +28,8 @@
     │       └── SinkLineageError    the sink does not hold what the restore point's
     │                               lineage committed (invariant 12)
     ├── ControlError                a control request failed or timed out
+    ├── DrillFailed                 a restore drill or blue-green pre-flight failed (the
+    │                               drill operators raise it as the task's AirflowException)
     ├── Terminated                  the driver received SIGTERM; the run ended unfinished
     ├── CheckpointAbandoned         a checkpoint past checkpoint.timeout, or cut short by
     │                               the run's end (never leaves the driver)
@@ -42,7 +44,7 @@ from __future__ import annotations
 
 __all__ = ["CatalogError", "CheckpointAbandoned", "CommandFailed", "CommitOutcomeUnknown", "ConfigError",
            "ControlError", "CorruptMetadata", "CorruptRecord", "CutoverError", "CutoverInProgress",
-           "GenerationRunning", "InvalidPath", "JobAlreadyRunning",
+           "DrillFailed", "GenerationRunning", "InvalidPath", "JobAlreadyRunning",
            "ObjectExists", "ObjectNotFound", "ObjectTooLarge", "PipelineNotFound", "RestoreError",
            "SinkAheadError", "SinkError", "SinkLineageError", "SparkpointError", "StaleGeneration",
            "StorageError", "Terminated", "TransactionConflict", "UsageError"]
@@ -149,6 +151,12 @@ class SinkLineageError(SinkAheadError):
 
 class ControlError(SparkpointError):
     """A control request (savepoint, stop, cancel) failed or timed out."""
+
+
+class DrillFailed(SparkpointError):
+    """A restore drill failed: its snapshot cannot be resolved or opened, the application
+    failed or did not finish from it, or a blue-green pre-flight was refused or
+    inconclusive; the message says why (`services.drill`, `services.preflight`)."""
 
 
 class Terminated(SparkpointError):
