@@ -38,6 +38,17 @@
     ├── UsageError                  bad command-line input (the CLI's exit code 2)
     └── CommandFailed               a command's operational failure, already explained
                                     (the CLI's exit code 1)
+
+Every error class of the package is defined here, but for two kinds (each named, with its
+reason, by ``scripts/check_structure.py`` ``ERRORS_ELSEWHERE``, which `make lint` checks):
+
+- the submit operator's Airflow-derived errors, `operators.driver_errors.SparkpointRunFailed`
+  (an ``AirflowException`` and a `SparkpointError`) and
+  `operators.submit_checks.SparkpointConfigFailure` (an ``AirflowFailException`` and a
+  `ConfigError`): this module is imported by the Spark-side runtime, which never imports
+  Airflow, so no Airflow class can be a base here;
+- private signals that no caller catches by class (``runtime.job._StopRun``,
+  ``runtime.verify._Failed``).
 """
 
 from __future__ import annotations
