@@ -1,5 +1,4 @@
-"""`SparkpointHealthCheckOperator`: alert on checkpoint health in one line, and
-`emit_checkpoint_metrics`: Flink's checkpoint metrics through Airflow's metrics.
+"""`SparkpointHealthCheckOperator`: alert on checkpoint health in one line.
 
 The check fails the task (so Airflow's notifiers and ``on_failure_callback`` fire) when
 the latest completed checkpoint is too old, too many of the newest checkpoint attempts
@@ -9,9 +8,6 @@ failed, or the job's heartbeat is stale. The figures come from the history model
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -20,57 +16,15 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin
-from airflow_sparkpoint.services.health import check_job, load_for_metrics, metric_values, validate_thresholds
-from airflow_sparkpoint.services.history import PipelineHistory
-from airflow_sparkpoint.services.stores import Catalog
+
+# the metrics' names stay importable from here, where they were first defined
+from airflow_sparkpoint.operators.metrics import EMIT_EVERY, emit_checkpoint_metrics, emit_metrics_for
+from airflow_sparkpoint.services.health import check_job, validate_thresholds
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 __all__ = ["EMIT_EVERY", "SparkpointHealthCheckOperator", "emit_checkpoint_metrics", "emit_metrics_for"]
-
-log = logging.getLogger(__name__)
-
-#: a job's metrics are emitted at most this often per process (a sensor pokes every few seconds)
-EMIT_EVERY = 30.0
-_last_emit: dict[str, float] = {}
-_emit_lock = threading.Lock()
-
-
-def emit_checkpoint_metrics(history: PipelineHistory) -> dict[str, float | None]:
-    """Send the job's checkpoint metrics (docs/CLI.md names) as gauges through Airflow's
-    Stats, to whatever the deployment configured (StatsD, OpenTelemetry, or nothing):
-    ``sparkpoint.<metric>`` tagged ``job=<name>`` and ``sparkpoint.<job>.<metric>`` for
-    StatsD without tags. Returns the values. Never raises: metrics must not fail a task."""
-    values = metric_values(history)
-    try:
-        from airflow.sdk.observability.stats import Stats
-
-        job = history.job.replace(".", "__")
-        for name, value in values.items():
-            if value is None:
-                continue
-            Stats.gauge(f"sparkpoint.{name}", value, tags={"job": history.job})
-            Stats.gauge(f"sparkpoint.{job}.{name}", value)
-    except Exception as exc:  # noqa: BLE001 - a metrics backend problem is not the task's
-        log.warning("could not emit the checkpoint metrics of job %r: %s", history.job, exc)
-    return values
-
-
-def emit_metrics_for(catalog: Catalog, *, every: float = EMIT_EVERY) -> None:
-    """`emit_checkpoint_metrics` of `catalog`'s job, at most once per `every` seconds per
-    job in this process (0: always). Never raises."""
-    key = catalog.uri
-    now = time.monotonic()
-    with _emit_lock:
-        if every and now - _last_emit.get(key, -every) < every:
-            return
-        _last_emit[key] = now
-    try:
-        emit_checkpoint_metrics(load_for_metrics(catalog))
-    except Exception as exc:  # noqa: BLE001 - never fail a task for its metrics
-        log.warning("could not read the checkpoint metrics of job %r: %s", catalog.job, exc)
-
 
 class SparkpointHealthCheckOperator(SparkpointJobMixin, BaseOperator):
     """Fail when a Sparkpoint job's checkpoints are unhealthy; give at least one threshold.

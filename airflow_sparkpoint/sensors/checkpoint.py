@@ -15,9 +15,9 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.operators.health import emit_metrics_for
 from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
+from airflow_sparkpoint.operators.metrics import emit_metrics_for
 from airflow_sparkpoint.services.conditions import (
     CheckpointCondition,
     Outcome,

@@ -138,7 +138,7 @@ def test_metrics_reach_a_statsd_listener_through_airflows_stats(tmp_path: Path,
     from airflow.sdk.observability.metrics import stats_utils
     from airflow.sdk.observability.stats import initialize
 
-    from airflow_sparkpoint.operators.health import emit_checkpoint_metrics
+    from airflow_sparkpoint.operators.metrics import emit_checkpoint_metrics
 
     listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     listener.bind(("127.0.0.1", 0))
@@ -169,7 +169,7 @@ def test_the_metrics_and_the_health_check_read_no_savepoint(tmp_path: Path) -> N
     """Savepoints are kept until deleted (one every 10 minutes is 144 a day): the metrics
     every sensor emits, every scrape and `sparkpoint metrics` read none of them, and their
     figures are those of the whole history."""
-    from airflow_sparkpoint.operators.health import emit_metrics_for
+    from airflow_sparkpoint.operators.metrics import emit_metrics_for
     from airflow_sparkpoint.storage.counting import CountingStorage
 
     catalog = healthy(tmp_path)
