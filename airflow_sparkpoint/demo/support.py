@@ -5,8 +5,8 @@ example-DAG tests, never imported by the Spark-side runtime.
   production streaming job runs next to Airflow (a DAG talks to it only through the
   control channel).
 - `write_batch_file`: one JSON-lines input file that becomes one micro-batch.
-- `delta_rows`, `delta_history`, `delta_commits`, `orphaned_staged_files`: what a Delta
-  table shows, which Sparkpoint batches it committed, what staged output was left behind.
+- `delta_rows`, `delta_history`, `delta_commits`, `orphaned_staged_files` (from
+  `demo.tables`, importable here too): what a Delta table shows.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+# the table readers stay importable from here, where they were first defined
+from airflow_sparkpoint.demo.tables import delta_commits, delta_history, delta_rows, orphaned_staged_files
 from airflow_sparkpoint.services.history import JobStatus, read_job_status
-from airflow_sparkpoint.services.sinks import delta_table_rows
 from airflow_sparkpoint.services.spark_env import local_spark_environment
 from airflow_sparkpoint.services.stores import Catalog, job_catalog
 
@@ -185,53 +186,3 @@ class SubmittedJob:
         if not self.log.exists():
             return "(no log)"
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
-# ---------------------------------------------------------------------------- Delta tables
-
-
-def delta_rows(path: Path | str, version: int | None = None) -> list[dict[str, Any]]:
-    """The table's rows (at `version`, default the latest); ``[]`` when it is no table yet."""
-    return delta_table_rows(path, version)
-
-
-def delta_history(path: Path | str) -> list[dict[str, Any]]:
-    """Every commit of the table, oldest first: ``version``, ``operation``, ``timestamp``
-    (ms) and, for Sparkpoint's commits, ``job``, ``batch`` and ``generation`` (else None)."""
-    from deltalake import DeltaTable
-
-    if not DeltaTable.is_deltatable(str(path)):
-        return []
-    history = []
-    for entry in DeltaTable(str(path)).history():
-        batch = entry.get("sparkpoint.batch")
-        history.append({
-            "version": int(entry["version"]),
-            "operation": str(entry.get("operation", "")),
-            "timestamp": entry.get("timestamp"),
-            "job": entry.get("sparkpoint.job"),
-            "batch": int(batch) if batch is not None else None,
-            "generation": int(entry["sparkpoint.generation"]) if "sparkpoint.generation" in entry else None,
-        })
-    return sorted(history, key=lambda e: e["version"])
-
-
-def delta_commits(path: Path | str) -> list[dict[str, Any]]:
-    """The table's commits written by Sparkpoint (``job``, ``batch``, ``generation``), in
-    batch order."""
-    commits = [{"job": e["job"], "batch": e["batch"], "generation": e["generation"]}
-               for e in delta_history(path) if e["batch"] is not None]
-    return sorted(commits, key=lambda c: c["batch"])
-
-
-def orphaned_staged_files(table: Path | str, job: str) -> list[str]:
-    """Staged parquet files that are not part of the table: output of an aborted or
-    unfinished transaction left behind. (Committed appends keep their staged files: the
-    Delta commit adds them in place, without a copy.)"""
-    from deltalake import DeltaTable
-
-    staging = Path(table) / "_sparkpoint_txn" / job
-    staged = {str(p) for p in staging.rglob("*.parquet")} if staging.exists() else set()
-    if staged and DeltaTable.is_deltatable(str(table)):
-        staged -= {str(Path(uri)) for uri in DeltaTable(str(table)).file_uris()}
-    return sorted(staged)
