@@ -43,13 +43,18 @@ from urllib.parse import quote
 from airflow.sdk import BaseHook
 
 from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
-from airflow_sparkpoint.checkpoints.layout import validate_job_name
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.get_provider_info import CONN_FIELDS, UI_FIELD_BEHAVIOUR
-from airflow_sparkpoint.sinks.base import Sink
-from airflow_sparkpoint.sinks.resolve import declared_sink
-from airflow_sparkpoint.storage import Storage, open_storage, redact, split_uri
-from airflow_sparkpoint.storage.endpoints import ENDPOINT_URL, REGION_NAME, s3_options, validate_endpoint_url
+from airflow_sparkpoint.services import sinks, stores
+from airflow_sparkpoint.services.sinks import Sink, declared_sink
+from airflow_sparkpoint.services.stores import (
+    ENDPOINT_URL,
+    REGION_NAME,
+    s3_options,
+    validate_endpoint_url,
+    validate_job_name,
+)
+from airflow_sparkpoint.storage import Storage, open_storage, split_uri
 
 __all__ = ["DEFAULT_CONN_ID", "DeclaredJob", "SparkpointHook", "declared_jobs", "extra_field", "scrub",
            "storage_connection"]
@@ -131,7 +136,7 @@ def declared_jobs(extra: Mapping[str, Any]) -> dict[str, DeclaredJob]:
 def scrub(text: str, secrets: Iterable[Any]) -> str:
     """`text` without `secrets` and every secret this process registered, nor any
     ``user:password@`` (`storage.redact.scrub`, the one scrubber)."""
-    return redact.scrub(text, secrets)
+    return stores.scrub(text, secrets)
 
 
 def _aws_credentials(aws_connection: Any) -> dict[str, Any]:
@@ -168,7 +173,7 @@ def _mask(*secrets: Any) -> None:
     """Keep `secrets` out of every message of this process (`storage.redact.register`: a
     hook made later to scrub an error knows the credentials an ``aws`` connection yielded
     here) and out of Airflow's task logs (its secrets masker)."""
-    redact.register(*secrets)
+    stores.register(*secrets)
     try:
         from airflow.sdk.log import mask_secret
     except ImportError:  # pragma: no cover - an Airflow without the task SDK's masker
@@ -246,7 +251,7 @@ class SparkpointHook(BaseHook):
                 options.pop("aws_session_token", None)
             fields["jobs"] = declared_jobs(extra)
             fields["pyspark_python"] = extra_field(extra, "pyspark_python")
-        _mask(*(options.get(name) for name in _CREDENTIAL_OPTIONS), *redact.userinfo(uri))
+        _mask(*(options.get(name) for name in _CREDENTIAL_OPTIONS), *stores.userinfo(uri))
         if not uri:
             raise ConfigError(
                 f"Sparkpoint connection {self.sparkpoint_conn_id!r} has no storage URI in its host field "
@@ -337,47 +342,25 @@ class SparkpointHook(BaseHook):
     def pending_transactions(self, job_name: str, *,
                              generation: int | None = None) -> list[TransactionRecord]:
         """Staged, not yet committed transactions of job `job_name` (of one `generation`),
-        in batch order."""
-        records = self.get_catalog(job_name).transactions()
-        return [r for r in records if generation is None or r.generation == generation]
+        in batch order (`services.sinks.pending_transactions`)."""
+        return sinks.pending_transactions(self.get_catalog(job_name), generation=generation)
 
     def staged_rows(self, job_name: str, *, generation: int | None = None) -> list[dict[str, Any]]:
         """The rows of job `job_name`'s staged, not yet committed output (of one
         `generation`), in batch order: what a write-audit-publish audit checks. Read
-        through the sink with this connection's storage options, so it works on S3 too.
+        through the sink with this connection's storage options, so it works on S3 too
+        (`services.sinks.staged_rows`).
 
         :raises ConfigError: a transaction's sink cannot show its staged rows (only
             ``DeltaSink`` output can be read before it is committed).
         """
-        rows: list[dict[str, Any]] = []
-        for record in self.pending_transactions(job_name, generation=generation):
-            sink = self._sink(record.sink, record.payload.get("config") or {})
-            if record.sink != "delta":
-                raise ConfigError(f"the staged rows of transaction {record.txn_id} "
-                                  f"({record.sink} sink) cannot be "
-                                  "read before they are committed; only DeltaSink "
-                                  "output can be audited this way")
-            for staged_file in sink.staged(record)["files"]:  # confined to its own staging area
-                rows += sink.location.read_parquet(staged_file["path"]).to_pylist()
-        return rows
+        return sinks.staged_rows(self.get_catalog(job_name), self.storage_options, generation=generation)
 
     def delta_rows(self, table_uri: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
         """The rows readers see now in the Delta table at `table_uri` (a path or
-        ``s3://``, with this connection's endpoint and credentials); [] with no table."""
-        from airflow_sparkpoint.sinks.delta_rows import read_table
-
-        sink = self._sink("delta", {"uri": table_uri, "mode": "append"})
-        table = sink.location.open()
-        if table is None:
-            return []
-        return list(read_table(table, columns).to_pylist())
-
-    def _sink(self, kind: str, config: Mapping[str, Any]) -> Any:
-        from airflow_sparkpoint.sinks import sink_from_config
-
-        sink = sink_from_config(kind, config)
-        sink.configure(self.storage_options)
-        return sink
+        ``s3://``, with this connection's endpoint and credentials); [] with no table
+        (`services.sinks.delta_rows`)."""
+        return sinks.delta_rows(table_uri, self.storage_options, columns)
 
     def location_url(self, job_name: str) -> str:
         """A URL of job `job_name`'s storage location, for a link: the AWS console for
@@ -408,24 +391,24 @@ class SparkpointHook(BaseHook):
             if conn is None:
                 continue
             extra = conn.extra_dejson if isinstance(conn.extra_dejson, dict) else {}
-            found += [conn.login, conn.password, *redact.userinfo(conn.host)]
+            found += [conn.login, conn.password, *stores.userinfo(conn.host)]
             found += [part for name in ("endpoint_url", "storage_uri")
-                      for part in redact.userinfo(extra_field(extra, name))]
+                      for part in stores.userinfo(extra_field(extra, name))]
             plain = [k for k in extra if k in _PLAIN_EXTRA or k.rpartition("__")[2] in _PLAIN_EXTRA]
-            found += redact.secret_values(extra, plain)
+            found += stores.secret_values(extra, plain)
         if self._resolved is not None:
             found += [self._resolved[1].get(name) for name in _CREDENTIAL_OPTIONS]
-        found += redact.userinfo(self._storage_uri)
+        found += stores.userinfo(self._storage_uri)
         return [str(s) for s in found if s]
 
     def scrub(self, text: str) -> str:
         """`text` without this hook's `secrets`, those this process registered (the
         credentials an ``aws`` connection yielded to any hook), nor any ``user:password@``."""
-        return redact.scrub(text, self.secrets())
+        return stores.scrub(text, self.secrets())
 
     def scrub_value(self, value: Any) -> Any:
         """`value` (an XCom value, an event) with every string in it scrubbed (`scrub`)."""
-        return redact.scrub_value(value, self.secrets())
+        return stores.scrub_value(value, self.secrets())
 
     def test_connection(self) -> tuple[bool, str]:
         """Whether the storage root can be listed, with a message for the connection form

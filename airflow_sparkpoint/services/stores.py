@@ -1,5 +1,6 @@
 """A job's store, as the front ends reach it: open it (and check it is there), the
-catalog type, job names, and the one scrubber of secrets from messages.
+catalog type, job names, the S3 endpoint options and their check, and the one scrubber
+of secrets from messages (`storage.redact`: what to register, find and scrub).
 
 The front ends (operators, sensors, triggers, the UI plugin, the demo, the CLI) import
 the core only through `airflow_sparkpoint.services`; this module is their door to the
@@ -15,12 +16,13 @@ from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.checkpoints.layout import SAVEPOINTS, validate_job_name
 from airflow_sparkpoint.exceptions import StorageError
 from airflow_sparkpoint.storage import LocalStorage, Storage, open_storage, split_uri
-from airflow_sparkpoint.storage.endpoints import s3_options
-from airflow_sparkpoint.storage.redact import scrub
+from airflow_sparkpoint.storage.endpoints import ENDPOINT_URL, REGION_NAME, s3_options, validate_endpoint_url
+from airflow_sparkpoint.storage.redact import register, scrub, scrub_value, secret_values, userinfo
 
 __all__ = [
-    "SAVEPOINTS", "Catalog", "SnapshotHandle", "Storage", "has_metadata", "job_catalog", "open_job",
-    "open_storage", "other_jobs", "s3_options", "scrub", "split_uri", "validate_job_name",
+    "ENDPOINT_URL", "REGION_NAME", "SAVEPOINTS", "Catalog", "SnapshotHandle", "Storage", "has_metadata",
+    "job_catalog", "open_job", "open_storage", "other_jobs", "register", "s3_options", "scrub", "scrub_value",
+    "secret_values", "split_uri", "userinfo", "validate_endpoint_url", "validate_job_name",
 ]
 
 

@@ -482,7 +482,7 @@ class S3Table(TableLocation):
             for secret in (frozen.secret_key, frozen.token):
                 if secret:
                     message = message.replace(secret, "***")
-        return self._storage()._scrub(message)
+        return self._storage().connection.scrub(message)
 
     def check(self) -> None:
         self._resolve_credentials()

@@ -29,6 +29,7 @@ from typing import Any
 
 from airflow_sparkpoint.exceptions import ObjectExists, ObjectNotFound, StorageError
 from airflow_sparkpoint.storage.base import ObjectInfo, Storage, check_size, discard_file, normalize_prefix
+from airflow_sparkpoint.storage.redact import redact_url
 from airflow_sparkpoint.storage.s3_client import (  # re-exported: callers import them from here
     MAX_COPY_OBJECT_SIZE,
     S3Connection,
@@ -84,8 +85,10 @@ class _FirstBytes:
         return self._size
 
 
-class S3Storage(S3Connection):
-    """Objects under ``s3://bucket/prefix``.
+class S3Storage(Storage):
+    """Objects under ``s3://bucket/prefix``: the `Storage` operations, on the bucket's
+    `S3Connection` (`connection`: settings, client, keys under the prefix, the bucket
+    check, error translation), which the store holds.
 
     The boto3 client is created on first use (a store can be built, and pickled, where
     no network is reachable) and then shared: boto3 clients are thread-safe, sessions
@@ -103,7 +106,74 @@ class S3Storage(S3Connection):
         retry); throttling, 5xx and connection errors are retried with adaptive backoff.
     :param connect_timeout, read_timeout: socket timeouts in seconds.
     :param config: a ``botocore.config.Config`` merged over the defaults built here.
+    :raises InvalidPath: the bucket name or `endpoint_url` is invalid.
+    :raises ConfigError: `max_attempts` or `addressing_style` is invalid.
     """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
+        client: Any = None,
+        max_attempts: int = 8,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 60.0,
+        max_pool_connections: int = 32,
+        addressing_style: str | None = None,
+        config: Any = None,
+    ) -> None:
+        #: the bucket and prefix as reached through boto3: settings, client, keys, errors
+        self.connection = S3Connection(
+            bucket, prefix, endpoint_url=endpoint_url, region_name=region_name,
+            aws_access_key_id=aws_access_key_id, aws_secret_access_key=aws_secret_access_key,
+            aws_session_token=aws_session_token, client=client, max_attempts=max_attempts,
+            connect_timeout=connect_timeout, read_timeout=read_timeout,
+            max_pool_connections=max_pool_connections, addressing_style=addressing_style, config=config,
+        )
+        self.uri = self.connection.uri
+        self._max_copy_object_size = MAX_COPY_OBJECT_SIZE
+        self._copy_chunksize = 256 * 1024**2
+
+    def __repr__(self) -> str:
+        endpoint = self.connection.endpoint_url
+        shown = f", endpoint_url={redact_url(endpoint)!r}" if endpoint else ""
+        return f"S3Storage({self.uri!r}{shown})"
+
+    @property
+    def bucket(self) -> str:
+        return self.connection.bucket
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix (``""`` or ending with ``/``)."""
+        return self.connection.prefix
+
+    @property
+    def endpoint_url(self) -> str | None:
+        return self.connection.endpoint_url
+
+    @property
+    def region_name(self) -> str | None:
+        return self.connection.region_name
+
+    @property
+    def client(self) -> Any:
+        """The boto3 S3 client (created on first use, thread-safe)."""
+        return self.connection.client
+
+    def check(self) -> None:
+        """Fail fast unless the bucket exists and these credentials may use it (HeadBucket).
+
+        :raises StorageError: the endpoint is unreachable, the bucket is missing or not
+            accessible, or it lives in another region than the client's.
+        """
+        self.connection.check()
 
     def check_exclusive_create(self) -> None:
         """Fail fast unless the endpoint honours ``If-None-Match: *`` on PutObject: a second
@@ -127,9 +197,9 @@ class S3Storage(S3Connection):
         finally:
             self.delete([probe])
         raise StorageError(
-            f"S3 endpoint {self._endpoint} (bucket {self.bucket!r}) does not honour conditional writes "
-            "(PutObject with If-None-Match: * overwrote an existing object); Sparkpoint's generation and "
-            "batch claims need them (AWS S3, MinIO, SeaweedFS and Ceph RGW recent releases have them)"
+            f"S3 endpoint {self.connection.endpoint} (bucket {self.bucket!r}) does not honour conditional "
+            "writes (PutObject with If-None-Match: * overwrote an existing object); Sparkpoint's generation "
+            "and batch claims need them (AWS S3, MinIO, SeaweedFS and Ceph RGW recent releases have them)"
         )
 
     # -- objects ----------------------------------------------------------------------
@@ -137,11 +207,11 @@ class S3Storage(S3Connection):
     def put(self, key: str, data: bytes) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        full = self._full(key)
+        full = self.connection.full_key(key)
         try:
             self.client.put_object(Bucket=self.bucket, Key=full, Body=bytes(data))
         except (ClientError, BotoCoreError) as exc:
-            raise self._error(exc, "PutObject", full) from exc
+            raise self.connection.error(exc, "PutObject", full) from exc
 
     def put_if_absent(self, key: str, data: bytes) -> None:
         """PutObject with ``If-None-Match: *``.
@@ -160,7 +230,7 @@ class S3Storage(S3Connection):
             NoCredentialsError,
         )
 
-        full = self._full(key)
+        full = self.connection.full_key(key)
         body = bytes(data)
         for attempt in range(_CONFLICT_RETRIES + 1):
             try:
@@ -174,18 +244,19 @@ class S3Storage(S3Connection):
                     if meta.get("RetryAttempts", 0) and self._holds(full, body):
                         log.info("put_if_absent of %s: an earlier attempt of this call created it", full)
                         return
-                    raise ObjectExists(f"{self._uri(full)} already exists") from None
+                    raise ObjectExists(f"{self.connection.uri_of(full)} already exists") from None
                 if code == "ConditionalRequestConflict" or status == 409:
                     if attempt < _CONFLICT_RETRIES:
                         time.sleep(random.uniform(0, 0.05 * 2**attempt))
                         continue
                     raise StorageError(
-                        f"S3 PutObject (If-None-Match) of {self._uri(full)} kept conflicting with concurrent "
-                        f"writes ({_CONFLICT_RETRIES + 1} attempts); the object was not created by this call"
+                        f"S3 PutObject (If-None-Match) of {self.connection.uri_of(full)} kept conflicting "
+                        f"with concurrent writes ({_CONFLICT_RETRIES + 1} attempts); the object was not "
+                        "created by this call"
                     ) from exc
-                raise self._error(exc, "PutObject (If-None-Match)", full) from exc
+                raise self.connection.error(exc, "PutObject (If-None-Match)", full) from exc
             except BotoCoreError as exc:
-                error = self._error(exc, "PutObject (If-None-Match)", full)
+                error = self.connection.error(exc, "PutObject (If-None-Match)", full)
                 if not isinstance(exc, (EndpointConnectionError, ConnectTimeoutError, NoCredentialsError)):
                     # the request may have reached S3: do not let the caller assume either way
                     error = StorageError(f"{error}; the object may or may not have been created: read it")
@@ -198,7 +269,7 @@ class S3Storage(S3Connection):
             return False
 
     def get(self, key: str, max_bytes: int | None = None) -> bytes:
-        return self._get_full(self._full(key), max_bytes)
+        return self._get_full(self.connection.full_key(key), max_bytes)
 
     def _get_full(self, full: str, max_bytes: int | None = None) -> bytes:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -207,8 +278,8 @@ class S3Storage(S3Connection):
             try:
                 response = self.client.get_object(Bucket=self.bucket, Key=full)
             except (ClientError, BotoCoreError) as exc:
-                raise self._error(exc, "GetObject", full) from exc
-            self._bucket_verified = True
+                raise self.connection.error(exc, "GetObject", full) from exc
+            self.connection.bucket_verified = True
             where = f"s3://{self.bucket}/{full}"
             try:
                 with response["Body"] as body:  # over the limit: closed unread
@@ -218,21 +289,21 @@ class S3Storage(S3Connection):
                 return data
             except BotoCoreError as exc:  # the connection broke mid-body: botocore does not retry that
                 if attempt == _BODY_RETRIES:
-                    raise self._error(exc, "GetObject (reading the body)", full) from exc
+                    raise self.connection.error(exc, "GetObject (reading the body)", full) from exc
                 log.warning("GetObject of %s: body read failed (%s); retrying", full, exc)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def stat(self, key: str) -> ObjectInfo:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        full = self._full(key)
+        full = self.connection.full_key(key)
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=full)
         except (ClientError, BotoCoreError) as exc:
-            raise self._missing(exc, "HeadObject", full) from exc
-        self._bucket_verified = True
+            raise self.connection.missing(exc, "HeadObject", full) from exc
+        self.connection.bucket_verified = True
         return ObjectInfo(
-            key=self._rel(full),
+            key=self.connection.relative_key(full),
             size=int(head["ContentLength"]),
             mtime=head["LastModified"].timestamp(),
             etag=str(head.get("ETag", "")).strip('"') or None,
@@ -251,8 +322,8 @@ class S3Storage(S3Connection):
             except StopIteration:
                 return
             except (ClientError, BotoCoreError) as exc:
-                raise self._error(exc, op, full_prefix or None) from exc
-            self._bucket_verified = True
+                raise self.connection.error(exc, op, full_prefix or None) from exc
+            self.connection.bucket_verified = True
             yield page
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
@@ -265,7 +336,7 @@ class S3Storage(S3Connection):
                 if full.endswith("/"):  # a "folder" marker made by a console or another tool
                     continue
                 yield ObjectInfo(
-                    key=self._rel(full),
+                    key=self.connection.relative_key(full),
                     size=int(item.get("Size", 0)),
                     mtime=item["LastModified"].timestamp(),
                     etag=str(item.get("ETag", "")).strip('"') or None,
@@ -292,7 +363,7 @@ class S3Storage(S3Connection):
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
-        full_keys = builtins.list(dict.fromkeys(self._full(k) for k in keys))
+        full_keys = builtins.list(dict.fromkeys(self.connection.full_key(k) for k in keys))
         failures: builtins.list[str] = []
         for start in range(0, len(full_keys), DELETE_BATCH):
             batch = full_keys[start:start + DELETE_BATCH]
@@ -302,10 +373,10 @@ class S3Storage(S3Connection):
                     Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
                 )
             except (ClientError, BotoCoreError) as exc:
-                raise self._error(exc, f"DeleteObjects ({len(batch)} keys)", batch[0]) from exc
+                raise self.connection.error(exc, f"DeleteObjects ({len(batch)} keys)", batch[0]) from exc
             for err in response.get("Errors", ()):
                 reason = f"{err.get('Code')} {err.get('Message', '')}".rstrip()
-                failures.append(f"{self._uri(err.get('Key'))}: {reason}")
+                failures.append(f"{self.connection.uri_of(err.get('Key'))}: {reason}")
         if failures:
             shown = "; ".join(failures[:5]) + (f"; and {len(failures) - 5} more" if len(failures) > 5 else "")
             raise StorageError(f"S3 DeleteObjects in {self.uri} failed for {len(failures)} key(s): {shown}")
@@ -319,24 +390,17 @@ class S3Storage(S3Connection):
         """A server-side copy when `source` is a bucket of the same S3 service reached
         with the same credentials (any bucket of it: CopyObject names the source's)."""
         store, source_key = source.locate(key)
-        if not isinstance(store, S3Storage) or not self._same_service(store):
+        if not isinstance(store, S3Storage) or not self.connection.same_service(store.connection):
             return False
         self._server_copy(store, source_key, target_key)
         return True
-
-    def _same_service(self, other: S3Storage) -> bool:
-        if (self._owns_client != other._owns_client
-                or (not self._owns_client and self._client is not other._client)):
-            return False
-        return (self.endpoint_url, self.region_name, self._credentials) == (
-            other.endpoint_url, other.region_name, other._credentials)
 
     def _server_copy(self, store: S3Storage, src: str, dst: str) -> None:
         """Copy `src` of `store` (this store or another bucket of its service) to `dst`;
         errors name the source object."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        full_src, full_dst = store._full(src), self._full(dst)
+        full_src, full_dst = store.connection.full_key(src), self.connection.full_key(dst)
         source = {"Bucket": store.bucket, "Key": full_src}
         try:
             self.client.copy_object(Bucket=self.bucket, Key=full_dst, CopySource=source)
@@ -344,19 +408,19 @@ class S3Storage(S3Connection):
         except ClientError as exc:
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code not in ("InvalidRequest", "EntityTooLarge"):
-                raise store._missing(exc, "CopyObject", full_src) from exc
+                raise store.connection.missing(exc, "CopyObject", full_src) from exc
             refused = exc
         except BotoCoreError as exc:
-            raise store._error(exc, "CopyObject", full_src) from exc
+            raise store.connection.error(exc, "CopyObject", full_src) from exc
         size = store.stat(src).size
         if size <= self._max_copy_object_size:  # refused for another reason than its size
-            raise store._error(refused, "CopyObject", full_src) from refused
+            raise store.connection.error(refused, "CopyObject", full_src) from refused
         log.debug("copying %s (%d bytes) to %s with multipart UploadPartCopy", full_src, size, full_dst)
         try:
             config = self._transfer_config(self._max_copy_object_size)
             self.client.copy(source, self.bucket, full_dst, Config=config)
         except Exception as exc:
-            raise store._missing(self._unwrap(exc), "multipart copy", full_src) from exc
+            raise store.connection.missing(self._unwrap(exc), "multipart copy", full_src) from exc
 
     # -- files ------------------------------------------------------------------------
 
@@ -391,7 +455,7 @@ class S3Storage(S3Connection):
         """
         from botocore.exceptions import BotoCoreError, ClientError
 
-        full = self._full(key)
+        full = self.connection.full_key(key)
         if not os.path.isfile(local_path):
             raise ObjectNotFound(f"{local_path} does not exist or is not a file")
         try:
@@ -401,16 +465,17 @@ class S3Storage(S3Connection):
                     try:
                         self.client.put_object(Bucket=self.bucket, Key=full, Body=_FirstBytes(handle, size))
                     except (ClientError, BotoCoreError) as exc:
-                        raise self._error(exc, "PutObject", full) from exc
+                        raise self.connection.error(exc, "PutObject", full) from exc
                     return
         except FileNotFoundError:
             raise ObjectNotFound(f"{local_path} does not exist or is not a file") from None
         except OSError as exc:
-            raise StorageError(f"cannot read {local_path} to upload it to {self._uri(full)}: {exc}") from None
+            raise StorageError(f"cannot read {local_path} to upload it to "
+                               f"{self.connection.uri_of(full)}: {exc}") from None
         try:
             self.client.upload_file(local_path, self.bucket, full, Config=self._transfer_config())
         except Exception as exc:
-            raise self._error(self._unwrap(exc), "upload", full) from exc
+            raise self.connection.error(self._unwrap(exc), "upload", full) from exc
 
     def download_file(self, key: str, local_path: str) -> None:
         """Streamed download into a temp file renamed into place on success: one GET, its
@@ -419,23 +484,23 @@ class S3Storage(S3Connection):
         GETs pay off there but cost a HEAD and a thread pool per file below it."""
         from botocore.exceptions import BotoCoreError, ClientError
 
-        full = self._full(key)
+        full = self.connection.full_key(key)
         os.makedirs(os.path.dirname(os.path.abspath(local_path)), exist_ok=True)
         tmp = f"{local_path}.sparkpoint-tmp-{uuid.uuid4().hex}"
-        for attempt in range(1, self._max_attempts + 1):
+        for attempt in range(1, self.connection.max_attempts + 1):
             try:
                 response = self.client.get_object(Bucket=self.bucket, Key=full)
             except ClientError as exc:
-                raise self._missing(exc, "download", full) from exc
+                raise self.connection.missing(exc, "download", full) from exc
             except BotoCoreError as exc:
-                raise self._error(exc, "download", full) from exc
+                raise self.connection.error(exc, "download", full) from exc
             body = response["Body"]
             if int(response.get("ContentLength") or 0) > _SINGLE_REQUEST_MAX:
                 body.close()
                 try:
                     self.client.download_file(self.bucket, full, local_path, Config=self._transfer_config())
                 except Exception as exc:
-                    raise self._missing(self._unwrap(exc), "download", full) from exc
+                    raise self.connection.missing(self._unwrap(exc), "download", full) from exc
                 return
             try:
                 with open(tmp, "wb") as handle:
@@ -444,8 +509,8 @@ class S3Storage(S3Connection):
                 return
             except BotoCoreError as exc:  # the connection broke or stalled mid-body
                 discard_file(tmp)
-                if attempt == self._max_attempts:
-                    raise self._error(exc, "download", full) from exc
+                if attempt == self.connection.max_attempts:
+                    raise self.connection.error(exc, "download", full) from exc
                 log.debug("download of %s cut short (attempt %d): %s; reading it again", full, attempt, exc)
             except BaseException:
                 discard_file(tmp)
@@ -454,8 +519,5 @@ class S3Storage(S3Connection):
     def close(self) -> None:
         """Close the connection pool of the client this store created (it is rebuilt on
         next use); a client passed in by the caller is left alone."""
-        with self._lock:
-            client, self._client = self._client, (None if self._owns_client else self._client)
-        if client is not None and self._owns_client:
-            client.close()
+        self.connection.close()
 

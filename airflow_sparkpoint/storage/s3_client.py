@@ -1,6 +1,7 @@
-"""The connection half of `S3Storage`: bucket name rules, the boto3 client (built on
-first use, credentials and secrets kept out of messages), keys under the prefix, the
-bucket check, and the translation of botocore errors into the project's error tree::
+"""An S3 bucket and prefix as `S3Storage` reaches it (`S3Connection`, which the store
+holds): bucket name rules, the boto3 client (built on first use, credentials and
+secrets kept out of messages), keys under the prefix, the bucket check, and the
+translation of botocore errors into the project's error tree::
 
     NoSuchKey / 404 on an object            ObjectNotFound
     412 PreconditionFailed (put_if_absent)  ObjectExists
@@ -20,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath, ObjectNotFound, StorageError
-from airflow_sparkpoint.storage.base import Storage, normalize_key, normalize_prefix
+from airflow_sparkpoint.storage.base import normalize_key, normalize_prefix
 from airflow_sparkpoint.storage.redact import redact_url as _redact_url
 from airflow_sparkpoint.storage.redact import register, scrub, userinfo
 
@@ -113,10 +114,14 @@ def validate_bucket_name(bucket: str) -> str:
     return bucket
 
 
-class S3Connection(Storage):
-    """What every `S3Storage` operation stands on: its settings, the boto3 client, keys
-    under the prefix, the bucket check and error translation (see `S3Storage` for the
-    parameters)."""
+class S3Connection:
+    """What every `S3Storage` operation stands on, held by the store: its settings, the
+    boto3 client, keys under the prefix, the bucket check and error translation (see
+    `S3Storage` for the parameters).
+
+    :raises InvalidPath: the bucket name or `endpoint_url` is invalid.
+    :raises ConfigError: `max_attempts` or `addressing_style` is invalid.
+    """
 
     def __init__(
         self,
@@ -154,7 +159,7 @@ class S3Connection(Storage):
         self.region_name = region_name
         self._credentials = (aws_access_key_id, aws_secret_access_key, aws_session_token)
         register(aws_secret_access_key, aws_session_token, *userinfo(endpoint_url))  # out of every message
-        self._max_attempts = max_attempts
+        self.max_attempts = max_attempts
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._max_pool_connections = max_pool_connections
@@ -164,15 +169,15 @@ class S3Connection(Storage):
         self._client = client
         self._owns_client = client is None
         self._lock = threading.Lock()
-        self._bucket_verified = False
-        self._max_copy_object_size = MAX_COPY_OBJECT_SIZE
-        self._copy_chunksize = 256 * 1024**2
+        #: the bucket answered once (an object request, a listing or `check` succeeded):
+        #: a bare 404 then blames the key (`missing`)
+        self.bucket_verified = False
 
     # -- plumbing ---------------------------------------------------------------------
 
     def __repr__(self) -> str:
         endpoint = f", endpoint_url={_redact_url(self.endpoint_url)!r}" if self.endpoint_url else ""
-        return f"S3Storage({self.uri!r}{endpoint})"
+        return f"S3Connection({self.uri!r}{endpoint})"
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -205,7 +210,7 @@ class S3Connection(Storage):
         config = Config(
             # botocore's "max_attempts" counts retries; "total_max_attempts" counts the first
             # try too, which is what our `max_attempts` means (1 = never retry).
-            retries={"total_max_attempts": self._max_attempts, "mode": "adaptive"},
+            retries={"total_max_attempts": self.max_attempts, "mode": "adaptive"},
             connect_timeout=self._connect_timeout,
             read_timeout=self._read_timeout,
             max_pool_connections=self._max_pool_connections,
@@ -222,11 +227,29 @@ class S3Connection(Storage):
             with _LOADER_LOCK:  # the shared loader's caches are filled by one client at a time
                 return session.client("s3", endpoint_url=endpoint, config=config)
         except (BotoCoreError, ValueError) as exc:
-            message = f"cannot create an S3 client for {self.uri} at {self._endpoint}: {exc}"
-            raise StorageError(self._scrub(message)) from None
+            message = f"cannot create an S3 client for {self.uri} at {self.endpoint}: {exc}"
+            raise StorageError(self.scrub(message)) from None
+
+    def close(self) -> None:
+        """Close the connection pool of the client this connection created (it is rebuilt
+        on next use); a client passed in by the caller is left alone."""
+        with self._lock:
+            client, self._client = self._client, (None if self._owns_client else self._client)
+        if client is not None and self._owns_client:
+            client.close()
+
+    def same_service(self, other: S3Connection) -> bool:
+        """Whether `other` reaches the same S3 service with the same credentials and
+        client ownership (a server-side copy between their buckets works)."""
+        if (self._owns_client != other._owns_client
+                or (not self._owns_client and self._client is not other._client)):
+            return False
+        return (self.endpoint_url, self.region_name, self._credentials) == (
+            other.endpoint_url, other.region_name, other._credentials)
 
     @property
-    def _endpoint(self) -> str:
+    def endpoint(self) -> str:
+        """The endpoint for messages (``user:password`` redacted)."""
         client = self._client
         if client is not None:
             try:
@@ -237,23 +260,29 @@ class S3Connection(Storage):
             return _redact_url(self.endpoint_url)
         return "the default AWS S3 endpoint"
 
-    def _full(self, key: str) -> str:
+    def full_key(self, key: str) -> str:
+        """The bucket key of the store's `key` (under the prefix).
+
+        :raises InvalidPath: `key` is not a valid key.
+        """
         return self.prefix + normalize_key(key)
 
-    def _rel(self, full_key: str) -> str:
+    def relative_key(self, full_key: str) -> str:
+        """The store's key of the bucket key `full_key`."""
         return full_key[len(self.prefix):]
 
-    def _uri(self, full_key: str | None) -> str:
+    def uri_of(self, full_key: str | None) -> str:
+        """``s3://bucket/<full_key>``; the store's URI without a key."""
         return f"s3://{self.bucket}/{full_key}" if full_key else self.uri
 
-    def _scrub(self, message: str) -> str:
+    def scrub(self, message: str) -> str:
         """`message` without secrets (`storage.redact.scrub`): the secret key and session
         token (botocore never puts them in errors, but a server message might echo them),
         the endpoint URL's ``user:password`` (botocore's connection errors quote it) and any
         other secret this process registered."""
         return scrub(message, [*self._credentials[1:], *userinfo(self.endpoint_url)])
 
-    def _error(self, exc: BaseException, op: str, full_key: str | None = None) -> StorageError:
+    def error(self, exc: BaseException, op: str, full_key: str | None = None) -> StorageError:
         """Translate a botocore/boto3 exception into the project's error tree."""
         from botocore.exceptions import (
             BotoCoreError,
@@ -263,7 +292,7 @@ class S3Connection(Storage):
             NoCredentialsError,
         )
 
-        target = self._uri(full_key)
+        target = self.uri_of(full_key)
         if isinstance(exc, ClientError):
             error = exc.response.get("Error", {})
             code = str(error.get("Code", ""))
@@ -275,19 +304,19 @@ class S3Connection(Storage):
                 return ObjectNotFound(f"{target} does not exist")
             if code in _ACCESS_CODES or status == 403:
                 return StorageError(
-                    self._scrub(
-                        f"S3 {op} of {target} at {self._endpoint} was denied ({code or status}); "
+                    self.scrub(
+                        f"S3 {op} of {target} at {self.endpoint} was denied ({code or status}); "
                         "check the credentials and the bucket policy"
                     )
                 )
             return StorageError(
-                self._scrub(
-                    f"S3 {op} of {target} at {self._endpoint} failed: {code} (HTTP {status}): {message}"
+                self.scrub(
+                    f"S3 {op} of {target} at {self.endpoint} failed: {code} (HTTP {status}): {message}"
                 )
             )
         if isinstance(exc, (ConnectionError, HTTPClientError)):
             return StorageError(
-                self._scrub(f"S3 {op} of {target} failed: endpoint {self._endpoint} is unreachable: {exc}")
+                self.scrub(f"S3 {op} of {target} failed: endpoint {self.endpoint} is unreachable: {exc}")
             )
         if isinstance(exc, NoCredentialsError):
             return StorageError(
@@ -295,20 +324,23 @@ class S3Connection(Storage):
                 "aws_secret_access_key, or configure the environment, ~/.aws or an instance role"
             )
         if isinstance(exc, BotoCoreError):
-            return StorageError(self._scrub(f"S3 {op} of {target} at {self._endpoint} failed: {exc}"))
-        return StorageError(self._scrub(f"S3 {op} of {target} failed: {type(exc).__name__}: {exc}"))
+            return StorageError(self.scrub(f"S3 {op} of {target} at {self.endpoint} failed: {exc}"))
+        return StorageError(self.scrub(f"S3 {op} of {target} failed: {type(exc).__name__}: {exc}"))
 
     def _bucket_error(self, op: str, target: str, code: str) -> StorageError:
         return StorageError(
-            f"bucket {self.bucket!r} does not exist or is not accessible at {self._endpoint} "
+            f"bucket {self.bucket!r} does not exist or is not accessible at {self.endpoint} "
             f"({op} of {target}: {code}); create it or fix spark.sparkpoint.dir / the credentials"
         )
 
-    def _missing(self, exc: BaseException, op: str, full_key: str) -> StorageError:
+    def missing(self, exc: BaseException, op: str, full_key: str) -> StorageError:
         """Map a 404 from an object request; a bare 404 (HEAD has no body) could also mean
-        a missing bucket, so the bucket is checked once per store before blaming the key."""
-        error = self._error(exc, op, full_key)
-        if isinstance(error, ObjectNotFound) and not self._bucket_verified:
+        a missing bucket, so the bucket is checked once per store before blaming the key.
+
+        :raises StorageError: the bucket check failed (missing, not accessible, unreachable).
+        """
+        error = self.error(exc, op, full_key)
+        if isinstance(error, ObjectNotFound) and not self.bucket_verified:
             self.check()
         return error
 
@@ -336,7 +368,7 @@ class S3Connection(Storage):
                 ) from None
             if status in (403, 404) or code in _BUCKET_MISSING_CODES | _ACCESS_CODES | _NOT_FOUND_CODES:
                 raise self._bucket_error("HeadBucket", self.uri, code or str(status)) from None
-            raise self._error(exc, "HeadBucket") from exc
+            raise self.error(exc, "HeadBucket") from exc
         except BotoCoreError as exc:
-            raise self._error(exc, "HeadBucket") from exc
-        self._bucket_verified = True
+            raise self.error(exc, "HeadBucket") from exc
+        self.bucket_verified = True

@@ -109,7 +109,7 @@ def test_uri_repr_and_pickle_keep_no_secrets_and_no_client() -> None:
     assert S3Storage("bucket").uri == "s3://bucket"
     assert SECRET not in repr(store) and "pw" not in repr(store)
     copy = pickle.loads(pickle.dumps(store))
-    assert copy.uri == store.uri and copy._client is None
+    assert copy.uri == store.uri and copy.connection._client is None
 
 
 # -- reachability and error mapping -------------------------------------------------------
@@ -240,7 +240,7 @@ def test_listings_read_modification_times_with_the_stores_parser(store: S3Storag
         calls.append(value)
         return real(value)
 
-    store._client = None  # a new client, built with the wrapped parser
+    store.connection._client = None  # a new client, built with the wrapped parser
     original = s3_client.parse_timestamp
     s3_client.parse_timestamp = counted  # type: ignore[assignment]
     try:
@@ -474,7 +474,7 @@ def test_copy_refused_for_another_reason_is_not_retried_as_multipart(store: S3St
 def test_close_and_reuse_and_shared_clients(store: S3Storage, s3_server: str) -> None:
     store.put("k", b"1")
     store.close()
-    assert store._client is None
+    assert store.connection._client is None
     assert store.get("k") == b"1"  # a new client on demand
     shared = S3Storage(store.bucket, "unit", client=store.client)
     shared.close()  # not its client: left open

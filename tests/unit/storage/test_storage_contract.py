@@ -570,7 +570,7 @@ def test_open_storage_dispatches_s3_without_touching_the_network(scheme: str) ->
     assert isinstance(store, S3Storage)
     assert store.uri == "s3://my-bucket/sp/root"
     assert store.bucket == "my-bucket" and store.prefix == "sp/root/"
-    assert store._client is None  # created lazily
+    assert store.connection._client is None  # created lazily
 
 
 @pytest.mark.s3
