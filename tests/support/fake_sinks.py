@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
+from tests.support.records import transaction_record
 
 __all__ = ["AbortRecordingSink", "FakeSink", "LocatedSink", "RecordingLineageSink", "RecordingSink", "ReplayRecordSink", "VersionedSink",
            "recording_record"]
@@ -129,8 +130,8 @@ class RecordingSink(Sink):
 
 def recording_record(batch: int, generation: int, job: str = "job") -> TransactionRecord:
     """The pre-commit record of the default `RecordingSink` for `batch` by `generation`."""
-    return TransactionRecord(job=job, batch_id=batch, generation=generation, sink="recording-test",
-                             sink_id="recording:rec", payload={"config": {}, "staged": {"rows": 1}})
+    return transaction_record("recording-test", batch, generation, {"rows": 1}, job=job, sink_id="recording:rec",
+                              created_at=0.0)
 
 
 class RecordingLineageSink(Sink):

@@ -17,7 +17,7 @@ from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.sinks.transactions import settle_all
 from tests.support.fake_sinks import LocatedSink
 from tests.support.fake_submit import JOB, Driver, FakeTI, driver, operator  # noqa: F401 - the fixture
-from tests.support.records import sink_record
+from tests.support.records import transaction_record
 
 pytestmark = pytest.mark.airflow
 
@@ -43,7 +43,7 @@ def test_a_run_that_committed_emits_one_event_and_one_that_did_not_emits_none(tm
 
     def commits_two(d: Driver, env: dict[str, str]) -> int:
         generation = d.claim(env)
-        records = [sink_record(sink, 0, generation, job=JOB), sink_record(sink, 1, generation, job=JOB)]
+        records = [transaction_record(sink, 0, generation, job=JOB), transaction_record(sink, 1, generation, job=JOB)]
         for r in records:
             d.catalog.put_transaction(r)
         d.catalog.complete_checkpoint(SnapshotMetadata(
