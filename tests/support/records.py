@@ -35,21 +35,22 @@ def snapshot_metadata(batch: int = 0, *, kind: SnapshotKind = "checkpoint", snap
 def transaction_record(sink: Sink | str, batch: int = 0, generation: int = 1,
                        staged: Mapping[str, Any] | None = None, *, job: str = "job", sink_id: str | None = None,
                        config: Mapping[str, Any] | None = None, payload: Mapping[str, Any] | None = None,
-                       created_at: float | None = None) -> TransactionRecord:
+                       created_at: float | None = None, **extra: Any) -> TransactionRecord:
     """The pre-commit record of `sink` as the runtime writes it after staging `batch` of
-    `job` by `generation`: the sink's config and what its stage returned (`staged`,
-    default nothing), created now unless `created_at`.
+    `job` by `generation`: the sink's config, what its stage returned (`staged`, default
+    nothing) and `extra` payload keys (``replay``, ``settled_by``), created now unless
+    `created_at`.
 
     `sink` is a `Sink` (its kind, id and config) or a kind's name (then `sink_id` names
     the sink, `config` defaults to empty); `sink_id` and `config` override a Sink's own.
-    `payload` replaces the whole payload, for a record the runtime would not write (no
+    `payload` replaces the whole payload (and `staged`, `extra`), for a record the runtime would not write (no
     config, foreign keys). Nothing is written: the catalog's `put_transaction` records it."""
     if isinstance(sink, Sink):
         kind, own_id, own_config = sink.kind, sink.sink_id, sink.to_config()
     else:
         kind, own_id, own_config = sink, "", {}
     if payload is None:
-        payload = {"config": dict(own_config if config is None else config), "staged": dict(staged or {})}
+        payload = {"config": dict(own_config if config is None else config), "staged": dict(staged or {}), **extra}
     return TransactionRecord(job, batch, generation, kind, own_id if sink_id is None else sink_id, dict(payload),
                              created_at=time.time() if created_at is None else created_at)
 
@@ -63,14 +64,17 @@ def put_checkpoint(
     created_at: float | None = None,
     pending: Iterable[TransactionRecord] = (),
     stats: SnapshotStats | None = None,
+    checkpoint_id: int | None = None,
 ) -> SnapshotMetadata:
     """Upload `files` (path → bytes) into shared/ (once per content) and complete a
     checkpoint referencing them that lists `pending` as its pending transactions.
 
-    Defaults: `files` one offsets file (``offsets/<id>``); `batch_id` the checkpoint's id
-    minus one; `generation` the current one (generations are claimed up to a given one);
-    `created_at` now; `stats` 5 ms, every file copied."""
-    checkpoint_id = catalog.next_checkpoint_id()
+    Defaults: `checkpoint_id` the catalog's next one; `files` one offsets file
+    (``offsets/<id>``); `batch_id` the checkpoint's id minus one; `generation` the current
+    one (generations are claimed up to a given one); `created_at` now; `stats` 5 ms, every
+    file copied."""
+    if checkpoint_id is None:
+        checkpoint_id = catalog.next_checkpoint_id()
     if files is None:
         files = {f"offsets/{checkpoint_id}": f"offsets of batch {checkpoint_id}".encode()}
     if generation is not None:
