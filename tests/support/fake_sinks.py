@@ -21,8 +21,8 @@ from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
 from airflow_sparkpoint.storage import Storage
 from tests.support.records import transaction_record
 
-__all__ = ["FILES", "AbortRecordingSink", "CopySink", "FakeSink", "LocatedSink", "RecordingLineageSink", "RecordingSink", "ReplayRecordSink", "VersionedSink",
-           "recording_record"]
+__all__ = ["COPY_FILES", "AbortRecordingSink", "CopySink", "FakeSink", "LocatedSink", "RecordingLineageSink",
+           "RecordingSink", "ReplayRecordSink", "VersionedSink", "recording_record"]
 
 
 class FakeSink(Sink):
@@ -213,7 +213,7 @@ class ReplayRecordSink:
 
 
 #: files `CopySink.stage_batch` stages per batch by default
-FILES = 3
+COPY_FILES = 3
 
 
 class CopySink(claims.FileSink):
@@ -239,7 +239,7 @@ class CopySink(claims.FileSink):
     def stage(self, df: Any, ctx: StageContext) -> dict[str, Any]:  # pragma: no cover - not used
         raise AssertionError("CopySink stages with stage_batch")
 
-    def stage_batch(self, batch: int, generation: int, files: int = FILES) -> TransactionRecord:
+    def stage_batch(self, batch: int, generation: int, files: int = COPY_FILES) -> TransactionRecord:
         """Stage `files` objects of `batch` by `generation`; their pre-commit record."""
         txn = f"{self.job}-b{batch}-g{generation}"
         staged = []

@@ -27,10 +27,11 @@ from airflow_sparkpoint.sinks import _claims as claims
 from airflow_sparkpoint.sinks import _manifests as manifests
 from airflow_sparkpoint.sinks.base import CommittedTxn
 from airflow_sparkpoint.storage import LocalStorage, MemoryStorage, Storage
-from tests.support.fake_sinks import FILES, CopySink
+from tests.support.fake_sinks import COPY_FILES, CopySink
 from tests.support.records import transaction_record
 
 JOB = "orders"  # CopySink.job
+FILES = COPY_FILES  # what CopySink stages per batch
 
 
 class Died(Exception):
