@@ -43,8 +43,9 @@ def transaction_record(sink: Sink | str, batch: int = 0, generation: int = 1,
 
     `sink` is a `Sink` (its kind, id and config) or a kind's name (then `sink_id` names
     the sink, `config` defaults to empty); `sink_id` and `config` override a Sink's own.
-    `payload` replaces the whole payload (and `staged`, `extra`), for a record the runtime would not write (no
-    config, foreign keys). Nothing is written: the catalog's `put_transaction` records it."""
+    `payload` replaces the whole payload (`staged` and `extra` are then ignored), for a
+    record the runtime would not write (no config, foreign keys). Nothing is written: the
+    catalog's `put_transaction` records it."""
     if isinstance(sink, Sink):
         kind, own_id, own_config = sink.kind, sink.sink_id, sink.to_config()
     else:
