@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.metadata import sha256_hex
@@ -46,15 +46,9 @@ from tests.chaos.harness import (
     spark_submit,
     write_inputs,
 )
-from tests.support.records import put_checkpoint
+from tests.support.records import put_checkpoint, transaction_record
 
 # ---------------------------------------------------------------------------- S3 through the proxy
-
-
-def _checkpoint_files(catalog: Catalog, batch: int, count: int = 4) -> SnapshotMetadata:
-    """Upload `count` state files and complete a checkpoint of them (as the coordinator does)."""
-    return put_checkpoint(catalog, {f"state/0/{i}/{batch + 1}.changelog": f"state {i} of batch {batch} ".encode()
-                                    * (50 + i) for i in range(count)}, batch_id=batch)
 
 
 @pytest.mark.s3
@@ -66,9 +60,11 @@ def test_catalog_rides_through_s3_faults(s3_server: str, s3_bucket: str) -> None
         generation = catalog.claim_generation().generation
         metas = []
         for batch in range(6):
-            record = TransactionRecord(JOB, batch, generation, "s3", "s3://x/y", {"staged": {"batch": batch}})
+            record = transaction_record("s3", batch, generation, {"batch": batch}, job=JOB, sink_id="s3://x/y")
             catalog.put_transaction(record)
-            metas.append(_checkpoint_files(catalog, batch))
+            metas.append(put_checkpoint(catalog, {f"state/0/{i}/{batch + 1}.changelog":  # four state files
+                                                  f"state {i} of batch {batch} ".encode() * (50 + i) for i in range(4)},
+                                        batch_id=batch))
             enforce_checkpoint_retention(catalog, 3)
             catalog.delete_transactions([record])
         savepoint = catalog.create_savepoint(catalog.handle(catalog.latest()))  # type: ignore[arg-type]

@@ -12,13 +12,14 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
+from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError, TransactionConflict
 from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.sinks import DeltaSink
 from airflow_sparkpoint.sinks.base import CommittedTxn
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.support.delta_staging import stage, staging_side  # noqa: F401 - staging_side: autouse
+from tests.support.delta_staging import rewind_target, stage, staging_side  # noqa: F401 - staging_side: autouse
+from tests.support.records import confirm
 
 pytestmark = pytest.mark.spark
 
@@ -115,10 +116,7 @@ def test_merge_commit_that_already_landed_drops_its_staging_area(spark, tmp_path
     shutil.copytree(parked, staging)
     catalog = Catalog(MemoryStorage(str(tmp_path)), "job")
     catalog.claim_generation()
-    catalog.put_transaction(record)
-    catalog.complete_checkpoint(SnapshotMetadata(kind="checkpoint", id=catalog.next_checkpoint_id(), job="job",
-                                                 generation=1, batch_id=0, created_at=0.0, files=(),
-                                                 transactions=(record,)))
+    confirm(catalog, record)
     assert commit_pending(catalog)["already"] == [record.txn_id]
     assert not staging.exists() and catalog.transactions() == []
     assert rows(table, "k") == [{"k": "a", "v": 1}]
@@ -189,12 +187,6 @@ def test_bad_arguments(kwargs, message):
         DeltaSink(**kwargs)
 
 
-def _snapshot(sink: DeltaSink, batch: int, version: int | None) -> SnapshotMetadata:
-    positions = {} if version is None else {sink.sink_id: {"batch": version, "version": version}}
-    return SnapshotMetadata(kind="savepoint", id=1, job="job", generation=1, batch_id=batch, created_at=0.0,
-                            files=(), sink_positions=positions)
-
-
 def test_rewind_restores_the_table_and_lowers_the_transaction_version(spark, tmp_path):
     from deltalake import DeltaTable
 
@@ -203,7 +195,7 @@ def test_rewind_restores_the_table_and_lowers_the_transaction_version(spark, tmp
     for batch in range(3):
         sink.commit(stage(sink, spark.createDataFrame([(f"r{batch}", batch)], "k string, v long"), batch))
     # A snapshot at batch 1: the table goes back to right after batch 1's commit.
-    sink.rewind("job", _snapshot(sink, batch=1, version=None))
+    sink.rewind("job", rewind_target(sink, batch=1, version=None))
     assert rows(table, "k") == [{"k": "r0", "v": 0}, {"k": "r1", "v": 1}]
     assert DeltaTable(str(table)).transaction_version("job") == 1
     # batch 2 is committed again after the rewind, exactly once
@@ -211,7 +203,7 @@ def test_rewind_restores_the_table_and_lowers_the_transaction_version(spark, tmp
     assert sink.commit(redo).status == "committed"
     assert [r["k"] for r in rows(table, "k")] == ["r0", "r1", "r2"]
     # A snapshot whose batch never landed rewinds to the version it recorded.
-    sink.rewind("job", _snapshot(sink, batch=7, version=0))
+    sink.rewind("job", rewind_target(sink, batch=7, version=0))
     assert rows(table, "k") == [{"k": "r0", "v": 0}]
     assert DeltaTable(str(table)).transaction_version("job") == 0
 
@@ -227,7 +219,7 @@ def test_rewind_is_refused_when_another_writer_committed(spark, tmp_path):
 
     write_deltalake(str(table), pa.table({"k": ["foreign"], "v": [9]}), mode="append")
     with pytest.raises(SinkAheadError, match="was not written by job 'job'"):
-        sink.rewind("job", _snapshot(sink, batch=0, version=0))
+        sink.rewind("job", rewind_target(sink, batch=0, version=0))
     with pytest.raises(SinkAheadError, match="recorded no table version"):
-        sink.rewind("job", _snapshot(sink, batch=5, version=None))
+        sink.rewind("job", rewind_target(sink, batch=5, version=None))
     assert len(rows(table, "k")) == 3

@@ -18,11 +18,17 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError, SinkAheadError, SinkError, TransactionConflict
 from airflow_sparkpoint.sinks import DeltaSink, sink_from_config
-from tests.support.delta_staging import DRIVER_MAX_BYTES, side, stage, staging_side  # noqa: F401 - autouse
+from tests.support.delta_staging import (  # noqa: F401 - staging_side: autouse
+    DRIVER_MAX_BYTES,
+    rewind_target,
+    side,
+    stage,
+    staging_side,
+)
 from tests.support.inputs import write_json_batches
+from tests.support.records import transaction_record
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
@@ -262,18 +268,12 @@ def test_abort_and_cleanup_orphans_leave_nothing_under_staging(spark, endpoint, 
 # -- rewind (invariant 4) ------------------------------------------------------------------
 
 
-def _snapshot(sink: DeltaSink, batch: int, version: int | None) -> SnapshotMetadata:
-    positions = {} if version is None else {sink.sink_id: {"batch": version, "version": version}}
-    return SnapshotMetadata(kind="savepoint", id=1, job="job", generation=1, batch_id=batch, created_at=0.0,
-                            files=(), sink_positions=positions)
-
-
 def test_rewind_restores_the_table_and_lowers_the_transaction_version(spark, endpoint, bucket, options):
     sink = make_sink(bucket, options)
     for batch in range(3):
         sink.commit(stage(sink, spark.createDataFrame([(f"r{batch}", batch)], "k string, v long"), batch))
 
-    sink.rewind("job", _snapshot(sink, batch=1, version=None))
+    sink.rewind("job", rewind_target(sink, batch=1, version=None))
 
     assert rows(endpoint, bucket, "k") == [{"k": "r0", "v": 0}, {"k": "r1", "v": 1}]
     assert table(endpoint, bucket).transaction_version("job") == 1
@@ -287,7 +287,7 @@ def test_rewind_restores_the_table_and_lowers_the_transaction_version(spark, end
     write_deltalake(f"s3://{bucket}/warehouse/t", pa.table({"k": ["foreign"], "v": [9]}), mode="append",
                     storage_options=delta_options(endpoint))
     with pytest.raises(SinkAheadError, match="was not written by job 'job'"):
-        sink.rewind("job", _snapshot(sink, batch=0, version=0))
+        sink.rewind("job", rewind_target(sink, batch=0, version=0))
     assert len(rows(endpoint, bucket, "k")) == 4
 
 
@@ -370,13 +370,11 @@ def test_errors_hide_the_secret_and_the_endpoint_password(endpoint, bucket):
             sink.validate()
         except Exception as exc:  # noqa: BLE001 - the missing bucket
             errors.append(exc)
-        record = TransactionRecord(job="job", batch_id=0, generation=1, sink="delta", sink_id=sink.sink_id,
-                                   payload={"config": sink.to_config(), "staged": {
-                                       "mode": "append", "staging": "_sparkpoint_txn/job/job-b0-g1", "rows": 1,
-                                       "files": [{"path": "_sparkpoint_txn/job/job-b0-g1/x.parquet", "size": 1,
-                                                  "partition_values": {}, "num_records": 1,
-                                                  "modification_time": 0}],
-                                       "schema": schema}})
+        record = transaction_record(sink, 0, 1, {
+            "mode": "append", "staging": "_sparkpoint_txn/job/job-b0-g1", "rows": 1,
+            "files": [{"path": "_sparkpoint_txn/job/job-b0-g1/x.parquet", "size": 1, "partition_values": {},
+                       "num_records": 1, "modification_time": 0}],
+            "schema": schema}, created_at=0.0)
         calls: list[tuple[Any, tuple[Any, ...]]] = [
             (sink.commit, (record,)), (sink.abort, (record,)), (sink.cleanup_orphans, ("job", set()))]
         for action, args in calls:

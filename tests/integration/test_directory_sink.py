@@ -17,7 +17,7 @@ from airflow_sparkpoint.sinks.base import StageContext
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.sinks.registry import sink_from_config
 from tests.support.inputs import write_json_batches
-from tests.support.records import sink_record
+from tests.support.records import transaction_record
 
 pytestmark = pytest.mark.spark
 
@@ -29,7 +29,7 @@ def stage(sink: DirectorySink, df: Any, batch: int, generation: int = 1,
           options: dict[str, Any] | None = None) -> TransactionRecord:
     ctx = StageContext(JOB, batch, generation, options or {})
     staged = sink.stage(df, ctx)
-    return sink_record(sink, batch, generation, staged, job=JOB)
+    return transaction_record(sink, batch, generation, staged, job=JOB)
 
 
 def batch_df(spark: Any, batch: int, n: int = 40) -> Any:

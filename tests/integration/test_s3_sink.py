@@ -17,7 +17,7 @@ from airflow_sparkpoint.sinks.base import StageContext
 from airflow_sparkpoint.sinks.registry import sink_from_config
 from airflow_sparkpoint.sinks.s3 import MIN_PART_SIZE, S3Sink, multipart_etag
 from tests.support.inputs import write_json_batches
-from tests.support.records import sink_record
+from tests.support.records import transaction_record
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
@@ -55,7 +55,7 @@ def stage(sink: S3Sink, df: Any, batch: int, generation: int = 1,
     """What the runtime does in foreachBatch: stage, then record the pre-commit."""
     ctx = StageContext(JOB, batch, generation, options or {})
     staged = sink.stage(df, ctx)
-    return sink_record(sink, batch, generation, staged, job=JOB)
+    return transaction_record(sink, batch, generation, staged, job=JOB)
 
 
 def rows_of(spark: Any, batch: int) -> Any:

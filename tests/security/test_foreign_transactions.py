@@ -35,13 +35,13 @@ from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.sinks.s3 import S3Sink
 from airflow_sparkpoint.storage import LocalStorage
 from tests.support.forgery import outcome
-from tests.support.records import checkpoint_at, sink_record
+from tests.support.records import checkpoint_at, transaction_record
 
 JOB, OTHER = "orders", "refunds"
 
 
 def record(job: str, batch: int, generation: int, sink: Any, staged: dict[str, Any]) -> TransactionRecord:
-    return sink_record(sink, batch, generation, staged, job=job)
+    return transaction_record(sink, batch, generation, staged, job=job)
 
 
 # ------------------------------------------------------------------- another job's record, a shared sink

@@ -27,9 +27,8 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, FileRef, SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints import Catalog, FileRef
 from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest
-from airflow_sparkpoint.checkpoints.metadata import sha256_hex
 from airflow_sparkpoint.exceptions import (
     ConfigError,
     ControlError,
@@ -40,6 +39,7 @@ from airflow_sparkpoint.exceptions import (
     StorageError,
 )
 from airflow_sparkpoint.storage import open_storage
+from tests.support.records import put_checkpoint, transaction_record
 from tests.support.servers import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -58,22 +58,6 @@ def assert_clean(text: str, *, what: str, key_id: bool = True) -> None:
 def full_text(exc: BaseException) -> str:
     """Everything a log handler prints for `exc`: message, repr and the whole chain."""
     return "\n".join([str(exc), repr(exc), "".join(traceback.format_exception(exc))])
-
-
-def checkpoint(catalog: Catalog, batch_id: int = 0, **changes: Any) -> SnapshotMetadata:
-    """A completed checkpoint with one shared file; `changes` rewrite the metadata."""
-    if catalog.current_generation() == 0:
-        catalog.claim_generation()
-    data = f"offsets of batch {batch_id}".encode()
-    key = catalog.shared_key(f"offsets/{batch_id}", sha256_hex(data))
-    catalog.store.put(key, data)
-    meta = SnapshotMetadata(
-        kind="checkpoint", id=catalog.next_checkpoint_id(), job=catalog.job,
-        generation=catalog.current_generation(), batch_id=batch_id, created_at=time.time(),
-        files=(FileRef(path=f"offsets/{batch_id}", key=key, size=len(data), sha256=sha256_hex(data)),),
-    ).with_(**changes)
-    catalog.complete_checkpoint(meta)
-    return meta
 
 
 class Detonator:
@@ -139,9 +123,9 @@ def test_s3_and_directory_sinks_hide_credentials(s3_server: str, s3_bucket: str)
         with pytest.raises(SparkpointError) as info:
             sink.validate()
         errors.append(info.value)
-    record = TransactionRecord(JOB, 0, 1, "s3", f"s3://{missing}/x", {"config": {"uri": f"s3://{missing}/x"},
-                               "staged": {"uploads": [{"key": "x/part-orders-b0-g1-00000.json", "upload_id": "u",
-                                                       "parts": [[1, '"e"']], "size": 1, "rows": 1}]}})
+    record = transaction_record("s3", 0, 1, {"uploads": [{"key": "x/part-orders-b0-g1-00000.json", "upload_id": "u",
+                                                          "parts": [[1, '"e"']], "size": 1, "rows": 1}]},
+                                job=JOB, sink_id=f"s3://{missing}/x", config={"uri": f"s3://{missing}/x"})
     broken = S3Sink(f"s3://{missing}/x")
     broken.configure(options)
     for action in (lambda: broken.commit(record), lambda: broken.abort(record),
@@ -272,8 +256,8 @@ def test_pickled_metadata_is_corrupt_and_never_unpickled(tmp_path: Path, caplog:
 
     marker = tmp_path / "unpickled"
     catalog = Catalog(open_storage(str(tmp_path / "root")), JOB)
-    good = checkpoint(catalog, 0)
-    bad = checkpoint(catalog, 1)
+    good = put_checkpoint(catalog, batch_id=0, generation=1)
+    bad = put_checkpoint(catalog, batch_id=1, generation=1)
     payload = pickle.dumps(Detonator(marker))
     catalog.store.put(f"chk-{bad.id}/_metadata", payload)
     savepoint = catalog.create_savepoint(catalog.handle(good))
@@ -323,7 +307,7 @@ def test_metadata_file_paths_cannot_leave_the_live_location(tmp_path: Path) -> N
     from airflow_sparkpoint.runtime.restore import materialize
 
     catalog = Catalog(open_storage(str(tmp_path / "root")), JOB)
-    good = checkpoint(catalog, 0)
+    good = put_checkpoint(catalog, batch_id=0, generation=1)
     ref = good.files[0]
     for evil in ({"path": "../../escaped"}, {"path": "/etc/escaped"}, {"key": "../other-job/shared/x"},
                  {"path": "offsets/../../escaped"}):
@@ -340,7 +324,7 @@ def test_dispose_refuses_paths_outside_the_job(tmp_path: Path) -> None:
     root = tmp_path / "root"
     catalog = Catalog(open_storage(str(root)), JOB)
     other = Catalog(open_storage(str(root)), "other")
-    mine, theirs = checkpoint(catalog, 0), checkpoint(other, 0)
+    mine, theirs = put_checkpoint(catalog, batch_id=0, generation=1), put_checkpoint(other, batch_id=0, generation=1)
     before = sorted(str(p) for p in root.rglob("*"))
     for path in (f"chk-{mine.id}/../../other/chk-{theirs.id}", f"{root}/other/chk-{theirs.id}",
                  f"file://{root}/{JOB}/../other/chk-{theirs.id}", f"s3://elsewhere/{JOB}/chk-{mine.id}",
@@ -372,8 +356,8 @@ def test_restore_targets_outside_the_job_are_refused_before_anything_is_touched(
     root = tmp_path / "root"
     catalog = Catalog(open_storage(str(root)), JOB)
     other = Catalog(open_storage(str(root)), "other")
-    checkpoint(catalog, 0)
-    theirs = checkpoint(other, 0)
+    put_checkpoint(catalog, batch_id=0, generation=1)
+    theirs = put_checkpoint(other, batch_id=0, generation=1)
     before = sorted(str(p) for p in root.rglob("*"))
 
     def plan(restore: str, **extra: str) -> Any:

@@ -27,6 +27,7 @@ from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import SparkpointError
 from airflow_sparkpoint.sinks import DeltaSink
 from airflow_sparkpoint.sinks.directory import DirectorySink
+from tests.support.records import transaction_record
 
 JOB = "orders"
 SCHEMA = pa.schema([("user", pa.string()), ("total", pa.int64())])
@@ -76,8 +77,7 @@ def directory_record(sink: DirectorySink, batch: int, generation: int, files: di
     txn = f"{JOB}-b{batch}-g{generation}"
     staged = {"format": "json", "staging": f"_staging/{txn}",
               "files": [{"path": p, "size": s} for p, s in files.items()], "bytes": sum(files.values())}
-    return TransactionRecord(JOB, batch, generation, sink.kind, sink.sink_id,
-                             {"config": sink.to_config(), "staged": staged}, created_at=time.time())
+    return transaction_record(sink, batch, generation, staged, job=JOB)
 
 
 @pytest.fixture()
@@ -186,8 +186,7 @@ def delta_record(sink: DeltaSink, batch: int, generation: int, victim: Path) -> 
               "num_records": 1, "modification_time": int(time.time() * 1000)}]
     payload = {"mode": sink.mode, "staging": staging, "files": files, "rows": 1,
                "schema": base64.b64encode(SCHEMA.serialize().to_pybytes()).decode("ascii")}
-    return TransactionRecord(JOB, batch, generation, sink.kind, sink.sink_id,
-                             {"config": sink.to_config(), "staged": payload}, created_at=time.time())
+    return transaction_record(sink, batch, generation, payload, job=JOB)
 
 
 @pytest.fixture(params=["append", "merge"])

@@ -22,11 +22,11 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.history import load_history
-from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata
+from airflow_sparkpoint.checkpoints.metadata import FileRef
 from airflow_sparkpoint.cli import main
 from airflow_sparkpoint.exceptions import StorageError
 from airflow_sparkpoint.storage import open_storage
-from tests.support.records import checkpoint_at
+from tests.support.records import checkpoint_at, snapshot_metadata
 
 JOB = "orders"
 MIB = 1 << 20
@@ -170,8 +170,8 @@ def _snapshot_with_a_huge_offsets_file(store: Store, size: int) -> Any:
         with open(path, "wb") as handle:
             handle.truncate(size)
     store.catalog.claim_generation()
-    meta = SnapshotMetadata("checkpoint", 5, JOB, 1, 3, time.time(),
-                            (FileRef("offsets/3", key, size, "0" * 64),))
+    meta = snapshot_metadata(3, snapshot_id=5, job=JOB, created_at=time.time(),
+                             files=(FileRef("offsets/3", key, size, "0" * 64),))
     store.catalog.complete_checkpoint(meta)
     return store.catalog.snapshot(5)
 
@@ -194,8 +194,8 @@ def test_the_offsets_file_of_a_real_checkpoint_is_read(tmp_path: Path) -> None:
     catalog.claim_generation()
     body = b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"logOffset":3}'
     catalog.store.put("shared/offsets/3~0123456789abcdef", body)
-    catalog.complete_checkpoint(SnapshotMetadata("checkpoint", 5, JOB, 1, 3, time.time(),
-                                                 (FileRef("offsets/3", "shared/offsets/3~0123456789abcdef",
-                                                          len(body), "0" * 64),)))
+    catalog.complete_checkpoint(snapshot_metadata(3, snapshot_id=5, job=JOB, created_at=time.time(),
+                                                  files=(FileRef("offsets/3", "shared/offsets/3~0123456789abcdef",
+                                                                 len(body), "0" * 64),)))
     assert snapshot_offsets(catalog.snapshot(5)) == body.decode()
     assert os.path.exists(tmp_path / "store" / JOB / "chk-5" / "_metadata")

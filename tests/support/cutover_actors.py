@@ -13,12 +13,11 @@ from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore
 from airflow_sparkpoint.checkpoints.generations import Fence
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.cutover import adopt
 from tests.support.fake_sinks import FakeSink
-from tests.support.records import put_checkpoint
+from tests.support.records import put_checkpoint, transaction_record
 
 __all__ = ["Blue", "Green"]
 
@@ -113,9 +112,7 @@ class Green:
             self.error = exc
 
     def _commit_next(self, batch: int, generation: int) -> None:
-        record = TransactionRecord(job="orders", batch_id=batch, generation=generation, sink=self.sink.kind,
-                                   sink_id=self.sink.sink_id, created_at=0.0,
-                                   payload={"config": self.sink.to_config()})
+        record = transaction_record(self.sink, batch, generation, job="orders", created_at=0.0)
         self.catalog.put_transaction(record)
         committer = Committer(catalog=self.catalog, sink=self.sink, fence=Fence(self.catalog, generation),
                               commit_mode="checkpoint")

@@ -8,10 +8,9 @@ from __future__ import annotations
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.runtime.cutover import adopt
 from tests.support.fake_sinks import FakeSink
-from tests.support.records import put_checkpoint
+from tests.support.records import put_checkpoint, transaction_record
 
 __all__ = ["CID", "N", "blue_stopped", "green_took_over"]
 
@@ -34,8 +33,7 @@ def blue_stopped(catalog: Catalog, sink: FakeSink) -> str:
     request = channel.submit("stop_after", generation=1, after_batch=N, cutover=CID)
     store.agree(CID, N, request.id)
     channel.acknowledge(request, 1)
-    committed = TransactionRecord(job="orders", batch_id=N, generation=1, sink=sink.kind, sink_id=sink.sink_id,
-                                  created_at=0.0, payload={"config": sink.to_config()})
+    committed = transaction_record(sink, N, 1, job="orders", created_at=0.0)
     saved = catalog.create_savepoint(catalog.handle(final.with_(transactions=(committed,))), generation=1)
     channel.complete(request, generation=1, batch_id=N, checkpoint=x, savepoint=saved.uri)
     return saved.uri
@@ -51,7 +49,5 @@ def green_took_over(catalog: Catalog, sink: FakeSink) -> tuple[int, list[str]]:
     for batch in (N + 1, N + 2):
         meta = put_checkpoint(catalog, batch_id=batch, generation=green)
         newer.append(catalog.create_savepoint(catalog.handle(meta), generation=green).uri)
-    catalog.put_transaction(TransactionRecord(job="orders", batch_id=N + 1, generation=green, sink=sink.kind,
-                                              sink_id=sink.sink_id, created_at=0.0,
-                                              payload={"config": sink.to_config()}))
+    catalog.put_transaction(transaction_record(sink, N + 1, green, job="orders", created_at=0.0))
     return green, newer

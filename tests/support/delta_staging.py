@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_sparkpoint.checkpoints import TransactionRecord
+from airflow_sparkpoint.checkpoints import SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.sinks import DeltaSink, StageContext
-from tests.support.records import sink_record
+from tests.support.records import snapshot_metadata, transaction_record
 
 JOB = "job"  # the job of the batches `staged` makes
 SCHEMA = pa.schema([("user", pa.string()), ("total", pa.int64())])
@@ -78,7 +78,7 @@ def stage(sink: DeltaSink, df: Any, batch: int, generation: int = 1, job: str = 
     pre-commit record."""
     ctx = StageContext(job, batch, generation, options or {}, DRIVER_MAX_BYTES[SIDE])
     payload = sink.stage(sized(df) if SIDE == "driver" else df, ctx)
-    return sink_record(sink, batch, generation, payload, job=job)
+    return transaction_record(sink, batch, generation, payload, job=job)
 
 
 def staged(sink: DeltaSink, batch: int, generation: int, rows: list[tuple[str, int]]) -> TransactionRecord:
@@ -94,7 +94,14 @@ def staged(sink: DeltaSink, batch: int, generation: int, rows: list[tuple[str, i
               "num_records": len(rows), "modification_time": int(time.time() * 1000)}] if rows else []
     payload = {"mode": sink.mode, "staging": staging, "files": files, "rows": len(rows),
                "schema": base64.b64encode(SCHEMA.serialize().to_pybytes()).decode("ascii")}
-    return sink_record(sink, batch, generation, payload, job=JOB)
+    return transaction_record(sink, batch, generation, payload, job=JOB)
+
+
+def rewind_target(sink: DeltaSink, batch: int, version: int | None) -> SnapshotMetadata:
+    """A savepoint of job ``job`` at `batch` that saw `sink` at table `version` (`None`:
+    a savepoint from before the sink recorded positions), for `DeltaSink.rewind`."""
+    positions = {} if version is None else {sink.sink_id: {"batch": version, "version": version}}
+    return snapshot_metadata(batch, kind="savepoint", sink_positions=positions)
 
 
 def table_rows(sink: DeltaSink) -> list[tuple[str, int]]:

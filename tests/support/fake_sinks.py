@@ -6,18 +6,23 @@ the commit step rebuilt the other one; an order-dependent failure).
 table version to its commits, `LocatedSink` a location); `RecordingSink` remembers per
 instance what was committed (`recording_record` is its pre-commit record);
 `RecordingLineageSink` and `AbortRecordingSink` remember in class-level lists, for a
-commit step that rebuilds them from a record."""
+commit step that rebuilds them from a record. `CopySink` is a small real `FileSink`
+over one `Storage`, for the claim protocol's tests."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+from airflow_sparkpoint.exceptions import ObjectNotFound, SinkError
+from airflow_sparkpoint.sinks import _claims as claims
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
+from airflow_sparkpoint.storage import Storage
+from tests.support.records import transaction_record
 
-__all__ = ["AbortRecordingSink", "FakeSink", "LocatedSink", "RecordingLineageSink", "RecordingSink", "ReplayRecordSink", "VersionedSink",
-           "recording_record"]
+__all__ = ["COPY_FILES", "AbortRecordingSink", "CopySink", "FakeSink", "LocatedSink", "RecordingLineageSink",
+           "RecordingSink", "ReplayRecordSink", "VersionedSink", "recording_record"]
 
 
 class FakeSink(Sink):
@@ -129,8 +134,8 @@ class RecordingSink(Sink):
 
 def recording_record(batch: int, generation: int, job: str = "job") -> TransactionRecord:
     """The pre-commit record of the default `RecordingSink` for `batch` by `generation`."""
-    return TransactionRecord(job=job, batch_id=batch, generation=generation, sink="recording-test",
-                             sink_id="recording:rec", payload={"config": {}, "staged": {"rows": 1}})
+    return transaction_record("recording-test", batch, generation, {"rows": 1}, job=job, sink_id="recording:rec",
+                              created_at=0.0)
 
 
 class RecordingLineageSink(Sink):
@@ -205,3 +210,89 @@ class ReplayRecordSink:
 
     def replay_record(self, job: str, batch_id: int) -> str | None:
         return self.records.get(batch_id)
+
+
+#: files `CopySink.stage_batch` stages per batch by default
+COPY_FILES = 3
+
+
+class CopySink(claims.FileSink):
+    """A file sink over one `Storage`: staged objects under ``_staging/<txn>/`` are copied
+    to ``part-<txn>-<n>`` on promotion, the way `DirectorySink` promotes on S3. `hook(step)`
+    runs at each step of a promotion so a test can stop a claimant there (it raises to
+    "die"). Batches are staged by `stage_batch`, not from a DataFrame."""
+
+    kind = "copy-test"
+    format = "bin"
+    job = "orders"  # the job of the batches it stages
+
+    def __init__(self, store: Storage, hook: Callable[[str], None] | None = None) -> None:
+        self.store = store
+        self.uri = store.uri
+        self.hook = hook or (lambda step: None)
+        self._options = {}
+        self._store = store
+
+    def to_config(self) -> dict[str, Any]:
+        return {}
+
+    def stage(self, df: Any, ctx: StageContext) -> dict[str, Any]:  # pragma: no cover - not used
+        raise AssertionError("CopySink stages with stage_batch")
+
+    def stage_batch(self, batch: int, generation: int, files: int = COPY_FILES) -> TransactionRecord:
+        """Stage `files` objects of `batch` by `generation`; their pre-commit record."""
+        txn = f"{self.job}-b{batch}-g{generation}"
+        staged = []
+        for i in range(files):
+            key = f"_staging/{txn}/{i}"
+            self.store.put(key, f"{txn}:{i}".encode())
+            staged.append({"src": key, "dst": f"part-{txn}-{i:05d}", "size": len(f"{txn}:{i}")})
+        return transaction_record(self, batch, generation, {"files": staged}, job=self.job)
+
+    def _storage(self) -> Storage:
+        return self.store
+
+    def _file_uri(self, file: Mapping[str, Any]) -> str:
+        return f"{self.uri.rstrip('/')}/{file['path']}"
+
+    def _plan(self, record: TransactionRecord) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        staged = record.payload["staged"]["files"]
+        return {"moves": staged}, [{"path": f["dst"], "size": f["size"]} for f in staged]
+
+    def _missing(self, txn: str, plan: Mapping[str, Any]) -> list[str]:
+        return [m["src"] for m in plan["moves"] if not self.store.exists(m["src"]) and not self.store.exists(m["dst"])]
+
+    def _promote(self, claim: Mapping[str, Any]) -> list[str]:
+        states = []
+        for done, move in enumerate(claim["plan"]["moves"], start=1):
+            try:
+                self.store.copy(move["src"], move["dst"])
+                states.append("copied")
+            except ObjectNotFound:
+                if not self.store.exists(move["dst"]):
+                    raise SinkError(f"staged {move['src']} is gone and {move['dst']} is not in place: lost") from None
+                states.append("already")
+            self.hook(f"promoted {done}")
+        return states
+
+    def _discard(self, txn: str, plan: Mapping[str, Any] | None, *, promoted_too: bool) -> int:
+        removed = self.store.delete_prefix(f"_staging/{txn}")
+        if promoted_too:
+            self.store.delete(info.key for info in self.store.list() if info.key.startswith(f"part-{txn}-"))
+        return removed
+
+    def _after_done(self, claim: Mapping[str, Any]) -> None:
+        self.store.delete_prefix(f"_staging/{claim['txn_id']}")
+
+    # what a test looks at
+    def visible(self) -> list[str]:
+        return sorted(i.key for i in self.store.list() if i.key.startswith("part-"))
+
+    def staged(self) -> list[str]:
+        return sorted(i.key for i in self.store.list("_staging"))
+
+    def commit(self, record: TransactionRecord) -> Any:
+        return claims.commit(self, record)
+
+    def abort(self, record: TransactionRecord) -> None:
+        claims.abort(self, record)

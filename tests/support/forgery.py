@@ -4,11 +4,11 @@ that it was refused (`assert_refused`), and the keys left in a bucket (`s3_objec
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import TransactionRecord
 from airflow_sparkpoint.sinks import sink_from_config
+from tests.support.records import transaction_record
 
 __all__ = ["JOB", "assert_refused", "forged_record", "outcome", "s3_objects"]
 
@@ -35,8 +35,7 @@ def forged_record(batch: int, generation: int, config: dict[str, Any], staged: d
     """A transaction record of job `JOB` as an attacker who can write the catalog forges it:
     any `config` and `staged` part, with the sink id that `config` gives."""
     sink_id = sink_from_config(sink_kind, config).sink_id  # as consistent as a careful forger makes it
-    return TransactionRecord(JOB, batch, generation, sink_kind, sink_id,
-                             {"config": config, "staged": staged}, created_at=time.time())
+    return transaction_record(sink_kind, batch, generation, staged, job=JOB, sink_id=sink_id, config=config)
 
 
 def s3_objects(endpoint: str, bucket: str) -> list[str]:

@@ -1,9 +1,13 @@
-"""One builder per record kind, as the runtime writes them (no Spark): a completed
-checkpoint in a job's catalog, with its files uploaded into ``shared/`` as the
-checkpointer does (`put_checkpoint`), a sink's pre-commit transaction record
-(`sink_record`), transactions a checkpoint confirms (`confirm`), a checkpoint with
-state files (`state_checkpoint`), a job's status record (`write_status`) and the
-``_metadata`` of a big job (`big_job_metadata`)."""
+"""One builder per record kind, as the runtime writes them (no Spark): a snapshot's
+``_metadata`` (`snapshot_metadata`) and a sink's pre-commit transaction record
+(`transaction_record`), and on top of them a completed checkpoint in a job's catalog,
+with its files uploaded into ``shared/`` as the checkpointer does (`put_checkpoint`),
+transactions a checkpoint confirms (`confirm`), a checkpoint with state files
+(`state_checkpoint`), a job's status record (`write_status`) and the ``_metadata`` of a
+big job (`big_job_metadata`).
+
+Tests of a record type itself (its JSON, parse and bounds: test_metadata.py,
+test_bounded_parse.py) construct it directly; every other test builds through here."""
 
 from __future__ import annotations
 
@@ -13,8 +17,43 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
-from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotStats, sha256_hex
+from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotKind, SnapshotStats, sha256_hex
 from airflow_sparkpoint.sinks.base import Sink
+
+
+def snapshot_metadata(batch: int = 0, *, kind: SnapshotKind = "checkpoint", snapshot_id: int = 1, job: str = "job",
+                      generation: int = 1, created_at: float = 0.0, files: Iterable[FileRef] = (),
+                      **fields: Any) -> SnapshotMetadata:
+    """The ``_metadata`` of snapshot `snapshot_id` (a checkpoint unless `kind` says
+    savepoint) of `job` at `batch` by `generation`, referencing `files`; `fields` sets
+    any other field (`transactions`, `sink_positions`, `stats`, ...). Nothing is written:
+    `put_checkpoint` completes one in a catalog."""
+    return SnapshotMetadata(kind=kind, id=snapshot_id, job=job, generation=generation, batch_id=batch,
+                            created_at=created_at, files=tuple(files), **fields)
+
+
+def transaction_record(sink: Sink | str, batch: int = 0, generation: int = 1,
+                       staged: Mapping[str, Any] | None = None, *, job: str = "job", sink_id: str | None = None,
+                       config: Mapping[str, Any] | None = None, payload: Mapping[str, Any] | None = None,
+                       created_at: float | None = None, **extra: Any) -> TransactionRecord:
+    """The pre-commit record of `sink` as the runtime writes it after staging `batch` of
+    `job` by `generation`: the sink's config, what its stage returned (`staged`, default
+    nothing) and `extra` payload keys (``replay``, ``settled_by``), created now unless
+    `created_at`.
+
+    `sink` is a `Sink` (its kind, id and config) or a kind's name (then `sink_id` names
+    the sink, `config` defaults to empty); `sink_id` and `config` override a Sink's own.
+    `payload` replaces the whole payload (`staged` and `extra` are then ignored), for a
+    record the runtime would not write (no config, foreign keys). Nothing is written: the
+    catalog's `put_transaction` records it."""
+    if isinstance(sink, Sink):
+        kind, own_id, own_config = sink.kind, sink.sink_id, sink.to_config()
+    else:
+        kind, own_id, own_config = sink, "", {}
+    if payload is None:
+        payload = {"config": dict(own_config if config is None else config), "staged": dict(staged or {}), **extra}
+    return TransactionRecord(job, batch, generation, kind, own_id if sink_id is None else sink_id, dict(payload),
+                             created_at=time.time() if created_at is None else created_at)
 
 
 def put_checkpoint(
@@ -26,14 +65,17 @@ def put_checkpoint(
     created_at: float | None = None,
     pending: Iterable[TransactionRecord] = (),
     stats: SnapshotStats | None = None,
+    checkpoint_id: int | None = None,
 ) -> SnapshotMetadata:
     """Upload `files` (path → bytes) into shared/ (once per content) and complete a
     checkpoint referencing them that lists `pending` as its pending transactions.
 
-    Defaults: `files` one offsets file (``offsets/<id>``); `batch_id` the checkpoint's id
-    minus one; `generation` the current one (generations are claimed up to a given one);
-    `created_at` now; `stats` 5 ms, every file copied."""
-    checkpoint_id = catalog.next_checkpoint_id()
+    Defaults: `checkpoint_id` the catalog's next one; `files` one offsets file
+    (``offsets/<id>``); `batch_id` the checkpoint's id minus one; `generation` the current
+    one (generations are claimed up to a given one); `created_at` now; `stats` 5 ms, every
+    file copied."""
+    if checkpoint_id is None:
+        checkpoint_id = catalog.next_checkpoint_id()
     if files is None:
         files = {f"offsets/{checkpoint_id}": f"offsets of batch {checkpoint_id}".encode()}
     if generation is not None:
@@ -47,14 +89,13 @@ def put_checkpoint(
             catalog.store.put(key, data)
         refs.append(FileRef(path=path, key=key, size=len(data), sha256=sha))
     size = sum(map(len, files.values()))
-    meta = SnapshotMetadata(
-        kind="checkpoint",
-        id=checkpoint_id,
+    meta = snapshot_metadata(
+        checkpoint_id - 1 if batch_id is None else batch_id,
+        snapshot_id=checkpoint_id,
         job=catalog.job,
         generation=catalog.current_generation() if generation is None else generation,
-        batch_id=checkpoint_id - 1 if batch_id is None else batch_id,
         created_at=time.time() if created_at is None else created_at,
-        files=tuple(refs),
+        files=refs,
         stats=stats or SnapshotStats(duration_ms=5, bytes_copied=size, files_copied=len(files), bytes_total=size,
                                      file_count=len(files)),
         transactions=tuple(pending),
@@ -92,14 +133,6 @@ def write_status(catalog: Catalog, state: str = "running", *, heartbeat_age: flo
                           "started_at": now - 60, "heartbeat_at": now - heartbeat_age, **extra})
 
 
-def sink_record(sink: Sink, batch: int, generation: int = 1, staged: Mapping[str, Any] | None = None, *,
-                job: str = "job") -> TransactionRecord:
-    """The pre-commit record of `sink` as the runtime writes it after staging `batch`:
-    the sink's config and what its stage returned (`staged`, default nothing)."""
-    return TransactionRecord(job, batch, generation, sink.kind, sink.sink_id,
-                             {"config": sink.to_config(), "staged": dict(staged or {})}, created_at=time.time())
-
-
 def confirm(catalog: Catalog, *records: TransactionRecord) -> None:
     """Record the transactions and a checkpoint of their last batch that lists them (as the
     coordinator does in ``external`` commit mode)."""
@@ -114,4 +147,5 @@ def big_job_metadata(files: int) -> bytes:
     for i in range(files):
         path = f"state/{i % 4}/{i // 4 % 200}/SSTs/{i:06d}-{uuid.UUID(int=i)}.sst"
         refs.append(FileRef(path, f"shared/{path}~{i:016x}", 64 << 20, f"{i:064x}", 1_790_000_000_123_456_789))
-    return SnapshotMetadata("checkpoint", 12345, "orders", 42, 987654, 1.79e9, tuple(refs)).to_bytes()
+    return snapshot_metadata(987654, snapshot_id=12345, job="orders", generation=42, created_at=1.79e9,
+                             files=refs).to_bytes()

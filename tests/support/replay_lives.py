@@ -8,7 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
+from airflow_sparkpoint.checkpoints import Catalog
+from tests.support.records import transaction_record
 
 __all__ = ["META", "entry", "live", "offsets_text", "pending", "snapshot_at"]
 
@@ -54,5 +55,5 @@ def pending(catalog: Catalog, batch: int, generation: int, replay_text: str | No
     payload: dict[str, Any] = {"staged": {}}
     if replay_text is not None:
         payload["replay"] = replay_text
-    catalog.put_transaction(TransactionRecord(job=catalog.job, batch_id=batch, generation=generation,
-                                              sink="delta", sink_id="fake:blue", payload=payload))
+    catalog.put_transaction(transaction_record("delta", batch, generation, job=catalog.job, sink_id="fake:blue",
+                                               payload=payload, created_at=0.0))

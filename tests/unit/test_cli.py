@@ -17,13 +17,10 @@ import pytest
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.metadata import (
-    TransactionRecord,
-)
 from airflow_sparkpoint.storage import open_storage
 from tests.support.cli_runs import checkpoint, job_with_checkpoints, run
 from tests.support.fake_sinks import AbortRecordingSink
-from tests.support.records import write_status
+from tests.support.records import transaction_record, write_status
 
 ENTRY_KEYS = {"kind", "id", "uri", "valid", "error", "batch_id", "generation", "created_at", "created",
               "duration_ms", "bytes_copied", "bytes_total", "file_count", "source_checkpoint",
@@ -385,9 +382,7 @@ def test_commit_abort_generation_discards_green_and_is_refused_while_it_runs(
     catalog.claim_generation()  # blue: generation 1
     catalog.claim_generation()  # green: generation 2
     for batch, generation in ((3, 1), (4, 2), (5, 2)):
-        catalog.put_transaction(TransactionRecord(
-            job="orders", batch_id=batch, generation=generation, sink=AbortRecordingSink.kind,
-            sink_id="cli-test", payload={"config": {}, "staged": {}}))
+        catalog.put_transaction(transaction_record(AbortRecordingSink(), batch, generation, job="orders"))
     write_status(catalog)  # green is running
     AbortRecordingSink.aborted.clear()
 

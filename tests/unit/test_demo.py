@@ -41,6 +41,7 @@ from airflow_sparkpoint.demo.support import (
     orphaned_staged_files,
     write_batch_file,
 )
+from tests.support.records import put_checkpoint
 
 # ---------------------------------------------------------------------------- input plan
 
@@ -128,11 +129,9 @@ def test_snapshot_names_and_generation_origins() -> None:
 
 
 def _checkpoint(catalog: Catalog, checkpoint_id: int, batch: int, generation: int) -> SnapshotMetadata:
-    meta = SnapshotMetadata(kind="checkpoint", id=checkpoint_id, job=catalog.job, generation=generation,
-                            batch_id=batch, created_at=time.time(), files=(),
-                            stats=SnapshotStats(duration_ms=40 + checkpoint_id, bytes_copied=1300, bytes_total=9000))
-    catalog.complete_checkpoint(meta)
-    return meta
+    """A checkpoint without files whose stats the demo's tables show (40 + id ms, 1300 of 9000 B copied)."""
+    return put_checkpoint(catalog, {}, checkpoint_id=checkpoint_id, batch_id=batch, generation=generation,
+                          stats=SnapshotStats(duration_ms=40 + checkpoint_id, bytes_copied=1300, bytes_total=9000))
 
 
 def _status(catalog: Catalog, generation: int, state: str, **extra: object) -> None:

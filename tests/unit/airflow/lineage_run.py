@@ -12,7 +12,7 @@ from airflow_sparkpoint.operators import SparkpointCommitOperator, SparkpointSub
 from airflow_sparkpoint.storage import open_storage
 from tests.support.dag_runs import new_dag, run_dag, task_states
 from tests.support.fake_sinks import LocatedSink
-from tests.support.records import confirm, sink_record
+from tests.support.records import confirm, transaction_record
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     catalog = Catalog(open_storage(root), job)
     catalog.claim_generation()
     sink = LocatedSink("w-lineage")
-    confirm(catalog, sink_record(sink, 0, job=job), sink_record(sink, 1, job=job))
+    confirm(catalog, transaction_record(sink, 0, job=job), transaction_record(sink, 1, job=job))
     with new_dag("lineage") as dag:
         commit = SparkpointCommitOperator(task_id="commit", job_name=job, checkpoint_dir=root, sink=sink)
         submit = SparkpointSubmitOperator(task_id="submit", application="/nonexistent/job.py", conn_id="spark_default",

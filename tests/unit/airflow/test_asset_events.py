@@ -14,7 +14,7 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.exceptions import ConfigError
 from tests.support.dag_runs import new_dag, run_dag, task_state
 from tests.support.fake_sinks import LocatedSink
-from tests.support.records import confirm, put_checkpoint, sink_record
+from tests.support.records import confirm, put_checkpoint, transaction_record
 
 pytestmark = pytest.mark.airflow
 
@@ -46,8 +46,8 @@ def test_the_commit_step_emits_one_event_when_it_committed_and_none_when_it_did_
 
     sink = LocatedSink(f"w-{tmp_path.name}")
     catalog.claim_generation()
-    confirm(catalog, sink_record(sink, 0, job=JOB), sink_record(sink, 1, job=JOB))
-    catalog.put_transaction(sink_record(sink, 2, job=JOB))  # staged, not confirmed
+    confirm(catalog, transaction_record(sink, 0, job=JOB), transaction_record(sink, 1, job=JOB))
+    catalog.put_transaction(transaction_record(sink, 2, job=JOB))  # staged, not confirmed
 
     def step() -> Any:
         with new_dag("commit_assets") as dag:
@@ -62,7 +62,7 @@ def test_the_commit_step_emits_one_event_when_it_committed_and_none_when_it_did_
     step()  # nothing new: batch 2 is still unconfirmed
     assert len(asset_events(uri)) == 1
 
-    confirm(catalog, sink_record(sink, 3, job=JOB))  # batch 2 can never be confirmed now: aborted; batch 3 committed
+    confirm(catalog, transaction_record(sink, 3, job=JOB))  # batch 2 can never be confirmed now: aborted; batch 3 committed
     step()
     events = asset_events(uri)
     assert len(events) == 2 and events[-1]["committed_batches"] == [3] and events[-1]["sink_version"] == 103, events

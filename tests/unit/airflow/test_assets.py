@@ -19,7 +19,7 @@ from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.sinks import DeltaSink, DirectorySink, S3Sink
 from tests.support.fake_sinks import FakeSink, VersionedSink
-from tests.support.records import confirm, put_checkpoint, sink_record
+from tests.support.records import confirm, put_checkpoint, transaction_record
 
 pytestmark = pytest.mark.airflow
 
@@ -89,15 +89,15 @@ def test_the_head_moves_for_committed_batches_only_and_not_again_for_a_repeated_
 ) -> None:
     catalog.claim_generation()
     assert read_commit_head(catalog) is None
-    confirm(catalog, sink_record(sink, 0, job=JOB), sink_record(sink, 1, job=JOB))
-    catalog.put_transaction(sink_record(sink, 2, job=JOB))  # staged, never confirmed
+    confirm(catalog, transaction_record(sink, 0, job=JOB), transaction_record(sink, 1, job=JOB))
+    catalog.put_transaction(transaction_record(sink, 2, job=JOB))  # staged, never confirmed
     commit_pending(catalog, sink=sink)
     head = read_commit_head(catalog)
     assert head is not None and (head.seq, head.batch, head.sink_version) == (2, 1, 101), head
     assert head.txn_id == f"{JOB}-b1-g1" and head.sink_id == sink.sink_id
 
     # The staged batch 2 is aborted once a checkpoint past it exists: the head stays.
-    confirm(catalog, sink_record(sink, 3, job=JOB))
+    confirm(catalog, transaction_record(sink, 3, job=JOB))
     outcome = commit_pending(catalog, sink=sink)
     assert outcome["aborted"] == [f"{JOB}-b2-g1"] and outcome["committed"] == [f"{JOB}-b3-g1"], outcome
     head = read_commit_head(catalog)
@@ -105,7 +105,7 @@ def test_the_head_moves_for_committed_batches_only_and_not_again_for_a_repeated_
 
     # A step killed after the sink commit and before the record's deletion: the repeated
     # step finds it "already" landed and does not report it again.
-    catalog.put_transaction(sink_record(sink, 3, job=JOB))
+    catalog.put_transaction(transaction_record(sink, 3, job=JOB))
     assert commit_pending(catalog, sink=sink)["already"] == [f"{JOB}-b3-g1"]
     head = read_commit_head(catalog)
     assert head is not None and head.seq == 3, head
@@ -120,13 +120,13 @@ def test_an_unreadable_or_oversized_head_is_replaced_by_the_next_commit(
     monkeypatch.setitem(layout.RECORD_MAX_BYTES, layout.COMMITTED, 1024)
     catalog.store.put(layout.COMMITTED, b"{" + b" " * 4096 + b"}")  # planted: over the limit
     assert read_commit_head(catalog) is None
-    confirm(catalog, sink_record(sink, 0, job=JOB))
+    confirm(catalog, transaction_record(sink, 0, job=JOB))
     commit_pending(catalog, sink=sink)
     head = read_commit_head(catalog)
     assert head is not None and (head.seq, head.batch) == (1, 0), head
     catalog.store.put(layout.COMMITTED, b"not json")
     assert read_commit_head(catalog) is None
-    confirm(catalog, sink_record(sink, 1, job=JOB))
+    confirm(catalog, transaction_record(sink, 1, job=JOB))
     commit_pending(catalog, sink=sink)
     head = read_commit_head(catalog)
     assert head is not None and (head.seq, head.batch) == (1, 1), head
@@ -204,7 +204,7 @@ def test_the_commit_watcher_reports_new_commits_never_staged_ones_and_resumes_af
     from airflow_sparkpoint.triggers.assets import SparkpointCommitTrigger
 
     catalog.claim_generation()
-    confirm(catalog, sink_record(sink, 0, job=JOB))
+    confirm(catalog, transaction_record(sink, 0, job=JOB))
     commit_pending(catalog, sink=sink)  # history before the watcher: not reported
     state = StateStore()
 
@@ -215,10 +215,10 @@ def test_the_commit_watcher_reports_new_commits_never_staged_ones_and_resumes_af
         key = first.trigger.cursor_key
         assert state.values[key]["seq"] == 1 and state.values[key]["batch"] == 0, state.values
 
-        confirm(catalog, sink_record(sink, 1, job=JOB), sink_record(sink, 2, job=JOB))
+        confirm(catalog, transaction_record(sink, 1, job=JOB), transaction_record(sink, 2, job=JOB))
         commit_pending(catalog, sink=sink)
         seen.append(await first.next())
-        catalog.put_transaction(sink_record(sink, 3, job=JOB))  # staged only
+        catalog.put_transaction(transaction_record(sink, 3, job=JOB))  # staged only
         await first.quiet()
         assert state.values[key]["batch"] == 2  # saved one poll after the event
         await first.stop()
@@ -227,7 +227,7 @@ def test_the_commit_watcher_reports_new_commits_never_staged_ones_and_resumes_af
         # commit is.
         second = Watch(SparkpointCommitTrigger, root, state)
         await second.quiet()
-        confirm(catalog, sink_record(sink, 3, job=JOB))
+        confirm(catalog, transaction_record(sink, 3, job=JOB))
         commit_pending(catalog, sink=sink)
         seen.append(await second.next())
         # The triggerer dies right after handing the event over (its cursor is not saved
@@ -277,7 +277,7 @@ def test_without_an_asset_state_store_the_cursor_is_in_memory(catalog: Catalog, 
     async def scenario() -> Mapping[str, Any]:
         watch = Watch(SparkpointCommitTrigger, root, None)
         await watch.quiet()
-        confirm(catalog, sink_record(sink, 0, job=JOB))
+        confirm(catalog, transaction_record(sink, 0, job=JOB))
         commit_pending(catalog, sink=sink)
         event = await watch.next()
         await watch.stop()

@@ -24,14 +24,13 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore
 from airflow_sparkpoint.checkpoints.generations import Fence
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.services.zero_downtime import DrivePosition, plan_cutover
 from tests.support.fake_sinks import FakeSink
-from tests.support.records import put_checkpoint
+from tests.support.records import put_checkpoint, transaction_record
 
 pytestmark = pytest.mark.airflow
 
@@ -91,8 +90,7 @@ def green_claims(catalog: Catalog, sink: FakeSink, cid: str) -> Any:
 
 def green_commits(catalog: Catalog, sink: FakeSink, adoption: Any) -> None:
     n = adoption.batch_id
-    record = TransactionRecord(job=JOB, batch_id=n + 1, generation=adoption.generation, sink=sink.kind,
-                               sink_id=sink.sink_id, created_at=0.0, payload={"config": sink.to_config()})
+    record = transaction_record(sink, n + 1, adoption.generation, job=JOB, created_at=0.0)
     catalog.put_transaction(record)
     committer = Committer(catalog=catalog, sink=sink, fence=Fence(catalog, adoption.generation),
                           commit_mode="checkpoint")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.exceptions import ConfigError
+from tests.support.records import transaction_record
 
 pytestmark = pytest.mark.airflow
 
@@ -126,9 +127,7 @@ def test_form_widgets_for_airflow_before_3_2(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_the_commit_step_uses_the_sink_the_connection_declares_unless_the_operator_declares_one(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import time
-
-    from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord, layout
+    from airflow_sparkpoint.checkpoints import Catalog, layout
     from airflow_sparkpoint.exceptions import SinkError
     from airflow_sparkpoint.hooks import SparkpointHook
     from airflow_sparkpoint.operators import SparkpointCommitOperator
@@ -144,9 +143,7 @@ def test_the_commit_step_uses_the_sink_the_connection_declares_unless_the_operat
     catalog = Catalog(open_storage(root), JOB)
     checkpoint_at(catalog, 3)
     other = DirectorySink(str(tmp_path / "elsewhere"), "json")
-    record = TransactionRecord(JOB, 1, 1, other.kind, other.sink_id, {
-        "config": other.to_config(), "staged": {"staging": f"_staging/{layout.txn_id(JOB, 1, 1)}", "files": []}},
-        created_at=time.time())
+    record = transaction_record(other, 1, 1, {"staging": f"_staging/{layout.txn_id(JOB, 1, 1)}", "files": []}, job=JOB)
     catalog.put_transaction(record)
 
     commit = SparkpointCommitOperator(task_id="commit", job_name=JOB, sparkpoint_conn_id="sp_declared")

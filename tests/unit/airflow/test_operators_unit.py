@@ -22,14 +22,14 @@ from typing import Any, ClassVar
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, FileRef, SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.metadata import sha256_hex
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage import open_storage
 from tests.support.fake_sinks import FakeSink
+from tests.support.records import confirm, put_checkpoint, transaction_record
 
 pytestmark = pytest.mark.airflow
 
@@ -48,38 +48,6 @@ def _airflow(airflow_home: Path) -> Iterator[None]:
 def claim(catalog: Catalog, generation: int) -> None:
     while catalog.current_generation() < generation:
         catalog.claim_generation()
-
-
-def add_checkpoint(
-    catalog: Catalog,
-    generation: int,
-    *,
-    created_at: float | None = None,
-    batch_id: int | None = None,
-    transactions: tuple[TransactionRecord, ...] = (),
-) -> SnapshotMetadata:
-    """A completed checkpoint of `generation` with one shared file (claims generations up to it)."""
-    claim(catalog, generation)
-    checkpoint_id = catalog.next_checkpoint_id()
-    data = f"offsets of batch {checkpoint_id}".encode()
-    sha = sha256_hex(data)
-    key = catalog.shared_key(f"offsets/{checkpoint_id}", sha)
-    catalog.store.put(key, data)
-    meta = SnapshotMetadata(
-        kind="checkpoint",
-        id=checkpoint_id,
-        job=catalog.job,
-        generation=generation,
-        batch_id=checkpoint_id - 1 if batch_id is None else batch_id,
-        created_at=time.time() if created_at is None else created_at,
-        files=(FileRef(path=f"offsets/{checkpoint_id}", key=key, size=len(data), sha256=sha),),
-        transactions=transactions,
-    )
-    if catalog.current_generation() == generation:
-        catalog.complete_checkpoint(meta)
-    else:  # an older generation's checkpoint, written before it was superseded
-        catalog.store.put_if_absent(f"chk-{checkpoint_id}/_metadata", meta.to_bytes())
-    return meta
 
 
 def set_status(
@@ -195,7 +163,7 @@ def test_deferrable_sensor_defers_with_the_trigger(catalog: Catalog, root: str) 
     from airflow_sparkpoint.sensors import SparkpointCheckpointSensor
     from airflow_sparkpoint.triggers import SparkpointCheckpointTrigger
 
-    add_checkpoint(catalog, 1)
+    put_checkpoint(catalog, generation=1)
     set_status(catalog, 1)
     sensor = SparkpointCheckpointSensor(task_id="wait", job_name=JOB, checkpoint_dir=root, generation=1,
                                         min_checkpoints=3, deferrable=True, timeout=120, poke_interval=3)
@@ -214,7 +182,7 @@ def test_deferrable_sensor_defers_with_the_trigger(catalog: Catalog, root: str) 
 def test_deferrable_sensor_does_not_defer_when_already_met(catalog: Catalog, root: str) -> None:
     from airflow_sparkpoint.sensors import SparkpointCheckpointSensor
 
-    meta = add_checkpoint(catalog, 1)
+    meta = put_checkpoint(catalog, generation=1)
     set_status(catalog, 1)
     sensor = SparkpointCheckpointSensor(task_id="wait", job_name=JOB, checkpoint_dir=root, deferrable=True)
     payload = sensor.execute({})  # type: ignore[arg-type]
@@ -228,7 +196,7 @@ def test_deferrable_savepoint_operator_submits_then_defers(catalog: Catalog, roo
     from airflow_sparkpoint.operators import SparkpointSavepointOperator
     from airflow_sparkpoint.triggers import SparkpointCheckpointTrigger
 
-    add_checkpoint(catalog, 2)
+    put_checkpoint(catalog, generation=2)
     set_status(catalog, 2)
     op = SparkpointSavepointOperator(task_id="sp", job_name=JOB, checkpoint_dir=root, stop=stop, deferrable=True,
                                      timeout=30, poll_interval=0.5)
@@ -336,13 +304,13 @@ def test_execute_complete_raises_error_events_and_returns_payloads(root: str) ->
 def test_trigger_run_yields_one_success_event(catalog: Catalog, root: str) -> None:
     from airflow_sparkpoint.triggers import SparkpointCheckpointTrigger
 
-    add_checkpoint(catalog, 1)
+    put_checkpoint(catalog, generation=1)
     set_status(catalog, 1)
     trigger = SparkpointCheckpointTrigger(job_name=JOB, checkpoint_dir=root, generation=1, min_checkpoints=2,
                                           poll_interval=0.05, deadline=time.time() + 30)
     # As the runtime does: the status record is rewritten after every completed checkpoint
     # (a waiting trigger reads only the status until it moves).
-    writer = threading.Timer(0.3, lambda: (add_checkpoint(catalog, 1), set_status(catalog, 1, checkpoints_completed=2)))
+    writer = threading.Timer(0.3, lambda: (put_checkpoint(catalog, generation=1), set_status(catalog, 1, checkpoints_completed=2)))
     writer.start()
     try:
         events = collect(trigger)
@@ -357,7 +325,7 @@ def test_trigger_run_yields_one_success_event(catalog: Catalog, root: str) -> No
 def test_trigger_run_yields_one_error_event_when_the_job_fails(catalog: Catalog, root: str) -> None:
     from airflow_sparkpoint.triggers import SparkpointCheckpointTrigger
 
-    add_checkpoint(catalog, 1)
+    put_checkpoint(catalog, generation=1)
     set_status(catalog, 1, "failed", error="executor lost")
     trigger = SparkpointCheckpointTrigger(job_name=JOB, checkpoint_dir=root, min_checkpoints=2, poll_interval=0.05)
     events = collect(trigger)
@@ -392,7 +360,7 @@ def _serve_one_request(catalog: Catalog, generation: int, savepoint_uri: str, st
 def test_trigger_control_result_completes(catalog: Catalog, root: str) -> None:
     from airflow_sparkpoint.triggers import SparkpointCheckpointTrigger
 
-    meta = add_checkpoint(catalog, 1)
+    meta = put_checkpoint(catalog, generation=1)
     set_status(catalog, 1)
     handle = catalog.create_savepoint(catalog.handle(meta))
     request = ControlChannel(catalog).submit("savepoint", timeout_s=30, generation=1)
@@ -441,12 +409,12 @@ def _sensor(root: str, **kwargs: Any) -> Any:
 
 
 def test_sensor_waits_for_n_checkpoints_of_a_generation(catalog: Catalog, root: str) -> None:
-    add_checkpoint(catalog, 1)
-    add_checkpoint(catalog, 2)
+    put_checkpoint(catalog, generation=1)
+    put_checkpoint(catalog, generation=2)
     set_status(catalog, 2, checkpoints_completed=1)
     sensor = _sensor(root, generation=2, min_checkpoints=2)
     assert sensor.poke({}) is False
-    meta = add_checkpoint(catalog, 2)
+    meta = put_checkpoint(catalog, generation=2)
     result = sensor.poke({})
     assert result and result.xcom_value["checkpoint_id"] == meta.id and result.xcom_value["count"] == 2
     # The run's own count covers checkpoints retention has already removed.
@@ -455,18 +423,18 @@ def test_sensor_waits_for_n_checkpoints_of_a_generation(catalog: Catalog, root: 
 
 
 def test_sensor_waits_for_a_checkpoint_newer_than_an_id_or_time(catalog: Catalog, root: str) -> None:
-    first = add_checkpoint(catalog, 1, created_at=time.time() - 50)
+    first = put_checkpoint(catalog, generation=1, created_at=time.time() - 50)
     set_status(catalog, 1)
     assert _sensor(root, after_checkpoint_id=first.id).poke({}) is False
     assert _sensor(root, after_time=datetime.now(timezone.utc) - timedelta(seconds=10)).poke({}) is False
-    newer = add_checkpoint(catalog, 1)
+    newer = put_checkpoint(catalog, generation=1)
     for sensor in (_sensor(root, after_checkpoint_id=first.id), _sensor(root, after_time=time.time() - 10)):
         result = sensor.poke({})
         assert result and result.xcom_value["checkpoint_id"] == newer.id
 
 
 def test_sensor_waits_for_a_savepoint(catalog: Catalog, root: str) -> None:
-    meta = add_checkpoint(catalog, 1)
+    meta = put_checkpoint(catalog, generation=1)
     set_status(catalog, 1)
     old = catalog.create_savepoint(catalog.handle(meta))
     time.sleep(0.01)
@@ -480,11 +448,11 @@ def test_sensor_waits_for_a_savepoint(catalog: Catalog, root: str) -> None:
 
 
 def test_sensor_progress_within(catalog: Catalog, root: str) -> None:
-    add_checkpoint(catalog, 1, created_at=time.time() - 120)
+    put_checkpoint(catalog, generation=1, created_at=time.time() - 120)
     set_status(catalog, 1)
     sensor = _sensor(root, progress_within=30)
     assert sensor.poke({}) is False  # the last checkpoint is two minutes old
-    add_checkpoint(catalog, 1)
+    put_checkpoint(catalog, generation=1)
     assert sensor.poke({})
     set_status(catalog, 1, heartbeat_age=45)  # alive (max 60 s) but not healthy
     assert sensor.poke({}) is False
@@ -508,7 +476,7 @@ def _supersede(catalog: Catalog, generation: int) -> None:
 def test_sensor_fails_promptly(catalog: Catalog, root: str, setup: Any, message: str) -> None:
     from airflow.sdk.exceptions import AirflowException
 
-    add_checkpoint(catalog, 1)
+    put_checkpoint(catalog, generation=1)
     set_status(catalog, 1)
     setup(catalog)
     sensor = _sensor(root, generation=1, min_checkpoints=3, timeout=600, poke_interval=0.1)
@@ -519,13 +487,13 @@ def test_sensor_fails_promptly(catalog: Catalog, root: str, setup: Any, message:
 
 
 def test_sensor_waits_for_a_generation_that_has_not_started(catalog: Catalog, root: str) -> None:
-    add_checkpoint(catalog, 1)
+    put_checkpoint(catalog, generation=1)
     set_status(catalog, 1, "stopped")
     assert _sensor(root, generation=2).poke({}) is False  # green has not reported yet
 
 
 def test_sensor_poke_mode_returns_the_snapshot(catalog: Catalog, root: str) -> None:
-    meta = add_checkpoint(catalog, 1)
+    meta = put_checkpoint(catalog, generation=1)
     set_status(catalog, 1, "finished")
     payload = _sensor(root, generation=1, poke_interval=0.1, timeout=5).execute({})
     assert payload["checkpoint_id"] == meta.id and payload["generation"] == 1
@@ -539,7 +507,7 @@ def test_savepoint_operator_from_checkpoint_when_not_running(catalog: Catalog, r
 
     from airflow_sparkpoint.operators import SparkpointSavepointOperator
 
-    meta = add_checkpoint(catalog, 1)
+    meta = put_checkpoint(catalog, generation=1)
     set_status(catalog, 1, "stopped")
     uris = []
     for _ in range(3):
@@ -558,7 +526,7 @@ def test_savepoint_operator_from_checkpoint_when_not_running(catalog: Catalog, r
 def test_savepoint_operator_poke_mode_against_a_live_job(catalog: Catalog, root: str) -> None:
     from airflow_sparkpoint.operators import SparkpointSavepointOperator
 
-    meta = add_checkpoint(catalog, 1)
+    meta = put_checkpoint(catalog, generation=1)
     set_status(catalog, 1)
     handle = catalog.create_savepoint(catalog.handle(meta))
     stop = threading.Event()
@@ -578,7 +546,7 @@ def test_commit_operator_with_nothing_staged_is_a_noop(catalog: Catalog, root: s
 
     from airflow_sparkpoint.operators import SparkpointCommitOperator
 
-    add_checkpoint(catalog, 1)
+    put_checkpoint(catalog, generation=1)
     set_status(catalog, 1)
     op = SparkpointCommitOperator(task_id="c", job_name=JOB, checkpoint_dir=root)
     assert op.execute({}) == {"committed": [], "already": [], "aborted": [], "pending": []}  # type: ignore[arg-type]
@@ -599,10 +567,9 @@ def test_commit_operator_with_a_declared_sink_refuses_a_record_for_another_sink(
     from airflow_sparkpoint.operators import SparkpointCommitOperator
     from airflow_sparkpoint.sinks.directory import DirectorySink
 
-    add_checkpoint(catalog, 1, batch_id=3)
+    put_checkpoint(catalog, generation=1, batch_id=3)
     other = DirectorySink(str(tmp_path / "elsewhere"), "json")
-    catalog.put_transaction(TransactionRecord(JOB, 1, 1, other.kind, other.sink_id, {
-        "config": other.to_config(), "staged": {"staging": "_staging/x", "files": []}}, created_at=time.time()))
+    catalog.put_transaction(transaction_record(other, 1, 1, {"staging": "_staging/x", "files": []}, job=JOB))
     with pytest.raises(ConfigError, match="is not a sink"):
         SparkpointCommitOperator(task_id="bad", job_name=JOB, checkpoint_dir=root, sink={"uri": "/x"})
     for declared in (DirectorySink(str(tmp_path / "out"), "json"),
@@ -611,14 +578,6 @@ def test_commit_operator_with_a_declared_sink_refuses_a_record_for_another_sink(
         with pytest.raises(SinkError, match="does not match the declared sink"):
             op.execute({})  # type: ignore[arg-type]
     assert [r.txn_id for r in catalog.transactions()] == [f"{JOB}-b1-g1"]
-
-
-def _staged(catalog: Catalog, name: str, batch_id: int, generation: int) -> TransactionRecord:
-    record = TransactionRecord(job=catalog.job, batch_id=batch_id, generation=generation,
-                               sink=FakeSink.kind, sink_id=f"fake://{name}",
-                               payload={"config": {"name": name}, "staged": {"rows": 1}}, created_at=time.time())
-    catalog.put_transaction(record)
-    return record
 
 
 def test_commit_operator_commits_then_rolls_back_green(
@@ -630,8 +589,9 @@ def test_commit_operator_commits_then_rolls_back_green(
         {"conn_type": "sparkpoint", "host": root, "login": "AKIAEXAMPLE", "password": SECRET}))
     name = f"w-{time.time_ns()}"
     # Blue (generation 1) staged batches 0 and 1; its checkpoint confirms both.
-    blue = (_staged(catalog, name, 0, 1), _staged(catalog, name, 1, 1))
-    add_checkpoint(catalog, 1, batch_id=1, transactions=blue)
+    blue = (transaction_record(FakeSink(name), 0, 1, {"rows": 1}, job=JOB),
+            transaction_record(FakeSink(name), 1, 1, {"rows": 1}, job=JOB))
+    confirm(catalog, *blue)
     set_status(catalog, 1, "stopped")
     commit = SparkpointCommitOperator(task_id="commit", job_name=JOB, sparkpoint_conn_id="sp_commit")
     result = commit.execute({})  # type: ignore[arg-type]
@@ -640,8 +600,10 @@ def test_commit_operator_commits_then_rolls_back_green(
     world = FakeSink.worlds[name]
     assert world["configured"][-1]["aws_secret_access_key"] == SECRET  # the connection reaches the sink
     # Green (generation 2) staged batches 2 and 3, one of them confirmed; then the rollback.
-    green = (_staged(catalog, name, 2, 2), _staged(catalog, name, 3, 2))
-    add_checkpoint(catalog, 2, batch_id=2, transactions=green[:1])
+    green = (transaction_record(FakeSink(name), 2, 2, {"rows": 1}, job=JOB),
+             transaction_record(FakeSink(name), 3, 2, {"rows": 1}, job=JOB))
+    confirm(catalog, green[0])
+    catalog.put_transaction(green[1])  # staged, not confirmed
     set_status(catalog, 2, "stopped")
     rollback = SparkpointCommitOperator(task_id="rollback", job_name=JOB, checkpoint_dir=root,
                                         abort_generation="{{ params.green }}")

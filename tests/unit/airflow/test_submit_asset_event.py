@@ -6,18 +6,16 @@ commit head; none for a run that committed nothing."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.sinks.transactions import settle_all
 from tests.support.fake_sinks import LocatedSink
 from tests.support.fake_submit import JOB, Driver, FakeTI, driver, operator  # noqa: F401 - the fixture
-from tests.support.records import sink_record
+from tests.support.records import confirm, transaction_record
 
 pytestmark = pytest.mark.airflow
 
@@ -43,12 +41,8 @@ def test_a_run_that_committed_emits_one_event_and_one_that_did_not_emits_none(tm
 
     def commits_two(d: Driver, env: dict[str, str]) -> int:
         generation = d.claim(env)
-        records = [sink_record(sink, 0, generation, job=JOB), sink_record(sink, 1, generation, job=JOB)]
-        for r in records:
-            d.catalog.put_transaction(r)
-        d.catalog.complete_checkpoint(SnapshotMetadata(
-            kind="checkpoint", id=d.catalog.next_checkpoint_id(), job=d.catalog.job, generation=generation,
-            batch_id=1, created_at=time.time(), files=(), transactions=tuple(records)))
+        records = [transaction_record(sink, 0, generation, job=JOB), transaction_record(sink, 1, generation, job=JOB)]
+        confirm(d.catalog, *records)
         settle_all(d.catalog, records, lambda _r: sink, confirmed=True, fence=Fence(d.catalog, generation))
         d.result(generation, committed_batches=(0, 1), last_batch=1)
         return 0

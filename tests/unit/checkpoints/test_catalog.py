@@ -18,7 +18,6 @@ from airflow_sparkpoint.checkpoints.catalog import Catalog, open_snapshot
 from airflow_sparkpoint.checkpoints.metadata import (
     FileRef,
     SnapshotMetadata,
-    TransactionRecord,
     canonical_json,
     sha256_hex,
 )
@@ -31,6 +30,7 @@ from airflow_sparkpoint.exceptions import (
     StaleGeneration,
 )
 from airflow_sparkpoint.storage import MemoryStorage, open_storage
+from tests.support.records import snapshot_metadata, transaction_record
 
 MakeCheckpoint = Callable[..., SnapshotMetadata]
 
@@ -193,8 +193,8 @@ def test_only_incomplete_checkpoints_means_none(catalog: Catalog) -> None:
 def test_files_outside_shared_are_checked_too(catalog: Catalog) -> None:
     catalog.claim_generation()
     catalog.store.put("chk-1/files/metadata", b"{}")
-    meta = SnapshotMetadata("checkpoint", 1, "orders", 1, 0, time.time(),
-                            (FileRef("metadata", "chk-1/files/metadata", 2, sha256_hex(b"{}")),))
+    meta = snapshot_metadata(0, job="orders", created_at=time.time(),
+                             files=(FileRef("metadata", "chk-1/files/metadata", 2, sha256_hex(b"{}")),))
     catalog.complete_checkpoint(meta)
     assert catalog.latest() == meta
     catalog.store.delete(["chk-1/files/metadata"])
@@ -454,7 +454,8 @@ def test_stale_generation_cannot_complete_a_checkpoint(catalog: Catalog, make_ch
 
 
 def test_transactions_put_list_delete(catalog: Catalog, caplog: pytest.LogCaptureFixture) -> None:
-    records = [TransactionRecord("orders", b, g, "DeltaSink", "s", {"files": [f"f{b}"]}, 1.0)
+    records = [transaction_record("DeltaSink", b, g, job="orders", sink_id="s", payload={"files": [f"f{b}"]},
+                                  created_at=1.0)
                for b, g in [(3, 1), (1, 1), (3, 2)]]
     for record in records:
         catalog.put_transaction(record)

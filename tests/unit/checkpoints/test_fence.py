@@ -11,17 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, TransactionRecord
+from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.exceptions import StaleGeneration
 from airflow_sparkpoint.storage import MemoryStorage
 from airflow_sparkpoint.storage.counting import CountingStorage
+from tests.support.records import transaction_record
 
 PACKAGE = Path(__file__).resolve().parents[3] / "airflow_sparkpoint"
-
-
-def record(generation: int) -> TransactionRecord:
-    return TransactionRecord("orders", 1, generation, "DeltaSink", "s", {}, 1.0)
 
 
 def test_a_fence_passes_while_its_generation_is_current_and_raises_once_a_newer_one_is_claimed(
@@ -45,9 +42,11 @@ def test_an_observed_fence_acts_as_the_newest_claim_and_admits_no_newer_record(c
     second = catalog.claim_generation().generation
     fence = Fence.observed(Catalog(catalog.storage, "orders"))
     assert fence.generation == second
-    assert fence.admits(record(second)) and fence.admits(record(second - 1))
-    assert not fence.admits(record(second + 1))
-    assert Fence(catalog, None).admits(record(99))
+    older, same, newer = (transaction_record("DeltaSink", 1, g, job="orders", sink_id="s")
+                          for g in (second - 1, second, second + 1))
+    assert fence.admits(same) and fence.admits(older)
+    assert not fence.admits(newer)
+    assert Fence(catalog, None).admits(transaction_record("DeltaSink", 1, 99, job="orders", sink_id="s"))
 
 
 def test_a_fence_checks_with_one_existence_check_and_no_listing() -> None:

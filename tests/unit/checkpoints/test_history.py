@@ -32,7 +32,6 @@ from airflow_sparkpoint.checkpoints.history import (
     plan_origin,
     snapshot_records,
 )
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
 from airflow_sparkpoint.checkpoints.status import JobStatus
@@ -40,7 +39,7 @@ from airflow_sparkpoint.checkpoints.verification import VerificationRecord, writ
 from airflow_sparkpoint.exceptions import StorageError
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.storage import LocalStorage, open_storage
-from tests.support.records import state_checkpoint, write_status
+from tests.support.records import state_checkpoint, transaction_record, write_status
 
 
 @pytest.fixture()
@@ -192,7 +191,8 @@ def test_the_view_derives_counts_latest_and_summary_from_the_retained_history(ca
     done = channel.submit("stop", timeout_s=600, generation=1)
     channel.acknowledge(done, 1)
     channel.complete(done, generation=1, savepoint=sp.uri, batch_id=1)
-    catalog.put_transaction(TransactionRecord("orders", 2, 1, "delta", "delta:/t", {"secret-ish": "staged"}, 5.0))
+    catalog.put_transaction(transaction_record("delta", 2, 1, job="orders", sink_id="delta:/t",
+                                               payload={"secret-ish": "staged"}, created_at=5.0))
 
     history = load_history(catalog)
     assert history.alive and history.generation == 1

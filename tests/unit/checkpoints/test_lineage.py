@@ -13,11 +13,12 @@ import pytest
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, superseded_by
-from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.checkpoints.retention import deleted_since, enforce_checkpoint_retention
 from airflow_sparkpoint.exceptions import ObjectExists, RestoreError, StaleGeneration
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.fake_sinks import RecordingLineageSink
+from tests.support.records import transaction_record
 
 MakeCheckpoint = Callable[..., SnapshotMetadata]
 
@@ -257,11 +258,6 @@ def test_orphans_younger_than_the_grace_period_survive(mem: Catalog, make_checkp
     assert mem.store.exists("shared/being-uploaded~00")
 
 
-def record(batch: int, generation: int) -> TransactionRecord:
-    return TransactionRecord(job="job", batch_id=batch, generation=generation, sink="recording-lineage",
-                             sink_id="recording", payload={"config": {}, "staged": {}})
-
-
 def test_external_commit_step_never_aborts_the_new_lineage(mem: Catalog, make_checkpoint: MakeCheckpoint) -> None:
     """Issue #15 hole 2 in commit.mode=external: generation 1 checkpointed batches 0..3
     (all pending for the commit step); generation 2 restored batch 1 with a rewind and
@@ -276,14 +272,14 @@ def test_external_commit_step_never_aborts_the_new_lineage(mem: Catalog, make_ch
     gen1 = start(mem, kind="empty")
     metas = []
     for batch in range(4):
-        mem.put_transaction(record(batch, gen1))
+        mem.put_transaction(transaction_record(sink(), batch, gen1))
         meta = chk(make_checkpoint, mem, batch)
-        meta = meta.with_(transactions=tuple(record(b, gen1) for b in range(batch + 1)))
+        meta = meta.with_(transactions=tuple(transaction_record(sink(), b, gen1) for b in range(batch + 1)))
         mem.store.put(layout.checkpoint_metadata(meta.id), meta.to_bytes())
         metas.append(meta)
     gen2 = start(mem, base=metas[1].id, batch=1, sink_ahead="rewind")
     for batch in (2, 3):
-        mem.put_transaction(record(batch, gen2))
+        mem.put_transaction(transaction_record(sink(), batch, gen2))
 
     result = commit_module.commit_pending(mem, storage_options={})
 

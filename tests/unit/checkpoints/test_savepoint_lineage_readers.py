@@ -13,18 +13,13 @@ import pytest
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.catalog_types import SnapshotHandle
 from airflow_sparkpoint.checkpoints.lineage import new_origin
-from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.exceptions import RestoreError
 from airflow_sparkpoint.runtime.restore import pin_restart_point, plan_restore
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.checkpointers import run_config
 from tests.support.fake_sinks import RecordingLineageSink
-from tests.support.records import put_checkpoint
-
-
-def _record(batch: int, generation: int) -> TransactionRecord:
-    return TransactionRecord(job="job", batch_id=batch, generation=generation, sink="recording-lineage",
-                             sink_id="recording", payload={"config": {}, "staged": {}})
+from tests.support.records import put_checkpoint, transaction_record
 
 
 def _state(batch: int) -> dict[str, bytes]:
@@ -38,10 +33,10 @@ def _first_lineage_and_its_savepoint(bucket: str) -> tuple[Catalog, int, Snapsho
     first = mem.claim_generation().generation
     mem.write_origin(new_origin(first, kind="empty", uri=None, base_id=-1, snapshot_id=None, batch_id=None,
                                 id_floor=0, restore={}, live_dir=None, host="h", pid=1))
-    mem.put_transaction(_record(0, first))
-    put_checkpoint(mem, _state(0), batch_id=0, pending=[_record(0, first)])
-    mem.put_transaction(_record(1, first))
-    chk = put_checkpoint(mem, _state(1), batch_id=1, pending=[_record(0, first), _record(1, first)])
+    mem.put_transaction(transaction_record(RecordingLineageSink(), 0, first))
+    put_checkpoint(mem, _state(0), batch_id=0, pending=[transaction_record(RecordingLineageSink(), 0, first)])
+    mem.put_transaction(transaction_record(RecordingLineageSink(), 1, first))
+    chk = put_checkpoint(mem, _state(1), batch_id=1, pending=[transaction_record(RecordingLineageSink(), 0, first), transaction_record(RecordingLineageSink(), 1, first)])
     return mem, first, chk, mem.create_savepoint(mem.handle(chk))
 
 

@@ -8,16 +8,10 @@ import uuid
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.lineage import new_origin
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.fake_sinks import RecordingLineageSink
-from tests.support.records import put_checkpoint
-
-
-def _record(batch: int, generation: int) -> TransactionRecord:
-    return TransactionRecord(job="job", batch_id=batch, generation=generation, sink="recording-lineage",
-                             sink_id="recording", payload={"config": {}, "staged": {}})
+from tests.support.records import put_checkpoint, transaction_record
 
 
 def _start(catalog: Catalog, *, kind: str, base: int, uri: str | None, batch: int | None) -> int:
@@ -64,16 +58,16 @@ def test_a_zombie_checkpoint_on_a_savepoint_lineages_base_id_is_not_the_commit_s
     mem.store.delete([layout.checkpoint_metadata(late.id)])  # ...its _metadata not yet written
 
     second = _start(mem, kind="checkpoint", base=3, uri=mem.checkpoint_uri(3), batch=2)
-    mem.put_transaction(_record(3, second))
-    four = put_checkpoint(mem, _state(3, "p"), batch_id=3, pending=[_record(3, second)])
+    mem.put_transaction(transaction_record(RecordingLineageSink(), 3, second))
+    four = put_checkpoint(mem, _state(3, "p"), batch_id=3, pending=[transaction_record(RecordingLineageSink(), 3, second)])
     assert four.id == late.id == 4
     savepoint = mem.create_savepoint(mem.handle(four))
-    mem.put_transaction(_record(4, second))
-    put_checkpoint(mem, _state(4, "p"), batch_id=4, pending=[_record(3, second), _record(4, second)])
+    mem.put_transaction(transaction_record(RecordingLineageSink(), 4, second))
+    put_checkpoint(mem, _state(4, "p"), batch_id=4, pending=[transaction_record(RecordingLineageSink(), 3, second), transaction_record(RecordingLineageSink(), 4, second)])
 
     third = _start(mem, kind="checkpoint", base=5, uri=mem.checkpoint_uri(5), batch=4)
-    put_checkpoint(mem, _state(5, "q"), batch_id=5, pending=[_record(3, second), _record(4, second)])
-    put_checkpoint(mem, _state(6, "q"), batch_id=6, pending=[_record(3, second), _record(4, second)])
+    put_checkpoint(mem, _state(5, "q"), batch_id=5, pending=[transaction_record(RecordingLineageSink(), 3, second), transaction_record(RecordingLineageSink(), 4, second)])
+    put_checkpoint(mem, _state(6, "q"), batch_id=6, pending=[transaction_record(RecordingLineageSink(), 3, second), transaction_record(RecordingLineageSink(), 4, second)])
     mem.delete_transactions([r for r in mem.transactions() if r.generation == third])
     enforce_checkpoint_retention(mem, 2, grace_seconds=600, generation=third)
     assert [e.id for e in mem.list_checkpoints()] == [7, 6]
@@ -164,9 +158,9 @@ def test_a_rollback_to_empty_state_does_not_inherit_the_rolled_back_generations_
     RecordingLineageSink.aborted.clear()
     mem = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
     first = _start(mem, kind="empty", base=-1, uri=None, batch=None)
-    mem.put_transaction(_record(0, first))
-    put_checkpoint(mem, _state(0, "a"), batch_id=0, pending=[_record(0, first)])
-    broken = put_checkpoint(mem, _state(1, "a"), batch_id=1, pending=[_record(0, first)])
+    mem.put_transaction(transaction_record(RecordingLineageSink(), 0, first))
+    put_checkpoint(mem, _state(0, "a"), batch_id=0, pending=[transaction_record(RecordingLineageSink(), 0, first)])
+    broken = put_checkpoint(mem, _state(1, "a"), batch_id=1, pending=[transaction_record(RecordingLineageSink(), 0, first)])
     key = layout.checkpoint_metadata(broken.id)
     body = mem.store.get(key)
     mem.store.delete([key])

@@ -14,13 +14,12 @@ import pytest
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import CutoverError, CutoverInProgress
 from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.runtime.takeover import check_start
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.fake_sinks import FakeSink
-from tests.support.records import put_checkpoint
+from tests.support.records import put_checkpoint, transaction_record
 
 CID = "1764370000000-0123abcd"
 REPO = Path(__file__).resolve().parents[3]
@@ -55,8 +54,7 @@ def _blue_stopped_after(catalog: Catalog, sink: FakeSink, n: int, *, complete: b
 def test_green_claims_blue_plus_one_with_blue_s_final_checkpoint_as_its_base(catalog: Catalog) -> None:
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     uri = _blue_stopped_after(catalog, sink, 3)
-    leftover = TransactionRecord(job="orders", batch_id=4, generation=1, sink=sink.kind, sink_id=sink.sink_id,
-                                 created_at=0.0, payload={"config": sink.to_config()})
+    leftover = transaction_record(sink, 4, 1, job="orders", created_at=0.0)
     catalog.put_transaction(leftover)  # staged past N by a stalled thread: never confirmed
     adoption = adopt(catalog, sink, CID, live_dir="/work/shadow", adopted_from="memory://shadow/chk-9")
     assert (adoption.generation, adoption.batch_id, adoption.checkpoint_uri) == (2, 3, uri)
@@ -186,8 +184,7 @@ def _green_commits(catalog: Catalog, sink: FakeSink, generation: int, batch: int
     from airflow_sparkpoint.checkpoints.generations import Fence
     from airflow_sparkpoint.runtime.committer import Committer
 
-    record = TransactionRecord(job="orders", batch_id=batch, generation=generation, sink=sink.kind,
-                               sink_id=sink.sink_id, created_at=0.0, payload={"config": sink.to_config()})
+    record = transaction_record(sink, batch, generation, job="orders", created_at=0.0)
     catalog.put_transaction(record)
     committer = Committer(catalog=catalog, sink=sink, fence=Fence(catalog, generation), commit_mode="checkpoint")
     committer.add_pending(record)
@@ -258,8 +255,7 @@ def test_a_rollback_of_green_after_the_cutover_marks_it_rolled_back(catalog: Cat
     _blue_stopped_after(catalog, sink, 3)
     green = adopt(catalog, sink, CID, live_dir=None).generation
     _green_commits(catalog, sink, green, 4)
-    staged = TransactionRecord(job="orders", batch_id=5, generation=green, sink=sink.kind, sink_id=sink.sink_id,
-                               created_at=0.0, payload={"config": sink.to_config()})
+    staged = transaction_record(sink, 5, green, job="orders", created_at=0.0)
     catalog.put_transaction(staged)
 
     assert abort_generation(catalog, green) == [staged.txn_id]
@@ -357,15 +353,13 @@ def test_a_rollback_of_green_that_committed_nothing_past_n_returns_to_blue_s_sav
     channel = ControlChannel(catalog)
     final = catalog.latest()
     assert final is not None
-    pending = TransactionRecord(job="orders", batch_id=3, generation=1, sink=sink.kind, sink_id=sink.sink_id,
-                                created_at=0.0, payload={"config": sink.to_config()})
+    pending = transaction_record(sink, 3, 1, job="orders", created_at=0.0)
     saved = catalog.create_savepoint(catalog.handle(final.with_(transactions=(pending,))), generation=1)
     channel.complete(channel.read_request(state.agreed.request_id), generation=1, batch_id=3,
                      checkpoint=catalog.checkpoint_uri(final.id), savepoint=saved.uri)
     green = adopt(catalog, sink, CID, live_dir=None).generation
     put_checkpoint(catalog, batch_id=3, generation=green)  # green's adoption checkpoint at N
-    staged = TransactionRecord(job="orders", batch_id=4, generation=green, sink=sink.kind, sink_id=sink.sink_id,
-                               created_at=0.0, payload={"config": sink.to_config()})
+    staged = transaction_record(sink, 4, green, job="orders", created_at=0.0)
     catalog.put_transaction(staged)  # green staged N+1, never committed
 
     assert abort_generation(catalog, green) == [staged.txn_id]

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from airflow_sparkpoint.checkpoints import SnapshotHandle
-from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata
+from airflow_sparkpoint.checkpoints.metadata import FileRef
 from airflow_sparkpoint.exceptions import ConfigError, RestoreError
 from airflow_sparkpoint.runtime import rescale
 from airflow_sparkpoint.runtime.restore import RestorePlan
 from airflow_sparkpoint.storage.localfs import Dir
 from airflow_sparkpoint.storage.memory import MemoryStorage
+from tests.support.records import snapshot_metadata
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -40,8 +41,7 @@ def snapshot(files: dict[str, bytes], batch: int = 2) -> RestorePlan:
     for path, data in files.items():
         store.put(f"files/{path}", data)
         refs.append(FileRef(path=path, key=f"files/{path}", size=len(data), sha256="0" * 64))
-    meta = SnapshotMetadata(kind="savepoint", id=1, job="job", generation=1, batch_id=batch, created_at=0.0,
-                            files=tuple(refs))
+    meta = snapshot_metadata(batch, kind="savepoint", files=refs)
     return RestorePlan(SnapshotHandle("memory://sp/savepoint-1", meta, store), "savepoint", "savepoint")
 
 

@@ -1,8 +1,9 @@
 """The claim protocol of the file sinks (`_claims`) at the storage level, against the
 in-memory store, a local directory and S3 (moto over HTTP; SeaweedFS too, ``slow``): exclusive promotion per
 batch, commit against abort of one transaction, roll-forward of a dead claimant, and the
-readers' view. The sink is a small real one: staged objects under ``_staging/<txn>/``
-are copied to ``part-<txn>-<n>`` on promotion, the way `DirectorySink` promotes on S3.
+readers' view. The sink is a small real one (`fake_sinks.CopySink`): staged objects under
+``_staging/<txn>/`` are copied to ``part-<txn>-<n>`` on promotion, the way `DirectorySink`
+promotes on S3.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,85 +22,16 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.exceptions import ObjectNotFound, SinkError, TransactionConflict
+from airflow_sparkpoint.exceptions import SinkError, TransactionConflict
 from airflow_sparkpoint.sinks import _claims as claims
 from airflow_sparkpoint.sinks import _manifests as manifests
 from airflow_sparkpoint.sinks.base import CommittedTxn
 from airflow_sparkpoint.storage import LocalStorage, MemoryStorage, Storage
+from tests.support.fake_sinks import COPY_FILES, CopySink
+from tests.support.records import transaction_record
 
-JOB = "orders"
-FILES = 3
-
-
-class CopySink:
-    """A file sink over one `Storage` (see the module docstring). `hook(step)` runs at
-    each step of a promotion so a test can stop a claimant there (it raises to "die")."""
-
-    format = "bin"
-
-    def __init__(self, store: Storage, hook: Callable[[str], None] | None = None) -> None:
-        self.store = store
-        self.uri = store.uri
-        self.hook = hook or (lambda step: None)
-
-    @property
-    def sink_id(self) -> str:
-        return self.uri
-
-    def _storage(self) -> Storage:
-        return self.store
-
-    def stage(self, batch: int, generation: int, files: int = FILES) -> TransactionRecord:
-        txn = f"{JOB}-b{batch}-g{generation}"
-        staged = []
-        for i in range(files):
-            key = f"_staging/{txn}/{i}"
-            self.store.put(key, f"{txn}:{i}".encode())
-            staged.append({"src": key, "dst": f"part-{txn}-{i:05d}", "size": len(f"{txn}:{i}")})
-        return TransactionRecord(JOB, batch, generation, "copy", self.sink_id,
-                                 {"config": {}, "staged": {"files": staged}}, created_at=time.time())
-
-    def _plan(self, record: TransactionRecord) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        staged = record.payload["staged"]["files"]
-        return {"moves": staged}, [{"path": f["dst"], "size": f["size"]} for f in staged]
-
-    def _missing(self, txn: str, plan: Mapping[str, Any]) -> list[str]:
-        return [m["src"] for m in plan["moves"] if not self.store.exists(m["src"]) and not self.store.exists(m["dst"])]
-
-    def _promote(self, claim: Mapping[str, Any]) -> list[str]:
-        states = []
-        for done, move in enumerate(claim["plan"]["moves"], start=1):
-            try:
-                self.store.copy(move["src"], move["dst"])
-                states.append("copied")
-            except ObjectNotFound:
-                if not self.store.exists(move["dst"]):
-                    raise SinkError(f"staged {move['src']} is gone and {move['dst']} is not in place: lost") from None
-                states.append("already")
-            self.hook(f"promoted {done}")
-        return states
-
-    def _discard(self, txn: str, plan: Mapping[str, Any] | None, *, promoted_too: bool) -> int:
-        removed = self.store.delete_prefix(f"_staging/{txn}")
-        if promoted_too:
-            self.store.delete(info.key for info in self.store.list() if info.key.startswith(f"part-{txn}-"))
-        return removed
-
-    def _after_done(self, claim: Mapping[str, Any]) -> None:
-        self.store.delete_prefix(f"_staging/{claim['txn_id']}")
-
-    # what a test looks at
-    def visible(self) -> list[str]:
-        return sorted(i.key for i in self.store.list() if i.key.startswith("part-"))
-
-    def staged(self) -> list[str]:
-        return sorted(i.key for i in self.store.list("_staging"))
-
-    def commit(self, record: TransactionRecord) -> Any:
-        return claims.commit(self, record)
-
-    def abort(self, record: TransactionRecord) -> None:
-        claims.abort(self, record)
+JOB = "orders"  # CopySink.job
+FILES = COPY_FILES  # what CopySink stages per batch
 
 
 class Died(Exception):
@@ -162,7 +94,7 @@ def store(store_factory: Callable[[], Storage]) -> Storage:
 def test_commit_claims_before_promoting_and_marks_done(store: Storage) -> None:
     seen: list[dict[str, Any] | None] = []
     sink = CopySink(store, hook=lambda step: seen.append(manifests.read_manifest(store, JOB, 4)))
-    record = sink.stage(4, 1)
+    record = sink.stage_batch(4, 1)
 
     outcome = sink.commit(record)
 
@@ -182,7 +114,7 @@ def test_commit_claims_before_promoting_and_marks_done(store: Storage) -> None:
 
 def test_a_second_transaction_of_the_batch_loses_and_its_data_is_discarded(store: Storage) -> None:
     sink = CopySink(store)
-    first, second = sink.stage(0, 1), sink.stage(0, 2)
+    first, second = sink.stage_batch(0, 1), sink.stage_batch(0, 2)
     sink.commit(first)
 
     with pytest.raises(TransactionConflict) as info:
@@ -203,7 +135,7 @@ def test_an_abort_that_wins_keeps_the_transaction_from_ever_claiming(store: Stor
     """The zombie case: the newer generation's recovery aborts T before T's stalled
     committer wakes; T must not claim the batch, which stays free for the re-run."""
     sink = CopySink(store)
-    zombie = sink.stage(2, 1)
+    zombie = sink.stage_batch(2, 1)
     sink.abort(zombie)
     assert sink.staged() == []
 
@@ -212,7 +144,7 @@ def test_an_abort_that_wins_keeps_the_transaction_from_ever_claiming(store: Stor
     assert not isinstance(info.value, TransactionConflict)
     assert manifests.read_manifest(store, JOB, 2) is None and sink.visible() == []
 
-    rerun = sink.stage(2, 2)
+    rerun = sink.stage_batch(2, 2)
     assert sink.commit(rerun).status == "committed"
     assert sink.visible() == files_of(rerun.txn_id)
     with pytest.raises(TransactionConflict):  # the zombie, waking after the re-run promoted
@@ -222,7 +154,7 @@ def test_an_abort_that_wins_keeps_the_transaction_from_ever_claiming(store: Stor
 
 def test_a_committer_that_died_after_deciding_is_finished_by_the_aborter(store: Storage) -> None:
     sink = CopySink(store)
-    record = sink.stage(1, 1)
+    record = sink.stage_batch(1, 1)
     plan, files = sink._plan(record)
     claims.decide(store, claims.decision_key(JOB, record.txn_id),
                   claims._decision(record, claims.PROMOTE, plan, files))  # ... and died before its claim
@@ -237,7 +169,7 @@ def test_a_committer_that_died_after_deciding_is_finished_by_the_aborter(store: 
 
 def test_a_decided_transaction_that_lost_the_claim_is_aborted_with_its_own_data_only(store: Storage) -> None:
     sink = CopySink(store)
-    loser, winner = sink.stage(1, 1), sink.stage(1, 2)
+    loser, winner = sink.stage_batch(1, 1), sink.stage_batch(1, 2)
     plan, files = sink._plan(loser)
     claims.decide(store, claims.decision_key(JOB, loser.txn_id), claims._decision(loser, claims.PROMOTE, plan, files))
     sink.commit(winner)
@@ -250,7 +182,7 @@ def test_a_decided_transaction_that_lost_the_claim_is_aborted_with_its_own_data_
 @pytest.mark.parametrize("step", ["promoted 1", "promoted 2", "promoted 3"])
 def test_a_claimant_that_died_halfway_is_rolled_forward(store: Storage, step: str) -> None:
     dying = CopySink(store, hook=die_at(step))
-    record = dying.stage(3, 1)
+    record = dying.stage_batch(3, 1)
     with pytest.raises(Died):
         dying.commit(record)
     assert claims.is_committed(store, record)  # decided: committed, if unfinished
@@ -258,7 +190,7 @@ def test_a_claimant_that_died_halfway_is_rolled_forward(store: Storage, step: st
 
     sink = CopySink(store)
     with pytest.raises(TransactionConflict):  # a re-run of the batch never gets in
-        sink.commit(sink.stage(3, 2))
+        sink.commit(sink.stage_batch(3, 2))
     assert sink.commit(record).status == "committed"  # the next commit of it finishes it
     assert sink.visible() == files_of(record.txn_id) and sink.staged() == []
     assert manifests.read_manifest(store, JOB, 3)["state"] == "done"  # type: ignore[index]
@@ -267,7 +199,7 @@ def test_a_claimant_that_died_halfway_is_rolled_forward(store: Storage, step: st
 @pytest.mark.parametrize("finisher", ["abort", "orphan"])
 def test_an_unfinished_claim_is_finished_by_abort_or_cleanup_never_aborted(store: Storage, finisher: str) -> None:
     dying = CopySink(store, hook=die_at("promoted 1"))
-    record = dying.stage(5, 1)
+    record = dying.stage_batch(5, 1)
     with pytest.raises(Died):
         dying.commit(record)
 
@@ -283,7 +215,7 @@ def test_an_unfinished_claim_is_finished_by_abort_or_cleanup_never_aborted(store
 
 def test_orphans_without_a_claim_are_discarded_and_cannot_claim_afterwards(store: Storage) -> None:
     sink = CopySink(store)
-    record = sink.stage(6, 1)
+    record = sink.stage_batch(6, 1)
 
     assert claims.settle_orphan(sink, record.txn_id) == "discarded"
 
@@ -294,7 +226,7 @@ def test_orphans_without_a_claim_are_discarded_and_cannot_claim_afterwards(store
 
 def test_lost_staged_data_of_a_claim_is_an_error_not_a_silent_release(store: Storage) -> None:
     dying = CopySink(store, hook=die_at("promoted 1"))
-    record = dying.stage(7, 1)
+    record = dying.stage_batch(7, 1)
     with pytest.raises(Died):
         dying.commit(record)
     store.delete([f"_staging/{record.txn_id}/2"])  # e.g. a lifecycle rule
@@ -306,7 +238,7 @@ def test_lost_staged_data_of_a_claim_is_an_error_not_a_silent_release(store: Sto
 
 def test_staged_data_lost_before_the_claim_leaves_the_batch_free(store: Storage) -> None:
     sink = CopySink(store)
-    record = sink.stage(8, 1)
+    record = sink.stage_batch(8, 1)
     store.delete([f"_staging/{record.txn_id}/1"])  # e.g. a lifecycle rule, before the commit
 
     with pytest.raises(SinkError, match="nothing was claimed"):
@@ -314,7 +246,7 @@ def test_staged_data_lost_before_the_claim_leaves_the_batch_free(store: Storage)
 
     assert manifests.read_manifest(store, JOB, 8) is None and sink.visible() == []
     sink.abort(record)
-    rerun = sink.stage(8, 2)
+    rerun = sink.stage_batch(8, 2)
     assert sink.commit(rerun).status == "committed" and sink.visible() == files_of(rerun.txn_id)
 
 
@@ -323,24 +255,24 @@ def test_manifests_of_the_previous_release_count_as_done_claims(store: Storage) 
            "sink_id": store.uri, "format": "bin", "files": [{"path": "part-orders-b9-g4-00000", "size": 1}]}
     store.put(manifests.manifest_key(JOB, 9), json.dumps(old).encode())
     sink = CopySink(store)
-    record = TransactionRecord(JOB, 9, 4, "copy", sink.sink_id, {"config": {}, "staged": {"files": []}})
+    record = transaction_record(sink, 9, 4, {"files": []}, job=JOB)
 
     assert claims.is_committed(store, record) and manifests.committed_position(store, JOB) == 9
     assert sink.commit(record).status == "already"
     with pytest.raises(SinkError, match="has committed"):
         sink.abort(record)
     with pytest.raises(TransactionConflict):
-        sink.commit(sink.stage(9, 5))
+        sink.commit(sink.stage_batch(9, 5))
     assert [c["state"] for c in claims.committed_batches(store, JOB)] == ["done"]
 
 
 def test_readers_see_only_batches_whose_promotion_is_done(store: Storage) -> None:
     sink = CopySink(store)
-    done = sink.stage(0, 1)
+    done = sink.stage_batch(0, 1)
     sink.commit(done)
     dying = CopySink(store, hook=die_at("promoted 1"))
     with pytest.raises(Died):
-        dying.commit(dying.stage(1, 1))
+        dying.commit(dying.stage_batch(1, 1))
 
     batches = claims.committed_batches(store, JOB)
 
@@ -392,7 +324,7 @@ def test_concurrent_transactions_of_one_batch_promote_exactly_once(
     racers = 4
     for batch in range(request.node.rounds):
         sinks = [CopySink(store_factory()) for _ in range(racers)]
-        records = [s.stage(batch, g + 1) for g, s in enumerate(sinks)]
+        records = [s.stage_batch(batch, g + 1) for g, s in enumerate(sinks)]
 
         outcomes = _race(*(_commit(s, r) for s, r in zip(sinks, records, strict=True)))
 
@@ -411,7 +343,7 @@ def test_commit_against_abort_of_one_transaction_is_all_or_nothing(
     refused), never with part of its files visible or its data deleted under a claim."""
     for batch in range(request.node.rounds):
         committer, aborter = CopySink(store_factory()), CopySink(store_factory())
-        record = committer.stage(batch, 1)
+        record = committer.stage_batch(batch, 1)
 
         committed_by, aborted_by = _race(_commit(committer, record), _abort(aborter, record))
 
@@ -432,7 +364,7 @@ def test_two_aborts_of_a_decided_first_batch_finish_it_once(
     find the transaction committed and its files are promoted once."""
     for batch in range(request.node.rounds):
         one = CopySink(store_factory())
-        record = one.stage(batch, 1)
+        record = one.stage_batch(batch, 1)
         plan, files = one._plan(record)
         claims.decide(one.store, claims.decision_key(JOB, record.txn_id),
                       claims._decision(record, claims.PROMOTE, plan, files))
@@ -460,7 +392,7 @@ def test_separate_processes_on_a_local_directory_promote_each_batch_once(tmp_pat
     root = str(tmp_path / "dest")
     for batch in range(3):
         out = context.Queue()
-        records = [CopySink(LocalStorage(root)).stage(batch, g) for g in (1, 2, 3)]
+        records = [CopySink(LocalStorage(root)).stage_batch(batch, g) for g in (1, 2, 3)]
         start_at = time.time() + 0.5
         procs = [context.Process(target=_process_racer, args=(root, r, start_at, out)) for r in records]
         for p in procs:

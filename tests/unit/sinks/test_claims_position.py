@@ -9,7 +9,6 @@ release); a job with no marked claim is listed as before."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from airflow_sparkpoint.sinks import _claims as claims
 from airflow_sparkpoint.sinks import _manifests as manifests
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage.counting import CountingStorage
+from tests.support.records import transaction_record
 
 JOB = "orders"
 
@@ -37,8 +37,7 @@ def commit(sink: DirectorySink, batch: int, generation: int = 1) -> TransactionR
     (staging / "part-00000.json").write_text(body)
     payload = {"format": "json", "staging": f"_staging/{txn}", "files": [{"path": "part-00000.json",
                                                                            "size": len(body)}], "bytes": len(body)}
-    record = TransactionRecord(JOB, batch, generation, sink.kind, sink.sink_id,
-                               {"config": sink.to_config(), "staged": payload}, created_at=time.time())
+    record = transaction_record(sink, batch, generation, payload, job=JOB)
     sink.commit(record)
     return record
 
@@ -140,7 +139,7 @@ def test_the_marker_precedes_the_claim(sink: DirectorySink, monkeypatch: pytest.
     commit(sink, 0)
     marker, claim = manifests.marker_key(JOB, 0), manifests.manifest_key(JOB, 0)
     assert marker in order and claim in order and order.index(marker) < order.index(claim), order
-    assert claims.is_committed(store, TransactionRecord(JOB, 0, 1, sink.kind, sink.sink_id, {}))
+    assert claims.is_committed(store, transaction_record(sink, 0, 1, job=JOB))
 
 
 def test_planted_markers_without_claims_cost_a_bounded_number_of_looks(sink: DirectorySink) -> None:

@@ -7,7 +7,6 @@ own data only, and a confirmed record that lost is a conflict that stops the ste
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.support.records import checkpoint_at
+from tests.support.records import checkpoint_at, transaction_record
 
 JOB = "orders"
 
@@ -52,8 +51,7 @@ def staged(sink: DirectorySink, batch: int, generation: int, files: int = 3) -> 
         described.append({"path": f"part-{i:05d}.json", "size": len(body)})
     payload = {"format": "json", "staging": f"_staging/{txn}", "files": described,
                "bytes": sum(f["size"] for f in described)}
-    return TransactionRecord(JOB, batch, generation, sink.kind, sink.sink_id,
-                             {"config": sink.to_config(), "staged": payload}, created_at=time.time())
+    return transaction_record(sink, batch, generation, payload, job=JOB)
 
 
 def visible(sink: DirectorySink) -> list[dict[str, Any]]:

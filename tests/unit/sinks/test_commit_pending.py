@@ -3,14 +3,12 @@ against an in-memory catalog and a fake sink that records what it was asked to d
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any
 
 import pytest
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import (
     CommitOutcomeUnknown,
     ConfigError,
@@ -22,7 +20,7 @@ from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.fake_sinks import FakeSink
-from tests.support.records import checkpoint_at
+from tests.support.records import checkpoint_at, transaction_record
 
 JOB = "orders"
 
@@ -42,13 +40,6 @@ def catalog() -> Catalog:
     return Catalog(MemoryStorage(f"commit-{uuid.uuid4().hex[:8]}"), JOB)
 
 
-def record(name: str, batch: int, generation: int, kind: str = "test-fake") -> TransactionRecord:
-    return TransactionRecord(
-        job=JOB, batch_id=batch, generation=generation, sink=kind, sink_id=f"fake://{name}",
-        payload={"config": {"name": name}, "staged": {"rows": batch}}, created_at=time.time(),
-    )
-
-
 def txn_ids(catalog: Catalog) -> list[str]:
     return [r.txn_id for r in catalog.transactions()]
 
@@ -66,7 +57,7 @@ def start_green_from_latest(catalog: Catalog) -> None:
 
 
 def test_no_checkpoint_leaves_everything_pending(catalog: Catalog, sink_name: str, world: dict[str, Any]) -> None:
-    catalog.put_transaction(record(sink_name, 0, 1))
+    catalog.put_transaction(transaction_record(FakeSink(sink_name), 0, 1, job=JOB))
 
     result = commit_pending(catalog)
 
@@ -78,7 +69,7 @@ def test_no_checkpoint_leaves_everything_pending(catalog: Catalog, sink_name: st
 def test_confirmed_records_commit_in_batch_order_and_are_deleted(
     catalog: Catalog, sink_name: str, world: dict[str, Any]
 ) -> None:
-    records = [record(sink_name, b, 1) for b in (2, 0, 1)]
+    records = [transaction_record(FakeSink(sink_name), b, 1, job=JOB) for b in (2, 0, 1)]
     for r in records:
         catalog.put_transaction(r)
     checkpoint_at(catalog, 2, generation=1, pending=list(reversed(records)))
@@ -94,7 +85,7 @@ def test_confirmed_records_commit_in_batch_order_and_are_deleted(
 
 
 def test_second_run_is_a_no_op(catalog: Catalog, sink_name: str, world: dict[str, Any]) -> None:
-    r = record(sink_name, 0, 1)
+    r = transaction_record(FakeSink(sink_name), 0, 1, job=JOB)
     catalog.put_transaction(r)
     checkpoint_at(catalog, 0, generation=1, pending=[r])
     assert commit_pending(catalog)["committed"] == ["orders-b0-g1"]
@@ -110,7 +101,7 @@ def test_landed_commit_whose_record_survived_is_repeated_idempotently_and_cleane
 ) -> None:
     """The sink's own idempotent commit answers "already" (and may drop what is left
     staged, as DeltaSink does for merged rows); nothing lands twice."""
-    r = record(sink_name, 0, 1)
+    r = transaction_record(FakeSink(sink_name), 0, 1, job=JOB)
     catalog.put_transaction(r)
     checkpoint_at(catalog, 0, generation=1, pending=[r])
     world["committed"][0] = r.txn_id  # a crash between the sink's commit and the record's deletion
@@ -125,9 +116,9 @@ def test_landed_commit_whose_record_survived_is_repeated_idempotently_and_cleane
 def test_unreferenced_records_up_to_the_checkpoint_are_aborted(
     catalog: Catalog, sink_name: str, world: dict[str, Any]
 ) -> None:
-    dead = record(sink_name, 1, 1)  # generation 1 died after staging batch 1
-    live = record(sink_name, 1, 2)  # generation 2 re-ran batch 1
-    future = record(sink_name, 2, 2)  # staged, its checkpoint not taken yet
+    dead = transaction_record(FakeSink(sink_name), 1, 1, job=JOB)  # generation 1 died after staging batch 1
+    live = transaction_record(FakeSink(sink_name), 1, 2, job=JOB)  # generation 2 re-ran batch 1
+    future = transaction_record(FakeSink(sink_name), 2, 2, job=JOB)  # staged, its checkpoint not taken yet
     for r in (dead, live, future):
         catalog.put_transaction(r)
     checkpoint_at(catalog, 1, generation=2, pending=[live])
@@ -145,7 +136,7 @@ def test_unreferenced_records_up_to_the_checkpoint_are_aborted(
 def test_unreferenced_record_that_landed_is_not_aborted(
     catalog: Catalog, sink_name: str, world: dict[str, Any]
 ) -> None:
-    old = record(sink_name, 0, 1)
+    old = transaction_record(FakeSink(sink_name), 0, 1, job=JOB)
     catalog.put_transaction(old)
     world["committed"][0] = old.txn_id  # committed in the job; record deletion was lost
     checkpoint_at(catalog, 1, generation=1, pending=[])
@@ -158,7 +149,7 @@ def test_unreferenced_record_that_landed_is_not_aborted(
 
 
 def test_upto_batch_holds_later_confirmed_batches(catalog: Catalog, sink_name: str, world: dict[str, Any]) -> None:
-    records = [record(sink_name, b, 1) for b in range(4)]
+    records = [transaction_record(FakeSink(sink_name), b, 1, job=JOB) for b in range(4)]
     for r in records:
         catalog.put_transaction(r)
     checkpoint_at(catalog, 3, generation=1, pending=records)
@@ -176,7 +167,7 @@ def test_upto_batch_holds_later_confirmed_batches(catalog: Catalog, sink_name: s
 def test_a_failed_commit_stops_later_batches_and_keeps_records(
     catalog: Catalog, sink_name: str, world: dict[str, Any], error: SinkError
 ) -> None:
-    records = [record(sink_name, b, 1) for b in range(3)]
+    records = [transaction_record(FakeSink(sink_name), b, 1, job=JOB) for b in range(3)]
     for r in records:
         catalog.put_transaction(r)
     checkpoint_at(catalog, 2, generation=1, pending=records)
@@ -193,7 +184,7 @@ def test_a_failed_commit_stops_later_batches_and_keeps_records(
 
 
 def test_record_without_sink_config_is_an_error(catalog: Catalog) -> None:
-    bad = TransactionRecord(JOB, 0, 1, "test-fake", "fake://x", payload={"staged": {}})
+    bad = transaction_record("test-fake", 0, 1, job=JOB, sink_id="fake://x", payload={"staged": {}})  # no config
     catalog.put_transaction(bad)
     checkpoint_at(catalog, 0, generation=1, pending=[bad])
 
@@ -203,7 +194,7 @@ def test_record_without_sink_config_is_an_error(catalog: Catalog) -> None:
 
 
 def test_unknown_sink_kind_names_the_kind(catalog: Catalog, sink_name: str) -> None:
-    r = record(sink_name, 0, 1, kind="no-such-kind")
+    r = transaction_record("no-such-kind", 0, 1, job=JOB, sink_id=f"fake://{sink_name}", config={"name": sink_name})
     catalog.put_transaction(r)
     checkpoint_at(catalog, 0, generation=1, pending=[r])
 
@@ -214,8 +205,8 @@ def test_unknown_sink_kind_names_the_kind(catalog: Catalog, sink_name: str) -> N
 def test_abort_generation_discards_only_that_generations_uncommitted_records(
     catalog: Catalog, sink_name: str, world: dict[str, Any]
 ) -> None:
-    blue = record(sink_name, 3, 1)
-    green = [record(sink_name, b, 2) for b in (4, 5, 6)]
+    blue = transaction_record(FakeSink(sink_name), 3, 1, job=JOB)
+    green = [transaction_record(FakeSink(sink_name), b, 2, job=JOB) for b in (4, 5, 6)]
     for _ in range(2):
         catalog.claim_generation()
     for r in (blue, *green):
@@ -239,8 +230,8 @@ def test_abort_generation_settles_in_batch_order_and_only_its_own_generations_re
     of a superseded generation acts as the newest one)."""
     for _ in range(3):
         catalog.claim_generation()
-    newer = record(sink_name, 7, 3)
-    for r in (record(sink_name, 6, 2), newer, record(sink_name, 4, 2), record(sink_name, 5, 2)):
+    newer = transaction_record(FakeSink(sink_name), 7, 3, job=JOB)
+    for r in (transaction_record(FakeSink(sink_name), 6, 2, job=JOB), newer, transaction_record(FakeSink(sink_name), 4, 2, job=JOB), transaction_record(FakeSink(sink_name), 5, 2, job=JOB)):
         catalog.put_transaction(r)
 
     assert abort_generation(catalog, 2) == ["orders-b4-g2", "orders-b5-g2", "orders-b6-g2"]
@@ -259,10 +250,10 @@ def test_abort_generation_returns_the_lineage_to_where_the_generation_started(
     `restore=latest` restarts where green started (issue #45: the simulation found a
     rollback of a stalled, live green whose next checkpoint confirmed an aborted batch)."""
 
-    blue = record(sink_name, 3, 1)
+    blue = transaction_record(FakeSink(sink_name), 3, 1, job=JOB)
     checkpoint_at(catalog, 3, generation=1, pending=[blue])
     start_green_from_latest(catalog)
-    green = [record(sink_name, b, 2) for b in (4, 5)]
+    green = [transaction_record(FakeSink(sink_name), b, 2, job=JOB) for b in (4, 5)]
     for r in green:
         catalog.put_transaction(r)
     checkpoint_at(catalog, 4, generation=2, pending=green[:1])
@@ -290,10 +281,10 @@ def test_retention_keeps_where_a_rollback_of_the_newest_generation_returns(
     more checkpoints than `numRetained`."""
     from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 
-    blue = record(sink_name, 3, 1)
+    blue = transaction_record(FakeSink(sink_name), 3, 1, job=JOB)
     checkpoint_at(catalog, 3, generation=1, pending=[blue])
     start_green_from_latest(catalog)
-    green = [record(sink_name, b, 2) for b in (4, 5, 6)]
+    green = [transaction_record(FakeSink(sink_name), b, 2, job=JOB) for b in (4, 5, 6)]
     for index, r in enumerate(green):
         catalog.put_transaction(r)
         checkpoint_at(catalog, r.batch_id, generation=2, pending=green[: index + 1])
@@ -318,7 +309,7 @@ def test_retention_keeps_a_rollback_point_of_the_newest_generation_older_than_nu
     checkpoint_at(catalog, 3, generation=1, pending=[])
     start_green_from_latest(catalog)
     checkpoint_at(catalog, 4, generation=2, pending=[])  # batch 4 committed: no record left
-    green = [record(sink_name, b, 2) for b in (5, 6, 7)]
+    green = [transaction_record(FakeSink(sink_name), b, 2, job=JOB) for b in (5, 6, 7)]
     for index, r in enumerate(green):
         catalog.put_transaction(r)
         checkpoint_at(catalog, r.batch_id, generation=2, pending=green[: index + 1])
@@ -347,7 +338,7 @@ def test_a_rollback_whose_point_is_behind_the_generations_committed_output_is_re
     catalog.claim_generation()
     catalog.write_origin(new_origin(2, kind="empty", uri=None, base_id=-1, snapshot_id=None, batch_id=None,
                                     id_floor=0, restore={"restore": "none"}, live_dir=None, host="h", pid=1))
-    green = [record(sink_name, b, 2) for b in range(4)]
+    green = [transaction_record(FakeSink(sink_name), b, 2, job=JOB) for b in range(4)]
     for r in green:
         catalog.put_transaction(r)
     checkpoint_at(catalog, 3, generation=2, pending=green)  # the only checkpoint left
@@ -369,10 +360,10 @@ def test_a_rollback_whose_point_is_behind_the_generations_committed_output_is_re
 def test_abort_generation_of_a_store_without_lineages_retires_its_checkpoints(
     catalog: Catalog, sink_name: str, world: dict[str, Any]
 ) -> None:
-    blue = record(sink_name, 3, 1)
+    blue = transaction_record(FakeSink(sink_name), 3, 1, job=JOB)
     checkpoint_at(catalog, 3, generation=1, pending=[blue])
     catalog.claim_generation()
-    green = [record(sink_name, b, 2) for b in (4, 5)]
+    green = [transaction_record(FakeSink(sink_name), b, 2, job=JOB) for b in (4, 5)]
     for r in green:
         catalog.put_transaction(r)
     checkpoint_at(catalog, 4, generation=2, pending=green[:1])
@@ -387,7 +378,7 @@ def test_abort_generation_of_a_store_without_lineages_retires_its_checkpoints(
 def test_abort_generation_is_refused_while_a_newer_generation_continues_it(
     catalog: Catalog, sink_name: str, world: dict[str, Any]
 ) -> None:
-    green = record(sink_name, 4, 2)
+    green = transaction_record(FakeSink(sink_name), 4, 2, job=JOB)
     catalog.put_transaction(green)
     checkpoint_at(catalog, 4, generation=2, pending=[green])
     catalog.claim_generation()  # generation 3 (say, a retry of green) restores green's checkpoint
@@ -409,7 +400,7 @@ def test_a_rollback_whose_claim_comes_after_a_start_that_continues_the_generatio
     decides again, as for a superseded generation (refused: a newer run continues it)."""
     from airflow_sparkpoint.checkpoints.lineage import new_origin
 
-    blue = record(sink_name, 0, 1)
+    blue = transaction_record(FakeSink(sink_name), 0, 1, job=JOB)
     catalog.put_transaction(blue)
     checkpoint_at(catalog, 0, generation=1, pending=[blue])
     retry = catalog  # the retry's own reads and writes go through the same store
@@ -450,7 +441,7 @@ def test_a_rollback_is_refused_while_a_newer_origin_restores_the_generations_che
     generation's origin restored continues the generation too."""
     from airflow_sparkpoint.checkpoints.lineage import new_origin
 
-    blue = record(sink_name, 0, 1)
+    blue = transaction_record(FakeSink(sink_name), 0, 1, job=JOB)
     catalog.put_transaction(blue)
     base = checkpoint_at(catalog, 0, generation=1, pending=[blue])
     catalog.claim_generation()  # generation 2: restore=none, its origin comes late
@@ -478,15 +469,15 @@ def test_a_generation_claimed_between_the_steps_reads_keeps_its_transaction(
     unlisted there, but it is the newer lineage's live transaction: never the step's to abort."""
     from airflow_sparkpoint.checkpoints.lineage import new_origin
 
-    base = record(sink_name, 1, 1)
+    base = transaction_record(FakeSink(sink_name), 1, 1, job=JOB)
     catalog.put_transaction(base)
     checkpoint_at(catalog, 1, generation=1, pending=[base])
-    old = [record(sink_name, b, 1) for b in (2, 3)]
+    old = [transaction_record(FakeSink(sink_name), b, 1, job=JOB) for b in (2, 3)]
     for r in old:
         catalog.put_transaction(r)
     checkpoint_at(catalog, 3, generation=1, pending=[base, *old])
     base_id = catalog.checkpoints()[-1].id  # the checkpoint of batch 1 (oldest last)
-    newer = record(sink_name, 2, 2)
+    newer = transaction_record(FakeSink(sink_name), 2, 2, job=JOB)
     read_point = catalog.restart_point
     interleaved = []
 
@@ -525,16 +516,16 @@ def test_a_generation_claimed_before_the_step_whose_origin_comes_between_its_rea
     right after it."""
     from airflow_sparkpoint.checkpoints.lineage import new_origin
 
-    base = record(sink_name, 1, 1)
+    base = transaction_record(FakeSink(sink_name), 1, 1, job=JOB)
     catalog.put_transaction(base)
     checkpoint_at(catalog, 1, generation=1, pending=[base])
-    old = [record(sink_name, b, 1) for b in (2, 3)]
+    old = [transaction_record(FakeSink(sink_name), b, 1, job=JOB) for b in (2, 3)]
     for r in old:
         catalog.put_transaction(r)
     checkpoint_at(catalog, 3, generation=1, pending=[base, *old])
     base_id = catalog.checkpoints()[-1].id  # the checkpoint of batch 1 (oldest last)
     generation = catalog.claim_generation().generation  # claimed, its origin not yet written
-    newer = record(sink_name, 2, generation)
+    newer = transaction_record(FakeSink(sink_name), 2, generation, job=JOB)
     interleaved: list[str] = []
 
     def then_the_new_lineage(name: str, read: Any) -> Any:
@@ -574,7 +565,7 @@ def test_a_rollback_stops_when_a_newer_generation_is_claimed_meanwhile(
         catalog.claim_generation()
     catalog.write_origin(new_origin(2, kind="empty", uri=None, base_id=-1, snapshot_id=None, batch_id=None,
                                     id_floor=0, restore={}, live_dir=None, host="h", pid=1))
-    green = [record(sink_name, b, 2) for b in (4, 5)]
+    green = [transaction_record(FakeSink(sink_name), b, 2, job=JOB) for b in (4, 5)]
     for r in green:
         catalog.put_transaction(r)
     checkpoint_at(catalog, 4, generation=2, pending=green[:1])
@@ -616,7 +607,7 @@ def test_a_rollback_killed_halfway_is_retried_when_it_returned_to_the_generation
     checkpoint_at(catalog, 3, generation=1, pending=[])
     start_green_from_latest(catalog)
     checkpoint_at(catalog, 4, generation=2, pending=[])  # green's own checkpoint before its staged batches
-    green = [record(sink_name, b, 2) for b in (5, 6)]
+    green = [transaction_record(FakeSink(sink_name), b, 2, job=JOB) for b in (5, 6)]
     for index, r in enumerate(green):
         catalog.put_transaction(r)
         checkpoint_at(catalog, r.batch_id, generation=2, pending=green[: index + 1])

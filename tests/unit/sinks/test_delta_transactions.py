@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata
 from airflow_sparkpoint.exceptions import SinkError, TransactionConflict
 from airflow_sparkpoint.sinks import DeltaSink
 from airflow_sparkpoint.sinks.base import CommittedTxn
 from tests.support.delta_staging import JOB, staged, table_rows
+from tests.support.records import snapshot_metadata
 
 
 @pytest.fixture(params=["append", "merge"])
@@ -92,7 +92,7 @@ def test_a_batch_undone_by_a_rewind_is_not_committed_again(sink: DeltaSink) -> N
     sink._decide(records[2], "promote")
     sink.commit(records[2])
     assert sink.committed_txn(JOB, 2) is not None
-    snapshot = SnapshotMetadata(kind="checkpoint", id=1, job=JOB, generation=1, batch_id=1, created_at=0.0, files=())
+    snapshot = snapshot_metadata(1, job=JOB)
 
     sink.rewind(JOB, snapshot)
 

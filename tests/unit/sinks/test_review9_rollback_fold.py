@@ -8,7 +8,6 @@ A real directory sink, real records in a memory store."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.checkpointers import run_config
-from tests.support.records import checkpoint_at
+from tests.support.records import checkpoint_at, transaction_record
 
 JOB = "job"
 
@@ -43,8 +42,7 @@ def _staged(sink: DirectorySink, batch: int, generation: int) -> TransactionReco
     (staging / "part-00000.json").write_text(body)
     payload = {"format": "json", "staging": f"_staging/{txn}",
                "files": [{"path": "part-00000.json", "size": len(body)}], "bytes": len(body)}
-    return TransactionRecord(JOB, batch, generation, sink.kind, sink.sink_id,
-                             {"config": sink.to_config(), "staged": payload}, created_at=time.time())
+    return transaction_record(sink, batch, generation, payload, job=JOB)
 
 
 def _visible(sink: DirectorySink) -> list[dict[str, Any]]:

@@ -10,11 +10,11 @@ import boto3
 import pytest
 
 from airflow_sparkpoint.checkpoints import layout
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import ConfigError, SinkError
 from airflow_sparkpoint.sinks import _manifests as manifests
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.sinks.s3 import MIN_PART_SIZE, S3Sink
+from tests.support.records import transaction_record
 
 pytestmark = pytest.mark.s3
 
@@ -44,8 +44,7 @@ def test_a_recorded_key_that_is_not_canonical_is_refused_not_rewritten(s3_server
     txn = layout.txn_id(JOB, 0, 1)
     name = manifests.final_name(txn, 0, "parquet")
     upload = staged(client, s3_bucket, f"out//{name}")
-    record = TransactionRecord(job=JOB, batch_id=0, generation=1, sink=sink.kind, sink_id=sink.sink_id,
-                               payload={"config": sink.to_config(), "staged": {"uploads": [upload]}})
+    record = transaction_record(sink, 0, 1, {"uploads": [upload]}, job=JOB)
     with pytest.raises(SinkError, match="not canonical") as info:
         sink.commit(record)
     assert f"out//{name}" in str(info.value)

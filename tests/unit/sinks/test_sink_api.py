@@ -14,6 +14,7 @@ from airflow_sparkpoint.exceptions import ConfigError, SinkError
 from airflow_sparkpoint.sinks import DeltaSink, DirectorySink, S3Sink
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, column_names, settler
 from airflow_sparkpoint.sinks.resolve import resolve_sink
+from tests.support.records import transaction_record
 
 
 def test_column_arguments_take_a_name_or_a_list(tmp_path: Path) -> None:
@@ -57,18 +58,14 @@ def test_a_subclass_never_replaces_the_registered_class_of_its_kind() -> None:
     assert (registered["delta"], registered["directory"], registered["s3"]) == (DeltaSink, DirectorySink, S3Sink)
 
 
-def _record(sink: Sink) -> TransactionRecord:
-    return TransactionRecord(job="orders", batch_id=3, generation=2, sink=sink.kind, sink_id=sink.sink_id,
-                             payload={"config": sink.to_config(), "staged": {}, **settler(sink)})
-
-
 def test_a_subclass_that_settles_differently_is_never_rebuilt_as_its_base(tmp_path: Path) -> None:
     table = str(tmp_path / "t")
     assert settler(DeltaSink(table)) == {} and settler(StagesDifferently(table)) == {}
-    assert type(resolve_sink(_record(StagesDifferently(table)), None)) is DeltaSink  # as before
+    sink = StagesDifferently(table)
+    assert type(resolve_sink(transaction_record(sink, 3, 2, job="orders", **settler(sink)), None)) is DeltaSink  # as before
 
     own = CommitsDifferently(table)
-    record = _record(own)
+    record = transaction_record(own, 3, 2, job="orders", **settler(own))  # as the runtime writes it
     assert record.payload["settled_by"] == f"{__name__}.CommitsDifferently"
     # Old code: the commit step rebuilt a plain DeltaSink and committed through it.
     with pytest.raises(SinkError, match=r"staged by sink class .*CommitsDifferently.*refused") as info:
