@@ -15,7 +15,7 @@ from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.sinks import DeltaSink, DirectorySink
 from airflow_sparkpoint.storage import open_storage
 from tests.support.delta_staging import JOB, staged
-from tests.support.records import sink_record
+from tests.support.records import transaction_record
 
 pytestmark = pytest.mark.airflow
 
@@ -54,7 +54,7 @@ def test_staged_rows_of_a_sink_other_than_delta_are_refused(tmp_path: Path) -> N
     from airflow_sparkpoint.hooks import SparkpointHook
 
     root = tmp_path / "checkpoints"
-    record = sink_record(DirectorySink(str(tmp_path / "out")), 4, 1, {"files": []}, job=JOB)
+    record = transaction_record(DirectorySink(str(tmp_path / "out")), 4, 1, {"files": []}, job=JOB)
     Catalog(open_storage(str(root)), JOB).put_transaction(record)
     hook = SparkpointHook(None, storage_uri=str(root))
 
