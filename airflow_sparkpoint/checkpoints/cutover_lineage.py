@@ -24,7 +24,7 @@ __all__ = ["cutover_of_generation", "cutover_of_lineage", "cutover_savepoints"]
 
 def cutover_of_generation(catalog: Catalog, generation: int) -> CutoverState | None:
     """The cutover generation `generation` took the job over at (its generation claim
-    names it and the cutover's ``claimed`` record is that generation's), or None.
+    names it and the cutover's claim, decided or recorded, is that generation's), or None.
 
     :raises CutoverError: that cutover's records are unreadable.
     """
@@ -33,7 +33,7 @@ def cutover_of_generation(catalog: Catalog, generation: int) -> CutoverState | N
     if not isinstance(cutover_id, str) or not cutover_id:
         return None
     state = CutoverStore(catalog).read(cutover_id)
-    if state.claimed is None or state.claimed.generation != generation:
+    if state.taken is None or state.taken.generation != generation:
         return None
     return state
 
@@ -57,7 +57,7 @@ def cutover_of_lineage(catalog: Catalog, generation: int) -> CutoverState | None
     store = CutoverStore(catalog)
     for cutover_id in reversed(store.ids()):
         state = store.read(cutover_id)
-        claim = state.claimed
+        claim = state.taken
         if claim is None or claim.generation >= generation:
             continue
         try:
@@ -97,6 +97,8 @@ def cutover_savepoints(catalog: Catalog, savepoints: Iterable[SnapshotEntry]) ->
         return {}
     kept: dict[str, str] = {}
     state = store.open_cutover()
+    # Until green's claimed record, not its decision: a decided green may not have written
+    # its origin yet (read below), and the origins must then still keep S.
     if state is not None and state.claimed is None:
         plan, agreed = state.plan, state.agreed
         for key, entry in listed.items():
@@ -111,7 +113,8 @@ def cutover_savepoints(catalog: Catalog, savepoints: Iterable[SnapshotEntry]) ->
     if origins:
         newest = max(origins, key=lambda o: o.generation)
         state = cutover_of_lineage(catalog, newest.generation)
-        savepoint = state.claimed.savepoint if state is not None and state.claimed is not None else None
+        claim = state.taken if state is not None else None
+        savepoint = claim.savepoint if claim is not None else None
         if state is not None and savepoint is not None:
             try:
                 final: str | None = catalog.snapshot_key(savepoint, savepoint_only=True)

@@ -226,7 +226,7 @@ class CutoverLook:
 def _open_state(store: CutoverStore, cutover_id: str) -> CutoverState:
     """The cutover's records; :raises CutoverError: it ended other than committed."""
     state = store.read(cutover_id)
-    done = state.done
+    done = state.ended
     if done is not None and done.outcome != "committed":
         raise CutoverError(f"cutover {cutover_id} of job {store.catalog.job!r} ended {done.outcome} at "
                            f"{done.step}: {done.reason or 'no reason'}")
@@ -290,14 +290,14 @@ def look(catalog: Catalog, cutover_id: str, position: DrivePosition, *, max_hear
         return _look_stop(catalog, plan, str(position.request_id), int(n or 0), passed=passed,
                           max_heartbeat_age=max_heartbeat_age)
     if phase == "claim":
-        if state.claimed is not None:
-            return CutoverLook("claimed", generation=state.claimed.generation, at=state.claimed.at)
+        if state.taken is not None:  # decided: green's, even if it died before its claimed record
+            return CutoverLook("claimed", generation=state.taken.generation, at=state.taken.at)
         if passed:
             return CutoverLook("call_off", f"green did not take the job over within "
                                f"{plan.reach_timeout_s:.0f} s after blue stopped", blue_stopped=True)
         return CutoverLook("wait", f"waiting for green to claim the job at batch {n}")
-    if state.done is not None:
-        return CutoverLook("committed", state.done.reason)
+    if state.ended is not None:
+        return CutoverLook("committed", state.ended.reason)
     if passed:
         return CutoverLook("uncommitted", f"green has not committed batch {int(n or 0) + 1} yet (no input "
                            "since?); the job is green's")
@@ -480,7 +480,7 @@ class CutoverDriver:
         try:
             end = call_off(self.catalog, self.cutover_id, reason=seen.line, by=self.requested_by)
         except CutoverError:
-            if position.phase == "claim" and self.store.read(self.cutover_id).claimed is not None:
+            if position.phase == "claim" and self.store.read(self.cutover_id).taken is not None:
                 return position  # green claimed between the look and the call-off
             raise
         self.step(f"called off ({end.outcome} at {end.step}): {seen.line}")
