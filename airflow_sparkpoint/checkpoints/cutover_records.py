@@ -9,6 +9,7 @@ has the protocol.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -122,19 +123,31 @@ class CutoverProgress:
     shadow_generation: int | None = None
     verified_batch: int | None = None
     difference: str | None = None
-    updated_at: float = 0.0
+    #: when green wrote it (green's clock, as a status heartbeat)
+    updated_at: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, **asdict(self),
                 "difference": None if self.difference is None else clip(self.difference, _REASON_MAX_CHARS)}
 
-    def within(self, blue_last: int, lag_batches: int) -> bool:
-        """Whether green may be agreed with: at most `lag_batches` behind blue's newest
-        batch `blue_last`, and either past its first replay of one of blue's batches (its
-        pace is known: `seconds_per_batch`) or at `blue_last` itself (blue idle: nothing
-        to replay, and blue reaches N only with new input, which green replays too).
-        Behind blue before its first replay, green reports the checkpoint it warms up
-        from while its first query start, seconds long, is still ahead of it."""
+    def fresh(self, now: float, max_age: float) -> bool:
+        """Whether green wrote it at most `max_age` seconds before `now` (or twice its
+        pace per batch, when longer: a replay in progress writes none). A live green
+        writes it after every replay and, caught up with blue (idle or not), at every
+        poll of blue; an older one is a dead green's, whose retry warms up from the
+        plan's checkpoint again."""
+        return now - self.updated_at <= max(max_age, 2 * (self.seconds_per_batch or 0.0))
+
+    def within(self, blue_last: int, lag_batches: int, *, now: float, max_age: float) -> bool:
+        """Whether green may be agreed with: `fresh` at `now`, at most `lag_batches`
+        behind blue's newest batch `blue_last`, and either past its first replay of one of
+        blue's batches (its pace is known: `seconds_per_batch`) or at `blue_last` itself
+        (blue idle: nothing to replay, and blue reaches N only with new input, which
+        green replays too). Behind blue before its first replay, green reports the
+        checkpoint it warms up from while its first query start, seconds long, is still
+        ahead of it."""
+        if not self.fresh(now, max_age):
+            return False
         if self.replayed_batch is None or self.replayed_batch < blue_last - lag_batches:
             return False
         return self.seconds_per_batch is not None or self.replayed_batch >= blue_last

@@ -284,7 +284,7 @@ def look(catalog: Catalog, cutover_id: str, position: DrivePosition, *, max_hear
         if position.request_id is not None:
             return _look_filed(catalog, state, position.request_id, int(position.after_batch or 0))
         return _look_warmup(catalog, state, passed=passed, within_s=position.deadline - position.started,
-                            max_heartbeat_age=max_heartbeat_age)
+                            now=now, max_heartbeat_age=max_heartbeat_age)
     n = position.after_batch
     if phase == "stop":
         return _look_stop(catalog, plan, str(position.request_id), int(n or 0), passed=passed,
@@ -311,7 +311,7 @@ def _look_filed(catalog: Catalog, state: CutoverState, request_id: str, n: int) 
                        blue_stopped=result.state in ("acknowledged", "completed"))
 
 
-def _look_warmup(catalog: Catalog, state: CutoverState, *, passed: bool, within_s: float,
+def _look_warmup(catalog: Catalog, state: CutoverState, *, passed: bool, within_s: float, now: float,
                  max_heartbeat_age: float) -> CutoverLook:
     plan = state.plan
     if state.agreed is not None:
@@ -327,10 +327,13 @@ def _look_warmup(catalog: Catalog, state: CutoverState, *, passed: bool, within_
     blue_last = -1 if status.last_batch is None else status.last_batch
     replayed = None if progress is None else progress.replayed_batch
     started = progress is not None and progress.seconds_per_batch is not None
+    stale = "" if progress is None or progress.fresh(now, max_heartbeat_age) else \
+        f" (written {now - progress.updated_at:.0f} s ago: is green gone?)"
     standing = (f"warm-up: green replayed through batch {replayed if replayed is not None else '-'}"
-                f"{'' if started else ' (no replay yet: its first query start is ahead)'}, "
+                f"{'' if started else ' (no replay yet: its first query start is ahead)'}{stale}, "
                 f"blue at batch {blue_last} (lag bound {plan.lag_batches})")
-    if progress is not None and progress.within(blue_last, plan.lag_batches):
+    if progress is not None and progress.within(blue_last, plan.lag_batches, now=now,
+                                                max_age=max_heartbeat_age):
         return CutoverLook("agree", standing, batch=blue_last)
     if passed:
         idle = "" if started else " (it replayed none of blue's batches: no new input for blue?)"

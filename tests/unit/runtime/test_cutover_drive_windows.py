@@ -238,14 +238,14 @@ def test_a_green_dead_after_winning_the_decision_leaves_the_job_green_s(catalog:
     assert CutoverStore(catalog).read(cid).step == "committed"
 
 
-@pytest.mark.xfail(strict=True, reason="finding (review8): CutoverProgress.within ignores how old green's record is")
 def test_a_dead_green_s_progress_record_is_not_agreed_with(catalog: Catalog) -> None:
     """Green replayed up to blue's batch, then died (fault point cutover_warmup; its retry
     warms up from the plan's checkpoint again, its first query start still ahead). Its
     last progress record stays: within the lag, past its first replay, an hour old. The
-    agreement rule (`CutoverProgress.within`, `_look_warmup`) takes it: blue is asked to
-    stop after N, no green reaches N, the cutover is called off with blue stopped (a
-    person restarts it)."""
+    agreement rule (`CutoverProgress.within`, `_look_warmup`) took it before it read the
+    record's age: blue was asked to stop after N, no green reached N, the cutover was
+    called off with blue stopped (a person restarts it). Now the record must be fresh:
+    the warm-up's bound calls the cutover off with blue untouched."""
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink, pace_s=10.0)
     blue.thread.start()
