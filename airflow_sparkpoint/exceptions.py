@@ -28,19 +28,37 @@
     │       └── SinkLineageError    the sink does not hold what the restore point's
     │                               lineage committed (invariant 12)
     ├── ControlError                a control request failed or timed out
+    ├── DrillFailed                 a restore drill or blue-green pre-flight failed (the
+    │                               drill operators raise it as the task's AirflowException)
+    ├── Terminated                  the driver received SIGTERM; the run ended unfinished
+    ├── CheckpointAbandoned         a checkpoint past checkpoint.timeout, or cut short by
+    │                               the run's end (never leaves the driver)
+    ├── PipelineNotFound            the UI plugin: no sparkpoint connection serves the job
+    │                               (a 404, never shown)
     ├── UsageError                  bad command-line input (the CLI's exit code 2)
     └── CommandFailed               a command's operational failure, already explained
                                     (the CLI's exit code 1)
+
+Every error class of the package is defined here, but for two kinds (each named, with its
+reason, by ``scripts/check_structure.py`` ``ERRORS_ELSEWHERE``, which `make lint` checks):
+
+- the submit operator's Airflow-derived errors, `operators.driver_errors.SparkpointRunFailed`
+  (an ``AirflowException`` and a `SparkpointError`) and
+  `operators.submit_checks.SparkpointConfigFailure` (an ``AirflowFailException`` and a
+  `ConfigError`): this module is imported by the Spark-side runtime, which never imports
+  Airflow, so no Airflow class can be a base here;
+- private signals that no caller catches by class (``runtime.job._StopRun``,
+  ``runtime.verify._Failed``).
 """
 
 from __future__ import annotations
 
-__all__ = ["CatalogError", "CommandFailed", "CommitOutcomeUnknown", "ConfigError", "ControlError",
-           "CorruptMetadata", "CorruptRecord", "CutoverError", "CutoverInProgress", "GenerationRunning",
-           "InvalidPath", "JobAlreadyRunning",
-           "ObjectExists", "ObjectNotFound", "ObjectTooLarge", "RestoreError", "SinkAheadError", "SinkError",
-           "SinkLineageError", "SparkpointError", "StaleGeneration", "StorageError", "TransactionConflict",
-           "UsageError"]
+__all__ = ["CatalogError", "CheckpointAbandoned", "CommandFailed", "CommitOutcomeUnknown", "ConfigError",
+           "ControlError", "CorruptMetadata", "CorruptRecord", "CutoverError", "CutoverInProgress",
+           "DrillFailed", "GenerationRunning", "InvalidPath", "JobAlreadyRunning",
+           "ObjectExists", "ObjectNotFound", "ObjectTooLarge", "PipelineNotFound", "RestoreError",
+           "SinkAheadError", "SinkError", "SinkLineageError", "SparkpointError", "StaleGeneration",
+           "StorageError", "Terminated", "TransactionConflict", "UsageError"]
 
 
 class SparkpointError(Exception):
@@ -144,6 +162,26 @@ class SinkLineageError(SinkAheadError):
 
 class ControlError(SparkpointError):
     """A control request (savepoint, stop, cancel) failed or timed out."""
+
+
+class DrillFailed(SparkpointError):
+    """A restore drill failed: its snapshot cannot be resolved or opened, the application
+    failed or did not finish from it, or a blue-green pre-flight was refused or
+    inconclusive; the message says why (`services.drill`, `services.preflight`)."""
+
+
+class Terminated(SparkpointError):
+    """The driver received SIGTERM; the run ended without finishing (`runtime.signals`)."""
+
+
+class CheckpointAbandoned(SparkpointError):
+    """A checkpoint ran past `checkpoint.timeout` and was abandoned, or was cut short because
+    the run ends (`runtime.prestore`, `runtime.checkpointer`)."""
+
+
+class PipelineNotFound(SparkpointError):
+    """No ``sparkpoint`` connection serves this job (or the names are malformed): the UI
+    plugin's 404 (`plugins.pipelines`)."""
 
 
 class UsageError(SparkpointError):

@@ -17,12 +17,18 @@
   a test module itself, so importing it again runs its module body twice (and registers
   its sink kinds twice), and it hides which helpers are shared. Shared helpers live in
   ``tests/support/`` (or a package's own support module);
+* no module imports a private name (``_x``) of another module, nor a private module of
+  another package (`private_imports`): a private name is its module's, a private module
+  its package's;
 * no class of ``runtime/`` is built on a class of another ``runtime/`` module (a class
   spread over files by mixins, as the run once was): a run's phases take its state
   (`runtime/run_state.py`) instead (`spread_classes`);
 * no test package imports another one (``tests/security`` importing ``tests.chaos``):
   what two packages share lives in ``tests/support/`` (`CROSS_PACKAGE_ALLOWED` names the
   exceptions left, each with its reason; it only shrinks);
+* every exception class of the package is defined in ``exceptions.py`` (one error tree),
+  but for `ERRORS_ELSEWHERE`: the Airflow-derived ones of ``operators/`` and two private
+  signals, each with its reason (`errors_outside_tree`);
 * a job script (a ``.py`` file in a ``jobs/`` folder of ``dags/`` or ``tests/``) imports
   from the package only what a job author may: `JOB_SCRIPT_IMPORTS` (``runtime`` and
   ``sinks``; the test-only pause and fault points of ``faults``). Reporting the result
@@ -35,6 +41,8 @@ Exit 0 when all hold, 1 with one line per problem otherwise.
 from __future__ import annotations
 
 import ast
+import builtins
+import re
 import sys
 from pathlib import Path
 
@@ -187,6 +195,98 @@ def spread_classes(package_dir: Path,
     return sorted(found)
 
 
+#: exception classes defined outside ``exceptions.py`` (the rule: its module docstring),
+#: each with the reason it cannot live there; it only shrinks
+ERRORS_ELSEWHERE: dict[tuple[str, str], str] = {
+    ("operators/driver_errors.py", "SparkpointRunFailed"):
+        "an AirflowException: exceptions.py is imported by the Spark-side runtime, which never imports "
+        "Airflow",
+    ("operators/submit_checks.py", "SparkpointConfigFailure"):
+        "an AirflowFailException (the task is not retried): the same reason",
+    ("runtime/job.py", "_StopRun"):
+        "private to the run's foreachBatch: a stopping run refuses a batch with it; no caller catches it",
+    ("runtime/verify.py", "_Failed"):
+        "private to the verification: a failed check, caught in its module and turned into the verdict",
+}
+
+_EXTERNAL_ERROR = re.compile(r"(Exception|Error|Warning)$")
+
+
+def _base_name(base: ast.expr) -> str:
+    """``Base`` of ``Base``, ``module.Base`` or ``Base[T]``."""
+    while isinstance(base, ast.Subscript):
+        base = base.value
+    return base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else ""
+
+
+def errors_outside_tree(package_dir: Path, tree: str = "exceptions.py") -> list[tuple[Path, int, str]]:
+    """Each exception class (built on a builtin exception, on an error class of the
+    package, or on an imported ``*Exception`` / ``*Error`` / ``*Warning`` such as
+    Airflow's) defined anywhere in the package but its `tree` module and not listed in
+    `ERRORS_ELSEWHERE`: its file, line and name, in path and line order. A class counts
+    by its bases' names, followed through the package's classes."""
+    classes = []  # (path, line, name, base names)
+    for path in sorted(package_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.ClassDef):
+                classes.append((path, node.lineno, node.name, [_base_name(b) for b in node.bases]))
+    defined = {name for _path, _line, name, _bases in classes}
+    errors = {name for name, value in vars(builtins).items()
+              if isinstance(value, type) and issubclass(value, BaseException)}
+    errors |= {base for *_, bases in classes for base in bases
+               if base not in defined and _EXTERNAL_ERROR.search(base)}
+    while True:  # follow the package's own error classes to a fixpoint
+        more = {name for _path, _line, name, bases in classes if name not in errors and errors & set(bases)}
+        if not more:
+            break
+        errors |= more
+    home = package_dir / tree
+    return sorted((path, line, name) for path, line, name, _bases in classes
+                  if name in errors and path != home
+                  and (path.relative_to(package_dir).as_posix(), name) not in ERRORS_ELSEWHERE)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_imports(package_dir: Path) -> list[tuple[Path, int, str]]:
+    """Each import, anywhere in a module under `package_dir` (inside functions too), of a
+    private name (``_x``, not a module) from another module of the package, or of a private
+    module (a part of its dotted path starts with ``_``) of another subpackage than the
+    importer's own: its file, line and what it imports, in path and line order. A private
+    module is its package's; a private name, its module's."""
+    root = package_dir.name
+    found = []
+    for path in sorted(package_dir.rglob("*.py")):
+        relative = path.relative_to(package_dir)
+        own_package = (root, *relative.parts[:-1])
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                parts = target.split(".")
+                if parts[0] != root:
+                    continue
+                is_module = package_dir.joinpath(*parts[1:]).with_suffix(".py").is_file() \
+                    or package_dir.joinpath(*parts[1:]).is_dir()
+                private_at = [i for i, part in enumerate(parts) if _private(part)]
+                if not private_at:
+                    continue
+                if not is_module and private_at[-1] == len(parts) - 1 and len(private_at) == 1:
+                    found.append((path, node.lineno, target))  # a private name of another module
+                    continue
+                first = private_at[0]  # a private module (or a name inside one): whose package is it?
+                if tuple(parts[:first]) != own_package[:first] or len(own_package) < first:
+                    found.append((path, node.lineno, ".".join(parts[:first + 1])))
+    return sorted(found)
+
+
 #: ``(file under tests/, module)``: imports of another test package still allowed, and why
 CROSS_PACKAGE_ALLOWED: dict[tuple[str, str], str] = {
     ("integration/test_submit_deferred.py", "tests.e2e.support"):
@@ -267,6 +367,11 @@ def problems(package_dir: Path) -> list[str]:
     found += [f"{path}:{line}: {cls} builds a class on a class of another module (a mixin); compose "
               "instead: give the phase the state it acts on"
               for path, line, cls in spread_classes(package_dir)]
+    found += [f"{path}:{line}: imports {name}, private to its module or package (make it public, or "
+              "move what is shared)" for path, line, name in private_imports(package_dir)]
+    found += [f"{path}:{line}: {name} is an exception class outside exceptions.py (define it in the error "
+              "tree, or list it in ERRORS_ELSEWHERE with the reason it cannot live there)"
+              for path, line, name in errors_outside_tree(package_dir)]
     return found
 
 

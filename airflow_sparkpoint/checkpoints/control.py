@@ -41,21 +41,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow_sparkpoint.checkpoints import bounded, layout
 from airflow_sparkpoint.checkpoints.control_records import (  # re-exported: callers import them from here
-    _FILE_RE,
+    FILE_RE,
     KINDS,
     REQUEST_ID_RE,
     SCHEMA_VERSION,
     STATES,
+    ControlClaim,
     ControlRequest,
     ControlResult,
-    _ack_key,
-    _check_request_id,
-    _Claim,
-    _request_key,
-    _result_key,
+    ack_key,
     check_kind,
+    check_request_id,
     new_request_id,
     request_created_at,
+    request_key,
+    result_key,
 )
 from airflow_sparkpoint.checkpoints.display import iso
 from airflow_sparkpoint.exceptions import (
@@ -145,7 +145,7 @@ class ControlChannel:
             after_batch=after_batch,
             cutover=cutover,
         )
-        self.store.put_if_absent(_request_key(request.id),
+        self.store.put_if_absent(request_key(request.id),
                                  json.dumps(request.to_json(), sort_keys=True).encode())
         self._requests[request.id] = request
         log.info("submitted %s request %s to job %r (deadline in %.0f s)", kind, request.id,
@@ -161,7 +161,7 @@ class ControlChannel:
 
     def _resolve(self, request_id: str) -> tuple[ControlResult, bool]:
         """(the result, whether it is only derived from the clock: expired but not yet sealed)."""
-        _check_request_id(request_id)
+        check_request_id(request_id)
         stored = self._stored_result(request_id)
         if stored is not None:
             return stored, False
@@ -259,8 +259,8 @@ class ControlChannel:
         """Claim an unacknowledged request as expired, so no job takes it later."""
         now = self.clock()
         try:
-            self.store.put_if_absent(_ack_key(request.id),
-                                     _Claim("expired", None, now, reason).to_bytes(request.id))
+            self.store.put_if_absent(ack_key(request.id),
+                                     ControlClaim("expired", None, now, reason).to_bytes(request.id))
         except ObjectExists:
             return self.result(request.id)  # a job took it in the meantime
         self._put_result(ControlResult(request.id, "expired", request.generation, error=reason,
@@ -335,8 +335,8 @@ class ControlChannel:
                 f"{request.kind} request {request.id} of job {self.catalog.job!r} expired at "
                 f"{_iso(request.deadline)}"
             )
-        self.store.put_if_absent(_ack_key(request.id),
-                                 _Claim("acknowledged", generation, now).to_bytes(request.id))
+        self.store.put_if_absent(ack_key(request.id),
+                                 ControlClaim("acknowledged", generation, now).to_bytes(request.id))
         log.info("generation %d of job %r acknowledged %s request %s", generation, self.catalog.job,
                  request.kind, request.id)
 
@@ -379,8 +379,8 @@ class ControlChannel:
         claim = self._claim(request.id)
         if claim is None:
             try:
-                self.store.put_if_absent(_ack_key(request.id),
-                                         _Claim("failed", generation, now, error).to_bytes(request.id))
+                self.store.put_if_absent(ack_key(request.id),
+                                         ControlClaim("failed", generation, now, error).to_bytes(request.id))
             except ObjectExists:
                 pass
             claim = self._claim(request.id)
@@ -417,7 +417,7 @@ class ControlChannel:
         now = self.clock()
         by_id: dict[str, list[str]] = {}
         for info in self.store.list(layout.CONTROL):
-            match = _FILE_RE.match(info.key.rsplit("/", 1)[-1])
+            match = FILE_RE.match(info.key.rsplit("/", 1)[-1])
             if match:
                 by_id.setdefault(match.group(1), []).append(info.key)
         removed = 0
@@ -487,7 +487,7 @@ class ControlChannel:
         ids: list[str] = []
         taken: set[str] = set()
         for info in self.store.list(layout.CONTROL):
-            match = _FILE_RE.match(info.key.rsplit("/", 1)[-1])
+            match = FILE_RE.match(info.key.rsplit("/", 1)[-1])
             if not match:
                 continue
             if match.group(2) == "request":
@@ -497,11 +497,11 @@ class ControlChannel:
         return ids, taken
 
     def _request(self, request_id: str) -> ControlRequest:
-        _check_request_id(request_id)
+        check_request_id(request_id)
         cached = self._requests.get(request_id)
         if cached is not None:
             return cached
-        key = _request_key(request_id)
+        key = request_key(request_id)
         request = self._read(key, ControlRequest.from_json)
         if request is None:
             raise ControlError(
@@ -513,8 +513,8 @@ class ControlChannel:
         self._requests[request_id] = request
         return request
 
-    def _claim(self, request_id: str) -> _Claim | None:
-        return self._read(_ack_key(request_id), _Claim.from_json)
+    def _claim(self, request_id: str) -> ControlClaim | None:
+        return self._read(ack_key(request_id), ControlClaim.from_json)
 
     def _read(self, key: str, parse: Callable[[Any], T]) -> T | None:
         """The control record at `key` as `parse` makes it (None: there is none).
@@ -528,7 +528,7 @@ class ControlChannel:
             raise ControlError(f"unreadable control record {exc}") from None
 
     def _stored_result(self, request_id: str) -> ControlResult | None:
-        key = _result_key(request_id)
+        key = result_key(request_id)
         result = self._read(key, ControlResult.from_json)
         if result is None:
             return None
@@ -551,7 +551,7 @@ class ControlChannel:
         """Write the final result once; repeating the same outcome is a no-op."""
         body = json.dumps(result.to_json(), sort_keys=True).encode("utf-8")
         try:
-            self.store.put_if_absent(_result_key(result.request_id), body)
+            self.store.put_if_absent(result_key(result.request_id), body)
         except ObjectExists:
             existing = self._stored_result(result.request_id)
             if (existing is not None

@@ -17,8 +17,9 @@ from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.bounded import clip
 from airflow_sparkpoint.exceptions import ConfigError, ControlError
 
-__all__ = ["KINDS", "REQUEST_ID_RE", "SCHEMA_VERSION", "STATES", "TEXT_MAX_CHARS", "ControlRequest",
-           "ControlResult", "check_kind", "new_request_id", "request_created_at"]
+__all__ = ["FILE_RE", "KINDS", "REQUEST_ID_RE", "SCHEMA_VERSION", "STATES", "TEXT_MAX_CHARS", "ControlClaim",
+           "ControlRequest", "ControlResult", "ack_key", "check_kind", "check_request_id", "new_request_id",
+           "request_created_at", "request_key", "result_key"]
 
 #: the newest schema this release reads. A record is written with the oldest schema that
 #: holds it: a ``stop_after`` request (and a result naming a checkpoint) with 2, so that a
@@ -31,7 +32,7 @@ KINDS = ("savepoint", "stop", "cancel", "stop_after")
 _KIND_SCHEMA = {"stop_after": 2}
 STATES = ("pending", "acknowledged", "completed", "failed", "expired")
 REQUEST_ID_RE = re.compile(r"^(\d{13})-([0-9a-f]{8})$")
-_FILE_RE = re.compile(r"^(\d{13}-[0-9a-f]{8})\.(request|ack|result)\.json$")
+FILE_RE = re.compile(r"^(\d{13}-[0-9a-f]{8})\.(request|ack|result)\.json$")
 #: the longest error or reason a control record carries (clipped: the records are bounded)
 TEXT_MAX_CHARS = 16 * 1024
 
@@ -47,7 +48,7 @@ def request_created_at(request_id: str) -> float:
     return int(request_id.split("-", 1)[0]) / 1000.0
 
 
-def _check_request_id(request_id: str) -> str:
+def check_request_id(request_id: str) -> str:
     if not isinstance(request_id, str) or not REQUEST_ID_RE.match(request_id):
         raise ConfigError(
             f"control request id {request_id!r} is invalid; expected '<13 digits>-<8 hex>' "
@@ -183,7 +184,7 @@ class ControlResult:
 
 
 @dataclass(frozen=True)
-class _Claim:
+class ControlClaim:
     """The content of ``<id>.ack.json``: who owns the outcome of a request."""
 
     state: str  # "acknowledged" (a job took it) | "expired" | "failed"
@@ -197,7 +198,7 @@ class _Claim:
         return json.dumps(body, sort_keys=True).encode("utf-8")
 
     @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> _Claim:
+    def from_json(cls, raw: Mapping[str, Any]) -> ControlClaim:
         """:raises ControlError: unknown schema version or malformed fields."""
         try:
             _check_schema(raw, "control acknowledgement")
@@ -208,14 +209,14 @@ class _Claim:
                                f"{exc})") from None
 
 
-def _request_key(request_id: str) -> str:
+def request_key(request_id: str) -> str:
     return f"{layout.CONTROL}/{request_id}.request.json"
 
 
-def _ack_key(request_id: str) -> str:
+def ack_key(request_id: str) -> str:
     return f"{layout.CONTROL}/{request_id}.ack.json"
 
 
-def _result_key(request_id: str) -> str:
+def result_key(request_id: str) -> str:
     return f"{layout.CONTROL}/{request_id}.result.json"
 

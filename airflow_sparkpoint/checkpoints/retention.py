@@ -369,7 +369,7 @@ def relied_on_savepoints(catalog: Catalog, savepoints: Iterable[SnapshotEntry]) 
     * blue's final savepoint of a zero-downtime cutover while a rollback of green's
       generation could return there (`cutover_lineage.cutover_savepoints`).
 
-    :raises CutoverError: a cutover's plan or end record is unreadable (nothing is judged).
+    :raises CutoverError: a cutover's plan is unreadable (nothing is judged).
     """
     listed = list(savepoints)
     kept = cutover_savepoints(catalog, listed)  # the cutovers first, then the origins: see there
@@ -401,7 +401,7 @@ def savepoint_history_retention(
     alone and reported in a warning: it may be evidence, and `sparkpoint dispose` removes it on purpose.
 
     :raises ConfigError: `max_count` or `max_age_s` is not a positive number (or None).
-    :raises CutoverError: a cutover's plan or end record is unreadable; nothing was disposed.
+    :raises CutoverError: a cutover's plan is unreadable; nothing was disposed.
     """
     _check_args(max_count, max_age_s)
     now = time.time() if now is None else now

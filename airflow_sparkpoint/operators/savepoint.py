@@ -31,7 +31,8 @@ from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.services.conditions import optional_int, optional_seconds
 from airflow_sparkpoint.services.control import ControlRequest, withdraw_request
 from airflow_sparkpoint.services.savepoint import keep_savepoint_history, requester, take_savepoint
-from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
+from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger
+from airflow_sparkpoint.triggers.shared import check_event
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

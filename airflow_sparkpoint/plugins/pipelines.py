@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
+from airflow_sparkpoint.exceptions import ConfigError, PipelineNotFound
 from airflow_sparkpoint.services.stores import Catalog, validate_job_name
 
 __all__ = ["CONN_ID_RE", "CONN_TYPE", "MAX_STORED_JOBS", "Pipeline", "PipelineNotFound", "can_read",
@@ -48,10 +48,6 @@ CONN_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,249}$")
 #: the most job names listed under one root (the first, by name): a store holds what its
 #: writers put there
 MAX_STORED_JOBS = 1000
-
-
-class PipelineNotFound(SparkpointError):
-    """No ``sparkpoint`` connection serves this job (or the names are malformed)."""
 
 
 @dataclass(frozen=True)

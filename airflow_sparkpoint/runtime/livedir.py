@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_sparkpoint.checkpoints import layout, spark_layout
+from airflow_sparkpoint.checkpoints import bounded, layout, spark_layout
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import InvalidPath, StorageError
 from airflow_sparkpoint.runtime.config import local_path_of, require_local
@@ -50,6 +50,8 @@ TRASH_PREFIX = ".removing-"
 OWNER_NAME = ".sparkpoint-owner.json"
 #: an owner record is a few hundred bytes
 _OWNER_MAX_BYTES = 64 * 1024
+#: the owner record's bounds (`checkpoints.bounded`): it lies in a shared place
+_OWNER_LIMITS = bounded.Limits(max_bytes=_OWNER_MAX_BYTES, max_cost=4 * 1024 * 1024)
 TERMINAL_STATES = ("finished", "stopped", "failed")
 
 
@@ -440,8 +442,8 @@ def read_owner(location: str | Dir) -> dict[str, Any] | None:
     except (OSError, InvalidPath):
         return None
     try:
-        data = json.loads(directory.read(OWNER_NAME, _OWNER_MAX_BYTES))
-    except (OSError, ValueError):  # ObjectTooLarge and InvalidPath are ValueErrors
+        data = bounded.decode(directory.read(OWNER_NAME, _OWNER_MAX_BYTES), _OWNER_LIMITS, OWNER_NAME)
+    except (OSError, ValueError):  # CorruptRecord, ObjectTooLarge and InvalidPath are ValueErrors
         return None
     finally:
         if close:

@@ -15,16 +15,12 @@ from dataclasses import dataclass
 
 from airflow_sparkpoint.checkpoints import Catalog, FileRef, layout
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
-from airflow_sparkpoint.exceptions import ObjectNotFound, SparkpointError
+from airflow_sparkpoint.exceptions import CheckpointAbandoned, ObjectNotFound, SparkpointError
 from airflow_sparkpoint.storage.base import Storage
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CheckpointAbandoned", "IndexEntry", "Prestore"]
-
-
-class CheckpointAbandoned(SparkpointError):
-    """A checkpoint ran past `checkpoint.timeout` and was abandoned."""
 
 
 @dataclass

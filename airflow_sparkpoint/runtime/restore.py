@@ -420,7 +420,7 @@ def fill_live(choice: LiveChoice, plan: RestorePlan, *,
         return seed_index_in_place(plan.snapshot.metadata), LiveReuse("in-place", choice.path,
                                                                       reason=choice.reason)
     # A savepoint's (or another root's) files are not this job's shared files: checkpoints
-    # must not reference them, so they are copied once (NO_CLAIM; `Coordinator.prestore`).
+    # must not reference them, so they are copied once (NO_CLAIM; `Checkpointer.prestore`).
     counts: dict[str, int] = {}
     index = materialize(plan.snapshot, choice.path, stored=plan.own_files, link_from=choice.link_from,
                         counts=counts, only_read=True, repair=repair, live=choice.lock.dir)

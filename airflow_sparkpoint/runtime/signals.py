@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from airflow_sparkpoint.exceptions import SparkpointError
+from airflow_sparkpoint.exceptions import Terminated
 
 __all__ = ["EXIT_GRACE_S", "REASON", "Terminable", "Terminated", "sigterm_ends_run", "terminate"]
 
@@ -42,10 +42,6 @@ log = logging.getLogger(__name__)
 #: seconds between the status record and a forced exit of a driver that did not end
 EXIT_GRACE_S = 10.0
 REASON = "terminated by SIGTERM"
-
-
-class Terminated(SparkpointError):
-    """The driver received SIGTERM; the run ended without finishing."""
 
 
 class Terminable(Protocol):

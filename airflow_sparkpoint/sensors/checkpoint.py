@@ -26,7 +26,8 @@ from airflow_sparkpoint.services.conditions import (
     optional_int,
     optional_seconds,
 )
-from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger, check_event
+from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger
+from airflow_sparkpoint.triggers.shared import check_event
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

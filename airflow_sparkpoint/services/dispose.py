@@ -82,7 +82,7 @@ def dispose_savepoints(catalog: Catalog, *, keep: int | None,
     `retention.savepoint_history_retention`).
 
     :raises ConfigError: a limit is not a positive number.
-    :raises CutoverError: a cutover's plan or end record is unreadable; nothing was disposed.
+    :raises CutoverError: a cutover's plan is unreadable; nothing was disposed.
     :raises StorageError: the store cannot be read or written.
     """
     disposed = savepoint_history_retention(catalog, max_count=keep, max_age_s=older_than_s)

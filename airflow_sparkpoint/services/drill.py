@@ -27,6 +27,7 @@ from airflow_sparkpoint.checkpoints.verification import VerificationRecord
 from airflow_sparkpoint.exceptions import (
     ConfigError,
     CorruptMetadata,
+    DrillFailed,  # defined in the error tree; still importable from here (the same class)
     RestoreError,
     SparkpointError,
     StorageError,
@@ -46,10 +47,6 @@ SCRATCH = "{scratch}"
 LATEST_SAVEPOINT = "latest_savepoint"
 #: the submit parameters a drill sets itself
 FIXED_PARAMETERS = ("restore", "restore_snapshot", "trigger", "commit_mode", "sink", "emit_asset_events")
-
-
-class DrillFailed(Exception):
-    """The drill failed; the message says why (internal to the drill operators)."""
 
 
 def check_parameters(owner: str, given: Iterable[str], output_args: Any) -> None:

@@ -1,6 +1,7 @@
 """A job's sink as the front ends name it: a declaration (`SinkSpec`: a `Sink`, or its
 config mapping with ``kind``) checked where it is given (a DAG is parsed, a command
-line is read), and what readers see in a Delta table. Which sink settles a transaction
+line is read: `parse_sink_arg`, here since the sinks parse no command line), and what
+readers see in a Delta table. Which sink settles a transaction
 record is `sinks.resolve`'s rule; the front ends only declare. Pure Python: no Spark, no
 Airflow.
 """
@@ -11,10 +12,30 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.sinks.base import Sink
-from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink, parse_sink_arg
+from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
 
 __all__ = ["Sink", "SinkSpec", "declared_sink", "delta_table_rows", "parse_sink_arg"]
+
+
+def parse_sink_arg(text: str, options: Sequence[str] = ()) -> dict[str, Any]:
+    """The sink mapping of ``sparkpoint commit --sink KIND:URI [--sink-option KEY=VALUE ...]``.
+
+    Values of ``keys`` and ``partition_by`` are comma-separated lists.
+
+    :raises ConfigError: `text` is not ``KIND:URI`` or an option is not ``KEY=VALUE``.
+    """
+    kind, sep, uri = text.partition(":")
+    if not sep or not kind or not uri:
+        raise ConfigError(f"--sink {text!r} is invalid; expected KIND:URI, e.g. delta:s3://bucket/table")
+    spec: dict[str, Any] = {"kind": kind, "uri": uri}
+    for option in options:
+        key, sep, value = option.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--sink-option {option!r} is invalid; expected KEY=VALUE, e.g. mode=merge")
+        spec[key] = [v for v in value.split(",") if v] if key in ("keys", "partition_by") else value
+    return spec
 
 
 def delta_table_rows(path: Path | str, version: int | None = None,

@@ -16,7 +16,7 @@ only inside the root's Sparkpoint staging area, by the sinks themselves.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord, foreign_to
@@ -26,7 +26,7 @@ from airflow_sparkpoint.sinks.registry import sink_from_config
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SinkSpec", "check_job", "declared_sink", "parse_sink_arg", "resolve_sink", "warn_undeclared"]
+__all__ = ["SinkSpec", "check_job", "declared_sink", "resolve_sink", "warn_undeclared"]
 
 #: a declared sink: a `Sink`, or its config mapping with its ``kind``
 #: (``{"kind": "delta", "uri": "s3://b/t", "mode": "merge", "keys": ["id"]}``)
@@ -49,25 +49,6 @@ def declared_sink(spec: SinkSpec | None) -> Sink | None:
         return sink_from_config(str(spec["kind"]), config)
     except TypeError as exc:
         raise ConfigError(f"sink {spec!r} has arguments its kind does not take ({exc})") from None
-
-
-def parse_sink_arg(text: str, options: Sequence[str] = ()) -> dict[str, Any]:
-    """The sink mapping of ``sparkpoint commit --sink KIND:URI [--sink-option KEY=VALUE ...]``.
-
-    Values of ``keys`` and ``partition_by`` are comma-separated lists.
-
-    :raises ConfigError: `text` is not ``KIND:URI`` or an option is not ``KEY=VALUE``.
-    """
-    kind, sep, uri = text.partition(":")
-    if not sep or not kind or not uri:
-        raise ConfigError(f"--sink {text!r} is invalid; expected KIND:URI, e.g. delta:s3://bucket/table")
-    spec: dict[str, Any] = {"kind": kind, "uri": uri}
-    for option in options:
-        key, sep, value = option.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--sink-option {option!r} is invalid; expected KEY=VALUE, e.g. mode=merge")
-        spec[key] = [v for v in value.split(",") if v] if key in ("keys", "partition_by") else value
-    return spec
 
 
 def check_job(record: TransactionRecord, job: str, *, restored_job: str | None = None) -> None:

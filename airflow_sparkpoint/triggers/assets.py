@@ -45,7 +45,7 @@ from airflow_sparkpoint.exceptions import SparkpointError
 from airflow_sparkpoint.hooks.sparkpoint import storage_connection
 from airflow_sparkpoint.services.stores import Catalog, validate_job_name
 from airflow_sparkpoint.services.watches import commit_position, savepoint_position
-from airflow_sparkpoint.triggers.checkpoint import open_catalog, release_catalog, run_blocking
+from airflow_sparkpoint.triggers.shared import open_catalog, release_catalog, run_blocking
 
 __all__ = ["SparkpointCommitTrigger", "SparkpointSavepointTrigger"]
 

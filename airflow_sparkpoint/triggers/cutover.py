@@ -45,18 +45,18 @@ from airflow_sparkpoint.services.conditions import JITTER
 from airflow_sparkpoint.services.cutover import call_off
 from airflow_sparkpoint.services.stores import Catalog, scrub
 from airflow_sparkpoint.services.zero_downtime import CutoverLook, DrivePosition, look
-from airflow_sparkpoint.triggers.checkpoint import (
-    MAX_POLL_ERRORS,
-    open_catalog,
-    release_catalog,
-    run_blocking,
-)
 from airflow_sparkpoint.triggers.run import (
     MIN_POLL_INTERVAL_S,
     StoppableTrigger,
     run_shielded,
     still_deferred,
     task_instance_state,
+)
+from airflow_sparkpoint.triggers.shared import (
+    MAX_POLL_ERRORS,
+    open_catalog,
+    release_catalog,
+    run_blocking,
 )
 
 __all__ = ["CLASSPATH", "TASK_ENDED", "SparkpointCutoverTrigger"]

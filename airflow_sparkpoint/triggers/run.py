@@ -47,7 +47,7 @@ from airflow_sparkpoint.services.detached import DriverProcess
 from airflow_sparkpoint.services.detached_run import USER_STOP, user_stop_by
 from airflow_sparkpoint.services.follow import DriverHandle, RunFollower, stop_run
 from airflow_sparkpoint.services.stores import Catalog, scrub
-from airflow_sparkpoint.triggers.checkpoint import (
+from airflow_sparkpoint.triggers.shared import (
     MAX_POLL_ERRORS,
     open_catalog,
     release_catalog,

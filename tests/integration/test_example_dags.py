@@ -457,7 +457,7 @@ def totals_rows(index: int, users: Iterable[str]) -> list[dict[str, Any]]:
     return [{"user": user, "amount": index * 10 + int(user[1:])} for user in users]
 
 
-def expected_totals(green_version: int | None) -> dict[str, tuple[int, int, int]]:
+def blue_green_totals(green_version: int | None) -> dict[str, tuple[int, int, int]]:
     """(total, events, code_version) by user: blue's backlog only (`green_version` None),
     or all input with green's rows written by code version `green_version`."""
     files = [(users, 1) for users in BLUE_FILES]
@@ -486,7 +486,7 @@ def start_blue_green(background: dict[str, Any], request: pytest.FixtureRequest,
     generation = blue.wait_checkpointed(batch=0)
     for index, users in enumerate(GREEN_FILES, start=len(BLUE_FILES)):
         write_batch_file(blue.input, index, totals_rows(index, users))
-    blue.wait_for("blue's first commit", lambda: totals_table(blue.output) == expected_totals(None))
+    blue.wait_for("blue's first commit", lambda: totals_table(blue.output) == blue_green_totals(None))
     return blue, generation
 
 
@@ -504,7 +504,7 @@ def assert_rolled_back(blue: SubmittedJob, run: Any, blue_generation: int) -> No
     assert restored["status"] == "finished" and restored["restored_from"] == savepoint
     # the rollback claimed green + 1 to fence green; blue's restore is the next one
     assert restored["generation"] == green_generation + 2 and restored["first_batch"] == 1
-    assert totals_table(blue.output) == expected_totals(green_version=1)
+    assert totals_table(blue.output) == blue_green_totals(green_version=1)
     commits = assert_each_batch_committed_once(blue.output)
     assert green_generation not in {c["generation"] for c in commits}, f"green committed: {commits}"
     assert [c["batch"] for c in commits] == [0, 1, 2, 3]
@@ -539,7 +539,7 @@ def test_blue_green_publishes_a_healthy_green(
     assert xcom(run, "green_healthy")["count"] >= 2
     assert xcom(run, "audit_green") == {"approved": True, "problems": [], "rows": 7}
     assert len(xcom(run, "publish_green")["committed"]) == 3
-    assert totals_table(blue.output) == expected_totals(green_version=2)
+    assert totals_table(blue.output) == blue_green_totals(green_version=2)
     commits = assert_each_batch_committed_once(blue.output)
     assert [(c["batch"], c["generation"]) for c in commits] == [
         (0, blue_generation), (1, green["generation"]), (2, green["generation"]), (3, green["generation"])]

@@ -12,7 +12,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from tests.support.inputs import expected_totals, write_event_files
+from tests.support.inputs import delta_totals, expected_totals, write_event_files
 from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.spark
@@ -45,12 +45,6 @@ def start_job(spark: Any, root: Path, inputs: Path, table: Path, **conf: str) ->
     return thread, outcome
 
 
-def table_totals(table: Path) -> dict[str, tuple[int, int]]:
-    from deltalake import DeltaTable
-
-    return {r["user"]: (r["total"], r["events"]) for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()}
-
-
 def test_savepoint_while_running_then_stop_with_savepoint_then_restore(spark, tmp_path):
     root, inputs, table = tmp_path / "root", tmp_path / "input", tmp_path / "table"
     rows = write_event_files(inputs, files=3, users=3)
@@ -77,7 +71,7 @@ def test_savepoint_while_running_then_stop_with_savepoint_then_restore(spark, tm
     assert run.status == "stopped"
     assert run.savepoint == stopped.savepoint != running_savepoint
     assert stopped.batch_id == 4
-    assert table_totals(table) == expected_totals(rows), "pending commits are done before the stop"
+    assert delta_totals(table) == expected_totals(rows), "pending commits are done before the stop"
 
     # The running savepoint is behind the table now: restoring it is refused (invariant 4).
     from airflow_sparkpoint.exceptions import SinkAheadError
@@ -88,7 +82,7 @@ def test_savepoint_while_running_then_stop_with_savepoint_then_restore(spark, tm
     rows += write_event_files(inputs, files=2, users=3, start=5)
     result2 = _restore_and_finish(spark, root, inputs, table, run.savepoint)
     assert result2.status == "finished" and result2.first_batch == 5
-    assert table_totals(table) == expected_totals(rows)
+    assert delta_totals(table) == expected_totals(rows)
 
 
 def _restore_and_finish(spark: Any, root: Path, inputs: Path, table: Path, savepoint: str) -> Any:
@@ -118,13 +112,13 @@ def test_latest_resumes_in_place_and_losing_the_work_dir_loses_nothing(spark, tm
     second = _run_latest(spark, root, inputs, table)
     assert second.restore_mode == "in-place", "the live location matched the latest checkpoint"
     assert second.first_batch == 2
-    assert table_totals(table) == expected_totals(rows)
+    assert delta_totals(table) == expected_totals(rows)
 
     shutil.rmtree(root / "orders" / "live")  # the fast local disk is gone
     rows += write_event_files(inputs, files=1, users=2, start=4)
     third = _run_latest(spark, root, inputs, table)
     assert third.restore_mode == "snapshot" and third.first_batch == 4
-    assert table_totals(table) == expected_totals(rows)
+    assert delta_totals(table) == expected_totals(rows)
     catalog = Catalog.open(str(root), "orders")
     newest = catalog.latest()
     assert newest is not None and newest.batch_id == 4

@@ -43,7 +43,7 @@ from airflow_sparkpoint.demo.support import delta_commits
 from airflow_sparkpoint.runtime.rescale import interrupted
 from tests.support import state_cases
 from tests.support.dag_runs import new_dag, run_dag
-from tests.support.inputs import write_json_batches
+from tests.support.inputs import sorted_delta_rows, write_json_batches
 from tests.support.paths import REPO
 from tests.support.rescale_runs import (
     JOB,
@@ -312,13 +312,6 @@ def alert_rows(files: list[list[dict[str, Any]]], start: int) -> list[dict[str, 
                   key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
-def delta_rows(path: Path) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
-
-    return sorted(DeltaTable(str(path)).to_pyarrow_table().to_pylist(),
-                  key=lambda r: json.dumps(r, sort_keys=True, default=str))
-
-
 class Production:
     """The threshold pipeline (``dags/jobs/threshold_alerts.py``'s query) on S3 after the
     first two files, a savepoint, and two more files written since."""
@@ -374,7 +367,7 @@ def test_drills_on_s3_as_taken_and_rescaled_record_on_the_savepoint_and_leave_pr
     prod = production
     root, savepoint = prod.root, prod.savepoint
     generations = root.catalog.current_generation()
-    table_before = delta_rows(prod.output)
+    table_before = sorted_delta_rows(prod.output)
     objects_before = root.digest(root.uri)
     record_key = f"{root.key_of(savepoint.uri)[len(root.key_of(root.uri)) + 1:]}/_verification.json"
     assert record_key not in objects_before
@@ -396,7 +389,7 @@ def test_drills_on_s3_as_taken_and_rescaled_record_on_the_savepoint_and_leave_pr
             assert (result["first_batch"], result["batches_processed"]) == (batch + 2, 2)
         else:
             assert not result["rescaled"] and (result["first_batch"], result["batches_processed"]) == (batch + 1, 2)
-        assert delta_rows(base / "drill-alerts") == alert_rows(prod.files, 2), state_partitions
+        assert sorted_delta_rows(base / "drill-alerts") == alert_rows(prod.files, 2), state_partitions
         # recorded next to the production savepoint, on S3
         record = root.record(savepoint.uri)
         assert record is not None and record.ok and record.level == "drill"
@@ -406,7 +399,7 @@ def test_drills_on_s3_as_taken_and_rescaled_record_on_the_savepoint_and_leave_pr
         assert (entry["verified_at"], entry["verify_error"]) == (record.verified_at, None)
         # production untouched: generations, sink, objects (but the record); no scratch left on S3
         assert root.catalog.current_generation() == generations == 1
-        assert delta_rows(prod.output) == table_before
+        assert sorted_delta_rows(prod.output) == table_before
         objects_after = root.digest(root.uri)
         assert set(objects_after) - set(objects_before) == {record_key}
         assert {k: v for k, v in objects_after.items() if k != record_key} == objects_before

@@ -32,7 +32,7 @@ from airflow_sparkpoint.checkpoints.verification import read_verification
 from airflow_sparkpoint.storage import open_storage
 from tests.support import state_cases
 from tests.support.dag_runs import new_dag, run_dag, spark_default_connection, task_state
-from tests.support.inputs import write_json_batches
+from tests.support.inputs import sorted_delta_rows, write_json_batches
 from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
@@ -51,13 +51,6 @@ def drill_files() -> list[list[dict[str, Any]]]:
     }
     return [[{"sensor": s, "ts": state_cases.ts(i * 2 + j), "value": float(v[i * 2 + j])}
              for s, v in values.items() for j in range(2)] for i in range(6)]
-
-
-def delta_rows(path: Path | str) -> list[dict[str, Any]]:
-    from deltalake import DeltaTable
-
-    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
-    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
 def tree_digest(root: Path) -> dict[str, str]:
@@ -98,7 +91,7 @@ def production(airflow_home: Path, tmp_path_factory: pytest.TempPathFactory) -> 
             run >> savepoint
         dagrun = run_dag(dag)
         assert dagrun.state == "success", {t.task_id: t.state for t in dagrun.get_task_instances()}
-        assert delta_rows(prod.output) == sorted(
+        assert sorted_delta_rows(prod.output) == sorted(
             [a for alerts in state_cases.threshold_alerts(prod.files[:4]) for a in alerts_as_rows(alerts)],
             key=lambda r: json.dumps(r, sort_keys=True, default=str))
         yield prod
@@ -120,7 +113,7 @@ def test_drill_restores_the_savepoint_under_a_scratch_identity_and_leaves_produc
     [savepoint] = prod.catalog.list_savepoints()
     write_json_batches(prod.input, prod.files[4:], start=4)  # arrived since the savepoint
     generations = prod.catalog.current_generation()
-    table_before = delta_rows(prod.output)
+    table_before = sorted_delta_rows(prod.output)
     files_before = tree_digest(prod.root)
     drills = tmp_path / "drills"
     with new_dag("drill") as dag:
@@ -144,7 +137,7 @@ def test_drill_restores_the_savepoint_under_a_scratch_identity_and_leaves_produc
     [drill_dir] = list(drills.iterdir())
     expected = alerts_as_rows([a for alerts in state_cases.threshold_alerts(prod.files)[4:] for a in alerts])
     assert any(a["sensor"] == "s0" for a in expected), "no streak spans the savepoint: the case proves nothing"
-    assert delta_rows(drill_dir / "alerts") == sorted(expected, key=lambda r: json.dumps(r, sort_keys=True,
+    assert sorted_delta_rows(drill_dir / "alerts") == sorted(expected, key=lambda r: json.dumps(r, sort_keys=True,
                                                                                          default=str))
     # recorded next to the savepoint
     record = read_verification(prod.catalog.store, savepoint.key)
@@ -156,7 +149,7 @@ def test_drill_restores_the_savepoint_under_a_scratch_identity_and_leaves_produc
     assert (listed["uri"], listed["verified_at"], listed["verify_error"]) == (savepoint.uri, record.verified_at, None)
     # production untouched: generations, table, files (but the record)
     assert prod.catalog.current_generation() == generations == 1
-    assert delta_rows(prod.output) == table_before
+    assert sorted_delta_rows(prod.output) == table_before
     files_after = tree_digest(prod.root)
     record_key = f"{JOB}/{savepoint.key}/_verification.json"
     assert set(files_after) - set(files_before) == {record_key}

@@ -209,29 +209,37 @@ def savepoint_retention(world: World, keep: int) -> Any:
     savepoint that went during it is noted as released when the rule let it go
     (`released_final_savepoints`)."""
     before = {e.uri for e in world.raw_catalog().list_savepoints() if e.metadata is not None}
+    position = world.raw_sink().committed_position(JOB)
     try:
         return dispose_savepoints(world.catalog(), keep=keep, older_than_s=None).disposed
     finally:
-        world.final_savepoints_released |= released_final_savepoints(world, before)
+        world.final_savepoints_released |= released_final_savepoints(world, before, position)
 
 
-def released_final_savepoints(world: World, before: set[str]) -> set[str]:
+def released_final_savepoints(world: World, before: set[str], position: int | None = None) -> set[str]:
     """Of the savepoints `before` (valid when a retention pass started) that are gone now,
-    those that are blue's final savepoint S of a claimed cutover whose green lineage is no
-    longer the only one since the claim: a generation after green's started another
-    lineage (`cutover_of_lineage` of its origin is not the cutover), so at some point
-    no rollback returned to S and retention may have let it go. Read unscheduled."""
+    those that are blue's final savepoint S of a claimed cutover that no rollback
+    returned to at some point of the pass: a generation after green's started another
+    lineage (`cutover_of_lineage` of its origin is not the cutover), or green's lineage
+    committed past N (the sink, read when the pass started, `position`, or now, is past
+    N: before the claim it is at N, `adopt`; a rollback of green then finds it ahead of
+    S). Read unscheduled, from the sink itself, not the commit head the rule reads."""
     from airflow_sparkpoint.checkpoints.cutover_lineage import cutover_of_lineage
 
     catalog = world.raw_catalog()
     gone = before - {e.uri for e in catalog.list_savepoints() if e.metadata is not None}
+    if not gone:
+        return set()
+    now = world.raw_sink().committed_position(JOB)
+    committed = max((p for p in (position, now) if p is not None), default=None)
     released = set()
     for state in (CutoverStore(catalog).read(cid) for cid in CutoverStore(catalog).ids()):
         claim = state.taken
         if claim is None or claim.savepoint not in gone:
             continue
         later = [o.generation for o in catalog.origins() if o.generation > claim.generation]
-        if any(getattr(cutover_of_lineage(catalog, g), "id", None) != state.id for g in later):
+        if (committed is not None and committed > claim.batch_id) or \
+                any(getattr(cutover_of_lineage(catalog, g), "id", None) != state.id for g in later):
             released.add(claim.savepoint)
     return released
 

@@ -61,6 +61,32 @@ def random_schedule(rng: random.Random) -> Schedule:
     return Schedule(sink, rng.randrange(3, 9), actors)
 
 
+def retention_beside_cutover(rng: random.Random) -> Schedule:
+    """A running blue, a zero-downtime cutover, a savepoint and savepoint history
+    retention, and one more actor or none (another pass, a rollback, the commit step, a
+    retry, a stop): where retention judges blue's final savepoint S (before the agreement,
+    before green's claim, after green's first commit, after a rollback of green). The
+    random exploration's share of them: `explore.random_run`."""
+    def pick(options: Any) -> Any:
+        return options[rng.randrange(len(options))]
+
+    blue = DriverSpec(budget=pick((4, 5, 6)), num_retained=pick((1, 2, 3)), interval_s=pick((0.0, 0.0, 5.0)))
+    cutover = CutoverSpec(margin=pick((-1, 0, 1, 1, 2)), version=pick((2, 3)), budget=pick((1, 2, 3)),
+                          num_retained=pick((1, 6)))
+    beside = [ActorSpec("savepoint"), ActorSpec("retention", keep=pick((1, 2)))]  # a newer savepoint first
+    extra = pick(("", "retention", "rollback", "commit", "driver", "stop"))
+    if extra:
+        spec = ActorSpec("retention", keep=1) if extra == "retention" else ActorSpec(
+            "driver", DriverSpec(restore="latest", budget=pick((1, 2, 3)))) if extra == "driver" else ActorSpec(extra)
+        beside.insert(rng.randrange(3), spec)
+    draw = rng.random()
+    sink = "delta-merge" if draw < MERGE_SHARE else "delta" if draw < DELTA_SHARE else "directory"
+    return Schedule(sink, rng.randrange(5, 9), (ActorSpec("driver", blue), ActorSpec("cutover", cutover=cutover),
+                                                *beside),
+                    races=("generations", "lineage", "txn", "control", "cutover", "sink", "checkpoints"),
+                    directed=(0, 1, 2, 3))
+
+
 def schedules(cutover: bool = False) -> Any:
     """The Hypothesis strategy of schedules (shrinks towards fewer, simpler actors); with
     `cutover`, a zero-downtime cutover is one of the actors too (the family

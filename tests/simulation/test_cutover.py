@@ -372,3 +372,43 @@ def test_green_that_lost_the_decision_to_the_call_off_writes_no_origin(monkeypat
     state = seen["state"]
     assert state.step == "aborted" and state.decision.outcome == "abort" and state.claimed is None, state
     assert seen["green_origins"] == [], seen
+
+def test_retention_keeps_blue_s_final_savepoint_between_blue_s_stop_and_the_agreement(
+        monkeypatch: pytest.MonkeyPatch, outcomes: list[Any]) -> None:
+    """The orchestrator (a1) filed blue's stop_after request and is held before its
+    ``agreed`` record until a3 ran: blue stops after N and takes S, a2 takes a newer
+    savepoint, and a3 (``dispose --keep 1``) finds the cutover open with nothing agreed.
+    S is kept because the request names its batch (no longer every savepoint of blue's
+    from the warm-up on); green's claim then names it (`check_final_savepoint`)."""
+    seen = _retention_beside_cutover([Pause("a2", ("",), until="a0"),
+                                      Pause("a3", ("",), until="a2"),
+                                      Pause("a1", ("put_if_absent sim/cutover/",), until="a3", occurrence=2)],
+                                     monkeypatch)
+    assert outcomes == ["green took over at batch 2"]
+    assert len(seen["before"]) == 2, seen["before"]
+    assert seen["disposed"] == []
+
+
+def test_retention_lets_blue_s_final_savepoint_go_once_green_committed_past_n(
+        monkeypatch: pytest.MonkeyPatch, outcomes: list[Any]) -> None:
+    """a2 takes a newer savepoint right after green's claim; a3 runs once green committed
+    its first batch past N (held before the cutover's ``done``): a rollback of green finds
+    the sink ahead of S and returns to green's own checkpoint, so S is history (the job's
+    commit head names green's commit); the schedule's check accepts it (the sink was past
+    N when the pass started)."""
+    named: list[str] = []
+    real = actors.check_final_savepoint
+
+    def check(world: Any, cid: str) -> None:
+        named.append(_cutover_state(world.raw_catalog()).claimed.savepoint)
+        real(world, cid)
+
+    monkeypatch.setattr(actors, "check_final_savepoint", check)
+    seen = _retention_beside_cutover([Pause("a2", ("",), until="a1", release=("claimed.json",)),
+                                      Pause("a1", ("store.list sim/cutover/",), until="a2", occurrence=3),
+                                      Pause("a3", ("",), until="a1", release=("fault committed",)),
+                                      Pause("a1", ("put_if_absent sim/cutover/",), until="a3", occurrence=5)],
+                                     monkeypatch)
+    assert outcomes == ["green took over at batch 2"]
+    assert len(seen["before"]) == 2, seen["before"]
+    assert seen["disposed"] == named, (seen["disposed"], named)  # S, and only S

@@ -35,6 +35,7 @@ from typing_extensions import Self
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.history_records import generation_details
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
 from airflow_sparkpoint.checkpoints.status import JobStatus
@@ -363,12 +364,13 @@ class ClusterDriver:
                                                "submitter": env.get("SPARKPOINT_SUBMITTER"), "app": self.app})
         self.generation = claim.generation
         channel = ControlChannel(self.catalog)
+        fence = Fence(self.catalog, self.generation)
         beats = 0
         while not self.stop.wait(0.1):
             if self._killed():
                 return  # the cluster killed it: no end recorded
             try:
-                self.catalog.check_generation(self.generation)
+                fence.check()
             except Exception:  # noqa: BLE001 - StaleGeneration: a later claim fenced it
                 self.fenced_at_end = True
                 self._status("failed", error=f"generation {self.generation} superseded")

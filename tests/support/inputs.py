@@ -81,3 +81,12 @@ def delta_totals(path: Path | str) -> dict[str, tuple[int, int]]:
     got = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
     assert len({r["user"] for r in got}) == len(got), f"duplicate users: {got}"
     return {r["user"]: (r["total"], r["events"]) for r in got}
+
+
+def sorted_delta_rows(path: Path | str) -> list[dict[str, Any]]:
+    """Every row of the Delta table at `path`, in one order that does not depend on how
+    the table's files were written (each row's JSON text), for comparing whole tables."""
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))

@@ -1,6 +1,8 @@
 """The structure rules of the package (`scripts/check_structure.py`, run by `make lint`):
 no module over the backstop's line count, no import cycle, no public module without `__all__`,
-no runtime class built on another runtime module's class, no test module importing another
+no runtime class built on another runtime module's class, no private name imported from
+another module nor a private module from another package, no exception class outside
+`exceptions.py` but the listed ones, no test module importing another
 test module, no test package importing another, job scripts importing only the job
 author's API. Checked on synthetic packages (so the check can fail) and on the package itself."""
 
@@ -75,6 +77,25 @@ def test_a_public_module_without_all_is_reported(tmp_path: Path, monkeypatch: py
     monkeypatch.syspath_prepend(str(tmp_path))
     why = ": a public module without __all__ (declare its public names, or start its name with _)"
     assert check.problems(package) == [f"{package / 'nested.py'}{why}", f"{package / 'sub' / 'missing.py'}{why}"]
+
+
+def test_a_private_name_or_a_private_module_imported_from_elsewhere_is_reported(tmp_path: Path) -> None:
+    package = _package(tmp_path, "sp_priv", {
+        "__init__.py": "",
+        "a.py": "__all__ = ['x']\nx = 1\n_y = 2\n",
+        "b.py": "__all__ = []\nfrom sp_priv.a import _y, x\n",  # a private name of another module
+        "c.py": "__all__ = []\nfrom sp_priv import _mod\nfrom sp_priv._mod import z\n",  # same package: fine
+        "_mod.py": "z = 1\n",
+        "sub/__init__.py": "",
+        "sub/_inner.py": "w = 1\n",
+        "sub/d.py": "__all__ = []\nfrom sp_priv.sub._inner import w\n",  # its own package's: fine
+        "e.py": "__all__ = []\ndef f():\n    from sp_priv.sub._inner import w\n",  # another package's
+        "g.py": "__all__ = []\nfrom sp_priv.a import __doc__ as d\n",  # a dunder: not private
+    })
+    assert check.private_imports(package) == [
+        (package / "b.py", 2, "sp_priv.a._y"),
+        (package / "e.py", 3, "sp_priv.sub._inner"),
+    ]
 
 
 def test_the_package_has_no_long_module_and_no_import_cycle(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -180,3 +201,36 @@ def test_no_test_package_imports_another_and_job_scripts_import_only_the_job_aut
         assert (REPO / "tests" / file).is_file(), file
     for file in check.JOB_SCRIPTS_ALLOWED:
         assert (REPO / file).is_file(), file
+
+
+def test_an_exception_class_outside_the_error_tree_is_reported(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    package = _package(tmp_path, "sp_errors", {
+        "__init__.py": "",
+        "exceptions.py": "class BaseErr(Exception): ...\nclass Sub(BaseErr): ...\n",  # the tree: fine
+        "runtime/__init__.py": "",
+        "runtime/a.py": "class Plain(ValueError): ...\n",  # a builtin's
+        "runtime/b.py": ("from sp_errors.exceptions import Sub\nclass Deeper(Sub): ...\n"  # the tree's, two down
+                         "def f():\n    class Local(KeyError): ...\n"),  # inside a function too
+        "operators/__init__.py": "",
+        "operators/c.py": "from airflow.sdk.exceptions import AirflowException\nclass Failed(AirflowException): ...\n",
+        "services/__init__.py": "",
+        # a record type named *Error is no exception, nor is a class built on it
+        "services/d.py": "class DriverError:\n    pass\nclass Detailed(DriverError): ...\nclass Fine(object): ...\n",
+    })
+    assert check.errors_outside_tree(package) == [
+        (package / "operators" / "c.py", 2, "Failed"),
+        (package / "runtime" / "a.py", 1, "Plain"),
+        (package / "runtime" / "b.py", 2, "Deeper"),
+        (package / "runtime" / "b.py", 4, "Local"),
+    ]
+    monkeypatch.syspath_prepend(str(tmp_path))  # `problems` also looks for import cycles
+    assert sum("outside exceptions.py" in p for p in check.problems(package)) == 4
+
+
+def test_every_error_of_the_package_is_in_the_tree_but_the_listed_airflow_derived_ones() -> None:
+    package = REPO / "airflow_sparkpoint"
+    found = check.errors_outside_tree(package)
+    assert found == [], "\n".join(f"{path.relative_to(REPO)}:{line}: {name}" for path, line, name in found)
+    for file, name in check.ERRORS_ELSEWHERE:  # an exception whose class is gone is dropped
+        assert f"class {name}(" in (package / file).read_text(encoding="utf-8"), (file, name)

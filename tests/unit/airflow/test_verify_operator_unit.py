@@ -132,3 +132,11 @@ def test_the_drill_operator_has_a_name_that_says_so_and_the_old_name_works() -> 
     for cls in (SparkpointDrillOperator, SparkpointVerifyOperator):
         with pytest.raises(ConfigError, match=f"{cls.__name__} needs output_args"):
             cls(task_id="d", job_name="orders", checkpoint_dir="/x", application="/app.py", output_args={})
+
+
+def test_drill_failed_of_the_operators_is_the_error_tree_s() -> None:
+    """The drill operators' `DrillFailed` is `exceptions.DrillFailed` (issue 47), the same class."""
+    from airflow_sparkpoint import exceptions
+    from airflow_sparkpoint.operators.verify import DrillFailed
+
+    assert DrillFailed is exceptions.DrillFailed

@@ -65,9 +65,11 @@ def _calls(path: Path, name: str) -> list[int]:
             and isinstance(node.func, ast.Attribute) and node.func.attr == name]
 
 
-def test_the_catalog_and_the_sinks_check_the_fence_only_through_fence() -> None:
-    """No second idiom (a raw ``catalog.check_generation``) in checkpoints/ or sinks/."""
-    found = {str(path.relative_to(PACKAGE)): lines
-             for package in ("checkpoints", "sinks") for path in sorted((PACKAGE / package).glob("*.py"))
+def test_the_package_and_the_test_support_check_the_fence_only_through_fence() -> None:
+    """No second idiom (a raw ``catalog.check_generation``) anywhere in the package (the
+    catalog's method stays for callers outside it) nor in tests/support/, whose fakes act
+    as the package's actors do."""
+    found = {str(path.relative_to(PACKAGE.parent)): lines
+             for path in sorted([*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "tests" / "support").rglob("*.py")])
              if (lines := _calls(path, "check_generation"))}
     assert found == {}, f"raw check_generation calls (use Fence): {found}"

@@ -308,6 +308,18 @@ def test_the_previous_owner_is_proven_gone_only_by_its_end_or_its_dead_processes
     assert not livedir.previous_owner_gone(live, None, None)[0]
 
 
+@pytest.mark.parametrize("body", [b"[" * 60_000, b'{"a":' * 12_000 + b"1" + b"}" * 12_000, b"not json", b"[1, 2]"],
+                         ids=["nested-list", "nested-object", "not-json", "not-an-object"])
+def test_an_unreadable_owner_record_reads_as_none_never_a_crash(tmp_path, body):
+    """The owner record lies in the shared work directory: a planted one nested past
+    Python's recursion limit (well within its 64 KiB) is unreadable (None), as a garbled
+    one is, never a RecursionError out of the start-up (`checkpoints.bounded`)."""
+    live = tmp_path / "g3"
+    live.mkdir()
+    (live / livedir.OWNER_NAME).write_bytes(body)
+    assert livedir.read_owner(str(live)) is None
+
+
 def test_choose_live_resumes_in_place_only_when_the_owner_is_gone_and_links_otherwise(catalog, tmp_path):
     generation = catalog.claim_generation().generation
     old = tmp_path / "work" / f"g{generation}"

@@ -45,3 +45,12 @@ def test_no_savepoint_to_drill_names_the_job_and_where_it_looked() -> None:
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "orders")
     with pytest.raises(DrillFailed, match="job 'orders' has no savepoint under"):
         newest_savepoint(catalog, storage_options={})
+
+
+def test_drill_failed_is_the_error_tree_s_and_still_importable_from_the_drill() -> None:
+    """Issue 47: every error in `exceptions.py`; `services.drill.DrillFailed` is the same class."""
+    from airflow_sparkpoint import exceptions
+    from airflow_sparkpoint.services import drill
+
+    assert drill.DrillFailed is exceptions.DrillFailed
+    assert issubclass(DrillFailed, exceptions.SparkpointError) and "DrillFailed" in exceptions.__all__

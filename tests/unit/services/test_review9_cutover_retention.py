@@ -21,7 +21,6 @@ import pytest
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore
 from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
-from airflow_sparkpoint.exceptions import CutoverError
 from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.records import put_checkpoint
@@ -37,8 +36,6 @@ def catalog() -> Iterator[Catalog]:
     MemoryStorage.reset(name)
 
 
-@pytest.mark.xfail(strict=True, reason="review9: an open cutover with nothing agreed and no stop_after "
-                   "request keeps every savepoint blue takes past the warm-up batch (no bound)")
 def test_an_open_cutover_without_a_stop_request_keeps_no_scheduled_savepoint_of_blue(catalog: Catalog) -> None:
     catalog.claim_generation()  # blue, generation 1
     warmup = put_checkpoint(catalog, batch_id=N, generation=1)
@@ -60,12 +57,12 @@ def test_an_open_cutover_without_a_stop_request_keeps_no_scheduled_savepoint_of_
     assert sorted(disposed) == sorted(scheduled[:-1])
 
 
-@pytest.mark.xfail(strict=True, reason="review9: S stays kept for as long as green's first lineage is the "
-                   "newest, also once green committed past N and a rollback of green no longer returns there")
 def test_blue_s_final_savepoint_is_history_once_green_committed_past_n(catalog: Catalog) -> None:
     """`_blue_savepoint_origin` returns to S only while green's sinks hold nothing past N;
     once green committed N+1 a rollback returns to green's own checkpoint. Retention keeps
     S regardless, for the whole life of green's generation (a streaming job: months)."""
+    from airflow_sparkpoint.checkpoints.generations import Fence
+    from airflow_sparkpoint.sinks.transactions import settle_all
     from tests.support.cutover_records import blue_stopped, green_took_over
     from tests.support.fake_sinks import FakeSink
 
@@ -73,8 +70,10 @@ def test_blue_s_final_savepoint_is_history_once_green_committed_past_n(catalog: 
     s = blue_stopped(catalog, sink)
     green, _newer = green_took_over(catalog, sink)
     staged = next(r for r in catalog.transactions() if r.generation == green and r.batch_id == N + 1)
-    sink.commit(staged)  # green's commit step published N+1 and settled its record
-    catalog.delete_transactions([staged])
+    # green's commit step published N+1 and settled its record (the transaction service
+    # every committer goes through: the commit, the job's commit head, the record's deletion)
+    settle_all(catalog, [staged], lambda _r: sink, confirmed=True, fence=Fence(catalog, green))
+    assert not catalog.transactions()
     assert sink.committed_position("orders") == N + 1
 
     disposed = savepoint_history_retention(catalog, max_count=1, max_age_s=None)
@@ -85,8 +84,6 @@ def test_blue_s_final_savepoint_is_history_once_green_committed_past_n(catalog: 
     assert origin.kind == "checkpoint" and origin.uri != s
 
 
-@pytest.mark.xfail(strict=True, raises=CutoverError, reason="review9: one unreadable end record of an old, called-off cutover "
-                   "stops savepoint history retention of the job for good (CutoverError, nothing disposed)")
 def test_an_unreadable_old_cutover_record_does_not_stop_history_retention(catalog: Catalog) -> None:
     """Fail closed would be: count the unreadable cutover as open (what `open_cutover`
     says of it) and keep what an open one keeps (its blue generation's savepoints from the
