@@ -19,6 +19,7 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import (
     CutoverAgreement,
     CutoverClaim,
+    CutoverDecision,
     CutoverEnd,
     CutoverPlan,
     CutoverState,
@@ -43,8 +44,8 @@ __all__ = ["cutover_of_generation", "cutover_of_lineage", "cutover_savepoints", 
 
 def cutover_of_generation(catalog: Catalog, generation: int) -> CutoverState | None:
     """The cutover generation `generation` took the job over at (its generation claim
-    names it and the cutover's ``claimed`` record is that generation's), or None. How the
-    cutover ended is not read (`read_cutover`).
+    names it and the cutover's claim, decided or recorded, is that generation's), or None.
+    How the cutover ended is not read (`read_cutover`).
 
     :raises CutoverError: that cutover's plan is unreadable.
     """
@@ -53,7 +54,7 @@ def cutover_of_generation(catalog: Catalog, generation: int) -> CutoverState | N
     if not isinstance(cutover_id, str) or not cutover_id:
         return None
     state = read_cutover(CutoverStore(catalog), cutover_id)
-    if state.claimed is None or state.claimed.generation != generation:
+    if state.taken is None or state.taken.generation != generation:
         return None
     return state
 
@@ -78,7 +79,7 @@ def cutover_of_lineage(catalog: Catalog, generation: int) -> CutoverState | None
     store = CutoverStore(catalog)
     for cutover_id in reversed(store.ids()):
         state = read_cutover(store, cutover_id)
-        claim = state.claimed
+        claim = state.taken
         if claim is None or claim.generation >= generation:
             continue
         try:
@@ -123,13 +124,16 @@ def cutover_savepoints(catalog: Catalog, savepoints: Iterable[SnapshotEntry]) ->
     kept: dict[str, str] = {}
     for cutover_id in reversed(ids):
         read = read_cutover(store, cutover_id)
-        if read.done is None and read.claimed is None:
+        # Until green's claimed record, not its decision: a decided green may not have
+        # written its origin yet (read below), and S must still be kept then. An abort
+        # decision ends the cutover (green can no longer claim).
+        if read.ended is None and read.claimed is None:
             kept.update(_before_claim(catalog, store, read, listed))
     origins = catalog.origins()
     if origins:
         newest = max(origins, key=lambda o: o.generation)
         state = cutover_of_lineage(catalog, newest.generation)
-        claim = state.claimed if state is not None else None
+        claim = state.taken if state is not None else None
         if state is not None and claim is not None and claim.savepoint is not None \
                 and not green_committed_past(catalog, claim):
             try:
@@ -160,9 +164,10 @@ def green_committed_past(catalog: Catalog, claim: CutoverClaim) -> bool:
 
 def read_cutover(store: CutoverStore, cutover_id: str) -> CutoverState:
     """Cutover `cutover_id`'s records as `CutoverStore.read` reads them; an unreadable
-    end record (``done``) is read as none, with its error in ``errors``: the cutover
-    counts as open (fail closed, as `CutoverStore.open_cutover` counts it), and what it
-    may still claim is read from its plan, agreement and claim (`_before_claim`).
+    end record (``done``) or decision is read as none, with its error in ``errors``: the
+    cutover counts as open (fail closed, as `CutoverStore.open_cutover` counts it), and
+    what it may still claim is read from its plan, agreement, decision and claim
+    (`_before_claim`).
 
     :raises CutoverError: its plan is missing, unreadable or another job's.
     """
@@ -172,7 +177,8 @@ def read_cutover(store: CutoverStore, cutover_id: str) -> CutoverState:
         unreadable = exc
     parsed: dict[str, Any] = {}
     for part, parse in (("plan", CutoverPlan.from_json), ("agreed", CutoverAgreement.from_json),
-                        ("claimed", CutoverClaim.from_json), ("rollback", CutoverEnd.from_json)):
+                        ("decision", CutoverDecision.from_json), ("claimed", CutoverClaim.from_json),
+                        ("rollback", CutoverEnd.from_json)):
         key = layout.cutover_key(cutover_id, part)
         try:
             parsed[part] = bounded.read_record(store.store, key, bounded.json_object(parse),
@@ -184,7 +190,7 @@ def read_cutover(store: CutoverStore, cutover_id: str) -> CutoverState:
     if plan is None or plan.id != cutover_id or plan.job != store.catalog.job:
         raise unreadable
     return CutoverState(plan, None, parsed["agreed"], parsed["claimed"], None, (str(unreadable),),
-                        parsed["rollback"])
+                        parsed["rollback"], parsed["decision"])
 
 
 def _before_claim(catalog: Catalog, store: CutoverStore, state: CutoverState,

@@ -14,6 +14,7 @@
     <job>/status/<generation>.json                the same record, written only by that generation
     <job>/control/<request-id>.{request,ack,result}.json
     <job>/cutover/<cutover-id>.{plan,agreed,claimed,done,rollback}.json   a zero-downtime cutover (write-once)
+    <job>/cutover/<cutover-id>.decision.json      green's claim or the call-off, the first (write-once)
     <job>/cutover/<cutover-id>.green.json         green's warm-up progress (overwritten)
     <job>/results/<generation>.json               the run result of a generation
     <job>/launches/<token>.json                   where a submit started its driver (a detached
@@ -156,9 +157,9 @@ FOLLOW = "follow.json"
 
 
 #: the records of one cutover, in the order they are written (`checkpoints.cutover`)
-CUTOVER_PARTS = ("plan", "green", "agreed", "claimed", "done", "rollback")
+CUTOVER_PARTS = ("plan", "green", "agreed", "decision", "claimed", "done", "rollback")
 #: ``<13-digit epoch ms>-<8 hex>.<part>.json`` (a cutover id is made like a control request id)
-CUTOVER_RE = re.compile(r"^(\d{13}-[0-9a-f]{8})\.(plan|green|agreed|claimed|done|rollback)\.json$")
+CUTOVER_RE = re.compile(r"^(\d{13}-[0-9a-f]{8})\.(plan|green|agreed|decision|claimed|done|rollback)\.json$")
 
 
 def cutover_key(cutover_id: str, part: str) -> str:

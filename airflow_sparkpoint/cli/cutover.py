@@ -41,8 +41,8 @@ def cmd_cutover_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(table(["ID", "STEP", "BLUE", "AFTER BATCH", "GREEN", "CREATED", "BLUE'S SAVEPOINT"],
                 [[c.id, c.step, c.plan.blue_generation, c.agreed.after_batch if c.agreed else "",
-                  c.claimed.generation if c.claimed else "", iso(c.plan.created_at),
-                  (c.claimed.savepoint or "") if c.claimed else ""] for c in found]))
+                  c.taken.generation if c.taken else "", iso(c.plan.created_at),
+                  (c.taken.savepoint or "") if c.taken else ""] for c in found]))
     return EXIT_OK
 
 

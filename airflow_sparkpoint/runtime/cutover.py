@@ -6,9 +6,11 @@ Green, warmed up in a shadow identity and at N too, takes the job over here: it 
 *exactly* generation gB + 1 (any other start since blue's stop took it first, and the
 cutover is off), reads everything again after the claim (invariant 8), and records the
 origin of its lineage with X as the base (so X is kept by retention, and a restart of the
-job before green's own first checkpoint resumes blue's state at N exactly). Then the
-cutover's ``claimed`` record. The caller (green's runtime) goes on as generation gB + 1:
-its adoption checkpoint, its first batch N + 1 into the production sink.
+job before green's own first checkpoint resumes blue's state at N exactly). Before the
+origin it takes the cutover's decision (``claim``; a call-off takes ``abort``: the first
+stands), after it the cutover's ``claimed`` record. The caller (green's runtime) goes on
+as generation gB + 1: its adoption checkpoint, its first batch N + 1 into the production
+sink.
 
 docs/PROTOCOL.md, "Zero-downtime cutover", has the protocol; the records are
 `checkpoints.cutover`'s.
@@ -136,7 +138,9 @@ def adopt(
     the job's batches through N (blue's leftover transactions past N are aborted first:
     they were never confirmed), then write the origin of green's lineage (base: blue's
     final checkpoint; `live_dir`: green's live location, which holds green's state at N)
-    and the cutover's ``claimed`` record.
+    and the cutover's ``claimed`` record. Between the checks and the origin, green takes
+    the cutover's decision: a call-off that took it first wins, and green writes nothing
+    more.
 
     :param sink: the job's production sink, as green will write it.
     :param live_dir: green's live location (recorded in the origin), or None.
@@ -144,9 +148,10 @@ def adopt(
     :param details: recorded with the generation claim (submitter token, release...).
     :raises CutoverError: before the claim: the cutover is not agreed, done, claimed, or
         blue did not complete its stop at N (nothing written). After it: generation
-        gB + 1 was taken by another start (nothing written), the cutover was ended
-        meanwhile, or the sink is not at N (green's claim stays, fencing a stopped
-        blue; no origin is written, so ``restore=latest`` resumes blue's lineage at N).
+        gB + 1 was taken by another start (nothing written), the cutover was ended or
+        called off meanwhile (the call-off won the decision), or the sink is not at N
+        (green's claim stays, fencing a stopped blue; no origin is written, so
+        ``restore=latest`` resumes blue's lineage at N).
     :raises StaleGeneration: a newer generation was claimed after green's, before its
         origin (nothing more is written).
     """
@@ -181,6 +186,15 @@ def adopt(
                            "green does not "
                            "take over (restore=latest resumes blue's lineage)")
     fence.check()
+    savepoint = blue_final_savepoint(catalog, state)
+    green_claim = CutoverClaim(cutover_id, generation, n, final_uri, claim.started_at, savepoint)
+    decided = store.decide_claim(green_claim)
+    if decided.claim != green_claim:
+        raise CutoverError(f"cutover {cutover_id} of job {catalog.job!r} was called off before green's claim "
+                           f"was decided ({decided.by or 'by someone'}: {decided.reason or 'no reason'}); "
+                           f"green does not take over (its generation {generation} fenced the stopped blue: "
+                           "restore=latest resumes blue's lineage)")
+    fence.check()  # a start may take the job from a decided green, as from any generation
     origin = new_origin(
         generation, kind="checkpoint", uri=final_uri, base_id=final.id, snapshot_id=final.id, batch_id=n,
         id_floor=catalog.next_checkpoint_id() - 1,
@@ -189,8 +203,7 @@ def adopt(
         live_dir=live_dir, host=socket.gethostname(), pid=os.getpid(), base_generation=final.generation,
     )
     catalog.write_origin(origin)
-    store.claim(CutoverClaim(cutover_id, generation, n, final_uri, claim.started_at,
-                             blue_final_savepoint(catalog, state)))
+    store.claim(green_claim)
     log.info("cutover %s: generation %d took job %s over at batch %d (base %s)", cutover_id, generation,
              catalog.job, n, final_uri)
     return Adoption(cutover_id, generation, n, final, final_uri, origin,
@@ -216,10 +229,10 @@ def record_first_commit(catalog: Catalog, generation: int, batch_id: int) -> Cut
     if not isinstance(cutover_id, str) or not cutover_id:
         return _end_left_claimed(store, generation, batch_id)
     state = store.read(cutover_id)
-    if state.claimed is None or state.claimed.generation != generation:
-        return None  # claimed, then refused before the cutover's claimed record: never took over
-    if state.done is not None:
-        return state.done
+    if state.taken is None or state.taken.generation != generation:
+        return None  # claimed, then refused before the cutover's decision: never took over
+    if state.ended is not None:
+        return state.ended
     end = store.end(cutover_id, "committed", step="first_commit", generation=generation,
                     reason=(f"generation {generation} committed batch {batch_id}, "
                             "its first into the job's sinks"),
@@ -230,16 +243,17 @@ def record_first_commit(catalog: Catalog, generation: int, batch_id: int) -> Cut
 
 
 def _end_left_claimed(store: CutoverStore, generation: int, batch_id: int) -> CutoverEnd | None:
-    """A green killed between its claim and its end record (before or right after its
-    first commit) leaves its cutover ``claimed``; its restart is a newer generation with no
-    cutover in its claim, and its first commit continues green's lineage past N: it ends
-    the cutover ``committed``. Returns the end, or None (no cutover left claimed)."""
+    """A green killed between its decision and its end record (before its origin, or
+    before or right after its first commit) leaves its cutover ``claimed``; its restart is a
+    newer generation with no cutover in its claim, and its first commit continues green's
+    lineage past N: it ends the cutover ``committed``. Returns the end, or None (no cutover left claimed)."""
     state = store.open_cutover()
-    if state is None or state.claimed is None or state.claimed.generation >= generation:
+    taken = state.taken if state is not None else None
+    if state is None or taken is None or taken.generation >= generation:
         return None
-    green = state.claimed.generation
+    green = taken.generation
     end = store.end(state.id, "committed", step="first_commit", generation=generation,
-                    reason=(f"generation {green} (green) took the job over at batch {state.claimed.batch_id} "
+                    reason=(f"generation {green} (green) took the job over at batch {taken.batch_id} "
                             f"and ended without recording it; generation {generation} continues its "
                             f"lineage and committed batch {batch_id}"),
                     by=f"generation {generation}")
@@ -250,30 +264,32 @@ def _end_left_claimed(store: CutoverStore, generation: int, batch_id: int) -> Cu
 
 def taken_over(catalog: Catalog, cutover_id: str) -> int | None:
     """The generation that took `catalog`'s job over at cutover `cutover_id` (its
-    ``claimed`` record), unless the cutover ended other than committed or green was
-    rolled back after it; else None. A green started again with the cutover's settings
+    decided ``claim``, with or without its ``claimed`` record: a green that died between
+    the two), unless the cutover ended other than committed or green was rolled back
+    after it; else None. A green started again with the cutover's settings
     after that claim (an Airflow retry of a green killed at or after its first commit)
     is a restart of the job (``restore=latest``), not a warm-up its claim would refuse.
 
     :raises CutoverError: no such cutover, or its records are unreadable.
     """
     state = CutoverStore(catalog).read(cutover_id)
-    if state.claimed is None or state.rolled_back is not None:
+    taken, ended = state.taken, state.ended
+    if taken is None or state.rolled_back is not None:
         return None
-    if state.done is not None and state.done.outcome != "committed":
+    if ended is not None and ended.outcome != "committed":
         return None
-    return state.claimed.generation
+    return taken.generation
 
 
 def _check_open(state: CutoverState, *, claimed_ok: bool = False) -> None:
-    plan = state.plan
-    if state.done is not None:
-        raise CutoverError(f"cutover {plan.id} of job {plan.job!r} is done ({state.done.outcome} at "
-                           f"{state.done.step}: {state.done.reason or 'no reason'}); "
+    plan, ended, taken = state.plan, state.ended, state.taken
+    if ended is not None:
+        raise CutoverError(f"cutover {plan.id} of job {plan.job!r} is done ({ended.outcome} at "
+                           f"{ended.step}: {ended.reason or 'no reason'}); "
                            "green does not take over")
-    if state.claimed is not None and not claimed_ok:
+    if taken is not None and not claimed_ok:
         raise CutoverError(f"cutover {plan.id} of job {plan.job!r} was claimed by generation "
-                           f"{state.claimed.generation} already")
+                           f"{taken.generation} already")
 
 
 class CutoverHandover:

@@ -301,8 +301,9 @@ class RunCoordinator:
             state = CutoverStore(self.state.catalog).read(cutover_id)
         except SparkpointError as exc:
             return f"its cutover {cutover_id} cannot be read ({exc})"
-        if state.done is not None:
-            return f"its cutover {cutover_id} ended ({state.done.outcome} at {state.done.step})"
+        ended = state.ended  # an abort decision ends it, before the call-off's done record
+        if ended is not None:
+            return f"its cutover {cutover_id} ended ({ended.outcome} at {ended.step})"
         return None
 
     def fail_stop_after(self, why: str) -> None:

@@ -12,8 +12,8 @@ and not superseded; one whose driver ran on this host and is gone does not count
 one whose stop (or cancel) request completed: after a stop-with-savepoint it only writes
 its final status, and the next deploy step (a blue-green green) must not wait for that.
 
-While a zero-downtime cutover of the job is open (`checkpoints.cutover`: planned, not
-claimed and not done), every start is refused, takeover or not: the job's next generation is green's,
+While a zero-downtime cutover of the job is open (`checkpoints.cutover`: planned, green's
+claim not decided, not ended), every start is refused, takeover or not: the job's next generation is green's,
 claimed by the cutover itself (`runtime.cutover.adopt`), and a retry of blue's task that
 took it would race that claim. A start that names the open cutover
 (``spark.sparkpoint.cutover``, green's own) passes this rule.
@@ -102,7 +102,7 @@ def check_no_cutover(catalog: Catalog, allowed: str | None = None) -> None:
                                 f"({exc}); a start might race an open cutover") from None
     if state is None or state.id == allowed:
         return
-    if state.claimed is not None:  # green's origin is written: the job is green's, no claim left to race
+    if state.taken is not None:  # green's claim was decided: the job is green's, no claim left to race
         return
     raise CutoverInProgress(
         f"job {catalog.job!r} is in zero-downtime cutover {state.id} ({state.step}, blue generation "

@@ -93,6 +93,9 @@ def cutovers(catalog: Catalog) -> list[CutoverState]:
 
 def call_off(catalog: Catalog, cutover_id: str, *, reason: str, by: str) -> CutoverEnd:
     """End cutover `cutover_id` as aborted (unless it ended already: then how it ended).
+    First the cutover's decision is taken (``abort``; green takes ``claim`` before its
+    origin: the first stands, `CutoverStore.decide_abort`); a call-off that lost it ends
+    nothing. A call-off again after one that died resumes it (the decision is its own).
     Every ``stop_after`` request of the cutover no run took yet is withdrawn, before and
     after the end record: the agreed one, and one filed but not agreed yet (the
     orchestrator died between the two; the request names the cutover). A run that took
@@ -101,16 +104,22 @@ def call_off(catalog: Catalog, cutover_id: str, *, reason: str, by: str) -> Cuto
     (`runtime.run_coordination`). Green's claim, if it came first, stands: a cutover
     claimed is green's job (roll it back as any deploy).
 
-    :raises CutoverError: no such cutover, or green claimed it already.
+    :raises CutoverError: no such cutover, or green's claim was decided first (or, of a
+        release before the decision record, recorded).
     """
     store = CutoverStore(catalog)
     state = store.read(cutover_id)
-    if state.claimed is not None and state.done is None:
-        raise CutoverError(f"cutover {cutover_id} of job {catalog.job!r} was claimed by green (generation "
-                           f"{state.claimed.generation}); it is green's job now: roll it back instead")
+    step = "stop" if state.agreed is not None else "warmup"
+    if state.done is None:
+        if state.claimed is not None and state.decision is None:  # a green of the release before
+            raise CutoverError(f"cutover {cutover_id} of job {catalog.job!r} was claimed by green "
+                               f"(generation {state.claimed.generation}); it is green's job now: roll it "
+                               "back instead")
+        # raises when green's claim was decided first: it stands
+        decided = store.decide_abort(cutover_id, step=step, reason=reason, by=by)
+        reason, by, step = decided.reason, decided.by, decided.step or step
     why = f"cutover {cutover_id} called off: {reason}"
     withdraw_stop_after(catalog, state, why)
-    step = "stop" if state.agreed is not None else "warmup"
     end = store.end(cutover_id, "aborted", step=step, reason=reason, by=by)
     # Again after the end: a request filed between the first look and the end (an
     # orchestrator that then finds the cutover ended withdraws its own, unless it died).

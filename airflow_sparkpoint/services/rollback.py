@@ -265,9 +265,10 @@ def _blue_savepoint_origin(catalog: Catalog, generation: int, claimed: int, mine
         log.warning("rollback of generation %d of job %s: its cutover is unreadable (%s); returning to its "
                     "own checkpoint", generation, catalog.job, exc)
         return None
-    if state is None or state.claimed is None or state.claimed.savepoint is None:
+    claim = state.taken if state is not None else None
+    if state is None or claim is None or claim.savepoint is None:
         return None
-    savepoint, n = state.claimed.savepoint, state.claimed.batch_id
+    savepoint, n = claim.savepoint, claim.batch_id
     try:
         handle = catalog.own_snapshot(savepoint)
     except SparkpointError as exc:

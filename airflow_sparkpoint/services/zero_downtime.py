@@ -226,7 +226,7 @@ class CutoverLook:
 def _open_state(store: CutoverStore, cutover_id: str) -> CutoverState:
     """The cutover's records; :raises CutoverError: it ended other than committed."""
     state = store.read(cutover_id)
-    done = state.done
+    done = state.ended
     if done is not None and done.outcome != "committed":
         raise CutoverError(f"cutover {cutover_id} of job {store.catalog.job!r} ended {done.outcome} at "
                            f"{done.step}: {done.reason or 'no reason'}")
@@ -284,20 +284,20 @@ def look(catalog: Catalog, cutover_id: str, position: DrivePosition, *, max_hear
         if position.request_id is not None:
             return _look_filed(catalog, state, position.request_id, int(position.after_batch or 0))
         return _look_warmup(catalog, state, passed=passed, within_s=position.deadline - position.started,
-                            max_heartbeat_age=max_heartbeat_age)
+                            now=now, max_heartbeat_age=max_heartbeat_age)
     n = position.after_batch
     if phase == "stop":
         return _look_stop(catalog, plan, str(position.request_id), int(n or 0), passed=passed,
                           max_heartbeat_age=max_heartbeat_age)
     if phase == "claim":
-        if state.claimed is not None:
-            return CutoverLook("claimed", generation=state.claimed.generation, at=state.claimed.at)
+        if state.taken is not None:  # decided: green's, even if it died before its claimed record
+            return CutoverLook("claimed", generation=state.taken.generation, at=state.taken.at)
         if passed:
             return CutoverLook("call_off", f"green did not take the job over within "
                                f"{plan.reach_timeout_s:.0f} s after blue stopped", blue_stopped=True)
         return CutoverLook("wait", f"waiting for green to claim the job at batch {n}")
-    if state.done is not None:
-        return CutoverLook("committed", state.done.reason)
+    if state.ended is not None:
+        return CutoverLook("committed", state.ended.reason)
     if passed:
         return CutoverLook("uncommitted", f"green has not committed batch {int(n or 0) + 1} yet (no input "
                            "since?); the job is green's")
@@ -311,7 +311,7 @@ def _look_filed(catalog: Catalog, state: CutoverState, request_id: str, n: int) 
                        blue_stopped=result.state in ("acknowledged", "completed"))
 
 
-def _look_warmup(catalog: Catalog, state: CutoverState, *, passed: bool, within_s: float,
+def _look_warmup(catalog: Catalog, state: CutoverState, *, passed: bool, within_s: float, now: float,
                  max_heartbeat_age: float) -> CutoverLook:
     plan = state.plan
     if state.agreed is not None:
@@ -327,10 +327,13 @@ def _look_warmup(catalog: Catalog, state: CutoverState, *, passed: bool, within_
     blue_last = -1 if status.last_batch is None else status.last_batch
     replayed = None if progress is None else progress.replayed_batch
     started = progress is not None and progress.seconds_per_batch is not None
+    stale = "" if progress is None or progress.fresh(now, max_heartbeat_age) else \
+        f" (written {now - progress.updated_at:.0f} s ago: is green gone?)"
     standing = (f"warm-up: green replayed through batch {replayed if replayed is not None else '-'}"
-                f"{'' if started else ' (no replay yet: its first query start is ahead)'}, "
+                f"{'' if started else ' (no replay yet: its first query start is ahead)'}{stale}, "
                 f"blue at batch {blue_last} (lag bound {plan.lag_batches})")
-    if progress is not None and progress.within(blue_last, plan.lag_batches):
+    if progress is not None and progress.within(blue_last, plan.lag_batches, now=now,
+                                                max_age=max_heartbeat_age):
         return CutoverLook("agree", standing, batch=blue_last)
     if passed:
         idle = "" if started else " (it replayed none of blue's batches: no new input for blue?)"
@@ -480,7 +483,7 @@ class CutoverDriver:
         try:
             end = call_off(self.catalog, self.cutover_id, reason=seen.line, by=self.requested_by)
         except CutoverError:
-            if position.phase == "claim" and self.store.read(self.cutover_id).claimed is not None:
+            if position.phase == "claim" and self.store.read(self.cutover_id).taken is not None:
                 return position  # green claimed between the look and the call-off
             raise
         self.step(f"called off ({end.outcome} at {end.step}): {seen.line}")

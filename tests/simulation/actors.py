@@ -8,7 +8,10 @@
 * `cutover`: a zero-downtime cutover (issue 49) as the orchestrator and green run it: the
   plan, blue's ``stop_after`` request and the agreement, then green's claim and adoption
   (`runtime.cutover.adopt`) and green's run from the agreed batch on (a driver of other
-  code naming the cutover), or the call-off when blue did not stop at the batch.
+  code naming the cutover), or the call-off when blue did not stop at the batch;
+* `call_off_actor`: the orchestrator's call-off of the open cutover on a bound or a
+  killed task (`on_kill`, `sparkpoint cutover call-off`), at a moment it chooses: racing
+  the agreement, blue's stop or green's claim.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore, new_cutover_id
-from airflow_sparkpoint.exceptions import CutoverError, RestoreError, StaleGeneration
+from airflow_sparkpoint.exceptions import ControlError, CutoverError, RestoreError, StaleGeneration
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.runtime.job import _Run, _StopRun
@@ -231,7 +234,7 @@ def released_final_savepoints(world: World, before: set[str], position: int | No
     committed = max((p for p in (position, now) if p is not None), default=None)
     released = set()
     for state in (CutoverStore(catalog).read(cid) for cid in CutoverStore(catalog).ids()):
-        claim = state.claimed
+        claim = state.taken
         if claim is None or claim.savepoint not in gone:
             continue
         later = [o.generation for o in catalog.origins() if o.generation > claim.generation]
@@ -361,6 +364,36 @@ def check_final_savepoint(world: World, cid: str) -> None:
     if meta is None or (meta.batch_id, meta.generation) != (claim.batch_id, state.plan.blue_generation):
         raise AssertionError(f"cutover {cid}: blue's final savepoint {claim.savepoint} of batch {claim.batch_id} "
                              f"is gone or not blue's at N ({entry.error if entry is not None else 'not listed'})")
+
+
+#: when the call-off actor calls the open cutover off: once planned, once agreed, or once
+#: blue completed its stop after N (then it races green's claim)
+CALL_OFF_AT = ("planned", "agreed", "stopped", "stopped")
+
+
+def call_off_actor(world: World, name: str) -> Any:
+    """Call the job's open cutover off (`call_off`, checked as `call_off_checked`) at the
+    moment it chose (`CALL_OFF_AT`); refused with `CutoverError` when green's claim was
+    decided first. Returns what it did."""
+    catalog = world.catalog()
+    store = CutoverStore(catalog)
+    at = world.scheduler.choose("call off at", list(CALL_OFF_AT))
+    for _ in range(90):
+        state = store.open_cutover()
+        agreed = state.agreed if state is not None else None
+        if state is not None and (at == "planned" or (agreed is not None and (
+                at == "agreed" or _taken_or_gone(catalog, agreed.request_id)))):
+            end = call_off_checked(world, catalog, state.id, reason=f"a bound passed ({at})", by=name)
+            return f"called off: {end.outcome} at {end.step}"
+        world.scheduler.clock.sleep(1.0)  # virtual time: a point
+    return "no open cutover to call off"
+
+
+def _taken_or_gone(catalog: Any, request_id: str) -> bool:
+    try:
+        return ControlChannel(catalog).result(request_id).state != "pending"
+    except ControlError:
+        return True
 
 
 def call_off_checked(world: World, catalog: Any, cid: str, *, reason: str, by: str) -> Any:

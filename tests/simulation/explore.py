@@ -115,12 +115,13 @@ def random_run(seed: int, index: int) -> tuple[Any, Any]:
         schedule = retention_beside_cutover(rng)
         retention = next(f"a{i}" for i, a in enumerate(schedule.actors) if a.kind == "retention")
         # where the cutover waits for that pass: before its plan, agreed, claimed or done
-        # record (green's, after its first commit), before the origin of green's run (after
-        # the claim, no live run: the savepoint before the pass copies the latest
-        # checkpoint), or nowhere
+        # record (green's, after its first commit; its 1st, 2nd, 4th and 5th cutover
+        # record: the decision is the 3rd), before the origin of green's run (after the
+        # claim, no live run: the savepoint before the pass copies the latest checkpoint),
+        # or nowhere
         held = rng.randrange(6)
-        hold = None if held == 0 else (("put_if_absent sim/cutover/",), held, retention) if held < 5 \
-            else (("put_if_absent sim/lineage/",), 2, retention)
+        hold = None if held == 0 else (("put_if_absent sim/cutover/",), (1, 2, 4, 5)[held - 1], retention) \
+            if held < 5 else (("put_if_absent sim/lineage/",), 2, retention)
         return schedule, HoldBlue(random_draw(rng.randrange(2**63)), occurrence=2 + rng.randrange(2),
                                   cutover_hold=hold, races=schedule.races, actors=schedule.directed)
     schedule = random_schedule(rng)

@@ -20,6 +20,10 @@ KINDS = ("driver", "driver", "driver", "commit", "savepoint", "stop", "retention
 #: the pinned replays keep their schedules
 DELTA_SHARE = 0.25
 MERGE_SHARE = 0.10
+#: the share of schedules with a cutover that also have a call-off beside it (drawn from a
+#: side generator seeded by the schedule's own state, so that a seed's other draws, its
+#: chooser and the pinned replays without a cutover keep what they drew)
+CALL_OFF_SHARE = 0.5
 
 
 def _driver(pick: Any) -> DriverSpec:
@@ -50,7 +54,11 @@ def random_schedule(rng: random.Random) -> Schedule:
     count = rng.randrange(1, 6)
     draw = rng.random()
     sink = "delta-merge" if draw < MERGE_SHARE else "delta" if draw < DELTA_SHARE else "directory"
-    return Schedule(sink, rng.randrange(3, 9), (first, *(_actor(pick) for _ in range(count))))
+    actors = (first, *(_actor(pick) for _ in range(count)))
+    side = random.Random(repr(rng.getstate()[1][:8]))  # consumes nothing of `rng`
+    if any(a.kind == "cutover" for a in actors) and side.random() < CALL_OFF_SHARE:
+        actors = (*actors, ActorSpec("calloff"))
+    return Schedule(sink, rng.randrange(3, 9), actors)
 
 
 def retention_beside_cutover(rng: random.Random) -> Schedule:
@@ -258,7 +266,19 @@ def _flatten(schedule: Schedule) -> Schedule:
     return Schedule(schedule.sink, schedule.inputs, tuple(actors), schedule.races, schedule.directed)
 
 
+def call_off_races() -> Any:
+    """A cutover and its call-off (a bound, a killed task) beside it: the call-off
+    races the agreement, blue's stop and green's claim; one decision stands."""
+    from hypothesis import strategies as st
+
+    blue = st.builds(DriverSpec, budget=st.integers(3, 6), num_retained=st.integers(1, 3))
+    return _shape(st.sampled_from(("directory", "directory", *DELTA_KINDS)), blue,
+                  _cutover_spec().map(lambda c: ActorSpec("cutover", cutover=c)), st.just(ActorSpec("calloff")),
+                  races=("cutover", "lineage", "generations", "control"), directed=(1, 2))
+
+
 FAMILIES = {"generic": schedules, "generic_cutover": lambda: schedules(cutover=True), "across_lineages": across_lineages, "rewinds": rewinds,
             "commit_step_races": commit_step_races,
             "savepoint_retention_races": savepoint_retention_races, "lineage_starts": lineage_starts,
-            "checkpoint_retention_races": checkpoint_retention_races, "cutovers": cutovers}
+            "checkpoint_retention_races": checkpoint_retention_races, "cutovers": cutovers,
+            "call_off_races": call_off_races}

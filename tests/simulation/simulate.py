@@ -51,7 +51,7 @@ class Violation(AssertionError):
 
 @dataclass(frozen=True)
 class ActorSpec:
-    kind: str  # driver | commit | savepoint | stop | retention | rollback | cutover
+    kind: str  # driver | commit | savepoint | stop | retention | rollback | cutover | calloff
     driver: DriverSpec | None = None
     keep: int = 1
     cutover: CutoverSpec | None = None
@@ -65,6 +65,8 @@ class ActorSpec:
             return f"driver({self.driver.describe()})"
         if self.kind == "retention":
             return f"savepoint-retention(keep={self.keep})"
+        if self.kind == "calloff":
+            return "call-off"
         return self.kind
 
 
@@ -128,6 +130,7 @@ def run_schedule(schedule: Schedule, chooser: Chooser, *, max_steps: int = 1500,
                     _fail(schedule, scheduler, f"{actor.name} failed unexpectedly: "
                                                f"{type(actor.error).__name__}: {actor.error}")
             _check_checkpoints(world, scheduler, schedule)
+            _check_cutovers(world, scheduler, schedule)
             # The end: a retry resumes the job and drains the input; the commit step runs.
             scheduler.explored = scheduler.chooser
             scheduler.chooser = CalmChooser()
@@ -154,6 +157,7 @@ def run_schedule(schedule: Schedule, chooser: Chooser, *, max_steps: int = 1500,
             if step.result.get("pending") or step.result.get("aborted"):
                 _fail(schedule, scheduler, f"the final commit step found work left: {step.result}")
             _check_end(world, scheduler, schedule)
+            _check_cutovers(world, scheduler, schedule)
             if world.outside_digest() != before:
                 _fail(schedule, scheduler, "a file outside every root changed")
         return Outcome(scheduler.steps, scheduler.trace)
@@ -172,7 +176,7 @@ def _after_cutover(world: World, schedule: Schedule, retry: DriverSpec) -> Drive
     state = CutoverStore(world.raw_catalog()).open_cutover()
     if state is None:
         return retry
-    if state.claimed is None:
+    if state.taken is None:  # not decided for green (decided for green: its own, even if it died before `claimed`)
         actors.call_off_checked(world, world.raw_catalog(), state.id, reason="the schedule ended", by="harness")
         return retry
     green = next((a.cutover for a in schedule.actors if a.kind == "cutover" and a.cutover is not None),
@@ -197,6 +201,8 @@ def _body(world: World, spec: ActorSpec, name: str) -> Callable[[], Any]:
         return lambda: actors.savepoint_retention(world, spec.keep)
     if spec.kind == "rollback":
         return lambda: actors.rollback(world)
+    if spec.kind == "calloff":
+        return lambda: actors.call_off_actor(world, name)
     raise ValueError(spec.kind)
 
 
@@ -207,6 +213,7 @@ def _acceptable(spec: ActorSpec, error: BaseException) -> bool:
     from airflow_sparkpoint.exceptions import (
         CatalogError,
         ControlError,
+        CutoverError,
         GenerationRunning,
         SparkpointError,
         StaleGeneration,
@@ -228,6 +235,8 @@ def _acceptable(spec: ActorSpec, error: BaseException) -> bool:
         if isinstance(error, (StaleGeneration, CatalogError, ControlError)) or getattr(error, "superseded", False):
             return True
         return isinstance(error, SparkpointError) and not _is_loss(error)
+    if spec.kind == "calloff":  # green's claim was decided first: it stands
+        return isinstance(error, CutoverError) and "green's claim stands" in str(error)
     return False
 
 
@@ -401,6 +410,30 @@ def _aborted_by_a_fenced_run(world: World, error: BaseException) -> bool:
               if w.startswith(f"store:put_if_absent {JOB}/generations/")]
     own = [g for i, g in claims if world.writes.ordered[i][0] == writer]
     return bool(own) and any(g > max(own) and i < decided for i, g in claims)
+
+
+def _check_cutovers(world: World, scheduler: Scheduler, schedule: Schedule) -> None:
+    """Every cutover ended one way: never both claimed by green and called off; a green
+    that lost the decision to a call-off wrote no origin (its claim only fenced a stopped
+    blue); a ``claimed`` record is the decided claim's."""
+    from airflow_sparkpoint.checkpoints.cutover import CutoverStore
+
+    catalog = world.raw_catalog()
+    store = CutoverStore(catalog)
+    for cid in store.ids():
+        state = store.read(cid)
+        taken, ended, decided = state.taken, state.ended, state.decision
+        if taken is not None and ended is not None and ended.outcome == "aborted":
+            _fail(schedule, scheduler, f"cutover {cid} is claimed by generation {taken.generation} and called off "
+                                       f"({ended.step}: {ended.reason})")
+        if decided is not None and state.claimed is not None and decided.claim != state.claimed:
+            _fail(schedule, scheduler, f"cutover {cid}'s claimed record {state.claimed} is not its decision {decided}")
+        if decided is not None and decided.outcome == "abort":
+            adopted = [o.generation for o in catalog.origins() if o.restore.get("cutover") == cid
+                       and not o.restore.get("rollback_of")]
+            if adopted:
+                _fail(schedule, scheduler, f"cutover {cid} was called off, yet generation(s) {adopted} wrote "
+                                           "green's origin")
 
 
 def _check_end(world: World, scheduler: Scheduler, schedule: Schedule) -> None:

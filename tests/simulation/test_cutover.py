@@ -295,6 +295,84 @@ def test_retention_keeps_blue_s_final_savepoint_while_green_s_lineage_is_the_new
     assert seen["disposed"] == []
 
 
+# -- the call-off beside green's claim: one decision stands --------------------------------
+
+
+def _race_call_off(pauses: list[Pause], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Blue (a0), the cutover (a1: its orchestrator and green) and a call-off (a2, once
+    blue took its stop_after), held as `pauses` say; returns the cutover's records after
+    the schedule, what a1 and a2 did, and green's origins. The schedule's own checks
+    (`simulate._check_cutovers`: never claimed and called off, a green that lost writes no
+    origin) run too."""
+    from airflow_sparkpoint.checkpoints.cutover import CutoverStore
+    from tests.simulation import simulate
+
+    seen: dict[str, Any] = {}
+    real_cutover, real_call_off = actors.cutover, actors.call_off_actor
+
+    def cutover(world: Any, spec: CutoverSpec, name: str) -> Any:
+        seen["a1"] = real_cutover(world, spec, name)
+        return seen["a1"]
+
+    def call_off_actor(world: Any, name: str) -> Any:
+        try:
+            seen["a2"] = real_call_off(world, name)
+        except Exception as exc:
+            seen["a2"] = exc
+            raise
+        return seen["a2"]
+
+    real_end = simulate._check_end
+
+    def check_end(world: Any, scheduler: Any, schedule: Any) -> None:
+        real_end(world, scheduler, schedule)
+        catalog = world.raw_catalog()
+        store = CutoverStore(catalog)
+        seen["state"] = store.read(store.ids()[0])
+        seen["green_origins"] = [o.generation for o in catalog.origins() if o.restore.get("cutover")]
+
+    monkeypatch.setattr(actors, "cutover", cutover)
+    monkeypatch.setattr(actors, "call_off_actor", call_off_actor)
+    monkeypatch.setattr(simulate, "_check_end", check_end)
+    schedule = Schedule("directory", 6, (ActorSpec("driver", DriverSpec(budget=6, num_retained=2)),
+                                         ActorSpec("cutover", cutover=CutoverSpec(margin=1, budget=2)),
+                                         ActorSpec("calloff")))
+    # a2 chooses to call off once blue took the request ("stopped")
+    run_schedule(schedule, ScriptedChooser([HOLD_BLUE, *pauses], options=[2]))
+    return seen
+
+
+GREEN_BEFORE_DECIDING = Pause("a1", ("put_if_absent sim/cutover/",), until="a2",
+                              release=("put_if_absent sim/cutover/",), occurrence=3)
+
+
+def test_a_call_off_after_green_s_decision_is_refused_and_green_s_claim_stands(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call-off read the cutover open, then waits before its decision until green
+    decided and wrote its origin: its decision is green's claim, it raises (green's
+    claim stands) and ends nothing; green's run commits as the job."""
+    # a1 (green) waits before its decision (its 3rd cutover record: plan, agreed, decision)
+    # until a2 is at its own; both wait, the older pause gives way: green decides first,
+    # and a2 goes on once green wrote its origin
+    seen = _race_call_off([GREEN_BEFORE_DECIDING,
+                           Pause("a2", ("put_if_absent sim/cutover/",), until="a1",
+                                 release=("put_if_absent sim/lineage/",))], monkeypatch)
+    assert seen["a1"] == "green took over at batch 2", seen
+    assert "green's claim stands" in str(seen["a2"]), seen
+    state = seen["state"]
+    assert state.step == "committed" and state.decision.outcome == "claim", state
+
+
+def test_green_that_lost_the_decision_to_the_call_off_writes_no_origin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Green claimed generation gB+1 and passed its checks, then waits before its decision
+    until the call-off (which read the cutover open) ended it: its decision is the call-off's, green writes no
+    origin and no claimed record, and the end's retry resumes blue's lineage exactly."""
+    seen = _race_call_off([Pause("a1", ("put_if_absent sim/cutover/",), until="a2", occurrence=3)], monkeypatch)
+    assert seen["a1"] == "refused", seen
+    state = seen["state"]
+    assert state.step == "aborted" and state.decision.outcome == "abort" and state.claimed is None, state
+    assert seen["green_origins"] == [], seen
+
 def test_retention_keeps_blue_s_final_savepoint_between_blue_s_stop_and_the_agreement(
         monkeypatch: pytest.MonkeyPatch, outcomes: list[Any]) -> None:
     """The orchestrator (a1) filed blue's stop_after request and is held before its
@@ -329,7 +407,7 @@ def test_retention_lets_blue_s_final_savepoint_go_once_green_committed_past_n(
     seen = _retention_beside_cutover([Pause("a2", ("",), until="a1", release=("claimed.json",)),
                                       Pause("a1", ("store.list sim/cutover/",), until="a2", occurrence=3),
                                       Pause("a3", ("",), until="a1", release=("fault committed",)),
-                                      Pause("a1", ("put_if_absent sim/cutover/",), until="a3", occurrence=4)],
+                                      Pause("a1", ("put_if_absent sim/cutover/",), until="a3", occurrence=5)],
                                      monkeypatch)
     assert outcomes == ["green took over at batch 2"]
     assert len(seen["before"]) == 2, seen["before"]

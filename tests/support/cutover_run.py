@@ -221,7 +221,8 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
             last = (catalog.read_status() or {}).get("last_batch")
             if progress is None or last is None:
                 return None
-            return int(last) if progress.within(int(last), plan.lag_batches) else None
+            return int(last) if progress.within(int(last), plan.lag_batches, now=time.time(),
+                                                max_age=60.0) else None
 
         last = wait_for("green within the plan's lag of blue", close_enough, timeout_s, green_log, proc=proc)
         assert last is not None

@@ -173,7 +173,8 @@ def test_the_handover_adapter_serves_green_s_follower(catalog: Catalog) -> None:
     handover: Handover = CutoverHandover(catalog, sink, CID)
     assert handover.agreed_batch() == 3 and handover.blue_stopped()
     assert handover.adopt("/work/shadow", None) == 2
-    CutoverStore(catalog).end(CID, "aborted", step="claim", reason="test")
+    # claimed, it can no longer end aborted (green's decision stands): it ends committed
+    CutoverStore(catalog).end(CID, "committed", step="first_commit", reason="test")
     with pytest.raises(CutoverError, match="is done"):
         handover.agreed_batch()
 

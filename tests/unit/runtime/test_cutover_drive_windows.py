@@ -16,7 +16,6 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore
 from airflow_sparkpoint.exceptions import CutoverError
 from airflow_sparkpoint.runtime.cutover import adopt
-from airflow_sparkpoint.services import cutover as cutover_service
 from airflow_sparkpoint.services.cutover import call_off, stop_after_batch
 from airflow_sparkpoint.services.zero_downtime import drive_cutover, plan_cutover
 from airflow_sparkpoint.storage import MemoryStorage
@@ -125,14 +124,9 @@ def test_a_call_off_after_blue_stopped_for_the_cutover_does_not_say_blue_keeps_r
     assert "blue keeps running, untouched" not in message and "restore=latest" in message, message
 
 
-@pytest.mark.xfail(strict=True, reason="finding (review8): call_off and adopt each check then write; both records land (also on ba40822)")
-def test_a_call_off_racing_green_s_claim_never_ends_a_claimed_cutover(catalog: Catalog,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """on_kill (or a bound) calls the cutover off while green claims: call_off reads the
-    records (no claim yet), withdraws blue's requests, then writes `done: aborted`; green's
-    adopt runs in between (its own checks see the cutover open) and writes `claimed`.
-    The cutover ends both claimed by green (whose run goes on as the job) and aborted
-    (the task log tells the user to restart blue with restore=latest)."""
+
+def _blue_stopped_at_3(catalog: Catalog) -> tuple[FakeSink, str]:
+    """Blue (generation 1) stopped after the agreed batch 3 of a new cutover: green may claim."""
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink)
     blue.thread.start()
@@ -142,34 +136,116 @@ def test_a_call_off_racing_green_s_claim_never_ends_a_claimed_cutover(catalog: C
     CutoverStore(catalog).agree(cid, 3, stop.request_id)
     blue.thread.join(10)
     assert blue.stopped_at == 3
-    withdraw = cutover_service.withdraw_stop_after
+    return sink, cid
+
+
+def test_a_call_off_racing_green_s_claim_never_ends_a_claimed_cutover(catalog: Catalog,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """on_kill (or a bound) calls the cutover off while green claims: call_off reads the
+    records (no claim yet); green's adopt runs right after that read (its own checks see
+    the cutover open) and claims; then call_off acts on what it read. On the code before
+    the decision record the cutover ended both claimed by green (whose run goes on as the
+    job) and aborted (the task log told the user to restart blue with restore=latest)."""
+    sink, cid = _blue_stopped_at_3(catalog)
+    read = CutoverStore.read
     claimed: list[object] = []
 
-    def green_claims_meanwhile(*args: object, **kwargs: object) -> list[str]:
-        if not claimed:  # green's adopt between call_off's read and its end record
-            claimed.append(adopt(catalog, sink, cid, live_dir=None))
-        return withdraw(*args, **kwargs)  # type: ignore[arg-type]
+    def green_claims_meanwhile(self: CutoverStore, cutover_id: str) -> object:
+        state = read(self, cutover_id)
+        if not claimed and state.claimed is None:  # green's adopt between call_off's read and its writes
+            claimed.append(None)  # before adopt: its own reads go through here
+            claimed[0] = adopt(catalog, sink, cid, live_dir=None)
+        return state
 
-    monkeypatch.setattr(cutover_service, "withdraw_stop_after", green_claims_meanwhile)
+    monkeypatch.setattr(CutoverStore, "read", green_claims_meanwhile)
     try:
         call_off(catalog, cid, reason="task was killed", by="on_kill")
-    except CutoverError:
-        pass  # refused: green's claim stands (what call_off promises)
+    except CutoverError as exc:
+        assert "green" in str(exc), exc  # refused: green's claim stands (what call_off promises)
+    monkeypatch.setattr(CutoverStore, "read", read)
     state = CutoverStore(catalog).read(cid)
-    assert claimed, "the race did not happen: green did not claim during the call-off"
+    assert claimed and claimed[0] is not None, "the race did not happen: green did not claim during the call-off"
     assert not (state.claimed is not None and state.done is not None and state.done.outcome == "aborted"), (
         f"cutover {cid} is claimed by generation {state.claimed.generation if state.claimed else None} "
         f"and ended {state.done}")
+    assert state.step == "claimed" and state.to_json()["green_generation"] == 2, state.to_json()
 
 
-@pytest.mark.xfail(strict=True, reason="finding (review8): CutoverProgress.within ignores how old green's record is")
+def test_green_that_lost_the_decision_to_a_call_off_writes_no_origin(catalog: Catalog,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The call-off lands after green's claim of generation 2 and its checks after it,
+    before green decides: the call-off's decision stands, green fails with an error that
+    says so and writes no origin (its claim fenced a stopped blue: restore=latest resumes
+    blue's lineage at N), and the cutover reads aborted, never claimed."""
+    sink, cid = _blue_stopped_at_3(catalog)
+    position = sink.committed_position
+    ended: list[object] = []
+
+    def call_off_meanwhile(job: str) -> int | None:
+        if not ended:  # green's last check before its decision: the call-off comes in here
+            ended.append(call_off(catalog, cid, reason="task was killed", by="on_kill"))
+        return position(job)
+
+    monkeypatch.setattr(sink, "committed_position", call_off_meanwhile)
+    with pytest.raises(CutoverError) as raised:
+        adopt(catalog, sink, cid, live_dir=None)
+    assert ended, "the race did not happen: the call-off did not run during green's adopt"
+    assert "called off" in str(raised.value) and "restore=latest" in str(raised.value), raised.value
+    state = CutoverStore(catalog).read(cid)
+    assert state.claimed is None and state.done is not None and state.done.outcome == "aborted", state
+    assert state.step == "aborted" and state.to_json()["green_generation"] is None, state.to_json()
+    assert catalog.current_generation() == 2  # green's claim stays, fencing the stopped blue
+    assert all(o.generation != 2 for o in catalog.origins()), catalog.origins()
+
+
+def test_a_green_dead_after_winning_the_decision_leaves_the_job_green_s(catalog: Catalog,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Green (generation 2) won the decision and died before its origin and ``claimed``.
+    The job is green's: a call-off is refused (green's claim stands), green's retry is a
+    restart of the job (`taken_over`), other starts are no longer held back by the
+    cutover, the orchestrator's look sees the claim, and the first commit of the restart
+    ends the cutover committed."""
+    from airflow_sparkpoint.runtime.cutover import record_first_commit, taken_over
+    from airflow_sparkpoint.runtime.takeover import check_no_cutover
+    from airflow_sparkpoint.services.zero_downtime import DrivePosition, look
+
+    sink, cid = _blue_stopped_at_3(catalog)
+
+    class Died(Exception):
+        pass
+
+    def die(_origin: object) -> None:
+        raise Died("green's driver was killed")
+
+    monkeypatch.setattr(catalog, "write_origin", die)
+    with pytest.raises(Died):
+        adopt(catalog, sink, cid, live_dir=None)
+    monkeypatch.undo()
+    state = CutoverStore(catalog).read(cid)
+    assert state.claimed is None and state.done is None  # nothing but the decision: green died in between
+    assert state.step == "claimed" and state.to_json()["green_generation"] == 2, state.to_json()
+    with pytest.raises(CutoverError, match="claim"):
+        call_off(catalog, cid, reason="green did not take the job over in time", by="bound")
+    assert CutoverStore(catalog).read(cid).done is None
+    assert taken_over(catalog, cid) == 2
+    check_no_cutover(catalog)  # the job is green's: the usual start rules apply
+    seen = look(catalog, cid, DrivePosition("claim", time.time() + 60, time.time(), 3, "r"),
+                max_heartbeat_age=60.0, now=time.time())
+    assert (seen.action, seen.generation) == ("claimed", 2), seen
+    restart = catalog.claim_generation({"restore": "latest"}).generation  # green's retry (restore=latest)
+    end = record_first_commit(catalog, restart, 4)
+    assert end is not None and end.outcome == "committed", end
+    assert CutoverStore(catalog).read(cid).step == "committed"
+
+
 def test_a_dead_green_s_progress_record_is_not_agreed_with(catalog: Catalog) -> None:
     """Green replayed up to blue's batch, then died (fault point cutover_warmup; its retry
     warms up from the plan's checkpoint again, its first query start still ahead). Its
     last progress record stays: within the lag, past its first replay, an hour old. The
-    agreement rule (`CutoverProgress.within`, `_look_warmup`) takes it: blue is asked to
-    stop after N, no green reaches N, the cutover is called off with blue stopped (a
-    person restarts it)."""
+    agreement rule (`CutoverProgress.within`, `_look_warmup`) took it before it read the
+    record's age: blue was asked to stop after N, no green reached N, the cutover was
+    called off with blue stopped (a person restarts it). Now the record must be fresh:
+    the warm-up's bound calls the cutover off with blue untouched."""
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink, pace_s=10.0)
     blue.thread.start()
@@ -187,3 +263,38 @@ def test_a_dead_green_s_progress_record_is_not_agreed_with(catalog: Catalog) -> 
     assert state.agreed is None and blue.stopped_at is None, (
         f"agreed {state.agreed} on a progress record an hour old; blue stopped after {blue.stopped_at}; "
         f"the cutover {state.step} at {state.done.step if state.done else None}")
+
+
+def test_a_cutover_claimed_by_the_release_before_the_decision_record_ends_as_before(catalog: Catalog) -> None:
+    """A green of the release before wrote ``claimed`` and no decision: the cutover reads
+    claimed, a call-off is refused, and green's first commit ends it committed."""
+    from airflow_sparkpoint.checkpoints.cutover import CutoverClaim
+    from airflow_sparkpoint.runtime.cutover import record_first_commit
+
+    _sink, cid = _blue_stopped_at_3(catalog)
+    store = CutoverStore(catalog)
+    green = catalog.claim_generation_after(1, {"cutover": cid})
+    assert green is not None
+    store.claim(CutoverClaim(cid, green.generation, 3, "memory://x/orders/chk-2"))
+    state = store.read(cid)
+    assert state.decision is None and state.step == "claimed" and state.to_json()["decision"] is None
+    with pytest.raises(CutoverError, match="claimed by green"):
+        call_off(catalog, cid, reason="late", by="test")
+    end = record_first_commit(catalog, green.generation, 4)
+    assert end is not None and end.outcome == "committed" and store.read(cid).decision is None
+
+
+def test_a_cutover_called_off_by_the_release_before_the_decision_record_stays_called_off(
+        catalog: Catalog) -> None:
+    """A call-off of the release before wrote ``done: aborted`` and no decision: the cutover
+    reads aborted, green does not take over (nothing after its generation claim)."""
+    from airflow_sparkpoint.checkpoints.cutover import CutoverEnd
+
+    sink, cid = _blue_stopped_at_3(catalog)
+    store = CutoverStore(catalog)
+    store._create(cid, "done", CutoverEnd(cid, "aborted", "stop", "old call-off", by="old").to_json())
+    assert store.read(cid).step == "aborted"
+    with pytest.raises(CutoverError, match="is done"):
+        adopt(catalog, sink, cid, live_dir=None)
+    state = store.read(cid)
+    assert state.decision is None and state.claimed is None and catalog.current_generation() == 1
