@@ -116,3 +116,45 @@ def test_a_dead_green_whose_clock_runs_ahead_is_not_agreed_with(catalog: Catalog
         f"agreed {state.agreed} on a progress record written an hour ago by a clock {skew:.0f} s ahead; "
         f"blue stopped after {blue.stopped_at}; the cutover {state.step} at "
         f"{state.ended.step if state.ended else None}")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "finding (review10): a green of the release before the decision record (origin, then claimed, no "
+    "decision) racing this release's call-off: the cutover reads claimed by green and aborted"))
+def test_a_green_of_the_release_before_racing_a_call_off_leaves_no_contradiction(
+        catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other direction of the upgrade window: the orchestrator runs this release, green
+    the one before (its adopt reads ``done``, writes its origin and ``claimed``, and takes
+    no decision). The call-off takes ``abort``; green, between that and the call-off's end,
+    finds no done record and claims; the call-off then ends the cutover aborted and asks
+    for blue's restart while green runs as the job."""
+    import airflow_sparkpoint.services.cutover as services_cutover
+    from airflow_sparkpoint.checkpoints.cutover import CutoverClaim
+    from airflow_sparkpoint.services.cutover import call_off
+
+    _sink, cid = _blue_stopped_at_3(catalog)
+    store = CutoverStore(catalog)
+    withdraw = services_cutover.withdraw_stop_after
+    claimed: list[int] = []
+
+    def old_green_claims_meanwhile(*args: object, **kwargs: object) -> list[str]:
+        if not claimed and store.read(cid).done is None:  # the release before's adopt: no done record yet
+            green = catalog.claim_generation_after(1, {"cutover": cid})
+            assert green is not None
+            store._create(cid, "claimed", CutoverClaim(cid, green.generation, 3,
+                                                       "memory://x/orders/chk-2").to_json())
+            claimed.append(green.generation)
+        return withdraw(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(services_cutover, "withdraw_stop_after", old_green_claims_meanwhile)
+    try:
+        call_off(catalog, cid, reason="task was killed", by="on_kill")
+    except CutoverError:
+        pass
+    monkeypatch.undo()
+    assert claimed, "the race did not happen"
+    state = store.read(cid)
+    ended = state.ended
+    assert not (state.claimed is not None and ended is not None and ended.outcome == "aborted"), (
+        f"cutover {cid} is claimed by generation {state.claimed.generation if state.claimed else None} "
+        f"and ended {ended.outcome if ended else None}; list shows {state.to_json()}")
