@@ -451,7 +451,7 @@ class CutoverDriver:
         plan = self.store.read(self.cutover_id).plan
         action, n = seen.action, position.after_batch
         if action == "call_off":
-            return self._call_off(position, seen)
+            return self._call_off(position, seen, now)
         if action == "agree" and position.phase == "warmup":
             agreed_n = int(seen.batch if seen.batch is not None else -1) + self.margin
             request_id, at = self._agree(plan, agreed_n)
@@ -491,17 +491,27 @@ class CutoverDriver:
                   f"batch {n + 1}")
         return stop.request_id, agreement.at
 
-    def _call_off(self, position: DrivePosition, seen: CutoverLook) -> DrivePosition:
-        """Call the cutover off; if green claimed it meanwhile, it is green's: the same
-        position (the next look sees the claim).
+    def _call_off(self, position: DrivePosition, seen: CutoverLook, now: float) -> DrivePosition:
+        """Call the cutover off; if green took it meanwhile (in any phase: a bound may pass
+        as blue stops and green claims), it is green's: phase claim, whose next look sees
+        the take-over and reports it.
 
         :raises CutoverError: called off (names what became of blue)."""
         try:
             end = call_off(self.catalog, self.cutover_id, reason=seen.line, by=self.requested_by)
         except CutoverError:
-            if position.phase == "claim" and self.store.read(self.cutover_id).taken is not None:
+            state = self.store.read(self.cutover_id)
+            taken, agreed = state.taken, state.agreed
+            if taken is None or agreed is None:
+                raise
+            if position.phase == "claim":
                 return position  # green claimed between the look and the call-off
-            raise
+            # green took the job while another step's bound passed: its claim names N and
+            # blue's final checkpoint and savepoint, which that step's look did not see
+            return replace(position, phase="claim", deadline=now + state.plan.reach_timeout_s,
+                           after_batch=agreed.after_batch, request_id=agreed.request_id,
+                           checkpoint=position.checkpoint or taken.checkpoint,
+                           savepoint=position.savepoint or taken.savepoint)
         self.step(f"called off ({end.outcome} at {end.step}): {seen.line}")
         # Blue took the cutover's request if the call-off could not withdraw it: it stops
         # after that batch regardless (and a blue that is gone is gone).
