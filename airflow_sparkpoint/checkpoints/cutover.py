@@ -51,9 +51,11 @@ from airflow_sparkpoint.checkpoints.cutover_records import (
     CutoverPlan,
     CutoverProgress,
     CutoverState,
+    ProgressSighting,
     check_cutover_id,
     check_int,
     new_cutover_id,
+    sighting_of,
 )
 from airflow_sparkpoint.exceptions import ConfigError, CorruptRecord, CutoverError, ObjectExists
 
@@ -63,7 +65,7 @@ if TYPE_CHECKING:
 # the record types are `checkpoints.cutover_records`'; re-exported: this is where callers find them
 __all__ = ["DECISIONS", "MODES", "OUTCOMES", "SCHEMA_VERSION", "CutoverAgreement", "CutoverClaim",
            "CutoverDecision", "CutoverEnd", "CutoverPlan", "CutoverProgress", "CutoverState", "CutoverStore",
-           "new_cutover_id"]
+           "ProgressSighting", "new_cutover_id", "sighting_of"]
 
 
 _PARSERS: dict[str, Any] = {"plan": CutoverPlan.from_json, "green": CutoverProgress.from_json,

@@ -8,6 +8,8 @@ has the protocol.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import time
 from collections.abc import Mapping
@@ -21,7 +23,7 @@ from airflow_sparkpoint.exceptions import ConfigError
 
 __all__ = ["DECISIONS", "MODES", "OUTCOMES", "SCHEMA_VERSION", "CutoverAgreement", "CutoverClaim",
            "CutoverDecision", "CutoverEnd", "CutoverPlan", "CutoverProgress", "CutoverState",
-           "check_cutover_id", "check_int", "new_cutover_id"]
+           "ProgressSighting", "check_cutover_id", "check_int", "new_cutover_id", "sighting_of"]
 
 SCHEMA_VERSION = 1
 #: what green does with its output during the warm-up: discard it, or compare it with blue's
@@ -123,30 +125,40 @@ class CutoverProgress:
     shadow_generation: int | None = None
     verified_batch: int | None = None
     difference: str | None = None
-    #: when green wrote it (green's clock, as a status heartbeat)
+    #: when green wrote it (green's clock: shown, never compared with the orchestrator's)
     updated_at: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, **asdict(self),
                 "difference": None if self.difference is None else clip(self.difference, _REASON_MAX_CHARS)}
 
-    def fresh(self, now: float, max_age: float) -> bool:
-        """Whether green wrote it at most `max_age` seconds before `now` (or twice its
-        pace per batch, when longer: a replay in progress writes none). A live green
-        writes it after every replay and, caught up with blue (idle or not), at every
-        poll of blue; an older one is a dead green's, whose retry warms up from the
-        plan's checkpoint again."""
-        return now - self.updated_at <= max(max_age, 2 * (self.seconds_per_batch or 0.0))
+    def digest(self) -> str:
+        """What a `ProgressSighting` remembers of it: a digest of its content (its time included)."""
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:16]
 
-    def within(self, blue_last: int, lag_batches: int, *, now: float, max_age: float) -> bool:
-        """Whether green may be agreed with: `fresh` at `now`, at most `lag_batches`
+    def fresh(self, seen: ProgressSighting | None, now: float, max_age: float) -> bool:
+        """Whether the orchestrator saw it written at most `max_age` seconds before `now`
+        (or twice its pace per batch, when longer: a replay in progress writes none), on
+        its own clock: `seen` (this record as the drive last saw it) saw it replace an
+        earlier record at most that long ago. Never by `updated_at`: green's clock may run
+        ahead (a dead green's record would read new) or behind (a live one's, old). A live
+        green writes it after every replay and, caught up with blue (idle or not), at every
+        poll of blue; one not seen to change is a dead green's, whose retry warms up from
+        the plan's checkpoint again."""
+        if seen is None or not seen.changed or seen.digest != self.digest():
+            return False
+        return now - seen.since <= max(max_age, 2 * (self.seconds_per_batch or 0.0))
+
+    def within(self, blue_last: int, lag_batches: int, *, seen: ProgressSighting | None, now: float,
+               max_age: float) -> bool:
+        """Whether green may be agreed with: `fresh` at `now` as `seen`, at most `lag_batches`
         behind blue's newest batch `blue_last`, and either past its first replay of one of
         blue's batches (its pace is known: `seconds_per_batch`) or at `blue_last` itself
         (blue idle: nothing to replay, and blue reaches N only with new input, which
         green replays too). Behind blue before its first replay, green reports the
         checkpoint it warms up from while its first query start, seconds long, is still
         ahead of it."""
-        if not self.fresh(now, max_age):
+        if not self.fresh(seen, now, max_age):
             return False
         if self.replayed_batch is None or self.replayed_batch < blue_last - lag_batches:
             return False
@@ -163,6 +175,38 @@ class CutoverProgress:
         return cls(str(data["id"]), opt("replayed_batch", int), opt("seconds_per_batch", float),
                    opt("shadow_generation", int), opt("verified_batch", int), opt("difference", str),
                    float(data.get("updated_at", 0.0)))
+
+
+@dataclass(frozen=True)
+class ProgressSighting:
+    """Green's progress record as one drive last saw it, on the orchestrator's clock: its
+    `digest` (`CutoverProgress.digest`), `since` when the drive first saw that record, and
+    whether it `changed`: seen replacing an earlier record (a first sighting says nothing
+    of its age). Carried in the drive's position between looks."""
+
+    digest: str
+    since: float
+    changed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ProgressSighting:
+        return cls(str(data["digest"]), float(data["since"]), bool(data.get("changed", False)))
+
+
+def sighting_of(progress: CutoverProgress | None, before: ProgressSighting | None,
+                now: float) -> ProgressSighting | None:
+    """The sighting of `progress` read at `now` after sighting `before` (None: none yet):
+    the same while the record is unchanged, else a new one since `now`, changed if a
+    record was seen before it."""
+    if progress is None:
+        return before
+    digest = progress.digest()
+    if before is not None and before.digest == digest:
+        return before
+    return ProgressSighting(digest, now, before is not None)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,9 @@ from airflow_sparkpoint.checkpoints.cutover import (
     CutoverPlan,
     CutoverState,
     CutoverStore,
+    ProgressSighting,
     new_cutover_id,
+    sighting_of,
 )
 from airflow_sparkpoint.checkpoints.history import generation_alive
 from airflow_sparkpoint.checkpoints.history_records import read_generation
@@ -160,7 +162,8 @@ class DrivePosition:
     deferred task between its worker and its trigger): the `phase`, its `deadline`
     (epoch seconds), N and blue's ``stop_after`` request once agreed, blue's final
     checkpoint and savepoint once it stopped, green's generation once it claimed, when
-    the drive `started` and the steps announced so far."""
+    the drive `started`, the steps announced so far, and green's progress record as the
+    warm-up's looks last saw it (`progress_seen`: its age is measured on this clock)."""
 
     phase: str
     deadline: float
@@ -171,12 +174,14 @@ class DrivePosition:
     savepoint: str | None = None
     green_generation: int | None = None
     steps: tuple[str, ...] = ()
+    progress_seen: ProgressSighting | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"phase": self.phase, "deadline": self.deadline, "started": self.started,
                 "after_batch": self.after_batch, "request_id": self.request_id, "checkpoint": self.checkpoint,
                 "savepoint": self.savepoint, "green_generation": self.green_generation,
-                "steps": list(self.steps)}
+                "steps": list(self.steps),
+                "progress_seen": None if self.progress_seen is None else self.progress_seen.to_json()}
 
     @classmethod
     def from_json(cls, data: Any) -> DrivePosition:
@@ -187,7 +192,9 @@ class DrivePosition:
                            _opt_str(data.get("request_id")), _opt_str(data.get("checkpoint")),
                            _opt_str(data.get("savepoint")),
                            None if data.get("green_generation") is None else int(data["green_generation"]),
-                           tuple(str(s) for s in data.get("steps") or ()))
+                           tuple(str(s) for s in data.get("steps") or ()),
+                           None if data.get("progress_seen") is None
+                           else ProgressSighting.from_json(data["progress_seen"]))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ConfigError(f"cutover drive position {data!r} is invalid ({exc}); expected "
                               "DrivePosition.to_json's fields") from None
@@ -211,7 +218,8 @@ class CutoverLook:
     `at`), ``committed`` (green's first commit: `line`), ``uncommitted`` (no commit
     within the bound; the job is green's) or ``call_off`` (a bound passed, blue is gone
     or the comparison gate refused, before green's claim: `line` says why, `blue_stopped`
-    whether blue stopped after N)."""
+    whether blue stopped after N). `progress_seen`: green's progress record as a look in
+    the warm-up saw it (the next position carries it)."""
 
     action: str
     line: str = ""
@@ -221,6 +229,7 @@ class CutoverLook:
     generation: int | None = None
     at: float = 0.0
     blue_stopped: bool = False
+    progress_seen: ProgressSighting | None = None
 
 
 def _open_state(store: CutoverStore, cutover_id: str) -> CutoverState:
@@ -284,7 +293,7 @@ def look(catalog: Catalog, cutover_id: str, position: DrivePosition, *, max_hear
         if position.request_id is not None:
             return _look_filed(catalog, state, position.request_id, int(position.after_batch or 0))
         return _look_warmup(catalog, state, passed=passed, within_s=position.deadline - position.started,
-                            now=now, max_heartbeat_age=max_heartbeat_age)
+                            now=now, max_heartbeat_age=max_heartbeat_age, seen=position.progress_seen)
     n = position.after_batch
     if phase == "stop":
         return _look_stop(catalog, plan, str(position.request_id), int(n or 0), passed=passed,
@@ -312,7 +321,7 @@ def _look_filed(catalog: Catalog, state: CutoverState, request_id: str, n: int) 
 
 
 def _look_warmup(catalog: Catalog, state: CutoverState, *, passed: bool, within_s: float, now: float,
-                 max_heartbeat_age: float) -> CutoverLook:
+                 max_heartbeat_age: float, seen: ProgressSighting | None) -> CutoverLook:
     plan = state.plan
     if state.agreed is not None:
         raise CutoverError(f"cutover {plan.id} is agreed already (batch {state.agreed.after_batch}); another "
@@ -324,22 +333,24 @@ def _look_warmup(catalog: Catalog, state: CutoverState, *, passed: bool, within_
     progress = state.progress
     if progress is not None and progress.difference:
         return CutoverLook("call_off", f"the comparison gate found a difference: {progress.difference}")
+    seen = sighting_of(progress, seen, now)
     blue_last = -1 if status.last_batch is None else status.last_batch
     replayed = None if progress is None else progress.replayed_batch
     started = progress is not None and progress.seconds_per_batch is not None
-    stale = "" if progress is None or progress.fresh(now, max_heartbeat_age) else \
-        f" (written {now - progress.updated_at:.0f} s ago: is green gone?)"
+    # its age on this orchestrator's clock: unchanged since this drive first saw it
+    stale = "" if progress is None or seen is None or now - seen.since <= max_heartbeat_age else \
+        f" (unchanged for {now - seen.since:.0f} s: is green gone?)"
     standing = (f"warm-up: green replayed through batch {replayed if replayed is not None else '-'}"
                 f"{'' if started else ' (no replay yet: its first query start is ahead)'}{stale}, "
                 f"blue at batch {blue_last} (lag bound {plan.lag_batches})")
-    if progress is not None and progress.within(blue_last, plan.lag_batches, now=now,
+    if progress is not None and progress.within(blue_last, plan.lag_batches, seen=seen, now=now,
                                                 max_age=max_heartbeat_age):
-        return CutoverLook("agree", standing, batch=blue_last)
+        return CutoverLook("agree", standing, batch=blue_last, progress_seen=seen)
     if passed:
         idle = "" if started else " (it replayed none of blue's batches: no new input for blue?)"
         return CutoverLook("call_off", f"green did not come within {plan.lag_batches} batch(es) of blue in "
-                           f"{within_s:.0f} s{idle}")
-    return CutoverLook("wait", standing)
+                           f"{within_s:.0f} s{idle}", progress_seen=seen)
+    return CutoverLook("wait", standing, progress_seen=seen)
 
 
 def _look_stop(catalog: Catalog, plan: CutoverPlan, request_id: str, n: int, *, passed: bool,
@@ -392,8 +403,13 @@ class CutoverDriver:
         self._shown = ""
 
     def note(self, position: DrivePosition, seen: CutoverLook) -> DrivePosition:
-        """Announce green's warm-up standing when it changed (a look in the warm-up)."""
-        if position.phase == "warmup" and seen.action in ("wait", "agree") and seen.line != self._shown:
+        """Carry what a look in the warm-up saw of green's progress record, and announce
+        green's warm-up standing when it changed."""
+        if position.phase != "warmup":
+            return position
+        if seen.progress_seen is not None:
+            position = replace(position, progress_seen=seen.progress_seen)
+        if seen.action in ("wait", "agree") and seen.line != self._shown:
             self._shown = seen.line
             self.steps[:] = [*position.steps, seen.line]
             self._on_step(f"cutover {self.cutover_id}: {seen.line}")
@@ -435,7 +451,7 @@ class CutoverDriver:
         plan = self.store.read(self.cutover_id).plan
         action, n = seen.action, position.after_batch
         if action == "call_off":
-            return self._call_off(position, seen)
+            return self._call_off(position, seen, now)
         if action == "agree" and position.phase == "warmup":
             agreed_n = int(seen.batch if seen.batch is not None else -1) + self.margin
             request_id, at = self._agree(plan, agreed_n)
@@ -475,17 +491,27 @@ class CutoverDriver:
                   f"batch {n + 1}")
         return stop.request_id, agreement.at
 
-    def _call_off(self, position: DrivePosition, seen: CutoverLook) -> DrivePosition:
-        """Call the cutover off; if green claimed it meanwhile, it is green's: the same
-        position (the next look sees the claim).
+    def _call_off(self, position: DrivePosition, seen: CutoverLook, now: float) -> DrivePosition:
+        """Call the cutover off; if green took it meanwhile (in any phase: a bound may pass
+        as blue stops and green claims), it is green's: phase claim, whose next look sees
+        the take-over and reports it.
 
         :raises CutoverError: called off (names what became of blue)."""
         try:
             end = call_off(self.catalog, self.cutover_id, reason=seen.line, by=self.requested_by)
         except CutoverError:
-            if position.phase == "claim" and self.store.read(self.cutover_id).taken is not None:
+            state = self.store.read(self.cutover_id)
+            taken, agreed = state.taken, state.agreed
+            if taken is None or agreed is None:
+                raise
+            if position.phase == "claim":
                 return position  # green claimed between the look and the call-off
-            raise
+            # green took the job while another step's bound passed: its claim names N and
+            # blue's final checkpoint and savepoint, which that step's look did not see
+            return replace(position, phase="claim", deadline=now + state.plan.reach_timeout_s,
+                           after_batch=agreed.after_batch, request_id=agreed.request_id,
+                           checkpoint=position.checkpoint or taken.checkpoint,
+                           savepoint=position.savepoint or taken.savepoint)
         self.step(f"called off ({end.outcome} at {end.step}): {seen.line}")
         # Blue took the cutover's request if the call-off could not withdraw it: it stops
         # after that batch regardless (and a blue that is gone is gone).

@@ -33,6 +33,7 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -160,6 +161,8 @@ class SparkpointCutoverTrigger(StoppableTrigger):
             except SparkpointError as exc:  # ended, agreed elsewhere, unreadable: the worker says which
                 yield self._event("error", str(exc))
                 return
+            if seen is not None and seen.progress_seen is not None:  # the next look measures from it
+                self.position = replace(self.position, progress_seen=seen.progress_seen)
             if seen is not None and seen.action != "wait":
                 yield self._event("look", seen.line, action=seen.action)
                 return

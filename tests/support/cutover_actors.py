@@ -9,6 +9,8 @@ import threading
 import time
 from typing import Any
 
+from typing_extensions import Self
+
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore
@@ -19,7 +21,7 @@ from airflow_sparkpoint.runtime.cutover import adopt
 from tests.support.fake_sinks import FakeSink
 from tests.support.records import put_checkpoint, transaction_record
 
-__all__ = ["Blue", "Green"]
+__all__ = ["Blue", "Green", "Polling"]
 
 
 class Blue:
@@ -119,3 +121,27 @@ class Green:
         committer.add_pending(record)
         committer.commit_confirmed(put_checkpoint(self.catalog, batch_id=batch, generation=generation,
                                                   pending=[record]))
+
+
+class Polling:
+    """A caught-up green's progress reports only: the record `make()` builds, rewritten
+    every `every_s` as green does at each poll of blue (a live green's record changes:
+    the orchestrator measures its age by that), until `stop`. A context manager."""
+
+    def __init__(self, catalog: Catalog, make: Any, *, every_s: float = 0.02) -> None:
+        self.store, self.make, self.every_s = CutoverStore(catalog), make, every_s
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.store.progress(self.make())
+            self.stop.wait(self.every_s)
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)

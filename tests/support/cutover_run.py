@@ -24,7 +24,13 @@ from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore, new_cutover_id
+from airflow_sparkpoint.checkpoints.cutover import (
+    CutoverPlan,
+    CutoverStore,
+    ProgressSighting,
+    new_cutover_id,
+    sighting_of,
+)
 from airflow_sparkpoint.checkpoints.status import read_job_status
 from airflow_sparkpoint.demo.support import SPARK_CONF, delta_history, write_batch_file
 from airflow_sparkpoint.services.cutover import stop_after_batch
@@ -214,14 +220,18 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
         def green_log() -> str:
             return f"green: {outcome.get('error')!r}\nblue:\n{blue_log()}"
 
+        seen: list[ProgressSighting | None] = [None]  # green's record as these looks saw it
+
         def close_enough() -> int | None:
             if "error" in outcome:
                 raise AssertionError(f"green failed during its warm-up: {outcome['error']!r}")
             progress = store.read(cid).progress
             last = (catalog.read_status() or {}).get("last_batch")
+            now = time.time()
+            seen[0] = sighting_of(progress, seen[0], now)
             if progress is None or last is None:
                 return None
-            return int(last) if progress.within(int(last), plan.lag_batches, now=time.time(),
+            return int(last) if progress.within(int(last), plan.lag_batches, seen=seen[0], now=now,
                                                 max_age=60.0) else None
 
         last = wait_for("green within the plan's lag of blue", close_enough, timeout_s, green_log, proc=proc)

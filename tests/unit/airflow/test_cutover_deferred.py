@@ -22,7 +22,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore
+from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore, ProgressSighting
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import ConfigError
@@ -66,8 +66,21 @@ def planned(catalog: Catalog, tmp_path: Path, *, reach_timeout_s: float = 600.0)
 
 
 def green_replays(catalog: Catalog, cid: str, batch: int) -> None:
-    """Green's progress: it replayed blue's batches through `batch` (0.5 s each)."""
-    CutoverStore(catalog).progress(CutoverProgress(cid, batch, 0.5))
+    """Green's progress: it replayed blue's batches through `batch` (0.5 s each), as
+    reported now (a live green rewrites its record at every poll of blue)."""
+    CutoverStore(catalog).progress(CutoverProgress(cid, batch, 0.5, updated_at=time.time()))
+
+
+def agreed(driver: Any, catalog: Catalog, cid: str) -> Any:
+    """The worker's drive from the start to the agreement (N = 5 + 2): a first look at
+    green's record (it says nothing of the record's age), green's next report, a look that
+    agrees; the stop phase's position."""
+    warm = driver.begin(time.time())
+    warm = driver.note(warm, driver.look(warm, time.time()))
+    green_replays(catalog, cid, 5)
+    seen = driver.look(warm, time.time())
+    assert seen.action == "agree", seen
+    return driver.advance(warm, seen, time.time())
 
 
 def blue_stops(catalog: Catalog, n: int, sink: FakeSink) -> None:
@@ -151,7 +164,9 @@ def event_after(trig: Any, sleeps: list[float], looks: int, then: Any = None) ->
 
 
 def test_kwargs_round_trip_and_bad_ones_are_refused(root: str) -> None:
-    position = DrivePosition("stop", 1e10, 1.0, 7, "1764370000000-0123abcd", steps=("planned",))
+    position = DrivePosition("stop", 1e10, 1.0, 7, "1764370000000-0123abcd", steps=("planned",),
+                             progress_seen=ProgressSighting("0123456789abcdef", 3.5, True))
+    assert DrivePosition.from_json(position.to_json()) == position  # green's record as last seen too
     trig = trigger(root, "1764370000000-0123abcd", position, deadline=2e10)
     path, kwargs = trig.serialize()
     assert path == "airflow_sparkpoint.triggers.cutover.SparkpointCutoverTrigger"
@@ -176,14 +191,17 @@ def test_the_trigger_yields_at_each_step_and_only_then(catalog: Catalog, root: s
     warm = DrivePosition("warmup", now + 600, now)
     # Warm-up: green lags (nothing replayed, then batch 1 of blue's 5: lag bound 2) -> waits.
     green_replays(catalog, cid, 1)
+    driver = CutoverDriver(catalog, cid, within_s=600, requested_by="t")
+    warm = driver.note(warm, driver.look(warm, time.time()))  # the worker's look before it defers
+    assert warm.progress_seen is not None
     event = event_after(trigger(root, cid, warm), sleeps, 3, lambda: green_replays(catalog, cid, 3))
     assert (event["status"], event["action"], event["phase"]) == ("look", "agree", "warmup")
     assert min(sleeps) >= 10.0, sleeps  # the triggers' budget: one look per 10 s at most
     state = CutoverStore(catalog).read(cid)
     assert state.agreed is None and ControlChannel(catalog).pending() == []  # the trigger wrote nothing
 
-    # The worker agrees (N = 5 + 2); the trigger then waits for blue's stop after N.
-    driver = CutoverDriver(catalog, cid, within_s=600, requested_by="t")
+    # The worker agrees (N = 5 + 2; green's record changed since it last looked); the
+    # trigger then waits for blue's stop after N.
     seen = driver.look(warm, time.time())
     stop = driver.advance(warm, seen, time.time())
     assert isinstance(stop, DrivePosition) and (stop.phase, stop.after_batch) == ("stop", 7)
@@ -229,9 +247,7 @@ def test_a_blue_that_dies_before_taking_the_request_is_a_call_off_with_blue_runn
 
     cid = planned(catalog, tmp_path)
     green_replays(catalog, cid, 5)
-    driver = CutoverDriver(catalog, cid, within_s=600, requested_by="t")
-    warm = driver.begin(time.time())
-    stop = driver.advance(warm, driver.look(warm, time.time()), time.time())
+    stop = agreed(CutoverDriver(catalog, cid, within_s=600, requested_by="t"), catalog, cid)
     assert isinstance(stop, DrivePosition)
     event = event_after(trigger(root, cid, stop, max_heartbeat_age=5), sleeps, 2,
                         lambda: blue_runs(catalog, 5, heartbeat_at=time.time() - 120))
@@ -253,9 +269,7 @@ def test_on_kill_calls_the_cutover_off_unless_the_task_is_still_deferred_or_gree
 
     cid = planned(catalog, tmp_path)
     green_replays(catalog, cid, 5)
-    driver = CutoverDriver(catalog, cid, within_s=600, requested_by="t")
-    warm = driver.begin(time.time())
-    stop = driver.advance(warm, driver.look(warm, time.time()), time.time())
+    stop = agreed(CutoverDriver(catalog, cid, within_s=600, requested_by="t"), catalog, cid)
     assert isinstance(stop, DrivePosition)
     trig = trigger(root, cid, stop)
     kill(trig, "deferred")  # only moved to another triggerer: the cutover goes on
@@ -274,9 +288,7 @@ def test_on_kill_after_green_claimed_leaves_the_cutover_green_s(catalog: Catalog
 
     cid = planned(catalog, tmp_path)
     green_replays(catalog, cid, 5)
-    driver = CutoverDriver(catalog, cid, within_s=600, requested_by="t")
-    warm = driver.begin(time.time())
-    stop = driver.advance(warm, driver.look(warm, time.time()), time.time())
+    stop = agreed(CutoverDriver(catalog, cid, within_s=600, requested_by="t"), catalog, cid)
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue_stops(catalog, 7, sink)
     green_claims(catalog, sink, cid)
@@ -351,9 +363,21 @@ def deferred(call: Any) -> Any:
     return raised.value.trigger.serialize()[1], raised.value.kwargs
 
 
+def agree_deferred(op: Any, context: dict[str, Any], catalog: Catalog, cid: str) -> Any:
+    """`op`'s execute, deferred in the warm-up (its first look at green's record says
+    nothing of the record's age), green's next report, the resumed worker's agreement
+    (N = 5 + 2): `deferred` of the stop phase."""
+    trig, resume = deferred(lambda: op.execute(context))
+    assert trig["position"]["phase"] == "warmup", trig["position"]
+    green_replays(catalog, cid, 5)
+    event = {"status": "look", "cutover_id": cid, "phase": "warmup", "action": "agree", "message": ""}
+    return deferred(lambda: op.execute_complete(context, event, **resume))
+
+
 def test_execute_defers_and_each_resume_acts_in_the_worker_to_green_s_first_commit(
         catalog: Catalog, root: str, tmp_path: Path) -> None:
     cid = planned(catalog, tmp_path)
+    green_replays(catalog, cid, 1)  # behind: the first look only notes green's record
     op = operator(root, cid, execution_timeout=__import__("datetime").timedelta(hours=1))
     context = {"ti": FakeTI()}
     trig, resume = deferred(lambda: op.execute(context))
@@ -395,7 +419,7 @@ def test_a_retried_task_resumes_where_the_records_stand_without_a_second_agreeme
     cid = planned(catalog, tmp_path)
     green_replays(catalog, cid, 5)
     context = {"ti": FakeTI()}
-    trig, _ = deferred(lambda: operator(root, cid).execute(context))  # agreed at once, then deferred
+    trig, _ = agree_deferred(operator(root, cid), context, catalog, cid)  # agreed, then deferred
     agreed = CutoverStore(catalog).read(cid).agreed
     assert agreed is not None and trig["position"]["phase"] == "stop"
     # The worker was lost: a new try's execute finds the agreement in the records.
@@ -413,7 +437,7 @@ def test_a_timeout_while_deferred_calls_off_before_the_claim_and_not_after(
     green_replays(catalog, cid, 5)
     context = {"ti": FakeTI()}
     op = operator(root, cid)
-    _, resume = deferred(lambda: op.execute(context))
+    _, resume = agree_deferred(op, context, catalog, cid)
     timeout = {"status": "timeout", "cutover_id": cid, "phase": "stop", "message": "past execution_timeout"}
     with pytest.raises(AirflowTaskTimeout, match="past execution_timeout"):
         op.execute_complete(context, timeout, **resume)
@@ -423,7 +447,7 @@ def test_a_timeout_while_deferred_calls_off_before_the_claim_and_not_after(
 
     other = planned_again(catalog, tmp_path)
     op = operator(root, other)
-    _, resume = deferred(lambda: op.execute(context))
+    _, resume = agree_deferred(op, context, catalog, other)
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue_stops_generation(catalog, sink)
     green_claims(catalog, sink, other)
@@ -469,7 +493,7 @@ def test_a_task_resumed_after_green_s_claim_does_not_call_off_even_past_every_bo
     cid = planned(catalog, tmp_path, reach_timeout_s=0.5)
     green_replays(catalog, cid, 5)
     context = {"ti": FakeTI()}
-    trig, _ = deferred(lambda: operator(root, cid).execute(context))
+    trig, _ = agree_deferred(operator(root, cid), context, catalog, cid)
     assert trig["position"]["phase"] == "stop"
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue_stops(catalog, 7, sink)

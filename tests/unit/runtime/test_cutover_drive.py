@@ -19,7 +19,7 @@ from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore
 from airflow_sparkpoint.exceptions import CatalogError, ConfigError, CutoverError
 from airflow_sparkpoint.services.zero_downtime import drive_cutover, plan_cutover
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.support.cutover_actors import Blue, Green
+from tests.support.cutover_actors import Blue, Green, Polling
 from tests.support.fake_sinks import FakeSink
 
 
@@ -128,8 +128,9 @@ def test_green_at_an_idle_blue_s_batch_is_agreed_with_before_any_replay(catalog:
     deadline = time.time() + 10
     while int((catalog.read_status() or {}).get("last_batch") or 0) < 1 and time.time() < deadline:
         time.sleep(0.01)
-    CutoverStore(catalog).progress(CutoverProgress(cid, 1))  # at blue's batch 1, no replay
-    with pytest.raises(CutoverError, match="blue did not stop after batch 3"):
+    # at blue's batch 1, no replay; rewritten at every poll of blue (a live green's record changes)
+    with Polling(catalog, lambda: CutoverProgress(cid, 1)), \
+            pytest.raises(CutoverError, match="blue did not stop after batch 3"):
         _drive(catalog, cid, [], within_s=5.0)()  # agreed at once: N = 1 + 2; blue's pace never gets there
     state = CutoverStore(catalog).read(cid)
     assert state.agreed is not None and state.agreed.after_batch == 3

@@ -298,3 +298,37 @@ def test_a_cutover_called_off_by_the_release_before_the_decision_record_stays_ca
         adopt(catalog, sink, cid, live_dir=None)
     state = store.read(cid)
     assert state.decision is None and state.claimed is None and catalog.current_generation() == 1
+
+
+def test_a_call_off_refused_by_green_s_claim_in_phase_stop_reports_the_take_over(catalog: Catalog) -> None:
+    """The stop bound passes as blue finishes batch N (its look in phase stop still reads
+    the request unfinished) while green decides ``claim``: the drive calls the cutover
+    off and is refused ("green's claim stands"). In phase claim that refusal is the
+    take-over; in phase stop it failed the task although the job is green's. The drive
+    reports the take-over instead: the next look sees green's claim, then its first
+    commit is waited for."""
+    from airflow_sparkpoint.services.zero_downtime import CutoverDriver, CutoverLook, DrivePosition
+
+    sink, cid = _blue_stopped_at_3(catalog)
+    adoption = adopt(catalog, sink, cid, live_dir=None)  # green decides claim and claims generation 2
+    store = CutoverStore(catalog)
+    agreed = store.read(cid).agreed
+    assert agreed is not None
+    driver = CutoverDriver(catalog, cid, within_s=60.0, requested_by="test")
+    now = time.time()
+    stop = DrivePosition("stop", now - 0.1, now - 20, 3, agreed.request_id, steps=("planned",))
+    seen = CutoverLook("call_off", f"blue did not stop after batch 3: stop_after request {agreed.request_id} "
+                       "timed out after 20 s (acknowledged)", blue_stopped=True)
+    try:
+        moved = driver.advance(stop, seen, time.time())
+    except CutoverError as exc:
+        pytest.fail(f"the drive failed although green took the job over: {exc}")
+    assert isinstance(moved, DrivePosition) and moved.phase == "claim", moved
+    seen = driver.look(moved, time.time())
+    assert (seen.action, seen.generation) == ("claimed", adoption.generation), seen
+    commit = driver.advance(moved, seen, time.time())
+    assert isinstance(commit, DrivePosition) and (commit.phase, commit.green_generation) == ("commit", 2), commit
+    assert commit.checkpoint is not None and commit.checkpoint == store.read(cid).taken.checkpoint  # type: ignore[union-attr]
+    assert any("green claimed the job as generation 2 at batch 3" in step for step in commit.steps), commit.steps
+    state = store.read(cid)
+    assert state.done is None and state.step == "claimed", state.to_json()

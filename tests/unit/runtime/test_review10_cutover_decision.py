@@ -6,9 +6,10 @@ agreement's freshness rule, against the real classes on the in-memory store.
    writes ``done: aborted`` with no decision. Green decides ``claim`` and writes its
    origin; its ``claimed`` record is refused: the cutover reads claimed by green and
    aborted, and green dies with its origin written.
-2. `CutoverProgress.fresh` measures green's record's age (green's clock, ``updated_at``)
-   on the orchestrator's clock: a dead green whose clock runs ahead is agreed with, as
-   before 81c801b.
+2. `CutoverProgress.fresh` measured green's record's age (green's clock, ``updated_at``)
+   on the orchestrator's clock: a dead green whose clock ran ahead was agreed with, as
+   before 81c801b, and a live one whose clock ran behind never was. Fixed (wt-clock10):
+   the age is the time since the drive saw the record change, on its own clock.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.services.cutover import stop_after_batch
 from airflow_sparkpoint.services.zero_downtime import drive_cutover, plan_cutover
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.support.cutover_actors import Blue
+from tests.support.cutover_actors import Blue, Polling
 from tests.support.fake_sinks import FakeSink
 
 
@@ -88,15 +89,13 @@ def test_a_call_off_of_the_release_before_after_green_s_decision_leaves_no_contr
         f"{[o.uri for o in catalog.origins() if o.generation == 2]}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "finding (review10): CutoverProgress.fresh compares green's clock (updated_at) with the "
-    "orchestrator's: a dead green whose clock runs ahead is agreed with, blue is stopped for nobody"))
 def test_a_dead_green_whose_clock_runs_ahead_is_not_agreed_with(catalog: Catalog) -> None:
     """As test_cutover_drive_windows' dead-green test, but green's host clock ran two
     hours ahead: its last record, written an hour ago, carries a time an hour in the
-    orchestrator's future, and reads fresh (``now - updated_at`` < 0). The drive agrees,
-    blue stops after N, no green ever claims: the claim bound calls the cutover off with
-    blue stopped (a person restarts the job)."""
+    orchestrator's future, and read fresh (``now - updated_at`` < 0): the drive agreed,
+    blue stopped after N, no green ever claimed, and the claim bound called the cutover
+    off with blue stopped (a person restarts the job). The record is never seen to
+    change: the warm-up's bound calls the cutover off with blue untouched."""
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink, pace_s=10.0)
     blue.thread.start()
@@ -116,6 +115,31 @@ def test_a_dead_green_whose_clock_runs_ahead_is_not_agreed_with(catalog: Catalog
         f"agreed {state.agreed} on a progress record written an hour ago by a clock {skew:.0f} s ahead; "
         f"blue stopped after {blue.stopped_at}; the cutover {state.step} at "
         f"{state.ended.step if state.ended else None}")
+
+
+def test_a_live_green_whose_clock_runs_behind_is_agreed_with(catalog: Catalog) -> None:
+    """The other direction of the skew: green's host clock runs two hours behind the
+    orchestrator's. Green is alive and caught up, rewriting its progress record at every
+    poll of blue, each record carrying a time two hours in the orchestrator's past; its
+    record's age is read on the orchestrator's clock (seen to change), so it is agreed with."""
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    blue = Blue(catalog, sink, pace_s=10.0)
+    blue.thread.start()
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=0.5).plan.id
+    blue_last = int((catalog.read_status() or {}).get("last_batch") or 0)
+    skew = -7200.0  # green's clock behind the orchestrator's
+    try:
+        with Polling(catalog, lambda: CutoverProgress(cid, blue_last, 0.5, 7, updated_at=time.time() + skew)):
+            drive_cutover(catalog, cid, within_s=3.0, requested_by="test", poll_s=0.02)
+    except CutoverError:
+        pass  # blue (10 s a batch) does not reach N within the stop bound: called off after the agreement
+    finally:
+        blue.stop.set()
+        blue.thread.join(10)
+    state = CutoverStore(catalog).read(cid)
+    assert state.agreed is not None, (
+        f"no agreement with a live green whose clock runs {-skew:.0f} s behind; the cutover {state.step} at "
+        f"{state.ended.step if state.ended else None}: {state.ended.reason if state.ended else None}")
 
 
 @pytest.mark.xfail(strict=True, reason=(
