@@ -166,18 +166,23 @@ def run_schedule(schedule: Schedule, chooser: Chooser, *, max_steps: int = 1500,
 
 
 def _after_cutover(world: World, schedule: Schedule, retry: DriverSpec) -> DriverSpec:
-    """What the orchestrator does with a cutover left open at the end: one green claimed
-    is green's job (its task's retry names the cutover and runs green's code); one not
-    claimed is called off (blue's retry resumes its own lineage)."""
+    """What the orchestrator does with the cutovers left open at the end: one green claimed
+    is green's job (its task's retry names the cutover and runs green's code); every one
+    not claimed is called off (blue's retry resumes its own lineage). Two can be open: a
+    planner that found another open plan died before it ended its own."""
     from dataclasses import replace
 
     from airflow_sparkpoint.checkpoints.cutover import CutoverStore
 
-    state = CutoverStore(world.raw_catalog()).open_cutover()
+    store = CutoverStore(world.raw_catalog())
+    left = [state for state in (store.read(cid) for cid in store.ids()) if state.open]
+    # not decided for green (decided for green: its own, even if it died before `claimed`)
+    for state in left:
+        if state.taken is None:
+            actors.call_off_checked(world, world.raw_catalog(), state.id, reason="the schedule ended",
+                                    by="harness")
+    state = next((state for state in left if state.taken is not None), None)
     if state is None:
-        return retry
-    if state.taken is None:  # not decided for green (decided for green: its own, even if it died before `claimed`)
-        actors.call_off_checked(world, world.raw_catalog(), state.id, reason="the schedule ended", by="harness")
         return retry
     green = next((a.cutover for a in schedule.actors if a.kind == "cutover" and a.cutover is not None),
                  CutoverSpec())

@@ -344,3 +344,20 @@ def test_a_start_fenced_during_its_sink_check_ends_stale_not_refused() -> None:
 
     schedule, chooser = random_run(20474703, 2267)
     run_schedule(schedule, chooser)
+
+
+def test_two_cutovers_left_open_by_dead_orchestrators_are_both_called_off() -> None:
+    """Found by `make explore` at 20297413:1544 (directory sink): "a retry with
+    restore=latest after this schedule did not resume the job: CutoverInProgress: job
+    'sim' is in zero-downtime cutover … (planned, blue generation 1)". a2 plans a cutover,
+    files blue's stop_after and dies (fault ``cutover_agreement``); a1 plans a second one,
+    finds a2's open and dies before it ends its own (a planner that finds another open
+    plan ends its own: it died first). Two cutovers stay open, as the protocol says of a
+    dead orchestrator's until someone calls it off; the harness called off only the newest
+    one, and the retry was refused by the other. Fixed in the harness: every open cutover
+    not decided for green is called off before the retry. Replayed from its seed and
+    index."""
+    from tests.simulation.explore import random_run
+
+    schedule, chooser = random_run(20297413, 1544)
+    run_schedule(schedule, chooser)
