@@ -52,9 +52,10 @@ from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.layout import parse_txn_id
+from airflow_sparkpoint.checkpoints.lineage import Origin
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
-from airflow_sparkpoint.checkpoints.snapshot_open import open_restart_snapshot
-from airflow_sparkpoint.exceptions import RestoreError, StaleGeneration
+from airflow_sparkpoint.checkpoints.snapshot_open import open_restart_snapshot, open_snapshot
+from airflow_sparkpoint.exceptions import InvalidPath, RestoreError, StaleGeneration, StorageError
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import SinkSpec, check_job, declared_sink, resolve_sink, warn_undeclared
 from airflow_sparkpoint.sinks.transactions import Settlement, settle_all
@@ -178,30 +179,60 @@ def commit_step(
 
 def _standing(catalog: Catalog) -> SnapshotMetadata | None:
     """The snapshot the newest lineage stands at, the one ``restore=latest`` would restore:
-    a checkpoint, or, before the lineage's first checkpoint, the savepoint or pin of this
-    job's root it started from (its ``_metadata`` lists the same transactions). Never a
+    a checkpoint, or, before the lineage's first checkpoint, the savepoint or pin it
+    started from (its ``_metadata`` lists the same transactions): in this job's root, or
+    a moved savepoint on the root's own storage service (`_moved_start`). Never a
     checkpoint the lineage abandoned (`Catalog.latest` can be one: a fenced writer's late
     checkpoint once the origin that superseded it is pruned). None at empty state, at a
-    snapshot of another root or job, or when nothing is restorable (logged): the step
-    then commits and aborts nothing."""
+    snapshot of another job, of another service, or when nothing is restorable (logged):
+    the step then commits and aborts nothing."""
     try:
         point = catalog.restart_point()
         if point.checkpoint is not None or point.uri is None or point.origin is None:
             return point.checkpoint
         if not catalog.snapshot_store.in_root(point.uri):
-            # A moved savepoint or another root's snapshot: read by its own store's options,
-            # which the step does not hold. The lineage's first checkpoint lists what it
-            # confirms; until then nothing is settled (never aborted: nothing is lost).
-            log.info("commit step of job %s: the newest lineage (generation %d) stands at %s, outside this "
-                     "job's root; its transactions are settled from its first checkpoint on",
-                     catalog.job, point.origin.generation, point.uri)
-            return None
+            return _moved_start(catalog, point.uri, point.origin)
         meta = open_restart_snapshot(point.uri, point.origin, catalog.snapshot_store.open_in_root).metadata
     except RestoreError as exc:
         log.warning("commit step of job %s: what the newest lineage stands at cannot be read (%s); "
                     "nothing is committed or aborted now", catalog.job, exc)
         return None
     return meta if meta.job == catalog.job else None
+
+
+def _moved_start(catalog: Catalog, uri: str, origin: Origin) -> SnapshotMetadata | None:
+    """The savepoint outside the root that `origin`'s lineage started from (a moved
+    savepoint, restored by path: no pin), read through the root's store on its own
+    service (`Storage.at`) with the checks of a restore: a valid ``_metadata`` of this
+    job, every file present, and the snapshot `origin` restored (its id and batch). None
+    (logged) on another service or when it is not that snapshot.
+
+    :raises RestoreError: it is gone, unreadable or invalid.
+    """
+    try:
+        store = catalog.store.at(uri)
+    except InvalidPath as exc:
+        raise RestoreError(str(exc)) from exc
+    if store is None:
+        # Another service: read with options the step does not hold. The lineage's first
+        # checkpoint lists what it confirms; until then nothing is settled (never aborted).
+        log.info("commit step of job %s: the newest lineage (generation %d) stands at %s, on another storage "
+                 "service than this job's root; its transactions are settled from its first checkpoint on",
+                 catalog.job, origin.generation, uri)
+        return None
+    try:
+        meta = open_snapshot(uri, store=store).metadata  # no pin: pins are taken only inside the root
+    except StorageError as exc:  # another bucket these credentials may not list: held back as unreadable
+        raise RestoreError(f"{uri} cannot be read: {exc}") from exc
+    if meta.job != catalog.job or (meta.id, meta.batch_id) != (origin.snapshot_id, origin.batch_id):
+        # Another job's (allowForeignJob: its records are not this job's to confirm) or
+        # not the snapshot the lineage restored (replaced since): confirm nothing by it.
+        log.warning("commit step of job %s: %s, where the newest lineage (generation %d) started, holds "
+                    "snapshot %s of job %r (batch %s), not this job's snapshot %s (batch %s) it restored; "
+                    "nothing is committed or aborted now", catalog.job, uri, origin.generation, meta.id,
+                    meta.job, meta.batch_id, origin.snapshot_id, origin.batch_id)
+        return None
+    return meta
 
 
 def _commit_as_observed(

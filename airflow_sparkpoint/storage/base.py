@@ -209,6 +209,16 @@ class Storage(abc.ABC):
         """A view of this store rooted at `prefix` (keys are relative to it)."""
         return PrefixedStorage(self, prefix)
 
+    def at(self, uri: str) -> Storage | None:
+        """The store rooted at `uri` when it is on this store's own service, reached with
+        this store's own options (S3: the same endpoint, credentials and client; the same
+        local filesystem; the same process's memory buckets), else None (another scheme,
+        or a store that cannot tell).
+
+        :raises InvalidPath: `uri` is malformed.
+        """
+        return None
+
     def check(self) -> None:
         """Fail fast unless the store can be used (S3: the bucket exists and these
         credentials may use it). The default lists the root's top level.
@@ -279,6 +289,9 @@ class PrefixedStorage(Storage):
 
     def locate(self, key: str) -> tuple[Storage, str]:
         return self._inner.locate(self._k(key))
+
+    def at(self, uri: str) -> Storage | None:
+        return self._inner.at(uri)
 
     def copy_from(self, source: Storage, key: str, target_key: str) -> bool:
         return self._inner.copy_from(source, key, self._k(target_key))

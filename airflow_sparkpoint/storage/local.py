@@ -13,6 +13,7 @@ from typing import BinaryIO
 from airflow_sparkpoint.exceptions import InvalidPath, ObjectExists, ObjectNotFound, StorageError
 from airflow_sparkpoint.storage.base import ObjectInfo, Storage, normalize_key, normalize_prefix
 from airflow_sparkpoint.storage.localfs import TMP_MARK, Dir, open_path
+from airflow_sparkpoint.storage.uri import split_uri
 
 __all__ = ["LocalStorage"]
 
@@ -33,6 +34,12 @@ class LocalStorage(Storage):
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.uri = "file://" + self.root
+
+    def at(self, uri: str) -> Storage | None:
+        """The directory `uri` names on this (the local) filesystem, or None for another
+        scheme."""
+        scheme, _bucket, path = split_uri(uri)
+        return LocalStorage(path) if scheme == "file" else None
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *normalize_key(key).split("/"))

@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from airflow_sparkpoint.exceptions import ObjectExists, ObjectNotFound
 from airflow_sparkpoint.storage.base import ObjectInfo, Storage, check_size, normalize_key, normalize_prefix
+from airflow_sparkpoint.storage.uri import split_uri
 
 __all__ = ["MemoryStorage"]
 
@@ -25,6 +26,15 @@ class MemoryStorage(Storage):
         self.uri = f"memory://{name}"
         with self._registry_lock:
             self._objects, self._lock = self._registry.setdefault(name, ({}, threading.Lock()))
+
+    def at(self, uri: str) -> Storage | None:
+        """The memory bucket `uri` names (every memory bucket of this process is one
+        service), or None for another scheme."""
+        scheme, bucket, path = split_uri(uri)
+        if scheme != "memory":
+            return None
+        store: Storage = MemoryStorage(bucket)
+        return store.child(path) if path else store
 
     def put(self, key: str, data: bytes) -> None:
         key = normalize_key(key)

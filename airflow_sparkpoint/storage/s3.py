@@ -35,6 +35,7 @@ from airflow_sparkpoint.storage.s3_client import (  # re-exported: callers impor
     S3Connection,
     validate_bucket_name,
 )
+from airflow_sparkpoint.storage.uri import split_uri
 
 log = logging.getLogger(__name__)
 
@@ -385,6 +386,21 @@ class S3Storage(Storage):
         """Server-side copy: one CopyObject, or a multipart UploadPartCopy (boto3's
         managed copy) when the source is larger than CopyObject allows (5 GiB)."""
         self._server_copy(self, src, dst)
+
+    def at(self, uri: str) -> Storage | None:
+        """The bucket and prefix `uri` names on this store's service, reached with its
+        endpoint, credentials and client (`S3Connection.sibling`), or None for another scheme.
+
+        :raises InvalidPath: `uri` or its bucket name is malformed.
+        """
+        scheme, bucket, path = split_uri(uri)
+        if scheme != "s3":
+            return None
+        other = object.__new__(S3Storage)
+        other.__dict__.update(self.__dict__)
+        other.connection = self.connection.sibling(bucket, path)
+        other.uri = other.connection.uri
+        return other
 
     def copy_from(self, source: Storage, key: str, target_key: str) -> bool:
         """A server-side copy when `source` is a bucket of the same S3 service reached

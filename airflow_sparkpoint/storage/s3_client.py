@@ -238,6 +238,22 @@ class S3Connection:
         if client is not None and self._owns_client:
             client.close()
 
+    def sibling(self, bucket: str, prefix: str = "") -> S3Connection:
+        """A connection to `bucket`/`prefix` of this connection's service, with its
+        settings and credentials (and a caller's client, shared): `same_service` holds.
+
+        :raises InvalidPath: the bucket name is invalid.
+        """
+        other = object.__new__(S3Connection)  # not copy.copy: pickling's state drops a caller's client
+        other.__dict__.update(self.__dict__)
+        other.bucket = validate_bucket_name(bucket)
+        other.prefix = normalize_prefix(prefix)
+        other.uri = f"s3://{other.bucket}/{other.prefix.rstrip('/')}" if other.prefix else f"s3://{other.bucket}"
+        other._client = None if self._owns_client else self._client  # an owned client is closed by its owner
+        other._lock = threading.Lock()
+        other.bucket_verified = False
+        return other
+
     def same_service(self, other: S3Connection) -> bool:
         """Whether `other` reaches the same S3 service with the same credentials and
         client ownership (a server-side copy between their buckets works)."""

@@ -1,7 +1,7 @@
 """A lineage that stands at the savepoint it started from (restored by path, no checkpoint
 of its own yet): what its readers do. The commit step confirms against the savepoint (or
-the pin, or not at all for a copy outside the root); ``restore=none`` is refused; (the
-retry's choice: tests/unit/services/test_retry_savepoint_lineage.py). Found in review of
+the pin, or a copy outside the root on the root's service; none on another service);
+``restore=none`` is refused; (the retry's choice: tests/unit/services/test_retry_savepoint_lineage.py). Found in review of
 4e6525e and f04c19a."""
 
 from __future__ import annotations
@@ -126,10 +126,6 @@ def test_restore_none_is_refused_while_the_newest_lineage_stands_at_a_savepoint(
                     f"stands at {savepoint}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap (PROTOCOL.md, the windows left): the commit step reads a lineage's start point only inside "
-    "the job's root; a moved savepoint's confirmed batches are settled from the lineage's first checkpoint "
-    "on (held back, never aborted)"))
 def test_the_commit_step_commits_what_a_moved_savepoint_lineage_confirms_before_its_first_checkpoint() -> None:
     """The window: generation 1 (external commit mode) checkpoints batches 0 and 1, both
     transactions pending; a savepoint S of chk-2 is copied out of the job root (a moved
@@ -176,3 +172,101 @@ def test_the_commit_step_commits_what_a_moved_savepoint_lineage_confirms_before_
     assert RecordingLineageSink.committed_log == [(0, first), (1, first)], (
         f"the commit step left {outcome['pending']} pending although {moved}, the newest lineage's "
         "restart point, confirms them: _standing opens only snapshots inside the root")
+
+
+def _start_from_moved(mem: Catalog, savepoint: SnapshotHandle, moved: str, **conf: str) -> int:
+    """Copy `savepoint`'s files to `moved` (outside `mem`'s root) and start the next
+    generation of `mem`'s job from that copy by path, as the runtime plans it (no pin:
+    not under the root; the origin names the copy). Returns the generation."""
+    from airflow_sparkpoint.storage import open_storage
+
+    target = open_storage(moved)
+    for info in list(savepoint.files_store.list()):
+        target.put(info.key, savepoint.files_store.get(info.key))
+    plan = plan_restore(run_config(restore=moved, **conf), mem)
+    assert plan.snapshot is not None
+    generation = mem.claim_generation().generation
+    assert pin_restart_point(plan, mem, generation) is None
+    meta = plan.snapshot.metadata
+    mem.write_origin(new_origin(generation, kind=plan.kind, uri=plan.snapshot.uri, base_id=plan.base_id,
+                                snapshot_id=meta.id, batch_id=meta.batch_id,
+                                id_floor=mem.next_checkpoint_id() - 1, restore={"restore": moved},
+                                live_dir=None, host="h", pid=2, pin=None))
+    assert mem.restart_point().uri == moved.rstrip("/")
+    return generation
+
+
+def _step_settles(mem: Catalog) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[str]]:
+    from airflow_sparkpoint.services import commit as commit_module
+
+    RecordingLineageSink.committed_log.clear()
+    RecordingLineageSink.aborted.clear()
+    for _ in range(2):
+        outcome = commit_module.commit_pending(mem, storage_options={})
+    return list(RecordingLineageSink.committed_log), list(RecordingLineageSink.aborted), outcome["pending"]
+
+
+def test_the_commit_step_holds_back_a_lineage_started_from_a_savepoint_on_another_service(tmp_path) -> None:
+    """The moved savepoint lies on another storage service than the root (here a local
+    directory beside a memory root; in production another S3 endpoint or scheme): the
+    step holds no options for it, so the lineage's transactions stay pending until its
+    first checkpoint; nothing is aborted."""
+    mem, _first, _chk, savepoint = _first_lineage_and_its_savepoint(uuid.uuid4().hex)
+    _start_from_moved(mem, savepoint, str(tmp_path / "moved"))
+    committed, aborted, pending = _step_settles(mem)
+    assert (committed, aborted) == ([], []) and sorted(pending) == ["job-b0-g1", "job-b1-g1"]
+
+
+def test_the_commit_step_holds_back_when_the_moved_savepoint_is_deleted_after_the_start() -> None:
+    """The moved copy (same service) is deleted after the lineage started from it: the
+    step cannot read what the lineage confirms and holds back (never aborts)."""
+    bucket = uuid.uuid4().hex
+    mem, _first, _chk, savepoint = _first_lineage_and_its_savepoint(bucket)
+    _start_from_moved(mem, savepoint, f"memory://{bucket}/moved")
+    MemoryStorage(bucket).delete_prefix("moved/")
+    committed, aborted, pending = _step_settles(mem)
+    assert (committed, aborted) == ([], []) and sorted(pending) == ["job-b0-g1", "job-b1-g1"]
+
+
+def test_the_commit_step_holds_back_when_the_moved_savepoint_was_replaced_by_another_snapshot() -> None:
+    """The moved path now holds another snapshot of this job (chk-1's, batch 0) than the
+    one the lineage restored (chk-2's, batch 1): it is not what the lineage confirms, so
+    nothing is confirmed or aborted by it (read as the lineage's, it would commit batch 0
+    by a snapshot the lineage never restored)."""
+    bucket = uuid.uuid4().hex
+    mem, _first, _chk, savepoint = _first_lineage_and_its_savepoint(bucket)
+    _start_from_moved(mem, savepoint, f"memory://{bucket}/moved")
+    older = mem.create_savepoint(mem.handle(mem.snapshot(1).metadata))
+    raw = MemoryStorage(bucket)
+    raw.delete_prefix("moved/")
+    for info in list(older.files_store.list()):
+        raw.put("moved/" + info.key, older.files_store.get(info.key))
+    committed, aborted, pending = _step_settles(mem)
+    assert (committed, aborted) == ([], []) and sorted(pending) == ["job-b0-g1", "job-b1-g1"]
+
+
+def test_a_moved_savepoint_of_another_job_confirms_none_of_this_jobs_transactions() -> None:
+    """Job ``other`` (same bucket) has a lineage whose savepoint confirms batches 0 and 1
+    of generation 1, the same (batch, generation) pairs as this job's pending records.
+    This job restores a copy of that savepoint moved out of ``other``'s root
+    (``restore.allowForeignJob``): the step must not commit this job's records by it, nor
+    abort them."""
+    bucket = uuid.uuid4().hex
+    other = Catalog(MemoryStorage(bucket), "other")
+    gen = other.claim_generation().generation
+    other.write_origin(new_origin(gen, kind="empty", uri=None, base_id=-1, snapshot_id=None, batch_id=None,
+                                  id_floor=0, restore={}, live_dir=None, host="h", pid=1))
+    foreign = [transaction_record(RecordingLineageSink(), b, gen, job="other") for b in (0, 1)]
+    chk = put_checkpoint(other, _state(1), batch_id=1, pending=foreign)
+    foreign_savepoint = other.create_savepoint(other.handle(chk))
+
+    mem = Catalog(MemoryStorage(bucket), "job")
+    first = mem.claim_generation().generation
+    assert first == gen
+    mem.write_origin(new_origin(first, kind="empty", uri=None, base_id=-1, snapshot_id=None, batch_id=None,
+                                id_floor=0, restore={}, live_dir=None, host="h", pid=1))
+    for b in (0, 1):
+        mem.put_transaction(transaction_record(RecordingLineageSink(), b, first))
+    _start_from_moved(mem, foreign_savepoint, f"memory://{bucket}/moved", **{"restore.allowForeignJob": "true"})
+    committed, aborted, pending = _step_settles(mem)
+    assert (committed, aborted) == ([], []) and sorted(pending) == ["job-b0-g1", "job-b1-g1"]
