@@ -62,7 +62,7 @@ from airflow_sparkpoint.sinks.transactions import Settlement, settle_all
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CommitStep", "Sinks", "commit_pending", "commit_step"]
+__all__ = ["CommitStep", "Sinks", "commit_pending", "commit_step", "open_moved"]
 
 
 class Sinks:
@@ -209,21 +209,14 @@ def _moved_start(catalog: Catalog, uri: str, origin: Origin) -> SnapshotMetadata
 
     :raises RestoreError: it is gone, unreadable or invalid.
     """
-    try:
-        store = catalog.store.at(uri)
-    except InvalidPath as exc:
-        raise RestoreError(str(exc)) from exc
-    if store is None:
+    meta = open_moved(catalog, uri)
+    if meta is None:
         # Another service: read with options the step does not hold. The lineage's first
         # checkpoint lists what it confirms; until then nothing is settled (never aborted).
         log.info("commit step of job %s: the newest lineage (generation %d) stands at %s, on another storage "
                  "service than this job's root; its transactions are settled from its first checkpoint on",
                  catalog.job, origin.generation, uri)
         return None
-    try:
-        meta = open_snapshot(uri, store=store).metadata  # no pin: pins are taken only inside the root
-    except StorageError as exc:  # another bucket these credentials may not list: held back as unreadable
-        raise RestoreError(f"{uri} cannot be read: {exc}") from exc
     if meta.job != catalog.job or (meta.id, meta.batch_id) != (origin.snapshot_id, origin.batch_id):
         # Another job's (allowForeignJob: its records are not this job's to confirm) or
         # not the snapshot the lineage restored (replaced since): confirm nothing by it.
@@ -233,6 +226,25 @@ def _moved_start(catalog: Catalog, uri: str, origin: Origin) -> SnapshotMetadata
                     meta.job, meta.batch_id, origin.snapshot_id, origin.batch_id)
         return None
     return meta
+
+
+def open_moved(catalog: Catalog, uri: str) -> SnapshotMetadata | None:
+    """The ``_metadata`` of the snapshot at `uri`, outside `catalog`'s root, read through the
+    root's store on its own service (`Storage.at`) with a restore's checks (valid, every
+    file present); None when `uri` is on another storage service (options not held here).
+
+    :raises RestoreError: it is gone, unreadable or invalid.
+    """
+    try:
+        store = catalog.store.at(uri)
+    except InvalidPath as exc:
+        raise RestoreError(str(exc)) from exc
+    if store is None:
+        return None
+    try:
+        return open_snapshot(uri, store=store).metadata  # no pin: pins are taken only inside the root
+    except StorageError as exc:  # another bucket these credentials may not list: unreadable
+        raise RestoreError(f"{uri} cannot be read: {exc}") from exc
 
 
 def _commit_as_observed(

@@ -36,7 +36,7 @@ from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, rollback_base
 from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning, RestoreError, SparkpointError
-from airflow_sparkpoint.services.commit import Sinks
+from airflow_sparkpoint.services.commit import Sinks, open_moved
 from airflow_sparkpoint.services.cutover import cutover_of_lineage, note_rollback
 from airflow_sparkpoint.sinks.resolve import SinkSpec
 from airflow_sparkpoint.sinks.transactions import Settlement, settle_all
@@ -172,6 +172,13 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
                                        if e.restorable or (e.valid and e.id in restored))
                      if meta is not None and (meta.generation == generation
                                               or any(t.generation == generation for t in meta.transactions))]
+        moved = _moved_continuation(catalog, generation, origins)
+        if moved is not None:
+            raise RestoreError(
+                f"generation {generation} of job {catalog.job!r} is not the newest ({current}) and the "
+                f"snapshot {moved} restores its lineage: a newer run continues it. Roll back the newest "
+                "generation instead (see `sparkpoint history`); nothing was aborted"
+            )
         if continued:
             raise RestoreError(
                 f"generation {generation} of job {catalog.job!r} is not the newest "
@@ -191,6 +198,27 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
     if claim is None:
         return _fence(catalog, generation, sinks)
     return _return_lineage(catalog, generation, claim, sinks)
+
+
+def _moved_continuation(catalog: Catalog, generation: int, origins: list[Origin]) -> str | None:
+    """The start point outside the root (a moved savepoint, restored by path: no pin, no
+    base here) of a newer generation's origin that continues `generation`'s lineage (its
+    snapshot is `generation`'s or confirms one of its transactions), or that cannot be
+    read (another storage service, gone, unreadable: it may), or None."""
+    for origin in origins:
+        if (origin.generation <= generation or origin.base_id >= 0 or origin.pin is not None
+                or origin.uri is None or catalog.snapshot_store.in_root(origin.uri)):
+            continue
+        try:
+            meta = open_moved(catalog, origin.uri)
+        except RestoreError as exc:
+            return f"{origin.uri} ({exc}; it may)"
+        if meta is None:
+            return f"{origin.uri} (on another storage service: it may)"
+        if meta.job == catalog.job and (meta.generation == generation
+                                        or any(t.generation == generation for t in meta.transactions)):
+            return origin.uri
+    return None
 
 
 def _earlier_tries(catalog: Catalog, generation: int, current: int) -> GenerationInfo | None:

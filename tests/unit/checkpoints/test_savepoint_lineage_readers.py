@@ -270,3 +270,36 @@ def test_a_moved_savepoint_of_another_job_confirms_none_of_this_jobs_transaction
     _start_from_moved(mem, foreign_savepoint, f"memory://{bucket}/moved", **{"restore.allowForeignJob": "true"})
     committed, aborted, pending = _step_settles(mem)
     assert (committed, aborted) == ([], []) and sorted(pending) == ["job-b0-g1", "job-b1-g1"]
+
+
+def _rollback_after_moved_start(moved_of: str) -> tuple[Catalog, int, list[tuple[int, int]]]:
+    """Generation 1's lineage, its savepoint moved to `moved_of(bucket)` and generation 2
+    started from the copy by path (no pin, no base in the root); then the rollback of
+    generation 1 is asked for. Returns the catalog, generation 1 and what was aborted."""
+    from airflow_sparkpoint.services.rollback import abort_generation
+
+    bucket = uuid.uuid4().hex
+    mem, first, _chk, savepoint = _first_lineage_and_its_savepoint(bucket)
+    _start_from_moved(mem, savepoint, moved_of.format(bucket=bucket))
+    RecordingLineageSink.aborted.clear()
+    with pytest.raises(RestoreError, match="continues"):
+        abort_generation(mem, first, storage_options={})
+    return mem, first, list(RecordingLineageSink.aborted)
+
+
+def test_a_rollback_of_a_generation_a_moved_copy_continues_is_refused() -> None:
+    """Found by the exploration of the simulation's moved restores (branch wt-moved,
+    20297413:1686): generation 2 restored a copy of generation 1's savepoint moved out of
+    the root (same service); the rollback of generation 1 read only the root's checkpoints
+    and the origins' ``base_id`` (none for the copy), aborted batches 0 and 1, which the
+    copy confirms, and the lineage's restart then failed with "was aborted since". The
+    rollback reads the copy and refuses: a newer run continues generation 1's lineage."""
+    mem, first, aborted = _rollback_after_moved_start("memory://{bucket}/moved")
+    assert aborted == [] and sorted(t.txn_id for t in mem.transactions()) == ["job-b0-g1", "job-b1-g1"]
+
+
+def test_a_rollback_refuses_while_a_newer_lineage_s_moved_copy_cannot_be_read(tmp_path) -> None:
+    """The copy lies on another service (no options for it here): whether it continues
+    generation 1 cannot be told, so the rollback refuses (never aborts what it may confirm)."""
+    mem, first, aborted = _rollback_after_moved_start(str(tmp_path / "moved-{bucket}"))
+    assert aborted == [] and sorted(t.txn_id for t in mem.transactions()) == ["job-b0-g1", "job-b1-g1"]
