@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import types
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from airflow_sparkpoint.services.cutover import call_off, stop_after_batch
 from airflow_sparkpoint.services.dispose import dispose_savepoints
 from airflow_sparkpoint.services.rollback import abort_stopped_generation
 from airflow_sparkpoint.services.savepoint import take_savepoint
+from airflow_sparkpoint.storage import MemoryStorage
 from tests.simulation.model import ModelQuery
 from tests.simulation.scheduler import Crash
 from tests.simulation.world import JOB, World
@@ -43,7 +45,8 @@ MAX_HEARTBEAT_AGE_S = 60.0
 class DriverSpec:
     """One start of the job (a task try, a deploy, a restore by hand)."""
 
-    restore: str = "latest"  # latest | none | path (a snapshot chosen when it starts)
+    restore: str = "latest"  # latest | none | path (a snapshot chosen when it starts) | moved (a
+    # savepoint chosen when it starts, copied outside the job's root on its service, restored by path)
     sink_ahead: str = "fail"
     commit_mode: str = "checkpoint"
     version: int = 1  # the job code's version (a deploy changes it)
@@ -168,6 +171,8 @@ def driver(world: World, spec: DriverSpec, name: str) -> Any:
     if restore == "path":
         snapshots = _snapshots(world)
         restore = world.scheduler.choose("restore target", snapshots) if snapshots else "latest"
+    elif restore == "moved":
+        restore = _moved_savepoint(world)
     run = SimRun(world, spec, name, restore)
     actor = world.scheduler.current()
     if actor is not None:
@@ -189,6 +194,23 @@ def _snapshots(world: World) -> list[str]:
              if catalog.store.exists(f"chk-{cid}/_metadata")]
     found += [entry.uri for entry in catalog.list_savepoints() if entry.metadata is not None]
     return found
+
+
+def _moved_savepoint(world: World) -> str:
+    """A person copies one of the job's savepoints (chosen) outside the job's root, on the
+    same service (``<store>/moved/<n>``), to restore it by path: its URI (``latest`` when
+    there is no savepoint). The copy is a person's, made whole before the start."""
+    catalog = world.raw_catalog()
+    savepoints = [entry for entry in catalog.list_savepoints() if entry.metadata is not None]
+    if not savepoints:
+        return "latest"
+    key = world.scheduler.choose("moved savepoint", [entry.key for entry in savepoints])
+    raw = MemoryStorage(world.store_name)
+    target = f"moved/{uuid.uuid4().hex[:8]}"
+    source = catalog.store.child(key)
+    for info in list(source.list()):
+        raw.put(f"{target}/{info.key}", source.get(info.key))
+    return f"{world.root}/{target}"
 
 
 def commit_step(world: World, upto: int | None = None) -> Any:
