@@ -21,9 +21,16 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore, new_cutover_id
-from airflow_sparkpoint.exceptions import ControlError, CutoverError, RestoreError, StaleGeneration
+from airflow_sparkpoint.exceptions import (
+    ControlError,
+    CutoverError,
+    RestoreError,
+    StaleGeneration,
+    StorageError,
+)
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.runtime.job import _Run, _StopRun
@@ -201,16 +208,24 @@ def _moved_savepoint(world: World) -> str:
     same service (``<store>/moved/<n>``), to restore it by path: its URI (``latest`` when
     there is no savepoint). The copy is a person's, made whole before the start."""
     catalog = world.raw_catalog()
-    savepoints = [entry for entry in catalog.list_savepoints() if entry.metadata is not None]
-    if not savepoints:
+    savepoints = [entry.key for entry in catalog.list_savepoints() if entry.metadata is not None]
+    checkpoints = [f"chk-{cid}" for cid in catalog.checkpoint_ids() if catalog.store.exists(f"chk-{cid}/_metadata")]
+    if not savepoints and not checkpoints:
         return "latest"
-    key = world.scheduler.choose("moved savepoint", [entry.key for entry in savepoints])
+    key = world.scheduler.choose("moved savepoint", savepoints + checkpoints)
+    target = uuid.uuid4().hex[:8]
+    if key.startswith("chk-"):  # `sparkpoint savepoint` of that checkpoint into another root, then moved
+        try:
+            handle = catalog.snapshot(int(key[len("chk-"):]))
+            moved = Catalog(MemoryStorage(world.store_name), "moved").create_savepoint(handle, key=target)
+        except (RestoreError, StorageError):
+            return "latest"  # damaged or removed meanwhile: nothing to move
+        return moved.uri
     raw = MemoryStorage(world.store_name)
-    target = f"moved/{uuid.uuid4().hex[:8]}"
     source = catalog.store.child(key)
     for info in list(source.list()):
-        raw.put(f"{target}/{info.key}", source.get(info.key))
-    return f"{world.root}/{target}"
+        raw.put(f"moved/{target}/{info.key}", source.get(info.key))
+    return f"{world.root}/moved/{target}"
 
 
 def commit_step(world: World, upto: int | None = None) -> Any:
