@@ -17,12 +17,20 @@
 from __future__ import annotations
 
 import types
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore, new_cutover_id
-from airflow_sparkpoint.exceptions import ControlError, CutoverError, RestoreError, StaleGeneration
+from airflow_sparkpoint.exceptions import (
+    ControlError,
+    CutoverError,
+    RestoreError,
+    StaleGeneration,
+    StorageError,
+)
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.runtime.job import _Run, _StopRun
@@ -31,6 +39,7 @@ from airflow_sparkpoint.services.cutover import call_off, stop_after_batch
 from airflow_sparkpoint.services.dispose import dispose_savepoints
 from airflow_sparkpoint.services.rollback import abort_stopped_generation
 from airflow_sparkpoint.services.savepoint import take_savepoint
+from airflow_sparkpoint.storage import MemoryStorage
 from tests.simulation.model import ModelQuery
 from tests.simulation.scheduler import Crash
 from tests.simulation.world import JOB, World
@@ -43,7 +52,8 @@ MAX_HEARTBEAT_AGE_S = 60.0
 class DriverSpec:
     """One start of the job (a task try, a deploy, a restore by hand)."""
 
-    restore: str = "latest"  # latest | none | path (a snapshot chosen when it starts)
+    restore: str = "latest"  # latest | none | path (a snapshot chosen when it starts) | moved (a
+    # savepoint chosen when it starts, copied outside the job's root on its service, restored by path)
     sink_ahead: str = "fail"
     commit_mode: str = "checkpoint"
     version: int = 1  # the job code's version (a deploy changes it)
@@ -168,6 +178,8 @@ def driver(world: World, spec: DriverSpec, name: str) -> Any:
     if restore == "path":
         snapshots = _snapshots(world)
         restore = world.scheduler.choose("restore target", snapshots) if snapshots else "latest"
+    elif restore == "moved":
+        restore = _moved_savepoint(world)
     run = SimRun(world, spec, name, restore)
     actor = world.scheduler.current()
     if actor is not None:
@@ -189,6 +201,31 @@ def _snapshots(world: World) -> list[str]:
              if catalog.store.exists(f"chk-{cid}/_metadata")]
     found += [entry.uri for entry in catalog.list_savepoints() if entry.metadata is not None]
     return found
+
+
+def _moved_savepoint(world: World) -> str:
+    """A person copies one of the job's savepoints (chosen) outside the job's root, on the
+    same service (``<store>/moved/<n>``), to restore it by path: its URI (``latest`` when
+    there is no savepoint). The copy is a person's, made whole before the start."""
+    catalog = world.raw_catalog()
+    savepoints = [entry.key for entry in catalog.list_savepoints() if entry.metadata is not None]
+    checkpoints = [f"chk-{cid}" for cid in catalog.checkpoint_ids() if catalog.store.exists(f"chk-{cid}/_metadata")]
+    if not savepoints and not checkpoints:
+        return "latest"
+    key = world.scheduler.choose("moved savepoint", savepoints + checkpoints)
+    target = uuid.uuid4().hex[:8]
+    if key.startswith("chk-"):  # `sparkpoint savepoint` of that checkpoint into another root, then moved
+        try:
+            handle = catalog.snapshot(int(key[len("chk-"):]))
+            moved = Catalog(MemoryStorage(world.store_name), "moved").create_savepoint(handle, key=target)
+        except (RestoreError, StorageError):
+            return "latest"  # damaged or removed meanwhile: nothing to move
+        return moved.uri
+    raw = MemoryStorage(world.store_name)
+    source = catalog.store.child(key)
+    for info in list(source.list()):
+        raw.put(f"moved/{target}/{info.key}", source.get(info.key))
+    return f"{world.root}/moved/{target}"
 
 
 def commit_step(world: World, upto: int | None = None) -> Any:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 from tests.simulation.actors import CutoverSpec, DriverSpec
@@ -24,6 +25,10 @@ MERGE_SHARE = 0.10
 #: side generator seeded by the schedule's own state, so that a seed's other draws, its
 #: chooser and the pinned replays without a cutover keep what they drew)
 CALL_OFF_SHARE = 0.5
+#: the share of restores by path that restore a savepoint moved outside the job's root
+#: (on its service: `actors._moved_savepoint`), drawn from a side generator of its own
+#: (a seed's other draws keep what they drew; only those restores differ)
+MOVED_SHARE = 0.3
 
 
 def _driver(pick: Any) -> DriverSpec:
@@ -58,6 +63,10 @@ def random_schedule(rng: random.Random) -> Schedule:
     side = random.Random(repr(rng.getstate()[1][:8]))  # consumes nothing of `rng`
     if any(a.kind == "cutover" for a in actors) and side.random() < CALL_OFF_SHARE:
         actors = (*actors, ActorSpec("calloff"))
+    moved = random.Random("moved" + repr(rng.getstate()[1][:8]))
+    actors = tuple(replace(a, driver=replace(a.driver, restore="moved"))
+                   if a.driver is not None and a.driver.restore == "path" and moved.random() < MOVED_SHARE else a
+                   for a in actors)
     return Schedule(sink, rng.randrange(3, 9), actors)
 
 
@@ -195,6 +204,23 @@ def commit_step_races() -> Any:
                   races=("generations", "lineage", "txn", "checkpoints", "sink"), directed=(1, 2))
 
 
+def moved_savepoint_starts() -> Any:
+    """A start from a savepoint moved outside the job's root (restored by path, no pin),
+    in external commit mode, that may die before its first checkpoint, beside the commit
+    step, savepoint history retention and a retry: the step settles what the moved
+    savepoint confirms, never aborts it, never confirms what it does not."""
+    from hypothesis import strategies as st
+
+    return _shape(st.sampled_from(("directory", *DELTA_KINDS)), _drain(commit_mode="external"),
+                  st.just(ActorSpec("savepoint")),
+                  _start(restore="moved", commit_mode="external", budget=st.integers(1, 2),
+                         interval_s=st.sampled_from((0.0, 5.0))),
+                  st.just(ActorSpec("commit")),
+                  st.sampled_from((ActorSpec("retention", keep=1), ActorSpec("commit"))),
+                  _start(restore="latest", commit_mode=st.sampled_from(COMMIT_MODES), budget=st.integers(1, 2)),
+                  races=("generations", "lineage", "txn", "checkpoints", "sink", "savepoints"), directed=(2, 3))
+
+
 def savepoint_retention_races() -> Any:
     """Savepoint history retention beside a restore by path of a savepoint."""
     from hypothesis import strategies as st
@@ -281,4 +307,4 @@ FAMILIES = {"generic": schedules, "generic_cutover": lambda: schedules(cutover=T
             "commit_step_races": commit_step_races,
             "savepoint_retention_races": savepoint_retention_races, "lineage_starts": lineage_starts,
             "checkpoint_retention_races": checkpoint_retention_races, "cutovers": cutovers,
-            "call_off_races": call_off_races}
+            "call_off_races": call_off_races, "moved_savepoint_starts": moved_savepoint_starts}

@@ -84,6 +84,10 @@ class YieldingStorage(Storage):
     def locate(self, key: str) -> tuple[Storage, str]:
         return self.inner.locate(key)
 
+    def at(self, uri: str) -> Storage | None:
+        moved = self.inner.at(uri)
+        return None if moved is None else YieldingStorage(moved, self.scheduler, self.label)
+
     def copy_from(self, source: Storage, key: str, target_key: str) -> bool:
         self._point("copy_from", f"{key} -> {target_key}")
         return self.inner.copy_from(source, key, target_key)

@@ -295,3 +295,7 @@ class _TrackingStorage(YieldingStorage):
 
     def child(self, prefix: str) -> Storage:
         return _TrackingStorage(self.inner.child(prefix), self.world, self.label)
+
+    def at(self, uri: str) -> Storage | None:
+        moved = self.inner.at(uri)
+        return None if moved is None else _TrackingStorage(moved, self.world, self.label)
