@@ -294,12 +294,12 @@ def test_a_rollback_of_a_generation_a_moved_copy_continues_is_refused() -> None:
     and the origins' ``base_id`` (none for the copy), aborted batches 0 and 1, which the
     copy confirms, and the lineage's restart then failed with "was aborted since". The
     rollback reads the copy and refuses: a newer run continues generation 1's lineage."""
-    mem, first, aborted = _rollback_after_moved_start("memory://{bucket}/moved")
+    mem, _first, aborted = _rollback_after_moved_start("memory://{bucket}/moved")
     assert aborted == [] and sorted(t.txn_id for t in mem.transactions()) == ["job-b0-g1", "job-b1-g1"]
 
 
 def test_a_rollback_refuses_while_a_newer_lineage_s_moved_copy_cannot_be_read(tmp_path) -> None:
     """The copy lies on another service (no options for it here): whether it continues
     generation 1 cannot be told, so the rollback refuses (never aborts what it may confirm)."""
-    mem, first, aborted = _rollback_after_moved_start(str(tmp_path / "moved-{bucket}"))
+    mem, _first, aborted = _rollback_after_moved_start(str(tmp_path / "moved-{bucket}"))
     assert aborted == [] and sorted(t.txn_id for t in mem.transactions()) == ["job-b0-g1", "job-b1-g1"]
