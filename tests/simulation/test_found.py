@@ -361,3 +361,16 @@ def test_two_cutovers_left_open_by_dead_orchestrators_are_both_called_off() -> N
 
     schedule, chooser = random_run(20297413, 1544)
     run_schedule(schedule, chooser)
+
+
+def test_a_rollback_of_a_generation_a_moved_copy_continues_is_refused() -> None:
+    """Found by the exploration of the simulation's moved restores at 20297413:1686
+    (Delta, on e27d5d6): a2 restored a copy of generation 1's savepoint moved out of the
+    root (no pin, no base in the root); a4's rollback of generation 1 read only the root's
+    checkpoints and the origins' bases, aborted the batches the copy confirms, and the
+    retry's restart failed with "was aborted since". Fixed: the rollback reads the moved
+    copy and refuses. Replayed from its seed and index."""
+    from tests.simulation.explore import random_run
+
+    schedule, chooser = random_run(20297413, 1686)
+    run_schedule(schedule, chooser)
