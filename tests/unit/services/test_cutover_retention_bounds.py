@@ -6,9 +6,6 @@ write."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import pytest
 
 from airflow_sparkpoint.checkpoints import layout
@@ -18,22 +15,9 @@ from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore
 from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
 from airflow_sparkpoint.exceptions import CutoverError
 from airflow_sparkpoint.services.rollback import abort_generation
-from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.cutover_records import CID, N, blue_stopped, green_took_over
 from tests.support.fake_sinks import FakeSink
 from tests.support.records import put_checkpoint
-
-
-@pytest.fixture()
-def catalog() -> Iterator[Catalog]:
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    yield Catalog(MemoryStorage(name), "orders")
-    MemoryStorage.reset(name)
-
-
-@pytest.fixture()
-def sink() -> FakeSink:
-    return FakeSink(f"s-{uuid.uuid4().hex[:8]}")
 
 
 def _plan(catalog: Catalog, warmup_batch: int) -> None:

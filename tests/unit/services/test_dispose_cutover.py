@@ -7,8 +7,6 @@ A real store (memory), the records a real blue, green and rollback write."""
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,24 +18,12 @@ from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
 from airflow_sparkpoint.services.cutover import call_off
 from airflow_sparkpoint.services.dispose import dispose_savepoints, dispose_snapshot
 from airflow_sparkpoint.services.rollback import abort_generation
-from airflow_sparkpoint.storage import MemoryStorage, open_storage
+from airflow_sparkpoint.storage import open_storage
 from tests.support.cli_runs import run
 from tests.support.cutover_records import CID, N, blue_stopped, green_took_over
 from tests.support.fake_sinks import FakeSink
 
 WHY_S = f"blue's final savepoint of cutover {CID}: a rollback of green's generation returns there"
-
-
-@pytest.fixture()
-def catalog() -> Iterator[Catalog]:
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    yield Catalog(MemoryStorage(name), "orders")
-    MemoryStorage.reset(name)
-
-
-@pytest.fixture()
-def sink() -> FakeSink:
-    return FakeSink(f"s-{uuid.uuid4().hex[:8]}")
 
 
 def _savepoints(catalog: Catalog) -> set[str]:

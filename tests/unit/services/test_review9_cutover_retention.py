@@ -14,26 +14,15 @@ A real store (memory), the records a real blue and orchestrator write.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-
-import pytest
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore
 from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
 from airflow_sparkpoint.services.rollback import abort_generation
-from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.records import put_checkpoint
 
 CID = "1764370000000-0123abcd"
 N = 3
-
-
-@pytest.fixture()
-def catalog() -> Iterator[Catalog]:
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    yield Catalog(MemoryStorage(name), "orders")
-    MemoryStorage.reset(name)
 
 
 def test_an_open_cutover_without_a_stop_request_keeps_no_scheduled_savepoint_of_blue(catalog: Catalog) -> None:
