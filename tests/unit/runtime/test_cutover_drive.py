@@ -90,20 +90,25 @@ def test_a_green_that_does_not_catch_up_calls_the_cutover_off_and_leaves_blue_ru
     assert ControlChannel(catalog).pending() == [] and state.agreed is None
 
 
+def _slow_blue_at_batch_1(catalog: Catalog) -> tuple[Blue, str, int]:
+    """Blue with a batch every 10 s, a cutover planned beside it, once blue reached its
+    batch 1 (or 10 s passed): (blue, the cutover's id, blue's last batch)."""
+    blue = Blue(catalog, FakeSink(f"s-{uuid.uuid4().hex[:8]}"), pace_s=10.0)
+    blue.thread.start()
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=1.0).plan.id
+    deadline = time.time() + 10
+    while int((catalog.read_status() or {}).get("last_batch") or 0) < 1 and time.time() < deadline:
+        time.sleep(0.01)
+    return blue, cid, int((catalog.read_status() or {}).get("last_batch") or 0)
+
+
 def test_green_behind_blue_before_its_first_replay_is_not_agreed_with(catalog: Catalog) -> None:
     """Green reports the batch it warms up from before it replayed anything: within the
     lag on paper, but behind blue with its first query start (the slow one: seconds)
     still ahead, so an agreement then would let blue reach N long before green (the
     output gap of `benchmarks/bench_cutover_gap.py`: 5-8 s). No agreement until green
     replayed one of blue's batches."""
-    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
-    blue = Blue(catalog, sink, pace_s=10.0)
-    blue.thread.start()
-    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=1.0).plan.id
-    deadline = time.time() + 10
-    while int((catalog.read_status() or {}).get("last_batch") or 0) < 1 and time.time() < deadline:
-        time.sleep(0.01)
-    blue_last = int((catalog.read_status() or {}).get("last_batch") or 0)
+    blue, cid, blue_last = _slow_blue_at_batch_1(catalog)
     assert blue_last == 1  # blue's batch 1 (its next comes 10 s later)
     CutoverStore(catalog).progress(CutoverProgress(cid, 0))  # one batch behind (lag 2), no replay yet
     steps: list[str] = []
@@ -121,13 +126,7 @@ def test_green_at_an_idle_blue_s_batch_is_agreed_with_before_any_replay(catalog:
     """Blue idle at the checkpoint green warms up from: nothing to replay, and blue
     reaches N only with new input, which green replays too; the agreement does not wait
     for a replay that only that input brings (a sparse stream would never cut over)."""
-    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
-    blue = Blue(catalog, sink, pace_s=10.0)
-    blue.thread.start()
-    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=1.0).plan.id
-    deadline = time.time() + 10
-    while int((catalog.read_status() or {}).get("last_batch") or 0) < 1 and time.time() < deadline:
-        time.sleep(0.01)
+    blue, cid, _ = _slow_blue_at_batch_1(catalog)
     # at blue's batch 1, no replay; rewritten at every poll of blue (a live green's record changes)
     with Polling(catalog, lambda: CutoverProgress(cid, 1)), \
             pytest.raises(CutoverError, match="blue did not stop after batch 3"):
