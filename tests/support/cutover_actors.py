@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from typing import Any
 
 from typing_extensions import Self
@@ -21,7 +22,7 @@ from airflow_sparkpoint.runtime.cutover import adopt
 from tests.support.fake_sinks import FakeSink
 from tests.support.records import put_checkpoint, transaction_record
 
-__all__ = ["Blue", "Green", "Polling"]
+__all__ = ["Blue", "Green", "Polling", "blue_stopped_after"]
 
 
 class Blue:
@@ -145,3 +146,21 @@ class Polling:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(10)
+
+
+def blue_stopped_after(catalog: Catalog, n: int = 3) -> tuple[FakeSink, str]:
+    """Blue (generation 1) stopped after the agreed batch `n` of a new cutover, so green
+    may claim: (blue's sink, the cutover's id)."""
+    from airflow_sparkpoint.services.cutover import stop_after_batch
+    from airflow_sparkpoint.services.zero_downtime import plan_cutover
+
+    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
+    blue = Blue(catalog, sink)
+    blue.thread.start()
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test").plan.id
+    stop = stop_after_batch(catalog, n, timeout_s=20.0, poll_s=0.02, max_heartbeat_age=60.0, requested_by="test",
+                            wait=False, generation=1, cutover_id=cid)
+    CutoverStore(catalog).agree(cid, n, stop.request_id)
+    blue.thread.join(10)
+    assert blue.stopped_at == n
+    return sink, cid

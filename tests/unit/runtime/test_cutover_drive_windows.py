@@ -19,7 +19,7 @@ from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.services.cutover import call_off, stop_after_batch
 from airflow_sparkpoint.services.zero_downtime import drive_cutover, plan_cutover
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.support.cutover_actors import Blue, Green
+from tests.support.cutover_actors import Blue, Green, blue_stopped_after
 from tests.support.fake_sinks import FakeSink
 
 
@@ -125,20 +125,6 @@ def test_a_call_off_after_blue_stopped_for_the_cutover_does_not_say_blue_keeps_r
 
 
 
-def _blue_stopped_at_3(catalog: Catalog) -> tuple[FakeSink, str]:
-    """Blue (generation 1) stopped after the agreed batch 3 of a new cutover: green may claim."""
-    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
-    blue = Blue(catalog, sink)
-    blue.thread.start()
-    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test").plan.id
-    stop = stop_after_batch(catalog, 3, timeout_s=20.0, poll_s=0.02, max_heartbeat_age=60.0, requested_by="test",
-                            wait=False, generation=1, cutover_id=cid)
-    CutoverStore(catalog).agree(cid, 3, stop.request_id)
-    blue.thread.join(10)
-    assert blue.stopped_at == 3
-    return sink, cid
-
-
 def test_a_call_off_racing_green_s_claim_never_ends_a_claimed_cutover(catalog: Catalog,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """on_kill (or a bound) calls the cutover off while green claims: call_off reads the
@@ -146,7 +132,7 @@ def test_a_call_off_racing_green_s_claim_never_ends_a_claimed_cutover(catalog: C
     the cutover open) and claims; then call_off acts on what it read. On the code before
     the decision record the cutover ended both claimed by green (whose run goes on as the
     job) and aborted (the task log told the user to restart blue with restore=latest)."""
-    sink, cid = _blue_stopped_at_3(catalog)
+    sink, cid = blue_stopped_after(catalog)
     read = CutoverStore.read
     claimed: list[object] = []
 
@@ -177,7 +163,7 @@ def test_green_that_lost_the_decision_to_a_call_off_writes_no_origin(catalog: Ca
     before green decides: the call-off's decision stands, green fails with an error that
     says so and writes no origin (its claim fenced a stopped blue: restore=latest resumes
     blue's lineage at N), and the cutover reads aborted, never claimed."""
-    sink, cid = _blue_stopped_at_3(catalog)
+    sink, cid = blue_stopped_after(catalog)
     position = sink.committed_position
     ended: list[object] = []
 
@@ -209,7 +195,7 @@ def test_a_green_dead_after_winning_the_decision_leaves_the_job_green_s(catalog:
     from airflow_sparkpoint.runtime.takeover import check_no_cutover
     from airflow_sparkpoint.services.zero_downtime import DrivePosition, look
 
-    sink, cid = _blue_stopped_at_3(catalog)
+    sink, cid = blue_stopped_after(catalog)
 
     class Died(Exception):
         pass
@@ -271,7 +257,7 @@ def test_a_cutover_claimed_by_the_release_before_the_decision_record_ends_as_bef
     from airflow_sparkpoint.checkpoints.cutover import CutoverClaim
     from airflow_sparkpoint.runtime.cutover import record_first_commit
 
-    _sink, cid = _blue_stopped_at_3(catalog)
+    _sink, cid = blue_stopped_after(catalog)
     store = CutoverStore(catalog)
     green = catalog.claim_generation_after(1, {"cutover": cid})
     assert green is not None
@@ -290,7 +276,7 @@ def test_a_cutover_called_off_by_the_release_before_the_decision_record_stays_ca
     reads aborted, green does not take over (nothing after its generation claim)."""
     from airflow_sparkpoint.checkpoints.cutover import CutoverEnd
 
-    sink, cid = _blue_stopped_at_3(catalog)
+    sink, cid = blue_stopped_after(catalog)
     store = CutoverStore(catalog)
     store._create(cid, "done", CutoverEnd(cid, "aborted", "stop", "old call-off", by="old").to_json())
     assert store.read(cid).step == "aborted"
@@ -309,7 +295,7 @@ def test_a_call_off_refused_by_green_s_claim_in_phase_stop_reports_the_take_over
     commit is waited for."""
     from airflow_sparkpoint.services.zero_downtime import CutoverDriver, CutoverLook, DrivePosition
 
-    sink, cid = _blue_stopped_at_3(catalog)
+    sink, cid = blue_stopped_after(catalog)
     adoption = adopt(catalog, sink, cid, live_dir=None)  # green decides claim and claims generation 2
     store = CutoverStore(catalog)
     agreed = store.read(cid).agreed

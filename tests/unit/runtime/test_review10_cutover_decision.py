@@ -24,10 +24,9 @@ from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.cutover import CutoverEnd, CutoverProgress, CutoverStore
 from airflow_sparkpoint.exceptions import CutoverError
 from airflow_sparkpoint.runtime.cutover import adopt
-from airflow_sparkpoint.services.cutover import stop_after_batch
 from airflow_sparkpoint.services.zero_downtime import drive_cutover, plan_cutover
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.support.cutover_actors import Blue, Polling
+from tests.support.cutover_actors import Blue, Polling, blue_stopped_after
 from tests.support.fake_sinks import FakeSink
 
 
@@ -36,20 +35,6 @@ def catalog() -> Iterator[Catalog]:
     name = f"t-{uuid.uuid4().hex[:10]}"
     yield Catalog(MemoryStorage(name), "orders")
     MemoryStorage.reset(name)
-
-
-def _blue_stopped_at_3(catalog: Catalog) -> tuple[FakeSink, str]:
-    """Blue (generation 1) stopped after the agreed batch 3 of a new cutover: green may claim."""
-    sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
-    blue = Blue(catalog, sink)
-    blue.thread.start()
-    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test").plan.id
-    stop = stop_after_batch(catalog, 3, timeout_s=20.0, poll_s=0.02, max_heartbeat_age=60.0, requested_by="test",
-                            wait=False, generation=1, cutover_id=cid)
-    CutoverStore(catalog).agree(cid, 3, stop.request_id)
-    blue.thread.join(10)
-    assert blue.stopped_at == 3
-    return sink, cid
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -64,7 +49,7 @@ def test_a_call_off_of_the_release_before_after_green_s_decision_leaves_no_contr
     Green writes its origin and is refused its ``claimed`` record ("is done"). The cutover
     now reads green's generation 2 (`taken`, from the decision) and outcome aborted, the
     contradiction the decision record was made to close; `cutover list` shows both."""
-    sink, cid = _blue_stopped_at_3(catalog)
+    sink, cid = blue_stopped_after(catalog)
     store = CutoverStore(catalog)
     write_origin = catalog.write_origin
 
@@ -156,7 +141,7 @@ def test_a_green_of_the_release_before_racing_a_call_off_leaves_no_contradiction
     from airflow_sparkpoint.checkpoints.cutover import CutoverClaim
     from airflow_sparkpoint.services.cutover import call_off
 
-    _sink, cid = _blue_stopped_at_3(catalog)
+    _sink, cid = blue_stopped_after(catalog)
     store = CutoverStore(catalog)
     withdraw = services_cutover.withdraw_stop_after
     claimed: list[int] = []
