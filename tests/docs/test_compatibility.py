@@ -50,8 +50,8 @@ def test_the_supported_ranges_are_pyprojects() -> None:
 def test_the_spark_row_lists_every_maintained_line() -> None:
     lines = [row.split()[0] for row in (REPO / "scripts" / "spark-lines.txt").read_text().splitlines()
              if row.strip() and not row.startswith("#")]
-    listed = re.findall(r"\b\d\.\d\b", table()["Spark (the cluster's, and the driver's `pyspark`)"]
-                        .split("(")[0])
+    spark_row = table()["Spark (the cluster's, and the driver's `pyspark`)"]
+    listed = re.findall(r"\b\d\.\d\b", spark_row.split("(")[0])
     assert listed == lines, f"install.md lists Spark {listed}; scripts/spark-lines.txt maintains {lines}"
 
 

@@ -116,8 +116,8 @@ def test_a_dag_on_the_output_asset_runs_after_each_commit_and_never_for_an_abort
         every
     # The watcher's position is kept by Airflow (a restarted triggerer resumes from it).
     newest = max(p["seq"] for p in every)
-    wait_for("the watcher to save its cursor", lambda: (watcher_cursor(airflow_stack) or {})
-             .get("seq") == newest,
+    wait_for("the watcher to save its cursor",
+             lambda: (watcher_cursor(airflow_stack) or {}).get("seq") == newest,
              120, airflow_stack.tails)
 
 

@@ -39,8 +39,8 @@ def cluster(airflow_api: AirflowApi, spark_cluster: SparkCluster) -> Iterator[Sp
 
 def executor_dirs(cluster: SparkCluster, application_id: str) -> list[Path]:
     """The executors' work directories a worker made for the application."""
-    return sorted(p for worker in cluster.worker_procs for p in (cluster.base / worker / application_id)
-                  .glob("*"))
+    return sorted(p for worker in cluster.worker_procs
+                  for p in (cluster.base / worker / application_id).glob("*"))
 
 
 # slow (64 s): the default run has the same pipeline on this cluster through Airflow, exact, in

@@ -132,5 +132,5 @@ def test_interrupted_demo_kills_blue_and_the_running_spark_submit(tmp_path: Path
     # SIGKILL is asynchronous: a loaded machine may show blue alive for a moment after the
     # demo exited, so wait (up to 30 s) for every process of the demo to go first.
     assert leftover_processes(workdir) == []
-    assert (not psutil.pid_exists(int(blue.group(1))) or psutil.Process(int(blue.group(1)))
-            .status() == "zombie")
+    assert (not psutil.pid_exists(int(blue.group(1)))
+            or psutil.Process(int(blue.group(1))).status() == "zombie")

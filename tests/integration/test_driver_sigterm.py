@@ -53,8 +53,8 @@ def test_sigterm_to_the_process_group_records_failed_and_the_next_run_resumes_ex
                  and latest.batch_id >= 1,
                  300, lambda: tail(log), proc=proc)
         write_batch_file(tmp_path / "input", 2, rows(2))
-        reached = wait_for("batch 2 staged (pause point)", lambda: (pauses / "sigterm-staged.reached")
-                           .exists(),
+        reached = wait_for("batch 2 staged (pause point)",
+                           lambda: (pauses / "sigterm-staged.reached").exists(),
                            300, lambda: tail(log), proc=proc)
         assert reached, "the fault point was not reached"
         generation = catalog.current_generation()

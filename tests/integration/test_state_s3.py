@@ -294,9 +294,8 @@ def test_verify_on_s3_records_the_outcome_and_fails_on_a_corrupted_object(keyed_
     data = client.get_object(Bucket=bucket, Key=f"{copy}/{ref.key}")["Body"].read()
     client.put_object(Bucket=bucket, Key=f"{copy}/{ref.key}", Body=data[:-1] + bytes([data[-1] ^ 0x01]))
     copy_uri = f"s3://{bucket}/{copy}"
-    assert SnapshotMetadata.from_bytes(client.get_object(Bucket=bucket, Key=f"{copy}/_metadata")["Body"]
-                                       .read()) \
-        .files == meta.files
+    copied = client.get_object(Bucket=bucket, Key=f"{copy}/_metadata")["Body"].read()
+    assert SnapshotMetadata.from_bytes(copied).files == meta.files
 
     code, doc, err = root.cli(capsys, "verify", copy_uri)
     assert code == 1 and doc["ok"] is False

@@ -43,8 +43,8 @@ def test_a_new_generation_never_resumes_in_the_directory_of_a_running_one(
     running = start_driver("A", job_conf(root, {"trigger": "processingTime:500ms"}), args(tmp_path),
                            pause="stage:4")
     wait_for("A to checkpoint and commit batch 3",
-             lambda: delta_version(table) == 3 and (catalog.latest() or None) and catalog.latest()
-             .batch_id == 3,
+             lambda: (delta_version(table) == 3 and (catalog.latest() or None)
+                      and catalog.latest().batch_id == 3),
              TIMEOUT_S, running.tail, proc=running.proc)
     a_live = (catalog.read_status() or {}).get("live_dir")
     assert a_live and os.path.isdir(a_live)

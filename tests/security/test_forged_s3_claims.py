@@ -132,10 +132,10 @@ def planted_moves_cannot_move_an_object_out(endpoint: str, bucket: str) -> None:
     record = forged_record(5, 1, sink.to_config(), {"format": "json", "staging": f"_staging/{txn}",
                                                     "files": [{"path": "part-00000.json", "size": len(body)}],
                                                     "bytes": len(body)})
-    root.put(f"out/_sparkpoint/manifests/{JOB}/5.json", json.dumps({
+    claim = {
         "state": "promoting", "job": JOB, "batch_id": 5, "generation": 1, "txn_id": txn, "files": [],
-        "plan": {"staging": f"_staging/{txn}", "moves": [["../attacker/evil.py", "../dags/evil.py", 40]]}})
-             .encode())
+        "plan": {"staging": f"_staging/{txn}", "moves": [["../attacker/evil.py", "../dags/evil.py", 40]]}}
+    root.put(f"out/_sparkpoint/manifests/{JOB}/5.json", json.dumps(claim).encode())
     exc = outcome(sink.commit, record)
     objects = s3_objects(endpoint, bucket)
     assert "attacker/evil.py" in objects, "the planted object was moved"

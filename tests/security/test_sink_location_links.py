@@ -49,8 +49,8 @@ def snapshot(root: Path) -> dict[str, bytes]:
         for name in files + [d for d in dirs if os.path.islink(os.path.join(directory, d))]:
             path = os.path.join(directory, name)
             rel = os.path.relpath(path, root)
-            found[rel] = (b"->" + os.readlink(path).encode() if os.path.islink(path) else Path(path)
-                          .read_bytes())
+            found[rel] = (b"->" + os.readlink(path).encode() if os.path.islink(path)
+                          else Path(path).read_bytes())
     return found
 
 

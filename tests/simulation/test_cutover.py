@@ -91,8 +91,8 @@ def test_blue_s_final_savepoint_of_n_survives_green_s_retention(
         assert claim is not None, state
         savepoint = _final_savepoint(catalog, claim.batch_id, state.plan.blue_generation)
         final_id = int(claim.checkpoint.rsplit("chk-", 1)[1])
-        seen.append((result, final_id in catalog.checkpoint_ids(), savepoint, state.to_json()
-                     .get("blue_savepoint")))
+        seen.append((result, final_id in catalog.checkpoint_ids(), savepoint,
+                     state.to_json().get("blue_savepoint")))
         return result
 
     monkeypatch.setattr(actors, "cutover", cutover)

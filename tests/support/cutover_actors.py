@@ -36,8 +36,8 @@ class Blue:
                  config: dict[str, Any] | None = None, clock_offset_s: float = 0.0) -> None:
         self.catalog, self.sink, self.pace_s = catalog, sink, pace_s
         self.offset = clock_offset_s
-        self.generation = (catalog.claim_generation({"config": config or {"trigger": "processingTime:1s"}})
-                           .generation)
+        claimed = catalog.claim_generation({"config": config or {"trigger": "processingTime:1s"}})
+        self.generation = claimed.generation
         self.last = 0
         self._commit(0)
         put_checkpoint(catalog, batch_id=0, generation=self.generation)

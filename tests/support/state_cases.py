@@ -145,9 +145,8 @@ def stream_join(spark: Any, inputs: Path) -> Any:
         return (spark.readStream.schema("id string, ts timestamp, side string, v long")
                 .option("maxFilesPerTrigger", 1).json(str(inputs)).where(f"side = '{name}'"))
 
-    left = side("L").select(F.col("id"), F.col("ts").alias("lts"), F.col("v")
-                            .alias("lv")).withWatermark("lts",
-                                                         "1 hour")
+    left = side("L").select(F.col("id"), F.col("ts").alias("lts"), F.col("v").alias("lv")) \
+        .withWatermark("lts", "1 hour")
     right = side("R").select(F.col("id").alias("rid"), F.col("ts").alias("rts"), F.col("v").alias("rv")) \
         .withWatermark("rts", "1 hour")
     return left.join(right,

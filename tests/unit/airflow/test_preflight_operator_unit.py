@@ -160,8 +160,8 @@ def running(catalog: Catalog, trigger: str = "processingTime:1s") -> None:
 
     from airflow_sparkpoint.checkpoints.status import JobStatus
 
-    generation = (catalog.claim_generation({"config": {"trigger": trigger, "commit.mode": "checkpoint"}})
-                  .generation)
+    config = {"trigger": trigger, "commit.mode": "checkpoint"}
+    generation = catalog.claim_generation({"config": config}).generation
     now = time.time()
     catalog.write_status(JobStatus("totals", generation, "running", now - 5, now, last_batch=2,
                                    host="elsewhere", pid=1).to_json())

@@ -161,8 +161,8 @@ def test_an_unreadable_plan_counts_as_open(catalog: Catalog) -> None:
     catalog.store.put(layout.cutover_key(CID, "plan"), b"{not json")
     with pytest.raises(CutoverError, match="unreadable cutover record"):
         CutoverStore(catalog).open_cutover()
-    catalog.store.put(layout.cutover_key(CID, "plan"), json.dumps({**_plan().to_json(), "job": "other"})
-                      .encode())
+    catalog.store.put(layout.cutover_key(CID, "plan"),
+                      json.dumps({**_plan().to_json(), "job": "other"}).encode())
     with pytest.raises(CutoverError, match="holds cutover .* of job 'other'"):
         CutoverStore(catalog).read(CID)
 

@@ -373,10 +373,10 @@ def test_every_completed_checkpoint_lands_in_the_trend_with_its_own_figures(cata
         completed.append(coord.checkpoint(batch))
     counters = read_counters(catalog)
     assert counters is not None and len(catalog.checkpoints()) == 2
-    assert ([(p.id, p.batch_id, p.completed_at, p.duration_ms, p.bytes_copied, p.bytes_total)
-             for p in counters.trend] == [
-         (m.id, m.batch_id, m.created_at, m.stats.duration_ms, m.stats.bytes_copied, m.stats.bytes_total)
-         for m in completed])
+    trend = [(p.id, p.batch_id, p.completed_at, p.duration_ms, p.bytes_copied, p.bytes_total)
+             for p in counters.trend]
+    assert trend == [(m.id, m.batch_id, m.created_at, m.stats.duration_ms, m.stats.bytes_copied,
+                      m.stats.bytes_total) for m in completed]
 
 
 @pytest.mark.parametrize("policy", ["fail", "rewind"])

@@ -83,8 +83,8 @@ def test_a_counter_source_such_as_rate_is_refused_up_front(tmp_path: Path):
     root = tmp_path / "live"
     (root / "offsets").mkdir(parents=True)
     # What Spark's rate source writes: a bare counter (LongOffset), next to a file source.
-    (root / "offsets"
-     / "4").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"logOffset":4}\n17')
+    (root / "offsets" / "4").write_text(
+        'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"logOffset":4}\n17')
     with pytest.raises(ConfigError) as caught:
         follow._check_followable(snapshot_at(root, 4))
     message = str(caught.value)

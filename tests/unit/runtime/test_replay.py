@@ -60,8 +60,8 @@ def test_a_compacted_source_log_is_recorded_and_rebuilt(tmp_path: Path) -> None:
     for n in range(9):
         (fresh / "sources" / "0" / str(n)).write_text((root / "sources" / "0" / str(n)).read_text())
     replay.write_batch(str(fresh), body)
-    assert ((fresh / "sources" / "0" / "9.compact").read_text() == (root / "sources" / "0" / "9.compact")
-            .read_text())
+    compact = Path("sources") / "0" / "9.compact"
+    assert (fresh / compact).read_text() == (root / compact).read_text()
 
 
 def test_unknown_offsets_are_refused_with_the_reason(tmp_path: Path) -> None:
@@ -116,8 +116,7 @@ def test_kafka_offsets_of_several_partitions_replay_also_when_a_partition_appear
     for body in plan.records:
         replay.write_batch(str(fresh), body)
     assert ([(fresh / "offsets" / str(n)).read_text() for n in (2, 3)]
-            == [(root / "offsets" / str(n)).read_text()
-                for n in (2, 3)])
+            == [(root / "offsets" / str(n)).read_text() for n in (2, 3)])
     # from empty state the structured offsets have no log to start from
     assert "source 1 of batch 0 is not a file source" in replay.plan_replay(  # type: ignore[operator]
         None, FakeSink(records), "job", 3)  # type: ignore[arg-type]

@@ -77,8 +77,8 @@ def test_sigterm_before_the_query_started_records_failed_and_raises() -> None:
 
 def test_sigterm_before_a_generation_was_claimed_records_nothing() -> None:
     run = FakeRun(generation=None, query=False)
-    with pytest.raises(Terminated,
-                       match="before it claimed a generation"), sigterm_ends_run(run, exit_grace_s=None):
+    with (pytest.raises(Terminated, match="before it claimed a generation"),
+          sigterm_ends_run(run, exit_grace_s=None)):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)
     assert run.statuses == []

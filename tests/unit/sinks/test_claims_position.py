@@ -52,9 +52,8 @@ def position(sink: DirectorySink) -> tuple[int | None, list[tuple[str, str]]]:
 
 def old_release_claim(sink: DirectorySink, batch: int) -> None:
     """A claim as a process of the previous release writes it: no marker before it."""
-    sink._storage().put(manifests.manifest_key(JOB, batch), json.dumps(
-        {"job": JOB, "batch_id": batch, "generation": 1, "txn_id": f"{JOB}-b{batch}-g1", "files": []})
-                        .encode())
+    claim = {"job": JOB, "batch_id": batch, "generation": 1, "txn_id": f"{JOB}-b{batch}-g1", "files": []}
+    sink._storage().put(manifests.manifest_key(JOB, batch), json.dumps(claim).encode())
 
 
 def test_the_position_of_many_claims_is_read_without_listing_them(sink: DirectorySink) -> None:
