@@ -222,10 +222,10 @@ def test_commit_and_savepoint_watchers_through_a_killed_driver_a_failed_savepoin
     assert airflow_api.wait_run(BLUE_GREEN, deploy, timeout=1200) == "failed", \
         airflow_api.describe(BLUE_GREEN, deploy)
     states = airflow_api.task_states(BLUE_GREEN, deploy)
-    assert ({k: states[k] for k in ("stop_blue", "start_green", "abort_green", "restore_blue", "rolled_back")}
-            == {
-         "stop_blue": "success", "start_green": "failed", "abort_green": "success", "restore_blue": "success",
-         "rolled_back": "failed"}), airflow_api.describe(BLUE_GREEN, deploy)
+    tasks = ("stop_blue", "start_green", "abort_green", "restore_blue", "rolled_back")
+    assert {k: states[k] for k in tasks} == {
+        "stop_blue": "success", "start_green": "failed", "abort_green": "success", "restore_blue": "success",
+        "rolled_back": "failed"}, airflow_api.describe(BLUE_GREEN, deploy)
     savepoint = airflow_api.xcom(BLUE_GREEN, deploy, "stop_blue")
     green = airflow_api.xcom(BLUE_GREEN, deploy, "start_green", key="generation")
     assert green == blue + 1, (green, blue)

@@ -208,9 +208,8 @@ def test_a_stop_with_savepoint_and_a_restore_from_it_across_environments_are_exa
     assert stopped["kind"] == "stop" and stopped["state"] == "completed" and stopped["batch_id"] == 2, stopped
     assert stream.wait() == {"run": "success", "task": "success", "try_number": 1}, stream.tail()
     first = result_of(pipeline, 1)
-    assert first is not None and first["status"] == "stopped" and first["savepoint"] == stopped[
-        "savepoint"], \
-        first
+    assert (first is not None and first["status"] == "stopped"
+            and first["savepoint"] == stopped["savepoint"]), first
     pipeline.assert_exact()  # the oracle from the input, no batch twice, no staged output left
 
     pipeline.write_many(3)

@@ -171,9 +171,8 @@ def test_a_deferred_job_stopped_with_a_savepoint_ends_its_task_with_the_run_resu
     airflow_api.wait_task("e2e_stop", stop, "stop", {"success"}, timeout=300)
     airflow_api.wait_task(DAG, run, "job", {"success"}, timeout=120)
     result = airflow_api.xcom(DAG, run, "job")
-    assert result["status"] == "stopped" and result["generation"] == generation and result[
-        "last_batch"] == 2, \
-        result
+    assert (result["status"] == "stopped" and result["generation"] == generation
+            and result["last_batch"] == 2), result
     assert result["savepoint"], result
     assert airflow_api.xcom(DAG, run, "job", key="generation") == generation
     assert [t["state"] for t in airflow_api.tries(DAG, run, "job")] == ["success"]

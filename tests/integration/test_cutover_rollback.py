@@ -46,9 +46,8 @@ def test_a_rollback_after_the_cutover_restores_blue_s_final_savepoint_state(
     stop = ControlChannel(catalog).result(run.stop_request)
     assert (stop.state, stop.batch_id) == ("completed", n) and stop.savepoint is not None, stop
     saved = catalog.own_snapshot(stop.savepoint)
-    assert (saved is not None
-            and (saved.metadata.kind, saved.metadata.batch_id, saved.metadata.generation) == (
-         "savepoint", n, gb))
+    assert saved is not None
+    assert (saved.metadata.kind, saved.metadata.batch_id, saved.metadata.generation) == ("savepoint", n, gb)
     state = CutoverStore(catalog).read(run.cutover_id)
     assert state.claimed is not None and state.claimed.savepoint == stop.savepoint, state
     assert any(m.generation == green and m.batch_id == n for m in catalog.checkpoints()), \

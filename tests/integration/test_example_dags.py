@@ -569,9 +569,8 @@ def test_blue_green_ends_at_a_refused_preflight_and_never_touches_blue(
     assert run.state == "failed"
     states = task_states(run)
     assert states["preflight_green"] == "failed" and states["decide"] == "failed", states
-    assert ({states[t] for t in ("stop_blue", "start_green", "publish_green", "restore_blue", "rolled_back")}
-            == {
-         "upstream_failed"}), states
+    after_green = ("stop_blue", "start_green", "publish_green", "restore_blue", "rolled_back")
+    assert {states[t] for t in after_green} == {"upstream_failed"}, states
     assert states["abort_green"] in ("skipped", "upstream_failed"), states  # never ran
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before, \
         "something wrote to blue's store"

@@ -99,9 +99,8 @@ def test_a_detached_driver_survives_its_tasks_group_kill_and_its_run_completes_e
     assert deferred["classpath"] == "airflow_sparkpoint.triggers.run.SparkpointRunTrigger"
     assert deferred["method"] == "execute_complete"
     generation = deferred["kwargs"]["generation"]
-    assert deferred["xcom"]["generation"] == generation and deferred["xcom"]["spark_application"][
-        "generation"] \
-        == generation, deferred["xcom"]
+    assert (deferred["xcom"]["generation"] == generation
+            and deferred["xcom"]["spark_application"]["generation"] == generation), deferred["xcom"]
     process = DriverProcess.from_json(deferred["trigger"]["process"])
     assert process.pgid != task.pid and group_exists(process.pgid), "the driver died with its task's group"
     status = pipeline.status()

@@ -180,8 +180,8 @@ WATCHED_JOB = "e2e_watched"
 #: the watched job's table: fixed per stack (the DAG file is parsed with the stack's environment)
 STACK_HOME = Path(os.environ.get("SPARKPOINT_E2E_LOGS", "/nonexistent/e2e-logs")).parent
 WATCHED_TABLE = STACK_HOME / "watched-table"
-watched_table = sink_asset({"kind": "delta", "uri": str(WATCHED_TABLE), "mode": "merge", "keys": ["user"]},
-                           watchers=[
+watched_sink = {"kind": "delta", "uri": str(WATCHED_TABLE), "mode": "merge", "keys": ["user"]}
+watched_table = sink_asset(watched_sink, watchers=[
     AssetWatcher(name="e2e_watched_commits", trigger=SparkpointCommitTrigger(
         job_name=WATCHED_JOB, sparkpoint_conn_id="sparkpoint_default", poll_interval=1)),
 ])

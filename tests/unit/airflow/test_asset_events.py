@@ -66,9 +66,8 @@ def test_the_commit_step_emits_one_event_when_it_committed_and_none_when_it_did_
     confirm(catalog, transaction_record(sink, 3, job=JOB))
     step()
     events = asset_events(uri)
-    assert len(events) == 2 and events[-1]["committed_batches"] == [3] and events[-1][
-        "sink_version"] == 103, \
-        events
+    assert (len(events) == 2 and events[-1]["committed_batches"] == [3]
+            and events[-1]["sink_version"] == 103), events
     assert sink.world["aborted"] == [f"{JOB}-b2-g1"]
 
 
