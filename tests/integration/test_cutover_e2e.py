@@ -57,8 +57,8 @@ def test_green_takes_the_job_over_at_n_through_the_cutover_records_with_every_ba
 
     # Every batch committed exactly once: one Delta commit per batch, <= N by blue, > N by green.
     by_batch = [(c["batch"], c["generation"]) for c in run.commits]
-    assert sorted(by_batch) == [(b, gb) for b in range(n + 1)] + [(b, gb + 1)
-                                                                  for b in range(n + 1, last + 1)], by_batch
+    assert sorted(by_batch) == ([(b, gb) for b in range(n + 1)]
+                                + [(b, gb + 1) for b in range(n + 1, last + 1)]), by_batch
 
     # Rows: blue's code through N, green's code (its shadow state from K) after N.
     rows = batch_rows(run.output, run.commits)

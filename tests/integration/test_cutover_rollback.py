@@ -62,8 +62,7 @@ def test_a_rollback_after_the_cutover_restores_blue_s_final_savepoint_state(
             == (green + 1, "savepoint", stop.savepoint, n))
     shown = CutoverStore(catalog).read(run.cutover_id).to_json()
     assert ((shown["step"], shown["rolled_back_to"], shown["blue_savepoint"])
-            == ("rolled_back", stop.savepoint,
-              stop.savepoint))
+            == ("rolled_back", stop.savepoint, stop.savepoint))
 
     # Blue's code starts again (restore=latest) and runs three batches after N.
     files = list(run.files)

@@ -121,8 +121,8 @@ def test_a_crashed_commit_is_finished_without_duplicates(spark: Any, tmp_path: P
     df = batch_df(spark, 0)
     record = stage(sink, df, 0)
     first = record.payload["staged"]["files"][0]
-    os.replace(dest / "_staging" / "orders-b0-g1" / first["path"], dest
-               / "part-orders-b0-g1-00000.snappy.parquet")
+    os.replace(dest / "_staging" / "orders-b0-g1" / first["path"],
+               dest / "part-orders-b0-g1-00000.snappy.parquet")
 
     assert sink.commit(record).status == "committed"
     assert rows(spark.read.parquet(str(dest))) == rows(df)

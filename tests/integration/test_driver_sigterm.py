@@ -49,8 +49,8 @@ def test_sigterm_to_the_process_group_records_failed_and_the_next_run_resumes_ex
                              "spark.sparkpoint.test.pauseAt": "sigterm-staged:2",
                              "spark.sparkpoint.test.pauseDir": str(pauses)}, log)
     try:
-        wait_for("batch 1 checkpointed", lambda: (latest := catalog.latest()) is not None
-                 and latest.batch_id >= 1,
+        wait_for("batch 1 checkpointed",
+                 lambda: (latest := catalog.latest()) is not None and latest.batch_id >= 1,
                  300, lambda: tail(log), proc=proc)
         write_batch_file(tmp_path / "input", 2, rows(2))
         reached = wait_for("batch 2 staged (pause point)",

@@ -64,8 +64,8 @@ def built(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str
             case = CASES[name]()
             base = tmp_path_factory.mktemp("state-" + "".join(c if c.isalnum() else "-" for c in name))
             write_json_batches(base / "input", case.files)
-            result = state_cases.run_case(spark, case, str(base / "root"), "job", base / "input", base
-                                          / "table")
+            result = state_cases.run_case(spark, case, str(base / "root"), "job", base / "input",
+                                          base / "table")
             assert result.status == "finished" and result.last_batch >= len(case.files) - 1
             catalog = Catalog.open(str(base / "root"), "job")
             latest = catalog.latest()

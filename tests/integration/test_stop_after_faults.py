@@ -59,8 +59,8 @@ def test_blue_killed_in_its_stop_after_restarts_exactly(tmp_path: Path, point: s
                               "spark.sparkpoint.control.pollInterval": "300 milliseconds"}, log,
                    {**ARMED[point], "SPARKPOINT_TEST_FAULT_ONCE": str(tmp_path / "fired")})
     try:
-        wait_for("batch 1 checkpointed", lambda: (latest := catalog.latest()) is not None
-                 and latest.batch_id >= 1,
+        wait_for("batch 1 checkpointed",
+                 lambda: (latest := catalog.latest()) is not None and latest.batch_id >= 1,
                  300, lambda: tail(log), proc=proc)
         generation = catalog.current_generation()
         request = ControlChannel(catalog).submit("stop_after", generation=generation, timeout_s=300,

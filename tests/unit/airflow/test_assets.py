@@ -312,8 +312,8 @@ def test_the_example_savepoint_dag_takes_the_savepoint_of_an_operators_event_as_
 
     from airflow_sparkpoint.assets import savepoint_extra
 
-    example = runpy.run_path(str(Path(__file__).resolve().parents[3] / "dags"
-                                 / "example_sparkpoint_assets.py"))
+    dags = Path(__file__).resolve().parents[3] / "dags"
+    example = runpy.run_path(str(dags / "example_sparkpoint_assets.py"))
     newest = example["on_savepoint"].task_dict["newest_savepoint"].python_callable
 
     class Event:
