@@ -30,6 +30,8 @@
     ├── ControlError                a control request failed or timed out
     ├── DrillFailed                 a restore drill or blue-green pre-flight failed (the
     │                               drill operators raise it as the task's AirflowException)
+    ├── VerificationFailed          a snapshot's files or state failed a verification check
+    │                               (the verdict; `verify_snapshot` records it, never raises)
     ├── Terminated                  the driver received SIGTERM; the run ended unfinished
     ├── CheckpointAbandoned         a checkpoint past checkpoint.timeout, or cut short by
     │                               the run's end (never leaves the driver)
@@ -47,8 +49,7 @@ reason, by ``scripts/check_structure.py`` ``ERRORS_ELSEWHERE``, which `make lint
   `operators.submit_checks.SparkpointConfigFailure` (an ``AirflowFailException`` and a
   `ConfigError`): this module is imported by the Spark-side runtime, which never imports
   Airflow, so no Airflow class can be a base here;
-- private signals that no caller catches by class (``runtime.job._StopRun``,
-  ``runtime.verify._Failed``).
+- a private signal that no caller catches by class (``runtime.job._StopRun``).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ __all__ = ["CatalogError", "CheckpointAbandoned", "CommandFailed", "CommitOutcom
            "DrillFailed", "GenerationRunning", "InvalidPath", "JobAlreadyRunning",
            "ObjectExists", "ObjectNotFound", "ObjectTooLarge", "PipelineNotFound", "RestoreError",
            "SinkAheadError", "SinkError", "SinkLineageError", "SparkpointError", "StaleGeneration",
-           "StorageError", "Terminated", "TransactionConflict", "UsageError"]
+           "StorageError", "Terminated", "TransactionConflict", "UsageError", "VerificationFailed"]
 
 
 class SparkpointError(Exception):
@@ -168,6 +169,12 @@ class DrillFailed(SparkpointError):
     """A restore drill failed: its snapshot cannot be resolved or opened, the application
     failed or did not finish from it, or a blue-green pre-flight was refused or
     inconclusive; the message says why (`services.drill`, `services.preflight`)."""
+
+
+class VerificationFailed(SparkpointError):
+    """A snapshot failed a check of `runtime.verify` (a referenced file missing, truncated or
+    altered; operator state unreadable or short of partitions): the message is the verdict,
+    which `verify_snapshot` records in its result instead of raising."""
 
 
 class Terminated(SparkpointError):

@@ -30,8 +30,8 @@
   what two packages share lives in ``tests/support/`` (`CROSS_PACKAGE_ALLOWED` names the
   exceptions left, each with its reason; it only shrinks);
 * every exception class of the package is defined in ``exceptions.py`` (one error tree),
-  but for `ERRORS_ELSEWHERE`: the Airflow-derived ones of ``operators/`` and two private
-  signals, each with its reason (`errors_outside_tree`);
+  but for `ERRORS_ELSEWHERE`: the Airflow-derived ones of ``operators/`` and a private
+  signal, each with its reason (`errors_outside_tree`);
 * a job script (a ``.py`` file in a ``jobs/`` folder of ``dags/`` or ``tests/``) imports
   from the package only what a job author may: `JOB_SCRIPT_IMPORTS` (``runtime`` and
   ``sinks``; the test-only pause and fault points of ``faults``). Reporting the result
@@ -245,8 +245,6 @@ ERRORS_ELSEWHERE: dict[tuple[str, str], str] = {
         "an AirflowFailException (the task is not retried): the same reason",
     ("runtime/job.py", "_StopRun"):
         "private to the run's foreachBatch: a stopping run refuses a batch with it; no caller catches it",
-    ("runtime/verify.py", "_Failed"):
-        "private to the verification: a failed check, caught in its module and turned into the verdict",
 }
 
 _EXTERNAL_ERROR = re.compile(r"(Exception|Error|Warning)$")

@@ -33,6 +33,7 @@ from airflow_sparkpoint.exceptions import (
     RestoreError,
     SparkpointError,
     StorageError,
+    VerificationFailed,
 )
 from airflow_sparkpoint.runtime.restore import materialize
 from airflow_sparkpoint.runtime.state_inspect import SnapshotReader, first_line, read_store, resolve_snapshot
@@ -84,10 +85,6 @@ def default_verifier() -> str:
     return f"sparkpoint-verify@{socket.gethostname()}:{os.getpid()}"
 
 
-class _Failed(Exception):
-    """A check failed; the message is the verdict."""
-
-
 def _sha256_and_size(path: str) -> tuple[str, int]:
     digest = hashlib.sha256()
     size = 0
@@ -103,14 +100,15 @@ def _fail_listing(handle: SnapshotHandle, problems: list[str]) -> None:
     if problems:
         listed = "; ".join(problems[:_MAX_LISTED])
         more = f" (and {len(problems) - _MAX_LISTED} more)" if len(problems) > _MAX_LISTED else ""
-        raise _Failed(f"{handle.uri}: {len(problems)} referenced file(s) failed the check: {listed}{more}")
+        raise VerificationFailed(
+            f"{handle.uri}: {len(problems)} referenced file(s) failed the check: {listed}{more}")
 
 
 def check_presence(handle: SnapshotHandle) -> None:
     """Every referenced file exists with its recorded size (one listing per top-level
     directory of the keys, like `open_snapshot`).
 
-    :raises _Failed: naming every file (up to a few) that is missing or has another size.
+    :raises VerificationFailed: naming every file (up to a few) that is missing or has another size.
     """
     found = stored_sizes(handle.files_store, handle.metadata.files, missing_on=(StorageError,))
     problems = [problem for ref, size in found if (problem := ref.stored_problem(size)) is not None]
@@ -125,7 +123,7 @@ def check_files(handle: SnapshotHandle, location: str) -> tuple[int, int]:
     transformWithState schema file paths): for a file that differs locally the stored
     bytes are read again and checked instead.
 
-    :raises _Failed: naming every file (up to a few) that is missing, truncated or altered.
+    :raises VerificationFailed: naming every file (up to a few) that is missing, truncated or altered.
     """
     problems = []
     total = 0
@@ -160,7 +158,7 @@ def check_state(spark: SparkSession, handle: SnapshotHandle, location: str) -> d
     """Open every store of every operator (all partitions) at the snapshot's batch and
     read every row. Returns counts (operators, partitions, stores, rows).
 
-    :raises _Failed: naming the operator and store that cannot be read, or an operator
+    :raises VerificationFailed: naming the operator and store that cannot be read, or an operator
         whose state files do not cover all of its partitions.
     """
     from pyspark.sql import functions as F
@@ -172,12 +170,13 @@ def check_state(spark: SparkSession, handle: SnapshotHandle, location: str) -> d
         try:
             specs = reader.operator_specs()
         except Exception as exc:
-            raise _Failed(f"{handle.uri}: the operator metadata cannot be read: {first_line(exc)}") from exc
+            raise VerificationFailed(
+                f"{handle.uri}: the operator metadata cannot be read: {first_line(exc)}") from exc
         on_disk = handle.metadata.partitions_by_operator
         counts = {"operators": len(specs), "partitions": 0, "stores": 0, "rows": 0}
         for op in specs:
             if on_disk.get(op.id) != op.partitions:
-                raise _Failed(f"{handle.uri}: operator {op.id} ({op.name}) has "
+                raise VerificationFailed(f"{handle.uri}: operator {op.id} ({op.name}) has "
                               f"{op.partitions} state partitions but "
                               f"the snapshot holds state files for {on_disk.get(op.id, 0)} of them")
             counts["partitions"] += op.partitions
@@ -187,15 +186,17 @@ def check_state(spark: SparkSession, handle: SnapshotHandle, location: str) -> d
                     df = read_store(spark, location, handle.metadata.batch_id, op, spec)
                     planned = df.rdd.getNumPartitions()
                     if planned != op.partitions:
-                        raise _Failed(f"{handle.uri}: {where}: {planned} of {op.partitions} partitions found")
+                        raise VerificationFailed(
+                            f"{handle.uri}: {where}: {planned} of {op.partitions} partitions found")
                     # Hash every column so that every value is read and decoded, not just counted.
                     row = df.agg(F.count(F.lit(1)).alias("n"),
                                  F.bit_xor(F.xxhash64(*df.columns)).alias("h")).first()
                     assert row is not None  # an aggregate without grouping has one row
-                except _Failed:
+                except VerificationFailed:
                     raise
                 except Exception as exc:
-                    raise _Failed(f"{handle.uri}: {where} cannot be read: {first_line(exc)}") from exc
+                    raise VerificationFailed(
+                        f"{handle.uri}: {where} cannot be read: {first_line(exc)}") from exc
                 counts["stores"] += 1
                 counts["rows"] += int(row["n"])
         return counts
@@ -228,12 +229,12 @@ def verify_snapshot(
             materialize(handle, location, stored=False)
         except (SparkpointError, OSError) as exc:
             # A missing object aborts the download: say which file, as check_files would.
-            raise _Failed(f"{handle.uri}: cannot materialize the snapshot: {exc}") from exc
+            raise VerificationFailed(f"{handle.uri}: cannot materialize the snapshot: {exc}") from exc
         checks["files"], checks["bytes"] = check_files(handle, location)
         if meta.partitions_by_operator:
             session = spark() if callable(spark) else (spark or local_session("sparkpoint-verify"))
             checks.update(check_state(session, handle, location))
-    except _Failed as exc:
+    except VerificationFailed as exc:
         error = str(exc)
     finally:
         remove_tree_at(scratch)

@@ -43,13 +43,14 @@ def test_the_claim_bound_is_not_measured_on_blue_s_clock(catalog: Catalog) -> No
     blue's completion record (`updated_at`, blue's clock) + reach: already passed when the
     orchestrator sees the stop, so it calls the cutover off at once, blue stopped after N
     (a person restarts it). The code before 2507552 measured the bound on the
-    orchestrator's own clock from the moment it saw blue's stop."""
+    orchestrator's own clock from the moment it saw blue's stop. Green commits at once, so
+    the drive ends at its first commit instead of waiting the 20 s bound out."""
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink, clock_offset_s=-60.0)
     blue.thread.start()
     cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test",
                        reach_timeout_s=20.0).plan.id
-    green = Green(catalog, sink, cid, commits=False, claim_after_s=0.5)
+    green = Green(catalog, sink, cid, commits=True, claim_after_s=0.5)
     green.thread.start()
     try:
         outcome = drive_cutover(catalog, cid, within_s=20.0, requested_by="test", poll_s=0.02)
