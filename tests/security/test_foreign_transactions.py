@@ -145,8 +145,8 @@ def test_a_record_cannot_make_the_commit_step_abort_another_applications_upload(
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
     checkpoint_at(catalog, 3)
     catalog.put_transaction(record(JOB, 1, 1, sink, {"format": "json", "uploads": [victim]}))
-    exc = outcome(commit_pending, catalog, storage_options=s3_options(endpoint), sink=sink if declared
-                  else None)
+    exc = outcome(commit_pending, catalog, storage_options=s3_options(endpoint),
+                  sink=sink if declared else None)
     assert alive(endpoint, bucket, victim), "the commit step aborted another application's pending upload"
     assert isinstance(exc, SinkError) and "other-app/data.bin" in str(exc), exc
 

@@ -54,8 +54,8 @@ def s3_sink(endpoint: str, bucket: str) -> S3Sink:
 
 
 def pending_keys(endpoint: str, bucket: str) -> list[str]:
-    return sorted(u["Key"] for u in s3_client(endpoint).list_multipart_uploads(Bucket=bucket)
-                  .get("Uploads", ()))
+    uploads = s3_client(endpoint).list_multipart_uploads(Bucket=bucket).get("Uploads", ())
+    return sorted(u["Key"] for u in uploads)
 
 
 def victim_body(endpoint: str, bucket: str) -> bytes:

@@ -86,9 +86,9 @@ def retention_beside_cutover(rng: random.Random) -> Schedule:
     beside = [ActorSpec("savepoint"), ActorSpec("retention", keep=pick((1, 2)))]  # a newer savepoint first
     extra = pick(("", "retention", "rollback", "commit", "driver", "stop"))
     if extra:
-        spec = ActorSpec("retention", keep=1) if extra == "retention" else ActorSpec(
-            "driver",
-            DriverSpec(restore="latest", budget=pick((1, 2, 3)))) if extra == "driver" else ActorSpec(extra)
+        spec = (ActorSpec("retention", keep=1) if extra == "retention"
+                else ActorSpec("driver", DriverSpec(restore="latest", budget=pick((1, 2, 3))))
+                if extra == "driver" else ActorSpec(extra))
         beside.insert(rng.randrange(3), spec)
     draw = rng.random()
     sink = "delta-merge" if draw < MERGE_SHARE else "delta" if draw < DELTA_SHARE else "directory"

@@ -182,8 +182,8 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
     try:
         catalog = Catalog.open(str(root), JOB)
         wait_for("blue's checkpoint of batch 1",
-                 lambda: ((catalog.read_status() or {}).get("last_batch") or -1) >= 1
-                 and catalog.latest() is not None,
+                 lambda: (((catalog.read_status() or {}).get("last_batch") or -1) >= 1
+                          and catalog.latest() is not None),
                  timeout_s, blue_log, proc=proc)
         status = catalog.read_status() or {}
         blue_generation = int(status["generation"])
