@@ -235,8 +235,8 @@ def test_a_clear_of_a_deferred_task_restarts_its_job_in_a_new_generation(
                 else "stopped the run try 1 had deferred on, then started anew"
                 if "the task was cleared" in log
                 else "waited for the run the old trigger's cancel was ending"
-                if "before starting a new generation"
-                in log else "started anew (the run had ended)")
+                if "before starting a new generation" in log
+                else "started anew (the run had ended)")
     claimed_in = pipeline.catalog.generation_claim(second).started_at - cleared_wall
     print(f"clear: the old process group gone in {gone_in:.1f} s; the new generation {second} claimed "
           f"{claimed_in:.1f} s and committed its first batch {committed_in:.1f} s after the clear; "

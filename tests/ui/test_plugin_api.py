@@ -224,8 +224,8 @@ def test_the_json_history_lists_exactly_what_the_cli_lists(ui_stack: Stack) -> N
 
 def test_metrics_are_prometheus_text_with_flinks_names(ui_stack: Stack) -> None:
     response = get(ui_stack, "/sparkpoint/metrics", "admin")
-    assert (response.status_code == 200 and response.headers["content-type"]
-            .startswith("text/plain; version=0.0.4"))
+    assert (response.status_code == 200
+            and response.headers["content-type"].startswith("text/plain; version=0.0.4"))
     lines = response.text.splitlines()
     assert "# TYPE sparkpoint_numberOfCompletedCheckpoints counter" in lines
     assert 'sparkpoint_numberOfCompletedCheckpoints{conn_id="sp_local",job="ui_totals"} 4' in lines

@@ -118,9 +118,8 @@ def test_list_human(capsys: pytest.CaptureFixture[str], root: Path) -> None:
     code, out, err = run(capsys, "list", "--dir", str(root), "--job", "orders")
     assert code == 0, err
     lines = out.splitlines()
-    assert (lines[0]
-            .split() == ["KIND", "ID", "BATCH", "GEN", "CREATED", "(UTC)", "DURATION_MS", "COPIED", "TOTAL",
-                         "FILES", "URI", "STATUS"])
+    assert lines[0].split() == ["KIND", "ID", "BATCH", "GEN", "CREATED", "(UTC)", "DURATION_MS", "COPIED",
+                                "TOTAL", "FILES", "URI", "STATUS"]
     assert [line.split()[:2] for line in lines[1:]] == [["checkpoint", "3"], ["checkpoint", "2"],
                                                         ["checkpoint", "1"], ["savepoint", "3"]]
     assert "INVALID: not valid JSON" in lines[2] and lines[1].endswith("valid")
