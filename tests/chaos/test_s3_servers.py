@@ -40,8 +40,8 @@ def test_multipart_uploads_copy_and_batch_delete(server: str, s3_servers: dict[s
                               Body=b'{"id": 1}\n')["ETag"]
 
     def listed(prefix: str) -> list[str]:
-        return [u["Key"] for u in client.list_multipart_uploads(Bucket=s3.bucket, Prefix=prefix)
-                .get("Uploads", ())]
+        return [u["Key"]
+                for u in client.list_multipart_uploads(Bucket=s3.bucket, Prefix=prefix).get("Uploads", ())]
 
     assert listed("out/") == ["out/a.json"], f"{server}: uploads under a prefix"
     assert client.list_objects_v2(Bucket=s3.bucket, Prefix="out/").get("KeyCount", 0) == 0, \

@@ -185,8 +185,7 @@ def test_another_job_restoring_the_savepoint_into_other_output_leaves_its_pendin
 
     assert result.status == "finished" and result.first_batch == job.savepoint.metadata.batch_id + 1
     totals = state_cases.aggregation_case().expected["default"]
-    fork = {r["user"]: (r["total"], r["n"]) for r in DeltaTable(str(tmp_path / "fork-table"))
-            .to_pyarrow_table()
-            .to_pylist()}
+    fork = {r["user"]: (r["total"], r["n"])
+            for r in DeltaTable(str(tmp_path / "fork-table")).to_pyarrow_table().to_pylist()}
     assert fork == {"u0": (totals[(("u0",), None)][0] + 1000, totals[(("u0",), None)][1] + 1), "u4": (7, 1)}
     assert DeltaTable(str(job.table)).to_pyarrow_table().to_pylist() == production

@@ -57,8 +57,8 @@ def version_rows(table: Any, version: int) -> list[dict[str, Any]]:
     if version > 0:  # version 0 created the table with its first batch
         table.load_as_version(version - 1)
         before = set(table.file_uris())
-    return [row for uri in sorted(after - before) for row in pq.read_table(uri.removeprefix("file://"))
-            .to_pylist()]
+    return [row for uri in sorted(after - before)
+            for row in pq.read_table(uri.removeprefix("file://")).to_pylist()]
 
 
 def batch_rows(path: Any, commits: list[dict[str, Any]]) -> dict[int, dict[str, tuple[int, int]]]:

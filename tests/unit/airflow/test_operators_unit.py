@@ -384,9 +384,9 @@ def test_trigger_control_result_completes(catalog: Catalog, root: str) -> None:
         stop.set()
         job.join()
     assert len(events) == 1
-    assert (events[0]
-            .payload == {"status": "success", "kind": "savepoint", "job": JOB, "request_id": request.id,
-                         "generation": 1, "batch_id": 7, "savepoint_uri": handle.uri})
+    assert events[0].payload == {"status": "success", "kind": "savepoint", "job": JOB,
+                                 "request_id": request.id, "generation": 1, "batch_id": 7,
+                                 "savepoint_uri": handle.uri}
 
 
 def test_trigger_control_result_fails_when_the_job_is_dead(catalog: Catalog, root: str) -> None:

@@ -54,8 +54,8 @@ def operator(root: Path) -> Any:
 
 def write_status(catalog: Catalog, state: str, generation: int = 1) -> None:
     now = time.time()
-    catalog.write_status(JobStatus(JOB, generation, state, now - 60, now, host="worker-9", pid=4242)
-                         .to_json())
+    catalog.write_status(JobStatus(JOB, generation, state, now - 60, now, host="worker-9",
+                                   pid=4242).to_json())
 
 
 def first_try_run(catalog: Catalog, store: FakeStore, dag_id: str) -> int:

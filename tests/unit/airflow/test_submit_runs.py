@@ -283,8 +283,8 @@ def test_python_of_sparks_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         {"conn_type": "sparkpoint", "host": str(root), "extra": {"pyspark_python": "/opt/conda/bin/python"}}))
     from_conn = operator(root, checkpoint_dir=None, sparkpoint_conn_id="sp_py").spark_environment("yarn")
     assert from_conn["PYSPARK_PYTHON"] == "/opt/conda/bin/python"
-    assert ("PYSPARK_PYTHON" not in operator(root, conf={"spark.pyspark.python": "/x/python"})
-            .spark_environment("yarn"))
+    python_conf = {"spark.pyspark.python": "/x/python"}
+    assert "PYSPARK_PYTHON" not in operator(root, conf=python_conf).spark_environment("yarn")
     assert "PYSPARK_PYTHON" not in operator(root, env_vars={"PYSPARK_PYTHON": "/y"}).spark_environment("yarn")
 
 

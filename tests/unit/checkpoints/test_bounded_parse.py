@@ -41,8 +41,8 @@ SHAPES: dict[str, Callable[[int], bytes]] = {
     "floats": lambda n: b"[" + b",".join([b"1.5"] * n) + b"]",
     "distinct keys": lambda n: b"{" + b",".join(b'"k%d":1.5' % i for i in range(n)) + b"}",
     "one-key objects": lambda n: b"[" + b",".join([b'{"a":1.5}'] * n) + b"]",
-    "non-ascii strings": lambda n: ("[" + ",".join(f'"\U0001f600{i % 100}"' for i in range(n)) + "]")
-    .encode(),
+    "non-ascii strings":
+        lambda n: ("[" + ",".join(f'"\U0001f600{i % 100}"' for i in range(n)) + "]").encode(),
     # An ASCII document whose escape widens a whole string to 4 (or 2) bytes per character.
     "astral escape": lambda n: b'{"a":"\\ud83d\\ude00' + b"e" * (n * 10) + b'"}',
     "wide escape": lambda n: b'{"a":"\\u0101' + b"e" * (n * 10) + b'"}',

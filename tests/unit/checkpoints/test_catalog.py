@@ -554,8 +554,8 @@ def test_a_running_job_numbers_checkpoints_from_a_recent_listing_of_its_savepoin
     job = Catalog(counted, catalog.job)
 
     def savepoint_listings() -> int:
-        return sum(1 for op, key in counted.log if op == "list_dirs" and key.rstrip("/")
-                   .endswith(layout.SAVEPOINTS))
+        return sum(1 for op, key in counted.log
+                   if op == "list_dirs" and key.rstrip("/").endswith(layout.SAVEPOINTS))
 
     assert job.next_checkpoint_id(recent_savepoints=True) == first.id + 1
     assert job.next_checkpoint_id(recent_savepoints=True) == first.id + 1

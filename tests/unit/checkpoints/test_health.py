@@ -97,8 +97,8 @@ def test_a_stale_last_checkpoint_trips(catalog: Catalog) -> None:
     assert re.search(r"the latest completed checkpoint chk-1 is 36\d\d s old \(max 600 s\)",
                      report.problems[0])
     empty = Catalog(open_storage(str(Path(catalog.uri.removeprefix("file://")).parent)), "other")
-    assert ("has no completed checkpoint" in check_health(load_history(empty), max_checkpoint_age=600)
-            .problems[0])
+    assert ("has no completed checkpoint"
+            in check_health(load_history(empty), max_checkpoint_age=600).problems[0])
 
 
 def test_a_failure_ratio_over_the_window_trips(catalog: Catalog) -> None:

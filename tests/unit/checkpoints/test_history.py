@@ -62,8 +62,8 @@ def test_snapshot_records_carry_status_partitions_and_the_last_drill(catalog: Ca
     assert [(r.id, r.status) for r in records] == [(3, "invalid"), (2, "valid"), (1, "valid")]
     incomplete, second, oldest = records
     assert incomplete.batch_id is None and incomplete.state_partitions is None
-    assert ("no _metadata" in (incomplete.error or "") and incomplete.short_reason()
-            .startswith("INVALID: no _metadata"))
+    assert ("no _metadata" in (incomplete.error or "")
+            and incomplete.short_reason().startswith("INVALID: no _metadata"))
     assert (oldest.batch_id, oldest.state_partitions, oldest.duration_ms) == (0, 4, 10)
     assert oldest.bytes_total == first.total_bytes and oldest.file_count == 5
     assert oldest.verified_at is not None and oldest.verify_error is None and oldest.verify_level == "state"

@@ -93,8 +93,8 @@ def test_restoring_an_older_checkpoint_supersedes_the_newer_ones(
     # The retry continues that lineage; its checkpoints win from then on.
     start(mem, base=metas[1].id, batch=1)
     mine = chk(make_checkpoint, mem, 2)
-    assert (mem.latest() == mine and mem.restart_point().checkpoint == mine and mem.restart_point()
-            .origin is None)
+    assert (mem.latest() == mine and mem.restart_point().checkpoint == mine
+            and mem.restart_point().origin is None)
 
 
 def test_a_zombie_checkpoint_completed_after_a_newer_generation_started_is_superseded(

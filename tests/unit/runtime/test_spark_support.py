@@ -16,8 +16,8 @@ from tests.support.paths import REPO
 def extras() -> dict[str, list[str]]:
     import tomllib  # Python >= 3.11, as the development environment
 
-    return tomllib.loads((REPO / "pyproject.toml")
-                         .read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    return pyproject["project"]["optional-dependencies"]
 
 
 def test_the_runtime_extra_is_the_list_the_driver_checks() -> None:

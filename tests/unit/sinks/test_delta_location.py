@@ -130,9 +130,8 @@ def test_read_table_returns_the_rows_with_the_tables_own_types(tmp_path):
     assert sorted((r["user"], r["total"], r["ts"], r["day"]) for r in got.to_pylist()) == [
         ("a", 1, ts, "d1"), ("b", 2, ts, "d2"), ("c", 1, ts, "d1")]
     assert read_table(table, ["total", "user"]).column_names == ["total", "user"]
-    assert sorted(r["user"] for r in read_table(deltalake.DeltaTable(str(tmp_path), version=0))
-                  .to_pylist()) == \
-        ["a", "b"]
+    at_version_0 = read_table(deltalake.DeltaTable(str(tmp_path), version=0)).to_pylist()
+    assert sorted(r["user"] for r in at_version_0) == ["a", "b"]
     with pytest.raises(ValueError, match=r"columns \['nope'\] are not in the Delta table .* it has \['user'"):
         read_table(table, ["nope"])
 
