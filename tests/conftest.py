@@ -78,7 +78,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if version.startswith("3.5."):
         config.addinivalue_line(
-            "filterwarnings", "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning")
+            "filterwarnings",
+            "ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

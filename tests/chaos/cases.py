@@ -100,7 +100,8 @@ class SinkCase:
         if total < 3:
             return f"batch {record.batch_id} has {total} file(s); the trial needs at least 3"
         if not 0 < promoted < total:
-            return f"{promoted} of the {total} files of batch {record.batch_id} were promoted: not a partial promotion"
+            return (f"{promoted} of the {total} files of batch {record.batch_id} were promoted: "
+                    "not a partial promotion")
         return None
 
 
@@ -148,7 +149,8 @@ class DeltaCase(SinkCase):
         return found
 
     def leftovers(self, job: str) -> list[str]:
-        return [f"_sparkpoint_txn/{job}/{name}" for name in sorted(self._staged_dirs(job) - self._referenced(job))]
+        return [f"_sparkpoint_txn/{job}/{name}"
+                for name in sorted(self._staged_dirs(job) - self._referenced(job))]
 
     def promotion(self, record: Any) -> tuple[int, int]:
         table = self._table()
@@ -159,13 +161,14 @@ class DeltaCase(SinkCase):
 
     def describe_promotion(self, record: Any) -> str:
         _promoted, total = self.promotion(record)
-        return (f"the Delta log entry of batch {record.batch_id} ({total} staged file(s)) landed; its record and "
-                "staging were still there when killed")
+        return (f"the Delta log entry of batch {record.batch_id} ({total} staged file(s)) landed; its record "
+                "and staging were still there when killed")
 
     def partial_promotion(self, record: Any) -> str | None:
         promoted, total = self.promotion(record)
         if not promoted:
-            return f"the Delta log has no commit of batch {record.batch_id}: the kill came before the promotion"
+            return (f"the Delta log has no commit of batch {record.batch_id}: the kill came "
+                    "before the promotion")
         staging = record.payload["staged"]["staging"].rsplit("/", 1)[-1]
         if staging not in self._staged_dirs(record.job):
             return f"the staging of batch {record.batch_id} is gone: the kill came after the commit returned"
@@ -251,7 +254,8 @@ class S3Case(SinkCase):
         assert self.s3 is not None
         client = self.s3.client()
         keys = [k for k in _keys(self.s3, self.out_prefix) if _visible(k[len(self.out_prefix):])]
-        return _json_rows([client.get_object(Bucket=self.s3.bucket, Key=k)["Body"].read().decode() for k in keys])
+        return _json_rows([client.get_object(Bucket=self.s3.bucket, Key=k)["Body"].read().decode()
+                           for k in keys])
 
     def _pending(self) -> list[tuple[str, str]]:
         assert self.s3 is not None
@@ -327,7 +331,8 @@ class DirectoryS3Case(DirectoryCase):
         assert self.s3 is not None
         client = self.s3.client()
         keys = [k for k in _keys(self.s3, self.out_prefix) if _visible(k[len(self.out_prefix):])]
-        return _json_rows([client.get_object(Bucket=self.s3.bucket, Key=k)["Body"].read().decode() for k in keys])
+        return _json_rows([client.get_object(Bucket=self.s3.bucket, Key=k)["Body"].read().decode()
+                           for k in keys])
 
     def leftovers(self, job: str) -> list[str]:
         assert self.s3 is not None

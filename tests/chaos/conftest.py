@@ -1,6 +1,6 @@
 """Chaos fixtures: a fresh bucket per test on each of the two S3 servers (moto in a child
-process, SeaweedFS: both servers from ``tests/support/servers.py``, up while this package runs), and the summary
-tables of the crash trials printed at the end of the session (and appended to the
+process, SeaweedFS: both servers from ``tests/support/servers.py``, up while this package runs), and the
+summary tables of the crash trials printed at the end of the session (and appended to the
 cumulative record when ``SPARKPOINT_CHAOS_RECORD`` names it: `tests.chaos.record`)."""
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def s3_context(s3_server_process: str) -> S3Context:
 @pytest.fixture()
 def s3_servers(s3_server_process: str, seaweedfs_server: str) -> dict[str, S3Context]:
     """A fresh bucket on each S3 server, by server name (`tests.support.s3_servers.SERVERS`)."""
-    return {"moto": new_bucket(s3_server_process, "moto"), "seaweedfs": new_bucket(seaweedfs_server, "seaweedfs")}
+    return {"moto": new_bucket(s3_server_process, "moto"),
+            "seaweedfs": new_bucket(seaweedfs_server, "seaweedfs")}
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -269,7 +269,8 @@ def _roll_back(tr: TrialRun, store: CutoverStore, state: CutoverState, fault: Fa
     green = state.claimed.generation
     pending = sorted(r.batch_id for r in tr.catalog.transactions() if r.generation == green)
     if len(pending) < 2:
-        tr.result.problems.append(f"green staged {pending} for the rollback to abort; the trial needs 2 or more")
+        tr.result.problems.append(f"green staged {pending} for the rollback to abort; the "
+                                  "trial needs 2 or more")
     command = ["commit", "--abort-generation", str(green)]
     tr.cli("rollback1", command, fault)
     again = tr.cli("rollback2", command)
@@ -277,18 +278,19 @@ def _roll_back(tr: TrialRun, store: CutoverStore, state: CutoverState, fault: Fa
         tr.result.problems.append(f"the retried rollback failed (exit {again.returncode}):\n{again.tail()}")
     end = store.end(state.id, "rolled_back", step="rollback", generation=green, by="chaos")
     try:
-        final = "kept" if tr.catalog.own_snapshot(state.claimed.checkpoint) is not None else "retired by green"
+        final = ("kept" if tr.catalog.own_snapshot(state.claimed.checkpoint) is not None
+                 else "retired by green")
     except RestoreError:
         final = "retired by green"
-    tr.result.notes.append(f"cutover {state.id}: {end.outcome} at {end.step}; green aborted {pending}; blue's "
-                           f"final checkpoint {state.claimed.checkpoint.rsplit('/', 1)[-1]} {final}")
+    tr.result.notes.append(f"cutover {state.id}: {end.outcome} at {end.step}; green aborted {pending}; "
+                           f"blue's final checkpoint {state.claimed.checkpoint.rsplit('/', 1)[-1]} {final}")
     # restore=latest: where the rollback returned the lineage, blue's final savepoint S of N (blue's
     # own final checkpoint X at N is the base of green's lineage, but green's retention retires X
     # once green has checkpoints of its own; S stays).
     origin = tr.catalog.origins()[-1]
     if (origin.kind, origin.uri) != ("savepoint", state.claimed.savepoint):
-        tr.result.problems.append(f"the rollback returned the lineage to {origin.describe()}, not to blue's final "
-                                  f"savepoint {state.claimed.savepoint}")
+        tr.result.problems.append(f"the rollback returned the lineage to {origin.describe()}, not to blue's "
+                                  f"final savepoint {state.claimed.savepoint}")
     tr.final("blue-restored", stop_when_drained=True)
 
 
@@ -329,7 +331,8 @@ def _stop_blue_unless_it_took_the_request(tr: TrialRun, store: CutoverStore, cid
     while time.monotonic() < deadline and not blue.join(0.5):
         states = {channel.result(rid).state for rid in ids}
         if states and states <= {"expired", "failed"}:
-            tr.result.notes.append(f"blue's stop_after {ids} was {'/'.join(sorted(states))}: blue runs on; stopped")
+            tr.result.notes.append(f"blue's stop_after {ids} was {'/'.join(sorted(states))}: "
+                                   "blue runs on; stopped")
             stop = channel.submit("stop", generation=generation, timeout_s=STEP_TIMEOUT_S)
             channel.wait(stop.id, timeout_s=STEP_TIMEOUT_S, poll_s=0.3)
             return

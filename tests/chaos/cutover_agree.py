@@ -28,7 +28,8 @@ def main() -> None:
                             requested_by="chaos-orchestrator", wait=False, generation=args.generation,
                             cutover_id=args.cutover)
     CutoverStore(catalog).agree(args.cutover, args.after_batch, stop.request_id)
-    print(f"agreed: cutover {args.cutover} at batch {args.after_batch}, request {stop.request_id}", flush=True)
+    print(f"agreed: cutover {args.cutover} at batch {args.after_batch}, request {stop.request_id}",
+          flush=True)
 
 
 if __name__ == "__main__":

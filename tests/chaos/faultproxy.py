@@ -146,7 +146,8 @@ class FaultProxy:
         if handler.command != "HEAD":
             handler.wfile.write(payload)
 
-    def _forward(self, handler: BaseHTTPRequestHandler, body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
+    def _forward(self, handler: BaseHTTPRequestHandler,
+                 body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
         conn = http.client.HTTPConnection(*self.upstream, timeout=120)
         try:
             headers = {k: v for k, v in handler.headers.items() if k.lower() not in _HOP_BY_HOP}
@@ -188,7 +189,8 @@ def _drop(handler: BaseHTTPRequestHandler) -> None:
     """Close the connection without a response (an RST, like a dying load balancer)."""
     handler.close_connection = True
     try:
-        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                      b"\x01\x00\x00\x00\x00\x00\x00\x00")
         handler.connection.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass

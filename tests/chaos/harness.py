@@ -107,7 +107,8 @@ class Run:
         return "\n".join(self.output.splitlines()[-lines:])
 
 
-def submit_command(script: Path, conf: Mapping[str, str], args: Sequence[str], master: str = "local[1]") -> list[str]:
+def submit_command(script: Path, conf: Mapping[str, str], args: Sequence[str],
+                   master: str = "local[1]") -> list[str]:
     cmd = [SPARK_SUBMIT, "--master", master, "--driver-java-options", JAVA_OPTS,
            "--conf", "spark.ui.enabled=false",
            "--conf", "spark.sql.shuffle.partitions=1",
@@ -164,7 +165,8 @@ def spark_submit(script: Path, *, conf: Mapping[str, str], args: Sequence[str], 
                  env: Mapping[str, str] | None = None, timeout_s: float = RUN_TIMEOUT_S,
                  on_poll: Callable[[], None] | None = None) -> Run:
     """Run a driver to its end (or SIGKILL); see `run_process`."""
-    return run_process(submit_command(script, conf, args), log=log, env=env, timeout_s=timeout_s, on_poll=on_poll)
+    return run_process(submit_command(script, conf, args), log=log, env=env, timeout_s=timeout_s,
+                       on_poll=on_poll)
 
 
 # ---------------------------------------------------------------------------- faults and their evidence

@@ -45,7 +45,8 @@ def points_for(case: str, mode: str) -> tuple[str, ...]:
     cases of `cutover.CASES`."""
     case_cls, _server = split_key(case)
     run = tuple(p for p in RUN_POINTS
-                if not (mode == "external" and p == "committed") and not (p == "rewind" and not case_cls.delta))
+                if not (mode == "external" and p == "committed")
+                and not (p == "rewind" and not case_cls.delta))
     return run + (CUTOVER_POINTS if mode == "checkpoint" and case in cutover.CASES else ())
 
 
@@ -54,7 +55,8 @@ def pairs_for(case: str) -> list[tuple[str, str]]:
     return [(point, mode) for mode in MODES for point in points_for(case, mode)]
 
 
-def trial_for(index: int, case: str, mode: str, point: str, rng: random.Random, *, rollback: bool = False) -> Trial:
+def trial_for(index: int, case: str, mode: str, point: str, rng: random.Random, *,
+              rollback: bool = False) -> Trial:
     """One trial whose scenario fires `point` (see `tests.chaos.scenarios`)."""
     staging = rng.choice(STAGING_SIDES)
     if point in CUTOVER_POINTS:
@@ -69,7 +71,8 @@ def trial_for(index: int, case: str, mode: str, point: str, rng: random.Random, 
         return Trial(index, case, mode, "retention", (Fault("retention", BATCHES),), staging)
     if point == "abort":
         if mode == "external" and rollback:
-            return Trial(index, case, mode, "rollback", (Fault("abort", 2, "rollback"), Fault("stage", 2)), staging)
+            return Trial(index, case, mode, "rollback", (Fault("abort", 2, "rollback"), Fault("stage", 2)),
+                         staging)
         return Trial(index, case, mode, "stop-abort", (Fault("abort", LAST),), staging)
     batch = LAST if point in STOP_POINTS else rng.randrange(BATCHES)
     where = "commit" if point == "promoting" and mode == "external" else "job"
@@ -78,7 +81,8 @@ def trial_for(index: int, case: str, mode: str, point: str, rng: random.Random, 
 
 def cutover_trials(case: str, rng: random.Random, start_index: int = 0) -> list[Trial]:
     """A cutover trial of `case` at each cutover point, and the rollback after a cutover."""
-    trials = [trial_for(start_index + i, case, "checkpoint", point, rng) for i, point in enumerate(CUTOVER_POINTS)]
+    trials = [trial_for(start_index + i, case, "checkpoint", point, rng)
+              for i, point in enumerate(CUTOVER_POINTS)]
     return [*trials, Trial(start_index + len(trials), case, "checkpoint", "cutover", (cutover.ROLLBACK,),
                            rng.choice(STAGING_SIDES))]
 
@@ -112,7 +116,8 @@ def ci_plan() -> list[Trial]:
         Trial(0, "delta-merge", "checkpoint", "crash",
               (f("stage", 1), f("confirmed", 2), f("recovery", 2), f("promoting", 3)), "executors"),
         # a rollback killed halfway through abort_generation, then blue's restore killed at stage
-        Trial(1, "delta-append", "external", "rollback", (f("abort", 2, "rollback"), f("stage", 2)), "executors"),
+        Trial(1, "delta-append", "external", "rollback", (f("abort", 2, "rollback"), f("stage", 2)),
+              "executors"),
         # restore an older checkpoint with sinkAhead=rewind, killed before its first checkpoint
         Trial(2, "delta-s3@seaweedfs", "checkpoint", "rewind", (f("rewind", None),), "driver"),
         Trial(3, "s3@moto", "external", "crash", (f("record", 1), f("promoting", 2, "commit"))),
@@ -166,9 +171,10 @@ def format_report(title: str, results: Sequence[TrialResult], seed: Any) -> str:
                 armed = [r for r in mine if r.trial.mode == mode and point in r.trial.points]
                 if not armed:
                     continue
-                rows.append([case, point, mode, str(len(armed)), str(sum(r.fired_point(point) for r in armed)),
-                             str(sum(r.verdict.duplicates for r in armed)), str(sum(r.verdict.lost for r in armed)),
-                             str(sum(not r.ok for r in armed))])
+                rows.append([case, point, mode, str(len(armed)),
+                             str(sum(r.fired_point(point) for r in armed)),
+                             str(sum(r.verdict.duplicates for r in armed)),
+                             str(sum(r.verdict.lost for r in armed)), str(sum(not r.ok for r in armed))])
         rows.append([case, "(all)", "", str(len(mine)), str(sum(r.fired for r in mine)),
                      str(sum(r.verdict.duplicates for r in mine)), str(sum(r.verdict.lost for r in mine)),
                      str(sum(not r.ok for r in mine))])
@@ -184,7 +190,8 @@ def format_report(title: str, results: Sequence[TrialResult], seed: Any) -> str:
               for row in rows]
     if results:
         seconds = sorted(r.seconds for r in results)
-        lines.append(f"wall time per trial: median {seconds[len(seconds) // 2]:.0f} s, max {seconds[-1]:.0f} s")
+        lines.append(f"wall time per trial: median {seconds[len(seconds) // 2]:.0f} s, "
+                     f"max {seconds[-1]:.0f} s")
     for r in results:
         if not r.ok:
             lines.append(f"FAILED {r.trial.label}: " + "; ".join(r.failures())[:2500])

@@ -118,7 +118,8 @@ class TrialRun:
         """A kill at promoting must leave the batch half promoted (the retry repairs it)."""
         records = [r for r in self.catalog.transactions() if r.batch_id == fault.batch]
         if not records:
-            self.result.problems.append(f"after the kill at {fault}: no transaction record of batch {fault.batch}")
+            self.result.problems.append(f"after the kill at {fault}: no transaction record "
+                                        f"of batch {fault.batch}")
             return
         problem = self.case.partial_promotion(records[-1])
         if problem:
@@ -196,7 +197,8 @@ class TrialRun:
         """A clean run that the scenario needs to succeed; None (and a problem) if not."""
         run = self.job(name, **kwargs)
         if run.returncode != 0 or not run.result:
-            self.result.problems.append(f"{name} (no fault armed) failed (exit {run.returncode}):\n{run.tail()}")
+            self.result.problems.append(f"{name} (no fault armed) failed (exit "
+                                        f"{run.returncode}):\n{run.tail()}")
             return None
         return run
 
@@ -214,8 +216,8 @@ class TrialRun:
             status = self.catalog.read_status() or {}
             if (int(status.get("generation") or 0) > before and status.get("state") == "running"
                     and _drained(status, self.last_batch)):
-                ControlChannel(self.catalog).submit("stop", generation=int(status["generation"]), timeout_s=300,
-                                                    requested_by="chaos")
+                ControlChannel(self.catalog).submit("stop", generation=int(status["generation"]),
+                                                    timeout_s=300, requested_by="chaos")
                 sent.append(True)
 
         return poll
@@ -322,8 +324,8 @@ def stop_abort(tr: TrialRun) -> None:
             return
         if "request" not in state:
             # the held driver's own generation (it claimed before it staged anything)
-            state["request"] = channel.submit("stop", generation=tr.catalog.current_generation(), timeout_s=300,
-                                              requested_by="chaos").id
+            state["request"] = channel.submit("stop", generation=tr.catalog.current_generation(),
+                                              timeout_s=300, requested_by="chaos").id
         elif "taken" not in state:
             # The driver logs the request right before it stops the query (which interrupts
             # the held batch); released a little later, the batch is never confirmed.
@@ -350,7 +352,8 @@ def rollback(tr: TrialRun) -> None:
         return
     green_first = tr.last_batch + 1
     tr.more_input(2)
-    green = tr.clean("green", conf={"spark.sparkpoint.restore": savepoint}, commit=False, pace_after=green_first)
+    green = tr.clean("green", conf={"spark.sparkpoint.restore": savepoint}, commit=False,
+                     pace_after=green_first)
     if green is None:
         return
     generation = int((green.result or {})["generation"])
@@ -362,8 +365,8 @@ def rollback(tr: TrialRun) -> None:
     latest = tr.catalog.latest()
     if latest is not None and latest.generation == generation:
         tr.result.problems.append(
-            f"after the rollback, restore=latest would pick checkpoint {latest.id} (batch {latest.batch_id}) of "
-            f"the rolled-back generation {generation}")
+            f"after the rollback, restore=latest would pick checkpoint {latest.id} (batch {latest.batch_id}) "
+            f"of the rolled-back generation {generation}")
     tr.job("blue-restored", Fault("stage", green_first), conf={"spark.sparkpoint.restore": savepoint})
     tr.final("blue-retry")
 

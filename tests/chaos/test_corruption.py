@@ -7,8 +7,8 @@ batches the table holds with the offsets their commits recorded (the self-healin
 fallback); when a commit carries no such record it is refused, unless
 ``restore.sinkAhead=rewind``, after which the output is exact again.
 
-One job lineage (Delta merge sink; a headline promise, in the default run): ``external`` commit mode with the commit
-step publishing only up to the checkpoint before the latest (write-audit-publish), so
+One job lineage (Delta merge sink; a headline promise, in the default run): ``external`` commit mode with the
+commit step publishing only up to the checkpoint before the latest (write-audit-publish), so
 the fallback is never behind the table; then ``checkpoint`` mode for the refusal.
 """
 
@@ -50,7 +50,8 @@ def corrupt(catalog: Catalog, kind: str, latest: SnapshotMetadata, previous: Sna
         return "truncated _metadata"
     if kind == "garbled":
         start = rng.randrange(0, len(data) - 64)
-        catalog.store.put(key, data[:start] + bytes(rng.randrange(256) for _ in range(64)) + data[start + 64:])
+        catalog.store.put(key,
+                          data[:start] + bytes(rng.randrange(256) for _ in range(64)) + data[start + 64:])
         return "64 garbled bytes in _metadata"
     if kind == "checksum":
         body = json.loads(data)
@@ -80,8 +81,8 @@ def test_restart_falls_back_from_every_kind_of_corrupt_checkpoint(tmp_path: Path
     case = DeltaMergeCase(tmp_path)
     root = tmp_path / "checkpoints"
     catalog = Catalog.open(str(root), JOB)
-    conf = {"spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": JOB, "spark.sparkpoint.restore": "latest",
-            "spark.sparkpoint.commit.mode": "external"}
+    conf = {"spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": JOB,
+            "spark.sparkpoint.restore": "latest", "spark.sparkpoint.commit.mode": "external"}
     expected = write_inputs(tmp_path / "input")
     first = restart(case, conf, tmp_path, "run0")
     assert first.returncode == 0, first.tail()
@@ -121,7 +122,8 @@ def test_restart_falls_back_from_every_kind_of_corrupt_checkpoint(tmp_path: Path
     next_file += 1
     healed = restart(case, conf, tmp_path, "run-sink-ahead-replayed")
     assert healed.returncode == 0, healed.tail()
-    assert healed.result is not None and healed.result["recovered"]["replayed"] == [latest.batch_id], healed.result
+    assert healed.result is not None and healed.result["recovered"]["replayed"] == [latest.batch_id], \
+        healed.result
     verdict = compare(case, expected, case.rows())
     assert verdict.exact, verdict.wrong
 
@@ -136,11 +138,13 @@ def test_restart_falls_back_from_every_kind_of_corrupt_checkpoint(tmp_path: Path
     expected += write_inputs(tmp_path / "input", files=1, start=next_file)
     refused = restart(case, conf, tmp_path, "run-sink-ahead")
     assert refused.returncode != 0
-    assert "SinkAheadError" in refused.output and f"already committed batch {latest.batch_id}" in refused.output, \
+    assert ("SinkAheadError" in refused.output
+            and f"already committed batch {latest.batch_id}" in refused.output), \
         refused.tail()
     assert f"batch {latest.batch_id} was committed without a replay record" in refused.output, refused.tail()
     assert f"skipping invalid checkpoint {bad_uri}" in refused.output
-    assert catalog.current_generation() == generation and _delta_version(case) == version, "refused, yet touched"
+    assert catalog.current_generation() == generation and _delta_version(case) == version, \
+        "refused, yet touched"
 
     rewound = restart(case, {**conf, "spark.sparkpoint.restore.sinkAhead": "rewind"}, tmp_path, "run-rewind")
     assert rewound.returncode == 0, rewound.tail()

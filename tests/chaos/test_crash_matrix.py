@@ -117,7 +117,8 @@ def test_crash_trials(case: str, tmp_path: Path, s3_servers: dict[str, S3Context
     title = f"chaos trials: {case}"
     REPORTS.append((title, results, seed))
     gaps = coverage_gaps(results, [case])
-    assert not gaps, f"(fault point, mode) pairs that never fired: {gaps}\n" + format_report(title, results, seed)
+    assert not gaps, \
+        f"(fault point, mode) pairs that never fired: {gaps}\n" + format_report(title, results, seed)
     assert all(r.ok for r in results), format_report(title, results, seed)
 
 
@@ -158,7 +159,8 @@ def test_every_cutover_point_is_planned_on_its_cases_in_checkpoint_mode_only() -
         assert not [p for p, mode in pairs_for(case) if p in CUTOVER_POINTS and mode != "checkpoint"]
     assert set(CUTOVER_POINTS) == set(cutover.POINTS) and set(CUTOVER_POINTS) <= set(ALL_POINTS)
     trial = trial_for(0, "delta-append", "checkpoint", "cutover_agreement", random.Random(1))
-    assert (trial.scenario, trial.faults) == ("cutover", (Fault("cutover_agreement", cutover.AGREED, "agreement"),))
+    assert ((trial.scenario, trial.faults)
+            == ("cutover", (Fault("cutover_agreement", cutover.AGREED, "agreement"),)))
     assert [t.points for t in ci_plan() if t.scenario == "cutover"] == [("cutover_first_commit",)]
     every = cutover_trials("s3@moto", random.Random(2))
     assert [t.faults[0] for t in every] == [*(cutover.fault_for(p) for p in CUTOVER_POINTS), cutover.ROLLBACK]
@@ -276,7 +278,8 @@ def test_every_fault_point_is_wired_into_the_code() -> None:
     import airflow_sparkpoint
 
     package = Path(airflow_sparkpoint.__file__).parent
-    calls = re.compile(r"faults\.(?:maybe_kill|maybe_kill_halfway|map_in_halves)\((?:[^()]|\([^()]*\))*\)", re.DOTALL)
+    calls = re.compile(r"faults\.(?:maybe_kill|maybe_kill_halfway|map_in_halves)\((?:[^()]|\([^()]*\))*\)",
+                       re.DOTALL)
     wired: set[str] = set()
     for source in package.rglob("*.py"):
         for call in calls.findall(source.read_text()):
@@ -320,7 +323,8 @@ def test_no_planned_fault_waits_for_a_batch_number_a_fold_can_remove() -> None:
     old = Trial(6, "directory-s3@moto", "external", "crash",
                 (Fault("checkpointed", 1), Fault("promoting", 2, "commit"), Fault("stopped", LAST)))
     assert fold_hazards(old) == [f"stopped:{LAST} after checkpointed:1"]
-    assert fold_hazards(Trial(0, "directory", "checkpoint", "crash", (Fault("stage", 1), Fault("promoting", LAST)))) \
+    assert fold_hazards(Trial(0, "directory", "checkpoint", "crash",
+                              (Fault("stage", 1), Fault("promoting", LAST)))) \
         == [], "a kill before commits/1 cannot fold"
     planned = list(ci_plan())
     for seed in range(20):

@@ -20,7 +20,8 @@ def result(index: int, case: str, point: str, *, fired: bool = True, lost: int =
 
 def test_appended_trials_add_up_in_the_table_and_a_failure_is_named(tmp_path: Path) -> None:
     path = tmp_path / "chaos" / "trials.jsonl"
-    append(path, [("sweep", [result(0, "delta-merge", "stage"), result(1, "delta-merge", "stage", lost=2)], 7)],
+    append(path,
+           [("sweep", [result(0, "delta-merge", "stage"), result(1, "delta-merge", "stage", lost=2)], 7)],
            "2026-11-26T00:00:00Z abc")
     append(path, [("sweep", [result(0, "s3@moto", "copy", fired=False)], 8)], "2026-11-27T00:00:00Z def")
 

@@ -40,7 +40,8 @@ def test_multipart_uploads_copy_and_batch_delete(server: str, s3_servers: dict[s
                               Body=b'{"id": 1}\n')["ETag"]
 
     def listed(prefix: str) -> list[str]:
-        return [u["Key"] for u in client.list_multipart_uploads(Bucket=s3.bucket, Prefix=prefix).get("Uploads", ())]
+        return [u["Key"]
+                for u in client.list_multipart_uploads(Bucket=s3.bucket, Prefix=prefix).get("Uploads", ())]
 
     assert listed("out/") == ["out/a.json"], f"{server}: uploads under a prefix"
     assert client.list_objects_v2(Bucket=s3.bucket, Prefix="out/").get("KeyCount", 0) == 0, \
@@ -52,9 +53,11 @@ def test_multipart_uploads_copy_and_batch_delete(server: str, s3_servers: dict[s
     client.abort_multipart_upload(Bucket=s3.bucket, Key="elsewhere/b.json", UploadId=other)
     assert listed("elsewhere/") == []
 
-    client.copy_object(Bucket=s3.bucket, Key="out/copy.json", CopySource={"Bucket": s3.bucket, "Key": "out/a.json"})
+    client.copy_object(Bucket=s3.bucket, Key="out/copy.json",
+                       CopySource={"Bucket": s3.bucket, "Key": "out/a.json"})
     assert client.get_object(Bucket=s3.bucket, Key="out/copy.json")["Body"].read() == b'{"id": 1}\n'
-    client.delete_objects(Bucket=s3.bucket, Delete={"Objects": [{"Key": "out/a.json"}, {"Key": "out/copy.json"}]})
+    client.delete_objects(Bucket=s3.bucket,
+                          Delete={"Objects": [{"Key": "out/a.json"}, {"Key": "out/copy.json"}]})
     assert client.list_objects_v2(Bucket=s3.bucket, Prefix="out/").get("KeyCount", 0) == 0
 
 

@@ -60,10 +60,12 @@ def test_catalog_rides_through_s3_faults(s3_server: str, s3_bucket: str) -> None
         generation = catalog.claim_generation().generation
         metas = []
         for batch in range(6):
-            record = transaction_record("s3", batch, generation, {"batch": batch}, job=JOB, sink_id="s3://x/y")
+            record = transaction_record("s3", batch, generation, {"batch": batch}, job=JOB,
+                                        sink_id="s3://x/y")
             catalog.put_transaction(record)
             metas.append(put_checkpoint(catalog, {f"state/0/{i}/{batch + 1}.changelog":  # four state files
-                                                  f"state {i} of batch {batch} ".encode() * (50 + i) for i in range(4)},
+                                                  f"state {i} of batch {batch} ".encode() * (50 + i)
+                                                  for i in range(4)},
                                         batch_id=batch))
             enforce_checkpoint_retention(catalog, 3)
             catalog.delete_transactions([record])
@@ -77,7 +79,8 @@ def test_catalog_rides_through_s3_faults(s3_server: str, s3_bucket: str) -> None
         injected = dict(proxy.injected)
         requests = proxy.requests
     print(f"seed {seed}: {requests} requests through the proxy, faults injected {injected}")
-    assert sum(injected.values()) >= 10 and len(injected) >= 3, injected  # with the default seed: all five kinds
+    # with the default seed: all five kinds
+    assert sum(injected.values()) >= 10 and len(injected) >= 3, injected
 
     # Read back without the proxy: exactly what a fault-free run leaves.
     clean = Catalog.open(f"s3://{s3_bucket}/root", JOB, endpoint_url=s3_server, region_name="us-east-1")
@@ -143,7 +146,8 @@ def test_job_checkpointing_to_flaky_s3_is_exact_after_restarts(
             runs.append(run)
             if run.returncode == 0:
                 break
-            assert "Traceback" in run.output, f"try {attempt} neither finished nor failed cleanly:\n{run.tail()}"
+            assert "Traceback" in run.output, \
+                f"try {attempt} neither finished nor failed cleanly:\n{run.tail()}"
         injected = dict(proxy.injected)
     print(f"seed {seed}: {len(runs)} runs, {proxy.requests} requests, faults injected {injected}")
     assert runs[-1].returncode == 0, runs[-1].tail()
@@ -248,8 +252,8 @@ class LiveDir:
 def _coordinator(catalog: Catalog, live: Path, tolerable: int = 0) -> Checkpointer:
     fence = Fence(catalog, catalog.claim_generation().generation)
     committer = Committer(catalog=catalog, sink=None, fence=fence, commit_mode="checkpoint")  # type: ignore[arg-type]
-    return Checkpointer(catalog=catalog, fence=fence, live_root=str(live), transactions=committer, interval_s=0,
-                        num_retained=2, timeout_s=600, tolerable_failures=tolerable)
+    return Checkpointer(catalog=catalog, fence=fence, live_root=str(live), transactions=committer,
+                        interval_s=0, num_retained=2, timeout_s=600, tolerable_failures=tolerable)
 
 
 def _restores_exactly(catalog: Catalog, live: LiveDir, batch_id: int, where: Path) -> None:
@@ -368,7 +372,9 @@ def test_random_write_faults_never_damage_the_latest_valid_checkpoint(tmp_path: 
     assert newest >= 20
 
 
-def test_a_real_disk_full_leaves_no_torn_or_temporary_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_real_disk_full_leaves_no_torn_or_temporary_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """ENOSPC in the middle of LocalStorage's own copy: the object never appears, torn,
     under its key, and no temp file is left to fill the disk further."""
     from airflow_sparkpoint.storage import _localfs_fd

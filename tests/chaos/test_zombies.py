@@ -4,8 +4,8 @@ not complete a checkpoint nor commit: it fails fast with `StaleGeneration`.
 
 * in-process (default run): the runtime in this test's SparkSession, then a newer
   generation is claimed and new input arrives;
-* two real spark-submit processes (a headline promise, in the default run): blue keeps running, green starts from a
-  savepoint of blue (a deploy), new input arrives; blue fails, green's retry is exact.
+* two real spark-submit processes (a headline promise, in the default run): blue keeps running, green starts
+  from a savepoint of blue (a deploy), new input arrives; blue fails, green's retry is exact.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ def delta_version(table: Path) -> int | None:
 
 
 @pytest.mark.spark
-def test_a_superseded_generation_in_process_fails_fast_without_checkpoint_or_commit(spark: Any, tmp_path: Path) -> None:
+def test_a_superseded_generation_in_process_fails_fast_without_checkpoint_or_commit(
+    spark: Any, tmp_path: Path
+) -> None:
     from pyspark.sql import functions as F
 
     from airflow_sparkpoint.runtime import SparkpointJob
@@ -85,7 +87,8 @@ def test_zombie_blue_keeps_running_after_green_starts(tmp_path: Path) -> None:
             "spark.sparkpoint.control.pollInterval": "300ms"}
     args = ["--input", str(tmp_path / "input"), "--output", case.output()]
     catalog = Catalog.open(str(root), JOB)
-    blue_conf = {**conf, "spark.sparkpoint.restore": "latest", "spark.sparkpoint.trigger": "processingTime:500ms"}
+    blue_conf = {**conf, "spark.sparkpoint.restore": "latest",
+                 "spark.sparkpoint.trigger": "processingTime:500ms"}
     blue_run: dict[str, Any] = {}
     blue = threading.Thread(target=lambda: blue_run.update(run=spark_submit(
         JOBS / case.script, conf=blue_conf, args=args, log=tmp_path / "blue.log")), daemon=True)
@@ -94,13 +97,14 @@ def test_zombie_blue_keeps_running_after_green_starts(tmp_path: Path) -> None:
 
     # The deploy: a savepoint of the running blue, green starts from it; blue is not stopped.
     channel = ControlChannel(catalog)
-    savepoint = channel.wait(channel.submit("savepoint", generation=int(catalog.read_status()["generation"]), timeout_s=120).id, timeout_s=120, poll_s=0.3).savepoint
+    savepoint = channel.wait(channel.submit("savepoint", generation=int(catalog.read_status()["generation"]),
+                                            timeout_s=120).id, timeout_s=120, poll_s=0.3).savepoint
     assert savepoint
     # Green runs elsewhere (its own work dir: it must not touch blue's live checkpoint).
     green_conf = {**conf, "spark.sparkpoint.workDir": str(tmp_path / "green-work"),
                   "spark.sparkpoint.takeover": "true"}  # green fences the running blue on purpose
-    green = spark_submit(JOBS / case.script, conf={**green_conf, "spark.sparkpoint.restore": savepoint}, args=args,
-                         log=tmp_path / "green.log")
+    green = spark_submit(JOBS / case.script, conf={**green_conf, "spark.sparkpoint.restore": savepoint},
+                         args=args, log=tmp_path / "green.log")
     assert green.returncode == 0, green.tail()
     assert catalog.current_generation() == 2
     latest = catalog.latest()
@@ -120,8 +124,8 @@ def test_zombie_blue_keeps_running_after_green_starts(tmp_path: Path) -> None:
     assert (catalog.read_status() or {}).get("generation") == 2, "the zombie overwrote the status"
 
     # Green's next run (the Airflow retry path) takes over blue's leftovers and is exact.
-    retry = spark_submit(JOBS / case.script, conf={**green_conf, "spark.sparkpoint.restore": "latest"}, args=args,
-                         log=tmp_path / "green-retry.log")
+    retry = spark_submit(JOBS / case.script, conf={**green_conf, "spark.sparkpoint.restore": "latest"},
+                         args=args, log=tmp_path / "green-retry.log")
     assert retry.returncode == 0, retry.tail()
     verdict = compare(case, expected, case.rows())
     assert verdict.exact, verdict.wrong

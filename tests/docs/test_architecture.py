@@ -77,4 +77,5 @@ def test_every_module_is_cited_by_the_page() -> None:
                and not path.read_text(encoding="utf-8").lstrip('"').startswith("Deprecated alias")}
     uncited = {m for m in modules if m not in cited}
     assert len(modules) > 100 and "checkpoints/catalog.py" in modules  # the scan found the package
-    assert not uncited, f"modules docs/ARCHITECTURE.md does not cite (name each one's concern): {sorted(uncited)}"
+    assert not uncited, \
+        f"modules docs/ARCHITECTURE.md does not cite (name each one's concern): {sorted(uncited)}"

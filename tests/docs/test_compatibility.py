@@ -33,12 +33,13 @@ def test_the_supported_ranges_are_pyprojects() -> None:
     supported = {
         "Apache Airflow": requirement(project["dependencies"], "apache-airflow"),
         "Spark provider": requirement(project["dependencies"], "apache-airflow-providers-apache-spark"),
-        "Spark (the cluster's, and the driver's `pyspark`)": requirement(project["optional-dependencies"]["spark"],
-                                                                        "pyspark"),
+        "Spark (the cluster's, and the driver's `pyspark`)":
+            requirement(project["optional-dependencies"]["spark"], "pyspark"),
         "Python": project["requires-python"],
     }
     for component, specifier in supported.items():
-        assert f"`{specifier}`" in rows[component] or f"≥ {specifier.removeprefix('>=')}" in rows[component], (
+        assert (f"`{specifier}`" in rows[component]
+                or f"≥ {specifier.removeprefix('>=')}" in rows[component]), (
             f"install.md's {component!r} row says {rows[component]!r}; pyproject.toml declares {specifier!r}")
     for library in project["optional-dependencies"]["runtime"]:
         assert f"`{library}`" in rows["runtime libraries"], (library, rows["runtime libraries"])
@@ -47,7 +48,8 @@ def test_the_supported_ranges_are_pyprojects() -> None:
 def test_the_spark_row_lists_every_maintained_line() -> None:
     lines = [row.split()[0] for row in (REPO / "scripts" / "spark-lines.txt").read_text().splitlines()
              if row.strip() and not row.startswith("#")]
-    listed = re.findall(r"\b\d\.\d\b", table()["Spark (the cluster's, and the driver's `pyspark`)"].split("(")[0])
+    spark_row = table()["Spark (the cluster's, and the driver's `pyspark`)"]
+    listed = re.findall(r"\b\d\.\d\b", spark_row.split("(")[0])
     assert listed == lines, f"install.md lists Spark {listed}; scripts/spark-lines.txt maintains {lines}"
 
 

@@ -63,7 +63,8 @@ def links(page: Path) -> list[tuple[int, str]]:
 
 
 def test_anchor_slugs_follow_github() -> None:
-    page = "# A\n## `inspect --json`\n## One table: kill, retry\n## 7. How it works\n## A\n```\n# not a heading\n```\n"
+    page = ("# A\n## `inspect --json`\n## One table: kill, retry\n## 7. How it works\n## A\n```\n# "
+            "not a heading\n```\n")
     assert anchors(page) == {"a", "inspect---json", "one-table-kill-retry", "7-how-it-works", "a-1"}
 
 
@@ -75,7 +76,8 @@ def test_every_relative_link_resolves(page: Path) -> None:
         resolved = (page.parent / path_part).resolve() if path_part else page
         where = f"{page.relative_to(REPO)}:{number}: {target}"
         if not resolved.exists():
-            relative = resolved.relative_to(REPO).as_posix() if resolved.is_relative_to(REPO) else str(resolved)
+            relative = (resolved.relative_to(REPO).as_posix() if resolved.is_relative_to(REPO)
+                        else str(resolved))
             if relative not in PENDING_PAGES:
                 broken.append(f"{where} (no such file)")
             continue

@@ -28,8 +28,8 @@ def snippets() -> tuple[str, str, str]:
         assert match, f"no ```{language} block after {caption!r}"
         return match.group(1)
 
-    return (block_after("The job, `dags/jobs/orders.py`", "python"), block_after("The DAG, `dags/orders.py`", "python"),
-            block_after("the one-slot pool", "bash"))
+    return (block_after("The job, `dags/jobs/orders.py`", "python"),
+            block_after("The DAG, `dags/orders.py`", "python"), block_after("the one-slot pool", "bash"))
 
 
 def project(base: Path) -> Path:
@@ -43,7 +43,9 @@ def project(base: Path) -> Path:
 
 
 @pytest.mark.airflow
-def test_the_readmes_dag_parses_and_its_application_is_the_job_script(airflow_home: Path, tmp_path: Path) -> None:
+def test_the_readmes_dag_parses_and_its_application_is_the_job_script(
+    airflow_home: Path, tmp_path: Path
+) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
     from airflow_sparkpoint.operators.submit_checks import resolve_application
@@ -52,14 +54,16 @@ def test_the_readmes_dag_parses_and_its_application_is_the_job_script(airflow_ho
     bag = DagBag(str(dags))
     assert bag.import_errors == {} and list(bag.dag_ids) == ["orders"], (bag.import_errors, bag.dag_ids)
     (task,) = bag.get_dag("orders").tasks
-    assert resolve_application(task.application, bag.get_dag("orders").fileloc) == str(dags / "jobs" / "orders.py")
+    assert (resolve_application(task.application, bag.get_dag("orders").fileloc)
+            == str(dags / "jobs" / "orders.py"))
     assert (task.pool, task.retries) == ("sparkpoint_orders", 2)
 
     _job, _dag, pool = snippets()
     env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
-    subprocess.run(["bash", "-euo", "pipefail", "-c", pool], env=env, check=True, capture_output=True, timeout=300)
-    shown = subprocess.run(["airflow", "pools", "get", "sparkpoint_orders", "-o", "json"], env=env, check=True,
-                           capture_output=True, text=True, timeout=300)
+    subprocess.run(["bash", "-euo", "pipefail", "-c", pool], env=env, check=True, capture_output=True,
+                   timeout=300)
+    shown = subprocess.run(["airflow", "pools", "get", "sparkpoint_orders", "-o", "json"], env=env,
+                           check=True, capture_output=True, text=True, timeout=300)
     assert json.loads(shown.stdout)[0]["slots"] in (1, "1"), shown.stdout
 
 
@@ -75,10 +79,12 @@ def test_the_readmes_job_runs_to_its_result(tmp_path: Path) -> None:
     conf = {"spark.sparkpoint.dir": str(tmp_path / "checkpoints"), "spark.sparkpoint.job": "orders",
             "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
     command = spark_submit_command(dags / "jobs" / "orders.py", conf,
-                                   ["--input", str(tmp_path / "in"), "--output", str(tmp_path / "totals")], env=env)
+                                   ["--input", str(tmp_path / "in"), "--output", str(tmp_path / "totals")],
+                                   env=env)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("SPARKPOINT_RESULT ")]
     assert json.loads(line.removeprefix("SPARKPOINT_RESULT "))["status"] == "finished", line
-    rows = SparkpointHook(None, storage_uri=str(tmp_path / "checkpoints")).delta_rows(str(tmp_path / "totals"))
+    rows = SparkpointHook(None,
+                          storage_uri=str(tmp_path / "checkpoints")).delta_rows(str(tmp_path / "totals"))
     assert {r["user"]: r["total"] for r in rows} == {"ana": 8, "bo": 7}

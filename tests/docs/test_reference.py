@@ -106,7 +106,8 @@ def test_every_exception_class_is_in_the_error_catalog_and_the_tree() -> None:
     rows = {m for cell in re.findall(r"^\| (`[^|]*)\|", catalog, flags=re.MULTILINE)
             for m in re.findall(r"`([A-Za-z]+)`", cell)}
     tree = (DOCS / "exceptions.md").read_text()
-    problems = [f"{name}: no row of the error catalog (docs/operations.md)" for name in classes if name not in rows]
+    problems = [f"{name}: no row of the error catalog (docs/operations.md)" for name in classes
+                if name not in rows]
     problems += [f"{name}: not in the tree (docs/reference/exceptions.md)" for name in classes
                  if not re.search(rf"^[│├└─ ]*{name}\b", tree, flags=re.MULTILINE)]
     assert not problems, "\n".join(problems)

@@ -66,7 +66,8 @@ class SparkCluster:
 
     def _spark_class(self, *args: str, log: Path, prefix: Sequence[str] = ()) -> subprocess.Popen[bytes]:
         with open(log, "ab") as out:
-            return subprocess.Popen([*prefix, str(spark_home() / "bin" / "spark-class"), *args], env=self.env(),
+            return subprocess.Popen([*prefix, str(spark_home() / "bin" / "spark-class"), *args],
+                                    env=self.env(),
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     def start(self, timeout: float = 180) -> None:

@@ -36,7 +36,8 @@ def _artifacts_dir() -> Path:
 
 
 @pytest.fixture(scope="package")
-def airflow_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[AirflowStack]:
+def airflow_stack(tmp_path_factory: pytest.TempPathFactory,
+                  request: pytest.FixtureRequest) -> Iterator[AirflowStack]:
     """api-server, scheduler (LocalExecutor), dag-processor and triggerer on loopback,
     with the e2e DAGs and the example DAGs (``dags/``) as two bundles; ``spark_default``
     is ``local[2]``."""
@@ -87,7 +88,8 @@ def airflow_api(airflow_stack: AirflowStack) -> Iterator[AirflowApi]:
 
 
 @pytest.fixture(scope="package")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[SparkCluster]:
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory,
+                  request: pytest.FixtureRequest) -> Iterator[SparkCluster]:
     """A standalone master and two workers (1 core, 1 GiB each) on loopback."""
     cluster = SparkCluster(base=tmp_path_factory.mktemp("e2e-spark-cluster"))
     failed_before = request.session.testsfailed

@@ -54,10 +54,13 @@ def private_tmp(stash: Path, shared: Sequence[Path], private: Sequence[Path] = (
             raise ValueError(f"{path} is not under {TMP}: a private /tmp would not hide it")
     if TMP in stash.parents or stash == TMP:
         raise ValueError(f"stash {stash} must be outside {TMP}")
-    lines = ["set -e", f"mount --bind /tmp {shlex.quote(str(stash))}", "mount -t tmpfs sparkpoint-private-tmp /tmp"]
+    lines = ["set -e", f"mount --bind /tmp {shlex.quote(str(stash))}",
+             "mount -t tmpfs sparkpoint-private-tmp /tmp"]
     for path in [*installed_software(), *shared]:
         source = stash / Path(path).relative_to(TMP)
-        lines += [f"mkdir -p {shlex.quote(str(path))}", f"mount --bind {shlex.quote(str(source))} {shlex.quote(str(path))}"]
+        lines += [f"mkdir -p {shlex.quote(str(path))}",
+                  f"mount --bind {shlex.quote(str(source))} {shlex.quote(str(path))}"]
     lines += [f"mkdir -p {shlex.quote(str(path))}" for path in private]
     lines += [f"umount {shlex.quote(str(stash))}", 'exec "$@"']
-    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/bash", "-c", "\n".join(lines), "mountns"]
+    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/bash", "-c", "\n".join(lines),
+            "mountns"]

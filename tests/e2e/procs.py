@@ -38,7 +38,8 @@ def read(pid: int) -> Proc | None:
     fields = stat[stat.rindex(")") + 2:].split()
     if fields[0] in ("Z", "X"):
         return None
-    return Proc(pid=pid, ppid=int(fields[1]), pgid=int(fields[2]), cmdline=cmdline, start_ticks=int(fields[19]))
+    return Proc(pid=pid, ppid=int(fields[1]), pgid=int(fields[2]), cmdline=cmdline,
+                start_ticks=int(fields[19]))
 
 
 def all_procs() -> list[Proc]:
@@ -120,7 +121,8 @@ def driver_processes(job: str, token: str | None = None) -> list[Proc]:
     ``spark-submit`` JVM (its command line names ``spark.sparkpoint.job=<job>``) and its
     descendants (the Python driver, Python workers)."""
     env = ("SPARKPOINT_E2E_STACK", token) if token else None
-    jvms = [p for p in matching("org.apache.spark.deploy.SparkSubmit", f"spark.sparkpoint.job={job}", env=env)]
+    jvms = [p
+            for p in matching("org.apache.spark.deploy.SparkSubmit", f"spark.sparkpoint.job={job}", env=env)]
     found = {p.pid: p for p in jvms}
     for jvm in jvms:
         for child in descendants(jvm.pid):

@@ -12,7 +12,8 @@ from tests.e2e.support import Totals, running_with_checkpoint
 from tests.support.waits import wait_for
 
 
-def driver_sigkill_then_retry(api: AirflowApi, stack: AirflowStack, tmp_path: Path, dag: str) -> dict[str, Any]:
+def driver_sigkill_then_retry(api: AirflowApi, stack: AirflowStack, tmp_path: Path,
+                              dag: str) -> dict[str, Any]:
     """The first try pauses while staging batch 2 (batches 0 and 1 are checkpointed); the
     test SIGKILLs its driver (the spark-submit JVM, the Python driver and its workers) from
     outside; Airflow's retry must resume after batch 1 and the output must be exact.
@@ -24,8 +25,10 @@ def driver_sigkill_then_retry(api: AirflowApi, stack: AirflowStack, tmp_path: Pa
     def describe() -> str:
         return api.describe(dag, run)
 
-    paused = wait_for("the first try to pause in batch 2", lambda: pipeline.reached("e2e.stage"), 900, describe)
-    generation = wait_for("the checkpoint of batch 1", lambda: running_with_checkpoint(pipeline, 1), 120, describe)
+    paused = wait_for("the first try to pause in batch 2", lambda: pipeline.reached("e2e.stage"), 900,
+                      describe)
+    generation = wait_for("the checkpoint of batch 1", lambda: running_with_checkpoint(pipeline, 1), 120,
+                          describe)
     latest = pipeline.catalog.latest()
     assert latest is not None and latest.batch_id == 1, latest
 

@@ -137,11 +137,13 @@ class AirflowStack:
         self.started_in = time.monotonic() - started
 
     def start_component(self, name: str) -> None:
-        args = {"api-server": ("api-server", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"),
+        args = {"api-server": ("api-server", "--host", "127.0.0.1", "--port", str(self.port), "--workers",
+                               "1"),
                 "scheduler": ("scheduler",), "dag-processor": ("dag-processor",),
                 "triggerer": ("triggerer",)}[name]
         restarts = self._restarts.get(name, 0)
-        self.log_paths[name] = self.logs / (f"{name}.log" if not restarts else f"{name}-restart{restarts}.log")
+        self.log_paths[name] = (self.logs
+                                / (f"{name}.log" if not restarts else f"{name}-restart{restarts}.log"))
         with open(self.log_paths[name], "ab") as out:
             # Its own session: a Ctrl-C of pytest does not reach it; teardown kills it.
             self.procs[name] = subprocess.Popen(self._airflow(*args), env=self.env(), stdout=out,
@@ -250,7 +252,8 @@ class AirflowApi:
 
     def __init__(self, url: str, username: str, password: str) -> None:
         self.url = url
-        response = httpx.post(f"{url}/auth/token", json={"username": username, "password": password}, timeout=30)
+        response = httpx.post(f"{url}/auth/token", json={"username": username, "password": password},
+                              timeout=30)
         if response.status_code >= 300:
             raise StackError(f"POST /auth/token: {response.status_code} {response.text}")
         self._client = httpx.Client(base_url=f"{url}/api/v2", timeout=60,
@@ -269,8 +272,8 @@ class AirflowApi:
 
     def wait_dag(self, dag_id: str, timeout: float = 180) -> dict[str, Any]:
         """Wait until the dag-processor has serialized `dag_id`; return the DAG."""
-        return wait_for(f"DAG {dag_id} to be parsed", lambda: self._dag_or_none(dag_id), timeout, interval=0.5,
-                        error=StackError)
+        return wait_for(f"DAG {dag_id} to be parsed", lambda: self._dag_or_none(dag_id), timeout,
+                        interval=0.5, error=StackError)
 
     def _dag_or_none(self, dag_id: str) -> dict[str, Any] | None:
         response = self._client.get(f"/dags/{dag_id}")
@@ -327,8 +330,8 @@ class AirflowApi:
                                  f"expected {sorted(wanted)}:\n{self.describe(dag_id, run_id)}")
             return None
 
-        return wait_for(f"{task_id} to be {sorted(wanted)}", check, timeout, lambda: self.describe(dag_id, run_id),
-                        interval=0.5, error=StackError)
+        return wait_for(f"{task_id} to be {sorted(wanted)}", check, timeout,
+                        lambda: self.describe(dag_id, run_id), interval=0.5, error=StackError)
 
     def tries(self, dag_id: str, run_id: str, task_id: str) -> list[dict[str, Any]]:
         """Every try of a task instance, oldest first (``try_number``, ``state``, ``pid``...)."""
@@ -337,7 +340,8 @@ class AirflowApi:
 
     def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
         """The XCom value (deserialized), or None when there is none."""
-        response = self._client.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}",
+        response = self._client.get(f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"
+                                    f"/xcomEntries/{key}",
                                     params={"deserialize": True, "stringify": False})
         if response.status_code == 404:
             return None
@@ -347,13 +351,15 @@ class AirflowApi:
 
     def log(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
         """The task log of one try, as text."""
-        body = self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
+        body = self.request("GET",
+                            f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}",
                             params={"full_content": True})
         lines = []
         for entry in body.get("content") or []:
             if isinstance(entry, dict):
                 extra = {k: v for k, v in entry.items() if k not in _LOG_FIELDS}
-                lines.append(f"{entry.get('level', '')} {entry.get('event', '')}" + (f" {extra}" if extra else ""))
+                lines.append(f"{entry.get('level', '')} {entry.get('event', '')}"
+                             + (f" {extra}" if extra else ""))
             else:
                 lines.append(str(entry))
         return "\n".join(lines)
@@ -379,7 +385,8 @@ class AirflowApi:
     def create_connection(self, conn_id: str, conn_type: str, **fields: Any) -> None:
         """Create (or replace) a connection in the metadata database."""
         self._client.delete(f"/connections/{conn_id}")
-        self.request("POST", "/connections", json={"connection_id": conn_id, "conn_type": conn_type, **fields})
+        self.request("POST", "/connections",
+                     json={"connection_id": conn_id, "conn_type": conn_type, **fields})
 
     def describe(self, dag_id: str, run_id: str) -> str:
         """The run's task states and the tail of every try's log (for failure messages)."""
@@ -398,5 +405,5 @@ class AirflowApi:
         return "\n".join(lines)
 
 
-_LOG_FIELDS = {"event", "timestamp", "level", "logger", "ti_id", "task_id", "map_index", "run_id", "try_number",
-               "dag_id", "filename", "lineno"}
+_LOG_FIELDS = {"event", "timestamp", "level", "logger", "ti_id", "task_id", "map_index", "run_id",
+               "try_number", "dag_id", "filename", "lineno"}

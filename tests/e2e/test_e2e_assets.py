@@ -43,13 +43,15 @@ def payloads(api: AirflowApi, dag_id: str = WATCHER) -> dict[str, list[dict[str,
     seen = {}
     for run in runs:
         if run["state"] == "success":
-            seen[run["dag_run_id"]] = [event["payload"] for event in api.xcom(dag_id, run["dag_run_id"], "seen")]
+            seen[run["dag_run_id"]] = [event["payload"]
+                                       for event in api.xcom(dag_id, run["dag_run_id"], "seen")]
     return seen
 
 
 def watcher_cursor(stack: AirflowStack, kind: str = "commits", job: str = JOB) -> dict[str, Any] | None:
     """A watcher's cursor in Airflow's asset state store (the stack's database)."""
-    with contextlib.closing(sqlite3.connect(f"file:{stack.home}/airflow.db?mode=ro", uri=True, timeout=30)) as db:
+    with contextlib.closing(sqlite3.connect(f"file:{stack.home}/airflow.db?mode=ro", uri=True,
+                                            timeout=30)) as db:
         row = db.execute("SELECT value FROM asset_state_store WHERE key LIKE ?",
                          (f"sparkpoint.{kind}.{job}.%",)).fetchone()
     return dict(json.loads(row[0])) if row else None
@@ -72,10 +74,11 @@ def test_a_dag_on_the_output_asset_runs_after_each_commit_and_never_for_an_abort
     assert start["seq"] == 0 and start["txn_id"] is None, start  # nothing committed yet
 
     pipeline.write_many(1)  # batch 0
-    stream = airflow_api.trigger("e2e_stream", pipeline.params(trigger="processingTime:1s", pause_at="recorded:1"))
+    stream = airflow_api.trigger("e2e_stream",
+                                 pipeline.params(trigger="processingTime:1s", pause_at="recorded:1"))
     describe = lambda: airflow_api.describe("e2e_stream", stream)
-    first = wait_for("the first generation to checkpoint batch 0", lambda: running_with_checkpoint(pipeline, 0),
-                     600, describe)
+    first = wait_for("the first generation to checkpoint batch 0",
+                     lambda: running_with_checkpoint(pipeline, 0), 600, describe)
     assert wait_for("a run of the watching DAG for batch 0", lambda: batches_seen(airflow_api), 300,
                     airflow_stack.tails) == [(first, 0)]
 
@@ -109,10 +112,12 @@ def test_a_dag_on_the_output_asset_runs_after_each_commit_and_never_for_an_abort
     assert (first, 1) not in seen, f"the aborted batch 1 of generation {first} triggered the DAG: {seen}"
     assert set(seen) == {(first, 0), (second, 1)}, seen
     every = [p for runs in payloads(airflow_api).values() for p in runs]
-    assert all(p["job"] == JOB and p["kind"] == "commit" and p["sink_version"] is not None for p in every), every
+    assert all(p["job"] == JOB and p["kind"] == "commit" and p["sink_version"] is not None for p in every), \
+        every
     # The watcher's position is kept by Airflow (a restarted triggerer resumes from it).
     newest = max(p["seq"] for p in every)
-    wait_for("the watcher to save its cursor", lambda: (watcher_cursor(airflow_stack) or {}).get("seq") == newest,
+    wait_for("the watcher to save its cursor",
+             lambda: (watcher_cursor(airflow_stack) or {}).get("seq") == newest,
              120, airflow_stack.tails)
 
 
@@ -154,10 +159,11 @@ def test_commit_and_savepoint_watchers_through_a_killed_driver_a_failed_savepoin
     for dag_id in (ON_DEPLOYED, DEPLOY):
         airflow_api.wait_dag(dag_id)
         airflow_api.unpause(dag_id)
-    start = wait_for("the commit watcher's start", lambda: watcher_cursor(airflow_stack, "commits", DEPLOYED), 300,
-                     airflow_stack.tails)
+    start = wait_for("the commit watcher's start", lambda: watcher_cursor(airflow_stack, "commits", DEPLOYED),
+                     300, airflow_stack.tails)
     assert start["seq"] == 0 and start["txn_id"] is None, start
-    assert wait_for("the savepoint watcher's start", lambda: watcher_cursor(airflow_stack, "savepoints", DEPLOYED),
+    assert wait_for("the savepoint watcher's start",
+                    lambda: watcher_cursor(airflow_stack, "savepoints", DEPLOYED),
                     300, airflow_stack.tails) == {"known": []}
     seen = lambda: batches_seen(airflow_api, ON_DEPLOYED)
 
@@ -170,12 +176,14 @@ def test_commit_and_savepoint_watchers_through_a_killed_driver_a_failed_savepoin
         script=str(EXAMPLE_JOBS / "keyed_totals.py"), version=1, trigger="processingTime:1s",
         retry_trigger=idle_trigger(), pause_at="recorded:1", fault="savepoint:1", fault_try=2))
     describe = lambda: airflow_api.describe(dag, run)
-    first = wait_for("try 1 to checkpoint batch 0", lambda: running_with_checkpoint(pipeline, 0), 600, describe)
+    first = wait_for("try 1 to checkpoint batch 0", lambda: running_with_checkpoint(pipeline, 0), 600,
+                     describe)
     assert wait_for("a run on the commit of batch 0", seen, 300, airflow_stack.tails) == [(first, 0)]
 
     # --- kill 1: batch 1 staged and recorded, never confirmed
     pipeline.write_many(1)
-    held = wait_for("try 1 to hold after recording batch 1", lambda: pipeline.reached("recorded"), 300, describe)
+    held = wait_for("try 1 to hold after recording batch 1", lambda: pipeline.reached("recorded"), 300,
+                    describe)
     assert held["batch"] == 1, held
     [staged] = [t for t in pipeline.catalog.transactions() if t.batch_id == 1]
     assert staged.generation == first, staged
@@ -184,7 +192,8 @@ def test_commit_and_savepoint_watchers_through_a_killed_driver_a_failed_savepoin
     assert wait_gone(kill(drivers, signal.SIGKILL), timeout=60) == [], "the SIGKILLed driver is still running"
     assert [c["batch"] for c in delta_commits(pipeline.output)] == [0]
 
-    second = wait_for("try 2 to checkpoint batch 1", lambda: running_with_checkpoint(pipeline, 1, first), 600, describe)
+    second = wait_for("try 2 to checkpoint batch 1", lambda: running_with_checkpoint(pipeline, 1, first), 600,
+                      describe)
     wait_for("a run on try 2's commit of batch 1", lambda: (second, 1) in seen(), 300, airflow_stack.tails)
     first_log = airflow_api.log(dag, run, "job", 1)
     assert "Error code is: -9" in first_log or "Error code is: 137" in first_log, first_log[-3000:]
@@ -197,9 +206,10 @@ def test_commit_and_savepoint_watchers_through_a_killed_driver_a_failed_savepoin
     airflow_api.wait_task(dag, run, "job", {"running"}, timeout=600, try_number=3)
     second_log = airflow_api.log(dag, run, "job", 2)
     assert "SPARKPOINT_TEST_FAULT: killing driver at savepoint:1" in second_log, second_log[-3000:]
-    assert ControlChannel(pipeline.catalog).pending(generation=second + 1) == [], "try 2's request outlived it"
-    blue = wait_for("try 3 (blue) to checkpoint batch 2", lambda: running_with_checkpoint(pipeline, 2, second), 600,
-                    describe)
+    assert ControlChannel(pipeline.catalog).pending(generation=second + 1) == [], \
+        "try 2's request outlived it"
+    blue = wait_for("try 3 (blue) to checkpoint batch 2",
+                    lambda: running_with_checkpoint(pipeline, 2, second), 600, describe)
     wait_for("a run on blue's commit of batch 2", lambda: (blue, 2) in seen(), 300, airflow_stack.tails)
     assert [e.metadata for e in pipeline.catalog.list_savepoints()] in ([], [None]), (
         f"request {request.id}: a savepoint completed before the deploy")
@@ -209,9 +219,11 @@ def test_commit_and_savepoint_watchers_through_a_killed_driver_a_failed_savepoin
     deploy = airflow_api.trigger(BLUE_GREEN, {"job_name": DEPLOYED, "input": str(pipeline.input),
                                               "output": str(pipeline.output), "green_fail_after_batch": 3,
                                               "blue_trigger": "availableNow", "preflight": False})
-    assert airflow_api.wait_run(BLUE_GREEN, deploy, timeout=1200) == "failed", airflow_api.describe(BLUE_GREEN, deploy)
+    assert airflow_api.wait_run(BLUE_GREEN, deploy, timeout=1200) == "failed", \
+        airflow_api.describe(BLUE_GREEN, deploy)
     states = airflow_api.task_states(BLUE_GREEN, deploy)
-    assert {k: states[k] for k in ("stop_blue", "start_green", "abort_green", "restore_blue", "rolled_back")} == {
+    tasks = ("stop_blue", "start_green", "abort_green", "restore_blue", "rolled_back")
+    assert {k: states[k] for k in tasks} == {
         "stop_blue": "success", "start_green": "failed", "abort_green": "success", "restore_blue": "success",
         "rolled_back": "failed"}, airflow_api.describe(BLUE_GREEN, deploy)
     savepoint = airflow_api.xcom(BLUE_GREEN, deploy, "stop_blue")
@@ -239,11 +251,14 @@ def test_commit_and_savepoint_watchers_through_a_killed_driver_a_failed_savepoin
                 if e["batch"] is not None}
     last = max(versions)
     wait_for("a run on the last commit", lambda: last[::-1] in seen(), 300, airflow_stack.tails)
-    events = sorted((p for runs in payloads(airflow_api, ON_DEPLOYED).values() for p in runs), key=lambda p: p["seq"])
+    events = sorted((p for runs in payloads(airflow_api, ON_DEPLOYED).values() for p in runs),
+                    key=lambda p: p["seq"])
     assert covered_batches(events) == list(range(6)), events
     for event in events:
-        assert versions.get((event["last_batch"], event["generation"])) == event["sink_version"], (event, versions)
-        assert event["generation"] != green and (event["generation"], event["last_batch"]) != (first, 1), event
+        assert versions.get((event["last_batch"], event["generation"])) == event["sink_version"], \
+            (event, versions)
+        assert event["generation"] != green and (event["generation"], event["last_batch"]) != (first, 1), \
+            event
     head = read_commit_head(pipeline.catalog)
     assert head is not None and (head.seq, head.batch, head.generation) == (
         events[-1]["seq"], 5, green + 1), (head, events[-1])

@@ -80,7 +80,8 @@ def start_blue(api: AirflowApi, stack: AirflowStack, tmp_path: Path, name: str) 
     blue = api.trigger("e2e_stream", pipeline.params(script=str(EXAMPLE_JOBS / "keyed_totals.py"), version=1,
                                                      files_per_batch=100, trigger=BLUE_TRIGGER))
     describe = lambda: api.describe("e2e_stream", blue)
-    generation = wait_for("blue's first checkpoint", lambda: running_with_checkpoint(pipeline, 0), 600, describe)
+    generation = wait_for("blue's first checkpoint", lambda: running_with_checkpoint(pipeline, 0), 600,
+                          describe)
     wait_for("blue's first commit", lambda: table(pipeline) == expected(None), 120, describe)
     for users in GREEN_FILES:
         index = len(pipeline.files)
@@ -121,7 +122,9 @@ def test_blue_green_with_a_streaming_blue_task_publishes_a_healthy_green(
     state = airflow_api.wait_run(DAG, run, timeout=1200)
     assert state == "success", airflow_api.describe(DAG, run)
     assert airflow_api.task_states(DAG, run) == {
-        "deploy_path": "success", **ZERO_DOWNTIME_SKIPPED, "preflight_green": "success", "stop_blue": "success", "start_green": "success", "green_healthy": "success", "audit_green": "success",
+        "deploy_path": "success", **ZERO_DOWNTIME_SKIPPED, "preflight_green": "success",
+        "stop_blue": "success", "start_green": "success", "green_healthy": "success",
+        "audit_green": "success",
         "decide": "success", "publish_green": "success", "abort_green": "skipped", "restore_blue": "skipped",
         "rolled_back": "skipped",
     }
@@ -151,7 +154,8 @@ def test_blue_green_with_a_streaming_blue_task_rolls_back_a_failing_green(
     assert state == "failed", airflow_api.describe(DAG, run)  # a rolled-back deploy alerts
     states = airflow_api.task_states(DAG, run)
     assert states == {
-        "deploy_path": "success", **ZERO_DOWNTIME_SKIPPED, "preflight_green": "success", "stop_blue": "success", "start_green": "failed", "green_healthy": "upstream_failed",
+        "deploy_path": "success", **ZERO_DOWNTIME_SKIPPED, "preflight_green": "success",
+        "stop_blue": "success", "start_green": "failed", "green_healthy": "upstream_failed",
         "audit_green": "upstream_failed", "decide": "success", "publish_green": "skipped",
         "abort_green": "success", "restore_blue": "success", "rolled_back": "failed",
     }, airflow_api.describe(DAG, run)

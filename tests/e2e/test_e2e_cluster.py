@@ -39,7 +39,8 @@ def cluster(airflow_api: AirflowApi, spark_cluster: SparkCluster) -> Iterator[Sp
 
 def executor_dirs(cluster: SparkCluster, application_id: str) -> list[Path]:
     """The executors' work directories a worker made for the application."""
-    return sorted(p for worker in cluster.worker_procs for p in (cluster.base / worker / application_id).glob("*"))
+    return sorted(p for worker in cluster.worker_procs
+                  for p in (cluster.base / worker / application_id).glob("*"))
 
 
 # slow (64 s): the default run has the same pipeline on this cluster through Airflow, exact, in
@@ -79,7 +80,8 @@ def test_a_worker_killed_mid_batch_is_retried_by_spark_and_the_output_is_exact(
     pipeline.write_many(1)
     run = airflow_api.trigger(DAG, pipeline.params(executor_pause_dir=str(pipeline.pauses)))
     reached_file = pipeline.pauses / "executor.reached"
-    wait_for("an executor to pause in batch 2", reached_file.exists, 900, lambda: airflow_api.describe(DAG, run))
+    wait_for("an executor to pause in batch 2", reached_file.exists, 900,
+             lambda: airflow_api.describe(DAG, run))
     paused = json.loads(reached_file.read_text())
     [worker] = [name for name in cluster.worker_procs
                 if paused["pid"] in {p.pid for p in cluster.worker_tree(name)}]
@@ -93,7 +95,8 @@ def test_a_worker_killed_mid_batch_is_retried_by_spark_and_the_output_is_exact(
         tries = airflow_api.tries(DAG, run, "job")
         assert [t["state"] for t in tries] == ["success"], f"Airflow retried: {tries}"  # Spark did
         result = airflow_api.xcom(DAG, run, "job")
-        assert result["status"] == "finished" and result["generation"] == 1 and result["last_batch"] == 3, result
+        assert result["status"] == "finished" and result["generation"] == 1 and result["last_batch"] == 3, \
+            result
         assert result["first_batch"] == 0 and result["batches_processed"] == 4, result
         log = airflow_api.log(DAG, run, "job", 1)
         assert "Lost executor" in log or "ExecutorLostFailure" in log or "lost" in log.lower(), log[-3000:]

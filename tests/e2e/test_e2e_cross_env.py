@@ -69,7 +69,8 @@ def clean_environment() -> dict[str, str]:
     drop = ("AIRFLOW", "_AIRFLOW", "PYSPARK_", "SPARKPOINT_", "SPARK_", "VIRTUAL_ENV", "PYTHON")
     env = {key: value for key, value in os.environ.items() if not key.startswith(drop)}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", os.defpath).split(os.pathsep)
-                                  if not (Path(p) / "spark-submit").exists() and Path(p) != Path(sys.executable).parent)
+                                  if not (Path(p) / "spark-submit").exists()
+                                  and Path(p) != Path(sys.executable).parent)
     return env
 
 
@@ -87,7 +88,8 @@ def envs(tmp_path_factory: pytest.TempPathFactory) -> Envs:
     """Both environments, built through the Makefile when absent (idempotent: a no-op when
     they are up to date), and an AIRFLOW_HOME with a migrated metadata database."""
     uv = Path(sys.executable).parent / "uv"
-    make = ["make", "airflow-env", "spark-envs", f"SPARK_LINES={LINE}", *([f"UV={uv}"] if uv.exists() else [])]
+    make = ["make", "airflow-env", "spark-envs", f"SPARK_LINES={LINE}",
+            *([f"UV={uv}"] if uv.exists() else [])]
     check(make, clean_environment(), timeout=1800)
     env = clean_environment()
 
@@ -128,7 +130,8 @@ class DagRun:
     def __init__(self, envs: Envs, env: Mapping[str, str], conf: Mapping[str, Any], log: Path) -> None:
         self.log = log
         self._out = open(log, "w")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen([envs.airflow_python, str(DAG_FILE), json.dumps(dict(conf))], env=dict(env),
+        self.proc = subprocess.Popen([envs.airflow_python, str(DAG_FILE), json.dumps(dict(conf))],
+                                     env=dict(env),
                                      cwd=log.parent, stdout=self._out, stderr=subprocess.STDOUT, text=True)
 
     def wait(self) -> dict[str, Any]:
@@ -205,7 +208,8 @@ def test_a_stop_with_savepoint_and_a_restore_from_it_across_environments_are_exa
     assert stopped["kind"] == "stop" and stopped["state"] == "completed" and stopped["batch_id"] == 2, stopped
     assert stream.wait() == {"run": "success", "task": "success", "try_number": 1}, stream.tail()
     first = result_of(pipeline, 1)
-    assert first is not None and first["status"] == "stopped" and first["savepoint"] == stopped["savepoint"], first
+    assert (first is not None and first["status"] == "stopped"
+            and first["savepoint"] == stopped["savepoint"]), first
     pipeline.assert_exact()  # the oracle from the input, no batch twice, no staged output left
 
     pipeline.write_many(3)

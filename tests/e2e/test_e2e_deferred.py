@@ -78,7 +78,8 @@ def start_deferred(airflow_api: AirflowApi, pipeline: Totals, *, files: int, bat
     pipeline.write_many(files)
     run = airflow_api.trigger(DAG, pipeline.params(trigger="processingTime:1s"))
     generation = wait_for(f"the deferred job's checkpoint of batch {batch}",
-                          lambda: running_with_checkpoint(pipeline, batch), 600, lambda: airflow_api.describe(DAG, run))
+                          lambda: running_with_checkpoint(pipeline, batch), 600,
+                          lambda: airflow_api.describe(DAG, run))
     ti = airflow_api.wait_task(DAG, run, "job", {"deferred"}, timeout=300, try_number=try_number)
     return DeferredStart(run, generation, ti, os.getpgid(int(pipeline.status()["pid"])))
 
@@ -110,7 +111,8 @@ def test_a_deferred_job_survives_an_airflow_restart_and_a_mark_failed_stops_it(
         airflow_stack.wait_healthy(timeout=180)
         first = trigger_starts(airflow_stack, run)
         wait_for("the new triggerer to take the trigger over",
-                 lambda: len(trigger_starts(airflow_stack, run)) > len(first) or None, 180, airflow_stack.tails)
+                 lambda: len(trigger_starts(airflow_stack, run)) > len(first) or None, 180,
+                 airflow_stack.tails)
         restarted_in = time.time() - restart_at
         time.sleep(4)  # the new triggerer follows the run while it commits on
     finally:
@@ -123,9 +125,9 @@ def test_a_deferred_job_survives_an_airflow_restart_and_a_mark_failed_stops_it(
     before = longest_gap([t for t, _ in commits if restart_at - 6 <= t <= restart_at])
     gap = longest_gap([t for t, _ in commits if restart_at <= t <= restart_at + restarted_in + 2])
     batches_during = [b for t, b in commits if restart_at <= t <= restart_at + restarted_in]
-    print(f"Airflow killed; the new triggerer followed the run again {restarted_in:.1f} s later; batches committed "
-          f"meanwhile: {batches_during}; longest gap between commits (Delta history) from the restart on: "
-          f"{gap:.2f} s, in the 6 s before it: {before:.2f} s (trigger 1 s, input every 1 s)")
+    print(f"Airflow killed; the new triggerer followed the run again {restarted_in:.1f} s later; batches "
+          f"committed meanwhile: {batches_during}; longest gap between commits (Delta history) from the "
+          f"restart on: {gap:.2f} s, in the 6 s before it: {before:.2f} s (trigger 1 s, input every 1 s)")
 
     assert os.getpgid(driver_pid) == pgid, "the driver was restarted"
     assert pipeline.catalog.current_generation() == generation, "a new generation was started"
@@ -169,7 +171,8 @@ def test_a_deferred_job_stopped_with_a_savepoint_ends_its_task_with_the_run_resu
     airflow_api.wait_task("e2e_stop", stop, "stop", {"success"}, timeout=300)
     airflow_api.wait_task(DAG, run, "job", {"success"}, timeout=120)
     result = airflow_api.xcom(DAG, run, "job")
-    assert result["status"] == "stopped" and result["generation"] == generation and result["last_batch"] == 2, result
+    assert (result["status"] == "stopped" and result["generation"] == generation
+            and result["last_batch"] == 2), result
     assert result["savepoint"], result
     assert airflow_api.xcom(DAG, run, "job", key="generation") == generation
     assert [t["state"] for t in airflow_api.tries(DAG, run, "job")] == ["success"]
@@ -229,9 +232,11 @@ def test_a_clear_of_a_deferred_task_restarts_its_job_in_a_new_generation(
     log = airflow_api.log(DAG, run, "job", 2)
     ordering = ("re-attached, then restarted when the old trigger's cancel ended the run"
                 if "cancelled by the trigger of the cleared earlier try" in log
-                else "stopped the run try 1 had deferred on, then started anew" if "the task was cleared" in log
-                else "waited for the run the old trigger's cancel was ending" if "before starting a new generation"
-                in log else "started anew (the run had ended)")
+                else "stopped the run try 1 had deferred on, then started anew"
+                if "the task was cleared" in log
+                else "waited for the run the old trigger's cancel was ending"
+                if "before starting a new generation" in log
+                else "started anew (the run had ended)")
     claimed_in = pipeline.catalog.generation_claim(second).started_at - cleared_wall
     print(f"clear: the old process group gone in {gone_in:.1f} s; the new generation {second} claimed "
           f"{claimed_in:.1f} s and committed its first batch {committed_in:.1f} s after the clear; "

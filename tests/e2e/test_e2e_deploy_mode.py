@@ -73,7 +73,8 @@ def test_cluster_deploy_mode_is_refused_before_anything_is_submitted(
     with fake_master_rest() as rest_port:
         airflow_api.create_connection(
             "spark_fake_cluster", "spark", host="spark://127.0.0.1", port=7077,
-            extra=json.dumps({"deploy-mode": "cluster", "spark-binary": "spark2-submit", "rest-port": rest_port}))
+            extra=json.dumps({"deploy-mode": "cluster", "spark-binary": "spark2-submit",
+                              "rest-port": rest_port}))
         run = airflow_api.trigger("e2e_cluster_mode", pipeline.params())
         state = airflow_api.wait_run("e2e_cluster_mode", run, timeout=600)
 

@@ -123,7 +123,8 @@ def test_two_overlapping_tries_of_a_cleared_task_stay_exactly_once(
     pipeline.write_many(3)
     run = airflow_api.trigger(dag, pipeline.params(trigger="processingTime:1s", pause_at="e2e.stage:3"))
     describe = lambda: airflow_api.describe(dag, run)
-    first = wait_for("try 1 to checkpoint batch 2", lambda: running_with_checkpoint(pipeline, 2), 600, describe)
+    first = wait_for("try 1 to checkpoint batch 2", lambda: running_with_checkpoint(pipeline, 2), 600,
+                     describe)
     try1 = airflow_api.wait_task(dag, run, "job", {"running"}, timeout=60, try_number=1)
     pipeline.write_many(1)  # batch 3: try 1 pauses while staging it
     paused = wait_for("try 1 to pause in batch 3", lambda: pipeline.reached("e2e.stage"), 300, describe)
@@ -145,8 +146,8 @@ def test_two_overlapping_tries_of_a_cleared_task_stay_exactly_once(
                       describe)
     assert all(p.alive() for p in old_drivers), "try 1's driver died: the tries did not overlap"
     pipeline.write_many(1)  # batch 4, for try 2
-    wait_for("try 2 to checkpoint batch 4", lambda: running_with_checkpoint(pipeline, 4, after_generation=first),
-             600, describe)
+    wait_for("try 2 to checkpoint batch 4",
+             lambda: running_with_checkpoint(pipeline, 4, after_generation=first), 600, describe)
     assert all(p.alive() for p in old_drivers), "try 1's driver died before it was released"
 
     # Let try 1's driver go on with batch 3 as a superseded generation.
@@ -154,8 +155,8 @@ def test_two_overlapping_tries_of_a_cleared_task_stay_exactly_once(
     left = wait_gone(old_drivers, timeout=300)
     assert left == [], f"try 1's superseded driver kept running: {left}"
     pipeline.write_many(1)  # batch 5: try 2 is still the one running
-    wait_for("try 2 to checkpoint batch 5", lambda: running_with_checkpoint(pipeline, 5, after_generation=first),
-             600, describe)
+    wait_for("try 2 to checkpoint batch 5",
+             lambda: running_with_checkpoint(pipeline, 5, after_generation=first), 600, describe)
 
     ControlChannel(pipeline.catalog).submit("stop", timeout_s=300, generation=second, requested_by="e2e test")
     airflow_api.wait_task(dag, run, "job", {"success"}, timeout=300, try_number=2)
@@ -185,7 +186,8 @@ def test_two_overlapping_tries_of_a_cleared_task_stay_exactly_once(
         problems.append(f"transactions left pending: {stale_txns}")
     orphans = orphaned_staged_files(pipeline.output, pipeline.job)
     if orphans:
-        problems.append(f"staged output left behind: {[str(Path(o).relative_to(pipeline.output)) for o in orphans]}")
+        problems.append("staged output left behind: "
+                        f"{[str(Path(o).relative_to(pipeline.output)) for o in orphans]}")
     assert not problems, "; ".join(problems)
 
 

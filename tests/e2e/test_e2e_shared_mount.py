@@ -91,7 +91,8 @@ def start(hosts: Hosts, tmp_path: Path, name: str, *, cores: int, fault: str | N
     conf = job_conf(tmp_path / "store", {"workDir": str(hosts.live)})
     options = ["--conf", "spark.driver.host=127.0.0.1", "--conf", f"spark.cores.max={cores}",
                "--conf", "spark.executor.cores=1", "--conf", "spark.executor.memory=512m"]
-    return Driver(name, tmp_path, conf, args(hosts.shared), fault=fault, master=hosts.cluster.url, options=options)
+    return Driver(name, tmp_path, conf, args(hosts.shared), fault=fault, master=hosts.cluster.url,
+                  options=options)
 
 
 def in_own_namespace(pid: int, path: Path) -> bool:
@@ -145,8 +146,8 @@ def test_a_worker_without_the_shared_mount_fails_the_job_before_anything_is_writ
             driver.stop()
         assert code != 0, driver.tail()
         output = driver.output
-        assert f"spark.sparkpoint.workDir {hosts.live} is not the same directory on the driver and every executor" \
-            in output, driver.tail()
+        assert (f"spark.sparkpoint.workDir {hosts.live} is not the same directory on the driver "
+                "and every executor" in output), driver.tail()
         assert output.count("does not see the driver's probe") == 1, driver.tail()  # the two others see it
         catalog = Catalog(open_storage(str(tmp_path / "store")), JOB)
         assert catalog.current_generation() == 0 and catalog.list_checkpoints() == []

@@ -43,7 +43,8 @@ def test_deferrable_sensor_completes_through_the_triggerer_across_a_triggerer_cr
     pipeline = Totals(tmp_path, "sensed")
     pipeline.write_many(1)
     stream = airflow_api.trigger("e2e_stream", pipeline.params(trigger="processingTime:1s"))
-    generation = wait_for("the streaming job's first checkpoint", lambda: running_with_checkpoint(pipeline, 0),
+    generation = wait_for("the streaming job's first checkpoint",
+                          lambda: running_with_checkpoint(pipeline, 0),
                           600, lambda: airflow_api.describe("e2e_stream", stream))
 
     run = airflow_api.trigger("e2e_sensor", {"job_name": pipeline.job, "checkpoint_dir": str(pipeline.root),
@@ -64,17 +65,20 @@ def test_deferrable_sensor_completes_through_the_triggerer_across_a_triggerer_cr
 
     pipeline.write_many(2)  # two more micro-batches: checkpoints 2 and 3
     jobs = wait_for("the new triggerer to take the trigger over",
-                    lambda: [j for j in started_by(airflow_stack, run) if j != first_job], 300, airflow_stack.tails)
+                    lambda: [j for j in started_by(airflow_stack, run) if j != first_job], 300,
+                    airflow_stack.tails)
     assert len(jobs) == 1, f"triggerer jobs that started the trigger after the crash: {jobs}"
     airflow_api.wait_task("e2e_sensor", run, "wait", {"success"}, timeout=600)
     seen = airflow_api.xcom("e2e_sensor", run, "wait")
     assert seen["generation"] == generation and seen["count"] >= 3 and seen["kind"] == "checkpoint", seen
-    assert "trigger completed" in trigger_logs(airflow_stack, run)[jobs[0]], "the new triggerer did not complete it"
+    assert "trigger completed" in trigger_logs(airflow_stack, run)[jobs[0]], \
+        "the new triggerer did not complete it"
     tries = airflow_api.tries("e2e_sensor", run, "wait")
     assert [t["state"] for t in tries] == ["success"], tries  # resumed after deferral, not retried
 
     # Stop the streaming task cleanly; its output is exact.
-    ControlChannel(pipeline.catalog).submit("stop", timeout_s=300, generation=generation, requested_by="e2e test")
+    ControlChannel(pipeline.catalog).submit("stop", timeout_s=300, generation=generation,
+                                            requested_by="e2e test")
     airflow_api.wait_task("e2e_stream", stream, "job", {"success"}, timeout=300)
     result = airflow_api.xcom("e2e_stream", stream, "job")
     assert result["status"] == "stopped" and result["last_batch"] == 2, result

@@ -141,7 +141,8 @@ def test_zero_downtime_blue_green_hands_a_streaming_blue_task_over_at_an_agreed_
     catalog = pipeline.catalog
 
     def green_committed(batch: int) -> bool:
-        return any(c["batch"] == batch and c["generation"] == green_generation for c in delta_commits(pipeline.output))
+        return any(c["batch"] == batch and c["generation"] == green_generation
+                   for c in delta_commits(pipeline.output))
 
     wait_for(f"green's commit of the last batch {last}", lambda: green_committed(last), 300, describe)
     channel = ControlChannel(catalog)
@@ -149,10 +150,12 @@ def test_zero_downtime_blue_green_hands_a_streaming_blue_task_over_at_an_agreed_
     channel.wait(request.id, timeout_s=300, poll_s=1.0)
     assert airflow_api.wait_run(DAG, run, timeout=600) == "success", describe()
     states = airflow_api.task_states(DAG, run)
-    assert {t: states[t] for t in ("deploy_path", "preflight_zero_downtime", "start_green_zero_downtime", "cutover",
-                                   "stop_blue", "start_green", "restore_blue_after_cutover",
-                                   "cutover_called_off")} == {
-        "deploy_path": "success", "preflight_zero_downtime": "success", "start_green_zero_downtime": "success",
+    assert {t: states[t]
+            for t in ("deploy_path", "preflight_zero_downtime", "start_green_zero_downtime", "cutover",
+                      "stop_blue", "start_green", "restore_blue_after_cutover",
+                      "cutover_called_off")} == {
+        "deploy_path": "success", "preflight_zero_downtime": "success",
+        "start_green_zero_downtime": "success",
         "cutover": "success", "stop_blue": "skipped", "start_green": "skipped",
         "restore_blue_after_cutover": "skipped", "cutover_called_off": "skipped"}, describe()
     green = airflow_api.xcom(DAG, run, "start_green_zero_downtime")
@@ -162,7 +165,8 @@ def test_zero_downtime_blue_green_hands_a_streaming_blue_task_over_at_an_agreed_
     # Exactly once: one Delta commit per batch, through N by blue, after N by green.
     commits = delta_commits(pipeline.output)
     assert sorted((c["batch"], c["generation"]) for c in commits) == (
-        [(b, blue_generation) for b in range(n + 1)] + [(b, green_generation) for b in range(n + 1, last + 1)])
+        [(b, blue_generation) for b in range(n + 1)]
+        + [(b, green_generation) for b in range(n + 1, last + 1)])
     assert orphaned_staged_files(pipeline.output, pipeline.job) == []
     rows = delta_rows(pipeline.output)
     table = {r["user"]: (int(r["total"]), int(r["events"]), int(r["code_version"])) for r in rows}
@@ -175,7 +179,8 @@ def test_zero_downtime_blue_green_hands_a_streaming_blue_task_over_at_an_agreed_
         "committed", green_generation, n)
     log = airflow_api.log(DAG, run, "cutover", 1)
     for step in ("warm-up:", f"agreed: blue stops after batch {n}", "committed through batch",
-                 f"green claimed the job as generation {green_generation}", "green committed its first batch"):
+                 f"green claimed the job as generation {green_generation}",
+                 "green committed its first batch"):
         assert step in log, step
 
     at = {c["batch"]: c["timestamp"] for c in delta_history(pipeline.output) if c["batch"] is not None}

@@ -57,7 +57,8 @@ def run(command: list[str], env: Mapping[str, str], *, cwd: Path = REPO, timeout
     """`command`'s stdout; its exit code must be 0."""
     done = subprocess.run(command, env=dict(env), cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           check=False)
-    assert done.returncode == 0, f"{command} exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, \
+        f"{command} exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
     return done.stdout
 
 
@@ -75,7 +76,8 @@ def clean_environment(home: Path) -> dict[str, str]:
     drop = ("AIRFLOW", "_AIRFLOW", "PYSPARK_", "SPARKPOINT_", "SPARK_", "VIRTUAL_ENV", "PYTHON", "JAVA_TOOL")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", os.defpath).split(os.pathsep)
-                                  if not (Path(p) / "spark-submit").exists() and Path(p) != Path(sys.executable).parent)
+                                  if not (Path(p) / "spark-submit").exists()
+                                  and Path(p) != Path(sys.executable).parent)
     env["HOME"] = str(home)
     return env
 
@@ -126,11 +128,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     side = base / "spark-side"
     run([UV, "venv", "--quiet", "--python", str(spark_env / "bin" / "python"), str(side)], env)
     purelib = sysconfig.get_path("purelib", vars={"base": str(side), "platbase": str(side)})
-    spark_purelib = run([str(spark_env / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+    spark_purelib = run([str(spark_env / "bin" / "python"), "-c",
+                         "import sysconfig; print(sysconfig.get_path('purelib'))"],
                         env).strip()
     Path(purelib, "spark-env.pth").write_text(spark_purelib + "\n")
-    run([UV, "pip", "install", "--quiet", "--no-deps", "--python", str(side / "bin" / "python"), str(wheel)], env)
-    spark_home = Path(run([str(side / "bin" / "python"), "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
+    run([UV, "pip", "install", "--quiet", "--no-deps", "--python", str(side / "bin" / "python"), str(wheel)],
+        env)
+    spark_home = Path(run([str(side / "bin" / "python"), "-c",
+                           "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
                           env).strip())
     worker = {**env,
               "PATH": os.pathsep.join([str(airflow / "bin"), env["PATH"], str(spark_home / "bin")]),
@@ -144,8 +149,8 @@ def test_the_wheel_installs_into_airflow_without_pyspark(installed: Installed) -
     python = str(installed.airflow / "bin" / "python")
     probe = ("import importlib.metadata as m, os, airflow, airflow_sparkpoint as s\n"
              "from airflow_sparkpoint.services.spark_env import local_spark_home\n"
-             "print(s.__version__, m.version('airflow-sparkpoint'), airflow.__version__, local_spark_home())\n"
-             "print(os.path.dirname(s.__file__))")
+             "print(s.__version__, m.version('airflow-sparkpoint'), airflow.__version__, "
+             "local_spark_home())\nprint(os.path.dirname(s.__file__))")
     first, where = run([python, "-c", probe], installed.env, cwd=installed.airflow).splitlines()
     version, distribution, _airflow, spark_home = first.split()
     assert version == distribution == installed.version
@@ -197,7 +202,8 @@ def test_the_tutorial_runs_against_the_spark_environment(installed: Installed, t
             "latest = Catalog.open(sys.argv[1], 'orders').latest()\n"
             "rows = SparkpointHook(None, storage_uri=sys.argv[1]).delta_rows(sys.argv[2])\n"
             "print(json.dumps({'spark': latest.spark, 'totals': {r['user']: r['total'] for r in rows}}))")
-    seen = json.loads(run([str(installed.airflow / "bin" / "python"), "-c", read, str(tmp_path / "checkpoints"),
+    seen = json.loads(run([str(installed.airflow / "bin" / "python"), "-c", read,
+                           str(tmp_path / "checkpoints"),
                            str(tmp_path / "data" / "totals")], installed.env, cwd=tmp_path))
     assert str(seen["spark"].get("version", "")).startswith(f"{LINE}."), seen
     assert seen["totals"] == {"ana": 8, "bo": 7}, seen

@@ -113,8 +113,8 @@ def streaming_job(pipeline: Pipeline, log: Path) -> Iterator[subprocess.Popen[by
         "spark.sparkpoint.trigger": "processingTime:1s",
         "spark.sparkpoint.control.pollInterval": "0.5s",
     }
-    cmd = spark_submit_command(JOB_SCRIPT, conf, ["--input", str(pipeline.input), "--output", pipeline.output],
-                               env=env)
+    cmd = spark_submit_command(JOB_SCRIPT, conf,
+                               ["--input", str(pipeline.input), "--output", pipeline.output], env=env)
     proc = start_spark_submit(cmd, env=env, log=log, append=False)
     try:
         yield proc
@@ -155,14 +155,15 @@ def test_commit_operator_publishes_external_commits_exactly_once(tmp_path: Path)
     pipeline.write_batch([("bob", 10)])
 
     with new_dag("commit") as dag:
-        submit = SparkpointSubmitOperator(task_id="totals", checkpoint_dir=pipeline.root, commit_mode="external",
-                                          **pipeline.submit_kwargs())
+        submit = SparkpointSubmitOperator(task_id="totals", checkpoint_dir=pipeline.root,
+                                          commit_mode="external", **pipeline.submit_kwargs())
 
         @task
         def peek() -> dict[str, Any]:
             return {"rows": pipeline.delta_rows(), "pending": len(pipeline.catalog.transactions())}
 
-        commit = SparkpointCommitOperator(task_id="commit", job_name=pipeline.job, checkpoint_dir=pipeline.root)
+        commit = SparkpointCommitOperator(task_id="commit", job_name=pipeline.job,
+                                          checkpoint_dir=pipeline.root)
         again = SparkpointCommitOperator(task_id="commit_again", job_name=pipeline.job,
                                          checkpoint_dir=pipeline.root)
         submit >> peek() >> commit >> again
@@ -180,10 +181,12 @@ def test_commit_operator_publishes_external_commits_exactly_once(tmp_path: Path)
     assert pipeline.delta_rows() == pipeline.expected
 
 
-# ---------------------------------------------------------------------------- (b) stop-with-savepoint, restore
+# --------------------------------------------------------------------------- (b) stop-with-savepoint, restore
 
 
-def test_stop_with_savepoint_then_restore_continues_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stop_with_savepoint_then_restore_continues_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from airflow_sparkpoint.operators import SparkpointSavepointOperator, SparkpointSubmitOperator
 
     pipeline = Pipeline(tmp_path, "blue")
@@ -242,12 +245,12 @@ def test_sensor_sees_checkpoints_then_fails_fast_when_the_job_is_killed(
         pipeline.write_batch([(f"u{i % 2}", i + 1)])
     log = tmp_path / "live.log"
     with streaming_job(pipeline, log) as proc:
-        generation = wait_for("the job to start", running_generation(pipeline, min_checkpoints=0), 180, lambda: _tail(log),
-                              proc=proc, interval=0.5)
+        generation = wait_for("the job to start", running_generation(pipeline, min_checkpoints=0), 180,
+                              lambda: _tail(log), proc=proc, interval=0.5)
         with new_dag("sensor_ok") as dag:
             SparkpointCheckpointSensor(task_id="three_checkpoints", job_name=pipeline.job,
-                                       checkpoint_dir=pipeline.root, generation=str(generation), min_checkpoints=3,
-                                       poke_interval=1, timeout=240, max_heartbeat_age=5)
+                                       checkpoint_dir=pipeline.root, generation=str(generation),
+                                       min_checkpoints=3, poke_interval=1, timeout=240, max_heartbeat_age=5)
         run = run_dag(dag)
         assert task_states(run) == {"three_checkpoints": "success"}, _tail(log)
         seen = xcom(run, "three_checkpoints")
@@ -287,8 +290,8 @@ def test_a_killed_tries_stop_request_does_not_stop_the_next_run(tmp_path: Path) 
     pipeline.write_batch([("ann", 2)])
     log = tmp_path / "first-try.log"
     with streaming_job(pipeline, log) as proc:
-        generation = wait_for("the first try to checkpoint", running_generation(pipeline), 180, lambda: _tail(log),
-                              proc=proc, interval=0.5)
+        generation = wait_for("the first try to checkpoint", running_generation(pipeline), 180,
+                              lambda: _tail(log), proc=proc, interval=0.5)
         os.killpg(proc.pid, signal.SIGKILL)  # the supervisor's SIGKILL, 5 s after its SIGTERM
         proc.wait(timeout=60)
     catalog = pipeline.catalog
@@ -297,7 +300,8 @@ def test_a_killed_tries_stop_request_does_not_stop_the_next_run(tmp_path: Path) 
     legacy = ControlRequest(f"{int(now * 1000):013d}-0badc0de", "stop", pipeline.job, now, now + 600, None,
                             "on_kill:first_try")  # what on_kill of earlier releases wrote: no generation
     catalog.store.put(f"control/{legacy.id}.request.json", json.dumps(legacy.to_json()).encode())
-    addressed = channel.submit("stop", generation=generation, timeout_s=600, requested_by="killed savepoint task")
+    addressed = channel.submit("stop", generation=generation, timeout_s=600,
+                               requested_by="killed savepoint task")
     pipeline.write_batch([("cid", 9), ("bob", 1)])  # input that arrived meanwhile
     pipeline.write_batch([("dee", 5)])
 

@@ -57,21 +57,25 @@ def test_green_takes_the_job_over_at_n_through_the_cutover_records_with_every_ba
 
     # Every batch committed exactly once: one Delta commit per batch, <= N by blue, > N by green.
     by_batch = [(c["batch"], c["generation"]) for c in run.commits]
-    assert sorted(by_batch) == [(b, gb) for b in range(n + 1)] + [(b, gb + 1) for b in range(n + 1, last + 1)], by_batch
+    assert sorted(by_batch) == ([(b, gb) for b in range(n + 1)]
+                                + [(b, gb + 1) for b in range(n + 1, last + 1)]), by_batch
 
     # Rows: blue's code through N, green's code (its shadow state from K) after N.
     rows = batch_rows(run.output, run.commits)
     blue_oracle = green_totals(run.files, last)  # k >= every batch: blue's code throughout
     green_oracle = green_totals(run.files, k)
     assert {b: rows[b] for b in range(n + 1)} == {b: blue_oracle[b] for b in range(n + 1)}
-    assert {b: rows[b] for b in range(n + 1, last + 1)} == {b: green_oracle[b] for b in range(n + 1, last + 1)}
+    assert ({b: rows[b] for b in range(n + 1, last + 1)}
+            == {b: green_oracle[b] for b in range(n + 1, last + 1)})
     assert green_oracle[n + 1] != blue_oracle[n + 1], "the oracle must tell green's code from blue's"
 
     # The cutover's records: claimed by gB + 1 at N with blue's final checkpoint, ended committed.
     state = CutoverStore(catalog).read(run.cutover_id)
     assert state.claimed is not None and state.done is not None, state
-    assert (state.claimed.generation, state.claimed.batch_id, state.claimed.checkpoint) == (gb + 1, n, stop.checkpoint)
-    assert (state.done.outcome, state.done.step, state.done.generation) == ("committed", "first_commit", gb + 1)
+    assert ((state.claimed.generation, state.claimed.batch_id, state.claimed.checkpoint)
+            == (gb + 1, n, stop.checkpoint))
+    assert ((state.done.outcome, state.done.step, state.done.generation)
+            == ("committed", "first_commit", gb + 1))
     assert state.progress is not None and state.progress.replayed_batch == n, state.progress
     # Green's lineage starts at blue's final checkpoint X of N (green's own checkpoints
     # since may have retired X itself).

@@ -25,10 +25,13 @@ from tests.support.cutover_run import blue_conf, run_cutover, sparkpoint_commits
 from tests.support.shadow_totals import JOB_SCRIPT, batch_rows, green_totals, rows_of
 from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]  # two blue spark-submits and green beside the first, minutes
+# two blue spark-submits and green beside the first, minutes
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def test_a_rollback_after_the_cutover_restores_blue_s_final_savepoint_state(spark: Any, tmp_path: Path) -> None:
+def test_a_rollback_after_the_cutover_restores_blue_s_final_savepoint_state(
+    spark: Any, tmp_path: Path
+) -> None:
     run = run_cutover(spark, tmp_path, after_n=0, green_commits=False)
     tail = run.log.read_text(errors="replace")[-4000:] if run.log else ""
     assert run.blue_exit == 0, f"blue's spark-submit exited {run.blue_exit}:\n{tail}"
@@ -43,20 +46,23 @@ def test_a_rollback_after_the_cutover_restores_blue_s_final_savepoint_state(spar
     stop = ControlChannel(catalog).result(run.stop_request)
     assert (stop.state, stop.batch_id) == ("completed", n) and stop.savepoint is not None, stop
     saved = catalog.own_snapshot(stop.savepoint)
-    assert saved is not None and (saved.metadata.kind, saved.metadata.batch_id, saved.metadata.generation) == (
-        "savepoint", n, gb)
+    assert saved is not None
+    assert (saved.metadata.kind, saved.metadata.batch_id, saved.metadata.generation) == ("savepoint", n, gb)
     state = CutoverStore(catalog).read(run.cutover_id)
     assert state.claimed is not None and state.claimed.savepoint == stop.savepoint, state
-    assert any(m.generation == green and m.batch_id == n for m in catalog.checkpoints()), "green's adoption checkpoint"
+    assert any(m.generation == green and m.batch_id == n for m in catalog.checkpoints()), \
+        "green's adoption checkpoint"
 
     # The rollback of green returns the job's lineage to blue's savepoint of N.
-    aborted = abort_stopped_generation(catalog, green, max_heartbeat_age=60.0, how_to_stop="stop green's task")
+    aborted = abort_stopped_generation(catalog, green, max_heartbeat_age=60.0,
+                                       how_to_stop="stop green's task")
     assert aborted == []
     origin = catalog.origins()[-1]
-    assert (origin.generation, origin.kind, origin.uri, origin.batch_id) == (green + 1, "savepoint", stop.savepoint, n)
+    assert ((origin.generation, origin.kind, origin.uri, origin.batch_id)
+            == (green + 1, "savepoint", stop.savepoint, n))
     shown = CutoverStore(catalog).read(run.cutover_id).to_json()
-    assert (shown["step"], shown["rolled_back_to"], shown["blue_savepoint"]) == ("rolled_back", stop.savepoint,
-                                                                               stop.savepoint)
+    assert ((shown["step"], shown["rolled_back_to"], shown["blue_savepoint"])
+            == ("rolled_back", stop.savepoint, stop.savepoint))
 
     # Blue's code starts again (restore=latest) and runs three batches after N.
     files = list(run.files)
@@ -77,7 +83,8 @@ def test_a_rollback_after_the_cutover_restores_blue_s_final_savepoint_state(spar
     commits = sparkpoint_commits(run.output)
     last = len(files) - 1
     by_batch = sorted((c["batch"], c["generation"]) for c in commits)
-    assert by_batch == [(b, gb) for b in range(n + 1)] + [(b, green + 2) for b in range(n + 1, last + 1)], by_batch
+    assert by_batch == [(b, gb) for b in range(n + 1)] + [(b, green + 2) for b in range(n + 1, last + 1)], \
+        by_batch
     rows = batch_rows(run.output, commits)
     blue_oracle = green_totals(files, last)  # blue's code throughout
     assert rows == {b: blue_oracle[b] for b in range(last + 1)}

@@ -61,7 +61,8 @@ def test_a_batch_too_large_to_collect_is_staged_by_the_executors_exactly_once(tm
     fanout = 100_000  # 3 users x 100,000 rows: several MiB of Arrow, over a 1 MiB maxResultSize
     inputs = tmp_path / "input"
     batches = [[("a", 1), ("b", 2), ("c", 3)], [("a", 10), ("b", 20)]]
-    write_json_batches(inputs, [[{"user": u, "amount": a} for u, a in rows] for rows in batches], name="part-{}.json")
+    write_json_batches(inputs, [[{"user": u, "amount": a} for u, a in rows] for rows in batches],
+                       name="part-{}.json")
     script = tmp_path / "job.py"
     script.write_text(JOB)
     output = tmp_path / "table"

@@ -22,7 +22,8 @@ FILES = [
     [{"id": 1, "user": "u0", "amount": 1}, {"id": 2, "user": "u1", "amount": 2}],
     [{"id": 3, "user": "u1", "amount": 4}, {"id": 4, "user": "u2", "amount": 8}],
     # "U1" and "u1" in one batch: one merge key under lower(user)
-    [{"id": 5, "user": "U1", "amount": 16}, {"id": 6, "user": "u1", "amount": 32}, {"id": 7, "user": "u2", "amount": 64}],
+    [{"id": 5, "user": "U1", "amount": 16}, {"id": 6, "user": "u1", "amount": 32},
+     {"id": 7, "user": "u2", "amount": 64}],
     [{"id": 8, "user": "u0", "amount": 128}, {"id": 9, "user": "U1", "amount": 256}],
 ]
 
@@ -35,7 +36,9 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
     return want
 
 
-def test_duplicate_merge_keys_fail_the_batch_before_its_checkpoint_and_the_fixed_query_resumes(tmp_path: Path) -> None:
+def test_duplicate_merge_keys_fail_the_batch_before_its_checkpoint_and_the_fixed_query_resumes(
+    tmp_path: Path
+) -> None:
     from deltalake import DeltaTable
 
     inputs, table, root = tmp_path / "input", tmp_path / "table", tmp_path / "checkpoints"
@@ -70,4 +73,5 @@ def test_duplicate_merge_keys_fail_the_batch_before_its_checkpoint_and_the_fixed
     got = {r["key"]: (r["total"], r["events"]) for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()}
     assert got == totals(expected)
     staging = table / "_sparkpoint_txn" / JOB
-    assert not staging.exists() or list(staging.iterdir()) == [], "merged and refused batches leave nothing staged"
+    assert not staging.exists() or list(staging.iterdir()) == [], \
+        "merged and refused batches leave nothing staged"

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.spark
 def rows(path: Path, *order: str) -> list[dict[str, Any]]:
     from deltalake import DeltaTable
 
-    return sorted(DeltaTable(str(path)).to_pyarrow_table().to_pylist(), key=lambda r: tuple(r[k] for k in order))
+    return sorted(DeltaTable(str(path)).to_pyarrow_table().to_pylist(),
+                  key=lambda r: tuple(r[k] for k in order))
 
 
 def test_append_is_invisible_until_commit_and_commits_once(spark, tmp_path):
@@ -51,7 +52,8 @@ def test_append_is_invisible_until_commit_and_commits_once(spark, tmp_path):
     # A second attempt of batch 0 from another generation is never committed, and aborting
     # it must not delete the files the table references.
     other = stage(sink, df, 0, generation=2)
-    with pytest.raises(TransactionConflict, match=r"by transaction job-b0-g1 \(generation 1\); transaction 'job-b0-g2'"):
+    with pytest.raises(TransactionConflict,
+                       match=r"by transaction job-b0-g1 \(generation 1\); transaction 'job-b0-g2'"):
         sink.commit(other)
     assert not sink.is_committed(other)
     assert not (table / other.payload["staged"]["staging"]).exists()  # the losing attempt's files are dropped
@@ -141,14 +143,16 @@ def test_merge_refuses_duplicate_keys_while_staging_the_batch(spark, tmp_path):
     become a poison batch that fails every commit after it."""
     table = tmp_path / "t"
     sink = DeltaSink(str(table), mode="merge", keys=["user", "day"])
-    rows_ = [("u1", "d1", 1), ("u1", "d1", 2), ("u2", "d1", 3), ("u2", "d2", 4), ("u3", None, 5), ("u3", None, 6)]
+    rows_ = [("u1", "d1", 1), ("u1", "d1", 2), ("u2", "d1", 3), ("u2", "d2", 4), ("u3", None, 5),
+             ("u3", None, 6)]
     with pytest.raises(SinkError) as info:
         stage(sink, spark.createDataFrame(rows_, "user string, day string, total long"), 0)
     message = str(info.value)
     assert f"DeltaSink('{table}', mode='merge'" in message and "merge key(s) ['user', 'day']" in message
     assert "2 merge key(s)" in message and "{user='u1', day='d1'} x2" in message
     assert "{user='u3', day=None} x2" in message and "u2" not in message
-    assert not (table / "_sparkpoint_txn" / "job" / "job-b0-g1").exists(), "the refused batch's staging is removed"
+    assert not (table / "_sparkpoint_txn" / "job" / "job-b0-g1").exists(), \
+        "the refused batch's staging is removed"
     assert sink.committed_position("job") is None
 
 

@@ -94,7 +94,9 @@ def rows(endpoint: str, bucket: str, *order: str, name: str = "t") -> list[dict[
 # -- append --------------------------------------------------------------------------------
 
 
-def test_append_partitioned_batches_commit_once_across_restarts(spark, endpoint, client, bucket, options, tmp_path):
+def test_append_partitioned_batches_commit_once_across_restarts(
+    spark, endpoint, client, bucket, options, tmp_path
+):
     sink = make_sink(bucket, options, partition_by=["day"])
     sink.validate()
     schema = "k string, v long, day string"
@@ -116,7 +118,8 @@ def test_append_partitioned_batches_commit_once_across_restarts(spark, endpoint,
     assert sink.commit(record).status == "already"  # transaction_version says it landed
     assert sink.is_committed(record)
     assert rows(endpoint, bucket, "k") == [{"k": "a", "v": 1, "day": "d1"}, {"k": "b", "v": 2, "day": "d2"},
-                                           {"k": "c", "v": 3, "day": "d 3:x/y"}, {"k": "n", "v": 4, "day": None}]
+                                           {"k": "c", "v": 3, "day": "d 3:x/y"},
+                                           {"k": "n", "v": 4, "day": None}]
     delta = table(endpoint, bucket)
     assert delta.metadata().partition_columns == ["day"]
     assert delta.transaction_version("job") == 0 and sink.committed_position("job") == 0
@@ -211,12 +214,15 @@ def test_a_stale_writer_never_overwrites_a_commit(spark, endpoint, client, bucke
     stale = deltalake.DeltaTable(sink.path, storage_options=opts)  # sees version 0
 
     sink.commit(stage(sink, spark.createDataFrame([("b", 1)], schema), 1))
-    first = client.get_object(Bucket=bucket, Key="warehouse/t/_delta_log/00000000000000000001.json")["Body"].read()
+    first = client.get_object(Bucket=bucket,
+                              Key="warehouse/t/_delta_log/00000000000000000001.json")["Body"].read()
     props = deltalake.CommitProperties(app_transactions=[deltalake.Transaction(app_id="job", version=1)])
     with pytest.raises(Exception, match="(?i)concurrent"):
-        deltalake.write_deltalake(stale, pa.table({"k": ["zombie"], "v": [9]}), mode="append", commit_properties=props)
+        deltalake.write_deltalake(stale, pa.table({"k": ["zombie"], "v": [9]}), mode="append",
+                                  commit_properties=props)
 
-    again = client.get_object(Bucket=bucket, Key="warehouse/t/_delta_log/00000000000000000001.json")["Body"].read()
+    again = client.get_object(Bucket=bucket,
+                              Key="warehouse/t/_delta_log/00000000000000000001.json")["Body"].read()
     assert again == first
     assert [r["k"] for r in rows(endpoint, bucket, "k")] == ["a", "b"]
     assert table(endpoint, bucket).version() == 1
@@ -247,7 +253,8 @@ def test_abort_and_cleanup_orphans_leave_nothing_under_staging(spark, endpoint, 
     assert staged_keys(client, bucket) == []
     stage(sink, spark.createDataFrame([("c", "d1")], schema), 1)
     kept = stage(sink, spark.createDataFrame([("d", "d1")], schema), 2)
-    stage(sink, spark.createDataFrame([("x", "d1")], schema), 1, job="other")  # another job's: not ours to remove
+    # another job's: not ours to remove
+    stage(sink, spark.createDataFrame([("x", "d1")], schema), 1, job="other")
     assert sink.cleanup_orphans("job", keep={kept.txn_id}) == 1
     assert {k.split("/")[3:5] == ["job", kept.txn_id] or k.split("/")[3] == "other"
             for k in staged_keys(client, bucket)} == {True}
@@ -344,7 +351,8 @@ def test_credentials_stay_out_of_records_logs_and_the_table(spark, endpoint, cli
         assert SECRET.encode() not in client.get_object(Bucket=bucket, Key=key)["Body"].read()
     rebuilt = sink_from_config(record.sink, record.payload["config"])
     rebuilt.configure(options)
-    assert isinstance(rebuilt, DeltaSink) and rebuilt.sink_id == fresh.sink_id == f"delta:s3://{bucket}/warehouse/t"
+    assert (isinstance(rebuilt, DeltaSink)
+            and rebuilt.sink_id == fresh.sink_id == f"delta:s3://{bucket}/warehouse/t")
     assert rebuilt.is_committed(record) and rebuilt.commit(record).status == "already"
 
 
@@ -402,7 +410,8 @@ def _run(spark: Any, root: Path, endpoint: str, inputs: Path, uri: str) -> Any:
         "spark.sparkpoint.s3.endpoint": endpoint, "spark.sparkpoint.s3.region": "us-east-1",
         "spark.sparkpoint.delta.driverStagingMaxBytes": str(DRIVER_MAX_BYTES[side()]),
     }, argv=[])
-    events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(str(inputs))
+    events = (spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1)
+              .json(str(inputs)))
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"))
     return job.run(totals, sink=DeltaSink(uri, mode="merge", keys=["user"]), output_mode="update")
 
@@ -425,7 +434,8 @@ def test_a_sparkpoint_job_writes_exactly_once_to_delta_on_s3(spark, endpoint, cl
     for data in files:
         for r in data:
             expected[r["user"]] = expected.get(r["user"], 0) + r["amount"]
-    assert rows(endpoint, bucket, "user", name="orders") == [{"user": u, "total": t} for u, t in sorted(expected.items())]
+    assert (rows(endpoint, bucket, "user", name="orders")
+            == [{"user": u, "total": t} for u, t in sorted(expected.items())])
     delta = table(endpoint, bucket, "orders")
     assert delta.transaction_version("orders") == 4
     assert [h.get("sparkpoint.batch") for h in delta.history()] == ["4", "3", "2", "1", "0"]

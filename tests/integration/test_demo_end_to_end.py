@@ -26,7 +26,8 @@ def start_demo(workdir: Path) -> subprocess.Popen[str]:
     """The demo in a new session, so a signal to its process group is a terminal's Ctrl-C."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "SPARKPOINT_TEST_FAULT"))}
     return subprocess.Popen([str(SPARKPOINT), "demo", "--workdir", str(workdir)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
 
 
 def leftover_processes(workdir: Path) -> list[str]:
@@ -52,7 +53,8 @@ def progress_gaps(output: str) -> list[int]:
     return [b - a for a, b in itertools.pairwise(stamps) if b >= a]
 
 
-# slow: about 4 minutes (the README's `make demo`); each of its stages runs in the default suite on its own (e2e kills and retries, e2e and example-DAG blue-green)
+# slow: about 4 minutes (the README's `make demo`); each of its stages runs in the default suite on its own
+# (e2e kills and retries, e2e and example-DAG blue-green)
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.airflow
@@ -74,7 +76,8 @@ def test_demo_runs_every_stage_and_its_verdict_is_exactly_once(tmp_path: Path) -
         "== 2/3 blue-green deploy: green fails",
         "== 3/3 blue-green deploy: a healthy green is promoted",
         "task running_totals: up for retry: spark-submit exited with -9 (SIGKILL)",
-        "task start_green: failed: spark-submit exited with 1: RuntimeError: keyed_totals v2: simulated failure",
+        ("task start_green: failed: spark-submit exited with 1: RuntimeError: keyed_totals "
+         "v2: simulated failure"),
         "[ok] incremental ETL: the retry resumed instead of starting over",
         "[ok] blue-green rollback: green's staged output was aborted",
         "[ok] blue-green rollback: green and the restored blue started from the same savepoint",
@@ -129,4 +132,5 @@ def test_interrupted_demo_kills_blue_and_the_running_spark_submit(tmp_path: Path
     # SIGKILL is asynchronous: a loaded machine may show blue alive for a moment after the
     # demo exited, so wait (up to 30 s) for every process of the demo to go first.
     assert leftover_processes(workdir) == []
-    assert not psutil.pid_exists(int(blue.group(1))) or psutil.Process(int(blue.group(1))).status() == "zombie"
+    assert (not psutil.pid_exists(int(blue.group(1)))
+            or psutil.Process(int(blue.group(1))).status() == "zombie")

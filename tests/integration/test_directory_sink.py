@@ -47,7 +47,8 @@ def data_files(root: Path) -> list[str]:
     found = []
     for directory, dirs, files in os.walk(root):
         dirs[:] = [d for d in dirs if not d.startswith("_")]
-        found += [os.path.relpath(os.path.join(directory, f), root) for f in files if not f.startswith((".", "_"))]
+        found += [os.path.relpath(os.path.join(directory, f), root) for f in files
+                  if not f.startswith((".", "_"))]
     return sorted(found)
 
 
@@ -69,7 +70,8 @@ def test_stage_is_invisible_commit_shows_exact_rows_once(spark: Any, tmp_path: P
     outcome = sink.commit(record)
 
     assert outcome.status == "committed"
-    assert data_files(dest) == ["part-orders-b0-g1-00000.snappy.parquet", "part-orders-b0-g1-00001.snappy.parquet"]
+    assert (data_files(dest)
+            == ["part-orders-b0-g1-00000.snappy.parquet", "part-orders-b0-g1-00001.snappy.parquet"])
     assert rows(spark.read.parquet(str(dest))) == expected
     assert not (dest / "_staging" / "orders-b0-g1").exists()
     assert sink.is_committed(record) and sink.committed_position(JOB) == 0
@@ -119,7 +121,8 @@ def test_a_crashed_commit_is_finished_without_duplicates(spark: Any, tmp_path: P
     df = batch_df(spark, 0)
     record = stage(sink, df, 0)
     first = record.payload["staged"]["files"][0]
-    os.replace(dest / "_staging" / "orders-b0-g1" / first["path"], dest / "part-orders-b0-g1-00000.snappy.parquet")
+    os.replace(dest / "_staging" / "orders-b0-g1" / first["path"],
+               dest / "part-orders-b0-g1-00000.snappy.parquet")
 
     assert sink.commit(record).status == "committed"
     assert rows(spark.read.parquet(str(dest))) == rows(df)
@@ -201,7 +204,8 @@ def test_s3_destination_stages_hidden_and_promotes_by_copy(
 
     assert sink.commit(record).status == "committed"
     final = [k for k in keys() if not k.startswith("dir/_sparkpoint/")]
-    assert final == ["dir/part-orders-b0-g1-00000.snappy.parquet", "dir/part-orders-b0-g1-00001.snappy.parquet"]
+    assert (final
+            == ["dir/part-orders-b0-g1-00000.snappy.parquet", "dir/part-orders-b0-g1-00001.snappy.parquet"])
     got = []
     for key in final:
         table = pq.read_table(io.BytesIO(client.get_object(Bucket=s3_bucket, Key=key)["Body"].read()))
@@ -220,12 +224,13 @@ def test_stages_every_batch_of_a_stateful_stream(spark: Any, tmp_path: Path) -> 
     from pyspark.sql import functions as F
 
     source = tmp_path / "in"
-    write_json_batches(source, [[{"country": f"c{i % 4}", "amount": i} for i in range(12)]] * 3, name="{}.json",
-                       base_mtime=1_000)
+    write_json_batches(source, [[{"country": f"c{i % 4}", "amount": i} for i in range(12)]] * 3,
+                       name="{}.json", base_mtime=1_000)
     dest = tmp_path / "out"
     sink = DirectorySink(str(dest))
     records: list[TransactionRecord] = []
-    events = spark.readStream.schema("country string, amount long").option("maxFilesPerTrigger", 1).json(str(source))
+    events = (spark.readStream.schema("country string, amount long").option("maxFilesPerTrigger", 1)
+              .json(str(source)))
     totals = events.groupBy("country").agg(F.sum("amount").alias("total"))
     query = (
         totals.writeStream.outputMode("update")

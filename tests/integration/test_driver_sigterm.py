@@ -49,10 +49,12 @@ def test_sigterm_to_the_process_group_records_failed_and_the_next_run_resumes_ex
                              "spark.sparkpoint.test.pauseAt": "sigterm-staged:2",
                              "spark.sparkpoint.test.pauseDir": str(pauses)}, log)
     try:
-        wait_for("batch 1 checkpointed", lambda: (latest := catalog.latest()) is not None and latest.batch_id >= 1,
+        wait_for("batch 1 checkpointed",
+                 lambda: (latest := catalog.latest()) is not None and latest.batch_id >= 1,
                  300, lambda: tail(log), proc=proc)
         write_batch_file(tmp_path / "input", 2, rows(2))
-        reached = wait_for("batch 2 staged (pause point)", lambda: (pauses / "sigterm-staged.reached").exists(),
+        reached = wait_for("batch 2 staged (pause point)",
+                           lambda: (pauses / "sigterm-staged.reached").exists(),
                            300, lambda: tail(log), proc=proc)
         assert reached, "the fault point was not reached"
         generation = catalog.current_generation()
@@ -71,7 +73,8 @@ def test_sigterm_to_the_process_group_records_failed_and_the_next_run_resumes_ex
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=60)
     status = catalog.read_status() or {}
-    assert (status.get("generation"), status.get("state")) == (generation, "failed"), (ended_by, status, tail(log))
+    assert (status.get("generation"), status.get("state")) == (generation, "failed"), \
+        (ended_by, status, tail(log))
     assert "terminated by SIGTERM" in (status.get("error") or ""), status
     assert (2, generation) not in catalog.transaction_keys(), "a batch was recorded after SIGTERM"
     latest = catalog.latest()

@@ -219,7 +219,8 @@ def test_every_example_dag_imports_and_job_scripts_are_not_dag_files(dagbag: Any
         assert dag.doc_md and "sparkpoint" in dag.tags, dag_id
         source = Path(dag.fileloc).read_text()
         for tuning in ("/tmp", "shuffle.partitions", "spark.ui.enabled", "xcom_pull(task_ids='", "{{ ti."):
-            assert tuning not in source, f"{dag_id}: {tuning!r} (test tuning or a Jinja XCom string) in the DAG"
+            assert tuning not in source, \
+                f"{dag_id}: {tuning!r} (test tuning or a Jinja XCom string) in the DAG"
         assert "current_generation()" not in source, f"{dag_id} races on the newest generation"
         for task in dag.tasks:
             where = f"{dag_id}.{task.task_id}"
@@ -286,7 +287,8 @@ def test_incremental_etl_retry_resumes_from_the_latest_checkpoint(
     assert orphaned_staged_files(tmp_path / "views", "etl_windowed_counts") == []
 
 
-# slow: about 1.5 minutes; availableNow runs that read only new input are in the default run (quickstart DAG, e2e)
+# slow: about 1.5 minutes; availableNow runs that read only new input are in the default run (quickstart DAG,
+# e2e)
 @pytest.mark.slow
 @pytest.mark.spark
 def test_incremental_etl_next_run_reads_only_new_input(
@@ -512,7 +514,8 @@ def assert_rolled_back(blue: SubmittedJob, run: Any, blue_generation: int) -> No
     assert blue.catalog.transactions() == []
 
 
-# slow: the example DAG's publish path with its pre-flight runs in the default suite through a real Airflow (tests/e2e/test_e2e_blue_green)
+# slow: the example DAG's publish path with its pre-flight runs in the default suite through a real Airflow
+# (tests/e2e/test_e2e_blue_green)
 @pytest.mark.slow
 @pytest.mark.spark
 def test_blue_green_publishes_a_healthy_green(
@@ -525,12 +528,14 @@ def test_blue_green_publishes_a_healthy_green(
     assert blue.wait_exit() == 0, blue.tail()  # stopped with a savepoint
     assert run.state == "success", task_states(run)
     assert task_states(run) == {
-        "deploy_path": "success", **ZERO_DOWNTIME_SKIPPED, "preflight_green": "success", "stop_blue": "success", "start_green": "success",
+        "deploy_path": "success", **ZERO_DOWNTIME_SKIPPED, "preflight_green": "success",
+        "stop_blue": "success", "start_green": "success",
         "green_healthy": "success", "audit_green": "success",
         "decide": "success", "publish_green": "success", "abort_green": "skipped", "restore_blue": "skipped",
         "rolled_back": "skipped",
     }
-    preflight = xcom(run, "preflight_green")  # green read blue's newest checkpoint, in scratch, before the stop
+    # green read blue's newest checkpoint, in scratch, before the stop
+    preflight = xcom(run, "preflight_green")
     assert preflight["ok"] and preflight["batch_id"] == 0 and preflight["result"]["batches_processed"] == 3
     assert preflight["result"]["job"] == f"{blue.job}-preflight"
     green = xcom(run, "start_green")
@@ -564,10 +569,11 @@ def test_blue_green_ends_at_a_refused_preflight_and_never_touches_blue(
     assert run.state == "failed"
     states = task_states(run)
     assert states["preflight_green"] == "failed" and states["decide"] == "failed", states
-    assert {states[t] for t in ("stop_blue", "start_green", "publish_green", "restore_blue", "rolled_back")} == {
-        "upstream_failed"}, states
+    after_green = ("stop_blue", "start_green", "publish_green", "restore_blue", "rolled_back")
+    assert {states[t] for t in after_green} == {"upstream_failed"}, states
     assert states["abort_green"] in ("skipped", "upstream_failed"), states  # never ran
-    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before, "something wrote to blue's store"
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before, \
+        "something wrote to blue's store"
     assert ControlChannel(catalog).request_ids() == [] and catalog.current_generation() == 1
 
 
@@ -619,7 +625,8 @@ def test_blue_green_rolls_back_a_rejected_green(
     assert_rolled_back(blue, run, blue_generation)
 
 
-# slow: write-audit-publish runs in the default suite on local storage; S3 sinks and connections in their own tests
+# slow: write-audit-publish runs in the default suite on local storage; S3 sinks and connections in their own
+# tests
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.s3
@@ -644,16 +651,19 @@ def test_write_audit_publish_on_s3_through_a_connection(
     for index, rows in enumerate(clean):
         write_batch_file(tmp_path / "input", index, rows)
 
-    run = run_dag(dagbag, "example_sparkpoint_write_audit_publish", input=str(tmp_path / "input"), output=output)
+    run = run_dag(dagbag, "example_sparkpoint_write_audit_publish", input=str(tmp_path / "input"),
+                  output=output)
     assert task_states(run) == {"write": "success", "audit": "success", "publish": "success",
                                 "discard": "skipped", "rejected": "skipped"}
     assert "wap-secret" not in json.dumps(xcom(run, "write"))
     hook = SparkpointHook("sparkpoint_default")
-    published = sorted(({**r, "ts": utc(r["ts"])} for r in hook.delta_rows(output)), key=lambda r: r["event_id"])
+    published = sorted(({**r, "ts": utc(r["ts"])} for r in hook.delta_rows(output)),
+                       key=lambda r: r["event_id"])
     assert published == unique_events(clean)
 
     write_batch_file(tmp_path / "input", 2, events(2, bad=True))
-    run = run_dag(dagbag, "example_sparkpoint_write_audit_publish", input=str(tmp_path / "input"), output=output)
+    run = run_dag(dagbag, "example_sparkpoint_write_audit_publish", input=str(tmp_path / "input"),
+                  output=output)
     assert task_states(run)["discard"] == "success" and task_states(run)["publish"] == "skipped"
     again = sorted(({**r, "ts": utc(r["ts"])} for r in hook.delta_rows(output)), key=lambda r: r["event_id"])
     assert again == unique_events(clean), "rejected output became visible"

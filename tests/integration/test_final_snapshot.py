@@ -33,7 +33,8 @@ ATTEMPTS = 3
 
 
 def _store_dirs(files: list[str]) -> set[str]:
-    return {path.rpartition("/")[0] for path in files if path.startswith("state/") and path.endswith(".changelog")}
+    return {path.rpartition("/")[0] for path in files if path.startswith("state/")
+            and path.endswith(".changelog")}
 
 
 def test_the_last_checkpoint_of_a_drained_job_holds_the_state_snapshot(tmp_path: Path) -> None:
@@ -53,13 +54,14 @@ def test_the_last_checkpoint_of_a_drained_job_holds_the_state_snapshot(tmp_path:
         assert len(stores) == 2, stores
         # Whatever happened, the latest checkpoint holds the snapshot of version 4 of every store.
         assert livedir.newest_snapshots(f.path for f in of_last_batch[-1].files) == dict.fromkeys(stores, 4)
-        if all(livedir.newest_snapshots(f.path for f in of_last_batch[0].files).get(d, 0) == 4 for d in stores):
+        if all(livedir.newest_snapshots(f.path for f in of_last_batch[0].files).get(d, 0) == 4
+               for d in stores):
             assert len(of_last_batch) == 1, "a second checkpoint although the first held the snapshots"
             continue  # the window closed by itself: try again
         break
     else:
-        pytest.fail(f"in {ATTEMPTS} attempts Spark's maintenance always uploaded the snapshot before the job's "
-                    "checkpoint: the wait was never exercised")
+        pytest.fail(f"in {ATTEMPTS} attempts Spark's maintenance always uploaded the snapshot before the "
+                    "job's checkpoint: the wait was never exercised")
     # The window was there: the checkpoint taken when the query drained lacks the snapshot
     # of version 4, the one taken after the wait holds it and is the latest.
     assert len(of_last_batch) == 2, [(m.id, m.batch_id) for m in checkpoints]

@@ -37,10 +37,12 @@ def test_sigkill_with_a_batch_staged_then_restart_is_exact(tmp_path: Path) -> No
                              "spark.sparkpoint.test.pauseAt": "sigterm-staged:2",
                              "spark.sparkpoint.test.pauseDir": str(pauses)}, log)
     try:
-        wait_for("batch 1 checkpointed", lambda: (latest := catalog.latest()) is not None and latest.batch_id >= 1,
+        wait_for("batch 1 checkpointed",
+                 lambda: (latest := catalog.latest()) is not None and latest.batch_id >= 1,
                  300, lambda: tail(log), proc=proc)
         write_batch_file(tmp_path / "input", 2, rows(2))
-        reached = wait_for("batch 2 staged (pause point)", lambda: (pauses / "sigterm-staged.reached").exists(),
+        reached = wait_for("batch 2 staged (pause point)",
+                           lambda: (pauses / "sigterm-staged.reached").exists(),
                            300, lambda: tail(log), proc=proc)
         assert reached, "the fault point was not reached"
         generation = catalog.current_generation()

@@ -41,7 +41,8 @@ def test_a_running_job_removes_the_live_locations_earlier_runs_left(tmp_path: Pa
     log = tmp_path / "run.log"
     proc = submit(tmp_path, {"spark.sparkpoint.trigger": "processingTime:1 second"}, log)
     try:
-        wait_for("batch 1 checkpointed", lambda: (latest := catalog.latest()) is not None and latest.batch_id >= 1,
+        wait_for("batch 1 checkpointed",
+                 lambda: (latest := catalog.latest()) is not None and latest.batch_id >= 1,
                  300, lambda: tail(log), proc=proc)
         assert proc.poll() is None, tail(log)  # still running: its end has not cleaned anything
         wait_for("the earlier run's live location removed", lambda: not left.exists(), 60, lambda: tail(log),

@@ -86,11 +86,13 @@ def deploy_dag(blue: SubmittedJob, green_state: str, drills: Path) -> Any:
 
     green: dict[str, Any] = {
         "job_name": blue.job, "checkpoint_dir": str(blue.root), "application": str(JOB_SCRIPT),
-        "application_args": ["--input", str(blue.input), "--output", str(blue.output), "--state", green_state],
+        "application_args": ["--input", str(blue.input), "--output", str(blue.output), "--state",
+                             green_state],
         "conn_id": "spark_default", "conf": dict(SPARK_CONF),
     }
     with new_dag(f"preflight_{green_state}") as dag:
-        preflight = SparkpointPreflightOperator(task_id="preflight", output_args={"--output": "{scratch}/totals"},
+        preflight = SparkpointPreflightOperator(task_id="preflight",
+                                                output_args={"--output": "{scratch}/totals"},
                                                 drill_dir=str(drills), **green)
         stop_blue = SparkpointSavepointOperator(task_id="stop_blue", job_name=blue.job,
                                                 checkpoint_dir=str(blue.root), stop=True, timeout="5 minutes")
@@ -126,7 +128,8 @@ def test_an_incompatible_green_is_refused_before_blue_stops_and_a_compatible_one
         assert states == {"preflight": "failed", "stop_blue": "upstream_failed",
                           "start_green": "upstream_failed"}, states
         error = capsys.readouterr().out  # dag.test() logs the task's failure here
-        assert "pre-flight refused" in error and "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in error, error[-3000:]
+        assert "pre-flight refused" in error and "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE" in error, \
+            error[-3000:]
         assert blue.running, blue.tail()
         status = blue.status()
         assert status is not None and (status.state, status.generation) == ("running", generation), status
@@ -152,4 +155,5 @@ def test_an_incompatible_green_is_refused_before_blue_stops_and_a_compatible_one
     commits = delta_commits(blue.output)
     assert sorted(c["batch"] for c in commits) == list(range(len(files))), commits
     assert blue.catalog.current_generation() == generation + 1  # green; no drill claimed one of blue's
-    assert list((tmp_path / "drills-deployed").iterdir()) == [], "the drill's scratch directory was left behind"
+    assert list((tmp_path / "drills-deployed").iterdir()) == [], \
+        "the drill's scratch directory was left behind"

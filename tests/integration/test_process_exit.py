@@ -37,7 +37,8 @@ SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", 
               "spark.sparkpoint.commit.mode": "external"}
 # What the audit task does (example_sparkpoint_write_audit_publish: SparkpointHook.delta_rows),
 # without Airflow's start-up cost: the same read of every row of the table.
-AUDIT = "import sys; from airflow_sparkpoint.demo.support import delta_rows; print(len(delta_rows(sys.argv[1])))"
+AUDIT = ("import sys; from airflow_sparkpoint.demo.support import delta_rows; "
+         "print(len(delta_rows(sys.argv[1])))")
 
 
 def rows(index: int) -> list[dict[str, Any]]:
@@ -58,7 +59,8 @@ class Runs:
         self.failures: list[str] = []
 
     def run(self, kind: str, cmd: list[str], timeout: float = 600) -> None:
-        proc = subprocess.run(cmd, check=False, env=self.env, capture_output=True, timeout=timeout, cwd=self.tmp)
+        proc = subprocess.run(cmd, check=False, env=self.env, capture_output=True, timeout=timeout,
+                              cwd=self.tmp)
         self.codes.setdefault(kind, []).append(proc.returncode)
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr).decode(errors="replace").splitlines()[-8:]
@@ -91,7 +93,8 @@ class Runs:
 
 
 @pytest.mark.parametrize(("cli_runs", "audit_runs"), [
-    pytest.param(1, 4, id="few", marks=pytest.mark.slow),  # a minute: the abort it guards is fixed at its root
+    # a minute: the abort it guards is fixed at its root
+    pytest.param(1, 4, id="few", marks=pytest.mark.slow),
     pytest.param(3, 30, id="many", marks=[pytest.mark.slow, pytest.mark.timeout(3600)]),
 ])
 def test_every_process_exits_zero_after_its_work(tmp_path: Path, cli_runs: int, audit_runs: int) -> None:
@@ -124,12 +127,13 @@ def test_the_driver_closes_its_state_stores_when_its_run_returns(tmp_path: Path)
     binary = shutil.which("spark-submit", path=env["PATH"])
     assert binary, "spark-submit not found next to the interpreter"
     cmd = [binary, "--master", "local[2]"]
-    conf = {**SPARK_CONF, "spark.sparkpoint.commit.mode": "checkpoint", "spark.sparkpoint.dir": str(tmp_path / "sp"),
-            "spark.sparkpoint.job": JOB}
+    conf = {**SPARK_CONF, "spark.sparkpoint.commit.mode": "checkpoint",
+            "spark.sparkpoint.dir": str(tmp_path / "sp"), "spark.sparkpoint.job": JOB}
     for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]
     cmd += [str(probe), "--input", str(tmp_path / "input"), "--output", str(tmp_path / "out")]
-    proc = subprocess.run(cmd, check=False, env=env, capture_output=True, timeout=600, cwd=tmp_path, text=True)
+    proc = subprocess.run(cmd, check=False, env=env, capture_output=True, timeout=600, cwd=tmp_path,
+                          text=True)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     [line] = [ln for ln in proc.stdout.splitlines() if ln.startswith("STATE_STORES ")]
     # the query did load state: the aggregation's totals are in the table

@@ -31,7 +31,8 @@ def test_retry_resumes_from_latest_checkpoint_with_exact_output(airflow_home, tm
     real_close = SubmitDir.close
 
     def close(self: SubmitDir) -> None:
-        closed.append((self.path, sorted(os.listdir(self.native_dir)) if os.path.isdir(self.native_dir) else []))
+        closed.append((self.path, sorted(os.listdir(self.native_dir)) if os.path.isdir(self.native_dir)
+                       else []))
         real_close(self)
 
     monkeypatch.setattr(SubmitDir, "close", close)

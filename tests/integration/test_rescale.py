@@ -100,7 +100,9 @@ def dead_generation_live_dir(catalog: Catalog) -> Path:
     return Path(origin.live_dir)
 
 
-def test_aggregation_killed_during_rescale_then_rescaled_up_and_down_exactly(aggregation, tmp_path, capsys, spark):
+def test_aggregation_killed_during_rescale_then_rescaled_up_and_down_exactly(
+    aggregation, tmp_path, capsys, spark
+):
     """A kill in the middle of the repartition (fault point ``rescale``) leaves the
     savepoint and the sink untouched; the retry (restore=latest, as the operator's retry)
     rescales 2 -> 4; a later restore rescales 4 -> 3. Totals exact after each."""
@@ -119,7 +121,8 @@ def test_aggregation_killed_during_rescale_then_rescaled_up_and_down_exactly(agg
     marker = tmp_path / "fault-fired"
     killed = submit(tmp_path, "aggregation", {"spark.sparkpoint.restore": built.savepoint.uri,
                                               "spark.sparkpoint.restore.statePartitions": "4"},
-                    env={"SPARKPOINT_TEST_FAULT": f"rescale:{restored}", "SPARKPOINT_TEST_FAULT_ONCE": str(marker)},
+                    env={"SPARKPOINT_TEST_FAULT": f"rescale:{restored}",
+                         "SPARKPOINT_TEST_FAULT_ONCE": str(marker)},
                     inputs=built.inputs)
     assert killed.returncode != 0, killed.tail()
     assert marker.read_text().strip() == f"rescale:{restored}", "the fault point was not reached"
@@ -196,7 +199,8 @@ def test_transform_with_state_rescaled_down_then_up_exactly(tmp_path, capsys, sp
                                                 "spark.sparkpoint.restore.statePartitions": str(target)},
                               inputs=built.inputs))
         assert table(tmp_path / "out") == expected(files), target
-        assert run["rescaled"] == {"from": 3 if target == 2 else 2, "to": target, "batch": run["first_batch"] - 1}
+        assert (run["rescaled"]
+                == {"from": 3 if target == 2 else 2, "to": target, "batch": run["first_batch"] - 1})
         commits = [c["batch"] for c in delta_commits(tmp_path / "out")]
         assert len(commits) == len(set(commits)) and run["first_batch"] - 1 not in commits, commits
         latest = catalog.latest()
@@ -230,8 +234,9 @@ def test_an_unsupported_operator_is_refused_by_name_before_anything_is_written(s
     generation = catalog.current_generation()
 
     for restore in (savepoint.uri, "latest"):
-        with pytest.raises(RestoreError, match=r"statePartitions=4: operator 0 \(globalLimit\) of .* cannot be "
-                                               r"repartitioned; Spark's offline state repartitioner supports"):
+        with pytest.raises(RestoreError,
+                           match=r"statePartitions=4: operator 0 \(globalLimit\) of .* cannot be "
+                                 r"repartitioned; Spark's offline state repartitioner supports"):
             run_in_process(spark, tmp_path, "limit", {"spark.sparkpoint.restore": restore,
                                                        "spark.sparkpoint.restore.statePartitions": "4"})
     assert catalog.current_generation() == generation, "a generation was claimed"
@@ -243,7 +248,8 @@ def test_an_unsupported_operator_is_refused_by_name_before_anything_is_written(s
 def test_bad_state_partitions_are_rejected_before_anything_is_written(spark, tmp_path, value):
     from airflow_sparkpoint.exceptions import ConfigError
 
-    with pytest.raises(ConfigError, match=rf"spark\.sparkpoint\.restore\.statePartitions='{value}' is (too small|"
-                                          r"not an integer); expected an integer >= 1"):
+    with pytest.raises(ConfigError,
+                       match=rf"spark\.sparkpoint\.restore\.statePartitions='{value}' is (too small|"
+                             r"not an integer); expected an integer >= 1"):
         run_in_process(spark, tmp_path, "aggregation", {"spark.sparkpoint.restore.statePartitions": value})
     assert not (tmp_path / "sp").exists() and not (tmp_path / "out").exists()

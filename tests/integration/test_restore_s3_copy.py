@@ -114,15 +114,18 @@ def test_the_first_checkpoint_after_a_restore_copies_the_savepoint_server_side(
     own_keys = {f"{JOB}/{green_catalog.shared_key(ref.path, ref.sha256)}" for ref in savepoint.metadata.files}
     uploaded = {key for op, key in store.log if op in ("upload_file", "put", "put_if_absent")}
     copied = {key for op, key in store.log if op == "copy_from"}
-    assert uploaded & own_keys == set(), sorted(uploaded & own_keys)  # no byte of them passed through the driver
+    # no byte of them passed through the driver
+    assert uploaded & own_keys == set(), sorted(uploaded & own_keys)
     assert own_keys & copied, "the savepoint's files were not copied into green's shared area"
     restored_state = {key for key in own_keys if "/state/" in f"/{key}"}
     assert restored_state and restored_state <= copied, sorted(restored_state - copied)
-    assert store.kinds["DELETE"] >= 1, "retention deleted nothing: the test would not see it touch the savepoint"
+    assert store.kinds["DELETE"] >= 1, \
+        "retention deleted nothing: the test would not see it touch the savepoint"
     assert listing(s3, saved_prefix) == saved_objects, "green's retention touched the savepoint"
     # Green's copies are its own: with every object of its root deleted, the savepoint still restores.
     doomed = list(listing(s3, "green/"))
-    assert own_keys & {key.removeprefix("green/") for key in doomed}, "green holds no copy of the savepoint's files"
+    assert own_keys & {key.removeprefix("green/") for key in doomed}, \
+        "green holds no copy of the savepoint's files"
     s3.client().delete_objects(Bucket=s3.bucket, Delete={"Objects": [{"Key": key} for key in doomed]})
 
     again = run_job(spark, s3, f"s3://{s3.bucket}/again", tmp_path / "again-work", inputs,

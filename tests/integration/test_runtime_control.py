@@ -18,7 +18,8 @@ from tests.support.waits import wait_for
 pytestmark = pytest.mark.spark
 
 
-def start_job(spark: Any, root: Path, inputs: Path, table: Path, **conf: str) -> tuple[threading.Thread, dict]:
+def start_job(spark: Any, root: Path, inputs: Path, table: Path,
+              **conf: str) -> tuple[threading.Thread, dict]:
     from pyspark.sql import functions as F
 
     from airflow_sparkpoint.runtime import SparkpointJob
@@ -29,7 +30,8 @@ def start_job(spark: Any, root: Path, inputs: Path, table: Path, **conf: str) ->
         "spark.sparkpoint.trigger": "processingTime:1s", "spark.sparkpoint.control.pollInterval": "300ms",
         **{f"spark.sparkpoint.{k}": v for k, v in conf.items()},
     }, argv=[])
-    events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(str(inputs))
+    events = (spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1)
+              .json(str(inputs)))
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
     outcome: dict[str, Any] = {}
 
@@ -92,10 +94,11 @@ def _restore_and_finish(spark: Any, root: Path, inputs: Path, table: Path, savep
     from airflow_sparkpoint.sinks import DeltaSink
 
     job = SparkpointJob.get_or_create(conf={
-        "spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": "orders", "spark.sparkpoint.restore": savepoint,
-        "spark.sparkpoint.trigger": "availableNow",
+        "spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": "orders",
+        "spark.sparkpoint.restore": savepoint, "spark.sparkpoint.trigger": "availableNow",
     }, argv=[])
-    events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(str(inputs))
+    events = (spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1)
+              .json(str(inputs)))
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
     return job.run(totals, sink=DeltaSink(str(table), mode="merge", keys=["user"]), output_mode="update")
 
@@ -132,8 +135,10 @@ def _run_latest(spark: Any, root: Path, inputs: Path, table: Path) -> Any:
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
-    job = SparkpointJob.get_or_create(conf={"spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": "orders"},
+    job = SparkpointJob.get_or_create(conf={"spark.sparkpoint.dir": str(root),
+                                            "spark.sparkpoint.job": "orders"},
                                       argv=[])
-    events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(str(inputs))
+    events = (spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1)
+              .json(str(inputs)))
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
     return job.run(totals, sink=DeltaSink(str(table), mode="merge", keys=["user"]), output_mode="update")

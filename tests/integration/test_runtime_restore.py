@@ -38,7 +38,8 @@ def stream_join(spark: Any, inputs: Path) -> Any:
         .select(F.col("id").alias("rid"), F.col("ts").alias("rts"), F.col("v").alias("rv"))
         .withWatermark("rts", "1 hour")
     )
-    return left.join(right, F.expr("id = rid AND rts BETWEEN lts - interval 1 hour AND lts + interval 1 hour"))
+    return left.join(right,
+                     F.expr("id = rid AND rts BETWEEN lts - interval 1 hour AND lts + interval 1 hour"))
 
 
 def keyed_state(spark: Any, inputs: Path) -> Any:
@@ -155,7 +156,8 @@ CASES = {
     "stream-stream join": (
         stream_join,
         # each left row's partner arrives two files later, so matches span the cut
-        [[{"id": f"k{i}", "ts": _ts(i), "side": "L", "v": i}, {"id": f"k{i - 2}", "ts": _ts(i), "side": "R", "v": -i}]
+        [[{"id": f"k{i}", "ts": _ts(i), "side": "L", "v": i},
+          {"id": f"k{i - 2}", "ts": _ts(i), "side": "R", "v": -i}]
          for i in range(6)],
         {"mode": "append"}, "append",
     ),
@@ -205,7 +207,8 @@ def test_savepoint_is_relocatable_and_restores_exactly(spark, tmp_path, case, st
     assert second.first_batch == first.last_batch + 1, "the restored run must continue after the savepoint"
     new_catalog = Catalog.open(str(tmp_path / "new-root"), "job")
     restored = new_catalog.latest()
-    assert restored is not None and restored.batch_id == second.last_batch, "the restored run checkpoints validly"
+    assert restored is not None and restored.batch_id == second.last_batch, \
+        "the restored run checkpoints validly"
     # The savepoint's files went into the new job's shared area as hard links (same disk),
     # stored while Spark ran.
     saved = {(ref.path, ref.sha256): moved / ref.key for ref in open_snapshot(str(moved)).metadata.files}
@@ -227,8 +230,8 @@ def test_rollback_to_an_older_checkpoint_is_refused_unless_the_sink_is_rewound(s
     files = CASES["aggregation"][1][:4]
     kwargs = {"mode": "merge", "keys": ["user"]}
     write_json_batches(tmp_path / "all", files)
-    run_job(spark, tmp_path / "ref-root", "ref", aggregation, tmp_path / "all", tmp_path / "ref-table", kwargs,
-            "update")
+    run_job(spark, tmp_path / "ref-root", "ref", aggregation, tmp_path / "all", tmp_path / "ref-table",
+            kwargs, "update")
     inputs, root, table = tmp_path / "input", tmp_path / "root", tmp_path / "table"
     write_json_batches(inputs, files)
     run_job(spark, root, "job", aggregation, inputs, table, kwargs, "update")
@@ -247,7 +250,8 @@ def test_rollback_to_an_older_checkpoint_is_refused_unless_the_sink_is_rewound(s
 
     job = SparkpointJob.get_or_create(conf={
         "spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": "job",
-        "spark.sparkpoint.restore": catalog.checkpoint_uri(older.id), "spark.sparkpoint.restore.sinkAhead": "rewind",
+        "spark.sparkpoint.restore": catalog.checkpoint_uri(older.id),
+        "spark.sparkpoint.restore.sinkAhead": "rewind",
     }, argv=[])
     result = job.run(aggregation(spark, inputs), sink=DeltaSink(str(table), **kwargs), output_mode="update")
     assert result.first_batch == older.batch_id + 1
@@ -309,7 +313,8 @@ def test_a_savepoint_of_a_newer_spark_line_is_refused_before_anything_is_written
     generation = catalog.current_generation()
     write_json_batches(inputs, files[2:], start=2)
 
-    with pytest.raises(RestoreError, match=rf"was taken on Spark {newer}; this Spark {spark.version} is an older line"):
+    with pytest.raises(RestoreError,
+                       match=rf"was taken on Spark {newer}; this Spark {spark.version} is an older line"):
         run_job(spark, root, "job", aggregation, inputs, table, kwargs, "update", restore=savepoint.uri)
     # refused before the claim: a running generation of the job would not have been fenced
     assert catalog.current_generation() == generation
@@ -330,7 +335,8 @@ def test_a_restore_hands_spark_only_the_state_versions_it_loads(spark, tmp_path)
 
     def run(root: Path, restore: str) -> Any:
         job = SparkpointJob.get_or_create(conf={
-            "spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": "job", "spark.sparkpoint.restore": restore,
+            "spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": "job",
+            "spark.sparkpoint.restore": restore,
             "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false",
         }, argv=[])
         return job.run(aggregation(spark, inputs), sink=DeltaSink(str(table), mode="merge", keys=["user"]),
@@ -353,4 +359,5 @@ def test_a_restore_hands_spark_only_the_state_versions_it_loads(spark, tmp_path)
         versions = {ref.path for ref in meta.files if ref.path.endswith(".zip")}
         assert not versions & {f"{store}/1.zip" for store in stores}, (meta.id, sorted(versions))
     totals = {f"u{u}": sum(i * 10 + u for i in range(4)) for u in range(3)}
-    assert {r["user"]: (r["total"], r["n"]) for r in table_rows(table)} == {u: (t, 4) for u, t in totals.items()}
+    assert ({r["user"]: (r["total"], r["n"]) for r in table_rows(table)}
+            == {u: (t, 4) for u, t in totals.items()})

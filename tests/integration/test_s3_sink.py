@@ -84,7 +84,9 @@ def read_parquet_rows(client: Any, bucket: str, keys: list[str]) -> list[tuple[A
     return sorted(rows)
 
 
-def test_stage_is_invisible_commit_shows_exact_rows_once(spark: Any, sink: S3Sink, client: Any, s3_bucket: str) -> None:
+def test_stage_is_invisible_commit_shows_exact_rows_once(
+    spark: Any, sink: S3Sink, client: Any, s3_bucket: str
+) -> None:
     df = rows_of(spark, 0)
     expected = sorted(tuple(r) for r in df.collect())
 
@@ -106,7 +108,8 @@ def test_stage_is_invisible_commit_shows_exact_rows_once(spark: Any, sink: S3Sin
     assert pending(client, s3_bucket) == []
     assert sink.is_committed(record)
     assert sink.committed_position(JOB) == 0
-    manifest = json.loads(client.get_object(Bucket=s3_bucket, Key="out/_sparkpoint/manifests/orders/0.json")["Body"].read())
+    manifest = json.loads(client.get_object(Bucket=s3_bucket,
+                                            Key="out/_sparkpoint/manifests/orders/0.json")["Body"].read())
     assert manifest["txn_id"] == "orders-b0-g1" and [f["key"] for f in manifest["files"]] == keys
 
     again = sink.commit(record)
@@ -115,7 +118,9 @@ def test_stage_is_invisible_commit_shows_exact_rows_once(spark: Any, sink: S3Sin
     assert read_parquet_rows(client, s3_bucket, keys) == expected
 
 
-def test_abort_of_another_transaction_leaves_nothing(spark: Any, sink: S3Sink, client: Any, s3_bucket: str) -> None:
+def test_abort_of_another_transaction_leaves_nothing(
+    spark: Any, sink: S3Sink, client: Any, s3_bucket: str
+) -> None:
     committed = stage(sink, rows_of(spark, 0), 0)
     sink.commit(committed)
     doomed = stage(sink, rows_of(spark, 1), 1)
@@ -157,7 +162,9 @@ def test_crashed_commit_is_finished_and_a_partial_one_can_be_aborted(
     assert pending(client, s3_bucket) == []
 
 
-def test_staging_a_batch_again_replaces_the_earlier_attempt(spark: Any, sink: S3Sink, client: Any, s3_bucket: str) -> None:
+def test_staging_a_batch_again_replaces_the_earlier_attempt(
+    spark: Any, sink: S3Sink, client: Any, s3_bucket: str
+) -> None:
     stage(sink, rows_of(spark, 0), 0)
     record = stage(sink, rows_of(spark, 0).repartition(2), 0)
 
@@ -204,7 +211,9 @@ def test_empty_batch_commits_only_its_manifest(spark: Any, sink: S3Sink, client:
     assert sink.is_committed(record) and sink.committed_position(JOB) == 4
 
 
-def test_a_large_partition_is_uploaded_in_several_parts(spark: Any, sink: S3Sink, client: Any, s3_bucket: str) -> None:
+def test_a_large_partition_is_uploaded_in_several_parts(
+    spark: Any, sink: S3Sink, client: Any, s3_bucket: str
+) -> None:
     from pyspark.sql import functions as F
 
     df = spark.range(0, 400_000, numPartitions=1).select(
@@ -259,7 +268,8 @@ def test_credentials_stay_out_of_records_manifests_and_conf(
     assert SECRET not in json.dumps(record.to_json())
     assert SECRET not in repr(fresh) and SECRET not in json.dumps(fresh.to_config())
     assert SECRET not in str(spark.sparkContext.getConf().getAll())
-    manifest = client.get_object(Bucket=s3_bucket, Key="secret/_sparkpoint/manifests/orders/0.json")["Body"].read()
+    manifest = client.get_object(Bucket=s3_bucket,
+                                 Key="secret/_sparkpoint/manifests/orders/0.json")["Body"].read()
     assert SECRET.encode() not in manifest
 
     rebuilt = sink_from_config(record.sink, record.payload["config"])
@@ -285,7 +295,8 @@ def test_stages_every_batch_of_a_stateful_stream(spark: Any, sink: S3Sink, clien
     write_json_batches(source, [[{"user": f"u{i % 4}", "amount": i} for i in range(12)]] * 3, name="{}.json",
                        base_mtime=1_000)
     records: list[TransactionRecord] = []
-    events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(str(source))
+    events = (spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1)
+              .json(str(source)))
     totals = events.groupBy("user").agg(F.sum("amount").alias("total"))
     query = (
         totals.writeStream.outputMode("update")
@@ -300,14 +311,16 @@ def test_stages_every_batch_of_a_stateful_stream(spark: Any, sink: S3Sink, clien
     assert [r.batch_id for r in records] == [0, 1, 2]
     for record in records:
         sink.commit(record)
-    latest = read_parquet_rows(client, s3_bucket, [u["key"] for u in records[-1].payload["staged"]["uploads"]])
+    latest = read_parquet_rows(client, s3_bucket,
+                               [u["key"] for u in records[-1].payload["staged"]["uploads"]])
     assert latest == [("u0", 36), ("u1", 45), ("u2", 54), ("u3", 63)]  # running totals after three files
     assert sink.committed_position(JOB) == 2
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "json"])
 def test_spark_reads_back_exactly_what_was_committed(spark: Any, s3_bucket: str, client: Any,
-                                                     options: dict[str, Any], tmp_path: Any, fmt: str) -> None:
+                                                     options: dict[str, Any], tmp_path: Any,
+                                                     fmt: str) -> None:
     import datetime
     import decimal
 

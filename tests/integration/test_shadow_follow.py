@@ -182,7 +182,9 @@ def test_green_follows_a_drained_blue_from_an_older_checkpoint_and_blue_is_byte_
     assert tree(blue.output) == before_output
 
 
-def test_a_blue_reading_the_rate_source_is_refused_before_anything_is_written(spark: Any, tmp_path: Path) -> None:
+def test_a_blue_reading_the_rate_source_is_refused_before_anything_is_written(
+    spark: Any, tmp_path: Path
+) -> None:
     """Blue (in this process) reads Spark's rate source: its checkpoints hold counter
     offsets, whose input is not kept. Green's start is refused naming the source, before
     the shadow's root exists."""
@@ -203,7 +205,8 @@ def test_a_blue_reading_the_rate_source_is_refused_before_anything_is_written(sp
 
     def body() -> None:
         try:
-            outcome["result"] = blue.run(counts, sink=DeltaSink(str(table), mode="append"), output_mode="update")
+            outcome["result"] = blue.run(counts, sink=DeltaSink(str(table), mode="append"),
+                                         output_mode="update")
         except BaseException as exc:  # noqa: BLE001 - reported below
             outcome["error"] = exc
 

@@ -59,7 +59,8 @@ class Handover:
             claim.generation, kind="checkpoint", uri=uri, base_id=final.id, snapshot_id=final.id,
             batch_id=self.n, id_floor=self.catalog.next_checkpoint_id() - 1,
             restore={"restore": uri, "sink_ahead": "fail", "force": False, "allow_foreign_job": False,
-                     "adopted_from": adopted_from}, live_dir=live_dir, host=socket.gethostname(), pid=os.getpid()))
+                     "adopted_from": adopted_from}, live_dir=live_dir, host=socket.gethostname(),
+            pid=os.getpid()))
         self.adopted = (live_dir, adopted_from)
         return claim.generation
 
@@ -90,7 +91,8 @@ def test_green_takes_over_at_n_and_goes_on_with_the_state_it_built_in_its_shadow
     green = SparkpointJob.get_or_create(conf={
         "spark.sparkpoint.dir": str(blue.root), "spark.sparkpoint.job": "totals",
         "spark.sparkpoint.shadow.mode": "discard", "spark.sparkpoint.shadow.dir": str(tmp_path / "shadow"),
-        "spark.sparkpoint.shadow.from": catalog.handle(oldest).uri, "spark.sparkpoint.shadow.pollInterval": "0.3s",
+        "spark.sparkpoint.shadow.from": catalog.handle(oldest).uri,
+        "spark.sparkpoint.shadow.pollInterval": "0.3s",
     }, argv=["--input", str(blue.input), "--output", str(blue.output), "--sink", "delta"])
     handover = Handover(catalog, 3, blue_generation)
     green.handover = handover
@@ -99,7 +101,8 @@ def test_green_takes_over_at_n_and_goes_on_with_the_state_it_built_in_its_shadow
     query = doubled.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
     result = green.run(query, sink=script.sink_of(green), output_mode="update")
 
-    assert (result.status, result.job, result.generation) == ("finished", "totals", blue_generation + 1), result
+    assert (result.status, result.job, result.generation) == ("finished", "totals", blue_generation + 1), \
+        result
     assert (result.first_batch, result.last_batch) == (4, 5), result
     assert result.live_reuse["mode"] == "adopted" and handover.adopted is not None
     assert result.live_dir == handover.adopted[0]

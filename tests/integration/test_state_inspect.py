@@ -48,8 +48,10 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 
 class Built:
-    def __init__(self, case: Case, root: Path, catalog: Catalog, savepoint: SnapshotHandle, result: Any) -> None:
-        self.case, self.root, self.catalog, self.savepoint, self.result = case, root, catalog, savepoint, result
+    def __init__(self, case: Case, root: Path, catalog: Catalog, savepoint: SnapshotHandle,
+                 result: Any) -> None:
+        self.case, self.root, self.catalog, self.savepoint, self.result = (case, root, catalog, savepoint,
+                                                                           result)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,8 @@ def built(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str
             case = CASES[name]()
             base = tmp_path_factory.mktemp("state-" + "".join(c if c.isalnum() else "-" for c in name))
             write_json_batches(base / "input", case.files)
-            result = state_cases.run_case(spark, case, str(base / "root"), "job", base / "input", base / "table")
+            result = state_cases.run_case(spark, case, str(base / "root"), "job", base / "input",
+                                          base / "table")
             assert result.status == "finished" and result.last_batch >= len(case.files) - 1
             catalog = Catalog.open(str(base / "root"), "job")
             latest = catalog.latest()
@@ -93,7 +96,8 @@ def test_inspect_reads_back_exactly_the_state_the_pipeline_put_in(spark, built, 
         for store in op.stores:
             expected = b.case.expected[store.name]
             assert expected, f"the oracle of {name}/{store.name} is empty: the case checks nothing"
-            assert (store.rows, store.keys) == (state_cases.row_count(expected), state_cases.key_count(expected)), \
+            assert ((store.rows, store.keys)
+                    == (state_cases.row_count(expected), state_cases.key_count(expected))), \
                 store.name
             rows = rows_as_json(snap.rows(op.id, store.name))
             assert state_cases.observed(rows, store.type) == expected, store.name
@@ -175,8 +179,9 @@ def test_cli_inspect_latest_json_contract_and_rows(spark, built, capsys):
     assert code == 0, err
     doc = json.loads(out)
     assert (doc["operator"], doc["store"]) == (0, "alerts")
-    assert doc["rows"] == [{"key": {"sensor": "s0"}, "value": {"count": b.case.expected["alerts"][(("s0",), None)][0]},
-                            "partition": doc["rows"][0]["partition"]}]
+    assert (doc["rows"]
+            == [{"key": {"sensor": "s0"}, "value": {"count": b.case.expected["alerts"][(("s0",), None)][0]},
+                 "partition": doc["rows"][0]["partition"]}])
 
     code, out, err = _cli(capsys, "inspect", "--dir", str(b.root), "--job", "job", b.savepoint.uri, "--rows",
                           "--limit", "1")
@@ -213,7 +218,8 @@ def test_state_ttl_expired_keys_disappear_from_the_row_counts(spark, tmp_path):
     ttl_ms = 3000
     first = [row for row in state_cases.threshold_files()[0] + state_cases.threshold_files()[1]]
     second = [{"sensor": s, "ts": state_cases.ts(20 + i), "value": v}
-              for i, (s, v) in enumerate([("s0", 95.0), ("s0", 96.0), ("s0", 97.0), ("s0", 98.0), ("s2", 99.0)])]
+              for i, (s, v)
+              in enumerate([("s0", 95.0), ("s0", 96.0), ("s0", 97.0), ("s0", 98.0), ("s2", 99.0)])]
     case = Case(state_cases.threshold_query(state_ttl_ms=ttl_ms, files_per_batch=10), [first, second],
                 {"mode": "append"}, "append", "transformWithStateInPandasExec")
     root, inputs, table = str(tmp_path / "root"), tmp_path / "input", tmp_path / "table"
@@ -242,7 +248,8 @@ def test_state_ttl_expired_keys_disappear_from_the_row_counts(spark, tmp_path):
 
     over, alerts = state_cases.threshold_state([second])  # run 1's state expired: only run 2 counts
     assert over == {(("s0",), None): [(state_cases.json_ts(23), 98.0)], (("s2",), None): [
-        (state_cases.json_ts(24), 99.0)]} and alerts == {(("s0",), None): (1,)}  # without TTL s0 would be at 2
+        # without TTL s0 would be at 2
+        (state_cases.json_ts(24), 99.0)]} and alerts == {(("s0",), None): (1,)}
     state = inspect_snapshot(spark, "latest", catalog=catalog)
     stores = {s.name: s for s in state.operators[0].stores}
     assert (stores["over_limit"].rows, stores["over_limit"].keys) == (2, 2)
@@ -257,8 +264,9 @@ def test_state_ttl_expired_keys_disappear_from_the_row_counts(spark, tmp_path):
 
 
 @pytest.mark.s3
-def test_snapshot_on_s3_inspected_by_the_console_script_in_a_fresh_process(spark, s3_server, s3_bucket, tmp_path,
-                                                                            capsys):
+def test_snapshot_on_s3_inspected_by_the_console_script_in_a_fresh_process(
+    spark, s3_server, s3_bucket, tmp_path, capsys
+):
     from airflow_sparkpoint.checkpoints.verification import read_verification
 
     case = state_cases.threshold_case()
@@ -276,8 +284,8 @@ def test_snapshot_on_s3_inspected_by_the_console_script_in_a_fresh_process(spark
 
     env = {**os.environ, "SPARKPOINT_S3_ENDPOINT": s3_server, "SPARKPOINT_S3_REGION": "us-east-1"}
     proc = subprocess.run(
-        [str(Path(sys.executable).parent / "sparkpoint"), "inspect", "--dir", root, "--job", "alerts", savepoint.uri,
-         "--json", "--rows", "--store", "over_limit", "--limit", "100"],
+        [str(Path(sys.executable).parent / "sparkpoint"), "inspect", "--dir", root, "--job", "alerts",
+         savepoint.uri, "--json", "--rows", "--store", "over_limit", "--limit", "100"],
         capture_output=True, text=True, env=env, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)

@@ -143,7 +143,8 @@ def table_digest(path: Path) -> dict[str, str]:
 # ------------------------------------------------------------------ rescale
 
 
-def inspected_totals(root: Root, capsys: pytest.CaptureFixture[str], target: str) -> tuple[int, dict[str, Any]]:
+def inspected_totals(root: Root, capsys: pytest.CaptureFixture[str],
+                     target: str) -> tuple[int, dict[str, Any]]:
     """(partitions, {user: (sum, count)}) of the aggregation state `inspect --rows` reads."""
     code, doc, err = root.cli(capsys, "inspect", target, "--rows", "--limit", "1000")
     assert code == 0, err
@@ -174,7 +175,8 @@ def test_rescale_on_s3_killed_then_up_and_down_exactly(s3, spark, tmp_path, caps
     marker = tmp_path / "fault-fired"
     rescale = {"spark.sparkpoint.restore": savepoint.uri, "spark.sparkpoint.restore.statePartitions": "8"}
     killed = submit(tmp_path, "aggregation", {**root.conf, **rescale},
-                    env={"SPARKPOINT_TEST_FAULT": f"rescale:{restored}", "SPARKPOINT_TEST_FAULT_ONCE": str(marker)})
+                    env={"SPARKPOINT_TEST_FAULT": f"rescale:{restored}",
+                         "SPARKPOINT_TEST_FAULT_ONCE": str(marker)})
     assert killed.returncode != 0 and killed.result is None, killed.tail()
     assert marker.read_text().strip() == f"rescale:{restored}", "the fault point was not reached"
     killed_origin = root.catalog.origins()[-1]
@@ -207,7 +209,8 @@ def test_rescale_on_s3_killed_then_up_and_down_exactly(s3, spark, tmp_path, caps
 
     # Down: the latest checkpoint (8 partitions) restored into 2, two more files.
     write_inputs(tmp_path / "input", 5, 7)
-    down = finished(submit(tmp_path, "aggregation", {**root.conf, "spark.sparkpoint.restore.statePartitions": "2"}))
+    down = finished(submit(tmp_path, "aggregation",
+                           {**root.conf, "spark.sparkpoint.restore.statePartitions": "2"}))
     second = synthetic + 3  # the second rescale's synthetic batch
     assert down["rescaled"] == {"from": 8, "to": 2, "batch": second}
     assert (down["first_batch"], down["last_batch"]) == (second + 1, second + 2), down
@@ -254,7 +257,8 @@ def test_inspect_on_s3_reads_back_exactly_the_state_the_pipeline_put_in(keyed_st
     assert code == 0, err
     assert (doc["uri"], doc["batch_id"]) == (b.savepoint.uri, b.savepoint.metadata.batch_id)
     [op] = doc["operators"]
-    assert (op["id"], op["name"], op["partitions"]) == (0, b.case.operator, 2)  # the session's shuffle partitions
+    # the session's shuffle partitions
+    assert (op["id"], op["name"], op["partitions"]) == (0, b.case.operator, 2)
     assert {s["name"]: s["rows"] for s in op["stores"]} == {
         store: state_cases.row_count(rows) for store, rows in b.case.expected.items()}
     for store, store_type in b.case.types.items():
@@ -274,7 +278,8 @@ def test_verify_on_s3_records_the_outcome_and_fails_on_a_corrupted_object(keyed_
     assert doc["checks"]["partitions"] == 2 and doc["checks"]["files"] == len(meta.files)
     assert doc["checks"]["rows"] == sum(state_cases.row_count(rows) for rows in b.case.expected.values())
     record = root.record(b.savepoint.uri)
-    assert record is not None and record.ok and record.level == "state" and record.verified_at == doc["verified_at"]
+    assert (record is not None and record.ok and record.level == "state"
+            and record.verified_at == doc["verified_at"])
     entry = root.listed(capsys)[b.savepoint.uri]
     assert entry["valid"] and (entry["verified_at"], entry["verify_error"]) == (doc["verified_at"], None)
 
@@ -283,20 +288,22 @@ def test_verify_on_s3_records_the_outcome_and_fails_on_a_corrupted_object(keyed_
     source = root.key_of(b.savepoint.uri)
     copy = f"{source.rsplit('/', 1)[0]}/savepoint-{meta.id}-flipped"
     for key in root.digest(b.savepoint.uri):
-        client.copy_object(Bucket=bucket, Key=f"{copy}/{key}", CopySource={"Bucket": bucket, "Key": f"{source}/{key}"})
+        client.copy_object(Bucket=bucket, Key=f"{copy}/{key}",
+                           CopySource={"Bucket": bucket, "Key": f"{source}/{key}"})
     ref = max((r for r in meta.files if r.path.startswith("state/0/")), key=lambda r: r.size)
     data = client.get_object(Bucket=bucket, Key=f"{copy}/{ref.key}")["Body"].read()
     client.put_object(Bucket=bucket, Key=f"{copy}/{ref.key}", Body=data[:-1] + bytes([data[-1] ^ 0x01]))
     copy_uri = f"s3://{bucket}/{copy}"
-    assert SnapshotMetadata.from_bytes(client.get_object(Bucket=bucket, Key=f"{copy}/_metadata")["Body"].read()) \
-        .files == meta.files
+    copied = client.get_object(Bucket=bucket, Key=f"{copy}/_metadata")["Body"].read()
+    assert SnapshotMetadata.from_bytes(copied).files == meta.files
 
     code, doc, err = root.cli(capsys, "verify", copy_uri)
     assert code == 1 and doc["ok"] is False
     assert f"{ref.key} is corrupt: its sha256 is" in doc["error"] and doc["error"] in err
     entry = root.listed(capsys)[copy_uri]
     assert (entry["verified_at"], entry["verify_error"]) == (doc["verified_at"], doc["error"])
-    assert root.listed(capsys)[b.savepoint.uri]["verify_error"] is None, "the healthy savepoint's record changed"
+    assert root.listed(capsys)[b.savepoint.uri]["verify_error"] is None, \
+        "the healthy savepoint's record changed"
 
 
 # ------------------------------------------------------------------ restore drills
@@ -338,7 +345,8 @@ class Production:
 
         with new_dag("drill_s3") as dag:
             SparkpointVerifyOperator(
-                task_id="drill", job_name=self.root.job, checkpoint_dir=self.root.uri, sparkpoint_conn_id="sp_s3",
+                task_id="drill", job_name=self.root.job, checkpoint_dir=self.root.uri,
+                sparkpoint_conn_id="sp_s3",
                 snapshot="latest_savepoint", drill_dir=f"s3://{self.root.s3.bucket}/drills",
                 work_dir=str(base / "drill-work"), application=str(THRESHOLD_SCRIPT),
                 application_args=["--input", str(self.input), "--output", str(self.output), "--limit",
@@ -360,8 +368,9 @@ def production(s3: S3Context, spark: Any, tmp_path: Path, airflow_home: Path,
 # slow: about a minute; the drill is in the default run on local storage (test_verify_operator)
 @pytest.mark.slow
 @pytest.mark.airflow
-def test_drills_on_s3_as_taken_and_rescaled_record_on_the_savepoint_and_leave_production_alone(production, tmp_path,
-                                                                                               capsys):
+def test_drills_on_s3_as_taken_and_rescaled_record_on_the_savepoint_and_leave_production_alone(
+    production, tmp_path, capsys
+):
     """The same savepoint drilled twice (one production run for both): as taken, then
     rescaled from 2 into 3 state partitions (``state_partitions=3``)."""
     prod = production
@@ -383,12 +392,14 @@ def test_drills_on_s3_as_taken_and_rescaled_record_on_the_savepoint_and_leave_pr
         summary = ti.xcom_pull(task_ids="drill")
         assert summary["ok"] and (summary["snapshot"], summary["batch_id"]) == (savepoint.uri, batch)
         result = summary["result"]
-        assert (result["job"], result["generation"], result["restored_from"]) == ("alerts-drill", 1, savepoint.uri)
+        assert ((result["job"], result["generation"], result["restored_from"])
+                == ("alerts-drill", 1, savepoint.uri))
         if state_partitions:  # the repartitioner's batch (no input) comes first
             assert result["rescaled"] == {"from": 2, "to": 3, "batch": batch + 1}
             assert (result["first_batch"], result["batches_processed"]) == (batch + 2, 2)
         else:
-            assert not result["rescaled"] and (result["first_batch"], result["batches_processed"]) == (batch + 1, 2)
+            assert (not result["rescaled"]
+                    and (result["first_batch"], result["batches_processed"]) == (batch + 1, 2))
         assert sorted_delta_rows(base / "drill-alerts") == alert_rows(prod.files, 2), state_partitions
         # recorded next to the production savepoint, on S3
         record = root.record(savepoint.uri)

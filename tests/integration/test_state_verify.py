@@ -27,7 +27,8 @@ pytestmark = pytest.mark.spark
 
 
 class Job:
-    def __init__(self, base: Path, catalog: Catalog, savepoint: SnapshotHandle, case: state_cases.Case) -> None:
+    def __init__(self, base: Path, catalog: Catalog, savepoint: SnapshotHandle,
+                 case: state_cases.Case) -> None:
         self.root, self.input, self.table = base / "root", base / "input", base / "table"
         self.catalog, self.savepoint, self.case = catalog, savepoint, case
 
@@ -85,8 +86,9 @@ def test_healthy_savepoint_and_latest_pass_and_are_recorded(job, capsys):
     meta = job.savepoint.metadata
     assert (doc["ok"], doc["error"], doc["kind"], doc["batch_id"]) == (True, None, "savepoint", meta.batch_id)
     expected_rows = state_cases.row_count(job.case.expected["default"])
-    assert doc["checks"] == {"files": len(meta.files), "bytes": meta.total_bytes, "operators": 1, "partitions": 2,
-                             "stores": 1, "rows": expected_rows}
+    assert (doc["checks"]
+            == {"files": len(meta.files), "bytes": meta.total_bytes, "operators": 1, "partitions": 2,
+                "stores": 1, "rows": expected_rows})
     record = record_of(job, job.savepoint.uri)
     assert record is not None and record.ok and record.level == "state"
     assert record.verified_at == doc["verified_at"] and record.checks["rows"] == expected_rows
@@ -161,7 +163,9 @@ def test_verify_of_nothing_fails_without_recording(job, capsys, tmp_path):
     assert not (tmp_path / "nowhere").exists()
 
 
-def test_another_job_restoring_the_savepoint_into_other_output_leaves_its_pending_transactions(spark, job, tmp_path):
+def test_another_job_restoring_the_savepoint_into_other_output_leaves_its_pending_transactions(
+    spark, job, tmp_path
+):
     """What a drill (or a fork of the pipeline) does: restore a snapshot of job A as job B
     writing to another table. The snapshot lists A's last transaction as pending (it was
     committed to A's table after the checkpoint): B must neither commit it to its own
@@ -169,7 +173,8 @@ def test_another_job_restoring_the_savepoint_into_other_output_leaves_its_pendin
     from deltalake import DeltaTable
 
     pending = job.savepoint.metadata.transactions
-    assert [t.job for t in pending] == ["orders"], "the savepoint lists no pending transaction: nothing to check"
+    assert [t.job for t in pending] == ["orders"], \
+        "the savepoint lists no pending transaction: nothing to check"
     production = DeltaTable(str(job.table)).to_pyarrow_table().to_pylist()
     extra = [[{"user": "u0", "amount": 1000}, {"user": "u4", "amount": 7}]]
     write_json_batches(job.input, extra, start=len(job.case.files))
@@ -180,7 +185,7 @@ def test_another_job_restoring_the_savepoint_into_other_output_leaves_its_pendin
 
     assert result.status == "finished" and result.first_batch == job.savepoint.metadata.batch_id + 1
     totals = state_cases.aggregation_case().expected["default"]
-    fork = {r["user"]: (r["total"], r["n"]) for r in DeltaTable(str(tmp_path / "fork-table")).to_pyarrow_table()
-            .to_pylist()}
+    fork = {r["user"]: (r["total"], r["n"])
+            for r in DeltaTable(str(tmp_path / "fork-table")).to_pyarrow_table().to_pylist()}
     assert fork == {"u0": (totals[(("u0",), None)][0] + 1000, totals[(("u0",), None)][1] + 1), "u4": (7, 1)}
     assert DeltaTable(str(job.table)).to_pyarrow_table().to_pylist() == production

@@ -1,8 +1,8 @@
 """Blue's side of a zero-downtime cutover with a real Spark driver: a processingTime job
 asked to stop after batch N stages and commits exactly batches 0..N (never N+1, though
 more input is there), stops by itself once N is confirmed, and reports its final
-checkpoint and its final savepoint at N; a stop_after below the batch it has started is refused and the job runs
-on. Output is checked against a plain-Python oracle from the input files."""
+checkpoint and its final savepoint at N; a stop_after below the batch it has started is refused and the job
+runs on. Output is checked against a plain-Python oracle from the input files."""
 
 from __future__ import annotations
 
@@ -34,8 +34,10 @@ def _start(spark: Any, root: Path, inputs: Path, out: Path, sink_kind: str) -> t
         "spark.sparkpoint.trigger": "processingTime:1s", "spark.sparkpoint.control.pollInterval": "300ms",
         "spark.sparkpoint.stateStore": "hdfs",
     }, argv=[])
-    events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(str(inputs))
-    sink = DeltaSink(str(out), mode="append") if sink_kind == "delta" else DirectorySink(str(out), format="json")
+    events = (spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1)
+              .json(str(inputs)))
+    sink = (DeltaSink(str(out), mode="append") if sink_kind == "delta"
+            else DirectorySink(str(out), format="json"))
     outcome: dict[str, Any] = {}
 
     def body() -> None:

@@ -22,7 +22,8 @@ from tests.support.pausing_totals import JOB, JOB_SCRIPT, SPARK_CONF, expected, 
 from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
 from tests.support.waits import wait_for
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]  # two spark-submits per trial, 4-5 minutes each under load: make test-all
+# two spark-submits per trial, 4-5 minutes each under load: make test-all
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 N = 3
 #: the fault each trial arms (the crash matrix's evidence rule reads these lines)
@@ -43,8 +44,8 @@ def _submit(tmp: Path, conf: dict[str, str], log: Path, fault: dict[str, str] | 
         env.pop("SPARKPOINT_TEST_FAULT", None)
         env.pop("SPARKPOINT_TEST_FAULT_ONCE", None)
     settings = {**SPARK_CONF, "spark.sparkpoint.dir": str(tmp / "sp"), "spark.sparkpoint.job": JOB, **conf}
-    cmd = spark_submit_command(JOB_SCRIPT, settings, ["--input", str(tmp / "input"), "--output", str(tmp / "out")],
-                               env=env)
+    cmd = spark_submit_command(JOB_SCRIPT, settings,
+                               ["--input", str(tmp / "input"), "--output", str(tmp / "out")], env=env)
     return start_spark_submit(cmd, env=env, log=log)
 
 
@@ -58,10 +59,12 @@ def test_blue_killed_in_its_stop_after_restarts_exactly(tmp_path: Path, point: s
                               "spark.sparkpoint.control.pollInterval": "300 milliseconds"}, log,
                    {**ARMED[point], "SPARKPOINT_TEST_FAULT_ONCE": str(tmp_path / "fired")})
     try:
-        wait_for("batch 1 checkpointed", lambda: (latest := catalog.latest()) is not None and latest.batch_id >= 1,
+        wait_for("batch 1 checkpointed",
+                 lambda: (latest := catalog.latest()) is not None and latest.batch_id >= 1,
                  300, lambda: tail(log), proc=proc)
         generation = catalog.current_generation()
-        request = ControlChannel(catalog).submit("stop_after", generation=generation, timeout_s=300, after_batch=N)
+        request = ControlChannel(catalog).submit("stop_after", generation=generation, timeout_s=300,
+                                                 after_batch=N)
         for index in range(2, 6):  # input past N is there
             write_batch_file(tmp_path / "input", index, rows(index))
         proc.wait(timeout=300)  # type: ignore[attr-defined]

@@ -99,8 +99,8 @@ def test_a_detached_driver_survives_its_tasks_group_kill_and_its_run_completes_e
     assert deferred["classpath"] == "airflow_sparkpoint.triggers.run.SparkpointRunTrigger"
     assert deferred["method"] == "execute_complete"
     generation = deferred["kwargs"]["generation"]
-    assert deferred["xcom"]["generation"] == generation and deferred["xcom"]["spark_application"]["generation"] \
-        == generation, deferred["xcom"]
+    assert (deferred["xcom"]["generation"] == generation
+            and deferred["xcom"]["spark_application"]["generation"] == generation), deferred["xcom"]
     process = DriverProcess.from_json(deferred["trigger"]["process"])
     assert process.pgid != task.pid and group_exists(process.pgid), "the driver died with its task's group"
     status = pipeline.status()
@@ -142,7 +142,8 @@ def test_a_detached_driver_survives_its_tasks_group_kill_and_its_run_completes_e
     assert result["last_batch"] == 3, result
     pipeline.assert_exact()
     wait_for("the detached process group to end", lambda: not group_exists(process.pgid) or None, 60)
-    assert sweep(os.path.dirname(submit_dir), min_age_s=0) == [submit_dir], "its directory is swept once it ended"
+    assert sweep(os.path.dirname(submit_dir), min_age_s=0) == [submit_dir], \
+        "its directory is swept once it ended"
     # a malformed or foreign event is refused
     from airflow.sdk.exceptions import AirflowException
 

@@ -85,9 +85,11 @@ def production(airflow_home: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         write_json_batches(prod.input, prod.files[:4])
         with new_dag("drill_production") as dag:
             run = SparkpointSubmitOperator(task_id="run", job_name=JOB, checkpoint_dir=str(prod.root),
-                                           application=str(JOB_SCRIPT), application_args=prod.application_args(),
+                                           application=str(JOB_SCRIPT),
+                                           application_args=prod.application_args(),
                                            conn_id="spark_default", conf=dict(SPARK_CONF))
-            savepoint = SparkpointSavepointOperator(task_id="savepoint", job_name=JOB, checkpoint_dir=str(prod.root))
+            savepoint = SparkpointSavepointOperator(task_id="savepoint", job_name=JOB,
+                                                    checkpoint_dir=str(prod.root))
             run >> savepoint
         dagrun = run_dag(dag)
         assert dagrun.state == "success", {t.task_id: t.state for t in dagrun.get_task_instances()}
@@ -105,8 +107,9 @@ def alerts_as_rows(alerts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**a, "first_ts": parse(a["first_ts"]), "last_ts": parse(a["last_ts"])} for a in alerts]
 
 
-def test_drill_restores_the_savepoint_under_a_scratch_identity_and_leaves_production_alone(production, tmp_path,
-                                                                                          capsys):
+def test_drill_restores_the_savepoint_under_a_scratch_identity_and_leaves_production_alone(
+    production, tmp_path, capsys
+):
     from airflow_sparkpoint.operators import SparkpointVerifyOperator
 
     prod = production
@@ -131,14 +134,17 @@ def test_drill_restores_the_savepoint_under_a_scratch_identity_and_leaves_produc
     batch = savepoint.metadata.batch_id
     assert summary["ok"] and summary["snapshot"] == savepoint.uri and summary["batch_id"] == batch
     result = summary["result"]
-    assert (result["job"], result["generation"], result["restored_from"]) == ("alerts-drill", 1, savepoint.uri)
+    assert ((result["job"], result["generation"], result["restored_from"])
+            == ("alerts-drill", 1, savepoint.uri))
     assert result["first_batch"] == batch + 1 and result["batches_processed"] == 2
     # the drill's output: exactly the alerts files 4-5 raise on top of the savepoint's state
     [drill_dir] = list(drills.iterdir())
     expected = alerts_as_rows([a for alerts in state_cases.threshold_alerts(prod.files)[4:] for a in alerts])
-    assert any(a["sensor"] == "s0" for a in expected), "no streak spans the savepoint: the case proves nothing"
-    assert sorted_delta_rows(drill_dir / "alerts") == sorted(expected, key=lambda r: json.dumps(r, sort_keys=True,
-                                                                                         default=str))
+    assert any(a["sensor"] == "s0" for a in expected), \
+        "no streak spans the savepoint: the case proves nothing"
+    assert (sorted_delta_rows(drill_dir / "alerts")
+            == sorted(expected, key=lambda r: json.dumps(r, sort_keys=True,
+                                                  default=str)))
     # recorded next to the savepoint
     record = read_verification(prod.catalog.store, savepoint.key)
     assert record is not None and record.ok and record.level == "drill"
@@ -146,7 +152,8 @@ def test_drill_restores_the_savepoint_under_a_scratch_identity_and_leaves_produc
     capsys.readouterr()  # the DAG run's own output
     assert cli.main(["list", "--dir", str(prod.root), "--job", JOB, "--json"]) == 0
     [listed] = json.loads(capsys.readouterr().out)["savepoints"]
-    assert (listed["uri"], listed["verified_at"], listed["verify_error"]) == (savepoint.uri, record.verified_at, None)
+    assert ((listed["uri"], listed["verified_at"], listed["verify_error"])
+            == (savepoint.uri, record.verified_at, None))
     # production untouched: generations, table, files (but the record)
     assert prod.catalog.current_generation() == generations == 1
     assert sorted_delta_rows(prod.output) == table_before

@@ -50,7 +50,8 @@ def partition_path(path: str | Path, topic: str, partition: int) -> Path:
     return Path(path) / topic / f"{partition}{SUFFIX}"
 
 
-def append(path: str | Path, topic: str, partition: int, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def append(path: str | Path, topic: str, partition: int,
+           rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Append `rows` to a partition (created if new); the file is replaced atomically, so a
     reader sees all of them or none. Returns the rows."""
     target = partition_path(path, topic, partition)
@@ -73,7 +74,8 @@ def lengths(path: str | Path, topic: str) -> dict[str, int]:
     return dict(sorted(found.items(), key=lambda kv: int(kv[0])))
 
 
-def records(path: str | Path, topic: str, partition: int, start: int = 0, end: int | None = None) -> list[dict[str, Any]]:
+def records(path: str | Path, topic: str, partition: int, start: int = 0,
+            end: int | None = None) -> list[dict[str, Any]]:
     """Records [start, end) of a partition (to its end without `end`).
 
     :raises ValueError: the partition holds fewer than `end` records (data lost).
@@ -81,8 +83,8 @@ def records(path: str | Path, topic: str, partition: int, start: int = 0, end: i
     lines = partition_path(path, topic, partition).read_text().splitlines()
     end = len(lines) if end is None else end
     if len(lines) < end:
-        raise ValueError(f"partition {topic}/{partition} holds {len(lines)} records; offsets [{start}, {end}) "
-                         "were asked for: its data was lost")
+        raise ValueError(f"partition {topic}/{partition} holds {len(lines)} records; offsets [{start}, "
+                         f"{end}) were asked for: its data was lost")
     return [json.loads(line) for line in lines[start:end]]
 
 

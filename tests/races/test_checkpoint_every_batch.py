@@ -41,9 +41,10 @@ def test_a_coordinator_behind_spark_still_checkpoints_every_batch(tmp_path: Path
     assert driver.reached("after_metadata")["batch"] == 1
     catalog = Catalog.open(str(root), JOB)
     live = Path((catalog.read_status() or {})["live_dir"])
-    wait_for("Spark to commit the last batch", (live / "commits" / str(BATCHES - 1)).exists, TIMEOUT_S, driver.tail,
-             proc=driver.proc)
-    assert [m.batch_id for m in catalog.checkpoints()] == [1, 0], "the coordinator was held while Spark went on"
+    wait_for("Spark to commit the last batch", (live / "commits" / str(BATCHES - 1)).exists, TIMEOUT_S,
+             driver.tail, proc=driver.proc)
+    assert [m.batch_id for m in catalog.checkpoints()] == [1, 0], \
+        "the coordinator was held while Spark went on"
 
     driver.release("after_metadata")
     assert driver.wait() == 0, driver.tail()

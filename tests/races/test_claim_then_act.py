@@ -56,7 +56,9 @@ def test_a_plan_made_before_the_claim_is_made_again_after_it(tmp_path: Path, sta
 
 
 @pytest.mark.slow  # ~1.5 min; the fence itself is unit-tested (tests/unit/runtime/test_fencing.py)
-def test_a_superseded_generation_stops_inside_recovery_without_aborting(tmp_path: Path, start_driver: Any) -> None:
+def test_a_superseded_generation_stops_inside_recovery_without_aborting(
+    tmp_path: Path, start_driver: Any
+) -> None:
     root, inputs, table = tmp_path / "checkpoints", tmp_path / "input", tmp_path / "table"
     write_inputs(inputs, files=2)
     catalog = Catalog.open(str(root), JOB)

@@ -87,7 +87,8 @@ def _footprint(scene: Scene) -> tuple[list[str], list[str], list[dict[str, Any]]
 
 def _killed(driver: Any, point: str) -> None:
     assert driver.proc.returncode != 0, driver.tail()
-    assert driver.fault_marker.read_text().strip() == point, f"the fault {point} did not fire:\n{driver.tail()}"
+    assert driver.fault_marker.read_text().strip() == point, \
+        f"the fault {point} did not fire:\n{driver.tail()}"
 
 
 def _refused(scene: Scene, name: str, extra: dict[str, str], because: str) -> None:
@@ -155,8 +156,9 @@ def test_a_sink_rewound_by_another_lineage_refuses_a_restore_of_the_abandoned_li
     # committed before it dies (its checkpoint supersedes the first lineage's newer ones);
     # with the checkpoint, it dies before checkpointing batch 2 (they stay restorable).
     point = "committed:2" if snapshot == "savepoint" else "confirmed:2"
-    second = scene.run("second", {**RETAIN, "spark.sparkpoint.restore": scene.catalog().checkpoint_uri(by_batch[1].id),
-                                  "spark.sparkpoint.restore.sinkAhead": "rewind"}, fault=point)
+    second = scene.run("second",
+                       {**RETAIN, "spark.sparkpoint.restore": scene.catalog().checkpoint_uri(by_batch[1].id),
+                        "spark.sparkpoint.restore.sinkAhead": "rewind"}, fault=point)
     _killed(second, point)
     target = savepoint.uri if snapshot == "savepoint" else scene.catalog().checkpoint_uri(by_batch[5].id)
 
@@ -185,8 +187,9 @@ def test_a_rewind_never_lands_on_another_lineages_commit(scene_of: Any, case_cls
     _catalog, by_batch, savepoint = _first_lineage(scene)
     write_inputs(scene.inputs, range(6, 12))
     # The second lineage reads two files a batch: its batch 5 holds other files than the first's.
-    second = scene.run("second", {**RETAIN, "spark.sparkpoint.restore": scene.catalog().checkpoint_uri(by_batch[1].id),
-                                  "spark.sparkpoint.restore.sinkAhead": "rewind"}, args=["--max-files", "2"])
+    second = scene.run("second",
+                       {**RETAIN, "spark.sparkpoint.restore": scene.catalog().checkpoint_uri(by_batch[1].id),
+                        "spark.sparkpoint.restore.sinkAhead": "rewind"}, args=["--max-files", "2"])
     assert second.proc.returncode == 0, explain(scene.drivers, scene.catalog())
     assert (second.result or {}).get("last_batch") == 6, second.tail()
 
@@ -218,7 +221,8 @@ def test_a_snapshot_whose_confirmed_transactions_were_aborted_is_refused(
     catalog, by_batch, savepoint = _external_lineage_committed_through_1(scene)
     # The second lineage's recovery aborts the first lineage's batches 2-5 (its restart
     # point, batch 1, does not confirm them); it dies before staging its own batch 2.
-    second = scene.run("second", {**RETAIN, "spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[1].id)},
+    second = scene.run("second",
+                       {**RETAIN, "spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[1].id)},
                        fault="stage:2")
     _killed(second, "stage:2")
     target = savepoint.uri if snapshot == "savepoint" else catalog.checkpoint_uri(by_batch[5].id)
@@ -232,7 +236,9 @@ def test_a_snapshot_whose_confirmed_transactions_were_aborted_is_refused(
 
 @pytest.mark.parametrize("case_cls", [DeltaCase, pytest.param(DeltaMergeCase, marks=pytest.mark.slow)],
                          ids=["delta-append", "delta-merge"])
-def test_a_rewind_that_needs_an_aborted_transaction_is_refused(scene_of: Any, case_cls: type[SinkCase]) -> None:
+def test_a_rewind_that_needs_an_aborted_transaction_is_refused(
+    scene_of: Any, case_cls: type[SinkCase]
+) -> None:
     """Found by the simulation (20262201:3883): the first lineage confirmed batches 2-5
     and committed 0-1; the second lineage's recovery aborted 2-5 and it committed its own
     batch 2. A rewinding restore of the first lineage's savepoint must be refused before
@@ -241,11 +247,13 @@ def test_a_rewind_that_needs_an_aborted_transaction_is_refused(scene_of: Any, ca
     directory sink cannot rewind: it is refused before this question."""
     scene = scene_of(case_cls)
     catalog, by_batch, savepoint = _external_lineage_committed_through_1(scene)
-    second = scene.run("second", {**RETAIN, "spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[1].id)},
+    second = scene.run("second",
+                       {**RETAIN, "spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[1].id)},
                        fault="committed:2")
     _killed(second, "committed:2")
 
-    _refused(scene, "third", {"spark.sparkpoint.restore": savepoint.uri, "spark.sparkpoint.restore.sinkAhead": "rewind"},
+    _refused(scene, "third",
+             {"spark.sparkpoint.restore": savepoint.uri, "spark.sparkpoint.restore.sinkAhead": "rewind"},
              "was aborted since: its output is gone")
 
     retry = scene.run("retry")  # restore=latest: the second lineage, from its batch 2
@@ -266,11 +274,13 @@ def test_a_rewind_past_a_rewound_away_commit_still_needs_the_aborted_batches_abo
     start wrote its pin and origin, rewound the table and was refused after)."""
     scene = scene_of(case_cls)
     catalog, by_batch, savepoint = _external_lineage_committed_through_1(scene)
-    second = scene.run("second", {**RETAIN, "spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[0].id),
-                                  "spark.sparkpoint.restore.sinkAhead": "rewind"}, fault="rewind:0")
+    second = scene.run("second",
+                       {**RETAIN, "spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[0].id),
+                        "spark.sparkpoint.restore.sinkAhead": "rewind"}, fault="rewind:0")
     _killed(second, "rewind:0")
 
-    _refused(scene, "third", {"spark.sparkpoint.restore": savepoint.uri, "spark.sparkpoint.restore.sinkAhead": "rewind"},
+    _refused(scene, "third",
+             {"spark.sparkpoint.restore": savepoint.uri, "spark.sparkpoint.restore.sinkAhead": "rewind"},
              "was aborted since: its output is gone")
 
     retry = scene.run("retry")  # restore=latest: the second lineage, from batch 0
@@ -288,7 +298,8 @@ def test_an_abort_above_a_kept_transaction_refuses_the_start_before_it_writes(sc
     decision, and was refused after writing its pin and origin)."""
     scene = scene_of(DirectoryCase)
     catalog, by_batch, _savepoint = _first_lineage(scene, EXTERNAL)
-    second = scene.run("second", {**RETAIN, **EXTERNAL, "spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[2].id)},
+    second = scene.run("second", {**RETAIN, **EXTERNAL,
+                                  "spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[2].id)},
                        fault="recovery:3")
     _killed(second, "recovery:3")
 

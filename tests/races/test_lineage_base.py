@@ -36,7 +36,9 @@ from tests.support.race_drivers import (
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
-def test_a_zombies_retention_cannot_wedge_the_lineage_restored_meanwhile(tmp_path: Path, start_driver: Any) -> None:
+def test_a_zombies_retention_cannot_wedge_the_lineage_restored_meanwhile(
+    tmp_path: Path, start_driver: Any
+) -> None:
     catalog, oldest = first_run(tmp_path, start_driver)
     root, table = tmp_path / "checkpoints", tmp_path / "table"
     write_inputs(tmp_path / "input", files=1, start=FIRST_RUN_BATCHES)

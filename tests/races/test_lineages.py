@@ -55,7 +55,8 @@ def test_a_retry_after_a_crash_right_after_a_rewind_continues_the_rewound_lineag
 
     result = retry.result
     assert result is not None
-    assert result["restored_from"] == catalog.checkpoint_uri(oldest.id), "the retry must continue the rewound lineage"
+    assert result["restored_from"] == catalog.checkpoint_uri(oldest.id), \
+        "the retry must continue the rewound lineage"
     assert result["first_batch"] == oldest.batch_id + 1 and result["last_batch"] == FIRST_RUN_BATCHES - 1
     problems = diff(expected_rows(tmp_path / "input"), table_rows(table))
     assert not problems, problems

@@ -34,13 +34,17 @@ from tests.support.waits import wait_for
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 
 
-def test_a_new_generation_never_resumes_in_the_directory_of_a_running_one(tmp_path: Path, start_driver: Any) -> None:
+def test_a_new_generation_never_resumes_in_the_directory_of_a_running_one(
+    tmp_path: Path, start_driver: Any
+) -> None:
     root, inputs, table = tmp_path / "checkpoints", tmp_path / "input", tmp_path / "table"
     write_inputs(inputs, files=4)
     catalog = Catalog.open(str(root), JOB)
-    running = start_driver("A", job_conf(root, {"trigger": "processingTime:500ms"}), args(tmp_path), pause="stage:4")
+    running = start_driver("A", job_conf(root, {"trigger": "processingTime:500ms"}), args(tmp_path),
+                           pause="stage:4")
     wait_for("A to checkpoint and commit batch 3",
-             lambda: delta_version(table) == 3 and (catalog.latest() or None) and catalog.latest().batch_id == 3,
+             lambda: (delta_version(table) == 3 and (catalog.latest() or None)
+                      and catalog.latest().batch_id == 3),
              TIMEOUT_S, running.tail, proc=running.proc)
     a_live = (catalog.read_status() or {}).get("live_dir")
     assert a_live and os.path.isdir(a_live)
@@ -56,7 +60,8 @@ def test_a_new_generation_never_resumes_in_the_directory_of_a_running_one(tmp_pa
     assert result["restore_mode"] != "in-place", "B resumed in the directory of a running generation"
     assert os.path.realpath(result["live_dir"]) != os.path.realpath(a_live)
     reuse = result["live_reuse"]
-    assert reuse["mode"] == "materialized" and reuse["linked"] > 0, reuse  # unchanged files linked, not copied
+    # unchanged files linked, not copied
+    assert reuse["mode"] == "materialized" and reuse["linked"] > 0, reuse
     assert result["first_batch"] == 4 and result["last_batch"] == 4
     problems = diff(expected_rows(inputs), table_rows(table))
     assert not problems, f"after B: {problems}"
@@ -66,4 +71,5 @@ def test_a_new_generation_never_resumes_in_the_directory_of_a_running_one(tmp_pa
     assert "StaleGeneration" in running.output, running.tail()
     problems = diff(expected_rows(inputs), table_rows(table))
     assert not problems, problems
-    assert {(r.batch_id, r.generation) for r in catalog.transactions()} <= {(4, 1)}, "only A's staged batch is left"
+    assert {(r.batch_id, r.generation) for r in catalog.transactions()} <= {(4, 1)}, \
+        "only A's staged batch is left"

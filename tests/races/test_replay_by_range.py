@@ -30,7 +30,8 @@ from tests.support.sink_races import JOB, WAIT_S, DeltaMergeCase, Scene, differe
 from tests.support.waits import wait_for
 
 # The stand-in source's read limits (ReadMaxRows) came with PySpark 4.2: older lines skip.
-pytest.importorskip("pyspark.sql.streaming.datasource", reason="Python streaming read limits need PySpark >= 4.2")
+pytest.importorskip("pyspark.sql.streaming.datasource",
+                    reason="Python streaming read limits need PySpark >= 4.2")
 from tests.races.partitioned_source import TOPIC, append, lengths
 
 # slow: two drivers, one of them idle between batches while the test writes input
@@ -45,7 +46,8 @@ def produce(inputs: Path, partition: int, count: int) -> list[dict[str, Any]]:
     partition's own."""
     start = lengths(inputs, TOPIC).get(str(partition), 0)
     return append(inputs, TOPIC, partition, [
-        {"id": partition * 1000 + k, "user": [*USERS, f"p{partition}"][k % 4], "amount": partition * 100 + k + 1}
+        {"id": partition * 1000 + k, "user": [*USERS, f"p{partition}"][k % 4],
+         "amount": partition * 100 + k + 1}
         for k in range(start, start + count)
     ])
 
@@ -78,7 +80,8 @@ def test_a_restart_behind_the_sink_replays_structured_offsets_by_range_and_conti
         return -1 if found is None else int(found)
 
     def committed(batch: int) -> None:
-        wait_for(f"batch {batch} in the sink", lambda: position() >= batch, WAIT_S, first.tail, proc=first.proc)
+        wait_for(f"batch {batch} in the sink", lambda: position() >= batch, WAIT_S, first.tail,
+                 proc=first.proc)
         assert position() == batch, explain(scene.drivers)
 
     committed(2)  # batches 0..2: partitions 0 and 1, two records of each at most

@@ -72,7 +72,9 @@ def sink_param(name: str, *, slow: bool = False) -> Any:
 @pytest.mark.parametrize("sink", [sink_param("delta-merge"), sink_param("delta-append", slow=True),
                                   # slow: the default run is at its 40-minute budget
                                   sink_param("directory", slow=True), sink_param("s3", slow=True)])
-def test_a_restart_behind_the_sink_replays_the_committed_batches_and_continues(scene: Scene, sink: str) -> None:
+def test_a_restart_behind_the_sink_replays_the_committed_batches_and_continues(
+    scene: Scene, sink: str
+) -> None:
     expected = write_inputs(scene.inputs, [0, 1, 2, 3])
     first = scene.run("first")
     assert first.proc.returncode == 0, first.tail()
@@ -97,7 +99,8 @@ def test_a_restart_behind_the_sink_replays_the_committed_batches_and_continues(s
     for batch in (2, 3):  # still the first run's commits: nothing was committed twice
         held = sink_now.committed_txn(JOB, batch)
         assert held is not None and held.generation == 1, (batch, held)
-        assert 0 < len(sink_now.replay_record(JOB, batch) or "") < 2048, "the replay record is missing or large"
+        assert 0 < len(sink_now.replay_record(JOB, batch) or "") < 2048, \
+            "the replay record is missing or large"
     assert scene.case.leftovers() == []
     catalog = scene.catalog()
     assert catalog.transactions() == []

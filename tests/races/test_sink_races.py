@@ -91,7 +91,8 @@ class Scene:
             **self.case.conf(),
         }
         driver = start_sink_driver(name, self.base, conf=conf, pause=pause,
-                        args=["--sink", self.case.kind, "--input", str(self.inputs), "--output", self.case.output()])
+                        args=["--sink", self.case.kind, "--input", str(self.inputs), "--output",
+                              self.case.output()])
         self.drivers.append(driver)
         return driver
 
@@ -124,7 +125,8 @@ def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
     if name in ON_S3:
         import boto3
 
-        endpoint = request.getfixturevalue("seaweedfs_endpoint" if "seaweedfs" in name else "s3_server_process")
+        endpoint = request.getfixturevalue("seaweedfs_endpoint" if "seaweedfs" in name
+                                           else "s3_server_process")
         bucket = f"sp-race-{uuid.uuid4().hex[:10]}"
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
         s3 = S3Place(endpoint, bucket)
@@ -178,7 +180,9 @@ def window_param(name: str, wakes: str, *, default: bool = False) -> Any:
     window_param("directory-s3", BEFORE), window_param("directory-s3", AFTER),
     window_param("s3-seaweedfs", AFTER),
 ])
-def test_a_zombie_held_before_its_claim_loses_the_batch_to_the_rerun(scene: Scene, sink: str, wakes: str) -> None:
+def test_a_zombie_held_before_its_claim_loses_the_batch_to_the_rerun(
+    scene: Scene, sink: str, wakes: str
+) -> None:
     expected = write_inputs(scene.inputs, [0, 1, 2])
     zombie = scene.start("zombie", pause=("before_claim:2",))
     held = zombie.wait_for("before_claim")
@@ -211,8 +215,9 @@ def test_a_zombie_held_before_its_claim_loses_the_batch_to_the_rerun(scene: Scen
     assert scene.catalog().transactions() == []
 
 
-@pytest.mark.parametrize("sink", [sink_param("s3"), sink_param("directory", default=True), sink_param("directory-s3"),
-                                  sink_param("s3-seaweedfs")])
+@pytest.mark.parametrize("sink",
+                         [sink_param("s3"), sink_param("directory", default=True), sink_param("directory-s3"),
+                          sink_param("s3-seaweedfs")])
 def test_a_zombie_holding_the_claim_makes_the_restore_refuse_instead_of_losing_the_batch(
     scene: Scene, sink: str
 ) -> None:
@@ -345,10 +350,12 @@ def test_a_rerun_held_before_its_last_batch_while_the_one_before_commits_ends_wi
     sink_now = scene.case.sink()
 
     def batch_3_done() -> bool:
-        return sink_now.committed_position(JOB) == 3 and any(m.batch_id == 3 for m in scene.catalog().checkpoints())
+        return (sink_now.committed_position(JOB) == 3
+                and any(m.batch_id == 3 for m in scene.catalog().checkpoints()))
 
     # The coordinator goes on while Spark is held in batch 4.
-    wait_for("the re-run to checkpoint and commit batch 3", batch_3_done, TIMEOUT_S, rerun.tail, proc=rerun.proc)
+    wait_for("the re-run to checkpoint and commit batch 3", batch_3_done, TIMEOUT_S, rerun.tail,
+             proc=rerun.proc)
     rerun.release(point)
     rerun_rc = rerun.wait()
 

@@ -28,7 +28,9 @@ from tests.support.race_drivers import (
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
-def test_a_second_start_is_refused_and_the_running_job_goes_on_exactly(tmp_path: Path, start_driver: Any) -> None:
+def test_a_second_start_is_refused_and_the_running_job_goes_on_exactly(
+    tmp_path: Path, start_driver: Any
+) -> None:
     root, inputs, table = tmp_path / "checkpoints", tmp_path / "input", tmp_path / "table"
     write_inputs(inputs, files=2)
     catalog = Catalog.open(str(root), JOB)
@@ -48,6 +50,7 @@ def test_a_second_start_is_refused_and_the_running_job_goes_on_exactly(tmp_path:
     stop = channel.wait(channel.submit("stop", generation=1, timeout_s=300).id, timeout_s=300, poll_s=0.3)
     assert stop.state == "completed", stop
     assert running.wait() == 0, running.tail()
-    assert running.result is not None and running.result["status"] == "stopped" and running.result["generation"] == 1
+    assert (running.result is not None and running.result["status"] == "stopped"
+            and running.result["generation"] == 1)
     problems = diff(expected_rows(inputs), table_rows(table))
     assert not problems, problems

@@ -51,7 +51,8 @@ def test_a_deleted_shared_file_is_copied_again_by_the_next_checkpoint(spark: Any
 
     def body() -> None:
         try:
-            outcome["result"] = job.run(query, sink=DeltaSink(str(table), mode="append"), output_mode="append")
+            outcome["result"] = job.run(query, sink=DeltaSink(str(table), mode="append"),
+                                        output_mode="append")
         except BaseException as exc:  # noqa: BLE001 - inspected below
             outcome["error"] = exc
 
@@ -59,7 +60,8 @@ def test_a_deleted_shared_file_is_copied_again_by_the_next_checkpoint(spark: Any
     thread.start()
     try:
         wait_for("batch 1 checkpointed and committed",
-                 lambda: delta_version(table, JOB) == 1 and (catalog.latest() or None) and catalog.latest().batch_id == 1,
+                 lambda: (delta_version(table, JOB) == 1 and (catalog.latest() or None)
+                          and catalog.latest().batch_id == 1),
                  300)
         latest = catalog.latest()
         victim = next(ref.key for ref in latest.files if ref.path == "metadata")
@@ -67,7 +69,8 @@ def test_a_deleted_shared_file_is_copied_again_by_the_next_checkpoint(spark: Any
         assert catalog.latest() is None, "every checkpoint references the deleted file"
 
         write_inputs(inputs, files=1, start=2)
-        wait_for("a valid checkpoint of batch 2", lambda: (catalog.latest() or None) and catalog.latest().batch_id == 2,
+        wait_for("a valid checkpoint of batch 2",
+                 lambda: (catalog.latest() or None) and catalog.latest().batch_id == 2,
                  180)
         assert catalog.store.exists(victim), "the next checkpoint copied the missing file again"
         assert all(e.valid for e in catalog.list_checkpoints() if e.id >= catalog.latest().id)

@@ -50,7 +50,8 @@ SETTLERS: dict[str, Callable[[Catalog, Any], Any]] = {
     "commit step": lambda catalog, sink: commit_pending(catalog, sink=sink),
     "commit step, undeclared": lambda catalog, sink: commit_pending(catalog, storage_options=sink._options),
     "rollback": lambda catalog, sink: abort_generation(catalog, 1, sink=sink),
-    "restore recovery": lambda catalog, sink: settle_unconfirmed(catalog, sink, RestorePlan(None, "empty state")),
+    "restore recovery": lambda catalog, sink: settle_unconfirmed(catalog, sink,
+                                                                 RestorePlan(None, "empty state")),
 }
 
 
@@ -61,8 +62,8 @@ def other_jobs_directory_staging(out: Path) -> tuple[DirectorySink, TransactionR
     staging = out / "_staging" / txn
     staging.mkdir(parents=True)
     (staging / "part-00000.json").write_text('{"id": 1}\n')
-    staged = {"format": "json", "staging": f"_staging/{txn}", "files": [{"path": "part-00000.json", "size": 10}],
-              "bytes": 10}
+    staged = {"format": "json", "staging": f"_staging/{txn}",
+              "files": [{"path": "part-00000.json", "size": 10}], "bytes": 10}
     return sink, record(OTHER, 1, 1, sink, staged), staging / "part-00000.json"
 
 
@@ -86,7 +87,8 @@ def test_a_snapshot_cannot_make_recovery_settle_another_jobs_transaction(tmp_pat
     sink, forged, staged_file = other_jobs_directory_staging(tmp_path / "shared-out")
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
     meta = checkpoint_at(catalog, 3, pending=[forged])  # this job's own checkpoint lists it as confirmed
-    plan = RestorePlan(catalog.snapshot(meta.id), "checkpoint", kind="checkpoint", base_id=meta.id, own_files=True)
+    plan = RestorePlan(catalog.snapshot(meta.id), "checkpoint", kind="checkpoint", base_id=meta.id,
+                       own_files=True)
     _pending, summary = recover_transactions(catalog, sink, plan, "checkpoint", 1)
     assert summary["committed"] == [], "recovery committed another job's transaction"
     assert staged_file.exists() and not (tmp_path / "shared-out" / "part-refunds-b1-g1-00000.json").exists()
@@ -109,7 +111,8 @@ def s3_client(endpoint: str) -> Any:
 def pending_upload(endpoint: str, bucket: str, key: str) -> dict[str, Any]:
     client = s3_client(endpoint)
     upload_id = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
-    etag = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=1, Body=b"x" * 10)["ETag"]
+    etag = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=1,
+                              Body=b"x" * 10)["ETag"]
     return {"key": key, "upload_id": upload_id, "parts": [[1, etag]], "size": 10, "rows": 1}
 
 
@@ -142,7 +145,8 @@ def test_a_record_cannot_make_the_commit_step_abort_another_applications_upload(
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
     checkpoint_at(catalog, 3)
     catalog.put_transaction(record(JOB, 1, 1, sink, {"format": "json", "uploads": [victim]}))
-    exc = outcome(commit_pending, catalog, storage_options=s3_options(endpoint), sink=sink if declared else None)
+    exc = outcome(commit_pending, catalog, storage_options=s3_options(endpoint),
+                  sink=sink if declared else None)
     assert alive(endpoint, bucket, victim), "the commit step aborted another application's pending upload"
     assert isinstance(exc, SinkError) and "other-app/data.bin" in str(exc), exc
 
@@ -157,11 +161,14 @@ def test_a_record_of_another_job_cannot_abort_its_uploads_in_a_shared_s3_sink(
     checkpoint_at(catalog, 3)
     catalog.put_transaction(record(OTHER, 1, 1, sink, {"format": "json", "uploads": [theirs]}))
     commit_pending(catalog, storage_options=s3_options(endpoint), sink=sink)
-    assert alive(endpoint, bucket, theirs), f"job {JOB!r}'s commit step aborted job {OTHER!r}'s pending upload"
+    assert alive(endpoint, bucket, theirs), \
+        f"job {JOB!r}'s commit step aborted job {OTHER!r}'s pending upload"
 
 
 @pytest.mark.s3
-def test_an_aborted_transaction_still_aborts_its_own_uploads(endpoint: str, bucket: str, tmp_path: Path) -> None:
+def test_an_aborted_transaction_still_aborts_its_own_uploads(
+    endpoint: str, bucket: str, tmp_path: Path
+) -> None:
     sink = S3Sink(f"s3://{bucket}/out", "json")
     sink.configure(s3_options(endpoint))
     mine = pending_upload(endpoint, bucket, f"out/part-{JOB}-b1-g1-00000.json")
@@ -174,7 +181,7 @@ def test_an_aborted_transaction_still_aborts_its_own_uploads(endpoint: str, buck
     assert not alive(endpoint, bucket, mine) and not alive(endpoint, bucket, stray)
 
 
-# ------------------------------------------------------------------- Delta: added files from the staging area only
+# -------------------------------------------------------------- Delta: added files from the staging area only
 
 
 def delta_table(uri: str, options: dict[str, str] | None) -> tuple[Any, str, int]:
@@ -204,7 +211,9 @@ def delta_rows(uri: str, options: dict[str, str] | None) -> list[int]:
 
 
 @pytest.mark.parametrize("outside", ["table data", "another job's staging", "climbing"])
-def test_a_delta_commit_adds_files_only_from_the_transactions_own_staging(tmp_path: Path, outside: str) -> None:
+def test_a_delta_commit_adds_files_only_from_the_transactions_own_staging(
+    tmp_path: Path, outside: str
+) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 

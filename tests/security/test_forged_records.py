@@ -87,7 +87,9 @@ def s3_forged_staging_root(endpoint: str, bucket: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.s3
-def test_forged_staging_root_cannot_empty_a_bucket_moto(s3_server: str, s3_bucket: str, tmp_path: Path) -> None:
+def test_forged_staging_root_cannot_empty_a_bucket_moto(
+    s3_server: str, s3_bucket: str, tmp_path: Path
+) -> None:
     s3_forged_staging_root(s3_server, s3_bucket, tmp_path)
 
 
@@ -101,7 +103,7 @@ def test_forged_staging_root_cannot_empty_a_bucket_seaweedfs(seaweedfs_server: s
     s3_forged_staging_root(seaweedfs_server, bucket, tmp_path)
 
 
-# ------------------------------------------------------------------- 2. the job's own sink, a climbing staging
+# ------------------------------------------------------------------ 2. the job's own sink, a climbing staging
 
 
 def test_own_sink_abort_of_a_climbing_staging_deletes_nothing_outside(tmp_path: Path) -> None:
@@ -113,7 +115,7 @@ def test_own_sink_abort_of_a_climbing_staging_deletes_nothing_outside(tmp_path: 
     assert_refused(exc, (SinkError, InvalidPath), "victim")
 
 
-# ------------------------------------------------------------------- 3./4. claims planted in the output location
+# ---------------------------------------------------------------- 3./4. claims planted in the output location
 
 
 def staged_record(sink: DirectorySink, batch: int, generation: int) -> TransactionRecord:
@@ -192,7 +194,8 @@ def test_replay_record_decompression_is_bounded() -> None:
                           "pad": "0" * (64 * 1024 * 1024)})
     assert len(bomb) < 1024 * 1024, "the bomb should be small compressed"
     outcome = replay.decode(bomb)
-    assert isinstance(outcome, str) and "limit" in outcome, f"a decompression bomb was accepted: {str(outcome)[:80]}"
+    assert isinstance(outcome, str) and "limit" in outcome, \
+        f"a decompression bomb was accepted: {str(outcome)[:80]}"
 
 
 # ------------------------------------------------------------------- 6. symlinks among the checkpoints
@@ -242,7 +245,9 @@ def test_a_huge_object_is_refused_as_corrupt(tmp_path: Path) -> None:
         store.get(f"{JOB}/status.json", max_bytes=1024 * 1024)
 
 
-def test_a_planted_huge_status_is_an_unreadable_status(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_planted_huge_status_is_an_unreadable_status(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     from airflow_sparkpoint.checkpoints.layout import RECORD_MAX_BYTES, STATUS
 
     catalog = Catalog(LocalStorage(str(tmp_path / "store")), JOB)
@@ -435,6 +440,7 @@ def test_a_planted_done_claim_cannot_point_readers_outside_the_output(tmp_path: 
     record = staged_record(sink, 7, 1)
     plant_claim(sink, record, "done", {"staging": f"_staging/{record.txn_id}", "moves": []})
     claim = tmp_path / "out" / "_sparkpoint" / "manifests" / JOB / "7.json"
-    claim.write_text(json.dumps({**json.loads(claim.read_text()), "files": [{"path": "../victim/precious.txt"}]}))
+    claim.write_text(json.dumps({**json.loads(claim.read_text()),
+                                 "files": [{"path": "../victim/precious.txt"}]}))
     exc = outcome(sink.committed_files, JOB)
     assert_refused(exc, (SinkError, InvalidPath), "victim")

@@ -54,7 +54,8 @@ def s3_sink(endpoint: str, bucket: str) -> S3Sink:
 
 
 def pending_keys(endpoint: str, bucket: str) -> list[str]:
-    return sorted(u["Key"] for u in s3_client(endpoint).list_multipart_uploads(Bucket=bucket).get("Uploads", ()))
+    uploads = s3_client(endpoint).list_multipart_uploads(Bucket=bucket).get("Uploads", ())
+    return sorted(u["Key"] for u in uploads)
 
 
 def victim_body(endpoint: str, bucket: str) -> bytes:
@@ -86,7 +87,8 @@ def test_planted_promote_decision_cannot_make_an_abort_touch_an_upload_outside(s
         "schema_version": 1, "decision": "promote", "job": JOB, "batch_id": 5, "generation": 1,
         "txn_id": record.txn_id, "decided_at": 0, "files": [], "plan": {"uploads": [theirs]}}).encode())
     exc = outcome(sink.abort, record)
-    assert victim_body(s3_server, s3_bucket) == b"must survive", "a planted decision completed an upload outside"
+    assert victim_body(s3_server, s3_bucket) == b"must survive", \
+        "a planted decision completed an upload outside"
     assert pending_keys(s3_server, s3_bucket) == [VICTIM], "a planted decision aborted an upload outside"
     assert_refused(exc, (SinkError, InvalidPath), VICTIM)
 
@@ -115,7 +117,7 @@ def claims_settle(sink: S3Sink, record: Any) -> str:
     return _claims.settle(sink, record, None)
 
 
-# ------------------------------------------------------------------- attack 4 on S3: a promoting claim's moves
+# ------------------------------------------------------------------ attack 4 on S3: a promoting claim's moves
 
 
 def planted_moves_cannot_move_an_object_out(endpoint: str, bucket: str) -> None:
@@ -130,9 +132,10 @@ def planted_moves_cannot_move_an_object_out(endpoint: str, bucket: str) -> None:
     record = forged_record(5, 1, sink.to_config(), {"format": "json", "staging": f"_staging/{txn}",
                                                     "files": [{"path": "part-00000.json", "size": len(body)}],
                                                     "bytes": len(body)})
-    root.put(f"out/_sparkpoint/manifests/{JOB}/5.json", json.dumps({
+    claim = {
         "state": "promoting", "job": JOB, "batch_id": 5, "generation": 1, "txn_id": txn, "files": [],
-        "plan": {"staging": f"_staging/{txn}", "moves": [["../attacker/evil.py", "../dags/evil.py", 40]]}}).encode())
+        "plan": {"staging": f"_staging/{txn}", "moves": [["../attacker/evil.py", "../dags/evil.py", 40]]}}
+    root.put(f"out/_sparkpoint/manifests/{JOB}/5.json", json.dumps(claim).encode())
     exc = outcome(sink.commit, record)
     objects = s3_objects(endpoint, bucket)
     assert "attacker/evil.py" in objects, "the planted object was moved"

@@ -59,7 +59,8 @@ def test_nested_extra_values_and_bare_user_info_are_scrubbed(airflow_home: Path,
     from airflow_sparkpoint.hooks import SparkpointHook
 
     connection(monkeypatch, "sp_nested", conn_type="sparkpoint", host="/tmp/sp",
-               extra={"client": {"auth": {"token": TOKEN}, "retries": [3, {"key": PASSWORD}]}, "jobs": ["orders"]})
+               extra={"client": {"auth": {"token": TOKEN}, "retries": [3, {"key": PASSWORD}]},
+                      "jobs": ["orders"]})
     hook = SparkpointHook("sp_nested")
     message = (f"client config {{'auth': {{'token': '{TOKEN}'}}, 'key': '{PASSWORD}'}}; "
                f"bucket name '{KEY_ID}:{PASSWORD}@bucket' is invalid")
@@ -77,18 +78,23 @@ def test_credentials_an_aws_connection_yields_are_scrubbed_by_any_hook(
 
     from airflow_sparkpoint.hooks import SparkpointHook
 
-    connection(monkeypatch, "aws_role", conn_type="aws", extra={"role_arn": "arn:aws:iam::123456789012:role/r"})
+    connection(monkeypatch, "aws_role", conn_type="aws",
+               extra={"role_arn": "arn:aws:iam::123456789012:role/r"})
     connection(monkeypatch, "sp_role", conn_type="sparkpoint", host="s3://bucket/sp",
                extra={"aws_conn_id": "aws_role", "jobs": ["orders"]})
     # The role's session (STS cannot be reached here): what the Amazon provider would return.
     monkeypatch.setattr(AwsBaseHook, "get_credentials",
-                        lambda self, region_name=None: ReadOnlyCredentials("ASIA" + KEY_ID[4:], ROLE_SECRET, SESSION))
+                        lambda self, region_name=None: ReadOnlyCredentials("ASIA" + KEY_ID[4:], ROLE_SECRET,
+                                                                           SESSION))
     assert SparkpointHook("sp_role").storage_options["aws_session_token"] == SESSION  # the task's hook
     fresh = SparkpointHook("sp_role")  # the UI's redact() and any later scrub make their own
-    assert_clean(fresh.scrub(f"S3 said: signature {ROLE_SECRET} / token {SESSION} rejected"), ROLE_SECRET, SESSION)
+    assert_clean(fresh.scrub(f"S3 said: signature {ROLE_SECRET} / token {SESSION} rejected"), ROLE_SECRET,
+                 SESSION)
 
 
-def test_the_cli_error_line_never_shows_a_storage_uris_credentials(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_error_line_never_shows_a_storage_uris_credentials(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
     from airflow_sparkpoint.cli import main
 
     code = main(["list", "--dir", f"s3://{KEY_ID}:{PASSWORD}@bucket/sp", "--job", "orders"])
@@ -101,6 +107,7 @@ def test_the_cli_error_line_never_shows_a_storage_uris_credentials(capsys: pytes
 def test_a_triggers_error_event_is_scrubbed(airflow_home: Path) -> None:
     from airflow_sparkpoint.triggers.checkpoint import _error
 
-    event = _error(f"storage unreachable: http://{KEY_ID}:{PASSWORD}@proxy:3128 and {KEY_ID}:{PASSWORD}@bucket")
+    event = _error(f"storage unreachable: http://{KEY_ID}:{PASSWORD}@proxy:3128 and "
+                   f"{KEY_ID}:{PASSWORD}@bucket")
     assert_clean(event["message"], KEY_ID, PASSWORD)
     assert "proxy:3128" in event["message"]

@@ -52,7 +52,8 @@ SECRETS = (SECRET, PASSWORD)
 
 def assert_clean(text: str, *, what: str, key_id: bool = True) -> None:
     for secret in (*SECRETS, *((KEY_ID,) if key_id else ())):
-        assert secret not in text, f"{what} shows a secret: ...{text[max(0, text.find(secret) - 200):][:400]}..."
+        assert secret not in text, \
+            f"{what} shows a secret: ...{text[max(0, text.find(secret) - 200):][:400]}..."
 
 
 def full_text(exc: BaseException) -> str:
@@ -78,14 +79,17 @@ def test_s3_storage_repr_and_errors_hide_keys_and_endpoint_passwords(s3_server: 
     from airflow_sparkpoint.storage.s3 import S3Storage
 
     host = s3_server.split("://", 1)[1]
-    store = S3Storage(s3_bucket, "root", endpoint_url=f"http://{KEY_ID}:{PASSWORD}@{host}", region_name="us-east-1",
-                      aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET, aws_session_token=SECRET + "-token")
+    store = S3Storage(s3_bucket, "root", endpoint_url=f"http://{KEY_ID}:{PASSWORD}@{host}",
+                      region_name="us-east-1",
+                      aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET,
+                      aws_session_token=SECRET + "-token")
     assert_clean(repr(store) + str(store) + repr(pickle.loads(pickle.dumps(store))), what="S3Storage repr")
     store.put("a", b"1")  # userinfo in the endpoint is not needed to reach it
     assert store.get("a") == b"1"
 
     failures: list[BaseException] = []
-    missing = S3Storage(f"sp-missing-{uuid.uuid4().hex[:8]}", endpoint_url=f"http://{KEY_ID}:{PASSWORD}@{host}",
+    missing = S3Storage(f"sp-missing-{uuid.uuid4().hex[:8]}",
+                        endpoint_url=f"http://{KEY_ID}:{PASSWORD}@{host}",
                         aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET, max_attempts=1)
     unreachable = S3Storage(s3_bucket, endpoint_url=f"http://{KEY_ID}:{PASSWORD}@127.0.0.1:{free_port()}",
                             aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET, max_attempts=1,
@@ -123,8 +127,9 @@ def test_s3_and_directory_sinks_hide_credentials(s3_server: str, s3_bucket: str)
         with pytest.raises(SparkpointError) as info:
             sink.validate()
         errors.append(info.value)
-    record = transaction_record("s3", 0, 1, {"uploads": [{"key": "x/part-orders-b0-g1-00000.json", "upload_id": "u",
-                                                          "parts": [[1, '"e"']], "size": 1, "rows": 1}]},
+    record = transaction_record("s3", 0, 1,
+                                {"uploads": [{"key": "x/part-orders-b0-g1-00000.json", "upload_id": "u",
+                                              "parts": [[1, '"e"']], "size": 1, "rows": 1}]},
                                 job=JOB, sink_id=f"s3://{missing}/x", config={"uri": f"s3://{missing}/x"})
     broken = S3Sink(f"s3://{missing}/x")
     broken.configure(options)
@@ -145,7 +150,8 @@ def test_s3_and_directory_sinks_hide_credentials(s3_server: str, s3_bucket: str)
 def test_executor_upload_spec_never_prints_its_options() -> None:
     from airflow_sparkpoint.sinks._s3_stage import UploadSpec
 
-    spec = UploadSpec("b", "p/part-x-", "json", None, {"aws_secret_access_key": SECRET, "aws_access_key_id": KEY_ID})
+    spec = UploadSpec("b", "p/part-x-", "json", None,
+                      {"aws_secret_access_key": SECRET, "aws_access_key_id": KEY_ID})
     assert_clean(repr(spec) + str(spec), what="UploadSpec")
 
 
@@ -196,12 +202,14 @@ def test_a_run_keeps_secrets_out_of_every_record_log_and_result(
     kinds: set[str] = set()
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=s3_bucket):
         for item in page.get("Contents", ()):
-            body = client.get_object(Bucket=s3_bucket, Key=item["Key"])["Body"].read().decode("utf-8", "replace")
+            body = client.get_object(Bucket=s3_bucket,
+                                     Key=item["Key"])["Body"].read().decode("utf-8", "replace")
             assert_clean(body, what=f"s3://{s3_bucket}/{item['Key']}")
-            kinds.update(k for k in ("_metadata", "/txn/", "/control/", "status.json", "/results/", "/manifests/",
-                                     "/generations/") if k in item["Key"])
+            kinds.update(k for k in ("_metadata", "/txn/", "/control/", "status.json", "/results/",
+                                     "/manifests/", "/generations/") if k in item["Key"])
     # Every kind of record was written (and scanned); txn records are gone once committed.
-    assert kinds >= {"_metadata", "/control/", "status.json", "/results/", "/manifests/", "/generations/"}, kinds
+    assert kinds >= {"_metadata", "/control/", "status.json", "/results/", "/manifests/", "/generations/"}, \
+        kinds
 
 
 @pytest.mark.airflow
@@ -228,7 +236,8 @@ def test_submit_operator_passes_secrets_only_through_the_environment(
     op = SparkpointSubmitOperator(
         task_id="submit", application=str(HERE / "jobs" / "conf_dump_job.py"), job_name=JOB,
         sparkpoint_conn_id="sp_security",
-        application_args=["--input", str(tmp_path / "input"), "--output", str(tmp_path / "out"), "--dump", str(dump)],
+        application_args=["--input", str(tmp_path / "input"), "--output", str(tmp_path / "out"), "--dump",
+                          str(dump)],
         conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
               "spark.driver.extraJavaOptions": quiet_java_opts(), "spark.pyspark.python": sys.executable},
     )
@@ -237,9 +246,11 @@ def test_submit_operator_passes_secrets_only_through_the_environment(
     assert result is not None and result["status"] == "finished", caplog.text[-3000:]
     seen = json.loads(dump.read_text())
     assert seen["secret_sha256"] == hashlib.sha256(SECRET.encode()).hexdigest(), "the driver got no secret"
-    assert_clean(json.dumps(seen["spark_conf"]) + json.dumps(seen["sql_conf"]), what="the driver's Spark conf")
+    assert_clean(json.dumps(seen["spark_conf"]) + json.dumps(seen["sql_conf"]),
+                 what="the driver's Spark conf")
     assert_clean(json.dumps(seen["argv"]), what="the driver's argv")
-    assert_clean(" ".join(op._hook._build_spark_submit_command(op.application)), what="the spark-submit command")  # type: ignore[union-attr]
+    assert_clean(" ".join(op._hook._build_spark_submit_command(op.application)),  # type: ignore[union-attr]
+                 what="the spark-submit command")
     assert_clean(json.dumps(op.conf) + json.dumps(op.env_vars or {}), what="the operator's conf and env_vars")
     assert_clean(json.dumps(result), what="the XCom")
     assert_clean(caplog.text, what="the task log")
@@ -251,7 +262,9 @@ def test_submit_operator_passes_secrets_only_through_the_environment(
 # ---------------------------------------------------------------------------- JSON only, never pickle
 
 
-def test_pickled_metadata_is_corrupt_and_never_unpickled(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_pickled_metadata_is_corrupt_and_never_unpickled(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     from airflow_sparkpoint.checkpoints.catalog import open_snapshot
 
     marker = tmp_path / "unpickled"
@@ -324,7 +337,8 @@ def test_dispose_refuses_paths_outside_the_job(tmp_path: Path) -> None:
     root = tmp_path / "root"
     catalog = Catalog(open_storage(str(root)), JOB)
     other = Catalog(open_storage(str(root)), "other")
-    mine, theirs = put_checkpoint(catalog, batch_id=0, generation=1), put_checkpoint(other, batch_id=0, generation=1)
+    mine, theirs = (put_checkpoint(catalog, batch_id=0, generation=1),
+                    put_checkpoint(other, batch_id=0, generation=1))
     before = sorted(str(p) for p in root.rglob("*"))
     for path in (f"chk-{mine.id}/../../other/chk-{theirs.id}", f"{root}/other/chk-{theirs.id}",
                  f"file://{root}/{JOB}/../other/chk-{theirs.id}", f"s3://elsewhere/{JOB}/chk-{mine.id}",
@@ -377,7 +391,7 @@ def test_restore_targets_outside_the_job_are_refused_before_anything_is_touched(
     assert catalog.current_generation() == 1  # nothing claimed a generation
 
 
-# ---------------------------------------------------------------------------- endpoint URLs and test_connection
+# -------------------------------------------------------------------------- endpoint URLs and test_connection
 
 
 def _sparkpoint_conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: Any) -> None:
@@ -401,7 +415,8 @@ def test_credentials_in_an_endpoint_url_are_refused_before_they_reach_the_spark_
                      extra={"endpoint_url": endpoint})
     monkeypatch.setenv("AIRFLOW_CONN_AWS_USERINFO", json.dumps({
         "conn_type": "aws", "login": KEY_ID, "password": SECRET, "extra": {"endpoint_url": endpoint}}))
-    _sparkpoint_conn(monkeypatch, "sp_aws_userinfo", host="s3://bucket/sp", extra={"aws_conn_id": "aws_userinfo"})
+    _sparkpoint_conn(monkeypatch, "sp_aws_userinfo", host="s3://bucket/sp",
+                     extra={"aws_conn_id": "aws_userinfo"})
 
     errors: list[BaseException] = []
     for conn_id in ("sp_userinfo", "sp_aws_userinfo"):
@@ -409,18 +424,21 @@ def test_credentials_in_an_endpoint_url_are_refused_before_they_reach_the_spark_
             SparkpointHook(conn_id).storage_options  # noqa: B018 - resolving is the point
         assert conn_id in str(info.value) or "aws_userinfo" in str(info.value), str(info.value)
         errors.append(info.value)
-        op = SparkpointSubmitOperator(task_id="submit", application="job.py", job_name=JOB, sparkpoint_conn_id=conn_id)
+        op = SparkpointSubmitOperator(task_id="submit", application="job.py", job_name=JOB,
+                                      sparkpoint_conn_id=conn_id)
         with pytest.raises(ConfigError, match="credentials") as info:
             op.build_sparkpoint_conf("latest")
         errors.append(info.value)
     with pytest.raises(ConfigError, match="credentials") as info:
         SparkpointConfig.from_conf({"spark.sparkpoint.dir": "s3://bucket/sp", "spark.sparkpoint.job": JOB,
-                                    "spark.sparkpoint.workDir": "/tmp/w", "spark.sparkpoint.s3.endpoint": endpoint})
+                                    "spark.sparkpoint.workDir": "/tmp/w",
+                                    "spark.sparkpoint.s3.endpoint": endpoint})
     assert "spark.sparkpoint.s3.endpoint" in str(info.value)
     errors.append(info.value)
     for exc in errors:
         assert_clean(full_text(exc), what=f"{type(exc).__name__} {exc}")
-        assert "127.0.0.1:9" in str(exc), f"the error should name the endpoint (without its credentials): {exc}"
+        assert "127.0.0.1:9" in str(exc), \
+            f"the error should name the endpoint (without its credentials): {exc}"
 
 
 @pytest.mark.airflow
@@ -458,7 +476,8 @@ def test_test_connection_reports_failures_without_secrets(
 def test_endpoint_url_check_accepts_plain_urls_and_refuses_any_userinfo_without_echoing_it() -> None:
     from airflow_sparkpoint.storage.endpoints import validate_endpoint_url
 
-    for plain in ("http://minio:9000", " https://s3.example.com/base ", "http://127.0.0.1:9", "http://[::1]:9000"):
+    for plain in ("http://minio:9000", " https://s3.example.com/base ", "http://127.0.0.1:9",
+                  "http://[::1]:9000"):
         assert validate_endpoint_url(plain, "where") == plain.strip()
     for carrying in (f"http://{KEY_ID}:{PASSWORD}@minio:9000", f"http://{PASSWORD}@minio:9000",
                      f"https://:{PASSWORD}@minio", f"http://{KEY_ID}:{PASSWORD}@[bad:9000",

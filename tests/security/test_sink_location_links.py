@@ -49,7 +49,8 @@ def snapshot(root: Path) -> dict[str, bytes]:
         for name in files + [d for d in dirs if os.path.islink(os.path.join(directory, d))]:
             path = os.path.join(directory, name)
             rel = os.path.relpath(path, root)
-            found[rel] = b"->" + os.readlink(path).encode() if os.path.islink(path) else Path(path).read_bytes()
+            found[rel] = (b"->" + os.readlink(path).encode() if os.path.islink(path)
+                          else Path(path).read_bytes())
     return found
 
 
@@ -73,7 +74,8 @@ def link(entry: Path, target: Path) -> None:
 # ---------------------------------------------------------------------------- DirectorySink
 
 
-def directory_record(sink: DirectorySink, batch: int, generation: int, files: dict[str, int]) -> TransactionRecord:
+def directory_record(sink: DirectorySink, batch: int, generation: int,
+                     files: dict[str, int]) -> TransactionRecord:
     txn = f"{JOB}-b{batch}-g{generation}"
     staged = {"format": "json", "staging": f"_staging/{txn}",
               "files": [{"path": p, "size": s} for p, s in files.items()], "bytes": sum(files.values())}
@@ -90,7 +92,8 @@ def staged_outside(tmp_path: Path) -> tuple[DirectorySink, TransactionRecord, Pa
     out.mkdir()
     link(out / "_staging", victim)
     sink = DirectorySink(str(out), "json")
-    record = directory_record(sink, 1, 1, {"part-00000.json": (victim / txn / "part-00000.json").stat().st_size})
+    record = directory_record(sink, 1, 1,
+                              {"part-00000.json": (victim / txn / "part-00000.json").stat().st_size})
     return sink, record, victim, before
 
 
@@ -106,7 +109,8 @@ def test_a_symlinked_staging_area_is_not_promoted_into_the_output(staged_outside
     assert (out / "_staging").is_symlink(), "the planted link was gone before the commit ran"
     assert snapshot(victim) == before, "the commit moved a file out of the directory outside"
     assert data_files(out) == [], "a file from outside became output"
-    assert isinstance(exc, SparkpointError) and "_staging" in str(exc), f"not refused naming _staging: {exc!r}"
+    assert isinstance(exc, SparkpointError) and "_staging" in str(exc), \
+        f"not refused naming _staging: {exc!r}"
 
 
 def test_a_symlinked_staging_area_is_not_deleted_by_an_abort(staged_outside: Any) -> None:
@@ -130,7 +134,8 @@ def plant_promoting_claim(out: Path, record: TransactionRecord, moves: list[list
     claim.parent.mkdir(parents=True, exist_ok=True)
     staging = f"_staging/{record.txn_id}"
     claim.write_text(json.dumps({
-        "v": 2, "state": "promoting", "job": JOB, "batch_id": record.batch_id, "generation": record.generation,
+        "v": 2, "state": "promoting", "job": JOB, "batch_id": record.batch_id,
+        "generation": record.generation,
         "txn_id": record.txn_id, "files": [{"path": dst, "size": size} for _src, dst, size in moves],
         "plan": {"staging": staging, "moves": moves}}))
 
@@ -147,7 +152,8 @@ def test_a_planted_promoting_claim_cannot_move_a_file_through_a_linked_directory
     evil.write_text("import os  # would run in the DAG processor\n")
     link(out / "sub", dags)
     record = directory_record(sink, 2, 1, {"evil.py": evil.stat().st_size})
-    plant_promoting_claim(out, record, [[f"_staging/{record.txn_id}/evil.py", "sub/evil.py", evil.stat().st_size]])
+    plant_promoting_claim(out, record,
+                          [[f"_staging/{record.txn_id}/evil.py", "sub/evil.py", evil.stat().st_size]])
     exc = outcome(sink.commit, record)
     assert (out / "sub").is_symlink(), "the planted link was gone before the commit ran"
     assert list(dags.iterdir()) == [], "the promotion moved a file into the DAGs folder outside the output"
@@ -168,7 +174,8 @@ def test_a_planted_promoting_claim_cannot_move_an_outside_file_in(tmp_path: Path
     assert (out / "_staging" / record.txn_id).is_symlink(), "the planted link was gone before the commit ran"
     assert snapshot(victim) == before, "the promotion moved a file out of the directory outside"
     assert data_files(out) == [], "a file from outside became output"
-    assert isinstance(exc, SparkpointError) and record.txn_id in str(exc), f"not refused naming the link: {exc!r}"
+    assert isinstance(exc, SparkpointError) and record.txn_id in str(exc), \
+        f"not refused naming the link: {exc!r}"
 
 
 # ---------------------------------------------------------------------------- DeltaSink
@@ -182,8 +189,8 @@ def delta_record(sink: DeltaSink, batch: int, generation: int, victim: Path) -> 
     name = f"part-00000-{txn}.snappy.parquet"
     (victim / txn).mkdir(exist_ok=True)
     pq.write_table(pa.table({"user": ["mallory"], "total": [666]}, schema=SCHEMA), victim / txn / name)
-    files = [{"path": f"{staging}/{name}", "size": (victim / txn / name).stat().st_size, "partition_values": {},
-              "num_records": 1, "modification_time": int(time.time() * 1000)}]
+    files = [{"path": f"{staging}/{name}", "size": (victim / txn / name).stat().st_size,
+              "partition_values": {}, "num_records": 1, "modification_time": int(time.time() * 1000)}]
     payload = {"mode": sink.mode, "staging": staging, "files": files, "rows": 1,
                "schema": base64.b64encode(SCHEMA.serialize().to_pybytes()).decode("ascii")}
     return transaction_record(sink, batch, generation, payload, job=JOB)
@@ -198,7 +205,8 @@ def delta_outside(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Delta
     table = tmp_path / "table"
     table.mkdir()
     link(table / "_sparkpoint_txn" / JOB, victim)
-    sink = DeltaSink(str(table), mode=request.param, **({"keys": ["user"]} if request.param == "merge" else {}))
+    sink = DeltaSink(str(table), mode=request.param,
+                     **({"keys": ["user"]} if request.param == "merge" else {}))
     record = delta_record(sink, 1, 1, victim)
     return sink, record, victim, snapshot(victim)
 
@@ -214,7 +222,8 @@ def table_users(sink: DeltaSink) -> list[str]:
 def test_a_symlinked_delta_staging_root_is_not_committed(delta_outside: Any) -> None:
     sink, record, victim, before = delta_outside
     exc = outcome(sink.commit, record)
-    assert (Path(sink.path) / "_sparkpoint_txn" / JOB).is_symlink(), "the planted link was gone before the commit"
+    assert (Path(sink.path) / "_sparkpoint_txn" / JOB).is_symlink(), \
+        "the planted link was gone before the commit"
     assert snapshot(victim) == before, "the commit deleted or changed files outside the table"
     assert table_users(sink) == [], "rows from a directory outside the table became output"
     assert isinstance(exc, SparkpointError) and f"_sparkpoint_txn/{JOB}" in str(exc), \
@@ -224,14 +233,16 @@ def test_a_symlinked_delta_staging_root_is_not_committed(delta_outside: Any) -> 
 def test_a_symlinked_delta_staging_root_is_not_deleted_by_an_abort(delta_outside: Any) -> None:
     sink, record, victim, before = delta_outside
     outcome(sink.abort, record)
-    assert (Path(sink.path) / "_sparkpoint_txn" / JOB).is_symlink(), "the planted link was gone before the abort"
+    assert (Path(sink.path) / "_sparkpoint_txn" / JOB).is_symlink(), \
+        "the planted link was gone before the abort"
     assert snapshot(victim) == before, "the abort deleted files outside the table"
 
 
 def test_a_symlinked_delta_staging_root_is_not_swept_as_orphans(delta_outside: Any) -> None:
     sink, _record, victim, before = delta_outside
     outcome(sink.cleanup_orphans, JOB, set())
-    assert (Path(sink.path) / "_sparkpoint_txn" / JOB).is_symlink(), "the planted link was gone before the sweep"
+    assert (Path(sink.path) / "_sparkpoint_txn" / JOB).is_symlink(), \
+        "the planted link was gone before the sweep"
     assert snapshot(victim) == before, "restore-time orphan cleanup deleted files outside the table"
 
 

@@ -125,7 +125,9 @@ def _snapshot_with_a_costly_metadata(store: Store) -> None:
 
 
 @pytest.mark.s3
-def test_sparkpoint_list_does_not_parse_a_costly_metadata(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+def test_sparkpoint_list_does_not_parse_a_costly_metadata(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
     _snapshot_with_a_costly_metadata(store)
     code, peak = peak_of(lambda: cli(capsys, store, "list", "--json")[0])
     assert code == 0
@@ -141,7 +143,8 @@ def test_the_page_and_the_sensor_do_not_parse_a_costly_metadata(store: Store) ->
     assert peak < 40 * MIB, f"the page's read model took {peak / MIB:.0f} MiB"
     bad = next(r for r in history.checkpoints if r.id == 9)
     assert not bad.valid and "_metadata" in (bad.error or "")
-    outcome, peak = peak_of(lambda: evaluate(store.catalog, CheckpointCondition(job_name=JOB, min_checkpoints=2)))
+    outcome, peak = peak_of(lambda: evaluate(store.catalog,
+                                             CheckpointCondition(job_name=JOB, min_checkpoints=2)))
     assert peak < 40 * MIB, f"a sensor poke took {peak / MIB:.0f} MiB"
     assert outcome.done and outcome.payload["batch_id"] == 2
 
@@ -195,7 +198,8 @@ def test_the_offsets_file_of_a_real_checkpoint_is_read(tmp_path: Path) -> None:
     body = b'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n{"logOffset":3}'
     catalog.store.put("shared/offsets/3~0123456789abcdef", body)
     catalog.complete_checkpoint(snapshot_metadata(3, snapshot_id=5, job=JOB, created_at=time.time(),
-                                                  files=(FileRef("offsets/3", "shared/offsets/3~0123456789abcdef",
+                                                  files=(FileRef("offsets/3",
+                                                                 "shared/offsets/3~0123456789abcdef",
                                                                  len(body), "0" * 64),)))
     assert snapshot_offsets(catalog.snapshot(5)) == body.decode()
     assert os.path.exists(tmp_path / "store" / JOB / "chk-5" / "_metadata")

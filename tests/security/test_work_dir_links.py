@@ -81,7 +81,8 @@ def test_replay_writes_nothing_through_a_symlinked_offsets_directory(tmp_path: P
     (live / "offsets").symlink_to(victim, target_is_directory=True)
     _, exc = outcome(replay.write_batch, str(live), body(2))
     assert (live / "offsets").is_symlink(), "the planted link was gone before the replay wrote"
-    assert listing(victim) == [".2.crc", "precious.txt"], "replay wrote or unlinked a file outside the live location"
+    assert listing(victim) == [".2.crc", "precious.txt"], \
+        "replay wrote or unlinked a file outside the live location"
     assert isinstance(exc, SparkpointError) and "offsets" in str(exc), f"not refused naming offsets: {exc!r}"
 
 
@@ -149,14 +150,16 @@ def test_a_planted_next_generation_location_is_not_locked_written_or_cleared(tmp
     work.mkdir()
     (work / "g2").symlink_to(victim, target_is_directory=True)
     plan = RestorePlan(snapshot=None, description="empty")
-    choice, exc = outcome(choose_live, plan, [], None, work_root=str(work), job=JOB, generation=2, jvm_pid=None)
+    choice, exc = outcome(choose_live, plan, [], None, work_root=str(work), job=JOB, generation=2,
+                          jvm_pid=None)
     try:
         if choice is not None:
             fill_live(choice, plan)
     finally:
         if choice is not None:
             choice.lock.release()
-    assert listing(victim) == ["precious.txt"], "the run locked, wrote or cleared a directory outside the work root"
+    assert listing(victim) == ["precious.txt"], \
+        "the run locked, wrote or cleared a directory outside the work root"
     if exc is None:
         assert not (work / "g2").is_symlink() and (work / "g2").is_dir(), "the run used the planted link"
     else:
@@ -172,7 +175,8 @@ def test_the_sweep_of_earlier_locations_locks_nothing_outside(tmp_path: Path) ->
     (work / "g1").symlink_to(victim, target_is_directory=True)
     (work / f"{livedir.TRASH_PREFIX}g0-x").symlink_to(victim, target_is_directory=True)
     outcome(livedir.remove_unowned, str(work), str(work / "g3"), 3)
-    assert listing(victim) == ["precious.txt"], "the sweep wrote a lock into (or deleted in) a directory outside"
+    assert listing(victim) == ["precious.txt"], \
+        "the sweep wrote a lock into (or deleted in) a directory outside"
     assert listing(work) == ["g3"], "the sweep left the planted links in the work root"
 
 
@@ -199,7 +203,7 @@ def test_a_fifo_planted_as_a_record_is_refused_promptly(tmp_path: Path) -> None:
         f"not refused naming the record: {result[0]!r}"
 
 
-# ---------------------------------------------------------------------------- bounded reads of Spark's log files
+# ------------------------------------------------------------------------- bounded reads of Spark's log files
 
 
 def test_a_huge_offsets_file_in_the_snapshot_is_refused_not_read_whole(tmp_path: Path) -> None:
@@ -224,7 +228,8 @@ def test_a_huge_offsets_file_in_the_snapshot_is_refused_not_read_whole(tmp_path:
     peak, reason, exc = peak_bytes(lambda: replay.plan_replay(handle, RecordingSink(), JOB, 1))
     assert planted.stat().st_size == HUGE
     assert peak < 64 * 1024 * 1024, f"plan_replay allocated {peak} bytes for a planted offsets file"
-    assert exc is None and isinstance(reason, str) and ref.key in reason, f"not refused naming the file: {reason!r}"
+    assert exc is None and isinstance(reason, str) and ref.key in reason, \
+        f"not refused naming the file: {reason!r}"
 
 
 @pytest.mark.s3
@@ -258,7 +263,8 @@ def test_a_huge_offsets_object_in_an_s3_snapshot_is_refused_not_read_whole(seawe
     peak, reason, exc = peak_bytes(lambda: replay.plan_replay(handle, RecordingSink(), JOB, 1))
     assert handle.files_store.stat(ref.key).size > LOG_FILE_MAX_BYTES
     assert peak < LOG_FILE_MAX_BYTES, f"plan_replay allocated {peak} bytes for a planted offsets object"
-    assert exc is None and isinstance(reason, str) and ref.key in reason, f"not refused naming the object: {reason!r}"
+    assert exc is None and isinstance(reason, str) and ref.key in reason, \
+        f"not refused naming the object: {reason!r}"
 
 
 @pytest.mark.parametrize("reader", ["capture", "source_log_ends", "interrupted"])
@@ -280,4 +286,5 @@ def test_a_huge_offsets_file_in_the_live_location_is_not_read_whole(tmp_path: Pa
     if reader == "capture":
         assert isinstance(result, str) and result.startswith("0:") and "offsets/4" in result, result
     elif reader == "interrupted":
-        assert result is True or exc is not None, "an unreadable offsets file let the location resume in place"
+        assert result is True or exc is not None, \
+            "an unreadable offsets file let the location resume in place"

@@ -209,7 +209,8 @@ def _moved_savepoint(world: World) -> str:
     there is no savepoint). The copy is a person's, made whole before the start."""
     catalog = world.raw_catalog()
     savepoints = [entry.key for entry in catalog.list_savepoints() if entry.metadata is not None]
-    checkpoints = [f"chk-{cid}" for cid in catalog.checkpoint_ids() if catalog.store.exists(f"chk-{cid}/_metadata")]
+    checkpoints = [f"chk-{cid}" for cid in catalog.checkpoint_ids()
+                   if catalog.store.exists(f"chk-{cid}/_metadata")]
     if not savepoints and not checkpoints:
         return "latest"
     key = world.scheduler.choose("moved savepoint", savepoints + checkpoints)
@@ -297,9 +298,9 @@ def check_rolled_back_to_savepoint(world: World, generation: int) -> None:
     if origin is None or origin.kind != "savepoint":
         return
     if (origin.uri, origin.batch_id) != (state.claimed.savepoint, state.claimed.batch_id):
-        raise AssertionError(f"the rollback of cutover {state.id}'s green (generation {generation}) returned to "
-                             f"{origin.describe()}, not blue's final savepoint {state.claimed.savepoint} of batch "
-                             f"{state.claimed.batch_id}")
+        raise AssertionError(f"the rollback of cutover {state.id}'s green (generation {generation}) returned "
+                             f"to {origin.describe()}, not blue's final savepoint {state.claimed.savepoint} "
+                             f"of batch {state.claimed.batch_id}")
     world.green_rolled_back[generation] = state.claimed.batch_id
 
 
@@ -321,7 +322,8 @@ def rollback(world: World) -> Any:
         origins = world.raw_catalog().origins()
         if origins and origins[-1].generation == generation and "is gone" in str(exc):
             # retention keeps where a rollback of the newest lineage returns to
-            raise AssertionError(f"the rollback of newest generation {generation} lost its point: {exc}") from exc
+            raise AssertionError(
+                f"the rollback of newest generation {generation} lost its point: {exc}") from exc
         raise
 
 
@@ -399,8 +401,9 @@ def check_final_savepoint(world: World, cid: str) -> None:
     entry = next((e for e in catalog.list_savepoints() if e.uri == claim.savepoint), None)
     meta = entry.metadata if entry is not None else None
     if meta is None or (meta.batch_id, meta.generation) != (claim.batch_id, state.plan.blue_generation):
-        raise AssertionError(f"cutover {cid}: blue's final savepoint {claim.savepoint} of batch {claim.batch_id} "
-                             f"is gone or not blue's at N ({entry.error if entry is not None else 'not listed'})")
+        raise AssertionError(f"cutover {cid}: blue's final savepoint {claim.savepoint} of batch "
+                             f"{claim.batch_id} is gone or not blue's at N "
+                             f"({entry.error if entry is not None else 'not listed'})")
 
 
 #: when the call-off actor calls the open cutover off: once planned, once agreed, or once

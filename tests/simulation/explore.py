@@ -217,8 +217,9 @@ def write_readme(record: str, readme: str) -> None:
         "|---|---|---|---|---|---|---|",
     ]
     for r in runs:
-        lines.append(f"| {r.get('finished_at', '')} | {r.get('commit', '')} | {r['seed']} | {r['schedules']:,} | "
-                     f"{r.get('per_second', '')} | {r.get('steps', 0):,} | {r['violations']} |")
+        lines.append(f"| {r.get('finished_at', '')} | {r.get('commit', '')} | {r['seed']} | "
+                     f"{r['schedules']:,} | {r.get('per_second', '')} | {r.get('steps', 0):,} "
+                     f"| {r['violations']} |")
     kinds = [(k, v) for r in runs for k, v in r.get("kinds", {}).items()]
     if kinds:
         lines += ["", "## Violations", ""] + [f"- `{v['first']}` ({v['count']}x): {k}" for k, v in kinds]

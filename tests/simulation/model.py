@@ -174,10 +174,12 @@ class ModelQuery:
             return {"sum": 0, "batches": 0}
         text = self._read(f"{spark_layout.STATE}/0/0/{batch}.snapshot")
         if text is None:
-            raise RuntimeError(f"model: state version {batch} is missing in {self.live} (restored state incomplete)")
+            raise RuntimeError(f"model: state version {batch} is missing in {self.live} "
+                               "(restored state incomplete)")
         state = json.loads(text)
         if state["batches"] != batch:
-            raise RuntimeError(f"model: state version {batch} in {self.live} counts {state['batches']} batches")
+            raise RuntimeError(f"model: state version {batch} in {self.live} counts "
+                               f"{state['batches']} batches")
         return {"sum": int(state["sum"]), "batches": int(state["batches"])}
 
     def commit(self, batch: int) -> None:
@@ -216,11 +218,13 @@ class SimDirectorySink(DirectorySink):
             for name in os.listdir(target):
                 os.unlink(os.path.join(target, name))
         os.makedirs(target, exist_ok=True)
-        with open(os.path.join(target, f"part-00000-{uuid.uuid4()}-c000.json"), "w", encoding="utf-8") as handle:
+        with open(os.path.join(target, f"part-00000-{uuid.uuid4()}-c000.json"), "w",
+                  encoding="utf-8") as handle:
             handle.write("".join(json.dumps(row, sort_keys=True) + "\n" for row in rows))
         with self._root() as root:
             files = directory_module._data_files(root, staging)
-        return {"format": self.format, "staging": staging, "files": files, "bytes": sum(f["size"] for f in files)}
+        return {"format": self.format, "staging": staging, "files": files,
+                "bytes": sum(f["size"] for f in files)}
 
 
 class SimDeltaSink(DeltaSink):

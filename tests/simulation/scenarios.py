@@ -65,7 +65,8 @@ def random_schedule(rng: random.Random) -> Schedule:
         actors = (*actors, ActorSpec("calloff"))
     moved = random.Random("moved" + repr(rng.getstate()[1][:8]))
     actors = tuple(replace(a, driver=replace(a.driver, restore="moved"))
-                   if a.driver is not None and a.driver.restore == "path" and moved.random() < MOVED_SHARE else a
+                   if a.driver is not None and a.driver.restore == "path" and moved.random() < MOVED_SHARE
+                   else a
                    for a in actors)
     return Schedule(sink, rng.randrange(3, 9), actors)
 
@@ -85,13 +86,15 @@ def retention_beside_cutover(rng: random.Random) -> Schedule:
     beside = [ActorSpec("savepoint"), ActorSpec("retention", keep=pick((1, 2)))]  # a newer savepoint first
     extra = pick(("", "retention", "rollback", "commit", "driver", "stop"))
     if extra:
-        spec = ActorSpec("retention", keep=1) if extra == "retention" else ActorSpec(
-            "driver", DriverSpec(restore="latest", budget=pick((1, 2, 3)))) if extra == "driver" else ActorSpec(extra)
+        spec = (ActorSpec("retention", keep=1) if extra == "retention"
+                else ActorSpec("driver", DriverSpec(restore="latest", budget=pick((1, 2, 3))))
+                if extra == "driver" else ActorSpec(extra))
         beside.insert(rng.randrange(3), spec)
     draw = rng.random()
     sink = "delta-merge" if draw < MERGE_SHARE else "delta" if draw < DELTA_SHARE else "directory"
-    return Schedule(sink, rng.randrange(5, 9), (ActorSpec("driver", blue), ActorSpec("cutover", cutover=cutover),
-                                                *beside),
+    return Schedule(sink, rng.randrange(5, 9),
+                    (ActorSpec("driver", blue), ActorSpec("cutover", cutover=cutover),
+                     *beside),
                     races=("generations", "lineage", "txn", "control", "cutover", "sink", "checkpoints"),
                     directed=(0, 1, 2, 3))
 
@@ -161,8 +164,8 @@ def _start(**fixed: Any) -> Any:
 
     settings: dict[str, Any] = {
         "restore": st.sampled_from(("path", "latest")), "sink_ahead": st.sampled_from(SINK_AHEAD),
-        "commit_mode": st.sampled_from(COMMIT_MODES), "version": st.integers(1, 3), "budget": st.integers(1, 3),
-        "num_retained": st.just(6)}
+        "commit_mode": st.sampled_from(COMMIT_MODES), "version": st.integers(1, 3),
+        "budget": st.integers(1, 3), "num_retained": st.just(6)}
     settings.update({k: v if isinstance(v, st.SearchStrategy) else st.just(v) for k, v in fixed.items()})
     return st.builds(DriverSpec, **settings).map(lambda d: ActorSpec("driver", d))
 
@@ -171,7 +174,8 @@ def _shape(sinks: Any, first: Any, *rest: Any, races: tuple[str, ...] = (),
            directed: tuple[int, ...] | None = None) -> Any:
     from hypothesis import strategies as st
 
-    return st.builds(lambda sink, inputs, head, *tail: Schedule(sink, inputs, (ActorSpec("driver", head), *tail),
+    return st.builds(lambda sink, inputs, head, *tail: Schedule(sink, inputs,
+                                                                (ActorSpec("driver", head), *tail),
                                                                 races, directed),
                      sinks, st.integers(5, 7), first, *rest)
 
@@ -190,7 +194,8 @@ def rewinds() -> Any:
     the restored lineage's own commit (invariant 12)."""
     from hypothesis import strategies as st
 
-    return _shape(st.sampled_from(DELTA_KINDS), _drain(commit_mode="checkpoint"), st.just(ActorSpec("savepoint")),
+    return _shape(st.sampled_from(DELTA_KINDS), _drain(commit_mode="checkpoint"),
+                  st.just(ActorSpec("savepoint")),
                   _start(restore="path", sink_ahead="rewind", budget=st.integers(1, 4)),
                   _start(restore="path", sink_ahead="rewind"))
 
@@ -217,8 +222,10 @@ def moved_savepoint_starts() -> Any:
                          interval_s=st.sampled_from((0.0, 5.0))),
                   st.just(ActorSpec("commit")),
                   st.sampled_from((ActorSpec("retention", keep=1), ActorSpec("commit"))),
-                  _start(restore="latest", commit_mode=st.sampled_from(COMMIT_MODES), budget=st.integers(1, 2)),
-                  races=("generations", "lineage", "txn", "checkpoints", "sink", "savepoints"), directed=(2, 3))
+                  _start(restore="latest", commit_mode=st.sampled_from(COMMIT_MODES),
+                         budget=st.integers(1, 2)),
+                  races=("generations", "lineage", "txn", "checkpoints", "sink", "savepoints"),
+                  directed=(2, 3))
 
 
 def savepoint_retention_races() -> Any:
@@ -239,7 +246,8 @@ def lineage_starts() -> Any:
 
     def shape(inputs: int, first: DriverSpec, start: ActorSpec, keep: int) -> Schedule:
         return Schedule("directory", inputs, (ActorSpec("driver", first), ActorSpec("savepoint"),
-                                              ActorSpec("savepoint"), start, ActorSpec("retention", keep=keep)),
+                                              ActorSpec("savepoint"), start,
+                                              ActorSpec("retention", keep=keep)),
                         ("lineage",), (3, 4))
 
     return st.builds(shape, st.integers(2, 4).flatmap(lambda n: st.just(n)),
@@ -252,9 +260,12 @@ def checkpoint_retention_races() -> Any:
     shared files go within a stall) beside restores and retries; pins of restores by path."""
     from hypothesis import strategies as st
 
-    retry = st.builds(DriverSpec, restore=st.sampled_from(("path", "latest", "latest")), budget=st.integers(1, 3),
-                      num_retained=st.integers(1, 2), timeout_s=st.just(30.0)).map(lambda d: ActorSpec("driver", d))
-    first = st.builds(DriverSpec, budget=st.integers(2, 5), num_retained=st.integers(1, 2), timeout_s=st.just(30.0))
+    retry = st.builds(DriverSpec, restore=st.sampled_from(("path", "latest", "latest")),
+                      budget=st.integers(1, 3),
+                      num_retained=st.integers(1, 2),
+                      timeout_s=st.just(30.0)).map(lambda d: ActorSpec("driver", d))
+    first = st.builds(DriverSpec, budget=st.integers(2, 5), num_retained=st.integers(1, 2),
+                      timeout_s=st.just(30.0))
     return _shape(st.just("directory"), first, retry, retry, retry,
                   races=("shared", "journal", "checkpoints", "lineage", "pins"))
 
@@ -262,7 +273,8 @@ def checkpoint_retention_races() -> Any:
 def _cutover_spec() -> Any:
     from hypothesis import strategies as st
 
-    return st.builds(CutoverSpec, margin=st.integers(-1, 2), version=st.integers(2, 3), budget=st.integers(1, 3))
+    return st.builds(CutoverSpec, margin=st.integers(-1, 2), version=st.integers(2, 3),
+                     budget=st.integers(1, 3))
 
 
 def cutovers() -> Any:
@@ -279,7 +291,8 @@ def cutovers() -> Any:
     beside = st.one_of(retry, st.sampled_from(("commit", "stop", "savepoint")).map(ActorSpec),
                        st.integers(1, 2).map(lambda keep: ActorSpec("retention", keep=keep)))
     return _shape(st.sampled_from(("directory", "directory", *DELTA_KINDS)), blue,
-                  _cutover_spec().map(lambda c: ActorSpec("cutover", cutover=c)), st.lists(beside, max_size=2),
+                  _cutover_spec().map(lambda c: ActorSpec("cutover", cutover=c)),
+                  st.lists(beside, max_size=2),
                   races=("generations", "lineage", "txn", "control", "cutover", "sink", "checkpoints"),
                   directed=(0, 1)).map(_flatten)
 
@@ -299,12 +312,13 @@ def call_off_races() -> Any:
 
     blue = st.builds(DriverSpec, budget=st.integers(3, 6), num_retained=st.integers(1, 3))
     return _shape(st.sampled_from(("directory", "directory", *DELTA_KINDS)), blue,
-                  _cutover_spec().map(lambda c: ActorSpec("cutover", cutover=c)), st.just(ActorSpec("calloff")),
+                  _cutover_spec().map(lambda c: ActorSpec("cutover", cutover=c)),
+                  st.just(ActorSpec("calloff")),
                   races=("cutover", "lineage", "generations", "control"), directed=(1, 2))
 
 
-FAMILIES = {"generic": schedules, "generic_cutover": lambda: schedules(cutover=True), "across_lineages": across_lineages, "rewinds": rewinds,
-            "commit_step_races": commit_step_races,
+FAMILIES = {"generic": schedules, "generic_cutover": lambda: schedules(cutover=True),
+            "across_lineages": across_lineages, "rewinds": rewinds, "commit_step_races": commit_step_races,
             "savepoint_retention_races": savepoint_retention_races, "lineage_starts": lineage_starts,
             "checkpoint_retention_races": checkpoint_retention_races, "cutovers": cutovers,
             "call_off_races": call_off_races, "moved_savepoint_starts": moved_savepoint_starts}

@@ -103,7 +103,8 @@ ACCESSES: dict[str, dict[str, tuple[str, ...]]] = {
     "txn": {"write": ("put sim/txn/",), "read": ("list sim/txn/",), "delete": ("delete sim/txn/",)},
     "checkpoints": {"write": ("put_if_absent sim/chk-",), "read": ("list_dirs sim/",),
                     "delete": ("delete sim/chk-",)},
-    "shared": {"write": ("upload sim/shared/",), "read": ("list sim/shared/",), "delete": ("delete sim/shared/",)},
+    "shared": {"write": ("upload sim/shared/",), "read": ("list sim/shared/",),
+               "delete": ("delete sim/shared/",)},
     "journal": {"write": ("put sim/gc/",), "read": ("list sim/gc/",)},
     "savepoints": {"write": ("put_if_absent sim/savepoints/",), "read": ("list_dirs sim/savepoints/",),
                    "delete": ("delete sim/savepoints/",)},
@@ -184,9 +185,10 @@ class DirectedChooser(Chooser):
 
     def describe(self) -> list[str]:
         """The directives, readable (for the trace)."""
-        return [f"directive: {d.actor.name} waits before its access #{d.occurrence} matching {d.milestone} until "
-                f"{d.until.name} " + (f"passed {d.release}" if d.release else "ended")
-                + {Event.CRASH: ", and dies there", Event.STALL: ", stalling", Event.LONG_STALL: ", stalling long"}
+        return [f"directive: {d.actor.name} waits before its access #{d.occurrence} matching {d.milestone} "
+                f"until {d.until.name} " + (f"passed {d.release}" if d.release else "ended")
+                + {Event.CRASH: ", and dies there", Event.STALL: ", stalling",
+                   Event.LONG_STALL: ", stalling long"}
                 .get(d.ending, "") for d in self.directives or ()]
 
     def pick(self, ready: list[Actor]) -> int:
@@ -522,7 +524,8 @@ class Scheduler:
                 actor = ready[self.chooser.pick(ready)]
                 event = self.chooser.event(actor)
             crash = event in (Event.CRASH, Event.STALL_CRASH)
-            stall = {Event.STALL: STALL_S, Event.STALL_CRASH: STALL_S, Event.LONG_STALL: LONG_STALL_S}.get(event, 0.0)
+            stall = {Event.STALL: STALL_S, Event.STALL_CRASH: STALL_S,
+                     Event.LONG_STALL: LONG_STALL_S}.get(event, 0.0)
             self.clock.advance(STEP_S + stall + actor.sleep)
             note = " CRASH" if crash else ""
             if stall:

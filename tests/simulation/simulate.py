@@ -148,12 +148,14 @@ def run_schedule(schedule: Schedule, chooser: Chooser, *, max_steps: int = 1500,
             elif isinstance(final.error, SinkAheadError) and "job code version" in str(final.error):
                 final = _catch_up(world, scheduler, schedule)
             if final.error is not None or final.crashed:
-                _fail(schedule, scheduler, "a retry with restore=latest after this schedule did not resume the job: "
-                                           f"{type(final.error).__name__}: {final.error}")
+                _fail(schedule, scheduler,
+                      "a retry with restore=latest after this schedule did not resume the job: "
+                      f"{type(final.error).__name__}: {final.error}")
             step = scheduler.spawn("final-commit", lambda: actors.commit_step(world))
             scheduler.run()
             if step.error is not None:
-                _fail(schedule, scheduler, f"the final commit step failed: {type(step.error).__name__}: {step.error}")
+                _fail(schedule, scheduler,
+                      f"the final commit step failed: {type(step.error).__name__}: {step.error}")
             if step.result.get("pending") or step.result.get("aborted"):
                 _fail(schedule, scheduler, f"the final commit step found work left: {step.result}")
             _check_end(world, scheduler, schedule)
@@ -237,7 +239,8 @@ def _acceptable(spec: ActorSpec, error: BaseException) -> bool:
     if spec.kind == "rollback":  # refused while the generation runs or a newer one continues it
         return isinstance(error, (GenerationRunning, StaleGeneration, RestoreError))
     if spec.kind == "cutover":  # green fenced or refused, blue gone: the cutover stays open or ends
-        if isinstance(error, (StaleGeneration, CatalogError, ControlError)) or getattr(error, "superseded", False):
+        if (isinstance(error, (StaleGeneration, CatalogError, ControlError))
+            or getattr(error, "superseded", False)):
             return True
         return isinstance(error, SparkpointError) and not _is_loss(error)
     if spec.kind == "calloff":  # green's claim was decided first: it stands
@@ -389,7 +392,8 @@ def _aborted_after_claim(world: World, name: str, error: BaseException) -> bool:
         return False
     claim = world.writes.index(name, f"store:put_if_absent {JOB}/generations/")
     decided = next((i for i, (_a, w) in enumerate(world.writes.ordered)
-                    if w.startswith("sink:put_if_absent _sparkpoint/decisions/") and found.group(1) in w), None)
+                    if w.startswith("sink:put_if_absent _sparkpoint/decisions/") and found.group(1) in w),
+                   None)
     return claim is not None and decided is not None and decided > claim
 
 
@@ -407,7 +411,8 @@ def _aborted_by_a_fenced_run(world: World, error: BaseException) -> bool:
     if not isinstance(error, SinkError) or found is None:
         return False
     decided = next((i for i, (_a, w) in enumerate(world.writes.ordered)
-                    if w.startswith("sink:put_if_absent _sparkpoint/decisions/") and found.group(1) in w), None)
+                    if w.startswith("sink:put_if_absent _sparkpoint/decisions/") and found.group(1) in w),
+                   None)
     if decided is None:
         return False
     writer = world.writes.ordered[decided][0]
@@ -429,10 +434,12 @@ def _check_cutovers(world: World, scheduler: Scheduler, schedule: Schedule) -> N
         state = store.read(cid)
         taken, ended, decided = state.taken, state.ended, state.decision
         if taken is not None and ended is not None and ended.outcome == "aborted":
-            _fail(schedule, scheduler, f"cutover {cid} is claimed by generation {taken.generation} and called off "
-                                       f"({ended.step}: {ended.reason})")
+            _fail(schedule, scheduler,
+                  f"cutover {cid} is claimed by generation {taken.generation} and called off "
+                  f"({ended.step}: {ended.reason})")
         if decided is not None and state.claimed is not None and decided.claim != state.claimed:
-            _fail(schedule, scheduler, f"cutover {cid}'s claimed record {state.claimed} is not its decision {decided}")
+            _fail(schedule, scheduler,
+                  f"cutover {cid}'s claimed record {state.claimed} is not its decision {decided}")
         if decided is not None and decided.outcome == "abort":
             adopted = [o.generation for o in catalog.origins() if o.restore.get("cutover") == cid
                        and not o.restore.get("rollback_of")]
@@ -455,7 +462,8 @@ def _check_end(world: World, scheduler: Scheduler, schedule: Schedule) -> None:
         generations = {row["generation"] for row in rows}
         found = {row["version"] for row in rows}
         if len(generations) != 1 or len(found) != 1:
-            _fail(schedule, scheduler, f"batch {batch} mixes generations {sorted(generations)} / versions {found}")
+            _fail(schedule, scheduler,
+                  f"batch {batch} mixes generations {sorted(generations)} / versions {found}")
         versions[batch] = found.pop()
         green = generations & set(world.green_rolled_back)
         if green:
@@ -487,7 +495,8 @@ def _staged_left(world: World) -> list[str]:
         table = world.raw_sink()._table()  # type: ignore[attr-defined]
         prefix = f"_sparkpoint_txn/{JOB}/"
         if table is not None:
-            in_use = {p[len(prefix):].split("/", 1)[0] for p in _delta_txn.table_paths(table) if p.startswith(prefix)}
+            in_use = {p[len(prefix):].split("/", 1)[0] for p in _delta_txn.table_paths(table)
+                      if p.startswith(prefix)}
     else:
         root = os.path.join(world.output, "_staging")
     try:
@@ -499,5 +508,6 @@ def _staged_left(world: World) -> list[str]:
 def _fail(schedule: Schedule, scheduler: Scheduler, message: str) -> None:
     chooser = getattr(scheduler, "explored", scheduler.chooser)
     directives = "".join(f"\n  {line}" for line in getattr(chooser, "describe", list)())
-    raise Violation(f"{message}\n\nschedule: {schedule.describe()}{directives}\n\ntrace ({scheduler.steps} steps):\n"
+    raise Violation(f"{message}\n\nschedule: {schedule.describe()}{directives}\n\ntrace "
+                    f"({scheduler.steps} steps):\n"
                     + scheduler.format_trace(last=400))

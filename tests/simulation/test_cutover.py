@@ -32,7 +32,8 @@ def outcomes(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
 def _schedule(sink: str, margin: int, *rest: ActorSpec) -> Schedule:
     return Schedule(sink, 6, (ActorSpec("driver", DriverSpec(budget=6, num_retained=2)),
-                              ActorSpec("cutover", cutover=CutoverSpec(margin=margin, version=2, budget=3)), *rest))
+                              ActorSpec("cutover", cutover=CutoverSpec(margin=margin, version=2, budget=3)),
+                              *rest))
 
 
 HOLD_BLUE = Pause("a0", ("sink.stage",), until="a1", release=("put_if_absent sim/control/",), occurrence=3)
@@ -60,7 +61,8 @@ def test_a_stop_after_below_the_started_batch_is_refused_and_blue_keeps_running(
 def _final_savepoint(catalog: Any, batch: int, generation: int) -> str | None:
     """The URI of a valid savepoint of `batch` by `generation` (``sparkpoint list``), or None."""
     found = [e.uri for e in catalog.list_savepoints()
-             if e.metadata is not None and (e.metadata.batch_id, e.metadata.generation) == (batch, generation)]
+             if e.metadata is not None
+             and (e.metadata.batch_id, e.metadata.generation) == (batch, generation)]
     return found[0] if found else None
 
 
@@ -72,7 +74,9 @@ def _cutover_state(catalog: Any) -> Any:
 
 
 @pytest.mark.parametrize("sink", ["directory", "delta"])
-def test_blue_s_final_savepoint_of_n_survives_green_s_retention(sink: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_blue_s_final_savepoint_of_n_survives_green_s_retention(
+    sink: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Blue's stop after N ends with a savepoint of N (under savepoints/, listed), named by
     the request's result and the cutover's claim; green's checkpoint retention (one
     retained, three batches) retires blue's final checkpoint X but never the savepoint."""
@@ -87,12 +91,14 @@ def test_blue_s_final_savepoint_of_n_survives_green_s_retention(sink: str, monke
         assert claim is not None, state
         savepoint = _final_savepoint(catalog, claim.batch_id, state.plan.blue_generation)
         final_id = int(claim.checkpoint.rsplit("chk-", 1)[1])
-        seen.append((result, final_id in catalog.checkpoint_ids(), savepoint, state.to_json().get("blue_savepoint")))
+        seen.append((result, final_id in catalog.checkpoint_ids(), savepoint,
+                     state.to_json().get("blue_savepoint")))
         return result
 
     monkeypatch.setattr(actors, "cutover", cutover)
     schedule = Schedule(sink, 6, (ActorSpec("driver", DriverSpec(budget=6, num_retained=2)),
-                                  ActorSpec("cutover", cutover=CutoverSpec(margin=1, budget=3, num_retained=1))))
+                                  ActorSpec("cutover",
+                                            cutover=CutoverSpec(margin=1, budget=3, num_retained=1))))
     run_schedule(schedule, ScriptedChooser([HOLD_BLUE]))
     assert len(seen) == 1
     result, x_left, savepoint, named = seen[0]
@@ -103,8 +109,9 @@ def test_blue_s_final_savepoint_of_n_survives_green_s_retention(sink: str, monke
 
 
 @pytest.mark.parametrize("sink", ["directory", "delta"])
-def test_a_rollback_after_the_cutover_restores_blue_s_final_savepoint(sink: str,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rollback_after_the_cutover_restores_blue_s_final_savepoint(
+    sink: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Green claims at N and commits nothing past it (no input for it yet); the rollback
     of green's generation returns the job's lineage to blue's final savepoint: the next
     ``restore=latest`` restores blue's state at N from it, and the sink ends exactly as
@@ -180,7 +187,8 @@ def test_call_off_before_the_agreement_withdraws_blue_s_stop_after(monkeypatch: 
         assert source.run is not None and latest is not None
         blue = source.run.generation
         cid = new_cutover_id()
-        CutoverStore(catalog).plan(CutoverPlan(cid, JOB, blue, catalog.checkpoint_uri(latest.id), latest.batch_id,
+        CutoverStore(catalog).plan(CutoverPlan(cid, JOB, blue, catalog.checkpoint_uri(latest.id),
+                                               latest.batch_id,
                                                f"{JOB}-shadow", f"{world.root}/shadow", requested_by=name))
         asked = stop_after_batch(catalog, latest.batch_id + 3, timeout_s=300.0, poll_s=2.0,
                                  max_heartbeat_age=actors.MAX_HEARTBEAT_AGE_S, requested_by=name, wait=False,
@@ -263,7 +271,8 @@ def _retention_beside_cutover(pauses: list[Pause], monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(actors, "savepoint_retention", retention)
     schedule = Schedule("directory", 6, (ActorSpec("driver", DriverSpec(budget=6, num_retained=2)),
-                                         ActorSpec("cutover", cutover=CutoverSpec(margin=1, version=2, budget=3)),
+                                         ActorSpec("cutover",
+                                                   cutover=CutoverSpec(margin=1, version=2, budget=3)),
                                          ActorSpec("savepoint"), ActorSpec("retention", keep=1)))
     outcome = run_schedule(schedule, ScriptedChooser([HOLD_BLUE, *pauses]))
     seen["trace"] = outcome.trace
@@ -363,11 +372,14 @@ def test_a_call_off_after_green_s_decision_is_refused_and_green_s_claim_stands(
     assert state.step == "committed" and state.decision.outcome == "claim", state
 
 
-def test_green_that_lost_the_decision_to_the_call_off_writes_no_origin(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_green_that_lost_the_decision_to_the_call_off_writes_no_origin(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Green claimed generation gB+1 and passed its checks, then waits before its decision
     until the call-off (which read the cutover open) ended it: its decision is the call-off's, green writes no
     origin and no claimed record, and the end's retry resumes blue's lineage exactly."""
-    seen = _race_call_off([Pause("a1", ("put_if_absent sim/cutover/",), until="a2", occurrence=3)], monkeypatch)
+    seen = _race_call_off([Pause("a1", ("put_if_absent sim/cutover/",), until="a2", occurrence=3)],
+                          monkeypatch)
     assert seen["a1"] == "refused", seen
     state = seen["state"]
     assert state.step == "aborted" and state.decision.outcome == "abort" and state.claimed is None, state

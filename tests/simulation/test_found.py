@@ -1,5 +1,5 @@
-"""What the exploration (and, where said, a review) found (issue #45), pinned: each schedule below is the shrunk
-schedule of a violation on the code before its fix, replayed step for step by a
+"""What the exploration (and, where said, a review) found (issue #45), pinned: each schedule below is the
+shrunk schedule of a violation on the code before its fix, replayed step for step by a
 `ScriptedChooser` (the directives and restore choices the exploration drew). On the fixed
 code each one ends without a violation; on the code before, each one failed with the
 message quoted in its docstring.
@@ -155,8 +155,8 @@ def test_a_commit_step_stalled_past_a_rollback_of_its_generation_reads_again() -
         _driver(budget=1, sink_ahead="rewind", commit_mode="external", interval_s=5.0, version=2),
         ActorSpec("commit"),
         ActorSpec("rollback"),
-        _driver(restore="path", version=2, budget=5, sink_ahead="rewind", commit_mode="external", timeout_s=30.0,
-                num_retained=6),
+        _driver(restore="path", version=2, budget=5, sink_ahead="rewind", commit_mode="external",
+                timeout_s=30.0, num_retained=6),
     ))
     run_schedule(schedule, ScriptedChooser([
         Pause("a3", ("delete sim/pins/",), "a1", ("delete sim/pins/",)),

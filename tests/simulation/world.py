@@ -224,8 +224,8 @@ def _warnings_into(scheduler: Scheduler) -> Iterator[None]:
     class Handler(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             actor = scheduler.current()
-            scheduler.trace.append(f"          {actor.name if actor else 'harness'} {record.levelname.lower()}: "
-                                   f"{record.getMessage()}"[:300])
+            scheduler.trace.append(f"          {actor.name if actor else 'harness'} "
+                                   f"{record.levelname.lower()}: {record.getMessage()}"[:300])
 
     logger = logging.getLogger("airflow_sparkpoint")
     handler = Handler(logging.WARNING)

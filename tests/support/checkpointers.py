@@ -27,8 +27,8 @@ def catalog() -> Catalog:
     return Catalog(MemoryStorage(uuid.uuid4().hex), "job")
 
 
-def checkpointer(catalog: Catalog, live: Path, sink: Sink, generation: int, *, commit_mode: str = "checkpoint",
-                 **kw: Any) -> Checkpointer:
+def checkpointer(catalog: Catalog, live: Path, sink: Sink, generation: int, *,
+                 commit_mode: str = "checkpoint", **kw: Any) -> Checkpointer:
     """A run's checkpointer and its committer (`Checkpointer.transactions`), fenced by
     `generation`, as the run's start-up builds them."""
     options: dict[str, Any] = {"interval_s": 0, "num_retained": 2, "timeout_s": 60, "tolerable_failures": 0}

@@ -51,12 +51,15 @@ NAMESPACE = "spark-jobs"
 #: Spark 4's Kubernetes client with waitAppCompletion=false (LoggingPodStatusWatcherImpl)
 K8S_SUBMIT_OUTPUT = f"""\
 26/11/29 02:40:00 WARN Utils: Your hostname resolves to a loopback address
-26/11/29 02:40:01 INFO SparkKubernetesClientFactory: Auto-configuring K8S client using current context from users K8S config file
-26/11/29 02:40:01 INFO KerberosConfDriverFeatureStep: You have not specified a krb5.conf file locally or via a ConfigMap.
+26/11/29 02:40:01 INFO SparkKubernetesClientFactory: Auto-configuring K8S client using current context \
+from users K8S config file
+26/11/29 02:40:01 INFO KerberosConfDriverFeatureStep: You have not specified a krb5.conf file locally \
+or via a ConfigMap.
 26/11/29 02:40:02 INFO LoggingPodStatusWatcherImpl: State changed, new state:
 \t pod name: {POD}
 \t namespace: {NAMESPACE}
-\t labels: spark-app-name -> orders, spark-app-selector -> spark-1a2b3c4d5e6f47a8b9c0d1e2f3a4b5c6, spark-role -> driver, spark-version -> 4.2.0
+\t labels: spark-app-name -> orders, spark-app-selector -> spark-1a2b3c4d5e6f47a8b9c0d1e2f3a4b5c6, \
+spark-role -> driver, spark-version -> 4.2.0
 \t pod uid: 3f1c2b7e-8a9d-4c5b-9e0f-1a2b3c4d5e6f
 \t creation time: 2026-11-29T02:40:02Z
 \t service account name: spark
@@ -65,7 +68,8 @@ K8S_SUBMIT_OUTPUT = f"""\
 \t start time: N/A
 \t phase: Pending
 \t container status: N/A
-26/11/29 02:40:02 INFO LoggingPodStatusWatcherImpl: Deployed Spark application orders with application ID spark-1a2b3c4d5e6f47a8b9c0d1e2f3a4b5c6 and submission ID {NAMESPACE}:{POD} into Kubernetes
+26/11/29 02:40:02 INFO LoggingPodStatusWatcherImpl: Deployed Spark application orders with application ID \
+spark-1a2b3c4d5e6f47a8b9c0d1e2f3a4b5c6 and submission ID {NAMESPACE}:{POD} into Kubernetes
 26/11/29 02:40:02 INFO ShutdownHookManager: Shutdown hook called
 26/11/29 02:40:02 INFO ShutdownHookManager: Deleting directory /tmp/spark-5c0d8f3e-0a4b-4c2d-9f1e-2b3c4d5e6f70
 """
@@ -73,7 +77,8 @@ K8S_SUBMIT_OUTPUT = f"""\
 K8S_WATCHER_OUTPUT = "\n".join(line for line in K8S_SUBMIT_OUTPUT.splitlines() if "submission ID" not in line)
 #: Spark 4's YARN client with spark.yarn.submit.waitAppCompletion=false
 YARN_SUBMIT_OUTPUT = f"""\
-26/11/29 02:40:00 INFO DefaultNoHARMFailoverProxyProvider: Connecting to ResourceManager at rm.example.com/10.0.0.5:8032
+26/11/29 02:40:00 INFO DefaultNoHARMFailoverProxyProvider: Connecting to ResourceManager at \
+rm.example.com/10.0.0.5:8032
 26/11/29 02:40:01 INFO Client: Requesting a new application from cluster with 3 NodeManagers
 26/11/29 02:40:01 INFO Client: Setting up container launch context for our AM
 26/11/29 02:40:01 INFO Client: Preparing resources for our AM container
@@ -294,7 +299,8 @@ class ClusterDriver:
     until the cluster kills it (its pod deleted, its application KILLED)."""
 
     def __init__(self, catalog: Catalog, calls: Path, *, behaviour: str, pods: Pods | None = None,
-                 rm: ResourceManager | None = None, index: int = 0, pod: str = POD, app: str = YARN_APP) -> None:
+                 rm: ResourceManager | None = None, index: int = 0, pod: str = POD,
+                 app: str = YARN_APP) -> None:
         self.catalog, self.calls, self.behaviour, self.index = catalog, calls, behaviour, index
         self.pods, self.rm, self.pod, self.app = pods, rm, pod, app
         self.generation: int | None = None

@@ -36,7 +36,8 @@ class Blue:
                  config: dict[str, Any] | None = None, clock_offset_s: float = 0.0) -> None:
         self.catalog, self.sink, self.pace_s = catalog, sink, pace_s
         self.offset = clock_offset_s
-        self.generation = catalog.claim_generation({"config": config or {"trigger": "processingTime:1s"}}).generation
+        claimed = catalog.claim_generation({"config": config or {"trigger": "processingTime:1s"}})
+        self.generation = claimed.generation
         self.last = 0
         self._commit(0)
         put_checkpoint(catalog, batch_id=0, generation=self.generation)
@@ -48,9 +49,10 @@ class Blue:
     def _commit(self, batch: int) -> None:
         self.sink.world["committed"][batch] = f"orders-b{batch}-g{self.generation}"
         self.last = batch
-        now = time.time()  # heartbeats on the orchestrator's clock: the status's skew rules are not tested here
-        self.catalog.write_status(JobStatus("orders", self.generation, "running", now - 5, now, last_batch=batch,
-                                            host="elsewhere", pid=1).to_json())
+        # heartbeats on the orchestrator's clock: the status's skew rules are not tested here
+        now = time.time()
+        self.catalog.write_status(JobStatus("orders", self.generation, "running", now - 5, now,
+                                            last_batch=batch, host="elsewhere", pid=1).to_json())
 
     def _run(self) -> None:
         channel = ControlChannel(self.catalog)
@@ -158,8 +160,8 @@ def blue_stopped_after(catalog: Catalog, n: int = 3) -> tuple[FakeSink, str]:
     blue = Blue(catalog, sink)
     blue.thread.start()
     cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test").plan.id
-    stop = stop_after_batch(catalog, n, timeout_s=20.0, poll_s=0.02, max_heartbeat_age=60.0, requested_by="test",
-                            wait=False, generation=1, cutover_id=cid)
+    stop = stop_after_batch(catalog, n, timeout_s=20.0, poll_s=0.02, max_heartbeat_age=60.0,
+                            requested_by="test", wait=False, generation=1, cutover_id=cid)
     CutoverStore(catalog).agree(cid, n, stop.request_id)
     blue.thread.join(10)
     assert blue.stopped_at == n

@@ -38,8 +38,8 @@ from tests.support.shadow_totals import JOB_SCRIPT, job_module, rows_of
 from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
 from tests.support.waits import wait_for
 
-__all__ = ["JOB", "TRIGGER_S", "CutoverRun", "Feeder", "blue_conf", "commit_gap", "run_cutover", "sparkpoint_commits",
-           "users_of"]
+__all__ = ["JOB", "TRIGGER_S", "CutoverRun", "Feeder", "blue_conf", "commit_gap", "run_cutover",
+           "sparkpoint_commits", "users_of"]
 
 JOB = "totals"
 TRIGGER_S = 1.0
@@ -182,7 +182,8 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
     try:
         catalog = Catalog.open(str(root), JOB)
         wait_for("blue's checkpoint of batch 1",
-                 lambda: ((catalog.read_status() or {}).get("last_batch") or -1) >= 1 and catalog.latest() is not None,
+                 lambda: (((catalog.read_status() or {}).get("last_batch") or -1) >= 1
+                          and catalog.latest() is not None),
                  timeout_s, blue_log, proc=proc)
         status = catalog.read_status() or {}
         blue_generation = int(status["generation"])
@@ -242,7 +243,8 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
                                 cutover_id=cid)
         store.agree(cid, n, stop.request_id)
         if not burst:
-            wait_for(f"input file {n} at its pace", lambda: len(feeder.files) > n, timeout_s, green_log, proc=proc)
+            wait_for(f"input file {n} at its pace", lambda: len(feeder.files) > n, timeout_s, green_log,
+                     proc=proc)
         feeder.rush(n + after_n)  # the input past N is there when blue stops: the gap is the handover's
         try:
             blue_exit = proc.wait(timeout=timeout_s)
@@ -271,7 +273,8 @@ def run_cutover(spark: Any, base: Path, *, pace_s: float = 2.5, first_files: int
         elif blue_exit == 0:
             wait_for(f"green's commit of batch {n + 1}", lambda: green_committed(n + 1), timeout_s, green_log)
             # green's run ends the cutover itself after that commit (`runtime.cutover.record_first_commit`)
-            wait_for("green's done: committed", lambda: store.read(cid).done is not None, timeout_s, green_log)
+            wait_for("green's done: committed", lambda: store.read(cid).done is not None, timeout_s,
+                     green_log)
             last_file = len(feeder.files) - 1
             wait_for(f"green's commit of batch {last_file}", lambda: green_committed(last_file), timeout_s,
                      green_log)

@@ -41,7 +41,8 @@ def marked_blocks(text: str) -> list[tuple[str, str | None, str]]:
             if end is None:
                 raise ValueError(f"line {i + 1}: the fenced block is not closed")
             if pending is None:
-                raise ValueError(f"line {i + 1}: fenced block without a <!-- docs-test: run|file PATH --> marker")
+                raise ValueError(f"line {i + 1}: fenced block without a <!-- docs-test: "
+                                 "run|file PATH --> marker")
             action, path = pending
             if action == "run" and fence.group(1) != "bash":
                 raise ValueError(f"line {i + 1}: a run marker needs a ```bash block, not ```{fence.group(1)}")

@@ -134,8 +134,8 @@ class RecordingSink(Sink):
 
 def recording_record(batch: int, generation: int, job: str = "job") -> TransactionRecord:
     """The pre-commit record of the default `RecordingSink` for `batch` by `generation`."""
-    return transaction_record("recording-test", batch, generation, {"rows": 1}, job=job, sink_id="recording:rec",
-                              created_at=0.0)
+    return transaction_record("recording-test", batch, generation, {"rows": 1}, job=job,
+                              sink_id="recording:rec", created_at=0.0)
 
 
 class RecordingLineageSink(Sink):
@@ -260,7 +260,8 @@ class CopySink(claims.FileSink):
         return {"moves": staged}, [{"path": f["dst"], "size": f["size"]} for f in staged]
 
     def _missing(self, txn: str, plan: Mapping[str, Any]) -> list[str]:
-        return [m["src"] for m in plan["moves"] if not self.store.exists(m["src"]) and not self.store.exists(m["dst"])]
+        return [m["src"] for m in plan["moves"] if not self.store.exists(m["src"])
+                and not self.store.exists(m["dst"])]
 
     def _promote(self, claim: Mapping[str, Any]) -> list[str]:
         states = []
@@ -270,7 +271,8 @@ class CopySink(claims.FileSink):
                 states.append("copied")
             except ObjectNotFound:
                 if not self.store.exists(move["dst"]):
-                    raise SinkError(f"staged {move['src']} is gone and {move['dst']} is not in place: lost") from None
+                    raise SinkError(
+                        f"staged {move['src']} is gone and {move['dst']} is not in place: lost") from None
                 states.append("already")
             self.hook(f"promoted {done}")
         return states

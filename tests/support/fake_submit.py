@@ -71,7 +71,8 @@ class Driver:
                                               "ui": "http://driver-host:4041"}).generation
 
     def result(self, generation: int, **fields: Any) -> None:
-        write_run_result(self.catalog, RunResult(**{"status": "finished", "job": JOB, "generation": generation, **fields}))
+        write_run_result(self.catalog,
+                         RunResult(**{"status": "finished", "job": JOB, "generation": generation, **fields}))
 
     def checkpoint(self, generation: int) -> SnapshotMetadata:
         return checkpoint_at(self.catalog, generation, generation=generation)
@@ -117,7 +118,8 @@ def driver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Driver:
 
 
 def operator(root: Path, **kwargs: Any) -> Any:
-    """A `SparkpointSubmitOperator` of job `JOB` with `root` as its checkpoint_dir unless `kwargs` name one."""
+    """A `SparkpointSubmitOperator` of job `JOB` with `root` as its checkpoint_dir unless `kwargs`
+    name one."""
     from airflow_sparkpoint.operators import SparkpointSubmitOperator
 
     kwargs.setdefault("checkpoint_dir", str(root))

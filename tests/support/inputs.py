@@ -46,7 +46,8 @@ def write_event_files(directory: Path, files: int, users: int, start: int = 0) -
     """Write `files` JSON files of `users` events each (``{"user", "amount"}``), file
     ``start + i`` as ``events-<start + i>.json`` with increasing mtimes (one file = one
     micro-batch with maxFilesPerTrigger=1). Returns every row written."""
-    batches = [[{"user": f"u{u}", "amount": i * 10 + u} for u in range(users)] for i in range(start, start + files)]
+    batches = [[{"user": f"u{u}", "amount": i * 10 + u} for u in range(users)]
+               for i in range(start, start + files)]
     write_json_batches(directory, batches, start=start, name="events-{:05d}.json")
     return [row for batch in batches for row in batch]
 

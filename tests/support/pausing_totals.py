@@ -38,8 +38,8 @@ def submit(tmp: Path, conf: dict[str, str], log: Path) -> subprocess.Popen[bytes
     root ``tmp/sp``, input ``tmp/input``, output table ``tmp/out``."""
     env = submit_env()
     settings = {**SPARK_CONF, "spark.sparkpoint.dir": str(tmp / "sp"), "spark.sparkpoint.job": JOB, **conf}
-    cmd = spark_submit_command(JOB_SCRIPT, settings, ["--input", str(tmp / "input"), "--output", str(tmp / "out")],
-                               env=env)
+    cmd = spark_submit_command(JOB_SCRIPT, settings,
+                               ["--input", str(tmp / "input"), "--output", str(tmp / "out")], env=env)
     return start_spark_submit(cmd, env=env, log=log)
 
 

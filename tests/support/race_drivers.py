@@ -88,7 +88,8 @@ class Driver:
     several) or armed with a fault (`fault`). `timeout` bounds every wait on it."""
 
     def __init__(self, name: str, base: Path, conf: Mapping[str, str], args: Sequence[str], *,
-                 pause: str | Sequence[str] | None = None, fault: str | None = None, script: Path = APPEND_JOB,
+                 pause: str | Sequence[str] | None = None, fault: str | None = None,
+                 script: Path = APPEND_JOB,
                  master: str = "local[1]", options: Sequence[str] = (), java_opts: str = JAVA_OPTS,
                  timeout: float = TIMEOUT_S) -> None:
         self.name = name
@@ -134,8 +135,8 @@ class Driver:
         """Wait until the driver is paused at `point`; return what it wrote there. A driver
         that ends first fails the test."""
         marker = self.pause_dir / f"{point}.reached"
-        wait_for(f"{self.name} to reach pause point {point}", marker.exists, timeout or self.timeout, self.tail,
-                 proc=self.proc)
+        wait_for(f"{self.name} to reach pause point {point}", marker.exists, timeout or self.timeout,
+                 self.tail, proc=self.proc)
         return dict(json.loads(marker.read_text()))
 
     def wait_for(self, point: str, *, or_exit: bool = False) -> dict[str, Any] | None:
@@ -147,7 +148,8 @@ class Driver:
                 return (self.held(point),)  # read again: it may have reached the point, then ended
             return None if details is None else (details,)
 
-        (details,) = wait_for(f"{self.name} to reach pause point {point}", held_or_ended, self.timeout, self.tail)
+        (details,) = wait_for(f"{self.name} to reach pause point {point}", held_or_ended, self.timeout,
+                              self.tail)
         if details is None and not or_exit:
             raise AssertionError(f"{self.name} ended (exit {self.proc.returncode}) before pause point "
                                  f"{point}:\n{self.tail()}")
@@ -195,8 +197,8 @@ class Driver:
 
 def job_conf(root: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The job's settings; `extra` keys are relative to ``spark.sparkpoint.``."""
-    conf = {"spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": JOB, "spark.sparkpoint.restore": "latest",
-            "spark.sparkpoint.control.pollInterval": "300ms"}
+    conf = {"spark.sparkpoint.dir": str(root), "spark.sparkpoint.job": JOB,
+            "spark.sparkpoint.restore": "latest", "spark.sparkpoint.control.pollInterval": "300ms"}
     conf.update({f"spark.sparkpoint.{k}": v for k, v in (extra or {}).items()})
     return conf
 

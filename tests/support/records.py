@@ -21,7 +21,8 @@ from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotKind, Snaps
 from airflow_sparkpoint.sinks.base import Sink
 
 
-def snapshot_metadata(batch: int = 0, *, kind: SnapshotKind = "checkpoint", snapshot_id: int = 1, job: str = "job",
+def snapshot_metadata(batch: int = 0, *, kind: SnapshotKind = "checkpoint", snapshot_id: int = 1,
+                      job: str = "job",
                       generation: int = 1, created_at: float = 0.0, files: Iterable[FileRef] = (),
                       **fields: Any) -> SnapshotMetadata:
     """The ``_metadata`` of snapshot `snapshot_id` (a checkpoint unless `kind` says
@@ -33,7 +34,8 @@ def snapshot_metadata(batch: int = 0, *, kind: SnapshotKind = "checkpoint", snap
 
 
 def transaction_record(sink: Sink | str, batch: int = 0, generation: int = 1,
-                       staged: Mapping[str, Any] | None = None, *, job: str = "job", sink_id: str | None = None,
+                       staged: Mapping[str, Any] | None = None, *, job: str = "job",
+                       sink_id: str | None = None,
                        config: Mapping[str, Any] | None = None, payload: Mapping[str, Any] | None = None,
                        created_at: float | None = None, **extra: Any) -> TransactionRecord:
     """The pre-commit record of `sink` as the runtime writes it after staging `batch` of
@@ -51,9 +53,10 @@ def transaction_record(sink: Sink | str, batch: int = 0, generation: int = 1,
     else:
         kind, own_id, own_config = sink, "", {}
     if payload is None:
-        payload = {"config": dict(own_config if config is None else config), "staged": dict(staged or {}), **extra}
-    return TransactionRecord(job, batch, generation, kind, own_id if sink_id is None else sink_id, dict(payload),
-                             created_at=time.time() if created_at is None else created_at)
+        payload = {"config": dict(own_config if config is None else config), "staged": dict(staged or {}),
+                   **extra}
+    return TransactionRecord(job, batch, generation, kind, own_id if sink_id is None else sink_id,
+                             dict(payload), created_at=time.time() if created_at is None else created_at)
 
 
 def put_checkpoint(
@@ -96,8 +99,9 @@ def put_checkpoint(
         generation=catalog.current_generation() if generation is None else generation,
         created_at=time.time() if created_at is None else created_at,
         files=refs,
-        stats=stats or SnapshotStats(duration_ms=5, bytes_copied=size, files_copied=len(files), bytes_total=size,
-                                     file_count=len(files)),
+        stats=stats
+        or SnapshotStats(duration_ms=5, bytes_copied=size, files_copied=len(files), bytes_total=size,
+                         file_count=len(files)),
         transactions=tuple(pending),
     )
     catalog.complete_checkpoint(meta)
@@ -114,8 +118,8 @@ def checkpoint_at(catalog: Catalog, batch: int, *, generation: int | None = None
     return put_checkpoint(catalog, {}, batch_id=batch, generation=target, pending=pending)
 
 
-def state_checkpoint(catalog: Catalog, batch: int, *, duration: int = 10, copied: int = 100, partitions: int = 2,
-                     created_at: float | None = None) -> SnapshotMetadata:
+def state_checkpoint(catalog: Catalog, batch: int, *, duration: int = 10, copied: int = 100,
+                     partitions: int = 2, created_at: float | None = None) -> SnapshotMetadata:
     """A completed checkpoint of `batch` by the current generation whose state files span
     `partitions` partitions of operator 0; its stats say `duration` ms and `copied` bytes
     copied in one file."""
@@ -125,7 +129,8 @@ def state_checkpoint(catalog: Catalog, batch: int, *, duration: int = 10, copied
     return put_checkpoint(catalog, files, batch_id=batch, created_at=created_at, stats=stats)
 
 
-def write_status(catalog: Catalog, state: str = "running", *, heartbeat_age: float = 0.0, **extra: Any) -> None:
+def write_status(catalog: Catalog, state: str = "running", *, heartbeat_age: float = 0.0,
+                 **extra: Any) -> None:
     """The status record of the job's current generation: `state`, started a minute ago,
     its last heartbeat `heartbeat_age` seconds ago, and `extra` fields."""
     now = time.time()
@@ -146,6 +151,7 @@ def big_job_metadata(files: int) -> bytes:
     refs = []
     for i in range(files):
         path = f"state/{i % 4}/{i // 4 % 200}/SSTs/{i:06d}-{uuid.UUID(int=i)}.sst"
-        refs.append(FileRef(path, f"shared/{path}~{i:016x}", 64 << 20, f"{i:064x}", 1_790_000_000_123_456_789))
+        refs.append(FileRef(path, f"shared/{path}~{i:016x}", 64 << 20, f"{i:064x}",
+                            1_790_000_000_123_456_789))
     return snapshot_metadata(987654, snapshot_id=12345, job="orders", generation=42, created_at=1.79e9,
                              files=refs).to_bytes()

@@ -55,5 +55,5 @@ def pending(catalog: Catalog, batch: int, generation: int, replay_text: str | No
     payload: dict[str, Any] = {"staged": {}}
     if replay_text is not None:
         payload["replay"] = replay_text
-    catalog.put_transaction(transaction_record("delta", batch, generation, job=catalog.job, sink_id="fake:blue",
-                                               payload=payload, created_at=0.0))
+    catalog.put_transaction(transaction_record("delta", batch, generation, job=catalog.job,
+                                               sink_id="fake:blue", payload=payload, created_at=0.0))

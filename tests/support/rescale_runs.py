@@ -63,10 +63,11 @@ def submit(base: Path, pipeline: str, conf: dict[str, str], env: dict[str, str] 
     names another ``spark.sparkpoint.dir``, output table ``base/out``."""
     environment = submit_env(env)
     settings = {**SPARK_CONF, "spark.sparkpoint.dir": str(base / "sp"), "spark.sparkpoint.job": JOB, **conf}
-    cmd = spark_submit_command(JOB_SCRIPT, settings, ["--pipeline", pipeline, "--input", str(inputs or base / "input"),
-                                                      "--output", str(base / "out")], env=environment)
-    proc = subprocess.run(cmd, check=False, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=900)
+    cmd = spark_submit_command(JOB_SCRIPT, settings,
+                               ["--pipeline", pipeline, "--input", str(inputs or base / "input"),
+                                "--output", str(base / "out")], env=environment)
+    proc = subprocess.run(cmd, check=False, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=900)
     return Run(proc)
 
 
@@ -100,8 +101,8 @@ def run_in_process(spark: Any, base: Path, pipeline: str, conf: dict[str, str]) 
     from airflow_sparkpoint.runtime import SparkpointJob
     from airflow_sparkpoint.sinks import DeltaSink
 
-    job = SparkpointJob.get_or_create(conf={"spark.sparkpoint.dir": str(base / "sp"), "spark.sparkpoint.job": JOB,
-                                            **conf}, argv=[])
+    job = SparkpointJob.get_or_create(conf={"spark.sparkpoint.dir": str(base / "sp"),
+                                            "spark.sparkpoint.job": JOB, **conf}, argv=[])
     df, sink_args, mode = job_module().build(spark, pipeline, str(base / "input"))
     return job.run(df, sink=DeltaSink(str(base / "out"), **sink_args), output_mode=mode)
 

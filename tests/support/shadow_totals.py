@@ -7,7 +7,8 @@ from typing import Any
 
 from tests.support.paths import REPO, load_module
 
-__all__ = ["FILES", "JOB_SCRIPT", "batch_rows", "green_totals", "job_module", "oracle", "rows_of", "version_rows"]
+__all__ = ["FILES", "JOB_SCRIPT", "batch_rows", "green_totals", "job_module", "oracle", "rows_of",
+           "version_rows"]
 
 JOB_SCRIPT = REPO / "tests" / "integration" / "jobs" / "shadow_totals.py"
 FILES = [("u0", "u1"), ("u1", "u2"), ("u0", "u2", "u3"), ("u3",), ("u1", "u4"), ("u0", "u4")]
@@ -56,7 +57,8 @@ def version_rows(table: Any, version: int) -> list[dict[str, Any]]:
     if version > 0:  # version 0 created the table with its first batch
         table.load_as_version(version - 1)
         before = set(table.file_uris())
-    return [row for uri in sorted(after - before) for row in pq.read_table(uri.removeprefix("file://")).to_pylist()]
+    return [row for uri in sorted(after - before)
+            for row in pq.read_table(uri.removeprefix("file://")).to_pylist()]
 
 
 def batch_rows(path: Any, commits: list[dict[str, Any]]) -> dict[int, dict[str, tuple[int, int]]]:
@@ -65,5 +67,6 @@ def batch_rows(path: Any, commits: list[dict[str, Any]]) -> dict[int, dict[str, 
     from deltalake import DeltaTable
 
     table = DeltaTable(str(path))
-    return {int(c["batch"]): {r["user"]: (r["total"], r["events"]) for r in version_rows(table, int(c["version"]))}
+    return {int(c["batch"]): {r["user"]: (r["total"], r["events"])
+                              for r in version_rows(table, int(c["version"]))}
             for c in commits}

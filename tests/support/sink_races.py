@@ -33,7 +33,8 @@ JAVA_OPTS = quiet_java_opts(RACES / "sink_log4j2.properties")
 # ---------------------------------------------------------------------------- input
 
 
-def write_input(directory: Path, name: str, mtime_step: int, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def write_input(directory: Path, name: str, mtime_step: int,
+                rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One JSON input file; Spark's file source orders files by mtime, so `mtime_step`
     places it among the others (file i of `write_inputs` is at step 10 * i)."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -65,7 +66,8 @@ def odd_file(directory: Path, after: int) -> list[dict[str, Any]]:
 
 
 def start_sink_driver(name: str, base: Path, *, conf: Mapping[str, str], args: Sequence[str],
-                      pause: Sequence[str] = (), script: Path = JOB_SCRIPT, fault: str | None = None) -> Driver:
+                      pause: Sequence[str] = (), script: Path = JOB_SCRIPT,
+                      fault: str | None = None) -> Driver:
     """A `Driver` of `script` (`JOB_SCRIPT`) with the sink races' log settings and waits."""
     return Driver(name, base, conf, args, pause=pause, script=script, java_opts=JAVA_OPTS, timeout=WAIT_S,
                   fault=fault)
@@ -192,7 +194,8 @@ class DirectoryCase(SinkCase):
 
     def leftovers(self) -> list[str]:
         staging = Path(self.output()) / "_staging"
-        return [f"staged {p.relative_to(staging)}" for p in sorted(staging.rglob("*"))] if staging.exists() else []
+        return ([f"staged {p.relative_to(staging)}" for p in sorted(staging.rglob("*"))] if staging.exists()
+                else [])
 
 
 class S3Case(SinkCase):
@@ -210,7 +213,8 @@ class S3Case(SinkCase):
         assert self.s3 is not None
         client = self.s3.client()
         found: list[dict[str, Any]] = []
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.s3.bucket, Prefix=self.prefix):
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.s3.bucket,
+                                                                     Prefix=self.prefix):
             for item in page.get("Contents", ()):
                 if item["Key"][len(self.prefix):].startswith("_"):
                     continue
@@ -266,8 +270,8 @@ class Scene:
             **self.case.conf(),
             **(extra or {}),
         }
-        every = ["--sink", self.case.kind, "--input", str(self.inputs), "--output", self.case.output(), *self.args,
-                 *args]
+        every = ["--sink", self.case.kind, "--input", str(self.inputs), "--output", self.case.output(),
+                 *self.args, *args]
         driver = start_sink_driver(name, self.base, conf=conf, pause=pause, args=every, fault=fault)
         self.drivers.append(driver)
         return driver
@@ -321,7 +325,8 @@ def explain(drivers: Sequence[Driver], catalog: Any = None) -> str:
     return "\n".join(parts)
 
 
-def differences(case: SinkCase, expected: Sequence[Mapping[str, Any]], got: Sequence[Mapping[str, Any]]) -> list[str]:
+def differences(case: SinkCase, expected: Sequence[Mapping[str, Any]],
+                got: Sequence[Mapping[str, Any]]) -> list[str]:
     """Every difference between the sink's rows and the input, row by row: duplicated,
     lost or altered events (append), or wrong totals and counts per user (merge)."""
     wrong: list[str] = []

@@ -60,12 +60,13 @@ def run_case(spark: Any, case: Case, root: str, job: str, inputs: Path, table: P
         "spark.sparkpoint.dir": root, "spark.sparkpoint.job": job, "spark.sparkpoint.restore": restore,
         **(conf or {}),
     }, argv=[])
-    return sp.run(case.build(spark, inputs), sink=DeltaSink(str(table), **case.sink), output_mode=case.output_mode)
+    return sp.run(case.build(spark, inputs), sink=DeltaSink(str(table), **case.sink),
+                  output_mode=case.output_mode)
 
 
 def run_job(spark: Any, root: Path, job: str, build: Callable[[Any, Path], Any], inputs: Path, table: Path,
-            sink_kwargs: dict[str, Any], output_mode: str, restore: str = "latest", state_store: str = "rocksdb",
-            ) -> Any:
+            sink_kwargs: dict[str, Any], output_mode: str, restore: str = "latest",
+            state_store: str = "rocksdb", ) -> Any:
     """Run `build` over `inputs` as job `job` under `root` into the Delta table `table`
     (DeltaSink(**sink_kwargs)), restoring `restore`, with `state_store`; the run's result."""
     from airflow_sparkpoint.runtime import SparkpointJob
@@ -92,7 +93,8 @@ def table_rows(path: Path) -> list[dict[str, Any]]:
 def aggregation(spark: Any, inputs: Path) -> Any:
     from pyspark.sql import functions as F
 
-    events = spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1).json(str(inputs))
+    events = (spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1)
+              .json(str(inputs)))
     return events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("n"))
 
 
@@ -113,7 +115,8 @@ def aggregation_case() -> Case:
 
 def deduplication(spark: Any, inputs: Path) -> Any:
     events = (
-        spark.readStream.schema("id string, ts timestamp, v long").option("maxFilesPerTrigger", 1).json(str(inputs))
+        spark.readStream.schema("id string, ts timestamp, v long").option("maxFilesPerTrigger", 1)
+        .json(str(inputs))
     )
     return events.withWatermark("ts", "1 hour").dropDuplicatesWithinWatermark(["id"])
 
@@ -121,7 +124,8 @@ def deduplication(spark: Any, inputs: Path) -> Any:
 def deduplication_case() -> Case:
     # ids repeat across files (never within one); the state keeps each id's first
     # event time plus the watermark delay, and nothing is evicted (the delay is an hour)
-    files = [[{"id": f"e{(i * 2 + j) % 5}", "ts": ts(i), "v": i * 10 + j} for j in range(2)] for i in range(4)]
+    files = [[{"id": f"e{(i * 2 + j) % 5}", "ts": ts(i), "v": i * 10 + j} for j in range(2)]
+             for i in range(4)]
     first: dict[str, int] = {}
     for i, rows in enumerate(files):
         for r in rows:
@@ -141,11 +145,12 @@ def stream_join(spark: Any, inputs: Path) -> Any:
         return (spark.readStream.schema("id string, ts timestamp, side string, v long")
                 .option("maxFilesPerTrigger", 1).json(str(inputs)).where(f"side = '{name}'"))
 
-    left = side("L").select(F.col("id"), F.col("ts").alias("lts"), F.col("v").alias("lv")).withWatermark("lts",
-                                                                                                          "1 hour")
+    left = side("L").select(F.col("id"), F.col("ts").alias("lts"), F.col("v").alias("lv")) \
+        .withWatermark("lts", "1 hour")
     right = side("R").select(F.col("id").alias("rid"), F.col("ts").alias("rts"), F.col("v").alias("rv")) \
         .withWatermark("rts", "1 hour")
-    return left.join(right, F.expr("id = rid AND rts BETWEEN lts - interval 1 hour AND lts + interval 1 hour"))
+    return left.join(right,
+                     F.expr("id = rid AND rts BETWEEN lts - interval 1 hour AND lts + interval 1 hour"))
 
 
 def stream_join_case() -> Case:
@@ -203,7 +208,8 @@ def keyed_state(spark: Any, inputs: Path) -> Any:
 
 def keyed_state_case() -> Case:
     # one event per user and file (the processor's "recent" order is then the file order)
-    files = [[{"user": f"u{u}", "amount": i + u * 100, "tag": "abc"[(i + u) % 3]} for u in range(3 if i else 2)]
+    files = [[{"user": f"u{u}", "amount": i + u * 100, "tag": "abc"[(i + u) % 3]}
+              for u in range(3 if i else 2)]
              for i in range(5)]
     totals: dict[Any, Any] = {}
     recent: dict[str, list[int]] = {}
@@ -215,8 +221,10 @@ def keyed_state_case() -> Case:
             recent[user] = (recent.get(user, []) + [r["amount"]])[-3:]
             tags[((user,), (r["tag"],))] = (tags.get(((user,), (r["tag"],)), (0,))[0] + 1,)
     lists = {((user,), None): sorted((a,) for a in amounts) for user, amounts in recent.items()}
-    return Case(keyed_state, files, {"mode": "merge", "keys": ["user"]}, "update", "transformWithStateInPandasExec",
-                {"total": totals, "recent": lists, "tags": tags}, {"total": "value", "recent": "list", "tags": "map"})
+    return Case(keyed_state, files, {"mode": "merge", "keys": ["user"]}, "update",
+                "transformWithStateInPandasExec",
+                {"total": totals, "recent": lists, "tags": tags},
+                {"total": "value", "recent": "list", "tags": "map"})
 
 
 # ------------------------------------------------------------------ threshold alerts (the seed pipeline)

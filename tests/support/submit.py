@@ -26,7 +26,8 @@ def submit_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return spark_submit_env({**os.environ, **(extra or {})})
 
 
-def spark_submit_command(script: Path | str, conf: Mapping[str, str], args: Sequence[str], *, env: Mapping[str, str],
+def spark_submit_command(script: Path | str, conf: Mapping[str, str], args: Sequence[str], *,
+                         env: Mapping[str, str],
                          master: str = "local[2]", options: Sequence[str] = ()) -> list[str]:
     """The command line: the ``spark-submit`` on `env`'s PATH, ``--master``, `options`,
     a ``--conf`` per entry of `conf`, then `script` and its `args`."""

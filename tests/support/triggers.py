@@ -23,5 +23,6 @@ def idle_trigger(for_s: float = 86_400.0) -> str:
     interval = INTERVAL_H * 3600
     now = time.time()
     next_firing = (now // interval + 1) * interval
-    assert next_firing - now > for_s, f"a processingTime:{INTERVAL_H}h trigger fires again in {next_firing - now:.0f} s"
+    assert next_firing - now > for_s, \
+        f"a processingTime:{INTERVAL_H}h trigger fires again in {next_firing - now:.0f} s"
     return f"processingTime:{INTERVAL_H}h"

@@ -39,7 +39,8 @@ from tests.support.paths import REPO
 from tests.support.records import put_checkpoint
 from tests.support.servers import free_port
 
-SECRETS = ("AKIAPLANTEDLOGIN7", "planted-password-9f3c2b", "planted-extra-token-51d7", "planted-s3-secret-0a8e")
+SECRETS = ("AKIAPLANTEDLOGIN7", "planted-password-9f3c2b", "planted-extra-token-51d7",
+           "planted-s3-secret-0a8e")
 USERS = {"admin": "admin-pw-1", "op": "op-pw-2", "viewer": "viewer-pw-3"}
 SPARKPOINT = Path(sys.executable).parent / "sparkpoint"
 #: the DAG named by the forged generation records (readable by a viewer)
@@ -77,7 +78,8 @@ class RequestTrap:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="ui-request-trap", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="ui-request-trap",
+                                        daemon=True)
         self._thread.start()
 
     def close(self) -> None:
@@ -97,13 +99,15 @@ class Stack:
     def token(self, user: str) -> str:
         import httpx
 
-        response = httpx.post(f"{self.url}/auth/token", json={"username": user, "password": USERS[user]}, timeout=60)
+        response = httpx.post(f"{self.url}/auth/token", json={"username": user, "password": USERS[user]},
+                              timeout=60)
         response.raise_for_status()
         return str(response.json()["access_token"])
 
     def cli_json(self, *args: str) -> dict[str, object]:
         out = subprocess.run([str(SPARKPOINT), *args, "--json"], check=True, capture_output=True, text=True,
-                             env={k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}, timeout=120)
+                             env={k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
+                             timeout=120)
         return dict(json.loads(out.stdout))
 
 
@@ -116,7 +120,8 @@ def _quickstart_history(base: Path) -> None:
     job.root.mkdir(parents=True, exist_ok=True)
     for run, files in enumerate(((0, 1), (2, 3))):
         for index in files:
-            write_batch_file(job.input, index, [{"user": f"u{u}", "amount": index * 10 + u} for u in range(3)])
+            write_batch_file(job.input, index,
+                             [{"user": f"u{u}", "amount": index * 10 + u} for u in range(3)])
         job.start()
         code = job.wait_exit(timeout=600)
         assert code == 0, f"run {run} of ui_totals exited with {code}:\n{job.tail()}"
@@ -161,7 +166,8 @@ def _s3_history(endpoint: str, bucket: str) -> None:
     from airflow_sparkpoint.checkpoints import Catalog
     from airflow_sparkpoint.storage import open_storage
 
-    catalog = Catalog(open_storage(f"s3://{bucket}/sp", endpoint_url=endpoint, region_name="us-east-1"), "s3_job")
+    catalog = Catalog(open_storage(f"s3://{bucket}/sp", endpoint_url=endpoint, region_name="us-east-1"),
+                      "s3_job")
     catalog.claim_generation({"plan": "empty state (no completed checkpoint yet)"})
     for batch in range(2):
         put_checkpoint(catalog, {f"state/0/0/{batch + 1}.delta": f"state {batch}".encode()}, batch_id=batch,
@@ -185,13 +191,14 @@ def start_ui_stack(base: Path, s3_server_process: str) -> Iterator[Stack]:
     bucket = f"ui-{uuid.uuid4().hex[:10]}"
     boto3.client("s3", endpoint_url=s3_server_process, region_name="us-east-1").create_bucket(Bucket=bucket)
     local = {"conn_type": "sparkpoint", "host": f"file://{root}", "login": SECRETS[0], "password": SECRETS[1],
-             "extra": {"jobs": {"ui_totals": {"dags": ["open_dag"]}, "lonely": {}, "hidden": {"dags": ["secret_dag"]},
-                                "ghost": {"dags": ["ghost_dag"]}},
+             "extra": {"jobs": {"ui_totals": {"dags": ["open_dag"]}, "lonely": {},
+                                "hidden": {"dags": ["secret_dag"]}, "ghost": {"dags": ["ghost_dag"]}},
                        "api_token": SECRETS[2]}}
     s3 = {"conn_type": "sparkpoint", "host": f"s3://{bucket}/sp", "login": "testing", "password": SECRETS[3],
           "extra": {"jobs": ["s3_job"], "endpoint_url": s3_server_process, "region_name": "us-east-1"}}
     trap = RequestTrap()
-    trapped = {"conn_type": "sparkpoint", "host": "s3://trap-bucket/sp", "login": "testing", "password": SECRETS[3],
+    trapped = {"conn_type": "sparkpoint", "host": "s3://trap-bucket/sp", "login": "testing",
+               "password": SECRETS[3],
                "extra": {"jobs": {"trapped": {"dags": ["secret_dag"]}}, "endpoint_url": trap.url,
                          "region_name": "us-east-1"}}
     port = free_port()
@@ -220,12 +227,14 @@ def start_ui_stack(base: Path, s3_server_process: str) -> Iterator[Stack]:
 
     def start_server() -> None:  # the metadata database, then the server: while Spark runs
         with open(log, "wb") as out:
-            subprocess.run([airflow, "db", "migrate"], env=env, check=True, stdout=out, stderr=subprocess.STDOUT,
-                           timeout=900)
+            subprocess.run([airflow, "db", "migrate"], env=env, check=True, stdout=out,
+                           stderr=subprocess.STDOUT, timeout=900)
             subprocess.run([airflow, "dags", "reserialize"], env=env, check=True, stdout=out,
                            stderr=subprocess.STDOUT, timeout=900)
-            started.append(subprocess.Popen([airflow, "api-server", "-H", "127.0.0.1", "-p", str(port), "-w", "1"],
-                                            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
+            started.append(subprocess.Popen([airflow, "api-server", "-H", "127.0.0.1", "-p", str(port), "-w",
+                                             "1"],
+                                            env=env, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True))
 
     starter = threading.Thread(target=start_server, name="ui-api-server")
     starter.start()
@@ -247,7 +256,8 @@ def start_ui_stack(base: Path, s3_server_process: str) -> Iterator[Stack]:
             except httpx.HTTPError:
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the API server did not start:\n{log.read_text(errors='replace')[-4000:]}")
+                raise RuntimeError(
+                    f"the API server did not start:\n{log.read_text(errors='replace')[-4000:]}")
             time.sleep(1)
         yield Stack(url, home, root, env, log, trap)
     finally:

@@ -15,8 +15,10 @@ from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleA
 
 
 class DagAclAuthManager(SimpleAuthManager):
-    def is_authorized_dag(self, *, method: Any, user: Any, access_entity: Any = None, details: Any = None) -> bool:
+    def is_authorized_dag(self, *, method: Any, user: Any, access_entity: Any = None,
+                          details: Any = None) -> bool:
         denied = {d for d in os.environ.get("SPARKPOINT_TEST_DENIED_DAGS", "").split(",") if d}
         if details is not None and details.id in denied and not self._is_admin(user):
             return False
-        return super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
+        return super().is_authorized_dag(method=method, user=user, access_entity=access_entity,
+                                         details=details)

@@ -2,8 +2,8 @@
 Playwright) logs into Airflow's UI, opens the plugin's entry in the navigation and the
 pipeline's page, and the history table shows exactly the checkpoints and savepoints that
 `sparkpoint list --json` reports; the trend charts (inline SVG) show one point per
-completed checkpoint, styled by the page's hashed style sheet with no CSP violation. Screenshots are saved as test artifacts
-(``$SPARKPOINT_UI_ARTIFACTS`` or ``<tmp>/ui-artifacts``)."""
+completed checkpoint, styled by the page's hashed style sheet with no CSP violation. Screenshots are saved as
+test artifacts (``$SPARKPOINT_UI_ARTIFACTS`` or ``<tmp>/ui-artifacts``)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def artifacts(tmp_path: Path) -> Path:
 
 def test_the_page_shows_exactly_the_checkpoints_the_cli_lists(ui_stack: Stack, artifacts: Path) -> None:
     if not shutil.which(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium (apt-get install chromium)")
+        pytest.fail(f"{CHROMIUM} is missing: `make test` installs Debian's chromium "
+                    "(apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
     cli = ui_stack.cli_json("list", "--dir", str(ui_stack.root), "--job", "ui_totals")

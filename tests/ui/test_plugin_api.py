@@ -59,7 +59,8 @@ def test_access_follows_the_dags_the_connection_declares(ui_stack: Stack) -> Non
     listed = {p["job"] for p in get(ui_stack, "/sparkpoint/api/pipelines", "viewer").json()["pipelines"]}
     assert listed == {"ui_totals"}  # s3_job has no declared DAG and viewers cannot read connections
     every = {p["job"] for p in get(ui_stack, "/sparkpoint/api/pipelines", "admin").json()["pipelines"]}
-    assert every == {"ui_totals", "lonely", "hidden", "s3_job", "trapped", "plain_job"}  # not ghost: see below
+    # not ghost: see below
+    assert every == {"ui_totals", "lonely", "hidden", "s3_job", "trapped", "plain_job"}
     metrics = get(ui_stack, "/sparkpoint/metrics", "viewer").text
     assert 'job="ui_totals"' in metrics and 'job="hidden"' not in metrics
 
@@ -107,7 +108,8 @@ def test_every_job_under_a_connections_root_is_shown_to_who_may_read_the_connect
     listed = get(ui_stack, "/sparkpoint/api/pipelines", "op").json()["pipelines"]
     plain = [p for p in listed if p["conn_id"] == "sp_plain"]
     assert plain == [{"conn_id": "sp_plain", "job": "plain_job", "dags": [], "declared": False}], listed
-    assert "hidden" not in {p["job"] for p in listed}, "a declaration for DAGs narrows, also for connection readers"
+    assert "hidden" not in {p["job"] for p in listed}, \
+        "a declaration for DAGs narrows, also for connection readers"
     page = get(ui_stack, "/sparkpoint/pipelines", "op").text
     assert "plain_job" in page and "No pipeline to show" not in page
     history = get(ui_stack, "/sparkpoint/api/pipelines/sp_plain/plain_job", "op")
@@ -126,7 +128,8 @@ def test_a_declared_dag_grants_access_only_when_airflow_knows_it(ui_stack: Stack
         listed = {p["job"] for p in get(ui_stack, "/sparkpoint/api/pipelines", user).json()["pipelines"]}
         assert "ghost" not in listed, (user, listed)
         assert get(ui_stack, "/sparkpoint/api/pipelines/sp_local/ghost", user).status_code == 404, user
-    assert get(ui_stack, "/sparkpoint/api/pipelines/sp_local/ui_totals", "viewer").status_code == 200  # open_dag known
+    # open_dag known
+    assert get(ui_stack, "/sparkpoint/api/pipelines/sp_local/ui_totals", "viewer").status_code == 200
 
 
 NOT_FOUND = [
@@ -168,8 +171,8 @@ def assert_security_headers(response: httpx.Response) -> None:
 
 def test_every_response_carries_the_security_headers(ui_stack: Stack) -> None:
     for user in ("admin", "viewer"):
-        for path in [*ROUTES, *NOT_FOUND, "/sparkpoint/dags/secret_dag", "/sparkpoint/api/pipelines/sp_trap/trapped",
-                     "/sparkpoint/no-such-route"]:
+        for path in [*ROUTES, *NOT_FOUND, "/sparkpoint/dags/secret_dag",
+                     "/sparkpoint/api/pipelines/sp_trap/trapped", "/sparkpoint/no-such-route"]:
             assert_security_headers(get(ui_stack, path, user))
     for path in ROUTES:  # and without a user (401)
         response = get(ui_stack, path)
@@ -196,7 +199,8 @@ def test_path_parameters_are_validated(ui_stack: Stack, path: str, status: int) 
 
 def test_no_secret_in_any_response(ui_stack: Stack) -> None:
     for user in ("admin", "viewer"):
-        for path in [*ROUTES, "/sparkpoint/api/pipelines/sp_s3/s3_job", "/sparkpoint/pipelines/sp_local/hidden"]:
+        for path in [*ROUTES, "/sparkpoint/api/pipelines/sp_s3/s3_job",
+                     "/sparkpoint/pipelines/sp_local/hidden"]:
             response = get(ui_stack, path, user)
             assert response.status_code in (200, 404), (path, user, response.status_code)
             assert_no_secret(response)
@@ -210,7 +214,8 @@ def test_the_json_history_lists_exactly_what_the_cli_lists(ui_stack: Stack) -> N
     assert len(api["savepoints"]) == 1
     # Two runs: the second restored the first's latest checkpoint, and both recorded their config.
     gens = api["generations"]
-    assert [g["generation"] for g in gens] == [2, 1] and [g["outcome"] for g in gens] == ["finished", "finished"]
+    assert ([g["generation"] for g in gens] == [2, 1]
+            and [g["outcome"] for g in gens] == ["finished", "finished"])
     assert gens[0]["origin"] == "chk-2" and gens[1]["origin"] == "empty state"
     assert api["counts"] == {"completed": 4, "failed": 0, "in_progress": 0, "restored": 1, "lifetime": True}
     assert api["config"]["checkpoint.numRetained"] == 3 and api["config"]["trigger"] == "availableNow"
@@ -219,7 +224,8 @@ def test_the_json_history_lists_exactly_what_the_cli_lists(ui_stack: Stack) -> N
 
 def test_metrics_are_prometheus_text_with_flinks_names(ui_stack: Stack) -> None:
     response = get(ui_stack, "/sparkpoint/metrics", "admin")
-    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert (response.status_code == 200
+            and response.headers["content-type"].startswith("text/plain; version=0.0.4"))
     lines = response.text.splitlines()
     assert "# TYPE sparkpoint_numberOfCompletedCheckpoints counter" in lines
     assert 'sparkpoint_numberOfCompletedCheckpoints{conn_id="sp_local",job="ui_totals"} 4' in lines
@@ -227,7 +233,8 @@ def test_metrics_are_prometheus_text_with_flinks_names(ui_stack: Stack) -> None:
     assert 'sparkpoint_generation{conn_id="sp_s3",job="s3_job"} 1' in lines
     cli = ui_stack.cli_json("metrics", "--dir", str(ui_stack.root), "--job", "ui_totals")
     values = cli["jobs"][0]["metrics"]  # type: ignore[index]
-    assert f'sparkpoint_lastCheckpointSize{{conn_id="sp_local",job="ui_totals"}} {values["lastCheckpointSize"]}' in lines
+    assert ('sparkpoint_lastCheckpointSize{conn_id="sp_local",job="ui_totals"} '
+            f'{values["lastCheckpointSize"]}' in lines)
 
 
 def test_a_pipeline_on_s3_is_served_with_the_connections_credentials(ui_stack: Stack) -> None:

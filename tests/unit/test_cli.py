@@ -25,7 +25,8 @@ from tests.support.records import transaction_record, write_status
 ENTRY_KEYS = {"kind", "id", "uri", "valid", "error", "batch_id", "generation", "created_at", "created",
               "duration_ms", "bytes_copied", "bytes_total", "file_count", "source_checkpoint",
               "status", "superseded_by", "state_partitions", "verified_at", "verify_error"}
-SAVEPOINT_KEYS = {"job", "root", "kind", "source", "request_id", "state", "generation", "savepoint", "batch_id"}
+SAVEPOINT_KEYS = {"job", "root", "kind", "source", "request_id", "state", "generation", "savepoint",
+                  "batch_id"}
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +57,8 @@ def test_missing_dir_and_job(capsys: pytest.CaptureFixture[str], root: Path) -> 
     assert code == 2 and "--job is required (or set SPARKPOINT_JOB)" in err
 
 
-def test_environment_defaults(capsys: pytest.CaptureFixture[str], root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_defaults(capsys: pytest.CaptureFixture[str], root: Path,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
     job_with_checkpoints(root, 1)
     monkeypatch.setenv("SPARKPOINT_DIR", str(root))
     monkeypatch.setenv("SPARKPOINT_JOB", "orders")
@@ -71,10 +73,13 @@ def test_environment_defaults(capsys: pytest.CaptureFixture[str], root: Path, mo
         (["list", "--dir", "{root}", "--job", "a b"], "job name 'a b' is invalid"),
         (["list", "--dir", "ftp://host/x", "--job", "orders"], "unsupported scheme 'ftp'"),
         (["list", "--dir", "s3:///x", "--job", "orders"], "has no bucket"),
-        (["dispose", "--dir", "{root}", "--job", "orders", "{root}/payments/chk-1"], "is outside job 'orders'"),
+        (["dispose", "--dir", "{root}", "--job", "orders", "{root}/payments/chk-1"],
+         "is outside job 'orders'"),
         (["dispose", "--dir", "{root}", "--job", "orders", "{root}/orders/savepoints/../chk-1"], "'..'"),
-        (["dispose", "--dir", "{root}", "--job", "orders", "s3://other-bucket/orders/chk-1"], "is outside job"),
-        (["dispose", "--dir", "{root}", "--job", "orders", "shared"], "is not a checkpoint or savepoint directory"),
+        (["dispose", "--dir", "{root}", "--job", "orders", "s3://other-bucket/orders/chk-1"],
+         "is outside job"),
+        (["dispose", "--dir", "{root}", "--job", "orders", "shared"],
+         "is not a checkpoint or savepoint directory"),
         (["savepoint", "--dir", "{root}", "--job", "orders", "--timeout", "0"], "'0' is invalid"),
         (["savepoint", "--dir", "{root}", "--job", "orders", "--timeout", "soon"], "'soon' is not a number"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
@@ -89,7 +94,9 @@ def test_bad_input_exits_2_naming_the_value(capsys: pytest.CaptureFixture[str], 
     assert message in err and out == ""
 
 
-def test_missing_local_root_is_an_operational_failure(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_missing_local_root_is_an_operational_failure(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     code, _, err = run(capsys, "list", "--dir", str(tmp_path / "nope"), "--job", "orders")
     assert code == 1 and "does not exist" in err and "nope" in err
 
@@ -111,8 +118,8 @@ def test_list_human(capsys: pytest.CaptureFixture[str], root: Path) -> None:
     code, out, err = run(capsys, "list", "--dir", str(root), "--job", "orders")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == ["KIND", "ID", "BATCH", "GEN", "CREATED", "(UTC)", "DURATION_MS", "COPIED", "TOTAL",
-                                "FILES", "URI", "STATUS"]
+    assert lines[0].split() == ["KIND", "ID", "BATCH", "GEN", "CREATED", "(UTC)", "DURATION_MS", "COPIED",
+                                "TOTAL", "FILES", "URI", "STATUS"]
     assert [line.split()[:2] for line in lines[1:]] == [["checkpoint", "3"], ["checkpoint", "2"],
                                                         ["checkpoint", "1"], ["savepoint", "3"]]
     assert "INVALID: not valid JSON" in lines[2] and lines[1].endswith("valid")
@@ -134,10 +141,12 @@ def test_list_json_shape(capsys: pytest.CaptureFixture[str], root: Path) -> None
     invalid, valid = doc["checkpoints"][0], doc["checkpoints"][1]
     assert invalid["valid"] is False and "no _metadata" in invalid["error"] and invalid["batch_id"] is None
     assert valid == {
-        "kind": "checkpoint", "id": 2, "uri": f"{catalog.uri}/chk-2", "valid": True, "error": None, "batch_id": 1,
+        "kind": "checkpoint", "id": 2, "uri": f"{catalog.uri}/chk-2", "valid": True, "error": None,
+        "batch_id": 1,
         "generation": 1, "created_at": metas[1].created_at, "created": valid["created"], "duration_ms": 12,
         "bytes_copied": 100, "bytes_total": metas[1].total_bytes, "file_count": 2, "source_checkpoint": None,
-        "status": "valid", "superseded_by": None, "state_partitions": 1, "verified_at": None, "verify_error": None,
+        "status": "valid", "superseded_by": None, "state_partitions": 1, "verified_at": None,
+        "verify_error": None,
     }
     assert invalid["status"] == "invalid" and invalid["state_partitions"] is None
     assert valid["created"].endswith("Z") and "T" in valid["created"]
@@ -169,7 +178,8 @@ def test_status_json_live_and_dead(capsys: pytest.CaptureFixture[str], root: Pat
     doc = json.loads(out)
     assert code == 0
     assert set(doc) == {"job", "root", "generation", "status_generation", "state", "alive", "heartbeat_age_s",
-                        "max_heartbeat_age_s", "started", "last_batch", "last_checkpoint", "latest_checkpoint",
+                        "max_heartbeat_age_s", "started", "last_batch", "last_checkpoint",
+                        "latest_checkpoint",
                         "checkpoints_completed", "savepoint", "error", "host", "pid", "application_id",
                         "counts", "latest_savepoint", "latest_restore", "airflow_try", "driver"}
     assert doc["driver"] is None  # no launch record: not started by a submit
@@ -178,7 +188,8 @@ def test_status_json_live_and_dead(capsys: pytest.CaptureFixture[str], root: Pat
     assert doc["latest_checkpoint"]["id"] == 2 and doc["latest_checkpoint"]["batch_id"] == 1
 
     write_status(catalog, heartbeat_age=120)
-    code, out, _ = run(capsys, "status", "--dir", str(root), "--job", "orders", "--json", "--max-heartbeat-age", "60")
+    code, out, _ = run(capsys, "status", "--dir", str(root), "--job", "orders", "--json",
+                       "--max-heartbeat-age", "60")
     assert json.loads(out)["alive"] is False
     code, out, _ = run(capsys, "status", "--dir", str(root), "--job", "orders", "--max-heartbeat-age", "600")
     assert "alive            yes (heartbeat 120 s ago; max 600 s)" in out
@@ -211,7 +222,8 @@ def test_dispose(capsys: pytest.CaptureFixture[str], root: Path) -> None:
     catalog, metas = job_with_checkpoints(root, 1)
     sp = catalog.create_savepoint(catalog.handle(metas[0]))
     code, out, _ = run(capsys, "dispose", "--dir", str(root), "--job", "orders", "--json", sp.uri)
-    assert code == 0 and json.loads(out) == {"job": "orders", "root": catalog.uri, "disposed": sp.uri, "objects": 3}
+    assert (code == 0
+            and json.loads(out) == {"job": "orders", "root": catalog.uri, "disposed": sp.uri, "objects": 3})
     assert catalog.list_savepoints() == []
     code, _, err = run(capsys, "dispose", "--dir", str(root), "--job", "orders", sp.uri)
     assert code == 1 and "nothing to dispose" in err
@@ -239,7 +251,9 @@ def test_savepoint_from_checkpoint_without_a_live_job(capsys: pytest.CaptureFixt
     assert "has no live run (last state failed" in err and "nothing to stop" in err
 
 
-def test_savepoint_refuses_when_asked_or_when_there_is_nothing(capsys: pytest.CaptureFixture[str], root: Path) -> None:
+def test_savepoint_refuses_when_asked_or_when_there_is_nothing(
+    capsys: pytest.CaptureFixture[str], root: Path
+) -> None:
     catalog, _ = job_with_checkpoints(root, 1)
     code, _, err = run(capsys, "savepoint", "--dir", str(root), "--job", "orders", "--no-from-checkpoint")
     assert code == 1 and "--no-from-checkpoint refuses" in err and "'orders'" in err
@@ -263,7 +277,8 @@ def _serve_one(catalog: Catalog, *, stop: bool, fail: str | None = None) -> thre
                     channel.fail(request, generation=1, error=fail)
                     return
                 handle = catalog.create_savepoint(catalog.handle(catalog.latest()))  # type: ignore[arg-type]
-                channel.complete(request, generation=1, savepoint=handle.uri, batch_id=handle.metadata.batch_id)
+                channel.complete(request, generation=1, savepoint=handle.uri,
+                                 batch_id=handle.metadata.batch_id)
                 if stop:
                     write_status(catalog, state="stopped", savepoint_uri=handle.uri)
                 return
@@ -349,7 +364,8 @@ def test_commit_missing_module_says_so(capsys: pytest.CaptureFixture[str], root:
     monkeypatch.setitem(sys.modules, "airflow_sparkpoint.services.commit", None)
     code, _, err = run(capsys, "commit", "--dir", str(root), "--job", "orders")
     assert code == 1
-    assert "`sparkpoint commit` is not available in this installation: module airflow_sparkpoint.services.commit" in err
+    assert ("`sparkpoint commit` is not available in this installation: module "
+            "airflow_sparkpoint.services.commit" in err)
 
 
 def test_commit_calls_commit_pending(capsys: pytest.CaptureFixture[str], root: Path,
@@ -391,7 +407,8 @@ def test_commit_abort_generation_discards_green_and_is_refused_while_it_runs(
     assert AbortRecordingSink.aborted == []
 
     write_status(catalog, state="failed")
-    code, out, _ = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--abort-generation", "2", "--json")
+    code, out, _ = run(capsys, "commit", "--dir", str(root), "--job", "orders", "--abort-generation", "2",
+                       "--json")
     assert code == 0
     assert json.loads(out)["result"] == {"aborted": ["orders-b4-g2", "orders-b5-g2"]}
     assert AbortRecordingSink.aborted == ["orders-b4-g2", "orders-b5-g2"]
@@ -403,7 +420,8 @@ def test_commit_abort_generation_discards_green_and_is_refused_while_it_runs(
     assert code == 2 and "not allowed with argument" in err
 
 
-def test_demo_passes_its_arguments_through(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_demo_passes_its_arguments_through(capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[list[str]] = []
     fake = types.ModuleType("airflow_sparkpoint.demo")
     def demo_main(argv: list[str]) -> int:
@@ -500,7 +518,8 @@ def test_metrics_prints_prometheus_text_for_each_job(capsys: pytest.CaptureFixtu
     assert json.loads(out)["jobs"][0]["metrics"]["numberOfCompletedCheckpoints"] == 2
 
 
-def test_metrics_needs_a_job(capsys: pytest.CaptureFixture[str], root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_metrics_needs_a_job(capsys: pytest.CaptureFixture[str], root: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
     code, _, err = run(capsys, "metrics", "--dir", str(root))
     assert code == 2 and "--job is required" in err
     job_with_checkpoints(root, 1)
@@ -528,6 +547,7 @@ def test_verify_json_of_an_incomplete_checkpoint_prints_the_failure_and_records_
 
     doc = json.loads(out)
     assert code == 1 and doc["ok"] is False, (code, doc)
-    assert doc["uri"] == entry["uri"] and doc["kind"] is None and doc["batch_id"] is None and doc["checks"] == {}
+    assert (doc["uri"] == entry["uri"] and doc["kind"] is None and doc["batch_id"] is None
+            and doc["checks"] == {})
     assert "has no _metadata" in doc["error"] and doc["error"] in err
     assert sorted(p.name for p in (root / "orders" / "chk-9").iterdir()) == ["state"], "nothing recorded"

@@ -20,7 +20,8 @@ def test_cutover_list_names_blue_s_final_savepoint_and_the_rollback_s_return(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     catalog = Catalog(open_storage(str(tmp_path)), "orders")
     store = CutoverStore(catalog)
-    store.plan(CutoverPlan(CID, "orders", 1, f"{catalog.uri}/chk-3", 3, "orders-shadow", str(tmp_path / "shadow")))
+    store.plan(CutoverPlan(CID, "orders", 1, f"{catalog.uri}/chk-3", 3, "orders-shadow",
+                           str(tmp_path / "shadow")))
     store.agree(CID, 5, "1764370000001-0123abcd")
     savepoint = f"{catalog.uri}/savepoints/savepoint-6-1c2d3e4f"
     store.claim(CutoverClaim(CID, 2, 5, f"{catalog.uri}/chk-6", savepoint=savepoint))

@@ -29,7 +29,8 @@ def test_the_command_ends_with_its_output_flushed_and_its_exit_code(tmp_path: Pa
 
 
 def test_python_dash_m_runs_the_command_too(tmp_path: Path) -> None:
-    listed = subprocess.run([sys.executable, "-m", "airflow_sparkpoint.cli", "list", "--dir", str(tmp_path), "--job",
+    listed = subprocess.run([sys.executable, "-m", "airflow_sparkpoint.cli", "list", "--dir", str(tmp_path),
+                             "--job",
                              "orders", "--json"], capture_output=True, text=True, timeout=300, check=False)
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout)["savepoints"] == []

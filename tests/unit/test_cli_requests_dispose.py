@@ -51,7 +51,8 @@ def test_the_no_wait_id_is_listed_and_withdrawn(capsys: pytest.CaptureFixture[st
     code, out, _ = cli(capsys, root, "requests", "list")
     assert code == 0 and request_id in out and "pending" in out
 
-    code, out, err = cli(capsys, root, "requests", "withdraw", request_id, "--json", "--reason", "deploy cancelled")
+    code, out, err = cli(capsys, root, "requests", "withdraw", request_id, "--json", "--reason",
+                         "deploy cancelled")
     assert code == 0, err
     doc = json.loads(out)
     assert set(doc) == WITHDRAW_KEYS and doc["withdrawn"] is True and doc["state"] == "expired"
@@ -120,10 +121,12 @@ def test_dispose_keep_says_why_each_savepoint_beyond_the_limit_is_kept(capsys: p
     assert lines[0] == f"disposed {second}"
     assert lines[1] == "1 savepoint(s) disposed, 2 kept:", out
     assert f"kept {newest} (the newest)" in lines, out
-    assert f"kept {oldest} (the job's newest lineage starts from it: restore=latest may restart there)" in lines, out
+    assert (f"kept {oldest} (the job's newest lineage starts from it: restore=latest may restart there)"
+            in lines), out
 
 
-def test_dispose_older_than(capsys: pytest.CaptureFixture[str], root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dispose_older_than(capsys: pytest.CaptureFixture[str], root: Path,
+                            monkeypatch: pytest.MonkeyPatch) -> None:
     catalog, _ = job_with_checkpoints(root, 1)
     *old, newest = _savepoints(catalog, 3)
     later = time.time() + 7200
@@ -134,8 +137,9 @@ def test_dispose_older_than(capsys: pytest.CaptureFixture[str], root: Path, monk
     assert [e.uri for e in catalog.list_savepoints()] == [newest], "the newest savepoint is always kept"
 
 
-@pytest.mark.parametrize("argv", [["dispose"], ["dispose", "savepoints/x", "--keep", "2"], ["dispose", "--keep", "0"],
-                                  ["dispose", "--older-than", "soon"]])
+@pytest.mark.parametrize("argv",
+                         [["dispose"], ["dispose", "savepoints/x", "--keep", "2"], ["dispose", "--keep", "0"],
+                          ["dispose", "--older-than", "soon"]])
 def test_dispose_usage(capsys: pytest.CaptureFixture[str], root: Path, argv: list[str]) -> None:
     job_with_checkpoints(root, 1)
     code, _, _ = cli(capsys, root, *argv)

@@ -107,11 +107,13 @@ def test_gist_of_a_failed_spark_submit_names_the_exit_code_and_the_driver_error(
     assert gist(killed) == "spark-submit exited with -9 (SIGKILL)"
     raised = ("Cannot execute: spark-submit x.py. Error code is: 1.\nLast spark-submit output:\n"
               'File "keyed_totals.py", line 86, in stage\nraise RuntimeError(\n'
-              "RuntimeError: keyed_totals v2: simulated failure in batch 2 (--fail-after-batch 1)\nSQLSTATE: 39000")
+              "RuntimeError: keyed_totals v2: simulated failure in batch 2 "
+              "(--fail-after-batch 1)\nSQLSTATE: 39000")
     assert gist(raised) == ("spark-submit exited with 1: RuntimeError: keyed_totals v2: simulated failure in "
                             "batch 2 (--fail-after-batch 1)")
-    assert gist("deploy rolled back (green failed); blue was restored from file:///tmp/w/bg/savepoints/"
-                "savepoint-1-ab12\nmore") == "deploy rolled back (green failed); blue was restored from savepoint-1-ab12"
+    assert (gist("deploy rolled back (green failed); blue was restored from file:///tmp/w/bg/savepoints/"
+                 "savepoint-1-ab12\nmore")
+            == "deploy rolled back (green failed); blue was restored from savepoint-1-ab12")
     assert gist("x" * 200, limit=10) == "x" * 9 + "…"
     assert gist("") == ""
 
@@ -131,12 +133,13 @@ def test_snapshot_names_and_generation_origins() -> None:
 def _checkpoint(catalog: Catalog, checkpoint_id: int, batch: int, generation: int) -> SnapshotMetadata:
     """A checkpoint without files whose stats the demo's tables show (40 + id ms, 1300 of 9000 B copied)."""
     return put_checkpoint(catalog, {}, checkpoint_id=checkpoint_id, batch_id=batch, generation=generation,
-                          stats=SnapshotStats(duration_ms=40 + checkpoint_id, bytes_copied=1300, bytes_total=9000))
+                          stats=SnapshotStats(duration_ms=40 + checkpoint_id, bytes_copied=1300,
+                                              bytes_total=9000))
 
 
 def _status(catalog: Catalog, generation: int, state: str, **extra: object) -> None:
-    catalog.write_status({"job": catalog.job, "generation": generation, "state": state, "started_at": time.time(),
-                          "heartbeat_at": time.time(), **extra})
+    catalog.write_status({"job": catalog.job, "generation": generation, "state": state,
+                          "started_at": time.time(), "heartbeat_at": time.time(), **extra})
 
 
 def test_watcher_names_generations_by_role_and_remembers_retired_checkpoints(tmp_path: Path) -> None:
@@ -159,8 +162,9 @@ def test_watcher_names_generations_by_role_and_remembers_retired_checkpoints(tmp
     (tmp_path / "totals" / "chk-1" / "_metadata").unlink()  # retired by retention
     _status(catalog, 2, "failed", last_batch=1, error="[STREAM_FAILED] ... RuntimeError: simulated failure")
     line, _ = watcher.poll(catalog)
-    assert line == ("green (generation 2, from savepoint-2-x1): failed, confirmed batch 1, checkpoints chk-3: "
-                    "RuntimeError: simulated failure")
+    assert (line
+            == ("green (generation 2, from savepoint-2-x1): failed, confirmed batch 1, checkpoints chk-3: "
+                "RuntimeError: simulated failure"))
     assert [m.id for m in watcher.checkpoints_of("totals")] == [1, 3]
     assert watcher.states == {("totals", 1): "stopped", ("totals", 2): "failed"}
 
@@ -176,9 +180,10 @@ def test_record_tables_show_generations_checkpoints_and_delta_history(tmp_path: 
                               "airflow": {"dag_id": "quickstart", "task_id": "totals", "try_number": "1"}})
     catalog.claim_generation({"plan": "latest checkpoint file:///r/quickstart/chk-3 (batch 2)",
                               "airflow": {"dag_id": "quickstart", "task_id": "totals", "try_number": "2"}})
-    write_run_result(catalog, RunResult(status="finished", job="quickstart", generation=2, first_batch=3, last_batch=7,
-                                        committed_batches=(3, 4, 5, 6, 7),
-                                        restored_from="file:///r/quickstart/chk-3"))
+    write_run_result(catalog,
+                     RunResult(status="finished", job="quickstart", generation=2, first_batch=3, last_batch=7,
+                               committed_batches=(3, 4, 5, 6, 7),
+                               restored_from="file:///r/quickstart/chk-3"))
     roles = {1: "first try", 2: "retry"}
 
     lines = generation_table(catalog, roles.__getitem__, {("quickstart", 1): "running"}, t0)
@@ -186,7 +191,8 @@ def test_record_tables_show_generations_checkpoints_and_delta_history(tmp_path: 
     assert [line.split()[:3] for line in lines[2:]] == [["1", "first", "try"], ["2", "retry", "+0s"]]
     assert "empty state    died while running, no run result  " in lines[2]
     assert lines[2].endswith("quickstart.totals try 1")
-    assert lines[3].endswith("chk-3          finished, batches 3..7, committed [3, 4, 5, 6, 7]  quickstart.totals try 2")
+    assert lines[3].endswith("chk-3          finished, batches 3..7, committed [3, 4, 5, 6, 7]  "
+                             "quickstart.totals try 2")
 
     metas = [_checkpoint(catalog, i, i - 1, 2) for i in (4, 5)]
     records = {r.id: r for r in snapshot_records(catalog, "checkpoint")}
@@ -218,11 +224,14 @@ def test_delta_readers_parse_sparkpoint_commit_info_and_find_orphaned_staged_fil
     rows = pa.table({"user": ["u1"], "total": [5]})
     write_deltalake(str(table), rows)  # a commit that is not Sparkpoint's
     for batch, generation in ((1, 3), (0, 1)):
-        info = {"sparkpoint.job": "totals", "sparkpoint.batch": str(batch), "sparkpoint.generation": str(generation)}
-        write_deltalake(str(table), rows, mode="append", commit_properties=CommitProperties(custom_metadata=info))
+        info = {"sparkpoint.job": "totals", "sparkpoint.batch": str(batch),
+                "sparkpoint.generation": str(generation)}
+        write_deltalake(str(table), rows, mode="append",
+                        commit_properties=CommitProperties(custom_metadata=info))
 
     history = delta_history(table)
-    assert [(e["version"], e["batch"], e["generation"]) for e in history] == [(0, None, None), (1, 1, 3), (2, 0, 1)]
+    assert ([(e["version"], e["batch"], e["generation"]) for e in history]
+            == [(0, None, None), (1, 1, 3), (2, 0, 1)])
     assert delta_commits(table) == [{"job": "totals", "batch": 0, "generation": 1},
                                     {"job": "totals", "batch": 1, "generation": 3}]
     assert delta_history(tmp_path / "missing") == [] and delta_commits(tmp_path / "missing") == []
@@ -275,7 +284,8 @@ def test_kill_children_also_kills_an_orphan_whose_parent_exited_first() -> None:
 
     import psutil
 
-    done = subprocess.run([sys.executable, "-c", ORPHAN_SCRIPT], check=False, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", ORPHAN_SCRIPT], check=False, capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 0, done.stderr
     orphan = int(done.stdout.split()[0])
     try:

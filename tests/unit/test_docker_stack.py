@@ -439,7 +439,8 @@ def test_the_live_location_is_one_volume_at_the_same_path_for_drivers_and_execut
 ) -> None:
     from airflow_sparkpoint.runtime.config import require_local
 
-    work_dirs = {name: environment_of(services[name]).get("SPARKPOINT_WORK_DIR") for name in DRIVERS_AND_EXECUTORS}
+    work_dirs = {name: environment_of(services[name]).get("SPARKPOINT_WORK_DIR")
+                 for name in DRIVERS_AND_EXECUTORS}
     assert len(set(work_dirs.values())) == 1, f"services see different work dirs: {work_dirs}"
     work_dir = require_local(str(work_dirs["airflow-scheduler"]))  # the operator's own rule: capturable
     named_volumes = set(compose.get("volumes") or {})
@@ -448,7 +449,8 @@ def test_the_live_location_is_one_volume_at_the_same_path_for_drivers_and_execut
         for entry in services[name].get("volumes") or []:
             source, _, rest = str(entry).partition(":")
             target = rest.split(":")[0]
-            if source in named_volumes and (work_dir == target or work_dir.startswith(target.rstrip("/") + "/")):
+            if (source in named_volumes
+                and (work_dir == target or work_dir.startswith(target.rstrip("/") + "/"))):
                 mounts.append((source, target))
         assert len(mounts) == 1, f"{name}: {work_dir} is not on exactly one named volume: {mounts}"
         work_dirs[name] = str(mounts[0])

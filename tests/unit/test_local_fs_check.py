@@ -28,14 +28,16 @@ def test_every_spelling_of_a_raw_call_is_found_outside_the_layer(tmp_path: Path,
     package = _package(tmp_path, {
         "__init__.py": "",
         "storage/localfs.py": "import os\n\ndef remove(p):\n    os.unlink(p)\n",  # the home: not reported
-        "sinks/a.py": "import os\nimport shutil\n\nclass S:\n    def drop(self, p):\n        shutil.rmtree(p)\n"
-                      "        os.listdir(p)\n",
+        "sinks/a.py": "import os\nimport shutil\n\nclass S:\n    def drop(self, p):\n        "
+                      "shutil.rmtree(p)\n        os.listdir(p)\n",
         "runtime/b.py": "import os as o\nfrom shutil import move as mv\nfrom os import scandir\n\n"
                         "def f(p):\n    o.replace(p, p)\n    mv(p, p)\n    return list(scandir(p))\n",
-        "runtime/c.py": "import os\n\ndef g(p):\n    return os.path.join(p, 'x'), os.stat(p), 'a'.replace('a', 'b')\n",
+        "runtime/c.py": ("import os\n\ndef g(p):\n    return os.path.join(p, 'x'), os.stat(p), "
+                         "'a'.replace('a', 'b')\n"),
         "allowed.py": "import os\n\ndef tidy(p):\n    os.unlink(p)\n",
     })
-    monkeypatch.setattr(check, "ALLOWED", {("airflow_sparkpoint/allowed.py", "tidy", "os.unlink"): "its own temp"})
+    monkeypatch.setattr(check, "ALLOWED",
+                        {("airflow_sparkpoint/allowed.py", "tidy", "os.unlink"): "its own temp"})
     assert check.raw_calls(package) == [
         ("airflow_sparkpoint/allowed.py", 4, "tidy", "os.unlink"),
         ("airflow_sparkpoint/runtime/b.py", 6, "f", "os.replace"),
@@ -49,12 +51,14 @@ def test_every_spelling_of_a_raw_call_is_found_outside_the_layer(tmp_path: Path,
     assert found[0].startswith("airflow_sparkpoint/runtime/b.py:6: os.replace in f:"), found[0]
 
 
-def test_an_allowance_that_matches_no_call_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_allowance_that_matches_no_call_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     package = _package(tmp_path, {"__init__.py": "", "x.py": "import os\n"})
     monkeypatch.setattr(check, "ALLOWED", {("airflow_sparkpoint/x.py", "gone", "os.unlink"): "was a temp"})
     assert check.problems(package) == [
-        ("scripts/check_local_fs.py: ALLOWED names os.unlink in airflow_sparkpoint/x.py gone, which no longer calls "
-         "it; remove the entry")]
+        ("scripts/check_local_fs.py: ALLOWED names os.unlink in airflow_sparkpoint/x.py gone, which no "
+         "longer calls it; remove the entry")]
 
 
 def test_the_package_makes_no_raw_call_outside_the_layer() -> None:

@@ -76,7 +76,8 @@ def test_a_public_module_without_all_is_reported(tmp_path: Path, monkeypatch: py
     assert check.modules_without_all(package) == [package / "nested.py", package / "sub" / "missing.py"]
     monkeypatch.syspath_prepend(str(tmp_path))
     why = ": a public module without __all__ (declare its public names, or start its name with _)"
-    assert check.problems(package) == [f"{package / 'nested.py'}{why}", f"{package / 'sub' / 'missing.py'}{why}"]
+    assert (check.problems(package)
+            == [f"{package / 'nested.py'}{why}", f"{package / 'sub' / 'missing.py'}{why}"])
 
 
 def test_a_private_name_or_a_private_module_imported_from_elsewhere_is_reported(tmp_path: Path) -> None:
@@ -131,7 +132,8 @@ def test_an_import_of_a_test_module_or_conftest_is_reported(tmp_path: Path) -> N
 
 def test_no_test_module_imports_another_test_module() -> None:
     found = check.test_module_imports(REPO / "tests")
-    assert found == [], "\n".join(f"{path.relative_to(REPO)}:{line}: {module}" for path, line, module in found)
+    assert found == [], \
+        "\n".join(f"{path.relative_to(REPO)}:{line}: {module}" for path, line, module in found)
 
 
 def test_a_runtime_class_built_on_another_runtime_module_s_class_is_reported(tmp_path: Path) -> None:
@@ -140,10 +142,11 @@ def test_a_runtime_class_built_on_another_runtime_module_s_class_is_reported(tmp
         "runtime/__init__.py": "",
         "runtime/status.py": "class _Status: ...\nclass StateError(Exception): ...\n",
         "runtime/startup.py": "from sp_spread.runtime.status import _Status\nclass _Startup(_Status): ...\n",
-        "runtime/job.py": ("from sp_spread.runtime import startup\nfrom sp_spread.runtime.status import StateError\n"
-                           "class _Run(startup._Startup): ...\nclass Refused(StateError): ...\n"
+        "runtime/job.py": ("from sp_spread.runtime import startup\nfrom sp_spread.runtime.status import "
+                           "StateError\nclass _Run(startup._Startup): ...\nclass Refused(StateError): ...\n"
                            "class Local: ...\nclass Sub(Local): ...\n"),  # an error tree, one module: fine
-        "runtime/other.py": "from sp_spread.sinks.base import Sink\nclass Mine(Sink): ...\n",  # another package
+        # another package
+        "runtime/other.py": "from sp_spread.sinks.base import Sink\nclass Mine(Sink): ...\n",
     })
     assert check.spread_classes(package) == [
         (package / "runtime" / "job.py", 3, "_Run(startup._Startup)"),
@@ -161,10 +164,13 @@ def test_a_class_of_any_package_built_on_another_module_s_class_is_reported_unle
         "__init__.py": "",
         "storage/__init__.py": "",
         "storage/base.py": "class Storage: ...\nclass PrefixedStorage(Storage): ...\n",  # one module: fine
-        "storage/s3_client.py": "from sp_wide.storage.base import Storage\nclass S3Connection(Storage): ...\n",
-        "storage/s3.py": "from sp_wide.storage.s3_client import S3Connection\nclass S3Storage(S3Connection): ...\n",
+        "storage/s3_client.py": ("from sp_wide.storage.base import Storage\nclass "
+                                 "S3Connection(Storage): ...\n"),
+        "storage/s3.py": ("from sp_wide.storage.s3_client import S3Connection\nclass "
+                          "S3Storage(S3Connection): ...\n"),
         "checkpoints/__init__.py": "",
-        "checkpoints/layout.py": "from sp_wide.storage import base\nclass JobStore(base.PrefixedStorage): ...\n",
+        "checkpoints/layout.py": ("from sp_wide.storage import base\nclass "
+                                  "JobStore(base.PrefixedStorage): ...\n"),
     })
     assert check.spread_classes(package) == [
         (package / "checkpoints" / "layout.py", 2, "JobStore(base.PrefixedStorage)"),
@@ -193,13 +199,15 @@ def test_an_import_of_another_test_package_is_reported(tmp_path: Path) -> None:
         "support/__init__.py": "",
         "support/helpers.py": "from tests.chaos.harness import x\n",  # support shares nothing upward
         "chaos/__init__.py": "",
-        "chaos/harness.py": "from tests.chaos.cases import y\nfrom tests.support.helpers import z\n",  # own, support
+        # own, support
+        "chaos/harness.py": "from tests.chaos.cases import y\nfrom tests.support.helpers import z\n",
         "security/__init__.py": "",
         "security/test_s.py": "def test_s():\n    from tests.chaos.harness import write_inputs\n",  # lazy
         "unit/__init__.py": "",
         "unit/test_r.py": "import tests.chaos.record\n",
         "integration/__init__.py": "",
-        "integration/test_submit_deferred.py": "from tests.e2e.support import stack\n",  # allowed, with its reason
+        # allowed, with its reason
+        "integration/test_submit_deferred.py": "from tests.e2e.support import stack\n",
     })
     assert check.cross_package_test_imports(tests) == [
         (tests / "security" / "test_s.py", 2, "tests.chaos.harness"),
@@ -211,9 +219,12 @@ def test_an_import_of_another_test_package_is_reported(tmp_path: Path) -> None:
 def test_a_job_script_importing_more_than_the_job_author_s_api_is_reported(tmp_path: Path) -> None:
     files = {
         "dags/jobs/ok.py": ("from airflow_sparkpoint.runtime import SparkpointJob\n"
-                            "from airflow_sparkpoint.sinks import DeltaSink\nfrom airflow_sparkpoint import faults\n"),
-        "dags/jobs/bad.py": "def main():\n    from airflow_sparkpoint.checkpoints.run_result import result_line\n",
-        "tests/races/jobs/bad.py": "import airflow_sparkpoint.process_exit\nfrom airflow_sparkpoint import checkpoints\n",
+                            "from airflow_sparkpoint.sinks import DeltaSink\nfrom "
+                            "airflow_sparkpoint import faults\n"),
+        "dags/jobs/bad.py": ("def main():\n    from airflow_sparkpoint.checkpoints.run_result "
+                             "import result_line\n"),
+        "tests/races/jobs/bad.py": ("import airflow_sparkpoint.process_exit\nfrom airflow_sparkpoint "
+                                    "import checkpoints\n"),
         "tests/races/helper.py": "from airflow_sparkpoint.checkpoints import Catalog\n",  # no job script
         "tests/chaos/jobs/_chaosjob.py": "from airflow_sparkpoint.checkpoints import Catalog\n",  # allowed
     }
@@ -229,9 +240,11 @@ def test_a_job_script_importing_more_than_the_job_author_s_api_is_reported(tmp_p
 
 def test_no_test_package_imports_another_and_job_scripts_import_only_the_job_author_s_api() -> None:
     crossing = check.cross_package_test_imports(REPO / "tests")
-    assert crossing == [], "\n".join(f"{path.relative_to(REPO)}:{line}: {module}" for path, line, module in crossing)
+    assert crossing == [], \
+        "\n".join(f"{path.relative_to(REPO)}:{line}: {module}" for path, line, module in crossing)
     scripts = check.job_script_imports(REPO)
-    assert scripts == [], "\n".join(f"{path.relative_to(REPO)}:{line}: {module}" for path, line, module in scripts)
+    assert scripts == [], \
+        "\n".join(f"{path.relative_to(REPO)}:{line}: {module}" for path, line, module in scripts)
     for file, _module in check.CROSS_PACKAGE_ALLOWED:  # an exception whose file is gone is dropped
         assert (REPO / "tests" / file).is_file(), file
     for file in check.JOB_SCRIPTS_ALLOWED:
@@ -245,13 +258,16 @@ def test_an_exception_class_outside_the_error_tree_is_reported(tmp_path: Path,
         "exceptions.py": "class BaseErr(Exception): ...\nclass Sub(BaseErr): ...\n",  # the tree: fine
         "runtime/__init__.py": "",
         "runtime/a.py": "class Plain(ValueError): ...\n",  # a builtin's
-        "runtime/b.py": ("from sp_errors.exceptions import Sub\nclass Deeper(Sub): ...\n"  # the tree's, two down
+        # the tree's, two down
+        "runtime/b.py": ("from sp_errors.exceptions import Sub\nclass Deeper(Sub): ...\n"
                          "def f():\n    class Local(KeyError): ...\n"),  # inside a function too
         "operators/__init__.py": "",
-        "operators/c.py": "from airflow.sdk.exceptions import AirflowException\nclass Failed(AirflowException): ...\n",
+        "operators/c.py": ("from airflow.sdk.exceptions import AirflowException\nclass "
+                           "Failed(AirflowException): ...\n"),
         "services/__init__.py": "",
         # a record type named *Error is no exception, nor is a class built on it
-        "services/d.py": "class DriverError:\n    pass\nclass Detailed(DriverError): ...\nclass Fine(object): ...\n",
+        "services/d.py": ("class DriverError:\n    pass\nclass Detailed(DriverError): "
+                          "...\nclass Fine(object): ...\n"),
     })
     assert check.errors_outside_tree(package) == [
         (package / "operators" / "c.py", 2, "Failed"),

@@ -17,7 +17,8 @@ from _chaosjob import main
 def build(job: Any, events: Any) -> tuple[Any, Any, str]:
     from airflow_sparkpoint.sinks import DeltaSink
 
-    return events.dropDuplicates(["id"]), DeltaSink(job.arg("output"), mode="append", partition_by=["user"]), "append"
+    return (events.dropDuplicates(["id"]), DeltaSink(job.arg("output"), mode="append", partition_by=["user"]),
+            "append")
 
 
 if __name__ == "__main__":

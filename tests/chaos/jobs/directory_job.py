@@ -14,7 +14,8 @@ from _chaosjob import main, three_files
 def build(job: Any, events: Any) -> tuple[Any, Any, str]:
     from airflow_sparkpoint.sinks import DirectorySink
 
-    return three_files(events.dropDuplicates(["id"])), DirectorySink(job.arg("output"), format="json"), "append"
+    return (three_files(events.dropDuplicates(["id"])), DirectorySink(job.arg("output"), format="json"),
+            "append")
 
 
 if __name__ == "__main__":

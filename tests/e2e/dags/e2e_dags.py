@@ -69,7 +69,8 @@ def _params() -> dict[str, Param]:
         "output": Param("/nonexistent/output", type="string"),
         "checkpoint_dir": Param("/nonexistent/checkpoints", type="string"),
         "trigger": Param("availableNow", type="string"),
-        "retry_trigger": Param("", type="string", description="the trigger of tries after the first (default: trigger)"),
+        "retry_trigger": Param("", type="string",
+                               description="the trigger of tries after the first (default: trigger)"),
         "restore": Param("latest", type="string"),
         "files_per_batch": Param(1, type="integer"),
         "version": Param(1, type="integer", description="keyed_totals.py's --version"),
@@ -99,7 +100,8 @@ def _submit(conn_id: str, **kwargs: Any) -> SparkpointSubmitOperator:
         job_name="{{ params.job_name }}",
         checkpoint_dir="{{ params.checkpoint_dir }}",
         restore="{{ params.restore }}",
-        trigger="{{ params.retry_trigger if ti.try_number > 1 and params.retry_trigger else params.trigger }}",
+        trigger="{{ params.retry_trigger if ti.try_number > 1 and params.retry_trigger "
+                "else params.trigger }}",
         sparkpoint_conf={
             "control.pollInterval": "{{ params.poll_interval }}",
             "checkpoint.numRetained": "{{ params.num_retained }}",
@@ -118,7 +120,8 @@ def _dag(dag_id: str, doc: str) -> DAG:
 
 with _dag("e2e_submit", "A checkpointed job on local[2]; a killed try is retried twice.") as submit_dag:
     _submit("spark_default", retries=2,
-            env_vars={"SPARKPOINT_TEST_FAULT": "{{ params.fault if ti.try_number == params.fault_try else '' }}"})
+            env_vars={"SPARKPOINT_TEST_FAULT": ("{{ params.fault if ti.try_number == "
+                                                "params.fault_try else '' }}")})
 
 with _dag("e2e_stream", "A checkpointed (streaming) job on local[2]; no retry.") as stream_dag:
     _submit("spark_default", retries=0)
@@ -127,7 +130,8 @@ with _dag("e2e_detached", "A job whose driver outlives its task (own session).")
     _submit("spark_default", retries=0,
             env_vars={"PATH": f"{WRAPPERS}{os.pathsep}{os.environ.get('PATH', os.defpath)}"})
 
-with _dag("e2e_deferred", "A deferrable job: its driver runs detached, a trigger follows it.") as deferred_dag:
+with _dag("e2e_deferred",
+          "A deferrable job: its driver runs detached, a trigger follows it.") as deferred_dag:
     _submit("spark_default", retries=0, deferrable=True)
 
 with DAG(
@@ -146,7 +150,8 @@ with DAG(
 with _dag("e2e_cluster", "A checkpointed job on the Spark standalone cluster.") as cluster_dag:
     _submit("spark_cluster", retries=2)
 
-with _dag("e2e_cluster_mode", "deploy_mode=cluster through a fake cluster manager (tests/e2e/fakes).") as mode_dag:
+with _dag("e2e_cluster_mode",
+          "deploy_mode=cluster through a fake cluster manager (tests/e2e/fakes).") as mode_dag:
     _submit("spark_fake_cluster", retries=0)
 
 with DAG(
@@ -175,7 +180,8 @@ WATCHED_JOB = "e2e_watched"
 #: the watched job's table: fixed per stack (the DAG file is parsed with the stack's environment)
 STACK_HOME = Path(os.environ.get("SPARKPOINT_E2E_LOGS", "/nonexistent/e2e-logs")).parent
 WATCHED_TABLE = STACK_HOME / "watched-table"
-watched_table = sink_asset({"kind": "delta", "uri": str(WATCHED_TABLE), "mode": "merge", "keys": ["user"]}, watchers=[
+watched_sink = {"kind": "delta", "uri": str(WATCHED_TABLE), "mode": "merge", "keys": ["user"]}
+watched_table = sink_asset(watched_sink, watchers=[
     AssetWatcher(name="e2e_watched_commits", trigger=SparkpointCommitTrigger(
         job_name=WATCHED_JOB, sparkpoint_conn_id="sparkpoint_default", poll_interval=1)),
 ])
@@ -212,7 +218,8 @@ deployed_savepoints = savepoints_asset(DEPLOYED_JOB, checkpoint_dir=str(STACK_HO
 ])
 
 on_deployed_commits_dag = _on_asset(
-    "e2e_on_deployed_commits", "Runs after job e2e_deployed committed new batches to its table.", deployed_table)
+    "e2e_on_deployed_commits", "Runs after job e2e_deployed committed new batches to its table.",
+    deployed_table)
 deploy_on_savepoint_dag = _on_asset(
     "e2e_deploy_on_savepoint",
     "Runs after job e2e_deployed completed a new savepoint; returns what a deploy would restore.",

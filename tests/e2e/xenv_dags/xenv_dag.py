@@ -38,9 +38,10 @@ with DAG(dag_id="xenv_submit", schedule=None, start_date=datetime(2026, 1, 1), c
         conn_id="spark_default",
         sparkpoint_conn_id="sparkpoint_default",
         application=JOB,
-        application_args=["--input={{ params.input }}", "--output={{ params.output }}", "--files-per-batch=1"],
-        conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1",
-              "spark.log.level": "WARN"},
+        application_args=["--input={{ params.input }}", "--output={{ params.output }}",
+                          "--files-per-batch=1"],
+        conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+              "spark.driver.host": "127.0.0.1", "spark.log.level": "WARN"},
         job_name="{{ params.job_name }}",
         restore="{{ params.restore }}",
         trigger="{{ params.trigger }}",
@@ -53,5 +54,6 @@ with DAG(dag_id="xenv_submit", schedule=None, start_date=datetime(2026, 1, 1), c
 if __name__ == "__main__":
     run = dag.test(run_conf=json.loads(sys.argv[1]))
     (ti,) = run.get_task_instances()
-    print("XENV_RESULT " + json.dumps({"run": str(run.state), "task": str(ti.state), "try_number": ti.try_number}),
+    print("XENV_RESULT "
+          + json.dumps({"run": str(run.state), "task": str(ti.state), "try_number": ti.try_number}),
           flush=True)

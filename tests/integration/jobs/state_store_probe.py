@@ -22,7 +22,8 @@ def main(job: SparkpointJob) -> None:
     spec.loader.exec_module(quickstart)
     quickstart.main(job)
     store = job.spark.sparkContext._jvm.org.apache.spark.sql.execution.streaming.state.StateStore
-    print("STATE_STORES " + json.dumps({"maintenance_running": bool(store.isMaintenanceRunning())}), flush=True)
+    print("STATE_STORES " + json.dumps({"maintenance_running": bool(store.isMaintenanceRunning())}),
+          flush=True)
 
 
 if __name__ == "__main__":

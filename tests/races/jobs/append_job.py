@@ -29,7 +29,8 @@ def append(job: Any) -> None:
     if max_files > 0:
         reader = reader.option("maxFilesPerTrigger", max_files)
     events = reader.json(job.arg("input"))
-    job.run(events.dropDuplicates(["id"]), sink=DeltaSink(job.arg("output"), mode="append"), output_mode="append")
+    job.run(events.dropDuplicates(["id"]), sink=DeltaSink(job.arg("output"), mode="append"),
+            output_mode="append")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ def conf_dump(job: Any) -> None:
     }
     with open(job.arg("dump"), "w", encoding="utf-8") as handle:
         json.dump(dump, handle)
-    events = spark.readStream.schema("id long, user string").option("maxFilesPerTrigger", 1).json(job.arg("input"))
+    events = (spark.readStream.schema("id long, user string").option("maxFilesPerTrigger", 1)
+              .json(job.arg("input")))
     job.run(events, sink=DirectorySink(job.arg("output"), format="json"), output_mode="append")
 
 

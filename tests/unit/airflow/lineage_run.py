@@ -26,7 +26,8 @@ def main() -> None:
     confirm(catalog, transaction_record(sink, 0, job=job), transaction_record(sink, 1, job=job))
     with new_dag("lineage") as dag:
         commit = SparkpointCommitOperator(task_id="commit", job_name=job, checkpoint_dir=root, sink=sink)
-        submit = SparkpointSubmitOperator(task_id="submit", application="/nonexistent/job.py", conn_id="spark_default",
+        submit = SparkpointSubmitOperator(task_id="submit", application="/nonexistent/job.py",
+                                          conn_id="spark_default",
                                           job_name=job, checkpoint_dir=root, sink=sink,
                                           conf={"spark.sql.shuffle.partitions": "2"})
         commit >> submit

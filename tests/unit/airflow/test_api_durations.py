@@ -27,8 +27,8 @@ def _airflow(airflow_home: Path) -> Iterator[None]:
 def _submit(root: str, **kwargs: Any) -> Any:
     from airflow_sparkpoint.operators import SparkpointSubmitOperator
 
-    return SparkpointSubmitOperator(task_id="t", job_name="orders", checkpoint_dir=root, application="/app.py",
-                                    **kwargs)
+    return SparkpointSubmitOperator(task_id="t", job_name="orders", checkpoint_dir=root,
+                                    application="/app.py", **kwargs)
 
 
 @pytest.mark.parametrize("value", FORMS)
@@ -70,8 +70,8 @@ def test_savepoint_commit_health_sensor_trigger_every_form(root: str, value: Any
     from airflow_sparkpoint.triggers import SparkpointCheckpointTrigger
 
     common = {"job_name": "orders", "checkpoint_dir": root}
-    sp = SparkpointSavepointOperator(task_id="sp", timeout=value, poll_interval=value, max_heartbeat_age=value,
-                                     max_age=value, **common)
+    sp = SparkpointSavepointOperator(task_id="sp", timeout=value, poll_interval=value,
+                                     max_heartbeat_age=value, max_age=value, **common)
     assert (sp.timeout, sp.poll_interval, sp.max_heartbeat_age, sp.max_age) == (30.0,) * 4
     commit = SparkpointCommitOperator(task_id="c", max_heartbeat_age=value, **common)
     assert commit.max_heartbeat_age == 30.0

@@ -62,10 +62,12 @@ def test_the_commit_step_emits_one_event_when_it_committed_and_none_when_it_did_
     step()  # nothing new: batch 2 is still unconfirmed
     assert len(asset_events(uri)) == 1
 
-    confirm(catalog, transaction_record(sink, 3, job=JOB))  # batch 2 can never be confirmed now: aborted; batch 3 committed
+    # batch 2 can never be confirmed now: aborted; batch 3 committed
+    confirm(catalog, transaction_record(sink, 3, job=JOB))
     step()
     events = asset_events(uri)
-    assert len(events) == 2 and events[-1]["committed_batches"] == [3] and events[-1]["sink_version"] == 103, events
+    assert (len(events) == 2 and events[-1]["committed_batches"] == [3]
+            and events[-1]["sink_version"] == 103), events
     assert sink.world["aborted"] == [f"{JOB}-b2-g1"]
 
 
@@ -95,13 +97,16 @@ def test_the_operators_declare_their_alias_outlet_and_a_drill_declares_none(root
     )
 
     with new_dag("outlets") as dag:
-        submit = SparkpointSubmitOperator(task_id="submit", application="job.py", job_name=JOB, checkpoint_dir=root,
+        submit = SparkpointSubmitOperator(task_id="submit", application="job.py", job_name=JOB,
+                                          checkpoint_dir=root,
                                           sink={"kind": "delta", "uri": "s3://lake-bucket/t"})
-        quiet = SparkpointCommitOperator(task_id="quiet", job_name=JOB, checkpoint_dir=root, emit_asset_events=False)
-        drill = SparkpointVerifyOperator(task_id="drill", application="job.py", job_name=JOB, checkpoint_dir=root,
-                                         output_args={"--output": "{scratch}/out"})
+        quiet = SparkpointCommitOperator(task_id="quiet", job_name=JOB, checkpoint_dir=root,
+                                         emit_asset_events=False)
+        drill = SparkpointVerifyOperator(task_id="drill", application="job.py", job_name=JOB,
+                                         checkpoint_dir=root, output_args={"--output": "{scratch}/out"})
     assert submit.outlets == [AssetAlias(f"sparkpoint:{dag.dag_id}.submit")]
     assert quiet.outlets == [] and drill.outlets == [] and drill.declared_output() is None
     with pytest.raises(ConfigError, match="sets sink itself"):
         SparkpointVerifyOperator(task_id="x", application="job.py", job_name=JOB, checkpoint_dir=root,
-                                 output_args={"--output": "{scratch}/out"}, sink={"kind": "delta", "uri": "/t"})
+                                 output_args={"--output": "{scratch}/out"},
+                                 sink={"kind": "delta", "uri": "/t"})

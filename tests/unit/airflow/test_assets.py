@@ -312,14 +312,16 @@ def test_the_example_savepoint_dag_takes_the_savepoint_of_an_operators_event_as_
 
     from airflow_sparkpoint.assets import savepoint_extra
 
-    example = runpy.run_path(str(Path(__file__).resolve().parents[3] / "dags" / "example_sparkpoint_assets.py"))
+    dags = Path(__file__).resolve().parents[3] / "dags"
+    example = runpy.run_path(str(dags / "example_sparkpoint_assets.py"))
     newest = example["on_savepoint"].task_dict["newest_savepoint"].python_callable
 
     class Event:
         def __init__(self, extra: dict[str, Any]) -> None:
             self.extra = extra
 
-    operator = Event(savepoint_extra(job="sensor_alerts", generation=3, savepoint_uri="file:///sp/savepoint-7-a",
+    operator = Event(savepoint_extra(job="sensor_alerts", generation=3,
+                                     savepoint_uri="file:///sp/savepoint-7-a",
                                      batch_id=9, source="savepoint"))
     watcher = Event({"from_trigger": True, "payload": {
         "kind": "savepoint", "job": "sensor_alerts", "generation": 3, "batch": 9, "checkpoint_id": 7,
@@ -341,7 +343,8 @@ def _savepoint_poll(catalog: Catalog, cursor: Mapping[str, Any] | None) -> tuple
     counting = CountingStorage(catalog.storage)
     position = SparkpointSavepointTrigger(job_name=JOB, checkpoint_dir="unused").position(
         Catalog(counting, catalog.job), dict(cursor) if cursor is not None else None)
-    return position, [key.split("/")[-2] for op, key in counting.log if op == "get" and key.endswith("/_metadata")]
+    return (position,
+            [key.split("/")[-2] for op, key in counting.log if op == "get" and key.endswith("/_metadata")])
 
 
 def test_a_savepoint_directory_without_metadata_does_not_make_every_poll_read_every_savepoint(
@@ -412,7 +415,8 @@ def test_a_cursor_of_the_previous_release_does_not_announce_old_savepoints_again
     monkeypatch.setattr(watches, "MAX_KNOWN_SAVEPOINTS", 4)
     watcher = assets.SparkpointSavepointTrigger(job_name=JOB, checkpoint_dir="unused")
     catalog.claim_generation()
-    made = [catalog.create_savepoint(catalog.handle(put_checkpoint(catalog, generation=1)), generation=1) for _ in range(7)]
+    made = [catalog.create_savepoint(catalog.handle(put_checkpoint(catalog, generation=1)), generation=1)
+            for _ in range(7)]
     old_cursor = {"known": [handle.uri.rsplit("/", 1)[-1] for handle in made[-4:]]}
 
     position, _ = _savepoint_poll(catalog, old_cursor)

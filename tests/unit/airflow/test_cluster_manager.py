@@ -42,7 +42,8 @@ def test_yarn_kill_is_a_put_of_killed_and_only_while_it_runs() -> None:
         handle = ClusterHandle(YarnManager(rm.url), APP)
         assert handle.active() and not handle.gone()
         assert handle.kill() == f"killed YARN application {YARN_APP} (HTTP 202)"
-        assert [r[1:3] for r in rm.kills()] == [(f"/ws/v1/cluster/apps/{YARN_APP}/state", {"state": "KILLED"})]
+        assert ([r[1:3] for r in rm.kills()]
+                == [(f"/ws/v1/cluster/apps/{YARN_APP}/state", {"state": "KILLED"})])
         assert handle.gone() and not handle.active()
         assert handle.kill().startswith("not killed:") and len(rm.kills()) == 1
 

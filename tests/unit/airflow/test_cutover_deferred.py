@@ -50,7 +50,8 @@ class FakeTI:
 # ---------------------------------------------------------------------------- blue and green
 
 
-def blue_runs(catalog: Catalog, batch: int, *, state: str = "running", heartbeat_at: float | None = None) -> None:
+def blue_runs(catalog: Catalog, batch: int, *, state: str = "running",
+              heartbeat_at: float | None = None) -> None:
     now = time.time()
     catalog.write_status(JobStatus(JOB, 1, state, now - 60, now if heartbeat_at is None else heartbeat_at,
                                    last_batch=batch, host="elsewhere", pid=1).to_json())
@@ -118,8 +119,8 @@ def green_commits(catalog: Catalog, sink: FakeSink, adoption: Any) -> None:
 def trigger(root: str, cid: str, position: DrivePosition, **kw: Any) -> Any:
     from airflow_sparkpoint.triggers.cutover import SparkpointCutoverTrigger
 
-    return SparkpointCutoverTrigger(job_name=JOB, cutover_id=cid, position=position.to_json(), checkpoint_dir=root,
-                                    task=kw.pop("task", TASK), **kw)
+    return SparkpointCutoverTrigger(job_name=JOB, cutover_id=cid, position=position.to_json(),
+                                    checkpoint_dir=root, task=kw.pop("task", TASK), **kw)
 
 
 @pytest.fixture()
@@ -214,18 +215,21 @@ def test_the_trigger_yields_at_each_step_and_only_then(catalog: Catalog, root: s
     assert isinstance(claim, DrivePosition) and claim.phase == "claim" and claim.checkpoint
     adoption: list[Any] = []
     sleeps.clear()
-    event = event_after(trigger(root, cid, claim), sleeps, 3, lambda: adoption.append(green_claims(catalog, sink, cid)))
+    event = event_after(trigger(root, cid, claim), sleeps, 3,
+                        lambda: adoption.append(green_claims(catalog, sink, cid)))
     assert (event["action"], event["phase"]) == ("claimed", "claim")
 
     commit = driver.advance(claim, driver.look(claim, time.time()), time.time())
     assert isinstance(commit, DrivePosition) and (commit.phase, commit.green_generation) == ("commit", 2)
     sleeps.clear()
-    event = event_after(trigger(root, cid, commit), sleeps, 3, lambda: green_commits(catalog, sink, adoption[0]))
+    event = event_after(trigger(root, cid, commit), sleeps, 3,
+                        lambda: green_commits(catalog, sink, adoption[0]))
     assert (event["action"], event["phase"]) == ("committed", "commit")
 
 
-def test_the_trigger_respects_the_phase_bound_and_the_task_deadline(catalog: Catalog, root: str, tmp_path: Path,
-                                                                    sleeps: list[float]) -> None:
+def test_the_trigger_respects_the_phase_bound_and_the_task_deadline(
+    catalog: Catalog, root: str, tmp_path: Path, sleeps: list[float]
+) -> None:
     cid = planned(catalog, tmp_path)
     now = time.time()
     event = event_after(trigger(root, cid, DrivePosition("warmup", now + 0.4, now)), sleeps, 0)
@@ -236,7 +240,8 @@ def test_the_trigger_respects_the_phase_bound_and_the_task_deadline(catalog: Cat
 
     sleeps.clear()
     now = time.time()
-    event = event_after(trigger(root, cid, DrivePosition("warmup", now + 600, now), deadline=now + 0.3), sleeps, 0)
+    event = event_after(trigger(root, cid, DrivePosition("warmup", now + 600, now), deadline=now + 0.3),
+                        sleeps, 0)
     assert event["status"] == "timeout" and "execution_timeout" in event["message"]
     assert max(sleeps) <= 0.3 + 1e-6, sleeps
 
@@ -382,7 +387,8 @@ def test_execute_defers_and_each_resume_acts_in_the_worker_to_green_s_first_comm
     context = {"ti": FakeTI()}
     trig, resume = deferred(lambda: op.execute(context))
     assert trig["position"]["phase"] == "warmup" and trig["task"]["task_id"] == "cutover"
-    assert time.time() + 3500 < trig["deadline"] <= time.time() + 3600 and resume["deadline"] == trig["deadline"]
+    assert (time.time() + 3500 < trig["deadline"] <= time.time() + 3600
+            and resume["deadline"] == trig["deadline"])
     assert trig["poll_interval"] == 10.0  # the operator's 2 s, raised to the triggers' floor
     assert CutoverStore(catalog).read(cid).agreed is None
 
@@ -476,7 +482,8 @@ def test_a_malformed_event_is_refused_and_deferrable_defaults_to_the_airflow_set
     cid = planned(catalog, tmp_path)
     op = operator(root, cid)
     with pytest.raises(AirflowException, match="is not this cutover's"):
-        op.execute_complete({"ti": FakeTI()}, {"status": "look", "cutover_id": "other"}, position={}, deadline=None)
+        op.execute_complete({"ti": FakeTI()}, {"status": "look", "cutover_id": "other"}, position={},
+                            deadline=None)
     assert CutoverStore(catalog).read(cid).step == "planned"
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "true")
     assert operator(root, cid, deferrable=None).deferrable is True
@@ -503,7 +510,8 @@ def test_a_task_resumed_after_green_s_claim_does_not_call_off_even_past_every_bo
     trig, resume = deferred(lambda: op.execute(context))  # the retry: waits for green's first commit
     assert trig["position"]["phase"] == "commit", trig["position"]
     time.sleep(0.6)  # its bound passed too
-    event = {"status": "look", "cutover_id": cid, "phase": "commit", "action": "uncommitted", "message": "bound"}
+    event = {"status": "look", "cutover_id": cid, "phase": "commit", "action": "uncommitted",
+             "message": "bound"}
     outcome = op.execute_complete(context, event, **resume)
     assert (outcome["step"], outcome["after_batch"], outcome["green_generation"]) == ("claimed", 7, 2)
     state = CutoverStore(catalog).read(cid)

@@ -59,8 +59,10 @@ def test_before_3_3_a_cancelled_copy_of_a_trigger_that_fired_does_not_call_off(
     agreed = CutoverStore(catalog).agree(cid, 7, stop.request_id)
     now = time.time()
     position = DrivePosition("stop", agreed.at + 600, now, 7, stop.request_id)
-    copy = SparkpointCutoverTrigger(job_name=JOB, cutover_id=cid, position=position.to_json(), checkpoint_dir=root,
-                                    task=TASK, poll_interval=3600)  # the other copy's look: before blue stopped
+    copy = SparkpointCutoverTrigger(job_name=JOB, cutover_id=cid, position=position.to_json(),
+                                    checkpoint_dir=root,
+                                    # the other copy's look: before blue stopped
+                                    task=TASK, poll_interval=3600)
 
     async def state_of(*_args: Any) -> str:
         return state  # the first copy fired; its event resumed the task

@@ -49,12 +49,14 @@ def requirements() -> dict[str, Requirement]:
 def test_the_installed_environment_satisfies_every_bound() -> None:
     for name, req in requirements().items():
         installed = importlib.metadata.version(name)
-        assert req.specifier.contains(installed, prereleases=True), f"{name} {installed} is outside {req.specifier}"
+        assert req.specifier.contains(installed, prereleases=True), \
+            f"{name} {installed} is outside {req.specifier}"
 
 
 def test_airflow_31_is_refused_it_lacks_the_task_sdk_names_the_package_imports() -> None:
     spec = requirements()["apache-airflow"].specifier
-    assert not spec.contains("3.1.8"), f"apache-airflow{spec} admits 3.1, whose Task SDK lacks airflow.sdk.conf"
+    assert not spec.contains("3.1.8"), \
+        f"apache-airflow{spec} admits 3.1, whose Task SDK lacks airflow.sdk.conf"
     assert spec.contains("3.2.0") and not spec.contains("4.0.0")
     import airflow.sdk.exceptions as sdk_exceptions
     from airflow.sdk import conf  # noqa: F401 - the names the package imports exist here

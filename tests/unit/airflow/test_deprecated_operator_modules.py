@@ -10,7 +10,8 @@ import pytest
 
 
 @pytest.mark.parametrize(("former", "homes"), [
-    ("airflow_sparkpoint.operators.runs", ("services.runs", "services.retry", "services.submit", "services.processes")),
+    ("airflow_sparkpoint.operators.runs",
+     ("services.runs", "services.retry", "services.submit", "services.processes")),
     ("airflow_sparkpoint.operators.submit_dir", ("services.submit_dir",)),
 ])
 def test_the_former_module_is_a_deprecated_alias(former: str, homes: tuple[str, ...]) -> None:
@@ -21,5 +22,6 @@ def test_the_former_module_is_a_deprecated_alias(former: str, homes: tuple[str, 
         alias = importlib.import_module(former)
     for name in alias.__all__:
         assert any(getattr(module, name, None) is getattr(alias, name) for module in modules), name
-    assert {"find_claim", "TaskRecord", "signal_tree"} <= set(alias.__all__) or "open_submit_dir" in alias.__all__, \
+    assert ({"find_claim", "TaskRecord", "signal_tree"} <= set(alias.__all__)
+            or "open_submit_dir" in alias.__all__), \
         alias.__all__

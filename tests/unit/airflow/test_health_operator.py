@@ -49,7 +49,8 @@ def run_check(root: Path, **thresholds: Any) -> tuple[str, list[str], Any]:
     alerts: list[str] = []
     with DAG(dag_id=f"health_{time.monotonic_ns()}", schedule=None, start_date=datetime(2026, 1, 1)) as dag:
         SparkpointHealthCheckOperator(task_id="health", job_name="orders", checkpoint_dir=str(root),
-                                      on_failure_callback=lambda ctx: alerts.append(str(ctx.get("exception"))),
+                                      on_failure_callback=lambda ctx: alerts.append(
+                                          str(ctx.get("exception"))),
                                       **thresholds)
     from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.dag_processing.collection import update_dag_parsing_results_in_db
@@ -80,7 +81,8 @@ def test_a_healthy_job_passes_and_returns_its_figures(tmp_path: Path) -> None:
     ("break_it", "thresholds", "message"),
     [
         ("old", {"max_checkpoint_age": timedelta(minutes=10)}, "s old (max 600 s)"),
-        ("failing", {"max_failure_ratio": 0.2, "failure_window": 5}, "3 of the last 5 checkpoint attempts failed"),
+        ("failing", {"max_failure_ratio": 0.2, "failure_window": 5},
+         "3 of the last 5 checkpoint attempts failed"),
         ("dead", {"max_heartbeat_age": timedelta(minutes=2)}, "s old (max 120 s): the driver died or hangs"),
     ],
 )
@@ -111,8 +113,10 @@ def test_thresholds_are_checked_when_the_dag_is_parsed() -> None:
 
     with pytest.raises(ConfigError, match="needs at least one of"):
         SparkpointHealthCheckOperator(task_id="h", job_name="orders", checkpoint_dir="/x")
-    # Neither checkpoint_dir nor a connection: the default connection (tests/unit/airflow/test_api_defaults.py).
-    assert SparkpointHealthCheckOperator(task_id="h", job_name="orders", max_heartbeat_age=60).sparkpoint_conn_id \
+    # Neither checkpoint_dir nor a connection: the default connection
+    # (tests/unit/airflow/test_api_defaults.py).
+    assert SparkpointHealthCheckOperator(task_id="h", job_name="orders",
+                                         max_heartbeat_age=60).sparkpoint_conn_id \
         == "sparkpoint_default"
 
 
@@ -123,7 +127,8 @@ def test_the_example_dag_alerts_on_a_dead_job(tmp_path: Path, caplog: pytest.Log
     catalog = healthy(tmp_path)
     write_status(catalog, "failed", error="executor lost")
     # The DAG reads its storage from the sparkpoint_default connection, as a deployment does.
-    monkeypatch.setenv("AIRFLOW_CONN_SPARKPOINT_DEFAULT", json.dumps({"conn_type": "sparkpoint", "host": str(tmp_path)}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARKPOINT_DEFAULT",
+                       json.dumps({"conn_type": "sparkpoint", "host": str(tmp_path)}))
     dag = DagBag(str(REPO / "dags" / "example_sparkpoint_health.py")).get_dag("example_sparkpoint_health")
     assert dag is not None
     run = dag.test(run_conf={"job_name": "orders"})
@@ -189,5 +194,6 @@ def test_the_metrics_and_the_health_check_read_no_savepoint(tmp_path: Path) -> N
     assert {k: v for k, v in metric_values(light).items() if k not in ages} == \
         {k: v for k, v in metric_values(whole).items() if k not in ages}
     assert light.savepoints == () and light.checkpoints == whole.checkpoints
-    report, whole_report = check_health(light, max_checkpoint_age=600), check_health(whole, max_checkpoint_age=600)
+    report, whole_report = (check_health(light, max_checkpoint_age=600),
+                            check_health(whole, max_checkpoint_age=600))
     assert (report.healthy, report.problems) == (whole_report.healthy, whole_report.problems)

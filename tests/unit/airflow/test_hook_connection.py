@@ -34,9 +34,10 @@ def conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: Any) -> None:
 def test_form_fields_are_read_from_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_sparkpoint.hooks import SparkpointHook
 
-    conn(monkeypatch, "sp_form", conn_type="sparkpoint", host="s3://bucket/sp", login="AKIAFORM", password="pw",
-         extra={"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1", "jobs": "orders, sessions ,",
-                "pyspark_python": "/opt/py/bin/python"})
+    conn(monkeypatch, "sp_form", conn_type="sparkpoint", host="s3://bucket/sp", login="AKIAFORM",
+         password="pw",
+         extra={"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1",
+                "jobs": "orders, sessions ,", "pyspark_python": "/opt/py/bin/python"})
     hook = SparkpointHook("sp_form")
     assert hook.storage_uri == "s3://bucket/sp"
     assert hook.storage_options == {"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1",
@@ -57,7 +58,8 @@ def test_aws_conn_id_credentials_come_through_aws_base_hook(monkeypatch: pytest.
     conn(monkeypatch, "aws_sp", conn_type="aws", login="AKIAFROMAWS", password=SECRET,
          extra={"aws_session_token": "tok-123", "region_name": "ap-south-1",
                 "endpoint_url": "http://127.0.0.1:9001"})
-    conn(monkeypatch, "sp_aws", conn_type="sparkpoint", host="s3://bucket/sp", extra={"aws_conn_id": "aws_sp"})
+    conn(monkeypatch, "sp_aws", conn_type="sparkpoint", host="s3://bucket/sp",
+         extra={"aws_conn_id": "aws_sp"})
     calls: list[str] = []
     original = AwsBaseHook.get_credentials
 
@@ -83,11 +85,14 @@ def test_aws_conn_id_credentials_come_through_aws_base_hook(monkeypatch: pytest.
 def test_without_credentials_boto3s_default_chain_applies(monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_sparkpoint.hooks import SparkpointHook
 
-    conn(monkeypatch, "sp_chain", conn_type="sparkpoint", host="s3://bucket/sp", extra={"region_name": "us-east-1"})
+    conn(monkeypatch, "sp_chain", conn_type="sparkpoint", host="s3://bucket/sp",
+         extra={"region_name": "us-east-1"})
     assert SparkpointHook("sp_chain").storage_options == {"region_name": "us-east-1"}
 
 
-def test_aws_conn_id_without_the_amazon_provider_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_aws_conn_id_without_the_amazon_provider_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
     from airflow_sparkpoint.hooks import SparkpointHook
 
     monkeypatch.setitem(sys.modules, "airflow.providers.amazon.aws.hooks.base_aws", None)
@@ -143,7 +148,8 @@ def test_the_commit_step_uses_the_sink_the_connection_declares_unless_the_operat
     catalog = Catalog(open_storage(root), JOB)
     checkpoint_at(catalog, 3)
     other = DirectorySink(str(tmp_path / "elsewhere"), "json")
-    record = transaction_record(other, 1, 1, {"staging": f"_staging/{layout.txn_id(JOB, 1, 1)}", "files": []}, job=JOB)
+    record = transaction_record(other, 1, 1, {"staging": f"_staging/{layout.txn_id(JOB, 1, 1)}", "files": []},
+                                job=JOB)
     catalog.put_transaction(record)
 
     commit = SparkpointCommitOperator(task_id="commit", job_name=JOB, sparkpoint_conn_id="sp_declared")

@@ -25,7 +25,9 @@ def _airflow(airflow_home: Path) -> None:
     return None
 
 
-def test_the_hook_reads_pending_transactions_their_staged_rows_and_the_published_table(tmp_path: Path) -> None:
+def test_the_hook_reads_pending_transactions_their_staged_rows_and_the_published_table(
+    tmp_path: Path
+) -> None:
     from airflow_sparkpoint.hooks import SparkpointHook
 
     root, table = tmp_path / "checkpoints", str(tmp_path / "table")

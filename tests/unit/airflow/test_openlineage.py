@@ -24,7 +24,8 @@ def test_dataset_names_follow_airflows_asset_converters(airflow_home: Path) -> N
 
     assert lineage.dataset_name("s3://lake-bucket/tables/orders") == ("s3://lake-bucket", "tables/orders")
     assert lineage.dataset_name("file:///data/out") == ("file", "/data/out")
-    assert lineage.dataset_name("sparkpoint://sp/orders/savepoints") == ("sparkpoint://sp", "/orders/savepoints")
+    assert (lineage.dataset_name("sparkpoint://sp/orders/savepoints")
+            == ("sparkpoint://sp", "/orders/savepoints"))
 
 
 def test_openlineage_events_name_the_sink_and_carry_the_sparkpoint_facet(tmp_path: Path) -> None:
@@ -48,8 +49,8 @@ def test_openlineage_events_name_the_sink_and_carry_the_sparkpoint_facet(tmp_pat
         "AIRFLOW__OPENLINEAGE__SPARK_INJECT_PARENT_JOB_INFO": "True",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[1]"}),
     }
-    done = subprocess.run([sys.executable, "-m", "tests.unit.airflow.lineage_run", str(tmp_path / "sp")], check=False,
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "tests.unit.airflow.lineage_run", str(tmp_path / "sp")],
+                          check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "SPARKPOINT_STATES {'commit': 'success', 'submit': 'success'}" in done.stdout, done.stdout[-3000:]
 
@@ -65,7 +66,8 @@ def test_openlineage_events_name_the_sink_and_carry_the_sparkpoint_facet(tmp_pat
     assert submit["outputs"] == commit["outputs"] and submit["run"]["facets"]["sparkpoint"]["job"] == "orders"
 
     argv = argv_file.read_text().splitlines()
-    conf = {argv[i + 1].split("=", 1)[0]: argv[i + 1].split("=", 1)[1] for i, a in enumerate(argv) if a == "--conf"}
+    conf = {argv[i + 1].split("=", 1)[0]: argv[i + 1].split("=", 1)[1] for i, a in enumerate(argv)
+            if a == "--conf"}
     assert conf["spark.sparkpoint.job"] == "orders" and conf["spark.sql.shuffle.partitions"] == "2", conf
     assert conf["spark.openlineage.parentJobName"].endswith(".submit"), conf
     assert conf["spark.openlineage.parentRunId"] == submit["run"]["runId"], (conf, submit["run"]["runId"])

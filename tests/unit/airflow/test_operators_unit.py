@@ -97,7 +97,8 @@ def test_every_templated_field_renders(root: str) -> None:
         application_args=["--input", f"/in/{tpl}"], env_vars={"E": tpl}, post_submit_commands=[f"echo {tpl}"],
         properties_file=f"props-{tpl}",
     )
-    savepoint = SparkpointSavepointOperator(task_id="sp", job_name=f"job-{tpl}", checkpoint_dir=f"/data/{tpl}")
+    savepoint = SparkpointSavepointOperator(task_id="sp", job_name=f"job-{tpl}",
+                                            checkpoint_dir=f"/data/{tpl}")
     commit = SparkpointCommitOperator(task_id="commit", job_name=f"job-{tpl}", checkpoint_dir=f"/data/{tpl}",
                                       abort_generation="{{ 3 }}", upto_batch="{{ 2 + 5 }}")
     sensor = SparkpointCheckpointSensor(
@@ -131,12 +132,14 @@ def test_rendered_values_that_do_not_parse_name_the_field(root: str) -> None:
     from airflow_sparkpoint.operators import SparkpointCommitOperator
     from airflow_sparkpoint.sensors import SparkpointCheckpointSensor
 
-    sensor = SparkpointCheckpointSensor(task_id="s", job_name=JOB, checkpoint_dir=root, generation="{{ None }}")
+    sensor = SparkpointCheckpointSensor(task_id="s", job_name=JOB, checkpoint_dir=root,
+                                        generation="{{ None }}")
     sensor.render_template_fields({})
     with pytest.raises(ConfigError, match="generation='None'"):
         sensor.condition()
     # A rendered None must never turn a rollback into a commit.
-    commit = SparkpointCommitOperator(task_id="c", job_name=JOB, checkpoint_dir=root, abort_generation="{{ None }}")
+    commit = SparkpointCommitOperator(task_id="c", job_name=JOB, checkpoint_dir=root,
+                                      abort_generation="{{ None }}")
     commit.render_template_fields({})
     with pytest.raises(ConfigError, match="abort_generation='None'"):
         commit.execute({})  # type: ignore[arg-type]
@@ -186,7 +189,8 @@ def test_deferrable_sensor_does_not_defer_when_already_met(catalog: Catalog, roo
     set_status(catalog, 1)
     sensor = SparkpointCheckpointSensor(task_id="wait", job_name=JOB, checkpoint_dir=root, deferrable=True)
     payload = sensor.execute({})  # type: ignore[arg-type]
-    assert payload["checkpoint_id"] == meta.id and payload["checkpoint_uri"] == catalog.checkpoint_uri(meta.id)
+    assert (payload["checkpoint_id"] == meta.id
+            and payload["checkpoint_uri"] == catalog.checkpoint_uri(meta.id))
 
 
 @pytest.mark.parametrize("stop", [False, True])
@@ -198,8 +202,8 @@ def test_deferrable_savepoint_operator_submits_then_defers(catalog: Catalog, roo
 
     put_checkpoint(catalog, generation=2)
     set_status(catalog, 2)
-    op = SparkpointSavepointOperator(task_id="sp", job_name=JOB, checkpoint_dir=root, stop=stop, deferrable=True,
-                                     timeout=30, poll_interval=0.5)
+    op = SparkpointSavepointOperator(task_id="sp", job_name=JOB, checkpoint_dir=root, stop=stop,
+                                     deferrable=True, timeout=30, poll_interval=0.5)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute({})  # type: ignore[arg-type]
     trigger = deferred.value.trigger
@@ -224,9 +228,11 @@ def test_trigger_serialize_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_SP_ROUND", json.dumps(
         {"conn_type": "sparkpoint", "host": "s3://b/p", "login": "AKIAEXAMPLE", "password": SECRET}))
     for trigger in (
-        SparkpointCheckpointTrigger(job_name=JOB, sparkpoint_conn_id="sp_round", generation=3, min_checkpoints=2,
+        SparkpointCheckpointTrigger(job_name=JOB, sparkpoint_conn_id="sp_round", generation=3,
+                                    min_checkpoints=2,
                                     after_time=1_700_000_000.5, progress_within=30, deadline=1_800_000_000.0),
-        SparkpointCheckpointTrigger(job_name=JOB, checkpoint_dir="/data/sp", savepoint=True, after_checkpoint_id=4),
+        SparkpointCheckpointTrigger(job_name=JOB, checkpoint_dir="/data/sp", savepoint=True,
+                                    after_checkpoint_id=4),
         SparkpointCheckpointTrigger(job_name=JOB, mode="control_result", sparkpoint_conn_id="sp_round",
                                     request_id="1700000000000-0123abcd", generation=2, poll_interval=0.5),
     ):
@@ -310,7 +316,8 @@ def test_trigger_run_yields_one_success_event(catalog: Catalog, root: str) -> No
                                           poll_interval=0.05, deadline=time.time() + 30)
     # As the runtime does: the status record is rewritten after every completed checkpoint
     # (a waiting trigger reads only the status until it moves).
-    writer = threading.Timer(0.3, lambda: (put_checkpoint(catalog, generation=1), set_status(catalog, 1, checkpoints_completed=2)))
+    writer = threading.Timer(0.3, lambda: (put_checkpoint(catalog, generation=1),
+                                           set_status(catalog, 1, checkpoints_completed=2)))
     writer.start()
     try:
         events = collect(trigger)
@@ -327,7 +334,8 @@ def test_trigger_run_yields_one_error_event_when_the_job_fails(catalog: Catalog,
 
     put_checkpoint(catalog, generation=1)
     set_status(catalog, 1, "failed", error="executor lost")
-    trigger = SparkpointCheckpointTrigger(job_name=JOB, checkpoint_dir=root, min_checkpoints=2, poll_interval=0.05)
+    trigger = SparkpointCheckpointTrigger(job_name=JOB, checkpoint_dir=root, min_checkpoints=2,
+                                          poll_interval=0.05)
     events = collect(trigger)
     assert [e.payload["status"] for e in events] == ["error"]
     assert "failed: executor lost" in events[0].payload["message"]
@@ -376,8 +384,9 @@ def test_trigger_control_result_completes(catalog: Catalog, root: str) -> None:
         stop.set()
         job.join()
     assert len(events) == 1
-    assert events[0].payload == {"status": "success", "kind": "savepoint", "job": JOB, "request_id": request.id,
-                                 "generation": 1, "batch_id": 7, "savepoint_uri": handle.uri}
+    assert events[0].payload == {"status": "success", "kind": "savepoint", "job": JOB,
+                                 "request_id": request.id, "generation": 1, "batch_id": 7,
+                                 "savepoint_uri": handle.uri}
 
 
 def test_trigger_control_result_fails_when_the_job_is_dead(catalog: Catalog, root: str) -> None:
@@ -511,7 +520,8 @@ def test_savepoint_operator_from_checkpoint_when_not_running(catalog: Catalog, r
     set_status(catalog, 1, "stopped")
     uris = []
     for _ in range(3):
-        op = SparkpointSavepointOperator(task_id="sp", job_name=JOB, checkpoint_dir=root, stop=True, max_count=2)
+        op = SparkpointSavepointOperator(task_id="sp", job_name=JOB, checkpoint_dir=root, stop=True,
+                                         max_count=2)
         uris.append(op.execute({}))  # type: ignore[arg-type]
         time.sleep(0.01)
     kept = [e.uri for e in catalog.list_savepoints() if e.valid]
@@ -685,7 +695,8 @@ class _FakePopen:
         type(self).calls.append((list(cmd), env))
         assert self.catalog is not None
         generation = self.catalog.claim_generation({"submitter": env.get(SUBMITTER_ENV)}).generation
-        write_run_result(self.catalog, RunResult(status="finished", job=JOB, generation=generation, last_batch=0))
+        write_run_result(self.catalog,
+                         RunResult(status="finished", job=JOB, generation=generation, last_batch=0))
         self.stdout = io.StringIO("INFO spark-submit fake\n")
         self.returncode = 0
 

@@ -30,7 +30,8 @@ def test_the_provider_and_the_entry_point_name_the_plugin(monkeypatch: pytest.Mo
     assert plugin.name == declared["name"] == "sparkpoint"
     assert [a["url_prefix"] for a in plugin.fastapi_apps] == ["/sparkpoint"]
     assert {v["destination"] for v in plugin.external_views} == {"nav", "dag"}
-    assert any(e.value == "airflow_sparkpoint.plugins:entry_point_plugin" for e in entry_points(group="airflow.plugins"))
+    assert any(e.value == "airflow_sparkpoint.plugins:entry_point_plugin"
+               for e in entry_points(group="airflow.plugins"))
 
     monkeypatch.setattr(plugins, "_handed_out", False)
     monkeypatch.setattr(settings, "LAZY_LOAD_PROVIDERS", False)

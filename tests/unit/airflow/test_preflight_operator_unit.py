@@ -69,7 +69,8 @@ class Drills:
         outcome = self.outcomes.pop(0)
         if isinstance(outcome, str):
             raise DrillFailed(outcome)
-        return {"snapshot_batch": handle.metadata.batch_id}, {"batches_processed": outcome, "job": "totals-preflight"}
+        return ({"snapshot_batch": handle.metadata.batch_id},
+                {"batches_processed": outcome, "job": "totals-preflight"})
 
 
 def test_it_always_drills_blues_newest_checkpoint_under_its_own_name(tmp_path):
@@ -90,16 +91,20 @@ def test_a_compatible_green_passes_on_blues_newest_checkpoint(tmp_path, monkeypa
     assert drills.drilled == [2] and summary["ok"] and summary["batch_id"] == 2
 
 
-def test_a_green_that_cannot_read_the_state_is_refused_with_the_drills_error_and_blue_untouched(tmp_path, monkeypatch):
+def test_a_green_that_cannot_read_the_state_is_refused_with_the_drills_error_and_blue_untouched(
+    tmp_path, monkeypatch
+):
     from airflow.sdk.exceptions import AirflowException
 
     catalog = blue(tmp_path, 2)
     before = blue_files(tmp_path)
     op = operator(tmp_path)
-    spark_error = "[STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE] Provided value schema does not match existing state"
+    spark_error = ("[STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE] Provided value schema does not "
+                   "match existing state")
     monkeypatch.setattr(op, "drill", Drills(f"the application failed: job failed: {spark_error}"))
     with pytest.raises(AirflowException, match=r"pre-flight refused: green \(green.py\) cannot restore job "
-                                               r"'totals'.s checkpoint .*chk-2 \(batch 1\); blue was left running"
+                                               r"'totals'.s checkpoint .*chk-2 \(batch 1\); "
+                                               r"blue was left running"
                        ) as failure:
         op.execute({"ti": None})
     assert spark_error in str(failure.value)
@@ -155,13 +160,16 @@ def running(catalog: Catalog, trigger: str = "processingTime:1s") -> None:
 
     from airflow_sparkpoint.checkpoints.status import JobStatus
 
-    generation = catalog.claim_generation({"config": {"trigger": trigger, "commit.mode": "checkpoint"}}).generation
+    config = {"trigger": trigger, "commit.mode": "checkpoint"}
+    generation = catalog.claim_generation({"config": config}).generation
     now = time.time()
-    catalog.write_status(JobStatus("totals", generation, "running", now - 5, now, last_batch=2, host="elsewhere",
-                                   pid=1).to_json())
+    catalog.write_status(JobStatus("totals", generation, "running", now - 5, now, last_batch=2,
+                                   host="elsewhere", pid=1).to_json())
 
 
-def test_zero_downtime_plans_the_cutover_after_a_passed_drill_and_hands_green_its_settings(tmp_path, monkeypatch):
+def test_zero_downtime_plans_the_cutover_after_a_passed_drill_and_hands_green_its_settings(
+    tmp_path, monkeypatch
+):
     from airflow_sparkpoint.checkpoints.cutover import CutoverStore
 
     catalog = blue(tmp_path, 3)
@@ -176,7 +184,8 @@ def test_zero_downtime_plans_the_cutover_after_a_passed_drill_and_hands_green_it
     assert state.plan.warmup_uri == catalog.checkpoint_uri(catalog.latest().id)  # type: ignore[union-attr]
     assert ti.pushed["cutover_id"] == state.id
     assert ti.pushed["green_conf"] == cutover["green_conf"] == {
-        "spark.sparkpoint.shadow.mode": "compare", "spark.sparkpoint.shadow.dir": f"{tmp_path / 'green'}/{state.id}",
+        "spark.sparkpoint.shadow.mode": "compare",
+        "spark.sparkpoint.shadow.dir": f"{tmp_path / 'green'}/{state.id}",
         "spark.sparkpoint.shadow.job": "totals-shadow", "spark.sparkpoint.shadow.from": state.plan.warmup_uri,
         "spark.sparkpoint.cutover": state.id}
 
@@ -216,7 +225,9 @@ def test_the_cutover_operator_fails_naming_a_called_off_cutover(tmp_path):
     running(catalog)
     cid = plan_cutover(catalog, green_root=str(tmp_path / "green"), requested_by="t").plan.id
     CutoverStore(catalog).end(cid, "aborted", step="warmup", reason="called off by ops")
-    op = SparkpointCutoverOperator(task_id="cutover", job_name="totals", checkpoint_dir=str(tmp_path / "prod"),
+    op = SparkpointCutoverOperator(task_id="cutover", job_name="totals",
+                                   checkpoint_dir=str(tmp_path / "prod"),
                                    cutover_id=cid, cutover_within="1 minute", poll_interval=0.05)
-    with pytest.raises(AirflowException, match=f"cutover {cid} of job 'totals' ended aborted at warmup: called off"):
+    with pytest.raises(AirflowException,
+                       match=f"cutover {cid} of job 'totals' ended aborted at warmup: called off"):
         op.execute({"ti": FakeTI()})

@@ -281,7 +281,8 @@ def test_on_kill_while_still_deferred_writes_nothing_and_kills_nothing(catalog: 
 
 @pytest.mark.parametrize("state", ["failed", "success", None])
 def test_on_kill_of_a_stopped_task_cancels_the_run_and_kills_its_group(catalog: Catalog, root: str,
-                                                                       tmp_path: Path, state: str | None) -> None:
+                                                                       tmp_path: Path,
+                                                                       state: str | None) -> None:
     catalog.claim_generation()
     write_status(catalog, "running")
     with a_driver_answering_cancels(catalog, tmp_path) as process:
@@ -394,7 +395,8 @@ async def cancelled_after_a_look(trig: Any) -> None:
 
 @pytest.mark.parametrize("state", ["failed", "success", None])
 def test_before_airflow_3_3_cleanup_of_a_cancelled_trigger_stops_the_run_of_a_stopped_task(
-        catalog: Catalog, root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, state: str | None) -> None:
+        catalog: Catalog, root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        state: str | None) -> None:
     """Airflow 3.2 has no `BaseTrigger.on_kill`: a mark-failed, mark-success or clear of a
     deferred task only cancels its trigger, then calls `cleanup`; there the trigger asks
     the task's state and stops the run as `on_kill` does on 3.3."""
@@ -441,7 +443,8 @@ def test_before_airflow_3_3_cleanup_leaves_the_run_of_a_still_deferred_task_alon
 
 @pytest.mark.parametrize("native_on_kill", [True, False])
 def test_cleanup_after_the_event_or_with_native_on_kill_never_stops_the_run(
-        catalog: Catalog, root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native_on_kill: bool) -> None:
+        catalog: Catalog, root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        native_on_kill: bool) -> None:
     """`cleanup` after the trigger fired (any Airflow), and `cleanup` of a cancelled trigger
     where the triggerer calls `on_kill` itself (3.3+), ask nothing and stop nothing."""
     from airflow_sparkpoint.triggers import run as run_module

@@ -20,7 +20,8 @@ def test_runtime_zip_imports_alone_without_airflow(tmp_path):
         names = zipfile.ZipFile(archive).namelist()
         assert "airflow_sparkpoint/runtime/job.py" in names
         assert "airflow_sparkpoint/sinks/delta.py" in names
-        assert not [n for n in names if n.startswith(("airflow_sparkpoint/operators", "airflow_sparkpoint/hooks"))]
+        assert (not [n for n in names
+                     if n.startswith(("airflow_sparkpoint/operators", "airflow_sparkpoint/hooks"))])
         # -S: no site-packages, so neither the installed provider nor Airflow can be found.
         code = ("import sys; sys.modules['airflow'] = None\n"
                 "import airflow_sparkpoint, airflow_sparkpoint.runtime, airflow_sparkpoint.sinks\n"

@@ -103,7 +103,8 @@ def test_a_waiting_trigger_sees_the_live_generation_past_a_zombies_heartbeat(
     write(catalog, 2, "running", completed=1, last=checkpoint.id)
     write(catalog, 1, "running")  # the zombie hides generation 2's checkpoint from status.json
     event = trigger.poll(catalog)
-    assert event is not None and event["status"] == "success" and event["checkpoint_id"] == checkpoint.id, event
+    assert event is not None and event["status"] == "success" and event["checkpoint_id"] == checkpoint.id, \
+        event
 
 
 def test_reported_error_reads_the_failed_runs_own_record(catalog: Catalog) -> None:

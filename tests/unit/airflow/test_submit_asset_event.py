@@ -41,7 +41,8 @@ def test_a_run_that_committed_emits_one_event_and_one_that_did_not_emits_none(tm
 
     def commits_two(d: Driver, env: dict[str, str]) -> int:
         generation = d.claim(env)
-        records = [transaction_record(sink, 0, generation, job=JOB), transaction_record(sink, 1, generation, job=JOB)]
+        records = [transaction_record(sink, 0, generation, job=JOB),
+                   transaction_record(sink, 1, generation, job=JOB)]
         confirm(d.catalog, *records)
         settle_all(d.catalog, records, lambda _r: sink, confirmed=True, fence=Fence(d.catalog, generation))
         d.result(generation, committed_batches=(0, 1), last_batch=1)

@@ -64,7 +64,8 @@ def connection(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: Any) -> 
 
 
 @pytest.fixture()
-def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_server: str, s3_bucket: str) -> SimpleNamespace:
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_server: str,
+            s3_bucket: str) -> SimpleNamespace:
     """The fake spark-submit first on PATH, a store on S3 (a ``sparkpoint`` connection
     ``sp_s3``), the Kubernetes client's pods (`Pods`) as the Spark provider's ``kube_client``,
     and a Spark connection ``spark_k8s`` (cluster mode, namespace `NAMESPACE`)."""
@@ -88,7 +89,8 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, s3_server: str, s3_
 
     output(K8S_SUBMIT_OUTPUT)
     catalog = Catalog(open_storage(root, endpoint_url=s3_server), JOB)
-    return SimpleNamespace(calls=calls, catalog=catalog, pods=pods, root=root, endpoint=s3_server, output=output)
+    return SimpleNamespace(calls=calls, catalog=catalog, pods=pods, root=root, endpoint=s3_server,
+                           output=output)
 
 
 @pytest.fixture()
@@ -135,8 +137,8 @@ def operator(conn_id: str = "spark_k8s", **kwargs: Any) -> Any:
 
     kwargs.setdefault("sparkpoint_conn_id", "sp_s3")
     kwargs.setdefault("work_dir", "/mnt/live")  # a ReadWriteMany volume in the driver and executor pods
-    return SparkpointSubmitOperator(task_id="submit", application="/app/job.py", job_name=JOB, conn_id=conn_id,
-                                    poll_interval=kwargs.pop("poll_interval", 0.2),
+    return SparkpointSubmitOperator(task_id="submit", application="/app/job.py", job_name=JOB,
+                                    conn_id=conn_id, poll_interval=kwargs.pop("poll_interval", 0.2),
                                     dead_after=kwargs.pop("dead_after", 3.0), **kwargs)
 
 
@@ -146,7 +148,8 @@ def context(ti: FakeTI, store: FakeStore | None) -> Any:
 
 def cancels(catalog: Catalog) -> list[tuple[str, int | None, float]]:
     channel = ControlChannel(catalog)
-    return [(r.kind, r.generation, r.created_at) for r in (channel.read_request(i) for i in channel.request_ids())]
+    return [(r.kind, r.generation, r.created_at)
+            for r in (channel.read_request(i) for i in channel.request_ids())]
 
 
 def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
@@ -174,7 +177,8 @@ def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
     ("spark://master:7077", "client", "/data/sp", None),
     ("local[2]", "client", "/data/sp", None),
     ("spark://master:7077", "cluster", "s3://b/sp",
-     "standalone master 'spark://master:7077' is refused: Spark standalone's cluster mode does not run Python"),
+     ("standalone master 'spark://master:7077' is refused: Spark standalone's cluster mode does not "
+      "run Python")),
     ("local[2]", "cluster", "s3://b/sp", "local master 'local[2]' is refused: a local master has no cluster"),
     ("mesos://m:5050", "cluster", "s3://b/sp", "master 'mesos://m:5050' is refused; expected a k8s://"),
     (K8S_MASTER, "cluster", "/data/sp", "on kubernetes is refused with the store '/data/sp'"),
@@ -208,7 +212,8 @@ def test_a_refused_cluster_mode_fails_before_anything_is_submitted_or_recorded(
         kwargs = {"checkpoint_dir": str(tmp_path / "sp"), "sparkpoint_conn_id": None}
         expected = f"refused with the store '{tmp_path / 'sp'}'"
     elif case == "no resource manager":
-        connection(monkeypatch, "spark_yarn_bare", conn_type="spark", host="yarn", extra={"deploy-mode": "cluster"})
+        connection(monkeypatch, "spark_yarn_bare", conn_type="spark", host="yarn",
+                   extra={"deploy-mode": "cluster"})
         conn_id, expected = "spark_yarn_bare", "has no extra 'yarn_resourcemanager_webapp_address'"
     else:
         monkeypatch.delattr(spark_submit, "kube_client")
@@ -229,7 +234,8 @@ def test_a_refused_cluster_mode_fails_before_anything_is_submitted_or_recorded(
     ("kubernetes", "\n".join(line for line in K8S_SUBMIT_OUTPUT.splitlines() if "submission ID" not in line),
      f"{NAMESPACE}:{POD}"),
     ("kubernetes", (f"26/11/29 INFO LoggingPodStatusWatcherImpl: Deployed Spark application orders with "
-                    f"application ID spark-0a1b and submission ID default:{POD} into Kubernetes"), f"default:{POD}"),
+                    f"application ID spark-0a1b and submission ID default:{POD} into Kubernetes"),
+     f"default:{POD}"),
     ("yarn", YARN_SUBMIT_OUTPUT, YARN_APP),
     ("kubernetes", YARN_SUBMIT_OUTPUT, None),
     ("yarn", "26/11/29 ERROR Client: Application submission failed: application queue full\n", None),
@@ -255,14 +261,16 @@ def test_blocking_kubernetes_run_submits_once_records_the_pod_and_ends_with_the_
     [argv] = submitted(cluster.calls)
     conf = conf_of(argv)
     token = store.values["sparkpoint_detached"]["token"]
-    assert argv[argv.index("--master") + 1] == K8S_MASTER and argv[argv.index("--deploy-mode") + 1] == "cluster"
+    assert (argv[argv.index("--master") + 1] == K8S_MASTER
+            and argv[argv.index("--deploy-mode") + 1] == "cluster")
     assert conf["spark.kubernetes.submission.waitAppCompletion"] == "false"
     assert conf["spark.kubernetes.namespace"] == NAMESPACE and conf["spark.sparkpoint.dir"] == cluster.root
     assert conf["spark.kubernetes.driverEnv.SPARKPOINT_SUBMITTER"] == token
     assert conf["spark.kubernetes.driverEnv.AIRFLOW_CTX_TASK_ID"] == "submit"
     assert conf["spark.kubernetes.driverEnv.AIRFLOW_CTX_DAG_RUN_ID"] == RUN_ID
-    worker_paths = [k for k in conf if k.endswith(("PYSPARK_DRIVER_PYTHON", "PYSPARK_PYTHON", "ROCKSDB_SHAREDLIB_DIR",
-                                                   ".PATH", ".SPARK_HOME"))]
+    worker_paths = [k for k in conf
+                    if k.endswith(("PYSPARK_DRIVER_PYTHON", "PYSPARK_PYTHON", "ROCKSDB_SHAREDLIB_DIR",
+                                   ".PATH", ".SPARK_HOME"))]
     assert worker_paths == [], f"this worker's paths were given to the driver on the cluster: {worker_paths}"
     assert not any("AWS_SECRET" in a or "aws_secret" in a for a in argv)
 
@@ -307,7 +315,8 @@ def test_on_kill_of_a_blocking_run_sends_a_cancel_first_then_deletes_the_pod_aft
     error = outcome.get("error")
     assert isinstance(error, AirflowException), outcome
     assert f"Kubernetes pod {NAMESPACE}:{POD}" in str(error) and "without recording an end" in str(error)
-    print(f"on_kill: cancel, then pod deleted {deletes[0][3] - cancelled_at:.1f} s later; on_kill took {took:.1f} s")
+    print(f"on_kill: cancel, then pod deleted {deletes[0][3] - cancelled_at:.1f} s later; "
+          f"on_kill took {took:.1f} s")
 
 
 def test_on_kill_of_a_blocking_yarn_run_that_answers_the_cancel_kills_nothing(
@@ -464,7 +473,8 @@ def test_a_resumed_deferred_task_re_attaches_to_its_cluster_run(cluster: SimpleN
         with pytest.raises(TaskDeferred):
             operator(deferrable=True, poll_interval=10).execute(context(FakeTI(1), store))
         # the task defers at the claim; a run is followed again once it is live (heartbeats)
-        wait_until(lambda: generation_alive(cluster.catalog, 1, 60.0), what="try 1's driver's first heartbeat")
+        wait_until(lambda: generation_alive(cluster.catalog, 1, 60.0),
+                   what="try 1's driver's first heartbeat")
         # try 1's worker was lost after the claim, before it deferred: its record names the run,
         # not a deferral (a try that deferred ends only by a user's action, a clear, whose new
         # try restarts the job: tests/unit/airflow/test_submit_deferred_clear.py)
@@ -483,12 +493,14 @@ def test_the_trigger_refuses_a_malformed_cluster_record(cluster: SimpleNamespace
     base = {"job_name": JOB, "generation": 1, "sparkpoint_conn_id": "sp_s3"}
     pod = {"kind": "kubernetes", "namespace": NAMESPACE, "pod": POD}
     with pytest.raises(ConfigError, match="application_<cluster timestamp>"):
-        SparkpointRunTrigger(**base, cluster={"driver": {"kind": "yarn", "application_id": "x"}, "conn_id": "c"})
+        SparkpointRunTrigger(**base,
+                             cluster={"driver": {"kind": "yarn", "application_id": "x"}, "conn_id": "c"})
     with pytest.raises(ConfigError, match="a driver and a Spark conn_id"):
         SparkpointRunTrigger(**base, cluster={"driver": pod})
     with pytest.raises(ConfigError, match="process and cluster are both given"):
         SparkpointRunTrigger(**base, cluster={"driver": pod, "conn_id": "spark_k8s"},
-                             process={"host": "h", "boot_id": "b", "pgid": 4242, "leader_start": "1", "log": ""})
+                             process={"host": "h", "boot_id": "b", "pgid": 4242, "leader_start": "1",
+                                      "log": ""})
 
 
 # ---------------------------------------------------------------------------- retries fence

@@ -54,7 +54,8 @@ def operator(root: Path) -> Any:
 
 def write_status(catalog: Catalog, state: str, generation: int = 1) -> None:
     now = time.time()
-    catalog.write_status(JobStatus(JOB, generation, state, now - 60, now, host="worker-9", pid=4242).to_json())
+    catalog.write_status(JobStatus(JOB, generation, state, now - 60, now, host="worker-9",
+                                   pid=4242).to_json())
 
 
 def first_try_run(catalog: Catalog, store: FakeStore, dag_id: str) -> int:
@@ -193,7 +194,8 @@ def test_a_new_try_that_re_attached_before_the_old_triggers_cancel_starts_a_new_
     assert read_job_status(catalog, 1).state == "stopped"
     cancels = [ControlChannel(catalog).read_request(i) for i in ControlChannel(catalog).request_ids()]
     assert [(r.kind, r.generation) for r in cancels] == [("cancel", 1)]
-    assert "try 1" in cancels[0].requested_by and f"{op.dag_id}.submit" in cancels[0].requested_by, cancels[0].requested_by
+    assert "try 1" in cancels[0].requested_by and f"{op.dag_id}.submit" in cancels[0].requested_by, \
+        cancels[0].requested_by
     # the new try's trigger reports the end: a stop the old try's trigger wrote
     event = {"status": "success", "state": "stopped", "generation": 1, "job": JOB, "message": "",
              "dead_after": 60.0}

@@ -117,7 +117,8 @@ def test_another_tasks_live_run_is_still_refused(tmp_path: Path) -> None:
 
 
 def complete(op: Any, event: Any, ti: FakeTI | None = None) -> Any:
-    return op.execute_complete({"ti": ti or FakeTI(), "run_id": RUN_ID}, event, generation=1, token="tok1", since=0)
+    return op.execute_complete({"ti": ti or FakeTI(), "run_id": RUN_ID}, event, generation=1, token="tok1",
+                               since=0)
 
 
 def test_execute_complete_ends_like_execute_or_raises_the_runs_own_error(tmp_path: Path) -> None:
@@ -131,7 +132,8 @@ def test_execute_complete_ends_like_execute_or_raises_the_runs_own_error(tmp_pat
     live_run(catalog, op.dag_id)
     base = {"generation": 1, "job": JOB, "message": "", "dead_after": 60.0}
 
-    for bad in (None, "success", {"status": "done", "generation": 1}, {**base, "status": "success", "generation": 2}):
+    for bad in (None, "success", {"status": "done", "generation": 1},
+                {**base, "status": "success", "generation": 2}):
         with pytest.raises(AirflowException, match="malformed|follows generation 1"):
             complete(op, bad)
     with pytest.raises(AirflowException, match="silent for more than 60 s"):

@@ -46,12 +46,15 @@ def test_a_submission_directory_is_locked_while_open_and_removed_with_what_the_d
     made.close()  # twice is harmless
 
 
-def test_the_next_submission_sweeps_the_directory_of_a_sigkilled_task_and_keeps_a_live_ones(tmp_path: Path) -> None:
+def test_the_next_submission_sweeps_the_directory_of_a_sigkilled_task_and_keeps_a_live_ones(
+    tmp_path: Path
+) -> None:
     from airflow_sparkpoint.services.submit_dir import open_submit_dir, sweep
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
-    killed = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                              env=env)
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    killed = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True, env=env)
     alive = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                              env=env)
     try:
@@ -65,7 +68,8 @@ def test_the_next_submission_sweeps_the_directory_of_a_sigkilled_task_and_keeps_
         (tmp_path / "someone-else").mkdir()
         assert sweep(str(tmp_path), min_age_s=0, now=time.time() + 1) == [killed_dir]
         assert not Path(killed_dir).exists()
-        assert (Path(alive_dir) / "native" / "librocksdbjni-linux64.so").exists(), "a live task's directory stays"
+        assert (Path(alive_dir) / "native" / "librocksdbjni-linux64.so").exists(), \
+            "a live task's directory stays"
         assert (tmp_path / "sparkpoint-submit-file").exists() and (tmp_path / "someone-else").is_dir()
         again = open_submit_dir(str(tmp_path))  # what execute does: sweep, then create its own
         assert Path(again.path).is_dir() and Path(alive_dir).is_dir()

@@ -96,7 +96,8 @@ def test_a_connection_whose_host_is_a_relative_path_is_refused_naming_it(
     from airflow_sparkpoint.operators import SparkpointSubmitOperator
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("AIRFLOW_CONN_SP_RELATIVE", json.dumps({"conn_type": "sparkpoint", "host": "checkpoints"}))
+    monkeypatch.setenv("AIRFLOW_CONN_SP_RELATIVE",
+                       json.dumps({"conn_type": "sparkpoint", "host": "checkpoints"}))
     with pytest.raises(ConfigError, match=r"connection 'sp_relative'.*'checkpoints'.*relative"):
         SparkpointHook("sp_relative").get_catalog(JOB)
     op = SparkpointSubmitOperator(task_id="submit", application="/app/job.py", job_name=JOB,
@@ -115,7 +116,8 @@ def _in_dag(tmp_path: Path, **kwargs: Any) -> Any:
     from airflow_sparkpoint.operators import SparkpointSubmitOperator
 
     with DAG(dag_id="orders_dag", schedule=None) as dag:
-        op = SparkpointSubmitOperator(task_id="submit", job_name=JOB, checkpoint_dir=str(tmp_path / "sp"), **kwargs)
+        op = SparkpointSubmitOperator(task_id="submit", job_name=JOB, checkpoint_dir=str(tmp_path / "sp"),
+                                      **kwargs)
     dag.fileloc = str(tmp_path / "dags" / "orders_dag.py")
     return op
 
@@ -165,7 +167,8 @@ def test_a_missing_sparkpoint_connection_is_named_with_what_to_create(
 
     monkeypatch.delenv("AIRFLOW_CONN_SPARKPOINT_DEFAULT", raising=False)
     op = SparkpointSubmitOperator(task_id="submit", application="/app/job.py", job_name=JOB)
-    refused(op, match=r"Sparkpoint connection 'sparkpoint_default' does not exist: create it \(type sparkpoint")
+    refused(op,
+            match=r"Sparkpoint connection 'sparkpoint_default' does not exist: create it \(type sparkpoint")
     assert driver.commands == []
 
 
@@ -186,7 +189,8 @@ def test_a_refused_start_fails_the_task_without_using_up_its_retries(
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT")
     with new_dag("refused") as dag:
         SparkpointSubmitOperator(task_id="submit", application="/app/job.py", job_name=JOB,
-                                 checkpoint_dir=str(tmp_path / "sp"), retries=2, retry_delay=timedelta(seconds=0))
+                                 checkpoint_dir=str(tmp_path / "sp"), retries=2,
+                                 retry_delay=timedelta(seconds=0))
     run = run_dag(dag)
     (ti,) = run.get_task_instances()
     assert (str(ti.state), ti.try_number) == ("failed", 1)

@@ -26,8 +26,8 @@ def add_checkpoint(catalog: Catalog, batch: int) -> SnapshotMetadata:
 def operator(root: Path, restore: str):
     from airflow_sparkpoint.operators import SparkpointSubmitOperator
 
-    return SparkpointSubmitOperator(task_id="t", application="job.py", job_name="orders", checkpoint_dir=str(root),
-                                    restore=restore)
+    return SparkpointSubmitOperator(task_id="t", application="job.py", job_name="orders",
+                                    checkpoint_dir=str(root), restore=restore)
 
 
 def test_first_try_uses_restore_and_retries_resume_from_latest(tmp_path):
@@ -60,8 +60,8 @@ def test_a_hand_chosen_restore_snapshot_is_honoured_on_every_try(tmp_path):
     savepoint = catalog.create_savepoint(catalog.handle(add_checkpoint(catalog, 5))).uri
     add_checkpoint(catalog, 6)
     add_checkpoint(catalog, 7)  # the task's own tries got further: `restore=` would resume
-    op = SparkpointSubmitOperator(task_id="t", application="job.py", job_name="orders", checkpoint_dir=str(tmp_path),
-                                  restore_snapshot="{{ params.restore }}")
+    op = SparkpointSubmitOperator(task_id="t", application="job.py", job_name="orders",
+                                  checkpoint_dir=str(tmp_path), restore_snapshot="{{ params.restore }}")
     op.render_template_fields({"params": {"restore": savepoint}})
     assert [op.choose_restore(n, catalog, [2, 3]) for n in (1, 2, 5)] == [savepoint] * 3
     conf = op.build_sparkpoint_conf(op.choose_restore(4, catalog, [3]))

@@ -49,7 +49,9 @@ def run(op: Any, ti: FakeTI, store: FakeStore | None = None) -> Any:
 # ---------------------------------------------------------------------------- whose run
 
 
-def test_the_result_is_the_tries_own_run_even_when_a_newer_generation_exists(tmp_path: Path, driver: Driver) -> None:
+def test_the_result_is_the_tries_own_run_even_when_a_newer_generation_exists(
+    tmp_path: Path, driver: Driver
+) -> None:
     def own_then_another(d: Driver, env: dict[str, str]) -> int:
         mine = d.claim(env)
         d.result(mine, batches_processed=3)
@@ -118,13 +120,15 @@ def test_a_failed_try_says_what_the_job_reported(tmp_path: Path, driver: Driver)
 
     def fail(d: Driver, env: dict[str, str]) -> int:
         generation = d.claim(env)
-        d.catalog.write_status(failed_status(generation, "RuntimeError: keyed_totals v2: simulated failure in batch 2"))
+        d.catalog.write_status(failed_status(generation,
+                                             "RuntimeError: keyed_totals v2: simulated failure in batch 2"))
         return 1
 
     driver.behaviour = fail
-    with pytest.raises(AirflowException, match=r"^job 'orders' failed: RuntimeError: keyed_totals v2: simulated "
-                                               r"failure in batch 2\n\(spark-submit exited with code 1; the driver's "
-                                               r"output is in this task's log"):
+    with pytest.raises(AirflowException,
+                       match=r"^job 'orders' failed: RuntimeError: keyed_totals v2: simulated "
+                             r"failure in batch 2\n\(spark-submit exited with code 1; the driver's "
+                             r"output is in this task's log"):
         run(operator(tmp_path / "sp"), FakeTI())
 
     def superseded(d: Driver, env: dict[str, str]) -> int:
@@ -144,7 +148,8 @@ def test_links_are_published_while_the_job_runs(tmp_path: Path, driver: Driver,
     from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink, SparkpointSparkUILink
 
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/prefix/")
-    monkeypatch.setenv("AIRFLOW_CONN_SP_LINKS", json.dumps({"conn_type": "sparkpoint", "host": str(tmp_path / "sp")}))
+    monkeypatch.setenv("AIRFLOW_CONN_SP_LINKS",
+                       json.dumps({"conn_type": "sparkpoint", "host": str(tmp_path / "sp")}))
     ti = FakeTI()
     seen_while_running: dict[str, Any] = {}
 
@@ -278,7 +283,8 @@ def test_python_of_sparks_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         {"conn_type": "sparkpoint", "host": str(root), "extra": {"pyspark_python": "/opt/conda/bin/python"}}))
     from_conn = operator(root, checkpoint_dir=None, sparkpoint_conn_id="sp_py").spark_environment("yarn")
     assert from_conn["PYSPARK_PYTHON"] == "/opt/conda/bin/python"
-    assert "PYSPARK_PYTHON" not in operator(root, conf={"spark.pyspark.python": "/x/python"}).spark_environment("yarn")
+    python_conf = {"spark.pyspark.python": "/x/python"}
+    assert "PYSPARK_PYTHON" not in operator(root, conf=python_conf).spark_environment("yarn")
     assert "PYSPARK_PYTHON" not in operator(root, env_vars={"PYSPARK_PYTHON": "/y"}).spark_environment("yarn")
 
 
@@ -287,10 +293,12 @@ def test_the_drivers_rocksdb_library_goes_to_the_submission_directory_unless_one
 ) -> None:
     monkeypatch.delenv("ROCKSDB_SHAREDLIB_DIR", raising=False)
     root = tmp_path / "sp"
-    assert operator(root).spark_environment("local[2]", native_dir="/t/d/native")["ROCKSDB_SHAREDLIB_DIR"] == \
+    assert operator(root).spark_environment("local[2]",
+                                            native_dir="/t/d/native")["ROCKSDB_SHAREDLIB_DIR"] == \
         "/t/d/native"
     assert "ROCKSDB_SHAREDLIB_DIR" not in operator(root).spark_environment("local[2]")
-    given = operator(root, env_vars={"ROCKSDB_SHAREDLIB_DIR": "/mine"}).spark_environment("local[2]", native_dir="/x")
+    given = operator(root, env_vars={"ROCKSDB_SHAREDLIB_DIR": "/mine"}).spark_environment("local[2]",
+                                                                                          native_dir="/x")
     assert "ROCKSDB_SHAREDLIB_DIR" not in given  # the task's env_vars keep theirs
     monkeypatch.setenv("ROCKSDB_SHAREDLIB_DIR", "/workers")
     assert "ROCKSDB_SHAREDLIB_DIR" not in operator(root).spark_environment("local[2]", native_dir="/x")
@@ -332,13 +340,14 @@ def test_each_submit_has_its_own_directory_for_the_drivers_native_library_remove
     assert all(existed for _n, existed in seen), seen
     native, existed = seen[0]
     assert existed and Path(native).parent.parent == tmp_path / "tmp"
-    assert list((tmp_path / "tmp").iterdir()) == [], "the submission directory is removed when spark-submit ended"
+    assert list((tmp_path / "tmp").iterdir()) == [], \
+        "the submission directory is removed when spark-submit ended"
     shipped = [a for a in driver.commands[0] if a.endswith(".zip")]
     assert shipped and Path(native).parent.as_posix() in shipped[0], "the runtime archive is in it too"
 
 
 @pytest.mark.parametrize("pyspark_here", ["none", "pyspark-client"])
-def test_a_worker_without_a_spark_distribution_leaves_spark_home_and_the_drivers_python_to_the_spark_environment(
+def test_a_worker_without_a_spark_distribution_leaves_spark_home_and_the_drivers_python_to_the_spark_environment(  # noqa: E501
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pyspark_here: str
 ) -> None:
     """An Airflow worker as docs/install.md installs it: no pyspark, or only the Spark
@@ -351,14 +360,16 @@ def test_a_worker_without_a_spark_distribution_leaves_spark_home_and_the_drivers
         client = tmp_path / "site" / "pyspark"
         client.mkdir(parents=True)
         (client / "__init__.py").write_text("")
-        monkeypatch.setitem(sys.modules, "pyspark", types.SimpleNamespace(__file__=str(client / "__init__.py")))
+        monkeypatch.setitem(sys.modules, "pyspark",
+                            types.SimpleNamespace(__file__=str(client / "__init__.py")))
     for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME"):
         monkeypatch.delenv(name, raising=False)
     root = tmp_path / "sp"
     monkeypatch.setenv("AIRFLOW_CONN_SP_PY", json.dumps(
         {"conn_type": "sparkpoint", "host": str(root), "extra": {"pyspark_python": "/spark-env/bin/python"}}))
     from_conn = operator(root, checkpoint_dir=None, sparkpoint_conn_id="sp_py").spark_environment("local[2]")
-    assert "SPARK_HOME" not in from_conn, f"SPARK_HOME set to a pyspark that is no Spark distribution: {from_conn}"
+    assert "SPARK_HOME" not in from_conn, \
+        f"SPARK_HOME set to a pyspark that is no Spark distribution: {from_conn}"
     assert "PYSPARK_DRIVER_PYTHON" not in from_conn, \
         f"the driver would run this worker's interpreter, which has no pyspark to run it: {from_conn}"
     assert from_conn["PYSPARK_PYTHON"] == "/spark-env/bin/python"  # Spark runs the driver with it too
@@ -393,7 +404,8 @@ def process_tree(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path
     script.write_text(_CHILD)
     proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(marks), "parent", str(script)])
     wait_for("the process tree to start",
-             lambda: (marks / "parent.ready").exists() and (marks / "child.ready").exists(), 60, interval=0.05)
+             lambda: (marks / "parent.ready").exists() and (marks / "child.ready").exists(), 60,
+             interval=0.05)
     yield proc, marks
     if proc.poll() is None:
         proc.kill()
@@ -425,11 +437,13 @@ def test_on_kill_files_no_control_request_and_signals_the_driver(
 
 def test_on_kill_kills_a_driver_that_ignores_sigterm(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c",
-                             "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"])
+                             ("import signal, time; signal.signal(signal.SIGTERM, "
+                              "signal.SIG_IGN); time.sleep(300)")])
     try:
         time.sleep(0.5)
         op = operator(tmp_path / "sp", stop_timeout=0.5)
-        hook = SimpleNamespace(_submit_sp=proc, on_kill=lambda: proc.kill(), _run_post_submit_commands=lambda: None)
+        hook = SimpleNamespace(_submit_sp=proc, on_kill=lambda: proc.kill(),
+                               _run_post_submit_commands=lambda: None)
         op._hook = hook
         from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
@@ -461,7 +475,9 @@ def _live_run(catalog: Catalog, dag_id: str, run_id: str) -> int:
     return generation
 
 
-def test_a_start_of_a_job_another_task_runs_is_refused_before_spark_submit(tmp_path: Path, driver: Driver) -> None:
+def test_a_start_of_a_job_another_task_runs_is_refused_before_spark_submit(
+    tmp_path: Path, driver: Driver
+) -> None:
     from airflow_sparkpoint.exceptions import JobAlreadyRunning
 
     running = _live_run(driver.catalog, "production", "scheduled__1")
@@ -478,7 +494,9 @@ def test_takeover_true_submits_and_tells_the_driver(tmp_path: Path, driver: Driv
     assert driver.conf()["spark.sparkpoint.takeover"] == "true"
 
 
-def test_a_retry_of_the_same_task_takes_over_and_the_driver_knows_its_task(tmp_path: Path, driver: Driver) -> None:
+def test_a_retry_of_the_same_task_takes_over_and_the_driver_knows_its_task(
+    tmp_path: Path, driver: Driver
+) -> None:
     op = operator(tmp_path / "sp")
     _live_run(driver.catalog, op.dag_id, "manual__7")
     ti = FakeTI(try_number=2)
@@ -489,13 +507,13 @@ def test_a_retry_of_the_same_task_takes_over_and_the_driver_knows_its_task(tmp_p
     assert "spark.sparkpoint.takeover" not in driver.conf()
 
 
-# ------------------------------------------------------------------ the driver's error is the task's (issue #48)
+# --------------------------------------------------------------- the driver's error is the task's (issue #48)
 
 _SINK_AHEAD = ("Traceback (most recent call last):\n"
                '  File "/jobs/orders.py", line 9, in <module>\n'
                "    job.run(totals, sink=sink)\n"
-               "airflow_sparkpoint.exceptions.SinkAheadError: sink delta:/out committed batch 7, past the restore "
-               "target's batch 3\n")
+               "airflow_sparkpoint.exceptions.SinkAheadError: sink delta:/out committed batch 7, past the "
+               "restore target's batch 3\n")
 
 
 def test_the_drivers_error_line_is_the_tasks_error_with_the_log_pointer_after_it(
@@ -506,15 +524,17 @@ def test_the_drivers_error_line_is_the_tasks_error_with_the_log_pointer_after_it
 
     # Refused before the driver claimed a generation: no status record, only its output.
     error = SinkAheadError("sink delta:/out committed batch 7, past the restore target's batch 3")
-    driver.output = f"INFO SparkContext: Running Spark\n{_SINK_AHEAD}{error_line(error)}\nINFO ShutdownHookManager\n"
+    driver.output = (f"INFO SparkContext: Running Spark\n{_SINK_AHEAD}{error_line(error)}\nINFO "
+                     "ShutdownHookManager\n")
     driver.behaviour = lambda d, env: 1
     with pytest.raises(SparkpointRunFailed) as info:
         run(operator(tmp_path / "sp"), FakeTI())
     message = str(info.value)
-    assert message.startswith("job 'orders' failed: SinkAheadError: sink delta:/out committed batch 7, past the "
-                              "restore target's batch 3\n"), message
-    assert message.splitlines()[1] == ("(spark-submit exited with code 1; the driver's output is in this task's "
-                                       "log above)"), message
+    assert message.startswith("job 'orders' failed: SinkAheadError: sink delta:/out committed batch 7, past "
+                              "the restore target's batch 3\n"), message
+    assert (message.splitlines()[1]
+            == ("(spark-submit exited with code 1; the driver's output is in this task's "
+                "log above)")), message
     assert info.value.error is not None and info.value.error.type == "SinkAheadError"
     assert "Cannot execute" in str(info.value.__cause__), "the Spark hook's exception is the cause"
 
@@ -522,10 +542,12 @@ def test_the_drivers_error_line_is_the_tasks_error_with_the_log_pointer_after_it
 def test_a_scripts_own_python_error_is_the_tasks_error(tmp_path: Path, driver: Driver) -> None:
     from airflow_sparkpoint.operators.driver_errors import SparkpointRunFailed
 
-    driver.output = ("INFO starting\nTraceback (most recent call last):\n  File \"/jobs/x.py\", line 3, in <module>\n"
-                     "    main()\nValueError: no input under /data/in\nINFO ShutdownHookManager: deleting\n")
+    driver.output = ("INFO starting\nTraceback (most recent call last):\n  File \"/jobs/x.py\", line 3, in "
+                     "<module>\n    main()\nValueError: no input under /data/in\nINFO "
+                     "ShutdownHookManager: deleting\n")
     driver.behaviour = lambda d, env: 1
-    with pytest.raises(SparkpointRunFailed, match=r"^job 'orders' failed: ValueError: no input under /data/in\n"):
+    with pytest.raises(SparkpointRunFailed,
+                       match=r"^job 'orders' failed: ValueError: no input under /data/in\n"):
         run(operator(tmp_path / "sp"), FakeTI())
 
 
@@ -535,16 +557,19 @@ def test_a_configuration_error_of_the_driver_is_not_retried_and_its_message_carr
 
     from airflow_sparkpoint.checkpoints.run_result import error_line
 
-    monkeypatch.setenv("AIRFLOW_CONN_SP_ERR", json.dumps({"conn_type": "sparkpoint", "host": str(tmp_path / "sp"),
-                                                          "login": "AKIAEXAMPLE", "password": "pw-9f3c2b7e"}))
-    leaked = ConfigError("the Sparkpoint runtime is missing deltalake>=1.2,<2 (key AKIAEXAMPLE, secret pw-9f3c2b7e)")
+    monkeypatch.setenv("AIRFLOW_CONN_SP_ERR",
+                       json.dumps({"conn_type": "sparkpoint", "host": str(tmp_path / "sp"),
+                                   "login": "AKIAEXAMPLE", "password": "pw-9f3c2b7e"}))
+    leaked = ConfigError("the Sparkpoint runtime is missing deltalake>=1.2,<2 (key "
+                         "AKIAEXAMPLE, secret pw-9f3c2b7e)")
     driver.output = f"{error_line(leaked)}\n"
     driver.behaviour = lambda d, env: 1
     with pytest.raises(ConfigError) as info:
         run(operator(tmp_path / "sp", checkpoint_dir=None, sparkpoint_conn_id="sp_err"), FakeTI())
     assert isinstance(info.value, AirflowFailException)
     message = str(info.value)
-    assert message.startswith("job 'orders' failed: ConfigError: the Sparkpoint runtime is missing deltalake"), message
+    assert message.startswith(
+        "job 'orders' failed: ConfigError: the Sparkpoint runtime is missing deltalake"), message
     assert "pw-9f3c2b7e" not in message and "AKIAEXAMPLE" not in message, message
 
 

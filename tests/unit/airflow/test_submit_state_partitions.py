@@ -30,7 +30,8 @@ def operator(tmp_path: Path, **kwargs: object) -> object:
 
 @pytest.mark.parametrize("value", [0, -1, "8", 2.5, True])
 def test_bad_state_partitions_are_refused_at_construction(tmp_path: Path, value: object) -> None:
-    with pytest.raises(ConfigError, match=rf"state_partitions={value!r} is invalid; expected an integer >= 1"):
+    with pytest.raises(ConfigError,
+                       match=rf"state_partitions={value!r} is invalid; expected an integer >= 1"):
         operator(tmp_path, state_partitions=value)
 
 

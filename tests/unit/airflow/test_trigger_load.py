@@ -47,7 +47,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, str]]]:
     for name in STORE_CALLS:
         original = getattr(LocalStorage, name)
 
-        def counted(self: LocalStorage, *args: Any, _name: str = name, _fn: Any = original, **kwargs: Any) -> Any:
+        def counted(self: LocalStorage, *args: Any, _name: str = name, _fn: Any = original,
+                    **kwargs: Any) -> Any:
             first = args[0] if args and isinstance(args[0], str) else ""
             seen.append((_name, first.removeprefix(f"{JOB}/")))
             return _fn(self, *args, **kwargs)
@@ -101,7 +102,9 @@ def test_a_waiting_trigger_reads_only_the_status_record_per_poll(
     assert event is not None and event["status"] == "success" and event["checkpoint_id"] == done.id
 
 
-def test_a_savepoint_made_while_no_job_runs_ends_the_wait(catalog: Catalog, calls: list[tuple[str, str]]) -> None:
+def test_a_savepoint_made_while_no_job_runs_ends_the_wait(
+    catalog: Catalog, calls: list[tuple[str, str]]
+) -> None:
     """No status moves when the savepoint operator copies a savepoint from the latest
     checkpoint of a stopped job: the savepoint directory listing is part of the poll."""
     from airflow_sparkpoint.triggers import SparkpointCheckpointTrigger
@@ -131,7 +134,8 @@ def test_a_newer_run_ends_the_wait_for_a_generation_without_a_full_look(catalog:
     catalog.claim_generation()
     job_status(catalog, "starting", generation=2)
     event = trigger.poll(catalog)
-    assert event is not None and event["status"] == "error" and "superseded by generation 2" in event["message"]
+    assert (event is not None and event["status"] == "error"
+            and "superseded by generation 2" in event["message"])
 
 
 # ---------------------------------------------------------------------------- the event loop

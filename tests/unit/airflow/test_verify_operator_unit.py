@@ -28,7 +28,8 @@ def operator(tmp_path: Path, **overrides: Any) -> Any:
 
     kwargs: dict[str, Any] = {
         "task_id": "drill", "job_name": "alerts", "checkpoint_dir": str(tmp_path / "prod"),
-        "application": "job.py", "application_args": ["--input", "/in", "--output", "/prod/out", "--limit", "9"],
+        "application": "job.py",
+        "application_args": ["--input", "/in", "--output", "/prod/out", "--limit", "9"],
         "output_args": {"--output": "{scratch}/out"}, "drill_dir": str(tmp_path / "drills"),
     }
     kwargs.update(overrides)
@@ -82,10 +83,12 @@ def test_drill_identity_conf_and_on_kill_target_the_drill_not_production(tmp_pat
     drill_id = op._drill_root.rsplit("/", 1)[1]
     assert conf["spark.sparkpoint.workDir"] == f"{tmp_path / 'production-live'}/sparkpoint-drills/{drill_id}"
     drill_catalog = op._catalog()
-    assert drill_catalog.job == "alerts-drill" and drill_catalog.uri.endswith(f"{op._drill_root}/alerts-drill")
+    assert (drill_catalog.job == "alerts-drill"
+            and drill_catalog.uri.endswith(f"{op._drill_root}/alerts-drill"))
 
     op.on_kill()  # no spark-submit runs: nothing to signal, and nothing may reach production
-    assert ControlChannel(production).request_ids() == [], "on_kill of a drill must never stop the production job"
+    assert ControlChannel(production).request_ids() == [], \
+        "on_kill of a drill must never stop the production job"
     assert production.current_generation() == 1
 
 
@@ -97,7 +100,8 @@ def test_drill_job_must_differ_from_the_production_job(tmp_path):
 
 def _result(batch: int, first: int, rescaled: dict[str, int] | None = None) -> dict[str, Any]:
     """A run result as `SparkpointJob.run` reports it after restoring the savepoint of `batch`."""
-    return {"status": "finished", "restore_mode": "snapshot", "restored_from": "s3://b/sp/alerts/savepoints/sp-7",
+    return {"status": "finished", "restore_mode": "snapshot",
+            "restored_from": "s3://b/sp/alerts/savepoints/sp-7",
             "first_batch": first, "last_batch": first + 1, "batches_processed": 2, "generation": 1,
             "rescaled": rescaled or {}}
 
@@ -115,8 +119,8 @@ def test_a_rescaled_drill_starts_after_the_repartitioners_batch(tmp_path):
     checks = op._check_result(_result(7, 9, {"from": 2, "to": 3, "batch": 8}), handle)
     assert checks["first_batch"] == 9 and checks["rescaled"] == {"from": 2, "to": 3, "batch": 8}
     assert op._check_result(_result(7, 8), handle)["first_batch"] == 8  # no rescale: right after the snapshot
-    for first, rescaled in ((9, None), (9, {"from": 2, "to": 3, "batch": 9}), (10, {"from": 2, "to": 3, "batch": 8}),
-                            (8, {"from": 2, "to": 3, "batch": 8})):
+    for first, rescaled in ((9, None), (9, {"from": 2, "to": 3, "batch": 9}),
+                            (10, {"from": 2, "to": 3, "batch": 8}), (8, {"from": 2, "to": 3, "batch": 8})):
         with pytest.raises(DrillFailed, match=f"first batch was {first}, expected"):
             op._check_result(_result(7, first, rescaled), handle)
 

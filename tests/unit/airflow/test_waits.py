@@ -54,7 +54,8 @@ def test_deferrable_defaults_from_operators_default_deferrable(
     sensor = SparkpointCheckpointSensor(task_id="s", job_name=JOB, checkpoint_dir=root)
     savepoint = SparkpointSavepointOperator(task_id="p", job_name=JOB, checkpoint_dir=root)
     assert sensor.deferrable is configured and savepoint.deferrable is configured
-    explicit = SparkpointCheckpointSensor(task_id="e", job_name=JOB, checkpoint_dir=root, deferrable=not configured)
+    explicit = SparkpointCheckpointSensor(task_id="e", job_name=JOB, checkpoint_dir=root,
+                                          deferrable=not configured)
     assert explicit.deferrable is (not configured)
 
 
@@ -148,7 +149,9 @@ def collect(coro: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coro, timeout=60))
 
 
-def test_trigger_on_kill_withdraws_the_request_and_cleanup_releases_storage(catalog: Catalog, root: str) -> None:
+def test_trigger_on_kill_withdraws_the_request_and_cleanup_releases_storage(
+    catalog: Catalog, root: str
+) -> None:
     from airflow_sparkpoint.triggers import SparkpointCheckpointTrigger
 
     running(catalog)

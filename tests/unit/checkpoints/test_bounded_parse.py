@@ -41,7 +41,8 @@ SHAPES: dict[str, Callable[[int], bytes]] = {
     "floats": lambda n: b"[" + b",".join([b"1.5"] * n) + b"]",
     "distinct keys": lambda n: b"{" + b",".join(b'"k%d":1.5' % i for i in range(n)) + b"}",
     "one-key objects": lambda n: b"[" + b",".join([b'{"a":1.5}'] * n) + b"]",
-    "non-ascii strings": lambda n: ("[" + ",".join(f'"\U0001f600{i % 100}"' for i in range(n)) + "]").encode(),
+    "non-ascii strings":
+        lambda n: ("[" + ",".join(f'"\U0001f600{i % 100}"' for i in range(n)) + "]").encode(),
     # An ASCII document whose escape widens a whole string to 4 (or 2) bytes per character.
     "astral escape": lambda n: b'{"a":"\\ud83d\\ude00' + b"e" * (n * 10) + b'"}',
     "wide escape": lambda n: b'{"a":"\\u0101' + b"e" * (n * 10) + b'"}',
@@ -164,7 +165,8 @@ def _readers(catalog: Catalog) -> dict[str, tuple[str, Callable[[], Any]]]:
         "origins": (layout.lineage_key(3), lambda: catalog.origins() or None),
         "transactions": (layout.txn_key(2, 3), lambda: catalog.transactions() or None),
         "control request": ("control/1700000000000-0123abcd.request.json", control),
-        "deletion journal": (layout.gc_key(1_700_000_000_000, "abcd1234"), lambda: deleted_since(catalog, 0) or None),
+        "deletion journal": (layout.gc_key(1_700_000_000_000, "abcd1234"), lambda: deleted_since(catalog, 0)
+                             or None),
         "checkpoint": (layout.checkpoint_metadata(4), checkpoint),
     }
 
@@ -236,7 +238,8 @@ def test_a_listing_keeps_summaries_not_every_snapshots_files(catalog: Catalog) -
     [entry] = catalog.list_checkpoints(slim=True)
     assert entry.metadata is None and entry.summary is not None and entry.valid
     [record] = snapshot_records(catalog, "checkpoint")
-    assert (record.file_count, record.bytes_total, record.state_partitions, record.status) == (50, 150, 50, "valid")
+    assert ((record.file_count, record.bytes_total, record.state_partitions, record.status)
+            == (50, 150, 50, "valid"))
     assert not hasattr(record, "metadata")
 
 
@@ -260,18 +263,22 @@ def test_the_largest_records_sparkpoints_writers_produce_are_readable(catalog: C
     catalog.write_status({"job": catalog.job, "generation": 3, "state": "failed", "started_at": 1.0,
                           "heartbeat_at": 2.0, "error": huge})
     assert catalog.read_status(3) is not None and "cut" in catalog.read_status()["error"]
-    write_verification(catalog.store, "chk-4", VerificationRecord(1.0, "drill", 2.0, {"files": 10}, error=huge))
+    write_verification(catalog.store, "chk-4",
+                       VerificationRecord(1.0, "drill", 2.0, {"files": 10}, error=huge))
     assert read_verification(catalog.store, "chk-4") is not None
     gaps = tuple((2 * i, 2 * i) for i in range(5_000))  # every other batch: 5,000 ranges
     write_run_result(catalog, RunResult("finished", catalog.job, 3, committed_batches=tuple(range(1000)),
                                         committed_ranges=gaps, recovered={"aborted": list(range(5_000)),
                                                                           "kept": list(range(5_000))}))
     result = read_run_result(catalog, 3)
-    assert result is not None and len(result.committed_ranges) == 1000 and result.committed_ranges[-1] == gaps[-1]
+    assert (result is not None and len(result.committed_ranges) == 1000
+            and result.committed_ranges[-1] == gaps[-1])
     points = tuple(CheckpointPoint(i, i, 1e9 + i, 1000, 10**9, 10**12) for i in range(TREND_LIMIT))
-    counters = CheckpointCounters(10**9, 10**6, 10**4, tuple((1e9 + i, i % 2 == 0) for i in range(RECENT_LIMIT)),
+    counters = CheckpointCounters(10**9, 10**6, 10**4,
+                                  tuple((1e9 + i, i % 2 == 0) for i in range(RECENT_LIMIT)),
                                   12345, 1e9, points)
-    catalog.store.put(layout.COUNTERS, json.dumps(counters.to_json()).encode())  # as `CounterRecorder` writes it
+    # as `CounterRecorder` writes it
+    catalog.store.put(layout.COUNTERS, json.dumps(counters.to_json()).encode())
     assert read_counters(catalog) == counters
     keys = [f"shared/state/{i % 4}/{i % 200}/SSTs/{i:06d}-0123456789abcdef.sst~0123456789abcdef"
             for i in range(2 * JOURNAL_KEYS_PER_ENTRY + 1)]
@@ -280,8 +287,8 @@ def test_the_largest_records_sparkpoints_writers_produce_are_readable(catalog: C
     result_json = ControlResult("1700000000000-0123abcd", "failed", 3, error=huge).to_json()
     assert len(json.dumps(result_json)) < layout.RECORD_MAX_BYTES[layout.CONTROL]
     # A batch staged by 200 tasks, each uploading a 5 GiB file in 1,000 parts.
-    uploads = [{"key": f"out/part-orders-b1-g3-{i:05d}.parquet", "upload_id": "u" * 100, "size": 5 << 30, "rows": 10**6,
-                "parts": [[n, f'"{n:032x}"'] for n in range(1, 1001)]} for i in range(200)]
+    uploads = [{"key": f"out/part-orders-b1-g3-{i:05d}.parquet", "upload_id": "u" * 100, "size": 5 << 30,
+                "rows": 10**6, "parts": [[n, f'"{n:032x}"'] for n in range(1, 1001)]} for i in range(200)]
     record = TransactionRecord(catalog.job, 1, 3, "s3", "s3://b/out", {"staged": {"uploads": uploads}})
     catalog.put_transaction(record)
     assert catalog.transactions() == [record]

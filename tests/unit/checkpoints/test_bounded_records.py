@@ -38,7 +38,8 @@ def test_an_oversized_metadata_is_skipped_as_corrupt_everywhere(
     # The newest checkpoint's _metadata is bigger than the older one's (more files).
     second = make_checkpoint(catalog, {f"state/{i}": b"b" * 10 for i in range(20)})
     plant_oversized_metadata(catalog, second.id, monkeypatch)
-    assert len(catalog.store.get(layout.checkpoint_metadata(first.id))) <= layout.max_bytes_of(layout.METADATA)
+    assert (len(catalog.store.get(layout.checkpoint_metadata(first.id)))
+            <= layout.max_bytes_of(layout.METADATA))
 
     with caplog.at_level(logging.WARNING):
         latest = catalog.latest()

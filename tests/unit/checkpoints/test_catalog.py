@@ -224,7 +224,9 @@ def test_retention_keeps_num_retained_and_every_referenced_file(
     assert catalog.latest() == written[-1]
 
 
-def test_retention_collects_orphans_and_respects_grace(catalog: Catalog, make_checkpoint: MakeCheckpoint) -> None:
+def test_retention_collects_orphans_and_respects_grace(
+    catalog: Catalog, make_checkpoint: MakeCheckpoint
+) -> None:
     catalog.claim_generation()
     meta = make_checkpoint(catalog, state(0))
     catalog.store.put("shared/state/9/orphan.zip~0000000000000000", b"12345")
@@ -292,7 +294,9 @@ def test_savepoint_is_self_contained(root: Any, catalog: Catalog, make_checkpoin
     assert entry.valid and entry.uri == handle.uri
 
 
-def test_savepoint_of_a_savepoint_and_history_listing(catalog: Catalog, make_checkpoint: MakeCheckpoint) -> None:
+def test_savepoint_of_a_savepoint_and_history_listing(
+    catalog: Catalog, make_checkpoint: MakeCheckpoint
+) -> None:
     catalog.claim_generation()
     meta = make_checkpoint(catalog, state(0))
     first = catalog.create_savepoint(catalog.handle(meta))
@@ -365,10 +369,12 @@ def test_an_unreadable_id_floor_is_no_floor_with_a_warning(
     catalog.store.put(layout.ID_FLOOR, data)
     with caplog.at_level(logging.WARNING):
         assert catalog.next_checkpoint_id() == newest.id + 1
-    assert any(layout.ID_FLOOR in r.getMessage() for r in caplog.records), "the warning does not name the record"
+    assert any(layout.ID_FLOOR in r.getMessage() for r in caplog.records), \
+        "the warning does not name the record"
 
 
-def test_dispose_refuses_paths_outside_the_job(root: Any, catalog: Catalog, make_checkpoint: MakeCheckpoint) -> None:
+def test_dispose_refuses_paths_outside_the_job(root: Any, catalog: Catalog,
+                                               make_checkpoint: MakeCheckpoint) -> None:
     catalog.claim_generation()
     meta = make_checkpoint(catalog, state(0))
     handle = catalog.create_savepoint(catalog.handle(meta))
@@ -437,12 +443,15 @@ def test_claim_generation_processes_race(root: Any) -> None:
     assert sorted(numbers) == [1, 2, 3, 4]
 
 
-def test_stale_generation_cannot_complete_a_checkpoint(catalog: Catalog, make_checkpoint: MakeCheckpoint) -> None:
+def test_stale_generation_cannot_complete_a_checkpoint(
+    catalog: Catalog, make_checkpoint: MakeCheckpoint
+) -> None:
     old = catalog.claim_generation().generation
     catalog.check_generation(old)
     new = Catalog(catalog.storage, "orders").claim_generation().generation
     assert new == old + 1
-    with pytest.raises(StaleGeneration, match=f"generation {old} of job 'orders' was superseded by generation {new}"):
+    with pytest.raises(StaleGeneration,
+                       match=f"generation {old} of job 'orders' was superseded by generation {new}"):
         catalog.check_generation(old)
     with pytest.raises(StaleGeneration):
         make_checkpoint(catalog, state(0), generation=old)
@@ -471,7 +480,8 @@ def test_transactions_put_list_delete(catalog: Catalog, caplog: pytest.LogCaptur
 
 def test_status_round_trip(catalog: Catalog) -> None:
     catalog.write_status({"job": "orders", "generation": 2, "state": "running", "heartbeat_at": 5.0})
-    assert catalog.read_status() == {"job": "orders", "generation": 2, "state": "running", "heartbeat_at": 5.0}
+    assert (catalog.read_status()
+            == {"job": "orders", "generation": 2, "state": "running", "heartbeat_at": 5.0})
     catalog.store.put(layout.STATUS, b"[1]")
     assert catalog.read_status() is None
 
@@ -527,7 +537,8 @@ def test_remembered_checkpoints_never_outrank_the_listing_or_the_file_check(
 
 
 def test_a_running_job_numbers_checkpoints_from_a_recent_listing_of_its_savepoints(
-        root: Any, catalog: Catalog, make_checkpoint: MakeCheckpoint, monkeypatch: pytest.MonkeyPatch) -> None:
+        root: Any, catalog: Catalog, make_checkpoint: MakeCheckpoint,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 32: a job that keeps its savepoints listed ``savepoints/`` at every checkpoint
     (a listing that grows with them). With `recent_savepoints` one listing serves for
     `SAVEPOINT_IDS_TTL_S`; the savepoints the catalog makes count at once, and one made by
@@ -543,15 +554,18 @@ def test_a_running_job_numbers_checkpoints_from_a_recent_listing_of_its_savepoin
     job = Catalog(counted, catalog.job)
 
     def savepoint_listings() -> int:
-        return sum(1 for op, key in counted.log if op == "list_dirs" and key.rstrip("/").endswith(layout.SAVEPOINTS))
+        return sum(1 for op, key in counted.log
+                   if op == "list_dirs" and key.rstrip("/").endswith(layout.SAVEPOINTS))
 
     assert job.next_checkpoint_id(recent_savepoints=True) == first.id + 1
     assert job.next_checkpoint_id(recent_savepoints=True) == first.id + 1
     assert savepoint_listings() == 1, "the second numbering used the first listing"
     assert job.next_checkpoint_id() == first.id + 1 and savepoint_listings() == 2, "exact by default"
 
-    own = job.create_savepoint(job.create_savepoint(job.handle(first)))  # a savepoint of a savepoint: a new id
-    assert job.next_checkpoint_id(recent_savepoints=True) == own.metadata.id + 1, "its own savepoints count at once"
+    # a savepoint of a savepoint: a new id
+    own = job.create_savepoint(job.create_savepoint(job.handle(first)))
+    assert job.next_checkpoint_id(recent_savepoints=True) == own.metadata.id + 1, \
+        "its own savepoints count at once"
 
     other = catalog.create_savepoint(own)  # another process
     clock[0] += snapshot_store.SAVEPOINT_IDS_TTL_S

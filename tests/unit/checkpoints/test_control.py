@@ -70,8 +70,9 @@ def test_fail_makes_wait_raise(catalog: Catalog) -> None:
     channel.acknowledge(request, 1)
     channel.fail(request, generation=1, error="state store commit failed")
     assert channel.result(request.id).state == "failed"
-    with pytest.raises(ControlError, match=rf"stop request {request.id} of job 'orders' failed in generation 1: "
-                                           "state store commit failed"):
+    with pytest.raises(ControlError,
+                       match=rf"stop request {request.id} of job 'orders' failed in generation 1: "
+                             "state store commit failed"):
         channel.wait(request.id, timeout_s=5, poll_s=0.01)
     with pytest.raises(ControlError, match="already has a result"):
         channel.complete(request, generation=1, savepoint=SP)
@@ -113,7 +114,8 @@ def test_wait_raises_promptly_when_the_job_is_dead(catalog: Catalog) -> None:
     channel = ControlChannel(catalog)
     request = channel.submit("stop", generation=1, timeout_s=600)
     started = time.monotonic()
-    with pytest.raises(ControlError, match=rf"stop request {request.id} of job 'orders' was not taken: the job is not"):
+    with pytest.raises(ControlError,
+                       match=rf"stop request {request.id} of job 'orders' was not taken: the job is not"):
         channel.wait(request.id, timeout_s=60, poll_s=0.5, is_alive=lambda: False)
     assert time.monotonic() - started < 2
     # withdrawn: a job started later never acts on it
@@ -199,7 +201,8 @@ def test_two_jobs_racing_to_acknowledge_only_one_wins(catalog: Catalog) -> None:
 
 def test_bad_input(catalog: Catalog) -> None:
     channel = ControlChannel(catalog)
-    with pytest.raises(ConfigError, match=r"kind 'restart' is invalid; expected one of savepoint, stop, cancel"):
+    with pytest.raises(ConfigError,
+                       match=r"kind 'restart' is invalid; expected one of savepoint, stop, cancel"):
         channel.submit("restart", generation=1)
     with pytest.raises(ConfigError, match="timeout_s=0"):
         channel.submit("stop", generation=1, timeout_s=0)
@@ -290,7 +293,8 @@ def _legacy_request(catalog: Catalog, kind: str = "stop") -> ControlRequest:
     import json
 
     now = time.time()
-    request = ControlRequest(f"{int(now * 1000):013d}-0badc0de", kind, catalog.job, now, now + 60, None, "on_kill:t")
+    request = ControlRequest(f"{int(now * 1000):013d}-0badc0de", kind, catalog.job, now, now + 60, None,
+                             "on_kill:t")
     catalog.store.put(f"control/{request.id}.request.json", json.dumps(request.to_json()).encode())
     return request
 
@@ -334,6 +338,7 @@ def test_a_killed_runs_stop_request_is_withdrawn_by_its_successor_never_served(c
     assert "addressed to no generation" in (channel.result(legacy.id).error or "")
     with pytest.raises(ObjectExists):  # sealed: a late zombie of generation 1 cannot take it either
         channel.acknowledge(dead, 1)
-    with pytest.raises(ControlError, match=rf"stop request {dead.id} of job 'orders' expired: addressed to generation 1"):
+    with pytest.raises(ControlError,
+                       match=rf"stop request {dead.id} of job 'orders' expired: addressed to generation 1"):
         channel.wait(dead.id, timeout_s=1, poll_s=0.01)
     assert job_side.withdraw_superseded(2) == []  # idempotent

@@ -21,8 +21,8 @@ from airflow_sparkpoint.checkpoints.layout import max_bytes_of
 
 
 def point(cid: int) -> CheckpointPoint:
-    return CheckpointPoint(id=cid, batch_id=cid * 2, completed_at=1_800_000_000.0 + cid, duration_ms=100 + cid,
-                           bytes_copied=1000 * cid, bytes_total=10**12 + cid)
+    return CheckpointPoint(id=cid, batch_id=cid * 2, completed_at=1_800_000_000.0 + cid,
+                           duration_ms=100 + cid, bytes_copied=1000 * cid, bytes_total=10**12 + cid)
 
 
 def test_the_trend_keeps_the_newest_points_in_order_within_the_bounded_record(catalog: Catalog) -> None:
@@ -56,7 +56,9 @@ def test_the_trend_survives_a_restart_and_a_restore(catalog: Catalog) -> None:
     assert [p["id"] for p in view] == [1, 2, 3, 4] and view[3] == point(4).as_dict()
 
 
-def test_a_record_of_an_earlier_release_has_an_empty_trend_and_a_malformed_point_is_refused(catalog: Catalog) -> None:
+def test_a_record_of_an_earlier_release_has_an_empty_trend_and_a_malformed_point_is_refused(
+    catalog: Catalog
+) -> None:
     catalog.store.put(COUNTERS, json.dumps({"schema_version": 1, "completed": 4, "recent": []}).encode())
     counters = read_counters(catalog)
     assert counters is not None and counters.trend == () and counters.completed == 4

@@ -45,7 +45,8 @@ def test_the_history_shows_each_cutover_s_state_newest_first(catalog: Catalog) -
     store.claim(CutoverClaim(SECOND, 3, 9, "memory://x/orders/chk-12"))
     newest = load_history(catalog).to_json()["cutovers"][0]
     assert (newest["step"], newest["after_batch"], newest["green_generation"]) == ("claimed", 9, 3)
-    store.end(SECOND, "committed", step="first_commit", generation=3, reason="generation 3 committed batch 10")
+    store.end(SECOND, "committed", step="first_commit", generation=3,
+              reason="generation 3 committed batch 10")
     store.roll_back(SECOND, generation=3, reason="audit")
     newest = load_history(catalog).to_json()["cutovers"][0]
     assert (newest["step"], newest["outcome"]) == ("rolled_back", "committed")

@@ -58,8 +58,9 @@ def _check_schema_of_release(data: dict[str, object], reads: int) -> None:
 
 def test_an_unknown_kind_is_refused_naming_it() -> None:
     body = {**ControlRequest(CID, "stop", "orders", 1.0, 2.0, 3).to_json(), "kind": "drain"}
-    with pytest.raises(ControlError, match=r"kind 'drain' is unknown to this release; it serves savepoint, stop, "
-                                           r"cancel, stop_after"):
+    with pytest.raises(ControlError,
+                       match=r"kind 'drain' is unknown to this release; it serves savepoint, stop, "
+                             r"cancel, stop_after"):
         ControlRequest.from_json(body)
     with pytest.raises(ControlError, match=r"needs after_batch"):
         ControlRequest.from_json({**body, "kind": "stop_after", "schema_version": 2})
@@ -160,7 +161,8 @@ def test_an_unreadable_plan_counts_as_open(catalog: Catalog) -> None:
     catalog.store.put(layout.cutover_key(CID, "plan"), b"{not json")
     with pytest.raises(CutoverError, match="unreadable cutover record"):
         CutoverStore(catalog).open_cutover()
-    catalog.store.put(layout.cutover_key(CID, "plan"), json.dumps({**_plan().to_json(), "job": "other"}).encode())
+    catalog.store.put(layout.cutover_key(CID, "plan"),
+                      json.dumps({**_plan().to_json(), "job": "other"}).encode())
     with pytest.raises(CutoverError, match="holds cutover .* of job 'other'"):
         CutoverStore(catalog).read(CID)
 
@@ -173,8 +175,8 @@ def test_a_stop_after_names_its_cutover_and_a_claim_and_a_rollback_what_to_resto
     request = ControlRequest(CID, "stop_after", "orders", 1.0, 2.0, 3, after_batch=7, cutover=CID)
     assert request.to_json()["cutover"] == CID and ControlRequest.from_json(request.to_json()) == request
     assert "cutover" not in ControlRequest(CID, "stop_after", "orders", 1.0, 2.0, 3, after_batch=7).to_json()
-    result = ControlResult(CID, "completed", 3, "memory://x/orders/savepoints/savepoint-8-ab12cd34", 7, None, 9.0,
-                           checkpoint="memory://x/orders/chk-8")
+    result = ControlResult(CID, "completed", 3, "memory://x/orders/savepoints/savepoint-8-ab12cd34", 7, None,
+                           9.0, checkpoint="memory://x/orders/chk-8")
     assert ControlResult.from_json(result.to_json()) == result
     claim = CutoverClaim(CID, 4, 7, "memory://x/orders/chk-8", 1.0, savepoint=result.savepoint)
     assert CutoverClaim.from_json(claim.to_json()) == claim

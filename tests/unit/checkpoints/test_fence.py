@@ -69,6 +69,7 @@ def test_the_package_and_the_test_support_check_the_fence_only_through_fence() -
     catalog's method stays for callers outside it) nor in tests/support/, whose fakes act
     as the package's actors do."""
     found = {str(path.relative_to(PACKAGE.parent)): lines
-             for path in sorted([*PACKAGE.rglob("*.py"), *(PACKAGE.parent / "tests" / "support").rglob("*.py")])
+             for path in sorted([*PACKAGE.rglob("*.py"),
+                                 *(PACKAGE.parent / "tests" / "support").rglob("*.py")])
              if (lines := _calls(path, "check_generation"))}
     assert found == {}, f"raw check_generation calls (use Fence): {found}"

@@ -55,7 +55,9 @@ def test_metric_values_use_flinks_names(catalog: Catalog) -> None:
     assert values["heartbeatAgeSeconds"] is not None
 
 
-def test_prometheus_text_has_help_type_and_one_labelled_sample_per_job(catalog: Catalog, tmp_path: Path) -> None:
+def test_prometheus_text_has_help_type_and_one_labelled_sample_per_job(
+    catalog: Catalog, tmp_path: Path
+) -> None:
     healthy_job(catalog)
     empty = Catalog(open_storage(str(tmp_path)), "never_ran")
     text = prometheus_text([({"job": "orders"}, load_history(catalog)),
@@ -92,9 +94,11 @@ def test_a_stale_last_checkpoint_trips(catalog: Catalog) -> None:
     write_status(catalog, "running")
     report = check_health(load_history(catalog), max_checkpoint_age=600)
     assert not report.healthy
-    assert re.search(r"the latest completed checkpoint chk-1 is 36\d\d s old \(max 600 s\)", report.problems[0])
+    assert re.search(r"the latest completed checkpoint chk-1 is 36\d\d s old \(max 600 s\)",
+                     report.problems[0])
     empty = Catalog(open_storage(str(Path(catalog.uri.removeprefix("file://")).parent)), "other")
-    assert "has no completed checkpoint" in check_health(load_history(empty), max_checkpoint_age=600).problems[0]
+    assert ("has no completed checkpoint"
+            in check_health(load_history(empty), max_checkpoint_age=600).problems[0])
 
 
 def test_a_failure_ratio_over_the_window_trips(catalog: Catalog) -> None:
@@ -105,7 +109,8 @@ def test_a_failure_ratio_over_the_window_trips(catalog: Catalog) -> None:
     history = load_history(catalog)
     assert check_health(history, max_failure_ratio=0.5, failure_window=4).healthy  # 2 of the last 4
     report = check_health(history, max_failure_ratio=0.5, failure_window=3)  # 2 of the last 3
-    assert report.problems == ("job 'orders': 2 of the last 3 checkpoint attempts failed (ratio 0.67, max 0.5)",)
+    assert (report.problems
+            == ("job 'orders': 2 of the last 3 checkpoint attempts failed (ratio 0.67, max 0.5)",))
 
 
 def test_without_counters_the_ratio_comes_from_abandoned_directories(catalog: Catalog) -> None:
@@ -115,7 +120,8 @@ def test_without_counters_the_ratio_comes_from_abandoned_directories(catalog: Ca
     catalog.store.put("chk-3/partial", b"x")
     write_status(catalog, "failed", error="driver lost")
     report = check_health(load_history(catalog), max_failure_ratio=0.5)
-    assert report.problems == ("job 'orders': 2 of the last 3 checkpoint attempts failed (ratio 0.67, max 0.5)",)
+    assert (report.problems
+            == ("job 'orders': 2 of the last 3 checkpoint attempts failed (ratio 0.67, max 0.5)",))
 
 
 @pytest.mark.parametrize(

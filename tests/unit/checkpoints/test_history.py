@@ -56,12 +56,14 @@ def test_snapshot_records_carry_status_partitions_and_the_last_drill(catalog: Ca
     state_checkpoint(catalog, 1)
     catalog.store.put("chk-3/partial", b"x")  # an incomplete directory
     write_verification(catalog.store, "chk-1", VerificationRecord(time.time(), "state", 1.5))
-    write_verification(catalog.store, "chk-2", VerificationRecord(123.0, "files", 0.1, error="chk-2: file x corrupt"))
+    write_verification(catalog.store, "chk-2",
+                       VerificationRecord(123.0, "files", 0.1, error="chk-2: file x corrupt"))
     records = snapshot_records(catalog, "checkpoint")
     assert [(r.id, r.status) for r in records] == [(3, "invalid"), (2, "valid"), (1, "valid")]
     incomplete, second, oldest = records
     assert incomplete.batch_id is None and incomplete.state_partitions is None
-    assert "no _metadata" in (incomplete.error or "") and incomplete.short_reason().startswith("INVALID: no _metadata")
+    assert ("no _metadata" in (incomplete.error or "")
+            and incomplete.short_reason().startswith("INVALID: no _metadata"))
     assert (oldest.batch_id, oldest.state_partitions, oldest.duration_ms) == (0, 4, 10)
     assert oldest.bytes_total == first.total_bytes and oldest.file_count == 5
     assert oldest.verified_at is not None and oldest.verify_error is None and oldest.verify_level == "state"
@@ -97,22 +99,26 @@ def test_generation_details_record_the_config_and_the_airflow_try() -> None:
            "AIRFLOW_CTX_DAG_RUN_ID": "manual__1", "AWS_SECRET_ACCESS_KEY": "never-recorded"}
     details = generation_details(cfg, env)
     assert details["airflow"] == {"dag_id": "etl", "task_id": "run", "try_number": "2", "run_id": "manual__1",
-                                  "map_index": ""}  # unmapped, recorded so a claim without it is known to be older
+                                  # unmapped, recorded so a claim without it is known to be older
+                                  "map_index": ""}
     assert details["config"]["checkpoint.numRetained"] == 5 and details["config"]["commit.mode"] == "external"
     assert details["config"]["restore"] == "latest" and details["config"]["trigger"] == "availableNow"
     assert "never-recorded" not in json.dumps(details)
     assert "airflow" not in generation_details(None, {})
 
 
-def test_generation_records_say_what_each_start_restored_who_started_it_and_how_it_ended(catalog: Catalog) -> None:
+def test_generation_records_say_what_each_start_restored_who_started_it_and_how_it_ended(
+    catalog: Catalog
+) -> None:
     catalog.claim_generation({"plan": "empty state (no completed checkpoint yet)", "restore": "latest",
                               "airflow": {"dag_id": "etl", "task_id": "run", "try_number": "1"}})
     chk = catalog.checkpoint_uri(1)
     catalog.claim_generation({"plan": f"latest checkpoint {chk} (batch 2)", "app": "local-1",
                               "airflow": {"dag_id": "etl", "task_id": "run", "try_number": "2"},
                               "config": {"commit.mode": "checkpoint"}})
-    write_run_result(catalog, RunResult(status="finished", job=catalog.job, generation=2, first_batch=3, last_batch=7,
-                                        committed_batches=(3,), restored_from=chk))
+    write_run_result(catalog,
+                     RunResult(status="finished", job=catalog.job, generation=2, first_batch=3, last_batch=7,
+                               committed_batches=(3,), restored_from=chk))
     sp = f"{catalog.uri}/savepoints/savepoint-4-ab12cd34"
     catalog.claim_generation({"plan": f"savepoint {sp} (batch 7)"})
     write_status(catalog, "failed", error="boom")
@@ -157,7 +163,8 @@ def test_counters_remember_only_the_newest_attempts_and_never_fail_the_job(
     for i in range(RECENT_LIMIT + 5):
         recorder.completed(float(i))
     counters = read_counters(catalog)
-    assert counters is not None and counters.completed == RECENT_LIMIT + 5 and len(counters.recent) == RECENT_LIMIT
+    assert (counters is not None and counters.completed == RECENT_LIMIT + 5
+            and len(counters.recent) == RECENT_LIMIT)
     assert counters.recent[0][0] == 5.0
 
     def broken(key: str, data: bytes) -> None:
@@ -198,8 +205,9 @@ def test_the_view_derives_counts_latest_and_summary_from_the_retained_history(ca
     assert history.alive and history.generation == 1
     assert [r.id for r in history.in_progress] == [3] and history.failed == []
     counts = history.counts
-    assert (counts.completed, counts.failed, counts.in_progress, counts.restored, counts.lifetime) == (2, 0, 1, 0,
-                                                                                                     False)
+    assert ((counts.completed, counts.failed, counts.in_progress, counts.restored, counts.lifetime)
+            == (2, 0, 1, 0,
+              False))
     assert history.latest_completed is not None and history.latest_completed.id == 2
     assert history.latest_savepoint is not None and history.latest_savepoint.uri == sp.uri
     assert (history.duration_ms.min, history.duration_ms.avg, history.duration_ms.max) == (10, 20, 30)  # type: ignore[union-attr]
@@ -211,7 +219,8 @@ def test_the_view_derives_counts_latest_and_summary_from_the_retained_history(ca
     assert document["airflow_try"]["try_number"] == 1 and document["counts"]["in_progress"] == 1
     assert "secret-ish" not in json.dumps(document), "transaction payloads are not part of the view"
 
-    write_status(catalog, "running", heartbeat_age=600)  # the driver died: the incomplete directory is abandoned
+    # the driver died: the incomplete directory is abandoned
+    write_status(catalog, "running", heartbeat_age=600)
     history = load_history(catalog)
     assert not history.alive and [r.id for r in history.failed] == [3] and history.counts.failed == 1
 
@@ -228,7 +237,9 @@ def test_lifetime_counts_come_from_the_counters_record(catalog: Catalog) -> None
     assert (counts.completed, counts.failed, counts.restored, counts.lifetime) == (40, 1, 1, True)
 
 
-def test_latest_completed_skips_superseded_checkpoints(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_latest_completed_skips_superseded_checkpoints(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     catalog.claim_generation()
     old = state_checkpoint(catalog, 0, created_at=100.0)
     abandoned = state_checkpoint(catalog, 5, created_at=200.0)

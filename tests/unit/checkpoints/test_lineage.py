@@ -33,7 +33,8 @@ def start(catalog: Catalog, *, kind: str = "checkpoint", base: int = -1, uri: st
     """Claim a generation and record its origin, as the runtime does."""
     generation = catalog.claim_generation().generation
     catalog.write_origin(new_origin(
-        generation, kind=kind, uri=uri if uri is not None else (catalog.checkpoint_uri(base) if base >= 0 else None),
+        generation, kind=kind, uri=uri if uri is not None
+        else (catalog.checkpoint_uri(base) if base >= 0 else None),
         base_id=base, snapshot_id=base if base >= 0 else None, batch_id=batch,
         id_floor=catalog.next_checkpoint_id() - 1, restore=restore, live_dir=None, host="h", pid=1,
     ))
@@ -42,7 +43,8 @@ def start(catalog: Catalog, *, kind: str = "checkpoint", base: int = -1, uri: st
 
 def chk(make: MakeCheckpoint, catalog: Catalog, batch: int, **kw: Any) -> SnapshotMetadata:
     """A checkpoint of the current generation at `batch` (one file per batch plus one shared file)."""
-    return make(catalog, {f"commits/{batch}": f"c{batch}".encode(), "metadata": b"query"}, batch_id=batch, **kw)
+    return make(catalog, {f"commits/{batch}": f"c{batch}".encode(), "metadata": b"query"}, batch_id=batch,
+                **kw)
 
 
 def test_the_rule() -> None:
@@ -91,7 +93,8 @@ def test_restoring_an_older_checkpoint_supersedes_the_newer_ones(
     # The retry continues that lineage; its checkpoints win from then on.
     start(mem, base=metas[1].id, batch=1)
     mine = chk(make_checkpoint, mem, 2)
-    assert mem.latest() == mine and mem.restart_point().checkpoint == mine and mem.restart_point().origin is None
+    assert (mem.latest() == mine and mem.restart_point().checkpoint == mine
+            and mem.restart_point().origin is None)
 
 
 def test_a_zombie_checkpoint_completed_after_a_newer_generation_started_is_superseded(
@@ -182,7 +185,8 @@ def test_stores_without_origins_resume_from_the_newest_valid_checkpoint(
     metas = [chk(make_checkpoint, mem, batch) for batch in range(2)]
     mem.store.put(layout.checkpoint_metadata(metas[1].id), b"garbage")
     point = mem.restart_point()
-    assert point.checkpoint == metas[0] and point.skipped and point.skipped[0][0] == mem.checkpoint_uri(metas[1].id)
+    assert (point.checkpoint == metas[0] and point.skipped
+            and point.skipped[0][0] == mem.checkpoint_uri(metas[1].id))
 
 
 def test_damaged_checkpoints_and_nothing_restorable_is_an_error_never_empty_state(
@@ -235,7 +239,9 @@ def test_retention_keeps_restorable_deletes_superseded_and_prunes_origins(
     assert [o.generation for o in mem.origins()] == [mem.current_generation()], "stale origins are pruned"
 
 
-def test_retention_is_fenced_and_journals_before_deleting(mem: Catalog, make_checkpoint: MakeCheckpoint) -> None:
+def test_retention_is_fenced_and_journals_before_deleting(
+    mem: Catalog, make_checkpoint: MakeCheckpoint
+) -> None:
     generation = start(mem, kind="empty")
     for batch in range(3):
         chk(make_checkpoint, mem, batch)
@@ -258,7 +264,9 @@ def test_orphans_younger_than_the_grace_period_survive(mem: Catalog, make_checkp
     assert mem.store.exists("shared/being-uploaded~00")
 
 
-def test_external_commit_step_never_aborts_the_new_lineage(mem: Catalog, make_checkpoint: MakeCheckpoint) -> None:
+def test_external_commit_step_never_aborts_the_new_lineage(
+    mem: Catalog, make_checkpoint: MakeCheckpoint
+) -> None:
     """Issue #15 hole 2 in commit.mode=external: generation 1 checkpointed batches 0..3
     (all pending for the commit step); generation 2 restored batch 1 with a rewind and
     staged batches 2 and 3 again before dying. The commit step must commit what batch 1's
@@ -285,7 +293,8 @@ def test_external_commit_step_never_aborts_the_new_lineage(mem: Catalog, make_ch
 
     assert sorted(sink.committed_log) == [(0, gen1), (1, gen1)]
     assert sink.aborted == []
-    assert {(r.batch_id, r.generation) for r in mem.transactions()} == {(2, gen1), (3, gen1), (2, gen2), (3, gen2)}
+    assert ({(r.batch_id, r.generation) for r in mem.transactions()}
+            == {(2, gen1), (3, gen1), (2, gen2), (3, gen2)})
     assert sorted(result["pending"]) == sorted(r.txn_id for r in mem.transactions())
 
 
@@ -343,7 +352,8 @@ def test_a_pin_a_newer_lineage_restarts_from_stays_when_its_origin_is_pruned(
     enforce_checkpoint_retention(mem, 1)
     assert [e.id for e in mem.list_checkpoints()] == [early.id]
 
-    assert second not in [o.generation for o in mem.origins()], "generation 2's origin supersedes nothing: pruned"
+    assert second not in [o.generation for o in mem.origins()], \
+        "generation 2's origin supersedes nothing: pruned"
     point = mem.restart_point()
     assert point.origin is not None and point.origin.generation == third
     assert mem.store.exists(f"{layout.pin_dir(second)}/{layout.METADATA}"), (
@@ -381,4 +391,5 @@ def test_retention_deletes_journaled_files_only_right_after_the_journal_and_fenc
     else:
         with pytest.raises(StaleGeneration):
             enforce_checkpoint_retention(mem, 1, generation=generation)
-    assert mem.store.exists("shared/orphan~00"), "a pass that stalled after its journal entry deleted the file"
+    assert mem.store.exists("shared/orphan~00"), \
+        "a pass that stalled after its journal entry deleted the file"

@@ -27,13 +27,15 @@ def sample() -> SnapshotMetadata:
         batch_id=7,
         created_at=1_712_345_678.123456,
         files=(
-            FileRef("offsets/7", "shared/offsets/7~0123456789abcdef", 120, "ab" * 32, 1_712_345_678_000_000_000),
+            FileRef("offsets/7", "shared/offsets/7~0123456789abcdef", 120, "ab" * 32,
+                    1_712_345_678_000_000_000),
             FileRef("state/0/1/3.zip", "shared/state/0/1/3.zip~fedcba9876543210", 4096, "cd" * 32),
         ),
         live_root="/tmp/live",
         transactions=(txn,),
         sink_positions={"delta": {"version": 41}},
-        stats=SnapshotStats(duration_ms=31, bytes_copied=4216, files_copied=2, bytes_total=4216, file_count=2),
+        stats=SnapshotStats(duration_ms=31, bytes_copied=4216, files_copied=2, bytes_total=4216,
+                            file_count=2),
         spark={"version": "4.2.0", "query_id": "q"},
         source_checkpoint=None,
     )
@@ -136,7 +138,8 @@ def test_state_partitions_come_from_the_snapshots_own_files():
     files = (ref("metadata"), ref("offsets/3"), ref("state/0/_metadata/v2/3"),
              *(ref(f"state/0/{p}/4.changelog") for p in range(4)),
              *(ref(f"state/1/{p}/left-keyToNumValues/4.delta") for p in range(2)))
-    meta = SnapshotMetadata(kind="checkpoint", id=1, job="j", generation=1, batch_id=3, created_at=0.0, files=files)
+    meta = SnapshotMetadata(kind="checkpoint", id=1, job="j", generation=1, batch_id=3, created_at=0.0,
+                            files=files)
     assert meta.partitions_by_operator == {0: 4, 1: 2}
     assert meta.state_partitions == 4
     assert meta.with_(files=(ref("metadata"), ref("offsets/3"))).state_partitions is None

@@ -49,7 +49,8 @@ def test_the_newest_generation_is_found_whatever_the_count(count: int) -> None:
     assert store.checks <= 2 * max(1, count).bit_length() + 2, store.checks
     store.checks = store.listed = 0
     assert catalog.current_generation() == count
-    assert (store.listed, store.checks) == ((0, 1) if count else (0, 0)), "a catalog asks only whether a newer one exists"
+    assert (store.listed, store.checks) == ((0, 1) if count else (0, 0)), \
+        "a catalog asks only whether a newer one exists"
     catalog.claim_generation()
     assert catalog.current_generation() == count + 1
 
@@ -57,5 +58,6 @@ def test_the_newest_generation_is_found_whatever_the_count(count: int) -> None:
 def test_from_a_known_generation_one_check_says_nothing_is_newer() -> None:
     store = Watching()
     claims(store, 40)
-    assert newest_generation(Catalog(store, "job").store, 40) == 40 and store.checks == 1 and store.listed == 0
+    assert (newest_generation(Catalog(store, "job").store, 40) == 40 and store.checks == 1
+            and store.listed == 0)
     assert newest_generation(Catalog(store, "job").store, 33) == 40

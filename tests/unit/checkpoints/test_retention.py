@@ -74,7 +74,8 @@ def test_incomplete_savepoints_are_removed_after_an_hour(catalog: Catalog, savep
     catalog.store.put(f"{partial}/files/offsets/0", b"half")
     assert savepoint_history_retention(catalog, max_count=None, max_age_s=None, now=time.time()) == []
     assert catalog.store.exists(f"{partial}/files/offsets/0")
-    disposed = savepoint_history_retention(catalog, max_count=None, max_age_s=None, now=time.time() + 2 * HOUR)
+    disposed = savepoint_history_retention(catalog, max_count=None, max_age_s=None,
+                                           now=time.time() + 2 * HOUR)
     assert disposed == [f"{catalog.uri}/{partial}"]
     assert not catalog.store.exists(f"{partial}/files/offsets/0")
     assert len(uris(catalog)) == 4

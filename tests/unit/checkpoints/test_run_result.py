@@ -55,7 +55,8 @@ def test_batch_ranges_hold_exactly_the_ids_added_in_any_order() -> None:
         ranges = BatchRanges(ids)
         expected = sorted(set(ids))  # the oracle: a plain set
         assert [b for first, last in ranges.ranges() for b in range(first, last + 1)] == expected, ids
-        assert all(a[1] + 1 < b[0] for a, b in zip(ranges.ranges(), ranges.ranges()[1:])), "disjoint, not adjacent"
+        assert all(a[1] + 1 < b[0] for a, b in zip(ranges.ranges(), ranges.ranges()[1:])), \
+            "disjoint, not adjacent"
         assert len(ranges) == len(expected)
         assert list(ranges.newest(7)) == expected[-7:]
 
@@ -76,4 +77,5 @@ def test_a_run_that_committed_for_weeks_lists_its_newest_batches_and_ranges_them
     assert data["committed_ranges"] == [[100, 400_099], [400_200, 400_200]]
     assert RunResult.from_json(data) == result
     small = RunResult.committed(BatchRanges([0, 1, 2]))
-    assert small == {"committed_batches": (0, 1, 2), "committed_ranges": ((0, 2),)}, "short runs list every batch"
+    assert small == {"committed_batches": (0, 1, 2), "committed_ranges": ((0, 2),)}, \
+        "short runs list every batch"

@@ -1,8 +1,8 @@
 """A lineage that stands at the savepoint it started from (restored by path, no checkpoint
 of its own yet): what its readers do. The commit step confirms against the savepoint (or
 the pin, or a copy outside the root on the root's service; none on another service);
-``restore=none`` is refused; (the retry's choice: tests/unit/services/test_retry_savepoint_lineage.py). Found in review of
-4e6525e and f04c19a."""
+``restore=none`` is refused; (the retry's choice: tests/unit/services/test_retry_savepoint_lineage.py). Found
+in review of 4e6525e and f04c19a."""
 
 from __future__ import annotations
 
@@ -36,7 +36,9 @@ def _first_lineage_and_its_savepoint(bucket: str) -> tuple[Catalog, int, Snapsho
     mem.put_transaction(transaction_record(RecordingLineageSink(), 0, first))
     put_checkpoint(mem, _state(0), batch_id=0, pending=[transaction_record(RecordingLineageSink(), 0, first)])
     mem.put_transaction(transaction_record(RecordingLineageSink(), 1, first))
-    chk = put_checkpoint(mem, _state(1), batch_id=1, pending=[transaction_record(RecordingLineageSink(), 0, first), transaction_record(RecordingLineageSink(), 1, first)])
+    chk = put_checkpoint(mem, _state(1), batch_id=1,
+                         pending=[transaction_record(RecordingLineageSink(), 0, first),
+                                  transaction_record(RecordingLineageSink(), 1, first)])
     return mem, first, chk, mem.create_savepoint(mem.handle(chk))
 
 
@@ -122,11 +124,13 @@ def test_restore_none_is_refused_while_the_newest_lineage_stands_at_a_savepoint(
     mem, savepoint, _first, _second = _savepoint_lineage()
     with pytest.raises(RestoreError, match="restore=none"):
         plan = plan_restore(run_config(restore="none"), mem)
-        pytest.fail(f"restore=none planned {plan.description!r} without restore.force while the newest lineage "
-                    f"stands at {savepoint}")
+        pytest.fail(f"restore=none planned {plan.description!r} without restore.force while the newest "
+                    f"lineage stands at {savepoint}")
 
 
-def test_the_commit_step_commits_what_a_moved_savepoint_lineage_confirms_before_its_first_checkpoint() -> None:
+def test_the_commit_step_commits_what_a_moved_savepoint_lineage_confirms_before_its_first_checkpoint(
+    
+) -> None:
     """The window: generation 1 (external commit mode) checkpoints batches 0 and 1, both
     transactions pending; a savepoint S of chk-2 is copied out of the job root (a moved
     savepoint, which `recover_transactions` supports: "a snapshot from another root") and
@@ -267,7 +271,8 @@ def test_a_moved_savepoint_of_another_job_confirms_none_of_this_jobs_transaction
                                 id_floor=0, restore={}, live_dir=None, host="h", pid=1))
     for b in (0, 1):
         mem.put_transaction(transaction_record(RecordingLineageSink(), b, first))
-    _start_from_moved(mem, foreign_savepoint, f"memory://{bucket}/moved", **{"restore.allowForeignJob": "true"})
+    _start_from_moved(mem, foreign_savepoint, f"memory://{bucket}/moved",
+                      **{"restore.allowForeignJob": "true"})
     committed, aborted, pending = _step_settles(mem)
     assert (committed, aborted) == ([], []) and sorted(pending) == ["job-b0-g1", "job-b1-g1"]
 

@@ -64,9 +64,9 @@ def test_the_fallback_copies_the_latest_checkpoint_unless_refused(
                                                       announce=lines.append)
     assert copied.id == latest.id and handle.metadata.batch_id == latest.batch_id
     [line] = lines
-    assert re.fullmatch(r"job 'orders' has no live run \(last state finished, generation 1, heartbeat \d+ s old\); "
-                        rf"nothing to stop; making a savepoint from its latest completed checkpoint chk-{latest.id} "
-                        rf"\(batch {latest.batch_id}\)", line), line
+    assert re.fullmatch(r"job 'orders' has no live run \(last state finished, generation 1, heartbeat \d+ s "
+                        r"old\); nothing to stop; making a savepoint from its latest completed checkpoint "
+                        rf"chk-{latest.id} \(batch {latest.batch_id}\)", line), line
     assert [e.metadata.id for e in catalog.list_savepoints() if e.metadata] == [handle.metadata.id]
 
 
@@ -104,7 +104,8 @@ def test_a_checkpoint_removed_while_it_is_copied_is_a_clear_refusal(
     _status(catalog, state="finished")
     latest = make_checkpoint(catalog, {"state/0/1.delta": b"a", "state/0/2.delta": b"b"})
     handle = catalog.handle(latest)  # its _metadata read: the copy starts from it
-    [gone] = [info.key for info in catalog.store.list("shared") if info.key.startswith("shared/state/0/2.delta~")]
+    [gone] = [info.key for info in catalog.store.list("shared")
+              if info.key.startswith("shared/state/0/2.delta~")]
     catalog.store.delete([gone])  # retention, while the copy stalls
 
     with pytest.raises(CatalogError, match=rf"chk-{latest.id}.* was removed while it was copied into a "

@@ -30,7 +30,8 @@ def test_a_record_round_trips_next_to_its_snapshot():
 
 
 def test_a_failed_drill_keeps_its_error():
-    record = VerificationRecord(verified_at=1.0, level="drill", duration_s=1.0, error="state store 0/3 unreadable")
+    record = VerificationRecord(verified_at=1.0, level="drill", duration_s=1.0,
+                                error="state store 0/3 unreadable")
     assert not record.ok
     assert VerificationRecord.from_json(record.to_json()).error == "state store 0/3 unreadable"
 

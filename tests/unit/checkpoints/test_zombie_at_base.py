@@ -59,15 +59,22 @@ def test_a_zombie_checkpoint_on_a_savepoint_lineages_base_id_is_not_the_commit_s
 
     second = _start(mem, kind="checkpoint", base=3, uri=mem.checkpoint_uri(3), batch=2)
     mem.put_transaction(transaction_record(RecordingLineageSink(), 3, second))
-    four = put_checkpoint(mem, _state(3, "p"), batch_id=3, pending=[transaction_record(RecordingLineageSink(), 3, second)])
+    four = put_checkpoint(mem, _state(3, "p"), batch_id=3,
+                          pending=[transaction_record(RecordingLineageSink(), 3, second)])
     assert four.id == late.id == 4
     savepoint = mem.create_savepoint(mem.handle(four))
     mem.put_transaction(transaction_record(RecordingLineageSink(), 4, second))
-    put_checkpoint(mem, _state(4, "p"), batch_id=4, pending=[transaction_record(RecordingLineageSink(), 3, second), transaction_record(RecordingLineageSink(), 4, second)])
+    put_checkpoint(mem, _state(4, "p"), batch_id=4,
+                   pending=[transaction_record(RecordingLineageSink(), 3, second),
+                            transaction_record(RecordingLineageSink(), 4, second)])
 
     third = _start(mem, kind="checkpoint", base=5, uri=mem.checkpoint_uri(5), batch=4)
-    put_checkpoint(mem, _state(5, "q"), batch_id=5, pending=[transaction_record(RecordingLineageSink(), 3, second), transaction_record(RecordingLineageSink(), 4, second)])
-    put_checkpoint(mem, _state(6, "q"), batch_id=6, pending=[transaction_record(RecordingLineageSink(), 3, second), transaction_record(RecordingLineageSink(), 4, second)])
+    put_checkpoint(mem, _state(5, "q"), batch_id=5,
+                   pending=[transaction_record(RecordingLineageSink(), 3, second),
+                            transaction_record(RecordingLineageSink(), 4, second)])
+    put_checkpoint(mem, _state(6, "q"), batch_id=6,
+                   pending=[transaction_record(RecordingLineageSink(), 3, second),
+                            transaction_record(RecordingLineageSink(), 4, second)])
     mem.delete_transactions([r for r in mem.transactions() if r.generation == third])
     enforce_checkpoint_retention(mem, 2, grace_seconds=600, generation=third)
     assert [e.id for e in mem.list_checkpoints()] == [7, 6]
@@ -159,8 +166,10 @@ def test_a_rollback_to_empty_state_does_not_inherit_the_rolled_back_generations_
     mem = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
     first = _start(mem, kind="empty", base=-1, uri=None, batch=None)
     mem.put_transaction(transaction_record(RecordingLineageSink(), 0, first))
-    put_checkpoint(mem, _state(0, "a"), batch_id=0, pending=[transaction_record(RecordingLineageSink(), 0, first)])
-    broken = put_checkpoint(mem, _state(1, "a"), batch_id=1, pending=[transaction_record(RecordingLineageSink(), 0, first)])
+    put_checkpoint(mem, _state(0, "a"), batch_id=0,
+                   pending=[transaction_record(RecordingLineageSink(), 0, first)])
+    broken = put_checkpoint(mem, _state(1, "a"), batch_id=1,
+                            pending=[transaction_record(RecordingLineageSink(), 0, first)])
     key = layout.checkpoint_metadata(broken.id)
     body = mem.store.get(key)
     mem.store.delete([key])

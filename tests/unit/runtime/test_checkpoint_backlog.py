@@ -96,7 +96,8 @@ class _Control:
 def test_a_savepoint_request_waits_for_one_checkpoint_of_a_backlog_not_all_of_them(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
     batches = range(3)
-    coordinator = coordinator_run(catalog, live, sink, _progress(batches))  # all queued: one round of 3 due checkpoints
+    # all queued: one round of 3 due checkpoints
+    coordinator = coordinator_run(catalog, live, sink, _progress(batches))
     run = coordinator.state
     stage_batches(catalog, run, live, batches)
     control = run.control = _Control(catalog, run, "savepoint", after=2)  # the first look is before the round

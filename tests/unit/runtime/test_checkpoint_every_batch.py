@@ -20,7 +20,8 @@ __all__ = ["catalog"]  # the fixture
 
 def test_progress_events_queued_behind_each_other_still_checkpoint_every_batch(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
-    coordinator = coordinator_run(catalog, live, sink, [("progress", 0), ("progress", 1), ("progress", 2), ("final", None)])
+    coordinator = coordinator_run(catalog, live, sink,
+                                  [("progress", 0), ("progress", 1), ("progress", 2), ("final", None)])
     run = coordinator.state
     stage_batches(catalog, run, live, range(3))
 
@@ -33,7 +34,8 @@ def test_progress_events_queued_behind_each_other_still_checkpoint_every_batch(c
 
 def test_batches_whose_progress_events_arrive_after_the_end_are_checkpointed_at_the_end(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
-    coordinator = coordinator_run(catalog, live, sink, [("progress", 0), ("final", None)])  # 1 and 2: not yet seen by the watcher
+    # 1 and 2: not yet seen by the watcher
+    coordinator = coordinator_run(catalog, live, sink, [("progress", 0), ("final", None)])
     run = coordinator.state
     stage_batches(catalog, run, live, range(3))
 
@@ -46,7 +48,8 @@ def test_batches_whose_progress_events_arrive_after_the_end_are_checkpointed_at_
 
 def test_with_an_interval_only_the_newest_batch_is_checkpointed_when_it_is_due(catalog, tmp_path):
     live, sink = tmp_path / "live", RecordingSink()
-    coordinator = coordinator_run(catalog, live, sink, [("progress", 0), ("progress", 1), ("progress", 2), ("final", None)],
+    coordinator = coordinator_run(catalog, live, sink,
+                                  [("progress", 0), ("progress", 1), ("progress", 2), ("final", None)],
                interval_s=3600)
     run = coordinator.state
     stage_batches(catalog, run, live, range(3))
@@ -71,11 +74,13 @@ def test_an_idle_stream_checkpoints_and_commits_its_last_batch_once_the_interval
     live, sink = tmp_path / "live", RecordingSink()
     coordinator = coordinator_run(catalog, live, sink, [], interval_s=60)
     run = coordinator.state
-    run.cfg = SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/unused", "spark.sparkpoint.job": "job",
+    run.cfg = SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/unused",
+                                          "spark.sparkpoint.job": "job",
                                           "spark.sparkpoint.stateStore": "hdfs",
                                           "spark.sparkpoint.checkpoint.interval": "60s"})
     stage_batches(catalog, run, live, range(2))
-    next_poll = coordinator.handle("progress", 0, 0.0)  # the first batch: checkpointed (the first is due at once)
+    # the first batch: checkpointed (the first is due at once)
+    next_poll = coordinator.handle("progress", 0, 0.0)
     next_poll = coordinator.handle("progress", 1, next_poll)  # within the interval: not yet
     assert [m.batch_id for m in catalog.checkpoints()] == [0]
 
@@ -85,5 +90,6 @@ def test_an_idle_stream_checkpoints_and_commits_its_last_batch_once_the_interval
     coordinator.handle("tick", None, next_poll)  # no new input, the interval has passed
 
     assert run.error is None, run.error
-    assert [m.batch_id for m in catalog.checkpoints()] == [1, 0], "the idle stream's last batch waits for input"
+    assert [m.batch_id for m in catalog.checkpoints()] == [1, 0], \
+        "the idle stream's last batch waits for input"
     assert sorted(sink.committed) == [0, 1]

@@ -48,7 +48,8 @@ class EmptyFoldersStay(MemoryStorage):
 
 
 def run_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, num_retained: int, batches: int,
-                    inner: MemoryStorage | None = None, timeout_s: float = 10, index_sizes: list[int] | None = None,
+                    inner: MemoryStorage | None = None, timeout_s: float = 10,
+                    index_sizes: list[int] | None = None,
                     ) -> tuple[list[Counter[str]], list[list[tuple[str, str]]], Catalog]:
     """Checkpoint and commit `batches` batches; the requests of each cycle by kind and in
     order (and into `index_sizes`, the coordinator's file index after each)."""
@@ -61,7 +62,8 @@ def run_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, num_reta
     catalog.write_origin(new_origin(generation, kind="empty", uri=None, base_id=-1, snapshot_id=None,
                                     batch_id=None, id_floor=0, restore={}, live_dir=None, host="h", pid=1))
     live = tmp_path / f"live-{num_retained}"
-    coord = checkpointer(catalog, live, RecordingSink(), generation, num_retained=num_retained, timeout_s=timeout_s)
+    coord = checkpointer(catalog, live, RecordingSink(), generation, num_retained=num_retained,
+                         timeout_s=timeout_s)
     kinds, logs = [], []
     for batch in range(batches):
         write_live(live, batch)
@@ -107,7 +109,9 @@ def test_requests_per_checkpoint_do_not_grow_when_deleted_checkpoints_stay_liste
     assert kinds[50] == kinds[5], (kinds[5], kinds[50], logs[50])
 
 
-def test_orphans_are_collected_once_per_tenth_of_the_grace_period_not_at_every_checkpoint(tmp_path, monkeypatch):
+def test_orphans_are_collected_once_per_tenth_of_the_grace_period_not_at_every_checkpoint(
+    tmp_path, monkeypatch
+):
     """Each collection writes a deletion-journal entry, and every checkpoint lists the
     journal until entries are an hour old: collected at every checkpoint (every 3 s in the
     soak), the journal grew to 1,200 entries listed per checkpoint. With a grace period of

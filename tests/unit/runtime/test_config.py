@@ -36,16 +36,19 @@ def test_defaults_match_the_design():
 
 def test_every_documented_key_is_accepted():
     values = {
-        "workDir": "/tmp/live", "restore": "none", "restore.force": "true", "restore.allowForeignJob": "false",
+        "workDir": "/tmp/live", "restore": "none", "restore.force": "true",
+        "restore.allowForeignJob": "false",
         "restore.sinkAhead": "rewind", "trigger": "processingTime:10s", "checkpoint.interval": "30s",
         "checkpoint.numRetained": "5", "checkpoint.timeout": "1min", "checkpoint.tolerableFailures": "2",
         "checkpoint.finalSnapshot.timeout": "45s", "checkpoint.finalSnapshot.minReplay": "1m",
         "commit.mode": "external", "control.pollInterval": "500ms", "stateStore": "hdfs",
         "s3.endpoint": "http://127.0.0.1:9000", "s3.region": "eu-west-1", "delta.driverStagingMaxBytes": "4m",
-        "restore.statePartitions": "8", "test.pauseAt": "stage:2", "test.pauseDir": "/tmp/pauses", "takeover": "true",
-        "codeVersion": "v2", "shadow.mode": "compare", "shadow.dir": "/tmp/scratch", "shadow.job": "orders-green",
-        "shadow.from": "/tmp/sp/orders/chk-7", "shadow.workDir": "/tmp/scratch-live", "shadow.untilBatch": "12",
-        "shadow.pollInterval": "250ms",
+        "restore.statePartitions": "8", "test.pauseAt": "stage:2", "test.pauseDir": "/tmp/pauses",
+        "takeover": "true",
+        "codeVersion": "v2", "shadow.mode": "compare", "shadow.dir": "/tmp/scratch",
+        "shadow.job": "orders-green",
+        "shadow.from": "/tmp/sp/orders/chk-7", "shadow.workDir": "/tmp/scratch-live",
+        "shadow.untilBatch": "12", "shadow.pollInterval": "250ms",
         "cutover": "1764370000000-0123abcd",
     }
     assert set(values) | {"dir", "job"} == set(KEYS)
@@ -73,7 +76,8 @@ def test_a_malformed_cutover_id_is_refused_naming_it():
 
 @pytest.mark.parametrize("value", ["0", "-2", "four", "2.5"])
 def test_state_partitions_must_be_a_positive_integer(value):
-    with pytest.raises(ConfigError, match=rf"spark\.sparkpoint\.restore\.statePartitions='{re.escape(value)}'"):
+    with pytest.raises(ConfigError,
+                       match=rf"spark\.sparkpoint\.restore\.statePartitions='{re.escape(value)}'"):
         SparkpointConfig.from_conf(conf(restore__statePartitions=value))
 
 
@@ -87,7 +91,8 @@ def test_a_pause_point_needs_a_directory():
     ("2 GiB", 2 * 1024**3), ("64MB", 64 * 1024**2), ("100b", 100),
 ])
 def test_driver_staging_sizes(value, expected):
-    assert SparkpointConfig.from_conf(conf(delta__driverStagingMaxBytes=value)).driver_staging_max_bytes == expected
+    assert (SparkpointConfig.from_conf(conf(delta__driverStagingMaxBytes=value))
+            .driver_staging_max_bytes == expected)
 
 
 @pytest.mark.parametrize(
@@ -118,7 +123,8 @@ def test_driver_staging_sizes(value, expected):
         (conf(delta__driverStagingMaxBytes="-1"), "delta.driverStagingMaxBytes='-1' is not a size"),
         (conf(delta__driverStagingMaxBytes="lots"), "delta.driverStagingMaxBytes='lots' is not a size"),
         (conf(delta__driverStagingMaxBytes="1.5g"), "delta.driverStagingMaxBytes='1.5g'"),
-        ({**BASE, f"{PREFIX}checkpoint.numRetain": "3"}, "spark.sparkpoint.checkpoint.numRetain is not a known"),
+        ({**BASE, f"{PREFIX}checkpoint.numRetain": "3"},
+         "spark.sparkpoint.checkpoint.numRetain is not a known"),
     ],
 )
 def test_bad_values_name_the_key_and_value(settings, named):
@@ -127,8 +133,9 @@ def test_bad_values_name_the_key_and_value(settings, named):
     assert named in str(info.value)
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("0", 0), ("500ms", 0.5), ("2s", 2), ("10min", 600), ("1h", 3600),
-                                                ("1.5", 1.5)])
+@pytest.mark.parametrize(("text", "seconds"),
+                         [("0", 0), ("500ms", 0.5), ("2s", 2), ("10min", 600), ("1h", 3600),
+                           ("1.5", 1.5)])
 def test_durations(text, seconds):
     assert parse_duration("x", text) == seconds
 
@@ -160,12 +167,14 @@ def test_processing_time_trigger_accepts_sparks_interval_syntax(text):
     assert trigger.kind == "processingTime" and trigger.interval_s == pytest.approx(parse_duration("x", text))
     settings = SparkpointConfig.from_conf({**BASE, f"{PREFIX}trigger": f"processingTime:{text}",
                                            f"{PREFIX}control.pollInterval": text,
-                                           f"{PREFIX}checkpoint.interval": text, f"{PREFIX}checkpoint.timeout": text})
+                                           f"{PREFIX}checkpoint.interval": text,
+                                           f"{PREFIX}checkpoint.timeout": text})
     assert settings.poll_interval_s == settings.checkpoint_interval_s == settings.checkpoint_timeout_s > 0
 
 
-@pytest.mark.parametrize("text", ["1 month", "2 years", "5 fortnights", "seconds", "5 seconds ago", "-5 seconds",
-                                  "1 minute minute", "interval", "5 s s", ""])
+@pytest.mark.parametrize("text",
+                         ["1 month", "2 years", "5 fortnights", "seconds", "5 seconds ago", "-5 seconds",
+                          "1 minute minute", "interval", "5 s s", ""])
 def test_bad_durations_name_the_value_and_the_forms(text):
     with pytest.raises(ConfigError) as info:
         parse_duration("trigger", text)
@@ -189,8 +198,9 @@ def test_cli_and_operator_durations_read_sparks_syntax_too():
         duration_value("timeout", "later")
 
 
-@pytest.mark.parametrize("work_dir", ["hdfs://nn:8020/live", "s3a://bucket/live", "abfs://c@a.dfs.core.windows.net/l",
-                                      "gs://bucket/live", "viewfs://cluster/live"])
+@pytest.mark.parametrize("work_dir",
+                         ["hdfs://nn:8020/live", "s3a://bucket/live", "abfs://c@a.dfs.core.windows.net/l",
+                          "gs://bucket/live", "viewfs://cluster/live"])
 def test_a_work_dir_the_runtime_cannot_capture_is_refused_naming_it_and_what_works(work_dir):
     with pytest.raises(ConfigError) as info:
         SparkpointConfig.from_conf(conf(workDir=work_dir))
@@ -198,13 +208,15 @@ def test_a_work_dir_the_runtime_cannot_capture_is_refused_naming_it_and_what_wor
     assert f"workDir={work_dir!r}" in message and "shared mount" in message and "file://" in message
 
 
-@pytest.mark.parametrize("work_dir", ["/mnt/shared/live", "file:///mnt/shared/live", "file:/mnt/shared/live", "live"])
+@pytest.mark.parametrize("work_dir",
+                         ["/mnt/shared/live", "file:///mnt/shared/live", "file:/mnt/shared/live", "live"])
 def test_a_filesystem_work_dir_is_accepted(work_dir):
     assert SparkpointConfig.from_conf(conf(workDir=work_dir)).work_dir == work_dir
 
 
 def test_an_s3_dir_without_a_work_dir_is_refused_by_the_configuration_itself():
-    with pytest.raises(ConfigError, match=r"workDir is required when spark.sparkpoint.dir='s3://b/p' is on S3"):
+    with pytest.raises(ConfigError,
+                       match=r"workDir is required when spark.sparkpoint.dir='s3://b/p' is on S3"):
         SparkpointConfig.from_conf({**BASE, f"{PREFIX}dir": "s3://b/p"})
 
 

@@ -53,7 +53,8 @@ def stand_in_run(catalog: Catalog, clocks: Clocks, generation: int = 2) -> Any:
     control = ControlChannel(catalog)
     control.clock = lambda: clocks.wall
     run = SimpleNamespace(cfg=SimpleNamespace(job=catalog.job), generation=generation, error=None,
-                          stopping=threading.Event(), control=control)  # only what serving control requests reads
+                          # only what serving control requests reads
+                          stopping=threading.Event(), control=control)
     return run_coordination.RunCoordinator(run)  # type: ignore[arg-type]
 
 
@@ -79,7 +80,8 @@ def test_a_run_removes_requests_finished_over_a_day_ago_hourly_and_a_backlog_in_
     clocks.wall += DAY + 601  # the recent ones (and their deadlines) are now over a day old too ...
     clocks.mono += run_coordination.CONTROL_CLEANUP_BACKLOG_S
     run.tidy_control()
-    assert sorted(requester.request_ids()) == sorted(recent), "... but the next pass is an hour after the last"
+    assert sorted(requester.request_ids()) == sorted(recent), \
+        "... but the next pass is an hour after the last"
     clocks.mono += run_coordination.CONTROL_CLEANUP_EVERY_S
     run.tidy_control()
     assert requester.request_ids() == []
@@ -87,8 +89,9 @@ def test_a_run_removes_requests_finished_over_a_day_ago_hourly_and_a_backlog_in_
 
 @pytest.mark.parametrize("error", [StorageError("the store is unreachable"),
                                    OverflowError("int too large to convert to float")])
-def test_an_error_while_tidying_is_logged_and_the_run_goes_on(clocks: Clocks, caplog: pytest.LogCaptureFixture,
-                                                              error: Exception) -> None:
+def test_an_error_while_tidying_is_logged_and_the_run_goes_on(
+    clocks: Clocks, caplog: pytest.LogCaptureFixture, error: Exception
+) -> None:
     """A store error, or a result file no parser expected (an ``updated_at`` of 400 digits):
     housekeeping never fails the run."""
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "orders")

@@ -85,7 +85,8 @@ def test_stale_generation_cannot_complete_a_checkpoint_or_commit(catalog, tmp_pa
 
 def test_tolerable_failures_then_fail(catalog, tmp_path):
     generation = catalog.claim_generation().generation
-    coord = checkpointer(catalog, tmp_path / "missing-live", RecordingSink(), generation, tolerable_failures=1)
+    coord = checkpointer(catalog, tmp_path / "missing-live", RecordingSink(), generation,
+                         tolerable_failures=1)
     os.makedirs(tmp_path / "missing-live")
     write_live(tmp_path / "missing-live", 0)
     # Make the upload fail: the live file disappears between listing and copying.
@@ -128,7 +129,8 @@ def test_a_savepoint_of_another_job_is_refused_unless_allowed(tmp_path):
     savepoint = other.create_savepoint(other.handle(other.latest()))
     mine = Catalog(MemoryStorage(uuid.uuid4().hex), "job")
 
-    with pytest.raises(RestoreError, match=r"belongs to job 'other', not 'job'.*restore.allowForeignJob=true"):
+    with pytest.raises(RestoreError,
+                       match=r"belongs to job 'other', not 'job'.*restore.allowForeignJob=true"):
         plan_restore(run_config(restore=savepoint.uri), mine, None)
 
     plan = plan_restore(run_config(restore=savepoint.uri, **{"restore.allowForeignJob": "true"}), mine, None)
@@ -215,11 +217,13 @@ def test_settled_transactions_are_never_committed_again(catalog, tmp_path):
     coord.checkpoint(1)
     published = RecordingSink()
     published.commit(recording_record(0, generation))
-    catalog.delete_transactions([recording_record(0, generation), recording_record(1, generation)])  # the commit step settled both
+    # the commit step settled both
+    catalog.delete_transactions([recording_record(0, generation), recording_record(1, generation)])
 
     sink = RecordingSink()
     sink.committed = dict(published.committed)
-    with pytest.raises(SinkLineageError, match=r"job-b1-g1 \(batch 1\).*was aborted since: its output is gone"):
+    with pytest.raises(SinkLineageError,
+                       match=r"job-b1-g1 \(batch 1\).*was aborted since: its output is gone"):
         recover_transactions(catalog, sink, plan_restore(run_config(), catalog, None), "checkpoint")
     assert sink.committed == {0: generation}, "the aborted batch 1 was not committed"
 
@@ -272,11 +276,14 @@ class ClaimingSink(RecordingSink):
     def commit(self, record: TransactionRecord) -> CommitOutcome:
         holder = self.committed.get(record.batch_id)
         if holder is not None and holder != record.generation:
-            raise TransactionConflict(f"batch {record.batch_id} is held by transaction job-b{record.batch_id}-g{holder}")
+            raise TransactionConflict(f"batch {record.batch_id} is held by transaction "
+                                      f"job-b{record.batch_id}-g{holder}")
         return super().commit(record)
 
 
-def test_recovery_stops_at_a_confirmed_transaction_that_lost_its_batch_like_the_commit_step(catalog, tmp_path):
+def test_recovery_stops_at_a_confirmed_transaction_that_lost_its_batch_like_the_commit_step(
+    catalog, tmp_path
+):
     """Issue #27.4: one conflict rule. The restart point lists batches 0 and 1 as confirmed,
     but a stalled driver of an abandoned lineage promoted batch 0 first: recovery stops
     there (as the commit step does), commits nothing after it and keeps the record."""
@@ -341,7 +348,8 @@ def test_recovery_leaves_a_confirmed_record_for_another_sink_alone(catalog, tmp_
     for mode in ("checkpoint", "external"):
         sink = RecordingSink()
         with caplog.at_level(logging.WARNING):
-            pending, summary = recover_transactions(catalog, sink, plan_restore(run_config(), catalog, None), mode)
+            pending, summary = recover_transactions(catalog, sink, plan_restore(run_config(), catalog, None),
+                                                    mode)
         assert sink.committed == ({2: gen1} if mode == "checkpoint" else {}), mode
         assert [r.batch_id for r in pending] == ([] if mode == "checkpoint" else [2]), mode
         assert summary["committed"] == ([2] if mode == "checkpoint" else []), mode
@@ -365,9 +373,10 @@ def test_every_completed_checkpoint_lands_in_the_trend_with_its_own_figures(cata
         completed.append(coord.checkpoint(batch))
     counters = read_counters(catalog)
     assert counters is not None and len(catalog.checkpoints()) == 2
-    assert [(p.id, p.batch_id, p.completed_at, p.duration_ms, p.bytes_copied, p.bytes_total) for p in counters.trend] == [
-        (m.id, m.batch_id, m.created_at, m.stats.duration_ms, m.stats.bytes_copied, m.stats.bytes_total)
-        for m in completed]
+    trend = [(p.id, p.batch_id, p.completed_at, p.duration_ms, p.bytes_copied, p.bytes_total)
+             for p in counters.trend]
+    assert trend == [(m.id, m.batch_id, m.created_at, m.stats.duration_ms, m.stats.bytes_copied,
+                      m.stats.bytes_total) for m in completed]
 
 
 @pytest.mark.parametrize("policy", ["fail", "rewind"])
@@ -378,7 +387,8 @@ def test_the_sink_ahead_refusal_says_whether_the_sink_can_rewind(catalog, tmp_pa
     coord = checkpointer(catalog, tmp_path, RecordingSink(), generation)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
-    plan = plan_restore(run_config(restore=catalog.checkpoint_uri(1), **{"restore.sinkAhead": policy}), catalog, None)
+    plan = plan_restore(run_config(restore=catalog.checkpoint_uri(1), **{"restore.sinkAhead": policy}),
+                        catalog, None)
     plain = RecordingSink()
     plain.committed = {0: 1, 1: 1, 2: 1}
     with pytest.raises(SinkAheadError) as info:
@@ -406,4 +416,5 @@ def test_many_transactions_pending_an_external_commit_step_are_warned_about(cata
         assert coord.checkpoint(warn - 1) is not None
         assert coord.checkpoint(warn - 1) is not None
     warned = [r.getMessage() for r in caplog.records if "pending" in r.getMessage()]
-    assert len(warned) == 1 and f"{warn} transactions" in warned[0] and "SparkpointCommitOperator" in warned[0], warned
+    assert (len(warned) == 1 and f"{warn} transactions" in warned[0]
+            and "SparkpointCommitOperator" in warned[0]), warned

@@ -60,7 +60,8 @@ def test_green_claims_blue_plus_one_with_blue_s_final_checkpoint_as_its_base(cat
     assert (adoption.generation, adoption.batch_id, adoption.checkpoint_uri) == (2, 3, uri)
     assert adoption.aborted == (4,) and catalog.transactions() == []
     origin = catalog.origins()[-1]
-    assert (origin.generation, origin.base_id, origin.batch_id, origin.uri) == (2, adoption.checkpoint.id, 3, uri)
+    assert ((origin.generation, origin.base_id, origin.batch_id, origin.uri)
+            == (2, adoption.checkpoint.id, 3, uri))
     assert origin.restore["cutover"] == CID and origin.live_dir == "/work/shadow"
     assert catalog.generation_claim(2).details["cutover"] == CID  # type: ignore[union-attr]
     assert CutoverStore(catalog).read(CID).step == "claimed"
@@ -70,7 +71,8 @@ def test_green_claims_blue_plus_one_with_blue_s_final_checkpoint_as_its_base(cat
 def test_green_does_not_claim_before_blue_completed_its_stop(catalog: Catalog) -> None:
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     _blue_stopped_after(catalog, sink, 3, complete=False)
-    with pytest.raises(CutoverError, match=r"is acknowledged .*green takes over only after blue stopped at batch 3"):
+    with pytest.raises(CutoverError,
+                       match=r"is acknowledged .*green takes over only after blue stopped at batch 3"):
         adopt(catalog, sink, CID, live_dir=None)
     assert catalog.current_generation() == 1  # nothing written
 
@@ -89,7 +91,8 @@ def test_a_sink_past_n_refuses_green_after_its_claim_and_writes_no_origin(catalo
     _blue_stopped_after(catalog, sink, 3)
     sink.world["committed"][4] = "orders-b4-g9"  # someone committed N+1
     before = len(catalog.origins())
-    with pytest.raises(CutoverError, match="holds the job's batches through 4, not through the agreed batch 3"):
+    with pytest.raises(CutoverError,
+                       match="holds the job's batches through 4, not through the agreed batch 3"):
         adopt(catalog, sink, CID, live_dir=None)
     assert catalog.current_generation() == 2 and len(catalog.origins()) == before
 
@@ -97,7 +100,8 @@ def test_a_sink_past_n_refuses_green_after_its_claim_and_writes_no_origin(catalo
 def test_every_start_but_green_s_is_refused_while_a_cutover_is_open(catalog: Catalog) -> None:
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     _blue_stopped_after(catalog, sink, 3)
-    with pytest.raises(CutoverInProgress, match=f"zero-downtime cutover {CID} \\(agreed, blue generation 1\\)"):
+    with pytest.raises(CutoverInProgress,
+                       match=f"zero-downtime cutover {CID} \\(agreed, blue generation 1\\)"):
         check_start(catalog, None, takeover=True)  # takeover does not pass it
     check_start(catalog, None, takeover=True, cutover=CID)  # green's own start
     CutoverStore(catalog).end(CID, "aborted", step="stop", reason="test")
@@ -147,12 +151,13 @@ def test_green_killed_after_its_claim_leaves_blue_s_lineage_to_resume(tmp_path: 
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     uri = _blue_stopped_after(catalog, sink, 3)
     n, marker = 3, tmp_path / "fired"
-    env = {**os.environ, "SPARKPOINT_TEST_FAULT": f"cutover_claimed:{n}", "SPARKPOINT_TEST_FAULT_ONCE": str(marker),
-           "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-c", _GREEN, str(root), CID], env=env, capture_output=True, text=True,
-                          check=False,
+    env = {**os.environ, "SPARKPOINT_TEST_FAULT": f"cutover_claimed:{n}",
+           "SPARKPOINT_TEST_FAULT_ONCE": str(marker), "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", _GREEN, str(root), CID], env=env, capture_output=True,
+                          text=True, check=False,
                           timeout=120, cwd=REPO)
-    assert "SPARKPOINT_TEST_FAULT: killing driver at cutover_claimed:3" in proc.stdout + proc.stderr  # it fired
+    # it fired
+    assert "SPARKPOINT_TEST_FAULT: killing driver at cutover_claimed:3" in proc.stdout + proc.stderr
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert marker.read_text().strip() == f"cutover_claimed:{n}"
     assert catalog.current_generation() == 2 and not any(o.generation == 2 for o in catalog.origins())
@@ -187,7 +192,8 @@ def _green_commits(catalog: Catalog, sink: FakeSink, generation: int, batch: int
 
     record = transaction_record(sink, batch, generation, job="orders", created_at=0.0)
     catalog.put_transaction(record)
-    committer = Committer(catalog=catalog, sink=sink, fence=Fence(catalog, generation), commit_mode="checkpoint")
+    committer = Committer(catalog=catalog, sink=sink, fence=Fence(catalog, generation),
+                          commit_mode="checkpoint")
     committer.add_pending(record)
     return committer.commit_confirmed(put_checkpoint(catalog, batch_id=batch, generation=generation,
                                                      pending=[record]))
@@ -217,7 +223,9 @@ def test_green_s_first_commit_into_blue_s_sink_ends_the_cutover_committed_once(c
                            "orders-shadow", "memory://shadow2"))  # the next cutover may open
 
 
-def test_a_green_killed_before_its_end_record_is_ended_by_the_next_run_s_first_commit(catalog: Catalog) -> None:
+def test_a_green_killed_before_its_end_record_is_ended_by_the_next_run_s_first_commit(
+    catalog: Catalog
+) -> None:
     """Green killed between its claim and its `done` (fault point `cutover_first_commit`,
     or before its first commit): its restart is a new generation with no cutover in its
     claim. Its first commit continues green's lineage past N, so it ends the cutover
@@ -263,12 +271,15 @@ def test_a_rollback_of_green_after_the_cutover_marks_it_rolled_back(catalog: Cat
     state = CutoverStore(catalog).read(CID)
     assert state.step == "rolled_back", state
     assert state.done is not None and state.done.outcome == "committed"
-    assert state.rolled_back is not None and (state.rolled_back.generation, state.rolled_back.step) == (green, "rollback")
+    assert (state.rolled_back is not None
+            and (state.rolled_back.generation, state.rolled_back.step) == (green, "rollback"))
     again = CutoverStore(catalog).roll_back(CID, generation=green, reason="twice")
     assert again == state.rolled_back  # written once
 
 
-def test_a_rollback_of_a_generation_that_is_no_cutover_s_green_writes_no_cutover_record(catalog: Catalog) -> None:
+def test_a_rollback_of_a_generation_that_is_no_cutover_s_green_writes_no_cutover_record(
+    catalog: Catalog
+) -> None:
     from airflow_sparkpoint.services.rollback import abort_generation
 
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
@@ -316,7 +327,8 @@ def test_green_s_shadow_start_passes_beside_a_live_blue_another_task_started(cat
                                            "memory://shadow"))
     green = AirflowTry("deploy", "run", "start_green", 1)
     with pytest.raises(JobAlreadyRunning):
-        check_start(catalog, green, takeover=False, cutover=CID)  # a production start of green's own: fences blue
+        # a production start of green's own: fences blue
+        check_start(catalog, green, takeover=False, cutover=CID)
     check_start(catalog, green, takeover=False, cutover=CID, shadow=True)
     with pytest.raises(CutoverInProgress):
         check_start(catalog, green, takeover=False, cutover=None, shadow=True)
@@ -339,7 +351,9 @@ def test_green_s_claim_names_blue_s_final_savepoint_from_the_stop_s_result(catal
     assert claimed is not None and claimed.savepoint == saved.uri
 
 
-def test_a_rollback_of_green_that_committed_nothing_past_n_returns_to_blue_s_savepoint(catalog: Catalog) -> None:
+def test_a_rollback_of_green_that_committed_nothing_past_n_returns_to_blue_s_savepoint(
+    catalog: Catalog
+) -> None:
     """Rollback after the cutover: green (claimed at N, no commit past N) is rolled back;
     the new origin is blue's final savepoint of N (base -1: green's checkpoints,
     its adoption checkpoint included, are superseded), so restore=latest resumes blue's
@@ -372,7 +386,9 @@ def test_a_rollback_of_green_that_committed_nothing_past_n_returns_to_blue_s_sav
     assert CutoverStore(catalog).read(CID).to_json()["rolled_back_to"] == saved.uri
 
 
-def test_a_green_started_again_after_its_claim_restarts_the_job_instead_of_warming_up(catalog: Catalog) -> None:
+def test_a_green_started_again_after_its_claim_restarts_the_job_instead_of_warming_up(
+    catalog: Catalog
+) -> None:
     """Green's task retried after green claimed the job (killed at or after
     `cutover_first_commit`), with the same settings (an Airflow retry: the cutover's
     shadow settings): the job is green's, so the retry is a restart of it

@@ -36,7 +36,9 @@ def _drive(catalog: Catalog, cid: str, steps: list[str], **kw: object) -> Callab
     return lambda: drive_cutover(catalog, cid, on_step=steps.append, **options)  # type: ignore[arg-type]
 
 
-def test_the_cutover_is_driven_from_warm_up_to_green_s_first_commit_every_batch_once(catalog: Catalog) -> None:
+def test_the_cutover_is_driven_from_warm_up_to_green_s_first_commit_every_batch_once(
+    catalog: Catalog
+) -> None:
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink)
     blue.thread.start()
@@ -59,7 +61,8 @@ def test_the_cutover_is_driven_from_warm_up_to_green_s_first_commit_every_batch_
     assert blue.stopped_at == n
     assert (outcome.step, outcome.blue_generation, outcome.green_generation) == ("committed", 1, 2)  # type: ignore[attr-defined]
     # Every batch committed once: through N by blue, N+1 by green (the oracle: batch ids and owners).
-    assert sink.world["committed"] == {**{b: f"orders-b{b}-g1" for b in range(n + 1)}, n + 1: f"orders-b{n + 1}-g2"}
+    assert (sink.world["committed"]
+            == {**{b: f"orders-b{b}-g1" for b in range(n + 1)}, n + 1: f"orders-b{n + 1}-g2"})
     state = CutoverStore(catalog).read(cid)
     assert (state.step, state.claimed.generation) == ("committed", 2)  # type: ignore[union-attr]
     # Each step in the task log, in order.
@@ -71,7 +74,9 @@ def test_the_cutover_is_driven_from_warm_up_to_green_s_first_commit_every_batch_
         "green committed its first batch into the job's sinks"], steps
     assert "warm-up" in kinds
 
-def test_a_green_that_does_not_catch_up_calls_the_cutover_off_and_leaves_blue_running(catalog: Catalog) -> None:
+def test_a_green_that_does_not_catch_up_calls_the_cutover_off_and_leaves_blue_running(
+    catalog: Catalog
+) -> None:
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink)
     blue.thread.start()
@@ -95,7 +100,8 @@ def _slow_blue_at_batch_1(catalog: Catalog) -> tuple[Blue, str, int]:
     batch 1 (or 10 s passed): (blue, the cutover's id, blue's last batch)."""
     blue = Blue(catalog, FakeSink(f"s-{uuid.uuid4().hex[:8]}"), pace_s=10.0)
     blue.thread.start()
-    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=1.0).plan.id
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test",
+                       reach_timeout_s=1.0).plan.id
     deadline = time.time() + 10
     while int((catalog.read_status() or {}).get("last_batch") or 0) < 1 and time.time() < deadline:
         time.sleep(0.01)
@@ -112,7 +118,9 @@ def test_green_behind_blue_before_its_first_replay_is_not_agreed_with(catalog: C
     assert blue_last == 1  # blue's batch 1 (its next comes 10 s later)
     CutoverStore(catalog).progress(CutoverProgress(cid, 0))  # one batch behind (lag 2), no replay yet
     steps: list[str] = []
-    with pytest.raises(CutoverError, match="did not come within 2 batch.*replayed none of blue's batches.*blue keeps running, untouched"):
+    with pytest.raises(CutoverError,
+                       match="did not come within 2 batch.*replayed none of blue's batches.*blue "
+                             "keeps running, untouched"):
         _drive(catalog, cid, steps, within_s=0.5)()
     assert blue.thread.is_alive() and blue.stopped_at is None  # never asked to stop
     blue.stop.set()
@@ -137,11 +145,14 @@ def test_green_at_an_idle_blue_s_batch_is_agreed_with_before_any_replay(catalog:
     blue.thread.join(10)
 
 
-def test_a_green_that_does_not_claim_after_blue_stopped_calls_it_off_and_says_restore_latest(catalog: Catalog) -> None:
+def test_a_green_that_does_not_claim_after_blue_stopped_calls_it_off_and_says_restore_latest(
+    catalog: Catalog
+) -> None:
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink)
     blue.thread.start()
-    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=1.0).plan.id
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test",
+                       reach_timeout_s=1.0).plan.id
     green = Green(catalog, sink, cid, claims=False)
     green.thread.start()
     with pytest.raises(CutoverError, match="did not take the job over within 1 s.*restore=latest"):
@@ -158,7 +169,8 @@ def test_the_comparison_gate_refuses_on_green_s_first_difference(catalog: Catalo
     cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", mode="compare").plan.id
     CutoverStore(catalog).progress(CutoverProgress(cid, 0, verified_batch=0,
                                                    difference="batch 1: rows only green has: [u4]"))
-    with pytest.raises(CutoverError, match="comparison gate found a difference: batch 1: rows only green has"):
+    with pytest.raises(CutoverError,
+                       match="comparison gate found a difference: batch 1: rows only green has"):
         _drive(catalog, cid, [])()
     assert blue.stopped_at is None
     blue.stop.set()
@@ -186,10 +198,11 @@ def test_a_drive_started_again_after_the_agreement_resumes_it_instead_of_refusin
 
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink, pace_s=10.0)
-    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=20.0).plan.id
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test",
+                       reach_timeout_s=20.0).plan.id
     # The lost orchestrator's agreement: blue's request filed, then N recorded.
-    stop = stop_after_batch(catalog, 2, timeout_s=20.0, poll_s=0.02, max_heartbeat_age=60.0, requested_by="test",
-                            wait=False, generation=1, cutover_id=cid)
+    stop = stop_after_batch(catalog, 2, timeout_s=20.0, poll_s=0.02, max_heartbeat_age=60.0,
+                            requested_by="test", wait=False, generation=1, cutover_id=cid)
     agreed = CutoverStore(catalog).agree(cid, 2, stop.request_id)
     blue.thread.start()
     green = Green(catalog, sink, cid)

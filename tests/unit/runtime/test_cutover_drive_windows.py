@@ -48,7 +48,8 @@ def test_the_claim_bound_is_not_measured_on_blue_s_clock(catalog: Catalog) -> No
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink, clock_offset_s=-60.0)
     blue.thread.start()
-    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=20.0).plan.id
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test",
+                       reach_timeout_s=20.0).plan.id
     green = Green(catalog, sink, cid, commits=True, claim_after_s=0.5)
     green.thread.start()
     try:
@@ -74,9 +75,10 @@ def test_a_drive_started_again_after_a_lost_agreement_files_no_second_stop_after
     filed request as the agreement."""
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink)  # its status says running; it serves requests once its thread starts
-    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=5.0).plan.id
-    lost = stop_after_batch(catalog, 3, timeout_s=5.0, poll_s=0.02, max_heartbeat_age=60.0, requested_by="lost",
-                            wait=False, generation=1, cutover_id=cid)
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test",
+                       reach_timeout_s=5.0).plan.id
+    lost = stop_after_batch(catalog, 3, timeout_s=5.0, poll_s=0.02, max_heartbeat_age=60.0,
+                            requested_by="lost", wait=False, generation=1, cutover_id=cid)
     green = Green(catalog, sink, cid, commits=False)
     green.thread.start()
     errors: list[BaseException] = []
@@ -106,7 +108,9 @@ def test_a_drive_started_again_after_a_lost_agreement_files_no_second_stop_after
 
 
 
-def test_a_call_off_after_blue_stopped_for_the_cutover_does_not_say_blue_keeps_running(catalog: Catalog) -> None:
+def test_a_call_off_after_blue_stopped_for_the_cutover_does_not_say_blue_keeps_running(
+    catalog: Catalog
+) -> None:
     """The orchestrator died after filing blue's stop_after (cutover_agreement); blue took
     it and stopped after its N. The retry's warm-up finds blue not running and calls the
     cutover off saying 'blue keeps running, untouched': blue is stopped and must be
@@ -126,8 +130,9 @@ def test_a_call_off_after_blue_stopped_for_the_cutover_does_not_say_blue_keeps_r
 
 
 
-def test_a_call_off_racing_green_s_claim_never_ends_a_claimed_cutover(catalog: Catalog,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_call_off_racing_green_s_claim_never_ends_a_claimed_cutover(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """on_kill (or a bound) calls the cutover off while green claims: call_off reads the
     records (no claim yet); green's adopt runs right after that read (its own checks see
     the cutover open) and claims; then call_off acts on what it read. On the code before
@@ -151,7 +156,8 @@ def test_a_call_off_racing_green_s_claim_never_ends_a_claimed_cutover(catalog: C
         assert "green" in str(exc), exc  # refused: green's claim stands (what call_off promises)
     monkeypatch.setattr(CutoverStore, "read", read)
     state = CutoverStore(catalog).read(cid)
-    assert claimed and claimed[0] is not None, "the race did not happen: green did not claim during the call-off"
+    assert claimed and claimed[0] is not None, \
+        "the race did not happen: green did not claim during the call-off"
     assert not (state.claimed is not None and state.done is not None and state.done.outcome == "aborted"), (
         f"cutover {cid} is claimed by generation {state.claimed.generation if state.claimed else None} "
         f"and ended {state.done}")
@@ -185,8 +191,9 @@ def test_green_that_lost_the_decision_to_a_call_off_writes_no_origin(catalog: Ca
     assert all(o.generation != 2 for o in catalog.origins()), catalog.origins()
 
 
-def test_a_green_dead_after_winning_the_decision_leaves_the_job_green_s(catalog: Catalog,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_green_dead_after_winning_the_decision_leaves_the_job_green_s(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Green (generation 2) won the decision and died before its origin and ``claimed``.
     The job is green's: a call-off is refused (green's claim stands), green's retry is a
     restart of the job (`taken_over`), other starts are no longer held back by the
@@ -236,7 +243,8 @@ def test_a_dead_green_s_progress_record_is_not_agreed_with(catalog: Catalog) -> 
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink, pace_s=10.0)
     blue.thread.start()
-    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=1.0).plan.id
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test",
+                       reach_timeout_s=1.0).plan.id
     blue_last = int((catalog.read_status() or {}).get("last_batch") or 0)
     CutoverStore(catalog).progress(CutoverProgress(cid, blue_last, 0.5, 7, updated_at=time.time() - 3600))
     try:
@@ -314,8 +322,10 @@ def test_a_call_off_refused_by_green_s_claim_in_phase_stop_reports_the_take_over
     seen = driver.look(moved, time.time())
     assert (seen.action, seen.generation) == ("claimed", adoption.generation), seen
     commit = driver.advance(moved, seen, time.time())
-    assert isinstance(commit, DrivePosition) and (commit.phase, commit.green_generation) == ("commit", 2), commit
+    assert isinstance(commit, DrivePosition) and (commit.phase, commit.green_generation) == ("commit", 2), \
+        commit
     assert commit.checkpoint is not None and commit.checkpoint == store.read(cid).taken.checkpoint  # type: ignore[union-attr]
-    assert any("green claimed the job as generation 2 at batch 3" in step for step in commit.steps), commit.steps
+    assert any("green claimed the job as generation 2 at batch 3" in step for step in commit.steps), \
+        commit.steps
     state = store.read(cid)
     assert state.done is None and state.step == "claimed", state.to_json()

@@ -14,8 +14,8 @@ from airflow_sparkpoint import faults
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **env})
+    return subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, **env})
 
 
 def test_armed_fault_sigkills_the_process_once(tmp_path):

@@ -99,7 +99,9 @@ def _watch_shared_listing(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> 
     return listed
 
 
-def test_a_file_the_checkpoint_uploaded_then_another_process_deleted_is_copied_again(catalog, tmp_path, monkeypatch):
+def test_a_file_the_checkpoint_uploaded_then_another_process_deleted_is_copied_again(
+    catalog, tmp_path, monkeypatch
+):
     """The listing of shared/ runs beside the uploads, so it cannot show that a file the
     checkpoint uploaded was deleted after; the journal, listed after the uploads, does."""
     generation = catalog.claim_generation().generation
@@ -235,12 +237,14 @@ def test_recovery_finishes_a_transaction_that_holds_its_batch_and_never_aborts_i
     coord = checkpointer(catalog, tmp_path, RecordingSink(), gen1)
     write_live(tmp_path, 0)
     coord.checkpoint(0)
-    catalog.put_transaction(recording_record(1, gen1))  # promoted (the sink holds it), killed before the record went
+    # promoted (the sink holds it), killed before the record went
+    catalog.put_transaction(recording_record(1, gen1))
     catalog.put_transaction(recording_record(2, gen1))  # staged only
     sink = RecordingSink()
     sink.committed = {1: gen1}
     gen2 = catalog.claim_generation().generation
-    _pending, summary = recover_transactions(catalog, sink, plan_restore(run_config(), catalog), "checkpoint", gen2)
+    _pending, summary = recover_transactions(catalog, sink, plan_restore(run_config(), catalog), "checkpoint",
+                                             gen2)
     assert summary["finished"] == [1] and summary["aborted"] == [2]
     assert sink.aborted == [(2, gen1)] and catalog.transactions() == []
 
@@ -270,7 +274,8 @@ _HOLD = (
 def test_a_location_locked_by_a_live_process_is_never_shared(tmp_path):
     live = tmp_path / "g1"
     live.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(live)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(live)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == b"locked"
         assert livedir.try_lock(str(live)) is None
@@ -308,7 +313,8 @@ def test_the_previous_owner_is_proven_gone_only_by_its_end_or_its_dead_processes
     assert not livedir.previous_owner_gone(live, None, None)[0]
 
 
-@pytest.mark.parametrize("body", [b"[" * 60_000, b'{"a":' * 12_000 + b"1" + b"}" * 12_000, b"not json", b"[1, 2]"],
+@pytest.mark.parametrize("body",
+                         [b"[" * 60_000, b'{"a":' * 12_000 + b"1" + b"}" * 12_000, b"not json", b"[1, 2]"],
                          ids=["nested-list", "nested-object", "not-json", "not-an-object"])
 def test_an_unreadable_owner_record_reads_as_none_never_a_crash(tmp_path, body):
     """The owner record lies in the shared work directory: a planted one nested past
@@ -341,18 +347,20 @@ def test_choose_live_resumes_in_place_only_when_the_owner_is_gone_and_links_othe
     assert not choice.in_place and choice.path == str(tmp_path / "work" / f"g{second}")
     assert "held by a running generation" in choice.reason
     index, reuse = fill_live(choice, plan)
-    assert reuse.mode == "materialized" and reuse.linked == len(plan.snapshot.metadata.files) and reuse.downloaded == 0
+    assert (reuse.mode == "materialized" and reuse.linked == len(plan.snapshot.metadata.files)
+            and reuse.downloaded == 0)
     assert set(index) == {f.path for f in plan.snapshot.metadata.files}
     assert (Path(choice.path) / "commits" / "1").read_text() == "c1"
     after = {p: p.stat().st_mtime_ns for p in old.rglob("*") if p.is_file() and p.name != livedir.OWNER_NAME}
-    assert {p: t for p, t in before.items() if p.name != livedir.OWNER_NAME} == after, "the old location changed"
+    assert {p: t for p, t in before.items() if p.name != livedir.OWNER_NAME} == after, \
+        "the old location changed"
     choice.lock.release()
     held.release()
 
     # The same process ran it and released the lock: its run is over, resume in place.
     third = catalog.claim_generation().generation
-    again = choose_live(plan, [str(old)], status, work_root=str(tmp_path / "work"), job="job", generation=third,
-                        jvm_pid=None)
+    again = choose_live(plan, [str(old)], status, work_root=str(tmp_path / "work"), job="job",
+                        generation=third, jvm_pid=None)
     assert again.in_place and again.path == str(old)
     assert livedir.read_owner(str(old))["generation"] == third
     again.lock.release()
@@ -362,8 +370,8 @@ def test_an_empty_start_never_reuses_a_location(catalog, tmp_path):
     old = tmp_path / "elsewhere" / "live"
     write_live(old, 0)
     generation = catalog.claim_generation().generation
-    choice = choose_live(RestorePlan(None, "empty"), [str(old)], None, work_root=str(tmp_path / "work"), job="job",
-                         generation=generation, jvm_pid=None)
+    choice = choose_live(RestorePlan(None, "empty"), [str(old)], None, work_root=str(tmp_path / "work"),
+                         job="job", generation=generation, jvm_pid=None)
     _index, reuse = fill_live(choice, RestorePlan(None, "empty"))
     assert not choice.in_place and reuse.mode == "empty"
     assert sorted(os.listdir(choice.path)) == sorted([livedir.LOCK_NAME, livedir.OWNER_NAME])
@@ -423,8 +431,10 @@ def test_a_retry_finishes_the_rewind_its_lineage_asked_for_and_only_that_one(cat
         metas.append(coord.checkpoint(batch))
     gen2 = catalog.claim_generation().generation
     catalog.write_origin(new_origin(gen2, kind="checkpoint", uri=catalog.checkpoint_uri(metas[1].id),
-                                    base_id=metas[1].id, snapshot_id=metas[1].id, batch_id=1, id_floor=metas[2].id,
-                                    restore={"restore": "x", "sink_ahead": "rewind"}, live_dir=None, host="h", pid=1))
+                                    base_id=metas[1].id, snapshot_id=metas[1].id, batch_id=1,
+                                    id_floor=metas[2].id,
+                                    restore={"restore": "x", "sink_ahead": "rewind"}, live_dir=None, host="h",
+                                    pid=1))
     sink = RecordingSink()
     sink.committed = {0: gen1, 1: gen1, 2: gen1}
 
@@ -457,7 +467,8 @@ def test_a_zombies_heartbeat_around_a_new_claim_does_not_hide_the_new_generation
 
     # only what the status writer reads: no Spark needed
     zombie = SimpleNamespace(cfg=SimpleNamespace(job="job"), catalog=catalog, built_checkpointer=None,
-                             started_at=time.time(), savepoint_uri=None, application_id="app-1", live_dir="/g1")
+                             started_at=time.time(), savepoint_uri=None, application_id="app-1",
+                             live_dir="/g1")
     zombie.generation = catalog.claim_generation().generation
     zombie.fence = Fence(catalog, zombie.generation)
     check = Fence.check

@@ -117,8 +117,10 @@ def test_no_wait_when_the_replay_is_small_or_nothing_is_pending(tmp_path):
     started = time.monotonic()
     assert coord.checkpoint_final_snapshot(min_deltas=2, timeout_s=30, min_replay=replay + 1,
                                            cancelled=lambda: False) is None
-    assert coord.checkpoint_final_snapshot(min_deltas=5, timeout_s=30, min_replay=0, cancelled=lambda: False) is None
-    assert coord.checkpoint_final_snapshot(min_deltas=2, timeout_s=0, min_replay=0, cancelled=lambda: False) is None
+    assert (coord.checkpoint_final_snapshot(min_deltas=5, timeout_s=30, min_replay=0,
+                                            cancelled=lambda: False) is None)
+    assert (coord.checkpoint_final_snapshot(min_deltas=2, timeout_s=0, min_replay=0,
+                                            cancelled=lambda: False) is None)
     assert time.monotonic() - started < 5 and catalog.latest().id == latest
 
 
@@ -126,12 +128,14 @@ def test_the_wait_is_bounded_and_ends_on_cancel(tmp_path):
     catalog, coord, _live = _four_batches(tmp_path)
     latest = catalog.latest().id
     started = time.monotonic()
-    assert coord.checkpoint_final_snapshot(min_deltas=2, timeout_s=0.8, min_replay=0, cancelled=lambda: False) is None
+    assert (coord.checkpoint_final_snapshot(min_deltas=2, timeout_s=0.8, min_replay=0,
+                                            cancelled=lambda: False) is None)
     assert 0.8 <= time.monotonic() - started < 10
     cancel = threading.Event()
     threading.Timer(0.3, cancel.set).start()
     started = time.monotonic()
-    assert coord.checkpoint_final_snapshot(min_deltas=2, timeout_s=60, min_replay=0, cancelled=cancel.is_set) is None
+    assert (coord.checkpoint_final_snapshot(min_deltas=2, timeout_s=60, min_replay=0,
+                                            cancelled=cancel.is_set) is None)
     assert time.monotonic() - started < 10 and catalog.latest().id == latest
 
 
@@ -171,7 +175,8 @@ def _final_snapshot(run: SimpleNamespace) -> None:
 
 def _request(kind: str, seconds_left: float) -> ControlRequest:
     now = time.time()
-    return ControlRequest(id="r", kind=kind, job="j", created_at=now, deadline=now + seconds_left, generation=3)
+    return ControlRequest(id="r", kind=kind, job="j", created_at=now, deadline=now + seconds_left,
+                          generation=3)
 
 
 def test_a_drained_run_waits_up_to_the_maintenance_interval_plus_30_s():
@@ -199,7 +204,8 @@ def test_no_wait_after_a_failure_a_cancel_sigterm_or_an_empty_run(case):
         "SIGTERM": {"error": RuntimeError("terminated by SIGTERM"), "stopping": stopping},
         "cancel": {"stopping": stopping, "stop_request": _request("cancel", 600)},
         "no batch": {"batches_staged": 0},
-        "hdfs": {"cfg": SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/x", "spark.sparkpoint.job": "j",
+        "hdfs": {"cfg": SparkpointConfig.from_conf({"spark.sparkpoint.dir": "/tmp/x",
+                                                    "spark.sparkpoint.job": "j",
                                                      "spark.sparkpoint.stateStore": "hdfs"})},
     }[case]
     run = _run(**overrides)
@@ -220,7 +226,8 @@ def test_a_control_request_ends_the_wait():
     assert cancelled() is True
 
 
-@pytest.mark.parametrize(("interval", "seconds"), [("60s", 60.0), ("5000", 5.0), ("2min", 120.0), ("junk", 60.0)])
+@pytest.mark.parametrize(("interval", "seconds"),
+                         [("60s", 60.0), ("5000", 5.0), ("2min", 120.0), ("junk", 60.0)])
 def test_spark_maintenance_interval_is_read_as_spark_reads_it(interval, seconds):
     run = SimpleNamespace(spark=SimpleNamespace(conf=_Conf({
         "spark.sql.streaming.stateStore.maintenanceInterval": interval,

@@ -53,9 +53,11 @@ def test_no_shadow_key_is_a_normal_run_and_defaults_are_documented():
     ({"mode": "discard"}, r"shadow\.dir is required"),
     ({"mode": "discard", "dir": "/tmp/sp", "job": "orders"}, r"is blue's own job"),
     ({"mode": "discard", "dir": "/tmp/scratch", "untilBatch": "-1"}, r"shadow\.untilBatch='-1'"),
-    ({"mode": "discard", "dir": "/tmp/scratch", "pollInterval": "0s"}, r"shadow\.pollInterval='0s' must be positive"),
+    ({"mode": "discard", "dir": "/tmp/scratch", "pollInterval": "0s"},
+     r"shadow\.pollInterval='0s' must be positive"),
     ({"mode": "discard", "dir": "/tmp/scratch", "job": "../x"}, r"\.\./x"),
-    ({"mode": "discard", "dir": "/tmp/scratch", "workDir": "/tmp/sp/orders/live/"}, r"blue's own live location root"),
+    ({"mode": "discard", "dir": "/tmp/scratch", "workDir": "/tmp/sp/orders/live/"},
+     r"blue's own live location root"),
 ])
 def test_bad_shadow_settings_fail_naming_the_key(extra: dict[str, str], message: str):
     with pytest.raises(ConfigError, match=message):
@@ -81,7 +83,8 @@ def test_a_counter_source_such_as_rate_is_refused_up_front(tmp_path: Path):
     root = tmp_path / "live"
     (root / "offsets").mkdir(parents=True)
     # What Spark's rate source writes: a bare counter (LongOffset), next to a file source.
-    (root / "offsets" / "4").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"logOffset":4}\n17')
+    (root / "offsets" / "4").write_text(
+        'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"logOffset":4}\n17')
     with pytest.raises(ConfigError) as caught:
         follow._check_followable(snapshot_at(root, 4))
     message = str(caught.value)
@@ -98,9 +101,11 @@ def test_file_and_structured_sources_can_be_followed(tmp_path: Path):
 
 def test_blue_without_a_checkpoint_or_a_foreign_start_is_refused(tmp_path: Path):
     blue = follow.BlueJob(Catalog(LocalStorage(str(tmp_path / "blue")), "orders"), ReplayRecordSink({}))
-    with pytest.raises(ConfigError, match=r"shadow\.from=latest: job 'orders' .* has no completed checkpoint"):
+    with pytest.raises(ConfigError,
+                       match=r"shadow\.from=latest: job 'orders' .* has no completed checkpoint"):
         blue.warmup_point("latest")
-    with pytest.raises(ConfigError, match=r"shadow\.from='file:///elsewhere/chk-3' is not a completed checkpoint"):
+    with pytest.raises(ConfigError,
+                       match=r"shadow\.from='file:///elsewhere/chk-3' is not a completed checkpoint"):
         blue.warmup_point("file:///elsewhere/chk-3")
 
 
@@ -168,7 +173,8 @@ def test_the_shadow_sink_keeps_nothing_and_is_rebuilt_from_its_config(tmp_path: 
 def test_the_progress_record_round_trips_and_says_how_far_behind(tmp_path: Path):
     store = LocalStorage(str(tmp_path))
     assert read_follow(store) is None
-    progress = FollowProgress(shadow_job="orders-shadow", blue_job="orders", mode="compare", state="following",
+    progress = FollowProgress(shadow_job="orders-shadow", blue_job="orders", mode="compare",
+                              state="following",
                               started_from="file:///sp/orders/chk-4", started_batch=4, last_replayed=6,
                               blue_last_batch=9, seconds_per_batch=0.8, verified_through=6,
                               difference="x" * 100_000)

@@ -42,8 +42,8 @@ def sink(tmp_path: Path) -> DirectorySink:
 def plan(catalog: Catalog) -> None:
     latest = catalog.latest()
     assert latest is not None
-    CutoverStore(catalog).plan(CutoverPlan(CID, "orders", 1, catalog.checkpoint_uri(latest.id), latest.batch_id,
-                                           "orders-shadow", "/tmp/shadow"))
+    CutoverStore(catalog).plan(CutoverPlan(CID, "orders", 1, catalog.checkpoint_uri(latest.id),
+                                           latest.batch_id, "orders-shadow", "/tmp/shadow"))
 
 
 def test_a_shadow_naming_its_cutover_follows_that_cutover_s_records(tmp_path: Path) -> None:

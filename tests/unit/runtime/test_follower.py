@@ -152,7 +152,9 @@ class FakeHandover:
         return self.stopped_after < 0
 
 
-def test_with_a_cutover_the_shadow_stops_at_the_agreed_batch_once_blue_stopped_there(tmp_path, spark_replaced):
+def test_with_a_cutover_the_shadow_stops_at_the_agreed_batch_once_blue_stopped_there(
+    tmp_path, spark_replaced
+):
     handover = FakeHandover(agreed=3, stopped_after=2)
     run, follower, _sink, _cat, _live = setup(tmp_path, 6, 1, range(6), handover=handover)
     follower.follow()

@@ -43,7 +43,8 @@ def test_walk_skips_checksums_and_temp_files(tmp_path):
         target = tmp_path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text("x")
-    assert sorted(f.path for f in livedir.walk(str(tmp_path))) == ["commits/0", "offsets/0", "state/0/0/1.changelog"]
+    assert (sorted(f.path for f in livedir.walk(str(tmp_path)))
+            == ["commits/0", "offsets/0", "state/0/0/1.changelog"])
     assert livedir.last_commit(str(tmp_path)) == 0
     assert livedir.last_commit(str(tmp_path / "nowhere")) is None
 
@@ -97,7 +98,8 @@ def test_a_restart_reads_each_stores_newest_snapshot_and_the_versions_after_it()
         *(f"state/1/0/{v}.zip" for v in range(1, 6)),
     }
     # at batch 1 (version 2) no snapshot of state/0/1 is at or below it: read whole
-    assert not {p for p in livedir.unread_at_restart(PATHS, batch_id=1, repair=False) if p.startswith("state/0/1/")}
+    assert (not {p for p in livedir.unread_at_restart(PATHS, batch_id=1, repair=False)
+                 if p.startswith("state/0/1/")})
 
 
 def test_with_snapshot_repair_a_restart_keeps_what_the_fallback_snapshot_needs():

@@ -14,7 +14,9 @@ from airflow_sparkpoint.storage import LocalStorage
 from tests.support.records import checkpoint_at
 
 
-def test_an_oversized_metadata_is_corrupt_not_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_oversized_metadata_is_corrupt_not_read_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     catalog = Catalog(LocalStorage(str(tmp_path / "root")), "orders")
     catalog.claim_generation()
     checkpoint_at(catalog, 0)

@@ -178,7 +178,8 @@ def test_materialize_downloads_at_once_into_the_same_bytes(tmp_path):
     gated = GatedMemory(gate)
     for info in catalog.store.list():
         gated.put(info.key, catalog.store.get(info.key))
-    handle = type(handle)(uri=handle.uri, metadata=handle.metadata, files_store=gated)  # a checkpoint's files: the catalog's store
+    # a checkpoint's files: the catalog's store
+    handle = type(handle)(uri=handle.uri, metadata=handle.metadata, files_store=gated)
     index = materialize(handle, str(tmp_path / "restored"))
     assert set(index) == set(live)
     for rel, data in live.items():
@@ -315,7 +316,9 @@ def test_a_run_closing_between_taking_the_pool_and_using_it_abandons_the_checkpo
     assert catalog.latest() is None
 
 
-def test_a_run_closing_after_the_listing_started_abandons_the_checkpoint_at_its_uploads(tmp_path, monkeypatch):
+def test_a_run_closing_after_the_listing_started_abandons_the_checkpoint_at_its_uploads(
+    tmp_path, monkeypatch
+):
     """`close` may shut the pool down after the checkpoint's listing started and before its
     uploads are handed to the pool: the checkpoint ends as abandoned there too, not with
     the pool's RuntimeError from inside `transfer_all`."""

@@ -72,7 +72,8 @@ def test_a_savepoint_on_the_same_disk_is_hard_linked_before_the_first_checkpoint
     by_path = {ref.path: ref for ref in savepoint.metadata.files}
     for ref in first.files:
         stored = tmp_path / "root" / "green" / ref.key
-        original = tmp_path / "root" / "blue" / "savepoints" / savepoint.uri.rsplit("/", 1)[-1] / by_path[ref.path].key
+        original = (tmp_path / "root" / "blue" / "savepoints" / savepoint.uri.rsplit("/", 1)[-1]
+                    / by_path[ref.path].key)
         assert stored.stat().st_ino == original.stat().st_ino, ref.path
         assert ref.sha256 == by_path[ref.path].sha256 and ref.key == target.shared_key(ref.path, ref.sha256)
     _assert_complete(target, first, live)
@@ -196,7 +197,8 @@ def test_the_first_checkpoint_after_a_restore_on_s3_copies_server_side(tmp_path,
     coord = _restored(target, savepoint, live)
     requests: list[tuple[str, str]] = []
     store.client.meta.events.register(  # type: ignore[attr-defined]
-        "before-parameter-build.s3", lambda model, params, **_: requests.append((model.name, str(params.get("Key", "")))))
+        "before-parameter-build.s3",
+        lambda model, params, **_: requests.append((model.name, str(params.get("Key", "")))))
 
     coord.store_ahead(savepoint.files_store)
     first = coord.checkpoint(2)

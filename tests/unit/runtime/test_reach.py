@@ -45,7 +45,8 @@ def test_a_probe_the_driver_cannot_read_back_is_a_problem(tmp_path: Path) -> Non
 def test_an_executor_host_without_a_probe_task_is_a_problem(tmp_path: Path) -> None:
     probe_dir = probe(tmp_path, (0, "10.0.0.1:40001"))
     reports = [{"partition": 0, "address": "10.0.0.1:40001", "error": None}]
-    assert _problems(reports, EXECUTORS, probe_dir, TOKEN) == ["executor 1 on host 10.0.0.2 ran no probe task"]
+    assert (_problems(reports, EXECUTORS, probe_dir, TOKEN)
+            == ["executor 1 on host 10.0.0.2 ran no probe task"])
 
 
 def test_the_wait_for_executors_follows_sparks_own_longer_wait() -> None:

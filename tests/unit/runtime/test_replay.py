@@ -60,7 +60,8 @@ def test_a_compacted_source_log_is_recorded_and_rebuilt(tmp_path: Path) -> None:
     for n in range(9):
         (fresh / "sources" / "0" / str(n)).write_text((root / "sources" / "0" / str(n)).read_text())
     replay.write_batch(str(fresh), body)
-    assert (fresh / "sources" / "0" / "9.compact").read_text() == (root / "sources" / "0" / "9.compact").read_text()
+    compact = Path("sources") / "0" / "9.compact"
+    assert (fresh / compact).read_text() == (root / compact).read_text()
 
 
 def test_unknown_offsets_are_refused_with_the_reason(tmp_path: Path) -> None:
@@ -72,7 +73,8 @@ def test_unknown_offsets_are_refused_with_the_reason(tmp_path: Path) -> None:
         return replay.plan_replay(snap, FakeSink(recs), "job", 3)  # type: ignore[arg-type]
 
     assert "batch 3 was committed without a replay record" in why({**records, 3: None})
-    assert "offsets/2 was not in the live checkpoint" in why({**records, 2: "0:offsets/2 was not in the live checkpoint"})
+    assert ("offsets/2 was not in the live checkpoint"
+            in why({**records, 2: "0:offsets/2 was not in the live checkpoint"}))
     other = live(tmp_path / "other", 2)  # another run's batch 1: same source offset, other batch
     (other / "offsets" / "1").write_text(offsets_text(7, json.dumps({"logOffset": 1})))
     assert "did not start from the restart point (batch 1)" in why(records, snapshot_at(other, 1))
@@ -113,8 +115,8 @@ def test_kafka_offsets_of_several_partitions_replay_also_when_a_partition_appear
     fresh = tmp_path / "fresh"
     for body in plan.records:
         replay.write_batch(str(fresh), body)
-    assert [(fresh / "offsets" / str(n)).read_text() for n in (2, 3)] == [(root / "offsets" / str(n)).read_text()
-                                                                          for n in (2, 3)]
+    assert ([(fresh / "offsets" / str(n)).read_text() for n in (2, 3)]
+            == [(root / "offsets" / str(n)).read_text() for n in (2, 3)])
     # from empty state the structured offsets have no log to start from
     assert "source 1 of batch 0 is not a file source" in replay.plan_replay(  # type: ignore[operator]
         None, FakeSink(records), "job", 3)  # type: ignore[arg-type]
@@ -239,10 +241,12 @@ def test_a_compaction_batch_reads_only_the_end_of_the_compact_file(tmp_path: Pat
     history = [entry(f"file:///in/old-{n:06d}.json", n // 3) for n in range(60_000)]  # batches 0..19999
     mine = [entry("file:///in/a.json", 20_000), entry("file:///in/é.json", 20_000)]
     (directory / "20000.compact").write_text("\n".join(["v1", *history, *mine]) + "\n", encoding="utf-8")
-    (directory / "20001.compact").write_text("\n".join(["v1", *history]), encoding="utf-8")  # no file of its own
+    # no file of its own
+    (directory / "20001.compact").write_text("\n".join(["v1", *history]), encoding="utf-8")
     read_whole: list[str] = []
     read_text = replay._read_text
-    monkeypatch.setattr(replay, "_read_text", lambda root, path: read_whole.append(path) or read_text(root, path))
+    monkeypatch.setattr(replay, "_read_text", lambda root, path: read_whole.append(path)
+                        or read_text(root, path))
     parsed: list[Any] = []
     loads = json.loads
     monkeypatch.setattr(replay.json, "loads", lambda s, *a, **kw: parsed.append(s) or loads(s, *a, **kw))

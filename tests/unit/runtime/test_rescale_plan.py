@@ -46,7 +46,8 @@ def snapshot(files: dict[str, bytes], batch: int = 2) -> RestorePlan:
 
 
 def aggregation(partitions: int = 2, name: str = "stateStoreSave") -> dict[str, bytes]:
-    files = {"offsets/2": offsets(partitions), "state/0/_metadata/metadata": op_metadata_v1(0, name, partitions)}
+    files = {"offsets/2": offsets(partitions),
+             "state/0/_metadata/metadata": op_metadata_v1(0, name, partitions)}
     files.update({f"state/0/{p}/3.changelog": b"x" for p in range(partitions)})
     return files
 
@@ -89,7 +90,8 @@ def test_snapshots_without_what_the_repartitioner_needs_are_refused():
 
 def test_empty_and_stateless_restores_need_no_repartition():
     empty = rescale.plan_rescale(3, RestorePlan(None, "empty state"))
-    assert empty == rescale.RescalePlan(3) and not empty.needed and "empty state starts with 3" in empty.describe()
+    assert (empty == rescale.RescalePlan(3) and not empty.needed
+            and "empty state starts with 3" in empty.describe())
     stateless = rescale.plan_rescale(3, snapshot({"offsets/2": offsets(2)}))
     assert stateless is not None and not stateless.needed and "no stateful operator" in stateless.describe()
 
@@ -148,7 +150,8 @@ def test_an_interrupted_repartition_is_recognised(tmp_path):
 
 def test_state_of_another_provider_than_rocksdb_is_refused():
     files = {**aggregation(2), "offsets/2": offsets(2, HDFS)}
-    with pytest.raises(RestoreError, match="HDFSBackedStateStoreProvider; Spark's offline state repartitioner "
-                                           "supports RocksDB state only"):
+    with pytest.raises(RestoreError,
+                       match="HDFSBackedStateStoreProvider; Spark's offline state repartitioner "
+                             "supports RocksDB state only"):
         rescale.plan_rescale(4, snapshot(files))
     assert not rescale.plan_rescale(2, snapshot(files)).needed  # type: ignore[union-attr]

@@ -84,10 +84,12 @@ def test_a_dead_green_whose_clock_runs_ahead_is_not_agreed_with(catalog: Catalog
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink, pace_s=10.0)
     blue.thread.start()
-    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=1.0).plan.id
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test",
+                       reach_timeout_s=1.0).plan.id
     blue_last = int((catalog.read_status() or {}).get("last_batch") or 0)
     skew = 7200.0  # green's clock ahead of the orchestrator's
-    CutoverStore(catalog).progress(CutoverProgress(cid, blue_last, 0.5, 7, updated_at=time.time() - 3600 + skew))
+    CutoverStore(catalog).progress(CutoverProgress(cid, blue_last, 0.5, 7,
+                                                   updated_at=time.time() - 3600 + skew))
     try:
         drive_cutover(catalog, cid, within_s=0.5, requested_by="test", poll_s=0.02)
     except CutoverError:
@@ -110,7 +112,8 @@ def test_a_live_green_whose_clock_runs_behind_is_agreed_with(catalog: Catalog) -
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")
     blue = Blue(catalog, sink, pace_s=10.0)
     blue.thread.start()
-    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=0.5).plan.id
+    cid = plan_cutover(catalog, green_root="memory://scratch", requested_by="test",
+                       reach_timeout_s=0.5).plan.id
     blue_last = int((catalog.read_status() or {}).get("last_batch") or 0)
     skew = -7200.0  # green's clock behind the orchestrator's
     try:

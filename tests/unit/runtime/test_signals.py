@@ -77,7 +77,8 @@ def test_sigterm_before_the_query_started_records_failed_and_raises() -> None:
 
 def test_sigterm_before_a_generation_was_claimed_records_nothing() -> None:
     run = FakeRun(generation=None, query=False)
-    with pytest.raises(Terminated, match="before it claimed a generation"), sigterm_ends_run(run, exit_grace_s=None):
+    with (pytest.raises(Terminated, match="before it claimed a generation"),
+          sigterm_ends_run(run, exit_grace_s=None)):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)
     assert run.statuses == []
@@ -109,7 +110,8 @@ def test_a_driver_that_does_not_end_exits_with_143() -> None:
             time.sleep(120)  # a query that never stops
         print("ended normally")
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          check=False)
     assert done.returncode == 143, done.stderr
     assert "ended normally" not in done.stdout
 
@@ -118,7 +120,8 @@ def test_a_terminating_run_starts_no_checkpoint_commit_or_control_request() -> N
     calls: list[str] = []
     run: Any = SimpleNamespace(
         error=Terminated("terminated by SIGTERM"),
-        checkpointer=SimpleNamespace(checkpoint=lambda batch: calls.append(f"checkpoint {batch}"), last_checkpoint=None),
+        checkpointer=SimpleNamespace(checkpoint=lambda batch: calls.append(f"checkpoint {batch}"),
+                                     last_checkpoint=None),
         committer=SimpleNamespace(commit_confirmed=lambda checkpoint: calls.append("commit")),
         control=SimpleNamespace(withdraw_superseded=lambda g: calls.append("sweep"),
                                 pending=lambda g: calls.append("pending") or []),
@@ -131,7 +134,8 @@ def test_a_terminating_run_starts_no_checkpoint_commit_or_control_request() -> N
     run.generation, run.cfg = 2, SimpleNamespace(job="orders")
     coordinator.serve_control()
     coordinator.serve_control()
-    assert calls == ["sweep", "pending", "pending"], "older generations' requests are withdrawn once, at start"
+    assert calls == ["sweep", "pending", "pending"], \
+        "older generations' requests are withdrawn once, at start"
 
 
 def test_exit_grace_default_fits_no_supervisor_but_bounds_the_driver() -> None:
@@ -168,7 +172,8 @@ def test_sigterm_to_a_real_run_records_its_failed_status() -> None:
     run = _real_run(catalog)
     run.state.checkpointer = SimpleNamespace(last_checkpoint=None, confirmed_batch=None,  # type: ignore[assignment]
                                              checkpoints_completed=0)
-    with (pytest.raises(Terminated, match="before its query started"), sigterm_ends_run(run, exit_grace_s=None)):
+    with (pytest.raises(Terminated, match="before its query started"),
+          sigterm_ends_run(run, exit_grace_s=None)):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)
     status = read_job_status(catalog)
@@ -180,7 +185,9 @@ def test_sigterm_to_a_real_run_before_its_checkpointer_leaves_the_status_to_the_
     failure path writes the status (`_Run.execute`): the handler itself writes none."""
     catalog = Catalog(MemoryStorage(uuid.uuid4().hex), "orders")
     run = _real_run(catalog)
-    with (pytest.raises(Terminated, match=f"generation {run.state.generation}: terminated by SIGTERM before its query started"),
+    with (pytest.raises(Terminated,
+                        match=f"generation {run.state.generation}: terminated by SIGTERM "
+                              "before its query started"),
           sigterm_ends_run(run, exit_grace_s=None)):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)

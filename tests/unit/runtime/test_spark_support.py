@@ -16,7 +16,8 @@ from tests.support.paths import REPO
 def extras() -> dict[str, list[str]]:
     import tomllib  # Python >= 3.11, as the development environment
 
-    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    return pyproject["project"]["optional-dependencies"]
 
 
 def test_the_runtime_extra_is_the_list_the_driver_checks() -> None:
@@ -27,8 +28,10 @@ def test_the_spark_extra_states_the_supported_range() -> None:
     (req,) = [Requirement(text) for text in extras()["spark"]]
     (low, high) = spark_support.SPARK_RANGE
     assert req.name == "pyspark"
-    assert req.specifier.contains(f"{low[0]}.{low[1]}.0") and not req.specifier.contains(f"{low[0]}.{low[1] - 1}.9")
-    assert req.specifier.contains(f"{high[0]}.{high[1] - 1}.9") and not req.specifier.contains(f"{high[0]}.{high[1]}.0")
+    assert (req.specifier.contains(f"{low[0]}.{low[1]}.0")
+            and not req.specifier.contains(f"{low[0]}.{low[1] - 1}.9"))
+    assert (req.specifier.contains(f"{high[0]}.{high[1] - 1}.9")
+            and not req.specifier.contains(f"{high[0]}.{high[1]}.0"))
 
 
 def test_every_matrix_line_is_in_the_supported_range() -> None:
@@ -40,7 +43,9 @@ def test_every_matrix_line_is_in_the_supported_range() -> None:
         spark_support.check_spark_version(version)
 
 
-def test_a_missing_library_fails_the_driver_before_spark_starts_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_library_fails_the_driver_before_spark_starts_naming_it(
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "deltalake", None)
     monkeypatch.setitem(sys.modules, "boto3", None)
     with pytest.raises(ConfigError) as err:
@@ -85,5 +90,6 @@ def test_a_snapshot_restores_on_its_line_or_a_newer_one_never_an_older_one() -> 
     rule("4.2.0", "4.2.1", "s3://b/sp")
     rule("3.5.9", "4.3.0", "s3://b/sp")
     rule(None, "3.5.9", "s3://b/sp")  # taken before the version was recorded
-    with pytest.raises(RestoreError, match=r"s3://b/sp was taken on Spark 4\.0\.5; this Spark 3\.5\.9 is an older"):
+    with pytest.raises(RestoreError,
+                       match=r"s3://b/sp was taken on Spark 4\.0\.5; this Spark 3\.5\.9 is an older"):
         rule("4.0.5", "3.5.9", "s3://b/sp")

@@ -24,8 +24,8 @@ from airflow_sparkpoint.storage import open_storage
 RUNNING = AirflowTry("etl", "run_orders", "scheduled__2026-11-01", 1)
 
 
-def start(catalog: Catalog, starter: AirflowTry | None, *, heartbeat_age: float = 1.0, host: str | None = None,
-          pid: int | None = None, state: str = "running") -> int:
+def start(catalog: Catalog, starter: AirflowTry | None, *, heartbeat_age: float = 1.0,
+          host: str | None = None, pid: int | None = None, state: str = "running") -> int:
     """Claim a generation as a driver started by `starter` would, and write its status."""
     env = {} if starter is None else {
         "AIRFLOW_CTX_DAG_ID": starter.dag_id, "AIRFLOW_CTX_TASK_ID": starter.task_id,
@@ -51,7 +51,9 @@ def catalog(tmp_path: Path) -> Catalog:
     AirflowTry("etl", "other_task", "scheduled__2026-11-01", 1),
     AirflowTry("etl", "run_orders", "scheduled__2026-11-01", 1, map_index=2),  # another mapped instance
 ])
-def test_another_tasks_start_is_refused_naming_the_running_one(catalog: Catalog, starter: AirflowTry | None) -> None:
+def test_another_tasks_start_is_refused_naming_the_running_one(
+    catalog: Catalog, starter: AirflowTry | None
+) -> None:
     generation = start(catalog, RUNNING, heartbeat_age=4)
     with pytest.raises(JobAlreadyRunning) as info:
         check_start(catalog, starter, takeover=False)
@@ -120,11 +122,14 @@ def test_a_run_whose_stop_completed_does_not_block(catalog: Catalog) -> None:
     channel.acknowledge(request, generation)
     with pytest.raises(JobAlreadyRunning):  # acknowledged, still taking its savepoint
         check_start(catalog, None, takeover=False)
-    channel.complete(request, generation=generation, savepoint=f"{catalog.uri}/savepoints/savepoint-1-0a1b2c3d", batch_id=3)
+    channel.complete(request, generation=generation,
+                     savepoint=f"{catalog.uri}/savepoints/savepoint-1-0a1b2c3d", batch_id=3)
     check_start(catalog, None, takeover=False)
-    other = channel.submit("savepoint", generation=generation, timeout_s=60)  # a plain savepoint does not end it
+    # a plain savepoint does not end it
+    other = channel.submit("savepoint", generation=generation, timeout_s=60)
     channel.acknowledge(other, generation)
-    channel.complete(other, generation=generation, savepoint=f"{catalog.uri}/savepoints/savepoint-2-0a1b2c3d", batch_id=3)
+    channel.complete(other, generation=generation, savepoint=f"{catalog.uri}/savepoints/savepoint-2-0a1b2c3d",
+                     batch_id=3)
     generation = start(catalog, RUNNING)
     with pytest.raises(JobAlreadyRunning):
         check_start(catalog, None, takeover=False)

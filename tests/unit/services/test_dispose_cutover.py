@@ -62,7 +62,8 @@ def test_blue_s_final_savepoint_is_ordinary_history_once_another_lineage_is_the_
     # `cutover_of_lineage`): a rollback of it returns to its own checkpoint, never to S.
     base = next(m for m in catalog.checkpoints() if m.batch_id == N + 2)
     restart = catalog.claim_generation()
-    catalog.write_origin(new_origin(restart.generation, kind="checkpoint", uri=catalog.checkpoint_uri(base.id),
+    catalog.write_origin(new_origin(restart.generation, kind="checkpoint",
+                                    uri=catalog.checkpoint_uri(base.id),
                                     base_id=base.id, snapshot_id=base.id, batch_id=base.batch_id,
                                     id_floor=catalog.next_checkpoint_id() - 1, restore={}, live_dir=None,
                                     host="h", pid=1, base_generation=green))

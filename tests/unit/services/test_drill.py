@@ -26,7 +26,8 @@ def test_every_output_argument_points_at_the_scratch_directory_and_nothing_else_
 
 
 def test_a_scratch_directory_is_fresh_local_and_removed_whole(tmp_path: Path) -> None:
-    first, second = Scratch.create(str(tmp_path / "drills"), None), Scratch.create(str(tmp_path / "drills"), None)
+    first, second = (Scratch.create(str(tmp_path / "drills"), None),
+                     Scratch.create(str(tmp_path / "drills"), None))
     assert first.root != second.root and Path(first.root).is_dir()
     assert first.work == f"{first.root}/live" and first.base is None  # no work_dir: its own directory
     shared = Scratch.create(str(tmp_path / "drills"), str(tmp_path / "executors"))

@@ -66,8 +66,9 @@ def test_no_batch_drills_the_checkpoint_before_and_with_none_left_is_inconclusiv
 
 def test_a_failed_drill_on_a_stored_checkpoint_is_refused_with_its_error(tmp_path: Path) -> None:
     catalog = blue(tmp_path, 2)
-    with pytest.raises(DrillFailed, match=r"pre-flight refused: green \(green.py\) cannot restore job 'totals'.s "
-                                          r"checkpoint .*chk-2 \(batch 1\); blue was left running. schema") as refused:
+    with pytest.raises(DrillFailed,
+                       match=r"pre-flight refused: green \(green.py\) cannot restore job 'totals'.s "
+                             r"checkpoint .*chk-2 \(batch 1\); blue was left running. schema") as refused:
         run_preflight(catalog, green="green.py", drill=Drills("schema mismatch"), storage_options={})
     assert isinstance(refused.value.__cause__, DrillFailed)
 
@@ -84,7 +85,8 @@ def test_a_retired_checkpoint_is_drilled_again_at_most_max_retired_times(tmp_pat
 
     with pytest.raises(DrillFailed, match=r"pre-flight refused: .*\(batch 2\); blue was left running"):
         run_preflight(catalog, green="green.py", drill=retired_under_the_drill, storage_options={})
-    assert drilled == [5, 4, 3, 2], "each retired checkpoint is followed by blue's new newest, MAX_RETIRED times"
+    assert drilled == [5, 4, 3, 2], \
+        "each retired checkpoint is followed by blue's new newest, MAX_RETIRED times"
 
 
 def test_a_blue_without_a_completed_checkpoint_is_refused_before_any_drill(tmp_path: Path) -> None:

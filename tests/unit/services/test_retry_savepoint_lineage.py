@@ -14,7 +14,8 @@ from tests.support.records import put_checkpoint
 
 
 def _origin(catalog: Catalog, generation: int, *, kind: str, uri: str | None, base: int) -> None:
-    catalog.write_origin(new_origin(generation, kind=kind, uri=uri, base_id=base, snapshot_id=None, batch_id=None,
+    catalog.write_origin(new_origin(generation, kind=kind, uri=uri, base_id=base, snapshot_id=None,
+                                    batch_id=None,
                                     id_floor=catalog.next_checkpoint_id() - 1, restore={}, live_dir=None,
                                     host="h", pid=generation))
 
@@ -50,4 +51,5 @@ def test_a_retry_resumes_its_own_newest_checkpoint_while_another_runs_savepoint_
 
     chosen = choose_restore(2, restore=task_savepoint.uri, catalog=mem, own_generations=[try_one])
     assert chosen == mem.checkpoint_uri(own.id), (
-        f"try 2 restores {chosen}, not chk-{own.id}, the newest checkpoint try 1 (generation {try_one}) completed")
+        f"try 2 restores {chosen}, not chk-{own.id}, the newest checkpoint try 1 (generation "
+        f"{try_one}) completed")

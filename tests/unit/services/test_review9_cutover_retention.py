@@ -25,7 +25,9 @@ CID = "1764370000000-0123abcd"
 N = 3
 
 
-def test_an_open_cutover_without_a_stop_request_keeps_no_scheduled_savepoint_of_blue(catalog: Catalog) -> None:
+def test_an_open_cutover_without_a_stop_request_keeps_no_scheduled_savepoint_of_blue(
+    catalog: Catalog
+) -> None:
     catalog.claim_generation()  # blue, generation 1
     warmup = put_checkpoint(catalog, batch_id=N, generation=1)
     CutoverStore(catalog).plan(CutoverPlan(CID, "orders", 1, catalog.checkpoint_uri(warmup.id), N,

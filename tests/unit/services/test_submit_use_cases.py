@@ -52,8 +52,8 @@ def choose(restore: str) -> Any:
 def test_a_first_try_plans_its_restore_and_a_refused_start_records_nothing(tmp_path: Path) -> None:
     catalog = Catalog(open_storage(str(tmp_path)), JOB)
     store = FakeStore()
-    plan = plan_try(catalog, store, try_number=1, job=JOB, task="submit", restore="none", restore_snapshot=None,
-                    choose=choose("none"))
+    plan = plan_try(catalog, store, try_number=1, job=JOB, task="submit", restore="none",
+                    restore_snapshot=None, choose=choose("none"))
     assert (plan.restore, plan.previous, plan.since, plan.own) == ("none", None, 0, None)
     assert plan.lines == [f"first try: job {JOB} starts with restore=none"]
     live_run(catalog, "production", token="theirs")
@@ -72,8 +72,8 @@ def test_a_retry_resumes_from_its_own_checkpoint_and_keeps_every_token(tmp_path:
     mine = live_run(catalog, "etl", token="tok1")
     catalog.write_status(JobStatus(JOB, mine, "failed", time.time(), time.time(), error="boom").to_json())
     checkpoint_at(catalog, 4, generation=mine)
-    plan = plan_try(catalog, store, try_number=2, job=JOB, task="submit", restore="none", restore_snapshot=None,
-                    choose=choose("none"))
+    plan = plan_try(catalog, store, try_number=2, job=JOB, task="submit", restore="none",
+                    restore_snapshot=None, choose=choose("none"))
     assert (plan.restore, plan.own, plan.since) == ("latest", [mine], mine)
     assert plan.lines[0] == f"try 2: the previous try (1) ran generation {mine}, which ended failed (boom)"
     token = plan.start(catalog, ME, takeover=False, settings={}, store=store)
@@ -102,7 +102,8 @@ def test_a_resumption_follows_the_run_its_record_names_else_the_claims_token(tmp
     found = resumption(catalog, ME, own=None, record=other, dead_after=60, deadline=deadline)
     assert found is not None
     assert (found.token, found.since, found.deadline, found.process) == ("tok1", generation - 1, 99.0, None)
-    assert resumption(catalog, ME, own=[generation + 1], record=lost, dead_after=60, deadline=deadline) is None
+    assert (resumption(catalog, ME, own=[generation + 1], record=lost, dead_after=60,
+                       deadline=deadline) is None)
 
 
 def test_the_detached_record_round_trips_and_an_unreadable_one_is_none() -> None:
@@ -111,7 +112,8 @@ def test_the_detached_record_round_trips_and_an_unreadable_one_is_none() -> None
                             cluster={"driver": {"kind": "yarn", "application_id": "application_1_2"},
                                      "conn_id": "spark_yarn"})
     record.claimed(3).save(store, None, retention="forever")
-    assert DetachedRecord.load(store) == {**record, "generation": 3} and store.retention[DETACHED_KEY] == "forever"
+    assert (DetachedRecord.load(store) == {**record, "generation": 3}
+            and store.retention[DETACHED_KEY] == "forever")
     store.values[DETACHED_KEY] = {"generation": 3, "process": {"pgid": "not a number"}}
     assert DetachedRecord.load(store) is None
 
@@ -123,7 +125,8 @@ def test_an_event_is_checked_and_read_as_the_tasks_outcome() -> None:
     assert "this task follows generation 2" in str(event_problem({"status": "success", "generation": 1}, 2))
     dead = run_end({"status": "dead", "generation": 2, "dead_after": 60.0, "log": "/x/d.log", "host": "w9"},
                    job=JOB, generation=2)
-    assert dead.message == f"the driver of job {JOB!r} generation 2 is silent for more than 60 s: declared dead"
+    assert (dead.message
+            == f"the driver of job {JOB!r} generation 2 is silent for more than 60 s: declared dead")
     assert dead.notes == ["the detached driver's output is /x/d.log on host w9"]
     failed = run_end({"status": "failed", "message": "boom", "driver": "pod p"}, job=JOB, generation=2)
     assert failed.message == f"job {JOB!r} generation 2 failed: boom"

@@ -98,8 +98,9 @@ def test_commit_claims_before_promoting_and_marks_done(store: Storage) -> None:
 
     outcome = sink.commit(record)
 
-    assert outcome.status == "committed" and outcome.detail == {"files": 3, "bytes": sum(len(f"{record.txn_id}:{i}")
-                                                                                         for i in range(3))}
+    assert (outcome.status == "committed"
+            and outcome.detail == {"files": 3, "bytes": sum(len(f"{record.txn_id}:{i}")
+                                                            for i in range(3))})
     # the claim existed, naming the transaction and its files, before the first file appeared
     assert seen[0] is not None and seen[0]["txn_id"] == record.txn_id and seen[0]["state"] == "promoting"
     assert [f["path"] for f in seen[0]["files"]] == files_of(record.txn_id)
@@ -171,7 +172,8 @@ def test_a_decided_transaction_that_lost_the_claim_is_aborted_with_its_own_data_
     sink = CopySink(store)
     loser, winner = sink.stage_batch(1, 1), sink.stage_batch(1, 2)
     plan, files = sink._plan(loser)
-    claims.decide(store, claims.decision_key(JOB, loser.txn_id), claims._decision(loser, claims.PROMOTE, plan, files))
+    claims.decide(store, claims.decision_key(JOB, loser.txn_id),
+                  claims._decision(loser, claims.PROMOTE, plan, files))
     sink.commit(winner)
 
     sink.abort(loser)
@@ -197,7 +199,9 @@ def test_a_claimant_that_died_halfway_is_rolled_forward(store: Storage, step: st
 
 
 @pytest.mark.parametrize("finisher", ["abort", "orphan"])
-def test_an_unfinished_claim_is_finished_by_abort_or_cleanup_never_aborted(store: Storage, finisher: str) -> None:
+def test_an_unfinished_claim_is_finished_by_abort_or_cleanup_never_aborted(
+    store: Storage, finisher: str
+) -> None:
     dying = CopySink(store, hook=die_at("promoted 1"))
     record = dying.stage_batch(5, 1)
     with pytest.raises(Died):
@@ -351,7 +355,8 @@ def test_commit_against_abort_of_one_transaction_is_all_or_nothing(
         view = CopySink(store_factory())
         committed = claims.is_committed(view.store, record)
         assert committed == (committed_by == "committed")
-        assert [k for k in view.visible() if f"-b{batch}-" in k] == (files_of(record.txn_id) if committed else [])
+        assert ([k for k in view.visible() if f"-b{batch}-" in k]
+                == (files_of(record.txn_id) if committed else []))
         assert [k for k in view.staged() if f"-b{batch}-" in k] == []
 
 

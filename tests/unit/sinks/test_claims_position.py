@@ -36,7 +36,8 @@ def commit(sink: DirectorySink, batch: int, generation: int = 1) -> TransactionR
     body = json.dumps({"id": batch, "txn": txn}) + "\n"
     (staging / "part-00000.json").write_text(body)
     payload = {"format": "json", "staging": f"_staging/{txn}", "files": [{"path": "part-00000.json",
-                                                                           "size": len(body)}], "bytes": len(body)}
+                                                                           "size": len(body)}],
+               "bytes": len(body)}
     record = transaction_record(sink, batch, generation, payload, job=JOB)
     sink.commit(record)
     return record
@@ -51,8 +52,8 @@ def position(sink: DirectorySink) -> tuple[int | None, list[tuple[str, str]]]:
 
 def old_release_claim(sink: DirectorySink, batch: int) -> None:
     """A claim as a process of the previous release writes it: no marker before it."""
-    sink._storage().put(manifests.manifest_key(JOB, batch), json.dumps(
-        {"job": JOB, "batch_id": batch, "generation": 1, "txn_id": f"{JOB}-b{batch}-g1", "files": []}).encode())
+    claim = {"job": JOB, "batch_id": batch, "generation": 1, "txn_id": f"{JOB}-b{batch}-g1", "files": []}
+    sink._storage().put(manifests.manifest_key(JOB, batch), json.dumps(claim).encode())
 
 
 def test_the_position_of_many_claims_is_read_without_listing_them(sink: DirectorySink) -> None:
@@ -63,7 +64,8 @@ def test_the_position_of_many_claims_is_read_without_listing_them(sink: Director
     assert not [key for op, key in requests if op == "list" and key.startswith(manifests.MANIFESTS)], requests
     assert len(requests) <= 4, requests
     markers = [info.key for info in sink._storage().list(manifests.MARKERS)]
-    assert len(markers) <= 2 * manifests.MARKERS_KEPT, f"{len(markers)} markers: old ones are deleted in steps"
+    assert len(markers) <= 2 * manifests.MARKERS_KEPT, \
+        f"{len(markers)} markers: old ones are deleted in steps"
 
 
 def test_a_marker_whose_claim_was_never_written_is_passed_over(sink: DirectorySink) -> None:
@@ -85,7 +87,8 @@ def test_claims_an_earlier_release_wrote_are_still_counted(sink: DirectorySink) 
     for batch in range(5):
         old_release_claim(sink, batch)
     found, requests = position(sink)
-    assert found == 4 and [key for op, key in requests if op == "list" and key.startswith(manifests.MANIFESTS)]
+    assert (found == 4
+            and [key for op, key in requests if op == "list" and key.startswith(manifests.MANIFESTS)])
     commit(sink, 5)
     assert position(sink)[0] == 5
     old_release_claim(sink, 6)
@@ -155,7 +158,9 @@ def test_planted_markers_without_claims_cost_a_bounded_number_of_looks(sink: Dir
     assert len([key for op, key in requests if op == "exists"]) <= manifests.MARKERS_KEPT + 2, requests
 
 
-def test_many_claims_of_an_earlier_release_after_the_newest_marker_are_listed_once(sink: DirectorySink) -> None:
+def test_many_claims_of_an_earlier_release_after_the_newest_marker_are_listed_once(
+    sink: DirectorySink
+) -> None:
     commit(sink, 0)
     for batch in range(1, manifests.MARKERS_KEPT + 20):
         old_release_claim(sink, batch)

@@ -98,7 +98,8 @@ def test_an_unfinished_claim_is_finished_by_the_step_never_aborted(
         with pytest.raises(Died):
             sink.commit(record)  # one file of three moved, the claim not done
     assert len(visible(sink)) == 1
-    checkpoint_at(catalog, 3, generation=2, pending=[])  # a newer generation's checkpoint that does not list it
+    # a newer generation's checkpoint that does not list it
+    checkpoint_at(catalog, 3, generation=2, pending=[])
 
     result = commit_pending(catalog)
 
@@ -117,7 +118,8 @@ def test_a_confirmed_record_that_lost_its_batch_stops_the_step(catalog: Catalog,
     with pytest.raises(TransactionConflict, match=f"by transaction {winner.txn_id!r}"):
         commit_pending(catalog)
 
-    assert {r["txn"] for r in visible(sink)} == {winner.txn_id}, "batch 5 must not be committed after the conflict"
+    assert {r["txn"] for r in visible(sink)} == {winner.txn_id}, \
+        "batch 5 must not be committed after the conflict"
     assert [r.txn_id for r in catalog.transactions()] == [r.txn_id for r in mine]
     assert leftovers(sink) == [mine[1].txn_id], "the loser's staged data is discarded, batch 5's is kept"
 

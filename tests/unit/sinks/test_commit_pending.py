@@ -51,12 +51,14 @@ def start_green_from_latest(catalog: Catalog) -> None:
     base = catalog.latest()
     assert base is not None
     catalog.claim_generation()
-    catalog.write_origin(new_origin(2, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
+    catalog.write_origin(new_origin(2, kind="checkpoint", uri=catalog.checkpoint_uri(base.id),
+                                    base_id=base.id,
                                     snapshot_id=base.id, batch_id=base.batch_id, id_floor=base.id,
                                     restore={"restore": "x"}, live_dir=None, host="h", pid=1))
 
 
-def test_no_checkpoint_leaves_everything_pending(catalog: Catalog, sink_name: str, world: dict[str, Any]) -> None:
+def test_no_checkpoint_leaves_everything_pending(catalog: Catalog, sink_name: str,
+                                                 world: dict[str, Any]) -> None:
     catalog.put_transaction(transaction_record(FakeSink(sink_name), 0, 1, job=JOB))
 
     result = commit_pending(catalog)
@@ -126,7 +128,8 @@ def test_unreferenced_records_up_to_the_checkpoint_are_aborted(
     result = commit_pending(catalog)
 
     assert result == {
-        "committed": ["orders-b1-g2"], "already": [], "aborted": ["orders-b1-g1"], "pending": ["orders-b2-g2"],
+        "committed": ["orders-b1-g2"], "already": [], "aborted": ["orders-b1-g1"],
+        "pending": ["orders-b2-g2"],
     }
     assert world["aborted"] == ["orders-b1-g1"]
     assert world["committed"] == {1: "orders-b1-g2"}
@@ -148,7 +151,8 @@ def test_unreferenced_record_that_landed_is_not_aborted(
     assert txn_ids(catalog) == []
 
 
-def test_upto_batch_holds_later_confirmed_batches(catalog: Catalog, sink_name: str, world: dict[str, Any]) -> None:
+def test_upto_batch_holds_later_confirmed_batches(catalog: Catalog, sink_name: str,
+                                                  world: dict[str, Any]) -> None:
     records = [transaction_record(FakeSink(sink_name), b, 1, job=JOB) for b in range(4)]
     for r in records:
         catalog.put_transaction(r)
@@ -184,7 +188,8 @@ def test_a_failed_commit_stops_later_batches_and_keeps_records(
 
 
 def test_record_without_sink_config_is_an_error(catalog: Catalog) -> None:
-    bad = transaction_record("test-fake", 0, 1, job=JOB, sink_id="fake://x", payload={"staged": {}})  # no config
+    # no config
+    bad = transaction_record("test-fake", 0, 1, job=JOB, sink_id="fake://x", payload={"staged": {}})
     catalog.put_transaction(bad)
     checkpoint_at(catalog, 0, generation=1, pending=[bad])
 
@@ -194,7 +199,8 @@ def test_record_without_sink_config_is_an_error(catalog: Catalog) -> None:
 
 
 def test_unknown_sink_kind_names_the_kind(catalog: Catalog, sink_name: str) -> None:
-    r = transaction_record("no-such-kind", 0, 1, job=JOB, sink_id=f"fake://{sink_name}", config={"name": sink_name})
+    r = transaction_record("no-such-kind", 0, 1, job=JOB, sink_id=f"fake://{sink_name}",
+                           config={"name": sink_name})
     catalog.put_transaction(r)
     checkpoint_at(catalog, 0, generation=1, pending=[r])
 
@@ -231,7 +237,9 @@ def test_abort_generation_settles_in_batch_order_and_only_its_own_generations_re
     for _ in range(3):
         catalog.claim_generation()
     newer = transaction_record(FakeSink(sink_name), 7, 3, job=JOB)
-    for r in (transaction_record(FakeSink(sink_name), 6, 2, job=JOB), newer, transaction_record(FakeSink(sink_name), 4, 2, job=JOB), transaction_record(FakeSink(sink_name), 5, 2, job=JOB)):
+    for r in (transaction_record(FakeSink(sink_name), 6, 2, job=JOB), newer,
+              transaction_record(FakeSink(sink_name), 4, 2, job=JOB),
+              transaction_record(FakeSink(sink_name), 5, 2, job=JOB)):
         catalog.put_transaction(r)
 
     assert abort_generation(catalog, 2) == ["orders-b4-g2", "orders-b5-g2", "orders-b6-g2"]
@@ -413,8 +421,8 @@ def test_a_rollback_whose_claim_comes_after_a_start_that_continues_the_generatio
             base = retry.latest()
             assert base is not None
             retry.claim_generation()
-            retry.write_origin(new_origin(2, kind="checkpoint", uri=retry.checkpoint_uri(base.id), base_id=base.id,
-                                          snapshot_id=base.id, batch_id=0, id_floor=base.id,
+            retry.write_origin(new_origin(2, kind="checkpoint", uri=retry.checkpoint_uri(base.id),
+                                          base_id=base.id, snapshot_id=base.id, batch_id=0, id_floor=base.id,
                                           restore={"restore": "latest"}, live_dir=None, host="h", pid=2))
             checkpoint_at(retry, 1, generation=2, pending=[blue])
         put_if_absent(key, data)
@@ -446,11 +454,12 @@ def test_a_rollback_is_refused_while_a_newer_origin_restores_the_generations_che
     base = checkpoint_at(catalog, 0, generation=1, pending=[blue])
     catalog.claim_generation()  # generation 2: restore=none, its origin comes late
     catalog.claim_generation()  # generation 3: restore=latest, from generation 1's checkpoint
-    catalog.write_origin(new_origin(3, kind="checkpoint", uri=catalog.checkpoint_uri(base.id), base_id=base.id,
-                                    snapshot_id=base.id, batch_id=0, id_floor=base.id,
+    catalog.write_origin(new_origin(3, kind="checkpoint", uri=catalog.checkpoint_uri(base.id),
+                                    base_id=base.id, snapshot_id=base.id, batch_id=0, id_floor=base.id,
                                     restore={"restore": "latest"}, live_dir=None, host="h", pid=3))
     catalog.write_origin(new_origin(2, kind="empty", uri=None, base_id=-1, snapshot_id=None, batch_id=None,
-                                    id_floor=base.id, restore={"restore": "none"}, live_dir=None, host="h", pid=2))
+                                    id_floor=base.id, restore={"restore": "none"}, live_dir=None, host="h",
+                                    pid=2))
     assert not any(e.restorable for e in catalog.list_checkpoints()), "superseded by generation 2's origin"
 
     with pytest.raises(RestoreError, match="a newer run continues it"):
@@ -542,13 +551,15 @@ def test_a_generation_claimed_before_the_step_whose_origin_comes_between_its_rea
             return value
         return first_read_then_act
 
-    monkeypatch.setattr(catalog, "restart_point", then_the_new_lineage("restart_point", catalog.restart_point))
+    monkeypatch.setattr(catalog, "restart_point",
+                        then_the_new_lineage("restart_point", catalog.restart_point))
     monkeypatch.setattr(catalog, "transactions", then_the_new_lineage("transactions", catalog.transactions))
 
     result = commit_pending(catalog)
 
     assert interleaved, "the new lineage did not come between the step's reads"
-    assert newer.txn_id not in result["aborted"] and newer.txn_id not in world["aborted"], (interleaved, result)
+    assert newer.txn_id not in result["aborted"] and newer.txn_id not in world["aborted"], \
+        (interleaved, result)
     assert newer.txn_id in txn_ids(catalog)
     assert world["committed"].get(2) is None
 
@@ -620,7 +631,8 @@ def test_a_rollback_killed_halfway_is_retried_when_it_returned_to_the_generation
         patch.setattr(faults, "maybe_kill_halfway", killed)
         with pytest.raises(Killed):
             abort_generation(catalog, 2)
-    assert [r.batch_id for r in catalog.transactions()] == [5, 6], "killed after the first abort, before its deletion"
+    assert [r.batch_id for r in catalog.transactions()] == [5, 6], \
+        "killed after the first abort, before its deletion"
     assert world["aborted"] == [green[0].txn_id]
     assert catalog.current_generation() == 3
 

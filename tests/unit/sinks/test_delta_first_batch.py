@@ -144,6 +144,7 @@ def test_two_aborts_helping_a_decided_first_batch_land_write_it_once(
     second.join()
 
     for name in ("one", "two"):
-        assert isinstance(outcomes[name], SinkError) and "has committed" in str(outcomes[name]), outcomes[name]
+        assert isinstance(outcomes[name], SinkError) and "has committed" in str(outcomes[name]), \
+            outcomes[name]
     assert table_rows(one) == [("a", 1), ("b", 2)]
     assert commits_of_batch(one, 0) == [0]

@@ -49,14 +49,16 @@ def test_bad_uris_name_the_value(uri, message):
 def test_sink_identity_of_an_s3_table():
     sink = DeltaSink("s3a://bucket-1/w/t", mode="merge", keys=["k"])
     assert sink.path == "s3://bucket-1/w/t" and sink.sink_id == "delta:s3://bucket-1/w/t"
-    assert sink.to_config() == {"uri": "s3a://bucket-1/w/t", "mode": "merge", "keys": ["k"], "partition_by": []}
+    assert (sink.to_config()
+            == {"uri": "s3a://bucket-1/w/t", "mode": "merge", "keys": ["k"], "partition_by": []})
 
 
 def test_delta_options_use_conditional_put_and_never_unsafe_rename(monkeypatch):
     monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")  # the environment cannot switch it on
     location = table_location("s3://bucket-1/w/t")
     location.configure({"endpoint_url": "http://127.0.0.1:9000", "region_name": "eu-west-1",
-                        "aws_access_key_id": "key", "aws_secret_access_key": SECRET, "aws_session_token": "tok"})
+                        "aws_access_key_id": "key", "aws_secret_access_key": SECRET,
+                        "aws_session_token": "tok"})
 
     options = location.delta_options()
 
@@ -91,7 +93,8 @@ def test_missing_credentials_are_a_config_error(monkeypatch, tmp_path):
     sink = DeltaSink("s3://bucket-1/w/t")
     sink.configure({"endpoint_url": "http://127.0.0.1:9"})
 
-    with pytest.raises(ConfigError, match=r"uri='s3://bucket-1/w/t'.*no AWS credentials found for bucket 'bucket-1'"):
+    with pytest.raises(ConfigError,
+                       match=r"uri='s3://bucket-1/w/t'.*no AWS credentials found for bucket 'bucket-1'"):
         sink.validate()
 
 
@@ -118,7 +121,8 @@ def test_read_table_returns_the_rows_with_the_tables_own_types(tmp_path):
     first = pa.table({"user": ["a", "b"], "total": pa.array([1, 2], pa.int64()),
                       "ts": pa.array([ts, ts], pa.timestamp("us", "UTC")), "day": ["d1", "d2"]})
     deltalake.write_deltalake(str(tmp_path), first, partition_by=["day"])
-    deltalake.write_deltalake(str(tmp_path), first.slice(0, 1).set_column(0, "user", pa.array(["c"])), mode="append")
+    deltalake.write_deltalake(str(tmp_path), first.slice(0, 1).set_column(0, "user", pa.array(["c"])),
+                              mode="append")
     table = deltalake.DeltaTable(str(tmp_path))
 
     got = read_table(table)
@@ -126,8 +130,8 @@ def test_read_table_returns_the_rows_with_the_tables_own_types(tmp_path):
     assert sorted((r["user"], r["total"], r["ts"], r["day"]) for r in got.to_pylist()) == [
         ("a", 1, ts, "d1"), ("b", 2, ts, "d2"), ("c", 1, ts, "d1")]
     assert read_table(table, ["total", "user"]).column_names == ["total", "user"]
-    assert sorted(r["user"] for r in read_table(deltalake.DeltaTable(str(tmp_path), version=0)).to_pylist()) == \
-        ["a", "b"]
+    at_version_0 = read_table(deltalake.DeltaTable(str(tmp_path), version=0)).to_pylist()
+    assert sorted(r["user"] for r in at_version_0) == ["a", "b"]
     with pytest.raises(ValueError, match=r"columns \['nope'\] are not in the Delta table .* it has \['user'"):
         read_table(table, ["nope"])
 

@@ -26,7 +26,9 @@ def sink(request: pytest.FixtureRequest, tmp_path: Path) -> DeltaSink:
     return DeltaSink(str(tmp_path / "t"))
 
 
-def test_a_commit_that_raised_after_landing_batch_0_counts_as_landed(sink: DeltaSink, monkeypatch: Any) -> None:
+def test_a_commit_that_raised_after_landing_batch_0_counts_as_landed(
+    sink: DeltaSink, monkeypatch: Any
+) -> None:
     """``transaction_version(...) or -1`` took version 0 for "nothing committed"."""
     method = "_merge" if sink.mode == "merge" else "_append"
     original = getattr(DeltaSink, method)
@@ -119,17 +121,19 @@ def test_the_history_scan_skips_commits_a_restore_undid() -> None:
     from airflow_sparkpoint.sinks import _delta_txn as delta_txn
 
     def commit(version: int, batch: int, generation: int) -> dict[str, Any]:
-        return {"version": version, "operation": "WRITE", "sparkpoint.job": JOB, "sparkpoint.batch": str(batch),
-                "sparkpoint.generation": str(generation)}
+        return {"version": version, "operation": "WRITE", "sparkpoint.job": JOB,
+                "sparkpoint.batch": str(batch), "sparkpoint.generation": str(generation)}
 
-    restore = {"version": 3, "operation": "RESTORE", "operationParameters": {"version": "1"}, "sparkpoint.job": JOB}
+    restore = {"version": 3, "operation": "RESTORE", "operationParameters": {"version": "1"},
+               "sparkpoint.job": JOB}
     history = [commit(4, 2, 2), restore, commit(2, 2, 1), commit(1, 1, 1), commit(0, 0, 1)]  # newest first
 
     assert delta_txn._scan(history, JOB, 2)["sparkpoint.generation"] == "2"
     assert delta_txn._scan(history[1:], JOB, 2) is None  # g1's batch 2 was undone; batch 1 is below it
     assert delta_txn._scan(history, JOB, 1)["version"] == 1
     assert delta_txn._scan(history[:2], JOB, 0) is delta_txn._UNKNOWN  # look further back
-    assert delta_txn._scan([{"version": 5, "operation": "RESTORE", "operationParameters": {"timestamp": "x"}}],
+    assert delta_txn._scan([{"version": 5, "operation": "RESTORE",
+                             "operationParameters": {"timestamp": "x"}}],
                            JOB, 0) is delta_txn._UNKNOWN
 
 

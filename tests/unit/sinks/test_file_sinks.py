@@ -51,8 +51,9 @@ def test_s3_sink_rejects_bad_configuration_naming_the_value(args: tuple[Any, ...
         (("/tmp/out",), {"options": {"compression": ["gzip"]}}, "compression"),
     ],
 )
-def test_directory_sink_rejects_bad_configuration_naming_the_value(args: tuple[Any, ...], kwargs: dict[str, Any],
-                                                                   named: str) -> None:
+def test_directory_sink_rejects_bad_configuration_naming_the_value(
+    args: tuple[Any, ...], kwargs: dict[str, Any], named: str
+) -> None:
     with pytest.raises(ConfigError, match=named):
         DirectorySink(*args, **kwargs)
 
@@ -113,7 +114,8 @@ def test_completing_an_upload_s3_already_completed_counts_as_already(stubbed: An
     sink, stubber = stubbed
     stubber.add_client_error("complete_multipart_upload", "NoSuchUpload", http_status_code=404,
                              expected_params=_complete_params())
-    stubber.add_response("head_object", {"ContentLength": 6 * MiB, "ETag": f'"{multipart_etag(UPLOAD["parts"])}"'},
+    stubber.add_response("head_object",
+                         {"ContentLength": 6 * MiB, "ETag": f'"{multipart_etag(UPLOAD["parts"])}"'},
                          {"Bucket": BUCKET, "Key": UPLOAD["key"]})
 
     assert sink._complete(UPLOAD) == "already"
@@ -155,7 +157,8 @@ def test_pending_uploads_follow_truncated_listings(stubbed: Any) -> None:
     first = [{"Key": f"out/part-orders-b{i}-g1-00000.parquet", "UploadId": f"u{i}"} for i in range(1000)]
     stubber.add_response(
         "list_multipart_uploads",
-        {"Uploads": first, "IsTruncated": True, "NextKeyMarker": first[-1]["Key"], "NextUploadIdMarker": "u999"},
+        {"Uploads": first, "IsTruncated": True, "NextKeyMarker": first[-1]["Key"],
+         "NextUploadIdMarker": "u999"},
         {"Bucket": BUCKET, "Prefix": "out/part-orders-"},
     )
     stubber.add_response(
@@ -163,7 +166,8 @@ def test_pending_uploads_follow_truncated_listings(stubbed: Any) -> None:
         {"Uploads": [{"Key": "out/part-orders-b1000-g1-00000.parquet", "UploadId": "u1000"},
                      {"Key": "out/part-orders-x-b1-g1-00000.parquet", "UploadId": "foreign"}],
          "IsTruncated": False},
-        {"Bucket": BUCKET, "Prefix": "out/part-orders-", "KeyMarker": first[-1]["Key"], "UploadIdMarker": "u999"},
+        {"Bucket": BUCKET, "Prefix": "out/part-orders-", "KeyMarker": first[-1]["Key"],
+         "UploadIdMarker": "u999"},
     )
 
     found = sink.pending_uploads("orders")

@@ -37,7 +37,9 @@ def staged(client: Any, bucket: str, key: str) -> dict[str, Any]:
     return {"key": key, "upload_id": upload_id, "parts": [[1, etag]], "size": len(body), "rows": 1}
 
 
-def test_a_recorded_key_that_is_not_canonical_is_refused_not_rewritten(s3_server: str, s3_bucket: str) -> None:
+def test_a_recorded_key_that_is_not_canonical_is_refused_not_rewritten(
+    s3_server: str, s3_bucket: str
+) -> None:
     client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
     sink = S3Sink(f"s3://{s3_bucket}/out")
     sink.configure({"endpoint_url": s3_server, "region_name": "us-east-1"})

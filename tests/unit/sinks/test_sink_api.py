@@ -55,14 +55,17 @@ class CommitsDifferently(DeltaSink):
 def test_a_subclass_never_replaces_the_registered_class_of_its_kind() -> None:
     # Old code: defining a subclass registered it under "delta" for every later rebuild.
     registered = Sink.registered()
-    assert (registered["delta"], registered["directory"], registered["s3"]) == (DeltaSink, DirectorySink, S3Sink)
+    assert ((registered["delta"], registered["directory"], registered["s3"])
+            == (DeltaSink, DirectorySink, S3Sink))
 
 
 def test_a_subclass_that_settles_differently_is_never_rebuilt_as_its_base(tmp_path: Path) -> None:
     table = str(tmp_path / "t")
     assert settler(DeltaSink(table)) == {} and settler(StagesDifferently(table)) == {}
     sink = StagesDifferently(table)
-    assert type(resolve_sink(transaction_record(sink, 3, 2, job="orders", **settler(sink)), None)) is DeltaSink  # as before
+    # as before
+    assert (type(resolve_sink(transaction_record(sink, 3, 2, job="orders", **settler(sink)),
+                              None)) is DeltaSink)
 
     own = CommitsDifferently(table)
     record = transaction_record(own, 3, 2, job="orders", **settler(own))  # as the runtime writes it

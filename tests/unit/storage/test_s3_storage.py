@@ -268,7 +268,9 @@ def test_every_stores_client_reads_botocores_models_through_one_loader() -> None
     assert len(paths) == len(set(paths)), "boto3's data path is added to the shared loader at every session"
 
 
-def test_credentials_are_resolved_again_for_every_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_credentials_are_resolved_again_for_every_store(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Rotated credentials (the environment, a credentials file) reach the next store."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env-1")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-1")
@@ -493,7 +495,9 @@ def test_upload_of_a_missing_local_file(store: S3Storage, tmp_path: Path) -> Non
 
 
 @pytest.mark.s3
-def test_conditional_writes_are_probed_once_and_leave_nothing(store: S3Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_conditional_writes_are_probed_once_and_leave_nothing(
+    store: S3Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(s3_module, "_EXCLUSIVE_CREATE_OK", set())
     calls, count = _counter(store, "before-send.s3.PutObject")
     with _hook(store, "before-send.s3.PutObject", count):
@@ -504,7 +508,9 @@ def test_conditional_writes_are_probed_once_and_leave_nothing(store: S3Storage, 
 
 
 @pytest.mark.s3
-def test_an_endpoint_that_ignores_if_none_match_is_refused(store: S3Storage, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_endpoint_that_ignores_if_none_match_is_refused(
+    store: S3Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An S3-compatible server that ignores the header (simulated by dropping it from the
     request) would let two drivers both claim one generation or batch."""
     monkeypatch.setattr(s3_module, "_EXCLUSIVE_CREATE_OK", set())
@@ -536,7 +542,8 @@ def test_copy_from_another_bucket_of_the_service_is_server_side(store: S3Storage
     source.put("state/0/0/1.zip", data)
     copies, count_copies = _counter(store, "CopyObject")
     reads, count_reads = _counter(source, "GetObject")
-    with _hook(store, "before-call.s3.CopyObject", count_copies), _hook(source, "before-call.s3.GetObject", count_reads):
+    with _hook(store, "before-call.s3.CopyObject",
+               count_copies), _hook(source, "before-call.s3.GetObject", count_reads):
         assert store.copy_from(source.child("state"), "0/0/1.zip", "shared/1.zip~ab") is True
     assert store.get("shared/1.zip~ab") == data
     assert len(copies) == 1 and reads == []
@@ -546,7 +553,9 @@ def test_copy_from_another_bucket_of_the_service_is_server_side(store: S3Storage
 
 
 @pytest.mark.s3
-def test_copy_from_another_service_or_identity_is_declined(store: S3Storage, s3_server: str, tmp_path: Path) -> None:
+def test_copy_from_another_service_or_identity_is_declined(
+    store: S3Storage, s3_server: str, tmp_path: Path
+) -> None:
     """Another endpoint, other credentials or another kind of store: nothing is written and
     the caller moves the bytes itself."""
     from airflow_sparkpoint.storage import LocalStorage, MemoryStorage
@@ -586,7 +595,8 @@ class _CutBody:
 def test_a_download_cut_short_is_read_again_or_fails_leaving_nothing(
     s3_server: str, s3_bucket: str, tmp_path: Path, attempts: int
 ) -> None:
-    store = S3Storage(s3_bucket, "unit", endpoint_url=s3_server, region_name="us-east-1", max_attempts=attempts)
+    store = S3Storage(s3_bucket, "unit", endpoint_url=s3_server, region_name="us-east-1",
+                      max_attempts=attempts)
     data = os.urandom(3 * 1024 * 1024 + 17)
     store.put("state/1.zip", data)
     cut: list[int] = []
@@ -657,7 +667,8 @@ def test_small_files_upload_with_one_put_and_no_thread_large_ones_in_parts(
     with _hook(store, "before-call.s3", count):
         store.upload_file(str(src), "managed")
     # s3transfer raises the part size to S3's 5 MiB minimum: one part here
-    assert sent == [f"before-call.s3.{op}" for op in ("CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload")]
+    assert (sent == [f"before-call.s3.{op}"
+                     for op in ("CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload")])
     assert store.get("one") == data == store.get("managed")
 
 

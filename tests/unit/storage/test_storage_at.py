@@ -18,7 +18,8 @@ def test_an_s3_store_reaches_another_bucket_of_its_service_with_its_own_connecti
                       aws_access_key_id="AK", aws_secret_access_key="never-shown")
     moved = store.child("job").at("s3a://other-bucket/moved/sp-1")
     assert isinstance(moved, S3Storage)
-    assert (moved.uri, moved.bucket, moved.prefix) == ("s3://other-bucket/moved/sp-1", "other-bucket", "moved/sp-1/")
+    assert ((moved.uri, moved.bucket, moved.prefix)
+            == ("s3://other-bucket/moved/sp-1", "other-bucket", "moved/sp-1/"))
     assert moved.connection.same_service(store.connection) and moved.endpoint_url == store.endpoint_url
     assert (store.uri, store.prefix) == ("s3://root-bucket/jobs", "jobs/")  # the store itself is unchanged
     for other in ("/mnt/savepoints/sp-1", "file:///mnt/sp-1", "memory://bucket/sp-1"):

@@ -30,7 +30,8 @@ def pause_on_marker(pause_dir: str) -> Any:
                 os.makedirs(pause_dir, exist_ok=True)
                 reached = os.path.join(pause_dir, "executor.reached")
                 try:  # the claim is never removed: only the first attempt of the task pauses
-                    fd = os.open(os.path.join(pause_dir, "executor.claimed"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                    fd = os.open(os.path.join(pause_dir, "executor.claimed"),
+                                 os.O_CREAT | os.O_EXCL | os.O_WRONLY)
                 except FileExistsError:
                     fd = -1
                 if fd >= 0:
@@ -76,7 +77,8 @@ def totals(job: Any) -> None:
     if pause_dir:
         events = events.mapInPandas(pause_on_marker(pause_dir), events.schema)
     per_user = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
-    job.run(per_user, sink=PausingDeltaSink(job.arg("output"), mode="merge", keys=["user"]), output_mode="update")
+    job.run(per_user, sink=PausingDeltaSink(job.arg("output"), mode="merge", keys=["user"]),
+            output_mode="update")
 
 
 if __name__ == "__main__":
