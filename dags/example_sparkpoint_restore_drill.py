@@ -13,7 +13,7 @@ recorded next to the savepoint: ``sparkpoint list --json`` shows ``verified_at``
 touched.
 
 When the savepoint does not restore (a file lost or corrupt, state the new code cannot
-read, the application failing), the task fails and its notifier fires. `DrillFailed`
+read, the application failing), the task fails and its notifier fires. `DrillFailureAlert`
 below writes an alert line to ``params.alert_file`` and an ERROR to the task log; add
 your deployment's notifier next to it (``SmtpNotifier`` of the SMTP provider, Slack,
 PagerDuty).
@@ -45,7 +45,7 @@ STORAGE = "sparkpoint_default"  # the sparkpoint connection: the production job'
 DATA = "/opt/sparkpoint/data"
 
 
-class DrillFailed(BaseNotifier):
+class DrillFailureAlert(BaseNotifier):
     """Fails loudly: one JSON line per failed drill in `alert_file`, and an ERROR in the log."""
 
     template_fields = ("alert_file",)
@@ -96,5 +96,5 @@ with DAG(
                           "--limit", "90", "--readings", "3"],
         output_args={"--output": "{scratch}/alerts"},
         work_dir=os.environ.get("SPARKPOINT_WORK_DIR") or None,  # only used with an s3:// drill_dir
-        on_failure_callback=[DrillFailed(alert_file="{{ params.alert_file }}")],
+        on_failure_callback=[DrillFailureAlert(alert_file="{{ params.alert_file }}")],
     )
