@@ -326,10 +326,8 @@ def private_imports(package_dir: Path) -> list[tuple[Path, int, str]]:
 
 
 #: ``(file under tests/, module)``: imports of another test package still allowed, and why
-CROSS_PACKAGE_ALLOWED: dict[tuple[str, str], str] = {
-    ("integration/test_submit_deferred.py", "tests.e2e.support"):
-        "the deferred submit's test starts the e2e package's Airflow stack (issue 50's work)",
-}
+#: (none left: what two packages share lives in tests/support/)
+CROSS_PACKAGE_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def cross_package_test_imports(tests_dir: Path) -> list[tuple[Path, int, str]]:

@@ -21,7 +21,7 @@ import pytest
 
 from tests.e2e.cluster import SparkCluster, spark_home
 from tests.e2e.stack import VENV_BIN, AirflowApi, AirflowStack
-from tests.e2e.support import E2E_DAGS, FAKES, REPO
+from tests.support.totals_pipeline import E2E_DAGS, FAKES, REPO
 
 TIMINGS: dict[str, float] = {}
 SPARK_DEFAULTS = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN",

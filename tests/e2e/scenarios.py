@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.e2e.procs import driver_processes, kill, wait_gone
 from tests.e2e.stack import AirflowApi, AirflowStack
-from tests.e2e.support import Totals, running_with_checkpoint
+from tests.support.totals_pipeline import Totals, running_with_checkpoint
 from tests.support.waits import wait_for
 
 

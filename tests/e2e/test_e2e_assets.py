@@ -26,7 +26,7 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.demo.support import delta_commits, delta_history, delta_rows
 from tests.e2e.procs import driver_processes, kill, wait_gone
 from tests.e2e.stack import AirflowApi, AirflowStack
-from tests.e2e.support import EXAMPLE_JOBS, Totals, running_with_checkpoint
+from tests.support.totals_pipeline import EXAMPLE_JOBS, Totals, running_with_checkpoint
 from tests.support.triggers import idle_trigger
 from tests.support.waits import wait_for
 

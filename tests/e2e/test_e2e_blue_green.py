@@ -22,7 +22,7 @@ import pytest
 
 from airflow_sparkpoint.demo.support import delta_commits, delta_rows, orphaned_staged_files
 from tests.e2e.stack import AirflowApi, AirflowStack
-from tests.e2e.support import EXAMPLE_JOBS, Totals, running_with_checkpoint
+from tests.support.totals_pipeline import EXAMPLE_JOBS, Totals, running_with_checkpoint
 from tests.support.triggers import idle_trigger
 from tests.support.waits import wait_for
 

@@ -21,7 +21,7 @@ import pytest
 from tests.e2e.cluster import SparkCluster
 from tests.e2e.scenarios import driver_sigkill_then_retry
 from tests.e2e.stack import AirflowApi, AirflowStack
-from tests.e2e.support import EXAMPLE_JOBS, Totals
+from tests.support.totals_pipeline import EXAMPLE_JOBS, Totals
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]

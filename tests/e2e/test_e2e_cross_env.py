@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.support import Totals, result_of, running_with_checkpoint
 from tests.support.paths import REPO
+from tests.support.totals_pipeline import Totals, result_of, running_with_checkpoint
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.airflow]

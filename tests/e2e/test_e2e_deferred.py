@@ -28,7 +28,7 @@ from airflow_sparkpoint.demo.support import delta_history
 from airflow_sparkpoint.services.detached import group_exists
 from tests.e2e.procs import read
 from tests.e2e.stack import AirflowApi, AirflowStack
-from tests.e2e.support import Totals, running_with_checkpoint
+from tests.support.totals_pipeline import Totals, running_with_checkpoint
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]

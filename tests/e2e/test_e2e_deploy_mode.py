@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.stack import AirflowApi, AirflowStack
-from tests.e2e.support import Totals
+from tests.support.totals_pipeline import Totals
 
 pytestmark = [pytest.mark.airflow]
 

@@ -23,7 +23,7 @@ from airflow_sparkpoint.demo.support import delta_commits, orphaned_staged_files
 from tests.e2e.procs import driver_processes, read, wait_gone
 from tests.e2e.scenarios import driver_sigkill_then_retry
 from tests.e2e.stack import AirflowApi, AirflowStack
-from tests.e2e.support import Totals, running_with_checkpoint, subset
+from tests.support.totals_pipeline import Totals, running_with_checkpoint, subset
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]

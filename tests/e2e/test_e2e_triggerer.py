@@ -14,7 +14,7 @@ import pytest
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from tests.e2e.procs import read, wait_gone
 from tests.e2e.stack import AirflowApi, AirflowStack
-from tests.e2e.support import Totals, running_with_checkpoint
+from tests.support.totals_pipeline import Totals, running_with_checkpoint
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]

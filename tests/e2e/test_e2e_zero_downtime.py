@@ -24,7 +24,7 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverStore
 from airflow_sparkpoint.demo.support import delta_commits, delta_history, delta_rows, orphaned_staged_files
 from tests.e2e.stack import AirflowApi, AirflowStack
-from tests.e2e.support import EXAMPLE_JOBS, Totals, running_with_checkpoint
+from tests.support.totals_pipeline import EXAMPLE_JOBS, Totals, running_with_checkpoint
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]  # two streaming drivers, minutes

@@ -29,7 +29,7 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.runtime.livedir import try_lock
 from airflow_sparkpoint.services.detached import DriverProcess, group_exists
 from airflow_sparkpoint.services.submit_dir import sweep
-from tests.e2e.support import E2E_JOB, Totals
+from tests.support.totals_pipeline import E2E_JOB, Totals
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]

@@ -193,7 +193,10 @@ def test_every_listed_spread_class_still_exists() -> None:
     assert set(check.SPREAD_ALLOWED) - found == set()
 
 
-def test_an_import_of_another_test_package_is_reported(tmp_path: Path) -> None:
+def test_an_import_of_another_test_package_is_reported(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(check, "CROSS_PACKAGE_ALLOWED",
+                        {("integration/test_submit_deferred.py", "tests.e2e.support"): "its reason"})
     tests = _package(tmp_path, "tests", {
         "__init__.py": "",
         "support/__init__.py": "",

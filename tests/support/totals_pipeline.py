@@ -1,5 +1,6 @@
-"""The data side of the end-to-end tests: one pipeline's input files, the oracle computed
-from them in plain Python, and what its Delta table shows."""
+"""The data side of the end-to-end tests (and of the integration test of the deferred
+submit, which runs the same job on the same Airflow stack): one pipeline's input files,
+the oracle computed from them in plain Python, and what its Delta table shows."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from airflow_sparkpoint.storage import open_storage
 from tests.support.inputs import expected_totals
 from tests.support.paths import REPO
 
-E2E_DAGS = Path(__file__).resolve().parent / "dags"
+E2E_DAGS = REPO / "tests" / "e2e" / "dags"
 E2E_JOB = E2E_DAGS / "jobs" / "e2e_totals.py"
-FAKES = Path(__file__).resolve().parent / "fakes"
+FAKES = REPO / "tests" / "e2e" / "fakes"
 EXAMPLE_JOBS = REPO / "dags" / "jobs"
 
 
