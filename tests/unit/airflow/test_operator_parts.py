@@ -95,3 +95,18 @@ def test_the_dag_serializes_and_its_tasks_keep_their_fields(tmp_path: Path) -> N
         assert (again.job_name, again.checkpoint_dir) == (JOB, str(tmp_path / "a"))
         assert not {"_job_hook", "_asset_events"} & set(vars(again))
     assert [o.name for o in restored.get_task("commit").outlets] == [f"sparkpoint:{dag.dag_id}.commit"]
+
+
+def test_a_drill_opens_the_production_store_as_rendered_and_its_own_only_in_execute(tmp_path: Path) -> None:
+    from airflow_sparkpoint.exceptions import ConfigError
+    from airflow_sparkpoint.operators import SparkpointVerifyOperator
+
+    with new_dag("drill_parts"):
+        drill = SparkpointVerifyOperator(task_id="drill", application="/app.py", job_name=JOB,
+                                         checkpoint_dir=str(tmp_path / "{{ params.store }}"),
+                                         output_args={"--output": "{scratch}/out"})
+    drill.production_hook  # noqa: B018 - made before rendering
+    drill.render_template_fields({"params": {"store": "rendered"}})
+    assert drill.production_hook.storage_uri == str(tmp_path / "rendered")
+    with pytest.raises(ConfigError, match="chosen in execute"):
+        drill.sparkpoint_hook  # noqa: B018
