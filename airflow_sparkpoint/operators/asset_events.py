@@ -1,15 +1,16 @@
 """Asset events of the Sparkpoint operators: emitted when, and only when, output or a
 savepoint became durable (see `airflow_sparkpoint.assets` for the names and the extra).
 
-Each operator declares an `AssetAlias` outlet (`assets.output_alias`) and adds the job's
-asset to it at the end of a run that made something durable: an `Asset` outlet would emit
-an event on every success, also for a run that committed nothing.
+Each operator holds an `AssetEvents`: it declares an `AssetAlias` outlet
+(`assets.output_alias`) and adds the job's asset to it at the end of a run that made
+something durable: an `Asset` outlet would emit an event on every success, also for a
+run that committed nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.sdk import Asset, AssetAlias
 
@@ -21,77 +22,96 @@ from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
     from airflow_sparkpoint.services.sinks import Sink
     from airflow_sparkpoint.services.stores import Catalog
 
-__all__ = ["SparkpointAssetsMixin", "output_event"]
+__all__ = ["AssetEvents", "EventSource", "output_event"]
 
 
-class SparkpointAssetsMixin:
-    """`emit_asset_events` and the alias outlet; `_emit` adds one event."""
+class EventSource(Protocol):
+    """What `AssetEvents` reads of its operator, when it is used (after rendering)."""
 
     task_id: str
-    dag_id: str
     outlets: list[Any]
-    log: Any
     emit_asset_events: bool
     job_name: str
-    sink: SinkSpec | None
-    hook: Any
-
-    def _init_assets(self, emit_asset_events: bool) -> None:
-        self.emit_asset_events = bool(emit_asset_events)
-        if self.emit_asset_events:
-            self.outlets = [*(self.outlets or []), self.assets_alias]
 
     @property
-    def assets_alias(self) -> AssetAlias:
-        """The alias outlet this task adds its events to."""
+    def dag_id(self) -> str: ...
+
+    @property
+    def log(self) -> Any: ...
+
+    @property
+    def hook(self) -> SparkpointHook: ...
+
+
+class AssetEvents:
+    """The asset events of one operator (`EventSource`): its alias outlet (`alias`,
+    declared by `add_alias` when the operator's `emit_asset_events` is on) and the
+    events added to it (`emit`, `emit_output`)."""
+
+    def __init__(self, operator: EventSource) -> None:
+        self._operator = operator
+
+    def add_alias(self) -> None:
+        """Add `alias` to the operator's outlets when it emits asset events (its
+        ``__init__`` calls this once)."""
+        op = self._operator
+        if op.emit_asset_events:
+            op.outlets = [*(op.outlets or []), self.alias]
+
+    @property
+    def alias(self) -> AssetAlias:
+        """The alias outlet the operator adds its events to."""
         try:
-            dag_id = self.dag_id
+            dag_id = self._operator.dag_id
         except Exception:  # noqa: BLE001 - not in a DAG yet
             dag_id = None
-        return assets.output_alias(self.task_id, dag_id)
+        return assets.output_alias(self._operator.task_id, dag_id)
 
-    def _emit(self, context: Context, asset: Asset, extra: Mapping[str, Any]) -> None:
-        if not self.emit_asset_events:
+    def emit(self, context: Context, asset: Asset, extra: Mapping[str, Any]) -> None:
+        """Add one event of `asset` to the alias outlet (none when events are off)."""
+        op = self._operator
+        if not op.emit_asset_events:
             return
-        alias = next((o for o in self.outlets
+        alias = next((o for o in op.outlets
                       if isinstance(o, AssetAlias) and o.name.startswith("sparkpoint:")), None)
         if alias is None:  # the outlets were replaced after __init__
-            self.log.warning("no Sparkpoint asset alias among the outlets of %s; no asset event for %s",
-                             self.task_id, asset.uri)
+            op.log.warning("no Sparkpoint asset alias among the outlets of %s; no asset event for %s",
+                           op.task_id, asset.uri)
             return
         events = context.get("outlet_events")
         if events is None:  # called outside Airflow's task runner (no event can be recorded)
-            self.log.warning("no outlet_events in the context of %s; no asset event for %s", self.task_id,
-                             asset.uri)
+            op.log.warning("no outlet_events in the context of %s; no asset event for %s", op.task_id,
+                           asset.uri)
             return
         events[alias].add(asset, extra=dict(extra))
-        self.log.info("asset event for %s: %s", asset.uri, dict(extra))
+        op.log.info("asset event for %s: %s", asset.uri, dict(extra))
 
-    def declared_output(self) -> Sink | None:
+    def declared_output(self, sink: SinkSpec | None) -> Sink | None:
         """The job's declared sink (`sink`, else the connection's ``jobs.<job>.sink``), or
         None (logged when a declaration is unusable: the run itself succeeded)."""
+        op = self._operator
         try:
-            return (declared_sink(self.sink) if self.sink is not None
-                    else self.hook.declared_sink(self.job_name))
+            return declared_sink(sink) if sink is not None else op.hook.declared_sink(op.job_name)
         except SparkpointError as exc:
-            self.log.warning("the sink of job %s is not usable for its asset: %s", self.job_name, exc)
+            op.log.warning("the sink of job %s is not usable for its asset: %s", op.job_name, exc)
             return None
 
-    def _emit_output(self, context: Context, catalog: Catalog, sink: Sink | None, *, generation: int | None,
-                     batches: Iterable[int], txn_ids: Iterable[str] = (),
-                     source: str) -> dict[str, Any] | None:
+    def emit_output(self, context: Context, catalog: Catalog, sink: Sink | None, *, generation: int | None,
+                    batches: Iterable[int], txn_ids: Iterable[str] = (),
+                    source: str) -> dict[str, Any] | None:
         """Emit the output asset event of `batches` (none when nothing was committed);
         returns its extra."""
-        if not self.emit_asset_events:
+        if not self._operator.emit_asset_events:
             return None
         event = output_event(catalog, sink, generation=generation, batches=batches, txn_ids=txn_ids,
-                             source=source, log=self.log)
+                             source=source, log=self._operator.log)
         if event is None:
             return None
-        self._emit(context, *event)
+        self.emit(context, *event)
         return event[1]
 
 

@@ -16,9 +16,10 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
 from airflow_sparkpoint.operators import lineage
-from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
-from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, positive_seconds
+from airflow_sparkpoint.operators.asset_events import AssetEvents
+from airflow_sparkpoint.operators.job import JobHook, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.services.commit import commit_step
 from airflow_sparkpoint.services.conditions import optional_int
@@ -26,12 +27,14 @@ from airflow_sparkpoint.services.rollback import abort_stopped_generation
 from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    from airflow.sdk import AssetAlias, Context
+
+    from airflow_sparkpoint.services.sinks import Sink
 
 __all__ = ["SparkpointCommitOperator"]
 
 
-class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOperator):
+class SparkpointCommitOperator(BaseOperator):
     """Commit (or, for a generation, abort) a Sparkpoint job's staged output.
 
     :param job_name: the pipeline (templated).
@@ -79,8 +82,13 @@ class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOp
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
-        self._init_assets(emit_asset_events)
+        self.job_name = job_name
+        self.checkpoint_dir = checkpoint_dir
+        self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
+        self._job_hook = JobHook()
+        self.emit_asset_events = bool(emit_asset_events)
+        self._asset_events = AssetEvents(self)
+        self._asset_events.add_alias()
         #: what the step made visible (OpenLineage facets), once it ran
         self.sparkpoint_outcome: dict[str, Any] | None = None
         self.abort_generation = abort_generation
@@ -88,6 +96,26 @@ class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOp
         self.max_heartbeat_age = positive_seconds("max_heartbeat_age", max_heartbeat_age)
         declared_sink(sink)  # a malformed declaration fails when the DAG is parsed
         self.sink = sink
+
+    @property
+    def sparkpoint_hook(self) -> SparkpointHook:
+        """The hook of the job's store: `checkpoint_dir` or `sparkpoint_conn_id`, as rendered."""
+        return self._job_hook.of(self.sparkpoint_conn_id, self.checkpoint_dir)
+
+    @property
+    def hook(self) -> SparkpointHook:
+        """`sparkpoint_hook`, under the name thin operators use."""
+        return self.sparkpoint_hook
+
+    @property
+    def assets_alias(self) -> AssetAlias:
+        """The alias outlet this task adds its asset events to."""
+        return self._asset_events.alias
+
+    def declared_output(self) -> Sink | None:
+        """The job's declared sink (`sink`, else the connection's ``jobs.<job>.sink``), or
+        None (logged when a declaration is unusable)."""
+        return self._asset_events.declared_output(self.sink)
 
     def execute(self, context: Context) -> dict[str, list[str]]:
         # Parsed after rendering; a non-number (e.g. a rendered "None") fails rather than
@@ -119,8 +147,8 @@ class SparkpointCommitOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOp
                       outcome.get("pending"))
         self.sparkpoint_outcome = {"generation": step.generation, "committed_batches": step.batches,
                                    "last_checkpoint": step.last_checkpoint}
-        self._emit_output(context, catalog, declared_sink(sink), generation=step.generation,
-                          batches=step.batches, txn_ids=step.landed, source="commit")
+        self._asset_events.emit_output(context, catalog, declared_sink(sink), generation=step.generation,
+                                       batches=step.batches, txn_ids=step.landed, source="commit")
         return outcome
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:

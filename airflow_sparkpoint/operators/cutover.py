@@ -21,7 +21,8 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
 from airflow_sparkpoint.exceptions import SparkpointError
-from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable, positive_seconds
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
+from airflow_sparkpoint.operators.job import JobHook, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.services.cutover import call_off
 from airflow_sparkpoint.services.runs import task_try
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["SparkpointCutoverOperator"]
 
 
-class SparkpointCutoverOperator(SparkpointJobMixin, BaseOperator):
+class SparkpointCutoverOperator(BaseOperator):
     """Hand job `job_name` over from blue to green at an agreed batch (the zero-downtime
     path of a blue-green deploy, docs/howto/blue-green.md): wait until green's warm-up is
     within the plan's lag of blue, agree N ahead of blue, ask blue to stop after N, wait
@@ -80,13 +81,26 @@ class SparkpointCutoverOperator(SparkpointJobMixin, BaseOperator):
                  margin: int = 2, poll_interval: float = 2, max_heartbeat_age: float = 60,
                  deferrable: bool | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
+        self.job_name = job_name
+        self.checkpoint_dir = checkpoint_dir
+        self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
+        self._job_hook = JobHook()
         self.cutover_id = cutover_id
         self.cutover_within = positive_seconds("cutover_within", cutover_within)
         self.margin = margin
         self.poll_interval = positive_seconds("poll_interval", poll_interval)
         self.max_heartbeat_age = positive_seconds("max_heartbeat_age", max_heartbeat_age)
         self.deferrable = default_deferrable(deferrable)
+
+    @property
+    def sparkpoint_hook(self) -> SparkpointHook:
+        """The hook of the job's store: `checkpoint_dir` or `sparkpoint_conn_id`, as rendered."""
+        return self._job_hook.of(self.sparkpoint_conn_id, self.checkpoint_dir)
+
+    @property
+    def hook(self) -> SparkpointHook:
+        """`sparkpoint_hook`, under the name thin operators use."""
+        return self.sparkpoint_hook
 
     def _requester(self) -> str:
         return requester(f"airflow:{self.dag_id}.{self.task_id}")

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
+from airflow_sparkpoint.operators.job import JobHook
 
 # the metrics' names stay importable from here, where they were first defined
 from airflow_sparkpoint.operators.metrics import EMIT_EVERY, emit_checkpoint_metrics, emit_metrics_for
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EMIT_EVERY", "SparkpointHealthCheckOperator", "emit_checkpoint_metrics", "emit_metrics_for"]
 
-class SparkpointHealthCheckOperator(SparkpointJobMixin, BaseOperator):
+class SparkpointHealthCheckOperator(BaseOperator):
     """Fail when a Sparkpoint job's checkpoints are unhealthy; give at least one threshold.
 
     :param job_name: the pipeline (templated).
@@ -63,13 +64,26 @@ class SparkpointHealthCheckOperator(SparkpointJobMixin, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
+        self.job_name = job_name
+        self.checkpoint_dir = checkpoint_dir
+        self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
+        self._job_hook = JobHook()
         validate_thresholds(max_checkpoint_age=max_checkpoint_age, max_failure_ratio=max_failure_ratio,
                             failure_window=failure_window, max_heartbeat_age=max_heartbeat_age)
         self.max_checkpoint_age = max_checkpoint_age
         self.max_failure_ratio = max_failure_ratio
         self.failure_window = failure_window
         self.max_heartbeat_age = max_heartbeat_age
+
+    @property
+    def sparkpoint_hook(self) -> SparkpointHook:
+        """The hook of the job's store: `checkpoint_dir` or `sparkpoint_conn_id`, as rendered."""
+        return self._job_hook.of(self.sparkpoint_conn_id, self.checkpoint_dir)
+
+    @property
+    def hook(self) -> SparkpointHook:
+        """`sparkpoint_hook`, under the name thin operators use."""
+        return self.sparkpoint_hook
 
     def execute(self, context: Context) -> dict[str, Any]:
         history, report = check_job(self.hook.get_catalog(self.job_name),

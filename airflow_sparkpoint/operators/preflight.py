@@ -29,7 +29,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError
-from airflow_sparkpoint.operators.job_mixin import positive_seconds
+from airflow_sparkpoint.operators.job import positive_seconds
 from airflow_sparkpoint.operators.verify import DrillFailed, SparkpointVerifyOperator
 from airflow_sparkpoint.services.preflight import MAX_RETIRED, run_preflight
 from airflow_sparkpoint.services.savepoint import requester

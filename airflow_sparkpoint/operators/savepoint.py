@@ -24,9 +24,10 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint import assets
 from airflow_sparkpoint.exceptions import SparkpointError
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
 from airflow_sparkpoint.operators import lineage
-from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
-from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable, positive_seconds
+from airflow_sparkpoint.operators.asset_events import AssetEvents
+from airflow_sparkpoint.operators.job import JobHook, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.services.conditions import optional_int, optional_seconds
 from airflow_sparkpoint.services.control import ControlRequest, withdraw_request
@@ -35,12 +36,12 @@ from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger
 from airflow_sparkpoint.triggers.shared import check_event
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    from airflow.sdk import AssetAlias, Context
 
 __all__ = ["SparkpointSavepointOperator"]
 
 
-class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, BaseOperator):
+class SparkpointSavepointOperator(BaseOperator):
     """Savepoint (or stop-with-savepoint) of a Sparkpoint job; returns the savepoint URI.
 
     :param job_name: the pipeline (templated).
@@ -88,8 +89,13 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
-        self._init_assets(emit_asset_events)
+        self.job_name = job_name
+        self.checkpoint_dir = checkpoint_dir
+        self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
+        self._job_hook = JobHook()
+        self.emit_asset_events = bool(emit_asset_events)
+        self._asset_events = AssetEvents(self)
+        self._asset_events.add_alias()
         #: the completed savepoint (asset event, OpenLineage facets)
         self.sparkpoint_savepoint: dict[str, Any] | None = None
         self.stop = bool(stop)
@@ -102,6 +108,21 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
         self.deferrable = default_deferrable(deferrable)
         #: the control request this task filed (withdrawn by `on_kill` if no run took it)
         self.request_id: str | None = None
+
+    @property
+    def sparkpoint_hook(self) -> SparkpointHook:
+        """The hook of the job's store: `checkpoint_dir` or `sparkpoint_conn_id`, as rendered."""
+        return self._job_hook.of(self.sparkpoint_conn_id, self.checkpoint_dir)
+
+    @property
+    def hook(self) -> SparkpointHook:
+        """`sparkpoint_hook`, under the name thin operators use."""
+        return self.sparkpoint_hook
+
+    @property
+    def assets_alias(self) -> AssetAlias:
+        """The alias outlet this task adds its asset events to."""
+        return self._asset_events.alias
 
     def execute(self, context: Context) -> str:
         catalog = self.hook.get_catalog(self.job_name)
@@ -178,9 +199,9 @@ class SparkpointSavepointOperator(SparkpointJobMixin, SparkpointAssetsMixin, Bas
                                      "last_checkpoint": last_checkpoint}
         asset = assets.savepoints_asset(self.job_name, sparkpoint_conn_id=self.sparkpoint_conn_id,
                                         checkpoint_dir=self.checkpoint_dir)
-        self._emit(context, asset, assets.savepoint_extra(job=self.job_name, generation=generation,
-                                                          savepoint_uri=savepoint, batch_id=batch,
-                                                          source="savepoint"))
+        extra = assets.savepoint_extra(job=self.job_name, generation=generation, savepoint_uri=savepoint,
+                                       batch_id=batch, source="savepoint")
+        self._asset_events.emit(context, asset, extra)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage: the savepoints dataset and the ``sparkpoint`` run facet."""

@@ -31,10 +31,11 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
 from airflow_sparkpoint.operators import lineage, submit_client, submit_cluster, submit_deferred
-from airflow_sparkpoint.operators.asset_events import SparkpointAssetsMixin
+from airflow_sparkpoint.operators.asset_events import AssetEvents
 from airflow_sparkpoint.operators.driver_errors import run_failure
-from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable
+from airflow_sparkpoint.operators.job import JobHook, default_deferrable
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink, SparkpointSparkUILink
 from airflow_sparkpoint.operators.metrics import emit_metrics_for
 from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure, check_spark
@@ -48,12 +49,14 @@ from airflow_sparkpoint.services.stores import Catalog
 from airflow_sparkpoint.services.submit import check_parameters, interval_text, sparkpoint_conf
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    from airflow.sdk import AssetAlias, Context
+
+    from airflow_sparkpoint.services.sinks import Sink
 
 __all__ = ["SparkpointSubmitOperator"]
 
 
-class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkSubmitOperator):
+class SparkpointSubmitOperator(SparkSubmitOperator):
     """Submit a Sparkpoint PySpark job and return its run result.
 
     :param job_name: pipeline name (``spark.sparkpoint.job``): the identity of its state
@@ -156,10 +159,15 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
     ) -> None:
         kwargs.setdefault("name", f"sparkpoint-{job_name}")
         super().__init__(**kwargs)
-        self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
+        self.job_name = job_name
+        self.checkpoint_dir = checkpoint_dir
+        self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
+        self._job_hook = JobHook()
         declared_sink(sink)  # a malformed declaration fails when the DAG is parsed
         self.sink = sink
-        self._init_assets(emit_asset_events)
+        self.emit_asset_events = bool(emit_asset_events)
+        self._asset_events = AssetEvents(self)
+        self._asset_events.add_alias()
         check_parameters(commit_mode=commit_mode, num_retained=num_retained,
                          state_partitions=state_partitions, takeover=takeover)
         self.restore = restore
@@ -192,6 +200,26 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
         self._native_dir: str | None = None  # the ROCKSDB_SHAREDLIB_DIR this object set, if any
         # (user's conf, what execute set)
         self._conf_given: tuple[dict[str, Any], dict[str, Any]] | None = None
+
+    @property
+    def sparkpoint_hook(self) -> SparkpointHook:
+        """The hook of the job's store: `checkpoint_dir` or `sparkpoint_conn_id`, as rendered."""
+        return self._job_hook.of(self.sparkpoint_conn_id, self.checkpoint_dir)
+
+    @property
+    def hook(self) -> SparkpointHook:
+        """`sparkpoint_hook`, under the name thin operators use."""
+        return self.sparkpoint_hook
+
+    @property
+    def assets_alias(self) -> AssetAlias:
+        """The alias outlet this task adds its asset events to."""
+        return self._asset_events.alias
+
+    def declared_output(self) -> Sink | None:
+        """The job's declared sink (`sink`, else the connection's ``jobs.<job>.sink``), or
+        None (logged when a declaration is unusable)."""
+        return self._asset_events.declared_output(self.sink)
 
     # ------------------------------------------------------------------ helpers
 
@@ -303,8 +331,8 @@ class SparkpointSubmitOperator(SparkpointJobMixin, SparkpointAssetsMixin, SparkS
                       self.job_name, result.get("generation"), result.get("status"), result.get("last_batch"),
                       result.get("last_checkpoint"), result.get("savepoint"))
         self.sparkpoint_result = result
-        self._emit_output(context, catalog, self.declared_output(), generation=generation,
-                          batches=committed_batches(result), source="submit")
+        self._asset_events.emit_output(context, catalog, self.declared_output(), generation=generation,
+                                       batches=committed_batches(result), source="submit")
         return result
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:

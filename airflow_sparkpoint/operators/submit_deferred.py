@@ -62,13 +62,15 @@ class DeferringSubmit(Protocol):
     job_name: str
     spark_history_server: str | None
     sparkpoint_run: dict[str, Any] | None
-    dag_id: str
     task_id: str
     checkpoint_dir: str | None
     sparkpoint_conn_id: str | None
     poll_interval: float
     dead_after: float
     execution_timeout: timedelta | None
+
+    @property
+    def dag_id(self) -> str: ...  # BaseOperator's, read-only
 
     @property
     def sparkpoint_hook(self) -> Any: ...

@@ -28,6 +28,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.operators.job import JobHook
 from airflow_sparkpoint.operators.submit import SparkpointSubmitOperator
 from airflow_sparkpoint.services import drill as drills
 from airflow_sparkpoint.services.drill import LATEST_SAVEPOINT, SCRATCH, DrillFailed
@@ -99,9 +100,7 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         self.keep_scratch = keep_scratch
         self._scratch: drills.Scratch | None = None  # the drill's own directory, while it runs
         self._snapshot_uri: str | None = None
-        self._production_hook: SparkpointHook | None = None
-        self._drill_hook: SparkpointHook | None = None
-        self._drill_hook_root: str | None = None
+        self._drill_hook = JobHook()  # the hook of the drill's scratch root
 
     @property
     def _drill_root(self) -> str | None:
@@ -119,9 +118,9 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
 
     @property
     def production_hook(self) -> SparkpointHook:
-        if self._production_hook is None:
-            self._production_hook = SparkpointHook(self.sparkpoint_conn_id, storage_uri=self.checkpoint_dir)
-        return self._production_hook
+        """The production job's hook: the submit operator's `sparkpoint_hook`, which the
+        drill's replaces."""
+        return super().sparkpoint_hook
 
     @property
     def sparkpoint_hook(self) -> SparkpointHook:
@@ -129,10 +128,7 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         settings): everything the submit operator derives from it is the drill's."""
         if self._drill_root is None:
             raise ConfigError("the drill's scratch directory is chosen in execute()")
-        if self._drill_hook is None or self._drill_hook_root != self._drill_root:
-            self._drill_hook = SparkpointHook(self.sparkpoint_conn_id, storage_uri=self._drill_root)
-            self._drill_hook_root = self._drill_root
-        return self._drill_hook
+        return self._drill_hook.of(self.sparkpoint_conn_id, self._drill_root)
 
     def _catalog(self) -> Catalog:
         # The drill's catalog: its generations, results and control channel (on_kill

@@ -15,7 +15,8 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.operators.job_mixin import SparkpointJobMixin, default_deferrable, positive_seconds
+from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
+from airflow_sparkpoint.operators.job import JobHook, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.operators.metrics import emit_metrics_for
 from airflow_sparkpoint.services.conditions import (
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["SparkpointCheckpointSensor"]
 
 
-class SparkpointCheckpointSensor(SparkpointJobMixin, BaseSensorOperator):
+class SparkpointCheckpointSensor(BaseSensorOperator):
     """Wait until a Sparkpoint job reaches a checkpoint condition.
 
     :param job_name: the pipeline (templated).
@@ -92,7 +93,10 @@ class SparkpointCheckpointSensor(SparkpointJobMixin, BaseSensorOperator):
     ) -> None:
         kwargs.setdefault("poke_interval", 5.0)
         super().__init__(**kwargs)
-        self._init_job(job_name, checkpoint_dir, sparkpoint_conn_id)
+        self.job_name = job_name
+        self.checkpoint_dir = checkpoint_dir
+        self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
+        self._job_hook = JobHook()
         if optional_int("min_checkpoints", min_checkpoints, minimum=1) is None:
             raise ConfigError("min_checkpoints=None is invalid; expected an integer >= 1")
         progress_within = optional_seconds("progress_within", progress_within)
@@ -104,6 +108,16 @@ class SparkpointCheckpointSensor(SparkpointJobMixin, BaseSensorOperator):
         self.savepoint = savepoint
         self.progress_within = progress_within
         self.deferrable = default_deferrable(deferrable)
+
+    @property
+    def sparkpoint_hook(self) -> SparkpointHook:
+        """The hook of the job's store: `checkpoint_dir` or `sparkpoint_conn_id`, as rendered."""
+        return self._job_hook.of(self.sparkpoint_conn_id, self.checkpoint_dir)
+
+    @property
+    def hook(self) -> SparkpointHook:
+        """`sparkpoint_hook`, under the name thin operators use."""
+        return self.sparkpoint_hook
 
     def condition(self) -> CheckpointCondition:
         """The condition from the (rendered) fields.
