@@ -24,7 +24,6 @@ still running on the cluster, which fails at its next checkpoint or commit.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.sdk.exceptions import AirflowException
@@ -45,7 +44,7 @@ from airflow_sparkpoint.services.cluster_manager import (
 )
 from airflow_sparkpoint.services.detached_run import DetachedRecord
 from airflow_sparkpoint.services.driver_claim import await_claim, no_driver_named
-from airflow_sparkpoint.services.follow import RunFollower, stop_run
+from airflow_sparkpoint.services.follow import RunFollower, StartedRun
 from airflow_sparkpoint.services.runs import AirflowTry, record_launch
 from airflow_sparkpoint.services.spark_env import cluster_submit_environment
 from airflow_sparkpoint.services.stores import Catalog
@@ -58,9 +57,6 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 
 __all__ = ["ClusterRun", "ClusterSubmit", "run", "stop"]
-
-#: after the stop bound, how long the kill waits for a driver that recorded its end to exit
-_EXIT_WAIT_S = 1.0
 
 
 class ClusterSubmit(DeferringSubmit, Protocol):
@@ -82,14 +78,9 @@ class ClusterSubmit(DeferringSubmit, Protocol):
     def _get_hook(self) -> SparkpointSubmitHook: ...
 
 
-@dataclass
-class ClusterRun:
-    """A cluster-mode run this task started and follows (what `stop` ends): its driver and,
-    once claimed, its generation."""
-
-    catalog: Catalog
-    driver: ClusterHandle
-    generation: int | None = None
+#: a cluster-mode run this task started and follows (what `stop` ends): its driver and,
+#: once claimed, its generation
+ClusterRun = StartedRun
 
 
 def _prepare(op: ClusterSubmit, kind: str, token: str, starter: AirflowTry) -> None:
@@ -174,10 +165,7 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
 
 
 def stop(cluster_run: ClusterRun, *, stop_timeout: float, requested_by: str) -> list[str]:
-    """End a cluster-mode run from ``on_kill``: a control cancel to its generation, up to
-    `stop_timeout` seconds for its end, then the cluster manager's kill (before the claim:
-    the kill only, there is no generation to address). Never raises."""
-    if cluster_run.generation is None:
-        return [cluster_run.driver.kill()]
-    return stop_run(cluster_run.catalog, cluster_run.generation, cluster_run.driver, wait_s=stop_timeout,
-                    exit_s=_EXIT_WAIT_S, poll_s=0.5, requested_by=requested_by)
+    """End a cluster-mode run from ``on_kill`` (`services.follow.StartedRun.stop`: a control
+    cancel to its generation, up to `stop_timeout` seconds for its end, then the cluster
+    manager's kill; before the claim the kill only). Never raises."""
+    return cluster_run.stop(wait_s=stop_timeout, requested_by=requested_by)
