@@ -34,9 +34,8 @@ from airflow_sparkpoint.operators.driver_errors import run_failure
 from airflow_sparkpoint.operators.submit_deferred import DeferringSubmit, deadline_of, defer, never_expire
 from airflow_sparkpoint.operators.submit_publish import found, push_history_link
 from airflow_sparkpoint.services.detached import launch, stop_group
-from airflow_sparkpoint.services.detached_run import CLAIM_TIMEOUT_S, DetachedRecord
-from airflow_sparkpoint.services.driver_errors import DriverOutput, read_log_tail
-from airflow_sparkpoint.services.follow import wait_for_claim
+from airflow_sparkpoint.services.detached_run import DetachedRecord
+from airflow_sparkpoint.services.driver_claim import await_claim
 from airflow_sparkpoint.services.processes import terminate_tree
 from airflow_sparkpoint.services.runs import AirflowTry, RunWatcher, find_claim, record_launch
 from airflow_sparkpoint.services.stores import Catalog
@@ -54,11 +53,6 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 
 __all__ = ["ClientSubmit", "launch_and_defer", "run", "stop"]
-
-#: of the driver log's end read for its error (`driver_errors.LOG_TAIL_BYTES`), the last
-#: lines that go to the task log
-_LOG_TAIL_LINES = 60
-
 
 class ClientSubmit(DeferringSubmit, Protocol):
     """What this module uses of `SparkpointSubmitOperator` beyond a deferring submit."""
@@ -154,39 +148,18 @@ def launch_and_defer(op: ClientSubmit, context: Context, catalog: Catalog, *, to
     message = record_launch(catalog, token, deploy_mode="client", driver=process.launch_json())
     if message:
         op.log.warning("%s", message)
-    waited = wait_for_claim(catalog, token, since, process, timeout_s=CLAIM_TIMEOUT_S, warn=op.log.warning)
-    claim = waited.claim
-    if claim is None and waited.why == "ended":
-        output = _driver_output(process.log, op.log)
-        failed = run_failure(op.job_name, catalog, token, since, output=output, exit_code=None,
-                             scrub=op.sparkpoint_hook.scrub)
-        raise failed or AirflowException(
-            f"job {op.job_name!r}: the detached spark-submit ended before its driver claimed a "
-            f"generation (its output: {process.log})")
+    outcome = await_claim(catalog, process, job=op.job_name, token=token, since=since, log=op.log)
+    claim = outcome.claim
     if claim is None:
-        op.log.error("stopping job %s: %s", op.job_name, waited.killed)
-        raise AirflowException(f"job {op.job_name!r}: the detached driver claimed no generation within "
-                               f"{CLAIM_TIMEOUT_S:.0f} s; stopped it ({process.describe()})")
+        failed = run_failure(op.job_name, catalog, token, since, output=outcome.output, exit_code=None,
+                             scrub=op.sparkpoint_hook.scrub) if outcome.ended else None
+        raise failed or AirflowException(outcome.message)
     found(op, context["ti"], claim)
     record = record.claimed(claim.generation)
     record.save(store, op.log, retention=never_expire())
     op._detached = None  # deferred: the trigger owns the stop now
     defer(op, context, generation=claim.generation, token=token, since=since, process=process,
           deadline=record["deadline"])
-
-
-def _driver_output(log_path: str, log: Any) -> DriverOutput:
-    """What the driver said about its failure, from the end of its log file; its last
-    lines go to the task log (a detached driver's output is not there otherwise)."""
-    output = DriverOutput()
-    try:
-        lines = list(output.watch(read_log_tail(log_path)))
-    except OSError as exc:
-        log.warning("cannot read the detached driver's output %s: %s", log_path, exc)
-        return output
-    log.info("the detached driver's last output lines (%s):\n%s", log_path,
-             "\n".join(lines[-_LOG_TAIL_LINES:]))
-    return output
 
 
 def stop(op: ClientSubmit, *, spark_kill: Callable[[], None]) -> None:

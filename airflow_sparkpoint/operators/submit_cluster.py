@@ -24,7 +24,6 @@ still running on the cluster, which fails at its next checkpoint or commit.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow.sdk.exceptions import AirflowException
@@ -43,8 +42,9 @@ from airflow_sparkpoint.services.cluster_manager import (
     ClusterHandle,
     submit,
 )
-from airflow_sparkpoint.services.detached_run import CLAIM_TIMEOUT_S, DetachedRecord
-from airflow_sparkpoint.services.follow import RunFollower, stop_run, wait_for_claim
+from airflow_sparkpoint.services.detached_run import DetachedRecord
+from airflow_sparkpoint.services.driver_claim import await_claim, no_driver_named
+from airflow_sparkpoint.services.follow import RunFollower, StartedRun
 from airflow_sparkpoint.services.runs import AirflowTry, record_launch
 from airflow_sparkpoint.services.spark_env import cluster_submit_environment
 from airflow_sparkpoint.services.stores import Catalog
@@ -57,12 +57,6 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 
 __all__ = ["ClusterRun", "ClusterSubmit", "run", "stop"]
-
-#: while waiting for the claim, the cluster manager is asked whether the driver is gone
-#: every this many looks at the catalog (one a second)
-_CLUSTER_LOOK_EVERY = 5
-#: after the stop bound, how long the kill waits for a driver that recorded its end to exit
-_EXIT_WAIT_S = 1.0
 
 
 class ClusterSubmit(DeferringSubmit, Protocol):
@@ -84,14 +78,9 @@ class ClusterSubmit(DeferringSubmit, Protocol):
     def _get_hook(self) -> SparkpointSubmitHook: ...
 
 
-@dataclass
-class ClusterRun:
-    """A cluster-mode run this task started and follows (what `stop` ends): its driver and,
-    once claimed, its generation."""
-
-    catalog: Catalog
-    driver: ClusterHandle
-    generation: int | None = None
+#: a cluster-mode run this task started and follows (what `stop` ends): its driver and,
+#: once claimed, its generation
+ClusterRun = StartedRun
 
 
 def _prepare(op: ClusterSubmit, kind: str, token: str, starter: AirflowTry) -> None:
@@ -137,12 +126,7 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
         submit_dir.close()
     driver = submission.driver
     if driver is None:
-        tail = "\n".join(hook._mask_cmd(line) for line in submission.tail)
-        raise AirflowException(
-            f"job {op.job_name!r}: spark-submit in cluster mode on {kind} "
-            f"{'failed (exit ' + str(submission.exit_code) + ')' if submission.exit_code else 'ended'} "
-            f"without naming the driver (read from its INFO output: keep the log4j2 level of "
-            f"org.apache.spark.deploy at INFO or lower); its last output:\n{tail}")
+        raise AirflowException(no_driver_named(op.job_name, kind, submission, hook._mask_cmd))
     if submission.exit_code:
         op.log.warning("spark-submit of job %s exited %d after submitting %s: following it", op.job_name,
                        submission.exit_code, driver.describe())
@@ -157,21 +141,12 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
                             deadline=deadline_of(op) if op.deferrable else None)
     record.save(store, op.log, retention=never_expire())  # at once: a lost worker's retry finds the driver
     op.log.info("job %s submitted in cluster mode: %s", op.job_name, driver.describe())
-    waited = wait_for_claim(catalog, token, since, handle, timeout_s=CLAIM_TIMEOUT_S,
-                            look_every=_CLUSTER_LOOK_EVERY, warn=op.log.warning)
-    claim = waited.claim
+    outcome = await_claim(catalog, handle, job=op.job_name, token=token, since=since, log=op.log)
+    claim = outcome.claim
     if claim is None:
         op._cluster_run = None
-        if waited.why == "timeout":
-            op.log.error("stopping job %s: %s", op.job_name, waited.killed)
-            raise AirflowException(f"job {op.job_name!r}: the driver ({driver.describe()}) claimed no "
-                                   f"generation within {CLAIM_TIMEOUT_S:.0f} s; killed it")
-        failed = op._run_failure(catalog, token, since)
-        # the read that judged it ended, not a new one (which may contradict it)
-        seen = handle.seen.detail if handle.seen is not None else "no state read"
-        raise failed or AirflowException(
-            f"job {op.job_name!r}: the driver ({driver.describe()}) ended before it claimed a generation "
-            f"({seen}); its output is the cluster's log of it")
+        failed = op._run_failure(catalog, token, since) if outcome.ended else None
+        raise failed or AirflowException(outcome.message)
     found(op, context["ti"], claim)
     generation = claim.generation
     record = record.claimed(generation)
@@ -190,10 +165,7 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
 
 
 def stop(cluster_run: ClusterRun, *, stop_timeout: float, requested_by: str) -> list[str]:
-    """End a cluster-mode run from ``on_kill``: a control cancel to its generation, up to
-    `stop_timeout` seconds for its end, then the cluster manager's kill (before the claim:
-    the kill only, there is no generation to address). Never raises."""
-    if cluster_run.generation is None:
-        return [cluster_run.driver.kill()]
-    return stop_run(cluster_run.catalog, cluster_run.generation, cluster_run.driver, wait_s=stop_timeout,
-                    exit_s=_EXIT_WAIT_S, poll_s=0.5, requested_by=requested_by)
+    """End a cluster-mode run from ``on_kill`` (`services.follow.StartedRun.stop`: a control
+    cancel to its generation, up to `stop_timeout` seconds for its end, then the cluster
+    manager's kill; before the claim the kill only). Never raises."""
+    return cluster_run.stop(wait_s=stop_timeout, requested_by=requested_by)

@@ -37,14 +37,12 @@ from airflow_sparkpoint.services.detached_run import (
     DETACHED_KEY,
     DetachedRecord,
     Resumption,
-    cleared_stop,
     event_problem,
+    followed_end,
     resumption,
-    run_end,
-    user_stop_by,
+    stop_cleared_run,
     wait_out_stopping_run,
 )
-from airflow_sparkpoint.services.follow import stop_run
 from airflow_sparkpoint.services.runs import AirflowTry, task_try
 from airflow_sparkpoint.services.stores import Catalog
 from airflow_sparkpoint.triggers.run import MIN_POLL_INTERVAL_S, STOP_WAIT_S, SparkpointRunTrigger
@@ -147,10 +145,8 @@ def reattach(op: DeferringSubmit, context: Context, catalog: Catalog, starter: A
                        deadline=lambda: deadline_of(op))
     if again is None:
         return
-    number = starter.try_number or 1
-    cleared = None if record is None else record.cleared_while_deferred(again.generation, number)
-    if cleared is not None:  # a clear: stop the run as the cleared try's trigger does, then start anew
-        _stop_cleared(op, context, catalog, again, cleared)
+    if again.cleared is not None:  # a clear: stop the run as the cleared try's trigger does, then start anew
+        _stop_cleared(op, context, catalog, again)
         return
     found(op, context["ti"], again.claim)
     op.log.info("job %s generation %d, started by an earlier try of this task, is live: following it again "
@@ -159,12 +155,11 @@ def reattach(op: DeferringSubmit, context: Context, catalog: Catalog, starter: A
           process=again.process, deadline=again.deadline, cluster=again.cluster)
 
 
-def _stop_cleared(op: DeferringSubmit, context: Context, catalog: Catalog, run: Resumption,
-                  cleared: int) -> None:
-    """Stop run `run`, on which try `cleared` of this task deferred before it was cleared:
-    what that try's trigger's `on_kill` does (a cancel naming the cleared try, then the
-    driver's kill), which leaves a run whose task is deferred again alone (the new try may
-    defer before the triggerer's question about the task's state is answered)."""
+def _stop_cleared(op: DeferringSubmit, context: Context, catalog: Catalog, run: Resumption) -> None:
+    """Stop run `run`, on which try `run.cleared` of this task deferred before it was
+    cleared (`services.detached_run.stop_cleared_run`), its driver reached through the
+    cluster manager of its record in cluster mode (the new try may defer before the
+    triggerer's question about the task's state is answered)."""
     driver: Any = run.process
     if run.cluster is not None:
         try:
@@ -173,12 +168,8 @@ def _stop_cleared(op: DeferringSubmit, context: Context, catalog: Catalog, run: 
             op.log.warning("cannot reach the cluster manager of job %s's driver (%s): stopped by a control "
                            "request only", op.job_name, exc)
             driver = None
-    by = user_stop_by({**_task(op, context), "try_number": cleared})
-    op.log.info("job %s generation %d, on which try %d of this task deferred, is live: the task was cleared; "
-                "stopping it and starting the job again, as a cleared task does", op.job_name, run.generation,
-                cleared)
-    for line in stop_run(catalog, run.generation, driver, wait_s=STOP_WAIT_S, exit_s=2.0, requested_by=by):
-        op.log.info("stopping job %s: %s", op.job_name, line)
+    stop_cleared_run(catalog, run, driver, job=op.job_name, task=_task(op, context), wait_s=STOP_WAIT_S,
+                     log=op.log)
 
 
 def wait_out(op: DeferringSubmit, context: Context, catalog: Catalog, starter: AirflowTry,
@@ -217,7 +208,8 @@ def complete(op: DeferringSubmit, context: Context, event: Any, *, generation: i
     """
     event = check_event(event, generation)
     catalog = op._catalog()
-    end = run_end(event, job=op.job_name, generation=generation)
+    end = followed_end(catalog, event, job=op.job_name, generation=generation,
+                       starter=task_try(context, op.dag_id, op.task_id))
     for note in end.notes:
         op.log.info("%s", note)
     if end.status == "timeout":
@@ -227,15 +219,9 @@ def complete(op: DeferringSubmit, context: Context, event: Any, *, generation: i
     if end.status == "failed":
         failed = op._run_failure(catalog, token, since) if token else None
         raise failed or AirflowException(end.message)
-    if event.get("state") == "stopped":
-        me = task_try(context, op.dag_id, op.task_id)
-        cleared = cleared_stop(catalog, generation, me)
-        if cleared is not None:
-            op.log.info("job %s generation %d, which this try re-attached to, was cancelled by the "
-                        "trigger of the cleared earlier try (%s, request %s): starting the job again, "
-                        "as a cleared task does",
-                        op.job_name, generation, cleared.requested_by, cleared.id)
-            op.sparkpoint_run = None  # the new run's claim is published again
-            return op.execute(context)
+    if end.status == "cleared":
+        op.log.info("%s", end.message)
+        op.sparkpoint_run = None  # the new run's claim is published again
+        return op.execute(context)
     found(op, context["ti"], catalog.generation_claim(generation))
     return op._finish(context, catalog, generation)

@@ -2,7 +2,8 @@
 too): its record in the task state store (`DetachedRecord`), whether a resumption of the
 task follows its own live run again instead of starting a new generation (`resumption`),
 and what the trigger's one event about the run's end says (`event_problem`, `run_end`);
-what a clear of the task does (`user_stop_by`, `cleared_stop`, `wait_out_stopping_run`):
+what a clear of the task does (`user_stop_by`, `cleared_stop`, `followed_end`,
+`stop_cleared_run`, `wait_out_stopping_run`):
 the trigger of the cleared try cancels the run, and the new try starts the job again,
 whether it looked before that cancel (it re-attached; the run then ends ``stopped``) or
 after it (it waits for the dying run's end). Pure Python: no Spark, no Airflow (the front
@@ -25,13 +26,16 @@ from airflow_sparkpoint.services.cluster_manager import cluster_record
 from airflow_sparkpoint.services.detached import DriverProcess
 from airflow_sparkpoint.services.follow import (
     EVENT_STATUSES,
+    DriverHandle,
     RunFollower,
     reattach_target,
+    stop_run,
     stopping_target,
 )
 
 __all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "USER_STOP", "DetachedRecord", "Resumption", "RunEnd",
-           "cleared_stop", "event_problem", "resumption", "run_end", "user_stop_by", "wait_out_stopping_run"]
+           "cleared_stop", "event_problem", "followed_end", "resumption", "run_end", "stop_cleared_run",
+           "user_stop_by", "wait_out_stopping_run"]
 
 #: the task state store key of the detached run's record
 DETACHED_KEY = "sparkpoint_detached"
@@ -107,7 +111,9 @@ class Resumption:
     """A resumed task's own live run, followed again: its `generation`, the submit
     `token` and the generation `since` its run is looked for after, the `deadline` of
     the task, where its driver runs (a detached `process`, a `cluster` record, or
-    neither: not recorded) and its generation `claim` (None: unreadable)."""
+    neither: not recorded), its generation `claim` (None: unreadable) and `cleared`: the
+    earlier try of the task that deferred on it (`DetachedRecord.cleared_while_deferred`:
+    the task was cleared; the run is stopped and the job started again), else None."""
 
     generation: int
     token: str
@@ -116,6 +122,7 @@ class Resumption:
     process: DriverProcess | None
     cluster: Mapping[str, Any] | None
     claim: GenerationInfo | None
+    cleared: int | None = None
 
 
 def resumption(catalog: Catalog, starter: AirflowTry, *, own: Sequence[int] | None,
@@ -146,7 +153,9 @@ def resumption(catalog: Catalog, starter: AirflowTry, *, own: Sequence[int] | No
         until = record.get("deadline") if isinstance(record.get("deadline"), (int, float)) else until
     if claim is not None:
         token = token or claim.submitter
-    return Resumption(status.generation, token, since, until, process, cluster, claim)
+    cleared = None if record is None else record.cleared_while_deferred(status.generation,
+                                                                        starter.try_number or 1)
+    return Resumption(status.generation, token, since, until, process, cluster, claim, cleared)
 
 
 def event_problem(event: Any, generation: int) -> str | None:
@@ -165,9 +174,9 @@ def event_problem(event: Any, generation: int) -> str | None:
 
 @dataclass(frozen=True)
 class RunEnd:
-    """How a followed run ended, from a valid event: its `status` (`follow.EVENT_STATUSES`),
-    the task's error `message` when it did not succeed, and `notes` for the task log
-    (where the driver's output is)."""
+    """How a followed run ended, from a valid event: its `status` (`follow.EVENT_STATUSES`,
+    or ``cleared``: `followed_end`), the task's error `message` when it did not succeed (for
+    ``cleared``: the log line), and `notes` for the task log (where the driver's output is)."""
 
     status: str
     message: str = ""
@@ -192,6 +201,41 @@ def run_end(event: Mapping[str, Any], *, job: str, generation: int) -> RunEnd:
     if event["status"] == "failed":
         return RunEnd("failed", f"job {job!r} generation {generation} failed: {message}", notes)
     return RunEnd("success", "", notes)
+
+
+def followed_end(catalog: Catalog, event: Mapping[str, Any], *, job: str, generation: int,
+                 starter: AirflowTry) -> RunEnd:
+    """`run_end` for the run `generation` that try `starter` followed; a run that ended
+    ``stopped`` by the cancel of a cleared earlier try's trigger (`cleared_stop`) is not
+    the task's end: ``cleared``, the task starts the job again, as a cleared task does.
+
+    :raises StorageError: the store cannot be read.
+    """
+    end = run_end(event, job=job, generation=generation)
+    if end.status != "success" or event.get("state") != "stopped":
+        return end
+    cleared = cleared_stop(catalog, generation, starter)
+    if cleared is None:
+        return end
+    line = (f"job {job} generation {generation}, which this try re-attached to, was cancelled by the trigger "
+            f"of the cleared earlier try ({cleared.requested_by}, request {cleared.id}): starting the job "
+            f"again, as a cleared task does")
+    return RunEnd("cleared", line, end.notes)
+
+
+def stop_cleared_run(catalog: Catalog, run: Resumption, driver: DriverHandle | None, *, job: str,
+                     task: Mapping[str, Any], wait_s: float, log: Any) -> None:
+    """Stop `run`, on which try `run.cleared` of the task (`task`: the trigger's form, as
+    `user_stop_by` reads it) deferred before it was cleared: what that try's trigger's
+    ``on_kill`` does (a cancel naming the cleared try, `wait_s` for the end, then
+    `driver`'s kill), which leaves a run whose task is deferred again alone; each step is
+    `log`ged. Never raises for the run's outcome (`follow.stop_run`)."""
+    by = user_stop_by({**task, "try_number": run.cleared})
+    log.info("job %s generation %d, on which try %d of this task deferred, is live: the task was cleared; "
+             "stopping it and starting the job again, as a cleared task does", job, run.generation,
+             run.cleared)
+    for line in stop_run(catalog, run.generation, driver, wait_s=wait_s, exit_s=2.0, requested_by=by):
+        log.info("stopping job %s: %s", job, line)
 
 
 def _instance(dag_id: str, task_id: str, run_id: str, map_index: int | None) -> str:

@@ -29,8 +29,8 @@ from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
 from airflow_sparkpoint.exceptions import ConfigError, ControlError, SparkpointError, StorageError
 from airflow_sparkpoint.services.runs import find_claim
 
-__all__ = ["ENDED", "EVENT_STATUSES", "ClaimWait", "DriverHandle", "RunFollower", "reattach_target",
-           "stop_run", "stopping_target", "wait_for_claim"]
+__all__ = ["ENDED", "EVENT_STATUSES", "ClaimWait", "DriverHandle", "RunFollower", "StartedRun",
+           "reattach_target", "stop_run", "stopping_target", "wait_for_claim"]
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +250,26 @@ def stop_run(catalog: Catalog, generation: int, process: DriverHandle | None, *,
             sleep(min(poll_s, 0.2))
         lines.append(process.kill())
     return lines
+
+
+@dataclass
+class StartedRun:
+    """A run a task started on a driver no signal of the task reaches (a driver on the
+    cluster) and follows itself: its `driver` and, once claimed, its `generation`; what
+    the task's ``on_kill`` ends (`stop`)."""
+
+    catalog: Catalog
+    driver: DriverHandle
+    generation: int | None = None
+
+    def stop(self, *, wait_s: float, requested_by: str, exit_s: float = 1.0) -> list[str]:
+        """A control cancel to its generation, up to `wait_s` seconds for its end, then the
+        driver's kill, `exit_s` after a recorded end (`stop_run`); before the claim the kill
+        only: there is no generation to address. Never raises."""
+        if self.generation is None:
+            return [self.driver.kill()]
+        return stop_run(self.catalog, self.generation, self.driver, wait_s=wait_s, exit_s=exit_s, poll_s=0.5,
+                        requested_by=requested_by)
 
 
 @dataclass(frozen=True)

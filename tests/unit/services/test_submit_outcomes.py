@@ -1,0 +1,78 @@
+"""What a submit's run came to, as the services return it without Airflow (issue #47): a
+cleared earlier try in a resumption (`services/detached_run.py` `Resumption.cleared`), a
+followed run that a cleared try's trigger cancelled (`followed_end`), and a cluster-mode
+spark-submit that named no driver (`services/driver_claim.py` `no_driver_named`)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.control import ControlChannel
+from airflow_sparkpoint.checkpoints.history_records import AirflowTry, generation_details
+from airflow_sparkpoint.checkpoints.status import JobStatus
+from airflow_sparkpoint.services.cluster_manager import Submission
+from airflow_sparkpoint.services.detached_run import DetachedRecord, followed_end, resumption, user_stop_by
+from airflow_sparkpoint.services.driver_claim import no_driver_named
+from airflow_sparkpoint.storage import open_storage
+
+JOB = "orders"
+RUN_ID = "manual__7"
+ME = AirflowTry("etl", "submit", RUN_ID, 2, None)
+PROCESS = {"host": "worker-9", "boot_id": "b", "pgid": 777, "leader_start": "5", "log": "/x/driver.log"}
+
+
+def live_run(catalog: Catalog, *, token: str) -> int:
+    """A live generation started by try 1 of this task, submit `token`."""
+    env = {"AIRFLOW_CTX_DAG_ID": "etl", "AIRFLOW_CTX_TASK_ID": "submit", "AIRFLOW_CTX_DAG_RUN_ID": RUN_ID,
+           "AIRFLOW_CTX_TRY_NUMBER": "1"}
+    generation = catalog.claim_generation({**generation_details(environ=env), "submitter": token}).generation
+    now = time.time()
+    catalog.write_status(JobStatus(JOB, generation, "running", now, now, host="worker-9", pid=4242).to_json())
+    return generation
+
+
+def test_a_resumption_names_the_earlier_try_that_deferred_on_the_run(tmp_path: Path) -> None:
+    catalog = Catalog(open_storage(str(tmp_path)), JOB)
+    generation = live_run(catalog, token="tok1")
+    record = DetachedRecord(generation=generation, token="tok1", since=0, process=PROCESS, deadline=None)
+    found = resumption(catalog, ME, own=None, record=record, dead_after=60, deadline=lambda: None)
+    assert found is not None and found.cleared is None, "no try deferred on it: no clear"
+    deferred = record.deferring(generation, 1)
+    found = resumption(catalog, ME, own=None, record=deferred, dead_after=60, deadline=lambda: None)
+    assert found is not None and found.cleared == 1
+    assert resumption(catalog, AirflowTry("etl", "submit", RUN_ID, 1, None), own=None, record=deferred,
+                      dead_after=60, deadline=lambda: None).cleared is None, "its own deferral is no clear"
+
+
+def test_a_run_cancelled_by_a_cleared_earlier_try_is_no_end_of_the_task(tmp_path: Path) -> None:
+    catalog = Catalog(open_storage(str(tmp_path)), JOB)
+    generation = live_run(catalog, token="tok1")
+    event = {"status": "success", "generation": generation, "state": "stopped"}
+    assert followed_end(catalog, event, job=JOB, generation=generation, starter=ME).status == "success"
+    channel = ControlChannel(catalog)
+    by = user_stop_by({"dag_id": "etl", "task_id": "submit", "run_id": RUN_ID, "map_index": -1,
+                       "try_number": 1})
+    request = channel.submit("cancel", generation=generation, timeout_s=5.0, requested_by=by)
+    channel.acknowledge(request, generation)
+    channel.complete(request, generation=generation)
+    end = followed_end(catalog, event, job=JOB, generation=generation, starter=ME)
+    assert end.status == "cleared"
+    assert end.message == (f"job {JOB} generation {generation}, which this try re-attached to, was "
+                           f"cancelled by the trigger of the cleared earlier try ({by}, request "
+                           f"{request.id}): starting the job again, as a cleared task does")
+    finished = {"status": "success", "generation": generation, "state": "finished"}
+    assert followed_end(catalog, finished, job=JOB, generation=generation, starter=ME).status == "success"
+    failed = {"status": "failed", "generation": generation, "state": "stopped", "message": "boom"}
+    assert followed_end(catalog, failed, job=JOB, generation=generation, starter=ME).status == "failed"
+
+
+def test_a_cluster_submit_that_named_no_driver_says_its_exit_and_masked_output() -> None:
+    def mask(line: str) -> str:
+        return line.replace("secret", "***")
+
+    message = no_driver_named(JOB, "yarn", Submission(1, None, ("a secret", "b")), mask)
+    assert message.startswith(f"job {JOB!r}: spark-submit in cluster mode on yarn failed (exit 1) without")
+    assert message.endswith("its last output:\na ***\nb")
+    assert " yarn ended without naming" in no_driver_named(JOB, "yarn", Submission(0, None, ()), str)
