@@ -10,7 +10,7 @@ run that committed nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 from airflow.sdk import Asset, AssetAlias
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.services.sinks import Sink
     from airflow_sparkpoint.services.stores import Catalog
 
-__all__ = ["AssetEvents", "EventSource", "output_event"]
+__all__ = ["AssetAliasAttribute", "AssetEvents", "EventSource", "output_event"]
 
 
 class EventSource(Protocol):
@@ -49,18 +49,21 @@ class EventSource(Protocol):
 
 class AssetEvents:
     """The asset events of one operator (`EventSource`): its alias outlet (`alias`,
-    declared by `add_alias` when the operator's `emit_asset_events` is on) and the
+    declared by `declare` when the operator's `emit_asset_events` is on) and the
     events added to it (`emit`, `emit_output`)."""
 
     def __init__(self, operator: EventSource) -> None:
         self._operator = operator
 
-    def add_alias(self) -> None:
-        """Add `alias` to the operator's outlets when it emits asset events (its
-        ``__init__`` calls this once)."""
-        op = self._operator
-        if op.emit_asset_events:
-            op.outlets = [*(op.outlets or []), self.alias]
+    @classmethod
+    def declare(cls, operator: EventSource, emit_asset_events: bool) -> AssetEvents:
+        """The asset events of `operator`, from its ``__init__`` (once): sets its
+        `emit_asset_events` and, when on, adds `alias` to its outlets."""
+        events = cls(operator)
+        operator.emit_asset_events = bool(emit_asset_events)
+        if operator.emit_asset_events:
+            operator.outlets = [*(operator.outlets or []), events.alias]
+        return events
 
     @property
     def alias(self) -> AssetAlias:
@@ -113,6 +116,22 @@ class AssetEvents:
             return None
         self.emit(context, *event)
         return event[1]
+
+
+class AssetAliasAttribute:
+    """An operator's ``assets_alias`` (``assets_alias = AssetAliasAttribute()``): the alias
+    outlet its `AssetEvents` (held as ``_asset_events``) adds the events to."""
+
+    @overload
+    def __get__(self, op: None, owner: type) -> AssetAliasAttribute: ...
+
+    @overload
+    def __get__(self, op: object, owner: type | None = None) -> AssetAlias: ...
+
+    def __get__(self, op: Any, owner: type | None = None) -> Any:
+        if op is None:
+            return self
+        return op._asset_events.alias
 
 
 def output_event(catalog: Catalog, sink: Sink | None, *, generation: int | None, batches: Iterable[int],

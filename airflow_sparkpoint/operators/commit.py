@@ -16,10 +16,10 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
+from airflow_sparkpoint.hooks.sparkpoint import storage_connection
 from airflow_sparkpoint.operators import lineage
-from airflow_sparkpoint.operators.asset_events import AssetEvents
-from airflow_sparkpoint.operators.job import JobHook, positive_seconds
+from airflow_sparkpoint.operators.asset_events import AssetAliasAttribute, AssetEvents
+from airflow_sparkpoint.operators.job import JobHook, JobHookAttribute, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.services.commit import commit_step
 from airflow_sparkpoint.services.conditions import optional_int
@@ -27,7 +27,7 @@ from airflow_sparkpoint.services.rollback import abort_stopped_generation
 from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
 
 if TYPE_CHECKING:
-    from airflow.sdk import AssetAlias, Context
+    from airflow.sdk import Context
 
     from airflow_sparkpoint.services.sinks import Sink
 
@@ -67,6 +67,10 @@ class SparkpointCommitOperator(BaseOperator):
     template_fields: Sequence[str] = ("job_name", "checkpoint_dir", "abort_generation", "upto_batch")
     ui_color = "#e8fde9"
     operator_extra_links = (SparkpointCheckpointHistoryLink(),)
+    sparkpoint_hook = JobHookAttribute()  # the job's store, as rendered
+    hook = JobHookAttribute(alias=True)
+    assets_alias = AssetAliasAttribute()
+    emit_asset_events: bool  # set by `AssetEvents.declare`
 
     def __init__(
         self,
@@ -86,9 +90,7 @@ class SparkpointCommitOperator(BaseOperator):
         self.checkpoint_dir = checkpoint_dir
         self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
         self._job_hook = JobHook()
-        self.emit_asset_events = bool(emit_asset_events)
-        self._asset_events = AssetEvents(self)
-        self._asset_events.add_alias()
+        self._asset_events = AssetEvents.declare(self, emit_asset_events)
         #: what the step made visible (OpenLineage facets), once it ran
         self.sparkpoint_outcome: dict[str, Any] | None = None
         self.abort_generation = abort_generation
@@ -96,21 +98,6 @@ class SparkpointCommitOperator(BaseOperator):
         self.max_heartbeat_age = positive_seconds("max_heartbeat_age", max_heartbeat_age)
         declared_sink(sink)  # a malformed declaration fails when the DAG is parsed
         self.sink = sink
-
-    @property
-    def sparkpoint_hook(self) -> SparkpointHook:
-        """The hook of the job's store: `checkpoint_dir` or `sparkpoint_conn_id`, as rendered."""
-        return self._job_hook.of(self.sparkpoint_conn_id, self.checkpoint_dir)
-
-    @property
-    def hook(self) -> SparkpointHook:
-        """`sparkpoint_hook`, under the name thin operators use."""
-        return self.sparkpoint_hook
-
-    @property
-    def assets_alias(self) -> AssetAlias:
-        """The alias outlet this task adds its asset events to."""
-        return self._asset_events.alias
 
     def declared_output(self) -> Sink | None:
         """The job's declared sink (`sink`, else the connection's ``jobs.<job>.sink``), or

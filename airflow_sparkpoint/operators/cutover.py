@@ -21,8 +21,8 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
 from airflow_sparkpoint.exceptions import SparkpointError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
-from airflow_sparkpoint.operators.job import JobHook, default_deferrable, positive_seconds
+from airflow_sparkpoint.hooks.sparkpoint import storage_connection
+from airflow_sparkpoint.operators.job import JobHook, JobHookAttribute, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.services.cutover import call_off
 from airflow_sparkpoint.services.runs import task_try
@@ -75,6 +75,8 @@ class SparkpointCutoverOperator(BaseOperator):
     template_fields: Sequence[str] = ("job_name", "checkpoint_dir", "cutover_id")
     ui_color = "#e8fdf0"
     operator_extra_links = (SparkpointCheckpointHistoryLink(),)
+    sparkpoint_hook = JobHookAttribute()  # the job's store, as rendered
+    hook = JobHookAttribute(alias=True)
 
     def __init__(self, *, job_name: str, cutover_id: str, checkpoint_dir: str | None = None,
                  sparkpoint_conn_id: str | None = None, cutover_within: timedelta | float | str = 600,
@@ -91,16 +93,6 @@ class SparkpointCutoverOperator(BaseOperator):
         self.poll_interval = positive_seconds("poll_interval", poll_interval)
         self.max_heartbeat_age = positive_seconds("max_heartbeat_age", max_heartbeat_age)
         self.deferrable = default_deferrable(deferrable)
-
-    @property
-    def sparkpoint_hook(self) -> SparkpointHook:
-        """The hook of the job's store: `checkpoint_dir` or `sparkpoint_conn_id`, as rendered."""
-        return self._job_hook.of(self.sparkpoint_conn_id, self.checkpoint_dir)
-
-    @property
-    def hook(self) -> SparkpointHook:
-        """`sparkpoint_hook`, under the name thin operators use."""
-        return self.sparkpoint_hook
 
     def _requester(self) -> str:
         return requester(f"airflow:{self.dag_id}.{self.task_id}")

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
-from airflow_sparkpoint.operators.job import JobHook
+from airflow_sparkpoint.hooks.sparkpoint import storage_connection
+from airflow_sparkpoint.operators.job import JobHook, JobHookAttribute
 
 # the metrics' names stay importable from here, where they were first defined
 from airflow_sparkpoint.operators.metrics import EMIT_EVERY, emit_checkpoint_metrics, emit_metrics_for
@@ -50,6 +50,8 @@ class SparkpointHealthCheckOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("job_name", "checkpoint_dir")
     ui_color = "#fdf2e8"
+    sparkpoint_hook = JobHookAttribute()  # the job's store, as rendered
+    hook = JobHookAttribute(alias=True)
 
     def __init__(
         self,
@@ -74,16 +76,6 @@ class SparkpointHealthCheckOperator(BaseOperator):
         self.max_failure_ratio = max_failure_ratio
         self.failure_window = failure_window
         self.max_heartbeat_age = max_heartbeat_age
-
-    @property
-    def sparkpoint_hook(self) -> SparkpointHook:
-        """The hook of the job's store: `checkpoint_dir` or `sparkpoint_conn_id`, as rendered."""
-        return self._job_hook.of(self.sparkpoint_conn_id, self.checkpoint_dir)
-
-    @property
-    def hook(self) -> SparkpointHook:
-        """`sparkpoint_hook`, under the name thin operators use."""
-        return self.sparkpoint_hook
 
     def execute(self, context: Context) -> dict[str, Any]:
         history, report = check_job(self.hook.get_catalog(self.job_name),

@@ -24,10 +24,10 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint import assets
 from airflow_sparkpoint.exceptions import SparkpointError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
+from airflow_sparkpoint.hooks.sparkpoint import storage_connection
 from airflow_sparkpoint.operators import lineage
-from airflow_sparkpoint.operators.asset_events import AssetEvents
-from airflow_sparkpoint.operators.job import JobHook, default_deferrable, positive_seconds
+from airflow_sparkpoint.operators.asset_events import AssetAliasAttribute, AssetEvents
+from airflow_sparkpoint.operators.job import JobHook, JobHookAttribute, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.services.conditions import optional_int, optional_seconds
 from airflow_sparkpoint.services.control import ControlRequest, withdraw_request
@@ -36,7 +36,7 @@ from airflow_sparkpoint.triggers.checkpoint import SparkpointCheckpointTrigger
 from airflow_sparkpoint.triggers.shared import check_event
 
 if TYPE_CHECKING:
-    from airflow.sdk import AssetAlias, Context
+    from airflow.sdk import Context
 
 __all__ = ["SparkpointSavepointOperator"]
 
@@ -70,6 +70,10 @@ class SparkpointSavepointOperator(BaseOperator):
     template_fields: Sequence[str] = ("job_name", "checkpoint_dir")
     ui_color = "#fdf2e8"
     operator_extra_links = (SparkpointCheckpointHistoryLink(),)
+    sparkpoint_hook = JobHookAttribute()  # the job's store, as rendered
+    hook = JobHookAttribute(alias=True)
+    assets_alias = AssetAliasAttribute()
+    emit_asset_events: bool  # set by `AssetEvents.declare`
 
     def __init__(
         self,
@@ -93,9 +97,7 @@ class SparkpointSavepointOperator(BaseOperator):
         self.checkpoint_dir = checkpoint_dir
         self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
         self._job_hook = JobHook()
-        self.emit_asset_events = bool(emit_asset_events)
-        self._asset_events = AssetEvents(self)
-        self._asset_events.add_alias()
+        self._asset_events = AssetEvents.declare(self, emit_asset_events)
         #: the completed savepoint (asset event, OpenLineage facets)
         self.sparkpoint_savepoint: dict[str, Any] | None = None
         self.stop = bool(stop)
@@ -108,21 +110,6 @@ class SparkpointSavepointOperator(BaseOperator):
         self.deferrable = default_deferrable(deferrable)
         #: the control request this task filed (withdrawn by `on_kill` if no run took it)
         self.request_id: str | None = None
-
-    @property
-    def sparkpoint_hook(self) -> SparkpointHook:
-        """The hook of the job's store: `checkpoint_dir` or `sparkpoint_conn_id`, as rendered."""
-        return self._job_hook.of(self.sparkpoint_conn_id, self.checkpoint_dir)
-
-    @property
-    def hook(self) -> SparkpointHook:
-        """`sparkpoint_hook`, under the name thin operators use."""
-        return self.sparkpoint_hook
-
-    @property
-    def assets_alias(self) -> AssetAlias:
-        """The alias outlet this task adds its asset events to."""
-        return self._asset_events.alias
 
     def execute(self, context: Context) -> str:
         catalog = self.hook.get_catalog(self.job_name)

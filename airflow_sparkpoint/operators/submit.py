@@ -31,11 +31,11 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
+from airflow_sparkpoint.hooks.sparkpoint import storage_connection
 from airflow_sparkpoint.operators import lineage, submit_client, submit_cluster, submit_deferred
-from airflow_sparkpoint.operators.asset_events import AssetEvents
+from airflow_sparkpoint.operators.asset_events import AssetAliasAttribute, AssetEvents
 from airflow_sparkpoint.operators.driver_errors import run_failure
-from airflow_sparkpoint.operators.job import JobHook, default_deferrable
+from airflow_sparkpoint.operators.job import JobHook, JobHookAttribute, default_deferrable
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink, SparkpointSparkUILink
 from airflow_sparkpoint.operators.metrics import emit_metrics_for
 from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure, check_spark
@@ -49,7 +49,7 @@ from airflow_sparkpoint.services.stores import Catalog
 from airflow_sparkpoint.services.submit import check_parameters, interval_text, sparkpoint_conf
 
 if TYPE_CHECKING:
-    from airflow.sdk import AssetAlias, Context
+    from airflow.sdk import Context
 
     from airflow_sparkpoint.services.sinks import Sink
 
@@ -130,6 +130,10 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         "spark_history_server",
     )
     operator_extra_links = (SparkpointSparkUILink(), SparkpointCheckpointHistoryLink())
+    sparkpoint_hook = JobHookAttribute()  # the job's store, as rendered
+    hook = JobHookAttribute(alias=True)
+    assets_alias = AssetAliasAttribute()
+    emit_asset_events: bool  # set by `AssetEvents.declare`
 
     def __init__(
         self,
@@ -165,9 +169,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         self._job_hook = JobHook()
         declared_sink(sink)  # a malformed declaration fails when the DAG is parsed
         self.sink = sink
-        self.emit_asset_events = bool(emit_asset_events)
-        self._asset_events = AssetEvents(self)
-        self._asset_events.add_alias()
+        self._asset_events = AssetEvents.declare(self, emit_asset_events)
         check_parameters(commit_mode=commit_mode, num_retained=num_retained,
                          state_partitions=state_partitions, takeover=takeover)
         self.restore = restore
@@ -200,21 +202,6 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         self._native_dir: str | None = None  # the ROCKSDB_SHAREDLIB_DIR this object set, if any
         # (user's conf, what execute set)
         self._conf_given: tuple[dict[str, Any], dict[str, Any]] | None = None
-
-    @property
-    def sparkpoint_hook(self) -> SparkpointHook:
-        """The hook of the job's store: `checkpoint_dir` or `sparkpoint_conn_id`, as rendered."""
-        return self._job_hook.of(self.sparkpoint_conn_id, self.checkpoint_dir)
-
-    @property
-    def hook(self) -> SparkpointHook:
-        """`sparkpoint_hook`, under the name thin operators use."""
-        return self.sparkpoint_hook
-
-    @property
-    def assets_alias(self) -> AssetAlias:
-        """The alias outlet this task adds its asset events to."""
-        return self._asset_events.alias
 
     def declared_output(self) -> Sink | None:
         """The job's declared sink (`sink`, else the connection's ``jobs.<job>.sink``), or

@@ -122,8 +122,9 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         drill's replaces."""
         return super().sparkpoint_hook
 
+    # replaces the submit operator's `JobHookAttribute`, which mypy reads as writable
     @property
-    def sparkpoint_hook(self) -> SparkpointHook:
+    def sparkpoint_hook(self) -> SparkpointHook:  # type: ignore[override]
         """The drill's storage (its scratch root with the production connection's S3
         settings): everything the submit operator derives from it is the drill's."""
         if self._drill_root is None:

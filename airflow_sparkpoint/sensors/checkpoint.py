@@ -15,8 +15,8 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from airflow_sparkpoint.exceptions import ConfigError
-from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook, storage_connection
-from airflow_sparkpoint.operators.job import JobHook, default_deferrable, positive_seconds
+from airflow_sparkpoint.hooks.sparkpoint import storage_connection
+from airflow_sparkpoint.operators.job import JobHook, JobHookAttribute, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.operators.metrics import emit_metrics_for
 from airflow_sparkpoint.services.conditions import (
@@ -74,6 +74,8 @@ class SparkpointCheckpointSensor(BaseSensorOperator):
     )
     ui_color = "#e8f4fd"
     operator_extra_links = (SparkpointCheckpointHistoryLink(),)
+    sparkpoint_hook = JobHookAttribute()  # the job's store, as rendered
+    hook = JobHookAttribute(alias=True)
 
     def __init__(
         self,
@@ -108,16 +110,6 @@ class SparkpointCheckpointSensor(BaseSensorOperator):
         self.savepoint = savepoint
         self.progress_within = progress_within
         self.deferrable = default_deferrable(deferrable)
-
-    @property
-    def sparkpoint_hook(self) -> SparkpointHook:
-        """The hook of the job's store: `checkpoint_dir` or `sparkpoint_conn_id`, as rendered."""
-        return self._job_hook.of(self.sparkpoint_conn_id, self.checkpoint_dir)
-
-    @property
-    def hook(self) -> SparkpointHook:
-        """`sparkpoint_hook`, under the name thin operators use."""
-        return self.sparkpoint_hook
 
     def condition(self) -> CheckpointCondition:
         """The condition from the (rendered) fields.
