@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.services.sinks import Sink
     from airflow_sparkpoint.services.stores import Catalog
 
-__all__ = ["AssetAliasAttribute", "AssetEvents", "EventSource", "output_event"]
+__all__ = ["AssetAliasAttribute", "AssetEvents", "AssetEventsAttribute", "EventSource", "output_event"]
 
 
 class EventSource(Protocol):
@@ -56,14 +56,12 @@ class AssetEvents:
         self._operator = operator
 
     @classmethod
-    def declare(cls, operator: EventSource, emit_asset_events: bool) -> AssetEvents:
-        """The asset events of `operator`, from its ``__init__`` (once): sets its
-        `emit_asset_events` and, when on, adds `alias` to its outlets."""
-        events = cls(operator)
+    def declare(cls, operator: EventSource, emit_asset_events: bool) -> None:
+        """From `operator`'s ``__init__`` (once): set its `emit_asset_events` and, when on,
+        add `alias` to its outlets."""
         operator.emit_asset_events = bool(emit_asset_events)
         if operator.emit_asset_events:
-            operator.outlets = [*(operator.outlets or []), events.alias]
-        return events
+            operator.outlets = [*(operator.outlets or []), cls(operator).alias]
 
     @property
     def alias(self) -> AssetAlias:
@@ -118,20 +116,39 @@ class AssetEvents:
         return event[1]
 
 
+class AssetEventsAttribute:
+    """An operator's ``_asset_events`` (``_asset_events = AssetEventsAttribute()``): its
+    `AssetEvents`, bound to the operator it is read on, as a method is. Airflow runs a
+    shallow copy of the task it parsed (``prepare_for_execution``) and renders the
+    templates onto the copy: a part held from ``__init__`` would read the parsed task's
+    unrendered fields."""
+
+    @overload
+    def __get__(self, op: None, owner: type) -> AssetEventsAttribute: ...
+
+    @overload
+    def __get__(self, op: EventSource, owner: type | None = None) -> AssetEvents: ...
+
+    def __get__(self, op: EventSource | None, owner: type | None = None) -> Any:
+        if op is None:
+            return self
+        return AssetEvents(op)
+
+
 class AssetAliasAttribute:
     """An operator's ``assets_alias`` (``assets_alias = AssetAliasAttribute()``): the alias
-    outlet its `AssetEvents` (held as ``_asset_events``) adds the events to."""
+    outlet its `AssetEvents` adds the events to."""
 
     @overload
     def __get__(self, op: None, owner: type) -> AssetAliasAttribute: ...
 
     @overload
-    def __get__(self, op: object, owner: type | None = None) -> AssetAlias: ...
+    def __get__(self, op: EventSource, owner: type | None = None) -> AssetAlias: ...
 
-    def __get__(self, op: Any, owner: type | None = None) -> Any:
+    def __get__(self, op: EventSource | None, owner: type | None = None) -> Any:
         if op is None:
             return self
-        return op._asset_events.alias
+        return AssetEvents(op).alias
 
 
 def output_event(catalog: Catalog, sink: Sink | None, *, generation: int | None, batches: Iterable[int],

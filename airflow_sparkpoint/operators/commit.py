@@ -18,7 +18,7 @@ from airflow.sdk.exceptions import AirflowException
 from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning
 from airflow_sparkpoint.hooks.sparkpoint import storage_connection
 from airflow_sparkpoint.operators import lineage
-from airflow_sparkpoint.operators.asset_events import AssetAliasAttribute, AssetEvents
+from airflow_sparkpoint.operators.asset_events import AssetAliasAttribute, AssetEvents, AssetEventsAttribute
 from airflow_sparkpoint.operators.job import JobHook, JobHookAttribute, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.services.commit import commit_step
@@ -70,6 +70,7 @@ class SparkpointCommitOperator(BaseOperator):
     sparkpoint_hook = JobHookAttribute()  # the job's store, as rendered
     hook = JobHookAttribute(alias=True)
     assets_alias = AssetAliasAttribute()
+    _asset_events = AssetEventsAttribute()  # bound to the task it is read on
     emit_asset_events: bool  # set by `AssetEvents.declare`
 
     def __init__(
@@ -90,7 +91,7 @@ class SparkpointCommitOperator(BaseOperator):
         self.checkpoint_dir = checkpoint_dir
         self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
         self._job_hook = JobHook()
-        self._asset_events = AssetEvents.declare(self, emit_asset_events)
+        AssetEvents.declare(self, emit_asset_events)
         #: what the step made visible (OpenLineage facets), once it ran
         self.sparkpoint_outcome: dict[str, Any] | None = None
         self.abort_generation = abort_generation

@@ -26,7 +26,7 @@ from airflow_sparkpoint import assets
 from airflow_sparkpoint.exceptions import SparkpointError
 from airflow_sparkpoint.hooks.sparkpoint import storage_connection
 from airflow_sparkpoint.operators import lineage
-from airflow_sparkpoint.operators.asset_events import AssetAliasAttribute, AssetEvents
+from airflow_sparkpoint.operators.asset_events import AssetAliasAttribute, AssetEvents, AssetEventsAttribute
 from airflow_sparkpoint.operators.job import JobHook, JobHookAttribute, default_deferrable, positive_seconds
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink
 from airflow_sparkpoint.services.conditions import optional_int, optional_seconds
@@ -73,6 +73,7 @@ class SparkpointSavepointOperator(BaseOperator):
     sparkpoint_hook = JobHookAttribute()  # the job's store, as rendered
     hook = JobHookAttribute(alias=True)
     assets_alias = AssetAliasAttribute()
+    _asset_events = AssetEventsAttribute()  # bound to the task it is read on
     emit_asset_events: bool  # set by `AssetEvents.declare`
 
     def __init__(
@@ -97,7 +98,7 @@ class SparkpointSavepointOperator(BaseOperator):
         self.checkpoint_dir = checkpoint_dir
         self.sparkpoint_conn_id = storage_connection(checkpoint_dir, sparkpoint_conn_id)
         self._job_hook = JobHook()
-        self._asset_events = AssetEvents.declare(self, emit_asset_events)
+        AssetEvents.declare(self, emit_asset_events)
         #: the completed savepoint (asset event, OpenLineage facets)
         self.sparkpoint_savepoint: dict[str, Any] | None = None
         self.stop = bool(stop)

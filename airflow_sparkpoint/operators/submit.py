@@ -33,7 +33,7 @@ from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.hooks.sparkpoint import storage_connection
 from airflow_sparkpoint.operators import lineage, submit_client, submit_cluster, submit_deferred
-from airflow_sparkpoint.operators.asset_events import AssetAliasAttribute, AssetEvents
+from airflow_sparkpoint.operators.asset_events import AssetAliasAttribute, AssetEvents, AssetEventsAttribute
 from airflow_sparkpoint.operators.driver_errors import run_failure
 from airflow_sparkpoint.operators.job import JobHook, JobHookAttribute, default_deferrable
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink, SparkpointSparkUILink
@@ -133,6 +133,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
     sparkpoint_hook = JobHookAttribute()  # the job's store, as rendered
     hook = JobHookAttribute(alias=True)
     assets_alias = AssetAliasAttribute()
+    _asset_events = AssetEventsAttribute()  # bound to the task it is read on
     emit_asset_events: bool  # set by `AssetEvents.declare`
 
     def __init__(
@@ -169,7 +170,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         self._job_hook = JobHook()
         declared_sink(sink)  # a malformed declaration fails when the DAG is parsed
         self.sink = sink
-        self._asset_events = AssetEvents.declare(self, emit_asset_events)
+        AssetEvents.declare(self, emit_asset_events)
         check_parameters(commit_mode=commit_mode, num_retained=num_retained,
                          state_partitions=state_partitions, takeover=takeover)
         self.restore = restore

@@ -110,3 +110,27 @@ def test_a_drill_opens_the_production_store_as_rendered_and_its_own_only_in_exec
     assert drill.production_hook.storage_uri == str(tmp_path / "rendered")
     with pytest.raises(ConfigError, match="chosen in execute"):
         drill.sparkpoint_hook  # noqa: B018
+
+
+def test_the_task_airflow_runs_emits_with_its_own_rendered_fields(tmp_path: Path) -> None:
+    """Airflow runs a shallow copy of the task (`prepare_for_execution`) and renders the
+    templates onto it: its asset events and OpenLineage outputs look the job's sink up by
+    the rendered job name, not by the parsed task's template (found by review: the parts
+    held the parsed task)."""
+    from unittest import mock
+
+    from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+    from airflow_sparkpoint.operators import SparkpointCommitOperator, SparkpointSubmitOperator
+
+    with new_dag("parts_copy"):
+        tasks = [SparkpointSubmitOperator(task_id="submit", application="/app.py", job_name="{{ params.job }}",
+                                          checkpoint_dir=str(tmp_path)),
+                 SparkpointCommitOperator(task_id="commit", job_name="{{ params.job }}",
+                                          checkpoint_dir=str(tmp_path))]
+    for task in tasks:
+        run = task.prepare_for_execution()
+        run.render_template_fields({"params": {"job": JOB}})
+        asked: list[str] = []
+        with mock.patch.object(SparkpointHook, "declared_sink", lambda _hook, job: asked.append(job)):
+            run.declared_output()
+        assert asked == [JOB], task.task_id
