@@ -138,6 +138,18 @@ def write_status(catalog: Catalog, state: str = "running", *, heartbeat_age: flo
                           "started_at": now - 60, "heartbeat_at": now - heartbeat_age, **extra})
 
 
+def live_submit_run(catalog: Catalog, dag_id: str, *, token: str, run_id: str) -> int:
+    """A live generation of the job started by try 1 of task ``submit`` of `dag_id` in DAG
+    run `run_id`, by the submit `token`, on ``worker-9``: its generation number."""
+    from airflow_sparkpoint.checkpoints.history_records import generation_details
+
+    env = {"AIRFLOW_CTX_DAG_ID": dag_id, "AIRFLOW_CTX_TASK_ID": "submit", "AIRFLOW_CTX_DAG_RUN_ID": run_id,
+           "AIRFLOW_CTX_TRY_NUMBER": "1"}
+    generation = catalog.claim_generation({**generation_details(environ=env), "submitter": token}).generation
+    write_status(catalog, host="worker-9", pid=4242)
+    return generation
+
+
 def confirm(catalog: Catalog, *records: TransactionRecord) -> None:
     """Record the transactions and a checkpoint of their last batch that lists them (as the
     coordinator does in ``external`` commit mode)."""

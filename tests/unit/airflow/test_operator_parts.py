@@ -123,14 +123,13 @@ def test_the_task_airflow_runs_emits_with_its_own_rendered_fields(tmp_path: Path
     from airflow_sparkpoint.operators import SparkpointCommitOperator, SparkpointSubmitOperator
 
     with new_dag("parts_copy"):
-        tasks = [SparkpointSubmitOperator(task_id="submit", application="/app.py", job_name="{{ params.job }}",
-                                          checkpoint_dir=str(tmp_path)),
+        tasks = [SparkpointSubmitOperator(task_id="submit", application="/app.py",
+                                          job_name="{{ params.job }}", checkpoint_dir=str(tmp_path)),
                  SparkpointCommitOperator(task_id="commit", job_name="{{ params.job }}",
                                           checkpoint_dir=str(tmp_path))]
     for task in tasks:
         run = task.prepare_for_execution()
         run.render_template_fields({"params": {"job": JOB}})
-        asked: list[str] = []
-        with mock.patch.object(SparkpointHook, "declared_sink", lambda _hook, job: asked.append(job)):
+        with mock.patch.object(SparkpointHook, "declared_sink", return_value=None) as declared_sink:
             run.declared_output()
-        assert asked == [JOB], task.task_id
+        assert [c.args[-1] for c in declared_sink.call_args_list] == [JOB], task.task_id

@@ -5,17 +5,16 @@ spark-submit that named no driver (`services/driver_claim.py` `no_driver_named`)
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.history_records import AirflowTry, generation_details
-from airflow_sparkpoint.checkpoints.status import JobStatus
+from airflow_sparkpoint.checkpoints.history_records import AirflowTry
 from airflow_sparkpoint.services.cluster_manager import Submission
 from airflow_sparkpoint.services.detached_run import DetachedRecord, followed_end, resumption, user_stop_by
 from airflow_sparkpoint.services.driver_claim import no_driver_named
 from airflow_sparkpoint.storage import open_storage
+from tests.support.records import live_submit_run
 
 JOB = "orders"
 RUN_ID = "manual__7"
@@ -25,12 +24,7 @@ PROCESS = {"host": "worker-9", "boot_id": "b", "pgid": 777, "leader_start": "5",
 
 def live_run(catalog: Catalog, *, token: str) -> int:
     """A live generation started by try 1 of this task, submit `token`."""
-    env = {"AIRFLOW_CTX_DAG_ID": "etl", "AIRFLOW_CTX_TASK_ID": "submit", "AIRFLOW_CTX_DAG_RUN_ID": RUN_ID,
-           "AIRFLOW_CTX_TRY_NUMBER": "1"}
-    generation = catalog.claim_generation({**generation_details(environ=env), "submitter": token}).generation
-    now = time.time()
-    catalog.write_status(JobStatus(JOB, generation, "running", now, now, host="worker-9", pid=4242).to_json())
-    return generation
+    return live_submit_run(catalog, "etl", token=token, run_id=RUN_ID)
 
 
 def test_a_resumption_names_the_earlier_try_that_deferred_on_the_run(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from airflow_sparkpoint.checkpoints.history_records import AirflowTry, generation_details
+from airflow_sparkpoint.checkpoints.history_records import AirflowTry
 from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import JobAlreadyRunning
 from airflow_sparkpoint.services.detached_run import (
@@ -27,7 +27,7 @@ from airflow_sparkpoint.services.drill import DrillFailed, run_drill
 from airflow_sparkpoint.services.retry import TASK_STATE_KEY, TaskRecord, choose_restore, plan_try
 from airflow_sparkpoint.storage import open_storage
 from tests.support.fake_submit import FakeStore
-from tests.support.records import checkpoint_at
+from tests.support.records import checkpoint_at, live_submit_run
 
 JOB = "orders"
 RUN_ID = "manual__7"
@@ -36,12 +36,7 @@ ME = AirflowTry("etl", "submit", RUN_ID, 2, None)
 
 def live_run(catalog: Catalog, dag_id: str, *, token: str) -> int:
     """A live generation started by try 1 of task `submit` of `dag_id`, submit `token`."""
-    env = {"AIRFLOW_CTX_DAG_ID": dag_id, "AIRFLOW_CTX_TASK_ID": "submit", "AIRFLOW_CTX_DAG_RUN_ID": RUN_ID,
-           "AIRFLOW_CTX_TRY_NUMBER": "1"}
-    generation = catalog.claim_generation({**generation_details(environ=env), "submitter": token}).generation
-    now = time.time()
-    catalog.write_status(JobStatus(JOB, generation, "running", now, now, host="worker-9", pid=4242).to_json())
-    return generation
+    return live_submit_run(catalog, dag_id, token=token, run_id=RUN_ID)
 
 
 def choose(restore: str) -> Any:
