@@ -72,8 +72,14 @@ TASK = textwrap.dedent("""
 """)
 
 
+def _kill_group(pgid: int) -> None:
+    if group_exists(pgid):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 def test_a_detached_driver_survives_its_tasks_group_kill_and_its_run_completes_exactly(
-        airflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        airflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> None:
     from airflow_sparkpoint.operators import SparkpointSubmitOperator
     from airflow_sparkpoint.triggers.run import SparkpointRunTrigger
 
@@ -81,8 +87,12 @@ def test_a_detached_driver_survives_its_tasks_group_kill_and_its_run_completes_e
     pipeline = Totals(tmp_path, "deferred")
     pipeline.write_many(2)
     out = tmp_path / "deferred.json"
+    # the task's own temporary directory: the sweeps below see only this test's submissions,
+    # never those of another run sharing /tmp
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
     task = subprocess.Popen([sys.executable, "-c", TASK, json.dumps(operator_kwargs(pipeline)), str(out)],
-                            start_new_session=True, env=dict(os.environ))
+                            start_new_session=True, env={**os.environ, "TMPDIR": str(private_tmp)})
 
     def deferred_or_none() -> dict[str, Any] | None:
         if out.exists():
@@ -102,6 +112,7 @@ def test_a_detached_driver_survives_its_tasks_group_kill_and_its_run_completes_e
     assert (deferred["xcom"]["generation"] == generation
             and deferred["xcom"]["spark_application"]["generation"] == generation), deferred["xcom"]
     process = DriverProcess.from_json(deferred["trigger"]["process"])
+    request.addfinalizer(lambda: _kill_group(process.pgid))  # a failed check leaves no driver running
     assert process.pgid != task.pid and group_exists(process.pgid), "the driver died with its task's group"
     status = pipeline.status()
     assert os.getpgid(int(status["pid"])) == process.pgid, "the Python driver is not in the detached group"
@@ -109,6 +120,7 @@ def test_a_detached_driver_survives_its_tasks_group_kill_and_its_run_completes_e
     # The submission directory stays locked (the launcher holds the lock handed over to it):
     # a later submission's sweep cannot remove a running driver's directory.
     submit_dir = os.path.dirname(process.log)
+    assert os.path.dirname(submit_dir) == str(private_tmp), submit_dir
     assert try_lock(submit_dir) is None, "the running driver's submission directory is not locked"
     assert sweep(os.path.dirname(submit_dir), min_age_s=0) == [] and os.path.isdir(submit_dir)
 
