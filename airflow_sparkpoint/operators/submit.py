@@ -41,6 +41,7 @@ from airflow_sparkpoint.operators.metrics import emit_metrics_for
 from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure, check_spark
 from airflow_sparkpoint.operators.submit_deferred import never_expire
 from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
+from airflow_sparkpoint.services.follow import StartedRun
 from airflow_sparkpoint.services.retry import TryPlan, choose_restore, plan_try
 from airflow_sparkpoint.services.runs import committed_batches, read_result, task_try
 from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
@@ -194,7 +195,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         self._detached: Any = None  # the detached driver until the task defers (`on_kill` stops it)
         #: ``kubernetes`` or ``yarn`` in cluster mode, None in client mode (set by `check_spark`)
         self.cluster_kind: str | None = None
-        self._cluster_run: submit_cluster.ClusterRun | None = None  # a cluster-mode run `on_kill` stops
+        self._cluster_run: StartedRun | None = None  # a cluster-mode run `on_kill` stops
         #: the run this try started (its generation claim), once the driver recorded it
         self.sparkpoint_run: dict[str, Any] | None = None
         #: the run result of this try (OpenLineage facets), once it ended

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
     from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 
-__all__ = ["ClusterRun", "ClusterSubmit", "run", "stop"]
+__all__ = ["ClusterSubmit", "run", "stop"]
 
 
 class ClusterSubmit(DeferringSubmit, Protocol):
@@ -76,11 +76,6 @@ class ClusterSubmit(DeferringSubmit, Protocol):
     _cluster_run: Any
 
     def _get_hook(self) -> SparkpointSubmitHook: ...
-
-
-#: a cluster-mode run this task started and follows (what `stop` ends): its driver and,
-#: once claimed, its generation
-ClusterRun = StartedRun
 
 
 def _prepare(op: ClusterSubmit, kind: str, token: str, starter: AirflowTry) -> None:
@@ -131,7 +126,7 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
         op.log.warning("spark-submit of job %s exited %d after submitting %s: following it", op.job_name,
                        submission.exit_code, driver.describe())
     handle = ClusterHandle(manager, driver)
-    op._cluster_run = ClusterRun(catalog, handle)
+    op._cluster_run = StartedRun(catalog, handle)
     cluster = {"driver": driver.to_json(), "conn_id": op._conn_id}
     message = record_launch(catalog, token, deploy_mode="cluster", driver=driver.to_json())
     if message:
@@ -155,7 +150,7 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
         op._cluster_run = None  # deferred: the trigger owns the stop now
         defer(op, context, generation=generation, token=token, since=since, process=None,
               deadline=record["deadline"], cluster=cluster)
-    op._cluster_run = ClusterRun(catalog, handle, generation)
+    op._cluster_run = StartedRun(catalog, handle, generation)
     follower = RunFollower(catalog, generation, op.dead_after, handle)
     op.log.info("job %s generation %d runs on the cluster (%s): following it through the catalog",
                 op.job_name, generation, driver.describe())
@@ -164,7 +159,7 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
     return complete(op, context, event, generation=generation, token=token, since=since)
 
 
-def stop(cluster_run: ClusterRun, *, stop_timeout: float, requested_by: str) -> list[str]:
+def stop(cluster_run: StartedRun, *, stop_timeout: float, requested_by: str) -> list[str]:
     """End a cluster-mode run from ``on_kill`` (`services.follow.StartedRun.stop`: a control
     cancel to its generation, up to `stop_timeout` seconds for its end, then the cluster
     manager's kill; before the claim the kill only). Never raises."""
