@@ -20,12 +20,12 @@ def driver_sigkill_then_retry(api: AirflowApi, stack: AirflowStack, tmp_path: Pa
     Returns the retry's run result."""
     pipeline = Totals(tmp_path, f"killed_driver_{dag}")
     pipeline.write_many(5)
-    run = api.trigger(dag, pipeline.params(pause_at="e2e.stage:2"))
+    run = api.trigger(dag, pipeline.params(pause_at="stage:2"))
 
     def describe() -> str:
         return api.describe(dag, run)
 
-    paused = wait_for("the first try to pause in batch 2", lambda: pipeline.reached("e2e.stage"), 900,
+    paused = wait_for("the first try to pause in batch 2", lambda: pipeline.reached("stage"), 900,
                       describe)
     generation = wait_for("the checkpoint of batch 1", lambda: running_with_checkpoint(pipeline, 1), 120,
                           describe)

@@ -121,13 +121,13 @@ def test_two_overlapping_tries_of_a_cleared_task_stay_exactly_once(
     dag = "e2e_detached"
     pipeline = Totals(tmp_path, "overlap")
     pipeline.write_many(3)
-    run = airflow_api.trigger(dag, pipeline.params(trigger="processingTime:1s", pause_at="e2e.stage:3"))
+    run = airflow_api.trigger(dag, pipeline.params(trigger="processingTime:1s", pause_at="stage:3"))
     describe = lambda: airflow_api.describe(dag, run)
     first = wait_for("try 1 to checkpoint batch 2", lambda: running_with_checkpoint(pipeline, 2), 600,
                      describe)
     try1 = airflow_api.wait_task(dag, run, "job", {"running"}, timeout=60, try_number=1)
     pipeline.write_many(1)  # batch 3: try 1 pauses while staging it
-    paused = wait_for("try 1 to pause in batch 3", lambda: pipeline.reached("e2e.stage"), 300, describe)
+    paused = wait_for("try 1 to pause in batch 3", lambda: pipeline.reached("stage"), 300, describe)
     assert paused["generation"] == first, paused
     old_drivers = driver_processes(pipeline.job, airflow_stack.token)
     assert paused["pid"] in {p.pid for p in old_drivers}, (paused, old_drivers)
@@ -151,7 +151,7 @@ def test_two_overlapping_tries_of_a_cleared_task_stay_exactly_once(
     assert all(p.alive() for p in old_drivers), "try 1's driver died before it was released"
 
     # Let try 1's driver go on with batch 3 as a superseded generation.
-    pipeline.release("e2e.stage")
+    pipeline.release("stage")
     left = wait_gone(old_drivers, timeout=300)
     assert left == [], f"try 1's superseded driver kept running: {left}"
     pipeline.write_many(1)  # batch 5: try 2 is still the one running
@@ -174,7 +174,7 @@ def test_two_overlapping_tries_of_a_cleared_task_stay_exactly_once(
     # How the superseded driver ended, and what it left: it must have been fenced as a
     # superseded generation, must not have run in try 2's live checkpoint directory, and
     # must not leave staged output or pending transactions behind.
-    zombie = detached_log(airflow_stack, "paused at e2e.stage:3", f"spark.sparkpoint.job={pipeline.job}")
+    zombie = detached_log(airflow_stack, "paused at stage:3", f"spark.sparkpoint.job={pipeline.job}")
     problems = []
     if "superseded" not in zombie:
         problems.append("the first try's driver did not end as a superseded generation")

@@ -3,7 +3,7 @@ process group of a client-mode ``spark-submit`` (the JVM and the Python driver),
 5 seconds later if anything is left.
 
 The driver is caught with a batch's output staged but not yet recorded (a pause point
-in the job's sink, ``sigterm-staged``). The test proves that the driver recorded its
+of the Delta sink, ``staged``). The test proves that the driver recorded its
 generation as failed ("terminated by SIGTERM") before the SIGKILL deadline, never
 recorded the staged batch, and that the next run resumes from the last checkpoint and
 produces exactly the expected totals, each batch committed once, no staged file left.
@@ -28,7 +28,7 @@ from airflow_sparkpoint.demo.support import (
     write_batch_file,
 )
 from airflow_sparkpoint.storage import open_storage
-from tests.support.pausing_totals import JOB, expected, rows, submit, table, tail
+from tests.support.background_totals import JOB, expected, rows, submit, table, tail
 from tests.support.waits import wait_for
 
 # slow: tests/e2e/test_e2e_kills.py's task marked failed (real supervisor SIGTERM to the
@@ -46,7 +46,7 @@ def test_sigterm_to_the_process_group_records_failed_and_the_next_run_resumes_ex
     log = tmp_path / "first.log"
     proc = submit(tmp_path, {"spark.sparkpoint.trigger": "processingTime:1 second",
                              "spark.sparkpoint.control.pollInterval": "500 milliseconds",
-                             "spark.sparkpoint.test.pauseAt": "sigterm-staged:2",
+                             "spark.sparkpoint.test.pauseAt": "staged:2",
                              "spark.sparkpoint.test.pauseDir": str(pauses)}, log)
     try:
         wait_for("batch 1 checkpointed",
@@ -54,7 +54,7 @@ def test_sigterm_to_the_process_group_records_failed_and_the_next_run_resumes_ex
                  300, lambda: tail(log), proc=proc)
         write_batch_file(tmp_path / "input", 2, rows(2))
         reached = wait_for("batch 2 staged (pause point)",
-                           lambda: (pauses / "sigterm-staged.reached").exists(),
+                           lambda: (pauses / "staged.reached").exists(),
                            300, lambda: tail(log), proc=proc)
         assert reached, "the fault point was not reached"
         generation = catalog.current_generation()

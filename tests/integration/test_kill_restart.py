@@ -1,7 +1,7 @@
 """A checkpointed Delta merge job SIGKILLed and restarted (issue #29: the run every Spark
 line of `make test-matrix` must pass): the whole process group of a client-mode
 ``spark-submit`` is killed while batch 2's output is staged but not recorded (the
-``sigterm-staged`` pause point of ``jobs/pausing_totals.py``); the restart resumes from
+Delta sink's ``staged`` pause point, in ``dags/jobs/quickstart_totals.py``); the restart resumes from
 the last checkpoint and the table holds exactly the totals of the input, each batch
 committed once, nothing left staged.
 
@@ -21,7 +21,7 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from airflow_sparkpoint.demo.support import delta_commits, orphaned_staged_files, write_batch_file
 from airflow_sparkpoint.storage import open_storage
-from tests.support.pausing_totals import JOB, expected, rows, submit, table, tail
+from tests.support.background_totals import JOB, expected, rows, submit, table, tail
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -34,7 +34,7 @@ def test_sigkill_with_a_batch_staged_then_restart_is_exact(tmp_path: Path) -> No
         write_batch_file(tmp_path / "input", index, rows(index))
     log = tmp_path / "first.log"
     proc = submit(tmp_path, {"spark.sparkpoint.trigger": "processingTime:1 second",
-                             "spark.sparkpoint.test.pauseAt": "sigterm-staged:2",
+                             "spark.sparkpoint.test.pauseAt": "staged:2",
                              "spark.sparkpoint.test.pauseDir": str(pauses)}, log)
     try:
         wait_for("batch 1 checkpointed",
@@ -42,7 +42,7 @@ def test_sigkill_with_a_batch_staged_then_restart_is_exact(tmp_path: Path) -> No
                  300, lambda: tail(log), proc=proc)
         write_batch_file(tmp_path / "input", 2, rows(2))
         reached = wait_for("batch 2 staged (pause point)",
-                           lambda: (pauses / "sigterm-staged.reached").exists(),
+                           lambda: (pauses / "staged.reached").exists(),
                            300, lambda: tail(log), proc=proc)
         assert reached, "the fault point was not reached"
         generation = catalog.current_generation()

@@ -19,7 +19,7 @@ from airflow_sparkpoint.demo.support import write_batch_file
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.config import work_root
 from airflow_sparkpoint.storage import open_storage
-from tests.support.pausing_totals import JOB, rows, submit, tail
+from tests.support.background_totals import JOB, rows, submit, tail
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.spark]

@@ -4,7 +4,7 @@ committed batch N and took its final checkpoint but before it completed the requ
 (``stopped_after``). Each trial proves its fault fired (the driver's own line, the exit
 by SIGKILL); the restart (``restore=latest``) then ends with every batch's totals exact
 against an oracle from the input, nothing left staged or recorded. Two ``spark-submit``
-runs per trial (Delta merge, ``jobs/pausing_totals.py``)."""
+runs per trial (Delta merge, ``dags/jobs/quickstart_totals.py``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.demo.support import orphaned_staged_files, write_batch_file
 from airflow_sparkpoint.storage import open_storage
-from tests.support.pausing_totals import JOB, JOB_SCRIPT, SPARK_CONF, expected, rows, table, tail
+from tests.support.background_totals import JOB, JOB_SCRIPT, SPARK_CONF, expected, rows, table, tail
 from tests.support.submit import spark_submit_command, start_spark_submit, submit_env
 from tests.support.waits import wait_for
 

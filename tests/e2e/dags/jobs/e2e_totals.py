@@ -3,9 +3,9 @@ a Delta table (``user``, ``total``, ``events``), one input file per micro-batch.
 
 Test hooks (for the fault tests of ``tests/e2e``; inert unless given):
 
-- ``spark.sparkpoint.test.pauseAt=e2e.stage:<batch>`` pauses the driver in the sink's
-  stage step of that batch (``airflow_sparkpoint.faults.pause``): the batch is being
-  written, nothing of it is recorded yet.
+- ``spark.sparkpoint.test.pauseAt=stage:<batch>`` (the runtime's own ``stage`` pause
+  point, ``airflow_sparkpoint.faults.pause``) pauses the driver as that batch is about to
+  be staged in the sink: nothing of it is written or recorded yet.
 - ``--executor-pause-dir=<dir>``: the executor task that reads a row of user
   ``MARKER`` creates ``<dir>/executor.reached`` (its pid) and waits for
   ``<dir>/executor.release`` — once: a retry of that task (on another executor, after
@@ -57,16 +57,7 @@ def main() -> None:
 def totals(job: Any) -> None:
     from pyspark.sql import functions as F
 
-    from airflow_sparkpoint import faults
-    from airflow_sparkpoint.sinks import DeltaSink, StageContext
-
-    class PausingDeltaSink(DeltaSink):
-        """A DeltaSink with the ``e2e.stage`` pause point (rebuilt by the commit step as
-        a plain DeltaSink)."""
-
-        def stage(self, df: Any, ctx: StageContext) -> dict[str, Any]:
-            faults.pause("e2e.stage", ctx.batch_id, generation=ctx.generation)
-            return super().stage(df, ctx)
+    from airflow_sparkpoint.sinks import DeltaSink
 
     events = (
         job.spark.readStream.schema("user string, amount long")
@@ -77,7 +68,7 @@ def totals(job: Any) -> None:
     if pause_dir:
         events = events.mapInPandas(pause_on_marker(pause_dir), events.schema)
     per_user = events.groupBy("user").agg(F.sum("amount").alias("total"), F.count("*").alias("events"))
-    job.run(per_user, sink=PausingDeltaSink(job.arg("output"), mode="merge", keys=["user"]),
+    job.run(per_user, sink=DeltaSink(job.arg("output"), mode="merge", keys=["user"]),
             output_mode="update")
 
 

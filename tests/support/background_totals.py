@@ -1,7 +1,8 @@
-"""The driver-kill tests' job: per-user running totals into a Delta table
-(``tests/integration/jobs/pausing_totals.py``, which can hold at a pause point) run by
-``spark-submit`` in the background, its input rows, oracle, output reader and log tail;
-shared by test_driver_sigterm, test_kill_restart and test_live_cleanup."""
+"""The driver-kill tests' job: the quickstart's per-user running totals into a Delta table
+(``dags/jobs/quickstart_totals.py``; held at the runtime's and the sink's own pause
+points, e.g. ``staged``) run by ``spark-submit`` in the background, its input rows,
+oracle, output reader and log tail; shared by test_driver_sigterm, test_kill_restart,
+test_live_cleanup and test_stop_after_faults."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tests.support.submit import spark_submit_command, start_spark_submit, submi
 
 __all__ = ["JOB", "JOB_SCRIPT", "SPARK_CONF", "expected", "rows", "submit", "table", "tail"]
 
-JOB_SCRIPT = REPO / "tests" / "integration" / "jobs" / "pausing_totals.py"
+JOB_SCRIPT = REPO / "dags" / "jobs" / "quickstart_totals.py"
 JOB = "sigterm_totals"
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2", "spark.log.level": "WARN"}
 
