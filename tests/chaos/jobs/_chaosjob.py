@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 PACE_TIMEOUT_S = 300.0
 
@@ -50,25 +50,26 @@ def pace(job: Any, sink: Any, after: int) -> None:
     sink.stage = paced_stage
 
 
-def main(app_name: str, build: Callable[[Any, Any], tuple[Any, Any, str]]) -> None:
-    """Run the query `build(job, events)` returns as ``(df, sink, output_mode)``."""
+def main(app_name: str, build: Callable[[Any, Any], tuple[Any, Any, str]]) -> NoReturn:
+    """Run the query `build(job, events)` returns as ``(df, sink, output_mode)``
+    (`SparkpointJob.main`: the result line, then a clean exit)."""
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("airflow_sparkpoint").setLevel(logging.INFO)
-    from airflow_sparkpoint.checkpoints.run_result import result_line
     from airflow_sparkpoint.runtime import SparkpointJob
 
-    job = SparkpointJob.get_or_create(app_name=app_name)
-    events = (
-        job.spark.readStream.schema("id long, user string, amount long")
-        .option("maxFilesPerTrigger", 1)
-        .json(job.arg("input"))
-    )
-    df, sink, output_mode = build(job, events)
-    after = job.arg("pace-after", "")
-    if after:
-        pace(job, sink, int(after))
-    result = job.run(df, sink=sink, output_mode=output_mode)
-    print(result_line(result), flush=True)
+    def pipeline(job: Any) -> Any:
+        events = (
+            job.spark.readStream.schema("id long, user string, amount long")
+            .option("maxFilesPerTrigger", 1)
+            .json(job.arg("input"))
+        )
+        df, sink, output_mode = build(job, events)
+        after = job.arg("pace-after", "")
+        if after:
+            pace(job, sink, int(after))
+        return job.run(df, sink=sink, output_mode=output_mode)
+
+    SparkpointJob.main(pipeline, app_name=app_name)
 
 
 def three_files(df: Any) -> Any:
