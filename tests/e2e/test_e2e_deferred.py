@@ -119,8 +119,7 @@ def test_a_deferred_job_survives_an_airflow_restart_and_a_mark_failed_stops_it(
         writing.set()
         feeder.join(5)
     last = len(pipeline.files) - 1
-    wait_for(f"the driver to commit batch {last}",
-             lambda: (pipeline.status().get("last_batch") or -1) >= last or None, 180)
+    wait_for(f"the driver to commit batch {last}", lambda: (pipeline.committed() or -1) >= last or None, 180)
     commits = commit_times(pipeline)
     before = longest_gap([t for t, _ in commits if restart_at - 6 <= t <= restart_at])
     gap = longest_gap([t for t, _ in commits if restart_at <= t <= restart_at + restarted_in + 2])
@@ -250,6 +249,8 @@ def test_a_clear_of_a_deferred_task_restarts_its_job_in_a_new_generation(
     wait_for(f"generation {second} to commit batch {last}",
              lambda: running_with_checkpoint(pipeline, last, after_generation=first) == second or None, 300,
              describe)
+    # its commit follows the checkpoint that confirms it
+    wait_for(f"batch {last} in the table", lambda: (pipeline.committed() or -1) >= last or None, 120, describe)
     assert airflow_api.xcom(DAG, run, "job", key="generation") == second
     channel = ControlChannel(pipeline.catalog)
     requests = [channel.read_request(i) for i in channel.request_ids()]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog
+from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
 from airflow_sparkpoint.demo.support import delta_commits, delta_rows, orphaned_staged_files, write_batch_file
 from airflow_sparkpoint.storage import open_storage
 from tests.support.inputs import expected_totals
@@ -86,6 +87,13 @@ class Totals:
 
     def status(self) -> dict[str, Any]:
         return self.catalog.read_status() or {}
+
+    def committed(self) -> int | None:
+        """The newest batch the job's output holds (the commit head; None before the first
+        commit). A batch commits after the checkpoint that confirms it: a checkpoint of
+        batch N in the status does not yet mean N is in the table."""
+        head = read_commit_head(self.catalog)
+        return None if head is None else head.batch
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """DAG run conf for the ``e2e_*`` submit DAGs."""
