@@ -36,7 +36,8 @@ def test_the_settings_become_the_submits_conf_and_refuse_what_the_operator_sets(
                                extra={"restore.sinkAhead": "rewind"})
     conf = settings.conf("latest")
     assert conf == {
-        "spark.sparkpoint.dir": str(tmp_path), "spark.sparkpoint.job": JOB, "spark.sparkpoint.restore": "latest",
+        "spark.sparkpoint.dir": str(tmp_path), "spark.sparkpoint.job": JOB,
+        "spark.sparkpoint.restore": "latest",
         "spark.sparkpoint.trigger": "processingTime:5 seconds", "spark.sparkpoint.checkpoint.interval": "30s",
         "spark.sparkpoint.checkpoint.numRetained": "2", "spark.sparkpoint.commit.mode": "checkpoint",
         "spark.sparkpoint.workDir": "/live", "spark.sparkpoint.restore.statePartitions": "4",
@@ -115,7 +116,8 @@ def test_a_drills_try_restores_the_drilled_snapshot_under_the_drills_identity(tm
     assert [drill.choose_restore(n) for n in (1, 2)] == ["/prod/savepoints/sp-7"] * 2
     conf = drill.conf("/prod/savepoints/sp-7")
     assert conf == {**submit.conf("/prod/savepoints/sp-7"), "spark.sparkpoint.job": f"{JOB}-drill",
-                    "spark.sparkpoint.restore.allowForeignJob": "true", "spark.sparkpoint.workDir": "/live/drill-1"}
+                    "spark.sparkpoint.restore.allowForeignJob": "true",
+                    "spark.sparkpoint.workDir": "/live/drill-1"}
     prepared = drill.prepare(catalog_in(tmp_path / "scratch"), None, 3)
     assert prepared.settings == conf and prepared.plan.restore == "/prod/savepoints/sp-7"
     with pytest.raises(ConfigError, match="the drilled snapshot is resolved in execute"):
