@@ -4,6 +4,9 @@ A `SparkSubmitOperator` (its parameters keep working) that wires the Sparkpoint
 runtime: sets the ``spark.sparkpoint.*`` conf, chooses the restore target (``restore``
 on the first try, the latest retained checkpoint of the task's own runs on every retry),
 optionally ships the runtime with ``--py-files``, and returns the run result as XCom.
+An adapter: its rendered arguments become the job's submit settings, one call prepares
+the try (`services.submit_try`: the restore, the plan, the settings, the start), a
+deploy-mode module launches it, and its end becomes the XComs and asset events.
 
 Client deploy mode (`submit_client`): the driver runs under the task, so a kill of the
 task reaches it (see `on_kill` and `airflow_sparkpoint.runtime.signals`); or, with
@@ -259,8 +262,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
     # ------------------------------------------------------------------ execute
 
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]
-        ti = context["ti"]
-        try_number = int(getattr(ti, "try_number", 1) or 1)
+        try_number = int(getattr(context["ti"], "try_number", 1) or 1)
         store = context.get("task_state_store")  # Airflow 3.3+
         if self._conf_given is not None and self.conf == self._conf_given[1]:
             # an earlier execute of this object set it: the user's again
@@ -283,13 +285,8 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         self._conf_given = (dict(prepared.submit.spark_conf), dict(self.conf))
         if self.cluster_kind is not None:  # the driver runs on the cluster: never the parent's execute
             return submit_cluster.run(self, context, catalog, token=token, since=since, starter=starter)
-        submit_client.run(self, context, catalog, token=token, since=since, starter=starter,
-                          spark_submit=super().execute)
-        if self.sparkpoint_run is None:
-            self.log.warning("job %s ended without claiming a generation (did it call job.run()?)",
-                             self.job_name)
-            return None
-        return self._finish(context, catalog, int(self.sparkpoint_run["generation"]))
+        return submit_client.run(self, context, catalog, token=token, since=since, starter=starter,
+                                 spark_submit=super().execute)
 
     def execute_complete(self, context: Context, event: Any = None, *, generation: int, token: str = "",
                          since: int = 0) -> dict[str, Any] | None:
@@ -339,12 +336,6 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         cluster, so a control cancel addressed to the run's generation (it cannot stop a
         later run), `stop_timeout` seconds for its end, then the cluster manager's kill.
         """
-        if self._cluster_run is not None:  # cluster mode: a cancel, then the cluster manager's kill
-            by = f"SparkpointSubmitOperator {self.task_id!r} (on_kill)"
-            for line in submit_cluster.stop(self._cluster_run, stop_timeout=self.stop_timeout,
-                                            requested_by=by):
-                self.log.info("stopping job %s: %s", self.job_name, line)
-            self._cluster_run = None
-            return  # nothing here runs the driver: no signal, no spark-submit to kill
-        submit_client.stop(self, spark_kill=super().on_kill)
+        if not submit_cluster.stop(self):  # nothing here runs a cluster's driver: no signal, no spark-submit
+            submit_client.stop(self, spark_kill=super().on_kill)
 
