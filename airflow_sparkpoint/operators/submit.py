@@ -4,6 +4,9 @@ A `SparkSubmitOperator` (its parameters keep working) that wires the Sparkpoint
 runtime: sets the ``spark.sparkpoint.*`` conf, chooses the restore target (``restore``
 on the first try, the latest retained checkpoint of the task's own runs on every retry),
 optionally ships the runtime with ``--py-files``, and returns the run result as XCom.
+An adapter: its rendered arguments become the job's submit settings, one call prepares
+the try (`services.submit_try`: the restore, the plan, the settings, the start), a
+deploy-mode module launches it, and its end becomes the XComs and asset events.
 
 Client deploy mode (`submit_client`): the driver runs under the task, so a kill of the
 task reaches it (see `on_kill` and `airflow_sparkpoint.runtime.signals`); or, with
@@ -42,12 +45,12 @@ from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure, 
 from airflow_sparkpoint.operators.submit_deferred import never_expire
 from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 from airflow_sparkpoint.services.follow import StartedRun
-from airflow_sparkpoint.services.retry import TryPlan, choose_restore, plan_try
 from airflow_sparkpoint.services.runs import committed_batches, read_result, task_try
 from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
 from airflow_sparkpoint.services.spark_env import spark_environment
 from airflow_sparkpoint.services.stores import Catalog
-from airflow_sparkpoint.services.submit import check_parameters, interval_text, sparkpoint_conf
+from airflow_sparkpoint.services.submit import check_parameters, interval_text
+from airflow_sparkpoint.services.submit_try import SubmitSettings
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -215,31 +218,34 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
     def _catalog(self) -> Catalog:
         return self.sparkpoint_hook.get_catalog(self.job_name)
 
+    def _submit_settings(self) -> SubmitSettings:
+        """The job's submit settings as rendered on this operator (`services.submit_try`)."""
+        hook = self.sparkpoint_hook
+        return SubmitSettings(
+            job=self.job_name, task=self.task_id, storage_uri=hook.storage_uri,
+            storage_options=hook.storage_options, restore=self.restore,
+            restore_snapshot=self.restore_snapshot, trigger=self.trigger,
+            checkpoint_interval=self.checkpoint_interval, num_retained=self.num_retained,
+            commit_mode=self.commit_mode, work_dir=self.work_dir, state_partitions=self.state_partitions,
+            takeover=self.takeover, spark_conf=dict(self.conf or {}), extra=self.sparkpoint_conf)
+
     def choose_restore(self, try_number: int, catalog: Catalog | None = None,
                        own_generations: Sequence[int] | None = None) -> str:
-        """What try `try_number` restores (`services.retry.choose_restore`: `restore` on the
-        first try, then the latest retained checkpoint of the task's own tries;
-        `restore_snapshot` on every try).
+        """What try `try_number` restores (`services.submit_try.SubmitSettings.choose_restore`:
+        `restore` on the first try, then the latest retained checkpoint of the task's own
+        tries; `restore_snapshot` on every try).
 
         :raises ConfigError: `restore_snapshot` is not a path.
         """
-        return choose_restore(try_number, restore=self.restore, restore_snapshot=self.restore_snapshot,
-                              catalog=catalog, own_generations=own_generations,
-                              storage_options=self.sparkpoint_hook.storage_options)
+        return self._submit_settings().choose_restore(try_number, catalog, own_generations)
 
     def build_sparkpoint_conf(self, restore: str) -> dict[str, str]:
-        """The ``spark.sparkpoint.*`` settings for this submit (`services.submit.sparkpoint_conf`).
+        """The ``spark.sparkpoint.*`` settings for this submit
+        (`services.submit_try.SubmitSettings.conf`).
 
         :raises ConfigError: a setting is invalid (before anything is submitted).
         """
-        return sparkpoint_conf(
-            storage_uri=self.sparkpoint_hook.storage_uri,
-            storage_options=self.sparkpoint_hook.storage_options,
-            job=self.job_name, restore=restore, trigger=self.trigger,
-            checkpoint_interval=self.checkpoint_interval,
-            num_retained=self.num_retained, commit_mode=self.commit_mode, work_dir=self.work_dir,
-            state_partitions=self.state_partitions, takeover=self.takeover, conf=self.conf,
-            extra=self.sparkpoint_conf)
+        return self._submit_settings().conf(restore)
 
     def spark_environment(self, master: str, *, native_dir: str | None = None) -> dict[str, str]:
         """spark-submit's environment additions (`services.spark_env.spark_environment`), from
@@ -253,21 +259,10 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
     def _get_hook(self) -> SparkpointSubmitHook:
         return SparkpointSubmitHook.of(super()._get_hook(), self._secret_env)
 
-    def _plan_try(self, catalog: Catalog, store: Any, try_number: int) -> tuple[TryPlan, dict[str, str]]:
-        """This try's plan (`services.retry.plan_try`, its lines logged) and its
-        ``spark.sparkpoint.*`` settings."""
-        plan = plan_try(catalog, store, try_number=try_number, job=self.job_name, task=self.task_id,
-                        restore=self.restore, restore_snapshot=self.restore_snapshot,
-                        choose=self.choose_restore)
-        for line in plan.lines:
-            self.log.info("%s", line)
-        return plan, self.build_sparkpoint_conf(plan.restore)
-
     # ------------------------------------------------------------------ execute
 
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]
-        ti = context["ti"]
-        try_number = int(getattr(ti, "try_number", 1) or 1)
+        try_number = int(getattr(context["ti"], "try_number", 1) or 1)
         store = context.get("task_state_store")  # Airflow 3.3+
         if self._conf_given is not None and self.conf == self._conf_given[1]:
             # an earlier execute of this object set it: the user's again
@@ -275,33 +270,23 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         try:  # bad input fails before anything is recorded or submitted, and is not retried
             check_spark(self)
             catalog = self._catalog()
-            plan, sparkpoint_conf = self._plan_try(catalog, store, try_number)
+            prepared = self._submit_settings().prepare(catalog, store, try_number, logger=self.log)
         except SparkpointConfigFailure:
             raise
         except (ConfigError, AirflowNotFoundException) as exc:  # the latter: a missing sparkpoint connection
             raise SparkpointConfigFailure(str(exc)) from exc
         starter = task_try(context, self.dag_id, self.task_id)
         if self.deferrable:  # a resumption follows its own live run again (defers, never returns then)
-            submit_deferred.reattach(self, context, catalog, starter, plan.own)
-            # a clear whose cancel came first: its dying run ended, and its last checkpoint counts
-            if submit_deferred.wait_out(self, context, catalog, starter, plan.own):
-                plan, sparkpoint_conf = self._plan_try(catalog, store, try_number)
+            prepared = submit_deferred.resume(self, context, catalog, starter, prepared)
         # Refused here, before spark-submit; the driver checks again (the same rule) before its claim.
-        token = plan.start(catalog, starter, takeover=self.takeover, settings=sparkpoint_conf, store=store,
-                           retention=never_expire())
-        since = plan.since
-        given = dict(self.conf or {})
-        self.conf = {**given, **sparkpoint_conf}
-        self._conf_given = (given, dict(self.conf))
+        token = prepared.start(catalog, starter, store=store, retention=never_expire())
+        since = prepared.since
+        self.conf = prepared.spark_conf
+        self._conf_given = (dict(prepared.submit.spark_conf), dict(self.conf))
         if self.cluster_kind is not None:  # the driver runs on the cluster: never the parent's execute
             return submit_cluster.run(self, context, catalog, token=token, since=since, starter=starter)
-        submit_client.run(self, context, catalog, token=token, since=since, starter=starter,
-                          spark_submit=super().execute)
-        if self.sparkpoint_run is None:
-            self.log.warning("job %s ended without claiming a generation (did it call job.run()?)",
-                             self.job_name)
-            return None
-        return self._finish(context, catalog, int(self.sparkpoint_run["generation"]))
+        return submit_client.run(self, context, catalog, token=token, since=since, starter=starter,
+                                 spark_submit=super().execute)
 
     def execute_complete(self, context: Context, event: Any = None, *, generation: int, token: str = "",
                          since: int = 0) -> dict[str, Any] | None:
@@ -351,12 +336,6 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         cluster, so a control cancel addressed to the run's generation (it cannot stop a
         later run), `stop_timeout` seconds for its end, then the cluster manager's kill.
         """
-        if self._cluster_run is not None:  # cluster mode: a cancel, then the cluster manager's kill
-            by = f"SparkpointSubmitOperator {self.task_id!r} (on_kill)"
-            for line in submit_cluster.stop(self._cluster_run, stop_timeout=self.stop_timeout,
-                                            requested_by=by):
-                self.log.info("stopping job %s: %s", self.job_name, line)
-            self._cluster_run = None
-            return  # nothing here runs the driver: no signal, no spark-submit to kill
-        submit_client.stop(self, spark_kill=super().on_kill)
+        if not submit_cluster.stop(self):  # nothing here runs a cluster's driver: no signal, no spark-submit
+            submit_client.stop(self, spark_kill=super().on_kill)
 

@@ -7,8 +7,9 @@ runs on this worker.
    submission directory of its own (`services.submit_dir`). With ``deferrable`` the
    driver then starts detached (`launch_and_defer`); else spark-submit runs as the task's
    child (the Spark provider's own execute), the run's claim is published as soon as the
-   driver records it (`services.runs.RunWatcher`), and a failure is the run's own error
-   (`driver_errors.run_failure`) rather than the hook's exit code.
+   driver records it (`services.runs.RunWatcher`), a failure is the run's own error
+   (`driver_errors.run_failure`) rather than the hook's exit code, and its end is the
+   task's result, as a cluster-mode or deferred run's (the operator's ``_finish``).
 2. `launch_and_defer`: spark-submit starts through the detached launcher in a session of
    its own (`services.detached.launch`), with the submission directory's lock handed over;
    the task waits for the driver's generation claim, publishes the same XComs as an
@@ -74,9 +75,11 @@ class ClientSubmit(DeferringSubmit, Protocol):
 
 
 def run(op: ClientSubmit, context: Context, catalog: Catalog, *, token: str, since: int,
-        starter: AirflowTry, spark_submit: Callable[[Context], Any]) -> None:
+        starter: AirflowTry, spark_submit: Callable[[Context], Any]) -> dict[str, Any] | None:
     """Run the submit on this worker: detached and deferred (never returns then), or as the
-    task's child through `spark_submit` (the Spark provider's execute) until it ends.
+    task's child through `spark_submit` (the Spark provider's execute) until it ends; then
+    the run's end (the operator's ``_finish``: its result), or None when the job claimed no
+    generation (logged).
 
     :raises SparkpointRunFailed: the run failed and reported its own error.
     :raises AirflowException: spark-submit failed without one (the hook's error), or the
@@ -122,6 +125,10 @@ def run(op: ClientSubmit, context: Context, catalog: Catalog, *, token: str, sin
         if process is not None and process.stdout is not None:
             process.stdout.close()  # the Spark hook leaves its log pipe open
         submit_dir.close()
+    if op.sparkpoint_run is None:
+        op.log.warning("job %s ended without claiming a generation (did it call job.run()?)", op.job_name)
+        return None
+    return op._finish(context, catalog, int(op.sparkpoint_run["generation"]))
 
 
 def launch_and_defer(op: ClientSubmit, context: Context, catalog: Catalog, *, token: str,

@@ -73,7 +73,7 @@ class ClusterSubmit(DeferringSubmit, Protocol):
     deferrable: bool
     _conn_id: str
     _secret_env: dict[str, str]
-    _cluster_run: Any
+    _cluster_run: StartedRun | None
 
     def _get_hook(self) -> SparkpointSubmitHook: ...
 
@@ -159,8 +159,17 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
     return complete(op, context, event, generation=generation, token=token, since=since)
 
 
-def stop(cluster_run: StartedRun, *, stop_timeout: float, requested_by: str) -> list[str]:
-    """End a cluster-mode run from ``on_kill`` (`services.follow.StartedRun.stop`: a control
-    cancel to its generation, up to `stop_timeout` seconds for its end, then the cluster
-    manager's kill; before the claim the kill only). Never raises."""
-    return cluster_run.stop(wait_s=stop_timeout, requested_by=requested_by)
+def stop(op: ClusterSubmit) -> bool:
+    """``on_kill`` in cluster mode: end the run the task follows, if any
+    (`services.follow.StartedRun.stop`: a control cancel to its generation, up to
+    `stop_timeout` seconds for its end, then the cluster manager's kill; before the claim
+    the kill only), what it did logged; whether there was one (none: no driver of this
+    task runs on the cluster). Never raises."""
+    cluster_run = op._cluster_run
+    if cluster_run is None:
+        return False
+    by = f"SparkpointSubmitOperator {op.task_id!r} (on_kill)"
+    for line in cluster_run.stop(wait_s=op.stop_timeout, requested_by=by):
+        op.log.info("stopping job %s: %s", op.job_name, line)
+    op._cluster_run = None
+    return True

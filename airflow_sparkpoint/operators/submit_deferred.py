@@ -11,7 +11,7 @@ meaning); here they become XComs, a deferral or an exception.
    own run is still live, with no stop or cancel addressed to it, defers on that run
    again instead of starting (and so fencing) a new generation; when a stop or cancel is
    ending that run (a clear: the cleared try's trigger cancelled it), `wait_out` waits
-   for its end and the task starts anew.
+   for its end and the task starts anew (`resume`: both, then the try prepared again).
 3. `complete` (``execute_complete``): validates the trigger's event (an untrusted dict)
    and ends as an attached run ends; a run the task re-attached to that a cleared
    earlier try's trigger then cancelled (`services.detached_run.cleared_stop`) is not the
@@ -45,13 +45,14 @@ from airflow_sparkpoint.services.detached_run import (
 )
 from airflow_sparkpoint.services.runs import AirflowTry, task_try
 from airflow_sparkpoint.services.stores import Catalog
+from airflow_sparkpoint.services.submit_try import PreparedTry
 from airflow_sparkpoint.triggers.run import MIN_POLL_INTERVAL_S, STOP_WAIT_S, SparkpointRunTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 __all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "DeferringSubmit", "DetachedRecord", "check_event",
-           "complete", "deadline_of", "defer", "never_expire", "reattach", "wait_out"]
+           "complete", "deadline_of", "defer", "never_expire", "reattach", "resume", "wait_out"]
 
 
 class DeferringSubmit(Protocol):
@@ -183,6 +184,23 @@ def wait_out(op: DeferringSubmit, context: Context, catalog: Catalog, starter: A
     for line in lines:
         op.log.info("%s", line)
     return bool(lines)
+
+
+def resume(op: DeferringSubmit, context: Context, catalog: Catalog, starter: AirflowTry,
+           prepared: PreparedTry) -> PreparedTry:
+    """A deferrable try before its start: it defers on the task's own live run (`reattach`:
+    never returns then); else, once the task's run that a stop or cancel was ending has
+    ended (`wait_out`), the try prepared again (that run's last checkpoint counts); else
+    `prepared`.
+
+    :raises ConfigError: a setting is invalid (the try prepared again).
+    :raises StorageError: the store cannot be read.
+    """
+    reattach(op, context, catalog, starter, prepared.own)
+    # a clear whose cancel came first: its dying run ended, and its last checkpoint counts
+    if wait_out(op, context, catalog, starter, prepared.own):
+        return prepared.again(catalog, context.get("task_state_store"), logger=op.log)
+    return prepared
 
 
 def check_event(event: Any, generation: int) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from airflow_sparkpoint.operators.job import JobHook
 from airflow_sparkpoint.operators.submit import SparkpointSubmitOperator
 from airflow_sparkpoint.services import drill as drills
 from airflow_sparkpoint.services.drill import LATEST_SAVEPOINT, SCRATCH, DrillFailed
+from airflow_sparkpoint.services.submit_try import DrillSettings, SubmitSettings
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -136,17 +137,11 @@ class SparkpointDrillOperator(SparkpointSubmitOperator):
         # stops the drill, never the production job).
         return self.sparkpoint_hook.get_catalog(self.drill_job)
 
-    def choose_restore(self, try_number: int, catalog: Catalog | None = None,
-                       own_generations: Sequence[int] | None = None) -> str:
-        """Every try restores the drilled snapshot (into a fresh scratch directory)."""
-        if self._snapshot_uri is None:
-            raise ConfigError("the drilled snapshot is resolved in execute()")
-        return self._snapshot_uri
-
-    def build_sparkpoint_conf(self, restore: str) -> dict[str, str]:
-        """The submit's settings as the drill's (`services.drill.drill_conf`)."""
-        return drills.drill_conf(super().build_sparkpoint_conf(restore), drill_job=self.drill_job,
-                                 work=self._drill_work)
+    def _submit_settings(self) -> SubmitSettings:
+        """The submit's settings as the drill's (`services.submit_try.DrillSettings`): every
+        try restores the drilled snapshot under the drill's identity."""
+        return DrillSettings.of(super()._submit_settings(), snapshot=self._snapshot_uri,
+                                drill_job=self.drill_job, work=self._drill_work)
 
     # ------------------------------------------------------------------ execute
 

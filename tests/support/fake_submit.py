@@ -23,7 +23,7 @@ from airflow_sparkpoint.runtime.config import SUBMITTER_ENV
 from airflow_sparkpoint.storage import open_storage
 from tests.support.records import checkpoint_at
 
-__all__ = ["JOB", "Driver", "FakeStore", "FakeTI", "driver", "operator"]
+__all__ = ["JOB", "Driver", "FakeStore", "FakeTI", "driver", "operator", "submit_settings"]
 
 JOB = "orders"
 
@@ -124,3 +124,12 @@ def operator(root: Path, **kwargs: Any) -> Any:
 
     kwargs.setdefault("checkpoint_dir", str(root))
     return SparkpointSubmitOperator(task_id="submit", application="/app/job.py", job_name=JOB, **kwargs)
+
+
+def submit_settings(root: Path, **overrides: Any) -> Any:
+    """`SubmitSettings` of job `JOB`, task ``submit``, with `root` as its store (no S3
+    options) and `overrides` (the operator's defaults otherwise)."""
+    from airflow_sparkpoint.services.submit_try import SubmitSettings
+
+    values: dict[str, Any] = {"job": JOB, "task": "submit", "storage_uri": str(root), "storage_options": {}}
+    return SubmitSettings(**{**values, **overrides})
