@@ -250,7 +250,8 @@ def test_a_clear_of_a_deferred_task_restarts_its_job_in_a_new_generation(
              lambda: running_with_checkpoint(pipeline, last, after_generation=first) == second or None, 300,
              describe)
     # its commit follows the checkpoint that confirms it
-    wait_for(f"batch {last} in the table", lambda: (pipeline.committed() or -1) >= last or None, 120, describe)
+    wait_for(f"batch {last} in the table", lambda: (pipeline.committed() or -1) >= last or None, 120,
+             describe)
     assert airflow_api.xcom(DAG, run, "job", key="generation") == second
     channel = ControlChannel(pipeline.catalog)
     requests = [channel.read_request(i) for i in channel.request_ids()]
