@@ -85,7 +85,7 @@ def start_deferred(airflow_api: AirflowApi, pipeline: Totals, *, files: int, bat
 
 
 def test_a_deferred_job_survives_an_airflow_restart_and_a_mark_failed_stops_it(
-        airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path) -> None:
+        airflow_api: AirflowApi, airflow_stack: AirflowStack, tmp_path: Path, airflow_home: Path) -> None:
     pipeline = Totals(tmp_path, "deferred")
     started = start_deferred(airflow_api, pipeline, files=2, batch=1)
     run, generation, ti, pgid = started.run, started.generation, started.ti, started.pgid
@@ -148,7 +148,8 @@ def test_a_deferred_job_survives_an_airflow_restart_and_a_mark_failed_stops_it(
     assert "SparkpointRunTrigger" in requests[0].requested_by
     logs = "".join(trigger_logs(airflow_stack, run).values())
     # 3.3+ calls the trigger's on_kill; 3.2 only its cleanup, which does the same (imported
-    # here: importing Airflow at collection would load its settings before `airflow_home`)
+    # here, after `airflow_home` set this process's Airflow settings: Airflow reads them once,
+    # at its first import, and the in-process tests after this one need that home)
     from airflow_sparkpoint.triggers.run import NATIVE_ON_KILL
 
     assert "task job is failed" in logs and ("invoking on_kill" in logs) == NATIVE_ON_KILL, logs[-3000:]
