@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog
@@ -41,17 +41,18 @@ class SubmitSettings:
     task: str
     storage_uri: str
     storage_options: Mapping[str, Any]
-    restore: str = "latest"
-    restore_snapshot: Any = None
-    trigger: str = "availableNow"
-    checkpoint_interval: Any = "0"
-    num_retained: int = 3
-    commit_mode: str = "checkpoint"
-    work_dir: str | None = None
-    state_partitions: int | None = None
-    takeover: bool = False
-    spark_conf: Mapping[str, Any] = field(default_factory=dict)
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    # no defaults: the operator's parameters are their one home
+    restore: str
+    restore_snapshot: Any
+    trigger: str
+    checkpoint_interval: Any
+    num_retained: int
+    commit_mode: str
+    work_dir: str | None
+    state_partitions: int | None
+    takeover: bool
+    spark_conf: Mapping[str, Any]
+    extra: Mapping[str, Any]
 
     def choose_restore(self, try_number: int, catalog: Catalog | None = None,
                        own_generations: Sequence[int] | None = None) -> str:

@@ -128,8 +128,12 @@ def operator(root: Path, **kwargs: Any) -> Any:
 
 def submit_settings(root: Path, **overrides: Any) -> Any:
     """`SubmitSettings` of job `JOB`, task ``submit``, with `root` as its store (no S3
-    options) and `overrides` (the operator's defaults otherwise)."""
+    options) and `overrides` (the values of a submit with default parameters otherwise)."""
     from airflow_sparkpoint.services.submit_try import SubmitSettings
 
-    values: dict[str, Any] = {"job": JOB, "task": "submit", "storage_uri": str(root), "storage_options": {}}
+    values: dict[str, Any] = {
+        "job": JOB, "task": "submit", "storage_uri": str(root), "storage_options": {}, "restore": "latest",
+        "restore_snapshot": None, "trigger": "availableNow", "checkpoint_interval": "0", "num_retained": 3,
+        "commit_mode": "checkpoint", "work_dir": None, "state_partitions": None, "takeover": False,
+        "spark_conf": {}, "extra": {}}
     return SubmitSettings(**{**values, **overrides})
