@@ -27,7 +27,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.runtime.livedir import try_lock
-from airflow_sparkpoint.services.detached import DriverProcess, group_exists
+from airflow_sparkpoint.services.detached import DriverProcess, group_exists, stop_group
 from airflow_sparkpoint.services.submit_dir import sweep
 from tests.support.totals_pipeline import E2E_JOB, Totals
 from tests.support.waits import wait_for
@@ -72,11 +72,6 @@ TASK = textwrap.dedent("""
 """)
 
 
-def _kill_group(pgid: int) -> None:
-    if group_exists(pgid):
-        os.killpg(pgid, signal.SIGKILL)
-
-
 def test_a_detached_driver_survives_its_tasks_group_kill_and_its_run_completes_exactly(
         airflow_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         request: pytest.FixtureRequest) -> None:
@@ -112,7 +107,7 @@ def test_a_detached_driver_survives_its_tasks_group_kill_and_its_run_completes_e
     assert (deferred["xcom"]["generation"] == generation
             and deferred["xcom"]["spark_application"]["generation"] == generation), deferred["xcom"]
     process = DriverProcess.from_json(deferred["trigger"]["process"])
-    request.addfinalizer(lambda: _kill_group(process.pgid))  # a failed check leaves no driver running
+    request.addfinalizer(lambda: stop_group(process, grace_s=0))  # a failed check leaves no driver running
     assert process.pgid != task.pid and group_exists(process.pgid), "the driver died with its task's group"
     status = pipeline.status()
     assert os.getpgid(int(status["pid"])) == process.pgid, "the Python driver is not in the detached group"
