@@ -171,6 +171,8 @@ INTERFACE_BASES = frozenset({
     "storage.base.Storage",  # the storage protocol: local, in-memory, S3, counting
     "sinks.base.Sink",  # the two-phase-commit sink protocol
     "operators.submit_deferred.DeferringSubmit",  # a Protocol: what a deferred submit uses of its operator
+    "operators.submit_publish.Finishing",  # a Protocol: what a run's end uses of the submit operator
+    "operators.driver_errors.FailedSubmit",  # a Protocol: what a run's failure uses of it
 })
 
 #: classes built on a concrete class of another module, known and not cut yet, by path

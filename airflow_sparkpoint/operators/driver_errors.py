@@ -7,15 +7,18 @@ for a driver's `ConfigError`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.exceptions import SparkpointError
 from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure
+from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 from airflow_sparkpoint.services.driver_errors import DriverError, DriverOutput, driver_error, failure
 from airflow_sparkpoint.services.stores import Catalog
 
-__all__ = ["DriverError", "DriverOutput", "SparkpointRunFailed", "failure", "run_failure"]
+__all__ = ["DriverError", "DriverOutput", "FailedSubmit", "SparkpointRunFailed", "failure", "run_failure",
+           "submit_failure"]
 
 
 class SparkpointRunFailed(AirflowException, SparkpointError):
@@ -41,3 +44,23 @@ def run_failure(job: str, catalog: Catalog, token: str, after: int, *, output: D
     if error.type == "ConfigError":
         return SparkpointConfigFailure(message)
     return SparkpointRunFailed(message, error)
+
+
+class FailedSubmit(Protocol):
+    """What `submit_failure` reads of the submit operator."""
+
+    job_name: str
+    _hook: Any  # the Spark provider's: a `SparkpointSubmitHook` once spark-submit ran here
+
+    @property
+    def sparkpoint_hook(self) -> Any: ...
+
+
+def submit_failure(op: FailedSubmit, catalog: Catalog, token: str, after: int) -> AirflowException | None:
+    """`run_failure` of the submit task `op`'s run: with what its spark-submit printed and
+    its exit code when spark-submit ran under this task (client mode, attached), scrubbed
+    of its connection's secrets."""
+    hook = op._hook if isinstance(op._hook, SparkpointSubmitHook) else None
+    return run_failure(op.job_name, catalog, token, after, output=hook.driver_output if hook else None,
+                       exit_code=getattr(getattr(hook, "_submit_sp", None), "returncode", None),
+                       scrub=op.sparkpoint_hook.scrub)

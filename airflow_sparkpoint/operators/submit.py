@@ -6,7 +6,8 @@ on the first try, the latest retained checkpoint of the task's own runs on every
 optionally ships the runtime with ``--py-files``, and returns the run result as XCom.
 An adapter: its rendered arguments become the job's submit settings, one call prepares
 the try (`services.submit_try`: the restore, the plan, the settings, the start), a
-deploy-mode module launches it, and its end becomes the XComs and asset events.
+deploy-mode module launches it, and its end becomes the XComs and asset events
+(`submit_publish.finish`).
 
 Client deploy mode (`submit_client`): the driver runs under the task, so a kill of the
 task reaches it (see `on_kill` and `airflow_sparkpoint.runtime.signals`); or, with
@@ -23,31 +24,27 @@ application id by it, never by "the newest generation", which another run may ho
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import XComArg
-from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.hooks.sparkpoint import storage_connection
 from airflow_sparkpoint.operators import lineage, submit_client, submit_cluster, submit_deferred
 from airflow_sparkpoint.operators.asset_events import AssetAliasAttribute, AssetEvents, AssetEventsAttribute
-from airflow_sparkpoint.operators.driver_errors import run_failure
 from airflow_sparkpoint.operators.job import JobHook, JobHookAttribute, default_deferrable
 from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink, SparkpointSparkUILink
-from airflow_sparkpoint.operators.metrics import emit_metrics_for
 from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure, check_spark
 from airflow_sparkpoint.operators.submit_deferred import never_expire
 from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 from airflow_sparkpoint.services.follow import StartedRun
-from airflow_sparkpoint.services.runs import committed_batches, read_result, task_try
+from airflow_sparkpoint.services.runs import task_try
 from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
-from airflow_sparkpoint.services.spark_env import spark_environment
 from airflow_sparkpoint.services.stores import Catalog
 from airflow_sparkpoint.services.submit import check_parameters, interval_text
 from airflow_sparkpoint.services.submit_try import SubmitSettings
@@ -247,15 +244,6 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         """
         return self._submit_settings().conf(restore)
 
-    def spark_environment(self, master: str, *, native_dir: str | None = None) -> dict[str, str]:
-        """spark-submit's environment additions (`services.spark_env.spark_environment`), from
-        this worker's environment with `env_vars`, the Spark `conf` and the `sparkpoint`
-        connection's ``pyspark_python``."""
-        from_conn = self.sparkpoint_hook.pyspark_python if self.sparkpoint_conn_id else None
-        return spark_environment({**os.environ, **(self.env_vars or {})}, self.conf or {}, master,
-                                 native_dir=native_dir, pyspark_python=from_conn,
-                                 pyspark_python_from=f"connection {self.sparkpoint_conn_id!r}")
-
     def _get_hook(self) -> SparkpointSubmitHook:
         return SparkpointSubmitHook.of(super()._get_hook(), self._secret_env)
 
@@ -293,32 +281,9 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         """The deferred run ended (`submit_deferred.complete`: as `execute` ends, or its error)."""
         return submit_deferred.complete(self, context, event, generation=generation, token=token, since=since)
 
-    def _finish(self, context: Context, catalog: Catalog, generation: int) -> dict[str, Any] | None:
-        """The end of a run that claimed `generation`: its result (XCom), metrics and asset events."""
-        result = read_result(catalog, generation)
-        emit_metrics_for(catalog, every=0)  # checkpoint metrics through Airflow's Stats (never raises)
-        if result is None:
-            self.log.warning("job %s generation %d ended without a Sparkpoint run result", self.job_name,
-                             generation)
-            return None
-        self.log.info("job %s generation %s %s: last batch %s, last checkpoint %s, savepoint %s",
-                      self.job_name, result.get("generation"), result.get("status"), result.get("last_batch"),
-                      result.get("last_checkpoint"), result.get("savepoint"))
-        self.sparkpoint_result = result
-        self._asset_events.emit_output(context, catalog, self.declared_output(), generation=generation,
-                                       batches=committed_batches(result), source="submit")
-        return result
-
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """OpenLineage: the output dataset (the declared sink) and the ``sparkpoint`` run facet."""
         return lineage.submit_lineage(self)
-
-    def _run_failure(self, catalog: Catalog, token: str, after: int) -> AirflowException | None:
-        """The run's own error as the task's exception, or None (`driver_errors.run_failure`)."""
-        hook = self._hook if isinstance(self._hook, SparkpointSubmitHook) else None
-        return run_failure(self.job_name, catalog, token, after, output=hook.driver_output if hook else None,
-                           exit_code=getattr(getattr(hook, "_submit_sp", None), "returncode", None),
-                           scrub=self.sparkpoint_hook.scrub)
 
     def on_kill(self) -> None:
         """End the driver through signals, never through a control request.

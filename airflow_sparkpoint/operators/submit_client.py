@@ -8,8 +8,8 @@ runs on this worker.
    driver then starts detached (`launch_and_defer`); else spark-submit runs as the task's
    child (the Spark provider's own execute), the run's claim is published as soon as the
    driver records it (`services.runs.RunWatcher`), a failure is the run's own error
-   (`driver_errors.run_failure`) rather than the hook's exit code, and its end is the
-   task's result, as a cluster-mode or deferred run's (the operator's ``_finish``).
+   (`driver_errors.submit_failure`) rather than the hook's exit code, and its end is the
+   task's result, as a cluster-mode or deferred run's (`submit_publish.finish`).
 2. `launch_and_defer`: spark-submit starts through the detached launcher in a session of
    its own (`services.detached.launch`), with the submission directory's lock handed over;
    the task waits for the driver's generation claim, publishes the same XComs as an
@@ -31,14 +31,15 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.exceptions import SparkpointError
-from airflow_sparkpoint.operators.driver_errors import run_failure
+from airflow_sparkpoint.operators.driver_errors import run_failure, submit_failure
 from airflow_sparkpoint.operators.submit_deferred import DeferringSubmit, deadline_of, defer, never_expire
-from airflow_sparkpoint.operators.submit_publish import found, push_history_link
+from airflow_sparkpoint.operators.submit_publish import finish, found, push_history_link
 from airflow_sparkpoint.services.detached import launch, stop_group
 from airflow_sparkpoint.services.detached_run import DetachedRecord
 from airflow_sparkpoint.services.driver_claim import await_claim
 from airflow_sparkpoint.services.processes import terminate_tree
 from airflow_sparkpoint.services.runs import AirflowTry, RunWatcher, find_claim, record_launch
+from airflow_sparkpoint.services.spark_env import spark_environment
 from airflow_sparkpoint.services.stores import Catalog
 from airflow_sparkpoint.services.submit import driver_environment, secret_environment
 from airflow_sparkpoint.services.submit_dir import (
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 
     from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
 
-__all__ = ["ClientSubmit", "launch_and_defer", "run", "stop"]
+__all__ = ["ClientSubmit", "launch_and_defer", "run", "stop", "submit_environment"]
 
 class ClientSubmit(DeferringSubmit, Protocol):
     """What this module uses of `SparkpointSubmitOperator` beyond a deferring submit."""
@@ -71,14 +72,14 @@ class ClientSubmit(DeferringSubmit, Protocol):
 
     def _get_hook(self) -> SparkpointSubmitHook: ...
 
-    def spark_environment(self, master: str, *, native_dir: str | None = None) -> dict[str, str]: ...
+    conf: Any
 
 
 def run(op: ClientSubmit, context: Context, catalog: Catalog, *, token: str, since: int,
         starter: AirflowTry, spark_submit: Callable[[Context], Any]) -> dict[str, Any] | None:
     """Run the submit on this worker: detached and deferred (never returns then), or as the
     task's child through `spark_submit` (the Spark provider's execute) until it ends; then
-    the run's end (the operator's ``_finish``: its result), or None when the job claimed no
+    the run's end (`submit_publish.finish`: its result), or None when the job claimed no
     generation (logged).
 
     :raises SparkpointRunFailed: the run failed and reported its own error.
@@ -95,7 +96,7 @@ def run(op: ClientSubmit, context: Context, catalog: Catalog, *, token: str, sin
         op.env_vars = {k: v for k, v in (op.env_vars or {}).items()
                        if not (k == ROCKSDB_LIBRARY_DIR_ENV and v == op._native_dir)}
         op._native_dir = submit_dir.native_dir
-        op.env_vars = {**op.spark_environment(master, native_dir=submit_dir.native_dir), **op.env_vars}
+        op.env_vars = {**submit_environment(op, master, native_dir=submit_dir.native_dir), **op.env_vars}
         if op.ship_runtime:
             op.py_files = with_runtime_zip(op.py_files, submit_dir.path)
         op._hook = None  # rebuilt with the final environment and files
@@ -111,7 +112,7 @@ def run(op: ClientSubmit, context: Context, catalog: Catalog, *, token: str, sin
         spark_submit(context)
     except AirflowException as exc:
         # The hook's message is only the command and its exit code: the run's own error first.
-        reported = op._run_failure(catalog, token, since)
+        reported = submit_failure(op, catalog, token, since)
         if reported is None:
             raise
         raise reported from exc
@@ -128,7 +129,17 @@ def run(op: ClientSubmit, context: Context, catalog: Catalog, *, token: str, sin
     if op.sparkpoint_run is None:
         op.log.warning("job %s ended without claiming a generation (did it call job.run()?)", op.job_name)
         return None
-    return op._finish(context, catalog, int(op.sparkpoint_run["generation"]))
+    return finish(op, context, catalog, int(op.sparkpoint_run["generation"]))
+
+
+def submit_environment(op: ClientSubmit, master: str, *, native_dir: str | None = None) -> dict[str, str]:
+    """spark-submit's environment additions (`services.spark_env.spark_environment`), from
+    this worker's environment with the task's `env_vars`, its Spark `conf` and its
+    ``sparkpoint`` connection's ``pyspark_python``."""
+    from_conn = op.sparkpoint_hook.pyspark_python if op.sparkpoint_conn_id else None
+    return spark_environment({**os.environ, **(op.env_vars or {})}, op.conf or {}, master,
+                             native_dir=native_dir, pyspark_python=from_conn,
+                             pyspark_python_from=f"connection {op.sparkpoint_conn_id!r}")
 
 
 def launch_and_defer(op: ClientSubmit, context: Context, catalog: Catalog, *, token: str,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_sparkpoint.hooks.spark_cluster import cluster_manager
+from airflow_sparkpoint.operators.driver_errors import submit_failure
 from airflow_sparkpoint.operators.submit_deferred import (
     DeferringSubmit,
     complete,
@@ -140,7 +141,7 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
     claim = outcome.claim
     if claim is None:
         op._cluster_run = None
-        failed = op._run_failure(catalog, token, since) if outcome.ended else None
+        failed = submit_failure(op, catalog, token, since) if outcome.ended else None
         raise failed or AirflowException(outcome.message)
     found(op, context["ti"], claim)
     generation = claim.generation

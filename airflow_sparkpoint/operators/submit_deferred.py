@@ -29,7 +29,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowTaskTimeout
 
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.hooks.spark_cluster import cluster_handle
-from airflow_sparkpoint.operators.submit_publish import found
+from airflow_sparkpoint.operators.driver_errors import FailedSubmit, submit_failure
+from airflow_sparkpoint.operators.submit_publish import Finishing, finish, found
 from airflow_sparkpoint.services.cluster_manager import cluster_record
 from airflow_sparkpoint.services.detached import DriverProcess
 from airflow_sparkpoint.services.detached_run import (
@@ -55,7 +56,7 @@ __all__ = ["CLAIM_TIMEOUT_S", "DETACHED_KEY", "DeferringSubmit", "DetachedRecord
            "complete", "deadline_of", "defer", "never_expire", "reattach", "resume", "wait_out"]
 
 
-class DeferringSubmit(Protocol):
+class DeferringSubmit(Finishing, FailedSubmit, Protocol):
     """What this module uses of `SparkpointSubmitOperator` (it imports this module)."""
 
     job_name: str
@@ -80,10 +81,6 @@ class DeferringSubmit(Protocol):
     def execute(self, context: Context) -> dict[str, Any] | None: ...
 
     def _catalog(self) -> Catalog: ...
-
-    def _run_failure(self, catalog: Catalog, token: str, after: int) -> AirflowException | None: ...
-
-    def _finish(self, context: Context, catalog: Catalog, generation: int) -> dict[str, Any] | None: ...
 
     def defer(self, *, trigger: Any, method_name: str, kwargs: dict[str, Any] | None = None,
               timeout: timedelta | None = None) -> NoReturn: ...
@@ -235,11 +232,11 @@ def complete(op: DeferringSubmit, context: Context, event: Any, *, generation: i
     if end.status == "dead":
         raise AirflowException(end.message)
     if end.status == "failed":
-        failed = op._run_failure(catalog, token, since) if token else None
+        failed = submit_failure(op, catalog, token, since) if token else None
         raise failed or AirflowException(end.message)
     if end.status == "cleared":
         op.log.info("%s", end.message)
         op.sparkpoint_run = None  # the new run's claim is published again
         return op.execute(context)
     found(op, context["ti"], catalog.generation_claim(generation))
-    return op._finish(context, catalog, generation)
+    return finish(op, context, catalog, generation)

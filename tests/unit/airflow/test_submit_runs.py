@@ -34,6 +34,14 @@ __all__ = ["driver"]  # the fixture
 pytestmark = pytest.mark.airflow
 
 
+def submit_environment(op: Any, master: str, **kwargs: Any) -> dict[str, str]:
+    """`submit_client.submit_environment` (imported when called: Airflow is not imported
+    when this module is)."""
+    from airflow_sparkpoint.operators.submit_client import submit_environment
+
+    return submit_environment(op, master, **kwargs)
+
+
 @pytest.fixture(autouse=True)
 def _airflow(airflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
@@ -274,18 +282,19 @@ def test_python_of_sparks_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
     root = tmp_path / "sp"
-    local = operator(root).spark_environment("local[2]")
+    local = submit_environment(operator(root), "local[2]")
     assert local["PYSPARK_PYTHON"] == sys.executable and local["PYSPARK_DRIVER_PYTHON"] == sys.executable
-    cluster = operator(root).spark_environment("spark://10.0.0.1:7077")
+    cluster = submit_environment(operator(root), "spark://10.0.0.1:7077")
     assert cluster["PYSPARK_PYTHON"] == "python3", "this worker's venv path means nothing on a cluster"
     assert cluster["PYSPARK_DRIVER_PYTHON"] == sys.executable  # client mode: the driver runs here
     monkeypatch.setenv("AIRFLOW_CONN_SP_PY", json.dumps(
         {"conn_type": "sparkpoint", "host": str(root), "extra": {"pyspark_python": "/opt/conda/bin/python"}}))
-    from_conn = operator(root, checkpoint_dir=None, sparkpoint_conn_id="sp_py").spark_environment("yarn")
+    from_conn = submit_environment(operator(root, checkpoint_dir=None, sparkpoint_conn_id="sp_py"), "yarn")
     assert from_conn["PYSPARK_PYTHON"] == "/opt/conda/bin/python"
     python_conf = {"spark.pyspark.python": "/x/python"}
-    assert "PYSPARK_PYTHON" not in operator(root, conf=python_conf).spark_environment("yarn")
-    assert "PYSPARK_PYTHON" not in operator(root, env_vars={"PYSPARK_PYTHON": "/y"}).spark_environment("yarn")
+    assert "PYSPARK_PYTHON" not in submit_environment(operator(root, conf=python_conf), "yarn")
+    python_env = {"PYSPARK_PYTHON": "/y"}
+    assert "PYSPARK_PYTHON" not in submit_environment(operator(root, env_vars=python_env), "yarn")
 
 
 def test_the_drivers_rocksdb_library_goes_to_the_submission_directory_unless_one_is_set(
@@ -293,15 +302,14 @@ def test_the_drivers_rocksdb_library_goes_to_the_submission_directory_unless_one
 ) -> None:
     monkeypatch.delenv("ROCKSDB_SHAREDLIB_DIR", raising=False)
     root = tmp_path / "sp"
-    assert operator(root).spark_environment("local[2]",
-                                            native_dir="/t/d/native")["ROCKSDB_SHAREDLIB_DIR"] == \
-        "/t/d/native"
-    assert "ROCKSDB_SHAREDLIB_DIR" not in operator(root).spark_environment("local[2]")
-    given = operator(root, env_vars={"ROCKSDB_SHAREDLIB_DIR": "/mine"}).spark_environment("local[2]",
-                                                                                          native_dir="/x")
+    native = submit_environment(operator(root), "local[2]", native_dir="/t/d/native")
+    assert native["ROCKSDB_SHAREDLIB_DIR"] == "/t/d/native"
+    assert "ROCKSDB_SHAREDLIB_DIR" not in submit_environment(operator(root), "local[2]")
+    mine = operator(root, env_vars={"ROCKSDB_SHAREDLIB_DIR": "/mine"})
+    given = submit_environment(mine, "local[2]", native_dir="/x")
     assert "ROCKSDB_SHAREDLIB_DIR" not in given  # the task's env_vars keep theirs
     monkeypatch.setenv("ROCKSDB_SHAREDLIB_DIR", "/workers")
-    assert "ROCKSDB_SHAREDLIB_DIR" not in operator(root).spark_environment("local[2]", native_dir="/x")
+    assert "ROCKSDB_SHAREDLIB_DIR" not in submit_environment(operator(root), "local[2]", native_dir="/x")
 
 
 @pytest.mark.parametrize("exit_code", [0, 1])
@@ -367,15 +375,16 @@ def test_a_worker_without_a_spark_distribution_leaves_spark_home_and_the_drivers
     root = tmp_path / "sp"
     monkeypatch.setenv("AIRFLOW_CONN_SP_PY", json.dumps(
         {"conn_type": "sparkpoint", "host": str(root), "extra": {"pyspark_python": "/spark-env/bin/python"}}))
-    from_conn = operator(root, checkpoint_dir=None, sparkpoint_conn_id="sp_py").spark_environment("local[2]")
+    by_conn = operator(root, checkpoint_dir=None, sparkpoint_conn_id="sp_py")
+    from_conn = submit_environment(by_conn, "local[2]")
     assert "SPARK_HOME" not in from_conn, \
         f"SPARK_HOME set to a pyspark that is no Spark distribution: {from_conn}"
     assert "PYSPARK_DRIVER_PYTHON" not in from_conn, \
         f"the driver would run this worker's interpreter, which has no pyspark to run it: {from_conn}"
     assert from_conn["PYSPARK_PYTHON"] == "/spark-env/bin/python"  # Spark runs the driver with it too
-    local = operator(root).spark_environment("local[2]")
+    local = submit_environment(operator(root), "local[2]")
     assert "PYSPARK_DRIVER_PYTHON" not in local and local["PYSPARK_PYTHON"] == "python3", local
-    given = operator(root, env_vars={"PYSPARK_DRIVER_PYTHON": "/d"}).spark_environment("local[2]")
+    given = submit_environment(operator(root, env_vars={"PYSPARK_DRIVER_PYTHON": "/d"}), "local[2]")
     assert "PYSPARK_DRIVER_PYTHON" not in given and given["PYSPARK_PYTHON"] == "python3", given
 
 
