@@ -281,24 +281,25 @@ def pacer(catalog: Catalog, after: int, commit_mode: str, pause_dir: Path,
     with a line in `notes`, `PACE_TIMEOUT_S` after the driver got there without it (the
     fault then likely does not fire, and the trial says so). The catalog is read only
     while the driver is held (a driver killed before batch `after` + 1 never is)."""
-    reached_at: list[float] = []
-    released: list[bool] = []
+    reached_at: float | None = None
+    released = False
 
     def poll() -> None:
+        nonlocal reached_at, released
         if released:
             return
-        if not reached_at:
+        if reached_at is None:
             if not (pause_dir / "stage.reached").exists():
                 return
-            reached_at.append(time.monotonic())
+            reached_at = time.monotonic()
         ready = _checkpointed(catalog, after, commit_mode)
-        if not ready and time.monotonic() - reached_at[0] <= PACE_TIMEOUT_S:
+        if not ready and time.monotonic() - reached_at <= PACE_TIMEOUT_S:
             return
         if not ready:
             notes.append(f"pacing: no checkpoint of batch {after} within {PACE_TIMEOUT_S:.0f} s of the "
                          f"driver reaching stage:{after + 1}; released it anyway")
         (pause_dir / "stage.release").touch()
-        released.append(True)
+        released = True
 
     return poll
 

@@ -5,7 +5,7 @@
 * every batch is written as 3 files (so a promotion stopped halfway is really partial);
 * the harness paces a batch from outside (so that a fault armed in the checkpoint of
   batch B fires): it holds the driver at the runtime's pause point ``stage`` of batch B+1
-  (``spark.sparkpoint.test.pauseAt``), see `tests.chaos.scenarios.TrialRun._pace`.
+  (``spark.sparkpoint.test.pauseAt``), see `tests.chaos.scenarios.pacer`.
 """
 
 from __future__ import annotations
