@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.faults import ENV, ENV_ONCE
 from airflow_sparkpoint.runtime import livedir
@@ -58,10 +58,20 @@ from tests.chaos.harness import (
     write_inputs,
 )
 
+if TYPE_CHECKING:
+    from airflow_sparkpoint.checkpoints import Catalog
+
 #: fault points of the stop-with-savepoint path: a processingTime job, stopped when drained
 STOP_POINTS = ("savepoint", "stopped")
-#: fault points inside a checkpoint: the batch after is held until that checkpoint exists
+#: fault points inside a checkpoint: the batch after is held (at pause point ``stage``)
+#: until that checkpoint exists (`pacer`). The coordinator checkpoints the newest
+#: confirmed batch and skips ones queued up behind a slow checkpoint: unpaced, a
+#: checkpoint of the fault's batch may never be taken
 PACED_POINTS = ("copy", "metadata", "checkpointed", "retention")
+#: how long pacing holds a driver at the batch after for that checkpoint before it gives up
+PACE_TIMEOUT_S = 300.0
+#: the Spark conf keys of the runtime's pause points (`airflow_sparkpoint.faults`)
+PAUSE_AT, PAUSE_DIR = "spark.sparkpoint.test.pauseAt", "spark.sparkpoint.test.pauseDir"
 #: how long the stop-abort scenario holds the batch after the driver took the stop request
 STOP_SETTLE_S = 5.0
 SCENARIOS = ("crash", "rewind", "retention", "stop-abort", "rollback", "cutover")
@@ -130,21 +140,28 @@ class TrialRun:
     def job(self, name: str, fault: Fault | None = None, *, conf: Mapping[str, str] | None = None,
             stop_when_drained: bool = False, commit: bool = True, pace_after: int | None = None,
             on_poll: Callable[[], None] | None = None) -> Run:
-        """One driver (armed with `fault` when it is a driver fault); then, in external
-        mode and unless `commit` is False, the commit step (armed with a commit-step fault)."""
+        """One driver (armed with `fault` when it is a driver fault; paced after batch
+        `pace_after`, by default after a `PACED_POINTS` fault's batch: `pacer`); then, in
+        external mode and unless `commit` is False, the commit step (armed with a
+        commit-step fault).
+
+        Raises ValueError if pacing and the `conf` of the caller both arm pause point
+        ``stage`` (`arm_stage_pause`)."""
         job_fault = fault if fault is not None and fault.where == "job" else None
         env, marker = self._arm(job_fault)
         args = ["--input", str(self.base / "input"), "--output", self.case.output()]
         if pace_after is None and job_fault is not None and job_fault.point in PACED_POINTS \
                 and job_fault.batch is not None and job_fault.batch < self.last_batch:
             pace_after = job_fault.batch
-        if pace_after is not None:
-            args += ["--pace-after", str(pace_after)]
         full_conf = {**self.conf, **(conf or {})}
         poll = on_poll
+        if pace_after is not None:
+            pause_dir = arm_stage_pause(full_conf, pace_after + 1, self.base / f"pause-{name}")
+            poll = _chain(poll, pacer(self.catalog, pace_after, full_conf["spark.sparkpoint.commit.mode"],
+                                      pause_dir, self.result.notes))
         if stop_when_drained:
             full_conf["spark.sparkpoint.trigger"] = "processingTime:500ms"
-            poll = _chain(on_poll, self._stop_when_drained())
+            poll = _chain(poll, self._stop_when_drained())
         run = spark_submit(JOBS / self.case.script, conf=full_conf, args=args, log=self.base / f"{name}.log",
                            env=env, on_poll=poll)
         self.result.logs.append(run.log)
@@ -255,6 +272,61 @@ def _drained(status: Mapping[str, Any], last_input: int) -> bool:
         return False
     ends = livedir.source_log_ends(live, last)
     return bool(ends) and all(end >= last_input for end in ends.values())
+
+
+def pacer(catalog: Catalog, after: int, commit_mode: str, pause_dir: Path,
+          notes: list[str]) -> Callable[[], None]:
+    """An `on_poll` releasing the driver held at pause point ``stage`` of batch `after` + 1
+    (in `pause_dir`, see `arm_stage_pause`) once `_checkpointed` holds for `after`; or,
+    with a line in `notes`, `PACE_TIMEOUT_S` after the driver got there without it (the
+    fault then likely does not fire, and the trial says so). The catalog is read only
+    while the driver is held (a driver killed before batch `after` + 1 never is)."""
+    reached_at: float | None = None
+    released = False
+
+    def poll() -> None:
+        nonlocal reached_at, released
+        if released:
+            return
+        if reached_at is None:
+            if not (pause_dir / "stage.reached").exists():
+                return
+            reached_at = time.monotonic()
+        ready = _checkpointed(catalog, after, commit_mode)
+        if not ready and time.monotonic() - reached_at <= PACE_TIMEOUT_S:
+            return
+        if not ready:
+            notes.append(f"pacing: no checkpoint of batch {after} within {PACE_TIMEOUT_S:.0f} s of the "
+                         f"driver reaching stage:{after + 1}; released it anyway")
+        (pause_dir / "stage.release").touch()
+        released = True
+
+    return poll
+
+
+def _checkpointed(catalog: Catalog, batch: int, commit_mode: str) -> bool:
+    """Whether a checkpoint of `batch` or later is complete and, in ``checkpoint`` commit
+    mode, no transaction record of a batch up to `batch` is left (all committed)."""
+    latest = catalog.latest()
+    if latest is None or latest.batch_id < batch:
+        return False
+    return commit_mode != "checkpoint" or all(r.batch_id > batch for r in catalog.transactions())
+
+
+def arm_stage_pause(conf: dict[str, str], batch: int, default_dir: Path) -> Path:
+    """Arm pause point ``stage:<batch>`` in `conf` beside the pause points the caller
+    armed there (their directory, else `default_dir`); return the pause directory.
+
+    Raises ValueError if the caller armed ``stage`` itself (a point pauses once) or armed
+    points without a directory."""
+    armed = conf.get(PAUSE_AT, "").strip()
+    if "stage" in (item.partition(":")[0].strip() for item in armed.split(",")):
+        raise ValueError(f"pacing arms pause point stage:{batch}, but the run arms {PAUSE_AT}={armed!r}")
+    if armed and not conf.get(PAUSE_DIR):
+        raise ValueError(f"{PAUSE_AT}={armed!r} without {PAUSE_DIR}")
+    conf[PAUSE_AT] = ",".join(filter(None, (armed, f"stage:{batch}")))
+    conf.setdefault(PAUSE_DIR, str(default_dir))
+    return Path(conf[PAUSE_DIR])
 
 
 def _chain(*polls: Callable[[], None] | None) -> Callable[[], None]:

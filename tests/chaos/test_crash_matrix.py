@@ -27,7 +27,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,6 +168,76 @@ def test_every_cutover_point_is_planned_on_its_cases_in_checkpoint_mode_only() -
     assert [t.faults[0] for t in every] == [*(cutover.fault_for(p) for p in CUTOVER_POINTS), cutover.ROLLBACK]
     assert {t.scenario for t in every} == {"cutover"} and len({t.index for t in every}) == len(every)
 
+
+
+def test_pacing_arms_pause_point_stage_beside_the_run_s_own_pause_points(tmp_path: Path) -> None:
+    from tests.chaos.scenarios import PAUSE_AT, PAUSE_DIR, arm_stage_pause
+
+    alone = {"spark.sparkpoint.job": "j"}
+    assert arm_stage_pause(alone, 3, tmp_path / "mine") == tmp_path / "mine"
+    assert alone == {"spark.sparkpoint.job": "j", PAUSE_AT: "stage:3", PAUSE_DIR: str(tmp_path / "mine")}
+    theirs = {PAUSE_AT: "recorded:2", PAUSE_DIR: str(tmp_path / "theirs")}
+    assert arm_stage_pause(theirs, 3, tmp_path / "mine") == tmp_path / "theirs"
+    assert theirs == {PAUSE_AT: "recorded:2,stage:3", PAUSE_DIR: str(tmp_path / "theirs")}
+    with pytest.raises(ValueError, match="pacing arms pause point stage:3, but the run arms"):
+        arm_stage_pause({PAUSE_AT: "recorded:2, stage:1", PAUSE_DIR: str(tmp_path)}, 3, tmp_path)
+    with pytest.raises(ValueError, match="without spark.sparkpoint.test.pauseDir"):
+        arm_stage_pause({PAUSE_AT: "recorded:2"}, 3, tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["checkpoint", "external"])
+def test_pacing_releases_the_batch_after_once_its_checkpoint_is_complete_and_in_checkpoint_mode_committed(
+        tmp_path: Path, mode: str) -> None:
+    from types import SimpleNamespace
+
+    from tests.chaos.scenarios import pacer
+
+    latest: list[SimpleNamespace] = []
+    records = [SimpleNamespace(batch_id=2), SimpleNamespace(batch_id=3)]
+    catalog: Any = SimpleNamespace(latest=lambda: latest[-1] if latest else None,
+                                   transactions=lambda: records)
+    notes: list[str] = []
+    poll = pacer(catalog, 2, mode, tmp_path, notes)
+    latest.append(SimpleNamespace(batch_id=2))
+    release = tmp_path / "stage.release"
+    poll()
+    assert not release.exists()  # the driver is not held yet: nothing read, nothing released
+    (tmp_path / "stage.reached").write_text("{}")
+    latest.clear()
+    poll()
+    assert not release.exists()  # no checkpoint yet
+    latest.append(SimpleNamespace(batch_id=1))
+    poll()
+    assert not release.exists()  # an older one
+    latest.append(SimpleNamespace(batch_id=2))
+    poll()
+    assert release.exists() == (mode == "external")  # batch 2's record is not committed yet
+    records.pop(0)
+    poll()
+    assert release.exists() and notes == []
+
+
+def test_pacing_releases_with_a_note_when_the_checkpoint_never_comes(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from tests.chaos import scenarios
+
+    monkeypatch.setattr(scenarios, "PACE_TIMEOUT_S", 0.2)
+    catalog: Any = SimpleNamespace(latest=lambda: None, transactions=list)
+    notes: list[str] = []
+    poll = scenarios.pacer(catalog, 2, "checkpoint", tmp_path, notes)
+    poll()
+    time.sleep(0.3)
+    poll()
+    assert not (tmp_path / "stage.release").exists()  # the timeout counts from the driver's arrival
+    (tmp_path / "stage.reached").write_text("{}")
+    poll()
+    time.sleep(0.3)
+    poll()
+    assert (tmp_path / "stage.release").exists()
+    assert notes == [("pacing: no checkpoint of batch 2 within 0 s of the driver reaching stage:3; "
+                      "released it anyway")]
 
 
 def test_the_checks_see_duplicates_losses_and_wrong_rows(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ partitioned by user (3 files per batch).
 ``dropDuplicates`` keeps state, so a restart must restore it; every input id must land
 exactly once.
 
-    spark-submit ... delta_append_job.py --input DIR --output TABLE [--pace-after B]
+    spark-submit ... delta_append_job.py --input DIR --output TABLE
 """
 
 from __future__ import annotations

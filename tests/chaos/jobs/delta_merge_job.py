@@ -1,6 +1,6 @@
 """Chaos job: per-user running totals merged into a Delta table (DeltaSink mode=merge).
 
-    spark-submit ... delta_merge_job.py --input DIR --output TABLE [--pace-after B]
+    spark-submit ... delta_merge_job.py --input DIR --output TABLE
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Chaos job: de-duplicated events as JSON files (DirectorySink: Spark's writer into a
 hidden ``_staging``, promoted by rename locally or server-side copy on S3), 3 per batch.
 
-    spark-submit ... directory_job.py --input DIR --output DIR|s3://bucket/prefix [--pace-after B]
+    spark-submit ... directory_job.py --input DIR --output DIR|s3://bucket/prefix
 """
 
 from __future__ import annotations
