@@ -135,10 +135,9 @@ def defer(op: DeferringSubmit, context: Context, *, generation: int, token: str,
 
 
 def reattach(op: DeferringSubmit, context: Context, catalog: Catalog, starter: AirflowTry,
-             own: list[int] | None) -> None:
-    """Defer on the task's own live run when there is one (`services.detached_run.resumption`);
-    else return and let the task start a new generation."""
-    record = DetachedRecord.load(context.get("task_state_store"))
+             own: list[int] | None, record: DetachedRecord | None) -> None:
+    """Defer on the task's own live run when there is one (`services.detached_run.resumption`,
+    with the task's `record` of its run); else return and let the task start a new generation."""
     again = resumption(catalog, starter, own=own, record=record, dead_after=op.dead_after,
                        deadline=lambda: deadline_of(op))
     if again is None:
@@ -170,14 +169,13 @@ def _stop_cleared(op: DeferringSubmit, context: Context, catalog: Catalog, run: 
                      log=op.log)
 
 
-def wait_out(op: DeferringSubmit, context: Context, catalog: Catalog, starter: AirflowTry,
-             own: list[int] | None) -> bool:
+def wait_out(op: DeferringSubmit, catalog: Catalog, starter: AirflowTry, own: list[int] | None,
+             record: DetachedRecord | None) -> bool:
     """Wait for the end of the task's own live run that a stop or cancel is ending
     (`services.detached_run.wait_out_stopping_run`: a clear whose trigger's cancel came
     before this try looked); whether there was one (then the try plans its restore again:
     the ended run's last checkpoint counts)."""
-    lines = wait_out_stopping_run(catalog, starter, own=own, dead_after=op.dead_after,
-                                  record=DetachedRecord.load(context.get("task_state_store")))
+    lines = wait_out_stopping_run(catalog, starter, own=own, dead_after=op.dead_after, record=record)
     for line in lines:
         op.log.info("%s", line)
     return bool(lines)
@@ -193,9 +191,10 @@ def resume(op: DeferringSubmit, context: Context, catalog: Catalog, starter: Air
     :raises ConfigError: a setting is invalid (the try prepared again).
     :raises StorageError: the store cannot be read.
     """
-    reattach(op, context, catalog, starter, prepared.own)
+    record = DetachedRecord.load(context.get("task_state_store"))  # neither step changes it
+    reattach(op, context, catalog, starter, prepared.own, record)
     # a clear whose cancel came first: its dying run ended, and its last checkpoint counts
-    if wait_out(op, context, catalog, starter, prepared.own):
+    if wait_out(op, catalog, starter, prepared.own, record):
         return prepared.again(catalog, context.get("task_state_store"), logger=op.log)
     return prepared
 
