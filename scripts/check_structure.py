@@ -37,7 +37,8 @@
   signal, each with its reason (`errors_outside_tree`);
 * a job script (a ``.py`` file in a ``jobs/`` folder of ``dags/`` or ``tests/``) imports
   from the package only what a job author may: `JOB_SCRIPT_IMPORTS` (``runtime`` and
-  ``sinks``; the test-only pause and fault points of ``faults``), with no exception.
+  ``sinks``), with no exception: a test arms the runtime's pause and fault points through
+  the Spark conf or the environment, never by importing ``faults``.
   Reporting the result and a clean exit are ``SparkpointJob.main``'s; a test that needs
   more (the chaos pacing) does it from outside the driver.
 
@@ -351,8 +352,8 @@ def cross_package_test_imports(tests_dir: Path) -> list[tuple[Path, int, str]]:
     return sorted(found)
 
 
-#: what a job script may import from the package: the job author's API (and the test hooks)
-JOB_SCRIPT_IMPORTS = ("airflow_sparkpoint.runtime", "airflow_sparkpoint.sinks", "airflow_sparkpoint.faults")
+#: what a job script may import from the package: the job author's API
+JOB_SCRIPT_IMPORTS = ("airflow_sparkpoint.runtime", "airflow_sparkpoint.sinks")
 
 
 def job_script_imports(repo: Path) -> list[tuple[Path, int, str]]:

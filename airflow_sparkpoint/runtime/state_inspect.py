@@ -2,7 +2,7 @@
 
 ::
 
-    from airflow_sparkpoint.runtime.inspect import inspect_snapshot, open_state
+    from airflow_sparkpoint.runtime.state_inspect import inspect_snapshot, open_state
 
     state = inspect_snapshot(spark, "s3://bucket/sp/orders/savepoints/savepoint-9-1c2d3e4f")
     for op in state.operators:

@@ -102,7 +102,7 @@ class Sink(abc.ABC):
 
     @staticmethod
     def registered() -> Mapping[str, type[Sink]]:
-        """Every sink class imported so far, by `kind` (`sinks.kinds.sink_from_config`)."""
+        """Every sink class imported so far, by `kind` (`sinks.registry.sink_from_config`)."""
         return dict(Sink._registry)
 
     @classmethod

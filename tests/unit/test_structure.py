@@ -222,10 +222,10 @@ def test_an_import_of_another_test_package_is_reported(tmp_path: Path,
 def test_a_job_script_importing_more_than_the_job_author_s_api_is_reported(tmp_path: Path) -> None:
     files = {
         "dags/jobs/ok.py": ("from airflow_sparkpoint.runtime import SparkpointJob\n"
-                            "from airflow_sparkpoint.sinks import DeltaSink\nfrom "
-                            "airflow_sparkpoint import faults\n"),
+                            "from airflow_sparkpoint.sinks import DeltaSink\n"),
         "dags/jobs/bad.py": ("def main():\n    from airflow_sparkpoint.checkpoints.run_result "
-                             "import result_line\n"),
+                             "import result_line\n"
+                             "from airflow_sparkpoint import faults\n"),  # pause points: the runtime's conf
         "tests/races/jobs/bad.py": ("import airflow_sparkpoint.process_exit\nfrom airflow_sparkpoint "
                                     "import checkpoints\n"),
         "tests/races/helper.py": "from airflow_sparkpoint.checkpoints import Catalog\n",  # no job script
@@ -239,6 +239,7 @@ def test_a_job_script_importing_more_than_the_job_author_s_api_is_reported(tmp_p
         (tmp_path / name).write_text(text)
     assert check.job_script_imports(tmp_path) == [
         (tmp_path / "dags/jobs/bad.py", 2, "airflow_sparkpoint.checkpoints.run_result"),
+        (tmp_path / "dags/jobs/bad.py", 3, "airflow_sparkpoint.faults"),
         (tmp_path / "tests/chaos/jobs/_chaosjob.py", 3, "airflow_sparkpoint.checkpoints"),
         (tmp_path / "tests/races/jobs/bad.py", 1, "airflow_sparkpoint.process_exit"),
         (tmp_path / "tests/races/jobs/bad.py", 2, "airflow_sparkpoint.checkpoints"),
