@@ -1,6 +1,7 @@
 """docs/ARCHITECTURE.md names real modules and real names: every ``path.py`` (under
 ``airflow_sparkpoint/``) or package ``dir/`` it cites exists, and every name cited beside a
-module in the concept table is defined at that module's top level."""
+module in the concept table is defined at that module's top level (a ``Class.member``: in
+that class)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ def test_every_name_in_the_concept_table_is_defined_in_its_module() -> None:
     rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
     assert len(rows) > 20, "the concept table was found"
     problems = []
+    checked = 0
     for row in rows:
         home = row.rstrip(" |").rsplit(" | ", 1)[1]
         for part in home.split(";"):
@@ -65,7 +67,35 @@ def test_every_name_in_the_concept_table_is_defined_in_its_module() -> None:
                     problems.append(f"{name}: no module beside it in {part.strip()!r}")
                 elif not any(name in _top_level_names(PACKAGE / m) for m in modules):
                     problems.append(f"{name}: not defined in {modules}")
+            for name in (t for t in tokens if re.fullmatch(r"[A-Z]\w*\.[A-Za-z_]\w*", t)):
+                checked += 1
+                owner, member = name.split(".")
+                members = [_members(PACKAGE / m, owner) for m in modules]
+                if not any(found is not None and member in found for found in members):
+                    problems.append(f"{name}: no class {owner} with {member} in {modules}")
+    assert checked > 5, "the scan found Class.member names"
     assert not problems, "\n".join(problems)
+
+
+def _members(path: Path, owner: str) -> set[str] | None:
+    """The names class `owner` defines in module `path` (methods, class attributes, the
+    attributes its methods set on ``self``), or None when the module has no such class."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.ClassDef) and node.name == owner:
+            names = set()
+            for inner in ast.walk(node):
+                if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(inner.name)
+                targets = inner.targets if isinstance(inner, ast.Assign) else \
+                    [inner.target] if isinstance(inner, ast.AnnAssign) else []
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        names.add(target.id)
+                    elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                            and target.value.id == "self":
+                        names.add(target.attr)
+            return names
+    return None
 
 
 def test_every_module_is_cited_by_the_page() -> None:
