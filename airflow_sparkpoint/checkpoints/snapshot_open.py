@@ -10,13 +10,19 @@ from typing import TYPE_CHECKING, Any
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.catalog_types import SnapshotHandle
 from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata
-from airflow_sparkpoint.exceptions import CorruptMetadata, ObjectNotFound, RestoreError, StorageError
+from airflow_sparkpoint.exceptions import (
+    CorruptMetadata,
+    ObjectNotFound,
+    ObjectTooLarge,
+    RestoreError,
+    StorageError,
+)
 from airflow_sparkpoint.storage import Storage, open_storage
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.lineage import Origin
 
-__all__ = ["open_restart_snapshot", "open_snapshot", "stored_sizes"]
+__all__ = ["open_restart_snapshot", "open_snapshot", "snapshot_at", "stored_sizes"]
 
 log = logging.getLogger(__name__)
 
@@ -46,43 +52,57 @@ def stored_sizes(
     return sizes
 
 
-def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None,
-                  store: Storage | None = None) -> SnapshotHandle:
-    """Open a checkpoint or savepoint directory given by URI or path (for ``restore=``).
-    `store`: the directory, already open (a savepoint-shaped one: a savepoint or a pin).
+def snapshot_at(uri: str, *, storage_options: Mapping[str, Any] | None = None,
+                store: Storage | None = None, named: str | None = None) -> SnapshotHandle:
+    """A handle on the checkpoint or savepoint directory `uri` (`store`: that directory,
+    already open) from its ``_metadata`` alone, its files not checked (`open_snapshot`
+    checks them). A checkpoint's file keys resolve against the job root, the parent of
+    ``chk-<id>``. `named`: how messages name the directory (default: `uri`).
 
-    :raises RestoreError: there is no valid ``_metadata`` there, or a referenced file is
-        missing, or `store` holds a checkpoint.
+    :raises RestoreError: there is no ``_metadata`` at `uri` (not a snapshot).
+    :raises CorruptMetadata: ``_metadata`` fails its checksum or schema, or is over its
+        size limit.
+    :raises StorageError: the store cannot be read.
     """
-    given = store is not None
-    store = store if store is not None else open_storage(uri, **dict(storage_options or {}))
+    text = uri.rstrip("/")
+    options = dict(storage_options or {})
+    store = store if store is not None else open_storage(text, **options)
     try:
         data = store.get(layout.METADATA, layout.max_bytes_of(layout.METADATA))
     except ObjectNotFound:
-        raise RestoreError(
-            f"restore target {uri} has no _metadata; expected a savepoint or checkpoint directory "
-            "(see `sparkpoint list`)"
-        ) from None
-    except StorageError as exc:
-        raise RestoreError(f"restore target {uri} cannot be read: {exc}") from exc
+        raise RestoreError(f"{named or text} has no _metadata; expected a savepoint or checkpoint directory "
+                           "(see `sparkpoint list`)") from None
+    except ObjectTooLarge as exc:  # planted or garbled
+        raise CorruptMetadata(str(exc)) from exc
+    meta = SnapshotMetadata.from_bytes(data, where=f"{text}/{layout.METADATA}")
+    files_store = open_storage(text.rsplit("/", 1)[0], **options) if meta.kind == "checkpoint" else store
+    return SnapshotHandle(text, meta, files_store)
+
+
+def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None,
+                  store: Storage | None = None) -> SnapshotHandle:
+    """Open a checkpoint or savepoint directory given by URI or path (for ``restore=``),
+    every file its ``_metadata`` references checked (`snapshot_at`). `store`: the
+    directory, already open (a savepoint-shaped one: a savepoint or a pin).
+
+    :raises RestoreError: there is no valid ``_metadata`` there (corrupt or over its size
+        limit included), or it cannot be read, or a referenced file is missing, or
+        `store` holds a checkpoint.
+    """
     try:
-        meta = SnapshotMetadata.from_bytes(data, where=f"{uri.rstrip('/')}/_metadata")
+        handle = snapshot_at(uri, storage_options=storage_options, store=store, named=f"restore target {uri}")
     except CorruptMetadata as exc:
         raise RestoreError(f"restore target is corrupt: {exc}") from exc
-    if meta.kind == "checkpoint" and given:
+    except StorageError as exc:
+        raise RestoreError(f"restore target {uri} cannot be read: {exc}") from exc
+    if handle.metadata.kind == "checkpoint" and store is not None:
         raise RestoreError(f"{uri} holds a checkpoint's _metadata outside chk-<id>; expected a savepoint")
-    if meta.kind == "checkpoint":
-        # Checkpoint file keys are relative to the job root, the parent of chk-<id>.
-        parent = uri.rstrip("/").rsplit("/", 1)[0]
-        files_store = open_storage(parent, **dict(storage_options or {}))
-    else:
-        files_store = store
-    for ref, size in stored_sizes(files_store, meta.files):
+    for ref, size in stored_sizes(handle.files_store, handle.metadata.files):
         problem = ref.stored_problem(size)
         if problem is not None:
             raise RestoreError(f"restore target {uri} is {'incomplete' if size is None else 'corrupt'}: file "
                                f"{problem}")
-    return SnapshotHandle(uri.rstrip("/"), meta, files_store)
+    return handle
 
 
 def open_restart_snapshot(uri: str, origin: Origin,

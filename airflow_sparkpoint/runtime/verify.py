@@ -21,15 +21,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle, SnapshotMetadata
-from airflow_sparkpoint.checkpoints.layout import METADATA, max_bytes_of
-from airflow_sparkpoint.checkpoints.snapshot_open import stored_sizes
+from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
+from airflow_sparkpoint.checkpoints.snapshot_open import snapshot_at, stored_sizes
 from airflow_sparkpoint.checkpoints.verification import VerificationRecord, write_verification
 from airflow_sparkpoint.exceptions import (
     CorruptMetadata,
     InvalidPath,
-    ObjectNotFound,
-    ObjectTooLarge,
     RestoreError,
     SparkpointError,
     StorageError,
@@ -282,20 +279,7 @@ def load_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None)
     :raises CorruptMetadata: ``_metadata`` is there but fails its checksum or schema, or
         is over its size limit.
     """
-    options = dict(storage_options or {})
-    text = uri.rstrip("/")
-    store = open_storage(text, **options)
-    try:
-        data = store.get(METADATA, max_bytes_of(METADATA))
-    except ObjectNotFound:
-        raise RestoreError(f"{text} has no _metadata; expected a savepoint or checkpoint directory "
-                           "(see `sparkpoint list`)") from None
-    except ObjectTooLarge as exc:
-        raise CorruptMetadata(str(exc)) from exc
-    meta = SnapshotMetadata.from_bytes(data, where=f"{text}/{METADATA}")
-    # Checkpoint file keys are relative to the job root, the parent of chk-<id>.
-    files_store = open_storage(text.rsplit("/", 1)[0], **options) if meta.kind == "checkpoint" else store
-    return SnapshotHandle(text, meta, files_store)
+    return snapshot_at(uri, storage_options=storage_options)
 
 
 def verify(

@@ -324,6 +324,10 @@ def test_open_snapshot_of_a_checkpoint_and_bad_targets(root: Any, catalog: Catal
     catalog.store.put(layout.checkpoint_metadata(meta.id), b"{not json")
     with pytest.raises(RestoreError, match="restore target is corrupt: .*chk-1/_metadata: not valid JSON"):
         open_snapshot(catalog.checkpoint_uri(meta.id), storage_options=root.options)
+    # over its size limit: corrupt (planted or garbled), as a listing and `verify` call it
+    catalog.store.put(layout.checkpoint_metadata(meta.id), b" " * (layout.max_bytes_of(layout.METADATA) + 1))
+    with pytest.raises(RestoreError, match="restore target is corrupt: .*chk-1/_metadata"):
+        open_snapshot(catalog.checkpoint_uri(meta.id), storage_options=root.options)
 
 
 def test_dispose_savepoint(catalog: Catalog, make_checkpoint: MakeCheckpoint) -> None:
