@@ -32,7 +32,8 @@ from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_resul
 from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
 from airflow_sparkpoint.services.retry import TaskRecord
 from airflow_sparkpoint.storage import open_storage
-from tests.support.fake_submit import FakeStore, FakeTI
+from tests.support.fake_submit import FakeStore
+from tests.support.task_instances import FakeTI
 
 pytestmark = pytest.mark.airflow
 
