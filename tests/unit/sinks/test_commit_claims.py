@@ -19,14 +19,11 @@ from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import MemoryStorage
+from tests.support.deaths import Died, kill_at
 from tests.support.records import checkpoint_at
 from tests.support.sink_files import sink_dir, staged_transaction, visible_rows
 
 JOB = "orders"
-
-
-class Died(Exception):
-    """The step "dies" at the promoting fault point (a SIGKILL there in production)."""
 
 
 @pytest.fixture()
@@ -46,14 +43,6 @@ staged = functools.partial(staged_transaction, job=JOB, files=3)
 def leftovers(sink: DirectorySink) -> list[str]:
     staging = sink_dir(sink) / "_staging"
     return sorted(p.name for p in staging.iterdir()) if staging.exists() else []
-
-
-def die_while_promoting(monkeypatch: pytest.MonkeyPatch) -> None:
-    def maybe_kill(point: str, batch_id: int) -> None:
-        if point == "promoting":
-            raise Died(point)
-
-    monkeypatch.setattr(faults, "maybe_kill", maybe_kill)
 
 
 def test_a_record_whose_batch_another_transaction_holds_is_aborted_with_its_own_data_only(
@@ -77,7 +66,7 @@ def test_an_unfinished_claim_is_finished_by_the_step_never_aborted(
     record = staged(sink, 2, 1)
     catalog.put_transaction(record)
     with monkeypatch.context() as patch:
-        die_while_promoting(patch)
+        kill_at(patch, "promoting")
         with pytest.raises(Died):
             sink.commit(record)  # one file of three moved, the claim not done
     assert len(visible_rows(sink)) == 1
@@ -116,7 +105,7 @@ def test_abort_generation_finishes_what_a_generation_claimed_and_aborts_the_rest
     for r in (claimed, pending):
         catalog.put_transaction(r)
     with monkeypatch.context() as patch:
-        die_while_promoting(patch)
+        kill_at(patch, "promoting")
         with pytest.raises(Died):
             sink.commit(claimed)
 
@@ -147,7 +136,7 @@ def test_a_rollback_deletes_the_record_of_what_it_finished_and_fires_abort_halfw
     for r in (claimed, pending):
         catalog.put_transaction(r)
     with monkeypatch.context() as patch:
-        die_while_promoting(patch)
+        kill_at(patch, "promoting")
         with pytest.raises(Died):
             sink.commit(claimed)
     fired: list[tuple[str, int, int, int]] = []
@@ -180,7 +169,7 @@ def test_a_rollback_killed_at_abort_after_finishing_a_transaction_is_finished_by
     for r in (claimed, pending):
         catalog.put_transaction(r)
     with monkeypatch.context() as patch:
-        die_while_promoting(patch)
+        kill_at(patch, "promoting")
         with pytest.raises(Died):
             sink.commit(claimed)
 

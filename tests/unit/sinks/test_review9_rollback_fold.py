@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.lineage import new_origin
 from airflow_sparkpoint.runtime.recovery import recover_transactions
@@ -22,14 +21,11 @@ from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.checkpointers import run_config
+from tests.support.deaths import Died, kill_at
 from tests.support.records import checkpoint_at
 from tests.support.sink_files import staged_transaction, visible_rows
 
 JOB = "job"
-
-
-class Died(Exception):
-    """The commit step "dies" at the promoting fault point (a SIGKILL there)."""
 
 
 def test_the_start_after_a_rollback_that_finished_a_confirmed_batch_reads_it_from_the_sink(
@@ -46,12 +42,8 @@ def test_the_start_after_a_rollback_that_finished_a_confirmed_batch_reads_it_fro
     catalog.put_transaction(t1)
     checkpoint_at(catalog, 1, generation=g, pending=[t0, t1])
 
-    def die(point: str, batch_id: int) -> None:
-        if point == "promoting":
-            raise Died(point)
-
     with monkeypatch.context() as patch:  # the commit step decided batch 0 and died promoting it
-        patch.setattr(faults, "maybe_kill", die)
+        kill_at(patch, "promoting")
         with pytest.raises(Died):
             sink.commit(t0)
     assert sink.decision(t0) == "promote"  # decided; its promotion died halfway
