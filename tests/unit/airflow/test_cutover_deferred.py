@@ -24,11 +24,11 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore, ProgressSighting
 from airflow_sparkpoint.checkpoints.generations import Fence
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.services.zero_downtime import DrivePosition, plan_cutover
+from tests.support.cutover_actors import blue_runs
 from tests.support.fake_sinks import FakeSink
 from tests.support.records import put_checkpoint, transaction_record
 from tests.support.task_instances import FakeTI
@@ -45,13 +45,6 @@ def _airflow(airflow_home: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- blue and green
-
-
-def blue_runs(catalog: Catalog, batch: int, *, state: str = "running",
-              heartbeat_at: float | None = None) -> None:
-    now = time.time()
-    catalog.write_status(JobStatus(JOB, 1, state, now - 60, now if heartbeat_at is None else heartbeat_at,
-                                   last_batch=batch, host="elsewhere", pid=1).to_json())
 
 
 def planned(catalog: Catalog, tmp_path: Path, *, reach_timeout_s: float = 600.0) -> str:
