@@ -9,8 +9,6 @@ records, status) on S3 too, with an S3Sink output.
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import urllib.parse
 import uuid
@@ -18,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.s3_servers import SERVERS, S3Context
+from tests.support.sink_files import json_rows, visible, visible_rows
 
 JOB = "chaos"
 
@@ -229,14 +228,6 @@ def _exists(s3: S3Context, key: str) -> bool:
         return False
 
 
-def _json_rows(texts: list[str]) -> list[dict[str, Any]]:
-    return [json.loads(line) for text in texts for line in io.StringIO(text) if line.strip()]
-
-
-def _visible(relative: str) -> bool:
-    return not any(part.startswith(("_", ".")) for part in relative.split("/"))
-
-
 class S3Case(SinkCase):
     name = "s3"
     script = "s3_job.py"
@@ -253,8 +244,8 @@ class S3Case(SinkCase):
     def rows(self) -> list[dict[str, Any]]:
         assert self.s3 is not None
         client = self.s3.client()
-        keys = [k for k in _keys(self.s3, self.out_prefix) if _visible(k[len(self.out_prefix):])]
-        return _json_rows([client.get_object(Bucket=self.s3.bucket, Key=k)["Body"].read().decode()
+        keys = [k for k in _keys(self.s3, self.out_prefix) if visible(k[len(self.out_prefix):])]
+        return json_rows([client.get_object(Bucket=self.s3.bucket, Key=k)["Body"].read().decode()
                            for k in keys])
 
     def _pending(self) -> list[tuple[str, str]]:
@@ -295,12 +286,7 @@ class DirectoryCase(SinkCase):
                 for i, f in enumerate(staged["files"])]
 
     def rows(self) -> list[dict[str, Any]]:
-        base = Path(self.output())
-        if not base.exists():
-            return []
-        texts = [p.read_text() for p in sorted(base.rglob("*"))
-                 if p.is_file() and _visible(str(p.relative_to(base)))]
-        return _json_rows(texts)
+        return visible_rows(Path(self.output()))
 
     def leftovers(self, job: str) -> list[str]:
         staging = Path(self.output()) / "_staging"
@@ -330,8 +316,8 @@ class DirectoryS3Case(DirectoryCase):
     def rows(self) -> list[dict[str, Any]]:
         assert self.s3 is not None
         client = self.s3.client()
-        keys = [k for k in _keys(self.s3, self.out_prefix) if _visible(k[len(self.out_prefix):])]
-        return _json_rows([client.get_object(Bucket=self.s3.bucket, Key=k)["Body"].read().decode()
+        keys = [k for k in _keys(self.s3, self.out_prefix) if visible(k[len(self.out_prefix):])]
+        return json_rows([client.get_object(Bucket=self.s3.bucket, Key=k)["Body"].read().decode()
                            for k in keys])
 
     def leftovers(self, job: str) -> list[str]:

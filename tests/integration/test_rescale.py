@@ -17,7 +17,6 @@ transformWithState case (two more) is marked slow.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,17 +40,13 @@ from tests.support.rescale_runs import (
     table,
     write_inputs,
 )
+from tests.support.trees import tree_digest
 
 pytestmark = pytest.mark.spark
 
 
 def catalog_of(base: Path) -> Catalog:
     return Catalog(open_storage(str(base / "sp")), JOB)
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 class Built:

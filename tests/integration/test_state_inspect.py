@@ -13,7 +13,6 @@ state TTL visible in the row counts; a snapshot on S3 inspected by the real
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -32,19 +31,11 @@ from airflow_sparkpoint.runtime.state_inspect import inspect_snapshot, open_stat
 from tests.support import state_cases
 from tests.support.inputs import write_json_batches
 from tests.support.state_cases import CASES, Case
+from tests.support.trees import tree_digest
 
 pytestmark = pytest.mark.spark
 
 SHUFFLE_PARTITIONS = 2  # the spark fixture's spark.sql.shuffle.partitions
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    """Every file under `root` with its sha256: proves nothing was written or changed."""
-    digests = {}
-    for path in sorted(root.rglob("*")):
-        if path.is_file():
-            digests[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return digests
 
 
 class Built:

@@ -15,7 +15,6 @@ savepoint of it come from a first DAG. Then, with more input written:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -34,6 +33,7 @@ from tests.support import state_cases
 from tests.support.dag_runs import new_dag, run_dag, spark_default_connection, task_state
 from tests.support.inputs import sorted_delta_rows, write_json_batches
 from tests.support.paths import REPO
+from tests.support.trees import tree_digest
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -51,11 +51,6 @@ def drill_files() -> list[list[dict[str, Any]]]:
     }
     return [[{"sensor": s, "ts": state_cases.ts(i * 2 + j), "value": float(v[i * 2 + j])}
              for s, v in values.items() for j in range(2)] for i in range(6)]
-
-
-def tree_digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 class Production:

@@ -29,6 +29,7 @@ from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import LocalStorage, open_storage
 from tests.support.forgery import JOB, assert_refused, forged_record, outcome, s3_objects
 from tests.support.records import checkpoint_at
+from tests.support.sink_files import sink_dir, staged_transaction
 
 
 def victim_dir(root: Path) -> Path:
@@ -118,21 +119,8 @@ def test_own_sink_abort_of_a_climbing_staging_deletes_nothing_outside(tmp_path: 
 # ---------------------------------------------------------------- 3./4. claims planted in the output location
 
 
-def staged_record(sink: DirectorySink, batch: int, generation: int) -> TransactionRecord:
-    """A legitimate staged batch (as Spark's writer leaves it under ``_staging/<txn>``)."""
-    txn = f"{JOB}-b{batch}-g{generation}"
-    staging = Path(sink.uri.removeprefix("file://")) / "_staging" / txn
-    staging.mkdir(parents=True)
-    body = json.dumps({"id": batch}) + "\n"
-    (staging / "part-00000.json").write_text(body)
-    return forged_record(batch, generation, sink.to_config(),
-                         {"format": "json", "staging": f"_staging/{txn}",
-                          "files": [{"path": "part-00000.json", "size": len(body)}], "bytes": len(body)})
-
-
 def plant_claim(sink: DirectorySink, record: TransactionRecord, state: str, plan: dict[str, Any]) -> None:
-    root = Path(sink.uri.removeprefix("file://"))
-    claim = root / "_sparkpoint" / "manifests" / JOB / f"{record.batch_id}.json"
+    claim = sink_dir(sink) / "_sparkpoint" / "manifests" / JOB / f"{record.batch_id}.json"
     claim.parent.mkdir(parents=True, exist_ok=True)
     claim.write_text(json.dumps({"state": state, "job": JOB, "batch_id": record.batch_id,
                                  "generation": record.generation, "txn_id": record.txn_id,
@@ -142,7 +130,7 @@ def plant_claim(sink: DirectorySink, record: TransactionRecord, state: str, plan
 def test_planted_done_claim_cannot_delete_outside_on_the_next_commit(tmp_path: Path) -> None:
     victim = victim_dir(tmp_path)
     sink = DirectorySink(str(tmp_path / "out"), "json")
-    record = staged_record(sink, 4, 1)
+    record = staged_transaction(sink, 4, 1, job=JOB)
     plant_claim(sink, record, "done", {"staging": "../victim", "moves": []})
     exc = outcome(sink.commit, record)
     assert_survived(victim)
@@ -156,7 +144,7 @@ def test_planted_promoting_claim_cannot_move_a_file_out(tmp_path: Path) -> None:
     planted.parent.mkdir()
     planted.write_text("import os  # runs in the DAG processor\n")
     sink = DirectorySink(str(tmp_path / "out"), "json")
-    record = staged_record(sink, 5, 1)
+    record = staged_transaction(sink, 5, 1, job=JOB)
     plant_claim(sink, record, "promoting", {
         "staging": f"_staging/{record.txn_id}",
         "moves": [["../attacker/evil.py", "../dags/evil.py", planted.stat().st_size]]})
@@ -437,7 +425,7 @@ def test_a_run_result_naming_a_path_outside_the_jobs_savepoints_loses_that_field
 def test_a_planted_done_claim_cannot_point_readers_outside_the_output(tmp_path: Path) -> None:
     victim_dir(tmp_path)
     sink = DirectorySink(str(tmp_path / "out"), "json")
-    record = staged_record(sink, 7, 1)
+    record = staged_transaction(sink, 7, 1, job=JOB)
     plant_claim(sink, record, "done", {"staging": f"_staging/{record.txn_id}", "moves": []})
     claim = tmp_path / "out" / "_sparkpoint" / "manifests" / JOB / "7.json"
     claim.write_text(json.dumps({**json.loads(claim.read_text()),

@@ -28,6 +28,7 @@ from airflow_sparkpoint.exceptions import SparkpointError
 from airflow_sparkpoint.sinks import DeltaSink
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from tests.support.records import transaction_record
+from tests.support.sink_files import sink_dir
 
 JOB = "orders"
 SCHEMA = pa.schema([("user", pa.string()), ("total", pa.int64())])
@@ -104,7 +105,7 @@ def data_files(out: Path) -> list[str]:
 
 def test_a_symlinked_staging_area_is_not_promoted_into_the_output(staged_outside: Any) -> None:
     sink, record, victim, before = staged_outside
-    out = Path(sink.uri.removeprefix("file://"))
+    out = sink_dir(sink)
     exc = outcome(sink.commit, record)
     assert (out / "_staging").is_symlink(), "the planted link was gone before the commit ran"
     assert snapshot(victim) == before, "the commit moved a file out of the directory outside"
@@ -115,7 +116,7 @@ def test_a_symlinked_staging_area_is_not_promoted_into_the_output(staged_outside
 
 def test_a_symlinked_staging_area_is_not_deleted_by_an_abort(staged_outside: Any) -> None:
     sink, record, victim, before = staged_outside
-    out = Path(sink.uri.removeprefix("file://"))
+    out = sink_dir(sink)
     outcome(sink.abort, record)
     assert (out / "_staging").is_symlink() or not (out / "_staging").exists()
     assert snapshot(victim) == before, "the abort deleted files outside the output"
@@ -123,7 +124,7 @@ def test_a_symlinked_staging_area_is_not_deleted_by_an_abort(staged_outside: Any
 
 def test_a_symlinked_staging_area_is_not_swept_as_orphans(staged_outside: Any) -> None:
     sink, _record, victim, before = staged_outside
-    out = Path(sink.uri.removeprefix("file://"))
+    out = sink_dir(sink)
     outcome(sink.cleanup_orphans, JOB, set())
     assert (out / "_staging").is_symlink() or not (out / "_staging").exists()
     assert snapshot(victim) == before, "orphan cleanup deleted files outside the output"

@@ -20,9 +20,17 @@ from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.cutover import adopt
 from tests.support.fake_sinks import FakeSink
-from tests.support.records import put_checkpoint, transaction_record
+from tests.support.records import put_checkpoint, transaction_record, write_status
 
-__all__ = ["Blue", "Green", "Polling", "blue_stopped_after"]
+__all__ = ["Blue", "Green", "Polling", "blue_runs", "blue_stopped_after"]
+
+
+def blue_runs(catalog: Catalog, batch: int, state: str = "running", *,
+              heartbeat_at: float | None = None) -> None:
+    """Blue's status record, as a run of generation 1 on another host writes it: `state`
+    at batch `batch`, its last heartbeat now (at `heartbeat_at` when given)."""
+    write_status(catalog, state, generation=1, heartbeat_at=heartbeat_at, last_batch=batch, host="elsewhere",
+                 pid=1)
 
 
 class Blue:

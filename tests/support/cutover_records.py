@@ -1,9 +1,11 @@
 """The records a cutover's blue and green write around blue's final savepoint S (issue 49),
 in a real catalog: blue (generation 1) stopped at N with its final checkpoint X and S, and
 green's claim, adoption and first checkpoints. Shared by the tests of savepoint history
-retention and the rollback of green."""
+retention and the rollback of green; and the one builder of a cutover plan (`cutover_plan`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
@@ -12,10 +14,23 @@ from airflow_sparkpoint.runtime.cutover import adopt
 from tests.support.fake_sinks import FakeSink
 from tests.support.records import put_checkpoint, transaction_record
 
-__all__ = ["CID", "N", "blue_stopped", "green_took_over"]
+__all__ = ["CID", "N", "blue_stopped", "cutover_plan", "green_took_over"]
 
 CID = "1764370000000-0123abcd"
 N = 3
+
+
+def cutover_plan(cid: str = CID, **fields: Any) -> CutoverPlan:
+    """The plan of cutover `cid`: generation 1 of job ``orders`` hands over to the shadow
+    job ``orders-shadow`` in ``memory://shadow``, warming up from ``memory://x/orders/chk-1``
+    (batch 0); `fields` (`CutoverPlan`'s, ``id`` too) replace any of these.
+
+    :raises ConfigError: a field is invalid (`CutoverPlan`'s checks).
+    """
+    values: dict[str, Any] = {"id": cid, "job": "orders", "blue_generation": 1,
+                              "warmup_uri": "memory://x/orders/chk-1", "warmup_batch": 0,
+                              "green_job": "orders-shadow", "green_root": "memory://shadow"}
+    return CutoverPlan(**{**values, **fields})
 
 
 def blue_stopped(catalog: Catalog, sink: FakeSink) -> str:
@@ -28,7 +43,7 @@ def blue_stopped(catalog: Catalog, sink: FakeSink) -> str:
     final = put_checkpoint(catalog, batch_id=N, generation=1)
     x = catalog.checkpoint_uri(final.id)
     store = CutoverStore(catalog)
-    store.plan(CutoverPlan(CID, "orders", 1, x, N, "orders-shadow", "memory://shadow"))
+    store.plan(cutover_plan(warmup_uri=x, warmup_batch=N))
     channel = ControlChannel(catalog)
     request = channel.submit("stop_after", generation=1, after_batch=N, cutover=CID)
     store.agree(CID, N, request.id)

@@ -1,8 +1,7 @@
 """`SparkpointSubmitOperator` without Spark: spark-submit is replaced at the Spark
 provider's `subprocess` by a stand-in (`Driver`, the `driver` fixture) that does what a
 driver does to the catalog (claim a generation with the token it was given, write a
-result, complete a checkpoint); a task instance and Airflow 3.3's task state store as
-fakes."""
+result, complete a checkpoint); Airflow 3.3's task state store as a fake."""
 
 from __future__ import annotations
 
@@ -23,20 +22,9 @@ from airflow_sparkpoint.runtime.config import SUBMITTER_ENV
 from airflow_sparkpoint.storage import open_storage
 from tests.support.records import checkpoint_at
 
-__all__ = ["JOB", "Driver", "FakeStore", "FakeTI", "driver", "operator", "submit_settings"]
+__all__ = ["JOB", "Driver", "FakeStore", "driver", "operator", "submit_settings"]
 
 JOB = "orders"
-
-
-class FakeTI:
-    """A task instance: its try number and what was pushed to XCom."""
-
-    def __init__(self, try_number: int = 1) -> None:
-        self.try_number = try_number
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
 
 
 class FakeStore:

@@ -129,13 +129,16 @@ def state_checkpoint(catalog: Catalog, batch: int, *, duration: int = 10, copied
     return put_checkpoint(catalog, files, batch_id=batch, created_at=created_at, stats=stats)
 
 
-def write_status(catalog: Catalog, state: str = "running", *, heartbeat_age: float = 0.0,
-                 **extra: Any) -> None:
-    """The status record of the job's current generation: `state`, started a minute ago,
-    its last heartbeat `heartbeat_age` seconds ago, and `extra` fields."""
+def write_status(catalog: Catalog, state: str = "running", *, generation: int | None = None,
+                 heartbeat_age: float = 0.0, heartbeat_at: float | None = None, **extra: Any) -> None:
+    """The status record of `generation` (the job's current one when None): `state`,
+    started a minute ago, its last heartbeat `heartbeat_age` seconds ago (at `heartbeat_at`
+    when given), and `extra` fields."""
     now = time.time()
-    catalog.write_status({"job": catalog.job, "generation": catalog.current_generation(), "state": state,
-                          "started_at": now - 60, "heartbeat_at": now - heartbeat_age, **extra})
+    generation = catalog.current_generation() if generation is None else generation
+    heartbeat_at = now - heartbeat_age if heartbeat_at is None else heartbeat_at
+    catalog.write_status({"job": catalog.job, "generation": generation, "state": state,
+                          "started_at": now - 60, "heartbeat_at": heartbeat_at, **extra})
 
 
 def live_submit_run(catalog: Catalog, dag_id: str, *, token: str, run_id: str) -> int:

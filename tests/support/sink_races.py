@@ -20,6 +20,7 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import Catalog
 from tests.support.paths import REPO
 from tests.support.race_drivers import RACES, Driver
+from tests.support.sink_files import visible_rows
 from tests.support.submit import quiet_java_opts
 
 JOB_SCRIPT = RACES / "jobs" / "sink_job.py"
@@ -184,13 +185,7 @@ class DirectoryCase(SinkCase):
     kind = "directory"
 
     def rows(self) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = []
-        base = Path(self.output())
-        for path in sorted(base.rglob("*")) if base.exists() else []:
-            rel = path.relative_to(base).parts
-            if path.is_file() and not any(p.startswith(("_", ".")) for p in rel):
-                found += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return found
+        return visible_rows(Path(self.output()))
 
     def leftovers(self) -> list[str]:
         staging = Path(self.output()) / "_staging"

@@ -9,19 +9,18 @@ from pathlib import Path
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from airflow_sparkpoint.checkpoints.cutover import CutoverClaim, CutoverPlan, CutoverStore
+from airflow_sparkpoint.checkpoints.cutover import CutoverClaim, CutoverStore
 from airflow_sparkpoint.cli import main
 from airflow_sparkpoint.storage import open_storage
-
-CID = "1764370000000-0123abcd"
+from tests.support.cutover_records import CID, cutover_plan
 
 
 def test_cutover_list_names_blue_s_final_savepoint_and_the_rollback_s_return(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     catalog = Catalog(open_storage(str(tmp_path)), "orders")
     store = CutoverStore(catalog)
-    store.plan(CutoverPlan(CID, "orders", 1, f"{catalog.uri}/chk-3", 3, "orders-shadow",
-                           str(tmp_path / "shadow")))
+    store.plan(cutover_plan(warmup_uri=f"{catalog.uri}/chk-3", warmup_batch=3,
+                            green_root=str(tmp_path / "shadow")))
     store.agree(CID, 5, "1764370000001-0123abcd")
     savepoint = f"{catalog.uri}/savepoints/savepoint-6-1c2d3e4f"
     store.claim(CutoverClaim(CID, 2, 5, f"{catalog.uri}/chk-6", savepoint=savepoint))

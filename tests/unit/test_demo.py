@@ -41,7 +41,7 @@ from airflow_sparkpoint.demo.support import (
     orphaned_staged_files,
     write_batch_file,
 )
-from tests.support.records import put_checkpoint
+from tests.support.records import put_checkpoint, write_status
 
 # ---------------------------------------------------------------------------- input plan
 
@@ -137,11 +137,6 @@ def _checkpoint(catalog: Catalog, checkpoint_id: int, batch: int, generation: in
                                               bytes_total=9000))
 
 
-def _status(catalog: Catalog, generation: int, state: str, **extra: object) -> None:
-    catalog.write_status({"job": catalog.job, "generation": generation, "state": state,
-                          "started_at": time.time(), "heartbeat_at": time.time(), **extra})
-
-
 def test_watcher_names_generations_by_role_and_remembers_retired_checkpoints(tmp_path: Path) -> None:
     catalog = Catalog.open(str(tmp_path), "totals")
     console = Console()
@@ -151,7 +146,7 @@ def test_watcher_names_generations_by_role_and_remembers_retired_checkpoints(tmp
 
     catalog.claim_generation({"plan": "empty state (no completed checkpoint yet)"})
     _checkpoint(catalog, 1, 0, 1)
-    _status(catalog, 1, "stopped", last_batch=0, savepoint_uri="file:///r/totals/savepoints/savepoint-2-x1")
+    write_status(catalog, "stopped", last_batch=0, savepoint_uri="file:///r/totals/savepoints/savepoint-2-x1")
     line, extra = watcher.poll(catalog)
     assert line == ("blue (generation 1, from empty state): stopped, confirmed batch 0, checkpoints chk-1, "
                     "savepoint-2-x1")
@@ -160,7 +155,7 @@ def test_watcher_names_generations_by_role_and_remembers_retired_checkpoints(tmp
     catalog.claim_generation({"plan": "savepoint file:///r/totals/savepoints/savepoint-2-x1 (batch 0)"})
     _checkpoint(catalog, 3, 1, 2)
     (tmp_path / "totals" / "chk-1" / "_metadata").unlink()  # retired by retention
-    _status(catalog, 2, "failed", last_batch=1, error="[STREAM_FAILED] ... RuntimeError: simulated failure")
+    write_status(catalog, "failed", last_batch=1, error="[STREAM_FAILED] ... RuntimeError: simulated failure")
     line, _ = watcher.poll(catalog)
     assert (line
             == ("green (generation 2, from savepoint-2-x1): failed, confirmed batch 1, checkpoints chk-3: "
@@ -168,7 +163,7 @@ def test_watcher_names_generations_by_role_and_remembers_retired_checkpoints(tmp
     assert [m.id for m in watcher.checkpoints_of("totals")] == [1, 3]
     assert watcher.states == {("totals", 1): "stopped", ("totals", 2): "failed"}
 
-    _status(catalog, 2, "running", heartbeat_at=time.time() - 30)
+    write_status(catalog, "running", heartbeat_at=time.time() - 30)
     assert watcher.poll(catalog)[1].startswith(" (no heartbeat for 3")
     console.close()
 

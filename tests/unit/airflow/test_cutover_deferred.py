@@ -24,13 +24,14 @@ from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore, ProgressSighting
 from airflow_sparkpoint.checkpoints.generations import Fence
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.services.zero_downtime import DrivePosition, plan_cutover
+from tests.support.cutover_actors import blue_runs
 from tests.support.fake_sinks import FakeSink
 from tests.support.records import put_checkpoint, transaction_record
+from tests.support.task_instances import FakeTI
 
 pytestmark = pytest.mark.airflow
 
@@ -43,18 +44,7 @@ def _airflow(airflow_home: Path) -> None:
     return None
 
 
-class FakeTI:
-    dag_id, task_id, run_id, try_number, map_index = "d", "cutover", "r1", 1, -1
-
-
 # ---------------------------------------------------------------------------- blue and green
-
-
-def blue_runs(catalog: Catalog, batch: int, *, state: str = "running",
-              heartbeat_at: float | None = None) -> None:
-    now = time.time()
-    catalog.write_status(JobStatus(JOB, 1, state, now - 60, now if heartbeat_at is None else heartbeat_at,
-                                   last_batch=batch, host="elsewhere", pid=1).to_json())
 
 
 def planned(catalog: Catalog, tmp_path: Path, *, reach_timeout_s: float = 600.0) -> str:
@@ -384,7 +374,7 @@ def test_execute_defers_and_each_resume_acts_in_the_worker_to_green_s_first_comm
     cid = planned(catalog, tmp_path)
     green_replays(catalog, cid, 1)  # behind: the first look only notes green's record
     op = operator(root, cid, execution_timeout=__import__("datetime").timedelta(hours=1))
-    context = {"ti": FakeTI()}
+    context = {"ti": FakeTI(**TASK)}
     trig, resume = deferred(lambda: op.execute(context))
     assert trig["position"]["phase"] == "warmup" and trig["task"]["task_id"] == "cutover"
     assert (time.time() + 3500 < trig["deadline"] <= time.time() + 3600
@@ -424,7 +414,7 @@ def test_a_retried_task_resumes_where_the_records_stand_without_a_second_agreeme
         catalog: Catalog, root: str, tmp_path: Path) -> None:
     cid = planned(catalog, tmp_path)
     green_replays(catalog, cid, 5)
-    context = {"ti": FakeTI()}
+    context = {"ti": FakeTI(**TASK)}
     trig, _ = agree_deferred(operator(root, cid), context, catalog, cid)  # agreed, then deferred
     agreed = CutoverStore(catalog).read(cid).agreed
     assert agreed is not None and trig["position"]["phase"] == "stop"
@@ -441,7 +431,7 @@ def test_a_timeout_while_deferred_calls_off_before_the_claim_and_not_after(
 
     cid = planned(catalog, tmp_path)
     green_replays(catalog, cid, 5)
-    context = {"ti": FakeTI()}
+    context = {"ti": FakeTI(**TASK)}
     op = operator(root, cid)
     _, resume = agree_deferred(op, context, catalog, cid)
     timeout = {"status": "timeout", "cutover_id": cid, "phase": "stop", "message": "past execution_timeout"}
@@ -482,7 +472,7 @@ def test_a_malformed_event_is_refused_and_deferrable_defaults_to_the_airflow_set
     cid = planned(catalog, tmp_path)
     op = operator(root, cid)
     with pytest.raises(AirflowException, match="is not this cutover's"):
-        op.execute_complete({"ti": FakeTI()}, {"status": "look", "cutover_id": "other"}, position={},
+        op.execute_complete({"ti": FakeTI(**TASK)}, {"status": "look", "cutover_id": "other"}, position={},
                             deadline=None)
     assert CutoverStore(catalog).read(cid).step == "planned"
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "true")
@@ -499,7 +489,7 @@ def test_a_task_resumed_after_green_s_claim_does_not_call_off_even_past_every_bo
     step) and ends ``claimed``; the cutover is green's, never called off."""
     cid = planned(catalog, tmp_path, reach_timeout_s=0.5)
     green_replays(catalog, cid, 5)
-    context = {"ti": FakeTI()}
+    context = {"ti": FakeTI(**TASK)}
     trig, _ = agree_deferred(operator(root, cid), context, catalog, cid)
     assert trig["position"]["phase"] == "stop"
     sink = FakeSink(f"s-{uuid.uuid4().hex[:8]}")

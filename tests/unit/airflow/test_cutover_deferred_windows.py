@@ -13,21 +13,15 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverStore
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.services.cutover import stop_after_batch
 from airflow_sparkpoint.services.zero_downtime import DrivePosition, plan_cutover
+from tests.support.cutover_actors import blue_runs
 from tests.support.records import put_checkpoint
 
 pytestmark = pytest.mark.airflow
 
 JOB = "orders"
 TASK = {"dag_id": "d", "task_id": "cutover", "run_id": "r1", "map_index": -1}
-
-
-def blue_runs(catalog: Catalog, batch: int, state: str = "running") -> None:
-    now = time.time()
-    catalog.write_status(JobStatus(JOB, 1, state, now - 60, now, last_batch=batch, host="elsewhere",
-                                   pid=1).to_json())
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage import open_storage
 from tests.support.records import put_checkpoint
+from tests.support.task_instances import FakeTI
 
 pytestmark = pytest.mark.airflow
 
@@ -144,14 +145,6 @@ def test_a_checkpoint_blues_retention_removed_during_the_drill_is_not_greens_fau
     summary = op.execute({"ti": None})
     assert drills.drilled == [1, 2] and summary["batch_id"] == 2
     assert summary["tried"][0]["outcome"] == "retired by blue during the drill"
-
-
-class FakeTI:
-    def __init__(self) -> None:
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
 
 
 def running(catalog: Catalog, trigger: str = "processingTime:1s") -> None:

@@ -24,12 +24,12 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.services.detached import DriverProcess, group_exists, launch
 from airflow_sparkpoint.services.follow import RunFollower
 from airflow_sparkpoint.storage.counting import CountingStorage
 from airflow_sparkpoint.storage.local import LocalStorage
+from tests.support.records import write_status
 
 pytestmark = pytest.mark.airflow
 
@@ -40,14 +40,6 @@ TASK = {"dag_id": "d", "task_id": "job", "run_id": "r1", "map_index": -1}
 @pytest.fixture(autouse=True)
 def _airflow(airflow_home: Path) -> None:
     return None
-
-
-def write_status(catalog: Catalog, state: str, *, generation: int = 1, heartbeat_at: float | None = None,
-                 error: str | None = None) -> None:
-    now = time.time()
-    catalog.write_status(JobStatus(job=JOB, generation=generation, state=state, started_at=now - 60,
-                                   heartbeat_at=now if heartbeat_at is None else heartbeat_at,
-                                   error=error).to_json())
 
 
 def trigger(root: str, **kw: Any) -> Any:
@@ -217,7 +209,7 @@ def answer_cancels(catalog: Catalog, stop: threading.Event) -> threading.Thread:
             for request in channel.pending(1):
                 if request.kind == "cancel":
                     channel.acknowledge(request, 1)
-                    write_status(catalog, "stopped")
+                    write_status(catalog, "stopped", generation=1)
                     channel.complete(request, generation=1)
                     return
 

@@ -14,8 +14,9 @@ import pytest
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.sinks.transactions import settle_all
 from tests.support.fake_sinks import LocatedSink
-from tests.support.fake_submit import JOB, Driver, FakeTI, driver, operator  # noqa: F401 - the fixture
+from tests.support.fake_submit import JOB, Driver, driver, operator  # noqa: F401 - the fixture
 from tests.support.records import confirm, transaction_record
+from tests.support.task_instances import FakeTI
 
 pytestmark = pytest.mark.airflow
 

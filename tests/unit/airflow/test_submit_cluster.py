@@ -45,7 +45,8 @@ from tests.support.cluster_managers import (
     submitted,
     wait_until,
 )
-from tests.support.fake_submit import FakeStore, FakeTI
+from tests.support.fake_submit import FakeStore
+from tests.support.task_instances import FakeTI
 
 pytestmark = pytest.mark.airflow
 

@@ -27,12 +27,13 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.history_records import generation_details
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
-from airflow_sparkpoint.checkpoints.status import JobStatus, read_job_status
+from airflow_sparkpoint.checkpoints.status import read_job_status
 from airflow_sparkpoint.services.retry import TaskRecord
 from airflow_sparkpoint.storage import open_storage
-from tests.support.fake_submit import FakeStore, FakeTI
+from tests.support.fake_submit import FakeStore
+from tests.support.records import live_submit_run, write_status
+from tests.support.task_instances import FakeTI
 
 pytestmark = pytest.mark.airflow
 
@@ -52,18 +53,9 @@ def operator(root: Path) -> Any:
                                     checkpoint_dir=str(root), deferrable=True)
 
 
-def write_status(catalog: Catalog, state: str, generation: int = 1) -> None:
-    now = time.time()
-    catalog.write_status(JobStatus(JOB, generation, state, now - 60, now, host="worker-9",
-                                   pid=4242).to_json())
-
-
 def first_try_run(catalog: Catalog, store: FakeStore, dag_id: str) -> int:
     """Try 1 launched its driver, which claimed generation 1 and runs; try 1 deferred on it."""
-    env = {"AIRFLOW_CTX_DAG_ID": dag_id, "AIRFLOW_CTX_TASK_ID": "submit", "AIRFLOW_CTX_DAG_RUN_ID": RUN_ID,
-           "AIRFLOW_CTX_TRY_NUMBER": "1"}
-    generation = catalog.claim_generation({**generation_details(environ=env), "submitter": "tok1"}).generation
-    write_status(catalog, "running", generation)
+    generation = live_submit_run(catalog, dag_id, token="tok1", run_id=RUN_ID)
     TaskRecord(1, "latest", ("tok1",), 0).save(store)
     store.set("sparkpoint_detached", {"generation": generation, "token": "tok1", "since": 0, "process": {
         "host": "worker-9", "boot_id": "b", "pgid": 777, "leader_start": "5", "log": "/x/driver.log"},
@@ -134,7 +126,7 @@ def serve_cancel(catalog: Catalog, *, after_s: float = 0.0) -> threading.Thread:
                 if request.kind == "cancel":
                     channel.acknowledge(request, 1)
                     time.sleep(after_s)
-                    write_status(catalog, "stopped")
+                    write_status(catalog, "stopped", generation=1, host="worker-9", pid=4242)
                     write_run_result(catalog, RunResult(status="stopped", job=JOB, generation=1,
                                                         batches_processed=3))
                     channel.complete(request, generation=1)
@@ -256,7 +248,7 @@ def test_a_stop_asked_of_this_try_keeps_its_outcome(tmp_path: Path, by: str) -> 
         trig = SparkpointRunTrigger(job_name=JOB, generation=1, checkpoint_dir=str(root), task=task)
         request = channel.submit("cancel", generation=1, requested_by=trig.user_stop_by())
     channel.acknowledge(request, 1)
-    write_status(catalog, "stopped")
+    write_status(catalog, "stopped", generation=1, host="worker-9", pid=4242)
     write_run_result(catalog, RunResult(status="stopped", job=JOB, generation=1, batches_processed=3))
     channel.complete(request, generation=1)
     event = {"status": "success", "state": "stopped", "generation": 1, "job": JOB, "message": "",

@@ -24,7 +24,8 @@ from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.services.follow import reattach_target
 from airflow_sparkpoint.services.retry import TaskRecord
 from airflow_sparkpoint.storage import open_storage
-from tests.support.fake_submit import FakeStore, FakeTI
+from tests.support.fake_submit import FakeStore
+from tests.support.task_instances import FakeTI
 
 pytestmark = pytest.mark.airflow
 

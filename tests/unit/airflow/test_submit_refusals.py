@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.exceptions import ConfigError
-from tests.support.fake_submit import JOB, Driver, FakeStore, FakeTI, driver, operator  # noqa: F401
+from tests.support.fake_submit import JOB, Driver, FakeStore, driver, operator  # noqa: F401
+from tests.support.task_instances import FakeTI
 
 pytestmark = pytest.mark.airflow
 

@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import pytest
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
-from airflow_sparkpoint.checkpoints.cutover import CutoverClaim, CutoverPlan, CutoverProgress, CutoverStore
+from airflow_sparkpoint.checkpoints.cutover import CutoverClaim, CutoverProgress, CutoverStore
 from airflow_sparkpoint.checkpoints.history import load_history
 from airflow_sparkpoint.storage import MemoryStorage
+from tests.support.cutover_records import cutover_plan
 
 FIRST, SECOND = "1764370000000-0123abcd", "1764370000005-0123abcd"
 
@@ -24,16 +25,11 @@ def catalog() -> Iterator[Catalog]:
     MemoryStorage.reset(name)
 
 
-def _plan(cid: str, blue: int) -> CutoverPlan:
-    return CutoverPlan(cid, "orders", blue, f"memory://x/orders/chk-{blue}", 4, "orders-shadow",
-                       "memory://shadow", created_at=1764370000.0)
-
-
 def test_the_history_shows_each_cutover_s_state_newest_first(catalog: Catalog) -> None:
     store = CutoverStore(catalog)
-    store.plan(_plan(FIRST, 1))
+    store.plan(cutover_plan(FIRST))
     store.end(FIRST, "aborted", step="warmup", reason="called off by ops")
-    store.plan(_plan(SECOND, 2))
+    store.plan(cutover_plan(SECOND, blue_generation=2))
     store.progress(CutoverProgress(SECOND, 7))
 
     shown = load_history(catalog).to_json()["cutovers"]
@@ -57,9 +53,9 @@ def test_the_page_has_a_row_per_cutover_with_its_state(catalog: Catalog) -> None
     from airflow_sparkpoint.plugins.page import pipeline_page
 
     store = CutoverStore(catalog)
-    store.plan(_plan(FIRST, 1))
+    store.plan(cutover_plan(FIRST))
     store.end(FIRST, "aborted", step="warmup", reason="called off <by> ops")
-    store.plan(_plan(SECOND, 2))
+    store.plan(cutover_plan(SECOND, blue_generation=2))
     html = pipeline_page(load_history(catalog).to_json(), "sp", "/sparkpoint")
     table = html[html.index('<table id="cutovers">'):]
     table = table[:table.index("</table>")]
@@ -78,7 +74,7 @@ def test_blue_s_final_savepoint_and_the_rollback_s_return_point_are_shown(catalo
     from airflow_sparkpoint.plugins.page import pipeline_page
 
     store = CutoverStore(catalog)
-    store.plan(_plan(SECOND, 2))
+    store.plan(cutover_plan(SECOND, blue_generation=2))
     shown = load_history(catalog).to_json()["cutovers"][0]
     assert (shown["blue_checkpoint"], shown["blue_savepoint"], shown["rolled_back_to"]) == (None, None, None)
     store.agree(SECOND, 9, "1764370000006-0123abcd")

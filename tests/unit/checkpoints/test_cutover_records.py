@@ -12,18 +12,9 @@ from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel, ControlRequest, ControlResult
 from airflow_sparkpoint.checkpoints.control_records import _check_schema
-from airflow_sparkpoint.checkpoints.cutover import CutoverClaim, CutoverPlan, CutoverProgress, CutoverStore
+from airflow_sparkpoint.checkpoints.cutover import CutoverClaim, CutoverProgress, CutoverStore
 from airflow_sparkpoint.exceptions import ConfigError, ControlError, CutoverError
-
-CID = "1764370000000-0123abcd"
-
-
-def _plan(cid: str = CID, **over: object) -> CutoverPlan:
-    fields: dict[str, object] = {"id": cid, "job": "orders", "blue_generation": 3,
-                                 "warmup_uri": "memory://x/orders/chk-4", "warmup_batch": 3,
-                                 "green_job": "orders-shadow", "green_root": "memory://x/shadow"}
-    fields.update(over)
-    return CutoverPlan(**fields)  # type: ignore[arg-type]
+from tests.support.cutover_records import CID, cutover_plan
 
 
 def test_a_stop_after_request_round_trips_with_schema_2_and_other_kinds_keep_schema_1() -> None:
@@ -92,9 +83,9 @@ def test_a_result_naming_a_checkpoint_of_another_place_is_refused(catalog: Catal
 def test_records_are_written_once_and_one_cutover_is_open_at_a_time(catalog: Catalog) -> None:
     store = CutoverStore(catalog)
     assert store.open_cutover() is None
-    store.plan(_plan())
+    store.plan(cutover_plan())
     with pytest.raises(CutoverError, match=f"has cutover {CID} open \\(planned\\)"):
-        store.plan(_plan("1764370000001-0123abcd"))
+        store.plan(cutover_plan("1764370000001-0123abcd"))
     store.progress(CutoverProgress(CID, 2, 0.5))
     store.progress(CutoverProgress(CID, 3, 0.5))  # overwritten
     store.agree(CID, 5, "1764370000002-0123abcd")
@@ -109,7 +100,7 @@ def test_records_are_written_once_and_one_cutover_is_open_at_a_time(catalog: Cat
     assert store.open_cutover() is None and store.read(CID).step == "committed"
     with pytest.raises(CutoverError, match="is done \\(committed at first_commit"):
         store.progress(CutoverProgress(CID, 6))
-    store.plan(_plan("1764370000009-0123abcd"))  # the next one may open
+    store.plan(cutover_plan("1764370000009-0123abcd"))  # the next one may open
 
 
 
@@ -119,7 +110,7 @@ def test_two_cutovers_planned_at_once_leave_at_most_one_open(catalog: Catalog) -
     agreement sent blue a second stop_after, and the end refused every start). The one
     that finds another open plan after its own write ends its own and is refused."""
     store = CutoverStore(catalog)
-    first, second = _plan("1764370000000-aaaaaaaa"), _plan("1764370000001-bbbbbbbb")
+    first, second = cutover_plan("1764370000000-aaaaaaaa"), cutover_plan("1764370000001-bbbbbbbb")
     write = store._create
     raced: list[str] = []
 
@@ -136,11 +127,11 @@ def test_two_cutovers_planned_at_once_leave_at_most_one_open(catalog: Catalog) -
     assert [i for i in store.ids() if store.read(i).open] == [first.id]
     assert store.read(second.id).done.outcome == "aborted"  # type: ignore[union-attr]
 
-def test_claim_needs_an_agreement_and_a_plan(catalog: Catalog) -> None:
+def test_claim_needs_an_agreement_and_acutover_plan(catalog: Catalog) -> None:
     store = CutoverStore(catalog)
     with pytest.raises(CutoverError, match="has no plan"):
         store.agree(CID, 5, "r")
-    store.plan(_plan())
+    store.plan(cutover_plan())
     with pytest.raises(CutoverError, match="is not agreed"):
         store.claim(CutoverClaim(CID, 4, 5, "chk-6"))
 
@@ -154,7 +145,7 @@ def test_claim_needs_an_agreement_and_a_plan(catalog: Catalog) -> None:
 ])
 def test_a_bad_plan_is_refused_naming_the_value(field: str, value: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        _plan(**{field: value})
+        cutover_plan(**{field: value})
 
 
 def test_an_unreadable_plan_counts_as_open(catalog: Catalog) -> None:
@@ -162,7 +153,7 @@ def test_an_unreadable_plan_counts_as_open(catalog: Catalog) -> None:
     with pytest.raises(CutoverError, match="unreadable cutover record"):
         CutoverStore(catalog).open_cutover()
     catalog.store.put(layout.cutover_key(CID, "plan"),
-                      json.dumps({**_plan().to_json(), "job": "other"}).encode())
+                      json.dumps({**cutover_plan().to_json(), "job": "other"}).encode())
     with pytest.raises(CutoverError, match="holds cutover .* of job 'other'"):
         CutoverStore(catalog).read(CID)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,26 +21,21 @@ from airflow_sparkpoint.services.savepoint import (
     savepoint_source,
     wait_for_savepoint,
 )
-
-
-def _status(catalog: Catalog, *, state: str = "running", heartbeat_age: float = 0.0) -> None:
-    now = time.time()
-    catalog.write_status({"job": catalog.job, "generation": catalog.current_generation(), "state": state,
-                          "started_at": now - 60, "heartbeat_at": now - heartbeat_age})
+from tests.support.records import write_status
 
 
 def test_only_a_live_current_run_is_asked(catalog: Catalog) -> None:
     assert savepoint_source(catalog, 60).run is None
     assert savepoint_source(catalog, 60).why_not_running() == "has no live run (no status record)"
     catalog.claim_generation()
-    _status(catalog)
+    write_status(catalog)
     assert savepoint_source(catalog, 60).run is not None
-    _status(catalog, heartbeat_age=120)
+    write_status(catalog, heartbeat_age=120)
     stale = savepoint_source(catalog, 60)
     assert stale.run is None
     assert re.fullmatch(r"has no live run \(last state running, generation 1, heartbeat \d+ s old\)",
                         stale.why_not_running())
-    _status(catalog)
+    write_status(catalog)
     catalog.claim_generation()  # a newer generation claimed, not yet reporting: generation 1 is superseded
     assert savepoint_source(catalog, 60).run is None
 
@@ -50,7 +44,7 @@ def test_the_fallback_copies_the_latest_checkpoint_unless_refused(
     catalog: Catalog, make_checkpoint: Callable[..., SnapshotMetadata]
 ) -> None:
     catalog.claim_generation()
-    _status(catalog, state="finished")
+    write_status(catalog, state="finished")
     source = savepoint_source(catalog, 60)
     with pytest.raises(CatalogError, match="has no completed checkpoint .*nothing to savepoint"):
         savepoint_from_latest_checkpoint(catalog, source, refused_by=None)
@@ -72,7 +66,7 @@ def test_the_fallback_copies_the_latest_checkpoint_unless_refused(
 
 def test_the_wait_ends_when_the_asked_run_is_superseded(catalog: Catalog) -> None:
     catalog.claim_generation()
-    _status(catalog)
+    write_status(catalog)
     source = savepoint_source(catalog, 60)
     assert source.run is not None
     request = request_savepoint(catalog, source.run, stop=False, timeout_s=60, requested_by="test")
@@ -101,7 +95,7 @@ def test_a_checkpoint_removed_while_it_is_copied_is_a_clear_refusal(
     grace (found by the simulation, 20261401:4730): a CatalogError naming the checkpoint
     and the missing file, no savepoint completed."""
     catalog.claim_generation()
-    _status(catalog, state="finished")
+    write_status(catalog, state="finished")
     latest = make_checkpoint(catalog, {"state/0/1.delta": b"a", "state/0/2.delta": b"b"})
     handle = catalog.handle(latest)  # its _metadata read: the copy starts from it
     [gone] = [info.key for info in catalog.store.list("shared")

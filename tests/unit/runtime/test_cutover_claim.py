@@ -13,15 +13,15 @@ import pytest
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore
+from airflow_sparkpoint.checkpoints.cutover import CutoverStore
 from airflow_sparkpoint.exceptions import CutoverError, CutoverInProgress
 from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.runtime.takeover import check_start
 from airflow_sparkpoint.storage import MemoryStorage
+from tests.support.cutover_records import CID, cutover_plan
 from tests.support.fake_sinks import FakeSink
 from tests.support.records import put_checkpoint, transaction_record
 
-CID = "1764370000000-0123abcd"
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -41,7 +41,7 @@ def _blue_stopped_after(catalog: Catalog, sink: FakeSink, n: int, *, complete: b
     final = put_checkpoint(catalog, batch_id=n, generation=1)
     uri = catalog.checkpoint_uri(final.id)
     store = CutoverStore(catalog)
-    store.plan(CutoverPlan(CID, "orders", 1, uri, n, "orders-shadow", "memory://shadow"))
+    store.plan(cutover_plan(warmup_uri=uri, warmup_batch=n))
     channel = ControlChannel(catalog)
     request = channel.submit("stop_after", generation=1, after_batch=n)
     store.agree(CID, n, request.id)
@@ -219,8 +219,9 @@ def test_green_s_first_commit_into_blue_s_sink_ends_the_cutover_committed_once(c
 
     assert _green_commits(catalog, sink, adoption.generation, 5) == [5]
     assert store.read(CID).done.at == first_at  # type: ignore[union-attr]  # written once
-    store.plan(CutoverPlan("1764370000009-0123abcd", "orders", adoption.generation, "memory://x/chk-1", 5,
-                           "orders-shadow", "memory://shadow2"))  # the next cutover may open
+    store.plan(cutover_plan("1764370000009-0123abcd", blue_generation=adoption.generation,
+                            warmup_uri="memory://x/chk-1", warmup_batch=5,
+                            green_root="memory://shadow2"))  # the next cutover may open
 
 
 def test_a_green_killed_before_its_end_record_is_ended_by_the_next_run_s_first_commit(
@@ -242,8 +243,8 @@ def test_a_green_killed_before_its_end_record_is_ended_by_the_next_run_s_first_c
     assert done is not None, "the restart's first commit must end the cutover green left claimed"
     assert (done.outcome, done.step, done.generation) == ("committed", "first_commit", restart)
     assert f"generation {green}" in done.reason and "batch 4" in done.reason
-    store.plan(CutoverPlan("1764370000009-0123abcd", "orders", restart, "memory://x/chk-1", 4,
-                           "orders-shadow", "memory://shadow2"))  # the next cutover may open
+    store.plan(cutover_plan("1764370000009-0123abcd", blue_generation=restart, warmup_uri="memory://x/chk-1",
+                            warmup_batch=4, green_root="memory://shadow2"))  # the next cutover may open
 
 
 def test_a_run_that_is_no_cutover_s_green_writes_no_cutover_record(catalog: Catalog) -> None:
@@ -323,8 +324,7 @@ def test_green_s_shadow_start_passes_beside_a_live_blue_another_task_started(cat
     catalog.claim_generation()
     now = _time.time()
     catalog.write_status(JobStatus("orders", 1, "running", now - 30, now, host="elsewhere", pid=1).to_json())
-    CutoverStore(catalog).plan(CutoverPlan(CID, "orders", 1, "memory://x/chk-1", 0, "orders-shadow",
-                                           "memory://shadow"))
+    CutoverStore(catalog).plan(cutover_plan(warmup_uri="memory://x/chk-1"))
     green = AirflowTry("deploy", "run", "start_green", 1)
     with pytest.raises(JobAlreadyRunning):
         # a production start of green's own: fences blue

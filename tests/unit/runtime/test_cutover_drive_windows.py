@@ -20,6 +20,7 @@ from airflow_sparkpoint.services.cutover import call_off, stop_after_batch
 from airflow_sparkpoint.services.zero_downtime import drive_cutover, plan_cutover
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.cutover_actors import Blue, Green, blue_stopped_after
+from tests.support.deaths import Died
 from tests.support.fake_sinks import FakeSink
 
 
@@ -204,9 +205,6 @@ def test_a_green_dead_after_winning_the_decision_leaves_the_job_green_s(
     from airflow_sparkpoint.services.zero_downtime import DrivePosition, look
 
     sink, cid = blue_stopped_after(catalog)
-
-    class Died(Exception):
-        pass
 
     def die(_origin: object) -> None:
         raise Died("green's driver was killed")

@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
-from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore
+from airflow_sparkpoint.checkpoints.cutover import CutoverStore
 from airflow_sparkpoint.exceptions import CutoverError
 from airflow_sparkpoint.runtime import follow
 from airflow_sparkpoint.runtime.config import PREFIX, SparkpointConfig
 from airflow_sparkpoint.runtime.cutover import CutoverHandover
 from airflow_sparkpoint.sinks.directory import DirectorySink
+from tests.support.cutover_records import CID, cutover_plan
 from tests.support.records import put_checkpoint
-
-CID = "1764370000000-0123abcd"
 
 
 def blue(tmp_path: Path) -> Catalog:
@@ -42,8 +41,8 @@ def sink(tmp_path: Path) -> DirectorySink:
 def plan(catalog: Catalog) -> None:
     latest = catalog.latest()
     assert latest is not None
-    CutoverStore(catalog).plan(CutoverPlan(CID, "orders", 1, catalog.checkpoint_uri(latest.id),
-                                           latest.batch_id, "orders-shadow", "/tmp/shadow"))
+    CutoverStore(catalog).plan(cutover_plan(warmup_uri=catalog.checkpoint_uri(latest.id),
+                                            warmup_batch=latest.batch_id, green_root="/tmp/shadow"))
 
 
 def test_a_shadow_naming_its_cutover_follows_that_cutover_s_records(tmp_path: Path) -> None:

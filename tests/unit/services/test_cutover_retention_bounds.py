@@ -11,20 +11,21 @@ import pytest
 from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore
+from airflow_sparkpoint.checkpoints.cutover import CutoverStore
 from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
 from airflow_sparkpoint.exceptions import CutoverError
 from airflow_sparkpoint.services.rollback import abort_generation
-from tests.support.cutover_records import CID, N, blue_stopped, green_took_over
+from tests.support.cutover_records import CID, N, blue_stopped, cutover_plan, green_took_over
 from tests.support.fake_sinks import FakeSink
 from tests.support.records import put_checkpoint
 
 
-def _plan(catalog: Catalog, warmup_batch: int) -> None:
-    catalog.claim_generation()  # blue, generation 1
+def _blue_planned(catalog: Catalog, warmup_batch: int) -> None:
+    """Blue (generation 1) checkpointed `warmup_batch`; cutover `CID` warms green up from it."""
+    catalog.claim_generation()
     warmup = put_checkpoint(catalog, batch_id=warmup_batch, generation=1)
-    CutoverStore(catalog).plan(CutoverPlan(CID, "orders", 1, catalog.checkpoint_uri(warmup.id), warmup_batch,
-                                           "orders-shadow", "memory://shadow"))
+    uri = catalog.checkpoint_uri(warmup.id)
+    CutoverStore(catalog).plan(cutover_plan(warmup_uri=uri, warmup_batch=warmup_batch))
 
 
 def _savepoint(catalog: Catalog, batch: int, generation: int = 1) -> str:
@@ -36,7 +37,7 @@ def test_blue_s_savepoint_of_a_requested_batch_is_kept_before_the_agreement(cata
     """The orchestrator filed blue's stop_after request and died before ``agreed``; blue
     stopped after N and took S. Its retry (or a stalled orchestrator) may still agree on
     that request and green claim S: S is kept, the scheduled savepoints around it not."""
-    _plan(catalog, 1)
+    _blue_planned(catalog, 1)
     before = _savepoint(catalog, N - 1)
     ControlChannel(catalog).submit("stop_after", generation=1, after_batch=N, cutover=CID)
     s = _savepoint(catalog, N)
@@ -53,7 +54,7 @@ def test_blue_s_savepoint_of_a_requested_batch_is_kept_before_the_agreement(cata
 def test_an_unreadable_control_request_keeps_every_savepoint_of_blue_from_the_warm_up_on(
         catalog: Catalog) -> None:
     """Fail closed: a request that cannot be read may be the one the agreement will name."""
-    _plan(catalog, 1)
+    _blue_planned(catalog, 1)
     old = _savepoint(catalog, 0)  # before the warm-up batch: never S
     taken = [_savepoint(catalog, batch) for batch in range(1, 4)]
     catalog.store.put(f"{layout.CONTROL}/1764370000001-0123abcd.request.json", b"{torn")
@@ -77,7 +78,7 @@ def test_s_is_kept_while_green_s_lineage_committed_nothing_past_n_by_the_commit_
 def test_an_unreadable_end_record_is_read_as_open_while_green_may_still_claim(catalog: Catalog) -> None:
     """Blue's generation + 1 is not taken yet: the cutover may be open, so blue's savepoint
     of a requested batch stays (as for an open cutover); the other ones go."""
-    _plan(catalog, 1)
+    _blue_planned(catalog, 1)
     ControlChannel(catalog).submit("stop_after", generation=1, after_batch=N, cutover=CID)
     other = _savepoint(catalog, N - 1)
     s = _savepoint(catalog, N)
@@ -103,7 +104,7 @@ def test_an_unreadable_end_record_of_a_claimed_cutover_keeps_s_and_the_rollback_
 
 def test_an_unreadable_plan_still_stops_the_pass(catalog: Catalog) -> None:
     """Nothing is known of that cutover (not even blue's generation): nothing is judged."""
-    _plan(catalog, 1)
+    _blue_planned(catalog, 1)
     for batch in range(1, 4):
         _savepoint(catalog, batch, generation=1)
     catalog.store.put(layout.cutover_key(CID, "plan"), b"{not json")

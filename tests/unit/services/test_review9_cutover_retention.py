@@ -16,13 +16,11 @@ from __future__ import annotations
 import uuid
 
 from airflow_sparkpoint.checkpoints.catalog import Catalog
-from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverStore
+from airflow_sparkpoint.checkpoints.cutover import CutoverStore
 from airflow_sparkpoint.checkpoints.retention import savepoint_history_retention
 from airflow_sparkpoint.services.rollback import abort_generation
+from tests.support.cutover_records import CID, N, cutover_plan
 from tests.support.records import put_checkpoint
-
-CID = "1764370000000-0123abcd"
-N = 3
 
 
 def test_an_open_cutover_without_a_stop_request_keeps_no_scheduled_savepoint_of_blue(
@@ -30,8 +28,7 @@ def test_an_open_cutover_without_a_stop_request_keeps_no_scheduled_savepoint_of_
 ) -> None:
     catalog.claim_generation()  # blue, generation 1
     warmup = put_checkpoint(catalog, batch_id=N, generation=1)
-    CutoverStore(catalog).plan(CutoverPlan(CID, "orders", 1, catalog.checkpoint_uri(warmup.id), N,
-                                           "orders-shadow", "memory://shadow"))
+    CutoverStore(catalog).plan(cutover_plan(warmup_uri=catalog.checkpoint_uri(warmup.id), warmup_batch=N))
     # The orchestrator is gone before filing blue's stop_after request; blue runs on and
     # its scheduled savepoints (max_count=1) go on.
     scheduled = []
@@ -86,8 +83,7 @@ def test_an_unreadable_old_cutover_record_does_not_stop_history_retention(catalo
 
     catalog.claim_generation()
     warmup = put_checkpoint(catalog, batch_id=0, generation=1)
-    CutoverStore(catalog).plan(CutoverPlan(CID, "orders", 1, catalog.checkpoint_uri(warmup.id), 0,
-                                           "orders-shadow", "memory://shadow"))
+    CutoverStore(catalog).plan(cutover_plan(warmup_uri=catalog.checkpoint_uri(warmup.id)))
     call_off(catalog, CID, reason="test", by="test")
     catalog.store.put(layout.cutover_key(CID, "done"), b"{not json")  # a torn / corrupted end record
     catalog.claim_generation()  # a later deploy (generation 2) runs and takes savepoints

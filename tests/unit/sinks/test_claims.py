@@ -27,22 +27,12 @@ from airflow_sparkpoint.sinks import _claims as claims
 from airflow_sparkpoint.sinks import _manifests as manifests
 from airflow_sparkpoint.sinks.base import CommittedTxn
 from airflow_sparkpoint.storage import LocalStorage, MemoryStorage, Storage
+from tests.support.deaths import Died, dies_at
 from tests.support.fake_sinks import COPY_FILES, CopySink
 from tests.support.records import transaction_record
 
 JOB = "orders"  # CopySink.job
 FILES = COPY_FILES  # what CopySink stages per batch
-
-
-class Died(Exception):
-    """A claimant "dies" at a step (its process would be SIGKILLed there)."""
-
-
-def die_at(step: str) -> Callable[[str], None]:
-    def hook(reached: str) -> None:
-        if reached == step:
-            raise Died(step)
-    return hook
 
 
 def files_of(txn: str, n: int = FILES) -> list[str]:
@@ -183,7 +173,7 @@ def test_a_decided_transaction_that_lost_the_claim_is_aborted_with_its_own_data_
 
 @pytest.mark.parametrize("step", ["promoted 1", "promoted 2", "promoted 3"])
 def test_a_claimant_that_died_halfway_is_rolled_forward(store: Storage, step: str) -> None:
-    dying = CopySink(store, hook=die_at(step))
+    dying = CopySink(store, hook=dies_at(step))
     record = dying.stage_batch(3, 1)
     with pytest.raises(Died):
         dying.commit(record)
@@ -202,7 +192,7 @@ def test_a_claimant_that_died_halfway_is_rolled_forward(store: Storage, step: st
 def test_an_unfinished_claim_is_finished_by_abort_or_cleanup_never_aborted(
     store: Storage, finisher: str
 ) -> None:
-    dying = CopySink(store, hook=die_at("promoted 1"))
+    dying = CopySink(store, hook=dies_at("promoted 1"))
     record = dying.stage_batch(5, 1)
     with pytest.raises(Died):
         dying.commit(record)
@@ -229,7 +219,7 @@ def test_orphans_without_a_claim_are_discarded_and_cannot_claim_afterwards(store
 
 
 def test_lost_staged_data_of_a_claim_is_an_error_not_a_silent_release(store: Storage) -> None:
-    dying = CopySink(store, hook=die_at("promoted 1"))
+    dying = CopySink(store, hook=dies_at("promoted 1"))
     record = dying.stage_batch(7, 1)
     with pytest.raises(Died):
         dying.commit(record)
@@ -274,7 +264,7 @@ def test_readers_see_only_batches_whose_promotion_is_done(store: Storage) -> Non
     sink = CopySink(store)
     done = sink.stage_batch(0, 1)
     sink.commit(done)
-    dying = CopySink(store, hook=die_at("promoted 1"))
+    dying = CopySink(store, hook=dies_at("promoted 1"))
     with pytest.raises(Died):
         dying.commit(dying.stage_batch(1, 1))
 

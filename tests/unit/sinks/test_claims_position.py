@@ -20,6 +20,7 @@ from airflow_sparkpoint.sinks import _manifests as manifests
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage.counting import CountingStorage
 from tests.support.records import transaction_record
+from tests.support.sink_files import staged_transaction
 
 JOB = "orders"
 
@@ -30,15 +31,7 @@ def sink(tmp_path: Path) -> DirectorySink:
 
 
 def commit(sink: DirectorySink, batch: int, generation: int = 1) -> TransactionRecord:
-    txn = f"{JOB}-b{batch}-g{generation}"
-    staging = Path(sink.uri.removeprefix("file://")) / "_staging" / txn
-    staging.mkdir(parents=True)
-    body = json.dumps({"id": batch, "txn": txn}) + "\n"
-    (staging / "part-00000.json").write_text(body)
-    payload = {"format": "json", "staging": f"_staging/{txn}", "files": [{"path": "part-00000.json",
-                                                                           "size": len(body)}],
-               "bytes": len(body)}
-    record = transaction_record(sink, batch, generation, payload, job=JOB)
+    record = staged_transaction(sink, batch, generation, job=JOB)
     sink.commit(record)
     return record
 

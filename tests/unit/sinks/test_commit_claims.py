@@ -6,28 +6,24 @@ own data only, and a confirmed record that lost is a conflict that stops the ste
 
 from __future__ import annotations
 
-import json
+import functools
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.exceptions import TransactionConflict
 from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import MemoryStorage
-from tests.support.records import checkpoint_at, transaction_record
+from tests.support.deaths import Died, kill_at
+from tests.support.records import checkpoint_at
+from tests.support.sink_files import sink_dir, staged_transaction, visible_rows
 
 JOB = "orders"
-
-
-class Died(Exception):
-    """The step "dies" at the promoting fault point (a SIGKILL there in production)."""
 
 
 @pytest.fixture()
@@ -40,37 +36,13 @@ def sink(tmp_path: Path) -> DirectorySink:
     return DirectorySink(str(tmp_path / "out"), "json")
 
 
-def staged(sink: DirectorySink, batch: int, generation: int, files: int = 3) -> TransactionRecord:
-    txn = f"{JOB}-b{batch}-g{generation}"
-    staging = Path(sink.uri.removeprefix("file://")) / "_staging" / txn
-    staging.mkdir(parents=True)
-    described = []
-    for i in range(files):
-        body = json.dumps({"id": batch * 100 + i, "txn": txn}) + "\n"
-        (staging / f"part-{i:05d}.json").write_text(body)
-        described.append({"path": f"part-{i:05d}.json", "size": len(body)})
-    payload = {"format": "json", "staging": f"_staging/{txn}", "files": described,
-               "bytes": sum(f["size"] for f in described)}
-    return transaction_record(sink, batch, generation, payload, job=JOB)
-
-
-def visible(sink: DirectorySink) -> list[dict[str, Any]]:
-    root = Path(sink.uri.removeprefix("file://"))
-    return sorted((json.loads(line) for p in root.glob("part-*") for line in p.read_text().splitlines()),
-                  key=lambda r: r["id"])
+#: a batch staged by hand, three files of it
+staged = functools.partial(staged_transaction, job=JOB, files=3)
 
 
 def leftovers(sink: DirectorySink) -> list[str]:
-    staging = Path(sink.uri.removeprefix("file://")) / "_staging"
+    staging = sink_dir(sink) / "_staging"
     return sorted(p.name for p in staging.iterdir()) if staging.exists() else []
-
-
-def die_while_promoting(monkeypatch: pytest.MonkeyPatch) -> None:
-    def maybe_kill(point: str, batch_id: int) -> None:
-        if point == "promoting":
-            raise Died(point)
-
-    monkeypatch.setattr(faults, "maybe_kill", maybe_kill)
 
 
 def test_a_record_whose_batch_another_transaction_holds_is_aborted_with_its_own_data_only(
@@ -84,7 +56,7 @@ def test_a_record_whose_batch_another_transaction_holds_is_aborted_with_its_own_
     result = commit_pending(catalog)
 
     assert result["aborted"] == [zombie.txn_id] and result["committed"] == []
-    assert {r["txn"] for r in visible(sink)} == {rerun.txn_id} and len(visible(sink)) == 3
+    assert {r["txn"] for r in visible_rows(sink)} == {rerun.txn_id} and len(visible_rows(sink)) == 3
     assert leftovers(sink) == [] and catalog.transactions() == []
 
 
@@ -94,17 +66,17 @@ def test_an_unfinished_claim_is_finished_by_the_step_never_aborted(
     record = staged(sink, 2, 1)
     catalog.put_transaction(record)
     with monkeypatch.context() as patch:
-        die_while_promoting(patch)
+        kill_at(patch, "promoting")
         with pytest.raises(Died):
             sink.commit(record)  # one file of three moved, the claim not done
-    assert len(visible(sink)) == 1
+    assert len(visible_rows(sink)) == 1
     # a newer generation's checkpoint that does not list it
     checkpoint_at(catalog, 3, generation=2, pending=[])
 
     result = commit_pending(catalog)
 
     assert result["already"] == [record.txn_id] and result["aborted"] == []
-    assert [r["id"] for r in visible(sink)] == [200, 201, 202] and leftovers(sink) == []
+    assert [r["id"] for r in visible_rows(sink, order_by="id")] == [200, 201, 202] and leftovers(sink) == []
 
 
 def test_a_confirmed_record_that_lost_its_batch_stops_the_step(catalog: Catalog, sink: DirectorySink) -> None:
@@ -118,7 +90,7 @@ def test_a_confirmed_record_that_lost_its_batch_stops_the_step(catalog: Catalog,
     with pytest.raises(TransactionConflict, match=f"by transaction {winner.txn_id!r}"):
         commit_pending(catalog)
 
-    assert {r["txn"] for r in visible(sink)} == {winner.txn_id}, \
+    assert {r["txn"] for r in visible_rows(sink)} == {winner.txn_id}, \
         "batch 5 must not be committed after the conflict"
     assert [r.txn_id for r in catalog.transactions()] == [r.txn_id for r in mine]
     assert leftovers(sink) == [mine[1].txn_id], "the loser's staged data is discarded, batch 5's is kept"
@@ -133,13 +105,13 @@ def test_abort_generation_finishes_what_a_generation_claimed_and_aborts_the_rest
     for r in (claimed, pending):
         catalog.put_transaction(r)
     with monkeypatch.context() as patch:
-        die_while_promoting(patch)
+        kill_at(patch, "promoting")
         with pytest.raises(Died):
             sink.commit(claimed)
 
     assert abort_generation(catalog, 3) == [pending.txn_id]
 
-    assert [r["id"] for r in visible(sink)] == [600, 601, 602]
+    assert [r["id"] for r in visible_rows(sink, order_by="id")] == [600, 601, 602]
     assert leftovers(sink) == []
     assert catalog.transactions() == [], "the finished record goes too, as every settler's does"
     # batch 6 became visible here: the commit head (what asset watchers poll) says so
@@ -164,7 +136,7 @@ def test_a_rollback_deletes_the_record_of_what_it_finished_and_fires_abort_halfw
     for r in (claimed, pending):
         catalog.put_transaction(r)
     with monkeypatch.context() as patch:
-        die_while_promoting(patch)
+        kill_at(patch, "promoting")
         with pytest.raises(Died):
             sink.commit(claimed)
     fired: list[tuple[str, int, int, int]] = []
@@ -176,7 +148,7 @@ def test_a_rollback_deletes_the_record_of_what_it_finished_and_fires_abort_halfw
 
     assert fired == [("abort", 6, 1, 2), ("abort", 7, 2, 2)]
     assert catalog.transactions() == []
-    assert [r["id"] for r in visible(sink)] == [600, 601, 602] and leftovers(sink) == []
+    assert [r["id"] for r in visible_rows(sink, order_by="id")] == [600, 601, 602] and leftovers(sink) == []
     from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
 
     head = read_commit_head(catalog)
@@ -197,7 +169,7 @@ def test_a_rollback_killed_at_abort_after_finishing_a_transaction_is_finished_by
     for r in (claimed, pending):
         catalog.put_transaction(r)
     with monkeypatch.context() as patch:
-        die_while_promoting(patch)
+        kill_at(patch, "promoting")
         with pytest.raises(Died):
             sink.commit(claimed)
 
@@ -210,13 +182,13 @@ def test_a_rollback_killed_at_abort_after_finishing_a_transaction_is_finished_by
         with pytest.raises(Died):
             abort_generation(catalog, 3)
     assert [r.txn_id for r in catalog.transactions()] == [claimed.txn_id, pending.txn_id]
-    assert [r["id"] for r in visible(sink)] == [600, 601, 602], "finished before the kill"
+    assert [r["id"] for r in visible_rows(sink, order_by="id")] == [600, 601, 602], "finished before the kill"
     assert catalog.current_generation() == 4
 
     assert abort_generation(catalog, 3) == [pending.txn_id]
 
     assert catalog.transactions() == []
-    assert [r["id"] for r in visible(sink)] == [600, 601, 602] and leftovers(sink) == []
+    assert [r["id"] for r in visible_rows(sink, order_by="id")] == [600, 601, 602] and leftovers(sink) == []
     from airflow_sparkpoint.checkpoints.commit_head import read_commit_head
 
     head = read_commit_head(catalog)

@@ -7,17 +7,13 @@ A real directory sink, real records in a memory store."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from airflow_sparkpoint import faults
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.lineage import new_origin
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.runtime.recovery import recover_transactions
 from airflow_sparkpoint.runtime.restore import plan_restore
 from airflow_sparkpoint.runtime.sink_lineage import divergence
@@ -25,30 +21,11 @@ from airflow_sparkpoint.services.rollback import abort_generation
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.checkpointers import run_config
-from tests.support.records import checkpoint_at, transaction_record
+from tests.support.deaths import Died, kill_at
+from tests.support.records import checkpoint_at
+from tests.support.sink_files import staged_transaction, visible_rows
 
 JOB = "job"
-
-
-class Died(Exception):
-    """The commit step "dies" at the promoting fault point (a SIGKILL there)."""
-
-
-def _staged(sink: DirectorySink, batch: int, generation: int) -> TransactionRecord:
-    txn = f"{JOB}-b{batch}-g{generation}"
-    staging = Path(sink.uri.removeprefix("file://")) / "_staging" / txn
-    staging.mkdir(parents=True)
-    body = json.dumps({"id": batch, "txn": txn}) + "\n"
-    (staging / "part-00000.json").write_text(body)
-    payload = {"format": "json", "staging": f"_staging/{txn}",
-               "files": [{"path": "part-00000.json", "size": len(body)}], "bytes": len(body)}
-    return transaction_record(sink, batch, generation, payload, job=JOB)
-
-
-def _visible(sink: DirectorySink) -> list[dict[str, Any]]:
-    root = Path(sink.uri.removeprefix("file://"))
-    return sorted((json.loads(line) for p in root.glob("part-*") for line in p.read_text().splitlines()),
-                  key=lambda r: r["id"])
 
 
 def test_the_start_after_a_rollback_that_finished_a_confirmed_batch_reads_it_from_the_sink(
@@ -59,18 +36,14 @@ def test_the_start_after_a_rollback_that_finished_a_confirmed_batch_reads_it_fro
     catalog.write_origin(new_origin(g, kind="empty", uri=None, base_id=-1, snapshot_id=None, batch_id=None,
                                     id_floor=catalog.next_checkpoint_id() - 1, restore={}, live_dir=None,
                                     host="h", pid=1))
-    t0, t1 = _staged(sink, 0, g), _staged(sink, 1, g)
+    t0, t1 = staged_transaction(sink, 0, g, job=JOB), staged_transaction(sink, 1, g, job=JOB)
     catalog.put_transaction(t0)
     checkpoint_at(catalog, 0, generation=g, pending=[t0])
     catalog.put_transaction(t1)
     checkpoint_at(catalog, 1, generation=g, pending=[t0, t1])
 
-    def die(point: str, batch_id: int) -> None:
-        if point == "promoting":
-            raise Died(point)
-
     with monkeypatch.context() as patch:  # the commit step decided batch 0 and died promoting it
-        patch.setattr(faults, "maybe_kill", die)
+        kill_at(patch, "promoting")
         with pytest.raises(Died):
             sink.commit(t0)
     assert sink.decision(t0) == "promote"  # decided; its promotion died halfway
@@ -87,4 +60,4 @@ def test_the_start_after_a_rollback_that_finished_a_confirmed_batch_reads_it_fro
     assert divergence(plan.snapshot, sink, catalog, JOB, own_root=True) is None
     pending, summary = recover_transactions(catalog, sink, plan, "external", start)
     assert pending == [] and summary["committed"] == [] and summary["aborted"] == []
-    assert [r["id"] for r in _visible(sink)] == [0], "batch 0 once, batch 1 never"
+    assert [r["id"] for r in visible_rows(sink, order_by="id")] == [0], "batch 0 once, batch 1 never"
