@@ -54,6 +54,7 @@ from airflow_sparkpoint.checkpoints.cutover_records import (
     ProgressSighting,
     check_cutover_id,
     check_int,
+    check_plan_bounds,
     new_cutover_id,
     sighting_of,
 )
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
 # the record types are `checkpoints.cutover_records`'; re-exported: this is where callers find them
 __all__ = ["DECISIONS", "MODES", "OUTCOMES", "SCHEMA_VERSION", "CutoverAgreement", "CutoverClaim",
            "CutoverDecision", "CutoverEnd", "CutoverPlan", "CutoverProgress", "CutoverState", "CutoverStore",
-           "ProgressSighting", "new_cutover_id", "sighting_of"]
+           "ProgressSighting", "check_plan_bounds", "new_cutover_id", "sighting_of"]
 
 
 _PARSERS: dict[str, Any] = {"plan": CutoverPlan.from_json, "green": CutoverProgress.from_json,

@@ -23,7 +23,8 @@ from airflow_sparkpoint.exceptions import ConfigError
 
 __all__ = ["DECISIONS", "MODES", "OUTCOMES", "SCHEMA_VERSION", "CutoverAgreement", "CutoverClaim",
            "CutoverDecision", "CutoverEnd", "CutoverPlan", "CutoverProgress", "CutoverState",
-           "ProgressSighting", "check_cutover_id", "check_int", "new_cutover_id", "sighting_of"]
+           "ProgressSighting", "check_cutover_id", "check_int", "check_plan_bounds", "new_cutover_id",
+           "sighting_of"]
 
 SCHEMA_VERSION = 1
 #: what green does with its output during the warm-up: discard it, or compare it with blue's
@@ -59,6 +60,21 @@ def check_int(value: Any, what: str, low: int = 0) -> int:
     return value
 
 
+def check_plan_bounds(*, mode: Any, lag_batches: Any, reach_timeout_s: Any) -> None:
+    """The bounds a cutover plan must satisfy: `mode` one of `MODES`, `lag_batches` an
+    integer >= 0, `reach_timeout_s` a finite number of seconds > 0. The one rule for
+    `CutoverPlan` and every caller that plans one (checked before anything is read).
+
+    :raises ConfigError: naming the bad value and what is expected."""
+    if mode not in MODES:
+        raise ConfigError(f"cutover mode={mode!r} is invalid; expected one of {', '.join(MODES)}")
+    check_int(lag_batches, "lag_batches")
+    if not isinstance(reach_timeout_s, (int, float)) or isinstance(reach_timeout_s, bool) \
+            or not math.isfinite(reach_timeout_s) or reach_timeout_s <= 0:
+        raise ConfigError(f"cutover reach_timeout_s={reach_timeout_s!r} is invalid; expected a "
+                          "number of seconds > 0")
+
+
 @dataclass(frozen=True)
 class CutoverPlan:
     """What the orchestrator plans: hand job `job`'s generation `blue_generation` over
@@ -89,13 +105,7 @@ class CutoverPlan:
                               "shadow identity of its own (e.g. '<job>-shadow-<id>')")
         check_int(self.blue_generation, "blue_generation", 1)
         check_int(self.warmup_batch, "warmup_batch")
-        check_int(self.lag_batches, "lag_batches")
-        if self.mode not in MODES:
-            raise ConfigError(f"cutover mode={self.mode!r} is invalid; expected one of {', '.join(MODES)}")
-        if not isinstance(self.reach_timeout_s, (int, float)) or isinstance(self.reach_timeout_s, bool) \
-                or not math.isfinite(self.reach_timeout_s) or self.reach_timeout_s <= 0:
-            raise ConfigError(f"cutover reach_timeout_s={self.reach_timeout_s!r} is invalid; expected a "
-                              "number of seconds > 0")
+        check_plan_bounds(mode=self.mode, lag_batches=self.lag_batches, reach_timeout_s=self.reach_timeout_s)
         for name in ("warmup_uri", "green_root"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ConfigError(f"cutover {name}={getattr(self, name)!r} is invalid; expected a URI")

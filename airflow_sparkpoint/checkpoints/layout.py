@@ -47,7 +47,8 @@ __all__ = ["CHK_RE", "COMMITTED", "CONTROL", "COUNTERS", "CUTOVER", "CUTOVER_PAR
            "STATUS", "STATUS_DIR", "TXN", "TXN_ID_RE", "TXN_RE", "VERIFICATION", "JobStore",
            "check_metadata_size", "checkpoint_dir", "checkpoint_metadata", "cutover_key", "gc_key",
            "generation_key",
-           "generation_of", "launch_key", "limits_of", "lineage_key", "max_bytes_of", "parse_pin_dir",
+           "generation_of", "is_job_dir", "launch_key", "limits_of", "lineage_key", "max_bytes_of",
+           "parse_pin_dir",
            "parse_txn_id", "pin_dir", "savepoint_checkpoint", "savepoint_dir", "status_key", "txn_id",
            "txn_key", "validate_job_name"]
 
@@ -80,6 +81,16 @@ def validate_job_name(job: str) -> str:
             "starting with a letter or digit"
         )
     return job
+
+
+def is_job_dir(name: str) -> bool:
+    """Whether the top-level directory `name` of a storage root is a job's (its name is a
+    valid job name, `validate_job_name`): a scratch or dot directory beside the jobs is not."""
+    try:
+        validate_job_name(name)
+    except ConfigError:
+        return False
+    return True
 
 
 def checkpoint_dir(checkpoint_id: int) -> str:

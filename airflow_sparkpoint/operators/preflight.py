@@ -33,7 +33,7 @@ from airflow_sparkpoint.operators.job import positive_seconds
 from airflow_sparkpoint.operators.verify import DrillFailed, SparkpointVerifyOperator
 from airflow_sparkpoint.services.preflight import MAX_RETIRED, run_preflight
 from airflow_sparkpoint.services.savepoint import requester
-from airflow_sparkpoint.services.zero_downtime import plan_cutover
+from airflow_sparkpoint.services.zero_downtime import check_plan_bounds, plan_cutover
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -98,12 +98,11 @@ class SparkpointPreflightOperator(SparkpointVerifyOperator):
             raise ConfigError("zero_downtime=True needs cutover_dir (or drill_dir): where green's shadow "
                               "keeps its scratch catalog, a location green's driver reaches")
         self.cutover_mode = "compare" if cutover_compare else "discard"
-        if isinstance(cutover_lag_batches, bool) or not isinstance(cutover_lag_batches, int) \
-                or cutover_lag_batches < 0:
-            raise ConfigError(f"cutover_lag_batches={cutover_lag_batches!r} is invalid; expected an "
-                              "integer >= 0")
         self.cutover_lag_batches = cutover_lag_batches
         self.cutover_reach_timeout = positive_seconds("cutover_reach_timeout", cutover_reach_timeout)
+        # the service's rule, run here too so a bad bound fails the DAG's parse, not its run
+        check_plan_bounds(mode=self.cutover_mode, lag_batches=self.cutover_lag_batches,
+                          reach_timeout_s=self.cutover_reach_timeout)
 
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         catalog = self._production_catalog()

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_sparkpoint.exceptions import ConfigError, PipelineNotFound
-from airflow_sparkpoint.services.stores import Catalog, validate_job_name
+from airflow_sparkpoint.services.stores import Catalog, jobs_under, validate_job_name
 
 __all__ = ["CONN_ID_RE", "CONN_TYPE", "MAX_STORED_JOBS", "Pipeline", "PipelineNotFound", "can_read",
            "known_dags", "list_pipelines", "may_read_connection", "open_catalog", "redact", "resolve",
@@ -114,20 +114,18 @@ def sparkpoint_connections() -> list[Any]:
 
 
 def stored_jobs(conn_id: str) -> list[str]:
-    """The job names under connection `conn_id`'s storage root (its top-level directories
-    with a valid job name; at most `MAX_STORED_JOBS`, the first by name). A store read:
-    call it only for a user who may read the connection (`may_read_connection`).
+    """The job names under connection `conn_id`'s storage root (`services.stores.jobs_under`:
+    its top-level directories with a valid job name; at most `MAX_STORED_JOBS`, the first
+    by name). A store read: call it only for a user who may read the connection
+    (`may_read_connection`).
 
     :raises StorageError: the root cannot be listed.
     """
     from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
 
     names = []
-    for name in SparkpointHook(conn_id).get_storage().list_dirs(""):
-        try:
-            names.append(validate_job_name(name))
-        except ConfigError:
-            continue  # not a job's directory
+    for name in jobs_under(SparkpointHook(conn_id).get_storage()):
+        names.append(name)
         if len(names) >= MAX_STORED_JOBS:
             log.warning("connection %s: listing only the first %d jobs under its root", conn_id,
                         MAX_STORED_JOBS)

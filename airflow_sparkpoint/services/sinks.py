@@ -4,9 +4,10 @@ line is read: `parse_sink_arg`, here since the sinks parse no command line), and
 its output holds: the transactions not settled yet and the rows they staged (what a
 write-audit-publish audit checks: `pending_transactions`, `staged_rows`), and what
 readers see in a Delta table (`delta_rows` on any store, with its storage options;
-`delta_table_rows` on a local one, at a version). Which sink settles a transaction
-record is `sinks.resolve`'s rule; the front ends only declare. Pure Python: no Spark, no
-Airflow.
+`delta_table_rows` on a local one, at a version), which batches its commits hold
+(`delta_history`) and the staged files no commit took (`orphaned_staged_files`). Which
+sink settles a transaction record is `sinks.resolve`'s rule; the front ends only
+declare. Pure Python: no Spark, no Airflow.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import SinkSpec, declared_sink
 
-__all__ = ["Sink", "SinkSpec", "declared_sink", "delta_rows", "delta_table_rows", "parse_sink_arg",
-           "pending_transactions", "staged_rows"]
+__all__ = ["Sink", "SinkSpec", "declared_sink", "delta_history", "delta_rows", "delta_table_rows",
+           "orphaned_staged_files", "parse_sink_arg", "pending_transactions", "staged_rows"]
 
 
 def parse_sink_arg(text: str, options: Sequence[str] = ()) -> dict[str, Any]:
@@ -54,6 +55,39 @@ def delta_table_rows(path: Path | str, version: int | None = None,
     if not DeltaTable.is_deltatable(str(path)):
         return []
     return list(read_table(DeltaTable(str(path), version=version), columns).to_pylist())
+
+
+def delta_history(path: Path | str) -> list[dict[str, Any]]:
+    """Every commit of the local Delta table at `path`, oldest first: ``version``,
+    ``operation``, ``timestamp`` (ms) and, for Sparkpoint's commits, ``job``, ``batch``
+    and ``generation`` (else None; `sinks.delta.sparkpoint_commit`); [] when it is
+    no table yet. Needs deltalake."""
+    from deltalake import DeltaTable
+
+    from airflow_sparkpoint.sinks.delta import sparkpoint_commit
+
+    if not DeltaTable.is_deltatable(str(path)):
+        return []
+    history = [{"version": int(entry["version"]), "operation": str(entry.get("operation", "")),
+                "timestamp": entry.get("timestamp"), **sparkpoint_commit(entry)}
+               for entry in DeltaTable(str(path)).history()]
+    return sorted(history, key=lambda e: e["version"])
+
+
+def orphaned_staged_files(table: Path | str, job: str) -> list[str]:
+    """Staged parquet files of `job` in the local Delta table `table` that are not part of
+    the table: output of an aborted or unfinished transaction left behind. (Committed
+    appends keep their staged files: the Delta commit adds them in place, without a copy.)
+    Needs deltalake."""
+    from deltalake import DeltaTable
+
+    from airflow_sparkpoint.sinks.delta import job_staging
+
+    staging = Path(table) / job_staging(job)
+    staged = {str(p) for p in staging.rglob("*.parquet")} if staging.exists() else set()
+    if staged and DeltaTable.is_deltatable(str(table)):
+        staged -= {str(Path(uri)) for uri in DeltaTable(str(table)).file_uris()}
+    return sorted(staged)
 
 
 def pending_transactions(catalog: Catalog, *, generation: int | None = None) -> list[TransactionRecord]:

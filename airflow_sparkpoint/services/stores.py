@@ -10,10 +10,11 @@ store. Pure Python: no Spark, no Airflow.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
-from airflow_sparkpoint.checkpoints.layout import SAVEPOINTS, validate_job_name
+from airflow_sparkpoint.checkpoints.layout import SAVEPOINTS, is_job_dir, validate_job_name
 from airflow_sparkpoint.exceptions import StorageError
 from airflow_sparkpoint.storage import LocalStorage, Storage, open_storage, split_uri
 from airflow_sparkpoint.storage.endpoints import ENDPOINT_URL, REGION_NAME, s3_options, validate_endpoint_url
@@ -21,7 +22,8 @@ from airflow_sparkpoint.storage.redact import register, scrub, scrub_value, secr
 
 __all__ = [
     "ENDPOINT_URL", "REGION_NAME", "SAVEPOINTS", "Catalog", "SnapshotHandle", "Storage", "has_metadata",
-    "job_catalog", "open_job", "open_storage", "other_jobs", "register", "s3_options", "scrub", "scrub_value",
+    "job_catalog", "jobs_under", "open_job", "open_storage", "other_jobs", "register", "s3_options", "scrub",
+    "scrub_value",
     "secret_values", "split_uri", "userinfo", "validate_endpoint_url", "validate_job_name",
 ]
 
@@ -54,10 +56,20 @@ def job_catalog(root: str | Storage, job: str, **storage_options: Any) -> Catalo
     return Catalog(storage, job)
 
 
+def jobs_under(storage: Storage) -> Iterator[str]:
+    """The jobs stored under the root `storage`, by name: its top-level directories that
+    are a job's (`layout.is_job_dir`). The one rule of the CLI's and the UI's job lists.
+
+    :raises StorageError: the root cannot be listed.
+    """
+    return (name for name in storage.list_dirs("") if is_job_dir(name))
+
+
 def other_jobs(catalog: Catalog) -> list[str]:
-    """The other jobs stored under `catalog`'s root ([] when the root cannot be listed)."""
+    """The other jobs stored under `catalog`'s root (`jobs_under`; [] when the root cannot
+    be listed)."""
     try:
-        return [name for name in catalog.storage.list_dirs("") if name != catalog.job]
+        return [name for name in jobs_under(catalog.storage) if name != catalog.job]
     except StorageError:
         return []
 

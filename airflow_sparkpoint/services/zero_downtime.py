@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import (
-    MODES,
     CutoverPlan,
     CutoverState,
     CutoverStore,
     ProgressSighting,
+    check_plan_bounds,
     new_cutover_id,
     sighting_of,
 )
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.control import ControlRequest
 
 __all__ = ["PHASES", "CutoverDriver", "CutoverLook", "CutoverOutcome", "DrivePosition", "GreenStart",
-           "drive_cutover", "look", "plan_cutover", "resume_position"]
+           "check_plan_bounds", "drive_cutover", "look", "plan_cutover", "resume_position"]
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ def plan_cutover(catalog: Catalog, *, green_root: str, requested_by: str, mode: 
         itself or with ``commit.mode=external`` (blue cannot stop after a chosen batch then).
     :raises CutoverError: another cutover of the job is open.
     """
-    if mode not in MODES:
-        raise ConfigError(f"cutover mode={mode!r} is invalid; expected one of {', '.join(MODES)}")
+    # the bounds first: a bad argument is named whatever state the job is in, before any read
+    check_plan_bounds(mode=mode, lag_batches=lag_batches, reach_timeout_s=reach_timeout_s)
     source = savepoint_source(catalog, max_heartbeat_age)
     if source.run is None:
         raise CatalogError(f"job {catalog.job!r} {source.why_not_running()}; a zero-downtime cutover hands "

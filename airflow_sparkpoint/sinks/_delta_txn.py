@@ -42,13 +42,32 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REPLAY = "sparkpoint.replay"
+#: the custom commit info of Sparkpoint's Delta commits (`commit_info`), read back by
+#: every reader of the table's history (`sparkpoint_commit`)
+JOB_KEY = "sparkpoint.job"
+BATCH_KEY = "sparkpoint.batch"
+GENERATION_KEY = "sparkpoint.generation"
+TXN_KEY = "sparkpoint.txn"
 _FIRST_PAGE = 16
 _UNKNOWN = object()
 
 
+def job_staging(job: str) -> str:
+    """Where `job`'s transactions stage their files, relative to the table root."""
+    return f"{STAGING}/{job}"
+
+
 def staging_dir(job: str, txn: str) -> str:
     """The staging area of transaction `txn` of `job`, relative to the table root."""
-    return f"{STAGING}/{job}/{txn}"
+    return f"{job_staging(job)}/{txn}"
+
+
+def sparkpoint_commit(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The Sparkpoint keys of a Delta history `entry` (`commit_info`) as values: ``job``,
+    ``batch`` and ``generation`` (None when the commit is not Sparkpoint's)."""
+    batch, generation = entry.get(BATCH_KEY), entry.get(GENERATION_KEY)
+    return {"job": entry.get(JOB_KEY), "batch": int(batch) if batch is not None else None,
+            "generation": int(generation) if generation is not None else None}
 
 
 def staged(record: TransactionRecord) -> dict[str, Any]:
@@ -82,10 +101,10 @@ def commit_info(record: TransactionRecord) -> dict[str, str]:
     the runtime captured one, how to replay the batch (``sparkpoint.replay``,
     `airflow_sparkpoint.runtime.replay`)."""
     info = {
-        "sparkpoint.job": record.job,
-        "sparkpoint.batch": str(record.batch_id),
-        "sparkpoint.generation": str(record.generation),
-        "sparkpoint.txn": record.txn_id,
+        JOB_KEY: record.job,
+        BATCH_KEY: str(record.batch_id),
+        GENERATION_KEY: str(record.generation),
+        TXN_KEY: record.txn_id,
     }
     replay = replay_of(record)
     if replay is not None:
@@ -114,9 +133,9 @@ def _scan(history: Sequence[Mapping[str, Any]], job: str, batch: int) -> Any:
             continue
         if ceiling is not None and version > ceiling:
             continue
-        if entry.get("sparkpoint.job") != job or entry.get("sparkpoint.batch") is None:
+        if entry.get(JOB_KEY) != job or entry.get(BATCH_KEY) is None:
             continue
-        committed = int(entry["sparkpoint.batch"])
+        committed = int(entry[BATCH_KEY])
         if committed == batch:
             return dict(entry)
         if committed < batch:
@@ -160,9 +179,9 @@ def lineage_commit(history: Sequence[Mapping[str, Any]], job: str, batch: int, g
     `history` (newest first), whether a later ``RESTORE`` undid it or not (a rewind to
     that lineage restores the table to it); None when the history has none."""
     for entry in history:
-        if (entry.get("operation") != "RESTORE" and entry.get("sparkpoint.job") == job
-                and entry.get("sparkpoint.batch") == str(batch)
-                and entry.get("sparkpoint.generation") == str(generation)):
+        if (entry.get("operation") != "RESTORE" and entry.get(JOB_KEY) == job
+                and entry.get(BATCH_KEY) == str(batch)
+                and entry.get(GENERATION_KEY) == str(generation)):
             return int(entry["version"])
     return None
 
@@ -170,7 +189,7 @@ def lineage_commit(history: Sequence[Mapping[str, Any]], job: str, batch: int, g
 def first_commit(history: Sequence[Mapping[str, Any]], job: str) -> int | None:
     """The table version of the oldest commit of `job` in `history` (newest first)."""
     versions = [int(e["version"]) for e in history
-                if e.get("operation") != "RESTORE" and e.get("sparkpoint.job") == job and "version" in e]
+                if e.get("operation") != "RESTORE" and e.get(JOB_KEY) == job and "version" in e]
     return min(versions) if versions else None
 
 
@@ -209,7 +228,7 @@ def rewind_target(history: Sequence[Mapping[str, Any]], job: str, snapshot: Snap
             )
         return first - 1, -1
     for entry in history:  # newest first
-        if (entry.get("sparkpoint.job") == job and entry.get("sparkpoint.batch") == str(snapshot.batch_id)
+        if (entry.get(JOB_KEY) == job and entry.get(BATCH_KEY) == str(snapshot.batch_id)
                 and entry.get("operation") != "RESTORE"):
             return int(entry["version"]), snapshot.batch_id
     position = snapshot.sink_positions.get(sink_id)
@@ -234,8 +253,8 @@ def table_paths(table: DeltaTable) -> set[str]:
 def ever_committed(table: DeltaTable, record: TransactionRecord) -> bool:
     """Whether the history holds a commit of `record` (in effect or undone by a rewind)."""
     for entry in table.history():
-        if (entry.get("sparkpoint.job") == record.job
-                and entry.get("sparkpoint.batch") == str(record.batch_id)
-                and entry.get("sparkpoint.generation") == str(record.generation)):
+        if (entry.get(JOB_KEY) == record.job
+                and entry.get(BATCH_KEY) == str(record.batch_id)
+                and entry.get(GENERATION_KEY) == str(record.generation)):
             return True
     return False

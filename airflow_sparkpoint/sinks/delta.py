@@ -35,6 +35,7 @@ from airflow_sparkpoint.exceptions import (
 from airflow_sparkpoint.sinks import _claims, _delta_schema, _delta_txn, spark_compat
 from airflow_sparkpoint.sinks._delta_location import STAGING, table_location
 from airflow_sparkpoint.sinks._delta_location import import_deltalake as _import_deltalake
+from airflow_sparkpoint.sinks._delta_txn import job_staging, sparkpoint_commit
 from airflow_sparkpoint.sinks.base import (
     CommitOutcome,
     CommittedTxn,
@@ -49,7 +50,8 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame
 
-__all__ = ["STAGING", "DeltaSink"]
+# the staging layout and the commit info are `_delta_txn`'s; re-exported for the readers of a table
+__all__ = ["STAGING", "DeltaSink", "job_staging", "sparkpoint_commit"]
 
 log = logging.getLogger(__name__)
 
@@ -195,10 +197,10 @@ class DeltaSink(Sink):
         if version is None or version < batch_id:
             return None
         entry = _delta_txn.batch_commit(table, job, batch_id)
-        if entry is None or entry.get("sparkpoint.generation") is None:
+        if entry is None or entry.get(_delta_txn.GENERATION_KEY) is None:
             return CommittedTxn(job=job, batch_id=batch_id, generation=None, txn_id=None)
-        generation = int(entry["sparkpoint.generation"])
-        txn = entry.get("sparkpoint.txn") or layout.txn_id(job, batch_id, generation)
+        generation = int(entry[_delta_txn.GENERATION_KEY])
+        txn = entry.get(_delta_txn.TXN_KEY) or layout.txn_id(job, batch_id, generation)
         return CommittedTxn(job=job, batch_id=batch_id, generation=generation, txn_id=str(txn))
 
     def batch_files(self, job: str, batch_id: int) -> list[str] | None:
@@ -219,12 +221,12 @@ class DeltaSink(Sink):
         if version is None or version < record.batch_id:
             return None
         entry = _delta_txn.batch_commit(table, record.job, record.batch_id)
-        if entry is not None and entry.get("sparkpoint.generation") is not None:
-            generation = int(entry["sparkpoint.generation"])
+        if entry is not None and entry.get(_delta_txn.GENERATION_KEY) is not None:
+            generation = int(entry[_delta_txn.GENERATION_KEY])
             if generation == record.generation:
                 return _OURS
             return CommittedTxn(record.job, record.batch_id, generation,
-                                str(entry.get("sparkpoint.txn")
+                                str(entry.get(_delta_txn.TXN_KEY)
                                     or layout.txn_id(record.job, record.batch_id, generation)))
         # The history does not say (a commit of an old release, or its log entry was
         # cleaned up): an append is ours iff our files are in the table; for a merge it
@@ -486,7 +488,7 @@ class DeltaSink(Sink):
         target, committed_batch = _delta_txn.rewind_target(history, job, snapshot, self.sink_id, self.uri)
         for entry in history:
             version = int(entry.get("version", -1))
-            if version > target and entry.get("sparkpoint.job") != job:
+            if version > target and entry.get(_delta_txn.JOB_KEY) != job:
                 raise SinkAheadError(
                     f"cannot rewind {self.uri} to version {target}: version {version} "
                     f"({entry.get('operation')}) was not written by job {job!r}"
@@ -511,7 +513,7 @@ class DeltaSink(Sink):
         """Delete the staging areas of `job` no record refers to (`is_orphan`,
         `_orphan_is_garbage`): only directories named as a transaction id of `job`
         (anything else there, a link included, is not this job's to delete)."""
-        root = f"{STAGING}/{job}"
+        root = _delta_txn.job_staging(job)
         names = self.location.list_dirs(root)
         candidates = [n for n in names if is_orphan(n, keep, upto_generation)
                       and (layout.parse_txn_id(n) or ("",))[0] == job]
@@ -520,7 +522,7 @@ class DeltaSink(Sink):
         table = self._table()
         referenced_dirs: set[str] = set()
         if table is not None and self.mode == "append":
-            prefix = f"{STAGING}/{job}/"
+            prefix = f"{_delta_txn.job_staging(job)}/"
             for path in _delta_txn.table_paths(table):
                 if path.startswith(prefix):
                     referenced_dirs.add(path[len(prefix):].split("/", 1)[0])
@@ -580,7 +582,7 @@ class DeltaSink(Sink):
         deltalake = _import_deltalake()
         props = deltalake.CommitProperties(
             app_transactions=[deltalake.Transaction(app_id=job, version=committed_batch)],
-            custom_metadata={"sparkpoint.job": job, "sparkpoint.rewind": str(target)},
+            custom_metadata={_delta_txn.JOB_KEY: job, "sparkpoint.rewind": str(target)},
         )
         table.restore(target, commit_properties=props)
         log.warning("rewound Delta table %s from version %d to %d (last committed batch %d)", self.uri,

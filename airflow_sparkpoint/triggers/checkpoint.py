@@ -23,9 +23,9 @@ Load on the triggerer and the store (hundreds of sensors may wait at once):
   record (plus the savepoint directory listing when it waits for a savepoint), and the
   full look only when it moved (`services.conditions.ConditionWatch`).
 * Triggers waiting on one store share one storage client (one boto3 client, not one
-  per sensor). Poll intervals are jittered (±`JITTER`) and the first poll comes at a
-  random point of the first interval, so a triggerer restart does not make every sensor
-  hit the store in the same second.
+  per sensor). Poll intervals are jittered (±`JITTER`, `triggers.shared.next_wait`) and
+  the first poll comes at a random point of the first interval, so a triggerer restart
+  does not make every sensor hit the store in the same second.
 
 When the user acts on the deferred task (mark failed, clear),
 `on_kill` withdraws a control request nobody took yet, so no later run serves it;
@@ -52,7 +52,6 @@ from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError, StorageError
 from airflow_sparkpoint.hooks.sparkpoint import storage_connection
 from airflow_sparkpoint.services.conditions import (
-    JITTER,
     CheckpointCondition,
     ConditionWatch,
     Outcome,
@@ -73,6 +72,7 @@ from airflow_sparkpoint.triggers.shared import (
     POOL_THREADS,
     SHARED_STORES,
     check_event,
+    next_wait,
     open_catalog,
     release_catalog,
     run_blocking,
@@ -194,8 +194,7 @@ class SparkpointCheckpointTrigger(BaseTrigger):
 
     def _sleep_s(self, remaining: float | None) -> float:
         """The next poll interval, jittered; never past the deadline."""
-        interval = self.poll_interval * random.uniform(1 - JITTER, 1 + JITTER)
-        return interval if remaining is None else max(0.0, min(interval, remaining))
+        return next_wait(self.poll_interval, remaining, upwards_only=False)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         errors = 0

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
@@ -42,7 +41,6 @@ from airflow.triggers.base import TriggerEvent
 from airflow_sparkpoint import durations
 from airflow_sparkpoint.exceptions import ConfigError, SparkpointError, StorageError
 from airflow_sparkpoint.hooks.sparkpoint import storage_connection
-from airflow_sparkpoint.services.conditions import JITTER
 from airflow_sparkpoint.services.cutover import call_off
 from airflow_sparkpoint.services.stores import Catalog, scrub
 from airflow_sparkpoint.services.zero_downtime import CutoverLook, DrivePosition, look
@@ -54,7 +52,8 @@ from airflow_sparkpoint.triggers.run import (
     task_instance_state,
 )
 from airflow_sparkpoint.triggers.shared import (
-    MAX_POLL_ERRORS,
+    MAX_LOOK_ERRORS,
+    next_wait,
     open_catalog,
     release_catalog,
     run_blocking,
@@ -153,7 +152,7 @@ class SparkpointCutoverTrigger(StoppableTrigger):
             except StorageError as exc:
                 errors += 1
                 self.log.warning("look %d at cutover %s failed: %s", errors, self.cutover_id, exc)
-                if errors >= MAX_POLL_ERRORS * 3:
+                if errors >= MAX_LOOK_ERRORS:
                     yield self._event("error", f"storage of job {self.job_name!r} unreachable ({errors} "
                                       f"looks in a row): {exc}")
                     return
@@ -178,9 +177,8 @@ class SparkpointCutoverTrigger(StoppableTrigger):
     def _interval(self, now: float) -> float:
         """The next wait: jittered upwards only, never past the phase's bound or the task's
         deadline (a bound is looked at as it passes)."""
-        interval = self.poll_interval * random.uniform(1.0, 1.0 + JITTER)
         ends = [self.position.deadline] + ([self.deadline] if self.deadline is not None else [])
-        return max(0.0, min(interval, *(end - now for end in ends)))
+        return next_wait(self.poll_interval, min(end - now for end in ends), upwards_only=True)
 
     async def on_kill(self) -> None:
         """A user acted on the task (Airflow 3.3+): call the cutover off unless green

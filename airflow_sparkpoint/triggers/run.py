@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 import time
 from collections.abc import AsyncIterator, Callable, Collection
 from datetime import timedelta
@@ -42,13 +41,13 @@ from airflow_sparkpoint.exceptions import ConfigError, StorageError
 from airflow_sparkpoint.hooks.spark_cluster import cluster_handle
 from airflow_sparkpoint.hooks.sparkpoint import storage_connection
 from airflow_sparkpoint.services.cluster_manager import cluster_record
-from airflow_sparkpoint.services.conditions import JITTER
 from airflow_sparkpoint.services.detached import DriverProcess
 from airflow_sparkpoint.services.detached_run import USER_STOP, user_stop_by
 from airflow_sparkpoint.services.follow import DriverHandle, RunFollower, stop_run
 from airflow_sparkpoint.services.stores import Catalog, scrub
 from airflow_sparkpoint.triggers.shared import (
-    MAX_POLL_ERRORS,
+    MAX_LOOK_ERRORS,
+    next_wait,
     open_catalog,
     release_catalog,
     run_blocking,
@@ -284,8 +283,7 @@ class SparkpointRunTrigger(StoppableTrigger):
     def _interval(self, remaining: float | None) -> float:
         """The next wait: jittered upwards only (never more looks than the budget), never
         past the deadline."""
-        interval = self.poll_interval * random.uniform(1.0, 1.0 + JITTER)
-        return interval if remaining is None else max(0.0, min(interval, remaining))
+        return next_wait(self.poll_interval, remaining, upwards_only=True)
 
     async def _events(self) -> AsyncIterator[TriggerEvent]:
         follower: RunFollower | None = None
@@ -310,7 +308,7 @@ class SparkpointRunTrigger(StoppableTrigger):
             except StorageError as exc:
                 errors += 1
                 self.log.warning("look %d at job %s failed: %s", errors, self.job_name, exc)
-                if errors >= MAX_POLL_ERRORS * 3:  # the run may be fine: give the store time
+                if errors >= MAX_LOOK_ERRORS:  # the run may be fine: give the store time
                     yield TriggerEvent({"status": "dead", "generation": self.generation, "job": self.job_name,
                                         "message": scrub(f"storage of job {self.job_name!r} unreachable "
                                                          f"({errors} looks in a row): {exc}"),

@@ -1,6 +1,8 @@
 """What every Sparkpoint trigger of a triggerer process shares: the few threads its
-storage calls run on, one storage client per store, and the check of a trigger event in
-an operator's ``execute_complete``.
+storage calls run on, one storage client per store, the wait between two polls and how
+many failed polls in a row end a wait (`next_wait`, `MAX_POLL_ERRORS`,
+`MAX_LOOK_ERRORS`), and the check of a trigger event in an operator's
+``execute_complete``.
 
 Storage calls block; they run on `POOL_THREADS` threads shared by every Sparkpoint
 trigger of the process, never on the event loop and never on its default executor, so a
@@ -15,6 +17,7 @@ import contextvars
 import functools
 import hashlib
 import json
+import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,17 +26,35 @@ from typing import Any, TypeVar
 from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
 from airflow_sparkpoint.hooks.sparkpoint import SparkpointHook
+from airflow_sparkpoint.services.conditions import JITTER
 from airflow_sparkpoint.services.stores import Catalog, Storage, job_catalog, open_storage
 
-__all__ = ["MAX_POLL_ERRORS", "POOL_THREADS", "SHARED_STORES", "check_event", "open_catalog",
-           "release_catalog", "run_blocking"]
+__all__ = ["MAX_LOOK_ERRORS", "MAX_POLL_ERRORS", "POOL_THREADS", "SHARED_STORES", "check_event",
+           "next_wait", "open_catalog", "release_catalog", "run_blocking"]
 
 #: consecutive failed polls (an unreachable store) tolerated before a trigger gives up
 MAX_POLL_ERRORS = 3
+#: the same for a trigger following a run or a cutover (`SparkpointRunTrigger`,
+#: `SparkpointCutoverTrigger`): giving up there reports a run that may be fine as dead, or
+#: sends the cutover back to the worker, so the store gets three times the time a waiting
+#: sensor gives it (a sensor's error is retried by the task's own retries)
+MAX_LOOK_ERRORS = MAX_POLL_ERRORS * 3
 #: threads for the storage calls of all Sparkpoint triggers of a process
 POOL_THREADS = 4
 
 T = TypeVar("T")
+
+
+def next_wait(poll_interval: float, remaining: float | None, *, upwards_only: bool) -> float:
+    """The wait before a trigger's next poll: `poll_interval` jittered by `JITTER`, never
+    past `remaining` seconds (None: no bound), never below 0, so triggers started together
+    spread out. `upwards_only` for a trigger whose budget is a ceiling (a run's or a
+    cutover's looks: at most 12 store requests a minute, never more looks than that); a
+    waiting sensor's (`SparkpointCheckpointTrigger`) is jittered either way (``±JITTER``,
+    its documented average rate: the mean interval stays `poll_interval`)."""
+    interval = poll_interval * random.uniform(1.0 if upwards_only else 1.0 - JITTER, 1.0 + JITTER)
+    return interval if remaining is None else max(0.0, min(interval, remaining))
+
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 

@@ -189,6 +189,8 @@ def test_zero_downtime_plans_nothing_when_the_drill_refuses_green_or_blue_cannot
 
     from airflow_sparkpoint.checkpoints.cutover import CutoverStore
 
+    with pytest.raises(ConfigError, match="cutover lag_batches=-1 is invalid; expected an integer >= 0"):
+        operator(tmp_path, zero_downtime=True, cutover_lag_batches=-1)  # the service's rule, at parse time
     with pytest.raises(ConfigError, match="zero_downtime=True needs cutover_dir"):
         operator(tmp_path, zero_downtime=True, drill_dir=None)
     catalog = blue(tmp_path, 2)

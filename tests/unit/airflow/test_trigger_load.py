@@ -233,3 +233,16 @@ def test_poll_intervals_are_jittered_and_never_pass_the_deadline() -> None:
     sleeps = [trigger._sleep_s(None) for _ in range(200)]
     assert 8.0 <= min(sleeps) and max(sleeps) <= 12.0 and max(sleeps) - min(sleeps) > 2.0, sleeps
     assert all(trigger._sleep_s(0.5) <= 0.5 for _ in range(50))
+
+
+def test_the_wait_between_polls_is_one_rule_upwards_only_where_the_budget_is_a_ceiling() -> None:
+    """`triggers.shared.next_wait`, used by all three triggers (issue #47): the run and
+    cutover triggers' looks never come faster than `poll_interval` (their 12 requests a
+    minute are a ceiling), the waiting sensor's are spread either way (±20%)."""
+    from airflow_sparkpoint.triggers.shared import next_wait
+
+    up = [next_wait(10, None, upwards_only=True) for _ in range(200)]
+    assert 10.0 <= min(up) and max(up) <= 12.0 and max(up) - min(up) > 1.0, up
+    both = [next_wait(10, None, upwards_only=False) for _ in range(200)]
+    assert 8.0 <= min(both) < 10.0 < max(both) <= 12.0, both
+    assert next_wait(10, 0.5, upwards_only=True) == 0.5 and next_wait(10, -3, upwards_only=False) == 0.0

@@ -7,6 +7,7 @@ the real committer, each on its own thread. No Spark."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -215,3 +216,19 @@ def test_a_drive_started_again_after_the_agreement_resumes_it_instead_of_refusin
     assert (outcome.step, outcome.after_batch) == ("committed", agreed.after_batch)  # type: ignore[attr-defined]
     assert blue.stopped_at == agreed.after_batch and CutoverStore(catalog).read(cid).agreed == agreed
     assert any("resumed: agreed already" in s for s in steps), steps
+
+
+@pytest.mark.parametrize(("lag", "shown"), [(-1, "-1"), (True, "True"), (1.5, "1.5"), ("2", "'2'")])
+def test_a_bad_lag_is_refused_by_the_service_before_the_catalog_is_read(
+    catalog: Catalog, lag: object, shown: str
+) -> None:
+    """Issue #47: the lag bound is the service's rule, not only the pre-flight operator's:
+    any caller (a CLI, a DAG calling the service) gets the ConfigError naming the value,
+    even for a job with no live run, and nothing is written."""
+    expected = rf"lag_batches={re.escape(shown)} is invalid; expected an integer >= 0"
+    with pytest.raises(ConfigError, match=expected):
+        plan_cutover(catalog, green_root="memory://scratch", requested_by="test",
+                     lag_batches=lag)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"reach_timeout_s=0 is invalid"):
+        plan_cutover(catalog, green_root="memory://scratch", requested_by="test", reach_timeout_s=0)
+    assert CutoverStore(catalog).ids() == []
