@@ -26,7 +26,8 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.exceptions import ConfigError
-from tests.support.fake_submit import JOB, Driver, FakeStore, FakeTI, driver, operator
+from tests.support.fake_submit import JOB, Driver, FakeStore, driver, operator
+from tests.support.task_instances import FakeTI
 from tests.support.waits import wait_for
 
 __all__ = ["driver"]  # the fixture
