@@ -88,9 +88,13 @@ def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None,
     :raises RestoreError: there is no valid ``_metadata`` there (corrupt or over its size
         limit included), or it cannot be read, or a referenced file is missing, or
         `store` holds a checkpoint.
+    :raises ConfigError: `uri` names no store (`InvalidPath`: a key escapes its root).
     """
+    # a URI that cannot name a store (InvalidPath, ConfigError) is raised as it is
+    opened = store if store is not None else open_storage(uri, **dict(storage_options or {}))
     try:
-        handle = snapshot_at(uri, storage_options=storage_options, store=store, named=f"restore target {uri}")
+        handle = snapshot_at(uri, storage_options=storage_options, store=opened,
+                             named=f"restore target {uri}")
     except CorruptMetadata as exc:
         raise RestoreError(f"restore target is corrupt: {exc}") from exc
     except StorageError as exc:
