@@ -41,6 +41,10 @@ def s3_bucket(s3_server: str) -> str:
     return name
 
 
+#: set by `airflow_home` beside Airflow's settings (a home set by anything else is not the test home)
+AIRFLOW_HOME_MARK = "SPARKPOINT_TEST_AIRFLOW_HOME"
+
+
 # Session-scoped, unlike the servers: it sets AIRFLOW_* in this process before Airflow is
 # first imported, and Airflow reads its configuration once per process.
 @pytest.fixture(scope="session")
@@ -58,12 +62,25 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        AIRFLOW_HOME_MARK: "1",
     }
     os.environ.update(env)
     from airflow.utils import db
 
     db.resetdb()
     yield home
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test that imports Airflow into this process before `airflow_home` set its home
+    fails here, named: Airflow reads its settings once, so every later in-process Airflow
+    test of the run would otherwise fail on the default home, far from the cause."""
+    before = "airflow.settings" in sys.modules
+    yield
+    if not before and "airflow.settings" in sys.modules and AIRFLOW_HOME_MARK not in os.environ:
+        pytest.fail(f"{item.nodeid} imported Airflow into the test process before the airflow_home "
+                    "fixture set its home: request airflow_home first", pytrace=False)
 
 
 def pytest_configure(config: pytest.Config) -> None:

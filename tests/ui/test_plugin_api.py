@@ -8,6 +8,8 @@ Prometheus metrics, and a pipeline on S3."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -246,10 +248,13 @@ def test_a_pipeline_on_s3_is_served_with_the_connections_credentials(ui_stack: S
     assert_no_secret(response)
 
 
-def test_the_page_charts_the_trend_of_every_checkpoint_the_runs_completed(ui_stack: Stack) -> None:
+def test_the_page_charts_the_trend_of_every_checkpoint_the_runs_completed(ui_stack: Stack,
+                                                                          airflow_home: Path) -> None:
     """Two runs of two checkpoints each: four points per chart (retention kept three
     checkpoints; the trend keeps all four, across the restart), in the JSON as on the page,
-    as inline SVG under the unchanged content security policy (no script, no style attribute)."""
+    as inline SVG under the unchanged content security policy (no script, no style attribute).
+    `airflow_home` first: importing the plugin imports Airflow in this process, which reads
+    its settings once."""
     import re
 
     from airflow_sparkpoint.plugins.page import CONTENT_SECURITY_POLICY
