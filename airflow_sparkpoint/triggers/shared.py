@@ -55,6 +55,7 @@ def next_wait(poll_interval: float, remaining: float | None, *, upwards_only: bo
     interval = poll_interval * random.uniform(1.0 if upwards_only else 1.0 - JITTER, 1.0 + JITTER)
     return interval if remaining is None else max(0.0, min(interval, remaining))
 
+
 _pool_lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
