@@ -21,8 +21,8 @@ from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
 from airflow_sparkpoint.storage import Storage
 from tests.support.records import transaction_record
 
-__all__ = ["COPY_FILES", "AbortRecordingSink", "CopySink", "FakeSink", "LocatedSink", "RecordingLineageSink",
-           "RecordingSink", "ReplayRecordSink", "VersionedSink", "recording_record"]
+__all__ = ["COPY_FILES", "AbortRecordingSink", "CopySink", "FakeSink", "LocatedSink", "PositionedReplaySink",
+           "RecordingLineageSink", "RecordingSink", "ReplayRecordSink", "VersionedSink", "recording_record"]
 
 
 class FakeSink(Sink):
@@ -210,6 +210,14 @@ class ReplayRecordSink:
 
     def replay_record(self, job: str, batch_id: int) -> str | None:
         return self.records.get(batch_id)
+
+
+class PositionedReplaySink(ReplayRecordSink):
+    """A `ReplayRecordSink` that committed every batch it holds a record for: its committed
+    position is the newest of them (what the sink-ahead check compares with)."""
+
+    def committed_position(self, job: str) -> int | None:
+        return max(self.records)
 
 
 #: files `CopySink.stage_batch` stages per batch by default

@@ -11,6 +11,7 @@ from typing import Any
 
 from airflow_sparkpoint.runtime import replay
 from airflow_sparkpoint.storage.localfs import Dir
+from tests.support.fake_sinks import PositionedReplaySink
 from tests.support.fake_sinks import ReplayRecordSink as FakeSink
 from tests.support.replay_lives import entry, live, offsets_text, snapshot_at
 
@@ -130,11 +131,7 @@ def test_check_sink_position_replays_only_for_restore_latest_and_says_why_not(tm
 
     root = live(tmp_path, 2)
 
-    class PositionedSink(FakeSink):
-        def committed_position(self, job: str) -> int | None:
-            return max(self.records)
-
-    sink = PositionedSink({n: replay.capture(str(root), n) for n in range(2)})
+    sink = PositionedReplaySink({n: replay.capture(str(root), n) for n in range(2)})
     # restore=latest, empty state (every checkpoint lost): the sink's batches 0..1 replay
     assert check_sink_position(RestorePlan(None, "empty", latest=True), sink, "job") is False  # type: ignore[arg-type]
     with pytest.raises(SinkAheadError, match="already committed batch 1") as refused:  # an explicit restore
@@ -158,11 +155,7 @@ def test_a_lineage_with_the_rewind_policy_replays_where_the_sink_cannot_be_rewou
 
     root = live(tmp_path, 2)
 
-    class PositionedSink(FakeSink):
-        def committed_position(self, job: str) -> int | None:
-            return max(self.records)
-
-    sink = PositionedSink({n: replay.capture(str(root), n) for n in range(2)})
+    sink = PositionedReplaySink({n: replay.capture(str(root), n) for n in range(2)})
     plan = RestorePlan(None, "empty", sink_ahead="rewind", latest=True)
     assert plan.replays_ahead(sink)
     assert check_sink_position(plan, sink, "job") is False  # type: ignore[arg-type]
@@ -184,11 +177,7 @@ def test_batches_are_replayed_only_by_the_code_version_that_committed_them(tmp_p
 
     root = live(tmp_path, 2)
 
-    class PositionedSink(FakeSink):
-        def committed_position(self, job: str) -> int | None:
-            return max(self.records)
-
-    sink = PositionedSink({n: replay.capture(str(root), n, "v3") for n in range(2)})
+    sink = PositionedReplaySink({n: replay.capture(str(root), n, "v3") for n in range(2)})
     assert isinstance(replay.plan_replay(None, sink, "job", 1, "v3"), replay.ReplayPlan)
     refused = replay.plan_replay(None, sink, "job", 1, "v1")
     assert isinstance(refused, str) and "batch 0 was committed by job code version v3" in refused
