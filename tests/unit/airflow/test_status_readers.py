@@ -5,15 +5,13 @@ submit operator's reading of its failed run's error."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, layout
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.storage.local import LocalStorage
-from tests.support.records import put_checkpoint
+from tests.support.records import put_checkpoint, write_status
 
 pytestmark = pytest.mark.airflow
 
@@ -29,10 +27,8 @@ def _airflow(airflow_home: Path) -> None:
 def write(catalog: Catalog, generation: int, state: str, *, error: str | None = None, completed: int = 0,
           last: int | None = None) -> None:
     """A status record as `generation`'s run writes it (its own record, then status.json)."""
-    now = time.time()
-    catalog.write_status(JobStatus(job=JOB, generation=generation, state=state, started_at=now - 60,
-                                   heartbeat_at=now, error=error, checkpoints_completed=completed,
-                                   last_checkpoint_id=last).to_json())
+    write_status(catalog, state, generation=generation, error=error, checkpoints_completed=completed,
+                 last_checkpoint_id=last)
 
 
 def zombie_after_a_new_claim(catalog: Catalog, state: str = "running", error: str | None = None) -> None:

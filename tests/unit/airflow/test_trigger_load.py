@@ -25,9 +25,8 @@ from typing import Any
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, layout
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.storage.local import LocalStorage
-from tests.support.records import put_checkpoint
+from tests.support.records import put_checkpoint, write_status
 
 pytestmark = pytest.mark.airflow
 
@@ -60,10 +59,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, str]]]:
 def job_status(catalog: Catalog, state: str = "running", *, completed: int = 0, last: int | None = None,
                heartbeat_at: float | None = None, generation: int = 1) -> None:
     """The status record as the runtime writes it (after every checkpoint and heartbeat)."""
-    now = time.time()
-    catalog.write_status(JobStatus(job=JOB, generation=generation, state=state, started_at=now - 60,
-                                   heartbeat_at=now if heartbeat_at is None else heartbeat_at,
-                                   last_checkpoint_id=last, checkpoints_completed=completed).to_json())
+    write_status(catalog, state, generation=generation, heartbeat_at=heartbeat_at, last_checkpoint_id=last,
+                 checkpoints_completed=completed)
 
 
 def a_running_job_with_checkpoints(catalog: Catalog, count: int) -> int:

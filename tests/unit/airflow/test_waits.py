@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.status import JobStatus
+from tests.support.records import write_status
 from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.airflow
@@ -35,9 +34,7 @@ def _airflow(airflow_home: Path) -> None:
 def running(catalog: Catalog, generation: int = 1, state: str = "running", error: str | None = None) -> None:
     while catalog.current_generation() < generation:
         catalog.claim_generation()
-    now = time.time()
-    catalog.write_status(JobStatus(job=JOB, generation=generation, state=state, started_at=now - 10,
-                                   heartbeat_at=now, error=error).to_json())
+    write_status(catalog, state, generation=generation, error=error)
 
 
 # ---------------------------------------------------------------------------- deferrable default
