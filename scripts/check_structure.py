@@ -26,7 +26,8 @@
   state (`runtime/run_state.py`), a store holds its connection, an operator holds its
   job's hook and its asset events (`operators/job.py` `JobHook`,
   `operators/asset_events.py` `AssetEvents`) (`spread_classes`). Implementing a
-  declared interface is no spread (`INTERFACE_BASES`: the storage and sink protocols);
+  declared interface is no spread (`INTERFACE_BASES`: the storage and sink ABCs; and
+  every ``Protocol``, `protocols`);
   `SPREAD_ALLOWED` names the known exceptions left, each with its reason (it only
   shrinks);
 * no test package imports another one (``tests/security`` importing ``tests.chaos``):
@@ -167,14 +168,11 @@ def test_module_imports(tests_dir: Path) -> list[tuple[Path, int, str]]:
     return sorted(found)
 
 
-#: declared interfaces (ABCs, Protocols), by dotted name under the package: a class of
-#: another module implementing one is no class spread over files
+#: declared interfaces (the ABCs; a ``Protocol`` is found by `protocols`), by dotted name
+#: under the package: a class of another module implementing one is no class spread over files
 INTERFACE_BASES = frozenset({
     "storage.base.Storage",  # the storage protocol: local, in-memory, S3, counting
     "sinks.base.Sink",  # the two-phase-commit sink protocol
-    "operators.submit_deferred.DeferringSubmit",  # a Protocol: what a deferred submit uses of its operator
-    "operators.submit_publish.Finishing",  # a Protocol: what a run's end uses of the submit operator
-    "operators.driver_errors.FailedSubmit",  # a Protocol: what a run's failure uses of it
 })
 
 #: classes built on a concrete class of another module, known and not cut yet, by path
@@ -198,10 +196,12 @@ def spread_classes(package_dir: Path, interfaces: frozenset[str] = INTERFACE_BAS
     """Each class in a module under `package_dir` with a base imported from another
     module of the package (``from airflow_sparkpoint.storage.x import Base``, or ``x.Base``
     of a module so imported): its file, line and ``Class(Base)``, in path and line order.
-    Not reported: a base among `interfaces` (its dotted name under the package), an
-    error built on another module's error (a base named ``*Error``: an error tree, not a
+    Not reported: a base among `interfaces` (its dotted name under the package) or
+    declared a ``Protocol`` in its module (`protocols`: an interface too), an error built
+    on another module's error (a base named ``*Error``: an error tree, not a
     mixin), and the pairs `allowed` names (path under `package_dir`, ``Class(Base)``)."""
     root = package_dir.name
+    interfaces = interfaces | protocols(package_dir)
     found = []
     for path in sorted(package_dir.rglob("*.py")):
         relative = path.relative_to(package_dir)
@@ -230,6 +230,20 @@ def spread_classes(package_dir: Path, interfaces: frozenset[str] = INTERFACE_BAS
                 if dotted not in interfaces and (relative.as_posix(), entry) not in allowed:
                     found.append((path, node.lineno, entry))
     return sorted(found)
+
+
+def protocols(package_dir: Path) -> frozenset[str]:
+    """The classes under `package_dir` declared ``class X(..., Protocol)`` (``typing.Protocol``
+    too), by dotted name under the package (``operators.submit_deferred.DeferringSubmit``)."""
+    found = set()
+    for path in package_dir.rglob("*.py"):
+        parts = path.relative_to(package_dir).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(b).split(".")[-1] == "Protocol"
+                                                      for b in node.bases):
+                found.add(f"{module}.{node.name}" if module else node.name)
+    return frozenset(found)
 
 
 #: exception classes defined outside ``exceptions.py`` (the rule: its module docstring),

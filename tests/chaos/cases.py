@@ -218,6 +218,13 @@ def _keys(s3: S3Context, prefix: str) -> list[str]:
     return [item["Key"] for page in pages for item in page.get("Contents", ())]
 
 
+def _visible_s3_rows(s3: S3Context, prefix: str) -> list[dict[str, Any]]:
+    """The rows of every object under `prefix` that a reader sees (`visible`), in key order."""
+    client = s3.client()
+    return json_rows([client.get_object(Bucket=s3.bucket, Key=k)["Body"].read().decode()
+                      for k in _keys(s3, prefix) if visible(k[len(prefix):])])
+
+
 def _exists(s3: S3Context, key: str) -> bool:
     from botocore.exceptions import ClientError
 
@@ -243,10 +250,7 @@ class S3Case(SinkCase):
 
     def rows(self) -> list[dict[str, Any]]:
         assert self.s3 is not None
-        client = self.s3.client()
-        keys = [k for k in _keys(self.s3, self.out_prefix) if visible(k[len(self.out_prefix):])]
-        return json_rows([client.get_object(Bucket=self.s3.bucket, Key=k)["Body"].read().decode()
-                           for k in keys])
+        return _visible_s3_rows(self.s3, self.out_prefix)
 
     def _pending(self) -> list[tuple[str, str]]:
         assert self.s3 is not None
@@ -315,10 +319,7 @@ class DirectoryS3Case(DirectoryCase):
 
     def rows(self) -> list[dict[str, Any]]:
         assert self.s3 is not None
-        client = self.s3.client()
-        keys = [k for k in _keys(self.s3, self.out_prefix) if visible(k[len(self.out_prefix):])]
-        return json_rows([client.get_object(Bucket=self.s3.bucket, Key=k)["Body"].read().decode()
-                           for k in keys])
+        return _visible_s3_rows(self.s3, self.out_prefix)
 
     def leftovers(self, job: str) -> list[str]:
         assert self.s3 is not None

@@ -185,6 +185,24 @@ def test_a_class_of_any_package_built_on_another_module_s_class_is_reported_unle
     ]
 
 
+def test_a_class_built_on_another_module_s_protocol_is_not_reported(tmp_path: Path) -> None:
+    """A ``Protocol`` states what a function uses of its argument: a class declaring
+    more of it is an interface, found without listing it (`check_structure.protocols`)."""
+    package = _package(tmp_path, "sp_proto", {
+        "__init__.py": "",
+        "operators/__init__.py": "from typing import Protocol\nclass Named(Protocol): ...\n",
+        "operators/publish.py": "import typing\nclass Finishing(typing.Protocol): ...\nclass Done: ...\n",
+        "operators/client.py": ("from sp_proto.operators import Named\nfrom sp_proto.operators.publish "
+                                "import Done, Finishing\nfrom typing import Protocol\n"
+                                "class ClientSubmit(Finishing, Named, Protocol): ...\n"
+                                "class Run(Done): ...\n"),
+    })
+    assert check.protocols(package) == {"operators.Named", "operators.publish.Finishing",
+                                        "operators.client.ClientSubmit"}
+    assert check.spread_classes(package, interfaces=frozenset()) == [
+        (package / "operators" / "client.py", 5, "Run(Done)")]
+
+
 def test_every_listed_spread_class_still_exists() -> None:
     """`SPREAD_ALLOWED` only shrinks: an entry whose class no longer builds on that base
     (cut, renamed) is removed, not left to excuse a later one."""
