@@ -14,10 +14,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support.paths import REPO
+
+if TYPE_CHECKING:
+    import psutil
 
 SPARKPOINT = Path(sys.executable).parent / "sparkpoint"
 
@@ -45,6 +49,24 @@ def leftover_processes(workdir: Path) -> list[str]:
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(1)
+
+
+def gone(proc: psutil.Process, timeout: float = 30) -> bool:
+    """Whether `proc` exits (or is a zombie) within `timeout` seconds. A SIGKILLed JVM stays
+    "running" while the kernel frees its memory, and its command line reads empty by then,
+    so `leftover_processes` no longer sees it: this waits on the process itself."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
 
 
 def progress_gaps(output: str) -> list[int]:
@@ -105,6 +127,8 @@ def test_demo_runs_every_stage_and_its_verdict_is_exactly_once(tmp_path: Path) -
 @pytest.mark.airflow
 @pytest.mark.timeout(600)
 def test_interrupted_demo_kills_blue_and_the_running_spark_submit(tmp_path: Path) -> None:
+    import psutil
+
     workdir = tmp_path / "demo-output"
     demo = start_demo(workdir)
     assert demo.stdout is not None
@@ -114,8 +138,9 @@ def test_interrupted_demo_kills_blue_and_the_running_spark_submit(tmp_path: Path
             lines.append(line)
             if "task running_totals: running (try 1)" in line:
                 break
-        blue = re.search(r"spark-submit, pid (\d+)", "".join(lines))
-        assert blue, "".join(lines)
+        blue_pid = re.search(r"spark-submit, pid (\d+)", "".join(lines))
+        assert blue_pid, "".join(lines)
+        blue = psutil.Process(int(blue_pid.group(1)))  # its start time tells a reused pid apart
         time.sleep(5)
         os.killpg(demo.pid, signal.SIGINT)  # a terminal's Ctrl-C: the demo's process group
         rest, _ = demo.communicate(timeout=120)
@@ -127,10 +152,7 @@ def test_interrupted_demo_kills_blue_and_the_running_spark_submit(tmp_path: Path
     output = "".join(lines) + rest
     assert demo.returncode == 128 + signal.SIGINT, output
     assert "interrupted: killing the processes the demo started" in output
-    import psutil
-
-    # SIGKILL is asynchronous: a loaded machine may show blue alive for a moment after the
-    # demo exited, so wait (up to 30 s) for every process of the demo to go first.
+    # SIGKILL is asynchronous: a loaded machine may show blue alive for a while after the
+    # demo exited, so wait (up to 30 s each) for every process of the demo to go.
     assert leftover_processes(workdir) == []
-    assert (not psutil.pid_exists(int(blue.group(1)))
-            or psutil.Process(int(blue.group(1))).status() == "zombie")
+    assert gone(blue), f"blue's spark-submit (pid {blue.pid}) is still {blue.status()}"
