@@ -140,13 +140,20 @@ def _pending_gone(pending: list[tuple[int, TransactionRecord]], sink: Sink,
 def _unsettled(pending: list[tuple[int, TransactionRecord]], sink: Sink,
                recorded: set[tuple[int, int]] | None) -> Iterator[Divergence]:
     """Each of `pending` (in batch order) that can no longer be committed as it is: settled
-    since (``behind``: committed and then undone by another lineage's rewind;
-    ``aborted``), or its abort decided. Lazily: a caller that stops early reads no more."""
+    since (``behind``: committed and then undone by another lineage's rewind, read from
+    the sink also when `recorded` is None; ``aborted``: its record gone, never committed),
+    or its abort decided. Lazily: a caller that stops early reads no more."""
     for batch, record in pending:
-        if (recorded is not None and (batch, record.generation) not in recorded
-                and not sink.is_committed(record)):
-            yield Divergence("behind" if sink.was_committed(record) else "aborted", batch, record.txn_id)
-            continue
+        # Its record gone: settled since. A snapshot from another root (a moved savepoint)
+        # has no records here (`recorded` None), so only the sink can tell it was settled.
+        settled = recorded is not None and (batch, record.generation) not in recorded
+        if (settled or recorded is None) and not sink.is_committed(record):
+            if sink.was_committed(record):
+                yield Divergence("behind", batch, record.txn_id)
+                continue
+            if settled:
+                yield Divergence("aborted", batch, record.txn_id)
+                continue
         # Aborted, its record not yet deleted (an abort decides before it deletes). Every
         # decision is read: another lineage's recovery aborts what its own restart point
         # does not confirm and keeps, undecided, the lower batches it does.

@@ -10,6 +10,8 @@ the first batch's), then the savepoints.
 
 from __future__ import annotations
 
+import pytest
+
 from tests.simulation.actors import DriverSpec
 from tests.simulation.scheduler import Pause, ScriptedChooser
 from tests.simulation.simulate import ActorSpec, Schedule, run_schedule
@@ -374,3 +376,30 @@ def test_a_rollback_of_a_generation_a_moved_copy_continues_is_refused() -> None:
 
     schedule, chooser = random_run(20297413, 1686)
     run_schedule(schedule, chooser)
+
+
+@pytest.mark.parametrize("commit_mode", ["external", "checkpoint"])
+@pytest.mark.parametrize("sink", ["delta", "delta-merge"])
+def test_a_moved_savepoint_whose_pending_batch_another_lineage_rewound_away(
+        sink: str, commit_mode: str) -> None:
+    """Found by a fresh seed at 20261130:2705 (Delta merge; a cutover and a race on
+    ``shared/`` beside it, neither needed): "a retry with restore=latest after this schedule
+    did not resume the job: SinkLineageError: sink … no longer holds batch 2 (sim-b2-g1),
+    which the lineage of …/chk-5 committed". a1 savepoints the first lineage at batch 2
+    (sim-b2-g1 pending in it, committed after); a2 restores the checkpoint of batch 1 by
+    path, rewinds the table below batch 2 and leaves its own batch 2 pending (external);
+    a3 restores a moved copy of the savepoint. With no records in the copy's root, the
+    lineage check asked the sink only whether sim-b2-g1's abort was decided, not whether
+    it had landed and been undone: a3 started on a table without batch 2 (in checkpoint
+    mode it failed committing it: "staged files of this transaction are gone"), and its
+    checkpoint lists the batch as pending. Fixed: the sink's own history says a pending
+    transaction was rewound away, so a3 is refused (``fail``) or rewinds to the first
+    lineage's own commit of batch 2 (a merge's files are still there; an append's were
+    discarded by a2, so it is refused)."""
+    schedule = Schedule(sink, 3, (
+        _driver(budget=3, num_retained=6),
+        ActorSpec("savepoint"),
+        _driver(restore="path", sink_ahead="rewind", commit_mode="external", budget=2, num_retained=6),
+        _driver(restore="moved", sink_ahead="rewind", commit_mode=commit_mode, budget=1, num_retained=6),
+    ))
+    run_schedule(schedule, ScriptedChooser([], options=[1, 0]))  # chk-2 (batch 1), the savepoint
