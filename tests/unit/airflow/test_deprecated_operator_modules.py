@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.usefixtures("airflow_home")  # the operators package imports Airflow
+
 
 @pytest.mark.parametrize(("former", "homes"), [
     ("airflow_sparkpoint.operators.runs",

@@ -49,6 +49,7 @@ def test_the_history_shows_each_cutover_s_state_newest_first(catalog: Catalog) -
     assert newest["rolled_back_at"] is not None and newest["ended_step"] == "first_commit"
 
 
+@pytest.mark.usefixtures("airflow_home")  # the page's package imports Airflow
 def test_the_page_has_a_row_per_cutover_with_its_state(catalog: Catalog) -> None:
     from airflow_sparkpoint.plugins.page import pipeline_page
 
