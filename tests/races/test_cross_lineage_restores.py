@@ -309,3 +309,36 @@ def test_an_abort_above_a_kept_transaction_refuses_the_start_before_it_writes(sc
     retry = scene.run("retry")  # restore=latest: the second lineage, from batch 2
     assert retry.proc.returncode == 0, explain(scene.drivers, scene.catalog())
     _exact(scene)
+
+
+# slow: four real drivers (about two minutes); the simulation pins the same schedule in the
+# default run (`tests/simulation/test_found.py`, the moved savepoint one)
+@pytest.mark.slow
+def test_a_moved_savepoint_whose_confirmed_batches_another_lineage_rewound_away_is_refused(
+        scene_of: Any, tmp_path: Path) -> None:
+    """Found by the simulation (20261130:2705): the first lineage confirmed batches 0-5
+    and the commit step committed them all; the second lineage restored its checkpoint of
+    batch 1 with ``restore.sinkAhead=rewind`` and rewound the table to batch 1. A copy of
+    the first lineage's savepoint moved out of the job's root has no records beside it,
+    so the check asked the sink only whether the abort of batches 2-5 was decided (no:
+    they were committed, then rewound away) and the start was accepted: it failed
+    committing batch 2, whose staged files the second lineage's recovery had discarded.
+    It must be refused before anything is written."""
+    import shutil
+
+    scene = scene_of(DeltaCase)
+    catalog, by_batch, savepoint = _first_lineage(scene, EXTERNAL)
+    result = commit_pending(catalog, sink=scene.case.sink())
+    assert len(result["committed"]) == 6, result
+    rewinding = {"spark.sparkpoint.restore": catalog.checkpoint_uri(by_batch[1].id),
+                 "spark.sparkpoint.restore.sinkAhead": "rewind"}
+    second = scene.run("second", {**RETAIN, **EXTERNAL, **rewinding}, fault="stage:2")
+    _killed(second, "stage:2")
+    moved = tmp_path / "moved-savepoint"
+    shutil.copytree(savepoint.uri.removeprefix("file://"), moved)
+
+    _refused(scene, "third", {"spark.sparkpoint.restore": str(moved)}, "no longer holds batch 2")
+
+    retry = scene.run("retry")  # restore=latest: the second lineage, from batch 1
+    assert retry.proc.returncode == 0, explain(scene.drivers, scene.catalog())
+    _exact(scene)
