@@ -22,7 +22,7 @@ from airflow_sparkpoint.storage import Storage, open_storage
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.lineage import Origin
 
-__all__ = ["open_restart_snapshot", "open_snapshot", "snapshot_at", "stored_sizes"]
+__all__ = ["open_restart_snapshot", "open_snapshot", "read_metadata", "snapshot_at", "stored_sizes"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,21 @@ def stored_sizes(
     return sizes
 
 
+def read_metadata(store: Storage, key: str, where: str) -> SnapshotMetadata:
+    """The snapshot ``_metadata`` at `key` of `store`, read within its size limit and
+    decoded (`where` names it in messages).
+
+    :raises ObjectNotFound: there is no object at `key`.
+    :raises CorruptMetadata: it fails its checksum or schema, or is over its size limit.
+    :raises StorageError: the store cannot be read.
+    """
+    try:
+        data = store.get(key, layout.max_bytes_of(layout.METADATA))
+    except ObjectTooLarge as exc:  # planted or garbled
+        raise CorruptMetadata(str(exc)) from exc
+    return SnapshotMetadata.from_bytes(data, where=where)
+
+
 def snapshot_at(uri: str, *, storage_options: Mapping[str, Any] | None = None,
                 store: Storage | None = None, named: str | None = None) -> SnapshotHandle:
     """A handle on the checkpoint or savepoint directory `uri` (`store`: that directory,
@@ -68,13 +83,10 @@ def snapshot_at(uri: str, *, storage_options: Mapping[str, Any] | None = None,
     options = dict(storage_options or {})
     store = store if store is not None else open_storage(text, **options)
     try:
-        data = store.get(layout.METADATA, layout.max_bytes_of(layout.METADATA))
+        meta = read_metadata(store, layout.METADATA, f"{text}/{layout.METADATA}")
     except ObjectNotFound:
         raise RestoreError(f"{named or text} has no _metadata; expected a savepoint or checkpoint directory "
                            "(see `sparkpoint list`)") from None
-    except ObjectTooLarge as exc:  # planted or garbled
-        raise CorruptMetadata(str(exc)) from exc
-    meta = SnapshotMetadata.from_bytes(data, where=f"{text}/{layout.METADATA}")
     files_store = open_storage(text.rsplit("/", 1)[0], **options) if meta.kind == "checkpoint" else store
     return SnapshotHandle(text, meta, files_store)
 

@@ -19,14 +19,13 @@ from airflow_sparkpoint.checkpoints import bounded, layout
 from airflow_sparkpoint.checkpoints.catalog_types import SnapshotEntry, SnapshotHandle
 from airflow_sparkpoint.checkpoints.generations import Fence, GenerationStore
 from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotMetadata, SnapshotStats
-from airflow_sparkpoint.checkpoints.snapshot_open import open_snapshot
+from airflow_sparkpoint.checkpoints.snapshot_open import open_snapshot, read_metadata
 from airflow_sparkpoint.checkpoints.transfer import transfer_all
 from airflow_sparkpoint.exceptions import (
     CatalogError,
     CorruptMetadata,
     InvalidPath,
     ObjectNotFound,
-    ObjectTooLarge,
     RestoreError,
 )
 from airflow_sparkpoint.storage import Storage, normalize_key
@@ -112,17 +111,14 @@ class SnapshotStore:
         known: SnapshotMetadata | None = None,
     ) -> SnapshotEntry:
         uri = f"{self.uri}/{key}"
-        meta_key = f"{key}/{layout.METADATA}"
-        data = b""
-        if known is None:
-            try:
-                data = self.store.get(meta_key)
-            except ObjectNotFound:
-                return SnapshotEntry(kind, sid, uri, key, error="no _metadata (incomplete or abandoned)")
-            except ObjectTooLarge as exc:  # planted or garbled: corrupt, never a reason to fail a listing
-                return SnapshotEntry(kind, sid, uri, key, error=str(exc))
         try:
-            meta = known or SnapshotMetadata.from_bytes(data, where=f"{uri}/{layout.METADATA}")
+            # corrupt (planted, garbled, oversized) is an entry's error, never the listing's
+            meta = known or read_metadata(self.store, f"{key}/{layout.METADATA}", f"{uri}/{layout.METADATA}")
+        except ObjectNotFound:
+            return SnapshotEntry(kind, sid, uri, key, error="no _metadata (incomplete or abandoned)")
+        except CorruptMetadata as exc:
+            return SnapshotEntry(kind, sid, uri, key, error=str(exc))
+        try:
             if meta.job != self.job:
                 raise CorruptMetadata(f"{uri}/_metadata belongs to job {meta.job!r}, not {self.job!r}")
             if meta.kind != kind:
