@@ -14,7 +14,9 @@ before it commits anything, so it is enough to look at:
    lineage committed it and the sink no longer holds it: another lineage rewound it);
 3. every pending transaction of the snapshot after j: its record must still be there and
    its abort not decided (a later recovery of another lineage aborted it otherwise, and
-   its output is gone; the decision comes first, and stands);
+   its output is gone; the decision comes first, and stands), and the sink must not have
+   held it and lost it (``behind``: read from the sink, also for a snapshot from another
+   root, a moved savepoint, whose records are not in this catalog);
 4. every pending transaction at or below j: the sink must hold exactly it (the commit
    step committed it since).
 
