@@ -25,11 +25,10 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage import open_storage
 from tests.support.fake_sinks import FakeSink
-from tests.support.records import confirm, put_checkpoint, transaction_record
+from tests.support.records import confirm, put_checkpoint, transaction_record, write_status
 
 pytestmark = pytest.mark.airflow
 
@@ -50,21 +49,10 @@ def claim(catalog: Catalog, generation: int) -> None:
         catalog.claim_generation()
 
 
-def set_status(
-    catalog: Catalog,
-    generation: int,
-    state: str = "running",
-    *,
-    heartbeat_age: float = 0.0,
-    checkpoints_completed: int = 0,
-    error: str | None = None,
-) -> None:
-    now = time.time()
-    catalog.write_status(JobStatus(
-        job=catalog.job, generation=generation, state=state, started_at=now - 100,
-        heartbeat_at=now - heartbeat_age, checkpoints_completed=checkpoints_completed, error=error,
-        host="worker-1", pid=4242,
-    ).to_json())
+def set_status(catalog: Catalog, generation: int, state: str = "running", **fields: Any) -> None:
+    """`write_status` of `generation`'s run on worker-1 (`fields`: ``heartbeat_age``,
+    ``checkpoints_completed``, ``error``, ...)."""
+    write_status(catalog, state, generation=generation, host="worker-1", pid=4242, **fields)
 
 
 def collect(trigger: Any) -> list[Any]:
