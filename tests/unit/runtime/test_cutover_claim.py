@@ -125,13 +125,9 @@ import sys
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.storage import open_storage
-from tests.support.fake_sinks import FakeSink
+from tests.support.fake_sinks import PositionedSink
 
-class Position(FakeSink):
-    def committed_position(self, job):
-        return 3
-
-adopt(Catalog(open_storage(sys.argv[1]), "orders"), Position("green"), sys.argv[2], live_dir=None)
+adopt(Catalog(open_storage(sys.argv[1]), "orders"), PositionedSink("green", 3), sys.argv[2], live_dir=None)
 """
 
 
