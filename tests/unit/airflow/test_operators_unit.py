@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -29,6 +28,7 @@ from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage import open_storage
 from tests.support.fake_sinks import FakeSink
 from tests.support.records import confirm, put_checkpoint, transaction_record, write_status
+from tests.support.task_instances import FakeTI
 
 pytestmark = pytest.mark.airflow
 
@@ -724,7 +724,7 @@ def test_secret_reaches_only_the_subprocess_environment(
         application_args=["--input", "{{ params.input }}"], conf={"spark.ui.enabled": "false"},
     )
     op.render_template_fields({"params": {"input": "/in"}})
-    context: Any = {"ti": SimpleNamespace(try_number=1)}
+    context: Any = {"ti": FakeTI()}
     result = op.execute(context)
 
     assert result is not None and result["status"] == "finished"
