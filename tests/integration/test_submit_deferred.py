@@ -20,7 +20,6 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.runtime.livedir import try_lock
 from airflow_sparkpoint.services.detached import DriverProcess, group_exists, stop_group
 from airflow_sparkpoint.services.submit_dir import sweep
+from tests.support.task_instances import FakeTI
 from tests.support.totals_pipeline import E2E_JOB, Totals
 from tests.support.waits import wait_for
 
@@ -140,9 +140,7 @@ def test_a_detached_driver_survives_its_tasks_group_kill_and_its_run_completes_e
     assert event["status"] == "success" and event["state"] == "stopped", event
     print(f"trigger saw the stop in {time.monotonic() - t0:.1f} s")
 
-    pushed: dict[str, Any] = {}
-    ti = SimpleNamespace(try_number=1, dag_id="d", task_id="job", run_id="r1", map_index=-1,
-                         xcom_push=lambda key, value: pushed.__setitem__(key, value))
+    ti = FakeTI(dag_id="d", task_id="job", run_id="r1", map_index=-1)
     op = SparkpointSubmitOperator(**operator_kwargs(pipeline))
     result = op.execute_complete({"ti": ti, "run_id": "r1"}, event, **deferred["kwargs"])
     assert result is not None and result["status"] == "stopped" and result["generation"] == generation, result

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from tests.support.inputs import write_event_files
 from tests.support.paths import REPO
+from tests.support.task_instances import FakeTI
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -37,7 +37,7 @@ def test_a_restore_the_driver_refuses_is_the_tasks_error(airflow_home: Path, tmp
         application_args=["--input", str(tmp_path / "input"), "--output", str(tmp_path / "output")],
         conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false", "spark.log.level": "WARN"},
     )
-    context: Any = {"ti": SimpleNamespace(try_number=1, xcom_push=lambda **_kw: None)}
+    context: Any = {"ti": FakeTI()}
     with pytest.raises(SparkpointRunFailed) as info:
         op.execute(context)
 

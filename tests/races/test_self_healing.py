@@ -22,13 +22,13 @@ from typing import Any
 
 import pytest
 
+from tests.support.s3_servers import S3Context
 from tests.support.sink_races import (
     JOB,
     DeltaCase,
     DeltaMergeCase,
     DirectoryCase,
     S3Case,
-    S3Place,
     Scene,
     SinkCase,
     differences,
@@ -54,7 +54,7 @@ def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
         endpoint = request.getfixturevalue("s3_server_process")
         bucket = f"sp-heal-{uuid.uuid4().hex[:10]}"
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
-        s3 = S3Place(endpoint, bucket)
+        s3 = S3Context(endpoint, bucket)
     scene = Scene(tmp_path, CASES[name](tmp_path, s3))
     try:
         yield scene

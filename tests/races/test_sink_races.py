@@ -35,6 +35,7 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from tests.support.race_drivers import TIMEOUT_S
+from tests.support.s3_servers import S3Context
 from tests.support.sink_races import (
     JOB,
     DeltaCase,
@@ -43,7 +44,6 @@ from tests.support.sink_races import (
     DirectoryS3Case,
     Driver,
     S3Case,
-    S3Place,
     SinkCase,
     differences,
     explain,
@@ -125,11 +125,12 @@ def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
     if name in ON_S3:
         import boto3
 
-        endpoint = request.getfixturevalue("seaweedfs_endpoint" if "seaweedfs" in name
+        server = "seaweedfs" if "seaweedfs" in name else "moto"
+        endpoint = request.getfixturevalue("seaweedfs_endpoint" if server == "seaweedfs"
                                            else "s3_server_process")
         bucket = f"sp-race-{uuid.uuid4().hex[:10]}"
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
-        s3 = S3Place(endpoint, bucket)
+        s3 = S3Context(endpoint, bucket, server)
     scene = Scene(tmp_path, CASES[name](tmp_path, s3))
     try:
         yield scene

@@ -28,7 +28,7 @@ from airflow_sparkpoint.services.commit import commit_pending
 from airflow_sparkpoint.sinks.directory import DirectorySink
 from airflow_sparkpoint.storage import LocalStorage, open_storage
 from tests.support.forgery import JOB, assert_refused, forged_record, outcome, s3_objects
-from tests.support.records import checkpoint_at
+from tests.support.records import checkpoint_at, job_status
 from tests.support.sink_files import sink_dir, staged_transaction
 
 
@@ -336,14 +336,12 @@ def test_cli_commit_with_a_declared_sink_refuses_a_forged_record(tmp_path: Path,
 
 
 def test_a_forged_live_dir_outside_the_work_root_is_never_used(tmp_path: Path) -> None:
-    from airflow_sparkpoint.checkpoints.status import JobStatus
     from airflow_sparkpoint.runtime.restore import RestorePlan, choose_live
 
     victim = victim_dir(tmp_path)
     work = tmp_path / "work"
     choice = choose_live(RestorePlan(snapshot=None, description="empty"), [str(victim), f"file://{victim}"],
-                         JobStatus(job=JOB, generation=1, state="failed", started_at=0.0, heartbeat_at=0.0,
-                                   live_dir=str(victim)),
+                         job_status("failed", job=JOB, heartbeat_at=0.0, live_dir=str(victim)),
                          work_root=str(work), job=JOB, generation=2, jvm_pid=None)
     try:
         assert choice.path == str(work / "g2")

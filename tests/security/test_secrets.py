@@ -22,7 +22,6 @@ import time
 import traceback
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -41,6 +40,7 @@ from airflow_sparkpoint.exceptions import (
 from airflow_sparkpoint.storage import open_storage
 from tests.support.records import put_checkpoint, transaction_record
 from tests.support.servers import free_port
+from tests.support.task_instances import FakeTI
 
 HERE = Path(__file__).resolve().parent
 JOB = "orders"
@@ -241,7 +241,7 @@ def test_submit_operator_passes_secrets_only_through_the_environment(
         conf={"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1",
               "spark.driver.extraJavaOptions": quiet_java_opts(), "spark.pyspark.python": sys.executable},
     )
-    result = op.execute({"ti": SimpleNamespace(try_number=1)})  # type: ignore[arg-type]
+    result = op.execute({"ti": FakeTI()})  # type: ignore[arg-type]
 
     assert result is not None and result["status"] == "finished", caplog.text[-3000:]
     seen = json.loads(dump.read_text())

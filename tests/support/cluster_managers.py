@@ -38,7 +38,7 @@ from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.history_records import generation_details
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
-from airflow_sparkpoint.checkpoints.status import JobStatus
+from tests.support.records import write_status
 
 __all__ = ["K8S_SUBMIT_OUTPUT", "K8S_WATCHER_OUTPUT", "NAMESPACE", "POD", "YARN_APP", "YARN_SUBMIT_OUTPUT",
            "ApiException", "ClusterDriver", "Pods", "ResourceManager", "conf_of", "fake_spark_submit",
@@ -341,11 +341,9 @@ class ClusterDriver:
         return (self.rm.app(self.app) or {}).get("state") == "KILLED"
 
     def _status(self, state: str, **fields: Any) -> None:
-        now = time.time()
         assert self.generation is not None
-        self.catalog.write_status(JobStatus(job=self.catalog.job, generation=self.generation, state=state,
-                                            started_at=now, heartbeat_at=now, host=self.pod,
-                                            pid=1, application_id=self.app, **fields).to_json())
+        write_status(self.catalog, state, generation=self.generation, host=self.pod, pid=1,
+                     application_id=self.app, **fields)
 
     def _run(self) -> None:
         try:

@@ -16,7 +16,6 @@ from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.cutover import CutoverProgress, CutoverStore
 from airflow_sparkpoint.checkpoints.generations import Fence
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.cutover import adopt
 from tests.support.fake_sinks import FakeSink
@@ -58,9 +57,8 @@ class Blue:
         self.sink.world["committed"][batch] = f"orders-b{batch}-g{self.generation}"
         self.last = batch
         # heartbeats on the orchestrator's clock: the status's skew rules are not tested here
-        now = time.time()
-        self.catalog.write_status(JobStatus("orders", self.generation, "running", now - 5, now,
-                                            last_batch=batch, host="elsewhere", pid=1).to_json())
+        write_status(self.catalog, "running", generation=self.generation, last_batch=batch, host="elsewhere",
+                     pid=1)
 
     def _run(self) -> None:
         channel = ControlChannel(self.catalog)
@@ -76,9 +74,8 @@ class Blue:
                 final = put_checkpoint(self.catalog, batch_id=n, generation=self.generation)
                 channel.complete(request, generation=self.generation, batch_id=n,
                                  checkpoint=self.catalog.checkpoint_uri(final.id))
-                now = time.time()
-                self.catalog.write_status(JobStatus("orders", self.generation, "stopped", now - 5, now,
-                                                    last_batch=n, host="elsewhere", pid=1).to_json())
+                write_status(self.catalog, "stopped", generation=self.generation, last_batch=n,
+                             host="elsewhere", pid=1)
                 self.stopped_at = n
                 return
             self._commit(self.last + 1)

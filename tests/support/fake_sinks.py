@@ -2,55 +2,88 @@
 (a test module imported under two names registered a second class for the kind, and
 the commit step rebuilt the other one; an order-dependent failure).
 
-`FakeSink` keeps its destination in a class-level dict by name (`VersionedSink` adds a
-table version to its commits, `LocatedSink` a location); `RecordingSink` remembers per
-instance what was committed (`recording_record` is its pre-commit record);
-`RecordingLineageSink` and `AbortRecordingSink` remember in class-level lists, for a
-commit step that rebuilds them from a record. `CopySink` is a small real `FileSink`
-over one `Storage`, for the claim protocol's tests."""
+One family: `FakeSinkBase` implements the parts of the sink protocol no fake varies (a
+name, the id and config built from it, what a stage returns) as a sink that never
+commits; each variant adds one behaviour. `FakeSink` keeps its destination in a
+class-level dict by name (`VersionedSink` adds a table version to its commits,
+`LocatedSink` a location, `PositionedSink` a fixed committed position); `RecordingSink`
+remembers per instance what was committed (`recording_record` is its pre-commit record;
+`ClaimingSink` refuses a batch another generation holds, `RewindingSink` can be
+rewound); `RecordingLineageSink` and `AbortRecordingSink` remember in class-level lists,
+for a commit step that rebuilds them from a record; `ReplayRecordSink` serves committed
+replay records (`PositionedReplaySink` adds its committed position). `CopySink` is a
+small real `FileSink` over one `Storage`, for the claim protocol's tests."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
-from airflow_sparkpoint.exceptions import ObjectNotFound, SinkError
+from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.exceptions import ObjectNotFound, SinkError, TransactionConflict
 from airflow_sparkpoint.sinks import _claims as claims
 from airflow_sparkpoint.sinks.base import CommitOutcome, Sink, StageContext
 from airflow_sparkpoint.storage import Storage
 from tests.support.records import transaction_record
 
-__all__ = ["COPY_FILES", "AbortRecordingSink", "CopySink", "FakeSink", "LocatedSink", "PositionedReplaySink",
-           "RecordingLineageSink", "RecordingSink", "ReplayRecordSink", "VersionedSink", "recording_record"]
+__all__ = ["COPY_FILES", "AbortRecordingSink", "ClaimingSink", "CopySink", "FakeSink", "FakeSinkBase",
+           "LocatedSink", "PositionedReplaySink", "PositionedSink", "RecordingLineageSink", "RecordingSink",
+           "ReplayRecordSink", "RewindingSink", "VersionedSink", "recording_record"]
 
 
-class FakeSink(Sink):
+class FakeSinkBase(Sink):
+    """The parts of the sink protocol no fake varies, as a sink that never commits: its id
+    is `id_format` filled with its `name`, its config the name (`named`; a commit step
+    rebuilds it from that) or nothing, a stage returns `stages`; nothing is committed,
+    an abort does nothing. A variant sets its own `kind` to be rebuilt from a record (one
+    that inherits its kind is not registered) and overrides the behaviour it is about."""
+
+    id_format: ClassVar[str] = "fake://{name}"
+    named: ClassVar[bool] = True
+    stages: ClassVar[Mapping[str, Any]] = {}
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+
+    @property
+    def sink_id(self) -> str:
+        return self.id_format.format(name=self.name)
+
+    def to_config(self) -> dict[str, Any]:
+        return {"name": self.name} if self.named else {}
+
+    def stage(self, df: Any, ctx: StageContext) -> dict[str, Any]:
+        return dict(self.stages)
+
+    def commit(self, record: TransactionRecord) -> CommitOutcome:
+        raise AssertionError(f"{type(self).__name__} must not commit")
+
+    def is_committed(self, record: TransactionRecord) -> bool:
+        return False
+
+    def abort(self, record: TransactionRecord) -> None:
+        pass
+
+    def committed_position(self, job: str) -> int | None:
+        return None
+
+
+class FakeSink(FakeSinkBase):
     """Keeps its "destination" in a class-level dict keyed by `name`."""
 
     kind = "test-fake"
     worlds: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init__(self, name: str) -> None:
-        self.name = name
+        super().__init__(name)
         self.options: dict[str, Any] = {}
         self.world = FakeSink.worlds.setdefault(
             name, {"committed": {}, "aborted": [], "calls": [], "fail": {}, "configured": []}
         )
 
-    @property
-    def sink_id(self) -> str:
-        return f"fake://{self.name}"
-
-    def to_config(self) -> dict[str, Any]:
-        return {"name": self.name}
-
     def configure(self, storage_options: Mapping[str, Any]) -> None:
         self.options = dict(storage_options)
         self.world["configured"].append(dict(storage_options))
-
-    def stage(self, df: Any, ctx: StageContext) -> dict[str, Any]:  # pragma: no cover - not used
-        return {}
 
     def commit(self, record: TransactionRecord) -> CommitOutcome:
         self.world["calls"].append(("commit", record.txn_id))
@@ -96,25 +129,30 @@ class LocatedSink(VersionedSink):
         return f"file:///fake-sinks/{self.name}"
 
 
-class RecordingSink(Sink):
+class PositionedSink(FakeSink):
+    """A FakeSink that says it committed through `position`, whatever its world holds (a
+    sink ahead of, or behind, the job's checkpoints). Rebuilt from a record, it is a
+    plain FakeSink."""
+
+    def __init__(self, name: str, position: int) -> None:
+        super().__init__(name)
+        self.position = position
+
+    def committed_position(self, job: str) -> int | None:
+        return self.position
+
+
+class RecordingSink(FakeSinkBase):
     """Remembers what was committed and aborted; commits are idempotent like a real sink."""
 
     kind = "recording-test"
+    id_format = "recording:{name}"
+    stages: ClassVar[Mapping[str, Any]] = {"rows": 1}
 
     def __init__(self, name: str = "rec") -> None:
-        self.name = name
+        super().__init__(name)
         self.committed: dict[int, int] = {}  # batch -> generation
         self.aborted: list[tuple[int, int]] = []
-
-    @property
-    def sink_id(self) -> str:
-        return f"recording:{self.name}"
-
-    def to_config(self) -> dict[str, Any]:
-        return {"name": self.name}
-
-    def stage(self, df: Any, ctx: StageContext) -> dict[str, Any]:
-        return {"rows": 1}
 
     def commit(self, record: TransactionRecord) -> CommitOutcome:
         if record.batch_id in self.committed:
@@ -138,25 +176,42 @@ def recording_record(batch: int, generation: int, job: str = "job") -> Transacti
                               sink_id="recording:rec", created_at=0.0)
 
 
-class RecordingLineageSink(Sink):
+class ClaimingSink(RecordingSink):
+    """Exclusive promotion: a batch another generation holds refuses the commit."""
+
+    def commit(self, record: TransactionRecord) -> CommitOutcome:
+        holder = self.committed.get(record.batch_id)
+        if holder is not None and holder != record.generation:
+            raise TransactionConflict(f"batch {record.batch_id} is held by transaction "
+                                      f"job-b{record.batch_id}-g{holder}")
+        return super().commit(record)
+
+
+class RewindingSink(RecordingSink):
+    """A RecordingSink that declares it can rewind; `rewound`: the batches of the
+    snapshots it was rewound to (nothing committed is removed)."""
+
+    can_rewind = True
+
+    def __init__(self, name: str = "rec") -> None:
+        super().__init__(name)
+        self.rewound: list[int] = []
+
+    def rewind(self, job: str, snapshot: SnapshotMetadata) -> None:
+        self.rewound.append(snapshot.batch_id)
+
+
+class RecordingLineageSink(FakeSinkBase):
     """A recording sink the commit step can rebuild from a record (`sink_from_config`)."""
 
     kind = "recording-lineage"
+    id_format = "recording"
+    named = False
     committed_log: ClassVar[list[tuple[int, int]]] = []
     aborted: ClassVar[list[tuple[int, int]]] = []
 
     def __init__(self, **_: Any) -> None:
-        pass
-
-    @property
-    def sink_id(self) -> str:
-        return "recording"
-
-    def to_config(self) -> dict[str, Any]:
-        return {}
-
-    def stage(self, df: Any, ctx: Any) -> dict[str, Any]:
-        return {}
+        super().__init__()
 
     def commit(self, rec: TransactionRecord) -> CommitOutcome:
         self.committed_log.append((rec.batch_id, rec.generation))
@@ -168,45 +223,27 @@ class RecordingLineageSink(Sink):
     def abort(self, rec: TransactionRecord) -> None:
         self.aborted.append((rec.batch_id, rec.generation))
 
-    def committed_position(self, job: str) -> int | None:
-        return None
 
-
-class AbortRecordingSink(Sink):
-    """Nothing ever committed; remembers what it aborted."""
+class AbortRecordingSink(FakeSinkBase):
+    """Nothing ever committed (a commit is an error); remembers what it aborted."""
 
     kind = "cli-abort-test"
+    id_format = "cli-test"
+    named = False
     aborted: ClassVar[list[str]] = []
-
-    sink_id = "cli-test"
-
-    def to_config(self) -> dict[str, Any]:
-        return {}
-
-    def stage(self, df: Any, ctx: Any) -> dict[str, Any]:  # pragma: no cover - not used
-        return {}
-
-    def commit(self, record: TransactionRecord) -> CommitOutcome:  # pragma: no cover - not used
-        raise AssertionError("abort-generation must not commit")
-
-    def is_committed(self, record: TransactionRecord) -> bool:
-        return False
 
     def abort(self, record: TransactionRecord) -> None:
         self.aborted.append(record.txn_id)
 
-    def committed_position(self, job: str) -> int | None:
-        return None
 
-
-class ReplayRecordSink:
+class ReplayRecordSink(FakeSinkBase):
     """A sink as replay reads it: only its committed replay records (`records[batch]`)."""
 
-    can_rewind = False  # as `Sink` declares (the sink-ahead refusal reads it)
+    id_format = "{name}"
 
     def __init__(self, records: dict[int, str | None], sink_id: str = "fake:blue") -> None:
+        super().__init__(sink_id)
         self.records = records
-        self.sink_id = sink_id
 
     def replay_record(self, job: str, batch_id: int) -> str | None:
         return self.records.get(batch_id)

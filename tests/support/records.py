@@ -3,11 +3,12 @@
 (`transaction_record`), and on top of them a completed checkpoint in a job's catalog,
 with its files uploaded into ``shared/`` as the checkpointer does (`put_checkpoint`),
 transactions a checkpoint confirms (`confirm`), a checkpoint with state files
-(`state_checkpoint`), a job's status record (`write_status`) and the ``_metadata`` of a
-big job (`big_job_metadata`).
+(`state_checkpoint`), a job's status record (`job_status`, written by `write_status`) and
+the ``_metadata`` of a big job (`big_job_metadata`).
 
 Tests of a record type itself (its JSON, parse and bounds: test_metadata.py,
-test_bounded_parse.py) construct it directly; every other test builds through here."""
+test_bounded_parse.py) and a driver script a test runs in its own process construct it
+directly; every other test builds through here."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
 from airflow_sparkpoint.checkpoints.metadata import FileRef, SnapshotKind, SnapshotStats, sha256_hex
+from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.sinks.base import Sink
 
 
@@ -129,26 +131,41 @@ def state_checkpoint(catalog: Catalog, batch: int, *, duration: int = 10, copied
     return put_checkpoint(catalog, files, batch_id=batch, created_at=created_at, stats=stats)
 
 
-def write_status(catalog: Catalog, state: str = "running", *, generation: int | None = None,
-                 heartbeat_age: float = 0.0, heartbeat_at: float | None = None, **extra: Any) -> None:
-    """The status record of `generation` (the job's current one when None): `state`,
-    started a minute ago, its last heartbeat `heartbeat_age` seconds ago (at `heartbeat_at`
-    when given), and `extra` fields."""
+def job_status(state: str = "running", *, job: str = "job", generation: int = 1,
+               started_at: float | None = None, heartbeat_age: float = 0.0, heartbeat_at: float | None = None,
+               **fields: Any) -> JobStatus:
+    """The status record of `job`'s run of `generation` as the runtime writes it: `state`,
+    started a minute ago (at `started_at` when given), its last heartbeat `heartbeat_age`
+    seconds ago (at `heartbeat_at` when given), and `fields` (``last_batch``, ``error``,
+    ``host``, ``pid``, ``live_dir``, ...). Nothing is written: `write_status` writes one
+    into a catalog.
+
+    :raises TypeError: `fields` names a field a status record does not have."""
     now = time.time()
+    return JobStatus(job=job, generation=generation, state=state,
+                     started_at=now - 60 if started_at is None else started_at,
+                     heartbeat_at=now - heartbeat_age if heartbeat_at is None else heartbeat_at, **fields)
+
+
+def write_status(catalog: Catalog, state: str = "running", *, generation: int | None = None,
+                 **fields: Any) -> None:
+    """Write the `job_status` record of `catalog`'s job by `generation` (the job's current
+    one when None); `fields` as `job_status` takes them (``heartbeat_age``, ``started_at``,
+    ``last_batch``, ...)."""
     generation = catalog.current_generation() if generation is None else generation
-    heartbeat_at = now - heartbeat_age if heartbeat_at is None else heartbeat_at
-    catalog.write_status({"job": catalog.job, "generation": generation, "state": state,
-                          "started_at": now - 60, "heartbeat_at": heartbeat_at, **extra})
+    catalog.write_status(job_status(state, job=catalog.job, generation=generation, **fields).to_json())
 
 
-def live_submit_run(catalog: Catalog, dag_id: str, *, token: str, run_id: str) -> int:
+def live_submit_run(catalog: Catalog, dag_id: str, *, token: str | None, run_id: str) -> int:
     """A live generation of the job started by try 1 of task ``submit`` of `dag_id` in DAG
-    run `run_id`, by the submit `token`, on ``worker-9``: its generation number."""
+    run `run_id`, by the submit `token` (None: by no submit, as a driver started without
+    one claims), on ``worker-9``: its generation number."""
     from airflow_sparkpoint.checkpoints.history_records import generation_details
 
     env = {"AIRFLOW_CTX_DAG_ID": dag_id, "AIRFLOW_CTX_TASK_ID": "submit", "AIRFLOW_CTX_DAG_RUN_ID": run_id,
            "AIRFLOW_CTX_TRY_NUMBER": "1"}
-    generation = catalog.claim_generation({**generation_details(environ=env), "submitter": token}).generation
+    submitter = {} if token is None else {"submitter": token}
+    generation = catalog.claim_generation({**generation_details(environ=env), **submitter}).generation
     write_status(catalog, host="worker-9", pid=4242)
     return generation
 

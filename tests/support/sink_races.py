@@ -13,13 +13,13 @@ import subprocess
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog
 from tests.support.paths import REPO
 from tests.support.race_drivers import RACES, Driver
+from tests.support.s3_servers import S3Context
 from tests.support.sink_files import visible_rows
 from tests.support.submit import quiet_java_opts
 
@@ -97,17 +97,6 @@ def seaweedfs(directory: Path) -> Iterator[str]:
 # ---------------------------------------------------------------------------- sinks
 
 
-@dataclass
-class S3Place:
-    endpoint: str
-    bucket: str
-
-    def client(self) -> Any:
-        import boto3
-
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1")
-
-
 class SinkCase:
     """One sink of the race tests: where it writes, how to read it back, what would be
     left over of a transaction that lost."""
@@ -115,7 +104,7 @@ class SinkCase:
     kind = ""
     merge = False
 
-    def __init__(self, base: Path, s3: S3Place | None = None) -> None:
+    def __init__(self, base: Path, s3: S3Context | None = None) -> None:
         self.base = base
         self.s3 = s3
 
@@ -123,9 +112,7 @@ class SinkCase:
         return str(self.base / "output")
 
     def conf(self) -> dict[str, str]:
-        if self.s3 is None:
-            return {}
-        return {"spark.sparkpoint.s3.endpoint": self.s3.endpoint, "spark.sparkpoint.s3.region": "us-east-1"}
+        return {} if self.s3 is None else self.s3.conf()
 
     def sink(self) -> Any:
         """The sink object, configured, for reading its claims from the test."""
@@ -140,7 +127,7 @@ class SinkCase:
         else:
             sink = DirectorySink(self.output(), format="json")
         if self.s3 is not None:
-            sink.configure({"endpoint_url": self.s3.endpoint, "region_name": "us-east-1"})
+            sink.configure(self.s3.options())
         return sink
 
     def rows(self) -> list[dict[str, Any]]:
@@ -196,7 +183,7 @@ class DirectoryCase(SinkCase):
 class S3Case(SinkCase):
     kind = "s3"
 
-    def __init__(self, base: Path, s3: S3Place | None = None) -> None:
+    def __init__(self, base: Path, s3: S3Context | None = None) -> None:
         super().__init__(base, s3)
         self.prefix = f"{base.name}-{uuid.uuid4().hex[:6]}/out/"
 

@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -25,11 +24,11 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage import open_storage
 from tests.support.fake_sinks import FakeSink
-from tests.support.records import confirm, put_checkpoint, transaction_record
+from tests.support.records import confirm, put_checkpoint, transaction_record, write_status
+from tests.support.task_instances import FakeTI
 
 pytestmark = pytest.mark.airflow
 
@@ -50,21 +49,10 @@ def claim(catalog: Catalog, generation: int) -> None:
         catalog.claim_generation()
 
 
-def set_status(
-    catalog: Catalog,
-    generation: int,
-    state: str = "running",
-    *,
-    heartbeat_age: float = 0.0,
-    checkpoints_completed: int = 0,
-    error: str | None = None,
-) -> None:
-    now = time.time()
-    catalog.write_status(JobStatus(
-        job=catalog.job, generation=generation, state=state, started_at=now - 100,
-        heartbeat_at=now - heartbeat_age, checkpoints_completed=checkpoints_completed, error=error,
-        host="worker-1", pid=4242,
-    ).to_json())
+def set_status(catalog: Catalog, generation: int, state: str = "running", **fields: Any) -> None:
+    """`write_status` of `generation`'s run on worker-1 (`fields`: ``heartbeat_age``,
+    ``checkpoints_completed``, ``error``, ...)."""
+    write_status(catalog, state, generation=generation, host="worker-1", pid=4242, **fields)
 
 
 def collect(trigger: Any) -> list[Any]:
@@ -736,7 +724,7 @@ def test_secret_reaches_only_the_subprocess_environment(
         application_args=["--input", "{{ params.input }}"], conf={"spark.ui.enabled": "false"},
     )
     op.render_template_fields({"params": {"input": "/in"}})
-    context: Any = {"ti": SimpleNamespace(try_number=1)}
+    context: Any = {"ti": FakeTI()}
     result = op.execute(context)
 
     assert result is not None and result["status"] == "finished"

@@ -16,7 +16,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotHandle
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.storage import open_storage
-from tests.support.records import put_checkpoint
+from tests.support.records import put_checkpoint, write_status
 from tests.support.task_instances import FakeTI
 
 pytestmark = pytest.mark.airflow
@@ -149,15 +149,9 @@ def test_a_checkpoint_blues_retention_removed_during_the_drill_is_not_greens_fau
 
 def running(catalog: Catalog, trigger: str = "processingTime:1s") -> None:
     """Blue's run is live (its heartbeat fresh), started with `trigger`."""
-    import time
-
-    from airflow_sparkpoint.checkpoints.status import JobStatus
-
     config = {"trigger": trigger, "commit.mode": "checkpoint"}
     generation = catalog.claim_generation({"config": config}).generation
-    now = time.time()
-    catalog.write_status(JobStatus("totals", generation, "running", now - 5, now, last_batch=2,
-                                   host="elsewhere", pid=1).to_json())
+    write_status(catalog, "running", generation=generation, last_batch=2, host="elsewhere", pid=1)
 
 
 def test_zero_downtime_plans_the_cutover_after_a_passed_drill_and_hands_green_its_settings(

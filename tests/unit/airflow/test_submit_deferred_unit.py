@@ -10,7 +10,6 @@ A real local catalog; the driver's records are written as the runtime writes the
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,13 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
-from airflow_sparkpoint.checkpoints.history_records import AirflowTry, generation_details
+from airflow_sparkpoint.checkpoints.history_records import AirflowTry
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.services.follow import reattach_target
 from airflow_sparkpoint.services.retry import TaskRecord
 from airflow_sparkpoint.storage import open_storage
 from tests.support.fake_submit import FakeStore
+from tests.support.records import live_submit_run, write_status
 from tests.support.task_instances import FakeTI
 
 pytestmark = pytest.mark.airflow
@@ -46,13 +45,9 @@ def operator(root: Path, **kwargs: Any) -> Any:
                                     checkpoint_dir=str(root), **kwargs)
 
 
-def live_run(catalog: Catalog, dag_id: str, *, token: str = "tok1", task_id: str = "submit") -> int:
-    env = {"AIRFLOW_CTX_DAG_ID": dag_id, "AIRFLOW_CTX_TASK_ID": task_id, "AIRFLOW_CTX_DAG_RUN_ID": RUN_ID,
-           "AIRFLOW_CTX_TRY_NUMBER": "1"}
-    generation = catalog.claim_generation({**generation_details(environ=env), "submitter": token}).generation
-    now = time.time()
-    catalog.write_status(JobStatus(JOB, generation, "running", now, now, host="worker-9", pid=4242).to_json())
-    return generation
+def live_run(catalog: Catalog, dag_id: str, *, token: str = "tok1") -> int:
+    """A live run started by try 1 of task ``submit`` of `dag_id` in DAG run `RUN_ID`."""
+    return live_submit_run(catalog, dag_id, token=token, run_id=RUN_ID)
 
 
 def test_deferrable_follows_default_deferrable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,12 +137,11 @@ def test_execute_complete_ends_like_execute_or_raises_the_runs_own_error(tmp_pat
     with pytest.raises(AirflowTaskTimeout):
         complete(op, {**base, "status": "timeout", "message": "ran past"})
 
-    now = time.time()
-    catalog.write_status(JobStatus(JOB, 1, "failed", now, now, error="ValueError: bad row 7").to_json())
+    write_status(catalog, "failed", generation=1, error="ValueError: bad row 7")
     with pytest.raises(SparkpointRunFailed, match="job 'orders' failed: ValueError: bad row 7"):
         complete(op, {**base, "status": "failed", "message": "ValueError: bad row 7"})
 
-    catalog.write_status(JobStatus(JOB, 1, "stopped", now, now).to_json())
+    write_status(catalog, "stopped", generation=1)
     write_run_result(catalog, RunResult(status="stopped", job=JOB, generation=1, batches_processed=3))
     ti = FakeTI()
     result = complete(op, {**base, "status": "success", "state": "stopped"}, ti)

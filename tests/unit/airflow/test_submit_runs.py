@@ -27,6 +27,7 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.exceptions import ConfigError
 from tests.support.fake_submit import JOB, Driver, FakeStore, driver, operator
+from tests.support.records import live_submit_run, write_status
 from tests.support.task_instances import FakeTI
 from tests.support.waits import wait_for
 
@@ -113,14 +114,6 @@ def test_a_failed_try_still_publishes_the_generation_it_ran(tmp_path: Path, driv
     assert ti.pushed["generation"] == 1, "the rollback needs the failed run's generation, not the newest"
 
 
-def failed_status(generation: int, error: str) -> dict[str, Any]:
-    """The status record a driver writes when its run failed (a whole `JobStatus`)."""
-    from airflow_sparkpoint.checkpoints.status import JobStatus
-
-    now = time.time()
-    return JobStatus(JOB, generation, "failed", now, now, error=error).to_json()
-
-
 def test_a_failed_try_says_what_the_job_reported(tmp_path: Path, driver: Driver) -> None:
     """The hook's error is only the command and its exit code; the task's exception is the
     job's own error (from its status record) with the log pointer after it, and only when
@@ -129,8 +122,8 @@ def test_a_failed_try_says_what_the_job_reported(tmp_path: Path, driver: Driver)
 
     def fail(d: Driver, env: dict[str, str]) -> int:
         generation = d.claim(env)
-        d.catalog.write_status(failed_status(generation,
-                                             "RuntimeError: keyed_totals v2: simulated failure in batch 2"))
+        write_status(d.catalog, "failed", generation=generation,
+                     error="RuntimeError: keyed_totals v2: simulated failure in batch 2")
         return 1
 
     driver.behaviour = fail
@@ -143,7 +136,7 @@ def test_a_failed_try_says_what_the_job_reported(tmp_path: Path, driver: Driver)
     def superseded(d: Driver, env: dict[str, str]) -> int:
         d.claim(env)
         later = d.catalog.claim_generation({"submitter": "a later run"}).generation
-        d.catalog.write_status(failed_status(later, "not this try's error"))
+        write_status(d.catalog, "failed", generation=later, error="not this try's error")
         return 1
 
     driver.behaviour = superseded
@@ -474,15 +467,8 @@ def test_on_kill_kills_a_driver_that_ignores_sigterm(tmp_path: Path) -> None:
 
 
 def _live_run(catalog: Catalog, dag_id: str, run_id: str) -> int:
-    from airflow_sparkpoint.checkpoints.history_records import generation_details
-    from airflow_sparkpoint.checkpoints.status import JobStatus
-
-    env = {"AIRFLOW_CTX_DAG_ID": dag_id, "AIRFLOW_CTX_TASK_ID": "submit", "AIRFLOW_CTX_DAG_RUN_ID": run_id,
-           "AIRFLOW_CTX_TRY_NUMBER": "1"}
-    generation = catalog.claim_generation(generation_details(environ=env)).generation
-    now = time.time()
-    catalog.write_status(JobStatus(JOB, generation, "running", now, now, host="worker-9", pid=4242).to_json())
-    return generation
+    """A live run of the job started by task ``submit`` of `dag_id` by no submit token."""
+    return live_submit_run(catalog, dag_id, token=None, run_id=run_id)
 
 
 def test_a_start_of_a_job_another_task_runs_is_refused_before_spark_submit(

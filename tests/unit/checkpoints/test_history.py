@@ -34,12 +34,11 @@ from airflow_sparkpoint.checkpoints.history import (
 )
 from airflow_sparkpoint.checkpoints.retention import enforce_checkpoint_retention
 from airflow_sparkpoint.checkpoints.run_result import RunResult, write_run_result
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.checkpoints.verification import VerificationRecord, write_verification
 from airflow_sparkpoint.exceptions import StorageError
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.storage import LocalStorage, open_storage
-from tests.support.records import state_checkpoint, transaction_record, write_status
+from tests.support.records import job_status, state_checkpoint, transaction_record, write_status
 
 
 @pytest.fixture()
@@ -253,7 +252,7 @@ def test_latest_completed_skips_superseded_checkpoints(
 
 
 def test_liveness_requires_a_fresh_heartbeat_of_the_newest_generation() -> None:
-    running = JobStatus("j", 2, "running", 0.0, 100.0)
+    running = job_status(job="j", generation=2, heartbeat_at=100.0)
     assert liveness(running, 2, 60, now=130.0) == (True, 30.0)
     assert liveness(running, 3, 60, now=130.0) == (False, 30.0)
     assert liveness(running, 2, 10, now=130.0)[0] is False

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata, TransactionRecord
+from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.exceptions import (
     RestoreError,
     SinkAheadError,
@@ -27,10 +27,9 @@ from airflow_sparkpoint.runtime.restore import (
     materialize,
     plan_restore,
 )
-from airflow_sparkpoint.sinks.base import CommitOutcome
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.checkpointers import catalog, checkpointer, commit, run_config
-from tests.support.fake_sinks import RecordingSink, recording_record
+from tests.support.fake_sinks import ClaimingSink, RecordingSink, RewindingSink, recording_record
 from tests.support.live_dirs import write_live
 
 __all__ = ["catalog"]  # the fixture
@@ -270,17 +269,6 @@ def test_first_checkpoint_after_a_foreign_restore_copies_into_its_own_store_with
     assert second is not None and second.stats.files_copied == 3 and hashed
 
 
-class ClaimingSink(RecordingSink):
-    """Exclusive promotion: a batch another generation holds refuses the commit."""
-
-    def commit(self, record: TransactionRecord) -> CommitOutcome:
-        holder = self.committed.get(record.batch_id)
-        if holder is not None and holder != record.generation:
-            raise TransactionConflict(f"batch {record.batch_id} is held by transaction "
-                                      f"job-b{record.batch_id}-g{holder}")
-        return super().commit(record)
-
-
 def test_recovery_stops_at_a_confirmed_transaction_that_lost_its_batch_like_the_commit_step(
     catalog, tmp_path
 ):
@@ -312,14 +300,6 @@ def test_only_a_sink_that_declares_it_can_rewind_is_rewound(catalog, tmp_path):
     coord.checkpoint(0)
     plan = plan_restore(run_config(), catalog, None)
     assert plan.snapshot is not None
-    rewound: list[int] = []
-
-    class RewindingSink(RecordingSink):
-        can_rewind = True
-
-        def rewind(self, job: str, snapshot: SnapshotMetadata) -> None:
-            rewound.append(snapshot.batch_id)
-
     ahead = {0: 1, 1: 1, 2: 1}
     plain = RecordingSink()
     plain.committed = dict(ahead)
@@ -328,7 +308,7 @@ def test_only_a_sink_that_declares_it_can_rewind_is_rewound(catalog, tmp_path):
     able = RewindingSink()
     able.committed = dict(ahead)
     assert check_sink_position(plan, able, "job", "rewind") is True
-    assert rewound == [0]
+    assert able.rewound == [0]
 
 
 def test_recovery_leaves_a_confirmed_record_for_another_sink_alone(catalog, tmp_path, caplog):

@@ -20,7 +20,7 @@ from airflow_sparkpoint.runtime.takeover import check_start
 from airflow_sparkpoint.storage import MemoryStorage
 from tests.support.cutover_records import CID, cutover_plan
 from tests.support.fake_sinks import FakeSink
-from tests.support.records import put_checkpoint, transaction_record
+from tests.support.records import put_checkpoint, transaction_record, write_status
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -125,13 +125,9 @@ import sys
 from airflow_sparkpoint.checkpoints.catalog import Catalog
 from airflow_sparkpoint.runtime.cutover import adopt
 from airflow_sparkpoint.storage import open_storage
-from tests.support.fake_sinks import FakeSink
+from tests.support.fake_sinks import PositionedSink
 
-class Position(FakeSink):
-    def committed_position(self, job):
-        return 3
-
-adopt(Catalog(open_storage(sys.argv[1]), "orders"), Position("green"), sys.argv[2], live_dir=None)
+adopt(Catalog(open_storage(sys.argv[1]), "orders"), PositionedSink("green", 3), sys.argv[2], live_dir=None)
 """
 
 
@@ -315,15 +311,11 @@ def test_green_s_shadow_start_passes_beside_a_live_blue_another_task_started(cat
     """Green's submit (a shadow of the open cutover) starts while blue runs: it claims
     nothing of blue's job before the cutover's own claim, so the live-run rule does not
     refuse it; the open-cutover rule still refuses a shadow of another cutover."""
-    import time as _time
-
     from airflow_sparkpoint.checkpoints.history_records import AirflowTry
-    from airflow_sparkpoint.checkpoints.status import JobStatus
     from airflow_sparkpoint.exceptions import JobAlreadyRunning
 
     catalog.claim_generation()
-    now = _time.time()
-    catalog.write_status(JobStatus("orders", 1, "running", now - 30, now, host="elsewhere", pid=1).to_json())
+    write_status(catalog, "running", generation=1, host="elsewhere", pid=1)
     CutoverStore(catalog).plan(cutover_plan(warmup_uri="memory://x/chk-1"))
     green = AirflowTry("deploy", "run", "start_green", 1)
     with pytest.raises(JobAlreadyRunning):

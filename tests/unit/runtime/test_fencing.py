@@ -17,7 +17,6 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.checkpoints.retention import journal_deletions
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import StaleGeneration
 from airflow_sparkpoint.runtime import livedir
 from airflow_sparkpoint.runtime.recovery import recover_transactions
@@ -32,6 +31,7 @@ from airflow_sparkpoint.storage.localfs import Dir
 from tests.support.checkpointers import checkpointer, run_config
 from tests.support.fake_sinks import RecordingSink, recording_record
 from tests.support.live_dirs import write_live
+from tests.support.records import job_status, write_status
 
 
 @pytest.fixture()
@@ -290,11 +290,6 @@ def test_a_location_locked_by_a_live_process_is_never_shared(tmp_path):
     lock.release()
 
 
-def status_of(generation: int, state: str, live_dir: str) -> JobStatus:
-    return JobStatus(job="job", generation=generation, state=state, started_at=0.0, heartbeat_at=0.0,
-                     live_dir=live_dir)
-
-
 def test_the_previous_owner_is_proven_gone_only_by_its_end_or_its_dead_processes(tmp_path):
     live = str(tmp_path / "g3")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -306,10 +301,11 @@ def test_the_previous_owner_is_proven_gone_only_by_its_end_or_its_dead_processes
     assert not livedir.previous_owner_gone(live, alive, None)[0]
     reused = {**alive, "pid_start": "12345"}  # same pid, another process
     assert livedir.previous_owner_gone(live, reused, None)[0]
-    finished = status_of(3, "finished", live)
+    finished = job_status("finished", generation=3, heartbeat_at=0.0, live_dir=live)
     assert livedir.previous_owner_gone(live, alive, finished)[0]
     remote = {**owner, "host": "elsewhere"}
-    assert not livedir.previous_owner_gone(live, remote, status_of(3, "running", live))[0]
+    running = job_status(generation=3, heartbeat_at=0.0, live_dir=live)
+    assert not livedir.previous_owner_gone(live, remote, running)[0]
     assert not livedir.previous_owner_gone(live, None, None)[0]
 
 
@@ -336,7 +332,7 @@ def test_choose_live_resumes_in_place_only_when_the_owner_is_gone_and_links_othe
     livedir.write_owner(str(old), livedir.owner_record("job", generation, None))
     plan = plan_restore(run_config(), catalog)
     assert plan.own_checkpoint and plan.batch_id == 1
-    status = status_of(generation, "running", str(old))
+    status = job_status(generation=generation, heartbeat_at=0.0, live_dir=str(old))
 
     held = livedir.try_lock(str(old))  # the previous run is still alive
     assert held is not None
@@ -462,7 +458,6 @@ def test_a_zombies_heartbeat_around_a_new_claim_does_not_hide_the_new_generation
 
     from airflow_sparkpoint.checkpoints.generations import Fence
     from airflow_sparkpoint.checkpoints.history import live_status
-    from airflow_sparkpoint.checkpoints.status import JobStatus
     from airflow_sparkpoint.runtime.run_status import StatusWriter
 
     # only what the status writer reads: no Spark needed
@@ -479,7 +474,7 @@ def test_a_zombies_heartbeat_around_a_new_claim_does_not_hide_the_new_generation
         if not claimed:  # the zombie's check passed; generation 2 starts before its write
             claimed.append(0)
             claimed[0] = catalog.claim_generation().generation
-            catalog.write_status(JobStatus("job", claimed[0], "running", time.time(), time.time()).to_json())
+            write_status(catalog, "running", generation=claimed[0])
 
     monkeypatch.setattr(Fence, "check", checked_then_a_claim)  # the run's fence: the one check
     StatusWriter(zombie).write("running")  # type: ignore[arg-type]
@@ -509,7 +504,7 @@ def test_a_location_another_lineage_ran_to_the_same_batch_is_not_resumed_in_plac
     plan = plan_restore(run_config(), catalog)
     assert plan.own_checkpoint and plan.batch_id == 1 and plan.snapshot.metadata.live_root == str(ours)
     assert livedir.last_commit(str(other)) == 1  # what used to be enough
-    status = status_of(generation, "failed", str(other))
+    status = job_status("failed", generation=generation, heartbeat_at=0.0, live_dir=str(other))
     second = catalog.claim_generation().generation
     choice = choose_live(plan, [str(other)], status, work_root=str(tmp_path / "work"), job="job",
                          generation=second, jvm_pid=None)

@@ -20,6 +20,7 @@ from airflow_sparkpoint.runtime.config import Shadow
 from airflow_sparkpoint.sinks.shadow import ShadowSink
 from airflow_sparkpoint.storage import LocalStorage
 from tests.support.fake_sinks import ReplayRecordSink
+from tests.support.records import write_status
 from tests.support.replay_lives import live, pending
 
 
@@ -174,12 +175,8 @@ def test_at_the_until_batch_the_shadow_waits_for_a_running_blue_to_commit_what_i
         tmp_path, spark_replaced):
     import time
 
-    from airflow_sparkpoint.checkpoints.status import JobStatus
-
     run, follower, sink, blue_catalog, blue_live = setup(tmp_path, 6, 1, range(3), until=3)
-    now = time.time()
-    blue_catalog.write_status(JobStatus(job="orders", generation=1, state="running", started_at=now,
-                                        heartbeat_at=now, last_batch=2).to_json())
+    write_status(blue_catalog, "running", generation=1, last_batch=2)
     pending(blue_catalog, 3, 1, replay.capture(str(blue_live), 3))
 
     def blue_commits_3_later() -> None:

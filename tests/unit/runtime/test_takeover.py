@@ -8,18 +8,17 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.history_records import AirflowTry, generation_details
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import JobAlreadyRunning
 from airflow_sparkpoint.runtime.config import SparkpointConfig
 from airflow_sparkpoint.runtime.takeover import LIVE_HEARTBEAT_AGE_S, check_start
 from airflow_sparkpoint.storage import open_storage
+from tests.support.records import write_status
 
 RUNNING = AirflowTry("etl", "run_orders", "scheduled__2026-11-01", 1)
 
@@ -32,10 +31,8 @@ def start(catalog: Catalog, starter: AirflowTry | None, *, heartbeat_age: float 
         "AIRFLOW_CTX_DAG_RUN_ID": starter.run_id, "AIRFLOW_CTX_TRY_NUMBER": str(starter.try_number),
         **({"SPARKPOINT_AIRFLOW_MAP_INDEX": str(starter.map_index)} if starter.map_index is not None else {})}
     generation = catalog.claim_generation(generation_details(environ=env)).generation
-    now = time.time()
-    catalog.write_status(JobStatus(catalog.job, generation, state, now - 30, now - heartbeat_age,
-                                   host=host or socket.gethostname(), pid=os.getpid() if pid is None else pid)
-                         .to_json())
+    write_status(catalog, state, generation=generation, heartbeat_age=heartbeat_age,
+                 host=host or socket.gethostname(), pid=os.getpid() if pid is None else pid)
     return generation
 
 

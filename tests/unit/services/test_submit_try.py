@@ -7,20 +7,18 @@ identity. A real local catalog."""
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.history_records import AirflowTry
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import ConfigError, JobAlreadyRunning
 from airflow_sparkpoint.services.retry import TASK_STATE_KEY, TaskRecord
 from airflow_sparkpoint.services.submit_try import DrillSettings
 from airflow_sparkpoint.storage import open_storage
 from tests.support.fake_submit import JOB, FakeStore, submit_settings
-from tests.support.records import checkpoint_at, live_submit_run
+from tests.support.records import checkpoint_at, live_submit_run, write_status
 
 ME = AirflowTry("etl", "submit", "manual__7", 2, None)
 
@@ -102,7 +100,7 @@ def test_a_try_prepared_again_counts_the_checkpoint_its_ended_run_completed(tmp_
     prepared = settings.prepare(catalog, store, 2)
     assert (prepared.plan.restore, prepared.own) == (savepoint, [mine]), "no checkpoint of the task's yet"
     checkpoint_at(catalog, 4, generation=mine)
-    catalog.write_status(JobStatus(JOB, mine, "cancelled", time.time(), time.time()).to_json())
+    write_status(catalog, "cancelled", generation=mine)
     again = prepared.again(catalog, store)
     assert (again.plan.restore, again.plan.try_number) == ("latest", 2)
     assert again.settings["spark.sparkpoint.restore"] == "latest"

@@ -6,7 +6,6 @@ as the runtime writes them."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,6 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.history_records import AirflowTry
-from airflow_sparkpoint.checkpoints.status import JobStatus
 from airflow_sparkpoint.exceptions import JobAlreadyRunning
 from airflow_sparkpoint.services.detached_run import (
     DETACHED_KEY,
@@ -27,7 +25,7 @@ from airflow_sparkpoint.services.drill import DrillFailed, run_drill
 from airflow_sparkpoint.services.retry import TASK_STATE_KEY, TaskRecord, choose_restore, plan_try
 from airflow_sparkpoint.storage import open_storage
 from tests.support.fake_submit import FakeStore
-from tests.support.records import checkpoint_at, live_submit_run
+from tests.support.records import checkpoint_at, live_submit_run, write_status
 
 JOB = "orders"
 RUN_ID = "manual__7"
@@ -65,7 +63,7 @@ def test_a_retry_resumes_from_its_own_checkpoint_and_keeps_every_token(tmp_path:
     store = FakeStore()
     TaskRecord(1, "none", ("tok1",), 0).save(store)
     mine = live_run(catalog, "etl", token="tok1")
-    catalog.write_status(JobStatus(JOB, mine, "failed", time.time(), time.time(), error="boom").to_json())
+    write_status(catalog, "failed", generation=mine, error="boom")
     checkpoint_at(catalog, 4, generation=mine)
     plan = plan_try(catalog, store, try_number=2, job=JOB, task="submit", restore="none",
                     restore_snapshot=None, choose=choose("none"))
@@ -168,8 +166,7 @@ def test_a_task_follows_its_run_until_it_ends(tmp_path: Path) -> None:
     def sleep(seconds: float) -> None:  # the run ends during the second wait
         slept.append(seconds)
         if len(slept) == 2:
-            now = time.time()
-            catalog.write_status(JobStatus(JOB, generation, "finished", now, now).to_json())
+            write_status(catalog, "finished", generation=generation)
 
     event = RunFollower(catalog, generation, 60.0).until_ended(7.0, sleep=sleep)
     assert (event["status"], event["generation"], slept) == ("success", generation, [7.0, 7.0])
