@@ -8,12 +8,13 @@ import warnings
 from airflow_sparkpoint.checkpoints.snapshot_open import (
     open_restart_snapshot,
     open_snapshot,
+    read_metadata,
     snapshot_at,
     stored_sizes,
 )
 
 __all__ = [
-    "open_restart_snapshot", "open_snapshot", "snapshot_at", "stored_sizes",
+    "open_restart_snapshot", "open_snapshot", "read_metadata", "snapshot_at", "stored_sizes",
 ]
 
 warnings.warn("airflow_sparkpoint.checkpoints.targets is deprecated: import from "
