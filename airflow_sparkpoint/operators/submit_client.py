@@ -12,9 +12,10 @@ runs on this worker.
    task's result, as a cluster-mode or deferred run's (`submit_publish.finish`).
 2. `launch_and_defer`: spark-submit starts through the detached launcher in a session of
    its own (`services.detached.launch`), with the submission directory's lock handed over;
-   the task waits for the driver's generation claim, publishes the same XComs as an
-   attached run, records where the driver runs in the task state store (Airflow 3.3+,
-   never expiring) and defers (`submit_deferred.defer`).
+   the task records where the driver runs in the task state store (Airflow 3.3+, never
+   expiring), waits for the driver's generation claim and publishes the same XComs as an
+   attached run (the launch sequence of both deploy modes:
+   `services.driver_claim.record_and_await_claim`), then defers (`submit_deferred.defer`).
 3. `stop` (``on_kill``): a driver launched detached that the task has not deferred on
    yet is killed by its process group (`services.detached.stop_group`); an attached
    spark-submit and its children get SIGTERM, `stop_timeout` seconds, then the Spark
@@ -36,9 +37,9 @@ from airflow_sparkpoint.operators.submit_deferred import DeferringSubmit, deadli
 from airflow_sparkpoint.operators.submit_publish import finish, found, push_history_link
 from airflow_sparkpoint.services.detached import launch, stop_group
 from airflow_sparkpoint.services.detached_run import DetachedRecord
-from airflow_sparkpoint.services.driver_claim import await_claim
+from airflow_sparkpoint.services.driver_claim import record_and_await_claim
 from airflow_sparkpoint.services.processes import terminate_tree
-from airflow_sparkpoint.services.runs import AirflowTry, RunWatcher, find_claim, record_launch
+from airflow_sparkpoint.services.runs import AirflowTry, RunWatcher, find_claim
 from airflow_sparkpoint.services.spark_env import spark_environment
 from airflow_sparkpoint.services.stores import Catalog
 from airflow_sparkpoint.services.submit import driver_environment, secret_environment
@@ -157,24 +158,18 @@ def launch_and_defer(op: ClientSubmit, context: Context, catalog: Catalog, *, to
     log_path = os.path.join(submit_dir.path, "driver.log")
     process = launch(command, env, log_path=log_path, keep_fd=submit_dir.lock_fd)
     op._detached = process
-    store = context.get("task_state_store")
-    record = DetachedRecord(generation=None, token=token, since=since, process=process.to_json(),
-                            deadline=deadline_of(op))
-    record.save(store, op.log, retention=never_expire())  # at once: a lost worker's retry finds the process
     submit_dir.hand_over()  # the launcher holds the lock now; the directory outlives this task
     op.log.info("spark-submit of job %s started detached: %s", op.job_name, process.describe())
-    message = record_launch(catalog, token, deploy_mode="client", driver=process.launch_json())
-    if message:
-        op.log.warning("%s", message)
-    outcome = await_claim(catalog, process, job=op.job_name, token=token, since=since, log=op.log)
+    record = DetachedRecord(generation=None, token=token, since=since, process=process.to_json(),
+                            deadline=deadline_of(op))
+    outcome = record_and_await_claim(catalog, process, record, job=op.job_name,
+                                     store=context.get("task_state_store"), retention=never_expire(),
+                                     log=op.log, publish=lambda claim: found(op, context["ti"], claim))
     claim = outcome.claim
     if claim is None:
         failed = run_failure(op.job_name, catalog, token, since, output=outcome.output, exit_code=None,
                              scrub=op.sparkpoint_hook.scrub) if outcome.ended else None
         raise failed or AirflowException(outcome.message)
-    found(op, context["ti"], claim)
-    record = record.claimed(claim.generation)
-    record.save(store, op.log, retention=never_expire())
     op._detached = None  # deferred: the trigger owns the stop now
     defer(op, context, generation=claim.generation, token=token, since=since, process=process,
           deadline=record["deadline"])

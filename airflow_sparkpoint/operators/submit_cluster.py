@@ -4,11 +4,12 @@ the driver runs on the cluster, the catalog tracks it, the cluster manager kills
 1. `run`: spark-submit with ``waitAppCompletion=false`` (it returns once the driver is
    submitted; the Spark provider's own cluster-mode path, its ``execute_resumable``, is
    never entered), the driver's place read from its output
-   (`services.cluster_manager.submit`) and recorded in the catalog's launch record
-   (`sparkpoint status` shows it) and in the task state store; the submit token and the
+   (`services.cluster_manager.submit`) and recorded in the task state store and in the
+   catalog's launch record (`sparkpoint status` shows it); the submit token and the
    Airflow try reach the driver through the provider's ``env_vars`` (which it passes as
    ``spark.kubernetes.driverEnv.*`` / ``spark.yarn.appMasterEnv.*``). Then the task waits
-   for the driver's generation claim, publishes it and either defers to
+   for the driver's generation claim and publishes it (the launch sequence of both deploy
+   modes: `services.driver_claim.record_and_await_claim`), and either defers to
    `SparkpointRunTrigger` (``deferrable``) or follows the run through the catalog right
    here (`services.follow.RunFollower`: status, heartbeat, superseded; the cluster manager
    says when the driver is gone). Both end as a client-mode run ends
@@ -44,9 +45,9 @@ from airflow_sparkpoint.services.cluster_manager import (
     submit,
 )
 from airflow_sparkpoint.services.detached_run import DetachedRecord
-from airflow_sparkpoint.services.driver_claim import await_claim, no_driver_named
+from airflow_sparkpoint.services.driver_claim import no_driver_named, record_and_await_claim
 from airflow_sparkpoint.services.follow import RunFollower, StartedRun
-from airflow_sparkpoint.services.runs import AirflowTry, record_launch
+from airflow_sparkpoint.services.runs import AirflowTry
 from airflow_sparkpoint.services.spark_env import cluster_submit_environment
 from airflow_sparkpoint.services.stores import Catalog
 from airflow_sparkpoint.services.submit import driver_environment, secret_environment
@@ -129,24 +130,18 @@ def run(op: ClusterSubmit, context: Context, catalog: Catalog, *, token: str, si
     handle = ClusterHandle(manager, driver)
     op._cluster_run = StartedRun(catalog, handle)
     cluster = {"driver": driver.to_json(), "conn_id": op._conn_id}
-    message = record_launch(catalog, token, deploy_mode="cluster", driver=driver.to_json())
-    if message:
-        op.log.warning("%s", message)
-    store = context.get("task_state_store")
+    op.log.info("job %s submitted in cluster mode: %s", op.job_name, driver.describe())
     record = DetachedRecord(generation=None, token=token, since=since, process=None, cluster=cluster,
                             deadline=deadline_of(op) if op.deferrable else None)
-    record.save(store, op.log, retention=never_expire())  # at once: a lost worker's retry finds the driver
-    op.log.info("job %s submitted in cluster mode: %s", op.job_name, driver.describe())
-    outcome = await_claim(catalog, handle, job=op.job_name, token=token, since=since, log=op.log)
+    outcome = record_and_await_claim(catalog, handle, record, job=op.job_name,
+                                     store=context.get("task_state_store"), retention=never_expire(),
+                                     log=op.log, publish=lambda claim: found(op, context["ti"], claim))
     claim = outcome.claim
     if claim is None:
         op._cluster_run = None
         failed = submit_failure(op, catalog, token, since) if outcome.ended else None
         raise failed or AirflowException(outcome.message)
-    found(op, context["ti"], claim)
     generation = claim.generation
-    record = record.claimed(generation)
-    record.save(store, op.log, retention=never_expire())
     if op.deferrable:
         op._cluster_run = None  # deferred: the trigger owns the stop now
         defer(op, context, generation=generation, token=token, since=since, process=None,
