@@ -30,6 +30,12 @@
   every ``Protocol``, `protocols`);
   `SPREAD_ALLOWED` names the known exceptions left, each with its reason (it only
   shrinks);
+* no module sets a private attribute of another object (``op._detached = process``, as the
+  submit operator's deploy-mode modules once set the operator's, issue #47): a class's
+  private state is set by its own class; a function that works for a class is given a
+  state object or calls a method (`private_sets`: ``x._y = ...`` with ``x`` neither
+  ``self`` nor ``cls``). `PRIVATE_SETS_ALLOWED` names the exceptions, each with its reason
+  (it only shrinks);
 * no test package imports another one (``tests/security`` importing ``tests.chaos``):
   what two packages share lives in ``tests/support/`` (`CROSS_PACKAGE_ALLOWED` names the
   exceptions left, each with its reason; it only shrinks);
@@ -246,6 +252,46 @@ def protocols(package_dir: Path) -> frozenset[str]:
     return frozenset(found)
 
 
+#: sets of another object's private attribute, by path under the package and ``x._y``, with
+#: the reason; it only shrinks
+_OWN_COPY = "a copy of its own class's instance, built in its own method (not copy.copy)"
+PRIVATE_SETS_ALLOWED: dict[tuple[str, str], str] = {
+    ("operators/submit_hook.py", "hook._secret_env"): _OWN_COPY + ": the classmethod SparkpointSubmitHook.of",
+    ("storage/s3_client.py", "other._client"): _OWN_COPY + ": S3Connection's view of another bucket",
+    ("storage/s3_client.py", "other._lock"): _OWN_COPY + ": S3Connection's view of another bucket",
+    ("runtime/job.py", "exc._sparkpoint_reported"):
+        "marks an exception the job raised as reported, on its way out (no class of the package)",
+}
+
+
+def private_sets(package_dir: Path, allowed: Mapping[tuple[str, str], str] = PRIVATE_SETS_ALLOWED,
+                 ) -> list[tuple[Path, int, str]]:
+    """Each assignment, anywhere in a module under `package_dir`, to a private attribute
+    (``_y``, not a dunder) of a name other than ``self`` and ``cls`` (``x._y = ...``,
+    ``x._y += ...``, ``x._y: T = ...``, in a tuple target too) that `allowed` does not name
+    (path under `package_dir`, ``x._y``): its file, line and ``x._y``, in path and line order."""
+    found = []
+    for path in sorted(package_dir.rglob("*.py")):
+        relative = path.relative_to(package_dir).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            else:
+                continue
+            while any(isinstance(t, (ast.Tuple, ast.List)) for t in targets):
+                targets = [e for t in targets
+                           for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])]
+            for target in targets:
+                if (isinstance(target, ast.Attribute) and _private(target.attr)
+                        and isinstance(target.value, ast.Name) and target.value.id not in ("self", "cls")):
+                    name = f"{target.value.id}.{target.attr}"
+                    if (relative, name) not in allowed:
+                        found.append((path, node.lineno, name))
+    return sorted(found)
+
+
 #: exception classes defined outside ``exceptions.py`` (the rule: its module docstring),
 #: each with the reason it cannot live there; it only shrinks
 ERRORS_ELSEWHERE: dict[tuple[str, str], str] = {
@@ -410,6 +456,9 @@ def problems(package_dir: Path) -> list[str]:
               for path, line, cls in spread_classes(package_dir)]
     found += [f"{path}:{line}: imports {name}, private to its module or package (make it public, or "
               "move what is shared)" for path, line, name in private_imports(package_dir)]
+    found += [f"{path}:{line}: sets {name}, another object's private attribute (its class sets its own "
+              "state: pass the function a state object, or call a method)"
+              for path, line, name in private_sets(package_dir)]
     found += [f"{path}:{line}: {name} is an exception class outside exceptions.py (define it in the error "
               "tree, or list it in ERRORS_ELSEWHERE with the reason it cannot live there)"
               for path, line, name in errors_outside_tree(package_dir)]

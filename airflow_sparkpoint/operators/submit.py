@@ -42,7 +42,7 @@ from airflow_sparkpoint.operators.links import SparkpointCheckpointHistoryLink, 
 from airflow_sparkpoint.operators.submit_checks import SparkpointConfigFailure, check_spark
 from airflow_sparkpoint.operators.submit_deferred import never_expire
 from airflow_sparkpoint.operators.submit_hook import SparkpointSubmitHook
-from airflow_sparkpoint.services.follow import StartedRun
+from airflow_sparkpoint.operators.try_state import TryState
 from airflow_sparkpoint.services.runs import task_try
 from airflow_sparkpoint.services.sinks import SinkSpec, declared_sink
 from airflow_sparkpoint.services.stores import Catalog
@@ -192,16 +192,13 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         self.deferrable = default_deferrable(deferrable)
         self.poll_interval = durations.seconds("poll_interval", poll_interval)
         self.dead_after = durations.seconds("dead_after", dead_after)
-        self._detached: Any = None  # the detached driver until the task defers (`on_kill` stops it)
         #: ``kubernetes`` or ``yarn`` in cluster mode, None in client mode (set by `check_spark`)
         self.cluster_kind: str | None = None
-        self._cluster_run: StartedRun | None = None  # a cluster-mode run `on_kill` stops
+        self._try_state = TryState()  # what this try's deploy mode started (`on_kill` ends it)
         #: the run this try started (its generation claim), once the driver recorded it
         self.sparkpoint_run: dict[str, Any] | None = None
         #: the run result of this try (OpenLineage facets), once it ended
         self.sparkpoint_result: dict[str, Any] | None = None
-        self._secret_env: dict[str, str] = {}
-        self._native_dir: str | None = None  # the ROCKSDB_SHAREDLIB_DIR this object set, if any
         # (user's conf, what execute set)
         self._conf_given: tuple[dict[str, Any], dict[str, Any]] | None = None
 
@@ -245,13 +242,27 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         return self._submit_settings().conf(restore)
 
     def _get_hook(self) -> SparkpointSubmitHook:
-        return SparkpointSubmitHook.of(super()._get_hook(), self._secret_env)
+        return SparkpointSubmitHook.of(super()._get_hook(), self._try_state.secret_env)
+
+    def _build_hook(self) -> SparkpointSubmitHook:
+        """The Spark provider's hook built anew (with the final conf, environment and files
+        and this try's secret environment) and kept as its ``_hook``, which the provider's
+        ``on_kill`` ends: for a spark-submit the deploy mode runs itself, not through the
+        provider's execute (a detached launch, a cluster-mode submit)."""
+        self._hook = None  # a failed build leaves none
+        hook = self._get_hook()
+        self._hook = hook
+        return hook
 
     # ------------------------------------------------------------------ execute
 
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]
         try_number = int(getattr(context["ti"], "try_number", 1) or 1)
         store = context.get("task_state_store")  # Airflow 3.3+
+        # A new try: nothing it starts is an earlier try's. The Spark provider's hook is
+        # built again with this try's final settings (by its execute, or `_build_hook`).
+        self._try_state = self._try_state.next_try()
+        self._hook = None
         if self._conf_given is not None and self.conf == self._conf_given[1]:
             # an earlier execute of this object set it: the user's again
             self.conf = dict(self._conf_given[0])
@@ -272,9 +283,10 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         self.conf = prepared.spark_conf
         self._conf_given = (dict(prepared.submit.spark_conf), dict(self.conf))
         if self.cluster_kind is not None:  # the driver runs on the cluster: never the parent's execute
-            return submit_cluster.run(self, context, catalog, token=token, since=since, starter=starter)
-        return submit_client.run(self, context, catalog, token=token, since=since, starter=starter,
-                                 spark_submit=super().execute)
+            return submit_cluster.run(self, self._try_state, context, catalog, token=token, since=since,
+                                      starter=starter)
+        return submit_client.run(self, self._try_state, context, catalog, token=token, since=since,
+                                 starter=starter, spark_submit=super().execute)
 
     def execute_complete(self, context: Context, event: Any = None, *, generation: int, token: str = "",
                          since: int = 0) -> dict[str, Any] | None:
@@ -301,6 +313,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         cluster, so a control cancel addressed to the run's generation (it cannot stop a
         later run), `stop_timeout` seconds for its end, then the cluster manager's kill.
         """
-        if not submit_cluster.stop(self):  # nothing here runs a cluster's driver: no signal, no spark-submit
-            submit_client.stop(self, spark_kill=super().on_kill)
+        state = self._try_state
+        if not submit_cluster.stop(self, state):  # no driver on a cluster: signals to spark-submit here
+            submit_client.stop(self, state, spark_kill=super().on_kill)
 

@@ -1,9 +1,11 @@
 """A driver a submit task started away from it (a detached process group in client
-mode, a driver on the cluster) until its generation claim: the wait for the claim and
-what came of it as a value (`ClaimOutcome`: claimed, or the task's error text, with what
-a detached driver said in its log), which the operator turns into a deferral, a follow or
-an exception; and the error of a cluster-mode spark-submit that named no driver
-(`no_driver_named`). Pure Python: no Spark, no Airflow (the operator passes its log).
+mode, a driver on the cluster) until its generation claim: the launch sequence both deploy
+modes run (`record_and_await_claim`: the task's record of the run, the catalog's launch
+record, the wait, the record claimed), the wait for the claim and what came of it as a
+value (`ClaimOutcome`: claimed, or the task's error text, with what a detached driver said
+in its log), which the operator turns into a deferral, a follow or an exception; and the
+error of a cluster-mode spark-submit that named no driver (`no_driver_named`). Pure
+Python: no Spark, no Airflow (the operator passes its log and its task state store).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import Catalog, GenerationInfo
 from airflow_sparkpoint.services.cluster_manager import ClusterHandle, Submission
 from airflow_sparkpoint.services.detached import DriverProcess
-from airflow_sparkpoint.services.detached_run import CLAIM_TIMEOUT_S
+from airflow_sparkpoint.services.detached_run import CLAIM_TIMEOUT_S, DetachedRecord
 from airflow_sparkpoint.services.driver_errors import DriverOutput, read_log_tail
 from airflow_sparkpoint.services.follow import wait_for_claim
+from airflow_sparkpoint.services.runs import record_launch
 
 __all__ = ["CLUSTER_LOOK_EVERY", "LOG_TAIL_LINES", "ClaimOutcome", "await_claim", "detached_output",
-           "no_driver_named"]
+           "no_driver_named", "record_and_await_claim"]
 
 #: of the driver log's end read for its error (`driver_errors.LOG_TAIL_BYTES`), the last
 #: lines that go to the task log
@@ -41,6 +44,31 @@ class ClaimOutcome:
     message: str = ""
     ended: bool = False
     output: DriverOutput | None = None
+
+
+def record_and_await_claim(catalog: Catalog, driver: DriverProcess | ClusterHandle, record: DetachedRecord,
+                           *, job: str, store: Any, retention: Any, log: Any,
+                           publish: Callable[[GenerationInfo], None]) -> ClaimOutcome:
+    """The launch sequence of `driver`, just started away from the task with the submit
+    token and ``since`` of `record` (the task's record of the run): `record` saved to the
+    task state `store` at once (a lost worker's retry finds the driver; kept for
+    `retention`), where the driver runs written to the catalog's launch record
+    (`services.runs.record_launch`, what ``sparkpoint status`` shows; a failure `log`ged),
+    its claim awaited (`await_claim`), then `publish`ed and the record saved claimed.
+    Returns what came of the wait; never raises for the run's outcome."""
+    record.save(store, log, retention=retention)
+    token, since = record["token"], record["since"]
+    if isinstance(driver, ClusterHandle):
+        message = record_launch(catalog, token, deploy_mode="cluster", driver=driver.driver.to_json())
+    else:
+        message = record_launch(catalog, token, deploy_mode="client", driver=driver.launch_json())
+    if message:
+        log.warning("%s", message)
+    outcome = await_claim(catalog, driver, job=job, token=token, since=since, log=log)
+    if outcome.claim is not None:
+        publish(outcome.claim)
+        record.claimed(outcome.claim.generation).save(store, log, retention=retention)
+    return outcome
 
 
 def await_claim(catalog: Catalog, driver: DriverProcess | ClusterHandle, *, job: str, token: str,

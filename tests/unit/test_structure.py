@@ -2,6 +2,7 @@
 no module over the backstop's line count, no import cycle, no public module without `__all__`,
 no class built on another module's class (declared interfaces and listed exceptions aside),
 no private name imported from another module nor a private module from another package,
+no private attribute of another object set (`private_sets`),
 no exception class outside `exceptions.py` but the listed ones, no test module importing
 another test module, no test package importing another, job scripts importing only the job
 author's API. Checked on synthetic packages (so the check can fail) and on the package itself."""
@@ -209,6 +210,35 @@ def test_every_listed_spread_class_still_exists() -> None:
     found = {(path.relative_to(REPO / "airflow_sparkpoint").as_posix(), cls) for path, _, cls in
              check.spread_classes(REPO / "airflow_sparkpoint", allowed={})}
     assert set(check.SPREAD_ALLOWED) - found == set()
+
+
+def test_a_set_of_another_object_s_private_attribute_is_reported_unless_listed(tmp_path: Path) -> None:
+    """Issue #47: the submit operator's deploy-mode modules set its private attributes
+    (``op._detached = process``); a class's private state is set by its own class."""
+    package = _package(tmp_path, "sp_sets", {
+        "__init__.py": "",
+        "a.py": ("class A:\n    def f(self, other):\n        self._x = 1\n        other._y = 2\n"
+                 "        cls._z = 3\n        other.__dict__ = {}\n"),  # its own, a dunder: fine
+        "ops/b.py": ("def g(op, state):\n    op._hook = None\n    state.detached = 1\n    op._n += 1\n"
+                     "    x, (op._t, y) = 1, (2, 3)\n    op._a: int = 4\n    n = op._hook\n"),
+    })
+    assert check.private_sets(package) == [
+        (package / "a.py", 4, "other._y"),
+        (package / "ops" / "b.py", 2, "op._hook"),
+        (package / "ops" / "b.py", 4, "op._n"),
+        (package / "ops" / "b.py", 5, "op._t"),
+        (package / "ops" / "b.py", 6, "op._a"),
+    ]
+    assert check.private_sets(package, allowed={("ops/b.py", "op._hook"): "why"})[1:2] == [
+        (package / "ops" / "b.py", 4, "op._n")]
+    assert check.private_sets(REPO / "airflow_sparkpoint") == [], "no module sets another's private state"
+
+
+def test_every_listed_private_set_still_exists() -> None:
+    """`PRIVATE_SETS_ALLOWED` only shrinks: an entry no module makes any more is removed."""
+    found = {(path.relative_to(REPO / "airflow_sparkpoint").as_posix(), name) for path, _, name in
+             check.private_sets(REPO / "airflow_sparkpoint", allowed={})}
+    assert set(check.PRIVATE_SETS_ALLOWED) - found == set()
 
 
 def test_an_import_of_another_test_package_is_reported(tmp_path: Path,

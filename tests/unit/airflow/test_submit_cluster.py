@@ -167,6 +167,12 @@ def in_thread(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
     return thread, outcome
 
 
+def follows(op: Any, generation: int) -> bool:
+    """Whether the task follows run `generation` itself (what its ``on_kill`` would stop)."""
+    run = op._try_state.cluster_run
+    return run is not None and run.generation == generation
+
+
 # ---------------------------------------------------------------------------- which combinations run
 
 
@@ -302,7 +308,7 @@ def test_on_kill_of_a_blocking_run_sends_a_cancel_first_then_deletes_the_pod_aft
     op = operator(stop_timeout=1.5)
     with ClusterDriver(cluster.catalog, cluster.calls, behaviour="ignore", pods=cluster.pods) as driver:
         thread, outcome = in_thread(lambda: op.execute(context(FakeTI(), FakeStore())))
-        wait_until(lambda: op._cluster_run is not None and op._cluster_run.generation == 1, what="the claim")
+        wait_until(lambda: follows(op, 1), what="the claim")
         t0 = time.monotonic()
         op.on_kill()
         took = time.monotonic() - t0
@@ -326,7 +332,7 @@ def test_on_kill_of_a_blocking_yarn_run_that_answers_the_cancel_kills_nothing(
     op = operator("spark_yarn", stop_timeout=60.0)
     with ClusterDriver(cluster.catalog, cluster.calls, behaviour="answer", rm=rm) as driver:
         thread, outcome = in_thread(lambda: op.execute(context(FakeTI(), FakeStore())))
-        wait_until(lambda: op._cluster_run is not None and op._cluster_run.generation == 1, what="the claim")
+        wait_until(lambda: follows(op, 1), what="the claim")
         op.on_kill()
         thread.join(30)
     assert driver.error is None
@@ -418,7 +424,7 @@ def test_deferred_kubernetes_run_the_trigger_cancels_then_deletes_the_pod_and_re
         assert path == run_module.CLASSPATH and kwargs["process"] is None and kwargs["generation"] == 1
         assert kwargs["cluster"] == {"driver": {"kind": "kubernetes", "namespace": NAMESPACE, "pod": POD},
                                      "conn_id": "spark_k8s"}
-        assert op._cluster_run is None, "deferred: the trigger owns the stop, not the task"
+        assert op._try_state.cluster_run is None, "deferred: the trigger owns the stop, not the task"
         trig = SparkpointRunTrigger(**kwargs)  # as the triggerer builds it from its kwargs
 
         async def failed(*_args: Any) -> str:
@@ -520,8 +526,7 @@ def test_a_retry_fences_the_previous_tries_driver_still_running_on_the_cluster(
     first_try = operator("spark_yarn")
     with ClusterDriver(cluster.catalog, cluster.calls, behaviour="ignore", rm=rm, index=0) as first:
         thread, outcome = in_thread(lambda: first_try.execute(context(FakeTI(1), store)))
-        wait_until(lambda: first.generation == 1 and first_try._cluster_run is not None
-                   and first_try._cluster_run.generation == 1, what="try 1's claim")
+        wait_until(lambda: first.generation == 1 and follows(first_try, 1), what="try 1's claim")
         cluster.output(YARN_SUBMIT_OUTPUT.replace(YARN_APP, second_app))
         with ClusterDriver(cluster.catalog, cluster.calls, behaviour="finish", rm=rm, index=1,
                            app=second_app) as second:

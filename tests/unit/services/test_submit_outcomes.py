@@ -1,19 +1,30 @@
 """What a submit's run came to, as the services return it without Airflow (issue #47): a
 cleared earlier try in a resumption (`services/detached_run.py` `Resumption.cleared`), a
-followed run that a cleared try's trigger cancelled (`followed_end`), and a cluster-mode
-spark-submit that named no driver (`services/driver_claim.py` `no_driver_named`)."""
+followed run that a cleared try's trigger cancelled (`followed_end`), a launched driver's
+records and claim (`services/driver_claim.py` `record_and_await_claim`) and a cluster-mode
+spark-submit that named no driver (`no_driver_named`)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
 
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.checkpoints.history_records import AirflowTry
 from airflow_sparkpoint.services.cluster_manager import Submission
-from airflow_sparkpoint.services.detached_run import DetachedRecord, followed_end, resumption, user_stop_by
-from airflow_sparkpoint.services.driver_claim import no_driver_named
+from airflow_sparkpoint.services.detached import DriverProcess
+from airflow_sparkpoint.services.detached_run import (
+    DETACHED_KEY,
+    DetachedRecord,
+    followed_end,
+    resumption,
+    user_stop_by,
+)
+from airflow_sparkpoint.services.driver_claim import no_driver_named, record_and_await_claim
 from airflow_sparkpoint.storage import open_storage
+from tests.support.fake_submit import FakeStore
 from tests.support.records import live_submit_run
 
 JOB = "orders"
@@ -70,3 +81,27 @@ def test_a_cluster_submit_that_named_no_driver_says_its_exit_and_masked_output()
     assert message.startswith(f"job {JOB!r}: spark-submit in cluster mode on yarn failed (exit 1) without")
     assert message.endswith("its last output:\na ***\nb")
     assert " yarn ended without naming" in no_driver_named(JOB, "yarn", Submission(0, None, ()), str)
+
+
+def test_a_launched_driver_is_recorded_then_its_claim_published_then_recorded_claimed(tmp_path: Path) -> None:
+    from airflow_sparkpoint.checkpoints.launches import read_launch
+
+    catalog = Catalog(open_storage(str(tmp_path)), JOB)
+    generation = live_run(catalog, token="tok1")  # the driver claims at once
+    store = FakeStore()
+    process = DriverProcess(**PROCESS)
+    record = DetachedRecord(generation=None, token="tok1", since=0, process=process.to_json(), deadline=None)
+    published: list[Any] = []
+
+    def publish(claim: Any) -> None:  # what was recorded when the claim is published
+        recorded = store.values[DETACHED_KEY]["generation"]
+        published.append((claim.generation, recorded, read_launch(catalog, "tok1")))
+
+    outcome = record_and_await_claim(catalog, process, record, job=JOB, store=store, retention="forever",
+                                     log=logging.getLogger(__name__), publish=publish)
+    assert outcome.claim is not None and outcome.claim.generation == generation
+    [(claimed, recorded, launch)] = published
+    assert (claimed, recorded) == (generation, None), "published before the record is saved claimed"
+    assert launch is not None and launch.driver["pgid"] == 777 and launch.deploy_mode == "client"
+    assert store.values[DETACHED_KEY] == {**record, "generation": generation}
+    assert store.retention[DETACHED_KEY] == "forever"
