@@ -249,8 +249,7 @@ class SparkpointSubmitOperator(SparkSubmitOperator):
         and this try's secret environment) and kept as its ``_hook``, which the provider's
         ``on_kill`` ends: for a spark-submit the deploy mode runs itself, not through the
         provider's execute (a detached launch, a cluster-mode submit)."""
-        self._hook = None  # a failed build leaves none
-        hook = self._get_hook()
+        hook = self._get_hook()  # (execute cleared the last try's)
         self._hook = hook
         return hook
 

@@ -86,7 +86,6 @@ def _prepare(op: ClusterSubmit, state: TryState, kind: str, token: str, starter:
     # The driver's environment: the provider passes env_vars to it on K8s and YARN. The token is
     # not a secret (it only names the submit); the store's credentials are: they stay out.
     op.env_vars = {**(op.env_vars or {}), **driver_environment(starter, token)}
-    state.secret_env = {}
     if secret_environment(op.sparkpoint_hook.storage_options):
         op.log.info("job %s runs in cluster mode: the driver takes its S3 credentials from the cluster (a "
                     "Kubernetes secret through spark.kubernetes.driver.secretKeyRef.*, a service account or "

@@ -1,7 +1,7 @@
 """What a try of `SparkpointSubmitOperator` holds while it runs (issue #47: one concern per
 class, no class spread over files): the operator keeps one `TryState` per try, which its
 deploy-mode modules (`submit_client`, `submit_cluster`) are given and fill in as they start
-the driver, and which ``on_kill`` reads to end it. They set nothing of the operator's own;
+the driver, and which ``on_kill`` reads to end it. They set no private attribute of the operator;
 the Spark provider's hook stays the provider's ``_hook``, which its own execute and kill use.
 """
 

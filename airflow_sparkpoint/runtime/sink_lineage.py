@@ -20,7 +20,7 @@ before it commits anything, so it is enough to look at:
 4. every pending transaction at or below j: the sink must hold exactly it (the commit
    step committed it since).
 
-A divergence of 1 or 2 that a rewind would fix also needs 3 for every pending
+A divergence a rewind would fix (1, 2, or a ``behind`` of 3) also needs 3 for every pending
 transaction the sink does not hold (the rewind goes below them): all of them are read,
 past one the rewind brings back.
 

@@ -32,7 +32,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from airflow_sparkpoint.exceptions import ConfigError, InvalidPath
 from airflow_sparkpoint.storage import split_uri
@@ -401,8 +401,15 @@ class ClusterHandle:
     driver: ClusterDriver
     seen: DriverState | None = field(default=None, compare=False)
 
+    #: the submit's deploy mode, as the catalog's launch record names it
+    deploy_mode: ClassVar[str] = "cluster"
+
     def describe(self) -> str:
         return self.driver.describe()
+
+    def launch_json(self) -> dict[str, Any]:
+        """The driver as the catalog's launch record names it (`checkpoints.launches`)."""
+        return self.driver.to_json()
 
     def _read(self) -> DriverState:
         self.seen = self.manager.status(self.driver)

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from airflow_sparkpoint.exceptions import ConfigError
 from airflow_sparkpoint.runtime.launcher import boot_id, host_name
@@ -65,6 +65,9 @@ class DriverProcess:
                 raise ConfigError(f"detached driver record {name}={value!r} is invalid; expected a string")
             fields[name] = value
         return cls(pgid=pgid, **fields)
+
+    #: the submit's deploy mode, as the catalog's launch record names it
+    deploy_mode: ClassVar[str] = "client"
 
     def launch_json(self) -> dict[str, Any]:
         """The driver as the catalog's launch record names it (`checkpoints.launches`,

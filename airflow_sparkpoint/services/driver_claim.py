@@ -58,10 +58,7 @@ def record_and_await_claim(catalog: Catalog, driver: DriverProcess | ClusterHand
     Returns what came of the wait; never raises for the run's outcome."""
     record.save(store, log, retention=retention)
     token, since = record["token"], record["since"]
-    if isinstance(driver, ClusterHandle):
-        message = record_launch(catalog, token, deploy_mode="cluster", driver=driver.driver.to_json())
-    else:
-        message = record_launch(catalog, token, deploy_mode="client", driver=driver.launch_json())
+    message = record_launch(catalog, token, deploy_mode=driver.deploy_mode, driver=driver.launch_json())
     if message:
         log.warning("%s", message)
     outcome = await_claim(catalog, driver, job=job, token=token, since=since, log=log)

@@ -155,4 +155,4 @@ def test_interrupted_demo_kills_blue_and_the_running_spark_submit(tmp_path: Path
     # SIGKILL is asynchronous: a loaded machine may show blue alive for a while after the
     # demo exited, so wait (up to 30 s each) for every process of the demo to go.
     assert leftover_processes(workdir) == []
-    assert gone(blue), f"blue's spark-submit (pid {blue.pid}) is still {blue.status()}"
+    assert gone(blue), f"blue's spark-submit (pid {blue.pid}) is still running 30 s after the interrupt"

@@ -311,14 +311,14 @@ def test_an_abort_above_a_kept_transaction_refuses_the_start_before_it_writes(sc
     _exact(scene)
 
 
-# slow: four real drivers (about two minutes); the simulation pins the same schedule in the
-# default run (`tests/simulation/test_found.py`, the moved savepoint one)
+# slow: four real drivers (about a minute); the simulation pins a shorter schedule of the
+# same finding in the default run (`tests/simulation/test_found.py`, the moved savepoint one)
 @pytest.mark.slow
 def test_a_moved_savepoint_whose_confirmed_batches_another_lineage_rewound_away_is_refused(
         scene_of: Any, tmp_path: Path) -> None:
     """Found by the simulation (20261130:2705): the first lineage confirmed batches 0-5
-    and the commit step committed them all; the second lineage restored its checkpoint of
-    batch 1 with ``restore.sinkAhead=rewind`` and rewound the table to batch 1. A copy of
+    and the commit step committed them all; the second lineage restored the first one's
+    checkpoint of batch 1 with ``restore.sinkAhead=rewind`` and rewound the table to batch 1. A copy of
     the first lineage's savepoint moved out of the job's root has no records beside it,
     so the check asked the sink only whether the abort of batches 2-5 was decided (no:
     they were committed, then rewound away) and the start was accepted: it failed
