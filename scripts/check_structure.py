@@ -59,10 +59,26 @@ import ast
 import builtins
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 MAX_LINES = 1000
+
+
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _trees(directory: Path) -> Iterator[tuple[Path, ast.Module]]:
+    """Each ``.py`` file under `directory`, in path order, with its syntax tree."""
+    for path in sorted(directory.rglob("*.py")):
+        yield path, _parse(path)
+
+
+def _module_name(package_dir: Path, path: Path) -> str:
+    """The dotted name under the package of the module at `path` ("" for its ``__init__``)."""
+    parts = path.relative_to(package_dir).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def long_modules(package_dir: Path, max_lines: int = MAX_LINES) -> list[tuple[Path, int]]:
@@ -86,7 +102,7 @@ def modules_without_all(package_dir: Path) -> list[Path]:
             continue
         if any(part.startswith("_") for part in path.relative_to(package_dir).parts):
             continue
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = _parse(path)
         if not any(isinstance(target, ast.Name) and target.id == "__all__"
                    for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
                    for target in (node.targets if isinstance(node, ast.Assign) else [node.target])):
@@ -154,8 +170,7 @@ def test_module_imports(tests_dir: Path) -> list[tuple[Path, int, str]]:
     (``test_*``) or a ``conftest`` of the ``tests`` package, or of a name from one: its
     file, line and the module imported, in path and line order."""
     found = []
-    for path in sorted(tests_dir.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for path, tree in _trees(tests_dir):
         for node in ast.walk(tree):
             modules: list[str] = []
             if isinstance(node, ast.Import):
@@ -209,11 +224,10 @@ def spread_classes(package_dir: Path, interfaces: frozenset[str] = INTERFACE_BAS
     root = package_dir.name
     interfaces = interfaces | protocols(package_dir)
     found = []
-    for path in sorted(package_dir.rglob("*.py")):
+    for path, tree in _trees(package_dir):
         relative = path.relative_to(package_dir)
-        own = ".".join((root, *relative.with_suffix("").parts))
-        own = own.removesuffix(".__init__")
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        under = _module_name(package_dir, path)
+        own = f"{root}.{under}" if under else root
         names: dict[str, str] = {}  # a name imported from another module -> its dotted name under the package
         for node in ast.walk(tree):
             if (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module != own
@@ -242,10 +256,9 @@ def protocols(package_dir: Path) -> frozenset[str]:
     """The classes under `package_dir` declared ``class X(..., Protocol)`` (``typing.Protocol``
     too), by dotted name under the package (``operators.submit_deferred.DeferringSubmit``)."""
     found = set()
-    for path in package_dir.rglob("*.py"):
-        parts = path.relative_to(package_dir).with_suffix("").parts
-        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    for path, tree in _trees(package_dir):
+        module = _module_name(package_dir, path)
+        for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef) and any(ast.unparse(b).split(".")[-1] == "Protocol"
                                                       for b in node.bases):
                 found.add(f"{module}.{node.name}" if module else node.name)
@@ -271,9 +284,9 @@ def private_sets(package_dir: Path, allowed: Mapping[tuple[str, str], str] = PRI
     ``x._y += ...``, ``x._y: T = ...``, in a tuple target too) that `allowed` does not name
     (path under `package_dir`, ``x._y``): its file, line and ``x._y``, in path and line order."""
     found = []
-    for path in sorted(package_dir.rglob("*.py")):
+    for path, tree in _trees(package_dir):
         relative = path.relative_to(package_dir).as_posix()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        for node in ast.walk(tree):
             if isinstance(node, ast.Assign):
                 targets = list(node.targets)
             elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
@@ -321,8 +334,8 @@ def errors_outside_tree(package_dir: Path, tree: str = "exceptions.py") -> list[
     `ERRORS_ELSEWHERE`: its file, line and name, in path and line order. A class counts
     by its bases' names, followed through the package's classes."""
     classes = []  # (path, line, name, base names)
-    for path in sorted(package_dir.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    for path, parsed in _trees(package_dir):
+        for node in ast.walk(parsed):
             if isinstance(node, ast.ClassDef):
                 classes.append((path, node.lineno, node.name, [_base_name(b) for b in node.bases]))
     defined = {name for _path, _line, name, _bases in classes}
@@ -353,10 +366,9 @@ def private_imports(package_dir: Path) -> list[tuple[Path, int, str]]:
     module is its package's; a private name, its module's."""
     root = package_dir.name
     found = []
-    for path in sorted(package_dir.rglob("*.py")):
+    for path, tree in _trees(package_dir):
         relative = path.relative_to(package_dir)
         own_package = (root, *relative.parts[:-1])
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -392,10 +404,9 @@ def cross_package_test_imports(tests_dir: Path) -> list[tuple[Path, int, str]]:
     too), of another test package than its own and ``support`` (``tests.<other>...``),
     unless `CROSS_PACKAGE_ALLOWED`: its file, line and module, in path and line order."""
     found = []
-    for path in sorted(tests_dir.rglob("*.py")):
+    for path, tree in _trees(tests_dir):
         relative = path.relative_to(tests_dir)
         own = relative.parts[0] if len(relative.parts) > 1 else None
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 modules = [alias.name for alias in node.names]
@@ -424,7 +435,7 @@ def job_script_imports(repo: Path) -> list[tuple[Path, int, str]]:
     scripts = [path for top in ("dags", "tests") if (repo / top).is_dir()
                for path in (repo / top).rglob("*.py") if "jobs" in path.relative_to(repo).parts[:-1]]
     for path in sorted(scripts):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = _parse(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 modules = [alias.name for alias in node.names]
