@@ -42,6 +42,7 @@ from airflow_sparkpoint.checkpoints.run_result import parse_result_line
 from tests.chaos.cases import (  # noqa: F401 - re-exported for the other chaos modules
     CASES,
     JOB,
+    JOBS,
     CatalogS3Case,
     DeltaAppendCase,
     DeltaMergeCase,
@@ -50,13 +51,13 @@ from tests.chaos.cases import (  # noqa: F401 - re-exported for the other chaos 
     DirectoryS3Case,
     S3Case,
     SinkCase,
+    job_script,
     split_key,
 )
 from tests.support.inputs import write_json_batches
 from tests.support.s3_servers import S3Context  # noqa: F401 - re-exported
 
 HERE = Path(__file__).resolve().parent
-JOBS = HERE / "jobs"
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 SPARKPOINT = str(Path(sys.executable).parent / "sparkpoint")
 BATCHES = 4

@@ -43,7 +43,6 @@ from tests.chaos.cutover import cutover
 from tests.chaos.harness import (
     BATCHES,
     JOB,
-    JOBS,
     SPARKPOINT,
     Fault,
     Run,
@@ -52,6 +51,7 @@ from tests.chaos.harness import (
     TrialResult,
     compare,
     evidence,
+    job_script,
     run_process,
     spark_submit,
     split_key,
@@ -89,12 +89,12 @@ class TrialRun:
         self.result = TrialResult(trial)
         self.expected = write_inputs(base / "input", files=self.initial_files())
         self.last_batch = len(self.expected) // 3 - 1
-        self.catalog = self.case.catalog()
+        self.catalog = self.case.catalog(JOB)
         self.conf = {
             "spark.sparkpoint.restore": "latest",
             "spark.sparkpoint.commit.mode": trial.mode,
             "spark.sparkpoint.control.pollInterval": "300ms",
-            **self.case.conf(),
+            **self.case.conf(JOB),
         }
         if trial.staging == "executors":
             self.conf["spark.sparkpoint.delta.driverStagingMaxBytes"] = "0"
@@ -162,7 +162,7 @@ class TrialRun:
         if stop_when_drained:
             full_conf["spark.sparkpoint.trigger"] = "processingTime:500ms"
             poll = _chain(poll, self._stop_when_drained())
-        run = spark_submit(JOBS / self.case.script, conf=full_conf, args=args, log=self.base / f"{name}.log",
+        run = spark_submit(job_script(self.case), conf=full_conf, args=args, log=self.base / f"{name}.log",
                            env=env, on_poll=poll)
         self.result.logs.append(run.log)
         if run.timed_out:

@@ -26,11 +26,11 @@ from airflow_sparkpoint.services.commit import commit_pending
 from tests.chaos.harness import (
     BATCHES,
     JOB,
-    JOBS,
     DeltaMergeCase,
     Run,
     chaos_seed,
     compare,
+    job_script,
     spark_submit,
     write_inputs,
 )
@@ -67,7 +67,7 @@ def corrupt(catalog: Catalog, kind: str, latest: SnapshotMetadata, previous: Sna
 
 def restart(case: DeltaMergeCase, conf: dict[str, str], base: Path, name: str) -> Run:
     args = ["--input", str(base / "input"), "--output", case.output()]
-    return spark_submit(JOBS / case.script, conf=conf, args=args, log=base / f"{name}.log")
+    return spark_submit(job_script(case), conf=conf, args=args, log=base / f"{name}.log")
 
 
 def two_newest(catalog: Catalog) -> tuple[SnapshotMetadata, SnapshotMetadata]:
