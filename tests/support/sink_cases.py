@@ -47,6 +47,8 @@ class SinkCase:
     delta = False
     #: a kill at ``promoting`` leaves some files of the batch promoted and some not
     file_by_file = True
+    #: the output's folder: under `root`, or on S3 under the case's own prefix
+    folder = "output"
 
     def __init__(self, root: Path, s3: S3Context | None = None) -> None:
         self.root = root
@@ -64,8 +66,16 @@ class SinkCase:
     def uses_s3(self) -> bool:
         return self.on_s3 or self.catalog_on_s3
 
+    @property
+    def out_prefix(self) -> str:
+        """The output's key prefix on S3 (``<prefix>/<folder>/``)."""
+        return f"{self.prefix}/{self.folder}/"
+
     def output(self) -> str:
-        return str(self.root / "output")
+        if self.on_s3:
+            assert self.s3 is not None
+            return f"s3://{self.s3.bucket}/{self.out_prefix.rstrip('/')}"
+        return str(self.root / self.folder)
 
     def checkpoint_root(self) -> str:
         if self.catalog_on_s3:
@@ -223,10 +233,7 @@ class DeltaS3Case(DeltaMergeCase):
 
     name = "delta-s3"
     on_s3 = True
-
-    def output(self) -> str:
-        assert self.s3 is not None
-        return f"s3://{self.s3.bucket}/{self.prefix}/table"
+    folder = "table"
 
     def delta_options(self) -> dict[str, str] | None:
         assert self.s3 is not None
@@ -236,7 +243,7 @@ class DeltaS3Case(DeltaMergeCase):
 
     def _staged_dirs(self, job: str) -> set[str]:
         assert self.s3 is not None
-        staging = f"{self.prefix}/table/_sparkpoint_txn/{job}/"
+        staging = f"{self.out_prefix}_sparkpoint_txn/{job}/"
         return {key[len(staging):].split("/", 1)[0] for key in _keys(self.s3, staging)}
 
 
@@ -268,14 +275,7 @@ def _exists(s3: S3Context, key: str) -> bool:
 class S3Case(SinkCase):
     name = kind = "s3"
     on_s3 = True
-
-    @property
-    def out_prefix(self) -> str:
-        return f"{self.prefix}/out/"
-
-    def output(self) -> str:
-        assert self.s3 is not None
-        return f"s3://{self.s3.bucket}/{self.out_prefix.rstrip('/')}"
+    folder = "out"
 
     def rows(self) -> list[dict[str, Any]]:
         assert self.s3 is not None
@@ -336,14 +336,7 @@ class DirectoryS3Case(DirectoryCase):
 
     name = "directory-s3"
     on_s3 = True
-
-    @property
-    def out_prefix(self) -> str:
-        return f"{self.prefix}/dir/"
-
-    def output(self) -> str:
-        assert self.s3 is not None
-        return f"s3://{self.s3.bucket}/{self.out_prefix.rstrip('/')}"
+    folder = "dir"
 
     def rows(self) -> list[dict[str, Any]]:
         assert self.s3 is not None
