@@ -31,9 +31,14 @@ CASES: dict[str, type[SinkCase]] = {
 }
 
 
+#: the chaos job that writes each sink kind
+SCRIPTS = {"delta-merge": "delta_merge_job.py", "delta-append": "delta_append_job.py", "s3": "s3_job.py",
+           "directory": "directory_job.py"}
+
+
 def job_script(case: SinkCase) -> Path:
-    """The chaos job that writes `case`'s sink (one per sink kind: ``delta_merge_job.py``, ...)."""
-    return JOBS / f"{case.kind.replace('-', '_')}_job.py"
+    """The chaos job that writes `case`'s sink."""
+    return JOBS / SCRIPTS[case.kind]
 
 
 def case_keys() -> tuple[str, ...]:

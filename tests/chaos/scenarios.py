@@ -39,24 +39,22 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.faults import ENV, ENV_ONCE
 from airflow_sparkpoint.runtime import livedir
+from tests.chaos.cases import JOB, job_script, split_key
 from tests.chaos.cutover import cutover
 from tests.chaos.harness import (
     BATCHES,
-    JOB,
     SPARKPOINT,
     Fault,
     Run,
-    S3Context,
     Trial,
     TrialResult,
     compare,
     evidence,
-    job_script,
     run_process,
     spark_submit,
-    split_key,
     write_inputs,
 )
+from tests.support.s3_servers import S3Context
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints import Catalog

@@ -23,17 +23,9 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
 from airflow_sparkpoint.services.commit import commit_pending
-from tests.chaos.harness import (
-    BATCHES,
-    JOB,
-    DeltaMergeCase,
-    Run,
-    chaos_seed,
-    compare,
-    job_script,
-    spark_submit,
-    write_inputs,
-)
+from tests.chaos.cases import JOB, job_script
+from tests.chaos.harness import BATCHES, Run, chaos_seed, compare, spark_submit, write_inputs
+from tests.support.sink_cases import DeltaMergeCase
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(3600)]
 

@@ -36,17 +36,11 @@ from airflow_sparkpoint.runtime.checkpointer import Checkpointer
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.restore import materialize
 from airflow_sparkpoint.storage import LocalStorage, ObjectInfo, Storage, open_storage
+from tests.chaos.cases import JOB, job_script
 from tests.chaos.faultproxy import KINDS, FaultProxy
-from tests.chaos.harness import (
-    JOB,
-    DeltaMergeCase,
-    chaos_seed,
-    compare,
-    job_script,
-    spark_submit,
-    write_inputs,
-)
+from tests.chaos.harness import chaos_seed, compare, spark_submit, write_inputs
 from tests.support.records import put_checkpoint, transaction_record
+from tests.support.sink_cases import DeltaMergeCase
 
 # ---------------------------------------------------------------------------- S3 through the proxy
 

@@ -19,7 +19,9 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.exceptions import StaleGeneration
-from tests.chaos.harness import BATCHES, JOB, DeltaMergeCase, compare, job_script, spark_submit, write_inputs
+from tests.chaos.cases import JOB, job_script
+from tests.chaos.harness import BATCHES, compare, spark_submit, write_inputs
+from tests.support.sink_cases import DeltaMergeCase
 from tests.support.waits import wait_for
 
 

@@ -27,13 +27,12 @@ Windows:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import sink_races
 from tests.support.race_drivers import TIMEOUT_S
 from tests.support.s3_servers import S3Context
 from tests.support.sink_cases import (
@@ -46,7 +45,7 @@ from tests.support.sink_cases import (
 )
 from tests.support.sink_races import (
     JOB,
-    Driver,
+    Scene,
     differences,
     explain,
     odd_file,
@@ -72,24 +71,6 @@ def sink_param(name: str, *, default: bool = False) -> Any:
     return pytest.param(name, marks=marks, id=name)
 
 
-class Scene(sink_races.Scene):
-    """One job: its input, its catalog, its sink and the drivers started on it, each
-    driver with its own work dir (as on another machine)."""
-
-    def start(self, name: str, extra: dict[str, str] | None = None, pause: tuple[str, ...] = (), *,
-              restore: str = "latest", fault: str | None = None, args: Sequence[str] = ()) -> Driver:
-        conf = {"spark.sparkpoint.restore": restore,
-                "spark.sparkpoint.workDir": str(self.base / f"work-{name}"), **(extra or {})}
-        return super().start(name, conf, pause, fault=fault, args=args)
-
-    def checkpoint_of(self, batch: int) -> str:
-        """The newest retained checkpoint of `batch`."""
-        catalog = self.catalog()
-        matching = [m for m in catalog.checkpoints() if m.batch_id == batch]
-        assert matching, f"no checkpoint of batch {batch}: {[m.batch_id for m in catalog.checkpoints()]}"
-        return catalog.checkpoint_uri(max(m.id for m in matching))
-
-
 @pytest.fixture(scope="module")
 def seaweedfs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with seaweedfs(tmp_path_factory.mktemp("seaweedfs")) as endpoint:
@@ -109,7 +90,7 @@ def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
         bucket = f"sp-race-{uuid.uuid4().hex[:10]}"
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
         s3 = S3Context(endpoint, bucket, server)
-    scene = Scene(tmp_path, CASES[name](tmp_path, s3))
+    scene = Scene(tmp_path, CASES[name](tmp_path, s3), work_dirs=True)
     try:
         yield scene
     finally:

@@ -5,7 +5,8 @@ killed promotion got.
 A case is one sink in one place: ``delta-merge``, ``delta-append``, ``directory``
 locally; ``s3``, ``directory-s3``, ``delta-s3`` on an S3 server; ``catalog-s3`` puts
 the storage root (checkpoints, records, status) on the server too, with an S3Sink
-output. Its `kind` is the sink as the jobs' ``--sink`` argument names it.
+output. Its `kind` is the sink as the race job's ``--sink`` argument names it (and the
+chaos job that writes it, `tests.chaos.cases.job_script`).
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ class SinkCase:
         raise NotImplementedError
 
     def leftovers(self, job: str) -> list[str]:
-        """`job`'s staged data that should not exist after a successful run."""
+        """Staged data that should not exist after a successful run: `job`'s where the
+        sink stages per job (Delta), otherwise any job's."""
         raise NotImplementedError
 
     def promotion(self, record: Any) -> tuple[int, int]:

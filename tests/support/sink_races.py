@@ -96,13 +96,16 @@ def seaweedfs(directory: Path) -> Iterator[str]:
 
 class Scene:
     """The drivers of one job (`JOB_SCRIPT` into `case`'s sink) over the input under
-    ``<base>/input`` and the catalog under ``<base>/checkpoints``, and the checkpoints'
-    damage a self-healing test inflicts; `args` are further arguments of the job."""
+    ``<base>/input`` and the case's catalog, and the checkpoints' damage a self-healing
+    test inflicts; `args` are further arguments of the job. With `work_dirs`, each
+    driver has its own work dir ``<base>/work-<name>``, as on another machine."""
 
-    def __init__(self, base: Path, case: SinkCase, args: Sequence[str] = ()) -> None:
+    def __init__(self, base: Path, case: SinkCase, args: Sequence[str] = (), *,
+                 work_dirs: bool = False) -> None:
         self.base = base
         self.case = case
         self.args = list(args)
+        self.work_dirs = work_dirs
         self.inputs = base / "input"
         self.drivers: list[Driver] = []
 
@@ -113,12 +116,15 @@ class Scene:
         return driver
 
     def start(self, name: str, extra: dict[str, str] | None = None, pause: tuple[str, ...] = (), *,
-              fault: str | None = None, args: Sequence[str] = ()) -> Driver:
-        conf = {
-            **self.case.conf(JOB),
-            "spark.sparkpoint.control.pollInterval": "300ms",
-            **(extra or {}),
-        }
+              restore: str | None = None, fault: str | None = None, args: Sequence[str] = ()) -> Driver:
+        """Driver `name`, started; `restore` is its ``spark.sparkpoint.restore`` (the
+        job's default, latest, when None), `extra` further settings."""
+        conf = {**self.case.conf(JOB), "spark.sparkpoint.control.pollInterval": "300ms"}
+        if restore is not None:
+            conf["spark.sparkpoint.restore"] = restore
+        if self.work_dirs:
+            conf["spark.sparkpoint.workDir"] = str(self.base / f"work-{name}")
+        conf.update(extra or {})
         every = ["--sink", self.case.kind, "--input", str(self.inputs), "--output", self.case.output(),
                  *self.args, *args]
         driver = start_sink_driver(name, self.base, conf=conf, pause=pause, args=every, fault=fault)
@@ -127,6 +133,13 @@ class Scene:
 
     def catalog(self) -> Catalog:
         return self.case.catalog(JOB)
+
+    def checkpoint_of(self, batch: int) -> str:
+        """The newest retained checkpoint of `batch`."""
+        catalog = self.catalog()
+        matching = [m for m in catalog.checkpoints() if m.batch_id == batch]
+        assert matching, f"no checkpoint of batch {batch}: {[m.batch_id for m in catalog.checkpoints()]}"
+        return catalog.checkpoint_uri(max(m.id for m in matching))
 
     def damage_newest(self, how: tuple[str, ...]) -> list[int]:
         """Damage the ``_metadata`` of the newest checkpoints (``truncate`` or ``delete``,
