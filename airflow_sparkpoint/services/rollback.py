@@ -36,7 +36,7 @@ from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, rollback_base
-from airflow_sparkpoint.checkpoints.snapshot_open import open_restart_snapshot
+from airflow_sparkpoint.checkpoints.snapshot_open import open_restart_snapshot, restored_by
 from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning, RestoreError, SparkpointError
 from airflow_sparkpoint.services.commit import Sinks, open_moved
 from airflow_sparkpoint.services.cutover import cutover_of_lineage, note_rollback
@@ -213,11 +213,11 @@ def _continues(meta: SnapshotMetadata, job: str, generation: int) -> bool:
 def _continued_start(catalog: Catalog, generation: int, origins: list[Origin]) -> str | None:
     """The start point of a newer generation's origin that continues `generation`'s lineage
     (`_continues`), superseded or not (a retry of that lineage restarts there), or a start
-    point outside the root that cannot be read (another storage service, gone, unreadable:
-    it may); None otherwise. A start point in the root is read as a restart reads it (its
-    snapshot, else the copy its generation owns); gone with its copy, no restart stands
-    there. Found by a review: a savepoint outlives the checkpoint it was taken from, so
-    the origins' bases alone miss the lineages it starts."""
+    point outside the root that cannot be read (another storage service, gone, unreadable,
+    replaced by another snapshot: it may); None otherwise. A start point in the root is
+    read as a restart reads it (its snapshot, else the copy its generation owns); gone
+    with its copy, no restart stands there. Found by a review: a savepoint outlives the
+    checkpoint it was taken from, so the origins' bases alone miss the lineages it starts."""
     for origin in origins:
         if origin.generation <= generation or origin.uri is None:
             continue
@@ -234,6 +234,8 @@ def _continued_start(catalog: Catalog, generation: int, origins: list[Origin]) -
                 return f"{origin.uri} ({exc}; it may)"
             if meta is None:
                 return f"{origin.uri} (on another storage service: it may)"
+            if origin.snapshot_id is not None and not restored_by(meta, origin):
+                return f"{origin.uri} (holds another snapshot than the one restored: replaced since; it may)"
         if _continues(meta, catalog.job, generation):
             return origin.uri
     return None
