@@ -200,6 +200,15 @@ def _start_from_moved(mem: Catalog, savepoint: SnapshotHandle, moved: str, **con
     return generation
 
 
+def _replace_moved(bucket: str, snapshot: SnapshotHandle) -> None:
+    """Put `snapshot`'s files where `_start_from_moved` copied the savepoint
+    (``memory://<bucket>/moved``), in place of the copy: a shared place changed since."""
+    raw = MemoryStorage(bucket)
+    raw.delete_prefix("moved/")
+    for info in list(snapshot.files_store.list()):
+        raw.put("moved/" + info.key, snapshot.files_store.get(info.key))
+
+
 def _step_settles(mem: Catalog) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[str]]:
     from airflow_sparkpoint.services import commit as commit_module
 
@@ -240,11 +249,7 @@ def test_the_commit_step_holds_back_when_the_moved_savepoint_was_replaced_by_ano
     bucket = uuid.uuid4().hex
     mem, _first, _chk, savepoint = _first_lineage_and_its_savepoint(bucket)
     _start_from_moved(mem, savepoint, f"memory://{bucket}/moved")
-    older = mem.create_savepoint(mem.handle(mem.snapshot(1).metadata))
-    raw = MemoryStorage(bucket)
-    raw.delete_prefix("moved/")
-    for info in list(older.files_store.list()):
-        raw.put("moved/" + info.key, older.files_store.get(info.key))
+    _replace_moved(bucket, mem.create_savepoint(mem.handle(mem.snapshot(1).metadata)))
     committed, aborted, pending = _step_settles(mem)
     assert (committed, aborted) == ([], []) and sorted(pending) == ["job-b0-g1", "job-b1-g1"]
 
@@ -319,11 +324,8 @@ def test_restore_latest_refuses_a_moved_savepoint_replaced_by_another_snapshot()
     bucket = uuid.uuid4().hex
     mem, _first, _chk, savepoint = _first_lineage_and_its_savepoint(bucket)
     _start_from_moved(mem, savepoint, f"memory://{bucket}/moved")
-    older = mem.create_savepoint(mem.handle(mem.snapshot(1).metadata))
+    _replace_moved(bucket, mem.create_savepoint(mem.handle(mem.snapshot(1).metadata)))
     raw = MemoryStorage(bucket)
-    raw.delete_prefix("moved/")
-    for info in list(older.files_store.list()):
-        raw.put("moved/" + info.key, older.files_store.get(info.key))
     before = sorted(i.key for i in raw.list(""))
     with pytest.raises(RestoreError, match=r"holds snapshot \d+ \(batch 0\), not snapshot \d+ \(batch 1\)"):
         plan_restore(run_config(restore="latest"), mem)
@@ -342,11 +344,7 @@ def test_a_rollback_refuses_while_a_newer_lineage_s_moved_copy_holds_another_sna
     _start_from_moved(mem, savepoint, f"memory://{bucket}/moved")
     other = Catalog(MemoryStorage(bucket), "other")
     other.claim_generation()
-    foreign = other.create_savepoint(other.handle(put_checkpoint(other, _state(0), batch_id=0)))
-    raw = MemoryStorage(bucket)
-    raw.delete_prefix("moved/")
-    for info in list(foreign.files_store.list()):
-        raw.put("moved/" + info.key, foreign.files_store.get(info.key))
+    _replace_moved(bucket, other.create_savepoint(other.handle(put_checkpoint(other, _state(0), batch_id=0))))
     RecordingLineageSink.aborted.clear()
     with pytest.raises(RestoreError, match="replaced since"):
         abort_generation(mem, first, storage_options={})
