@@ -26,7 +26,7 @@ from airflow_sparkpoint.checkpoints.run_result import BatchRanges
 from airflow_sparkpoint.exceptions import SinkLineageError, SparkpointError
 from airflow_sparkpoint.runtime.cutover import record_first_commit
 from airflow_sparkpoint.sinks.base import Sink
-from airflow_sparkpoint.sinks.transactions import Settlement, settle_all
+from airflow_sparkpoint.sinks.transactions import Settlement, aborted_since, settle_all
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +124,9 @@ class Committer:
         is recorded before it is added, so it is never taken for settled.
 
         A pending transaction is this lineage's: no settler aborts one while the run's
-        generation is the newest. One whose abort stands (read from the sink) is output
-        this run's state includes and the sink will never hold; the run stops before a
+        generation is the newest. One the sink does not hold (`aborted_since`: the rule of
+        a restart's recovery too) is output this run's state includes and the sink will
+        never hold; the run stops before a
         checkpoint forgets it (a tripwire: found by a review, a rollback aborted the
         batches a running lineage's restart point confirms, and the run's later
         checkpoints dropped them without a word).
@@ -139,7 +140,7 @@ class Committer:
         recorded = self.catalog.transaction_keys()
         with self._lock:
             gone = [self.pending[k] for k in before if k not in recorded and k in self.pending]
-        aborted = [r for r in gone if r.sink_id == self.sink.sink_id and self.sink.decision(r) == "abort"]
+        aborted = [r for r in gone if r.sink_id == self.sink.sink_id and aborted_since(self.sink, r)]
         if aborted:
             self.fence.check()
             first = min(aborted, key=lambda r: r.batch_id)

@@ -37,7 +37,14 @@ from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, rollback_base
 from airflow_sparkpoint.checkpoints.snapshot_open import open_restart_snapshot, restored_by
-from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning, RestoreError, SparkpointError
+from airflow_sparkpoint.exceptions import (
+    ConfigError,
+    GenerationRunning,
+    InvalidPath,
+    RestoreError,
+    SparkpointError,
+    StorageError,
+)
 from airflow_sparkpoint.services.commit import Sinks, open_moved
 from airflow_sparkpoint.services.cutover import cutover_of_lineage, note_rollback
 from airflow_sparkpoint.sinks.resolve import SinkSpec
@@ -216,7 +223,8 @@ def _continued_start(catalog: Catalog, generation: int, origins: list[Origin]) -
     point outside the root that cannot be read (another storage service, gone, unreadable,
     replaced by another snapshot: it may); None otherwise. A start point in the root is
     read as a restart reads it (its snapshot, else the copy its generation owns); gone
-    with its copy, no restart stands there. Found by a review: a savepoint outlives the
+    with its copy (`_start_gone`), no restart stands there; there but unreadable (a store
+    error, a damaged snapshot), it may. Found by a review: a savepoint outlives the
     checkpoint it was taken from, so the origins' bases alone miss the lineages it starts."""
     for origin in origins:
         if origin.generation <= generation or origin.uri is None:
@@ -225,8 +233,10 @@ def _continued_start(catalog: Catalog, generation: int, origins: list[Origin]) -
         if catalog.snapshot_store.in_root(origin.uri):
             try:
                 meta = open_restart_snapshot(origin.uri, origin, catalog.snapshot_store.open_in_root).metadata
-            except RestoreError:
-                continue
+            except RestoreError as exc:
+                if _start_gone(catalog, origin):
+                    continue
+                return f"{origin.uri} ({exc}; it may)"
         else:
             try:
                 meta = open_moved(catalog, origin.uri)
@@ -239,6 +249,22 @@ def _continued_start(catalog: Catalog, generation: int, origins: list[Origin]) -
         if _continues(meta, catalog.job, generation):
             return origin.uri
     return None
+
+
+def _start_gone(catalog: Catalog, origin: Origin) -> bool:
+    """Whether neither `origin`'s start point in the root nor its pin has a ``_metadata``
+    any more (deleted: no restart stands there). A store that cannot say is no answer:
+    not gone (found by a review: a read error taken for a deletion let a rollback abort
+    what the start point confirms)."""
+    for uri in (origin.uri, origin.pin):
+        if uri is None:
+            continue
+        try:
+            if catalog.store.exists(f"{catalog.snapshot_store.key_of(uri)}/{layout.METADATA}"):
+                return False
+        except (StorageError, InvalidPath):
+            return False
+    return True
 
 
 def _earlier_tries(catalog: Catalog, generation: int, current: int) -> GenerationInfo | None:

@@ -350,3 +350,33 @@ def test_a_rollback_refuses_while_a_newer_lineage_s_moved_copy_holds_another_sna
         abort_generation(mem, first, storage_options={})
     assert RecordingLineageSink.aborted == []
     assert sorted(t.txn_id for t in mem.transactions()) == ["job-b0-g1", "job-b1-g1"]
+
+
+@pytest.mark.parametrize("fault", ["none", "read-error"])
+def test_a_rollback_refuses_while_a_savepoint_lineage_s_start_cannot_be_read(
+        fault: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generation 2 started from S (in the root, pinned) and the first lineage's
+    checkpoints are gone (retention). The rollback of generation 1 reads S, else its pin:
+    both confirm batches 0 and 1, so it is refused. When reading them fails (a store
+    error: S3's 503), they are still there: the rollback may not take them for gone
+    (found by a review of 9893eb7: it aborted batches 0 and 1), so it is refused too."""
+    from airflow_sparkpoint.exceptions import StorageError
+    from airflow_sparkpoint.services.rollback import abort_generation
+
+    mem, _s_uri, first, _second = _savepoint_lineage()
+    for checkpoint in mem.checkpoints():
+        mem.snapshot_store.delete_checkpoint(f"chk-{checkpoint.id}")
+    if fault == "read-error":
+        get = MemoryStorage.get
+
+        def failing(self: MemoryStorage, key: str, max_bytes: int | None = None) -> bytes:
+            if key.endswith("/_metadata") and ("/savepoints/" in key or "/pins/" in key):
+                raise StorageError(f"503 SlowDown reading {self.uri}/{key}")
+            return get(self, key, max_bytes)
+
+        monkeypatch.setattr(MemoryStorage, "get", failing)
+    RecordingLineageSink.aborted.clear()
+    with pytest.raises(RestoreError, match="continues it"):
+        abort_generation(mem, first, storage_options={})
+    assert RecordingLineageSink.aborted == []
+    assert sorted(t.txn_id for t in mem.transactions()) == ["job-b0-g1", "job-b1-g1"]
