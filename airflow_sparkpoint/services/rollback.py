@@ -36,11 +36,13 @@ from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, rollback_base
-from airflow_sparkpoint.checkpoints.snapshot_open import open_restart_snapshot, restored_by
+from airflow_sparkpoint.checkpoints.snapshot_open import read_metadata, restored_by
 from airflow_sparkpoint.exceptions import (
     ConfigError,
+    CorruptMetadata,
     GenerationRunning,
     InvalidPath,
+    ObjectNotFound,
     RestoreError,
     SparkpointError,
     StorageError,
@@ -222,21 +224,21 @@ def _continued_start(catalog: Catalog, generation: int, origins: list[Origin]) -
     (`_continues`), superseded or not (a retry of that lineage restarts there), or a start
     point outside the root that cannot be read (another storage service, gone, unreadable,
     replaced by another snapshot: it may); None otherwise. A start point in the root is
-    read as a restart reads it (its snapshot, else the copy its generation owns); gone
-    with its copy (`_start_gone`), no restart stands there; there but unreadable (a store
-    error, a damaged snapshot), it may. Found by a review: a savepoint outlives the
-    checkpoint it was taken from, so the origins' bases alone miss the lineages it starts."""
+    judged by its ``_metadata``, else its pin's (`_start_metadata`); gone with its pin, no
+    restart stands there; there but unreadable (a store error, a damaged record), it may.
+    Found by a review: a savepoint outlives the checkpoint it was taken from, so the
+    origins' bases alone miss the lineages it starts."""
     for origin in origins:
         if origin.generation <= generation or origin.uri is None:
             continue
         meta: SnapshotMetadata | None
         if catalog.snapshot_store.in_root(origin.uri):
             try:
-                meta = open_restart_snapshot(origin.uri, origin, catalog.snapshot_store.open_in_root).metadata
-            except RestoreError as exc:
-                if _start_gone(catalog, origin):
-                    continue
+                meta = _start_metadata(catalog, origin)
+            except (StorageError, CorruptMetadata, InvalidPath) as exc:
                 return f"{origin.uri} ({exc}; it may)"
+            if meta is None:
+                continue
         else:
             try:
                 meta = open_moved(catalog, origin.uri)
@@ -251,20 +253,28 @@ def _continued_start(catalog: Catalog, generation: int, origins: list[Origin]) -
     return None
 
 
-def _start_gone(catalog: Catalog, origin: Origin) -> bool:
-    """Whether neither `origin`'s start point in the root nor its pin has a ``_metadata``
-    any more (deleted: no restart stands there). A store that cannot say is no answer:
-    not gone (found by a review: a read error taken for a deletion let a rollback abort
-    what the start point confirms)."""
+def _start_metadata(catalog: Catalog, origin: Origin) -> SnapshotMetadata | None:
+    """The ``_metadata`` of `origin`'s start point in the root when it is the snapshot the
+    origin restored (`restored_by`), else of the copy its generation owns (`Origin.pin`):
+    what a restart stands on, read without listing the snapshot's files (a rollback reads
+    one per newer origin). None when neither is there any more (deleted: no restart
+    stands there).
+
+    :raises StorageError, CorruptMetadata: one is there but cannot be read (found by a
+        review: a read error taken for a deletion let a rollback abort what the start
+        point confirms).
+    """
     for uri in (origin.uri, origin.pin):
         if uri is None:
             continue
+        key = f"{catalog.snapshot_store.key_of(uri)}/{layout.METADATA}"
         try:
-            if catalog.store.exists(f"{catalog.snapshot_store.key_of(uri)}/{layout.METADATA}"):
-                return False
-        except (StorageError, InvalidPath):
-            return False
-    return True
+            meta = read_metadata(catalog.store, key, f"{uri}/{layout.METADATA}")
+        except ObjectNotFound:
+            continue
+        if uri == origin.pin or origin.snapshot_id is None or restored_by(meta, origin):
+            return meta
+    return None
 
 
 def _earlier_tries(catalog: Catalog, generation: int, current: int) -> GenerationInfo | None:
