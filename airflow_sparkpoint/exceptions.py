@@ -26,7 +26,8 @@
     │   │                           was aborted (exclusive promotion, invariant 8)
     │   └── SinkAheadError          a sink already committed past the restore point
     │       └── SinkLineageError    the sink does not hold what the restore point's
-    │                               lineage committed (invariant 12)
+    │                               lineage committed (invariant 12), or a running
+    │                               lineage's confirmed transaction was aborted
     ├── ControlError                a control request failed or timed out
     ├── DrillFailed                 a restore drill or blue-green pre-flight failed (the
     │                               drill operators raise it as the task's AirflowException)
@@ -158,7 +159,9 @@ class SinkLineageError(SinkAheadError):
     """A sink does not hold exactly what the snapshot being restored, and its lineage,
     committed: another lineage's commit of a batch, a batch that lineage committed and
     the sink no longer holds, or a confirmed transaction that was aborted since
-    (invariant 12). Refused before anything is written, unless a rewind can fix it."""
+    (invariant 12). Refused before anything is written, unless a rewind can fix it. Also
+    a live run's checkpoint (external commit mode) that finds a transaction its lineage
+    confirms aborted under it: the run ends before a checkpoint goes on without it."""
 
 
 class ControlError(SparkpointError):

@@ -22,7 +22,9 @@ from airflow_sparkpoint.storage import Storage, open_storage
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.lineage import Origin
 
-__all__ = ["open_restart_snapshot", "open_snapshot", "read_metadata", "snapshot_at", "stored_sizes"]
+__all__ = [
+    "open_restart_snapshot", "open_snapshot", "read_metadata", "restored_by", "snapshot_at", "stored_sizes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -121,18 +123,33 @@ def open_snapshot(uri: str, *, storage_options: Mapping[str, Any] | None = None,
     return handle
 
 
+def restored_by(meta: SnapshotMetadata, origin: Origin) -> bool:
+    """Whether `meta` is the snapshot `origin` restored (its id and batch): a shared place
+    (a moved copy) may hold another one since."""
+    return (meta.id, meta.batch_id) == (origin.snapshot_id, origin.batch_id)
+
+
 def open_restart_snapshot(uri: str, origin: Origin,
                           opener: Callable[[str], SnapshotHandle]) -> SnapshotHandle:
     """The snapshot a lineage without a checkpoint of its own stands at: `uri` (its
     origin's savepoint or snapshot), else the copy `origin`'s generation owns
-    (`Origin.pin`), when `uri` is gone or damaged; each opened by `opener` (`open_snapshot`
-    with the store's options; the commit step: `SnapshotStore.open_in_root`). What a
-    restart restores and what the external commit step confirms against.
+    (`Origin.pin`), when `uri` is gone, damaged or holds another snapshot than the one
+    `origin` restored (`restored_by`: a moved copy replaced since); each opened by
+    `opener` (`open_snapshot` with the store's options; the commit step:
+    `SnapshotStore.open_in_root`). What a restart restores and what the external commit
+    step confirms against.
 
     :raises RestoreError: neither can be opened.
     """
     try:
-        return opener(uri)
+        handle = opener(uri)
+        if origin.snapshot_id is not None and not restored_by(handle.metadata, origin):
+            meta = handle.metadata
+            raise RestoreError(
+                f"{uri} holds snapshot {meta.id} (batch {meta.batch_id}), not snapshot {origin.snapshot_id} "
+                f"(batch {origin.batch_id}) that generation {origin.generation} restored: replaced since"
+            )
+        return handle
     except RestoreError as exc:
         if origin.pin is not None and origin.pin != uri:
             try:

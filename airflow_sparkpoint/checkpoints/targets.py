@@ -9,12 +9,13 @@ from airflow_sparkpoint.checkpoints.snapshot_open import (
     open_restart_snapshot,
     open_snapshot,
     read_metadata,
+    restored_by,
     snapshot_at,
     stored_sizes,
 )
 
 __all__ = [
-    "open_restart_snapshot", "open_snapshot", "read_metadata", "snapshot_at", "stored_sizes",
+    "open_restart_snapshot", "open_snapshot", "read_metadata", "restored_by", "snapshot_at", "stored_sizes",
 ]
 
 warnings.warn("airflow_sparkpoint.checkpoints.targets is deprecated: import from "

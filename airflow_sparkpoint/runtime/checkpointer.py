@@ -47,6 +47,7 @@ from airflow_sparkpoint.exceptions import (
     CatalogError,
     ObjectExists,
     ObjectNotFound,
+    SinkLineageError,
     SparkpointError,
     StaleGeneration,
     StorageError,
@@ -204,12 +205,14 @@ class Checkpointer:
         """Take a retained checkpoint of the restart point after `batch_id`.
 
         Failures are counted; more than `checkpoint.tolerableFailures` consecutive ones
-        raise. A stale generation raises `StaleGeneration` at once (invariant 5).
+        raise. A stale generation raises `StaleGeneration` at once (invariant 5), and a
+        pending transaction aborted under the live run `SinkLineageError` (no retry
+        brings its output back: `Committer.recorded_at`).
         """
         self.last_attempted = batch_id if self.last_attempted is None else max(self.last_attempted, batch_id)
         try:
             meta = self._checkpoint(batch_id)
-        except StaleGeneration:
+        except (StaleGeneration, SinkLineageError):
             raise
         except (CatalogError, StorageError, OSError, CheckpointAbandoned) as exc:
             self.consecutive_failures += 1

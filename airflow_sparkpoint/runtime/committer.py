@@ -23,10 +23,10 @@ from airflow_sparkpoint.checkpoints.batch_owners import BatchOwners
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
 from airflow_sparkpoint.checkpoints.run_result import BatchRanges
-from airflow_sparkpoint.exceptions import SparkpointError
+from airflow_sparkpoint.exceptions import SinkLineageError, SparkpointError
 from airflow_sparkpoint.runtime.cutover import record_first_commit
 from airflow_sparkpoint.sinks.base import Sink
-from airflow_sparkpoint.sinks.transactions import Settlement, settle_all
+from airflow_sparkpoint.sinks.transactions import Settlement, aborted_since, settle_all
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,10 @@ class Committer:
     def recorded_at(self, batch_id: int) -> Recorded:
         """What the checkpoint of `batch_id` records: in ``external`` mode the transactions
         the commit step settled meanwhile are forgotten first (and a warning says when
-        many wait for it)."""
+        many wait for it).
+
+        :raises StaleGeneration, SinkLineageError: see `_forget_settled`.
+        """
         if self.commit_mode == "external":
             self._forget_settled()
         with self._lock:
@@ -115,16 +118,41 @@ class Committer:
                         count)
 
     def _forget_settled(self) -> None:
-        """The external commit step committed or aborted some pending transactions (and
-        deleted their records): later checkpoints must not list them as pending again.
-        Only what was pending before the listing: a batch recorded since (Spark stages on
-        its own thread) is recorded before it is added, so it is never taken for settled."""
+        """The external commit step committed some pending transactions (and deleted their
+        records): later checkpoints must not list them as pending again. Only what was
+        pending before the listing: a batch recorded since (Spark stages on its own thread)
+        is recorded before it is added, so it is never taken for settled.
+
+        A pending transaction is this lineage's: no settler aborts one while the run's
+        generation is the newest. One the sink does not hold (`aborted_since`: the rule of
+        a restart's recovery too) is output this run's state includes and the sink will
+        never hold; the run stops before a
+        checkpoint forgets it (a tripwire: found by a review, a rollback aborted the
+        batches a running lineage's restart point confirms, and the run's later
+        checkpoints dropped them without a word).
+
+        :raises StaleGeneration: a newer generation was claimed (its lineage settled them).
+        :raises SinkLineageError: an aborted one, while the run's generation is the newest;
+            nothing was forgotten.
+        """
         with self._lock:
             before = set(self.pending)
         recorded = self.catalog.transaction_keys()
         with self._lock:
-            for key in [k for k in before if k not in recorded]:
-                self.pending.pop(key, None)
+            gone = [self.pending[k] for k in before if k not in recorded and k in self.pending]
+        aborted = [r for r in gone if r.sink_id == self.sink.sink_id and aborted_since(self.sink, r)]
+        if aborted:
+            self.fence.check()
+            first = min(aborted, key=lambda r: r.batch_id)
+            raise SinkLineageError(
+                f"transaction {first.txn_id} (batch {first.batch_id}) of {first.sink_id}, which this run's "
+                "lineage confirms, was aborted and its record deleted while the run was live: its output "
+                "is gone, and no checkpoint may go on without it. Nothing was checkpointed; restore a "
+                "snapshot of the lineage the sink holds (see `sparkpoint list` and `sparkpoint history`)"
+            )
+        with self._lock:
+            for record in gone:
+                self.pending.pop((record.batch_id, record.generation), None)
 
     def commit_confirmed(self, checkpoint: SnapshotMetadata | None) -> list[int]:
         """Commit, in batch order, every pending transaction the completed `checkpoint`

@@ -17,7 +17,7 @@ from airflow_sparkpoint.exceptions import SinkError, SinkLineageError
 from airflow_sparkpoint.runtime.restore_plan import RestorePlan, under_root
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import resolve_sink
-from airflow_sparkpoint.sinks.transactions import Settlement, settle_all
+from airflow_sparkpoint.sinks.transactions import Settlement, aborted_since, settle_all
 
 __all__ = ["recover_transactions", "settle_unconfirmed"]
 
@@ -126,7 +126,7 @@ def recover_transactions(
             # its output is gone while the snapshot's state is past its batch: restoring
             # it loses the batch (`sink_lineage` refuses that before the claim; this is
             # an abort that landed since).
-            if not sink.is_committed(record):
+            if aborted_since(sink, record):
                 # A newer generation's recovery may have aborted it (it restored another
                 # snapshot): then this start is stale, not its snapshot damaged.
                 fence.check()

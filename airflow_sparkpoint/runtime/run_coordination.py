@@ -18,6 +18,7 @@ from airflow_sparkpoint.exceptions import (
     ConfigError,
     ControlError,
     ObjectExists,
+    SinkLineageError,
     SparkpointError,
     StaleGeneration,
     StorageError,
@@ -237,8 +238,8 @@ class RunCoordinator:
                 try:
                     handle = run.checkpointer.savepoint()
                     run.committer.commit_confirmed(run.checkpointer.last_checkpoint)
-                except StaleGeneration:
-                    raise
+                except (StaleGeneration, SinkLineageError):
+                    raise  # the run ends: no savepoint or later checkpoint may go on without the batch
                 except SparkpointError as exc:
                     run.control.fail(request, generation=run.generation, error=str(exc))
                     continue

@@ -54,7 +54,7 @@ from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.layout import parse_txn_id
 from airflow_sparkpoint.checkpoints.lineage import Origin
 from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
-from airflow_sparkpoint.checkpoints.snapshot_open import open_restart_snapshot, open_snapshot
+from airflow_sparkpoint.checkpoints.snapshot_open import open_restart_snapshot, open_snapshot, restored_by
 from airflow_sparkpoint.exceptions import InvalidPath, RestoreError, StaleGeneration, StorageError
 from airflow_sparkpoint.sinks.base import Sink
 from airflow_sparkpoint.sinks.resolve import SinkSpec, check_job, declared_sink, resolve_sink, warn_undeclared
@@ -217,7 +217,7 @@ def _moved_start(catalog: Catalog, uri: str, origin: Origin) -> SnapshotMetadata
                  "service than this job's root; its transactions are settled from its first checkpoint on",
                  catalog.job, origin.generation, uri)
         return None
-    if meta.job != catalog.job or (meta.id, meta.batch_id) != (origin.snapshot_id, origin.batch_id):
+    if meta.job != catalog.job or not restored_by(meta, origin):
         # Another job's (allowForeignJob: its records are not this job's to confirm) or
         # not the snapshot the lineage restored (replaced since): confirm nothing by it.
         log.warning("commit step of job %s: %s, where the newest lineage (generation %d) started, holds "

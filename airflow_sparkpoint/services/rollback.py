@@ -12,9 +12,10 @@ from state past output that is gone (docs/PROTOCOL.md, "The rollback"):
   proves nothing), and writes as *g+1*'s origin the newest checkpoint of *g* before its
   first aborted batch (where *g*'s committed output ends), else the point *g* started
   from: *g*'s later checkpoints are superseded and ``restore=latest`` restarts there;
-* a newer generation exists: the rollback is refused while a checkpoint of *g* is still
-  restorable (a newer run continues its lineage: roll that one back), and otherwise only
-  aborts its leftovers.
+* a newer generation exists: the rollback acts as the newest generation it read first
+  (a start claimed meanwhile fences it), is refused while a checkpoint of *g* is still
+  restorable or a newer generation started from a point that continues *g*'s lineage (a
+  newer run continues it: roll that one back), and otherwise only aborts its leftovers.
 
 `abort_stopped_generation` also refuses while *g*'s heartbeat is fresh. Pure Python: no
 Spark, no Airflow.
@@ -35,7 +36,17 @@ from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, rollback_base
-from airflow_sparkpoint.exceptions import ConfigError, GenerationRunning, RestoreError, SparkpointError
+from airflow_sparkpoint.checkpoints.snapshot_open import read_metadata, restored_by
+from airflow_sparkpoint.exceptions import (
+    ConfigError,
+    CorruptMetadata,
+    GenerationRunning,
+    InvalidPath,
+    ObjectNotFound,
+    RestoreError,
+    SparkpointError,
+    StorageError,
+)
 from airflow_sparkpoint.services.commit import Sinks, open_moved
 from airflow_sparkpoint.services.cutover import cutover_of_lineage, note_rollback
 from airflow_sparkpoint.sinks.resolve import SinkSpec
@@ -44,7 +55,7 @@ from airflow_sparkpoint.sinks.transactions import Settlement, settle_all
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints.catalog import Catalog
     from airflow_sparkpoint.checkpoints.catalog_types import GenerationInfo
-    from airflow_sparkpoint.checkpoints.metadata import TransactionRecord
+    from airflow_sparkpoint.checkpoints.metadata import SnapshotMetadata, TransactionRecord
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +166,10 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
             if claim is None:
                 return _fence(catalog, generation, sinks)
             return _return_lineage(catalog, generation, claim, sinks)
+        # The rollback acts as the newest generation it read, before reading the lineages it
+        # judges: a start claimed during its checks fences it (found by a review: a fence
+        # observed after the checks admitted a start whose restart point they never read).
+        fence = Fence(catalog, current)
         # A newer run continues the lineage when a restorable checkpoint, or the point a
         # newer generation's origin restored (superseded or not: retries restart there), is
         # the generation's own or confirms one of its transactions.
@@ -167,16 +182,13 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
                 f"{generation}'s checkpoint. Nothing was aborted; run the rollback again once it has started "
                 "or failed"
             )
-        restored = {o.base_id for o in origins if o.generation > generation and o.base_id >= 0}
-        continued = [meta for meta in (e.metadata for e in entries
-                                       if e.restorable or (e.valid and e.id in restored))
-                     if meta is not None and (meta.generation == generation
-                                              or any(t.generation == generation for t in meta.transactions))]
-        moved = _moved_continuation(catalog, generation, origins)
-        if moved is not None:
+        continued = [meta for meta in (e.metadata for e in entries if e.restorable)
+                     if meta is not None and _continues(meta, catalog.job, generation)]
+        started = _continued_start(catalog, generation, origins)
+        if started is not None:
             raise RestoreError(
                 f"generation {generation} of job {catalog.job!r} is not the newest ({current}) and the "
-                f"snapshot {moved} restores its lineage: a newer run continues it. Roll back the newest "
+                f"snapshot {started} restores its lineage: a newer run continues it. Roll back the newest "
                 "generation instead (see `sparkpoint history`); nothing was aborted"
             )
         if continued:
@@ -190,7 +202,7 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
                 "`sparkpoint history`); nothing "
                 "was aborted"
             )
-        return Fence.observed(catalog)
+        return fence
     # Exactly the next one: a start that claimed it since the read above may continue
     # `generation`'s lineage, so the rollback decides again as for a superseded generation.
     claim = catalog.claim_generation_after(generation, {"rollback_of": generation,
@@ -200,24 +212,68 @@ def _fence(catalog: Catalog, generation: int, sinks: Sinks) -> Fence:
     return _return_lineage(catalog, generation, claim, sinks)
 
 
-def _moved_continuation(catalog: Catalog, generation: int, origins: list[Origin]) -> str | None:
-    """The start point outside the root (a moved savepoint, restored by path: no pin, no
-    base here) of a newer generation's origin that continues `generation`'s lineage (its
-    snapshot is `generation`'s or confirms one of its transactions), or that cannot be
-    read (another storage service, gone, unreadable: it may), or None."""
+def _continues(meta: SnapshotMetadata, job: str, generation: int) -> bool:
+    """Whether snapshot `meta` stands on `generation`'s lineage: it is `job`'s and
+    `generation`'s own, or confirms one of `generation`'s transactions."""
+    return meta.job == job and (meta.generation == generation
+                                or any(t.generation == generation for t in meta.transactions))
+
+
+def _continued_start(catalog: Catalog, generation: int, origins: list[Origin]) -> str | None:
+    """The start point of a newer generation's origin that continues `generation`'s lineage
+    (`_continues`), superseded or not (a retry of that lineage restarts there), or a start
+    point outside the root that cannot be read (another storage service, gone, unreadable,
+    replaced by another snapshot: it may); None otherwise. A start point in the root is
+    judged by its ``_metadata``, else its pin's (`_start_metadata`); gone with its pin, no
+    restart stands there; there but unreadable (a store error, a damaged record), it may.
+    Found by a review: a savepoint outlives the checkpoint it was taken from, so the
+    origins' bases alone miss the lineages it starts."""
     for origin in origins:
-        if (origin.generation <= generation or origin.base_id >= 0 or origin.pin is not None
-                or origin.uri is None or catalog.snapshot_store.in_root(origin.uri)):
+        if origin.generation <= generation or origin.uri is None:
             continue
-        try:
-            meta = open_moved(catalog, origin.uri)
-        except RestoreError as exc:
-            return f"{origin.uri} ({exc}; it may)"
-        if meta is None:
-            return f"{origin.uri} (on another storage service: it may)"
-        if meta.job == catalog.job and (meta.generation == generation
-                                        or any(t.generation == generation for t in meta.transactions)):
+        meta: SnapshotMetadata | None
+        if catalog.snapshot_store.in_root(origin.uri):
+            try:
+                meta = _start_metadata(catalog, origin)
+            except (StorageError, CorruptMetadata, InvalidPath) as exc:
+                return f"{origin.uri} ({exc}; it may)"
+            if meta is None:
+                continue
+        else:
+            try:
+                meta = open_moved(catalog, origin.uri)
+            except RestoreError as exc:
+                return f"{origin.uri} ({exc}; it may)"
+            if meta is None:
+                return f"{origin.uri} (on another storage service: it may)"
+            if origin.snapshot_id is not None and not restored_by(meta, origin):
+                return f"{origin.uri} (holds another snapshot than the one restored: replaced since; it may)"
+        if _continues(meta, catalog.job, generation):
             return origin.uri
+    return None
+
+
+def _start_metadata(catalog: Catalog, origin: Origin) -> SnapshotMetadata | None:
+    """The ``_metadata`` of `origin`'s start point in the root when it is the snapshot the
+    origin restored (`restored_by`), else of the copy its generation owns (`Origin.pin`):
+    what a restart stands on, read without listing the snapshot's files (a rollback reads
+    one per newer origin). None when neither is there any more (deleted: no restart
+    stands there).
+
+    :raises StorageError, CorruptMetadata: one is there but cannot be read (found by a
+        review: a read error taken for a deletion let a rollback abort what the start
+        point confirms).
+    """
+    for uri in (origin.uri, origin.pin):
+        if uri is None:
+            continue
+        key = f"{catalog.snapshot_store.key_of(uri)}/{layout.METADATA}"
+        try:
+            meta = read_metadata(catalog.store, key, f"{uri}/{layout.METADATA}")
+        except ObjectNotFound:
+            continue
+        if uri == origin.pin or origin.snapshot_id is None or restored_by(meta, origin):
+            return meta
     return None
 
 

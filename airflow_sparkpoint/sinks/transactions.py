@@ -56,9 +56,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OUTCOMES", "Outcome", "Settlement", "settle", "settle_all"]
+__all__ = ["OUTCOMES", "Outcome", "Settlement", "aborted_since", "settle", "settle_all"]
 
 Outcome = Literal["committed", "already", "aborted", "conflict"]
+
+
+def aborted_since(sink: Sink, record: TransactionRecord) -> bool:
+    """Whether the transaction of `record`, whose record is gone from the catalog, was
+    aborted: a record is deleted only once its transaction is settled, so one the sink
+    does not hold never will be (read from the sink)."""
+    return not sink.is_committed(record)
 OUTCOMES: tuple[Outcome, ...] = ("committed", "already", "aborted", "conflict")
 
 

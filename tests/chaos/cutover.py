@@ -60,7 +60,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.checkpoints.cutover import CutoverPlan, CutoverState, CutoverStore, new_cutover_id
 from airflow_sparkpoint.exceptions import RestoreError
-from tests.chaos.harness import HERE, JOB, Fault, Run, run_process
+from tests.chaos.cases import JOB
+from tests.chaos.harness import HERE, Fault, Run, run_process
 
 if TYPE_CHECKING:
     from tests.chaos.scenarios import TrialRun

@@ -39,24 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow_sparkpoint.checkpoints.run_result import parse_result_line
-from tests.chaos.cases import (  # noqa: F401 - re-exported for the other chaos modules
-    CASES,
-    JOB,
-    CatalogS3Case,
-    DeltaAppendCase,
-    DeltaMergeCase,
-    DeltaS3Case,
-    DirectoryCase,
-    DirectoryS3Case,
-    S3Case,
-    SinkCase,
-    split_key,
-)
+from tests.chaos.cases import JOBS
 from tests.support.inputs import write_json_batches
-from tests.support.s3_servers import S3Context  # noqa: F401 - re-exported
+from tests.support.sink_cases import SinkCase
 
 HERE = Path(__file__).resolve().parent
-JOBS = HERE / "jobs"
 SPARK_SUBMIT = str(Path(sys.executable).parent / "spark-submit")
 SPARKPOINT = str(Path(sys.executable).parent / "sparkpoint")
 BATCHES = 4

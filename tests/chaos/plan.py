@@ -10,7 +10,8 @@ from typing import Any
 
 from airflow_sparkpoint.faults import POINTS as ALL_POINTS
 from tests.chaos import cutover
-from tests.chaos.harness import BATCHES, MODES, STAGING_SIDES, Fault, Trial, TrialResult, split_key
+from tests.chaos.cases import split_key
+from tests.chaos.harness import BATCHES, MODES, STAGING_SIDES, Fault, Trial, TrialResult
 from tests.chaos.scenarios import STOP_POINTS
 
 LAST = BATCHES - 1

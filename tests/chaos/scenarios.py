@@ -39,24 +39,22 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_sparkpoint.faults import ENV, ENV_ONCE
 from airflow_sparkpoint.runtime import livedir
+from tests.chaos.cases import JOB, job_script, split_key
 from tests.chaos.cutover import cutover
 from tests.chaos.harness import (
     BATCHES,
-    JOB,
-    JOBS,
     SPARKPOINT,
     Fault,
     Run,
-    S3Context,
     Trial,
     TrialResult,
     compare,
     evidence,
     run_process,
     spark_submit,
-    split_key,
     write_inputs,
 )
+from tests.support.s3_servers import S3Context
 
 if TYPE_CHECKING:
     from airflow_sparkpoint.checkpoints import Catalog
@@ -89,12 +87,12 @@ class TrialRun:
         self.result = TrialResult(trial)
         self.expected = write_inputs(base / "input", files=self.initial_files())
         self.last_batch = len(self.expected) // 3 - 1
-        self.catalog = self.case.catalog()
+        self.catalog = self.case.catalog(JOB)
         self.conf = {
             "spark.sparkpoint.restore": "latest",
             "spark.sparkpoint.commit.mode": trial.mode,
             "spark.sparkpoint.control.pollInterval": "300ms",
-            **self.case.conf(),
+            **self.case.conf(JOB),
         }
         if trial.staging == "executors":
             self.conf["spark.sparkpoint.delta.driverStagingMaxBytes"] = "0"
@@ -162,7 +160,7 @@ class TrialRun:
         if stop_when_drained:
             full_conf["spark.sparkpoint.trigger"] = "processingTime:500ms"
             poll = _chain(poll, self._stop_when_drained())
-        run = spark_submit(JOBS / self.case.script, conf=full_conf, args=args, log=self.base / f"{name}.log",
+        run = spark_submit(job_script(self.case), conf=full_conf, args=args, log=self.base / f"{name}.log",
                            env=env, on_poll=poll)
         self.result.logs.append(run.log)
         if run.timed_out:

@@ -23,17 +23,9 @@ import pytest
 
 from airflow_sparkpoint.checkpoints import Catalog, SnapshotMetadata
 from airflow_sparkpoint.services.commit import commit_pending
-from tests.chaos.harness import (
-    BATCHES,
-    JOB,
-    JOBS,
-    DeltaMergeCase,
-    Run,
-    chaos_seed,
-    compare,
-    spark_submit,
-    write_inputs,
-)
+from tests.chaos.cases import JOB, job_script
+from tests.chaos.harness import BATCHES, Run, chaos_seed, compare, spark_submit, write_inputs
+from tests.support.sink_cases import DeltaMergeCase
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(3600)]
 
@@ -67,7 +59,7 @@ def corrupt(catalog: Catalog, kind: str, latest: SnapshotMetadata, previous: Sna
 
 def restart(case: DeltaMergeCase, conf: dict[str, str], base: Path, name: str) -> Run:
     args = ["--input", str(base / "input"), "--output", case.output()]
-    return spark_submit(JOBS / case.script, conf=conf, args=args, log=base / f"{name}.log")
+    return spark_submit(job_script(case), conf=conf, args=args, log=base / f"{name}.log")
 
 
 def two_newest(catalog: Catalog) -> tuple[SnapshotMetadata, SnapshotMetadata]:

@@ -36,17 +36,11 @@ from airflow_sparkpoint.runtime.checkpointer import Checkpointer
 from airflow_sparkpoint.runtime.committer import Committer
 from airflow_sparkpoint.runtime.restore import materialize
 from airflow_sparkpoint.storage import LocalStorage, ObjectInfo, Storage, open_storage
+from tests.chaos.cases import JOB, job_script
 from tests.chaos.faultproxy import KINDS, FaultProxy
-from tests.chaos.harness import (
-    JOB,
-    JOBS,
-    DeltaMergeCase,
-    chaos_seed,
-    compare,
-    spark_submit,
-    write_inputs,
-)
+from tests.chaos.harness import chaos_seed, compare, spark_submit, write_inputs
 from tests.support.records import put_checkpoint, transaction_record
+from tests.support.sink_cases import DeltaMergeCase
 
 # ---------------------------------------------------------------------------- S3 through the proxy
 
@@ -127,7 +121,7 @@ def test_job_checkpointing_to_flaky_s3_is_exact_after_restarts(
                 proxy.outage = True
 
         proxy.on_request = trip
-        first = spark_submit(JOBS / case.script, conf=conf, args=args, log=tmp_path / "try1.log")
+        first = spark_submit(job_script(case), conf=conf, args=args, log=tmp_path / "try1.log")
         proxy.on_request, proxy.outage = None, False
         assert first.returncode != 0, "the job should fail when the storage root is down"
         failed = re.search(r"checkpoint of batch (\d+) failed", first.output)
@@ -142,7 +136,7 @@ def test_job_checkpointing_to_flaky_s3_is_exact_after_restarts(
         # 2. Restarts (the Airflow retry: same conf) through random faults until one finishes.
         runs = [first]
         for attempt in range(2, 6):
-            run = spark_submit(JOBS / case.script, conf=conf, args=args, log=tmp_path / f"try{attempt}.log")
+            run = spark_submit(job_script(case), conf=conf, args=args, log=tmp_path / f"try{attempt}.log")
             runs.append(run)
             if run.returncode == 0:
                 break

@@ -19,7 +19,9 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog
 from airflow_sparkpoint.checkpoints.control import ControlChannel
 from airflow_sparkpoint.exceptions import StaleGeneration
-from tests.chaos.harness import BATCHES, JOB, JOBS, DeltaMergeCase, compare, spark_submit, write_inputs
+from tests.chaos.cases import JOB, job_script
+from tests.chaos.harness import BATCHES, compare, spark_submit, write_inputs
+from tests.support.sink_cases import DeltaMergeCase
 from tests.support.waits import wait_for
 
 
@@ -91,7 +93,7 @@ def test_zombie_blue_keeps_running_after_green_starts(tmp_path: Path) -> None:
                  "spark.sparkpoint.trigger": "processingTime:500ms"}
     blue_run: dict[str, Any] = {}
     blue = threading.Thread(target=lambda: blue_run.update(run=spark_submit(
-        JOBS / case.script, conf=blue_conf, args=args, log=tmp_path / "blue.log")), daemon=True)
+        job_script(case), conf=blue_conf, args=args, log=tmp_path / "blue.log")), daemon=True)
     blue.start()
     wait_for("blue committed every batch", lambda: delta_version(tmp_path / "output") == BATCHES - 1, 180)
 
@@ -103,7 +105,7 @@ def test_zombie_blue_keeps_running_after_green_starts(tmp_path: Path) -> None:
     # Green runs elsewhere (its own work dir: it must not touch blue's live checkpoint).
     green_conf = {**conf, "spark.sparkpoint.workDir": str(tmp_path / "green-work"),
                   "spark.sparkpoint.takeover": "true"}  # green fences the running blue on purpose
-    green = spark_submit(JOBS / case.script, conf={**green_conf, "spark.sparkpoint.restore": savepoint},
+    green = spark_submit(job_script(case), conf={**green_conf, "spark.sparkpoint.restore": savepoint},
                          args=args, log=tmp_path / "green.log")
     assert green.returncode == 0, green.tail()
     assert catalog.current_generation() == 2
@@ -124,7 +126,7 @@ def test_zombie_blue_keeps_running_after_green_starts(tmp_path: Path) -> None:
     assert (catalog.read_status() or {}).get("generation") == 2, "the zombie overwrote the status"
 
     # Green's next run (the Airflow retry path) takes over blue's leftovers and is exact.
-    retry = spark_submit(JOBS / case.script, conf={**green_conf, "spark.sparkpoint.restore": "latest"},
+    retry = spark_submit(job_script(case), conf={**green_conf, "spark.sparkpoint.restore": "latest"},
                          args=args, log=tmp_path / "green-retry.log")
     assert retry.returncode == 0, retry.tail()
     verdict = compare(case, expected, case.rows())

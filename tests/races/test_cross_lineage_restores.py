@@ -35,16 +35,8 @@ import pytest
 from airflow_sparkpoint.checkpoints import Catalog, layout
 from airflow_sparkpoint.services import savepoint as savepoints
 from airflow_sparkpoint.services.commit import commit_pending
-from tests.support.sink_races import (
-    DeltaCase,
-    DeltaMergeCase,
-    DirectoryCase,
-    Scene,
-    SinkCase,
-    differences,
-    explain,
-    write_inputs,
-)
+from tests.support.sink_cases import DeltaAppendCase, DeltaMergeCase, DirectoryCase, SinkCase
+from tests.support.sink_races import Scene, differences, explain, write_inputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 
@@ -145,7 +137,7 @@ def _input_rows(scene: Scene) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("policy", ["fail", pytest.param("rewind", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("snapshot", ["savepoint", pytest.param("checkpoint", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("case_cls", [DeltaCase, pytest.param(DeltaMergeCase, marks=pytest.mark.slow)],
+@pytest.mark.parametrize("case_cls", [DeltaAppendCase, pytest.param(DeltaMergeCase, marks=pytest.mark.slow)],
                          ids=["delta-append", "delta-merge"])
 def test_a_sink_rewound_by_another_lineage_refuses_a_restore_of_the_abandoned_lineage(
     scene_of: Any, case_cls: type[SinkCase], snapshot: str, policy: str
@@ -180,7 +172,7 @@ def test_a_sink_rewound_by_another_lineage_refuses_a_restore_of_the_abandoned_li
 # ---------------------------------------------------------------------------- item 2
 
 
-@pytest.mark.parametrize("case_cls", [pytest.param(DeltaCase, marks=pytest.mark.slow), DeltaMergeCase],
+@pytest.mark.parametrize("case_cls", [pytest.param(DeltaAppendCase, marks=pytest.mark.slow), DeltaMergeCase],
                          ids=["delta-append", "delta-merge"])
 def test_a_rewind_never_lands_on_another_lineages_commit(scene_of: Any, case_cls: type[SinkCase]) -> None:
     scene = scene_of(case_cls)
@@ -212,7 +204,7 @@ def test_a_rewind_never_lands_on_another_lineages_commit(scene_of: Any, case_cls
 
 
 @pytest.mark.parametrize("snapshot", ["savepoint", pytest.param("checkpoint", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("case_cls", [DirectoryCase, pytest.param(DeltaCase, marks=pytest.mark.slow)],
+@pytest.mark.parametrize("case_cls", [DirectoryCase, pytest.param(DeltaAppendCase, marks=pytest.mark.slow)],
                          ids=["directory", "delta-append"])
 def test_a_snapshot_whose_confirmed_transactions_were_aborted_is_refused(
     scene_of: Any, case_cls: type[SinkCase], snapshot: str
@@ -234,7 +226,7 @@ def test_a_snapshot_whose_confirmed_transactions_were_aborted_is_refused(
     _exact(scene)
 
 
-@pytest.mark.parametrize("case_cls", [DeltaCase, pytest.param(DeltaMergeCase, marks=pytest.mark.slow)],
+@pytest.mark.parametrize("case_cls", [DeltaAppendCase, pytest.param(DeltaMergeCase, marks=pytest.mark.slow)],
                          ids=["delta-append", "delta-merge"])
 def test_a_rewind_that_needs_an_aborted_transaction_is_refused(
     scene_of: Any, case_cls: type[SinkCase]
@@ -261,7 +253,7 @@ def test_a_rewind_that_needs_an_aborted_transaction_is_refused(
     _exact(scene)
 
 
-@pytest.mark.parametrize("case_cls", [DeltaCase, pytest.param(DeltaMergeCase, marks=pytest.mark.slow)],
+@pytest.mark.parametrize("case_cls", [DeltaAppendCase, pytest.param(DeltaMergeCase, marks=pytest.mark.slow)],
                          ids=["delta-append", "delta-merge"])
 def test_a_rewind_past_a_rewound_away_commit_still_needs_the_aborted_batches_above_it(
         scene_of: Any, case_cls: type[SinkCase]) -> None:
@@ -326,7 +318,7 @@ def test_a_moved_savepoint_whose_confirmed_batches_another_lineage_rewound_away_
     It must be refused before anything is written."""
     import shutil
 
-    scene = scene_of(DeltaCase)
+    scene = scene_of(DeltaAppendCase)
     catalog, by_batch, savepoint = _first_lineage(scene, EXTERNAL)
     result = commit_pending(catalog, sink=scene.case.sink())
     assert len(result["committed"]) == 6, result

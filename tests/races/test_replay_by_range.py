@@ -26,7 +26,8 @@ import pytest
 
 from airflow_sparkpoint.runtime import replay
 from airflow_sparkpoint.runtime.livedir import source_offsets
-from tests.support.sink_races import JOB, WAIT_S, DeltaMergeCase, Scene, differences, explain
+from tests.support.sink_cases import DeltaMergeCase
+from tests.support.sink_races import JOB, WAIT_S, Scene, differences, explain
 from tests.support.waits import wait_for
 
 # The stand-in source's read limits (ReadMaxRows) came with PySpark 4.2: older lines skip.
@@ -116,4 +117,4 @@ def test_a_restart_behind_the_sink_replays_structured_offsets_by_range_and_conti
     for batch in (3, 4):  # still the first run's commits: nothing was committed twice
         held = sink.committed_txn(JOB, batch)
         assert held is not None and held.generation == 1, (batch, held)
-    assert case.leftovers() == [] and scene.catalog().transactions() == []
+    assert case.leftovers(JOB) == [] and scene.catalog().transactions() == []

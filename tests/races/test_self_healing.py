@@ -23,24 +23,13 @@ from typing import Any
 import pytest
 
 from tests.support.s3_servers import S3Context
-from tests.support.sink_races import (
-    JOB,
-    DeltaCase,
-    DeltaMergeCase,
-    DirectoryCase,
-    S3Case,
-    Scene,
-    SinkCase,
-    differences,
-    explain,
-    odd_file,
-    write_inputs,
-)
+from tests.support.sink_cases import DeltaAppendCase, DeltaMergeCase, DirectoryCase, S3Case, SinkCase
+from tests.support.sink_races import JOB, Scene, differences, explain, odd_file, write_inputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 
 CASES: dict[str, type[SinkCase]] = {
-    "delta-merge": DeltaMergeCase, "delta-append": DeltaCase, "directory": DirectoryCase, "s3": S3Case,
+    "delta-merge": DeltaMergeCase, "delta-append": DeltaAppendCase, "directory": DirectoryCase, "s3": S3Case,
 }
 
 
@@ -101,7 +90,7 @@ def test_a_restart_behind_the_sink_replays_the_committed_batches_and_continues(
         assert held is not None and held.generation == 1, (batch, held)
         assert 0 < len(sink_now.replay_record(JOB, batch) or "") < 2048, \
             "the replay record is missing or large"
-    assert scene.case.leftovers() == []
+    assert scene.case.leftovers(JOB) == []
     catalog = scene.catalog()
     assert catalog.transactions() == []
     assert catalog.checkpoints()[0].batch_id == 5, "the new checkpoints continue after the replayed batches"
@@ -153,4 +142,4 @@ def test_a_driver_killed_halfway_through_the_replay_is_replayed_again(scene: Sce
     result = healed.result
     assert result is not None and result["recovered"]["replayed"] == [2, 3]
     assert result["first_batch"] == 4 and result["generation"] == 3
-    assert scene.case.leftovers() == [] and scene.catalog().transactions() == []
+    assert scene.case.leftovers(JOB) == [] and scene.catalog().transactions() == []

@@ -33,23 +33,23 @@ from typing import Any
 
 import pytest
 
-from airflow_sparkpoint.checkpoints import Catalog
 from tests.support.race_drivers import TIMEOUT_S
 from tests.support.s3_servers import S3Context
-from tests.support.sink_races import (
-    JOB,
-    DeltaCase,
+from tests.support.sink_cases import (
+    DeltaAppendCase,
     DeltaMergeCase,
     DirectoryCase,
     DirectoryS3Case,
-    Driver,
     S3Case,
     SinkCase,
+)
+from tests.support.sink_races import (
+    JOB,
+    Scene,
     differences,
     explain,
     odd_file,
     seaweedfs,
-    start_sink_driver,
     write_inputs,
 )
 from tests.support.waits import wait_for
@@ -57,7 +57,7 @@ from tests.support.waits import wait_for
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(2400)]
 
 CASES: dict[str, type[SinkCase]] = {
-    "delta-merge": DeltaMergeCase, "delta-append": DeltaCase, "directory": DirectoryCase,
+    "delta-merge": DeltaMergeCase, "delta-append": DeltaAppendCase, "directory": DirectoryCase,
     "s3": S3Case, "directory-s3": DirectoryS3Case, "s3-seaweedfs": S3Case,
 }
 ON_S3 = {"s3", "directory-s3", "s3-seaweedfs"}
@@ -69,47 +69,6 @@ def sink_param(name: str, *, default: bool = False) -> Any:
     if name in ON_S3:
         marks.append(pytest.mark.s3)
     return pytest.param(name, marks=marks, id=name)
-
-
-class Scene:
-    """One job: its input, its catalog, its sink and the drivers started on it."""
-
-    def __init__(self, base: Path, case: SinkCase) -> None:
-        self.base = base
-        self.case = case
-        self.inputs = base / "input"
-        self.root = base / "checkpoints"
-        self.drivers: list[Driver] = []
-
-    def start(self, name: str, *, restore: str = "latest", pause: tuple[str, ...] = ()) -> Driver:
-        conf = {
-            "spark.sparkpoint.dir": str(self.root),
-            "spark.sparkpoint.job": JOB,
-            "spark.sparkpoint.restore": restore,
-            "spark.sparkpoint.workDir": str(self.base / f"work-{name}"),  # as on another machine
-            "spark.sparkpoint.control.pollInterval": "300ms",
-            **self.case.conf(),
-        }
-        driver = start_sink_driver(name, self.base, conf=conf, pause=pause,
-                        args=["--sink", self.case.kind, "--input", str(self.inputs), "--output",
-                              self.case.output()])
-        self.drivers.append(driver)
-        return driver
-
-    def catalog(self) -> Catalog:
-        return Catalog.open(str(self.root), JOB)
-
-    def checkpoint_of(self, batch: int) -> str:
-        """The newest retained checkpoint of `batch`."""
-        catalog = self.catalog()
-        matching = [m for m in catalog.checkpoints() if m.batch_id == batch]
-        assert matching, f"no checkpoint of batch {batch}: {[m.batch_id for m in catalog.checkpoints()]}"
-        return catalog.checkpoint_uri(max(m.id for m in matching))
-
-    def stop(self) -> None:
-        for driver in self.drivers:
-            if driver.proc.poll() is None or not driver._out.closed:
-                driver.stop()
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +90,7 @@ def scene(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Scene]:
         bucket = f"sp-race-{uuid.uuid4().hex[:10]}"
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
         s3 = S3Context(endpoint, bucket, server)
-    scene = Scene(tmp_path, CASES[name](tmp_path, s3))
+    scene = Scene(tmp_path, CASES[name](tmp_path, s3), work_dirs=True)
     try:
         yield scene
     finally:
@@ -156,7 +115,7 @@ def test_a_zombie_held_between_staging_and_promotion_is_fenced_and_its_staging_d
     assert rerun_rc == 0, explain(scene.drivers, scene.catalog())
     assert zombie_rc != 0 and "StaleGeneration" in zombie.output, zombie.tail()
     assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
-    assert scene.case.leftovers() == [], "the zombie's staged data was not discarded"
+    assert scene.case.leftovers(JOB) == [], "the zombie's staged data was not discarded"
     sink = scene.case.sink()
     committed = sink.committed_txn(JOB, 2)
     assert committed is not None and committed.generation == 2
@@ -210,7 +169,7 @@ def test_a_zombie_held_before_its_claim_loses_the_batch_to_the_rerun(
     assert zombie_rc != 0, zombie.tail()
     assert ("TransactionConflict" if not early else "was aborted") in zombie.output, zombie.tail()
     assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
-    assert scene.case.leftovers() == [], "the losing transaction's staged data was not discarded"
+    assert scene.case.leftovers(JOB) == [], "the losing transaction's staged data was not discarded"
     committed = scene.case.sink().committed_txn(JOB, 2)
     assert committed is not None and committed.generation == 2 and committed.txn_id == f"{JOB}-b2-g2"
     assert scene.catalog().transactions() == []
@@ -246,7 +205,7 @@ def test_a_zombie_holding_the_claim_makes_the_restore_refuse_instead_of_losing_t
     assert zombie_rc == 0, explain(scene.drivers, scene.catalog())
     assert fixed_rc == 0, explain(scene.drivers, scene.catalog())
     assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
-    assert scene.case.leftovers() == []
+    assert scene.case.leftovers(JOB) == []
     # The claim counts as a commit of batch 2: the sink is ahead of the restore point
     # (or, had the claim come between that check and the recovery, the zombie's
     # transaction cannot be aborted).
@@ -283,7 +242,7 @@ def test_a_zombie_waking_while_the_rerun_prepares_cannot_land_a_batch_past_the_r
     assert rerun_rc == 0, explain(scene.drivers, scene.catalog())
     assert zombie_rc != 0 and "was aborted" in zombie.output, zombie.tail()
     assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
-    assert scene.case.leftovers() == [], "the zombie's staged data was not discarded"
+    assert scene.case.leftovers(JOB) == [], "the zombie's staged data was not discarded"
     committed = scene.case.sink().committed_txn(JOB, 2)
     assert committed is not None and committed.txn_id == f"{JOB}-b2-g2"
     assert scene.catalog().transactions() == []
@@ -316,7 +275,7 @@ def test_a_stalled_first_commit_does_not_write_batch_0_again_into_the_table_the_
     assert first_rc != 0 and "StaleGeneration" in first.output, first.tail()
     assert "TransactionConflict" not in first.output, first.tail()
     assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
-    assert scene.case.leftovers() == []
+    assert scene.case.leftovers(JOB) == []
     from deltalake import DeltaTable
 
     commits = [e for e in DeltaTable(scene.case.output()).history() if e.get("sparkpoint.batch") == "0"]
@@ -365,6 +324,6 @@ def test_a_rerun_held_before_its_last_batch_while_the_one_before_commits_ends_wi
     result = rerun.result
     assert result is not None and result["status"] == "finished" and result["last_batch"] == 4, result
     assert differences(scene.case, expected, scene.case.rows()) == [], explain(scene.drivers, scene.catalog())
-    assert scene.case.leftovers() == []
+    assert scene.case.leftovers(JOB) == []
     assert scene.case.sink().committed_position(JOB) == 4
     assert scene.catalog().transactions() == []

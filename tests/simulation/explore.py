@@ -24,8 +24,8 @@ from typing import Any
 from tests.simulation.scheduler import (
     RACES,
     DirectedChooser,
-    Directive,
-    Event,
+    HeldChooser,
+    Pause,
     StepChooser,
     hypothesis_draw,
     random_draw,
@@ -76,41 +76,35 @@ def run_hypothesis(seed: int, examples: int, family: str = "generic", ignore: tu
     return ran[0]
 
 
-class HoldBlue(DirectedChooser):
-    """A `DirectedChooser` that first holds blue (a0) before its `occurrence`-th staging
-    until the cutover (a1) filed its ``stop_after`` request (as the pinned cutover tests'
-    ``HOLD_BLUE``: else blue drains before the cutover starts), with `cutover_hold`
-    ``(patterns, k, name)`` holds the cutover before its k-th point matching `patterns`
-    until actor `name` (a retention pass) ended, then races as drawn."""
-
-    def __init__(self, draw: Any, *, occurrence: int,
-                 cutover_hold: tuple[tuple[str, ...], int, str] | None = None, **kwargs: Any) -> None:
-        super().__init__(draw, **kwargs)
-        self.occurrence = occurrence
-        self.cutover_hold = cutover_hold
-
-    def _draw_directives(self) -> list[Directive]:
-        drawn = super()._draw_directives()
-        by_name = {a.name.split("-", 1)[0]: a for a in self.actors}
-        held = [Directive(by_name["a0"], ("sink.stage",), self.occurrence, by_name["a1"],
-                          ("put_if_absent sim/control/",), Event.NOTHING)]
-        if self.cutover_hold is not None:
-            patterns, k, name = self.cutover_hold
-            held.append(Directive(by_name["a1"], patterns, k, by_name[name], (), Event.NOTHING))
-        return [*held, *drawn]
-
-
 #: one random schedule in this many (by index) is a cutover with savepoint history
 #: retention beside it (`scenarios.retention_beside_cutover`; the generic space rarely
 #: puts a pass inside a cutover); the other indices draw what they drew before it
 CUTOVER_RETENTION_EVERY = 8
 
 
+#: one random schedule in this many, at this index modulo it, is a rollback beside a
+#: newer lineage (`scenarios.rollback_beside_lineages`); a residue no recorded violation
+#: nor pinned replay has, so those repeat what they drew
+ROLLBACK_BESIDE_LINEAGES = (16, 12)
+
+
 def random_run(seed: int, index: int) -> tuple[Any, Any]:
     """The schedule (seed, index) names, and its chooser."""
-    from tests.simulation.scenarios import random_schedule, retention_beside_cutover
+    from tests.simulation.scenarios import random_schedule, retention_beside_cutover, rollback_beside_lineages
 
     rng = random.Random(seed * 1_000_003 + index)
+    every, residue = ROLLBACK_BESIDE_LINEAGES
+    if index % every == residue:
+        schedule = rollback_beside_lineages(rng)
+        # the first run holds before a staging until the savepoint's request is filed (so
+        # it goes on past the savepoint, and its retention may delete its source), and the
+        # start from a snapshot holds before its first checkpoint until the rollback ended,
+        # or dies there
+        pauses = [Pause("a0", ("sink.stage",), "a1", ("put_if_absent sim/control/",),
+                        occurrence=2 + rng.randrange(2)),
+                  Pause("a2", ("put_if_absent sim/chk-",), "a3", crash=rng.random() < 0.3)]
+        return schedule, HeldChooser(random_draw(rng.randrange(2**63)), pauses, races=schedule.races,
+                                     actors=schedule.directed)
     if index % CUTOVER_RETENTION_EVERY == CUTOVER_RETENTION_EVERY - 1:
         schedule = retention_beside_cutover(rng)
         retention = next(f"a{i}" for i, a in enumerate(schedule.actors) if a.kind == "retention")
@@ -120,10 +114,17 @@ def random_run(seed: int, index: int) -> tuple[Any, Any]:
         # claim, no live run: the savepoint before the pass copies the latest checkpoint),
         # or nowhere
         held = rng.randrange(6)
-        hold = None if held == 0 else (("put_if_absent sim/cutover/",), (1, 2, 4, 5)[held - 1], retention) \
-            if held < 5 else (("put_if_absent sim/lineage/",), 2, retention)
-        return schedule, HoldBlue(random_draw(rng.randrange(2**63)), occurrence=2 + rng.randrange(2),
-                                  cutover_hold=hold, races=schedule.races, actors=schedule.directed)
+        draw = random_draw(rng.randrange(2**63))
+        # blue (a0) holds before a staging until the cutover (a1) filed its stop_after
+        # request (as the pinned cutover tests' ``HOLD_BLUE``: else blue drains before the
+        # cutover starts)
+        pauses = [Pause("a0", ("sink.stage",), "a1", ("put_if_absent sim/control/",),
+                        occurrence=2 + rng.randrange(2))]
+        if held:
+            pauses.append(Pause("a1", ("put_if_absent sim/cutover/",), retention,
+                                occurrence=(1, 2, 4, 5)[held - 1]) if held < 5
+                          else Pause("a1", ("put_if_absent sim/lineage/",), retention, occurrence=2))
+        return schedule, HeldChooser(draw, pauses, races=schedule.races, actors=schedule.directed)
     schedule = random_schedule(rng)
     chooser = DirectedChooser if index % 2 else StepChooser
     return schedule, chooser(random_draw(rng.randrange(2**63)))

@@ -264,20 +264,30 @@ class Pause:
     stall: bool = False
 
 
-class ScriptedChooser(DirectedChooser):
-    """A `DirectedChooser` whose directives and options are given: a schedule the
-    exploration found, pinned as an example test."""
+class HeldChooser(DirectedChooser):
+    """A `DirectedChooser` whose first directives are given (`pauses`: the shape of a
+    race the exploration searches around, or all of a pinned one), then races as drawn."""
 
-    def __init__(self, pauses: Sequence[Pause], options: Sequence[int] = ()) -> None:
-        super().__init__(lambda count: 0)
+    def __init__(self, draw: Callable[[int], int], pauses: Sequence[Pause], **kwargs: Any) -> None:
+        super().__init__(draw, **kwargs)
         self.pauses = list(pauses)
-        self.options = list(options)
 
     def _draw_directives(self) -> list[Directive]:
+        drawn = super()._draw_directives()
         by_name = {a.name.split("-", 1)[0]: a for a in self.actors}
-        return [Directive(by_name[p.actor], p.before, p.occurrence, by_name[p.until or p.actor], p.release,
+        held = [Directive(by_name[p.actor], p.before, p.occurrence, by_name[p.until or p.actor], p.release,
                           Event.CRASH if p.crash else Event.STALL if p.stall else Event.NOTHING)
                 for p in self.pauses]
+        return [*held, *drawn]
+
+
+class ScriptedChooser(HeldChooser):
+    """A `HeldChooser` with nothing drawn: its directives and options are given (a
+    schedule the exploration found, pinned as an example test)."""
+
+    def __init__(self, pauses: Sequence[Pause], options: Sequence[int] = ()) -> None:
+        super().__init__(lambda count: 0, pauses)
+        self.options = list(options)
 
     def option(self, count: int) -> int:
         return (self.options.pop(0) if self.options else 0) % max(1, count)

@@ -403,3 +403,72 @@ def test_a_moved_savepoint_whose_pending_batch_another_lineage_rewound_away(
         _driver(restore="moved", sink_ahead="rewind", commit_mode=commit_mode, budget=1, num_retained=6),
     ))
     run_schedule(schedule, ScriptedChooser([], options=[1, 0]))  # chk-2 (batch 1), the savepoint
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["g2-running", "g2-crashed"])
+def test_a_rollback_of_a_generation_an_in_root_savepoint_lineage_continues_is_refused(live: bool) -> None:
+    """Found by a review (helper-60, 2026-11-30; directory sink, external mode): a1
+    savepoints the first lineage at batch 1 (batches 0 and 1 pending in it), and the first
+    lineage's retention (numRetained=1) deletes the savepoint's source checkpoint; a2
+    restores the savepoint by path (a savepoint origin in the root, with a pin) and stops
+    before its first checkpoint, while a3 rolls back generation 1. The rollback looked
+    for a newer lineage only among the root's checkpoints and the origins' bases (gone)
+    and outside the root, so it aborted batches 0 and 1, which the savepoint confirms.
+    Running: a2 forgot them and the commit step committed its later batches ("the sink
+    holds batches [2, 3, 4, 5]; expected [0, 1, 2, 3, 4, 5] (missing [0, 1])"). Crashed:
+    every restart of a2's lineage was refused ("sim-b0-g1 … lists as confirmed, was
+    aborted since"), which the schedule's end accepts (a person restores another point),
+    so the test asserts the rollback's refusal too. Fixed: the rollback reads every newer
+    origin's start point and refuses."""
+    schedule = Schedule("directory", 6, (
+        _driver(budget=4, num_retained=1, commit_mode="external"),
+        ActorSpec("savepoint"),
+        _driver(restore="path", budget=2, num_retained=1, commit_mode="external"),
+        ActorSpec("rollback"),
+        ActorSpec("commit"),
+    ))
+    pauses = [
+        # a0 holds before staging batch 2 until the savepoint has copied its checkpoint of batch 1
+        Pause("a0", ("sink.stage",), "a1", ("put_if_absent sim/control/",), occurrence=2),
+        # a2 (recovered, its first batch staged) holds before its first checkpoint until the
+        # rollback ended, or dies there
+        Pause("a2", ("put_if_absent sim/chk-",), "a3") if live else Pause("a2", ("put_if_absent sim/chk-",),
+                                                                          crash=True),
+    ]
+    outcome = run_schedule(schedule, ScriptedChooser(pauses, options=[-1, 0]))  # the savepoint; generation 1
+    # crashed, the old code's loss showed only as refused restarts, which a person repairs
+    refused = [line for line in outcome.trace if "a3-rollback raised RestoreError" in line]
+    assert refused and "restores its lineage: a newer run continues it" in refused[0], \
+        [line for line in outcome.trace if "a3-rollback" in line][-3:]
+
+
+def test_a_start_claimed_during_a_rollbacks_checks_fences_the_rollback() -> None:
+    """Found by a review (helper-60, 2026-11-30; directory sink): the rollback of a
+    superseded generation took its fence (the newest claim) after its checks of the newer
+    lineages. a1 (empty state) dies after its origin; a3's rollback of generation 1 reads
+    the newest generation (2); a2 claims generation 3, a restore by path of the first
+    lineage's checkpoint of batch 1, and writes its origin after a3's checks read the
+    origins; a3's fence was generation 3 itself, so its aborts of batches 0 and 1, which
+    a2's start point confirms, passed every check: "the sink holds batches [2, 3, 4];
+    expected [0, 1, 2, 3, 4] (missing [0, 1])". Fixed: the rollback acts as the
+    generation it read first, so a claim during its checks fences it."""
+    schedule = Schedule("directory", 5, (
+        _driver(budget=2, num_retained=6, commit_mode="external"),
+        _driver(restore="none", budget=1, num_retained=6),
+        _driver(restore="path", budget=2, num_retained=6, commit_mode="external"),
+        ActorSpec("rollback"),
+        ActorSpec("commit"),
+    ))
+    pauses = [
+        Pause("a1", ("pause recovery",), crash=True),
+        # a2 claims only after the rollback read the newest generation (2)
+        Pause("a2", ("put_if_absent sim/generations/",), "a3", ("stat sim/generations/",)),
+        # a2 writes its origin only after the rollback read the generations again
+        Pause("a2", ("put_if_absent sim/lineage/",), "a3", ("stat sim/generations/",)),
+        # the rollback decides its aborts only after a2's recovery kept the first lineage's records pending
+        Pause("a3", ("_sparkpoint/decisions/",), "a2", ("sink.cleanup_orphans",)),
+        # a2 checkpoints, and the commit step runs, after the rollback ended
+        Pause("a2", ("put_if_absent sim/chk-",), "a3"),
+        Pause("a4", ("sim/generations/",), "a2"),
+    ]
+    run_schedule(schedule, ScriptedChooser(pauses, options=[1, 0]))  # chk-2 (batch 1); generation 1

@@ -1,16 +1,14 @@
 """What the sink race tests share: real ``spark-submit`` drivers that can be held at a
 pause point (`airflow_sparkpoint.faults.pause`) and released, the input files, an
-oracle computed from them in plain Python, and per-sink readers and leftover checks.
+oracle computed from them in plain Python; the sinks are `tests.support.sink_cases`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import subprocess
-import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -19,8 +17,7 @@ from typing import Any
 from airflow_sparkpoint.checkpoints import Catalog
 from tests.support.paths import REPO
 from tests.support.race_drivers import RACES, Driver
-from tests.support.s3_servers import S3Context
-from tests.support.sink_files import visible_rows
+from tests.support.sink_cases import SinkCase
 from tests.support.submit import quiet_java_opts
 
 JOB_SCRIPT = RACES / "jobs" / "sink_job.py"
@@ -94,147 +91,22 @@ def seaweedfs(directory: Path) -> Iterator[str]:
         subprocess.run([script, "stop", str(directory)], capture_output=True, timeout=120, check=False)
 
 
-# ---------------------------------------------------------------------------- sinks
-
-
-class SinkCase:
-    """One sink of the race tests: where it writes, how to read it back, what would be
-    left over of a transaction that lost."""
-
-    kind = ""
-    merge = False
-
-    def __init__(self, base: Path, s3: S3Context | None = None) -> None:
-        self.base = base
-        self.s3 = s3
-
-    def output(self) -> str:
-        return str(self.base / "output")
-
-    def conf(self) -> dict[str, str]:
-        return {} if self.s3 is None else self.s3.conf()
-
-    def sink(self) -> Any:
-        """The sink object, configured, for reading its claims from the test."""
-        from airflow_sparkpoint.sinks import DeltaSink, DirectorySink, S3Sink
-
-        sink: Any
-        if self.kind.startswith("delta"):
-            sink = DeltaSink(self.output(), mode="merge" if self.merge else "append",
-                             keys=["user"] if self.merge else None)
-        elif self.kind == "s3":
-            sink = S3Sink(self.output(), format="json")
-        else:
-            sink = DirectorySink(self.output(), format="json")
-        if self.s3 is not None:
-            sink.configure(self.s3.options())
-        return sink
-
-    def rows(self) -> list[dict[str, Any]]:
-        raise NotImplementedError
-
-    def leftovers(self) -> list[str]:
-        raise NotImplementedError
-
-
-class DeltaCase(SinkCase):
-    kind = "delta-append"
-
-    def rows(self) -> list[dict[str, Any]]:
-        from deltalake import DeltaTable
-
-        if not DeltaTable.is_deltatable(self.output()):
-            return []
-        return list(DeltaTable(self.output()).to_pyarrow_table().to_pylist())
-
-    def leftovers(self) -> list[str]:
-        import urllib.parse
-
-        import pyarrow as pa
-        from deltalake import DeltaTable
-
-        staging = Path(self.output()) / "_sparkpoint_txn" / JOB
-        if not staging.exists():
-            return []
-        paths = pa.table(DeltaTable(self.output()).get_add_actions(flatten=True)).column("path").to_pylist()
-        prefix = f"_sparkpoint_txn/{JOB}/"
-        referenced = {urllib.parse.unquote(p)[len(prefix):].split("/", 1)[0] for p in paths
-                      if urllib.parse.unquote(p).startswith(prefix)}
-        return [f"staged {name}" for name in sorted(os.listdir(staging)) if name not in referenced]
-
-
-class DeltaMergeCase(DeltaCase):
-    kind = "delta-merge"
-    merge = True
-
-
-class DirectoryCase(SinkCase):
-    kind = "directory"
-
-    def rows(self) -> list[dict[str, Any]]:
-        return visible_rows(Path(self.output()))
-
-    def leftovers(self) -> list[str]:
-        staging = Path(self.output()) / "_staging"
-        return ([f"staged {p.relative_to(staging)}" for p in sorted(staging.rglob("*"))] if staging.exists()
-                else [])
-
-
-class S3Case(SinkCase):
-    kind = "s3"
-
-    def __init__(self, base: Path, s3: S3Context | None = None) -> None:
-        super().__init__(base, s3)
-        self.prefix = f"{base.name}-{uuid.uuid4().hex[:6]}/out/"
-
-    def output(self) -> str:
-        assert self.s3 is not None
-        return f"s3://{self.s3.bucket}/{self.prefix.rstrip('/')}"
-
-    def rows(self) -> list[dict[str, Any]]:
-        assert self.s3 is not None
-        client = self.s3.client()
-        found: list[dict[str, Any]] = []
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=self.s3.bucket,
-                                                                     Prefix=self.prefix):
-            for item in page.get("Contents", ()):
-                if item["Key"][len(self.prefix):].startswith("_"):
-                    continue
-                body = client.get_object(Bucket=self.s3.bucket, Key=item["Key"])["Body"].read().decode()
-                found += [json.loads(line) for line in io.StringIO(body) if line.strip()]
-        return found
-
-    def leftovers(self) -> list[str]:
-        assert self.s3 is not None
-        pages = self.s3.client().get_paginator("list_multipart_uploads").paginate(Bucket=self.s3.bucket,
-                                                                                    Prefix=self.prefix)
-        return [f"pending upload {u['Key']}" for p in pages for u in p.get("Uploads", ())]
-
-
-class DirectoryS3Case(S3Case):
-    kind = "directory"
-
-    def leftovers(self) -> list[str]:
-        assert self.s3 is not None
-        pages = self.s3.client().get_paginator("list_objects_v2").paginate(Bucket=self.s3.bucket,
-                                                                             Prefix=f"{self.prefix}_staging/")
-        return [f"staged {o['Key']}" for p in pages for o in p.get("Contents", ())]
-
-
 # ---------------------------------------------------------------------------- a scene
 
 
 class Scene:
     """The drivers of one job (`JOB_SCRIPT` into `case`'s sink) over the input under
-    ``<base>/input`` and the catalog under ``<base>/checkpoints``, and the checkpoints'
-    damage a self-healing test inflicts; `args` are further arguments of the job."""
+    ``<base>/input`` and the case's catalog, and the checkpoints' damage a self-healing
+    test inflicts; `args` are further arguments of the job. With `work_dirs`, each
+    driver has its own work dir ``<base>/work-<name>``, as on another machine."""
 
-    def __init__(self, base: Path, case: SinkCase, args: Sequence[str] = ()) -> None:
+    def __init__(self, base: Path, case: SinkCase, args: Sequence[str] = (), *,
+                 work_dirs: bool = False) -> None:
         self.base = base
         self.case = case
         self.args = list(args)
+        self.work_dirs = work_dirs
         self.inputs = base / "input"
-        self.root = base / "checkpoints"
         self.drivers: list[Driver] = []
 
     def run(self, name: str, extra: dict[str, str] | None = None, *, fault: str | None = None,
@@ -244,14 +116,15 @@ class Scene:
         return driver
 
     def start(self, name: str, extra: dict[str, str] | None = None, pause: tuple[str, ...] = (), *,
-              fault: str | None = None, args: Sequence[str] = ()) -> Driver:
-        conf = {
-            "spark.sparkpoint.dir": str(self.root),
-            "spark.sparkpoint.job": JOB,
-            "spark.sparkpoint.control.pollInterval": "300ms",
-            **self.case.conf(),
-            **(extra or {}),
-        }
+              restore: str | None = None, fault: str | None = None, args: Sequence[str] = ()) -> Driver:
+        """Driver `name`, started; `restore` is its ``spark.sparkpoint.restore`` (the
+        job's default, latest, when None), `extra` further settings."""
+        conf = {**self.case.conf(JOB), "spark.sparkpoint.control.pollInterval": "300ms"}
+        if restore is not None:
+            conf["spark.sparkpoint.restore"] = restore
+        if self.work_dirs:
+            conf["spark.sparkpoint.workDir"] = str(self.base / f"work-{name}")
+        conf.update(extra or {})
         every = ["--sink", self.case.kind, "--input", str(self.inputs), "--output", self.case.output(),
                  *self.args, *args]
         driver = start_sink_driver(name, self.base, conf=conf, pause=pause, args=every, fault=fault)
@@ -259,7 +132,14 @@ class Scene:
         return driver
 
     def catalog(self) -> Catalog:
-        return Catalog.open(str(self.root), JOB)
+        return self.case.catalog(JOB)
+
+    def checkpoint_of(self, batch: int) -> str:
+        """The newest retained checkpoint of `batch`."""
+        catalog = self.catalog()
+        matching = [m for m in catalog.checkpoints() if m.batch_id == batch]
+        assert matching, f"no checkpoint of batch {batch}: {[m.batch_id for m in catalog.checkpoints()]}"
+        return catalog.checkpoint_uri(max(m.id for m in matching))
 
     def damage_newest(self, how: tuple[str, ...]) -> list[int]:
         """Damage the ``_metadata`` of the newest checkpoints (``truncate`` or ``delete``,

@@ -69,6 +69,7 @@ def test_no_cutover_shows_none(catalog: Catalog) -> None:
     assert load_history(catalog).to_json()["cutovers"] == []
 
 
+@pytest.mark.usefixtures("airflow_home")  # the page's package imports Airflow
 def test_blue_s_final_savepoint_and_the_rollback_s_return_point_are_shown(catalog: Catalog) -> None:
     """Once green claimed, the cutover names blue's final checkpoint and savepoint of N; a
     rollback after it says where the job's lineage returned (the JSON and the page)."""

@@ -200,6 +200,15 @@ def _start_from_moved(mem: Catalog, savepoint: SnapshotHandle, moved: str, **con
     return generation
 
 
+def _replace_moved(bucket: str, snapshot: SnapshotHandle) -> None:
+    """Put `snapshot`'s files where `_start_from_moved` copied the savepoint
+    (``memory://<bucket>/moved``), in place of the copy: a shared place changed since."""
+    raw = MemoryStorage(bucket)
+    raw.delete_prefix("moved/")
+    for info in list(snapshot.files_store.list()):
+        raw.put("moved/" + info.key, snapshot.files_store.get(info.key))
+
+
 def _step_settles(mem: Catalog) -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[str]]:
     from airflow_sparkpoint.services import commit as commit_module
 
@@ -240,11 +249,7 @@ def test_the_commit_step_holds_back_when_the_moved_savepoint_was_replaced_by_ano
     bucket = uuid.uuid4().hex
     mem, _first, _chk, savepoint = _first_lineage_and_its_savepoint(bucket)
     _start_from_moved(mem, savepoint, f"memory://{bucket}/moved")
-    older = mem.create_savepoint(mem.handle(mem.snapshot(1).metadata))
-    raw = MemoryStorage(bucket)
-    raw.delete_prefix("moved/")
-    for info in list(older.files_store.list()):
-        raw.put("moved/" + info.key, older.files_store.get(info.key))
+    _replace_moved(bucket, mem.create_savepoint(mem.handle(mem.snapshot(1).metadata)))
     committed, aborted, pending = _step_settles(mem)
     assert (committed, aborted) == ([], []) and sorted(pending) == ["job-b0-g1", "job-b1-g1"]
 
@@ -308,3 +313,70 @@ def test_a_rollback_refuses_while_a_newer_lineage_s_moved_copy_cannot_be_read(tm
     generation 1 cannot be told, so the rollback refuses (never aborts what it may confirm)."""
     mem, _first, aborted = _rollback_after_moved_start(str(tmp_path / "moved-{bucket}"))
     assert aborted == [] and sorted(t.txn_id for t in mem.transactions()) == ["job-b0-g1", "job-b1-g1"]
+
+
+def test_restore_latest_refuses_a_moved_savepoint_replaced_by_another_snapshot() -> None:
+    """The moved path now holds another snapshot of this job (chk-1's, batch 0) than the
+    one the lineage restored (chk-2's, batch 1), and the lineage has no checkpoint of its
+    own: ``restore=latest`` restarted from whatever the path held, state the lineage never
+    had (found by a review: the commit step compared the snapshot with the origin, the
+    restart did not). It is refused, naming both snapshots; nothing was written."""
+    bucket = uuid.uuid4().hex
+    mem, _first, _chk, savepoint = _first_lineage_and_its_savepoint(bucket)
+    _start_from_moved(mem, savepoint, f"memory://{bucket}/moved")
+    _replace_moved(bucket, mem.create_savepoint(mem.handle(mem.snapshot(1).metadata)))
+    raw = MemoryStorage(bucket)
+    before = sorted(i.key for i in raw.list(""))
+    with pytest.raises(RestoreError, match=r"holds snapshot \d+ \(batch 0\), not snapshot \d+ \(batch 1\)"):
+        plan_restore(run_config(restore="latest"), mem)
+    assert sorted(i.key for i in raw.list("")) == before
+
+
+def test_a_rollback_refuses_while_a_newer_lineage_s_moved_copy_holds_another_snapshot() -> None:
+    """The copy generation 2 started from was replaced by a snapshot of another job, which
+    confirms nothing of generation 1: read as is, the rollback would abort batches 0 and
+    1, which the copy generation 2 restored confirms. What that lineage restored cannot be
+    told any more, so the rollback refuses (as for a copy it cannot read)."""
+    from airflow_sparkpoint.services.rollback import abort_generation
+
+    bucket = uuid.uuid4().hex
+    mem, first, _chk, savepoint = _first_lineage_and_its_savepoint(bucket)
+    _start_from_moved(mem, savepoint, f"memory://{bucket}/moved")
+    other = Catalog(MemoryStorage(bucket), "other")
+    other.claim_generation()
+    _replace_moved(bucket, other.create_savepoint(other.handle(put_checkpoint(other, _state(0), batch_id=0))))
+    RecordingLineageSink.aborted.clear()
+    with pytest.raises(RestoreError, match="replaced since"):
+        abort_generation(mem, first, storage_options={})
+    assert RecordingLineageSink.aborted == []
+    assert sorted(t.txn_id for t in mem.transactions()) == ["job-b0-g1", "job-b1-g1"]
+
+
+@pytest.mark.parametrize("fault", ["none", "read-error"])
+def test_a_rollback_refuses_while_a_savepoint_lineage_s_start_cannot_be_read(
+        fault: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generation 2 started from S (in the root, pinned) and the first lineage's
+    checkpoints are gone (retention). The rollback of generation 1 reads S, else its pin:
+    both confirm batches 0 and 1, so it is refused. When reading them fails (a store
+    error: S3's 503), they are still there: the rollback may not take them for gone
+    (found by a review of 9893eb7: it aborted batches 0 and 1), so it is refused too."""
+    from airflow_sparkpoint.exceptions import StorageError
+    from airflow_sparkpoint.services.rollback import abort_generation
+
+    mem, _s_uri, first, _second = _savepoint_lineage()
+    for checkpoint in mem.checkpoints():
+        mem.snapshot_store.delete_checkpoint(f"chk-{checkpoint.id}")
+    if fault == "read-error":
+        get = MemoryStorage.get
+
+        def failing(self: MemoryStorage, key: str, max_bytes: int | None = None) -> bytes:
+            if key.endswith("/_metadata") and ("/savepoints/" in key or "/pins/" in key):
+                raise StorageError(f"503 SlowDown reading {self.uri}/{key}")
+            return get(self, key, max_bytes)
+
+        monkeypatch.setattr(MemoryStorage, "get", failing)
+    RecordingLineageSink.aborted.clear()
+    with pytest.raises(RestoreError, match="continues it"):
+        abort_generation(mem, first, storage_options={})
+    assert RecordingLineageSink.aborted == []
+    assert sorted(t.txn_id for t in mem.transactions()) == ["job-b0-g1", "job-b1-g1"]

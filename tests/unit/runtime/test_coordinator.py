@@ -201,10 +201,13 @@ def test_materialize_rebuilds_the_location_and_never_modifies_the_snapshot(catal
 
 
 def test_settled_transactions_are_never_committed_again(catalog, tmp_path):
-    """External mode: the commit step published batch 0 and aborted batch 1 after the
-    checkpoint listed both; neither the next checkpoint nor a restore may commit them, and
-    a restore of that checkpoint is refused: its state is past batch 1, whose output is
-    gone (issue #45 item 3: it was a warning, and the batch was lost)."""
+    """External mode: batch 0 was published and batch 1 aborted after the checkpoint
+    listed both (the commit step never aborts what the standing checkpoint lists: a
+    rollback that missed the lineage did); neither the next checkpoint nor a restore may
+    commit them. A restore of that checkpoint is refused: its state is past batch 1, whose
+    output is gone (issue #45 item 3: it was a warning, and the batch was lost); so is
+    the live run's next checkpoint, which forgets batch 0 (committed) but would have gone
+    on without batch 1 (the committer's tripwire, 2026-11-30)."""
     generation = catalog.claim_generation().generation
     live = tmp_path / "live"
     coord = checkpointer(catalog, live, RecordingSink(), generation, commit_mode="external")
@@ -229,8 +232,11 @@ def test_settled_transactions_are_never_committed_again(catalog, tmp_path):
     write_live(live, 2)
     catalog.put_transaction(recording_record(2, generation))
     coord.transactions.add_pending(recording_record(2, generation))
-    later = coord.checkpoint(2)
-    assert later is not None and [t.batch_id for t in later.transactions] == [2]
+    coord.transactions.sink.committed = dict(published.committed)  # the one sink the run writes to
+    with pytest.raises(SinkLineageError, match=r"job-b1-g1 \(batch 1\).*was aborted"):
+        coord.checkpoint(2)
+    assert [m.batch_id for m in catalog.checkpoints()] == [1]
+    assert sorted(b for b, _g in coord.transactions.pending) == [0, 1, 2]
 
 
 def test_first_checkpoint_after_a_foreign_restore_copies_into_its_own_store_without_rehashing(
