@@ -126,10 +126,9 @@ class Committer:
         A pending transaction is this lineage's: no settler aborts one while the run's
         generation is the newest. One the sink does not hold (`aborted_since`: the rule of
         a restart's recovery too) is output this run's state includes and the sink will
-        never hold; the run stops before a
-        checkpoint forgets it (a tripwire: found by a review, a rollback aborted the
-        batches a running lineage's restart point confirms, and the run's later
-        checkpoints dropped them without a word).
+        never hold; the run stops before a checkpoint forgets it (a tripwire: found by a
+        review, a rollback aborted the batches a running lineage's restart point confirms,
+        and the run's later checkpoints dropped them without a word).
 
         :raises StaleGeneration: a newer generation was claimed (its lineage settled them).
         :raises SinkLineageError: an aborted one, while the run's generation is the newest;

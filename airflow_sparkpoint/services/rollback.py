@@ -258,7 +258,7 @@ def _start_metadata(catalog: Catalog, origin: Origin) -> SnapshotMetadata | None
     origin restored (`restored_by`), else of the copy its generation owns (`Origin.pin`):
     what a restart stands on, read without listing the snapshot's files (a rollback reads
     one per newer origin). None when neither is there any more (deleted: no restart
-    stands there).
+    stands there), or the start point holds another snapshot and there is no pin.
 
     :raises StorageError, CorruptMetadata: one is there but cannot be read (found by a
         review: a read error taken for a deletion let a rollback abort what the start

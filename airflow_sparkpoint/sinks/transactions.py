@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 __all__ = ["OUTCOMES", "Outcome", "Settlement", "aborted_since", "settle", "settle_all"]
 
 Outcome = Literal["committed", "already", "aborted", "conflict"]
+OUTCOMES: tuple[Outcome, ...] = ("committed", "already", "aborted", "conflict")
 
 
 def aborted_since(sink: Sink, record: TransactionRecord) -> bool:
@@ -66,7 +67,6 @@ def aborted_since(sink: Sink, record: TransactionRecord) -> bool:
     aborted: a record is deleted only once its transaction is settled, so one the sink
     does not hold never will be (read from the sink)."""
     return not sink.is_committed(record)
-OUTCOMES: tuple[Outcome, ...] = ("committed", "already", "aborted", "conflict")
 
 
 @dataclass(frozen=True)
