@@ -453,6 +453,23 @@ class SnapshotStore:
             return self.snapshot(int(match.group(1)))
         return open_snapshot(f"{self.uri}/{key}", store=self.store.child(key))
 
+    def read_in_root(self, uri: str) -> SnapshotHandle:
+        """`open_in_root` from the snapshot's ``_metadata`` alone, its files neither listed
+        nor checked: one read, for a reader that judges only what the snapshot confirms.
+
+        :raises RestoreError: there is no ``_metadata`` at `uri` (gone).
+        :raises InvalidPath: `uri` is malformed or outside the root.
+        :raises CorruptMetadata: it fails its checksum or schema.
+        :raises StorageError: the store cannot be read.
+        """
+        key = self.key_of(uri)
+        where = f"{self.uri}/{key}"
+        try:
+            meta = read_metadata(self.store, f"{key}/{layout.METADATA}", f"{where}/{layout.METADATA}")
+        except ObjectNotFound:
+            raise RestoreError(f"{where} has no _metadata") from None
+        return SnapshotHandle(where, meta, self.store if layout.CHK_RE.match(key) else self.store.child(key))
+
 
 def _integer(raw: Any) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int):

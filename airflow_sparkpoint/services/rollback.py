@@ -36,13 +36,12 @@ from airflow_sparkpoint.checkpoints import layout
 from airflow_sparkpoint.checkpoints.generations import Fence
 from airflow_sparkpoint.checkpoints.history import live_status
 from airflow_sparkpoint.checkpoints.lineage import Origin, new_origin, rollback_base
-from airflow_sparkpoint.checkpoints.snapshot_open import read_metadata, restored_by
+from airflow_sparkpoint.checkpoints.snapshot_open import open_restart_snapshot, restored_by
 from airflow_sparkpoint.exceptions import (
     ConfigError,
     CorruptMetadata,
     GenerationRunning,
     InvalidPath,
-    ObjectNotFound,
     RestoreError,
     SparkpointError,
     StorageError,
@@ -234,7 +233,7 @@ def _continued_start(catalog: Catalog, generation: int, origins: list[Origin]) -
         meta: SnapshotMetadata | None
         if catalog.snapshot_store.in_root(origin.uri):
             try:
-                meta = _start_metadata(catalog, origin)
+                meta = _start_metadata(catalog, origin.uri, origin)
             except (StorageError, CorruptMetadata, InvalidPath) as exc:
                 return f"{origin.uri} ({exc}; it may)"
             if meta is None:
@@ -253,28 +252,20 @@ def _continued_start(catalog: Catalog, generation: int, origins: list[Origin]) -
     return None
 
 
-def _start_metadata(catalog: Catalog, origin: Origin) -> SnapshotMetadata | None:
-    """The ``_metadata`` of `origin`'s start point in the root when it is the snapshot the
-    origin restored (`restored_by`), else of the copy its generation owns (`Origin.pin`):
-    what a restart stands on, read without listing the snapshot's files (a rollback reads
-    one per newer origin). None when neither is there any more (deleted: no restart
-    stands there), or the start point holds another snapshot and there is no pin.
+def _start_metadata(catalog: Catalog, uri: str, origin: Origin) -> SnapshotMetadata | None:
+    """What `origin`'s start point `uri` in the root confirms: its ``_metadata``, else its pin's,
+    as a restart chooses (`open_restart_snapshot`), read without listing the snapshot's
+    files (a rollback reads one per newer origin: `SnapshotStore.read_in_root`). None when
+    neither is there any more (deleted: no restart stands there).
 
-    :raises StorageError, CorruptMetadata: one is there but cannot be read (found by a
-        review: a read error taken for a deletion let a rollback abort what the start
-        point confirms).
+    :raises StorageError, CorruptMetadata, InvalidPath: one is there but cannot be read
+        (found by a review: a read error taken for a deletion let a rollback abort what
+        the start point confirms).
     """
-    for uri in (origin.uri, origin.pin):
-        if uri is None:
-            continue
-        key = f"{catalog.snapshot_store.key_of(uri)}/{layout.METADATA}"
-        try:
-            meta = read_metadata(catalog.store, key, f"{uri}/{layout.METADATA}")
-        except ObjectNotFound:
-            continue
-        if uri == origin.pin or origin.snapshot_id is None or restored_by(meta, origin):
-            return meta
-    return None
+    try:
+        return open_restart_snapshot(uri, origin, catalog.snapshot_store.read_in_root).metadata
+    except RestoreError:
+        return None
 
 
 def _earlier_tries(catalog: Catalog, generation: int, current: int) -> GenerationInfo | None:
